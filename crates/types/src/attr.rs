@@ -1,0 +1,157 @@
+//! File attributes as the MDS stores them and the client reports them.
+
+use crate::fid::Fid;
+use serde::{Deserialize, Serialize};
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+pub struct TimeSpec {
+    /// Whole seconds.
+    pub sec: i64,
+    /// Nanoseconds, below 1e9.
+    pub nsec: u32,
+}
+
+impl TimeSpec {
+    /// The current wall-clock time.
+    pub fn now() -> TimeSpec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+
+    /// Converts to a `SystemTime` (times before the epoch are clamped to it).
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        let secs = self.sec.max(0) as u64;
+        std::time::UNIX_EPOCH + std::time::Duration::new(secs, self.nsec.min(999_999_999))
+    }
+
+    /// Converts from a `SystemTime`.
+    pub fn from_system_time(t: std::time::SystemTime) -> TimeSpec {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+            Err(e) => TimeSpec { sec: -(e.duration().as_secs() as i64), nsec: 0 },
+        }
+    }
+}
+
+/// Kind of namespace object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    /// Regular file, data on OSTs.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Symbolic link; target stored on the MDT.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+    /// Unix socket.
+    Socket,
+}
+
+impl FileKind {
+    /// The S_IFMT bits for this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Regular => libc::S_IFREG,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+            FileKind::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The kind named by the S_IFMT bits of `mode`.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => Some(FileKind::Regular),
+            libc::S_IFDIR => Some(FileKind::Directory),
+            libc::S_IFLNK => Some(FileKind::Symlink),
+            libc::S_IFIFO => Some(FileKind::Fifo),
+            libc::S_IFCHR => Some(FileKind::CharDevice),
+            libc::S_IFBLK => Some(FileKind::BlockDevice),
+            libc::S_IFSOCK => Some(FileKind::Socket),
+            _ => None,
+        }
+    }
+}
+
+/// Attributes of one inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    /// Identity.
+    pub fid: Fid,
+    /// Kind.
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Hard links.
+    pub nlink: u32,
+    /// Size in bytes. For regular files the MDS value is a hint; the client glimpses OSTs.
+    pub size: u64,
+    /// Allocated 512-byte blocks.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: TimeSpec,
+    /// Last data modification.
+    pub mtime: TimeSpec,
+    /// Last status change.
+    pub ctime: TimeSpec,
+    /// Device number for device nodes.
+    pub rdev: u32,
+}
+
+impl Attr {
+    /// Full `st_mode`: type bits and permission bits.
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | (self.perm & 0o7777)
+    }
+}
+
+/// A request to change attributes; `None` leaves a field as it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub perm: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate or extend).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSpec>,
+    /// New modification time.
+    pub mtime: Option<TimeSpec>,
+    /// New change time (otherwise the server sets it to now).
+    pub ctime: Option<TimeSpec>,
+}
+
+/// Capacity of one target (or a whole file system).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct StatFs {
+    /// Total bytes.
+    pub bytes_total: u64,
+    /// Free bytes.
+    pub bytes_free: u64,
+    /// Bytes available to unprivileged users.
+    pub bytes_avail: u64,
+    /// Total inodes (or objects).
+    pub files_total: u64,
+    /// Free inodes.
+    pub files_free: u64,
+    /// Preferred I/O size.
+    pub block_size: u32,
+}

@@ -1,0 +1,21 @@
+//! Nacre's shared vocabulary, used by every other crate.
+//!
+//! This crate owns the identifiers (FIDs, object ids, NIDs, xids, transnos), the RAID0 layout and
+//! its stripe arithmetic, file attributes, the status codes carried on the wire, the limits every
+//! layer enforces, and an aligned buffer for direct I/O. It performs no I/O and has no state, so
+//! everything here is deterministic and unit-testable.
+
+pub mod attr;
+pub mod buf;
+pub mod fid;
+pub mod layout;
+pub mod limits;
+pub mod nid;
+pub mod status;
+
+pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
+pub use buf::AlignedBuf;
+pub use fid::{Fid, ObjectId};
+pub use layout::{Layout, LayoutError, StripeChunk, StripeObject};
+pub use nid::{Nid, NidError};
+pub use status::Status;

@@ -1,0 +1,212 @@
+//! The fixed 48-byte frame header.
+//!
+//! ```text
+//! offset size field
+//!  0     4    magic        "NACR" (0x5243414e little-endian)
+//!  4     2    version      PROTOCOL_VERSION
+//!  6     2    opcode       service << 8 | operation
+//!  8     4    flags        FLAG_*
+//! 12     4    status       0 or an errno-valued Status (replies)
+//! 16     4    target       target index the request is for (OST/MDT index)
+//! 20     4    body_len     bytes of postcard body that follow
+//! 24     8    xid          request id, unique per client; a reply echoes it
+//! 32     4    bulk_len     bytes of bulk data after the body
+//! 36     4    body_crc     crc32c of the body
+//! 40     4    bulk_crc     crc32c of the bulk data (valid if FLAG_BULK_CHECKSUM)
+//! 44     4    header_crc   crc32c of bytes 0..44
+//! ```
+
+use crate::{WireError, PROTOCOL_VERSION};
+use nacre_types::limits::{BODY_BYTES_MAX, BULK_BYTES_MAX};
+
+/// Size of the encoded header.
+pub const HEADER_BYTES: usize = 48;
+/// Magic number opening every frame.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"NACR");
+
+/// The frame is a reply.
+pub const FLAG_REPLY: u32 = 1;
+/// `bulk_crc` holds a checksum of the bulk data.
+pub const FLAG_BULK_CHECKSUM: u32 = 2;
+/// The request is a resend of an earlier xid (reply reconstruction may apply).
+pub const FLAG_RESEND: u32 = 4;
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Header {
+    /// Protocol version.
+    pub version: u16,
+    /// Service and operation.
+    pub opcode: u16,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    /// Status code (replies).
+    pub status: i32,
+    /// Target index.
+    pub target: u32,
+    /// Body length.
+    pub body_len: u32,
+    /// Request id.
+    pub xid: u64,
+    /// Bulk length.
+    pub bulk_len: u32,
+    /// Body checksum.
+    pub body_crc: u32,
+    /// Bulk checksum.
+    pub bulk_crc: u32,
+}
+
+const _: () = assert!(HEADER_BYTES == 4 + 2 + 2 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + 4 + 4);
+
+impl Header {
+    /// A request header with the current version.
+    pub fn request(opcode: u16, target: u32, xid: u64) -> Header {
+        Header { version: PROTOCOL_VERSION, opcode, target, xid, ..Header::default() }
+    }
+
+    /// True if this is a reply.
+    pub fn is_reply(&self) -> bool {
+        self.flags & FLAG_REPLY != 0
+    }
+
+    /// Encodes the header, computing its checksum.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[6..8].copy_from_slice(&self.opcode.to_le_bytes());
+        b[8..12].copy_from_slice(&self.flags.to_le_bytes());
+        b[12..16].copy_from_slice(&self.status.to_le_bytes());
+        b[16..20].copy_from_slice(&self.target.to_le_bytes());
+        b[20..24].copy_from_slice(&self.body_len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.xid.to_le_bytes());
+        b[32..36].copy_from_slice(&self.bulk_len.to_le_bytes());
+        b[36..40].copy_from_slice(&self.body_crc.to_le_bytes());
+        b[40..44].copy_from_slice(&self.bulk_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..44]);
+        b[44..48].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates a header: magic, version, checksum, and both lengths against
+    /// their limits (`bulk_len_max` is the receiver's `max_rpc_size`).
+    pub fn decode(b: &[u8; HEADER_BYTES], bulk_len_max: u32) -> Result<Header, WireError> {
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let magic = u32_at(0);
+        if magic != MAGIC {
+            return Err(WireError::BadMagic(magic));
+        }
+        if crc32c::crc32c(&b[..44]) != u32_at(44) {
+            return Err(WireError::HeaderChecksum);
+        }
+        let mut xid = [0u8; 8];
+        xid.copy_from_slice(&b[24..32]);
+        let h = Header {
+            version: u16::from_le_bytes([b[4], b[5]]),
+            opcode: u16::from_le_bytes([b[6], b[7]]),
+            flags: u32_at(8),
+            status: u32_at(12) as i32,
+            target: u32_at(16),
+            body_len: u32_at(20),
+            xid: u64::from_le_bytes(xid),
+            bulk_len: u32_at(32),
+            body_crc: u32_at(36),
+            bulk_crc: u32_at(40),
+        };
+        if h.version != PROTOCOL_VERSION {
+            return Err(WireError::BadVersion(h.version));
+        }
+        if h.body_len > BODY_BYTES_MAX {
+            return Err(WireError::TooLong {
+                what: "body",
+                len: u64::from(h.body_len),
+                limit: u64::from(BODY_BYTES_MAX),
+            });
+        }
+        let bulk_limit = bulk_len_max.min(BULK_BYTES_MAX);
+        if h.bulk_len > bulk_limit {
+            return Err(WireError::TooLong {
+                what: "bulk",
+                len: u64::from(h.bulk_len),
+                limit: u64::from(bulk_limit),
+            });
+        }
+        Ok(h)
+    }
+
+    /// Checks a received body against `body_crc`.
+    pub fn check_body(&self, body: &[u8]) -> Result<(), WireError> {
+        if crc32c::crc32c(body) != self.body_crc {
+            return Err(WireError::BodyChecksum);
+        }
+        Ok(())
+    }
+
+    /// Checks received bulk data, if the sender checksummed it.
+    pub fn check_bulk(&self, bulk: &[u8]) -> Result<(), WireError> {
+        if self.flags & FLAG_BULK_CHECKSUM == 0 {
+            return Ok(());
+        }
+        let computed = crc32c::crc32c(bulk);
+        if computed != self.bulk_crc {
+            return Err(WireError::BulkChecksum { stored: self.bulk_crc, computed });
+        }
+        Ok(())
+    }
+
+    /// Fills in body length and checksum, and the bulk length and (optionally) checksum.
+    pub fn seal(&mut self, body: &[u8], bulk: Option<&[u8]>, bulk_checksum: bool) {
+        self.body_len = body.len() as u32;
+        self.body_crc = crc32c::crc32c(body);
+        self.bulk_len = bulk.map_or(0, |b| b.len() as u32);
+        self.flags &= !FLAG_BULK_CHECKSUM;
+        self.bulk_crc = 0;
+        if let (Some(bulk), true) = (bulk, bulk_checksum) {
+            self.flags |= FLAG_BULK_CHECKSUM;
+            self.bulk_crc = crc32c::crc32c(bulk);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip() {
+        let mut h = Header::request(0x0301, 3, 42);
+        h.seal(b"body", Some(b"bulk"), true);
+        let d = Header::decode(&h.encode(), BULK_BYTES_MAX).unwrap();
+        assert_eq!(d, h);
+        d.check_body(b"body").unwrap();
+        d.check_bulk(b"bulk").unwrap();
+        assert!(matches!(d.check_bulk(b"bulK"), Err(WireError::BulkChecksum { .. })));
+    }
+
+    #[test]
+    fn rejects_oversized_bulk_before_allocating() {
+        let mut h = Header::request(0x0301, 0, 1);
+        h.bulk_len = 8 << 20;
+        let e = Header::decode(&h.encode(), 4 << 20).unwrap_err();
+        assert!(matches!(e, WireError::TooLong { what: "bulk", .. }));
+    }
+
+    #[test]
+    fn rejects_flipped_bits() {
+        let h = Header::request(0x0201, 0, 7).encode();
+        for bit in 0..HEADER_BYTES * 8 {
+            let mut b = h;
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(Header::decode(&b, BULK_BYTES_MAX).is_err(), "bit {bit} undetected");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), HEADER_BYTES)) {
+            let arr: [u8; HEADER_BYTES] = bytes.try_into().unwrap();
+            let _ = Header::decode(&arr, BULK_BYTES_MAX);
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! Metadata service messages.
+//!
+//! Every request is an [`MdsCall`]: the client's uuid and the xid below which it has received
+//! all replies (so the MDS can forget saved replies), around one [`MdsOp`]. Names are raw bytes:
+//! POSIX names need not be UTF-8.
+
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr, StatFs};
+use serde::{Deserialize, Serialize};
+
+/// A request to the MDS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsCall {
+    /// Client uuid: with the frame's xid, identifies a modifying request for exactly-once.
+    pub client: [u8; 16],
+    /// Every xid of this client below this one has had its reply received.
+    pub replied_below: u64,
+    /// The operation.
+    pub op: MdsOp,
+}
+
+/// Operations on the namespace. Each variant names its reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsOp {
+    /// Attributes of an inode. Reply: [`MdsReply::Attr`].
+    GetAttr {
+        /// Inode.
+        fid: Fid,
+    },
+    /// Look up a name. Reply: [`MdsReply::Entry`].
+    Lookup {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Create a non-directory inode (regular file, device, fifo, socket). Reply:
+    /// [`MdsReply::Entry`] with the layout for regular files.
+    Create {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Kind.
+        kind: FileKind,
+        /// Permission bits (umask already applied).
+        perm: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// Device number.
+        rdev: u32,
+        /// Fail with EEXIST if the name exists (O_EXCL); otherwise open the existing file.
+        exclusive: bool,
+    },
+    /// Create a directory. Reply: [`MdsReply::Entry`].
+    Mkdir {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Permission bits.
+        perm: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// Create a symlink. Reply: [`MdsReply::Entry`].
+    Symlink {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Link target.
+        target: Vec<u8>,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+    },
+    /// Add a hard link. Reply: [`MdsReply::Entry`].
+    Link {
+        /// Existing inode.
+        fid: Fid,
+        /// Directory of the new name.
+        parent: Fid,
+        /// New name.
+        name: Vec<u8>,
+    },
+    /// Remove a non-directory name. Reply: [`MdsReply::Done`].
+    Unlink {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Remove an empty directory. Reply: [`MdsReply::Done`].
+    Rmdir {
+        /// Directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Rename, replacing a compatible target. Reply: [`MdsReply::Done`].
+    Rename {
+        /// Source directory.
+        src_parent: Fid,
+        /// Source name.
+        src_name: Vec<u8>,
+        /// Target directory.
+        dst_parent: Fid,
+        /// Target name.
+        dst_name: Vec<u8>,
+        /// Fail if the target exists (RENAME_NOREPLACE).
+        noreplace: bool,
+    },
+    /// Change attributes (size changes of regular files are done on OSTs by the client first).
+    /// Reply: [`MdsReply::Attr`].
+    SetAttr {
+        /// Inode.
+        fid: Fid,
+        /// Changes.
+        attr: SetAttr,
+    },
+    /// Read a symlink. Reply: [`MdsReply::Target`].
+    ReadLink {
+        /// Inode.
+        fid: Fid,
+    },
+    /// List a directory in name order, after `after` (exclusive). Reply: [`MdsReply::Dir`].
+    ReadDir {
+        /// Directory.
+        fid: Fid,
+        /// Resume after this name; `None` starts at the beginning.
+        after: Option<Vec<u8>>,
+        /// Most entries wanted.
+        count: u32,
+    },
+    /// Open an inode: registers the opener (so an unlinked open file keeps its data) and
+    /// returns its attributes and layout. Reply: [`MdsReply::Entry`].
+    Open {
+        /// Inode.
+        fid: Fid,
+    },
+    /// Close an inode opened with [`MdsOp::Open`] or a create. Reply: [`MdsReply::Done`].
+    Close {
+        /// Inode.
+        fid: Fid,
+    },
+    /// Read an extended attribute. Reply: [`MdsReply::Xattr`].
+    GetXattr {
+        /// Inode.
+        fid: Fid,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Set an extended attribute (flags: XATTR_CREATE = 1, XATTR_REPLACE = 2).
+    /// Reply: [`MdsReply::Done`].
+    SetXattr {
+        /// Inode.
+        fid: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Value.
+        value: Vec<u8>,
+        /// Flags.
+        flags: u32,
+    },
+    /// List extended attribute names. Reply: [`MdsReply::XattrNames`].
+    ListXattr {
+        /// Inode.
+        fid: Fid,
+    },
+    /// Remove an extended attribute. Reply: [`MdsReply::Done`].
+    RemoveXattr {
+        /// Inode.
+        fid: Fid,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Set the layout of an empty file, or the default layout of a directory.
+    /// Reply: [`MdsReply::Layout`].
+    SetLayout {
+        /// Inode.
+        fid: Fid,
+        /// Requested striping.
+        spec: StripeSpec,
+    },
+    /// Layout of a file, or default layout of a directory. Reply: [`MdsReply::Layout`].
+    GetLayout {
+        /// Inode.
+        fid: Fid,
+    },
+    /// Capacity of the MDT. Reply: [`MdsReply::StatFs`].
+    StatFs,
+}
+
+impl MdsOp {
+    /// Opcode (service 2).
+    pub fn opcode(&self) -> u16 {
+        0x0200
+            | match self {
+                MdsOp::GetAttr { .. } => 1,
+                MdsOp::Lookup { .. } => 2,
+                MdsOp::Create { .. } => 3,
+                MdsOp::Mkdir { .. } => 4,
+                MdsOp::Symlink { .. } => 5,
+                MdsOp::Link { .. } => 6,
+                MdsOp::Unlink { .. } => 7,
+                MdsOp::Rmdir { .. } => 8,
+                MdsOp::Rename { .. } => 9,
+                MdsOp::SetAttr { .. } => 10,
+                MdsOp::ReadLink { .. } => 11,
+                MdsOp::ReadDir { .. } => 12,
+                MdsOp::Open { .. } => 13,
+                MdsOp::Close { .. } => 14,
+                MdsOp::GetXattr { .. } => 15,
+                MdsOp::SetXattr { .. } => 16,
+                MdsOp::ListXattr { .. } => 17,
+                MdsOp::RemoveXattr { .. } => 18,
+                MdsOp::SetLayout { .. } => 19,
+                MdsOp::GetLayout { .. } => 20,
+                MdsOp::StatFs => 21,
+            }
+    }
+
+    /// True for operations that change state and therefore get exactly-once treatment.
+    pub fn is_modifying(&self) -> bool {
+        !matches!(
+            self,
+            MdsOp::GetAttr { .. }
+                | MdsOp::Lookup { .. }
+                | MdsOp::ReadLink { .. }
+                | MdsOp::ReadDir { .. }
+                | MdsOp::Open { .. }
+                | MdsOp::GetXattr { .. }
+                | MdsOp::ListXattr { .. }
+                | MdsOp::GetLayout { .. }
+                | MdsOp::StatFs
+        )
+    }
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode.
+    pub fid: Fid,
+    /// Kind.
+    pub kind: FileKind,
+}
+
+/// A file's layout or a directory's default striping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutInfo {
+    /// A regular file's objects.
+    File(Layout),
+    /// A directory's default for new files (`None`: inherits the file system default).
+    Dir(Option<StripeSpec>),
+    /// Not a regular file or directory.
+    None,
+}
+
+/// Replies from the MDS. Errors travel in the header status with an empty body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsReply {
+    /// Attributes.
+    Attr(Attr),
+    /// An inode and, for regular files, its layout.
+    Entry {
+        /// Attributes.
+        attr: Attr,
+        /// Layout of a regular file.
+        layout: Option<Layout>,
+    },
+    /// Symlink target.
+    Target(Vec<u8>),
+    /// A page of directory entries.
+    Dir {
+        /// Entries in name order.
+        entries: Vec<DirEntry>,
+        /// No entries follow.
+        eof: bool,
+    },
+    /// Extended attribute value.
+    Xattr(Vec<u8>),
+    /// Extended attribute names.
+    XattrNames(Vec<Vec<u8>>),
+    /// Layout.
+    Layout(LayoutInfo),
+    /// Capacity.
+    StatFs(StatFs),
+    /// Done, nothing to return.
+    Done,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_body, encode_body};
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip() {
+        let call = MdsCall {
+            client: [7; 16],
+            replied_below: 5,
+            op: MdsOp::Rename {
+                src_parent: Fid::ROOT,
+                src_name: b"a".to_vec(),
+                dst_parent: Fid::ROOT,
+                dst_name: vec![0xff, 0xfe],
+                noreplace: true,
+            },
+        };
+        assert_eq!(decode_body::<MdsCall>(&encode_body(&call)).unwrap(), call);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_body::<MdsCall>(&bytes);
+            let _ = decode_body::<MdsReply>(&bytes);
+        }
+    }
+}

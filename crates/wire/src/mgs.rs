@@ -1,0 +1,122 @@
+//! Management service messages: target registration and the configuration clients fetch.
+
+use nacre_types::Nid;
+use serde::{Deserialize, Serialize};
+
+/// Kind of target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum TargetKind {
+    /// Management target.
+    Mgt,
+    /// Metadata target.
+    Mdt,
+    /// Object storage target.
+    Ost,
+}
+
+impl TargetKind {
+    /// Lustre-style short name: "MGS", "MDT", "OST".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Mgt => "MGS",
+            TargetKind::Mdt => "MDT",
+            TargetKind::Ost => "OST",
+        }
+    }
+}
+
+/// A target as the MGS knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// Kind.
+    pub kind: TargetKind,
+    /// Index within its kind.
+    pub index: u32,
+    /// File system name.
+    pub fsname: String,
+    /// Target uuid, written at format time.
+    pub uuid: String,
+    /// NIDs of the server currently serving it.
+    pub nids: Vec<Nid>,
+}
+
+impl TargetInfo {
+    /// Lustre-style target name, e.g. `demo-OST0003`.
+    pub fn name(&self) -> String {
+        format!("{}-{}{:04x}", self.fsname, self.kind.as_str(), self.index)
+    }
+}
+
+/// The file system configuration clients and servers fetch from the MGS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FsConfig {
+    /// File system name.
+    pub fsname: String,
+    /// Bumped on every change, so holders can tell a new configuration from an old one.
+    pub version: u64,
+    /// Metadata targets, by index.
+    pub mdts: Vec<TargetInfo>,
+    /// Object storage targets, by index.
+    pub osts: Vec<TargetInfo>,
+}
+
+/// Requests to the MGS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MgsRequest {
+    /// A server announces a target it serves. Reply: [`MgsReply::Registered`].
+    Register(TargetInfo),
+    /// Fetch the configuration of a file system. Reply: [`MgsReply::Config`].
+    GetConfig {
+        /// File system name.
+        fsname: String,
+    },
+}
+
+/// Replies from the MGS.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MgsReply {
+    /// Registration accepted; the configuration version it produced.
+    Registered {
+        /// Configuration version after the registration.
+        version: u64,
+    },
+    /// The configuration.
+    Config(FsConfig),
+}
+
+impl MgsRequest {
+    /// Opcode (service 1).
+    pub fn opcode(&self) -> u16 {
+        match self {
+            MgsRequest::Register(_) => 0x0101,
+            MgsRequest::GetConfig { .. } => 0x0102,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_body, encode_body};
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip() {
+        let req = MgsRequest::Register(TargetInfo {
+            kind: TargetKind::Ost,
+            index: 3,
+            fsname: "demo".into(),
+            uuid: "u".into(),
+            nids: vec!["127.0.0.1:9000@tcp".parse().unwrap()],
+        });
+        assert_eq!(decode_body::<MgsRequest>(&encode_body(&req)).unwrap(), req);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_body::<MgsRequest>(&bytes);
+            let _ = decode_body::<MgsReply>(&bytes);
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Object storage service messages. The OST index travels in the frame header's `target`.
+//! File data travels as bulk after the body, never inside it.
+
+use nacre_types::{ObjectId, StatFs};
+use serde::{Deserialize, Serialize};
+
+/// Requests to an OST.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OssRequest {
+    /// Write the frame's bulk data at `offset` of the object, creating it if needed.
+    /// Reply: [`OssReply::Written`].
+    Write {
+        /// Object.
+        object: ObjectId,
+        /// Offset in the object.
+        offset: u64,
+    },
+    /// Read up to `len` bytes at `offset`; short at the object's end. Reply: [`OssReply::Read`]
+    /// with the data as bulk.
+    Read {
+        /// Object.
+        object: ObjectId,
+        /// Offset in the object.
+        offset: u64,
+        /// Bytes wanted.
+        len: u32,
+    },
+    /// Size and allocation of an object (Lustre's glimpse). Reply: [`OssReply::ObjectAttr`].
+    Glimpse {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Truncate or extend the object to `size`. Reply: [`OssReply::Done`].
+    Punch {
+        /// Object.
+        object: ObjectId,
+        /// New object size.
+        size: u64,
+    },
+    /// Allocate (or with `punch_hole`, deallocate) a range. Reply: [`OssReply::Done`].
+    Fallocate {
+        /// Object.
+        object: ObjectId,
+        /// Start of range.
+        offset: u64,
+        /// Length of range.
+        len: u64,
+        /// Keep the object size as it is (FALLOC_FL_KEEP_SIZE).
+        keep_size: bool,
+        /// Deallocate instead (FALLOC_FL_PUNCH_HOLE, implies keep_size).
+        punch_hole: bool,
+    },
+    /// Make the object's data durable. Reply: [`OssReply::Done`].
+    Sync {
+        /// Object.
+        object: ObjectId,
+    },
+    /// Remove objects (after their file was unlinked). Reply: [`OssReply::Done`].
+    Destroy {
+        /// Objects.
+        objects: Vec<ObjectId>,
+    },
+    /// Capacity of the OST. Reply: [`OssReply::StatFs`].
+    StatFs,
+}
+
+/// Replies from an OST.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OssReply {
+    /// Bytes written.
+    Written {
+        /// Bytes.
+        len: u32,
+    },
+    /// Bytes read; the data is the reply's bulk.
+    Read {
+        /// Bytes.
+        len: u32,
+    },
+    /// Object attributes.
+    ObjectAttr {
+        /// Object size in bytes (0 if the object does not exist yet).
+        size: u64,
+        /// Allocated 512-byte blocks.
+        blocks: u64,
+    },
+    /// Done.
+    Done,
+    /// Capacity.
+    StatFs(StatFs),
+}
+
+impl OssRequest {
+    /// Opcode (service 3).
+    pub fn opcode(&self) -> u16 {
+        match self {
+            OssRequest::Write { .. } => 0x0301,
+            OssRequest::Read { .. } => 0x0302,
+            OssRequest::Glimpse { .. } => 0x0303,
+            OssRequest::Punch { .. } => 0x0304,
+            OssRequest::Fallocate { .. } => 0x0305,
+            OssRequest::Sync { .. } => 0x0306,
+            OssRequest::Destroy { .. } => 0x0307,
+            OssRequest::StatFs => 0x0308,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_body, encode_body};
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip() {
+        let req = OssRequest::Read { object: ObjectId { seq: 0, id: 9 }, offset: 4096, len: 1 << 20 };
+        assert_eq!(decode_body::<OssRequest>(&encode_body(&req)).unwrap(), req);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_body::<OssRequest>(&bytes);
+            let _ = decode_body::<OssReply>(&bytes);
+        }
+    }
+}

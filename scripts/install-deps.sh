@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Nacre needs on a fresh Debian machine; each step only when missing.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v fio >/dev/null 2>&1 || need+=(fio)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v attr >/dev/null 2>&1 || need+=(attr)
+command -v rsync >/dev/null 2>&1 || need+=(rsync)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+# Allow other users to reach mounts made with allow_other (permission tests run as non-root).
+if [ -f /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
+  echo user_allow_other >> /etc/fuse.conf || true
+fi
+[ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; load the fuse module" >&2; exit 1; }
