@@ -1,1 +1,85 @@
-//! placeholder
+//! Nacre's network layer, in the manner of LNet and ptlrpc.
+//!
+//! * [`frame`] reads and writes frames on a byte stream, bounding every length before
+//!   allocating and receiving bulk data straight into page-aligned buffers.
+//! * [`Connection`] is a client's link to one server NID: many RPCs in flight
+//!   (`max_rpcs_in_flight`), replies matched by xid, reconnect and resend with the same xid when
+//!   the link breaks. It uses the in-process transport when the server lives in the same process.
+//! * [`Server`] accepts connections and hands requests to [`ServicePool`]s: per-CPU-partition
+//!   bounded queues, each drained by its own service threads, as Lustre's ptlrpc services are.
+//!
+//! Invariants: a reply is delivered to the caller that owns its xid and to no one else; a
+//! connection that sends a malformed frame is dropped, never allowed to stall others.
+
+pub mod conn;
+pub mod frame;
+pub mod local;
+pub mod server;
+
+pub use conn::{Connection, NetConfig, PendingReply};
+pub use server::{Handler, Incoming, Outgoing, Server, ServiceConfig, ServicePool};
+
+use nacre_types::AlignedBuf;
+use nacre_wire::{Header, WireError};
+use std::sync::Arc;
+
+/// Errors of the network layer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Could not reach the peer before the deadline.
+    #[error("cannot reach {nid}: {cause}")]
+    Unreachable {
+        /// Peer.
+        nid: String,
+        /// Last error seen.
+        cause: String,
+    },
+    /// The connection broke while the request was in flight.
+    #[error("connection to {0} lost")]
+    Disconnected(String),
+    /// No reply before the RPC timeout.
+    #[error("request to {nid} timed out after {timeout_ms} ms")]
+    TimedOut {
+        /// Peer.
+        nid: String,
+        /// Timeout.
+        timeout_ms: u64,
+    },
+    /// The peer sent bytes that do not decode.
+    #[error("protocol error: {0}")]
+    Wire(#[from] WireError),
+    /// Local I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A request as a client sends it.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Service and operation.
+    pub opcode: u16,
+    /// Target index on the server.
+    pub target: u32,
+    /// Encoded message body.
+    pub body: Vec<u8>,
+    /// Bulk data to send (shared so a resend can send it again without a copy).
+    pub bulk: Option<Arc<AlignedBuf>>,
+}
+
+/// A reply as a client receives it.
+#[derive(Debug)]
+pub struct Reply {
+    /// Header (status, xid, lengths).
+    pub header: Header,
+    /// Encoded message body.
+    pub body: Vec<u8>,
+    /// Bulk data returned (reads).
+    pub bulk: Option<AlignedBuf>,
+}
+
+impl Reply {
+    /// The reply's status.
+    pub fn status(&self) -> nacre_types::Status {
+        nacre_types::Status::from_code(self.header.status)
+    }
+}
