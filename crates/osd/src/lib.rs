@@ -1,1 +1,14 @@
-//! placeholder
+//! Target storage, the layer Lustre calls the OSD.
+//!
+//! * [`label`]: the label every formatted target carries (fsname, kind, index, uuid, format
+//!   version), checksummed, so a server refuses a target of another file system.
+//! * [`ObjectStore`]: an OST's objects as files on a local file system, with an O_DIRECT path
+//!   for aligned I/O that bypasses the page cache, and buffered I/O for the rest.
+//!
+//! Invariant: an object that does not exist reads as empty (size 0); writes create it.
+
+pub mod label;
+pub mod objects;
+
+pub use label::{Label, LabelError};
+pub use objects::{ObjectStore, OsdError};

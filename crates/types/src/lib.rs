@@ -12,6 +12,7 @@ pub mod layout;
 pub mod limits;
 pub mod nid;
 pub mod status;
+pub mod target;
 
 pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
 pub use buf::AlignedBuf;
@@ -19,3 +20,4 @@ pub use fid::{Fid, ObjectId};
 pub use layout::{Layout, LayoutError, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};
 pub use status::Status;
+pub use target::{target_name, TargetKind};

@@ -1,29 +1,8 @@
 //! Management service messages: target registration and the configuration clients fetch.
 
+pub use nacre_types::TargetKind;
 use nacre_types::Nid;
 use serde::{Deserialize, Serialize};
-
-/// Kind of target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-pub enum TargetKind {
-    /// Management target.
-    Mgt,
-    /// Metadata target.
-    Mdt,
-    /// Object storage target.
-    Ost,
-}
-
-impl TargetKind {
-    /// Lustre-style short name: "MGS", "MDT", "OST".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TargetKind::Mgt => "MGS",
-            TargetKind::Mdt => "MDT",
-            TargetKind::Ost => "OST",
-        }
-    }
-}
 
 /// A target as the MGS knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +22,7 @@ pub struct TargetInfo {
 impl TargetInfo {
     /// Lustre-style target name, e.g. `demo-OST0003`.
     pub fn name(&self) -> String {
-        format!("{}-{}{:04x}", self.fsname, self.kind.as_str(), self.index)
+        nacre_types::target_name(&self.fsname, self.kind, self.index)
     }
 }
 
