@@ -1,1 +1,129 @@
-//! placeholder
+//! The management server (MGS).
+//!
+//! Owns the configuration of every file system it manages: which targets exist, their uuids,
+//! and the NIDs serving them. Servers register their targets at start; clients and the MDS
+//! fetch the configuration (`GetConfig`). The MGS is never on the data or metadata path.
+//!
+//! Invariants: one uuid per (fsname, kind, index), so a second target cannot steal an index;
+//! the configuration version only grows; every change is on disk before it is acknowledged.
+
+pub mod store;
+
+use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_types::Status;
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo, TargetKind};
+use nacre_wire::{decode_body, encode_body};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+pub use store::StoreError;
+
+/// The MGS state and request handler.
+pub struct Mgs {
+    path: PathBuf,
+    configs: Mutex<BTreeMap<String, FsConfig>>,
+}
+
+impl Mgs {
+    /// Opens the MGS whose target directory is `dir`.
+    pub fn open(dir: &Path) -> Result<Mgs, StoreError> {
+        let path = dir.join("mgs-config");
+        let configs = store::load(&path)?;
+        Ok(Mgs { path, configs: Mutex::new(configs) })
+    }
+
+    /// Registers (or re-registers) a target.
+    pub fn register(&self, target: TargetInfo) -> Result<u64, Status> {
+        let mut configs = self.configs.lock().expect("configs");
+        let config = configs.entry(target.fsname.clone()).or_insert_with(|| FsConfig {
+            fsname: target.fsname.clone(),
+            ..FsConfig::default()
+        });
+        let list = match target.kind {
+            TargetKind::Mdt => &mut config.mdts,
+            TargetKind::Ost => &mut config.osts,
+            TargetKind::Mgt => return Ok(config.version),
+        };
+        match list.iter_mut().find(|t| t.index == target.index) {
+            Some(existing) if existing.uuid != target.uuid => {
+                tracing::warn!(
+                    "refusing {}: index already used by target uuid {}",
+                    target.name(),
+                    existing.uuid
+                );
+                return Err(Status::Exist);
+            }
+            Some(existing) if existing.nids == target.nids => return Ok(config.version),
+            Some(existing) => existing.nids = target.nids.clone(),
+            None => {
+                list.push(target.clone());
+                list.sort_by_key(|t| t.index);
+            }
+        }
+        config.version += 1;
+        let version = config.version;
+        if let Err(e) = store::save(&self.path, &configs) {
+            tracing::error!("MGS cannot save configuration: {e}");
+            return Err(Status::Io);
+        }
+        tracing::info!("registered {} at {:?} (config version {version})", target.name(), target.nids);
+        Ok(version)
+    }
+
+    /// The configuration of `fsname`.
+    pub fn config(&self, fsname: &str) -> Option<FsConfig> {
+        self.configs.lock().expect("configs").get(fsname).cloned()
+    }
+}
+
+impl Handler for Mgs {
+    fn handle(&self, req: &Incoming) -> Outgoing {
+        let request: MgsRequest = match decode_body(&req.body) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("MGS: bad request from {}: {e}", req.peer);
+                return Outgoing::error(Status::Proto);
+            }
+        };
+        let reply = match request {
+            MgsRequest::Register(target) => self.register(target).map(|version| MgsReply::Registered { version }),
+            MgsRequest::GetConfig { fsname } => self.config(&fsname).map(MgsReply::Config).ok_or(Status::NoEnt),
+        };
+        match reply {
+            Ok(r) => Outgoing::ok(encode_body(&r)),
+            Err(s) => Outgoing::error(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ost(index: u32, uuid: &str) -> TargetInfo {
+        TargetInfo {
+            kind: TargetKind::Ost,
+            index,
+            fsname: "demo".into(),
+            uuid: uuid.into(),
+            nids: vec!["127.0.0.1:7000@tcp".parse().unwrap()],
+        }
+    }
+
+    #[test]
+    fn register_persist_and_refuse_stolen_index() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mgs = Mgs::open(dir.path()).unwrap();
+            assert_eq!(mgs.register(ost(0, "a")), Ok(1));
+            assert_eq!(mgs.register(ost(1, "b")), Ok(2));
+            assert_eq!(mgs.register(ost(1, "b")), Ok(2));
+            assert_eq!(mgs.register(ost(1, "c")), Err(Status::Exist));
+        }
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let config = mgs.config("demo").unwrap();
+        assert_eq!(config.osts.len(), 2);
+        assert_eq!(config.version, 2);
+    }
+}

@@ -1,1 +1,130 @@
-//! placeholder
+//! The object storage server (OSS): serves the OSTs of one process.
+//!
+//! Each request names its OST in the frame header; the handler decodes an
+//! [`nacre_wire::oss::OssRequest`], runs it against that OST's [`nacre_osd::ObjectStore`], and
+//! replies. Bulk data arrives page-aligned from the network layer and goes to the object store
+//! without another copy. The OSS keeps no per-client state.
+
+use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_osd::{Label, ObjectStore};
+use nacre_types::limits::{BULK_BYTES_MAX, FILE_BYTES_MAX};
+use nacre_types::Status;
+use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::{decode_body, encode_body};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// One OST served by this process.
+pub struct OstTarget {
+    /// Identity.
+    pub label: Label,
+    /// Objects.
+    pub store: ObjectStore,
+    /// Bytes written since start.
+    pub write_bytes: AtomicU64,
+    /// Bytes read since start.
+    pub read_bytes: AtomicU64,
+}
+
+impl OstTarget {
+    /// Opens a formatted OST directory.
+    pub fn open(dir: &Path, label: Label) -> std::io::Result<OstTarget> {
+        Ok(OstTarget {
+            store: ObjectStore::open(dir)?,
+            label,
+            write_bytes: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+        })
+    }
+}
+
+/// The OSS request handler for all OSTs of this process.
+#[derive(Default)]
+pub struct OssHandler {
+    targets: RwLock<HashMap<u32, Arc<OstTarget>>>,
+}
+
+impl OssHandler {
+    /// Adds an OST.
+    pub fn add_target(&self, target: Arc<OstTarget>) {
+        let index = target.label.index;
+        self.targets.write().expect("targets").insert(index, target);
+    }
+
+    /// The OST with `index`, if served here.
+    pub fn target(&self, index: u32) -> Option<Arc<OstTarget>> {
+        self.targets.read().expect("targets").get(&index).cloned()
+    }
+
+    fn run(&self, ost: &OstTarget, req: OssRequest, incoming: &Incoming) -> Result<Outgoing, Status> {
+        let io = |e: nacre_osd::OsdError| {
+            tracing::debug!("{}: {e}", ost.label.name());
+            Status::from_io(e.io())
+        };
+        let reply = match req {
+            OssRequest::Write { object, offset } => {
+                let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
+                if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
+                    return Err(Status::FBig);
+                }
+                ost.store.write(object, offset, data).map_err(io)?;
+                ost.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                OssReply::Written { len: data.len() as u32 }
+            }
+            OssRequest::Read { object, offset, len } => {
+                if len > BULK_BYTES_MAX {
+                    return Err(Status::Inval);
+                }
+                let data = ost.store.read(object, offset, len as usize).map_err(io)?;
+                ost.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                let body = encode_body(&OssReply::Read { len: data.len() as u32 });
+                return Ok(Outgoing { status: Status::Ok, body, bulk: Some(data) });
+            }
+            OssRequest::Glimpse { object } => {
+                let (size, blocks) = ost.store.size(object).map_err(io)?;
+                OssReply::ObjectAttr { size, blocks }
+            }
+            OssRequest::Punch { object, size } => {
+                if size > FILE_BYTES_MAX {
+                    return Err(Status::FBig);
+                }
+                ost.store.punch(object, size).map_err(io)?;
+                OssReply::Done
+            }
+            OssRequest::Fallocate { object, offset, len, keep_size, punch_hole } => {
+                ost.store.fallocate(object, offset, len, keep_size, punch_hole).map_err(io)?;
+                OssReply::Done
+            }
+            OssRequest::Sync { object } => {
+                ost.store.sync(object).map_err(io)?;
+                OssReply::Done
+            }
+            OssRequest::Destroy { objects } => {
+                for o in objects {
+                    ost.store.destroy(o).map_err(io)?;
+                }
+                OssReply::Done
+            }
+            OssRequest::StatFs => OssReply::StatFs(ost.store.statfs().map_err(|e| Status::from_io(&e))?),
+        };
+        Ok(Outgoing::ok(encode_body(&reply)))
+    }
+}
+
+impl Handler for OssHandler {
+    fn handle(&self, incoming: &Incoming) -> Outgoing {
+        let Some(ost) = self.target(incoming.header.target) else {
+            return Outgoing::error(Status::NoDev);
+        };
+        let req: OssRequest = match decode_body(&incoming.body) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("{}: bad request from {}: {e}", ost.label.name(), incoming.peer);
+                return Outgoing::error(Status::Proto);
+            }
+        };
+        self.run(&ost, req, incoming).unwrap_or_else(Outgoing::error)
+    }
+}

@@ -79,6 +79,9 @@ pub enum Status {
     /// Connection timed out.
     #[error("connection timed out")]
     TimedOut = 110,
+    /// No such device (a target not served here).
+    #[error("no such device")]
+    NoDev = 19,
     /// Stale file handle.
     #[error("stale file handle")]
     Stale = 116,
@@ -89,7 +92,8 @@ pub enum Status {
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 26] = [
+    pub const ALL: [Status; 27] = [
+        Status::NoDev,
         Status::Ok,
         Status::Perm,
         Status::NoEnt,

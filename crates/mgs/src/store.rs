@@ -1,0 +1,78 @@
+//! The MGS configuration file: `NMGS` magic, format version, crc32c, postcard payload.
+//! Written to a temporary file, synced, then renamed over the old one.
+
+use nacre_wire::mgs::FsConfig;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+const MAGIC: &[u8; 4] = b"NMGS";
+const FORMAT_VERSION: u32 = 1;
+/// Largest configuration file accepted.
+pub const CONFIG_BYTES_MAX: usize = 64 << 20;
+
+/// Errors reading or writing the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// I/O error.
+    #[error("MGS configuration {path}: {source}")]
+    Io {
+        /// File.
+        path: String,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// Damaged or foreign file.
+    #[error("MGS configuration {path} is damaged: {reason}")]
+    Corrupt {
+        /// File.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Loads the configurations; a missing file is an empty MGS.
+pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
+    let p = path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(source) => return Err(StoreError::Io { path: p, source }),
+    };
+    let corrupt = |reason: &str| StoreError::Corrupt { path: p.clone(), reason: reason.into() };
+    if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != MAGIC {
+        return Err(corrupt("bad magic or size"));
+    }
+    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(corrupt(&format!("unknown format version {version}")));
+    }
+    let crc = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[12..]) != crc {
+        return Err(corrupt("checksum mismatch"));
+    }
+    let list: Vec<FsConfig> = postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))?;
+    Ok(list.into_iter().map(|c| (c.fsname.clone(), c)).collect())
+}
+
+/// Saves the configurations durably.
+pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io { path: path.display().to_string(), source };
+    let list: Vec<&FsConfig> = configs.values().collect();
+    let payload = postcard::to_allocvec(&list).expect("in-memory serialization");
+    let mut bytes = Vec::with_capacity(payload.len() + 12);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(&bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(())
+}
