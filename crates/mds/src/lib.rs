@@ -1,1 +1,189 @@
-//! placeholder
+//! The metadata server (MDS): serves MDTs.
+//!
+//! An MDT keeps inodes, directory entries, layouts and xattrs in the embedded KV store
+//! ([`records`] lists the tables). Every modifying request runs under the MDT's write lock,
+//! adds its changes **and its reply** to one batch, commits it, and replies only after the
+//! batch is durable — group commit lets concurrent requests share one journal sync. A resent
+//! request (same client uuid and xid) finds its saved reply instead of running twice (reply
+//! reconstruction). File creation touches only the MDT: OST object ids are allocated here
+//! and the objects are created by their first write.
+//!
+//! Invariants: a reply is never sent for a change that is not durable; a name maps to exactly
+//! one inode; an inode's objects are destroyed only after the change that dropped its last
+//! link (and last opener) is durable.
+
+pub mod destroy;
+pub mod mdt;
+pub mod ops;
+pub mod osp;
+pub mod records;
+
+use mdt::{kv_err, note_modification, Mdt};
+use nacre_kv::Batch;
+use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_types::Status;
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use nacre_wire::{decode_body, encode_body};
+use records::{decode, encode, reply_key, SavedReply, REPLIES};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// Saved replies pruned per request (keeps pruning cheap and bounded).
+pub const REPLY_PRUNE_PER_REQUEST: usize = 16;
+
+/// The MDS request handler for every MDT of this process.
+#[derive(Default)]
+pub struct MdsHandler {
+    targets: RwLock<HashMap<u32, Arc<Mdt>>>,
+}
+
+impl MdsHandler {
+    /// Adds an MDT.
+    pub fn add_target(&self, mdt: Arc<Mdt>) {
+        let index = mdt.label.index;
+        self.targets.write().expect("targets").insert(index, mdt);
+    }
+
+    /// The MDT with `index`.
+    pub fn target(&self, index: u32) -> Option<Arc<Mdt>> {
+        self.targets.read().expect("targets").get(&index).cloned()
+    }
+}
+
+fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
+    match op {
+        MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid),
+        MdsOp::Lookup { parent, name } => ops::lookup::run(mdt, *parent, name),
+        MdsOp::ReadLink { fid } => ops::readlink::run(mdt, *fid),
+        MdsOp::ReadDir { fid, after, count } => ops::readdir::run(mdt, *fid, after.as_deref(), *count),
+        MdsOp::Open { fid } => ops::open::open(mdt, *fid),
+        MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
+        MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
+        MdsOp::GetLayout { fid } => ops::layout::get(mdt, *fid),
+        MdsOp::StatFs => mdt.statfs().map(MdsReply::StatFs),
+        _ => Err(Status::Proto),
+    }
+}
+
+fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
+    use ops::create::CreateArgs;
+    use ops::rename::RenameArgs;
+    match op {
+        MdsOp::Create { parent, name, kind, perm, uid, gid, rdev, exclusive } => ops::create::run(
+            tx,
+            CreateArgs { parent: *parent, name, kind: *kind, perm: *perm, uid: *uid, gid: *gid, rdev: *rdev, exclusive: *exclusive },
+        ),
+        MdsOp::Mkdir { parent, name, perm, uid, gid } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
+        MdsOp::Symlink { parent, name, target, uid, gid } => ops::symlink::run(tx, *parent, name, target, *uid, *gid),
+        MdsOp::Link { fid, parent, name } => ops::link::run(tx, *fid, *parent, name),
+        MdsOp::Unlink { parent, name } => ops::unlink::run(tx, *parent, name),
+        MdsOp::Rmdir { parent, name } => ops::rmdir::run(tx, *parent, name),
+        MdsOp::Rename { src_parent, src_name, dst_parent, dst_name, noreplace } => ops::rename::run(
+            tx,
+            RenameArgs { src_parent: *src_parent, src_name, dst_parent: *dst_parent, dst_name, noreplace: *noreplace },
+        ),
+        MdsOp::SetAttr { fid, attr } => ops::setattr::run(tx, *fid, attr),
+        MdsOp::SetXattr { fid, name, value, flags } => ops::xattr::set(tx, *fid, name, value, *flags),
+        MdsOp::RemoveXattr { fid, name } => ops::xattr::remove(tx, *fid, name),
+        MdsOp::SetLayout { fid, spec } => ops::layout::set(tx, *fid, *spec),
+        _ => Err(Status::Proto),
+    }
+}
+
+fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
+    match result {
+        Ok(r) => Outgoing::ok(encode_body(&r)),
+        Err(s) => Outgoing::error(s),
+    }
+}
+
+/// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
+/// and its reply commit together, and the reply waits for durability.
+fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    let key = reply_key(&call.client, xid);
+    let mut tx = mdt.begin();
+    match mdt.kv.get(REPLIES, &key) {
+        Ok(Some(saved)) => {
+            drop(tx);
+            return match decode::<SavedReply>(&saved) {
+                Ok(saved) => {
+                    tracing::debug!("reconstructed reply for xid {xid}");
+                    Outgoing { status: Status::from_code(saved.status), body: saved.body, bulk: None }
+                }
+                Err(s) => Outgoing::error(s),
+            };
+        }
+        Ok(None) => {}
+        Err(e) => return Outgoing::error(kv_err(e)),
+    }
+    if let MdsOp::Close { fid } = call.op {
+        return match ops::open::close(&mut tx, fid) {
+            Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
+            Ok(true) => commit(mdt, tx, Ok(MdsReply::Done), None),
+            Err(s) => Outgoing::error(s),
+        };
+    }
+    let result = modify(&mut tx, &call.op);
+    let saved = SavedReply {
+        status: result.as_ref().err().map_or(0, |s| s.code()),
+        body: result.as_ref().map(encode_body).unwrap_or_default(),
+    };
+    if result.is_err() {
+        tx.batch = Batch::new();
+    }
+    prune_replies(mdt, &mut tx.batch, &call.client, call.replied_below);
+    tx.batch.put(REPLIES, key, encode(&saved));
+    commit(mdt, tx, result, Some(saved))
+}
+
+fn commit(mdt: &Mdt, tx: mdt::Tx<'_>, result: Result<MdsReply, Status>, saved: Option<SavedReply>) -> Outgoing {
+    let mut tx = tx;
+    let batch = std::mem::take(&mut tx.batch);
+    let has_destroys = result.is_ok();
+    let ticket = match mdt.kv.commit(batch) {
+        Ok(t) => t,
+        Err(e) => return Outgoing::error(kv_err(e)),
+    };
+    drop(tx);
+    note_modification(mdt);
+    if let Err(e) = mdt.kv.wait_durable(ticket) {
+        return Outgoing::error(kv_err(e));
+    }
+    if has_destroys {
+        mdt.kick_destroyer();
+    }
+    match saved {
+        Some(saved) => Outgoing { status: Status::from_code(saved.status), body: saved.body, bulk: None },
+        None => to_outgoing(result),
+    }
+}
+
+fn prune_replies(mdt: &Mdt, batch: &mut Batch, client: &[u8; 16], replied_below: u64) {
+    let Ok(old) = mdt.kv.scan(REPLIES, client, None, REPLY_PRUNE_PER_REQUEST) else { return };
+    for (k, _) in old {
+        let xid = k.get(16..24).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        if xid.is_some_and(|x| x < replied_below) {
+            batch.delete(REPLIES, k);
+        }
+    }
+}
+
+impl Handler for MdsHandler {
+    fn handle(&self, req: &Incoming) -> Outgoing {
+        let Some(mdt) = self.target(req.header.target) else {
+            return Outgoing::error(Status::NoDev);
+        };
+        let call: MdsCall = match decode_body(&req.body) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("{}: bad request from {}: {e}", mdt.label.name(), req.peer);
+                return Outgoing::error(Status::Proto);
+            }
+        };
+        if call.op.is_modifying() {
+            run_modifying(&mdt, &call, req.header.xid)
+        } else {
+            to_outgoing(read_only(&mdt, &call.op))
+        }
+    }
+}

@@ -14,8 +14,10 @@
 pub mod conn;
 pub mod frame;
 pub mod local;
+pub mod rpc;
 pub mod server;
 
+pub use rpc::RpcError;
 pub use conn::{Connection, NetConfig, PendingReply};
 pub use server::{Handler, Incoming, Outgoing, Server, ServiceConfig, ServicePool};
 

@@ -1,0 +1,361 @@
+//! One metadata target: its store, allocators, open counts and the transaction helper that
+//! every modifying operation uses.
+
+use crate::osp::OstPool;
+use crate::records::*;
+use nacre_kv::{Batch, KvStore};
+use nacre_osd::Label;
+use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQ_NORMAL};
+use nacre_types::layout::StripeSpec;
+use nacre_types::limits::NAME_BYTES_MAX;
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// FIDs and object ids are reserved on disk this many at a time, so a create does not have to
+/// persist an allocator update.
+pub const ALLOC_RESERVE: u64 = 10_000;
+
+/// Allocation state, guarded by the MDT's write lock.
+pub struct AllocState {
+    next_fid: u64,
+    fid_limit: u64,
+    next_object: HashMap<u32, (u64, u64)>,
+}
+
+/// One MDT.
+pub struct Mdt {
+    /// Identity.
+    pub label: Label,
+    /// The store.
+    pub kv: Arc<dyn KvStore>,
+    /// OSTs for object placement.
+    pub osts: Arc<OstPool>,
+    write_lock: Mutex<AllocState>,
+    opens: Mutex<HashMap<Fid, u32>>,
+    /// Wakes the destroy thread.
+    pub destroy_signal: (Mutex<bool>, Condvar),
+    /// Modifying operations executed (for statistics).
+    pub modifications: AtomicU64,
+}
+
+impl Mdt {
+    /// Opens an MDT on its store; creates the root directory on first start.
+    pub fn open(label: Label, kv: Arc<dyn KvStore>, osts: Arc<OstPool>) -> Result<Mdt, Status> {
+        let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
+        let mdt = Mdt {
+            label,
+            kv,
+            osts,
+            write_lock: Mutex::new(AllocState {
+                next_fid: fid_limit,
+                fid_limit,
+                next_object: HashMap::new(),
+            }),
+            opens: Mutex::new(HashMap::new()),
+            destroy_signal: (Mutex::new(false), Condvar::new()),
+            modifications: AtomicU64::new(0),
+        };
+        mdt.ensure_root()?;
+        mdt.cleanup_orphans()?;
+        Ok(mdt)
+    }
+
+    fn ensure_root(&self) -> Result<(), Status> {
+        if self.label.index != 0 || self.kv.get(INODES, &Fid::ROOT.to_key()).map_err(kv_err)?.is_some() {
+            return Ok(());
+        }
+        let now = TimeSpec::now();
+        let root = InodeRecord {
+            attr: Attr {
+                fid: Fid::ROOT,
+                kind: FileKind::Directory,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                nlink: 2,
+                size: 4096,
+                blocks: 8,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                rdev: 0,
+            },
+            layout: None,
+            dir_default: None,
+            symlink: None,
+            parent: Some(Fid::ROOT),
+            orphan: false,
+        };
+        let mut b = Batch::new();
+        b.put(INODES, Fid::ROOT.to_key().to_vec(), encode(&root));
+        let t = self.kv.commit(b).map_err(kv_err)?;
+        self.kv.wait_durable(t).map_err(kv_err)
+    }
+
+    /// Files unlinked while open when the MDT stopped have no openers now: remove them.
+    fn cleanup_orphans(&self) -> Result<(), Status> {
+        let mut after: Option<Vec<u8>> = None;
+        let mut orphans = Vec::new();
+        loop {
+            let page = self.kv.scan(INODES, &[], after.as_deref(), 1024).map_err(kv_err)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.0.clone());
+            for (_, v) in &page {
+                let rec: InodeRecord = decode(v)?;
+                if rec.orphan {
+                    orphans.push(rec);
+                }
+            }
+        }
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin();
+        for rec in orphans {
+            tx.remove_inode(&rec)?;
+        }
+        let batch = std::mem::take(&mut tx.batch);
+        drop(tx);
+        let t = self.kv.commit(batch).map_err(kv_err)?;
+        self.kv.wait_durable(t).map_err(kv_err)
+    }
+
+    /// Starts a modifying operation: takes the write lock (commit order = lock order).
+    pub fn begin(&self) -> Tx<'_> {
+        Tx { mdt: self, alloc: self.write_lock.lock().expect("write lock"), batch: Batch::new(), now: TimeSpec::now() }
+    }
+
+    /// Reads an inode.
+    pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
+        match self.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
+            Some(v) => decode(&v),
+            None => Err(Status::NoEnt),
+        }
+    }
+
+    /// Looks a name up in a directory.
+    pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
+        match self.kv.get(DIRENTS, &dirent_key(parent, name)).map_err(kv_err)? {
+            Some(v) => Ok(Some(decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Registers an opener.
+    pub fn add_open(&self, fid: Fid) {
+        *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
+    }
+
+    /// Drops an opener; returns true when it was the last.
+    pub fn drop_open(&self, fid: Fid) -> bool {
+        let mut opens = self.opens.lock().expect("opens");
+        match opens.get_mut(&fid) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                opens.remove(&fid);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// True if some client has the inode open.
+    pub fn is_open(&self, fid: Fid) -> bool {
+        self.opens.lock().expect("opens").contains_key(&fid)
+    }
+
+    /// Wakes the destroy thread.
+    pub fn kick_destroyer(&self) {
+        let (lock, cv) = &self.destroy_signal;
+        *lock.lock().expect("destroy signal") = true;
+        cv.notify_one();
+    }
+
+    /// Number of inodes (approximate: counted by scanning is too slow; uses the store size).
+    pub fn statfs(&self) -> Result<nacre_types::StatFs, Status> {
+        let mut st = nacre_osd::objects::statvfs(std::path::Path::new("/"))
+            .map_err(|e| Status::from_io(&e))?;
+        let used = read_u64(&*self.kv, b"inodes_used")?.unwrap_or(0);
+        st.files_free = st.bytes_avail / 1024;
+        st.files_total = used + st.files_free;
+        Ok(st)
+    }
+}
+
+/// Converts a store error to a status (logged: it means the MDT's disk is failing).
+pub fn kv_err(e: nacre_kv::KvError) -> Status {
+    tracing::error!("MDT store: {e}");
+    Status::Io
+}
+
+fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {
+    match kv.get(META, key).map_err(kv_err)? {
+        Some(v) if v.len() == 8 => Ok(Some(u64::from_be_bytes(v.try_into().expect("8 bytes")))),
+        Some(_) => Err(Status::Io),
+        None => Ok(None),
+    }
+}
+
+/// Checks a name component.
+pub fn check_name(name: &[u8]) -> Result<(), Status> {
+    if name.len() > NAME_BYTES_MAX {
+        return Err(Status::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Status::Inval);
+    }
+    Ok(())
+}
+
+/// A modifying operation in progress: holds the write lock and collects the batch.
+pub struct Tx<'a> {
+    /// The MDT.
+    pub mdt: &'a Mdt,
+    alloc: MutexGuard<'a, AllocState>,
+    /// Changes to commit.
+    pub batch: Batch,
+    /// Time stamp for every change of this operation.
+    pub now: TimeSpec,
+}
+
+impl Tx<'_> {
+    /// Reads an inode.
+    pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
+        self.mdt.inode(fid)
+    }
+
+    /// Reads a directory inode (ENOTDIR otherwise).
+    pub fn dir(&self, fid: Fid) -> Result<InodeRecord, Status> {
+        let rec = self.inode(fid)?;
+        if rec.attr.kind != FileKind::Directory {
+            return Err(Status::NotDir);
+        }
+        Ok(rec)
+    }
+
+    /// Looks a name up.
+    pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
+        self.mdt.lookup(parent, name)
+    }
+
+    /// Stores an inode.
+    pub fn put_inode(&mut self, rec: &InodeRecord) {
+        self.batch.put(INODES, rec.attr.fid.to_key().to_vec(), encode(rec));
+    }
+
+    /// Adds a directory entry.
+    pub fn put_dirent(&mut self, parent: Fid, name: &[u8], fid: Fid, kind: FileKind) {
+        self.batch.put(DIRENTS, dirent_key(parent, name), encode(&DirentRecord { fid, kind }));
+    }
+
+    /// Removes a directory entry.
+    pub fn del_dirent(&mut self, parent: Fid, name: &[u8]) {
+        self.batch.delete(DIRENTS, dirent_key(parent, name));
+    }
+
+    /// Marks a directory changed (mtime and ctime).
+    pub fn touch(&self, rec: &mut InodeRecord) {
+        rec.attr.mtime = self.now;
+        rec.attr.ctime = self.now;
+    }
+
+    /// Allocates a new FID.
+    pub fn new_fid(&mut self) -> Fid {
+        if self.alloc.next_fid >= self.alloc.fid_limit {
+            self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
+            let limit = self.alloc.fid_limit;
+            self.batch.put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
+        }
+        let n = self.alloc.next_fid;
+        self.alloc.next_fid += 1;
+        let seq = FID_SEQ_NORMAL + u64::from(self.mdt.label.index) * (1 << 20) + n / (FID_OIDS_PER_SEQ - 1);
+        Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1)
+    }
+
+    fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
+        let key = format!("ost_next/{ost}").into_bytes();
+        let (next, limit) = match self.alloc.next_object.get(&ost) {
+            Some(&v) => v,
+            None => {
+                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
+                (stored, stored)
+            }
+        };
+        let limit = if next >= limit {
+            let limit = next + ALLOC_RESERVE;
+            self.batch.put(META, key, limit.to_be_bytes().to_vec());
+            limit
+        } else {
+            limit
+        };
+        self.alloc.next_object.insert(ost, (next + 1, limit));
+        Ok(ObjectId { seq: u64::from(self.mdt.label.index), id: next })
+    }
+
+    /// Allocates the objects of a new regular file under `parent`'s striping defaults.
+    pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
+        let inherited = parent.dir_default.unwrap_or_default();
+        let fs_default = if parent.attr.fid == Fid::ROOT {
+            StripeSpec::default()
+        } else {
+            self.inode(Fid::ROOT)?.dir_default.unwrap_or_default()
+        };
+        let base = merge_spec(inherited, fs_default);
+        let mut osts = self.mdt.osts.count();
+        if osts == 0 {
+            let _ = self.mdt.osts.refresh();
+            osts = self.mdt.osts.count();
+        }
+        let (count, size, start) = spec.resolve(base, osts).map_err(|_| Status::Inval)?;
+        let chosen = self.mdt.osts.choose(count as usize, start)?;
+        let mut objects = Vec::with_capacity(chosen.len());
+        for ost in chosen {
+            objects.push(StripeObject { ost, object: self.new_object(ost)? });
+        }
+        Ok(Layout { stripe_size: size, objects })
+    }
+
+    /// Deletes an inode with its xattrs, queueing its objects for destruction.
+    pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
+        let fid = rec.attr.fid;
+        self.batch.delete(INODES, fid.to_key().to_vec());
+        let xattrs = self.mdt.kv.scan(XATTRS, &fid.to_key(), None, 100_000).map_err(kv_err)?;
+        for (k, _) in xattrs {
+            self.batch.delete(XATTRS, k);
+        }
+        if let Some(layout) = &rec.layout {
+            for o in &layout.objects {
+                self.batch.put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
+            }
+        }
+        self.count_inodes(-1)?;
+        Ok(())
+    }
+
+    /// Adjusts the inode counter `df -i` reports.
+    pub fn count_inodes(&mut self, delta: i64) -> Result<(), Status> {
+        let used = read_u64(&*self.mdt.kv, b"inodes_used")?.unwrap_or(0);
+        let used = used.saturating_add_signed(delta);
+        self.batch.put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
+        Ok(())
+    }
+}
+
+/// Fills the unset fields of `spec` from `base`.
+pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
+    StripeSpec {
+        stripe_count: if spec.stripe_count != 0 { spec.stripe_count } else { base.stripe_count },
+        stripe_size: if spec.stripe_size != 0 { spec.stripe_size } else { base.stripe_size },
+        start_ost: if spec.start_ost >= 0 { spec.start_ost } else { base.start_ost },
+    }
+}
+
+/// Advances the modification counter (statistics).
+pub fn note_modification(mdt: &Mdt) {
+    mdt.modifications.fetch_add(1, Ordering::Relaxed);
+}

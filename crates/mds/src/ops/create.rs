@@ -1,0 +1,89 @@
+//! Create: a regular file (with its layout), device node, fifo or socket.
+
+use crate::mdt::{check_name, Tx};
+use crate::records::InodeRecord;
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Attr, Fid, FileKind, Status};
+use nacre_wire::mds::MdsReply;
+
+/// Arguments of a create.
+pub struct CreateArgs<'a> {
+    /// Directory.
+    pub parent: Fid,
+    /// Name.
+    pub name: &'a [u8],
+    /// Kind.
+    pub kind: FileKind,
+    /// Permission bits.
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number.
+    pub rdev: u32,
+    /// O_EXCL.
+    pub exclusive: bool,
+}
+
+/// Builds a new inode under `parent`, applying set-group-id inheritance.
+pub fn new_inode(tx: &mut Tx<'_>, parent: &InodeRecord, kind: FileKind, perm: u32, uid: u32, gid: u32) -> InodeRecord {
+    let sgid_parent = parent.attr.perm & libc::S_ISGID != 0;
+    let gid = if sgid_parent { parent.attr.gid } else { gid };
+    let mut perm = perm & 0o7777;
+    if sgid_parent && kind == FileKind::Directory {
+        perm |= libc::S_ISGID;
+    }
+    let fid = tx.new_fid();
+    InodeRecord {
+        attr: Attr {
+            fid,
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink: if kind == FileKind::Directory { 2 } else { 1 },
+            size: if kind == FileKind::Directory { 4096 } else { 0 },
+            blocks: 0,
+            atime: tx.now,
+            mtime: tx.now,
+            ctime: tx.now,
+            rdev: 0,
+        },
+        layout: None,
+        dir_default: None,
+        symlink: None,
+        parent: None,
+        orphan: false,
+    }
+}
+
+/// Creates the file, or with `exclusive == false` returns the existing one.
+pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
+    check_name(args.name)?;
+    if args.kind == FileKind::Directory || args.kind == FileKind::Symlink {
+        return Err(Status::Inval);
+    }
+    let mut parent = tx.dir(args.parent)?;
+    if let Some(existing) = tx.lookup(args.parent, args.name)? {
+        if args.exclusive {
+            return Err(Status::Exist);
+        }
+        let rec = tx.inode(existing.fid)?;
+        if rec.attr.kind == FileKind::Directory {
+            return Err(Status::IsDir);
+        }
+        return Ok(super::entry(&rec));
+    }
+    let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
+    rec.attr.rdev = args.rdev;
+    if args.kind == FileKind::Regular {
+        rec.layout = Some(tx.new_layout(&parent, StripeSpec::default())?);
+    }
+    tx.touch(&mut parent);
+    tx.put_inode(&parent);
+    tx.put_inode(&rec);
+    tx.put_dirent(args.parent, args.name, rec.attr.fid, args.kind);
+    tx.count_inodes(1)?;
+    Ok(super::entry(&rec))
+}

@@ -1,0 +1,67 @@
+//! GetLayout and SetLayout: a file's objects, a directory's default striping.
+
+use crate::mdt::{merge_spec, Mdt, Tx};
+use crate::records::destroy_key;
+use crate::records::DESTROY;
+use nacre_net::rpc::call;
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Fid, FileKind, Status};
+use nacre_wire::mds::{LayoutInfo, MdsReply};
+use nacre_wire::oss::{OssReply, OssRequest};
+
+/// The layout of a file or the default of a directory.
+pub fn get(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
+    let rec = mdt.inode(fid)?;
+    Ok(MdsReply::Layout(match rec.attr.kind {
+        FileKind::Regular => LayoutInfo::File(rec.layout.ok_or(Status::Io)?),
+        FileKind::Directory => LayoutInfo::Dir(rec.dir_default),
+        _ => LayoutInfo::None,
+    }))
+}
+
+/// True if any object of the file holds data (asks the OSTs).
+fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
+    for o in &layout.objects {
+        let conn = mdt.osts.conn(o.ost).ok_or(Status::Io)?;
+        let req = OssRequest::Glimpse { object: o.object };
+        match call::<_, OssReply>(&conn, req.opcode(), o.ost, &req) {
+            Ok(OssReply::ObjectAttr { size, .. }) if size > 0 => return Ok(true),
+            Ok(_) => {}
+            Err(e) => return Err(e.status()),
+        }
+    }
+    Ok(false)
+}
+
+/// Sets a directory's default striping, or re-lays-out an empty file.
+pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
+    let mut rec = tx.inode(fid)?;
+    let osts = tx.mdt.osts.count();
+    match rec.attr.kind {
+        FileKind::Directory => {
+            spec.resolve(StripeSpec::default(), osts).map_err(|_| Status::Inval)?;
+            let clear = spec == StripeSpec::default();
+            rec.dir_default = if clear { None } else { Some(merge_spec(spec, rec.dir_default.unwrap_or_default())) };
+            rec.attr.ctime = tx.now;
+            tx.put_inode(&rec);
+            Ok(MdsReply::Layout(LayoutInfo::Dir(rec.dir_default)))
+        }
+        FileKind::Regular => {
+            let old = rec.layout.clone().ok_or(Status::Io)?;
+            if has_data(tx.mdt, &old)? {
+                return Err(Status::Exist);
+            }
+            let fs_default = tx.inode(Fid::ROOT)?.dir_default.unwrap_or_default();
+            let parent_like = crate::records::InodeRecord { dir_default: Some(fs_default), ..rec.clone() };
+            let layout = tx.new_layout(&parent_like, spec)?;
+            for o in &old.objects {
+                tx.batch.put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
+            }
+            rec.layout = Some(layout.clone());
+            rec.attr.ctime = tx.now;
+            tx.put_inode(&rec);
+            Ok(MdsReply::Layout(LayoutInfo::File(layout)))
+        }
+        _ => Err(Status::Inval),
+    }
+}

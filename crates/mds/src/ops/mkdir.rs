@@ -1,0 +1,29 @@
+//! Mkdir: a new directory; the parent gains a link (the child's "..").
+
+use crate::mdt::{check_name, Tx};
+use nacre_types::{Fid, FileKind, Status};
+use nacre_wire::mds::MdsReply;
+
+/// Upper bound on a directory's link count (subdirectories + 2), as ext4's.
+pub const DIR_NLINK_MAX: u32 = 65_000;
+
+/// Creates directory `name` in `parent`.
+pub fn run(tx: &mut Tx<'_>, parent_fid: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<MdsReply, Status> {
+    check_name(name)?;
+    let mut parent = tx.dir(parent_fid)?;
+    if tx.lookup(parent_fid, name)?.is_some() {
+        return Err(Status::Exist);
+    }
+    if parent.attr.nlink >= DIR_NLINK_MAX {
+        return Err(Status::MLink);
+    }
+    let mut rec = super::create::new_inode(tx, &parent, FileKind::Directory, perm, uid, gid);
+    rec.parent = Some(parent_fid);
+    parent.attr.nlink += 1;
+    tx.touch(&mut parent);
+    tx.put_inode(&parent);
+    tx.put_inode(&rec);
+    tx.put_dirent(parent_fid, name, rec.attr.fid, FileKind::Directory);
+    tx.count_inodes(1)?;
+    Ok(super::entry(&rec))
+}

@@ -1,0 +1,41 @@
+//! SetAttr: mode, owner, size hint and times. Regular-file sizes are changed on the OSTs by the
+//! client before this call; the MDS records the change times.
+
+use crate::mdt::Tx;
+use nacre_types::{Fid, FileKind, SetAttr, Status};
+use nacre_wire::mds::MdsReply;
+
+/// Applies `set` to `fid`.
+pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status> {
+    let mut rec = tx.inode(fid)?;
+    let a = &mut rec.attr;
+    if let Some(size) = set.size {
+        match a.kind {
+            FileKind::Directory => return Err(Status::IsDir),
+            FileKind::Regular => {}
+            _ => return Err(Status::Inval),
+        }
+        a.size = size;
+        if set.mtime.is_none() {
+            a.mtime = tx.now;
+        }
+    }
+    if let Some(perm) = set.perm {
+        a.perm = perm & 0o7777;
+    }
+    if let Some(uid) = set.uid {
+        a.uid = uid;
+    }
+    if let Some(gid) = set.gid {
+        a.gid = gid;
+    }
+    if let Some(t) = set.atime {
+        a.atime = t;
+    }
+    if let Some(t) = set.mtime {
+        a.mtime = t;
+    }
+    a.ctime = set.ctime.unwrap_or(tx.now);
+    tx.put_inode(&rec);
+    Ok(MdsReply::Attr(rec.attr))
+}

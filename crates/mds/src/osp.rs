@@ -1,0 +1,162 @@
+//! The MDS's view of the OSTs (Lustre's OSP): configuration from the MGS, one connection per
+//! OST, cached free space, and the object-placement policy.
+//!
+//! Placement follows Lustre's QoS allocator in spirit: when free space is balanced (the
+//! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin;
+//! otherwise they are drawn at random, weighted by available bytes.
+
+use nacre_net::rpc::{call, RpcError};
+use nacre_net::{Connection, NetConfig};
+use nacre_types::{Nid, StatFs, Status};
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest};
+use nacre_wire::oss::{OssReply, OssRequest};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Free-space imbalance (percent) above which placement is weighted instead of round-robin.
+pub const QOS_THRESHOLD_PERCENT: u64 = 17;
+
+struct OstEntry {
+    nid: Nid,
+    conn: Arc<Connection>,
+    statfs: Option<StatFs>,
+}
+
+/// The OSTs of one file system, as seen from an MDT.
+pub struct OstPool {
+    fsname: String,
+    mgs: Arc<Connection>,
+    net: NetConfig,
+    osts: RwLock<BTreeMap<u32, OstEntry>>,
+    config_version: RwLock<u64>,
+    rr_cursor: AtomicUsize,
+}
+
+impl OstPool {
+    /// A pool fed by the MGS at `mgs`.
+    pub fn new(fsname: &str, mgs: Nid, net: NetConfig) -> OstPool {
+        OstPool {
+            fsname: fsname.into(),
+            mgs: Connection::new(mgs, net.clone()),
+            net,
+            osts: RwLock::new(BTreeMap::new()),
+            config_version: RwLock::new(0),
+            rr_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    /// Fetches the configuration and refreshes each OST's free space.
+    pub fn refresh(&self) -> Result<(), RpcError> {
+        let req = MgsRequest::GetConfig { fsname: self.fsname.clone() };
+        let config = match call::<_, MgsReply>(&self.mgs, req.opcode(), 0, &req) {
+            Ok(MgsReply::Config(c)) => c,
+            Ok(_) => return Err(RpcError::Status(Status::Proto)),
+            Err(RpcError::Status(Status::NoEnt)) => FsConfig::default(),
+            Err(e) => return Err(e),
+        };
+        self.apply_config(&config);
+        let conns: Vec<(u32, Arc<Connection>)> =
+            self.osts.read().expect("osts").iter().map(|(i, e)| (*i, e.conn.clone())).collect();
+        for (index, conn) in conns {
+            let statfs = match call::<_, OssReply>(&conn, OssRequest::StatFs.opcode(), index, &OssRequest::StatFs) {
+                Ok(OssReply::StatFs(s)) => Some(s),
+                _ => None,
+            };
+            if let Some(e) = self.osts.write().expect("osts").get_mut(&index) {
+                e.statfs = statfs;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_config(&self, config: &FsConfig) {
+        let mut version = self.config_version.write().expect("version");
+        if config.version == *version && config.version != 0 {
+            return;
+        }
+        *version = config.version;
+        let mut osts = self.osts.write().expect("osts");
+        for t in &config.osts {
+            let Some(&nid) = t.nids.first() else { continue };
+            let stale = osts.get(&t.index).is_none_or(|e| e.nid != nid);
+            if stale {
+                let conn = Connection::new(nid, self.net.clone());
+                osts.insert(t.index, OstEntry { nid, conn, statfs: None });
+            }
+        }
+    }
+
+    /// Number of OSTs known.
+    pub fn count(&self) -> u32 {
+        self.osts.read().expect("osts").len() as u32
+    }
+
+    /// Connection to an OST.
+    pub fn conn(&self, index: u32) -> Option<Arc<Connection>> {
+        self.osts.read().expect("osts").get(&index).map(|e| e.conn.clone())
+    }
+
+    /// Picks `count` distinct OSTs, starting at `start` if given.
+    pub fn choose(&self, count: usize, start: Option<u32>) -> Result<Vec<u32>, Status> {
+        let osts = self.osts.read().expect("osts");
+        let indices: Vec<u32> = osts.keys().copied().collect();
+        if count == 0 || count > indices.len() {
+            return Err(if indices.is_empty() { Status::NoSpc } else { Status::Inval });
+        }
+        if let Some(start) = start {
+            let pos = indices.iter().position(|&i| i == start).ok_or(Status::Inval)?;
+            return Ok((0..count).map(|k| indices[(pos + k) % indices.len()]).collect());
+        }
+        let avail: Vec<u64> = indices
+            .iter()
+            .map(|i| osts[i].statfs.map_or(1, |s| s.bytes_avail.max(1)))
+            .collect();
+        let max = *avail.iter().max().expect("non-empty");
+        let min = *avail.iter().min().expect("non-empty");
+        if (max - min) * 100 <= max * QOS_THRESHOLD_PERCENT {
+            let pos = self.rr_cursor.fetch_add(count, Ordering::Relaxed);
+            return Ok((0..count).map(|k| indices[(pos + k) % indices.len()]).collect());
+        }
+        Ok(weighted_pick(&indices, &avail, count))
+    }
+}
+
+/// Draws `count` distinct indices at random, each with probability proportional to its weight.
+fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> Vec<u32> {
+    let mut pool: Vec<(u32, u64)> = indices.iter().copied().zip(weights.iter().copied()).collect();
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count && !pool.is_empty() {
+        let total: u64 = pool.iter().map(|(_, w)| *w).sum();
+        let mut r = fastrand::u64(0..total.max(1));
+        let mut pick = pool.len() - 1;
+        for (k, (_, w)) in pool.iter().enumerate() {
+            if r < *w {
+                pick = k;
+                break;
+            }
+            r -= *w;
+        }
+        out.push(pool.swap_remove(pick).0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weighted_pick_prefers_free_osts_and_is_distinct() {
+        let mut hits = [0u32; 3];
+        for _ in 0..3000 {
+            let p = weighted_pick(&[0, 1, 2], &[100, 100, 800], 1);
+            hits[p[0] as usize] += 1;
+        }
+        assert!(hits[2] > hits[0] * 4, "{hits:?}");
+        let two = weighted_pick(&[0, 1, 2], &[1, 1, 1], 3);
+        let mut sorted = two.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2]);
+    }
+}

@@ -1,0 +1,124 @@
+//! On-disk records of an MDT and the keys that find them.
+//!
+//! Tables (fjall keyspaces):
+//! * `inodes`:  FID key (16 bytes) → `[version] postcard(InodeRecord)`
+//! * `dirents`: parent FID key ++ name → `[version] postcard(DirentRecord)`; name order
+//! * `xattrs`:  FID key ++ name → value
+//! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[version] postcard(SavedReply)`
+//! * `destroy`: OST index (4) ++ object seq (8) ++ object id (8) → empty: objects to destroy
+//! * `meta`:    name → value: allocation limits
+
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// Table names.
+pub const INODES: &str = "inodes";
+/// Directory entries.
+pub const DIRENTS: &str = "dirents";
+/// Extended attributes.
+pub const XATTRS: &str = "xattrs";
+/// Saved replies for reply reconstruction.
+pub const REPLIES: &str = "replies";
+/// OST objects waiting to be destroyed.
+pub const DESTROY: &str = "destroy";
+/// Allocation state.
+pub const META: &str = "meta";
+/// Every table of an MDT.
+pub const TABLES: [&str; 6] = [INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META];
+
+const RECORD_VERSION: u8 = 1;
+
+/// An inode as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeRecord {
+    /// Attributes (size is a hint for regular files; OSTs are authoritative).
+    pub attr: Attr,
+    /// Objects of a regular file.
+    pub layout: Option<Layout>,
+    /// Default striping a directory gives new files.
+    pub dir_default: Option<StripeSpec>,
+    /// Target of a symlink.
+    pub symlink: Option<Vec<u8>>,
+    /// Parent of a directory (for rename loop checks and "..").
+    pub parent: Option<Fid>,
+    /// Unlinked while open: kept until the last close.
+    pub orphan: bool,
+}
+
+/// A directory entry as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirentRecord {
+    /// Child.
+    pub fid: Fid,
+    /// Child kind (for readdir's d_type without reading the inode).
+    pub kind: FileKind,
+}
+
+/// A reply saved with the change it reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedReply {
+    /// Status code.
+    pub status: i32,
+    /// Encoded reply body.
+    pub body: Vec<u8>,
+}
+
+/// Encodes a record with its version byte.
+pub fn encode<T: Serialize>(rec: &T) -> Vec<u8> {
+    let mut out = vec![RECORD_VERSION];
+    out.extend(postcard::to_allocvec(rec).expect("in-memory serialization"));
+    out
+}
+
+/// Decodes a record; a damaged record is an I/O error, never a panic.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
+    match bytes.split_first() {
+        Some((&RECORD_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
+            tracing::error!("damaged MDT record: {e}");
+            Status::Io
+        }),
+        _ => {
+            tracing::error!("MDT record with unknown version");
+            Err(Status::Io)
+        }
+    }
+}
+
+/// Key of a directory entry.
+pub fn dirent_key(parent: Fid, name: &[u8]) -> Vec<u8> {
+    let mut k = parent.to_key().to_vec();
+    k.extend_from_slice(name);
+    k
+}
+
+/// Key of an extended attribute.
+pub fn xattr_key(fid: Fid, name: &[u8]) -> Vec<u8> {
+    dirent_key(fid, name)
+}
+
+/// Key of a saved reply.
+pub fn reply_key(client: &[u8; 16], xid: u64) -> Vec<u8> {
+    let mut k = client.to_vec();
+    k.extend_from_slice(&xid.to_be_bytes());
+    k
+}
+
+/// Key of a pending object destroy.
+pub fn destroy_key(ost: u32, object: ObjectId) -> Vec<u8> {
+    let mut k = ost.to_be_bytes().to_vec();
+    k.extend_from_slice(&object.seq.to_be_bytes());
+    k.extend_from_slice(&object.id.to_be_bytes());
+    k
+}
+
+/// Parses a destroy key.
+pub fn parse_destroy_key(k: &[u8]) -> Option<(u32, ObjectId)> {
+    if k.len() != 20 {
+        return None;
+    }
+    let ost = u32::from_be_bytes(k[..4].try_into().ok()?);
+    let seq = u64::from_be_bytes(k[4..12].try_into().ok()?);
+    let id = u64::from_be_bytes(k[12..20].try_into().ok()?);
+    Some((ost, ObjectId { seq, id }))
+}

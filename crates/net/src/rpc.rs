@@ -1,0 +1,60 @@
+//! Typed calls: encode a message, send it, check the status, decode the reply.
+
+use crate::{Connection, NetError, Reply, Request};
+use nacre_types::{AlignedBuf, Status};
+use nacre_wire::{decode_body, encode_body, WireError};
+use serde::{de::DeserializeOwned, Serialize};
+use std::sync::Arc;
+
+/// Why a typed call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The server answered with an error status.
+    #[error("{0}")]
+    Status(Status),
+    /// The network failed.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// The reply did not decode.
+    #[error("bad reply: {0}")]
+    Wire(#[from] WireError),
+}
+
+impl RpcError {
+    /// The status an application should see.
+    pub fn status(&self) -> Status {
+        match self {
+            RpcError::Status(s) => *s,
+            RpcError::Net(NetError::TimedOut { .. }) => Status::TimedOut,
+            RpcError::Net(NetError::Unreachable { .. }) => Status::Io,
+            RpcError::Net(NetError::Wire(WireError::BulkChecksum { .. })) => Status::Io,
+            RpcError::Net(_) | RpcError::Wire(_) => Status::Io,
+        }
+    }
+}
+
+/// Builds a request from a message.
+pub fn request<T: Serialize>(opcode: u16, target: u32, msg: &T, bulk: Option<Arc<AlignedBuf>>) -> Request {
+    Request { opcode, target, body: encode_body(msg), bulk }
+}
+
+/// Checks a reply's status and decodes its body.
+pub fn decode_reply<R: DeserializeOwned>(reply: Reply) -> Result<(R, Option<AlignedBuf>), RpcError> {
+    let status = reply.status();
+    if status != Status::Ok {
+        return Err(RpcError::Status(status));
+    }
+    let msg = decode_body(&reply.body)?;
+    Ok((msg, reply.bulk))
+}
+
+/// Sends a message and decodes the reply.
+pub fn call<T: Serialize, R: DeserializeOwned>(
+    conn: &Arc<Connection>,
+    opcode: u16,
+    target: u32,
+    msg: &T,
+) -> Result<R, RpcError> {
+    let reply = conn.call(request(opcode, target, msg, None))?;
+    Ok(decode_reply(reply)?.0)
+}
