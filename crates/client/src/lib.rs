@@ -1,1 +1,459 @@
-//! placeholder
+//! The Nacre client library.
+//!
+//! A [`Client`] mounts a file system by NID and name: it fetches the configuration from the
+//! MGS, talks to the MDT through the [`mdc`] (metadata client: exactly-once bookkeeping of
+//! xids) and to OSTs through the [`osc`] (object storage client: striping, RPCs to several OSTs
+//! in flight at once, glimpses for file size). The FUSE mount and the CLI are built on it; so
+//! can applications that want to skip FUSE.
+//!
+//! Consistency model: close-to-open, and stronger for attributes — every `getattr` asks the
+//! MDT and glimpses the OSTs, so a size or mode seen after another client's close is current.
+//! Data is not cached in this library; writes are acknowledged by the OSTs before `write`
+//! returns, and `fsync` makes them durable on every OST the file touches.
+
+pub mod mdc;
+pub mod osc;
+
+use nacre_net::rpc::{call, RpcError};
+use nacre_net::{Connection, NetConfig};
+use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
+use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+pub use nacre_types::layout::StripeSpec;
+
+/// Client errors; [`ClientError::errno`] maps them to what an application sees.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A server returned an error or the network failed.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// The file system configuration is unusable.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ClientError {
+    /// The errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ClientError::Rpc(e) => e.status().errno(),
+            ClientError::Config(_) => libc_eio(),
+        }
+    }
+
+    /// The status for this error.
+    pub fn status(&self) -> Status {
+        match self {
+            ClientError::Rpc(e) => e.status(),
+            ClientError::Config(_) => Status::Io,
+        }
+    }
+}
+
+fn libc_eio() -> i32 {
+    Status::Io.errno()
+}
+
+impl From<Status> for ClientError {
+    fn from(s: Status) -> ClientError {
+        ClientError::Rpc(RpcError::Status(s))
+    }
+}
+
+/// Result of client calls.
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// Mount settings.
+#[derive(Clone, Debug, Default)]
+pub struct ClientConfig {
+    /// Network settings (RPCs in flight, RPC size, checksums, timeouts).
+    pub net: NetConfig,
+}
+
+/// An open regular file: its FID and layout.
+#[derive(Debug)]
+pub struct OpenFile {
+    /// Inode.
+    pub fid: Fid,
+    /// Layout (absent for non-regular files).
+    pub layout: Option<Layout>,
+}
+
+/// Per-target usage, as `nacre df` prints it.
+#[derive(Clone, Debug)]
+pub struct TargetUsage {
+    /// Target name, e.g. `demo-OST0001`.
+    pub name: String,
+    /// Usage.
+    pub statfs: StatFs,
+}
+
+/// A mounted Nacre file system.
+pub struct Client {
+    fsname: String,
+    mgs: Arc<Connection>,
+    config: RwLock<FsConfig>,
+    mdc: mdc::Mdc,
+    oscs: RwLock<HashMap<u32, Arc<Connection>>>,
+    net: NetConfig,
+}
+
+impl Client {
+    /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0.
+    /// Fails within `connect_timeout_ms` if the MGS cannot be reached.
+    pub fn mount(mgs: Nid, fsname: &str, config: ClientConfig) -> Result<Arc<Client>> {
+        let mut first = config.net.clone();
+        first.recovery_timeout_ms = first.connect_timeout_ms;
+        let probe = Connection::connect(mgs, first).map_err(|e| {
+            ClientError::Config(format!("cannot reach the MGS at {mgs}: {e}"))
+        })?;
+        drop(probe);
+        let mgs_conn = Connection::new(mgs, config.net.clone());
+        let fs = fetch_config(&mgs_conn, fsname)?;
+        let mdt0 = fs.mdts.iter().find(|t| t.index == 0).ok_or_else(|| {
+            ClientError::Config(format!("file system '{fsname}' has no MDT0 registered"))
+        })?;
+        let nid = *mdt0.nids.first().ok_or_else(|| ClientError::Config("MDT0 has no NID".into()))?;
+        let client = Arc::new(Client {
+            fsname: fsname.into(),
+            mgs: mgs_conn,
+            mdc: mdc::Mdc::new(Connection::new(nid, config.net.clone())),
+            config: RwLock::new(fs),
+            oscs: RwLock::new(HashMap::new()),
+            net: config.net,
+        });
+        client.getattr(Fid::ROOT)?;
+        Ok(client)
+    }
+
+    /// File system name.
+    pub fn fsname(&self) -> &str {
+        &self.fsname
+    }
+
+    /// The configuration as last fetched.
+    pub fn fs_config(&self) -> FsConfig {
+        self.config.read().expect("config").clone()
+    }
+
+    /// Network settings.
+    pub fn net_config(&self) -> &NetConfig {
+        &self.net
+    }
+
+    fn refresh_config(&self) -> Result<()> {
+        let fs = fetch_config(&self.mgs, &self.fsname)?;
+        *self.config.write().expect("config") = fs;
+        Ok(())
+    }
+
+    /// Connection to OST `index`.
+    pub(crate) fn osc(&self, index: u32) -> Result<Arc<Connection>> {
+        if let Some(c) = self.oscs.read().expect("oscs").get(&index) {
+            return Ok(c.clone());
+        }
+        let find = |fs: &FsConfig| fs.osts.iter().find(|t| t.index == index).and_then(|t| t.nids.first().copied());
+        let nid = match find(&self.config.read().expect("config")) {
+            Some(n) => n,
+            None => {
+                self.refresh_config()?;
+                find(&self.config.read().expect("config"))
+                    .ok_or_else(|| ClientError::Config(format!("OST index {index} is not configured")))?
+            }
+        };
+        let conn = Connection::new(nid, self.net.clone());
+        Ok(self.oscs.write().expect("oscs").entry(index).or_insert(conn).clone())
+    }
+
+    fn md(&self, op: MdsOp) -> Result<MdsReply> {
+        self.mdc.call(op)
+    }
+
+    fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
+        match self.md(op)? {
+            MdsReply::Entry { attr, layout } => Ok((attr, layout)),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Fills in size and blocks of a regular file from its objects.
+    fn with_glimpse(&self, mut attr: Attr, layout: Option<&Layout>) -> Result<Attr> {
+        if let (FileKind::Regular, Some(layout)) = (attr.kind, layout) {
+            let (size, blocks) = osc::glimpse(self, layout)?;
+            attr.size = size;
+            attr.blocks = blocks;
+        }
+        Ok(attr)
+    }
+
+    /// Looks up `name` in `parent`.
+    pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Attr> {
+        let (attr, layout) = self.entry(MdsOp::Lookup { parent, name: name.to_vec() })?;
+        self.with_glimpse(attr, layout.as_ref())
+    }
+
+    /// Current attributes (regular-file size from the OSTs).
+    pub fn getattr(&self, fid: Fid) -> Result<Attr> {
+        let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+        self.with_glimpse(attr, layout.as_ref())
+    }
+
+    fn layout_of(&self, fid: Fid) -> Result<Layout> {
+        match self.md(MdsOp::GetLayout { fid })? {
+            MdsReply::Layout(LayoutInfo::File(l)) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Creates a non-directory node and, for regular files, returns it open.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        exclusive: bool,
+    ) -> Result<(Attr, OpenFile)> {
+        let op = MdsOp::Create { parent, name: name.to_vec(), kind, perm, uid, gid, rdev, exclusive };
+        let (attr, layout) = self.entry(op)?;
+        let attr = if exclusive { attr } else { self.with_glimpse(attr, layout.as_ref())? };
+        Ok((attr.clone(), OpenFile { fid: attr.fid, layout }))
+    }
+
+    /// Registers a creation's implicit open with the MDS (needed when the create reply is
+    /// used as an open handle).
+    pub fn open(&self, fid: Fid) -> Result<(Attr, OpenFile)> {
+        let (attr, layout) = self.entry(MdsOp::Open { fid })?;
+        Ok((attr, OpenFile { fid, layout }))
+    }
+
+    /// Closes an open file.
+    pub fn close(&self, file: &OpenFile) -> Result<()> {
+        self.md(MdsOp::Close { fid: file.fid }).map(|_| ())
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        Ok(self.entry(MdsOp::Mkdir { parent, name: name.to_vec(), perm, uid, gid })?.0)
+    }
+
+    /// Creates a symlink.
+    pub fn symlink(&self, parent: Fid, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        let op = MdsOp::Symlink { parent, name: name.to_vec(), target: target.to_vec(), uid, gid };
+        Ok(self.entry(op)?.0)
+    }
+
+    /// Reads a symlink.
+    pub fn readlink(&self, fid: Fid) -> Result<Vec<u8>> {
+        match self.md(MdsOp::ReadLink { fid })? {
+            MdsReply::Target(t) => Ok(t),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Adds a hard link.
+    pub fn link(&self, fid: Fid, parent: Fid, name: &[u8]) -> Result<Attr> {
+        let (attr, layout) = self.entry(MdsOp::Link { fid, parent, name: name.to_vec() })?;
+        self.with_glimpse(attr, layout.as_ref())
+    }
+
+    /// Removes a name.
+    pub fn unlink(&self, parent: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::Unlink { parent, name: name.to_vec() }).map(|_| ())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::Rmdir { parent, name: name.to_vec() }).map(|_| ())
+    }
+
+    /// Renames.
+    pub fn rename(&self, src_parent: Fid, src: &[u8], dst_parent: Fid, dst: &[u8], noreplace: bool) -> Result<()> {
+        let op = MdsOp::Rename {
+            src_parent,
+            src_name: src.to_vec(),
+            dst_parent,
+            dst_name: dst.to_vec(),
+            noreplace,
+        };
+        self.md(op).map(|_| ())
+    }
+
+    /// Changes attributes. A size change punches the OST objects first, then records the
+    /// change on the MDT.
+    pub fn setattr(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
+        if let Some(size) = set.size {
+            let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+            match (attr.kind, layout) {
+                (FileKind::Regular, Some(layout)) => osc::truncate(self, &layout, size)?,
+                (FileKind::Directory, _) => return Err(Status::IsDir.into()),
+                _ => return Err(Status::Inval.into()),
+            }
+        }
+        let attr = match self.md(MdsOp::SetAttr { fid, attr: set })? {
+            MdsReply::Attr(a) => a,
+            _ => return Err(Status::Proto.into()),
+        };
+        if attr.kind == FileKind::Regular {
+            let layout = self.layout_of(fid)?;
+            return self.with_glimpse(attr, Some(&layout));
+        }
+        Ok(attr)
+    }
+
+    /// One page of a directory listing, after `after`.
+    pub fn readdir(&self, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<(Vec<DirEntry>, bool)> {
+        match self.md(MdsOp::ReadDir { fid, after: after.map(<[u8]>::to_vec), count })? {
+            MdsReply::Dir { entries, eof } => Ok((entries, eof)),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Reads an xattr.
+    pub fn getxattr(&self, fid: Fid, name: &[u8]) -> Result<Vec<u8>> {
+        match self.md(MdsOp::GetXattr { fid, name: name.to_vec() })? {
+            MdsReply::Xattr(v) => Ok(v),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Sets an xattr.
+    pub fn setxattr(&self, fid: Fid, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        let op = MdsOp::SetXattr { fid, name: name.to_vec(), value: value.to_vec(), flags };
+        self.md(op).map(|_| ())
+    }
+
+    /// Lists xattr names.
+    pub fn listxattr(&self, fid: Fid) -> Result<Vec<Vec<u8>>> {
+        match self.md(MdsOp::ListXattr { fid })? {
+            MdsReply::XattrNames(v) => Ok(v),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Removes an xattr.
+    pub fn removexattr(&self, fid: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::RemoveXattr { fid, name: name.to_vec() }).map(|_| ())
+    }
+
+    /// Layout of a file, or default striping of a directory.
+    pub fn get_layout(&self, fid: Fid) -> Result<LayoutInfo> {
+        match self.md(MdsOp::GetLayout { fid })? {
+            MdsReply::Layout(l) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Sets a directory's default striping, or lays out an empty file again.
+    pub fn set_layout(&self, fid: Fid, spec: StripeSpec) -> Result<LayoutInfo> {
+        self.check_spec(spec)?;
+        match self.md(MdsOp::SetLayout { fid, spec })? {
+            MdsReply::Layout(l) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Validates a striping request against this file system, with a message naming the cause.
+    pub fn check_spec(&self, spec: StripeSpec) -> Result<()> {
+        let osts = self.fs_config().osts.len() as u32;
+        spec.resolve(StripeSpec::default(), osts)
+            .map(|_| ())
+            .map_err(|e| ClientError::Config(format!("{e} (file system '{}')", self.fsname)))
+    }
+
+    /// Reads file data; short only at end of file.
+    pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<nacre_types::AlignedBuf> {
+        match &file.layout {
+            Some(layout) => osc::read(self, layout, offset, len),
+            None => Err(Status::Inval.into()),
+        }
+    }
+
+    /// Writes file data; returns when every OST holding a part has acknowledged it.
+    pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        match &file.layout {
+            Some(layout) => osc::write(self, layout, offset, data),
+            None => Err(Status::Inval.into()),
+        }
+    }
+
+    /// Makes the file's data durable on every OST it touches.
+    pub fn fsync(&self, file: &OpenFile) -> Result<()> {
+        match &file.layout {
+            Some(layout) => osc::sync(self, layout),
+            None => Ok(()),
+        }
+    }
+
+    /// Preallocates or punches a range.
+    pub fn fallocate(&self, file: &OpenFile, offset: u64, len: u64, keep_size: bool, punch_hole: bool) -> Result<()> {
+        match &file.layout {
+            Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
+            None => Err(Status::Inval.into()),
+        }
+    }
+
+    /// Usage of every target, MDTs first.
+    pub fn df(&self) -> Result<Vec<TargetUsage>> {
+        let fs = self.fs_config();
+        let mut out = Vec::new();
+        for t in &fs.mdts {
+            if t.index == 0 {
+                if let MdsReply::StatFs(statfs) = self.md(MdsOp::StatFs)? {
+                    out.push(TargetUsage { name: t.name(), statfs });
+                }
+            }
+        }
+        for t in &fs.osts {
+            out.push(TargetUsage { name: t.name(), statfs: osc::statfs(self, t.index)? });
+        }
+        Ok(out)
+    }
+
+    /// File system totals: space from the OSTs, inodes from the MDTs.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let mut total = StatFs { block_size: 4096, ..StatFs::default() };
+        for t in self.df()? {
+            if t.name.contains("-MDT") {
+                total.files_total += t.statfs.files_total;
+                total.files_free += t.statfs.files_free;
+            } else {
+                total.bytes_total += t.statfs.bytes_total;
+                total.bytes_free += t.statfs.bytes_free;
+                total.bytes_avail += t.statfs.bytes_avail;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The OSTs of the file system.
+    pub fn osts(&self) -> Vec<TargetInfo> {
+        self.fs_config().osts
+    }
+}
+
+/// Fetches a file system's configuration from the MGS.
+pub fn fetch_config(mgs: &Arc<Connection>, fsname: &str) -> Result<FsConfig> {
+    let req = MgsRequest::GetConfig { fsname: fsname.into() };
+    match call::<_, MgsReply>(mgs, req.opcode(), 0, &req) {
+        Ok(MgsReply::Config(c)) => Ok(c),
+        Ok(_) => Err(Status::Proto.into()),
+        Err(RpcError::Status(Status::NoEnt)) => Err(ClientError::Config(format!(
+            "file system '{fsname}' is not known to the MGS at {}",
+            mgs.nid()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The current time, for `utimens(UTIME_NOW)`.
+pub fn now() -> TimeSpec {
+    TimeSpec::now()
+}

@@ -1,1 +1,23 @@
-//! placeholder
+//! The FUSE mount: translates kernel requests into [`nacre_client::Client`] calls and client
+//! errors into errnos. It holds only open-file and open-directory handles.
+//!
+//! Caching: attribute and entry timeouts are zero by default, and files are opened without
+//! `keep_cache`, so the kernel revalidates on every stat and drops cached pages on open:
+//! close-to-open consistency across clients, with current attributes on every stat.
+//!
+//! Layouts and usage are exposed through virtual extended attributes (as Lustre exposes
+//! `lustre.lov`): [`XATTR_LOV`] on a file or directory, [`XATTR_DF`] on any directory. They are
+//! not listed by `listxattr`, so copying tools do not carry them.
+
+pub mod attrs;
+pub mod fs;
+pub mod mount;
+
+pub use fs::NacreFs;
+pub use mount::{mount, MountOptions};
+
+/// Virtual xattr holding a file's layout or a directory's default striping (JSON); setting it
+/// on a directory (or an empty file) changes the striping.
+pub const XATTR_LOV: &str = "user.nacre.lov";
+/// Virtual xattr on any directory: per-target usage (JSON), for `nacre df`.
+pub const XATTR_DF: &str = "user.nacre.df";

@@ -143,8 +143,19 @@ impl Connection {
     /// Sends a request and returns at once; the reply is collected with
     /// [`PendingReply::wait`]. Blocks while `max_rpcs_in_flight` requests are outstanding.
     pub fn start(self: &Arc<Self>, request: Request) -> Result<PendingReply, NetError> {
+        let xid = self.alloc_xid();
+        self.start_xid(xid, request)
+    }
+
+    /// Reserves the next xid, for callers that must know it before building the request
+    /// (the MDC tracks which xids have replies).
+    pub fn alloc_xid(&self) -> u64 {
+        self.next_xid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Like [`Connection::start`] with an xid from [`Connection::alloc_xid`].
+    pub fn start_xid(self: &Arc<Self>, xid: u64, request: Request) -> Result<PendingReply, NetError> {
         let permit = self.acquire_slot();
-        let xid = self.next_xid.fetch_add(1, Ordering::Relaxed);
         let mut header = Header::request(request.opcode, request.target, xid);
         if self.config.bulk_checksum {
             header.flags |= FLAG_BULK_CHECKSUM;

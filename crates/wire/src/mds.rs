@@ -22,7 +22,7 @@ pub struct MdsCall {
 /// Operations on the namespace. Each variant names its reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MdsOp {
-    /// Attributes of an inode. Reply: [`MdsReply::Attr`].
+    /// Attributes of an inode (and layout of a regular file). Reply: [`MdsReply::Entry`].
     GetAttr {
         /// Inode.
         fid: Fid,

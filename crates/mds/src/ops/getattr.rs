@@ -1,4 +1,4 @@
-//! GetAttr: an inode's attributes.
+//! GetAttr: an inode's attributes, with the layout of a regular file.
 
 use crate::mdt::Mdt;
 use nacre_types::{Fid, Status};
@@ -6,5 +6,5 @@ use nacre_wire::mds::MdsReply;
 
 /// Returns the attributes of `fid`.
 pub fn run(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
-    Ok(MdsReply::Attr(mdt.inode(fid)?.attr))
+    Ok(super::entry(&mdt.inode(fid)?))
 }

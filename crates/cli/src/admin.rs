@@ -1,0 +1,180 @@
+//! `setstripe`, `getstripe` and `df`, spoken through a mounted file system's virtual xattrs
+//! (as `lfs` speaks through Lustre's `lustre.lov`).
+
+use crate::size::human;
+use anyhow::{bail, Context};
+use nacre_fuse::{XATTR_DF, XATTR_LOV};
+use serde_json::Value;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+fn cpath(p: &Path) -> anyhow::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).context("path contains a NUL byte")
+}
+
+/// Reads an xattr of `path`.
+pub fn getxattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = cpath(path).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let n = CString::new(name).expect("xattr name");
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: valid C strings and a buffer of the given length.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if len < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
+/// Sets an xattr of `path`.
+pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let p = cpath(path).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let n = CString::new(name).expect("xattr name");
+    // SAFETY: valid C strings and value buffer.
+    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn dir_of(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf()
+    }
+}
+
+/// Per-target usage of the file system holding `path`.
+pub fn usage(path: &Path) -> anyhow::Result<Value> {
+    let raw = getxattr(&dir_of(path), XATTR_DF)
+        .with_context(|| format!("{} is not on a Nacre file system", path.display()))?;
+    Ok(serde_json::from_slice(&raw)?)
+}
+
+fn ost_count(df: &Value) -> usize {
+    df["targets"].as_array().map_or(0, |t| {
+        t.iter().filter(|x| x["name"].as_str().is_some_and(|n| n.contains("-OST"))).count()
+    })
+}
+
+/// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.
+pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Result<()> {
+    let df = usage(path)?;
+    let osts = ost_count(&df);
+    let fsname = df["fsname"].as_str().unwrap_or("?").to_string();
+    if count > osts as i64 {
+        bail!("stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'");
+    }
+    if count < -1 {
+        bail!("stripe count {count} is invalid (use -1 for all OSTs)");
+    }
+    if start >= osts as i64 {
+        bail!("start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)");
+    }
+    if size != 0 && (size % 65536 != 0 || size > u64::from(u32::MAX - 65535)) {
+        bail!("stripe size {size} must be a multiple of 64 KiB, at most 4 GiB");
+    }
+    if !path.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+    }
+    let spec = serde_json::json!({ "stripe_count": count, "stripe_size": size, "start_ost": start });
+    setxattr(path, XATTR_LOV, spec.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
+        Some(libc::EEXIST) => anyhow::anyhow!("cannot change the layout of {}: it already holds data", path.display()),
+        _ => anyhow::anyhow!("setstripe {}: {e}", path.display()),
+    })
+}
+
+/// The layout JSON of `path`.
+pub fn layout(path: &Path) -> anyhow::Result<Value> {
+    let raw = getxattr(path, XATTR_LOV).with_context(|| format!("{}: cannot read layout", path.display()))?;
+    Ok(serde_json::from_slice(&raw)?)
+}
+
+/// Formats a layout as `lfs getstripe` does.
+pub fn format_layout(path: &Path, v: &Value) -> String {
+    let mut s = format!("{}\n", path.display());
+    match v["kind"].as_str() {
+        Some("file") => {
+            let objects = v["objects"].as_array().cloned().unwrap_or_default();
+            let first = objects.first().map_or(0, |o| o["ost"].as_u64().unwrap_or(0));
+            s += &format!("lmm_stripe_count:  {}\n", v["stripe_count"]);
+            s += &format!("lmm_stripe_size:   {}\n", v["stripe_size"]);
+            s += "lmm_pattern:       raid0\n";
+            s += &format!("lmm_stripe_offset: {first}\n");
+            s += "\tobdidx\t\t objid\t\t objid\t\t group\n";
+            for o in objects {
+                let id = o["id"].as_u64().unwrap_or(0);
+                let ost = o["ost"].as_u64().unwrap_or(0);
+                let seq = o["seq"].as_u64().unwrap_or(0);
+                s += &format!("\t{ost:>6}\t{id:>14}\t{id:>#14x}\t{seq:>14}\n");
+            }
+        }
+        Some("dir") => match v["default"].as_object() {
+            Some(d) => {
+                s += &format!(
+                    "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}\n",
+                    d["stripe_count"], d["stripe_size"], d["start_ost"]
+                );
+            }
+            None => s += "stripe_count:  0 stripe_size:   0 pattern:       raid0 stripe_offset: -1 (file system default)\n",
+        },
+        _ => s += "(no layout)\n",
+    }
+    s
+}
+
+/// Formats `df` output for one mount like `lfs df`.
+pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> String {
+    let mut s = String::new();
+    let head = if inodes { ("Inodes", "IUsed", "IFree", "IUse%") } else if human_sizes { ("bytes", "Used", "Available", "Use%") } else { ("1K-blocks", "Used", "Available", "Use%") };
+    s += &format!("{:<24}{:>12}{:>12}{:>12}{:>6} Mounted on\n", "UUID", head.0, head.1, head.2, head.3);
+    let fmt = |v: u64| if inodes { v.to_string() } else if human_sizes { human(v) } else { (v / 1024).to_string() };
+    let mut totals = [0u64; 3];
+    for t in df["targets"].as_array().cloned().unwrap_or_default() {
+        let name = t["name"].as_str().unwrap_or("?");
+        let is_mdt = name.contains("-MDT");
+        let (total, free, avail) = if inodes {
+            let tot = t["files_total"].as_u64().unwrap_or(0);
+            let fr = t["files_free"].as_u64().unwrap_or(0);
+            (tot, fr, fr)
+        } else {
+            (t["bytes_total"].as_u64().unwrap_or(0), t["bytes_free"].as_u64().unwrap_or(0), t["bytes_avail"].as_u64().unwrap_or(0))
+        };
+        let used = total.saturating_sub(free);
+        let pct = if total == 0 { 0 } else { (used * 100).div_ceil(total) };
+        let kind = if is_mdt { "MDT" } else { "OST" };
+        let index = name.rsplit(kind).next().and_then(|i| u32::from_str_radix(i, 16).ok()).unwrap_or(0);
+        s += &format!(
+            "{:<24}{:>12}{:>12}{:>12}{:>5}% {}[{kind}:{index}]\n",
+            format!("{name}_UUID"),
+            fmt(total),
+            fmt(used),
+            fmt(avail),
+            pct,
+            mount.display()
+        );
+        if is_mdt == inodes {
+            totals[0] += total;
+            totals[1] += used;
+            totals[2] += avail;
+        }
+    }
+    let pct = if totals[0] == 0 { 0 } else { (totals[1] * 100).div_ceil(totals[0]) };
+    s += &format!(
+        "\n{:<24}{:>12}{:>12}{:>12}{:>5}% {}\n",
+        "filesystem_summary:",
+        fmt(totals[0]),
+        fmt(totals[1]),
+        fmt(totals[2]),
+        pct,
+        mount.display()
+    );
+    s
+}

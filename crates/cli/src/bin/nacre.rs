@@ -1,0 +1,440 @@
+//! `nacre`: servers, mounts and admin commands of the Nacre parallel file system.
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use nacre_cli::server::{ServerProcess, ServerSpec};
+use nacre_cli::{admin, daemon, size::parse_size};
+use nacre_client::{Client, ClientConfig};
+use nacre_fuse::MountOptions;
+use nacre_net::NetConfig;
+use nacre_osd::Label;
+use nacre_types::{Nid, TargetKind};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "nacre", version, about = "Nacre: a user-space parallel file system in the manner of Lustre")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Format (first time) and start a whole file system in one process, and mount it.
+    Up(UpArgs),
+    /// Unmount a file system started by `up` or `mount`, and stop its process cleanly.
+    Down {
+        /// Mount point.
+        mountpoint: PathBuf,
+    },
+    /// Format a target directory (MGS, MDT or OST).
+    Mkfs(MkfsArgs),
+    /// Serve formatted targets.
+    Server(ServerArgs),
+    /// Mount a file system: `nacre mount MGS_NID:/FSNAME MOUNTPOINT`.
+    Mount(MountArgs),
+    /// Unmount (same as `down`).
+    Umount {
+        /// Mount point.
+        mountpoint: PathBuf,
+    },
+    /// Set the striping of a new file, an empty file, or a directory's default.
+    Setstripe(SetstripeArgs),
+    /// Show the layout of a file or the default striping of a directory.
+    Getstripe {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show usage per MDT and OST, like `lfs df`.
+    Df {
+        /// Human-readable sizes.
+        #[arg(short = 'H', long = "human-readable", short_alias = 'h')]
+        human: bool,
+        /// Inodes instead of blocks.
+        #[arg(short, long)]
+        inodes: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// A path inside the file system (default: every Nacre mount).
+        path: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct UpArgs {
+    /// Directory holding the targets (created and formatted on first use).
+    dir: PathBuf,
+    /// Where to mount.
+    #[arg(long)]
+    mount: PathBuf,
+    /// Number of OSTs.
+    #[arg(long, default_value_t = 4)]
+    osts: u32,
+    /// File system name.
+    #[arg(long, default_value = "nacre")]
+    fsname: String,
+    /// Address the servers listen on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Stay in the foreground.
+    #[arg(long)]
+    foreground: bool,
+}
+
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// Checksum bulk data on the wire (crc32c).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    checksum: bool,
+    /// RPCs in flight per target connection.
+    #[arg(long, default_value_t = 8)]
+    max_rpcs_in_flight: usize,
+    /// Largest bulk RPC (K/M suffixes).
+    #[arg(long, default_value = "4M")]
+    max_rpc_size: String,
+    /// FUSE threads.
+    #[arg(long, default_value_t = 4)]
+    fuse_threads: usize,
+    /// Attribute cache timeout in ms (0 = revalidate every stat).
+    #[arg(long, default_value_t = 0)]
+    attr_timeout_ms: u64,
+    /// Name cache timeout in ms.
+    #[arg(long, default_value_t = 0)]
+    entry_timeout_ms: u64,
+}
+
+#[derive(Args)]
+struct MkfsArgs {
+    /// Format a management target.
+    #[arg(long, group = "kind")]
+    mgs: bool,
+    /// Format a metadata target.
+    #[arg(long, group = "kind")]
+    mdt: bool,
+    /// Format an object storage target.
+    #[arg(long, group = "kind")]
+    ost: bool,
+    /// Target index.
+    #[arg(long, default_value_t = 0)]
+    index: u32,
+    /// File system name.
+    #[arg(long)]
+    fsname: String,
+    /// MGS NID (e.g. 10.0.0.1@tcp).
+    #[arg(long)]
+    mgsnode: Option<Nid>,
+    /// Overwrite an existing label.
+    #[arg(long)]
+    reformat: bool,
+    /// Target directory.
+    dir: PathBuf,
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// NID to advertise (default: the listen address).
+    #[arg(long)]
+    nid: Option<Nid>,
+    /// Formatted target directory (repeatable).
+    #[arg(long = "target")]
+    targets: Vec<PathBuf>,
+    /// MGS NID (overrides the labels).
+    #[arg(long)]
+    mgsnode: Option<Nid>,
+    /// Refuse targets of other file systems.
+    #[arg(long)]
+    fsname: Option<String>,
+}
+
+#[derive(Args)]
+struct MountArgs {
+    /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
+    source: String,
+    /// Mount point.
+    mountpoint: PathBuf,
+    #[command(flatten)]
+    client: ClientArgs,
+    /// Stay in the foreground.
+    #[arg(long)]
+    foreground: bool,
+}
+
+#[derive(Args)]
+struct SetstripeArgs {
+    /// Stripe count (-1: all OSTs, 0: default).
+    #[arg(short = 'c', long = "stripe-count", default_value_t = 0, allow_hyphen_values = true)]
+    count: i64,
+    /// Stripe size (K/M/G suffixes; 0: default).
+    #[arg(short = 'S', long = "stripe-size", default_value = "0")]
+    size: String,
+    /// First OST index (-1: chosen by the MDS).
+    #[arg(short = 'i', long = "stripe-index", default_value_t = -1, allow_hyphen_values = true)]
+    index: i64,
+    /// File or directory.
+    path: PathBuf,
+}
+
+fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)> {
+    let max_rpc_size = parse_size(&a.max_rpc_size).map_err(anyhow::Error::msg)?;
+    if max_rpc_size < 4096 || max_rpc_size > u64::from(nacre_types::limits::BULK_BYTES_MAX) {
+        bail!("max_rpc_size must be between 4K and 16M");
+    }
+    if a.max_rpcs_in_flight == 0 || a.max_rpcs_in_flight > 256 {
+        bail!("max_rpcs_in_flight must be between 1 and 256");
+    }
+    let net = NetConfig {
+        max_rpcs_in_flight: a.max_rpcs_in_flight,
+        max_rpc_size: max_rpc_size as u32,
+        bulk_checksum: a.checksum,
+        ..NetConfig::default()
+    };
+    let opts = MountOptions {
+        threads: a.fuse_threads.clamp(1, 64),
+        attr_timeout: Duration::from_millis(a.attr_timeout_ms),
+        entry_timeout: Duration::from_millis(a.entry_timeout_ms),
+        ..MountOptions::default()
+    };
+    Ok((ClientConfig { net }, opts))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lsm_tree=warn,fjall=warn"));
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}
+
+fn check_mountpoint(mnt: &Path) -> anyhow::Result<()> {
+    if daemon::is_mounted(mnt) {
+        bail!("{} is already a Nacre mount", mnt.display());
+    }
+    if !mnt.is_dir() {
+        bail!("mount point {} is not a directory", mnt.display());
+    }
+    Ok(())
+}
+
+/// Formats what is missing under `dir` for `up`: MGS, MDT0, OSTs 0..osts.
+fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>> {
+    let mut targets = Vec::new();
+    let mut add = |sub: String, kind: TargetKind, index: u32| -> anyhow::Result<()> {
+        let path = dir.join(sub);
+        match Label::read(&path) {
+            Ok(l) if l.fsname != fsname => bail!(
+                "{} holds target {} of file system '{}', not '{fsname}'",
+                path.display(),
+                l.name(),
+                l.fsname
+            ),
+            Ok(_) => {}
+            Err(nacre_osd::LabelError::NotFormatted(_)) => Label::new(kind, index, fsname, None)?.write(&path, false)?,
+            Err(e) => return Err(e.into()),
+        }
+        targets.push(path);
+        Ok(())
+    };
+    add("mgs".into(), TargetKind::Mgt, 0)?;
+    add("mdt0".into(), TargetKind::Mdt, 0)?;
+    let mut existing = 0;
+    while dir.join(format!("ost{existing}")).join(nacre_osd::label::LABEL_FILE).exists() {
+        existing += 1;
+    }
+    if existing > osts {
+        tracing::warn!("{} holds {existing} OSTs; serving all of them (--osts {osts} ignored)", dir.display());
+    }
+    for i in 0..osts.max(existing) {
+        add(format!("ost{i}"), TargetKind::Ost, i)?;
+    }
+    Ok(targets)
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    if a.osts == 0 {
+        bail!("--osts must be at least 1");
+    }
+    nacre_osd::label::check_fsname(&a.fsname)?;
+    if !a.foreground {
+        check_mountpoint(&a.mount)?;
+        std::fs::create_dir_all(&a.dir).with_context(|| format!("cannot create {}", a.dir.display()))?;
+        let dir = std::fs::canonicalize(&a.dir)?;
+        daemon::detach(&a.mount, &dir.join("nacre.log"))?;
+        println!("nacre: file system '{}' mounted at {} (data in {})", a.fsname, a.mount.display(), dir.display());
+        return Ok(());
+    }
+    daemon::block_stop_signals();
+    init_logging();
+    std::fs::create_dir_all(&a.dir)?;
+    let targets = format_up(&a.dir, &a.fsname, a.osts)?;
+    let mut spec = ServerSpec::new(a.listen, targets);
+    spec.fsname = Some(a.fsname.clone());
+    let servers = ServerProcess::start(spec)?;
+    let (config, opts) = client_config(&a.client)?;
+    let client = Client::mount(servers.nid(), &a.fsname, config)?;
+    serve_mount(client, &a.mount, &opts)?;
+    servers.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn serve_mount(client: Arc<Client>, mnt: &Path, opts: &MountOptions) -> anyhow::Result<()> {
+    let handle = nacre_fuse::mount(client, mnt, opts).with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let pidfile = daemon::write_pidfile(mnt)?;
+    tracing::info!("mounted at {}", mnt.display());
+    daemon::wait_stop(|| handle.is_finished());
+    tracing::info!("unmounting {}", mnt.display());
+    let _ = handle.unmount();
+    let _ = std::fs::remove_file(pidfile);
+    Ok(())
+}
+
+fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
+    let kind = match (a.mgs, a.mdt, a.ost) {
+        (true, _, _) => TargetKind::Mgt,
+        (_, true, _) => TargetKind::Mdt,
+        (_, _, true) => TargetKind::Ost,
+        _ => bail!("give one of --mgs, --mdt, --ost"),
+    };
+    if kind != TargetKind::Mgt && a.mgsnode.is_none() {
+        bail!("--mgsnode is required for an {}", kind.as_str());
+    }
+    let label = Label::new(kind, a.index, &a.fsname, a.mgsnode)?;
+    label.write(&a.dir, a.reformat)?;
+    println!("formatted {} (uuid {}) in {}", label.name(), label.uuid, a.dir.display());
+    Ok(())
+}
+
+fn server(a: ServerArgs) -> anyhow::Result<()> {
+    daemon::block_stop_signals();
+    init_logging();
+    let mut listen = a.listen;
+    let mut nid = a.nid;
+    let mut targets = a.targets;
+    let mut mgsnode = a.mgsnode;
+    let mut fsname = a.fsname;
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .with_context(|| format!("{}:{}: expected key = value", path.display(), n + 1))?;
+            let (k, v) = (k.trim(), v.trim());
+            let bad = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}:{}: {k}: {e}", path.display(), n + 1);
+            match k {
+                "listen" => listen = Some(v.parse().map_err(|e| bad(&e))?),
+                "nid" => nid = Some(v.parse().map_err(|e| bad(&e))?),
+                "target" => targets.push(PathBuf::from(v)),
+                "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
+                "fsname" => fsname = Some(v.to_string()),
+                _ => bail!("{}:{}: unknown key '{k}'", path.display(), n + 1),
+            }
+        }
+    }
+    let listen = listen.context("give --listen ADDR:PORT (or `listen =` in the config file)")?;
+    let mut spec = ServerSpec::new(listen, targets);
+    spec.nid = nid;
+    spec.mgsnode = mgsnode;
+    spec.fsname = fsname;
+    let servers = ServerProcess::start(spec)?;
+    let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
+    tracing::info!("serving {} at {}", names.join(", "), servers.nid());
+    println!("nacre server: serving {} at {}", names.join(", "), servers.nid());
+    daemon::wait_stop(|| false);
+    servers.shutdown();
+    Ok(())
+}
+
+fn parse_source(s: &str) -> anyhow::Result<(Nid, String)> {
+    let (nid, fs) = s
+        .rsplit_once(":/")
+        .with_context(|| format!("bad source '{s}': expected MGS_NID:/FSNAME (e.g. 10.0.0.1@tcp:/demo)"))?;
+    Ok((nid.parse()?, fs.to_string()))
+}
+
+fn mount(a: MountArgs) -> anyhow::Result<()> {
+    let (nid, fsname) = parse_source(&a.source)?;
+    let (config, opts) = client_config(&a.client)?;
+    if !a.foreground {
+        check_mountpoint(&a.mountpoint)?;
+        let pf = daemon::pidfile(&a.mountpoint);
+        let log = pf.with_extension("log");
+        daemon::detach(&a.mountpoint, &log)?;
+        println!("nacre: {fsname} from {nid} mounted at {}", a.mountpoint.display());
+        return Ok(());
+    }
+    daemon::block_stop_signals();
+    init_logging();
+    let client = Client::mount(nid, &fsname, config)?;
+    serve_mount(client, &a.mountpoint, &opts)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(a) => up(a),
+        Command::Down { mountpoint } | Command::Umount { mountpoint } => daemon::stop(&mountpoint),
+        Command::Mkfs(a) => mkfs(a),
+        Command::Server(a) => server(a),
+        Command::Mount(a) => mount(a),
+        Command::Setstripe(a) => parse_size(&a.size)
+            .map_err(anyhow::Error::msg)
+            .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
+        Command::Getstripe { paths, json } => getstripe(&paths, json),
+        Command::Df { human, inodes, json, path } => df(path, human, inodes, json),
+    };
+    if let Err(e) = result {
+        eprintln!("nacre: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn getstripe(paths: &[PathBuf], json: bool) -> anyhow::Result<()> {
+    for p in paths {
+        let v = admin::layout(p)?;
+        if json {
+            println!("{v}");
+        } else {
+            print!("{}", admin::format_layout(p, &v));
+        }
+    }
+    Ok(())
+}
+
+fn df(path: Option<PathBuf>, human: bool, inodes: bool, json: bool) -> anyhow::Result<()> {
+    let mounts: Vec<PathBuf> = match path {
+        Some(p) => vec![p],
+        None => daemon::nacre_mounts().into_iter().map(|(p, _)| p).collect(),
+    };
+    if mounts.is_empty() {
+        bail!("no Nacre file system is mounted");
+    }
+    for m in mounts {
+        let v = admin::usage(&m)?;
+        if json {
+            println!("{v}");
+        } else {
+            println!("{}", admin::format_df(&m, &v, human, inodes));
+        }
+    }
+    Ok(())
+}

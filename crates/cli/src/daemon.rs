@@ -1,0 +1,207 @@
+//! Background mounts: detach, wait until mounted, stop on a signal or an external unmount.
+
+use anyhow::{bail, Context};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where pid files of running mounts live.
+pub const RUN_DIR: &str = "/run/nacre";
+/// How long `up`/`mount` wait for the background process to mount.
+pub const MOUNT_WAIT_MS: u64 = 120_000;
+/// How long `down` waits for the process to finish after asking it to stop.
+pub const STOP_WAIT_MS: u64 = 60_000;
+
+/// The pid file of the process serving mount `mnt`.
+pub fn pidfile(mnt: &Path) -> PathBuf {
+    let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    Path::new(RUN_DIR).join(format!("{name}.pid"))
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+/// Nacre mounts currently in the mount table: (mount point, fsname).
+pub fn nacre_mounts() -> Vec<(PathBuf, String)> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let source = f.next()?;
+            let target = f.next()?;
+            let fstype = f.next()?;
+            let ours = fstype == "fuse.nacre" || (fstype == "fuse" && source.starts_with("nacre:"));
+            ours.then(|| {
+                let fs = source.strip_prefix("nacre:").unwrap_or(source).to_string();
+                (PathBuf::from(unescape_mountinfo(target)), fs)
+            })
+        })
+        .collect()
+}
+
+/// True if `mnt` is a Nacre mount point.
+pub fn is_mounted(mnt: &Path) -> bool {
+    let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    nacre_mounts().iter().any(|(p, _)| *p == canon)
+}
+
+/// Re-runs this command in the background (`--foreground` appended), logging to `log`, and
+/// waits until `mnt` is mounted. Fails with the log's tail if the background process exits.
+pub fn detach(mnt: &Path, log: &Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find the nacre executable")?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    args.push("--foreground".into());
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let logfile = std::fs::OpenOptions::new().create(true).append(true).open(log)
+        .with_context(|| format!("cannot open log {}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(&args).stdin(Stdio::null()).stdout(logfile.try_clone()?).stderr(logfile);
+    // SAFETY: setsid is async-signal-safe; it detaches the child from our session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("cannot start the background process")?;
+    let deadline = Instant::now() + Duration::from_millis(MOUNT_WAIT_MS);
+    loop {
+        if is_mounted(mnt) {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("background process exited ({status}) before mounting:\n{}", tail(log, 20));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("timed out waiting for the mount at {}:\n{}", mnt.display(), tail(log, 20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last `n` lines of a file.
+pub fn tail(path: &Path, n: usize) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts later, so one
+/// thread can wait for them with [`wait_stop`]. Call first thing in `main`.
+pub fn block_stop_signals() {
+    // SAFETY: plain signal-mask manipulation on a zeroed, then initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits until a stop signal arrives or `finished()` turns true (polled every 100 ms).
+pub fn wait_stop(finished: impl Fn() -> bool) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: sigwait on the set blocked by block_stop_signals.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGHUP);
+            let mut sig = 0;
+            libc::sigwait(&set, &mut sig);
+        }
+        let _ = tx.send(());
+    });
+    while rx.recv_timeout(Duration::from_millis(100)).is_err() {
+        if finished() {
+            return;
+        }
+    }
+}
+
+/// Writes this process's pid file for `mnt`.
+pub fn write_pidfile(mnt: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(RUN_DIR)?;
+    let p = pidfile(mnt);
+    std::fs::write(&p, std::process::id().to_string())?;
+    Ok(p)
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Stops the process serving `mnt` (unmounting it) and waits for it to exit.
+pub fn stop(mnt: &Path) -> anyhow::Result<()> {
+    let pf = pidfile(mnt);
+    let pid = std::fs::read_to_string(&pf).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    match pid {
+        Some(pid) if alive(pid) => {
+            // SAFETY: sending SIGTERM to a pid we recorded.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_millis(STOP_WAIT_MS);
+            while alive(pid) && !is_zombie(pid) {
+                if Instant::now() > deadline {
+                    bail!("process {pid} serving {} did not stop within {STOP_WAIT_MS} ms", mnt.display());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_file(&pf);
+            Ok(())
+        }
+        _ => {
+            let _ = std::fs::remove_file(&pf);
+            if is_mounted(mnt) || mnt_is_dead(mnt) {
+                let st = Command::new("fusermount3").arg("-u").arg("-z").arg(mnt).status()?;
+                if !st.success() {
+                    bail!("fusermount3 -u {} failed", mnt.display());
+                }
+                return Ok(());
+            }
+            bail!("{} is not a Nacre mount", mnt.display())
+        }
+    }
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+fn mnt_is_dead(mnt: &Path) -> bool {
+    matches!(std::fs::metadata(mnt), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}

@@ -1,0 +1,281 @@
+//! Assembles a server process from formatted target directories.
+
+use anyhow::{bail, Context};
+use nacre_mds::mdt::Mdt;
+use nacre_mds::osp::OstPool;
+use nacre_mds::MdsHandler;
+use nacre_mgs::Mgs;
+use nacre_net::rpc::{call, RpcError};
+use nacre_net::{Connection, NetConfig, Server, ServiceConfig, ServicePool};
+use nacre_osd::Label;
+use nacre_oss::{OssHandler, OstTarget};
+use nacre_types::limits::BULK_BYTES_MAX;
+use nacre_types::{Nid, Status, TargetKind};
+use nacre_wire::mgs::{MgsReply, MgsRequest, TargetInfo};
+use nacre_wire::Service;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a target keeps trying to reach the MGS at start.
+pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
+/// How often an MDT refreshes its view of the OSTs.
+pub const OST_REFRESH_MS: u64 = 5_000;
+
+/// What a server process serves.
+#[derive(Clone, Debug)]
+pub struct ServerSpec {
+    /// Address to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// NID to advertise (defaults to the listen address).
+    pub nid: Option<Nid>,
+    /// Formatted target directories.
+    pub targets: Vec<PathBuf>,
+    /// MGS NID, overriding the targets' labels.
+    pub mgsnode: Option<Nid>,
+    /// Refuse targets of any other file system.
+    pub fsname: Option<String>,
+    /// MDS service threads per CPU partition.
+    pub mds_threads: usize,
+    /// OSS service threads per CPU partition.
+    pub oss_threads: usize,
+    /// CPU partitions of every service.
+    pub cpu_npartitions: usize,
+}
+
+impl ServerSpec {
+    /// A spec with default thread counts.
+    pub fn new(listen: SocketAddr, targets: Vec<PathBuf>) -> ServerSpec {
+        ServerSpec {
+            listen,
+            nid: None,
+            targets,
+            mgsnode: None,
+            fsname: None,
+            mds_threads: 16,
+            oss_threads: 8,
+            cpu_npartitions: 1,
+        }
+    }
+}
+
+/// A running server process.
+pub struct ServerProcess {
+    server: Arc<Server>,
+    nid: Nid,
+    labels: Vec<Label>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    mdts: Vec<Arc<Mdt>>,
+}
+
+fn pool(name: &str, partitions: usize, threads: usize, handler: Arc<dyn nacre_net::Handler>) -> Arc<ServicePool> {
+    let config = ServiceConfig {
+        name: name.into(),
+        partitions: partitions.max(1),
+        threads_per_partition: threads.max(1),
+        queue_depth: 1024,
+    };
+    ServicePool::start(config, handler)
+}
+
+/// Registers a target with the MGS, retrying while the MGS is unreachable.
+pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
+    let net = NetConfig {
+        connect_timeout_ms: REGISTER_TIMEOUT_MS,
+        recovery_timeout_ms: REGISTER_TIMEOUT_MS,
+        ..NetConfig::default()
+    };
+    let conn = Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
+    let name = target.name();
+    let req = MgsRequest::Register(target);
+    match call::<_, MgsReply>(&conn, req.opcode(), 0, &req) {
+        Ok(_) => Ok(()),
+        Err(RpcError::Status(Status::Exist)) => {
+            bail!("MGS at {mgs} refused {name}: that index is registered by another target (different uuid)")
+        }
+        Err(e) => bail!("registering {name} with the MGS at {mgs}: {e}"),
+    }
+}
+
+impl ServerProcess {
+    /// Starts serving the targets of `spec`.
+    pub fn start(spec: ServerSpec) -> anyhow::Result<ServerProcess> {
+        let mut labels = Vec::new();
+        for dir in &spec.targets {
+            let label = Label::read(dir)?;
+            if let Some(fs) = &spec.fsname {
+                if &label.fsname != fs {
+                    bail!(
+                        "target {} in {} belongs to file system '{}', not '{fs}'",
+                        label.name(),
+                        dir.display(),
+                        label.fsname
+                    );
+                }
+            }
+            labels.push(label);
+        }
+        if labels.is_empty() {
+            bail!("no targets to serve (give --target DIR)");
+        }
+        let server = Server::bind(spec.listen, BULK_BYTES_MAX).with_context(|| format!("cannot listen on {}", spec.listen))?;
+        let nid = spec.nid.unwrap_or_else(|| Nid::tcp(server.addr()));
+        let mut process = ServerProcess {
+            server,
+            nid,
+            labels: labels.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            mdts: Vec::new(),
+        };
+        let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
+        for (dir, label) in spec.targets.iter().zip(&labels) {
+            if label.kind == TargetKind::Mgt {
+                let mgs = Mgs::open(dir)?;
+                process.server.add_service(Service::Mgs, pool("mgs", 1, 2, Arc::new(mgs)));
+                tracing::info!("MGS started at {nid}");
+            }
+        }
+        let mgs_of = |label: &Label| -> anyhow::Result<Nid> {
+            spec.mgsnode.or(label.mgsnode).or(has_mgs.then_some(nid)).with_context(|| {
+                format!("{} has no MGS NID: format it with --mgsnode or pass --mgsnode", label.name())
+            })
+        };
+        process.start_osts(&spec, &labels, &mgs_of)?;
+        process.start_mdts(&spec, &labels, &mgs_of)?;
+        Ok(process)
+    }
+
+    fn start_osts(
+        &mut self,
+        spec: &ServerSpec,
+        labels: &[Label],
+        mgs_of: &dyn Fn(&Label) -> anyhow::Result<Nid>,
+    ) -> anyhow::Result<()> {
+        let oss = Arc::new(OssHandler::default());
+        let mut any = false;
+        for (dir, label) in spec.targets.iter().zip(labels) {
+            if label.kind != TargetKind::Ost {
+                continue;
+            }
+            let target = OstTarget::open(dir, label.clone()).with_context(|| format!("opening {}", dir.display()))?;
+            oss.add_target(Arc::new(target));
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        let handler: Arc<dyn nacre_net::Handler> = oss;
+        self.server.add_service(Service::Oss, pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler));
+        for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
+            register(mgs_of(label)?, self.target_info(label))?;
+            tracing::info!("{} started", label.name());
+        }
+        Ok(())
+    }
+
+    fn start_mdts(
+        &mut self,
+        spec: &ServerSpec,
+        labels: &[Label],
+        mgs_of: &dyn Fn(&Label) -> anyhow::Result<Nid>,
+    ) -> anyhow::Result<()> {
+        let mds = Arc::new(MdsHandler::default());
+        let mut started = Vec::new();
+        for (dir, label) in spec.targets.iter().zip(labels) {
+            if label.kind != TargetKind::Mdt {
+                continue;
+            }
+            let mgs = mgs_of(label)?;
+            let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES)
+                .with_context(|| format!("opening the metadata store of {}", label.name()))?;
+            let osts = Arc::new(OstPool::new(&label.fsname, mgs, NetConfig::default()));
+            if let Err(e) = osts.refresh() {
+                tracing::warn!("{}: cannot fetch the OST list yet: {e}", label.name());
+            }
+            let mdt = Mdt::open(label.clone(), Arc::new(kv), osts)
+                .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
+            let mdt = Arc::new(mdt);
+            mds.add_target(mdt.clone());
+            started.push((mgs, label.clone(), mdt));
+        }
+        if started.is_empty() {
+            return Ok(());
+        }
+        let handler: Arc<dyn nacre_net::Handler> = mds;
+        self.server.add_service(Service::Mds, pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler));
+        for (mgs, label, mdt) in started {
+            register(mgs, self.target_info(&label))?;
+            self.spawn_mdt_threads(mdt.clone());
+            self.mdts.push(mdt);
+            tracing::info!("{} started", label.name());
+        }
+        Ok(())
+    }
+
+    fn spawn_mdt_threads(&mut self, mdt: Arc<Mdt>) {
+        let stop = self.stop.clone();
+        let m = mdt.clone();
+        self.threads.push(
+            std::thread::Builder::new()
+                .name("mdt-destroy".into())
+                .spawn(move || nacre_mds::destroy::run(m, stop))
+                .expect("spawn destroy thread"),
+        );
+        let stop = self.stop.clone();
+        self.threads.push(
+            std::thread::Builder::new()
+                .name("mdt-osp".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..OST_REFRESH_MS / 100 {
+                            if stop.load(Ordering::Relaxed) {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        if let Err(e) = mdt.osts.refresh() {
+                            tracing::debug!("OST refresh: {e}");
+                        }
+                    }
+                })
+                .expect("spawn osp thread"),
+        );
+    }
+
+    fn target_info(&self, label: &Label) -> TargetInfo {
+        TargetInfo {
+            kind: label.kind,
+            index: label.index,
+            fsname: label.fsname.clone(),
+            uuid: label.uuid.clone(),
+            nids: vec![self.nid],
+        }
+    }
+
+    /// The advertised NID.
+    pub fn nid(&self) -> Nid {
+        self.nid
+    }
+
+    /// Labels of the targets served.
+    pub fn labels(&self) -> &[Label] {
+        &self.labels
+    }
+
+    /// Stops every service and background thread.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for m in &self.mdts {
+            m.kick_destroyer();
+        }
+        self.server.shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

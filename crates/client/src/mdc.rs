@@ -1,0 +1,44 @@
+//! The metadata client: sends [`MdsCall`]s carrying the client uuid and the lowest xid still
+//! waiting for a reply, so the MDS can keep exactly the saved replies a resend might need.
+
+use crate::{ClientError, Result};
+use nacre_net::rpc::{decode_reply, request};
+use nacre_net::Connection;
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+/// Metadata client for one MDT.
+pub struct Mdc {
+    conn: Arc<Connection>,
+    uuid: [u8; 16],
+    in_flight: Mutex<BTreeSet<u64>>,
+    target: u32,
+}
+
+impl Mdc {
+    /// A client of MDT0 over `conn`.
+    pub fn new(conn: Arc<Connection>) -> Mdc {
+        Mdc { conn, uuid: *uuid::Uuid::new_v4().as_bytes(), in_flight: Mutex::new(BTreeSet::new()), target: 0 }
+    }
+
+    /// Sends one operation and waits for its reply (resending across reconnects).
+    pub fn call(&self, op: MdsOp) -> Result<MdsReply> {
+        let opcode = op.opcode();
+        let (xid, replied_below) = {
+            let mut in_flight = self.in_flight.lock().expect("in flight");
+            let xid = self.conn.alloc_xid();
+            let lowest = in_flight.first().copied().unwrap_or(xid).min(xid);
+            in_flight.insert(xid);
+            (xid, lowest)
+        };
+        let call = MdsCall { client: self.uuid, replied_below, op };
+        let result = self
+            .conn
+            .start_xid(xid, request(opcode, self.target, &call, None))
+            .and_then(|p| p.wait());
+        self.in_flight.lock().expect("in flight").remove(&xid);
+        let reply = result.map_err(|e| ClientError::Rpc(e.into()))?;
+        Ok(decode_reply::<MdsReply>(reply)?.0)
+    }
+}

@@ -1,0 +1,244 @@
+//! The object storage client: file I/O split along the layout into one RPC per object range
+//! (at most `max_rpc_size` each), started on every OST at once and then collected, so a
+//! striped file's stripes move in parallel. Each OST connection keeps at most
+//! `max_rpcs_in_flight` of a call's RPCs outstanding.
+
+use crate::{Client, Result};
+use nacre_net::rpc::{decode_reply, request, RpcError};
+use nacre_net::PendingReply;
+use nacre_types::limits::FILE_BYTES_MAX;
+use nacre_types::{AlignedBuf, Layout, ObjectId, StatFs, Status};
+use nacre_wire::oss::{OssReply, OssRequest};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// One RPC of a multi-object operation.
+struct Sub {
+    stripe: usize,
+    object_offset: u64,
+    len: u64,
+}
+
+/// RPCs in flight for one client call, bounded per OST.
+struct Window<'a> {
+    client: &'a Client,
+    pending: VecDeque<(u32, usize, PendingReply)>,
+    done: Vec<(usize, std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>)>,
+}
+
+impl<'a> Window<'a> {
+    fn new(client: &'a Client) -> Window<'a> {
+        Window { client, pending: VecDeque::new(), done: Vec::new() }
+    }
+
+    fn start(&mut self, tag: usize, ost: u32, req: &OssRequest, bulk: Option<Arc<AlignedBuf>>) -> Result<()> {
+        let limit = self.client.net_config().max_rpcs_in_flight.max(1);
+        while self.pending.iter().filter(|(o, _, _)| *o == ost).count() >= limit {
+            let pos = self.pending.iter().position(|(o, _, _)| *o == ost).expect("pending on ost");
+            let (_, t, p) = self.pending.remove(pos).expect("pending entry");
+            self.done.push((t, collect(p)));
+        }
+        let conn = self.client.osc(ost)?;
+        let pending = conn
+            .start(request(req.opcode(), ost, req, bulk))
+            .map_err(|e| crate::ClientError::Rpc(e.into()))?;
+        self.pending.push_back((ost, tag, pending));
+        Ok(())
+    }
+
+    /// Waits for everything; results by tag, first error wins.
+    fn finish(mut self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
+        for (_, t, p) in self.pending.drain(..) {
+            self.done.push((t, collect(p)));
+        }
+        let mut out = Vec::with_capacity(self.done.len());
+        let mut first_err = None;
+        for (t, r) in self.done {
+            match r {
+                Ok((reply, bulk)) => out.push((t, reply, bulk)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e.into()),
+            None => Ok(out),
+        }
+    }
+}
+
+fn collect(p: PendingReply) -> std::result::Result<(OssReply, Option<AlignedBuf>), RpcError> {
+    decode_reply(p.wait()?)
+}
+
+/// Splits a file range into RPC-sized object ranges.
+fn subs(layout: &Layout, offset: u64, len: u64, max: u64) -> Vec<Sub> {
+    let mut out = Vec::new();
+    for chunk in layout.chunks(offset, len) {
+        let mut done = 0;
+        while done < chunk.len {
+            let n = (chunk.len - done).min(max);
+            out.push(Sub { stripe: chunk.stripe, object_offset: chunk.object_offset + done, len: n });
+            done += n;
+        }
+    }
+    out
+}
+
+/// File offset of byte `object_offset` of stripe `stripe`.
+fn file_offset(layout: &Layout, stripe: usize, object_offset: u64) -> u64 {
+    let size = u64::from(layout.stripe_size);
+    let count = layout.objects.len() as u64;
+    (object_offset / size) * size * count + stripe as u64 * size + object_offset % size
+}
+
+/// Calls `f(file_offset, object_range_offset, len)` for each stripe-unit run of an object range.
+fn for_each_run(layout: &Layout, sub: &Sub, mut f: impl FnMut(u64, usize, usize)) {
+    let size = u64::from(layout.stripe_size);
+    let mut done = 0u64;
+    while done < sub.len {
+        let obj = sub.object_offset + done;
+        let n = (size - obj % size).min(sub.len - done);
+        f(file_offset(layout, sub.stripe, obj), done as usize, n as usize);
+        done += n;
+    }
+}
+
+fn object(layout: &Layout, stripe: usize) -> (u32, ObjectId) {
+    let o = layout.objects[stripe];
+    (o.ost, o.object)
+}
+
+fn max_rpc(client: &Client) -> u64 {
+    u64::from(client.net_config().max_rpc_size.max(4096))
+}
+
+/// Writes `data` at `offset`.
+pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Result<usize> {
+    if data.is_empty() {
+        return Ok(0);
+    }
+    if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
+        return Err(Status::FBig.into());
+    }
+    let mut window = Window::new(client);
+    for (tag, sub) in subs(layout, offset, data.len() as u64, max_rpc(client)).iter().enumerate() {
+        let mut buf = AlignedBuf::zeroed(sub.len as usize);
+        for_each_run(layout, sub, |file_off, at, n| {
+            let src = (file_off - offset) as usize;
+            buf[at..at + n].copy_from_slice(&data[src..src + n]);
+        });
+        let (ost, object) = object(layout, sub.stripe);
+        let req = OssRequest::Write { object, offset: sub.object_offset };
+        window.start(tag, ost, &req, Some(Arc::new(buf)))?;
+    }
+    window.finish()?;
+    Ok(data.len())
+}
+
+/// Reads up to `len` bytes at `offset`; short only at end of file.
+pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<AlignedBuf> {
+    if len == 0 || offset >= FILE_BYTES_MAX {
+        return Ok(AlignedBuf::zeroed(0));
+    }
+    let parts = subs(layout, offset, len as u64, max_rpc(client));
+    let mut window = Window::new(client);
+    for (tag, sub) in parts.iter().enumerate() {
+        let (ost, object) = object(layout, sub.stripe);
+        let req = OssRequest::Read { object, offset: sub.object_offset, len: sub.len as u32 };
+        window.start(tag, ost, &req, None)?;
+    }
+    let mut replies = window.finish()?;
+    let mut short = false;
+    let mut out = if parts.len() == 1 {
+        let (_, _, bulk) = replies.pop().expect("one reply");
+        let bulk = bulk.unwrap_or_else(|| AlignedBuf::zeroed(0));
+        short = bulk.len() < len;
+        let mut buf = bulk;
+        buf.set_len(len);
+        buf
+    } else {
+        let mut buf = AlignedBuf::zeroed(len);
+        for (tag, _, bulk) in replies {
+            let sub = &parts[tag];
+            let got = bulk.as_ref().map_or(0, |b| b.len());
+            short |= (got as u64) < sub.len;
+            let Some(bulk) = bulk else { continue };
+            for_each_run(layout, sub, |file_off, at, n| {
+                let avail = got.saturating_sub(at).min(n);
+                let dst = (file_off - offset) as usize;
+                buf[dst..dst + avail].copy_from_slice(&bulk[at..at + avail]);
+            });
+        }
+        buf
+    };
+    if short {
+        let (size, _) = glimpse(client, layout)?;
+        out.set_len(size.saturating_sub(offset).min(len as u64) as usize);
+    }
+    Ok(out)
+}
+
+fn per_object(client: &Client, layout: &Layout, req: impl Fn(usize, ObjectId) -> OssRequest) -> Result<Vec<(usize, OssReply)>> {
+    let mut window = Window::new(client);
+    for stripe in 0..layout.objects.len() {
+        let (ost, object) = object(layout, stripe);
+        window.start(stripe, ost, &req(stripe, object), None)?;
+    }
+    Ok(window.finish()?.into_iter().map(|(t, r, _)| (t, r)).collect())
+}
+
+/// File size and allocated blocks from the objects (Lustre's glimpse).
+pub fn glimpse(client: &Client, layout: &Layout) -> Result<(u64, u64)> {
+    let replies = per_object(client, layout, |_, object| OssRequest::Glimpse { object })?;
+    let mut size = 0;
+    let mut blocks = 0;
+    for (stripe, reply) in replies {
+        if let OssReply::ObjectAttr { size: s, blocks: b } = reply {
+            size = size.max(layout.file_size_from_object(stripe, s));
+            blocks += b;
+        }
+    }
+    Ok((size, blocks))
+}
+
+/// Sets the file size: every object gets the size its stripe has at that file size.
+pub fn truncate(client: &Client, layout: &Layout, size: u64) -> Result<()> {
+    if size > FILE_BYTES_MAX {
+        return Err(Status::FBig.into());
+    }
+    per_object(client, layout, |stripe, object| OssRequest::Punch {
+        object,
+        size: layout.object_size_for_file(stripe, size),
+    })
+    .map(|_| ())
+}
+
+/// Makes every object's data durable.
+pub fn sync(client: &Client, layout: &Layout) -> Result<()> {
+    per_object(client, layout, |_, object| OssRequest::Sync { object }).map(|_| ())
+}
+
+/// Preallocates (or punches) the objects' parts of a file range.
+pub fn fallocate(client: &Client, layout: &Layout, offset: u64, len: u64, keep_size: bool, punch_hole: bool) -> Result<()> {
+    if len == 0 || offset.saturating_add(len) > FILE_BYTES_MAX {
+        return Err(Status::Inval.into());
+    }
+    let mut window = Window::new(client);
+    for (tag, chunk) in layout.chunks(offset, len).into_iter().enumerate() {
+        let (ost, object) = object(layout, chunk.stripe);
+        let req = OssRequest::Fallocate { object, offset: chunk.object_offset, len: chunk.len, keep_size, punch_hole };
+        window.start(tag, ost, &req, None)?;
+    }
+    window.finish().map(|_| ())
+}
+
+/// Usage of one OST.
+pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
+    let conn = client.osc(ost)?;
+    match nacre_net::rpc::call::<_, OssReply>(&conn, OssRequest::StatFs.opcode(), ost, &OssRequest::StatFs)? {
+        OssReply::StatFs(s) => Ok(s),
+        _ => Err(Status::Proto.into()),
+    }
+}

@@ -1,0 +1,38 @@
+//! Conversions between Nacre attributes and FUSE's.
+
+use fuser::{FileAttr, FileType, INodeNo};
+use nacre_types::{Attr, FileKind};
+
+/// FUSE file type of a Nacre kind.
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// FUSE attributes of a Nacre inode.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.fid.to_ino()),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime.to_system_time(),
+        mtime: a.mtime.to_system_time(),
+        ctime: a.ctime.to_system_time(),
+        crtime: a.ctime.to_system_time(),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 1 << 20,
+        flags: 0,
+    }
+}

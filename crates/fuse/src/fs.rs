@@ -1,0 +1,596 @@
+//! The `fuser::Filesystem` implementation.
+
+use crate::attrs::{file_attr, file_type};
+use crate::{XATTR_DF, XATTR_LOV};
+use fuser::{
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use nacre_client::{Client, ClientError, OpenFile, StripeSpec};
+use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
+use nacre_wire::mds::{DirEntry, LayoutInfo};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Entries fetched per readdir RPC.
+pub const READDIR_PAGE_ENTRIES: u32 = 1024;
+/// Largest write and read the kernel sends (1 MiB, the FUSE ceiling here).
+pub const IO_BYTES_MAX: u32 = 1 << 20;
+
+/// An open directory: entries fetched so far and where to resume.
+struct DirStream {
+    fid: Fid,
+    entries: Vec<DirEntry>,
+    eof: bool,
+}
+
+/// The mounted file system.
+pub struct NacreFs {
+    client: Arc<Client>,
+    files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
+    next_fh: AtomicU64,
+    attr_ttl: Duration,
+    entry_ttl: Duration,
+}
+
+fn errno(e: &ClientError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn status_errno(s: Status) -> Errno {
+    Errno::from_i32(s.errno())
+}
+
+fn fid_of(ino: INodeNo) -> Result<Fid, Errno> {
+    Fid::from_ino(ino.0).ok_or(Errno::ESTALE)
+}
+
+fn time(t: TimeOrNow) -> TimeSpec {
+    match t {
+        TimeOrNow::Now => TimeSpec::now(),
+        TimeOrNow::SpecificTime(t) => TimeSpec::from_system_time(t),
+    }
+}
+
+impl NacreFs {
+    /// A file system over `client` with the given cache timeouts.
+    pub fn new(client: Arc<Client>, attr_ttl: Duration, entry_ttl: Duration) -> NacreFs {
+        NacreFs {
+            client,
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            attr_ttl,
+            entry_ttl,
+        }
+    }
+
+    fn add_file(&self, file: OpenFile) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files.lock().expect("files").insert(fh, Arc::new(file));
+        FileHandle(fh)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.files.lock().expect("files").get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {
+        match r {
+            Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn layout_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let value = match self.client.get_layout(fid)? {
+            LayoutInfo::File(l) => serde_json::json!({
+                "kind": "file",
+                "stripe_count": l.objects.len(),
+                "stripe_size": l.stripe_size,
+                "pattern": "raid0",
+                "objects": l.objects.iter().map(|o| serde_json::json!({
+                    "ost": o.ost, "seq": o.object.seq, "id": o.object.id,
+                })).collect::<Vec<_>>(),
+            }),
+            LayoutInfo::Dir(spec) => serde_json::json!({
+                "kind": "dir",
+                "default": spec.map(|s| serde_json::json!({
+                    "stripe_count": s.stripe_count, "stripe_size": s.stripe_size, "start_ost": s.start_ost,
+                })),
+            }),
+            LayoutInfo::None => serde_json::json!({ "kind": "none" }),
+        };
+        Ok(value.to_string().into_bytes())
+    }
+
+    fn df_json(&self) -> Result<Vec<u8>, ClientError> {
+        let targets: Vec<_> = self
+            .client
+            .df()?
+            .into_iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "bytes_total": t.statfs.bytes_total,
+                    "bytes_free": t.statfs.bytes_free,
+                    "bytes_avail": t.statfs.bytes_avail,
+                    "files_total": t.statfs.files_total,
+                    "files_free": t.statfs.files_free,
+                })
+            })
+            .collect();
+        Ok(serde_json::json!({ "fsname": self.client.fsname(), "targets": targets }).to_string().into_bytes())
+    }
+
+    fn virtual_xattr(&self, fid: Fid, name: &OsStr) -> Option<Result<Vec<u8>, ClientError>> {
+        match name.as_bytes() {
+            n if n == XATTR_LOV.as_bytes() => Some(self.layout_json(fid)),
+            n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
+            _ => None,
+        }
+    }
+
+    fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LOV} value: {why}"));
+        let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let field = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
+        let spec = StripeSpec {
+            stripe_count: i32::try_from(field("stripe_count", 0)).map_err(|_| bad("stripe_count"))?,
+            stripe_size: u32::try_from(field("stripe_size", 0)).map_err(|_| bad("stripe_size"))?,
+            start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
+        };
+        self.client.set_layout(fid, spec).map(|_| ())
+    }
+
+    fn fill_dir(&self, stream: &mut DirStream, want: usize) -> Result<(), ClientError> {
+        while !stream.eof && stream.entries.len() < want {
+            let after = stream.entries.last().map(|e| e.name.clone());
+            let (page, eof) = self.client.readdir(stream.fid, after.as_deref(), READDIR_PAGE_ENTRIES)?;
+            stream.entries.extend(page);
+            stream.eof = eof;
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem for NacreFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(IO_BYTES_MAX);
+        let _ = config.set_max_readahead(IO_BYTES_MAX);
+        let _ = config.set_max_background(64);
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match fid_of(ino).map(|f| self.client.getattr(f)) {
+            Ok(Ok(a)) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+            ctime: ctime.map(TimeSpec::from_system_time),
+        };
+        match self.client.setattr(fid, set) {
+            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match fid_of(ino).map(|f| self.client.readlink(f)) {
+            Ok(Ok(t)) => reply.data(&t),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+        let Some(kind) = FileKind::from_mode(mode) else { return reply.error(Errno::EINVAL) };
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self
+            .client
+            .create(parent, name.as_bytes(), kind, mode & 0o7777, req.uid(), req.gid(), rdev, true)
+            .map(|(attr, _)| attr);
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.client.mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid());
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match fid_of(parent).map(|p| self.client.unlink(p, name.as_bytes())) {
+            Ok(Ok(())) => reply.ok(),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match fid_of(parent).map(|p| self.client.rmdir(p, name.as_bytes())) {
+            Ok(Ok(())) => reply.ok(),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.client.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid());
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let (src, dst) = match (fid_of(parent), fid_of(newparent)) {
+            (Ok(s), Ok(d)) => (s, d),
+            _ => return reply.error(Errno::ESTALE),
+        };
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        match self.client.rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let (fid, parent) = match (fid_of(ino), fid_of(newparent)) {
+            (Ok(f), Ok(p)) => (f, p),
+            _ => return reply.error(Errno::ESTALE),
+        };
+        self.reply_entry(reply, self.client.link(fid, parent, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.open(fid) {
+            Ok((_, file)) => reply.opened(self.add_file(file), FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.read(&file, offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.write(&file, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Writes are acknowledged by the OSTs before `write` returns: nothing is buffered here.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let file = self.files.lock().expect("files").remove(&fh.0);
+        match file.map(|f| self.client.close(&f)) {
+            Some(Err(e)) => reply.error(errno(&e)),
+            _ => reply.ok(),
+        }
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        match self.file(fh).map(|f| self.client.fsync(&f)) {
+            Ok(Ok(())) => reply.ok(),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let stream = DirStream { fid, entries: Vec::new(), eof: false };
+        self.dirs.lock().expect("dirs").insert(fh, Arc::new(Mutex::new(stream)));
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(stream) = self.dirs.lock().expect("dirs").get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut stream = stream.lock().expect("dir stream");
+        let mut pos = offset as usize;
+        if pos == 0 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            pos = 1;
+        }
+        if pos == 1 {
+            if reply.add(INodeNo(1), 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            pos = 2;
+        }
+        loop {
+            let index = pos - 2;
+            if let Err(e) = self.fill_dir(&mut stream, index + 1) {
+                return reply.error(errno(&e));
+            }
+            let Some(entry) = stream.entries.get(index) else { break };
+            let full = reply.add(
+                INodeNo(entry.fid.to_ino()),
+                (pos + 1) as u64,
+                file_type(entry.kind),
+                OsStr::from_bytes(&entry.name),
+            );
+            if full {
+                break;
+            }
+            pos += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.lock().expect("dirs").remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every namespace change is durable on the MDT before its reply.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.client.statfs() {
+            Ok(s) => {
+                let bsize = 4096u64;
+                reply.statfs(
+                    s.bytes_total / bsize,
+                    s.bytes_free / bsize,
+                    s.bytes_avail / bsize,
+                    s.files_total,
+                    s.files_free,
+                    bsize as u32,
+                    nacre_types::limits::NAME_BYTES_MAX as u32,
+                    bsize as u32,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = if name.as_bytes() == XATTR_LOV.as_bytes() {
+            self.set_lov(fid, value)
+        } else if name.as_bytes() == XATTR_DF.as_bytes() {
+            Err(ClientError::from(Status::Perm))
+        } else {
+            self.client.setxattr(fid, name.as_bytes(), value, flags as u32)
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(ClientError::Config(msg)) => {
+                tracing::warn!("{msg}");
+                reply.error(Errno::EINVAL)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let value = match self.virtual_xattr(fid, name) {
+            Some(v) => v,
+            None => self.client.getxattr(fid, name.as_bytes()),
+        };
+        match value {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(status_errno(Status::Range)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.listxattr(fid) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match fid_of(ino).map(|f| self.client.removexattr(f, name.as_bytes())) {
+            Ok(Ok(())) => reply.ok(),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let exclusive = flags & libc::O_EXCL != 0;
+        let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
+        let created = self
+            .client
+            .create(parent, name.as_bytes(), kind, mode & 0o7777, req.uid(), req.gid(), 0, exclusive)
+            .and_then(|(attr, _)| self.client.open(attr.fid).map(|(_, file)| (attr, file)));
+        match created {
+            Ok((attr, file)) => {
+                let fh = self.add_file(file);
+                reply.created(&self.entry_ttl, &file_attr(&attr), Generation(0), fh, FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        match self.file(fh).map(|f| self.client.fallocate(&f, offset, length, keep_size, punch)) {
+            Ok(Ok(())) => reply.ok(),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+}
