@@ -24,12 +24,9 @@ use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_types::Status;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use nacre_wire::{decode_body, encode_body};
-use records::{decode, encode, reply_key, SavedReply, REPLIES};
+use records::{decode, reply_key, SavedReply, REPLIES};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-
-/// Saved replies pruned per request (keeps pruning cheap and bounded).
-pub const REPLY_PRUNE_PER_REQUEST: usize = 16;
 
 /// The MDS request handler for every MDT of this process.
 #[derive(Default)]
@@ -102,7 +99,8 @@ fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     let key = reply_key(&call.client, xid);
     let mut tx = mdt.begin();
-    match mdt.kv.get(REPLIES, &key) {
+    let saved_reply = if tx.has_saved_reply(&call.client, xid) { mdt.kv.get(REPLIES, &key) } else { Ok(None) };
+    match saved_reply {
         Ok(Some(saved)) => {
             drop(tx);
             return match decode::<SavedReply>(&saved) {
@@ -131,8 +129,7 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     if result.is_err() {
         tx.batch = Batch::new();
     }
-    prune_replies(mdt, &mut tx.batch, &call.client, call.replied_below);
-    tx.batch.put(REPLIES, key, encode(&saved));
+    tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
 }
 
@@ -155,16 +152,6 @@ fn commit(mdt: &Mdt, tx: mdt::Tx<'_>, result: Result<MdsReply, Status>, saved: O
     match saved {
         Some(saved) => Outgoing { status: Status::from_code(saved.status), body: saved.body, bulk: None },
         None => to_outgoing(result),
-    }
-}
-
-fn prune_replies(mdt: &Mdt, batch: &mut Batch, client: &[u8; 16], replied_below: u64) {
-    let Ok(old) = mdt.kv.scan(REPLIES, client, None, REPLY_PRUNE_PER_REQUEST) else { return };
-    for (k, _) in old {
-        let xid = k.get(16..24).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
-        if xid.is_some_and(|x| x < replied_below) {
-            batch.delete(REPLIES, k);
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -22,7 +22,14 @@ pub struct AllocState {
     next_fid: u64,
     fid_limit: u64,
     next_object: HashMap<u32, (u64, u64)>,
+    inodes_used: u64,
+    /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
+    /// pruning delete exact keys instead of scanning over deleted ones.
+    saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
 }
+
+/// Saved replies kept per client at most (a well-behaved client keeps `max_rpcs_in_flight`).
+pub const SAVED_REPLIES_PER_CLIENT_MAX: usize = 1024;
 
 /// One MDT.
 pub struct Mdt {
@@ -44,6 +51,8 @@ impl Mdt {
     /// Opens an MDT on its store; creates the root directory on first start.
     pub fn open(label: Label, kv: Arc<dyn KvStore>, osts: Arc<OstPool>) -> Result<Mdt, Status> {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
+        let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
+        let saved_replies = load_saved_replies(&*kv)?;
         let mdt = Mdt {
             label,
             kv,
@@ -52,6 +61,8 @@ impl Mdt {
                 next_fid: fid_limit,
                 fid_limit,
                 next_object: HashMap::new(),
+                inodes_used,
+                saved_replies,
             }),
             opens: Mutex::new(HashMap::new()),
             destroy_signal: (Mutex::new(false), Condvar::new()),
@@ -180,7 +191,7 @@ impl Mdt {
     pub fn statfs(&self) -> Result<nacre_types::StatFs, Status> {
         let mut st = nacre_osd::objects::statvfs(std::path::Path::new("/"))
             .map_err(|e| Status::from_io(&e))?;
-        let used = read_u64(&*self.kv, b"inodes_used")?.unwrap_or(0);
+        let used = self.write_lock.lock().expect("write lock").inodes_used;
         st.files_free = st.bytes_avail / 1024;
         st.files_total = used + st.files_free;
         Ok(st)
@@ -339,11 +350,50 @@ impl Tx<'_> {
 
     /// Adjusts the inode counter `df -i` reports.
     pub fn count_inodes(&mut self, delta: i64) -> Result<(), Status> {
-        let used = read_u64(&*self.mdt.kv, b"inodes_used")?.unwrap_or(0);
-        let used = used.saturating_add_signed(delta);
+        self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
+        let used = self.alloc.inodes_used;
         self.batch.put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
         Ok(())
     }
+
+    /// True if a reply for (client, xid) is saved.
+    pub fn has_saved_reply(&self, client: &[u8; 16], xid: u64) -> bool {
+        self.alloc.saved_replies.get(client).is_some_and(|s| s.contains(&xid))
+    }
+
+    /// Saves the reply of (client, xid) in this transaction and forgets the client's saved
+    /// replies below `replied_below` (the client has them).
+    pub fn save_reply(&mut self, client: &[u8; 16], xid: u64, replied_below: u64, saved: &SavedReply) {
+        let set = self.alloc.saved_replies.entry(*client).or_default();
+        let mut drop: Vec<u64> = set.range(..replied_below).copied().collect();
+        while set.len() - drop.len() >= SAVED_REPLIES_PER_CLIENT_MAX {
+            let Some(&oldest) = set.iter().find(|x| !drop.contains(x)) else { break };
+            drop.push(oldest);
+        }
+        for x in drop {
+            set.remove(&x);
+            self.batch.delete(REPLIES, reply_key(client, x));
+        }
+        set.insert(xid);
+        self.batch.put(REPLIES, reply_key(client, xid), encode(saved));
+    }
+}
+
+fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64>>, Status> {
+    let mut out: HashMap<[u8; 16], BTreeSet<u64>> = HashMap::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv.scan(REPLIES, &[], after.as_deref(), 4096).map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, _) in &page {
+            if let (Some(c), Some(x)) = (k.get(..16), k.get(16..24)) {
+                let client: [u8; 16] = c.try_into().expect("16 bytes");
+                out.entry(client).or_default().insert(u64::from_be_bytes(x.try_into().expect("8 bytes")));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Fills the unset fields of `spec` from `base`.

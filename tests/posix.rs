@@ -1,0 +1,266 @@
+//! POSIX behaviour through the real FUSE mount of `nacre up` (the sanity suite's core).
+
+use nacre_testkit::{pattern, Embedded};
+use nacre_tests::{as_nobody, c, last_errno};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+
+#[test]
+fn files_read_write_truncate_append() {
+    let fs = Embedded::start(2);
+    let p = fs.path("f");
+    let data = pattern(1, 3 << 20);
+    fs::write(&p, &data).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), data);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 3 << 20);
+
+    let mut f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.seek(SeekFrom::Start(1000)).unwrap();
+    f.write_all(b"middle").unwrap();
+    drop(f);
+    let back = fs::read(&p).unwrap();
+    assert_eq!(&back[1000..1006], b"middle");
+    assert_eq!(&back[..1000], &data[..1000]);
+
+    let f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(10).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 10);
+    f.set_len(5000).unwrap();
+    let back = fs::read(&p).unwrap();
+    assert_eq!(back.len(), 5000);
+    assert!(back[10..].iter().all(|&b| b == 0), "extended part must read as zeros");
+    drop(f);
+
+    let mut a = OpenOptions::new().append(true).open(&p).unwrap();
+    a.write_all(b"END").unwrap();
+    drop(a);
+    let back = fs::read(&p).unwrap();
+    assert_eq!(&back[5000..], b"END");
+
+    // Sparse write far away; hole reads as zeros.
+    let mut f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.seek(SeekFrom::Start(50 << 20)).unwrap();
+    f.write_all(b"far").unwrap();
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(&p).unwrap().len(), (50 << 20) + 3);
+    let mut f = File::open(&p).unwrap();
+    let mut buf = vec![1u8; 4096];
+    f.seek(SeekFrom::Start(20 << 20)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+
+    fs::remove_file(&p).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+}
+
+#[test]
+fn fallocate_and_direct_io() {
+    let fs = Embedded::start(2);
+    let p = fs.path("pre");
+    let f = OpenOptions::new().create(true).write(true).open(&p).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on an open descriptor.
+    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 8 << 20) }, 0, "errno {}", last_errno());
+    assert_eq!(fs::metadata(&p).unwrap().len(), 8 << 20);
+    assert!(fs::metadata(&p).unwrap().blocks() >= (8 << 20) / 512);
+    // SAFETY: as above.
+    let keep = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 8 << 20, 1 << 20) };
+    assert_eq!(keep, 0);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 8 << 20);
+    drop(f);
+
+    // O_DIRECT with aligned buffers.
+    let mut f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&p).unwrap();
+    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+    // SAFETY: allocation with a valid, non-zero layout, freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: ptr is valid for 1 MiB.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+    buf.copy_from_slice(&pattern(7, 1 << 20));
+    f.write_all(buf).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    buf.fill(0);
+    f.read_exact(buf).unwrap();
+    assert_eq!(buf, &pattern(7, 1 << 20)[..]);
+    // SAFETY: matching dealloc.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+}
+
+#[test]
+fn directories_rename_and_links() {
+    let fs = Embedded::start(1);
+    let d = fs.path("a/b/c");
+    fs::create_dir_all(&d).unwrap();
+    fs::write(d.join("f"), b"x").unwrap();
+    assert_eq!(fs::metadata(fs.path("a")).unwrap().nlink(), 3);
+    // rmdir of a non-empty directory fails.
+    assert_eq!(fs::remove_dir(fs.path("a/b")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    // Rename a directory into another.
+    fs::create_dir(fs.path("z")).unwrap();
+    fs::rename(fs.path("a/b"), fs.path("z/b")).unwrap();
+    assert_eq!(fs::read(fs.path("z/b/c/f")).unwrap(), b"x");
+    assert_eq!(fs::metadata(fs.path("a")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(fs.path("z")).unwrap().nlink(), 3);
+    // A directory cannot move beneath itself.
+    assert_eq!(fs::rename(fs.path("z"), fs.path("z/b/c/z")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    // Rename replacing a file; replacing an empty directory; not a non-empty one.
+    fs::write(fs.path("one"), b"1").unwrap();
+    fs::write(fs.path("two"), b"2").unwrap();
+    fs::rename(fs.path("one"), fs.path("two")).unwrap();
+    assert_eq!(fs::read(fs.path("two")).unwrap(), b"1");
+    assert!(!fs.path("one").exists());
+    fs::create_dir(fs.path("empty")).unwrap();
+    fs::rename(fs.path("z/b"), fs.path("empty")).unwrap();
+    assert!(fs.path("empty/c/f").exists());
+    fs::create_dir(fs.path("full")).unwrap();
+    fs::write(fs.path("full/x"), b"").unwrap();
+    assert_eq!(fs::rename(fs.path("empty"), fs.path("full")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(fs::rename(fs.path("two"), fs.path("full")).unwrap_err().raw_os_error(), Some(libc::EISDIR));
+    // Hard links and symlinks.
+    fs::hard_link(fs.path("two"), fs.path("a/two-link")).unwrap();
+    assert_eq!(fs::metadata(fs.path("two")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(fs.path("two")).unwrap().ino(), fs::metadata(fs.path("a/two-link")).unwrap().ino());
+    fs::remove_file(fs.path("two")).unwrap();
+    assert_eq!(fs::read(fs.path("a/two-link")).unwrap(), b"1");
+    std::os::unix::fs::symlink("a/two-link", fs.path("sym")).unwrap();
+    assert_eq!(fs::read_link(fs.path("sym")).unwrap().to_str(), Some("a/two-link"));
+    assert_eq!(fs::read(fs.path("sym")).unwrap(), b"1");
+    assert!(fs::symlink_metadata(fs.path("sym")).unwrap().file_type().is_symlink());
+    // Names over 255 bytes.
+    let long = "n".repeat(256);
+    assert_eq!(fs::write(fs.path(&long), b"").unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
+    fs::write(fs.path(&"n".repeat(255)), b"").unwrap();
+}
+
+#[test]
+fn unlinked_open_file_keeps_its_data() {
+    let fs = Embedded::start(1);
+    let p = fs.path("tmp");
+    fs::write(&p, b"still here").unwrap();
+    let mut f = File::open(&p).unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here");
+}
+
+#[test]
+fn large_directory_readdir() {
+    let fs = Embedded::start(1);
+    let d = fs.path("big");
+    fs::create_dir(&d).unwrap();
+    let n = 100_000;
+    // mknod is a single MDS RPC per entry (no open/close), which keeps this test short.
+    for i in 0..n {
+        let p = c(&d.join(format!("entry-{i:06}")));
+        // SAFETY: valid C string path.
+        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFREG | 0o644, 0) };
+        assert_eq!(rc, 0, "mknod {i}: errno {}", last_errno());
+    }
+    let mut names: Vec<String> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), n);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), n, "readdir returned duplicates");
+    assert_eq!(names[0], "entry-000000");
+    assert_eq!(names[n - 1], format!("entry-{:06}", n - 1));
+}
+
+#[test]
+fn attributes_xattrs_statfs() {
+    let fs = Embedded::start(2);
+    let p = fs.path("attr");
+    fs::write(&p, b"abc").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o4711)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o4711);
+    std::os::unix::fs::chown(&p, Some(1234), Some(5678)).unwrap();
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    // utimens
+    let times = [libc::timespec { tv_sec: 1_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 2_000_000, tv_nsec: 7 }];
+    // SAFETY: valid path and times array.
+    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c(&p).as_ptr(), times.as_ptr(), 0) }, 0);
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.atime(), m.atime_nsec(), m.mtime(), m.mtime_nsec()), (1_000_000, 5, 2_000_000, 7));
+    // xattrs
+    let out = nacre_testkit::sh(&format!(
+        "setfattr -n user.color -v blue {0} && setfattr -n user.size -v 42 {0} && getfattr -d {0}",
+        p.display()
+    ));
+    assert!(out.contains("user.color=\"blue\"") && out.contains("user.size=\"42\""), "{out}");
+    let out = nacre_testkit::sh(&format!("setfattr -x user.color {0} && getfattr -d {0}", p.display()));
+    assert!(!out.contains("color"), "{out}");
+    let missing = std::process::Command::new("getfattr").args(["-n", "user.none"]).arg(&p).output().unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("No such attribute"));
+    // statfs totals come from the OSTs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-parameter.
+    assert_eq!(unsafe { libc::statvfs(c(&fs.mnt).as_ptr(), &mut st) }, 0);
+    assert!(st.f_blocks > 0 && st.f_files > 0);
+    assert_eq!(st.f_namemax, 255);
+}
+
+#[test]
+fn shared_mmap_reads_and_writes() {
+    let fs = Embedded::start(1);
+    let p = fs.path("mm");
+    fs::write(&p, vec![b'a'; 8192]).unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping 8 KiB of an open file; unmapped below.
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    assert_ne!(ptr, libc::MAP_FAILED);
+    // SAFETY: ptr maps 8192 bytes.
+    let map = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), 8192) };
+    assert_eq!(map[100], b'a');
+    map[4096..4101].copy_from_slice(b"mmap!");
+    // SAFETY: same mapping.
+    assert_eq!(unsafe { libc::msync(ptr, 8192, libc::MS_SYNC) }, 0);
+    // SAFETY: same mapping.
+    unsafe { libc::munmap(ptr, 8192) };
+    drop(f);
+    let back = fs::read(&p).unwrap();
+    assert_eq!(&back[4096..4101], b"mmap!");
+}
+
+#[test]
+fn permissions_for_root_and_others() {
+    let fs = Embedded::start(1);
+    fs::set_permissions(&fs.mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    let private = fs.path("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(private.join("secret"), b"s").unwrap();
+    let (ok, err) = as_nobody(&format!("cat {}", private.join("secret").display()));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _) = as_nobody(&format!("touch {}/nope", fs.mnt.display()));
+    assert!(!ok, "nobody must not create in a 0755 root-owned directory");
+    // A world-writable sticky directory: nobody creates, root reads; nobody cannot remove root's file.
+    let tmp = fs.path("tmp");
+    fs::create_dir(&tmp).unwrap();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).unwrap();
+    let (ok, err) = as_nobody(&format!("echo mine > {0}/n && chmod 600 {0}/n && cat {0}/n", tmp.display()));
+    assert!(ok, "{err}");
+    assert_eq!(fs::metadata(tmp.join("n")).unwrap().uid(), 65534);
+    assert_eq!(fs::read(tmp.join("n")).unwrap(), b"mine\n");
+    fs::write(tmp.join("rootfile"), b"r").unwrap();
+    let (ok, _) = as_nobody(&format!("rm -f {}/rootfile", tmp.display()));
+    assert!(!ok, "sticky bit must protect root's file");
+    let (ok, err) = as_nobody(&format!("chown root {}/n", tmp.display()));
+    assert!(!ok && err.contains("not permitted"), "{err}");
+    // setgid directories hand their group down.
+    let g = fs.path("g");
+    fs::create_dir(&g).unwrap();
+    std::os::unix::fs::chown(&g, None, Some(4242)).unwrap();
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o2775)).unwrap();
+    fs::write(g.join("f"), b"").unwrap();
+    fs::create_dir(g.join("sub")).unwrap();
+    assert_eq!(fs::metadata(g.join("f")).unwrap().gid(), 4242);
+    assert_eq!(fs::metadata(g.join("sub")).unwrap().mode() & 0o2000, 0o2000);
+}

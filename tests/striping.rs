@@ -1,0 +1,115 @@
+//! Striping: layouts set and shown with the CLI, data verified on the OSTs themselves.
+
+use nacre_testkit::{nacre, nacre_ok, pattern, Embedded};
+use serde_json::Value;
+use std::fs;
+use std::path::Path;
+
+fn layout(path: &Path) -> Value {
+    serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap()
+}
+
+/// Rebuilds a file from its objects on the OSTs' local file systems.
+fn rebuild_from_osts(data_dir: &Path, l: &Value, size: usize) -> Vec<u8> {
+    let stripe_size = l["stripe_size"].as_u64().unwrap() as usize;
+    let objects = l["objects"].as_array().unwrap();
+    let count = objects.len();
+    let blobs: Vec<Vec<u8>> = objects
+        .iter()
+        .map(|o| {
+            let (ost, seq, id) = (o["ost"].as_u64().unwrap(), o["seq"].as_u64().unwrap(), o["id"].as_u64().unwrap());
+            let p = data_dir.join(format!("ost{ost}/O/{seq}/d{}/{id}", id % 32));
+            fs::read(&p).unwrap_or_default()
+        })
+        .collect();
+    let mut out = vec![0u8; size];
+    for (off, byte) in out.iter_mut().enumerate() {
+        let unit = off / stripe_size;
+        let stripe = unit % count;
+        let obj_off = (unit / count) * stripe_size + off % stripe_size;
+        *byte = blobs[stripe].get(obj_off).copied().unwrap_or(0);
+    }
+    out
+}
+
+#[test]
+fn striped_file_is_spread_over_osts() {
+    let fs = Embedded::start(4);
+    let dir = fs.path("wide");
+    fs::create_dir(&dir).unwrap();
+    nacre_ok(&["setstripe", "-c", "4", "-S", "64K", dir.to_str().unwrap()]);
+    let d = layout(&dir);
+    assert_eq!(d["default"]["stripe_count"], 4);
+    let f = dir.join("file");
+    let data = pattern(3, (1 << 20) + 12345);
+    fs::write(&f, &data).unwrap();
+    let l = layout(&f);
+    assert_eq!(l["stripe_count"], 4);
+    assert_eq!(l["stripe_size"], 65536);
+    let mut osts: Vec<u64> = l["objects"].as_array().unwrap().iter().map(|o| o["ost"].as_u64().unwrap()).collect();
+    osts.sort();
+    assert_eq!(osts, vec![0, 1, 2, 3]);
+    // Every OST holds a quarter of the data, and the objects rebuild the file exactly.
+    for o in l["objects"].as_array().unwrap() {
+        let (ost, seq, id) = (o["ost"].as_u64().unwrap(), o["seq"].as_u64().unwrap(), o["id"].as_u64().unwrap());
+        let len = fs::metadata(fs.data.join(format!("ost{ost}/O/{seq}/d{}/{id}", id % 32))).unwrap().len();
+        assert!(len >= 256 * 1024, "OST {ost} holds only {len} bytes");
+    }
+    assert_eq!(rebuild_from_osts(&fs.data, &l, data.len()), data);
+    assert_eq!(fs::read(&f).unwrap(), data);
+    let text = nacre_ok(&["getstripe", f.to_str().unwrap()]);
+    assert!(text.contains("lmm_stripe_count:  4") && text.contains("obdidx"), "{text}");
+}
+
+#[test]
+fn stripe_options_and_errors() {
+    let fs = Embedded::start(4);
+    let all = fs.path("all");
+    nacre_ok(&["setstripe", "-c", "-1", all.to_str().unwrap()]);
+    fs::write(&all, b"x").unwrap();
+    assert_eq!(layout(&all)["stripe_count"], 4);
+
+    let start = fs.path("start2");
+    nacre_ok(&["setstripe", "-c", "2", "-i", "2", start.to_str().unwrap()]);
+    let l = layout(&start);
+    let osts: Vec<u64> = l["objects"].as_array().unwrap().iter().map(|o| o["ost"].as_u64().unwrap()).collect();
+    assert_eq!(osts, vec![2, 3]);
+
+    let out = nacre(&["setstripe", "-c", "9", fs.path("nine").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stripe count 9 exceeds the 4 OSTs of fs 'nacre'"), "{err}");
+    assert!(!fs.path("nine").exists(), "a refused setstripe must not create the file");
+
+    let bad = nacre(&["setstripe", "-S", "1000", fs.path("odd").to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("multiple of 64 KiB"));
+
+    fs::write(fs.path("full"), b"data").unwrap();
+    let busy = nacre(&["setstripe", "-c", "2", fs.path("full").to_str().unwrap()]);
+    assert!(!busy.status.success());
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("already holds data"));
+}
+
+#[test]
+fn default_layout_round_robins_and_df_lists_targets() {
+    let fs = Embedded::start(4);
+    let mut used = std::collections::BTreeSet::new();
+    for i in 0..8 {
+        let f = fs.path(&format!("f{i}"));
+        fs::write(&f, b"x").unwrap();
+        let l = layout(&f);
+        assert_eq!(l["stripe_count"], 1);
+        assert_eq!(l["stripe_size"], 1 << 20);
+        used.insert(l["objects"][0]["ost"].as_u64().unwrap());
+    }
+    assert_eq!(used.len(), 4, "balanced OSTs are used round-robin: {used:?}");
+    let df = nacre_ok(&["df", fs.mnt.to_str().unwrap()]);
+    for t in ["nacre-MDT0000_UUID", "nacre-OST0000_UUID", "nacre-OST0003_UUID", "filesystem_summary:"] {
+        assert!(df.contains(t), "{df}");
+    }
+    let dfi = nacre_ok(&["df", "-i", fs.mnt.to_str().unwrap()]);
+    assert!(dfi.contains("Inodes"), "{dfi}");
+    let dfh = nacre_ok(&["df", "-h", fs.mnt.to_str().unwrap()]);
+    assert!(dfh.contains('G') || dfh.contains('M'), "{dfh}");
+}
