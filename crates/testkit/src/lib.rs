@@ -79,15 +79,21 @@ impl Embedded {
 
     /// Like [`Embedded::start`] with extra `nacre up` arguments.
     pub fn start_with(osts: u32, extra: &[&str]) -> Embedded {
+        let fs = Embedded::unstarted(osts, extra);
+        fs.up();
+        fs
+    }
+
+    /// Prepares directories without starting (so a test can, say, put an OST on a small
+    /// tmpfs first); call [`Embedded::up`] to start.
+    pub fn unstarted(osts: u32, extra: &[&str]) -> Embedded {
         let root = tempfile::Builder::new().prefix("nacre-test").tempdir_in(test_dir()).expect("tempdir");
         let mnt = root.path().join("mnt");
         let data = root.path().join("data");
         std::fs::create_dir_all(&mnt).expect("mkdir mnt");
         let mut args = vec!["--osts".to_string(), osts.to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let fs = Embedded { root, mnt, data, args };
-        fs.up();
-        fs
+        Embedded { root, mnt, data, args }
     }
 
     /// Runs `nacre up` (again).
@@ -133,7 +139,12 @@ pub struct ServerProc {
 impl ServerProc {
     /// Starts `nacre server --listen 127.0.0.1:PORT --target DIR...` and waits until it serves.
     pub fn start(port: u16, targets: &[&Path], extra: &[&str]) -> ServerProc {
-        let listen = format!("127.0.0.1:{port}");
+        ServerProc::start_at(&format!("127.0.0.1:{port}"), targets, extra)
+    }
+
+    /// Starts `nacre server --listen LISTEN --target DIR...` and waits until it serves.
+    pub fn start_at(listen: &str, targets: &[&Path], extra: &[&str]) -> ServerProc {
+        let listen = listen.to_string();
         let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
         for t in targets {
             args.push("--target".into());
