@@ -15,7 +15,10 @@ struct Cluster {
 impl Cluster {
     /// MGS, MDS and two OSS processes (two OSTs each), each on its own loopback address.
     fn start() -> Cluster {
-        let root = tempfile::Builder::new().prefix("nacre-cluster").tempdir_in(nacre_testkit::test_dir()).unwrap();
+        let root = tempfile::Builder::new()
+            .prefix("nacre-cluster")
+            .tempdir_in(nacre_testkit::test_dir())
+            .unwrap();
         let d = |n: &str| root.path().join(n);
         let mgs_port = free_port();
         let mgs_nid = format!("127.0.0.1:{mgs_port}@tcp");
@@ -28,7 +31,11 @@ impl Cluster {
         servers.push(start_on("127.0.0.2", &[d("ost0"), d("ost1")]));
         servers.push(start_on("127.0.0.3", &[d("ost2"), d("ost3")]));
         servers.push(start_on("127.0.0.4", &[d("mdt0")]));
-        Cluster { root, servers, mgs_nid }
+        Cluster {
+            root,
+            servers,
+            mgs_nid,
+        }
     }
 
     fn source(&self) -> String {
@@ -52,7 +59,14 @@ fn two_clients_write_disjoint_ranges_of_one_file() {
     let b = cluster.mount("b");
     let file_a = a.mnt.join("shared");
     let file_b = b.mnt.join("shared");
-    nacre_ok(&["setstripe", "-c", "4", "-S", "64K", file_a.to_str().unwrap()]);
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "4",
+        "-S",
+        "64K",
+        file_a.to_str().unwrap(),
+    ]);
     let block = 64 * 1024;
     let blocks = 48;
     let expected = pattern(11, block * blocks);
@@ -60,7 +74,8 @@ fn two_clients_write_disjoint_ranges_of_one_file() {
         std::thread::spawn(move || {
             let f = OpenOptions::new().write(true).open(&path).unwrap();
             for i in (parity..blocks).step_by(2) {
-                f.write_all_at(&data[i * block..(i + 1) * block], (i * block) as u64).unwrap();
+                f.write_all_at(&data[i * block..(i + 1) * block], (i * block) as u64)
+                    .unwrap();
             }
             f.sync_all().unwrap();
         })
@@ -71,19 +86,39 @@ fn two_clients_write_disjoint_ranges_of_one_file() {
     tb.join().unwrap();
     for path in [&file_a, &file_b] {
         assert_eq!(fs::metadata(path).unwrap().len(), expected.len() as u64);
-        assert!(fs::read(path).unwrap() == expected, "{} sees wrong bytes", path.display());
+        assert!(
+            fs::read(path).unwrap() == expected,
+            "{} sees wrong bytes",
+            path.display()
+        );
     }
     // The objects live on both OSS processes.
-    let l: serde_json::Value = serde_json::from_str(&nacre_ok(&["getstripe", "--json", file_a.to_str().unwrap()])).unwrap();
-    let osts: Vec<u64> = l["objects"].as_array().unwrap().iter().map(|o| o["ost"].as_u64().unwrap()).collect();
-    assert!(osts.iter().any(|&o| o < 2) && osts.iter().any(|&o| o >= 2), "{osts:?}");
+    let l: serde_json::Value = serde_json::from_str(&nacre_ok(&[
+        "getstripe",
+        "--json",
+        file_a.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let osts: Vec<u64> = l["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["ost"].as_u64().unwrap())
+        .collect();
+    assert!(
+        osts.iter().any(|&o| o < 2) && osts.iter().any(|&o| o >= 2),
+        "{osts:?}"
+    );
 
     // After A extends the file and closes, B sees the new size and bytes at once.
     let mut f = OpenOptions::new().write(true).open(&file_a).unwrap();
     f.seek(SeekFrom::End(0)).unwrap();
     f.write_all(b"tail from a").unwrap();
     drop(f);
-    assert_eq!(fs::metadata(&file_b).unwrap().len(), expected.len() as u64 + 11);
+    assert_eq!(
+        fs::metadata(&file_b).unwrap().len(),
+        expected.len() as u64 + 11
+    );
     let back = fs::read(&file_b).unwrap();
     assert_eq!(&back[expected.len()..], b"tail from a");
     // Namespace changes are visible across clients immediately.
@@ -92,9 +127,16 @@ fn two_clients_write_disjoint_ranges_of_one_file() {
     fs::rename(a.mnt.join("dir/x"), a.mnt.join("dir/y")).unwrap();
     assert!(!b.mnt.join("dir/x").exists());
     assert_eq!(fs::read(b.mnt.join("dir/y")).unwrap(), b"1");
-    fs::set_permissions(b.mnt.join("dir/y"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    fs::set_permissions(
+        b.mnt.join("dir/y"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(fs::metadata(a.mnt.join("dir/y")).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(a.mnt.join("dir/y")).unwrap().mode() & 0o777,
+        0o600
+    );
     drop(cluster.servers);
 }
 
@@ -104,28 +146,48 @@ fn embedded_restart_brings_back_all_data() {
     let big = pattern(5, 5 << 20);
     fs::create_dir_all(fs.path("a/b")).unwrap();
     fs::write(fs.path("a/b/big"), &big).unwrap();
-    nacre_ok(&["setstripe", "-c", "3", fs.path("a/striped").to_str().unwrap()]);
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "3",
+        fs.path("a/striped").to_str().unwrap(),
+    ]);
     fs::write(fs.path("a/striped"), &big).unwrap();
     std::os::unix::fs::symlink("b/big", fs.path("a/link")).unwrap();
-    sh(&format!("setfattr -n user.k -v v {}", fs.path("a").display()));
+    sh(&format!(
+        "setfattr -n user.k -v v {}",
+        fs.path("a").display()
+    ));
     fs.down();
     assert!(!nacre_testkit::sh("cat /proc/mounts").contains(fs.mnt.to_str().unwrap()));
     fs.up();
     assert_eq!(fs::read(fs.path("a/b/big")).unwrap(), big);
     assert_eq!(fs::read(fs.path("a/striped")).unwrap(), big);
     assert_eq!(fs::read(fs.path("a/link")).unwrap(), big);
-    assert_eq!(sh(&format!("getfattr -n user.k --only-values {}", fs.path("a").display())), "v");
+    assert_eq!(
+        sh(&format!(
+            "getfattr -n user.k --only-values {}",
+            fs.path("a").display()
+        )),
+        "v"
+    );
     // New files after restart get fresh FIDs and objects, not reused ones.
     fs::write(fs.path("new"), b"n").unwrap();
     assert_eq!(fs::read(fs.path("a/b/big")).unwrap(), big);
-    assert_ne!(fs::metadata(fs.path("new")).unwrap().ino(), fs::metadata(fs.path("a/b/big")).unwrap().ino());
+    assert_ne!(
+        fs::metadata(fs.path("new")).unwrap().ino(),
+        fs::metadata(fs.path("a/b/big")).unwrap().ino()
+    );
 }
 
 use std::os::unix::fs::MetadataExt;
 
 #[test]
 fn kill9_of_the_server_during_writes_loses_nothing_acknowledged() {
-    let root = tempfile::Builder::new().prefix("nacre-kill").tempdir_in(nacre_testkit::test_dir()).unwrap();
+    let root = tempfile::Builder::new()
+        .prefix("nacre-kill")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
     let d = |n: &str| root.path().join(n);
     let port = free_port();
     let nid = format!("127.0.0.1:{port}@tcp");
@@ -141,7 +203,12 @@ fn kill9_of_the_server_during_writes_loses_nothing_acknowledged() {
         for i in 0..60u64 {
             let p = dir.join(format!("file{i}"));
             let data = pattern(i, 256 * 1024 + i as usize * 100);
-            let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&p).unwrap();
+            let mut f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&p)
+                .unwrap();
             f.write_all(&data).unwrap();
             f.sync_all().unwrap();
             acked.push(i);
@@ -153,16 +220,24 @@ fn kill9_of_the_server_during_writes_loses_nothing_acknowledged() {
     server.kill9();
     std::thread::sleep(std::time::Duration::from_millis(500));
     server.restart();
-    let acked = writer.join().expect("writer must not fail across the restart");
+    let acked = writer
+        .join()
+        .expect("writer must not fail across the restart");
     assert_eq!(acked.len(), 60);
     for i in acked {
         let data = pattern(i, 256 * 1024 + i as usize * 100);
-        assert!(fs::read(client.mnt.join(format!("file{i}"))).unwrap() == data, "file{i} damaged");
+        assert!(
+            fs::read(client.mnt.join(format!("file{i}"))).unwrap() == data,
+            "file{i} damaged"
+        );
     }
     // And after a second kill -9, everything fsync'd is still there, read by a fresh mount.
     server.kill9();
     server.restart();
     let fresh = ClientMount::mount(&format!("{nid}:/kill"), &d("mnt2"), &[]);
     assert_eq!(fs::read_dir(&fresh.mnt).unwrap().count(), 60);
-    assert_eq!(fs::read(fresh.mnt.join("file59")).unwrap(), pattern(59, 256 * 1024 + 5900));
+    assert_eq!(
+        fs::read(fresh.mnt.join("file59")).unwrap(),
+        pattern(59, 256 * 1024 + 5900)
+    );
 }

@@ -20,5 +20,8 @@ pub fn as_nobody(cmd: &str) -> (bool, String) {
         .args(["-u", "nobody", "--", "sh", "-c", cmd])
         .output()
         .expect("runuser");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

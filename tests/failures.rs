@@ -13,10 +13,22 @@ fn stderr(out: &std::process::Output) -> String {
 fn unreachable_mgs_fails_the_mount_quickly() {
     let dir = tempfile::tempdir().unwrap();
     let start = Instant::now();
-    let out = nacre(&["mount", &format!("127.0.0.1:{}@tcp:/x", free_port()), dir.path().to_str().unwrap()]);
+    let out = nacre(&[
+        "mount",
+        &format!("127.0.0.1:{}@tcp:/x", free_port()),
+        dir.path().to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
-    assert!(stderr(&out).contains("cannot reach the MGS"), "{}", stderr(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        stderr(&out).contains("cannot reach the MGS"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -29,31 +41,107 @@ fn bad_targets_and_configurations_are_refused() {
     mkfs("--mdt", 0, "demo", Some(&nid), &d("mdt0"));
     mkfs("--ost", 0, "demo", Some(&nid), &d("ost0"));
     // Formatting twice is refused; an OST needs an MGS NID; fsnames are checked.
-    let again = nacre(&["mkfs", "--ost", "--index", "0", "--fsname", "demo", "--mgsnode", &nid, d("ost0").to_str().unwrap()]);
-    assert!(stderr(&again).contains("already holds target demo-OST0000"), "{}", stderr(&again));
-    let no_mgs = nacre(&["mkfs", "--ost", "--index", "1", "--fsname", "demo", d("x").to_str().unwrap()]);
-    assert!(stderr(&no_mgs).contains("--mgsnode is required"), "{}", stderr(&no_mgs));
+    let again = nacre(&[
+        "mkfs",
+        "--ost",
+        "--index",
+        "0",
+        "--fsname",
+        "demo",
+        "--mgsnode",
+        &nid,
+        d("ost0").to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&again).contains("already holds target demo-OST0000"),
+        "{}",
+        stderr(&again)
+    );
+    let no_mgs = nacre(&[
+        "mkfs",
+        "--ost",
+        "--index",
+        "1",
+        "--fsname",
+        "demo",
+        d("x").to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&no_mgs).contains("--mgsnode is required"),
+        "{}",
+        stderr(&no_mgs)
+    );
     let bad_name = nacre(&["mkfs", "--mgs", "--fsname", "a/b", d("y").to_str().unwrap()]);
-    assert!(stderr(&bad_name).contains("fsname 'a/b'"), "{}", stderr(&bad_name));
+    assert!(
+        stderr(&bad_name).contains("fsname 'a/b'"),
+        "{}",
+        stderr(&bad_name)
+    );
     // A server refuses a target of another file system.
-    let other = nacre(&["server", "--listen", "127.0.0.1:0", "--fsname", "other", "--target", d("ost0").to_str().unwrap()]);
-    assert!(stderr(&other).contains("belongs to file system 'demo', not 'other'"), "{}", stderr(&other));
+    let other = nacre(&[
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--fsname",
+        "other",
+        "--target",
+        d("ost0").to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&other).contains("belongs to file system 'demo', not 'other'"),
+        "{}",
+        stderr(&other)
+    );
     // A directory that was never formatted.
-    let unformatted = nacre(&["server", "--listen", "127.0.0.1:0", "--target", root.path().to_str().unwrap()]);
-    assert!(stderr(&unformatted).contains("not a formatted Nacre target"), "{}", stderr(&unformatted));
+    let unformatted = nacre(&[
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        root.path().to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&unformatted).contains("not a formatted Nacre target"),
+        "{}",
+        stderr(&unformatted)
+    );
     let _server = ServerProc::start(port, &[&d("mgs"), &d("mdt0"), &d("ost0")], &[]);
     // A second target claiming index 0 is refused by the MGS.
     mkfs("--ost", 0, "demo", Some(&nid), &d("impostor"));
-    let steal = nacre(&["server", "--listen", "127.0.0.1:0", "--target", d("impostor").to_str().unwrap()]);
+    let steal = nacre(&[
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        d("impostor").to_str().unwrap(),
+    ]);
     assert!(!steal.status.success());
-    assert!(stderr(&steal).contains("registered by another target"), "{}", stderr(&steal));
+    assert!(
+        stderr(&steal).contains("registered by another target"),
+        "{}",
+        stderr(&steal)
+    );
     // Mounting a file system the MGS does not know.
     fs::create_dir(d("m")).unwrap();
     let unknown = nacre(&["mount", &format!("{nid}:/nosuch"), d("m").to_str().unwrap()]);
-    assert!(stderr(&unknown).contains("not known to the MGS"), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).contains("not known to the MGS"),
+        "{}",
+        stderr(&unknown)
+    );
     // Bad mount options.
-    let bad_opt = nacre(&["mount", &format!("{nid}:/demo"), d("m").to_str().unwrap(), "--max-rpc-size", "64M"]);
-    assert!(stderr(&bad_opt).contains("max_rpc_size"), "{}", stderr(&bad_opt));
+    let bad_opt = nacre(&[
+        "mount",
+        &format!("{nid}:/demo"),
+        d("m").to_str().unwrap(),
+        "--max-rpc-size",
+        "64M",
+    ]);
+    assert!(
+        stderr(&bad_opt).contains("max_rpc_size"),
+        "{}",
+        stderr(&bad_opt)
+    );
 }
 
 #[test]
@@ -61,11 +149,17 @@ fn full_ost_gives_enospc_and_others_keep_working() {
     let fs = Embedded::unstarted(2, &[]);
     let small = fs.data.join("ost1");
     fs::create_dir_all(&small).unwrap();
-    nacre_testkit::sh(&format!("mount -t tmpfs -o size=8m nacre-test-full {}", small.display()));
+    nacre_testkit::sh(&format!(
+        "mount -t tmpfs -o size=8m nacre-test-full {}",
+        small.display()
+    ));
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
         }
     }
     let _guard = Unmount(small.clone());

@@ -29,7 +29,10 @@ fn files_read_write_truncate_append() {
     f.set_len(5000).unwrap();
     let back = fs::read(&p).unwrap();
     assert_eq!(back.len(), 5000);
-    assert!(back[10..].iter().all(|&b| b == 0), "extended part must read as zeros");
+    assert!(
+        back[10..].iter().all(|&b| b == 0),
+        "extended part must read as zeros"
+    );
     drop(f);
 
     let mut a = OpenOptions::new().append(true).open(&p).unwrap();
@@ -53,27 +56,46 @@ fn files_read_write_truncate_append() {
     assert!(buf.iter().all(|&b| b == 0));
 
     fs::remove_file(&p).unwrap();
-    assert_eq!(fs::metadata(&p).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    assert_eq!(
+        fs::metadata(&p).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
 }
 
 #[test]
 fn fallocate_and_direct_io() {
     let fs = Embedded::start(2);
     let p = fs.path("pre");
-    let f = OpenOptions::new().create(true).write(true).open(&p).unwrap();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: fallocate on an open descriptor.
-    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 8 << 20) }, 0, "errno {}", last_errno());
+    assert_eq!(
+        unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 8 << 20) },
+        0,
+        "errno {}",
+        last_errno()
+    );
     assert_eq!(fs::metadata(&p).unwrap().len(), 8 << 20);
     assert!(fs::metadata(&p).unwrap().blocks() >= (8 << 20) / 512);
     // SAFETY: as above.
-    let keep = unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 8 << 20, 1 << 20) };
+    let keep =
+        unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 8 << 20, 1 << 20) };
     assert_eq!(keep, 0);
     assert_eq!(fs::metadata(&p).unwrap().len(), 8 << 20);
     drop(f);
 
     // O_DIRECT with aligned buffers.
-    let mut f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&p).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
     let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
     // SAFETY: allocation with a valid, non-zero layout, freed below.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -97,7 +119,10 @@ fn directories_rename_and_links() {
     fs::write(d.join("f"), b"x").unwrap();
     assert_eq!(fs::metadata(fs.path("a")).unwrap().nlink(), 3);
     // rmdir of a non-empty directory fails.
-    assert_eq!(fs::remove_dir(fs.path("a/b")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(
+        fs::remove_dir(fs.path("a/b")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
     // Rename a directory into another.
     fs::create_dir(fs.path("z")).unwrap();
     fs::rename(fs.path("a/b"), fs.path("z/b")).unwrap();
@@ -105,7 +130,12 @@ fn directories_rename_and_links() {
     assert_eq!(fs::metadata(fs.path("a")).unwrap().nlink(), 2);
     assert_eq!(fs::metadata(fs.path("z")).unwrap().nlink(), 3);
     // A directory cannot move beneath itself.
-    assert_eq!(fs::rename(fs.path("z"), fs.path("z/b/c/z")).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(
+        fs::rename(fs.path("z"), fs.path("z/b/c/z"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EINVAL)
+    );
     // Rename replacing a file; replacing an empty directory; not a non-empty one.
     fs::write(fs.path("one"), b"1").unwrap();
     fs::write(fs.path("two"), b"2").unwrap();
@@ -117,21 +147,43 @@ fn directories_rename_and_links() {
     assert!(fs.path("empty/c/f").exists());
     fs::create_dir(fs.path("full")).unwrap();
     fs::write(fs.path("full/x"), b"").unwrap();
-    assert_eq!(fs::rename(fs.path("empty"), fs.path("full")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
-    assert_eq!(fs::rename(fs.path("two"), fs.path("full")).unwrap_err().raw_os_error(), Some(libc::EISDIR));
+    assert_eq!(
+        fs::rename(fs.path("empty"), fs.path("full"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        fs::rename(fs.path("two"), fs.path("full"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EISDIR)
+    );
     // Hard links and symlinks.
     fs::hard_link(fs.path("two"), fs.path("a/two-link")).unwrap();
     assert_eq!(fs::metadata(fs.path("two")).unwrap().nlink(), 2);
-    assert_eq!(fs::metadata(fs.path("two")).unwrap().ino(), fs::metadata(fs.path("a/two-link")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(fs.path("two")).unwrap().ino(),
+        fs::metadata(fs.path("a/two-link")).unwrap().ino()
+    );
     fs::remove_file(fs.path("two")).unwrap();
     assert_eq!(fs::read(fs.path("a/two-link")).unwrap(), b"1");
     std::os::unix::fs::symlink("a/two-link", fs.path("sym")).unwrap();
-    assert_eq!(fs::read_link(fs.path("sym")).unwrap().to_str(), Some("a/two-link"));
+    assert_eq!(
+        fs::read_link(fs.path("sym")).unwrap().to_str(),
+        Some("a/two-link")
+    );
     assert_eq!(fs::read(fs.path("sym")).unwrap(), b"1");
-    assert!(fs::symlink_metadata(fs.path("sym")).unwrap().file_type().is_symlink());
+    assert!(fs::symlink_metadata(fs.path("sym"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
     // Names over 255 bytes.
     let long = "n".repeat(256);
-    assert_eq!(fs::write(fs.path(&long), b"").unwrap_err().raw_os_error(), Some(libc::ENAMETOOLONG));
+    assert_eq!(
+        fs::write(fs.path(&long), b"").unwrap_err().raw_os_error(),
+        Some(libc::ENAMETOOLONG)
+    );
     fs::write(fs.path(&"n".repeat(255)), b"").unwrap();
 }
 
@@ -161,7 +213,10 @@ fn large_directory_readdir() {
         let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFREG | 0o644, 0) };
         assert_eq!(rc, 0, "mknod {i}: errno {}", last_errno());
     }
-    let mut names: Vec<String> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names.len(), n);
     names.sort();
     names.dedup();
@@ -181,20 +236,45 @@ fn attributes_xattrs_statfs() {
     let m = fs::metadata(&p).unwrap();
     assert_eq!((m.uid(), m.gid()), (1234, 5678));
     // utimens
-    let times = [libc::timespec { tv_sec: 1_000_000, tv_nsec: 5 }, libc::timespec { tv_sec: 2_000_000, tv_nsec: 7 }];
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        },
+        libc::timespec {
+            tv_sec: 2_000_000,
+            tv_nsec: 7,
+        },
+    ];
     // SAFETY: valid path and times array.
-    assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c(&p).as_ptr(), times.as_ptr(), 0) }, 0);
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c(&p).as_ptr(), times.as_ptr(), 0) },
+        0
+    );
     let m = fs::metadata(&p).unwrap();
-    assert_eq!((m.atime(), m.atime_nsec(), m.mtime(), m.mtime_nsec()), (1_000_000, 5, 2_000_000, 7));
+    assert_eq!(
+        (m.atime(), m.atime_nsec(), m.mtime(), m.mtime_nsec()),
+        (1_000_000, 5, 2_000_000, 7)
+    );
     // xattrs
     let out = nacre_testkit::sh(&format!(
         "setfattr -n user.color -v blue {0} && setfattr -n user.size -v 42 {0} && getfattr -d {0}",
         p.display()
     ));
-    assert!(out.contains("user.color=\"blue\"") && out.contains("user.size=\"42\""), "{out}");
-    let out = nacre_testkit::sh(&format!("setfattr -x user.color {0} && getfattr -d {0}", p.display()));
+    assert!(
+        out.contains("user.color=\"blue\"") && out.contains("user.size=\"42\""),
+        "{out}"
+    );
+    let out = nacre_testkit::sh(&format!(
+        "setfattr -x user.color {0} && getfattr -d {0}",
+        p.display()
+    ));
     assert!(!out.contains("color"), "{out}");
-    let missing = std::process::Command::new("getfattr").args(["-n", "user.none"]).arg(&p).output().unwrap();
+    let missing = std::process::Command::new("getfattr")
+        .args(["-n", "user.none"])
+        .arg(&p)
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("No such attribute"));
     // statfs totals come from the OSTs.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -213,7 +293,14 @@ fn shared_mmap_reads_and_writes() {
     use std::os::fd::AsRawFd;
     // SAFETY: mapping 8 KiB of an open file; unmapped below.
     let ptr = unsafe {
-        libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
     };
     assert_ne!(ptr, libc::MAP_FAILED);
     // SAFETY: ptr maps 8192 bytes.
@@ -245,7 +332,10 @@ fn permissions_for_root_and_others() {
     let tmp = fs.path("tmp");
     fs::create_dir(&tmp).unwrap();
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).unwrap();
-    let (ok, err) = as_nobody(&format!("echo mine > {0}/n && chmod 600 {0}/n && cat {0}/n", tmp.display()));
+    let (ok, err) = as_nobody(&format!(
+        "echo mine > {0}/n && chmod 600 {0}/n && cat {0}/n",
+        tmp.display()
+    ));
     assert!(ok, "{err}");
     assert_eq!(fs::metadata(tmp.join("n")).unwrap().uid(), 65534);
     assert_eq!(fs::read(tmp.join("n")).unwrap(), b"mine\n");

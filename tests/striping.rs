@@ -17,7 +17,11 @@ fn rebuild_from_osts(data_dir: &Path, l: &Value, size: usize) -> Vec<u8> {
     let blobs: Vec<Vec<u8>> = objects
         .iter()
         .map(|o| {
-            let (ost, seq, id) = (o["ost"].as_u64().unwrap(), o["seq"].as_u64().unwrap(), o["id"].as_u64().unwrap());
+            let (ost, seq, id) = (
+                o["ost"].as_u64().unwrap(),
+                o["seq"].as_u64().unwrap(),
+                o["id"].as_u64().unwrap(),
+            );
             let p = data_dir.join(format!("ost{ost}/O/{seq}/d{}/{id}", id % 32));
             fs::read(&p).unwrap_or_default()
         })
@@ -46,19 +50,33 @@ fn striped_file_is_spread_over_osts() {
     let l = layout(&f);
     assert_eq!(l["stripe_count"], 4);
     assert_eq!(l["stripe_size"], 65536);
-    let mut osts: Vec<u64> = l["objects"].as_array().unwrap().iter().map(|o| o["ost"].as_u64().unwrap()).collect();
+    let mut osts: Vec<u64> = l["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["ost"].as_u64().unwrap())
+        .collect();
     osts.sort();
     assert_eq!(osts, vec![0, 1, 2, 3]);
     // Every OST holds a quarter of the data, and the objects rebuild the file exactly.
     for o in l["objects"].as_array().unwrap() {
-        let (ost, seq, id) = (o["ost"].as_u64().unwrap(), o["seq"].as_u64().unwrap(), o["id"].as_u64().unwrap());
-        let len = fs::metadata(fs.data.join(format!("ost{ost}/O/{seq}/d{}/{id}", id % 32))).unwrap().len();
+        let (ost, seq, id) = (
+            o["ost"].as_u64().unwrap(),
+            o["seq"].as_u64().unwrap(),
+            o["id"].as_u64().unwrap(),
+        );
+        let len = fs::metadata(fs.data.join(format!("ost{ost}/O/{seq}/d{}/{id}", id % 32)))
+            .unwrap()
+            .len();
         assert!(len >= 256 * 1024, "OST {ost} holds only {len} bytes");
     }
     assert_eq!(rebuild_from_osts(&fs.data, &l, data.len()), data);
     assert_eq!(fs::read(&f).unwrap(), data);
     let text = nacre_ok(&["getstripe", f.to_str().unwrap()]);
-    assert!(text.contains("lmm_stripe_count:  4") && text.contains("obdidx"), "{text}");
+    assert!(
+        text.contains("lmm_stripe_count:  4") && text.contains("obdidx"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -72,14 +90,25 @@ fn stripe_options_and_errors() {
     let start = fs.path("start2");
     nacre_ok(&["setstripe", "-c", "2", "-i", "2", start.to_str().unwrap()]);
     let l = layout(&start);
-    let osts: Vec<u64> = l["objects"].as_array().unwrap().iter().map(|o| o["ost"].as_u64().unwrap()).collect();
+    let osts: Vec<u64> = l["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["ost"].as_u64().unwrap())
+        .collect();
     assert_eq!(osts, vec![2, 3]);
 
     let out = nacre(&["setstripe", "-c", "9", fs.path("nine").to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("stripe count 9 exceeds the 4 OSTs of fs 'nacre'"), "{err}");
-    assert!(!fs.path("nine").exists(), "a refused setstripe must not create the file");
+    assert!(
+        err.contains("stripe count 9 exceeds the 4 OSTs of fs 'nacre'"),
+        "{err}"
+    );
+    assert!(
+        !fs.path("nine").exists(),
+        "a refused setstripe must not create the file"
+    );
 
     let bad = nacre(&["setstripe", "-S", "1000", fs.path("odd").to_str().unwrap()]);
     assert!(!bad.status.success());
@@ -103,9 +132,18 @@ fn default_layout_round_robins_and_df_lists_targets() {
         assert_eq!(l["stripe_size"], 1 << 20);
         used.insert(l["objects"][0]["ost"].as_u64().unwrap());
     }
-    assert_eq!(used.len(), 4, "balanced OSTs are used round-robin: {used:?}");
+    assert_eq!(
+        used.len(),
+        4,
+        "balanced OSTs are used round-robin: {used:?}"
+    );
     let df = nacre_ok(&["df", fs.mnt.to_str().unwrap()]);
-    for t in ["nacre-MDT0000_UUID", "nacre-OST0000_UUID", "nacre-OST0003_UUID", "filesystem_summary:"] {
+    for t in [
+        "nacre-MDT0000_UUID",
+        "nacre-OST0000_UUID",
+        "nacre-OST0003_UUID",
+        "filesystem_summary:",
+    ] {
         assert!(df.contains(t), "{df}");
     }
     let dfi = nacre_ok(&["df", "-i", fs.mnt.to_str().unwrap()]);

@@ -16,7 +16,10 @@ fn cp_tar_rsync_round_trip() {
     let fs = Embedded::start(2);
     let local = tempfile::tempdir().unwrap();
     prepare_tree(local.path());
-    let (l, m) = (local.path().display().to_string(), fs.mnt.display().to_string());
+    let (l, m) = (
+        local.path().display().to_string(),
+        fs.mnt.display().to_string(),
+    );
     sh(&format!("cp -a {l}/src {m}/cp && diff -r {l}/src {m}/cp"));
     let out = sh(&format!("getfattr -n user.tag --only-values {m}/cp/sub/f4"));
     assert_eq!(out, "t");
@@ -24,7 +27,11 @@ fn cp_tar_rsync_round_trip() {
     assert_eq!(sh(&format!("readlink {m}/cp/link")).trim(), "sub/f1");
     sh(&format!("tar -C {l} -cf {m}/t.tar src && mkdir {m}/untar && tar -C {m}/untar -xf {m}/t.tar && diff -r {l}/src {m}/untar/src"));
     sh(&format!("rsync -aHX {l}/src/ {m}/rs/ && diff -r {l}/src {m}/rs && rsync -aHX --delete {m}/rs/ {l}/back/ && diff -r {l}/src {l}/back"));
-    assert_eq!(sh(&format!("stat -c %h {m}/rs/hard")).trim(), "2", "rsync -H keeps hard links");
+    assert_eq!(
+        sh(&format!("stat -c %h {m}/rs/hard")).trim(),
+        "2",
+        "rsync -H keeps hard links"
+    );
 }
 
 #[test]
@@ -44,7 +51,10 @@ fn git_and_make() {
 fn fio_verify_job() {
     let fs = Embedded::start(4);
     let m = fs.mnt.display().to_string();
-    sh(&format!("mkdir {m}/fio && nacre_bin={} && $nacre_bin setstripe -c 4 -S 1M {m}/fio", nacre_testkit::nacre_bin().display()));
+    sh(&format!(
+        "mkdir {m}/fio && nacre_bin={} && $nacre_bin setstripe -c 4 -S 1M {m}/fio",
+        nacre_testkit::nacre_bin().display()
+    ));
     let out = sh(&format!(
         "fio --name=verify --directory={m}/fio --rw=randwrite --bs=64k --size=32m --numjobs=2 \
          --verify=crc32c --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --group_reporting \
@@ -57,5 +67,8 @@ fn fio_verify_job() {
         "fio --name=seq --directory={m}/fio --rw=write --bs=1m --size=64m --numjobs=2 --verify=crc32c \
          --verify_fatal=1 --do_verify=1 --ioengine=psync --output-format=terse"
     ));
-    assert!(seq.lines().all(|l| l.split(';').nth(4) == Some("0")), "{seq}");
+    assert!(
+        seq.lines().all(|l| l.split(';').nth(4) == Some("0")),
+        "{seq}"
+    );
 }

@@ -32,7 +32,15 @@ pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     let p = cpath(path).map_err(|e| std::io::Error::other(e.to_string()))?;
     let n = CString::new(name).expect("xattr name");
     // SAFETY: valid C strings and value buffer.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    let rc = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -43,7 +51,10 @@ fn dir_of(path: &Path) -> PathBuf {
     if path.is_dir() {
         path.to_path_buf()
     } else {
-        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf()
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
     }
 }
 
@@ -56,7 +67,9 @@ pub fn usage(path: &Path) -> anyhow::Result<Value> {
 
 fn ost_count(df: &Value) -> usize {
     df["targets"].as_array().map_or(0, |t| {
-        t.iter().filter(|x| x["name"].as_str().is_some_and(|n| n.contains("-OST"))).count()
+        t.iter()
+            .filter(|x| x["name"].as_str().is_some_and(|n| n.contains("-OST")))
+            .count()
     })
 }
 
@@ -74,7 +87,7 @@ pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Resu
     if start >= osts as i64 {
         bail!("start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)");
     }
-    if size != 0 && (size % 65536 != 0 || size > u64::from(u32::MAX - 65535)) {
+    if size != 0 && (!size.is_multiple_of(65536) || size > u64::from(u32::MAX - 65535)) {
         bail!("stripe size {size} must be a multiple of 64 KiB, at most 4 GiB");
     }
     if !path.exists() {
@@ -84,16 +97,21 @@ pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Resu
             .open(path)
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
-    let spec = serde_json::json!({ "stripe_count": count, "stripe_size": size, "start_ost": start });
+    let spec =
+        serde_json::json!({ "stripe_count": count, "stripe_size": size, "start_ost": start });
     setxattr(path, XATTR_LOV, spec.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
-        Some(libc::EEXIST) => anyhow::anyhow!("cannot change the layout of {}: it already holds data", path.display()),
+        Some(libc::EEXIST) => anyhow::anyhow!(
+            "cannot change the layout of {}: it already holds data",
+            path.display()
+        ),
         _ => anyhow::anyhow!("setstripe {}: {e}", path.display()),
     })
 }
 
 /// The layout JSON of `path`.
 pub fn layout(path: &Path) -> anyhow::Result<Value> {
-    let raw = getxattr(path, XATTR_LOV).with_context(|| format!("{}: cannot read layout", path.display()))?;
+    let raw = getxattr(path, XATTR_LOV)
+        .with_context(|| format!("{}: cannot read layout", path.display()))?;
     Ok(serde_json::from_slice(&raw)?)
 }
 
@@ -133,9 +151,26 @@ pub fn format_layout(path: &Path, v: &Value) -> String {
 /// Formats `df` output for one mount like `lfs df`.
 pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> String {
     let mut s = String::new();
-    let head = if inodes { ("Inodes", "IUsed", "IFree", "IUse%") } else if human_sizes { ("bytes", "Used", "Available", "Use%") } else { ("1K-blocks", "Used", "Available", "Use%") };
-    s += &format!("{:<24}{:>12}{:>12}{:>12}{:>6} Mounted on\n", "UUID", head.0, head.1, head.2, head.3);
-    let fmt = |v: u64| if inodes { v.to_string() } else if human_sizes { human(v) } else { (v / 1024).to_string() };
+    let head = if inodes {
+        ("Inodes", "IUsed", "IFree", "IUse%")
+    } else if human_sizes {
+        ("bytes", "Used", "Available", "Use%")
+    } else {
+        ("1K-blocks", "Used", "Available", "Use%")
+    };
+    s += &format!(
+        "{:<24}{:>12}{:>12}{:>12}{:>6} Mounted on\n",
+        "UUID", head.0, head.1, head.2, head.3
+    );
+    let fmt = |v: u64| {
+        if inodes {
+            v.to_string()
+        } else if human_sizes {
+            human(v)
+        } else {
+            (v / 1024).to_string()
+        }
+    };
     let mut totals = [0u64; 3];
     for t in df["targets"].as_array().cloned().unwrap_or_default() {
         let name = t["name"].as_str().unwrap_or("?");
@@ -145,12 +180,24 @@ pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> S
             let fr = t["files_free"].as_u64().unwrap_or(0);
             (tot, fr, fr)
         } else {
-            (t["bytes_total"].as_u64().unwrap_or(0), t["bytes_free"].as_u64().unwrap_or(0), t["bytes_avail"].as_u64().unwrap_or(0))
+            (
+                t["bytes_total"].as_u64().unwrap_or(0),
+                t["bytes_free"].as_u64().unwrap_or(0),
+                t["bytes_avail"].as_u64().unwrap_or(0),
+            )
         };
         let used = total.saturating_sub(free);
-        let pct = if total == 0 { 0 } else { (used * 100).div_ceil(total) };
+        let pct = if total == 0 {
+            0
+        } else {
+            (used * 100).div_ceil(total)
+        };
         let kind = if is_mdt { "MDT" } else { "OST" };
-        let index = name.rsplit(kind).next().and_then(|i| u32::from_str_radix(i, 16).ok()).unwrap_or(0);
+        let index = name
+            .rsplit(kind)
+            .next()
+            .and_then(|i| u32::from_str_radix(i, 16).ok())
+            .unwrap_or(0);
         s += &format!(
             "{:<24}{:>12}{:>12}{:>12}{:>5}% {}[{kind}:{index}]\n",
             format!("{name}_UUID"),
@@ -166,7 +213,11 @@ pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> S
             totals[2] += avail;
         }
     }
-    let pct = if totals[0] == 0 { 0 } else { (totals[1] * 100).div_ceil(totals[0]) };
+    let pct = if totals[0] == 0 {
+        0
+    } else {
+        (totals[1] * 100).div_ceil(totals[0])
+    };
     s += &format!(
         "\n{:<24}{:>12}{:>12}{:>12}{:>5}% {}\n",
         "filesystem_summary:",

@@ -76,10 +76,16 @@ pub fn detach(mnt: &Path, log: &Path) -> anyhow::Result<()> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let logfile = std::fs::OpenOptions::new().create(true).append(true).open(log)
+    let logfile = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
         .with_context(|| format!("cannot open log {}", log.display()))?;
     let mut cmd = Command::new(exe);
-    cmd.args(&args).stdin(Stdio::null()).stdout(logfile.try_clone()?).stderr(logfile);
+    cmd.args(&args)
+        .stdin(Stdio::null())
+        .stdout(logfile.try_clone()?)
+        .stderr(logfile);
     // SAFETY: setsid is async-signal-safe; it detaches the child from our session.
     unsafe {
         cmd.pre_exec(|| {
@@ -94,11 +100,18 @@ pub fn detach(mnt: &Path, log: &Path) -> anyhow::Result<()> {
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
-            bail!("background process exited ({status}) before mounting:\n{}", tail(log, 20));
+            bail!(
+                "background process exited ({status}) before mounting:\n{}",
+                tail(log, 20)
+            );
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            bail!("timed out waiting for the mount at {}:\n{}", mnt.display(), tail(log, 20));
+            bail!(
+                "timed out waiting for the mount at {}:\n{}",
+                mnt.display(),
+                tail(log, 20)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -167,7 +180,9 @@ fn alive(pid: i32) -> bool {
 /// Stops the process serving `mnt` (unmounting it) and waits for it to exit.
 pub fn stop(mnt: &Path) -> anyhow::Result<()> {
     let pf = pidfile(mnt);
-    let pid = std::fs::read_to_string(&pf).ok().and_then(|s| s.trim().parse::<i32>().ok());
+    let pid = std::fs::read_to_string(&pf)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
     match pid {
         Some(pid) if alive(pid) => {
             // SAFETY: sending SIGTERM to a pid we recorded.
@@ -175,7 +190,10 @@ pub fn stop(mnt: &Path) -> anyhow::Result<()> {
             let deadline = Instant::now() + Duration::from_millis(STOP_WAIT_MS);
             while alive(pid) && !is_zombie(pid) {
                 if Instant::now() > deadline {
-                    bail!("process {pid} serving {} did not stop within {STOP_WAIT_MS} ms", mnt.display());
+                    bail!(
+                        "process {pid} serving {} did not stop within {STOP_WAIT_MS} ms",
+                        mnt.display()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -185,7 +203,11 @@ pub fn stop(mnt: &Path) -> anyhow::Result<()> {
         _ => {
             let _ = std::fs::remove_file(&pf);
             if is_mounted(mnt) || mnt_is_dead(mnt) {
-                let st = Command::new("fusermount3").arg("-u").arg("-z").arg(mnt).status()?;
+                let st = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(mnt)
+                    .status()?;
                 if !st.success() {
                     bail!("fusermount3 -u {} failed", mnt.display());
                 }
@@ -198,7 +220,11 @@ pub fn stop(mnt: &Path) -> anyhow::Result<()> {
 
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 

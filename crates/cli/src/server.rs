@@ -72,7 +72,12 @@ pub struct ServerProcess {
     mdts: Vec<Arc<Mdt>>,
 }
 
-fn pool(name: &str, partitions: usize, threads: usize, handler: Arc<dyn nacre_net::Handler>) -> Arc<ServicePool> {
+fn pool(
+    name: &str,
+    partitions: usize,
+    threads: usize,
+    handler: Arc<dyn nacre_net::Handler>,
+) -> Arc<ServicePool> {
     let config = ServiceConfig {
         name: name.into(),
         partitions: partitions.max(1),
@@ -89,7 +94,8 @@ pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
         recovery_timeout_ms: REGISTER_TIMEOUT_MS,
         ..NetConfig::default()
     };
-    let conn = Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
+    let conn =
+        Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
     let name = target.name();
     let req = MgsRequest::Register(target);
     match call::<_, MgsReply>(&conn, req.opcode(), 0, &req) {
@@ -122,7 +128,8 @@ impl ServerProcess {
         if labels.is_empty() {
             bail!("no targets to serve (give --target DIR)");
         }
-        let server = Server::bind(spec.listen, BULK_BYTES_MAX).with_context(|| format!("cannot listen on {}", spec.listen))?;
+        let server = Server::bind(spec.listen, BULK_BYTES_MAX)
+            .with_context(|| format!("cannot listen on {}", spec.listen))?;
         let nid = spec.nid.unwrap_or_else(|| Nid::tcp(server.addr()));
         let mut process = ServerProcess {
             server,
@@ -136,14 +143,22 @@ impl ServerProcess {
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {
                 let mgs = Mgs::open(dir)?;
-                process.server.add_service(Service::Mgs, pool("mgs", 1, 2, Arc::new(mgs)));
+                process
+                    .server
+                    .add_service(Service::Mgs, pool("mgs", 1, 2, Arc::new(mgs)));
                 tracing::info!("MGS started at {nid}");
             }
         }
         let mgs_of = |label: &Label| -> anyhow::Result<Nid> {
-            spec.mgsnode.or(label.mgsnode).or(has_mgs.then_some(nid)).with_context(|| {
-                format!("{} has no MGS NID: format it with --mgsnode or pass --mgsnode", label.name())
-            })
+            spec.mgsnode
+                .or(label.mgsnode)
+                .or(has_mgs.then_some(nid))
+                .with_context(|| {
+                    format!(
+                        "{} has no MGS NID: format it with --mgsnode or pass --mgsnode",
+                        label.name()
+                    )
+                })
         };
         process.start_osts(&spec, &labels, &mgs_of)?;
         process.start_mdts(&spec, &labels, &mgs_of)?;
@@ -162,7 +177,8 @@ impl ServerProcess {
             if label.kind != TargetKind::Ost {
                 continue;
             }
-            let target = OstTarget::open(dir, label.clone()).with_context(|| format!("opening {}", dir.display()))?;
+            let target = OstTarget::open(dir, label.clone())
+                .with_context(|| format!("opening {}", dir.display()))?;
             oss.add_target(Arc::new(target));
             any = true;
         }
@@ -170,7 +186,10 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = oss;
-        self.server.add_service(Service::Oss, pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler));
+        self.server.add_service(
+            Service::Oss,
+            pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler),
+        );
         for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
             register(mgs_of(label)?, self.target_info(label))?;
             tracing::info!("{} started", label.name());
@@ -207,7 +226,10 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = mds;
-        self.server.add_service(Service::Mds, pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler));
+        self.server.add_service(
+            Service::Mds,
+            pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler),
+        );
         for (mgs, label, mdt) in started {
             register(mgs, self.target_info(&label))?;
             self.spawn_mdt_threads(mdt.clone());

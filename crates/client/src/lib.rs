@@ -107,16 +107,18 @@ impl Client {
     pub fn mount(mgs: Nid, fsname: &str, config: ClientConfig) -> Result<Arc<Client>> {
         let mut first = config.net.clone();
         first.recovery_timeout_ms = first.connect_timeout_ms;
-        let probe = Connection::connect(mgs, first).map_err(|e| {
-            ClientError::Config(format!("cannot reach the MGS at {mgs}: {e}"))
-        })?;
+        let probe = Connection::connect(mgs, first)
+            .map_err(|e| ClientError::Config(format!("cannot reach the MGS at {mgs}: {e}")))?;
         drop(probe);
         let mgs_conn = Connection::new(mgs, config.net.clone());
         let fs = fetch_config(&mgs_conn, fsname)?;
         let mdt0 = fs.mdts.iter().find(|t| t.index == 0).ok_or_else(|| {
             ClientError::Config(format!("file system '{fsname}' has no MDT0 registered"))
         })?;
-        let nid = *mdt0.nids.first().ok_or_else(|| ClientError::Config("MDT0 has no NID".into()))?;
+        let nid = *mdt0
+            .nids
+            .first()
+            .ok_or_else(|| ClientError::Config("MDT0 has no NID".into()))?;
         let client = Arc::new(Client {
             fsname: fsname.into(),
             mgs: mgs_conn,
@@ -155,17 +157,29 @@ impl Client {
         if let Some(c) = self.oscs.read().expect("oscs").get(&index) {
             return Ok(c.clone());
         }
-        let find = |fs: &FsConfig| fs.osts.iter().find(|t| t.index == index).and_then(|t| t.nids.first().copied());
+        let find = |fs: &FsConfig| {
+            fs.osts
+                .iter()
+                .find(|t| t.index == index)
+                .and_then(|t| t.nids.first().copied())
+        };
         let nid = match find(&self.config.read().expect("config")) {
             Some(n) => n,
             None => {
                 self.refresh_config()?;
-                find(&self.config.read().expect("config"))
-                    .ok_or_else(|| ClientError::Config(format!("OST index {index} is not configured")))?
+                find(&self.config.read().expect("config")).ok_or_else(|| {
+                    ClientError::Config(format!("OST index {index} is not configured"))
+                })?
             }
         };
         let conn = Connection::new(nid, self.net.clone());
-        Ok(self.oscs.write().expect("oscs").entry(index).or_insert(conn).clone())
+        Ok(self
+            .oscs
+            .write()
+            .expect("oscs")
+            .entry(index)
+            .or_insert(conn)
+            .clone())
     }
 
     fn md(&self, op: MdsOp) -> Result<MdsReply> {
@@ -191,7 +205,10 @@ impl Client {
 
     /// Looks up `name` in `parent`.
     pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Attr> {
-        let (attr, layout) = self.entry(MdsOp::Lookup { parent, name: name.to_vec() })?;
+        let (attr, layout) = self.entry(MdsOp::Lookup {
+            parent,
+            name: name.to_vec(),
+        })?;
         self.with_glimpse(attr, layout.as_ref())
     }
 
@@ -221,10 +238,29 @@ impl Client {
         rdev: u32,
         exclusive: bool,
     ) -> Result<(Attr, OpenFile)> {
-        let op = MdsOp::Create { parent, name: name.to_vec(), kind, perm, uid, gid, rdev, exclusive };
+        let op = MdsOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev,
+            exclusive,
+        };
         let (attr, layout) = self.entry(op)?;
-        let attr = if exclusive { attr } else { self.with_glimpse(attr, layout.as_ref())? };
-        Ok((attr.clone(), OpenFile { fid: attr.fid, layout }))
+        let attr = if exclusive {
+            attr
+        } else {
+            self.with_glimpse(attr, layout.as_ref())?
+        };
+        Ok((
+            attr.clone(),
+            OpenFile {
+                fid: attr.fid,
+                layout,
+            },
+        ))
     }
 
     /// Registers a creation's implicit open with the MDS (needed when the create reply is
@@ -241,12 +277,33 @@ impl Client {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self.entry(MdsOp::Mkdir { parent, name: name.to_vec(), perm, uid, gid })?.0)
+        Ok(self
+            .entry(MdsOp::Mkdir {
+                parent,
+                name: name.to_vec(),
+                perm,
+                uid,
+                gid,
+            })?
+            .0)
     }
 
     /// Creates a symlink.
-    pub fn symlink(&self, parent: Fid, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
-        let op = MdsOp::Symlink { parent, name: name.to_vec(), target: target.to_vec(), uid, gid };
+    pub fn symlink(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let op = MdsOp::Symlink {
+            parent,
+            name: name.to_vec(),
+            target: target.to_vec(),
+            uid,
+            gid,
+        };
         Ok(self.entry(op)?.0)
     }
 
@@ -260,22 +317,41 @@ impl Client {
 
     /// Adds a hard link.
     pub fn link(&self, fid: Fid, parent: Fid, name: &[u8]) -> Result<Attr> {
-        let (attr, layout) = self.entry(MdsOp::Link { fid, parent, name: name.to_vec() })?;
+        let (attr, layout) = self.entry(MdsOp::Link {
+            fid,
+            parent,
+            name: name.to_vec(),
+        })?;
         self.with_glimpse(attr, layout.as_ref())
     }
 
     /// Removes a name.
     pub fn unlink(&self, parent: Fid, name: &[u8]) -> Result<()> {
-        self.md(MdsOp::Unlink { parent, name: name.to_vec() }).map(|_| ())
+        self.md(MdsOp::Unlink {
+            parent,
+            name: name.to_vec(),
+        })
+        .map(|_| ())
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: Fid, name: &[u8]) -> Result<()> {
-        self.md(MdsOp::Rmdir { parent, name: name.to_vec() }).map(|_| ())
+        self.md(MdsOp::Rmdir {
+            parent,
+            name: name.to_vec(),
+        })
+        .map(|_| ())
     }
 
     /// Renames.
-    pub fn rename(&self, src_parent: Fid, src: &[u8], dst_parent: Fid, dst: &[u8], noreplace: bool) -> Result<()> {
+    pub fn rename(
+        &self,
+        src_parent: Fid,
+        src: &[u8],
+        dst_parent: Fid,
+        dst: &[u8],
+        noreplace: bool,
+    ) -> Result<()> {
         let op = MdsOp::Rename {
             src_parent,
             src_name: src.to_vec(),
@@ -309,8 +385,17 @@ impl Client {
     }
 
     /// One page of a directory listing, after `after`.
-    pub fn readdir(&self, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<(Vec<DirEntry>, bool)> {
-        match self.md(MdsOp::ReadDir { fid, after: after.map(<[u8]>::to_vec), count })? {
+    pub fn readdir(
+        &self,
+        fid: Fid,
+        after: Option<&[u8]>,
+        count: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        match self.md(MdsOp::ReadDir {
+            fid,
+            after: after.map(<[u8]>::to_vec),
+            count,
+        })? {
             MdsReply::Dir { entries, eof } => Ok((entries, eof)),
             _ => Err(Status::Proto.into()),
         }
@@ -318,7 +403,10 @@ impl Client {
 
     /// Reads an xattr.
     pub fn getxattr(&self, fid: Fid, name: &[u8]) -> Result<Vec<u8>> {
-        match self.md(MdsOp::GetXattr { fid, name: name.to_vec() })? {
+        match self.md(MdsOp::GetXattr {
+            fid,
+            name: name.to_vec(),
+        })? {
             MdsReply::Xattr(v) => Ok(v),
             _ => Err(Status::Proto.into()),
         }
@@ -326,7 +414,12 @@ impl Client {
 
     /// Sets an xattr.
     pub fn setxattr(&self, fid: Fid, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
-        let op = MdsOp::SetXattr { fid, name: name.to_vec(), value: value.to_vec(), flags };
+        let op = MdsOp::SetXattr {
+            fid,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
         self.md(op).map(|_| ())
     }
 
@@ -340,7 +433,11 @@ impl Client {
 
     /// Removes an xattr.
     pub fn removexattr(&self, fid: Fid, name: &[u8]) -> Result<()> {
-        self.md(MdsOp::RemoveXattr { fid, name: name.to_vec() }).map(|_| ())
+        self.md(MdsOp::RemoveXattr {
+            fid,
+            name: name.to_vec(),
+        })
+        .map(|_| ())
     }
 
     /// Layout of a file, or default striping of a directory.
@@ -369,7 +466,12 @@ impl Client {
     }
 
     /// Reads file data; short only at end of file.
-    pub fn read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<nacre_types::AlignedBuf> {
+    pub fn read(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+    ) -> Result<nacre_types::AlignedBuf> {
         match &file.layout {
             Some(layout) => osc::read(self, layout, offset, len),
             None => Err(Status::Inval.into()),
@@ -393,7 +495,14 @@ impl Client {
     }
 
     /// Preallocates or punches a range.
-    pub fn fallocate(&self, file: &OpenFile, offset: u64, len: u64, keep_size: bool, punch_hole: bool) -> Result<()> {
+    pub fn fallocate(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> Result<()> {
         match &file.layout {
             Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
             None => Err(Status::Inval.into()),
@@ -407,19 +516,28 @@ impl Client {
         for t in &fs.mdts {
             if t.index == 0 {
                 if let MdsReply::StatFs(statfs) = self.md(MdsOp::StatFs)? {
-                    out.push(TargetUsage { name: t.name(), statfs });
+                    out.push(TargetUsage {
+                        name: t.name(),
+                        statfs,
+                    });
                 }
             }
         }
         for t in &fs.osts {
-            out.push(TargetUsage { name: t.name(), statfs: osc::statfs(self, t.index)? });
+            out.push(TargetUsage {
+                name: t.name(),
+                statfs: osc::statfs(self, t.index)?,
+            });
         }
         Ok(out)
     }
 
     /// File system totals: space from the OSTs, inodes from the MDTs.
     pub fn statfs(&self) -> Result<StatFs> {
-        let mut total = StatFs { block_size: 4096, ..StatFs::default() };
+        let mut total = StatFs {
+            block_size: 4096,
+            ..StatFs::default()
+        };
         for t in self.df()? {
             if t.name.contains("-MDT") {
                 total.files_total += t.statfs.files_total;
@@ -441,7 +559,9 @@ impl Client {
 
 /// Fetches a file system's configuration from the MGS.
 pub fn fetch_config(mgs: &Arc<Connection>, fsname: &str) -> Result<FsConfig> {
-    let req = MgsRequest::GetConfig { fsname: fsname.into() };
+    let req = MgsRequest::GetConfig {
+        fsname: fsname.into(),
+    };
     match call::<_, MgsReply>(mgs, req.opcode(), 0, &req) {
         Ok(MgsReply::Config(c)) => Ok(c),
         Ok(_) => Err(Status::Proto.into()),

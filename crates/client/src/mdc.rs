@@ -19,7 +19,12 @@ pub struct Mdc {
 impl Mdc {
     /// A client of MDT0 over `conn`.
     pub fn new(conn: Arc<Connection>) -> Mdc {
-        Mdc { conn, uuid: *uuid::Uuid::new_v4().as_bytes(), in_flight: Mutex::new(BTreeSet::new()), target: 0 }
+        Mdc {
+            conn,
+            uuid: *uuid::Uuid::new_v4().as_bytes(),
+            in_flight: Mutex::new(BTreeSet::new()),
+            target: 0,
+        }
     }
 
     /// Sends one operation and waits for its reply (resending across reconnects).
@@ -32,7 +37,11 @@ impl Mdc {
             in_flight.insert(xid);
             (xid, lowest)
         };
-        let call = MdsCall { client: self.uuid, replied_below, op };
+        let call = MdsCall {
+            client: self.uuid,
+            replied_below,
+            op,
+        };
         let result = self
             .conn
             .start_xid(xid, request(opcode, self.target, &call, None))

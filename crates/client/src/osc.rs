@@ -19,22 +19,39 @@ struct Sub {
     len: u64,
 }
 
+/// A reply and its bulk data, or the error.
+type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
+
 /// RPCs in flight for one client call, bounded per OST.
 struct Window<'a> {
     client: &'a Client,
     pending: VecDeque<(u32, usize, PendingReply)>,
-    done: Vec<(usize, std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>)>,
+    done: Vec<(usize, Collected)>,
 }
 
 impl<'a> Window<'a> {
     fn new(client: &'a Client) -> Window<'a> {
-        Window { client, pending: VecDeque::new(), done: Vec::new() }
+        Window {
+            client,
+            pending: VecDeque::new(),
+            done: Vec::new(),
+        }
     }
 
-    fn start(&mut self, tag: usize, ost: u32, req: &OssRequest, bulk: Option<Arc<AlignedBuf>>) -> Result<()> {
+    fn start(
+        &mut self,
+        tag: usize,
+        ost: u32,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+    ) -> Result<()> {
         let limit = self.client.net_config().max_rpcs_in_flight.max(1);
         while self.pending.iter().filter(|(o, _, _)| *o == ost).count() >= limit {
-            let pos = self.pending.iter().position(|(o, _, _)| *o == ost).expect("pending on ost");
+            let pos = self
+                .pending
+                .iter()
+                .position(|(o, _, _)| *o == ost)
+                .expect("pending on ost");
             let (_, t, p) = self.pending.remove(pos).expect("pending entry");
             self.done.push((t, collect(p)));
         }
@@ -68,7 +85,7 @@ impl<'a> Window<'a> {
     }
 }
 
-fn collect(p: PendingReply) -> std::result::Result<(OssReply, Option<AlignedBuf>), RpcError> {
+fn collect(p: PendingReply) -> Collected {
     decode_reply(p.wait()?)
 }
 
@@ -79,7 +96,11 @@ fn subs(layout: &Layout, offset: u64, len: u64, max: u64) -> Vec<Sub> {
         let mut done = 0;
         while done < chunk.len {
             let n = (chunk.len - done).min(max);
-            out.push(Sub { stripe: chunk.stripe, object_offset: chunk.object_offset + done, len: n });
+            out.push(Sub {
+                stripe: chunk.stripe,
+                object_offset: chunk.object_offset + done,
+                len: n,
+            });
             done += n;
         }
     }
@@ -100,7 +121,11 @@ fn for_each_run(layout: &Layout, sub: &Sub, mut f: impl FnMut(u64, usize, usize)
     while done < sub.len {
         let obj = sub.object_offset + done;
         let n = (size - obj % size).min(sub.len - done);
-        f(file_offset(layout, sub.stripe, obj), done as usize, n as usize);
+        f(
+            file_offset(layout, sub.stripe, obj),
+            done as usize,
+            n as usize,
+        );
         done += n;
     }
 }
@@ -123,14 +148,20 @@ pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Resu
         return Err(Status::FBig.into());
     }
     let mut window = Window::new(client);
-    for (tag, sub) in subs(layout, offset, data.len() as u64, max_rpc(client)).iter().enumerate() {
+    for (tag, sub) in subs(layout, offset, data.len() as u64, max_rpc(client))
+        .iter()
+        .enumerate()
+    {
         let mut buf = AlignedBuf::zeroed(sub.len as usize);
         for_each_run(layout, sub, |file_off, at, n| {
             let src = (file_off - offset) as usize;
             buf[at..at + n].copy_from_slice(&data[src..src + n]);
         });
         let (ost, object) = object(layout, sub.stripe);
-        let req = OssRequest::Write { object, offset: sub.object_offset };
+        let req = OssRequest::Write {
+            object,
+            offset: sub.object_offset,
+        };
         window.start(tag, ost, &req, Some(Arc::new(buf)))?;
     }
     window.finish()?;
@@ -146,7 +177,11 @@ pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result
     let mut window = Window::new(client);
     for (tag, sub) in parts.iter().enumerate() {
         let (ost, object) = object(layout, sub.stripe);
-        let req = OssRequest::Read { object, offset: sub.object_offset, len: sub.len as u32 };
+        let req = OssRequest::Read {
+            object,
+            offset: sub.object_offset,
+            len: sub.len as u32,
+        };
         window.start(tag, ost, &req, None)?;
     }
     let mut replies = window.finish()?;
@@ -180,13 +215,21 @@ pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result
     Ok(out)
 }
 
-fn per_object(client: &Client, layout: &Layout, req: impl Fn(usize, ObjectId) -> OssRequest) -> Result<Vec<(usize, OssReply)>> {
+fn per_object(
+    client: &Client,
+    layout: &Layout,
+    req: impl Fn(usize, ObjectId) -> OssRequest,
+) -> Result<Vec<(usize, OssReply)>> {
     let mut window = Window::new(client);
     for stripe in 0..layout.objects.len() {
         let (ost, object) = object(layout, stripe);
         window.start(stripe, ost, &req(stripe, object), None)?;
     }
-    Ok(window.finish()?.into_iter().map(|(t, r, _)| (t, r)).collect())
+    Ok(window
+        .finish()?
+        .into_iter()
+        .map(|(t, r, _)| (t, r))
+        .collect())
 }
 
 /// File size and allocated blocks from the objects (Lustre's glimpse).
@@ -221,14 +264,27 @@ pub fn sync(client: &Client, layout: &Layout) -> Result<()> {
 }
 
 /// Preallocates (or punches) the objects' parts of a file range.
-pub fn fallocate(client: &Client, layout: &Layout, offset: u64, len: u64, keep_size: bool, punch_hole: bool) -> Result<()> {
+pub fn fallocate(
+    client: &Client,
+    layout: &Layout,
+    offset: u64,
+    len: u64,
+    keep_size: bool,
+    punch_hole: bool,
+) -> Result<()> {
     if len == 0 || offset.saturating_add(len) > FILE_BYTES_MAX {
         return Err(Status::Inval.into());
     }
     let mut window = Window::new(client);
     for (tag, chunk) in layout.chunks(offset, len).into_iter().enumerate() {
         let (ost, object) = object(layout, chunk.stripe);
-        let req = OssRequest::Fallocate { object, offset: chunk.object_offset, len: chunk.len, keep_size, punch_hole };
+        let req = OssRequest::Fallocate {
+            object,
+            offset: chunk.object_offset,
+            len: chunk.len,
+            keep_size,
+            punch_hole,
+        };
         window.start(tag, ost, &req, None)?;
     }
     window.finish().map(|_| ())
@@ -237,7 +293,12 @@ pub fn fallocate(client: &Client, layout: &Layout, offset: u64, len: u64, keep_s
 /// Usage of one OST.
 pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
     let conn = client.osc(ost)?;
-    match nacre_net::rpc::call::<_, OssReply>(&conn, OssRequest::StatFs.opcode(), ost, &OssRequest::StatFs)? {
+    match nacre_net::rpc::call::<_, OssReply>(
+        &conn,
+        OssRequest::StatFs.opcode(),
+        ost,
+        &OssRequest::StatFs,
+    )? {
         OssReply::StatFs(s) => Ok(s),
         _ => Err(Status::Proto.into()),
     }

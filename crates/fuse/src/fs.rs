@@ -3,9 +3,10 @@
 use crate::attrs::{file_attr, file_type};
 use crate::{XATTR_DF, XATTR_LOV};
 use fuser::{
-    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use nacre_client::{Client, ClientError, OpenFile, StripeSpec};
 use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
@@ -78,7 +79,12 @@ impl NacreFs {
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        self.files.lock().expect("files").get(&fh.0).cloned().ok_or(Errno::EBADF)
+        self.files
+            .lock()
+            .expect("files")
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {
@@ -126,7 +132,11 @@ impl NacreFs {
                 })
             })
             .collect();
-        Ok(serde_json::json!({ "fsname": self.client.fsname(), "targets": targets }).to_string().into_bytes())
+        Ok(
+            serde_json::json!({ "fsname": self.client.fsname(), "targets": targets })
+                .to_string()
+                .into_bytes(),
+        )
     }
 
     fn virtual_xattr(&self, fid: Fid, name: &OsStr) -> Option<Result<Vec<u8>, ClientError>> {
@@ -139,10 +149,12 @@ impl NacreFs {
 
     fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LOV} value: {why}"));
-        let v: serde_json::Value = serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
         let field = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
         let spec = StripeSpec {
-            stripe_count: i32::try_from(field("stripe_count", 0)).map_err(|_| bad("stripe_count"))?,
+            stripe_count: i32::try_from(field("stripe_count", 0))
+                .map_err(|_| bad("stripe_count"))?,
             stripe_size: u32::try_from(field("stripe_size", 0)).map_err(|_| bad("stripe_size"))?,
             start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
         };
@@ -152,7 +164,9 @@ impl NacreFs {
     fn fill_dir(&self, stream: &mut DirStream, want: usize) -> Result<(), ClientError> {
         while !stream.eof && stream.entries.len() < want {
             let after = stream.entries.last().map(|e| e.name.clone());
-            let (page, eof) = self.client.readdir(stream.fid, after.as_deref(), READDIR_PAGE_ENTRIES)?;
+            let (page, eof) =
+                self.client
+                    .readdir(stream.fid, after.as_deref(), READDIR_PAGE_ENTRIES)?;
             stream.entries.extend(page);
             stream.eof = eof;
         }
@@ -231,25 +245,55 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
-        let Some(kind) = FileKind::from_mode(mode) else { return reply.error(Errno::EINVAL) };
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
         let r = self
             .client
-            .create(parent, name.as_bytes(), kind, mode & 0o7777, req.uid(), req.gid(), rdev, true)
+            .create(
+                parent,
+                name.as_bytes(),
+                kind,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                rdev,
+                true,
+            )
             .map(|(attr, _)| attr);
         self.reply_entry(reply, r);
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let r = self.client.mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid());
+        let r = self
+            .client
+            .mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid());
         self.reply_entry(reply, r);
     }
 
@@ -269,12 +313,25 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let r = self.client.symlink(parent, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), req.gid());
+        let r = self.client.symlink(
+            parent,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            req.uid(),
+            req.gid(),
+        );
         self.reply_entry(reply, r);
     }
 
@@ -296,13 +353,23 @@ impl Filesystem for NacreFs {
             _ => return reply.error(Errno::ESTALE),
         };
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self.client.rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace) {
+        match self
+            .client
+            .rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         let (fid, parent) = match (fid_of(ino), fid_of(newparent)) {
             (Ok(f), Ok(p)) => (f, p),
             _ => return reply.error(Errno::ESTALE),
@@ -316,7 +383,10 @@ impl Filesystem for NacreFs {
             Err(e) => return reply.error(e),
         };
         match self.client.open(fid) {
-            Ok((_, file)) => reply.opened(self.add_file(file), FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES),
+            Ok((_, file)) => reply.opened(
+                self.add_file(file),
+                FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -364,7 +434,14 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         // Writes are acknowledged by the OSTs before `write` returns: nothing is buffered here.
         reply.ok();
     }
@@ -386,7 +463,14 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.file(fh).map(|f| self.client.fsync(&f)) {
             Ok(Ok(())) => reply.ok(),
             Ok(Err(e)) => reply.error(errno(&e)),
@@ -400,12 +484,26 @@ impl Filesystem for NacreFs {
             Err(e) => return reply.error(e),
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let stream = DirStream { fid, entries: Vec::new(), eof: false };
-        self.dirs.lock().expect("dirs").insert(fh, Arc::new(Mutex::new(stream)));
+        let stream = DirStream {
+            fid,
+            entries: Vec::new(),
+            eof: false,
+        };
+        self.dirs
+            .lock()
+            .expect("dirs")
+            .insert(fh, Arc::new(Mutex::new(stream)));
         reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         let Some(stream) = self.dirs.lock().expect("dirs").get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
@@ -428,7 +526,9 @@ impl Filesystem for NacreFs {
             if let Err(e) = self.fill_dir(&mut stream, index + 1) {
                 return reply.error(errno(&e));
             }
-            let Some(entry) = stream.entries.get(index) else { break };
+            let Some(entry) = stream.entries.get(index) else {
+                break;
+            };
             let full = reply.add(
                 INodeNo(entry.fid.to_ino()),
                 (pos + 1) as u64,
@@ -443,12 +543,26 @@ impl Filesystem for NacreFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         self.dirs.lock().expect("dirs").remove(&fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         // Every namespace change is durable on the MDT before its reply.
         reply.ok();
     }
@@ -491,7 +605,8 @@ impl Filesystem for NacreFs {
         } else if name.as_bytes() == XATTR_DF.as_bytes() {
             Err(ClientError::from(Status::Perm))
         } else {
-            self.client.setxattr(fid, name.as_bytes(), value, flags as u32)
+            self.client
+                .setxattr(fid, name.as_bytes(), value, flags as u32)
         };
         match r {
             Ok(()) => reply.ok(),
@@ -570,24 +685,51 @@ impl Filesystem for NacreFs {
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
         let created = self
             .client
-            .create(parent, name.as_bytes(), kind, mode & 0o7777, req.uid(), req.gid(), 0, exclusive)
+            .create(
+                parent,
+                name.as_bytes(),
+                kind,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                0,
+                exclusive,
+            )
             .and_then(|(attr, _)| self.client.open(attr.fid).map(|(_, file)| (attr, file)));
         match created {
             Ok((attr, file)) => {
                 let fh = self.add_file(file);
-                reply.created(&self.entry_ttl, &file_attr(&attr), Generation(0), fh, FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES)
+                reply.created(
+                    &self.entry_ttl,
+                    &file_attr(&attr),
+                    Generation(0),
+                    fh,
+                    FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+                )
             }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }
-        match self.file(fh).map(|f| self.client.fallocate(&f, offset, length, keep_size, punch)) {
+        match self
+            .file(fh)
+            .map(|f| self.client.fallocate(&f, offset, length, keep_size, punch))
+        {
             Ok(Ok(())) => reply.ok(),
             Ok(Err(e)) => reply.error(errno(&e)),
             Err(e) => reply.error(e),

@@ -54,7 +54,11 @@ impl MountHandle {
 }
 
 /// Mounts `client` at `mountpoint`; kernel permission checks on (`default_permissions`).
-pub fn mount(client: Arc<Client>, mountpoint: &Path, opts: &MountOptions) -> std::io::Result<MountHandle> {
+pub fn mount(
+    client: Arc<Client>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> std::io::Result<MountHandle> {
     let fsname = format!("nacre:{}", client.fsname());
     let mut config = Config::default();
     config.mount_options = vec![
@@ -64,12 +68,21 @@ pub fn mount(client: Arc<Client>, mountpoint: &Path, opts: &MountOptions) -> std
         MountOption::Dev,
         MountOption::Suid,
     ];
-    config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout);
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     let unmounter = session.unmount_callable();
-    let thread = std::thread::Builder::new().name("fuse-session".into()).spawn(move || session.run())?;
-    Ok(MountHandle { unmounter, thread: Some(thread) })
+    let thread = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || session.run())?;
+    Ok(MountHandle {
+        unmounter,
+        thread: Some(thread),
+    })
 }

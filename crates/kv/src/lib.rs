@@ -30,10 +30,16 @@ impl From<fjall::Error> for KvError {
     }
 }
 
+/// One change of a batch: table, key, and the new value (`None` deletes).
+type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+
+/// A key and its value, as scans return them.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// An atomic set of changes.
 #[derive(Default, Debug)]
 pub struct Batch {
-    ops: Vec<(&'static str, Vec<u8>, Option<Vec<u8>>)>,
+    ops: Vec<Change>,
 }
 
 impl Batch {
@@ -79,7 +85,7 @@ pub trait KvStore: Send + Sync {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError>;
+    ) -> Result<Vec<Entry>, KvError>;
     /// Applies a batch atomically; visible to readers at once, durable after `wait_durable`.
     fn commit(&self, batch: Batch) -> Result<Ticket, KvError>;
     /// Blocks until the batch of `ticket` (and all before it) is on stable storage.
@@ -119,14 +125,19 @@ impl FjallStore {
             tables: map,
             commit_lock: Mutex::new(()),
             committed: AtomicU64::new(0),
-            sync: Mutex::new(SyncState { durable: 0, syncing: false }),
+            sync: Mutex::new(SyncState {
+                durable: 0,
+                syncing: false,
+            }),
             synced: Condvar::new(),
             syncs: AtomicU64::new(0),
         })
     }
 
     fn table(&self, name: &'static str) -> Result<&fjall::Keyspace, KvError> {
-        self.tables.get(name).ok_or_else(|| KvError::UnknownTable(name.into()))
+        self.tables
+            .get(name)
+            .ok_or_else(|| KvError::UnknownTable(name.into()))
     }
 }
 
@@ -141,7 +152,7 @@ impl KvStore for FjallStore {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+    ) -> Result<Vec<Entry>, KvError> {
         let ks = self.table(table)?;
         let mut out = Vec::new();
         let iter = match after {
@@ -229,7 +240,10 @@ mod tests {
             let all = kv.scan("t", &[1], None, 100).unwrap();
             assert_eq!(all.len(), 10);
             let after = kv.scan("t", &[1], Some(&[1, 4]), 3).unwrap();
-            assert_eq!(after.iter().map(|(k, _)| k[1]).collect::<Vec<_>>(), vec![5, 6, 7]);
+            assert_eq!(
+                after.iter().map(|(k, _)| k[1]).collect::<Vec<_>>(),
+                vec![5, 6, 7]
+            );
         }
         let kv = FjallStore::open(dir.path(), &["t"]).unwrap();
         assert_eq!(kv.get("t", &[1, 9]).unwrap(), Some(vec![9]));
@@ -255,7 +269,10 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert!(kv.syncs.load(Ordering::Relaxed) < 400, "group commit must share syncs");
+        assert!(
+            kv.syncs.load(Ordering::Relaxed) < 400,
+            "group commit must share syncs"
+        );
         assert_eq!(kv.scan("t", &[], None, 1000).unwrap().len(), 400);
     }
 }

@@ -20,7 +20,10 @@ pub const DESTROY_RETRY_MS: u64 = 2_000;
 
 /// One pass: destroys what is pending; returns the number of objects destroyed.
 pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
-    let pending = mdt.kv.scan(DESTROY, &[], None, DESTROY_BATCH_MAX * 4).map_err(kv_err)?;
+    let pending = mdt
+        .kv
+        .scan(DESTROY, &[], None, DESTROY_BATCH_MAX * 4)
+        .map_err(kv_err)?;
     let mut by_ost: BTreeMap<u32, Vec<(Vec<u8>, ObjectId)>> = BTreeMap::new();
     for (k, _) in pending {
         if let Some((ost, object)) = parse_destroy_key(&k) {
@@ -29,9 +32,13 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
     }
     let mut done = 0;
     for (ost, items) in by_ost {
-        let Some(conn) = mdt.osts.conn(ost) else { continue };
+        let Some(conn) = mdt.osts.conn(ost) else {
+            continue;
+        };
         for chunk in items.chunks(DESTROY_BATCH_MAX) {
-            let req = OssRequest::Destroy { objects: chunk.iter().map(|(_, o)| *o).collect() };
+            let req = OssRequest::Destroy {
+                objects: chunk.iter().map(|(_, o)| *o).collect(),
+            };
             match call::<_, OssReply>(&conn, req.opcode(), ost, &req) {
                 Ok(_) => {
                     let mut b = Batch::new();

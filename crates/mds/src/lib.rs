@@ -52,7 +52,9 @@ fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
         MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid),
         MdsOp::Lookup { parent, name } => ops::lookup::run(mdt, *parent, name),
         MdsOp::ReadLink { fid } => ops::readlink::run(mdt, *fid),
-        MdsOp::ReadDir { fid, after, count } => ops::readdir::run(mdt, *fid, after.as_deref(), *count),
+        MdsOp::ReadDir { fid, after, count } => {
+            ops::readdir::run(mdt, *fid, after.as_deref(), *count)
+        }
         MdsOp::Open { fid } => ops::open::open(mdt, *fid),
         MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
@@ -66,21 +68,68 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
     use ops::create::CreateArgs;
     use ops::rename::RenameArgs;
     match op {
-        MdsOp::Create { parent, name, kind, perm, uid, gid, rdev, exclusive } => ops::create::run(
+        MdsOp::Create {
+            parent,
+            name,
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev,
+            exclusive,
+        } => ops::create::run(
             tx,
-            CreateArgs { parent: *parent, name, kind: *kind, perm: *perm, uid: *uid, gid: *gid, rdev: *rdev, exclusive: *exclusive },
+            CreateArgs {
+                parent: *parent,
+                name,
+                kind: *kind,
+                perm: *perm,
+                uid: *uid,
+                gid: *gid,
+                rdev: *rdev,
+                exclusive: *exclusive,
+            },
         ),
-        MdsOp::Mkdir { parent, name, perm, uid, gid } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
-        MdsOp::Symlink { parent, name, target, uid, gid } => ops::symlink::run(tx, *parent, name, target, *uid, *gid),
+        MdsOp::Mkdir {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+        } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
+        MdsOp::Symlink {
+            parent,
+            name,
+            target,
+            uid,
+            gid,
+        } => ops::symlink::run(tx, *parent, name, target, *uid, *gid),
         MdsOp::Link { fid, parent, name } => ops::link::run(tx, *fid, *parent, name),
         MdsOp::Unlink { parent, name } => ops::unlink::run(tx, *parent, name),
         MdsOp::Rmdir { parent, name } => ops::rmdir::run(tx, *parent, name),
-        MdsOp::Rename { src_parent, src_name, dst_parent, dst_name, noreplace } => ops::rename::run(
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } => ops::rename::run(
             tx,
-            RenameArgs { src_parent: *src_parent, src_name, dst_parent: *dst_parent, dst_name, noreplace: *noreplace },
+            RenameArgs {
+                src_parent: *src_parent,
+                src_name,
+                dst_parent: *dst_parent,
+                dst_name,
+                noreplace: *noreplace,
+            },
         ),
         MdsOp::SetAttr { fid, attr } => ops::setattr::run(tx, *fid, attr),
-        MdsOp::SetXattr { fid, name, value, flags } => ops::xattr::set(tx, *fid, name, value, *flags),
+        MdsOp::SetXattr {
+            fid,
+            name,
+            value,
+            flags,
+        } => ops::xattr::set(tx, *fid, name, value, *flags),
         MdsOp::RemoveXattr { fid, name } => ops::xattr::remove(tx, *fid, name),
         MdsOp::SetLayout { fid, spec } => ops::layout::set(tx, *fid, *spec),
         _ => Err(Status::Proto),
@@ -99,14 +148,22 @@ fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     let key = reply_key(&call.client, xid);
     let mut tx = mdt.begin();
-    let saved_reply = if tx.has_saved_reply(&call.client, xid) { mdt.kv.get(REPLIES, &key) } else { Ok(None) };
+    let saved_reply = if tx.has_saved_reply(&call.client, xid) {
+        mdt.kv.get(REPLIES, &key)
+    } else {
+        Ok(None)
+    };
     match saved_reply {
         Ok(Some(saved)) => {
             drop(tx);
             return match decode::<SavedReply>(&saved) {
                 Ok(saved) => {
                     tracing::debug!("reconstructed reply for xid {xid}");
-                    Outgoing { status: Status::from_code(saved.status), body: saved.body, bulk: None }
+                    Outgoing {
+                        status: Status::from_code(saved.status),
+                        body: saved.body,
+                        bulk: None,
+                    }
                 }
                 Err(s) => Outgoing::error(s),
             };
@@ -133,7 +190,12 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     commit(mdt, tx, result, Some(saved))
 }
 
-fn commit(mdt: &Mdt, tx: mdt::Tx<'_>, result: Result<MdsReply, Status>, saved: Option<SavedReply>) -> Outgoing {
+fn commit(
+    mdt: &Mdt,
+    tx: mdt::Tx<'_>,
+    result: Result<MdsReply, Status>,
+    saved: Option<SavedReply>,
+) -> Outgoing {
     let mut tx = tx;
     let batch = std::mem::take(&mut tx.batch);
     let has_destroys = result.is_ok();
@@ -150,7 +212,11 @@ fn commit(mdt: &Mdt, tx: mdt::Tx<'_>, result: Result<MdsReply, Status>, saved: O
         mdt.kick_destroyer();
     }
     match saved {
-        Some(saved) => Outgoing { status: Status::from_code(saved.status), body: saved.body, bulk: None },
+        Some(saved) => Outgoing {
+            status: Status::from_code(saved.status),
+            body: saved.body,
+            bulk: None,
+        },
         None => to_outgoing(result),
     }
 }

@@ -74,7 +74,13 @@ impl Mdt {
     }
 
     fn ensure_root(&self) -> Result<(), Status> {
-        if self.label.index != 0 || self.kv.get(INODES, &Fid::ROOT.to_key()).map_err(kv_err)?.is_some() {
+        if self.label.index != 0
+            || self
+                .kv
+                .get(INODES, &Fid::ROOT.to_key())
+                .map_err(kv_err)?
+                .is_some()
+        {
             return Ok(());
         }
         let now = TimeSpec::now();
@@ -110,7 +116,10 @@ impl Mdt {
         let mut after: Option<Vec<u8>> = None;
         let mut orphans = Vec::new();
         loop {
-            let page = self.kv.scan(INODES, &[], after.as_deref(), 1024).map_err(kv_err)?;
+            let page = self
+                .kv
+                .scan(INODES, &[], after.as_deref(), 1024)
+                .map_err(kv_err)?;
             let Some(last) = page.last() else { break };
             after = Some(last.0.clone());
             for (_, v) in &page {
@@ -135,7 +144,12 @@ impl Mdt {
 
     /// Starts a modifying operation: takes the write lock (commit order = lock order).
     pub fn begin(&self) -> Tx<'_> {
-        Tx { mdt: self, alloc: self.write_lock.lock().expect("write lock"), batch: Batch::new(), now: TimeSpec::now() }
+        Tx {
+            mdt: self,
+            alloc: self.write_lock.lock().expect("write lock"),
+            batch: Batch::new(),
+            now: TimeSpec::now(),
+        }
     }
 
     /// Reads an inode.
@@ -148,7 +162,11 @@ impl Mdt {
 
     /// Looks a name up in a directory.
     pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
-        match self.kv.get(DIRENTS, &dirent_key(parent, name)).map_err(kv_err)? {
+        match self
+            .kv
+            .get(DIRENTS, &dirent_key(parent, name))
+            .map_err(kv_err)?
+        {
             Some(v) => Ok(Some(decode(&v)?)),
             None => Ok(None),
         }
@@ -217,7 +235,8 @@ pub fn check_name(name: &[u8]) -> Result<(), Status> {
     if name.len() > NAME_BYTES_MAX {
         return Err(Status::NameTooLong);
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         return Err(Status::Inval);
     }
     Ok(())
@@ -256,12 +275,17 @@ impl Tx<'_> {
 
     /// Stores an inode.
     pub fn put_inode(&mut self, rec: &InodeRecord) {
-        self.batch.put(INODES, rec.attr.fid.to_key().to_vec(), encode(rec));
+        self.batch
+            .put(INODES, rec.attr.fid.to_key().to_vec(), encode(rec));
     }
 
     /// Adds a directory entry.
     pub fn put_dirent(&mut self, parent: Fid, name: &[u8], fid: Fid, kind: FileKind) {
-        self.batch.put(DIRENTS, dirent_key(parent, name), encode(&DirentRecord { fid, kind }));
+        self.batch.put(
+            DIRENTS,
+            dirent_key(parent, name),
+            encode(&DirentRecord { fid, kind }),
+        );
     }
 
     /// Removes a directory entry.
@@ -280,11 +304,14 @@ impl Tx<'_> {
         if self.alloc.next_fid >= self.alloc.fid_limit {
             self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
             let limit = self.alloc.fid_limit;
-            self.batch.put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
+            self.batch
+                .put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
         }
         let n = self.alloc.next_fid;
         self.alloc.next_fid += 1;
-        let seq = FID_SEQ_NORMAL + u64::from(self.mdt.label.index) * (1 << 20) + n / (FID_OIDS_PER_SEQ - 1);
+        let seq = FID_SEQ_NORMAL
+            + u64::from(self.mdt.label.index) * (1 << 20)
+            + n / (FID_OIDS_PER_SEQ - 1);
         Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1)
     }
 
@@ -305,7 +332,10 @@ impl Tx<'_> {
             limit
         };
         self.alloc.next_object.insert(ost, (next + 1, limit));
-        Ok(ObjectId { seq: u64::from(self.mdt.label.index), id: next })
+        Ok(ObjectId {
+            seq: u64::from(self.mdt.label.index),
+            id: next,
+        })
     }
 
     /// Allocates the objects of a new regular file under `parent`'s striping defaults.
@@ -326,22 +356,33 @@ impl Tx<'_> {
         let chosen = self.mdt.osts.choose(count as usize, start)?;
         let mut objects = Vec::with_capacity(chosen.len());
         for ost in chosen {
-            objects.push(StripeObject { ost, object: self.new_object(ost)? });
+            objects.push(StripeObject {
+                ost,
+                object: self.new_object(ost)?,
+            });
         }
-        Ok(Layout { stripe_size: size, objects })
+        Ok(Layout {
+            stripe_size: size,
+            objects,
+        })
     }
 
     /// Deletes an inode with its xattrs, queueing its objects for destruction.
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
         self.batch.delete(INODES, fid.to_key().to_vec());
-        let xattrs = self.mdt.kv.scan(XATTRS, &fid.to_key(), None, 100_000).map_err(kv_err)?;
+        let xattrs = self
+            .mdt
+            .kv
+            .scan(XATTRS, &fid.to_key(), None, 100_000)
+            .map_err(kv_err)?;
         for (k, _) in xattrs {
             self.batch.delete(XATTRS, k);
         }
         if let Some(layout) = &rec.layout {
             for o in &layout.objects {
-                self.batch.put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
+                self.batch
+                    .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
             }
         }
         self.count_inodes(-1)?;
@@ -352,22 +393,34 @@ impl Tx<'_> {
     pub fn count_inodes(&mut self, delta: i64) -> Result<(), Status> {
         self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
         let used = self.alloc.inodes_used;
-        self.batch.put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
+        self.batch
+            .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
         Ok(())
     }
 
     /// True if a reply for (client, xid) is saved.
     pub fn has_saved_reply(&self, client: &[u8; 16], xid: u64) -> bool {
-        self.alloc.saved_replies.get(client).is_some_and(|s| s.contains(&xid))
+        self.alloc
+            .saved_replies
+            .get(client)
+            .is_some_and(|s| s.contains(&xid))
     }
 
     /// Saves the reply of (client, xid) in this transaction and forgets the client's saved
     /// replies below `replied_below` (the client has them).
-    pub fn save_reply(&mut self, client: &[u8; 16], xid: u64, replied_below: u64, saved: &SavedReply) {
+    pub fn save_reply(
+        &mut self,
+        client: &[u8; 16],
+        xid: u64,
+        replied_below: u64,
+        saved: &SavedReply,
+    ) {
         let set = self.alloc.saved_replies.entry(*client).or_default();
         let mut drop: Vec<u64> = set.range(..replied_below).copied().collect();
         while set.len() - drop.len() >= SAVED_REPLIES_PER_CLIENT_MAX {
-            let Some(&oldest) = set.iter().find(|x| !drop.contains(x)) else { break };
+            let Some(&oldest) = set.iter().find(|x| !drop.contains(x)) else {
+                break;
+            };
             drop.push(oldest);
         }
         for x in drop {
@@ -375,7 +428,8 @@ impl Tx<'_> {
             self.batch.delete(REPLIES, reply_key(client, x));
         }
         set.insert(xid);
-        self.batch.put(REPLIES, reply_key(client, xid), encode(saved));
+        self.batch
+            .put(REPLIES, reply_key(client, xid), encode(saved));
     }
 }
 
@@ -383,13 +437,17 @@ fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64
     let mut out: HashMap<[u8; 16], BTreeSet<u64>> = HashMap::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let page = kv.scan(REPLIES, &[], after.as_deref(), 4096).map_err(kv_err)?;
+        let page = kv
+            .scan(REPLIES, &[], after.as_deref(), 4096)
+            .map_err(kv_err)?;
         let Some(last) = page.last() else { break };
         after = Some(last.0.clone());
         for (k, _) in &page {
             if let (Some(c), Some(x)) = (k.get(..16), k.get(16..24)) {
                 let client: [u8; 16] = c.try_into().expect("16 bytes");
-                out.entry(client).or_default().insert(u64::from_be_bytes(x.try_into().expect("8 bytes")));
+                out.entry(client)
+                    .or_default()
+                    .insert(u64::from_be_bytes(x.try_into().expect("8 bytes")));
             }
         }
     }
@@ -399,9 +457,21 @@ fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64
 /// Fills the unset fields of `spec` from `base`.
 pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
     StripeSpec {
-        stripe_count: if spec.stripe_count != 0 { spec.stripe_count } else { base.stripe_count },
-        stripe_size: if spec.stripe_size != 0 { spec.stripe_size } else { base.stripe_size },
-        start_ost: if spec.start_ost >= 0 { spec.start_ost } else { base.start_ost },
+        stripe_count: if spec.stripe_count != 0 {
+            spec.stripe_count
+        } else {
+            base.stripe_count
+        },
+        stripe_size: if spec.stripe_size != 0 {
+            spec.stripe_size
+        } else {
+            base.stripe_size
+        },
+        start_ost: if spec.start_ost >= 0 {
+            spec.start_ost
+        } else {
+            base.start_ost
+        },
     }
 }
 

@@ -48,7 +48,9 @@ impl OstPool {
 
     /// Fetches the configuration and refreshes each OST's free space.
     pub fn refresh(&self) -> Result<(), RpcError> {
-        let req = MgsRequest::GetConfig { fsname: self.fsname.clone() };
+        let req = MgsRequest::GetConfig {
+            fsname: self.fsname.clone(),
+        };
         let config = match call::<_, MgsReply>(&self.mgs, req.opcode(), 0, &req) {
             Ok(MgsReply::Config(c)) => c,
             Ok(_) => return Err(RpcError::Status(Status::Proto)),
@@ -56,10 +58,20 @@ impl OstPool {
             Err(e) => return Err(e),
         };
         self.apply_config(&config);
-        let conns: Vec<(u32, Arc<Connection>)> =
-            self.osts.read().expect("osts").iter().map(|(i, e)| (*i, e.conn.clone())).collect();
+        let conns: Vec<(u32, Arc<Connection>)> = self
+            .osts
+            .read()
+            .expect("osts")
+            .iter()
+            .map(|(i, e)| (*i, e.conn.clone()))
+            .collect();
         for (index, conn) in conns {
-            let statfs = match call::<_, OssReply>(&conn, OssRequest::StatFs.opcode(), index, &OssRequest::StatFs) {
+            let statfs = match call::<_, OssReply>(
+                &conn,
+                OssRequest::StatFs.opcode(),
+                index,
+                &OssRequest::StatFs,
+            ) {
                 Ok(OssReply::StatFs(s)) => Some(s),
                 _ => None,
             };
@@ -82,7 +94,14 @@ impl OstPool {
             let stale = osts.get(&t.index).is_none_or(|e| e.nid != nid);
             if stale {
                 let conn = Connection::new(nid, self.net.clone());
-                osts.insert(t.index, OstEntry { nid, conn, statfs: None });
+                osts.insert(
+                    t.index,
+                    OstEntry {
+                        nid,
+                        conn,
+                        statfs: None,
+                    },
+                );
             }
         }
     }
@@ -94,7 +113,11 @@ impl OstPool {
 
     /// Connection to an OST.
     pub fn conn(&self, index: u32) -> Option<Arc<Connection>> {
-        self.osts.read().expect("osts").get(&index).map(|e| e.conn.clone())
+        self.osts
+            .read()
+            .expect("osts")
+            .get(&index)
+            .map(|e| e.conn.clone())
     }
 
     /// Picks `count` distinct OSTs, starting at `start` if given.
@@ -102,11 +125,20 @@ impl OstPool {
         let osts = self.osts.read().expect("osts");
         let indices: Vec<u32> = osts.keys().copied().collect();
         if count == 0 || count > indices.len() {
-            return Err(if indices.is_empty() { Status::NoSpc } else { Status::Inval });
+            return Err(if indices.is_empty() {
+                Status::NoSpc
+            } else {
+                Status::Inval
+            });
         }
         if let Some(start) = start {
-            let pos = indices.iter().position(|&i| i == start).ok_or(Status::Inval)?;
-            return Ok((0..count).map(|k| indices[(pos + k) % indices.len()]).collect());
+            let pos = indices
+                .iter()
+                .position(|&i| i == start)
+                .ok_or(Status::Inval)?;
+            return Ok((0..count)
+                .map(|k| indices[(pos + k) % indices.len()])
+                .collect());
         }
         let avail: Vec<u64> = indices
             .iter()
@@ -116,7 +148,9 @@ impl OstPool {
         let min = *avail.iter().min().expect("non-empty");
         if (max - min) * 100 <= max * QOS_THRESHOLD_PERCENT {
             let pos = self.rr_cursor.fetch_add(count, Ordering::Relaxed);
-            return Ok((0..count).map(|k| indices[(pos + k) % indices.len()]).collect());
+            return Ok((0..count)
+                .map(|k| indices[(pos + k) % indices.len()])
+                .collect());
         }
         Ok(weighted_pick(&indices, &avail, count))
     }
@@ -124,7 +158,11 @@ impl OstPool {
 
 /// Draws `count` distinct indices at random, each with probability proportional to its weight.
 fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> Vec<u32> {
-    let mut pool: Vec<(u32, u64)> = indices.iter().copied().zip(weights.iter().copied()).collect();
+    let mut pool: Vec<(u32, u64)> = indices
+        .iter()
+        .copied()
+        .zip(weights.iter().copied())
+        .collect();
     let mut out = Vec::with_capacity(count);
     while out.len() < count && !pool.is_empty() {
         let total: u64 = pool.iter().map(|(_, w)| *w).sum();

@@ -30,16 +30,21 @@ impl Mgs {
     pub fn open(dir: &Path) -> Result<Mgs, StoreError> {
         let path = dir.join("mgs-config");
         let configs = store::load(&path)?;
-        Ok(Mgs { path, configs: Mutex::new(configs) })
+        Ok(Mgs {
+            path,
+            configs: Mutex::new(configs),
+        })
     }
 
     /// Registers (or re-registers) a target.
     pub fn register(&self, target: TargetInfo) -> Result<u64, Status> {
         let mut configs = self.configs.lock().expect("configs");
-        let config = configs.entry(target.fsname.clone()).or_insert_with(|| FsConfig {
-            fsname: target.fsname.clone(),
-            ..FsConfig::default()
-        });
+        let config = configs
+            .entry(target.fsname.clone())
+            .or_insert_with(|| FsConfig {
+                fsname: target.fsname.clone(),
+                ..FsConfig::default()
+            });
         let list = match target.kind {
             TargetKind::Mdt => &mut config.mdts,
             TargetKind::Ost => &mut config.osts,
@@ -67,7 +72,11 @@ impl Mgs {
             tracing::error!("MGS cannot save configuration: {e}");
             return Err(Status::Io);
         }
-        tracing::info!("registered {} at {:?} (config version {version})", target.name(), target.nids);
+        tracing::info!(
+            "registered {} at {:?} (config version {version})",
+            target.name(),
+            target.nids
+        );
         Ok(version)
     }
 
@@ -87,8 +96,13 @@ impl Handler for Mgs {
             }
         };
         let reply = match request {
-            MgsRequest::Register(target) => self.register(target).map(|version| MgsReply::Registered { version }),
-            MgsRequest::GetConfig { fsname } => self.config(&fsname).map(MgsReply::Config).ok_or(Status::NoEnt),
+            MgsRequest::Register(target) => self
+                .register(target)
+                .map(|version| MgsReply::Registered { version }),
+            MgsRequest::GetConfig { fsname } => self
+                .config(&fsname)
+                .map(MgsReply::Config)
+                .ok_or(Status::NoEnt),
         };
         match reply {
             Ok(r) => Outgoing::ok(encode_body(&r)),

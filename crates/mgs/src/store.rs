@@ -40,7 +40,10 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(source) => return Err(StoreError::Io { path: p, source }),
     };
-    let corrupt = |reason: &str| StoreError::Corrupt { path: p.clone(), reason: reason.into() };
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        path: p.clone(),
+        reason: reason.into(),
+    };
     if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != MAGIC {
         return Err(corrupt("bad magic or size"));
     }
@@ -52,13 +55,17 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
     if crc32c::crc32c(&bytes[12..]) != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    let list: Vec<FsConfig> = postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))?;
+    let list: Vec<FsConfig> =
+        postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))?;
     Ok(list.into_iter().map(|c| (c.fsname.clone(), c)).collect())
 }
 
 /// Saves the configurations durably.
 pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), StoreError> {
-    let io = |source| StoreError::Io { path: path.display().to_string(), source };
+    let io = |source| StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     let list: Vec<&FsConfig> = configs.values().collect();
     let payload = postcard::to_allocvec(&list).expect("in-memory serialization");
     let mut bytes = Vec::with_capacity(payload.len() + 12);
@@ -72,7 +79,9 @@ pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), Sto
     f.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)?;
     if let Some(dir) = path.parent() {
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
     }
     Ok(())
 }

@@ -154,7 +154,11 @@ impl Connection {
     }
 
     /// Like [`Connection::start`] with an xid from [`Connection::alloc_xid`].
-    pub fn start_xid(self: &Arc<Self>, xid: u64, request: Request) -> Result<PendingReply, NetError> {
+    pub fn start_xid(
+        self: &Arc<Self>,
+        xid: u64,
+        request: Request,
+    ) -> Result<PendingReply, NetError> {
         let permit = self.acquire_slot();
         let mut header = Header::request(request.opcode, request.target, xid);
         if self.config.bulk_checksum {
@@ -169,7 +173,13 @@ impl Connection {
             }
             Err(e) => return Err(e),
         };
-        Ok(PendingReply { conn: self.clone(), header, request, rx, _permit: permit })
+        Ok(PendingReply {
+            conn: self.clone(),
+            header,
+            request,
+            rx,
+            _permit: permit,
+        })
     }
 
     /// Sends a request and waits for its reply.
@@ -179,7 +189,12 @@ impl Connection {
 
     /// Sends a ping and waits for the answer.
     pub fn ping(self: &Arc<Self>) -> Result<(), NetError> {
-        let req = Request { opcode: nacre_wire::OP_PING, target: 0, body: Vec::new(), bulk: None };
+        let req = Request {
+            opcode: nacre_wire::OP_PING,
+            target: 0,
+            body: Vec::new(),
+            bulk: None,
+        };
         self.call(req).map(|_| ())
     }
 
@@ -189,7 +204,9 @@ impl Connection {
             free = self.slots.cv.wait(free).expect("slots");
         }
         *free -= 1;
-        SlotPermit { slots: self.slots.clone() }
+        SlotPermit {
+            slots: self.slots.clone(),
+        }
     }
 
     fn current_link(&self) -> Result<Arc<Link>, NetError> {
@@ -220,7 +237,10 @@ impl Connection {
         }
         let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
         let stream = TcpStream::connect_timeout(&self.nid.addr, timeout).map_err(|e| {
-            NetError::Unreachable { nid: self.nid.to_string(), cause: e.to_string() }
+            NetError::Unreachable {
+                nid: self.nid.to_string(),
+                cause: e.to_string(),
+            }
         })?;
         stream.set_nodelay(true)?;
         let link = Arc::new(TcpLink {
@@ -294,7 +314,8 @@ impl PendingReply {
             match self.rx.recv_timeout(rpc_timeout) {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(NetError::Disconnected(_))) | Err(RecvTimeoutError::Disconnected) => {
-                    let deadline = *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
+                    let deadline =
+                        *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
                     self.rx = self.resend_until(deadline)?;
                 }
                 Ok(Err(e)) => return Err(e),
@@ -309,7 +330,10 @@ impl PendingReply {
         }
     }
 
-    fn resend_until(&mut self, deadline: Instant) -> Result<Receiver<Result<Reply, NetError>>, NetError> {
+    fn resend_until(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Receiver<Result<Reply, NetError>>, NetError> {
         self.header.flags |= FLAG_RESEND;
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -335,9 +359,17 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
     let cause = loop {
         match read_frame(&mut reader, BULK_BYTES_MAX) {
             Ok(Some(frame)) => {
-                let tx = link.pending.lock().expect("pending").remove(&frame.header.xid);
+                let tx = link
+                    .pending
+                    .lock()
+                    .expect("pending")
+                    .remove(&frame.header.xid);
                 if let Some(tx) = tx {
-                    let reply = Reply { header: frame.header, body: frame.body, bulk: frame.bulk };
+                    let reply = Reply {
+                        header: frame.header,
+                        body: frame.body,
+                        bulk: frame.bulk,
+                    };
                     let _ = tx.send(Ok(reply));
                 }
             }
@@ -347,7 +379,11 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
     };
     tracing::debug!("connection to {nid} ended: {cause}");
     link.alive.store(false, Ordering::Release);
-    let _ = link.writer.lock().expect("writer").shutdown(std::net::Shutdown::Both);
+    let _ = link
+        .writer
+        .lock()
+        .expect("writer")
+        .shutdown(std::net::Shutdown::Both);
     for (_, tx) in link.pending.lock().expect("pending").drain() {
         let _ = tx.send(Err(NetError::Disconnected(nid.to_string())));
     }

@@ -25,7 +25,11 @@ pub fn write_frame(
     bulk: Option<&[u8]>,
 ) -> std::io::Result<()> {
     let head = header.encode();
-    let mut slices = [IoSlice::new(&head), IoSlice::new(body), IoSlice::new(bulk.unwrap_or(&[]))];
+    let mut slices = [
+        IoSlice::new(&head),
+        IoSlice::new(body),
+        IoSlice::new(bulk.unwrap_or(&[])),
+    ];
     let mut slices: &mut [IoSlice<'_>] = &mut slices;
     while !slices.is_empty() {
         let n = w.write_vectored(slices)?;
@@ -79,7 +83,9 @@ mod tests {
         h.seal(b"hello", Some(&[3u8; 5000]), true);
         let mut out = Vec::new();
         write_frame(&mut out, &h, b"hello", Some(&[3u8; 5000])).unwrap();
-        let f = read_frame(&mut out.as_slice(), BULK_BYTES_MAX).unwrap().unwrap();
+        let f = read_frame(&mut out.as_slice(), BULK_BYTES_MAX)
+            .unwrap()
+            .unwrap();
         assert_eq!(f.body, b"hello");
         assert_eq!(f.bulk.unwrap().len(), 5000);
     }

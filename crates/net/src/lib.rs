@@ -17,8 +17,8 @@ pub mod local;
 pub mod rpc;
 pub mod server;
 
-pub use rpc::RpcError;
 pub use conn::{Connection, NetConfig, PendingReply};
+pub use rpc::RpcError;
 pub use server::{Handler, Incoming, Outgoing, Server, ServiceConfig, ServicePool};
 
 use nacre_types::AlignedBuf;

@@ -15,7 +15,10 @@ fn registry() -> &'static Mutex<HashMap<SocketAddr, Weak<Router>>> {
 
 /// Makes `router` reachable in-process at `addr`.
 pub fn register(addr: SocketAddr, router: &Arc<Router>) {
-    registry().lock().expect("local registry").insert(addr, Arc::downgrade(router));
+    registry()
+        .lock()
+        .expect("local registry")
+        .insert(addr, Arc::downgrade(router));
 }
 
 /// Removes the in-process entry for `addr`.
@@ -25,5 +28,9 @@ pub fn unregister(addr: SocketAddr) {
 
 /// The router serving `addr` in this process, if any.
 pub fn lookup(addr: SocketAddr) -> Option<Arc<Router>> {
-    registry().lock().expect("local registry").get(&addr).and_then(Weak::upgrade)
+    registry()
+        .lock()
+        .expect("local registry")
+        .get(&addr)
+        .and_then(Weak::upgrade)
 }

@@ -34,12 +34,24 @@ impl RpcError {
 }
 
 /// Builds a request from a message.
-pub fn request<T: Serialize>(opcode: u16, target: u32, msg: &T, bulk: Option<Arc<AlignedBuf>>) -> Request {
-    Request { opcode, target, body: encode_body(msg), bulk }
+pub fn request<T: Serialize>(
+    opcode: u16,
+    target: u32,
+    msg: &T,
+    bulk: Option<Arc<AlignedBuf>>,
+) -> Request {
+    Request {
+        opcode,
+        target,
+        body: encode_body(msg),
+        bulk,
+    }
 }
 
 /// Checks a reply's status and decodes its body.
-pub fn decode_reply<R: DeserializeOwned>(reply: Reply) -> Result<(R, Option<AlignedBuf>), RpcError> {
+pub fn decode_reply<R: DeserializeOwned>(
+    reply: Reply,
+) -> Result<(R, Option<AlignedBuf>), RpcError> {
     let status = reply.status();
     if status != Status::Ok {
         return Err(RpcError::Status(status));

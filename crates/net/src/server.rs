@@ -54,12 +54,20 @@ pub struct Outgoing {
 impl Outgoing {
     /// An error reply.
     pub fn error(status: Status) -> Outgoing {
-        Outgoing { status, body: Vec::new(), bulk: None }
+        Outgoing {
+            status,
+            body: Vec::new(),
+            bulk: None,
+        }
     }
 
     /// A success reply with an encoded body.
     pub fn ok(body: Vec<u8>) -> Outgoing {
-        Outgoing { status: Status::Ok, body, bulk: None }
+        Outgoing {
+            status: Status::Ok,
+            body,
+            bulk: None,
+        }
     }
 }
 
@@ -83,7 +91,11 @@ impl Incoming {
             ReplySink::Local(tx) => {
                 header.body_len = out.body.len() as u32;
                 header.bulk_len = out.bulk.as_ref().map_or(0, |b| b.len() as u32);
-                let _ = tx.send(Ok(Reply { header, body: out.body, bulk: out.bulk }));
+                let _ = tx.send(Ok(Reply {
+                    header,
+                    body: out.body,
+                    bulk: out.bulk,
+                }));
             }
             ReplySink::Tcp(writer) => {
                 let checksum = self.header.flags & FLAG_BULK_CHECKSUM != 0;
@@ -185,7 +197,10 @@ pub struct Router {
 impl Router {
     /// Adds (or replaces) the pool serving `service`.
     pub fn add(&self, service: Service, pool: Arc<ServicePool>) {
-        self.services.write().expect("router").insert(service as u8, pool);
+        self.services
+            .write()
+            .expect("router")
+            .insert(service as u8, pool);
     }
 
     fn route(&self, req: Incoming, cpt_hint: usize) {
@@ -221,7 +236,13 @@ impl Router {
     }
 
     fn stop(&self) {
-        let pools: Vec<_> = self.services.write().expect("router").drain().map(|(_, p)| p).collect();
+        let pools: Vec<_> = self
+            .services
+            .write()
+            .expect("router")
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
         for p in pools {
             p.stop();
         }
@@ -317,8 +338,13 @@ fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-        let Ok(clone) = stream.try_clone() else { continue };
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "?".into());
+        let Ok(clone) = stream.try_clone() else {
+            continue;
+        };
         {
             let mut list = conns.lock().expect("conns");
             list.retain(|c| c.peer_addr().is_ok());
@@ -343,7 +369,9 @@ fn serve_connection(
     cpt: usize,
     bulk_len_max: u32,
 ) {
-    let Ok(write_half) = stream.try_clone() else { return };
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
     let writer = Arc::new(Mutex::new(write_half));
     let mut reader = BufReader::with_capacity(64 * 1024, stream);
     loop {
@@ -369,5 +397,8 @@ fn serve_connection(
             }
         }
     }
-    let _ = writer.lock().expect("writer").shutdown(std::net::Shutdown::Both);
+    let _ = writer
+        .lock()
+        .expect("writer")
+        .shutdown(std::net::Shutdown::Both);
 }

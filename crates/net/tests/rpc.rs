@@ -1,7 +1,9 @@
 //! RPCs over real TCP sockets and the in-process transport.
 
 use nacre_net::server::Router;
-use nacre_net::{Connection, Handler, Incoming, NetConfig, Outgoing, Server, ServiceConfig, ServicePool};
+use nacre_net::{
+    Connection, Handler, Incoming, NetConfig, Outgoing, Server, ServiceConfig, ServicePool,
+};
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::Service;
 use std::io::Write;
@@ -15,7 +17,11 @@ impl Handler for Echo {
             return Outgoing::error(Status::NoSpc);
         }
         let bulk = req.bulk.as_ref().map(|b| AlignedBuf::copy_from(b));
-        Outgoing { status: Status::Ok, body: req.body.clone(), bulk }
+        Outgoing {
+            status: Status::Ok,
+            body: req.body.clone(),
+            bulk,
+        }
     }
 }
 
@@ -67,7 +73,8 @@ fn many_rpcs_in_flight_over_tcp() {
 #[test]
 fn in_process_transport_is_used_when_server_is_local() {
     let server = echo_server();
-    let conn = Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    let conn =
+        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
     let reply = conn.call(request(b"hi", Some(vec![7; 4096]))).unwrap();
     assert_eq!(reply.body, b"hi");
     assert_eq!(reply.bulk.unwrap()[0], 7);
@@ -89,7 +96,10 @@ fn malformed_frame_drops_connection_but_server_keeps_serving() {
 
 #[test]
 fn unreachable_server_fails_within_deadline() {
-    let config = NetConfig { connect_timeout_ms: 500, ..NetConfig::default() };
+    let config = NetConfig {
+        connect_timeout_ms: 500,
+        ..NetConfig::default()
+    };
     let start = std::time::Instant::now();
     let nid = "127.0.0.1:1@tcp".parse().unwrap();
     assert!(Connection::connect(nid, config).is_err());

@@ -85,7 +85,9 @@ pub enum LabelError {
 pub fn check_fsname(fsname: &str) -> Result<(), LabelError> {
     let ok = !fsname.is_empty()
         && fsname.len() <= FSNAME_BYTES_MAX
-        && fsname.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        && fsname
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -95,7 +97,12 @@ pub fn check_fsname(fsname: &str) -> Result<(), LabelError> {
 
 impl Label {
     /// A new label with a fresh uuid.
-    pub fn new(kind: TargetKind, index: u32, fsname: &str, mgsnode: Option<Nid>) -> Result<Label, LabelError> {
+    pub fn new(
+        kind: TargetKind,
+        index: u32,
+        fsname: &str,
+        mgsnode: Option<Nid>,
+    ) -> Result<Label, LabelError> {
         check_fsname(fsname)?;
         Ok(Label {
             format_version: LABEL_FORMAT_VERSION,
@@ -132,7 +139,10 @@ impl Label {
     /// Writes the label into `dir` (created if needed), durably. Fails if one exists unless
     /// `reformat`.
     pub fn write(&self, dir: &Path, reformat: bool) -> Result<(), LabelError> {
-        let io = |source| LabelError::Io { path: dir.display().to_string(), source };
+        let io = |source| LabelError::Io {
+            path: dir.display().to_string(),
+            source,
+        };
         std::fs::create_dir_all(dir).map_err(io)?;
         if !reformat {
             if let Ok(existing) = Label::read(dir) {
@@ -147,7 +157,9 @@ impl Label {
         f.write_all(self.encode().as_bytes()).map_err(io)?;
         f.sync_all().map_err(io)?;
         std::fs::rename(&tmp, dir.join(LABEL_FILE)).map_err(io)?;
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
         Ok(())
     }
 
@@ -162,8 +174,14 @@ impl Label {
             Err(source) => return Err(LabelError::Io { path, source }),
         };
         Label::decode(&text).map_err(|reason| match reason {
-            DecodeError::TooNew(version) => LabelError::TooNew { path: path.clone(), version },
-            DecodeError::Bad(reason) => LabelError::Corrupt { path: path.clone(), reason },
+            DecodeError::TooNew(version) => LabelError::TooNew {
+                path: path.clone(),
+                version,
+            },
+            DecodeError::Bad(reason) => LabelError::Corrupt {
+                path: path.clone(),
+                reason,
+            },
         })
     }
 
@@ -182,7 +200,9 @@ impl Label {
                 .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
                 .ok_or_else(|| bad(&format!("missing {name}")))
         };
-        let version: u32 = field("format_version")?.parse().map_err(|_| bad("bad format_version"))?;
+        let version: u32 = field("format_version")?
+            .parse()
+            .map_err(|_| bad("bad format_version"))?;
         if version > LABEL_FORMAT_VERSION {
             return Err(DecodeError::TooNew(version));
         }
@@ -214,22 +234,42 @@ mod tests {
     #[test]
     fn write_read_and_refuse_reformat() {
         let dir = tempfile::tempdir().unwrap();
-        let label = Label::new(TargetKind::Ost, 3, "demo", Some("127.0.0.1@tcp".parse().unwrap())).unwrap();
+        let label = Label::new(
+            TargetKind::Ost,
+            3,
+            "demo",
+            Some("127.0.0.1@tcp".parse().unwrap()),
+        )
+        .unwrap();
         label.write(dir.path(), false).unwrap();
         assert_eq!(Label::read(dir.path()).unwrap(), label);
-        assert!(matches!(label.write(dir.path(), false), Err(LabelError::AlreadyFormatted { .. })));
+        assert!(matches!(
+            label.write(dir.path(), false),
+            Err(LabelError::AlreadyFormatted { .. })
+        ));
         assert_eq!(label.name(), "demo-OST0003");
     }
 
     #[test]
     fn damaged_label_is_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        Label::new(TargetKind::Mdt, 0, "demo", None).unwrap().write(dir.path(), false).unwrap();
+        Label::new(TargetKind::Mdt, 0, "demo", None)
+            .unwrap()
+            .write(dir.path(), false)
+            .unwrap();
         let p = dir.path().join(LABEL_FILE);
-        let text = std::fs::read_to_string(&p).unwrap().replace("index=0", "index=1");
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("index=0", "index=1");
         std::fs::write(&p, text).unwrap();
-        assert!(matches!(Label::read(dir.path()), Err(LabelError::Corrupt { .. })));
-        assert!(matches!(Label::read(&dir.path().join("x")), Err(LabelError::NotFormatted(_))));
+        assert!(matches!(
+            Label::read(dir.path()),
+            Err(LabelError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            Label::read(&dir.path().join("x")),
+            Err(LabelError::NotFormatted(_))
+        ));
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub struct ObjectStore {
 }
 
 fn is_aligned(x: u64) -> bool {
-    x % DIRECT_IO_ALIGN_BYTES as u64 == 0
+    x.is_multiple_of(DIRECT_IO_ALIGN_BYTES as u64)
 }
 
 impl ObjectStore {
@@ -86,7 +86,10 @@ impl ObjectStore {
     }
 
     fn err(object: ObjectId, source: std::io::Error) -> OsdError {
-        OsdError::Io { object: object.to_string(), source }
+        OsdError::Io {
+            object: object.to_string(),
+            source,
+        }
     }
 
     fn get(&self, object: ObjectId, create: bool) -> Result<Option<Arc<OpenObject>>, OsdError> {
@@ -136,12 +139,14 @@ impl ObjectStore {
     /// (an [`AlignedBuf`]) for the direct path to be taken.
     pub fn write(&self, object: ObjectId, offset: u64, data: &[u8]) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
-        let mem_aligned = data.as_ptr() as usize % DIRECT_IO_ALIGN_BYTES == 0;
+        let mem_aligned = (data.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGN_BYTES);
         let direct_len = (data.len() / DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES;
         let mut done = 0;
         if let (Some(direct), true, true) = (&o.direct, mem_aligned, is_aligned(offset)) {
             if direct_len > 0 {
-                direct.write_all_at(&data[..direct_len], offset).map_err(|e| Self::err(object, e))?;
+                direct
+                    .write_all_at(&data[..direct_len], offset)
+                    .map_err(|e| Self::err(object, e))?;
                 done = direct_len;
             }
         }
@@ -162,7 +167,11 @@ impl ObjectStore {
             return Ok(buf);
         };
         let use_direct = o.direct.is_some() && is_aligned(offset);
-        let file = if use_direct { o.direct.as_ref().expect("direct") } else { &o.buffered };
+        let file = if use_direct {
+            o.direct.as_ref().expect("direct")
+        } else {
+            &o.buffered
+        };
         let mut got = 0;
         loop {
             let want = if use_direct { buf.capacity() } else { len };
@@ -224,9 +233,8 @@ impl ObjectStore {
             mode |= libc::FALLOC_FL_PUNCH_HOLE;
         }
         // SAFETY: plain syscall on an owned, open descriptor.
-        let rc = unsafe {
-            libc::fallocate(o.buffered.as_raw_fd(), mode, offset as i64, len as i64)
-        };
+        let rc =
+            unsafe { libc::fallocate(o.buffered.as_raw_fd(), mode, offset as i64, len as i64) };
         if rc != 0 {
             return Err(Self::err(object, std::io::Error::last_os_error()));
         }

@@ -58,7 +58,12 @@ impl OssHandler {
         self.targets.read().expect("targets").get(&index).cloned()
     }
 
-    fn run(&self, ost: &OstTarget, req: OssRequest, incoming: &Incoming) -> Result<Outgoing, Status> {
+    fn run(
+        &self,
+        ost: &OstTarget,
+        req: OssRequest,
+        incoming: &Incoming,
+    ) -> Result<Outgoing, Status> {
         let io = |e: nacre_osd::OsdError| {
             tracing::debug!("{}: {e}", ost.label.name());
             Status::from_io(e.io())
@@ -70,17 +75,31 @@ impl OssHandler {
                     return Err(Status::FBig);
                 }
                 ost.store.write(object, offset, data).map_err(io)?;
-                ost.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                OssReply::Written { len: data.len() as u32 }
+                ost.write_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                OssReply::Written {
+                    len: data.len() as u32,
+                }
             }
-            OssRequest::Read { object, offset, len } => {
+            OssRequest::Read {
+                object,
+                offset,
+                len,
+            } => {
                 if len > BULK_BYTES_MAX {
                     return Err(Status::Inval);
                 }
                 let data = ost.store.read(object, offset, len as usize).map_err(io)?;
-                ost.read_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                let body = encode_body(&OssReply::Read { len: data.len() as u32 });
-                return Ok(Outgoing { status: Status::Ok, body, bulk: Some(data) });
+                ost.read_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                let body = encode_body(&OssReply::Read {
+                    len: data.len() as u32,
+                });
+                return Ok(Outgoing {
+                    status: Status::Ok,
+                    body,
+                    bulk: Some(data),
+                });
             }
             OssRequest::Glimpse { object } => {
                 let (size, blocks) = ost.store.size(object).map_err(io)?;
@@ -93,8 +112,16 @@ impl OssHandler {
                 ost.store.punch(object, size).map_err(io)?;
                 OssReply::Done
             }
-            OssRequest::Fallocate { object, offset, len, keep_size, punch_hole } => {
-                ost.store.fallocate(object, offset, len, keep_size, punch_hole).map_err(io)?;
+            OssRequest::Fallocate {
+                object,
+                offset,
+                len,
+                keep_size,
+                punch_hole,
+            } => {
+                ost.store
+                    .fallocate(object, offset, len, keep_size, punch_hole)
+                    .map_err(io)?;
                 OssReply::Done
             }
             OssRequest::Sync { object } => {
@@ -107,7 +134,9 @@ impl OssHandler {
                 }
                 OssReply::Done
             }
-            OssRequest::StatFs => OssReply::StatFs(ost.store.statfs().map_err(|e| Status::from_io(&e))?),
+            OssRequest::StatFs => {
+                OssReply::StatFs(ost.store.statfs().map_err(|e| Status::from_io(&e))?)
+            }
         };
         Ok(Outgoing::ok(encode_body(&reply)))
     }
@@ -121,10 +150,15 @@ impl Handler for OssHandler {
         let req: OssRequest = match decode_body(&incoming.body) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("{}: bad request from {}: {e}", ost.label.name(), incoming.peer);
+                tracing::warn!(
+                    "{}: bad request from {}: {e}",
+                    ost.label.name(),
+                    incoming.peer
+                );
                 return Outgoing::error(Status::Proto);
             }
         };
-        self.run(&ost, req, incoming).unwrap_or_else(Outgoing::error)
+        self.run(&ost, req, incoming)
+            .unwrap_or_else(Outgoing::error)
     }
 }

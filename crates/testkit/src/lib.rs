@@ -14,15 +14,25 @@ pub fn nacre_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target directory");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
     let bin = dir.join("nacre");
-    assert!(bin.exists(), "{} not built: run `cargo build -p nacre-cli` or set NACRE_BIN", bin.display());
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo build -p nacre-cli` or set NACRE_BIN",
+        bin.display()
+    );
     bin
 }
 
 /// Runs `nacre ARGS` to completion.
 pub fn nacre(args: &[&str]) -> Output {
-    Command::new(nacre_bin()).args(args).output().expect("run nacre")
+    Command::new(nacre_bin())
+        .args(args)
+        .output()
+        .expect("run nacre")
 }
 
 /// Runs `nacre ARGS`, asserting success; returns stdout.
@@ -39,12 +49,20 @@ pub fn nacre_ok(args: &[&str]) -> String {
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Runs a shell command, asserting success; returns stdout.
 pub fn sh(cmd: &str) -> String {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("run sh");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("run sh");
     assert!(
         out.status.success(),
         "`{cmd}` failed ({}): {}{}",
@@ -56,7 +74,12 @@ pub fn sh(cmd: &str) -> String {
 }
 
 fn force_unmount(mnt: &Path) {
-    let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(mnt).stderr(Stdio::null()).status();
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// An embedded file system (`nacre up`) in a temporary directory, mounted; unmounted on drop.
@@ -87,18 +110,31 @@ impl Embedded {
     /// Prepares directories without starting (so a test can, say, put an OST on a small
     /// tmpfs first); call [`Embedded::up`] to start.
     pub fn unstarted(osts: u32, extra: &[&str]) -> Embedded {
-        let root = tempfile::Builder::new().prefix("nacre-test").tempdir_in(test_dir()).expect("tempdir");
+        let root = tempfile::Builder::new()
+            .prefix("nacre-test")
+            .tempdir_in(test_dir())
+            .expect("tempdir");
         let mnt = root.path().join("mnt");
         let data = root.path().join("data");
         std::fs::create_dir_all(&mnt).expect("mkdir mnt");
         let mut args = vec!["--osts".to_string(), osts.to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
-        Embedded { root, mnt, data, args }
+        Embedded {
+            root,
+            mnt,
+            data,
+            args,
+        }
     }
 
     /// Runs `nacre up` (again).
     pub fn up(&self) {
-        let mut a = vec!["up".to_string(), self.data.display().to_string(), "--mount".into(), self.mnt.display().to_string()];
+        let mut a = vec![
+            "up".to_string(),
+            self.data.display().to_string(),
+            "--mount".into(),
+            self.mnt.display().to_string(),
+        ];
         a.extend(self.args.iter().cloned());
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         nacre_ok(&a);
@@ -124,7 +160,9 @@ impl Drop for Embedded {
 
 /// Where tests put their files: `$NACRE_TEST_DIR` or the system temp directory.
 pub fn test_dir() -> PathBuf {
-    std::env::var_os("NACRE_TEST_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir)
+    std::env::var_os("NACRE_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// A `nacre server` process; killed (SIGKILL) on drop.
@@ -171,7 +209,11 @@ impl ServerProc {
             }
         }
         std::thread::spawn(move || for _ in lines {});
-        ServerProc { child, args, listen }
+        ServerProc {
+            child,
+            args,
+            listen,
+        }
     }
 
     /// The server's NID.
@@ -227,7 +269,9 @@ impl ClientMount {
         let mut a = vec!["mount", source, mnt.to_str().expect("utf-8 path")];
         a.extend_from_slice(extra);
         nacre_ok(&a);
-        ClientMount { mnt: mnt.to_path_buf() }
+        ClientMount {
+            mnt: mnt.to_path_buf(),
+        }
     }
 }
 

@@ -18,7 +18,10 @@ impl TimeSpec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        TimeSpec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 
     /// Converts to a `SystemTime` (times before the epoch are clamped to it).
@@ -30,8 +33,14 @@ impl TimeSpec {
     /// Converts from a `SystemTime`.
     pub fn from_system_time(t: std::time::SystemTime) -> TimeSpec {
         match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => TimeSpec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
-            Err(e) => TimeSpec { sec: -(e.duration().as_secs() as i64), nsec: 0 },
+            Ok(d) => TimeSpec {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(e) => TimeSpec {
+                sec: -(e.duration().as_secs() as i64),
+                nsec: 0,
+            },
         }
     }
 }

@@ -29,7 +29,11 @@ pub struct Fid {
 
 impl Fid {
     /// The root directory's FID.
-    pub const ROOT: Fid = Fid { seq: FID_SEQ_ROOT, oid: 1, ver: 0 };
+    pub const ROOT: Fid = Fid {
+        seq: FID_SEQ_ROOT,
+        oid: 1,
+        ver: 0,
+    };
     /// Inode number the kernel uses for the root of a FUSE mount.
     pub const ROOT_INO: u64 = 1;
 

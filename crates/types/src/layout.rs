@@ -72,13 +72,21 @@ pub enum LayoutError {
 
 impl Default for StripeSpec {
     fn default() -> StripeSpec {
-        StripeSpec { stripe_count: 0, stripe_size: 0, start_ost: -1 }
+        StripeSpec {
+            stripe_count: 0,
+            stripe_size: 0,
+            start_ost: -1,
+        }
     }
 }
 
 impl StripeSpec {
     /// Checks the request against an OST count and resolves defaults against `parent`.
-    pub fn resolve(self, parent: StripeSpec, osts: u32) -> Result<(u16, u32, Option<u32>), LayoutError> {
+    pub fn resolve(
+        self,
+        parent: StripeSpec,
+        osts: u32,
+    ) -> Result<(u16, u32, Option<u32>), LayoutError> {
         let count = match self.stripe_count {
             0 => parent.stripe_count,
             c => c,
@@ -98,7 +106,11 @@ impl StripeSpec {
             (s, _) => s,
         };
         check_stripe_size(size)?;
-        let start = if self.start_ost >= 0 { self.start_ost } else { parent.start_ost };
+        let start = if self.start_ost >= 0 {
+            self.start_ost
+        } else {
+            parent.start_ost
+        };
         let start = match start {
             s if s < 0 => None,
             s if s as u32 >= osts => return Err(LayoutError::BadStartOst { start: s, osts }),
@@ -111,7 +123,7 @@ impl StripeSpec {
 /// Validates a stripe size.
 pub fn check_stripe_size(size: u32) -> Result<(), LayoutError> {
     if !(STRIPE_SIZE_BYTES_MIN..=STRIPE_SIZE_BYTES_MAX).contains(&size)
-        || size % STRIPE_SIZE_BYTES_MIN != 0
+        || !size.is_multiple_of(STRIPE_SIZE_BYTES_MIN)
     {
         return Err(LayoutError::BadStripeSize(size));
     }
@@ -211,7 +223,13 @@ mod tests {
         Layout {
             stripe_size: size,
             objects: (0..count)
-                .map(|i| StripeObject { ost: i as u32, object: ObjectId { seq: 0, id: i as u64 } })
+                .map(|i| StripeObject {
+                    ost: i as u32,
+                    object: ObjectId {
+                        seq: 0,
+                        id: i as u64,
+                    },
+                })
                 .collect(),
         }
     }
@@ -228,13 +246,23 @@ mod tests {
 
     #[test]
     fn resolve_rejects_too_many_stripes() {
-        let spec = StripeSpec { stripe_count: 9, stripe_size: 0, start_ost: -1 };
+        let spec = StripeSpec {
+            stripe_count: 9,
+            stripe_size: 0,
+            start_ost: -1,
+        };
         assert_eq!(
             spec.resolve(StripeSpec::default(), 4),
             Err(LayoutError::TooManyStripes { count: 9, osts: 4 })
         );
-        let all = StripeSpec { stripe_count: -1, ..spec };
-        assert_eq!(all.resolve(StripeSpec::default(), 4), Ok((4, STRIPE_SIZE_DEFAULT, None)));
+        let all = StripeSpec {
+            stripe_count: -1,
+            ..spec
+        };
+        assert_eq!(
+            all.resolve(StripeSpec::default(), 4),
+            Ok((4, STRIPE_SIZE_DEFAULT, None))
+        );
     }
 
     proptest! {

@@ -58,12 +58,26 @@ impl Nid {
 impl std::str::FromStr for Nid {
     type Err = NidError;
     fn from_str(s: &str) -> Result<Nid, NidError> {
-        let (addr, net) = s.rsplit_once('@').ok_or_else(|| NidError::MissingNetwork(s.into()))?;
+        let (addr, net) = s
+            .rsplit_once('@')
+            .ok_or_else(|| NidError::MissingNetwork(s.into()))?;
         let net_num = net
             .strip_prefix("tcp")
-            .and_then(|n| if n.is_empty() { Some(0) } else { n.parse::<u16>().ok() })
-            .ok_or_else(|| NidError::UnsupportedNetwork { nid: s.into(), net: net.into() })?;
-        let bad = || NidError::BadAddress { nid: s.into(), addr: addr.into() };
+            .and_then(|n| {
+                if n.is_empty() {
+                    Some(0)
+                } else {
+                    n.parse::<u16>().ok()
+                }
+            })
+            .ok_or_else(|| NidError::UnsupportedNetwork {
+                nid: s.into(),
+                net: net.into(),
+            })?;
+        let bad = || NidError::BadAddress {
+            nid: s.into(),
+            addr: addr.into(),
+        };
         let with_port = if addr.parse::<IpAddr>().is_ok() || !addr.contains(':') {
             if addr.contains(':') {
                 format!("[{addr}]:{DEFAULT_PORT}")
@@ -73,14 +87,25 @@ impl std::str::FromStr for Nid {
         } else {
             addr.to_string()
         };
-        let sock = with_port.to_socket_addrs().map_err(|_| bad())?.next().ok_or_else(bad)?;
-        Ok(Nid { addr: sock, net: net_num })
+        let sock = with_port
+            .to_socket_addrs()
+            .map_err(|_| bad())?
+            .next()
+            .ok_or_else(bad)?;
+        Ok(Nid {
+            addr: sock,
+            net: net_num,
+        })
     }
 }
 
 impl fmt::Display for Nid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let net = if self.net == 0 { "tcp".to_string() } else { format!("tcp{}", self.net) };
+        let net = if self.net == 0 {
+            "tcp".to_string()
+        } else {
+            format!("tcp{}", self.net)
+        };
         if self.addr.port() == DEFAULT_PORT {
             write!(f, "{}@{net}", self.addr.ip())
         } else {
@@ -116,8 +141,17 @@ mod tests {
 
     #[test]
     fn rejects_bad_nids() {
-        assert!(matches!("127.0.0.1".parse::<Nid>(), Err(NidError::MissingNetwork(_))));
-        assert!(matches!("1.2.3.4@o2ib".parse::<Nid>(), Err(NidError::UnsupportedNetwork { .. })));
-        assert!(matches!("1.2.3.4:x@tcp".parse::<Nid>(), Err(NidError::BadAddress { .. })));
+        assert!(matches!(
+            "127.0.0.1".parse::<Nid>(),
+            Err(NidError::MissingNetwork(_))
+        ));
+        assert!(matches!(
+            "1.2.3.4@o2ib".parse::<Nid>(),
+            Err(NidError::UnsupportedNetwork { .. })
+        ));
+        assert!(matches!(
+            "1.2.3.4:x@tcp".parse::<Nid>(),
+            Err(NidError::BadAddress { .. })
+        ));
     }
 }

@@ -129,7 +129,11 @@ impl Status {
 
     /// Decodes a wire code; unknown codes become `Io` (never a panic).
     pub fn from_code(code: i32) -> Status {
-        Status::ALL.iter().copied().find(|s| s.code() == code).unwrap_or(Status::Io)
+        Status::ALL
+            .iter()
+            .copied()
+            .find(|s| s.code() == code)
+            .unwrap_or(Status::Io)
     }
 
     /// The errno an application sees for this status (the client edge's mapping).

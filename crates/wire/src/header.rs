@@ -61,7 +61,13 @@ const _: () = assert!(HEADER_BYTES == 4 + 2 + 2 + 4 + 4 + 4 + 4 + 8 + 4 + 4 + 4 
 impl Header {
     /// A request header with the current version.
     pub fn request(opcode: u16, target: u32, xid: u64) -> Header {
-        Header { version: PROTOCOL_VERSION, opcode, target, xid, ..Header::default() }
+        Header {
+            version: PROTOCOL_VERSION,
+            opcode,
+            target,
+            xid,
+            ..Header::default()
+        }
     }
 
     /// True if this is a reply.
@@ -149,7 +155,10 @@ impl Header {
         }
         let computed = crc32c::crc32c(bulk);
         if computed != self.bulk_crc {
-            return Err(WireError::BulkChecksum { stored: self.bulk_crc, computed });
+            return Err(WireError::BulkChecksum {
+                stored: self.bulk_crc,
+                computed,
+            });
         }
         Ok(())
     }
@@ -181,7 +190,10 @@ mod tests {
         assert_eq!(d, h);
         d.check_body(b"body").unwrap();
         d.check_bulk(b"bulk").unwrap();
-        assert!(matches!(d.check_bulk(b"bulK"), Err(WireError::BulkChecksum { .. })));
+        assert!(matches!(
+            d.check_bulk(b"bulK"),
+            Err(WireError::BulkChecksum { .. })
+        ));
     }
 
     #[test]
@@ -198,7 +210,10 @@ mod tests {
         for bit in 0..HEADER_BYTES * 8 {
             let mut b = h;
             b[bit / 8] ^= 1 << (bit % 8);
-            assert!(Header::decode(&b, BULK_BYTES_MAX).is_err(), "bit {bit} undetected");
+            assert!(
+                Header::decode(&b, BULK_BYTES_MAX).is_err(),
+                "bit {bit} undetected"
+            );
         }
     }
 

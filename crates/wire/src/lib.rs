@@ -101,7 +101,10 @@ pub fn decode_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Wir
     let (msg, rest) =
         postcard::take_from_bytes(body).map_err(|e| WireError::Malformed(e.to_string()))?;
     if !rest.is_empty() {
-        return Err(WireError::Malformed(format!("{} trailing bytes", rest.len())));
+        return Err(WireError::Malformed(format!(
+            "{} trailing bytes",
+            rest.len()
+        )));
     }
     Ok(msg)
 }

@@ -1,7 +1,7 @@
 //! Management service messages: target registration and the configuration clients fetch.
 
-pub use nacre_types::TargetKind;
 use nacre_types::Nid;
+pub use nacre_types::TargetKind;
 use serde::{Deserialize, Serialize};
 
 /// A target as the MGS knows it.

@@ -114,7 +114,11 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let req = OssRequest::Read { object: ObjectId { seq: 0, id: 9 }, offset: 4096, len: 1 << 20 };
+        let req = OssRequest::Read {
+            object: ObjectId { seq: 0, id: 9 },
+            offset: 4096,
+            len: 1 << 20,
+        };
         assert_eq!(decode_body::<OssRequest>(&encode_body(&req)).unwrap(), req);
     }
 

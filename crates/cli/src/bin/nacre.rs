@@ -15,7 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "nacre", version, about = "Nacre: a user-space parallel file system in the manner of Lustre")]
+#[command(
+    name = "nacre",
+    version,
+    about = "Nacre: a user-space parallel file system in the manner of Lustre"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -178,7 +182,12 @@ struct MountArgs {
 #[derive(Args)]
 struct SetstripeArgs {
     /// Stripe count (-1: all OSTs, 0: default).
-    #[arg(short = 'c', long = "stripe-count", default_value_t = 0, allow_hyphen_values = true)]
+    #[arg(
+        short = 'c',
+        long = "stripe-count",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
     count: i64,
     /// Stripe size (K/M/G suffixes; 0: default).
     #[arg(short = 'S', long = "stripe-size", default_value = "0")]
@@ -218,7 +227,11 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lsm_tree=warn,fjall=warn"));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn check_mountpoint(mnt: &Path) -> anyhow::Result<()> {
@@ -244,7 +257,9 @@ fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>
                 l.fsname
             ),
             Ok(_) => {}
-            Err(nacre_osd::LabelError::NotFormatted(_)) => Label::new(kind, index, fsname, None)?.write(&path, false)?,
+            Err(nacre_osd::LabelError::NotFormatted(_)) => {
+                Label::new(kind, index, fsname, None)?.write(&path, false)?
+            }
             Err(e) => return Err(e.into()),
         }
         targets.push(path);
@@ -253,11 +268,18 @@ fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>
     add("mgs".into(), TargetKind::Mgt, 0)?;
     add("mdt0".into(), TargetKind::Mdt, 0)?;
     let mut existing = 0;
-    while dir.join(format!("ost{existing}")).join(nacre_osd::label::LABEL_FILE).exists() {
+    while dir
+        .join(format!("ost{existing}"))
+        .join(nacre_osd::label::LABEL_FILE)
+        .exists()
+    {
         existing += 1;
     }
     if existing > osts {
-        tracing::warn!("{} holds {existing} OSTs; serving all of them (--osts {osts} ignored)", dir.display());
+        tracing::warn!(
+            "{} holds {existing} OSTs; serving all of them (--osts {osts} ignored)",
+            dir.display()
+        );
     }
     for i in 0..osts.max(existing) {
         add(format!("ost{i}"), TargetKind::Ost, i)?;
@@ -272,10 +294,16 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     nacre_osd::label::check_fsname(&a.fsname)?;
     if !a.foreground {
         check_mountpoint(&a.mount)?;
-        std::fs::create_dir_all(&a.dir).with_context(|| format!("cannot create {}", a.dir.display()))?;
+        std::fs::create_dir_all(&a.dir)
+            .with_context(|| format!("cannot create {}", a.dir.display()))?;
         let dir = std::fs::canonicalize(&a.dir)?;
         daemon::detach(&a.mount, &dir.join("nacre.log"))?;
-        println!("nacre: file system '{}' mounted at {} (data in {})", a.fsname, a.mount.display(), dir.display());
+        println!(
+            "nacre: file system '{}' mounted at {} (data in {})",
+            a.fsname,
+            a.mount.display(),
+            dir.display()
+        );
         return Ok(());
     }
     daemon::block_stop_signals();
@@ -294,7 +322,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
 }
 
 fn serve_mount(client: Arc<Client>, mnt: &Path, opts: &MountOptions) -> anyhow::Result<()> {
-    let handle = nacre_fuse::mount(client, mnt, opts).with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let handle = nacre_fuse::mount(client, mnt, opts)
+        .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
     daemon::wait_stop(|| handle.is_finished());
@@ -316,7 +345,12 @@ fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     }
     let label = Label::new(kind, a.index, &a.fsname, a.mgsnode)?;
     label.write(&a.dir, a.reformat)?;
-    println!("formatted {} (uuid {}) in {}", label.name(), label.uuid, a.dir.display());
+    println!(
+        "formatted {} (uuid {}) in {}",
+        label.name(),
+        label.uuid,
+        a.dir.display()
+    );
     Ok(())
 }
 
@@ -329,7 +363,8 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     let mut mgsnode = a.mgsnode;
     let mut fsname = a.fsname;
     if let Some(path) = &a.config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -339,7 +374,9 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
                 .split_once('=')
                 .with_context(|| format!("{}:{}: expected key = value", path.display(), n + 1))?;
             let (k, v) = (k.trim(), v.trim());
-            let bad = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}:{}: {k}: {e}", path.display(), n + 1);
+            let bad = |e: &dyn std::fmt::Display| {
+                anyhow::anyhow!("{}:{}: {k}: {e}", path.display(), n + 1)
+            };
             match k {
                 "listen" => listen = Some(v.parse().map_err(|e| bad(&e))?),
                 "nid" => nid = Some(v.parse().map_err(|e| bad(&e))?),
@@ -358,16 +395,20 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     let servers = ServerProcess::start(spec)?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
-    println!("nacre server: serving {} at {}", names.join(", "), servers.nid());
+    println!(
+        "nacre server: serving {} at {}",
+        names.join(", "),
+        servers.nid()
+    );
     daemon::wait_stop(|| false);
     servers.shutdown();
     Ok(())
 }
 
 fn parse_source(s: &str) -> anyhow::Result<(Nid, String)> {
-    let (nid, fs) = s
-        .rsplit_once(":/")
-        .with_context(|| format!("bad source '{s}': expected MGS_NID:/FSNAME (e.g. 10.0.0.1@tcp:/demo)"))?;
+    let (nid, fs) = s.rsplit_once(":/").with_context(|| {
+        format!("bad source '{s}': expected MGS_NID:/FSNAME (e.g. 10.0.0.1@tcp:/demo)")
+    })?;
     Ok((nid.parse()?, fs.to_string()))
 }
 
@@ -379,7 +420,10 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
         let pf = daemon::pidfile(&a.mountpoint);
         let log = pf.with_extension("log");
         daemon::detach(&a.mountpoint, &log)?;
-        println!("nacre: {fsname} from {nid} mounted at {}", a.mountpoint.display());
+        println!(
+            "nacre: {fsname} from {nid} mounted at {}",
+            a.mountpoint.display()
+        );
         return Ok(());
     }
     daemon::block_stop_signals();
@@ -400,7 +444,12 @@ fn main() {
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
-        Command::Df { human, inodes, json, path } => df(path, human, inodes, json),
+        Command::Df {
+            human,
+            inodes,
+            json,
+            path,
+        } => df(path, human, inodes, json),
     };
     if let Err(e) = result {
         eprintln!("nacre: {e:#}");

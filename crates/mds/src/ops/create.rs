@@ -27,7 +27,14 @@ pub struct CreateArgs<'a> {
 }
 
 /// Builds a new inode under `parent`, applying set-group-id inheritance.
-pub fn new_inode(tx: &mut Tx<'_>, parent: &InodeRecord, kind: FileKind, perm: u32, uid: u32, gid: u32) -> InodeRecord {
+pub fn new_inode(
+    tx: &mut Tx<'_>,
+    parent: &InodeRecord,
+    kind: FileKind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+) -> InodeRecord {
     let sgid_parent = parent.attr.perm & libc::S_ISGID != 0;
     let gid = if sgid_parent { parent.attr.gid } else { gid };
     let mut perm = perm & 0o7777;

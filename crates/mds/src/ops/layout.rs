@@ -39,9 +39,14 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
     let osts = tx.mdt.osts.count();
     match rec.attr.kind {
         FileKind::Directory => {
-            spec.resolve(StripeSpec::default(), osts).map_err(|_| Status::Inval)?;
+            spec.resolve(StripeSpec::default(), osts)
+                .map_err(|_| Status::Inval)?;
             let clear = spec == StripeSpec::default();
-            rec.dir_default = if clear { None } else { Some(merge_spec(spec, rec.dir_default.unwrap_or_default())) };
+            rec.dir_default = if clear {
+                None
+            } else {
+                Some(merge_spec(spec, rec.dir_default.unwrap_or_default()))
+            };
             rec.attr.ctime = tx.now;
             tx.put_inode(&rec);
             Ok(MdsReply::Layout(LayoutInfo::Dir(rec.dir_default)))
@@ -52,10 +57,14 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
                 return Err(Status::Exist);
             }
             let fs_default = tx.inode(Fid::ROOT)?.dir_default.unwrap_or_default();
-            let parent_like = crate::records::InodeRecord { dir_default: Some(fs_default), ..rec.clone() };
+            let parent_like = crate::records::InodeRecord {
+                dir_default: Some(fs_default),
+                ..rec.clone()
+            };
             let layout = tx.new_layout(&parent_like, spec)?;
             for o in &old.objects {
-                tx.batch.put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
+                tx.batch
+                    .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
             }
             rec.layout = Some(layout.clone());
             rec.attr.ctime = tx.now;

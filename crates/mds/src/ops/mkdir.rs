@@ -8,7 +8,14 @@ use nacre_wire::mds::MdsReply;
 pub const DIR_NLINK_MAX: u32 = 65_000;
 
 /// Creates directory `name` in `parent`.
-pub fn run(tx: &mut Tx<'_>, parent_fid: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<MdsReply, Status> {
+pub fn run(
+    tx: &mut Tx<'_>,
+    parent_fid: Fid,
+    name: &[u8],
+    perm: u32,
+    uid: u32,
+    gid: u32,
+) -> Result<MdsReply, Status> {
     check_name(name)?;
     let mut parent = tx.dir(parent_fid)?;
     if tx.lookup(parent_fid, name)?.is_some() {

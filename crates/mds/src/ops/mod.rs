@@ -23,5 +23,8 @@ use nacre_wire::mds::MdsReply;
 
 /// The reply describing an inode: attributes plus a regular file's layout.
 pub fn entry(rec: &InodeRecord) -> MdsReply {
-    MdsReply::Entry { attr: rec.attr.clone(), layout: rec.layout.clone() }
+    MdsReply::Entry {
+        attr: rec.attr.clone(),
+        layout: rec.layout.clone(),
+    }
 }

@@ -16,12 +16,19 @@ pub fn run(mdt: &Mdt, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<MdsR
     let count = count.clamp(1, READDIR_ENTRIES_MAX) as usize;
     let prefix = fid.to_key();
     let after_key = after.map(|name| dirent_key(fid, name));
-    let page = mdt.kv.scan(DIRENTS, &prefix, after_key.as_deref(), count + 1).map_err(kv_err)?;
+    let page = mdt
+        .kv
+        .scan(DIRENTS, &prefix, after_key.as_deref(), count + 1)
+        .map_err(kv_err)?;
     let eof = page.len() <= count;
     let mut entries = Vec::with_capacity(page.len().min(count));
     for (k, v) in page.into_iter().take(count) {
         let rec: DirentRecord = decode(&v)?;
-        entries.push(DirEntry { name: k[prefix.len()..].to_vec(), fid: rec.fid, kind: rec.kind });
+        entries.push(DirEntry {
+            name: k[prefix.len()..].to_vec(),
+            fid: rec.fid,
+            kind: rec.kind,
+        });
     }
     Ok(MdsReply::Dir { entries, eof })
 }

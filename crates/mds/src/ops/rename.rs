@@ -42,7 +42,11 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
     check_name(a.dst_name)?;
     let mut src_dir = tx.dir(a.src_parent)?;
     let same_dir = a.src_parent == a.dst_parent;
-    let mut dst_dir = if same_dir { None } else { Some(tx.dir(a.dst_parent)?) };
+    let mut dst_dir = if same_dir {
+        None
+    } else {
+        Some(tx.dir(a.dst_parent)?)
+    };
     let src = tx.lookup(a.src_parent, a.src_name)?.ok_or(Status::NoEnt)?;
     if same_dir && a.src_name == a.dst_name {
         return Ok(MdsReply::Done);

@@ -7,7 +7,12 @@ use nacre_wire::mds::MdsReply;
 
 /// True if directory `fid` has no entries.
 pub fn is_empty(tx: &Tx<'_>, fid: Fid) -> Result<bool, Status> {
-    Ok(tx.mdt.kv.scan(DIRENTS, &fid.to_key(), None, 1).map_err(kv_err)?.is_empty())
+    Ok(tx
+        .mdt
+        .kv
+        .scan(DIRENTS, &fid.to_key(), None, 1)
+        .map_err(kv_err)?
+        .is_empty())
 }
 
 /// Removes directory `name` from `parent`.

@@ -6,7 +6,14 @@ use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
 /// Creates symlink `name` → `target` in `parent`.
-pub fn run(tx: &mut Tx<'_>, parent_fid: Fid, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<MdsReply, Status> {
+pub fn run(
+    tx: &mut Tx<'_>,
+    parent_fid: Fid,
+    name: &[u8],
+    target: &[u8],
+    uid: u32,
+    gid: u32,
+) -> Result<MdsReply, Status> {
     check_name(name)?;
     if target.is_empty() {
         return Err(Status::NoEnt);

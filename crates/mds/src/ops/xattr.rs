@@ -41,12 +41,25 @@ pub fn get(mdt: &Mdt, fid: Fid, name: &[u8]) -> Result<MdsReply, Status> {
 pub fn list(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     mdt.inode(fid)?;
     let prefix = fid.to_key();
-    let all = mdt.kv.scan(XATTRS, &prefix, None, XATTRS_PER_INODE_MAX).map_err(kv_err)?;
-    Ok(MdsReply::XattrNames(all.into_iter().map(|(k, _)| k[prefix.len()..].to_vec()).collect()))
+    let all = mdt
+        .kv
+        .scan(XATTRS, &prefix, None, XATTRS_PER_INODE_MAX)
+        .map_err(kv_err)?;
+    Ok(MdsReply::XattrNames(
+        all.into_iter()
+            .map(|(k, _)| k[prefix.len()..].to_vec())
+            .collect(),
+    ))
 }
 
 /// Sets one attribute.
-pub fn set(tx: &mut Tx<'_>, fid: Fid, name: &[u8], value: &[u8], flags: u32) -> Result<MdsReply, Status> {
+pub fn set(
+    tx: &mut Tx<'_>,
+    fid: Fid,
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> Result<MdsReply, Status> {
     check_name(name)?;
     if value.len() > XATTR_VALUE_BYTES_MAX {
         return Err(Status::TooBig);

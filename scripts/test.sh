@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs Nacre's whole test suite on a fresh Debian machine: installs what is missing, checks
+# formatting and lints, builds, and runs every unit, crate and integration test (the
+# integration tests mount real FUSE file systems and start real server processes: run as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
+export NACRE_TEST_DIR="${NACRE_TEST_DIR:-/var/tmp}"
+export RUST_LOG="${RUST_LOG:-error}"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+cargo build --workspace --release
+cargo test --workspace --release -- --test-threads "${NACRE_TEST_THREADS:-2}"
