@@ -203,13 +203,18 @@ impl Client {
         Ok(attr)
     }
 
-    /// Looks up `name` in `parent`.
-    pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Attr> {
+    /// Looks up `name` in `parent`. With `glimpse`, a regular file's size and blocks come from
+    /// its OSTs; without, they are the MDT's hint (cheaper, for callers that revalidate the
+    /// attributes before trusting a size, as the kernel does with a zero attribute timeout).
+    pub fn lookup(&self, parent: Fid, name: &[u8], glimpse: bool) -> Result<Attr> {
         let (attr, layout) = self.entry(MdsOp::Lookup {
             parent,
             name: name.to_vec(),
         })?;
-        self.with_glimpse(attr, layout.as_ref())
+        if glimpse {
+            return self.with_glimpse(attr, layout.as_ref());
+        }
+        Ok(attr)
     }
 
     /// Current attributes (regular-file size from the OSTs).
@@ -225,7 +230,8 @@ impl Client {
         }
     }
 
-    /// Creates a non-directory node and, for regular files, returns it open.
+    /// Creates a non-directory node; with `open`, the MDS also registers it as open (one RPC
+    /// for create-and-open) and the returned handle must be closed with [`Client::close`].
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
@@ -237,6 +243,7 @@ impl Client {
         gid: u32,
         rdev: u32,
         exclusive: bool,
+        open: bool,
     ) -> Result<(Attr, OpenFile)> {
         let op = MdsOp::Create {
             parent,
@@ -247,6 +254,7 @@ impl Client {
             gid,
             rdev,
             exclusive,
+            open,
         };
         let (attr, layout) = self.entry(op)?;
         let attr = if exclusive {

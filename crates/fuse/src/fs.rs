@@ -189,7 +189,8 @@ impl Filesystem for NacreFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes()));
+        let glimpse = !self.attr_ttl.is_zero();
+        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), glimpse));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -273,6 +274,7 @@ impl Filesystem for NacreFs {
                 req.gid(),
                 rdev,
                 true,
+                false,
             )
             .map(|(attr, _)| attr);
         self.reply_entry(reply, r);
@@ -683,19 +685,17 @@ impl Filesystem for NacreFs {
         };
         let exclusive = flags & libc::O_EXCL != 0;
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
-        let created = self
-            .client
-            .create(
-                parent,
-                name.as_bytes(),
-                kind,
-                mode & 0o7777,
-                req.uid(),
-                req.gid(),
-                0,
-                exclusive,
-            )
-            .and_then(|(attr, _)| self.client.open(attr.fid).map(|(_, file)| (attr, file)));
+        let created = self.client.create(
+            parent,
+            name.as_bytes(),
+            kind,
+            mode & 0o7777,
+            req.uid(),
+            req.gid(),
+            0,
+            exclusive,
+            true,
+        );
         match created {
             Ok((attr, file)) => {
                 let fh = self.add_file(file);

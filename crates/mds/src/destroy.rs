@@ -1,9 +1,9 @@
 //! The destroy thread: sends `Destroy` for objects of removed files to their OSTs, then forgets
-//! the records. Records are written in the same transaction as the unlink, so a crash between
-//! the two only delays destruction.
+//! their records. Records are written in the same transaction as the unlink, so a crash between
+//! the two only delays destruction; the queue is rebuilt from the records at start.
 
 use crate::mdt::{kv_err, Mdt};
-use crate::records::{parse_destroy_key, DESTROY};
+use crate::records::{destroy_key, DESTROY};
 use nacre_kv::Batch;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Status};
@@ -18,42 +18,49 @@ pub const DESTROY_BATCH_MAX: usize = 512;
 /// Retry period when an OST is unreachable.
 pub const DESTROY_RETRY_MS: u64 = 2_000;
 
-/// One pass: destroys what is pending; returns the number of objects destroyed.
+/// One pass: destroys what is queued; returns the number of objects destroyed.
 pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
-    let pending = mdt
-        .kv
-        .scan(DESTROY, &[], None, DESTROY_BATCH_MAX * 4)
-        .map_err(kv_err)?;
-    let mut by_ost: BTreeMap<u32, Vec<(Vec<u8>, ObjectId)>> = BTreeMap::new();
-    for (k, _) in pending {
-        if let Some((ost, object)) = parse_destroy_key(&k) {
-            by_ost.entry(ost).or_default().push((k, object));
-        }
+    let taken: Vec<(u32, ObjectId)> = {
+        let mut q = mdt.destroy_queue.lock().expect("destroy queue");
+        let n = q.len().min(DESTROY_BATCH_MAX * 4);
+        q.drain(..n).collect()
+    };
+    let mut by_ost: BTreeMap<u32, Vec<ObjectId>> = BTreeMap::new();
+    for (ost, object) in taken {
+        by_ost.entry(ost).or_default().push(object);
     }
     let mut done = 0;
-    for (ost, items) in by_ost {
+    let mut retry = Vec::new();
+    for (ost, objects) in by_ost {
         let Some(conn) = mdt.osts.conn(ost) else {
+            retry.extend(objects.into_iter().map(|o| (ost, o)));
             continue;
         };
-        for chunk in items.chunks(DESTROY_BATCH_MAX) {
+        for chunk in objects.chunks(DESTROY_BATCH_MAX) {
             let req = OssRequest::Destroy {
-                objects: chunk.iter().map(|(_, o)| *o).collect(),
+                objects: chunk.to_vec(),
             };
             match call::<_, OssReply>(&conn, req.opcode(), ost, &req) {
                 Ok(_) => {
                     let mut b = Batch::new();
-                    for (k, _) in chunk {
-                        b.delete(DESTROY, k.clone());
+                    for o in chunk {
+                        b.delete(DESTROY, destroy_key(ost, *o));
                     }
                     mdt.kv.commit(b).map_err(kv_err)?;
                     done += chunk.len();
                 }
                 Err(e) => {
                     tracing::debug!("destroy on OST{ost:04x} deferred: {e}");
-                    break;
+                    retry.extend(chunk.iter().map(|o| (ost, *o)));
                 }
             }
         }
+    }
+    if !retry.is_empty() {
+        mdt.destroy_queue
+            .lock()
+            .expect("destroy queue")
+            .extend(retry);
     }
     Ok(done)
 }

@@ -77,6 +77,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             gid,
             rdev,
             exclusive,
+            open,
         } => ops::create::run(
             tx,
             CreateArgs {
@@ -88,6 +89,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
                 gid: *gid,
                 rdev: *rdev,
                 exclusive: *exclusive,
+                open: *open,
             },
         ),
         MdsOp::Mkdir {
@@ -198,7 +200,7 @@ fn commit(
 ) -> Outgoing {
     let mut tx = tx;
     let batch = std::mem::take(&mut tx.batch);
-    let has_destroys = result.is_ok();
+    let destroys = std::mem::take(&mut tx.destroys);
     let ticket = match mdt.kv.commit(batch) {
         Ok(t) => t,
         Err(e) => return Outgoing::error(kv_err(e)),
@@ -208,8 +210,8 @@ fn commit(
     if let Err(e) = mdt.kv.wait_durable(ticket) {
         return Outgoing::error(kv_err(e));
     }
-    if has_destroys {
-        mdt.kick_destroyer();
+    if result.is_ok() {
+        mdt.queue_destroys(destroys);
     }
     match saved {
         Some(saved) => Outgoing {

@@ -9,7 +9,7 @@ use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -43,6 +43,8 @@ pub struct Mdt {
     opens: Mutex<HashMap<Fid, u32>>,
     /// Wakes the destroy thread.
     pub destroy_signal: (Mutex<bool>, Condvar),
+    /// Objects whose destruction is committed but not yet done on the OSTs.
+    pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
     /// Modifying operations executed (for statistics).
     pub modifications: AtomicU64,
 }
@@ -53,6 +55,7 @@ impl Mdt {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let saved_replies = load_saved_replies(&*kv)?;
+        let kv_for_queue = kv.clone();
         let mdt = Mdt {
             label,
             kv,
@@ -66,6 +69,7 @@ impl Mdt {
             }),
             opens: Mutex::new(HashMap::new()),
             destroy_signal: (Mutex::new(false), Condvar::new()),
+            destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
         };
         mdt.ensure_root()?;
@@ -137,9 +141,24 @@ impl Mdt {
             tx.remove_inode(&rec)?;
         }
         let batch = std::mem::take(&mut tx.batch);
+        let destroys = std::mem::take(&mut tx.destroys);
         drop(tx);
         let t = self.kv.commit(batch).map_err(kv_err)?;
-        self.kv.wait_durable(t).map_err(kv_err)
+        self.kv.wait_durable(t).map_err(kv_err)?;
+        self.queue_destroys(destroys);
+        Ok(())
+    }
+
+    /// Hands committed object destroys to the destroy thread.
+    pub fn queue_destroys(&self, destroys: Vec<(u32, ObjectId)>) {
+        if destroys.is_empty() {
+            return;
+        }
+        self.destroy_queue
+            .lock()
+            .expect("destroy queue")
+            .extend(destroys);
+        self.kick_destroyer();
     }
 
     /// Starts a modifying operation: takes the write lock (commit order = lock order).
@@ -148,6 +167,7 @@ impl Mdt {
             mdt: self,
             alloc: self.write_lock.lock().expect("write lock"),
             batch: Batch::new(),
+            destroys: Vec::new(),
             now: TimeSpec::now(),
         }
     }
@@ -249,6 +269,8 @@ pub struct Tx<'a> {
     alloc: MutexGuard<'a, AllocState>,
     /// Changes to commit.
     pub batch: Batch,
+    /// Objects to destroy once the batch is durable.
+    pub destroys: Vec<(u32, ObjectId)>,
     /// Time stamp for every change of this operation.
     pub now: TimeSpec,
 }
@@ -380,13 +402,19 @@ impl Tx<'_> {
             self.batch.delete(XATTRS, k);
         }
         if let Some(layout) = &rec.layout {
-            for o in &layout.objects {
-                self.batch
-                    .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
-            }
+            self.destroy_objects(layout);
         }
         self.count_inodes(-1)?;
         Ok(())
+    }
+
+    /// Records the destruction of a layout's objects (done after the commit).
+    pub fn destroy_objects(&mut self, layout: &Layout) {
+        for o in &layout.objects {
+            self.batch
+                .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
+            self.destroys.push((o.ost, o.object));
+        }
     }
 
     /// Adjusts the inode counter `df -i` reports.
@@ -431,6 +459,20 @@ impl Tx<'_> {
         self.batch
             .put(REPLIES, reply_key(client, xid), encode(saved));
     }
+}
+
+fn load_destroys(kv: &dyn KvStore) -> Result<VecDeque<(u32, ObjectId)>, Status> {
+    let mut out = VecDeque::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(DESTROY, &[], after.as_deref(), 4096)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        out.extend(page.iter().filter_map(|(k, _)| parse_destroy_key(k)));
+    }
+    Ok(out)
 }
 
 fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64>>, Status> {

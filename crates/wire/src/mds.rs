@@ -53,6 +53,8 @@ pub enum MdsOp {
         rdev: u32,
         /// Fail with EEXIST if the name exists (O_EXCL); otherwise open the existing file.
         exclusive: bool,
+        /// Register the caller as an opener (create-and-open in one RPC).
+        open: bool,
     },
     /// Create a directory. Reply: [`MdsReply::Entry`].
     Mkdir {

@@ -24,6 +24,8 @@ pub struct CreateArgs<'a> {
     pub rdev: u32,
     /// O_EXCL.
     pub exclusive: bool,
+    /// Register an opener.
+    pub open: bool,
 }
 
 /// Builds a new inode under `parent`, applying set-group-id inheritance.
@@ -80,6 +82,9 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         if rec.attr.kind == FileKind::Directory {
             return Err(Status::IsDir);
         }
+        if args.open {
+            tx.mdt.add_open(rec.attr.fid);
+        }
         return Ok(super::entry(&rec));
     }
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
@@ -92,5 +97,8 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     tx.put_inode(&rec);
     tx.put_dirent(args.parent, args.name, rec.attr.fid, args.kind);
     tx.count_inodes(1)?;
+    if args.open {
+        tx.mdt.add_open(rec.attr.fid);
+    }
     Ok(super::entry(&rec))
 }

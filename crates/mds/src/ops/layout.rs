@@ -1,8 +1,6 @@
 //! GetLayout and SetLayout: a file's objects, a directory's default striping.
 
 use crate::mdt::{merge_spec, Mdt, Tx};
-use crate::records::destroy_key;
-use crate::records::DESTROY;
 use nacre_net::rpc::call;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Status};
@@ -62,10 +60,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
                 ..rec.clone()
             };
             let layout = tx.new_layout(&parent_like, spec)?;
-            for o in &old.objects {
-                tx.batch
-                    .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
-            }
+            tx.destroy_objects(&old);
             rec.layout = Some(layout.clone());
             rec.attr.ctime = tx.now;
             tx.put_inode(&rec);
