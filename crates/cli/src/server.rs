@@ -22,6 +22,9 @@ use std::time::Duration;
 
 /// How long a target keeps trying to reach the MGS at start.
 pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
+/// Default background journal sync period of an MDT (bounds what a power loss can take
+/// from acknowledged but not fsync'd metadata).
+pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 1_000;
 /// How often an MDT refreshes its view of the OSTs.
 pub const OST_REFRESH_MS: u64 = 5_000;
 
@@ -44,6 +47,10 @@ pub struct ServerSpec {
     pub oss_threads: usize,
     /// CPU partitions of every service.
     pub cpu_npartitions: usize,
+    /// MDT replies wait for the journal sync (otherwise: after the journal write).
+    pub mdt_sync_on_reply: bool,
+    /// How often an MDT syncs its journal in the background.
+    pub commit_interval_ms: u64,
 }
 
 impl ServerSpec {
@@ -58,6 +65,8 @@ impl ServerSpec {
             mds_threads: 16,
             oss_threads: 8,
             cpu_npartitions: 1,
+            mdt_sync_on_reply: false,
+            commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
         }
     }
 }
@@ -218,6 +227,7 @@ impl ServerProcess {
             }
             let mdt = Mdt::open(label.clone(), Arc::new(kv), osts)
                 .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
+            mdt.set_sync_on_reply(spec.mdt_sync_on_reply);
             let mdt = Arc::new(mdt);
             mds.add_target(mdt.clone());
             started.push((mgs, label.clone(), mdt));
@@ -232,14 +242,37 @@ impl ServerProcess {
         );
         for (mgs, label, mdt) in started {
             register(mgs, self.target_info(&label))?;
-            self.spawn_mdt_threads(mdt.clone());
+            self.spawn_mdt_threads(mdt.clone(), spec.commit_interval_ms);
             self.mdts.push(mdt);
             tracing::info!("{} started", label.name());
         }
         Ok(())
     }
 
-    fn spawn_mdt_threads(&mut self, mdt: Arc<Mdt>) {
+    fn spawn_mdt_threads(&mut self, mdt: Arc<Mdt>, commit_interval_ms: u64) {
+        let stop = self.stop.clone();
+        let m = mdt.clone();
+        self.threads.push(
+            std::thread::Builder::new()
+                .name("mdt-commit".into())
+                .spawn(move || {
+                    let mut durable = nacre_kv::Ticket(0);
+                    let tick = Duration::from_millis(commit_interval_ms.clamp(10, 60_000));
+                    loop {
+                        let stopping = sleep_unless(&stop, tick);
+                        match m.commit_pass(durable) {
+                            Ok(t) => durable = t,
+                            Err(e) => {
+                                tracing::error!("{}: journal sync failed: {e}", m.label.name())
+                            }
+                        }
+                        if stopping {
+                            return;
+                        }
+                    }
+                })
+                .expect("spawn commit thread"),
+        );
         let stop = self.stop.clone();
         let m = mdt.clone();
         self.threads.push(
@@ -253,13 +286,7 @@ impl ServerProcess {
             std::thread::Builder::new()
                 .name("mdt-osp".into())
                 .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..OST_REFRESH_MS / 100 {
-                            if stop.load(Ordering::Relaxed) {
-                                return;
-                            }
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
+                    while !sleep_unless(&stop, Duration::from_millis(OST_REFRESH_MS)) {
                         if let Err(e) = mdt.osts.refresh() {
                             tracing::debug!("OST refresh: {e}");
                         }
@@ -300,4 +327,18 @@ impl ServerProcess {
             let _ = t.join();
         }
     }
+}
+
+/// Sleeps for `period` in short steps; returns true as soon as `stop` is set.
+fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
+    let step = Duration::from_millis(50);
+    let mut slept = Duration::ZERO;
+    while slept < period {
+        if stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        std::thread::sleep(step);
+        slept += step;
+    }
+    stop.load(Ordering::Relaxed)
 }

@@ -494,12 +494,18 @@ impl Client {
         }
     }
 
-    /// Makes the file's data durable on every OST it touches.
+    /// Makes the file's data durable on every OST it touches, and every metadata change
+    /// acknowledged so far (its creation included) durable on the MDT.
     pub fn fsync(&self, file: &OpenFile) -> Result<()> {
-        match &file.layout {
-            Some(layout) => osc::sync(self, layout),
-            None => Ok(()),
+        if let Some(layout) = &file.layout {
+            osc::sync(self, layout)?;
         }
+        self.sync_metadata()
+    }
+
+    /// Makes every metadata change acknowledged so far durable (`fsyncdir`, `syncfs`).
+    pub fn sync_metadata(&self) -> Result<()> {
+        self.md(MdsOp::Sync).map(|_| ())
     }
 
     /// Preallocates or punches a range.

@@ -44,7 +44,7 @@ impl Mdc {
         };
         let result = self
             .conn
-            .start_xid(xid, request(opcode, self.target, &call, None))
+            .start_xid(xid, request(opcode, self.target, &call, None).inline())
             .and_then(|p| p.wait());
         self.in_flight.lock().expect("in flight").remove(&xid);
         let reply = result.map_err(|e| ClientError::Rpc(e.into()))?;

@@ -56,8 +56,11 @@ impl<'a> Window<'a> {
             self.done.push((t, collect(p)));
         }
         let conn = self.client.osc(ost)?;
+        let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
+        let mut rpc = request(req.opcode(), ost, req, bulk);
+        rpc.inline = short;
         let pending = conn
-            .start(request(req.opcode(), ost, req, bulk))
+            .start(rpc)
             .map_err(|e| crate::ClientError::Rpc(e.into()))?;
         self.pending.push_back((ost, tag, pending));
         Ok(())

@@ -565,8 +565,10 @@ impl Filesystem for NacreFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Every namespace change is durable on the MDT before its reply.
-        reply.ok();
+        match self.client.sync_metadata() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

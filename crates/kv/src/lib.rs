@@ -90,6 +90,8 @@ pub trait KvStore: Send + Sync {
     fn commit(&self, batch: Batch) -> Result<Ticket, KvError>;
     /// Blocks until the batch of `ticket` (and all before it) is on stable storage.
     fn wait_durable(&self, ticket: Ticket) -> Result<(), KvError>;
+    /// The ticket of the last committed batch.
+    fn last_committed(&self) -> Ticket;
     /// Approximate bytes on disk.
     fn disk_bytes(&self) -> u64;
 }
@@ -213,6 +215,10 @@ impl KvStore for FjallStore {
                 state = self.synced.wait(state).expect("sync state");
             }
         }
+    }
+
+    fn last_committed(&self) -> Ticket {
+        Ticket(self.committed.load(Ordering::Acquire))
     }
 
     fn disk_bytes(&self) -> u64 {

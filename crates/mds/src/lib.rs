@@ -60,6 +60,11 @@ fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
         MdsOp::GetLayout { fid } => ops::layout::get(mdt, *fid),
         MdsOp::StatFs => mdt.statfs().map(MdsReply::StatFs),
+        MdsOp::Sync => {
+            let last = mdt.kv.last_committed();
+            mdt.kv.wait_durable(last).map_err(kv_err)?;
+            Ok(MdsReply::Done)
+        }
         _ => Err(Status::Proto),
     }
 }
@@ -207,8 +212,10 @@ fn commit(
     };
     drop(tx);
     note_modification(mdt);
-    if let Err(e) = mdt.kv.wait_durable(ticket) {
-        return Outgoing::error(kv_err(e));
+    if mdt.sync_on_reply() {
+        if let Err(e) = mdt.kv.wait_durable(ticket) {
+            return Outgoing::error(kv_err(e));
+        }
     }
     if result.is_ok() {
         mdt.queue_destroys(destroys);

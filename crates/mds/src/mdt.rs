@@ -10,7 +10,7 @@ use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// FIDs and object ids are reserved on disk this many at a time, so a create does not have to
@@ -47,6 +47,7 @@ pub struct Mdt {
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
     /// Modifying operations executed (for statistics).
     pub modifications: AtomicU64,
+    sync_on_reply: AtomicBool,
 }
 
 impl Mdt {
@@ -71,6 +72,7 @@ impl Mdt {
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
+            sync_on_reply: AtomicBool::new(false),
         };
         mdt.ensure_root()?;
         mdt.cleanup_orphans()?;
@@ -147,6 +149,28 @@ impl Mdt {
         self.kv.wait_durable(t).map_err(kv_err)?;
         self.queue_destroys(destroys);
         Ok(())
+    }
+
+    /// True if every modifying reply waits for the journal sync (the `sync_on_reply` setting);
+    /// otherwise replies follow the journal write, and syncs come from `fsync`, `fsyncdir`
+    /// and the commit thread.
+    pub fn sync_on_reply(&self) -> bool {
+        self.sync_on_reply.load(Ordering::Relaxed)
+    }
+
+    /// Sets `sync_on_reply`.
+    pub fn set_sync_on_reply(&self, on: bool) {
+        self.sync_on_reply.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes every committed change durable if something was committed since `durable`;
+    /// returns the new durable ticket (the commit thread calls this every commit interval).
+    pub fn commit_pass(&self, durable: nacre_kv::Ticket) -> Result<nacre_kv::Ticket, Status> {
+        let last = self.kv.last_committed();
+        if last > durable {
+            self.kv.wait_durable(last).map_err(kv_err)?;
+        }
+        Ok(last)
     }
 
     /// Hands committed object destroys to the destroy thread.

@@ -194,6 +194,7 @@ impl Connection {
             target: 0,
             body: Vec::new(),
             bulk: None,
+            inline: true,
         };
         self.call(req).map(|_| ())
     }
@@ -268,7 +269,13 @@ impl Connection {
                 let mut h = *header;
                 h.body_len = request.body.len() as u32;
                 h.bulk_len = request.bulk.as_ref().map_or(0, |b| b.len() as u32);
-                router.deliver_local(h, request.body.clone(), request.bulk.clone(), tx);
+                router.deliver_local(
+                    h,
+                    request.body.clone(),
+                    request.bulk.clone(),
+                    tx,
+                    request.inline,
+                );
             }
             Link::Tcp(tcp) => {
                 let mut h = *header;

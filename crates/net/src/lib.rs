@@ -66,6 +66,19 @@ pub struct Request {
     pub body: Vec<u8>,
     /// Bulk data to send (shared so a resend can send it again without a copy).
     pub bulk: Option<Arc<AlignedBuf>>,
+    /// For the in-process transport: run the handler in the calling thread instead of handing
+    /// the request to a service thread. Right for short requests (metadata, glimpses), where a
+    /// thread hand-off costs more than the work; wrong for bulk I/O that should proceed on
+    /// several OSTs in parallel.
+    pub inline: bool,
+}
+
+impl Request {
+    /// Marks the request as short enough to run inline on the in-process transport.
+    pub fn inline(mut self) -> Request {
+        self.inline = true;
+        self
+    }
 }
 
 /// A reply as a client receives it.

@@ -45,6 +45,7 @@ pub fn request<T: Serialize>(
         target,
         body: encode_body(msg),
         bulk,
+        inline: false,
     }
 }
 
@@ -67,6 +68,6 @@ pub fn call<T: Serialize, R: DeserializeOwned>(
     target: u32,
     msg: &T,
 ) -> Result<R, RpcError> {
-    let reply = conn.call(request(opcode, target, msg, None))?;
+    let reply = conn.call(request(opcode, target, msg, None).inline())?;
     Ok(decode_reply(reply)?.0)
 }

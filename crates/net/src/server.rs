@@ -112,6 +112,7 @@ impl Incoming {
 /// A pool of service threads for one service, one bounded queue per CPU partition.
 pub struct ServicePool {
     config: ServiceConfig,
+    handler: Arc<dyn Handler>,
     queues: RwLock<Vec<Sender<Incoming>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Requests handled, for statistics.
@@ -124,6 +125,7 @@ impl ServicePool {
         assert!(config.partitions > 0 && config.threads_per_partition > 0);
         let pool = Arc::new(ServicePool {
             config: config.clone(),
+            handler: handler.clone(),
             queues: RwLock::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
             requests_handled: AtomicU64::new(0),
@@ -172,6 +174,13 @@ impl ServicePool {
         }
     }
 
+    /// Handles a request in the calling thread (in-process requests marked inline).
+    fn run_inline(&self, req: Incoming) {
+        let out = self.handler.handle(&req);
+        req.reply(out);
+        self.requests_handled.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Stops accepting requests and joins the threads once queued requests are done.
     pub fn stop(&self) {
         self.queues.write().expect("queues").clear();
@@ -204,6 +213,10 @@ impl Router {
     }
 
     fn route(&self, req: Incoming, cpt_hint: usize) {
+        self.route_with(req, cpt_hint, false)
+    }
+
+    fn route_with(&self, req: Incoming, cpt_hint: usize, inline: bool) {
         if req.header.opcode == OP_PING {
             req.reply(Outgoing::ok(Vec::new()));
             return;
@@ -211,6 +224,7 @@ impl Router {
         let service = (req.header.opcode >> 8) as u8;
         let pool = self.services.read().expect("router").get(&service).cloned();
         match pool {
+            Some(pool) if inline => pool.run_inline(req),
             Some(pool) => pool.dispatch(req, cpt_hint),
             None => req.reply(Outgoing::error(Status::NoSys)),
         }
@@ -223,6 +237,7 @@ impl Router {
         body: Vec<u8>,
         bulk: Option<Arc<AlignedBuf>>,
         reply_to: Sender<Result<Reply, NetError>>,
+        inline: bool,
     ) {
         let req = Incoming {
             header,
@@ -232,7 +247,7 @@ impl Router {
             reply_to: ReplySink::Local(reply_to),
         };
         let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
-        self.route(req, hint);
+        self.route_with(req, hint, inline);
     }
 
     fn stop(&self) {

@@ -43,6 +43,7 @@ fn request(body: &[u8], bulk: Option<Vec<u8>>) -> nacre_net::Request {
         target: 0,
         body: body.to_vec(),
         bulk: bulk.map(|b| Arc::new(AlignedBuf::copy_from(&b))),
+        inline: false,
     }
 }
 

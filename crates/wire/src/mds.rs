@@ -197,6 +197,8 @@ pub enum MdsOp {
     },
     /// Capacity of the MDT. Reply: [`MdsReply::StatFs`].
     StatFs,
+    /// Make every change committed so far durable (fsync, fsyncdir). Reply: [`MdsReply::Done`].
+    Sync,
 }
 
 impl MdsOp {
@@ -225,6 +227,7 @@ impl MdsOp {
                 MdsOp::SetLayout { .. } => 19,
                 MdsOp::GetLayout { .. } => 20,
                 MdsOp::StatFs => 21,
+                MdsOp::Sync => 22,
             }
     }
 
@@ -241,6 +244,7 @@ impl MdsOp {
                 | MdsOp::ListXattr { .. }
                 | MdsOp::GetLayout { .. }
                 | MdsOp::StatFs
+                | MdsOp::Sync
         )
     }
 }

@@ -90,9 +90,21 @@ struct UpArgs {
     listen: SocketAddr,
     #[command(flatten)]
     client: ClientArgs,
+    #[command(flatten)]
+    mdt: MdtArgs,
     /// Stay in the foreground.
     #[arg(long)]
     foreground: bool,
+}
+
+#[derive(Args, Clone)]
+struct MdtArgs {
+    /// MDT replies wait for the journal sync (power-loss safe without fsync; slower).
+    #[arg(long)]
+    mdt_sync_on_reply: bool,
+    /// Background journal sync period of MDTs, in ms.
+    #[arg(long, default_value_t = nacre_cli::server::COMMIT_INTERVAL_MS_DEFAULT)]
+    commit_interval_ms: u64,
 }
 
 #[derive(Args, Clone)]
@@ -164,6 +176,8 @@ struct ServerArgs {
     /// Refuse targets of other file systems.
     #[arg(long)]
     fsname: Option<String>,
+    #[command(flatten)]
+    mdt: MdtArgs,
 }
 
 #[derive(Args)]
@@ -312,6 +326,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let targets = format_up(&a.dir, &a.fsname, a.osts)?;
     let mut spec = ServerSpec::new(a.listen, targets);
     spec.fsname = Some(a.fsname.clone());
+    spec.mdt_sync_on_reply = a.mdt.mdt_sync_on_reply;
+    spec.commit_interval_ms = a.mdt.commit_interval_ms;
     let servers = ServerProcess::start(spec)?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
@@ -392,6 +408,8 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.nid = nid;
     spec.mgsnode = mgsnode;
     spec.fsname = fsname;
+    spec.mdt_sync_on_reply = a.mdt.mdt_sync_on_reply;
+    spec.commit_interval_ms = a.mdt.commit_interval_ms;
     let servers = ServerProcess::start(spec)?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
