@@ -354,3 +354,41 @@ fn permissions_for_root_and_others() {
     assert_eq!(fs::metadata(g.join("f")).unwrap().gid(), 4242);
     assert_eq!(fs::metadata(g.join("sub")).unwrap().mode() & 0o2000, 0o2000);
 }
+
+#[test]
+fn sequential_direct_reads_with_readahead_stop_at_eof() {
+    let fs = Embedded::start(3);
+    let p = fs.path("ra");
+    nacre_testkit::nacre_ok(&["setstripe", "-c", "3", "-S", "256K", p.to_str().unwrap()]);
+    let data = pattern(21, (5 << 20) + (1 << 19) + 123);
+    fs::write(&p, &data).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+    // SAFETY: valid non-zero layout; freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: ptr is valid for 1 MiB.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+    let mut back = Vec::new();
+    loop {
+        let n = f.read(buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        back.extend_from_slice(&buf[..n]);
+    }
+    // A second pass after seeking back: read-ahead restarts, nothing stale is served.
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    let n = f.read(buf).unwrap();
+    assert_eq!(&buf[..n], &data[1 << 20..2 << 20]);
+    // SAFETY: matching dealloc.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    assert_eq!(back.len(), data.len());
+    assert!(
+        back == data,
+        "sequential O_DIRECT reads returned wrong bytes"
+    );
+}

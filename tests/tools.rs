@@ -65,7 +65,7 @@ fn fio_verify_job() {
     assert_eq!(fields[4], "0", "fio reported an error: {out}");
     let seq = sh(&format!(
         "fio --name=seq --directory={m}/fio --rw=write --bs=1m --size=64m --numjobs=2 --verify=crc32c \
-         --verify_fatal=1 --do_verify=1 --ioengine=psync --output-format=terse"
+         --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --output-format=terse"
     ));
     assert!(
         seq.lines().all(|l| l.split(';').nth(4) == Some("0")),

@@ -51,6 +51,8 @@ pub struct ServerSpec {
     pub mdt_sync_on_reply: bool,
     /// How often an MDT syncs its journal in the background.
     pub commit_interval_ms: u64,
+    /// OSTs write and read aligned data with O_DIRECT (bypassing the page cache).
+    pub ost_direct_io: bool,
 }
 
 impl ServerSpec {
@@ -67,6 +69,7 @@ impl ServerSpec {
             cpu_npartitions: 1,
             mdt_sync_on_reply: false,
             commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
+            ost_direct_io: true,
         }
     }
 }
@@ -188,6 +191,7 @@ impl ServerProcess {
             }
             let target = OstTarget::open(dir, label.clone())
                 .with_context(|| format!("opening {}", dir.display()))?;
+            target.store.set_direct_io(spec.ost_direct_io);
             oss.add_target(Arc::new(target));
             any = true;
         }

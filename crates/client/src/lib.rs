@@ -67,19 +67,63 @@ impl From<Status> for ClientError {
 pub type Result<T> = std::result::Result<T, ClientError>;
 
 /// Mount settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// Network settings (RPCs in flight, RPC size, checksums, timeouts).
     pub net: NetConfig,
+    /// Bytes read ahead of a sequential reader (Lustre's `max_read_ahead_per_file_mb`); 0 off.
+    pub readahead_bytes: u64,
 }
 
-/// An open regular file: its FID and layout.
-#[derive(Debug)]
+/// Default read-ahead window.
+pub const READAHEAD_BYTES_DEFAULT: u64 = 4 << 20;
+/// Most reads started ahead of one reader.
+pub const READAHEAD_JOBS_MAX: u64 = 4;
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            net: NetConfig::default(),
+            readahead_bytes: READAHEAD_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// An open regular file: its FID, layout and read-ahead state.
 pub struct OpenFile {
     /// Inode.
     pub fid: Fid,
     /// Layout (absent for non-regular files).
     pub layout: Option<Layout>,
+    readahead: std::sync::Mutex<ReadAhead>,
+}
+
+/// Sequential-read detection and the reads started ahead of the reader.
+#[derive(Default)]
+struct ReadAhead {
+    next_offset: u64,
+    eof: bool,
+    jobs: std::collections::VecDeque<osc::ReadJob>,
+}
+
+impl OpenFile {
+    /// A handle on `fid`.
+    pub fn new(fid: Fid, layout: Option<Layout>) -> OpenFile {
+        OpenFile {
+            fid,
+            layout,
+            readahead: std::sync::Mutex::new(ReadAhead::default()),
+        }
+    }
+}
+
+impl std::fmt::Debug for OpenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenFile")
+            .field("fid", &self.fid)
+            .field("layout", &self.layout)
+            .finish()
+    }
 }
 
 /// Per-target usage, as `nacre df` prints it.
@@ -99,6 +143,7 @@ pub struct Client {
     mdc: mdc::Mdc,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
     net: NetConfig,
+    readahead_bytes: u64,
 }
 
 impl Client {
@@ -126,6 +171,7 @@ impl Client {
             config: RwLock::new(fs),
             oscs: RwLock::new(HashMap::new()),
             net: config.net,
+            readahead_bytes: config.readahead_bytes,
         });
         client.getattr(Fid::ROOT)?;
         Ok(client)
@@ -262,20 +308,14 @@ impl Client {
         } else {
             self.with_glimpse(attr, layout.as_ref())?
         };
-        Ok((
-            attr.clone(),
-            OpenFile {
-                fid: attr.fid,
-                layout,
-            },
-        ))
+        Ok((attr.clone(), OpenFile::new(attr.fid, layout)))
     }
 
     /// Registers a creation's implicit open with the MDS (needed when the create reply is
     /// used as an open handle).
     pub fn open(&self, fid: Fid) -> Result<(Attr, OpenFile)> {
         let (attr, layout) = self.entry(MdsOp::Open { fid })?;
-        Ok((attr, OpenFile { fid, layout }))
+        Ok((attr, OpenFile::new(fid, layout)))
     }
 
     /// Closes an open file.
@@ -473,17 +513,72 @@ impl Client {
             .map_err(|e| ClientError::Config(format!("{e} (file system '{}')", self.fsname)))
     }
 
-    /// Reads file data; short only at end of file.
+    /// Reads file data; short only at end of file. Sequential readers get the next reads
+    /// started ahead of them (up to `readahead_bytes`), so OST reads overlap the caller's work.
     pub fn read(
         &self,
         file: &OpenFile,
         offset: u64,
         len: usize,
     ) -> Result<nacre_types::AlignedBuf> {
-        match &file.layout {
-            Some(layout) => osc::read(self, layout, offset, len),
-            None => Err(Status::Inval.into()),
+        self.read_at(file, offset, len, true)
+    }
+
+    /// [`Client::read`], with read-ahead only if `readahead` (the FUSE mount turns it off for
+    /// page-cache reads, where the kernel reads ahead itself).
+    pub fn read_at(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+        readahead: bool,
+    ) -> Result<nacre_types::AlignedBuf> {
+        let Some(layout) = &file.layout else {
+            return Err(Status::Inval.into());
+        };
+        if !readahead || self.readahead_bytes == 0 || len == 0 {
+            return osc::read(self, layout, offset, len);
         }
+        let job = {
+            let mut ra = file.readahead.lock().expect("readahead");
+            let job = match ra.jobs.front() {
+                Some(j) if j.offset == offset && j.len == len => ra.jobs.pop_front(),
+                _ => {
+                    ra.jobs.clear();
+                    None
+                }
+            };
+            let sequential = offset == ra.next_offset;
+            if !sequential {
+                ra.eof = false;
+            }
+            ra.next_offset = offset + len as u64;
+            if sequential && !ra.eof {
+                let depth =
+                    (self.readahead_bytes / len as u64).clamp(1, READAHEAD_JOBS_MAX) as usize;
+                let mut next = ra
+                    .jobs
+                    .back()
+                    .map_or(offset + len as u64, |j| j.offset + j.len as u64);
+                while ra.jobs.len() < depth {
+                    let ahead = osc::start_read(self, layout, next, len)?;
+                    ra.jobs.push_back(ahead);
+                    next += len as u64;
+                }
+            }
+            job
+        };
+        let job = match job {
+            Some(j) => j,
+            None => osc::start_read(self, layout, offset, len)?,
+        };
+        let out = job.finish(self, layout)?;
+        if out.len() < len {
+            let mut ra = file.readahead.lock().expect("readahead");
+            ra.eof = true;
+            ra.jobs.clear();
+        }
+        Ok(out)
     }
 
     /// Writes file data; returns when every OST holding a part has acknowledged it.

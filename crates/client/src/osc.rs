@@ -23,29 +23,22 @@ struct Sub {
 type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
 
 /// RPCs in flight for one client call, bounded per OST.
-struct Window<'a> {
-    client: &'a Client,
+#[derive(Default)]
+pub(crate) struct Window {
     pending: VecDeque<(u32, usize, PendingReply)>,
     done: Vec<(usize, Collected)>,
 }
 
-impl<'a> Window<'a> {
-    fn new(client: &'a Client) -> Window<'a> {
-        Window {
-            client,
-            pending: VecDeque::new(),
-            done: Vec::new(),
-        }
-    }
-
+impl Window {
     fn start(
         &mut self,
+        client: &Client,
         tag: usize,
         ost: u32,
         req: &OssRequest,
         bulk: Option<Arc<AlignedBuf>>,
     ) -> Result<()> {
-        let limit = self.client.net_config().max_rpcs_in_flight.max(1);
+        let limit = client.net_config().max_rpcs_in_flight.max(1);
         while self.pending.iter().filter(|(o, _, _)| *o == ost).count() >= limit {
             let pos = self
                 .pending
@@ -55,7 +48,7 @@ impl<'a> Window<'a> {
             let (_, t, p) = self.pending.remove(pos).expect("pending entry");
             self.done.push((t, collect(p)));
         }
-        let conn = self.client.osc(ost)?;
+        let conn = client.osc(ost)?;
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
         let mut rpc = request(req.opcode(), ost, req, bulk);
         rpc.inline = short;
@@ -150,7 +143,7 @@ pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Resu
     if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
         return Err(Status::FBig.into());
     }
-    let mut window = Window::new(client);
+    let mut window = Window::default();
     for (tag, sub) in subs(layout, offset, data.len() as u64, max_rpc(client))
         .iter()
         .enumerate()
@@ -165,19 +158,30 @@ pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Resu
             object,
             offset: sub.object_offset,
         };
-        window.start(tag, ost, &req, Some(Arc::new(buf)))?;
+        window.start(client, tag, ost, &req, Some(Arc::new(buf)))?;
     }
     window.finish()?;
     Ok(data.len())
 }
 
-/// Reads up to `len` bytes at `offset`; short only at end of file.
-pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<AlignedBuf> {
-    if len == 0 || offset >= FILE_BYTES_MAX {
-        return Ok(AlignedBuf::zeroed(0));
-    }
-    let parts = subs(layout, offset, len as u64, max_rpc(client));
-    let mut window = Window::new(client);
+/// Read RPCs in flight for one file range; [`ReadJob::finish`] assembles the data.
+pub struct ReadJob {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes asked for.
+    pub len: usize,
+    parts: Vec<Sub>,
+    window: Window,
+}
+
+/// Starts the read RPCs of `[offset, offset + len)` on every stripe at once.
+pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<ReadJob> {
+    let parts = if len == 0 || offset >= FILE_BYTES_MAX {
+        Vec::new()
+    } else {
+        subs(layout, offset, len as u64, max_rpc(client))
+    };
+    let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
         let (ost, object) = object(layout, sub.stripe);
         let req = OssRequest::Read {
@@ -185,37 +189,62 @@ pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result
             offset: sub.object_offset,
             len: sub.len as u32,
         };
-        window.start(tag, ost, &req, None)?;
+        window.start(client, tag, ost, &req, None)?;
     }
-    let mut replies = window.finish()?;
-    let mut short = false;
-    let mut out = if parts.len() == 1 {
-        let (_, _, bulk) = replies.pop().expect("one reply");
-        let bulk = bulk.unwrap_or_else(|| AlignedBuf::zeroed(0));
-        short = bulk.len() < len;
-        let mut buf = bulk;
-        buf.set_len(len);
-        buf
-    } else {
-        let mut buf = AlignedBuf::zeroed(len);
-        for (tag, _, bulk) in replies {
-            let sub = &parts[tag];
-            let got = bulk.as_ref().map_or(0, |b| b.len());
-            short |= (got as u64) < sub.len;
-            let Some(bulk) = bulk else { continue };
-            for_each_run(layout, sub, |file_off, at, n| {
-                let avail = got.saturating_sub(at).min(n);
-                let dst = (file_off - offset) as usize;
-                buf[dst..dst + avail].copy_from_slice(&bulk[at..at + avail]);
-            });
+    Ok(ReadJob {
+        offset,
+        len,
+        parts,
+        window,
+    })
+}
+
+impl ReadJob {
+    /// Waits for the RPCs and assembles the data; short only at end of file.
+    pub fn finish(self, client: &Client, layout: &Layout) -> Result<AlignedBuf> {
+        let ReadJob {
+            offset,
+            len,
+            parts,
+            window,
+        } = self;
+        if parts.is_empty() {
+            return Ok(AlignedBuf::zeroed(0));
         }
-        buf
-    };
-    if short {
-        let (size, _) = glimpse(client, layout)?;
-        out.set_len(size.saturating_sub(offset).min(len as u64) as usize);
+        let mut replies = window.finish()?;
+        let mut short = false;
+        let mut out = if parts.len() == 1 {
+            let (_, _, bulk) = replies.pop().expect("one reply");
+            let mut buf = bulk.unwrap_or_else(|| AlignedBuf::zeroed(0));
+            short = buf.len() < len;
+            buf.set_len(len);
+            buf
+        } else {
+            let mut buf = AlignedBuf::zeroed(len);
+            for (tag, _, bulk) in replies {
+                let sub = &parts[tag];
+                let got = bulk.as_ref().map_or(0, |b| b.len());
+                short |= (got as u64) < sub.len;
+                let Some(bulk) = bulk else { continue };
+                for_each_run(layout, sub, |file_off, at, n| {
+                    let avail = got.saturating_sub(at).min(n);
+                    let dst = (file_off - offset) as usize;
+                    buf[dst..dst + avail].copy_from_slice(&bulk[at..at + avail]);
+                });
+            }
+            buf
+        };
+        if short {
+            let (size, _) = glimpse(client, layout)?;
+            out.set_len(size.saturating_sub(offset).min(len as u64) as usize);
+        }
+        Ok(out)
     }
-    Ok(out)
+}
+
+/// Reads up to `len` bytes at `offset`; short only at end of file.
+pub fn read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<AlignedBuf> {
+    start_read(client, layout, offset, len)?.finish(client, layout)
 }
 
 fn per_object(
@@ -223,10 +252,10 @@ fn per_object(
     layout: &Layout,
     req: impl Fn(usize, ObjectId) -> OssRequest,
 ) -> Result<Vec<(usize, OssReply)>> {
-    let mut window = Window::new(client);
+    let mut window = Window::default();
     for stripe in 0..layout.objects.len() {
         let (ost, object) = object(layout, stripe);
-        window.start(stripe, ost, &req(stripe, object), None)?;
+        window.start(client, stripe, ost, &req(stripe, object), None)?;
     }
     Ok(window
         .finish()?
@@ -278,7 +307,7 @@ pub fn fallocate(
     if len == 0 || offset.saturating_add(len) > FILE_BYTES_MAX {
         return Err(Status::Inval.into());
     }
-    let mut window = Window::new(client);
+    let mut window = Window::default();
     for (tag, chunk) in layout.chunks(offset, len).into_iter().enumerate() {
         let (ost, object) = object(layout, chunk.stripe);
         let req = OssRequest::Fallocate {
@@ -288,7 +317,7 @@ pub fn fallocate(
             keep_size,
             punch_hole,
         };
-        window.start(tag, ost, &req, None)?;
+        window.start(client, tag, ost, &req, None)?;
     }
     window.finish().map(|_| ())
 }

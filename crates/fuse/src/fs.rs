@@ -400,7 +400,7 @@ impl Filesystem for NacreFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
@@ -408,7 +408,9 @@ impl Filesystem for NacreFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.client.read(&file, offset, size as usize) {
+        // The kernel reads ahead for page-cache reads; O_DIRECT readers get the client's.
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        match self.client.read_at(&file, offset, size as usize, direct) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }

@@ -18,6 +18,9 @@ pub struct MountOptions {
     pub entry_timeout: Duration,
     /// Let other users use the mount (needed for permission checks by non-root users).
     pub allow_other: bool,
+    /// Kernel readahead for the mount, in KiB. FUSE offers 128 KiB at init and refuses more,
+    /// so it is raised through the mount's bdi after mounting.
+    pub read_ahead_kb: u32,
 }
 
 impl Default for MountOptions {
@@ -27,6 +30,7 @@ impl Default for MountOptions {
             attr_timeout: Duration::ZERO,
             entry_timeout: Duration::ZERO,
             allow_other: true,
+            read_ahead_kb: 4096,
         }
     }
 }
@@ -81,8 +85,30 @@ pub fn mount(
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())
         .spawn(move || session.run())?;
+    // Only now: stat() of the mount point needs the session loop to answer.
+    raise_readahead(mountpoint, opts.read_ahead_kb);
     Ok(MountHandle {
         unmounter,
         thread: Some(thread),
     })
+}
+
+/// Sets `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` of the mount (best effort: logged on failure).
+fn raise_readahead(mountpoint: &Path, kb: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = match std::fs::metadata(mountpoint) {
+        Ok(m) => m.dev(),
+        Err(e) => {
+            tracing::warn!("cannot stat {}: {e}", mountpoint.display());
+            return;
+        }
+    };
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    if let Err(e) = std::fs::write(&path, kb.to_string()) {
+        tracing::warn!("cannot set {path}: {e}");
+    }
 }

@@ -18,54 +18,111 @@ fn serve(dir: &Path) -> Arc<Server> {
     let label = Label::new(TargetKind::Mdt, 0, "rr", None).unwrap();
     let kv = FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES).unwrap();
     // No MGS: this test creates directories only, which need no OSTs.
-    let osts = Arc::new(OstPool::new("rr", "127.0.0.1:1@tcp".parse().unwrap(), NetConfig::default()));
+    let osts = Arc::new(OstPool::new(
+        "rr",
+        "127.0.0.1:1@tcp".parse().unwrap(),
+        NetConfig::default(),
+    ));
     let mdt = Arc::new(Mdt::open(label, Arc::new(kv), osts).unwrap());
     let handler = Arc::new(MdsHandler::default());
     handler.add_target(mdt);
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
-    let config = ServiceConfig { name: "mdt".into(), partitions: 1, threads_per_partition: 4, queue_depth: 64 };
+    let config = ServiceConfig {
+        name: "mdt".into(),
+        partitions: 1,
+        threads_per_partition: 4,
+        queue_depth: 64,
+    };
     server.add_service(Service::Mds, ServicePool::start(config, handler));
     server
 }
 
 fn send(conn: &Arc<Connection>, xid: u64, op: MdsOp) -> Result<MdsReply, Status> {
-    let call = MdsCall { client: [9; 16], replied_below: 1, op };
+    let call = MdsCall {
+        client: [9; 16],
+        replied_below: 1,
+        op,
+    };
     let opcode = call.op.opcode();
-    let reply = conn.start_xid(xid, request(opcode, 0, &call, None)).unwrap().wait().unwrap();
-    decode_reply::<MdsReply>(reply).map(|(r, _)| r).map_err(|e| e.status())
+    let reply = conn
+        .start_xid(xid, request(opcode, 0, &call, None))
+        .unwrap()
+        .wait()
+        .unwrap();
+    decode_reply::<MdsReply>(reply)
+        .map(|(r, _)| r)
+        .map_err(|e| e.status())
 }
 
 fn mkdir(name: &str) -> MdsOp {
-    MdsOp::Mkdir { parent: Fid::ROOT, name: name.as_bytes().to_vec(), perm: 0o755, uid: 0, gid: 0 }
+    MdsOp::Mkdir {
+        parent: Fid::ROOT,
+        name: name.as_bytes().to_vec(),
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+    }
 }
 
 #[test]
 fn resent_request_gets_the_saved_reply_even_after_restart() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());
-    let conn = Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    let conn =
+        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
     let xid = conn.alloc_xid();
     let first = send(&conn, xid, mkdir("d")).expect("first mkdir");
     let again = send(&conn, xid, mkdir("d")).expect("a resend must not fail with EEXIST");
     assert_eq!(first, again, "a resend gets the very same reply");
-    assert_eq!(send(&conn, conn.alloc_xid(), mkdir("d")), Err(Status::Exist), "a new request runs");
+    assert_eq!(
+        send(&conn, conn.alloc_xid(), mkdir("d")),
+        Err(Status::Exist),
+        "a new request runs"
+    );
     // An error is saved too: the resend of a failed request fails the same way.
     let bad = conn.alloc_xid();
     assert_eq!(send(&conn, bad, mkdir("d")), Err(Status::Exist));
-    send(&conn, conn.alloc_xid(), MdsOp::Rmdir { parent: Fid::ROOT, name: b"d".to_vec() }).unwrap();
-    assert_eq!(send(&conn, bad, mkdir("d")), Err(Status::Exist), "saved error, not a re-run");
+    send(
+        &conn,
+        conn.alloc_xid(),
+        MdsOp::Rmdir {
+            parent: Fid::ROOT,
+            name: b"d".to_vec(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        send(&conn, bad, mkdir("d")),
+        Err(Status::Exist),
+        "saved error, not a re-run"
+    );
     // Make the journal durable, stop the MDT, start it again on the same store.
     send(&conn, conn.alloc_xid(), MdsOp::Sync).unwrap();
     server.shutdown();
     drop(conn);
     drop(server);
     let server = serve(dir.path());
-    let conn = Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
-    assert_eq!(send(&conn, xid, mkdir("d")).unwrap(), first, "saved reply survives a restart");
-    let MdsReply::Dir { entries, .. } =
-        send(&conn, conn.alloc_xid(), MdsOp::ReadDir { fid: Fid::ROOT, after: None, count: 10 }).unwrap()
-    else {
+    let conn =
+        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    assert_eq!(
+        send(&conn, xid, mkdir("d")).unwrap(),
+        first,
+        "saved reply survives a restart"
+    );
+    let MdsReply::Dir { entries, .. } = send(
+        &conn,
+        conn.alloc_xid(),
+        MdsOp::ReadDir {
+            fid: Fid::ROOT,
+            after: None,
+            count: 10,
+        },
+    )
+    .unwrap() else {
         panic!("readdir reply")
     };
-    assert!(entries.is_empty(), "the resend after restart did not create anything: {entries:?}");
+    assert!(
+        entries.is_empty(),
+        "the resend after restart did not create anything: {entries:?}"
+    );
 }

@@ -50,7 +50,8 @@ type ReplySender = Sender<Result<Reply, NetError>>;
 
 struct TcpLink {
     writer: Mutex<TcpStream>,
-    pending: Mutex<HashMap<u64, ReplySender>>,
+    /// Requests awaiting replies, each with the in-flight slot it occupies.
+    pending: Mutex<HashMap<u64, (ReplySender, Option<SlotPermit>)>>,
     alive: AtomicBool,
 }
 
@@ -100,7 +101,6 @@ pub struct PendingReply {
     header: Header,
     request: Request,
     rx: Receiver<Result<Reply, NetError>>,
-    _permit: SlotPermit,
 }
 
 impl Connection {
@@ -164,7 +164,7 @@ impl Connection {
         if self.config.bulk_checksum {
             header.flags |= FLAG_BULK_CHECKSUM;
         }
-        let rx = match self.send(&header, &request) {
+        let rx = match self.send(&header, &request, Some(permit)) {
             Ok(rx) => rx,
             Err(NetError::Disconnected(_)) | Err(NetError::Unreachable { .. }) => {
                 let (tx, rx) = bounded(1);
@@ -178,7 +178,6 @@ impl Connection {
             header,
             request,
             rx,
-            _permit: permit,
         })
     }
 
@@ -257,10 +256,13 @@ impl Connection {
         Ok(Link::Tcp(link))
     }
 
+    /// Sends a request. The in-flight slot (`permit`) is held until the reply arrives, not until
+    /// the caller collects it, so replies parked un-collected (read-ahead) never starve others.
     fn send(
         &self,
         header: &Header,
         request: &Request,
+        permit: Option<SlotPermit>,
     ) -> Result<Receiver<Result<Reply, NetError>>, NetError> {
         let link = self.current_link()?;
         let (tx, rx) = bounded(1);
@@ -276,12 +278,16 @@ impl Connection {
                     tx,
                     request.inline,
                 );
+                drop(permit);
             }
             Link::Tcp(tcp) => {
                 let mut h = *header;
                 let bulk = request.bulk.as_deref().map(|b| &b[..]);
                 h.seal(&request.body, bulk, header.flags & FLAG_BULK_CHECKSUM != 0);
-                tcp.pending.lock().expect("pending").insert(h.xid, tx);
+                tcp.pending
+                    .lock()
+                    .expect("pending")
+                    .insert(h.xid, (tx, permit));
                 let mut w = tcp.writer.lock().expect("writer");
                 if let Err(e) = write_frame(&mut *w, &h, &request.body, bulk) {
                     drop(w);
@@ -344,7 +350,7 @@ impl PendingReply {
         self.header.flags |= FLAG_RESEND;
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.conn.send(&self.header, &self.request) {
+            match self.conn.send(&self.header, &self.request, None) {
                 Ok(rx) => return Ok(rx),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(NetError::Unreachable {
@@ -371,7 +377,7 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
                     .lock()
                     .expect("pending")
                     .remove(&frame.header.xid);
-                if let Some(tx) = tx {
+                if let Some((tx, _permit)) = tx {
                     let reply = Reply {
                         header: frame.header,
                         body: frame.body,
@@ -391,7 +397,7 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
         .lock()
         .expect("writer")
         .shutdown(std::net::Shutdown::Both);
-    for (_, tx) in link.pending.lock().expect("pending").drain() {
+    for (_, (tx, _permit)) in link.pending.lock().expect("pending").drain() {
         let _ = tx.send(Err(NetError::Disconnected(nid.to_string())));
     }
 }

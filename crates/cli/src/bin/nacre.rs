@@ -91,20 +91,23 @@ struct UpArgs {
     #[command(flatten)]
     client: ClientArgs,
     #[command(flatten)]
-    mdt: MdtArgs,
+    targets_opts: TargetOpts,
     /// Stay in the foreground.
     #[arg(long)]
     foreground: bool,
 }
 
 #[derive(Args, Clone)]
-struct MdtArgs {
+struct TargetOpts {
     /// MDT replies wait for the journal sync (power-loss safe without fsync; slower).
     #[arg(long)]
     mdt_sync_on_reply: bool,
     /// Background journal sync period of MDTs, in ms.
     #[arg(long, default_value_t = nacre_cli::server::COMMIT_INTERVAL_MS_DEFAULT)]
     commit_interval_ms: u64,
+    /// OSTs bypass the page cache (O_DIRECT) for aligned I/O.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    ost_direct_io: bool,
 }
 
 #[derive(Args, Clone)]
@@ -118,6 +121,9 @@ struct ClientArgs {
     /// Largest bulk RPC (K/M suffixes).
     #[arg(long, default_value = "4M")]
     max_rpc_size: String,
+    /// Read-ahead per sequential O_DIRECT reader (K/M suffixes; 0 turns it off).
+    #[arg(long, default_value = "4M")]
+    max_read_ahead: String,
     /// FUSE threads.
     #[arg(long, default_value_t = 4)]
     fuse_threads: usize,
@@ -177,7 +183,7 @@ struct ServerArgs {
     #[arg(long)]
     fsname: Option<String>,
     #[command(flatten)]
-    mdt: MdtArgs,
+    targets_opts: TargetOpts,
 }
 
 #[derive(Args)]
@@ -233,7 +239,17 @@ fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)>
         entry_timeout: Duration::from_millis(a.entry_timeout_ms),
         ..MountOptions::default()
     };
-    Ok((ClientConfig { net }, opts))
+    let readahead_bytes = parse_size(&a.max_read_ahead).map_err(anyhow::Error::msg)?;
+    if readahead_bytes > 1 << 30 {
+        bail!("max_read_ahead must be at most 1G");
+    }
+    Ok((
+        ClientConfig {
+            net,
+            readahead_bytes,
+        },
+        opts,
+    ))
 }
 
 fn init_logging() {
@@ -326,8 +342,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let targets = format_up(&a.dir, &a.fsname, a.osts)?;
     let mut spec = ServerSpec::new(a.listen, targets);
     spec.fsname = Some(a.fsname.clone());
-    spec.mdt_sync_on_reply = a.mdt.mdt_sync_on_reply;
-    spec.commit_interval_ms = a.mdt.commit_interval_ms;
+    spec.mdt_sync_on_reply = a.targets_opts.mdt_sync_on_reply;
+    spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
+    spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
@@ -408,8 +425,9 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.nid = nid;
     spec.mgsnode = mgsnode;
     spec.fsname = fsname;
-    spec.mdt_sync_on_reply = a.mdt.mdt_sync_on_reply;
-    spec.commit_interval_ms = a.mdt.commit_interval_ms;
+    spec.mdt_sync_on_reply = a.targets_opts.mdt_sync_on_reply;
+    spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
+    spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
