@@ -224,3 +224,42 @@ fn malformed_frames_drop_the_connection_and_the_server_keeps_serving() {
     assert_eq!(fs::read(client.mnt.join("before")).unwrap(), b"b");
     assert_eq!(fs::read(client.mnt.join("after")).unwrap(), b"a");
 }
+
+#[test]
+fn server_config_file_is_read_and_checked() {
+    let root = tempfile::tempdir().unwrap();
+    let d = |n: &str| root.path().join(n);
+    let port = free_port();
+    let nid = format!("127.0.0.1:{port}@tcp");
+    mkfs("--mgs", 0, "cf", None, &d("mgs"));
+    mkfs("--mdt", 0, "cf", Some(&nid), &d("mdt0"));
+    mkfs("--ost", 0, "cf", Some(&nid), &d("ost0"));
+    let conf = d("server.conf");
+    fs::write(
+        &conf,
+        format!(
+            "# one process, three targets\nlisten = 127.0.0.1:{port}\nfsname = cf\ntarget = {}\ntarget = {}\ntarget = {}  # data\n",
+            d("mgs").display(),
+            d("mdt0").display(),
+            d("ost0").display()
+        ),
+    )
+    .unwrap();
+    let args = vec![
+        "server".to_string(),
+        "--config".into(),
+        conf.display().to_string(),
+    ];
+    let _server = ServerProc::spawn(args, format!("127.0.0.1:{port}"));
+    let client = ClientMount::mount(&format!("{nid}:/cf"), &d("mnt"), &[]);
+    fs::write(client.mnt.join("x"), b"configured").unwrap();
+    assert_eq!(fs::read(client.mnt.join("x")).unwrap(), b"configured");
+    let bad = d("bad.conf");
+    fs::write(&bad, "listen = 127.0.0.1:0\nthreads = 4\n").unwrap();
+    let out = nacre(&["server", "--config", bad.to_str().unwrap()]);
+    assert!(
+        stderr(&out).contains("bad.conf:2: unknown key 'threads'"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -229,7 +229,7 @@ impl ServerProcess {
             if let Err(e) = osts.refresh() {
                 tracing::warn!("{}: cannot fetch the OST list yet: {e}", label.name());
             }
-            let mdt = Mdt::open(label.clone(), Arc::new(kv), osts)
+            let mdt = Mdt::open(label.clone(), dir, Arc::new(kv), osts)
                 .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
             mdt.set_sync_on_reply(spec.mdt_sync_on_reply);
             let mdt = Arc::new(mdt);

@@ -35,6 +35,8 @@ pub const SAVED_REPLIES_PER_CLIENT_MAX: usize = 1024;
 pub struct Mdt {
     /// Identity.
     pub label: Label,
+    /// The target directory (its file system's capacity is the MDT's).
+    pub dir: std::path::PathBuf,
     /// The store.
     pub kv: Arc<dyn KvStore>,
     /// OSTs for object placement.
@@ -52,13 +54,19 @@ pub struct Mdt {
 
 impl Mdt {
     /// Opens an MDT on its store; creates the root directory on first start.
-    pub fn open(label: Label, kv: Arc<dyn KvStore>, osts: Arc<OstPool>) -> Result<Mdt, Status> {
+    pub fn open(
+        label: Label,
+        dir: &std::path::Path,
+        kv: Arc<dyn KvStore>,
+        osts: Arc<OstPool>,
+    ) -> Result<Mdt, Status> {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let saved_replies = load_saved_replies(&*kv)?;
         let kv_for_queue = kv.clone();
         let mdt = Mdt {
             label,
+            dir: dir.to_path_buf(),
             kv,
             osts,
             write_lock: Mutex::new(AllocState {
@@ -251,8 +259,7 @@ impl Mdt {
 
     /// Number of inodes (approximate: counted by scanning is too slow; uses the store size).
     pub fn statfs(&self) -> Result<nacre_types::StatFs, Status> {
-        let mut st = nacre_osd::objects::statvfs(std::path::Path::new("/"))
-            .map_err(|e| Status::from_io(&e))?;
+        let mut st = nacre_osd::objects::statvfs(&self.dir).map_err(|e| Status::from_io(&e))?;
         let used = self.write_lock.lock().expect("write lock").inodes_used;
         st.files_free = st.bytes_avail / 1024;
         st.files_total = used + st.files_free;

@@ -23,7 +23,7 @@ fn serve(dir: &Path) -> Arc<Server> {
         "127.0.0.1:1@tcp".parse().unwrap(),
         NetConfig::default(),
     ));
-    let mdt = Arc::new(Mdt::open(label, Arc::new(kv), osts).unwrap());
+    let mdt = Arc::new(Mdt::open(label, dir, Arc::new(kv), osts).unwrap());
     let handler = Arc::new(MdsHandler::default());
     handler.add_target(mdt);
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();

@@ -192,7 +192,9 @@ impl ServerProc {
         ServerProc::spawn(args, listen)
     }
 
-    fn spawn(args: Vec<String>, listen: String) -> ServerProc {
+    /// Starts `nacre ARGS` (a server command line) listening on `listen`, and waits until it
+    /// serves.
+    pub fn spawn(args: Vec<String>, listen: String) -> ServerProc {
         let mut child = Command::new(nacre_bin())
             .args(&args)
             .stdout(Stdio::piped())
