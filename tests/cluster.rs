@@ -241,3 +241,62 @@ fn kill9_of_the_server_during_writes_loses_nothing_acknowledged() {
         pattern(59, 256 * 1024 + 5900)
     );
 }
+
+#[test]
+fn hosts_in_network_namespaces_form_one_file_system() {
+    let lab = nacre_testkit::NetLab::new(4);
+    let (mds_host, oss_host, client_a, client_b) =
+        (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2], &lab.hosts[3]);
+    let root = tempfile::Builder::new()
+        .prefix("nacre-netns")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let mgs_nid = format!("{}@tcp", mds_host.addr);
+    mkfs("--mgs", 0, "ns", None, &d("mgs"));
+    mkfs("--mdt", 0, "ns", Some(&mgs_nid), &d("mdt0"));
+    mkfs("--ost", 0, "ns", Some(&mgs_nid), &d("ost0"));
+    mkfs("--ost", 1, "ns", Some(&mgs_nid), &d("ost1"));
+    let server = |host: &nacre_testkit::NetHost, targets: &[&str]| {
+        let listen = format!("{}:988", host.addr);
+        let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
+        for t in targets {
+            args.push("--target".into());
+            args.push(d(t).display().to_string());
+        }
+        ServerProc::spawn_in(&host.prefix(), args, listen)
+    };
+    let _mds = server(mds_host, &["mgs", "mdt0"]);
+    let _oss = server(oss_host, &["ost0", "ost1"]);
+    let source = format!("{mgs_nid}:/ns");
+    let a = ClientMount::mount_in(&client_a.prefix(), &source, &d("a"), &[]);
+    let b = ClientMount::mount_in(&client_b.prefix(), &source, &d("b"), &[]);
+    let data = pattern(77, 3 << 20);
+    fs::create_dir(a.mnt.join("wide")).unwrap();
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "2",
+        "-S",
+        "64K",
+        a.mnt.join("wide").to_str().unwrap(),
+    ]);
+    fs::write(a.mnt.join("wide/f"), &data).unwrap();
+    assert_eq!(
+        fs::metadata(b.mnt.join("wide/f")).unwrap().len(),
+        data.len() as u64
+    );
+    assert!(
+        fs::read(b.mnt.join("wide/f")).unwrap() == data,
+        "client B reads A's bytes"
+    );
+    for ost in ["ost0", "ost1"] {
+        let used = sh(&format!("du -sb {}/O | cut -f1", d(ost).display()));
+        assert!(
+            used.trim().parse::<u64>().unwrap() >= (1 << 20),
+            "{ost} holds half the file"
+        );
+    }
+    let df = nacre_ok(&["df", a.mnt.to_str().unwrap()]);
+    assert!(df.contains("ns-OST0001_UUID"), "{df}");
+}

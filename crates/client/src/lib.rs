@@ -507,6 +507,10 @@ impl Client {
 
     /// Validates a striping request against this file system, with a message naming the cause.
     pub fn check_spec(&self, spec: StripeSpec) -> Result<()> {
+        let known = self.fs_config().osts.len() as u32;
+        if spec.resolve(StripeSpec::default(), known).is_err() {
+            self.refresh_config()?;
+        }
         let osts = self.fs_config().osts.len() as u32;
         spec.resolve(StripeSpec::default(), osts)
             .map(|_| ())
@@ -620,6 +624,10 @@ impl Client {
 
     /// Usage of every target, MDTs first.
     pub fn df(&self) -> Result<Vec<TargetUsage>> {
+        // Usage is asked for rarely: take the occasion to learn of new targets.
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
         let fs = self.fs_config();
         let mut out = Vec::new();
         for t in &fs.mdts {

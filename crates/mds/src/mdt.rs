@@ -400,12 +400,11 @@ impl Tx<'_> {
             self.inode(Fid::ROOT)?.dir_default.unwrap_or_default()
         };
         let base = merge_spec(inherited, fs_default);
-        let mut osts = self.mdt.osts.count();
-        if osts == 0 {
-            let _ = self.mdt.osts.refresh();
-            osts = self.mdt.osts.count();
-        }
-        let (count, size, start) = spec.resolve(base, osts).map_err(|_| Status::Inval)?;
+        let (count, size, start) = self
+            .mdt
+            .osts
+            .resolve(spec, base)
+            .map_err(|_| Status::Inval)?;
         let chosen = self.mdt.osts.choose(count as usize, start)?;
         let mut objects = Vec::with_capacity(chosen.len());
         for ost in chosen {

@@ -106,6 +106,24 @@ impl OstPool {
         }
     }
 
+    /// Resolves `spec` against the OSTs known, asking the MGS again first if the request
+    /// needs more OSTs than are known (an OST may have registered since the last refresh).
+    pub fn resolve(
+        &self,
+        spec: nacre_types::layout::StripeSpec,
+        base: nacre_types::layout::StripeSpec,
+    ) -> Result<(u16, u32, Option<u32>), nacre_types::LayoutError> {
+        match spec.resolve(base, self.count()) {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                if let Err(e) = self.refresh() {
+                    tracing::debug!("OST refresh: {e}");
+                }
+                spec.resolve(base, self.count())
+            }
+        }
+    }
+
     /// Number of OSTs known.
     pub fn count(&self) -> u32 {
         self.osts.read().expect("osts").len() as u32

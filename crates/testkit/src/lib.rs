@@ -172,6 +172,8 @@ pub struct ServerProc {
     pub args: Vec<String>,
     /// Its listen address.
     pub listen: String,
+    /// Command prefix it runs under.
+    pub prefix: Vec<String>,
 }
 
 impl ServerProc {
@@ -195,7 +197,20 @@ impl ServerProc {
     /// Starts `nacre ARGS` (a server command line) listening on `listen`, and waits until it
     /// serves.
     pub fn spawn(args: Vec<String>, listen: String) -> ServerProc {
-        let mut child = Command::new(nacre_bin())
+        ServerProc::spawn_in(&[], args, listen)
+    }
+
+    /// Like [`ServerProc::spawn`], run under `prefix` (e.g. `nsenter --net=...`).
+    pub fn spawn_in(prefix: &[String], args: Vec<String>, listen: String) -> ServerProc {
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(nacre_bin());
+                c
+            }
+            None => Command::new(nacre_bin()),
+        };
+        let mut child = cmd
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -215,6 +230,7 @@ impl ServerProc {
             child,
             args,
             listen,
+            prefix: prefix.to_vec(),
         }
     }
 
@@ -239,7 +255,7 @@ impl ServerProc {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let fresh = ServerProc::spawn(self.args.clone(), self.listen.clone());
+        let fresh = ServerProc::spawn_in(&self.prefix, self.args.clone(), self.listen.clone());
         let old = std::mem::replace(self, fresh);
         std::mem::forget(old);
     }
@@ -267,10 +283,33 @@ pub struct ClientMount {
 impl ClientMount {
     /// Mounts `source` (e.g. `127.0.0.1:9000@tcp:/demo`) at `mnt`.
     pub fn mount(source: &str, mnt: &Path, extra: &[&str]) -> ClientMount {
+        ClientMount::mount_in(&[], source, mnt, extra)
+    }
+
+    /// Like [`ClientMount::mount`], with the client process run under `prefix` (for example
+    /// `nsenter --net=/run/netns/HOST`, which keeps the mount visible to the test).
+    pub fn mount_in(prefix: &[String], source: &str, mnt: &Path, extra: &[&str]) -> ClientMount {
         std::fs::create_dir_all(mnt).expect("mkdir mnt");
-        let mut a = vec!["mount", source, mnt.to_str().expect("utf-8 path")];
-        a.extend_from_slice(extra);
-        nacre_ok(&a);
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(nacre_bin());
+                c
+            }
+            None => Command::new(nacre_bin()),
+        };
+        let out = cmd
+            .arg("mount")
+            .arg(source)
+            .arg(mnt)
+            .args(extra)
+            .output()
+            .expect("run nacre mount");
+        assert!(
+            out.status.success(),
+            "nacre mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         ClientMount {
             mnt: mnt.to_path_buf(),
         }
@@ -309,4 +348,69 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// Hosts on one machine: a network namespace per host, each with a veth into a shared bridge
+/// and its own address `10.N.0.(i+1)/24`. Removed on drop.
+pub struct NetLab {
+    bridge: String,
+    /// The hosts.
+    pub hosts: Vec<NetHost>,
+}
+
+/// One host of a [`NetLab`].
+pub struct NetHost {
+    /// Namespace name.
+    pub netns: String,
+    /// The host's address.
+    pub addr: String,
+}
+
+impl NetHost {
+    /// Command prefix that runs a program in this host's network namespace while keeping the
+    /// mount namespace (so FUSE mounts stay visible).
+    pub fn prefix(&self) -> Vec<String> {
+        vec!["nsenter".into(), format!("--net=/run/netns/{}", self.netns)]
+    }
+}
+
+impl NetLab {
+    /// Creates `n` hosts.
+    pub fn new(n: usize) -> NetLab {
+        let id = std::process::id() % 10_000;
+        let subnet = 16 + (id % 200);
+        let bridge = format!("nbr{id}");
+        sh(&format!(
+            "ip link add {bridge} type bridge && ip link set {bridge} up"
+        ));
+        let mut lab = NetLab {
+            bridge,
+            hosts: Vec::new(),
+        };
+        for i in 0..n {
+            let netns = format!("nacre{id}h{i}");
+            let (inside, outside) = (format!("nv{id}h{i}a"), format!("nv{id}h{i}b"));
+            let addr = format!("10.{subnet}.0.{}", i + 1);
+            sh(&format!(
+                "ip netns add {netns} && ip link add {inside} type veth peer name {outside} \
+                 && ip link set {inside} netns {netns} && ip link set {outside} master {} up \
+                 && ip netns exec {netns} ip addr add {addr}/24 dev {inside} \
+                 && ip netns exec {netns} ip link set {inside} up && ip netns exec {netns} ip link set lo up",
+                lab.bridge
+            ));
+            lab.hosts.push(NetHost { netns, addr });
+        }
+        lab
+    }
+}
+
+impl Drop for NetLab {
+    fn drop(&mut self) {
+        for h in &self.hosts {
+            let _ = Command::new("ip").args(["netns", "del", &h.netns]).status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
+    }
 }

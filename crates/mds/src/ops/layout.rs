@@ -34,10 +34,11 @@ fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
 /// Sets a directory's default striping, or re-lays-out an empty file.
 pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
     let mut rec = tx.inode(fid)?;
-    let osts = tx.mdt.osts.count();
     match rec.attr.kind {
         FileKind::Directory => {
-            spec.resolve(StripeSpec::default(), osts)
+            tx.mdt
+                .osts
+                .resolve(spec, StripeSpec::default())
                 .map_err(|_| Status::Inval)?;
             let clear = spec == StripeSpec::default();
             rec.dir_default = if clear {
