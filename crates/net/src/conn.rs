@@ -2,7 +2,7 @@
 //! reconnect and resend (same xid, `FLAG_RESEND`) when the link breaks, until a deadline.
 
 use crate::frame::{read_frame, write_frame};
-use crate::server::Router;
+use crate::router::Router;
 use crate::{local, NetError, Reply, Request};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use nacre_types::limits::{BULK_BYTES_MAX, RPCS_IN_FLIGHT_DEFAULT, RPC_SIZE_BYTES_DEFAULT};

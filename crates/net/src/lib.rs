@@ -14,12 +14,15 @@
 pub mod conn;
 pub mod frame;
 pub mod local;
+pub mod router;
 pub mod rpc;
 pub mod server;
+pub mod service;
 
 pub use conn::{Connection, NetConfig, PendingReply};
 pub use rpc::RpcError;
-pub use server::{Handler, Incoming, Outgoing, Server, ServiceConfig, ServicePool};
+pub use server::Server;
+pub use service::{Handler, Incoming, Outgoing, ServiceConfig, ServicePool};
 
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, WireError};

@@ -3,7 +3,7 @@
 //! replies move between threads as owned buffers: no copy, no checksum (there is no wire to
 //! corrupt them).
 
-use crate::server::Router;
+use crate::router::Router;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};

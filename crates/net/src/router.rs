@@ -1,0 +1,78 @@
+//! Routes a request to the service pool of its opcode's service byte, answering pings itself.
+
+use crate::service::{Incoming, Outgoing, ReplySink, ServicePool};
+use crate::{NetError, Reply};
+use crossbeam_channel::Sender;
+use nacre_types::{AlignedBuf, Status};
+use nacre_wire::{Header, Service, OP_PING};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Routes requests to service pools by the opcode's service byte.
+#[derive(Default)]
+pub struct Router {
+    services: RwLock<HashMap<u8, Arc<ServicePool>>>,
+    next_partition: AtomicUsize,
+}
+
+impl Router {
+    /// Adds (or replaces) the pool serving `service`.
+    pub fn add(&self, service: Service, pool: Arc<ServicePool>) {
+        self.services
+            .write()
+            .expect("router")
+            .insert(service as u8, pool);
+    }
+
+    pub(crate) fn route(&self, req: Incoming, cpt_hint: usize) {
+        self.route_with(req, cpt_hint, false)
+    }
+
+    fn route_with(&self, req: Incoming, cpt_hint: usize, inline: bool) {
+        if req.header.opcode == OP_PING {
+            req.reply(Outgoing::ok(Vec::new()));
+            return;
+        }
+        let service = (req.header.opcode >> 8) as u8;
+        let pool = self.services.read().expect("router").get(&service).cloned();
+        match pool {
+            Some(pool) if inline => pool.run_inline(req),
+            Some(pool) => pool.dispatch(req, cpt_hint),
+            None => req.reply(Outgoing::error(Status::NoSys)),
+        }
+    }
+
+    /// Delivers an in-process request; the reply arrives on `reply_to`.
+    pub(crate) fn deliver_local(
+        &self,
+        header: Header,
+        body: Vec<u8>,
+        bulk: Option<Arc<AlignedBuf>>,
+        reply_to: Sender<Result<Reply, NetError>>,
+        inline: bool,
+    ) {
+        let req = Incoming {
+            header,
+            body,
+            bulk,
+            peer: "local".into(),
+            reply_to: ReplySink::Local(reply_to),
+        };
+        let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
+        self.route_with(req, hint, inline);
+    }
+
+    pub(crate) fn stop(&self) {
+        let pools: Vec<_> = self
+            .services
+            .write()
+            .expect("router")
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in pools {
+            p.stop();
+        }
+    }
+}
