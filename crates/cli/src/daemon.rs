@@ -130,14 +130,21 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread it starts later, so one
 /// thread can wait for them with [`wait_stop`]. Call first thing in `main`.
 pub fn block_stop_signals() {
-    // SAFETY: plain signal-mask manipulation on a zeroed, then initialised set.
+    let set = stop_signals();
+    // SAFETY: plain signal-mask change with an initialised set.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// The set {SIGTERM, SIGINT, SIGHUP}.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is valid storage; sigemptyset initialises it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
 }
 
@@ -145,16 +152,10 @@ pub fn block_stop_signals() {
 pub fn wait_stop(finished: impl Fn() -> bool) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let set = stop_signals();
+        let mut sig = 0;
         // SAFETY: sigwait on the set blocked by block_stop_signals.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGHUP);
-            let mut sig = 0;
-            libc::sigwait(&set, &mut sig);
-        }
+        unsafe { libc::sigwait(&set, &mut sig) };
         let _ = tx.send(());
     });
     while rx.recv_timeout(Duration::from_millis(100)).is_err() {

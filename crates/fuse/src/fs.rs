@@ -44,6 +44,19 @@ fn errno(e: &ClientError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// A client result with its error as an errno.
+fn ok<T>(r: Result<T, ClientError>) -> Result<T, Errno> {
+    r.map_err(|e| errno(&e))
+}
+
+/// Answers an operation that returns nothing.
+fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn status_errno(s: Status) -> Errno {
     Errno::from_i32(s.errno())
 }
@@ -300,19 +313,17 @@ impl Filesystem for NacreFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match fid_of(parent).map(|p| self.client.unlink(p, name.as_bytes())) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(errno(&e)),
-            Err(e) => reply.error(e),
-        }
+        empty(
+            reply,
+            fid_of(parent).and_then(|p| ok(self.client.unlink(p, name.as_bytes()))),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match fid_of(parent).map(|p| self.client.rmdir(p, name.as_bytes())) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(errno(&e)),
-            Err(e) => reply.error(e),
-        }
+        empty(
+            reply,
+            fid_of(parent).and_then(|p| ok(self.client.rmdir(p, name.as_bytes()))),
+        );
     }
 
     fn symlink(
@@ -475,11 +486,7 @@ impl Filesystem for NacreFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.file(fh).map(|f| self.client.fsync(&f)) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(errno(&e)),
-            Err(e) => reply.error(e),
-        }
+        empty(reply, self.file(fh).and_then(|f| ok(self.client.fsync(&f))));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -666,11 +673,10 @@ impl Filesystem for NacreFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match fid_of(ino).map(|f| self.client.removexattr(f, name.as_bytes())) {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(errno(&e)),
-            Err(e) => reply.error(e),
-        }
+        empty(
+            reply,
+            fid_of(ino).and_then(|f| ok(self.client.removexattr(f, name.as_bytes()))),
+        );
     }
 
     fn create(
@@ -730,13 +736,9 @@ impl Filesystem for NacreFs {
         if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }
-        match self
+        let r = self
             .file(fh)
-            .map(|f| self.client.fallocate(&f, offset, length, keep_size, punch))
-        {
-            Ok(Ok(())) => reply.ok(),
-            Ok(Err(e)) => reply.error(errno(&e)),
-            Err(e) => reply.error(e),
-        }
+            .and_then(|f| ok(self.client.fallocate(&f, offset, length, keep_size, punch)));
+        empty(reply, r);
     }
 }
