@@ -56,6 +56,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -70,6 +73,121 @@ enum Command {
         /// A path inside the file system (default: every Nacre mount).
         path: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// IOR-like: `nacre bench ior -w -r -t 1m -b 64m -s 4 -F -C -e -i 3 -N 4 -o /mnt/nacre/ior`.
+    Ior(IorArgs),
+    /// mdtest-like: `nacre bench mdtest -n 1000 -u -N 4 -d /mnt/nacre/md`.
+    Mdtest(MdtestArgs),
+}
+
+#[derive(Args)]
+struct IorArgs {
+    /// Write phase.
+    #[arg(short = 'w')]
+    write: bool,
+    /// Read phase.
+    #[arg(short = 'r')]
+    read: bool,
+    /// Transfer size (bytes per call; K/M/G).
+    #[arg(short = 't', default_value = "1m")]
+    transfer: String,
+    /// Block size (contiguous bytes per task per segment).
+    #[arg(short = 'b', default_value = "16m")]
+    block: String,
+    /// Segments.
+    #[arg(short = 's', default_value_t = 1)]
+    segments: u64,
+    /// File per process (otherwise one shared file).
+    #[arg(short = 'F')]
+    file_per_proc: bool,
+    /// Reorder tasks: read back another task's data.
+    #[arg(short = 'C')]
+    reorder: bool,
+    /// fsync after writing.
+    #[arg(short = 'e')]
+    fsync: bool,
+    /// Iterations.
+    #[arg(short = 'i', default_value_t = 1)]
+    iterations: u32,
+    /// Barriers between phases (always on; accepted for IOR compatibility).
+    #[arg(short = 'g')]
+    barriers: bool,
+    /// Tasks.
+    #[arg(short = 'N', default_value_t = 1)]
+    tasks: usize,
+    /// Check data after writing.
+    #[arg(short = 'W')]
+    check_write: bool,
+    /// Check data while reading.
+    #[arg(short = 'R')]
+    check_read: bool,
+    /// Keep the test files.
+    #[arg(short = 'k')]
+    keep: bool,
+    /// Data signature seed.
+    #[arg(short = 'G', default_value_t = 0)]
+    seed: u64,
+    /// O_DIRECT.
+    #[arg(long)]
+    direct: bool,
+    /// Test file.
+    #[arg(short = 'o')]
+    path: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(short = 'q')]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct MdtestArgs {
+    /// Working directory.
+    #[arg(short = 'd')]
+    dir: PathBuf,
+    /// Items per task.
+    #[arg(short = 'n', default_value_t = 1000)]
+    items: u64,
+    /// A directory tree per task.
+    #[arg(short = 'u')]
+    unique_dir: bool,
+    /// Bytes written into each file.
+    #[arg(short = 'w', default_value_t = 0)]
+    write_bytes: u64,
+    /// Bytes read from each file.
+    #[arg(short = 'e', default_value_t = 0)]
+    read_bytes: u64,
+    /// Files only.
+    #[arg(short = 'F')]
+    files_only: bool,
+    /// Directories only.
+    #[arg(short = 'D')]
+    dirs_only: bool,
+    /// Iterations.
+    #[arg(short = 'i', default_value_t = 1)]
+    iterations: u32,
+    /// Tree depth.
+    #[arg(short = 'z', default_value_t = 0)]
+    depth: u32,
+    /// Tree branching factor.
+    #[arg(short = 'b', default_value_t = 1)]
+    branch: u32,
+    /// Tasks.
+    #[arg(short = 'N', default_value_t = 1)]
+    tasks: usize,
+    /// mdsrate-style: create with mknod only.
+    #[arg(long)]
+    mknod: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines.
+    #[arg(short = 'q')]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -480,6 +598,8 @@ fn main() {
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
+        Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
+        Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
         Command::Df {
             human,
             inodes,
@@ -520,6 +640,81 @@ fn df(path: Option<PathBuf>, human: bool, inodes: bool, json: bool) -> anyhow::R
         } else {
             println!("{}", admin::format_df(&m, &v, human, inodes));
         }
+    }
+    Ok(())
+}
+
+fn bench_ior(a: IorArgs) -> anyhow::Result<()> {
+    let size = |s: &str| parse_size(s).map_err(anyhow::Error::msg);
+    let (write, read) = if a.write || a.read {
+        (a.write, a.read)
+    } else {
+        (true, true)
+    };
+    let params = nacre_bench::ior::IorParams {
+        path: a.path,
+        tasks: a.tasks,
+        transfer: size(&a.transfer)?,
+        block: size(&a.block)?,
+        segments: a.segments,
+        file_per_proc: a.file_per_proc,
+        reorder: a.reorder,
+        fsync: a.fsync,
+        iterations: a.iterations,
+        write,
+        read,
+        check_write: a.check_write,
+        check_read: a.check_read,
+        direct: a.direct,
+        keep: a.keep,
+        seed: a.seed,
+    };
+    let _ = a.barriers;
+    let quiet = a.quiet || a.json;
+    let report = nacre_bench::ior::run(&params, |ph| {
+        if !quiet {
+            eprintln!(
+                "iteration {} {}: {:.1} MiB/s in {:.3} s",
+                ph.iteration, ph.op, ph.bw_mib, ph.total_s
+            );
+        }
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", nacre_bench::ior::format_report(&report));
+    }
+    if report.check_errors > 0 {
+        bail!("data check found {} wrong words", report.check_errors);
+    }
+    Ok(())
+}
+
+fn bench_mdtest(a: MdtestArgs) -> anyhow::Result<()> {
+    let params = nacre_bench::mdtest::MdtestParams {
+        dir: a.dir,
+        tasks: a.tasks,
+        items: a.items,
+        unique_dir: a.unique_dir,
+        write_bytes: a.write_bytes,
+        read_bytes: a.read_bytes,
+        files_only: a.files_only,
+        dirs_only: a.dirs_only,
+        iterations: a.iterations,
+        depth: a.depth,
+        branch: a.branch,
+        mknod: a.mknod,
+    };
+    let quiet = a.quiet || a.json;
+    let report = nacre_bench::mdtest::run(&params, |it, phase, rate| {
+        if !quiet {
+            eprintln!("iteration {it} {phase}: {rate:.0} ops/s");
+        }
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", nacre_bench::mdtest::format_report(&report));
     }
     Ok(())
 }

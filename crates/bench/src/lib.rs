@@ -1,0 +1,45 @@
+//! Benchmark drivers that speak the HPC storage community's language.
+//!
+//! * [`ior`]: IOR-like bandwidth runs — file per process or one shared file, transfer/block/
+//!   segment geometry, task reordering for read-back, fsync, iterations, O_DIRECT, and IOR's
+//!   data check (every word of every transfer encodes writer, offset and iteration).
+//! * [`mdtest`]: mdtest-like metadata runs — create/stat/read/remove of files and directories,
+//!   unique or shared directories, and an mdsrate-style mknod-only mode.
+//!
+//! Tasks are threads of one process, each doing its own system calls on the path given (a
+//! Nacre mount, or any local directory as a baseline), with barriers between phases as IOR's
+//! `-g`. Results are measured, never assumed: every figure is timed around the phase it names.
+
+pub mod ior;
+pub mod mdtest;
+pub mod stats;
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Bad parameters.
+    #[error("{0}")]
+    Params(String),
+    /// An I/O call failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// Operation.
+        what: &'static str,
+        /// File.
+        path: String,
+        /// Error.
+        source: std::io::Error,
+    },
+    /// Read-back found bytes that differ from what was written.
+    #[error("data check failed: {0} errors (first at {1})")]
+    DataCheck(u64, String),
+}
+
+/// Builds an I/O error for `path`.
+pub fn io_err(what: &'static str, path: &std::path::Path, source: std::io::Error) -> BenchError {
+    BenchError::Io {
+        what,
+        path: path.display().to_string(),
+        source,
+    }
+}
