@@ -6,6 +6,7 @@
 //! into the background and stops them cleanly.
 
 pub mod admin;
+pub mod ctl;
 pub mod daemon;
 pub mod server;
 pub mod size;

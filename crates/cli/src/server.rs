@@ -82,6 +82,7 @@ pub struct ServerProcess {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     mdts: Vec<Arc<Mdt>>,
+    registry: nacre_params::Registry,
 }
 
 fn pool(
@@ -150,6 +151,7 @@ impl ServerProcess {
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
             mdts: Vec::new(),
+            registry: nacre_params::Registry::default(),
         };
         let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
@@ -192,7 +194,9 @@ impl ServerProcess {
             let target = OstTarget::open(dir, label.clone())
                 .with_context(|| format!("opening {}", dir.display()))?;
             target.store.set_direct_io(spec.ost_direct_io);
-            oss.add_target(Arc::new(target));
+            let target = Arc::new(target);
+            register_ost_params(&self.registry, &target);
+            oss.add_target(target);
             any = true;
         }
         if !any {
@@ -233,6 +237,7 @@ impl ServerProcess {
                 .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
             mdt.set_sync_on_reply(spec.mdt_sync_on_reply);
             let mdt = Arc::new(mdt);
+            register_mdt_params(&self.registry, &mdt);
             mds.add_target(mdt.clone());
             started.push((mgs, label.clone(), mdt));
         }
@@ -310,6 +315,11 @@ impl ServerProcess {
         }
     }
 
+    /// The parameters of this process (`nacre ctl get_param`).
+    pub fn registry(&self) -> &nacre_params::Registry {
+        &self.registry
+    }
+
     /// The advertised NID.
     pub fn nid(&self) -> Nid {
         self.nid
@@ -345,4 +355,98 @@ fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
         slept += step;
     }
     stop.load(Ordering::Relaxed)
+}
+
+fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
+    if value.trim() == "0" || value.trim() == "clear" {
+        clear();
+        Ok(())
+    } else {
+        Err("statistics accept only 0 (clear)".into())
+    }
+}
+
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        v => Err(format!("'{v}' is not 0 or 1")),
+    }
+}
+
+/// `osd.NAME.*` and `ost.NAME.*` parameters of one OST.
+fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
+    let name = t.label.name();
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("osd.{name}.brw_stats"),
+        move || a.brw.render(),
+        move |v| clear_with(v, || b.brw.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("ost.{name}.stats"),
+        move || a.stats.render(),
+        move |v| clear_with(v, || b.stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("osd.{name}.direct_io"),
+        move || u8::from(a.store.direct_io()).to_string(),
+        move |v| {
+            b.store.set_direct_io(parse_bool(v)?);
+            Ok(())
+        },
+    );
+    for (param, pick) in [
+        (
+            "kbytestotal",
+            (|s: nacre_types::StatFs| s.bytes_total / 1024) as fn(nacre_types::StatFs) -> u64,
+        ),
+        ("kbytesfree", |s| s.bytes_free / 1024),
+        ("kbytesavail", |s| s.bytes_avail / 1024),
+    ] {
+        let a = t.clone();
+        r.add_fn(format!("osd.{name}.{param}"), move || {
+            a.store
+                .statfs()
+                .map(|s| pick(s).to_string())
+                .unwrap_or_else(|e| e.to_string())
+        });
+    }
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.uuid"), move || a.label.uuid.clone());
+}
+
+/// `mdt.NAME.*` parameters of one MDT.
+fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
+    let name = m.label.name();
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.md_stats"),
+        move || a.md_stats.render(),
+        move |v| clear_with(v, || b.md_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.sync_on_reply"),
+        move || u8::from(a.sync_on_reply()).to_string(),
+        move |v| {
+            b.set_sync_on_reply(parse_bool(v)?);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_fn(format!("mdt.{name}.filestotal"), move || {
+        a.statfs()
+            .map(|s| s.files_total.to_string())
+            .unwrap_or_default()
+    });
+    r.add_fn(format!("mdt.{name}.filesfree"), move || {
+        b.statfs()
+            .map(|s| s.files_free.to_string())
+            .unwrap_or_default()
+    });
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.uuid"), move || a.label.uuid.clone());
 }

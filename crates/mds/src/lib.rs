@@ -17,6 +17,7 @@ pub mod mdt;
 pub mod ops;
 pub mod osp;
 pub mod records;
+pub mod stats;
 
 use mdt::{kv_err, note_modification, Mdt};
 use nacre_kv::Batch;
@@ -242,10 +243,15 @@ impl Handler for MdsHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        if call.op.is_modifying() {
+        let op = (call.op.opcode() & 0xff) as usize - 1;
+        let started = std::time::Instant::now();
+        let out = if call.op.is_modifying() {
             run_modifying(&mdt, &call, req.header.xid)
         } else {
             to_outgoing(read_only(&mdt, &call.op))
-        }
+        };
+        mdt.md_stats
+            .record(op, started.elapsed().as_micros() as u64, 0);
+        out
     }
 }

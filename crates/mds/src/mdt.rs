@@ -50,6 +50,8 @@ pub struct Mdt {
     /// Modifying operations executed (for statistics).
     pub modifications: AtomicU64,
     sync_on_reply: AtomicBool,
+    /// `mdt.*.md_stats`.
+    pub md_stats: nacre_params::OpStats,
 }
 
 impl Mdt {
@@ -81,6 +83,7 @@ impl Mdt {
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
             sync_on_reply: AtomicBool::new(false),
+            md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
         };
         mdt.ensure_root()?;
         mdt.cleanup_orphans()?;

@@ -5,6 +5,8 @@
 //! replies. Bulk data arrives page-aligned from the network layer and goes to the object store
 //! without another copy. The OSS keeps no per-client state.
 
+pub mod stats;
+
 use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::{Label, ObjectStore};
 use nacre_types::limits::{BULK_BYTES_MAX, FILE_BYTES_MAX};
@@ -26,6 +28,10 @@ pub struct OstTarget {
     pub write_bytes: AtomicU64,
     /// Bytes read since start.
     pub read_bytes: AtomicU64,
+    /// `ost.*.stats`.
+    pub stats: nacre_params::OpStats,
+    /// `osd.*.brw_stats`.
+    pub brw: stats::BrwStats,
 }
 
 impl OstTarget {
@@ -36,6 +42,8 @@ impl OstTarget {
             label,
             write_bytes: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
+            stats: stats::new_op_stats(),
+            brw: stats::BrwStats::default(),
         })
     }
 }
@@ -74,7 +82,10 @@ impl OssHandler {
                 if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
                     return Err(Status::FBig);
                 }
-                ost.store.write(object, offset, data).map_err(io)?;
+                let started = ost.brw.write.begin();
+                let result = ost.store.write(object, offset, data);
+                ost.brw.write.end(started, data.len() as u64);
+                result.map_err(io)?;
                 ost.write_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 OssReply::Written {
@@ -89,7 +100,10 @@ impl OssHandler {
                 if len > BULK_BYTES_MAX {
                     return Err(Status::Inval);
                 }
-                let data = ost.store.read(object, offset, len as usize).map_err(io)?;
+                let started = ost.brw.read.begin();
+                let result = ost.store.read(object, offset, len as usize);
+                let data = result.map_err(io)?;
+                ost.brw.read.end(started, data.len() as u64);
                 ost.read_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let body = encode_body(&OssReply::Read {
@@ -158,7 +172,15 @@ impl Handler for OssHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        self.run(&ost, req, incoming)
-            .unwrap_or_else(Outgoing::error)
+        let op = (req.opcode() & 0xff) as usize - 1;
+        let started = std::time::Instant::now();
+        let out = self
+            .run(&ost, req, incoming)
+            .unwrap_or_else(Outgoing::error);
+        let bytes = incoming.bulk.as_ref().map_or(0, |b| b.len())
+            + out.bulk.as_ref().map_or(0, |b| b.len());
+        ost.stats
+            .record(op, started.elapsed().as_micros() as u64, bytes as u64);
+        out
     }
 }

@@ -56,6 +56,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Parameters and statistics of this node's nacre processes, like `lctl`.
+    #[command(subcommand)]
+    Ctl(CtlCommand),
     /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -72,6 +75,33 @@ enum Command {
         json: bool,
         /// A path inside the file system (default: every Nacre mount).
         path: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// List parameter names (wildcards per dotted component: `osd.*.brw_stats`).
+    #[command(name = "list_param")]
+    List {
+        /// Patterns (default: everything).
+        patterns: Vec<String>,
+    },
+    /// Show parameter values.
+    #[command(name = "get_param")]
+    Get {
+        /// Values only, without names.
+        #[arg(short = 'n')]
+        values_only: bool,
+        /// Patterns.
+        #[arg(required = true)]
+        patterns: Vec<String>,
+    },
+    /// Set parameters: `NAME=VALUE` (statistics: `=0` clears them).
+    #[command(name = "set_param")]
+    Set {
+        /// Assignments.
+        #[arg(required = true)]
+        assignments: Vec<String>,
     },
 }
 
@@ -464,6 +494,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
+    let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
     serve_mount(client, &a.mount, &opts)?;
@@ -547,6 +578,7 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
+    let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
     println!(
@@ -598,6 +630,7 @@ fn main() {
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
+        Command::Ctl(c) => ctl(c),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
         Command::Df {
@@ -715,6 +748,73 @@ fn bench_mdtest(a: MdtestArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", nacre_bench::mdtest::format_report(&report));
+    }
+    Ok(())
+}
+
+fn ctl_ask(op: &str, pattern: &str, value: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
+    let req = nacre_cli::ctl::CtlRequest {
+        op: op.into(),
+        pattern: pattern.into(),
+        value: value.map(str::to_string),
+    };
+    let mut out = Vec::new();
+    for (pid, reply) in nacre_cli::ctl::ask_all(&req)? {
+        if let Some(e) = reply.error {
+            bail!("process {pid}: {e}");
+        }
+        out.extend(reply.params);
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn ctl(c: CtlCommand) -> anyhow::Result<()> {
+    match c {
+        CtlCommand::List { patterns } => {
+            let patterns = if patterns.is_empty() {
+                (1..=4).map(|n| vec!["*"; n].join(".")).collect()
+            } else {
+                patterns
+            };
+            for p in patterns {
+                for (name, _) in ctl_ask("list", &p, None)? {
+                    println!("{name}");
+                }
+            }
+        }
+        CtlCommand::Get {
+            values_only,
+            patterns,
+        } => {
+            for p in patterns {
+                let found = ctl_ask("get", &p, None)?;
+                if found.is_empty() {
+                    bail!("{p}: no such parameter on this node");
+                }
+                for (name, value) in found {
+                    match (values_only, value.contains('\n')) {
+                        (true, _) => println!("{}", value.trim_end()),
+                        (false, true) => println!("{name}=\n{}", value.trim_end()),
+                        (false, false) => println!("{name}={value}"),
+                    }
+                }
+            }
+        }
+        CtlCommand::Set { assignments } => {
+            for a in assignments {
+                let (name, value) = a
+                    .split_once('=')
+                    .with_context(|| format!("'{a}': expected NAME=VALUE"))?;
+                let set = ctl_ask("set", name, Some(value))?;
+                if set.is_empty() {
+                    bail!("{name}: no such parameter on this node");
+                }
+                for (n, v) in set {
+                    println!("{n}={v}");
+                }
+            }
+        }
     }
     Ok(())
 }

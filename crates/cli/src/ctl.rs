@@ -1,0 +1,155 @@
+//! The control channel behind `nacre ctl`: every nacre process serves its parameter
+//! [`Registry`] on a unix socket `/run/nacre/ctl/PID.sock`; `nacre ctl` asks every process of
+//! the node, as `lctl` reads the node's own parameter tree.
+//!
+//! Protocol: one JSON request line, one JSON reply line, then the connection closes.
+
+use anyhow::Context;
+use nacre_params::Registry;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Directory of the control sockets.
+pub const CTL_DIR: &str = "/run/nacre/ctl";
+/// Largest request line accepted.
+pub const REQUEST_BYTES_MAX: u64 = 64 * 1024;
+/// How long `nacre ctl` waits for one process.
+pub const CTL_TIMEOUT_MS: u64 = 5_000;
+
+/// A control request.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CtlRequest {
+    /// "list", "get" or "set".
+    pub op: String,
+    /// Parameter name pattern.
+    pub pattern: String,
+    /// Value for "set".
+    pub value: Option<String>,
+}
+
+/// A control reply.
+#[derive(Debug, Serialize, Deserialize, Default)]
+pub struct CtlReply {
+    /// Error text, if the request failed.
+    pub error: Option<String>,
+    /// (name, value) pairs; values empty for "list".
+    pub params: Vec<(String, String)>,
+}
+
+/// The running control socket of this process; removed on drop.
+pub struct CtlServer {
+    path: PathBuf,
+}
+
+impl Drop for CtlServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn answer(registry: &Registry, req: CtlRequest) -> CtlReply {
+    match req.op.as_str() {
+        "list" => CtlReply {
+            error: None,
+            params: registry
+                .list(&req.pattern)
+                .into_iter()
+                .map(|n| (n, String::new()))
+                .collect(),
+        },
+        "get" => CtlReply {
+            error: None,
+            params: registry.get(&req.pattern),
+        },
+        "set" => match registry.set(&req.pattern, req.value.as_deref().unwrap_or("")) {
+            Ok(names) => CtlReply {
+                error: None,
+                params: names
+                    .into_iter()
+                    .map(|n| (n, req.value.clone().unwrap_or_default()))
+                    .collect(),
+            },
+            Err(nacre_params::ParamError::NotFound(_)) => CtlReply::default(),
+            Err(e) => CtlReply {
+                error: Some(e.to_string()),
+                params: Vec::new(),
+            },
+        },
+        other => CtlReply {
+            error: Some(format!("unknown control operation '{other}'")),
+            params: Vec::new(),
+        },
+    }
+}
+
+fn serve_one(registry: &Registry, stream: UnixStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line)?;
+    let reply = match serde_json::from_str::<CtlRequest>(&line) {
+        Ok(req) => answer(registry, req),
+        Err(e) => CtlReply {
+            error: Some(format!("bad control request: {e}")),
+            params: Vec::new(),
+        },
+    };
+    let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    (&stream).write_all(&out)
+}
+
+use std::io::Read;
+
+/// Serves `registry` on this process's control socket.
+pub fn serve(registry: Registry) -> anyhow::Result<CtlServer> {
+    std::fs::create_dir_all(CTL_DIR).with_context(|| format!("cannot create {CTL_DIR}"))?;
+    let path = Path::new(CTL_DIR).join(format!("{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("cannot bind {}", path.display()))?;
+    std::thread::Builder::new()
+        .name("ctl".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if let Err(e) = serve_one(&registry, stream) {
+                    tracing::debug!("control request failed: {e}");
+                }
+            }
+        })?;
+    Ok(CtlServer { path })
+}
+
+/// Sends `req` to every nacre process of this node; returns the replies with process ids.
+pub fn ask_all(req: &CtlRequest) -> anyhow::Result<Vec<(u32, CtlReply)>> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(CTL_DIR) else {
+        return Ok(out);
+    };
+    let mut line = serde_json::to_vec(req)?;
+    line.push(b'\n');
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let Some(pid) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stream) = UnixStream::connect(&path) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
+        (&stream).write_all(&line)?;
+        let mut reply = String::new();
+        BufReader::new(&stream).read_line(&mut reply)?;
+        let reply: CtlReply = serde_json::from_str(&reply)
+            .with_context(|| format!("bad reply from process {pid}"))?;
+        out.push((pid, reply));
+    }
+    Ok(out)
+}

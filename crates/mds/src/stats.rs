@@ -1,0 +1,45 @@
+//! MDT statistics (`mdt.*.md_stats`).
+
+/// Operation names, indexed by the MDS opcode's low byte - 1 (Lustre's md_stats names where
+/// Lustre has them).
+pub const MD_OPS: &[&str] = &[
+    "getattr",
+    "lookup",
+    "create",
+    "mkdir",
+    "symlink",
+    "link",
+    "unlink",
+    "rmdir",
+    "rename",
+    "setattr",
+    "readlink",
+    "readdir",
+    "open",
+    "close",
+    "getxattr",
+    "setxattr",
+    "listxattr",
+    "removexattr",
+    "setlayout",
+    "getlayout",
+    "statfs",
+    "sync",
+];
+
+#[cfg(test)]
+mod tests {
+    use nacre_wire::mds::MdsOp;
+
+    #[test]
+    fn names_follow_opcodes() {
+        assert_eq!(
+            super::MD_OPS[(MdsOp::StatFs.opcode() & 0xff) as usize - 1],
+            "statfs"
+        );
+        assert_eq!(
+            super::MD_OPS[(MdsOp::Sync.opcode() & 0xff) as usize - 1],
+            "sync"
+        );
+    }
+}

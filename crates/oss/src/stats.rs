@@ -1,0 +1,201 @@
+//! OST statistics: per-operation counts and latencies (`ost.*.stats`) and Lustre's
+//! `brw_stats` histograms (`osd.*.brw_stats`): pages per bulk, disk I/O size, I/O time and
+//! I/Os in flight, for reads and writes.
+
+use nacre_params::hist::bucket_floor;
+use nacre_params::{Histogram, OpStats};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Operation names of `ost.*.stats`, indexed by the OSS opcode's low byte - 1.
+pub const OST_OPS: &[&str] = &[
+    "write",
+    "read",
+    "glimpse",
+    "punch",
+    "fallocate",
+    "sync",
+    "destroy",
+    "statfs",
+];
+
+/// Histograms of one direction.
+#[derive(Default)]
+pub struct BrwDirection {
+    /// 4 KiB pages per bulk RPC.
+    pub pages: Histogram,
+    /// Bytes per disk I/O.
+    pub size: Histogram,
+    /// Milliseconds per I/O.
+    pub time_ms: Histogram,
+    /// I/Os in flight when one starts.
+    pub in_flight: Histogram,
+    active: AtomicU64,
+}
+
+/// `brw_stats` of one OST.
+#[derive(Default)]
+pub struct BrwStats {
+    /// Reads.
+    pub read: BrwDirection,
+    /// Writes.
+    pub write: BrwDirection,
+}
+
+/// A started I/O; [`BrwDirection::end`] records it.
+pub struct IoStart {
+    started: std::time::Instant,
+}
+
+impl BrwDirection {
+    /// Notes the start of an I/O.
+    pub fn begin(&self) -> IoStart {
+        let now = self.active.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.add(now + 1);
+        IoStart {
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Records a finished I/O of `bytes`.
+    pub fn end(&self, start: IoStart, bytes: u64) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.pages.add(bytes.div_ceil(4096));
+        self.size.add(bytes);
+        self.time_ms.add(start.started.elapsed().as_millis() as u64);
+    }
+
+    fn clear(&self) {
+        self.pages.clear();
+        self.size.clear();
+        self.time_ms.clear();
+        self.in_flight.clear();
+    }
+}
+
+fn size_label(v: u64) -> String {
+    match v {
+        v if v >= 1 << 30 => format!("{}G", v >> 30),
+        v if v >= 1 << 20 => format!("{}M", v >> 20),
+        v if v >= 1 << 10 => format!("{}K", v >> 10),
+        v => v.to_string(),
+    }
+}
+
+fn table(
+    title: &str,
+    unit: &str,
+    r: &Histogram,
+    w: &Histogram,
+    label: fn(u64) -> String,
+) -> String {
+    let (rs, ws) = (r.snapshot(), w.snapshot());
+    let (rt, wt) = (r.total().max(1), w.total().max(1));
+    let mut keys: Vec<u64> = rs.iter().chain(ws.iter()).map(|(k, _)| *k).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut s = format!("\n{title:<22} {unit:<6} % cum % |  {unit:<6} % cum %\n");
+    let (mut rc, mut wc) = (0u64, 0u64);
+    for k in keys {
+        let rn = rs.iter().find(|(b, _)| *b == k).map_or(0, |(_, n)| *n);
+        let wn = ws.iter().find(|(b, _)| *b == k).map_or(0, |(_, n)| *n);
+        rc += rn;
+        wc += wn;
+        s += &format!(
+            "{:<22} {:<6} {:>3} {:>3}   | {:<6} {:>3} {:>3}\n",
+            format!("{}:", label(k)),
+            rn,
+            rn * 100 / rt,
+            rc * 100 / rt,
+            wn,
+            wn * 100 / wt,
+            wc * 100 / wt
+        );
+    }
+    s
+}
+
+impl BrwStats {
+    /// Lustre-style rendering.
+    pub fn render(&self) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut s = format!(
+            "snapshot_time:         {}.{:09} (secs.nsecs)\n",
+            now.as_secs(),
+            now.subsec_nanos()
+        );
+        s += "                           read      |     write";
+        s += &table(
+            "pages per bulk r/w",
+            "rpcs",
+            &self.read.pages,
+            &self.write.pages,
+            |v| v.to_string(),
+        );
+        s += &table(
+            "disk I/O size",
+            "ios",
+            &self.read.size,
+            &self.write.size,
+            size_label,
+        );
+        s += &table(
+            "I/O time (1/1000s)",
+            "ios",
+            &self.read.time_ms,
+            &self.write.time_ms,
+            |v| v.to_string(),
+        );
+        s += &table(
+            "disk I/Os in flight",
+            "ios",
+            &self.read.in_flight,
+            &self.write.in_flight,
+            |v| v.to_string(),
+        );
+        s
+    }
+
+    /// Zeroes every histogram.
+    pub fn clear(&self) {
+        self.read.clear();
+        self.write.clear();
+    }
+}
+
+/// Count of writes in the `disk I/O size` bucket holding `bytes` (for tests and tools).
+pub fn write_size_count(b: &BrwStats, bytes: u64) -> u64 {
+    let floor = bucket_floor(nacre_params::hist::bucket_of(bytes));
+    b.write
+        .size
+        .snapshot()
+        .iter()
+        .find(|(k, _)| *k == floor)
+        .map_or(0, |(_, n)| *n)
+}
+
+/// New `ost.*.stats`.
+pub fn new_op_stats() -> OpStats {
+    OpStats::new(OST_OPS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hundred_one_mib_writes_land_in_the_1m_bucket() {
+        let b = BrwStats::default();
+        for _ in 0..100 {
+            let io = b.write.begin();
+            b.write.end(io, 1 << 20);
+        }
+        assert_eq!(write_size_count(&b, 1 << 20), 100);
+        let text = b.render();
+        assert!(text.contains("1M:"), "{text}");
+        assert!(text.contains("256:"), "pages per bulk: {text}");
+        b.clear();
+        assert_eq!(write_size_count(&b, 1 << 20), 0);
+    }
+}

@@ -1,0 +1,114 @@
+//! Statistics and parameters through `nacre ctl`, checked against known workloads.
+
+use nacre_testkit::{nacre, nacre_ok, Embedded};
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
+
+/// The write count of the `label:` row in section `section` of a brw_stats text.
+fn brw_write_count(text: &str, section: &str, label: &str) -> u64 {
+    let mut in_section = false;
+    for line in text.lines() {
+        if line.starts_with(section) {
+            in_section = true;
+            continue;
+        }
+        if in_section && line.trim().is_empty() {
+            break;
+        }
+        if in_section && line.starts_with(&format!("{label}:")) {
+            let right = line.split('|').nth(1).unwrap();
+            return right.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    }
+    0
+}
+
+#[test]
+fn brw_stats_count_a_known_workload_and_clear() {
+    let fs = Embedded::start_with(2, &["--fsname", "stbrw"]);
+    let f = fs.path("hundred");
+    nacre_ok(&["setstripe", "-c", "1", "-i", "0", f.to_str().unwrap()]);
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        "osd.stbrw-OST0000.brw_stats=0",
+        "ost.stbrw-OST0000.stats=0",
+    ]);
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&f)
+        .unwrap();
+    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+    // SAFETY: valid non-zero layout, freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    // SAFETY: ptr is valid for 1 MiB.
+    let buf = unsafe { std::slice::from_raw_parts(ptr, 1 << 20) };
+    for i in 0..100u64 {
+        file.write_all_at(buf, i << 20).unwrap();
+    }
+    // SAFETY: matching dealloc.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    drop(file);
+    let brw = nacre_ok(&["ctl", "get_param", "-n", "osd.stbrw-OST0000.brw_stats"]);
+    assert_eq!(brw_write_count(&brw, "disk I/O size", "1M"), 100, "{brw}");
+    assert_eq!(
+        brw_write_count(&brw, "pages per bulk r/w", "256"),
+        100,
+        "{brw}"
+    );
+    let other = nacre_ok(&["ctl", "get_param", "-n", "osd.stbrw-OST0001.brw_stats"]);
+    assert_eq!(brw_write_count(&other, "disk I/O size", "1M"), 0, "{other}");
+    let stats = nacre_ok(&["ctl", "get_param", "ost.stbrw-OST0000.stats"]);
+    assert!(
+        stats.contains("write                     100 samples [usecs]"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains("write_bytes               100 samples [bytes] 104857600"),
+        "{stats}"
+    );
+    // Clearing by writing 0; wildcards select both OSTs.
+    let set = nacre_ok(&["ctl", "set_param", "osd.stbrw-OST*.brw_stats=0"]);
+    assert_eq!(set.lines().count(), 2, "{set}");
+    let brw = nacre_ok(&["ctl", "get_param", "-n", "osd.stbrw-OST0000.brw_stats"]);
+    assert_eq!(brw_write_count(&brw, "disk I/O size", "1M"), 0, "{brw}");
+}
+
+#[test]
+fn md_stats_and_parameters() {
+    let fs = Embedded::start_with(1, &["--fsname", "stmd"]);
+    nacre_ok(&["ctl", "set_param", "mdt.stmd-MDT0000.md_stats=0"]);
+    for i in 0..25 {
+        std::fs::create_dir(fs.path(&format!("d{i}"))).unwrap();
+    }
+    let md = nacre_ok(&["ctl", "get_param", "mdt.stmd-MDT0000.md_stats"]);
+    assert!(
+        md.contains("mkdir                     25 samples [usecs]"),
+        "{md}"
+    );
+    let names = nacre_ok(&["ctl", "list_param", "*.stmd-*.*"]);
+    for want in [
+        "mdt.stmd-MDT0000.md_stats",
+        "osd.stmd-OST0000.brw_stats",
+        "osd.stmd-OST0000.direct_io",
+        "ost.stmd-OST0000.stats",
+    ] {
+        assert!(
+            names.lines().any(|l| l == want),
+            "{want} missing from {names}"
+        );
+    }
+    nacre_ok(&["ctl", "set_param", "osd.stmd-OST0000.direct_io=0"]);
+    assert_eq!(
+        nacre_ok(&["ctl", "get_param", "-n", "osd.stmd-OST0000.direct_io"]).trim(),
+        "0"
+    );
+    let bad = nacre(&["ctl", "set_param", "osd.stmd-OST0000.direct_io=maybe"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not 0 or 1"));
+    let ro = nacre(&["ctl", "set_param", "osd.stmd-OST0000.uuid=x"]);
+    assert!(String::from_utf8_lossy(&ro.stderr).contains("read-only"));
+    let missing = nacre(&["ctl", "get_param", "osd.nosuch.x"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such parameter"));
+}
