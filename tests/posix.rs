@@ -4,7 +4,7 @@ use nacre_testkit::{pattern, Embedded};
 use nacre_tests::{as_nobody, c, last_errno};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 
 #[test]
 fn files_read_write_truncate_append() {
@@ -391,4 +391,107 @@ fn sequential_direct_reads_with_readahead_stop_at_eof() {
         back == data,
         "sequential O_DIRECT reads returned wrong bytes"
     );
+}
+
+/// Regression: the mount reads a caller's environment for its job id; a caller that faults on
+/// a mapping of the mount holds its memory lock meanwhile, and a second thread's mmap() queues
+/// a writer behind it. Reading the environment synchronously deadlocked; it must not.
+#[test]
+fn page_faults_on_the_mount_with_concurrent_mmap_calls_do_not_hang() {
+    let fs = Embedded::start(1);
+    let p = fs.path("mapped");
+    let data = pattern(5, 32 << 20);
+    fs::write(&p, &data).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = p.clone();
+    std::thread::spawn(move || {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let churn = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: anonymous mapping, unmapped at once.
+                unsafe {
+                    let m = libc::mmap(
+                        std::ptr::null_mut(),
+                        1 << 16,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    libc::munmap(m, 1 << 16);
+                }
+            }
+        });
+        let mut sum = 0u64;
+        for _ in 0..3 {
+            let f = File::open(&path).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: read-only shared mapping of 32 MiB of an open file; unmapped below.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    32 << 20,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(ptr, libc::MAP_FAILED);
+            // SAFETY: the mapping is 32 MiB long.
+            let map = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), 32 << 20) };
+            for page in (0..map.len()).step_by(4096) {
+                sum = sum.wrapping_add(u64::from(map[page]));
+            }
+            // SAFETY: same mapping.
+            unsafe { libc::munmap(ptr, 32 << 20) };
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
+        let _ = tx.send(sum);
+    });
+    let sum = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("page faults on the mount hung");
+    let want: u64 = (0..data.len())
+        .step_by(4096)
+        .map(|i| u64::from(data[i]))
+        .sum::<u64>()
+        * 3;
+    assert_eq!(sum, want);
+}
+
+/// Regression: lookups once answered with the MDT's size hint, and the kernel applied it to the
+/// cached inode, so a reader racing a path walk saw a false end of file.
+#[test]
+fn lookups_never_shrink_a_file_being_read() {
+    let fs = Embedded::start(1);
+    let p = fs.path("steady");
+    let data = pattern(8, 4 << 20);
+    fs::write(&p, &data).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let walkers: Vec<_> = (0..2)
+        .map(|_| {
+            let (p, stop) = (p.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = fs::metadata(&p);
+                    let _ = File::open(&p);
+                }
+            })
+        })
+        .collect();
+    for _ in 0..100 {
+        let f = File::open(&p).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        for off in (0..data.len()).step_by(buf.len()) {
+            f.read_exact_at(&mut buf, off as u64)
+                .expect("short read at a false end of file");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in walkers {
+        w.join().unwrap();
+    }
 }

@@ -112,3 +112,51 @@ fn md_stats_and_parameters() {
     let missing = nacre(&["ctl", "get_param", "osd.nosuch.x"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such parameter"));
 }
+
+/// `samples` of `op` for `job` in a job_stats text.
+fn job_samples(text: &str, job: &str, op: &str) -> u64 {
+    let mut in_job = false;
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("- job_id:") {
+            in_job = id.trim() == job;
+            continue;
+        }
+        let key = format!("  {op}:");
+        if in_job && line.starts_with(&key) && line.contains("unit: usecs") {
+            let after = line.split("samples:").nth(1).unwrap();
+            return after.split(',').next().unwrap().trim().parse().unwrap();
+        }
+    }
+    0
+}
+
+#[test]
+fn job_stats_attribute_io_to_the_right_job() {
+    let fs = Embedded::start_with(1, &["--fsname", "stjob"]);
+    let m = fs.mnt.display().to_string();
+    let dd = |env: &str, name: &str, count: u32| {
+        nacre_testkit::sh(&format!(
+            "{env} dd if=/dev/zero of={m}/{name} bs=1M count={count} oflag=direct status=none"
+        ))
+    };
+    dd("env SLURM_JOB_ID=job42", "a", 3);
+    dd("env SLURM_JOB_ID=job77", "b", 5);
+    dd("env -u SLURM_JOB_ID", "c", 2);
+    let ost = nacre_ok(&["ctl", "get_param", "-n", "ost.stjob-OST0000.job_stats"]);
+    assert_eq!(job_samples(&ost, "job42", "write"), 3, "{ost}");
+    assert_eq!(job_samples(&ost, "job77", "write"), 5, "{ost}");
+    assert_eq!(job_samples(&ost, "dd.0", "write"), 2, "{ost}");
+    let mdt = nacre_ok(&["ctl", "get_param", "-n", "mdt.stjob-MDT0000.job_stats"]);
+    assert_eq!(job_samples(&mdt, "job42", "create"), 1, "{mdt}");
+    // jobid_var is a client parameter: procname_uid ignores the environment.
+    nacre_ok(&["ctl", "set_param", "ost.stjob-OST0000.job_stats=0"]);
+    let old = nacre_ok(&["ctl", "get_param", "-n", "jobid_var"]);
+    assert!(old.lines().all(|l| l == "SLURM_JOB_ID"), "{old}");
+    nacre_ok(&["ctl", "set_param", "jobid_var=procname_uid"]);
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    dd("env SLURM_JOB_ID=job99", "d", 4);
+    nacre_ok(&["ctl", "set_param", "jobid_var=SLURM_JOB_ID"]);
+    let ost = nacre_ok(&["ctl", "get_param", "-n", "ost.stjob-OST0000.job_stats"]);
+    assert_eq!(job_samples(&ost, "job99", "write"), 0, "{ost}");
+    assert_eq!(job_samples(&ost, "dd.0", "write"), 4, "{ost}");
+}

@@ -229,7 +229,7 @@ impl ServerProcess {
             let mgs = mgs_of(label)?;
             let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES)
                 .with_context(|| format!("opening the metadata store of {}", label.name()))?;
-            let osts = Arc::new(OstPool::new(&label.fsname, mgs, NetConfig::default()));
+            let osts = Arc::new(OstPool::new(&label.fsname, mgs, osp_net_config()));
             if let Err(e) = osts.refresh() {
                 tracing::warn!("{}: cannot fetch the OST list yet: {e}", label.name());
             }
@@ -336,10 +336,24 @@ impl ServerProcess {
         for m in &self.mdts {
             m.kick_destroyer();
         }
-        self.server.shutdown();
+        // Background threads first: they may be talking to targets of this very process, whose
+        // addresses stop answering once the server is down (a call would then retry for the
+        // whole recovery window).
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.server.shutdown();
+    }
+}
+
+/// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as
+/// every caller (free-space refresh, object destroy, layout checks) retries later.
+fn osp_net_config() -> NetConfig {
+    NetConfig {
+        connect_timeout_ms: 5_000,
+        rpc_timeout_ms: 30_000,
+        recovery_timeout_ms: 10_000,
+        ..NetConfig::default()
     }
 }
 
@@ -391,6 +405,12 @@ fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     );
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
+        format!("ost.{name}.job_stats"),
+        move || a.job_stats.render(),
+        move |v| clear_with(v, || b.job_stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
         format!("osd.{name}.direct_io"),
         move || u8::from(a.store.direct_io()).to_string(),
         move |v| {
@@ -426,6 +446,12 @@ fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         format!("mdt.{name}.md_stats"),
         move || a.md_stats.render(),
         move |v| clear_with(v, || b.md_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.job_stats"),
+        move || a.job_stats.render(),
+        move |v| clear_with(v, || b.job_stats.clear()),
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(

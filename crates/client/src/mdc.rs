@@ -38,6 +38,7 @@ impl Mdc {
             (xid, lowest)
         };
         let call = MdsCall {
+            jobid: nacre_types::jobid::current(),
             client: self.uuid,
             replied_below,
             op,

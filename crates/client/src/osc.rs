@@ -8,7 +8,7 @@ use nacre_net::rpc::{decode_reply, request, RpcError};
 use nacre_net::PendingReply;
 use nacre_types::limits::FILE_BYTES_MAX;
 use nacre_types::{AlignedBuf, Layout, ObjectId, StatFs, Status};
-use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ impl Window {
         }
         let conn = client.osc(ost)?;
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
-        let mut rpc = request(req.opcode(), ost, req, bulk);
+        let mut rpc = request(req.opcode(), ost, &OssCall::current(req.clone()), bulk);
         rpc.inline = short;
         let pending = conn
             .start(rpc)
@@ -329,7 +329,7 @@ pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
         &conn,
         OssRequest::StatFs.opcode(),
         ost,
-        &OssRequest::StatFs,
+        &OssCall::current(OssRequest::StatFs),
     )? {
         OssReply::StatFs(s) => Ok(s),
         _ => Err(Status::Proto.into()),

@@ -38,6 +38,7 @@ pub struct NacreFs {
     next_fh: AtomicU64,
     attr_ttl: Duration,
     entry_ttl: Duration,
+    jobs: crate::jobid::JobIds,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -74,7 +75,12 @@ fn time(t: TimeOrNow) -> TimeSpec {
 
 impl NacreFs {
     /// A file system over `client` with the given cache timeouts.
-    pub fn new(client: Arc<Client>, attr_ttl: Duration, entry_ttl: Duration) -> NacreFs {
+    pub fn new(
+        client: Arc<Client>,
+        attr_ttl: Duration,
+        entry_ttl: Duration,
+        jobs: crate::jobid::JobIds,
+    ) -> NacreFs {
         NacreFs {
             client,
             files: Mutex::new(HashMap::new()),
@@ -82,7 +88,13 @@ impl NacreFs {
             next_fh: AtomicU64::new(1),
             attr_ttl,
             entry_ttl,
+            jobs,
         }
+    }
+
+    /// Tags the RPCs this thread sends for `req` with the caller's job id.
+    fn enter(&self, req: &Request) {
+        nacre_types::jobid::set_current(&self.jobs.of(req.pid(), req.uid()));
     }
 
     fn add_file(&self, file: OpenFile) -> FileHandle {
@@ -197,16 +209,19 @@ impl Filesystem for NacreFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.enter(req);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let glimpse = !self.attr_ttl.is_zero();
-        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), glimpse));
+        // Always the OSTs' size: the kernel applies an entry's size to a cached inode, so an MDT
+        // hint here would shrink a file another thread is reading (a short read at a false EOF).
+        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), true));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.enter(req);
         match fid_of(ino).map(|f| self.client.getattr(f)) {
             Ok(Ok(a)) => reply.attr(&self.attr_ttl, &file_attr(&a)),
             Ok(Err(e)) => reply.error(errno(&e)),
@@ -216,7 +231,7 @@ impl Filesystem for NacreFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -232,6 +247,7 @@ impl Filesystem for NacreFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -251,7 +267,8 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.enter(req);
         match fid_of(ino).map(|f| self.client.readlink(f)) {
             Ok(Ok(t)) => reply.data(&t),
             Ok(Err(e)) => reply.error(errno(&e)),
@@ -269,6 +286,7 @@ impl Filesystem for NacreFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -302,6 +320,7 @@ impl Filesystem for NacreFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -312,14 +331,16 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
         empty(
             reply,
             fid_of(parent).and_then(|p| ok(self.client.unlink(p, name.as_bytes()))),
         );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
         empty(
             reply,
             fid_of(parent).and_then(|p| ok(self.client.rmdir(p, name.as_bytes()))),
@@ -334,6 +355,7 @@ impl Filesystem for NacreFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -350,7 +372,7 @@ impl Filesystem for NacreFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -358,6 +380,7 @@ impl Filesystem for NacreFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
@@ -377,12 +400,13 @@ impl Filesystem for NacreFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.enter(req);
         let (fid, parent) = match (fid_of(ino), fid_of(newparent)) {
             (Ok(f), Ok(p)) => (f, p),
             _ => return reply.error(Errno::ESTALE),
@@ -390,7 +414,8 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, self.client.link(fid, parent, newname.as_bytes()));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -406,7 +431,7 @@ impl Filesystem for NacreFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -415,6 +440,7 @@ impl Filesystem for NacreFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.enter(req);
         let file = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -429,7 +455,7 @@ impl Filesystem for NacreFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -439,6 +465,7 @@ impl Filesystem for NacreFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.enter(req);
         let file = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -451,19 +478,20 @@ impl Filesystem for NacreFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         // Writes are acknowledged by the OSTs before `write` returns: nothing is buffered here.
         reply.ok();
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -471,6 +499,7 @@ impl Filesystem for NacreFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         let file = self.files.lock().expect("files").remove(&fh.0);
         match file.map(|f| self.client.close(&f)) {
             Some(Err(e)) => reply.error(errno(&e)),
@@ -480,16 +509,18 @@ impl Filesystem for NacreFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         empty(reply, self.file(fh).and_then(|f| ok(self.client.fsync(&f))));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -509,12 +540,13 @@ impl Filesystem for NacreFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.enter(req);
         let Some(stream) = self.dirs.lock().expect("dirs").get(&fh.0).cloned() else {
             return reply.error(Errno::EBADF);
         };
@@ -556,31 +588,34 @@ impl Filesystem for NacreFs {
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         self.dirs.lock().expect("dirs").remove(&fh.0);
         reply.ok();
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         match self.client.sync_metadata() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.enter(req);
         match self.client.statfs() {
             Ok(s) => {
                 let bsize = 4096u64;
@@ -601,7 +636,7 @@ impl Filesystem for NacreFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -609,6 +644,7 @@ impl Filesystem for NacreFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -631,7 +667,8 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -648,7 +685,8 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -672,7 +710,8 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
         empty(
             reply,
             fid_of(ino).and_then(|f| ok(self.client.removexattr(f, name.as_bytes()))),
@@ -689,6 +728,7 @@ impl Filesystem for NacreFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.enter(req);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -723,7 +763,7 @@ impl Filesystem for NacreFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -731,6 +771,7 @@ impl Filesystem for NacreFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.enter(req);
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {

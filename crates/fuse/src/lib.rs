@@ -11,6 +11,7 @@
 
 pub mod attrs;
 pub mod fs;
+pub mod jobid;
 pub mod mount;
 
 pub use fs::NacreFs;

@@ -18,6 +18,9 @@ pub struct MountOptions {
     pub entry_timeout: Duration,
     /// Let other users use the mount (needed for permission checks by non-root users).
     pub allow_other: bool,
+    /// `jobid_var`: environment variable naming a caller's job, `procname_uid`, or `disable`
+    /// (shared with the parameter of the same name, so it can change at run time).
+    pub jobid_var: std::sync::Arc<std::sync::RwLock<String>>,
     /// Kernel readahead for the mount, in KiB. FUSE offers 128 KiB at init and refuses more,
     /// so it is raised through the mount's bdi after mounting.
     pub read_ahead_kb: u32,
@@ -31,6 +34,9 @@ impl Default for MountOptions {
             entry_timeout: Duration::ZERO,
             allow_other: true,
             read_ahead_kb: 4096,
+            jobid_var: std::sync::Arc::new(std::sync::RwLock::new(
+                crate::jobid::JOBID_VAR_DEFAULT.to_string(),
+            )),
         }
     }
 }
@@ -39,16 +45,55 @@ impl Default for MountOptions {
 pub struct MountHandle {
     unmounter: fuser::SessionUnmounter,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    mountpoint: std::path::PathBuf,
+    dev: Option<u64>,
 }
 
+/// How long an unmount waits for the session to end before forcing it.
+pub const UNMOUNT_WAIT_MS: u64 = 10_000;
+
 impl MountHandle {
-    /// Unmounts and waits for the session to end.
+    /// Unmounts and waits for the session to end. A busy mount is detached lazily, and a
+    /// session that still does not end is aborted through the FUSE control file system, so
+    /// stopping never hangs.
     pub fn unmount(mut self) -> std::io::Result<()> {
         let r = self.unmounter.unmount();
+        if let Err(e) = &r {
+            tracing::warn!(
+                "unmount of {} failed ({e}); detaching it",
+                self.mountpoint.display()
+            );
+            detach(&self.mountpoint);
+        }
+        if !self.wait(UNMOUNT_WAIT_MS) {
+            if let Some(dev) = self.dev {
+                let abort = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
+                tracing::warn!(
+                    "FUSE session of {} still running; aborting it ({abort})",
+                    self.mountpoint.display()
+                );
+                let _ = std::fs::write(&abort, "1");
+            }
+            detach(&self.mountpoint);
+            self.wait(UNMOUNT_WAIT_MS);
+        }
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
         r
+    }
+
+    fn wait(&self, ms: u64) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+        while !self.is_finished() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
     }
 
     /// True once the session has ended (for example after an external `fusermount3 -u`).
@@ -79,28 +124,41 @@ pub fn mount(
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout);
+    let jobs = crate::jobid::JobIds::new(opts.jobid_var.clone());
+    let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout, jobs);
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())
         .spawn(move || session.run())?;
     // Only now: stat() of the mount point needs the session loop to answer.
-    raise_readahead(mountpoint, opts.read_ahead_kb);
+    let dev = raise_readahead(mountpoint, opts.read_ahead_kb);
     Ok(MountHandle {
         unmounter,
         thread: Some(thread),
+        mountpoint: mountpoint.to_path_buf(),
+        dev,
     })
 }
 
-/// Sets `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` of the mount (best effort: logged on failure).
-fn raise_readahead(mountpoint: &Path, kb: u32) {
+/// Lazily detaches a mount (`umount2(MNT_DETACH)`).
+fn detach(mountpoint: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Ok(c) = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()) {
+        // SAFETY: valid NUL-terminated path.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Sets `/sys/class/bdi/MAJOR:MINOR/read_ahead_kb` of the mount (best effort: logged on
+/// failure); returns the mount's device number.
+fn raise_readahead(mountpoint: &Path, kb: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let dev = match std::fs::metadata(mountpoint) {
         Ok(m) => m.dev(),
         Err(e) => {
             tracing::warn!("cannot stat {}: {e}", mountpoint.display());
-            return;
+            return None;
         }
     };
     let path = format!(
@@ -111,4 +169,5 @@ fn raise_readahead(mountpoint: &Path, kb: u32) {
     if let Err(e) = std::fs::write(&path, kb.to_string()) {
         tracing::warn!("cannot set {path}: {e}");
     }
+    Some(dev)
 }

@@ -7,7 +7,7 @@ use crate::records::{destroy_key, DESTROY};
 use nacre_kv::Batch;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Status};
-use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
             let req = OssRequest::Destroy {
                 objects: chunk.to_vec(),
             };
-            match call::<_, OssReply>(&conn, req.opcode(), ost, &req) {
+            match call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req)) {
                 Ok(_) => {
                     let mut b = Batch::new();
                     for o in chunk {

@@ -250,8 +250,10 @@ impl Handler for MdsHandler {
         } else {
             to_outgoing(read_only(&mdt, &call.op))
         };
-        mdt.md_stats
-            .record(op, started.elapsed().as_micros() as u64, 0);
+        let us = started.elapsed().as_micros() as u64;
+        mdt.md_stats.record(op, us, 0);
+        mdt.job_stats
+            .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
         out
     }
 }

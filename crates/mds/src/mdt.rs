@@ -52,6 +52,8 @@ pub struct Mdt {
     sync_on_reply: AtomicBool,
     /// `mdt.*.md_stats`.
     pub md_stats: nacre_params::OpStats,
+    /// `mdt.*.job_stats`.
+    pub job_stats: nacre_params::JobStats,
 }
 
 impl Mdt {
@@ -84,6 +86,7 @@ impl Mdt {
             modifications: AtomicU64::new(0),
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
+            job_stats: nacre_params::JobStats::new(crate::stats::MD_OPS),
         };
         mdt.ensure_root()?;
         mdt.cleanup_orphans()?;

@@ -9,7 +9,7 @@ use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
 use nacre_types::{Nid, StatFs, Status};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest};
-use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -70,7 +70,7 @@ impl OstPool {
                 &conn,
                 OssRequest::StatFs.opcode(),
                 index,
-                &OssRequest::StatFs,
+                &OssCall::current(OssRequest::StatFs),
             ) {
                 Ok(OssReply::StatFs(s)) => Some(s),
                 _ => None,

@@ -39,6 +39,7 @@ fn serve(dir: &Path) -> Arc<Server> {
 
 fn send(conn: &Arc<Connection>, xid: u64, op: MdsOp) -> Result<MdsReply, Status> {
     let call = MdsCall {
+        jobid: String::new(),
         client: [9; 16],
         replied_below: 1,
         op,

@@ -11,7 +11,7 @@ use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::{Label, ObjectStore};
 use nacre_types::limits::{BULK_BYTES_MAX, FILE_BYTES_MAX};
 use nacre_types::Status;
-use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use nacre_wire::{decode_body, encode_body};
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,6 +32,8 @@ pub struct OstTarget {
     pub stats: nacre_params::OpStats,
     /// `osd.*.brw_stats`.
     pub brw: stats::BrwStats,
+    /// `ost.*.job_stats`.
+    pub job_stats: nacre_params::JobStats,
 }
 
 impl OstTarget {
@@ -44,6 +46,7 @@ impl OstTarget {
             read_bytes: AtomicU64::new(0),
             stats: stats::new_op_stats(),
             brw: stats::BrwStats::default(),
+            job_stats: nacre_params::JobStats::new(stats::OST_OPS),
         })
     }
 }
@@ -161,7 +164,7 @@ impl Handler for OssHandler {
         let Some(ost) = self.target(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
-        let req: OssRequest = match decode_body(&incoming.body) {
+        let call: OssCall = match decode_body(&incoming.body) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
@@ -172,15 +175,17 @@ impl Handler for OssHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        let op = (req.opcode() & 0xff) as usize - 1;
+        let op = (call.req.opcode() & 0xff) as usize - 1;
         let started = std::time::Instant::now();
         let out = self
-            .run(&ost, req, incoming)
+            .run(&ost, call.req, incoming)
             .unwrap_or_else(Outgoing::error);
-        let bytes = incoming.bulk.as_ref().map_or(0, |b| b.len())
-            + out.bulk.as_ref().map_or(0, |b| b.len());
-        ost.stats
-            .record(op, started.elapsed().as_micros() as u64, bytes as u64);
+        let bytes = (incoming.bulk.as_ref().map_or(0, |b| b.len())
+            + out.bulk.as_ref().map_or(0, |b| b.len())) as u64;
+        let us = started.elapsed().as_micros() as u64;
+        ost.stats.record(op, us, bytes);
+        ost.job_stats
+            .record(nacre_types::jobid::clamp(&call.jobid), op, us, bytes);
         out
     }
 }

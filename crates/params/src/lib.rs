@@ -7,7 +7,9 @@
 //! `stats` and `brw_stats` files do. Writing `0` to a statistic clears it.
 
 pub mod hist;
+pub mod jobs;
 pub mod registry;
 
 pub use hist::{Histogram, OpStats};
+pub use jobs::JobStats;
 pub use registry::{glob_match, Param, ParamError, Registry};

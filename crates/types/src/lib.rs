@@ -8,6 +8,7 @@
 pub mod attr;
 pub mod buf;
 pub mod fid;
+pub mod jobid;
 pub mod layout;
 pub mod limits;
 pub mod nid;

@@ -15,6 +15,8 @@ pub struct MdsCall {
     pub client: [u8; 16],
     /// Every xid of this client below this one has had its reply received.
     pub replied_below: u64,
+    /// Job the request works for (empty: none), for per-job statistics.
+    pub jobid: String,
     /// The operation.
     pub op: MdsOp,
 }
@@ -315,6 +317,7 @@ mod tests {
         let call = MdsCall {
             client: [7; 16],
             replied_below: 5,
+            jobid: "job42".into(),
             op: MdsOp::Rename {
                 src_parent: Fid::ROOT,
                 src_name: b"a".to_vec(),

@@ -4,6 +4,25 @@
 use nacre_types::{ObjectId, StatFs};
 use serde::{Deserialize, Serialize};
 
+/// A request to an OST with the job it works for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OssCall {
+    /// Job id (empty: none), for per-job statistics.
+    pub jobid: String,
+    /// The request.
+    pub req: OssRequest,
+}
+
+impl OssCall {
+    /// Wraps `req` with the current thread's job id.
+    pub fn current(req: OssRequest) -> OssCall {
+        OssCall {
+            jobid: nacre_types::jobid::current(),
+            req,
+        }
+    }
+}
+
 /// Requests to an OST.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OssRequest {
@@ -126,6 +145,7 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_body::<OssRequest>(&bytes);
+            let _ = decode_body::<OssCall>(&bytes);
             let _ = decode_body::<OssReply>(&bytes);
         }
     }

@@ -497,13 +497,19 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
-    serve_mount(client, &a.mount, &opts)?;
+    serve_mount(client, &a.mount, &opts, servers.registry())?;
     servers.shutdown();
     tracing::info!("stopped");
     Ok(())
 }
 
-fn serve_mount(client: Arc<Client>, mnt: &Path, opts: &MountOptions) -> anyhow::Result<()> {
+fn serve_mount(
+    client: Arc<Client>,
+    mnt: &Path,
+    opts: &MountOptions,
+    registry: &nacre_params::Registry,
+) -> anyhow::Result<()> {
+    register_client_params(registry, &client, opts);
     let handle = nacre_fuse::mount(client, mnt, opts)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let pidfile = daemon::write_pidfile(mnt)?;
@@ -615,7 +621,9 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
-    serve_mount(client, &a.mountpoint, &opts)
+    let registry = nacre_params::Registry::default();
+    let _ctl = nacre_cli::ctl::serve(registry.clone())?;
+    serve_mount(client, &a.mountpoint, &opts, &registry)
 }
 
 fn main() {
@@ -817,4 +825,32 @@ fn ctl(c: CtlCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Client-side parameters: `jobid_var`, and the client's view of its file system.
+fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts: &MountOptions) {
+    let (get, set) = (opts.jobid_var.clone(), opts.jobid_var.clone());
+    r.add_rw(
+        "jobid_var",
+        move || get.read().expect("jobid_var").clone(),
+        move |v| {
+            let v = v.trim();
+            if v.is_empty() || v.len() > 64 || v.contains(['=', '\0']) {
+                return Err(
+                    "expected an environment variable name, procname_uid or disable".into(),
+                );
+            }
+            *set.write().expect("jobid_var") = v.to_string();
+            Ok(())
+        },
+    );
+    let c = client.clone();
+    let fs = client.fsname().to_string();
+    r.add_fn(format!("llite.{fs}.osts"), move || {
+        c.osts()
+            .iter()
+            .map(|t| format!("{} {:?}", t.name(), t.nids))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
 }

@@ -5,7 +5,7 @@ use nacre_net::rpc::call;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
-use nacre_wire::oss::{OssReply, OssRequest};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 
 /// The layout of a file or the default of a directory.
 pub fn get(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
@@ -22,7 +22,7 @@ fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
     for o in &layout.objects {
         let conn = mdt.osts.conn(o.ost).ok_or(Status::Io)?;
         let req = OssRequest::Glimpse { object: o.object };
-        match call::<_, OssReply>(&conn, req.opcode(), o.ost, &req) {
+        match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::current(req)) {
             Ok(OssReply::ObjectAttr { size, .. }) if size > 0 => return Ok(true),
             Ok(_) => {}
             Err(e) => return Err(e.status()),
