@@ -9,6 +9,7 @@ command -v attr >/dev/null 2>&1 || need+=(attr)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -19,6 +20,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   # shellcheck disable=SC1091
   . "$HOME/.cargo/env"
+fi
+# A real OpenMetrics parser for the /metrics test.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import prometheus_client" 2>/dev/null; then
+  python3 -m pip install --quiet prometheus-client 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages prometheus-client 2>/dev/null \
+    || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-prometheus-client; }
 fi
 # Allow other users to reach mounts made with allow_other (permission tests run as non-root).
 if [ -f /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then

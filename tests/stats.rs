@@ -160,3 +160,61 @@ fn job_stats_attribute_io_to_the_right_job() {
     assert_eq!(job_samples(&ost, "job99", "write"), 0, "{ost}");
     assert_eq!(job_samples(&ost, "dd.0", "write"), 4, "{ost}");
 }
+
+#[test]
+fn metrics_endpoint_parses_with_a_real_openmetrics_parser() {
+    let port = nacre_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(1, &["--fsname", "stmet", "--metrics", &addr]);
+    nacre_testkit::sh(&format!(
+        "env SLURM_JOB_ID=jm dd if=/dev/zero of={}/m bs=1M count=2 oflag=direct status=none",
+        fs.mnt.display()
+    ));
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("application/openmetrics-text"),
+        "{head}"
+    );
+    let script = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+for f in text_string_to_metric_families(sys.stdin.read()):
+    for s in f.samples:
+        print(f.type, s.name, ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())), int(s.value))
+"#;
+    let mut py = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    py.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = py.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser rejected /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parsed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        parsed.contains("counter nacre_target_ops_total op=write,target=stmet-OST0000 2"),
+        "{parsed}"
+    );
+    assert!(
+        parsed.contains(
+            "counter nacre_job_op_bytes_total job=jm,op=write,target=stmet-OST0000 2097152"
+        ),
+        "{parsed}"
+    );
+    assert!(
+        parsed.contains("gauge nacre_ost_free_bytes target=stmet-OST0000"),
+        "{parsed}"
+    );
+}

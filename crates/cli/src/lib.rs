@@ -8,5 +8,6 @@
 pub mod admin;
 pub mod ctl;
 pub mod daemon;
+pub mod metrics;
 pub mod server;
 pub mod size;

@@ -83,6 +83,7 @@ pub struct ServerProcess {
     threads: Vec<JoinHandle<()>>,
     mdts: Vec<Arc<Mdt>>,
     registry: nacre_params::Registry,
+    sources: crate::metrics::Sources,
 }
 
 fn pool(
@@ -152,6 +153,7 @@ impl ServerProcess {
             threads: Vec::new(),
             mdts: Vec::new(),
             registry: nacre_params::Registry::default(),
+            sources: crate::metrics::Sources::default(),
         };
         let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
@@ -196,6 +198,7 @@ impl ServerProcess {
             target.store.set_direct_io(spec.ost_direct_io);
             let target = Arc::new(target);
             register_ost_params(&self.registry, &target);
+            self.sources.osts.push(target.clone());
             oss.add_target(target);
             any = true;
         }
@@ -238,6 +241,7 @@ impl ServerProcess {
             mdt.set_sync_on_reply(spec.mdt_sync_on_reply);
             let mdt = Arc::new(mdt);
             register_mdt_params(&self.registry, &mdt);
+            self.sources.mdts.push(mdt.clone());
             mds.add_target(mdt.clone());
             started.push((mgs, label.clone(), mdt));
         }
@@ -318,6 +322,11 @@ impl ServerProcess {
     /// The parameters of this process (`nacre ctl get_param`).
     pub fn registry(&self) -> &nacre_params::Registry {
         &self.registry
+    }
+
+    /// What `/metrics` exports for this process.
+    pub fn metrics_sources(&self) -> crate::metrics::Sources {
+        self.sources.clone()
     }
 
     /// The advertised NID.

@@ -103,6 +103,19 @@ impl JobStats {
         out
     }
 
+    /// Every job with its statistics, sorted by job id.
+    pub fn snapshot(&self) -> Vec<(String, Arc<OpStats>)> {
+        let mut jobs: Vec<(String, Arc<OpStats>)> = self
+            .jobs
+            .lock()
+            .expect("jobs")
+            .iter()
+            .map(|(k, (s, _))| (k.clone(), s.clone()))
+            .collect();
+        jobs.sort_by(|a, b| a.0.cmp(&b.0));
+        jobs
+    }
+
     /// Forgets every job.
     pub fn clear(&self) {
         self.jobs.lock().expect("jobs").clear();

@@ -256,6 +256,9 @@ struct TargetOpts {
     /// OSTs bypass the page cache (O_DIRECT) for aligned I/O.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     ost_direct_io: bool,
+    /// Serve OpenMetrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 #[derive(Args, Clone)]
@@ -495,6 +498,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
     let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
+    if let Some(addr) = a.targets_opts.metrics {
+        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
     serve_mount(client, &a.mount, &opts, servers.registry())?;
@@ -585,6 +592,10 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
     let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
+    if let Some(addr) = a.targets_opts.metrics {
+        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
     println!(
