@@ -218,3 +218,47 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         "{parsed}"
     );
 }
+
+fn wait_for_param(name: &str, want: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let got = nacre_ok(&["ctl", "get_param", "-n", name]);
+        if got.trim() == want || std::time::Instant::now() > deadline {
+            return got.trim().to_string();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn persistent_parameters_reach_every_target_and_survive_a_restart() {
+    let fs = Embedded::start_with(2, &["--fsname", "stpp"]);
+    assert_eq!(
+        nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0001.direct_io"]).trim(),
+        "1"
+    );
+    let out = nacre_ok(&["ctl", "set_param", "-P", "osd.stpp-OST000?.direct_io=0"]);
+    assert!(out.contains("(persistent)"), "{out}");
+    assert_eq!(wait_for_param("osd.stpp-OST0000.direct_io", "0"), "0");
+    assert_eq!(wait_for_param("osd.stpp-OST0001.direct_io", "0"), "0");
+    fs.down();
+    fs.up();
+    // Applied while the servers start, before the mount is offered.
+    assert_eq!(
+        nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0000.direct_io"]).trim(),
+        "0"
+    );
+    assert_eq!(
+        nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0001.direct_io"]).trim(),
+        "0"
+    );
+    // An empty value removes it from the MGS; the live value stays until set again.
+    nacre_ok(&["ctl", "set_param", "-P", "osd.stpp-OST000?.direct_io="]);
+    nacre_ok(&["ctl", "set_param", "osd.stpp-OST000?.direct_io=1"]);
+    fs.down();
+    fs.up();
+    assert_eq!(
+        nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0000.direct_io"]).trim(),
+        "1"
+    );
+}

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Directory of the control sockets.
@@ -50,8 +51,25 @@ impl Drop for CtlServer {
     }
 }
 
-fn answer(registry: &Registry, req: CtlRequest) -> CtlReply {
+/// Stores a persistent parameter through this process's MGS, if it has one.
+pub type Persist = Arc<dyn Fn(&str, &str) -> Option<Result<(), String>> + Send + Sync>;
+
+fn answer(registry: &Registry, persist: Option<&Persist>, req: CtlRequest) -> CtlReply {
     match req.op.as_str() {
+        "set_persistent" => {
+            let value = req.value.clone().unwrap_or_default();
+            match persist.and_then(|p| p(&req.pattern, &value)) {
+                Some(Ok(())) => CtlReply {
+                    error: None,
+                    params: vec![(req.pattern, value)],
+                },
+                Some(Err(e)) => CtlReply {
+                    error: Some(e),
+                    params: Vec::new(),
+                },
+                None => CtlReply::default(),
+            }
+        }
         "list" => CtlReply {
             error: None,
             params: registry
@@ -85,12 +103,16 @@ fn answer(registry: &Registry, req: CtlRequest) -> CtlReply {
     }
 }
 
-fn serve_one(registry: &Registry, stream: UnixStream) -> std::io::Result<()> {
+fn serve_one(
+    registry: &Registry,
+    persist: Option<&Persist>,
+    stream: UnixStream,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
     let mut line = String::new();
     BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line)?;
     let reply = match serde_json::from_str::<CtlRequest>(&line) {
-        Ok(req) => answer(registry, req),
+        Ok(req) => answer(registry, persist, req),
         Err(e) => CtlReply {
             error: Some(format!("bad control request: {e}")),
             params: Vec::new(),
@@ -104,7 +126,7 @@ fn serve_one(registry: &Registry, stream: UnixStream) -> std::io::Result<()> {
 use std::io::Read;
 
 /// Serves `registry` on this process's control socket.
-pub fn serve(registry: Registry) -> anyhow::Result<CtlServer> {
+pub fn serve(registry: Registry, persist: Option<Persist>) -> anyhow::Result<CtlServer> {
     std::fs::create_dir_all(CTL_DIR).with_context(|| format!("cannot create {CTL_DIR}"))?;
     let path = Path::new(CTL_DIR).join(format!("{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -114,7 +136,7 @@ pub fn serve(registry: Registry) -> anyhow::Result<CtlServer> {
         .name("ctl".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Err(e) = serve_one(&registry, stream) {
+                if let Err(e) = serve_one(&registry, persist.as_ref(), stream) {
                     tracing::debug!("control request failed: {e}");
                 }
             }

@@ -25,6 +25,45 @@ pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
 /// Default background journal sync period of an MDT (bounds what a power loss can take
 /// from acknowledged but not fsync'd metadata).
 pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// How often a server checks the MGS for changed persistent parameters.
+pub const PARAM_SYNC_MS: u64 = 1_000;
+/// The parameter set every file system of an MGS shares (names carry the fsname).
+pub const PARAMS_ALL_FS: &str = "";
+
+/// Fetches persistent parameters and applies the ones this process has, if their version is
+/// not `applied`; returns the version now applied.
+fn apply_persistent_params(
+    conn: &Arc<Connection>,
+    registry: &nacre_params::Registry,
+    applied: Option<u64>,
+) -> Option<u64> {
+    let req = MgsRequest::GetParams {
+        fsname: PARAMS_ALL_FS.into(),
+    };
+    let (version, params) = match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+        Ok(MgsReply::Params { version, params }) => (version, params),
+        Ok(_) => return applied,
+        Err(e) => {
+            tracing::debug!("cannot fetch persistent parameters: {e}");
+            return applied;
+        }
+    };
+    if applied == Some(version) {
+        return applied;
+    }
+    for (name, value) in params {
+        match registry.set(&name, &value) {
+            Ok(set) => tracing::info!(
+                "persistent parameter {name}={value} applied to {}",
+                set.join(", ")
+            ),
+            Err(nacre_params::ParamError::NotFound(_)) => {}
+            Err(e) => tracing::warn!("persistent parameter {name}={value}: {e}"),
+        }
+    }
+    Some(version)
+}
+
 /// How often an MDT refreshes its view of the OSTs.
 pub const OST_REFRESH_MS: u64 = 5_000;
 
@@ -84,6 +123,7 @@ pub struct ServerProcess {
     mdts: Vec<Arc<Mdt>>,
     registry: nacre_params::Registry,
     sources: crate::metrics::Sources,
+    mgs: Option<Arc<Mgs>>,
 }
 
 fn pool(
@@ -154,14 +194,16 @@ impl ServerProcess {
             mdts: Vec::new(),
             registry: nacre_params::Registry::default(),
             sources: crate::metrics::Sources::default(),
+            mgs: None,
         };
         let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {
-                let mgs = Mgs::open(dir)?;
+                let mgs = Arc::new(Mgs::open(dir)?);
+                process.mgs = Some(mgs.clone());
                 process
                     .server
-                    .add_service(Service::Mgs, pool("mgs", 1, 2, Arc::new(mgs)));
+                    .add_service(Service::Mgs, pool("mgs", 1, 2, mgs));
                 tracing::info!("MGS started at {nid}");
             }
         }
@@ -178,6 +220,7 @@ impl ServerProcess {
         };
         process.start_osts(&spec, &labels, &mgs_of)?;
         process.start_mdts(&spec, &labels, &mgs_of)?;
+        process.start_param_sync(mgs_of(&labels[0])?);
         Ok(process)
     }
 
@@ -322,6 +365,36 @@ impl ServerProcess {
     /// The parameters of this process (`nacre ctl get_param`).
     pub fn registry(&self) -> &nacre_params::Registry {
         &self.registry
+    }
+
+    /// Applies the MGS's persistent parameters now, then whenever they change.
+    fn start_param_sync(&mut self, mgs: Nid) {
+        let registry = self.registry.clone();
+        let conn = Connection::new(mgs, osp_net_config());
+        let mut applied = apply_persistent_params(&conn, &registry, None);
+        let stop = self.stop.clone();
+        self.threads.push(
+            std::thread::Builder::new()
+                .name("param-sync".into())
+                .spawn(move || {
+                    while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
+                        applied = apply_persistent_params(&conn, &registry, applied);
+                    }
+                })
+                .expect("spawn param-sync thread"),
+        );
+    }
+
+    /// How `nacre ctl set_param -P` stores a parameter through this process's MGS, if any.
+    pub fn persist_fn(&self) -> Option<crate::ctl::Persist> {
+        let mgs = self.mgs.clone()?;
+        Some(Arc::new(move |name: &str, value: &str| {
+            Some(
+                mgs.set_param(PARAMS_ALL_FS, name, value)
+                    .map(|_| ())
+                    .map_err(|s| format!("{name}: {s}")),
+            )
+        }))
     }
 
     /// What `/metrics` exports for this process.

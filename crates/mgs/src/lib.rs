@@ -23,16 +23,25 @@ pub use store::StoreError;
 pub struct Mgs {
     path: PathBuf,
     configs: Mutex<BTreeMap<String, FsConfig>>,
+    params_path: PathBuf,
+    params: Mutex<store::ParamSets>,
 }
+
+/// Persistent parameters kept per file system at most.
+pub const PARAMS_PER_FS_MAX: usize = 1024;
 
 impl Mgs {
     /// Opens the MGS whose target directory is `dir`.
     pub fn open(dir: &Path) -> Result<Mgs, StoreError> {
         let path = dir.join("mgs-config");
         let configs = store::load(&path)?;
+        let params_path = dir.join("mgs-params");
+        let params = store::load_params(&params_path)?;
         Ok(Mgs {
             path,
             configs: Mutex::new(configs),
+            params_path,
+            params: Mutex::new(params),
         })
     }
 
@@ -80,6 +89,49 @@ impl Mgs {
         Ok(version)
     }
 
+    /// Stores (or with an empty value removes) a persistent parameter of `fsname`; returns the
+    /// new set. Later settings of the same name replace earlier ones.
+    pub fn set_param(
+        &self,
+        fsname: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(u64, Vec<(String, String)>), Status> {
+        if name.is_empty() || name.len() > 256 || value.len() > 4096 || name.contains(['=', '\n']) {
+            return Err(Status::Inval);
+        }
+        let mut all = self.params.lock().expect("params");
+        let (version, list) = all.entry(fsname.to_string()).or_default();
+        list.retain(|(n, _)| n != name);
+        if !value.is_empty() {
+            if list.len() >= PARAMS_PER_FS_MAX {
+                return Err(Status::NoSpc);
+            }
+            list.push((name.to_string(), value.to_string()));
+        }
+        *version += 1;
+        let result = (*version, list.clone());
+        if let Err(e) = store::save_params(&self.params_path, &all) {
+            tracing::error!("MGS cannot save parameters: {e}");
+            return Err(Status::Io);
+        }
+        tracing::info!(
+            "{fsname}: set_param -P {name}={value} (version {})",
+            result.0
+        );
+        Ok(result)
+    }
+
+    /// Persistent parameters of `fsname`.
+    pub fn params(&self, fsname: &str) -> (u64, Vec<(String, String)>) {
+        self.params
+            .lock()
+            .expect("params")
+            .get(fsname)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The configuration of `fsname`.
     pub fn config(&self, fsname: &str) -> Option<FsConfig> {
         self.configs.lock().expect("configs").get(fsname).cloned()
@@ -103,6 +155,17 @@ impl Handler for Mgs {
                 .config(&fsname)
                 .map(MgsReply::Config)
                 .ok_or(Status::NoEnt),
+            MgsRequest::SetParam {
+                fsname,
+                name,
+                value,
+            } => self
+                .set_param(&fsname, &name, &value)
+                .map(|(version, params)| MgsReply::Params { version, params }),
+            MgsRequest::GetParams { fsname } => {
+                let (version, params) = self.params(&fsname);
+                Ok(MgsReply::Params { version, params })
+            }
         };
         match reply {
             Ok(r) => Outgoing::ok(encode_body(&r)),
@@ -123,6 +186,29 @@ mod tests {
             uuid: uuid.into(),
             nids: vec!["127.0.0.1:7000@tcp".parse().unwrap()],
         }
+    }
+
+    #[test]
+    fn persistent_params_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mgs = Mgs::open(dir.path()).unwrap();
+            mgs.set_param("demo", "osd.*.direct_io", "0").unwrap();
+            mgs.set_param("demo", "mdt.*.sync_on_reply", "1").unwrap();
+            mgs.set_param("demo", "osd.*.direct_io", "1").unwrap();
+            assert_eq!(mgs.set_param("demo", "bad=name", "1"), Err(Status::Inval));
+        }
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let (version, params) = mgs.params("demo");
+        assert_eq!(version, 3);
+        assert_eq!(
+            params,
+            vec![
+                ("mdt.*.sync_on_reply".into(), "1".into()),
+                ("osd.*.direct_io".into(), "1".into())
+            ]
+        );
+        assert_eq!(mgs.params("other"), (0, vec![]));
     }
 
     #[test]

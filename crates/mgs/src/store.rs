@@ -85,3 +85,63 @@ pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), Sto
     }
     Ok(())
 }
+
+/// Persistent parameters of every file system: fsname -> (version, [(name, value)]).
+pub type ParamSets = BTreeMap<String, (u64, Vec<(String, String)>)>;
+
+const PARAMS_MAGIC: &[u8; 4] = b"NMGP";
+
+/// Loads persistent parameters (a missing file is none).
+pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
+    let p = path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(source) => return Err(StoreError::Io { path: p, source }),
+    };
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        path: p.clone(),
+        reason: reason.into(),
+    };
+    if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != PARAMS_MAGIC {
+        return Err(corrupt("bad magic or size"));
+    }
+    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if version != FORMAT_VERSION {
+        return Err(corrupt(&format!("unknown format version {version}")));
+    }
+    let crc = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[12..]) != crc {
+        return Err(corrupt("checksum mismatch"));
+    }
+    postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))
+}
+
+/// Saves persistent parameters durably.
+pub fn save_params(path: &Path, params: &ParamSets) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(params).expect("in-memory serialization");
+    write_envelope(path, PARAMS_MAGIC, &payload)
+}
+
+fn write_envelope(path: &Path, magic: &[u8; 4], payload: &[u8]) -> Result<(), StoreError> {
+    let io = |source| StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut bytes = Vec::with_capacity(payload.len() + 12);
+    bytes.extend_from_slice(magic);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    bytes.extend_from_slice(payload);
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(&bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
+}

@@ -49,6 +49,21 @@ pub enum MgsRequest {
         /// File system name.
         fsname: String,
     },
+    /// Store a parameter for every server of a file system (`set_param -P`); an empty value
+    /// removes it. Reply: [`MgsReply::Params`] with the stored set.
+    SetParam {
+        /// File system name.
+        fsname: String,
+        /// Parameter name or pattern (`osd.*.direct_io`).
+        name: String,
+        /// Value.
+        value: String,
+    },
+    /// Persistent parameters of a file system. Reply: [`MgsReply::Params`].
+    GetParams {
+        /// File system name.
+        fsname: String,
+    },
 }
 
 /// Replies from the MGS.
@@ -61,6 +76,13 @@ pub enum MgsReply {
     },
     /// The configuration.
     Config(FsConfig),
+    /// Persistent parameters, in the order they were set, and their version.
+    Params {
+        /// Bumped on every change.
+        version: u64,
+        /// (name pattern, value).
+        params: Vec<(String, String)>,
+    },
 }
 
 impl MgsRequest {
@@ -69,6 +91,8 @@ impl MgsRequest {
         match self {
             MgsRequest::Register(_) => 0x0101,
             MgsRequest::GetConfig { .. } => 0x0102,
+            MgsRequest::SetParam { .. } => 0x0103,
+            MgsRequest::GetParams { .. } => 0x0104,
         }
     }
 }

@@ -99,6 +99,10 @@ enum CtlCommand {
     /// Set parameters: `NAME=VALUE` (statistics: `=0` clears them).
     #[command(name = "set_param")]
     Set {
+        /// Persistent: store through the MGS (run on the MGS node); every server applies it
+        /// now and at every start.
+        #[arg(short = 'P')]
+        persistent: bool,
         /// Assignments.
         #[arg(required = true)]
         assignments: Vec<String>,
@@ -497,7 +501,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
-    let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
+    let _ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
     if let Some(addr) = a.targets_opts.metrics {
         let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
         tracing::info!("metrics at http://{bound}/metrics");
@@ -591,7 +595,7 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
     spec.ost_direct_io = a.targets_opts.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
-    let _ctl = nacre_cli::ctl::serve(servers.registry().clone())?;
+    let _ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
     if let Some(addr) = a.targets_opts.metrics {
         let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
         tracing::info!("metrics at http://{bound}/metrics");
@@ -633,7 +637,7 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
     let registry = nacre_params::Registry::default();
-    let _ctl = nacre_cli::ctl::serve(registry.clone())?;
+    let _ctl = nacre_cli::ctl::serve(registry.clone(), None)?;
     serve_mount(client, &a.mountpoint, &opts, &registry)
 }
 
@@ -820,11 +824,21 @@ fn ctl(c: CtlCommand) -> anyhow::Result<()> {
                 }
             }
         }
-        CtlCommand::Set { assignments } => {
+        CtlCommand::Set {
+            persistent,
+            assignments,
+        } => {
             for a in assignments {
                 let (name, value) = a
                     .split_once('=')
                     .with_context(|| format!("'{a}': expected NAME=VALUE"))?;
+                if persistent {
+                    if ctl_ask("set_persistent", name, Some(value))?.is_empty() {
+                        bail!("set_param -P: no MGS runs on this node (run it on the MGS node)");
+                    }
+                    println!("{name}={value} (persistent)");
+                    continue;
+                }
                 let set = ctl_ask("set", name, Some(value))?;
                 if set.is_empty() {
                     bail!("{name}: no such parameter on this node");
