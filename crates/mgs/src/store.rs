@@ -32,19 +32,19 @@ pub enum StoreError {
     },
 }
 
-/// Loads the configurations; a missing file is an empty MGS.
-pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
+/// Reads an envelope (magic, format version, crc32c, payload); `None` if the file is missing.
+fn read_envelope(path: &Path, magic: &[u8; 4]) -> Result<Option<Vec<u8>>, StoreError> {
     let p = path.display().to_string();
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(StoreError::Io { path: p, source }),
     };
     let corrupt = |reason: &str| StoreError::Corrupt {
         path: p.clone(),
         reason: reason.into(),
     };
-    if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != MAGIC {
+    if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != magic {
         return Err(corrupt("bad magic or size"));
     }
     let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
@@ -55,35 +55,30 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
     if crc32c::crc32c(&bytes[12..]) != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    let list: Vec<FsConfig> =
-        postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))?;
+    Ok(Some(bytes[12..].to_vec()))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, payload: &[u8]) -> Result<T, StoreError> {
+    postcard::from_bytes(payload).map_err(|e| StoreError::Corrupt {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Loads the configurations; a missing file is an empty MGS.
+pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
+    let Some(payload) = read_envelope(path, MAGIC)? else {
+        return Ok(BTreeMap::new());
+    };
+    let list: Vec<FsConfig> = decode(path, &payload)?;
     Ok(list.into_iter().map(|c| (c.fsname.clone(), c)).collect())
 }
 
 /// Saves the configurations durably.
 pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), StoreError> {
-    let io = |source| StoreError::Io {
-        path: path.display().to_string(),
-        source,
-    };
     let list: Vec<&FsConfig> = configs.values().collect();
     let payload = postcard::to_allocvec(&list).expect("in-memory serialization");
-    let mut bytes = Vec::with_capacity(payload.len() + 12);
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    bytes.extend_from_slice(&payload);
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
-    }
-    Ok(())
+    write_envelope(path, MAGIC, &payload)
 }
 
 /// Persistent parameters of every file system: fsname -> (version, [(name, value)]).
@@ -93,28 +88,10 @@ const PARAMS_MAGIC: &[u8; 4] = b"NMGP";
 
 /// Loads persistent parameters (a missing file is none).
 pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
-    let p = path.display().to_string();
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(source) => return Err(StoreError::Io { path: p, source }),
-    };
-    let corrupt = |reason: &str| StoreError::Corrupt {
-        path: p.clone(),
-        reason: reason.into(),
-    };
-    if bytes.len() < 12 || bytes.len() > CONFIG_BYTES_MAX || &bytes[..4] != PARAMS_MAGIC {
-        return Err(corrupt("bad magic or size"));
+    match read_envelope(path, PARAMS_MAGIC)? {
+        Some(payload) => decode(path, &payload),
+        None => Ok(BTreeMap::new()),
     }
-    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
-        return Err(corrupt(&format!("unknown format version {version}")));
-    }
-    let crc = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&bytes[12..]) != crc {
-        return Err(corrupt("checksum mismatch"));
-    }
-    postcard::from_bytes(&bytes[12..]).map_err(|e| corrupt(&e.to_string()))
 }
 
 /// Saves persistent parameters durably.

@@ -142,6 +142,18 @@ impl Registry {
             .retain(|k, _| !k.starts_with(prefix));
     }
 
+    /// Parameters matching `pattern`, taken out of the lock (their getters and setters may be
+    /// slow or take other locks).
+    fn matching(&self, pattern: &str) -> Vec<(String, Arc<dyn Param>)> {
+        self.params
+            .read()
+            .expect("params")
+            .iter()
+            .filter(|(k, _)| glob_match(pattern, k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Names matching `pattern`, in order.
     pub fn list(&self, pattern: &str) -> Vec<String> {
         self.params
@@ -155,27 +167,13 @@ impl Registry {
 
     /// (name, value) of every parameter matching `pattern`.
     pub fn get(&self, pattern: &str) -> Vec<(String, String)> {
-        let matched: Vec<(String, Arc<dyn Param>)> = self
-            .params
-            .read()
-            .expect("params")
-            .iter()
-            .filter(|(k, _)| glob_match(pattern, k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let matched = self.matching(pattern);
         matched.into_iter().map(|(k, p)| (k, p.get())).collect()
     }
 
     /// Sets every parameter matching `pattern`; returns the names set.
     pub fn set(&self, pattern: &str, value: &str) -> Result<Vec<String>, ParamError> {
-        let matched: Vec<(String, Arc<dyn Param>)> = self
-            .params
-            .read()
-            .expect("params")
-            .iter()
-            .filter(|(k, _)| glob_match(pattern, k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let matched = self.matching(pattern);
         if matched.is_empty() {
             return Err(ParamError::NotFound(pattern.into()));
         }

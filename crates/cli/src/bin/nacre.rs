@@ -497,21 +497,31 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let targets = format_up(&a.dir, &a.fsname, a.osts)?;
     let mut spec = ServerSpec::new(a.listen, targets);
     spec.fsname = Some(a.fsname.clone());
-    spec.mdt_sync_on_reply = a.targets_opts.mdt_sync_on_reply;
-    spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
-    spec.ost_direct_io = a.targets_opts.ost_direct_io;
-    let servers = ServerProcess::start(spec)?;
-    let _ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
-    if let Some(addr) = a.targets_opts.metrics {
-        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
-        tracing::info!("metrics at http://{bound}/metrics");
-    }
+    let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
     serve_mount(client, &a.mount, &opts, servers.registry())?;
     servers.shutdown();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the servers of `spec` with the target options, their control socket and (if asked)
+/// their metrics endpoint.
+fn start_servers(
+    mut spec: ServerSpec,
+    t: &TargetOpts,
+) -> anyhow::Result<(ServerProcess, nacre_cli::ctl::CtlServer)> {
+    spec.mdt_sync_on_reply = t.mdt_sync_on_reply;
+    spec.commit_interval_ms = t.commit_interval_ms;
+    spec.ost_direct_io = t.ost_direct_io;
+    let servers = ServerProcess::start(spec)?;
+    let ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
+    if let Some(addr) = t.metrics {
+        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
+    Ok((servers, ctl))
 }
 
 fn serve_mount(
@@ -591,15 +601,7 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.nid = nid;
     spec.mgsnode = mgsnode;
     spec.fsname = fsname;
-    spec.mdt_sync_on_reply = a.targets_opts.mdt_sync_on_reply;
-    spec.commit_interval_ms = a.targets_opts.commit_interval_ms;
-    spec.ost_direct_io = a.targets_opts.ost_direct_io;
-    let servers = ServerProcess::start(spec)?;
-    let _ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
-    if let Some(addr) = a.targets_opts.metrics {
-        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
-        tracing::info!("metrics at http://{bound}/metrics");
-    }
+    let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
     println!(
