@@ -60,14 +60,7 @@ impl JobStats {
 
     /// Lustre-style YAML.
     pub fn render(&self) -> String {
-        let mut jobs: Vec<(String, Arc<OpStats>)> = self
-            .jobs
-            .lock()
-            .expect("jobs")
-            .iter()
-            .map(|(k, (s, _))| (k.clone(), s.clone()))
-            .collect();
-        jobs.sort_by(|a, b| a.0.cmp(&b.0));
+        let jobs = self.snapshot();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
