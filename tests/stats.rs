@@ -262,3 +262,24 @@ fn persistent_parameters_reach_every_target_and_survive_a_restart() {
         "1"
     );
 }
+
+#[test]
+fn osc_rpc_stats_count_client_rpcs() {
+    let fs = Embedded::start_with(2, &["--fsname", "strpc"]);
+    let f = fs.path("ten");
+    nacre_ok(&["setstripe", "-c", "1", "-i", "1", f.to_str().unwrap()]);
+    nacre_ok(&["ctl", "set_param", "osc.strpc-OST0001-osc.rpc_stats=0"]);
+    nacre_testkit::sh(&format!(
+        "dd if=/dev/zero of={} bs=1M count=10 oflag=direct status=none",
+        f.display()
+    ));
+    let text = nacre_ok(&["ctl", "get_param", "-n", "osc.strpc-OST0001-osc.rpc_stats"]);
+    assert_eq!(brw_write_count(&text, "pages per rpc", "256"), 10, "{text}");
+    assert!(text.contains("write RPCs in flight: 0"), "{text}");
+    let other = nacre_ok(&["ctl", "get_param", "-n", "osc.strpc-OST0000-osc.rpc_stats"]);
+    assert_eq!(
+        brw_write_count(&other, "pages per rpc", "256"),
+        0,
+        "{other}"
+    );
+}

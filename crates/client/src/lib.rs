@@ -13,6 +13,7 @@
 
 pub mod mdc;
 pub mod osc;
+pub mod rpc_stats;
 
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
@@ -142,6 +143,7 @@ pub struct Client {
     config: RwLock<FsConfig>,
     mdc: mdc::Mdc,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
+    rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
     readahead_bytes: u64,
 }
@@ -170,6 +172,7 @@ impl Client {
             mdc: mdc::Mdc::new(Connection::new(nid, config.net.clone())),
             config: RwLock::new(fs),
             oscs: RwLock::new(HashMap::new()),
+            rpc_stats: RwLock::new(HashMap::new()),
             net: config.net,
             readahead_bytes: config.readahead_bytes,
         });
@@ -666,6 +669,19 @@ impl Client {
             }
         }
         Ok(total)
+    }
+
+    /// RPC statistics of the connection to OST `index` (`osc.*.rpc_stats`).
+    pub fn rpc_stats(&self, index: u32) -> Arc<rpc_stats::OscRpcStats> {
+        if let Some(s) = self.rpc_stats.read().expect("rpc stats").get(&index) {
+            return s.clone();
+        }
+        self.rpc_stats
+            .write()
+            .expect("rpc stats")
+            .entry(index)
+            .or_default()
+            .clone()
     }
 
     /// The OSTs of the file system.

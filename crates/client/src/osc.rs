@@ -3,6 +3,7 @@
 //! striped file's stripes move in parallel. Each OST connection keeps at most
 //! `max_rpcs_in_flight` of a call's RPCs outstanding.
 
+use crate::rpc_stats::OscRpcStats;
 use crate::{Client, Result};
 use nacre_net::rpc::{decode_reply, request, RpcError};
 use nacre_net::PendingReply;
@@ -19,13 +20,16 @@ struct Sub {
     len: u64,
 }
 
+/// An RPC in flight: OST, tag, the reply to come, and the statistics to tell when it is done.
+type Pending = (u32, usize, PendingReply, Option<(Arc<OscRpcStats>, bool)>);
+
 /// A reply and its bulk data, or the error.
 type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
 
 /// RPCs in flight for one client call, bounded per OST.
 #[derive(Default)]
 pub(crate) struct Window {
-    pending: VecDeque<(u32, usize, PendingReply)>,
+    pending: VecDeque<Pending>,
     done: Vec<(usize, Collected)>,
 }
 
@@ -39,34 +43,47 @@ impl Window {
         bulk: Option<Arc<AlignedBuf>>,
     ) -> Result<()> {
         let limit = client.net_config().max_rpcs_in_flight.max(1);
-        while self.pending.iter().filter(|(o, _, _)| *o == ost).count() >= limit {
+        while self.pending.iter().filter(|(o, _, _, _)| *o == ost).count() >= limit {
             let pos = self
                 .pending
                 .iter()
-                .position(|(o, _, _)| *o == ost)
+                .position(|(o, _, _, _)| *o == ost)
                 .expect("pending on ost");
-            let (_, t, p) = self.pending.remove(pos).expect("pending entry");
-            self.done.push((t, collect(p)));
+            let (_, t, p, stats) = self.pending.remove(pos).expect("pending entry");
+            self.done.push((t, collect(p, stats)));
         }
         let conn = client.osc(ost)?;
+        let bulk_rpc = match req {
+            OssRequest::Write { .. } => Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64))),
+            OssRequest::Read { len, .. } => Some((false, u64::from(*len))),
+            _ => None,
+        };
+        if let Some((write, bytes)) = bulk_rpc {
+            client.rpc_stats(ost).sent(write, bytes);
+        }
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
         let mut rpc = request(req.opcode(), ost, &OssCall::current(req.clone()), bulk);
         rpc.inline = short;
         let pending = conn
             .start(rpc)
             .map_err(|e| crate::ClientError::Rpc(e.into()))?;
-        self.pending.push_back((ost, tag, pending));
+        self.pending.push_back((
+            ost,
+            tag,
+            pending,
+            bulk_rpc.map(|(w, _)| (client.rpc_stats(ost), w)),
+        ));
         Ok(())
     }
 
     /// Waits for everything; results by tag, first error wins.
     fn finish(mut self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
-        for (_, t, p) in self.pending.drain(..) {
-            self.done.push((t, collect(p)));
+        for (_, t, p, stats) in self.pending.drain(..) {
+            self.done.push((t, collect(p, stats)));
         }
         let mut out = Vec::with_capacity(self.done.len());
         let mut first_err = None;
-        for (t, r) in self.done {
+        for (t, r) in std::mem::take(&mut self.done) {
             match r {
                 Ok((reply, bulk)) => out.push((t, reply, bulk)),
                 Err(e) => {
@@ -81,8 +98,24 @@ impl Window {
     }
 }
 
-fn collect(p: PendingReply) -> Collected {
-    decode_reply(p.wait()?)
+impl Drop for Window {
+    fn drop(&mut self) {
+        // RPCs abandoned without being collected (read-ahead a reader did not use) still leave
+        // the in-flight count.
+        for (_, _, _, stats) in self.pending.drain(..) {
+            if let Some((s, write)) = stats {
+                s.done(write);
+            }
+        }
+    }
+}
+
+fn collect(p: PendingReply, stats: Option<(Arc<OscRpcStats>, bool)>) -> Collected {
+    let reply = p.wait();
+    if let Some((s, write)) = stats {
+        s.done(write);
+    }
+    decode_reply(reply?)
 }
 
 /// Splits a file range into RPC-sized object ranges.

@@ -177,6 +177,50 @@ impl OpStats {
     }
 }
 
+/// `4K`, `1M`, `2G` style labels for power-of-two byte buckets.
+pub fn size_label(v: u64) -> String {
+    match v {
+        v if v >= 1 << 30 => format!("{}G", v >> 30),
+        v if v >= 1 << 20 => format!("{}M", v >> 20),
+        v if v >= 1 << 10 => format!("{}K", v >> 10),
+        v => v.to_string(),
+    }
+}
+
+/// A Lustre-style two-column (read | write) histogram table.
+pub fn rw_table(
+    title: &str,
+    unit: &str,
+    r: &Histogram,
+    w: &Histogram,
+    label: fn(u64) -> String,
+) -> String {
+    let (rs, ws) = (r.snapshot(), w.snapshot());
+    let (rt, wt) = (r.total().max(1), w.total().max(1));
+    let mut keys: Vec<u64> = rs.iter().chain(ws.iter()).map(|(k, _)| *k).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut s = format!("\n{title:<22} {unit:<6} % cum % |  {unit:<6} % cum %\n");
+    let (mut rc, mut wc) = (0u64, 0u64);
+    for k in keys {
+        let rn = rs.iter().find(|(b, _)| *b == k).map_or(0, |(_, n)| *n);
+        let wn = ws.iter().find(|(b, _)| *b == k).map_or(0, |(_, n)| *n);
+        rc += rn;
+        wc += wn;
+        s += &format!(
+            "{:<22} {:<6} {:>3} {:>3}   | {:<6} {:>3} {:>3}\n",
+            format!("{}:", label(k)),
+            rn,
+            rn * 100 / rt,
+            rc * 100 / rt,
+            wn,
+            wn * 100 / wt,
+            wc * 100 / wt
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

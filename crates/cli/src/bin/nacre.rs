@@ -871,6 +871,20 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
             Ok(())
         },
     );
+    for t in client.osts() {
+        let (a, b) = (client.rpc_stats(t.index), client.rpc_stats(t.index));
+        r.add_rw(
+            format!("osc.{}-osc.rpc_stats", t.name()),
+            move || a.render(),
+            move |v| {
+                if v.trim() != "0" {
+                    return Err("statistics accept only 0 (clear)".into());
+                }
+                b.clear();
+                Ok(())
+            },
+        );
+    }
     let c = client.clone();
     let fs = client.fsname().to_string();
     r.add_fn(format!("llite.{fs}.osts"), move || {

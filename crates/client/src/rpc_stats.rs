@@ -1,0 +1,92 @@
+//! Per-OST RPC statistics of a client (Lustre's `osc.*.rpc_stats`): pages per bulk RPC and
+//! RPCs in flight when each was sent, for reads and writes.
+
+use nacre_params::hist::rw_table;
+use nacre_params::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// RPC statistics of one OST connection.
+#[derive(Default)]
+pub struct OscRpcStats {
+    read_pages: Histogram,
+    write_pages: Histogram,
+    read_in_flight: Histogram,
+    write_in_flight: Histogram,
+    reads_active: AtomicU64,
+    writes_active: AtomicU64,
+}
+
+impl OscRpcStats {
+    /// Notes a bulk RPC being sent.
+    pub fn sent(&self, write: bool, bytes: u64) {
+        let (pages, flight, active) = if write {
+            (
+                &self.write_pages,
+                &self.write_in_flight,
+                &self.writes_active,
+            )
+        } else {
+            (&self.read_pages, &self.read_in_flight, &self.reads_active)
+        };
+        pages.add(bytes.div_ceil(4096));
+        flight.add(active.fetch_add(1, Ordering::Relaxed) + 1);
+    }
+
+    /// Notes a bulk RPC's reply.
+    pub fn done(&self, write: bool) {
+        let active = if write {
+            &self.writes_active
+        } else {
+            &self.reads_active
+        };
+        let _ = active.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+
+    /// Lustre-style rendering.
+    pub fn render(&self) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut s = format!(
+            "snapshot_time:         {}.{:09} (secs.nsecs)\n",
+            now.as_secs(),
+            now.subsec_nanos()
+        );
+        s += &format!(
+            "read RPCs in flight:  {}\n",
+            self.reads_active.load(Ordering::Relaxed)
+        );
+        s += &format!(
+            "write RPCs in flight: {}\n",
+            self.writes_active.load(Ordering::Relaxed)
+        );
+        s += "                           read      |     write";
+        s += &rw_table(
+            "pages per rpc",
+            "rpcs",
+            &self.read_pages,
+            &self.write_pages,
+            |v| v.to_string(),
+        );
+        s += &rw_table(
+            "rpcs in flight",
+            "rpcs",
+            &self.read_in_flight,
+            &self.write_in_flight,
+            |v| v.to_string(),
+        );
+        s
+    }
+
+    /// Zeroes the histograms.
+    pub fn clear(&self) {
+        for h in [
+            &self.read_pages,
+            &self.write_pages,
+            &self.read_in_flight,
+            &self.write_in_flight,
+        ] {
+            h.clear();
+        }
+    }
+}
