@@ -201,3 +201,53 @@ fn mdtest_runs_all_phases_and_cleans_up() {
         "{mknod}"
     );
 }
+
+#[test]
+fn survey_drives_live_osts_directly() {
+    let fs = Embedded::start(2);
+    std::fs::write(fs.path("keep"), b"live data").unwrap();
+    let (o0, o1) = (fs.data.join("ost0"), fs.data.join("ost1"));
+    let out = nacre_ok(&[
+        "bench",
+        "survey",
+        "--ost",
+        o0.to_str().unwrap(),
+        "--ost",
+        o1.to_str().unwrap(),
+        "-o",
+        "3",
+        "-t",
+        "2",
+        "-r",
+        "256K",
+        "-s",
+        "4M",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let ops: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, vec!["write", "rewrite", "read"]);
+    for p in v.as_array().unwrap() {
+        assert_eq!(p["per_ost_mib"].as_array().unwrap().len(), 2);
+        assert!(p["total_mib"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(
+        std::fs::read(fs.path("keep")).unwrap(),
+        b"live data",
+        "the file system is untouched"
+    );
+    let survey_dir = o0.join(format!("O/{}", u64::MAX - 1));
+    let left: usize = std::fs::read_dir(&survey_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| std::fs::read_dir(e.path()).unwrap().count())
+                .sum()
+        })
+        .unwrap_or(0);
+    assert_eq!(left, 0, "survey objects are destroyed");
+}

@@ -13,6 +13,7 @@
 pub mod ior;
 pub mod mdtest;
 pub mod stats;
+pub mod survey;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -115,6 +115,33 @@ enum BenchCommand {
     Ior(IorArgs),
     /// mdtest-like: `nacre bench mdtest -n 1000 -u -N 4 -d /mnt/nacre/md`.
     Mdtest(MdtestArgs),
+    /// obdfilter-survey-like: drive OST directories directly (no client, no network).
+    Survey(SurveyArgs),
+}
+
+#[derive(Args)]
+struct SurveyArgs {
+    /// OST directory (repeatable); safe beside a running server.
+    #[arg(long = "ost", required = true)]
+    osts: Vec<PathBuf>,
+    /// Objects per OST.
+    #[arg(short = 'o', long, default_value_t = 4)]
+    objects: u64,
+    /// Threads per OST.
+    #[arg(short = 't', long, default_value_t = 4)]
+    threads: usize,
+    /// Record size (K/M).
+    #[arg(short = 'r', long, default_value = "1M")]
+    record: String,
+    /// Bytes per object (K/M/G).
+    #[arg(short = 's', long, default_value = "256M")]
+    size: String,
+    /// Use the O_DIRECT path, as OSTs do by default.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    direct: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -658,6 +685,7 @@ fn main() {
         Command::Ctl(c) => ctl(c),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
+        Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Df {
             human,
             inodes,
@@ -894,4 +922,23 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
             .collect::<Vec<_>>()
             .join("\n")
     });
+}
+
+fn bench_survey(a: SurveyArgs) -> anyhow::Result<()> {
+    let size = |s: &str| parse_size(s).map_err(anyhow::Error::msg);
+    let params = nacre_bench::survey::SurveyParams {
+        osts: a.osts,
+        objects: a.objects,
+        threads: a.threads,
+        record: size(&a.record)?,
+        size: size(&a.size)?,
+        direct: a.direct,
+    };
+    let phases = nacre_bench::survey::run(&params)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&phases)?);
+    } else {
+        print!("{}", nacre_bench::survey::format_report(&params, &phases));
+    }
+    Ok(())
 }
