@@ -96,19 +96,14 @@ fn fallocate_and_direct_io() {
         .custom_flags(libc::O_DIRECT)
         .open(&p)
         .unwrap();
-    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
-    // SAFETY: allocation with a valid, non-zero layout, freed below.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: ptr is valid for 1 MiB.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+    // O_DIRECT needs page-aligned memory: the project's own aligned buffer.
+    let mut buf = nacre_types::AlignedBuf::zeroed(1 << 20);
     buf.copy_from_slice(&pattern(7, 1 << 20));
-    f.write_all(buf).unwrap();
+    f.write_all(&buf).unwrap();
     f.seek(SeekFrom::Start(0)).unwrap();
     buf.fill(0);
-    f.read_exact(buf).unwrap();
-    assert_eq!(buf, &pattern(7, 1 << 20)[..]);
-    // SAFETY: matching dealloc.
-    unsafe { std::alloc::dealloc(ptr, layout) };
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf[..], &pattern(7, 1 << 20)[..]);
 }
 
 #[test]
@@ -367,14 +362,11 @@ fn sequential_direct_reads_with_readahead_stop_at_eof() {
         .custom_flags(libc::O_DIRECT)
         .open(&p)
         .unwrap();
-    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
-    // SAFETY: valid non-zero layout; freed below.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: ptr is valid for 1 MiB.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+    // O_DIRECT needs page-aligned memory: the project's own aligned buffer.
+    let mut buf = nacre_types::AlignedBuf::zeroed(1 << 20);
     let mut back = Vec::new();
     loop {
-        let n = f.read(buf).unwrap();
+        let n = f.read(&mut buf).unwrap();
         if n == 0 {
             break;
         }
@@ -382,10 +374,8 @@ fn sequential_direct_reads_with_readahead_stop_at_eof() {
     }
     // A second pass after seeking back: read-ahead restarts, nothing stale is served.
     f.seek(SeekFrom::Start(1 << 20)).unwrap();
-    let n = f.read(buf).unwrap();
+    let n = f.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], &data[1 << 20..2 << 20]);
-    // SAFETY: matching dealloc.
-    unsafe { std::alloc::dealloc(ptr, layout) };
     assert_eq!(back.len(), data.len());
     assert!(
         back == data,

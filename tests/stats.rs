@@ -40,16 +40,11 @@ fn brw_stats_count_a_known_workload_and_clear() {
         .custom_flags(libc::O_DIRECT)
         .open(&f)
         .unwrap();
-    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
-    // SAFETY: valid non-zero layout, freed below.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    // SAFETY: ptr is valid for 1 MiB.
-    let buf = unsafe { std::slice::from_raw_parts(ptr, 1 << 20) };
+    // O_DIRECT needs page-aligned memory: the project's own aligned buffer.
+    let buf = nacre_types::AlignedBuf::zeroed(1 << 20);
     for i in 0..100u64 {
-        file.write_all_at(buf, i << 20).unwrap();
+        file.write_all_at(&buf, i << 20).unwrap();
     }
-    // SAFETY: matching dealloc.
-    unsafe { std::alloc::dealloc(ptr, layout) };
     drop(file);
     let brw = nacre_ok(&["ctl", "get_param", "-n", "osd.stbrw-OST0000.brw_stats"]);
     assert_eq!(brw_write_count(&brw, "disk I/O size", "1M"), 100, "{brw}");

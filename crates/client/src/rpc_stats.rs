@@ -44,14 +44,7 @@ impl OscRpcStats {
 
     /// Lustre-style rendering.
     pub fn render(&self) -> String {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let mut s = format!(
-            "snapshot_time:         {}.{:09} (secs.nsecs)\n",
-            now.as_secs(),
-            now.subsec_nanos()
-        );
+        let mut s = nacre_params::hist::snapshot_line();
         s += &format!(
             "read RPCs in flight:  {}\n",
             self.reads_active.load(Ordering::Relaxed)

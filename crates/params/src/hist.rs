@@ -67,6 +67,18 @@ impl Histogram {
     }
 }
 
+/// `snapshot_time:         SECS.NSECS (secs.nsecs)`, the first line of Lustre's histogram files.
+pub fn snapshot_line() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "snapshot_time:         {}.{:09} (secs.nsecs)\n",
+        now.as_secs(),
+        now.subsec_nanos()
+    )
+}
+
 /// Count, sum, min and max of one operation's latency (microseconds) and of its bytes.
 #[derive(Default)]
 pub struct OpCounter {
