@@ -251,3 +251,267 @@ fn survey_drives_live_osts_directly() {
         .unwrap_or(0);
     assert_eq!(left, 0, "survey objects are destroyed");
 }
+
+#[test]
+fn ior_and_mdtest_through_the_native_client_library() {
+    let port = nacre_testkit::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(2, &["--fsname", "natv", "--listen", &listen]);
+    let mgs = format!("{listen}@tcp");
+    let plot = fs.root.path().join("ior.svg");
+    let out = nacre_ok(&[
+        "bench",
+        "ior",
+        "-a",
+        "NACRE",
+        "--mgs",
+        &mgs,
+        "--fsname",
+        "natv",
+        "-w",
+        "-r",
+        "-t",
+        "256k",
+        "-b",
+        "1m",
+        "-s",
+        "2",
+        "-N",
+        "3",
+        "-C",
+        "-e",
+        "-W",
+        "-R",
+        "-k",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+        "-o",
+        "/nat-ior",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["api"], "NACRE");
+    assert_eq!(v["check_errors"], 0);
+    assert_eq!(v["phases"].as_array().unwrap().len(), 2);
+    // The file the library wrote is the file the FUSE mount sees, byte for byte as IOR lays
+    // it out: word k of task t's segment s holds offset/8 ^ t << 40.
+    let f = fs::File::open(fs.path("nat-ior")).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 3 * 2 * (1 << 20));
+    let mut w = [0u8; 8];
+    let (segment, task, tasks) = (1u64, 2u64, 3u64);
+    let off = ((segment * tasks + task) << 20) + 4096;
+    f.read_exact_at(&mut w, off).unwrap();
+    assert_eq!(u64::from_le_bytes(w), (off / 8) ^ (2 << 40));
+    let svg = fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline"),
+        "{svg}"
+    );
+    assert!(svg.contains("write 0:") && svg.contains("read 0:"), "{svg}");
+
+    let out = nacre_ok(&[
+        "bench", "mdtest", "-a", "NACRE", "--mgs", &mgs, "--fsname", "natv", "-n", "40", "-u",
+        "-N", "2", "-w", "100", "-e", "100", "-z", "1", "-b", "2", "--json", "-d", "/deep/md",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["api"], "NACRE");
+    let phases = v["iterations"][0]["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 9, "{phases:?}");
+    assert_eq!(
+        phases.iter().find(|p| p[0] == "File creation").unwrap()[1],
+        80
+    );
+    assert_eq!(
+        fs::read_dir(fs.path("deep/md")).unwrap().count(),
+        0,
+        "the native run made /deep/md and removed its trees"
+    );
+    let bad = nacre(&["bench", "mdtest", "-a", "NACRE", "-d", "/x"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("needs --mgs"));
+}
+
+/// `samples` of `op` for `job` in a job_stats text.
+fn job_samples(text: &str, job: &str, op: &str) -> u64 {
+    let mut in_job = false;
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("- job_id:") {
+            in_job = id.trim() == job;
+            continue;
+        }
+        let key = format!("  {op}:");
+        if in_job && line.starts_with(&key) && line.contains("unit: usecs") {
+            let after = line.split("samples:").nth(1).unwrap();
+            return after.split(',').next().unwrap().trim().parse().unwrap();
+        }
+    }
+    0
+}
+
+/// IOR and mdtest tasks spread over two client hosts (network namespaces), each host's worker
+/// started through a launcher, as mpirun starts IOR on a cluster's nodes.
+#[test]
+fn ior_and_mdtest_span_several_client_hosts() {
+    use nacre_testkit::{mkfs, ClientMount, NetLab, ServerProc};
+    let lab = NetLab::new(4);
+    let (srv, oss, c1, c2) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2], &lab.hosts[3]);
+    let root = tempfile::Builder::new()
+        .prefix("nacre-mh")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let mgs = format!("{}@tcp", srv.addr);
+    mkfs("--mgs", 0, "mhb", None, &d("mgs"));
+    mkfs("--mdt", 0, "mhb", Some(&mgs), &d("mdt0"));
+    mkfs("--ost", 0, "mhb", Some(&mgs), &d("ost0"));
+    let server = |host: &nacre_testkit::NetHost, targets: &[&str]| {
+        let listen = format!("{}:988", host.addr);
+        let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
+        for t in targets {
+            args.push("--target".into());
+            args.push(d(t).display().to_string());
+        }
+        ServerProc::spawn_in(&host.prefix(), args, listen)
+    };
+    let _mds = server(srv, &["mgs", "mdt0"]);
+    let _oss = server(oss, &["ost0"]);
+    let source = format!("{mgs}:/mhb");
+    // Each host mounts at its own path (one machine, one mount namespace): {host} in -o.
+    let _m1 = ClientMount::mount_in(&c1.prefix(), &source, &d(&format!("mnt-{}", c1.netns)), &[]);
+    let _m2 = ClientMount::mount_in(&c2.prefix(), &source, &d(&format!("mnt-{}", c2.netns)), &[]);
+    let hosts = format!("{},{}", c1.netns, c2.netns);
+    // Each host's worker runs under its own job id, so the OST's job_stats show which host
+    // did the I/O.
+    let launcher = "nsenter --net=/run/netns/{host} env SLURM_JOB_ID=job-{host}";
+    let listen = format!("{}:0", c1.addr);
+    let o = d("mnt-{host}/ior").display().to_string();
+    let mut cmd = c1.prefix();
+    cmd.extend(
+        [
+            nacre_testkit::nacre_bin().to_str().unwrap(),
+            "bench",
+            "ior",
+            "-w",
+            "-r",
+            "-t",
+            "64k",
+            "-b",
+            "1m",
+            "-s",
+            "2",
+            "-N",
+            "4",
+            "-C",
+            "-e",
+            "-W",
+            "-R",
+            "-F",
+            "--json",
+            "--hosts",
+            &hosts,
+            "--launcher",
+            launcher,
+            "--listen",
+            &listen,
+            "-o",
+            &o,
+        ]
+        .map(String::from),
+    );
+    let out = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["check_errors"], 0);
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        v["params"]["reorder_shift"], 2,
+        "-C reads the other host's data"
+    );
+    assert_eq!(v["phases"][0]["bytes"], 4 * 2 * (1 << 20));
+    let stats = nacre_ok(&["ctl", "get_param", "-n", "ost.mhb-OST0000.job_stats"]);
+    for h in [c1, c2] {
+        // Two tasks per host, 2 MiB each, 64 KiB per write → 64 write RPCs per host.
+        let job = format!("job-{}", h.netns);
+        assert_eq!(job_samples(&stats, &job, "write"), 64, "{job}: {stats}");
+    }
+    // mdtest over the native client library on both hosts, one shared directory.
+    nacre_ok(&["ctl", "set_param", "mdt.mhb-MDT0000.job_stats=0"]);
+    let mut cmd = c1.prefix();
+    cmd.extend(
+        [
+            nacre_testkit::nacre_bin().to_str().unwrap(),
+            "bench",
+            "mdtest",
+            "-a",
+            "NACRE",
+            "--mgs",
+            &mgs,
+            "--fsname",
+            "mhb",
+            "-n",
+            "50",
+            "-N",
+            "4",
+            "-F",
+            "--json",
+            "--hosts",
+            &hosts,
+            "--launcher",
+            launcher,
+            "--listen",
+            &listen,
+            "-d",
+            "/md",
+        ]
+        .map(String::from),
+    );
+    let out = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let phases = v["iterations"][0]["phases"].as_array().unwrap();
+    assert_eq!(
+        phases.iter().find(|p| p[0] == "File creation").unwrap()[1],
+        200
+    );
+    let mdt = nacre_ok(&["ctl", "get_param", "-n", "mdt.mhb-MDT0000.job_stats"]);
+    for h in [c1, c2] {
+        let job = format!("job-{}", h.netns);
+        assert_eq!(job_samples(&mdt, &job, "create"), 100, "{job}: {mdt}");
+    }
+    // A host that cannot start a worker is reported, not waited for.
+    let bad = nacre(&[
+        "bench",
+        "mdtest",
+        "-n",
+        "1",
+        "-N",
+        "2",
+        "--hosts",
+        "a,b",
+        "--launcher",
+        "false {host}",
+        "--listen",
+        "127.0.0.1:0",
+        "-d",
+        "/tmp/x",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("exited"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

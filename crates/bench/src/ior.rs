@@ -11,14 +11,14 @@
 //! `-R` on reading).
 
 use crate::stats::Summary;
+use crate::storage::{Api, Storage};
+use crate::team::{Job, Placement, Recorder, Sample, Team, Workload};
 use crate::{io_err, BenchError};
 use nacre_types::AlignedBuf;
-use serde::Serialize;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Most tasks one run may start.
@@ -27,7 +27,7 @@ pub const TASKS_MAX: usize = 4096;
 pub const TRANSFER_BYTES_MAX: u64 = 1 << 30;
 
 /// Parameters, named after IOR's flags.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IorParams {
     /// `-o`: test file (with `-F`, a `.NNNNNNNN` task suffix is added).
     pub path: PathBuf,
@@ -61,6 +61,10 @@ pub struct IorParams {
     pub keep: bool,
     /// `-G`: data signature seed.
     pub seed: u64,
+    /// With `-C`, task `t` reads the data of task `t + reorder_shift` (set by the run: the
+    /// tasks per host on several hosts, as IOR shifts by tasks per node; 1 in one process).
+    #[serde(default)]
+    pub reorder_shift: usize,
 }
 
 impl IorParams {
@@ -148,6 +152,10 @@ pub struct PhaseResult {
 /// A whole run.
 #[derive(Debug, Serialize)]
 pub struct IorReport {
+    /// Interface used (`POSIX`, `NACRE`).
+    pub api: &'static str,
+    /// Hosts the tasks ran on (empty: this process).
+    pub hosts: Vec<String>,
     /// Parameters.
     pub params: IorParams,
     /// Every phase of every iteration.
@@ -158,13 +166,8 @@ pub struct IorReport {
     pub check_errors: u64,
     /// First data check error, if any.
     pub first_error: Option<String>,
-}
-
-#[derive(Default)]
-struct TaskTimes {
-    open: f64,
-    xfer: f64,
-    close: f64,
+    /// Progress samples (for charts).
+    pub samples: Vec<Sample>,
 }
 
 fn word(offset: u64, writer: usize, seed: u64) -> u64 {
@@ -203,45 +206,66 @@ fn check_words(
     errors
 }
 
-struct Run<'a> {
-    p: &'a IorParams,
-    barrier: Barrier,
-    errors: AtomicU64,
-    first: Mutex<Option<String>>,
+/// A phase command sent to every task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum IorCmd {
+    /// Write (`write`) or read, checking the data if `check`, with data signature `seed`.
+    Io {
+        /// Write phase.
+        write: bool,
+        /// Check data read.
+        check: bool,
+        /// Data signature of this iteration.
+        seed: u64,
+    },
+    /// Remove the test files.
+    Remove,
 }
 
-impl Run<'_> {
-    fn open(&self, path: &Path, write: bool) -> Result<File, BenchError> {
-        let mut o = OpenOptions::new();
-        o.read(true);
-        if write {
-            o.write(true).create(true);
-        }
-        if self.p.direct {
-            o.custom_flags(libc::O_DIRECT);
-        }
-        o.open(path).map_err(|e| io_err("open", path, e))
+/// What tasks report of a phase: slowest times and data check errors.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct IorOut {
+    open: f64,
+    xfer: f64,
+    close: f64,
+    errors: u64,
+    first: Option<String>,
+}
+
+/// The IOR workload as a team runs it.
+pub struct IorWork {
+    p: IorParams,
+}
+
+impl IorWork {
+    /// The workload of `p`.
+    pub fn new(p: IorParams) -> IorWork {
+        IorWork { p }
     }
 
-    /// One task's side of a phase: `write`, or read (checking if `check`) the data of `source`.
-    fn task_phase(
+    /// One task's side of a phase: `write`, or read (checking if `check`) the data of the
+    /// task `reorder_shift` ahead with `-C`.
+    fn io(
         &self,
         task: usize,
         write: bool,
         check: bool,
         seed: u64,
-    ) -> Result<TaskTimes, BenchError> {
-        let p = self.p;
+        storage: &dyn Storage,
+        done: &AtomicU64,
+    ) -> Result<IorOut, BenchError> {
+        let p = &self.p;
         let source = if !write && p.reorder {
-            (task + 1) % p.tasks
+            (task + p.reorder_shift.max(1)) % p.tasks
         } else {
             task
         };
         let path = p.file_of(source);
-        let mut times = TaskTimes::default();
+        let mut out = IorOut::default();
+        let first = Mutex::new(None);
         let t0 = Instant::now();
-        let file = self.open(&path, write)?;
-        times.open = t0.elapsed().as_secs_f64();
+        let file = storage.open(&path, write, p.direct)?;
+        out.open = t0.elapsed().as_secs_f64();
         let mut buf = AlignedBuf::zeroed(p.transfer as usize);
         let t1 = Instant::now();
         for s in 0..p.segments {
@@ -255,104 +279,169 @@ impl Run<'_> {
                     file.read_exact_at(&mut buf, off)
                         .map_err(|e| io_err("read", &path, e))?;
                     if check {
-                        let n = check_words(&buf, off, source, seed, &self.first);
-                        self.errors.fetch_add(n, Ordering::Relaxed);
+                        out.errors += check_words(&buf, off, source, seed, &first);
                     }
                 }
+                done.fetch_add(p.transfer, Ordering::Relaxed);
             }
         }
-        times.xfer = t1.elapsed().as_secs_f64();
+        out.xfer = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
         if write && p.fsync {
             file.sync_all().map_err(|e| io_err("fsync", &path, e))?;
         }
-        drop(file);
-        times.close = t2.elapsed().as_secs_f64();
-        Ok(times)
-    }
-
-    /// Runs one phase on all tasks between barriers and measures it.
-    fn phase(
-        &self,
-        op: &'static str,
-        iteration: u32,
-        write: bool,
-        check: bool,
-        seed: u64,
-    ) -> Result<PhaseResult, BenchError> {
-        let p = self.p;
-        let results: Vec<Result<TaskTimes, BenchError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..p.tasks)
-                .map(|t| {
-                    scope.spawn(move || {
-                        self.barrier.wait();
-                        let r = self.task_phase(t, write, check, seed);
-                        self.barrier.wait();
-                        r
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("task thread"))
-                .collect()
-        });
-        let mut slowest = TaskTimes::default();
-        for r in results {
-            let t = r?;
-            slowest.open = slowest.open.max(t.open);
-            slowest.xfer = slowest.xfer.max(t.xfer);
-            slowest.close = slowest.close.max(t.close);
-        }
-        let total = slowest.open + slowest.xfer + slowest.close;
-        let bytes = p.bytes_per_task() * p.tasks as u64;
-        let ops = (bytes / p.transfer) as f64;
-        Ok(PhaseResult {
-            op,
-            iteration,
-            bytes,
-            bw_mib: bytes as f64 / (1 << 20) as f64 / total.max(1e-9),
-            iops: ops / total.max(1e-9),
-            latency_s: slowest.xfer / (ops / p.tasks as f64).max(1.0),
-            open_s: slowest.open,
-            xfer_s: slowest.xfer,
-            close_s: slowest.close,
-            total_s: total,
-        })
+        file.close().map_err(|e| io_err("close", &path, e))?;
+        out.close = t2.elapsed().as_secs_f64();
+        out.first = first.into_inner().expect("first error");
+        Ok(out)
     }
 }
 
-/// Runs the benchmark; `progress` is called after each phase.
-pub fn run(p: &IorParams, mut progress: impl FnMut(&PhaseResult)) -> Result<IorReport, BenchError> {
-    p.validate()?;
-    let run = Run {
+impl Workload for IorWork {
+    type Cmd = IorCmd;
+    type Out = IorOut;
+
+    fn task(
+        &self,
+        cmd: &IorCmd,
+        task: usize,
+        storage: &dyn Storage,
+        done: &AtomicU64,
+    ) -> Result<IorOut, BenchError> {
+        match *cmd {
+            IorCmd::Io { write, check, seed } => self.io(task, write, check, seed, storage, done),
+            IorCmd::Remove => {
+                if self.p.file_per_proc || task == 0 {
+                    storage.remove_quietly(&self.p.file_of(task));
+                }
+                Ok(IorOut::default())
+            }
+        }
+    }
+
+    fn merge(into: &mut IorOut, o: IorOut) {
+        into.open = into.open.max(o.open);
+        into.xfer = into.xfer.max(o.xfer);
+        into.close = into.close.max(o.close);
+        into.errors += o.errors;
+        if into.first.is_none() {
+            into.first = o.first;
+        }
+    }
+}
+
+fn phase_result(
+    p: &IorParams,
+    op: &'static str,
+    iteration: u32,
+    o: &IorOut,
+    wall: f64,
+) -> PhaseResult {
+    let bytes = p.bytes_per_task() * p.tasks as u64;
+    let ops = (bytes / p.transfer) as f64;
+    let total = wall.max(1e-9);
+    PhaseResult {
+        op,
+        iteration,
+        bytes,
+        bw_mib: bytes as f64 / (1 << 20) as f64 / total,
+        iops: ops / total,
+        latency_s: o.xfer / (ops / p.tasks as f64).max(1.0),
+        open_s: o.open,
+        xfer_s: o.xfer,
+        close_s: o.close,
+        total_s: wall,
+    }
+}
+
+/// Runs the benchmark as threads of this process on POSIX paths; `progress` is called after
+/// each phase.
+pub fn run(p: &IorParams, progress: impl FnMut(&PhaseResult)) -> Result<IorReport, BenchError> {
+    run_on(
         p,
-        barrier: Barrier::new(p.tasks),
-        errors: AtomicU64::new(0),
-        first: Mutex::new(None),
+        &Api::Posix,
+        &Placement::default(),
+        Recorder::new(false, "MiB", (1 << 20) as f64),
+        progress,
+    )
+}
+
+/// Runs the benchmark through `api` with tasks placed as `placement` says; `recorder`
+/// samples progress (its samples end up in the report).
+pub fn run_on(
+    p: &IorParams,
+    api: &Api,
+    placement: &Placement,
+    recorder: Recorder,
+    mut progress: impl FnMut(&PhaseResult),
+) -> Result<IorReport, BenchError> {
+    p.validate()?;
+    let mut p = p.clone();
+    let hosts = placement.hosts.len();
+    p.reorder_shift = if hosts > 1 {
+        (p.tasks / hosts).max(1)
+    } else {
+        1
     };
+    let work = IorWork::new(p.clone());
+    let mut team = Team::start(
+        &work,
+        Job::Ior(p.clone()),
+        p.tasks,
+        api,
+        placement,
+        recorder,
+    )?;
+    let total = p.bytes_per_task() * p.tasks as u64;
     let mut phases = Vec::new();
+    let mut errors = 0;
+    let mut first_error = None;
+    let mut note = |o: &IorOut| {
+        errors += o.errors;
+        if first_error.is_none() {
+            first_error.clone_from(&o.first);
+        }
+    };
     for it in 0..p.iterations {
         let seed = p.seed.wrapping_add(u64::from(it)) & 0xff;
         if p.write {
-            let r = run.phase("write", it, true, false, seed)?;
+            let cmd = IorCmd::Io {
+                write: true,
+                check: false,
+                seed,
+            };
+            let (o, wall) = team.phase(&format!("write {it}"), &cmd, total)?;
+            let r = phase_result(&p, "write", it, &o, wall);
             progress(&r);
             phases.push(r);
             if p.check_write {
-                run.phase("wcheck", it, false, true, seed)?;
+                let cmd = IorCmd::Io {
+                    write: false,
+                    check: true,
+                    seed,
+                };
+                let (o, _) = team.phase(&format!("wcheck {it}"), &cmd, total)?;
+                note(&o);
             }
         }
         if p.read {
-            let r = run.phase("read", it, false, p.check_read, seed)?;
+            let cmd = IorCmd::Io {
+                write: false,
+                check: p.check_read,
+                seed,
+            };
+            let (o, wall) = team.phase(&format!("read {it}"), &cmd, total)?;
+            note(&o);
+            let r = phase_result(&p, "read", it, &o, wall);
             progress(&r);
             phases.push(r);
         }
         if !p.keep && p.write {
-            for t in 0..if p.file_per_proc { p.tasks } else { 1 } {
-                let _ = std::fs::remove_file(p.file_of(t));
-            }
+            team.phase(&format!("remove {it}"), &IorCmd::Remove, 0)?;
         }
     }
+    let samples = std::mem::take(&mut team.recorder.samples);
+    drop(team);
     let mut summary = Vec::new();
     for op in ["write", "read"] {
         let bw: Vec<f64> = phases
@@ -370,11 +459,14 @@ pub fn run(p: &IorParams, mut progress: impl FnMut(&PhaseResult)) -> Result<IorR
         }
     }
     Ok(IorReport {
-        params: p.clone(),
+        api: api.name(),
+        hosts: placement.hosts.clone(),
+        params: p,
         phases,
         summary,
-        check_errors: run.errors.into_inner(),
-        first_error: run.first.into_inner().expect("first error"),
+        check_errors: errors,
+        first_error,
+        samples,
     })
 }
 
@@ -421,6 +513,9 @@ pub fn format_report(r: &IorReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
+    use std::path::Path;
 
     fn params(dir: &Path) -> IorParams {
         IorParams {
@@ -440,6 +535,7 @@ mod tests {
             direct: false,
             keep: true,
             seed: 7,
+            reorder_shift: 0,
         }
     }
 

@@ -12,8 +12,11 @@
 
 pub mod ior;
 pub mod mdtest;
+pub mod plot;
 pub mod stats;
+pub mod storage;
 pub mod survey;
+pub mod team;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -6,14 +6,12 @@
 //! tree's leaves round-robin; a rate is items of all tasks divided by the phase's wall time.
 
 use crate::stats::Summary;
-use crate::{io_err, BenchError};
-use serde::Serialize;
-use std::ffi::CString;
-use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::Barrier;
-use std::time::Instant;
+use crate::storage::{Api, Storage};
+use crate::team::{Job, Placement, Recorder, Sample, Team, Workload};
+use crate::BenchError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most tasks one run may start.
 pub const TASKS_MAX: usize = 4096;
@@ -21,7 +19,7 @@ pub const TASKS_MAX: usize = 4096;
 pub const TREE_LEAVES_MAX: u64 = 1 << 16;
 
 /// Parameters, named after mdtest's flags.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MdtestParams {
     /// `-d`: directory to work in.
     pub dir: PathBuf,
@@ -61,12 +59,18 @@ pub struct IterationResult {
 /// A whole run.
 #[derive(Debug, Serialize)]
 pub struct MdtestReport {
+    /// Interface used (`POSIX`, `NACRE`).
+    pub api: &'static str,
+    /// Hosts the tasks ran on (empty: this process).
+    pub hosts: Vec<String>,
     /// Parameters.
     pub params: MdtestParams,
     /// Each iteration.
     pub iterations: Vec<IterationResult>,
     /// Per phase: rate summary over iterations.
     pub summary: Vec<(String, Summary)>,
+    /// Progress samples (for charts).
+    pub samples: Vec<Sample>,
 }
 
 impl MdtestParams {
@@ -131,87 +135,132 @@ impl MdtestParams {
     }
 }
 
-fn mknod(path: &Path) -> std::io::Result<()> {
-    let c =
-        CString::new(path.as_os_str().as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    // SAFETY: valid NUL-terminated path.
-    if unsafe { libc::mknod(c.as_ptr(), libc::S_IFREG | 0o644, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+/// A phase command: the phase's name (mdtest's, e.g. `File creation`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MdCmd {
+    /// Phase name.
+    pub phase: String,
 }
 
-fn item_op(p: &MdtestParams, phase: &str, path: &Path, payload: &[u8]) -> Result<(), BenchError> {
-    match phase {
-        "Directory creation" => std::fs::create_dir(path).map_err(|e| io_err("mkdir", path, e)),
-        "Directory stat" | "File stat" => std::fs::metadata(path)
-            .map(|_| ())
-            .map_err(|e| io_err("stat", path, e)),
-        "Directory removal" => std::fs::remove_dir(path).map_err(|e| io_err("rmdir", path, e)),
-        "File creation" if p.mknod => mknod(path).map_err(|e| io_err("mknod", path, e)),
-        "File creation" => {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .map_err(|e| io_err("create", path, e))?;
-            if !payload.is_empty() {
-                f.write_all(payload).map_err(|e| io_err("write", path, e))?;
-            }
-            Ok(())
+/// The mdtest workload as a team runs it.
+pub struct MdWork {
+    p: MdtestParams,
+    payload: Vec<u8>,
+}
+
+impl MdWork {
+    /// The workload of `p`.
+    pub fn new(p: MdtestParams) -> MdWork {
+        let payload = vec![0x5au8; p.write_bytes as usize];
+        MdWork { p, payload }
+    }
+
+    fn trees(&self) -> usize {
+        if self.p.unique_dir {
+            self.p.tasks
+        } else {
+            1
         }
-        "File read" => {
-            let mut f = std::fs::File::open(path).map_err(|e| io_err("open", path, e))?;
-            if p.read_bytes > 0 {
-                let mut buf = vec![0u8; p.read_bytes as usize];
-                let n = f.read(&mut buf).map_err(|e| io_err("read", path, e))?;
-                let _ = n;
-            }
-            Ok(())
-        }
-        "File removal" => std::fs::remove_file(path).map_err(|e| io_err("unlink", path, e)),
-        _ => Ok(()),
     }
 }
 
-/// Runs `work(task)` on every task between barriers; returns the wall time.
-fn timed(
-    tasks: usize,
-    work: impl Fn(usize) -> Result<(), BenchError> + Sync,
-) -> Result<f64, BenchError> {
-    let barrier = Barrier::new(tasks + 1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..tasks)
-            .map(|t| {
-                let (barrier, work) = (&barrier, &work);
-                scope.spawn(move || {
-                    barrier.wait();
-                    let r = work(t);
-                    barrier.wait();
-                    r
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        barrier.wait();
-        let secs = start.elapsed().as_secs_f64();
-        for h in handles {
-            h.join().expect("task thread")?;
+impl Workload for MdWork {
+    type Cmd = MdCmd;
+    type Out = ();
+
+    fn task(
+        &self,
+        cmd: &MdCmd,
+        t: usize,
+        fs: &dyn Storage,
+        done: &AtomicU64,
+    ) -> Result<(), BenchError> {
+        let p = &self.p;
+        match cmd.phase.as_str() {
+            "Setup" => {
+                if t == 0 {
+                    fs.mkdir_all(&p.dir)?;
+                }
+            }
+            "Tree creation" if t < self.trees() => {
+                for d in p.tree_dirs(t) {
+                    fs.mkdir(&d)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            "Tree removal" if t < self.trees() => {
+                for d in p.tree_dirs(t).iter().rev() {
+                    fs.rmdir(d)?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            "Tree creation" | "Tree removal" => {}
+            phase => {
+                let kind = if phase.starts_with("Directory") {
+                    "dir"
+                } else {
+                    "file"
+                };
+                let leaves = p.leaf_dirs(t);
+                for i in 0..p.items {
+                    let path = p.item(&leaves, t, i, kind);
+                    match phase {
+                        "Directory creation" => fs.mkdir(&path)?,
+                        "Directory stat" | "File stat" => fs.stat(&path)?,
+                        "Directory removal" => fs.rmdir(&path)?,
+                        "File creation" if p.mknod => fs.mknod(&path)?,
+                        "File creation" => fs.create(&path, &self.payload)?,
+                        "File read" => fs.read_head(&path, p.read_bytes as usize)?,
+                        "File removal" => fs.unlink(&path)?,
+                        other => return Err(BenchError::Params(format!("unknown phase {other}"))),
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
-        Ok(secs)
-    })
+        Ok(())
+    }
+
+    fn merge(_: &mut (), _: ()) {}
 }
 
-/// Runs the benchmark; `progress` is called after each phase with (iteration, phase, rate).
+/// Runs the benchmark as threads of this process on POSIX paths; `progress` is called after
+/// each phase with (iteration, phase, rate).
 pub fn run(
     p: &MdtestParams,
+    progress: impl FnMut(u32, &str, f64),
+) -> Result<MdtestReport, BenchError> {
+    run_on(
+        p,
+        &Api::Posix,
+        &Placement::default(),
+        Recorder::new(false, "ops", 1.0),
+        progress,
+    )
+}
+
+/// Runs the benchmark through `api` with tasks placed as `placement` says.
+pub fn run_on(
+    p: &MdtestParams,
+    api: &Api,
+    placement: &Placement,
+    recorder: Recorder,
     mut progress: impl FnMut(u32, &str, f64),
 ) -> Result<MdtestReport, BenchError> {
     p.validate()?;
-    std::fs::create_dir_all(&p.dir).map_err(|e| io_err("mkdir", &p.dir, e))?;
-    let trees = if p.unique_dir { p.tasks } else { 1 };
-    let payload = vec![0x5au8; p.write_bytes as usize];
+    let work = MdWork::new(p.clone());
+    let mut team = Team::start(
+        &work,
+        Job::Mdtest(p.clone()),
+        p.tasks,
+        api,
+        placement,
+        recorder,
+    )?;
+    let cmd = |phase: &str| MdCmd {
+        phase: phase.to_string(),
+    };
+    team.phase("Setup", &cmd("Setup"), 0)?;
     let mut phases: Vec<&str> = Vec::new();
     if !p.files_only {
         phases.extend(["Directory creation", "Directory stat", "Directory removal"]);
@@ -219,57 +268,29 @@ pub fn run(
     if !p.dirs_only {
         phases.extend(["File creation", "File stat", "File read", "File removal"]);
     }
+    let tree_dirs: u64 = (0..work.trees()).map(|t| p.tree_dirs(t).len() as u64).sum();
     let mut iterations = Vec::new();
     for it in 0..p.iterations {
         let mut result = IterationResult {
             iteration: it,
             phases: Vec::new(),
         };
-        let tree_dirs: usize = (0..trees).map(|t| p.tree_dirs(t).len()).sum();
-        let secs = timed(trees, |t| {
-            for d in p.tree_dirs(t) {
-                std::fs::create_dir(&d).map_err(|e| io_err("mkdir", &d, e))?;
-            }
-            Ok(())
-        })?;
-        result.phases.push((
-            "Tree creation".into(),
-            tree_dirs as u64,
-            secs,
-            tree_dirs as f64 / secs.max(1e-9),
-        ));
-        for phase in &phases {
-            let kind = if phase.starts_with("Directory") {
-                "dir"
-            } else {
-                "file"
-            };
-            let secs = timed(p.tasks, |t| {
-                let leaves = p.leaf_dirs(t);
-                for i in 0..p.items {
-                    item_op(p, phase, &p.item(&leaves, t, i, kind), &payload)?;
-                }
-                Ok(())
-            })?;
-            let n = p.items * p.tasks as u64;
+        let mut timed = |name: &str, n: u64, result: &mut IterationResult| {
+            let ((), secs) = team.phase(name, &cmd(name), n)?;
             let rate = n as f64 / secs.max(1e-9);
+            result.phases.push((name.to_string(), n, secs, rate));
+            Ok::<f64, BenchError>(rate)
+        };
+        timed("Tree creation", tree_dirs, &mut result)?;
+        for phase in &phases {
+            let rate = timed(phase, p.items * p.tasks as u64, &mut result)?;
             progress(it, phase, rate);
-            result.phases.push((phase.to_string(), n, secs, rate));
         }
-        let secs = timed(trees, |t| {
-            for d in p.tree_dirs(t).iter().rev() {
-                std::fs::remove_dir(d).map_err(|e| io_err("rmdir", d, e))?;
-            }
-            Ok(())
-        })?;
-        result.phases.push((
-            "Tree removal".into(),
-            tree_dirs as u64,
-            secs,
-            tree_dirs as f64 / secs.max(1e-9),
-        ));
+        timed("Tree removal", tree_dirs, &mut result)?;
         iterations.push(result);
     }
+    let samples = std::mem::take(&mut team.recorder.samples);
+    drop(team);
     let mut names: Vec<String> = phases.iter().map(|s| s.to_string()).collect();
     names.extend(["Tree creation".to_string(), "Tree removal".to_string()]);
     let summary = names
@@ -283,9 +304,12 @@ pub fn run(
         })
         .collect();
     Ok(MdtestReport {
+        api: api.name(),
+        hosts: placement.hosts.clone(),
         params: p.clone(),
         iterations,
         summary,
+        samples,
     })
 }
 

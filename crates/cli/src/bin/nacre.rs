@@ -117,6 +117,81 @@ enum BenchCommand {
     Mdtest(MdtestArgs),
     /// obdfilter-survey-like: drive OST directories directly (no client, no network).
     Survey(SurveyArgs),
+    /// A benchmark worker process (started by `--hosts` runs through the launcher).
+    #[command(hide = true)]
+    Worker {
+        /// Leader address.
+        #[arg(long)]
+        connect: std::net::SocketAddr,
+        /// This host's index in `--hosts`.
+        #[arg(long)]
+        index: usize,
+    },
+}
+
+/// Where and through what benchmark tasks run, and what they record.
+#[derive(Args)]
+struct TeamArgs {
+    /// Interface (IOR's -a): POSIX (paths on a mount) or NACRE (native client library, no
+    /// FUSE; paths are inside the file system, e.g. /ior/file).
+    #[arg(short = 'a', long = "api", default_value = "POSIX")]
+    api: String,
+    /// MGS NID for -a NACRE.
+    #[arg(long)]
+    mgs: Option<String>,
+    /// File system name for -a NACRE.
+    #[arg(long, default_value = "nacre")]
+    fsname: String,
+    /// Client hosts, comma separated; the -N tasks are spread over them in blocks, one worker
+    /// process per host. A {host} in the path is replaced with each host's name.
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// Command prefix that runs a command on {host}.
+    #[arg(long, default_value = "ssh {host}")]
+    launcher: String,
+    /// Address of this machine the hosts' workers connect back to (IP:PORT; port 0 = any).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Milliseconds the workers may take to start and connect.
+    #[arg(long, default_value_t = 30_000)]
+    worker_timeout_ms: u64,
+    /// Write a chart of bandwidth (or ops) over time, per phase, to this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Show a live progress line even when stderr is not a terminal.
+    #[arg(long)]
+    progress: bool,
+}
+
+impl TeamArgs {
+    fn api(&self) -> anyhow::Result<nacre_bench::storage::Api> {
+        match self.api.to_ascii_uppercase().as_str() {
+            "POSIX" => Ok(nacre_bench::storage::Api::Posix),
+            "NACRE" => Ok(nacre_bench::storage::Api::Nacre {
+                mgs: self
+                    .mgs
+                    .clone()
+                    .context("-a NACRE needs --mgs NID (the MGS to mount from)")?,
+                fsname: self.fsname.clone(),
+            }),
+            other => bail!("unknown API '{other}': use POSIX or NACRE"),
+        }
+    }
+
+    fn placement(&self) -> nacre_bench::team::Placement {
+        nacre_bench::team::Placement {
+            hosts: self.hosts.clone(),
+            launcher: self.launcher.clone(),
+            listen: self.listen,
+            connect_timeout_ms: self.worker_timeout_ms,
+        }
+    }
+
+    fn recorder(&self, quiet: bool, unit: &'static str, scale: f64) -> nacre_bench::team::Recorder {
+        use std::io::IsTerminal;
+        let live = !quiet && (self.progress || std::io::stderr().is_terminal());
+        nacre_bench::team::Recorder::new(live, unit, scale)
+    }
 }
 
 #[derive(Args)]
@@ -203,6 +278,8 @@ struct IorArgs {
     /// No progress lines.
     #[arg(short = 'q')]
     quiet: bool,
+    #[command(flatten)]
+    team: TeamArgs,
 }
 
 #[derive(Args)]
@@ -249,6 +326,8 @@ struct MdtestArgs {
     /// No progress lines.
     #[arg(short = 'q')]
     quiet: bool,
+    #[command(flatten)]
+    team: TeamArgs,
 }
 
 #[derive(Args)]
@@ -686,6 +765,9 @@ fn main() {
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
+        Command::Bench(BenchCommand::Worker { connect, index }) => {
+            nacre_bench::team::worker_main(connect, index).map_err(Into::into)
+        }
         Command::Df {
             human,
             inodes,
@@ -754,10 +836,13 @@ fn bench_ior(a: IorArgs) -> anyhow::Result<()> {
         direct: a.direct,
         keep: a.keep,
         seed: a.seed,
+        reorder_shift: 0,
     };
     let _ = a.barriers;
     let quiet = a.quiet || a.json;
-    let report = nacre_bench::ior::run(&params, |ph| {
+    let api = a.team.api()?;
+    let recorder = a.team.recorder(quiet, "MiB", (1u64 << 20) as f64);
+    let report = nacre_bench::ior::run_on(&params, &api, &a.team.placement(), recorder, |ph| {
         if !quiet {
             eprintln!(
                 "iteration {} {}: {:.1} MiB/s in {:.3} s",
@@ -769,6 +854,15 @@ fn bench_ior(a: IorArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", nacre_bench::ior::format_report(&report));
+    }
+    if let Some(path) = &a.team.plot {
+        let svg = nacre_bench::plot::svg(
+            &format!("nacre bench ior: {} tasks, {}", params.tasks, report.api),
+            "MiB/s",
+            (1u64 << 20) as f64,
+            &report.samples,
+        );
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     if report.check_errors > 0 {
         bail!("data check found {} wrong words", report.check_errors);
@@ -792,15 +886,32 @@ fn bench_mdtest(a: MdtestArgs) -> anyhow::Result<()> {
         mknod: a.mknod,
     };
     let quiet = a.quiet || a.json;
-    let report = nacre_bench::mdtest::run(&params, |it, phase, rate| {
-        if !quiet {
-            eprintln!("iteration {it} {phase}: {rate:.0} ops/s");
-        }
-    })?;
+    let api = a.team.api()?;
+    let recorder = a.team.recorder(quiet, "ops", 1.0);
+    let report = nacre_bench::mdtest::run_on(
+        &params,
+        &api,
+        &a.team.placement(),
+        recorder,
+        |it, phase, rate| {
+            if !quiet {
+                eprintln!("iteration {it} {phase}: {rate:.0} ops/s");
+            }
+        },
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", nacre_bench::mdtest::format_report(&report));
+    }
+    if let Some(path) = &a.team.plot {
+        let svg = nacre_bench::plot::svg(
+            &format!("nacre bench mdtest: {} tasks, {}", params.tasks, report.api),
+            "ops/s",
+            1.0,
+            &report.samples,
+        );
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
