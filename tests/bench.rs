@@ -515,3 +515,44 @@ fn ior_and_mdtest_span_several_client_hosts() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn mds_survey_drives_a_scratch_mdt() {
+    let root = tempfile::Builder::new()
+        .prefix("nacre-mdsurvey")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let dir = root.path().join("scratch");
+    let out = nacre_ok(&[
+        "bench",
+        "mds-survey",
+        dir.to_str().unwrap(),
+        "--files",
+        "400",
+        "--threads",
+        "2",
+        "--dirs",
+        "2",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let tests: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tests,
+        ["create", "lookup", "md_getattr", "setxattr", "destroy"]
+    );
+    for t in v.as_array().unwrap() {
+        assert_eq!(t["ops"], 400);
+        assert!(t["rate"].as_f64().unwrap() > 0.0);
+    }
+    assert!(!dir.exists(), "the scratch MDT is removed");
+    fs::write(root.path().join("keep"), b"x").unwrap();
+    let refused = nacre(&["bench", "mds-survey", root.path().to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(root.path().join("keep").exists());
+}

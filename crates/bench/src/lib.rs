@@ -11,6 +11,7 @@
 //! `-g`. Results are measured, never assumed: every figure is timed around the phase it names.
 
 pub mod ior;
+pub mod mds_survey;
 pub mod mdtest;
 pub mod plot;
 pub mod stats;

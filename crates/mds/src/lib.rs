@@ -231,6 +231,24 @@ fn commit(
     }
 }
 
+/// Executes one decoded call with request id `xid` on `mdt`, exactly as the service does for
+/// a request from the network (reply saving, commit, statistics). mds-survey drives an MDT
+/// through this, below the network.
+pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    let op = (call.op.opcode() & 0xff) as usize - 1;
+    let started = std::time::Instant::now();
+    let out = if call.op.is_modifying() {
+        run_modifying(mdt, call, xid)
+    } else {
+        to_outgoing(read_only(mdt, &call.op))
+    };
+    let us = started.elapsed().as_micros() as u64;
+    mdt.md_stats.record(op, us, 0);
+    mdt.job_stats
+        .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
+    out
+}
+
 impl Handler for MdsHandler {
     fn handle(&self, req: &Incoming) -> Outgoing {
         let Some(mdt) = self.target(req.header.target) else {
@@ -243,17 +261,6 @@ impl Handler for MdsHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        let op = (call.op.opcode() & 0xff) as usize - 1;
-        let started = std::time::Instant::now();
-        let out = if call.op.is_modifying() {
-            run_modifying(&mdt, &call, req.header.xid)
-        } else {
-            to_outgoing(read_only(&mdt, &call.op))
-        };
-        let us = started.elapsed().as_micros() as u64;
-        mdt.md_stats.record(op, us, 0);
-        mdt.job_stats
-            .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
-        out
+        execute(&mdt, &call, req.header.xid)
     }
 }

@@ -18,8 +18,9 @@ use std::sync::{Arc, RwLock};
 pub const QOS_THRESHOLD_PERCENT: u64 = 17;
 
 struct OstEntry {
-    nid: Nid,
-    conn: Arc<Connection>,
+    nid: Option<Nid>,
+    /// None for the placeholder OSTs of a detached pool.
+    conn: Option<Arc<Connection>>,
     statfs: Option<StatFs>,
 }
 
@@ -31,6 +32,8 @@ pub struct OstPool {
     osts: RwLock<BTreeMap<u32, OstEntry>>,
     config_version: RwLock<u64>,
     rr_cursor: AtomicUsize,
+    /// No MGS and no OST servers: the configuration never changes.
+    detached: bool,
 }
 
 impl OstPool {
@@ -43,11 +46,37 @@ impl OstPool {
             osts: RwLock::new(BTreeMap::new()),
             config_version: RwLock::new(0),
             rr_cursor: AtomicUsize::new(0),
+            detached: false,
         }
+    }
+
+    /// A pool of `osts` OST indices with no servers behind them, for driving an MDT alone
+    /// (mds-survey): layouts get object ids, but nothing is ever sent to an OST.
+    pub fn detached(fsname: &str, osts: u32) -> OstPool {
+        let unused = Nid::tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        let mut pool = OstPool::new(fsname, unused, NetConfig::default());
+        pool.detached = true;
+        {
+            let mut map = pool.osts.write().expect("osts");
+            for index in 0..osts {
+                map.insert(
+                    index,
+                    OstEntry {
+                        nid: None,
+                        conn: None,
+                        statfs: None,
+                    },
+                );
+            }
+        }
+        pool
     }
 
     /// Fetches the configuration and refreshes each OST's free space.
     pub fn refresh(&self) -> Result<(), RpcError> {
+        if self.detached {
+            return Ok(());
+        }
         let req = MgsRequest::GetConfig {
             fsname: self.fsname.clone(),
         };
@@ -63,7 +92,7 @@ impl OstPool {
             .read()
             .expect("osts")
             .iter()
-            .map(|(i, e)| (*i, e.conn.clone()))
+            .filter_map(|(i, e)| Some((*i, e.conn.clone()?)))
             .collect();
         for (index, conn) in conns {
             let statfs = match call::<_, OssReply>(
@@ -91,14 +120,14 @@ impl OstPool {
         let mut osts = self.osts.write().expect("osts");
         for t in &config.osts {
             let Some(&nid) = t.nids.first() else { continue };
-            let stale = osts.get(&t.index).is_none_or(|e| e.nid != nid);
+            let stale = osts.get(&t.index).is_none_or(|e| e.nid != Some(nid));
             if stale {
                 let conn = Connection::new(nid, self.net.clone());
                 osts.insert(
                     t.index,
                     OstEntry {
-                        nid,
-                        conn,
+                        nid: Some(nid),
+                        conn: Some(conn),
                         statfs: None,
                     },
                 );
@@ -135,7 +164,7 @@ impl OstPool {
             .read()
             .expect("osts")
             .get(&index)
-            .map(|e| e.conn.clone())
+            .and_then(|e| e.conn.clone())
     }
 
     /// Picks `count` distinct OSTs, starting at `start` if given.

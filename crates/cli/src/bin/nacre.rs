@@ -117,6 +117,8 @@ enum BenchCommand {
     Mdtest(MdtestArgs),
     /// obdfilter-survey-like: drive OST directories directly (no client, no network).
     Survey(SurveyArgs),
+    /// mds-survey-like: drive a scratch MDT directly (no client, no network).
+    MdsSurvey(MdsSurveyArgs),
     /// A benchmark worker process (started by `--hosts` runs through the launcher).
     #[command(hide = true)]
     Worker {
@@ -214,6 +216,33 @@ struct SurveyArgs {
     /// Use the O_DIRECT path, as OSTs do by default.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     direct: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MdsSurveyArgs {
+    /// New or empty directory for the scratch MDT, on the device to measure (removed after).
+    dir: PathBuf,
+    /// Files in all (mds-survey's file_count).
+    #[arg(long = "files", default_value_t = 100_000)]
+    files: u64,
+    /// Directories (dir_count).
+    #[arg(long = "dirs", default_value_t = 1)]
+    dirs: u32,
+    /// Threads (thrhi).
+    #[arg(long = "threads", default_value_t = 4)]
+    threads: usize,
+    /// Tests (tests_str), space or comma separated.
+    #[arg(long, default_value = "create lookup md_getattr setxattr destroy")]
+    tests: String,
+    /// OSTs each file gets an object on (placeholders: nothing is sent to an OST).
+    #[arg(long, default_value_t = 1)]
+    stripe_count: u32,
+    /// Reply only after the journal sync (as --mdt-sync-on-reply).
+    #[arg(long)]
+    sync_on_reply: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -765,6 +794,7 @@ fn main() {
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
+        Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
         Command::Bench(BenchCommand::Worker { connect, index }) => {
             nacre_bench::team::worker_main(connect, index).map_err(Into::into)
         }
@@ -1033,6 +1063,33 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
             .collect::<Vec<_>>()
             .join("\n")
     });
+}
+
+fn bench_mds_survey(a: MdsSurveyArgs) -> anyhow::Result<()> {
+    let params = nacre_bench::mds_survey::MdsSurveyParams {
+        dir: a.dir,
+        files: a.files,
+        dirs: a.dirs,
+        threads: a.threads,
+        tests: a
+            .tests
+            .split([' ', ','])
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect(),
+        stripe_count: a.stripe_count,
+        sync_on_reply: a.sync_on_reply,
+    };
+    let tests = nacre_bench::mds_survey::run(&params)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&tests)?);
+    } else {
+        print!(
+            "{}",
+            nacre_bench::mds_survey::format_report(&params, &tests)
+        );
+    }
+    Ok(())
 }
 
 fn bench_survey(a: SurveyArgs) -> anyhow::Result<()> {
