@@ -212,6 +212,47 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         parsed.contains("gauge nacre_ost_free_bytes target=stmet-OST0000"),
         "{parsed}"
     );
+    // Service partitions: threads started, requests handled by them (the two 1 MiB writes
+    // went to ost_io service threads), queue depths.
+    let value = |ty: &str, name: &str, labels: &str| -> u64 {
+        let prefix = format!("{ty} {name} {labels} ");
+        parsed
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {parsed}"))
+            .parse()
+            .unwrap()
+    };
+    let ost_io = "cpt=0,service=ost_io";
+    assert!(value("gauge", "nacre_service_threads", ost_io) >= 1);
+    assert!(value("counter", "nacre_service_requests_total", ost_io) >= 2);
+    assert_eq!(value("gauge", "nacre_service_threads_busy", ost_io), 0);
+    assert_eq!(value("gauge", "nacre_service_queue_depth", ost_io), 0);
+    value("gauge", "nacre_service_queue_depth_max", ost_io);
+    value("counter", "nacre_service_busy_seconds_total", ost_io);
+    value(
+        "counter",
+        "nacre_service_wait_seconds_total",
+        "cpt=0,service=mdt",
+    );
+    let table = nacre_ok(&["ctl", "get_param", "ost.OSS.ost_io.partition_stats"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "cpt",
+                    "threads",
+                    "busy",
+                    "queued",
+                    "queued_max",
+                    "requests",
+                    "busy_secs",
+                    "wait_secs"
+                ])
+            && table.contains("inline_requests"),
+        "{table}"
+    );
 }
 
 fn wait_for_param(name: &str, want: &str) -> String {

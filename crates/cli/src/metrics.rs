@@ -2,6 +2,7 @@
 //! the same counters `nacre ctl get_param` shows.
 
 use nacre_mds::mdt::Mdt;
+use nacre_net::ServicePool;
 use nacre_oss::OstTarget;
 use nacre_params::OpStats;
 use std::fmt::Write as _;
@@ -21,7 +22,90 @@ pub struct Sources {
     pub osts: Vec<Arc<OstTarget>>,
     /// MDTs served.
     pub mdts: Vec<Arc<Mdt>>,
+    /// Service thread pools, by service name (`ost_io`, `mdt`, `mgs`).
+    pub services: Vec<(String, Arc<ServicePool>)>,
 }
+
+/// A service's partitions as a table (`get_param *.partition_stats`).
+pub fn partition_table(pool: &ServicePool) -> String {
+    let mut s = format!(
+        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12}\n",
+        "cpt", "threads", "busy", "queued", "queued_max", "requests", "busy_secs", "wait_secs"
+    );
+    for (i, c) in pool.partition_stats().iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6}",
+            i,
+            c.threads.load(Ordering::Relaxed),
+            c.busy.load(Ordering::Relaxed),
+            c.queued.load(Ordering::Relaxed),
+            c.queued_max.load(Ordering::Relaxed),
+            c.requests.load(Ordering::Relaxed),
+            c.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        );
+    }
+    let _ = write!(
+        s,
+        "inline_requests {}",
+        pool.requests_inline.load(Ordering::Relaxed)
+    );
+    s
+}
+
+/// Per-partition service families: (name, type, help, value of a partition).
+type PartitionFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&nacre_net::PartitionStats) -> String,
+);
+
+const PARTITION_FAMILIES: [PartitionFamily; 7] = [
+    (
+        "nacre_service_threads",
+        "gauge",
+        "Service threads started, per CPU partition.",
+        |c| c.threads.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_threads_busy",
+        "gauge",
+        "Service threads handling a request now.",
+        |c| c.busy.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_queue_depth",
+        "gauge",
+        "Requests waiting for a service thread now.",
+        |c| c.queued.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_queue_depth_max",
+        "gauge",
+        "Most requests ever waiting at once.",
+        |c| c.queued_max.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_requests",
+        "counter",
+        "Requests handled by service threads.",
+        |c| c.requests.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_busy_seconds",
+        "counter",
+        "Thread time spent handling requests; rate / threads = thread use.",
+        |c| format!("{:.9}", c.busy_ns.load(Ordering::Relaxed) as f64 / 1e9),
+    ),
+    (
+        "nacre_service_wait_seconds",
+        "counter",
+        "Time requests waited in the queue.",
+        |c| format!("{:.9}", c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9),
+    ),
+];
 
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -121,6 +205,29 @@ pub fn render(src: &Sources) -> String {
                 s.bytes_avail
             );
         }
+    }
+    for (name, kind, help, value) in PARTITION_FAMILIES {
+        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+        let suffix = if kind == "counter" { "_total" } else { "" };
+        for (service, pool) in &src.services {
+            for (cpt, c) in pool.partition_stats().iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{name}{suffix}{{service=\"{}\",cpt=\"{cpt}\"}} {}",
+                    escape(service),
+                    value(c)
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "# TYPE nacre_service_inline_requests counter\n# HELP nacre_service_inline_requests Requests of in-process clients handled in the caller's thread.");
+    for (service, pool) in &src.services {
+        let _ = writeln!(
+            out,
+            "nacre_service_inline_requests_total{{service=\"{}\"}} {}",
+            escape(service),
+            pool.requests_inline.load(Ordering::Relaxed)
+        );
     }
     out.push_str("# EOF\n");
     out

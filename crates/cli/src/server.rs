@@ -201,9 +201,9 @@ impl ServerProcess {
             if label.kind == TargetKind::Mgt {
                 let mgs = Arc::new(Mgs::open(dir)?);
                 process.mgs = Some(mgs.clone());
-                process
-                    .server
-                    .add_service(Service::Mgs, pool("mgs", 1, 2, mgs));
+                let p = pool("mgs", 1, 2, mgs);
+                process.track_service("mgs.MGS.mgs", &p);
+                process.server.add_service(Service::Mgs, p);
                 tracing::info!("MGS started at {nid}");
             }
         }
@@ -249,10 +249,9 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = oss;
-        self.server.add_service(
-            Service::Oss,
-            pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler),
-        );
+        let p = pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler);
+        self.track_service("ost.OSS.ost_io", &p);
+        self.server.add_service(Service::Oss, p);
         for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
             register(mgs_of(label)?, self.target_info(label))?;
             tracing::info!("{} started", label.name());
@@ -292,10 +291,9 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = mds;
-        self.server.add_service(
-            Service::Mds,
-            pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler),
-        );
+        let p = pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler);
+        self.track_service("mds.MDS.mdt", &p);
+        self.server.add_service(Service::Mds, p);
         for (mgs, label, mdt) in started {
             register(mgs, self.target_info(&label))?;
             self.spawn_mdt_threads(mdt.clone(), spec.commit_interval_ms);
@@ -398,6 +396,33 @@ impl ServerProcess {
     }
 
     /// What `/metrics` exports for this process.
+    /// Publishes a service's partition counters as `{prefix}.threads_started` and
+    /// `{prefix}.partition_stats` (writing 0 clears) and in `/metrics`.
+    fn track_service(&mut self, prefix: &str, pool: &Arc<ServicePool>) {
+        let a = pool.clone();
+        self.registry
+            .add_fn(format!("{prefix}.threads_started"), move || {
+                a.partition_stats()
+                    .iter()
+                    .map(|c| c.threads.load(Ordering::Relaxed))
+                    .sum::<u64>()
+                    .to_string()
+            });
+        let (a, b) = (pool.clone(), pool.clone());
+        self.registry.add_rw(
+            format!("{prefix}.partition_stats"),
+            move || crate::metrics::partition_table(&a),
+            move |v| {
+                clear_with(v, || {
+                    b.partition_stats().iter().for_each(|c| c.clear());
+                })
+            },
+        );
+        self.sources
+            .services
+            .push((pool.config().name.clone(), pool.clone()));
+    }
+
     pub fn metrics_sources(&self) -> crate::metrics::Sources {
         self.sources.clone()
     }

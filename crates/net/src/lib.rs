@@ -22,7 +22,7 @@ pub mod service;
 pub use conn::{Connection, NetConfig, PendingReply};
 pub use rpc::RpcError;
 pub use server::Server;
-pub use service::{Handler, Incoming, Outgoing, ServiceConfig, ServicePool};
+pub use service::{Handler, Incoming, Outgoing, PartitionStats, ServiceConfig, ServicePool};
 
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, WireError};

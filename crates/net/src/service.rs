@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Settings of one service (MGS, MDS, OSS).
 #[derive(Clone, Debug)]
@@ -106,49 +107,100 @@ impl Incoming {
     }
 }
 
+/// Live counters of one CPU partition of a service (Lustre's `req_qdepth`, `req_active`,
+/// `req_waittime`, `threads_started`), read by `get_param` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct PartitionStats {
+    /// Service threads started.
+    pub threads: AtomicU64,
+    /// Threads handling a request right now.
+    pub busy: AtomicU64,
+    /// Requests waiting in the queue right now.
+    pub queued: AtomicU64,
+    /// Most requests ever waiting at once.
+    pub queued_max: AtomicU64,
+    /// Requests handled by this partition's threads.
+    pub requests: AtomicU64,
+    /// Nanoseconds threads spent handling requests (thread use = rate / threads).
+    pub busy_ns: AtomicU64,
+    /// Nanoseconds requests waited in the queue for a thread.
+    pub wait_ns: AtomicU64,
+}
+
+impl PartitionStats {
+    /// Clears the cumulative counters (not the live gauges).
+    pub fn clear(&self) {
+        self.queued_max
+            .store(self.queued.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.requests.store(0, Ordering::Relaxed);
+        self.busy_ns.store(0, Ordering::Relaxed);
+        self.wait_ns.store(0, Ordering::Relaxed);
+    }
+}
+
 /// A pool of service threads for one service, one bounded queue per CPU partition.
 pub struct ServicePool {
     config: ServiceConfig,
     handler: Arc<dyn Handler>,
-    queues: RwLock<Vec<Sender<Incoming>>>,
+    queues: RwLock<Vec<Sender<(Incoming, Instant)>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    partitions: Vec<Arc<PartitionStats>>,
     /// Requests handled, for statistics.
     pub requests_handled: AtomicU64,
+    /// Of those, requests handled inline in the caller's thread (in-process clients).
+    pub requests_inline: AtomicU64,
 }
 
 impl ServicePool {
     /// Starts the service threads.
     pub fn start(config: ServiceConfig, handler: Arc<dyn Handler>) -> Arc<ServicePool> {
         assert!(config.partitions > 0 && config.threads_per_partition > 0);
+        let partitions: Vec<Arc<PartitionStats>> = (0..config.partitions)
+            .map(|_| Arc::new(PartitionStats::default()))
+            .collect();
         let pool = Arc::new(ServicePool {
             config: config.clone(),
             handler: handler.clone(),
             queues: RwLock::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
+            partitions: partitions.clone(),
             requests_handled: AtomicU64::new(0),
+            requests_inline: AtomicU64::new(0),
         });
         let mut queues = Vec::new();
         let mut threads = Vec::new();
-        for cpt in 0..config.partitions {
-            let (tx, rx) = bounded::<Incoming>(config.queue_depth);
+        for (cpt, stats) in partitions.iter().enumerate() {
+            let (tx, rx) = bounded::<(Incoming, Instant)>(config.queue_depth);
             queues.push(tx);
             for n in 0..config.threads_per_partition {
-                let rx: Receiver<Incoming> = rx.clone();
+                let rx: Receiver<(Incoming, Instant)> = rx.clone();
                 let handler = handler.clone();
                 let weak = Arc::downgrade(&pool);
+                let counters = stats.clone();
                 let name = format!("{}_{cpt:02}_{n:03}", config.name);
                 let t = std::thread::Builder::new()
                     .name(name)
                     .spawn(move || {
-                        for req in rx.iter() {
+                        let stats = counters;
+                        for (req, queued_at) in rx.iter() {
+                            let started = Instant::now();
+                            stats.queued.fetch_sub(1, Ordering::Relaxed);
+                            stats.busy.fetch_add(1, Ordering::Relaxed);
+                            let waited = started.duration_since(queued_at).as_nanos() as u64;
+                            stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
                             let out = handler.handle(&req);
                             req.reply(out);
+                            let busy = started.elapsed().as_nanos() as u64;
+                            stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+                            stats.busy.fetch_sub(1, Ordering::Relaxed);
+                            stats.requests.fetch_add(1, Ordering::Relaxed);
                             if let Some(pool) = weak.upgrade() {
                                 pool.requests_handled.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                     })
                     .expect("spawn service thread");
+                stats.threads.fetch_add(1, Ordering::Relaxed);
                 threads.push(t);
             }
         }
@@ -164,11 +216,21 @@ impl ServicePool {
             req.reply(Outgoing::error(Status::NoSys));
             return;
         }
-        let tx = queues[cpt_hint % queues.len()].clone();
+        let cpt = cpt_hint % queues.len();
+        let tx = queues[cpt].clone();
         drop(queues);
-        if let Err(e) = tx.send(req) {
-            e.into_inner().reply(Outgoing::error(Status::NoSys));
+        let stats = &self.partitions[cpt];
+        let depth = stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        stats.queued_max.fetch_max(depth, Ordering::Relaxed);
+        if let Err(e) = tx.send((req, Instant::now())) {
+            stats.queued.fetch_sub(1, Ordering::Relaxed);
+            e.into_inner().0.reply(Outgoing::error(Status::NoSys));
         }
+    }
+
+    /// Counters of each CPU partition, in partition order.
+    pub fn partition_stats(&self) -> &[Arc<PartitionStats>] {
+        &self.partitions
     }
 
     /// Handles a request in the calling thread (in-process requests marked inline).
@@ -176,6 +238,7 @@ impl ServicePool {
         let out = self.handler.handle(&req);
         req.reply(out);
         self.requests_handled.fetch_add(1, Ordering::Relaxed);
+        self.requests_inline.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Stops accepting requests and joins the threads once queued requests are done.

@@ -104,3 +104,48 @@ fn unreachable_server_fails_within_deadline() {
     assert!(Connection::connect(nid, config).is_err());
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
 }
+
+/// Sleeps `body[0]` milliseconds, then echoes.
+struct Slow;
+
+impl Handler for Slow {
+    fn handle(&self, req: &Incoming) -> Outgoing {
+        std::thread::sleep(std::time::Duration::from_millis(u64::from(req.body[0])));
+        Outgoing::ok(req.body.clone())
+    }
+}
+
+#[test]
+fn partition_counters_show_queueing_and_thread_use() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = Server::bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
+    let config = ServiceConfig {
+        name: "slow".into(),
+        partitions: 1,
+        threads_per_partition: 1,
+        queue_depth: 64,
+    };
+    let pool = ServicePool::start(config, Arc::new(Slow));
+    server.add_service(Service::Oss, pool.clone());
+    let conn = tcp_connection(&server);
+    // Eight 20 ms requests at once on one thread: seven wait in the queue.
+    let pending: Vec<_> = (0..8)
+        .map(|_| conn.start(request(&[20], None)).unwrap())
+        .collect();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    let cpt = &pool.partition_stats()[0];
+    assert_eq!(cpt.threads.load(Relaxed), 1);
+    assert_eq!(cpt.requests.load(Relaxed), 8);
+    assert_eq!(cpt.busy.load(Relaxed), 0);
+    assert_eq!(cpt.queued.load(Relaxed), 0);
+    assert!(cpt.queued_max.load(Relaxed) >= 2, "{cpt:?}");
+    assert!(cpt.busy_ns.load(Relaxed) >= 8 * 20_000_000, "{cpt:?}");
+    // The last request waited behind the others: total wait is at least 20+40+...ms
+    // for some of them.
+    assert!(cpt.wait_ns.load(Relaxed) >= 100_000_000, "{cpt:?}");
+    assert_eq!(pool.requests_inline.load(Relaxed), 0);
+    cpt.clear();
+    assert_eq!(cpt.requests.load(Relaxed), 0);
+}
