@@ -235,6 +235,33 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         "nacre_service_wait_seconds_total",
         "cpt=0,service=mdt",
     );
+    // Every metric the sample Grafana dashboard queries is one this server exports.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../contrib/grafana-nacre.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut queried = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("nacre_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    body.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+                    "dashboard metric {name} is not exported"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 10, "{queried}");
     let table = nacre_ok(&["ctl", "get_param", "ost.OSS.ost_io.partition_stats"]);
     assert!(
         table
