@@ -346,3 +346,92 @@ fn osc_rpc_stats_count_client_rpcs() {
         "{other}"
     );
 }
+
+/// Starts `nacre top` for one screen, then makes traffic inside its interval.
+fn top_while(args: &[&str], traffic: impl FnOnce()) -> String {
+    let child = std::process::Command::new(nacre_testkit::nacre_bin())
+        .args(["top", "-d", "3", "-n", "1"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    traffic();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The columns of the first row of `table` whose first column is `key`.
+fn top_row<'a>(screen: &'a str, table: &str, key: &str) -> Vec<&'a str> {
+    let mut lines = screen.lines().skip_while(|l| !l.starts_with(table));
+    lines
+        .find(|l| l.split_whitespace().next() == Some(key))
+        .unwrap_or_else(|| panic!("no {key} under {table}: {screen}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[test]
+fn top_shows_the_busiest_jobs_clients_and_targets() {
+    let port = nacre_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(1, &["--fsname", "sttop", "--metrics", &addr]);
+    let m = fs.mnt.display().to_string();
+    let traffic = |job: &str, name: &str| {
+        let m = m.clone();
+        let (job, name) = (job.to_string(), name.to_string());
+        move || {
+            nacre_testkit::sh(&format!(
+                "env SLURM_JOB_ID={job} dd if=/dev/zero of={m}/{name} bs=1M count=24 oflag=direct status=none"
+            ));
+            nacre_testkit::sh(&format!(
+                "env SLURM_JOB_ID=md{job} sh -c 'for i in $(seq 50); do : > {m}/{name}.$i; done'"
+            ));
+        }
+    };
+    // This node's processes, over their control sockets.
+    let screen = top_while(&["--fsname", "sttop"], traffic("topjob", "a"));
+    let job = top_row(&screen, "JOB", "topjob");
+    let mbs: f64 = job[2].parse().unwrap();
+    assert!(mbs > 0.0, "write MB/s of topjob: {screen}");
+    let md = top_row(&screen, "JOB", "mdtopjob");
+    assert!(md[4].parse::<f64>().unwrap() > 0.0, "md op/s: {screen}");
+    assert!(
+        top_row(&screen, "CLIENT", "0@lo")[2]
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        top_row(&screen, "TARGET", "sttop-OST0000")[2]
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        top_row(&screen, "TARGET", "sttop-MDT0000")[4]
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    // A server's /metrics endpoint.
+    let screen = top_while(&["--servers", &addr], traffic("remotejob", "b"));
+    assert!(
+        top_row(&screen, "JOB", "remotejob")[2]
+            .parse::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        !screen.contains("topjob "),
+        "idle jobs are not listed: {screen}"
+    );
+    let bad = nacre(&["top", "-n", "1", "--servers", "127.0.0.1:1"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot reach 127.0.0.1:1"));
+}

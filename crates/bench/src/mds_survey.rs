@@ -79,7 +79,7 @@ impl Survey {
             jobid: "mds-survey".into(),
             op,
         };
-        let out = nacre_mds::execute(&self.mdt, &call, xid);
+        let out = nacre_mds::execute(&self.mdt, &call, xid, "0@lo");
         if out.status != Status::Ok {
             return Err(out.status);
         }

@@ -54,8 +54,31 @@ impl Drop for CtlServer {
 /// Stores a persistent parameter through this process's MGS, if it has one.
 pub type Persist = Arc<dyn Fn(&str, &str) -> Option<Result<(), String>> + Send + Sync>;
 
-fn answer(registry: &Registry, persist: Option<&Persist>, req: CtlRequest) -> CtlReply {
+/// Renders this process's OpenMetrics text (servers), for `nacre top` on the node.
+pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// What a process's control socket serves.
+#[derive(Clone)]
+pub struct CtlSources {
+    /// Parameters.
+    pub registry: Registry,
+    /// `set_param -P` through the MGS, if this process has one.
+    pub persist: Option<Persist>,
+    /// OpenMetrics text, if this process serves targets.
+    pub metrics: Option<MetricsFn>,
+}
+
+fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
+    let (registry, persist) = (&src.registry, src.persist.as_ref());
     match req.op.as_str() {
+        "metrics" => CtlReply {
+            error: None,
+            params: src
+                .metrics
+                .as_ref()
+                .map(|m| vec![("metrics".to_string(), m())])
+                .unwrap_or_default(),
+        },
         "set_persistent" => {
             let value = req.value.clone().unwrap_or_default();
             match persist.and_then(|p| p(&req.pattern, &value)) {
@@ -103,16 +126,12 @@ fn answer(registry: &Registry, persist: Option<&Persist>, req: CtlRequest) -> Ct
     }
 }
 
-fn serve_one(
-    registry: &Registry,
-    persist: Option<&Persist>,
-    stream: UnixStream,
-) -> std::io::Result<()> {
+fn serve_one(src: &CtlSources, stream: UnixStream) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
     let mut line = String::new();
     BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line)?;
     let reply = match serde_json::from_str::<CtlRequest>(&line) {
-        Ok(req) => answer(registry, persist, req),
+        Ok(req) => answer(src, req),
         Err(e) => CtlReply {
             error: Some(format!("bad control request: {e}")),
             params: Vec::new(),
@@ -125,8 +144,8 @@ fn serve_one(
 
 use std::io::Read;
 
-/// Serves `registry` on this process's control socket.
-pub fn serve(registry: Registry, persist: Option<Persist>) -> anyhow::Result<CtlServer> {
+/// Serves `src` on this process's control socket.
+pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
     std::fs::create_dir_all(CTL_DIR).with_context(|| format!("cannot create {CTL_DIR}"))?;
     let path = Path::new(CTL_DIR).join(format!("{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -136,7 +155,7 @@ pub fn serve(registry: Registry, persist: Option<Persist>) -> anyhow::Result<Ctl
         .name("ctl".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                if let Err(e) = serve_one(&registry, persist.as_ref(), stream) {
+                if let Err(e) = serve_one(&src, stream) {
                     tracing::debug!("control request failed: {e}");
                 }
             }

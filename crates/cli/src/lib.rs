@@ -11,3 +11,4 @@ pub mod daemon;
 pub mod metrics;
 pub mod server;
 pub mod size;
+pub mod top;

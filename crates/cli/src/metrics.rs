@@ -170,22 +170,44 @@ pub fn render(src: &Sources) -> String {
             samples: Vec::new(),
         },
     ];
-    for o in &src.osts {
-        let t = format!("target=\"{}\"", escape(&o.label.name()));
-        op_samples(&mut target, &t, &o.stats);
-        for (j, s) in o.job_stats.snapshot() {
+    let mut client = [
+        Family {
+            name: "nacre_client_ops",
+            help: "Requests handled, per target, client NID and operation.",
+            samples: Vec::new(),
+        },
+        Family {
+            name: "nacre_client_op_latency_microseconds",
+            help: "Sum of service times per client (microseconds).",
+            samples: Vec::new(),
+        },
+        Family {
+            name: "nacre_client_op_bytes",
+            help: "Bulk bytes moved per client.",
+            samples: Vec::new(),
+        },
+    ];
+    let targets = src
+        .osts
+        .iter()
+        .map(|o| (o.label.name(), &o.stats, &o.job_stats, &o.export_stats))
+        .chain(
+            src.mdts
+                .iter()
+                .map(|m| (m.label.name(), &m.md_stats, &m.job_stats, &m.export_stats)),
+        );
+    for (name, stats, jobs, exports) in targets {
+        let t = format!("target=\"{}\"", escape(&name));
+        op_samples(&mut target, &t, stats);
+        for (j, s) in jobs.snapshot() {
             op_samples(&mut job, &format!("{t},job=\"{}\"", escape(&j)), &s);
         }
-    }
-    for m in &src.mdts {
-        let t = format!("target=\"{}\"", escape(&m.label.name()));
-        op_samples(&mut target, &t, &m.md_stats);
-        for (j, s) in m.job_stats.snapshot() {
-            op_samples(&mut job, &format!("{t},job=\"{}\"", escape(&j)), &s);
+        for (c, s) in exports.snapshot() {
+            op_samples(&mut client, &format!("{t},client=\"{}\"", escape(&c)), &s);
         }
     }
     let mut out = String::new();
-    for f in target.iter().chain(job.iter()) {
+    for f in target.iter().chain(job.iter()).chain(client.iter()) {
         let _ = writeln!(
             out,
             "# TYPE {} counter\n# HELP {} {}",

@@ -518,6 +518,12 @@ fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     );
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
+        format!("ost.{name}.export_stats"),
+        move || a.export_stats.render(),
+        move |v| clear_with(v, || b.export_stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
         format!("osd.{name}.direct_io"),
         move || u8::from(a.store.direct_io()).to_string(),
         move |v| {
@@ -559,6 +565,12 @@ fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         format!("mdt.{name}.job_stats"),
         move || a.job_stats.render(),
         move |v| clear_with(v, || b.job_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.export_stats"),
+        move || a.export_stats.render(),
+        move |v| clear_with(v, || b.export_stats.clear()),
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(

@@ -231,10 +231,10 @@ fn commit(
     }
 }
 
-/// Executes one decoded call with request id `xid` on `mdt`, exactly as the service does for
-/// a request from the network (reply saving, commit, statistics). mds-survey drives an MDT
-/// through this, below the network.
-pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+/// Executes one decoded call with request id `xid` from client `nid` on `mdt`, exactly as the
+/// service does for a request from the network (reply saving, commit, statistics).
+/// mds-survey drives an MDT through this, below the network.
+pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
     let op = (call.op.opcode() & 0xff) as usize - 1;
     let started = std::time::Instant::now();
     let out = if call.op.is_modifying() {
@@ -246,6 +246,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     mdt.md_stats.record(op, us, 0);
     mdt.job_stats
         .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
+    mdt.export_stats.record(nid, op, us, 0);
     out
 }
 
@@ -261,6 +262,6 @@ impl Handler for MdsHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        execute(&mdt, &call, req.header.xid)
+        execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer))
     }
 }

@@ -54,6 +54,8 @@ pub struct Mdt {
     pub md_stats: nacre_params::OpStats,
     /// `mdt.*.job_stats`.
     pub job_stats: nacre_params::JobStats,
+    /// `mdt.*.export_stats`: the same per client NID.
+    pub export_stats: nacre_params::JobStats,
 }
 
 impl Mdt {
@@ -87,6 +89,11 @@ impl Mdt {
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
             job_stats: nacre_params::JobStats::new(crate::stats::MD_OPS),
+            export_stats: nacre_params::JobStats::keyed(
+                crate::stats::MD_OPS,
+                "export_stats",
+                "nid",
+            ),
         };
         mdt.ensure_root()?;
         mdt.cleanup_orphans()?;

@@ -20,6 +20,16 @@ pub mod server;
 pub mod service;
 
 pub use conn::{Connection, NetConfig, PendingReply};
+
+/// The NID of a request's peer as statistics name clients: `ADDR@tcp` for a TCP peer (the
+/// port is the client's ephemeral one, so it is left out), `0@lo` for an in-process client.
+pub fn peer_nid(peer: &str) -> String {
+    match peer.parse::<std::net::SocketAddr>() {
+        Ok(a) => format!("{}@tcp", a.ip()),
+        Err(_) if peer == "local" => "0@lo".into(),
+        Err(_) => peer.to_string(),
+    }
+}
 pub use rpc::RpcError;
 pub use server::Server;
 pub use service::{Handler, Incoming, Outgoing, PartitionStats, ServiceConfig, ServicePool};

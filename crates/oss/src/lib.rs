@@ -34,6 +34,8 @@ pub struct OstTarget {
     pub brw: stats::BrwStats,
     /// `ost.*.job_stats`.
     pub job_stats: nacre_params::JobStats,
+    /// `ost.*.export_stats`: the same per client NID.
+    pub export_stats: nacre_params::JobStats,
 }
 
 impl OstTarget {
@@ -47,6 +49,7 @@ impl OstTarget {
             stats: stats::new_op_stats(),
             brw: stats::BrwStats::default(),
             job_stats: nacre_params::JobStats::new(stats::OST_OPS),
+            export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
         })
     }
 }
@@ -186,6 +189,8 @@ impl Handler for OssHandler {
         ost.stats.record(op, us, bytes);
         ost.job_stats
             .record(nacre_types::jobid::clamp(&call.jobid), op, us, bytes);
+        ost.export_stats
+            .record(&nacre_net::peer_nid(&incoming.peer), op, us, bytes);
         out
     }
 }

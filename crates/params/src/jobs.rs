@@ -13,14 +13,27 @@ pub const JOBS_MAX: usize = 1024;
 pub struct JobStats {
     names: &'static [&'static str],
     jobs: Mutex<HashMap<String, (Arc<OpStats>, Instant)>>,
+    /// Heading and key label of the rendering (`job_stats`/`job_id`, `export_stats`/`nid`).
+    labels: (&'static str, &'static str),
 }
 
 impl JobStats {
     /// Per-job statistics over the operations `names`.
     pub fn new(names: &'static [&'static str]) -> JobStats {
+        JobStats::keyed(names, "job_stats", "job_id")
+    }
+
+    /// The same bounded per-key statistics under another heading and key label, e.g. per
+    /// client NID (`export_stats`, `nid`), as Lustre keeps them per export.
+    pub fn keyed(
+        names: &'static [&'static str],
+        heading: &'static str,
+        key: &'static str,
+    ) -> JobStats {
         JobStats {
             names,
             jobs: Mutex::new(HashMap::new()),
+            labels: (heading, key),
         }
     }
 
@@ -64,10 +77,12 @@ impl JobStats {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let mut out = String::from("job_stats:\n");
+        let (heading, key) = self.labels;
+        let mut out = format!("{heading}:\n");
         for (job, stats) in jobs {
             out += &format!(
-                "- job_id:          {job}\n  snapshot_time:   {}\n",
+                "- {:<16} {job}\n  snapshot_time:   {}\n",
+                format!("{key}:"),
                 now.as_secs()
             );
             for (i, name) in self.names.iter().enumerate() {

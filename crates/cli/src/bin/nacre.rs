@@ -62,6 +62,28 @@ enum Command {
     /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Live view of the busiest jobs, clients and targets (like lltop).
+    Top {
+        /// Servers' metrics addresses (host:port, comma separated) to read instead of this
+        /// node's processes.
+        #[arg(long, value_delimiter = ',')]
+        servers: Vec<String>,
+        /// Seconds between readings.
+        #[arg(short = 'd', long, default_value_t = 2.0)]
+        interval: f64,
+        /// Screens to show, then exit (default: until interrupted).
+        #[arg(short = 'n', long)]
+        count: Option<u32>,
+        /// Rows per table.
+        #[arg(long, default_value_t = 10)]
+        rows: usize,
+        /// Only targets of this file system.
+        #[arg(long)]
+        fsname: Option<String>,
+        /// Plain output without clearing the screen (default when stdout is not a terminal).
+        #[arg(short = 'b', long)]
+        batch: bool,
+    },
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -651,7 +673,12 @@ fn start_servers(
     spec.commit_interval_ms = t.commit_interval_ms;
     spec.ost_direct_io = t.ost_direct_io;
     let servers = ServerProcess::start(spec)?;
-    let ctl = nacre_cli::ctl::serve(servers.registry().clone(), servers.persist_fn())?;
+    let sources = servers.metrics_sources();
+    let ctl = nacre_cli::ctl::serve(nacre_cli::ctl::CtlSources {
+        registry: servers.registry().clone(),
+        persist: servers.persist_fn(),
+        metrics: Some(Arc::new(move || nacre_cli::metrics::render(&sources))),
+    })?;
     if let Some(addr) = t.metrics {
         let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
         tracing::info!("metrics at http://{bound}/metrics");
@@ -774,7 +801,11 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
     let registry = nacre_params::Registry::default();
-    let _ctl = nacre_cli::ctl::serve(registry.clone(), None)?;
+    let _ctl = nacre_cli::ctl::serve(nacre_cli::ctl::CtlSources {
+        registry: registry.clone(),
+        persist: None,
+        metrics: None,
+    })?;
     serve_mount(client, &a.mountpoint, &opts, &registry)
 }
 
@@ -793,6 +824,28 @@ fn main() {
         Command::Ctl(c) => ctl(c),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
+        Command::Top {
+            servers,
+            interval,
+            count,
+            rows,
+            fsname,
+            batch,
+        } => {
+            use std::io::IsTerminal;
+            if !(0.1..=3600.0).contains(&interval) {
+                Err(anyhow::anyhow!("interval must be 0.1..=3600 seconds"))
+            } else {
+                nacre_cli::top::run(&nacre_cli::top::TopOptions {
+                    servers,
+                    interval: std::time::Duration::from_secs_f64(interval),
+                    count,
+                    rows,
+                    fsname,
+                    batch: batch || !std::io::stdout().is_terminal(),
+                })
+            }
+        }
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
         Command::Bench(BenchCommand::Worker { connect, index }) => {
