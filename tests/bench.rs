@@ -556,3 +556,59 @@ fn mds_survey_drives_a_scratch_mdt() {
     assert!(!refused.status.success());
     assert!(root.path().join("keep").exists());
 }
+
+#[test]
+fn selftest_measures_ping_and_bulk_rpcs_against_a_server() {
+    let port = nacre_testkit::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _fs = Embedded::start_with(1, &["--fsname", "stself", "--listen", &listen]);
+    let nid = format!("{listen}@tcp");
+    for (test, size) in [
+        ("ping", 0u64),
+        ("brw_write", 262_144),
+        ("brw_read", 1 << 20),
+    ] {
+        let out = nacre_ok(&[
+            "selftest",
+            "--to",
+            &nid,
+            "--test",
+            test,
+            "--size",
+            &size.max(1).to_string(),
+            "--concurrency",
+            "4",
+            "--duration",
+            "0.5",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let peer = &v[0];
+        let rpcs = peer["rpcs"].as_u64().unwrap();
+        assert!(rpcs > 0, "{test}: {out}");
+        assert_eq!(peer["errors"], 0, "{test}: {out}");
+        assert_eq!(
+            peer["bytes"].as_u64().unwrap(),
+            rpcs * size,
+            "{test}: {out}"
+        );
+        assert!(peer["rpc_per_s"].as_f64().unwrap() > 0.0);
+    }
+    let bad = nacre(&["selftest", "--to", "127.0.0.1:1@tcp", "--duration", "0.2"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("127.0.0.1:1@tcp") && err.contains("refused"),
+        "{err}"
+    );
+    let bad = nacre(&[
+        "selftest",
+        "--to",
+        &nid,
+        "--size",
+        "64M",
+        "--duration",
+        "0.2",
+    ]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("size must be"));
+}

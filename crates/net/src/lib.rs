@@ -16,6 +16,7 @@ pub mod frame;
 pub mod local;
 pub mod router;
 pub mod rpc;
+pub mod selftest;
 pub mod server;
 pub mod service;
 

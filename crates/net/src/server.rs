@@ -29,6 +29,16 @@ impl Server {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let router = Arc::new(Router::default());
+        let selftest = crate::ServiceConfig {
+            name: "selftest".into(),
+            partitions: 1,
+            threads_per_partition: 2,
+            queue_depth: 64,
+        };
+        router.add(
+            Service::Net,
+            crate::ServicePool::start(selftest, Arc::new(crate::selftest::SelftestHandler)),
+        );
         local::register(addr, &router);
         let server = Arc::new(Server {
             addr,

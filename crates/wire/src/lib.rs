@@ -7,13 +7,14 @@
 //! never trusts a length it has not bounded. Decoding is total: bad bytes give a [`WireError`],
 //! never a panic.
 //!
-//! One message enum per service: [`mgs`], [`mds`], [`oss`]; the [`ping`] opcode belongs to the
-//! network layer itself.
+//! One message enum per service: [`mgs`], [`mds`], [`oss`]; the ping ([`OP_PING`]) and the
+//! [`selftest`] opcodes belong to the network layer itself.
 
 pub mod header;
 pub mod mds;
 pub mod mgs;
 pub mod oss;
+pub mod selftest;
 
 pub use header::{Header, HEADER_BYTES};
 

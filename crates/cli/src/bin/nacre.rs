@@ -62,6 +62,34 @@ enum Command {
     /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Network self-test (like lnet_selftest): ping, bulk write or bulk read RPCs to server
+    /// processes, for a duration, with RPC/s and MiB/s per peer.
+    Selftest {
+        /// Peers (server NIDs, comma separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        to: Vec<String>,
+        /// ping, brw_write or brw_read.
+        #[arg(long, default_value = "brw_write")]
+        test: String,
+        /// Bulk bytes per RPC (K/M).
+        #[arg(long, default_value = "1M")]
+        size: String,
+        /// RPCs in flight per peer.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Checksum bulk data (crc32c), as file I/O does by default.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        checksum: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// No live progress line.
+        #[arg(short = 'q')]
+        quiet: bool,
+    },
     /// Live view of the busiest jobs, clients and targets (like lltop).
     Top {
         /// Servers' metrics addresses (host:port, comma separated) to read instead of this
@@ -846,6 +874,25 @@ fn main() {
                 })
             }
         }
+        Command::Selftest {
+            to,
+            test,
+            size,
+            concurrency,
+            duration,
+            checksum,
+            json,
+            quiet,
+        } => selftest(
+            to,
+            &test,
+            &size,
+            concurrency,
+            duration,
+            checksum,
+            json,
+            quiet,
+        ),
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
         Command::Bench(BenchCommand::Worker { connect, index }) => {
@@ -1116,6 +1163,68 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
             .collect::<Vec<_>>()
             .join("\n")
     });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn selftest(
+    to: Vec<String>,
+    test: &str,
+    size: &str,
+    concurrency: usize,
+    duration: f64,
+    checksum: bool,
+    json: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    use nacre_net::selftest::{format_report, run, SelftestParams};
+    use std::io::{IsTerminal, Write};
+    let peers = to
+        .iter()
+        .map(|t| {
+            t.parse::<Nid>()
+                .map_err(|e| anyhow::anyhow!("bad NID '{t}': {e}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let size = u32::try_from(parse_size(size).map_err(anyhow::Error::msg)?)
+        .map_err(|_| anyhow::anyhow!("size too large"))?;
+    if !(0.1..=86_400.0).contains(&duration) {
+        bail!("duration must be 0.1..=86400 seconds");
+    }
+    let params = SelftestParams {
+        peers,
+        kind: test.parse().map_err(anyhow::Error::msg)?,
+        size,
+        concurrency,
+        duration: std::time::Duration::from_secs_f64(duration),
+        net: NetConfig {
+            bulk_checksum: checksum,
+            ..NetConfig::default()
+        },
+    };
+    let live = !quiet && !json && std::io::stderr().is_terminal();
+    let results = run(&params, |rpcs, bytes, secs| {
+        if live {
+            eprint!(
+                "\r{:.0} s: {:.1} RPC/s, {:.2} MiB/s   ",
+                secs,
+                rpcs as f64 / secs,
+                bytes as f64 / (1 << 20) as f64 / secs
+            );
+            let _ = std::io::stderr().flush();
+        }
+    })?;
+    if live {
+        eprintln!();
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", format_report(&params, &results));
+    }
+    if results.iter().any(|r| r.rpcs == 0) {
+        bail!("a peer completed no RPCs");
+    }
+    Ok(())
 }
 
 fn bench_mds_survey(a: MdsSurveyArgs) -> anyhow::Result<()> {
