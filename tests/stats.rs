@@ -212,6 +212,12 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         parsed.contains("gauge nacre_ost_free_bytes target=stmet-OST0000"),
         "{parsed}"
     );
+    // The embedded client's side: bulk RPCs and bytes per OST connection.
+    assert!(
+        parsed
+            .contains("counter nacre_osc_bytes_total fs=stmet,op=write,ost=stmet-OST0000 2097152"),
+        "{parsed}"
+    );
     // Service partitions: threads started, requests handled by them (the two 1 MiB writes
     // went to ost_io service threads), queue depths.
     let value = |ty: &str, name: &str, labels: &str| -> u64 {
@@ -434,4 +440,56 @@ fn top_shows_the_busiest_jobs_clients_and_targets() {
     );
     let bad = nacre(&["top", "-n", "1", "--servers", "127.0.0.1:1"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot reach 127.0.0.1:1"));
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+#[test]
+fn a_client_mount_exports_its_own_metrics() {
+    let port = nacre_testkit::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(2, &["--fsname", "stcli", "--listen", &listen]);
+    let maddr = format!("127.0.0.1:{}", nacre_testkit::free_port());
+    let mnt = fs.root.path().join("client");
+    let _m = nacre_testkit::ClientMount::mount(
+        &format!("{listen}@tcp:/stcli"),
+        &mnt,
+        &["--metrics", &maddr],
+    );
+    nacre_testkit::sh(&format!(
+        "dd if=/dev/zero of={}/f bs=1M count=3 oflag=direct status=none",
+        mnt.display()
+    ));
+    let body = scrape(&maddr);
+    let line = |name: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let written: u64 = ["stcli-OST0000", "stcli-OST0001"]
+        .iter()
+        .map(|o| {
+            line(&format!(
+                "nacre_osc_bytes_total{{fs=\"stcli\",ost=\"{o}\",op=\"write\"}}"
+            ))
+        })
+        .sum();
+    assert_eq!(written, 3 << 20, "{body}");
+    assert!(body.trim_end().ends_with("# EOF"));
+    assert!(
+        !body.contains("nacre_target_ops_total{"),
+        "a client serves no targets"
+    );
 }

@@ -14,6 +14,25 @@ pub struct OscRpcStats {
     write_in_flight: Histogram,
     reads_active: AtomicU64,
     writes_active: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+}
+
+/// Cumulative counters of one OST connection, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OscTotals {
+    /// Bulk read RPCs sent.
+    pub read_rpcs: u64,
+    /// Bulk write RPCs sent.
+    pub write_rpcs: u64,
+    /// Bytes asked for by read RPCs.
+    pub read_bytes: u64,
+    /// Bytes sent by write RPCs.
+    pub write_bytes: u64,
+    /// Read RPCs in flight now.
+    pub reads_active: u64,
+    /// Write RPCs in flight now.
+    pub writes_active: u64,
 }
 
 impl OscRpcStats {
@@ -29,6 +48,12 @@ impl OscRpcStats {
             (&self.read_pages, &self.read_in_flight, &self.reads_active)
         };
         pages.add(bytes.div_ceil(4096));
+        let total = if write {
+            &self.write_bytes
+        } else {
+            &self.read_bytes
+        };
+        total.fetch_add(bytes, Ordering::Relaxed);
         flight.add(active.fetch_add(1, Ordering::Relaxed) + 1);
     }
 
@@ -40,6 +65,18 @@ impl OscRpcStats {
             &self.reads_active
         };
         let _ = active.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+
+    /// Cumulative counters.
+    pub fn totals(&self) -> OscTotals {
+        OscTotals {
+            read_rpcs: self.read_pages.total(),
+            write_rpcs: self.write_pages.total(),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+            reads_active: self.reads_active.load(Ordering::Relaxed),
+            writes_active: self.writes_active.load(Ordering::Relaxed),
+        }
     }
 
     /// Lustre-style rendering.
@@ -81,5 +118,7 @@ impl OscRpcStats {
         ] {
             h.clear();
         }
+        self.read_bytes.store(0, Ordering::Relaxed);
+        self.write_bytes.store(0, Ordering::Relaxed);
     }
 }

@@ -532,6 +532,9 @@ struct MountArgs {
     source: String,
     /// Mount point.
     mountpoint: PathBuf,
+    /// Serve the client's OpenMetrics (per-OST RPCs, bytes, in flight) at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     #[command(flatten)]
     client: ClientArgs,
     /// Stay in the foreground.
@@ -685,6 +688,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;
+    let mut sources = servers.metrics_sources();
+    sources.clients.push(client.clone());
+    serve_metrics(a.targets_opts.metrics, sources)?;
     serve_mount(client, &a.mount, &opts, servers.registry())?;
     servers.shutdown();
     tracing::info!("stopped");
@@ -707,11 +713,19 @@ fn start_servers(
         persist: servers.persist_fn(),
         metrics: Some(Arc::new(move || nacre_cli::metrics::render(&sources))),
     })?;
-    if let Some(addr) = t.metrics {
-        let bound = nacre_cli::metrics::serve(addr, servers.metrics_sources())?;
+    Ok((servers, ctl))
+}
+
+/// Serves `/metrics` at `addr`, if given.
+fn serve_metrics(
+    addr: Option<SocketAddr>,
+    sources: nacre_cli::metrics::Sources,
+) -> anyhow::Result<()> {
+    if let Some(addr) = addr {
+        let bound = nacre_cli::metrics::serve(addr, sources)?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
-    Ok((servers, ctl))
+    Ok(())
 }
 
 fn serve_mount(
@@ -792,6 +806,7 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     spec.mgsnode = mgsnode;
     spec.fsname = fsname;
     let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
+    serve_metrics(a.targets_opts.metrics, servers.metrics_sources())?;
     let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     tracing::info!("serving {} at {}", names.join(", "), servers.nid());
     println!(
@@ -828,6 +843,13 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
+    serve_metrics(
+        a.metrics,
+        nacre_cli::metrics::Sources {
+            clients: vec![client.clone()],
+            ..Default::default()
+        },
+    )?;
     let registry = nacre_params::Registry::default();
     let _ctl = nacre_cli::ctl::serve(nacre_cli::ctl::CtlSources {
         registry: registry.clone(),
