@@ -34,6 +34,12 @@ json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Runs "$@" ROUNDS times (each prints one number) and prints the median.
 med() { for _ in $(seq "$ROUNDS"); do "$@"; done | median; }
+# Runs "$@" ROUNDS times (each prints a line of numbers) and prints each column's median.
+medcols() {
+  local out; out=$(for _ in $(seq "$ROUNDS"); do "$@"; done)
+  local n; n=$(head -1 <<<"$out" | wc -w)
+  for c in $(seq "$n"); do awk -v c="$c" '{print $c}' <<<"$out" | median; done | xargs
+}
 
 fio_bw() { # dir rw -> MiB/s
   fio --name=seq --directory="$1" --rw="$2" --bs=1m --size="$SIZE" --numjobs="$TASKS" --direct=1 \
@@ -50,20 +56,19 @@ selftest() { # test field concurrency -> MiB/s or RPC/s
   "$NACRE" selftest --to "$NID" --test "$1" --size 1M --concurrency "$3" --duration 5 --json \
     | json "round(d[0]['$2'])"
 }
-ior() { # op extra... -> MiB/s
-  local op=$1; shift
+ior() { # extra... -> "write read" MiB/s
   "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N "$TASKS" -F -e -q --json "$@" \
-    | json "round([p for p in d['phases'] if p['op']=='$op'][0]['bw_mib'])"
+    | json "' '.join(str(round([p for p in d['phases'] if p['op']==o][0]['bw_mib'])) for o in ('write','read'))"
 }
-mdtest() { # phase dir extra... -> ops/s
-  local phase=$1 dir=$2; shift 2
+mdtest() { # dir extra... -> "create stat remove" ops/s
+  local dir=$1; shift
   "$NACRE" bench mdtest -n "$((FILES / TASKS))" -N "$TASKS" -u -F -q --json -d "$dir" "$@" \
-    | json "round([p for p in d['summary'] if p[0]=='$phase'][0][1]['mean'])"
+    | json "' '.join(str(round(dict(d['summary'])[p]['mean'])) for p in ('File creation','File stat','File removal'))"
 }
-mds_survey() { # test -> ops/s
+mds_survey() { # -> "create getattr destroy" ops/s
   rm -rf "$WORK/local/mds"
   "$NACRE" bench mds-survey "$WORK/local/mds" --files "$FILES" --threads "$TASKS" --dirs "$TASKS" --json \
-    | json "round([t for t in d if t['test']=='$1'][0]['rate'])"
+    | json "' '.join(str(round([t for t in d if t['test']==n][0]['rate'])) for n in ('create','md_getattr','destroy'))"
 }
 pct() { python3 -c "print(f'{$1/$2*100:.0f}%' if $2 else '-')"; }
 row() { printf "| %-44s | %10s | %8s | %8s |\n" "$1" "$2" "$3" "$4"; }
@@ -78,12 +83,9 @@ sw=$(med survey write); sr=$(med survey read)
 nw=$(med selftest brw_write mib_per_s 8); nr=$(med selftest brw_read mib_per_s 8)
 nw1=$(med selftest brw_write mib_per_s "$TASKS"); nr1=$(med selftest brw_read mib_per_s "$TASKS")
 np=$(med selftest ping rpc_per_s 8); np1=$(med selftest ping rpc_per_s 1)
-aw=$(med ior write -a NACRE --mgs "$NID" --fsname layers -o /ior-native)
-ar=$(med ior read -a NACRE --mgs "$NID" --fsname layers -o /ior-native)
-tw=$(med ior write --direct -o "$WORK/tcp/ior")
-tr=$(med ior read --direct -o "$WORK/tcp/ior")
-fw=$(med ior write --direct -o "$WORK/mnt/ior")
-fr=$(med ior read --direct -o "$WORK/mnt/ior")
+read -r aw ar <<<"$(medcols ior -a NACRE --mgs "$NID" --fsname layers -o /ior-native)"
+read -r tw tr <<<"$(medcols ior --direct -o "$WORK/tcp/ior")"
+read -r fw fr <<<"$(medcols ior --direct -o "$WORK/mnt/ior")"
 for op in write read; do
   if [ $op = write ]; then d=$dw s=$sw n=$nw n1=$nw1 a=$aw t=$tw f=$fw; else d=$dr s=$sr n=$nr n1=$nr1 a=$ar t=$tr f=$fr; fi
   row "$op: raw disk (fio, direct)" "$d" "" "100%"
@@ -101,17 +103,12 @@ echo "## Metadata (files, ${TASKS} tasks in unique directories)"
 printf "| %-44s | %10s | %10s | %10s |\n" "layer" "create/s" "stat/s" "remove/s"
 printf "| %-44s | %10s | %10s | %10s |\n" "---" "---:" "---:" "---:"
 mkdir -p "$WORK/local/md"
-lc=$(med mdtest "File creation" "$WORK/local/md"); ls_=$(med mdtest "File stat" "$WORK/local/md")
-lu=$(med mdtest "File removal" "$WORK/local/md")
-mc=$(med mds_survey create); ms=$(med mds_survey md_getattr); mu=$(med mds_survey destroy)
-ac=$(med mdtest "File creation" /md-native -a NACRE --mgs "$NID" --fsname layers)
-as=$(med mdtest "File stat" /md-native -a NACRE --mgs "$NID" --fsname layers)
-au=$(med mdtest "File removal" /md-native -a NACRE --mgs "$NID" --fsname layers)
+read -r lc ls_ lu <<<"$(medcols mdtest "$WORK/local/md")"
+read -r mc ms mu <<<"$(medcols mds_survey)"
+read -r ac as au <<<"$(medcols mdtest /md-native -a NACRE --mgs "$NID" --fsname layers)"
 mkdir -p "$WORK/tcp/md" "$WORK/mnt/md"
-tc=$(med mdtest "File creation" "$WORK/tcp/md"); ts=$(med mdtest "File stat" "$WORK/tcp/md")
-tu=$(med mdtest "File removal" "$WORK/tcp/md")
-fc=$(med mdtest "File creation" "$WORK/mnt/md"); fs=$(med mdtest "File stat" "$WORK/mnt/md")
-fu=$(med mdtest "File removal" "$WORK/mnt/md")
+read -r tc ts tu <<<"$(medcols mdtest "$WORK/tcp/md")"
+read -r fc fs fu <<<"$(medcols mdtest "$WORK/mnt/md")"
 mrow() { printf "| %-44s | %10s | %10s | %10s |\n" "$@"; }
 mrow "local file system (mdtest)" "$lc" "$ls_" "$lu"
 mrow "MDT alone (mds-survey create/getattr/destroy)" "$mc" "$ms" "$mu"
