@@ -140,6 +140,14 @@ fn mdt_err(what: &str, s: Status) -> BenchError {
 
 /// Runs the survey; removes the scratch MDT afterwards, also on failure.
 pub fn run(p: &MdsSurveyParams) -> Result<Vec<MdsSurveyTest>, BenchError> {
+    run_with(p, |_| {})
+}
+
+/// [`run`], calling `progress` after each test.
+pub fn run_with(
+    p: &MdsSurveyParams,
+    progress: impl FnMut(&MdsSurveyTest),
+) -> Result<Vec<MdsSurveyTest>, BenchError> {
     p.validate()?;
     let existed = p.dir.exists();
     let mdt_dir = p.dir.join("scratch-MDT0000");
@@ -156,7 +164,7 @@ pub fn run(p: &MdsSurveyParams) -> Result<Vec<MdsSurveyTest>, BenchError> {
         let mdt = Mdt::open(label, &mdt_dir, Arc::new(kv), osts)
             .map_err(|s| mdt_err("opening the scratch MDT", s))?;
         mdt.set_sync_on_reply(p.sync_on_reply);
-        surveys(p, mdt)
+        surveys(p, mdt, progress)
     })();
     let _ = std::fs::remove_dir_all(&mdt_dir);
     if !existed {
@@ -165,7 +173,11 @@ pub fn run(p: &MdsSurveyParams) -> Result<Vec<MdsSurveyTest>, BenchError> {
     result
 }
 
-fn surveys(p: &MdsSurveyParams, mdt: Mdt) -> Result<Vec<MdsSurveyTest>, BenchError> {
+fn surveys(
+    p: &MdsSurveyParams,
+    mdt: Mdt,
+    mut progress: impl FnMut(&MdsSurveyTest),
+) -> Result<Vec<MdsSurveyTest>, BenchError> {
     let mut s = Survey {
         mdt,
         xid: AtomicU64::new(1),
@@ -189,7 +201,9 @@ fn surveys(p: &MdsSurveyParams, mdt: Mdt) -> Result<Vec<MdsSurveyTest>, BenchErr
     let per_thread = p.files.div_ceil(p.threads as u64);
     let mut results = Vec::new();
     for test in TESTS.iter().filter(|t| p.tests.iter().any(|x| x == *t)) {
-        results.push(run_test(p, &s, test, per_thread)?);
+        let t = run_test(p, &s, test, per_thread)?;
+        progress(&t);
+        results.push(t);
     }
     Ok(results)
 }

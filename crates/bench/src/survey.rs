@@ -102,6 +102,14 @@ fn run_phase(
 
 /// Runs write, rewrite and read on every OST, then destroys the survey objects.
 pub fn run(p: &SurveyParams) -> Result<Vec<SurveyPhase>, BenchError> {
+    run_with(p, |_| {})
+}
+
+/// [`run`], calling `progress` after each phase.
+pub fn run_with(
+    p: &SurveyParams,
+    mut progress: impl FnMut(&SurveyPhase),
+) -> Result<Vec<SurveyPhase>, BenchError> {
     if p.osts.is_empty() || p.objects == 0 || p.threads == 0 || p.record == 0 || p.size < p.record {
         return Err(BenchError::Params(
             "survey needs OSTs, objects, threads, and size >= record".into(),
@@ -123,7 +131,9 @@ pub fn run(p: &SurveyParams) -> Result<Vec<SurveyPhase>, BenchError> {
         .collect::<Result<Vec<_>, BenchError>>()?;
     let mut phases = Vec::new();
     for op in ["write", "rewrite", "read"] {
-        phases.push(run_phase(p, &stores, op)?);
+        let ph = run_phase(p, &stores, op)?;
+        progress(&ph);
+        phases.push(ph);
     }
     for s in &stores {
         for id in 0..p.objects {

@@ -1264,7 +1264,12 @@ fn bench_mds_survey(a: MdsSurveyArgs) -> anyhow::Result<()> {
         stripe_count: a.stripe_count,
         sync_on_reply: a.sync_on_reply,
     };
-    let tests = nacre_bench::mds_survey::run(&params)?;
+    let quiet = a.json;
+    let tests = nacre_bench::mds_survey::run_with(&params, |t| {
+        if !quiet {
+            eprintln!("{}: {:.0} ops/s", t.test, t.rate);
+        }
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&tests)?);
     } else {
@@ -1286,7 +1291,12 @@ fn bench_survey(a: SurveyArgs) -> anyhow::Result<()> {
         size: size(&a.size)?,
         direct: a.direct,
     };
-    let phases = nacre_bench::survey::run(&params)?;
+    let quiet = a.json;
+    let phases = nacre_bench::survey::run_with(&params, |ph| {
+        if !quiet {
+            eprintln!("{}: {:.1} MiB/s", ph.op, ph.total_mib);
+        }
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&phases)?);
     } else {
