@@ -1,12 +1,13 @@
 //! Assembles a server process from formatted target directories.
 
 use anyhow::{bail, Context};
+use nacre_cpt::CptTable;
 use nacre_mds::mdt::Mdt;
 use nacre_mds::osp::OstPool;
 use nacre_mds::MdsHandler;
 use nacre_mgs::Mgs;
 use nacre_net::rpc::{call, RpcError};
-use nacre_net::{Connection, NetConfig, Server, ServiceConfig, ServicePool};
+use nacre_net::{Connection, NetConfig, Server, ServiceConfig, ServicePartition, ServicePool};
 use nacre_osd::Label;
 use nacre_oss::{OssHandler, OstTarget};
 use nacre_types::limits::BULK_BYTES_MAX;
@@ -80,12 +81,22 @@ pub struct ServerSpec {
     pub mgsnode: Option<Nid>,
     /// Refuse targets of any other file system.
     pub fsname: Option<String>,
-    /// MDS service threads per CPU partition.
-    pub mds_threads: usize,
-    /// OSS service threads per CPU partition.
-    pub oss_threads: usize,
-    /// CPU partitions of every service.
+    /// MDS service threads per CPU partition: started, most.
+    pub mds_threads: (usize, usize),
+    /// OSS service threads per CPU partition: started, most.
+    pub oss_threads: (usize, usize),
+    /// CPU partitions (Lustre's `cpu_npartitions`; 0: automatic from the topology).
     pub cpu_npartitions: usize,
+    /// Lustre's `cpu_pattern`, overriding `cpu_npartitions`.
+    pub cpu_pattern: Option<String>,
+    /// Partitions the OSS service runs on (Lustre's `oss_cpts`; None: all).
+    pub oss_cpts: Option<Vec<usize>>,
+    /// Partitions the MDS service runs on (`mds_cpts`; None: all).
+    pub mds_cpts: Option<Vec<usize>>,
+    /// Interfaces to listen on and their partitions (`tcp0(eth0)[0],...`; None: `listen`).
+    pub networks: Option<String>,
+    /// How requests are spread over a service's partitions.
+    pub portal_rotor: nacre_net::Rotor,
     /// MDT replies wait for the journal sync (otherwise: after the journal write).
     pub mdt_sync_on_reply: bool,
     /// How often an MDT syncs its journal in the background.
@@ -103,9 +114,14 @@ impl ServerSpec {
             targets,
             mgsnode: None,
             fsname: None,
-            mds_threads: 16,
-            oss_threads: 8,
-            cpu_npartitions: 1,
+            mds_threads: (MDS_THREADS_MIN_DEFAULT, MDS_THREADS_MAX_DEFAULT),
+            oss_threads: (OSS_THREADS_MIN_DEFAULT, OSS_THREADS_MAX_DEFAULT),
+            cpu_npartitions: 0,
+            cpu_pattern: None,
+            oss_cpts: None,
+            mds_cpts: None,
+            networks: None,
+            portal_rotor: nacre_net::Rotor::Off,
             mdt_sync_on_reply: false,
             commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
             ost_direct_io: true,
@@ -124,21 +140,100 @@ pub struct ServerProcess {
     registry: nacre_params::Registry,
     sources: crate::metrics::Sources,
     mgs: Option<Arc<Mgs>>,
+    /// Every NID this process listens on (the first is the primary).
+    nids: Vec<Nid>,
+    cpts: Arc<CptTable>,
 }
 
+/// Binds the listen address, or every interface of `networks` on the listen port.
+fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec<Nid>)> {
+    let Some(networks) = &spec.networks else {
+        let server = Server::bind(spec.listen, BULK_BYTES_MAX)
+            .with_context(|| format!("cannot listen on {}", spec.listen))?;
+        let nid = Nid::tcp(server.addr());
+        return Ok((server, vec![nid]));
+    };
+    let nis = nacre_net::ni::parse_networks(networks).map_err(anyhow::Error::msg)?;
+    let mut listens = Vec::new();
+    let mut nets = Vec::new();
+    for ni in &nis {
+        if let Some(bad) = ni.cpts.iter().find(|&&c| c >= table.len()) {
+            bail!(
+                "networks: {} is bound to CPU partition {bad}, but the table has {}",
+                ni.ifname,
+                table.len()
+            );
+        }
+        let ip = nacre_net::ni::interface_addr(&ni.ifname).map_err(anyhow::Error::msg)?;
+        listens.push(nacre_net::Listen {
+            addr: SocketAddr::new(ip, spec.listen.port()),
+            cpts: ni.cpts.clone(),
+        });
+        nets.push(ni.net);
+    }
+    let server = Server::bind_all(&listens, BULK_BYTES_MAX)
+        .with_context(|| format!("cannot listen on the interfaces of networks={networks}"))?;
+    let nids = server
+        .addrs()
+        .iter()
+        .zip(nets)
+        .map(|(a, net)| Nid { addr: *a, net })
+        .collect();
+    Ok((server, nids))
+}
+
+/// MDS threads started per partition.
+pub const MDS_THREADS_MIN_DEFAULT: usize = 8;
+/// Most MDS threads per partition.
+pub const MDS_THREADS_MAX_DEFAULT: usize = 64;
+/// OSS threads started per partition.
+pub const OSS_THREADS_MIN_DEFAULT: usize = 4;
+/// Most OSS threads per partition.
+pub const OSS_THREADS_MAX_DEFAULT: usize = 32;
+/// Requests queued per partition of a service.
+pub const SERVICE_QUEUE_DEPTH: usize = 1024;
+
+/// A service pool on the partitions `cpts` of `table` (all if None), threads pinned.
 fn pool(
     name: &str,
-    partitions: usize,
-    threads: usize,
+    table: &CptTable,
+    cpts: Option<&[usize]>,
+    threads: (usize, usize),
     handler: Arc<dyn nacre_net::Handler>,
-) -> Arc<ServicePool> {
+) -> anyhow::Result<Arc<ServicePool>> {
+    let all: Vec<usize> = (0..table.len()).collect();
+    let chosen = cpts.unwrap_or(&all);
+    if chosen.is_empty() {
+        bail!("{name}: no CPU partitions to run on");
+    }
+    let mut partitions = Vec::new();
+    for &cpt in chosen {
+        if cpt >= table.len() {
+            bail!(
+                "{name}: CPU partition {cpt} does not exist (the table has {})",
+                table.len()
+            );
+        }
+        partitions.push(ServicePartition {
+            cpt,
+            cpus: table.partition(cpt).cpus.clone(),
+        });
+    }
+    let (min, max) = threads;
+    if min == 0 || min > max || max > nacre_net::service::THREADS_PER_PARTITION_MAX {
+        bail!(
+            "{name}: threads_min {min} / threads_max {max}: need 1 <= min <= max <= {}",
+            nacre_net::service::THREADS_PER_PARTITION_MAX
+        );
+    }
     let config = ServiceConfig {
         name: name.into(),
-        partitions: partitions.max(1),
-        threads_per_partition: threads.max(1),
-        queue_depth: 1024,
+        partitions,
+        threads_min: min,
+        threads_max: max,
+        queue_depth: SERVICE_QUEUE_DEPTH,
     };
-    ServicePool::start(config, handler)
+    Ok(ServicePool::start(config, handler))
 }
 
 /// Registers a target with the MGS, retrying while the MGS is unreachable.
@@ -182,12 +277,16 @@ impl ServerProcess {
         if labels.is_empty() {
             bail!("no targets to serve (give --target DIR)");
         }
-        let server = Server::bind(spec.listen, BULK_BYTES_MAX)
-            .with_context(|| format!("cannot listen on {}", spec.listen))?;
-        let nid = spec.nid.unwrap_or_else(|| Nid::tcp(server.addr()));
+        let topo = nacre_cpt::Topology::read()?;
+        let cpts = CptTable::configure(spec.cpu_pattern.as_deref(), spec.cpu_npartitions, &topo)?;
+        let (server, nids) = bind(&spec, &cpts)?;
+        server.router().set_rotor(spec.portal_rotor);
+        let nid = spec.nid.unwrap_or(nids[0]);
         let mut process = ServerProcess {
             server,
             nid,
+            nids,
+            cpts: Arc::new(cpts),
             labels: labels.clone(),
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
@@ -196,12 +295,13 @@ impl ServerProcess {
             sources: crate::metrics::Sources::default(),
             mgs: None,
         };
+        process.register_node_params(&spec);
         let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {
                 let mgs = Arc::new(Mgs::open(dir)?);
                 process.mgs = Some(mgs.clone());
-                let p = pool("mgs", 1, 2, mgs);
+                let p = pool("mgs", &process.cpts.clone(), Some(&[0]), (2, 8), mgs)?;
                 process.track_service("mgs.MGS.mgs", &p);
                 process.server.add_service(Service::Mgs, p);
                 tracing::info!("MGS started at {nid}");
@@ -249,7 +349,13 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = oss;
-        let p = pool("ost_io", spec.cpu_npartitions, spec.oss_threads, handler);
+        let p = pool(
+            "ost_io",
+            &self.cpts,
+            spec.oss_cpts.as_deref(),
+            spec.oss_threads,
+            handler,
+        )?;
         self.track_service("ost.OSS.ost_io", &p);
         self.server.add_service(Service::Oss, p);
         for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
@@ -291,7 +397,13 @@ impl ServerProcess {
             return Ok(());
         }
         let handler: Arc<dyn nacre_net::Handler> = mds;
-        let p = pool("mdt", spec.cpu_npartitions, spec.mds_threads, handler);
+        let p = pool(
+            "mdt",
+            &self.cpts,
+            spec.mds_cpts.as_deref(),
+            spec.mds_threads,
+            handler,
+        )?;
         self.track_service("mds.MDS.mdt", &p);
         self.server.add_service(Service::Mds, p);
         for (mgs, label, mdt) in started {
@@ -356,7 +468,11 @@ impl ServerProcess {
             index: label.index,
             fsname: label.fsname.clone(),
             uuid: label.uuid.clone(),
-            nids: vec![self.nid],
+            nids: if self.nids.contains(&self.nid) {
+                self.nids.clone()
+            } else {
+                std::iter::once(self.nid).chain(self.nids.clone()).collect()
+            },
         }
     }
 
@@ -418,9 +534,57 @@ impl ServerProcess {
                 })
             },
         );
+        let (a, b) = (pool.clone(), pool.clone());
+        self.registry.add_rw(
+            format!("{prefix}.threads_min"),
+            move || a.threads_min().to_string(),
+            move |v| b.set_threads_min(parse_count(v)?),
+        );
+        let (a, b) = (pool.clone(), pool.clone());
+        self.registry.add_rw(
+            format!("{prefix}.threads_max"),
+            move || a.threads_max().to_string(),
+            move |v| b.set_threads_max(parse_count(v)?),
+        );
+        let a = pool.clone();
+        self.registry.add_fn(format!("{prefix}.cpts"), move || {
+            let cpts: Vec<String> = a
+                .config()
+                .partitions
+                .iter()
+                .map(|p| p.cpt.to_string())
+                .collect();
+            format!("[{}]", cpts.join(","))
+        });
         self.sources
             .services
             .push((pool.config().name.clone(), pool.clone()));
+    }
+
+    /// Node-wide network and partition parameters (Lustre's libcfs and lnet ones).
+    fn register_node_params(&self, spec: &ServerSpec) {
+        let r = &self.registry;
+        let t = self.cpts.clone();
+        r.add_fn("cpu_partition_table", move || {
+            t.render().trim_end().to_string()
+        });
+        let n = self.cpts.len();
+        r.add_fn("cpu_npartitions", move || n.to_string());
+        let pattern = spec.cpu_pattern.clone().unwrap_or_default();
+        r.add_fn("cpu_pattern", move || pattern.clone());
+        let (a, b) = (self.server.router().clone(), self.server.router().clone());
+        r.add_rw(
+            "portal_rotor",
+            move || a.rotor().to_string(),
+            move |v| {
+                b.set_rotor(v.parse()?);
+                Ok(())
+            },
+        );
+        let networks = spec.networks.clone().unwrap_or_default();
+        r.add_fn("networks", move || networks.clone());
+        let nids: Vec<String> = self.nids.iter().map(Nid::to_string).collect();
+        r.add_fn("nids", move || nids.join("\n"));
     }
 
     pub fn metrics_sources(&self) -> crate::metrics::Sources {
@@ -485,6 +649,13 @@ fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
     } else {
         Err("statistics accept only 0 (clear)".into())
     }
+}
+
+fn parse_count(value: &str) -> Result<usize, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{}' is not a count", value.trim()))
 }
 
 fn parse_bool(value: &str) -> Result<bool, String> {

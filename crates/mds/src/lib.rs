@@ -264,4 +264,10 @@ impl Handler for MdsHandler {
         };
         execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer))
     }
+
+    fn affinity(&self, req: &Incoming) -> Option<u64> {
+        let call: MdsCall = decode_body(&req.body).ok()?;
+        let fid = call.op.key_fid()?;
+        Some(fid.seq.rotate_left(32) ^ u64::from(fid.oid))
+    }
 }

@@ -27,12 +27,7 @@ fn serve(dir: &Path) -> Arc<Server> {
     let handler = Arc::new(MdsHandler::default());
     handler.add_target(mdt);
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
-    let config = ServiceConfig {
-        name: "mdt".into(),
-        partitions: 1,
-        threads_per_partition: 4,
-        queue_depth: 64,
-    };
+    let config = ServiceConfig::unpinned("mdt", 1, 4, 64);
     server.add_service(Service::Mds, ServicePool::start(config, handler));
     server
 }

@@ -14,6 +14,7 @@
 pub mod conn;
 pub mod frame;
 pub mod local;
+pub mod ni;
 pub mod router;
 pub mod rpc;
 pub mod selftest;
@@ -32,8 +33,11 @@ pub fn peer_nid(peer: &str) -> String {
     }
 }
 pub use rpc::RpcError;
-pub use server::Server;
-pub use service::{Handler, Incoming, Outgoing, PartitionStats, ServiceConfig, ServicePool};
+pub use server::{Listen, Server};
+pub use service::{
+    Handler, Incoming, Outgoing, PartitionStats, Rotor, ServiceConfig, ServicePartition,
+    ServicePool,
+};
 
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, WireError};

@@ -1,12 +1,12 @@
 //! Routes a request to the service pool of its opcode's service byte, answering pings itself.
 
-use crate::service::{Incoming, Outgoing, ReplySink, ServicePool};
+use crate::service::{Incoming, Outgoing, ReplySink, Rotor, ServicePool};
 use crate::{NetError, Reply};
 use crossbeam_channel::Sender;
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::{Header, Service, OP_PING};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Routes requests to service pools by the opcode's service byte.
@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 pub struct Router {
     services: RwLock<HashMap<u8, Arc<ServicePool>>>,
     next_partition: AtomicUsize,
+    rotor: AtomicU8,
 }
 
 impl Router {
@@ -25,8 +26,28 @@ impl Router {
             .insert(service as u8, pool);
     }
 
-    pub(crate) fn route(&self, req: Incoming, cpt_hint: usize) {
-        self.route_with(req, cpt_hint, false)
+    /// How requests are spread over a service's partitions.
+    pub fn rotor(&self) -> Rotor {
+        match self.rotor.load(Ordering::Relaxed) {
+            1 => Rotor::On,
+            2 => Rotor::Hash,
+            _ => Rotor::Off,
+        }
+    }
+
+    /// Sets the rotor; takes effect for the next request.
+    pub fn set_rotor(&self, rotor: Rotor) {
+        let v = match rotor {
+            Rotor::Off => 0,
+            Rotor::On => 1,
+            Rotor::Hash => 2,
+        };
+        self.rotor.store(v, Ordering::Relaxed);
+    }
+
+    /// Routes a request that arrived on a connection of CPU partition `cpt`.
+    pub(crate) fn route(&self, req: Incoming, cpt: usize) {
+        self.route_with(req, cpt, false)
     }
 
     fn route_with(&self, req: Incoming, cpt_hint: usize, inline: bool) {
@@ -38,7 +59,10 @@ impl Router {
         let pool = self.services.read().expect("router").get(&service).cloned();
         match pool {
             Some(pool) if inline => pool.run_inline(req),
-            Some(pool) => pool.dispatch(req, cpt_hint),
+            Some(pool) => {
+                let i = pool.choose(self.rotor(), cpt_hint, &req);
+                pool.dispatch(req, i)
+            }
             None => req.reply(Outgoing::error(Status::NoSys)),
         }
     }

@@ -13,54 +13,103 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// A listening server: one address, any number of services.
+/// One address a server listens on, and the CPU partitions serving its connections (the
+/// partitions its network interface is bound to, as `networks="tcp0(eth0)[0]"` says; empty:
+/// connections are spread over all partitions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    /// Address (port 0: any free port).
+    pub addr: SocketAddr,
+    /// CPU partitions of the interface.
+    pub cpts: Vec<usize>,
+}
+
+/// A listening server: one or more addresses (interfaces), any number of services.
 pub struct Server {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     router: Arc<Router>,
     stopping: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
-    acceptor: Mutex<Option<JoinHandle<()>>>,
+    acceptors: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Server {
     /// Binds `addr` (port 0 picks a free port) and starts accepting. The router is also
     /// registered for in-process connections.
     pub fn bind(addr: SocketAddr, bulk_len_max: u32) -> Result<Arc<Server>, NetError> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
+        Server::bind_all(
+            &[Listen {
+                addr,
+                cpts: Vec::new(),
+            }],
+            bulk_len_max,
+        )
+    }
+
+    /// Binds every address of `listens` (a port 0 after the first takes the first's port)
+    /// and starts accepting on each.
+    pub fn bind_all(listens: &[Listen], bulk_len_max: u32) -> Result<Arc<Server>, NetError> {
+        assert!(!listens.is_empty(), "a server needs an address");
+        let mut listeners = Vec::new();
+        let mut port = 0;
+        for l in listens {
+            let mut addr = l.addr;
+            if addr.port() == 0 {
+                addr.set_port(port);
+            }
+            let listener = TcpListener::bind(addr)?;
+            port = listener.local_addr()?.port();
+            listeners.push((listener, l.cpts.clone()));
+        }
+        let addrs = listeners
+            .iter()
+            .map(|(l, _)| l.local_addr())
+            .collect::<Result<Vec<_>, _>>()?;
         let router = Arc::new(Router::default());
-        let selftest = crate::ServiceConfig {
-            name: "selftest".into(),
-            partitions: 1,
-            threads_per_partition: 2,
-            queue_depth: 64,
-        };
+        let selftest = crate::ServiceConfig::unpinned("selftest", 1, 2, 64);
         router.add(
             Service::Net,
             crate::ServicePool::start(selftest, Arc::new(crate::selftest::SelftestHandler)),
         );
-        local::register(addr, &router);
+        for a in &addrs {
+            local::register(*a, &router);
+        }
         let server = Arc::new(Server {
-            addr,
+            addrs,
             router: router.clone(),
             stopping: Arc::new(AtomicBool::new(false)),
             conns: Arc::new(Mutex::new(Vec::new())),
-            acceptor: Mutex::new(None),
+            acceptors: Mutex::new(Vec::new()),
         });
-        let stopping = server.stopping.clone();
-        let conns = server.conns.clone();
         let bulk_len_max = bulk_len_max.min(BULK_BYTES_MAX);
-        let t = std::thread::Builder::new()
-            .name("acceptor".into())
-            .spawn(move || accept_loop(listener, router, stopping, conns, bulk_len_max))
-            .expect("spawn acceptor");
-        *server.acceptor.lock().expect("acceptor") = Some(t);
+        for (listener, cpts) in listeners {
+            let (router, stopping, conns) = (
+                router.clone(),
+                server.stopping.clone(),
+                server.conns.clone(),
+            );
+            let t = std::thread::Builder::new()
+                .name("acceptor".into())
+                .spawn(move || accept_loop(listener, cpts, router, stopping, conns, bulk_len_max))
+                .expect("spawn acceptor");
+            server.acceptors.lock().expect("acceptors").push(t);
+        }
         Ok(server)
     }
 
-    /// The bound address.
+    /// The first bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs[0]
+    }
+
+    /// Every bound address.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// The request router (rotor setting).
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
     }
 
     /// Adds a service.
@@ -73,9 +122,11 @@ impl Server {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
-        local::unregister(self.addr);
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.acceptor.lock().expect("acceptor").take() {
+        for a in &self.addrs {
+            local::unregister(*a);
+            let _ = TcpStream::connect(a);
+        }
+        for t in self.acceptors.lock().expect("acceptors").drain(..) {
             let _ = t.join();
         }
         for c in self.conns.lock().expect("conns").drain(..) {
@@ -93,6 +144,7 @@ impl Drop for Server {
 
 fn accept_loop(
     listener: TcpListener,
+    cpts: Vec<usize>,
     router: Arc<Router>,
     stopping: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
@@ -125,8 +177,12 @@ fn accept_loop(
             list.push(clone);
         }
         let router = router.clone();
-        let cpt = partition;
-        partition += 1;
+        let cpt = if cpts.is_empty() {
+            partition
+        } else {
+            cpts[partition % cpts.len()]
+        };
+        partition = partition.wrapping_add(1);
         let spawned = std::thread::Builder::new()
             .name("conn-reader".into())
             .spawn(move || serve_connection(stream, peer, router, cpt, bulk_len_max));

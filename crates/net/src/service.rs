@@ -8,22 +8,87 @@ use nacre_types::{AlignedBuf, Status};
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_REPLY};
 use nacre_wire::Header;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
+
+/// One CPU partition a service runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePartition {
+    /// The partition's index in the process's CPU partition table.
+    pub cpt: usize,
+    /// CPUs its threads are pinned to (empty: not pinned).
+    pub cpus: Vec<usize>,
+}
 
 /// Settings of one service (MGS, MDS, OSS).
 #[derive(Clone, Debug)]
 pub struct ServiceConfig {
     /// Name, used for thread names and statistics.
     pub name: String,
-    /// CPU partitions the service runs on.
-    pub partitions: usize,
-    /// Service threads per partition.
-    pub threads_per_partition: usize,
+    /// CPU partitions the service runs on: a thread pool and a queue each.
+    pub partitions: Vec<ServicePartition>,
+    /// Threads started per partition (Lustre's `threads_min`).
+    pub threads_min: usize,
+    /// Most threads per partition, started while every thread is busy and requests wait
+    /// (Lustre's `threads_max`).
+    pub threads_max: usize,
     /// Requests queued per partition before readers block (back-pressure to the sockets).
     pub queue_depth: usize,
+}
+
+impl ServiceConfig {
+    /// `partitions` partitions of fixed `threads` threads each, not pinned.
+    pub fn unpinned(name: &str, partitions: usize, threads: usize, queue_depth: usize) -> Self {
+        ServiceConfig {
+            name: name.into(),
+            partitions: (0..partitions.max(1))
+                .map(|cpt| ServicePartition {
+                    cpt,
+                    cpus: Vec::new(),
+                })
+                .collect(),
+            threads_min: threads.max(1),
+            threads_max: threads.max(1),
+            queue_depth,
+        }
+    }
+}
+
+/// How a request arriving on a connection of CPU partition `cpt` picks the partition that
+/// serves it (Lustre's `portal_rotor`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotor {
+    /// The connection's (its network interface's) partition.
+    Off,
+    /// Round-robin over the service's partitions, request by request.
+    On,
+    /// By the object or FID the request works on, so one object's requests stay on one
+    /// partition (falls back to the connection's partition for requests without one).
+    Hash,
+}
+
+impl std::str::FromStr for Rotor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Rotor, String> {
+        match s.trim() {
+            "off" | "0" => Ok(Rotor::Off),
+            "on" | "1" => Ok(Rotor::On),
+            "hash" | "3" => Ok(Rotor::Hash),
+            other => Err(format!("portal_rotor '{other}': use off, on or hash")),
+        }
+    }
+}
+
+impl std::fmt::Display for Rotor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Rotor::Off => "off",
+            Rotor::On => "on",
+            Rotor::Hash => "hash",
+        })
+    }
 }
 
 /// A request as a service thread sees it.
@@ -73,6 +138,12 @@ impl Outgoing {
 pub trait Handler: Send + Sync + 'static {
     /// Handles one request; called concurrently from the service's threads.
     fn handle(&self, req: &Incoming) -> Outgoing;
+
+    /// A key naming what `req` works on (an object, a FID), for the hash rotor; None if the
+    /// request has none. Called on the connection's reader thread: keep it cheap.
+    fn affinity(&self, _req: &Incoming) -> Option<u64> {
+        None
+    }
 }
 
 pub(crate) enum ReplySink {
@@ -138,94 +209,225 @@ impl PartitionStats {
     }
 }
 
+type Queued = (Incoming, Instant);
+
+struct Part {
+    spec: ServicePartition,
+    tx: Sender<Queued>,
+    rx: Receiver<Queued>,
+}
+
 /// A pool of service threads for one service, one bounded queue per CPU partition.
 pub struct ServicePool {
     config: ServiceConfig,
     handler: Arc<dyn Handler>,
-    queues: RwLock<Vec<Sender<(Incoming, Instant)>>>,
+    parts: RwLock<Vec<Part>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     partitions: Vec<Arc<PartitionStats>>,
+    threads_min: AtomicUsize,
+    threads_max: AtomicUsize,
+    rr: AtomicUsize,
+    me: Weak<ServicePool>,
     /// Requests handled, for statistics.
     pub requests_handled: AtomicU64,
     /// Of those, requests handled inline in the caller's thread (in-process clients).
     pub requests_inline: AtomicU64,
 }
 
+/// Most threads one partition of a service may run.
+pub const THREADS_PER_PARTITION_MAX: usize = 512;
+
 impl ServicePool {
-    /// Starts the service threads.
+    /// Starts `threads_min` threads per partition.
     pub fn start(config: ServiceConfig, handler: Arc<dyn Handler>) -> Arc<ServicePool> {
-        assert!(config.partitions > 0 && config.threads_per_partition > 0);
-        let partitions: Vec<Arc<PartitionStats>> = (0..config.partitions)
-            .map(|_| Arc::new(PartitionStats::default()))
-            .collect();
-        let pool = Arc::new(ServicePool {
-            config: config.clone(),
-            handler: handler.clone(),
-            queues: RwLock::new(Vec::new()),
+        assert!(!config.partitions.is_empty(), "a service needs a partition");
+        assert!(config.threads_min > 0 && config.threads_min <= config.threads_max);
+        let pool = Arc::new_cyclic(|me| ServicePool {
+            partitions: config
+                .partitions
+                .iter()
+                .map(|_| Arc::new(PartitionStats::default()))
+                .collect(),
+            parts: RwLock::new(
+                config
+                    .partitions
+                    .iter()
+                    .map(|spec| {
+                        let (tx, rx) = bounded::<Queued>(config.queue_depth);
+                        Part {
+                            spec: spec.clone(),
+                            tx,
+                            rx,
+                        }
+                    })
+                    .collect(),
+            ),
+            threads_min: AtomicUsize::new(config.threads_min),
+            threads_max: AtomicUsize::new(config.threads_max.min(THREADS_PER_PARTITION_MAX)),
+            config,
+            handler,
             threads: Mutex::new(Vec::new()),
-            partitions: partitions.clone(),
+            rr: AtomicUsize::new(0),
+            me: me.clone(),
             requests_handled: AtomicU64::new(0),
             requests_inline: AtomicU64::new(0),
         });
-        let mut queues = Vec::new();
-        let mut threads = Vec::new();
-        for (cpt, stats) in partitions.iter().enumerate() {
-            let (tx, rx) = bounded::<(Incoming, Instant)>(config.queue_depth);
-            queues.push(tx);
-            for n in 0..config.threads_per_partition {
-                let rx: Receiver<(Incoming, Instant)> = rx.clone();
-                let handler = handler.clone();
-                let weak = Arc::downgrade(&pool);
-                let counters = stats.clone();
-                let name = format!("{}_{cpt:02}_{n:03}", config.name);
-                let t = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || {
-                        let stats = counters;
-                        for (req, queued_at) in rx.iter() {
-                            let started = Instant::now();
-                            stats.queued.fetch_sub(1, Ordering::Relaxed);
-                            stats.busy.fetch_add(1, Ordering::Relaxed);
-                            let waited = started.duration_since(queued_at).as_nanos() as u64;
-                            stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
-                            let out = handler.handle(&req);
-                            req.reply(out);
-                            let busy = started.elapsed().as_nanos() as u64;
-                            stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
-                            stats.busy.fetch_sub(1, Ordering::Relaxed);
-                            stats.requests.fetch_add(1, Ordering::Relaxed);
-                            if let Some(pool) = weak.upgrade() {
-                                pool.requests_handled.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    })
-                    .expect("spawn service thread");
-                stats.threads.fetch_add(1, Ordering::Relaxed);
-                threads.push(t);
-            }
-        }
-        *pool.queues.write().expect("queues") = queues;
-        *pool.threads.lock().expect("threads") = threads;
+        pool.fill_to_min();
         pool
     }
 
-    /// Queues a request on partition `cpt_hint % partitions`; blocks while that queue is full.
-    pub(crate) fn dispatch(&self, req: Incoming, cpt_hint: usize) {
-        let queues = self.queues.read().expect("queues");
-        if queues.is_empty() {
+    /// Starts threads until every partition runs at least `threads_min`.
+    fn fill_to_min(&self) {
+        let min = self.threads_min.load(Ordering::Relaxed);
+        for i in 0..self.partitions.len() {
+            while self.partitions[i].threads.load(Ordering::Relaxed) < min as u64 {
+                if !self.spawn_thread(i) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Starts one more thread on partition index `i`, unless it is at `threads_max`.
+    fn spawn_thread(&self, i: usize) -> bool {
+        let stats = self.partitions[i].clone();
+        let max = self.threads_max.load(Ordering::Relaxed) as u64;
+        let claimed = stats
+            .threads
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            });
+        let Ok(n) = claimed else { return false };
+        let (rx, spec) = {
+            let parts = self.parts.read().expect("parts");
+            let Some(part) = parts.get(i) else {
+                stats.threads.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            };
+            (part.rx.clone(), part.spec.clone())
+        };
+        let handler = self.handler.clone();
+        let weak = self.me.clone();
+        let name = format!("{}_{:02}_{n:03}", self.config.name, spec.cpt);
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            if !spec.cpus.is_empty() {
+                if let Err(e) = nacre_cpt::pin_current_thread(&spec.cpus) {
+                    tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
+                }
+            }
+            for (req, queued_at) in rx.iter() {
+                let started = Instant::now();
+                stats.queued.fetch_sub(1, Ordering::Relaxed);
+                stats.busy.fetch_add(1, Ordering::Relaxed);
+                let waited = started.duration_since(queued_at).as_nanos() as u64;
+                stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
+                let out = handler.handle(&req);
+                req.reply(out);
+                let busy = started.elapsed().as_nanos() as u64;
+                stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+                stats.busy.fetch_sub(1, Ordering::Relaxed);
+                stats.requests.fetch_add(1, Ordering::Relaxed);
+                if let Some(pool) = weak.upgrade() {
+                    pool.requests_handled.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        match spawned {
+            Ok(t) => {
+                self.threads.lock().expect("threads").push(t);
+                true
+            }
+            Err(e) => {
+                self.partitions[i].threads.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!("cannot start a {} thread: {e}", self.config.name);
+                false
+            }
+        }
+    }
+
+    /// The partition index serving a request that arrived on CPT `cpt`, for `rotor` with
+    /// affinity key `key`.
+    pub(crate) fn choose(&self, rotor: Rotor, cpt: usize, req: &Incoming) -> usize {
+        let n = self.partitions.len();
+        let of_cpt = |cpt: usize| {
+            self.config
+                .partitions
+                .iter()
+                .position(|p| p.cpt == cpt)
+                .unwrap_or(cpt % n)
+        };
+        match rotor {
+            Rotor::Off => of_cpt(cpt),
+            Rotor::On => self.rr.fetch_add(1, Ordering::Relaxed) % n,
+            Rotor::Hash => match self.handler.affinity(req) {
+                // Fibonacci hashing spreads sequential object ids.
+                Some(k) => (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n,
+                None => of_cpt(cpt),
+            },
+        }
+    }
+
+    /// Queues a request on partition index `i`; blocks while that queue is full. Starts
+    /// another thread there if all are busy and requests wait.
+    pub(crate) fn dispatch(&self, req: Incoming, i: usize) {
+        let parts = self.parts.read().expect("parts");
+        if parts.is_empty() {
+            drop(parts);
             req.reply(Outgoing::error(Status::NoSys));
             return;
         }
-        let cpt = cpt_hint % queues.len();
-        let tx = queues[cpt].clone();
-        drop(queues);
-        let stats = &self.partitions[cpt];
+        let i = i % parts.len();
+        let tx = parts[i].tx.clone();
+        drop(parts);
+        let stats = &self.partitions[i];
         let depth = stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
         stats.queued_max.fetch_max(depth, Ordering::Relaxed);
         if let Err(e) = tx.send((req, Instant::now())) {
             stats.queued.fetch_sub(1, Ordering::Relaxed);
             e.into_inner().0.reply(Outgoing::error(Status::NoSys));
+            return;
         }
+        // More requests waiting than idle threads: start one more (up to threads_max).
+        let threads = stats.threads.load(Ordering::Relaxed);
+        let idle = threads.saturating_sub(stats.busy.load(Ordering::Relaxed));
+        if stats.queued.load(Ordering::Relaxed) > idle {
+            self.spawn_thread(i);
+        }
+    }
+
+    /// Threads started per partition.
+    pub fn threads_min(&self) -> usize {
+        self.threads_min.load(Ordering::Relaxed)
+    }
+
+    /// Most threads per partition.
+    pub fn threads_max(&self) -> usize {
+        self.threads_max.load(Ordering::Relaxed)
+    }
+
+    /// Sets `threads_min` (starting threads now if needed); it may not exceed `threads_max`.
+    pub fn set_threads_min(&self, n: usize) -> Result<(), String> {
+        if n == 0 || n > self.threads_max() {
+            return Err(format!(
+                "threads_min must be 1..={} (threads_max)",
+                self.threads_max()
+            ));
+        }
+        self.threads_min.store(n, Ordering::Relaxed);
+        self.fill_to_min();
+        Ok(())
+    }
+
+    /// Sets `threads_max`; running threads beyond it keep running until the service stops.
+    pub fn set_threads_max(&self, n: usize) -> Result<(), String> {
+        if n < self.threads_min() || n > THREADS_PER_PARTITION_MAX {
+            return Err(format!(
+                "threads_max must be {}..={THREADS_PER_PARTITION_MAX} (at least threads_min)",
+                self.threads_min()
+            ));
+        }
+        self.threads_max.store(n, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Counters of each CPU partition, in partition order.
@@ -243,7 +445,7 @@ impl ServicePool {
 
     /// Stops accepting requests and joins the threads once queued requests are done.
     pub fn stop(&self) {
-        self.queues.write().expect("queues").clear();
+        self.parts.write().expect("parts").clear();
         let threads = std::mem::take(&mut *self.threads.lock().expect("threads"));
         for t in threads {
             let _ = t.join();

@@ -26,12 +26,7 @@ impl Handler for Echo {
 
 fn echo_server() -> Arc<Server> {
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), 16 << 20).unwrap();
-    let config = ServiceConfig {
-        name: "echo".into(),
-        partitions: 2,
-        threads_per_partition: 2,
-        queue_depth: 64,
-    };
+    let config = ServiceConfig::unpinned("echo", 2, 2, 64);
     server.add_service(Service::Oss, ServicePool::start(config, Arc::new(Echo)));
     server
 }
@@ -119,12 +114,7 @@ impl Handler for Slow {
 fn partition_counters_show_queueing_and_thread_use() {
     use std::sync::atomic::Ordering::Relaxed;
     let server = Server::bind("127.0.0.1:0".parse().unwrap(), 1 << 20).unwrap();
-    let config = ServiceConfig {
-        name: "slow".into(),
-        partitions: 1,
-        threads_per_partition: 1,
-        queue_depth: 64,
-    };
+    let config = ServiceConfig::unpinned("slow", 1, 1, 64);
     let pool = ServicePool::start(config, Arc::new(Slow));
     server.add_service(Service::Oss, pool.clone());
     let conn = tcp_connection(&server);

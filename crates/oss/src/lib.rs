@@ -163,6 +163,12 @@ impl OssHandler {
 }
 
 impl Handler for OssHandler {
+    fn affinity(&self, incoming: &Incoming) -> Option<u64> {
+        let call: OssCall = decode_body(&incoming.body).ok()?;
+        let o = call.req.key_object()?;
+        Some(o.seq.rotate_left(32) ^ o.id)
+    }
+
     fn handle(&self, incoming: &Incoming) -> Outgoing {
         let Some(ost) = self.target(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);

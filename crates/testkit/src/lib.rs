@@ -234,6 +234,11 @@ impl ServerProc {
         }
     }
 
+    /// The server process's pid (for `nacre ctl --pid`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's NID.
     pub fn nid(&self) -> String {
         format!("{}@tcp", self.listen)

@@ -204,6 +204,34 @@ pub enum MdsOp {
 }
 
 impl MdsOp {
+    /// The inode the operation is about: the parent directory for name operations, the
+    /// inode itself otherwise (the hash rotor keeps one directory's requests together).
+    pub fn key_fid(&self) -> Option<Fid> {
+        match self {
+            MdsOp::Lookup { parent, .. }
+            | MdsOp::Create { parent, .. }
+            | MdsOp::Mkdir { parent, .. }
+            | MdsOp::Symlink { parent, .. }
+            | MdsOp::Link { parent, .. }
+            | MdsOp::Unlink { parent, .. }
+            | MdsOp::Rmdir { parent, .. } => Some(*parent),
+            MdsOp::Rename { src_parent, .. } => Some(*src_parent),
+            MdsOp::GetAttr { fid }
+            | MdsOp::SetAttr { fid, .. }
+            | MdsOp::ReadLink { fid }
+            | MdsOp::ReadDir { fid, .. }
+            | MdsOp::Open { fid }
+            | MdsOp::Close { fid }
+            | MdsOp::GetXattr { fid, .. }
+            | MdsOp::SetXattr { fid, .. }
+            | MdsOp::ListXattr { fid }
+            | MdsOp::RemoveXattr { fid, .. }
+            | MdsOp::SetLayout { fid, .. }
+            | MdsOp::GetLayout { fid } => Some(*fid),
+            MdsOp::StatFs | MdsOp::Sync => None,
+        }
+    }
+
     /// Opcode (service 2).
     pub fn opcode(&self) -> u16 {
         0x0200

@@ -110,6 +110,19 @@ pub enum OssReply {
 }
 
 impl OssRequest {
+    /// The object the request is about (None for requests on several or none).
+    pub fn key_object(&self) -> Option<ObjectId> {
+        match self {
+            OssRequest::Write { object, .. }
+            | OssRequest::Read { object, .. }
+            | OssRequest::Glimpse { object }
+            | OssRequest::Punch { object, .. }
+            | OssRequest::Fallocate { object, .. }
+            | OssRequest::Sync { object } => Some(*object),
+            OssRequest::Destroy { .. } | OssRequest::StatFs => None,
+        }
+    }
+
     /// Opcode (service 3).
     pub fn opcode(&self) -> u16 {
         match self {

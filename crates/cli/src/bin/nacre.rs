@@ -57,8 +57,13 @@ enum Command {
         json: bool,
     },
     /// Parameters and statistics of this node's nacre processes, like `lctl`.
-    #[command(subcommand)]
-    Ctl(CtlCommand),
+    Ctl {
+        /// Only the nacre process with this pid (a node may run several).
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(subcommand)]
+        cmd: CtlCommand,
+    },
     /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -448,6 +453,75 @@ struct TargetOpts {
     /// Serve OpenMetrics at http://ADDR/metrics.
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// CPU partitions (Lustre's cpu_npartitions; 0: automatic from NUMA nodes and cores).
+    #[arg(long, default_value_t = 0)]
+    cpu_npartitions: usize,
+    /// Lustre's cpu_pattern, e.g. "0[0-3] 1[4-7]" or the NUMA form "N 0[0] 1[1]".
+    #[arg(long)]
+    cpu_pattern: Option<String>,
+    /// Partitions the OSS I/O service runs on, e.g. "[0,1]" (Lustre's oss_cpts).
+    #[arg(long)]
+    oss_cpts: Option<String>,
+    /// Partitions the MDS service runs on, e.g. "[0]".
+    #[arg(long)]
+    mds_cpts: Option<String>,
+    /// OSS threads started per partition.
+    #[arg(long, default_value_t = nacre_cli::server::OSS_THREADS_MIN_DEFAULT)]
+    oss_threads_min: usize,
+    /// Most OSS threads per partition.
+    #[arg(long, default_value_t = nacre_cli::server::OSS_THREADS_MAX_DEFAULT)]
+    oss_threads_max: usize,
+    /// MDS threads started per partition.
+    #[arg(long, default_value_t = nacre_cli::server::MDS_THREADS_MIN_DEFAULT)]
+    mds_threads_min: usize,
+    /// Most MDS threads per partition.
+    #[arg(long, default_value_t = nacre_cli::server::MDS_THREADS_MAX_DEFAULT)]
+    mds_threads_max: usize,
+    /// Interfaces and their partitions, e.g. "tcp0(eth0)[0],tcp1(eth1)[1]"; the server
+    /// listens on each interface's address at the --listen port.
+    #[arg(long)]
+    networks: Option<String>,
+    /// How requests spread over a service's partitions: off (the interface's), on
+    /// (round-robin), hash (by object/FID).
+    #[arg(long, default_value = "off")]
+    portal_rotor: String,
+}
+
+impl TargetOpts {
+    /// Applies a config-file key; false if the key is not one of these options.
+    fn set(&mut self, key: &str, v: &str) -> anyhow::Result<bool> {
+        let num = |v: &str| -> anyhow::Result<usize> {
+            v.parse().with_context(|| format!("'{v}' is not a number"))
+        };
+        match key {
+            "cpu_npartitions" => self.cpu_npartitions = num(v)?,
+            "cpu_pattern" => self.cpu_pattern = Some(v.trim_matches('"').to_string()),
+            "oss_cpts" => self.oss_cpts = Some(v.to_string()),
+            "mds_cpts" => self.mds_cpts = Some(v.to_string()),
+            "oss_threads_min" => self.oss_threads_min = num(v)?,
+            "oss_threads_max" => self.oss_threads_max = num(v)?,
+            "mds_threads_min" => self.mds_threads_min = num(v)?,
+            "mds_threads_max" => self.mds_threads_max = num(v)?,
+            "networks" => self.networks = Some(v.trim_matches('"').to_string()),
+            "portal_rotor" => self.portal_rotor = v.to_string(),
+            "metrics" => self.metrics = Some(v.parse()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Parses a partition list like Lustre's `oss_cpts="[0,1]"` (brackets optional).
+fn parse_cpts(name: &str, v: &Option<String>) -> anyhow::Result<Option<Vec<usize>>> {
+    let Some(v) = v else { return Ok(None) };
+    let inner = v
+        .trim()
+        .trim_matches('"')
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    nacre_cpt::parse_cpu_list(inner)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{name}={v}: {e}"))
 }
 
 #[derive(Args, Clone)]
@@ -504,7 +578,9 @@ struct MkfsArgs {
 
 #[derive(Args)]
 struct ServerArgs {
-    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname).
+    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname, and the
+    /// server options by their Lustre names: cpu_npartitions, cpu_pattern, oss_cpts, mds_cpts,
+    /// {oss,mds}_threads_{min,max}, networks, portal_rotor, metrics).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to listen on.
@@ -706,6 +782,14 @@ fn start_servers(
     spec.mdt_sync_on_reply = t.mdt_sync_on_reply;
     spec.commit_interval_ms = t.commit_interval_ms;
     spec.ost_direct_io = t.ost_direct_io;
+    spec.cpu_npartitions = t.cpu_npartitions;
+    spec.cpu_pattern = t.cpu_pattern.clone();
+    spec.oss_cpts = parse_cpts("oss_cpts", &t.oss_cpts)?;
+    spec.mds_cpts = parse_cpts("mds_cpts", &t.mds_cpts)?;
+    spec.oss_threads = (t.oss_threads_min, t.oss_threads_max);
+    spec.mds_threads = (t.mds_threads_min, t.mds_threads_max);
+    spec.networks = t.networks.clone();
+    spec.portal_rotor = t.portal_rotor.parse().map_err(anyhow::Error::msg)?;
     let servers = ServerProcess::start(spec)?;
     let sources = servers.metrics_sources();
     let ctl = nacre_cli::ctl::serve(nacre_cli::ctl::CtlSources {
@@ -767,7 +851,7 @@ fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn server(a: ServerArgs) -> anyhow::Result<()> {
+fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
     let mut listen = a.listen;
@@ -796,7 +880,11 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
                 "target" => targets.push(PathBuf::from(v)),
                 "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
                 "fsname" => fsname = Some(v.to_string()),
-                _ => bail!("{}:{}: unknown key '{k}'", path.display(), n + 1),
+                _ => {
+                    if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
+                        bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
+                    }
+                }
             }
         }
     }
@@ -871,7 +959,7 @@ fn main() {
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
-        Command::Ctl(c) => ctl(c),
+        Command::Ctl { pid, cmd } => ctl(cmd, pid),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
         Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
         Command::Top {
@@ -1068,14 +1156,22 @@ fn bench_mdtest(a: MdtestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ctl_ask(op: &str, pattern: &str, value: Option<&str>) -> anyhow::Result<Vec<(String, String)>> {
+fn ctl_ask(
+    op: &str,
+    pattern: &str,
+    value: Option<&str>,
+    pid: Option<u32>,
+) -> anyhow::Result<Vec<(String, String)>> {
     let req = nacre_cli::ctl::CtlRequest {
         op: op.into(),
         pattern: pattern.into(),
         value: value.map(str::to_string),
     };
     let mut out = Vec::new();
-    for (pid, reply) in nacre_cli::ctl::ask_all(&req)? {
+    for (pid, reply) in nacre_cli::ctl::ask_all(&req)?
+        .into_iter()
+        .filter(|(p, _)| pid.is_none_or(|want| *p == want))
+    {
         if let Some(e) = reply.error {
             bail!("process {pid}: {e}");
         }
@@ -1085,7 +1181,7 @@ fn ctl_ask(op: &str, pattern: &str, value: Option<&str>) -> anyhow::Result<Vec<(
     Ok(out)
 }
 
-fn ctl(c: CtlCommand) -> anyhow::Result<()> {
+fn ctl(c: CtlCommand, pid: Option<u32>) -> anyhow::Result<()> {
     match c {
         CtlCommand::List { patterns } => {
             let patterns = if patterns.is_empty() {
@@ -1094,7 +1190,7 @@ fn ctl(c: CtlCommand) -> anyhow::Result<()> {
                 patterns
             };
             for p in patterns {
-                for (name, _) in ctl_ask("list", &p, None)? {
+                for (name, _) in ctl_ask("list", &p, None, pid)? {
                     println!("{name}");
                 }
             }
@@ -1104,7 +1200,7 @@ fn ctl(c: CtlCommand) -> anyhow::Result<()> {
             patterns,
         } => {
             for p in patterns {
-                let found = ctl_ask("get", &p, None)?;
+                let found = ctl_ask("get", &p, None, pid)?;
                 if found.is_empty() {
                     bail!("{p}: no such parameter on this node");
                 }
@@ -1126,13 +1222,13 @@ fn ctl(c: CtlCommand) -> anyhow::Result<()> {
                     .split_once('=')
                     .with_context(|| format!("'{a}': expected NAME=VALUE"))?;
                 if persistent {
-                    if ctl_ask("set_persistent", name, Some(value))?.is_empty() {
+                    if ctl_ask("set_persistent", name, Some(value), pid)?.is_empty() {
                         bail!("set_param -P: no MGS runs on this node (run it on the MGS node)");
                     }
                     println!("{name}={value} (persistent)");
                     continue;
                 }
-                let set = ctl_ask("set", name, Some(value))?;
+                let set = ctl_ask("set", name, Some(value), pid)?;
                 if set.is_empty() {
                     bail!("{name}: no such parameter on this node");
                 }
