@@ -7,7 +7,10 @@ use nacre_testkit::{free_port, mkfs, nacre, nacre_ok, ServerProc};
 /// (thread name, allowed CPUs) of every thread of `pid`.
 fn threads(pid: u32) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
         let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
         let field = |k: &str| {
             status
@@ -55,18 +58,33 @@ fn services_run_pinned_on_their_partitions() {
     );
     let pid = server.pid().to_string();
     let get = |name: &str| nacre_ok(&["ctl", "--pid", &pid, "get_param", "-n", name]);
-    assert_eq!(get("cpu_partition_table"), format!("0\t: {first}\n1\t: {last}\n"));
+    assert_eq!(
+        get("cpu_partition_table"),
+        format!("0\t: {first}\n1\t: {last}\n")
+    );
     assert_eq!(get("cpu_npartitions").trim(), "2");
     assert_eq!(get("ost.OSS.ost_io.cpts").trim(), "[0,1]");
     assert_eq!(get("mds.MDS.mdt.cpts").trim(), "[1]");
-    assert_eq!(get("ost.OSS.ost_io.threads_started").trim(), "4", "2 per partition");
+    assert_eq!(
+        get("ost.OSS.ost_io.threads_started").trim(),
+        "4",
+        "2 per partition"
+    );
     assert_eq!(get("portal_rotor").trim(), "hash");
     let t = threads(server.pid());
     let ost: Vec<_> = t.iter().filter(|(n, _)| n.starts_with("ost_io_")).collect();
     assert_eq!(ost.len(), 4, "{t:?}");
     for (name, allowed) in &ost {
-        let want = if name.starts_with("ost_io_00_") { first } else { last };
-        assert_eq!(allowed, &want.to_string(), "{name} runs on its partition's CPU");
+        let want = if name.starts_with("ost_io_00_") {
+            first
+        } else {
+            last
+        };
+        assert_eq!(
+            allowed,
+            &want.to_string(),
+            "{name} runs on its partition's CPU"
+        );
     }
     let mdt: Vec<_> = t.iter().filter(|(n, _)| n.starts_with("mdt_")).collect();
     assert!(!mdt.is_empty());
@@ -78,12 +96,22 @@ fn services_run_pinned_on_their_partitions() {
     // Run-time tunables.
     nacre_ok(&["ctl", "--pid", &pid, "set_param", "portal_rotor=on"]);
     assert_eq!(get("portal_rotor").trim(), "on");
-    nacre_ok(&["ctl", "--pid", &pid, "set_param", "ost.OSS.ost_io.threads_min=3"]);
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid,
+        "set_param",
+        "ost.OSS.ost_io.threads_min=3",
+    ]);
     assert_eq!(get("ost.OSS.ost_io.threads_started").trim(), "6");
     let bad = nacre(&["ctl", "--pid", &pid, "set_param", "portal_rotor=sideways"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use off, on or hash"));
     let bad = nacre(&[
-        "ctl", "--pid", &pid, "set_param", "ost.OSS.ost_io.threads_max=1",
+        "ctl",
+        "--pid",
+        &pid,
+        "set_param",
+        "ost.OSS.ost_io.threads_max=1",
     ]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("at least threads_min"));
     // A bad pattern is refused at start, naming the token.

@@ -282,6 +282,14 @@ impl ServerProcess {
         let (server, nids) = bind(&spec, &cpts)?;
         server.router().set_rotor(spec.portal_rotor);
         let nid = spec.nid.unwrap_or(nids[0]);
+        // Discovery hands out reachable NIDs only: the advertised one first, never 0.0.0.0.
+        let mut reachable = vec![nid];
+        reachable.extend(
+            nids.iter()
+                .filter(|n| !n.ip().is_unspecified() && **n != nid),
+        );
+        reachable.retain(|n| !n.ip().is_unspecified());
+        server.router().set_nids(reachable);
         let mut process = ServerProcess {
             server,
             nid,

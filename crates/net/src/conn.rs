@@ -1,5 +1,12 @@
-//! A client's connection to one server NID: many RPCs in flight, replies matched by xid,
+//! A client's connection to one server: many RPCs in flight, replies matched by xid,
 //! reconnect and resend (same xid, `FLAG_RESEND`) when the link breaks, until a deadline.
+//!
+//! Multi-rail: a server may have several NIDs (interfaces). The connection asks the server
+//! for all of them on first use (discovery, [`nacre_wire::OP_DISCOVER`]) and keeps one TCP
+//! link per NID, a *rail*. Requests go round-robin over the healthy rails. A rail whose link
+//! breaks, or that does not answer a request within `rail_timeout_ms`, is marked down, its
+//! requests are resent on the other rails, and a background thread reconnects it; traffic
+//! returns to it once it links up again (health).
 
 use crate::frame::{read_frame, write_frame};
 use crate::router::Router;
@@ -12,7 +19,7 @@ use nacre_wire::Header;
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,7 +38,19 @@ pub struct NetConfig {
     pub recovery_timeout_ms: u64,
     /// Checksum bulk data (crc32c) on the wire.
     pub bulk_checksum: bool,
+    /// Ask the server for its other NIDs and use them as extra rails.
+    pub discovery: bool,
+    /// With several rails: a rail that has not answered a request within this time is
+    /// declared down and the request is resent on another rail.
+    pub rail_timeout_ms: u64,
 }
+
+/// Most rails (NIDs) one connection uses.
+pub const RAILS_MAX: usize = 8;
+/// How often a down rail is retried.
+pub const RAIL_RETRY_MS: u64 = 500;
+/// Connect timeout when (re)linking a secondary rail.
+pub const RAIL_CONNECT_TIMEOUT_MS: u64 = 1_000;
 
 impl Default for NetConfig {
     fn default() -> NetConfig {
@@ -42,6 +61,8 @@ impl Default for NetConfig {
             rpc_timeout_ms: 120_000,
             recovery_timeout_ms: 300_000,
             bulk_checksum: true,
+            discovery: true,
+            rail_timeout_ms: 10_000,
         }
     }
 }
@@ -86,13 +107,46 @@ impl Drop for SlotPermit {
     }
 }
 
+/// One NID of the peer and the link to it.
+struct Rail {
+    nid: Nid,
+    link: Option<Arc<Link>>,
+    /// False while down; a recovery thread is relinking it.
+    healthy: bool,
+    /// Learnt from the peer rather than given.
+    discovered: bool,
+    rpcs: u64,
+    bytes: u64,
+    failures: u64,
+}
+
+/// What `get_param peers` shows of one rail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RailInfo {
+    /// The rail's NID.
+    pub nid: Nid,
+    /// Usable now.
+    pub healthy: bool,
+    /// Learnt by discovery.
+    pub discovered: bool,
+    /// Requests sent on it.
+    pub rpcs: u64,
+    /// Bulk bytes sent on it.
+    pub bytes: u64,
+    /// Times it was declared down.
+    pub failures: u64,
+}
+
 /// A connection to one server. Cheap to share (`Arc`); thread-safe.
 pub struct Connection {
     nid: Nid,
     config: NetConfig,
-    link: Mutex<Option<Arc<Link>>>,
+    rails: Mutex<Vec<Rail>>,
+    rr: AtomicUsize,
+    discovered: AtomicBool,
     next_xid: AtomicU64,
     slots: Arc<Slots>,
+    me: std::sync::Weak<Connection>,
 }
 
 /// A request in flight; [`PendingReply::wait`] returns its reply.
@@ -101,6 +155,8 @@ pub struct PendingReply {
     header: Header,
     request: Request,
     rx: Receiver<Result<Reply, NetError>>,
+    /// The rail and link it went out on (None: not sent).
+    sent_on: Option<(usize, Arc<Link>)>,
 }
 
 impl Connection {
@@ -110,15 +166,26 @@ impl Connection {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        Arc::new(Connection {
+        Arc::new_cyclic(|me| Connection {
             nid,
             slots: Arc::new(Slots {
                 free: Mutex::new(config.max_rpcs_in_flight.max(1)),
                 cv: Condvar::new(),
             }),
             config,
-            link: Mutex::new(None),
+            rails: Mutex::new(vec![Rail {
+                nid,
+                link: None,
+                healthy: true,
+                discovered: false,
+                rpcs: 0,
+                bytes: 0,
+                failures: 0,
+            }]),
+            rr: AtomicUsize::new(0),
+            discovered: AtomicBool::new(false),
             next_xid: AtomicU64::new(xid_base),
+            me: me.clone(),
         })
     }
 
@@ -127,6 +194,7 @@ impl Connection {
         let conn = Connection::new(nid, config);
         let deadline = Instant::now() + Duration::from_millis(conn.config.connect_timeout_ms);
         conn.link_until(deadline)?;
+        conn.discover();
         Ok(conn)
     }
 
@@ -138,6 +206,71 @@ impl Connection {
     /// Settings.
     pub fn config(&self) -> &NetConfig {
         &self.config
+    }
+
+    /// The rails to the peer and their state.
+    pub fn rails(&self) -> Vec<RailInfo> {
+        self.rails
+            .lock()
+            .expect("rails")
+            .iter()
+            .map(|r| RailInfo {
+                nid: r.nid,
+                healthy: r.healthy,
+                discovered: r.discovered,
+                rpcs: r.rpcs,
+                bytes: r.bytes,
+                failures: r.failures,
+            })
+            .collect()
+    }
+
+    /// Asks the peer for its NIDs (once) and adds the unknown ones as rails. Peers that do
+    /// not answer discovery, and in-process peers, keep one rail.
+    pub fn discover(&self) {
+        if !self.config.discovery || self.discovered.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        let local = matches!(
+            self.rails.lock().expect("rails")[0].link.as_deref(),
+            Some(Link::Local(_))
+        );
+        if local {
+            return;
+        }
+        let req = Request {
+            opcode: nacre_wire::OP_DISCOVER,
+            target: 0,
+            body: Vec::new(),
+            bulk: None,
+            inline: true,
+        };
+        let nids: Vec<Nid> = match me.call(req) {
+            Ok(r) if r.status() == nacre_types::Status::Ok => {
+                nacre_wire::decode_body(&r.body).unwrap_or_default()
+            }
+            _ => return,
+        };
+        let mut rails = self.rails.lock().expect("rails");
+        for nid in nids {
+            if rails.len() >= RAILS_MAX {
+                break;
+            }
+            if rails.iter().any(|r| r.nid == nid) {
+                continue;
+            }
+            tracing::debug!("{}: discovered rail {nid}", self.nid);
+            rails.push(Rail {
+                nid,
+                link: None,
+                healthy: true,
+                discovered: true,
+                rpcs: 0,
+                bytes: 0,
+                failures: 0,
+            });
+        }
     }
 
     /// Sends a request and returns at once; the reply is collected with
@@ -159,17 +292,23 @@ impl Connection {
         xid: u64,
         request: Request,
     ) -> Result<PendingReply, NetError> {
+        if !self.discovered.load(Ordering::Acquire)
+            && self.config.discovery
+            && self.pick_link().is_ok()
+        {
+            self.discover();
+        }
         let permit = self.acquire_slot();
         let mut header = Header::request(request.opcode, request.target, xid);
         if self.config.bulk_checksum {
             header.flags |= FLAG_BULK_CHECKSUM;
         }
-        let rx = match self.send(&header, &request, Some(permit)) {
-            Ok(rx) => rx,
+        let (rx, sent_on) = match self.send(&header, &request, Some(permit)) {
+            Ok((rx, on)) => (rx, Some(on)),
             Err(NetError::Disconnected(_)) | Err(NetError::Unreachable { .. }) => {
                 let (tx, rx) = bounded(1);
                 let _ = tx.send(Err(NetError::Disconnected(self.nid.to_string())));
-                rx
+                (rx, None)
             }
             Err(e) => return Err(e),
         };
@@ -178,6 +317,7 @@ impl Connection {
             header,
             request,
             rx,
+            sent_on,
         })
     }
 
@@ -209,21 +349,98 @@ impl Connection {
         }
     }
 
-    fn current_link(&self) -> Result<Arc<Link>, NetError> {
-        let mut guard = self.link.lock().expect("link");
-        if let Some(link) = guard.as_ref() {
-            if link.alive() {
-                return Ok(link.clone());
+    /// A live link on a healthy rail: round-robin over the rails when there are several.
+    fn pick_link(&self) -> Result<(usize, Arc<Link>), NetError> {
+        let mut rails = self.rails.lock().expect("rails");
+        let n = rails.len();
+        let start = if n > 1 {
+            self.rr.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        };
+        let mut last_err = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if !rails[i].healthy {
+                continue;
+            }
+            if let Some(link) = &rails[i].link {
+                if link.alive() {
+                    return Ok((i, link.clone()));
+                }
+            }
+            let timeout = if i == 0 {
+                self.config.connect_timeout_ms
+            } else {
+                self.config.connect_timeout_ms.min(RAIL_CONNECT_TIMEOUT_MS)
+            };
+            match self.open_link(rails[i].nid, timeout) {
+                Ok(link) => {
+                    let link = Arc::new(link);
+                    rails[i].link = Some(link.clone());
+                    return Ok((i, link));
+                }
+                Err(e) => {
+                    if n > 1 {
+                        self.rail_down(&mut rails, i);
+                    }
+                    last_err = Some(e);
+                }
             }
         }
-        let link = Arc::new(self.open_link()?);
-        *guard = Some(link.clone());
-        Ok(link)
+        Err(last_err.unwrap_or_else(|| NetError::Disconnected(self.nid.to_string())))
     }
 
-    fn link_until(&self, deadline: Instant) -> Result<Arc<Link>, NetError> {
+    /// Marks rail `i` down and starts a thread that relinks it.
+    fn rail_down(&self, rails: &mut [Rail], i: usize) {
+        if !rails[i].healthy {
+            return;
+        }
+        rails[i].healthy = false;
+        rails[i].failures += 1;
+        if let Some(Link::Tcp(tcp)) = rails[i].link.take().as_deref() {
+            abort_link(tcp);
+        }
+        tracing::info!("{}: rail {} is down", self.nid, rails[i].nid);
+        let weak = self.me.clone();
+        let nid = rails[i].nid;
+        let _ = std::thread::Builder::new()
+            .name("rail-recovery".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(RAIL_RETRY_MS));
+                let Some(conn) = weak.upgrade() else { return };
+                let timeout = conn.config.connect_timeout_ms.min(RAIL_CONNECT_TIMEOUT_MS);
+                if let Ok(link) = conn.open_link(nid, timeout) {
+                    let mut rails = conn.rails.lock().expect("rails");
+                    if let Some(r) = rails.iter_mut().find(|r| r.nid == nid) {
+                        r.link = Some(Arc::new(link));
+                        r.healthy = true;
+                        tracing::info!("{}: rail {nid} is back", conn.nid);
+                    }
+                    return;
+                }
+            });
+    }
+
+    /// Declares the rail `link` belongs to down (it did not answer in time), if it is still
+    /// that rail's link and the connection has another rail to use.
+    fn fail_rail(&self, i: usize, link: &Arc<Link>) {
+        let mut rails = self.rails.lock().expect("rails");
+        if rails.len() < 2 {
+            return;
+        }
+        let same = rails
+            .get(i)
+            .and_then(|r| r.link.as_ref())
+            .is_some_and(|l| Arc::ptr_eq(l, link));
+        if same {
+            self.rail_down(&mut rails, i);
+        }
+    }
+
+    fn link_until(&self, deadline: Instant) -> Result<(usize, Arc<Link>), NetError> {
         loop {
-            match self.current_link() {
+            match self.pick_link() {
                 Ok(link) => return Ok(link),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -231,17 +448,16 @@ impl Connection {
         }
     }
 
-    fn open_link(&self) -> Result<Link, NetError> {
-        if let Some(router) = local::lookup(self.nid.addr) {
+    fn open_link(&self, nid: Nid, timeout_ms: u64) -> Result<Link, NetError> {
+        if let Some(router) = local::lookup(nid.addr) {
             return Ok(Link::Local(router));
         }
-        let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
-        let stream = TcpStream::connect_timeout(&self.nid.addr, timeout).map_err(|e| {
-            NetError::Unreachable {
-                nid: self.nid.to_string(),
+        let timeout = Duration::from_millis(timeout_ms.max(1));
+        let stream =
+            TcpStream::connect_timeout(&nid.addr, timeout).map_err(|e| NetError::Unreachable {
+                nid: nid.to_string(),
                 cause: e.to_string(),
-            }
-        })?;
+            })?;
         stream.set_nodelay(true)?;
         let link = Arc::new(TcpLink {
             writer: Mutex::new(stream.try_clone()?),
@@ -249,22 +465,22 @@ impl Connection {
             alive: AtomicBool::new(true),
         });
         let reader_link = link.clone();
-        let nid = self.nid;
         std::thread::Builder::new()
-            .name(format!("rpc-reader-{}", self.nid))
+            .name(format!("rpc-reader-{nid}"))
             .spawn(move || read_replies(stream, reader_link, nid))?;
         Ok(Link::Tcp(link))
     }
 
     /// Sends a request. The in-flight slot (`permit`) is held until the reply arrives, not until
     /// the caller collects it, so replies parked un-collected (read-ahead) never starve others.
+    #[allow(clippy::type_complexity)]
     fn send(
         &self,
         header: &Header,
         request: &Request,
         permit: Option<SlotPermit>,
-    ) -> Result<Receiver<Result<Reply, NetError>>, NetError> {
-        let link = self.current_link()?;
+    ) -> Result<(Receiver<Result<Reply, NetError>>, (usize, Arc<Link>)), NetError> {
+        let (rail, link) = self.pick_link()?;
         let (tx, rx) = bounded(1);
         match &*link {
             Link::Local(router) => {
@@ -294,16 +510,24 @@ impl Connection {
                     tcp.pending.lock().expect("pending").remove(&h.xid);
                     tcp.alive.store(false, Ordering::Release);
                     tracing::debug!("send to {} failed: {e}", self.nid);
+                    let mut rails = self.rails.lock().expect("rails");
+                    if rails.len() > 1 {
+                        self.rail_down(&mut rails, rail);
+                    }
                     return Err(NetError::Disconnected(self.nid.to_string()));
                 }
             }
         }
-        Ok(rx)
+        if let Some(r) = self.rails.lock().expect("rails").get_mut(rail) {
+            r.rpcs += 1;
+            r.bytes += request.bulk.as_ref().map_or(0, |b| b.len() as u64);
+        }
+        Ok((rx, (rail, link)))
     }
 
     fn forget(&self, xid: u64) {
-        if let Some(link) = self.link.lock().expect("link").as_ref() {
-            if let Link::Tcp(tcp) = &**link {
+        for r in self.rails.lock().expect("rails").iter() {
+            if let Some(Link::Tcp(tcp)) = r.link.as_deref() {
                 tcp.pending.lock().expect("pending").remove(&xid);
             }
         }
@@ -321,37 +545,64 @@ impl PendingReply {
     pub fn wait(mut self) -> Result<Reply, NetError> {
         let conn = self.conn.clone();
         let rpc_timeout = Duration::from_millis(conn.config.rpc_timeout_ms);
+        let rail_timeout = Duration::from_millis(conn.config.rail_timeout_ms.max(1));
         let recovery = Duration::from_millis(conn.config.recovery_timeout_ms);
         let mut recovery_deadline: Option<Instant> = None;
+        let mut sent_at = Instant::now();
         loop {
-            match self.rx.recv_timeout(rpc_timeout) {
-                Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(NetError::Disconnected(_))) | Err(RecvTimeoutError::Disconnected) => {
+            // With several rails, wait one rail timeout at a time: a rail that stays silent
+            // is declared down, which fails this request over to another rail.
+            let multi = conn.rails.lock().expect("rails").len() > 1;
+            let waited = sent_at.elapsed();
+            let step = if multi {
+                rail_timeout.min(rpc_timeout.saturating_sub(waited))
+            } else {
+                rpc_timeout.saturating_sub(waited)
+            };
+            match self.rx.recv_timeout(step) {
+                Err(RecvTimeoutError::Timeout) if multi && sent_at.elapsed() < rpc_timeout => {
+                    if let Some((i, link)) = &self.sent_on {
+                        conn.fail_rail(*i, link);
+                    }
+                    // The aborted link fails the request; resend below.
                     let deadline =
                         *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
-                    self.rx = self.resend_until(deadline)?;
-                }
-                Ok(Err(e)) => return Err(e),
-                Err(RecvTimeoutError::Timeout) => {
                     conn.forget(self.header.xid);
-                    return Err(NetError::TimedOut {
-                        nid: conn.nid.to_string(),
-                        timeout_ms: conn.config.rpc_timeout_ms,
-                    });
+                    self.resend_until(deadline)?;
+                    sent_at = Instant::now();
+                    continue;
                 }
+                other => match other {
+                    Ok(Ok(reply)) => return Ok(reply),
+                    Ok(Err(NetError::Disconnected(_))) | Err(RecvTimeoutError::Disconnected) => {
+                        let deadline =
+                            *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
+                        self.resend_until(deadline)?;
+                        sent_at = Instant::now();
+                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(RecvTimeoutError::Timeout) => {
+                        conn.forget(self.header.xid);
+                        return Err(NetError::TimedOut {
+                            nid: conn.nid.to_string(),
+                            timeout_ms: conn.config.rpc_timeout_ms,
+                        });
+                    }
+                },
             }
         }
     }
 
-    fn resend_until(
-        &mut self,
-        deadline: Instant,
-    ) -> Result<Receiver<Result<Reply, NetError>>, NetError> {
+    fn resend_until(&mut self, deadline: Instant) -> Result<(), NetError> {
         self.header.flags |= FLAG_RESEND;
         let mut backoff = Duration::from_millis(50);
         loop {
             match self.conn.send(&self.header, &self.request, None) {
-                Ok(rx) => return Ok(rx),
+                Ok((rx, on)) => {
+                    self.rx = rx;
+                    self.sent_on = Some(on);
+                    return Ok(());
+                }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(NetError::Unreachable {
                         nid: self.conn.nid.to_string(),
@@ -365,6 +616,37 @@ impl PendingReply {
             }
         }
     }
+}
+
+/// Ends a link at once: a reset (SO_LINGER 0) drops unsent data, so a request queued on a
+/// dead rail is never delivered late; the reader then fails its pending requests.
+fn abort_link(tcp: &TcpLink) {
+    tcp.alive.store(false, Ordering::Release);
+    let w = tcp.writer.lock().expect("writer");
+    let _ = set_linger_zero(&w);
+    let _ = w.shutdown(std::net::Shutdown::Both);
+}
+
+fn set_linger_zero(s: &TcpStream) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket fd and a correctly sized linger struct.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {

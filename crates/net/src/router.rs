@@ -3,8 +3,9 @@
 use crate::service::{Incoming, Outgoing, ReplySink, Rotor, ServicePool};
 use crate::{NetError, Reply};
 use crossbeam_channel::Sender;
+use nacre_types::Nid;
 use nacre_types::{AlignedBuf, Status};
-use nacre_wire::{Header, Service, OP_PING};
+use nacre_wire::{Header, Service, OP_DISCOVER, OP_PING};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -15,6 +16,7 @@ pub struct Router {
     services: RwLock<HashMap<u8, Arc<ServicePool>>>,
     next_partition: AtomicUsize,
     rotor: AtomicU8,
+    nids: RwLock<Vec<Nid>>,
 }
 
 impl Router {
@@ -24,6 +26,11 @@ impl Router {
             .write()
             .expect("router")
             .insert(service as u8, pool);
+    }
+
+    /// Sets the NIDs discovery answers with (every interface of this process).
+    pub fn set_nids(&self, nids: Vec<Nid>) {
+        *self.nids.write().expect("nids") = nids;
     }
 
     /// How requests are spread over a service's partitions.
@@ -53,6 +60,11 @@ impl Router {
     fn route_with(&self, req: Incoming, cpt_hint: usize, inline: bool) {
         if req.header.opcode == OP_PING {
             req.reply(Outgoing::ok(Vec::new()));
+            return;
+        }
+        if req.header.opcode == OP_DISCOVER {
+            let nids = self.nids.read().expect("nids").clone();
+            req.reply(Outgoing::ok(nacre_wire::encode_body(&nids)));
             return;
         }
         let service = (req.header.opcode >> 8) as u8;

@@ -24,6 +24,10 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;
 
+/// Opcode of peer discovery (service 0): the reply body is the server's NIDs, a postcard
+/// `Vec<Nid>`, so a client learns every interface (rail) of the server.
+pub const OP_DISCOVER: u16 = 0x0004;
+
 /// Services a server process multiplexes on one connection; the opcode's high byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
