@@ -688,6 +688,24 @@ impl Client {
     pub fn osts(&self) -> Vec<TargetInfo> {
         self.fs_config().osts
     }
+
+    /// Every server connection of this client, named `MGS`, `MDT0000`, `OST0001`, ….
+    pub fn connections(&self) -> Vec<(String, Arc<Connection>)> {
+        let mut out = vec![
+            ("MGS".to_string(), self.mgs.clone()),
+            ("MDT0000".to_string(), self.mdc.conn().clone()),
+        ];
+        let mut oscs: Vec<(u32, Arc<Connection>)> = self
+            .oscs
+            .read()
+            .expect("oscs")
+            .iter()
+            .map(|(i, c)| (*i, c.clone()))
+            .collect();
+        oscs.sort_by_key(|(i, _)| *i);
+        out.extend(oscs.into_iter().map(|(i, c)| (format!("OST{i:04x}"), c)));
+        out
+    }
 }
 
 /// Fetches a file system's configuration from the MGS.

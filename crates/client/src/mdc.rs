@@ -17,6 +17,11 @@ pub struct Mdc {
 }
 
 impl Mdc {
+    /// The connection to the MDT.
+    pub fn conn(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+
     /// A client of MDT0 over `conn`.
     pub fn new(conn: Arc<Connection>) -> Mdc {
         Mdc {

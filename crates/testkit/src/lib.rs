@@ -321,6 +321,29 @@ impl ClientMount {
     }
 }
 
+impl ClientMount {
+    /// The pid of the client process serving this mount (found by its command line).
+    pub fn pid(&self) -> Option<u32> {
+        let want = self.mnt.display().to_string();
+        for e in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if args.iter().any(|a| a == "mount") && args.iter().any(|a| *a == want) {
+                return Some(pid);
+            }
+        }
+        None
+    }
+}
+
 impl Drop for ClientMount {
     fn drop(&mut self) {
         let _ = nacre(&["umount", &self.mnt.display().to_string()]);
@@ -356,9 +379,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// Hosts on one machine: a network namespace per host, each with a veth into a shared bridge
-/// and its own address `10.N.0.(i+1)/24`. Removed on drop.
+/// and its own address `10.N.0.(i+1)/24`; with several rails, host `i` has one interface per
+/// rail `k`, named `railK` inside its namespace, on rail `k`'s own bridge and subnet
+/// `10.N.k.(i+1)/24`. Removed on drop.
 pub struct NetLab {
-    bridge: String,
+    bridges: Vec<String>,
     /// The hosts.
     pub hosts: Vec<NetHost>,
 }
@@ -367,8 +392,10 @@ pub struct NetLab {
 pub struct NetHost {
     /// Namespace name.
     pub netns: String,
-    /// The host's address.
+    /// The host's address (on rail 0).
     pub addr: String,
+    /// Its address on each rail.
+    pub addrs: Vec<String>,
 }
 
 impl NetHost {
@@ -380,30 +407,71 @@ impl NetHost {
 }
 
 impl NetLab {
-    /// Creates `n` hosts.
+    /// Creates `n` hosts with one interface each.
     pub fn new(n: usize) -> NetLab {
+        NetLab::with_rails(n, 1)
+    }
+
+    /// Creates `n` hosts with `rails` interfaces each (`rail0`, `rail1`, … with several).
+    pub fn with_rails(n: usize, rails: usize) -> NetLab {
         let id = std::process::id() % 10_000;
         let subnet = 16 + (id % 200);
-        let bridge = format!("nbr{id}");
-        sh(&format!(
-            "ip link add {bridge} type bridge && ip link set {bridge} up"
-        ));
         let mut lab = NetLab {
-            bridge,
+            bridges: Vec::new(),
             hosts: Vec::new(),
         };
+        for k in 0..rails {
+            let bridge = if k == 0 {
+                format!("nbr{id}")
+            } else {
+                format!("nbr{id}r{k}")
+            };
+            sh(&format!(
+                "ip link add {bridge} type bridge && ip link set {bridge} up"
+            ));
+            lab.bridges.push(bridge);
+        }
         for i in 0..n {
             let netns = format!("nacre{id}h{i}");
-            let (inside, outside) = (format!("nv{id}h{i}a"), format!("nv{id}h{i}b"));
-            let addr = format!("10.{subnet}.0.{}", i + 1);
             sh(&format!(
-                "ip netns add {netns} && ip link add {inside} type veth peer name {outside} \
-                 && ip link set {inside} netns {netns} && ip link set {outside} master {} up \
-                 && ip netns exec {netns} ip addr add {addr}/24 dev {inside} \
-                 && ip netns exec {netns} ip link set {inside} up && ip netns exec {netns} ip link set lo up",
-                lab.bridge
+                "ip netns add {netns} && ip netns exec {netns} ip link set lo up"
             ));
-            lab.hosts.push(NetHost { netns, addr });
+            let mut addrs = Vec::new();
+            for k in 0..rails {
+                let suffix = if k == 0 {
+                    String::new()
+                } else {
+                    format!("r{k}")
+                };
+                let (inside, outside) = (
+                    format!("nv{id}h{i}{suffix}a"),
+                    format!("nv{id}h{i}{suffix}b"),
+                );
+                let addr = format!("10.{subnet}.{k}.{}", i + 1);
+                let rename = if rails > 1 {
+                    format!(" && ip netns exec {netns} ip link set {inside} name rail{k}")
+                } else {
+                    String::new()
+                };
+                let dev = if rails > 1 {
+                    format!("rail{k}")
+                } else {
+                    inside.clone()
+                };
+                sh(&format!(
+                    "ip link add {inside} type veth peer name {outside} \
+                     && ip link set {inside} netns {netns} && ip link set {outside} master {} up{rename} \
+                     && ip netns exec {netns} ip addr add {addr}/24 dev {dev} \
+                     && ip netns exec {netns} ip link set {dev} up",
+                    lab.bridges[k]
+                ));
+                addrs.push(addr);
+            }
+            lab.hosts.push(NetHost {
+                netns,
+                addr: addrs[0].clone(),
+                addrs,
+            });
         }
         lab
     }
@@ -414,8 +482,8 @@ impl Drop for NetLab {
         for h in &self.hosts {
             let _ = Command::new("ip").args(["netns", "del", &h.netns]).status();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .status();
+        for b in &self.bridges {
+            let _ = Command::new("ip").args(["link", "del", b]).status();
+        }
     }
 }

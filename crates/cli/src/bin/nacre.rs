@@ -547,6 +547,13 @@ struct ClientArgs {
     /// Name cache timeout in ms.
     #[arg(long, default_value_t = 0)]
     entry_timeout_ms: u64,
+    /// Learn servers' other NIDs (rails) from the servers themselves.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    discovery: bool,
+    /// With several rails: ms without an answer before a rail is declared down and its
+    /// requests move to another rail.
+    #[arg(long, default_value_t = 10_000)]
+    rail_timeout_ms: u64,
 }
 
 #[derive(Args)]
@@ -650,6 +657,8 @@ fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)>
         max_rpcs_in_flight: a.max_rpcs_in_flight,
         max_rpc_size: max_rpc_size as u32,
         bulk_checksum: a.checksum,
+        discovery: a.discovery,
+        rail_timeout_ms: a.rail_timeout_ms.clamp(100, 3_600_000),
         ..NetConfig::default()
     };
     let opts = MountOptions {
@@ -1272,6 +1281,25 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
             },
         );
     }
+    let c = client.clone();
+    r.add_fn("peers", move || {
+        let mut s = String::new();
+        for (name, conn) in c.connections() {
+            s += &format!("{name} {}:\n", conn.nid());
+            for r in conn.rails() {
+                s += &format!(
+                    "  - nid: {} state: {} source: {} rpcs: {} bytes: {} failures: {}\n",
+                    r.nid,
+                    if r.healthy { "up" } else { "down" },
+                    if r.discovered { "discovery" } else { "config" },
+                    r.rpcs,
+                    r.bytes,
+                    r.failures
+                );
+            }
+        }
+        s.trim_end().to_string()
+    });
     let c = client.clone();
     let fs = client.fsname().to_string();
     r.add_fn(format!("llite.{fs}.osts"), move || {

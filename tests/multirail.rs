@@ -1,0 +1,156 @@
+//! Multi-rail between hosts in network namespaces: two server hosts and a client host, each
+//! with two veth rails. The client is told one NID per server and learns the second by
+//! discovery; bulk I/O runs over both rails; one rail goes down mid-transfer and the transfer
+//! completes over the other; the rail is used again once it is back.
+
+use nacre_testkit::{mkfs, nacre_ok, sh, ClientMount, NetHost, NetLab, ServerProc};
+use std::time::{Duration, Instant};
+
+/// `(state, source, rpcs)` of each rail of connection `conn` in a client's `peers` text.
+fn rails_of(peers: &str, conn: &str) -> Vec<(String, String, u64)> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in peers.lines() {
+        if !line.starts_with(' ') {
+            inside = line.starts_with(&format!("{conn} "));
+            continue;
+        }
+        if inside {
+            let field = |k: &str| {
+                line.split(&format!("{k}: "))
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .to_string()
+            };
+            out.push((
+                field("state"),
+                field("source"),
+                field("rpcs").parse().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn bulk_io_uses_both_rails_and_survives_losing_one() {
+    let lab = NetLab::with_rails(3, 2);
+    let (s0, s1, c) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let root = tempfile::Builder::new()
+        .prefix("nacre-mr")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let mgs = format!("{}@tcp", s0.addr);
+    mkfs("--mgs", 0, "mr", None, &d("mgs"));
+    mkfs("--mdt", 0, "mr", Some(&mgs), &d("mdt0"));
+    mkfs("--ost", 0, "mr", Some(&mgs), &d("ost0"));
+    mkfs("--ost", 1, "mr", Some(&mgs), &d("ost1"));
+    let server = |host: &NetHost, targets: &[&str]| {
+        let listen = format!("{}:988", host.addr);
+        let mut args = vec![
+            "server".to_string(),
+            "--listen".into(),
+            listen.clone(),
+            "--networks".into(),
+            "tcp(rail0,rail1)".into(),
+        ];
+        for t in targets {
+            args.push("--target".into());
+            args.push(d(t).display().to_string());
+        }
+        ServerProc::spawn_in(&host.prefix(), args, listen)
+    };
+    let srv0 = server(s0, &["mgs", "mdt0", "ost0"]);
+    let _srv1 = server(s1, &["ost1"]);
+    let nids = nacre_ok(&[
+        "ctl",
+        "--pid",
+        &srv0.pid().to_string(),
+        "get_param",
+        "-n",
+        "nids",
+    ]);
+    assert_eq!(
+        nids.trim(),
+        format!("{}@tcp\n{}@tcp", s0.addrs[0], s0.addrs[1])
+    );
+    let m = ClientMount::mount_in(
+        &c.prefix(),
+        &format!("{mgs}:/mr"),
+        &d("mnt"),
+        &["--rail-timeout-ms", "1500"],
+    );
+    let pid = m.pid().expect("client pid").to_string();
+    let peers = || nacre_ok(&["ctl", "--pid", &pid, "get_param", "-n", "peers"]);
+    let dir = m.mnt.join("wide");
+    std::fs::create_dir(&dir).unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", dir.to_str().unwrap()]);
+    let src = d("src");
+    std::fs::write(&src, nacre_testkit::pattern(7, 96 << 20)).unwrap();
+    // A paced writer (1 MiB every 15 ms), so the rail goes down in the middle.
+    let f = dir.join("f");
+    let writer = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys,time\n\
+             src=open(sys.argv[1],'rb').read()\n\
+             fd=os.open(sys.argv[2],os.O_WRONLY|os.O_CREAT|os.O_DIRECT,0o644)\n\
+             import mmap\n\
+             buf=mmap.mmap(-1,1<<20)\n\
+             for i in range(len(src)>>20):\n\
+             \x20   buf[:]=src[i<<20:(i+1)<<20]\n\
+             \x20   os.pwrite(fd,buf,i<<20)\n\
+             \x20   time.sleep(0.015)\n\
+             os.fsync(fd)\n",
+            src.to_str().unwrap(),
+            f.to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = peers();
+    for conn in ["OST0000", "OST0001"] {
+        let rails = rails_of(&before, conn);
+        assert_eq!(rails.len(), 2, "{conn}: {before}");
+        assert_eq!(rails[0].1, "config");
+        assert_eq!(rails[1].1, "discovery", "second NID learnt from the server");
+        assert!(
+            rails.iter().all(|r| r.2 > 0),
+            "both rails carry bulk: {before}"
+        );
+    }
+    sh(&format!("ip netns exec {} ip link set rail1 down", c.netns));
+    let status = writer.wait_with_output().unwrap().status;
+    assert!(
+        status.success(),
+        "the writer finished through the remaining rail"
+    );
+    let during = peers();
+    assert!(
+        rails_of(&during, "OST0000")[1].0 == "down" || rails_of(&during, "OST0001")[1].0 == "down",
+        "a rail was declared down: {during}"
+    );
+    assert!(
+        std::fs::read(&f).unwrap() == std::fs::read(&src).unwrap(),
+        "every byte arrived"
+    );
+    // Back up: the rail is relinked and used again.
+    sh(&format!("ip netns exec {} ip link set rail1 up", c.netns));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let _ = std::fs::read(&f).unwrap();
+        let now = peers();
+        let up = ["OST0000", "OST0001"]
+            .iter()
+            .all(|conn| rails_of(&now, conn).iter().all(|r| r.0 == "up"));
+        if up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rail did not come back: {now}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
