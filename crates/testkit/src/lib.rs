@@ -336,7 +336,7 @@ impl ClientMount {
                 .split(|&b| b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            if args.iter().any(|a| a == "mount") && args.iter().any(|a| *a == want) {
+            if args.iter().any(|a| a == "mount") && args.contains(&want) {
                 return Some(pid);
             }
         }
