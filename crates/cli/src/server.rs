@@ -304,6 +304,17 @@ impl ServerProcess {
             mgs: None,
         };
         process.register_node_params(&spec);
+        // The self-test service runs on the partitions like the others, so `nacre selftest
+        // --test null` measures a partitioned service's small-RPC rate.
+        let selftest = pool(
+            "selftest",
+            &process.cpts.clone(),
+            None,
+            (1, 4),
+            Arc::new(nacre_net::selftest::SelftestHandler),
+        )?;
+        process.track_service("net.selftest", &selftest);
+        process.server.add_service(Service::Net, selftest);
         let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {

@@ -22,10 +22,14 @@ pub struct Router {
 impl Router {
     /// Adds (or replaces) the pool serving `service`.
     pub fn add(&self, service: Service, pool: Arc<ServicePool>) {
-        self.services
+        let old = self
+            .services
             .write()
             .expect("router")
             .insert(service as u8, pool);
+        if let Some(old) = old {
+            old.stop();
+        }
     }
 
     /// Sets the NIDs discovery answers with (every interface of this process).

@@ -49,8 +49,11 @@ impl Handler for SelftestHandler {
 /// What to test (lnet_selftest's `ping`, `brw write`, `brw read`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum TestKind {
-    /// Empty requests and replies: RPC rate.
+    /// Empty requests and replies answered by the network layer itself: RPC rate.
     Ping,
+    /// Empty requests served by a service thread (queue, partition, thread hand-off): the
+    /// small-RPC rate of a service.
+    Null,
     /// Bulk data to the peer.
     BrwWrite,
     /// Bulk data from the peer.
@@ -62,10 +65,11 @@ impl std::str::FromStr for TestKind {
     fn from_str(s: &str) -> Result<TestKind, String> {
         match s {
             "ping" => Ok(TestKind::Ping),
+            "null" => Ok(TestKind::Null),
             "brw_write" | "write" => Ok(TestKind::BrwWrite),
             "brw_read" | "read" => Ok(TestKind::BrwRead),
             other => Err(format!(
-                "unknown test '{other}': use ping, brw_write or brw_read"
+                "unknown test '{other}': use ping, null, brw_write or brw_read"
             )),
         }
     }
@@ -131,7 +135,8 @@ impl SelftestParams {
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return bad(format!("concurrency must be 1..={CONCURRENCY_MAX}"));
         }
-        if self.kind != TestKind::Ping && (self.size == 0 || self.size > BULK_BYTES_MAX) {
+        let bulk = matches!(self.kind, TestKind::BrwWrite | TestKind::BrwRead);
+        if bulk && (self.size == 0 || self.size > BULK_BYTES_MAX) {
             return bad(format!("size must be 1..={BULK_BYTES_MAX} bytes"));
         }
         if self.duration.is_zero() || self.duration.as_millis() > u128::from(DURATION_MS_MAX) {
@@ -143,6 +148,7 @@ impl SelftestParams {
     fn request(&self, bulk: &Option<Arc<AlignedBuf>>) -> Request {
         let (opcode, body) = match self.kind {
             TestKind::Ping => (OP_PING, Vec::new()),
+            TestKind::Null => (OP_SELFTEST_BRW_WRITE, Vec::new()),
             TestKind::BrwWrite => (OP_SELFTEST_BRW_WRITE, Vec::new()),
             TestKind::BrwRead => (
                 OP_SELFTEST_BRW_READ,
@@ -191,10 +197,9 @@ pub fn run(
     let counters: Vec<Counters> = p.peers.iter().map(|_| Counters::default()).collect();
     let stop = AtomicBool::new(false);
     let start = Instant::now();
-    let per_rpc_bytes = if p.kind == TestKind::Ping {
-        0
-    } else {
-        u64::from(p.size)
+    let per_rpc_bytes = match p.kind {
+        TestKind::Ping | TestKind::Null => 0,
+        _ => u64::from(p.size),
     };
     let secs = std::thread::scope(|scope| {
         for (conn, c) in conns.iter().zip(&counters) {
@@ -263,12 +268,16 @@ pub fn run(
         .collect())
 }
 
+fn per_rpc_kind(kind: TestKind) -> bool {
+    matches!(kind, TestKind::BrwWrite | TestKind::BrwRead)
+}
+
 /// lnet_selftest-style text: per peer and total.
 pub fn format_report(p: &SelftestParams, results: &[PeerResult]) -> String {
     let mut s = format!(
         "selftest {:?}: size {} bytes, concurrency {} per peer, {:.1} s\n",
         p.kind,
-        if p.kind == TestKind::Ping { 0 } else { p.size },
+        if per_rpc_kind(p.kind) { p.size } else { 0 },
         p.concurrency,
         p.duration.as_secs_f64()
     );

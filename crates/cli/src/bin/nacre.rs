@@ -73,7 +73,8 @@ enum Command {
         /// Peers (server NIDs, comma separated).
         #[arg(long, value_delimiter = ',', required = true)]
         to: Vec<String>,
-        /// ping, brw_write or brw_read.
+        /// ping (network layer), null (empty RPC through a service thread), brw_write or
+        /// brw_read.
         #[arg(long, default_value = "brw_write")]
         test: String,
         /// Bulk bytes per RPC (K/M).
@@ -88,6 +89,9 @@ enum Command {
         /// Checksum bulk data (crc32c), as file I/O does by default.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         checksum: bool,
+        /// Use every NID the peers report (multi-rail); false: only the NIDs given.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        discovery: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -1000,6 +1004,7 @@ fn main() {
             concurrency,
             duration,
             checksum,
+            discovery,
             json,
             quiet,
         } => selftest(
@@ -1008,7 +1013,7 @@ fn main() {
             &size,
             concurrency,
             duration,
-            checksum,
+            (checksum, discovery),
             json,
             quiet,
         ),
@@ -1318,7 +1323,7 @@ fn selftest(
     size: &str,
     concurrency: usize,
     duration: f64,
-    checksum: bool,
+    (checksum, discovery): (bool, bool),
     json: bool,
     quiet: bool,
 ) -> anyhow::Result<()> {
@@ -1344,6 +1349,7 @@ fn selftest(
         duration: std::time::Duration::from_secs_f64(duration),
         net: NetConfig {
             bulk_checksum: checksum,
+            discovery,
             ..NetConfig::default()
         },
     };
