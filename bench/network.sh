@@ -20,7 +20,10 @@ WORK=$(mktemp -d /var/tmp/nacre-net.XXXX)
 ID=$$
 cleanup() {
   "$NACRE" down "$WORK/mnt" >/dev/null 2>&1 || true
-  for p in $(cat "$WORK"/*.pid 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+  for ns in "nbA$ID" "nbB$ID"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
+  done
+  sleep 0.5
   ip netns del "nbA$ID" 2>/dev/null || true
   ip netns del "nbB$ID" 2>/dev/null || true
   rm -rf "$WORK"
@@ -91,7 +94,6 @@ ip netns exec "$A" ip link set lo up; ip netns exec "$B" ip link set lo up
 "$NACRE" mkfs --mgs --fsname netb "$WORK/mgs" >/dev/null
 ip netns exec "$A" "$NACRE" server --listen 10.99.0.1:988 --networks "tcp(rail0,rail1)" \
   --target "$WORK/mgs" > "$WORK/server.log" 2>&1 &
-echo $! > "$WORK/server.pid"
 for _ in $(seq 50); do grep -q serving "$WORK/server.log" && break; sleep 0.1; done
 printf "| %-30s | %10s |\n" "client" "MiB/s"
 printf "| %-30s | %10s |\n" "---" "---:"

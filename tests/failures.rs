@@ -263,3 +263,45 @@ fn server_config_file_is_read_and_checked() {
         stderr(&out)
     );
 }
+
+/// Regression: a server whose listen address disappeared (interface removed) used to hang on
+/// SIGTERM, its acceptor blocked in accept() while shutdown tried to wake it by connecting.
+#[test]
+fn server_stops_after_its_address_is_gone() {
+    let lab = nacre_testkit::NetLab::new(1);
+    let host = &lab.hosts[0];
+    let root = tempfile::Builder::new()
+        .prefix("nacre-gone")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let mgs = root.path().join("mgs");
+    nacre_testkit::mkfs("--mgs", 0, "gone", None, &mgs);
+    let listen = format!("{}:988", host.addr);
+    let mut server = nacre_testkit::ServerProc::spawn_in(
+        &host.prefix(),
+        vec![
+            "server".into(),
+            "--listen".into(),
+            listen.clone(),
+            "--target".into(),
+            mgs.display().to_string(),
+        ],
+        listen,
+    );
+    nacre_testkit::sh(&format!(
+        "ip netns exec {} ip addr flush dev $(ip netns exec {} ls /sys/class/net | grep -v lo)",
+        host.netns, host.netns
+    ));
+    let pid = server.pid() as i32;
+    let started = std::time::Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let exited = loop {
+        match server.try_wait() {
+            Some(_) => break true,
+            None if started.elapsed() > std::time::Duration::from_secs(10) => break false,
+            None => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
+    assert!(exited, "the server did not stop within 10 s of SIGTERM");
+}

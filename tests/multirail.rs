@@ -154,3 +154,70 @@ fn bulk_io_uses_both_rails_and_survives_losing_one() {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// lnet_selftest's groups: the test runs at once from every host of a client group (workers
+/// started through the launcher) against a server, with results per client host.
+#[test]
+fn selftest_runs_from_a_group_of_client_hosts() {
+    let lab = NetLab::new(3);
+    let (s, a, b) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let root = tempfile::Builder::new()
+        .prefix("nacre-stg")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    mkfs("--mgs", 0, "stg", None, &root.path().join("mgs"));
+    let listen = format!("{}:988", s.addr);
+    let _srv = ServerProc::spawn_in(
+        &s.prefix(),
+        vec![
+            "server".into(),
+            "--listen".into(),
+            listen.clone(),
+            "--target".into(),
+            root.path().join("mgs").display().to_string(),
+        ],
+        listen,
+    );
+    let mut cmd = a.prefix();
+    cmd.extend(
+        [
+            nacre_testkit::nacre_bin().to_str().unwrap(),
+            "selftest",
+            "--to",
+            &format!("{}@tcp", s.addr),
+            "--test",
+            "brw_write",
+            "--size",
+            "256K",
+            "--duration",
+            "1",
+            "--from",
+            &format!("{},{}", a.netns, b.netns),
+            "--launcher",
+            "nsenter --net=/run/netns/{host}",
+            "--listen",
+            &format!("{}:0", a.addr),
+            "--json",
+        ]
+        .map(String::from),
+    );
+    let out = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = v.as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "one result per client host: {v}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["node"], i);
+        let p = &n["peers"][0];
+        let rpcs = p["rpcs"].as_u64().unwrap();
+        assert!(rpcs > 0 && p["errors"] == 0, "{v}");
+        assert_eq!(p["bytes"].as_u64().unwrap(), rpcs * (256 << 10));
+    }
+}

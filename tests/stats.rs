@@ -301,6 +301,10 @@ fn wait_for_param(name: &str, want: &str) -> String {
 
 #[test]
 fn persistent_parameters_reach_every_target_and_survive_a_restart() {
+    // Another file system's MGS on the node does not store (or fail) stpp's parameters:
+    // regression test for `set_param -P` failing with EIO when an unrelated MGS could not
+    // write its store.
+    let other = Embedded::start_with(1, &["--fsname", "stpq"]);
     let fs = Embedded::start_with(2, &["--fsname", "stpp"]);
     assert_eq!(
         nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0001.direct_io"]).trim(),
@@ -308,6 +312,13 @@ fn persistent_parameters_reach_every_target_and_survive_a_restart() {
     );
     let out = nacre_ok(&["ctl", "set_param", "-P", "osd.stpp-OST000?.direct_io=0"]);
     assert!(out.contains("(persistent)"), "{out}");
+    let log = |e: &Embedded| std::fs::read_to_string(e.data.join("nacre.log")).unwrap_or_default();
+    assert!(log(&fs).contains("set_param -P osd.stpp-OST000?.direct_io=0"));
+    assert!(
+        !log(&other).contains("set_param -P"),
+        "stpq's MGS stored stpp's parameter"
+    );
+    drop(other);
     assert_eq!(wait_for_param("osd.stpp-OST0000.direct_io", "0"), "0");
     assert_eq!(wait_for_param("osd.stpp-OST0001.direct_io", "0"), "0");
     fs.down();

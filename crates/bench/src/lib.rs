@@ -14,6 +14,7 @@ pub mod ior;
 pub mod mds_survey;
 pub mod mdtest;
 pub mod plot;
+pub mod selftest;
 pub mod stats;
 pub mod storage;
 pub mod survey;

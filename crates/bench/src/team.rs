@@ -187,6 +187,8 @@ pub enum Job {
     Ior(crate::ior::IorParams),
     /// mdtest-like.
     Mdtest(crate::mdtest::MdtestParams),
+    /// Network self-test from each host.
+    Selftest(crate::selftest::GroupTest),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -631,6 +633,10 @@ pub fn worker_main(leader: SocketAddr, index: usize) -> Result<(), BenchError> {
         Job::Mdtest(mut p) => {
             p.dir = host_path(&p.dir, &host);
             let w = crate::mdtest::MdWork::new(p);
+            serve(&w, &*storage, range, &mut stream, &mut reader)
+        }
+        Job::Selftest(t) => {
+            let w = crate::selftest::SelftestWork::new(t);
             serve(&w, &*storage, range, &mut stream, &mut reader)
         }
     }

@@ -522,6 +522,11 @@ impl ServerProcess {
     pub fn persist_fn(&self) -> Option<crate::ctl::Persist> {
         let mgs = self.mgs.clone()?;
         Some(Arc::new(move |name: &str, value: &str| {
+            // A parameter naming a target of a file system this MGS does not manage
+            // (`osd.other-OST0000.x`) is left to that file system's MGS.
+            if let Some(fs) = param_fsname(name) {
+                mgs.config(fs)?;
+            }
             Some(
                 mgs.set_param(PARAMS_ALL_FS, name, value)
                     .map(|_| ())
@@ -670,6 +675,15 @@ fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
     }
 }
 
+/// The file system a parameter name is about, when its target component names one literally
+/// (`osd.demo-OST0001.direct_io` → `demo`; `osd.*.direct_io` → None).
+pub fn param_fsname(name: &str) -> Option<&str> {
+    let target = name.split('.').nth(1)?;
+    let (fs, rest) = target.rsplit_once('-')?;
+    let literal = |s: &str| !s.is_empty() && !s.contains(['*', '?', '[']);
+    (literal(fs) && (rest.starts_with("OST") || rest.starts_with("MDT"))).then_some(fs)
+}
+
 fn parse_count(value: &str) -> Result<usize, String> {
     value
         .trim()
@@ -784,4 +798,19 @@ fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     });
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.uuid"), move || a.label.uuid.clone());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::param_fsname;
+
+    #[test]
+    fn parameters_name_their_file_system() {
+        assert_eq!(param_fsname("osd.demo-OST0001.direct_io"), Some("demo"));
+        assert_eq!(param_fsname("osd.my-fs-OST000?.direct_io"), Some("my-fs"));
+        assert_eq!(param_fsname("mdt.demo-MDT0000.sync_on_reply"), Some("demo"));
+        assert_eq!(param_fsname("osd.*.direct_io"), None);
+        assert_eq!(param_fsname("osd.d*-OST0000.direct_io"), None);
+        assert_eq!(param_fsname("jobid_var"), None);
+    }
 }

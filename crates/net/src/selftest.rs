@@ -11,7 +11,7 @@ use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_types::{AlignedBuf, Nid, Status};
 use nacre_wire::selftest::{BrwRead, OP_SELFTEST_BRW_READ, OP_SELFTEST_BRW_WRITE};
 use nacre_wire::{decode_body, encode_body, OP_PING};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ pub struct SelftestParams {
 }
 
 /// One peer's result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PeerResult {
     /// Peer.
     pub nid: String,

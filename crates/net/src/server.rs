@@ -31,6 +31,8 @@ pub struct Server {
     stopping: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     acceptors: Mutex<Vec<JoinHandle<()>>>,
+    /// The listening sockets (clones), shut down to wake the acceptors.
+    listeners: Mutex<Vec<TcpListener>>,
 }
 
 impl Server {
@@ -80,9 +82,13 @@ impl Server {
             stopping: Arc::new(AtomicBool::new(false)),
             conns: Arc::new(Mutex::new(Vec::new())),
             acceptors: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
         });
         let bulk_len_max = bulk_len_max.min(BULK_BYTES_MAX);
         for (listener, cpts) in listeners {
+            if let Ok(clone) = listener.try_clone() {
+                server.listeners.lock().expect("listeners").push(clone);
+            }
             let (router, stopping, conns) = (
                 router.clone(),
                 server.stopping.clone(),
@@ -124,7 +130,14 @@ impl Server {
         }
         for a in &self.addrs {
             local::unregister(*a);
-            let _ = TcpStream::connect(a);
+        }
+        // Shutting a listening socket down wakes its accept() at once, even when its address
+        // has gone (an interface removed): connecting to it would fail and leave the acceptor
+        // blocked forever.
+        for l in self.listeners.lock().expect("listeners").drain(..) {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid listening socket fd owned by `l`.
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
         }
         for t in self.acceptors.lock().expect("acceptors").drain(..) {
             let _ = t.join();

@@ -234,6 +234,11 @@ impl ServerProc {
         }
     }
 
+    /// The exit status, if the process has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// The server process's pid (for `nacre ctl --pid`).
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -414,7 +419,11 @@ impl NetLab {
 
     /// Creates `n` hosts with `rails` interfaces each (`rail0`, `rail1`, … with several).
     pub fn with_rails(n: usize, rails: usize) -> NetLab {
-        let id = std::process::id() % 10_000;
+        // Names are global (bridges, outer veth ends, namespaces): unique per lab, also for
+        // several labs of one test process.
+        static LABS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n_lab = LABS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() % 1000) * 10 + n_lab % 10;
         let subnet = 16 + (id % 200);
         let mut lab = NetLab {
             bridges: Vec::new(),

@@ -67,38 +67,10 @@ enum Command {
     /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Network self-test (like lnet_selftest): ping, bulk write or bulk read RPCs to server
-    /// processes, for a duration, with RPC/s and MiB/s per peer.
-    Selftest {
-        /// Peers (server NIDs, comma separated).
-        #[arg(long, value_delimiter = ',', required = true)]
-        to: Vec<String>,
-        /// ping (network layer), null (empty RPC through a service thread), brw_write or
-        /// brw_read.
-        #[arg(long, default_value = "brw_write")]
-        test: String,
-        /// Bulk bytes per RPC (K/M).
-        #[arg(long, default_value = "1M")]
-        size: String,
-        /// RPCs in flight per peer.
-        #[arg(long, default_value_t = 8)]
-        concurrency: usize,
-        /// Seconds to run.
-        #[arg(long, default_value_t = 10.0)]
-        duration: f64,
-        /// Checksum bulk data (crc32c), as file I/O does by default.
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        checksum: bool,
-        /// Use every NID the peers report (multi-rail); false: only the NIDs given.
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        discovery: bool,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-        /// No live progress line.
-        #[arg(short = 'q')]
-        quiet: bool,
-    },
+    /// Network self-test (like lnet_selftest): ping, null, bulk write or bulk read RPCs to
+    /// server processes for a duration, with RPC/s and MiB/s per peer; `--from` runs it from
+    /// a group of client hosts at once.
+    Selftest(SelftestArgs),
     /// Live view of the busiest jobs, clients and targets (like lltop).
     Top {
         /// Servers' metrics addresses (host:port, comma separated) to read instead of this
@@ -305,6 +277,47 @@ struct MdsSurveyArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct SelftestArgs {
+    /// Peers (server NIDs, comma separated).
+    #[arg(long, value_delimiter = ',', required = true)]
+    to: Vec<String>,
+    /// ping (network layer), null (empty RPC through a service thread), brw_write or
+    /// brw_read.
+    #[arg(long, default_value = "brw_write")]
+    test: String,
+    /// Bulk bytes per RPC (K/M).
+    #[arg(long, default_value = "1M")]
+    size: String,
+    /// RPCs in flight per peer (per client host).
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Checksum bulk data (crc32c), as file I/O does by default.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    checksum: bool,
+    /// Use every NID the peers report (multi-rail); false: only the NIDs given.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    discovery: bool,
+    /// Client group: hosts to run the test from at once (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    from: Vec<String>,
+    /// Command prefix that runs a command on {host}.
+    #[arg(long, default_value = "ssh {host}")]
+    launcher: String,
+    /// Address of this machine the client hosts' workers connect back to.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// No live progress line.
+    #[arg(short = 'q')]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -997,26 +1010,7 @@ fn main() {
                 })
             }
         }
-        Command::Selftest {
-            to,
-            test,
-            size,
-            concurrency,
-            duration,
-            checksum,
-            discovery,
-            json,
-            quiet,
-        } => selftest(
-            to,
-            &test,
-            &size,
-            concurrency,
-            duration,
-            (checksum, discovery),
-            json,
-            quiet,
-        ),
+        Command::Selftest(a) => selftest(a),
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
         Command::Bench(BenchCommand::Worker { connect, index }) => {
@@ -1316,44 +1310,67 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
     });
 }
 
-#[allow(clippy::too_many_arguments)]
-fn selftest(
-    to: Vec<String>,
-    test: &str,
-    size: &str,
-    concurrency: usize,
-    duration: f64,
-    (checksum, discovery): (bool, bool),
-    json: bool,
-    quiet: bool,
-) -> anyhow::Result<()> {
+fn selftest(a: SelftestArgs) -> anyhow::Result<()> {
     use nacre_net::selftest::{format_report, run, SelftestParams};
     use std::io::{IsTerminal, Write};
-    let peers = to
-        .iter()
-        .map(|t| {
-            t.parse::<Nid>()
-                .map_err(|e| anyhow::anyhow!("bad NID '{t}': {e}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let size = u32::try_from(parse_size(size).map_err(anyhow::Error::msg)?)
+    let size = u32::try_from(parse_size(&a.size).map_err(anyhow::Error::msg)?)
         .map_err(|_| anyhow::anyhow!("size too large"))?;
-    if !(0.1..=86_400.0).contains(&duration) {
+    if !(0.1..=86_400.0).contains(&a.duration) {
         bail!("duration must be 0.1..=86400 seconds");
     }
+    let live = !a.quiet && !a.json && std::io::stderr().is_terminal();
+    if !a.from.is_empty() {
+        let t = nacre_bench::selftest::GroupTest {
+            peers: a.to.clone(),
+            test: a.test.clone(),
+            size,
+            concurrency: a.concurrency,
+            duration_ms: (a.duration * 1000.0) as u64,
+            checksum: a.checksum,
+            discovery: a.discovery,
+        };
+        let placement = nacre_bench::team::Placement {
+            hosts: a.from.clone(),
+            launcher: a.launcher.clone(),
+            listen: a.listen,
+            connect_timeout_ms: 30_000,
+        };
+        let bulk = a.test.starts_with("brw");
+        let recorder = nacre_bench::team::Recorder::new(
+            live,
+            if bulk { "MiB" } else { "RPC" },
+            if bulk { (1u64 << 20) as f64 } else { 1.0 },
+        );
+        let results = nacre_bench::selftest::run_group(&t, &placement, recorder)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&results)?);
+        } else {
+            print!("{}", nacre_bench::selftest::format_group(&a.from, &results));
+        }
+        if results.iter().flat_map(|n| &n.peers).any(|p| p.rpcs == 0) {
+            bail!("a client host completed no RPCs to a peer");
+        }
+        return Ok(());
+    }
+    let peers =
+        a.to.iter()
+            .map(|t| {
+                t.parse::<Nid>()
+                    .map_err(|e| anyhow::anyhow!("bad NID '{t}': {e}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
     let params = SelftestParams {
         peers,
-        kind: test.parse().map_err(anyhow::Error::msg)?,
+        kind: a.test.parse().map_err(anyhow::Error::msg)?,
         size,
-        concurrency,
-        duration: std::time::Duration::from_secs_f64(duration),
+        concurrency: a.concurrency,
+        duration: std::time::Duration::from_secs_f64(a.duration),
         net: NetConfig {
-            bulk_checksum: checksum,
-            discovery,
+            bulk_checksum: a.checksum,
+            discovery: a.discovery,
             ..NetConfig::default()
         },
     };
-    let live = !quiet && !json && std::io::stderr().is_terminal();
     let results = run(&params, |rpcs, bytes, secs| {
         if live {
             eprint!(
@@ -1368,7 +1385,7 @@ fn selftest(
     if live {
         eprintln!();
     }
-    if json {
+    if a.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print!("{}", format_report(&params, &results));
