@@ -61,7 +61,7 @@ pub fn read_frame(r: &mut impl Read, bulk_len_max: u32) -> Result<Option<RawFram
     r.read_exact(&mut body)?;
     header.check_body(&body)?;
     let bulk = if header.bulk_len > 0 {
-        let mut buf = AlignedBuf::zeroed(header.bulk_len as usize);
+        let mut buf = AlignedBuf::for_overwrite(header.bulk_len as usize);
         r.read_exact(&mut buf)?;
         header.check_bulk(&buf)?;
         Some(buf)

@@ -30,7 +30,7 @@ impl Handler for SelftestHandler {
             OP_SELFTEST_BRW_WRITE => Outgoing::ok(Vec::new()),
             OP_SELFTEST_BRW_READ => match decode_body::<BrwRead>(&req.body) {
                 Ok(r) if r.bytes <= BULK_BYTES_MAX => {
-                    let mut buf = AlignedBuf::zeroed(r.bytes as usize);
+                    let mut buf = AlignedBuf::for_overwrite(r.bytes as usize);
                     buf.fill(0xa5);
                     Outgoing {
                         status: Status::Ok,

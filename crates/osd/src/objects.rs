@@ -161,7 +161,8 @@ impl ObjectStore {
     /// Reads up to `len` bytes at `offset`; shorter at the end of the object, empty if the
     /// object does not exist.
     pub fn read(&self, object: ObjectId, offset: u64, len: usize) -> Result<AlignedBuf, OsdError> {
-        let mut buf = AlignedBuf::zeroed(len);
+        // Every byte exposed is read from the file (the length is cut to what was read).
+        let mut buf = AlignedBuf::for_overwrite(len);
         let Some(o) = self.get(object, false)? else {
             buf.set_len(0);
             return Ok(buf);
@@ -174,7 +175,11 @@ impl ObjectStore {
         };
         let mut got = 0;
         loop {
-            let want = if use_direct { buf.capacity() } else { len };
+            let want = if use_direct {
+                len.div_ceil(DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES
+            } else {
+                len
+            };
             if got >= len {
                 break;
             }
