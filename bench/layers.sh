@@ -10,17 +10,13 @@
 # Not a test: it asserts nothing.
 #   bench/layers.sh [WORK_DIR] [SIZE_PER_TASK]      (TASKS=2 FILES=5000 ROUNDS=3 OSTS=2)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 WORK="${1:-/var/tmp/nacre-layers}"
 SIZE="${2:-1g}"
 TASKS="${TASKS:-2}"
 FILES="${FILES:-5000}"
 ROUNDS="${ROUNDS:-3}"
 OSTS="${OSTS:-2}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
-./scripts/install-deps.sh >/dev/null
-cargo build --release -p nacre-cli -q
-NACRE="$CARGO_TARGET_DIR/release/nacre"
+source "$(dirname "$0")/common.sh"
 PORT="${PORT:-19988}"
 NID="127.0.0.1:$PORT@tcp"
 rm -rf "$WORK"; mkdir -p "$WORK/local" "$WORK/mnt" "$WORK/tcp"
@@ -30,8 +26,6 @@ trap '"$NACRE" umount "$WORK/tcp" >/dev/null 2>&1 || true; "$NACRE" down "$WORK/
 "$NACRE" mount "$NID:/layers" "$WORK/tcp" >/dev/null
 SIZE_BYTES=$(python3 -c "import sys; s='$SIZE'.lower(); m={'k':1<<10,'m':1<<20,'g':1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))")
 SIZE_MB=$((SIZE_BYTES >> 20))
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Runs "$@" ROUNDS times (each prints one number) and prints the median.
 med() { for _ in $(seq "$ROUNDS"); do "$@"; done | median; }
 # Runs "$@" ROUNDS times (each prints a line of numbers) and prints each column's median.
@@ -41,11 +35,6 @@ medcols() {
   for c in $(seq "$n"); do awk -v c="$c" '{print $c}' <<<"$out" | median; done | xargs
 }
 
-fio_bw() { # dir rw -> MiB/s
-  fio --name=seq --directory="$1" --rw="$2" --bs=1m --size="$SIZE" --numjobs="$TASKS" --direct=1 \
-      --ioengine=psync --group_reporting --output-format=json 2>/dev/null \
-    | json "round(d['jobs'][0]['$([ "$2" = read ] && echo read || echo write)']['bw']/1024)"
-}
 survey() { # op -> MiB/s over all OSTs
   local args=()
   for i in $(seq 0 $((OSTS - 1))); do args+=(--ost "$WORK/data/ost$i"); done
@@ -70,14 +59,13 @@ mds_survey() { # -> "create getattr destroy" ops/s
   "$NACRE" bench mds-survey "$WORK/local/mds" --files "$FILES" --threads "$TASKS" --dirs "$TASKS" --json \
     | json "' '.join(str(round([t for t in d if t['test']==n][0]['rate'])) for n in ('create','md_getattr','destroy'))"
 }
-pct() { python3 -c "print(f'{$1/$2*100:.0f}%' if $2 else '-')"; }
 row() { printf "| %-44s | %10s | %8s | %8s |\n" "$1" "$2" "$3" "$4"; }
 
 echo "# Layer by layer ($(date -u +%F), $(nproc) cores, $TASKS tasks, ${SIZE} per task, 1 MiB I/O, $FILES files, medians of $ROUNDS)"
 echo
 echo "## Data"
 row "layer" "MiB/s" "vs below" "vs disk"; row "---" "---:" "---:" "---:"
-dw=$(med fio_bw "$WORK/local" write); dr=$(med fio_bw "$WORK/local" read)
+dw=$(med fio_bw "$WORK/local" write "$SIZE" "$TASKS"); dr=$(med fio_bw "$WORK/local" read "$SIZE" "$TASKS")
 rm -rf "$WORK/local"/*
 sw=$(med survey write); sr=$(med survey read)
 nw=$(med selftest brw_write mib_per_s 8); nr=$(med selftest brw_read mib_per_s 8)

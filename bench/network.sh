@@ -8,14 +8,10 @@
 #     tc (RATE, default 400mbit), selftest brw_write with and without discovery.
 #   bench/network.sh [SECS]          (RATE=400mbit SIZES="65536 1048576 4194304")
 set -euo pipefail
-cd "$(dirname "$0")/.."
 SECS="${1:-5}"
 RATE="${RATE:-400mbit}"
 SIZES="${SIZES:-65536 1048576 4194304}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
-./scripts/install-deps.sh >/dev/null
-cargo build --release -p nacre-cli -q
-NACRE="$CARGO_TARGET_DIR/release/nacre"
+source "$(dirname "$0")/common.sh"
 WORK=$(mktemp -d /var/tmp/nacre-net.XXXX)
 ID=$$
 cleanup() {
@@ -29,8 +25,6 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-pct() { python3 -c "print(f'{$1/$2*100:.0f}%')"; }
 PORT=$((20000 + ID % 20000))
 mkdir -p "$WORK/mnt"
 "$NACRE" up "$WORK/data" --mount "$WORK/mnt" --osts 1 --fsname netb --listen "127.0.0.1:$PORT" >/dev/null

@@ -1,6 +1,7 @@
 //! The built-in benchmark drivers on a real mount: they run, report, and catch bad data.
 
 use nacre_testkit::{nacre, nacre_ok, Embedded};
+use nacre_tests::job_samples;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -330,28 +331,11 @@ fn ior_and_mdtest_through_the_native_client_library() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("needs --mgs"));
 }
 
-/// `samples` of `op` for `job` in a job_stats text.
-fn job_samples(text: &str, job: &str, op: &str) -> u64 {
-    let mut in_job = false;
-    for line in text.lines() {
-        if let Some(id) = line.strip_prefix("- job_id:") {
-            in_job = id.trim() == job;
-            continue;
-        }
-        let key = format!("  {op}:");
-        if in_job && line.starts_with(&key) && line.contains("unit: usecs") {
-            let after = line.split("samples:").nth(1).unwrap();
-            return after.split(',').next().unwrap().trim().parse().unwrap();
-        }
-    }
-    0
-}
-
 /// IOR and mdtest tasks spread over two client hosts (network namespaces), each host's worker
 /// started through a launcher, as mpirun starts IOR on a cluster's nodes.
 #[test]
 fn ior_and_mdtest_span_several_client_hosts() {
-    use nacre_testkit::{mkfs, ClientMount, NetLab, ServerProc};
+    use nacre_testkit::{mkfs, ClientMount, NetLab};
     let lab = NetLab::new(4);
     let (srv, oss, c1, c2) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2], &lab.hosts[3]);
     let root = tempfile::Builder::new()
@@ -363,17 +347,8 @@ fn ior_and_mdtest_span_several_client_hosts() {
     mkfs("--mgs", 0, "mhb", None, &d("mgs"));
     mkfs("--mdt", 0, "mhb", Some(&mgs), &d("mdt0"));
     mkfs("--ost", 0, "mhb", Some(&mgs), &d("ost0"));
-    let server = |host: &nacre_testkit::NetHost, targets: &[&str]| {
-        let listen = format!("{}:988", host.addr);
-        let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
-        for t in targets {
-            args.push("--target".into());
-            args.push(d(t).display().to_string());
-        }
-        ServerProc::spawn_in(&host.prefix(), args, listen)
-    };
-    let _mds = server(srv, &["mgs", "mdt0"]);
-    let _oss = server(oss, &["ost0"]);
+    let _mds = srv.server(&[&d("mgs"), &d("mdt0")], &[]);
+    let _oss = oss.server(&[&d("ost0")], &[]);
     let source = format!("{mgs}:/mhb");
     // Each host mounts at its own path (one machine, one mount namespace): {host} in -o.
     let _m1 = ClientMount::mount_in(&c1.prefix(), &source, &d(&format!("mnt-{}", c1.netns)), &[]);
@@ -384,43 +359,34 @@ fn ior_and_mdtest_span_several_client_hosts() {
     let launcher = "nsenter --net=/run/netns/{host} env SLURM_JOB_ID=job-{host}";
     let listen = format!("{}:0", c1.addr);
     let o = d("mnt-{host}/ior").display().to_string();
-    let mut cmd = c1.prefix();
-    cmd.extend(
-        [
-            nacre_testkit::nacre_bin().to_str().unwrap(),
-            "bench",
-            "ior",
-            "-w",
-            "-r",
-            "-t",
-            "64k",
-            "-b",
-            "1m",
-            "-s",
-            "2",
-            "-N",
-            "4",
-            "-C",
-            "-e",
-            "-W",
-            "-R",
-            "-F",
-            "--json",
-            "--hosts",
-            &hosts,
-            "--launcher",
-            launcher,
-            "--listen",
-            &listen,
-            "-o",
-            &o,
-        ]
-        .map(String::from),
-    );
-    let out = std::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap();
+    let out = c1.nacre(&[
+        "bench",
+        "ior",
+        "-w",
+        "-r",
+        "-t",
+        "64k",
+        "-b",
+        "1m",
+        "-s",
+        "2",
+        "-N",
+        "4",
+        "-C",
+        "-e",
+        "-W",
+        "-R",
+        "-F",
+        "--json",
+        "--hosts",
+        &hosts,
+        "--launcher",
+        launcher,
+        "--listen",
+        &listen,
+        "-o",
+        &o,
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -442,39 +408,30 @@ fn ior_and_mdtest_span_several_client_hosts() {
     }
     // mdtest over the native client library on both hosts, one shared directory.
     nacre_ok(&["ctl", "set_param", "mdt.mhb-MDT0000.job_stats=0"]);
-    let mut cmd = c1.prefix();
-    cmd.extend(
-        [
-            nacre_testkit::nacre_bin().to_str().unwrap(),
-            "bench",
-            "mdtest",
-            "-a",
-            "NACRE",
-            "--mgs",
-            &mgs,
-            "--fsname",
-            "mhb",
-            "-n",
-            "50",
-            "-N",
-            "4",
-            "-F",
-            "--json",
-            "--hosts",
-            &hosts,
-            "--launcher",
-            launcher,
-            "--listen",
-            &listen,
-            "-d",
-            "/md",
-        ]
-        .map(String::from),
-    );
-    let out = std::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap();
+    let out = c1.nacre(&[
+        "bench",
+        "mdtest",
+        "-a",
+        "NACRE",
+        "--mgs",
+        &mgs,
+        "--fsname",
+        "mhb",
+        "-n",
+        "50",
+        "-N",
+        "4",
+        "-F",
+        "--json",
+        "--hosts",
+        &hosts,
+        "--launcher",
+        launcher,
+        "--listen",
+        &listen,
+        "-d",
+        "/md",
+    ]);
     assert!(
         out.status.success(),
         "{}",

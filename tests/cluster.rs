@@ -257,17 +257,8 @@ fn hosts_in_network_namespaces_form_one_file_system() {
     mkfs("--mdt", 0, "ns", Some(&mgs_nid), &d("mdt0"));
     mkfs("--ost", 0, "ns", Some(&mgs_nid), &d("ost0"));
     mkfs("--ost", 1, "ns", Some(&mgs_nid), &d("ost1"));
-    let server = |host: &nacre_testkit::NetHost, targets: &[&str]| {
-        let listen = format!("{}:988", host.addr);
-        let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
-        for t in targets {
-            args.push("--target".into());
-            args.push(d(t).display().to_string());
-        }
-        ServerProc::spawn_in(&host.prefix(), args, listen)
-    };
-    let _mds = server(mds_host, &["mgs", "mdt0"]);
-    let _oss = server(oss_host, &["ost0", "ost1"]);
+    let _mds = mds_host.server(&[&d("mgs"), &d("mdt0")], &[]);
+    let _oss = oss_host.server(&[&d("ost0"), &d("ost1")], &[]);
     let source = format!("{mgs_nid}:/ns");
     let a = ClientMount::mount_in(&client_a.prefix(), &source, &d("a"), &[]);
     let b = ClientMount::mount_in(&client_b.prefix(), &source, &d("b"), &[]);

@@ -25,3 +25,20 @@ pub fn as_nobody(cmd: &str) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `samples` of `op` for `job` in a job_stats text.
+pub fn job_samples(text: &str, job: &str, op: &str) -> u64 {
+    let mut in_job = false;
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("- job_id:") {
+            in_job = id.trim() == job;
+            continue;
+        }
+        let key = format!("  {op}:");
+        if in_job && line.starts_with(&key) && line.contains("unit: usecs") {
+            let after = line.split("samples:").nth(1).unwrap();
+            return after.split(',').next().unwrap().trim().parse().unwrap();
+        }
+    }
+    0
+}

@@ -276,18 +276,7 @@ fn server_stops_after_its_address_is_gone() {
         .unwrap();
     let mgs = root.path().join("mgs");
     nacre_testkit::mkfs("--mgs", 0, "gone", None, &mgs);
-    let listen = format!("{}:988", host.addr);
-    let mut server = nacre_testkit::ServerProc::spawn_in(
-        &host.prefix(),
-        vec![
-            "server".into(),
-            "--listen".into(),
-            listen.clone(),
-            "--target".into(),
-            mgs.display().to_string(),
-        ],
-        listen,
-    );
+    let mut server = host.server(&[&mgs], &[]);
     nacre_testkit::sh(&format!(
         "ip netns exec {} ip addr flush dev $(ip netns exec {} ls /sys/class/net | grep -v lo)",
         host.netns, host.netns

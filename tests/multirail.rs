@@ -3,7 +3,7 @@
 //! discovery; bulk I/O runs over both rails; one rail goes down mid-transfer and the transfer
 //! completes over the other; the rail is used again once it is back.
 
-use nacre_testkit::{mkfs, nacre_ok, sh, ClientMount, NetHost, NetLab, ServerProc};
+use nacre_testkit::{mkfs, nacre_ok, sh, ClientMount, NetLab};
 use std::time::{Duration, Instant};
 
 /// `(state, source, rpcs)` of each rail of connection `conn` in a client's `peers` text.
@@ -49,23 +49,9 @@ fn bulk_io_uses_both_rails_and_survives_losing_one() {
     mkfs("--mdt", 0, "mr", Some(&mgs), &d("mdt0"));
     mkfs("--ost", 0, "mr", Some(&mgs), &d("ost0"));
     mkfs("--ost", 1, "mr", Some(&mgs), &d("ost1"));
-    let server = |host: &NetHost, targets: &[&str]| {
-        let listen = format!("{}:988", host.addr);
-        let mut args = vec![
-            "server".to_string(),
-            "--listen".into(),
-            listen.clone(),
-            "--networks".into(),
-            "tcp(rail0,rail1)".into(),
-        ];
-        for t in targets {
-            args.push("--target".into());
-            args.push(d(t).display().to_string());
-        }
-        ServerProc::spawn_in(&host.prefix(), args, listen)
-    };
-    let srv0 = server(s0, &["mgs", "mdt0", "ost0"]);
-    let _srv1 = server(s1, &["ost1"]);
+    let rails = ["--networks", "tcp(rail0,rail1)"];
+    let srv0 = s0.server(&[&d("mgs"), &d("mdt0"), &d("ost0")], &rails);
+    let _srv1 = s1.server(&[&d("ost1")], &rails);
     let nids = nacre_ok(&[
         "ctl",
         "--pid",
@@ -166,45 +152,25 @@ fn selftest_runs_from_a_group_of_client_hosts() {
         .tempdir_in(nacre_testkit::test_dir())
         .unwrap();
     mkfs("--mgs", 0, "stg", None, &root.path().join("mgs"));
-    let listen = format!("{}:988", s.addr);
-    let _srv = ServerProc::spawn_in(
-        &s.prefix(),
-        vec![
-            "server".into(),
-            "--listen".into(),
-            listen.clone(),
-            "--target".into(),
-            root.path().join("mgs").display().to_string(),
-        ],
-        listen,
-    );
-    let mut cmd = a.prefix();
-    cmd.extend(
-        [
-            nacre_testkit::nacre_bin().to_str().unwrap(),
-            "selftest",
-            "--to",
-            &format!("{}@tcp", s.addr),
-            "--test",
-            "brw_write",
-            "--size",
-            "256K",
-            "--duration",
-            "1",
-            "--from",
-            &format!("{},{}", a.netns, b.netns),
-            "--launcher",
-            "nsenter --net=/run/netns/{host}",
-            "--listen",
-            &format!("{}:0", a.addr),
-            "--json",
-        ]
-        .map(String::from),
-    );
-    let out = std::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap();
+    let _srv = s.server(&[&root.path().join("mgs")], &[]);
+    let out = a.nacre(&[
+        "selftest",
+        "--to",
+        &format!("{}@tcp", s.addr),
+        "--test",
+        "brw_write",
+        "--size",
+        "256K",
+        "--duration",
+        "1",
+        "--from",
+        &format!("{},{}", a.netns, b.netns),
+        "--launcher",
+        "nsenter --net=/run/netns/{host}",
+        "--listen",
+        &format!("{}:0", a.addr),
+        "--json",
+    ]);
     assert!(
         out.status.success(),
         "{}",

@@ -1,6 +1,7 @@
 //! Statistics and parameters through `nacre ctl`, checked against known workloads.
 
 use nacre_testkit::{nacre, nacre_ok, Embedded};
+use nacre_tests::job_samples;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -106,23 +107,6 @@ fn md_stats_and_parameters() {
     assert!(String::from_utf8_lossy(&ro.stderr).contains("read-only"));
     let missing = nacre(&["ctl", "get_param", "osd.nosuch.x"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such parameter"));
-}
-
-/// `samples` of `op` for `job` in a job_stats text.
-fn job_samples(text: &str, job: &str, op: &str) -> u64 {
-    let mut in_job = false;
-    for line in text.lines() {
-        if let Some(id) = line.strip_prefix("- job_id:") {
-            in_job = id.trim() == job;
-            continue;
-        }
-        let key = format!("  {op}:");
-        if in_job && line.starts_with(&key) && line.contains("unit: usecs") {
-            let after = line.split("samples:").nth(1).unwrap();
-            return after.split(',').next().unwrap().trim().parse().unwrap();
-        }
-    }
-    0
 }
 
 #[test]

@@ -304,8 +304,8 @@ impl ServerProcess {
             mgs: None,
         };
         process.register_node_params(&spec);
-        // The self-test service runs on the partitions like the others, so `nacre selftest
-        // --test null` measures a partitioned service's small-RPC rate.
+        // Every server process serves the network self-test, on the partitions like the other
+        // services, so `nacre selftest --test null` measures a partitioned service.
         let selftest = pool(
             "selftest",
             &process.cpts.clone(),

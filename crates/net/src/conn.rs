@@ -107,17 +107,26 @@ impl Drop for SlotPermit {
     }
 }
 
-/// One NID of the peer and the link to it.
+/// One NID of the peer, its state and the link to it.
 struct Rail {
-    nid: Nid,
+    info: RailInfo,
     link: Option<Arc<Link>>,
-    /// False while down; a recovery thread is relinking it.
-    healthy: bool,
-    /// Learnt from the peer rather than given.
-    discovered: bool,
-    rpcs: u64,
-    bytes: u64,
-    failures: u64,
+}
+
+impl Rail {
+    fn new(nid: Nid, discovered: bool) -> Rail {
+        Rail {
+            info: RailInfo {
+                nid,
+                healthy: true,
+                discovered,
+                rpcs: 0,
+                bytes: 0,
+                failures: 0,
+            },
+            link: None,
+        }
+    }
 }
 
 /// What `get_param peers` shows of one rail.
@@ -125,11 +134,11 @@ struct Rail {
 pub struct RailInfo {
     /// The rail's NID.
     pub nid: Nid,
-    /// Usable now.
+    /// Usable now (false while down: a recovery thread is relinking it).
     pub healthy: bool,
     /// Learnt by discovery.
     pub discovered: bool,
-    /// Requests sent on it.
+    /// Requests handed to it.
     pub rpcs: u64,
     /// Bulk bytes sent on it.
     pub bytes: u64,
@@ -173,15 +182,7 @@ impl Connection {
                 cv: Condvar::new(),
             }),
             config,
-            rails: Mutex::new(vec![Rail {
-                nid,
-                link: None,
-                healthy: true,
-                discovered: false,
-                rpcs: 0,
-                bytes: 0,
-                failures: 0,
-            }]),
+            rails: Mutex::new(vec![Rail::new(nid, false)]),
             rr: AtomicUsize::new(0),
             discovered: AtomicBool::new(false),
             next_xid: AtomicU64::new(xid_base),
@@ -214,14 +215,7 @@ impl Connection {
             .lock()
             .expect("rails")
             .iter()
-            .map(|r| RailInfo {
-                nid: r.nid,
-                healthy: r.healthy,
-                discovered: r.discovered,
-                rpcs: r.rpcs,
-                bytes: r.bytes,
-                failures: r.failures,
-            })
+            .map(|r| r.info.clone())
             .collect()
     }
 
@@ -257,19 +251,11 @@ impl Connection {
             if rails.len() >= RAILS_MAX {
                 break;
             }
-            if rails.iter().any(|r| r.nid == nid) {
+            if rails.iter().any(|r| r.info.nid == nid) {
                 continue;
             }
             tracing::debug!("{}: discovered rail {nid}", self.nid);
-            rails.push(Rail {
-                nid,
-                link: None,
-                healthy: true,
-                discovered: true,
-                rpcs: 0,
-                bytes: 0,
-                failures: 0,
-            });
+            rails.push(Rail::new(nid, true));
         }
     }
 
@@ -294,7 +280,7 @@ impl Connection {
     ) -> Result<PendingReply, NetError> {
         if !self.discovered.load(Ordering::Acquire)
             && self.config.discovery
-            && self.pick_link().is_ok()
+            && self.pick_link(None).is_ok()
         {
             self.discover();
         }
@@ -350,7 +336,8 @@ impl Connection {
     }
 
     /// A live link on a healthy rail: round-robin over the rails when there are several.
-    fn pick_link(&self) -> Result<(usize, Arc<Link>), NetError> {
+    /// With `charge`, the rail is charged one request of that many bulk bytes.
+    fn pick_link(&self, charge: Option<u64>) -> Result<(usize, Arc<Link>), NetError> {
         let mut rails = self.rails.lock().expect("rails");
         let n = rails.len();
         let start = if n > 1 {
@@ -358,52 +345,59 @@ impl Connection {
         } else {
             0
         };
-        let mut last_err = None;
-        for k in 0..n {
-            let i = (start + k) % n;
-            if !rails[i].healthy {
-                continue;
-            }
-            if let Some(link) = &rails[i].link {
-                if link.alive() {
-                    return Ok((i, link.clone()));
-                }
-            }
-            let timeout = if i == 0 {
+        let timeout_of = |i: usize| {
+            if i == 0 {
                 self.config.connect_timeout_ms
             } else {
                 self.config.connect_timeout_ms.min(RAIL_CONNECT_TIMEOUT_MS)
-            };
-            match self.open_link(rails[i].nid, timeout) {
-                Ok(link) => {
-                    let link = Arc::new(link);
-                    rails[i].link = Some(link.clone());
-                    return Ok((i, link));
-                }
-                Err(e) => {
-                    if n > 1 {
-                        self.rail_down(&mut rails, i);
-                    }
-                    last_err = Some(e);
-                }
             }
+        };
+        let mut last_err = None;
+        for k in 0..n {
+            let i = (start + k) % n;
+            if !rails[i].info.healthy {
+                continue;
+            }
+            let live = rails[i].link.clone().filter(|l| l.alive());
+            let link = match live {
+                Some(link) => link,
+                None => match self.open_link(rails[i].info.nid, timeout_of(i)) {
+                    Ok(link) => {
+                        let link = Arc::new(link);
+                        rails[i].link = Some(link.clone());
+                        link
+                    }
+                    Err(e) => {
+                        if n > 1 {
+                            self.rail_down(&mut rails, i);
+                        }
+                        last_err = Some(e);
+                        continue;
+                    }
+                },
+            };
+            if let Some(bytes) = charge {
+                rails[i].info.rpcs += 1;
+                rails[i].info.bytes += bytes;
+            }
+            return Ok((i, link));
         }
         Err(last_err.unwrap_or_else(|| NetError::Disconnected(self.nid.to_string())))
     }
 
     /// Marks rail `i` down and starts a thread that relinks it.
     fn rail_down(&self, rails: &mut [Rail], i: usize) {
-        if !rails[i].healthy {
+        if !rails[i].info.healthy {
             return;
         }
-        rails[i].healthy = false;
-        rails[i].failures += 1;
+        rails[i].info.healthy = false;
+        rails[i].info.failures += 1;
         if let Some(Link::Tcp(tcp)) = rails[i].link.take().as_deref() {
             abort_link(tcp);
         }
-        tracing::info!("{}: rail {} is down", self.nid, rails[i].nid);
+        tracing::info!("{}: rail {} is down", self.nid, rails[i].info.nid);
         let weak = self.me.clone();
-        let nid = rails[i].nid;
+        let nid = rails[i].info.nid;
         let _ = std::thread::Builder::new()
             .name("rail-recovery".into())
             .spawn(move || loop {
@@ -412,9 +406,9 @@ impl Connection {
                 let timeout = conn.config.connect_timeout_ms.min(RAIL_CONNECT_TIMEOUT_MS);
                 if let Ok(link) = conn.open_link(nid, timeout) {
                     let mut rails = conn.rails.lock().expect("rails");
-                    if let Some(r) = rails.iter_mut().find(|r| r.nid == nid) {
+                    if let Some(r) = rails.iter_mut().find(|r| r.info.nid == nid) {
                         r.link = Some(Arc::new(link));
-                        r.healthy = true;
+                        r.info.healthy = true;
                         tracing::info!("{}: rail {nid} is back", conn.nid);
                     }
                     return;
@@ -440,7 +434,7 @@ impl Connection {
 
     fn link_until(&self, deadline: Instant) -> Result<(usize, Arc<Link>), NetError> {
         loop {
-            match self.pick_link() {
+            match self.pick_link(None) {
                 Ok(link) => return Ok(link),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -480,7 +474,8 @@ impl Connection {
         request: &Request,
         permit: Option<SlotPermit>,
     ) -> Result<(Receiver<Result<Reply, NetError>>, (usize, Arc<Link>)), NetError> {
-        let (rail, link) = self.pick_link()?;
+        let bulk_bytes = request.bulk.as_ref().map_or(0, |b| b.len() as u64);
+        let (rail, link) = self.pick_link(Some(bulk_bytes))?;
         let (tx, rx) = bounded(1);
         match &*link {
             Link::Local(router) => {
@@ -517,10 +512,6 @@ impl Connection {
                     return Err(NetError::Disconnected(self.nid.to_string()));
                 }
             }
-        }
-        if let Some(r) = self.rails.lock().expect("rails").get_mut(rail) {
-            r.rpcs += 1;
-            r.bytes += request.bulk.as_ref().map_or(0, |b| b.len() as u64);
         }
         Ok((rx, (rail, link)))
     }

@@ -1,9 +1,11 @@
 //! The network self-test, lnet_selftest's equivalent: measures the network layer alone — no
 //! file system service, no disk — between this process and server processes.
 //!
-//! Every [`crate::Server`] answers the self-test opcodes ([`SelftestHandler`], a small service
-//! pool of its own). [`run`] drives one test from here to a list of peers: `concurrency` RPCs
-//! in flight per peer, for a duration, and reports RPCs and bytes per second per peer.
+//! Every nacre server process answers the self-test opcodes: it adds a [`SelftestHandler`]
+//! pool for [`nacre_wire::Service::Net`] on its CPU partitions (pings are answered by the
+//! router of any [`crate::Server`]). [`run`] drives one test from here to a list of peers:
+//! `concurrency` RPCs in flight per peer, for a duration, and reports RPCs and bytes per second
+//! per peer.
 
 use crate::service::{Handler, Incoming, Outgoing};
 use crate::{Connection, NetConfig, NetError, Request};

@@ -68,11 +68,6 @@ impl Server {
             .map(|(l, _)| l.local_addr())
             .collect::<Result<Vec<_>, _>>()?;
         let router = Arc::new(Router::default());
-        let selftest = crate::ServiceConfig::unpinned("selftest", 1, 2, 64);
-        router.add(
-            Service::Net,
-            crate::ServicePool::start(selftest, Arc::new(crate::selftest::SelftestHandler)),
-        );
         for a in &addrs {
             local::register(*a, &router);
         }

@@ -184,14 +184,7 @@ impl ServerProc {
 
     /// Starts `nacre server --listen LISTEN --target DIR...` and waits until it serves.
     pub fn start_at(listen: &str, targets: &[&Path], extra: &[&str]) -> ServerProc {
-        let listen = listen.to_string();
-        let mut args = vec!["server".to_string(), "--listen".into(), listen.clone()];
-        for t in targets {
-            args.push("--target".into());
-            args.push(t.display().to_string());
-        }
-        args.extend(extra.iter().map(|s| s.to_string()));
-        ServerProc::spawn(args, listen)
+        ServerProc::spawn(server_args(listen, targets, extra), listen.to_string())
     }
 
     /// Starts `nacre ARGS` (a server command line) listening on `listen`, and waits until it
@@ -403,7 +396,36 @@ pub struct NetHost {
     pub addrs: Vec<String>,
 }
 
+/// `server --listen LISTEN --target DIR... EXTRA...`.
+fn server_args(listen: &str, targets: &[&Path], extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["server".to_string(), "--listen".into(), listen.to_string()];
+    for t in targets {
+        args.push("--target".into());
+        args.push(t.display().to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 impl NetHost {
+    /// Starts `nacre server` on this host, listening on its address at port 988, serving
+    /// `targets`, with `extra` arguments; waits until it serves.
+    pub fn server(&self, targets: &[&Path], extra: &[&str]) -> ServerProc {
+        let listen = format!("{}:988", self.addr);
+        ServerProc::spawn_in(&self.prefix(), server_args(&listen, targets, extra), listen)
+    }
+
+    /// Runs `nacre ARGS` on this host (in its network namespace) and returns its output.
+    pub fn nacre(&self, args: &[&str]) -> Output {
+        let prefix = self.prefix();
+        Command::new(&prefix[0])
+            .args(&prefix[1..])
+            .arg(nacre_bin())
+            .args(args)
+            .output()
+            .expect("run nacre")
+    }
+
     /// Command prefix that runs a program in this host's network namespace while keeping the
     /// mount namespace (so FUSE mounts stay visible).
     pub fn prefix(&self) -> Vec<String> {

@@ -220,6 +220,21 @@ impl TeamArgs {
         }
     }
 
+    /// Writes the `--plot` chart of `samples`, if one was asked for.
+    fn plot(
+        &self,
+        title: &str,
+        unit: &str,
+        scale: f64,
+        samples: &[nacre_bench::team::Sample],
+    ) -> anyhow::Result<()> {
+        let Some(path) = &self.plot else {
+            return Ok(());
+        };
+        let svg = nacre_bench::plot::svg(title, unit, scale, samples);
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+    }
+
     fn recorder(&self, quiet: bool, unit: &'static str, scale: f64) -> nacre_bench::team::Recorder {
         use std::io::IsTerminal;
         let live = !quiet && (self.progress || std::io::stderr().is_terminal());
@@ -1103,15 +1118,12 @@ fn bench_ior(a: IorArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", nacre_bench::ior::format_report(&report));
     }
-    if let Some(path) = &a.team.plot {
-        let svg = nacre_bench::plot::svg(
-            &format!("nacre bench ior: {} tasks, {}", params.tasks, report.api),
-            "MiB/s",
-            (1u64 << 20) as f64,
-            &report.samples,
-        );
-        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
-    }
+    a.team.plot(
+        &format!("nacre bench ior: {} tasks, {}", params.tasks, report.api),
+        "MiB/s",
+        (1u64 << 20) as f64,
+        &report.samples,
+    )?;
     if report.check_errors > 0 {
         bail!("data check found {} wrong words", report.check_errors);
     }
@@ -1152,15 +1164,12 @@ fn bench_mdtest(a: MdtestArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", nacre_bench::mdtest::format_report(&report));
     }
-    if let Some(path) = &a.team.plot {
-        let svg = nacre_bench::plot::svg(
-            &format!("nacre bench mdtest: {} tasks, {}", params.tasks, report.api),
-            "ops/s",
-            1.0,
-            &report.samples,
-        );
-        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
-    }
+    a.team.plot(
+        &format!("nacre bench mdtest: {} tasks, {}", params.tasks, report.api),
+        "ops/s",
+        1.0,
+        &report.samples,
+    )?;
     Ok(())
 }
 
