@@ -2,7 +2,7 @@
 //! pinned to their partition's CPUs (read back from /proc), per-service partitions and thread
 //! counts, and the tunables through `nacre ctl`.
 
-use nacre_testkit::{free_port, mkfs, nacre, nacre_ok, ServerProc};
+use nacre_testkit::{free_port, mkfs, nacre, nacre_ok, ClientMount, ServerProc};
 
 /// (thread name, allowed CPUs) of every thread of `pid`.
 fn threads(pid: u32) -> Vec<(String, String)> {
@@ -86,13 +86,20 @@ fn services_run_pinned_on_their_partitions() {
             "{name} runs on its partition's CPU"
         );
     }
+    // Thread names are cut to 15 bytes by the kernel: mdt_01_000, mdt_readpage_01.
     let mdt: Vec<_> = t.iter().filter(|(n, _)| n.starts_with("mdt_")).collect();
-    assert!(!mdt.is_empty());
+    assert!(mdt.iter().any(|(n, _)| n.starts_with("mdt_01_")), "{t:?}");
+    assert!(mdt.iter().any(|(n, _)| n == "mdt_readpage_01"), "{t:?}");
     assert!(
         mdt.iter()
-            .all(|(n, a)| n.starts_with("mdt_01_") && a == &last.to_string()),
-        "the MDS service runs only on partition 1: {mdt:?}"
+            .all(|(n, a)| n.contains("_01") && a == &last.to_string()),
+        "the MDS services run only on partition 1: {mdt:?}"
     );
+    for service in ["ost.OSS.ost", "ost.OSS.ost_create"] {
+        assert_eq!(get(&format!("{service}.threads_started")).trim(), "2");
+    }
+    assert_eq!(get("mds.MDS.mdt_readpage.threads_started").trim(), "1");
+    assert_eq!(get("mds.MDS.mdt_readpage.cpts").trim(), "[1]");
     // Run-time tunables.
     nacre_ok(&["ctl", "--pid", &pid, "set_param", "portal_rotor=on"]);
     assert_eq!(get("portal_rotor").trim(), "on");
@@ -114,6 +121,12 @@ fn services_run_pinned_on_their_partitions() {
         "ost.OSS.ost_io.threads_max=1",
     ]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("at least threads_min"));
+    let bad = nacre(&["ctl", "--pid", &pid, "set_param", "networks=tcp(lo)"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("networks cannot change at run time"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     // A bad pattern is refused at start, naming the token.
     let out = nacre(&[
         "server",
@@ -127,4 +140,129 @@ fn services_run_pinned_on_their_partitions() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad token '1[9999]'"), "{err}");
+}
+
+/// Requests handled by `service`: the sum over its partitions' `requests` column, and the
+/// requests of this process's own clients run inline (the MDT's OST connections).
+fn requests(pid: &str, service: &str) -> u64 {
+    let table = nacre_ok(&[
+        "ctl",
+        "--pid",
+        pid,
+        "get_param",
+        "-n",
+        &format!("{service}.partition_stats"),
+    ]);
+    table
+        .lines()
+        .skip(1)
+        .map(|l| match l.strip_prefix("inline_requests ") {
+            Some(n) => n.trim().parse::<u64>().unwrap(),
+            None => l.split_whitespace().nth(5).unwrap().parse::<u64>().unwrap(),
+        })
+        .sum()
+}
+
+#[test]
+fn each_kind_of_request_is_served_by_its_own_service() {
+    let root = tempfile::Builder::new()
+        .prefix("nacre-portal")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    mkfs("--mgs", 0, "portal", None, &d("mgs"));
+    let port = free_port();
+    let mgs = format!("127.0.0.1:{port}@tcp");
+    mkfs("--mdt", 0, "portal", Some(&mgs), &d("mdt0"));
+    mkfs("--ost", 0, "portal", Some(&mgs), &d("ost0"));
+    let server = ServerProc::start(
+        port,
+        &[&d("mgs"), &d("mdt0"), &d("ost0")],
+        &["--oss-io-cpts", "[0]"],
+    );
+    let pid = server.pid().to_string();
+    let client = ClientMount::mount(&format!("{mgs}:/portal"), &d("mnt"), &[]);
+    let services = [
+        "ost.OSS.ost_io",
+        "ost.OSS.ost",
+        "ost.OSS.ost_create",
+        "mds.MDS.mdt",
+        "mds.MDS.mdt_readpage",
+    ];
+    let before: Vec<u64> = services.iter().map(|s| requests(&pid, s)).collect();
+    let dir = d("mnt").join("dir");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..5 {
+        std::fs::write(dir.join(format!("f{i}")), vec![7u8; 1 << 20]).unwrap();
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 5);
+    // Read replies are built in the ost_io threads' buffers: their partition's pool.
+    nacre_ok(&["ctl", "--pid", &pid, "set_param", "buffer_pools=0"]);
+    sync_and_drop_caches();
+    for i in 0..5 {
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{i}"))).unwrap(),
+            vec![7u8; 1 << 20]
+        );
+    }
+    let pools = nacre_ok(&["ctl", "--pid", &pid, "get_param", "-n", "buffer_pools"]);
+    let row = |name: &str| -> Vec<u64> {
+        let line = pools
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name}: {pools}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let cpt0 = row("0");
+    assert!(
+        cpt0[0] + cpt0[1] >= 5,
+        "five 1 MiB reads served from partition 0's pool (ost_io runs on [0]): {pools}"
+    );
+    row("shared");
+    for i in 0..5 {
+        std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+    }
+    // Objects of unlinked files are destroyed by the MDT in the background (ost_create).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while requests(&pid, "ost.OSS.ost_create") == before[2] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no destroy reached ost_create"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let after: Vec<u64> = services.iter().map(|s| requests(&pid, s)).collect();
+    let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert!(delta[0] >= 5, "five 1 MiB writes on ost_io: {delta:?}");
+    assert!(delta[3] >= 11, "mkdir, creates, unlinks on mdt: {delta:?}");
+    assert!(
+        delta[4] >= 2,
+        "readdir and closes on mdt_readpage: {delta:?}"
+    );
+    // The mount's statfs (df) is served by `ost`, not queued behind I/O.
+    let fs_before = requests(&pid, "ost.OSS.ost");
+    nacre_ok(&["df", d("mnt").to_str().unwrap()]);
+    assert!(requests(&pid, "ost.OSS.ost") > fs_before, "df went to ost");
+    assert_eq!(get_cpts(&pid, "ost.OSS.ost_io"), "[0]");
+    drop(client);
+}
+
+fn get_cpts(pid: &str, service: &str) -> String {
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        pid,
+        "get_param",
+        "-n",
+        &format!("{service}.cpts"),
+    ])
+    .trim()
+    .to_string()
+}
+
+fn sync_and_drop_caches() {
+    nacre_testkit::sh("sync; echo 3 > /proc/sys/vm/drop_caches");
 }

@@ -91,8 +91,14 @@ pub struct ServerSpec {
     pub cpu_pattern: Option<String>,
     /// Partitions the OSS service runs on (Lustre's `oss_cpts`; None: all).
     pub oss_cpts: Option<Vec<usize>>,
+    /// Partitions the OSS I/O service `ost_io` runs on (Lustre's `oss_io_cpts`; None: as
+    /// `oss_cpts`).
+    pub oss_io_cpts: Option<Vec<usize>>,
     /// Partitions the MDS service runs on (`mds_cpts`; None: all).
     pub mds_cpts: Option<Vec<usize>>,
+    /// Partitions the MDS readpage service runs on (Lustre's `mds_rdpg_num_cpts`; None: as
+    /// `mds_cpts`).
+    pub mds_rdpg_cpts: Option<Vec<usize>>,
     /// Interfaces to listen on and their partitions (`tcp0(eth0)[0],...`; None: `listen`).
     pub networks: Option<String>,
     /// How requests are spread over a service's partitions.
@@ -119,7 +125,9 @@ impl ServerSpec {
             cpu_npartitions: 0,
             cpu_pattern: None,
             oss_cpts: None,
+            oss_io_cpts: None,
             mds_cpts: None,
+            mds_rdpg_cpts: None,
             networks: None,
             portal_rotor: nacre_net::Rotor::Off,
             mdt_sync_on_reply: false,
@@ -190,6 +198,9 @@ pub const MDS_THREADS_MAX_DEFAULT: usize = 64;
 pub const OSS_THREADS_MIN_DEFAULT: usize = 4;
 /// Most OSS threads per partition.
 pub const OSS_THREADS_MAX_DEFAULT: usize = 32;
+/// Threads per partition (started, most) of the small services: `ost`, `ost_create`,
+/// `mdt_readpage` (grown and set at run time like the others).
+pub const SMALL_SERVICE_THREADS: (usize, usize) = (1, 8);
 /// Requests queued per partition of a service.
 pub const SERVICE_QUEUE_DEPTH: usize = 1024;
 
@@ -367,16 +378,39 @@ impl ServerProcess {
         if !any {
             return Ok(());
         }
+        // Three pools, as Lustre's OSS has: `ost_io` for data, `ost_create` for the MDT's
+        // object requests, `ost` for the rest (glimpse, statfs), so small requests never
+        // queue behind bulk I/O.
         let handler: Arc<dyn nacre_net::Handler> = oss;
-        let p = pool(
+        let io_cpts = spec.oss_io_cpts.as_ref().or(spec.oss_cpts.as_ref());
+        let io = pool(
             "ost_io",
             &self.cpts,
-            spec.oss_cpts.as_deref(),
+            io_cpts.map(Vec::as_slice),
             spec.oss_threads,
+            handler.clone(),
+        )?;
+        self.track_service("ost.OSS.ost_io", &io);
+        let create = pool(
+            "ost_create",
+            &self.cpts,
+            spec.oss_cpts.as_deref(),
+            SMALL_SERVICE_THREADS,
+            handler.clone(),
+        )?;
+        self.track_service("ost.OSS.ost_create", &create);
+        let ost = pool(
+            "ost",
+            &self.cpts,
+            spec.oss_cpts.as_deref(),
+            SMALL_SERVICE_THREADS,
             handler,
         )?;
-        self.track_service("ost.OSS.ost_io", &p);
-        self.server.add_service(Service::Oss, p);
+        self.track_service("ost.OSS.ost", &ost);
+        self.server.add_service(Service::Oss, ost);
+        self.server.add_portal(&nacre_wire::oss::IO_OPCODES, io);
+        self.server
+            .add_portal(&nacre_wire::oss::CREATE_OPCODES, create);
         for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
             register(mgs_of(label)?, self.target_info(label))?;
             tracing::info!("{} started", label.name());
@@ -415,16 +449,29 @@ impl ServerProcess {
         if started.is_empty() {
             return Ok(());
         }
+        // Two pools, as Lustre's MDS has: `mdt` for namespace requests, `mdt_readpage` for
+        // directory pages and closes, so a listing never waits behind a create storm.
         let handler: Arc<dyn nacre_net::Handler> = mds;
         let p = pool(
             "mdt",
             &self.cpts,
             spec.mds_cpts.as_deref(),
             spec.mds_threads,
-            handler,
+            handler.clone(),
         )?;
         self.track_service("mds.MDS.mdt", &p);
         self.server.add_service(Service::Mds, p);
+        let rdpg_cpts = spec.mds_rdpg_cpts.as_ref().or(spec.mds_cpts.as_ref());
+        let readpage = pool(
+            "mdt_readpage",
+            &self.cpts,
+            rdpg_cpts.map(Vec::as_slice),
+            SMALL_SERVICE_THREADS,
+            handler,
+        )?;
+        self.track_service("mds.MDS.mdt_readpage", &readpage);
+        self.server
+            .add_portal(&nacre_wire::mds::READPAGE_OPCODES, readpage);
         for (mgs, label, mdt) in started {
             register(mgs, self.target_info(&label))?;
             self.spawn_mdt_threads(mdt.clone(), spec.commit_interval_ms);
@@ -605,8 +652,26 @@ impl ServerProcess {
                 Ok(())
             },
         );
+        // The interfaces' sockets are bound at start; changing them means a restart (as
+        // Lustre's `networks` module option needs LNet reloaded).
         let networks = spec.networks.clone().unwrap_or_default();
-        r.add_fn("networks", move || networks.clone());
+        r.add_rw(
+            "networks",
+            move || networks.clone(),
+            |_| {
+                Err(
+                    "networks cannot change at run time: restart the server with the new \
+                     --networks (its sockets are bound at start)"
+                        .into(),
+                )
+            },
+        );
+        let n = self.cpts.len();
+        r.add_rw(
+            "buffer_pools",
+            move || buffer_pool_table(n),
+            |v| clear_with(v, nacre_types::buf::clear_pool_stats),
+        );
         let nids: Vec<String> = self.nids.iter().map(Nid::to_string).collect();
         r.add_fn("nids", move || nids.join("\n"));
     }
@@ -639,6 +704,27 @@ impl ServerProcess {
         }
         self.server.shutdown();
     }
+}
+
+/// The large-buffer pools of each CPU partition and the shared one (`buffer_pools`).
+fn buffer_pool_table(partitions: usize) -> String {
+    use std::fmt::Write;
+    let mut s = format!(
+        "{:<6} {:>10} {:>10} {:>10} {:>14}\n",
+        "cpt", "hits", "misses", "released", "pooled_bytes"
+    );
+    let rows = (0..partitions)
+        .map(|p| (p.to_string(), Some(p)))
+        .chain(std::iter::once(("shared".to_string(), None)));
+    for (name, p) in rows {
+        let st = nacre_types::buf::pool_stats(p);
+        let _ = writeln!(
+            s,
+            "{name:<6} {:>10} {:>10} {:>10} {:>14}",
+            st.hits, st.misses, st.released, st.pooled_bytes
+        );
+    }
+    s.trim_end().to_string()
 }
 
 /// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as

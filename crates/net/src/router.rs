@@ -1,4 +1,6 @@
-//! Routes a request to the service pool of its opcode's service byte, answering pings itself.
+//! Routes a request to the service pool of its opcode (a portal, as Lustre calls it: the
+//! MDS's readdir and close requests go to `mdt_readpage`, not behind creates in `mdt`), else
+//! of its opcode's service byte, answering pings and discovery itself.
 
 use crate::service::{Incoming, Outgoing, ReplySink, Rotor, ServicePool};
 use crate::{NetError, Reply};
@@ -14,6 +16,7 @@ use std::sync::{Arc, RwLock};
 #[derive(Default)]
 pub struct Router {
     services: RwLock<HashMap<u8, Arc<ServicePool>>>,
+    portals: RwLock<HashMap<u16, Arc<ServicePool>>>,
     next_partition: AtomicUsize,
     rotor: AtomicU8,
     nids: RwLock<Vec<Nid>>,
@@ -28,8 +31,40 @@ impl Router {
             .expect("router")
             .insert(service as u8, pool);
         if let Some(old) = old {
-            old.stop();
+            if !self.in_use(&old) {
+                old.stop();
+            }
         }
+    }
+
+    /// Routes the requests of `opcodes` to `pool` instead of their service's pool (Lustre's
+    /// request portals: one service's requests split over several thread pools, so that one
+    /// kind never waits behind another).
+    pub fn add_portal(&self, opcodes: &[u16], pool: Arc<ServicePool>) {
+        let mut portals = self.portals.write().expect("router");
+        let mut replaced = Vec::new();
+        for &op in opcodes {
+            if let Some(old) = portals.insert(op, pool.clone()) {
+                if !Arc::ptr_eq(&old, &pool) {
+                    replaced.push(old);
+                }
+            }
+        }
+        drop(portals);
+        for old in replaced {
+            if !self.in_use(&old) {
+                old.stop();
+            }
+        }
+    }
+
+    fn in_use(&self, pool: &Arc<ServicePool>) -> bool {
+        let portals = self.portals.read().expect("router");
+        let services = self.services.read().expect("router");
+        portals
+            .values()
+            .chain(services.values())
+            .any(|p| Arc::ptr_eq(p, pool))
     }
 
     /// Sets the NIDs discovery answers with (every interface of this process).
@@ -71,8 +106,12 @@ impl Router {
             req.reply(Outgoing::ok(nacre_wire::encode_body(&nids)));
             return;
         }
-        let service = (req.header.opcode >> 8) as u8;
-        let pool = self.services.read().expect("router").get(&service).cloned();
+        let op = req.header.opcode;
+        let portal = self.portals.read().expect("router").get(&op).cloned();
+        let pool = portal.or_else(|| {
+            let service = (op >> 8) as u8;
+            self.services.read().expect("router").get(&service).cloned()
+        });
         match pool {
             Some(pool) if inline => pool.run_inline(req),
             Some(pool) => {
@@ -104,13 +143,18 @@ impl Router {
     }
 
     pub(crate) fn stop(&self) {
-        let pools: Vec<_> = self
-            .services
-            .write()
-            .expect("router")
-            .drain()
+        let mut pools: Vec<Arc<ServicePool>> = Vec::new();
+        let portals: Vec<_> = self.portals.write().expect("router").drain().collect();
+        let services: Vec<_> = self.services.write().expect("router").drain().collect();
+        let drained = portals
+            .into_iter()
             .map(|(_, p)| p)
-            .collect();
+            .chain(services.into_iter().map(|(_, p)| p));
+        for p in drained {
+            if !pools.iter().any(|q| Arc::ptr_eq(q, &p)) {
+                pools.push(p);
+            }
+        }
         for p in pools {
             p.stop();
         }

@@ -118,6 +118,11 @@ impl Server {
         self.router.add(service, pool);
     }
 
+    /// Serves the requests of `opcodes` by `pool` (a separate portal of a service).
+    pub fn add_portal(&self, opcodes: &[u16], pool: Arc<ServicePool>) {
+        self.router.add_portal(opcodes, pool);
+    }
+
     /// Stops accepting, closes connections and stops the service threads.
     pub fn shutdown(&self) {
         if self.stopping.swap(true, Ordering::SeqCst) {
@@ -185,15 +190,20 @@ fn accept_loop(
             list.push(clone);
         }
         let router = router.clone();
-        let cpt = if cpts.is_empty() {
-            partition
+        // An interface bound to partitions has its connections' bulk buffers taken from
+        // their partition's pools; otherwise they come from the shared ones.
+        let (cpt, bound) = if cpts.is_empty() {
+            (partition, false)
         } else {
-            cpts[partition % cpts.len()]
+            (cpts[partition % cpts.len()], true)
         };
         partition = partition.wrapping_add(1);
         let spawned = std::thread::Builder::new()
             .name("conn-reader".into())
-            .spawn(move || serve_connection(stream, peer, router, cpt, bulk_len_max));
+            .spawn(move || {
+                nacre_types::buf::set_thread_partition(bound.then_some(cpt));
+                serve_connection(stream, peer, router, cpt, bulk_len_max)
+            });
         if let Err(e) = spawned {
             tracing::warn!("cannot start a connection thread: {e}");
         }

@@ -310,6 +310,7 @@ impl ServicePool {
         let weak = self.me.clone();
         let name = format!("{}_{:02}_{n:03}", self.config.name, spec.cpt);
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            nacre_types::buf::set_thread_partition(Some(spec.cpt));
             if !spec.cpus.is_empty() {
                 if let Err(e) = nacre_cpt::pin_current_thread(&spec.cpus) {
                     tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
@@ -441,6 +442,11 @@ impl ServicePool {
         req.reply(out);
         self.requests_handled.fetch_add(1, Ordering::Relaxed);
         self.requests_inline.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// True once [`ServicePool::stop`] ran: no partition takes requests.
+    pub fn is_stopped(&self) -> bool {
+        self.parts.read().expect("parts").is_empty()
     }
 
     /// Stops accepting requests and joins the threads once queued requests are done.

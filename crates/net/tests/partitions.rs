@@ -195,3 +195,47 @@ fn threads_grow_under_load_up_to_threads_max() {
     pool.set_threads_min(4).unwrap();
     assert_eq!(stats.threads.load(std::sync::atomic::Ordering::Relaxed), 4);
 }
+
+/// The service (thread-name prefix) that served opcode `op`.
+fn served_by(conn: &Arc<Connection>, op: u16) -> String {
+    let reply = conn
+        .call(nacre_net::Request {
+            opcode: op,
+            target: 0,
+            body: b"x".to_vec(),
+            bulk: None,
+            inline: false,
+        })
+        .unwrap();
+    let text = String::from_utf8(reply.body).unwrap();
+    text.split('_').next().unwrap().to_string()
+}
+
+#[test]
+fn portals_route_chosen_opcodes_to_their_own_pool() {
+    let (server, main) = server((1, 1));
+    let side = ServicePool::start(
+        ServiceConfig::unpinned("side", 1, 1, 64),
+        Arc::new(WhoServes),
+    );
+    server.add_portal(&[0x0302, 0x0307], side.clone());
+    let conn = tcp(server.addrs()[0]);
+    assert_eq!(served_by(&conn, 0x0301), "who");
+    assert_eq!(served_by(&conn, 0x0302), "side");
+    assert_eq!(served_by(&conn, 0x0307), "side");
+    assert_eq!(
+        served_by(&conn, 0x0308),
+        "who",
+        "the service's other opcodes"
+    );
+    // Replacing the service's default pool keeps the portal's pool serving.
+    let other = ServicePool::start(
+        ServiceConfig::unpinned("other", 1, 1, 64),
+        Arc::new(WhoServes),
+    );
+    server.add_service(Service::Oss, other);
+    assert_eq!(served_by(&conn, 0x0301), "other");
+    assert_eq!(served_by(&conn, 0x0302), "side");
+    assert!(main.is_stopped(), "the replaced pool was stopped");
+    assert!(!side.is_stopped());
+}

@@ -203,6 +203,11 @@ pub enum MdsOp {
     Sync,
 }
 
+/// Requests served by the MDS readpage service `mdt_readpage` (Lustre's MDS_READPAGE_PORTAL):
+/// directory pages, and closes (as Lustre does, so a close never waits behind the creates
+/// and opens queued in `mdt`). Everything else is served by `mdt`.
+pub const READPAGE_OPCODES: [u16; 2] = [0x020c, 0x020e];
+
 impl MdsOp {
     /// The inode the operation is about: the parent directory for name operations, the
     /// inode itself otherwise (the hash rotor keeps one directory's requests together).
@@ -339,6 +344,22 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn readpage_opcodes_are_readdir_and_close() {
+        let fid = Fid::new(1, 2);
+        let ops = [
+            MdsOp::ReadDir {
+                fid,
+                after: None,
+                count: 1,
+            },
+            MdsOp::Close { fid },
+        ];
+        let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
+        assert_eq!(ops, READPAGE_OPCODES);
+        assert!(!READPAGE_OPCODES.contains(&MdsOp::Open { fid }.opcode()));
+    }
 
     #[test]
     fn round_trip() {

@@ -109,6 +109,15 @@ pub enum OssReply {
     StatFs(StatFs),
 }
 
+/// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
+/// moves or changes an object's data.
+pub const IO_OPCODES: [u16; 5] = [0x0301, 0x0302, 0x0304, 0x0305, 0x0306];
+/// Requests served by `ost_create` (Lustre's OST_CREATE_PORTAL): object lifecycle requests the
+/// MDT's OSP sends, so they never wait behind bulk I/O. Nacre creates objects on their first
+/// write, so this is where destroys go.
+pub const CREATE_OPCODES: [u16; 1] = [0x0307];
+// Everything else (glimpse, statfs) is served by the `ost` service.
+
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
     pub fn key_object(&self) -> Option<ObjectId> {
@@ -143,6 +152,41 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn portal_opcodes_name_the_intended_requests() {
+        let o = ObjectId { seq: 1, id: 2 };
+        let io = [
+            OssRequest::Write {
+                object: o,
+                offset: 0,
+            },
+            OssRequest::Read {
+                object: o,
+                offset: 0,
+                len: 1,
+            },
+            OssRequest::Punch { object: o, size: 0 },
+            OssRequest::Fallocate {
+                object: o,
+                offset: 0,
+                len: 1,
+                keep_size: false,
+                punch_hole: false,
+            },
+            OssRequest::Sync { object: o },
+        ];
+        let io: Vec<u16> = io.iter().map(OssRequest::opcode).collect();
+        assert_eq!(io, IO_OPCODES);
+        assert_eq!(
+            [OssRequest::Destroy { objects: vec![o] }.opcode()],
+            CREATE_OPCODES
+        );
+        for other in [OssRequest::Glimpse { object: o }, OssRequest::StatFs] {
+            assert!(!IO_OPCODES.contains(&other.opcode()));
+            assert!(!CREATE_OPCODES.contains(&other.opcode()));
+        }
+    }
 
     #[test]
     fn round_trip() {

@@ -491,12 +491,19 @@ struct TargetOpts {
     /// Lustre's cpu_pattern, e.g. "0[0-3] 1[4-7]" or the NUMA form "N 0[0] 1[1]".
     #[arg(long)]
     cpu_pattern: Option<String>,
-    /// Partitions the OSS I/O service runs on, e.g. "[0,1]" (Lustre's oss_cpts).
+    /// Partitions the OSS services run on, e.g. "[0,1]" (Lustre's oss_cpts).
     #[arg(long)]
     oss_cpts: Option<String>,
-    /// Partitions the MDS service runs on, e.g. "[0]".
+    /// Partitions the OSS I/O service ost_io runs on (Lustre's oss_io_cpts; default: oss_cpts).
+    #[arg(long)]
+    oss_io_cpts: Option<String>,
+    /// Partitions the MDS services run on, e.g. "[0]".
     #[arg(long)]
     mds_cpts: Option<String>,
+    /// Partitions the MDS readpage service runs on (Lustre's mds_rdpg_num_cpts style;
+    /// default: mds_cpts).
+    #[arg(long)]
+    mds_rdpg_cpts: Option<String>,
     /// OSS threads started per partition.
     #[arg(long, default_value_t = nacre_cli::server::OSS_THREADS_MIN_DEFAULT)]
     oss_threads_min: usize,
@@ -530,6 +537,8 @@ impl TargetOpts {
             "cpu_pattern" => self.cpu_pattern = Some(v.trim_matches('"').to_string()),
             "oss_cpts" => self.oss_cpts = Some(v.to_string()),
             "mds_cpts" => self.mds_cpts = Some(v.to_string()),
+            "oss_io_cpts" => self.oss_io_cpts = Some(v.to_string()),
+            "mds_rdpg_cpts" => self.mds_rdpg_cpts = Some(v.to_string()),
             "oss_threads_min" => self.oss_threads_min = num(v)?,
             "oss_threads_max" => self.oss_threads_max = num(v)?,
             "mds_threads_min" => self.mds_threads_min = num(v)?,
@@ -827,6 +836,8 @@ fn start_servers(
     spec.cpu_pattern = t.cpu_pattern.clone();
     spec.oss_cpts = parse_cpts("oss_cpts", &t.oss_cpts)?;
     spec.mds_cpts = parse_cpts("mds_cpts", &t.mds_cpts)?;
+    spec.oss_io_cpts = parse_cpts("oss_io_cpts", &t.oss_io_cpts)?;
+    spec.mds_rdpg_cpts = parse_cpts("mds_rdpg_cpts", &t.mds_rdpg_cpts)?;
     spec.oss_threads = (t.oss_threads_min, t.oss_threads_max);
     spec.mds_threads = (t.mds_threads_min, t.mds_threads_max);
     spec.networks = t.networks.clone();
