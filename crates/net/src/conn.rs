@@ -9,9 +9,10 @@
 //! returns to it once it links up again (health).
 
 use crate::frame::{read_frame, write_frame};
+use crate::queue::{oneshot, OneshotReceiver, OneshotSender};
 use crate::router::Router;
 use crate::{local, NetError, Reply, Request};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::RecvTimeoutError;
 use nacre_types::limits::{BULK_BYTES_MAX, RPCS_IN_FLIGHT_DEFAULT, RPC_SIZE_BYTES_DEFAULT};
 use nacre_types::Nid;
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_RESEND};
@@ -67,7 +68,7 @@ impl Default for NetConfig {
     }
 }
 
-type ReplySender = Sender<Result<Reply, NetError>>;
+type ReplySender = OneshotSender<Result<Reply, NetError>>;
 
 struct TcpLink {
     writer: Mutex<TcpStream>,
@@ -163,7 +164,7 @@ pub struct PendingReply {
     conn: Arc<Connection>,
     header: Header,
     request: Request,
-    rx: Receiver<Result<Reply, NetError>>,
+    rx: OneshotReceiver<Result<Reply, NetError>>,
     /// The rail and link it went out on (None: not sent).
     sent_on: Option<(usize, Arc<Link>)>,
 }
@@ -292,8 +293,8 @@ impl Connection {
         let (rx, sent_on) = match self.send(&header, &request, Some(permit)) {
             Ok((rx, on)) => (rx, Some(on)),
             Err(NetError::Disconnected(_)) | Err(NetError::Unreachable { .. }) => {
-                let (tx, rx) = bounded(1);
-                let _ = tx.send(Err(NetError::Disconnected(self.nid.to_string())));
+                let (tx, rx) = oneshot();
+                tx.send(Err(NetError::Disconnected(self.nid.to_string())));
                 (rx, None)
             }
             Err(e) => return Err(e),
@@ -473,10 +474,10 @@ impl Connection {
         header: &Header,
         request: &Request,
         permit: Option<SlotPermit>,
-    ) -> Result<(Receiver<Result<Reply, NetError>>, (usize, Arc<Link>)), NetError> {
+    ) -> Result<(OneshotReceiver<Result<Reply, NetError>>, (usize, Arc<Link>)), NetError> {
         let bulk_bytes = request.bulk.as_ref().map_or(0, |b| b.len() as u64);
         let (rail, link) = self.pick_link(Some(bulk_bytes))?;
-        let (tx, rx) = bounded(1);
+        let (tx, rx) = oneshot();
         match &*link {
             Link::Local(router) => {
                 let mut h = *header;
@@ -656,7 +657,7 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
                         body: frame.body,
                         bulk: frame.bulk,
                     };
-                    let _ = tx.send(Ok(reply));
+                    tx.send(Ok(reply));
                 }
             }
             Ok(None) => break "closed by peer".to_string(),
@@ -671,6 +672,6 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
         .expect("writer")
         .shutdown(std::net::Shutdown::Both);
     for (_, (tx, _permit)) in link.pending.lock().expect("pending").drain() {
-        let _ = tx.send(Err(NetError::Disconnected(nid.to_string())));
+        tx.send(Err(NetError::Disconnected(nid.to_string())));
     }
 }

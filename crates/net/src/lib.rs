@@ -15,6 +15,7 @@ pub mod conn;
 pub mod frame;
 pub mod local;
 pub mod ni;
+mod queue;
 pub mod router;
 pub mod rpc;
 pub mod selftest;

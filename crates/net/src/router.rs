@@ -2,9 +2,9 @@
 //! MDS's readdir and close requests go to `mdt_readpage`, not behind creates in `mdt`), else
 //! of its opcode's service byte, answering pings and discovery itself.
 
+use crate::queue::OneshotSender;
 use crate::service::{Incoming, Outgoing, ReplySink, Rotor, ServicePool};
 use crate::{NetError, Reply};
-use crossbeam_channel::Sender;
 use nacre_types::Nid;
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::{Header, Service, OP_DISCOVER, OP_PING};
@@ -128,7 +128,7 @@ impl Router {
         header: Header,
         body: Vec<u8>,
         bulk: Option<Arc<AlignedBuf>>,
-        reply_to: Sender<Result<Reply, NetError>>,
+        reply_to: OneshotSender<Result<Reply, NetError>>,
         inline: bool,
     ) {
         let req = Incoming {

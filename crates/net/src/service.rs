@@ -2,8 +2,9 @@
 //! threads, and the request/reply types handlers see.
 
 use crate::frame::write_frame;
+use crate::queue::OneshotSender;
+use crate::queue::WaitQueue;
 use crate::{NetError, Reply};
-use crossbeam_channel::{bounded, Receiver, Sender};
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_REPLY};
 use nacre_wire::Header;
@@ -148,7 +149,7 @@ pub trait Handler: Send + Sync + 'static {
 
 pub(crate) enum ReplySink {
     Tcp(Arc<Mutex<TcpStream>>),
-    Local(Sender<Result<Reply, NetError>>),
+    Local(OneshotSender<Result<Reply, NetError>>),
 }
 
 impl Incoming {
@@ -160,7 +161,7 @@ impl Incoming {
             ReplySink::Local(tx) => {
                 header.body_len = out.body.len() as u32;
                 header.bulk_len = out.bulk.as_ref().map_or(0, |b| b.len() as u32);
-                let _ = tx.send(Ok(Reply {
+                tx.send(Ok(Reply {
                     header,
                     body: out.body,
                     bulk: out.bulk,
@@ -213,8 +214,7 @@ type Queued = (Incoming, Instant);
 
 struct Part {
     spec: ServicePartition,
-    tx: Sender<Queued>,
-    rx: Receiver<Queued>,
+    queue: Arc<WaitQueue<Queued>>,
 }
 
 /// A pool of service threads for one service, one bounded queue per CPU partition.
@@ -252,13 +252,9 @@ impl ServicePool {
                 config
                     .partitions
                     .iter()
-                    .map(|spec| {
-                        let (tx, rx) = bounded::<Queued>(config.queue_depth);
-                        Part {
-                            spec: spec.clone(),
-                            tx,
-                            rx,
-                        }
+                    .map(|spec| Part {
+                        spec: spec.clone(),
+                        queue: Arc::new(WaitQueue::new(config.queue_depth)),
                     })
                     .collect(),
             ),
@@ -304,7 +300,7 @@ impl ServicePool {
                 stats.threads.fetch_sub(1, Ordering::Relaxed);
                 return false;
             };
-            (part.rx.clone(), part.spec.clone())
+            (part.queue.clone(), part.spec.clone())
         };
         let handler = self.handler.clone();
         let weak = self.me.clone();
@@ -316,7 +312,7 @@ impl ServicePool {
                     tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
                 }
             }
-            for (req, queued_at) in rx.iter() {
+            while let Some((req, queued_at)) = rx.recv() {
                 let started = Instant::now();
                 stats.queued.fetch_sub(1, Ordering::Relaxed);
                 stats.busy.fetch_add(1, Ordering::Relaxed);
@@ -378,14 +374,14 @@ impl ServicePool {
             return;
         }
         let i = i % parts.len();
-        let tx = parts[i].tx.clone();
+        let tx = parts[i].queue.clone();
         drop(parts);
         let stats = &self.partitions[i];
         let depth = stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
         stats.queued_max.fetch_max(depth, Ordering::Relaxed);
-        if let Err(e) = tx.send((req, Instant::now())) {
+        if let Err((req, _)) = tx.send((req, Instant::now())) {
             stats.queued.fetch_sub(1, Ordering::Relaxed);
-            e.into_inner().0.reply(Outgoing::error(Status::NoSys));
+            req.reply(Outgoing::error(Status::NoSys));
             return;
         }
         // More requests waiting than idle threads: start one more (up to threads_max).
@@ -451,7 +447,9 @@ impl ServicePool {
 
     /// Stops accepting requests and joins the threads once queued requests are done.
     pub fn stop(&self) {
-        self.parts.write().expect("parts").clear();
+        for p in self.parts.write().expect("parts").drain(..) {
+            p.queue.close();
+        }
         let threads = std::mem::take(&mut *self.threads.lock().expect("threads"));
         for t in threads {
             let _ = t.join();
