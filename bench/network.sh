@@ -6,11 +6,14 @@
 #     2 CPU partitions, two client processes;
 #  3. two rails vs one: two network namespaces joined by two veth pairs, each rate-limited with
 #     tc (RATE, default 400mbit), selftest brw_write with and without discovery.
-#   bench/network.sh [SECS]          (RATE=400mbit SIZES="65536 1048576 4194304")
+# Figures 1 and 2 are medians of REPS runs (default 3), raw and RPC runs interleaved, as this
+# shared 2-core VM's loopback rate drifts by tens of percent from run to run.
+#   bench/network.sh [SECS]          (RATE=400mbit SIZES="65536 1048576 4194304" REPS=3)
 set -euo pipefail
 SECS="${1:-5}"
 RATE="${RATE:-400mbit}"
 SIZES="${SIZES:-65536 1048576 4194304}"
+REPS="${REPS:-3}"
 source "$(dirname "$0")/common.sh"
 WORK=$(mktemp -d /var/tmp/nacre-net.XXXX)
 ID=$$
@@ -30,16 +33,21 @@ mkdir -p "$WORK/mnt"
 "$NACRE" up "$WORK/data" --mount "$WORK/mnt" --osts 1 --fsname netb --listen "127.0.0.1:$PORT" >/dev/null
 NID="127.0.0.1:$PORT@tcp"
 
-echo "# Network layer ($(date -u +%F), $(nproc) cores, ${SECS} s per figure)"
+echo "# Network layer ($(date -u +%F), $(nproc) cores, ${SECS} s per run, medians of $REPS runs)"
 echo
 echo "## Bulk RPCs vs raw TCP over loopback (one connection, 8 messages in flight for RPCs)"
 printf "| %-10s | %-6s | %12s | %12s | %6s |\n" "size" "dir" "raw TCP MiB/s" "RPC MiB/s" "ratio"
 printf "| %-10s | %-6s | %12s | %12s | %6s |\n" "---" "---" "---:" "---:" "---:"
 for size in $SIZES; do
   for dir in write read; do
-    raw=$(python3 bench/rawtcp.py "$size" 1 "$SECS" "$dir")
-    rpc=$("$NACRE" selftest --to "$NID" --test "brw_$dir" --size "$size" --concurrency 8 \
-          --duration "$SECS" --json | json "round(d[0]['mib_per_s'])")
+    raws=""; rpcs=""
+    for _ in $(seq "$REPS"); do
+      raws="$raws $(python3 bench/rawtcp.py "$size" 1 "$SECS" "$dir")"
+      rpcs="$rpcs $("$NACRE" selftest --to "$NID" --test "brw_$dir" --size "$size" \
+            --concurrency 8 --duration "$SECS" --json | json "round(d[0]['mib_per_s'])")"
+    done
+    raw=$(echo $raws | tr ' ' '\n' | median)
+    rpc=$(echo $rpcs | tr ' ' '\n' | median)
     printf "| %-10s | %-6s | %12s | %12s | %6s |\n" "$size" "$dir" "$raw" "$rpc" "$(pct "$rpc" "$raw")"
   done
 done
@@ -58,12 +66,16 @@ printf "| %-22s | %10s |\n" "---" "---:"
 for n in 1 2; do
   "$NACRE" up "$WORK/data$n" --mount "$WORK/mnt" --osts 1 --fsname netb --listen "127.0.0.1:$PORT" \
     --cpu-npartitions "$n" >/dev/null
-  for c in 1 2; do
-    "$NACRE" selftest --to "$NID" --test null --concurrency 8 --duration "$SECS" --json \
-      > "$WORK/null$c.json" &
+  totals=""
+  for _ in $(seq "$REPS"); do
+    for c in 1 2; do
+      "$NACRE" selftest --to "$NID" --test null --concurrency 8 --duration "$SECS" --json \
+        > "$WORK/null$c.json" &
+    done
+    wait
+    totals="$totals $(python3 -c "import json,sys; print(round(sum(p['rpc_per_s'] for f in sys.argv[1:] for p in json.load(open(f)))))" "$WORK"/null1.json "$WORK"/null2.json)"
   done
-  wait
-  total=$(python3 -c "import json,sys; print(round(sum(p['rpc_per_s'] for f in sys.argv[1:] for p in json.load(open(f)))))" "$WORK"/null1.json "$WORK"/null2.json)
+  total=$(echo $totals | tr ' ' '\n' | median)
   printf "| %-22s | %10s |\n" "cpu_npartitions=$n" "$total"
   "$NACRE" down "$WORK/mnt" >/dev/null
 done

@@ -57,7 +57,7 @@ fn fio_verify_job() {
     ));
     let out = sh(&format!(
         "fio --name=verify --directory={m}/fio --rw=randwrite --bs=64k --size=32m --numjobs=2 \
-         --verify=crc32c --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --group_reporting \
+         --verify=crc32c --verify_state_save=0 --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --group_reporting \
          --output-format=terse"
     ));
     let fields: Vec<&str> = out.lines().last().unwrap().split(';').collect();
@@ -65,10 +65,18 @@ fn fio_verify_job() {
     assert_eq!(fields[4], "0", "fio reported an error: {out}");
     let seq = sh(&format!(
         "fio --name=seq --directory={m}/fio --rw=write --bs=1m --size=64m --numjobs=2 --verify=crc32c \
-         --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --output-format=terse"
+         --verify_state_save=0 --verify_fatal=1 --do_verify=1 --direct=1 --ioengine=psync --output-format=terse"
     ));
     assert!(
         seq.lines().all(|l| l.split(';').nth(4) == Some("0")),
         "{seq}"
     );
+    // fio must not leave its verify state files in the working directory (they were once
+    // committed to the repository by accident).
+    let left: Vec<_> = std::fs::read_dir(".")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-verify.state"))
+        .collect();
+    assert!(left.is_empty(), "fio left {left:?}");
 }

@@ -141,7 +141,7 @@ pub struct Client {
     fsname: String,
     mgs: Arc<Connection>,
     config: RwLock<FsConfig>,
-    mdc: mdc::Mdc,
+    mdcs: RwLock<HashMap<u32, Arc<mdc::Mdc>>>,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
     rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
@@ -149,7 +149,8 @@ pub struct Client {
 }
 
 impl Client {
-    /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0.
+    /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0 (the
+    /// other MDTs when an operation first needs them).
     /// Fails within `connect_timeout_ms` if the MGS cannot be reached.
     pub fn mount(mgs: Nid, fsname: &str, config: ClientConfig) -> Result<Arc<Client>> {
         let mut first = config.net.clone();
@@ -159,17 +160,15 @@ impl Client {
         drop(probe);
         let mgs_conn = Connection::new(mgs, config.net.clone());
         let fs = fetch_config(&mgs_conn, fsname)?;
-        let mdt0 = fs.mdts.iter().find(|t| t.index == 0).ok_or_else(|| {
-            ClientError::Config(format!("file system '{fsname}' has no MDT0 registered"))
-        })?;
-        let nid = *mdt0
-            .nids
-            .first()
-            .ok_or_else(|| ClientError::Config("MDT0 has no NID".into()))?;
+        if !fs.mdts.iter().any(|t| t.index == 0) {
+            return Err(ClientError::Config(format!(
+                "file system '{fsname}' has no MDT0 registered"
+            )));
+        }
         let client = Arc::new(Client {
             fsname: fsname.into(),
             mgs: mgs_conn,
-            mdc: mdc::Mdc::new(Connection::new(nid, config.net.clone())),
+            mdcs: RwLock::new(HashMap::new()),
             config: RwLock::new(fs),
             oscs: RwLock::new(HashMap::new()),
             rpc_stats: RwLock::new(HashMap::new()),
@@ -231,8 +230,41 @@ impl Client {
             .clone())
     }
 
+    /// The metadata client of MDT `index`.
+    pub(crate) fn mdc(&self, index: u32) -> Result<Arc<mdc::Mdc>> {
+        if let Some(m) = self.mdcs.read().expect("mdcs").get(&index) {
+            return Ok(m.clone());
+        }
+        let find = |fs: &FsConfig| {
+            fs.mdts
+                .iter()
+                .find(|t| t.index == index)
+                .and_then(|t| t.nids.first().copied())
+        };
+        let nid = match find(&self.config.read().expect("config")) {
+            Some(n) => n,
+            None => {
+                self.refresh_config()?;
+                find(&self.config.read().expect("config")).ok_or_else(|| {
+                    ClientError::Config(format!("MDT index {index} is not configured"))
+                })?
+            }
+        };
+        let m = Arc::new(mdc::Mdc::new(Connection::new(nid, self.net.clone()), index));
+        Ok(self
+            .mdcs
+            .write()
+            .expect("mdcs")
+            .entry(index)
+            .or_insert(m)
+            .clone())
+    }
+
+    /// Sends an operation to the MDT that holds it: the parent directory's for name
+    /// operations, the inode's otherwise (a FID names its MDT).
     fn md(&self, op: MdsOp) -> Result<MdsReply> {
-        self.mdc.call(op)
+        let index = op.key_fid().map_or(0, Fid::mdt_index);
+        self.mdc(index)?.call(op)
     }
 
     fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
@@ -607,7 +639,12 @@ impl Client {
 
     /// Makes every metadata change acknowledged so far durable (`fsyncdir`, `syncfs`).
     pub fn sync_metadata(&self) -> Result<()> {
-        self.md(MdsOp::Sync).map(|_| ())
+        // Only MDTs this client has talked to hold changes it made.
+        let mdcs: Vec<Arc<mdc::Mdc>> = self.mdcs.read().expect("mdcs").values().cloned().collect();
+        for m in mdcs {
+            m.call(MdsOp::Sync)?;
+        }
+        Ok(())
     }
 
     /// Preallocates or punches a range.
@@ -634,13 +671,11 @@ impl Client {
         let fs = self.fs_config();
         let mut out = Vec::new();
         for t in &fs.mdts {
-            if t.index == 0 {
-                if let MdsReply::StatFs(statfs) = self.md(MdsOp::StatFs)? {
-                    out.push(TargetUsage {
-                        name: t.name(),
-                        statfs,
-                    });
-                }
+            if let MdsReply::StatFs(statfs) = self.mdc(t.index)?.call(MdsOp::StatFs)? {
+                out.push(TargetUsage {
+                    name: t.name(),
+                    statfs,
+                });
             }
         }
         for t in &fs.osts {
@@ -691,10 +726,16 @@ impl Client {
 
     /// Every server connection of this client, named `MGS`, `MDT0000`, `OST0001`, ….
     pub fn connections(&self) -> Vec<(String, Arc<Connection>)> {
-        let mut out = vec![
-            ("MGS".to_string(), self.mgs.clone()),
-            ("MDT0000".to_string(), self.mdc.conn().clone()),
-        ];
+        let mut out = vec![("MGS".to_string(), self.mgs.clone())];
+        let mut mdcs: Vec<(u32, Arc<Connection>)> = self
+            .mdcs
+            .read()
+            .expect("mdcs")
+            .iter()
+            .map(|(i, m)| (*i, m.conn().clone()))
+            .collect();
+        mdcs.sort_by_key(|(i, _)| *i);
+        out.extend(mdcs.into_iter().map(|(i, c)| (format!("MDT{i:04x}"), c)));
         let mut oscs: Vec<(u32, Arc<Connection>)> = self
             .oscs
             .read()

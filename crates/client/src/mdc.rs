@@ -22,13 +22,13 @@ impl Mdc {
         &self.conn
     }
 
-    /// A client of MDT0 over `conn`.
-    pub fn new(conn: Arc<Connection>) -> Mdc {
+    /// A client of MDT `target` over `conn`.
+    pub fn new(conn: Arc<Connection>, target: u32) -> Mdc {
         Mdc {
             conn,
             uuid: *uuid::Uuid::new_v4().as_bytes(),
             in_flight: Mutex::new(BTreeSet::new()),
-            target: 0,
+            target,
         }
     }
 

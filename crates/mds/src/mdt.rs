@@ -5,7 +5,7 @@ use crate::osp::OstPool;
 use crate::records::*;
 use nacre_kv::{Batch, KvStore};
 use nacre_osd::Label;
-use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQ_NORMAL};
+use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
@@ -134,6 +134,15 @@ impl Mdt {
         };
         let mut b = Batch::new();
         b.put(INODES, Fid::ROOT.to_key().to_vec(), encode(&root));
+        // The root is an inode like any other in `df -i`.
+        let mut alloc = self.write_lock.lock().expect("write lock");
+        alloc.inodes_used += 1;
+        b.put(
+            META,
+            b"inodes_used".to_vec(),
+            alloc.inodes_used.to_be_bytes().to_vec(),
+        );
+        drop(alloc);
         let t = self.kv.commit(b).map_err(kv_err)?;
         self.kv.wait_durable(t).map_err(kv_err)
     }
@@ -376,7 +385,7 @@ impl Tx<'_> {
         let n = self.alloc.next_fid;
         self.alloc.next_fid += 1;
         let seq = FID_SEQ_NORMAL
-            + u64::from(self.mdt.label.index) * (1 << 20)
+            + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT
             + n / (FID_OIDS_PER_SEQ - 1);
         Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1)
     }

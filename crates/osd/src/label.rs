@@ -41,6 +41,9 @@ pub struct Label {
 /// Why a label could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum LabelError {
+    /// An MDT index beyond what FIDs can name.
+    #[error("MDT index {0} is too large: a file system has at most {max} MDTs (0..{max})", max = nacre_types::fid::MDT_COUNT_MAX)]
+    MdtIndex(u32),
     /// The directory has no label: not formatted.
     #[error("{0} is not a formatted Nacre target (no {LABEL_FILE}); run `nacre mkfs` first")]
     NotFormatted(String),
@@ -104,6 +107,9 @@ impl Label {
         mgsnode: Option<Nid>,
     ) -> Result<Label, LabelError> {
         check_fsname(fsname)?;
+        if kind == TargetKind::Mdt && index >= nacre_types::fid::MDT_COUNT_MAX {
+            return Err(LabelError::MdtIndex(index));
+        }
         Ok(Label {
             format_version: LABEL_FORMAT_VERSION,
             kind,

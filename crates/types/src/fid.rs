@@ -15,6 +15,12 @@ pub const FID_SEQ_BASE: u64 = 0x2_0000_0000;
 pub const FID_SEQ_ROOT: u64 = 0x2_0000_0007;
 /// Number of FIDs in one sequence before the MDT moves to the next.
 pub const FID_OIDS_PER_SEQ: u64 = 1 << 32;
+/// Sequences owned by one MDT: MDT `i` allocates from `FID_SEQ_NORMAL + i·FID_SEQS_PER_MDT`
+/// on, so a FID names its MDT without a lookup (Lustre keeps this map in its FLDB).
+pub const FID_SEQS_PER_MDT: u64 = 1 << 20;
+/// Most MDTs a file system may have (MDT indexes 0..MDT_COUNT_MAX): their sequence ranges
+/// fit below 2^32 sequences, which inode numbers carry.
+pub const MDT_COUNT_MAX: u32 = 2048;
 
 /// A file identifier: unique for the life of the file system.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
@@ -57,6 +63,14 @@ impl Fid {
         }
         let fid = Fid::new(FID_SEQ_BASE + (ino >> 32), (ino & 0xffff_ffff) as u32);
         (fid.seq >= FID_SEQ_NORMAL || fid == Fid::ROOT).then_some(fid)
+    }
+
+    /// The index of the MDT that holds this FID's inode (the root is MDT0's).
+    pub fn mdt_index(self) -> u32 {
+        if self.seq < FID_SEQ_NORMAL {
+            return 0;
+        }
+        ((self.seq - FID_SEQ_NORMAL) / FID_SEQS_PER_MDT).min(u64::from(u32::MAX)) as u32
     }
 
     /// Big-endian key bytes, so KV order follows FID order.
@@ -132,6 +146,30 @@ mod tests {
     fn root_maps_to_ino_one() {
         assert_eq!(Fid::ROOT.to_ino(), 1);
         assert_eq!(Fid::from_ino(1), Some(Fid::ROOT));
+    }
+
+    #[test]
+    fn a_fid_names_its_mdt() {
+        assert_eq!(Fid::ROOT.mdt_index(), 0);
+        assert_eq!(Fid::new(FID_SEQ_NORMAL, 5).mdt_index(), 0);
+        assert_eq!(
+            Fid::new(FID_SEQ_NORMAL + FID_SEQS_PER_MDT - 1, 5).mdt_index(),
+            0
+        );
+        assert_eq!(
+            Fid::new(FID_SEQ_NORMAL + 3 * FID_SEQS_PER_MDT, 1).mdt_index(),
+            3
+        );
+        let last = FID_SEQ_NORMAL + u64::from(MDT_COUNT_MAX) * FID_SEQS_PER_MDT - 1;
+        assert_eq!(Fid::new(last, 1).mdt_index(), MDT_COUNT_MAX - 1);
+        assert!(
+            last - FID_SEQ_BASE < 1 << 32,
+            "inode numbers carry every MDT's FIDs"
+        );
+        assert_eq!(
+            Fid::from_ino(Fid::new(last, 9).to_ino()),
+            Some(Fid::new(last, 9))
+        );
     }
 
     #[test]

@@ -456,6 +456,9 @@ struct UpArgs {
     /// Number of OSTs.
     #[arg(long, default_value_t = 4)]
     osts: u32,
+    /// Number of MDTs (MDT0 holds the root; the others take remote and striped directories).
+    #[arg(long, default_value_t = 1)]
+    mdts: u32,
     /// File system name.
     #[arg(long, default_value = "nacre")]
     fsname: String,
@@ -743,8 +746,8 @@ fn check_mountpoint(mnt: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Formats what is missing under `dir` for `up`: MGS, MDT0, OSTs 0..osts.
-fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>> {
+/// Formats what is missing under `dir` for `up`: MGS, MDTs 0..mdts, OSTs 0..osts.
+fn format_up(dir: &Path, fsname: &str, mdts: u32, osts: u32) -> anyhow::Result<Vec<PathBuf>> {
     let mut targets = Vec::new();
     let mut add = |sub: String, kind: TargetKind, index: u32| -> anyhow::Result<()> {
         let path = dir.join(sub);
@@ -765,23 +768,31 @@ fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>
         Ok(())
     };
     add("mgs".into(), TargetKind::Mgt, 0)?;
-    add("mdt0".into(), TargetKind::Mdt, 0)?;
-    let mut existing = 0;
-    while dir
-        .join(format!("ost{existing}"))
-        .join(nacre_osd::label::LABEL_FILE)
-        .exists()
-    {
-        existing += 1;
-    }
-    if existing > osts {
-        tracing::warn!(
-            "{} holds {existing} OSTs; serving all of them (--osts {osts} ignored)",
-            dir.display()
-        );
-    }
-    for i in 0..osts.max(existing) {
-        add(format!("ost{i}"), TargetKind::Ost, i)?;
+    // A directory formatted earlier keeps all its targets: a target is never dropped.
+    let existing = |prefix: &str| {
+        (0..)
+            .take_while(|i| {
+                dir.join(format!("{prefix}{i}"))
+                    .join(nacre_osd::label::LABEL_FILE)
+                    .exists()
+            })
+            .count() as u32
+    };
+    for (prefix, kind, wanted, flag) in [
+        ("mdt", TargetKind::Mdt, mdts, "--mdts"),
+        ("ost", TargetKind::Ost, osts, "--osts"),
+    ] {
+        let have = existing(prefix);
+        if have > wanted {
+            tracing::warn!(
+                "{} holds {have} {}s; serving all of them ({flag} {wanted} ignored)",
+                dir.display(),
+                prefix.to_uppercase()
+            );
+        }
+        for i in 0..wanted.max(have) {
+            add(format!("{prefix}{i}"), kind, i)?;
+        }
     }
     Ok(targets)
 }
@@ -789,6 +800,9 @@ fn format_up(dir: &Path, fsname: &str, osts: u32) -> anyhow::Result<Vec<PathBuf>
 fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.osts == 0 {
         bail!("--osts must be at least 1");
+    }
+    if a.mdts == 0 || a.mdts > nacre_types::fid::MDT_COUNT_MAX {
+        bail!("--mdts must be 1..={}", nacre_types::fid::MDT_COUNT_MAX);
     }
     nacre_osd::label::check_fsname(&a.fsname)?;
     if !a.foreground {
@@ -808,7 +822,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
     std::fs::create_dir_all(&a.dir)?;
-    let targets = format_up(&a.dir, &a.fsname, a.osts)?;
+    let targets = format_up(&a.dir, &a.fsname, a.mdts, a.osts)?;
     let mut spec = ServerSpec::new(a.listen, targets);
     spec.fsname = Some(a.fsname.clone());
     let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
