@@ -11,6 +11,7 @@
 //! Data is not cached in this library; writes are acknowledged by the OSTs before `write`
 //! returns, and `fsync` makes them durable on every OST the file touches.
 
+pub mod lfsck;
 pub mod mdc;
 pub mod osc;
 pub mod rpc_stats;
@@ -685,6 +686,47 @@ impl Client {
             });
         }
         Ok(out)
+    }
+
+    /// Checks the namespace across every MDT (`nacre lfsck --namespace`): reads their inodes
+    /// and directory entries page by page and reports inconsistencies. An unreachable MDT is
+    /// an error, not an empty one.
+    pub fn lfsck_namespace(&self) -> Result<lfsck::Report> {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let mut inodes = Vec::new();
+        let mut dirents = Vec::new();
+        for t in self.fs_config().mdts {
+            let mdc = self.mdc(t.index)?;
+            let mut after = None;
+            loop {
+                match mdc.call(MdsOp::ScanInodes { after, count: 4096 })? {
+                    MdsReply::Inodes { inodes: page, eof } => {
+                        after = page.last().map(|i| i.fid);
+                        inodes.extend(page);
+                        if eof || after.is_none() {
+                            break;
+                        }
+                    }
+                    _ => return Err(Status::Proto.into()),
+                }
+            }
+            let mut after = None;
+            loop {
+                match mdc.call(MdsOp::ScanDirents { after, count: 4096 })? {
+                    MdsReply::Dirents { dirents: page, eof } => {
+                        after = page.last().map(|d| (d.parent, d.name.clone()));
+                        dirents.extend(page);
+                        if eof || after.is_none() {
+                            break;
+                        }
+                    }
+                    _ => return Err(Status::Proto.into()),
+                }
+            }
+        }
+        Ok(lfsck::check(&inodes, &dirents))
     }
 
     /// File system totals: space from the OSTs, inodes from the MDTs.

@@ -61,6 +61,8 @@ fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
         MdsOp::GetLayout { fid } => ops::layout::get(mdt, *fid),
         MdsOp::StatFs => mdt.statfs().map(MdsReply::StatFs),
+        MdsOp::ScanInodes { after, count } => ops::scan::inodes(mdt, *after, *count),
+        MdsOp::ScanDirents { after, count } => ops::scan::dirents(mdt, after.as_ref(), *count),
         MdsOp::Sync => {
             let last = mdt.kv.last_committed();
             mdt.kv.wait_durable(last).map_err(kv_err)?;

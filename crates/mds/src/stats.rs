@@ -25,6 +25,8 @@ pub const MD_OPS: &[&str] = &[
     "getlayout",
     "statfs",
     "sync",
+    "scan_inodes",
+    "scan_dirents",
 ];
 
 #[cfg(test)]

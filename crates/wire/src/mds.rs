@@ -199,6 +199,22 @@ pub enum MdsOp {
     },
     /// Capacity of the MDT. Reply: [`MdsReply::StatFs`].
     StatFs,
+    /// A page of the MDT's inodes in FID order, after `after` (exclusive), for the namespace
+    /// checker. Reply: [`MdsReply::Inodes`].
+    ScanInodes {
+        /// Resume after this FID; `None` starts at the beginning.
+        after: Option<Fid>,
+        /// Most inodes wanted.
+        count: u32,
+    },
+    /// A page of the MDT's directory entries in (parent, name) order, after `after`
+    /// (exclusive), for the namespace checker. Reply: [`MdsReply::Dirents`].
+    ScanDirents {
+        /// Resume after this (parent, name); `None` starts at the beginning.
+        after: Option<(Fid, Vec<u8>)>,
+        /// Most entries wanted.
+        count: u32,
+    },
     /// Make every change committed so far durable (fsync, fsyncdir). Reply: [`MdsReply::Done`].
     Sync,
 }
@@ -233,7 +249,9 @@ impl MdsOp {
             | MdsOp::RemoveXattr { fid, .. }
             | MdsOp::SetLayout { fid, .. }
             | MdsOp::GetLayout { fid } => Some(*fid),
-            MdsOp::StatFs | MdsOp::Sync => None,
+            MdsOp::StatFs | MdsOp::Sync | MdsOp::ScanInodes { .. } | MdsOp::ScanDirents { .. } => {
+                None
+            }
         }
     }
 
@@ -263,6 +281,8 @@ impl MdsOp {
                 MdsOp::GetLayout { .. } => 20,
                 MdsOp::StatFs => 21,
                 MdsOp::Sync => 22,
+                MdsOp::ScanInodes { .. } => 23,
+                MdsOp::ScanDirents { .. } => 24,
             }
     }
 
@@ -280,6 +300,8 @@ impl MdsOp {
                 | MdsOp::GetLayout { .. }
                 | MdsOp::StatFs
                 | MdsOp::Sync
+                | MdsOp::ScanInodes { .. }
+                | MdsOp::ScanDirents { .. }
         )
     }
 }
@@ -292,6 +314,34 @@ pub struct DirEntry {
     /// Inode.
     pub fid: Fid,
     /// Kind.
+    pub kind: FileKind,
+}
+
+/// What the namespace checker needs of one inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeSummary {
+    /// Inode.
+    pub fid: Fid,
+    /// Kind.
+    pub kind: FileKind,
+    /// Link count as stored.
+    pub nlink: u32,
+    /// Parent of a directory.
+    pub parent: Option<Fid>,
+    /// Unlinked while open (kept until the last close; no entry names it).
+    pub orphan: bool,
+}
+
+/// One stored directory entry, with its directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirentSummary {
+    /// Directory.
+    pub parent: Fid,
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode named.
+    pub fid: Fid,
+    /// Kind recorded in the entry.
     pub kind: FileKind,
 }
 
@@ -337,6 +387,20 @@ pub enum MdsReply {
     StatFs(StatFs),
     /// Done, nothing to return.
     Done,
+    /// A page of inodes in FID order.
+    Inodes {
+        /// Inodes.
+        inodes: Vec<InodeSummary>,
+        /// No inodes follow.
+        eof: bool,
+    },
+    /// A page of directory entries in (parent, name) order.
+    Dirents {
+        /// Entries.
+        dirents: Vec<DirentSummary>,
+        /// No entries follow.
+        eof: bool,
+    },
 }
 
 #[cfg(test)]
@@ -359,6 +423,32 @@ mod tests {
         let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         assert_eq!(ops, READPAGE_OPCODES);
         assert!(!READPAGE_OPCODES.contains(&MdsOp::Open { fid }.opcode()));
+    }
+
+    #[test]
+    fn scans_round_trip() {
+        let op = MdsOp::ScanDirents {
+            after: Some((Fid::ROOT, b"name".to_vec())),
+            count: 7,
+        };
+        assert_eq!(decode_body::<MdsOp>(&encode_body(&op)).unwrap(), op);
+        assert!(!op.is_modifying());
+        let reply = MdsReply::Inodes {
+            inodes: vec![InodeSummary {
+                fid: Fid::ROOT,
+                kind: FileKind::Directory,
+                nlink: 2,
+                parent: Some(Fid::ROOT),
+                orphan: false,
+            }],
+            eof: true,
+        };
+        assert_eq!(decode_body::<MdsReply>(&encode_body(&reply)).unwrap(), reply);
+        // Every truncation of the reply is refused (and never panics).
+        let bytes = encode_body(&reply);
+        for n in 0..bytes.len() {
+            assert!(decode_body::<MdsReply>(&bytes[..n]).is_err(), "{n} bytes");
+        }
     }
 
     #[test]

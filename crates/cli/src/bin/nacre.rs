@@ -93,6 +93,19 @@ enum Command {
         #[arg(short = 'b', long)]
         batch: bool,
     },
+    /// Check the namespace across every MDT, like `lctl lfsck_start -t namespace`: reports
+    /// entries naming no inode, inodes no entry names, wrong link counts and wrong `..`.
+    /// Exits 1 when it finds any.
+    Lfsck {
+        /// Check the namespace (the only check so far).
+        #[arg(long, required = true)]
+        namespace: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
+        source: String,
+    },
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -973,6 +986,32 @@ fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn lfsck(source: &str, json: bool) -> anyhow::Result<()> {
+    let (nid, fsname) = parse_source(source)?;
+    let client = Client::mount(nid, &fsname, nacre_client::ClientConfig::default())?;
+    let report = client.lfsck_namespace()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "lfsck namespace of {fsname}: {} inodes, {} entries, {} inconsistencies",
+            report.inodes,
+            report.dirents,
+            report.findings.len()
+        );
+        for f in &report.findings {
+            println!("{:<9} {} {}", f.kind, f.fid, f.detail);
+        }
+    }
+    if !report.findings.is_empty() {
+        bail!(
+            "{} namespace inconsistencies in {fsname}",
+            report.findings.len()
+        );
+    }
+    Ok(())
+}
+
 fn parse_source(s: &str) -> anyhow::Result<(Nid, String)> {
     let (nid, fs) = s.rsplit_once(":/").with_context(|| {
         format!("bad source '{s}': expected MGS_NID:/FSNAME (e.g. 10.0.0.1@tcp:/demo)")
@@ -1062,6 +1101,7 @@ fn main() {
             json,
             path,
         } => df(path, human, inodes, json),
+        Command::Lfsck { source, json, .. } => lfsck(&source, json),
     };
     if let Err(e) = result {
         eprintln!("nacre: {e:#}");

@@ -13,6 +13,7 @@ pub mod readdir;
 pub mod readlink;
 pub mod rename;
 pub mod rmdir;
+pub mod scan;
 pub mod setattr;
 pub mod symlink;
 pub mod unlink;
