@@ -443,7 +443,10 @@ mod tests {
             }],
             eof: true,
         };
-        assert_eq!(decode_body::<MdsReply>(&encode_body(&reply)).unwrap(), reply);
+        assert_eq!(
+            decode_body::<MdsReply>(&encode_body(&reply)).unwrap(),
+            reply
+        );
         // Every truncation of the reply is refused (and never panics).
         let bytes = encode_body(&reply);
         for n in 0..bytes.len() {
