@@ -3,7 +3,7 @@
 
 use crate::size::human;
 use anyhow::{bail, Context};
-use nacre_fuse::{XATTR_DF, XATTR_LOV};
+use nacre_fuse::{XATTR_DF, XATTR_LOV, XATTR_MKDIR};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -71,6 +71,45 @@ fn ost_count(df: &Value) -> usize {
             .filter(|x| x["name"].as_str().is_some_and(|n| n.contains("-OST")))
             .count()
     })
+}
+
+/// `nacre mkdir [-i MDT]`: a directory, on MDT `mdt` if given (a remote directory, Lustre's
+/// `lfs mkdir -i`), else where the parent is.
+pub fn mkdir(path: &Path, mdt: Option<u32>, mode: u32) -> anyhow::Result<()> {
+    let Some(mdt) = mdt else {
+        use std::os::unix::fs::DirBuilderExt;
+        return std::fs::DirBuilder::new()
+            .mode(mode)
+            .create(path)
+            .with_context(|| format!("cannot create directory {}", path.display()));
+    };
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: no directory name", path.display()))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let df = usage(&parent)?;
+    let want = format!("-MDT{mdt:04x}");
+    let mdts: Vec<String> = df["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| n.contains("-MDT"))
+        .map(str::to_string)
+        .collect();
+    if !mdts.iter().any(|n| n.ends_with(&want)) {
+        bail!(
+            "MDT index {mdt} does not exist (the file system has {} MDTs)",
+            mdts.len()
+        );
+    }
+    let value = serde_json::json!({ "name": name, "mdt": mdt, "mode": mode });
+    setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
+        .with_context(|| format!("cannot create directory {} on MDT{mdt}", path.display()))
 }
 
 /// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.

@@ -65,6 +65,9 @@ fn apply_persistent_params(
     Some(version)
 }
 
+/// How often an MDT retries the cross-MDT operations a crash left pending.
+pub const INTENT_RETRY_MS: u64 = 1_000;
+
 /// How often an MDT refreshes its view of the OSTs.
 pub const OST_REFRESH_MS: u64 = 5_000;
 
@@ -291,6 +294,8 @@ impl ServerProcess {
         let topo = nacre_cpt::Topology::read()?;
         let cpts = CptTable::configure(spec.cpu_pattern.as_deref(), spec.cpu_npartitions, &topo)?;
         let (server, nids) = bind(&spec, &cpts)?;
+        // Clients reconnecting at once (a restart) wait for the services instead of ENOSYS.
+        server.router().set_starting(true);
         server.router().set_rotor(spec.portal_rotor);
         let nid = spec.nid.unwrap_or(nids[0]);
         // Discovery hands out reachable NIDs only: the advertised one first, never 0.0.0.0.
@@ -351,6 +356,7 @@ impl ServerProcess {
         process.start_osts(&spec, &labels, &mgs_of)?;
         process.start_mdts(&spec, &labels, &mgs_of)?;
         process.start_param_sync(mgs_of(&labels[0])?);
+        process.server.router().set_starting(false);
         Ok(process)
     }
 
@@ -512,6 +518,20 @@ impl ServerProcess {
                 .name("mdt-destroy".into())
                 .spawn(move || nacre_mds::destroy::run(m, stop))
                 .expect("spawn destroy thread"),
+        );
+        // Cross-MDT operations a crash interrupted finish as soon as their peer answers.
+        let stop = self.stop.clone();
+        let m = mdt.clone();
+        self.threads.push(
+            std::thread::Builder::new()
+                .name("mdt-intents".into())
+                .spawn(move || loop {
+                    nacre_mds::dne::recover_pass(&m);
+                    if sleep_unless(&stop, Duration::from_millis(INTENT_RETRY_MS)) {
+                        return;
+                    }
+                })
+                .expect("spawn intents thread"),
         );
         let stop = self.stop.clone();
         self.threads.push(

@@ -271,6 +271,11 @@ impl Client {
     fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
         match self.md(op)? {
             MdsReply::Entry { attr, layout } => Ok((attr, layout)),
+            // An entry for an inode of another MDT (a remote directory): ask that MDT.
+            MdsReply::Remote { fid } => match self.md(MdsOp::GetAttr { fid })? {
+                MdsReply::Entry { attr, layout } => Ok((attr, layout)),
+                _ => Err(Status::Proto.into()),
+            },
             _ => Err(Status::Proto.into()),
         }
     }
@@ -368,6 +373,38 @@ impl Client {
                 perm,
                 uid,
                 gid,
+            })?
+            .0)
+    }
+
+    /// Creates a directory whose inode (and so its contents) lives on MDT `mdt` (`nacre
+    /// mkdir -i`); the parent's MDT coordinates (docs/dne.md).
+    pub fn mkdir_on(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        mdt: u32,
+    ) -> Result<Attr> {
+        let known = self.fs_config().mdts.iter().any(|t| t.index == mdt);
+        if !known {
+            self.refresh_config()?;
+            if !self.fs_config().mdts.iter().any(|t| t.index == mdt) {
+                return Err(ClientError::Config(format!(
+                    "MDT index {mdt} is not configured"
+                )));
+            }
+        }
+        Ok(self
+            .entry(MdsOp::MkdirOn {
+                parent,
+                name: name.to_vec(),
+                perm,
+                uid,
+                gid,
+                mdt,
             })?
             .0)
     }

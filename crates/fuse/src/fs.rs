@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
-use crate::{XATTR_DF, XATTR_LOV};
+use crate::{XATTR_DF, XATTR_LOV, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -170,6 +170,21 @@ impl NacreFs {
             n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
             _ => None,
         }
+    }
+
+    fn mkdir_on(&self, parent: Fid, value: &[u8], uid: u32, gid: u32) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MKDIR} value: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
+        let mdt = v["mdt"]
+            .as_u64()
+            .and_then(|m| u32::try_from(m).ok())
+            .ok_or_else(|| bad("no mdt"))?;
+        let mode = v["mode"].as_u64().unwrap_or(0o755) as u32 & 0o7777;
+        self.client
+            .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)
+            .map(|_| ())
     }
 
     fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
@@ -653,6 +668,8 @@ impl Filesystem for NacreFs {
             self.set_lov(fid, value)
         } else if name.as_bytes() == XATTR_DF.as_bytes() {
             Err(ClientError::from(Status::Perm))
+        } else if name.as_bytes() == XATTR_MKDIR.as_bytes() {
+            self.mkdir_on(fid, value, req.uid(), req.gid())
         } else {
             self.client
                 .setxattr(fid, name.as_bytes(), value, flags as u32)

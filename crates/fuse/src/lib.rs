@@ -22,3 +22,6 @@ pub use mount::{mount, MountOptions};
 pub const XATTR_LOV: &str = "user.nacre.lov";
 /// Virtual xattr on any directory: per-target usage (JSON), for `nacre df`.
 pub const XATTR_DF: &str = "user.nacre.df";
+/// Virtual xattr set on a directory to create a subdirectory on a chosen MDT (`nacre mkdir
+/// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}`.
+pub const XATTR_MKDIR: &str = "user.nacre.mkdir";

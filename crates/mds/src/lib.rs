@@ -13,6 +13,7 @@
 //! link (and last opener) is durable.
 
 pub mod destroy;
+pub mod dne;
 pub mod mdt;
 pub mod ops;
 pub mod osp;
@@ -107,6 +108,15 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             uid,
             gid,
         } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
+        // A remote directory asked of the MDT that is its target: an ordinary mkdir.
+        MdsOp::MkdirOn {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            ..
+        } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
         MdsOp::Symlink {
             parent,
             name,
@@ -156,31 +166,10 @@ fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 /// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
 /// and its reply commit together, and the reply waits for durability.
 fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
-    let key = reply_key(&call.client, xid);
-    let mut tx = mdt.begin();
-    let saved_reply = if tx.has_saved_reply(&call.client, xid) {
-        mdt.kv.get(REPLIES, &key)
-    } else {
-        Ok(None)
-    };
-    match saved_reply {
-        Ok(Some(saved)) => {
-            drop(tx);
-            return match decode::<SavedReply>(&saved) {
-                Ok(saved) => {
-                    tracing::debug!("reconstructed reply for xid {xid}");
-                    Outgoing {
-                        status: Status::from_code(saved.status),
-                        body: saved.body,
-                        bulk: None,
-                    }
-                }
-                Err(s) => Outgoing::error(s),
-            };
-        }
-        Ok(None) => {}
-        Err(e) => return Outgoing::error(kv_err(e)),
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
+        return out;
     }
+    let mut tx = mdt.begin();
     if let MdsOp::Close { fid } = call.op {
         return match ops::open::close(&mut tx, fid) {
             Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
@@ -198,6 +187,47 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     }
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
+}
+
+/// The saved reply of (client, xid), if the request was executed before: a resend is
+/// answered with it instead of running again. A reply to a cross-MDT operation still in
+/// progress (its intent pending) waits for the operation to end first.
+pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outgoing> {
+    let tx = mdt.begin();
+    if !tx.has_saved_reply(client, xid) {
+        return None;
+    }
+    drop(tx);
+    let pending: Vec<_> = mdt
+        .intents
+        .lock()
+        .expect("intents")
+        .iter()
+        .filter(|(_, i)| i.reply_to == Some((*client, xid)))
+        .map(|(f, _)| *f)
+        .collect();
+    for fid in pending {
+        let _ = dne::finish(
+            mdt,
+            fid,
+            std::time::Duration::from_millis(dne::PEER_WAIT_MS_MAX),
+        );
+    }
+    Some(match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
+        Ok(Some(saved)) => match decode::<SavedReply>(&saved) {
+            Ok(saved) => {
+                tracing::debug!("reconstructed reply for xid {xid}");
+                Outgoing {
+                    status: Status::from_code(saved.status),
+                    body: saved.body,
+                    bulk: None,
+                }
+            }
+            Err(s) => Outgoing::error(s),
+        },
+        Ok(None) => Outgoing::error(Status::Io),
+        Err(e) => Outgoing::error(kv_err(e)),
+    })
 }
 
 fn commit(
@@ -239,10 +269,27 @@ fn commit(
 pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
     let op = (call.op.opcode() & 0xff) as usize - 1;
     let started = std::time::Instant::now();
-    let out = if call.op.is_modifying() {
-        run_modifying(mdt, call, xid)
-    } else {
-        to_outgoing(read_only(mdt, &call.op))
+    let out = match &call.op {
+        MdsOp::MkdirOn {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            mdt: target,
+        } if *target != mdt.label.index => {
+            dne::mkdir_remote(mdt, call, xid, *parent, name, *perm, *uid, *gid, *target)
+        }
+        MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
+            Ok(Some(d)) if d.fid.mdt_index() != mdt.label.index => {
+                dne::rmdir_remote(mdt, call, xid, *parent, name, d.fid)
+            }
+            _ => run_modifying(mdt, call, xid),
+        },
+        MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
+        MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
+        op if op.is_modifying() => run_modifying(mdt, call, xid),
+        op => to_outgoing(read_only(mdt, op)),
     };
     let us = started.elapsed().as_micros() as u64;
     mdt.md_stats.record(op, us, 0);

@@ -56,6 +56,10 @@ pub struct Mdt {
     pub job_stats: nacre_params::JobStats,
     /// `mdt.*.export_stats`: the same per client NID.
     pub export_stats: nacre_params::JobStats,
+    /// Cross-MDT operations coordinated here and not yet applied remotely, by FID.
+    pub intents: Mutex<HashMap<Fid, IntentRecord>>,
+    /// This MDT's identity as a client of the other MDTs.
+    pub peer_uuid: [u8; 16],
 }
 
 impl Mdt {
@@ -69,6 +73,10 @@ impl Mdt {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let saved_replies = load_saved_replies(&*kv)?;
+        let intents = load_intents(&*kv)?;
+        let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
+            .unwrap_or_else(|_| uuid::Uuid::new_v4())
+            .as_bytes();
         let kv_for_queue = kv.clone();
         let mdt = Mdt {
             label,
@@ -83,6 +91,8 @@ impl Mdt {
                 saved_replies,
             }),
             opens: Mutex::new(HashMap::new()),
+            intents: Mutex::new(intents),
+            peer_uuid,
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
@@ -374,6 +384,15 @@ impl Tx<'_> {
         rec.attr.ctime = self.now;
     }
 
+    /// The file system's default striping (the root's default) where this MDT can read it:
+    /// MDT0 holds the root; other MDTs get it copied into their remote directories.
+    pub fn fs_default(&self) -> Result<StripeSpec, Status> {
+        if Fid::ROOT.mdt_index() != self.mdt.label.index {
+            return Ok(StripeSpec::default());
+        }
+        Ok(self.inode(Fid::ROOT)?.dir_default.unwrap_or_default())
+    }
+
     /// Allocates a new FID.
     pub fn new_fid(&mut self) -> Fid {
         if self.alloc.next_fid >= self.alloc.fid_limit {
@@ -419,7 +438,7 @@ impl Tx<'_> {
         let fs_default = if parent.attr.fid == Fid::ROOT {
             StripeSpec::default()
         } else {
-            self.inode(Fid::ROOT)?.dir_default.unwrap_or_default()
+            self.fs_default()?
         };
         let base = merge_spec(inherited, fs_default);
         let (count, size, start) = self
@@ -511,6 +530,23 @@ impl Tx<'_> {
         self.batch
             .put(REPLIES, reply_key(client, xid), encode(saved));
     }
+}
+
+fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> {
+    let mut out = HashMap::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(INTENTS, &[], after.as_deref(), 1024)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, v) in &page {
+            let fid = Fid::from_key(k).ok_or(Status::Io)?;
+            out.insert(fid, decode(v)?);
+        }
+    }
+    Ok(out)
 }
 
 fn load_destroys(kv: &dyn KvStore) -> Result<VecDeque<(u32, ObjectId)>, Status> {

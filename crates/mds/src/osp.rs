@@ -1,5 +1,6 @@
-//! The MDS's view of the OSTs (Lustre's OSP): configuration from the MGS, one connection per
-//! OST, cached free space, and the object-placement policy.
+//! The MDS's view of the other targets (Lustre's OSP): configuration from the MGS, one
+//! connection per OST, cached free space, and the object-placement policy; and one connection
+//! per other MDT, for cross-MDT operations.
 //!
 //! Placement follows Lustre's QoS allocator in spirit: when free space is balanced (the
 //! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin;
@@ -30,6 +31,7 @@ pub struct OstPool {
     mgs: Arc<Connection>,
     net: NetConfig,
     osts: RwLock<BTreeMap<u32, OstEntry>>,
+    mdts: RwLock<BTreeMap<u32, (Nid, Arc<Connection>)>>,
     config_version: RwLock<u64>,
     rr_cursor: AtomicUsize,
     /// No MGS and no OST servers: the configuration never changes.
@@ -44,6 +46,7 @@ impl OstPool {
             mgs: Connection::new(mgs, net.clone()),
             net,
             osts: RwLock::new(BTreeMap::new()),
+            mdts: RwLock::new(BTreeMap::new()),
             config_version: RwLock::new(0),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
@@ -117,6 +120,15 @@ impl OstPool {
             return;
         }
         *version = config.version;
+        {
+            let mut mdts = self.mdts.write().expect("mdts");
+            for t in &config.mdts {
+                let Some(&nid) = t.nids.first() else { continue };
+                if mdts.get(&t.index).is_none_or(|(n, _)| *n != nid) {
+                    mdts.insert(t.index, (nid, Connection::new(nid, self.net.clone())));
+                }
+            }
+        }
         let mut osts = self.osts.write().expect("osts");
         for t in &config.osts {
             let Some(&nid) = t.nids.first() else { continue };
@@ -151,6 +163,24 @@ impl OstPool {
                 spec.resolve(base, self.count())
             }
         }
+    }
+
+    /// Connection to MDT `index` (asking the MGS again if it is not known yet).
+    pub fn mdt(&self, index: u32) -> Result<Arc<Connection>, Status> {
+        let known = |pool: &OstPool| {
+            pool.mdts
+                .read()
+                .expect("mdts")
+                .get(&index)
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(c) = known(self) {
+            return Ok(c);
+        }
+        if let Err(e) = self.refresh() {
+            tracing::debug!("MDT refresh: {e}");
+        }
+        known(self).ok_or(Status::NoDev)
     }
 
     /// Number of OSTs known.

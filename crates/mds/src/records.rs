@@ -7,6 +7,8 @@
 //! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[version] postcard(SavedReply)`
 //! * `destroy`: OST index (4) ++ object seq (8) ++ object id (8) → empty: objects to destroy
 //! * `meta`:    name → value: allocation limits
+//! * `intents`: FID key (16) → `[version] postcard(IntentRecord)`: cross-MDT operations this
+//!   MDT coordinates whose remote update is not yet known to be applied (docs/dne.md)
 
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
@@ -24,8 +26,26 @@ pub const REPLIES: &str = "replies";
 pub const DESTROY: &str = "destroy";
 /// Allocation state.
 pub const META: &str = "meta";
+/// Pending cross-MDT operations coordinated by this MDT.
+pub const INTENTS: &str = "intents";
 /// Every table of an MDT.
-pub const TABLES: [&str; 6] = [INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META];
+pub const TABLES: [&str; 7] = [INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META, INTENTS];
+
+/// A cross-MDT operation this MDT coordinates, committed with its local changes (or before
+/// them, for removals) and deleted once the remote MDT has applied its part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentRecord {
+    /// The MDT that must apply `update`.
+    pub mdt: u32,
+    /// What it must apply.
+    pub update: nacre_wire::mds::RemoteUpdate,
+    /// Directory holding the entry concerned (on this MDT).
+    pub parent: Fid,
+    /// The entry's name.
+    pub name: Vec<u8>,
+    /// The client request to answer when recovery finishes the operation: (client uuid, xid).
+    pub reply_to: Option<([u8; 16], u64)>,
+}
 
 const RECORD_VERSION: u8 = 1;
 

@@ -27,6 +27,9 @@ pub const MD_OPS: &[&str] = &[
     "sync",
     "scan_inodes",
     "scan_dirents",
+    "mkdir_remote",
+    "alloc_fid",
+    "update",
 ];
 
 #[cfg(test)]

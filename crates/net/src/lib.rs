@@ -12,6 +12,7 @@
 //! connection that sends a malformed frame is dropped, never allowed to stall others.
 
 pub mod conn;
+pub mod fault;
 pub mod frame;
 pub mod local;
 pub mod ni;

@@ -20,7 +20,14 @@ pub struct Router {
     next_partition: AtomicUsize,
     rotor: AtomicU8,
     nids: RwLock<Vec<Nid>>,
+    /// While a server process is still adding its services, requests for a service it does
+    /// not serve yet wait (instead of failing with ENOSYS) until it is ready.
+    starting: std::sync::Mutex<bool>,
+    started: std::sync::Condvar,
 }
+
+/// Longest a request waits for its service while the server is starting.
+pub const STARTING_WAIT_MS_MAX: u64 = 60_000;
 
 impl Router {
     /// Adds (or replaces) the pool serving `service`.
@@ -67,6 +74,43 @@ impl Router {
             .any(|p| Arc::ptr_eq(p, pool))
     }
 
+    /// Marks the server as starting (`true`: requests for services not added yet wait) or
+    /// ready (`false`: they get ENOSYS).
+    pub fn set_starting(&self, starting: bool) {
+        *self.starting.lock().expect("starting") = starting;
+        self.started.notify_all();
+    }
+
+    /// The pool serving `op`, waiting while the server is starting and has none yet.
+    fn pool_for(&self, op: u16) -> Option<Arc<ServicePool>> {
+        let find = || {
+            let portal = self.portals.read().expect("router").get(&op).cloned();
+            portal.or_else(|| {
+                let service = (op >> 8) as u8;
+                self.services.read().expect("router").get(&service).cloned()
+            })
+        };
+        if let Some(p) = find() {
+            return Some(p);
+        }
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(STARTING_WAIT_MS_MAX);
+        let mut starting = self.starting.lock().expect("starting");
+        while *starting {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            starting = self
+                .started
+                .wait_timeout(starting, deadline - now)
+                .expect("starting")
+                .0;
+        }
+        drop(starting);
+        find()
+    }
+
     /// Sets the NIDs discovery answers with (every interface of this process).
     pub fn set_nids(&self, nids: Vec<Nid>) {
         *self.nids.write().expect("nids") = nids;
@@ -106,12 +150,7 @@ impl Router {
             req.reply(Outgoing::ok(nacre_wire::encode_body(&nids)));
             return;
         }
-        let op = req.header.opcode;
-        let portal = self.portals.read().expect("router").get(&op).cloned();
-        let pool = portal.or_else(|| {
-            let service = (op >> 8) as u8;
-            self.services.read().expect("router").get(&service).cloned()
-        });
+        let pool = self.pool_for(req.header.opcode);
         match pool {
             Some(pool) if inline => pool.run_inline(req),
             Some(pool) => {

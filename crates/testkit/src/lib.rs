@@ -227,6 +227,36 @@ impl ServerProc {
         }
     }
 
+    /// Starts a server with fault point `fault` armed (`NACRE_FAULT`): it kills itself when
+    /// it reaches that point. [`ServerProc::restart_disarmed`] brings it back without.
+    pub fn start_armed(listen: &str, targets: &[&Path], extra: &[&str], fault: &str) -> ServerProc {
+        let prefix = vec!["env".to_string(), format!("NACRE_FAULT={fault}")];
+        ServerProc::spawn_in(
+            &prefix,
+            server_args(listen, targets, extra),
+            listen.to_string(),
+        )
+    }
+
+    /// Waits (at most `timeout`) for the process to exit; true if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.try_wait().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Restarts the server with no fault point armed.
+    pub fn restart_disarmed(&mut self) {
+        self.prefix
+            .retain(|p| p != "env" && !p.starts_with("NACRE_FAULT="));
+        self.restart();
+    }
+
     /// The exit status, if the process has exited.
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -199,6 +199,28 @@ pub enum MdsOp {
     },
     /// Capacity of the MDT. Reply: [`MdsReply::StatFs`].
     StatFs,
+    /// Create a directory whose inode lives on MDT `mdt` (a remote directory, `mkdir -i`);
+    /// sent to the parent's MDT, which coordinates. Reply: [`MdsReply::Entry`].
+    MkdirOn {
+        /// Parent directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Permission bits.
+        perm: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// MDT index of the new directory's inode.
+        mdt: u32,
+    },
+    /// MDT to MDT: reserve a FID of the receiving MDT for an inode it will create for the
+    /// sender (checks it has room). Reply: [`MdsReply::Fid`].
+    AllocFid,
+    /// MDT to MDT: apply one update of a cross-MDT operation; idempotent, durable before the
+    /// reply. Reply: [`MdsReply::Done`] (or the refusal).
+    Update(RemoteUpdate),
     /// A page of the MDT's inodes in FID order, after `after` (exclusive), for the namespace
     /// checker. Reply: [`MdsReply::Inodes`].
     ScanInodes {
@@ -249,9 +271,13 @@ impl MdsOp {
             | MdsOp::RemoveXattr { fid, .. }
             | MdsOp::SetLayout { fid, .. }
             | MdsOp::GetLayout { fid } => Some(*fid),
-            MdsOp::StatFs | MdsOp::Sync | MdsOp::ScanInodes { .. } | MdsOp::ScanDirents { .. } => {
-                None
-            }
+            MdsOp::MkdirOn { parent, .. } => Some(*parent),
+            MdsOp::Update(u) => Some(u.fid()),
+            MdsOp::StatFs
+            | MdsOp::Sync
+            | MdsOp::AllocFid
+            | MdsOp::ScanInodes { .. }
+            | MdsOp::ScanDirents { .. } => None,
         }
     }
 
@@ -283,6 +309,9 @@ impl MdsOp {
                 MdsOp::Sync => 22,
                 MdsOp::ScanInodes { .. } => 23,
                 MdsOp::ScanDirents { .. } => 24,
+                MdsOp::MkdirOn { .. } => 25,
+                MdsOp::AllocFid => 26,
+                MdsOp::Update(_) => 27,
             }
     }
 
@@ -302,6 +331,9 @@ impl MdsOp {
                 | MdsOp::Sync
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
+                // Idempotent by construction, committed by their own transaction.
+                | MdsOp::AllocFid
+                | MdsOp::Update(_)
         )
     }
 }
@@ -315,6 +347,38 @@ pub struct DirEntry {
     pub fid: Fid,
     /// Kind.
     pub kind: FileKind,
+}
+
+/// One MDT's part of a cross-MDT operation, sent by the coordinating MDT (docs/dne.md).
+/// Applying one twice is the same as once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteUpdate {
+    /// Create directory inode `attr.fid` (whose entry is `parent`'s, on the coordinator)
+    /// unless it exists.
+    CreateDir {
+        /// Attributes of the new directory (its FID from [`MdsOp::AllocFid`]).
+        attr: Attr,
+        /// Directory holding its entry.
+        parent: Fid,
+        /// Default striping for files created in it (the coordinator's effective default
+        /// there, as the file system default lives on MDT0).
+        dir_default: Option<StripeSpec>,
+    },
+    /// Destroy directory inode `fid` if it is empty (`ENOTEMPTY` otherwise); done if absent.
+    DestroyDir {
+        /// The directory.
+        fid: Fid,
+    },
+}
+
+impl RemoteUpdate {
+    /// The inode the update is about.
+    pub fn fid(&self) -> Fid {
+        match self {
+            RemoteUpdate::CreateDir { attr, .. } => attr.fid,
+            RemoteUpdate::DestroyDir { fid } => *fid,
+        }
+    }
 }
 
 /// What the namespace checker needs of one inode.
@@ -387,6 +451,13 @@ pub enum MdsReply {
     StatFs(StatFs),
     /// Done, nothing to return.
     Done,
+    /// A FID reserved by [`MdsOp::AllocFid`].
+    Fid(Fid),
+    /// The name is an entry of this MDT for an inode of another MDT: ask that one for it.
+    Remote {
+        /// The inode (its MDT is `fid.mdt_index()`).
+        fid: Fid,
+    },
     /// A page of inodes in FID order.
     Inodes {
         /// Inodes.

@@ -45,6 +45,17 @@ enum Command {
         /// Mount point.
         mountpoint: PathBuf,
     },
+    /// Create a directory, on a chosen MDT with -i (a remote directory, like `lfs mkdir -i`).
+    Mkdir {
+        /// MDT index of the new directory (its inode and entries); default: the parent's.
+        #[arg(short = 'i', long = "mdt-index")]
+        mdt: Option<u32>,
+        /// Permission bits, octal.
+        #[arg(short, long, default_value = "755")]
+        mode: String,
+        /// The directory to create.
+        path: PathBuf,
+    },
     /// Set the striping of a new file, an empty file, or a directory's default.
     Setstripe(SetstripeArgs),
     /// Show the layout of a file or the default striping of a directory.
@@ -1060,6 +1071,9 @@ fn main() {
         Command::Mkfs(a) => mkfs(a),
         Command::Server(a) => server(a),
         Command::Mount(a) => mount(a),
+        Command::Mkdir { mdt, mode, path } => u32::from_str_radix(&mode, 8)
+            .with_context(|| format!("bad mode '{mode}': expected octal, e.g. 755"))
+            .and_then(|mode| admin::mkdir(&path, mdt, mode & 0o7777)),
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),

@@ -37,13 +37,27 @@ pub fn new_inode(
     uid: u32,
     gid: u32,
 ) -> InodeRecord {
+    let fid = tx.new_fid();
+    inode_with_fid(tx, parent, kind, perm, uid, gid, fid)
+}
+
+/// [`new_inode`] with a FID allocated elsewhere (by the MDT that will hold the inode, for a
+/// remote directory).
+pub fn inode_with_fid(
+    tx: &Tx<'_>,
+    parent: &InodeRecord,
+    kind: FileKind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    fid: Fid,
+) -> InodeRecord {
     let sgid_parent = parent.attr.perm & libc::S_ISGID != 0;
     let gid = if sgid_parent { parent.attr.gid } else { gid };
     let mut perm = perm & 0o7777;
     if sgid_parent && kind == FileKind::Directory {
         perm |= libc::S_ISGID;
     }
-    let fid = tx.new_fid();
     InodeRecord {
         attr: Attr {
             fid,

@@ -55,7 +55,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
             if has_data(tx.mdt, &old)? {
                 return Err(Status::Exist);
             }
-            let fs_default = tx.inode(Fid::ROOT)?.dir_default.unwrap_or_default();
+            let fs_default = tx.fs_default()?;
             let parent_like = crate::records::InodeRecord {
                 dir_default: Some(fs_default),
                 ..rec.clone()

@@ -11,6 +11,10 @@ pub const LINK_COUNT_MAX: u32 = 65_000;
 pub fn run(tx: &mut Tx<'_>, fid: Fid, parent_fid: Fid, name: &[u8]) -> Result<MdsReply, Status> {
     check_name(name)?;
     let mut parent = tx.dir(parent_fid)?;
+    if fid.mdt_index() != tx.mdt.label.index {
+        // The inode is on another MDT: cross-MDT hard links are not supported yet.
+        return Err(Status::XDev);
+    }
     let mut rec = tx.inode(fid)?;
     if rec.attr.kind == FileKind::Directory {
         return Err(Status::Perm);

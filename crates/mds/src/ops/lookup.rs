@@ -12,6 +12,9 @@ pub fn run(mdt: &Mdt, parent: Fid, name: &[u8]) -> Result<MdsReply, Status> {
     }
     if name == b".." {
         let up = dir.parent.unwrap_or(Fid::ROOT);
+        if up.mdt_index() != mdt.label.index {
+            return Ok(MdsReply::Remote { fid: up });
+        }
         return Ok(super::entry(&mdt.inode(up)?));
     }
     if name == b"." {
@@ -19,5 +22,9 @@ pub fn run(mdt: &Mdt, parent: Fid, name: &[u8]) -> Result<MdsReply, Status> {
     }
     check_name(name)?;
     let dirent = mdt.lookup(parent, name)?.ok_or(Status::NoEnt)?;
+    if dirent.fid.mdt_index() != mdt.label.index {
+        // A remote directory: its inode is on another MDT, which the client asks next.
+        return Ok(MdsReply::Remote { fid: dirent.fid });
+    }
     Ok(super::entry(&mdt.inode(dirent.fid)?))
 }

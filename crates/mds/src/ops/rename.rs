@@ -31,6 +31,11 @@ fn check_not_beneath(tx: &Tx<'_>, dir: Fid, ancestor: Fid) -> Result<(), Status>
         if cur == Fid::ROOT {
             return Ok(());
         }
+        if cur.mdt_index() != tx.mdt.label.index {
+            // The path up leaves this MDT: the check cannot be made here (cross-MDT renames
+            // are not supported yet).
+            return Err(Status::XDev);
+        }
         cur = tx.inode(cur)?.parent.unwrap_or(Fid::ROOT);
     }
     Err(Status::Io)
@@ -40,6 +45,10 @@ fn check_not_beneath(tx: &Tx<'_>, dir: Fid, ancestor: Fid) -> Result<(), Status>
 pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
     check_name(a.src_name)?;
     check_name(a.dst_name)?;
+    let here = tx.mdt.label.index;
+    if a.dst_parent.mdt_index() != here {
+        return Err(Status::XDev);
+    }
     let mut src_dir = tx.dir(a.src_parent)?;
     let same_dir = a.src_parent == a.dst_parent;
     let mut dst_dir = if same_dir {
@@ -48,6 +57,9 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
         Some(tx.dir(a.dst_parent)?)
     };
     let src = tx.lookup(a.src_parent, a.src_name)?.ok_or(Status::NoEnt)?;
+    if src.fid.mdt_index() != here {
+        return Err(Status::XDev);
+    }
     if same_dir && a.src_name == a.dst_name {
         return Ok(MdsReply::Done);
     }
@@ -57,6 +69,9 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
     }
     let victim = tx.lookup(a.dst_parent, a.dst_name)?;
     if let Some(v) = &victim {
+        if v.fid.mdt_index() != here {
+            return Err(Status::XDev);
+        }
         if a.noreplace {
             return Err(Status::Exist);
         }
