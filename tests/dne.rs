@@ -5,16 +5,22 @@ use nacre_testkit::{free_port, mkfs, nacre, nacre_ok, ClientMount, Embedded, Ser
 use nacre_types::{Fid, FileKind};
 use std::time::Duration;
 
-#[test]
-fn mdts_in_separate_processes_are_served_and_listed() {
+/// A scratch directory with a formatted MGS for file system `fsname` in `mgs/`, the MGS port
+/// to serve it on, and its NID.
+fn scratch(fsname: &str) -> (tempfile::TempDir, u16, String) {
     let root = tempfile::Builder::new()
-        .prefix("nacre-dne")
+        .prefix(&format!("nacre-dne-{fsname}"))
         .tempdir_in(nacre_testkit::test_dir())
         .unwrap();
-    let d = |n: &str| root.path().join(n);
     let port = free_port();
-    let mgs = format!("127.0.0.1:{port}@tcp");
-    mkfs("--mgs", 0, "dne", None, &d("mgs"));
+    mkfs("--mgs", 0, fsname, None, &root.path().join("mgs"));
+    (root, port, format!("127.0.0.1:{port}@tcp"))
+}
+
+#[test]
+fn mdts_in_separate_processes_are_served_and_listed() {
+    let (root, port, mgs) = scratch("dne");
+    let d = |n: &str| root.path().join(n);
     for i in 0..3 {
         mkfs("--mdt", i, "dne", Some(&mgs), &d(&format!("mdt{i}")));
     }
@@ -91,14 +97,8 @@ fn lfsck(source: &str) -> (bool, String) {
 #[test]
 fn lfsck_finds_nothing_after_real_operations_and_names_injected_damage() {
     use std::os::unix::fs::MetadataExt;
-    let root = tempfile::Builder::new()
-        .prefix("nacre-lfsck")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
+    let (root, port, mgs) = scratch("ck");
     let d = |n: &str| root.path().join(n);
-    let port = free_port();
-    let mgs = format!("127.0.0.1:{port}@tcp");
-    mkfs("--mgs", 0, "ck", None, &d("mgs"));
     mkfs("--ost", 0, "ck", Some(&mgs), &d("ost0"));
     mkfs("--mdt", 0, "ck", Some(&mgs), &d("mdt0"));
     let _mgs_oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
@@ -181,14 +181,8 @@ struct Dne {
 
 impl Dne {
     fn start(fsname: &str, fault0: Option<&str>, fault1: Option<&str>) -> Dne {
-        let root = tempfile::Builder::new()
-            .prefix("nacre-dne")
-            .tempdir_in(nacre_testkit::test_dir())
-            .unwrap();
+        let (root, port, mgs) = scratch(fsname);
         let d = |n: &str| root.path().join(n);
-        let port = free_port();
-        let mgs = format!("127.0.0.1:{port}@tcp");
-        mkfs("--mgs", 0, fsname, None, &d("mgs"));
         mkfs("--ost", 0, fsname, Some(&mgs), &d("ost0"));
         mkfs("--mdt", 0, fsname, Some(&mgs), &d("mdt0"));
         mkfs("--mdt", 1, fsname, Some(&mgs), &d("mdt1"));

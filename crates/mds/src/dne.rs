@@ -7,8 +7,7 @@
 //! [`recover_pass`], which the server runs at start and every second after, so an operation
 //! ends fully done or (for a refused removal) fully undone.
 
-use crate::mdt::{check_name, kv_err, Mdt, Tx};
-use crate::ops::mkdir::DIR_NLINK_MAX;
+use crate::mdt::{kv_err, Mdt, Tx};
 use crate::records::{encode, InodeRecord, IntentRecord, SavedReply, INTENTS};
 use nacre_net::fault;
 use nacre_net::rpc::{call, RpcError};
@@ -189,14 +188,7 @@ fn mkdir_local(
     fid: Fid,
     target: u32,
 ) -> Result<(MdsReply, IntentRecord), Status> {
-    check_name(name)?;
-    let mut parent = tx.dir(parent_fid)?;
-    if tx.lookup(parent_fid, name)?.is_some() {
-        return Err(Status::Exist);
-    }
-    if parent.attr.nlink >= DIR_NLINK_MAX {
-        return Err(Status::MLink);
-    }
+    let mut parent = crate::ops::mkdir::check_new(tx, parent_fid, name)?;
     let rec =
         crate::ops::create::inode_with_fid(tx, &parent, FileKind::Directory, perm, uid, gid, fid);
     parent.attr.nlink += 1;

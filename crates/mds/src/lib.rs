@@ -101,15 +101,15 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
                 open: *open,
             },
         ),
+        // MkdirOn here: the target MDT is the parent's own, an ordinary mkdir.
         MdsOp::Mkdir {
             parent,
             name,
             perm,
             uid,
             gid,
-        } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
-        // A remote directory asked of the MDT that is its target: an ordinary mkdir.
-        MdsOp::MkdirOn {
+        }
+        | MdsOp::MkdirOn {
             parent,
             name,
             perm,

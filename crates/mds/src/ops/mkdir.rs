@@ -1,11 +1,26 @@
 //! Mkdir: a new directory; the parent gains a link (the child's "..").
 
 use crate::mdt::{check_name, Tx};
+use crate::records::InodeRecord;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
 /// Upper bound on a directory's link count (subdirectories + 2), as ext4's.
 pub const DIR_NLINK_MAX: u32 = 65_000;
+
+/// The checks of a new subdirectory `name` of `parent_fid` (local or remote): a valid new
+/// name in a directory that can take one more link. Returns the parent.
+pub fn check_new(tx: &Tx<'_>, parent_fid: Fid, name: &[u8]) -> Result<InodeRecord, Status> {
+    check_name(name)?;
+    let parent = tx.dir(parent_fid)?;
+    if tx.lookup(parent_fid, name)?.is_some() {
+        return Err(Status::Exist);
+    }
+    if parent.attr.nlink >= DIR_NLINK_MAX {
+        return Err(Status::MLink);
+    }
+    Ok(parent)
+}
 
 /// Creates directory `name` in `parent`.
 pub fn run(
@@ -16,14 +31,7 @@ pub fn run(
     uid: u32,
     gid: u32,
 ) -> Result<MdsReply, Status> {
-    check_name(name)?;
-    let mut parent = tx.dir(parent_fid)?;
-    if tx.lookup(parent_fid, name)?.is_some() {
-        return Err(Status::Exist);
-    }
-    if parent.attr.nlink >= DIR_NLINK_MAX {
-        return Err(Status::MLink);
-    }
+    let mut parent = check_new(tx, parent_fid, name)?;
     let mut rec = super::create::new_inode(tx, &parent, FileKind::Directory, perm, uid, gid);
     rec.parent = Some(parent_fid);
     parent.attr.nlink += 1;
