@@ -367,3 +367,49 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         drop(client);
     }
 }
+
+/// The MDT `nacre getdirstripe` reports for `dir`.
+fn dir_mdt(dir: &std::path::Path) -> u32 {
+    let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "lmv_stripe_offset:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn mkdir_minus_one_spreads_directories_over_the_mdts() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "plc", "--listen", &listen]);
+    assert_eq!(dir_mdt(&fs.mnt), 0, "the root is MDT0's");
+    let placement = |mode: &str| {
+        nacre_ok(&[
+            "ctl",
+            "set_param",
+            &format!("mdt.plc-MDT0000.mkdir_placement={mode}"),
+        ]);
+        let mut count = [0u32; 3];
+        for i in 0..9 {
+            let dir = fs.mnt.join(format!("{mode}{i}"));
+            nacre_ok(&["mkdir", "-i", "-1", dir.to_str().unwrap()]);
+            std::fs::write(dir.join("f"), b"x").unwrap();
+            count[dir_mdt(&dir) as usize] += 1;
+        }
+        count
+    };
+    assert_eq!(placement("round_robin"), [3, 3, 3]);
+    // Every MDT here has the same free inodes (one disk): space placement goes round-robin
+    // while they are balanced, as Lustre's does.
+    assert_eq!(placement("space"), [3, 3, 3]);
+    let bad = nacre(&[
+        "ctl",
+        "set_param",
+        "mdt.plc-MDT0000.mkdir_placement=sideways",
+    ]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use space or round_robin"));
+    let (ok, out) = lfsck(&format!("127.0.0.1:{port}@tcp:/plc"));
+    assert!(ok, "{out}");
+}

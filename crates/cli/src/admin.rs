@@ -75,7 +75,8 @@ fn ost_count(df: &Value) -> usize {
 
 /// `nacre mkdir [-i MDT]`: a directory, on MDT `mdt` if given (a remote directory, Lustre's
 /// `lfs mkdir -i`), else where the parent is.
-pub fn mkdir(path: &Path, mdt: Option<u32>, mode: u32) -> anyhow::Result<()> {
+/// `mdt` -1: the MDS picks the MDT by free inodes (or round-robin, `mkdir_placement`).
+pub fn mkdir(path: &Path, mdt: Option<i64>, mode: u32) -> anyhow::Result<()> {
     let Some(mdt) = mdt else {
         use std::os::unix::fs::DirBuilderExt;
         return std::fs::DirBuilder::new()
@@ -101,7 +102,10 @@ pub fn mkdir(path: &Path, mdt: Option<u32>, mode: u32) -> anyhow::Result<()> {
         .filter(|n| n.contains("-MDT"))
         .map(str::to_string)
         .collect();
-    if !mdts.iter().any(|n| n.ends_with(&want)) {
+    if mdt < -1 {
+        bail!("MDT index {mdt}: use 0 or more, or -1 to let the MDS choose");
+    }
+    if mdt >= 0 && !mdts.iter().any(|n| n.ends_with(&want)) {
         bail!(
             "MDT index {mdt} does not exist (the file system has {} MDTs)",
             mdts.len()
@@ -110,6 +114,29 @@ pub fn mkdir(path: &Path, mdt: Option<u32>, mode: u32) -> anyhow::Result<()> {
     let value = serde_json::json!({ "name": name, "mdt": mdt, "mode": mode });
     setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
         .with_context(|| format!("cannot create directory {} on MDT{mdt}", path.display()))
+}
+
+/// `nacre getdirstripe`: the MDT holding each directory (its FID names it), in Lustre's
+/// format for an unstriped directory.
+pub fn getdirstripe(paths: &[PathBuf]) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for p in paths {
+        let md = std::fs::metadata(p).with_context(|| format!("cannot stat {}", p.display()))?;
+        if !md.is_dir() {
+            bail!("{} is not a directory", p.display());
+        }
+        usage(p)?; // a Nacre file system
+        let fid = nacre_types::Fid::from_ino(md.ino())
+            .with_context(|| format!("{}: inode {} is not a Nacre FID", p.display(), md.ino()))?;
+        if paths.len() > 1 {
+            println!("{}", p.display());
+        }
+        println!(
+            "lmv_stripe_count: 0 lmv_stripe_offset: {} lmv_hash_type: none",
+            fid.mdt_index()
+        );
+    }
+    Ok(())
 }
 
 /// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.

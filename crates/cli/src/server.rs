@@ -884,6 +884,15 @@ fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
+        format!("mdt.{name}.mkdir_placement"),
+        move || a.mkdir_placement().to_string(),
+        move |v| {
+            b.set_mkdir_placement(v.parse()?);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
         format!("mdt.{name}.sync_on_reply"),
         move || u8::from(a.sync_on_reply()).to_string(),
         move |v| {

@@ -378,7 +378,8 @@ impl Client {
     }
 
     /// Creates a directory whose inode (and so its contents) lives on MDT `mdt` (`nacre
-    /// mkdir -i`); the parent's MDT coordinates (docs/dne.md).
+    /// mkdir -i`; [`nacre_wire::mds::MDT_INDEX_ANY`]: the parent's MDT picks one by free
+    /// inodes); the parent's MDT coordinates (docs/dne.md).
     pub fn mkdir_on(
         &self,
         parent: Fid,
@@ -388,7 +389,8 @@ impl Client {
         gid: u32,
         mdt: u32,
     ) -> Result<Attr> {
-        let known = self.fs_config().mdts.iter().any(|t| t.index == mdt);
+        let known = mdt == nacre_wire::mds::MDT_INDEX_ANY
+            || self.fs_config().mdts.iter().any(|t| t.index == mdt);
         if !known {
             self.refresh_config()?;
             if !self.fs_config().mdts.iter().any(|t| t.index == mdt) {

@@ -177,10 +177,11 @@ impl NacreFs {
         let v: serde_json::Value =
             serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
         let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
-        let mdt = v["mdt"]
-            .as_u64()
-            .and_then(|m| u32::try_from(m).ok())
-            .ok_or_else(|| bad("no mdt"))?;
+        let mdt = match v["mdt"].as_i64() {
+            Some(-1) => nacre_wire::mds::MDT_INDEX_ANY,
+            Some(m) => u32::try_from(m).map_err(|_| bad("bad mdt"))?,
+            None => return Err(bad("no mdt")),
+        };
         let mode = v["mode"].as_u64().unwrap_or(0o755) as u32 & 0o7777;
         self.client
             .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)

@@ -23,5 +23,5 @@ pub const XATTR_LOV: &str = "user.nacre.lov";
 /// Virtual xattr on any directory: per-target usage (JSON), for `nacre df`.
 pub const XATTR_DF: &str = "user.nacre.df";
 /// Virtual xattr set on a directory to create a subdirectory on a chosen MDT (`nacre mkdir
-/// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}`.
+/// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}` (`"mdt": -1`: the MDS chooses).
 pub const XATTR_MKDIR: &str = "user.nacre.mkdir";

@@ -128,6 +128,85 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
     Ok(MdsReply::Done)
 }
 
+/// How `mkdir -i -1` places a new directory (`mdt.*.mkdir_placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// By free inodes, as Lustre's mkdir QoS: round-robin while the MDTs' free inodes differ
+    /// by under 17% of the most, else drawn at random weighted by free inodes.
+    Space,
+    /// Round-robin over the MDTs.
+    RoundRobin,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Placement, String> {
+        match s.trim() {
+            "space" => Ok(Placement::Space),
+            "round_robin" | "round-robin" => Ok(Placement::RoundRobin),
+            other => Err(format!(
+                "mkdir_placement '{other}': use space or round_robin"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Placement::Space => "space",
+            Placement::RoundRobin => "round_robin",
+        })
+    }
+}
+
+/// Picks the MDT for a new directory of `mkdir -i -1`: free inodes are asked of every MDT
+/// at each placement (one small RPC each; no cache yet).
+pub fn choose_mdt(mdt: &Mdt) -> Result<u32, Status> {
+    let mut indexes = mdt.osts.mdt_indexes();
+    if indexes.is_empty() {
+        if let Err(e) = mdt.osts.refresh() {
+            tracing::debug!("MDT refresh: {e}");
+        }
+        indexes = mdt.osts.mdt_indexes();
+    }
+    if !indexes.contains(&mdt.label.index) {
+        indexes.push(mdt.label.index);
+        indexes.sort_unstable();
+    }
+    let rr = || {
+        let n = mdt
+            .mkdir_rr
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        indexes[n % indexes.len()]
+    };
+    if mdt.mkdir_placement() == Placement::RoundRobin {
+        return Ok(rr());
+    }
+    let mut free = Vec::with_capacity(indexes.len());
+    for &i in &indexes {
+        let st = if i == mdt.label.index {
+            mdt.statfs()?
+        } else {
+            match peer_call(mdt, i, MdsOp::StatFs) {
+                Ok(MdsReply::StatFs(s)) => s,
+                // An MDT that does not answer takes no new directories.
+                _ => nacre_types::StatFs::default(),
+            }
+        };
+        free.push(st.files_free);
+    }
+    let max = *free.iter().max().expect("at least this MDT");
+    let min = *free.iter().min().expect("at least this MDT");
+    if max == 0 {
+        return Err(Status::NoSpc);
+    }
+    if (max - min) * 100 <= max * crate::osp::QOS_THRESHOLD_PERCENT {
+        return Ok(rr());
+    }
+    Ok(crate::osp::weighted_pick(&indexes, &free, 1)[0])
+}
+
 /// Coordinator: `mkdir` of `name` in `parent` (here) with its inode on MDT `target`.
 #[allow(clippy::too_many_arguments)]
 pub fn mkdir_remote(

@@ -278,7 +278,16 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             gid,
             mdt: target,
         } if *target != mdt.label.index => {
-            dne::mkdir_remote(mdt, call, xid, *parent, name, *perm, *uid, *gid, *target)
+            let target = if *target == nacre_wire::mds::MDT_INDEX_ANY {
+                dne::choose_mdt(mdt)
+            } else {
+                Ok(*target)
+            };
+            match target {
+                Ok(t) if t == mdt.label.index => run_modifying(mdt, call, xid),
+                Ok(t) => dne::mkdir_remote(mdt, call, xid, *parent, name, *perm, *uid, *gid, t),
+                Err(s) => Outgoing::error(s),
+            }
         }
         MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
             Ok(Some(d)) if d.fid.mdt_index() != mdt.label.index => {

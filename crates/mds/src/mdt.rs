@@ -60,6 +60,9 @@ pub struct Mdt {
     pub intents: Mutex<HashMap<Fid, IntentRecord>>,
     /// This MDT's identity as a client of the other MDTs.
     pub peer_uuid: [u8; 16],
+    /// Round-robin cursor of `mkdir -i -1` placement.
+    pub mkdir_rr: std::sync::atomic::AtomicUsize,
+    mkdir_round_robin: AtomicBool,
 }
 
 impl Mdt {
@@ -93,6 +96,8 @@ impl Mdt {
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
             peer_uuid,
+            mkdir_rr: std::sync::atomic::AtomicUsize::new(0),
+            mkdir_round_robin: AtomicBool::new(false),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
@@ -196,6 +201,21 @@ impl Mdt {
     /// and the commit thread.
     pub fn sync_on_reply(&self) -> bool {
         self.sync_on_reply.load(Ordering::Relaxed)
+    }
+
+    /// How `mkdir -i -1` places new directories.
+    pub fn mkdir_placement(&self) -> crate::dne::Placement {
+        if self.mkdir_round_robin.load(Ordering::Relaxed) {
+            crate::dne::Placement::RoundRobin
+        } else {
+            crate::dne::Placement::Space
+        }
+    }
+
+    /// Sets the `mkdir -i -1` placement.
+    pub fn set_mkdir_placement(&self, p: crate::dne::Placement) {
+        self.mkdir_round_robin
+            .store(p == crate::dne::Placement::RoundRobin, Ordering::Relaxed);
     }
 
     /// Sets `sync_on_reply`.

@@ -183,6 +183,11 @@ impl OstPool {
         known(self).ok_or(Status::NoDev)
     }
 
+    /// Indexes of the MDTs known (this one included once registered).
+    pub fn mdt_indexes(&self) -> Vec<u32> {
+        self.mdts.read().expect("mdts").keys().copied().collect()
+    }
+
     /// Number of OSTs known.
     pub fn count(&self) -> u32 {
         self.osts.read().expect("osts").len() as u32
@@ -234,7 +239,7 @@ impl OstPool {
 }
 
 /// Draws `count` distinct indices at random, each with probability proportional to its weight.
-fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> Vec<u32> {
+pub(crate) fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> Vec<u32> {
     let mut pool: Vec<(u32, u64)> = indices
         .iter()
         .copied()

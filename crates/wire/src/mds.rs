@@ -212,7 +212,8 @@ pub enum MdsOp {
         uid: u32,
         /// Group.
         gid: u32,
-        /// MDT index of the new directory's inode.
+        /// MDT index of the new directory's inode; [`MDT_INDEX_ANY`]: the coordinator picks
+        /// one by free inodes (Lustre's `lfs mkdir -i -1`).
         mdt: u32,
     },
     /// MDT to MDT: reserve a FID of the receiving MDT for an inode it will create for the
@@ -240,6 +241,9 @@ pub enum MdsOp {
     /// Make every change committed so far durable (fsync, fsyncdir). Reply: [`MdsReply::Done`].
     Sync,
 }
+
+/// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
+pub const MDT_INDEX_ANY: u32 = u32::MAX;
 
 /// Requests served by the MDS readpage service `mdt_readpage` (Lustre's MDS_READPAGE_PORTAL):
 /// directory pages, and closes (as Lustre does, so a close never waits behind the creates

@@ -47,14 +47,22 @@ enum Command {
     },
     /// Create a directory, on a chosen MDT with -i (a remote directory, like `lfs mkdir -i`).
     Mkdir {
-        /// MDT index of the new directory (its inode and entries); default: the parent's.
-        #[arg(short = 'i', long = "mdt-index")]
-        mdt: Option<u32>,
+        /// MDT index of the new directory (its inode and entries); -1: the MDS chooses by
+        /// free inodes; default: the parent's.
+        #[arg(short = 'i', long = "mdt-index", allow_hyphen_values = true)]
+        mdt: Option<i64>,
         /// Permission bits, octal.
         #[arg(short, long, default_value = "755")]
         mode: String,
         /// The directory to create.
         path: PathBuf,
+    },
+    /// Show where directories live, like `lfs getdirstripe`: the MDT of each (striped
+    /// directories are not built yet, so the stripe count is 0).
+    Getdirstripe {
+        /// Directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
     },
     /// Set the striping of a new file, an empty file, or a directory's default.
     Setstripe(SetstripeArgs),
@@ -1074,6 +1082,7 @@ fn main() {
         Command::Mkdir { mdt, mode, path } => u32::from_str_radix(&mode, 8)
             .with_context(|| format!("bad mode '{mode}': expected octal, e.g. 755"))
             .and_then(|mode| admin::mkdir(&path, mdt, mode & 0o7777)),
+        Command::Getdirstripe { paths } => admin::getdirstripe(&paths),
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
