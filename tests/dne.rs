@@ -413,3 +413,41 @@ fn mkdir_minus_one_spreads_directories_over_the_mdts() {
     let (ok, out) = lfsck(&format!("127.0.0.1:{port}@tcp:/plc"));
     assert!(ok, "{out}");
 }
+
+/// Everyday tools in a remote directory and across the MDT boundary: cp -a of a tree with
+/// files, symlinks, nested directories and modes, diff -r, find, mv inside it, chmod, rm -rf.
+#[test]
+fn everyday_tools_work_in_remote_directories() {
+    let fs = Dne::start("tools", None, None);
+    let client = fs.mount("tools");
+    let m = client.mnt.display().to_string();
+    let src = fs.root.path().join("src");
+    let src = src.display();
+    nacre_testkit::sh(&format!(
+        "mkdir -p {src}/a/b/c {src}/e && for i in $(seq 1 40); do head -c $((i * 997)) \
+         /dev/urandom > {src}/a/f$i; done && echo hi > {src}/a/b/c/deep && ln -s ../a/f1 \
+         {src}/e/link && chmod 640 {src}/a/f2 && chmod 700 {src}/a/b"
+    ));
+    nacre_ok(&["mkdir", "-i", "1", &format!("{m}/r")]);
+    nacre_testkit::sh(&format!(
+        "cp -a {src} {m}/r/copy && diff -r {src} {m}/r/copy"
+    ));
+    let count = nacre_testkit::sh(&format!("find {m}/r/copy | wc -l"));
+    assert_eq!(
+        count.trim(),
+        "47",
+        "every entry copied: 5 directories, 41 files, a symlink"
+    );
+    let link = std::fs::read_link(format!("{m}/r/copy/e/link")).unwrap();
+    assert_eq!(link.to_str().unwrap(), "../a/f1");
+    nacre_testkit::sh(&format!(
+        "mv {m}/r/copy/a/f3 {m}/r/copy/e/f3 && mv {m}/r/copy/a/b {m}/r/copy/e/b && \
+         chmod 600 {m}/r/copy/e/f3 && test -f {m}/r/copy/e/b/c/deep"
+    ));
+    // A tree moved out of the remote directory crosses MDTs: mv copies it (EXDEV).
+    nacre_testkit::sh(&format!("mv {m}/r/copy/e {m}/e && test -f {m}/e/b/c/deep"));
+    fs.lfsck_clean("tools");
+    nacre_testkit::sh(&format!("rm -rf {m}/r {m}/e"));
+    assert_eq!(std::fs::read_dir(&client.mnt).unwrap().count(), 0);
+    fs.lfsck_clean("tools");
+}
