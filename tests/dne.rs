@@ -451,3 +451,109 @@ fn everyday_tools_work_in_remote_directories() {
     assert_eq!(std::fs::read_dir(&client.mnt).unwrap().count(), 0);
     fs.lfsck_clean("tools");
 }
+
+/// Eight hosts in network namespaces: four MDS hosts (MGS with MDT0 on the first), two OSS
+/// hosts, two client hosts running an mdtest-like load, each of its tasks in a directory on
+/// another MDT; a remote directory made under a directory of MDT1 with its inode on MDT3 (MDS
+/// host to MDS host). Every MDT takes its share; the checker, run from a client host, is clean.
+#[test]
+fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
+    let lab = nacre_testkit::NetLab::new(8);
+    let h = &lab.hosts;
+    let (root, _, _) = scratch("ns8");
+    let d = |n: &str| root.path().join(n);
+    let mgs = format!("{}@tcp", h[0].addr);
+    // The MGS scratch() formatted is served on host 0.
+    for i in 0..4 {
+        mkfs("--mdt", i, "ns8", Some(&mgs), &d(&format!("mdt{i}")));
+    }
+    for i in 0..2 {
+        mkfs("--ost", i, "ns8", Some(&mgs), &d(&format!("ost{i}")));
+    }
+    let _servers = [
+        h[0].server(&[&d("mgs"), &d("mdt0")], &[]),
+        h[1].server(&[&d("mdt1")], &[]),
+        h[2].server(&[&d("mdt2")], &[]),
+        h[3].server(&[&d("mdt3")], &[]),
+        h[4].server(&[&d("ost0")], &[]),
+        h[5].server(&[&d("ost1")], &[]),
+    ];
+    let source = format!("{mgs}:/ns8");
+    let a = ClientMount::mount_in(&h[6].prefix(), &source, &d("a"), &[]);
+    let b = ClientMount::mount_in(&h[7].prefix(), &source, &d("b"), &[]);
+    for k in 0..4 {
+        nacre_ok(&[
+            "mkdir",
+            "-i",
+            &k.to_string(),
+            a.mnt.join(format!("d{k}")).to_str().unwrap(),
+        ]);
+    }
+    for k in 0..4 {
+        assert_eq!(dir_mdt(&a.mnt.join(format!("d{k}"))), k);
+    }
+    // Coordinated by MDT1 (host 1), created on MDT3 (host 3).
+    let nested = b.mnt.join("d1/on3");
+    nacre_ok(&["mkdir", "-i", "3", nested.to_str().unwrap()]);
+    assert_eq!(dir_mdt(&nested), 3);
+    let before: Vec<u64> = (0..4).map(|k| inodes_used(&a.mnt, k)).collect();
+    // Two tasks per client host, on the native library from inside its namespace.
+    let workers: Vec<_> = (0..4)
+        .map(|k| {
+            let host = h[6 + k / 2].prefix();
+            let source_mgs = mgs.clone();
+            std::thread::spawn(move || {
+                let mut cmd = std::process::Command::new(&host[0]);
+                cmd.args(&host[1..]).arg(nacre_testkit::nacre_bin()).args([
+                    "bench",
+                    "mdtest",
+                    "-a",
+                    "NACRE",
+                    "--mgs",
+                    &source_mgs,
+                    "--fsname",
+                    "ns8",
+                    "-d",
+                    &format!("/d{k}"),
+                    "-n",
+                    "200",
+                    "-F",
+                    "-q",
+                    "--json",
+                ]);
+                cmd.output().unwrap()
+            })
+        })
+        .collect();
+    for (k, w) in workers.into_iter().enumerate() {
+        let out = w.join().unwrap();
+        assert!(
+            out.status.success(),
+            "task {k}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let phases = v["iterations"][0]["phases"].as_array().unwrap();
+        let created = phases.iter().find(|p| p[0] == "File creation").unwrap();
+        assert_eq!(created[1], 200, "task {k}");
+    }
+    // mdtest removed its files again; during the run each MDT held its task's 200.
+    let after: Vec<u64> = (0..4).map(|k| inodes_used(&a.mnt, k)).collect();
+    assert_eq!(
+        after, before,
+        "every file removed from the MDT that held it"
+    );
+    let check = h[6].nacre(&["lfsck", "--namespace", &source]);
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && out.contains(" 0 inconsistencies"),
+        "{out}"
+    );
+    // Both clients see the whole namespace.
+    let mut names: Vec<String> = std::fs::read_dir(&b.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d0", "d1", "d2", "d3"]);
+}
