@@ -312,6 +312,21 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
             "mds.update_destroy_dir.after_commit_before_reply",
         ),
         ("rmdir", 0, "mds.rmdir_remote.after_remote_apply"),
+        // A directory striped over MDT0 and MDT1 (master on MDT0).
+        ("mkdir-c", 0, "mds.mkdir_striped.after_local_commit"),
+        (
+            "mkdir-c",
+            1,
+            "mds.update_create_dir.after_commit_before_reply",
+        ),
+        ("mkdir-c", 0, "mds.mkdir_remote.after_remote_apply"),
+        ("rmdir-c", 0, "mds.rmdir_striped.after_intent"),
+        (
+            "rmdir-c",
+            1,
+            "mds.update_destroy_dir.after_commit_before_reply",
+        ),
+        ("rmdir-c", 0, "mds.rmdir_remote.after_remote_apply"),
     ];
     for (op, victim, point) in cases {
         let fsname = "kill";
@@ -323,16 +338,28 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         let mut fs = Dne::start(fsname, f0, f1);
         let client = fs.mount(fsname);
         let dir = client.mnt.join("remote");
-        if op == "rmdir" {
+        let mkdir_args: &[&str] = if op.ends_with("-c") {
+            &["mkdir", "-c", "2", "-i", "0"]
+        } else {
+            &["mkdir", "-i", "1"]
+        };
+        if op.starts_with("rmdir") {
             // The directory to remove (the armed point is rmdir's, so this passes it by).
-            nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
-            std::fs::write(dir.join("tmp"), b"x").unwrap();
-            std::fs::remove_file(dir.join("tmp")).unwrap();
+            let mut args = mkdir_args.to_vec();
+            args.push(dir.to_str().unwrap());
+            nacre_ok(&args);
+            for i in 0..6 {
+                std::fs::write(dir.join(format!("tmp{i}")), b"x").unwrap();
+                std::fs::remove_file(dir.join(format!("tmp{i}"))).unwrap();
+            }
         }
+        let mkdir_args: Vec<String> = mkdir_args.iter().map(|a| a.to_string()).collect();
         let path = dir.clone();
         let worker = std::thread::spawn(move || match op {
-            "mkdir" => {
-                let out = nacre(&["mkdir", "-i", "1", path.to_str().unwrap()]);
+            "mkdir" | "mkdir-c" => {
+                let mut args: Vec<&str> = mkdir_args.iter().map(String::as_str).collect();
+                args.push(path.to_str().unwrap());
+                let out = nacre(&args);
                 (
                     out.status.success(),
                     String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -356,10 +383,13 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         let (ok, err) = worker.join().unwrap();
         assert!(ok, "{op} with MDT{victim} killed at {point} failed: {err}");
         match op {
-            "mkdir" => {
+            "mkdir" | "mkdir-c" => {
                 assert!(dir.is_dir(), "{point}");
-                std::fs::write(dir.join("after"), b"y").unwrap();
-                assert_eq!(std::fs::read(dir.join("after")).unwrap(), b"y");
+                for i in 0..6 {
+                    std::fs::write(dir.join(format!("after{i}")), b"y").unwrap();
+                }
+                assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 6, "{point}");
+                assert_eq!(std::fs::read(dir.join("after3")).unwrap(), b"y");
             }
             _ => assert!(!dir.exists(), "{point}"),
         }
@@ -556,4 +586,109 @@ fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
         .collect();
     names.sort();
     assert_eq!(names, ["d0", "d1", "d2", "d3"]);
+}
+
+#[test]
+fn striped_directories_spread_names_and_list_as_one() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "strp", "--listen", &listen]);
+    let m = &fs.mnt;
+    let dir = m.join("s");
+    nacre_ok(&["mkdir", "-c", "3", "-i", "1", dir.to_str().unwrap()]);
+    let layout = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
+    assert!(
+        layout.starts_with("lmv_stripe_count: 3 lmv_stripe_offset: 1 lmv_hash_type: fnv_1a_64"),
+        "{layout}"
+    );
+    let shard_mdts: Vec<&str> = layout
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(shard_mdts, ["1", "2", "0"], "{layout}");
+    let before: Vec<u64> = (0..3).map(|k| inodes_used(m, k)).collect();
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("file.{i}")), format!("{i}")).unwrap();
+    }
+    let grown: Vec<u64> = (0..3u32)
+        .map(|k| inodes_used(m, k) - before[k as usize])
+        .collect();
+    assert_eq!(grown.iter().sum::<u64>(), 300);
+    assert!(
+        grown.iter().all(|&n| n > 60),
+        "names spread over the shards: {grown:?}"
+    );
+    let list = |d: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let mut names = list(&dir);
+    let n = names.len();
+    names.sort();
+    names.dedup();
+    assert_eq!((n, names.len()), (300, 300), "every name once");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("file.123")).unwrap(),
+        "123"
+    );
+    // Listings while another client process creates: no name twice, none created before the
+    // listing began missing.
+    let more = dir.clone();
+    let creator = std::thread::spawn(move || {
+        for i in 0..300 {
+            std::fs::write(more.join(format!("new.{i}")), b"n").unwrap();
+        }
+    });
+    for _ in 0..10 {
+        let existing: std::collections::BTreeSet<String> = list(&dir).into_iter().collect();
+        let again = list(&dir);
+        let unique: std::collections::BTreeSet<&String> = again.iter().collect();
+        assert_eq!(unique.len(), again.len(), "no duplicates during creates");
+        for e in &existing {
+            assert!(unique.contains(e), "{e} vanished from a listing");
+        }
+    }
+    creator.join().unwrap();
+    assert_eq!(list(&dir).len(), 600);
+    // Subdirectories of a striped directory are ordinary directories in a shard.
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("sub/x"), b"x").unwrap();
+    assert_eq!(std::fs::read(dir.join("sub/x")).unwrap(), b"x");
+    let (ok, out) = lfsck(&format!("{listen}@tcp:/strp"));
+    assert!(ok, "{out}");
+    let err = std::fs::remove_dir(&dir).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(list(&dir).len(), 601, "a refused rmdir loses nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!dir.exists());
+    // -c -1: every MDT; -H all_char; a count beyond the MDTs is refused clearly.
+    let all = m.join("all");
+    nacre_ok(&["mkdir", "-c", "-1", "-H", "all_char", all.to_str().unwrap()]);
+    let layout = nacre_ok(&["getdirstripe", all.to_str().unwrap()]);
+    assert!(
+        layout.contains("lmv_stripe_count: 3") && layout.contains("all_char"),
+        "{layout}"
+    );
+    std::fs::write(all.join("ab"), b"1").unwrap();
+    let out = nacre(&["mkdir", "-c", "5", m.join("five").to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("stripe count 5: the file system has 3 MDTs"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = nacre(&[
+        "mkdir",
+        "-c",
+        "2",
+        "-H",
+        "crc",
+        m.join("h").to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use fnv_1a_64 or all_char"));
+    std::fs::remove_dir_all(&all).unwrap();
+    let (ok, out) = lfsck(&format!("{listen}@tcp:/strp"));
+    assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
 }

@@ -3,7 +3,7 @@
 
 use crate::size::human;
 use anyhow::{bail, Context};
-use nacre_fuse::{XATTR_DF, XATTR_LOV, XATTR_MKDIR};
+use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LOV, XATTR_MKDIR};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -65,10 +65,11 @@ pub fn usage(path: &Path) -> anyhow::Result<Value> {
     Ok(serde_json::from_slice(&raw)?)
 }
 
-fn ost_count(df: &Value) -> usize {
+/// Targets of a kind (`"-OST"`, `"-MDT"`) in a `df` reply.
+fn target_count(df: &Value, kind: &str) -> usize {
     df["targets"].as_array().map_or(0, |t| {
         t.iter()
-            .filter(|x| x["name"].as_str().is_some_and(|n| n.contains("-OST")))
+            .filter(|x| x["name"].as_str().is_some_and(|n| n.contains(kind)))
             .count()
     })
 }
@@ -116,33 +117,86 @@ pub fn mkdir(path: &Path, mdt: Option<i64>, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create directory {} on MDT{mdt}", path.display()))
 }
 
-/// `nacre getdirstripe`: the MDT holding each directory (its FID names it), in Lustre's
-/// format for an unstriped directory.
+/// `nacre getdirstripe`: where each directory lives and its stripes, in Lustre's format.
 pub fn getdirstripe(paths: &[PathBuf]) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
     for p in paths {
-        let md = std::fs::metadata(p).with_context(|| format!("cannot stat {}", p.display()))?;
-        if !md.is_dir() {
+        if !p.is_dir() {
             bail!("{} is not a directory", p.display());
         }
-        usage(p)?; // a Nacre file system
-        let fid = nacre_types::Fid::from_ino(md.ino())
-            .with_context(|| format!("{}: inode {} is not a Nacre FID", p.display(), md.ino()))?;
+        let raw = getxattr(p, XATTR_LMV)
+            .with_context(|| format!("{} is not on a Nacre file system", p.display()))?;
+        let v: Value = serde_json::from_slice(&raw)?;
         if paths.len() > 1 {
             println!("{}", p.display());
         }
+        let count = v["stripe_count"].as_u64().unwrap_or(0);
+        let shards = v["shards"].as_array().cloned().unwrap_or_default();
+        let offset = shards
+            .first()
+            .and_then(|s| s["mdt"].as_u64())
+            .or(v["mdt"].as_u64())
+            .unwrap_or(0);
         println!(
-            "lmv_stripe_count: 0 lmv_stripe_offset: {} lmv_hash_type: none",
-            fid.mdt_index()
+            "lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {}",
+            v["hash"].as_str().unwrap_or("none")
         );
+        if count > 0 {
+            println!("mdtidx\t\t FID[seq:oid:ver]");
+            for s in shards {
+                println!(
+                    "{:>6}\t\t {}",
+                    s["mdt"].as_u64().unwrap_or(0),
+                    s["fid"].as_str().unwrap_or("?")
+                );
+            }
+        }
     }
     Ok(())
+}
+
+/// `nacre mkdir -c COUNT [-i START] [-H HASH]`: a striped directory (`-c -1`: over every
+/// MDT; without `-i` the MDS picks the first MDT).
+pub fn mkdir_striped(
+    path: &Path,
+    count: i64,
+    start: Option<i64>,
+    hash: Option<&str>,
+    mode: u32,
+) -> anyhow::Result<()> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: no directory name", path.display()))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mdts = target_count(&usage(&parent)?, "-MDT") as i64;
+    let count = match count {
+        -1 => mdts,
+        c if c >= 1 && c <= mdts => c,
+        c => bail!("stripe count {c}: the file system has {mdts} MDTs (use 1..={mdts} or -1)"),
+    };
+    let start = start.unwrap_or(-1);
+    if start < -1 || start >= mdts {
+        bail!("MDT index {start} does not exist (the file system has {mdts} MDTs)");
+    }
+    if let Some(h) = hash {
+        h.parse::<nacre_types::dirstripe::DirHash>()
+            .map_err(anyhow::Error::msg)?;
+    }
+    let value = serde_json::json!({
+        "name": name, "mdt": start, "mode": mode, "count": count,
+        "hash": hash.unwrap_or("fnv_1a_64"),
+    });
+    setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
+        .with_context(|| format!("cannot create striped directory {}", path.display()))
 }
 
 /// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.
 pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Result<()> {
     let df = usage(path)?;
-    let osts = ost_count(&df);
+    let osts = target_count(&df, "-OST");
     let fsname = df["fsname"].as_str().unwrap_or("?").to_string();
     if count > osts as i64 {
         bail!("stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'");

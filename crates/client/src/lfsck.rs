@@ -2,9 +2,11 @@
 //! entries and checks them against each other, across MDTs.
 //!
 //! Findings: an entry naming no inode (dangling) or an inode of another kind; an inode no
-//! entry names (orphan; files unlinked while open are expected and not reported); a link
-//! count that is not the number of entries naming a file, or 2 + subdirectories for a
-//! directory; a directory whose `..` is not the directory holding its entry.
+//! entry names (orphan; files unlinked while open are expected and not reported; the shards
+//! of a striped directory are named by its master); a link count that is not the number of
+//! entries naming a file, 2 + subdirectories for a directory, or 1 for the master of a
+//! striped directory; a directory whose `..` is not the directory holding its entry (for a
+//! shard: its master); a master whose shard is missing (`shard`).
 //!
 //! It holds one summary per inode and entry in memory (about 100 bytes each).
 
@@ -42,6 +44,19 @@ pub fn check(inodes: &[InodeSummary], dirents: &[DirentSummary]) -> Report {
     let mut subdirs: HashMap<Fid, u32> = HashMap::new();
     let mut holder: HashMap<Fid, Fid> = HashMap::new();
     let mut findings = Vec::new();
+    for i in inodes {
+        for &shard in &i.shards {
+            *names.entry(shard).or_default() += 1;
+            holder.insert(shard, i.fid);
+            if !by_fid.contains_key(&shard) {
+                findings.push(Finding {
+                    kind: "shard",
+                    fid: i.fid,
+                    detail: format!("striped directory's shard {shard} does not exist"),
+                });
+            }
+        }
+    }
     for d in dirents {
         *names.entry(d.fid).or_default() += 1;
         holder.insert(d.fid, d.parent);
@@ -84,7 +99,9 @@ pub fn check(inodes: &[InodeSummary], dirents: &[DirentSummary]) -> Report {
             });
             continue;
         }
-        let want = if i.kind == FileKind::Directory {
+        let want = if !i.shards.is_empty() {
+            1
+        } else if i.kind == FileKind::Directory {
             2 + subdirs.get(&i.fid).copied().unwrap_or(0)
         } else {
             named
@@ -126,6 +143,7 @@ mod tests {
             nlink,
             parent,
             orphan: false,
+            shards: vec![],
         }
     }
 
@@ -146,6 +164,7 @@ mod tests {
             nlink: 3,
             parent: Some(Fid::ROOT),
             orphan: false,
+            shards: vec![],
         };
         let dir = inode(1, FileKind::Directory, 2, Some(Fid::ROOT));
         let file = inode(2, FileKind::Regular, 2, None);

@@ -18,6 +18,7 @@ pub mod rpc_stats;
 
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
+use nacre_types::dirstripe::{DirHash, DirStripe};
 use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo};
@@ -137,12 +138,19 @@ pub struct TargetUsage {
     pub statfs: StatFs,
 }
 
+/// Directory stripe layouts a client remembers at most before starting over.
+pub const STRIPE_CACHE_ENTRIES_MAX: usize = 65_536;
+
 /// A mounted Nacre file system.
 pub struct Client {
     fsname: String,
     mgs: Arc<Connection>,
     config: RwLock<FsConfig>,
     mdcs: RwLock<HashMap<u32, Arc<mdc::Mdc>>>,
+    /// Stripe layouts of directories used so far (None: not striped). FIDs are never reused
+    /// and a directory's striping never changes (until migration exists), so entries stay
+    /// right; the map is emptied when it reaches [`STRIPE_CACHE_ENTRIES_MAX`].
+    stripes: RwLock<HashMap<Fid, Option<Arc<DirStripe>>>>,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
     rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
@@ -170,6 +178,7 @@ impl Client {
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),
+            stripes: RwLock::new(HashMap::new()),
             config: RwLock::new(fs),
             oscs: RwLock::new(HashMap::new()),
             rpc_stats: RwLock::new(HashMap::new()),
@@ -261,11 +270,68 @@ impl Client {
             .clone())
     }
 
-    /// Sends an operation to the MDT that holds it: the parent directory's for name
-    /// operations, the inode's otherwise (a FID names its MDT).
-    fn md(&self, op: MdsOp) -> Result<MdsReply> {
+    /// Sends an operation to the MDT that holds it: the parent directory's (its shard's, in
+    /// a striped directory) for name operations, the inode's otherwise (a FID names its MDT).
+    fn md(&self, mut op: MdsOp) -> Result<MdsReply> {
+        self.to_shards(&mut op)?;
         let index = op.key_fid().map_or(0, Fid::mdt_index);
         self.mdc(index)?.call(op)
+    }
+
+    /// The stripe layout of directory `dir` (None: not striped), cached.
+    pub fn dir_stripe(&self, dir: Fid) -> Result<Option<Arc<DirStripe>>> {
+        if let Some(s) = self.stripes.read().expect("stripes").get(&dir) {
+            return Ok(s.clone());
+        }
+        let op = MdsOp::GetDirStripe { fid: dir };
+        let stripe = match self.mdc(dir.mdt_index())?.call(op)? {
+            MdsReply::DirStripe(s) => s.map(Arc::new),
+            _ => return Err(Status::Proto.into()),
+        };
+        let mut map = self.stripes.write().expect("stripes");
+        if map.len() >= STRIPE_CACHE_ENTRIES_MAX {
+            map.clear();
+        }
+        map.insert(dir, stripe.clone());
+        Ok(stripe)
+    }
+
+    /// The directory that holds `name` of `dir`: its shard if `dir` is striped.
+    fn shard_of(&self, dir: Fid, name: &[u8]) -> Result<Fid> {
+        if name == b"." || name == b".." {
+            return Ok(dir);
+        }
+        Ok(match self.dir_stripe(dir)? {
+            Some(s) => s.shard_for(name),
+            None => dir,
+        })
+    }
+
+    /// Points a name operation at the shard that holds the name.
+    fn to_shards(&self, op: &mut MdsOp) -> Result<()> {
+        match op {
+            MdsOp::Lookup { parent, name }
+            | MdsOp::Create { parent, name, .. }
+            | MdsOp::Mkdir { parent, name, .. }
+            | MdsOp::MkdirOn { parent, name, .. }
+            | MdsOp::MkdirStriped { parent, name, .. }
+            | MdsOp::Symlink { parent, name, .. }
+            | MdsOp::Link { parent, name, .. }
+            | MdsOp::Unlink { parent, name }
+            | MdsOp::Rmdir { parent, name } => *parent = self.shard_of(*parent, name)?,
+            MdsOp::Rename {
+                src_parent,
+                src_name,
+                dst_parent,
+                dst_name,
+                ..
+            } => {
+                *src_parent = self.shard_of(*src_parent, src_name)?;
+                *dst_parent = self.shard_of(*dst_parent, dst_name)?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
@@ -411,6 +477,34 @@ impl Client {
             .0)
     }
 
+    /// Creates a striped directory (`nacre mkdir -c`): its entries spread by `hash` over
+    /// `count` shards on MDTs `start`, `start`+1, … (`start` MDT_INDEX_ANY: the MDS picks).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mkdir_striped(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        count: u32,
+        start: u32,
+        hash: DirHash,
+    ) -> Result<Attr> {
+        Ok(self
+            .entry(MdsOp::MkdirStriped {
+                parent,
+                name: name.to_vec(),
+                perm,
+                uid,
+                gid,
+                count,
+                start,
+                hash,
+            })?
+            .0)
+    }
+
     /// Creates a symlink.
     pub fn symlink(
         &self,
@@ -509,6 +603,40 @@ impl Client {
 
     /// One page of a directory listing, after `after`.
     pub fn readdir(
+        &self,
+        fid: Fid,
+        after: Option<&[u8]>,
+        count: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let Some(stripe) = self.dir_stripe(fid)? else {
+            return self.readdir_one(fid, after, count);
+        };
+        // A striped directory lists as one: its shards' pages merged in name order, up to
+        // the lowest last name of a shard with more to come (names past it may still be
+        // missing), so the order is stable and resuming after a name skips nothing.
+        let mut merged = Vec::new();
+        let mut bound: Option<Vec<u8>> = None;
+        for &shard in &stripe.shards {
+            let (page, eof) = self.readdir_one(shard, after, count)?;
+            if !eof {
+                if let Some(last) = page.last() {
+                    if bound.as_ref().is_none_or(|b| last.name < *b) {
+                        bound = Some(last.name.clone());
+                    }
+                }
+            }
+            merged.extend(page);
+        }
+        merged.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(b) = &bound {
+            merged.retain(|e| e.name <= *b);
+        }
+        let complete = bound.is_none() && merged.len() <= count as usize;
+        merged.truncate(count as usize);
+        Ok((merged, complete))
+    }
+
+    fn readdir_one(
         &self,
         fid: Fid,
         after: Option<&[u8]>,

@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
-use crate::{XATTR_DF, XATTR_LOV, XATTR_MKDIR};
+use crate::{XATTR_DF, XATTR_LMV, XATTR_LOV, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -168,6 +168,7 @@ impl NacreFs {
         match name.as_bytes() {
             n if n == XATTR_LOV.as_bytes() => Some(self.layout_json(fid)),
             n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
+            n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
             _ => None,
         }
     }
@@ -183,9 +184,37 @@ impl NacreFs {
             None => return Err(bad("no mdt")),
         };
         let mode = v["mode"].as_u64().unwrap_or(0o755) as u32 & 0o7777;
+        if let Some(count) = v["count"].as_u64() {
+            let count = u32::try_from(count).map_err(|_| bad("bad count"))?;
+            let hash = match v["hash"].as_str() {
+                Some(h) => h.parse().map_err(|e: String| bad(&e))?,
+                None => nacre_types::dirstripe::DirHash::Fnv1a64,
+            };
+            return self
+                .client
+                .mkdir_striped(parent, name.as_bytes(), mode, uid, gid, count, mdt, hash)
+                .map(|_| ());
+        }
         self.client
             .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)
             .map(|_| ())
+    }
+
+    fn lmv_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let stripe = self.client.dir_stripe(fid)?;
+        let v = match stripe {
+            Some(s) => serde_json::json!({
+                "mdt": fid.mdt_index(),
+                "stripe_count": s.shards.len(),
+                "hash": s.hash.name(),
+                "shards": s.shards.iter().map(|f| serde_json::json!({
+                    "mdt": f.mdt_index(),
+                    "fid": f.to_string(),
+                })).collect::<Vec<_>>(),
+            }),
+            None => serde_json::json!({ "mdt": fid.mdt_index(), "stripe_count": 0 }),
+        };
+        Ok(v.to_string().into_bytes())
     }
 
     fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {

@@ -23,5 +23,11 @@ pub const XATTR_LOV: &str = "user.nacre.lov";
 /// Virtual xattr on any directory: per-target usage (JSON), for `nacre df`.
 pub const XATTR_DF: &str = "user.nacre.df";
 /// Virtual xattr set on a directory to create a subdirectory on a chosen MDT (`nacre mkdir
-/// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}` (`"mdt": -1`: the MDS chooses).
+/// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}` (`"mdt": -1`: the MDS chooses); with
+/// `"count": N` (and `"hash": "fnv_1a_64"|"all_char"`) a directory striped over N MDTs
+/// from `mdt` on (`nacre mkdir -c`).
 pub const XATTR_MKDIR: &str = "user.nacre.mkdir";
+/// Virtual xattr on a directory: where it lives and how it is striped (JSON: `mdt`,
+/// `stripe_count`, `hash`, `shards` as `[{"mdt": 1, "fid": "[..]"}]`), for `nacre
+/// getdirstripe`.
+pub const XATTR_LMV: &str = "user.nacre.lmv";

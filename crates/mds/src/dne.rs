@@ -8,7 +8,7 @@
 //! ends fully done or (for a refused removal) fully undone.
 
 use crate::mdt::{kv_err, Mdt, Tx};
-use crate::records::{encode, InodeRecord, IntentRecord, SavedReply, INTENTS};
+use crate::records::{encode, InodeRecord, IntentRecord, SavedReply, DIRSTRIPES, INTENTS};
 use nacre_net::fault;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::Outgoing;
@@ -89,6 +89,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             attr,
             parent,
             dir_default,
+            stripe,
         } => {
             if attr.fid.mdt_index() != mdt.label.index || attr.kind != FileKind::Directory {
                 return Err(Status::Inval);
@@ -104,6 +105,10 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 parent: Some(*parent),
                 orphan: false,
             });
+            if let Some(stripe) = stripe {
+                tx.batch
+                    .put(DIRSTRIPES, attr.fid.to_key().to_vec(), encode(stripe));
+            }
             tx.count_inodes(1)?;
         }
         RemoteUpdate::DestroyDir { fid } => {
@@ -118,6 +123,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 return Err(Status::NotEmpty);
             }
             tx.remove_inode(&rec)?;
+            tx.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
         }
     }
     commit_durable(mdt, tx)?;
@@ -163,17 +169,7 @@ impl std::fmt::Display for Placement {
 /// Picks the MDT for a new directory of `mkdir -i -1`: free inodes are asked of every MDT
 /// at each placement (one small RPC each; no cache yet).
 pub fn choose_mdt(mdt: &Mdt) -> Result<u32, Status> {
-    let mut indexes = mdt.osts.mdt_indexes();
-    if indexes.is_empty() {
-        if let Err(e) = mdt.osts.refresh() {
-            tracing::debug!("MDT refresh: {e}");
-        }
-        indexes = mdt.osts.mdt_indexes();
-    }
-    if !indexes.contains(&mdt.label.index) {
-        indexes.push(mdt.label.index);
-        indexes.sort_unstable();
-    }
+    let indexes = mdt_list(mdt, 2);
     let rr = || {
         let n = mdt
             .mkdir_rr
@@ -207,35 +203,51 @@ pub fn choose_mdt(mdt: &Mdt) -> Result<u32, Status> {
     Ok(crate::osp::weighted_pick(&indexes, &free, 1)[0])
 }
 
-/// Coordinator: `mkdir` of `name` in `parent` (here) with its inode on MDT `target`.
-#[allow(clippy::too_many_arguments)]
-pub fn mkdir_remote(
+/// What a new directory is asked to be (mkdir's arguments).
+pub struct NewDir<'a> {
+    /// Parent directory (on this MDT).
+    pub parent: Fid,
+    /// Name.
+    pub name: &'a [u8],
+    /// Permission bits.
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// Reserves a FID on MDT `index` (this one included, through the same request).
+fn alloc_on(mdt: &Mdt, index: u32) -> Result<Fid, Status> {
+    match peer_call(mdt, index, MdsOp::AllocFid)? {
+        MdsReply::Fid(f) if f.mdt_index() == index => Ok(f),
+        _ => Err(Status::Proto),
+    }
+}
+
+/// Runs a creation coordinated here: `build` checks and records the local changes and
+/// returns the reply and the intents; they commit durably with the saved reply, then every
+/// intent is driven to its end before the reply (or left to recovery after the wait).
+fn coordinate(
     mdt: &Mdt,
     call: &MdsCall,
     xid: u64,
-    parent: Fid,
-    name: &[u8],
-    perm: u32,
-    uid: u32,
-    gid: u32,
-    target: u32,
+    fault_name: &str,
+    build: impl FnOnce(&mut Tx<'_>) -> Result<(MdsReply, Vec<IntentRecord>), Status>,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
-        return out;
-    }
-    let fid = match peer_call(mdt, target, MdsOp::AllocFid) {
-        Ok(MdsReply::Fid(f)) if f.mdt_index() == target => f,
-        Ok(_) => return Outgoing::error(Status::Proto),
-        Err(s) => return Outgoing::error(s),
-    };
     let mut tx = mdt.begin();
-    let result =
-        mkdir_local(&mut tx, parent, name, perm, uid, gid, fid, target).map(|(r, mut intent)| {
-            intent.reply_to = Some((call.client, xid));
-            tx.batch
-                .put(INTENTS, fid.to_key().to_vec(), encode(&intent));
-            (r, intent)
-        });
+    let result = build(&mut tx).map(|(r, intents)| {
+        let intents: Vec<IntentRecord> = intents
+            .into_iter()
+            .map(|mut i| {
+                i.reply_to = Some((call.client, xid));
+                tx.batch
+                    .put(INTENTS, i.update.fid().to_key().to_vec(), encode(&i));
+                i
+            })
+            .collect();
+        (r, intents)
+    });
     if result.is_err() {
         tx.batch = nacre_kv::Batch::new();
     }
@@ -244,32 +256,175 @@ pub fn mkdir_remote(
     if let Err(s) = commit_durable(mdt, tx) {
         return Outgoing::error(s);
     }
-    if let Ok((_, intent)) = result {
-        mdt.intents.lock().expect("intents").insert(fid, intent);
-        fault::point("mds.mkdir_remote.after_local_commit");
-        // The entry is durable: the directory will exist. Answer once it does, or once the
-        // wait is over (recovery then finishes it).
-        if let Err(s) = finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-            tracing::warn!("{}: remote mkdir {fid} pending: {s}", mdt.label.name());
+    if let Ok((_, intents)) = result {
+        let fids: Vec<Fid> = intents.iter().map(|i| i.update.fid()).collect();
+        {
+            let mut pending = mdt.intents.lock().expect("intents");
+            for i in intents {
+                pending.insert(i.update.fid(), i);
+            }
+        }
+        fault::point(fault_name);
+        // The entry is durable: the directories will exist. Answer once they do, or once
+        // the wait is over (recovery then finishes them).
+        for fid in fids {
+            if let Err(s) = finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+                tracing::warn!("{}: creation of {fid} pending: {s}", mdt.label.name());
+            }
         }
     }
     outgoing(reply)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The MDTs of the file system (this one included), sorted; asks the MGS again when fewer
+/// than `at_least` are known (MDTs registered since the last refresh).
+fn mdt_list(mdt: &Mdt, at_least: usize) -> Vec<u32> {
+    let list = || {
+        let mut l = mdt.osts.mdt_indexes();
+        if !l.contains(&mdt.label.index) {
+            l.push(mdt.label.index);
+            l.sort_unstable();
+        }
+        l
+    };
+    let l = list();
+    if l.len() >= at_least {
+        return l;
+    }
+    if let Err(e) = mdt.osts.refresh() {
+        tracing::debug!("MDT refresh: {e}");
+    }
+    list()
+}
+
+/// Coordinator: `mkdir` of a directory whose inode lives on MDT `target`.
+pub fn mkdir_remote(mdt: &Mdt, call: &MdsCall, xid: u64, dir: NewDir<'_>, target: u32) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    let fid = match alloc_on(mdt, target) {
+        Ok(f) => f,
+        Err(s) => return Outgoing::error(s),
+    };
+    coordinate(
+        mdt,
+        call,
+        xid,
+        "mds.mkdir_remote.after_local_commit",
+        |tx| mkdir_local(tx, &dir, fid, target, None).map(|(r, i)| (r, vec![i])),
+    )
+}
+
+/// Coordinator: `mkdir -c count` — a master directory on MDT `start` and `count` shards on
+/// the MDTs from `start` on, every inode created through an intent (this MDT's too).
+pub fn mkdir_striped(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    dir: NewDir<'_>,
+    count: u32,
+    start: u32,
+    hash: nacre_types::dirstripe::DirHash,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    let count = count as usize;
+    let indexes = mdt_list(mdt, count);
+    if count == 0 || count > indexes.len() || count > nacre_types::dirstripe::DIR_STRIPE_COUNT_MAX {
+        return Outgoing::error(Status::Inval);
+    }
+    let start = if start == nacre_wire::mds::MDT_INDEX_ANY {
+        match choose_mdt(mdt) {
+            Ok(s) => s,
+            Err(s) => return Outgoing::error(s),
+        }
+    } else {
+        start
+    };
+    let Some(first) = indexes.iter().position(|&i| i == start) else {
+        return Outgoing::error(Status::NoDev);
+    };
+    let targets: Vec<u32> = (0..count)
+        .map(|k| indexes[(first + k) % indexes.len()])
+        .collect();
+    let master = match alloc_on(mdt, start) {
+        Ok(f) => f,
+        Err(s) => return Outgoing::error(s),
+    };
+    let mut shards = Vec::with_capacity(count);
+    for &t in &targets {
+        match alloc_on(mdt, t) {
+            Ok(f) => shards.push(f),
+            Err(s) => return Outgoing::error(s),
+        }
+    }
+    let stripe = nacre_types::dirstripe::DirStripe { hash, shards };
+    coordinate(
+        mdt,
+        call,
+        xid,
+        "mds.mkdir_striped.after_local_commit",
+        |tx| {
+            let (reply, master_intent) =
+                mkdir_local(tx, &dir, master, start, Some(stripe.clone()))?;
+            let RemoteUpdate::CreateDir {
+                attr, dir_default, ..
+            } = &master_intent.update
+            else {
+                unreachable!("mkdir_local makes a CreateDir");
+            };
+            let mut intents = Vec::with_capacity(count + 1);
+            for (k, &shard) in stripe.shards.iter().enumerate() {
+                let mut shard_attr = attr.clone();
+                shard_attr.fid = shard;
+                shard_attr.nlink = 2;
+                intents.push(IntentRecord {
+                    mdt: targets[k],
+                    update: RemoteUpdate::CreateDir {
+                        attr: shard_attr,
+                        parent: master,
+                        dir_default: *dir_default,
+                        stripe: None,
+                    },
+                    parent: dir.parent,
+                    name: dir.name.to_vec(),
+                    reply_to: None,
+                    shards: Vec::new(),
+                });
+            }
+            // The master last: a master is never there without its shards.
+            intents.push(master_intent);
+            Ok((reply, intents))
+        },
+    )
+}
+
+/// The local half of a new directory `fid` on MDT `target` (the master of a striped one
+/// with `stripe`): the entry here, the parent's link, and the intent creating the inode.
 fn mkdir_local(
     tx: &mut Tx<'_>,
-    parent_fid: Fid,
-    name: &[u8],
-    perm: u32,
-    uid: u32,
-    gid: u32,
+    dir: &NewDir<'_>,
     fid: Fid,
     target: u32,
+    stripe: Option<nacre_types::dirstripe::DirStripe>,
 ) -> Result<(MdsReply, IntentRecord), Status> {
+    let (parent_fid, name) = (dir.parent, dir.name);
     let mut parent = crate::ops::mkdir::check_new(tx, parent_fid, name)?;
-    let rec =
-        crate::ops::create::inode_with_fid(tx, &parent, FileKind::Directory, perm, uid, gid, fid);
+    let mut rec = crate::ops::create::inode_with_fid(
+        tx,
+        &parent,
+        FileKind::Directory,
+        dir.perm,
+        dir.uid,
+        dir.gid,
+        fid,
+    );
+    if stripe.is_some() {
+        // A master holds no entries itself; 1 is the "links not counted" convention, so
+        // tools do not infer its subdirectory count from it.
+        rec.attr.nlink = 1;
+    }
     parent.attr.nlink += 1;
     tx.touch(&mut parent);
     tx.put_inode(&parent);
@@ -283,10 +438,12 @@ fn mkdir_local(
             attr: rec.attr.clone(),
             parent: parent_fid,
             dir_default: (effective != Default::default()).then_some(effective),
+            stripe,
         },
         parent: parent_fid,
         name: name.to_vec(),
         reply_to: None,
+        shards: Vec::new(),
     };
     Ok((
         MdsReply::Entry {
@@ -311,6 +468,146 @@ pub fn rmdir_remote(
     if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
         return out;
     }
+    if let Some(out) = resume_own(mdt, call, xid, fid) {
+        return out;
+    }
+    let intent = IntentRecord {
+        mdt: fid.mdt_index(),
+        update: RemoteUpdate::DestroyDir { fid },
+        parent,
+        name: name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards: Vec::new(),
+    };
+    start_removal(
+        mdt,
+        call,
+        xid,
+        parent,
+        name,
+        intent,
+        "mds.rmdir_remote.after_intent",
+    )
+}
+
+/// The stripe layout of directory `fid`, if this MDT holds it and it is striped.
+pub fn dir_stripe(
+    mdt: &Mdt,
+    fid: Fid,
+) -> Result<Option<nacre_types::dirstripe::DirStripe>, Status> {
+    match mdt.kv.get(DIRSTRIPES, &fid.to_key()).map_err(kv_err)? {
+        Some(v) => Ok(Some(crate::records::decode(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// The stripe layout of directory `fid`, wherever it lives.
+pub fn stripe_of(mdt: &Mdt, fid: Fid) -> Result<Option<nacre_types::dirstripe::DirStripe>, Status> {
+    if fid.mdt_index() == mdt.label.index {
+        return dir_stripe(mdt, fid);
+    }
+    match peer_call(mdt, fid.mdt_index(), MdsOp::GetDirStripe { fid })? {
+        MdsReply::DirStripe(s) => Ok(s),
+        _ => Err(Status::Proto),
+    }
+}
+
+/// Coordinator: `rmdir` of `name` in `parent` (here), the entry of striped directory
+/// `master`. Every shard must be empty; the intent commits first, then the shards are
+/// destroyed, then the master, then the entry goes. A shard found not empty at that point
+/// (a create raced in) puts every shard back as it was and answers `ENOTEMPTY`.
+pub fn rmdir_striped(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    parent: Fid,
+    name: &[u8],
+    master: Fid,
+    stripe: nacre_types::dirstripe::DirStripe,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_own(mdt, call, xid, master) {
+        return out;
+    }
+    // Check every shard (and learn what to put back) before changing anything.
+    let mut shards = Vec::with_capacity(stripe.shards.len());
+    for &shard in &stripe.shards {
+        let at = shard.mdt_index();
+        let listing = MdsOp::ReadDir {
+            fid: shard,
+            after: None,
+            count: 1,
+        };
+        match peer_call(mdt, at, listing) {
+            Ok(MdsReply::Dir { entries, .. }) if entries.is_empty() => {}
+            Ok(MdsReply::Dir { .. }) => return Outgoing::error(Status::NotEmpty),
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        }
+        let attr = match peer_call(mdt, at, MdsOp::GetAttr { fid: shard }) {
+            Ok(MdsReply::Entry { attr, .. }) => attr,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        let dir_default = match peer_call(mdt, at, MdsOp::GetLayout { fid: shard }) {
+            Ok(MdsReply::Layout(nacre_wire::mds::LayoutInfo::Dir(d))) => d,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        shards.push((at, attr, dir_default));
+    }
+    let intent = IntentRecord {
+        mdt: master.mdt_index(),
+        update: RemoteUpdate::DestroyDir { fid: master },
+        parent,
+        name: name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards,
+    };
+    start_removal(
+        mdt,
+        call,
+        xid,
+        parent,
+        name,
+        intent,
+        "mds.rmdir_striped.after_intent",
+    )
+}
+
+/// A resend of this very request whose removal intent is pending (after a restart): finish
+/// it and answer with its saved reply. None if no intent of this request is pending.
+pub fn resume_own(mdt: &Mdt, call: &MdsCall, xid: u64, fid: Fid) -> Option<Outgoing> {
+    let pending = mdt.intents.lock().expect("intents").get(&fid).cloned()?;
+    if pending.reply_to != Some((call.client, xid)) {
+        // Being created or removed by another request right now.
+        return Some(Outgoing::error(Status::Again));
+    }
+    Some(
+        match finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+            Ok(()) | Err(Status::NotEmpty) | Err(Status::NotDir) => {
+                crate::saved_reply(mdt, &call.client, xid)
+                    .unwrap_or_else(|| Outgoing::error(Status::Io))
+            }
+            Err(s) => Outgoing::error(s),
+        },
+    )
+}
+
+/// Commits a removal intent (after checking the entry still names its directory), then
+/// drives it to its end and answers with the reply it saved.
+fn start_removal(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    parent: Fid,
+    name: &[u8],
+    intent: IntentRecord,
+    fault_name: &str,
+) -> Outgoing {
+    let fid = intent.update.fid();
     let mut tx = mdt.begin();
     // Re-check under the write lock: the entry may have changed since the caller looked.
     match tx.lookup(parent, name) {
@@ -324,29 +621,9 @@ pub fn rmdir_remote(
         }
         Err(s) => return Outgoing::error(s),
     }
-    let pending = mdt.intents.lock().expect("intents").get(&fid).cloned();
-    if let Some(p) = pending {
-        drop(tx);
-        if p.reply_to != Some((call.client, xid)) {
-            // Being created or removed by another request right now.
-            return Outgoing::error(Status::Again);
-        }
-        // This very request, resent after a restart: finish it.
-        return match finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-            Ok(()) | Err(Status::NotEmpty) | Err(Status::NotDir) => {
-                crate::saved_reply(mdt, &call.client, xid)
-                    .unwrap_or_else(|| Outgoing::error(Status::Io))
-            }
-            Err(s) => Outgoing::error(s),
-        };
+    if mdt.intents.lock().expect("intents").contains_key(&fid) {
+        return Outgoing::error(Status::Again);
     }
-    let intent = IntentRecord {
-        mdt: fid.mdt_index(),
-        update: RemoteUpdate::DestroyDir { fid },
-        parent,
-        name: name.to_vec(),
-        reply_to: Some((call.client, xid)),
-    };
     tx.batch
         .put(INTENTS, fid.to_key().to_vec(), encode(&intent));
     if let Err(s) = commit_durable(mdt, tx) {
@@ -354,14 +631,50 @@ pub fn rmdir_remote(
     }
     // Known to recovery only once durable: the remote part never runs ahead of its intent.
     mdt.intents.lock().expect("intents").insert(fid, intent);
-    fault::point("mds.rmdir_remote.after_intent");
+    fault::point(fault_name);
     match finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-        Ok(()) => match crate::saved_reply(mdt, &call.client, xid) {
-            Some(out) => out,
-            None => Outgoing::error(Status::Io),
-        },
+        Ok(()) | Err(Status::NotEmpty) | Err(Status::NotDir) => {
+            crate::saved_reply(mdt, &call.client, xid)
+                .unwrap_or_else(|| Outgoing::error(Status::Io))
+        }
         Err(s) => Outgoing::error(s),
     }
+}
+
+/// The remote part of a striped directory's removal: every shard destroyed, then the
+/// master; a shard not empty puts back every shard (creation is idempotent, so shards never
+/// destroyed are untouched) and answers `ENOTEMPTY`. Err(Again) while an MDT is unreachable.
+fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(), Status> {
+    let master = intent.update.fid();
+    let send = |at: u32, update: RemoteUpdate| -> Result<(), Status> {
+        loop {
+            match peer_call(mdt, at, MdsOp::Update(update.clone())) {
+                Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+    };
+    for (at, attr, _) in &intent.shards {
+        match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
+            Ok(()) => {}
+            Err(Status::NotEmpty) => {
+                for (at, attr, dir_default) in &intent.shards {
+                    let back = RemoteUpdate::CreateDir {
+                        attr: attr.clone(),
+                        parent: master,
+                        dir_default: *dir_default,
+                        stripe: None,
+                    };
+                    send(*at, back)?;
+                }
+                return Err(Status::NotEmpty);
+            }
+            Err(s) => return Err(s),
+        }
+    }
+    send(intent.mdt, intent.update.clone())
 }
 
 /// Drives intent `fid` to its end: sends the remote update until the remote MDT answers
@@ -373,7 +686,11 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
         let Some(intent) = mdt.intents.lock().expect("intents").get(&fid).cloned() else {
             return Ok(());
         };
-        let outcome = peer_call(mdt, intent.mdt, MdsOp::Update(intent.update.clone()));
+        let outcome = if intent.shards.is_empty() {
+            peer_call(mdt, intent.mdt, MdsOp::Update(intent.update.clone()))
+        } else {
+            remove_striped(mdt, &intent, deadline).map(|()| MdsReply::Done)
+        };
         match outcome {
             Err(Status::Again) | Err(Status::NoDev) => {
                 if Instant::now() >= deadline {

@@ -23,7 +23,7 @@ pub mod stats;
 use mdt::{kv_err, note_modification, Mdt};
 use nacre_kv::Batch;
 use nacre_net::{Handler, Incoming, Outgoing};
-use nacre_types::Status;
+use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use nacre_wire::{decode_body, encode_body};
 use records::{decode, reply_key, SavedReply, REPLIES};
@@ -189,6 +189,26 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     commit(mdt, tx, result, Some(saved))
 }
 
+/// `rmdir` of an entry naming directory `fid`: local, remote or striped.
+fn rmdir_dir(mdt: &Mdt, call: &MdsCall, xid: u64, parent: Fid, name: &[u8], fid: Fid) -> Outgoing {
+    // A resend whose cross-MDT removal is half done (its directory may be gone already, the
+    // entry not yet): finish that one.
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = dne::resume_own(mdt, call, xid, fid) {
+        return out;
+    }
+    match dne::stripe_of(mdt, fid) {
+        Ok(Some(stripe)) => dne::rmdir_striped(mdt, call, xid, parent, name, fid, stripe),
+        Ok(None) if fid.mdt_index() != mdt.label.index => {
+            dne::rmdir_remote(mdt, call, xid, parent, name, fid)
+        }
+        Ok(None) => run_modifying(mdt, call, xid),
+        Err(s) => Outgoing::error(s),
+    }
+}
+
 /// The saved reply of (client, xid), if the request was executed before: a resend is
 /// answered with it instead of running again. A reply to a cross-MDT operation still in
 /// progress (its intent pending) waits for the operation to end first.
@@ -285,13 +305,44 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             };
             match target {
                 Ok(t) if t == mdt.label.index => run_modifying(mdt, call, xid),
-                Ok(t) => dne::mkdir_remote(mdt, call, xid, *parent, name, *perm, *uid, *gid, t),
+                Ok(t) => {
+                    let dir = dne::NewDir {
+                        parent: *parent,
+                        name,
+                        perm: *perm,
+                        uid: *uid,
+                        gid: *gid,
+                    };
+                    dne::mkdir_remote(mdt, call, xid, dir, t)
+                }
                 Err(s) => Outgoing::error(s),
             }
         }
+        MdsOp::MkdirStriped {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            count,
+            start,
+            hash,
+        } => {
+            let dir = dne::NewDir {
+                parent: *parent,
+                name,
+                perm: *perm,
+                uid: *uid,
+                gid: *gid,
+            };
+            dne::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
+        }
+        MdsOp::GetDirStripe { fid } => {
+            to_outgoing(dne::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
+        }
         MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
-            Ok(Some(d)) if d.fid.mdt_index() != mdt.label.index => {
-                dne::rmdir_remote(mdt, call, xid, *parent, name, d.fid)
+            Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
+                rmdir_dir(mdt, call, xid, *parent, name, d.fid)
             }
             _ => run_modifying(mdt, call, xid),
         },

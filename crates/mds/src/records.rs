@@ -7,6 +7,8 @@
 //! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[version] postcard(SavedReply)`
 //! * `destroy`: OST index (4) ++ object seq (8) ++ object id (8) → empty: objects to destroy
 //! * `meta`:    name → value: allocation limits
+//! * `dirstripes`: FID key (16) → `[version] postcard(DirStripe)`: the shards of a striped
+//!   directory whose master inode is here
 //! * `intents`: FID key (16) → `[version] postcard(IntentRecord)`: cross-MDT operations this
 //!   MDT coordinates whose remote update is not yet known to be applied (docs/dne.md)
 
@@ -28,8 +30,12 @@ pub const DESTROY: &str = "destroy";
 pub const META: &str = "meta";
 /// Pending cross-MDT operations coordinated by this MDT.
 pub const INTENTS: &str = "intents";
+/// Stripe layouts of the striped directories whose master inode is here.
+pub const DIRSTRIPES: &str = "dirstripes";
 /// Every table of an MDT.
-pub const TABLES: [&str; 7] = [INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META, INTENTS];
+pub const TABLES: [&str; 8] = [
+    INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META, INTENTS, DIRSTRIPES,
+];
 
 /// A cross-MDT operation this MDT coordinates, committed with its local changes (or before
 /// them, for removals) and deleted once the remote MDT has applied its part.
@@ -45,6 +51,9 @@ pub struct IntentRecord {
     pub name: Vec<u8>,
     /// The client request to answer when recovery finishes the operation: (client uuid, xid).
     pub reply_to: Option<([u8; 16], u64)>,
+    /// Removal of a striped directory: every shard (its MDT, attributes, default striping),
+    /// destroyed before the master and recreated as they were if one turns out not empty.
+    pub shards: Vec<(u32, Attr, Option<StripeSpec>)>,
 }
 
 const RECORD_VERSION: u8 = 1;

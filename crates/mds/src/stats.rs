@@ -30,6 +30,8 @@ pub const MD_OPS: &[&str] = &[
     "mkdir_remote",
     "alloc_fid",
     "update",
+    "mkdir_striped",
+    "get_dir_stripe",
 ];
 
 #[cfg(test)]

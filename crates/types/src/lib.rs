@@ -7,6 +7,7 @@
 
 pub mod attr;
 pub mod buf;
+pub mod dirstripe;
 pub mod fid;
 pub mod jobid;
 pub mod layout;

@@ -216,6 +216,32 @@ pub enum MdsOp {
         /// one by free inodes (Lustre's `lfs mkdir -i -1`).
         mdt: u32,
     },
+    /// Create a striped directory: entries spread by `hash` over `count` shards on MDTs
+    /// `start`, `start`+1, … (`start` [`MDT_INDEX_ANY`]: the coordinator picks). Sent to the
+    /// parent's MDT. Reply: [`MdsReply::Entry`] (the master directory).
+    MkdirStriped {
+        /// Parent directory.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Permission bits.
+        perm: u32,
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// Shards (at most the number of MDTs).
+        count: u32,
+        /// MDT of the master and first shard.
+        start: u32,
+        /// Name hash.
+        hash: nacre_types::dirstripe::DirHash,
+    },
+    /// The stripe layout of a directory (None: not striped). Reply: [`MdsReply::DirStripe`].
+    GetDirStripe {
+        /// Directory.
+        fid: Fid,
+    },
     /// MDT to MDT: reserve a FID of the receiving MDT for an inode it will create for the
     /// sender (checks it has room). Reply: [`MdsReply::Fid`].
     AllocFid,
@@ -275,7 +301,8 @@ impl MdsOp {
             | MdsOp::RemoveXattr { fid, .. }
             | MdsOp::SetLayout { fid, .. }
             | MdsOp::GetLayout { fid } => Some(*fid),
-            MdsOp::MkdirOn { parent, .. } => Some(*parent),
+            MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
+            MdsOp::GetDirStripe { fid } => Some(*fid),
             MdsOp::Update(u) => Some(u.fid()),
             MdsOp::StatFs
             | MdsOp::Sync
@@ -316,6 +343,8 @@ impl MdsOp {
                 MdsOp::MkdirOn { .. } => 25,
                 MdsOp::AllocFid => 26,
                 MdsOp::Update(_) => 27,
+                MdsOp::MkdirStriped { .. } => 28,
+                MdsOp::GetDirStripe { .. } => 29,
             }
     }
 
@@ -335,6 +364,7 @@ impl MdsOp {
                 | MdsOp::Sync
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
+                | MdsOp::GetDirStripe { .. }
                 // Idempotent by construction, committed by their own transaction.
                 | MdsOp::AllocFid
                 | MdsOp::Update(_)
@@ -367,6 +397,8 @@ pub enum RemoteUpdate {
         /// Default striping for files created in it (the coordinator's effective default
         /// there, as the file system default lives on MDT0).
         dir_default: Option<StripeSpec>,
+        /// For the master of a striped directory: its shards.
+        stripe: Option<nacre_types::dirstripe::DirStripe>,
     },
     /// Destroy directory inode `fid` if it is empty (`ENOTEMPTY` otherwise); done if absent.
     DestroyDir {
@@ -398,6 +430,8 @@ pub struct InodeSummary {
     pub parent: Option<Fid>,
     /// Unlinked while open (kept until the last close; no entry names it).
     pub orphan: bool,
+    /// Shards, if it is the master of a striped directory.
+    pub shards: Vec<Fid>,
 }
 
 /// One stored directory entry, with its directory.
@@ -457,6 +491,8 @@ pub enum MdsReply {
     Done,
     /// A FID reserved by [`MdsOp::AllocFid`].
     Fid(Fid),
+    /// A directory's stripe layout (None: not striped).
+    DirStripe(Option<nacre_types::dirstripe::DirStripe>),
     /// The name is an entry of this MDT for an inode of another MDT: ask that one for it.
     Remote {
         /// The inode (its MDT is `fid.mdt_index()`).
@@ -515,6 +551,7 @@ mod tests {
                 nlink: 2,
                 parent: Some(Fid::ROOT),
                 orphan: false,
+                shards: vec![],
             }],
             eof: true,
         };

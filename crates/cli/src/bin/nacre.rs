@@ -51,14 +51,20 @@ enum Command {
         /// free inodes; default: the parent's.
         #[arg(short = 'i', long = "mdt-index", allow_hyphen_values = true)]
         mdt: Option<i64>,
+        /// Stripe the directory over this many MDTs (-1: all), its entries spread by name
+        /// hash (a striped directory, like `lfs mkdir -c`).
+        #[arg(short = 'c', long = "mdt-count", allow_hyphen_values = true)]
+        count: Option<i64>,
+        /// Name hash of a striped directory: fnv_1a_64 (default) or all_char.
+        #[arg(short = 'H', long = "mdt-hash")]
+        hash: Option<String>,
         /// Permission bits, octal.
         #[arg(short, long, default_value = "755")]
         mode: String,
         /// The directory to create.
         path: PathBuf,
     },
-    /// Show where directories live, like `lfs getdirstripe`: the MDT of each (striped
-    /// directories are not built yet, so the stripe count is 0).
+    /// Show where directories live and how they are striped, like `lfs getdirstripe`.
     Getdirstripe {
         /// Directories.
         #[arg(required = true)]
@@ -1079,9 +1085,19 @@ fn main() {
         Command::Mkfs(a) => mkfs(a),
         Command::Server(a) => server(a),
         Command::Mount(a) => mount(a),
-        Command::Mkdir { mdt, mode, path } => u32::from_str_radix(&mode, 8)
+        Command::Mkdir {
+            mdt,
+            count,
+            hash,
+            mode,
+            path,
+        } => u32::from_str_radix(&mode, 8)
             .with_context(|| format!("bad mode '{mode}': expected octal, e.g. 755"))
-            .and_then(|mode| admin::mkdir(&path, mdt, mode & 0o7777)),
+            .and_then(|mode| match count {
+                Some(c) => admin::mkdir_striped(&path, c, mdt, hash.as_deref(), mode & 0o7777),
+                None if hash.is_some() => bail!("-H needs -c (a striped directory)"),
+                None => admin::mkdir(&path, mdt, mode & 0o7777),
+            }),
         Command::Getdirstripe { paths } => admin::getdirstripe(&paths),
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)

@@ -28,6 +28,12 @@ pub fn inodes(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Sta
             nlink: rec.attr.nlink,
             parent: rec.parent,
             orphan: rec.orphan,
+            shards: match rec.attr.kind {
+                nacre_types::FileKind::Directory => crate::dne::dir_stripe(mdt, fid)?
+                    .map(|s| s.shards)
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            },
         });
     }
     Ok(MdsReply::Inodes { inodes, eof })

@@ -1,0 +1,108 @@
+//! Striped directories (Lustre's LMV): one directory's entries spread over several MDTs, each
+//! name in the shard its hash picks.
+
+use crate::Fid;
+use serde::{Deserialize, Serialize};
+
+/// Most shards a striped directory may have.
+pub const DIR_STRIPE_COUNT_MAX: usize = 256;
+
+/// How a name picks its shard (Lustre's `lmv_hash_type` names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DirHash {
+    /// FNV-1a, 64 bits, of the name, modulo the shard count (Lustre's default).
+    Fnv1a64,
+    /// The sum of the name's bytes modulo the shard count.
+    AllChar,
+}
+
+impl DirHash {
+    /// Lustre's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DirHash::Fnv1a64 => "fnv_1a_64",
+            DirHash::AllChar => "all_char",
+        }
+    }
+
+    /// The shard of `name` among `count` shards.
+    pub fn shard(self, name: &[u8], count: usize) -> usize {
+        assert!(count > 0, "a striped directory has shards");
+        let h = match self {
+            DirHash::Fnv1a64 => fnv_1a_64(name),
+            DirHash::AllChar => name.iter().map(|&b| u64::from(b)).sum(),
+        };
+        (h % count as u64) as usize
+    }
+}
+
+impl std::str::FromStr for DirHash {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DirHash, String> {
+        match s {
+            "fnv_1a_64" => Ok(DirHash::Fnv1a64),
+            "all_char" => Ok(DirHash::AllChar),
+            other => Err(format!(
+                "directory hash '{other}': use fnv_1a_64 or all_char"
+            )),
+        }
+    }
+}
+
+/// FNV-1a 64-bit hash.
+pub fn fnv_1a_64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The layout of a striped directory: its hash and its shards, in stripe order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirStripe {
+    /// How names pick shards.
+    pub hash: DirHash,
+    /// The shard directories (each on its own MDT, which its FID names).
+    pub shards: Vec<Fid>,
+}
+
+impl DirStripe {
+    /// The shard directory holding `name`.
+    pub fn shard_for(&self, name: &[u8]) -> Fid {
+        self.shards[self.hash.shard(name, self.shards.len())]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_1a_64_matches_the_reference_vectors() {
+        // From the FNV reference test suite.
+        assert_eq!(fnv_1a_64(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv_1a_64(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv_1a_64(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn names_spread_over_shards_and_stay_put() {
+        let s = DirStripe {
+            hash: DirHash::Fnv1a64,
+            shards: (0..4).map(|i| Fid::new(0x2_0000_0400 + i, 1)).collect(),
+        };
+        let mut hits = [0; 4];
+        for i in 0..4000 {
+            let name = format!("file.{i}");
+            let f = s.shard_for(name.as_bytes());
+            assert_eq!(f, s.shard_for(name.as_bytes()), "stable");
+            hits[s.shards.iter().position(|&x| x == f).unwrap()] += 1;
+        }
+        assert!(hits.iter().all(|&n| n > 800), "{hits:?}");
+        assert_eq!(DirHash::AllChar.shard(b"ab", 4), (97 + 98) % 4);
+        assert_eq!("all_char".parse::<DirHash>(), Ok(DirHash::AllChar));
+        assert!("crc".parse::<DirHash>().unwrap_err().contains("fnv_1a_64"));
+    }
+}
