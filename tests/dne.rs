@@ -483,9 +483,10 @@ fn everyday_tools_work_in_remote_directories() {
 }
 
 /// Eight hosts in network namespaces: four MDS hosts (MGS with MDT0 on the first), two OSS
-/// hosts, two client hosts running an mdtest-like load, each of its tasks in a directory on
-/// another MDT; a remote directory made under a directory of MDT1 with its inode on MDT3 (MDS
-/// host to MDS host). Every MDT takes its share; the checker, run from a client host, is clean.
+/// hosts, two client hosts running an mdtest-like load in one directory striped over the four
+/// MDTs (tasks spread over both client hosts, as mpirun would); a remote directory made under
+/// a directory of MDT1 with its inode on MDT3 (MDS host to MDS host). Every MDT takes a share
+/// of the files; the checker, run from a client host, is clean.
 #[test]
 fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
     let lab = nacre_testkit::NetLab::new(8);
@@ -526,53 +527,84 @@ fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
     let nested = b.mnt.join("d1/on3");
     nacre_ok(&["mkdir", "-i", "3", nested.to_str().unwrap()]);
     assert_eq!(dir_mdt(&nested), 3);
-    let before: Vec<u64> = (0..4).map(|k| inodes_used(&a.mnt, k)).collect();
-    // Two tasks per client host, on the native library from inside its namespace.
-    let workers: Vec<_> = (0..4)
+    // One directory striped over the four MDTs; mdtest's tree root inside it inherits the
+    // striping (setdirstripe -D), so all the tasks' files share one striped directory.
+    let shared = a.mnt.join("shared");
+    nacre_ok(&["mkdir", "-c", "4", "-i", "0", shared.to_str().unwrap()]);
+    nacre_ok(&[
+        "setdirstripe",
+        "-D",
+        "-c",
+        "4",
+        "-i",
+        "0",
+        shared.to_str().unwrap(),
+    ]);
+    nacre_ok(&["ctl", "set_param", "mdt.ns8-*.md_stats=0"]);
+    let hosts = format!("{},{}", h[6].netns, h[7].netns);
+    let listen = format!("{}:0", h[6].addr);
+    let out = h[6].nacre(&[
+        "bench",
+        "mdtest",
+        "-a",
+        "NACRE",
+        "--mgs",
+        &mgs,
+        "--fsname",
+        "ns8",
+        "-N",
+        "4",
+        "-F",
+        "-q",
+        "--json",
+        "--hosts",
+        &hosts,
+        "--launcher",
+        "nsenter --net=/run/netns/{host}",
+        "--listen",
+        &listen,
+        "-d",
+        "/shared",
+        "-n",
+        "100",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 2);
+    let phases = v["iterations"][0]["phases"].as_array().unwrap();
+    for phase in ["File creation", "File stat", "File removal"] {
+        let p = phases.iter().find(|p| p[0] == phase).unwrap();
+        assert_eq!(p[1], 400, "{phase}: 4 tasks x 100");
+    }
+    // mdtest's tree root inherited the striping: its 400 creates went to every MDT.
+    let creates: Vec<u64> = (0..4)
         .map(|k| {
-            let host = h[6 + k / 2].prefix();
-            let source_mgs = mgs.clone();
-            std::thread::spawn(move || {
-                let mut cmd = std::process::Command::new(&host[0]);
-                cmd.args(&host[1..]).arg(nacre_testkit::nacre_bin()).args([
-                    "bench",
-                    "mdtest",
-                    "-a",
-                    "NACRE",
-                    "--mgs",
-                    &source_mgs,
-                    "--fsname",
-                    "ns8",
-                    "-d",
-                    &format!("/d{k}"),
-                    "-n",
-                    "200",
-                    "-F",
-                    "-q",
-                    "--json",
-                ]);
-                cmd.output().unwrap()
-            })
+            let stats = nacre_ok(&[
+                "ctl",
+                "get_param",
+                "-n",
+                &format!("mdt.ns8-MDT{k:04x}.md_stats"),
+            ]);
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("create "))
+                .and_then(|l| l.split_whitespace().next())
+                .map_or(0, |n| n.parse().unwrap())
         })
         .collect();
-    for (k, w) in workers.into_iter().enumerate() {
-        let out = w.join().unwrap();
-        assert!(
-            out.status.success(),
-            "task {k}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let phases = v["iterations"][0]["phases"].as_array().unwrap();
-        let created = phases.iter().find(|p| p[0] == "File creation").unwrap();
-        assert_eq!(created[1], 200, "task {k}");
-    }
-    // mdtest removed its files again; during the run each MDT held its task's 200.
-    let after: Vec<u64> = (0..4).map(|k| inodes_used(&a.mnt, k)).collect();
-    assert_eq!(
-        after, before,
-        "every file removed from the MDT that held it"
+    assert_eq!(creates.iter().sum::<u64>(), 400, "{creates:?}");
+    assert!(
+        creates.iter().all(|&n| n >= 40),
+        "every MDT takes a share: {creates:?}"
     );
+    // A directory made from the other client host in the striped directory is striped too.
+    let mine = b.mnt.join("shared/mine");
+    std::fs::create_dir(&mine).unwrap();
+    assert_eq!(stripe_count(&mine), 4);
     let check = h[6].nacre(&["lfsck", "--namespace", &source]);
     let out = String::from_utf8_lossy(&check.stdout);
     assert!(
@@ -585,7 +617,7 @@ fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["d0", "d1", "d2", "d3"]);
+    assert_eq!(names, ["d0", "d1", "d2", "d3", "shared"]);
 }
 
 #[test]
@@ -691,4 +723,84 @@ fn striped_directories_spread_names_and_list_as_one() {
     std::fs::remove_dir_all(&all).unwrap();
     let (ok, out) = lfsck(&format!("{listen}@tcp:/strp"));
     assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
+}
+
+/// The stripe count `nacre getdirstripe` reports for `dir`.
+fn stripe_count(dir: &std::path::Path) -> u64 {
+    let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
+    out.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn setdirstripe_default_shapes_new_subdirectories() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "dflt", "--listen", &listen]);
+    let m = &fs.mnt;
+    let a = m.join("a");
+    std::fs::create_dir(&a).unwrap();
+    nacre_ok(&[
+        "setdirstripe",
+        "-D",
+        "-c",
+        "3",
+        "--max-inherit",
+        "2",
+        a.to_str().unwrap(),
+    ]);
+    let shown = nacre_ok(&["getdirstripe", "-D", a.to_str().unwrap()]);
+    assert!(
+        shown.contains("lmv_stripe_count: 3") && shown.contains("lmv_max_inherit: 2"),
+        "{shown}"
+    );
+    assert_eq!(
+        stripe_count(&a),
+        0,
+        "a default does not stripe the directory itself"
+    );
+    std::fs::create_dir_all(a.join("b/c/d")).unwrap();
+    assert_eq!(stripe_count(&a.join("b")), 3);
+    assert_eq!(
+        stripe_count(&a.join("b/c")),
+        3,
+        "inherited one level further"
+    );
+    assert_eq!(
+        stripe_count(&a.join("b/c/d")),
+        0,
+        "max-inherit 2 stops here"
+    );
+    let shown = nacre_ok(&["getdirstripe", "-D", a.join("b").to_str().unwrap()]);
+    assert!(shown.contains("lmv_max_inherit: 1"), "{shown}");
+    for i in 0..60 {
+        std::fs::write(a.join(format!("b/c/f{i}")), b"x").unwrap();
+    }
+    assert_eq!(std::fs::read_dir(a.join("b/c")).unwrap().count(), 61);
+    // -c 1 -i 2: new subdirectories are placed on MDT2.
+    let b = m.join("placed");
+    std::fs::create_dir(&b).unwrap();
+    nacre_ok(&[
+        "setdirstripe",
+        "-D",
+        "-c",
+        "1",
+        "-i",
+        "2",
+        b.to_str().unwrap(),
+    ]);
+    std::fs::create_dir(b.join("x")).unwrap();
+    assert_eq!((dir_mdt(&b.join("x")), stripe_count(&b.join("x"))), (2, 0));
+    // -d removes the default.
+    nacre_ok(&["setdirstripe", "-d", a.to_str().unwrap()]);
+    std::fs::create_dir(a.join("plain")).unwrap();
+    assert_eq!(stripe_count(&a.join("plain")), 0);
+    assert!(nacre_ok(&["getdirstripe", "-D", a.to_str().unwrap()]).contains("no default"));
+    let bad = nacre(&["setdirstripe", "-D", "-c", "4", a.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("stripe count 4"));
+    let (ok, out) = lfsck(&format!("{listen}@tcp:/dflt"));
+    assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
+    std::fs::remove_dir_all(&a).unwrap();
+    std::fs::remove_dir_all(&b).unwrap();
+    let (ok, out) = lfsck(&format!("{listen}@tcp:/dflt"));
+    assert!(ok, "{out}");
 }

@@ -3,7 +3,7 @@
 
 use crate::size::human;
 use anyhow::{bail, Context};
-use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LOV, XATTR_MKDIR};
+use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MKDIR};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -152,6 +152,80 @@ pub fn getdirstripe(paths: &[PathBuf]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `nacre getdirstripe -D`: each directory's default for new subdirectories.
+pub fn getdirstripe_default(paths: &[PathBuf]) -> anyhow::Result<()> {
+    for p in paths {
+        let raw = getxattr(p, XATTR_LMV_DEFAULT).with_context(|| {
+            format!("{} is not a directory on a Nacre file system", p.display())
+        })?;
+        let v: Value = serde_json::from_slice(&raw)?;
+        if paths.len() > 1 {
+            println!("{}", p.display());
+        }
+        match v["count"].as_i64() {
+            Some(c) => println!(
+                "lmv_stripe_count: {c} lmv_stripe_offset: {} lmv_hash_type: {} lmv_max_inherit: {}",
+                v["start"].as_i64().unwrap_or(-1),
+                v["hash"].as_str().unwrap_or("fnv_1a_64"),
+                v["max_inherit"].as_i64().unwrap_or(-1)
+            ),
+            None => println!("no default"),
+        }
+    }
+    Ok(())
+}
+
+/// `nacre setdirstripe -D` arguments.
+pub struct DirDefaultArgs<'a> {
+    /// Shards (-1: all MDTs).
+    pub count: i64,
+    /// First MDT (-1: the MDS picks).
+    pub start: i64,
+    /// Name hash.
+    pub hash: Option<&'a str>,
+    /// Levels that inherit it (-1: all).
+    pub max_inherit: i32,
+}
+
+/// `nacre setdirstripe -D` (Some) or `-d` (None) on directory `path`.
+pub fn set_dir_default(path: &Path, args: Option<DirDefaultArgs<'_>>) -> anyhow::Result<()> {
+    if !path.is_dir() {
+        bail!("{} is not a directory", path.display());
+    }
+    let value = match args {
+        None => serde_json::json!({}),
+        Some(a) => {
+            let mdts = target_count(&usage(path)?, "-MDT") as i64;
+            if a.count == 0 || a.count < -1 || a.count > mdts {
+                bail!(
+                    "stripe count {}: the file system has {mdts} MDTs (use 1..={mdts} or -1)",
+                    a.count
+                );
+            }
+            if a.start < -1 || a.start >= mdts {
+                bail!(
+                    "MDT index {} does not exist (the file system has {mdts} MDTs)",
+                    a.start
+                );
+            }
+            if a.max_inherit < -1 {
+                bail!(
+                    "--max-inherit {}: use 0 or more, or -1 for all levels",
+                    a.max_inherit
+                );
+            }
+            let hash = a.hash.unwrap_or("fnv_1a_64");
+            hash.parse::<nacre_types::dirstripe::DirHash>()
+                .map_err(anyhow::Error::msg)?;
+            serde_json::json!({
+                "count": a.count, "start": a.start, "hash": hash, "max_inherit": a.max_inherit,
+            })
+        }
+    };
+    setxattr(path, XATTR_LMV_DEFAULT, value.to_string().as_bytes())
+        .with_context(|| format!("cannot set the default of {}", path.display()))
 }
 
 /// `nacre mkdir -c COUNT [-i START] [-H HASH]`: a striped directory (`-c -1`: over every

@@ -18,7 +18,7 @@ pub mod rpc_stats;
 
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
-use nacre_types::dirstripe::{DirHash, DirStripe};
+use nacre_types::dirstripe::{DirDefault, DirHash, DirStripe};
 use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo};
@@ -503,6 +503,29 @@ impl Client {
                 hash,
             })?
             .0)
+    }
+
+    /// Sets (None: removes) a directory's default for new subdirectories (`setdirstripe
+    /// -D`): on a striped directory, on its master and every shard (whichever receives a
+    /// mkdir). Not atomic across MDTs: run again after a failure.
+    pub fn set_dir_default(&self, dir: Fid, default: Option<DirDefault>) -> Result<()> {
+        let mut dirs = vec![dir];
+        if let Some(s) = self.dir_stripe(dir)? {
+            dirs.extend(s.shards.iter().copied());
+        }
+        for d in dirs {
+            self.mdc(d.mdt_index())?
+                .call(MdsOp::SetDirDefault { fid: d, default })?;
+        }
+        Ok(())
+    }
+
+    /// A directory's default for new subdirectories.
+    pub fn dir_default(&self, dir: Fid) -> Result<Option<DirDefault>> {
+        match self.md(MdsOp::GetDirDefault { fid: dir })? {
+            MdsReply::DirDefault(d) => Ok(d),
+            _ => Err(Status::Proto.into()),
+        }
     }
 
     /// Creates a symlink.

@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
-use crate::{XATTR_DF, XATTR_LMV, XATTR_LOV, XATTR_MKDIR};
+use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -169,6 +169,7 @@ impl NacreFs {
             n if n == XATTR_LOV.as_bytes() => Some(self.layout_json(fid)),
             n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
             n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
+            n if n == XATTR_LMV_DEFAULT.as_bytes() => Some(self.lmv_default_json(fid)),
             _ => None,
         }
     }
@@ -198,6 +199,46 @@ impl NacreFs {
         self.client
             .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)
             .map(|_| ())
+    }
+
+    fn lmv_default_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let v = match self.client.dir_default(fid)? {
+            Some(d) => serde_json::json!({
+                "count": d.count,
+                "start": if d.start == u32::MAX { -1 } else { i64::from(d.start) },
+                "hash": d.hash.name(),
+                "max_inherit": d.max_inherit,
+            }),
+            None => serde_json::json!({}),
+        };
+        Ok(v.to_string().into_bytes())
+    }
+
+    fn set_lmv_default(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LMV_DEFAULT}: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let default = match v["count"].as_i64() {
+            None => None,
+            Some(count) => Some(nacre_types::dirstripe::DirDefault {
+                count: i32::try_from(count).map_err(|_| bad("count"))?,
+                start: match v["start"].as_i64().unwrap_or(-1) {
+                    -1 => u32::MAX,
+                    s => u32::try_from(s).map_err(|_| bad("start"))?,
+                },
+                hash: v["hash"]
+                    .as_str()
+                    .unwrap_or("fnv_1a_64")
+                    .parse()
+                    .map_err(|e: String| bad(&e))?,
+                max_inherit: v["max_inherit"]
+                    .as_i64()
+                    .map_or(Ok(nacre_types::dirstripe::DIR_DEFAULT_MAX_INHERIT), |m| {
+                        i32::try_from(m).map_err(|_| bad("max_inherit"))
+                    })?,
+            }),
+        };
+        self.client.set_dir_default(fid, default)
     }
 
     fn lmv_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
@@ -700,6 +741,8 @@ impl Filesystem for NacreFs {
             Err(ClientError::from(Status::Perm))
         } else if name.as_bytes() == XATTR_MKDIR.as_bytes() {
             self.mkdir_on(fid, value, req.uid(), req.gid())
+        } else if name.as_bytes() == XATTR_LMV_DEFAULT.as_bytes() {
+            self.set_lmv_default(fid, value)
         } else {
             self.client
                 .setxattr(fid, name.as_bytes(), value, flags as u32)

@@ -31,3 +31,7 @@ pub const XATTR_MKDIR: &str = "user.nacre.mkdir";
 /// `stripe_count`, `hash`, `shards` as `[{"mdt": 1, "fid": "[..]"}]`), for `nacre
 /// getdirstripe`.
 pub const XATTR_LMV: &str = "user.nacre.lmv";
+/// Virtual xattr on a directory: its default for new subdirectories (`setdirstripe -D`),
+/// JSON `{"count": 4, "start": -1, "hash": "fnv_1a_64", "max_inherit": 3}`; setting `{}`
+/// removes it.
+pub const XATTR_LMV_DEFAULT: &str = "user.nacre.lmv_default";

@@ -8,7 +8,9 @@
 //! ends fully done or (for a refused removal) fully undone.
 
 use crate::mdt::{kv_err, Mdt, Tx};
-use crate::records::{encode, InodeRecord, IntentRecord, SavedReply, DIRSTRIPES, INTENTS};
+use crate::records::{
+    encode, InodeRecord, IntentRecord, SavedReply, DIRDEFAULTS, DIRSTRIPES, INTENTS,
+};
 use nacre_net::fault;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::Outgoing;
@@ -90,6 +92,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             parent,
             dir_default,
             stripe,
+            default,
         } => {
             if attr.fid.mdt_index() != mdt.label.index || attr.kind != FileKind::Directory {
                 return Err(Status::Inval);
@@ -109,6 +112,10 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 tx.batch
                     .put(DIRSTRIPES, attr.fid.to_key().to_vec(), encode(stripe));
             }
+            if let Some(default) = default {
+                tx.batch
+                    .put(DIRDEFAULTS, attr.fid.to_key().to_vec(), encode(default));
+            }
             tx.count_inodes(1)?;
         }
         RemoteUpdate::DestroyDir { fid } => {
@@ -123,7 +130,6 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 return Err(Status::NotEmpty);
             }
             tx.remove_inode(&rec)?;
-            tx.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
         }
     }
     commit_durable(mdt, tx)?;
@@ -215,6 +221,8 @@ pub struct NewDir<'a> {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// Default for its own new subdirectories (inherited from the parent's).
+    pub inherit: Option<nacre_types::dirstripe::DirDefault>,
 }
 
 /// Reserves a FID on MDT `index` (this one included, through the same request).
@@ -329,8 +337,13 @@ pub fn mkdir_striped(
     if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
         return out;
     }
-    let count = count as usize;
-    let indexes = mdt_list(mdt, count);
+    // u32::MAX: every MDT (a default of `-c -1`).
+    let indexes = mdt_list(mdt, if count == u32::MAX { 2 } else { count as usize });
+    let count = if count == u32::MAX {
+        indexes.len()
+    } else {
+        count as usize
+    };
     if count == 0 || count > indexes.len() || count > nacre_types::dirstripe::DIR_STRIPE_COUNT_MAX {
         return Outgoing::error(Status::Inval);
     }
@@ -386,6 +399,7 @@ pub fn mkdir_striped(
                         parent: master,
                         dir_default: *dir_default,
                         stripe: None,
+                        default: dir.inherit,
                     },
                     parent: dir.parent,
                     name: dir.name.to_vec(),
@@ -439,6 +453,7 @@ fn mkdir_local(
             parent: parent_fid,
             dir_default: (effective != Default::default()).then_some(effective),
             stripe,
+            default: dir.inherit,
         },
         parent: parent_fid,
         name: name.to_vec(),
@@ -488,6 +503,36 @@ pub fn rmdir_remote(
         intent,
         "mds.rmdir_remote.after_intent",
     )
+}
+
+/// The default for new subdirectories of directory `fid`, if this MDT holds it.
+pub fn dir_default(
+    mdt: &Mdt,
+    fid: Fid,
+) -> Result<Option<nacre_types::dirstripe::DirDefault>, Status> {
+    match mdt.kv.get(DIRDEFAULTS, &fid.to_key()).map_err(kv_err)? {
+        Some(v) => Ok(Some(crate::records::decode(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Sets (None: removes) directory `fid`'s default for new subdirectories.
+pub fn set_dir_default(
+    tx: &mut Tx<'_>,
+    fid: Fid,
+    default: Option<nacre_types::dirstripe::DirDefault>,
+) -> Result<MdsReply, Status> {
+    tx.dir(fid)?;
+    match default {
+        Some(d) => {
+            if d.count == 0 || d.count < -1 || d.max_inherit < -1 {
+                return Err(Status::Inval);
+            }
+            tx.batch.put(DIRDEFAULTS, fid.to_key().to_vec(), encode(&d))
+        }
+        None => tx.batch.delete(DIRDEFAULTS, fid.to_key().to_vec()),
+    }
+    Ok(MdsReply::Done)
 }
 
 /// The stripe layout of directory `fid`, if this MDT holds it and it is striped.
@@ -556,7 +601,12 @@ pub fn rmdir_striped(
             Ok(_) => return Outgoing::error(Status::Proto),
             Err(s) => return Outgoing::error(s),
         };
-        shards.push((at, attr, dir_default));
+        let default = match peer_call(mdt, at, MdsOp::GetDirDefault { fid: shard }) {
+            Ok(MdsReply::DirDefault(d)) => d,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        shards.push((at, attr, dir_default, default));
     }
     let intent = IntentRecord {
         mdt: master.mdt_index(),
@@ -656,16 +706,17 @@ fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result
             }
         }
     };
-    for (at, attr, _) in &intent.shards {
+    for (at, attr, _, _) in &intent.shards {
         match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
             Ok(()) => {}
             Err(Status::NotEmpty) => {
-                for (at, attr, dir_default) in &intent.shards {
+                for (at, attr, dir_default, default) in &intent.shards {
                     let back = RemoteUpdate::CreateDir {
                         attr: attr.clone(),
                         parent: master,
                         dir_default: *dir_default,
                         stripe: None,
+                        default: *default,
                     };
                     send(*at, back)?;
                 }

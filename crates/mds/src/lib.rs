@@ -117,6 +117,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             gid,
             ..
         } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
+        MdsOp::SetDirDefault { fid, default } => dne::set_dir_default(tx, *fid, *default),
         MdsOp::Symlink {
             parent,
             name,
@@ -187,6 +188,19 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     }
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
+}
+
+/// True if directory `parent` (here) has a default for new subdirectories.
+fn has_default(mdt: &Mdt, parent: Fid) -> bool {
+    matches!(dne::dir_default(mdt, parent), Ok(Some(_)))
+}
+
+/// The default a new subdirectory of `parent` (here) inherits.
+fn inherited(mdt: &Mdt, parent: Fid) -> Option<nacre_types::dirstripe::DirDefault> {
+    dne::dir_default(mdt, parent)
+        .ok()
+        .flatten()
+        .and_then(|d| d.inherited())
 }
 
 /// `rmdir` of an entry naming directory `fid`: local, remote or striped.
@@ -312,6 +326,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
                         perm: *perm,
                         uid: *uid,
                         gid: *gid,
+                        inherit: inherited(mdt, *parent),
                     };
                     dne::mkdir_remote(mdt, call, xid, dir, t)
                 }
@@ -334,11 +349,51 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
                 perm: *perm,
                 uid: *uid,
                 gid: *gid,
+                inherit: inherited(mdt, *parent),
             };
             dne::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
         }
+        MdsOp::Mkdir {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+        } if has_default(mdt, *parent) => {
+            // The parent's default (setdirstripe -D) shapes the new directory.
+            let default = dne::dir_default(mdt, *parent).ok().flatten();
+            let dir = dne::NewDir {
+                parent: *parent,
+                name,
+                perm: *perm,
+                uid: *uid,
+                gid: *gid,
+                inherit: default.and_then(|d| d.inherited()),
+            };
+            match default {
+                Some(d) if d.count == 1 && d.start == nacre_wire::mds::MDT_INDEX_ANY => {
+                    match dne::choose_mdt(mdt) {
+                        Ok(t) => dne::mkdir_remote(mdt, call, xid, dir, t),
+                        Err(s) => Outgoing::error(s),
+                    }
+                }
+                Some(d) if d.count == 1 => dne::mkdir_remote(mdt, call, xid, dir, d.start),
+                Some(d) => {
+                    let count = if d.count == -1 {
+                        u32::MAX
+                    } else {
+                        d.count as u32
+                    };
+                    dne::mkdir_striped(mdt, call, xid, dir, count, d.start, d.hash)
+                }
+                None => run_modifying(mdt, call, xid),
+            }
+        }
         MdsOp::GetDirStripe { fid } => {
             to_outgoing(dne::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
+        }
+        MdsOp::GetDirDefault { fid } => {
+            to_outgoing(dne::dir_default(mdt, *fid).map(MdsReply::DirDefault))
         }
         MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
             Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {

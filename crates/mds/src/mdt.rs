@@ -495,6 +495,10 @@ impl Tx<'_> {
         if let Some(layout) = &rec.layout {
             self.destroy_objects(layout);
         }
+        if rec.attr.kind == FileKind::Directory {
+            self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
+            self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
+        }
         self.count_inodes(-1)?;
         Ok(())
     }

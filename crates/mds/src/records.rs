@@ -9,6 +9,8 @@
 //! * `meta`:    name → value: allocation limits
 //! * `dirstripes`: FID key (16) → `[version] postcard(DirStripe)`: the shards of a striped
 //!   directory whose master inode is here
+//! * `dirdefaults`: FID key (16) → `[version] postcard(DirDefault)`: how new subdirectories
+//!   of a directory here are striped (`setdirstripe -D`)
 //! * `intents`: FID key (16) → `[version] postcard(IntentRecord)`: cross-MDT operations this
 //!   MDT coordinates whose remote update is not yet known to be applied (docs/dne.md)
 
@@ -32,9 +34,19 @@ pub const META: &str = "meta";
 pub const INTENTS: &str = "intents";
 /// Stripe layouts of the striped directories whose master inode is here.
 pub const DIRSTRIPES: &str = "dirstripes";
+/// Defaults for new subdirectories (`setdirstripe -D`) of directories here.
+pub const DIRDEFAULTS: &str = "dirdefaults";
 /// Every table of an MDT.
-pub const TABLES: [&str; 8] = [
-    INODES, DIRENTS, XATTRS, REPLIES, DESTROY, META, INTENTS, DIRSTRIPES,
+pub const TABLES: [&str; 9] = [
+    INODES,
+    DIRENTS,
+    XATTRS,
+    REPLIES,
+    DESTROY,
+    META,
+    INTENTS,
+    DIRSTRIPES,
+    DIRDEFAULTS,
 ];
 
 /// A cross-MDT operation this MDT coordinates, committed with its local changes (or before
@@ -51,9 +63,15 @@ pub struct IntentRecord {
     pub name: Vec<u8>,
     /// The client request to answer when recovery finishes the operation: (client uuid, xid).
     pub reply_to: Option<([u8; 16], u64)>,
-    /// Removal of a striped directory: every shard (its MDT, attributes, default striping),
-    /// destroyed before the master and recreated as they were if one turns out not empty.
-    pub shards: Vec<(u32, Attr, Option<StripeSpec>)>,
+    /// Removal of a striped directory: every shard (its MDT, attributes, default file
+    /// striping, default for subdirectories), destroyed before the master and recreated as
+    /// they were if one turns out not empty.
+    pub shards: Vec<(
+        u32,
+        Attr,
+        Option<StripeSpec>,
+        Option<nacre_types::dirstripe::DirDefault>,
+    )>,
 }
 
 const RECORD_VERSION: u8 = 1;

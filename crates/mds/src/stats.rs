@@ -32,6 +32,8 @@ pub const MD_OPS: &[&str] = &[
     "update",
     "mkdir_striped",
     "get_dir_stripe",
+    "set_dir_default",
+    "get_dir_default",
 ];
 
 #[cfg(test)]

@@ -75,6 +75,37 @@ impl DirStripe {
     }
 }
 
+/// A directory's default for new subdirectories (`setdirstripe -D`, Lustre's default LMV):
+/// they are created striped (or placed) this way, and inherit it for `max_inherit` levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirDefault {
+    /// Shards of each new subdirectory (1: not striped, only placed; -1: every MDT).
+    pub count: i32,
+    /// MDT of the first shard (`u32::MAX`: the MDS picks).
+    pub start: u32,
+    /// Name hash.
+    pub hash: DirHash,
+    /// Levels of subdirectories that inherit the default (-1: all).
+    pub max_inherit: i32,
+}
+
+/// Levels of subdirectories a default reaches unless told (Lustre's default too).
+pub const DIR_DEFAULT_MAX_INHERIT: i32 = 3;
+
+impl DirDefault {
+    /// The default a new subdirectory gets from this one: one level less, none at the end.
+    pub fn inherited(&self) -> Option<DirDefault> {
+        match self.max_inherit {
+            -1 => Some(*self),
+            n if n > 1 => Some(DirDefault {
+                max_inherit: n - 1,
+                ..*self
+            }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +116,28 @@ mod tests {
         assert_eq!(fnv_1a_64(b""), 0xcbf29ce484222325);
         assert_eq!(fnv_1a_64(b"a"), 0xaf63dc4c8601ec8c);
         assert_eq!(fnv_1a_64(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn defaults_fade_out_after_max_inherit_levels() {
+        let d = DirDefault {
+            count: 2,
+            start: u32::MAX,
+            hash: DirHash::Fnv1a64,
+            max_inherit: 2,
+        };
+        let child = d.inherited().unwrap();
+        assert_eq!(child.max_inherit, 1);
+        assert_eq!(
+            child.inherited(),
+            None,
+            "the grandchild's children are plain"
+        );
+        let forever = DirDefault {
+            max_inherit: -1,
+            ..d
+        };
+        assert_eq!(forever.inherited(), Some(forever));
     }
 
     #[test]

@@ -242,6 +242,19 @@ pub enum MdsOp {
         /// Directory.
         fid: Fid,
     },
+    /// Set (or with None remove) a directory's default for new subdirectories
+    /// (`setdirstripe -D`). Reply: [`MdsReply::Done`].
+    SetDirDefault {
+        /// Directory (for a striped one, the client sets the master and every shard).
+        fid: Fid,
+        /// The default.
+        default: Option<nacre_types::dirstripe::DirDefault>,
+    },
+    /// A directory's default for new subdirectories. Reply: [`MdsReply::DirDefault`].
+    GetDirDefault {
+        /// Directory.
+        fid: Fid,
+    },
     /// MDT to MDT: reserve a FID of the receiving MDT for an inode it will create for the
     /// sender (checks it has room). Reply: [`MdsReply::Fid`].
     AllocFid,
@@ -302,7 +315,9 @@ impl MdsOp {
             | MdsOp::SetLayout { fid, .. }
             | MdsOp::GetLayout { fid } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
-            MdsOp::GetDirStripe { fid } => Some(*fid),
+            MdsOp::GetDirStripe { fid }
+            | MdsOp::SetDirDefault { fid, .. }
+            | MdsOp::GetDirDefault { fid } => Some(*fid),
             MdsOp::Update(u) => Some(u.fid()),
             MdsOp::StatFs
             | MdsOp::Sync
@@ -345,6 +360,8 @@ impl MdsOp {
                 MdsOp::Update(_) => 27,
                 MdsOp::MkdirStriped { .. } => 28,
                 MdsOp::GetDirStripe { .. } => 29,
+                MdsOp::SetDirDefault { .. } => 30,
+                MdsOp::GetDirDefault { .. } => 31,
             }
     }
 
@@ -365,6 +382,7 @@ impl MdsOp {
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
+                | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.
                 | MdsOp::AllocFid
                 | MdsOp::Update(_)
@@ -399,6 +417,8 @@ pub enum RemoteUpdate {
         dir_default: Option<StripeSpec>,
         /// For the master of a striped directory: its shards.
         stripe: Option<nacre_types::dirstripe::DirStripe>,
+        /// Default for its own new subdirectories (inherited from its parent's).
+        default: Option<nacre_types::dirstripe::DirDefault>,
     },
     /// Destroy directory inode `fid` if it is empty (`ENOTEMPTY` otherwise); done if absent.
     DestroyDir {
@@ -493,6 +513,8 @@ pub enum MdsReply {
     Fid(Fid),
     /// A directory's stripe layout (None: not striped).
     DirStripe(Option<nacre_types::dirstripe::DirStripe>),
+    /// A directory's default for new subdirectories.
+    DirDefault(Option<nacre_types::dirstripe::DirDefault>),
     /// The name is an entry of this MDT for an inode of another MDT: ask that one for it.
     Remote {
         /// The inode (its MDT is `fid.mdt_index()`).

@@ -66,9 +66,42 @@ enum Command {
     },
     /// Show where directories live and how they are striped, like `lfs getdirstripe`.
     Getdirstripe {
+        /// Show the default for new subdirectories instead.
+        #[arg(short = 'D', long = "default")]
+        default: bool,
         /// Directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+    },
+    /// Create a striped directory, or with -D set a directory's default for new
+    /// subdirectories (like `lfs setdirstripe`).
+    Setdirstripe {
+        /// Set the default for new subdirectories of DIR (an existing directory).
+        #[arg(short = 'D', long = "default")]
+        default: bool,
+        /// Remove DIR's default.
+        #[arg(short = 'd', long = "delete")]
+        delete: bool,
+        /// Shards (-1: every MDT; 1 with -i: place new subdirectories on that MDT).
+        #[arg(
+            short = 'c',
+            long = "mdt-count",
+            allow_hyphen_values = true,
+            default_value_t = 1
+        )]
+        count: i64,
+        /// MDT of the first shard (-1: the MDS picks).
+        #[arg(short = 'i', long = "mdt-index", allow_hyphen_values = true)]
+        mdt: Option<i64>,
+        /// Name hash: fnv_1a_64 (default) or all_char.
+        #[arg(short = 'H', long = "mdt-hash")]
+        hash: Option<String>,
+        /// Levels of subdirectories that inherit the default (-1: all).
+        #[arg(long = "max-inherit", allow_hyphen_values = true,
+              default_value_t = nacre_types::dirstripe::DIR_DEFAULT_MAX_INHERIT)]
+        max_inherit: i32,
+        /// The directory.
+        path: PathBuf,
     },
     /// Set the striping of a new file, an empty file, or a directory's default.
     Setstripe(SetstripeArgs),
@@ -1098,7 +1131,35 @@ fn main() {
                 None if hash.is_some() => bail!("-H needs -c (a striped directory)"),
                 None => admin::mkdir(&path, mdt, mode & 0o7777),
             }),
-        Command::Getdirstripe { paths } => admin::getdirstripe(&paths),
+        Command::Getdirstripe { default, paths } => match default {
+            true => admin::getdirstripe_default(&paths),
+            false => admin::getdirstripe(&paths),
+        },
+        Command::Setdirstripe {
+            default,
+            delete,
+            count,
+            mdt,
+            hash,
+            max_inherit,
+            path,
+        } => {
+            if delete {
+                admin::set_dir_default(&path, None)
+            } else if default {
+                admin::set_dir_default(
+                    &path,
+                    Some(admin::DirDefaultArgs {
+                        count,
+                        start: mdt.unwrap_or(-1),
+                        hash: hash.as_deref(),
+                        max_inherit,
+                    }),
+                )
+            } else {
+                admin::mkdir_striped(&path, count, mdt, hash.as_deref(), 0o755)
+            }
+        }
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
