@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Metadata scaling over MDTs (not a test; it asserts nothing): for M = 1, 2, 4 MDTs, each MDT
-# in its own server process on its own loopback address (MGS + one OST in another), TASKS
-# client processes (native library, no FUSE) each create, stat and remove FILES files in its
-# own directory; directory k is made with `nacre mkdir -i k%M`, so the tasks' directories are
-# spread over the MDTs. Rates are summed over the tasks (they run at once), medians of ROUNDS.
-#   bench/dne.sh [WORK_DIR]        (TASKS=4 FILES=5000 ROUNDS=3 MDTS="1 2 4")
+# Metadata scaling over MDTs (not a test; it asserts nothing). For M = 1, 2, 4 MDTs, each MDT
+# in its own server process on its own loopback address (MGS + one OST in another), clients
+# on the native library (no FUSE), files created, stat'ed and removed (mdtest -F):
+#   1. unique directories: TASKS processes, each in its own directory made with
+#      `nacre mkdir -i k%M`;
+#   2. one shared directory striped over the M MDTs (`nacre mkdir -c M` + `setdirstripe -D`,
+#      so mdtest's tree root inherits it), one mdtest process with TASKS tasks;
+#   3. the IU-style sweep: D = 1, 2, 4 directories (placed round-robin on the MDTs), 4 tasks
+#      per directory (one mdtest process each).
+# Rates of concurrent processes are summed; tables 1 and 2 are medians of ROUNDS.
+#   bench/dne.sh [WORK_DIR]     (TASKS=4 FILES=5000 ROUNDS=3 MDTS="1 2 4" DIRS="1 2 4")
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 WORK="${1:-/var/tmp/nacre-dne}"
@@ -12,13 +17,22 @@ TASKS="${TASKS:-4}"
 FILES="${FILES:-5000}"
 ROUNDS="${ROUNDS:-3}"
 MDTS="${MDTS:-1 2 4}"
+DIRS="${DIRS:-1 2 4}"
 PIDS=()
-cleanup() {
-  "$NACRE" umount "$WORK/mnt" >/dev/null 2>&1 || umount -l "$WORK/mnt" 2>/dev/null || true
+MGS=""; FS=""
+teardown() {
+  umount -l "$WORK/mnt" 2>/dev/null || true
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Servers started in a subshell are not in PIDS: find them by their target directories.
+  pkill -f -- "--target $WORK/" 2>/dev/null || true
   wait 2>/dev/null || true
+  PIDS=()
 }
-trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+trap teardown EXIT
 
 # serve ADDR TARGET...: a server process in the background, waiting until it serves.
 serve() {
@@ -31,32 +45,31 @@ serve() {
   echo "server at $addr did not start" >&2; exit 1
 }
 
-# run M: one round with M MDTs; prints "create stat remove" summed over the tasks.
-run() {
-  local m=$1 port fs
-  cleanup; PIDS=()
+# cluster M: a fresh file system with M MDTs, mounted at $WORK/mnt (for mkdir -i/-c).
+cluster() {
+  local m=$1 port
+  teardown
   rm -rf "$WORK"; mkdir -p "$WORK/mnt"
-  port=$((30000 + RANDOM % 20000)); fs="dne$m"
-  local mgs="127.0.0.1:$port@tcp"
-  "$NACRE" mkfs --mgs --fsname "$fs" "$WORK/mgs" >/dev/null
-  "$NACRE" mkfs --ost --index 0 --fsname "$fs" --mgsnode "$mgs" "$WORK/ost0" >/dev/null
+  port=$(free_port); FS="dne$m"; MGS="127.0.0.1:$port@tcp"
+  "$NACRE" mkfs --mgs --fsname "$FS" "$WORK/mgs" >/dev/null
+  "$NACRE" mkfs --ost --index 0 --fsname "$FS" --mgsnode "$MGS" "$WORK/ost0" >/dev/null
   serve "127.0.0.1:$port" "$WORK/mgs" "$WORK/ost0"
   for k in $(seq 0 $((m - 1))); do
-    "$NACRE" mkfs --mdt --index "$k" --fsname "$fs" --mgsnode "$mgs" "$WORK/mdt$k" >/dev/null
-    serve "127.0.0.$((k + 2)):$((port + 1 + k))" "$WORK/mdt$k"
+    "$NACRE" mkfs --mdt --index "$k" --fsname "$FS" --mgsnode "$MGS" "$WORK/mdt$k" >/dev/null
+    serve "127.0.0.$((k + 2)):$(free_port)" "$WORK/mdt$k"
   done
-  "$NACRE" mount "$mgs:/$fs" "$WORK/mnt" >/dev/null
-  for t in $(seq 0 $((TASKS - 1))); do
-    "$NACRE" mkdir -i $((t % m)) "$WORK/mnt/d$t"
-  done
-  local tasks=()
-  for t in $(seq 0 $((TASKS - 1))); do
-    "$NACRE" bench mdtest -a NACRE --mgs "$mgs" --fsname "$fs" -d "/d$t" -n "$FILES" -F -q \
-      --json > "$WORK/task$t.json" &
-    tasks+=($!)
-  done
-  wait "${tasks[@]}"
-  python3 - "$WORK"/task*.json <<'EOF'
+  "$NACRE" mount "$MGS:/$FS" "$WORK/mnt" >/dev/null
+}
+
+# mdtest_bg OUT DIR TASKS: one mdtest process in the background.
+mdtest_bg() {
+  "$NACRE" bench mdtest -a NACRE --mgs "$MGS" --fsname "$FS" -d "$2" -n "$FILES" -N "$3" -F -q \
+    --json > "$1" &
+}
+
+# sum FILE...: "create stat remove" rates summed over mdtest JSON reports.
+sum() {
+  python3 - "$@" <<'EOF'
 import json, sys
 tot = {}
 for f in sys.argv[1:]:
@@ -67,22 +80,74 @@ print(round(tot["File creation"]), round(tot["File stat"]), round(tot["File remo
 EOF
 }
 
-echo "# Metadata over MDTs ($(date -u +%F), $(nproc) cores, $TASKS tasks x $FILES files, unique directories, medians of $ROUNDS)"
+unique() { # M
+  cluster "$1"
+  local tasks=()
+  for t in $(seq 0 $((TASKS - 1))); do
+    "$NACRE" mkdir -i $((t % $1)) "$WORK/mnt/d$t"
+    mdtest_bg "$WORK/u$t.json" "/d$t" 1; tasks+=($!)
+  done
+  wait "${tasks[@]}"
+  sum "$WORK"/u*.json
+}
+
+shared() { # M
+  cluster "$1"
+  "$NACRE" mkdir -c "$1" -i 0 "$WORK/mnt/shared"
+  "$NACRE" setdirstripe -D -c "$1" -i 0 "$WORK/mnt/shared"
+  mdtest_bg "$WORK/s.json" /shared "$TASKS"; wait $!
+  sum "$WORK/s.json"
+}
+
+sweep() { # M D
+  cluster "$1"
+  local tasks=()
+  for k in $(seq 0 $(($2 - 1))); do
+    "$NACRE" mkdir -i $((k % $1)) "$WORK/mnt/w$k"
+    mdtest_bg "$WORK/w$k.json" "/w$k" 4; tasks+=($!)
+  done
+  wait "${tasks[@]}"
+  sum "$WORK"/w*.json
+}
+
+# table TITLE FN: a table over $MDTS of medians of ROUNDS runs of FN M.
+table() {
+  local title=$1 fn=$2 first=""
+  echo "## $title"
+  echo
+  printf "| %-6s | %10s | %10s | %10s |\n" "MDTs" "create/s" "stat/s" "remove/s"
+  printf "| %-6s | %10s | %10s | %10s |\n" "---" "---:" "---:" "---:"
+  for m in $MDTS; do
+    : > "$WORK.rounds"
+    for _ in $(seq "$ROUNDS"); do "$fn" "$m" >> "$WORK.rounds"; done
+    local c s r
+    c=$(awk '{print $1}' "$WORK.rounds" | median)
+    s=$(awk '{print $2}' "$WORK.rounds" | median)
+    r=$(awk '{print $3}' "$WORK.rounds" | median)
+    printf "| %-6s | %10s | %10s | %10s |\n" "$m" "$c" "$s" "$r"
+    [ -z "$first" ] && first=$c
+    last=$c
+  done
+  rm -f "$WORK.rounds"
+  echo
+  echo "Create scaling, most MDTs vs one: $(python3 -c "print(f'{$last/$first:.2f}x')")."
+  echo
+}
+
+echo "# Metadata over MDTs ($(date -u +%F), $(nproc) cores, $FILES files per task, medians of $ROUNDS)"
 echo
-printf "| %-6s | %10s | %10s | %10s |\n" "MDTs" "create/s" "stat/s" "remove/s"
-printf "| %-6s | %10s | %10s | %10s |\n" "---" "---:" "---:" "---:"
-declare -A first
+table "Unique directories ($TASKS processes, one directory each, placed round-robin)" unique
+table "One shared directory striped over the MDTs ($TASKS tasks)" shared
+echo "## IU-style sweep: directories x 4 tasks each, create/s (one run each)"
+echo
+printf "| %-6s |" "MDTs"; for d in $DIRS; do printf " %8s |" "$d dirs"; done; echo
+printf "| %-6s |" "---"; for d in $DIRS; do printf " %8s |" "---:"; done; echo
 for m in $MDTS; do
-  : > "$WORK.rounds"
-  for _ in $(seq "$ROUNDS"); do run "$m" >> "$WORK.rounds"; done
-  c=$(awk '{print $1}' "$WORK.rounds" | median)
-  s=$(awk '{print $2}' "$WORK.rounds" | median)
-  r=$(awk '{print $3}' "$WORK.rounds" | median)
-  printf "| %-6s | %10s | %10s | %10s |\n" "$m" "$c" "$s" "$r"
-  if [ -z "${first[c]:-}" ]; then first[c]=$c; first[s]=$s; first[r]=$r; fi
-  last="$c $s $r"
+  printf "| %-6s |" "$m"
+  for d in $DIRS; do
+    sweep "$m" "$d" > "$WORK.sweep"
+    printf " %8s |" "$(awk '{print $1}' "$WORK.sweep")"
+  done
+  echo
 done
-rm -f "$WORK.rounds"
-read -r c s r <<< "$last"
-echo
-echo "Scaling, most MDTs vs one: create $(python3 -c "print(f'{$c/${first[c]}:.2f}x')"), stat $(python3 -c "print(f'{$s/${first[s]}:.2f}x')"), remove $(python3 -c "print(f'{$r/${first[r]}:.2f}x')")."
+rm -f "$WORK.sweep"
