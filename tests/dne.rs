@@ -265,6 +265,22 @@ fn remote_directories_live_on_their_mdt() {
     let err = std::fs::remove_dir(&remote).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
     assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
+    // Hard links across MDTs: a name in MDT0's root for a file of MDT1.
+    std::fs::hard_link(remote.join("f1"), m.join("hard")).unwrap();
+    assert_eq!(std::fs::read_to_string(m.join("hard")).unwrap(), "1");
+    std::fs::remove_file(remote.join("f1")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.join("hard")).unwrap(),
+        "1",
+        "the other name keeps it"
+    );
+    fs.lfsck_clean("rdir");
+    std::fs::remove_file(m.join("hard")).unwrap();
+    std::fs::write(remote.join("f1"), "1").unwrap();
+    // A remote directory's entry renamed within its directory.
+    std::fs::rename(&remote, m.join("renamed")).unwrap();
+    std::fs::rename(m.join("renamed"), &remote).unwrap();
+    assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
     // A rename across MDTs is refused with EXDEV for now (mv then copies).
     let err = std::fs::rename(remote.join("f0"), m.join("f0")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EXDEV));
@@ -292,8 +308,10 @@ fn remote_directories_live_on_their_mdt() {
     fs.lfsck_clean("rdir");
 }
 
-/// One cross-MDT operation, the MDT killed at a named point of it, the MDT restarted: the
-/// operation completes for the application (no error) and the namespace is consistent.
+/// One cross-MDT operation (remote and striped mkdir/rmdir, hard link and unlink across
+/// MDTs), the coordinating or the participating MDT killed at a named point of it, the MDT
+/// restarted: the operation completes for the application (no error) and the namespace is
+/// consistent.
 #[test]
 fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
     // (operation, victim MDT, fault point)
@@ -327,6 +345,17 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
             "mds.update_destroy_dir.after_commit_before_reply",
         ),
         ("rmdir-c", 0, "mds.rmdir_remote.after_remote_apply"),
+        // A hard link in MDT0's root to a file of MDT1, and its removal.
+        ("link", 0, "mds.link_remote.after_intent"),
+        ("link", 1, "mds.update_add_link.after_commit_before_reply"),
+        ("link", 0, "mds.link_remote.after_remote_apply"),
+        ("unlink", 0, "mds.unlink_remote.after_local_commit"),
+        (
+            "unlink",
+            1,
+            "mds.update_drop_link.after_commit_before_reply",
+        ),
+        ("unlink", 0, "mds.unlink_remote.after_remote_apply"),
     ];
     for (op, victim, point) in cases {
         let fsname = "kill";
@@ -343,6 +372,15 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         } else {
             &["mkdir", "-i", "1"]
         };
+        let file = dir.join("f");
+        let link = client.mnt.join("l");
+        if op == "link" || op == "unlink" {
+            nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
+            std::fs::write(&file, b"data").unwrap();
+            if op == "unlink" {
+                std::fs::hard_link(&file, &link).unwrap();
+            }
+        }
         if op.starts_with("rmdir") {
             // The directory to remove (the armed point is rmdir's, so this passes it by).
             let mut args = mkdir_args.to_vec();
@@ -365,6 +403,14 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                     String::from_utf8_lossy(&out.stderr).into_owned(),
                 )
             }
+            "link" => match std::fs::hard_link(path.join("f"), path.parent().unwrap().join("l")) {
+                Ok(()) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            },
+            "unlink" => match std::fs::remove_file(path.parent().unwrap().join("l")) {
+                Ok(()) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            },
             _ => match std::fs::remove_dir(&path) {
                 Ok(()) => (true, String::new()),
                 Err(e) => (false, e.to_string()),
@@ -390,6 +436,20 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                 }
                 assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 6, "{point}");
                 assert_eq!(std::fs::read(dir.join("after3")).unwrap(), b"y");
+            }
+            "link" => {
+                use std::os::unix::fs::MetadataExt;
+                let (a, b) = (
+                    std::fs::metadata(&file).unwrap(),
+                    std::fs::metadata(&link).unwrap(),
+                );
+                assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "{point}");
+                assert_eq!(std::fs::read(&link).unwrap(), b"data");
+            }
+            "unlink" => {
+                use std::os::unix::fs::MetadataExt;
+                assert!(!link.exists(), "{point}");
+                assert_eq!(std::fs::metadata(&file).unwrap().nlink(), 1, "{point}");
             }
             _ => assert!(!dir.exists(), "{point}"),
         }

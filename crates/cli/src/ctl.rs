@@ -184,13 +184,60 @@ pub fn ask_all(req: &CtlRequest) -> anyhow::Result<Vec<(u32, CtlReply)>> {
             let _ = std::fs::remove_file(&path);
             continue;
         };
-        stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
-        (&stream).write_all(&line)?;
-        let mut reply = String::new();
-        BufReader::new(&stream).read_line(&mut reply)?;
+        let exchange = || -> std::io::Result<String> {
+            stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
+            (&stream).write_all(&line)?;
+            let mut reply = String::new();
+            BufReader::new(&stream).read_line(&mut reply)?;
+            Ok(reply)
+        };
+        // A process that exits while we ask (its connection reset, no reply) is skipped: it
+        // has no parameters any more; one that is alive but does not answer is reported.
+        let reply = match exchange() {
+            Ok(r) if !r.trim().is_empty() => r,
+            Ok(_) => continue,
+            Err(e) => {
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) {
+                    eprintln!("nacre: process {pid} did not answer: {e}");
+                }
+                continue;
+            }
+        };
         let reply: CtlReply = serde_json::from_str(&reply)
             .with_context(|| format!("bad reply from process {pid}"))?;
         out.push((pid, reply));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_goes_away_while_asked_is_skipped() {
+        // A control socket whose "process" closes every connection without answering, as a
+        // process exiting during `nacre ctl` does (this once failed the whole command).
+        std::fs::create_dir_all(CTL_DIR).unwrap();
+        let path = std::path::Path::new(CTL_DIR).join("4000000001.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let closer = std::thread::spawn(move || {
+            if let Ok((s, _)) = listener.accept() {
+                drop(s);
+            }
+        });
+        let req = CtlRequest {
+            op: "list".into(),
+            pattern: "no.such.param".into(),
+            value: None,
+        };
+        let replies = ask_all(&req).unwrap();
+        assert!(replies.iter().all(|(pid, _)| *pid != 4_000_000_001));
+        closer.join().unwrap();
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -9,7 +9,8 @@
 
 use crate::mdt::{kv_err, Mdt, Tx};
 use crate::records::{
-    encode, InodeRecord, IntentRecord, SavedReply, DIRDEFAULTS, DIRSTRIPES, INTENTS,
+    encode, remote_link_key, InodeRecord, IntentRecord, SavedReply, DIRDEFAULTS, DIRSTRIPES,
+    INTENTS, REMOTE_LINKS,
 };
 use nacre_net::fault;
 use nacre_net::rpc::{call, RpcError};
@@ -131,11 +132,47 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             }
             tx.remove_inode(&rec)?;
         }
+        RemoteUpdate::AddLink { fid, parent, name } => {
+            let key = remote_link_key(*fid, *parent, name);
+            if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_some() {
+                return Ok(MdsReply::Done);
+            }
+            let mut rec = tx.inode(*fid)?;
+            if rec.attr.kind == FileKind::Directory {
+                return Err(Status::Perm);
+            }
+            if rec.orphan || rec.attr.nlink == 0 {
+                return Err(Status::NoEnt);
+            }
+            if rec.attr.nlink >= crate::ops::link::LINK_COUNT_MAX {
+                return Err(Status::MLink);
+            }
+            rec.attr.nlink += 1;
+            rec.attr.ctime = tx.now;
+            tx.put_inode(&rec);
+            tx.batch.put(REMOTE_LINKS, key, Vec::new());
+        }
+        RemoteUpdate::DropLink { fid, parent, name } => {
+            let key = remote_link_key(*fid, *parent, name);
+            if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_none() {
+                return Ok(MdsReply::Done);
+            }
+            tx.batch.delete(REMOTE_LINKS, key);
+            match tx.inode(*fid) {
+                Ok(rec) => crate::ops::unlink::drop_link(&mut tx, rec)?,
+                Err(Status::NoEnt) => {}
+                Err(s) => return Err(s),
+            }
+        }
     }
+    let destroys = std::mem::take(&mut tx.destroys);
     commit_durable(mdt, tx)?;
+    mdt.queue_destroys(destroys);
     fault::point(match update {
         RemoteUpdate::CreateDir { .. } => "mds.update_create_dir.after_commit_before_reply",
         RemoteUpdate::DestroyDir { .. } => "mds.update_destroy_dir.after_commit_before_reply",
+        RemoteUpdate::AddLink { .. } => "mds.update_add_link.after_commit_before_reply",
+        RemoteUpdate::DropLink { .. } => "mds.update_drop_link.after_commit_before_reply",
     });
     Ok(MdsReply::Done)
 }
@@ -249,8 +286,7 @@ fn coordinate(
             .into_iter()
             .map(|mut i| {
                 i.reply_to = Some((call.client, xid));
-                tx.batch
-                    .put(INTENTS, i.update.fid().to_key().to_vec(), encode(&i));
+                tx.batch.put(INTENTS, i.key.to_key().to_vec(), encode(&i));
                 i
             })
             .collect();
@@ -265,11 +301,11 @@ fn coordinate(
         return Outgoing::error(s);
     }
     if let Ok((_, intents)) = result {
-        let fids: Vec<Fid> = intents.iter().map(|i| i.update.fid()).collect();
+        let fids: Vec<Fid> = intents.iter().map(|i| i.key).collect();
         {
             let mut pending = mdt.intents.lock().expect("intents");
             for i in intents {
-                pending.insert(i.update.fid(), i);
+                pending.insert(i.key, i);
             }
         }
         fault::point(fault_name);
@@ -393,6 +429,7 @@ pub fn mkdir_striped(
                 shard_attr.fid = shard;
                 shard_attr.nlink = 2;
                 intents.push(IntentRecord {
+                    key: shard,
                     mdt: targets[k],
                     update: RemoteUpdate::CreateDir {
                         attr: shard_attr,
@@ -405,6 +442,7 @@ pub fn mkdir_striped(
                     name: dir.name.to_vec(),
                     reply_to: None,
                     shards: Vec::new(),
+                    attr: None,
                 });
             }
             // The master last: a master is never there without its shards.
@@ -447,6 +485,7 @@ fn mkdir_local(
     let effective =
         crate::mdt::merge_spec(parent.dir_default.unwrap_or_default(), tx.fs_default()?);
     let intent = IntentRecord {
+        key: fid,
         mdt: target,
         update: RemoteUpdate::CreateDir {
             attr: rec.attr.clone(),
@@ -459,6 +498,7 @@ fn mkdir_local(
         name: name.to_vec(),
         reply_to: None,
         shards: Vec::new(),
+        attr: None,
     };
     Ok((
         MdsReply::Entry {
@@ -487,12 +527,14 @@ pub fn rmdir_remote(
         return out;
     }
     let intent = IntentRecord {
+        key: fid,
         mdt: fid.mdt_index(),
         update: RemoteUpdate::DestroyDir { fid },
         parent,
         name: name.to_vec(),
         reply_to: Some((call.client, xid)),
         shards: Vec::new(),
+        attr: None,
     };
     start_removal(
         mdt,
@@ -609,12 +651,14 @@ pub fn rmdir_striped(
         shards.push((at, attr, dir_default, default));
     }
     let intent = IntentRecord {
+        key: master,
         mdt: master.mdt_index(),
         update: RemoteUpdate::DestroyDir { fid: master },
         parent,
         name: name.to_vec(),
         reply_to: Some((call.client, xid)),
         shards,
+        attr: None,
     };
     start_removal(
         mdt,
@@ -657,7 +701,7 @@ fn start_removal(
     intent: IntentRecord,
     fault_name: &str,
 ) -> Outgoing {
-    let fid = intent.update.fid();
+    let fid = intent.key;
     let mut tx = mdt.begin();
     // Re-check under the write lock: the entry may have changed since the caller looked.
     match tx.lookup(parent, name) {
@@ -728,6 +772,141 @@ fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result
     send(intent.mdt, intent.update.clone())
 }
 
+/// A resend of this very request whose intent is pending (after a restart): finish it and
+/// answer with the reply it saves. None if no intent of this request is pending.
+fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outgoing> {
+    let keys: Vec<Fid> = mdt
+        .intents
+        .lock()
+        .expect("intents")
+        .iter()
+        .filter(|(_, i)| i.reply_to == Some((call.client, xid)))
+        .map(|(k, _)| *k)
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    for k in keys {
+        if let Err(s) = finish(mdt, k, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+            if s == Status::Again {
+                return Some(Outgoing::error(s));
+            }
+        }
+    }
+    Some(crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(Status::Io)))
+}
+
+/// Coordinator: `link` of inode `fid` (on another MDT) as `name` in `parent` (here). The
+/// inode's MDT counts the link first (its checks decide); the entry is added after, or the
+/// link is taken back if the name was taken meanwhile.
+pub fn link_remote(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    fid: Fid,
+    parent: Fid,
+    name: &[u8],
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_request(mdt, call, xid) {
+        return out;
+    }
+    let attr = match peer_call(mdt, fid.mdt_index(), MdsOp::GetAttr { fid }) {
+        Ok(MdsReply::Entry { attr, .. }) => attr,
+        Ok(_) => return Outgoing::error(Status::Proto),
+        Err(s) => return Outgoing::error(s),
+    };
+    if attr.kind == FileKind::Directory {
+        return Outgoing::error(Status::Perm);
+    }
+    let mut tx = mdt.begin();
+    let checked = crate::mdt::check_name(name)
+        .and_then(|()| tx.dir(parent).map(|_| ()))
+        .and_then(|()| match tx.lookup(parent, name)? {
+            Some(_) => Err(Status::Exist),
+            None => Ok(()),
+        });
+    if let Err(s) = checked {
+        return Outgoing::error(s);
+    }
+    let key = tx.new_fid();
+    let intent = IntentRecord {
+        key,
+        mdt: fid.mdt_index(),
+        update: RemoteUpdate::AddLink {
+            fid,
+            parent,
+            name: name.to_vec(),
+        },
+        parent,
+        name: name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards: Vec::new(),
+        attr: Some(attr),
+    };
+    tx.batch
+        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
+    if let Err(s) = commit_durable(mdt, tx) {
+        return Outgoing::error(s);
+    }
+    mdt.intents.lock().expect("intents").insert(key, intent);
+    fault::point("mds.link_remote.after_intent");
+    match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+        Err(Status::Again) => Outgoing::error(Status::Again),
+        _ => crate::saved_reply(mdt, &call.client, xid)
+            .unwrap_or_else(|| Outgoing::error(Status::Io)),
+    }
+}
+
+/// Coordinator: `unlink` of `name` in `parent` (here), an entry of inode `fid` on another
+/// MDT: the entry goes at once (with the intent), the inode's MDT drops the link after.
+pub fn unlink_remote(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    parent: Fid,
+    name: &[u8],
+    fid: Fid,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    coordinate(
+        mdt,
+        call,
+        xid,
+        "mds.unlink_remote.after_local_commit",
+        |tx| {
+            let mut dir = tx.dir(parent)?;
+            match tx.lookup(parent, name)? {
+                Some(d) if d.fid == fid => {}
+                Some(_) => return Err(Status::Again),
+                None => return Err(Status::NoEnt),
+            }
+            tx.del_dirent(parent, name);
+            tx.touch(&mut dir);
+            tx.put_inode(&dir);
+            let intent = IntentRecord {
+                key: tx.new_fid(),
+                mdt: fid.mdt_index(),
+                update: RemoteUpdate::DropLink {
+                    fid,
+                    parent,
+                    name: name.to_vec(),
+                },
+                parent,
+                name: name.to_vec(),
+                reply_to: None,
+                shards: Vec::new(),
+                attr: None,
+            };
+            Ok((MdsReply::Done, vec![intent]))
+        },
+    )
+}
+
 /// Drives intent `fid` to its end: sends the remote update until the remote MDT answers
 /// (for at most `patience`), then concludes locally. Err(Again) if the remote MDT stayed
 /// unreachable (the intent stays for recovery); the remote refusal otherwise.
@@ -750,9 +929,18 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
                 std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
                 continue;
             }
-            Err(s) if matches!(intent.update, RemoteUpdate::CreateDir { .. }) => {
-                // A creation is never undone: its entry is committed. Keep trying.
-                tracing::error!("{}: remote mkdir {fid}: {s}; retrying", mdt.label.name());
+            Err(s)
+                if matches!(
+                    intent.update,
+                    RemoteUpdate::CreateDir { .. } | RemoteUpdate::DropLink { .. }
+                ) =>
+            {
+                // A creation or a dropped link is never undone: its entry change is
+                // committed. Keep trying.
+                tracing::error!(
+                    "{}: cross-MDT update {fid}: {s}; retrying",
+                    mdt.label.name()
+                );
                 if Instant::now() >= deadline {
                     return Err(Status::Again);
                 }
@@ -763,6 +951,8 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
                 fault::point(match intent.update {
                     RemoteUpdate::CreateDir { .. } => "mds.mkdir_remote.after_remote_apply",
                     RemoteUpdate::DestroyDir { .. } => "mds.rmdir_remote.after_remote_apply",
+                    RemoteUpdate::AddLink { .. } => "mds.link_remote.after_remote_apply",
+                    RemoteUpdate::DropLink { .. } => "mds.unlink_remote.after_remote_apply",
                 });
                 let result = other.map(|_| ());
                 conclude(mdt, fid, &intent, result)?;
@@ -796,6 +986,29 @@ fn conclude(
             Some(saved(&Ok(MdsReply::Done)))
         }
         (RemoteUpdate::DestroyDir { .. }, Err(s)) => Some(saved(&Err(s))),
+        (RemoteUpdate::DropLink { .. }, _) => None,
+        (RemoteUpdate::AddLink { .. }, Ok(())) => {
+            let attr = intent.attr.clone().ok_or(Status::Io)?;
+            if tx.lookup(intent.parent, &intent.name)?.is_some() {
+                // The name was taken while the link was being counted: take it back.
+                drop(tx);
+                let undo = RemoteUpdate::DropLink {
+                    fid: attr.fid,
+                    parent: intent.parent,
+                    name: intent.name.clone(),
+                };
+                peer_call(mdt, intent.mdt, MdsOp::Update(undo))?;
+                return conclude(mdt, fid, intent, Err(Status::Exist));
+            }
+            let mut parent = tx.dir(intent.parent)?;
+            tx.touch(&mut parent);
+            tx.put_inode(&parent);
+            tx.put_dirent(intent.parent, &intent.name, attr.fid, attr.kind);
+            let mut attr = attr;
+            attr.nlink += 1;
+            Some(saved(&Ok(MdsReply::Entry { attr, layout: None })))
+        }
+        (RemoteUpdate::AddLink { .. }, Err(s)) => Some(saved(&Err(s))),
     };
     if let (Some(reply), Some((client, xid))) = (reply, intent.reply_to) {
         tx.save_reply(&client, xid, 0, &reply);

@@ -401,6 +401,18 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             }
             _ => run_modifying(mdt, call, xid),
         },
+        MdsOp::Link { fid, parent, name } if fid.mdt_index() != mdt.label.index => {
+            dne::link_remote(mdt, call, xid, *fid, *parent, name)
+        }
+        MdsOp::Unlink { parent, name } => match mdt.lookup(*parent, name) {
+            Ok(Some(d))
+                if d.kind != nacre_types::FileKind::Directory
+                    && d.fid.mdt_index() != mdt.label.index =>
+            {
+                dne::unlink_remote(mdt, call, xid, *parent, name, d.fid)
+            }
+            _ => run_modifying(mdt, call, xid),
+        },
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),

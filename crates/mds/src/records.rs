@@ -11,6 +11,9 @@
 //!   directory whose master inode is here
 //! * `dirdefaults`: FID key (16) → `[version] postcard(DirDefault)`: how new subdirectories
 //!   of a directory here are striped (`setdirstripe -D`)
+//! * `remote_links`: FID (16) ++ parent FID (16) ++ name → empty: entries on other MDTs that
+//!   count as links of an inode here (hard links across MDTs; makes adding and dropping such
+//!   a link idempotent)
 //! * `intents`: FID key (16) → `[version] postcard(IntentRecord)`: cross-MDT operations this
 //!   MDT coordinates whose remote update is not yet known to be applied (docs/dne.md)
 
@@ -36,8 +39,10 @@ pub const INTENTS: &str = "intents";
 pub const DIRSTRIPES: &str = "dirstripes";
 /// Defaults for new subdirectories (`setdirstripe -D`) of directories here.
 pub const DIRDEFAULTS: &str = "dirdefaults";
+/// Entries on other MDTs counted as links of an inode here: FID ++ parent FID ++ name.
+pub const REMOTE_LINKS: &str = "remote_links";
 /// Every table of an MDT.
-pub const TABLES: [&str; 9] = [
+pub const TABLES: [&str; 10] = [
     INODES,
     DIRENTS,
     XATTRS,
@@ -47,12 +52,16 @@ pub const TABLES: [&str; 9] = [
     INTENTS,
     DIRSTRIPES,
     DIRDEFAULTS,
+    REMOTE_LINKS,
 ];
 
 /// A cross-MDT operation this MDT coordinates, committed with its local changes (or before
 /// them, for removals) and deleted once the remote MDT has applied its part.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentRecord {
+    /// The intent's own key: the FID of the inode it creates or removes, or a FID reserved
+    /// for it (link changes, of which one inode may have several in flight).
+    pub key: Fid,
     /// The MDT that must apply `update`.
     pub mdt: u32,
     /// What it must apply.
@@ -63,6 +72,9 @@ pub struct IntentRecord {
     pub name: Vec<u8>,
     /// The client request to answer when recovery finishes the operation: (client uuid, xid).
     pub reply_to: Option<([u8; 16], u64)>,
+    /// A link across MDTs: the attributes of the inode it names (for the entry's kind and
+    /// the reply).
+    pub attr: Option<Attr>,
     /// Removal of a striped directory: every shard (its MDT, attributes, default file
     /// striping, default for subdirectories), destroyed before the master and recreated as
     /// they were if one turns out not empty.
@@ -109,6 +121,14 @@ pub struct SavedReply {
     pub status: i32,
     /// Encoded reply body.
     pub body: Vec<u8>,
+}
+
+/// Key of a remote link record.
+pub fn remote_link_key(fid: Fid, parent: Fid, name: &[u8]) -> Vec<u8> {
+    let mut k = fid.to_key().to_vec();
+    k.extend_from_slice(&parent.to_key());
+    k.extend_from_slice(name);
+    k
 }
 
 /// Encodes a record with its version byte.

@@ -425,6 +425,26 @@ pub enum RemoteUpdate {
         /// The directory.
         fid: Fid,
     },
+    /// Count entry (`parent`, `name`) on the coordinator as a link of non-directory inode
+    /// `fid` (a hard link across MDTs); done if already counted.
+    AddLink {
+        /// The inode.
+        fid: Fid,
+        /// Directory of the entry (on the coordinator).
+        parent: Fid,
+        /// Name of the entry.
+        name: Vec<u8>,
+    },
+    /// Stop counting entry (`parent`, `name`) as a link of `fid` (it was removed); the inode
+    /// goes with its last link (kept while open). Done if not counted.
+    DropLink {
+        /// The inode.
+        fid: Fid,
+        /// Directory of the entry (on the coordinator).
+        parent: Fid,
+        /// Name of the entry.
+        name: Vec<u8>,
+    },
 }
 
 impl RemoteUpdate {
@@ -432,7 +452,9 @@ impl RemoteUpdate {
     pub fn fid(&self) -> Fid {
         match self {
             RemoteUpdate::CreateDir { attr, .. } => attr.fid,
-            RemoteUpdate::DestroyDir { fid } => *fid,
+            RemoteUpdate::DestroyDir { fid }
+            | RemoteUpdate::AddLink { fid, .. }
+            | RemoteUpdate::DropLink { fid, .. } => *fid,
         }
     }
 }

@@ -57,7 +57,10 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
         Some(tx.dir(a.dst_parent)?)
     };
     let src = tx.lookup(a.src_parent, a.src_name)?.ok_or(Status::NoEnt)?;
-    if src.fid.mdt_index() != here {
+    // An entry of a directory on another MDT may be renamed within its directory (its `..`
+    // does not change); any other move of an inode of another MDT is not supported yet.
+    let remote_src = src.fid.mdt_index() != here;
+    if remote_src && !(same_dir && src.kind == FileKind::Directory) {
         return Err(Status::XDev);
     }
     if same_dir && a.src_name == a.dst_name {
@@ -98,16 +101,18 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
             super::unlink::drop_link(tx, rec)?;
         }
     }
-    let mut moved = tx.inode(src.fid)?;
-    moved.attr.ctime = tx.now;
-    if moving_dir {
-        if let Some(dst_dir) = dst_dir.as_mut() {
-            src_dir.attr.nlink = src_dir.attr.nlink.saturating_sub(1).max(2);
-            dst_dir.attr.nlink += 1;
-            moved.parent = Some(a.dst_parent);
+    if !remote_src {
+        let mut moved = tx.inode(src.fid)?;
+        moved.attr.ctime = tx.now;
+        if moving_dir {
+            if let Some(dst_dir) = dst_dir.as_mut() {
+                src_dir.attr.nlink = src_dir.attr.nlink.saturating_sub(1).max(2);
+                dst_dir.attr.nlink += 1;
+                moved.parent = Some(a.dst_parent);
+            }
         }
+        tx.put_inode(&moved);
     }
-    tx.put_inode(&moved);
     tx.touch(&mut src_dir);
     tx.put_inode(&src_dir);
     if let Some(mut d) = dst_dir {
