@@ -159,7 +159,12 @@ pub struct ServerProcess {
 /// Binds the listen address, or every interface of `networks` on the listen port.
 fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec<Nid>)> {
     let Some(networks) = &spec.networks else {
-        let server = Server::bind(spec.listen, BULK_BYTES_MAX)
+        let listen = nacre_net::Listen {
+            addr: spec.listen,
+            cpts: Vec::new(),
+        };
+        // Starting: requests wait for the services added below instead of ENOSYS.
+        let server = Server::bind_starting(&[listen], BULK_BYTES_MAX)
             .with_context(|| format!("cannot listen on {}", spec.listen))?;
         let nid = Nid::tcp(server.addr());
         return Ok((server, vec![nid]));
@@ -182,7 +187,7 @@ fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec
         });
         nets.push(ni.net);
     }
-    let server = Server::bind_all(&listens, BULK_BYTES_MAX)
+    let server = Server::bind_starting(&listens, BULK_BYTES_MAX)
         .with_context(|| format!("cannot listen on the interfaces of networks={networks}"))?;
     let nids = server
         .addrs()
@@ -294,8 +299,7 @@ impl ServerProcess {
         let topo = nacre_cpt::Topology::read()?;
         let cpts = CptTable::configure(spec.cpu_pattern.as_deref(), spec.cpu_npartitions, &topo)?;
         let (server, nids) = bind(&spec, &cpts)?;
-        // Clients reconnecting at once (a restart) wait for the services instead of ENOSYS.
-        server.router().set_starting(true);
+
         server.router().set_rotor(spec.portal_rotor);
         let nid = spec.nid.unwrap_or(nids[0]);
         // Discovery hands out reachable NIDs only: the advertised one first, never 0.0.0.0.

@@ -51,6 +51,21 @@ impl Server {
     /// Binds every address of `listens` (a port 0 after the first takes the first's port)
     /// and starts accepting on each.
     pub fn bind_all(listens: &[Listen], bulk_len_max: u32) -> Result<Arc<Server>, NetError> {
+        Server::bind_with(listens, bulk_len_max, false)
+    }
+
+    /// Like [`Server::bind_all`] for a server that adds its services after binding: until
+    /// `router().set_starting(false)`, requests for a service not added yet wait for it
+    /// instead of failing with ENOSYS (clients reconnecting to a restarted server at once).
+    pub fn bind_starting(listens: &[Listen], bulk_len_max: u32) -> Result<Arc<Server>, NetError> {
+        Server::bind_with(listens, bulk_len_max, true)
+    }
+
+    fn bind_with(
+        listens: &[Listen],
+        bulk_len_max: u32,
+        starting: bool,
+    ) -> Result<Arc<Server>, NetError> {
         assert!(!listens.is_empty(), "a server needs an address");
         let mut listeners = Vec::new();
         let mut port = 0;
@@ -68,6 +83,7 @@ impl Server {
             .map(|(l, _)| l.local_addr())
             .collect::<Result<Vec<_>, _>>()?;
         let router = Arc::new(Router::default());
+        router.set_starting(starting);
         for a in &addrs {
             local::register(*a, &router);
         }
