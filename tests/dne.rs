@@ -281,8 +281,13 @@ fn remote_directories_live_on_their_mdt() {
     std::fs::rename(&remote, m.join("renamed")).unwrap();
     std::fs::rename(m.join("renamed"), &remote).unwrap();
     assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
-    // A rename across MDTs is refused with EXDEV for now (mv then copies).
-    let err = std::fs::rename(remote.join("f0"), m.join("f0")).unwrap_err();
+    // Files rename across MDTs (and back); a directory across MDTs is refused with EXDEV for
+    // now (mv then copies).
+    std::fs::rename(remote.join("f0"), m.join("f0")).unwrap();
+    assert_eq!(std::fs::read_to_string(m.join("f0")).unwrap(), "0");
+    std::fs::rename(m.join("f0"), remote.join("f0")).unwrap();
+    assert_eq!(std::fs::read_to_string(remote.join("f0")).unwrap(), "0");
+    let err = std::fs::rename(remote.join("sub"), m.join("sub")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EXDEV));
     std::fs::remove_dir_all(&remote).unwrap();
     assert!(!remote.exists());
@@ -356,6 +361,20 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
             "mds.update_drop_link.after_commit_before_reply",
         ),
         ("unlink", 0, "mds.unlink_remote.after_remote_apply"),
+        // A file renamed from MDT0's root into MDT1's directory, and one back.
+        ("rename", 0, "mds.rename_remote.after_intent"),
+        (
+            "rename",
+            1,
+            "mds.update_insert_entry.after_commit_before_reply",
+        ),
+        ("rename", 0, "mds.rename_remote.after_remote_apply"),
+        ("rename-back", 1, "mds.rename_remote.after_intent"),
+        (
+            "rename-back",
+            0,
+            "mds.update_insert_entry.after_commit_before_reply",
+        ),
     ];
     for (op, victim, point) in cases {
         let fsname = "kill";
@@ -374,6 +393,12 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         };
         let file = dir.join("f");
         let link = client.mnt.join("l");
+        let moved = client.mnt.join("a");
+        if op.starts_with("rename") {
+            nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
+            let from = if op == "rename" { &moved } else { &file };
+            std::fs::write(from, b"moving").unwrap();
+        }
         if op == "link" || op == "unlink" {
             nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
             std::fs::write(&file, b"data").unwrap();
@@ -411,6 +436,16 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                 Ok(()) => (true, String::new()),
                 Err(e) => (false, e.to_string()),
             },
+            "rename" => match std::fs::rename(path.parent().unwrap().join("a"), path.join("a")) {
+                Ok(()) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            },
+            "rename-back" => {
+                match std::fs::rename(path.join("f"), path.parent().unwrap().join("a")) {
+                    Ok(()) => (true, String::new()),
+                    Err(e) => (false, e.to_string()),
+                }
+            }
             _ => match std::fs::remove_dir(&path) {
                 Ok(()) => (true, String::new()),
                 Err(e) => (false, e.to_string()),
@@ -450,6 +485,17 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                 use std::os::unix::fs::MetadataExt;
                 assert!(!link.exists(), "{point}");
                 assert_eq!(std::fs::metadata(&file).unwrap().nlink(), 1, "{point}");
+            }
+            "rename" | "rename-back" => {
+                use std::os::unix::fs::MetadataExt;
+                let (gone, there) = if op == "rename" {
+                    (moved.clone(), dir.join("a"))
+                } else {
+                    (file.clone(), moved.clone())
+                };
+                assert!(!gone.exists(), "{point}: the old name is gone");
+                assert_eq!(std::fs::read(&there).unwrap(), b"moving", "{point}");
+                assert_eq!(std::fs::metadata(&there).unwrap().nlink(), 1, "{point}");
             }
             _ => assert!(!dir.exists(), "{point}"),
         }

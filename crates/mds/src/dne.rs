@@ -87,6 +87,7 @@ pub fn alloc_fid(mdt: &Mdt) -> Result<MdsReply, Status> {
 /// Participant: applies a peer's update, idempotently, durable before the reply.
 pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
     let mut tx = mdt.begin();
+    let mut owed: Option<(Fid, IntentRecord)> = None;
     match update {
         RemoteUpdate::CreateDir {
             attr,
@@ -152,6 +153,61 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             tx.put_inode(&rec);
             tx.batch.put(REMOTE_LINKS, key, Vec::new());
         }
+        RemoteUpdate::InsertEntry {
+            fid,
+            kind,
+            parent,
+            name,
+            noreplace,
+        } => {
+            if *kind == FileKind::Directory {
+                return Err(Status::Inval);
+            }
+            crate::mdt::check_name(name)?;
+            let mut dir = tx.dir(*parent)?;
+            let victim = match tx.lookup(*parent, name)? {
+                Some(e) if e.fid == *fid => return Ok(MdsReply::Done),
+                Some(_) if *noreplace => return Err(Status::Exist),
+                Some(e) if e.kind == FileKind::Directory => return Err(Status::IsDir),
+                other => other,
+            };
+            if fid.mdt_index() == mdt.label.index {
+                let mut rec = tx.inode(*fid)?;
+                rec.attr.nlink += 1;
+                rec.attr.ctime = tx.now;
+                tx.put_inode(&rec);
+            }
+            tx.put_dirent(*parent, name, *fid, *kind);
+            tx.touch(&mut dir);
+            tx.put_inode(&dir);
+            if let Some(v) = victim {
+                if v.fid.mdt_index() == mdt.label.index {
+                    let rec = tx.inode(v.fid)?;
+                    crate::ops::unlink::drop_link(&mut tx, rec)?;
+                } else {
+                    // The replaced entry named an inode of another MDT: this MDT now owes
+                    // that one a DropLink, through an intent of its own.
+                    let key = tx.new_fid();
+                    let intent = IntentRecord {
+                        key,
+                        mdt: v.fid.mdt_index(),
+                        update: RemoteUpdate::DropLink {
+                            fid: v.fid,
+                            parent: *parent,
+                            name: name.clone(),
+                        },
+                        parent: *parent,
+                        name: name.clone(),
+                        reply_to: None,
+                        shards: Vec::new(),
+                        attr: None,
+                    };
+                    tx.batch
+                        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
+                    owed = Some((key, intent));
+                }
+            }
+        }
         RemoteUpdate::DropLink { fid, parent, name } => {
             let key = remote_link_key(*fid, *parent, name);
             if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_none() {
@@ -168,10 +224,17 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
     let destroys = std::mem::take(&mut tx.destroys);
     commit_durable(mdt, tx)?;
     mdt.queue_destroys(destroys);
+    if let Some((key, intent)) = owed {
+        mdt.intents.lock().expect("intents").insert(key, intent);
+        if let Err(s) = finish(mdt, key, Duration::ZERO) {
+            tracing::debug!("{}: replaced entry's link pending: {s}", mdt.label.name());
+        }
+    }
     fault::point(match update {
         RemoteUpdate::CreateDir { .. } => "mds.update_create_dir.after_commit_before_reply",
         RemoteUpdate::DestroyDir { .. } => "mds.update_destroy_dir.after_commit_before_reply",
         RemoteUpdate::AddLink { .. } => "mds.update_add_link.after_commit_before_reply",
+        RemoteUpdate::InsertEntry { .. } => "mds.update_insert_entry.after_commit_before_reply",
         RemoteUpdate::DropLink { .. } => "mds.update_drop_link.after_commit_before_reply",
     });
     Ok(MdsReply::Done)
@@ -907,6 +970,155 @@ pub fn unlink_remote(
     )
 }
 
+/// The steps of a rename across MDTs, each idempotent so a crash anywhere re-runs them: the
+/// inode's MDT counts the new entry (when it is not the target's), the target MDT puts the
+/// entry (undoing the count if it refuses), this MDT removes the source entry, and the
+/// inode's MDT drops the source entry's link (when the inode is not here).
+fn rename_steps(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(), Status> {
+    let RemoteUpdate::InsertEntry {
+        fid, parent, name, ..
+    } = &intent.update
+    else {
+        unreachable!("rename_steps on an InsertEntry intent");
+    };
+    let (here, home, target) = (mdt.label.index, fid.mdt_index(), intent.mdt);
+    let send = |at: u32, update: RemoteUpdate| -> Result<(), Status> {
+        loop {
+            match peer_call(mdt, at, MdsOp::Update(update.clone())) {
+                Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+    };
+    let new_link = || RemoteUpdate::AddLink {
+        fid: *fid,
+        parent: *parent,
+        name: name.clone(),
+    };
+    if home != target {
+        send(home, new_link())?;
+    }
+    if let Err(s) = send(target, intent.update.clone()) {
+        if matches!(s, Status::Again | Status::NoDev) {
+            return Err(s);
+        }
+        if home != target {
+            let RemoteUpdate::AddLink { fid, parent, name } = new_link() else {
+                unreachable!()
+            };
+            send(home, RemoteUpdate::DropLink { fid, parent, name })?;
+        }
+        return Err(s);
+    }
+    // From here on the rename happens: any failure is retried (the intent stays).
+    finish_rename(mdt, intent, *fid, here, home, &send).map_err(|s| {
+        tracing::warn!("{}: rename of {fid} to finish later: {s}", mdt.label.name());
+        Status::Again
+    })
+}
+
+/// The second half of [`rename_steps`]: the source entry and its link.
+fn finish_rename(
+    mdt: &Mdt,
+    intent: &IntentRecord,
+    fid: Fid,
+    here: u32,
+    home: u32,
+    send: &dyn Fn(u32, RemoteUpdate) -> Result<(), Status>,
+) -> Result<(), Status> {
+    let fid = &fid;
+    // The source entry goes (once: only while it still names the inode).
+    let mut tx = mdt.begin();
+    if tx.lookup(intent.parent, &intent.name)?.map(|d| d.fid) == Some(*fid) {
+        tx.del_dirent(intent.parent, &intent.name);
+        let mut dir = tx.dir(intent.parent)?;
+        tx.touch(&mut dir);
+        tx.put_inode(&dir);
+        if home == here {
+            let rec = tx.inode(*fid)?;
+            crate::ops::unlink::drop_link(&mut tx, rec)?;
+        }
+        let destroys = std::mem::take(&mut tx.destroys);
+        commit_durable(mdt, tx)?;
+        mdt.queue_destroys(destroys);
+    } else {
+        drop(tx);
+    }
+    if home != here {
+        send(
+            home,
+            RemoteUpdate::DropLink {
+                fid: *fid,
+                parent: intent.parent,
+                name: intent.name.clone(),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Coordinator: rename of `src_name` in `src_parent` (here) to `dst_name` in `dst_parent`
+/// on another MDT, for a non-directory (directories across MDTs answer `EXDEV` for now).
+#[allow(clippy::too_many_arguments)]
+pub fn rename_remote(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+    dst_name: &[u8],
+    noreplace: bool,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_request(mdt, call, xid) {
+        return out;
+    }
+    let mut tx = mdt.begin();
+    let src = crate::mdt::check_name(src_name)
+        .and_then(|()| crate::mdt::check_name(dst_name))
+        .and_then(|()| tx.dir(src_parent).map(|_| ()))
+        .and_then(|()| tx.lookup(src_parent, src_name)?.ok_or(Status::NoEnt));
+    let src = match src {
+        Ok(s) if s.kind == FileKind::Directory => return Outgoing::error(Status::XDev),
+        Ok(s) => s,
+        Err(s) => return Outgoing::error(s),
+    };
+    let key = tx.new_fid();
+    let intent = IntentRecord {
+        key,
+        mdt: dst_parent.mdt_index(),
+        update: RemoteUpdate::InsertEntry {
+            fid: src.fid,
+            kind: src.kind,
+            parent: dst_parent,
+            name: dst_name.to_vec(),
+            noreplace,
+        },
+        parent: src_parent,
+        name: src_name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards: Vec::new(),
+        attr: None,
+    };
+    tx.batch
+        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
+    if let Err(s) = commit_durable(mdt, tx) {
+        return Outgoing::error(s);
+    }
+    mdt.intents.lock().expect("intents").insert(key, intent);
+    fault::point("mds.rename_remote.after_intent");
+    match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+        Err(Status::Again) => Outgoing::error(Status::Again),
+        _ => crate::saved_reply(mdt, &call.client, xid)
+            .unwrap_or_else(|| Outgoing::error(Status::Io)),
+    }
+}
+
 /// Drives intent `fid` to its end: sends the remote update until the remote MDT answers
 /// (for at most `patience`), then concludes locally. Err(Again) if the remote MDT stayed
 /// unreachable (the intent stays for recovery); the remote refusal otherwise.
@@ -916,10 +1128,12 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
         let Some(intent) = mdt.intents.lock().expect("intents").get(&fid).cloned() else {
             return Ok(());
         };
-        let outcome = if intent.shards.is_empty() {
-            peer_call(mdt, intent.mdt, MdsOp::Update(intent.update.clone()))
-        } else {
+        let outcome = if !intent.shards.is_empty() {
             remove_striped(mdt, &intent, deadline).map(|()| MdsReply::Done)
+        } else if matches!(intent.update, RemoteUpdate::InsertEntry { .. }) {
+            rename_steps(mdt, &intent, deadline).map(|()| MdsReply::Done)
+        } else {
+            peer_call(mdt, intent.mdt, MdsOp::Update(intent.update.clone()))
         };
         match outcome {
             Err(Status::Again) | Err(Status::NoDev) => {
@@ -952,6 +1166,7 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
                     RemoteUpdate::CreateDir { .. } => "mds.mkdir_remote.after_remote_apply",
                     RemoteUpdate::DestroyDir { .. } => "mds.rmdir_remote.after_remote_apply",
                     RemoteUpdate::AddLink { .. } => "mds.link_remote.after_remote_apply",
+                    RemoteUpdate::InsertEntry { .. } => "mds.rename_remote.after_remote_apply",
                     RemoteUpdate::DropLink { .. } => "mds.unlink_remote.after_remote_apply",
                 });
                 let result = other.map(|_| ());
@@ -1009,6 +1224,8 @@ fn conclude(
             Some(saved(&Ok(MdsReply::Entry { attr, layout: None })))
         }
         (RemoteUpdate::AddLink { .. }, Err(s)) => Some(saved(&Err(s))),
+        (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(saved(&Ok(MdsReply::Done))),
+        (RemoteUpdate::InsertEntry { .. }, Err(s)) => Some(saved(&Err(s))),
     };
     if let (Some(reply), Some((client, xid))) = (reply, intent.reply_to) {
         tx.save_reply(&client, xid, 0, &reply);

@@ -413,6 +413,22 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             }
             _ => run_modifying(mdt, call, xid),
         },
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } if dst_parent.mdt_index() != mdt.label.index => dne::rename_remote(
+            mdt,
+            call,
+            xid,
+            *src_parent,
+            src_name,
+            *dst_parent,
+            dst_name,
+            *noreplace,
+        ),
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),

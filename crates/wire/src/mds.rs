@@ -435,6 +435,22 @@ pub enum RemoteUpdate {
         /// Name of the entry.
         name: Vec<u8>,
     },
+    /// Put entry (`parent`, `name`) → `fid` (a non-directory) on the receiving MDT, the
+    /// target of a rename across MDTs: done if it already names `fid`; `EEXIST` with
+    /// `noreplace` or `EISDIR` over a directory; otherwise the entry it replaces loses its
+    /// link. When `fid` lives on the receiving MDT its link count grows here.
+    InsertEntry {
+        /// The inode.
+        fid: Fid,
+        /// Its kind.
+        kind: FileKind,
+        /// Directory (on the receiving MDT).
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Refuse to replace an existing entry.
+        noreplace: bool,
+    },
     /// Stop counting entry (`parent`, `name`) as a link of `fid` (it was removed); the inode
     /// goes with its last link (kept while open). Done if not counted.
     DropLink {
@@ -454,6 +470,7 @@ impl RemoteUpdate {
             RemoteUpdate::CreateDir { attr, .. } => attr.fid,
             RemoteUpdate::DestroyDir { fid }
             | RemoteUpdate::AddLink { fid, .. }
+            | RemoteUpdate::InsertEntry { fid, .. }
             | RemoteUpdate::DropLink { fid, .. } => *fid,
         }
     }
