@@ -281,14 +281,26 @@ fn remote_directories_live_on_their_mdt() {
     std::fs::rename(&remote, m.join("renamed")).unwrap();
     std::fs::rename(m.join("renamed"), &remote).unwrap();
     assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
-    // Files rename across MDTs (and back); a directory across MDTs is refused with EXDEV for
-    // now (mv then copies).
+    // Files and directories rename across MDTs (and back); replacing a directory on another
+    // MDT is refused with EXDEV for now (mv then copies).
     std::fs::rename(remote.join("f0"), m.join("f0")).unwrap();
     assert_eq!(std::fs::read_to_string(m.join("f0")).unwrap(), "0");
     std::fs::rename(m.join("f0"), remote.join("f0")).unwrap();
     assert_eq!(std::fs::read_to_string(remote.join("f0")).unwrap(), "0");
-    let err = std::fs::rename(remote.join("sub"), m.join("sub")).unwrap_err();
+    std::fs::rename(remote.join("sub"), m.join("sub")).unwrap();
+    assert_eq!(
+        std::fs::canonicalize(m.join("sub/..")).unwrap(),
+        std::fs::canonicalize(&m).unwrap()
+    );
+    fs.lfsck_clean("rdir");
+    std::fs::create_dir(remote.join("sub")).unwrap();
+    let err = std::fs::rename(m.join("sub"), remote.join("sub")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EXDEV));
+    std::fs::remove_dir(remote.join("sub")).unwrap();
+    std::fs::rename(m.join("sub"), remote.join("sub")).unwrap();
+    // A directory may not move beneath itself, across MDTs either.
+    let err = std::fs::rename(&remote, remote.join("sub/inside")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
     std::fs::remove_dir_all(&remote).unwrap();
     assert!(!remote.exists());
     // The kernel sends a file's release after close() returns: a file unlinked before its
@@ -375,6 +387,19 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
             0,
             "mds.update_insert_entry.after_commit_before_reply",
         ),
+        // A directory of MDT0 moved into MDT1's directory.
+        ("rename-dir", 0, "mds.rename_remote.after_intent"),
+        (
+            "rename-dir",
+            1,
+            "mds.update_insert_entry.after_commit_before_reply",
+        ),
+        (
+            "rename-dir",
+            0,
+            "mds.update_set_parent.after_commit_before_reply",
+        ),
+        ("rename-dir", 0, "mds.rename_remote.after_remote_apply"),
     ];
     for (op, victim, point) in cases {
         let fsname = "kill";
@@ -396,8 +421,13 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         let moved = client.mnt.join("a");
         if op.starts_with("rename") {
             nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
-            let from = if op == "rename" { &moved } else { &file };
-            std::fs::write(from, b"moving").unwrap();
+            if op == "rename-dir" {
+                std::fs::create_dir(&moved).unwrap();
+                std::fs::write(moved.join("inner"), b"moving").unwrap();
+            } else {
+                let from = if op == "rename" { &moved } else { &file };
+                std::fs::write(from, b"moving").unwrap();
+            }
         }
         if op == "link" || op == "unlink" {
             nacre_ok(&["mkdir", "-i", "1", dir.to_str().unwrap()]);
@@ -436,10 +466,12 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                 Ok(()) => (true, String::new()),
                 Err(e) => (false, e.to_string()),
             },
-            "rename" => match std::fs::rename(path.parent().unwrap().join("a"), path.join("a")) {
-                Ok(()) => (true, String::new()),
-                Err(e) => (false, e.to_string()),
-            },
+            "rename" | "rename-dir" => {
+                match std::fs::rename(path.parent().unwrap().join("a"), path.join("a")) {
+                    Ok(()) => (true, String::new()),
+                    Err(e) => (false, e.to_string()),
+                }
+            }
             "rename-back" => {
                 match std::fs::rename(path.join("f"), path.parent().unwrap().join("a")) {
                     Ok(()) => (true, String::new()),
@@ -485,6 +517,20 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
                 use std::os::unix::fs::MetadataExt;
                 assert!(!link.exists(), "{point}");
                 assert_eq!(std::fs::metadata(&file).unwrap().nlink(), 1, "{point}");
+            }
+            "rename-dir" => {
+                use std::os::unix::fs::MetadataExt;
+                assert!(!moved.exists(), "{point}: the old name is gone");
+                assert_eq!(
+                    std::fs::read(dir.join("a/inner")).unwrap(),
+                    b"moving",
+                    "{point}"
+                );
+                assert_eq!(std::fs::metadata(&dir).unwrap().nlink(), 3, "{point}");
+                assert_eq!(
+                    std::fs::canonicalize(dir.join("a/..")).unwrap(),
+                    std::fs::canonicalize(&dir).unwrap()
+                );
             }
             "rename" | "rename-back" => {
                 use std::os::unix::fs::MetadataExt;
@@ -580,7 +626,7 @@ fn everyday_tools_work_in_remote_directories() {
         "mv {m}/r/copy/a/f3 {m}/r/copy/e/f3 && mv {m}/r/copy/a/b {m}/r/copy/e/b && \
          chmod 600 {m}/r/copy/e/f3 && test -f {m}/r/copy/e/b/c/deep"
     ));
-    // A tree moved out of the remote directory crosses MDTs: mv copies it (EXDEV).
+    // A tree moved out of the remote directory crosses MDTs (a directory rename across MDTs).
     nacre_testkit::sh(&format!("mv {m}/r/copy/e {m}/e && test -f {m}/e/b/c/deep"));
     fs.lfsck_clean("tools");
     nacre_testkit::sh(&format!("rm -rf {m}/r {m}/e"));

@@ -160,18 +160,23 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             name,
             noreplace,
         } => {
-            if *kind == FileKind::Directory {
-                return Err(Status::Inval);
-            }
             crate::mdt::check_name(name)?;
             let mut dir = tx.dir(*parent)?;
+            let moving_dir = *kind == FileKind::Directory;
             let victim = match tx.lookup(*parent, name)? {
                 Some(e) if e.fid == *fid => return Ok(MdsReply::Done),
                 Some(_) if *noreplace => return Err(Status::Exist),
+                Some(e) if e.kind == FileKind::Directory && moving_dir => return Err(Status::XDev),
                 Some(e) if e.kind == FileKind::Directory => return Err(Status::IsDir),
+                Some(_) if moving_dir => return Err(Status::NotDir),
                 other => other,
             };
-            if fid.mdt_index() == mdt.label.index {
+            if moving_dir {
+                if dir.attr.nlink >= crate::ops::mkdir::DIR_NLINK_MAX {
+                    return Err(Status::MLink);
+                }
+                dir.attr.nlink += 1;
+            } else if fid.mdt_index() == mdt.label.index {
                 let mut rec = tx.inode(*fid)?;
                 rec.attr.nlink += 1;
                 rec.attr.ctime = tx.now;
@@ -208,6 +213,19 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 }
             }
         }
+        RemoteUpdate::SetParent { fid, parent } => match tx.inode(*fid) {
+            Ok(mut rec) => {
+                if rec.parent == Some(*parent) {
+                    return Ok(MdsReply::Done);
+                }
+                rec.parent = Some(*parent);
+                rec.attr.ctime = tx.now;
+                tx.put_inode(&rec);
+            }
+            // Removed meanwhile: nothing to point anywhere.
+            Err(Status::NoEnt) => return Ok(MdsReply::Done),
+            Err(s) => return Err(s),
+        },
         RemoteUpdate::DropLink { fid, parent, name } => {
             let key = remote_link_key(*fid, *parent, name);
             if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_none() {
@@ -235,6 +253,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
         RemoteUpdate::DestroyDir { .. } => "mds.update_destroy_dir.after_commit_before_reply",
         RemoteUpdate::AddLink { .. } => "mds.update_add_link.after_commit_before_reply",
         RemoteUpdate::InsertEntry { .. } => "mds.update_insert_entry.after_commit_before_reply",
+        RemoteUpdate::SetParent { .. } => "mds.update_set_parent.after_commit_before_reply",
         RemoteUpdate::DropLink { .. } => "mds.update_drop_link.after_commit_before_reply",
     });
     Ok(MdsReply::Done)
@@ -997,20 +1016,56 @@ fn rename_steps(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(
         parent: *parent,
         name: name.clone(),
     };
-    if home != target {
+    let moving_dir = matches!(
+        intent.update,
+        RemoteUpdate::InsertEntry {
+            kind: FileKind::Directory,
+            ..
+        }
+    );
+    if home != target && !moving_dir {
         send(home, new_link())?;
     }
     if let Err(s) = send(target, intent.update.clone()) {
         if matches!(s, Status::Again | Status::NoDev) {
             return Err(s);
         }
-        if home != target {
+        if home != target && !moving_dir {
             let RemoteUpdate::AddLink { fid, parent, name } = new_link() else {
                 unreachable!()
             };
             send(home, RemoteUpdate::DropLink { fid, parent, name })?;
         }
         return Err(s);
+    }
+    if moving_dir {
+        // A directory: its `..` follows; its old parent loses the subdirectory link.
+        let moved = (|| {
+            send(
+                home,
+                RemoteUpdate::SetParent {
+                    fid: *fid,
+                    parent: *parent,
+                },
+            )?;
+            let mut tx = mdt.begin();
+            if tx.lookup(intent.parent, &intent.name)?.map(|d| d.fid) == Some(*fid) {
+                tx.del_dirent(intent.parent, &intent.name);
+                let mut dir = tx.dir(intent.parent)?;
+                dir.attr.nlink = dir.attr.nlink.saturating_sub(1).max(2);
+                tx.touch(&mut dir);
+                tx.put_inode(&dir);
+                commit_durable(mdt, tx)?;
+            }
+            Ok(())
+        })();
+        return moved.map_err(|s: Status| {
+            tracing::warn!(
+                "{}: move of directory {fid} to finish later: {s}",
+                mdt.label.name()
+            );
+            Status::Again
+        });
     }
     // From here on the rename happens: any failure is retried (the intent stays).
     finish_rename(mdt, intent, *fid, here, home, &send).map_err(|s| {
@@ -1059,8 +1114,37 @@ fn finish_rename(
     Ok(())
 }
 
+/// True if directory `dir` is `ancestor` or lies beneath it, following `..` across MDTs.
+/// (Not atomic against concurrent renames elsewhere, as no rename lock spans MDTs yet.)
+fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
+    let mut cur = dir;
+    for _ in 0..crate::ops::rename::DEPTH_MAX {
+        if cur == ancestor {
+            return Ok(true);
+        }
+        if cur == Fid::ROOT {
+            return Ok(false);
+        }
+        cur = if cur.mdt_index() == mdt.label.index {
+            mdt.inode(cur)?.parent.unwrap_or(Fid::ROOT)
+        } else {
+            let up = MdsOp::Lookup {
+                parent: cur,
+                name: b"..".to_vec(),
+            };
+            match peer_call(mdt, cur.mdt_index(), up)? {
+                MdsReply::Entry { attr, .. } => attr.fid,
+                MdsReply::Remote { fid } => fid,
+                _ => return Err(Status::Proto),
+            }
+        };
+    }
+    Err(Status::Io)
+}
+
 /// Coordinator: rename of `src_name` in `src_parent` (here) to `dst_name` in `dst_parent`
-/// on another MDT, for a non-directory (directories across MDTs answer `EXDEV` for now).
+/// on another MDT (a directory moves with its `..`; one replacing a directory there is not
+/// supported yet: `EXDEV`).
 #[allow(clippy::too_many_arguments)]
 pub fn rename_remote(
     mdt: &Mdt,
@@ -1084,10 +1168,24 @@ pub fn rename_remote(
         .and_then(|()| tx.dir(src_parent).map(|_| ()))
         .and_then(|()| tx.lookup(src_parent, src_name)?.ok_or(Status::NoEnt));
     let src = match src {
-        Ok(s) if s.kind == FileKind::Directory => return Outgoing::error(Status::XDev),
         Ok(s) => s,
         Err(s) => return Outgoing::error(s),
     };
+    if src.kind == FileKind::Directory {
+        drop(tx);
+        // A directory may not move beneath itself: walk up from the target across MDTs.
+        match beneath(mdt, dst_parent, src.fid) {
+            Ok(false) => {}
+            Ok(true) => return Outgoing::error(Status::Inval),
+            Err(s) => return Outgoing::error(s),
+        }
+        tx = mdt.begin();
+        match tx.lookup(src_parent, src_name) {
+            Ok(Some(d)) if d.fid == src.fid => {}
+            Ok(_) => return Outgoing::error(Status::Again),
+            Err(s) => return Outgoing::error(s),
+        }
+    }
     let key = tx.new_fid();
     let intent = IntentRecord {
         key,
@@ -1167,6 +1265,7 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
                     RemoteUpdate::DestroyDir { .. } => "mds.rmdir_remote.after_remote_apply",
                     RemoteUpdate::AddLink { .. } => "mds.link_remote.after_remote_apply",
                     RemoteUpdate::InsertEntry { .. } => "mds.rename_remote.after_remote_apply",
+                    RemoteUpdate::SetParent { .. } => "mds.set_parent.after_remote_apply",
                     RemoteUpdate::DropLink { .. } => "mds.unlink_remote.after_remote_apply",
                 });
                 let result = other.map(|_| ());
@@ -1226,6 +1325,7 @@ fn conclude(
         (RemoteUpdate::AddLink { .. }, Err(s)) => Some(saved(&Err(s))),
         (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(saved(&Ok(MdsReply::Done))),
         (RemoteUpdate::InsertEntry { .. }, Err(s)) => Some(saved(&Err(s))),
+        (RemoteUpdate::SetParent { .. }, _) => None,
     };
     if let (Some(reply), Some((client, xid))) = (reply, intent.reply_to) {
         tx.save_reply(&client, xid, 0, &reply);

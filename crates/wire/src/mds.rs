@@ -435,10 +435,12 @@ pub enum RemoteUpdate {
         /// Name of the entry.
         name: Vec<u8>,
     },
-    /// Put entry (`parent`, `name`) → `fid` (a non-directory) on the receiving MDT, the
-    /// target of a rename across MDTs: done if it already names `fid`; `EEXIST` with
-    /// `noreplace` or `EISDIR` over a directory; otherwise the entry it replaces loses its
-    /// link. When `fid` lives on the receiving MDT its link count grows here.
+    /// Put entry (`parent`, `name`) → `fid` on the receiving MDT, the target of a rename
+    /// across MDTs: done if it already names `fid`; `EEXIST` with `noreplace`; over a
+    /// directory `EISDIR` (or, moving a directory, `EXDEV`: not supported), over a
+    /// non-directory when moving one `ENOTDIR`; otherwise the entry it replaces loses its
+    /// link. A non-directory living on the receiving MDT gains a link here; a directory adds
+    /// to its new parent's link count.
     InsertEntry {
         /// The inode.
         fid: Fid,
@@ -450,6 +452,13 @@ pub enum RemoteUpdate {
         name: Vec<u8>,
         /// Refuse to replace an existing entry.
         noreplace: bool,
+    },
+    /// Set directory `fid`'s `..` to `parent` (a directory moved across MDTs).
+    SetParent {
+        /// The directory.
+        fid: Fid,
+        /// Its new parent.
+        parent: Fid,
     },
     /// Stop counting entry (`parent`, `name`) as a link of `fid` (it was removed); the inode
     /// goes with its last link (kept while open). Done if not counted.
@@ -471,6 +480,7 @@ impl RemoteUpdate {
             RemoteUpdate::DestroyDir { fid }
             | RemoteUpdate::AddLink { fid, .. }
             | RemoteUpdate::InsertEntry { fid, .. }
+            | RemoteUpdate::SetParent { fid, .. }
             | RemoteUpdate::DropLink { fid, .. } => *fid,
         }
     }
