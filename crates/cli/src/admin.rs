@@ -85,14 +85,7 @@ pub fn mkdir(path: &Path, mdt: Option<i64>, mode: u32) -> anyhow::Result<()> {
             .create(path)
             .with_context(|| format!("cannot create directory {}", path.display()));
     };
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .with_context(|| format!("{}: no directory name", path.display()))?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let (parent, name) = parent_and_name(path)?;
     let df = usage(&parent)?;
     let want = format!("-MDT{mdt:04x}");
     let mdts: Vec<String> = df["targets"]
@@ -237,14 +230,7 @@ pub fn mkdir_striped(
     hash: Option<&str>,
     mode: u32,
 ) -> anyhow::Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .with_context(|| format!("{}: no directory name", path.display()))?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let (parent, name) = parent_and_name(path)?;
     let mdts = target_count(&usage(&parent)?, "-MDT") as i64;
     let count = match count {
         -1 => mdts,
@@ -265,6 +251,19 @@ pub fn mkdir_striped(
     });
     setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
         .with_context(|| format!("cannot create striped directory {}", path.display()))
+}
+
+/// The directory a new `path` goes in, and its name.
+fn parent_and_name(path: &Path) -> anyhow::Result<(PathBuf, &str)> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: no directory name", path.display()))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((parent, name))
 }
 
 /// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.

@@ -210,26 +210,34 @@ impl Client {
         Ok(())
     }
 
+    /// The NID of target `index` among `targets` of the configuration (asking the MGS again
+    /// if it is not known yet).
+    fn nid_of(
+        &self,
+        targets: fn(&FsConfig) -> &[TargetInfo],
+        index: u32,
+        kind: &str,
+    ) -> Result<Nid> {
+        let find = |fs: &FsConfig| {
+            targets(fs)
+                .iter()
+                .find(|t| t.index == index)
+                .and_then(|t| t.nids.first().copied())
+        };
+        if let Some(n) = find(&self.config.read().expect("config")) {
+            return Ok(n);
+        }
+        self.refresh_config()?;
+        find(&self.config.read().expect("config"))
+            .ok_or_else(|| ClientError::Config(format!("{kind} index {index} is not configured")))
+    }
+
     /// Connection to OST `index`.
     pub(crate) fn osc(&self, index: u32) -> Result<Arc<Connection>> {
         if let Some(c) = self.oscs.read().expect("oscs").get(&index) {
             return Ok(c.clone());
         }
-        let find = |fs: &FsConfig| {
-            fs.osts
-                .iter()
-                .find(|t| t.index == index)
-                .and_then(|t| t.nids.first().copied())
-        };
-        let nid = match find(&self.config.read().expect("config")) {
-            Some(n) => n,
-            None => {
-                self.refresh_config()?;
-                find(&self.config.read().expect("config")).ok_or_else(|| {
-                    ClientError::Config(format!("OST index {index} is not configured"))
-                })?
-            }
-        };
+        let nid = self.nid_of(|fs| &fs.osts, index, "OST")?;
         let conn = Connection::new(nid, self.net.clone());
         Ok(self
             .oscs
@@ -245,21 +253,7 @@ impl Client {
         if let Some(m) = self.mdcs.read().expect("mdcs").get(&index) {
             return Ok(m.clone());
         }
-        let find = |fs: &FsConfig| {
-            fs.mdts
-                .iter()
-                .find(|t| t.index == index)
-                .and_then(|t| t.nids.first().copied())
-        };
-        let nid = match find(&self.config.read().expect("config")) {
-            Some(n) => n,
-            None => {
-                self.refresh_config()?;
-                find(&self.config.read().expect("config")).ok_or_else(|| {
-                    ClientError::Config(format!("MDT index {index} is not configured"))
-                })?
-            }
-        };
+        let nid = self.nid_of(|fs| &fs.mdts, index, "MDT")?;
         let m = Arc::new(mdc::Mdc::new(Connection::new(nid, self.net.clone()), index));
         Ok(self
             .mdcs

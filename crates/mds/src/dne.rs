@@ -784,7 +784,7 @@ fn start_removal(
     fault_name: &str,
 ) -> Outgoing {
     let fid = intent.key;
-    let mut tx = mdt.begin();
+    let tx = mdt.begin();
     // Re-check under the write lock: the entry may have changed since the caller looked.
     match tx.lookup(parent, name) {
         Ok(Some(d)) if d.fid == fid => {}
@@ -800,20 +800,34 @@ fn start_removal(
     if mdt.intents.lock().expect("intents").contains_key(&fid) {
         return Outgoing::error(Status::Again);
     }
+    run_intent(mdt, call, xid, tx, intent, fault_name)
+}
+
+/// Commits `intent` (with whatever `tx` holds) durably, then drives it to its end and
+/// answers with the reply its conclusion saved (`EAGAIN` if a peer stayed unreachable: the
+/// intent stays for recovery and the resend).
+fn run_intent(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    mut tx: Tx<'_>,
+    intent: IntentRecord,
+    fault_name: &str,
+) -> Outgoing {
+    let key = intent.key;
     tx.batch
-        .put(INTENTS, fid.to_key().to_vec(), encode(&intent));
+        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
     if let Err(s) = commit_durable(mdt, tx) {
         return Outgoing::error(s);
     }
     // Known to recovery only once durable: the remote part never runs ahead of its intent.
-    mdt.intents.lock().expect("intents").insert(fid, intent);
+    mdt.intents.lock().expect("intents").insert(key, intent);
     fault::point(fault_name);
-    match finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-        Ok(()) | Err(Status::NotEmpty) | Err(Status::NotDir) => {
-            crate::saved_reply(mdt, &call.client, xid)
-                .unwrap_or_else(|| Outgoing::error(Status::Io))
-        }
-        Err(s) => Outgoing::error(s),
+    match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+        Err(Status::Again) => Outgoing::error(Status::Again),
+        Err(s) => crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
+        Ok(()) => crate::saved_reply(mdt, &call.client, xid)
+            .unwrap_or_else(|| Outgoing::error(Status::Io)),
     }
 }
 
@@ -928,18 +942,7 @@ pub fn link_remote(
         shards: Vec::new(),
         attr: Some(attr),
     };
-    tx.batch
-        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
-    if let Err(s) = commit_durable(mdt, tx) {
-        return Outgoing::error(s);
-    }
-    mdt.intents.lock().expect("intents").insert(key, intent);
-    fault::point("mds.link_remote.after_intent");
-    match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-        Err(Status::Again) => Outgoing::error(Status::Again),
-        _ => crate::saved_reply(mdt, &call.client, xid)
-            .unwrap_or_else(|| Outgoing::error(Status::Io)),
-    }
+    run_intent(mdt, call, xid, tx, intent, "mds.link_remote.after_intent")
 }
 
 /// Coordinator: `unlink` of `name` in `parent` (here), an entry of inode `fid` on another
@@ -1203,18 +1206,7 @@ pub fn rename_remote(
         shards: Vec::new(),
         attr: None,
     };
-    tx.batch
-        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
-    if let Err(s) = commit_durable(mdt, tx) {
-        return Outgoing::error(s);
-    }
-    mdt.intents.lock().expect("intents").insert(key, intent);
-    fault::point("mds.rename_remote.after_intent");
-    match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-        Err(Status::Again) => Outgoing::error(Status::Again),
-        _ => crate::saved_reply(mdt, &call.client, xid)
-            .unwrap_or_else(|| Outgoing::error(Status::Io)),
-    }
+    run_intent(mdt, call, xid, tx, intent, "mds.rename_remote.after_intent")
 }
 
 /// Drives intent `fid` to its end: sends the remote update until the remote MDT answers

@@ -195,12 +195,21 @@ fn has_default(mdt: &Mdt, parent: Fid) -> bool {
     matches!(dne::dir_default(mdt, parent), Ok(Some(_)))
 }
 
-/// The default a new subdirectory of `parent` (here) inherits.
-fn inherited(mdt: &Mdt, parent: Fid) -> Option<nacre_types::dirstripe::DirDefault> {
-    dne::dir_default(mdt, parent)
-        .ok()
-        .flatten()
-        .and_then(|d| d.inherited())
+/// A new subdirectory `name` of `parent` (here) with (perm, uid, gid), inheriting the
+/// parent's default for its own subdirectories.
+fn new_dir<'a>(mdt: &Mdt, parent: Fid, name: &'a [u8], owner: (u32, u32, u32)) -> dne::NewDir<'a> {
+    let (perm, uid, gid) = owner;
+    dne::NewDir {
+        parent,
+        name,
+        perm,
+        uid,
+        gid,
+        inherit: dne::dir_default(mdt, parent)
+            .ok()
+            .flatten()
+            .and_then(|d| d.inherited()),
+    }
 }
 
 /// `rmdir` of an entry naming directory `fid`: local, remote or striped.
@@ -320,14 +329,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             match target {
                 Ok(t) if t == mdt.label.index => run_modifying(mdt, call, xid),
                 Ok(t) => {
-                    let dir = dne::NewDir {
-                        parent: *parent,
-                        name,
-                        perm: *perm,
-                        uid: *uid,
-                        gid: *gid,
-                        inherit: inherited(mdt, *parent),
-                    };
+                    let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
                     dne::mkdir_remote(mdt, call, xid, dir, t)
                 }
                 Err(s) => Outgoing::error(s),
@@ -343,14 +345,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             start,
             hash,
         } => {
-            let dir = dne::NewDir {
-                parent: *parent,
-                name,
-                perm: *perm,
-                uid: *uid,
-                gid: *gid,
-                inherit: inherited(mdt, *parent),
-            };
+            let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
             dne::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
         }
         MdsOp::Mkdir {
@@ -362,14 +357,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
         } if has_default(mdt, *parent) => {
             // The parent's default (setdirstripe -D) shapes the new directory.
             let default = dne::dir_default(mdt, *parent).ok().flatten();
-            let dir = dne::NewDir {
-                parent: *parent,
-                name,
-                perm: *perm,
-                uid: *uid,
-                gid: *gid,
-                inherit: default.and_then(|d| d.inherited()),
-            };
+            let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
             match default {
                 Some(d) if d.count == 1 && d.start == nacre_wire::mds::MDT_INDEX_ANY => {
                     match dne::choose_mdt(mdt) {
