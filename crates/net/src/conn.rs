@@ -454,6 +454,15 @@ impl Connection {
                 cause: e.to_string(),
             })?;
         stream.set_nodelay(true)?;
+        // A write into a link whose peer stopped reading (a rail gone down, a stuck server)
+        // fails after this long instead of blocking forever: the link is then failed like
+        // one that stopped answering, and the request goes out again (another rail).
+        let write_timeout_ms = self
+            .config
+            .rail_timeout_ms
+            .min(self.config.rpc_timeout_ms)
+            .max(1);
+        stream.set_write_timeout(Some(Duration::from_millis(write_timeout_ms)))?;
         let link = Arc::new(TcpLink {
             writer: Mutex::new(stream.try_clone()?),
             pending: Mutex::new(HashMap::new()),

@@ -107,3 +107,43 @@ fn an_unreachable_rail_is_avoided() {
     let live: u64 = rails.iter().filter(|r| r.nid != dead).map(|r| r.rpcs).sum();
     assert!(live >= 30, "{rails:?}");
 }
+
+/// A peer that accepts a connection and never reads from it (a rail gone dark with data in
+/// flight): a bulk send into it fails within the rail timeout instead of blocking forever.
+/// (Once seen in CI: a writer stuck in `write` on a downed rail while no other request was
+/// waiting for a reply to notice the rail was gone.)
+#[test]
+fn a_send_into_a_peer_that_stopped_reading_gives_up() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _held = std::thread::spawn(move || {
+        let conns: Vec<_> = listener.incoming().take(8).collect();
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        drop(conns);
+    });
+    let config = NetConfig {
+        discovery: false,
+        rail_timeout_ms: 300,
+        rpc_timeout_ms: 2_000,
+        recovery_timeout_ms: 1_500,
+        connect_timeout_ms: 1_000,
+        ..NetConfig::default()
+    };
+    let conn = Connection::new(Nid::tcp(addr), config);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let bulk = AlignedBuf::zeroed(16 << 20);
+        let r = conn.call(nacre_net::Request {
+            opcode: 0x0301,
+            target: 0,
+            body: Vec::new(),
+            bulk: Some(Arc::new(bulk)),
+            inline: false,
+        });
+        let _ = done_tx.send(r.is_err());
+    });
+    let failed = done_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the send must give up, not block forever");
+    assert!(failed, "nobody answers: the call fails");
+}
