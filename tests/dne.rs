@@ -281,8 +281,7 @@ fn remote_directories_live_on_their_mdt() {
     std::fs::rename(&remote, m.join("renamed")).unwrap();
     std::fs::rename(m.join("renamed"), &remote).unwrap();
     assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
-    // Files and directories rename across MDTs (and back); replacing a directory on another
-    // MDT is refused with EXDEV for now (mv then copies).
+    // Files and directories rename across MDTs (and back).
     std::fs::rename(remote.join("f0"), m.join("f0")).unwrap();
     assert_eq!(std::fs::read_to_string(m.join("f0")).unwrap(), "0");
     std::fs::rename(m.join("f0"), remote.join("f0")).unwrap();
@@ -293,11 +292,16 @@ fn remote_directories_live_on_their_mdt() {
         std::fs::canonicalize(&m).unwrap()
     );
     fs.lfsck_clean("rdir");
-    std::fs::create_dir(remote.join("sub")).unwrap();
+    // Over an empty directory of the target's MDT it replaces it; over a non-empty one it is
+    // refused, nothing changed.
+    std::fs::create_dir_all(remote.join("sub/full")).unwrap();
     let err = std::fs::rename(m.join("sub"), remote.join("sub")).unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::EXDEV));
-    std::fs::remove_dir(remote.join("sub")).unwrap();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
+    assert!(m.join("sub").is_dir() && remote.join("sub/full").is_dir());
+    std::fs::remove_dir(remote.join("sub/full")).unwrap();
     std::fs::rename(m.join("sub"), remote.join("sub")).unwrap();
+    assert!(!m.join("sub").exists());
+    assert_eq!(std::fs::read_dir(&remote).unwrap().count(), 21);
     // A directory may not move beneath itself, across MDTs either.
     let err = std::fs::rename(&remote, remote.join("sub/inside")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL));

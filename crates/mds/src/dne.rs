@@ -166,16 +166,29 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             let victim = match tx.lookup(*parent, name)? {
                 Some(e) if e.fid == *fid => return Ok(MdsReply::Done),
                 Some(_) if *noreplace => return Err(Status::Exist),
-                Some(e) if e.kind == FileKind::Directory && moving_dir => return Err(Status::XDev),
+                Some(e) if e.kind == FileKind::Directory && moving_dir => {
+                    // An empty directory of this MDT may be replaced; one elsewhere or
+                    // striped cannot be checked and removed in this transaction.
+                    if e.fid.mdt_index() != mdt.label.index || dir_stripe(mdt, e.fid)?.is_some() {
+                        return Err(Status::XDev);
+                    }
+                    if !crate::ops::rmdir::is_empty(&tx, e.fid)? {
+                        return Err(Status::NotEmpty);
+                    }
+                    Some(e)
+                }
                 Some(e) if e.kind == FileKind::Directory => return Err(Status::IsDir),
                 Some(_) if moving_dir => return Err(Status::NotDir),
                 other => other,
             };
             if moving_dir {
-                if dir.attr.nlink >= crate::ops::mkdir::DIR_NLINK_MAX {
-                    return Err(Status::MLink);
+                // A replaced directory gives its subdirectory link to the moved one.
+                if victim.is_none() {
+                    if dir.attr.nlink >= crate::ops::mkdir::DIR_NLINK_MAX {
+                        return Err(Status::MLink);
+                    }
+                    dir.attr.nlink += 1;
                 }
-                dir.attr.nlink += 1;
             } else if fid.mdt_index() == mdt.label.index {
                 let mut rec = tx.inode(*fid)?;
                 rec.attr.nlink += 1;
@@ -186,7 +199,10 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             tx.touch(&mut dir);
             tx.put_inode(&dir);
             if let Some(v) = victim {
-                if v.fid.mdt_index() == mdt.label.index {
+                if v.kind == FileKind::Directory {
+                    let rec = tx.inode(v.fid)?;
+                    tx.remove_inode(&rec)?;
+                } else if v.fid.mdt_index() == mdt.label.index {
                     let rec = tx.inode(v.fid)?;
                     crate::ops::unlink::drop_link(&mut tx, rec)?;
                 } else {

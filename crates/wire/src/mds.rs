@@ -437,9 +437,9 @@ pub enum RemoteUpdate {
     },
     /// Put entry (`parent`, `name`) → `fid` on the receiving MDT, the target of a rename
     /// across MDTs: done if it already names `fid`; `EEXIST` with `noreplace`; over a
-    /// directory `EISDIR` (or, moving a directory, `EXDEV`: not supported), over a
-    /// non-directory when moving one `ENOTDIR`; otherwise the entry it replaces loses its
-    /// link. A non-directory living on the receiving MDT gains a link here; a directory adds
+    /// directory `EISDIR` (moving a directory: an empty one of the receiving MDT is replaced,
+    /// `ENOTEMPTY` if not empty, `EXDEV` if striped or elsewhere), over a non-directory when
+    /// moving one `ENOTDIR`; otherwise the entry it replaces loses its link. A non-directory living on the receiving MDT gains a link here; a directory adds
     /// to its new parent's link count.
     InsertEntry {
         /// The inode.
