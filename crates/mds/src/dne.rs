@@ -772,20 +772,12 @@ pub fn rmdir_striped(
 /// A resend of this very request whose removal intent is pending (after a restart): finish
 /// it and answer with its saved reply. None if no intent of this request is pending.
 pub fn resume_own(mdt: &Mdt, call: &MdsCall, xid: u64, fid: Fid) -> Option<Outgoing> {
-    let pending = mdt.intents.lock().expect("intents").get(&fid).cloned()?;
-    if pending.reply_to != Some((call.client, xid)) {
-        // Being created or removed by another request right now.
-        return Some(Outgoing::error(Status::Again));
+    if let Some(out) = resume_request(mdt, call, xid) {
+        return Some(out);
     }
-    Some(
-        match finish(mdt, fid, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-            Ok(()) | Err(Status::NotEmpty) | Err(Status::NotDir) => {
-                crate::saved_reply(mdt, &call.client, xid)
-                    .unwrap_or_else(|| Outgoing::error(Status::Io))
-            }
-            Err(s) => Outgoing::error(s),
-        },
-    )
+    // An intent on this directory of another request: being created or removed right now.
+    let busy = mdt.intents.lock().expect("intents").contains_key(&fid);
+    busy.then(|| Outgoing::error(Status::Again))
 }
 
 /// Commits a removal intent (after checking the entry still names its directory), then
@@ -847,21 +839,24 @@ fn run_intent(
     }
 }
 
+/// Sends `update` to MDT `at`, retrying while it is unreachable until `deadline`.
+fn send_until(mdt: &Mdt, at: u32, update: RemoteUpdate, deadline: Instant) -> Result<(), Status> {
+    loop {
+        match peer_call(mdt, at, MdsOp::Update(update.clone())) {
+            Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
+            }
+            other => return other.map(|_| ()),
+        }
+    }
+}
+
 /// The remote part of a striped directory's removal: every shard destroyed, then the
 /// master; a shard not empty puts back every shard (creation is idempotent, so shards never
 /// destroyed are untouched) and answers `ENOTEMPTY`. Err(Again) while an MDT is unreachable.
 fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(), Status> {
     let master = intent.update.fid();
-    let send = |at: u32, update: RemoteUpdate| -> Result<(), Status> {
-        loop {
-            match peer_call(mdt, at, MdsOp::Update(update.clone())) {
-                Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
-                }
-                other => return other.map(|_| ()),
-            }
-        }
-    };
+    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
     for (at, attr, _, _) in &intent.shards {
         match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
             Ok(()) => {}
@@ -1020,16 +1015,7 @@ fn rename_steps(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(
         unreachable!("rename_steps on an InsertEntry intent");
     };
     let (here, home, target) = (mdt.label.index, fid.mdt_index(), intent.mdt);
-    let send = |at: u32, update: RemoteUpdate| -> Result<(), Status> {
-        loop {
-            match peer_call(mdt, at, MdsOp::Update(update.clone())) {
-                Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
-                }
-                other => return other.map(|_| ()),
-            }
-        }
-    };
+    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
     let new_link = || RemoteUpdate::AddLink {
         fid: *fid,
         parent: *parent,

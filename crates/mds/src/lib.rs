@@ -167,10 +167,11 @@ fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 /// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
 /// and its reply commit together, and the reply waits for durability.
 fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
-    if let Some(out) = saved_reply(mdt, &call.client, xid) {
-        return out;
-    }
     let mut tx = mdt.begin();
+    if tx.has_saved_reply(&call.client, xid) {
+        drop(tx);
+        return reconstruct(mdt, &call.client, xid);
+    }
     if let MdsOp::Close { fid } = call.op {
         return match ops::open::close(&mut tx, fid) {
             Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
@@ -190,14 +191,33 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     commit(mdt, tx, result, Some(saved))
 }
 
-/// True if directory `parent` (here) has a default for new subdirectories.
-fn has_default(mdt: &Mdt, parent: Fid) -> bool {
-    matches!(dne::dir_default(mdt, parent), Ok(Some(_)))
+/// A mkdir in a directory with default `d`: placed (`-c 1`) or striped as it says.
+fn mkdir_by_default(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    dir: dne::NewDir<'_>,
+    d: nacre_types::dirstripe::DirDefault,
+) -> Outgoing {
+    match d.count {
+        1 if d.start == nacre_wire::mds::MDT_INDEX_ANY => match dne::choose_mdt(mdt) {
+            Ok(t) => dne::mkdir_remote(mdt, call, xid, dir, t),
+            Err(s) => Outgoing::error(s),
+        },
+        1 => dne::mkdir_remote(mdt, call, xid, dir, d.start),
+        -1 => dne::mkdir_striped(mdt, call, xid, dir, u32::MAX, d.start, d.hash),
+        n => dne::mkdir_striped(mdt, call, xid, dir, n as u32, d.start, d.hash),
+    }
 }
 
-/// A new subdirectory `name` of `parent` (here) with (perm, uid, gid), inheriting the
-/// parent's default for its own subdirectories.
-fn new_dir<'a>(mdt: &Mdt, parent: Fid, name: &'a [u8], owner: (u32, u32, u32)) -> dne::NewDir<'a> {
+/// A new subdirectory `name` of `parent` with (perm, uid, gid) and the default `parent`
+/// gives its subdirectories (`parent_default`, read once by the caller).
+fn new_dir<'a>(
+    parent: Fid,
+    name: &'a [u8],
+    owner: (u32, u32, u32),
+    parent_default: Option<nacre_types::dirstripe::DirDefault>,
+) -> dne::NewDir<'a> {
     let (perm, uid, gid) = owner;
     dne::NewDir {
         parent,
@@ -205,20 +225,19 @@ fn new_dir<'a>(mdt: &Mdt, parent: Fid, name: &'a [u8], owner: (u32, u32, u32)) -
         perm,
         uid,
         gid,
-        inherit: dne::dir_default(mdt, parent)
-            .ok()
-            .flatten()
-            .and_then(|d| d.inherited()),
+        inherit: parent_default.and_then(|d| d.inherited()),
     }
+}
+
+/// The default directory `parent` (here) gives its new subdirectories.
+fn parent_default(mdt: &Mdt, parent: Fid) -> Option<nacre_types::dirstripe::DirDefault> {
+    dne::dir_default(mdt, parent).ok().flatten()
 }
 
 /// `rmdir` of an entry naming directory `fid`: local, remote or striped.
 fn rmdir_dir(mdt: &Mdt, call: &MdsCall, xid: u64, parent: Fid, name: &[u8], fid: Fid) -> Outgoing {
     // A resend whose cross-MDT removal is half done (its directory may be gone already, the
-    // entry not yet): finish that one.
-    if let Some(out) = saved_reply(mdt, &call.client, xid) {
-        return out;
-    }
+    // entry not yet): finish that one. (Every path below checks for a saved reply itself.)
     if let Some(out) = dne::resume_own(mdt, call, xid, fid) {
         return out;
     }
@@ -236,11 +255,13 @@ fn rmdir_dir(mdt: &Mdt, call: &MdsCall, xid: u64, parent: Fid, name: &[u8], fid:
 /// answered with it instead of running again. A reply to a cross-MDT operation still in
 /// progress (its intent pending) waits for the operation to end first.
 pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outgoing> {
-    let tx = mdt.begin();
-    if !tx.has_saved_reply(client, xid) {
-        return None;
-    }
-    drop(tx);
+    let known = mdt.begin().has_saved_reply(client, xid);
+    known.then(|| reconstruct(mdt, client, xid))
+}
+
+/// The saved reply of (client, xid), known to exist, after any cross-MDT operation of that
+/// request still pending has ended (called without the write lock: finishing takes it).
+fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
     let pending: Vec<_> = mdt
         .intents
         .lock()
@@ -256,7 +277,7 @@ pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outg
             std::time::Duration::from_millis(dne::PEER_WAIT_MS_MAX),
         );
     }
-    Some(match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
+    match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
         Ok(Some(saved)) => match decode::<SavedReply>(&saved) {
             Ok(saved) => {
                 tracing::debug!("reconstructed reply for xid {xid}");
@@ -270,7 +291,7 @@ pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outg
         },
         Ok(None) => Outgoing::error(Status::Io),
         Err(e) => Outgoing::error(kv_err(e)),
-    })
+    }
 }
 
 fn commit(
@@ -329,7 +350,12 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             match target {
                 Ok(t) if t == mdt.label.index => run_modifying(mdt, call, xid),
                 Ok(t) => {
-                    let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
+                    let dir = new_dir(
+                        *parent,
+                        name,
+                        (*perm, *uid, *gid),
+                        parent_default(mdt, *parent),
+                    );
                     dne::mkdir_remote(mdt, call, xid, dir, t)
                 }
                 Err(s) => Outgoing::error(s),
@@ -345,7 +371,12 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             start,
             hash,
         } => {
-            let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
+            let dir = new_dir(
+                *parent,
+                name,
+                (*perm, *uid, *gid),
+                parent_default(mdt, *parent),
+            );
             dne::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
         }
         MdsOp::Mkdir {
@@ -354,29 +385,14 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             perm,
             uid,
             gid,
-        } if has_default(mdt, *parent) => {
+        } => match dne::dir_default(mdt, *parent) {
             // The parent's default (setdirstripe -D) shapes the new directory.
-            let default = dne::dir_default(mdt, *parent).ok().flatten();
-            let dir = new_dir(mdt, *parent, name, (*perm, *uid, *gid));
-            match default {
-                Some(d) if d.count == 1 && d.start == nacre_wire::mds::MDT_INDEX_ANY => {
-                    match dne::choose_mdt(mdt) {
-                        Ok(t) => dne::mkdir_remote(mdt, call, xid, dir, t),
-                        Err(s) => Outgoing::error(s),
-                    }
-                }
-                Some(d) if d.count == 1 => dne::mkdir_remote(mdt, call, xid, dir, d.start),
-                Some(d) => {
-                    let count = if d.count == -1 {
-                        u32::MAX
-                    } else {
-                        d.count as u32
-                    };
-                    dne::mkdir_striped(mdt, call, xid, dir, count, d.start, d.hash)
-                }
-                None => run_modifying(mdt, call, xid),
+            Ok(Some(d)) => {
+                let dir = new_dir(*parent, name, (*perm, *uid, *gid), Some(d));
+                mkdir_by_default(mdt, call, xid, dir, d)
             }
-        }
+            _ => run_modifying(mdt, call, xid),
+        },
         MdsOp::GetDirStripe { fid } => {
             to_outgoing(dne::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
         }
