@@ -1,7 +1,9 @@
 //! Distributed namespace: several MDTs, in one server process or each in its own, on their
 //! own addresses.
 
-use nacre_testkit::{free_port, mkfs, nacre, nacre_ok, ClientMount, Embedded, ServerProc};
+use nacre_testkit::{
+    free_port, free_port_at, mkfs, nacre, nacre_ok, ClientMount, Embedded, ServerProc,
+};
 use nacre_types::{Fid, FileKind};
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ fn mdts_in_separate_processes_are_served_and_listed() {
     let _first = ServerProc::start(port, &[&d("mgs"), &d("mdt0"), &d("ost0")], &[]);
     // MDT1 and MDT2 in a second process on another address.
     let _second = ServerProc::start_at(
-        &format!("127.0.0.2:{}", free_port()),
+        &format!("127.0.0.2:{}", free_port_at("127.0.0.2")),
         &[&d("mdt1"), &d("mdt2")],
         &[],
     );
@@ -102,7 +104,11 @@ fn lfsck_finds_nothing_after_real_operations_and_names_injected_damage() {
     mkfs("--ost", 0, "ck", Some(&mgs), &d("ost0"));
     mkfs("--mdt", 0, "ck", Some(&mgs), &d("mdt0"));
     let _mgs_oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
-    let mut mds = ServerProc::start_at(&format!("127.0.0.2:{}", free_port()), &[&d("mdt0")], &[]);
+    let mut mds = ServerProc::start_at(
+        &format!("127.0.0.2:{}", free_port_at("127.0.0.2")),
+        &[&d("mdt0")],
+        &[],
+    );
     let source = format!("{mgs}:/ck");
     let client = ClientMount::mount(&source, &d("mnt"), &[]);
     let m = d("mnt");
@@ -188,7 +194,7 @@ impl Dne {
         mkfs("--mdt", 1, fsname, Some(&mgs), &d("mdt1"));
         let mgs_oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
         let start = |addr: &str, dir: &str, fault: Option<&str>| {
-            let listen = format!("{addr}:{}", free_port());
+            let listen = format!("{addr}:{}", free_port_at(addr));
             match fault {
                 Some(f) => ServerProc::start_armed(&listen, &[&d(dir)], &[], f),
                 None => ServerProc::start_at(&listen, &[&d(dir)], &[]),
@@ -959,4 +965,381 @@ fn setdirstripe_default_shapes_new_subdirectories() {
     std::fs::remove_dir_all(&b).unwrap();
     let (ok, out) = lfsck(&format!("{listen}@tcp:/dflt"));
     assert!(ok, "{out}");
+}
+
+/// Inode number and link count of `p`.
+fn ino_nlink(p: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.ino(), m.nlink())
+}
+
+#[test]
+fn migrate_moves_a_tree_to_another_mdt_and_back() {
+    use std::io::{Read, Seek, Write};
+    let fs = Dne::start("migr", None, None);
+    let client = fs.mount("migr");
+    let m = client.mnt.clone();
+    let top = m.join("proj");
+    std::fs::create_dir_all(top.join("sub/deeper")).unwrap();
+    let data = |i: usize| format!("file {i} ").repeat(1000 + i).into_bytes();
+    for i in 0..40 {
+        std::fs::write(top.join(format!("f{i}")), data(i)).unwrap();
+    }
+    std::fs::write(top.join("sub/inner"), b"inner").unwrap();
+    std::fs::write(top.join("sub/deeper/deepest"), b"deepest").unwrap();
+    std::os::unix::fs::symlink("f1", top.join("link-to-f1")).unwrap();
+    xattr_set(&top.join("f2"), "user.tag", b"two");
+    xattr_set(&top, "user.dirtag", b"top");
+    // Two names of one inode: it stays on its MDT, both entries move.
+    std::fs::hard_link(top.join("f3"), top.join("f3-again")).unwrap();
+    // A file of MDT1 linked into the tree.
+    let elsewhere = m.join("elsewhere");
+    nacre_ok(&["mkdir", "-i", "1", elsewhere.to_str().unwrap()]);
+    std::fs::write(elsewhere.join("far"), b"far away").unwrap();
+    std::fs::hard_link(elsewhere.join("far"), top.join("far")).unwrap();
+    // A file held open across the migration: it stays where it is and keeps working.
+    let mut open = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(top.join("open"))
+        .unwrap();
+    open.write_all(b"before ").unwrap();
+    assert_eq!(dir_mdt(&top), 0);
+    let (used0, used1) = (inodes_used(&m, 0), inodes_used(&m, 1));
+
+    let out = nacre_ok(&["migrate", "-m", "1", "-v", top.to_str().unwrap()]);
+    assert!(out.contains("migrated 3 directories to MDT0001"), "{out}");
+    for d in [&top, &top.join("sub"), &top.join("sub/deeper")] {
+        assert_eq!(dir_mdt(d), 1, "{}", d.display());
+    }
+    for i in 0..40 {
+        assert_eq!(std::fs::read(top.join(format!("f{i}"))).unwrap(), data(i));
+    }
+    assert_eq!(std::fs::read(top.join("sub/inner")).unwrap(), b"inner");
+    assert_eq!(
+        std::fs::read(top.join("sub/deeper/deepest")).unwrap(),
+        b"deepest"
+    );
+    assert_eq!(
+        std::fs::read_link(top.join("link-to-f1")).unwrap().to_str(),
+        Some("f1")
+    );
+    assert_eq!(std::fs::read(top.join("link-to-f1")).unwrap(), data(1));
+    assert_eq!(xattr_get(&top.join("f2"), "user.tag"), b"two");
+    assert_eq!(xattr_get(&top, "user.dirtag"), b"top");
+    let (a, b) = (ino_nlink(&top.join("f3")), ino_nlink(&top.join("f3-again")));
+    assert_eq!((a.0, a.1), (b.0, 2));
+    assert_eq!(ino_nlink(&elsewhere.join("far")).1, 2);
+    assert_eq!(
+        ino_nlink(&top.join("far")).0,
+        ino_nlink(&elsewhere.join("far")).0
+    );
+    assert_eq!(std::fs::read(top.join("far")).unwrap(), b"far away");
+    // `..` of a moved subdirectory is the moved directory.
+    assert_eq!(
+        std::fs::canonicalize(top.join("sub/deeper/../..")).unwrap(),
+        std::fs::canonicalize(&top).unwrap()
+    );
+    // The open file: writes through the old handle land, reads by name see them.
+    open.write_all(b"after").unwrap();
+    open.sync_all().unwrap();
+    open.rewind().unwrap();
+    let mut back = String::new();
+    open.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "before after");
+    assert_eq!(std::fs::read(top.join("open")).unwrap(), b"before after");
+    drop(open);
+    // Inodes moved: 3 directories, 40 files but f3 (hard-linked), sub/inner, deepest, the
+    // symlink; f3, `far` (MDT1's already) and the open file stayed.
+    let moved = 3 + 39 + 2 + 1;
+    assert_eq!(inodes_used(&m, 0), used0 - moved);
+    assert_eq!(inodes_used(&m, 1), used1 + moved);
+    fs.lfsck_clean("migr");
+    // The tree keeps working: create, rename, remove in the moved directories.
+    std::fs::write(top.join("new"), b"new").unwrap();
+    std::fs::rename(top.join("f5"), top.join("sub/f5")).unwrap();
+    std::fs::remove_file(top.join("f6")).unwrap();
+    assert_eq!(std::fs::read(top.join("sub/f5")).unwrap(), data(5));
+
+    // Back to MDT0 with -d: the top directory and its files only.
+    let out = nacre_ok(&["migrate", "-m", "0", "-d", top.to_str().unwrap()]);
+    assert!(out.contains("migrated 1 directories to MDT0000"), "{out}");
+    assert_eq!(dir_mdt(&top), 0);
+    assert_eq!(dir_mdt(&top.join("sub")), 1);
+    assert_eq!(std::fs::read(top.join("f7")).unwrap(), data(7));
+    assert_eq!(std::fs::read(top.join("new")).unwrap(), b"new");
+    assert_eq!(ino_nlink(&top.join("f3")).1, 2);
+    fs.lfsck_clean("migr");
+
+    // Clear errors for what cannot be done.
+    let bad = nacre(&["migrate", "-m", "7", top.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("does not exist"));
+    let striped = m.join("striped");
+    nacre_ok(&["mkdir", "-c", "2", striped.to_str().unwrap()]);
+    let bad = nacre(&["migrate", "-m", "1", striped.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("striped"));
+    let bad = nacre(&["migrate", "-m", "1", top.join("f7").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a directory"));
+}
+
+fn xattr_set(p: &std::path::Path, name: &str, value: &[u8]) {
+    let out = std::process::Command::new("setfattr")
+        .args(["-n", name, "-v"])
+        .arg(format!(
+            "0x{}",
+            value.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ))
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn xattr_get(p: &std::path::Path, name: &str) -> Vec<u8> {
+    let out = std::process::Command::new("getfattr")
+        .args(["--only-values", "-n", name])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    out.stdout
+}
+
+#[test]
+fn migrate_is_online_for_writers_and_listers() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let fs = Dne::start("migon", None, None);
+    let client = fs.mount("migon");
+    let top = client.mnt.join("busy");
+    std::fs::create_dir(&top).unwrap();
+    for i in 0..1500 {
+        std::fs::write(top.join(format!("seed{i:04}")), b"seed").unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let created = Arc::new(AtomicUsize::new(0));
+    // A writer creating and renaming files in the directory the whole time.
+    let writer = {
+        let (top, stop, created) = (top.clone(), stop.clone(), created.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let f = top.join(format!("live{i}"));
+                std::fs::write(&f, format!("live {i}")).map_err(|e| format!("create {i}: {e}"))?;
+                if i % 3 == 0 {
+                    std::fs::rename(&f, top.join(format!("renamed{i}")))
+                        .map_err(|e| format!("rename {i}: {e}"))?;
+                }
+                i += 1;
+                created.store(i, Ordering::Relaxed);
+            }
+            Ok::<usize, String>(i)
+        })
+    };
+    // A lister walking it the whole time: every listing complete, without repeats.
+    let lister = {
+        let (top, stop) = (top.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut listings = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let names: Vec<String> = std::fs::read_dir(&top)
+                    .map_err(|e| format!("opendir: {e}"))?
+                    .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| format!("readdir: {e}"))?;
+                let seeds = names.iter().filter(|n| n.starts_with("seed")).count();
+                let unique: std::collections::HashSet<_> = names.iter().collect();
+                if seeds != 1500 || unique.len() != names.len() {
+                    return Err(format!(
+                        "listing saw {seeds} seeds, {} names, {} unique",
+                        names.len(),
+                        unique.len()
+                    ));
+                }
+                listings += 1;
+            }
+            Ok::<usize, String>(listings)
+        })
+    };
+    while created.load(Ordering::Relaxed) < 20 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = created.load(Ordering::Relaxed);
+    nacre_ok(&["migrate", "-m", "1", top.to_str().unwrap()]);
+    let during = created.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let made = writer.join().unwrap().unwrap();
+    let listings = lister.join().unwrap().unwrap();
+    println!("writer: {before} files before the migration, {during} when it returned, {made} in all; {listings} listings");
+    assert!(made > during, "the writer goes on after the migration");
+    assert_eq!(dir_mdt(&top), 1);
+    for i in 0..made {
+        let name = if i % 3 == 0 {
+            format!("renamed{i}")
+        } else {
+            format!("live{i}")
+        };
+        assert_eq!(
+            std::fs::read(top.join(&name)).unwrap(),
+            format!("live {i}").as_bytes(),
+            "{name}"
+        );
+        assert!(!(i % 3 == 0 && top.join(format!("live{i}")).exists()));
+    }
+    assert_eq!(std::fs::read_dir(&top).unwrap().count(), 1500 + made);
+    fs.lfsck_clean("migon");
+}
+
+#[test]
+fn migrate_survives_a_kill_at_every_step() {
+    // (direction, victim MDT, fault point). "there": a directory of MDT0 (entry on MDT0)
+    // moves to MDT1, MDT0 coordinating. "back": a directory of MDT1 whose entry is on MDT0
+    // moves to MDT0, MDT1 coordinating (the entry is held and repointed remotely).
+    let cases = [
+        ("there", 0, "mds.migrate.after_intent"),
+        (
+            "there",
+            1,
+            "mds.update_create_dir.after_commit_before_reply@2",
+        ),
+        ("there", 1, "mds.update_adopt.after_commit_before_reply"),
+        ("there", 0, "mds.migrate.after_adopt"),
+        ("back", 1, "mds.migrate.after_intent"),
+        ("back", 0, "mds.update_freeze.after_commit_before_reply"),
+        ("back", 1, "mds.migrate.after_freeze"),
+        ("back", 0, "mds.update_adopt.after_commit_before_reply"),
+        ("back", 0, "mds.update_drop_link.after_commit_before_reply"),
+        ("back", 0, "mds.update_repoint.after_commit_before_reply"),
+        ("back", 1, "mds.migrate.after_repoint"),
+    ];
+    for (way, victim, point) in cases {
+        let fsname = "mkill";
+        println!("row: migrate {way}, MDT{victim} killed at {point}");
+        let (f0, f1) = if victim == 0 {
+            (Some(point), None)
+        } else {
+            (None, Some(point))
+        };
+        let mut fs = Dne::start(fsname, f0, f1);
+        let client = fs.mount(fsname);
+        let dir = client.mnt.join("d");
+        let (from, to) = if way == "there" { (0, 1) } else { (1, 0) };
+        nacre_ok(&["mkdir", "-i", &from.to_string(), dir.to_str().unwrap()]);
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        for i in 0..30 {
+            std::fs::write(dir.join(format!("f{i}")), format!("data {i}")).unwrap();
+        }
+        std::fs::hard_link(dir.join("f0"), dir.join("f0-link")).unwrap();
+        // A file of the target MDT linked in (its link moves from a remote to a local
+        // entry).
+        let other = client.mnt.join("other");
+        nacre_ok(&["mkdir", "-i", &to.to_string(), other.to_str().unwrap()]);
+        std::fs::write(other.join("o"), b"other").unwrap();
+        std::fs::hard_link(other.join("o"), dir.join("o")).unwrap();
+        let path = dir.clone();
+        let worker = std::thread::spawn(move || {
+            nacre(&["migrate", "-m", &to.to_string(), path.to_str().unwrap()])
+        });
+        let killed = if victim == 0 {
+            &mut fs.mdt0
+        } else {
+            &mut fs.mdt1
+        };
+        assert!(
+            killed.wait_exit(Duration::from_secs(30)),
+            "{way}: MDT{victim} never reached {point}"
+        );
+        killed.restart_disarmed();
+        let out = worker.join().unwrap();
+        assert!(
+            out.status.success(),
+            "migrate {way} with MDT{victim} killed at {point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(dir_mdt(&dir), to, "{point}");
+        assert_eq!(dir_mdt(&dir.join("sub")), to, "{point}");
+        for i in 0..30 {
+            assert_eq!(
+                std::fs::read(dir.join(format!("f{i}"))).unwrap(),
+                format!("data {i}").as_bytes(),
+                "{point}"
+            );
+        }
+        assert_eq!(ino_nlink(&dir.join("f0-link")).1, 2, "{point}");
+        assert_eq!(ino_nlink(&other.join("o")).1, 2, "{point}");
+        assert_eq!(std::fs::read(dir.join("o")).unwrap(), b"other", "{point}");
+        fs.lfsck_clean(fsname);
+        drop(client);
+    }
+}
+
+#[test]
+fn crossing_directory_moves_cannot_build_a_loop() {
+    // Both MDTs pause 1.5 s after a directory move's loop check: without a rename lock,
+    // moving a (MDT0) into b (MDT1) and b into a at the same time from two clients would
+    // both pass the check and leave a and b inside each other, cut off from the root. (Two
+    // mounts: one kernel serialises cross-directory renames in its own mount.)
+    let pause = "mds.rename.after_loop_check~1500";
+    let fs = Dne::start("loop", Some(pause), Some(pause));
+    let client = fs.mount("loop");
+    let other = ClientMount::mount(
+        &format!("{}:/loop", fs.mgs),
+        &fs.root.path().join("mnt2"),
+        &[],
+    );
+    let m = client.mnt.clone();
+    std::fs::create_dir(m.join("p")).unwrap();
+    nacre_ok(&["mkdir", "-i", "1", m.join("q").to_str().unwrap()]);
+    std::fs::create_dir(m.join("p/a")).unwrap();
+    std::fs::create_dir(m.join("q/b")).unwrap();
+    std::fs::write(m.join("p/a/in-a"), b"a").unwrap();
+    std::fs::write(m.join("q/b/in-b"), b"b").unwrap();
+    let (ma, mb) = (m.clone(), other.mnt.clone());
+    let one = std::thread::spawn(move || std::fs::rename(ma.join("p/a"), ma.join("q/b/a")));
+    std::thread::sleep(Duration::from_millis(200));
+    let two = std::thread::spawn(move || std::fs::rename(mb.join("q/b"), mb.join("p/a/b")));
+    let (one, two) = (one.join().unwrap(), two.join().unwrap());
+    let refused = [&one, &two]
+        .iter()
+        .filter(|r| r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(22))
+        .count();
+    assert_eq!(
+        (one.is_ok() as u32 + two.is_ok() as u32, refused),
+        (1, 1),
+        "exactly one move happens, the other is refused with EINVAL: {one:?} {two:?}"
+    );
+    // Both directories are still reachable from the root, with their files.
+    let files: Vec<_> = walk(&m)
+        .into_iter()
+        .filter(|p| p.ends_with("in-a") || p.ends_with("in-b"))
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    fs.lfsck_clean("loop");
+    // A move inside a remote directory, across parents, needs no copy (no EXDEV).
+    std::fs::create_dir_all(m.join("q/x/y")).unwrap();
+    std::fs::create_dir(m.join("q/z")).unwrap();
+    std::fs::rename(m.join("q/x/y"), m.join("q/z/y")).unwrap();
+    assert!(m.join("q/z/y").is_dir());
+    fs.lfsck_clean("loop");
+}
+
+/// Every path beneath `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            }
+            out.push(e.path());
+        }
+    }
+    out
 }

@@ -3,7 +3,7 @@
 
 use crate::size::human;
 use anyhow::{bail, Context};
-use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MKDIR};
+use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -108,6 +108,95 @@ pub fn mkdir(path: &Path, mdt: Option<i64>, mode: u32) -> anyhow::Result<()> {
     let value = serde_json::json!({ "name": name, "mdt": mdt, "mode": mode });
     setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
         .with_context(|| format!("cannot create directory {} on MDT{mdt}", path.display()))
+}
+
+/// Where directory `path` lives: (its MDT, its stripe count; 0 if not striped).
+fn dir_place(path: &Path) -> anyhow::Result<(u64, u64)> {
+    let raw = getxattr(path, XATTR_LMV).with_context(|| {
+        format!(
+            "{} is not a directory on a Nacre file system",
+            path.display()
+        )
+    })?;
+    let v: Value = serde_json::from_slice(&raw)?;
+    Ok((
+        v["mdt"].as_u64().unwrap_or(0),
+        v["stripe_count"].as_u64().unwrap_or(0),
+    ))
+}
+
+/// `nacre migrate -m MDT DIR`: moves DIR (and, unless `dir_only`, every directory beneath
+/// it) to MDT `mdt` online, with the inodes of their files (like `lfs migrate -m`).
+/// Striped directories beneath are skipped with a message; DIR itself must not be striped.
+pub fn migrate(path: &Path, mdt: u32, dir_only: bool, verbose: bool) -> anyhow::Result<()> {
+    let df = usage(path)?;
+    let want = format!("-MDT{mdt:04x}");
+    let known = df["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .any(|n| n.ends_with(&want));
+    if !known {
+        bail!(
+            "MDT index {mdt} does not exist (the file system has {} MDTs)",
+            target_count(&df, "-MDT")
+        );
+    }
+    if !path.is_dir() {
+        bail!(
+            "{} is not a directory (nacre migrate -m moves directories)",
+            path.display()
+        );
+    }
+    if dir_place(path)?.1 > 0 {
+        bail!(
+            "{} is striped: migrating striped directories is not supported",
+            path.display()
+        );
+    }
+    let (mut moved, mut already, mut skipped) = (0u64, 0u64, 0u64);
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let (at, stripes) = dir_place(&dir)?;
+        if stripes > 0 {
+            eprintln!("{}: striped, skipped", dir.display());
+            skipped += 1;
+        } else if at == u64::from(mdt) {
+            already += 1;
+        } else {
+            let (parent, name) = parent_and_name(&dir)?;
+            let value = serde_json::json!({ "name": name, "mdt": mdt });
+            setxattr(&parent, XATTR_MIGRATE, value.to_string().as_bytes()).map_err(|e| match e
+                .raw_os_error()
+            {
+                Some(libc::EPERM) => anyhow::anyhow!("migrate {}: only root may", dir.display()),
+                _ => anyhow::anyhow!("migrate {} to MDT{mdt}: {e}", dir.display()),
+            })?;
+            moved += 1;
+            if verbose {
+                println!("{}: MDT{at:04x} -> MDT{mdt:04x}", dir.display());
+            }
+        }
+        if dir_only {
+            continue;
+        }
+        let mut subdirs = Vec::new();
+        for e in
+            std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+        {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                subdirs.push(e.path());
+            }
+        }
+        subdirs.sort();
+        todo.extend(subdirs.into_iter().rev());
+    }
+    println!(
+        "migrated {moved} directories to MDT{mdt:04x} ({already} already there, {skipped} striped skipped)"
+    );
+    Ok(())
 }
 
 /// `nacre getdirstripe`: where each directory lives and its stripes, in Lustre's format.

@@ -471,6 +471,33 @@ impl Client {
             .0)
     }
 
+    /// Moves directory `name` of `parent` to MDT `target` online (`nacre migrate -m`): its
+    /// inode, entries and its files' inodes (open or hard-linked ones stay where they are)
+    /// go to the target; subdirectories move as entries (migrate each for a whole tree).
+    /// Returns the directory's new FID and how many inodes moved and stayed.
+    pub fn migrate(&self, parent: Fid, name: &[u8], target: u32) -> Result<(Fid, u64, u64)> {
+        if !self.fs_config().mdts.iter().any(|t| t.index == target) {
+            self.refresh_config()?;
+            if !self.fs_config().mdts.iter().any(|t| t.index == target) {
+                return Err(ClientError::Config(format!(
+                    "MDT index {target} is not configured"
+                )));
+            }
+        }
+        let parent = self.shard_of(parent, name)?;
+        let fid = self.lookup(parent, name, false)?.fid;
+        let op = MdsOp::Migrate {
+            fid,
+            parent,
+            name: name.to_vec(),
+            target,
+        };
+        match self.mdc(fid.mdt_index())?.call(op)? {
+            MdsReply::Migrated { fid, moved, kept } => Ok((fid, moved, kept)),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
     /// Creates a striped directory (`nacre mkdir -c`): its entries spread by `hash` over
     /// `count` shards on MDTs `start`, `start`+1, … (`start` MDT_INDEX_ANY: the MDS picks).
     #[allow(clippy::too_many_arguments)]
@@ -659,14 +686,20 @@ impl Client {
         after: Option<&[u8]>,
         count: u32,
     ) -> Result<(Vec<DirEntry>, bool)> {
-        match self.md(MdsOp::ReadDir {
-            fid,
-            after: after.map(<[u8]>::to_vec),
-            count,
-        })? {
-            MdsReply::Dir { entries, eof } => Ok((entries, eof)),
-            _ => Err(Status::Proto.into()),
+        let mut fid = fid;
+        // A directory migrated while listed: its listing goes on at its new FID (once).
+        for _ in 0..2 {
+            match self.md(MdsOp::ReadDir {
+                fid,
+                after: after.map(<[u8]>::to_vec),
+                count,
+            })? {
+                MdsReply::Dir { entries, eof } => return Ok((entries, eof)),
+                MdsReply::Remote { fid: new } => fid = new,
+                _ => return Err(Status::Proto.into()),
+            }
         }
+        Err(Status::Stale.into())
     }
 
     /// Reads an xattr.

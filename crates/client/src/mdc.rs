@@ -4,9 +4,20 @@
 use crate::{ClientError, Result};
 use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
+use nacre_types::Status;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a request answered `EINPROGRESS` (the MDS is busy with it: a directory
+/// migration holds what it touches, or a cross-MDT operation waits for a peer) is resent
+/// before the error reaches the application.
+pub const INPROGRESS_WAIT_MS_MAX: u64 = 300_000;
+/// First pause before resending such a request; doubled up to [`INPROGRESS_PAUSE_MS_MAX`].
+const INPROGRESS_PAUSE_MS_MIN: u64 = 20;
+/// Longest pause between resends.
+const INPROGRESS_PAUSE_MS_MAX: u64 = 1_000;
 
 /// Metadata client for one MDT.
 pub struct Mdc {
@@ -48,12 +59,26 @@ impl Mdc {
             replied_below,
             op,
         };
-        let result = self
-            .conn
-            .start_xid(xid, request(opcode, self.target, &call, None).inline())
-            .and_then(|p| p.wait());
+        // Resent with the same xid while the MDS answers EINPROGRESS, so a request it did
+        // start is finished (and answered from its saved reply), never run twice.
+        let deadline = Instant::now() + Duration::from_millis(INPROGRESS_WAIT_MS_MAX);
+        let mut pause = INPROGRESS_PAUSE_MS_MIN;
+        let result = loop {
+            let result = self
+                .conn
+                .start_xid(xid, request(opcode, self.target, &call, None).inline())
+                .and_then(|p| p.wait())
+                .map_err(|e| ClientError::Rpc(e.into()))
+                .and_then(|reply| Ok(decode_reply::<MdsReply>(reply)?.0));
+            match result {
+                Err(e) if e.status() == Status::InProgress && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(pause));
+                    pause = (pause * 2).min(INPROGRESS_PAUSE_MS_MAX);
+                }
+                other => break other,
+            }
+        };
         self.in_flight.lock().expect("in flight").remove(&xid);
-        let reply = result.map_err(|e| ClientError::Rpc(e.into()))?;
-        Ok(decode_reply::<MdsReply>(reply)?.0)
+        result
     }
 }

@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
-use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MKDIR};
+use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -199,6 +199,22 @@ impl NacreFs {
         self.client
             .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)
             .map(|_| ())
+    }
+
+    fn migrate(&self, parent: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MIGRATE} value: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
+        let mdt = v["mdt"]
+            .as_u64()
+            .and_then(|m| u32::try_from(m).ok())
+            .ok_or_else(|| bad("no mdt"))?;
+        let (fid, moved, kept) = self.client.migrate(parent, name.as_bytes(), mdt)?;
+        tracing::info!(
+            "migrated {name} to MDT{mdt:04x} as {fid}: {moved} inodes moved, {kept} kept"
+        );
+        Ok(())
     }
 
     fn lmv_default_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
@@ -743,6 +759,12 @@ impl Filesystem for NacreFs {
             self.mkdir_on(fid, value, req.uid(), req.gid())
         } else if name.as_bytes() == XATTR_LMV_DEFAULT.as_bytes() {
             self.set_lmv_default(fid, value)
+        } else if name.as_bytes() == XATTR_MIGRATE.as_bytes() {
+            if req.uid() == 0 {
+                self.migrate(fid, value)
+            } else {
+                Err(ClientError::from(Status::Perm))
+            }
         } else {
             self.client
                 .setxattr(fid, name.as_bytes(), value, flags as u32)

@@ -31,6 +31,9 @@ pub const XATTR_MKDIR: &str = "user.nacre.mkdir";
 /// `stripe_count`, `hash`, `shards` as `[{"mdt": 1, "fid": "[..]"}]`), for `nacre
 /// getdirstripe`.
 pub const XATTR_LMV: &str = "user.nacre.lmv";
+/// Virtual xattr set on a directory to move its subdirectory to another MDT online (`nacre
+/// migrate -m`): JSON `{"name": "sub", "mdt": 1}`. Root only, as Lustre's `lfs migrate`.
+pub const XATTR_MIGRATE: &str = "user.nacre.migrate";
 /// Virtual xattr on a directory: its default for new subdirectories (`setdirstripe -D`),
 /// JSON `{"count": 4, "start": -1, "hash": "fnv_1a_64", "max_inherit": 3}`; setting `{}`
 /// removes it.

@@ -27,7 +27,7 @@ pub const PEER_WAIT_MS_MAX: u64 = 60_000;
 const PEER_RETRY_MS: u64 = 500;
 
 /// Sends `op` to MDT `index` as a peer MDT.
-fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
+pub(crate) fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
     let conn = mdt.osts.mdt(index)?;
     let c = MdsCall {
         client: mdt.peer_uuid,
@@ -37,6 +37,8 @@ fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
     };
     match call::<_, MdsReply>(&conn, c.op.opcode(), index, &c) {
         Ok(r) => Ok(r),
+        // Held by a migration there: try again, as when unreachable.
+        Err(RpcError::Status(Status::InProgress)) => Err(Status::Again),
         Err(RpcError::Status(s)) => Err(s),
         Err(e) => {
             tracing::warn!("{}: MDT{index:04x} unreachable: {e}", mdt.label.name());
@@ -46,7 +48,7 @@ fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
 }
 
 /// Commits a transaction and waits until it is durable.
-fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
+pub(crate) fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
     let batch = std::mem::take(&mut tx.batch);
     if batch.is_empty() {
         return Ok(());
@@ -57,7 +59,7 @@ fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
     mdt.kv.wait_durable(ticket).map_err(kv_err)
 }
 
-fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
+pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
     SavedReply {
         status: result.as_ref().err().map_or(0, |s| s.code()),
         body: result.as_ref().map(encode_body).unwrap_or_default(),
@@ -86,7 +88,17 @@ pub fn alloc_fid(mdt: &Mdt) -> Result<MdsReply, Status> {
 
 /// Participant: applies a peer's update, idempotently, durable before the reply.
 pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
+    if matches!(
+        update,
+        RemoteUpdate::Freeze { .. } | RemoteUpdate::Adopt { .. } | RemoteUpdate::Repoint { .. }
+    ) {
+        return crate::migrate::apply(mdt, update);
+    }
     let mut tx = mdt.begin();
+    // Checked under the write lock, which a migration holds while it freezes.
+    if crate::held_by_migration(mdt, &MdsOp::Update(update.clone())) {
+        return Err(Status::InProgress);
+    }
     let mut owed: Option<(Fid, IntentRecord)> = None;
     match update {
         RemoteUpdate::CreateDir {
@@ -222,6 +234,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                         reply_to: None,
                         shards: Vec::new(),
                         attr: None,
+                        migrate_to: None,
                     };
                     tx.batch
                         .put(INTENTS, key.to_key().to_vec(), encode(&intent));
@@ -254,6 +267,10 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 Err(s) => return Err(s),
             }
         }
+        // Applied by crate::migrate (returned above).
+        RemoteUpdate::Freeze { .. } | RemoteUpdate::Adopt { .. } | RemoteUpdate::Repoint { .. } => {
+            return Err(Status::Proto)
+        }
     }
     let destroys = std::mem::take(&mut tx.destroys);
     commit_durable(mdt, tx)?;
@@ -271,6 +288,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
         RemoteUpdate::InsertEntry { .. } => "mds.update_insert_entry.after_commit_before_reply",
         RemoteUpdate::SetParent { .. } => "mds.update_set_parent.after_commit_before_reply",
         RemoteUpdate::DropLink { .. } => "mds.update_drop_link.after_commit_before_reply",
+        _ => "mds.update.after_commit_before_reply",
     });
     Ok(MdsReply::Done)
 }
@@ -439,6 +457,11 @@ fn mdt_list(mdt: &Mdt, at_least: usize) -> Vec<u32> {
     list()
 }
 
+/// How many MDTs the file system has, as far as this MDT knows.
+pub fn mdt_count(mdt: &Mdt) -> usize {
+    mdt_list(mdt, 0).len()
+}
+
 /// Coordinator: `mkdir` of a directory whose inode lives on MDT `target`.
 pub fn mkdir_remote(mdt: &Mdt, call: &MdsCall, xid: u64, dir: NewDir<'_>, target: u32) -> Outgoing {
     if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
@@ -541,6 +564,7 @@ pub fn mkdir_striped(
                     reply_to: None,
                     shards: Vec::new(),
                     attr: None,
+                    migrate_to: None,
                 });
             }
             // The master last: a master is never there without its shards.
@@ -597,6 +621,7 @@ fn mkdir_local(
         reply_to: None,
         shards: Vec::new(),
         attr: None,
+        migrate_to: None,
     };
     Ok((
         MdsReply::Entry {
@@ -633,6 +658,7 @@ pub fn rmdir_remote(
         reply_to: Some((call.client, xid)),
         shards: Vec::new(),
         attr: None,
+        migrate_to: None,
     };
     start_removal(
         mdt,
@@ -757,6 +783,7 @@ pub fn rmdir_striped(
         reply_to: Some((call.client, xid)),
         shards,
         attr: None,
+        migrate_to: None,
     };
     start_removal(
         mdt,
@@ -777,7 +804,7 @@ pub fn resume_own(mdt: &Mdt, call: &MdsCall, xid: u64, fid: Fid) -> Option<Outgo
     }
     // An intent on this directory of another request: being created or removed right now.
     let busy = mdt.intents.lock().expect("intents").contains_key(&fid);
-    busy.then(|| Outgoing::error(Status::Again))
+    busy.then(|| Outgoing::error(Status::InProgress))
 }
 
 /// Commits a removal intent (after checking the entry still names its directory), then
@@ -801,12 +828,12 @@ fn start_removal(
             // Finished by recovery since we looked (its reply is saved), or changed by
             // another request.
             return crate::saved_reply(mdt, &call.client, xid)
-                .unwrap_or_else(|| Outgoing::error(Status::Again));
+                .unwrap_or_else(|| Outgoing::error(Status::InProgress));
         }
         Err(s) => return Outgoing::error(s),
     }
     if mdt.intents.lock().expect("intents").contains_key(&fid) {
-        return Outgoing::error(Status::Again);
+        return Outgoing::error(Status::InProgress);
     }
     run_intent(mdt, call, xid, tx, intent, fault_name)
 }
@@ -832,7 +859,7 @@ fn run_intent(
     mdt.intents.lock().expect("intents").insert(key, intent);
     fault::point(fault_name);
     match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
-        Err(Status::Again) => Outgoing::error(Status::Again),
+        Err(Status::Again) => Outgoing::error(Status::InProgress),
         Err(s) => crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
         Ok(()) => crate::saved_reply(mdt, &call.client, xid)
             .unwrap_or_else(|| Outgoing::error(Status::Io)),
@@ -840,13 +867,28 @@ fn run_intent(
 }
 
 /// Sends `update` to MDT `at`, retrying while it is unreachable until `deadline`.
-fn send_until(mdt: &Mdt, at: u32, update: RemoteUpdate, deadline: Instant) -> Result<(), Status> {
+pub(crate) fn send_until(
+    mdt: &Mdt,
+    at: u32,
+    update: RemoteUpdate,
+    deadline: Instant,
+) -> Result<(), Status> {
+    ask_until(mdt, at, update, deadline).map(|_| ())
+}
+
+/// [`send_until`], returning the reply.
+pub(crate) fn ask_until(
+    mdt: &Mdt,
+    at: u32,
+    update: RemoteUpdate,
+    deadline: Instant,
+) -> Result<MdsReply, Status> {
     loop {
         match peer_call(mdt, at, MdsOp::Update(update.clone())) {
             Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
             }
-            other => return other.map(|_| ()),
+            other => return other,
         }
     }
 }
@@ -881,7 +923,7 @@ fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result
 
 /// A resend of this very request whose intent is pending (after a restart): finish it and
 /// answer with the reply it saves. None if no intent of this request is pending.
-fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outgoing> {
+pub(crate) fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outgoing> {
     let keys: Vec<Fid> = mdt
         .intents
         .lock()
@@ -896,7 +938,7 @@ fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outgoing> {
     for k in keys {
         if let Err(s) = finish(mdt, k, Duration::from_millis(PEER_WAIT_MS_MAX)) {
             if s == Status::Again {
-                return Some(Outgoing::error(s));
+                return Some(Outgoing::error(Status::InProgress));
             }
         }
     }
@@ -952,6 +994,7 @@ pub fn link_remote(
         reply_to: Some((call.client, xid)),
         shards: Vec::new(),
         attr: Some(attr),
+        migrate_to: None,
     };
     run_intent(mdt, call, xid, tx, intent, "mds.link_remote.after_intent")
 }
@@ -997,6 +1040,7 @@ pub fn unlink_remote(
                 reply_to: None,
                 shards: Vec::new(),
                 attr: None,
+                migrate_to: None,
             };
             Ok((MdsReply::Done, vec![intent]))
         },
@@ -1119,9 +1163,79 @@ fn finish_rename(
     Ok(())
 }
 
+/// How long MDT0 keeps the rename lock for a holder that never gives it back (a crashed
+/// coordinator).
+pub const RENAME_LOCK_LEASE_MS: u64 = 120_000;
+
+/// On MDT0: takes or gives back the rename lock for `owner`. `EINPROGRESS` while another
+/// holds it (its lease not expired); taking it twice is the same as once.
+pub fn rename_lock(mdt: &Mdt, owner: ([u8; 16], u64), acquire: bool) -> Result<MdsReply, Status> {
+    if mdt.label.index != 0 {
+        return Err(Status::Inval);
+    }
+    let now = Instant::now();
+    let mut held = mdt.rename_lock.lock().expect("rename lock");
+    match (*held, acquire) {
+        (Some((o, until)), true) if o != owner && until > now => Err(Status::InProgress),
+        (_, true) => {
+            *held = Some((owner, now + Duration::from_millis(RENAME_LOCK_LEASE_MS)));
+            Ok(MdsReply::Done)
+        }
+        (Some((o, _)), false) if o == owner => {
+            *held = None;
+            Ok(MdsReply::Done)
+        }
+        (_, false) => Ok(MdsReply::Done),
+    }
+}
+
+/// Runs `f` holding the file system's rename lock (on MDT0) for request (`client`, `xid`):
+/// directory renames between different parents are serialised, so the check that a
+/// directory does not move beneath itself and the move cannot interleave with another
+/// move's (which could otherwise build a loop cut off from the root). `EINPROGRESS` if the
+/// lock stays taken or MDT0 unreachable for [`PEER_WAIT_MS_MAX`] (the client resends).
+pub fn with_rename_lock<T>(
+    mdt: &Mdt,
+    client: [u8; 16],
+    xid: u64,
+    f: impl FnOnce() -> T,
+) -> Result<T, Status> {
+    let owner = (client, xid);
+    let ask = |acquire: bool| {
+        if mdt.label.index == 0 {
+            rename_lock(mdt, owner, acquire).map(|_| ())
+        } else {
+            peer_call(mdt, 0, MdsOp::RenameLock { owner, acquire }).map(|_| ())
+        }
+    };
+    let deadline = Instant::now() + Duration::from_millis(PEER_WAIT_MS_MAX);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match ask(true) {
+            Ok(()) => break,
+            Err(Status::InProgress) | Err(Status::Again) | Err(Status::NoDev)
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(PEER_RETRY_MS));
+            }
+            Err(Status::Again) | Err(Status::NoDev) => return Err(Status::InProgress),
+            Err(s) => return Err(s),
+        }
+    }
+    let out = f();
+    if let Err(s) = ask(false) {
+        tracing::warn!(
+            "{}: rename lock not given back ({s}); its lease ends it",
+            mdt.label.name()
+        );
+    }
+    Ok(out)
+}
+
 /// True if directory `dir` is `ancestor` or lies beneath it, following `..` across MDTs.
-/// (Not atomic against concurrent renames elsewhere, as no rename lock spans MDTs yet.)
-fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
+/// Callers hold the rename lock, so no other directory moves meanwhile.
+pub(crate) fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
     let mut cur = dir;
     for _ in 0..crate::ops::rename::DEPTH_MAX {
         if cur == ancestor {
@@ -1167,29 +1281,66 @@ pub fn rename_remote(
     if let Some(out) = resume_request(mdt, call, xid) {
         return out;
     }
-    let mut tx = mdt.begin();
     let src = crate::mdt::check_name(src_name)
         .and_then(|()| crate::mdt::check_name(dst_name))
-        .and_then(|()| tx.dir(src_parent).map(|_| ()))
-        .and_then(|()| tx.lookup(src_parent, src_name)?.ok_or(Status::NoEnt));
+        .and_then(|()| mdt.inode(src_parent))
+        .and_then(|d| match d.attr.kind {
+            FileKind::Directory => mdt.lookup(src_parent, src_name)?.ok_or(Status::NoEnt),
+            _ => Err(Status::NotDir),
+        });
     let src = match src {
         Ok(s) => s,
         Err(s) => return Outgoing::error(s),
     };
     if src.kind == FileKind::Directory {
-        drop(tx);
-        // A directory may not move beneath itself: walk up from the target across MDTs.
-        match beneath(mdt, dst_parent, src.fid) {
-            Ok(false) => {}
-            Ok(true) => return Outgoing::error(Status::Inval),
-            Err(s) => return Outgoing::error(s),
-        }
-        tx = mdt.begin();
-        match tx.lookup(src_parent, src_name) {
-            Ok(Some(d)) if d.fid == src.fid => {}
-            Ok(_) => return Outgoing::error(Status::Again),
-            Err(s) => return Outgoing::error(s),
-        }
+        // A directory may not move beneath itself: walk up from the target across MDTs,
+        // and move it, under the rename lock.
+        let moved = with_rename_lock(mdt, call.client, xid, || {
+            match beneath(mdt, dst_parent, src.fid) {
+                Ok(false) => {}
+                Ok(true) => return Outgoing::error(Status::Inval),
+                Err(s) => return Outgoing::error(s),
+            }
+            fault::point("mds.rename.after_loop_check");
+            rename_remote_locked(
+                mdt,
+                call,
+                xid,
+                src.clone(),
+                src_parent,
+                src_name,
+                dst_parent,
+                dst_name,
+                noreplace,
+            )
+        });
+        return moved.unwrap_or_else(Outgoing::error);
+    }
+    rename_remote_locked(
+        mdt, call, xid, src, src_parent, src_name, dst_parent, dst_name, noreplace,
+    )
+}
+
+/// [`rename_remote`] once the source is known (and, for a directory, under the rename lock
+/// with the loop check made).
+#[allow(clippy::too_many_arguments)]
+fn rename_remote_locked(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src: crate::records::DirentRecord,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+    dst_name: &[u8],
+    noreplace: bool,
+) -> Outgoing {
+    let mut tx = mdt.begin();
+    // Re-checked under the write lock: the entry may have changed since it was looked up.
+    match tx.lookup(src_parent, src_name) {
+        Ok(Some(d)) if d.fid == src.fid => {}
+        Ok(_) => return Outgoing::error(Status::InProgress),
+        Err(s) => return Outgoing::error(s),
     }
     let key = tx.new_fid();
     let intent = IntentRecord {
@@ -1207,6 +1358,7 @@ pub fn rename_remote(
         reply_to: Some((call.client, xid)),
         shards: Vec::new(),
         attr: None,
+        migrate_to: None,
     };
     run_intent(mdt, call, xid, tx, intent, "mds.rename_remote.after_intent")
 }
@@ -1216,10 +1368,30 @@ pub fn rename_remote(
 /// unreachable (the intent stays for recovery); the remote refusal otherwise.
 pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
     let deadline = Instant::now() + patience;
+    let driving = patience > Duration::ZERO && mdt.driving.lock().expect("driving").insert(fid);
+    let result = drive(mdt, fid, deadline);
+    if driving {
+        mdt.driving.lock().expect("driving").remove(&fid);
+    }
+    result
+}
+
+/// The loop of [`finish`].
+fn drive(mdt: &Mdt, fid: Fid, deadline: Instant) -> Result<(), Status> {
     loop {
         let Some(intent) = mdt.intents.lock().expect("intents").get(&fid).cloned() else {
             return Ok(());
         };
+        if intent.migrate_to.is_some() {
+            match crate::migrate::finish(mdt, &intent, deadline) {
+                Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
+                    continue;
+                }
+                Err(Status::NoDev) => return Err(Status::Again),
+                other => return other,
+            }
+        }
         let outcome = if !intent.shards.is_empty() {
             remove_striped(mdt, &intent, deadline).map(|()| MdsReply::Done)
         } else if matches!(intent.update, RemoteUpdate::InsertEntry { .. }) {
@@ -1261,6 +1433,7 @@ pub fn finish(mdt: &Mdt, fid: Fid, patience: Duration) -> Result<(), Status> {
                     RemoteUpdate::InsertEntry { .. } => "mds.rename_remote.after_remote_apply",
                     RemoteUpdate::SetParent { .. } => "mds.set_parent.after_remote_apply",
                     RemoteUpdate::DropLink { .. } => "mds.unlink_remote.after_remote_apply",
+                    _ => "mds.update.after_remote_apply",
                 });
                 let result = other.map(|_| ());
                 conclude(mdt, fid, &intent, result)?;
@@ -1320,6 +1493,11 @@ fn conclude(
         (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(saved(&Ok(MdsReply::Done))),
         (RemoteUpdate::InsertEntry { .. }, Err(s)) => Some(saved(&Err(s))),
         (RemoteUpdate::SetParent { .. }, _) => None,
+        // Migrations conclude in crate::migrate; these are never an intent's update.
+        (
+            RemoteUpdate::Freeze { .. } | RemoteUpdate::Adopt { .. } | RemoteUpdate::Repoint { .. },
+            _,
+        ) => None,
     };
     if let (Some(reply), Some((client, xid))) = (reply, intent.reply_to) {
         tx.save_reply(&client, xid, 0, &reply);
@@ -1344,6 +1522,9 @@ pub fn recover_pass(mdt: &Mdt) {
         .copied()
         .collect();
     for fid in pending {
+        if mdt.driving.lock().expect("driving").contains(&fid) {
+            continue; // a request thread is on it
+        }
         match finish(mdt, fid, Duration::ZERO) {
             Ok(()) => tracing::info!(
                 "{}: finished cross-MDT operation on {fid}",

@@ -15,6 +15,8 @@
 pub mod destroy;
 pub mod dne;
 pub mod mdt;
+pub mod migrate;
+
 pub mod ops;
 pub mod osp;
 pub mod records;
@@ -167,7 +169,14 @@ fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 /// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
 /// and its reply commit together, and the reply waits for durability.
 fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    run_modifying_with(mdt, call, xid, false)
+}
+
+/// [`run_modifying`]; `ancestry_checked`: a directory rename's loop check was made across
+/// MDTs under the rename lock.
+fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: bool) -> Outgoing {
     let mut tx = mdt.begin();
+    tx.ancestry_checked = ancestry_checked;
     if tx.has_saved_reply(&call.client, xid) {
         drop(tx);
         return reconstruct(mdt, &call.client, xid);
@@ -251,6 +260,24 @@ fn rmdir_dir(mdt: &Mdt, call: &MdsCall, xid: u64, parent: Fid, name: &[u8], fid:
     }
 }
 
+/// A rename on this MDT moving directory `fid` under `dst_parent`, in a file system of
+/// several MDTs: the loop check walks `..` across MDTs under the rename lock.
+fn rename_dir_here(mdt: &Mdt, call: &MdsCall, xid: u64, dst_parent: Fid, fid: Fid) -> Outgoing {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    let out = dne::with_rename_lock(mdt, call.client, xid, || {
+        match dne::beneath(mdt, dst_parent, fid) {
+            Ok(false) => {}
+            Ok(true) => return Outgoing::error(Status::Inval),
+            Err(s) => return Outgoing::error(s),
+        }
+        nacre_net::fault::point("mds.rename.after_loop_check");
+        run_modifying_with(mdt, call, xid, true)
+    });
+    out.unwrap_or_else(Outgoing::error)
+}
+
 /// The saved reply of (client, xid), if the request was executed before: a resend is
 /// answered with it instead of running again. A reply to a cross-MDT operation still in
 /// progress (its intent pending) waits for the operation to end first.
@@ -327,13 +354,69 @@ fn commit(
     }
 }
 
+/// True if `op` would change an inode a directory migration holds here (the inode itself,
+/// the directory of a name, or the inode an entry it renames or removes names).
+pub(crate) fn held_by_migration(mdt: &Mdt, op: &MdsOp) -> bool {
+    use nacre_wire::mds::RemoteUpdate;
+    let frozen = mdt.frozen.lock().expect("frozen");
+    if frozen.is_empty() {
+        return false;
+    }
+    let named = |parent: &Fid, name: &[u8]| {
+        mdt.lookup(*parent, name)
+            .ok()
+            .flatten()
+            .is_some_and(|d| frozen.contains(&d.fid))
+    };
+    if let MdsOp::Open { fid } = op {
+        // A migrating directory may be opened (listed); its files may not.
+        return frozen.contains(fid) && !mdt.intents.lock().expect("intents").contains_key(fid);
+    }
+    if op.key_fid().is_some_and(|f| frozen.contains(&f)) {
+        return true;
+    }
+    match op {
+        MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => named(parent, name),
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            ..
+        } => {
+            frozen.contains(dst_parent)
+                || named(src_parent, src_name)
+                || (dst_parent.mdt_index() == mdt.label.index && named(dst_parent, dst_name))
+        }
+        MdsOp::Link { fid, parent, .. } => frozen.contains(fid) || frozen.contains(parent),
+        MdsOp::Update(RemoteUpdate::InsertEntry { parent, name, .. }) => {
+            frozen.contains(parent) || named(parent, name)
+        }
+        _ => false,
+    }
+}
+
 /// Executes one decoded call with request id `xid` from client `nid` on `mdt`, exactly as the
 /// service does for a request from the network (reply saving, commit, statistics).
 /// mds-survey drives an MDT through this, below the network.
 pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
     let op = (call.op.opcode() & 0xff) as usize - 1;
     let started = std::time::Instant::now();
+    // Modifying client requests (and opens) pass the gate a migration closes while it
+    // freezes; one touching a frozen inode is resent by the client later.
+    let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))
+        && !matches!(call.op, MdsOp::Close { .. } | MdsOp::Migrate { .. });
+    let _gate = gated.then(|| mdt.gate.read().expect("gate"));
+    if gated && held_by_migration(mdt, &call.op) {
+        return Outgoing::error(Status::InProgress);
+    }
     let out = match &call.op {
+        MdsOp::Migrate {
+            fid,
+            parent,
+            name,
+            target,
+        } => migrate::start(mdt, call, xid, *fid, *parent, name, *target),
         MdsOp::MkdirOn {
             parent,
             name,
@@ -433,6 +516,24 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             dst_name,
             *noreplace,
         ),
+        // A directory moving to another parent here: under the rename lock, with the loop
+        // check made across MDTs (when the file system has several).
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            ..
+        } if src_parent != dst_parent && dne::mdt_count(mdt) > 1 => {
+            match mdt.lookup(*src_parent, src_name) {
+                Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
+                    rename_dir_here(mdt, call, xid, *dst_parent, d.fid)
+                }
+                _ => run_modifying(mdt, call, xid),
+            }
+        }
+        MdsOp::RenameLock { owner, acquire } => {
+            to_outgoing(dne::rename_lock(mdt, *owner, *acquire))
+        }
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),

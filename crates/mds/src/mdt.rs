@@ -31,6 +31,9 @@ pub struct AllocState {
 /// Saved replies kept per client at most (a well-behaved client keeps `max_rpcs_in_flight`).
 pub const SAVED_REPLIES_PER_CLIENT_MAX: usize = 1024;
 
+/// Who holds the rename lock (client uuid and xid of its request) and until when.
+pub type RenameLockHolder = (([u8; 16], u64), std::time::Instant);
+
 /// One MDT.
 pub struct Mdt {
     /// Identity.
@@ -58,11 +61,22 @@ pub struct Mdt {
     pub export_stats: nacre_params::JobStats,
     /// Cross-MDT operations coordinated here and not yet applied remotely, by FID.
     pub intents: Mutex<HashMap<Fid, IntentRecord>>,
+    /// On MDT0: the file system's rename lock, its holder and when its lease ends.
+        pub rename_lock: Mutex<Option<RenameLockHolder>>,
+    /// Intents a request thread is driving right now (recovery leaves them alone rather
+    /// than send the same updates twice).
+    pub driving: Mutex<std::collections::HashSet<Fid>>,
     /// This MDT's identity as a client of the other MDTs.
     pub peer_uuid: [u8; 16],
     /// Round-robin cursor of `mkdir -i -1` placement.
     pub mkdir_rr: std::sync::atomic::AtomicUsize,
     mkdir_round_robin: AtomicBool,
+    /// Inodes held by a directory migration (the `frozen` table): requests that would
+    /// change them answer `EINPROGRESS`.
+    pub frozen: Mutex<std::collections::HashSet<Fid>>,
+    /// Held for reading by every modifying client request while it runs, for writing by a
+    /// migration while it freezes, so none is half way through a frozen inode.
+    pub gate: std::sync::RwLock<()>,
 }
 
 impl Mdt {
@@ -77,6 +91,7 @@ impl Mdt {
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let saved_replies = load_saved_replies(&*kv)?;
         let intents = load_intents(&*kv)?;
+        let frozen = load_frozen(&*kv)?;
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
@@ -95,9 +110,13 @@ impl Mdt {
             }),
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
+            driving: Mutex::new(std::collections::HashSet::new()),
+            rename_lock: Mutex::new(None),
             peer_uuid,
             mkdir_rr: std::sync::atomic::AtomicUsize::new(0),
             mkdir_round_robin: AtomicBool::new(false),
+            frozen: Mutex::new(frozen),
+            gate: std::sync::RwLock::new(()),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
@@ -253,13 +272,15 @@ impl Mdt {
             batch: Batch::new(),
             destroys: Vec::new(),
             now: TimeSpec::now(),
+            ancestry_checked: false,
         }
     }
 
-    /// Reads an inode.
+    /// Reads an inode (`ESTALE` for one a migration moved to another MDT).
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
         match self.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
             Some(v) => decode(&v),
+            None if crate::migrate::moved_to(self, fid)?.is_some() => Err(Status::Stale),
             None => Err(Status::NoEnt),
         }
     }
@@ -356,6 +377,9 @@ pub struct Tx<'a> {
     pub destroys: Vec<(u32, ObjectId)>,
     /// Time stamp for every change of this operation.
     pub now: TimeSpec,
+    /// A directory rename's "not beneath itself" check was made across MDTs under the
+    /// rename lock by the caller (the local check need not leave this MDT).
+    pub ancestry_checked: bool,
 }
 
 impl Tx<'_> {
@@ -568,6 +592,22 @@ fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> 
         for (k, v) in &page {
             let fid = Fid::from_key(k).ok_or(Status::Io)?;
             out.insert(fid, decode(v)?);
+        }
+    }
+    Ok(out)
+}
+
+fn load_frozen(kv: &dyn KvStore) -> Result<std::collections::HashSet<Fid>, Status> {
+    let mut out = std::collections::HashSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(crate::records::FROZEN, &[], after.as_deref(), 1024)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, _) in &page {
+            out.insert(Fid::from_key(k).ok_or(Status::Io)?);
         }
     }
     Ok(out)

@@ -16,6 +16,10 @@
 //!   a link idempotent)
 //! * `intents`: FID key (16) → `[version] postcard(IntentRecord)`: cross-MDT operations this
 //!   MDT coordinates whose remote update is not yet known to be applied (docs/dne.md)
+//! * `frozen`: FID key (16) → empty: inodes a directory migration holds (no change to them
+//!   until it ends; requests get `EINPROGRESS` and are resent)
+//! * `moved`: FID key (16) → new FID key (16): inodes a migration moved to another MDT (their
+//!   old FIDs answer `ESTALE`, so clients look the name up again)
 
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
@@ -41,8 +45,12 @@ pub const DIRSTRIPES: &str = "dirstripes";
 pub const DIRDEFAULTS: &str = "dirdefaults";
 /// Entries on other MDTs counted as links of an inode here: FID ++ parent FID ++ name.
 pub const REMOTE_LINKS: &str = "remote_links";
+/// Inodes held by a directory migration.
+pub const FROZEN: &str = "frozen";
+/// Inodes moved away by a migration: old FID → new FID.
+pub const MOVED: &str = "moved";
 /// Every table of an MDT.
-pub const TABLES: [&str; 10] = [
+pub const TABLES: [&str; 12] = [
     INODES,
     DIRENTS,
     XATTRS,
@@ -53,6 +61,8 @@ pub const TABLES: [&str; 10] = [
     DIRSTRIPES,
     DIRDEFAULTS,
     REMOTE_LINKS,
+    FROZEN,
+    MOVED,
 ];
 
 /// A cross-MDT operation this MDT coordinates, committed with its local changes (or before
@@ -84,6 +94,8 @@ pub struct IntentRecord {
         Option<StripeSpec>,
         Option<nacre_types::dirstripe::DirDefault>,
     )>,
+    /// A directory migration (`key` the directory): its new FID on MDT `mdt`.
+    pub migrate_to: Option<Fid>,
 }
 
 const RECORD_VERSION: u8 = 1;

@@ -49,7 +49,13 @@ pub fn nacre_ok(args: &[&str]) -> String {
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    free_port_at("127.0.0.1")
+}
+
+/// A TCP port free on address `ip` right now (a port free on 127.0.0.1 may be taken on
+/// 127.0.0.3 by another test's server: ask the address that will listen).
+pub fn free_port_at(ip: &str) -> u16 {
+    TcpListener::bind((ip, 0))
         .expect("bind")
         .local_addr()
         .expect("addr")

@@ -279,6 +279,31 @@ pub enum MdsOp {
     },
     /// Make every change committed so far durable (fsync, fsyncdir). Reply: [`MdsReply::Done`].
     Sync,
+    /// Move directory `fid` (entry `name` of `parent`) to MDT `target` online (`nacre
+    /// migrate -m`): a new inode there takes its attributes and entries, with its files'
+    /// inodes (those open or hard-linked stay where they are); subdirectories move as
+    /// entries only. Sent to the directory's MDT, which coordinates. The old FIDs answer
+    /// `ESTALE` after. Reply: [`MdsReply::Migrated`].
+    Migrate {
+        /// The directory.
+        fid: Fid,
+        /// Directory holding its entry.
+        parent: Fid,
+        /// Its name there.
+        name: Vec<u8>,
+        /// MDT to move it to.
+        target: u32,
+    },
+    /// MDT to MDT0: take (`acquire`) or give back the file system's rename lock for the
+    /// operation `owner` (a coordinator's client request: uuid and xid), as Lustre's big
+    /// rename lock: directory renames between different parents hold it around their loop
+    /// check and change. Granted: [`MdsReply::Done`]; held by another: `EINPROGRESS`.
+    RenameLock {
+        /// The operation holding it.
+        owner: ([u8; 16], u64),
+        /// Take it (true) or give it back.
+        acquire: bool,
+    },
 }
 
 /// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
@@ -317,11 +342,13 @@ impl MdsOp {
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
-            | MdsOp::GetDirDefault { fid } => Some(*fid),
+            | MdsOp::GetDirDefault { fid }
+            | MdsOp::Migrate { fid, .. } => Some(*fid),
             MdsOp::Update(u) => Some(u.fid()),
             MdsOp::StatFs
             | MdsOp::Sync
             | MdsOp::AllocFid
+            | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
             | MdsOp::ScanDirents { .. } => None,
         }
@@ -362,6 +389,8 @@ impl MdsOp {
                 MdsOp::GetDirStripe { .. } => 29,
                 MdsOp::SetDirDefault { .. } => 30,
                 MdsOp::GetDirDefault { .. } => 31,
+                MdsOp::Migrate { .. } => 32,
+                MdsOp::RenameLock { .. } => 33,
             }
     }
 
@@ -384,8 +413,9 @@ impl MdsOp {
                 | MdsOp::GetDirStripe { .. }
                 | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.
-                | MdsOp::AllocFid
+                                | MdsOp::AllocFid
                 | MdsOp::Update(_)
+                | MdsOp::RenameLock { .. }
         )
     }
 }
@@ -470,6 +500,72 @@ pub enum RemoteUpdate {
         /// Name of the entry.
         name: Vec<u8>,
     },
+    /// Migration: hold entry (`parent`, `name`) while directory `fid` moves to `to` — no
+    /// rename or removal of an entry naming `fid` until [`RemoteUpdate::Repoint`]. Done if
+    /// it names `to` already; `ENOENT` if it names neither.
+    Freeze {
+        /// The directory being moved.
+        fid: Fid,
+        /// Directory of its entry (on the receiving MDT).
+        parent: Fid,
+        /// Name of its entry.
+        name: Vec<u8>,
+        /// Its new FID.
+        to: Fid,
+    },
+    /// Migration: put the moved directory `dir`'s entries (and attributes `xattrs`) here;
+    /// an entry carrying its inode gets a new inode of this MDT. Entries already present
+    /// are kept as they are (idempotent by name). Reply: [`MdsReply::Adopted`], the FID each
+    /// entry names here, in order.
+    Adopt {
+        /// The new directory (created by [`RemoteUpdate::CreateDir`]).
+        dir: Fid,
+        /// The directory's extended attributes.
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Entries, at most [`ADOPT_ENTRIES_MAX`].
+        entries: Vec<AdoptEntry>,
+    },
+    /// Migration: entry (`parent`, `name`) now names `to` instead of `from` (and is no
+    /// longer held). Done if it names `to` already.
+    Repoint {
+        /// Directory of the entry.
+        parent: Fid,
+        /// Name.
+        name: Vec<u8>,
+        /// Old FID of the directory.
+        from: Fid,
+        /// New FID.
+        to: Fid,
+    },
+}
+
+/// Most entries in one [`RemoteUpdate::Adopt`].
+pub const ADOPT_ENTRIES_MAX: usize = 1024;
+
+/// One entry of a directory being migrated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptEntry {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Kind.
+    pub kind: FileKind,
+    /// The inode it names now.
+    pub fid: Fid,
+    /// The inode itself when it moves too (it gets a new FID on the receiving MDT).
+    pub inode: Option<MovedInode>,
+}
+
+/// An inode moving to another MDT with its directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedInode {
+    /// Attributes (the FID is replaced by the receiving MDT's).
+    pub attr: Attr,
+    /// Objects of a regular file (they stay where they are).
+    pub layout: Option<Layout>,
+    /// Target of a symlink.
+    pub symlink: Option<Vec<u8>>,
+    /// Extended attributes.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl RemoteUpdate {
@@ -481,7 +577,10 @@ impl RemoteUpdate {
             | RemoteUpdate::AddLink { fid, .. }
             | RemoteUpdate::InsertEntry { fid, .. }
             | RemoteUpdate::SetParent { fid, .. }
-            | RemoteUpdate::DropLink { fid, .. } => *fid,
+            | RemoteUpdate::DropLink { fid, .. }
+            | RemoteUpdate::Freeze { fid, .. } => *fid,
+            RemoteUpdate::Adopt { dir, .. } => *dir,
+            RemoteUpdate::Repoint { parent, .. } => *parent,
         }
     }
 }
@@ -583,6 +682,18 @@ pub enum MdsReply {
         /// No entries follow.
         eof: bool,
     },
+    /// The FIDs the entries of a [`RemoteUpdate::Adopt`] name on the receiving MDT.
+    Adopted(Vec<Fid>),
+    /// A directory moved by [`MdsOp::Migrate`].
+    Migrated {
+        /// Its new FID.
+        fid: Fid,
+        /// Inodes that moved with it (files, symlinks).
+        moved: u64,
+        /// Entries whose inodes stayed where they were (subdirectories, open or
+        /// hard-linked files, inodes of other MDTs).
+        kept: u64,
+    },
 }
 
 #[cfg(test)]
@@ -634,6 +745,116 @@ mod tests {
         let bytes = encode_body(&reply);
         for n in 0..bytes.len() {
             assert!(decode_body::<MdsReply>(&bytes[..n]).is_err(), "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn rename_lock_round_trips_and_refuses_truncation() {
+        for acquire in [true, false] {
+            let op = MdsOp::RenameLock {
+                owner: ([9; 16], u64::MAX),
+                acquire,
+            };
+            assert!(!op.is_modifying());
+            assert_eq!(op.key_fid(), None);
+            let bytes = encode_body(&op);
+            assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                assert!(decode_body::<MdsOp>(&bytes[..n]).is_err(), "{n} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn migration_messages_round_trip_and_refuse_truncation() {
+        let fid = Fid::new(0x2_0000_0400, 3);
+        let t = nacre_types::TimeSpec { sec: 1, nsec: 2 };
+        let attr = Attr {
+            fid,
+            kind: FileKind::Regular,
+            perm: 0o644,
+            uid: 1,
+            gid: 2,
+            nlink: 1,
+            size: 4096,
+            blocks: 8,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            rdev: 0,
+        };
+        let bodies: Vec<Vec<u8>> = vec![
+            encode_body(&MdsCall {
+                client: [1; 16],
+                replied_below: 1,
+                jobid: "j".into(),
+                op: MdsOp::Migrate {
+                    fid,
+                    parent: Fid::ROOT,
+                    name: b"d".to_vec(),
+                    target: 1,
+                },
+            }),
+            encode_body(&MdsOp::Update(RemoteUpdate::Adopt {
+                dir: fid,
+                xattrs: vec![(b"user.a".to_vec(), vec![1, 2])],
+                entries: vec![
+                    AdoptEntry {
+                        name: b"f".to_vec(),
+                        kind: FileKind::Regular,
+                        fid,
+                        inode: Some(MovedInode {
+                            attr,
+                            layout: None,
+                            symlink: Some(b"t".to_vec()),
+                            xattrs: vec![],
+                        }),
+                    },
+                    AdoptEntry {
+                        name: b"sub".to_vec(),
+                        kind: FileKind::Directory,
+                        fid: Fid::ROOT,
+                        inode: None,
+                    },
+                ],
+            })),
+            encode_body(&MdsOp::Update(RemoteUpdate::Freeze {
+                fid,
+                parent: Fid::ROOT,
+                name: b"d".to_vec(),
+                to: Fid::ROOT,
+            })),
+            encode_body(&MdsOp::Update(RemoteUpdate::Repoint {
+                parent: Fid::ROOT,
+                name: b"d".to_vec(),
+                from: fid,
+                to: Fid::ROOT,
+            })),
+            encode_body(&MdsReply::Adopted(vec![fid, Fid::ROOT])),
+            encode_body(&MdsReply::Migrated {
+                fid,
+                moved: 3,
+                kept: 1,
+            }),
+        ];
+        for (i, bytes) in bodies.iter().enumerate() {
+            let ok = if i == 0 {
+                decode_body::<MdsCall>(bytes).map(|c| encode_body(&c))
+            } else if i < 4 {
+                decode_body::<MdsOp>(bytes).map(|o| encode_body(&o))
+            } else {
+                decode_body::<MdsReply>(bytes).map(|r| encode_body(&r))
+            };
+            assert_eq!(&ok.unwrap(), bytes, "message {i}");
+            for n in 0..bytes.len() {
+                let cut = &bytes[..n];
+                let refused = match i {
+                    0 => decode_body::<MdsCall>(cut).is_err(),
+                    1..=3 => decode_body::<MdsOp>(cut).is_err(),
+                    _ => decode_body::<MdsReply>(cut).is_err(),
+                };
+                assert!(refused, "message {i} cut to {n} bytes");
+            }
         }
     }
 

@@ -64,6 +64,21 @@ enum Command {
         /// The directory to create.
         path: PathBuf,
     },
+    /// Move a directory tree to another MDT online, like `lfs migrate -m`: each directory's
+    /// inode and entries, with the inodes of its files (file data stays on the OSTs).
+    Migrate {
+        /// MDT to move to.
+        #[arg(short = 'm', long = "mdt-index")]
+        mdt: u32,
+        /// Only DIR itself (with its files), not the directories beneath it.
+        #[arg(short = 'd', long = "directory")]
+        dir_only: bool,
+        /// Print each directory moved.
+        #[arg(short, long)]
+        verbose: bool,
+        /// The directory.
+        path: PathBuf,
+    },
     /// Show where directories live and how they are striped, like `lfs getdirstripe`.
     Getdirstripe {
         /// Show the default for new subdirectories instead.
@@ -1131,6 +1146,12 @@ fn main() {
                 None if hash.is_some() => bail!("-H needs -c (a striped directory)"),
                 None => admin::mkdir(&path, mdt, mode & 0o7777),
             }),
+        Command::Migrate {
+            mdt,
+            dir_only,
+            verbose,
+            path,
+        } => admin::migrate(&path, mdt, dir_only, verbose),
         Command::Getdirstripe { default, paths } => match default {
             true => admin::getdirstripe_default(&paths),
             false => admin::getdirstripe(&paths),

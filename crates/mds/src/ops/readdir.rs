@@ -7,9 +7,17 @@ use nacre_types::limits::READDIR_ENTRIES_MAX;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{DirEntry, MdsReply};
 
-/// Lists up to `count` entries of `fid` after `after`.
+/// Lists up to `count` entries of `fid` after `after`. A directory migrated to another MDT
+/// answers [`MdsReply::Remote`] with its new FID, so a listing in progress goes on there
+/// (names are kept, so resuming after a name skips nothing).
 pub fn run(mdt: &Mdt, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<MdsReply, Status> {
-    let dir = mdt.inode(fid)?;
+    let dir = match mdt.inode(fid) {
+        Err(Status::Stale) => match crate::migrate::moved_to(mdt, fid)? {
+            Some(new) => return Ok(MdsReply::Remote { fid: new }),
+            None => return Err(Status::Stale),
+        },
+        r => r?,
+    };
     if dir.attr.kind != FileKind::Directory {
         return Err(Status::NotDir);
     }

@@ -32,9 +32,13 @@ fn check_not_beneath(tx: &Tx<'_>, dir: Fid, ancestor: Fid) -> Result<(), Status>
             return Ok(());
         }
         if cur.mdt_index() != tx.mdt.label.index {
-            // The path up leaves this MDT: the check cannot be made here (cross-MDT renames
-            // are not supported yet).
-            return Err(Status::XDev);
+            // The path up leaves this MDT: the caller made the whole check across MDTs
+            // under the rename lock, or it cannot be made here.
+            return if tx.ancestry_checked {
+                Ok(())
+            } else {
+                Err(Status::XDev)
+            };
         }
         cur = tx.inode(cur)?.parent.unwrap_or(Fid::ROOT);
     }
