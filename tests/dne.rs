@@ -1343,3 +1343,76 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_directory_moved_over_an_empty_directory_of_a_third_mdt_replaces_it() {
+    // Plain, then with the coordinator killed after the victim is destroyed, then with the
+    // victim's MDT killed after destroying it, before answering.
+    let kills = [
+        None,
+        Some((0, "mds.rename_remote.after_victim_destroyed")),
+        Some((2, "mds.update_destroy_dir.after_commit_before_reply")),
+    ];
+    for kill in kills {
+        let (root, port, mgs) = scratch("third");
+        let d = |n: &str| root.path().join(n);
+        mkfs("--ost", 0, "third", Some(&mgs), &d("ost0"));
+        for i in 0..3 {
+            mkfs("--mdt", i, "third", Some(&mgs), &d(&format!("mdt{i}")));
+        }
+        let _mgs_oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
+        let mut mdts: Vec<ServerProc> = (0..3)
+            .map(|i| {
+                let ip = format!("127.0.0.{}", i + 2);
+                let listen = format!("{ip}:{}", free_port_at(&ip));
+                let dir = d(&format!("mdt{i}"));
+                match kill {
+                    Some((victim, point)) if victim == i => {
+                        ServerProc::start_armed(&listen, &[&dir], &[], point)
+                    }
+                    _ => ServerProc::start_at(&listen, &[&dir], &[]),
+                }
+            })
+            .collect();
+        let client = ClientMount::mount(&format!("{mgs}:/third"), &d("mnt"), &[]);
+        let m = client.mnt.clone();
+        std::fs::create_dir_all(m.join("src/d")).unwrap();
+        std::fs::create_dir_all(m.join("src/e")).unwrap();
+        std::fs::write(m.join("src/d/file"), b"moved").unwrap();
+        let dst = m.join("dst");
+        nacre_ok(&["mkdir", "-i", "1", dst.to_str().unwrap()]);
+        // Entries on MDT1, inodes on MDT2.
+        nacre_ok(&["mkdir", "-i", "2", dst.join("victim").to_str().unwrap()]);
+        nacre_ok(&["mkdir", "-i", "2", dst.join("full").to_str().unwrap()]);
+        std::fs::write(dst.join("full/keep"), b"keep").unwrap();
+        let used2 = inodes_used(&m, 2);
+        // MDT0 coordinates, MDT1 holds the target entry, MDT2 the directory replaced.
+        let (from, to) = (m.join("src/d"), dst.join("victim"));
+        let worker = std::thread::spawn(move || std::fs::rename(from, to));
+        if let Some((victim, point)) = kill {
+            let killed = &mut mdts[victim as usize];
+            assert!(
+                killed.wait_exit(Duration::from_secs(30)),
+                "MDT{victim} never reached {point}"
+            );
+            killed.restart_disarmed();
+        }
+        worker.join().unwrap().unwrap();
+        assert!(!m.join("src/d").exists());
+        assert_eq!(std::fs::read(dst.join("victim/file")).unwrap(), b"moved");
+        assert_eq!(dir_mdt(&dst.join("victim")), 0);
+        assert_eq!(
+            inodes_used(&m, 2),
+            used2 - 1,
+            "the replaced directory is gone"
+        );
+        // Not empty: refused, nothing changed.
+        let err = std::fs::rename(m.join("src/e"), dst.join("full")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(39), "{err}");
+        assert!(m.join("src/e").is_dir());
+        assert_eq!(std::fs::read(dst.join("full/keep")).unwrap(), b"keep");
+        let (ok, out) = lfsck(&format!("{mgs}:/third"));
+        assert!(ok && out.contains(" 0 inconsistencies"), "{kill:?}: {out}");
+        drop(client);
+    }
+}

@@ -171,6 +171,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             parent,
             name,
             noreplace,
+            replaces,
         } => {
             crate::mdt::check_name(name)?;
             let mut dir = tx.dir(*parent)?;
@@ -178,6 +179,8 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             let victim = match tx.lookup(*parent, name)? {
                 Some(e) if e.fid == *fid => return Ok(MdsReply::Done),
                 Some(_) if *noreplace => return Err(Status::Exist),
+                // A directory of another MDT the coordinator found empty and destroyed.
+                Some(e) if moving_dir && *replaces == Some(e.fid) => Some(e),
                 Some(e) if e.kind == FileKind::Directory && moving_dir => {
                     // An empty directory of this MDT may be replaced; one elsewhere or
                     // striped cannot be checked and removed in this transaction.
@@ -211,7 +214,9 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             tx.touch(&mut dir);
             tx.put_inode(&dir);
             if let Some(v) = victim {
-                if v.kind == FileKind::Directory {
+                if *replaces == Some(v.fid) {
+                    // Destroyed on its own MDT already.
+                } else if v.kind == FileKind::Directory {
                     let rec = tx.inode(v.fid)?;
                     tx.remove_inode(&rec)?;
                 } else if v.fid.mdt_index() == mdt.label.index {
@@ -1075,7 +1080,23 @@ fn rename_steps(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(
     if home != target && !moving_dir {
         send(home, new_link())?;
     }
-    if let Err(s) = send(target, intent.update.clone()) {
+    let mut update = intent.update.clone();
+    if let RemoteUpdate::InsertEntry {
+        replaces,
+        noreplace: false,
+        kind: FileKind::Directory,
+        ..
+    } = &mut update
+    {
+        // Over an empty directory of a third MDT: destroyed there first (ENOTEMPTY stops
+        // the rename with nothing changed), then the entry replaced.
+        if let Some(victim) = third_mdt_victim(mdt, target, *parent, name, *fid)? {
+            send(victim.mdt_index(), RemoteUpdate::DestroyDir { fid: victim })?;
+            fault::point("mds.rename_remote.after_victim_destroyed");
+            *replaces = Some(victim);
+        }
+    }
+    if let Err(s) = send(target, update) {
         if matches!(s, Status::Again | Status::NoDev) {
             return Err(s);
         }
@@ -1121,6 +1142,48 @@ fn rename_steps(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(
         tracing::warn!("{}: rename of {fid} to finish later: {s}", mdt.label.name());
         Status::Again
     })
+}
+
+/// The directory named by (`parent`, `name`) on MDT `target` when its inode lives on a third
+/// MDT and it is not striped (a rename of directory `moving` may replace it once it is
+/// destroyed there); None otherwise. A victim already destroyed by an earlier run of the
+/// same rename (its inode gone, its entry not) counts too.
+fn third_mdt_victim(
+    mdt: &Mdt,
+    target: u32,
+    parent: Fid,
+    name: &[u8],
+    moving: Fid,
+) -> Result<Option<Fid>, Status> {
+    let lookup = MdsOp::Lookup {
+        parent,
+        name: name.to_vec(),
+    };
+    let victim = match peer_call(mdt, target, lookup) {
+        Ok(MdsReply::Remote { fid }) if fid != moving && fid.mdt_index() != target => fid,
+        Ok(_) | Err(Status::NoEnt) => return Ok(None),
+        Err(s) => return Err(s),
+    };
+    let home = victim.mdt_index();
+    match peer_call(mdt, home, MdsOp::GetAttr { fid: victim }) {
+        Ok(MdsReply::Attr(attr)) | Ok(MdsReply::Entry { attr, .. }) => {
+            if attr.kind != FileKind::Directory || stripe_of_remote(mdt, victim)? {
+                return Ok(None);
+            }
+            Ok(Some(victim))
+        }
+        Err(Status::NoEnt) => Ok(Some(victim)),
+        Ok(_) => Err(Status::Proto),
+        Err(s) => Err(s),
+    }
+}
+
+/// True if directory `fid` (on another MDT) is striped.
+fn stripe_of_remote(mdt: &Mdt, fid: Fid) -> Result<bool, Status> {
+    match peer_call(mdt, fid.mdt_index(), MdsOp::GetDirStripe { fid })? {
+        MdsReply::DirStripe(s) => Ok(s.is_some()),
+        _ => Err(Status::Proto),
+    }
 }
 
 /// The second half of [`rename_steps`]: the source entry and its link.
@@ -1352,6 +1415,7 @@ fn rename_remote_locked(
             parent: dst_parent,
             name: dst_name.to_vec(),
             noreplace,
+            replaces: None,
         },
         parent: src_parent,
         name: src_name.to_vec(),

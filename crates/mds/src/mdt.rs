@@ -62,7 +62,7 @@ pub struct Mdt {
     /// Cross-MDT operations coordinated here and not yet applied remotely, by FID.
     pub intents: Mutex<HashMap<Fid, IntentRecord>>,
     /// On MDT0: the file system's rename lock, its holder and when its lease ends.
-        pub rename_lock: Mutex<Option<RenameLockHolder>>,
+    pub rename_lock: Mutex<Option<RenameLockHolder>>,
     /// Intents a request thread is driving right now (recovery leaves them alone rather
     /// than send the same updates twice).
     pub driving: Mutex<std::collections::HashSet<Fid>>,

@@ -468,8 +468,10 @@ pub enum RemoteUpdate {
     /// Put entry (`parent`, `name`) → `fid` on the receiving MDT, the target of a rename
     /// across MDTs: done if it already names `fid`; `EEXIST` with `noreplace`; over a
     /// directory `EISDIR` (moving a directory: an empty one of the receiving MDT is replaced,
-    /// `ENOTEMPTY` if not empty, `EXDEV` if striped or elsewhere), over a non-directory when
-    /// moving one `ENOTDIR`; otherwise the entry it replaces loses its link. A non-directory living on the receiving MDT gains a link here; a directory adds
+    /// `ENOTEMPTY` if not empty; one of another MDT only when it is `replaces`, already
+    /// destroyed there by the coordinator; `EXDEV` if striped or elsewhere otherwise), over a
+    /// non-directory when moving one `ENOTDIR`; otherwise the entry it replaces loses its
+    /// link. A non-directory living on the receiving MDT gains a link here; a directory adds
     /// to its new parent's link count.
     InsertEntry {
         /// The inode.
@@ -482,6 +484,9 @@ pub enum RemoteUpdate {
         name: Vec<u8>,
         /// Refuse to replace an existing entry.
         noreplace: bool,
+        /// A directory of another MDT the entry named, destroyed there already (it was
+        /// empty): the entry is replaced without touching it.
+        replaces: Option<Fid>,
     },
     /// Set directory `fid`'s `..` to `parent` (a directory moved across MDTs).
     SetParent {
