@@ -7,9 +7,12 @@
 #   2. one shared directory striped over the M MDTs (`nacre mkdir -c M` + `setdirstripe -D`,
 #      so mdtest's tree root inherits it), one mdtest process with TASKS tasks;
 #   3. the IU-style sweep: D = 1, 2, 4 directories (placed round-robin on the MDTs), 4 tasks
-#      per directory (one mdtest process each).
-# Rates of concurrent processes are summed; tables 1 and 2 are medians of ROUNDS.
+#      per directory (one mdtest process each);
+#   4. directory migration: a directory of FILES files (made through FUSE) moved MDT0 ->
+#      MDT1 and back with `nacre migrate -m`, entries per second.
+# Rates of concurrent processes are summed; tables 1, 2 and 4 are medians of ROUNDS.
 #   bench/dne.sh [WORK_DIR]     (TASKS=4 FILES=5000 ROUNDS=3 MDTS="1 2 4" DIRS="1 2 4")
+#   ONLY=migrate bench/dne.sh   runs table 4 alone
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 WORK="${1:-/var/tmp/nacre-dne}"
@@ -134,8 +137,39 @@ table() {
   echo
 }
 
+# migration: seconds to move a directory of FILES files MDT0 -> MDT1, then back.
+migration() {
+  cluster 2
+  local d="$WORK/mnt/m" t0 t1 t2
+  mkdir "$d"
+  (cd "$d" && for i in $(seq "$FILES"); do : > "f$i"; done)
+  t0=$(date +%s.%N)
+  "$NACRE" migrate -m 1 "$d" >/dev/null
+  t1=$(date +%s.%N)
+  "$NACRE" migrate -m 0 "$d" >/dev/null
+  t2=$(date +%s.%N)
+  [ "$(ls "$d" | wc -l)" = "$FILES" ] || { echo "migration lost entries" >&2; exit 1; }
+  python3 -c "print(round($FILES/($t1-$t0)), round($FILES/($t2-$t1)))"
+}
+
+migration_table() {
+  echo "## Directory migration ($FILES files, nacre migrate -m, entries/s, median of $ROUNDS)"
+  echo
+  : > "$WORK.rounds"
+  for _ in $(seq "$ROUNDS"); do migration >> "$WORK.rounds"; done
+  echo "| MDT0 -> MDT1 | MDT1 -> MDT0 |"
+  echo "| ---: | ---: |"
+  echo "| $(awk '{print $1}' "$WORK.rounds" | median) | $(awk '{print $2}' "$WORK.rounds" | median) |"
+  rm -f "$WORK.rounds"
+  echo
+}
+
 echo "# Metadata over MDTs ($(date -u +%F), $(nproc) cores, $FILES files per task, medians of $ROUNDS)"
 echo
+if [ "${ONLY:-}" = migrate ]; then
+  migration_table
+  exit 0
+fi
 table "Unique directories ($TASKS processes, one directory each, placed round-robin)" unique
 table "One shared directory striped over the MDTs ($TASKS tasks)" shared
 echo "## IU-style sweep: directories x 4 tasks each, create/s (one run each)"
@@ -151,3 +185,5 @@ for m in $MDTS; do
   echo
 done
 rm -f "$WORK.sweep"
+echo
+migration_table

@@ -1296,9 +1296,19 @@ pub fn with_rename_lock<T>(
     Ok(out)
 }
 
+/// A directory rename's check, under the rename lock, that directory `fid` does not move
+/// beneath itself (into `dst_parent`): `EINVAL` if it would.
+pub(crate) fn loop_check(mdt: &Mdt, dst_parent: Fid, fid: Fid) -> Result<(), Status> {
+    if beneath(mdt, dst_parent, fid)? {
+        return Err(Status::Inval);
+    }
+    fault::point("mds.rename.after_loop_check");
+    Ok(())
+}
+
 /// True if directory `dir` is `ancestor` or lies beneath it, following `..` across MDTs.
 /// Callers hold the rename lock, so no other directory moves meanwhile.
-pub(crate) fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
+fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
     let mut cur = dir;
     for _ in 0..crate::ops::rename::DEPTH_MAX {
         if cur == ancestor {
@@ -1359,12 +1369,9 @@ pub fn rename_remote(
         // A directory may not move beneath itself: walk up from the target across MDTs,
         // and move it, under the rename lock.
         let moved = with_rename_lock(mdt, call.client, xid, || {
-            match beneath(mdt, dst_parent, src.fid) {
-                Ok(false) => {}
-                Ok(true) => return Outgoing::error(Status::Inval),
-                Err(s) => return Outgoing::error(s),
+            if let Err(s) = loop_check(mdt, dst_parent, src.fid) {
+                return Outgoing::error(s);
             }
-            fault::point("mds.rename.after_loop_check");
             rename_remote_locked(
                 mdt,
                 call,

@@ -267,13 +267,10 @@ fn rename_dir_here(mdt: &Mdt, call: &MdsCall, xid: u64, dst_parent: Fid, fid: Fi
         return out;
     }
     let out = dne::with_rename_lock(mdt, call.client, xid, || {
-        match dne::beneath(mdt, dst_parent, fid) {
-            Ok(false) => {}
-            Ok(true) => return Outgoing::error(Status::Inval),
-            Err(s) => return Outgoing::error(s),
+        match dne::loop_check(mdt, dst_parent, fid) {
+            Ok(()) => run_modifying_with(mdt, call, xid, true),
+            Err(s) => Outgoing::error(s),
         }
-        nacre_net::fault::point("mds.rename.after_loop_check");
-        run_modifying_with(mdt, call, xid, true)
     });
     out.unwrap_or_else(Outgoing::error)
 }
