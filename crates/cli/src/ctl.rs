@@ -165,6 +165,12 @@ pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
 
 /// Sends `req` to every nacre process of this node; returns the replies with process ids.
 pub fn ask_all(req: &CtlRequest) -> anyhow::Result<Vec<(u32, CtlReply)>> {
+    ask(req, None)
+}
+
+/// Sends `req` to every nacre process of this node, or only to process `only`: a
+/// `set_param` aimed at one process must not reach the others.
+pub fn ask(req: &CtlRequest, only: Option<u32>) -> anyhow::Result<Vec<(u32, CtlReply)>> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir(CTL_DIR) else {
         return Ok(out);
@@ -180,6 +186,9 @@ pub fn ask_all(req: &CtlRequest) -> anyhow::Result<Vec<(u32, CtlReply)>> {
         else {
             continue;
         };
+        if only.is_some_and(|want| want != pid) {
+            continue;
+        }
         let Ok(stream) = UnixStream::connect(&path) else {
             let _ = std::fs::remove_file(&path);
             continue;

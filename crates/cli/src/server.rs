@@ -659,6 +659,7 @@ impl ServerProcess {
     /// Node-wide network and partition parameters (Lustre's libcfs and lnet ones).
     fn register_node_params(&self, spec: &ServerSpec) {
         let r = &self.registry;
+        register_fault_params(r);
         let t = self.cpts.clone();
         r.add_fn("cpu_partition_table", move || {
             t.render().trim_end().to_string()
@@ -783,6 +784,16 @@ fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
     } else {
         Err("statistics accept only 0 (clear)".into())
     }
+}
+
+/// `fail_loc` (the armed fault point, Lustre's name: `NAME`, `NAME@N`, `NAME~MS`; `0`
+/// disarms) and `fail_fired` (how often it fired since armed), for recovery tests.
+pub fn register_fault_params(r: &nacre_params::Registry) {
+    r.add_rw("fail_loc", nacre_net::fault::armed_spec, |v| {
+        nacre_net::fault::arm(v);
+        Ok(())
+    });
+    r.add_fn("fail_fired", || nacre_net::fault::fired().to_string());
 }
 
 /// The file system a parameter name is about, when its target component names one literally

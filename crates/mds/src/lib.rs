@@ -564,4 +564,10 @@ impl Handler for MdsHandler {
         let fid = call.op.key_fid()?;
         Some(fid.seq.rotate_left(32) ^ u64::from(fid.oid))
     }
+
+    fn fault_name(&self, req: &Incoming) -> Option<String> {
+        let call: MdsCall = decode_body(&req.body).ok()?;
+        let op = stats::MD_OPS.get((call.op.opcode() & 0xff) as usize - 1)?;
+        Some(format!("mds.{op}"))
+    }
 }

@@ -34,6 +34,8 @@ pub const MD_OPS: &[&str] = &[
     "get_dir_stripe",
     "set_dir_default",
     "get_dir_default",
+    "migrate",
+    "rename_lock",
 ];
 
 #[cfg(test)]
@@ -50,5 +52,12 @@ mod tests {
             super::MD_OPS[(MdsOp::Sync.opcode() & 0xff) as usize - 1],
             "sync"
         );
+        // The last opcode has its name too (migrate's were missing: its stats were lost).
+        let last = MdsOp::RenameLock {
+            owner: ([0; 16], 0),
+            acquire: true,
+        };
+        assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "rename_lock");
     }
 }

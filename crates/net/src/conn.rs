@@ -583,11 +583,32 @@ impl PendingReply {
                     }
                     Ok(Err(e)) => return Err(e),
                     Err(RecvTimeoutError::Timeout) => {
+                        // No answer in time: the request or its reply may be lost. As Lustre's
+                        // clients do, drop the link and resend on a new one (the server
+                        // answers a request it already ran from its saved reply), until the
+                        // recovery deadline.
                         conn.forget(self.header.xid);
-                        return Err(NetError::TimedOut {
-                            nid: conn.nid.to_string(),
-                            timeout_ms: conn.config.rpc_timeout_ms,
-                        });
+                        let deadline =
+                            *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
+                        if Instant::now() >= deadline {
+                            return Err(NetError::TimedOut {
+                                nid: conn.nid.to_string(),
+                                timeout_ms: conn.config.rpc_timeout_ms,
+                            });
+                        }
+                        tracing::info!(
+                            "{}: no reply to xid {} in {} ms: reconnecting to resend",
+                            conn.nid,
+                            self.header.xid,
+                            conn.config.rpc_timeout_ms
+                        );
+                        if let Some((_, link)) = &self.sent_on {
+                            if let Link::Tcp(tcp) = link.as_ref() {
+                                abort_link(tcp);
+                            }
+                        }
+                        self.resend_until(deadline)?;
+                        sent_at = Instant::now();
                     }
                 },
             }
@@ -670,6 +691,12 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
                 }
             }
             Ok(None) => break "closed by peer".to_string(),
+            Err(e @ NetError::Wire(_)) => {
+                // A reply damaged on the way (checksum) or not ours: never used; the link
+                // is dropped and the requests in flight on it are resent.
+                tracing::warn!("{nid}: bad frame ({e}); dropping the connection to resend");
+                break e.to_string();
+            }
             Err(e) => break e.to_string(),
         }
     };

@@ -7,32 +7,94 @@
 //! check what survived. `NAME@N` fires on the Nth pass of the point only (earlier passes go
 //! on), for a step that the test's own setup also takes. `NAME~MS` does not kill: every
 //! pass sleeps MS milliseconds there, to hold two operations in a chosen interleaving.
-//! Unarmed, a point costs one load of an already-initialised value.
+//! A running process is armed or disarmed through its control socket:
+//! `nacre ctl --pid PID set_param fail_loc=oss.write.drop_reply` (Lustre's `fail_loc`);
+//! `fail_loc.fired` counts the armed point's firings. Unarmed, a point costs one atomic load.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Once, RwLock};
 
-/// Environment variable naming the armed fault point.
+/// Environment variable naming the point armed at start.
 pub const FAULT_ENV: &str = "NACRE_FAULT";
 
 /// What an armed point does.
 #[derive(Debug, PartialEq, Eq)]
 enum Action {
-    /// SIGKILL on this pass (1: the first).
+    /// SIGKILL (or drop, at a drop point) on this pass (1: the first).
     Kill(u64),
     /// Sleep this many milliseconds on every pass.
     Pause(u64),
 }
 
-/// The armed point and what it does.
-fn armed() -> Option<&'static (String, Action)> {
-    static ARMED: OnceLock<Option<(String, Action)>> = OnceLock::new();
-    ARMED
-        .get_or_init(|| {
-            let v = std::env::var(FAULT_ENV).ok().filter(|v| !v.is_empty())?;
-            Some(parse(&v))
-        })
-        .as_ref()
+/// The armed point: its name, action and passes so far.
+struct Armed {
+    name: String,
+    action: Action,
+    passes: AtomicU64,
+}
+
+/// Whether a point is armed: the only thing an unarmed pass reads.
+static ANY: AtomicBool = AtomicBool::new(false);
+/// The armed point.
+static ARMED: RwLock<Option<Armed>> = RwLock::new(None);
+/// How many times an armed point fired (dropped, paused) since it was armed.
+static FIRED: AtomicU64 = AtomicU64::new(0);
+/// Reads [`FAULT_ENV`] once.
+static FROM_ENV: Once = Once::new();
+
+fn init() {
+    FROM_ENV.call_once(|| {
+        if let Ok(v) = std::env::var(FAULT_ENV) {
+            arm(&v);
+        }
+    });
+}
+
+/// Arms `spec` (`NAME`, `NAME@N`, `NAME~MS`) in place of any armed point; an empty spec or
+/// `0` disarms (Lustre's `fail_loc=0`). The fire count restarts at 0.
+pub fn arm(spec: &str) {
+    let spec = spec.trim();
+    let armed = (!spec.is_empty() && spec != "0").then(|| {
+        let (name, action) = parse(spec);
+        Armed {
+            name,
+            action,
+            passes: AtomicU64::new(0),
+        }
+    });
+    let mut slot = ARMED.write().unwrap_or_else(|e| e.into_inner());
+    ANY.store(armed.is_some(), Ordering::Release);
+    *slot = armed;
+    FIRED.store(0, Ordering::Relaxed);
+}
+
+/// The armed point as given (`NAME`, `NAME@N`, `NAME~MS`), empty if none.
+pub fn armed_spec() -> String {
+    init();
+    let slot = ARMED.read().unwrap_or_else(|e| e.into_inner());
+    match slot.as_ref() {
+        None => String::new(),
+        Some(Armed {
+            name,
+            action: Action::Kill(1),
+            ..
+        }) => name.clone(),
+        Some(Armed {
+            name,
+            action: Action::Kill(n),
+            ..
+        }) => format!("{name}@{n}"),
+        Some(Armed {
+            name,
+            action: Action::Pause(ms),
+            ..
+        }) => format!("{name}~{ms}"),
+    }
+}
+
+/// How many times the armed point fired since it was armed.
+pub fn fired() -> u64 {
+    FIRED.load(Ordering::Relaxed)
 }
 
 /// `NAME`, `NAME@N` (a count that does not parse counts as 1) or `NAME~MS`.
@@ -49,29 +111,69 @@ fn parse(v: &str) -> (String, Action) {
     }
 }
 
+/// True if any fault point is armed in this process (callers then build point names).
+pub fn armed_any() -> bool {
+    init();
+    ANY.load(Ordering::Acquire)
+}
+
+/// What passing `name` does now: None if it is not the armed point.
+fn pass(name: &str) -> Option<Step> {
+    if !armed_any() {
+        return None;
+    }
+    let slot = ARMED.read().unwrap_or_else(|e| e.into_inner());
+    let armed = slot.as_ref().filter(|a| a.name == name)?;
+    Some(match armed.action {
+        Action::Pause(ms) => Step::Pause(ms),
+        Action::Kill(nth) => match armed.passes.fetch_add(1, Ordering::Relaxed) + 1 == nth {
+            true => Step::Fire,
+            false => Step::Pass,
+        },
+    })
+}
+
+/// What an armed point does on one pass.
+enum Step {
+    Pass,
+    Fire,
+    Pause(u64),
+}
+
+/// Passes a *drop* point `name` (a request or reply a test wants lost): true on the armed
+/// pass only (the first, or the Nth with `NAME@N`), so a resend goes through.
+pub fn hit(name: &str) -> bool {
+    match pass(name) {
+        Some(Step::Fire) => {
+            tracing::warn!("fault point {name} fired");
+            FIRED.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Some(Step::Pause(ms)) => {
+            FIRED.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            false
+        }
+        _ => false,
+    }
+}
+
 /// Passes fault point `name`; kills the process if it is the armed one (on its armed pass).
 pub fn point(name: &str) {
-    static PASSES: AtomicU64 = AtomicU64::new(0);
-    let Some((armed, action)) = armed() else {
-        return;
-    };
-    if armed != name {
-        return;
-    }
-    let nth = match action {
-        Action::Pause(ms) => {
+    match pass(name) {
+        Some(Step::Pause(ms)) => {
             tracing::warn!("fault point {name} reached: pausing {ms} ms");
-            std::thread::sleep(std::time::Duration::from_millis(*ms));
-            return;
+            FIRED.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-        Action::Kill(nth) => *nth,
-    };
-    if PASSES.fetch_add(1, Ordering::Relaxed) + 1 == nth {
-        tracing::warn!("fault point {name} reached: killing this process (SIGKILL)");
-        // SAFETY: sending a signal to ourselves.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        // SIGKILL is not deliverable late; never go on past an armed point.
-        std::process::abort();
+        Some(Step::Fire) => {
+            tracing::warn!("fault point {name} reached: killing this process (SIGKILL)");
+            // SAFETY: sending a signal to ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SIGKILL is not deliverable late; never go on past an armed point.
+            std::process::abort();
+        }
+        _ => {}
     }
 }
 

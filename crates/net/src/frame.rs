@@ -18,7 +18,36 @@ pub struct RawFrame {
 }
 
 /// Writes one frame with as few syscalls as the kernel allows (one `writev` normally).
+///
+/// Fault points (tests of end-to-end integrity): `net.corrupt_body` and `net.corrupt_bulk`
+/// flip one bit of the body or bulk after the checksums were sealed, as a bad NIC or cable
+/// would; the receiver must notice.
 pub fn write_frame(
+    w: &mut impl Write,
+    header: &Header,
+    body: &[u8],
+    bulk: Option<&[u8]>,
+) -> std::io::Result<()> {
+    if crate::fault::armed_any() {
+        let flip = |bytes: &[u8]| {
+            let mut copy = bytes.to_vec();
+            let at = copy.len() / 2;
+            copy[at] ^= 0x08;
+            copy
+        };
+        if !body.is_empty() && crate::fault::hit("net.corrupt_body") {
+            return write_plain(w, header, &flip(body), bulk);
+        }
+        if let Some(b) = bulk.filter(|b| !b.is_empty()) {
+            if crate::fault::hit("net.corrupt_bulk") {
+                return write_plain(w, header, body, Some(&flip(b)));
+            }
+        }
+    }
+    write_plain(w, header, body, bulk)
+}
+
+fn write_plain(
     w: &mut impl Write,
     header: &Header,
     body: &[u8],

@@ -145,6 +145,41 @@ pub trait Handler: Send + Sync + 'static {
     fn affinity(&self, _req: &Incoming) -> Option<u64> {
         None
     }
+
+    /// What the request is, for naming fault points (`mds.create`, `oss.write`): the
+    /// service then offers `NAME.drop_request`, `NAME.drop_reply` and
+    /// `NAME.after_commit_before_reply`. Only asked while a fault point is armed.
+    fn fault_name(&self, _req: &Incoming) -> Option<String> {
+        None
+    }
+}
+
+/// Runs `req` through `handler` and replies, passing the request's fault points when one is
+/// armed (`net.drop_request`, `net.drop_reply` for any request; the handler's named ones).
+fn serve_one(handler: &dyn Handler, req: Incoming) {
+    if !crate::fault::armed_any() {
+        let out = handler.handle(&req);
+        req.reply(out);
+        return;
+    }
+    let name = handler.fault_name(&req);
+    let hit = |what: &str| {
+        crate::fault::hit(&format!("net.{what}"))
+            || name
+                .as_ref()
+                .is_some_and(|n| crate::fault::hit(&format!("{n}.{what}")))
+    };
+    if hit("drop_request") {
+        return; // as if lost on the way: no reply, the client times out and resends
+    }
+    let out = handler.handle(&req);
+    if let Some(n) = &name {
+        crate::fault::point(&format!("{n}.after_commit_before_reply"));
+    }
+    if hit("drop_reply") {
+        return;
+    }
+    req.reply(out);
 }
 
 pub(crate) enum ReplySink {
@@ -318,8 +353,7 @@ impl ServicePool {
                 stats.busy.fetch_add(1, Ordering::Relaxed);
                 let waited = started.duration_since(queued_at).as_nanos() as u64;
                 stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
-                let out = handler.handle(&req);
-                req.reply(out);
+                serve_one(&*handler, req);
                 let busy = started.elapsed().as_nanos() as u64;
                 stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
                 stats.busy.fetch_sub(1, Ordering::Relaxed);
@@ -434,8 +468,7 @@ impl ServicePool {
 
     /// Handles a request in the calling thread (in-process requests marked inline).
     pub(crate) fn run_inline(&self, req: Incoming) {
-        let out = self.handler.handle(&req);
-        req.reply(out);
+        serve_one(&*self.handler, req);
         self.requests_handled.fetch_add(1, Ordering::Relaxed);
         self.requests_inline.fetch_add(1, Ordering::Relaxed);
     }

@@ -169,6 +169,12 @@ impl Handler for OssHandler {
         Some(o.seq.rotate_left(32) ^ o.id)
     }
 
+    fn fault_name(&self, incoming: &Incoming) -> Option<String> {
+        let call: OssCall = decode_body(&incoming.body).ok()?;
+        let op = stats::OST_OPS.get((call.req.opcode() & 0xff) as usize - 1)?;
+        Some(format!("oss.{op}"))
+    }
+
     fn handle(&self, incoming: &Incoming) -> Outgoing {
         let Some(ost) = self.target(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);

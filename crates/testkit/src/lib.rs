@@ -256,6 +256,16 @@ impl ServerProc {
         false
     }
 
+    /// Restarts the server (SIGKILL, then start) with fault point `fault` armed, e.g. after
+    /// a test's setup ran unarmed.
+    pub fn restart_armed(&mut self, fault: &str) {
+        self.prefix
+            .retain(|p| p != "env" && !p.starts_with("NACRE_FAULT="));
+        self.prefix.push("env".to_string());
+        self.prefix.push(format!("NACRE_FAULT={fault}"));
+        self.restart();
+    }
+
     /// Restarts the server with no fault point armed.
     pub fn restart_disarmed(&mut self) {
         self.prefix

@@ -164,15 +164,18 @@ impl Header {
     }
 
     /// Fills in body length and checksum, and the bulk length and (optionally) checksum.
+    ///
+    /// With `bulk_checksum` the flag is set even on a frame without bulk: on a request it
+    /// asks the server to checksum its reply's bulk (a read's data).
     pub fn seal(&mut self, body: &[u8], bulk: Option<&[u8]>, bulk_checksum: bool) {
         self.body_len = body.len() as u32;
         self.body_crc = crc32c::crc32c(body);
         self.bulk_len = bulk.map_or(0, |b| b.len() as u32);
         self.flags &= !FLAG_BULK_CHECKSUM;
         self.bulk_crc = 0;
-        if let (Some(bulk), true) = (bulk, bulk_checksum) {
+        if bulk_checksum {
             self.flags |= FLAG_BULK_CHECKSUM;
-            self.bulk_crc = crc32c::crc32c(bulk);
+            self.bulk_crc = bulk.map_or(0, crc32c::crc32c);
         }
     }
 }
@@ -194,6 +197,22 @@ mod tests {
             d.check_bulk(b"bulK"),
             Err(WireError::BulkChecksum { .. })
         ));
+    }
+
+    /// Regression: a read request (no bulk) lost the flag, so read replies carried their
+    /// data unchecksummed and a flipped bit on the way back went unnoticed.
+    #[test]
+    fn a_request_without_bulk_still_asks_for_a_checksummed_reply() {
+        let mut h = Header::request(0x0302, 0, 7);
+        h.seal(b"read 1 MiB", None, true);
+        let d = Header::decode(&h.encode(), BULK_BYTES_MAX).unwrap();
+        assert_ne!(d.flags & FLAG_BULK_CHECKSUM, 0);
+        let mut reply = d;
+        reply.flags |= FLAG_REPLY;
+        reply.seal(b"", Some(&[5u8; 4096]), d.flags & FLAG_BULK_CHECKSUM != 0);
+        let r = Header::decode(&reply.encode(), BULK_BYTES_MAX).unwrap();
+        r.check_bulk(&[5u8; 4096]).unwrap();
+        assert!(r.check_bulk(&[4u8; 4096]).is_err());
     }
 
     #[test]

@@ -684,6 +684,10 @@ struct ClientArgs {
     /// requests move to another rail.
     #[arg(long, default_value_t = 10_000)]
     rail_timeout_ms: u64,
+    /// ms without a reply before the client drops the connection and resends (Lustre's
+    /// `timeout`); a server that lost a request or its reply is asked again.
+    #[arg(long, default_value_t = 120_000)]
+    rpc_timeout_ms: u64,
 }
 
 #[derive(Args)]
@@ -789,6 +793,7 @@ fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)>
         bulk_checksum: a.checksum,
         discovery: a.discovery,
         rail_timeout_ms: a.rail_timeout_ms.clamp(100, 3_600_000),
+        rpc_timeout_ms: a.rpc_timeout_ms.clamp(100, 3_600_000),
         ..NetConfig::default()
     };
     let opts = MountOptions {
@@ -1371,10 +1376,11 @@ fn ctl_ask(
         value: value.map(str::to_string),
     };
     let mut out = Vec::new();
-    for (pid, reply) in nacre_cli::ctl::ask_all(&req)?
-        .into_iter()
-        .filter(|(p, _)| pid.is_none_or(|want| *p == want))
-    {
+    let replies = nacre_cli::ctl::ask(&req, pid)?;
+    if let (Some(want), true) = (pid, replies.is_empty()) {
+        bail!("no nacre process {want} answers on this node");
+    }
+    for (pid, reply) in replies {
         if let Some(e) = reply.error {
             bail!("process {pid}: {e}");
         }
@@ -1446,6 +1452,8 @@ fn ctl(c: CtlCommand, pid: Option<u32>) -> anyhow::Result<()> {
 
 /// Client-side parameters: `jobid_var`, and the client's view of its file system.
 fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts: &MountOptions) {
+    nacre_cli::server::register_fault_params(r);
+
     let (get, set) = (opts.jobid_var.clone(), opts.jobid_var.clone());
     r.add_rw(
         "jobid_var",
