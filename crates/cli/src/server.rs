@@ -874,6 +874,11 @@ fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     }
     let a = t.clone();
     r.add_fn(format!("osd.{name}.uuid"), move || a.label.uuid.clone());
+    // Reads refused because stored data did not match its checksum (bit rot).
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.checksum_errors"), move || {
+        a.store.corrupt_chunks().to_string()
+    });
 }
 
 /// `mdt.NAME.*` parameters of one MDT.

@@ -80,7 +80,7 @@ impl OssHandler {
     ) -> Result<Outgoing, Status> {
         let io = |e: nacre_osd::OsdError| {
             tracing::debug!("{}: {e}", ost.label.name());
-            Status::from_io(e.io())
+            Status::from_io(&e.io())
         };
         let reply = match req {
             OssRequest::Write { object, offset } => {
