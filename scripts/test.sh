@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Nacre's whole test suite on a fresh Debian machine: installs what is missing, checks
 # formatting and lints, builds, and runs every unit, crate and integration test (the
-# integration tests mount real FUSE file systems and start real server processes: run as root).
+# integration tests mount real FUSE file systems and start real server processes: run as root),
+# then runs every fuzz target briefly (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -12,3 +13,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --workspace --release
 cargo test --workspace --release -- --test-threads "${NACRE_TEST_THREADS:-2}"
+# Every decoder of network and disk bytes under libFuzzer for a short time.
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" ./scripts/fuzz.sh

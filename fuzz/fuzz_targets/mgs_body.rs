@@ -1,0 +1,14 @@
+//! Bodies of configuration requests and replies, and the network self-test's.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use nacre_wire::mgs::{MgsReply, MgsRequest};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(r) = nacre_wire::decode_body::<MgsRequest>(data) {
+        let _ = nacre_wire::encode_body(&r);
+    }
+    if let Ok(r) = nacre_wire::decode_body::<MgsReply>(data) {
+        let _ = nacre_wire::encode_body(&r);
+    }
+    let _ = nacre_wire::decode_body::<nacre_wire::selftest::BrwRead>(data);
+});
