@@ -13,8 +13,10 @@ const RPC_TIMEOUT_MS: &str = "1500";
 
 /// MGS + OST in one process, MDT0 in another, one FUSE client.
 struct Cluster {
-    // Fields drop in this order: the client unmounts while its servers still run.
+    // Fields drop in this order: the clients unmount while their servers still run.
+    second: Option<ClientMount>,
     client: ClientMount,
+    source: String,
     mds: ServerProc,
     oss: ServerProc,
     _root: tempfile::TempDir,
@@ -35,17 +37,27 @@ impl Cluster {
         let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
         let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
         let mds = ServerProc::start_at(&listen, &[&d("mdt0")], &[]);
-        let client = ClientMount::mount(
-            &format!("{mgs}:/{fsname}"),
-            &d("mnt"),
-            &["--rpc-timeout-ms", RPC_TIMEOUT_MS],
-        );
+        let source = format!("{mgs}:/{fsname}");
+        let client = ClientMount::mount(&source, &d("mnt"), &["--rpc-timeout-ms", RPC_TIMEOUT_MS]);
         Cluster {
+            second: None,
             client,
+            source,
             mds,
             oss,
             _root: root,
         }
+    }
+
+    /// Mounts a second client (its own process, cache and connections).
+    fn mount_second(&mut self) -> PathBuf {
+        let mnt = self._root.path().join("mnt2");
+        self.second = Some(ClientMount::mount(
+            &self.source,
+            &mnt,
+            &["--rpc-timeout-ms", RPC_TIMEOUT_MS],
+        ));
+        mnt
     }
 }
 
@@ -519,4 +531,147 @@ fn a_bit_flipped_in_a_stored_object_is_an_error_not_data() {
     std::fs::write(mnt.join("victim"), &data).unwrap();
     drop_caches(&mnt.join("victim"));
     assert!(std::fs::read(mnt.join("victim")).unwrap() == data);
+}
+
+/// A two-client case (Lustre's replay-dual): client A's operation commits but its reply is
+/// lost; before A resends, client B undoes or changes what A did; A's resend must get A's
+/// saved answer and not run again over B's change.
+struct Dual {
+    name: &'static str,
+    prepare: fn(&Path),
+    a: fn(&Path) -> std::io::Result<()>,
+    committed: fn(&Path) -> bool,
+    b: fn(&Path) -> std::io::Result<()>,
+    check: fn(&Path),
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+fn duals() -> Vec<Dual> {
+    use std::fs;
+    use std::os::unix::fs::symlink;
+    vec![
+        Dual {
+            name: "create",
+            prepare: |_| {},
+            a: |d| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(d.join("x"))
+                    .map(|_| ())
+            },
+            committed: |d| d.join("x").exists(),
+            b: |d| fs::remove_file(d.join("x")),
+            check: |d| assert!(!d.join("x").exists(), "create ran twice"),
+        },
+        Dual {
+            name: "mkdir",
+            prepare: |_| {},
+            a: |d| fs::create_dir(d.join("x")),
+            committed: |d| d.join("x").is_dir(),
+            b: |d| fs::remove_dir(d.join("x")),
+            check: |d| assert!(!d.join("x").exists(), "mkdir ran twice"),
+        },
+        Dual {
+            name: "unlink",
+            prepare: |d| fs::write(d.join("x"), b"old").unwrap(),
+            a: |d| fs::remove_file(d.join("x")),
+            committed: |d| !d.join("x").exists(),
+            b: |d| fs::write(d.join("x"), b"new"),
+            check: |d| assert_eq!(fs::read(d.join("x")).unwrap(), b"new", "unlink ran twice"),
+        },
+        Dual {
+            name: "rename",
+            prepare: |d| fs::write(d.join("f"), b"f").unwrap(),
+            a: |d| fs::rename(d.join("f"), d.join("g")),
+            committed: |d| d.join("g").exists(),
+            b: |d| fs::rename(d.join("g"), d.join("f")),
+            check: |d| {
+                assert!(
+                    d.join("f").exists() && !d.join("g").exists(),
+                    "rename ran twice"
+                )
+            },
+        },
+        Dual {
+            name: "link",
+            prepare: |d| fs::write(d.join("f"), b"f").unwrap(),
+            a: |d| fs::hard_link(d.join("f"), d.join("h")),
+            committed: |d| d.join("h").exists(),
+            b: |d| fs::remove_file(d.join("h")),
+            check: |d| {
+                assert!(!d.join("h").exists(), "link ran twice");
+                assert_eq!(fs::metadata(d.join("f")).unwrap().nlink(), 1);
+            },
+        },
+        Dual {
+            name: "symlink",
+            prepare: |_| {},
+            a: |d| symlink("t", d.join("s")),
+            committed: |d| d.join("s").symlink_metadata().is_ok(),
+            b: |d| fs::remove_file(d.join("s")),
+            check: |d| assert!(d.join("s").symlink_metadata().is_err(), "symlink ran twice"),
+        },
+        Dual {
+            name: "setattr",
+            prepare: |d| {
+                fs::write(d.join("f"), b"f").unwrap();
+                fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+            },
+            a: |d| fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o600)),
+            committed: |d| mode_of(&d.join("f")) == 0o600,
+            b: |d| fs::set_permissions(d.join("f"), fs::Permissions::from_mode(0o640)),
+            check: |d| assert_eq!(mode_of(&d.join("f")), 0o640, "setattr ran twice"),
+        },
+    ]
+}
+
+/// Two clients: A's reply is lost after its change committed, B changes the same names
+/// before A resends; every A operation succeeds once and B's change stands.
+#[test]
+fn a_resent_request_does_not_run_again_over_another_clients_change() {
+    let mut c = Cluster::start("dual");
+    let mnt_a = c.client.mnt.clone();
+    let mnt_b = c.mount_second();
+    for (i, op) in duals().iter().enumerate() {
+        let dir = format!("{}-{i}", op.name);
+        std::fs::create_dir(mnt_a.join(&dir)).unwrap();
+        let (da, db) = (mnt_a.join(&dir), mnt_b.join(&dir));
+        (op.prepare)(&da);
+        let point = format!("mds.{}.drop_reply", op.name);
+        arm(&c.mds, &point);
+        let a = op.a;
+        let path = da.clone();
+        let started = std::time::Instant::now();
+        let worker = std::thread::spawn(move || a(&path));
+        // B sees A's change (the reply to A is lost), and acts before A's resend.
+        while !(op.committed)(&db) {
+            assert!(
+                !worker.is_finished(),
+                "{point}: A finished before its change showed"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{point}: no change"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let b_result = (op.b)(&db);
+        let b_done = started.elapsed();
+        assert!(b_result.is_ok(), "{point}: B: {b_result:?}");
+        let a_result = worker.join().unwrap();
+        assert!(a_result.is_ok(), "{point}: A: {a_result:?}");
+        assert_eq!(fired(&c.mds), 1, "{point} did not fire");
+        arm(&c.mds, "0");
+        // B must have acted inside A's wait, else this row proves nothing.
+        assert!(
+            b_done < Duration::from_millis(RPC_TIMEOUT_MS.parse().unwrap()),
+            "{point}: B acted only after {b_done:?}"
+        );
+        (op.check)(&da);
+        (op.check)(&db);
+    }
 }
