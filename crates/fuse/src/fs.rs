@@ -42,7 +42,12 @@ pub struct NacreFs {
 }
 
 fn errno(e: &ClientError) -> Errno {
-    Errno::from_i32(e.errno())
+    let code = e.errno();
+    if code == libc::EIO {
+        // What an application cannot act on is worth a line in the log.
+        tracing::warn!("returning EIO: {e}");
+    }
+    Errno::from_i32(code)
 }
 
 /// A client result with its error as an errno.
