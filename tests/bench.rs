@@ -73,42 +73,18 @@ fn ior_checks_data_and_reports_every_phase() {
 fn ior_detects_corrupted_objects() {
     let fs = Embedded::start(1);
     let o = fs.path("c");
-    nacre_ok(&[
-        "bench",
-        "ior",
-        "-w",
-        "-t",
-        "64k",
-        "-b",
-        "1m",
-        "-N",
-        "2",
-        "-F",
-        "-k",
-        "-q",
-        "-o",
-        o.to_str().unwrap(),
-    ]);
-    let victim = fs.path("c.00000001");
-    let ior_read = || {
-        nacre(&[
-            "bench",
-            "ior",
-            "-r",
-            "-R",
-            "-t",
-            "64k",
-            "-b",
-            "1m",
-            "-N",
-            "2",
-            "-F",
-            "-k",
-            "-q",
-            "-o",
-            o.to_str().unwrap(),
-        ])
+    // Two tasks, a file each of 1 MiB in 64 KiB transfers, kept after the run.
+    let ior = |phase: &[&str]| {
+        let mut args = vec!["bench", "ior"];
+        args.extend_from_slice(phase);
+        args.extend(["-t", "64k", "-b", "1m", "-N", "2", "-F", "-k", "-q", "-o"]);
+        args.push(o.to_str().unwrap());
+        nacre(&args)
     };
+    let written = ior(&["-w"]);
+    assert!(written.status.success(), "{written:?}");
+    let victim = fs.path("c.00000001");
+    let ior_read = || ior(&["-r", "-R"]);
     // Wrong bytes written through the mount: stored as given, found by the data check.
     fs::OpenOptions::new()
         .write(true)
