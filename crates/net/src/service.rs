@@ -154,11 +154,14 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Runs `req` through `handler` and replies, passing the request's fault points when one is
-/// armed (`net.drop_request`, `net.drop_reply` for any request; the handler's named ones).
-fn serve_one(handler: &dyn Handler, req: Incoming) {
+/// Runs `req` through `handler`, calls `handled` (the counters: a client that has its
+/// reply sees them include its request), and replies, passing the request's fault points
+/// when one is armed (`net.drop_request`, `net.drop_reply` for any request; the handler's
+/// named ones).
+fn serve_one(handler: &dyn Handler, req: Incoming, handled: impl FnOnce()) {
     if !crate::fault::armed_any() {
         let out = handler.handle(&req);
+        handled();
         req.reply(out);
         return;
     }
@@ -170,9 +173,11 @@ fn serve_one(handler: &dyn Handler, req: Incoming) {
                 .is_some_and(|n| crate::fault::hit(&format!("{n}.{what}")))
     };
     if hit("drop_request") {
+        handled();
         return; // as if lost on the way: no reply, the client times out and resends
     }
     let out = handler.handle(&req);
+    handled();
     if let Some(n) = &name {
         crate::fault::point(&format!("{n}.after_commit_before_reply"));
     }
@@ -353,14 +358,15 @@ impl ServicePool {
                 stats.busy.fetch_add(1, Ordering::Relaxed);
                 let waited = started.duration_since(queued_at).as_nanos() as u64;
                 stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
-                serve_one(&*handler, req);
-                let busy = started.elapsed().as_nanos() as u64;
-                stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
-                stats.busy.fetch_sub(1, Ordering::Relaxed);
-                stats.requests.fetch_add(1, Ordering::Relaxed);
-                if let Some(pool) = weak.upgrade() {
-                    pool.requests_handled.fetch_add(1, Ordering::Relaxed);
-                }
+                serve_one(&*handler, req, || {
+                    let busy = started.elapsed().as_nanos() as u64;
+                    stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+                    stats.busy.fetch_sub(1, Ordering::Relaxed);
+                    stats.requests.fetch_add(1, Ordering::Relaxed);
+                    if let Some(pool) = weak.upgrade() {
+                        pool.requests_handled.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
             }
         });
         match spawned {
@@ -468,9 +474,10 @@ impl ServicePool {
 
     /// Handles a request in the calling thread (in-process requests marked inline).
     pub(crate) fn run_inline(&self, req: Incoming) {
-        serve_one(&*self.handler, req);
-        self.requests_handled.fetch_add(1, Ordering::Relaxed);
-        self.requests_inline.fetch_add(1, Ordering::Relaxed);
+        serve_one(&*self.handler, req, || {
+            self.requests_handled.fetch_add(1, Ordering::Relaxed);
+            self.requests_inline.fetch_add(1, Ordering::Relaxed);
+        });
     }
 
     /// True once [`ServicePool::stop`] ran: no partition takes requests.
