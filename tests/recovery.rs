@@ -675,3 +675,407 @@ fn a_resent_request_does_not_run_again_over_another_clients_change() {
         (op.check)(&db);
     }
 }
+
+/// Bytes of one block of the long fault run.
+const FAULT_BLOCK_BYTES: usize = 64 << 10;
+
+/// A block that says who wrote it, where and in which pass (generation), filled with bytes
+/// derived from those, so any stale, misplaced or damaged block is recognised.
+fn fault_block(writer: u64, offset: u64, gen: u64) -> Vec<u8> {
+    let mut b = nacre_testkit::pattern(
+        writer ^ offset.rotate_left(17) ^ gen.rotate_left(41),
+        FAULT_BLOCK_BYTES,
+    );
+    for (i, w) in [0x4e41_4352_4546_4c54u64, writer, offset, gen]
+        .iter()
+        .enumerate()
+    {
+        b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+/// What a data writer had acknowledged by fsync: per block, the generation then written.
+struct Acked {
+    file: PathBuf,
+    writer: u64,
+    blocks: Vec<Option<u64>>,
+}
+
+/// Writes blocks `mine` of `file` in passes, fsyncing every 8 blocks; returns what fsync
+/// acknowledged, or the first error the application saw.
+fn fault_writer(
+    file: PathBuf,
+    writer: u64,
+    mine: Vec<u64>,
+    stop: &std::sync::atomic::AtomicBool,
+    last_ok: &std::sync::atomic::AtomicU64,
+    t0: std::time::Instant,
+) -> Result<Acked, String> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&file)
+        .map_err(|e| format!("open {}: {e}", file.display()))?;
+    let total = *mine.iter().max().unwrap() as usize + 1;
+    let mut acked = Acked {
+        file: file.clone(),
+        writer,
+        blocks: vec![None; total],
+    };
+    let mut pending = Vec::new();
+    let mut gen = 0;
+    while !stop.load(Ordering::Relaxed) {
+        for &b in &mine {
+            let off = b * FAULT_BLOCK_BYTES as u64;
+            f.write_all_at(&fault_block(writer, off, gen), off)
+                .map_err(|e| format!("{} write at {off}: {e}", file.display()))?;
+            pending.push(b);
+            last_ok.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+            if pending.len() == 8 {
+                f.sync_all()
+                    .map_err(|e| format!("{} fsync: {e}", file.display()))?;
+                for p in pending.drain(..) {
+                    acked.blocks[p as usize] = Some(gen);
+                }
+                last_ok.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        gen += 1;
+    }
+    Ok(acked)
+}
+
+/// Creates files and removes some, recording what each acknowledged call did.
+fn fault_mdtest(
+    dir: PathBuf,
+    stop: &std::sync::atomic::AtomicBool,
+    last_ok: &std::sync::atomic::AtomicU64,
+    t0: std::time::Instant,
+) -> Result<(Vec<u64>, Vec<u64>), String> {
+    use std::sync::atomic::Ordering;
+    let (mut present, mut removed) = (Vec::new(), Vec::new());
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let p = dir.join(format!("f{n}"));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, n.to_string().as_bytes()))
+            .map_err(|e| format!("create {}: {e}", p.display()))?;
+        present.push(n);
+        if n % 5 == 4 {
+            let victim = present.remove(present.len() - 3);
+            let v = dir.join(format!("f{victim}"));
+            std::fs::remove_file(&v).map_err(|e| format!("unlink {}: {e}", v.display()))?;
+            removed.push(victim);
+        }
+        last_ok.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+        n += 1;
+    }
+    Ok((present, removed))
+}
+
+/// `NAME` from the environment as seconds, or `default`.
+fn env_secs(name: &str, default: &str) -> (u64, u64) {
+    let v = std::env::var(name).unwrap_or_else(|_| default.to_string());
+    let (lo, hi) = v.split_once('-').unwrap_or((&v, &v));
+    (lo.trim().parse().unwrap(), hi.trim().parse().unwrap())
+}
+
+/// Lustre-style long fault run, bounded: writers (file per process and one shared file,
+/// fsync every 8 blocks) and an mdtest-like create/unlink load run while the MDS or the OSS
+/// is killed (-9) at random intervals and restarted. At the end every fsync-acknowledged
+/// block reads back as written (or newer), every acknowledged create and unlink is there,
+/// the namespace checker is clean, and the time from each restart until every worker made
+/// progress again is printed. No call may fail. CI runs it short; a long run:
+/// `NACRE_FAULT_RUN_SECS=1800 NACRE_FAULT_KILL_SECS=30-90 cargo test --release --test
+/// recovery long_fault -- --nocapture`.
+#[test]
+fn long_fault_run_loses_nothing_acknowledged() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (run_secs, _) = env_secs("NACRE_FAULT_RUN_SECS", "30");
+    let (kill_lo, kill_hi) = env_secs("NACRE_FAULT_KILL_SECS", "6-10");
+    let mut c = Cluster::start("longf");
+    let mnt = c.client.mnt.clone();
+    std::fs::create_dir(mnt.join("md")).unwrap();
+    let t0 = std::time::Instant::now();
+    let stop = AtomicBool::new(false);
+    let last_ok: Vec<AtomicU64> = (0..5).map(|_| AtomicU64::new(0)).collect();
+    let mut rng = Rng(run_secs ^ 0x5eed);
+    let mut resumes = Vec::new();
+    let mut kills = Vec::new();
+    let (acked, md) = std::thread::scope(|s| {
+        let mut writers = Vec::new();
+        for w in 0..2u64 {
+            let (stop, ok, file) = (&stop, &last_ok[w as usize], mnt.join(format!("fpp.{w}")));
+            writers.push(s.spawn(move || fault_writer(file, w, (0..48).collect(), stop, ok, t0)));
+        }
+        for w in 0..2u64 {
+            let (stop, ok, file) = (&stop, &last_ok[2 + w as usize], mnt.join("shared"));
+            let mine = (0..96).filter(|b| b % 2 == w).collect();
+            writers.push(s.spawn(move || fault_writer(file, 10 + w, mine, stop, ok, t0)));
+        }
+        let (stop_md, ok_md, dir) = (&stop, &last_ok[4], mnt.join("md"));
+        let md = s.spawn(move || fault_mdtest(dir, stop_md, ok_md, t0));
+        while t0.elapsed() < Duration::from_secs(run_secs) {
+            let wait = kill_lo * 1000 + rng.below((kill_hi - kill_lo) * 1000 + 1);
+            std::thread::sleep(Duration::from_millis(wait));
+            println!(
+                "{:>7.1} s: progress {:?}",
+                t0.elapsed().as_secs_f64(),
+                last_ok
+                    .iter()
+                    .map(|a| a.load(Ordering::Relaxed))
+                    .collect::<Vec<_>>()
+            );
+            if writers.iter().any(|w| w.is_finished()) || md.is_finished() {
+                break; // a worker failed: stop and report it
+            }
+            let victim = if rng.below(2) == 0 { "MDS" } else { "OSS" };
+            let server = if victim == "MDS" {
+                &mut c.mds
+            } else {
+                &mut c.oss
+            };
+            println!(
+                "{:>7.1} s: killing the {victim}",
+                t0.elapsed().as_secs_f64()
+            );
+            server.kill9();
+            std::thread::sleep(Duration::from_millis(500 + rng.below(1500)));
+            server.restart();
+            let restarted = t0.elapsed().as_millis() as u64;
+            kills.push(victim);
+            // Resumed: every worker succeeded at something after the restart.
+            let resumed = loop {
+                let min = last_ok
+                    .iter()
+                    .map(|a| a.load(Ordering::Relaxed))
+                    .min()
+                    .unwrap();
+                if min > restarted {
+                    break Some(t0.elapsed().as_millis() as u64 - restarted);
+                }
+                if t0.elapsed().as_millis() as u64 - restarted > 120_000
+                    || writers.iter().any(|w| w.is_finished())
+                    || md.is_finished()
+                {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            println!(
+                "{:>7.1} s: killed the {victim}, restarted; all clients resumed after {}",
+                restarted as f64 / 1000.0,
+                resumed.map_or("(never)".to_string(), |ms| format!("{ms} ms"))
+            );
+            let Some(ms) = resumed else {
+                break;
+            };
+            resumes.push(ms);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let acked: Vec<_> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        (acked, md.join().unwrap())
+    });
+    // No application call failed.
+    let acked: Vec<Acked> = acked.into_iter().collect::<Result<_, _>>().unwrap();
+    let (present, removed) = md.unwrap();
+    assert_eq!(
+        resumes.len(),
+        kills.len(),
+        "clients did not resume after a restart"
+    );
+    assert!(!kills.is_empty(), "no server was killed");
+    // Every fsync-acknowledged block is there, as written or newer.
+    drop_caches(&mnt);
+    let mut checked = 0;
+    for a in &acked {
+        let data = std::fs::read(&a.file).unwrap();
+        for (b, gen) in a.blocks.iter().enumerate() {
+            let Some(gen) = *gen else { continue };
+            let off = b * FAULT_BLOCK_BYTES;
+            let got = &data[off..off + FAULT_BLOCK_BYTES];
+            let word = |i: usize| u64::from_le_bytes(got[i * 8..i * 8 + 8].try_into().unwrap());
+            let (w, o, g) = (word(1), word(2), word(3));
+            assert!(
+                w == a.writer && o == off as u64 && g >= gen,
+                "{} block {b}: holds writer {w} offset {o} gen {g}, fsync acknowledged gen {gen}",
+                a.file.display()
+            );
+            assert!(
+                got == fault_block(w, o, g),
+                "{} block {b} damaged",
+                a.file.display()
+            );
+            checked += 1;
+        }
+    }
+    for n in &present {
+        let p = mnt.join(format!("md/f{n}"));
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            n.to_string().as_bytes(),
+            "{}",
+            p.display()
+        );
+    }
+    for n in &removed {
+        assert!(
+            !mnt.join(format!("md/f{n}")).exists(),
+            "unlinked f{n} is back"
+        );
+    }
+    let listed = std::fs::read_dir(mnt.join("md")).unwrap().count();
+    assert_eq!(
+        listed,
+        present.len(),
+        "md/ holds files nobody acknowledged creating"
+    );
+    let out = nacre_testkit::nacre(&["lfsck", "--namespace", &c.source]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut sorted = resumes.clone();
+    sorted.sort_unstable();
+    println!(
+        "long fault run: {run_secs} s, {} kills ({} MDS, {} OSS), {checked} fsync-acknowledged \
+         blocks verified, {} creates and {} unlinks acknowledged; restart to all clients \
+         resumed: min {} ms, median {} ms, max {} ms",
+        kills.len(),
+        kills.iter().filter(|k| **k == "MDS").count(),
+        kills.iter().filter(|k| **k == "OSS").count(),
+        present.len() + removed.len(),
+        removed.len(),
+        sorted[0],
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+}
+
+/// Runs `f` on a thread; its result, or `None` if it has not finished within `limit` (a hang
+/// detector, not a timing check).
+fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (Option<T>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    (rx.recv_timeout(limit).ok(), h)
+}
+
+/// As on Lustre, I/O to files already open goes on while their MDS is down: a write needs
+/// only the OSTs (the kernel's capability check before each write is answered from what the
+/// client knows of the open file, not by the MDS each time). And a close — such as the
+/// close-on-exec in a process spawned by a program whose other threads are fsyncing — does
+/// not wait behind calls held up by a server (regression: the long fault run hung when the
+/// test spawned the restarted MDS while its writers' fsyncs waited for that MDS on every
+/// FUSE thread, and the new process's exec waited at its FUSE flush queued behind them).
+#[test]
+fn writes_to_open_files_need_no_mds_and_closes_do_not_wait_for_writes() {
+    /// More than the client's FUSE threads (4 by default).
+    const BLOCKED_FSYNCS: u64 = 6;
+    use std::os::unix::fs::FileExt;
+    let mut c = Cluster::start("openio");
+    // `f` learns from the MDS (at its first write) that it has no capability; `g` knows it by
+    // having created the file exclusively.
+    let open = |name: &str, exclusive: bool| {
+        std::sync::Arc::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .create_new(exclusive)
+                .read(true)
+                .write(true)
+                .open(c.client.mnt.join(name))
+                .unwrap(),
+        )
+    };
+    let (f, g) = (open("f", false), open("g", true));
+    let mut gs = vec![g.clone()];
+    gs.extend((1..BLOCKED_FSYNCS).map(|i| open(&format!("g{i}"), true)));
+    let block = |i: u64| nacre_testkit::pattern(i, 1 << 20);
+    f.write_all_at(&block(0), 0).unwrap();
+
+    // MDS gone: 8 more MiB written to the open file all the same.
+    c.mds.kill9();
+    let f2 = f.clone();
+    let (done, h) = within(Duration::from_secs(60), move || {
+        (1..9u64).try_for_each(|i| f2.write_all_at(&block(i), i << 20))
+    });
+    done.expect("writes to an open file waited for the MDS")
+        .unwrap();
+    h.join().unwrap();
+
+    // Fsyncs waiting for the (dead) MDS, more of them than the client has FUSE threads: a
+    // process spawned now (whose exec closes its copies of the open files) must not wait
+    // for them. Before FOPEN_NOFLUSH its close sent a FUSE flush, which queued behind them.
+    // (One per file: the kernel lets one fsync at a time into the file system per inode.)
+    let fsyncers: Vec<_> = (0..BLOCKED_FSYNCS)
+        .map(|i| {
+            let g = gs[i as usize].clone();
+            std::thread::spawn(move || {
+                g.write_all_at(&block(9 + i), 0)?;
+                g.sync_all()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        fsyncers.iter().all(|t| !t.is_finished()),
+        "an fsync did not wait for the MDS"
+    );
+    let (spawned, h) = within(Duration::from_secs(30), || {
+        std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success()
+    });
+    let still_blocked = fsyncers.iter().all(|t| !t.is_finished());
+    if spawned.is_none() {
+        // Every spawn from this process now waits, the MDS restart included: cut the mount
+        // off so the test fails instead of hanging.
+        c.client.abort().expect("abort the FUSE connection");
+        panic!("spawning a process waited behind the blocked fsyncs");
+    }
+    c.mds.restart();
+    h.join().unwrap();
+    assert!(
+        still_blocked,
+        "an fsync finished before the spawn was checked"
+    );
+    for t in fsyncers {
+        t.join().unwrap().unwrap();
+    }
+
+    f.sync_all().unwrap();
+    g.sync_all().unwrap();
+    drop((f, g, gs));
+    drop_caches(&c.client.mnt);
+    let data = std::fs::read(c.client.mnt.join("f")).unwrap();
+    assert_eq!(data.len(), 9 << 20);
+    for i in 0..9u64 {
+        assert!(
+            data[(i << 20) as usize..((i + 1) << 20) as usize] == block(i)[..],
+            "f block {i} damaged"
+        );
+    }
+    assert!(std::fs::read(c.client.mnt.join("g")).unwrap() == block(9));
+    for i in 1..BLOCKED_FSYNCS {
+        let got = std::fs::read(c.client.mnt.join(format!("g{i}"))).unwrap();
+        assert!(got == block(9 + i), "g{i} damaged");
+    }
+}

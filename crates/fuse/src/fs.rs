@@ -30,10 +30,21 @@ struct DirStream {
     eof: bool,
 }
 
+/// How every regular file is opened: parallel O_DIRECT writers, and no FUSE_FLUSH at close.
+/// Writes are acknowledged by the OSTs before `write` returns, so a flush has nothing to do;
+/// without `FOPEN_NOFLUSH` the kernel still sends one at every close and the closer waits for
+/// its answer, which queues behind the FUSE threads' other work: while they all wait for a
+/// restarting server, every close — including the close-on-exec in every process spawned
+/// by a program with files open here — waited too (and the restarted server could be one).
+const OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.union(FopenFlags::FOPEN_NOFLUSH);
+
 /// The mounted file system.
 pub struct NacreFs {
     client: Arc<Client>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    caps: crate::caps::CapsCache,
+
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
     attr_ttl: Duration,
@@ -89,6 +100,8 @@ impl NacreFs {
         NacreFs {
             client,
             files: Mutex::new(HashMap::new()),
+            caps: Default::default(),
+
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             attr_ttl,
@@ -104,6 +117,7 @@ impl NacreFs {
 
     fn add_file(&self, file: OpenFile) -> FileHandle {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.caps.opened(file.fid);
         self.files.lock().expect("files").insert(fh, Arc::new(file));
         FileHandle(fh)
     }
@@ -528,10 +542,7 @@ impl Filesystem for NacreFs {
             Err(e) => return reply.error(e),
         };
         match self.client.open(fid) {
-            Ok((_, file)) => reply.opened(
-                self.add_file(file),
-                FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
-            ),
+            Ok((_, file)) => reply.opened(self.add_file(file), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -608,6 +619,10 @@ impl Filesystem for NacreFs {
     ) {
         self.enter(req);
         let file = self.files.lock().expect("files").remove(&fh.0);
+        if let Some(f) = &file {
+            self.caps.released(f.fid);
+        }
+
         match file.map(|f| self.client.close(&f)) {
             Some(Err(e)) => reply.error(errno(&e)),
             _ => reply.ok(),
@@ -756,6 +771,7 @@ impl Filesystem for NacreFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        self.caps.changed(fid);
         let r = if name.as_bytes() == XATTR_LOV.as_bytes() {
             self.set_lov(fid, value)
         } else if name.as_bytes() == XATTR_DF.as_bytes() {
@@ -790,10 +806,24 @@ impl Filesystem for NacreFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        let caps = name.as_bytes() == crate::caps::XATTR_CAPS;
+        if caps && self.caps.known_absent(fid) {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
+        let generation = if caps {
+            self.caps.generation(fid)
+        } else {
+            None
+        };
         let value = match self.virtual_xattr(fid, name) {
             Some(v) => v,
             None => self.client.getxattr(fid, name.as_bytes()),
         };
+        if let (Some(g), Err(e)) = (generation, &value) {
+            if e.errno() == libc::ENODATA {
+                self.caps.learned_absent(fid, g);
+            }
+        }
         match value {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(status_errno(Status::Range)),
@@ -831,7 +861,10 @@ impl Filesystem for NacreFs {
         self.enter(req);
         empty(
             reply,
-            fid_of(ino).and_then(|f| ok(self.client.removexattr(f, name.as_bytes()))),
+            fid_of(ino).and_then(|f| {
+                self.caps.changed(f);
+                ok(self.client.removexattr(f, name.as_bytes()))
+            }),
         );
     }
 
@@ -865,13 +898,19 @@ impl Filesystem for NacreFs {
         );
         match created {
             Ok((attr, file)) => {
+                let fid = file.fid;
                 let fh = self.add_file(file);
+                if exclusive {
+                    // Made by this very call: no capability to strip from it yet (a
+                    // non-exclusive create may have opened an existing file instead).
+                    self.caps.created(fid);
+                }
                 reply.created(
                     &self.entry_ttl,
                     &file_attr(&attr),
                     Generation(0),
                     fh,
-                    FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+                    OPEN_FLAGS,
                 )
             }
             Err(e) => reply.error(errno(&e)),

@@ -10,6 +10,7 @@
 //! not listed by `listxattr`, so copying tools do not carry them.
 
 pub mod attrs;
+pub mod caps;
 pub mod fs;
 pub mod jobid;
 pub mod mount;

@@ -388,6 +388,44 @@ impl ClientMount {
     }
 }
 
+impl ClientMount {
+    /// Aborts this mount's FUSE connection through fusectl (mounted if needed), as
+    /// `echo 1 > /sys/fs/fuse/connections/N/abort` does: every request waiting on it fails
+    /// with ENOTCONN at once. Lets a hang detector fail its test instead of hanging with it.
+    pub fn abort(&self) -> std::io::Result<()> {
+        let ctl = Path::new("/sys/fs/fuse/connections");
+        if std::fs::read_dir(ctl)?.next().is_none() {
+            // mount(2) itself: the caller may be unable to spawn `mount` (a hung mount makes
+            // every exec from a process with files open on it wait).
+            let (src, target, kind) = (c"fusectl", c"/sys/fs/fuse/connections", c"fusectl");
+            // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+            let rc = unsafe {
+                libc::mount(
+                    src.as_ptr(),
+                    target.as_ptr(),
+                    kind.as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            if rc != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        let want = self.mnt.display().to_string();
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        // Fields: id parent major:minor root mount-point ...; fusectl names connections by
+        // the minor device number.
+        let minor = info
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .find(|f| f.len() > 4 && f[4] == want)
+            .and_then(|f| f[2].split(':').nth(1).map(str::to_string))
+            .ok_or_else(|| std::io::Error::other(format!("{want} is not mounted")))?;
+        std::fs::write(ctl.join(minor).join("abort"), "1")
+    }
+}
+
 impl Drop for ClientMount {
     fn drop(&mut self) {
         let _ = nacre(&["umount", &self.mnt.display().to_string()]);
