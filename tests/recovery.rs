@@ -6,7 +6,7 @@
 use nacre_testkit::{free_port, free_port_at, mkfs, nacre_ok, ClientMount, ServerProc};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Client RPC timeout for these tests: a lost request or reply is resent after this.
 const RPC_TIMEOUT_MS: &str = "1500";
@@ -1078,4 +1078,129 @@ fn writes_to_open_files_need_no_mds_and_closes_do_not_wait_for_writes() {
         let got = std::fs::read(c.client.mnt.join(format!("g{i}"))).unwrap();
         assert!(got == block(9 + i), "g{i} damaged");
     }
+}
+
+/// Sizes of the object files (stripes) stored under an OST directory.
+fn object_sizes(ost: &Path) -> Vec<u64> {
+    fn walk(d: &Path, out: &mut Vec<u64>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_none() {
+                out.push(e.metadata().map(|m| m.len()).unwrap_or(0));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(ost, &mut out);
+    out
+}
+
+/// Lustre's eviction: a client silent for longer than `evict_timeout_ms` (here a stopped
+/// client process, as a hung node) is evicted by the MDT; its opens are released (a file
+/// it held open after another client unlinked it is destroyed), the other client works on
+/// throughout, and the evicted client, once back, gets `EIO` on the handle it had open and
+/// works again as a new client; `recovery_status` and `*.import` show what happened.
+#[test]
+fn a_silent_client_is_evicted_and_comes_back_as_a_new_one() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let mut c = Cluster::start("evict");
+    let mnt_b = c.mount_second();
+    let pid_b = c.second.as_ref().unwrap().pid().expect("client B pid");
+    let mds_pid = c.mds.pid().to_string();
+    let ctl = |args: &[&str]| {
+        let mut a = vec!["ctl", "--pid", &mds_pid];
+        a.extend_from_slice(args);
+        nacre_ok(&a)
+    };
+    ctl(&["set_param", "mdt.*.evict_timeout_ms=3000"]);
+
+    // A writes 8 MiB; B holds the file open; A unlinks it: its objects stay for B.
+    let data = nacre_testkit::pattern(7, 8 << 20);
+    std::fs::write(c.client.mnt.join("held"), &data).unwrap();
+    let mut held = std::fs::File::open(mnt_b.join("held")).unwrap();
+    std::fs::remove_file(c.client.mnt.join("held")).unwrap();
+    let ost = c._root.path().join("ost0");
+    let big = |ost: &Path| object_sizes(ost).iter().filter(|&&s| s >= 8 << 20).count();
+    assert_eq!(big(&ost), 1, "the open file's object is kept");
+
+    // A works on (its requests keep it alive) while B is stopped.
+    let stop = Arc::new(AtomicBool::new(false));
+    let done_ops = Arc::new(AtomicU64::new(0));
+    let worker = {
+        let (dir, stop, done_ops) = (c.client.mnt.join("work"), stop.clone(), done_ops.clone());
+        std::fs::create_dir(&dir).unwrap();
+        std::thread::spawn(move || -> std::io::Result<()> {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let p = dir.join(format!("f{i}"));
+                std::fs::write(&p, i.to_le_bytes())?;
+                assert_eq!(std::fs::read(&p)?, i.to_le_bytes());
+                i += 1;
+                done_ops.store(i, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(())
+        })
+    };
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(pid_b as i32, libc::SIGSTOP) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let s = ctl(&["get_param", "-n", "mdt.*.recovery_status"]);
+        if s.contains("evicted_clients: 1") || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Its open is released: the unlinked file's object is destroyed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while big(&ost) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let objects_left = big(&ost);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid_b as i32, libc::SIGCONT) };
+    stop.store(true, Ordering::Relaxed);
+    worker
+        .join()
+        .unwrap()
+        .expect("client A failed while B was evicted");
+    assert!(status.contains("evicted_clients: 1"), "{status}");
+    assert!(status.contains("opens_dropped: 1"), "{status}");
+    assert_eq!(
+        objects_left, 0,
+        "the evicted client's orphan was not destroyed"
+    );
+    assert!(
+        done_ops.load(Ordering::Relaxed) > 10,
+        "client A made no progress"
+    );
+
+    // B is back: a clear error on the handle the MDT closed, then it works as a new client.
+    std::fs::write(mnt_b.join("after"), b"new client").unwrap();
+    let mut buf = Vec::new();
+    let err = held
+        .read_to_end(&mut buf)
+        .expect_err("a read of the evicted handle");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop(held);
+    assert_eq!(
+        std::fs::read(c.client.mnt.join("after")).unwrap(),
+        b"new client"
+    );
+    let b = nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid_b.to_string(),
+        "get_param",
+        "-n",
+        "mdc.*.import",
+    ]);
+    assert!(b.contains("evictions: 1") && b.contains("EVICTED"), "{b}");
+    let s = ctl(&["get_param", "-n", "mdt.*.recovery_status"]);
+    assert!(s.contains("connected_clients: 2"), "{s}");
 }

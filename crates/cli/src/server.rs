@@ -933,6 +933,75 @@ fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     });
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.uuid"), move || a.label.uuid.clone());
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.evict_timeout_ms"),
+        move || {
+            a.exports
+                .evict_timeout_ms
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            if ms < nacre_mds::export::EVICT_TIMEOUT_MS_MIN {
+                return Err(format!(
+                    "at least {} ms",
+                    nacre_mds::export::EVICT_TIMEOUT_MS_MIN
+                ));
+            }
+            b.exports.evict_timeout_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.recovery_status"), move || {
+        recovery_status(&a)
+    });
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.exports"), move || {
+        a.exports
+            .list()
+            .iter()
+            .map(|(c, quiet, opens)| {
+                format!(
+                    "{}: idle_ms: {} open_handles: {opens}",
+                    nacre_mds::export::client_name(c),
+                    quiet.as_millis()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+}
+
+/// `mdt.*.recovery_status`, in Lustre's shape. There is no recovery window yet (replay is
+/// not built: an MDT restarts complete), so the state is always COMPLETE; the rest is live.
+fn recovery_status(m: &Mdt) -> String {
+    let x = &m.exports;
+    let mut s = format!(
+        "status: COMPLETE\nconnected_clients: {}\nevicted_clients: {}\nevict_timeout_ms: {}\n",
+        x.connected(),
+        x.evicted_total.load(Ordering::Relaxed),
+        x.evict_timeout_ms.load(Ordering::Relaxed)
+    );
+    let evictions = x.evictions();
+    if !evictions.is_empty() {
+        s += "evictions:\n";
+        for e in evictions {
+            let at =
+                e.at.duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+            s += &format!(
+                "  - client: {} at: {at} silent_ms: {} opens_dropped: {}\n",
+                nacre_mds::export::client_name(&e.client),
+                e.silent_ms,
+                e.opens_dropped
+            );
+        }
+    }
+    s.trim_end().to_string()
 }
 
 #[cfg(test)]

@@ -36,6 +36,12 @@ pub enum ClientError {
     /// The file system configuration is unusable.
     #[error("{0}")]
     Config(String),
+    /// The handle was opened before MDT `target` evicted this client: the MDT closed it.
+    #[error("MDT{target:04x} evicted this client; files open before are closed there")]
+    Evicted {
+        /// The MDT.
+        target: u32,
+    },
 }
 
 impl ClientError {
@@ -43,7 +49,7 @@ impl ClientError {
     pub fn errno(&self) -> i32 {
         match self {
             ClientError::Rpc(e) => e.status().errno(),
-            ClientError::Config(_) => libc_eio(),
+            ClientError::Config(_) | ClientError::Evicted { .. } => libc_eio(),
         }
     }
 
@@ -51,7 +57,7 @@ impl ClientError {
     pub fn status(&self) -> Status {
         match self {
             ClientError::Rpc(e) => e.status(),
-            ClientError::Config(_) => Status::Io,
+            ClientError::Config(_) | ClientError::Evicted { .. } => Status::Io,
         }
     }
 }
@@ -76,7 +82,13 @@ pub struct ClientConfig {
     pub net: NetConfig,
     /// Bytes read ahead of a sequential reader (Lustre's `max_read_ahead_per_file_mb`); 0 off.
     pub readahead_bytes: u64,
+    /// How often each MDT is pinged so it does not evict this client (Lustre's
+    /// `ping_interval`); 0: never (the client is evicted when idle for `evict_timeout_ms`).
+    pub ping_interval_ms: u64,
 }
+
+/// Default ping interval (Lustre's: `obd_timeout` / 4; MDTs evict after 150 s of silence).
+pub const PING_INTERVAL_MS_DEFAULT: u64 = 25_000;
 
 /// Default read-ahead window.
 pub const READAHEAD_BYTES_DEFAULT: u64 = 4 << 20;
@@ -88,6 +100,7 @@ impl Default for ClientConfig {
         ClientConfig {
             net: NetConfig::default(),
             readahead_bytes: READAHEAD_BYTES_DEFAULT,
+            ping_interval_ms: PING_INTERVAL_MS_DEFAULT,
         }
     }
 }
@@ -99,6 +112,8 @@ pub struct OpenFile {
     /// Layout (absent for non-regular files).
     pub layout: Option<Layout>,
     readahead: std::sync::Mutex<ReadAhead>,
+    /// Evictions of this client by the file's MDT before it was opened.
+    incarnation: u64,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -116,6 +131,7 @@ impl OpenFile {
             fid,
             layout,
             readahead: std::sync::Mutex::new(ReadAhead::default()),
+            incarnation: 0,
         }
     }
 }
@@ -155,6 +171,7 @@ pub struct Client {
     rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
     readahead_bytes: u64,
+    ping_interval_ms: u64,
 }
 
 impl Client {
@@ -184,6 +201,7 @@ impl Client {
             rpc_stats: RwLock::new(HashMap::new()),
             net: config.net,
             readahead_bytes: config.readahead_bytes,
+            ping_interval_ms: config.ping_interval_ms,
         });
         client.getattr(Fid::ROOT)?;
         Ok(client)
@@ -255,13 +273,12 @@ impl Client {
         }
         let nid = self.nid_of(|fs| &fs.mdts, index, "MDT")?;
         let m = Arc::new(mdc::Mdc::new(Connection::new(nid, self.net.clone()), index));
-        Ok(self
-            .mdcs
-            .write()
-            .expect("mdcs")
-            .entry(index)
-            .or_insert(m)
-            .clone())
+        let mut mdcs = self.mdcs.write().expect("mdcs");
+        let m = mdcs.entry(index).or_insert_with(|| {
+            m.start_pinger(self.ping_interval_ms);
+            m
+        });
+        Ok(m.clone())
     }
 
     /// Sends an operation to the MDT that holds it: the parent directory's (its shard's, in
@@ -409,18 +426,39 @@ impl Client {
         } else {
             self.with_glimpse(attr, layout.as_ref())?
         };
-        Ok((attr.clone(), OpenFile::new(attr.fid, layout)))
+        let file = self.registered(OpenFile::new(attr.fid, layout))?;
+        Ok((attr, file))
+    }
+
+    /// `file` as opened in the current incarnation of this client at its MDT.
+    fn registered(&self, mut file: OpenFile) -> Result<OpenFile> {
+        file.incarnation = self.mdc(file.fid.mdt_index())?.incarnation();
+        Ok(file)
+    }
+
+    /// `Err(Evicted)` if `file` was opened before its MDT evicted this client: the MDT has
+    /// closed it, so it must not be used (as Lustre invalidates such handles).
+    pub fn check_handle(&self, file: &OpenFile) -> Result<()> {
+        let target = file.fid.mdt_index();
+        let mdc = self.mdcs.read().expect("mdcs").get(&target).cloned();
+        match mdc {
+            Some(m) if m.incarnation() != file.incarnation => Err(ClientError::Evicted { target }),
+            _ => Ok(()),
+        }
     }
 
     /// Registers a creation's implicit open with the MDS (needed when the create reply is
     /// used as an open handle).
     pub fn open(&self, fid: Fid) -> Result<(Attr, OpenFile)> {
         let (attr, layout) = self.entry(MdsOp::Open { fid })?;
-        Ok((attr, OpenFile::new(fid, layout)))
+        Ok((attr, self.registered(OpenFile::new(fid, layout))?))
     }
 
-    /// Closes an open file.
+    /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
     pub fn close(&self, file: &OpenFile) -> Result<()> {
+        if self.check_handle(file).is_err() {
+            return Ok(());
+        }
         self.md(MdsOp::Close { fid: file.fid }).map(|_| ())
     }
 
@@ -976,6 +1014,49 @@ impl Client {
             .entry(index)
             .or_default()
             .clone()
+    }
+
+    /// `*.import` of the connection to `target` (`MDT0000`, `OST0001`, …; Lustre's
+    /// import file): state, server, connections made, for an MDT this client's uuid there
+    /// and the evictions it survived, and the recent state changes.
+    pub fn import(&self, target: &str) -> String {
+        let conn = self
+            .connections()
+            .into_iter()
+            .find(|(name, _)| name == target)
+            .map(|(_, c)| c);
+        let mut s = format!("import:\n    target: {}-{target}\n", self.fsname);
+        let Some(conn) = conn else {
+            s += "    state: NEW\n    connects: 0";
+            return s;
+        };
+        let st = conn.import_status();
+        s += &format!(
+            "    state: {}\n    nid: {}\n    connects: {}\n",
+            st.state,
+            conn.nid(),
+            st.connects
+        );
+        let mdc = target
+            .strip_prefix("MDT")
+            .and_then(|i| u32::from_str_radix(i, 16).ok())
+            .and_then(|i| self.mdcs.read().expect("mdcs").get(&i).cloned());
+        if let Some(m) = mdc {
+            s += &format!(
+                "    client_uuid: {}\n    evictions: {}\n",
+                uuid::Uuid::from_bytes(m.uuid()),
+                m.incarnation()
+            );
+        }
+        s += "    state_history:\n";
+        for (at, state) in st.history {
+            let t = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            s += &format!("     - [ {t:.3}, {state} ]\n");
+        }
+        s.trim_end().to_string()
     }
 
     /// The OSTs of the file system.

@@ -2,11 +2,13 @@
 //! waiting for a reply, so the MDS can keep exactly the saved replies a resend might need.
 
 use crate::{ClientError, Result};
+use nacre_net::import_state;
 use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
 use nacre_types::Status;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,10 @@ const INPROGRESS_PAUSE_MS_MAX: u64 = 1_000;
 /// Metadata client for one MDT.
 pub struct Mdc {
     conn: Arc<Connection>,
-    uuid: [u8; 16],
+    /// This client's identity at the MDT (its export there); replaced after an eviction.
+    uuid: Mutex<[u8; 16]>,
+    /// Evictions survived: handles opened in an earlier incarnation are void.
+    incarnation: AtomicU64,
     in_flight: Mutex<BTreeSet<u64>>,
     target: u32,
 }
@@ -37,13 +42,65 @@ impl Mdc {
     pub fn new(conn: Arc<Connection>, target: u32) -> Mdc {
         Mdc {
             conn,
-            uuid: *uuid::Uuid::new_v4().as_bytes(),
+            uuid: Mutex::new(*uuid::Uuid::new_v4().as_bytes()),
+            incarnation: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeSet::new()),
             target,
         }
     }
 
-    /// Sends one operation and waits for its reply (resending across reconnects).
+    /// Starts a thread that pings the MDT every `interval_ms` (0: none) while this client
+    /// exists, so the MDT does not evict it when idle. A ping to an MDT that is down waits
+    /// like any request; the thread holds only a weak reference.
+    pub fn start_pinger(self: &Arc<Self>, interval_ms: u64) {
+        if interval_ms == 0 {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("pinger-MDT{:04x}", self.target))
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(interval_ms));
+                let Some(mdc) = me.upgrade() else { return };
+                if let Err(e) = mdc.call(MdsOp::Ping) {
+                    tracing::debug!("ping of MDT{:04x}: {e}", mdc.target);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no pinger for MDT{:04x}: {e}", self.target);
+        }
+    }
+
+    /// This client's current uuid at the MDT.
+    pub fn uuid(&self) -> [u8; 16] {
+        *self.uuid.lock().expect("uuid")
+    }
+
+    /// How many times this client was evicted by the MDT (and came back as a new client).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Acquire)
+    }
+
+    /// The MDT evicted the uuid `was`: become a new client (once, however many requests
+    /// learn it at the same time).
+    fn evicted(&self, was: [u8; 16]) {
+        let mut uuid = self.uuid.lock().expect("uuid");
+        if *uuid != was {
+            return;
+        }
+        *uuid = *uuid::Uuid::new_v4().as_bytes();
+        self.incarnation.fetch_add(1, Ordering::AcqRel);
+        self.conn.note_state(import_state::EVICTED);
+        self.conn.note_state(import_state::FULL);
+        tracing::warn!(
+            "evicted by MDT{:04x}: files open there before are closed; reconnected as {}",
+            self.target,
+            uuid::Uuid::from_bytes(*uuid)
+        );
+    }
+
+    /// Sends one operation and waits for its reply (resending across reconnects). A request
+    /// refused because this client was evicted is sent again once as the new client.
     pub fn call(&self, op: MdsOp) -> Result<MdsReply> {
         let opcode = op.opcode();
         let (xid, replied_below) = {
@@ -53,12 +110,13 @@ impl Mdc {
             in_flight.insert(xid);
             (xid, lowest)
         };
-        let call = MdsCall {
+        let mut call = MdsCall {
             jobid: nacre_types::jobid::current(),
-            client: self.uuid,
+            client: self.uuid(),
             replied_below,
             op,
         };
+        let mut renewed = false;
         // Resent with the same xid while the MDS answers EINPROGRESS, so a request it did
         // start is finished (and answered from its saved reply), never run twice.
         let deadline = Instant::now() + Duration::from_millis(INPROGRESS_WAIT_MS_MAX);
@@ -71,6 +129,12 @@ impl Mdc {
                 .map_err(|e| ClientError::Rpc(e.into()))
                 .and_then(|reply| Ok(decode_reply::<MdsReply>(reply)?.0));
             match result {
+                Err(e) if e.status() == Status::Shutdown && !renewed => {
+                    // Refused before it ran: safe to send as the new client.
+                    self.evicted(call.client);
+                    call.client = self.uuid();
+                    renewed = true;
+                }
                 Err(e) if e.status() == Status::InProgress && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(pause));
                     pause = (pause * 2).min(INPROGRESS_PAUSE_MS_MAX);

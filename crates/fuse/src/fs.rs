@@ -122,13 +122,29 @@ impl NacreFs {
         FileHandle(fh)
     }
 
+    /// `Err(EIO)` if `fh` is an open file its MDT closed by evicting this client.
+    fn evicted_handle(&self, fh: FileHandle) -> Result<(), Errno> {
+        match self.file(fh) {
+            Err(e) if e != Errno::EBADF => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The open file behind `fh`; `EIO` once its MDT has evicted this client (the handle
+    /// was closed there).
     fn file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        self.files
+        let file = self
+            .files
             .lock()
             .expect("files")
             .get(&fh.0)
             .cloned()
-            .ok_or(Errno::EBADF)
+            .ok_or(Errno::EBADF)?;
+        if let Err(e) = self.client.check_handle(&file) {
+            tracing::warn!("{e}");
+            return Err(errno(&e));
+        }
+        Ok(file)
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {
@@ -341,9 +357,15 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), true));
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.enter(req);
-        match fid_of(ino).map(|f| self.client.getattr(f)) {
+        let result = fid_of(ino).map(|f| self.client.getattr(f));
+        // Through a handle its MDT closed by evicting this client (which the call itself
+        // may just have learned): EIO, as for every other use of that handle.
+        if let Some(Err(e)) = fh.map(|fh| self.evicted_handle(fh)) {
+            return reply.error(e);
+        }
+        match result {
             Ok(Ok(a)) => reply.attr(&self.attr_ttl, &file_attr(&a)),
             Ok(Err(e)) => reply.error(errno(&e)),
             Err(e) => reply.error(e),

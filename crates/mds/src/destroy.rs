@@ -1,6 +1,7 @@
 //! The destroy thread: sends `Destroy` for objects of removed files to their OSTs, then forgets
 //! their records. Records are written in the same transaction as the unlink, so a crash between
-//! the two only delays destruction; the queue is rebuilt from the records at start.
+//! the two only delays destruction; the queue is rebuilt from the records at start. The same
+//! thread evicts silent clients (export.rs).
 
 use crate::mdt::{kv_err, Mdt};
 use crate::records::{destroy_key, DESTROY};
@@ -65,9 +66,13 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
     Ok(done)
 }
 
-/// Runs the destroy loop until `stop` is set.
+/// Runs the destroy loop until `stop` is set; it also evicts silent clients (which may
+/// queue destroys), checking every [`DESTROY_RETRY_MS`] at most.
 pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = crate::export::evict_silent(&mdt) {
+            tracing::warn!("{}: eviction: {e}", mdt.label.name());
+        }
         let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0);
         if more {
             continue;

@@ -14,6 +14,7 @@
 
 pub mod destroy;
 pub mod dne;
+pub mod export;
 pub mod mdt;
 pub mod migrate;
 
@@ -51,7 +52,7 @@ impl MdsHandler {
     }
 }
 
-fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
+fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Status> {
     match op {
         MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid),
         MdsOp::Lookup { parent, name } => ops::lookup::run(mdt, *parent, name),
@@ -59,7 +60,8 @@ fn read_only(mdt: &Mdt, op: &MdsOp) -> Result<MdsReply, Status> {
         MdsOp::ReadDir { fid, after, count } => {
             ops::readdir::run(mdt, *fid, after.as_deref(), *count)
         }
-        MdsOp::Open { fid } => ops::open::open(mdt, *fid),
+        MdsOp::Open { fid } => ops::open::open(mdt, client, *fid),
+        MdsOp::Ping => Ok(MdsReply::Done),
         MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
         MdsOp::GetLayout { fid } => ops::layout::get(mdt, *fid),
@@ -177,11 +179,18 @@ fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
 fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: bool) -> Outgoing {
     let mut tx = mdt.begin();
     tx.ancestry_checked = ancestry_checked;
+    tx.client = call.client;
     if tx.has_saved_reply(&call.client, xid) {
         drop(tx);
         return reconstruct(mdt, &call.client, xid);
     }
     if let MdsOp::Close { fid } = call.op {
+        // Only a close of an open this client holds drops one: a resent close, or one from
+        // before an eviction or a restart (whose opens are gone), must not drop another
+        // client's.
+        if !mdt.exports.closed(&call.client, fid) {
+            return Outgoing::ok(encode_body(&MdsReply::Done));
+        }
         return match ops::open::close(&mut tx, fid) {
             Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
             Ok(true) => commit(mdt, tx, Ok(MdsReply::Done), None),
@@ -399,6 +408,12 @@ pub(crate) fn held_by_migration(mdt: &Mdt, op: &MdsOp) -> bool {
 pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
     let op = (call.op.opcode() & 0xff) as usize - 1;
     let started = std::time::Instant::now();
+    // An evicted client learns it here, before anything runs (peer MDTs are not clients).
+    if !mdt.osts.is_peer(&call.client) {
+        if let Err(s) = mdt.exports.heard_from(&call.client) {
+            return Outgoing::error(s);
+        }
+    }
     // Modifying client requests (and opens) pass the gate a migration closes while it
     // freezes; one touching a frozen inode is resent by the client later.
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))
@@ -534,7 +549,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
-        op => to_outgoing(read_only(mdt, op)),
+        op => to_outgoing(read_only(mdt, &call.client, op)),
     };
     let us = started.elapsed().as_micros() as u64;
     mdt.md_stats.record(op, us, 0);

@@ -77,6 +77,8 @@ pub struct Mdt {
     /// Held for reading by every modifying client request while it runs, for writing by a
     /// migration while it freezes, so none is half way through a frozen inode.
     pub gate: std::sync::RwLock<()>,
+    /// Its clients: last heard from, open files; eviction (export.rs).
+    pub exports: crate::export::Exports,
 }
 
 impl Mdt {
@@ -117,6 +119,7 @@ impl Mdt {
             mkdir_round_robin: AtomicBool::new(false),
             frozen: Mutex::new(frozen),
             gate: std::sync::RwLock::new(()),
+            exports: crate::export::Exports::default(),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
@@ -273,6 +276,7 @@ impl Mdt {
             destroys: Vec::new(),
             now: TimeSpec::now(),
             ancestry_checked: false,
+            client: [0; 16],
         }
     }
 
@@ -297,8 +301,9 @@ impl Mdt {
         }
     }
 
-    /// Registers an opener.
-    pub fn add_open(&self, fid: Fid) {
+    /// Registers an opener: `client` opened `fid`.
+    pub fn add_open(&self, client: &[u8; 16], fid: Fid) {
+        self.exports.opened(client, fid);
         *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
     }
 
@@ -380,6 +385,8 @@ pub struct Tx<'a> {
     /// A directory rename's "not beneath itself" check was made across MDTs under the
     /// rename lock by the caller (the local check need not leave this MDT).
     pub ancestry_checked: bool,
+    /// The client whose request this is (zero for internal work).
+    pub client: [u8; 16],
 }
 
 impl Tx<'_> {
@@ -543,6 +550,15 @@ impl Tx<'_> {
         self.batch
             .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
         Ok(())
+    }
+
+    /// Forgets every saved reply of `client` (evicted) in this transaction.
+    pub fn forget_saved_replies(&mut self, client: &[u8; 16]) {
+        if let Some(set) = self.alloc.saved_replies.remove(client) {
+            for x in set {
+                self.batch.delete(REPLIES, reply_key(client, x));
+            }
+        }
     }
 
     /// True if a reply for (client, xid) is saved.

@@ -32,6 +32,8 @@ pub struct OstPool {
     net: NetConfig,
     osts: RwLock<BTreeMap<u32, OstEntry>>,
     mdts: RwLock<BTreeMap<u32, (Nid, Arc<Connection>)>>,
+    /// The uuids of the file system's MDTs: their requests are a peer's, not a client's.
+    peers: RwLock<std::collections::HashSet<[u8; 16]>>,
     config_version: RwLock<u64>,
     rr_cursor: AtomicUsize,
     /// No MGS and no OST servers: the configuration never changes.
@@ -47,6 +49,7 @@ impl OstPool {
             net,
             osts: RwLock::new(BTreeMap::new()),
             mdts: RwLock::new(BTreeMap::new()),
+            peers: RwLock::new(std::collections::HashSet::new()),
             config_version: RwLock::new(0),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
@@ -120,6 +123,13 @@ impl OstPool {
             return;
         }
         *version = config.version;
+        self.peers.write().expect("peers").extend(
+            config
+                .mdts
+                .iter()
+                .filter_map(|t| uuid::Uuid::parse_str(&t.uuid).ok())
+                .map(|u| *u.as_bytes()),
+        );
         {
             let mut mdts = self.mdts.write().expect("mdts");
             for t in &config.mdts {
@@ -181,6 +191,11 @@ impl OstPool {
             tracing::debug!("MDT refresh: {e}");
         }
         known(self).ok_or(Status::NoDev)
+    }
+
+    /// True if `uuid` is one of the file system's MDTs (as known from the last refresh).
+    pub fn is_peer(&self, uuid: &[u8; 16]) -> bool {
+        self.peers.read().expect("peers").contains(uuid)
     }
 
     /// Indexes of the MDTs known (this one included once registered).

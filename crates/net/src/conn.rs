@@ -147,8 +147,35 @@ pub struct RailInfo {
     pub failures: u64,
 }
 
+/// Connection states shown in `*.import` (Lustre's import states, those that apply).
+pub mod import_state {
+    /// Never linked yet.
+    pub const NEW: &str = "NEW";
+    /// Linked; requests flow.
+    pub const FULL: &str = "FULL";
+    /// The link broke or could not be made; requests wait and are resent.
+    pub const DISCONN: &str = "DISCONN";
+    /// The server evicted this client; it reconnects as a new one.
+    pub const EVICTED: &str = "EVICTED";
+}
+
+/// State changes kept per connection.
+pub const IMPORT_HISTORY_MAX: usize = 16;
+
+/// A connection's state and its recent changes (`*.import`).
+#[derive(Clone, Debug)]
+pub struct ImportStatus {
+    /// Current state (see [`import_state`]).
+    pub state: &'static str,
+    /// (when, state entered), oldest first, at most [`IMPORT_HISTORY_MAX`].
+    pub history: Vec<(std::time::SystemTime, &'static str)>,
+    /// Links made to the server (the first connection and every reconnection).
+    pub connects: u64,
+}
+
 /// A connection to one server. Cheap to share (`Arc`); thread-safe.
 pub struct Connection {
+    import: Mutex<ImportStatus>,
     nid: Nid,
     config: NetConfig,
     rails: Mutex<Vec<Rail>>,
@@ -177,6 +204,11 @@ impl Connection {
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
         Arc::new_cyclic(|me| Connection {
+            import: Mutex::new(ImportStatus {
+                state: import_state::NEW,
+                history: Vec::new(),
+                connects: 0,
+            }),
             nid,
             slots: Arc::new(Slots {
                 free: Mutex::new(config.max_rpcs_in_flight.max(1)),
@@ -189,6 +221,27 @@ impl Connection {
             next_xid: AtomicU64::new(xid_base),
             me: me.clone(),
         })
+    }
+
+    /// Records a state change (a repeat of the current state is not one).
+    pub fn note_state(&self, state: &'static str) {
+        let mut i = self.import.lock().expect("import");
+        if state == import_state::FULL {
+            i.connects += 1;
+        }
+        if i.state == state {
+            return;
+        }
+        i.state = state;
+        i.history.push((std::time::SystemTime::now(), state));
+        if i.history.len() > IMPORT_HISTORY_MAX {
+            i.history.remove(0);
+        }
+    }
+
+    /// The state and its history.
+    pub fn import_status(&self) -> ImportStatus {
+        self.import.lock().expect("import").clone()
     }
 
     /// A connection that is linked now, retrying until `connect_timeout_ms` passes.
@@ -359,16 +412,23 @@ impl Connection {
             if !rails[i].info.healthy {
                 continue;
             }
+            let had_link = rails[i].link.is_some();
             let live = rails[i].link.clone().filter(|l| l.alive());
+            if live.is_none() && had_link {
+                // The link broke since the last request.
+                self.note_state(import_state::DISCONN);
+            }
             let link = match live {
                 Some(link) => link,
                 None => match self.open_link(rails[i].info.nid, timeout_of(i)) {
                     Ok(link) => {
                         let link = Arc::new(link);
                         rails[i].link = Some(link.clone());
+                        self.note_state(import_state::FULL);
                         link
                     }
                     Err(e) => {
+                        self.note_state(import_state::DISCONN);
                         if n > 1 {
                             self.rail_down(&mut rails, i);
                         }

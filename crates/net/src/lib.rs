@@ -23,7 +23,7 @@ pub mod selftest;
 pub mod server;
 pub mod service;
 
-pub use conn::{Connection, NetConfig, PendingReply};
+pub use conn::{import_state, Connection, ImportStatus, NetConfig, PendingReply};
 
 /// The NID of a request's peer as statistics name clients: `ADDR@tcp` for a TCP peer (the
 /// port is the client's ephemeral one, so it is left out), `0@lo` for an in-process client.

@@ -88,11 +88,15 @@ pub enum Status {
     /// The client was evicted or the server is in recovery; retry after reconnecting.
     #[error("operation in progress")]
     InProgress = 115,
+    /// The server evicted this client (it was silent too long): its open files and saved
+    /// replies there are gone; it must reconnect as a new client.
+    #[error("evicted by the server")]
+    Shutdown = 108,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 27] = [
+    pub const ALL: [Status; 28] = [
         Status::NoDev,
         Status::Ok,
         Status::Perm,
@@ -120,6 +124,7 @@ impl Status {
         Status::TimedOut,
         Status::Stale,
         Status::InProgress,
+        Status::Shutdown,
     ];
 
     /// The wire code.
@@ -181,6 +186,7 @@ mod tests {
         assert_eq!(Status::TooBig.errno(), libc::E2BIG);
         assert_eq!(Status::NotSupp.errno(), libc::EOPNOTSUPP);
         assert_eq!(Status::InProgress.errno(), libc::EINPROGRESS);
+        assert_eq!(Status::Shutdown.errno(), libc::ESHUTDOWN);
     }
 
     #[test]

@@ -304,6 +304,10 @@ pub enum MdsOp {
         /// Take it (true) or give it back.
         acquire: bool,
     },
+    /// "This client is alive" (Lustre's pinger): sent by an idle client every ping interval so
+    /// the MDT does not evict it. Reply: [`MdsReply::Done`]; an evicted client gets
+    /// `ESHUTDOWN`.
+    Ping,
 }
 
 /// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
@@ -347,6 +351,7 @@ impl MdsOp {
             MdsOp::Update(u) => Some(u.fid()),
             MdsOp::StatFs
             | MdsOp::Sync
+            | MdsOp::Ping
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -391,6 +396,7 @@ impl MdsOp {
                 MdsOp::GetDirDefault { .. } => 31,
                 MdsOp::Migrate { .. } => 32,
                 MdsOp::RenameLock { .. } => 33,
+                MdsOp::Ping => 34,
             }
     }
 
@@ -407,7 +413,8 @@ impl MdsOp {
                 | MdsOp::ListXattr { .. }
                 | MdsOp::GetLayout { .. }
                 | MdsOp::StatFs
-                | MdsOp::Sync
+                                | MdsOp::Sync
+                | MdsOp::Ping
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -860,6 +867,23 @@ mod tests {
                 };
                 assert!(refused, "message {i} cut to {n} bytes");
             }
+        }
+    }
+
+    #[test]
+    fn ping_round_trips_and_refuses_truncation() {
+        let call = MdsCall {
+            client: [3; 16],
+            replied_below: 9,
+            jobid: String::new(),
+            op: MdsOp::Ping,
+        };
+        assert!(!call.op.is_modifying());
+        assert_eq!(call.op.key_fid(), None);
+        let bytes = encode_body(&call);
+        assert_eq!(decode_body::<MdsCall>(&bytes).unwrap(), call);
+        for n in 0..bytes.len() {
+            assert!(decode_body::<MdsCall>(&bytes[..n]).is_err(), "{n} bytes");
         }
     }
 

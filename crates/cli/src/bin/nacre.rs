@@ -688,6 +688,10 @@ struct ClientArgs {
     /// `timeout`); a server that lost a request or its reply is asked again.
     #[arg(long, default_value_t = 120_000)]
     rpc_timeout_ms: u64,
+    /// ms between pings of each MDT, which evicts a client silent for its
+    /// `evict_timeout_ms` (default 150000); 0: no pings.
+    #[arg(long, default_value_t = nacre_client::PING_INTERVAL_MS_DEFAULT)]
+    ping_interval_ms: u64,
 }
 
 #[derive(Args)]
@@ -810,6 +814,7 @@ fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)>
         ClientConfig {
             net,
             readahead_bytes,
+            ping_interval_ms: a.ping_interval_ms,
         },
         opts,
     ))
@@ -1482,6 +1487,28 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
                 Ok(())
             },
         );
+    }
+    let fs = client.fsname().to_string();
+    let targets = client
+        .fs_config()
+        .mdts
+        .iter()
+        .map(|t| {
+            (
+                format!("mdc.{fs}-MDT{:04x}-mdc", t.index),
+                format!("MDT{:04x}", t.index),
+            )
+        })
+        .chain(client.osts().iter().map(|t| {
+            (
+                format!("osc.{fs}-OST{:04x}-osc", t.index),
+                format!("OST{:04x}", t.index),
+            )
+        }))
+        .collect::<Vec<_>>();
+    for (param, target) in targets {
+        let c = client.clone();
+        r.add_fn(format!("{param}.import"), move || c.import(&target));
     }
     let c = client.clone();
     r.add_fn("peers", move || {

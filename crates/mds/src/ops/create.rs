@@ -97,7 +97,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
             return Err(Status::IsDir);
         }
         if args.open {
-            tx.mdt.add_open(rec.attr.fid);
+            tx.mdt.add_open(&tx.client, rec.attr.fid);
         }
         return Ok(super::entry(&rec));
     }
@@ -112,7 +112,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     tx.put_dirent(args.parent, args.name, rec.attr.fid, args.kind);
     tx.count_inodes(1)?;
     if args.open {
-        tx.mdt.add_open(rec.attr.fid);
+        tx.mdt.add_open(&tx.client, rec.attr.fid);
     }
     Ok(super::entry(&rec))
 }

@@ -5,10 +5,10 @@ use crate::mdt::{Mdt, Tx};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::MdsReply;
 
-/// Registers an opener and returns the inode with its layout.
-pub fn open(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
+/// Registers `client` as an opener and returns the inode with its layout.
+pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid) -> Result<MdsReply, Status> {
     let rec = mdt.inode(fid)?;
-    mdt.add_open(fid);
+    mdt.add_open(client, fid);
     Ok(super::entry(&rec))
 }
 

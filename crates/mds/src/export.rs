@@ -1,0 +1,340 @@
+//! Exports: what an MDT knows of each client (Lustre's `obd_export`) — when it was last
+//! heard from and which files it holds open — and eviction of clients silent for longer than
+//! `evict_timeout_ms`.
+//!
+//! Every request (an idle client sends [`nacre_wire::mds::MdsOp::Ping`]) refreshes its
+//! client's export. An evicted client's opens are dropped (files unlinked while it held them
+//! are removed) and its saved replies deleted; its uuid is remembered, and every later
+//! request carrying it is answered `ESHUTDOWN`, so the client learns it was evicted and
+//! reconnects under a new uuid instead of silently using state that no longer exists.
+//! Exports live in memory: after an MDT restart every client starts a fresh one.
+
+use crate::mdt::{kv_err, Mdt};
+use nacre_types::{Fid, Status};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Default time a client may stay silent before it is evicted (Lustre: six ping intervals).
+pub const EVICT_TIMEOUT_MS_DEFAULT: u64 = 150_000;
+/// Shortest eviction timeout accepted.
+pub const EVICT_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Evicted client uuids remembered (to answer them `ESHUTDOWN`); the oldest are forgotten.
+pub const EVICTED_REMEMBERED_MAX: usize = 4_096;
+/// Evictions listed in `recovery_status`.
+const EVICTION_LOG_MAX: usize = 16;
+
+/// A client uuid as text.
+pub fn client_name(client: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*client).to_string()
+}
+
+/// One client's export.
+struct Export {
+    last_seen: Instant,
+    /// Files this client has open here, with how many handles.
+    opens: HashMap<Fid, u32>,
+}
+
+/// One eviction, for `recovery_status`.
+#[derive(Clone, Debug)]
+pub struct Eviction {
+    /// The client's uuid.
+    pub client: [u8; 16],
+    /// When (wall clock).
+    pub at: SystemTime,
+    /// How long it had been silent.
+    pub silent_ms: u64,
+    /// Open handles dropped.
+    pub opens_dropped: u32,
+}
+
+#[derive(Default)]
+struct State {
+    exports: HashMap<[u8; 16], Export>,
+    evicted: HashSet<[u8; 16]>,
+    evicted_order: VecDeque<[u8; 16]>,
+    log: VecDeque<Eviction>,
+}
+
+/// The exports of one MDT.
+pub struct Exports {
+    state: Mutex<State>,
+    /// `mdt.*.evict_timeout_ms`.
+    pub evict_timeout_ms: AtomicU64,
+    /// Clients evicted since start.
+    pub evicted_total: AtomicU64,
+    last_scan: Mutex<Instant>,
+}
+
+impl Default for Exports {
+    fn default() -> Self {
+        Exports {
+            state: Mutex::new(State::default()),
+            evict_timeout_ms: AtomicU64::new(EVICT_TIMEOUT_MS_DEFAULT),
+            evicted_total: AtomicU64::new(0),
+            last_scan: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl Exports {
+    /// A request from `client` arrived: `Err(Shutdown)` if it was evicted, else its export
+    /// is refreshed (created on first contact).
+    pub fn heard_from(&self, client: &[u8; 16]) -> Result<(), Status> {
+        let mut s = self.state.lock().expect("exports");
+        if s.evicted.contains(client) {
+            return Err(Status::Shutdown);
+        }
+        let now = Instant::now();
+        s.exports
+            .entry(*client)
+            .and_modify(|e| e.last_seen = now)
+            .or_insert_with(|| Export {
+                last_seen: now,
+                opens: HashMap::new(),
+            });
+        Ok(())
+    }
+
+    /// `client` opened `fid`.
+    pub fn opened(&self, client: &[u8; 16], fid: Fid) {
+        let mut s = self.state.lock().expect("exports");
+        if let Some(e) = s.exports.get_mut(client) {
+            *e.opens.entry(fid).or_insert(0) += 1;
+        }
+    }
+
+    /// `client` closed `fid`; false if it had no such open (then nothing is dropped).
+    pub fn closed(&self, client: &[u8; 16], fid: Fid) -> bool {
+        let mut s = self.state.lock().expect("exports");
+        let Some(e) = s.exports.get_mut(client) else {
+            return false;
+        };
+        match e.opens.get_mut(&fid) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                e.opens.remove(&fid);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Clients with an export now.
+    pub fn connected(&self) -> usize {
+        self.state.lock().expect("exports").exports.len()
+    }
+
+    /// (uuid, silent for, open handles) of every export.
+    pub fn list(&self) -> Vec<([u8; 16], Duration, u32)> {
+        let s = self.state.lock().expect("exports");
+        let mut v: Vec<_> = s
+            .exports
+            .iter()
+            .map(|(c, e)| (*c, e.last_seen.elapsed(), e.opens.values().sum()))
+            .collect();
+        v.sort_by_key(|(c, ..)| *c);
+        v
+    }
+
+    /// The most recent evictions, oldest first.
+    pub fn evictions(&self) -> Vec<Eviction> {
+        self.state
+            .lock()
+            .expect("exports")
+            .log
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The clients silent longer than the timeout (at most one scan a second: empty
+    /// otherwise).
+    fn silent(&self) -> Vec<[u8; 16]> {
+        {
+            let mut last = self.last_scan.lock().expect("scan");
+            if last.elapsed() < Duration::from_secs(1) {
+                return Vec::new();
+            }
+            *last = Instant::now();
+        }
+        let timeout = Duration::from_millis(self.evict_timeout_ms.load(Ordering::Relaxed));
+        let s = self.state.lock().expect("exports");
+        s.exports
+            .iter()
+            .filter(|(_, e)| e.last_seen.elapsed() > timeout)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// Drops `client`'s export without evicting it (a peer MDT, not a client).
+    fn forget(&self, client: &[u8; 16]) {
+        self.state.lock().expect("exports").exports.remove(client);
+    }
+
+    /// Evicts `client` if it is still silent: removes its export, remembers its uuid as
+    /// evicted and returns how long it was silent and its opens.
+    fn evict(&self, client: &[u8; 16]) -> Option<(Duration, HashMap<Fid, u32>)> {
+        let timeout = Duration::from_millis(self.evict_timeout_ms.load(Ordering::Relaxed));
+        let mut s = self.state.lock().expect("exports");
+        if s.exports.get(client)?.last_seen.elapsed() <= timeout {
+            return None;
+        }
+        let e = s.exports.remove(client).expect("present");
+        if s.evicted.insert(*client) {
+            s.evicted_order.push_back(*client);
+        }
+        while s.evicted_order.len() > EVICTED_REMEMBERED_MAX {
+            let old = s.evicted_order.pop_front().expect("non-empty");
+            s.evicted.remove(&old);
+        }
+        let quiet = e.last_seen.elapsed();
+        s.log.push_back(Eviction {
+            client: *client,
+            at: SystemTime::now(),
+            silent_ms: quiet.as_millis() as u64,
+            opens_dropped: e.opens.values().sum(),
+        });
+        while s.log.len() > EVICTION_LOG_MAX {
+            s.log.pop_front();
+        }
+        self.evicted_total.fetch_add(1, Ordering::Relaxed);
+        Some((quiet, e.opens))
+    }
+}
+
+/// Evicts the clients of `mdt` silent for longer than its timeout: drops their opens (an
+/// unlinked file whose last opener was one of them is removed) and deletes their saved
+/// replies. Returns how many were evicted.
+pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
+    let silent = mdt.exports.silent();
+    if silent.is_empty() {
+        return Ok(0);
+    }
+    // Peer MDTs call as clients too, but are never evicted (their saved replies carry
+    // cross-MDT operations): learn the file system's MDTs before judging.
+    if silent.iter().any(|c| !mdt.osts.is_peer(c)) {
+        if let Err(e) = mdt.osts.refresh() {
+            tracing::debug!("{}: MGS refresh before eviction: {e}", mdt.label.name());
+        }
+    }
+    let mut evicted = 0;
+    for client in &silent {
+        if mdt.osts.is_peer(client) {
+            mdt.exports.forget(client);
+            continue;
+        }
+        let Some((quiet, opens)) = mdt.exports.evict(client) else {
+            continue;
+        };
+        evicted += 1;
+        let handles: u32 = opens.values().sum();
+        tracing::warn!(
+            "{}: evicting client {} (silent {} ms): {handles} open handles dropped",
+            mdt.label.name(),
+            uuid::Uuid::from_bytes(*client),
+            quiet.as_millis()
+        );
+        let mut tx = mdt.begin();
+        for (fid, n) in &opens {
+            for _ in 0..*n {
+                crate::ops::open::close(&mut tx, *fid)?;
+            }
+        }
+        // Its saved replies: nothing will ask for them again.
+        tx.forget_saved_replies(client);
+        let destroys = std::mem::take(&mut tx.destroys);
+        let batch = std::mem::take(&mut tx.batch);
+        mdt.kv.commit(batch).map_err(kv_err)?;
+        drop(tx);
+        mdt.queue_destroys(destroys);
+    }
+    Ok(evicted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_now(x: &Exports) -> Vec<[u8; 16]> {
+        *x.last_scan.lock().unwrap() -= Duration::from_secs(2);
+        let mut v = x.silent();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn opens_follow_their_client_and_the_evicted_are_refused() {
+        let x = Exports::default();
+        let (a, b) = ([1; 16], [2; 16]);
+        let f = Fid::new(0x2_0000_0400, 1);
+        x.heard_from(&a).unwrap();
+        x.heard_from(&b).unwrap();
+        x.opened(&a, f);
+        x.opened(&a, f);
+        x.opened(&b, f);
+        assert!(x.closed(&a, f));
+        assert!(!x.closed(&b, Fid::new(0x2_0000_0400, 2)), "never opened");
+        assert_eq!(x.connected(), 2);
+        // Nothing is silent yet; a scan more often than once a second sees nothing.
+        assert!(scan_now(&x).is_empty());
+        x.evict_timeout_ms.store(0, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(x.silent().is_empty(), "rate limited");
+        assert_eq!(scan_now(&x), vec![a, b]);
+        // a keeps one handle.
+        let (_, opens) = x.evict(&a).unwrap();
+        assert_eq!(opens.get(&f), Some(&1));
+        assert!(x.evict(&a).is_none(), "evicted once");
+        x.forget(&b);
+        assert_eq!(x.heard_from(&a), Err(Status::Shutdown));
+        assert_eq!(x.connected(), 0);
+        assert_eq!(x.evictions().len(), 1);
+        assert_eq!(x.evicted_total.load(Ordering::Relaxed), 1);
+        // A forgotten peer, or a new uuid, starts afresh.
+        x.heard_from(&b).unwrap();
+        x.heard_from(&[3; 16]).unwrap();
+        assert_eq!(x.connected(), 2);
+    }
+
+    #[test]
+    fn a_client_heard_from_again_is_not_evicted() {
+        let x = Exports::default();
+        x.heard_from(&[1; 16]).unwrap();
+        x.evict_timeout_ms.store(0, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(scan_now(&x).len(), 1);
+        x.evict_timeout_ms.store(60_000, Ordering::Relaxed);
+        x.heard_from(&[1; 16]).unwrap();
+        assert!(x.evict(&[1; 16]).is_none());
+    }
+
+    #[test]
+    fn evicted_uuids_are_bounded() {
+        let x = Exports::default();
+        x.evict_timeout_ms.store(0, Ordering::Relaxed);
+        let n = EVICTED_REMEMBERED_MAX + 10;
+        let uuid = |i: usize| {
+            let mut c = [0u8; 16];
+            c[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            c
+        };
+        for i in 0..n {
+            x.heard_from(&uuid(i)).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        for i in 0..n {
+            assert!(x.evict(&uuid(i)).is_some());
+        }
+        let s = x.state.lock().unwrap();
+        assert_eq!(s.evicted.len(), EVICTED_REMEMBERED_MAX);
+        assert_eq!(s.evicted_order.len(), EVICTED_REMEMBERED_MAX);
+        assert!(s.log.len() <= EVICTION_LOG_MAX);
+        assert!(!s.evicted.contains(&uuid(0)), "the oldest are forgotten");
+    }
+}
