@@ -1101,7 +1101,8 @@ fn object_sizes(ost: &Path) -> Vec<u64> {
 /// client process, as a hung node) is evicted by the MDT; its opens are released (a file
 /// it held open after another client unlinked it is destroyed), the other client works on
 /// throughout, and the evicted client, once back, gets `EIO` on the handle it had open and
-/// works again as a new client; `recovery_status` and `*.import` show what happened.
+/// works again as a new client; `recovery_status` and `*.import` show what happened. An
+/// unmount then ends its export at once (Lustre's disconnect), without an eviction.
 #[test]
 fn a_silent_client_is_evicted_and_comes_back_as_a_new_one() {
     use std::io::Read;
@@ -1203,4 +1204,17 @@ fn a_silent_client_is_evicted_and_comes_back_as_a_new_one() {
     assert!(b.contains("evictions: 1") && b.contains("EVICTED"), "{b}");
     let s = ctl(&["get_param", "-n", "mdt.*.recovery_status"]);
     assert!(s.contains("connected_clients: 2"), "{s}");
+
+    // An unmount disconnects: the MDT drops B's export at once, no eviction.
+    drop(c.second.take());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        let s = ctl(&["get_param", "-n", "mdt.*.recovery_status"]);
+        if s.contains("connected_clients: 1") || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(s.contains("connected_clients: 1"), "{s}");
+    assert!(s.contains("evicted_clients: 1"), "{s}");
 }

@@ -1016,6 +1016,38 @@ impl Client {
             .clone()
     }
 
+    /// Tells every MDT this client used that it is going away (unmount), so they release
+    /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
+    /// MDT that is down simply evicts the client later).
+    pub fn disconnect(&self, wait: std::time::Duration) {
+        let mdcs: Vec<_> = self.mdcs.read().expect("mdcs").values().cloned().collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for m in &mdcs {
+            let (m, tx) = (m.clone(), tx.clone());
+            let spawned = std::thread::Builder::new()
+                .name("disconnect".into())
+                .spawn(move || {
+                    let _ = tx.send(m.call(MdsOp::Disconnect));
+                });
+            if spawned.is_err() {
+                tracing::warn!("cannot start a disconnect thread");
+            }
+        }
+        drop(tx);
+        let deadline = std::time::Instant::now() + wait;
+        for _ in &mdcs {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::info!("disconnect: {e}"),
+                Err(_) => {
+                    tracing::info!("disconnect: an MDT did not answer in {wait:?}");
+                    break;
+                }
+            }
+        }
+    }
+
     /// `*.import` of the connection to `target` (`MDT0000`, `OST0001`, …; Lustre's
     /// import file): state, server, connections made, for an MDT this client's uuid there
     /// and the evictions it survived, and the recent state changes.

@@ -172,9 +172,16 @@ impl Exports {
             .collect()
     }
 
-    /// Drops `client`'s export without evicting it (a peer MDT, not a client).
-    fn forget(&self, client: &[u8; 16]) {
-        self.state.lock().expect("exports").exports.remove(client);
+    /// Drops `client`'s export without evicting it (a peer MDT, or a client that
+    /// disconnected); returns its opens.
+    fn forget(&self, client: &[u8; 16]) -> HashMap<Fid, u32> {
+        self.state
+            .lock()
+            .expect("exports")
+            .exports
+            .remove(client)
+            .map(|e| e.opens)
+            .unwrap_or_default()
     }
 
     /// Evicts `client` if it is still silent: removes its export, remembers its uuid as
@@ -226,7 +233,7 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
     let mut evicted = 0;
     for client in &silent {
         if mdt.osts.is_peer(client) {
-            mdt.exports.forget(client);
+            let _ = mdt.exports.forget(client);
             continue;
         }
         let Some((quiet, opens)) = mdt.exports.evict(client) else {
@@ -240,21 +247,43 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
             uuid::Uuid::from_bytes(*client),
             quiet.as_millis()
         );
-        let mut tx = mdt.begin();
-        for (fid, n) in &opens {
-            for _ in 0..*n {
-                crate::ops::open::close(&mut tx, *fid)?;
-            }
-        }
-        // Its saved replies: nothing will ask for them again.
-        tx.forget_saved_replies(client);
-        let destroys = std::mem::take(&mut tx.destroys);
-        let batch = std::mem::take(&mut tx.batch);
-        mdt.kv.commit(batch).map_err(kv_err)?;
-        drop(tx);
-        mdt.queue_destroys(destroys);
+        release(mdt, client, &opens)?;
     }
     Ok(evicted)
+}
+
+/// `client` disconnects (unmount): its export ends now, with its opens and saved replies.
+/// Its uuid is not refused later (a client that comes back is a new export).
+pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
+    let opens = mdt.exports.forget(client);
+    tracing::info!(
+        "{}: client {} disconnected ({} open handles dropped)",
+        mdt.label.name(),
+        client_name(client),
+        opens.values().sum::<u32>()
+    );
+    release(mdt, client, &opens)
+}
+
+/// Drops `opens` of `client` (removing orphans whose last opener it was) and its saved
+/// replies, in one commit.
+fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<(), Status> {
+    let mut tx = mdt.begin();
+    for (fid, n) in opens {
+        for _ in 0..*n {
+            crate::ops::open::close(&mut tx, *fid)?;
+        }
+    }
+    // Its saved replies: nothing will ask for them again.
+    tx.forget_saved_replies(client);
+    let destroys = std::mem::take(&mut tx.destroys);
+    let batch = std::mem::take(&mut tx.batch);
+    if !batch.is_empty() {
+        mdt.kv.commit(batch).map_err(kv_err)?;
+    }
+    drop(tx);
+    mdt.queue_destroys(destroys);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -291,7 +320,7 @@ mod tests {
         let (_, opens) = x.evict(&a).unwrap();
         assert_eq!(opens.get(&f), Some(&1));
         assert!(x.evict(&a).is_none(), "evicted once");
-        x.forget(&b);
+        assert_eq!(x.forget(&b).get(&f), Some(&1));
         assert_eq!(x.heard_from(&a), Err(Status::Shutdown));
         assert_eq!(x.connected(), 0);
         assert_eq!(x.evictions().len(), 1);

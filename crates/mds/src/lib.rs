@@ -547,6 +547,9 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             to_outgoing(dne::rename_lock(mdt, *owner, *acquire))
         }
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
+        MdsOp::Disconnect => {
+            to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
+        }
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),

@@ -37,6 +37,7 @@ pub const MD_OPS: &[&str] = &[
     "migrate",
     "rename_lock",
     "ping",
+    "disconnect",
 ];
 
 #[cfg(test)]
@@ -54,8 +55,8 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::Ping;
+        let last = MdsOp::Disconnect;
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "ping");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "disconnect");
     }
 }

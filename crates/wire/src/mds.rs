@@ -308,6 +308,9 @@ pub enum MdsOp {
     /// the MDT does not evict it. Reply: [`MdsReply::Done`]; an evicted client gets
     /// `ESHUTDOWN`.
     Ping,
+    /// The client is going away (unmount): the MDT drops its export now — its opens and
+    /// saved replies — instead of evicting it later. Reply: [`MdsReply::Done`].
+    Disconnect,
 }
 
 /// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
@@ -352,6 +355,7 @@ impl MdsOp {
             MdsOp::StatFs
             | MdsOp::Sync
             | MdsOp::Ping
+            | MdsOp::Disconnect
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -397,6 +401,7 @@ impl MdsOp {
                 MdsOp::Migrate { .. } => 32,
                 MdsOp::RenameLock { .. } => 33,
                 MdsOp::Ping => 34,
+                MdsOp::Disconnect => 35,
             }
     }
 
@@ -414,7 +419,9 @@ impl MdsOp {
                 | MdsOp::GetLayout { .. }
                 | MdsOp::StatFs
                                 | MdsOp::Sync
-                | MdsOp::Ping
+                                | MdsOp::Ping
+                // Handled apart: it ends the client's export.
+                | MdsOp::Disconnect
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -871,19 +878,21 @@ mod tests {
     }
 
     #[test]
-    fn ping_round_trips_and_refuses_truncation() {
-        let call = MdsCall {
-            client: [3; 16],
-            replied_below: 9,
-            jobid: String::new(),
-            op: MdsOp::Ping,
-        };
-        assert!(!call.op.is_modifying());
-        assert_eq!(call.op.key_fid(), None);
-        let bytes = encode_body(&call);
-        assert_eq!(decode_body::<MdsCall>(&bytes).unwrap(), call);
-        for n in 0..bytes.len() {
-            assert!(decode_body::<MdsCall>(&bytes[..n]).is_err(), "{n} bytes");
+    fn ping_and_disconnect_round_trip_and_refuse_truncation() {
+        for op in [MdsOp::Ping, MdsOp::Disconnect] {
+            let call = MdsCall {
+                client: [3; 16],
+                replied_below: 9,
+                jobid: String::new(),
+                op,
+            };
+            assert!(!call.op.is_modifying());
+            assert_eq!(call.op.key_fid(), None);
+            let bytes = encode_body(&call);
+            assert_eq!(decode_body::<MdsCall>(&bytes).unwrap(), call);
+            for n in 0..bytes.len() {
+                assert!(decode_body::<MdsCall>(&bytes[..n]).is_err(), "{n} bytes");
+            }
         }
     }
 

@@ -974,6 +974,9 @@ fn serve_metrics(
     Ok(())
 }
 
+/// How long an unmount waits for the MDTs to acknowledge the client's disconnect.
+const DISCONNECT_WAIT_MS: u64 = 5_000;
+
 fn serve_mount(
     client: Arc<Client>,
     mnt: &Path,
@@ -981,6 +984,7 @@ fn serve_mount(
     registry: &nacre_params::Registry,
 ) -> anyhow::Result<()> {
     register_client_params(registry, &client, opts);
+    let me = client.clone();
     let handle = nacre_fuse::mount(client, mnt, opts)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let pidfile = daemon::write_pidfile(mnt)?;
@@ -988,6 +992,8 @@ fn serve_mount(
     daemon::wait_stop(|| handle.is_finished());
     tracing::info!("unmounting {}", mnt.display());
     let _ = handle.unmount();
+    // As Lustre's clients do at umount: the MDTs release this client's state now.
+    me.disconnect(Duration::from_millis(DISCONNECT_WAIT_MS));
     let _ = std::fs::remove_file(pidfile);
     Ok(())
 }
