@@ -1218,3 +1218,48 @@ fn a_silent_client_is_evicted_and_comes_back_as_a_new_one() {
     assert!(s.contains("connected_clients: 1"), "{s}");
     assert!(s.contains("evicted_clients: 1"), "{s}");
 }
+
+/// Lustre's open replay: a file unlinked while open keeps its data across a kill -9 of the
+/// MDS. The restarted MDT keeps the orphans it finds for a grace time; the client, on its
+/// new link, re-registers the files it holds open; the file reads back whole, and the
+/// last close then removes it (regression: the restart removed the file under its opener).
+#[test]
+fn a_file_unlinked_while_open_survives_an_mds_restart() {
+    use std::os::unix::fs::FileExt;
+    let mut c = Cluster::start("reopen");
+    let data = nacre_testkit::pattern(11, 4 << 20);
+    let p = c.client.mnt.join("scratch");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    std::fs::remove_file(&p).unwrap();
+    let ost = c._root.path().join("ost0");
+    let big = |ost: &Path| object_sizes(ost).iter().filter(|&&s| s >= 4 << 20).count();
+    assert_eq!(big(&ost), 1);
+
+    c.mds.kill9();
+    c.mds.restart();
+    // Any request reconnects (and reopens); then the file is read through its handle.
+    assert!(std::fs::read_dir(&c.client.mnt).unwrap().count() == 0);
+    drop_caches(&c.client.mnt);
+    let mut got = vec![0; data.len()];
+    f.read_exact_at(&mut got, 0).unwrap();
+    assert!(
+        got == data,
+        "the open file's data changed across the restart"
+    );
+    // It stays until its grace time ends or its last opener closes: closing removes it.
+    assert_eq!(big(&ost), 1, "the reopened file's object was destroyed");
+    drop(f);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while big(&ost) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(big(&ost), 0, "the last close did not remove the orphan");
+}

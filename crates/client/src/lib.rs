@@ -432,7 +432,9 @@ impl Client {
 
     /// `file` as opened in the current incarnation of this client at its MDT.
     fn registered(&self, mut file: OpenFile) -> Result<OpenFile> {
-        file.incarnation = self.mdc(file.fid.mdt_index())?.incarnation();
+        let mdc = self.mdc(file.fid.mdt_index())?;
+        file.incarnation = mdc.incarnation();
+        mdc.note_open(file.fid);
         Ok(file)
     }
 
@@ -458,6 +460,9 @@ impl Client {
     pub fn close(&self, file: &OpenFile) -> Result<()> {
         if self.check_handle(file).is_err() {
             return Ok(());
+        }
+        if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
+            mdc.note_close(file.fid);
         }
         self.md(MdsOp::Close { fid: file.fid }).map(|_| ())
     }

@@ -5,10 +5,10 @@ use crate::{ClientError, Result};
 use nacre_net::import_state;
 use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
-use nacre_types::Status;
-use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, REOPEN_FIDS_MAX};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,13 @@ pub struct Mdc {
     uuid: Mutex<[u8; 16]>,
     /// Evictions survived: handles opened in an earlier incarnation are void.
     incarnation: AtomicU64,
+    /// Files this client holds open on the MDT, with handle counts (for open replay).
+    opens: Mutex<HashMap<Fid, u32>>,
+    /// The connection's link count when the opens were last registered with the MDT: a
+    /// new link may lead to a restarted MDT that forgot them.
+    reopened_at: AtomicU64,
+    /// Set while a `Reopen` is being sent (it must not trigger another).
+    reopening: AtomicBool,
     in_flight: Mutex<BTreeSet<u64>>,
     target: u32,
 }
@@ -44,6 +51,9 @@ impl Mdc {
             conn,
             uuid: Mutex::new(*uuid::Uuid::new_v4().as_bytes()),
             incarnation: AtomicU64::new(0),
+            opens: Mutex::new(HashMap::new()),
+            reopened_at: AtomicU64::new(0),
+            reopening: AtomicBool::new(false),
             in_flight: Mutex::new(BTreeSet::new()),
             target,
         }
@@ -71,6 +81,56 @@ impl Mdc {
         }
     }
 
+    /// A handle on `fid` was opened at the MDT.
+    pub fn note_open(&self, fid: Fid) {
+        *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
+    }
+
+    /// A handle on `fid` was closed.
+    pub fn note_close(&self, fid: Fid) {
+        let mut opens = self.opens.lock().expect("opens");
+        if let Some(n) = opens.get_mut(&fid) {
+            *n -= 1;
+            if *n == 0 {
+                opens.remove(&fid);
+            }
+        }
+    }
+
+    /// After a new link (the MDT may have restarted and forgotten this client's opens): tells
+    /// the MDT which files this client holds open (Lustre's open replay). Idempotent at the
+    /// MDT, so a link that did not lead to a restart costs one small request.
+    fn reopen_if_relinked(&self) {
+        let links = self.conn.links_made();
+        if self.reopened_at.load(Ordering::Acquire) == links
+            || self.reopening.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let opens: Vec<(Fid, u32)> = self
+            .opens
+            .lock()
+            .expect("opens")
+            .iter()
+            .map(|(f, n)| (*f, *n))
+            .collect();
+        let mut ok = true;
+        for chunk in opens.chunks(REOPEN_FIDS_MAX) {
+            let op = MdsOp::Reopen {
+                opens: chunk.to_vec(),
+            };
+            if let Err(e) = self.call(op) {
+                tracing::warn!("reopen on MDT{:04x}: {e}", self.target);
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            self.reopened_at.store(links, Ordering::Release);
+        }
+        self.reopening.store(false, Ordering::Release);
+    }
+
     /// This client's current uuid at the MDT.
     pub fn uuid(&self) -> [u8; 16] {
         *self.uuid.lock().expect("uuid")
@@ -90,6 +150,8 @@ impl Mdc {
         }
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.incarnation.fetch_add(1, Ordering::AcqRel);
+        // Its handles are void: nothing to reopen.
+        self.opens.lock().expect("opens").clear();
         self.conn.note_state(import_state::EVICTED);
         self.conn.note_state(import_state::FULL);
         tracing::warn!(
@@ -143,6 +205,9 @@ impl Mdc {
             }
         };
         self.in_flight.lock().expect("in flight").remove(&xid);
+        if !self.reopening.load(Ordering::Acquire) {
+            self.reopen_if_relinked();
+        }
         result
     }
 }

@@ -73,6 +73,9 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
         if let Err(e) = crate::export::evict_silent(&mdt) {
             tracing::warn!("{}: eviction: {e}", mdt.label.name());
         }
+        if let Err(e) = mdt.reap_orphans() {
+            tracing::warn!("{}: orphan removal: {e}", mdt.label.name());
+        }
         let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0);
         if more {
             continue;

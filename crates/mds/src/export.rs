@@ -106,6 +106,20 @@ impl Exports {
         }
     }
 
+    /// `client` says it holds `opens` (after reconnecting): the handles its export lacks
+    /// (an MDT restart forgot them). Idempotent.
+    pub fn missing_opens(&self, client: &[u8; 16], opens: &[(Fid, u32)]) -> Vec<(Fid, u32)> {
+        let s = self.state.lock().expect("exports");
+        let known = s.exports.get(client).map(|e| &e.opens);
+        opens
+            .iter()
+            .filter_map(|&(fid, n)| {
+                let have = known.and_then(|o| o.get(&fid)).copied().unwrap_or(0);
+                (n > have).then_some((fid, n - have))
+            })
+            .collect()
+    }
+
     /// `client` closed `fid`; false if it had no such open (then nothing is dropped).
     pub fn closed(&self, client: &[u8; 16], fid: Fid) -> bool {
         let mut s = self.state.lock().expect("exports");
@@ -250,6 +264,32 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
         release(mdt, client, &opens)?;
     }
     Ok(evicted)
+}
+
+/// `client` re-registers the files it holds open (Lustre's open replay, after the MDT
+/// restarted): the opens its export lacks are added, for files that still exist.
+pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), Status> {
+    let mut added = 0;
+    for (fid, n) in mdt.exports.missing_opens(client, opens) {
+        match mdt.inode(fid) {
+            Ok(_) => {
+                for _ in 0..n {
+                    mdt.add_open(client, fid);
+                }
+                added += n;
+            }
+            Err(Status::NoEnt) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if added > 0 {
+        tracing::info!(
+            "{}: client {} reopened {added} handles",
+            mdt.label.name(),
+            client_name(client)
+        );
+    }
+    Ok(())
 }
 
 /// `client` disconnects (unmount): its export ends now, with its opens and saved replies.

@@ -547,6 +547,10 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             to_outgoing(dne::rename_lock(mdt, *owner, *acquire))
         }
         MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
+        MdsOp::Reopen { opens } if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX => {
+            to_outgoing(export::reopen(mdt, &call.client, opens).map(|()| MdsReply::Done))
+        }
+        MdsOp::Reopen { .. } => Outgoing::error(Status::TooBig),
         MdsOp::Disconnect => {
             to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
         }

@@ -79,7 +79,13 @@ pub struct Mdt {
     pub gate: std::sync::RwLock<()>,
     /// Its clients: last heard from, open files; eviction (export.rs).
     pub exports: crate::export::Exports,
+    /// Orphans found at start, kept until the deadline for their clients to reopen.
+    orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
 }
+
+/// How long orphans found at start wait for their clients to reopen them (clients reconnect
+/// at their next request, or ping within 25 s).
+pub const ORPHAN_GRACE_MS: u64 = 60_000;
 
 impl Mdt {
     /// Opens an MDT on its store; creates the root directory on first start.
@@ -120,6 +126,7 @@ impl Mdt {
             frozen: Mutex::new(frozen),
             gate: std::sync::RwLock::new(()),
             exports: crate::export::Exports::default(),
+            orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             modifications: AtomicU64::new(0),
@@ -184,8 +191,70 @@ impl Mdt {
         self.kv.wait_durable(t).map_err(kv_err)
     }
 
-    /// Files unlinked while open when the MDT stopped have no openers now: remove them.
+    /// Files unlinked while open when the MDT stopped: their clients re-register their opens
+    /// as they reconnect (`Reopen`, Lustre's open replay), so they are removed only after
+    /// [`ORPHAN_GRACE_MS`] if nobody has reopened them ([`Mdt::reap_orphans`]).
     fn cleanup_orphans(&self) -> Result<(), Status> {
+        let orphans = self.find_orphans()?;
+        if !orphans.is_empty() {
+            tracing::info!(
+                "{}: {} files unlinked while open: kept {} ms for their clients to reopen",
+                self.label.name(),
+                orphans.len(),
+                ORPHAN_GRACE_MS
+            );
+            *self.orphans_pending.lock().expect("orphans") = Some((
+                std::time::Instant::now() + std::time::Duration::from_millis(ORPHAN_GRACE_MS),
+                orphans,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Removes the orphans found at start that no client reopened, once their grace time is
+    /// over (called by the destroy thread).
+    pub fn reap_orphans(&self) -> Result<(), Status> {
+        let fids = {
+            let mut pending = self.orphans_pending.lock().expect("orphans");
+            match pending.as_ref() {
+                Some((deadline, _)) if std::time::Instant::now() >= *deadline => {
+                    pending.take().map(|(_, f)| f).unwrap_or_default()
+                }
+                _ => return Ok(()),
+            }
+        };
+        let mut tx = self.begin();
+        let mut removed = 0;
+        for fid in fids {
+            if self.is_open(fid) {
+                continue;
+            }
+            match tx.inode(fid) {
+                Ok(rec) if rec.orphan => {
+                    tx.remove_inode(&rec)?;
+                    removed += 1;
+                }
+                Ok(_) | Err(Status::NoEnt) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let batch = std::mem::take(&mut tx.batch);
+        let destroys = std::mem::take(&mut tx.destroys);
+        drop(tx);
+        if !batch.is_empty() {
+            let t = self.kv.commit(batch).map_err(kv_err)?;
+            self.kv.wait_durable(t).map_err(kv_err)?;
+        }
+        self.queue_destroys(destroys);
+        tracing::info!(
+            "{}: {removed} unreopened orphans removed",
+            self.label.name()
+        );
+        Ok(())
+    }
+
+    /// The inodes marked orphan (unlinked while open).
+    fn find_orphans(&self) -> Result<Vec<Fid>, Status> {
         let mut after: Option<Vec<u8>> = None;
         let mut orphans = Vec::new();
         loop {
@@ -198,24 +267,11 @@ impl Mdt {
             for (_, v) in &page {
                 let rec: InodeRecord = decode(v)?;
                 if rec.orphan {
-                    orphans.push(rec);
+                    orphans.push(rec.attr.fid);
                 }
             }
         }
-        if orphans.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.begin();
-        for rec in orphans {
-            tx.remove_inode(&rec)?;
-        }
-        let batch = std::mem::take(&mut tx.batch);
-        let destroys = std::mem::take(&mut tx.destroys);
-        drop(tx);
-        let t = self.kv.commit(batch).map_err(kv_err)?;
-        self.kv.wait_durable(t).map_err(kv_err)?;
-        self.queue_destroys(destroys);
-        Ok(())
+        Ok(orphans)
     }
 
     /// True if every modifying reply waits for the journal sync (the `sync_on_reply` setting);

@@ -38,6 +38,7 @@ pub const MD_OPS: &[&str] = &[
     "rename_lock",
     "ping",
     "disconnect",
+    "reopen",
 ];
 
 #[cfg(test)]
@@ -55,8 +56,8 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::Disconnect;
+        let last = MdsOp::Reopen { opens: Vec::new() };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "disconnect");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "reopen");
     }
 }

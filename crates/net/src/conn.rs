@@ -239,6 +239,12 @@ impl Connection {
         }
     }
 
+    /// Links made to the server so far (a change means a new link, maybe to a restarted
+    /// server).
+    pub fn links_made(&self) -> u64 {
+        self.import.lock().expect("import").connects
+    }
+
     /// The state and its history.
     pub fn import_status(&self) -> ImportStatus {
         self.import.lock().expect("import").clone()

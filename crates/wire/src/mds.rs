@@ -311,7 +311,17 @@ pub enum MdsOp {
     /// The client is going away (unmount): the MDT drops its export now — its opens and
     /// saved replies — instead of evicting it later. Reply: [`MdsReply::Done`].
     Disconnect,
+    /// After reconnecting: the files this client holds open on the MDT, with their handle
+    /// counts (Lustre's open replay), so a restarted MDT keeps files unlinked while open.
+    /// At most [`REOPEN_FIDS_MAX`] entries. Reply: [`MdsReply::Done`].
+    Reopen {
+        /// (file, open handles).
+        opens: Vec<(Fid, u32)>,
+    },
 }
+
+/// Most files one [`MdsOp::Reopen`] lists (a client with more sends several).
+pub const REOPEN_FIDS_MAX: usize = 16_384;
 
 /// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
 pub const MDT_INDEX_ANY: u32 = u32::MAX;
@@ -356,6 +366,7 @@ impl MdsOp {
             | MdsOp::Sync
             | MdsOp::Ping
             | MdsOp::Disconnect
+            | MdsOp::Reopen { .. }
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -402,6 +413,7 @@ impl MdsOp {
                 MdsOp::RenameLock { .. } => 33,
                 MdsOp::Ping => 34,
                 MdsOp::Disconnect => 35,
+                MdsOp::Reopen { .. } => 36,
             }
     }
 
@@ -421,7 +433,8 @@ impl MdsOp {
                                 | MdsOp::Sync
                                 | MdsOp::Ping
                 // Handled apart: it ends the client's export.
-                | MdsOp::Disconnect
+                                | MdsOp::Disconnect
+                | MdsOp::Reopen { .. }
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -879,7 +892,8 @@ mod tests {
 
     #[test]
     fn ping_and_disconnect_round_trip_and_refuse_truncation() {
-        for op in [MdsOp::Ping, MdsOp::Disconnect] {
+        let opens = vec![(Fid::new(0x2_0000_0400, 7), 2), (Fid::ROOT, 1)];
+        for op in [MdsOp::Ping, MdsOp::Disconnect, MdsOp::Reopen { opens }] {
             let call = MdsCall {
                 client: [3; 16],
                 replied_below: 9,
