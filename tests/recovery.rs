@@ -1263,3 +1263,74 @@ fn a_file_unlinked_while_open_survives_an_mds_restart() {
     }
     assert_eq!(big(&ost), 0, "the last close did not remove the orphan");
 }
+
+/// Sets every interface of network namespace `netns` but `lo` up or down.
+fn links(netns: &str, up: bool) {
+    let state = if up { "up" } else { "down" };
+    nacre_testkit::sh(&format!(
+        "for d in $(ip -n {netns} -o link show | awk -F': ' '$2 !~ /^lo/ {{split($2, a, \"@\"); print a[1]}}'); \
+         do ip -n {netns} link set dev $d {state}; done"
+    ));
+}
+
+/// Imperative recovery: an MDS host dies without a word (its link is down when the process
+/// is killed, so the client's connection never hears of it) while a create waits there for
+/// a reply that will never come; with a 600 s RPC timeout the client would wait that long.
+/// The restarted MDS registers with the MGS, the MGS tells the client at once, and the
+/// create is resent and completes.
+#[test]
+fn clients_hear_of_a_restarted_target_from_the_mgs_at_once() {
+    let lab = nacre_testkit::NetLab::new(3);
+    let (mgs_host, mds_host, client_host) = (&lab.hosts[0], &lab.hosts[1], &lab.hosts[2]);
+    let root = tempfile::Builder::new()
+        .prefix("nacre-recovery-ir")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let mgs = format!("{}@tcp", mgs_host.addr);
+    mkfs("--mgs", 0, "ir", None, &d("mgs"));
+    mkfs("--ost", 0, "ir", Some(&mgs), &d("ost0"));
+    mkfs("--mdt", 0, "ir", Some(&mgs), &d("mdt0"));
+    let _oss = mgs_host.server(&[&d("mgs"), &d("ost0")], &[]);
+    let mut mds = mds_host.server(&[&d("mdt0")], &[]);
+    let client = ClientMount::mount_in(
+        &client_host.prefix(),
+        &format!("{mgs}:/ir"),
+        &d("mnt"),
+        &["--rpc-timeout-ms", "600000", "--ping-interval-ms", "0"],
+    );
+    std::fs::write(client.mnt.join("before"), b"1").unwrap();
+
+    // The create reaches the MDS and is dropped there: no reply will come on this link.
+    arm(&mds, "mds.create.drop_request");
+    let p = client.mnt.join("during");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(std::fs::write(p, b"2"));
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // The host goes silent, its process dies, and the sockets it leaves (which would send
+    // their FIN once the link is back) vanish too, as when a node crashes.
+    links(&mds_host.netns, false);
+    mds.kill9();
+    nacre_testkit::sh(&format!(
+        "ip netns exec {} ss -K -t >/dev/null",
+        mds_host.netns
+    ));
+    links(&mds_host.netns, true);
+    mds.restart();
+    // A hang detector, not a timing check: without the MGS the create waits 600 s.
+    let done = rx
+        .recv_timeout(Duration::from_secs(60))
+        .ok()
+        .map(|r| r.map_err(|e| e.to_string()));
+    if done.is_none() {
+        client.abort().expect("abort the FUSE connection");
+        panic!("the create waited for its RPC timeout: the client did not hear of the restart");
+    }
+    h.join().unwrap();
+    done.unwrap().expect("create across the silent restart");
+    assert_eq!(std::fs::read(client.mnt.join("during")).unwrap(), b"2");
+    let log = client.log();
+    assert!(log.contains("restarted (MGS)"), "{log}");
+}

@@ -21,9 +21,10 @@ use nacre_net::{Connection, NetConfig};
 use nacre_types::dirstripe::{DirDefault, DirHash, DirStripe};
 use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
-use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo};
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo, TargetKind};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 pub use nacre_types::layout::StripeSpec;
 
@@ -204,7 +205,31 @@ impl Client {
             ping_interval_ms: config.ping_interval_ms,
         });
         client.getattr(Fid::ROOT)?;
+        start_watch(&client);
         Ok(client)
+    }
+
+    /// Target `kind` `index` restarted (the MGS says): drop the links to it so requests
+    /// waiting there are resent at once.
+    fn relink(&self, kind: TargetKind, index: u32) {
+        let conn = match kind {
+            TargetKind::Mdt => self
+                .mdcs
+                .read()
+                .expect("mdcs")
+                .get(&index)
+                .map(|m| m.conn().clone()),
+            TargetKind::Ost => self.oscs.read().expect("oscs").get(&index).cloned(),
+            TargetKind::Mgt => None,
+        };
+        if let Some(conn) = conn {
+            tracing::info!(
+                "{}{index:04x} restarted (MGS): reconnecting to {}",
+                kind.as_str().to_uppercase(),
+                conn.nid()
+            );
+            conn.relink();
+        }
     }
 
     /// File system name.
@@ -1024,7 +1049,7 @@ impl Client {
     /// Tells every MDT this client used that it is going away (unmount), so they release
     /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
     /// MDT that is down simply evicts the client later).
-    pub fn disconnect(&self, wait: std::time::Duration) {
+    pub fn disconnect(&self, wait: Duration) {
         let mdcs: Vec<_> = self.mdcs.read().expect("mdcs").values().cloned().collect();
         let (tx, rx) = std::sync::mpsc::channel();
         for m in &mdcs {
@@ -1139,6 +1164,67 @@ pub fn fetch_config(mgs: &Arc<Connection>, fsname: &str) -> Result<FsConfig> {
             mgs.nid()
         ))),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Pause before polling the MGS again after a failed or empty-handed poll.
+const WATCH_RETRY_MS: u64 = 1_000;
+
+/// Imperative recovery: a thread long-polls the MGS for target (re)starts and relinks to a
+/// restarted target at once, so requests waiting on a server that died without a word (a
+/// crashed node) are resent now rather than after the RPC timeout. Holds the client weakly.
+fn start_watch(client: &Arc<Client>) {
+    let (me, mgs, fsname) = (
+        Arc::downgrade(client),
+        client.mgs.clone(),
+        client.fsname.clone(),
+    );
+    // Answered before the RPC timeout, so a held poll is never taken for a lost one.
+    let wait_ms = (client.net.rpc_timeout_ms / 2).clamp(100, 30_000) as u32;
+    let spawned = std::thread::Builder::new()
+        .name("mgs-watch".into())
+        .spawn(move || {
+            let mut after = None;
+            loop {
+                let req = MgsRequest::WaitTargets {
+                    fsname: fsname.clone(),
+                    after: after.unwrap_or(u64::MAX),
+                    wait_ms: if after.is_some() { wait_ms } else { 0 },
+                };
+                let started = std::time::Instant::now();
+                let polled = after.is_some();
+                let reply = call::<_, MgsReply>(&mgs, req.opcode(), 0, &req);
+                let Some(client) = me.upgrade() else { return };
+                let mut idle = polled;
+                match reply {
+                    Ok(MgsReply::Targets { seq, started }) => {
+                        if after.is_some() {
+                            for (kind, index) in started {
+                                client.relink(kind, index);
+                                idle = false;
+                            }
+                        }
+                        after = Some(seq);
+                    }
+                    Ok(_) => {
+                        tracing::debug!("MGS watch: unexpected reply");
+                        idle = true;
+                    }
+                    Err(e) => {
+                        tracing::debug!("MGS watch: {e}");
+                        idle = true;
+                    }
+                }
+                drop(client);
+                // Never spin: a poll answered early with nothing new (or an error) waits.
+                let quick = started.elapsed() < Duration::from_millis(u64::from(wait_ms) / 2);
+                if idle && quick {
+                    std::thread::sleep(Duration::from_millis(WATCH_RETRY_MS));
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("no MGS watch thread: {e}");
     }
 }
 

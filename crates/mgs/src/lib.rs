@@ -6,8 +6,11 @@
 //!
 //! Invariants: one uuid per (fsname, kind, index), so a second target cannot steal an index;
 //! the configuration version only grows; every change is on disk before it is acknowledged.
+//! Every registration is also an event clients hear of at once (watch.rs: imperative
+//! recovery).
 
 pub mod store;
+pub mod watch;
 
 use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_types::Status;
@@ -25,6 +28,7 @@ pub struct Mgs {
     configs: Mutex<BTreeMap<String, FsConfig>>,
     params_path: PathBuf,
     params: Mutex<store::ParamSets>,
+    watch: watch::Watch,
 }
 
 /// Persistent parameters kept per file system at most.
@@ -42,11 +46,22 @@ impl Mgs {
             configs: Mutex::new(configs),
             params_path,
             params: Mutex::new(params),
+            watch: watch::Watch::default(),
         })
     }
 
     /// Registers (or re-registers) a target.
     pub fn register(&self, target: TargetInfo) -> Result<u64, Status> {
+        let (fsname, kind, index) = (target.fsname.clone(), target.kind, target.index);
+        let version = self.register_config(target)?;
+        if kind != TargetKind::Mgt {
+            // A (re)start: clients waiting on the MGS reconnect to it now.
+            self.watch.started(&fsname, kind, index);
+        }
+        Ok(version)
+    }
+
+    fn register_config(&self, target: TargetInfo) -> Result<u64, Status> {
         let mut configs = self.configs.lock().expect("configs");
         let config = configs
             .entry(target.fsname.clone())
@@ -139,6 +154,20 @@ impl Mgs {
 }
 
 impl Handler for Mgs {
+    fn park(&self, req: Incoming) -> Option<Incoming> {
+        match decode_body::<MgsRequest>(&req.body) {
+            Ok(MgsRequest::WaitTargets {
+                fsname,
+                after,
+                wait_ms,
+            }) => {
+                self.watch.poll(req, fsname, after, wait_ms);
+                None
+            }
+            _ => Some(req),
+        }
+    }
+
     fn handle(&self, req: &Incoming) -> Outgoing {
         let request: MgsRequest = match decode_body(&req.body) {
             Ok(r) => r,
@@ -166,6 +195,8 @@ impl Handler for Mgs {
                 let (version, params) = self.params(&fsname);
                 Ok(MgsReply::Params { version, params })
             }
+            // Taken by `park` before it gets here.
+            MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };
         match reply {
             Ok(r) => Outgoing::ok(encode_body(&r)),

@@ -239,6 +239,19 @@ impl Connection {
         }
     }
 
+    /// Drops every link to the server now (its server restarted, says the MGS): requests in
+    /// flight on them are resent at once on a new link instead of waiting out their timeout.
+    pub fn relink(&self) {
+        let mut rails = self.rails.lock().expect("rails");
+        for r in rails.iter_mut() {
+            if let Some(Link::Tcp(tcp)) = r.link.take().as_deref() {
+                abort_link(tcp);
+            }
+        }
+        drop(rails);
+        self.note_state(import_state::DISCONN);
+    }
+
     /// Links made to the server so far (a change means a new link, maybe to a restarted
     /// server).
     pub fn links_made(&self) -> u64 {

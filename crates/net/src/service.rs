@@ -152,6 +152,13 @@ pub trait Handler: Send + Sync + 'static {
     fn fault_name(&self, _req: &Incoming) -> Option<String> {
         None
     }
+
+    /// Offered every request first: a handler that answers it later (a long poll) keeps it
+    /// and returns `None`, then calls [`Incoming::respond`] from any thread; `Some` hands it
+    /// back to be handled now.
+    fn park(&self, req: Incoming) -> Option<Incoming> {
+        Some(req)
+    }
 }
 
 /// Runs `req` through `handler`, calls `handled` (the counters: a client that has its
@@ -159,6 +166,10 @@ pub trait Handler: Send + Sync + 'static {
 /// when one is armed (`net.drop_request`, `net.drop_reply` for any request; the handler's
 /// named ones).
 fn serve_one(handler: &dyn Handler, req: Incoming, handled: impl FnOnce()) {
+    let Some(req) = handler.park(req) else {
+        handled();
+        return;
+    };
     if !crate::fault::armed_any() {
         let out = handler.handle(&req);
         handled();
@@ -193,6 +204,11 @@ pub(crate) enum ReplySink {
 }
 
 impl Incoming {
+    /// Sends the reply of a request a handler parked ([`Handler::park`]).
+    pub fn respond(self, out: Outgoing) {
+        self.reply(out);
+    }
+
     pub(crate) fn reply(self, out: Outgoing) {
         let mut header = self.header;
         header.flags = FLAG_REPLY | (self.header.flags & FLAG_BULK_CHECKSUM);

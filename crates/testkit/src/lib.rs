@@ -297,7 +297,11 @@ impl ServerProc {
     /// Starts the same server again (after [`ServerProc::kill9`]).
     pub fn restart(&mut self) {
         self.kill9();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Wait for the port to be free. A listener in another network namespace cannot be
+        // probed from here; its sockets left by the kill do not block the new listener
+        // (SO_REUSEADDR), only a live process would.
+        let other_netns = self.prefix.iter().any(|p| p.starts_with("--net="));
+        let deadline = Instant::now() + Duration::from_secs(if other_netns { 0 } else { 20 });
         loop {
             if TcpListener::bind(&self.listen).is_ok() || Instant::now() > deadline {
                 break;
@@ -389,6 +393,18 @@ impl ClientMount {
 }
 
 impl ClientMount {
+    /// The client process's log (`/run/nacre/<mount path with '_'>.log`, as `nacre mount`
+    /// names it); empty if there is none.
+    pub fn log(&self) -> String {
+        let name: String = self
+            .mnt
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        std::fs::read_to_string(format!("/run/nacre/{name}.log")).unwrap_or_default()
+    }
+
     /// Aborts this mount's FUSE connection through fusectl (mounted if needed), as
     /// `echo 1 > /sys/fs/fuse/connections/N/abort` does: every request waiting on it fails
     /// with ENOTCONN at once. Lets a hang detector fail its test instead of hanging with it.

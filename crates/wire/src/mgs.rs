@@ -64,7 +64,22 @@ pub enum MgsRequest {
         /// File system name.
         fsname: String,
     },
+    /// Imperative recovery: wait up to `wait_ms` (at most [`WAIT_TARGETS_MS_MAX`]) until a
+    /// target of `fsname` registers (starts or restarts) after event `after`. Reply:
+    /// [`MgsReply::Targets`], at once if there are such events, else when one comes or the
+    /// wait ends.
+    WaitTargets {
+        /// File system name.
+        fsname: String,
+        /// The last event sequence number the client has seen.
+        after: u64,
+        /// How long the MGS may hold the request.
+        wait_ms: u32,
+    },
 }
+
+/// Longest a [`MgsRequest::WaitTargets`] is held.
+pub const WAIT_TARGETS_MS_MAX: u32 = 60_000;
 
 /// Replies from the MGS.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +98,14 @@ pub enum MgsReply {
         /// (name pattern, value).
         params: Vec<(String, String)>,
     },
+    /// Targets that (re)started after the event the client had seen.
+    Targets {
+        /// The newest event's sequence number (0: none since the MGS started).
+        seq: u64,
+        /// (kind, index) of each target registered since; every target of the file system
+        /// if the client was further behind than the MGS remembers.
+        started: Vec<(TargetKind, u32)>,
+    },
 }
 
 impl MgsRequest {
@@ -93,6 +116,7 @@ impl MgsRequest {
             MgsRequest::GetConfig { .. } => 0x0102,
             MgsRequest::SetParam { .. } => 0x0103,
             MgsRequest::GetParams { .. } => 0x0104,
+            MgsRequest::WaitTargets { .. } => 0x0105,
         }
     }
 }
@@ -102,6 +126,28 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn wait_targets_round_trips_and_refuses_truncation() {
+        let req = MgsRequest::WaitTargets {
+            fsname: "demo".into(),
+            after: 7,
+            wait_ms: 500,
+        };
+        let reply = MgsReply::Targets {
+            seq: 9,
+            started: vec![(TargetKind::Mdt, 0), (TargetKind::Ost, 3)],
+        };
+        let (a, b) = (encode_body(&req), encode_body(&reply));
+        assert_eq!(decode_body::<MgsRequest>(&a).unwrap(), req);
+        assert_eq!(decode_body::<MgsReply>(&b).unwrap(), reply);
+        for n in 0..a.len() {
+            assert!(decode_body::<MgsRequest>(&a[..n]).is_err());
+        }
+        for n in 0..b.len() {
+            assert!(decode_body::<MgsReply>(&b[..n]).is_err());
+        }
+    }
 
     #[test]
     fn round_trip() {
