@@ -1094,10 +1094,11 @@ impl Client {
         };
         let st = conn.import_status();
         s += &format!(
-            "    state: {}\n    nid: {}\n    connects: {}\n",
+            "    state: {}\n    nid: {}\n    connects: {}\n    restarts_heard: {}\n",
             st.state,
             conn.nid(),
-            st.connects
+            st.connects,
+            st.restarts_heard
         );
         let mdc = target
             .strip_prefix("MDT")

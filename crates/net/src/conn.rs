@@ -171,6 +171,8 @@ pub struct ImportStatus {
     pub history: Vec<(std::time::SystemTime, &'static str)>,
     /// Links made to the server (the first connection and every reconnection).
     pub connects: u64,
+    /// Restarts of the server the MGS announced ([`Connection::relink`]).
+    pub restarts_heard: u64,
 }
 
 /// A connection to one server. Cheap to share (`Arc`); thread-safe.
@@ -208,6 +210,7 @@ impl Connection {
                 state: import_state::NEW,
                 history: Vec::new(),
                 connects: 0,
+                restarts_heard: 0,
             }),
             nid,
             slots: Arc::new(Slots {
@@ -249,6 +252,7 @@ impl Connection {
             }
         }
         drop(rails);
+        self.import.lock().expect("import").restarts_heard += 1;
         self.note_state(import_state::DISCONN);
     }
 

@@ -393,18 +393,6 @@ impl ClientMount {
 }
 
 impl ClientMount {
-    /// The client process's log (`/run/nacre/<mount path with '_'>.log`, as `nacre mount`
-    /// names it); empty if there is none.
-    pub fn log(&self) -> String {
-        let name: String = self
-            .mnt
-            .to_string_lossy()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        std::fs::read_to_string(format!("/run/nacre/{name}.log")).unwrap_or_default()
-    }
-
     /// Aborts this mount's FUSE connection through fusectl (mounted if needed), as
     /// `echo 1 > /sys/fs/fuse/connections/N/abort` does: every request waiting on it fails
     /// with ENOTCONN at once. Lets a hang detector fail its test instead of hanging with it.
