@@ -211,6 +211,16 @@ impl Mdt {
         Ok(())
     }
 
+    /// The orphans found at start still waiting for their clients to reopen them.
+    pub fn pending_orphans(&self) -> Vec<Fid> {
+        self.orphans_pending
+            .lock()
+            .expect("orphans")
+            .as_ref()
+            .map(|(_, f)| f.clone())
+            .unwrap_or_default()
+    }
+
     /// Removes the orphans found at start that no client reopened, once their grace time is
     /// over (called by the destroy thread).
     pub fn reap_orphans(&self) -> Result<(), Status> {
@@ -253,8 +263,41 @@ impl Mdt {
         Ok(())
     }
 
-    /// The inodes marked orphan (unlinked while open).
+    /// The inodes marked orphan (unlinked while open), from the `orphans` index. An MDT
+    /// formatted before the index existed is scanned once to build it.
     fn find_orphans(&self) -> Result<Vec<Fid>, Status> {
+        if read_u64(&*self.kv, b"orphan_index")?.is_none() {
+            let found = self.scan_orphans()?;
+            let mut b = Batch::new();
+            for fid in &found {
+                b.put(ORPHANS, fid.to_key().to_vec(), Vec::new());
+            }
+            b.put(META, b"orphan_index".to_vec(), 1u64.to_be_bytes().to_vec());
+            let t = self.kv.commit(b).map_err(kv_err)?;
+            self.kv.wait_durable(t).map_err(kv_err)?;
+            return Ok(found);
+        }
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .kv
+                .scan(ORPHANS, &[], after.as_deref(), 1024)
+                .map_err(kv_err)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.0.clone());
+            for (k, _) in &page {
+                match Fid::from_key(k) {
+                    Some(fid) => out.push(fid),
+                    None => tracing::warn!("{}: bad orphan index key", self.label.name()),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every inode marked orphan, by a scan of all inodes.
+    fn scan_orphans(&self) -> Result<Vec<Fid>, Status> {
         let mut after: Option<Vec<u8>> = None;
         let mut orphans = Vec::new();
         loop {
@@ -571,6 +614,9 @@ impl Tx<'_> {
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
         self.batch.delete(INODES, fid.to_key().to_vec());
+        if rec.orphan {
+            self.batch.delete(ORPHANS, fid.to_key().to_vec());
+        }
         let xattrs = self
             .mdt
             .kv

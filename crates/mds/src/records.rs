@@ -49,8 +49,10 @@ pub const REMOTE_LINKS: &str = "remote_links";
 pub const FROZEN: &str = "frozen";
 /// Inodes moved away by a migration: old FID → new FID.
 pub const MOVED: &str = "moved";
+/// Inodes unlinked while open (orphans), keyed by FID: found at start without a scan.
+pub const ORPHANS: &str = "orphans";
 /// Every table of an MDT.
-pub const TABLES: [&str; 12] = [
+pub const TABLES: [&str; 13] = [
     INODES,
     DIRENTS,
     XATTRS,
@@ -63,6 +65,7 @@ pub const TABLES: [&str; 12] = [
     REMOTE_LINKS,
     FROZEN,
     MOVED,
+    ORPHANS,
 ];
 
 /// A cross-MDT operation this MDT coordinates, committed with its local changes (or before

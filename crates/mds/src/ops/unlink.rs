@@ -15,6 +15,11 @@ pub fn drop_link(tx: &mut Tx<'_>, mut rec: InodeRecord) -> Result<(), Status> {
     } else if tx.mdt.is_open(rec.attr.fid) {
         rec.orphan = true;
         tx.put_inode(&rec);
+        tx.batch.put(
+            crate::records::ORPHANS,
+            rec.attr.fid.to_key().to_vec(),
+            Vec::new(),
+        );
     } else {
         tx.remove_inode(&rec)?;
     }
