@@ -4,12 +4,16 @@
 //!   version), checksummed, so a server refuses a target of another file system.
 //! * [`ObjectStore`]: an OST's objects as files on a local file system, with an O_DIRECT path
 //!   for aligned I/O that bypasses the page cache, and buffered I/O for the rest.
+//! * [`mmp`]: multi-mount protection, so a target on shared storage is served by one server
+//!   of its failover pair at a time.
 //! * [`csum`]: checksums of stored data (crc32c per 4 KiB chunk), checked on every read.
 //!
 //! Invariant: an object that does not exist reads as empty (size 0); writes create it.
 
 pub mod csum;
 pub mod label;
+pub mod mmp;
+
 pub mod objects;
 
 pub use label::{Label, LabelError};
