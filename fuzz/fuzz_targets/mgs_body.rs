@@ -1,4 +1,5 @@
-//! Bodies of configuration requests and replies, and the network self-test's.
+//! Bodies of configuration requests and replies, the failover service's, and the network
+//! self-test's.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nacre_wire::mgs::{MgsReply, MgsRequest};
@@ -10,5 +11,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(r) = nacre_wire::decode_body::<MgsReply>(data) {
         let _ = nacre_wire::encode_body(&r);
     }
-    let _ = nacre_wire::decode_body::<nacre_wire::selftest::BrwRead>(data);
+        let _ = nacre_wire::decode_body::<nacre_wire::selftest::BrwRead>(data);
+    if let Ok(r) = nacre_wire::decode_body::<nacre_wire::failover::FailoverRequest>(data) {
+        let _ = (r.opcode(), r.target().len());
+    }
+    let _ = nacre_wire::decode_body::<nacre_wire::failover::FailoverReply>(data);
 });

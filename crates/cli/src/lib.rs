@@ -10,5 +10,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod metrics;
 pub mod server;
+pub mod targets;
+
 pub mod size;
 pub mod top;

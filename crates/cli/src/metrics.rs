@@ -18,10 +18,10 @@ pub const REQUEST_BYTES_MAX: u64 = 8 * 1024;
 /// What a process exports.
 #[derive(Clone, Default)]
 pub struct Sources {
-    /// OSTs served.
-    pub osts: Vec<Arc<OstTarget>>,
-    /// MDTs served.
-    pub mdts: Vec<Arc<Mdt>>,
+    /// OSTs served (shared: targets come and go with failover).
+    pub osts: Arc<std::sync::RwLock<Vec<Arc<OstTarget>>>>,
+    /// MDTs served (shared, as `osts`).
+    pub mdts: Arc<std::sync::RwLock<Vec<Arc<Mdt>>>>,
     /// Service thread pools, by service name (`ost_io`, `mdt`, `mgs`).
     pub services: Vec<(String, Arc<ServicePool>)>,
     /// Client mounts of this process (their per-OST RPC counters).
@@ -189,13 +189,15 @@ pub fn render(src: &Sources) -> String {
             samples: Vec::new(),
         },
     ];
-    let targets = src
-        .osts
+    let (osts, mdts) = (
+        src.osts.read().expect("sources").clone(),
+        src.mdts.read().expect("sources").clone(),
+    );
+    let targets = osts
         .iter()
         .map(|o| (o.label.name(), &o.stats, &o.job_stats, &o.export_stats))
         .chain(
-            src.mdts
-                .iter()
+            mdts.iter()
                 .map(|m| (m.label.name(), &m.md_stats, &m.job_stats, &m.export_stats)),
         );
     for (name, stats, jobs, exports) in targets {
@@ -220,7 +222,7 @@ pub fn render(src: &Sources) -> String {
         }
     }
     let _ = writeln!(out, "# TYPE nacre_ost_free_bytes gauge\n# HELP nacre_ost_free_bytes Bytes available on the OST.");
-    for o in &src.osts {
+    for o in &osts {
         if let Ok(s) = o.store.statfs() {
             let _ = writeln!(
                 out,

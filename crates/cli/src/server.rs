@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use nacre_cpt::CptTable;
 use nacre_mds::mdt::Mdt;
-use nacre_mds::osp::OstPool;
+
 use nacre_mds::MdsHandler;
 use nacre_mgs::Mgs;
 use nacre_net::rpc::{call, RpcError};
@@ -65,12 +65,6 @@ fn apply_persistent_params(
     Some(version)
 }
 
-/// How often an MDT retries the cross-MDT operations a crash left pending.
-pub const INTENT_RETRY_MS: u64 = 1_000;
-
-/// How often an MDT refreshes its view of the OSTs.
-pub const OST_REFRESH_MS: u64 = 5_000;
-
 /// What a server process serves.
 #[derive(Clone, Debug)]
 pub struct ServerSpec {
@@ -80,6 +74,12 @@ pub struct ServerSpec {
     pub nid: Option<Nid>,
     /// Formatted target directories.
     pub targets: Vec<PathBuf>,
+    /// Targets of failover pairs this server stands by for (its partner's primaries).
+    pub standby: Vec<PathBuf>,
+    /// Take a standby target over when its server dies (else only by `nacre failover`).
+    pub auto_failover: bool,
+    /// Multi-mount protection update interval of failover targets.
+    pub mmp_interval_ms: u64,
     /// MGS NID, overriding the targets' labels.
     pub mgsnode: Option<Nid>,
     /// Refuse targets of any other file system.
@@ -121,6 +121,9 @@ impl ServerSpec {
             listen,
             nid: None,
             targets,
+            standby: Vec::new(),
+            auto_failover: false,
+            mmp_interval_ms: nacre_osd::mmp::MMP_INTERVAL_MS_DEFAULT,
             mgsnode: None,
             fsname: None,
             mds_threads: (MDS_THREADS_MIN_DEFAULT, MDS_THREADS_MAX_DEFAULT),
@@ -144,10 +147,11 @@ impl ServerSpec {
 pub struct ServerProcess {
     server: Arc<Server>,
     nid: Nid,
-    labels: Vec<Label>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    mdts: Vec<Arc<Mdt>>,
+    targets: Arc<crate::targets::Targets>,
+    oss: Arc<OssHandler>,
+    mds: Arc<MdsHandler>,
     registry: nacre_params::Registry,
     sources: crate::metrics::Sources,
     mgs: Option<Arc<Mgs>>,
@@ -279,7 +283,7 @@ impl ServerProcess {
     /// Starts serving the targets of `spec`.
     pub fn start(spec: ServerSpec) -> anyhow::Result<ServerProcess> {
         let mut labels = Vec::new();
-        for dir in &spec.targets {
+        for dir in spec.targets.iter().chain(&spec.standby) {
             let label = Label::read(dir)?;
             if let Some(fs) = &spec.fsname {
                 if &label.fsname != fs {
@@ -290,6 +294,14 @@ impl ServerProcess {
                         label.fsname
                     );
                 }
+            }
+            if spec.standby.contains(dir) && label.servicenodes.is_empty() {
+                bail!(
+                    "--standby {}: {} has no service nodes, so only its own server may serve it \
+                     (format it with --servicenode for each server of the pair)",
+                    dir.display(),
+                    label.name()
+                );
             }
             labels.push(label);
         }
@@ -310,17 +322,44 @@ impl ServerProcess {
         );
         reachable.retain(|n| !n.ip().is_unspecified());
         server.router().set_nids(reachable);
+        let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
+        let registry = nacre_params::Registry::default();
+        let sources = crate::metrics::Sources::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (oss, mds) = (
+            Arc::new(OssHandler::default()),
+            Arc::new(MdsHandler::default()),
+        );
+        let targets = crate::targets::Targets::new(
+            nid,
+            nids.clone(),
+            spec.mgsnode,
+            has_mgs.then_some(nid),
+            oss.clone(),
+            mds.clone(),
+            registry.clone(),
+            sources.clone(),
+            crate::targets::RunOpts {
+                ost_direct_io: spec.ost_direct_io,
+                mdt_sync_on_reply: spec.mdt_sync_on_reply,
+                commit_interval_ms: spec.commit_interval_ms,
+                mmp_interval_ms: spec.mmp_interval_ms,
+                auto_failover: spec.auto_failover,
+            },
+            stop.clone(),
+        );
         let mut process = ServerProcess {
             server,
             nid,
             nids,
             cpts: Arc::new(cpts),
-            labels: labels.clone(),
-            stop: Arc::new(AtomicBool::new(false)),
+            stop,
             threads: Vec::new(),
-            mdts: Vec::new(),
-            registry: nacre_params::Registry::default(),
-            sources: crate::metrics::Sources::default(),
+            targets,
+            oss,
+            mds,
+            registry,
+            sources,
             mgs: None,
         };
         process.register_node_params(&spec);
@@ -335,7 +374,6 @@ impl ServerProcess {
         )?;
         process.track_service("net.selftest", &selftest);
         process.server.add_service(Service::Net, selftest);
-        let has_mgs = labels.iter().any(|l| l.kind == TargetKind::Mgt);
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {
                 let mgs = Arc::new(Mgs::open(dir)?);
@@ -357,213 +395,124 @@ impl ServerProcess {
                     )
                 })
         };
-        process.start_osts(&spec, &labels, &mgs_of)?;
-        process.start_mdts(&spec, &labels, &mgs_of)?;
+        process.start_targets(&spec, &labels)?;
         process.start_param_sync(mgs_of(&labels[0])?);
         process.server.router().set_starting(false);
         Ok(process)
     }
 
-    fn start_osts(
+    /// Adds the pools of the `kind` service (OSS or MDS) if any target (served or stood by
+    /// for) needs them, and the failover service if any target has service nodes. Called
+    /// after the targets of that kind started: until then the router holds their requests
+    /// (the process is starting) rather than answering that the target is not here.
+    fn add_target_services(
         &mut self,
         spec: &ServerSpec,
         labels: &[Label],
-        mgs_of: &dyn Fn(&Label) -> anyhow::Result<Nid>,
+        kind: TargetKind,
     ) -> anyhow::Result<()> {
-        let oss = Arc::new(OssHandler::default());
-        let mut any = false;
-        for (dir, label) in spec.targets.iter().zip(labels) {
-            if label.kind != TargetKind::Ost {
-                continue;
-            }
-            let target = OstTarget::open(dir, label.clone())
-                .with_context(|| format!("opening {}", dir.display()))?;
-            target.store.set_direct_io(spec.ost_direct_io);
-            let target = Arc::new(target);
-            register_ost_params(&self.registry, &target);
-            self.sources.osts.push(target.clone());
-            oss.add_target(target);
-            any = true;
+        let (oss, mds) = (self.oss.clone(), self.mds.clone());
+        if kind == TargetKind::Ost && labels.iter().any(|l| l.kind == TargetKind::Ost) {
+            // Three pools, as Lustre's OSS has: `ost_io` for data, `ost_create` for the MDT's
+            // object requests, `ost` for the rest (glimpse, statfs), so small requests never
+            // queue behind bulk I/O.
+            let handler: Arc<dyn nacre_net::Handler> = oss;
+            let io_cpts = spec.oss_io_cpts.as_ref().or(spec.oss_cpts.as_ref());
+            let io = pool(
+                "ost_io",
+                &self.cpts,
+                io_cpts.map(Vec::as_slice),
+                spec.oss_threads,
+                handler.clone(),
+            )?;
+            self.track_service("ost.OSS.ost_io", &io);
+            let create = pool(
+                "ost_create",
+                &self.cpts,
+                spec.oss_cpts.as_deref(),
+                SMALL_SERVICE_THREADS,
+                handler.clone(),
+            )?;
+            self.track_service("ost.OSS.ost_create", &create);
+            let ost = pool(
+                "ost",
+                &self.cpts,
+                spec.oss_cpts.as_deref(),
+                SMALL_SERVICE_THREADS,
+                handler,
+            )?;
+            self.track_service("ost.OSS.ost", &ost);
+            self.server.add_service(Service::Oss, ost);
+            self.server.add_portal(&nacre_wire::oss::IO_OPCODES, io);
+            self.server
+                .add_portal(&nacre_wire::oss::CREATE_OPCODES, create);
         }
-        if !any {
-            return Ok(());
+        if kind == TargetKind::Mdt && labels.iter().any(|l| l.kind == TargetKind::Mdt) {
+            // Two pools, as Lustre's MDS has: `mdt` for namespace requests, `mdt_readpage`
+            // for directory pages and closes, so a listing never waits behind a create storm.
+            let handler: Arc<dyn nacre_net::Handler> = mds;
+            let p = pool(
+                "mdt",
+                &self.cpts,
+                spec.mds_cpts.as_deref(),
+                spec.mds_threads,
+                handler.clone(),
+            )?;
+            self.track_service("mds.MDS.mdt", &p);
+            self.server.add_service(Service::Mds, p);
+            let rdpg_cpts = spec.mds_rdpg_cpts.as_ref().or(spec.mds_cpts.as_ref());
+            let readpage = pool(
+                "mdt_readpage",
+                &self.cpts,
+                rdpg_cpts.map(Vec::as_slice),
+                SMALL_SERVICE_THREADS,
+                handler,
+            )?;
+            self.track_service("mds.MDS.mdt_readpage", &readpage);
+            self.server
+                .add_portal(&nacre_wire::mds::READPAGE_OPCODES, readpage);
         }
-        // Three pools, as Lustre's OSS has: `ost_io` for data, `ost_create` for the MDT's
-        // object requests, `ost` for the rest (glimpse, statfs), so small requests never
-        // queue behind bulk I/O.
-        let handler: Arc<dyn nacre_net::Handler> = oss;
-        let io_cpts = spec.oss_io_cpts.as_ref().or(spec.oss_cpts.as_ref());
-        let io = pool(
-            "ost_io",
-            &self.cpts,
-            io_cpts.map(Vec::as_slice),
-            spec.oss_threads,
-            handler.clone(),
-        )?;
-        self.track_service("ost.OSS.ost_io", &io);
-        let create = pool(
-            "ost_create",
-            &self.cpts,
-            spec.oss_cpts.as_deref(),
-            SMALL_SERVICE_THREADS,
-            handler.clone(),
-        )?;
-        self.track_service("ost.OSS.ost_create", &create);
-        let ost = pool(
-            "ost",
-            &self.cpts,
-            spec.oss_cpts.as_deref(),
-            SMALL_SERVICE_THREADS,
-            handler,
-        )?;
-        self.track_service("ost.OSS.ost", &ost);
-        self.server.add_service(Service::Oss, ost);
-        self.server.add_portal(&nacre_wire::oss::IO_OPCODES, io);
-        self.server
-            .add_portal(&nacre_wire::oss::CREATE_OPCODES, create);
-        for label in labels.iter().filter(|l| l.kind == TargetKind::Ost) {
-            register(mgs_of(label)?, self.target_info(label))?;
-            tracing::info!("{} started", label.name());
+        if kind == TargetKind::Mdt && labels.iter().any(|l| !l.servicenodes.is_empty()) {
+            let handler = Arc::new(crate::targets::FailoverService {
+                targets: Arc::downgrade(&self.targets),
+            });
+            // Takeovers wait for the partner's record: a few threads, off the data path.
+            let p = pool("failover", &self.cpts.clone(), Some(&[0]), (1, 4), handler)?;
+            self.track_service("failover.failover", &p);
+            self.server.add_service(Service::Failover, p);
         }
         Ok(())
     }
 
-    fn start_mdts(
-        &mut self,
-        spec: &ServerSpec,
-        labels: &[Label],
-        mgs_of: &dyn Fn(&Label) -> anyhow::Result<Nid>,
-    ) -> anyhow::Result<()> {
-        let mds = Arc::new(MdsHandler::default());
-        let mut started = Vec::new();
-        for (dir, label) in spec.targets.iter().zip(labels) {
-            if label.kind != TargetKind::Mdt {
-                continue;
+    /// Starts the targets: MDTs after OSTs (an MDT asks the OSTs for their usage at start),
+    /// each kind's services once its targets are in. A target of a failover pair that its
+    /// partner serves is stood by for instead.
+    fn start_targets(&mut self, spec: &ServerSpec, labels: &[Label]) -> anyhow::Result<()> {
+        for kind in [TargetKind::Ost, TargetKind::Mdt] {
+            for (dir, label) in spec.targets.iter().zip(labels) {
+                if label.kind != kind {
+                    continue;
+                }
+                match self.targets.serve(dir.clone(), label.clone()) {
+                    Ok(()) => {}
+                    Err(e) if crate::targets::in_use(&e) => {
+                        tracing::warn!("{}: {e:#}; standing by for it", label.name());
+                        self.targets.add_standby(
+                            dir.clone(),
+                            label.clone(),
+                            "partner serves it".into(),
+                        );
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            let mgs = mgs_of(label)?;
-            let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES)
-                .with_context(|| format!("opening the metadata store of {}", label.name()))?;
-            let osts = Arc::new(OstPool::new(&label.fsname, mgs, osp_net_config()));
-            if let Err(e) = osts.refresh() {
-                tracing::warn!("{}: cannot fetch the OST list yet: {e}", label.name());
-            }
-            let mdt = Mdt::open(label.clone(), dir, Arc::new(kv), osts)
-                .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
-            mdt.set_sync_on_reply(spec.mdt_sync_on_reply);
-            let mdt = Arc::new(mdt);
-            register_mdt_params(&self.registry, &mdt);
-            self.sources.mdts.push(mdt.clone());
-            mds.add_target(mdt.clone());
-            started.push((mgs, label.clone(), mdt));
+            self.add_target_services(spec, labels, kind)?;
         }
-        if started.is_empty() {
-            return Ok(());
-        }
-        // Two pools, as Lustre's MDS has: `mdt` for namespace requests, `mdt_readpage` for
-        // directory pages and closes, so a listing never waits behind a create storm.
-        let handler: Arc<dyn nacre_net::Handler> = mds;
-        let p = pool(
-            "mdt",
-            &self.cpts,
-            spec.mds_cpts.as_deref(),
-            spec.mds_threads,
-            handler.clone(),
-        )?;
-        self.track_service("mds.MDS.mdt", &p);
-        self.server.add_service(Service::Mds, p);
-        let rdpg_cpts = spec.mds_rdpg_cpts.as_ref().or(spec.mds_cpts.as_ref());
-        let readpage = pool(
-            "mdt_readpage",
-            &self.cpts,
-            rdpg_cpts.map(Vec::as_slice),
-            SMALL_SERVICE_THREADS,
-            handler,
-        )?;
-        self.track_service("mds.MDS.mdt_readpage", &readpage);
-        self.server
-            .add_portal(&nacre_wire::mds::READPAGE_OPCODES, readpage);
-        for (mgs, label, mdt) in started {
-            register(mgs, self.target_info(&label))?;
-            self.spawn_mdt_threads(mdt.clone(), spec.commit_interval_ms);
-            self.mdts.push(mdt);
-            tracing::info!("{} started", label.name());
+        for (dir, label) in spec.standby.iter().zip(&labels[spec.targets.len()..]) {
+            self.targets
+                .add_standby(dir.clone(), label.clone(), "partner's primary".into());
         }
         Ok(())
-    }
-
-    fn spawn_mdt_threads(&mut self, mdt: Arc<Mdt>, commit_interval_ms: u64) {
-        let stop = self.stop.clone();
-        let m = mdt.clone();
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("mdt-commit".into())
-                .spawn(move || {
-                    let mut durable = nacre_kv::Ticket(0);
-                    let tick = Duration::from_millis(commit_interval_ms.clamp(10, 60_000));
-                    loop {
-                        let stopping = sleep_unless(&stop, tick);
-                        match m.commit_pass(durable) {
-                            Ok(t) => durable = t,
-                            Err(e) => {
-                                tracing::error!("{}: journal sync failed: {e}", m.label.name())
-                            }
-                        }
-                        if stopping {
-                            return;
-                        }
-                    }
-                })
-                .expect("spawn commit thread"),
-        );
-        let stop = self.stop.clone();
-        let m = mdt.clone();
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("mdt-destroy".into())
-                .spawn(move || nacre_mds::destroy::run(m, stop))
-                .expect("spawn destroy thread"),
-        );
-        // Cross-MDT operations a crash interrupted finish as soon as their peer answers.
-        let stop = self.stop.clone();
-        let m = mdt.clone();
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("mdt-intents".into())
-                .spawn(move || loop {
-                    nacre_mds::dne::recover_pass(&m);
-                    if sleep_unless(&stop, Duration::from_millis(INTENT_RETRY_MS)) {
-                        return;
-                    }
-                })
-                .expect("spawn intents thread"),
-        );
-        let stop = self.stop.clone();
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("mdt-osp".into())
-                .spawn(move || {
-                    while !sleep_unless(&stop, Duration::from_millis(OST_REFRESH_MS)) {
-                        if let Err(e) = mdt.osts.refresh() {
-                            tracing::debug!("OST refresh: {e}");
-                        }
-                    }
-                })
-                .expect("spawn osp thread"),
-        );
-    }
-
-    fn target_info(&self, label: &Label) -> TargetInfo {
-        TargetInfo {
-            kind: label.kind,
-            index: label.index,
-            fsname: label.fsname.clone(),
-            uuid: label.uuid.clone(),
-            nids: if self.nids.contains(&self.nid) {
-                self.nids.clone()
-            } else {
-                std::iter::once(self.nid).chain(self.nids.clone()).collect()
-            },
-        }
     }
 
     /// The parameters of this process (`nacre ctl get_param`).
@@ -710,20 +659,23 @@ impl ServerProcess {
         self.nid
     }
 
-    /// Labels of the targets served.
-    pub fn labels(&self) -> &[Label] {
-        &self.labels
+    /// Labels of the targets served now.
+    pub fn labels(&self) -> Vec<Label> {
+        self.targets.served_labels()
+    }
+
+    /// Labels of the targets stood by for.
+    pub fn standby_labels(&self) -> Vec<Label> {
+        self.targets.standby_labels()
     }
 
     /// Stops every service and background thread.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        for m in &self.mdts {
-            m.kick_destroyer();
-        }
         // Background threads first: they may be talking to targets of this very process, whose
         // addresses stop answering once the server is down (a call would then retry for the
         // whole recovery window).
+        self.targets.shutdown();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -754,7 +706,7 @@ fn buffer_pool_table(partitions: usize) -> String {
 
 /// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as
 /// every caller (free-space refresh, object destroy, layout checks) retries later.
-fn osp_net_config() -> NetConfig {
+pub(crate) fn osp_net_config() -> NetConfig {
     NetConfig {
         connect_timeout_ms: 5_000,
         rpc_timeout_ms: 30_000,
@@ -764,7 +716,7 @@ fn osp_net_config() -> NetConfig {
 }
 
 /// Sleeps for `period` in short steps; returns true as soon as `stop` is set.
-fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
+pub(crate) fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
     let step = Duration::from_millis(50);
     let mut slept = Duration::ZERO;
     while slept < period {
@@ -821,7 +773,7 @@ fn parse_bool(value: &str) -> Result<bool, String> {
 }
 
 /// `osd.NAME.*` and `ost.NAME.*` parameters of one OST.
-fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
+pub(crate) fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     let name = t.label.name();
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
@@ -882,7 +834,7 @@ fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
 }
 
 /// `mdt.NAME.*` parameters of one MDT.
-fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
+pub(crate) fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     let name = m.label.name();
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(

@@ -209,9 +209,13 @@ impl Client {
         Ok(client)
     }
 
-    /// Target `kind` `index` restarted (the MGS says): drop the links to it so requests
-    /// waiting there are resent at once.
+    /// Target `kind` `index` restarted (the MGS says), maybe on the partner of its failover
+    /// pair: learn where it is now and drop the links to it, so requests waiting there are
+    /// resent at once (to the new server if it moved).
     fn relink(&self, kind: TargetKind, index: u32) {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("config refresh after a restart: {e}");
+        }
         let conn = match kind {
             TargetKind::Mdt => self
                 .mdcs
@@ -223,6 +227,17 @@ impl Client {
             TargetKind::Mgt => None,
         };
         if let Some(conn) = conn {
+            let servers = {
+                let fs = self.config.read().expect("config");
+                let list = match kind {
+                    TargetKind::Mdt => &fs.mdts,
+                    _ => &fs.osts,
+                };
+                list.iter().find(|t| t.index == index).and_then(servers_of)
+            };
+            if let Some((current, others)) = servers {
+                conn.set_servers(current, &others);
+            }
             tracing::info!(
                 "{}{index:04x} restarted (MGS): reconnecting to {}",
                 kind.as_str().to_uppercase(),
@@ -253,19 +268,24 @@ impl Client {
         Ok(())
     }
 
-    /// The NID of target `index` among `targets` of the configuration (asking the MGS again
-    /// if it is not known yet).
-    fn nid_of(
+    /// A connection to target `index` among `targets` of the configuration (asking the MGS
+    /// again if it is not known yet), with its failover list.
+    fn connect_to(
         &self,
         targets: fn(&FsConfig) -> &[TargetInfo],
         index: u32,
         kind: &str,
-    ) -> Result<Nid> {
+    ) -> Result<Arc<Connection>> {
         let find = |fs: &FsConfig| {
             targets(fs)
                 .iter()
                 .find(|t| t.index == index)
-                .and_then(|t| t.nids.first().copied())
+                .and_then(servers_of)
+                .map(|(current, others)| {
+                    let conn = Connection::new(current, self.net.clone());
+                    conn.set_servers(current, &others);
+                    conn
+                })
         };
         if let Some(n) = find(&self.config.read().expect("config")) {
             return Ok(n);
@@ -280,8 +300,7 @@ impl Client {
         if let Some(c) = self.oscs.read().expect("oscs").get(&index) {
             return Ok(c.clone());
         }
-        let nid = self.nid_of(|fs| &fs.osts, index, "OST")?;
-        let conn = Connection::new(nid, self.net.clone());
+        let conn = self.connect_to(|fs| &fs.osts, index, "OST")?;
         Ok(self
             .oscs
             .write()
@@ -296,8 +315,8 @@ impl Client {
         if let Some(m) = self.mdcs.read().expect("mdcs").get(&index) {
             return Ok(m.clone());
         }
-        let nid = self.nid_of(|fs| &fs.mdts, index, "MDT")?;
-        let m = Arc::new(mdc::Mdc::new(Connection::new(nid, self.net.clone()), index));
+        let conn = self.connect_to(|fs| &fs.mdts, index, "MDT")?;
+        let m = Arc::new(mdc::Mdc::new(conn, index));
         let mut mdcs = self.mdcs.write().expect("mdcs");
         let m = mdcs.entry(index).or_insert_with(|| {
             m.start_pinger(self.ping_interval_ms);
@@ -1093,11 +1112,14 @@ impl Client {
             return s;
         };
         let st = conn.import_status();
+        let servers: Vec<String> = conn.servers().iter().map(Nid::to_string).collect();
         s += &format!(
-            "    state: {}\n    nid: {}\n    connects: {}\n    restarts_heard: {}\n",
+            "    state: {}\n    nid: {}\n    failover_nids: [{}]\n    connects: {}\n    failovers: {}\n    restarts_heard: {}\n",
             st.state,
             conn.nid(),
+            servers.join(", "),
             st.connects,
+            st.failovers,
             st.restarts_heard
         );
         let mdc = target
@@ -1166,6 +1188,23 @@ pub fn fetch_config(mgs: &Arc<Connection>, fsname: &str) -> Result<FsConfig> {
         ))),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Where a target is served now and which other servers may serve it.
+fn servers_of(t: &TargetInfo) -> Option<(Nid, Vec<Nid>)> {
+    let current = t
+        .nids
+        .first()
+        .copied()
+        .or(t.servicenodes.first().copied())?;
+    // Other NIDs of the current server are rails (discovery finds them), not partners.
+    let others = t
+        .servicenodes
+        .iter()
+        .filter(|n| **n != current && !t.nids.contains(n))
+        .copied()
+        .collect();
+    Some((current, others))
 }
 
 /// Pause before polling the MGS again after a failed or empty-handed poll.

@@ -26,29 +26,63 @@ pub mod stats;
 use mdt::{kv_err, note_modification, Mdt};
 use nacre_kv::Batch;
 use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_osd::mmp::Guard;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use nacre_wire::{decode_body, encode_body};
 use records::{decode, reply_key, SavedReply, REPLIES};
 use std::collections::HashMap;
+
 use std::sync::{Arc, RwLock};
 
 /// The MDS request handler for every MDT of this process.
 #[derive(Default)]
 pub struct MdsHandler {
-    targets: RwLock<HashMap<u32, Arc<Mdt>>>,
+    targets: RwLock<HashMap<u32, Guarded>>,
 }
+
+/// A target and, in a failover pair, the multi-mount protection it is served under.
+type Guarded = (Arc<Mdt>, Option<Arc<Guard>>);
 
 impl MdsHandler {
     /// Adds an MDT.
     pub fn add_target(&self, mdt: Arc<Mdt>) {
+        self.add_guarded(mdt, None);
+    }
+
+    /// Adds an MDT of a failover pair: its requests are served only while `guard` holds
+    /// the target (multi-mount protection), else answered `ENODEV` (the client tries the
+    /// partner).
+    pub fn add_guarded(&self, mdt: Arc<Mdt>, guard: Option<Arc<Guard>>) {
         let index = mdt.label.index;
-        self.targets.write().expect("targets").insert(index, mdt);
+        self.targets
+            .write()
+            .expect("targets")
+            .insert(index, (mdt, guard));
+    }
+
+    /// Stops serving MDT `index`: its requests are answered `ENODEV` from now on.
+    pub fn remove_target(&self, index: u32) -> Option<Arc<Mdt>> {
+        self.targets
+            .write()
+            .expect("targets")
+            .remove(&index)
+            .map(|(m, _)| m)
     }
 
     /// The MDT with `index`.
     pub fn target(&self, index: u32) -> Option<Arc<Mdt>> {
-        self.targets.read().expect("targets").get(&index).cloned()
+        self.targets
+            .read()
+            .expect("targets")
+            .get(&index)
+            .map(|(m, _)| m.clone())
+    }
+
+    /// The MDT with `index` if this server may serve it now (see [`MdsHandler::add_guarded`]).
+    fn serving(&self, index: u32) -> Option<Arc<Mdt>> {
+        let (mdt, guard) = self.targets.read().expect("targets").get(&index).cloned()?;
+        guard.is_none_or(|g| g.holds()).then_some(mdt)
     }
 }
 
@@ -568,7 +602,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
 
 impl Handler for MdsHandler {
     fn handle(&self, req: &Incoming) -> Outgoing {
-        let Some(mdt) = self.target(req.header.target) else {
+        let Some(mdt) = self.serving(req.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
         let call: MdsCall = match decode_body(&req.body) {

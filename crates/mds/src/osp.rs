@@ -134,17 +134,34 @@ impl OstPool {
             let mut mdts = self.mdts.write().expect("mdts");
             for t in &config.mdts {
                 let Some(&nid) = t.nids.first() else { continue };
-                if mdts.get(&t.index).is_none_or(|(n, _)| *n != nid) {
-                    mdts.insert(t.index, (nid, Connection::new(nid, self.net.clone())));
+                match mdts.get_mut(&t.index) {
+                    // Moved to the partner of its failover pair: requests in flight follow.
+                    Some((n, conn)) => {
+                        conn.set_servers(nid, &t.servicenodes);
+                        *n = nid;
+                    }
+                    None => {
+                        let conn = Connection::new(nid, self.net.clone());
+                        conn.set_servers(nid, &t.servicenodes);
+                        mdts.insert(t.index, (nid, conn));
+                    }
                 }
             }
         }
         let mut osts = self.osts.write().expect("osts");
         for t in &config.osts {
             let Some(&nid) = t.nids.first() else { continue };
+            if let Some(e) = osts.get_mut(&t.index) {
+                if let Some(conn) = &e.conn {
+                    conn.set_servers(nid, &t.servicenodes);
+                    e.nid = Some(nid);
+                    continue;
+                }
+            }
             let stale = osts.get(&t.index).is_none_or(|e| e.nid != Some(nid));
             if stale {
                 let conn = Connection::new(nid, self.net.clone());
+                conn.set_servers(nid, &t.servicenodes);
                 osts.insert(
                     t.index,
                     OstEntry {

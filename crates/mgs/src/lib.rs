@@ -83,8 +83,15 @@ impl Mgs {
                 );
                 return Err(Status::Exist);
             }
-            Some(existing) if existing.nids == target.nids => return Ok(config.version),
-            Some(existing) => existing.nids = target.nids.clone(),
+            Some(existing)
+                if existing.nids == target.nids && existing.servicenodes == target.servicenodes =>
+            {
+                return Ok(config.version)
+            }
+            Some(existing) => {
+                existing.nids = target.nids.clone();
+                existing.servicenodes = target.servicenodes.clone();
+            }
             None => {
                 list.push(target.clone());
                 list.sort_by_key(|t| t.index);
@@ -216,6 +223,7 @@ mod tests {
             fsname: "demo".into(),
             uuid: uuid.into(),
             nids: vec!["127.0.0.1:7000@tcp".parse().unwrap()],
+            servicenodes: Vec::new(),
         }
     }
 

@@ -7,7 +7,10 @@ use std::io::Write;
 use std::path::Path;
 
 const MAGIC: &[u8; 4] = b"NMGS";
+/// Format of the parameters file, and of configurations before service nodes.
 const FORMAT_VERSION: u32 = 1;
+/// Format of the configuration file since targets carry service nodes.
+const CONFIG_FORMAT_VERSION: u32 = 2;
 /// Largest configuration file accepted.
 pub const CONFIG_BYTES_MAX: usize = 64 << 20;
 
@@ -33,7 +36,11 @@ pub enum StoreError {
 }
 
 /// Reads an envelope (magic, format version, crc32c, payload); `None` if the file is missing.
-fn read_envelope(path: &Path, magic: &[u8; 4]) -> Result<Option<Vec<u8>>, StoreError> {
+fn read_envelope(
+    path: &Path,
+    magic: &[u8; 4],
+    versions: std::ops::RangeInclusive<u32>,
+) -> Result<Option<(u32, Vec<u8>)>, StoreError> {
     let p = path.display().to_string();
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -48,14 +55,14 @@ fn read_envelope(path: &Path, magic: &[u8; 4]) -> Result<Option<Vec<u8>>, StoreE
         return Err(corrupt("bad magic or size"));
     }
     let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    if version != FORMAT_VERSION {
+    if !versions.contains(&version) {
         return Err(corrupt(&format!("unknown format version {version}")));
     }
     let crc = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if crc32c::crc32c(&bytes[12..]) != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    Ok(Some(bytes[12..].to_vec()))
+    Ok(Some((version, bytes[12..].to_vec())))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(path: &Path, payload: &[u8]) -> Result<T, StoreError> {
@@ -67,10 +74,15 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, payload: &[u8]) -> Result
 
 /// Loads the configurations; a missing file is an empty MGS.
 pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
-    let Some(payload) = read_envelope(path, MAGIC)? else {
+    let Some((version, payload)) = read_envelope(path, MAGIC, 1..=CONFIG_FORMAT_VERSION)? else {
         return Ok(BTreeMap::new());
     };
-    let list: Vec<FsConfig> = decode(path, &payload)?;
+    let list: Vec<FsConfig> = if version == 1 {
+        let old: Vec<v1::FsConfig> = decode(path, &payload)?;
+        old.into_iter().map(v1::FsConfig::upgrade).collect()
+    } else {
+        decode(path, &payload)?
+    };
     Ok(list.into_iter().map(|c| (c.fsname.clone(), c)).collect())
 }
 
@@ -78,7 +90,49 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
 pub fn save(path: &Path, configs: &BTreeMap<String, FsConfig>) -> Result<(), StoreError> {
     let list: Vec<&FsConfig> = configs.values().collect();
     let payload = postcard::to_allocvec(&list).expect("in-memory serialization");
-    write_envelope(path, MAGIC, &payload)
+    write_envelope(path, MAGIC, CONFIG_FORMAT_VERSION, &payload)
+}
+
+/// The configuration as format 1 stored it (targets without service nodes).
+mod v1 {
+    use nacre_types::{Nid, TargetKind};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct TargetInfo {
+        kind: TargetKind,
+        index: u32,
+        fsname: String,
+        uuid: String,
+        nids: Vec<Nid>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct FsConfig {
+        fsname: String,
+        version: u64,
+        mdts: Vec<TargetInfo>,
+        osts: Vec<TargetInfo>,
+    }
+
+    impl FsConfig {
+        pub fn upgrade(self) -> nacre_wire::mgs::FsConfig {
+            let up = |t: TargetInfo| nacre_wire::mgs::TargetInfo {
+                kind: t.kind,
+                index: t.index,
+                fsname: t.fsname,
+                uuid: t.uuid,
+                nids: t.nids,
+                servicenodes: Vec::new(),
+            };
+            nacre_wire::mgs::FsConfig {
+                fsname: self.fsname,
+                version: self.version,
+                mdts: self.mdts.into_iter().map(up).collect(),
+                osts: self.osts.into_iter().map(up).collect(),
+            }
+        }
+    }
 }
 
 /// Persistent parameters of every file system: fsname -> (version, [(name, value)]).
@@ -88,8 +142,8 @@ const PARAMS_MAGIC: &[u8; 4] = b"NMGP";
 
 /// Loads persistent parameters (a missing file is none).
 pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
-    match read_envelope(path, PARAMS_MAGIC)? {
-        Some(payload) => decode(path, &payload),
+    match read_envelope(path, PARAMS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+        Some((_, payload)) => decode(path, &payload),
         None => Ok(BTreeMap::new()),
     }
 }
@@ -97,17 +151,22 @@ pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
 /// Saves persistent parameters durably.
 pub fn save_params(path: &Path, params: &ParamSets) -> Result<(), StoreError> {
     let payload = postcard::to_allocvec(params).expect("in-memory serialization");
-    write_envelope(path, PARAMS_MAGIC, &payload)
+    write_envelope(path, PARAMS_MAGIC, FORMAT_VERSION, &payload)
 }
 
-fn write_envelope(path: &Path, magic: &[u8; 4], payload: &[u8]) -> Result<(), StoreError> {
+fn write_envelope(
+    path: &Path,
+    magic: &[u8; 4],
+    version: u32,
+    payload: &[u8],
+) -> Result<(), StoreError> {
     let io = |source| StoreError::Io {
         path: path.display().to_string(),
         source,
     };
     let mut bytes = Vec::with_capacity(payload.len() + 12);
     bytes.extend_from_slice(magic);
-    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&version.to_le_bytes());
     bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
     bytes.extend_from_slice(payload);
     let tmp = path.with_extension("tmp");
@@ -121,4 +180,51 @@ fn write_envelope(path: &Path, magic: &[u8; 4], payload: &[u8]) -> Result<(), St
             .map_err(io)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_format_1_configuration_is_read_and_saved_as_format_2() {
+        #[derive(serde::Serialize)]
+        struct OldTarget {
+            kind: nacre_types::TargetKind,
+            index: u32,
+            fsname: String,
+            uuid: String,
+            nids: Vec<nacre_types::Nid>,
+        }
+        #[derive(serde::Serialize)]
+        struct OldConfig {
+            fsname: String,
+            version: u64,
+            mdts: Vec<OldTarget>,
+            osts: Vec<OldTarget>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mgs-config");
+        let old = vec![OldConfig {
+            fsname: "demo".into(),
+            version: 3,
+            mdts: vec![OldTarget {
+                kind: nacre_types::TargetKind::Mdt,
+                index: 0,
+                fsname: "demo".into(),
+                uuid: "u0".into(),
+                nids: vec!["127.0.0.1:7000@tcp".parse().unwrap()],
+            }],
+            osts: Vec::new(),
+        }];
+        let payload = postcard::to_allocvec(&old).unwrap();
+        write_envelope(&path, MAGIC, 1, &payload).unwrap();
+        let configs = load(&path).unwrap();
+        let demo = &configs["demo"];
+        assert_eq!((demo.version, demo.mdts.len()), (3, 1));
+        assert_eq!(demo.mdts[0].uuid, "u0");
+        assert!(demo.mdts[0].servicenodes.is_empty());
+        save(&path, &configs).unwrap();
+        assert_eq!(load(&path).unwrap(), configs);
+    }
 }

@@ -173,12 +173,15 @@ pub struct ImportStatus {
     pub connects: u64,
     /// Restarts of the server the MGS announced ([`Connection::relink`]).
     pub restarts_heard: u64,
+    /// Switches to another server of the failover list.
+    pub failovers: u64,
 }
 
 /// A connection to one server. Cheap to share (`Arc`); thread-safe.
 pub struct Connection {
     import: Mutex<ImportStatus>,
-    nid: Nid,
+    /// The servers that may serve the target, and the one in use (failover).
+    servers: Mutex<Servers>,
     config: NetConfig,
     rails: Mutex<Vec<Rail>>,
     rr: AtomicUsize,
@@ -187,6 +190,20 @@ pub struct Connection {
     slots: Arc<Slots>,
     me: std::sync::Weak<Connection>,
 }
+
+/// The failover list of a connection: every server that may serve its target (Lustre's
+/// import connection list), the one in use first.
+struct Servers {
+    list: Vec<Nid>,
+    active: usize,
+}
+
+/// Most servers in a connection's failover list.
+pub const FAILOVER_SERVERS_MAX: usize = 8;
+
+/// Pause before resending a request the server answered "not served here" (its target is
+/// moving to a partner): a few retries a second, never a spin.
+pub const MOVED_RETRY_MS: u64 = 250;
 
 /// A request in flight; [`PendingReply::wait`] returns its reply.
 pub struct PendingReply {
@@ -211,8 +228,12 @@ impl Connection {
                 history: Vec::new(),
                 connects: 0,
                 restarts_heard: 0,
+                failovers: 0,
             }),
-            nid,
+            servers: Mutex::new(Servers {
+                list: vec![nid],
+                active: 0,
+            }),
             slots: Arc::new(Slots {
                 free: Mutex::new(config.max_rpcs_in_flight.max(1)),
                 cv: Condvar::new(),
@@ -276,9 +297,70 @@ impl Connection {
         Ok(conn)
     }
 
-    /// Peer NID.
+    /// NID of the server in use.
     pub fn nid(&self) -> Nid {
-        self.nid
+        let s = self.servers.lock().expect("servers");
+        s.list[s.active]
+    }
+
+    /// The failover list: every server that may serve the target, the one in use first.
+    pub fn servers(&self) -> Vec<Nid> {
+        let s = self.servers.lock().expect("servers");
+        let n = s.list.len();
+        (0..n).map(|k| s.list[(s.active + k) % n]).collect()
+    }
+
+    /// Sets the failover list from the configuration: `current` serves the target now,
+    /// `others` may. If `current` is not the server in use, switches to it (requests in
+    /// flight are resent there).
+    pub fn set_servers(&self, current: Nid, others: &[Nid]) {
+        let mut list = vec![current];
+        for n in others {
+            if !list.contains(n) && list.len() < FAILOVER_SERVERS_MAX {
+                list.push(*n);
+            }
+        }
+        let mut s = self.servers.lock().expect("servers");
+        let moved = s.list[s.active] != current;
+        s.list = list;
+        s.active = 0;
+        drop(s);
+        if moved {
+            self.switch_rails(current);
+        }
+    }
+
+    /// Switches to the next server of the failover list (the one in use stopped answering
+    /// for the target); false if there is no other.
+    pub fn fail_over(&self) -> bool {
+        let mut s = self.servers.lock().expect("servers");
+        if s.list.len() < 2 {
+            return false;
+        }
+        s.active = (s.active + 1) % s.list.len();
+        let next = s.list[s.active];
+        drop(s);
+        self.switch_rails(next);
+        true
+    }
+
+    /// Drops every link and rail, and starts over with one rail to `nid`.
+    fn switch_rails(&self, nid: Nid) {
+        let mut rails = self.rails.lock().expect("rails");
+        let from = rails.first().map(|r| r.info.nid);
+        for r in rails.iter_mut() {
+            if let Some(Link::Tcp(tcp)) = r.link.take().as_deref() {
+                abort_link(tcp);
+            }
+        }
+        *rails = vec![Rail::new(nid, false)];
+        self.discovered.store(false, Ordering::Release);
+        drop(rails);
+        if let Some(from) = from.filter(|f| *f != nid) {
+            tracing::info!("failing over from {from} to {nid}");
+        }
+        self.import.lock().expect("import").failovers += 1;
+        self.note_state(import_state::DISCONN);
     }
 
     /// Settings.
@@ -331,7 +413,7 @@ impl Connection {
             if rails.iter().any(|r| r.info.nid == nid) {
                 continue;
             }
-            tracing::debug!("{}: discovered rail {nid}", self.nid);
+            tracing::debug!("{}: discovered rail {nid}", self.nid());
             rails.push(Rail::new(nid, true));
         }
     }
@@ -370,7 +452,7 @@ impl Connection {
             Ok((rx, on)) => (rx, Some(on)),
             Err(NetError::Disconnected(_)) | Err(NetError::Unreachable { .. }) => {
                 let (tx, rx) = oneshot();
-                tx.send(Err(NetError::Disconnected(self.nid.to_string())));
+                tx.send(Err(NetError::Disconnected(self.nid().to_string())));
                 (rx, None)
             }
             Err(e) => return Err(e),
@@ -466,7 +548,7 @@ impl Connection {
             }
             return Ok((i, link));
         }
-        Err(last_err.unwrap_or_else(|| NetError::Disconnected(self.nid.to_string())))
+        Err(last_err.unwrap_or_else(|| NetError::Disconnected(self.nid().to_string())))
     }
 
     /// Marks rail `i` down and starts a thread that relinks it.
@@ -479,7 +561,7 @@ impl Connection {
         if let Some(Link::Tcp(tcp)) = rails[i].link.take().as_deref() {
             abort_link(tcp);
         }
-        tracing::info!("{}: rail {} is down", self.nid, rails[i].info.nid);
+        tracing::info!("{}: rail {} is down", self.nid(), rails[i].info.nid);
         let weak = self.me.clone();
         let nid = rails[i].info.nid;
         let _ = std::thread::Builder::new()
@@ -493,7 +575,7 @@ impl Connection {
                     if let Some(r) = rails.iter_mut().find(|r| r.info.nid == nid) {
                         r.link = Some(Arc::new(link));
                         r.info.healthy = true;
-                        tracing::info!("{}: rail {nid} is back", conn.nid);
+                        tracing::info!("{}: rail {nid} is back", conn.nid());
                     }
                     return;
                 }
@@ -597,12 +679,12 @@ impl Connection {
                     drop(w);
                     tcp.pending.lock().expect("pending").remove(&h.xid);
                     tcp.alive.store(false, Ordering::Release);
-                    tracing::debug!("send to {} failed: {e}", self.nid);
+                    tracing::debug!("send to {} failed: {e}", self.nid());
                     let mut rails = self.rails.lock().expect("rails");
                     if rails.len() > 1 {
                         self.rail_down(&mut rails, rail);
                     }
-                    return Err(NetError::Disconnected(self.nid.to_string()));
+                    return Err(NetError::Disconnected(self.nid().to_string()));
                 }
             }
         }
@@ -657,6 +739,22 @@ impl PendingReply {
                     continue;
                 }
                 other => match other {
+                    Ok(Ok(reply))
+                        if reply.status() == nacre_types::Status::NoDev
+                            && conn.servers.lock().expect("servers").list.len() > 1 =>
+                    {
+                        // The server does not serve the target (any more): it moved to a
+                        // partner of the failover pair. Try the next server.
+                        let deadline =
+                            *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
+                        if Instant::now() >= deadline {
+                            return Ok(reply);
+                        }
+                        conn.fail_over();
+                        std::thread::sleep(Duration::from_millis(MOVED_RETRY_MS));
+                        self.resend_until(deadline)?;
+                        sent_at = Instant::now();
+                    }
                     Ok(Ok(reply)) => return Ok(reply),
                     Ok(Err(NetError::Disconnected(_))) | Err(RecvTimeoutError::Disconnected) => {
                         let deadline =
@@ -675,13 +773,13 @@ impl PendingReply {
                             *recovery_deadline.get_or_insert_with(|| Instant::now() + recovery);
                         if Instant::now() >= deadline {
                             return Err(NetError::TimedOut {
-                                nid: conn.nid.to_string(),
+                                nid: conn.nid().to_string(),
                                 timeout_ms: conn.config.rpc_timeout_ms,
                             });
                         }
                         tracing::info!(
                             "{}: no reply to xid {} in {} ms: reconnecting to resend",
-                            conn.nid,
+                            conn.nid(),
                             self.header.xid,
                             conn.config.rpc_timeout_ms
                         );
@@ -710,11 +808,13 @@ impl PendingReply {
                 }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(NetError::Unreachable {
-                        nid: self.conn.nid.to_string(),
+                        nid: self.conn.nid().to_string(),
                         cause: e.to_string(),
                     })
                 }
                 Err(_) => {
+                    // The server cannot be reached: its partner may have the target now.
+                    self.conn.fail_over();
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(1000));
                 }

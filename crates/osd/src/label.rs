@@ -18,6 +18,8 @@ use std::path::Path;
 pub const LABEL_FILE: &str = "nacre-label";
 /// Current label format.
 pub const LABEL_FORMAT_VERSION: u32 = 1;
+/// Most service nodes of one target.
+pub const SERVICENODES_MAX: usize = 8;
 /// Longest fsname (Lustre allows 8; we allow a little more).
 pub const FSNAME_BYTES_MAX: usize = 16;
 
@@ -36,6 +38,10 @@ pub struct Label {
     pub uuid: String,
     /// Where the MGS is (absent on the MGS itself when it runs alone).
     pub mgsnode: Option<Nid>,
+    /// The servers that may serve this target (Lustre's `--servicenode`), a failover pair
+    /// on shared storage; empty: only the one that formatted it. A target with service
+    /// nodes is protected by multi-mount protection ([`crate::mmp`]).
+    pub servicenodes: Vec<Nid>,
 }
 
 /// Why a label could not be written or read.
@@ -117,6 +123,7 @@ impl Label {
             fsname: fsname.into(),
             uuid: uuid::Uuid::new_v4().to_string(),
             mgsnode,
+            servicenodes: Vec::new(),
         })
     }
 
@@ -136,6 +143,10 @@ impl Label {
         );
         if let Some(m) = self.mgsnode {
             s.push_str(&format!("mgsnode={m}\n"));
+        }
+        if !self.servicenodes.is_empty() {
+            let list: Vec<String> = self.servicenodes.iter().map(Nid::to_string).collect();
+            s.push_str(&format!("servicenode={}\n", list.join(",")));
         }
         let crc = crc32c::crc32c(s.as_bytes());
         s.push_str(&format!("crc32c={crc:08x}\n"));
@@ -217,7 +228,18 @@ impl Label {
             Ok(m) => Some(m.parse().map_err(|_| bad("bad mgsnode"))?),
             Err(_) => None,
         };
+        let servicenodes = match field("servicenode") {
+            Ok(list) => list
+                .split(',')
+                .map(|n| n.parse().map_err(|_| bad("bad servicenode")))
+                .collect::<Result<Vec<Nid>, _>>()?,
+            Err(_) => Vec::new(),
+        };
+        if servicenodes.len() > SERVICENODES_MAX {
+            return Err(bad("too many servicenodes"));
+        }
         Ok(Label {
+            servicenodes,
             format_version: version,
             kind,
             index: field("index")?.parse().map_err(|_| bad("bad index"))?,
@@ -249,6 +271,13 @@ mod tests {
         .unwrap();
         label.write(dir.path(), false).unwrap();
         assert_eq!(Label::read(dir.path()).unwrap(), label);
+        let mut paired = label.clone();
+        paired.servicenodes = vec![
+            "10.0.0.1:988@tcp".parse().unwrap(),
+            "10.0.0.2:988@tcp".parse().unwrap(),
+        ];
+        paired.write(dir.path(), true).unwrap();
+        assert_eq!(Label::read(dir.path()).unwrap(), paired);
         assert!(matches!(
             label.write(dir.path(), false),
             Err(LabelError::AlreadyFormatted { .. })

@@ -8,6 +8,7 @@
 pub mod stats;
 
 use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_osd::mmp::Guard;
 use nacre_osd::{Label, ObjectStore};
 use nacre_types::limits::{BULK_BYTES_MAX, FILE_BYTES_MAX};
 use nacre_types::Status;
@@ -57,19 +58,51 @@ impl OstTarget {
 /// The OSS request handler for all OSTs of this process.
 #[derive(Default)]
 pub struct OssHandler {
-    targets: RwLock<HashMap<u32, Arc<OstTarget>>>,
+    targets: RwLock<HashMap<u32, Guarded>>,
 }
+
+/// A target and, in a failover pair, the multi-mount protection it is served under.
+type Guarded = (Arc<OstTarget>, Option<Arc<Guard>>);
 
 impl OssHandler {
     /// Adds an OST.
     pub fn add_target(&self, target: Arc<OstTarget>) {
+        self.add_guarded(target, None);
+    }
+
+    /// Adds an OST of a failover pair: its requests are served only while `guard` holds
+    /// the target (multi-mount protection), else answered `ENODEV` (the client tries the
+    /// partner).
+    pub fn add_guarded(&self, target: Arc<OstTarget>, guard: Option<Arc<Guard>>) {
         let index = target.label.index;
-        self.targets.write().expect("targets").insert(index, target);
+        self.targets
+            .write()
+            .expect("targets")
+            .insert(index, (target, guard));
+    }
+
+    /// Stops serving OST `index`: its requests are answered `ENODEV` from now on.
+    pub fn remove_target(&self, index: u32) -> Option<Arc<OstTarget>> {
+        self.targets
+            .write()
+            .expect("targets")
+            .remove(&index)
+            .map(|(t, _)| t)
     }
 
     /// The OST with `index`, if served here.
     pub fn target(&self, index: u32) -> Option<Arc<OstTarget>> {
-        self.targets.read().expect("targets").get(&index).cloned()
+        self.targets
+            .read()
+            .expect("targets")
+            .get(&index)
+            .map(|(t, _)| t.clone())
+    }
+
+    /// The OST with `index` if this server may serve it now (see [`OssHandler::add_guarded`]).
+    fn serving(&self, index: u32) -> Option<Arc<OstTarget>> {
+        let (ost, guard) = self.targets.read().expect("targets").get(&index).cloned()?;
+        guard.is_none_or(|g| g.holds()).then_some(ost)
     }
 
     fn run(
@@ -176,7 +209,7 @@ impl Handler for OssHandler {
     }
 
     fn handle(&self, incoming: &Incoming) -> Outgoing {
-        let Some(ost) = self.target(incoming.header.target) else {
+        let Some(ost) = self.serving(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
         let call: OssCall = match decode_body(&incoming.body) {

@@ -7,10 +7,12 @@
 //! never trusts a length it has not bounded. Decoding is total: bad bytes give a [`WireError`],
 //! never a panic.
 //!
-//! One message enum per service: [`mgs`], [`mds`], [`oss`]; the ping ([`OP_PING`]) and the
+//! One message enum per service: [`mgs`], [`mds`], [`oss`], [`failover`]; the ping ([`OP_PING`]) and the
 //! [`selftest`] opcodes belong to the network layer itself.
 
+pub mod failover;
 pub mod header;
+
 pub mod mds;
 pub mod mgs;
 pub mod oss;
@@ -40,6 +42,8 @@ pub enum Service {
     Mds = 2,
     /// Object storage server.
     Oss = 3,
+    /// Failover control of a server's targets.
+    Failover = 4,
 }
 
 impl Service {
@@ -50,6 +54,7 @@ impl Service {
             1 => Some(Service::Mgs),
             2 => Some(Service::Mds),
             3 => Some(Service::Oss),
+            4 => Some(Service::Failover),
             _ => None,
         }
     }

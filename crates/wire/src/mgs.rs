@@ -17,6 +17,9 @@ pub struct TargetInfo {
     pub uuid: String,
     /// NIDs of the server currently serving it.
     pub nids: Vec<Nid>,
+    /// The servers that may serve it (a failover pair; empty: just the one in `nids`).
+    /// Clients try them in turn when the current one stops answering for it.
+    pub servicenodes: Vec<Nid>,
 }
 
 impl TargetInfo {
@@ -157,6 +160,7 @@ mod tests {
             fsname: "demo".into(),
             uuid: "u".into(),
             nids: vec!["127.0.0.1:9000@tcp".parse().unwrap()],
+            servicenodes: vec!["127.0.0.2:9000@tcp".parse().unwrap()],
         });
         assert_eq!(decode_body::<MgsRequest>(&encode_body(&req)).unwrap(), req);
     }

@@ -179,6 +179,20 @@ enum Command {
         /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
         source: String,
     },
+    /// Move a target of a failover pair to the other server (Lustre: unmount it on one
+    /// server, mount it on the partner): the server holding it releases it cleanly if it
+    /// answers, then the partner takes it over under multi-mount protection and
+    /// registers; clients follow through the MGS.
+    Failover {
+        /// MGS NID.
+        #[arg(long)]
+        mgsnode: Nid,
+        /// The server to move it to (default: its other service node).
+        #[arg(long)]
+        to: Option<Nid>,
+        /// Target name, e.g. `demo-OST0001`.
+        target: String,
+    },
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -714,6 +728,10 @@ struct MkfsArgs {
     /// MGS NID (e.g. 10.0.0.1@tcp).
     #[arg(long)]
     mgsnode: Option<Nid>,
+    /// A server that may serve this target (repeat for each server of its failover pair,
+    /// as Lustre's `--servicenode`); enables multi-mount protection.
+    #[arg(long = "servicenode")]
+    servicenodes: Vec<Nid>,
     /// Overwrite an existing label.
     #[arg(long)]
     reformat: bool,
@@ -737,6 +755,18 @@ struct ServerArgs {
     /// Formatted target directory (repeatable).
     #[arg(long = "target")]
     targets: Vec<PathBuf>,
+    /// A target of a failover pair to stand by for: its partner serves it; this server
+    /// takes it over on `nacre failover`, or by itself with `--failover auto` (repeatable).
+    #[arg(long = "standby")]
+    standby: Vec<PathBuf>,
+    /// `auto`: take a standby target over when its server dies (its protection record stops
+    /// moving); `manual`: only on `nacre failover`.
+    #[arg(long, default_value = "manual", value_parser = ["manual", "auto"])]
+    failover: String,
+    /// Multi-mount protection update interval of failover targets (a takeover waits
+    /// 2 x this + 1 s for a record that looks alive).
+    #[arg(long, default_value_t = nacre_osd::mmp::MMP_INTERVAL_MS_DEFAULT)]
+    mmp_interval_ms: u64,
     /// MGS NID (overrides the labels).
     #[arg(long)]
     mgsnode: Option<Nid>,
@@ -1008,7 +1038,19 @@ fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     if kind != TargetKind::Mgt && a.mgsnode.is_none() {
         bail!("--mgsnode is required for an {}", kind.as_str());
     }
-    let label = Label::new(kind, a.index, &a.fsname, a.mgsnode)?;
+    let mut label = Label::new(kind, a.index, &a.fsname, a.mgsnode)?;
+    if !a.servicenodes.is_empty() {
+        if kind == TargetKind::Mgt {
+            bail!("--servicenode: an MGS target does not fail over");
+        }
+        if a.servicenodes.len() > nacre_osd::label::SERVICENODES_MAX {
+            bail!(
+                "at most {} --servicenode",
+                nacre_osd::label::SERVICENODES_MAX
+            );
+        }
+        label.servicenodes = a.servicenodes.clone();
+    }
     label.write(&a.dir, a.reformat)?;
     println!(
         "formatted {} (uuid {}) in {}",
@@ -1046,6 +1088,9 @@ fn server(mut a: ServerArgs) -> anyhow::Result<()> {
                 "listen" => listen = Some(v.parse().map_err(|e| bad(&e))?),
                 "nid" => nid = Some(v.parse().map_err(|e| bad(&e))?),
                 "target" => targets.push(PathBuf::from(v)),
+                "standby" => a.standby.push(PathBuf::from(v)),
+                "failover" if v == "auto" || v == "manual" => a.failover = v.to_string(),
+                "mmp_interval_ms" => a.mmp_interval_ms = v.parse().map_err(|e| bad(&e))?,
                 "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
                 "fsname" => fsname = Some(v.to_string()),
                 _ => {
@@ -1058,15 +1103,27 @@ fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     }
     let listen = listen.context("give --listen ADDR:PORT (or `listen =` in the config file)")?;
     let mut spec = ServerSpec::new(listen, targets);
+    spec.standby = a.standby.clone();
+    spec.auto_failover = a.failover == "auto";
+    spec.mmp_interval_ms = a.mmp_interval_ms;
     spec.nid = nid;
     spec.mgsnode = mgsnode;
     spec.fsname = fsname;
     let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     serve_metrics(a.targets_opts.metrics, servers.metrics_sources())?;
-    let names: Vec<String> = servers.labels().iter().map(Label::name).collect();
-    tracing::info!("serving {} at {}", names.join(", "), servers.nid());
+    let mut names: Vec<String> = servers.labels().iter().map(Label::name).collect();
+    if names.is_empty() {
+        names.push("no targets".into());
+    }
+    let standby: Vec<String> = servers.standby_labels().iter().map(Label::name).collect();
+    let standby = if standby.is_empty() {
+        String::new()
+    } else {
+        format!(", standing by for {}", standby.join(", "))
+    };
+    tracing::info!("serving {} at {}{standby}", names.join(", "), servers.nid());
     println!(
-        "nacre server: serving {} at {}",
+        "nacre server: serving {} at {}{standby}",
         names.join(", "),
         servers.nid()
     );
@@ -1239,6 +1296,11 @@ fn main() {
             path,
         } => df(path, human, inodes, json),
         Command::Lfsck { source, json, .. } => lfsck(&source, json),
+        Command::Failover {
+            mgsnode,
+            to,
+            target,
+        } => nacre_cli::targets::failover(mgsnode, &target, to).map(|s| println!("{s}")),
     };
     if let Err(e) = result {
         eprintln!("nacre: {e:#}");
