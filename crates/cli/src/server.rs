@@ -906,6 +906,22 @@ pub(crate) fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             Ok(())
         },
     );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.recovery_window_ms"),
+        move || a.recovery.window_ms.load(Ordering::Relaxed).to_string(),
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            if ms < nacre_mds::replay::RECOVERY_WINDOW_MS_MIN {
+                return Err(format!(
+                    "at least {} ms",
+                    nacre_mds::replay::RECOVERY_WINDOW_MS_MIN
+                ));
+            }
+            b.recovery.window_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.recovery_status"), move || {
         recovery_status(&a)
@@ -931,8 +947,9 @@ pub(crate) fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
 /// not built: an MDT restarts complete), so the state is always COMPLETE; the rest is live.
 fn recovery_status(m: &Mdt) -> String {
     let x = &m.exports;
-    let mut s = format!(
-        "status: COMPLETE\nconnected_clients: {}\nevicted_clients: {}\nevict_timeout_ms: {}\n",
+    let mut s = m.recovery.status();
+    s += &format!(
+        "connected_clients: {}\nevicted_clients: {}\nevict_timeout_ms: {}\n",
         x.connected(),
         x.evicted_total.load(Ordering::Relaxed),
         x.evict_timeout_ms.load(Ordering::Relaxed)

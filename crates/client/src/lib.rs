@@ -244,6 +244,23 @@ impl Client {
                 conn.nid()
             );
             conn.relink();
+            // An idle client reconnects now too: a restarted MDT waits for every client it
+            // knows to replay (or say it has nothing) before it serves anyone.
+            if kind == TargetKind::Mdt {
+                let mdc = self.mdcs.read().expect("mdcs").get(&index).cloned();
+                if let Some(mdc) = mdc {
+                    let spawned = std::thread::Builder::new()
+                        .name("mdc-reconnect".into())
+                        .spawn(move || {
+                            if let Err(e) = mdc.call(MdsOp::Ping) {
+                                tracing::debug!("reconnect ping: {e}");
+                            }
+                        });
+                    if let Err(e) = spawned {
+                        tracing::warn!("no reconnect thread: {e}");
+                    }
+                }
+            }
         }
     }
 
@@ -1127,10 +1144,15 @@ impl Client {
             .and_then(|i| u32::from_str_radix(i, 16).ok())
             .and_then(|i| self.mdcs.read().expect("mdcs").get(&i).cloned());
         if let Some(m) = mdc {
+            let r = &m.replay_stats;
             s += &format!(
-                "    client_uuid: {}\n    evictions: {}\n",
+                "    client_uuid: {}\n    evictions: {}\n    replay_pending: {}\n    recoveries: {}\n    replayed: {}\n    replay_lost: {}\n",
                 uuid::Uuid::from_bytes(m.uuid()),
-                m.incarnation()
+                m.incarnation(),
+                m.replay_pending(),
+                r.recoveries.load(std::sync::atomic::Ordering::Relaxed),
+                r.replayed.load(std::sync::atomic::Ordering::Relaxed),
+                r.lost.load(std::sync::atomic::Ordering::Relaxed)
             );
         }
         s += "    state_history:\n";

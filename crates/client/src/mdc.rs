@@ -6,8 +6,8 @@ use nacre_net::import_state;
 use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
 use nacre_types::{Fid, Status};
-use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, REOPEN_FIDS_MAX};
-use std::collections::{BTreeSet, HashMap};
+use nacre_wire::mds::{MdsAnswer, MdsCall, MdsOp, MdsReply, REOPEN_FIDS_MAX};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +20,9 @@ pub const INPROGRESS_WAIT_MS_MAX: u64 = 300_000;
 const INPROGRESS_PAUSE_MS_MIN: u64 = 20;
 /// Longest pause between resends.
 const INPROGRESS_PAUSE_MS_MAX: u64 = 1_000;
+/// Uncommitted requests a client keeps for replay before it asks the MDT to commit
+/// (`Sync`), so the list stays bounded however fast it changes things.
+pub const REPLAY_LIST_MAX: usize = 16_384;
 
 /// Metadata client for one MDT.
 pub struct Mdc {
@@ -37,6 +40,26 @@ pub struct Mdc {
     reopening: AtomicBool,
     in_flight: Mutex<BTreeSet<u64>>,
     target: u32,
+    /// Requests the MDT answered but has not committed, by transno: (xid, operation),
+    /// replayed if it restarts (Lustre's replay list).
+    replay: Mutex<BTreeMap<u64, (u64, MdsOp, MdsReply)>>,
+    /// The highest transno the MDT said is committed.
+    last_committed: AtomicU64,
+    /// The MDT's epoch when last connected (0: not yet).
+    epoch: AtomicU64,
+    /// Recovery counters (`*.import`).
+    pub(crate) replay_stats: ReplayStats,
+}
+
+/// What this client replayed across MDT restarts.
+#[derive(Default)]
+pub(crate) struct ReplayStats {
+    /// MDT restarts this client recovered from.
+    pub recoveries: AtomicU64,
+    /// Requests replayed.
+    pub replayed: AtomicU64,
+    /// Replays the MDT refused or that failed (their effect is lost).
+    pub lost: AtomicU64,
 }
 
 impl Mdc {
@@ -56,7 +79,33 @@ impl Mdc {
             reopening: AtomicBool::new(false),
             in_flight: Mutex::new(BTreeSet::new()),
             target,
+            replay: Mutex::new(BTreeMap::new()),
+            last_committed: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            replay_stats: ReplayStats::default(),
         }
+    }
+
+    /// Requests kept for replay now.
+    pub fn replay_pending(&self) -> usize {
+        self.replay.lock().expect("replay").len()
+    }
+
+    /// Notes an answer: keeps a change the MDT has not committed, drops those it has.
+    /// Returns true if the list is full (the caller asks the MDT to commit).
+    fn note_answer(&self, op: Option<MdsOp>, xid: u64, a: &MdsAnswer) -> bool {
+        let committed = self
+            .last_committed
+            .fetch_max(a.last_committed, Ordering::AcqRel)
+            .max(a.last_committed);
+        let mut list = self.replay.lock().expect("replay");
+        if let Some(op) = op.filter(|_| a.transno > committed) {
+            list.insert(a.transno, (xid, op, a.reply.clone()));
+        }
+        if list.first_key_value().is_some_and(|(t, _)| *t <= committed) {
+            *list = list.split_off(&(committed + 1));
+        }
+        list.len() > REPLAY_LIST_MAX
     }
 
     /// Starts a thread that pings the MDT every `interval_ms` (0: none) while this client
@@ -107,6 +156,9 @@ impl Mdc {
         {
             return;
         }
+        if let Err(e) = self.replay_if_restarted() {
+            tracing::warn!("replay to MDT{:04x}: {e}", self.target);
+        }
         let opens: Vec<(Fid, u32)> = self
             .opens
             .lock()
@@ -129,6 +181,108 @@ impl Mdc {
             self.reopened_at.store(links, Ordering::Release);
         }
         self.reopening.store(false, Ordering::Release);
+    }
+
+    /// After a new link: asks the MDT who it is now; if it restarted and is recovering,
+    /// replays every request it answered but had not committed, in transno order, then
+    /// says `ReplayDone` (which returns once the MDT's recovery is complete).
+    fn replay_if_restarted(&self) -> Result<()> {
+        let MdsReply::Connected {
+            epoch,
+            recovering,
+            last_committed,
+        } = self.call(MdsOp::Connect)?
+        else {
+            return Err(ClientError::Rpc(nacre_net::rpc::RpcError::Status(
+                Status::Proto,
+            )));
+        };
+        let before = self.epoch.swap(epoch, Ordering::AcqRel);
+        if before == 0 || before == epoch {
+            return Ok(());
+        }
+        // A new MDT incarnation: what it committed before the restart is in; the rest
+        // was lost with it and is replayed.
+        let list: Vec<(u64, (u64, MdsOp, MdsReply))> = {
+            let mut list = self.replay.lock().expect("replay");
+            std::mem::take(&mut *list)
+                .into_iter()
+                .filter(|(t, _)| *t > last_committed)
+                .collect()
+        };
+        self.replay_stats.recoveries.fetch_add(1, Ordering::Relaxed);
+        if !recovering {
+            if !list.is_empty() {
+                self.replay_stats
+                    .lost
+                    .fetch_add(list.len() as u64, Ordering::Relaxed);
+                tracing::error!(
+                    "MDT{:04x} restarted and finished recovery without this client: {} \
+                     acknowledged changes were lost",
+                    self.target,
+                    list.len()
+                );
+            }
+            return Ok(());
+        }
+        tracing::info!(
+            "MDT{:04x} restarted: replaying {} requests",
+            self.target,
+            list.len()
+        );
+        let total = list.len();
+        for (i, (transno, (xid, op, reply))) in list.into_iter().enumerate() {
+            match self.send_replay(transno, xid, op, reply) {
+                Ok(()) => {
+                    self.replay_stats.replayed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.status() == Status::Shutdown => {
+                    let left = (total - i) as u64;
+                    self.replay_stats.lost.fetch_add(left, Ordering::Relaxed);
+                    tracing::error!(
+                        "MDT{:04x} closed its recovery window before this client replayed: \
+                         {left} acknowledged changes were lost",
+                        self.target
+                    );
+                    self.evicted(self.uuid());
+                    return Ok(());
+                }
+                Err(e) => {
+                    self.replay_stats.lost.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        "MDT{:04x}: replay of transno {transno} failed: {e}",
+                        self.target
+                    );
+                }
+            }
+        }
+        self.call(MdsOp::ReplayDone)?;
+        Ok(())
+    }
+
+    /// Sends one replay with the request's original xid and waits for its answer.
+    fn send_replay(&self, transno: u64, xid: u64, op: MdsOp, reply: MdsReply) -> Result<()> {
+        let call = MdsCall {
+            jobid: nacre_types::jobid::current(),
+            client: self.uuid(),
+            replied_below: 0,
+            op: MdsOp::Replay {
+                transno,
+                op: Box::new(op.clone()),
+                reply: Box::new(reply),
+            },
+        };
+        let opcode = call.op.opcode();
+        let answer = self
+            .conn
+            .start_xid(xid, request(opcode, self.target, &call, None).inline())
+            .and_then(|p| p.wait())
+            .map_err(|e| ClientError::Rpc(e.into()))
+            .and_then(|reply| Ok(decode_reply::<MdsAnswer>(reply)?.0))?;
+        // Run again, it has a new transno: kept until the MDT commits it (at the end of
+        // its recovery).
+        self.note_answer(Some(op), xid, &answer);
+        Ok(())
     }
 
     /// This client's current uuid at the MDT.
@@ -165,6 +319,8 @@ impl Mdc {
     /// refused because this client was evicted is sent again once as the new client.
     pub fn call(&self, op: MdsOp) -> Result<MdsReply> {
         let opcode = op.opcode();
+        // A change is kept for replay until committed: the operation is needed again then.
+        let keep = op.is_modifying().then(|| op.clone());
         let (xid, replied_below) = {
             let mut in_flight = self.in_flight.lock().expect("in flight");
             let xid = self.conn.alloc_xid();
@@ -189,7 +345,7 @@ impl Mdc {
                 .start_xid(xid, request(opcode, self.target, &call, None).inline())
                 .and_then(|p| p.wait())
                 .map_err(|e| ClientError::Rpc(e.into()))
-                .and_then(|reply| Ok(decode_reply::<MdsReply>(reply)?.0));
+                .and_then(|reply| Ok(decode_reply::<MdsAnswer>(reply)?.0));
             match result {
                 Err(e) if e.status() == Status::Shutdown && !renewed => {
                     // Refused before it ran: safe to send as the new client.
@@ -198,6 +354,10 @@ impl Mdc {
                     renewed = true;
                 }
                 Err(e) if e.status() == Status::InProgress && Instant::now() < deadline => {
+                    // The MDT may have restarted and be waiting for this client's replays.
+                    if !self.reopening.load(Ordering::Acquire) {
+                        self.reopen_if_relinked();
+                    }
                     std::thread::sleep(Duration::from_millis(pause));
                     pause = (pause * 2).min(INPROGRESS_PAUSE_MS_MAX);
                 }
@@ -205,9 +365,19 @@ impl Mdc {
             }
         };
         self.in_flight.lock().expect("in flight").remove(&xid);
+        let full = match &result {
+            Ok(answer) => self.note_answer(keep, xid, answer),
+            Err(_) => false,
+        };
         if !self.reopening.load(Ordering::Acquire) {
             self.reopen_if_relinked();
         }
-        result
+        if full && opcode != MdsOp::Sync.opcode() {
+            // Too many uncommitted changes kept: have the MDT commit them.
+            if let Err(e) = self.call(MdsOp::Sync) {
+                tracing::debug!("sync of MDT{:04x}: {e}", self.target);
+            }
+        }
+        result.map(|a| a.reply)
     }
 }

@@ -111,7 +111,14 @@ pub struct FjallStore {
     synced: Condvar,
     /// Journal syncs performed (each may cover many commits).
     pub syncs: AtomicU64,
+    /// Test mode (`NACRE_KV_UNFLUSHED_JOURNAL=1`): commits stay in the process's journal
+    /// buffer until a sync, so a kill -9 loses what a power loss would (everything not
+    /// synced) — how recovery tests crash a node on one machine.
+    unflushed: bool,
 }
+
+/// Environment variable that turns on [`FjallStore`]'s unflushed-journal test mode.
+pub const UNFLUSHED_JOURNAL_ENV: &str = "NACRE_KV_UNFLUSHED_JOURNAL";
 
 impl FjallStore {
     /// Opens (creating if needed) a store at `path` with the given tables.
@@ -133,6 +140,7 @@ impl FjallStore {
             }),
             synced: Condvar::new(),
             syncs: AtomicU64::new(0),
+            unflushed: std::env::var_os(UNFLUSHED_JOURNAL_ENV).is_some_and(|v| v == "1"),
         })
     }
 
@@ -179,6 +187,9 @@ impl KvStore for FjallStore {
 
     fn commit(&self, batch: Batch) -> Result<Ticket, KvError> {
         let mut fb = self.db.batch();
+        if self.unflushed {
+            fb = fb.durability(None);
+        }
         for (table, key, value) in batch.ops {
             let ks = self.table(table)?;
             match value {

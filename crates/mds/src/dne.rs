@@ -35,8 +35,8 @@ pub(crate) fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, St
         jobid: format!("{}-peer", mdt.label.name()),
         op,
     };
-    match call::<_, MdsReply>(&conn, c.op.opcode(), index, &c) {
-        Ok(r) => Ok(r),
+    match call::<_, nacre_wire::mds::MdsAnswer>(&conn, c.op.opcode(), index, &c) {
+        Ok(r) => Ok(r.reply),
         // Held by a migration there: try again, as when unreachable.
         Err(RpcError::Status(Status::InProgress)) => Err(Status::Again),
         Err(RpcError::Status(s)) => Err(s),
@@ -63,6 +63,7 @@ pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
     SavedReply {
         status: result.as_ref().err().map_or(0, |s| s.code()),
         body: result.as_ref().map(encode_body).unwrap_or_default(),
+        transno: 0,
     }
 }
 

@@ -98,6 +98,21 @@ impl Exports {
         Ok(())
     }
 
+    /// Refuses `client` from now on (the recovery window closed without it): its next
+    /// request gets `ESHUTDOWN` and it comes back as a new client.
+    pub fn refuse(&self, client: &[u8; 16]) {
+        let mut s = self.state.lock().expect("exports");
+        s.exports.remove(client);
+        if s.evicted.insert(*client) {
+            s.evicted_order.push_back(*client);
+        }
+        while s.evicted_order.len() > EVICTED_REMEMBERED_MAX {
+            let old = s.evicted_order.pop_front().expect("non-empty");
+            s.evicted.remove(&old);
+        }
+        self.evicted_total.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `client` opened `fid`.
     pub fn opened(&self, client: &[u8; 16], fid: Fid) {
         let mut s = self.state.lock().expect("exports");
@@ -314,8 +329,9 @@ fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<()
             crate::ops::open::close(&mut tx, *fid)?;
         }
     }
-    // Its saved replies: nothing will ask for them again.
+    // Its saved replies: nothing will ask for them again; a restart need not wait for it.
     tx.forget_saved_replies(client);
+    tx.forget_client(client);
     let destroys = std::mem::take(&mut tx.destroys);
     let batch = std::mem::take(&mut tx.batch);
     if !batch.is_empty() {

@@ -21,6 +21,7 @@ pub mod migrate;
 pub mod ops;
 pub mod osp;
 pub mod records;
+pub mod replay;
 pub mod stats;
 
 use mdt::{kv_err, note_modification, Mdt};
@@ -30,7 +31,7 @@ use nacre_osd::mmp::Guard;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use nacre_wire::{decode_body, encode_body};
-use records::{decode, reply_key, SavedReply, REPLIES};
+use records::{reply_key, SavedReply, REPLIES};
 use std::collections::HashMap;
 
 use std::sync::{Arc, RwLock};
@@ -214,6 +215,7 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
     let mut tx = mdt.begin();
     tx.ancestry_checked = ancestry_checked;
     tx.client = call.client;
+    tx.replay = mdt.take_replay_hint(&call.client, xid);
     if tx.has_saved_reply(&call.client, xid) {
         drop(tx);
         return reconstruct(mdt, &call.client, xid);
@@ -232,13 +234,21 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
         };
     }
     let result = modify(&mut tx, &call.op);
-    let saved = SavedReply {
-        status: result.as_ref().err().map_or(0, |s| s.code()),
-        body: result.as_ref().map(encode_body).unwrap_or_default(),
-    };
     if result.is_err() {
         tx.batch = Batch::new();
     }
+    // A change gets a transaction number: the client keeps it for replay until the MDT
+    // says it is committed (a failed operation changed nothing: no number).
+    let transno = if result.is_ok() {
+        tx.assign_transno()
+    } else {
+        0
+    };
+    let saved = SavedReply {
+        status: result.as_ref().err().map_or(0, |s| s.code()),
+        body: result.as_ref().map(encode_body).unwrap_or_default(),
+        transno,
+    };
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
 }
@@ -345,7 +355,7 @@ fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
         );
     }
     match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
-        Ok(Some(saved)) => match decode::<SavedReply>(&saved) {
+        Ok(Some(saved)) => match records::decode_saved(&saved) {
             Ok(saved) => {
                 tracing::debug!("reconstructed reply for xid {xid}");
                 Outgoing {
@@ -374,6 +384,8 @@ fn commit(
         Ok(t) => t,
         Err(e) => return Outgoing::error(kv_err(e)),
     };
+    // Still under the write lock: transnos reach the journal in order.
+    mdt.note_written(tx.transno);
     drop(tx);
     note_modification(mdt);
     if mdt.sync_on_reply() {
@@ -448,6 +460,39 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             return Outgoing::error(s);
         }
     }
+    let out = match &call.op {
+        MdsOp::Connect => {
+            mdt.recovery.connected(&call.client);
+            to_outgoing(Ok(MdsReply::Connected {
+                epoch: mdt.epoch,
+                recovering: mdt.recovery.active(),
+                last_committed: mdt
+                    .last_committed_transno
+                    .load(std::sync::atomic::Ordering::Acquire),
+            }))
+        }
+        MdsOp::Replay { transno, op, reply } => replay(mdt, call, xid, *transno, op, reply),
+        MdsOp::ReplayDone => match mdt.recovery.done(mdt, &call.client) {
+            true => to_outgoing(Ok(MdsReply::Done)),
+            false => Outgoing::error(Status::InProgress),
+        },
+        // While the recovery window is open, only replays change anything: new requests
+        // wait (the client resends them), reads too, so none sees a state before replays.
+        _ if mdt.recovery.active() && waits_for_recovery(mdt, call) => {
+            Outgoing::error(Status::InProgress)
+        }
+        _ => dispatch(mdt, call, xid),
+    };
+    let us = started.elapsed().as_micros() as u64;
+    mdt.md_stats.record(op, us, 0);
+    mdt.job_stats
+        .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
+    mdt.export_stats.record(nid, op, us, 0);
+    out
+}
+
+/// Runs a request past the recovery gate: the migration gate, then the operation.
+fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     // Modifying client requests (and opens) pass the gate a migration closes while it
     // freezes; one touching a frozen inode is resent by the client later.
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))
@@ -456,7 +501,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
     if gated && held_by_migration(mdt, &call.op) {
         return Outgoing::error(Status::InProgress);
     }
-    let out = match &call.op {
+    match &call.op {
         MdsOp::Migrate {
             fid,
             parent,
@@ -591,13 +636,92 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
         MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),
+    }
+}
+
+/// Wraps a successful reply for the network ([`nacre_wire::mds::MdsAnswer`]): the
+/// operation's transno (read back from its saved reply) and `last_committed`, before the
+/// reply's own bytes.
+fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
+    if out.status != Status::Ok {
+        return out;
+    }
+    let op = match &call.op {
+        MdsOp::Replay { op, .. } => op.as_ref(),
+        op => op,
     };
-    let us = started.elapsed().as_micros() as u64;
-    mdt.md_stats.record(op, us, 0);
-    mdt.job_stats
-        .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
-    mdt.export_stats.record(nid, op, us, 0);
-    out
+    let transno = if op.is_modifying() {
+        match mdt.kv.get(REPLIES, &reply_key(&call.client, xid)) {
+            Ok(Some(v)) => records::decode_saved(&v).map_or(0, |s| s.transno),
+            _ => 0,
+        }
+    } else {
+        0
+    };
+    let last_committed = mdt
+        .last_committed_transno
+        .load(std::sync::atomic::Ordering::Acquire);
+    let mut body = encode_body(&(transno, last_committed));
+    body.extend_from_slice(&out.body);
+    Outgoing { body, ..out }
+}
+
+/// Requests that wait while the recovery window is open: all but those of peer MDTs and
+/// the ones that keep a client's connection alive.
+fn waits_for_recovery(mdt: &Mdt, call: &MdsCall) -> bool {
+    !matches!(
+        call.op,
+        MdsOp::Ping | MdsOp::Disconnect | MdsOp::Reopen { .. } | MdsOp::StatFs
+    ) && !mdt.osts.is_peer(&call.client)
+}
+
+/// A client's replay of `op`, which it was answered with `transno` before the restart:
+/// runs in transno order among all clients' replays (replay.rs), with its original xid.
+fn replay(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    transno: u64,
+    op: &MdsOp,
+    reply: &MdsReply,
+) -> Outgoing {
+    if !op.is_modifying() {
+        return Outgoing::error(Status::Proto);
+    }
+    let mut op = op.clone();
+    // Opens are re-registered by the client's `Reopen`, for the files still open.
+    if let MdsOp::Create { open, .. } = &mut op {
+        *open = false;
+    }
+    let inner = MdsCall { op, ..call.clone() };
+    match mdt.recovery.wait_turn(mdt, &call.client, transno) {
+        // Recovery is over (or this client was evicted when it closed): too late, its
+        // change is lost; it becomes a new client.
+        replay::Turn::TooLate => Outgoing::error(Status::Shutdown),
+        // Committed before the restart: answered from its saved reply if kept.
+        replay::Turn::AlreadyIn => {
+            saved_reply(mdt, &call.client, xid).unwrap_or_else(|| to_outgoing(Ok(MdsReply::Done)))
+        }
+        replay::Turn::Run => {
+            // An inode the operation created comes back with its FID and layout.
+            if let MdsReply::Entry { attr, layout } = reply {
+                mdt.set_replay_hint(&call.client, xid, attr.fid, layout.clone());
+            }
+            let out = dispatch(mdt, &inner, xid);
+            mdt.take_replay_hint(&call.client, xid);
+            let ok = out.status == Status::Ok;
+            if !ok {
+                tracing::warn!(
+                    "{}: replay of transno {transno} by client {} failed: {}",
+                    mdt.label.name(),
+                    export::client_name(&call.client),
+                    out.status
+                );
+            }
+            mdt.recovery.replayed(&call.client, transno, ok);
+            out
+        }
+    }
 }
 
 impl Handler for MdsHandler {
@@ -612,7 +736,8 @@ impl Handler for MdsHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
-        execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer))
+        let out = execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer));
+        answer(&mdt, &call, req.header.xid, out)
     }
 
     fn affinity(&self, req: &Incoming) -> Option<u64> {

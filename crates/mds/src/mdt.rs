@@ -26,6 +26,10 @@ pub struct AllocState {
     /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
     /// pruning delete exact keys instead of scanning over deleted ones.
     saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
+    /// Last transaction number given.
+    last_transno: u64,
+    /// Clients in the `clients` table.
+    clients: std::collections::HashSet<[u8; 16]>,
 }
 
 /// Saved replies kept per client at most (a well-behaved client keeps `max_rpcs_in_flight`).
@@ -81,7 +85,21 @@ pub struct Mdt {
     pub exports: crate::export::Exports,
     /// Orphans found at start, kept until the deadline for their clients to reopen.
     orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
+    /// Changes at every start: a client that sees a new one replays (replay.rs).
+    pub epoch: u64,
+    /// Highest transaction number whose change is in the journal.
+    pub written_transno: AtomicU64,
+    /// Highest transaction number made durable (`last_committed` in replies).
+    pub last_committed_transno: AtomicU64,
+    /// The recovery window after a restart (replay.rs).
+    pub recovery: crate::replay::Recovery,
+    /// FID and layout a replayed request's inode had, by (client, xid), for the
+    /// transaction that runs it.
+    replay_hints: Mutex<HashMap<([u8; 16], u64), ReplayHint>>,
 }
+
+/// The FID and layout a replayed create gave its inode the first time.
+pub type ReplayHint = (Fid, Option<Layout>);
 
 /// How long orphans found at start wait for their clients to reopen them (clients reconnect
 /// at their next request, or ping within 25 s).
@@ -98,6 +116,14 @@ impl Mdt {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let saved_replies = load_saved_replies(&*kv)?;
+        let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
+        let clients = load_clients(&*kv)?;
+        // Peer MDTs call as clients but do not replay: never waited for.
+        let expected: std::collections::HashSet<[u8; 16]> = clients
+            .iter()
+            .filter(|c| !osts.is_peer(c))
+            .copied()
+            .collect();
         let intents = load_intents(&*kv)?;
         let frozen = load_frozen(&*kv)?;
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
@@ -115,7 +141,18 @@ impl Mdt {
                 next_object: HashMap::new(),
                 inodes_used,
                 saved_replies,
+                last_transno,
+                clients,
             }),
+            epoch: u64::from_be_bytes(
+                uuid::Uuid::new_v4().as_bytes()[..8]
+                    .try_into()
+                    .expect("8 bytes"),
+            ),
+            written_transno: AtomicU64::new(last_transno),
+            last_committed_transno: AtomicU64::new(last_transno),
+            recovery: crate::replay::Recovery::new(last_transno, expected),
+            replay_hints: Mutex::new(HashMap::new()),
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
             driving: Mutex::new(std::collections::HashSet::new()),
@@ -347,11 +384,59 @@ impl Mdt {
     /// Makes every committed change durable if something was committed since `durable`;
     /// returns the new durable ticket (the commit thread calls this every commit interval).
     pub fn commit_pass(&self, durable: nacre_kv::Ticket) -> Result<nacre_kv::Ticket, Status> {
+        // Read before the sync: every change with a transno up to here is in the batches
+        // the sync covers.
+        let written = self.written_transno.load(Ordering::Acquire);
         let last = self.kv.last_committed();
         if last > durable {
             self.kv.wait_durable(last).map_err(kv_err)?;
         }
+        self.last_committed_transno
+            .fetch_max(written, Ordering::AcqRel);
         Ok(last)
+    }
+
+    /// Syncs the journal now (end of recovery); logs a failure.
+    pub fn sync_now(&self) {
+        if let Err(e) = self.commit_pass(nacre_kv::Ticket(0)) {
+            tracing::error!("{}: journal sync failed: {e}", self.label.name());
+        }
+    }
+
+    /// The inode of the replay of (client, xid) is to get `fid` and `layout`.
+    pub fn set_replay_hint(&self, client: &[u8; 16], xid: u64, fid: Fid, layout: Option<Layout>) {
+        self.replay_hints
+            .lock()
+            .expect("replay hints")
+            .insert((*client, xid), (fid, layout));
+    }
+
+    /// Takes the hint of (client, xid), if any.
+    pub fn take_replay_hint(&self, client: &[u8; 16], xid: u64) -> Option<ReplayHint> {
+        self.replay_hints
+            .lock()
+            .expect("replay hints")
+            .remove(&(*client, xid))
+    }
+
+    /// A change with transaction number `transno` is in the journal.
+    pub fn note_written(&self, transno: u64) {
+        if transno > 0 {
+            self.written_transno.fetch_max(transno, Ordering::AcqRel);
+        }
+    }
+
+    /// Removes `client` from the `clients` table (it disconnected or was evicted): a
+    /// restart no longer waits for it.
+    pub fn forget_client(&self, client: &[u8; 16]) {
+        let mut tx = self.begin();
+        if !tx.forget_client(client) {
+            return;
+        }
+        let batch = std::mem::take(&mut tx.batch);
+        if let Err(e) = self.kv.commit(batch) {
+            tracing::warn!("{}: cannot forget client: {e}", self.label.name());
+        }
     }
 
     /// Hands committed object destroys to the destroy thread.
@@ -376,6 +461,8 @@ impl Mdt {
             now: TimeSpec::now(),
             ancestry_checked: false,
             client: [0; 16],
+            transno: 0,
+            replay: None,
         }
     }
 
@@ -486,6 +573,10 @@ pub struct Tx<'a> {
     pub ancestry_checked: bool,
     /// The client whose request this is (zero for internal work).
     pub client: [u8; 16],
+    /// The transaction number given to this change (0: none).
+    pub transno: u64,
+    /// A replay: the FID and layout its new inode had the first time.
+    pub replay: Option<ReplayHint>,
 }
 
 impl Tx<'_> {
@@ -543,8 +634,13 @@ impl Tx<'_> {
         Ok(self.inode(Fid::ROOT)?.dir_default.unwrap_or_default())
     }
 
-    /// Allocates a new FID.
+    /// Allocates a new FID (a replay gets the one its inode had: allocation restarted
+    /// past every FID handed out before the restart, so it is free).
     pub fn new_fid(&mut self) -> Fid {
+        if let Some((fid, _)) = self.replay {
+            self.reserve_past_fid(fid);
+            return fid;
+        }
         if self.alloc.next_fid >= self.alloc.fid_limit {
             self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
             let limit = self.alloc.fid_limit;
@@ -557,6 +653,55 @@ impl Tx<'_> {
             + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT
             + n / (FID_OIDS_PER_SEQ - 1);
         Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1)
+    }
+
+    /// A replayed inode has `fid`, which this start of the MDT may not have counted as
+    /// used (the reservation that covered it can be lost with the crash too): allocation
+    /// continues past it.
+    fn reserve_past_fid(&mut self, fid: Fid) {
+        let base = FID_SEQ_NORMAL + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT;
+        let Some(seq_off) = fid.seq.checked_sub(base) else {
+            return;
+        };
+        let n = seq_off * (FID_OIDS_PER_SEQ - 1) + u64::from(fid.oid.saturating_sub(1));
+        if n < self.alloc.next_fid {
+            return;
+        }
+        self.alloc.next_fid = n + 1;
+        if self.alloc.next_fid >= self.alloc.fid_limit {
+            self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
+            let limit = self.alloc.fid_limit;
+            self.batch
+                .put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
+        }
+    }
+
+    /// As [`Tx::reserve_past_fid`] for a replayed file's object on `ost`.
+    fn reserve_past_object(&mut self, ost: u32, object: ObjectId) -> Result<(), Status> {
+        if object.seq != u64::from(self.mdt.label.index) {
+            return Ok(());
+        }
+        let key = format!("ost_next/{ost}").into_bytes();
+        let (next, limit) = match self.alloc.next_object.get(&ost) {
+            Some(&v) => v,
+            None => {
+                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
+                (stored, stored)
+            }
+        };
+        if object.id < next {
+            return Ok(());
+        }
+        let next = object.id + 1;
+        let limit = if next >= limit {
+            let limit = next + ALLOC_RESERVE;
+            self.batch.put(META, key, limit.to_be_bytes().to_vec());
+            limit
+        } else {
+            limit
+        };
+        self.alloc.next_object.insert(ost, (next, limit));
+        Ok(())
     }
 
     fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
@@ -584,6 +729,13 @@ impl Tx<'_> {
 
     /// Allocates the objects of a new regular file under `parent`'s striping defaults.
     pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
+        if let Some((_, Some(layout))) = self.replay.clone() {
+            // The client wrote the file's data into these objects.
+            for o in &layout.objects {
+                self.reserve_past_object(o.ost, o.object)?;
+            }
+            return Ok(layout);
+        }
         let inherited = parent.dir_default.unwrap_or_default();
         let fs_default = if parent.attr.fid == Fid::ROOT {
             StripeSpec::default()
@@ -663,6 +815,34 @@ impl Tx<'_> {
         }
     }
 
+    /// Gives this change the next transaction number (stored with it) and, on the
+    /// client's first one, records the client in the `clients` table.
+    pub fn assign_transno(&mut self) -> u64 {
+        self.alloc.last_transno += 1;
+        let t = self.alloc.last_transno;
+        self.batch
+            .put(META, b"last_transno".to_vec(), t.to_be_bytes().to_vec());
+        let client = self.client;
+        if client != [0; 16]
+            && !self.alloc.clients.contains(&client)
+            && !self.mdt.osts.is_peer(&client)
+        {
+            self.alloc.clients.insert(client);
+            self.batch.put(CLIENTS, client.to_vec(), Vec::new());
+        }
+        self.transno = t;
+        t
+    }
+
+    /// Removes `client` from the `clients` table in this change; false if it was not there.
+    pub fn forget_client(&mut self, client: &[u8; 16]) -> bool {
+        if !self.alloc.clients.remove(client) {
+            return false;
+        }
+        self.batch.delete(CLIENTS, client.to_vec());
+        true
+    }
+
     /// True if a reply for (client, xid) is saved.
     pub fn has_saved_reply(&self, client: &[u8; 16], xid: u64) -> bool {
         self.alloc
@@ -693,9 +873,28 @@ impl Tx<'_> {
             self.batch.delete(REPLIES, reply_key(client, x));
         }
         set.insert(xid);
-        self.batch
-            .put(REPLIES, reply_key(client, xid), encode(saved));
+        self.batch.put(
+            REPLIES,
+            reply_key(client, xid),
+            crate::records::encode_saved(saved),
+        );
     }
+}
+
+fn load_clients(kv: &dyn KvStore) -> Result<std::collections::HashSet<[u8; 16]>, Status> {
+    let mut out = std::collections::HashSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(CLIENTS, &[], after.as_deref(), 1024)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, _) in &page {
+            out.insert(k.as_slice().try_into().map_err(|_| Status::Io)?);
+        }
+    }
+    Ok(out)
 }
 
 fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> {

@@ -4,7 +4,10 @@
 //! * `inodes`:  FID key (16 bytes) → `[version] postcard(InodeRecord)`
 //! * `dirents`: parent FID key ++ name → `[version] postcard(DirentRecord)`; name order
 //! * `xattrs`:  FID key ++ name → value
-//! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[version] postcard(SavedReply)`
+//! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[2] postcard(SavedReply)` (with
+//!   the change's transaction number; version 1 had none)
+//! * `clients`: client uuid (16) → empty: clients given transaction numbers, waited for
+//!   after a restart
 //! * `destroy`: OST index (4) ++ object seq (8) ++ object id (8) → empty: objects to destroy
 //! * `meta`:    name → value: allocation limits
 //! * `dirstripes`: FID key (16) → `[version] postcard(DirStripe)`: the shards of a striped
@@ -51,8 +54,12 @@ pub const FROZEN: &str = "frozen";
 pub const MOVED: &str = "moved";
 /// Inodes unlinked while open (orphans), keyed by FID: found at start without a scan.
 pub const ORPHANS: &str = "orphans";
+/// Clients that were given transaction numbers (Lustre's `last_rcvd` client slots): after
+/// a restart the MDT waits for them to replay. Client uuid (16) → empty.
+pub const CLIENTS: &str = "clients";
 /// Every table of an MDT.
-pub const TABLES: [&str; 13] = [
+pub const TABLES: [&str; 14] = [
+    CLIENTS,
     INODES,
     DIRENTS,
     XATTRS,
@@ -136,6 +143,42 @@ pub struct SavedReply {
     pub status: i32,
     /// Encoded reply body.
     pub body: Vec<u8>,
+    /// The change's transaction number (0: none, not replayable).
+    pub transno: u64,
+}
+
+/// Version byte of saved replies with a transaction number (version 1 had none).
+const SAVED_REPLY_VERSION: u8 = 2;
+
+/// Encodes a saved reply (`[2] postcard(SavedReply)`).
+pub fn encode_saved(saved: &SavedReply) -> Vec<u8> {
+    let mut out = vec![SAVED_REPLY_VERSION];
+    out.extend(postcard::to_allocvec(saved).expect("in-memory serialization"));
+    out
+}
+
+/// Decodes a saved reply of either version; damage is an I/O error, never a panic.
+pub fn decode_saved(bytes: &[u8]) -> Result<SavedReply, Status> {
+    #[derive(Deserialize)]
+    struct V1 {
+        status: i32,
+        body: Vec<u8>,
+    }
+    match bytes.split_first() {
+        Some((&SAVED_REPLY_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
+            tracing::error!("damaged saved reply: {e}");
+            Status::Io
+        }),
+        Some((&RECORD_VERSION, _)) => decode::<V1>(bytes).map(|v| SavedReply {
+            status: v.status,
+            body: v.body,
+            transno: 0,
+        }),
+        _ => {
+            tracing::error!("saved reply with unknown version");
+            Err(Status::Io)
+        }
+    }
 }
 
 /// Key of a remote link record.

@@ -39,6 +39,9 @@ pub const MD_OPS: &[&str] = &[
     "ping",
     "disconnect",
     "reopen",
+    "connect",
+    "replay",
+    "replay_done",
 ];
 
 #[cfg(test)]
@@ -56,8 +59,8 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::Reopen { opens: Vec::new() };
+        let last = MdsOp::ReplayDone;
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "reopen");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "replay_done");
     }
 }

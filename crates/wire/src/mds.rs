@@ -318,6 +318,40 @@ pub enum MdsOp {
         /// (file, open handles).
         opens: Vec<(Fid, u32)>,
     },
+    /// After every new link: "who are you now?" Reply: [`MdsReply::Connected`], which tells
+    /// whether the MDT restarted (its epoch changed) and is waiting for its clients' replays.
+    Connect,
+    /// Replay of an operation this client was answered but the MDT had not committed when
+    /// it restarted (Lustre's replay), sent with the operation's original xid, one at a time
+    /// in `transno` order. The MDT runs replays of all its clients in transno order during
+    /// its recovery window. Reply: the operation's reply.
+    Replay {
+        /// The transaction number the MDT gave the operation.
+        transno: u64,
+        /// The operation.
+        op: Box<MdsOp>,
+        /// The reply it got: an inode it created is created again with the same FID and
+        /// layout (clients hold the FID; the file's data is in those objects).
+        reply: Box<MdsReply>,
+    },
+    /// This client has replayed everything it had. Reply: [`MdsReply::Done`] once the
+    /// MDT's recovery is complete (or `EINPROGRESS` while it waits for other clients).
+    ReplayDone,
+}
+
+/// A reply of the MDS service on the network: the transaction number the MDT gave the
+/// operation (0: nothing to replay — read-only, failed, or not replayable) and the highest
+/// transaction number it has made durable (`last_committed`), so the client keeps a
+/// request for replay exactly until it is committed. Its encoding is the two varints
+/// followed by the encoded [`MdsReply`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdsAnswer {
+    /// The operation's transaction number.
+    pub transno: u64,
+    /// Highest transaction number durable on the MDT.
+    pub last_committed: u64,
+    /// The reply.
+    pub reply: MdsReply,
 }
 
 /// Most files one [`MdsOp::Reopen`] lists (a client with more sends several).
@@ -367,6 +401,9 @@ impl MdsOp {
             | MdsOp::Ping
             | MdsOp::Disconnect
             | MdsOp::Reopen { .. }
+            | MdsOp::Connect
+            | MdsOp::Replay { .. }
+            | MdsOp::ReplayDone
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -414,6 +451,9 @@ impl MdsOp {
                 MdsOp::Ping => 34,
                 MdsOp::Disconnect => 35,
                 MdsOp::Reopen { .. } => 36,
+                MdsOp::Connect => 37,
+                MdsOp::Replay { .. } => 38,
+                MdsOp::ReplayDone => 39,
             }
     }
 
@@ -434,7 +474,11 @@ impl MdsOp {
                                 | MdsOp::Ping
                 // Handled apart: it ends the client's export.
                                 | MdsOp::Disconnect
-                | MdsOp::Reopen { .. }
+                                | MdsOp::Reopen { .. }
+                // Recovery: handled apart (a replay runs its operation as such).
+                | MdsOp::Connect
+                | MdsOp::Replay { .. }
+                | MdsOp::ReplayDone
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -726,6 +770,15 @@ pub enum MdsReply {
         /// hard-linked files, inodes of other MDTs).
         kept: u64,
     },
+    /// Answer to [`MdsOp::Connect`].
+    Connected {
+        /// Changes at every start of the MDT: a client that saw another one must replay.
+        epoch: u64,
+        /// The MDT waits for its clients' replays (its recovery window is open).
+        recovering: bool,
+        /// Highest transaction number durable on the MDT.
+        last_committed: u64,
+    },
 }
 
 #[cfg(test)]
@@ -911,6 +964,45 @@ mod tests {
     }
 
     #[test]
+    fn recovery_messages_round_trip_and_refuse_truncation() {
+        let replay = MdsOp::Replay {
+            transno: 41,
+            op: Box::new(MdsOp::Unlink {
+                parent: Fid::ROOT,
+                name: b"f".to_vec(),
+            }),
+            reply: Box::new(MdsReply::Done),
+        };
+        for op in [MdsOp::Connect, replay, MdsOp::ReplayDone] {
+            assert!(!op.is_modifying());
+            let bytes = encode_body(&op);
+            assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                assert!(decode_body::<MdsOp>(&bytes[..n]).is_err(), "{n} bytes");
+            }
+        }
+        let answer = MdsAnswer {
+            transno: 300,
+            last_committed: 299,
+            reply: MdsReply::Connected {
+                epoch: 7,
+                recovering: true,
+                last_committed: 299,
+            },
+        };
+        let bytes = encode_body(&answer);
+        assert_eq!(decode_body::<MdsAnswer>(&bytes).unwrap(), answer);
+        for n in 0..bytes.len() {
+            assert!(decode_body::<MdsAnswer>(&bytes[..n]).is_err(), "{n} bytes");
+        }
+        // The envelope is the two varints then the reply's own encoding (the server
+        // prefixes a saved reply without decoding it).
+        let mut prefixed = postcard::to_allocvec(&(300u64, 299u64)).unwrap();
+        prefixed.extend(encode_body(&answer.reply));
+        assert_eq!(prefixed, bytes);
+    }
+
+    #[test]
     fn round_trip() {
         let call = MdsCall {
             client: [7; 16],
@@ -931,7 +1023,8 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_body::<MdsCall>(&bytes);
-            let _ = decode_body::<MdsReply>(&bytes);
+                        let _ = decode_body::<MdsReply>(&bytes);
+            let _ = decode_body::<MdsAnswer>(&bytes);
         }
     }
 }

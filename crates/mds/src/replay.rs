@@ -1,0 +1,293 @@
+//! Recovery after a restart (Lustre's replay): transaction numbers, `last_committed`, the
+//! recovery window, and replays run in transaction order.
+//!
+//! Every change a client request makes gets a transaction number (transno), stored with the
+//! change and its saved reply; replies carry it and the highest transno the MDT has made
+//! durable (`last_committed`). A client keeps every request it was answered for until
+//! `last_committed` reaches it. An MDT replies after the change is in its journal but syncs
+//! the journal only every commit interval (or on `fsync`), so a node crash can take the
+//! last acknowledged changes with it. After a restart the MDT opens its recovery window
+//! for the clients it had given transnos (the `clients` table): each reconnects
+//! ([`MdsOp::Connect`](nacre_wire::mds::MdsOp::Connect)), replays what it kept one request
+//! at a time in transno order, and says `ReplayDone`. The MDT runs the replays of all its
+//! clients in transno order: a replay waits until every smaller transno either ran or
+//! cannot come any more (every expected client is waiting with a larger one, or is done, or
+//! was evicted when the window closed). New requests wait (`EINPROGRESS`) until recovery
+//! is complete; then the MDT syncs its journal, so everything replayed is committed.
+//!
+//! Not built: version checks (Lustre's VBR). A replay that follows a gap left by a client
+//! that never came back runs anyway; the operation's own checks (a name that exists, one
+//! that does not) are all that guard it.
+
+use crate::mdt::Mdt;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Default length of the recovery window: how long a restarted MDT waits for the clients
+/// it knows before evicting the missing ones (Lustre's `recovery_time_soft` role).
+pub const RECOVERY_WINDOW_MS_DEFAULT: u64 = 60_000;
+/// Shortest window accepted.
+pub const RECOVERY_WINDOW_MS_MIN: u64 = 1_000;
+/// How often a waiting replay re-checks the window.
+const WAIT_STEP_MS: u64 = 100;
+
+/// What a replay waiting for its turn is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Run it now (then call [`Recovery::replayed`]).
+    Run,
+    /// Already in: at or below what the store had at the restart, or replayed.
+    AlreadyIn,
+    /// The window is closed (or closed without this client): its change is lost.
+    TooLate,
+}
+
+/// Where one expected client is in its recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Not heard from since the restart.
+    Missing,
+    /// Connected; sending replays.
+    Connected,
+    /// Waiting with a replay of this transno.
+    Waiting(u64),
+    /// Said `ReplayDone`.
+    Done,
+}
+
+struct State {
+    active: bool,
+    started: Instant,
+    completed_after: Option<Duration>,
+    clients: HashMap<[u8; 16], Phase>,
+    /// Highest transno durable at the restart: replays at or below it are already in.
+    durable_at_start: u64,
+    /// Highest original transno replayed so far.
+    last_replayed: u64,
+    replayed: u64,
+    failed: u64,
+    gaps: u64,
+    evicted: Vec<[u8; 16]>,
+}
+
+/// An MDT's recovery state.
+pub struct Recovery {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// Window length, settable (`mdt.*.recovery_window_ms`).
+    pub window_ms: AtomicU64,
+}
+
+impl Recovery {
+    /// Recovery for an MDT whose store holds `durable` as its last transno and lists
+    /// `clients`: active if there are any.
+    pub fn new(durable: u64, clients: HashSet<[u8; 16]>) -> Recovery {
+        Recovery {
+            state: Mutex::new(State {
+                active: !clients.is_empty(),
+                started: Instant::now(),
+                completed_after: clients.is_empty().then_some(Duration::ZERO),
+                clients: clients.into_iter().map(|c| (c, Phase::Missing)).collect(),
+                durable_at_start: durable,
+                last_replayed: durable,
+                replayed: 0,
+                failed: 0,
+                gaps: 0,
+                evicted: Vec::new(),
+            }),
+            changed: Condvar::new(),
+            window_ms: AtomicU64::new(RECOVERY_WINDOW_MS_DEFAULT),
+        }
+    }
+
+    /// True while the window is open (new requests wait).
+    pub fn active(&self) -> bool {
+        self.state.lock().expect("recovery").active
+    }
+
+    /// A client connected (`Connect`).
+    pub fn connected(&self, client: &[u8; 16]) {
+        let mut s = self.state.lock().expect("recovery");
+        if let Some(p) = s.clients.get_mut(client) {
+            if *p == Phase::Missing {
+                *p = Phase::Connected;
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// True if `client` is one the window waits for (or waited for and saw finish).
+    fn expected(s: &State, client: &[u8; 16]) -> bool {
+        s.clients.contains_key(client)
+    }
+
+    /// Waits until the replay of `transno` by `client` may run.
+    pub fn wait_turn(&self, mdt: &Mdt, client: &[u8; 16], transno: u64) -> Turn {
+        let mut s = self.state.lock().expect("recovery");
+        if !s.active {
+            return Turn::TooLate;
+        }
+        if !Self::expected(&s, client) {
+            // Its first change (and its row in `clients`) was lost with the crash: it joins
+            // while the window is open.
+            s.clients.insert(*client, Phase::Connected);
+        }
+        if transno <= s.last_replayed {
+            return Turn::AlreadyIn;
+        }
+        s.clients.insert(*client, Phase::Waiting(transno));
+        self.changed.notify_all();
+        loop {
+            self.close_if_late(mdt, &mut s);
+            if !s.active || s.clients.get(client) != Some(&Phase::Waiting(transno)) {
+                return Turn::TooLate;
+            }
+            let smallest = s
+                .clients
+                .values()
+                .filter_map(|p| match p {
+                    Phase::Waiting(t) => Some(*t),
+                    _ => None,
+                })
+                .min();
+            let next_in_line = transno == s.last_replayed + 1;
+            let nobody_can_fill = s
+                .clients
+                .values()
+                .all(|p| matches!(p, Phase::Waiting(_) | Phase::Done));
+            if smallest == Some(transno) && (next_in_line || nobody_can_fill) {
+                if !next_in_line {
+                    s.gaps += 1;
+                    tracing::warn!(
+                        "{}: no client has transno {}..{}; replaying {transno} after the gap",
+                        mdt.label.name(),
+                        s.last_replayed + 1,
+                        transno - 1
+                    );
+                }
+                return Turn::Run;
+            }
+            let (guard, _) = self
+                .changed
+                .wait_timeout(s, Duration::from_millis(WAIT_STEP_MS))
+                .expect("recovery");
+            s = guard;
+        }
+    }
+
+    /// The replay of `transno` by `client` ran (`ok`: it succeeded again).
+    pub fn replayed(&self, client: &[u8; 16], transno: u64, ok: bool) {
+        let mut s = self.state.lock().expect("recovery");
+        s.last_replayed = s.last_replayed.max(transno);
+        if ok {
+            s.replayed += 1;
+        } else {
+            s.failed += 1;
+        }
+        if let Some(p) = s.clients.get_mut(client) {
+            *p = Phase::Connected;
+        }
+        self.changed.notify_all();
+    }
+
+    /// `client` replayed everything. Returns true once recovery is complete; then the MDT
+    /// syncs its journal (everything replayed is committed) before anything else runs.
+    pub fn done(&self, mdt: &Mdt, client: &[u8; 16]) -> bool {
+        let mut s = self.state.lock().expect("recovery");
+        if let Some(p) = s.clients.get_mut(client) {
+            *p = Phase::Done;
+        }
+        self.changed.notify_all();
+        self.close_if_late(mdt, &mut s);
+        self.complete_if_all_done(mdt, &mut s);
+        !s.active
+    }
+
+    /// Ends the window if it is over: evicts the clients that did not finish.
+    fn close_if_late(&self, mdt: &Mdt, s: &mut State) {
+        let window = Duration::from_millis(self.window_ms.load(Ordering::Relaxed));
+        if !s.active || s.started.elapsed() < window {
+            return;
+        }
+        let late: Vec<[u8; 16]> = s
+            .clients
+            .iter()
+            .filter(|(_, p)| !matches!(p, Phase::Done))
+            .map(|(c, _)| *c)
+            .collect();
+        for c in &late {
+            tracing::warn!(
+                "{}: recovery window closed without client {}: evicted, its uncommitted \
+                 operations are lost",
+                mdt.label.name(),
+                crate::export::client_name(c)
+            );
+            s.clients.remove(c);
+            s.evicted.push(*c);
+            mdt.exports.refuse(c);
+            mdt.forget_client(c);
+        }
+        self.changed.notify_all();
+        self.complete_if_all_done(mdt, s);
+    }
+
+    fn complete_if_all_done(&self, mdt: &Mdt, s: &mut State) {
+        if !s.active || !s.clients.values().all(|p| *p == Phase::Done) {
+            return;
+        }
+        // Replays are committed before anything new runs (their new transnos are then
+        // below last_committed, so clients drop them).
+        mdt.sync_now();
+        s.active = false;
+        s.completed_after = Some(s.started.elapsed());
+        tracing::info!(
+            "{}: recovery complete in {} ms: {} clients, {} replayed, {} failed, {} gaps, {} evicted",
+            mdt.label.name(),
+            s.started.elapsed().as_millis(),
+            s.clients.len(),
+            s.replayed,
+            s.failed,
+            s.gaps,
+            s.evicted.len()
+        );
+        self.changed.notify_all();
+    }
+
+    /// Checks the window (the destroy thread calls this every pass, so a window nobody
+    /// replays in still closes).
+    pub fn tick(&self, mdt: &Mdt) {
+        let mut s = self.state.lock().expect("recovery");
+        self.close_if_late(mdt, &mut s);
+    }
+
+    /// `recovery_status` lines.
+    pub fn status(&self) -> String {
+        let s = self.state.lock().expect("recovery");
+        let done = s.clients.values().filter(|p| **p == Phase::Done).count();
+        let connected = s.clients.values().filter(|p| **p != Phase::Missing).count();
+        let window = self.window_ms.load(Ordering::Relaxed);
+        let mut out = format!(
+            "status: {}\n",
+            if s.active { "RECOVERING" } else { "COMPLETE" }
+        );
+        if s.active {
+            let left = Duration::from_millis(window).saturating_sub(s.started.elapsed());
+            out += &format!("time_remaining_ms: {}\n", left.as_millis());
+        } else if let Some(d) = s.completed_after {
+            out += &format!("recovery_duration_ms: {}\n", d.as_millis());
+        }
+        out += &format!(
+            "recovery_window_ms: {window}\nreplay_clients: {}\nreplay_clients_connected: {connected}\nreplay_clients_done: {done}\nreplay_clients_evicted: {}\nreplayed_requests: {}\nreplay_failed: {}\nreplay_gaps: {}\ntransno_durable_at_start: {}\nlast_replayed: {}\n",
+            s.clients.len() + s.evicted.len(),
+            s.evicted.len(),
+            s.replayed,
+            s.failed,
+            s.gaps,
+            s.durable_at_start,
+            s.last_replayed
+        );
+        out
+    }
+}
