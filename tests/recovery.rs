@@ -1510,3 +1510,113 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
     // The clients dropped what the end of recovery committed.
     assert_eq!(pending(&a) + pending(&b), 0);
 }
+
+/// The recovery window closes without a client that does not come back in time (its node is
+/// hung: its process stopped): the MDT evicts it and runs the other clients' replays past
+/// the gaps its missing changes leave, so one missing client does not cost the others their
+/// acknowledged changes. The late client learns what it lost and carries on as a new client.
+#[test]
+fn a_client_missing_from_the_recovery_window_is_evicted_and_the_others_replay() {
+    let root = tempfile::Builder::new()
+        .prefix("nacre-recovery-late")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let port = free_port();
+    let mgs = format!("127.0.0.1:{port}@tcp");
+    mkfs("--mgs", 0, "late", None, &d("mgs"));
+    mkfs("--ost", 0, "late", Some(&mgs), &d("ost0"));
+    mkfs("--mdt", 0, "late", Some(&mgs), &d("mdt0"));
+    let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
+    // A short window for every start of the MDT (a persistent parameter on the MGS).
+    let oss_pid = oss.pid().to_string();
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &oss_pid,
+        "set_param",
+        "-P",
+        "mdt.late-MDT0000.recovery_window_ms=3000",
+    ]);
+    let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
+    let mdt0 = d("mdt0").display().to_string();
+    let args: Vec<String> = [
+        "server",
+        "--listen",
+        &listen,
+        "--target",
+        &mdt0,
+        "--commit-interval-ms",
+        "3600000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let crashy = [
+        "env".to_string(),
+        "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
+    ];
+    let mut mds = ServerProc::spawn_in(&crashy, args, listen.clone());
+    let source = format!("{mgs}:/late");
+    let a = ClientMount::mount(&source, &d("mnt_a"), &[]);
+    let b = ClientMount::mount(&source, &d("mnt_b"), &[]);
+    let (da, db) = (a.mnt.join("a"), b.mnt.join("b"));
+    std::fs::create_dir(&da).unwrap();
+    std::fs::create_dir(&db).unwrap();
+    std::fs::File::open(&da).unwrap().sync_all().unwrap();
+    // Interleaved, unrelated, acknowledged and not committed.
+    for i in 0..8 {
+        std::fs::write(db.join(format!("y{i}")), b"b").unwrap();
+        std::fs::write(da.join(format!("x{i}")), b"a").unwrap();
+    }
+    let b_pid = b.pid().expect("client pid");
+    // B's node hangs; the MDS node crashes and comes back.
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(b_pid as i32, libc::SIGSTOP) };
+    mds.kill9();
+    mds.restart();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    let status = loop {
+        let s = param_of(mds.pid(), "mdt.*.recovery_status");
+        if s.contains("status: COMPLETE") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
+        // A's requests wait for the window like everyone's.
+        let _ = std::fs::metadata(a.mnt.join("a"));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(field(&status, "replay_clients_evicted"), 1, "{status}");
+    assert_eq!(field(&status, "replay_failed"), 0, "{status}");
+    assert!(field(&status, "replayed_requests") >= 1, "{status}");
+    // A's changes are all there; B's lost ones are gone with B's eviction.
+    let mut xs: Vec<String> = std::fs::read_dir(&da)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    xs.sort();
+    assert_eq!(xs, (0..8).map(|i| format!("x{i}")).collect::<Vec<_>>());
+
+    // B comes back: told it was evicted, it counts what it lost and works as a new client.
+    // SAFETY: as above.
+    unsafe { libc::kill(b_pid as i32, libc::SIGCONT) };
+    std::fs::write(db.join("after"), b"b").expect("B works again");
+    let import = param_of(b_pid, "mdc.*.import");
+    assert!(field(&import, "replay_lost") >= 1, "{import}");
+    assert_eq!(field(&import, "evictions"), 1, "{import}");
+    // Counted through A's mount: B's kernel still caches the names it created.
+    let lost = (0..8)
+        .filter(|i| !a.mnt.join("b").join(format!("y{i}")).exists())
+        .count() as u64;
+    assert_eq!(
+        lost,
+        field(&import, "replay_lost"),
+        "B's count of lost changes should match the files gone:\n{import}"
+    );
+    println!(
+        "late client: recovery closed after {} ms without B; {} of A's changes replayed, {lost} of B's lost",
+        started.elapsed().as_millis(),
+        field(&status, "replayed_requests")
+    );
+}

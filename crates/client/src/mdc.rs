@@ -94,6 +94,15 @@ impl Mdc {
     /// Notes an answer: keeps a change the MDT has not committed, drops those it has.
     /// Returns true if the list is full (the caller asks the MDT to commit).
     fn note_answer(&self, op: Option<MdsOp>, xid: u64, a: &MdsAnswer) -> bool {
+        // An answer from a new incarnation of the MDT before this client reconnected to it
+        // (its `Connect` decides what was lost): its `last_committed` is not about our
+        // changes of the old one.
+        let known = self.epoch.load(Ordering::Acquire);
+        // (A change answered in that moment is not kept: the restart right before it must
+        // be followed by another before the next commit to lose it.)
+        if known != 0 && known != a.epoch {
+            return false;
+        }
         let committed = self
             .last_committed
             .fetch_max(a.last_committed, Ordering::AcqRel)
@@ -190,7 +199,8 @@ impl Mdc {
         let MdsReply::Connected {
             epoch,
             recovering,
-            last_committed,
+            committed_at_start,
+            ..
         } = self.call(MdsOp::Connect)?
         else {
             return Err(ClientError::Rpc(nacre_net::rpc::RpcError::Status(
@@ -207,7 +217,7 @@ impl Mdc {
             let mut list = self.replay.lock().expect("replay");
             std::mem::take(&mut *list)
                 .into_iter()
-                .filter(|(t, _)| *t > last_committed)
+                .filter(|(t, _)| *t > committed_at_start)
                 .collect()
         };
         self.replay_stats.recoveries.fetch_add(1, Ordering::Relaxed);

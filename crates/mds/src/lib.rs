@@ -469,6 +469,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
                 last_committed: mdt
                     .last_committed_transno
                     .load(std::sync::atomic::Ordering::Acquire),
+                committed_at_start: mdt.recovery.committed_at_start(),
             }))
         }
         MdsOp::Replay { transno, op, reply } => replay(mdt, call, xid, *transno, op, reply),
@@ -661,7 +662,7 @@ fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     let last_committed = mdt
         .last_committed_transno
         .load(std::sync::atomic::Ordering::Acquire);
-    let mut body = encode_body(&(transno, last_committed));
+    let mut body = encode_body(&(transno, last_committed, mdt.epoch));
     body.extend_from_slice(&out.body);
     Outgoing { body, ..out }
 }

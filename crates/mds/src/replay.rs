@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 /// Default length of the recovery window: how long a restarted MDT waits for the clients
 /// it knows before evicting the missing ones (Lustre's `recovery_time_soft` role).
 pub const RECOVERY_WINDOW_MS_DEFAULT: u64 = 60_000;
+/// How many windows a client that reconnected may take to finish replaying before it is
+/// evicted too.
+pub const RECOVERY_HARD_FACTOR: u32 = 3;
 /// Shortest window accepted.
 pub const RECOVERY_WINDOW_MS_MIN: u64 = 1_000;
 /// How often a waiting replay re-checks the window.
@@ -100,6 +103,11 @@ impl Recovery {
             changed: Condvar::new(),
             window_ms: AtomicU64::new(RECOVERY_WINDOW_MS_DEFAULT),
         }
+    }
+
+    /// Highest transno the store held at the restart.
+    pub fn committed_at_start(&self) -> u64 {
+        self.state.lock().expect("recovery").durable_at_start
     }
 
     /// True while the window is open (new requests wait).
@@ -205,18 +213,28 @@ impl Recovery {
         !s.active
     }
 
-    /// Ends the window if it is over: evicts the clients that did not finish.
+    /// Ends the window if it is over: evicts the clients that did not reconnect in it (as
+    /// Lustre's `recovery_time_soft`); at [`RECOVERY_HARD_FACTOR`] times the window, also
+    /// those that reconnected but did not finish replaying (`recovery_time_hard`).
     fn close_if_late(&self, mdt: &Mdt, s: &mut State) {
         let window = Duration::from_millis(self.window_ms.load(Ordering::Relaxed));
         if !s.active || s.started.elapsed() < window {
             return;
         }
+        let hard = s.started.elapsed() >= window * RECOVERY_HARD_FACTOR;
         let late: Vec<[u8; 16]> = s
             .clients
             .iter()
-            .filter(|(_, p)| !matches!(p, Phase::Done))
+            .filter(|(_, p)| match p {
+                Phase::Missing => true,
+                Phase::Done => false,
+                _ => hard,
+            })
             .map(|(c, _)| *c)
             .collect();
+        if late.is_empty() {
+            return;
+        }
         for c in &late {
             tracing::warn!(
                 "{}: recovery window closed without client {}: evicted, its uncommitted \

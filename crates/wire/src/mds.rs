@@ -342,7 +342,7 @@ pub enum MdsOp {
 /// A reply of the MDS service on the network: the transaction number the MDT gave the
 /// operation (0: nothing to replay — read-only, failed, or not replayable) and the highest
 /// transaction number it has made durable (`last_committed`), so the client keeps a
-/// request for replay exactly until it is committed. Its encoding is the two varints
+/// request for replay exactly until it is committed. Its encoding is the three varints
 /// followed by the encoded [`MdsReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MdsAnswer {
@@ -350,6 +350,9 @@ pub struct MdsAnswer {
     pub transno: u64,
     /// Highest transaction number durable on the MDT.
     pub last_committed: u64,
+    /// The MDT's epoch (new at every start): `last_committed` of another epoch says
+    /// nothing about this client's changes of the previous one.
+    pub epoch: u64,
     /// The reply.
     pub reply: MdsReply,
 }
@@ -778,6 +781,10 @@ pub enum MdsReply {
         recovering: bool,
         /// Highest transaction number durable on the MDT.
         last_committed: u64,
+        /// Highest transaction number the store held when this incarnation started: a
+        /// client's changes above it were lost with the restart (and are replayed, or,
+        /// once recovery is over, gone).
+        committed_at_start: u64,
     },
 }
 
@@ -984,10 +991,12 @@ mod tests {
         let answer = MdsAnswer {
             transno: 300,
             last_committed: 299,
+            epoch: 0x1234_5678_9abc,
             reply: MdsReply::Connected {
                 epoch: 7,
                 recovering: true,
                 last_committed: 299,
+                committed_at_start: 250,
             },
         };
         let bytes = encode_body(&answer);
@@ -997,7 +1006,7 @@ mod tests {
         }
         // The envelope is the two varints then the reply's own encoding (the server
         // prefixes a saved reply without decoding it).
-        let mut prefixed = postcard::to_allocvec(&(300u64, 299u64)).unwrap();
+        let mut prefixed = postcard::to_allocvec(&(300u64, 299u64, 0x1234_5678_9abcu64)).unwrap();
         prefixed.extend(encode_body(&answer.reply));
         assert_eq!(prefixed, bytes);
     }
