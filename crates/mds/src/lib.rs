@@ -249,6 +249,7 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
         body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno,
     };
+    LAST_TRANSNO.with(|c| c.set(Some((call.client, xid, transno))));
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
 }
@@ -640,6 +641,13 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     }
 }
 
+thread_local! {
+    /// The transno the request this thread just ran got: (client, xid, transno), handed
+    /// from the transaction to [`answer`] without reading the saved reply back.
+    static LAST_TRANSNO: std::cell::Cell<Option<([u8; 16], u64, u64)>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Wraps a successful reply for the network ([`nacre_wire::mds::MdsAnswer`]): the
 /// operation's transno (read back from its saved reply) and `last_committed`, before the
 /// reply's own bytes.
@@ -651,13 +659,18 @@ fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
         MdsOp::Replay { op, .. } => op.as_ref(),
         op => op,
     };
-    let transno = if op.is_modifying() {
-        match mdt.kv.get(REPLIES, &reply_key(&call.client, xid)) {
+    let handed = LAST_TRANSNO
+        .with(|c| c.take())
+        .filter(|(c, x, _)| *c == call.client && *x == xid);
+    let transno = match handed {
+        Some((_, _, t)) => t,
+        // Answered from a saved reply (a resend, a replay already in), or by a path that
+        // saves its own: read the transno back.
+        None if op.is_modifying() => match mdt.kv.get(REPLIES, &reply_key(&call.client, xid)) {
             Ok(Some(v)) => records::decode_saved(&v).map_or(0, |s| s.transno),
             _ => 0,
-        }
-    } else {
-        0
+        },
+        None => 0,
     };
     let last_committed = mdt
         .last_committed_transno
