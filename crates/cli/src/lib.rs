@@ -10,6 +10,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod metrics;
 pub mod server;
+pub mod target_params;
 pub mod targets;
 
 pub mod size;

@@ -1,18 +1,19 @@
 //! Assembles a server process from formatted target directories.
 
+use crate::target_params::{clear_with, parse_count};
+use crate::targets::{osp_net_config, sleep_unless};
 use anyhow::{bail, Context};
 use nacre_cpt::CptTable;
-use nacre_mds::mdt::Mdt;
 
 use nacre_mds::MdsHandler;
 use nacre_mgs::Mgs;
-use nacre_net::rpc::{call, RpcError};
-use nacre_net::{Connection, NetConfig, Server, ServiceConfig, ServicePartition, ServicePool};
+use nacre_net::rpc::call;
+use nacre_net::{Connection, Server, ServiceConfig, ServicePartition, ServicePool};
 use nacre_osd::Label;
-use nacre_oss::{OssHandler, OstTarget};
+use nacre_oss::OssHandler;
 use nacre_types::limits::BULK_BYTES_MAX;
-use nacre_types::{Nid, Status, TargetKind};
-use nacre_wire::mgs::{MgsReply, MgsRequest, TargetInfo};
+use nacre_types::{Nid, TargetKind};
+use nacre_wire::mgs::{MgsReply, MgsRequest};
 use nacre_wire::Service;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,8 +22,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// How long a target keeps trying to reach the MGS at start.
-pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
 /// Default background journal sync period of an MDT (bounds what a power loss can take
 /// from acknowledged but not fsync'd metadata).
 pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 1_000;
@@ -257,26 +256,6 @@ fn pool(
         queue_depth: SERVICE_QUEUE_DEPTH,
     };
     Ok(ServicePool::start(config, handler))
-}
-
-/// Registers a target with the MGS, retrying while the MGS is unreachable.
-pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
-    let net = NetConfig {
-        connect_timeout_ms: REGISTER_TIMEOUT_MS,
-        recovery_timeout_ms: REGISTER_TIMEOUT_MS,
-        ..NetConfig::default()
-    };
-    let conn =
-        Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
-    let name = target.name();
-    let req = MgsRequest::Register(target);
-    match call::<_, MgsReply>(&conn, req.opcode(), 0, &req) {
-        Ok(_) => Ok(()),
-        Err(RpcError::Status(Status::Exist)) => {
-            bail!("MGS at {mgs} refused {name}: that index is registered by another target (different uuid)")
-        }
-        Err(e) => bail!("registering {name} with the MGS at {mgs}: {e}"),
-    }
 }
 
 impl ServerProcess {
@@ -704,40 +683,6 @@ fn buffer_pool_table(partitions: usize) -> String {
     s.trim_end().to_string()
 }
 
-/// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as
-/// every caller (free-space refresh, object destroy, layout checks) retries later.
-pub(crate) fn osp_net_config() -> NetConfig {
-    NetConfig {
-        connect_timeout_ms: 5_000,
-        rpc_timeout_ms: 30_000,
-        recovery_timeout_ms: 10_000,
-        ..NetConfig::default()
-    }
-}
-
-/// Sleeps for `period` in short steps; returns true as soon as `stop` is set.
-pub(crate) fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
-    let step = Duration::from_millis(50);
-    let mut slept = Duration::ZERO;
-    while slept < period {
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        std::thread::sleep(step);
-        slept += step;
-    }
-    stop.load(Ordering::Relaxed)
-}
-
-fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
-    if value.trim() == "0" || value.trim() == "clear" {
-        clear();
-        Ok(())
-    } else {
-        Err("statistics accept only 0 (clear)".into())
-    }
-}
-
 /// `fail_loc` (the armed fault point, Lustre's name: `NAME`, `NAME@N`, `NAME~MS`; `0`
 /// disarms) and `fail_fired` (how often it fired since armed), for recovery tests.
 pub fn register_fault_params(r: &nacre_params::Registry) {
@@ -755,222 +700,6 @@ pub fn param_fsname(name: &str) -> Option<&str> {
     let (fs, rest) = target.rsplit_once('-')?;
     let literal = |s: &str| !s.is_empty() && !s.contains(['*', '?', '[']);
     (literal(fs) && (rest.starts_with("OST") || rest.starts_with("MDT"))).then_some(fs)
-}
-
-fn parse_count(value: &str) -> Result<usize, String> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{}' is not a count", value.trim()))
-}
-
-fn parse_bool(value: &str) -> Result<bool, String> {
-    match value.trim() {
-        "1" | "on" | "true" => Ok(true),
-        "0" | "off" | "false" => Ok(false),
-        v => Err(format!("'{v}' is not 0 or 1")),
-    }
-}
-
-/// `osd.NAME.*` and `ost.NAME.*` parameters of one OST.
-pub(crate) fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
-    let name = t.label.name();
-    let (a, b) = (t.clone(), t.clone());
-    r.add_rw(
-        format!("osd.{name}.brw_stats"),
-        move || a.brw.render(),
-        move |v| clear_with(v, || b.brw.clear()),
-    );
-    let (a, b) = (t.clone(), t.clone());
-    r.add_rw(
-        format!("ost.{name}.stats"),
-        move || a.stats.render(),
-        move |v| clear_with(v, || b.stats.clear()),
-    );
-    let (a, b) = (t.clone(), t.clone());
-    r.add_rw(
-        format!("ost.{name}.job_stats"),
-        move || a.job_stats.render(),
-        move |v| clear_with(v, || b.job_stats.clear()),
-    );
-    let (a, b) = (t.clone(), t.clone());
-    r.add_rw(
-        format!("ost.{name}.export_stats"),
-        move || a.export_stats.render(),
-        move |v| clear_with(v, || b.export_stats.clear()),
-    );
-    let (a, b) = (t.clone(), t.clone());
-    r.add_rw(
-        format!("osd.{name}.direct_io"),
-        move || u8::from(a.store.direct_io()).to_string(),
-        move |v| {
-            b.store.set_direct_io(parse_bool(v)?);
-            Ok(())
-        },
-    );
-    for (param, pick) in [
-        (
-            "kbytestotal",
-            (|s: nacre_types::StatFs| s.bytes_total / 1024) as fn(nacre_types::StatFs) -> u64,
-        ),
-        ("kbytesfree", |s| s.bytes_free / 1024),
-        ("kbytesavail", |s| s.bytes_avail / 1024),
-    ] {
-        let a = t.clone();
-        r.add_fn(format!("osd.{name}.{param}"), move || {
-            a.store
-                .statfs()
-                .map(|s| pick(s).to_string())
-                .unwrap_or_else(|e| e.to_string())
-        });
-    }
-    let a = t.clone();
-    r.add_fn(format!("osd.{name}.uuid"), move || a.label.uuid.clone());
-    // Reads refused because stored data did not match its checksum (bit rot).
-    let a = t.clone();
-    r.add_fn(format!("osd.{name}.checksum_errors"), move || {
-        a.store.corrupt_chunks().to_string()
-    });
-}
-
-/// `mdt.NAME.*` parameters of one MDT.
-pub(crate) fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
-    let name = m.label.name();
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.md_stats"),
-        move || a.md_stats.render(),
-        move |v| clear_with(v, || b.md_stats.clear()),
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.job_stats"),
-        move || a.job_stats.render(),
-        move |v| clear_with(v, || b.job_stats.clear()),
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.export_stats"),
-        move || a.export_stats.render(),
-        move |v| clear_with(v, || b.export_stats.clear()),
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.mkdir_placement"),
-        move || a.mkdir_placement().to_string(),
-        move |v| {
-            b.set_mkdir_placement(v.parse()?);
-            Ok(())
-        },
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.sync_on_reply"),
-        move || u8::from(a.sync_on_reply()).to_string(),
-        move |v| {
-            b.set_sync_on_reply(parse_bool(v)?);
-            Ok(())
-        },
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_fn(format!("mdt.{name}.filestotal"), move || {
-        a.statfs()
-            .map(|s| s.files_total.to_string())
-            .unwrap_or_default()
-    });
-    r.add_fn(format!("mdt.{name}.filesfree"), move || {
-        b.statfs()
-            .map(|s| s.files_free.to_string())
-            .unwrap_or_default()
-    });
-    let a = m.clone();
-    r.add_fn(format!("mdt.{name}.uuid"), move || a.label.uuid.clone());
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.evict_timeout_ms"),
-        move || {
-            a.exports
-                .evict_timeout_ms
-                .load(Ordering::Relaxed)
-                .to_string()
-        },
-        move |v| {
-            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
-            if ms < nacre_mds::export::EVICT_TIMEOUT_MS_MIN {
-                return Err(format!(
-                    "at least {} ms",
-                    nacre_mds::export::EVICT_TIMEOUT_MS_MIN
-                ));
-            }
-            b.exports.evict_timeout_ms.store(ms, Ordering::Relaxed);
-            Ok(())
-        },
-    );
-    let (a, b) = (m.clone(), m.clone());
-    r.add_rw(
-        format!("mdt.{name}.recovery_window_ms"),
-        move || a.recovery.window_ms.load(Ordering::Relaxed).to_string(),
-        move |v| {
-            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
-            if ms < nacre_mds::replay::RECOVERY_WINDOW_MS_MIN {
-                return Err(format!(
-                    "at least {} ms",
-                    nacre_mds::replay::RECOVERY_WINDOW_MS_MIN
-                ));
-            }
-            b.recovery.window_ms.store(ms, Ordering::Relaxed);
-            Ok(())
-        },
-    );
-    let a = m.clone();
-    r.add_fn(format!("mdt.{name}.recovery_status"), move || {
-        recovery_status(&a)
-    });
-    let a = m.clone();
-    r.add_fn(format!("mdt.{name}.exports"), move || {
-        a.exports
-            .list()
-            .iter()
-            .map(|(c, quiet, opens)| {
-                format!(
-                    "{}: idle_ms: {} open_handles: {opens}",
-                    nacre_mds::export::client_name(c),
-                    quiet.as_millis()
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
-}
-
-/// `mdt.*.recovery_status`, in Lustre's shape. There is no recovery window yet (replay is
-/// not built: an MDT restarts complete), so the state is always COMPLETE; the rest is live.
-fn recovery_status(m: &Mdt) -> String {
-    let x = &m.exports;
-    let mut s = m.recovery.status();
-    s += &format!(
-        "connected_clients: {}\nevicted_clients: {}\nevict_timeout_ms: {}\n",
-        x.connected(),
-        x.evicted_total.load(Ordering::Relaxed),
-        x.evict_timeout_ms.load(Ordering::Relaxed)
-    );
-    let evictions = x.evictions();
-    if !evictions.is_empty() {
-        s += "evictions:\n";
-        for e in evictions {
-            let at =
-                e.at.duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-            s += &format!(
-                "  - client: {} at: {at} silent_ms: {} opens_dropped: {}\n",
-                nacre_mds::export::client_name(&e.client),
-                e.silent_ms,
-                e.opens_dropped
-            );
-        }
-    }
-    s.trim_end().to_string()
 }
 
 #[cfg(test)]

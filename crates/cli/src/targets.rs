@@ -12,20 +12,19 @@
 //! targets fail over too, which is what its partner expects of a node in that state.
 
 use crate::metrics::Sources;
-use crate::server::{
-    osp_net_config, register, register_mdt_params, register_ost_params, sleep_unless,
-};
+use crate::target_params::{register_mdt_params, register_ost_params};
 use anyhow::{bail, Context};
 use nacre_mds::mdt::Mdt;
 use nacre_mds::osp::OstPool;
 use nacre_mds::MdsHandler;
-use nacre_net::{Handler, Incoming, Outgoing};
+use nacre_net::rpc::{call, RpcError};
+use nacre_net::{Connection, Handler, Incoming, NetConfig, Outgoing};
 use nacre_osd::mmp::{self, Guard, MmpError, MmpState};
 use nacre_osd::Label;
 use nacre_oss::{OssHandler, OstTarget};
 use nacre_types::{Nid, Status, TargetKind};
 use nacre_wire::failover::{FailoverReply, FailoverRequest, TARGET_NAME_BYTES_MAX};
-use nacre_wire::mgs::TargetInfo;
+use nacre_wire::mgs::{MgsReply, MgsRequest, TargetInfo};
 use nacre_wire::{decode_body, encode_body};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -752,5 +751,53 @@ pub fn failover(mgs: Nid, target: &str, to: Option<Nid>) -> anyhow::Result<Strin
             bail!("{out}{target}: {dest} does not stand by for it (start it with --standby DIR)")
         }
         Err(e) => bail!("{out}{target}: takeover by {dest} failed: {e}"),
+    }
+}
+
+/// How long a target keeps trying to reach the MGS at start.
+pub const REGISTER_TIMEOUT_MS: u64 = 60_000;
+
+/// Registers a target with the MGS, retrying while the MGS is unreachable.
+pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
+    let net = NetConfig {
+        connect_timeout_ms: REGISTER_TIMEOUT_MS,
+        recovery_timeout_ms: REGISTER_TIMEOUT_MS,
+        ..NetConfig::default()
+    };
+    let conn =
+        Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
+    let name = target.name();
+    let req = MgsRequest::Register(target);
+    match call::<_, MgsReply>(&conn, req.opcode(), 0, &req) {
+        Ok(_) => Ok(()),
+        Err(RpcError::Status(Status::Exist)) => {
+            bail!("MGS at {mgs} refused {name}: that index is registered by another target (different uuid)")
+        }
+        Err(e) => bail!("registering {name} with the MGS at {mgs}: {e}"),
+    }
+}
+
+/// Sleeps for `period` in short steps; returns true as soon as `stop` is set.
+pub fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
+    let step = Duration::from_millis(50);
+    let mut slept = Duration::ZERO;
+    while slept < period {
+        if stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        std::thread::sleep(step);
+        slept += step;
+    }
+    stop.load(Ordering::Relaxed)
+}
+
+/// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as
+/// every caller (free-space refresh, object destroy, layout checks) retries later.
+pub fn osp_net_config() -> NetConfig {
+    NetConfig {
+        connect_timeout_ms: 5_000,
+        rpc_timeout_ms: 30_000,
+        recovery_timeout_ms: 10_000,
+        ..NetConfig::default()
     }
 }

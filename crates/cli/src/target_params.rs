@@ -1,0 +1,232 @@
+//! Parameters of the targets a server serves (`osd.*`, `ost.*`, `mdt.*`), registered when a
+//! target starts and removed when it stops.
+
+use nacre_mds::mdt::Mdt;
+use nacre_oss::OstTarget;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// `osd.NAME.*` and `ost.NAME.*` parameters of one OST.
+pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
+    let name = t.label.name();
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("osd.{name}.brw_stats"),
+        move || a.brw.render(),
+        move |v| clear_with(v, || b.brw.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("ost.{name}.stats"),
+        move || a.stats.render(),
+        move |v| clear_with(v, || b.stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("ost.{name}.job_stats"),
+        move || a.job_stats.render(),
+        move |v| clear_with(v, || b.job_stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("ost.{name}.export_stats"),
+        move || a.export_stats.render(),
+        move |v| clear_with(v, || b.export_stats.clear()),
+    );
+    let (a, b) = (t.clone(), t.clone());
+    r.add_rw(
+        format!("osd.{name}.direct_io"),
+        move || u8::from(a.store.direct_io()).to_string(),
+        move |v| {
+            b.store.set_direct_io(parse_bool(v)?);
+            Ok(())
+        },
+    );
+    for (param, pick) in [
+        (
+            "kbytestotal",
+            (|s: nacre_types::StatFs| s.bytes_total / 1024) as fn(nacre_types::StatFs) -> u64,
+        ),
+        ("kbytesfree", |s| s.bytes_free / 1024),
+        ("kbytesavail", |s| s.bytes_avail / 1024),
+    ] {
+        let a = t.clone();
+        r.add_fn(format!("osd.{name}.{param}"), move || {
+            a.store
+                .statfs()
+                .map(|s| pick(s).to_string())
+                .unwrap_or_else(|e| e.to_string())
+        });
+    }
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.uuid"), move || a.label.uuid.clone());
+    // Reads refused because stored data did not match its checksum (bit rot).
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.checksum_errors"), move || {
+        a.store.corrupt_chunks().to_string()
+    });
+}
+
+/// `mdt.NAME.*` parameters of one MDT.
+pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
+    let name = m.label.name();
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.md_stats"),
+        move || a.md_stats.render(),
+        move |v| clear_with(v, || b.md_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.job_stats"),
+        move || a.job_stats.render(),
+        move |v| clear_with(v, || b.job_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.export_stats"),
+        move || a.export_stats.render(),
+        move |v| clear_with(v, || b.export_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.mkdir_placement"),
+        move || a.mkdir_placement().to_string(),
+        move |v| {
+            b.set_mkdir_placement(v.parse()?);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.sync_on_reply"),
+        move || u8::from(a.sync_on_reply()).to_string(),
+        move |v| {
+            b.set_sync_on_reply(parse_bool(v)?);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_fn(format!("mdt.{name}.filestotal"), move || {
+        a.statfs()
+            .map(|s| s.files_total.to_string())
+            .unwrap_or_default()
+    });
+    r.add_fn(format!("mdt.{name}.filesfree"), move || {
+        b.statfs()
+            .map(|s| s.files_free.to_string())
+            .unwrap_or_default()
+    });
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.uuid"), move || a.label.uuid.clone());
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.evict_timeout_ms"),
+        move || {
+            a.exports
+                .evict_timeout_ms
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            if ms < nacre_mds::export::EVICT_TIMEOUT_MS_MIN {
+                return Err(format!(
+                    "at least {} ms",
+                    nacre_mds::export::EVICT_TIMEOUT_MS_MIN
+                ));
+            }
+            b.exports.evict_timeout_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("mdt.{name}.recovery_window_ms"),
+        move || a.recovery.window_ms.load(Ordering::Relaxed).to_string(),
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            if ms < nacre_mds::replay::RECOVERY_WINDOW_MS_MIN {
+                return Err(format!(
+                    "at least {} ms",
+                    nacre_mds::replay::RECOVERY_WINDOW_MS_MIN
+                ));
+            }
+            b.recovery.window_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.recovery_status"), move || {
+        recovery_status(&a)
+    });
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.exports"), move || {
+        a.exports
+            .list()
+            .iter()
+            .map(|(c, quiet, opens)| {
+                format!(
+                    "{}: idle_ms: {} open_handles: {opens}",
+                    nacre_mds::export::client_name(c),
+                    quiet.as_millis()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+}
+
+/// `mdt.*.recovery_status`, in Lustre's shape. There is no recovery window yet (replay is
+/// not built: an MDT restarts complete), so the state is always COMPLETE; the rest is live.
+pub fn recovery_status(m: &Mdt) -> String {
+    let x = &m.exports;
+    let mut s = m.recovery.status();
+    s += &format!(
+        "connected_clients: {}\nevicted_clients: {}\nevict_timeout_ms: {}\n",
+        x.connected(),
+        x.evicted_total.load(Ordering::Relaxed),
+        x.evict_timeout_ms.load(Ordering::Relaxed)
+    );
+    let evictions = x.evictions();
+    if !evictions.is_empty() {
+        s += "evictions:\n";
+        for e in evictions {
+            let at =
+                e.at.duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+            s += &format!(
+                "  - client: {} at: {at} silent_ms: {} opens_dropped: {}\n",
+                nacre_mds::export::client_name(&e.client),
+                e.silent_ms,
+                e.opens_dropped
+            );
+        }
+    }
+    s.trim_end().to_string()
+}
+
+pub fn clear_with(value: &str, clear: impl Fn()) -> Result<(), String> {
+    if value.trim() == "0" || value.trim() == "clear" {
+        clear();
+        Ok(())
+    } else {
+        Err("statistics accept only 0 (clear)".into())
+    }
+}
+
+pub fn parse_bool(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        v => Err(format!("'{v}' is not 0 or 1")),
+    }
+}
+
+pub fn parse_count(value: &str) -> Result<usize, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{}' is not a count", value.trim()))
+}
