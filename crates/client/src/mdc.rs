@@ -42,7 +42,7 @@ pub struct Mdc {
     target: u32,
     /// Requests the MDT answered but has not committed, by transno: (xid, operation),
     /// replayed if it restarts (Lustre's replay list).
-    replay: Mutex<BTreeMap<u64, (u64, MdsOp, MdsReply)>>,
+    replay: Mutex<BTreeMap<u64, ReplayEntry>>,
     /// The highest transno the MDT said is committed.
     last_committed: AtomicU64,
     /// The MDT's epoch when last connected (0: not yet).
@@ -50,6 +50,9 @@ pub struct Mdc {
     /// Recovery counters (`*.import`).
     pub(crate) replay_stats: ReplayStats,
 }
+
+/// A change kept for replay: its xid, request, reply and the versions it found.
+type ReplayEntry = (u64, MdsOp, MdsReply, Vec<(Fid, u64)>);
 
 /// What this client replayed across MDT restarts.
 #[derive(Default)]
@@ -109,7 +112,10 @@ impl Mdc {
             .max(a.last_committed);
         let mut list = self.replay.lock().expect("replay");
         if let Some(op) = op.filter(|_| a.transno > committed) {
-            list.insert(a.transno, (xid, op, a.reply.clone()));
+            list.insert(
+                a.transno,
+                (xid, op, a.reply.clone(), a.pre_versions.clone()),
+            );
         }
         if list.first_key_value().is_some_and(|(t, _)| *t <= committed) {
             *list = list.split_off(&(committed + 1));
@@ -213,7 +219,7 @@ impl Mdc {
         }
         // A new MDT incarnation: what it committed before the restart is in; the rest
         // was lost with it and is replayed.
-        let list: Vec<(u64, (u64, MdsOp, MdsReply))> = {
+        let list: Vec<(u64, ReplayEntry)> = {
             let mut list = self.replay.lock().expect("replay");
             std::mem::take(&mut *list)
                 .into_iter()
@@ -241,8 +247,8 @@ impl Mdc {
             list.len()
         );
         let total = list.len();
-        for (i, (transno, (xid, op, reply))) in list.into_iter().enumerate() {
-            match self.send_replay(transno, xid, op, reply) {
+        for (i, (transno, entry)) in list.into_iter().enumerate() {
+            match self.send_replay(transno, entry) {
                 Ok(()) => {
                     self.replay_stats.replayed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -271,7 +277,8 @@ impl Mdc {
     }
 
     /// Sends one replay with the request's original xid and waits for its answer.
-    fn send_replay(&self, transno: u64, xid: u64, op: MdsOp, reply: MdsReply) -> Result<()> {
+    fn send_replay(&self, transno: u64, entry: ReplayEntry) -> Result<()> {
+        let (xid, op, reply, pre_versions) = entry;
         let call = MdsCall {
             jobid: nacre_types::jobid::current(),
             client: self.uuid(),
@@ -280,6 +287,7 @@ impl Mdc {
                 transno,
                 op: Box::new(op.clone()),
                 reply: Box::new(reply),
+                pre_versions,
             },
         };
         let opcode = call.op.opcode();

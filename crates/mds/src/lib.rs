@@ -215,7 +215,10 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
     let mut tx = mdt.begin();
     tx.ancestry_checked = ancestry_checked;
     tx.client = call.client;
-    tx.replay = mdt.take_replay_hint(&call.client, xid);
+    if let Some(ctx) = mdt.take_replay_hint(&call.client, xid) {
+        tx.replay = ctx.created;
+        tx.forced_transno = Some(ctx.transno);
+    }
     if tx.has_saved_reply(&call.client, xid) {
         drop(tx);
         return reconstruct(mdt, &call.client, xid);
@@ -233,15 +236,16 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
             Err(s) => Outgoing::error(s),
         };
     }
+    // A change gets a transaction number (before it runs: the inodes it changes take it
+    // as their version); the client keeps it for replay until the MDT says it is
+    // committed. A failed operation changed nothing and gives the number back.
+    tx.reserve_transno();
     let result = modify(&mut tx, &call.op);
-    if result.is_err() {
-        tx.batch = Batch::new();
-    }
-    // A change gets a transaction number: the client keeps it for replay until the MDT
-    // says it is committed (a failed operation changed nothing: no number).
     let transno = if result.is_ok() {
         tx.assign_transno()
     } else {
+        tx.batch = Batch::new();
+        tx.release_transno();
         0
     };
     let saved = SavedReply {
@@ -249,7 +253,8 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
         body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno,
     };
-    LAST_TRANSNO.with(|c| c.set(Some((call.client, xid, transno))));
+    let pre_versions = std::mem::take(&mut tx.pre_versions);
+    LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
 }
@@ -473,7 +478,12 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
                 committed_at_start: mdt.recovery.committed_at_start(),
             }))
         }
-        MdsOp::Replay { transno, op, reply } => replay(mdt, call, xid, *transno, op, reply),
+        MdsOp::Replay {
+            transno,
+            op,
+            reply,
+            pre_versions,
+        } => replay(mdt, call, xid, *transno, op, reply, pre_versions),
         MdsOp::ReplayDone => match mdt.recovery.done(mdt, &call.client) {
             true => to_outgoing(Ok(MdsReply::Done)),
             false => Outgoing::error(Status::InProgress),
@@ -641,10 +651,13 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     }
 }
 
+/// (client, xid, transno, versions before the change) of the request a thread just ran.
+type HandedTransno = ([u8; 16], u64, u64, Vec<(Fid, u64)>);
+
 thread_local! {
     /// The transno the request this thread just ran got: (client, xid, transno), handed
     /// from the transaction to [`answer`] without reading the saved reply back.
-    static LAST_TRANSNO: std::cell::Cell<Option<([u8; 16], u64, u64)>> =
+        static LAST_TRANSNO: std::cell::Cell<Option<HandedTransno>> =
         const { std::cell::Cell::new(None) };
 }
 
@@ -661,21 +674,26 @@ fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     };
     let handed = LAST_TRANSNO
         .with(|c| c.take())
-        .filter(|(c, x, _)| *c == call.client && *x == xid);
-    let transno = match handed {
-        Some((_, _, t)) => t,
+        .filter(|(c, x, _, _)| *c == call.client && *x == xid);
+    let (transno, pre_versions) = match handed {
+        Some((_, _, t, v)) => (t, v),
         // Answered from a saved reply (a resend, a replay already in), or by a path that
         // saves its own: read the transno back.
+        // (Versions are not saved with the reply: a resent request's replay is not
+        // version-checked.)
         None if op.is_modifying() => match mdt.kv.get(REPLIES, &reply_key(&call.client, xid)) {
-            Ok(Some(v)) => records::decode_saved(&v).map_or(0, |s| s.transno),
-            _ => 0,
+            Ok(Some(v)) => (
+                records::decode_saved(&v).map_or(0, |s| s.transno),
+                Vec::new(),
+            ),
+            _ => (0, Vec::new()),
         },
-        None => 0,
+        None => (0, Vec::new()),
     };
     let last_committed = mdt
         .last_committed_transno
         .load(std::sync::atomic::Ordering::Acquire);
-    let mut body = encode_body(&(transno, last_committed, mdt.epoch));
+    let mut body = encode_body(&(transno, last_committed, mdt.epoch, pre_versions));
     body.extend_from_slice(&out.body);
     Outgoing { body, ..out }
 }
@@ -691,6 +709,7 @@ fn waits_for_recovery(mdt: &Mdt, call: &MdsCall) -> bool {
 
 /// A client's replay of `op`, which it was answered with `transno` before the restart:
 /// runs in transno order among all clients' replays (replay.rs), with its original xid.
+#[allow(clippy::too_many_arguments)]
 fn replay(
     mdt: &Mdt,
     call: &MdsCall,
@@ -698,6 +717,7 @@ fn replay(
     transno: u64,
     op: &MdsOp,
     reply: &MdsReply,
+    pre_versions: &[(Fid, u64)],
 ) -> Outgoing {
     if !op.is_modifying() {
         return Outgoing::error(Status::Proto);
@@ -717,10 +737,32 @@ fn replay(
             saved_reply(mdt, &call.client, xid).unwrap_or_else(|| to_outgoing(Ok(MdsReply::Done)))
         }
         replay::Turn::Run => {
-            // An inode the operation created comes back with its FID and layout.
-            if let MdsReply::Entry { attr, layout } = reply {
-                mdt.set_replay_hint(&call.client, xid, attr.fid, layout.clone());
+            // Version checks: every inode it changed must be as it found it the first time.
+            for (fid, before) in pre_versions {
+                match mdt.version_of(*fid) {
+                    Ok(now) if now == *before => {}
+                    now => {
+                        tracing::warn!(
+                            "{}: replay of transno {transno} by client {} refused: {fid} is at \
+                             version {now:?}, it found {before} (a change before it was lost)",
+                            mdt.label.name(),
+                            export::client_name(&call.client)
+                        );
+                        mdt.recovery.replayed(
+                            &call.client,
+                            transno,
+                            replay::Outcome::VersionMismatch,
+                        );
+                        return Outgoing::error(Status::Stale);
+                    }
+                }
             }
+            // It keeps its transno; an inode it created comes back with its FID and layout.
+            let created = match reply {
+                MdsReply::Entry { attr, layout } => Some((attr.fid, layout.clone())),
+                _ => None,
+            };
+            mdt.set_replay_hint(&call.client, xid, mdt::ReplayCtx { transno, created });
             let out = dispatch(mdt, &inner, xid);
             mdt.take_replay_hint(&call.client, xid);
             let ok = out.status == Status::Ok;
@@ -732,7 +774,12 @@ fn replay(
                     out.status
                 );
             }
-            mdt.recovery.replayed(&call.client, transno, ok);
+            let outcome = if ok {
+                replay::Outcome::Done
+            } else {
+                replay::Outcome::Failed
+            };
+            mdt.recovery.replayed(&call.client, transno, outcome);
             out
         }
     }

@@ -95,11 +95,21 @@ pub struct Mdt {
     pub recovery: crate::replay::Recovery,
     /// FID and layout a replayed request's inode had, by (client, xid), for the
     /// transaction that runs it.
-    replay_hints: Mutex<HashMap<([u8; 16], u64), ReplayHint>>,
+    replay_hints: Mutex<HashMap<([u8; 16], u64), ReplayCtx>>,
 }
 
 /// The FID and layout a replayed create gave its inode the first time.
 pub type ReplayHint = (Fid, Option<Layout>);
+
+/// How a replayed request is run: with its original transno and, for a create, the FID and
+/// layout its inode had.
+#[derive(Clone, Debug)]
+pub struct ReplayCtx {
+    /// The transno it had.
+    pub transno: u64,
+    /// The inode it created.
+    pub created: Option<ReplayHint>,
+}
 
 /// How long orphans found at start wait for their clients to reopen them (clients reconnect
 /// at their next request, or ping within 25 s).
@@ -214,7 +224,11 @@ impl Mdt {
             orphan: false,
         };
         let mut b = Batch::new();
-        b.put(INODES, Fid::ROOT.to_key().to_vec(), encode(&root));
+        b.put(
+            INODES,
+            Fid::ROOT.to_key().to_vec(),
+            crate::records::encode_inode(&root, 0),
+        );
         // The root is an inode like any other in `df -i`.
         let mut alloc = self.write_lock.lock().expect("write lock");
         alloc.inodes_used += 1;
@@ -403,16 +417,26 @@ impl Mdt {
         }
     }
 
-    /// The inode of the replay of (client, xid) is to get `fid` and `layout`.
-    pub fn set_replay_hint(&self, client: &[u8; 16], xid: u64, fid: Fid, layout: Option<Layout>) {
+    /// The replay of (client, xid) is to run as `ctx` says.
+    pub fn set_replay_hint(&self, client: &[u8; 16], xid: u64, ctx: ReplayCtx) {
         self.replay_hints
             .lock()
             .expect("replay hints")
-            .insert((*client, xid), (fid, layout));
+            .insert((*client, xid), ctx);
+    }
+
+    /// The version of `fid`: the transno of its last change (0: none recorded, or no such
+    /// inode).
+    pub fn version_of(&self, fid: Fid) -> Result<u64, Status> {
+        Ok(self
+            .kv
+            .get(INODES, &fid.to_key())
+            .map_err(kv_err)?
+            .map_or(0, |v| inode_version(&v)))
     }
 
     /// Takes the hint of (client, xid), if any.
-    pub fn take_replay_hint(&self, client: &[u8; 16], xid: u64) -> Option<ReplayHint> {
+    pub fn take_replay_hint(&self, client: &[u8; 16], xid: u64) -> Option<ReplayCtx> {
         self.replay_hints
             .lock()
             .expect("replay hints")
@@ -463,6 +487,9 @@ impl Mdt {
             client: [0; 16],
             transno: 0,
             replay: None,
+            forced_transno: None,
+            pre_versions: Vec::new(),
+            seen_versions: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -577,12 +604,40 @@ pub struct Tx<'a> {
     pub transno: u64,
     /// A replay: the FID and layout its new inode had the first time.
     pub replay: Option<ReplayHint>,
+    /// A replay: the transno it had (it keeps it, so versions come out as before).
+    pub forced_transno: Option<u64>,
+    /// Versions of the inodes this change touched, before it (for the client to send with
+    /// a replay).
+    pub pre_versions: Vec<(Fid, u64)>,
+    /// Versions of the inodes this transaction read (so writing one back needs no read).
+    seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
 }
 
 impl Tx<'_> {
     /// Reads an inode.
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
-        self.mdt.inode(fid)
+        match self.mdt.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
+            Some(v) => {
+                let rec = decode(&v)?;
+                let mut seen = self.seen_versions.borrow_mut();
+                if !seen.iter().any(|(f, _)| *f == fid) {
+                    seen.push((fid, inode_version(&v)));
+                }
+                Ok(rec)
+            }
+            None => self.mdt.inode(fid),
+        }
+    }
+
+    /// The version `fid` had when this transaction first read it (or reads it now).
+    fn version_before(&self, fid: Fid) -> u64 {
+        if let Some((_, v)) = self.seen_versions.borrow().iter().find(|(f, _)| *f == fid) {
+            return *v;
+        }
+        self.mdt.version_of(fid).unwrap_or_else(|e| {
+            tracing::warn!("{}: version of {fid}: {e}", self.mdt.label.name());
+            0
+        })
     }
 
     /// Reads a directory inode (ENOTDIR otherwise).
@@ -601,8 +656,19 @@ impl Tx<'_> {
 
     /// Stores an inode.
     pub fn put_inode(&mut self, rec: &InodeRecord) {
-        self.batch
-            .put(INODES, rec.attr.fid.to_key().to_vec(), encode(rec));
+        let fid = rec.attr.fid;
+        // A change with a transno sets the version; others (internal, cross-MDT) keep it.
+        let version = if self.transno > 0 {
+            self.note_version(fid);
+            self.transno
+        } else {
+            self.version_before(fid)
+        };
+        self.batch.put(
+            INODES,
+            fid.to_key().to_vec(),
+            crate::records::encode_inode(rec, version),
+        );
     }
 
     /// Adds a directory entry.
@@ -639,6 +705,8 @@ impl Tx<'_> {
     pub fn new_fid(&mut self) -> Fid {
         if let Some((fid, _)) = self.replay {
             self.reserve_past_fid(fid);
+            // New: no version before this change (and no read to learn it).
+            self.seen_versions.borrow_mut().push((fid, 0));
             return fid;
         }
         if self.alloc.next_fid >= self.alloc.fid_limit {
@@ -652,7 +720,9 @@ impl Tx<'_> {
         let seq = FID_SEQ_NORMAL
             + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT
             + n / (FID_OIDS_PER_SEQ - 1);
-        Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1)
+        let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
+        self.seen_versions.borrow_mut().push((fid, 0));
+        fid
     }
 
     /// A replayed inode has `fid`, which this start of the MDT may not have counted as
@@ -765,6 +835,7 @@ impl Tx<'_> {
     /// Deletes an inode with its xattrs, queueing its objects for destruction.
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
+        self.note_version(fid);
         self.batch.delete(INODES, fid.to_key().to_vec());
         if rec.orphan {
             self.batch.delete(ORPHANS, fid.to_key().to_vec());
@@ -815,13 +886,44 @@ impl Tx<'_> {
         }
     }
 
+    /// Gives this change its transaction number before it runs (a replay keeps its own),
+    /// so the inodes it changes record it as their version.
+    pub fn reserve_transno(&mut self) -> u64 {
+        let t = self.forced_transno.unwrap_or(self.alloc.last_transno + 1);
+        self.alloc.last_transno = self.alloc.last_transno.max(t);
+        let last = self.alloc.last_transno;
+        self.batch
+            .put(META, b"last_transno".to_vec(), last.to_be_bytes().to_vec());
+        self.transno = t;
+        t
+    }
+
+    /// The change failed: it changed nothing and gives its number back.
+    pub fn release_transno(&mut self) {
+        if self.forced_transno.is_none() && self.alloc.last_transno == self.transno {
+            self.alloc.last_transno -= 1;
+        }
+        self.transno = 0;
+        self.pre_versions.clear();
+    }
+
+    /// Records `fid`'s version before this change (once).
+    fn note_version(&mut self, fid: Fid) {
+        if self.transno == 0 || self.pre_versions.iter().any(|(f, _)| *f == fid) {
+            return;
+        }
+        let before = self.version_before(fid);
+        self.pre_versions.push((fid, before));
+    }
+
     /// Gives this change the next transaction number (stored with it) and, on the
     /// client's first one, records the client in the `clients` table.
     pub fn assign_transno(&mut self) -> u64 {
-        self.alloc.last_transno += 1;
-        let t = self.alloc.last_transno;
-        self.batch
-            .put(META, b"last_transno".to_vec(), t.to_be_bytes().to_vec());
+        let t = if self.transno > 0 {
+            self.transno
+        } else {
+            self.reserve_transno()
+        };
         let client = self.client;
         if client != [0; 16]
             && !self.alloc.clients.contains(&client)

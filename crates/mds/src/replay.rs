@@ -15,9 +15,12 @@
 //! was evicted when the window closed). New requests wait (`EINPROGRESS`) until recovery
 //! is complete; then the MDT syncs its journal, so everything replayed is committed.
 //!
-//! Not built: version checks (Lustre's VBR). A replay that follows a gap left by a client
-//! that never came back runs anyway; the operation's own checks (a name that exists, one
-//! that does not) are all that guard it.
+//! Version checks (Lustre's version-based recovery): every inode records the transno of its
+//! last change (`versions`); a change's answer carries the versions the inodes it changed
+//! had before it, and its replay sends them back. A replay keeps its original transno, so
+//! in-order replays find exactly the versions they saw; one that finds another version
+//! depended on a change lost with a client that did not come back, and is refused
+//! (`ESTALE`) instead of being applied to a different state. Unrelated replays run.
 
 use crate::mdt::Mdt;
 use std::collections::{HashMap, HashSet};
@@ -35,6 +38,17 @@ pub const RECOVERY_HARD_FACTOR: u32 = 3;
 pub const RECOVERY_WINDOW_MS_MIN: u64 = 1_000;
 /// How often a waiting replay re-checks the window.
 const WAIT_STEP_MS: u64 = 100;
+
+/// How a replay ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran and succeeded again.
+    Done,
+    /// It ran and failed (its own checks refused it).
+    Failed,
+    /// Refused by the version checks: a change it depended on was lost.
+    VersionMismatch,
+}
 
 /// What a replay waiting for its turn is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +85,7 @@ struct State {
     last_replayed: u64,
     replayed: u64,
     failed: u64,
+    version_mismatches: u64,
     gaps: u64,
     evicted: Vec<[u8; 16]>,
 }
@@ -97,6 +112,7 @@ impl Recovery {
                 last_replayed: durable,
                 replayed: 0,
                 failed: 0,
+                version_mismatches: 0,
                 gaps: 0,
                 evicted: Vec::new(),
             }),
@@ -185,14 +201,14 @@ impl Recovery {
         }
     }
 
-    /// The replay of `transno` by `client` ran (`ok`: it succeeded again).
-    pub fn replayed(&self, client: &[u8; 16], transno: u64, ok: bool) {
+    /// The replay of `transno` by `client` ran, or was refused.
+    pub fn replayed(&self, client: &[u8; 16], transno: u64, outcome: Outcome) {
         let mut s = self.state.lock().expect("recovery");
         s.last_replayed = s.last_replayed.max(transno);
-        if ok {
-            s.replayed += 1;
-        } else {
-            s.failed += 1;
+        match outcome {
+            Outcome::Done => s.replayed += 1,
+            Outcome::Failed => s.failed += 1,
+            Outcome::VersionMismatch => s.version_mismatches += 1,
         }
         if let Some(p) = s.clients.get_mut(client) {
             *p = Phase::Connected;
@@ -297,11 +313,12 @@ impl Recovery {
             out += &format!("recovery_duration_ms: {}\n", d.as_millis());
         }
         out += &format!(
-            "recovery_window_ms: {window}\nreplay_clients: {}\nreplay_clients_connected: {connected}\nreplay_clients_done: {done}\nreplay_clients_evicted: {}\nreplayed_requests: {}\nreplay_failed: {}\nreplay_gaps: {}\ntransno_durable_at_start: {}\nlast_replayed: {}\n",
+            "recovery_window_ms: {window}\nreplay_clients: {}\nreplay_clients_connected: {connected}\nreplay_clients_done: {done}\nreplay_clients_evicted: {}\nreplayed_requests: {}\nreplay_failed: {}\nreplay_version_mismatches: {}\nreplay_gaps: {}\ntransno_durable_at_start: {}\nlast_replayed: {}\n",
             s.clients.len() + s.evicted.len(),
             s.evicted.len(),
-            s.replayed,
+                        s.replayed,
             s.failed,
+            s.version_mismatches,
             s.gaps,
             s.durable_at_start,
             s.last_replayed

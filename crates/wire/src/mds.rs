@@ -333,6 +333,10 @@ pub enum MdsOp {
         /// The reply it got: an inode it created is created again with the same FID and
         /// layout (clients hold the FID; the file's data is in those objects).
         reply: Box<MdsReply>,
+        /// The versions the inodes it changed had before it (from its answer): the MDT
+        /// refuses the replay (`ESTALE`) if one differs now — a change it depended on was
+        /// lost with a client that did not come back (Lustre's version-based recovery).
+        pre_versions: Vec<(Fid, u64)>,
     },
     /// This client has replayed everything it had. Reply: [`MdsReply::Done`] once the
     /// MDT's recovery is complete (or `EINPROGRESS` while it waits for other clients).
@@ -342,8 +346,8 @@ pub enum MdsOp {
 /// A reply of the MDS service on the network: the transaction number the MDT gave the
 /// operation (0: nothing to replay — read-only, failed, or not replayable) and the highest
 /// transaction number it has made durable (`last_committed`), so the client keeps a
-/// request for replay exactly until it is committed. Its encoding is the three varints
-/// followed by the encoded [`MdsReply`].
+/// request for replay exactly until it is committed. Its encoding is the three varints and
+/// the versions followed by the encoded [`MdsReply`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MdsAnswer {
     /// The operation's transaction number.
@@ -353,6 +357,9 @@ pub struct MdsAnswer {
     /// The MDT's epoch (new at every start): `last_committed` of another epoch says
     /// nothing about this client's changes of the previous one.
     pub epoch: u64,
+    /// Versions (transnos of their last change) of the inodes the operation changed,
+    /// before it: sent back with a replay for version checks.
+    pub pre_versions: Vec<(Fid, u64)>,
     /// The reply.
     pub reply: MdsReply,
 }
@@ -979,6 +986,7 @@ mod tests {
                 name: b"f".to_vec(),
             }),
             reply: Box::new(MdsReply::Done),
+            pre_versions: vec![(Fid::ROOT, 40)],
         };
         for op in [MdsOp::Connect, replay, MdsOp::ReplayDone] {
             assert!(!op.is_modifying());
@@ -992,6 +1000,7 @@ mod tests {
             transno: 300,
             last_committed: 299,
             epoch: 0x1234_5678_9abc,
+            pre_versions: vec![(Fid::ROOT, 7)],
             reply: MdsReply::Connected {
                 epoch: 7,
                 recovering: true,
@@ -1006,7 +1015,8 @@ mod tests {
         }
         // The envelope is the two varints then the reply's own encoding (the server
         // prefixes a saved reply without decoding it).
-        let mut prefixed = postcard::to_allocvec(&(300u64, 299u64, 0x1234_5678_9abcu64)).unwrap();
+        let head = (300u64, 299u64, 0x1234_5678_9abcu64, vec![(Fid::ROOT, 7u64)]);
+        let mut prefixed = postcard::to_allocvec(&head).unwrap();
         prefixed.extend(encode_body(&answer.reply));
         assert_eq!(prefixed, bytes);
     }
