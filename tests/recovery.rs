@@ -1356,6 +1356,84 @@ impl Drop for Stopped {
     }
 }
 
+/// An MGS+OSS process and an MDS whose kill -9 loses what a power loss would: its journal
+/// stays in its own buffer between syncs (`NACRE_KV_UNFLUSHED_JOURNAL=1`), synced every
+/// hour; with `window_ms`, the MDT's recovery window (a persistent parameter).
+struct CrashyCluster {
+    mds: ServerProc,
+    _oss: ServerProc,
+    source: String,
+    root: tempfile::TempDir,
+}
+
+impl CrashyCluster {
+    fn start(fsname: &str, window_ms: Option<u64>) -> CrashyCluster {
+        let root = tempfile::Builder::new()
+            .prefix(&format!("nacre-recovery-{fsname}"))
+            .tempdir_in(nacre_testkit::test_dir())
+            .unwrap();
+        let d = |n: &str| root.path().join(n);
+        let port = free_port();
+        let mgs = format!("127.0.0.1:{port}@tcp");
+        mkfs("--mgs", 0, fsname, None, &d("mgs"));
+        mkfs("--ost", 0, fsname, Some(&mgs), &d("ost0"));
+        mkfs("--mdt", 0, fsname, Some(&mgs), &d("mdt0"));
+        let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
+        if let Some(ms) = window_ms {
+            let pid = oss.pid().to_string();
+            let param = format!("mdt.{fsname}-MDT0000.recovery_window_ms={ms}");
+            nacre_ok(&["ctl", "--pid", &pid, "set_param", "-P", &param]);
+        }
+        let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
+        let mdt0 = d("mdt0").display().to_string();
+        let args: Vec<String> = [
+            "server",
+            "--listen",
+            &listen,
+            "--target",
+            &mdt0,
+            "--commit-interval-ms",
+            "3600000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let crashy = [
+            "env".to_string(),
+            "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
+        ];
+        let mds = ServerProc::spawn_in(&crashy, args, listen);
+        CrashyCluster {
+            mds,
+            _oss: oss,
+            source: format!("{mgs}:/{fsname}"),
+            root,
+        }
+    }
+
+    /// Mounts a client at `name` under the test directory.
+    fn mount(&self, name: &str) -> ClientMount {
+        ClientMount::mount(&self.source, &self.root.path().join(name), &[])
+    }
+
+    /// The node crashes and comes back; returns `recovery_status` once recovery is
+    /// complete, calling `meanwhile` while it waits.
+    fn crash_and_recover(&mut self, meanwhile: impl Fn()) -> String {
+        self.mds.kill9();
+        self.mds.restart();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = param_of(self.mds.pid(), "mdt.*.recovery_status");
+            if s.contains("status: COMPLETE") {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
+            meanwhile();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// `get_param -n NAME` of process `pid`.
 fn param_of(pid: u32, name: &str) -> String {
     nacre_ok(&["ctl", "--pid", &pid.to_string(), "get_param", "-n", name])
@@ -1379,39 +1457,9 @@ fn field(text: &str, key: &str) -> u64 {
 #[test]
 fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
     use std::os::unix::fs::PermissionsExt;
-    let root = tempfile::Builder::new()
-        .prefix("nacre-recovery-replay")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
-    let d = |n: &str| root.path().join(n);
-    let port = free_port();
-    let mgs = format!("127.0.0.1:{port}@tcp");
-    mkfs("--mgs", 0, "replay", None, &d("mgs"));
-    mkfs("--ost", 0, "replay", Some(&mgs), &d("ost0"));
-    mkfs("--mdt", 0, "replay", Some(&mgs), &d("mdt0"));
-    let _oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
-    let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
-    let mdt0 = d("mdt0").display().to_string();
-    let args: Vec<String> = [
-        "server",
-        "--listen",
-        &listen,
-        "--target",
-        &mdt0,
-        "--commit-interval-ms",
-        "3600000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let crashy = [
-        "env".to_string(),
-        "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
-    ];
-    let mut mds = ServerProc::spawn_in(&crashy, args, listen.clone());
-    let source = format!("{mgs}:/replay");
-    let a = ClientMount::mount(&source, &d("mnt_a"), &[]);
-    let b = ClientMount::mount(&source, &d("mnt_b"), &[]);
+    let mut cl = CrashyCluster::start("replay", None);
+    let a = cl.mount("mnt_a");
+    let b = cl.mount("mnt_b");
     let (da, db) = (a.mnt.join("d"), b.mnt.join("d"));
 
     // Committed before the crash: fsync of the directory syncs the MDT's journal.
@@ -1453,17 +1501,7 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
     );
 
     // The node crashes: the MDS loses everything since the directory's fsync.
-    mds.kill9();
-    mds.restart();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        let s = param_of(mds.pid(), "mdt.*.recovery_status");
-        if s.contains("status: COMPLETE") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = cl.crash_and_recover(|| {});
     // The crash lost every change past what the store kept (the journal buffer can reach
     // the kernel before a sync when it fills), and each of those was replayed once.
     let (kept, last) = (
@@ -1481,7 +1519,7 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
     assert_eq!(field(&status, "replay_clients_done"), 2, "{status}");
 
     // A fresh client (no cache) sees every acknowledged change, once.
-    let c = ClientMount::mount(&source, &d("mnt_c"), &[]);
+    let c = cl.mount("mnt_c");
     let dc = c.mnt.join("d");
     let mut names: Vec<String> = std::fs::read_dir(&dc)
         .unwrap()
@@ -1520,7 +1558,7 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
         xattr(&dc.join("a6"), "user.tag").as_deref(),
         Some(&b"v6"[..])
     );
-    let lfsck = nacre_testkit::nacre(&["lfsck", "--namespace", &source]);
+    let lfsck = nacre_testkit::nacre(&["lfsck", "--namespace", &cl.source]);
     assert!(
         lfsck.status.success(),
         "lfsck: {}",
@@ -1537,49 +1575,9 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
 /// client. (Replays past a gap are shown for certain by the version-check test below.)
 #[test]
 fn a_client_missing_from_the_recovery_window_is_evicted_and_the_others_replay() {
-    let root = tempfile::Builder::new()
-        .prefix("nacre-recovery-late")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
-    let d = |n: &str| root.path().join(n);
-    let port = free_port();
-    let mgs = format!("127.0.0.1:{port}@tcp");
-    mkfs("--mgs", 0, "late", None, &d("mgs"));
-    mkfs("--ost", 0, "late", Some(&mgs), &d("ost0"));
-    mkfs("--mdt", 0, "late", Some(&mgs), &d("mdt0"));
-    let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
-    // A short window for every start of the MDT (a persistent parameter on the MGS).
-    let oss_pid = oss.pid().to_string();
-    nacre_ok(&[
-        "ctl",
-        "--pid",
-        &oss_pid,
-        "set_param",
-        "-P",
-        "mdt.late-MDT0000.recovery_window_ms=3000",
-    ]);
-    let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
-    let mdt0 = d("mdt0").display().to_string();
-    let args: Vec<String> = [
-        "server",
-        "--listen",
-        &listen,
-        "--target",
-        &mdt0,
-        "--commit-interval-ms",
-        "3600000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let crashy = [
-        "env".to_string(),
-        "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
-    ];
-    let mut mds = ServerProc::spawn_in(&crashy, args, listen.clone());
-    let source = format!("{mgs}:/late");
-    let a = ClientMount::mount(&source, &d("mnt_a"), &[]);
-    let b = ClientMount::mount(&source, &d("mnt_b"), &[]);
+    let mut cl = CrashyCluster::start("late", Some(3000));
+    let a = cl.mount("mnt_a");
+    let b = cl.mount("mnt_b");
     let (da, db) = (a.mnt.join("a"), b.mnt.join("b"));
     std::fs::create_dir(&da).unwrap();
     std::fs::create_dir(&db).unwrap();
@@ -1595,20 +1593,11 @@ fn a_client_missing_from_the_recovery_window_is_evicted_and_the_others_replay() 
     let b_pid = b.pid().expect("client pid");
     // B's node hangs; the MDS node crashes and comes back.
     let stopped = Stopped::new(b_pid);
-    mds.kill9();
-    mds.restart();
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(60);
-    let status = loop {
-        let s = param_of(mds.pid(), "mdt.*.recovery_status");
-        if s.contains("status: COMPLETE") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
-        // A's requests wait for the window like everyone's.
+    // A's requests wait for the window like everyone's.
+    let status = cl.crash_and_recover(|| {
         let _ = std::fs::metadata(a.mnt.join("a"));
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     // (How many changes the crash took depends on where the journal buffer last reached the
     // kernel: A's may all have survived; the checks hold either way.)
     assert_eq!(field(&status, "replay_clients_evicted"), 1, "{status}");
@@ -1649,48 +1638,9 @@ fn a_client_missing_from_the_recovery_window_is_evicted_and_the_others_replay() 
 /// it lost). A's create in `e`, which B never touched, is replayed.
 #[test]
 fn version_checks_refuse_a_replay_that_depended_on_a_lost_change() {
-    let root = tempfile::Builder::new()
-        .prefix("nacre-recovery-vbr")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
-    let d = |n: &str| root.path().join(n);
-    let port = free_port();
-    let mgs = format!("127.0.0.1:{port}@tcp");
-    mkfs("--mgs", 0, "vbr", None, &d("mgs"));
-    mkfs("--ost", 0, "vbr", Some(&mgs), &d("ost0"));
-    mkfs("--mdt", 0, "vbr", Some(&mgs), &d("mdt0"));
-    let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
-    let oss_pid = oss.pid().to_string();
-    nacre_ok(&[
-        "ctl",
-        "--pid",
-        &oss_pid,
-        "set_param",
-        "-P",
-        "mdt.vbr-MDT0000.recovery_window_ms=3000",
-    ]);
-    let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
-    let mdt0 = d("mdt0").display().to_string();
-    let args: Vec<String> = [
-        "server",
-        "--listen",
-        &listen,
-        "--target",
-        &mdt0,
-        "--commit-interval-ms",
-        "3600000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let crashy = [
-        "env".to_string(),
-        "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
-    ];
-    let mut mds = ServerProc::spawn_in(&crashy, args, listen.clone());
-    let source = format!("{mgs}:/vbr");
-    let a = ClientMount::mount(&source, &d("mnt_a"), &[]);
-    let b = ClientMount::mount(&source, &d("mnt_b"), &[]);
+    let mut cl = CrashyCluster::start("vbr", Some(3000));
+    let a = cl.mount("mnt_a");
+    let b = cl.mount("mnt_b");
     std::fs::create_dir(a.mnt.join("d")).unwrap();
     std::fs::create_dir(a.mnt.join("e")).unwrap();
     // B's file (its first change, committed: the restarted MDT knows B and waits for it).
@@ -1703,18 +1653,9 @@ fn version_checks_refuse_a_replay_that_depended_on_a_lost_change() {
     std::fs::write(a.mnt.join("d").join("c"), b"c").unwrap();
     std::fs::write(a.mnt.join("e").join("x"), b"x").unwrap();
     let stopped = Stopped::new(b.pid().expect("client pid"));
-    mds.kill9();
-    mds.restart();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        let s = param_of(mds.pid(), "mdt.*.recovery_status");
-        if s.contains("status: COMPLETE") {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
+    let status = cl.crash_and_recover(|| {
         let _ = std::fs::metadata(a.mnt.join("e"));
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert_eq!(field(&status, "replay_clients_evicted"), 1, "{status}");
     assert!(
         field(&status, "replay_version_mismatches") >= 1,
@@ -1724,7 +1665,7 @@ fn version_checks_refuse_a_replay_that_depended_on_a_lost_change() {
     let import = param_of(a.pid().expect("client pid"), "mdc.*.import");
     assert!(field(&import, "replay_lost") >= 1, "{import}");
     // A fresh client: d as before B's lost rename, without A's refused create; e with x.
-    let c = ClientMount::mount(&source, &d("mnt_c"), &[]);
+    let c = cl.mount("mnt_c");
     let names = |dir: &str| {
         let mut v: Vec<String> = std::fs::read_dir(c.mnt.join(dir))
             .unwrap()
