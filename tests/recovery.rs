@@ -1360,7 +1360,8 @@ impl Drop for Stopped {
 /// stays in its own buffer between syncs (`NACRE_KV_UNFLUSHED_JOURNAL=1`), synced every
 /// hour; with `window_ms`, the MDT's recovery window (a persistent parameter).
 struct CrashyCluster {
-    mds: ServerProc,
+    /// One MDS process per MDT, each losing its unsynced journal when killed.
+    mds: Vec<ServerProc>,
     _oss: ServerProc,
     source: String,
     root: tempfile::TempDir,
@@ -1368,6 +1369,11 @@ struct CrashyCluster {
 
 impl CrashyCluster {
     fn start(fsname: &str, window_ms: Option<u64>) -> CrashyCluster {
+        CrashyCluster::start_with(fsname, window_ms, 1)
+    }
+
+    /// A cluster with `mdts` MDTs, MDT`i` served by its own MDS at 127.0.0.`i+2`.
+    fn start_with(fsname: &str, window_ms: Option<u64>, mdts: u32) -> CrashyCluster {
         let root = tempfile::Builder::new()
             .prefix(&format!("nacre-recovery-{fsname}"))
             .tempdir_in(nacre_testkit::test_dir())
@@ -1377,32 +1383,41 @@ impl CrashyCluster {
         let mgs = format!("127.0.0.1:{port}@tcp");
         mkfs("--mgs", 0, fsname, None, &d("mgs"));
         mkfs("--ost", 0, fsname, Some(&mgs), &d("ost0"));
-        mkfs("--mdt", 0, fsname, Some(&mgs), &d("mdt0"));
+        for i in 0..mdts {
+            mkfs("--mdt", i, fsname, Some(&mgs), &d(&format!("mdt{i}")));
+        }
         let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
         if let Some(ms) = window_ms {
             let pid = oss.pid().to_string();
-            let param = format!("mdt.{fsname}-MDT0000.recovery_window_ms={ms}");
-            nacre_ok(&["ctl", "--pid", &pid, "set_param", "-P", &param]);
+            for i in 0..mdts {
+                let param = format!("mdt.{fsname}-MDT{i:04x}.recovery_window_ms={ms}");
+                nacre_ok(&["ctl", "--pid", &pid, "set_param", "-P", &param]);
+            }
         }
-        let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
-        let mdt0 = d("mdt0").display().to_string();
-        let args: Vec<String> = [
-            "server",
-            "--listen",
-            &listen,
-            "--target",
-            &mdt0,
-            "--commit-interval-ms",
-            "3600000",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
         let crashy = [
             "env".to_string(),
             "NACRE_KV_UNFLUSHED_JOURNAL=1".to_string(),
         ];
-        let mds = ServerProc::spawn_in(&crashy, args, listen);
+        let mds = (0..mdts)
+            .map(|i| {
+                let ip = format!("127.0.0.{}", i + 2);
+                let listen = format!("{ip}:{}", free_port_at(&ip));
+                let target = d(&format!("mdt{i}")).display().to_string();
+                let args: Vec<String> = [
+                    "server",
+                    "--listen",
+                    &listen,
+                    "--target",
+                    &target,
+                    "--commit-interval-ms",
+                    "3600000",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                ServerProc::spawn_in(&crashy, args, listen)
+            })
+            .collect();
         CrashyCluster {
             mds,
             _oss: oss,
@@ -1419,15 +1434,31 @@ impl CrashyCluster {
     /// The node crashes and comes back; returns `recovery_status` once recovery is
     /// complete, calling `meanwhile` while it waits.
     fn crash_and_recover(&mut self, meanwhile: impl Fn()) -> String {
-        self.mds.kill9();
-        self.mds.restart();
+        self.crash_and_recover_all(&[0], meanwhile).remove(0)
+    }
+
+    /// The nodes of MDTs `which` crash together and come back; returns each one's
+    /// `recovery_status` once all are complete.
+    fn crash_and_recover_all(&mut self, which: &[usize], meanwhile: impl Fn()) -> Vec<String> {
+        for &i in which {
+            self.mds[i].kill9();
+        }
+        for &i in which {
+            self.mds[i].restart();
+        }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let s = param_of(self.mds.pid(), "mdt.*.recovery_status");
-            if s.contains("status: COMPLETE") {
+            let s: Vec<String> = which
+                .iter()
+                .map(|&i| param_of(self.mds[i].pid(), "mdt.*.recovery_status"))
+                .collect();
+            if s.iter().all(|s| s.contains("status: COMPLETE")) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "recovery did not complete:\n{s}");
+            assert!(
+                Instant::now() < deadline,
+                "recovery did not complete:\n{s:?}"
+            );
             meanwhile();
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1684,4 +1715,108 @@ fn version_checks_refuse_a_replay_that_depended_on_a_lost_change() {
         field(&status, "replayed_requests"),
         field(&import, "replay_lost")
     );
+}
+
+/// Cross-MDT operations through a node crash of both MDTs. A remote mkdir, a striped mkdir,
+/// a hard link and a rename across MDTs, an unlink of a name whose inode is on the other
+/// MDT and a rmdir of a remote directory are acknowledged, none synced, each followed by
+/// ordinary changes that depend on it (creates in the new directories, a new file under the
+/// unlinked name); both MDS nodes crash together and come back. Each cross-MDT operation is
+/// durable before its reply or finished from its durable intent, and the ordinary changes
+/// replay on top: a fresh client sees all of them and lfsck is clean.
+#[test]
+fn cross_mdt_operations_and_what_depends_on_them_survive_a_crash_of_both_mdts() {
+    let mut cl = CrashyCluster::start_with("dnecrash", None, 2);
+    let a = cl.mount("mnt_a");
+    let m = a.mnt.clone();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    // Committed before the crash: a remote directory, files, a directory to remove later.
+    nacre_ok(&["mkdir", "-i", "1", &s(&m.join("r1"))]);
+    nacre_ok(&["mkdir", "-i", "1", &s(&m.join("r2"))]);
+    for f in ["f0", "f1", "f3"] {
+        std::fs::write(m.join(f), f.as_bytes()).unwrap();
+    }
+    std::fs::rename(m.join("f3"), m.join("r1").join("f3")).unwrap();
+    for dir in [m.clone(), m.join("r1")] {
+        std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    }
+    // Acknowledged, not synced.
+    nacre_ok(&["mkdir", "-i", "1", &s(&m.join("rdir"))]);
+    nacre_ok(&["mkdir", "-c", "2", &s(&m.join("sdir"))]);
+    for i in 0..6u64 {
+        for d in ["rdir", "sdir"] {
+            std::fs::write(
+                m.join(d).join(format!("n{i}")),
+                nacre_testkit::pattern(i, 100),
+            )
+            .unwrap();
+        }
+    }
+    std::fs::hard_link(m.join("f0"), m.join("r1").join("f0link")).unwrap();
+    std::fs::rename(m.join("f1"), m.join("r1").join("f1moved")).unwrap();
+    // r1/f3 names an inode on MDT0: the unlink is cross-MDT; the new r1/f3 needs the name
+    // free, so its replay depends on the unlink.
+    std::fs::remove_file(m.join("r1").join("f3")).unwrap();
+    std::fs::write(m.join("r1").join("f3"), b"new f3").unwrap();
+    std::fs::remove_dir(m.join("r2")).unwrap();
+    std::fs::create_dir(m.join("r2")).unwrap();
+    std::fs::write(m.join("r2").join("again"), b"again").unwrap();
+    for i in 6..10u64 {
+        for d in ["rdir", "sdir"] {
+            std::fs::write(
+                m.join(d).join(format!("n{i}")),
+                nacre_testkit::pattern(i, 100),
+            )
+            .unwrap();
+        }
+    }
+
+    let status = cl.crash_and_recover_all(&[0, 1], || {});
+    for st in &status {
+        assert_eq!(field(st, "replay_failed"), 0, "{st}");
+    }
+    let replayed: u64 = status.iter().map(|st| field(st, "replayed_requests")).sum();
+    assert!(
+        replayed >= 2,
+        "the crash lost too little to test:\n{status:?}"
+    );
+
+    let c = cl.mount("mnt_c");
+    let n = c.mnt.clone();
+    let names = |dir: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&n), ["f0", "r1", "r2", "rdir", "sdir"]);
+    assert_eq!(names(&n.join("r1")), ["f0link", "f1moved", "f3"]);
+    assert_eq!(names(&n.join("r2")), ["again"]);
+    let mut ten: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+    ten.sort();
+    for d in ["rdir", "sdir"] {
+        assert_eq!(names(&n.join(d)), ten, "{d}");
+        for i in 0..10u64 {
+            let got = std::fs::read(n.join(d).join(format!("n{i}"))).unwrap();
+            assert!(
+                got == nacre_testkit::pattern(i, 100),
+                "{d}/n{i} reads back wrong"
+            );
+        }
+    }
+    assert_eq!(std::fs::metadata(n.join("f0")).unwrap().nlink(), 2);
+    assert_eq!(std::fs::read(n.join("r1").join("f0link")).unwrap(), b"f0");
+    assert_eq!(std::fs::read(n.join("r1").join("f1moved")).unwrap(), b"f1");
+    assert_eq!(std::fs::read(n.join("r1").join("f3")).unwrap(), b"new f3");
+    let place = nacre_ok(&["getdirstripe", &s(&n.join("rdir"))]);
+    assert!(place.contains("lmv_stripe_offset: 1"), "{place}");
+    let lfsck = nacre_testkit::nacre(&["lfsck", "--namespace", &cl.source]);
+    assert!(
+        lfsck.status.success(),
+        "lfsck: {}",
+        String::from_utf8_lossy(&lfsck.stdout)
+    );
+    println!("cross-MDT crash: {replayed} ordinary changes replayed on the two MDTs");
 }

@@ -1576,11 +1576,15 @@ fn conclude(
     }
     tx.batch.delete(INTENTS, fid.to_key().to_vec());
     let batch = std::mem::take(&mut tx.batch);
-    mdt.kv.commit(batch).map_err(kv_err)?;
+    let ticket = mdt.kv.commit(batch).map_err(kv_err)?;
     mdt.intents.lock().expect("intents").remove(&fid);
     drop(tx);
     crate::mdt::note_modification(mdt);
-    Ok(())
+    // Durable before the reply: a cross-MDT operation has no transno, so clients do not
+    // replay it, and the changes they do replay may depend on it (a create under a name
+    // this removal freed). Left to the intent, it would be finished only once the peer MDT
+    // answers, possibly after those replays ran.
+    mdt.kv.wait_durable(ticket).map_err(kv_err)
 }
 
 /// Tries once to finish every pending intent (the server calls this at start and every
