@@ -64,6 +64,7 @@ pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
         status: result.as_ref().err().map_or(0, |s| s.code()),
         body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno: 0,
+        pre_versions: Vec::new(),
     }
 }
 

@@ -248,12 +248,13 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
         tx.release_transno();
         0
     };
+    let pre_versions = std::mem::take(&mut tx.pre_versions);
     let saved = SavedReply {
         status: result.as_ref().err().map_or(0, |s| s.code()),
         body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno,
+        pre_versions: pre_versions.clone(),
     };
-    let pre_versions = std::mem::take(&mut tx.pre_versions);
     LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
     commit(mdt, tx, result, Some(saved))
@@ -678,15 +679,16 @@ fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     let (transno, pre_versions) = match handed {
         Some((_, _, t, v)) => (t, v),
         // Answered from a saved reply (a resend, a replay already in), or by a path that
-        // saves its own: read the transno back.
-        // (Versions are not saved with the reply: a resent request's replay is not
-        // version-checked.)
-        None if op.is_modifying() => match mdt.kv.get(REPLIES, &reply_key(&call.client, xid)) {
-            Ok(Some(v)) => (
-                records::decode_saved(&v).map_or(0, |s| s.transno),
-                Vec::new(),
-            ),
-            _ => (0, Vec::new()),
+        // saves its own: read the transno and versions back.
+        None if op.is_modifying() => match mdt
+            .kv
+            .get(REPLIES, &reply_key(&call.client, xid))
+            .ok()
+            .flatten()
+            .and_then(|v| records::decode_saved(&v).ok())
+        {
+            Some(s) => (s.transno, s.pre_versions),
+            None => (0, Vec::new()),
         },
         None => (0, Vec::new()),
     };

@@ -4,8 +4,9 @@
 //! * `inodes`:  FID key (16 bytes) → `[version] postcard(InodeRecord)`
 //! * `dirents`: parent FID key ++ name → `[version] postcard(DirentRecord)`; name order
 //! * `xattrs`:  FID key ++ name → value
-//! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[2] postcard(SavedReply)` (with
-//!   the change's transaction number; version 1 had none)
+//! * `replies`: client uuid (16) ++ xid (8, big-endian) → `[3] postcard(SavedReply)` (with
+//!   the change's transaction number and the versions it found; version 2 had no
+//!   versions, version 1 no transaction number)
 //! * `clients`: client uuid (16) → empty: clients given transaction numbers, waited for
 //!   after a restart
 //!
@@ -149,12 +150,17 @@ pub struct SavedReply {
     pub body: Vec<u8>,
     /// The change's transaction number (0: none, not replayable).
     pub transno: u64,
+    /// Versions of the inodes the change touched, before it: a resent request's answer
+    /// carries them like the first one, so its replay is version-checked too.
+    pub pre_versions: Vec<(Fid, u64)>,
 }
 
-/// Version byte of saved replies with a transaction number (version 1 had none).
-const SAVED_REPLY_VERSION: u8 = 2;
+/// Version byte of saved replies with versions (2 had a transno only, 1 neither).
+const SAVED_REPLY_VERSION: u8 = 3;
+/// Version byte of saved replies with a transaction number and no versions.
+const SAVED_REPLY_VERSION_2: u8 = 2;
 
-/// Encodes a saved reply (`[2] postcard(SavedReply)`).
+/// Encodes a saved reply (`[3] postcard(SavedReply)`).
 pub fn encode_saved(saved: &SavedReply) -> Vec<u8> {
     let mut out = vec![SAVED_REPLY_VERSION];
     out.extend(postcard::to_allocvec(saved).expect("in-memory serialization"));
@@ -168,15 +174,31 @@ pub fn decode_saved(bytes: &[u8]) -> Result<SavedReply, Status> {
         status: i32,
         body: Vec<u8>,
     }
+    #[derive(Deserialize)]
+    struct V2 {
+        status: i32,
+        body: Vec<u8>,
+        transno: u64,
+    }
+    let damaged = |e: postcard::Error| {
+        tracing::error!("damaged saved reply: {e}");
+        Status::Io
+    };
     match bytes.split_first() {
-        Some((&SAVED_REPLY_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| {
-            tracing::error!("damaged saved reply: {e}");
-            Status::Io
-        }),
+        Some((&SAVED_REPLY_VERSION, rest)) => postcard::from_bytes(rest).map_err(damaged),
+        Some((&SAVED_REPLY_VERSION_2, rest)) => postcard::from_bytes::<V2>(rest)
+            .map(|v| SavedReply {
+                status: v.status,
+                body: v.body,
+                transno: v.transno,
+                pre_versions: Vec::new(),
+            })
+            .map_err(damaged),
         Some((&RECORD_VERSION, _)) => decode::<V1>(bytes).map(|v| SavedReply {
             status: v.status,
             body: v.body,
             transno: 0,
+            pre_versions: Vec::new(),
         }),
         _ => {
             tracing::error!("saved reply with unknown version");
@@ -323,8 +345,14 @@ mod version_tests {
             status: 0,
             body: vec![1, 2],
             transno: 9,
+            pre_versions: vec![(Fid::ROOT, 7)],
         };
         assert_eq!(decode_saved(&encode_saved(&saved)).unwrap(), saved);
+        // Version 2 (no versions) still reads.
+        let mut v2 = vec![2u8];
+        v2.extend(postcard::to_allocvec(&(0i32, vec![1u8, 2], 9u64)).unwrap());
+        let old = decode_saved(&v2).unwrap();
+        assert_eq!((old.transno, old.pre_versions.len()), (9, 0));
     }
 
     proptest! {

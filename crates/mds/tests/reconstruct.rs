@@ -33,6 +33,15 @@ fn serve(dir: &Path) -> Arc<Server> {
 }
 
 fn send(conn: &Arc<Connection>, xid: u64, op: MdsOp) -> Result<MdsReply, Status> {
+    answer(conn, xid, op).map(|a| a.reply)
+}
+
+/// The whole answer: transno, versions and reply.
+fn answer(
+    conn: &Arc<Connection>,
+    xid: u64,
+    op: MdsOp,
+) -> Result<nacre_wire::mds::MdsAnswer, Status> {
     let call = MdsCall {
         jobid: String::new(),
         client: [9; 16],
@@ -46,9 +55,36 @@ fn send(conn: &Arc<Connection>, xid: u64, op: MdsOp) -> Result<MdsReply, Status>
         .wait()
         .unwrap();
     decode_reply::<nacre_wire::mds::MdsAnswer>(reply)
-        .map(|(a, b)| (a.reply, b))
-        .map(|(r, _)| r)
+        .map(|(a, _)| a)
         .map_err(|e| e.status())
+}
+
+/// A resend is answered with the first answer's transno and versions, so the client's
+/// replay of it after a restart is version-checked like any other (regression: the
+/// saved reply kept no versions and a resent request's replay went unchecked).
+#[test]
+fn a_resent_request_gets_the_transno_and_versions_of_the_first_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let conn =
+        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    send(&conn, conn.alloc_xid(), mkdir("before")).unwrap();
+    let xid = conn.alloc_xid();
+    let first = answer(&conn, xid, mkdir("v")).unwrap();
+    let again = answer(&conn, xid, mkdir("v")).unwrap();
+    assert!(first.transno > 0);
+    assert!(
+        first
+            .pre_versions
+            .iter()
+            .any(|(f, v)| *f == Fid::ROOT && *v > 0),
+        "the root's version before the mkdir: {:?}",
+        first.pre_versions
+    );
+    assert_eq!(again.transno, first.transno);
+    assert_eq!(again.pre_versions, first.pre_versions);
+    assert_eq!(again.reply, first.reply);
+    server.shutdown();
 }
 
 fn mkdir(name: &str) -> MdsOp {
