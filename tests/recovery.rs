@@ -1051,11 +1051,25 @@ fn writes_to_open_files_need_no_mds_and_closes_do_not_wait_for_writes() {
         c.client.abort().expect("abort the FUSE connection");
         panic!("spawning a process waited behind the blocked fsyncs");
     }
+    // Nor does I/O that needs no MDS: a write to the open file goes on while every FUSE
+    // thread but one waits in the fsyncs (regression: they all waited, and nothing more
+    // was read from /dev/fuse until the MDS came back).
+    let f3 = f.clone();
+    let (wrote, h2) = within(Duration::from_secs(30), move || {
+        f3.write_all_at(&block(9), 9 << 20)
+    });
+    let still_blocked = still_blocked && fsyncers.iter().all(|t| !t.is_finished());
+    if wrote.is_none() {
+        c.client.abort().expect("abort the FUSE connection");
+        panic!("a write needing no MDS waited behind the blocked fsyncs");
+    }
+    wrote.unwrap().unwrap();
+    h2.join().unwrap();
     c.mds.restart();
     h.join().unwrap();
     assert!(
         still_blocked,
-        "an fsync finished before the spawn was checked"
+        "an fsync finished before the spawn and the write were checked"
     );
     for t in fsyncers {
         t.join().unwrap().unwrap();
@@ -1066,8 +1080,8 @@ fn writes_to_open_files_need_no_mds_and_closes_do_not_wait_for_writes() {
     drop((f, g, gs));
     drop_caches(&c.client.mnt);
     let data = std::fs::read(c.client.mnt.join("f")).unwrap();
-    assert_eq!(data.len(), 9 << 20);
-    for i in 0..9u64 {
+    assert_eq!(data.len(), 10 << 20);
+    for i in 0..10u64 {
         assert!(
             data[(i << 20) as usize..((i + 1) << 20) as usize] == block(i)[..],
             "f block {i} damaged"

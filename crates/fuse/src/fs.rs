@@ -1,6 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
+use crate::pool::{Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
 use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -39,8 +40,34 @@ struct DirStream {
 const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.union(FopenFlags::FOPEN_NOFLUSH);
 
-/// The mounted file system.
+/// Who asked: what the operations need of the kernel's request, owned, so a helper thread
+/// can run it after the FUSE thread moved on.
+struct Caller {
+    uid: u32,
+    gid: u32,
+    job: String,
+}
+
+impl Caller {
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+}
+
+/// The mounted file system: requests run on the FUSE thread that read them, or, when it is
+/// the last one free, on a helper thread (crate::pool).
 pub struct NacreFs {
+    shared: Arc<Shared>,
+    lanes: Lanes,
+    helpers: Arc<Helpers<Shared>>,
+}
+
+/// What the operations work on.
+struct Shared {
     client: Arc<Client>,
     files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     caps: crate::caps::CapsCache,
@@ -90,14 +117,64 @@ fn time(t: TimeOrNow) -> TimeSpec {
 }
 
 impl NacreFs {
-    /// A file system over `client` with the given cache timeouts.
+    /// A file system over `client` with the given cache timeouts, served by `threads` FUSE
+    /// threads.
     pub fn new(
         client: Arc<Client>,
         attr_ttl: Duration,
         entry_ttl: Duration,
         jobs: crate::jobid::JobIds,
+        threads: usize,
     ) -> NacreFs {
+        let shared = Arc::new(Shared::new(client, attr_ttl, entry_ttl, jobs));
         NacreFs {
+            helpers: Helpers::new(
+                Arc::clone(&shared),
+                HELPER_THREADS_MAX,
+                Duration::from_millis(HELPER_IDLE_MS),
+            ),
+            shared,
+            lanes: Lanes::new(threads),
+        }
+    }
+
+    /// Helper threads: (running now, most at once so far).
+    pub fn helper_threads(&self) -> (usize, usize) {
+        self.helpers.threads()
+    }
+
+    fn caller(&self, req: &Request) -> Caller {
+        Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            job: self.shared.jobs.of(req.pid(), req.uid()),
+        }
+    }
+
+    /// Runs `op` here if another FUSE thread stays free, else on a helper.
+    fn run(&self, req: &Request, op: impl FnOnce(&Shared, &Caller) + Send + 'static) {
+        let caller = self.caller(req);
+        match self.lanes.enter() {
+            Some(_lane) => op(&self.shared, &caller),
+            None => self.helpers.submit(move |shared| op(shared, &caller)),
+        }
+    }
+}
+
+impl Drop for NacreFs {
+    fn drop(&mut self) {
+        self.helpers.close();
+    }
+}
+
+impl Shared {
+    fn new(
+        client: Arc<Client>,
+        attr_ttl: Duration,
+        entry_ttl: Duration,
+        jobs: crate::jobid::JobIds,
+    ) -> Shared {
+        Shared {
             client,
             files: Mutex::new(HashMap::new()),
             caps: Default::default(),
@@ -111,8 +188,8 @@ impl NacreFs {
     }
 
     /// Tags the RPCs this thread sends for `req` with the caller's job id.
-    fn enter(&self, req: &Request) {
-        nacre_types::jobid::set_current(&self.jobs.of(req.pid(), req.uid()));
+    fn enter(&self, req: &Caller) {
+        nacre_types::jobid::set_current(&req.job);
     }
 
     fn add_file(&self, file: OpenFile) -> FileHandle {
@@ -336,17 +413,11 @@ impl NacreFs {
     }
 }
 
-impl Filesystem for NacreFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(IO_BYTES_MAX);
-        let _ = config.set_max_readahead(IO_BYTES_MAX);
-        let _ = config.set_max_background(64);
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
-        let _ = config.add_capabilities(wanted & config.capabilities());
-        Ok(())
-    }
-
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+/// The operations, as the kernel asks them (run by [`NacreFs::run`]), with
+/// `fuser::Filesystem`'s arguments.
+#[allow(clippy::too_many_arguments)]
+impl Shared {
+    fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.enter(req);
         let parent = match fid_of(parent) {
             Ok(f) => f,
@@ -357,7 +428,7 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), true));
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.enter(req);
         let result = fid_of(ino).map(|f| self.client.getattr(f));
         // Through a handle its MDT closed by evicting this client (which the call itself
@@ -374,7 +445,7 @@ impl Filesystem for NacreFs {
 
     fn setattr(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -410,7 +481,7 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
         self.enter(req);
         match fid_of(ino).map(|f| self.client.readlink(f)) {
             Ok(Ok(t)) => reply.data(&t),
@@ -421,7 +492,7 @@ impl Filesystem for NacreFs {
 
     fn mknod(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -456,7 +527,7 @@ impl Filesystem for NacreFs {
 
     fn mkdir(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -474,7 +545,7 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, r);
     }
 
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
         empty(
             reply,
@@ -482,7 +553,7 @@ impl Filesystem for NacreFs {
         );
     }
 
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
         empty(
             reply,
@@ -492,7 +563,7 @@ impl Filesystem for NacreFs {
 
     fn symlink(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
@@ -515,7 +586,7 @@ impl Filesystem for NacreFs {
 
     fn rename(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -543,7 +614,7 @@ impl Filesystem for NacreFs {
 
     fn link(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -557,7 +628,7 @@ impl Filesystem for NacreFs {
         self.reply_entry(reply, self.client.link(fid, parent, newname.as_bytes()));
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
@@ -571,7 +642,7 @@ impl Filesystem for NacreFs {
 
     fn read(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -595,7 +666,7 @@ impl Filesystem for NacreFs {
 
     fn write(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -618,7 +689,7 @@ impl Filesystem for NacreFs {
 
     fn flush(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
@@ -631,7 +702,7 @@ impl Filesystem for NacreFs {
 
     fn release(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -653,7 +724,7 @@ impl Filesystem for NacreFs {
 
     fn fsync(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
@@ -663,7 +734,7 @@ impl Filesystem for NacreFs {
         empty(reply, self.file(fh).and_then(|f| ok(self.client.fsync(&f))));
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
@@ -684,7 +755,7 @@ impl Filesystem for NacreFs {
 
     fn readdir(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -732,7 +803,7 @@ impl Filesystem for NacreFs {
 
     fn releasedir(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -745,7 +816,7 @@ impl Filesystem for NacreFs {
 
     fn fsyncdir(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
@@ -758,7 +829,7 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Caller, _ino: INodeNo, reply: ReplyStatfs) {
         self.enter(req);
         match self.client.statfs() {
             Ok(s) => {
@@ -780,7 +851,7 @@ impl Filesystem for NacreFs {
 
     fn setxattr(
         &self,
-        req: &Request,
+        req: &Caller,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -822,7 +893,7 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Caller, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
@@ -854,7 +925,7 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Caller, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
@@ -879,7 +950,7 @@ impl Filesystem for NacreFs {
         }
     }
 
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Caller, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
         empty(
             reply,
@@ -892,7 +963,7 @@ impl Filesystem for NacreFs {
 
     fn create(
         &self,
-        req: &Request,
+        req: &Caller,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -941,7 +1012,7 @@ impl Filesystem for NacreFs {
 
     fn fallocate(
         &self,
-        req: &Request,
+        req: &Caller,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -959,5 +1030,350 @@ impl Filesystem for NacreFs {
             .file(fh)
             .and_then(|f| ok(self.client.fallocate(&f, offset, length, keep_size, punch)));
         empty(reply, r);
+    }
+}
+
+impl Filesystem for NacreFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(IO_BYTES_MAX);
+        let _ = config.set_max_readahead(IO_BYTES_MAX);
+        let _ = config.set_max_background(64);
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| fs.lookup(c, parent, &name, reply));
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.run(req, move |fs, c| fs.getattr(c, ino, fh, reply));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        crtime: Option<SystemTime>,
+        chgtime: Option<SystemTime>,
+        bkuptime: Option<SystemTime>,
+        flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.setattr(
+                c, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
+                flags, reply,
+            )
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.run(req, move |fs, c| fs.readlink(c, ino, reply));
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| {
+            fs.mknod(c, parent, &name, mode, umask, rdev, reply)
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| {
+            fs.mkdir(c, parent, &name, mode, umask, reply)
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| fs.unlink(c, parent, &name, reply));
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| fs.rmdir(c, parent, &name, reply));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let link_name = link_name.to_os_string();
+        let target = target.to_path_buf();
+        self.run(req, move |fs, c| {
+            fs.symlink(c, parent, &link_name, &target, reply)
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.to_os_string();
+        let newname = newname.to_os_string();
+        self.run(req, move |fs, c| {
+            fs.rename(c, parent, &name, newparent, &newname, flags, reply)
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let newname = newname.to_os_string();
+        self.run(req, move |fs, c| {
+            fs.link(c, ino, newparent, &newname, reply)
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.run(req, move |fs, c| fs.open(c, ino, flags, reply));
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.read(c, ino, fh, offset, size, flags, lock_owner, reply)
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // Not through `run`: the data is copied only when a helper takes the write.
+        let caller = self.caller(req);
+        match self.lanes.enter() {
+            Some(_lane) => self.shared.write(
+                &caller,
+                ino,
+                fh,
+                offset,
+                data,
+                write_flags,
+                flags,
+                lock_owner,
+                reply,
+            ),
+            None => {
+                let data = data.to_vec();
+                self.helpers.submit(move |fs| {
+                    fs.write(
+                        &caller,
+                        ino,
+                        fh,
+                        offset,
+                        &data,
+                        write_flags,
+                        flags,
+                        lock_owner,
+                        reply,
+                    )
+                });
+            }
+        }
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let caller = self.caller(req);
+        self.shared.flush(&caller, ino, fh, lock_owner, reply);
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.release(c, ino, fh, flags, lock_owner, flush, reply)
+        });
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, move |fs, c| fs.fsync(c, ino, fh, datasync, reply));
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let caller = self.caller(req);
+        self.shared.opendir(&caller, ino, flags, reply);
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.run(req, move |fs, c| fs.readdir(c, ino, fh, offset, reply));
+    }
+
+    fn releasedir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let caller = self.caller(req);
+        self.shared.releasedir(&caller, ino, fh, flags, reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, move |fs, c| fs.fsyncdir(c, ino, fh, datasync, reply));
+    }
+
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.run(req, move |fs, c| fs.statfs(c, ino, reply));
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.to_os_string();
+        let value = value.to_vec();
+        self.run(req, move |fs, c| {
+            fs.setxattr(c, ino, &name, &value, flags, position, reply)
+        });
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| fs.getxattr(c, ino, &name, size, reply));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.run(req, move |fs, c| fs.listxattr(c, ino, size, reply));
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| fs.removexattr(c, ino, &name, reply));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name.to_os_string();
+        self.run(req, move |fs, c| {
+            fs.create(c, parent, &name, mode, umask, flags, reply)
+        });
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.fallocate(c, ino, fh, offset, length, mode, reply)
+        });
     }
 }

@@ -14,6 +14,7 @@ pub mod caps;
 pub mod fs;
 pub mod jobid;
 pub mod mount;
+pub mod pool;
 
 pub use fs::NacreFs;
 pub use mount::{mount, MountOptions};

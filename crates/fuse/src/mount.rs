@@ -125,7 +125,8 @@ pub fn mount(
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let jobs = crate::jobid::JobIds::new(opts.jobid_var.clone());
-    let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout, jobs);
+    let threads = opts.threads.max(1);
+    let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout, jobs, threads);
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
