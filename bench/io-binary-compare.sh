@@ -9,6 +9,14 @@ BASE="$1"; NEW="$2"
 WORK="${3:-/var/tmp/nacre-iocompare}"
 BS="${BS:-1m}"; SIZE="${SIZE:-256m}"; JOBS="${JOBS:-8}"; ROUNDS="${ROUNDS:-3}"
 rm -rf "$WORK"; mkdir -p "$WORK"
+# A failed fio must not leave a file system mounted and its server running.
+cleanup() {
+  for m in "$WORK"/*/mnt; do
+    mountpoint -q "$m" && { "$NEW" down "$m" || fusermount3 -uz "$m"; }
+  done
+  return 0
+}
+trap cleanup EXIT
 run() { # name, binary
   local name=$1 bin=$2 d="$WORK/$1"
   mkdir -p "$d/mnt"

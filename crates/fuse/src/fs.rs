@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 use crate::attrs::{file_attr, file_type};
-use crate::pool::{Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
+use crate::pool::{self, Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
 use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
 use fuser::{
     Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
@@ -95,6 +95,7 @@ fn ok<T>(r: Result<T, ClientError>) -> Result<T, Errno> {
 
 /// Answers an operation that returns nothing.
 fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+    pool::leave();
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(e),
@@ -155,7 +156,7 @@ impl NacreFs {
     fn run(&self, req: &Request, op: impl FnOnce(&Shared, &Caller) + Send + 'static) {
         let caller = self.caller(req);
         match self.lanes.enter() {
-            Some(_lane) => op(&self.shared, &caller),
+            Some(lane) => Lanes::run_inline(lane, || op(&self.shared, &caller)),
             None => self.helpers.submit(move |shared| op(shared, &caller)),
         }
     }
@@ -225,6 +226,7 @@ impl Shared {
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {
+        pool::leave();
         match r {
             Ok(a) => reply.entry(&self.entry_ttl, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -436,6 +438,7 @@ impl Shared {
         if let Some(Err(e)) = fh.map(|fh| self.evicted_handle(fh)) {
             return reply.error(e);
         }
+        pool::leave();
         match result {
             Ok(Ok(a)) => reply.attr(&self.attr_ttl, &file_attr(&a)),
             Ok(Err(e)) => reply.error(errno(&e)),
@@ -475,7 +478,9 @@ impl Shared {
             mtime: mtime.map(time),
             ctime: ctime.map(TimeSpec::from_system_time),
         };
-        match self.client.setattr(fid, set) {
+        let result = self.client.setattr(fid, set);
+        pool::leave();
+        match result {
             Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -634,7 +639,9 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.client.open(fid) {
+        let result = self.client.open(fid);
+        pool::leave();
+        match result {
             Ok((_, file)) => reply.opened(self.add_file(file), OPEN_FLAGS),
             Err(e) => reply.error(errno(&e)),
         }
@@ -658,7 +665,9 @@ impl Shared {
         };
         // The kernel reads ahead for page-cache reads; O_DIRECT readers get the client's.
         let direct = flags.0 & libc::O_DIRECT != 0;
-        match self.client.read_at(&file, offset, size as usize, direct) {
+        let result = self.client.read_at(&file, offset, size as usize, direct);
+        pool::leave();
+        match result {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -681,7 +690,9 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self.client.write(&file, offset, data) {
+        let result = self.client.write(&file, offset, data);
+        pool::leave();
+        match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -716,7 +727,9 @@ impl Shared {
             self.caps.released(f.fid);
         }
 
-        match file.map(|f| self.client.close(&f)) {
+        let closed = file.map(|f| self.client.close(&f));
+        pool::leave();
+        match closed {
             Some(Err(e)) => reply.error(errno(&e)),
             _ => reply.ok(),
         }
@@ -989,6 +1002,7 @@ impl Shared {
             exclusive,
             true,
         );
+        pool::leave();
         match created {
             Ok((attr, file)) => {
                 let fid = file.fid;
@@ -1204,17 +1218,19 @@ impl Filesystem for NacreFs {
         // Not through `run`: the data is copied only when a helper takes the write.
         let caller = self.caller(req);
         match self.lanes.enter() {
-            Some(_lane) => self.shared.write(
-                &caller,
-                ino,
-                fh,
-                offset,
-                data,
-                write_flags,
-                flags,
-                lock_owner,
-                reply,
-            ),
+            Some(lane) => Lanes::run_inline(lane, || {
+                self.shared.write(
+                    &caller,
+                    ino,
+                    fh,
+                    offset,
+                    data,
+                    write_flags,
+                    flags,
+                    lock_owner,
+                    reply,
+                )
+            }),
             None => {
                 let data = data.to_vec();
                 self.helpers.submit(move |fs| {

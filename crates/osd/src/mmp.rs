@@ -22,11 +22,13 @@
 //! was paused still completes: the window ext4's MMP has too.)
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nacre_types::AlignedBuf;
 
 /// File name of the record inside a target directory.
 pub const MMP_FILE: &str = "nacre-mmp";
@@ -210,27 +212,54 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Bytes read and written through the direct descriptor: one aligned block holding the
+/// record and zeros (an O_DIRECT transfer must be a multiple of the device's block size).
+pub const MMP_BLOCK_BYTES: usize = 4096;
+
 /// The record file of a target directory.
+///
+/// The record is read and written with O_DIRECT where the file system allows it, like
+/// ext4's MMP block I/O: two servers sharing a device through different kernels each have
+/// their own page cache, and a buffered read could return this kernel's stale copy of a
+/// block the partner has rewritten. Where O_DIRECT is refused (tmpfs, some FUSE or network
+/// file systems), buffered I/O is used; that is right on one kernel and on file systems
+/// whose clients keep their caches coherent.
 pub struct MmpFile {
     path: PathBuf,
     file: File,
+    direct: Option<File>,
+    direct_ok: AtomicBool,
 }
 
 impl MmpFile {
     /// Opens (creating) the record of target directory `dir`.
     pub fn open(dir: &Path) -> Result<MmpFile, MmpError> {
         let path = dir.join(MMP_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|source| MmpError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-        Ok(MmpFile { path, file })
+        let open = |flags: i32| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(flags)
+                .open(&path)
+        };
+        let file = open(0).map_err(|source| MmpError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let direct = open(libc::O_DIRECT).ok();
+        Ok(MmpFile {
+            direct_ok: AtomicBool::new(direct.is_some()),
+            path,
+            file,
+            direct,
+        })
+    }
+
+    /// True while the record goes past the page cache (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed)
     }
 
     fn io(&self, source: std::io::Error) -> MmpError {
@@ -240,22 +269,68 @@ impl MmpFile {
         }
     }
 
-    /// The record, or None if the file is empty (never written: free).
-    pub fn read(&self) -> Result<Option<MmpRecord>, MmpError> {
-        let mut b = [0u8; MMP_RECORD_BYTES];
+    /// The descriptor for direct I/O, if it is still usable.
+    fn direct(&self) -> Option<&File> {
+        self.direct
+            .as_ref()
+            .filter(|_| self.direct_ok.load(Ordering::Relaxed))
+    }
+
+    /// Notes that the file system refused a direct transfer (EINVAL): buffered from now on.
+    fn direct_refused(&self, e: &std::io::Error) -> bool {
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            tracing::warn!(path = %self.path.display(), "O_DIRECT refused for the MMP record; using buffered I/O");
+            self.direct_ok.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// Reads up to `buf.len()` bytes at offset 0 (fewer at end of file).
+    fn read_into(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut got = 0;
-        while got < b.len() {
-            match self.file.read_at(&mut b[got..], got as u64) {
+        while got < buf.len() {
+            match file.read_at(&mut buf[got..], got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.io(e)),
+                Err(e) => return Err(e),
             }
         }
+        Ok(got)
+    }
+
+    /// One direct read of the block at offset 0 (retried only if interrupted).
+    fn read_direct(file: &File, block: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match file.read_at(block, 0) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+
+    /// The record, or None if the file is empty (never written: free).
+    pub fn read(&self) -> Result<Option<MmpRecord>, MmpError> {
+        let mut block = AlignedBuf::zeroed(MMP_BLOCK_BYTES);
+        let got = match self.direct() {
+            // One aligned transfer; a short one is the end of the file (a record written
+            // by the buffered path is 160 bytes long).
+            Some(f) => match Self::read_direct(f, &mut block) {
+                Ok(n) => n,
+                Err(e) if self.direct_refused(&e) => {
+                    Self::read_into(&self.file, &mut block[..MMP_RECORD_BYTES])
+                        .map_err(|e| self.io(e))?
+                }
+                Err(e) => return Err(self.io(e)),
+            },
+            None => Self::read_into(&self.file, &mut block[..MMP_RECORD_BYTES])
+                .map_err(|e| self.io(e))?,
+        };
         if got == 0 {
             return Ok(None);
         }
-        MmpRecord::decode(&b[..got])
+        MmpRecord::decode(&block[..got.min(MMP_RECORD_BYTES)])
             .map(Some)
             .map_err(|reason| MmpError::Corrupt {
                 path: self.path.display().to_string(),
@@ -265,6 +340,15 @@ impl MmpFile {
 
     /// Writes the record durably.
     pub fn write(&self, rec: &MmpRecord) -> Result<(), MmpError> {
+        if let Some(f) = self.direct() {
+            let mut block = AlignedBuf::zeroed(MMP_BLOCK_BYTES);
+            block[..MMP_RECORD_BYTES].copy_from_slice(&rec.encode());
+            match f.write_all_at(&block, 0).and_then(|()| f.sync_data()) {
+                Ok(()) => return Ok(()),
+                Err(e) if self.direct_refused(&e) => {}
+                Err(e) => return Err(self.io(e)),
+            }
+        }
         self.file
             .write_all_at(&rec.encode(), 0)
             .and_then(|()| self.file.sync_data())
@@ -589,6 +673,92 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         let (_, still) = w.poll().unwrap();
         assert!(still >= Duration::from_millis(200));
+    }
+
+    /// Whether page 0 of `path` is in this kernel's page cache (mincore on a mapping).
+    fn first_page_cached(path: &Path) -> bool {
+        use std::os::fd::AsRawFd;
+        let f = File::open(path).unwrap();
+        // SAFETY: a read-only shared mapping of one page of a file at least one byte long,
+        // unmapped before return; mincore writes one byte into `vec`.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut vec = 0u8;
+            assert_eq!(libc::mincore(p, 4096, &mut vec), 0);
+            libc::munmap(p, 4096);
+            vec & 1 == 1
+        }
+    }
+
+    fn sample(seq: u64) -> MmpRecord {
+        MmpRecord {
+            state: MmpState::Active,
+            seq,
+            time_ms: 7,
+            pid: 42,
+            boot_id: [3; 16],
+            owner: "a@tcp".into(),
+        }
+    }
+
+    #[test]
+    fn the_record_goes_past_the_page_cache_where_the_file_system_allows_it() {
+        // ext4 (the test directory) takes O_DIRECT: a partner on another kernel rewrites
+        // the block behind this kernel's cache, so the record must never be read from it.
+        let base = std::env::var("NACRE_TEST_DIR").unwrap_or_else(|_| "/var/tmp".into());
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let path = dir.path().join(MMP_FILE);
+        // A record written by the buffered path (160 bytes) is read through the direct one.
+        std::fs::write(&path, sample(1).encode()).unwrap();
+        let f = MmpFile::open(dir.path()).unwrap();
+        assert!(f.is_direct());
+        assert_eq!(f.read().unwrap().unwrap(), sample(1));
+        f.write(&sample(2)).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            MMP_BLOCK_BYTES as u64
+        );
+        // The direct write dropped the cached page, and the direct read did not bring it back.
+        assert_eq!(f.read().unwrap().unwrap(), sample(2));
+        assert!(
+            !first_page_cached(&path),
+            "the MMP record was read through the page cache"
+        );
+        assert!(f.is_direct());
+        // The probe works: a buffered read caches the page (and decodes the padded block).
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(first_page_cached(&path));
+        assert_eq!(
+            MmpRecord::decode(&bytes[..MMP_RECORD_BYTES]).unwrap(),
+            sample(2)
+        );
+    }
+
+    #[test]
+    fn records_written_by_either_path_are_read_by_the_other() {
+        // Where O_DIRECT is refused (checked at open, or EINVAL on a transfer) the record
+        // is buffered; a partner may use either path on the same record.
+        let base = std::env::var("NACRE_TEST_DIR").unwrap_or_else(|_| "/var/tmp".into());
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let direct = MmpFile::open(dir.path()).unwrap();
+        let buffered = MmpFile::open(dir.path()).unwrap();
+        buffered.direct_ok.store(false, Ordering::Relaxed);
+        assert!(direct.is_direct() && !buffered.is_direct());
+        assert_eq!(buffered.read().unwrap(), None);
+        buffered.write(&sample(5)).unwrap();
+        assert_eq!(direct.read().unwrap().unwrap(), sample(5));
+        direct.write(&sample(6)).unwrap();
+        assert_eq!(buffered.read().unwrap().unwrap(), sample(6));
+        buffered.write(&sample(7)).unwrap();
+        assert_eq!(direct.read().unwrap().unwrap(), sample(7));
     }
 
     proptest! {
