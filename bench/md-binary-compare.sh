@@ -9,6 +9,14 @@ WORK="${3:-/var/tmp/nacre-mdcompare}"
 FILES="${FILES:-10000}"
 ROUNDS="${ROUNDS:-3}"
 rm -rf "$WORK"; mkdir -p "$WORK"
+# A failed run must not leave a file system mounted and its server running.
+cleanup() {
+  for m in "$WORK"/*/mnt; do
+    mountpoint -q "$m" && { "$NEW" down "$m" || fusermount3 -uz "$m"; }
+  done
+  return 0
+}
+trap cleanup EXIT
 run() { # name, binary
   local name=$1 bin=$2
   mkdir -p "$WORK/$name/mnt"
