@@ -22,17 +22,24 @@ struct Cluster {
     _root: tempfile::TempDir,
 }
 
+/// A test directory holding a formatted MGS (`mgs`) and OST0 (`ost0`) of `fsname`, with
+/// the port and NID the MGS is to listen on.
+fn format_mgs_and_ost(fsname: &str) -> (tempfile::TempDir, u16, String) {
+    let root = tempfile::Builder::new()
+        .prefix(&format!("nacre-recovery-{fsname}"))
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let port = free_port();
+    let mgs = format!("127.0.0.1:{port}@tcp");
+    mkfs("--mgs", 0, fsname, None, &root.path().join("mgs"));
+    mkfs("--ost", 0, fsname, Some(&mgs), &root.path().join("ost0"));
+    (root, port, mgs)
+}
+
 impl Cluster {
     fn start(fsname: &str) -> Cluster {
-        let root = tempfile::Builder::new()
-            .prefix(&format!("nacre-recovery-{fsname}"))
-            .tempdir_in(nacre_testkit::test_dir())
-            .unwrap();
+        let (root, port, mgs) = format_mgs_and_ost(fsname);
         let d = |n: &str| root.path().join(n);
-        let port = free_port();
-        let mgs = format!("127.0.0.1:{port}@tcp");
-        mkfs("--mgs", 0, fsname, None, &d("mgs"));
-        mkfs("--ost", 0, fsname, Some(&mgs), &d("ost0"));
         mkfs("--mdt", 0, fsname, Some(&mgs), &d("mdt0"));
         let oss = ServerProc::start(port, &[&d("mgs"), &d("ost0")], &[]);
         let listen = format!("127.0.0.2:{}", free_port_at("127.0.0.2"));
@@ -1388,15 +1395,8 @@ impl CrashyCluster {
 
     /// A cluster with `mdts` MDTs, MDT`i` served by its own MDS at 127.0.0.`i+2`.
     fn start_with(fsname: &str, window_ms: Option<u64>, mdts: u32) -> CrashyCluster {
-        let root = tempfile::Builder::new()
-            .prefix(&format!("nacre-recovery-{fsname}"))
-            .tempdir_in(nacre_testkit::test_dir())
-            .unwrap();
+        let (root, port, mgs) = format_mgs_and_ost(fsname);
         let d = |n: &str| root.path().join(n);
-        let port = free_port();
-        let mgs = format!("127.0.0.1:{port}@tcp");
-        mkfs("--mgs", 0, fsname, None, &d("mgs"));
-        mkfs("--ost", 0, fsname, Some(&mgs), &d("ost0"));
         for i in 0..mdts {
             mkfs("--mdt", i, fsname, Some(&mgs), &d(&format!("mdt{i}")));
         }

@@ -139,11 +139,6 @@ impl NacreFs {
         }
     }
 
-    /// Helper threads: (running now, most at once so far).
-    pub fn helper_threads(&self) -> (usize, usize) {
-        self.helpers.threads()
-    }
-
     fn caller(&self, req: &Request) -> Caller {
         Caller {
             uid: req.uid(),

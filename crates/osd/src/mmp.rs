@@ -259,7 +259,7 @@ impl MmpFile {
 
     /// True while the record goes past the page cache (O_DIRECT).
     pub fn is_direct(&self) -> bool {
-        self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed)
+        self.direct().is_some()
     }
 
     fn io(&self, source: std::io::Error) -> MmpError {
