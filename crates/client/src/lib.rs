@@ -43,6 +43,15 @@ pub enum ClientError {
         /// The MDT.
         target: u32,
     },
+    /// A server's reply was well-formed but its content impossible (a layout of no objects,
+    /// more bulk than asked for, ...): the operation fails with EIO, the connection stays.
+    #[error("bad reply from {from}: {what}")]
+    BadReply {
+        /// The server (target name).
+        from: String,
+        /// What was wrong.
+        what: String,
+    },
 }
 
 impl ClientError {
@@ -50,7 +59,9 @@ impl ClientError {
     pub fn errno(&self) -> i32 {
         match self {
             ClientError::Rpc(e) => e.status().errno(),
-            ClientError::Config(_) | ClientError::Evicted { .. } => libc_eio(),
+            ClientError::Config(_) | ClientError::Evicted { .. } | ClientError::BadReply { .. } => {
+                libc_eio()
+            }
         }
     }
 
@@ -58,8 +69,19 @@ impl ClientError {
     pub fn status(&self) -> Status {
         match self {
             ClientError::Rpc(e) => e.status(),
-            ClientError::Config(_) | ClientError::Evicted { .. } => Status::Io,
+            ClientError::Config(_) | ClientError::Evicted { .. } | ClientError::BadReply { .. } => {
+                Status::Io
+            }
         }
+    }
+}
+
+impl ClientError {
+    /// A [`ClientError::BadReply`] from `from`, logged where it is made (the application sees
+    /// only EIO).
+    pub fn bad_reply(from: String, what: String) -> ClientError {
+        tracing::error!("bad reply from {from}: {what}");
+        ClientError::BadReply { from, what }
     }
 }
 

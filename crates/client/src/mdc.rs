@@ -382,6 +382,13 @@ impl Mdc {
                 other => break other,
             }
         };
+        let result = result.and_then(|answer| match answer.reply.check() {
+            Ok(()) => Ok(answer),
+            Err(what) => Err(ClientError::bad_reply(
+                format!("MDT{:04x}", self.target),
+                what,
+            )),
+        });
         self.in_flight.lock().expect("in flight").remove(&xid);
         let full = match &result {
             Ok(answer) => self.note_answer(keep, xid, answer),

@@ -4,7 +4,7 @@
 //! `max_rpcs_in_flight` of a call's RPCs outstanding.
 
 use crate::rpc_stats::OscRpcStats;
-use crate::{Client, Result};
+use crate::{Client, ClientError, Result};
 use nacre_net::rpc::{decode_reply, request, RpcError};
 use nacre_net::PendingReply;
 use nacre_types::limits::FILE_BYTES_MAX;
@@ -246,11 +246,21 @@ impl ReadJob {
         }
         let mut replies = window.finish()?;
         let mut short = false;
+        for (tag, _, bulk) in &replies {
+            let got = bulk.as_ref().map_or(0, |b| b.len());
+            let sub = &parts[*tag];
+            if got as u64 > sub.len {
+                let (ost, _) = object(layout, sub.stripe);
+                return Err(ClientError::bad_reply(
+                    format!("OST{ost:04x}"),
+                    format!("read of {} bytes answered with {got}", sub.len),
+                ));
+            }
+        }
         let mut out = if parts.len() == 1 {
             let (_, _, bulk) = replies.pop().expect("one reply");
-            let mut buf = bulk.unwrap_or_else(|| AlignedBuf::zeroed(0));
+            let buf = bulk.unwrap_or_else(|| AlignedBuf::zeroed(0));
             short = buf.len() < len;
-            buf.set_len(len);
             buf
         } else {
             let mut buf = AlignedBuf::zeroed(len);
@@ -260,19 +270,37 @@ impl ReadJob {
                 short |= (got as u64) < sub.len;
                 let Some(bulk) = bulk else { continue };
                 for_each_run(layout, sub, |file_off, at, n| {
+                    // Runs past the object's end stay zero (the glimpse below trims them).
                     let avail = got.saturating_sub(at).min(n);
-                    let dst = (file_off - offset) as usize;
-                    buf[dst..dst + avail].copy_from_slice(&bulk[at..at + avail]);
+                    if avail > 0 {
+                        let dst = (file_off - offset) as usize;
+                        buf[dst..dst + avail].copy_from_slice(&bulk[at..at + avail]);
+                    }
                 });
             }
             buf
         };
         if short {
+            // An object ended early: the file's size says how much of the range exists (holes
+            // up to it read as zeros).
             let (size, _) = glimpse(client, layout)?;
-            out.set_len(size.saturating_sub(offset).min(len as u64) as usize);
+            let want = size.saturating_sub(offset).min(len as u64) as usize;
+            out = zero_extended(out, want);
         }
         Ok(out)
     }
+}
+
+/// `buf` cut or grown to `len` bytes, the new bytes zero. A bulk received over the network is
+/// only as large as the server sent, so growing it may need a new buffer.
+fn zero_extended(mut buf: AlignedBuf, len: usize) -> AlignedBuf {
+    if len <= buf.capacity() {
+        buf.set_len(len);
+        return buf;
+    }
+    let mut grown = AlignedBuf::zeroed(len);
+    grown[..buf.len()].copy_from_slice(&buf);
+    grown
 }
 
 /// Reads up to `len` bytes at `offset`; short only at end of file.

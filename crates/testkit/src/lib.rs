@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod testfs;
+pub use testfs::{Form, Spec, TestFs};
+
 /// The `nacre` binary: `$NACRE_BIN`, or the one built next to the running test.
 pub fn nacre_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NACRE_BIN") {
@@ -373,23 +376,28 @@ impl ClientMount {
     /// The pid of the client process serving this mount (found by its command line).
     pub fn pid(&self) -> Option<u32> {
         let want = self.mnt.display().to_string();
-        for e in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-                continue;
-            };
-            let args: Vec<String> = cmd
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            if args.iter().any(|a| a == "mount") && args.contains(&want) {
-                return Some(pid);
-            }
-        }
-        None
+        pid_of_command(|args| args.iter().any(|a| a == "mount") && args.contains(&want))
     }
+}
+
+/// The pid of a process whose command line (its arguments) `matches`.
+pub fn pid_of_command(matches: impl Fn(&[String]) -> bool) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if matches(&args) {
+            return Some(pid);
+        }
+    }
+    None
 }
 
 impl ClientMount {

@@ -69,6 +69,18 @@ pub struct DirStripe {
 }
 
 impl DirStripe {
+    /// Checks a stripe layout that came from elsewhere (a reply, a disk) before names are
+    /// hashed over it: 1 to [`DIR_STRIPE_COUNT_MAX`] shards.
+    pub fn check(&self) -> Result<(), String> {
+        let n = self.shards.len();
+        if n == 0 || n > DIR_STRIPE_COUNT_MAX {
+            return Err(format!(
+                "directory stripe of {n} shards (1 to {DIR_STRIPE_COUNT_MAX})"
+            ));
+        }
+        Ok(())
+    }
+
     /// The shard directory holding `name`.
     pub fn shard_for(&self, name: &[u8]) -> Fid {
         self.shards[self.hash.shard(name, self.shards.len())]

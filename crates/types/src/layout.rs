@@ -60,6 +60,9 @@ pub enum LayoutError {
     /// Stripe count below -1.
     #[error("stripe count {0} is invalid (use -1 for all OSTs)")]
     BadStripeCount(i32),
+    /// A stored or received layout with no objects, or more than a layout may have.
+    #[error("layout of {0} objects (a file has 1 to {max})", max = STRIPE_COUNT_MAX)]
+    BadObjectCount(usize),
     /// Start OST does not exist.
     #[error("start OST index {start} does not exist (file system has {osts} OSTs)")]
     BadStartOst {
@@ -145,6 +148,15 @@ pub struct StripeChunk {
 }
 
 impl Layout {
+    /// Checks a layout that came from elsewhere (a reply, a disk) before its arithmetic is
+    /// used: 1 to [`STRIPE_COUNT_MAX`] objects, a valid stripe size.
+    pub fn check(&self) -> Result<(), LayoutError> {
+        if self.objects.is_empty() || self.objects.len() > usize::from(STRIPE_COUNT_MAX) {
+            return Err(LayoutError::BadObjectCount(self.objects.len()));
+        }
+        check_stripe_size(self.stripe_size)
+    }
+
     /// Stripe count.
     pub fn stripe_count(&self) -> usize {
         self.objects.len()

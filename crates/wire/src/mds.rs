@@ -795,6 +795,25 @@ pub enum MdsReply {
     },
 }
 
+impl MdsReply {
+    /// Checks content a well-formed reply may still get wrong, before a client uses it:
+    /// layouts (objects, stripe size) and directory stripes (shards). The reason on failure.
+    pub fn check(&self) -> Result<(), String> {
+        let layout = match self {
+            MdsReply::Entry {
+                layout: Some(l), ..
+            }
+            | MdsReply::Layout(LayoutInfo::File(l)) => Some(l),
+            MdsReply::DirStripe(Some(s)) => return s.check(),
+            _ => None,
+        };
+        match layout {
+            Some(l) => l.check().map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

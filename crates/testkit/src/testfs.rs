@@ -1,0 +1,266 @@
+//! One file system for a test, in either form users run: embedded (`nacre up`: one process,
+//! in-process transport between client and servers) or networked (an MGS+MDT server process,
+//! OSS processes on their own loopback addresses, and a separate `nacre mount` client process,
+//! everything over TCP). Tests written against [`TestFs`] run the same assertions on both;
+//! [`on_both_forms!`](crate::on_both_forms) turns a `fn name(form: Form)` into two tests,
+//! `embedded::name` and `networked::name`.
+
+use crate::{free_port_at, mkfs, test_dir, ClientMount, Embedded, ServerProc};
+use std::path::{Path, PathBuf};
+
+/// The form a test file system takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `nacre up`: MGS, MDTs, OSTs and the client mount in one process.
+    Embedded,
+    /// `nacre server` processes (MGS+MDT0 on 127.0.0.1, further MDTs on 127.0.0.4, OSTs split
+    /// over two OSS processes on 127.0.0.2 and 127.0.0.3) and a `nacre mount` process.
+    Networked,
+}
+
+/// What a test file system is made of.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// OSTs (at least 1).
+    pub osts: u32,
+    /// MDTs (at least 1).
+    pub mdts: u32,
+    /// File system name.
+    pub fsname: String,
+    /// Client options (`nacre mount` options; also given to `nacre up`).
+    pub mount_args: Vec<String>,
+    /// Target options (given to every `nacre server`, and to `nacre up`).
+    pub server_args: Vec<String>,
+}
+
+impl Spec {
+    /// A file system of `osts` OSTs and one MDT named `nacre`.
+    pub fn osts(osts: u32) -> Spec {
+        Spec {
+            osts,
+            mdts: 1,
+            fsname: "nacre".into(),
+            mount_args: Vec::new(),
+            server_args: Vec::new(),
+        }
+    }
+
+    /// With `mdts` MDTs.
+    pub fn mdts(mut self, mdts: u32) -> Spec {
+        self.mdts = mdts;
+        self
+    }
+
+    /// Named `fsname`.
+    pub fn fsname(mut self, fsname: &str) -> Spec {
+        self.fsname = fsname.into();
+        self
+    }
+
+    /// With these client options.
+    pub fn mount_args(mut self, args: &[&str]) -> Spec {
+        self.mount_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// With these target options.
+    pub fn server_args(mut self, args: &[&str]) -> Spec {
+        self.server_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+}
+
+/// A mounted test file system of either [`Form`]; unmounted and stopped on drop.
+pub struct TestFs {
+    /// The form it runs in.
+    pub form: Form,
+    /// The spec it was made from.
+    pub spec: Spec,
+    /// Mount point.
+    pub mnt: PathBuf,
+    /// Directory holding the targets: `mgs`, `mdtN`, `ostN`.
+    pub data: PathBuf,
+    /// The MGS's NID (`127.0.0.1:PORT@tcp`), for native clients, admin commands, more mounts.
+    pub mgs_nid: String,
+    // Dropped in this order: the client before the servers, the directories last.
+    client: Option<ClientMount>,
+    embedded: Option<Embedded>,
+    servers: Vec<ServerProc>,
+    _root: Option<tempfile::TempDir>,
+}
+
+impl TestFs {
+    /// Starts a file system of `osts` OSTs in `form`.
+    pub fn start(form: Form, osts: u32) -> TestFs {
+        TestFs::start_with(form, Spec::osts(osts))
+    }
+
+    /// Starts the file system `spec` describes in `form`, mounted.
+    pub fn start_with(form: Form, spec: Spec) -> TestFs {
+        assert!(
+            spec.osts >= 1 && spec.mdts >= 1,
+            "a file system needs an MDT and an OST"
+        );
+        match form {
+            Form::Embedded => TestFs::start_embedded(spec),
+            Form::Networked => TestFs::start_networked(spec),
+        }
+    }
+
+    fn start_embedded(spec: Spec) -> TestFs {
+        let port = free_port_at("127.0.0.1");
+        let listen = format!("127.0.0.1:{port}");
+        let mdts = spec.mdts.to_string();
+        let mut extra = vec![
+            "--fsname",
+            &spec.fsname,
+            "--mdts",
+            &mdts,
+            "--listen",
+            &listen,
+        ];
+        extra.extend(spec.mount_args.iter().map(String::as_str));
+        extra.extend(spec.server_args.iter().map(String::as_str));
+        let fs = Embedded::start_with(spec.osts, &extra);
+        TestFs {
+            form: Form::Embedded,
+            mnt: fs.mnt.clone(),
+            data: fs.data.clone(),
+            mgs_nid: format!("{listen}@tcp"),
+            spec,
+            client: None,
+            embedded: Some(fs),
+            servers: Vec::new(),
+            _root: None,
+        }
+    }
+
+    fn start_networked(spec: Spec) -> TestFs {
+        let root = tempfile::Builder::new()
+            .prefix("nacre-test")
+            .tempdir_in(test_dir())
+            .expect("tempdir");
+        let data = root.path().join("data");
+        let d = |name: String| data.join(name);
+        let mgs_listen = format!("127.0.0.1:{}", free_port_at("127.0.0.1"));
+        let mgs_nid = format!("{mgs_listen}@tcp");
+        let fsname = spec.fsname.as_str();
+        mkfs("--mgs", 0, fsname, None, &d("mgs".into()));
+        for i in 0..spec.mdts {
+            mkfs("--mdt", i, fsname, Some(&mgs_nid), &d(format!("mdt{i}")));
+        }
+        for i in 0..spec.osts {
+            mkfs("--ost", i, fsname, Some(&mgs_nid), &d(format!("ost{i}")));
+        }
+        let mut extra: Vec<&str> = vec!["--mgsnode", &mgs_nid];
+        extra.extend(spec.server_args.iter().map(String::as_str));
+        let start_at = |listen: &str, dirs: Vec<PathBuf>, extra: &[&str]| {
+            let refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+            ServerProc::start_at(listen, &refs, extra)
+        };
+        let start = |addr: &str, dirs: Vec<PathBuf>, extra: &[&str]| {
+            start_at(&format!("{addr}:{}", free_port_at(addr)), dirs, extra)
+        };
+        let mut servers = vec![start_at(
+            &mgs_listen,
+            vec![d("mgs".into()), d("mdt0".into())],
+            &spec
+                .server_args
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )];
+        if spec.mdts > 1 {
+            let dirs = (1..spec.mdts).map(|i| d(format!("mdt{i}"))).collect();
+            servers.push(start("127.0.0.4", dirs, &extra));
+        }
+        let half = spec.osts.div_ceil(2);
+        let first = (0..half).map(|i| d(format!("ost{i}"))).collect();
+        servers.push(start("127.0.0.2", first, &extra));
+        if spec.osts > half {
+            let second = (half..spec.osts).map(|i| d(format!("ost{i}"))).collect();
+            servers.push(start("127.0.0.3", second, &extra));
+        }
+        let mnt = root.path().join("mnt");
+        let source = format!("{mgs_nid}:/{fsname}");
+        let mount_args: Vec<&str> = spec.mount_args.iter().map(String::as_str).collect();
+        let client = ClientMount::mount(&source, &mnt, &mount_args);
+        TestFs {
+            form: Form::Networked,
+            mnt,
+            data,
+            mgs_nid,
+            spec,
+            client: Some(client),
+            embedded: None,
+            servers,
+            _root: Some(root),
+        }
+    }
+
+    /// Path inside the mount.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// The mount source, `MGS_NID:/FSNAME`.
+    pub fn source(&self) -> String {
+        format!("{}:/{}", self.mgs_nid, self.spec.fsname)
+    }
+
+    /// A further client process mounting this file system at `mnt` (a directory the test owns).
+    pub fn mount_another(&self, mnt: &Path, extra: &[&str]) -> ClientMount {
+        ClientMount::mount(&self.source(), mnt, extra)
+    }
+
+    /// The pids of the processes serving targets (one for the embedded form).
+    pub fn server_pids(&self) -> Vec<u32> {
+        match &self.embedded {
+            Some(_) => self.client_pid().into_iter().collect(),
+            None => self.servers.iter().map(ServerProc::pid).collect(),
+        }
+    }
+
+    /// The pid of the process serving the mount (`nacre up` itself in the embedded form).
+    pub fn client_pid(&self) -> Option<u32> {
+        if let Some(client) = &self.client {
+            return client.pid();
+        }
+        let want = self.mnt.display().to_string();
+        crate::pid_of_command(|args| args.iter().any(|a| a == "up") && args.contains(&want))
+    }
+
+    /// The embedded file system, if that is the form (for stop/restart tests).
+    pub fn embedded(&self) -> Option<&Embedded> {
+        self.embedded.as_ref()
+    }
+
+    /// Where the tests of this file system may keep other files (outside the mount; removed
+    /// with it).
+    pub fn scratch(&self) -> &Path {
+        self.data
+            .parent()
+            .expect("data lies in the test's directory")
+    }
+}
+
+/// Turns functions `fn NAME(form: Form)` into tests `embedded::NAME` and `networked::NAME`.
+#[macro_export]
+macro_rules! on_both_forms {
+    ($($name:ident),+ $(,)?) => {
+        /// The tests on the embedded form (`nacre up`).
+        mod embedded {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::Form::Embedded)
+            })+
+        }
+        /// The tests on the networked form (server processes and a client process over TCP).
+        mod networked {
+            $(#[test]
+            fn $name() {
+                super::$name($crate::Form::Networked)
+            })+
+        }
+    };
+}
