@@ -1,6 +1,6 @@
 //! Statistics and parameters through `nacre ctl`, checked against known workloads.
 
-use nacre_testkit::{nacre, nacre_ok, Embedded};
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use nacre_tests::job_samples;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
@@ -25,9 +25,8 @@ fn brw_write_count(text: &str, section: &str, label: &str) -> u64 {
     0
 }
 
-#[test]
-fn brw_stats_count_a_known_workload_and_clear() {
-    let fs = Embedded::start_with(2, &["--fsname", "stbrw"]);
+fn brw_stats_count_a_known_workload_and_clear(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname("stbrw"));
     let f = fs.path("hundred");
     nacre_ok(&["setstripe", "-c", "1", "-i", "0", f.to_str().unwrap()]);
     nacre_ok(&[
@@ -72,9 +71,8 @@ fn brw_stats_count_a_known_workload_and_clear() {
     assert_eq!(brw_write_count(&brw, "disk I/O size", "1M"), 0, "{brw}");
 }
 
-#[test]
-fn md_stats_and_parameters() {
-    let fs = Embedded::start_with(1, &["--fsname", "stmd"]);
+fn md_stats_and_parameters(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("stmd"));
     nacre_ok(&["ctl", "set_param", "mdt.stmd-MDT0000.md_stats=0"]);
     for i in 0..25 {
         std::fs::create_dir(fs.path(&format!("d{i}"))).unwrap();
@@ -109,9 +107,8 @@ fn md_stats_and_parameters() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no such parameter"));
 }
 
-#[test]
-fn job_stats_attribute_io_to_the_right_job() {
-    let fs = Embedded::start_with(1, &["--fsname", "stjob"]);
+fn job_stats_attribute_io_to_the_right_job(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("stjob"));
     let m = fs.mnt.display().to_string();
     let dd = |env: &str, name: &str, count: u32| {
         nacre_testkit::sh(&format!(
@@ -140,17 +137,28 @@ fn job_stats_attribute_io_to_the_right_job() {
     assert_eq!(job_samples(&ost, "dd.0", "write"), 4, "{ost}");
 }
 
-#[test]
-fn metrics_endpoint_parses_with_a_real_openmetrics_parser() {
-    let port = nacre_testkit::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(1, &["--fsname", "stmet", "--metrics", &addr]);
+fn metrics_endpoint_parses_with_a_real_openmetrics_parser(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("stmet").metrics());
     nacre_testkit::sh(&format!(
         "env SLURM_JOB_ID=jm dd if=/dev/zero of={}/m bs=1M count=2 oflag=direct status=none",
         fs.mnt.display()
     ));
+    // One endpoint per process (the embedded form has one): each must parse on its own, and
+    // together they tell what the assertions below look for.
+    let mut parsed = String::new();
+    let mut bodies = String::new();
+    for addr in &fs.metrics_addrs {
+        let body = scrape_checked(addr);
+        parsed.push_str(&parse_openmetrics(&body));
+        bodies.push_str(&body);
+    }
+    check_metrics(&parsed, &bodies);
+}
+
+/// Scrapes `/metrics` at `addr`, checking the HTTP answer.
+fn scrape_checked(addr: &str) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
     let mut resp = String::new();
@@ -160,6 +168,12 @@ fn metrics_endpoint_parses_with_a_real_openmetrics_parser() {
         head.starts_with("HTTP/1.1 200") && head.contains("application/openmetrics-text"),
         "{head}"
     );
+    body.to_string()
+}
+
+/// The samples of an OpenMetrics text as a real parser reads them: `TYPE NAME LABELS VALUE`.
+fn parse_openmetrics(body: &str) -> String {
+    use std::io::Write;
     let script = r#"
 import sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -181,7 +195,10 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         "the OpenMetrics parser rejected /metrics: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let parsed = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn check_metrics(parsed: &str, body: &str) {
     assert!(
         parsed.contains("counter nacre_target_ops_total op=write,target=stmet-OST0000 2"),
         "{parsed}"
@@ -196,7 +213,7 @@ for f in text_string_to_metric_families(sys.stdin.read()):
         parsed.contains("gauge nacre_ost_free_bytes target=stmet-OST0000"),
         "{parsed}"
     );
-    // The embedded client's side: bulk RPCs and bytes per OST connection.
+    // The client's side: bulk RPCs and bytes per OST connection.
     assert!(
         parsed
             .contains("counter nacre_osc_bytes_total fs=stmet,op=write,ost=stmet-OST0000 2097152"),
@@ -283,13 +300,12 @@ fn wait_for_param(name: &str, want: &str) -> String {
     }
 }
 
-#[test]
-fn persistent_parameters_reach_every_target_and_survive_a_restart() {
+fn persistent_parameters_reach_every_target_and_survive_a_restart(form: Form) {
     // Another file system's MGS on the node does not store (or fail) stpp's parameters:
     // regression test for `set_param -P` failing with EIO when an unrelated MGS could not
     // write its store.
-    let other = Embedded::start_with(1, &["--fsname", "stpq"]);
-    let fs = Embedded::start_with(2, &["--fsname", "stpp"]);
+    let other = TestFs::start_with(form, Spec::osts(1).fsname("stpq"));
+    let mut fs = TestFs::start_with(form, Spec::osts(2).fsname("stpp"));
     assert_eq!(
         nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0001.direct_io"]).trim(),
         "1"
@@ -297,7 +313,7 @@ fn persistent_parameters_reach_every_target_and_survive_a_restart() {
     let out = nacre_ok(&["ctl", "set_param", "-P", "osd.stpp-OST000?.direct_io=0"]);
     assert!(out.contains("(persistent)"), "{out}");
     // The MGS parameter stores (crc-protected envelopes; the name is stored verbatim).
-    let stored = |e: &Embedded| {
+    let stored = |e: &TestFs| {
         let bytes = std::fs::read(e.data.join("mgs/mgs-params")).unwrap_or_default();
         String::from_utf8_lossy(&bytes).contains("osd.stpp-OST000?.direct_io")
     };
@@ -306,8 +322,7 @@ fn persistent_parameters_reach_every_target_and_survive_a_restart() {
     drop(other);
     assert_eq!(wait_for_param("osd.stpp-OST0000.direct_io", "0"), "0");
     assert_eq!(wait_for_param("osd.stpp-OST0001.direct_io", "0"), "0");
-    fs.down();
-    fs.up();
+    fs.restart();
     // Applied while the servers start, before the mount is offered.
     assert_eq!(
         nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0000.direct_io"]).trim(),
@@ -320,17 +335,15 @@ fn persistent_parameters_reach_every_target_and_survive_a_restart() {
     // An empty value removes it from the MGS; the live value stays until set again.
     nacre_ok(&["ctl", "set_param", "-P", "osd.stpp-OST000?.direct_io="]);
     nacre_ok(&["ctl", "set_param", "osd.stpp-OST000?.direct_io=1"]);
-    fs.down();
-    fs.up();
+    fs.restart();
     assert_eq!(
         nacre_ok(&["ctl", "get_param", "-n", "osd.stpp-OST0000.direct_io"]).trim(),
         "1"
     );
 }
 
-#[test]
-fn osc_rpc_stats_count_client_rpcs() {
-    let fs = Embedded::start_with(2, &["--fsname", "strpc"]);
+fn osc_rpc_stats_count_client_rpcs(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname("strpc"));
     let f = fs.path("ten");
     nacre_ok(&["setstripe", "-c", "1", "-i", "1", f.to_str().unwrap()]);
     nacre_ok(&["ctl", "set_param", "osc.strpc-OST0001-osc.rpc_stats=0"]);
@@ -379,11 +392,18 @@ fn top_row<'a>(screen: &'a str, table: &str, key: &str) -> Vec<&'a str> {
         .collect()
 }
 
-#[test]
-fn top_shows_the_busiest_jobs_clients_and_targets() {
-    let port = nacre_testkit::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(1, &["--fsname", "sttop", "--metrics", &addr]);
+fn top_shows_the_busiest_jobs_clients_and_targets(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("sttop").metrics());
+    // The servers' endpoints (the networked client's is the last one).
+    let servers = match form {
+        Form::Embedded => fs.metrics_addrs.clone(),
+        Form::Networked => fs.metrics_addrs[..fs.metrics_addrs.len() - 1].to_vec(),
+    };
+    // The client as the servers name it: the in-process transport, or its TCP address.
+    let client = match form {
+        Form::Embedded => "0@lo",
+        Form::Networked => "127.0.0.1@tcp",
+    };
     let m = fs.mnt.display().to_string();
     let traffic = |job: &str, name: &str| {
         let m = m.clone();
@@ -405,7 +425,7 @@ fn top_shows_the_busiest_jobs_clients_and_targets() {
     let md = top_row(&screen, "JOB", "mdtopjob");
     assert!(md[4].parse::<f64>().unwrap() > 0.0, "md op/s: {screen}");
     assert!(
-        top_row(&screen, "CLIENT", "0@lo")[2]
+        top_row(&screen, "CLIENT", client)[2]
             .parse::<f64>()
             .unwrap()
             > 0.0
@@ -423,7 +443,10 @@ fn top_shows_the_busiest_jobs_clients_and_targets() {
             > 0.0
     );
     // A server's /metrics endpoint.
-    let screen = top_while(&["--servers", &addr], traffic("remotejob", "b"));
+    let screen = top_while(
+        &["--servers", &servers.join(",")],
+        traffic("remotejob", "b"),
+    );
     assert!(
         top_row(&screen, "JOB", "remotejob")[2]
             .parse::<f64>()
@@ -447,18 +470,11 @@ fn scrape(addr: &str) -> String {
     resp.split_once("\r\n\r\n").unwrap().1.to_string()
 }
 
-#[test]
-fn a_client_mount_exports_its_own_metrics() {
-    let port = nacre_testkit::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(2, &["--fsname", "stcli", "--listen", &listen]);
+fn a_client_mount_exports_its_own_metrics(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname("stcli"));
     let maddr = format!("127.0.0.1:{}", nacre_testkit::free_port());
-    let mnt = fs.root.path().join("client");
-    let _m = nacre_testkit::ClientMount::mount(
-        &format!("{listen}@tcp:/stcli"),
-        &mnt,
-        &["--metrics", &maddr],
-    );
+    let mnt = fs.scratch().join("client");
+    let _m = fs.mount_another(&mnt, &["--metrics", &maddr]);
     nacre_testkit::sh(&format!(
         "dd if=/dev/zero of={}/f bs=1M count=3 oflag=direct status=none",
         mnt.display()
@@ -489,3 +505,14 @@ fn a_client_mount_exports_its_own_metrics() {
         "a client serves no targets"
     );
 }
+
+on_both_forms!(
+    brw_stats_count_a_known_workload_and_clear,
+    md_stats_and_parameters,
+    job_stats_attribute_io_to_the_right_job,
+    metrics_endpoint_parses_with_a_real_openmetrics_parser,
+    persistent_parameters_reach_every_target_and_survive_a_restart,
+    osc_rpc_stats_count_client_rpcs,
+    top_shows_the_busiest_jobs_clients_and_targets,
+    a_client_mount_exports_its_own_metrics,
+);

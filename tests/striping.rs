@@ -1,6 +1,6 @@
-//! Striping: layouts set and shown with the CLI, data verified on the OSTs themselves.
+//! Striping on both forms: layouts set and shown with the CLI, data verified on the OSTs themselves.
 
-use nacre_testkit::{nacre, nacre_ok, pattern, Embedded};
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, pattern, Form, TestFs};
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
@@ -36,9 +36,8 @@ fn rebuild_from_osts(data_dir: &Path, l: &Value, size: usize) -> Vec<u8> {
     out
 }
 
-#[test]
-fn striped_file_is_spread_over_osts() {
-    let fs = Embedded::start(4);
+fn striped_file_is_spread_over_osts(form: Form) {
+    let fs = TestFs::start(form, 4);
     let dir = fs.path("wide");
     fs::create_dir(&dir).unwrap();
     nacre_ok(&["setstripe", "-c", "4", "-S", "64K", dir.to_str().unwrap()]);
@@ -79,9 +78,8 @@ fn striped_file_is_spread_over_osts() {
     );
 }
 
-#[test]
-fn stripe_options_and_errors() {
-    let fs = Embedded::start(4);
+fn stripe_options_and_errors(form: Form) {
+    let fs = TestFs::start(form, 4);
     let all = fs.path("all");
     nacre_ok(&["setstripe", "-c", "-1", all.to_str().unwrap()]);
     fs::write(&all, b"x").unwrap();
@@ -120,9 +118,8 @@ fn stripe_options_and_errors() {
     assert!(String::from_utf8_lossy(&busy.stderr).contains("already holds data"));
 }
 
-#[test]
-fn default_layout_round_robins_and_df_lists_targets() {
-    let fs = Embedded::start(4);
+fn default_layout_round_robins_and_df_lists_targets(form: Form) {
+    let fs = TestFs::start(form, 4);
     let mut used = std::collections::BTreeSet::new();
     for i in 0..8 {
         let f = fs.path(&format!("f{i}"));
@@ -151,3 +148,9 @@ fn default_layout_round_robins_and_df_lists_targets() {
     let dfh = nacre_ok(&["df", "-h", fs.mnt.to_str().unwrap()]);
     assert!(dfh.contains('G') || dfh.contains('M'), "{dfh}");
 }
+
+on_both_forms!(
+    striped_file_is_spread_over_osts,
+    stripe_options_and_errors,
+    default_layout_round_robins_and_df_lists_targets,
+);

@@ -1,6 +1,6 @@
-//! Ordinary tools work unmodified on the mount: cp, tar, rsync, git, make, fio.
+//! Ordinary tools work unmodified on the mount, on both forms: cp, tar, rsync, git, make, fio.
 
-use nacre_testkit::{sh, Embedded};
+use nacre_testkit::{on_both_forms, sh, Form, TestFs};
 
 fn prepare_tree(dir: &std::path::Path) {
     sh(&format!(
@@ -11,9 +11,8 @@ fn prepare_tree(dir: &std::path::Path) {
     ));
 }
 
-#[test]
-fn cp_tar_rsync_round_trip() {
-    let fs = Embedded::start(2);
+fn cp_tar_rsync_round_trip(form: Form) {
+    let fs = TestFs::start(form, 2);
     let local = tempfile::tempdir().unwrap();
     prepare_tree(local.path());
     let (l, m) = (
@@ -34,9 +33,8 @@ fn cp_tar_rsync_round_trip() {
     );
 }
 
-#[test]
-fn git_and_make() {
-    let fs = Embedded::start(1);
+fn git_and_make(form: Form) {
+    let fs = TestFs::start(form, 1);
     let m = fs.mnt.display().to_string();
     sh(&format!(
         "cd {m} && git init -q repo && cd repo && git config user.email t@e && git config user.name t \
@@ -47,9 +45,8 @@ fn git_and_make() {
     ));
 }
 
-#[test]
-fn fio_verify_job() {
-    let fs = Embedded::start(4);
+fn fio_verify_job(form: Form) {
+    let fs = TestFs::start(form, 4);
     let m = fs.mnt.display().to_string();
     sh(&format!(
         "mkdir {m}/fio && nacre_bin={} && $nacre_bin setstripe -c 4 -S 1M {m}/fio",
@@ -80,3 +77,5 @@ fn fio_verify_job() {
         .collect();
     assert!(left.is_empty(), "fio left {left:?}");
 }
+
+on_both_forms!(cp_tar_rsync_round_trip, git_and_make, fio_verify_job,);

@@ -316,6 +316,13 @@ impl ServerProc {
         std::mem::forget(old);
     }
 
+    /// Sends SIGTERM and waits (at most `timeout`) for the process to exit; true if it did.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.wait_exit(timeout)
+    }
+
     /// Stops the process with SIGTERM and waits.
     pub fn stop(mut self) {
         // SAFETY: signalling our own child.

@@ -7,6 +7,7 @@
 
 use crate::{free_port_at, mkfs, test_dir, ClientMount, Embedded, ServerProc};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The form a test file system takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub struct Spec {
     pub mount_args: Vec<String>,
     /// Target options (given to every `nacre server`, and to `nacre up`).
     pub server_args: Vec<String>,
+    /// Every process (servers and client) exports OpenMetrics at an address of its own.
+    pub metrics: bool,
 }
 
 impl Spec {
@@ -42,7 +45,14 @@ impl Spec {
             fsname: "nacre".into(),
             mount_args: Vec::new(),
             server_args: Vec::new(),
+            metrics: false,
         }
+    }
+
+    /// With an OpenMetrics `/metrics` address for every process ([`TestFs::metrics_addrs`]).
+    pub fn metrics(mut self) -> Spec {
+        self.metrics = true;
+        self
     }
 
     /// With `mdts` MDTs.
@@ -82,6 +92,9 @@ pub struct TestFs {
     pub data: PathBuf,
     /// The MGS's NID (`127.0.0.1:PORT@tcp`), for native clients, admin commands, more mounts.
     pub mgs_nid: String,
+    /// The `/metrics` addresses of its processes (with [`Spec::metrics`]): the one process of
+    /// the embedded form; each server, then the client, of the networked form.
+    pub metrics_addrs: Vec<String>,
     // Dropped in this order: the client before the servers, the directories last.
     client: Option<ClientMount>,
     embedded: Option<Embedded>,
@@ -121,12 +134,17 @@ impl TestFs {
         ];
         extra.extend(spec.mount_args.iter().map(String::as_str));
         extra.extend(spec.server_args.iter().map(String::as_str));
+        let metrics_addrs = metrics_addrs(spec.metrics, 1);
+        if let Some(addr) = metrics_addrs.first() {
+            extra.extend(["--metrics", addr]);
+        }
         let fs = Embedded::start_with(spec.osts, &extra);
         TestFs {
             form: Form::Embedded,
             mnt: fs.mnt.clone(),
             data: fs.data.clone(),
             mgs_nid: format!("{listen}@tcp"),
+            metrics_addrs,
             spec,
             client: None,
             embedded: Some(fs),
@@ -152,44 +170,52 @@ impl TestFs {
         for i in 0..spec.osts {
             mkfs("--ost", i, fsname, Some(&mgs_nid), &d(format!("ost{i}")));
         }
-        let mut extra: Vec<&str> = vec!["--mgsnode", &mgs_nid];
-        extra.extend(spec.server_args.iter().map(String::as_str));
-        let start_at = |listen: &str, dirs: Vec<PathBuf>, extra: &[&str]| {
-            let refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
-            ServerProc::start_at(listen, &refs, extra)
-        };
-        let start = |addr: &str, dirs: Vec<PathBuf>, extra: &[&str]| {
-            start_at(&format!("{addr}:{}", free_port_at(addr)), dirs, extra)
-        };
-        let mut servers = vec![start_at(
-            &mgs_listen,
-            vec![d("mgs".into()), d("mdt0".into())],
-            &spec
-                .server_args
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )];
+        // Which targets each server process serves: MGS+MDT0; the other MDTs; two OSS halves.
+        let mut groups = vec![("127.0.0.1", vec![d("mgs".into()), d("mdt0".into())])];
         if spec.mdts > 1 {
-            let dirs = (1..spec.mdts).map(|i| d(format!("mdt{i}"))).collect();
-            servers.push(start("127.0.0.4", dirs, &extra));
+            groups.push((
+                "127.0.0.4",
+                (1..spec.mdts).map(|i| d(format!("mdt{i}"))).collect(),
+            ));
         }
         let half = spec.osts.div_ceil(2);
-        let first = (0..half).map(|i| d(format!("ost{i}"))).collect();
-        servers.push(start("127.0.0.2", first, &extra));
+        groups.push((
+            "127.0.0.2",
+            (0..half).map(|i| d(format!("ost{i}"))).collect(),
+        ));
         if spec.osts > half {
-            let second = (half..spec.osts).map(|i| d(format!("ost{i}"))).collect();
-            servers.push(start("127.0.0.3", second, &extra));
+            groups.push((
+                "127.0.0.3",
+                (half..spec.osts).map(|i| d(format!("ost{i}"))).collect(),
+            ));
+        }
+        let metrics_addrs = metrics_addrs(spec.metrics, groups.len() + 1);
+        let mut servers = Vec::new();
+        for (i, (addr, dirs)) in groups.into_iter().enumerate() {
+            let listen = match i {
+                0 => mgs_listen.clone(),
+                _ => format!("{addr}:{}", free_port_at(addr)),
+            };
+            let mut extra: Vec<&str> = spec.server_args.iter().map(String::as_str).collect();
+            if let Some(m) = metrics_addrs.get(i) {
+                extra.extend(["--metrics", m]);
+            }
+            let refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+            servers.push(ServerProc::start_at(&listen, &refs, &extra));
         }
         let mnt = root.path().join("mnt");
         let source = format!("{mgs_nid}:/{fsname}");
-        let mount_args: Vec<&str> = spec.mount_args.iter().map(String::as_str).collect();
+        let mut mount_args: Vec<&str> = spec.mount_args.iter().map(String::as_str).collect();
+        if let Some(m) = metrics_addrs.last() {
+            mount_args.extend(["--metrics", m]);
+        }
         let client = ClientMount::mount(&source, &mnt, &mount_args);
         TestFs {
             form: Form::Networked,
             mnt,
             data,
             mgs_nid,
+            metrics_addrs,
             spec,
             client: Some(client),
             embedded: None,
@@ -235,12 +261,57 @@ impl TestFs {
         self.embedded.as_ref()
     }
 
+    /// Stops every process of the file system cleanly (unmount, SIGTERM) and starts it again
+    /// from its targets, mounted at the same place.
+    pub fn restart(&mut self) {
+        if let Some(e) = &self.embedded {
+            e.down();
+            e.up();
+            return;
+        }
+        let mount_args = self.client_mount_args();
+        self.client = None;
+        for s in self.servers.iter_mut().rev() {
+            assert!(
+                s.terminate(Duration::from_secs(30)),
+                "server {} did not stop",
+                s.listen
+            );
+        }
+        for s in &mut self.servers {
+            s.restart();
+        }
+        let args: Vec<&str> = mount_args.iter().map(String::as_str).collect();
+        self.client = Some(ClientMount::mount(&self.source(), &self.mnt, &args));
+    }
+
+    fn client_mount_args(&self) -> Vec<String> {
+        let mut args = self.spec.mount_args.clone();
+        if self.spec.metrics {
+            args.extend([
+                "--metrics".to_string(),
+                self.metrics_addrs.last().cloned().unwrap(),
+            ]);
+        }
+        args
+    }
+
     /// Where the tests of this file system may keep other files (outside the mount; removed
     /// with it).
     pub fn scratch(&self) -> &Path {
         self.data
             .parent()
             .expect("data lies in the test's directory")
+    }
+}
+
+/// `n` free loopback addresses for `/metrics` endpoints, if `wanted`.
+fn metrics_addrs(wanted: bool, n: usize) -> Vec<String> {
+    match wanted {
+        true => (0..n)
+            .map(|_| format!("127.0.0.1:{}", free_port_at("127.0.0.1")))
+            .collect(),
+        false => Vec::new(),
     }
 }
 
