@@ -1,14 +1,14 @@
-//! The built-in benchmark drivers on a real mount: they run, report, and catch bad data.
+//! The built-in benchmark drivers on a real mount of either form: they run, report, and catch
+//! bad data.
 
-use nacre_testkit::{nacre, nacre_ok, Embedded};
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use nacre_tests::job_samples;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::FileExt;
 
-#[test]
-fn ior_checks_data_and_reports_every_phase() {
-    let fs = Embedded::start(2);
+fn ior_checks_data_and_reports_every_phase(form: Form) {
+    let fs = TestFs::start(form, 2);
     let o = fs.path("ior");
     let out = nacre_ok(&[
         "bench",
@@ -69,9 +69,8 @@ fn ior_checks_data_and_reports_every_phase() {
 /// IOR's data check catches wrong data that the file system stored faithfully (a bad write
 /// through the mount); data damaged on the OST's disk is caught earlier, by the OST's
 /// checksums: the read fails with EIO and the damaged bytes never reach the check.
-#[test]
-fn ior_detects_corrupted_objects() {
-    let fs = Embedded::start(1);
+fn ior_detects_corrupted_objects(form: Form) {
+    let fs = TestFs::start(form, 1);
     let o = fs.path("c");
     // Two tasks, a file each of 1 MiB in 64 KiB transfers, kept after the run.
     let ior = |phase: &[&str]| {
@@ -137,9 +136,8 @@ fn ior_detects_corrupted_objects() {
     );
 }
 
-#[test]
-fn mdtest_runs_all_phases_and_cleans_up() {
-    let fs = Embedded::start(1);
+fn mdtest_runs_all_phases_and_cleans_up(form: Form) {
+    let fs = TestFs::start(form, 1);
     let d = fs.path("md");
     let out = nacre_ok(&[
         "bench",
@@ -204,9 +202,8 @@ fn mdtest_runs_all_phases_and_cleans_up() {
     );
 }
 
-#[test]
-fn survey_drives_live_osts_directly() {
-    let fs = Embedded::start(2);
+fn survey_drives_live_osts_directly(form: Form) {
+    let fs = TestFs::start(form, 2);
     std::fs::write(fs.path("keep"), b"live data").unwrap();
     let (o0, o1) = (fs.data.join("ost0"), fs.data.join("ost1"));
     let out = nacre_ok(&[
@@ -254,13 +251,10 @@ fn survey_drives_live_osts_directly() {
     assert_eq!(left, 0, "survey objects are destroyed");
 }
 
-#[test]
-fn ior_and_mdtest_through_the_native_client_library() {
-    let port = nacre_testkit::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(2, &["--fsname", "natv", "--listen", &listen]);
-    let mgs = format!("{listen}@tcp");
-    let plot = fs.root.path().join("ior.svg");
+fn ior_and_mdtest_through_the_native_client_library(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname("natv"));
+    let mgs = fs.mgs_nid.clone();
+    let plot = fs.scratch().join("ior.svg");
     let out = nacre_ok(&[
         "bench",
         "ior",
@@ -334,6 +328,7 @@ fn ior_and_mdtest_through_the_native_client_library() {
 
 /// IOR and mdtest tasks spread over two client hosts (network namespaces), each host's worker
 /// started through a launcher, as mpirun starts IOR on a cluster's nodes.
+/// Networked only: the client hosts are network namespaces, each with its own mount process.
 #[test]
 fn ior_and_mdtest_span_several_client_hosts() {
     use nacre_testkit::{mkfs, ClientMount, NetLab};
@@ -474,6 +469,7 @@ fn ior_and_mdtest_span_several_client_hosts() {
     );
 }
 
+/// No mount: the survey drives a scratch MDT of its own inside its process.
 #[test]
 fn mds_survey_drives_a_scratch_mdt() {
     let root = tempfile::Builder::new()
@@ -515,12 +511,9 @@ fn mds_survey_drives_a_scratch_mdt() {
     assert!(root.path().join("keep").exists());
 }
 
-#[test]
-fn selftest_measures_ping_and_bulk_rpcs_against_a_server() {
-    let port = nacre_testkit::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let _fs = Embedded::start_with(1, &["--fsname", "stself", "--listen", &listen]);
-    let nid = format!("{listen}@tcp");
+fn selftest_measures_ping_and_bulk_rpcs_against_a_server(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("stself"));
+    let nid = fs.mgs_nid.clone();
     for (test, size) in [
         ("ping", 0u64),
         ("brw_write", 262_144),
@@ -570,3 +563,12 @@ fn selftest_measures_ping_and_bulk_rpcs_against_a_server() {
     ]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("size must be"));
 }
+
+on_both_forms!(
+    ior_and_mdtest_through_the_native_client_library,
+    selftest_measures_ping_and_bulk_rpcs_against_a_server,
+    ior_checks_data_and_reports_every_phase,
+    ior_detects_corrupted_objects,
+    mdtest_runs_all_phases_and_cleans_up,
+    survey_drives_live_osts_directly,
+);

@@ -1,62 +1,17 @@
-//! A real cluster: separate server processes on their own addresses, several client mounts.
+//! Whole file systems: several client mounts of one file system and restarts on both forms;
+//! kill -9 of a server process and hosts in network namespaces on the networked form.
 
-use nacre_testkit::{free_port, mkfs, nacre_ok, pattern, sh, ClientMount, Embedded, ServerProc};
+use nacre_testkit::{
+    free_port, mkfs, nacre_ok, on_both_forms, pattern, sh, ClientMount, Form, ServerProc, TestFs,
+};
 use std::fs::{self, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-struct Cluster {
-    root: tempfile::TempDir,
-    servers: Vec<ServerProc>,
-    mgs_nid: String,
-}
-
-impl Cluster {
-    /// MGS, MDS and two OSS processes (two OSTs each), each on its own loopback address.
-    fn start() -> Cluster {
-        let root = tempfile::Builder::new()
-            .prefix("nacre-cluster")
-            .tempdir_in(nacre_testkit::test_dir())
-            .unwrap();
-        let d = |n: &str| root.path().join(n);
-        let mgs_port = free_port();
-        let mgs_nid = format!("127.0.0.1:{mgs_port}@tcp");
-        mkfs("--mgs", 0, "demo", None, &d("mgs"));
-        mkfs("--mdt", 0, "demo", Some(&mgs_nid), &d("mdt0"));
-        for i in 0..4 {
-            mkfs("--ost", i, "demo", Some(&mgs_nid), &d(&format!("ost{i}")));
-        }
-        let mut servers = vec![ServerProc::start(mgs_port, &[&d("mgs")], &[])];
-        servers.push(start_on("127.0.0.2", &[d("ost0"), d("ost1")]));
-        servers.push(start_on("127.0.0.3", &[d("ost2"), d("ost3")]));
-        servers.push(start_on("127.0.0.4", &[d("mdt0")]));
-        Cluster {
-            root,
-            servers,
-            mgs_nid,
-        }
-    }
-
-    fn source(&self) -> String {
-        format!("{}:/demo", self.mgs_nid)
-    }
-
-    fn mount(&self, name: &str) -> ClientMount {
-        ClientMount::mount(&self.source(), &self.root.path().join(name), &[])
-    }
-}
-
-fn start_on(addr: &str, targets: &[PathBuf]) -> ServerProc {
-    let refs: Vec<&std::path::Path> = targets.iter().map(PathBuf::as_path).collect();
-    ServerProc::start_at(&format!("{addr}:{}", free_port()), &refs, &[])
-}
-
-#[test]
-fn two_clients_write_disjoint_ranges_of_one_file() {
-    let cluster = Cluster::start();
-    let a = cluster.mount("a");
-    let b = cluster.mount("b");
+fn two_clients_write_disjoint_ranges_of_one_file(form: Form) {
+    let a = TestFs::start(form, 4);
+    let b = a.mount_another(&a.scratch().join("b"), &[]);
     let file_a = a.mnt.join("shared");
     let file_b = b.mnt.join("shared");
     nacre_ok(&[
@@ -137,12 +92,10 @@ fn two_clients_write_disjoint_ranges_of_one_file() {
         fs::metadata(a.mnt.join("dir/y")).unwrap().mode() & 0o777,
         0o600
     );
-    drop(cluster.servers);
 }
 
-#[test]
-fn embedded_restart_brings_back_all_data() {
-    let fs = Embedded::start(3);
+fn restart_brings_back_all_data(form: Form) {
+    let mut fs = TestFs::start(form, 3);
     let big = pattern(5, 5 << 20);
     fs::create_dir_all(fs.path("a/b")).unwrap();
     fs::write(fs.path("a/b/big"), &big).unwrap();
@@ -158,9 +111,9 @@ fn embedded_restart_brings_back_all_data() {
         "setfattr -n user.k -v v {}",
         fs.path("a").display()
     ));
-    fs.down();
+    fs.stop();
     assert!(!nacre_testkit::sh("cat /proc/mounts").contains(fs.mnt.to_str().unwrap()));
-    fs.up();
+    fs.resume();
     assert_eq!(fs::read(fs.path("a/b/big")).unwrap(), big);
     assert_eq!(fs::read(fs.path("a/striped")).unwrap(), big);
     assert_eq!(fs::read(fs.path("a/link")).unwrap(), big);
@@ -291,3 +244,8 @@ fn hosts_in_network_namespaces_form_one_file_system() {
     let df = nacre_ok(&["df", a.mnt.to_str().unwrap()]);
     assert!(df.contains("ns-OST0001_UUID"), "{df}");
 }
+
+on_both_forms!(
+    two_clients_write_disjoint_ranges_of_one_file,
+    restart_brings_back_all_data,
+);

@@ -1,8 +1,13 @@
 //! Distributed namespace: several MDTs, in one server process or each in its own, on their
 //! own addresses.
+//!
+//! Tests without faults run on both forms (`on_both_forms!`). Tests that arm fault points in
+//! one MDT, kill or pause one MDT process, or place hosts in network namespaces need each
+//! target in its own process, so they run on the networked form only.
 
 use nacre_testkit::{
-    free_port, free_port_at, mkfs, nacre, nacre_ok, ClientMount, Embedded, ServerProc,
+    free_port, free_port_at, mkfs, nacre, nacre_ok, on_both_forms, ClientMount, Form, ServerProc,
+    Spec, TestFs,
 };
 use nacre_types::{Fid, FileKind};
 use std::time::Duration;
@@ -69,9 +74,8 @@ fn mdts_in_separate_processes_are_served_and_listed() {
     assert!(err.contains("MDT index 5000 is too large"), "{err}");
 }
 
-#[test]
-fn up_serves_several_mdts() {
-    let fs = Embedded::start_with(1, &["--mdts", "3"]);
+fn several_mdts_are_served_and_listed(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(3));
     let df = nacre_ok(&["df", "-i", fs.mnt.to_str().unwrap()]);
     for i in 0..3 {
         assert!(df.contains(&format!("MDT{i:04x}")), "{df}");
@@ -220,9 +224,14 @@ impl Dne {
     }
 
     fn lfsck_clean(&self, fsname: &str) {
-        let (ok, out) = lfsck(&format!("{}:/{fsname}", self.mgs));
-        assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
+        lfsck_clean(&format!("{}:/{fsname}", self.mgs));
     }
+}
+
+/// Asserts that `nacre lfsck --namespace SOURCE` finds nothing.
+fn lfsck_clean(source: &str) {
+    let (ok, out) = lfsck(source);
+    assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
 }
 
 /// IUsed of MDT `index` from `nacre df -i`.
@@ -235,10 +244,9 @@ fn inodes_used(mnt: &std::path::Path, index: u32) -> u64 {
     row.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-#[test]
-fn remote_directories_live_on_their_mdt() {
-    let fs = Dne::start("rdir", None, None);
-    let client = fs.mount("rdir");
+fn remote_directories_live_on_their_mdt(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname("rdir"));
+    let client = &fs;
     let m = client.mnt.clone();
     let remote = m.join("remote");
     let before = inodes_used(&m, 1);
@@ -266,7 +274,7 @@ fn remote_directories_live_on_their_mdt() {
     );
     let root_names: Vec<_> = std::fs::read_dir(&m).unwrap().collect();
     assert_eq!(root_names.len(), 1, "the entry is MDT0's");
-    fs.lfsck_clean("rdir");
+    lfsck_clean(&fs.source());
     // Not empty: refused, nothing lost.
     let err = std::fs::remove_dir(&remote).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
@@ -280,7 +288,7 @@ fn remote_directories_live_on_their_mdt() {
         "1",
         "the other name keeps it"
     );
-    fs.lfsck_clean("rdir");
+    lfsck_clean(&fs.source());
     std::fs::remove_file(m.join("hard")).unwrap();
     std::fs::write(remote.join("f1"), "1").unwrap();
     // A remote directory's entry renamed within its directory.
@@ -297,7 +305,7 @@ fn remote_directories_live_on_their_mdt() {
         std::fs::canonicalize(m.join("sub/..")).unwrap(),
         std::fs::canonicalize(&m).unwrap()
     );
-    fs.lfsck_clean("rdir");
+    lfsck_clean(&fs.source());
     // Over an empty directory of the target's MDT it replaces it; over a non-empty one it is
     // refused, nothing changed.
     std::fs::create_dir_all(remote.join("sub/full")).unwrap();
@@ -320,7 +328,7 @@ fn remote_directories_live_on_their_mdt() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(inodes_used(&m, 1), before);
-    fs.lfsck_clean("rdir");
+    lfsck_clean(&fs.source());
     // An MDT index that does not exist is a clear error.
     let out = nacre(&["mkdir", "-i", "7", m.join("x").to_str().unwrap()]);
     assert!(!out.status.success());
@@ -332,7 +340,7 @@ fn remote_directories_live_on_their_mdt() {
     // -i of the parent's own MDT is an ordinary directory.
     nacre_ok(&["mkdir", "-i", "0", m.join("local").to_str().unwrap()]);
     assert!(m.join("local").is_dir());
-    fs.lfsck_clean("rdir");
+    lfsck_clean(&fs.source());
 }
 
 /// One cross-MDT operation (remote and striped mkdir/rmdir, hard link and unlink across
@@ -571,11 +579,8 @@ fn dir_mdt(dir: &std::path::Path) -> u32 {
         .unwrap()
 }
 
-#[test]
-fn mkdir_minus_one_spreads_directories_over_the_mdts() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "plc", "--listen", &listen]);
+fn mkdir_minus_one_spreads_directories_over_the_mdts(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(3).fsname("plc"));
     assert_eq!(dir_mdt(&fs.mnt), 0, "the root is MDT0's");
     let placement = |mode: &str| {
         nacre_ok(&[
@@ -602,18 +607,17 @@ fn mkdir_minus_one_spreads_directories_over_the_mdts() {
         "mdt.plc-MDT0000.mkdir_placement=sideways",
     ]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use space or round_robin"));
-    let (ok, out) = lfsck(&format!("127.0.0.1:{port}@tcp:/plc"));
+    let (ok, out) = lfsck(&fs.source());
     assert!(ok, "{out}");
 }
 
 /// Everyday tools in a remote directory and across the MDT boundary: cp -a of a tree with
 /// files, symlinks, nested directories and modes, diff -r, find, mv inside it, chmod, rm -rf.
-#[test]
-fn everyday_tools_work_in_remote_directories() {
-    let fs = Dne::start("tools", None, None);
-    let client = fs.mount("tools");
+fn everyday_tools_work_in_remote_directories(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname("tools"));
+    let client = &fs;
     let m = client.mnt.display().to_string();
-    let src = fs.root.path().join("src");
+    let src = fs.scratch().join("src");
     let src = src.display();
     nacre_testkit::sh(&format!(
         "mkdir -p {src}/a/b/c {src}/e && for i in $(seq 1 40); do head -c $((i * 997)) \
@@ -638,10 +642,10 @@ fn everyday_tools_work_in_remote_directories() {
     ));
     // A tree moved out of the remote directory crosses MDTs (a directory rename across MDTs).
     nacre_testkit::sh(&format!("mv {m}/r/copy/e {m}/e && test -f {m}/e/b/c/deep"));
-    fs.lfsck_clean("tools");
+    lfsck_clean(&fs.source());
     nacre_testkit::sh(&format!("rm -rf {m}/r {m}/e"));
     assert_eq!(std::fs::read_dir(&client.mnt).unwrap().count(), 0);
-    fs.lfsck_clean("tools");
+    lfsck_clean(&fs.source());
 }
 
 /// Eight hosts in network namespaces: four MDS hosts (MGS with MDT0 on the first), two OSS
@@ -782,11 +786,8 @@ fn four_mds_hosts_two_oss_hosts_two_client_hosts() {
     assert_eq!(names, ["d0", "d1", "d2", "d3", "shared"]);
 }
 
-#[test]
-fn striped_directories_spread_names_and_list_as_one() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "strp", "--listen", &listen]);
+fn striped_directories_spread_names_and_list_as_one(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(3).fsname("strp"));
     let m = &fs.mnt;
     let dir = m.join("s");
     nacre_ok(&["mkdir", "-c", "3", "-i", "1", dir.to_str().unwrap()]);
@@ -851,7 +852,7 @@ fn striped_directories_spread_names_and_list_as_one() {
     std::fs::create_dir(dir.join("sub")).unwrap();
     std::fs::write(dir.join("sub/x"), b"x").unwrap();
     assert_eq!(std::fs::read(dir.join("sub/x")).unwrap(), b"x");
-    let (ok, out) = lfsck(&format!("{listen}@tcp:/strp"));
+    let (ok, out) = lfsck(&fs.source());
     assert!(ok, "{out}");
     let err = std::fs::remove_dir(&dir).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
@@ -883,7 +884,7 @@ fn striped_directories_spread_names_and_list_as_one() {
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("use fnv_1a_64 or all_char"));
     std::fs::remove_dir_all(&all).unwrap();
-    let (ok, out) = lfsck(&format!("{listen}@tcp:/strp"));
+    let (ok, out) = lfsck(&fs.source());
     assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
 }
 
@@ -893,11 +894,8 @@ fn stripe_count(dir: &std::path::Path) -> u64 {
     out.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-#[test]
-fn setdirstripe_default_shapes_new_subdirectories() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let fs = Embedded::start_with(1, &["--mdts", "3", "--fsname", "dflt", "--listen", &listen]);
+fn setdirstripe_default_shapes_new_subdirectories(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(3).fsname("dflt"));
     let m = &fs.mnt;
     let a = m.join("a");
     std::fs::create_dir(&a).unwrap();
@@ -959,11 +957,11 @@ fn setdirstripe_default_shapes_new_subdirectories() {
     assert!(nacre_ok(&["getdirstripe", "-D", a.to_str().unwrap()]).contains("no default"));
     let bad = nacre(&["setdirstripe", "-D", "-c", "4", a.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("stripe count 4"));
-    let (ok, out) = lfsck(&format!("{listen}@tcp:/dflt"));
+    let (ok, out) = lfsck(&fs.source());
     assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
     std::fs::remove_dir_all(&a).unwrap();
     std::fs::remove_dir_all(&b).unwrap();
-    let (ok, out) = lfsck(&format!("{listen}@tcp:/dflt"));
+    let (ok, out) = lfsck(&fs.source());
     assert!(ok, "{out}");
 }
 
@@ -974,11 +972,10 @@ fn ino_nlink(p: &std::path::Path) -> (u64, u64) {
     (m.ino(), m.nlink())
 }
 
-#[test]
-fn migrate_moves_a_tree_to_another_mdt_and_back() {
+fn migrate_moves_a_tree_to_another_mdt_and_back(form: Form) {
     use std::io::{Read, Seek, Write};
-    let fs = Dne::start("migr", None, None);
-    let client = fs.mount("migr");
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname("migr"));
+    let client = &fs;
     let m = client.mnt.clone();
     let top = m.join("proj");
     std::fs::create_dir_all(top.join("sub/deeper")).unwrap();
@@ -1057,7 +1054,7 @@ fn migrate_moves_a_tree_to_another_mdt_and_back() {
     let moved = 3 + 39 + 2 + 1;
     assert_eq!(inodes_used(&m, 0), used0 - moved);
     assert_eq!(inodes_used(&m, 1), used1 + moved);
-    fs.lfsck_clean("migr");
+    lfsck_clean(&fs.source());
     // The tree keeps working: create, rename, remove in the moved directories.
     std::fs::write(top.join("new"), b"new").unwrap();
     std::fs::rename(top.join("f5"), top.join("sub/f5")).unwrap();
@@ -1072,7 +1069,7 @@ fn migrate_moves_a_tree_to_another_mdt_and_back() {
     assert_eq!(std::fs::read(top.join("f7")).unwrap(), data(7));
     assert_eq!(std::fs::read(top.join("new")).unwrap(), b"new");
     assert_eq!(ino_nlink(&top.join("f3")).1, 2);
-    fs.lfsck_clean("migr");
+    lfsck_clean(&fs.source());
 
     // Clear errors for what cannot be done.
     let bad = nacre(&["migrate", "-m", "7", top.to_str().unwrap()]);
@@ -1109,12 +1106,11 @@ fn xattr_get(p: &std::path::Path, name: &str) -> Vec<u8> {
     out.stdout
 }
 
-#[test]
-fn migrate_is_online_for_writers_and_listers() {
+fn migrate_is_online_for_writers_and_listers(form: Form) {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
-    let fs = Dne::start("migon", None, None);
-    let client = fs.mount("migon");
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname("migon"));
+    let client = &fs;
     let top = client.mnt.join("busy");
     std::fs::create_dir(&top).unwrap();
     for i in 0..1500 {
@@ -1192,7 +1188,7 @@ fn migrate_is_online_for_writers_and_listers() {
         assert!(!(i % 3 == 0 && top.join(format!("live{i}")).exists()));
     }
     assert_eq!(std::fs::read_dir(&top).unwrap().count(), 1500 + made);
-    fs.lfsck_clean("migon");
+    lfsck_clean(&fs.source());
 }
 
 #[test]
@@ -1416,3 +1412,14 @@ fn a_directory_moved_over_an_empty_directory_of_a_third_mdt_replaces_it() {
         drop(client);
     }
 }
+
+on_both_forms!(
+    remote_directories_live_on_their_mdt,
+    everyday_tools_work_in_remote_directories,
+    migrate_moves_a_tree_to_another_mdt_and_back,
+    migrate_is_online_for_writers_and_listers,
+    several_mdts_are_served_and_listed,
+    mkdir_minus_one_spreads_directories_over_the_mdts,
+    striped_directories_spread_names_and_list_as_one,
+    setdirstripe_default_shapes_new_subdirectories,
+);

@@ -264,12 +264,17 @@ impl TestFs {
     /// Stops every process of the file system cleanly (unmount, SIGTERM) and starts it again
     /// from its targets, mounted at the same place.
     pub fn restart(&mut self) {
+        self.stop();
+        self.resume();
+    }
+
+    /// Unmounts and stops every process cleanly (`nacre down`; or unmount, then SIGTERM to
+    /// each server, which must exit within 30 s).
+    pub fn stop(&mut self) {
         if let Some(e) = &self.embedded {
             e.down();
-            e.up();
             return;
         }
-        let mount_args = self.client_mount_args();
         self.client = None;
         for s in self.servers.iter_mut().rev() {
             assert!(
@@ -278,10 +283,19 @@ impl TestFs {
                 s.listen
             );
         }
+    }
+
+    /// Starts a file system [`TestFs::stop`] stopped, mounted at the same place.
+    pub fn resume(&mut self) {
+        if let Some(e) = &self.embedded {
+            e.up();
+            return;
+        }
         for s in &mut self.servers {
             s.restart();
         }
-        let args: Vec<&str> = mount_args.iter().map(String::as_str).collect();
+        let args = self.client_mount_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.client = Some(ClientMount::mount(&self.source(), &self.mnt, &args));
     }
 
