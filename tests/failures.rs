@@ -1,6 +1,8 @@
 //! Bad input and failures get clear errors and lose nothing.
 
-use nacre_testkit::{free_port, mkfs, nacre, pattern, ClientMount, Embedded, ServerProc};
+use nacre_testkit::{
+    free_port, mkfs, nacre, pattern, ClientMount, Embedded, Form, ServerProc, Spec, TestFs,
+};
 use std::fs;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -293,4 +295,33 @@ fn server_stops_after_its_address_is_gone() {
         }
     };
     assert!(exited, "the server did not stop within 10 s of SIGTERM");
+}
+
+/// The panic policy of server threads: a service thread that hits a broken invariant (the
+/// fault point `net.panic`, armed in the OSS through its control socket) stops its process at
+/// once, not half alive; the OSS started again serves the write the client was waiting for.
+/// Networked only: in the embedded form the same policy stops the one process, mount and all.
+#[test]
+fn a_panicking_server_thread_stops_its_process() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1));
+    let oss = &mut fs.servers_mut()[1];
+    let pid = oss.pid().to_string();
+    nacre_testkit::nacre_ok(&["ctl", "--pid", &pid, "set_param", "fail_loc=net.panic"]);
+    let p = fs.path("f");
+    let data = pattern(9, 1 << 20);
+    let writer = {
+        let (p, data) = (p.clone(), data.clone());
+        std::thread::spawn(move || fs::write(&p, &data))
+    };
+    let oss = &mut fs.servers_mut()[1];
+    assert!(
+        oss.wait_exit(Duration::from_secs(10)),
+        "the OSS kept running after a service thread panicked"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    let status = oss.try_wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+    oss.restart();
+    writer.join().unwrap().unwrap();
+    assert!(fs::read(&p).unwrap() == data);
 }

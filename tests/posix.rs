@@ -1,6 +1,6 @@
 //! POSIX behaviour through the real FUSE mount, on both forms (the sanity suite's core).
 
-use nacre_testkit::{on_both_forms, pattern, Form, TestFs};
+use nacre_testkit::{on_both_forms, pattern, Form, Spec, TestFs};
 use nacre_tests::{as_nobody, c, last_errno};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -436,6 +436,36 @@ fn direct_reads_past_the_end_of_small_files(form: Form) {
     );
 }
 
+/// The panic policy of FUSE request handlers: one that panics (a broken invariant, here the
+/// fault point `fuse.open_files.panic`, while holding the lock every file operation takes)
+/// answers EIO, and the mount goes on serving every thread's requests, that lock included.
+fn a_panicking_request_answers_eio_and_the_mount_serves_on(form: Form) {
+    let fs = TestFs::start_with(form, Spec::osts(1).client_fault("fuse.open_files.panic"));
+    let p = fs.path("f");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let err = f.write_at(b"lost", 0).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    // More requests than FUSE threads, on this file and others: none died, none is stuck.
+    let data = pattern(5, 64 << 10);
+    for i in 0..32u64 {
+        f.write_all_at(&data, i * data.len() as u64).unwrap();
+        let other = fs.path(&format!("other{i}"));
+        fs::write(&other, &data[..100]).unwrap();
+        assert_eq!(fs::read(&other).unwrap(), &data[..100]);
+    }
+    f.sync_all().unwrap();
+    let mut back = vec![0u8; data.len()];
+    f.read_exact_at(&mut back, 31 * data.len() as u64).unwrap();
+    assert!(back == data);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 32 * data.len() as u64);
+}
+
 /// Regression: the mount reads a caller's environment for its job id; a caller that faults on
 /// a mapping of the mount holds its memory lock meanwhile, and a second thread's mmap() queues
 /// a writer behind it. Reading the environment synchronously deadlocked; it must not.
@@ -538,6 +568,7 @@ fn lookups_never_shrink_a_file_being_read(form: Form) {
 }
 
 on_both_forms!(
+    a_panicking_request_answers_eio_and_the_mount_serves_on,
     direct_reads_past_the_end_of_small_files,
     files_read_write_truncate_append,
     fallocate_and_direct_io,

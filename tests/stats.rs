@@ -289,6 +289,40 @@ fn check_metrics(parsed: &str, body: &str) {
     );
 }
 
+/// `nacre ctl list_param | head` printed a panic for the closed pipe; a command whose reader
+/// is gone must end as `ls` does: killed by SIGPIPE, nothing on stderr.
+fn a_closed_pipe_ends_a_command_quietly(form: Form) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("stpipe"));
+    for args in [
+        &["ctl", "list_param"][..],
+        &["getstripe", fs.mnt.to_str().unwrap()],
+        &["df", fs.mnt.to_str().unwrap()],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills two descriptors, each owned once below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: fresh descriptors from pipe(2), owned by nothing else.
+        let (reader, writer) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(reader); // every write now fails with EPIPE: no race with a reader's exit
+        let out = std::process::Command::new(nacre_testkit::nacre_bin())
+            .args(args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "nacre {args:?} printed: {stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "nacre {args:?}: {:?}",
+            out.status
+        );
+    }
+}
+
 fn wait_for_param(name: &str, want: &str) -> String {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -507,6 +541,7 @@ fn a_client_mount_exports_its_own_metrics(form: Form) {
 }
 
 on_both_forms!(
+    a_closed_pipe_ends_a_command_quietly,
     brw_stats_count_a_known_workload_and_clear,
     md_stats_and_parameters,
     job_stats_attribute_io_to_the_right_job,

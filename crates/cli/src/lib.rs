@@ -9,6 +9,7 @@ pub mod admin;
 pub mod ctl;
 pub mod daemon;
 pub mod metrics;
+pub mod panics;
 pub mod server;
 pub mod target_params;
 pub mod targets;

@@ -22,8 +22,9 @@ use nacre_types::dirstripe::{DirDefault, DirHash, DirStripe};
 use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo, TargetKind};
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use nacre_types::layout::StripeSpec;
@@ -134,7 +135,7 @@ pub struct OpenFile {
     pub fid: Fid,
     /// Layout (absent for non-regular files).
     pub layout: Option<Layout>,
-    readahead: std::sync::Mutex<ReadAhead>,
+    readahead: parking_lot::Mutex<ReadAhead>,
     /// Evictions of this client by the file's MDT before it was opened.
     incarnation: u64,
 }
@@ -153,7 +154,7 @@ impl OpenFile {
         OpenFile {
             fid,
             layout,
-            readahead: std::sync::Mutex::new(ReadAhead::default()),
+            readahead: parking_lot::Mutex::new(ReadAhead::default()),
             incarnation: 0,
         }
     }
@@ -239,18 +240,13 @@ impl Client {
             tracing::debug!("config refresh after a restart: {e}");
         }
         let conn = match kind {
-            TargetKind::Mdt => self
-                .mdcs
-                .read()
-                .expect("mdcs")
-                .get(&index)
-                .map(|m| m.conn().clone()),
-            TargetKind::Ost => self.oscs.read().expect("oscs").get(&index).cloned(),
+            TargetKind::Mdt => self.mdcs.read().get(&index).map(|m| m.conn().clone()),
+            TargetKind::Ost => self.oscs.read().get(&index).cloned(),
             TargetKind::Mgt => None,
         };
         if let Some(conn) = conn {
             let servers = {
-                let fs = self.config.read().expect("config");
+                let fs = self.config.read();
                 let list = match kind {
                     TargetKind::Mdt => &fs.mdts,
                     _ => &fs.osts,
@@ -269,7 +265,7 @@ impl Client {
             // An idle client reconnects now too: a restarted MDT waits for every client it
             // knows to replay (or say it has nothing) before it serves anyone.
             if kind == TargetKind::Mdt {
-                let mdc = self.mdcs.read().expect("mdcs").get(&index).cloned();
+                let mdc = self.mdcs.read().get(&index).cloned();
                 if let Some(mdc) = mdc {
                     let spawned = std::thread::Builder::new()
                         .name("mdc-reconnect".into())
@@ -293,7 +289,7 @@ impl Client {
 
     /// The configuration as last fetched.
     pub fn fs_config(&self) -> FsConfig {
-        self.config.read().expect("config").clone()
+        self.config.read().clone()
     }
 
     /// Network settings.
@@ -303,7 +299,7 @@ impl Client {
 
     fn refresh_config(&self) -> Result<()> {
         let fs = fetch_config(&self.mgs, &self.fsname)?;
-        *self.config.write().expect("config") = fs;
+        *self.config.write() = fs;
         Ok(())
     }
 
@@ -326,37 +322,31 @@ impl Client {
                     conn
                 })
         };
-        if let Some(n) = find(&self.config.read().expect("config")) {
+        if let Some(n) = find(&self.config.read()) {
             return Ok(n);
         }
         self.refresh_config()?;
-        find(&self.config.read().expect("config"))
+        find(&self.config.read())
             .ok_or_else(|| ClientError::Config(format!("{kind} index {index} is not configured")))
     }
 
     /// Connection to OST `index`.
     pub(crate) fn osc(&self, index: u32) -> Result<Arc<Connection>> {
-        if let Some(c) = self.oscs.read().expect("oscs").get(&index) {
+        if let Some(c) = self.oscs.read().get(&index) {
             return Ok(c.clone());
         }
         let conn = self.connect_to(|fs| &fs.osts, index, "OST")?;
-        Ok(self
-            .oscs
-            .write()
-            .expect("oscs")
-            .entry(index)
-            .or_insert(conn)
-            .clone())
+        Ok(self.oscs.write().entry(index).or_insert(conn).clone())
     }
 
     /// The metadata client of MDT `index`.
     pub(crate) fn mdc(&self, index: u32) -> Result<Arc<mdc::Mdc>> {
-        if let Some(m) = self.mdcs.read().expect("mdcs").get(&index) {
+        if let Some(m) = self.mdcs.read().get(&index) {
             return Ok(m.clone());
         }
         let conn = self.connect_to(|fs| &fs.mdts, index, "MDT")?;
         let m = Arc::new(mdc::Mdc::new(conn, index));
-        let mut mdcs = self.mdcs.write().expect("mdcs");
+        let mut mdcs = self.mdcs.write();
         let m = mdcs.entry(index).or_insert_with(|| {
             m.start_pinger(self.ping_interval_ms);
             m
@@ -374,7 +364,7 @@ impl Client {
 
     /// The stripe layout of directory `dir` (None: not striped), cached.
     pub fn dir_stripe(&self, dir: Fid) -> Result<Option<Arc<DirStripe>>> {
-        if let Some(s) = self.stripes.read().expect("stripes").get(&dir) {
+        if let Some(s) = self.stripes.read().get(&dir) {
             return Ok(s.clone());
         }
         let op = MdsOp::GetDirStripe { fid: dir };
@@ -382,7 +372,7 @@ impl Client {
             MdsReply::DirStripe(s) => s.map(Arc::new),
             _ => return Err(Status::Proto.into()),
         };
-        let mut map = self.stripes.write().expect("stripes");
+        let mut map = self.stripes.write();
         if map.len() >= STRIPE_CACHE_ENTRIES_MAX {
             map.clear();
         }
@@ -525,7 +515,7 @@ impl Client {
     /// closed it, so it must not be used (as Lustre invalidates such handles).
     pub fn check_handle(&self, file: &OpenFile) -> Result<()> {
         let target = file.fid.mdt_index();
-        let mdc = self.mdcs.read().expect("mdcs").get(&target).cloned();
+        let mdc = self.mdcs.read().get(&target).cloned();
         match mdc {
             Some(m) if m.incarnation() != file.incarnation => Err(ClientError::Evicted { target }),
             _ => Ok(()),
@@ -923,7 +913,7 @@ impl Client {
             return osc::read(self, layout, offset, len);
         }
         let job = {
-            let mut ra = file.readahead.lock().expect("readahead");
+            let mut ra = file.readahead.lock();
             let job = match ra.jobs.front() {
                 Some(j) if j.offset == offset && j.len == len => ra.jobs.pop_front(),
                 _ => {
@@ -957,7 +947,7 @@ impl Client {
         };
         let out = job.finish(self, layout)?;
         if out.len() < len {
-            let mut ra = file.readahead.lock().expect("readahead");
+            let mut ra = file.readahead.lock();
             ra.eof = true;
             ra.jobs.clear();
         }
@@ -984,7 +974,7 @@ impl Client {
     /// Makes every metadata change acknowledged so far durable (`fsyncdir`, `syncfs`).
     pub fn sync_metadata(&self) -> Result<()> {
         // Only MDTs this client has talked to hold changes it made.
-        let mdcs: Vec<Arc<mdc::Mdc>> = self.mdcs.read().expect("mdcs").values().cloned().collect();
+        let mdcs: Vec<Arc<mdc::Mdc>> = self.mdcs.read().values().cloned().collect();
         for m in mdcs {
             m.call(MdsOp::Sync)?;
         }
@@ -1093,22 +1083,17 @@ impl Client {
 
     /// RPC statistics of the connection to OST `index` (`osc.*.rpc_stats`).
     pub fn rpc_stats(&self, index: u32) -> Arc<rpc_stats::OscRpcStats> {
-        if let Some(s) = self.rpc_stats.read().expect("rpc stats").get(&index) {
+        if let Some(s) = self.rpc_stats.read().get(&index) {
             return s.clone();
         }
-        self.rpc_stats
-            .write()
-            .expect("rpc stats")
-            .entry(index)
-            .or_default()
-            .clone()
+        self.rpc_stats.write().entry(index).or_default().clone()
     }
 
     /// Tells every MDT this client used that it is going away (unmount), so they release
     /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
     /// MDT that is down simply evicts the client later).
     pub fn disconnect(&self, wait: Duration) {
-        let mdcs: Vec<_> = self.mdcs.read().expect("mdcs").values().cloned().collect();
+        let mdcs: Vec<_> = self.mdcs.read().values().cloned().collect();
         let (tx, rx) = std::sync::mpsc::channel();
         for m in &mdcs {
             let (m, tx) = (m.clone(), tx.clone());
@@ -1164,7 +1149,7 @@ impl Client {
         let mdc = target
             .strip_prefix("MDT")
             .and_then(|i| u32::from_str_radix(i, 16).ok())
-            .and_then(|i| self.mdcs.read().expect("mdcs").get(&i).cloned());
+            .and_then(|i| self.mdcs.read().get(&i).cloned());
         if let Some(m) = mdc {
             let r = &m.replay_stats;
             s += &format!(
@@ -1199,7 +1184,6 @@ impl Client {
         let mut mdcs: Vec<(u32, Arc<Connection>)> = self
             .mdcs
             .read()
-            .expect("mdcs")
             .iter()
             .map(|(i, m)| (*i, m.conn().clone()))
             .collect();
@@ -1208,7 +1192,6 @@ impl Client {
         let mut oscs: Vec<(u32, Arc<Connection>)> = self
             .oscs
             .read()
-            .expect("oscs")
             .iter()
             .map(|(i, c)| (*i, c.clone()))
             .collect();

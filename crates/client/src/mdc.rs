@@ -7,9 +7,10 @@ use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsAnswer, MdsCall, MdsOp, MdsReply, REOPEN_FIDS_MAX};
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a request answered `EINPROGRESS` (the MDS is busy with it: a directory
@@ -91,7 +92,7 @@ impl Mdc {
 
     /// Requests kept for replay now.
     pub fn replay_pending(&self) -> usize {
-        self.replay.lock().expect("replay").len()
+        self.replay.lock().len()
     }
 
     /// Notes an answer: keeps a change the MDT has not committed, drops those it has.
@@ -110,7 +111,7 @@ impl Mdc {
             .last_committed
             .fetch_max(a.last_committed, Ordering::AcqRel)
             .max(a.last_committed);
-        let mut list = self.replay.lock().expect("replay");
+        let mut list = self.replay.lock();
         if let Some(op) = op.filter(|_| a.transno > committed) {
             list.insert(
                 a.transno,
@@ -147,12 +148,12 @@ impl Mdc {
 
     /// A handle on `fid` was opened at the MDT.
     pub fn note_open(&self, fid: Fid) {
-        *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
+        *self.opens.lock().entry(fid).or_insert(0) += 1;
     }
 
     /// A handle on `fid` was closed.
     pub fn note_close(&self, fid: Fid) {
-        let mut opens = self.opens.lock().expect("opens");
+        let mut opens = self.opens.lock();
         if let Some(n) = opens.get_mut(&fid) {
             *n -= 1;
             if *n == 0 {
@@ -174,13 +175,7 @@ impl Mdc {
         if let Err(e) = self.replay_if_restarted() {
             tracing::warn!("replay to MDT{:04x}: {e}", self.target);
         }
-        let opens: Vec<(Fid, u32)> = self
-            .opens
-            .lock()
-            .expect("opens")
-            .iter()
-            .map(|(f, n)| (*f, *n))
-            .collect();
+        let opens: Vec<(Fid, u32)> = self.opens.lock().iter().map(|(f, n)| (*f, *n)).collect();
         let mut ok = true;
         for chunk in opens.chunks(REOPEN_FIDS_MAX) {
             let op = MdsOp::Reopen {
@@ -220,7 +215,7 @@ impl Mdc {
         // A new MDT incarnation: what it committed before the restart is in; the rest
         // was lost with it and is replayed.
         let list: Vec<(u64, ReplayEntry)> = {
-            let mut list = self.replay.lock().expect("replay");
+            let mut list = self.replay.lock();
             std::mem::take(&mut *list)
                 .into_iter()
                 .filter(|(t, _)| *t > committed_at_start)
@@ -305,7 +300,7 @@ impl Mdc {
 
     /// This client's current uuid at the MDT.
     pub fn uuid(&self) -> [u8; 16] {
-        *self.uuid.lock().expect("uuid")
+        *self.uuid.lock()
     }
 
     /// How many times this client was evicted by the MDT (and came back as a new client).
@@ -316,14 +311,14 @@ impl Mdc {
     /// The MDT evicted the uuid `was`: become a new client (once, however many requests
     /// learn it at the same time).
     fn evicted(&self, was: [u8; 16]) {
-        let mut uuid = self.uuid.lock().expect("uuid");
+        let mut uuid = self.uuid.lock();
         if *uuid != was {
             return;
         }
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.incarnation.fetch_add(1, Ordering::AcqRel);
         // Its handles are void: nothing to reopen.
-        self.opens.lock().expect("opens").clear();
+        self.opens.lock().clear();
         self.conn.note_state(import_state::EVICTED);
         self.conn.note_state(import_state::FULL);
         tracing::warn!(
@@ -340,7 +335,7 @@ impl Mdc {
         // A change is kept for replay until committed: the operation is needed again then.
         let keep = op.is_modifying().then(|| op.clone());
         let (xid, replied_below) = {
-            let mut in_flight = self.in_flight.lock().expect("in flight");
+            let mut in_flight = self.in_flight.lock();
             let xid = self.conn.alloc_xid();
             let lowest = in_flight.first().copied().unwrap_or(xid).min(xid);
             in_flight.insert(xid);
@@ -389,7 +384,7 @@ impl Mdc {
                 what,
             )),
         });
-        self.in_flight.lock().expect("in flight").remove(&xid);
+        self.in_flight.lock().remove(&xid);
         let full = match &result {
             Ok(answer) => self.note_answer(keep, xid, answer),
             Err(_) => false,

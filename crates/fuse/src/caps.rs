@@ -10,8 +10,8 @@
 //! client is writing is seen at the next open (documented in docs/posix.md).
 
 use nacre_types::Fid;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// The xattr the kernel asks for before each write.
 pub const XATTR_CAPS: &[u8] = b"security.capability";
@@ -36,17 +36,12 @@ pub struct CapsCache {
 impl CapsCache {
     /// A handle on `fid` was opened.
     pub fn opened(&self, fid: Fid) {
-        self.files
-            .lock()
-            .expect("caps")
-            .entry(fid)
-            .or_default()
-            .handles += 1;
+        self.files.lock().entry(fid).or_default().handles += 1;
     }
 
     /// A handle on `fid` was released; the last one forgets the file.
     pub fn released(&self, fid: Fid) {
-        let mut files = self.files.lock().expect("caps");
+        let mut files = self.files.lock();
         if let Some(e) = files.get_mut(&fid) {
             e.handles -= 1;
             if e.handles == 0 {
@@ -57,26 +52,18 @@ impl CapsCache {
 
     /// True if `fid` is open here and known to have no `security.capability`.
     pub fn known_absent(&self, fid: Fid) -> bool {
-        self.files
-            .lock()
-            .expect("caps")
-            .get(&fid)
-            .is_some_and(|e| e.no_caps)
+        self.files.lock().get(&fid).is_some_and(|e| e.no_caps)
     }
 
     /// The generation to pass to [`CapsCache::learned_absent`] for a lookup starting now
     /// (`None`: the file is not open here, nothing will be kept).
     pub fn generation(&self, fid: Fid) -> Option<u64> {
-        self.files
-            .lock()
-            .expect("caps")
-            .get(&fid)
-            .map(|e| e.generation)
+        self.files.lock().get(&fid).map(|e| e.generation)
     }
 
     /// The MDS said `fid` has no `security.capability` for a lookup begun at `generation`.
     pub fn learned_absent(&self, fid: Fid, generation: u64) {
-        if let Some(e) = self.files.lock().expect("caps").get_mut(&fid) {
+        if let Some(e) = self.files.lock().get_mut(&fid) {
             if e.generation == generation {
                 e.no_caps = true;
             }
@@ -85,14 +72,14 @@ impl CapsCache {
 
     /// `fid`, open here, was just created by this client (exclusively): it has no xattrs yet.
     pub fn created(&self, fid: Fid) {
-        if let Some(e) = self.files.lock().expect("caps").get_mut(&fid) {
+        if let Some(e) = self.files.lock().get_mut(&fid) {
             e.no_caps = true;
         }
     }
 
     /// An xattr of `fid` is being changed here: forget what was known.
     pub fn changed(&self, fid: Fid) {
-        if let Some(e) = self.files.lock().expect("caps").get_mut(&fid) {
+        if let Some(e) = self.files.lock().get_mut(&fid) {
             e.generation += 1;
             e.no_caps = false;
         }

@@ -7,8 +7,9 @@
 //! most [`ENVIRON_WAIT_MS`]; past that the request is tagged `procname.uid` (from
 //! `/proc/PID/comm`, which needs no such lock) and the helper fills the cache when it can.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default `jobid_var`.
@@ -47,11 +48,11 @@ impl JobIds {
         if pid == 0 {
             return String::new();
         }
-        let var = self.var.read().expect("jobid_var").clone();
+        let var = self.var.read().clone();
         if var == "disable" {
             return String::new();
         }
-        if let Some((id, at)) = self.cache.lock().expect("jobid cache").get(&pid) {
+        if let Some((id, at)) = self.cache.lock().get(&pid) {
             if at.elapsed() < Duration::from_millis(JOBID_CACHE_MS) {
                 return id.clone();
             }
@@ -65,7 +66,7 @@ impl JobIds {
     }
 
     fn remember(&self, pid: u32, id: &str) {
-        let mut cache = self.cache.lock().expect("jobid cache");
+        let mut cache = self.cache.lock();
         if cache.len() >= JOBID_CACHE_ENTRIES_MAX {
             cache.clear();
         }
@@ -75,11 +76,11 @@ impl JobIds {
     fn read_environ(&self, pid: u32, uid: u32, var: String) -> String {
         use std::sync::atomic::Ordering;
         // One read per process at a time: a process whose read is stuck is not waited for again.
-        if !self.pending.lock().expect("pending").insert(pid) {
+        if !self.pending.lock().insert(pid) {
             return procname_uid(pid, uid);
         }
         if self.reads.fetch_add(1, Ordering::AcqRel) >= ENVIRON_READS_MAX {
-            self.pending.lock().expect("pending").remove(&pid);
+            self.pending.lock().remove(&pid);
             self.reads.fetch_sub(1, Ordering::AcqRel);
             return procname_uid(pid, uid);
         }
@@ -90,18 +91,18 @@ impl JobIds {
             .name("jobid".into())
             .spawn(move || {
                 let id = env_value(pid, &var).unwrap_or_else(|| procname_uid(pid, uid));
-                let mut c = cache.lock().expect("jobid cache");
+                let mut c = cache.lock();
                 if c.len() >= JOBID_CACHE_ENTRIES_MAX {
                     c.clear();
                 }
                 c.insert(pid, (id.clone(), Instant::now()));
                 drop(c);
-                pending.lock().expect("pending").remove(&pid);
+                pending.lock().remove(&pid);
                 reads.fetch_sub(1, Ordering::AcqRel);
                 let _ = tx.send(id);
             });
         if spawned.is_err() {
-            self.pending.lock().expect("pending").remove(&pid);
+            self.pending.lock().remove(&pid);
             self.reads.fetch_sub(1, Ordering::AcqRel);
             return procname_uid(pid, uid);
         }
@@ -135,7 +136,7 @@ mod tests {
         let me = std::process::id();
         let id = j.of(me, 0);
         assert!(id.ends_with(".0"), "{id}");
-        *var.write().unwrap() = "disable".into();
+        *var.write() = "disable".into();
         assert_eq!(j.of(me, 0), "");
         assert_eq!(j.of(0, 0), "");
     }

@@ -20,7 +20,7 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// `jobid_var`: environment variable naming a caller's job, `procname_uid`, or `disable`
     /// (shared with the parameter of the same name, so it can change at run time).
-    pub jobid_var: std::sync::Arc<std::sync::RwLock<String>>,
+    pub jobid_var: std::sync::Arc<parking_lot::RwLock<String>>,
     /// Kernel readahead for the mount, in KiB. FUSE offers 128 KiB at init and refuses more,
     /// so it is raised through the mount's bdi after mounting.
     pub read_ahead_kb: u32,
@@ -34,7 +34,7 @@ impl Default for MountOptions {
             entry_timeout: Duration::ZERO,
             allow_other: true,
             read_ahead_kb: 4096,
-            jobid_var: std::sync::Arc::new(std::sync::RwLock::new(
+            jobid_var: std::sync::Arc::new(parking_lot::RwLock::new(
                 crate::jobid::JOBID_VAR_DEFAULT.to_string(),
             )),
         }

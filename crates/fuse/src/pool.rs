@@ -16,10 +16,11 @@
 //! Helpers start on demand, up to [`HELPER_THREADS_MAX`], and exit after
 //! [`HELPER_IDLE_MS`] without work, so an idle mount holds none.
 
+use parking_lot::{Condvar, Mutex};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Most helper threads (requests waiting for servers at once beyond this queue up). The
@@ -28,6 +29,39 @@ use std::time::Duration;
 pub const HELPER_THREADS_MAX: usize = 256;
 /// A helper with no work for this long exits.
 pub const HELPER_IDLE_MS: u64 = 10_000;
+
+thread_local! {
+    /// A request handler runs on this thread: a panic here is caught, not fatal.
+    static CONTAINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True while this thread runs a FUSE request handler, whose panic is contained: the
+/// process's panic hook lets it unwind instead of stopping the process.
+pub fn panic_contained() -> bool {
+    CONTAINED.with(|c| c.get())
+}
+
+/// Runs FUSE request handler `f`; if it panics (a broken invariant in the client), the
+/// request's reply, dropped unsent while unwinding, answers EIO, the panic is logged, and
+/// the thread goes on serving. Locks the handlers take do not poison (parking_lot), so
+/// other requests are not hurt by one that panicked holding one.
+pub fn contain(f: impl FnOnce()) {
+    CONTAINED.with(|c| c.set(true));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CONTAINED.with(|c| c.set(false));
+    if let Err(payload) = outcome {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        PANICS.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("a FUSE request handler panicked ({what}); answered EIO, serving on");
+    }
+}
+
+/// FUSE request handlers that panicked (and were answered EIO) in this process.
+pub static PANICS: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts FUSE threads busy running a request themselves.
 pub struct Lanes {
@@ -79,12 +113,12 @@ impl Lanes {
         }
     }
 
-    /// Runs `f` on this thread holding `lane` until it returns or calls [`leave`].
-    pub fn run_inline<R>(lane: Lane, f: impl FnOnce() -> R) -> R {
+    /// Runs request handler `f` on this thread holding `lane` until it returns or calls
+    /// [`leave`]; a panic in it is contained ([`contain`]).
+    pub fn run_inline(lane: Lane, f: impl FnOnce()) {
         HELD.with(|h| *h.borrow_mut() = Some(lane));
-        let r = f();
+        contain(f);
         leave();
-        r
     }
 }
 
@@ -132,7 +166,7 @@ impl<S: Send + Sync + 'static> Helpers<S> {
     /// Runs `job` on a helper: a waiting one, else a new one (up to the limit), else the
     /// first to finish its job.
     pub fn submit(self: &Arc<Self>, job: impl FnOnce(&S) + Send + 'static) {
-        let mut q = self.queue.lock().expect("helpers");
+        let mut q = self.queue.lock();
         q.jobs.push_back(Box::new(job));
         // Each waiting helper takes one job: start one for each job beyond them.
         if q.jobs.len() > q.idle && q.threads < self.threads_max {
@@ -154,20 +188,19 @@ impl<S: Send + Sync + 'static> Helpers<S> {
     }
 
     fn serve(&self) {
-        let mut q = self.queue.lock().expect("helpers");
+        let mut q = self.queue.lock();
         loop {
             if let Some(job) = q.jobs.pop_front() {
                 drop(q);
-                job(&self.state);
-                q = self.queue.lock().expect("helpers");
+                contain(|| job(&self.state));
+                q = self.queue.lock();
                 continue;
             }
             if q.closing {
                 break;
             }
             q.idle += 1;
-            let (guard, waited) = self.work.wait_timeout(q, self.idle).expect("helpers");
-            q = guard;
+            let waited = self.work.wait_for(&mut q, self.idle);
             q.idle -= 1;
             if waited.timed_out() && q.jobs.is_empty() {
                 break;
@@ -178,13 +211,13 @@ impl<S: Send + Sync + 'static> Helpers<S> {
 
     /// (helpers running, most ever running at once).
     pub fn threads(&self) -> (usize, usize) {
-        let q = self.queue.lock().expect("helpers");
+        let q = self.queue.lock();
         (q.threads, q.threads_peak)
     }
 
     /// Lets helpers exit once the queue is empty (at unmount), dropping their state.
     pub fn close(&self) {
-        self.queue.lock().expect("helpers").closing = true;
+        self.queue.lock().closing = true;
         self.work.notify_all();
     }
 }
@@ -230,7 +263,7 @@ mod tests {
         for _ in 0..8 {
             let (gate, done) = (Arc::clone(&gate), done.clone());
             pool.submit(move |_| {
-                gate.lock().unwrap().recv().unwrap();
+                gate.lock().recv().unwrap();
                 done.send(0u32).unwrap();
             });
         }

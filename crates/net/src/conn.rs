@@ -17,11 +17,12 @@ use nacre_types::limits::{BULK_BYTES_MAX, RPCS_IN_FLIGHT_DEFAULT, RPC_SIZE_BYTES
 use nacre_types::Nid;
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_RESEND};
 use nacre_wire::Header;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Client-side network settings (Lustre names where Lustre has them).
@@ -103,7 +104,7 @@ struct SlotPermit {
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
-        *self.slots.free.lock().expect("slots") += 1;
+        *self.slots.free.lock() += 1;
         self.slots.cv.notify_one();
     }
 }
@@ -249,7 +250,7 @@ impl Connection {
 
     /// Records a state change (a repeat of the current state is not one).
     pub fn note_state(&self, state: &'static str) {
-        let mut i = self.import.lock().expect("import");
+        let mut i = self.import.lock();
         if state == import_state::FULL {
             i.connects += 1;
         }
@@ -266,26 +267,26 @@ impl Connection {
     /// Drops every link to the server now (its server restarted, says the MGS): requests in
     /// flight on them are resent at once on a new link instead of waiting out their timeout.
     pub fn relink(&self) {
-        let mut rails = self.rails.lock().expect("rails");
+        let mut rails = self.rails.lock();
         for r in rails.iter_mut() {
             if let Some(Link::Tcp(tcp)) = r.link.take().as_deref() {
                 abort_link(tcp);
             }
         }
         drop(rails);
-        self.import.lock().expect("import").restarts_heard += 1;
+        self.import.lock().restarts_heard += 1;
         self.note_state(import_state::DISCONN);
     }
 
     /// Links made to the server so far (a change means a new link, maybe to a restarted
     /// server).
     pub fn links_made(&self) -> u64 {
-        self.import.lock().expect("import").connects
+        self.import.lock().connects
     }
 
     /// The state and its history.
     pub fn import_status(&self) -> ImportStatus {
-        self.import.lock().expect("import").clone()
+        self.import.lock().clone()
     }
 
     /// A connection that is linked now, retrying until `connect_timeout_ms` passes.
@@ -299,13 +300,13 @@ impl Connection {
 
     /// NID of the server in use.
     pub fn nid(&self) -> Nid {
-        let s = self.servers.lock().expect("servers");
+        let s = self.servers.lock();
         s.list[s.active]
     }
 
     /// The failover list: every server that may serve the target, the one in use first.
     pub fn servers(&self) -> Vec<Nid> {
-        let s = self.servers.lock().expect("servers");
+        let s = self.servers.lock();
         let n = s.list.len();
         (0..n).map(|k| s.list[(s.active + k) % n]).collect()
     }
@@ -320,7 +321,7 @@ impl Connection {
                 list.push(*n);
             }
         }
-        let mut s = self.servers.lock().expect("servers");
+        let mut s = self.servers.lock();
         let moved = s.list[s.active] != current;
         s.list = list;
         s.active = 0;
@@ -333,7 +334,7 @@ impl Connection {
     /// Switches to the next server of the failover list (the one in use stopped answering
     /// for the target); false if there is no other.
     pub fn fail_over(&self) -> bool {
-        let mut s = self.servers.lock().expect("servers");
+        let mut s = self.servers.lock();
         if s.list.len() < 2 {
             return false;
         }
@@ -346,7 +347,7 @@ impl Connection {
 
     /// Drops every link and rail, and starts over with one rail to `nid`.
     fn switch_rails(&self, nid: Nid) {
-        let mut rails = self.rails.lock().expect("rails");
+        let mut rails = self.rails.lock();
         let from = rails.first().map(|r| r.info.nid);
         for r in rails.iter_mut() {
             if let Some(Link::Tcp(tcp)) = r.link.take().as_deref() {
@@ -359,7 +360,7 @@ impl Connection {
         if let Some(from) = from.filter(|f| *f != nid) {
             tracing::info!("failing over from {from} to {nid}");
         }
-        self.import.lock().expect("import").failovers += 1;
+        self.import.lock().failovers += 1;
         self.note_state(import_state::DISCONN);
     }
 
@@ -370,12 +371,7 @@ impl Connection {
 
     /// The rails to the peer and their state.
     pub fn rails(&self) -> Vec<RailInfo> {
-        self.rails
-            .lock()
-            .expect("rails")
-            .iter()
-            .map(|r| r.info.clone())
-            .collect()
+        self.rails.lock().iter().map(|r| r.info.clone()).collect()
     }
 
     /// Asks the peer for its NIDs (once) and adds the unknown ones as rails. Peers that do
@@ -385,10 +381,7 @@ impl Connection {
             return;
         }
         let Some(me) = self.me.upgrade() else { return };
-        let local = matches!(
-            self.rails.lock().expect("rails")[0].link.as_deref(),
-            Some(Link::Local(_))
-        );
+        let local = matches!(self.rails.lock()[0].link.as_deref(), Some(Link::Local(_)));
         if local {
             return;
         }
@@ -405,7 +398,7 @@ impl Connection {
             }
             _ => return,
         };
-        let mut rails = self.rails.lock().expect("rails");
+        let mut rails = self.rails.lock();
         for nid in nids {
             if rails.len() >= RAILS_MAX {
                 break;
@@ -484,9 +477,9 @@ impl Connection {
     }
 
     fn acquire_slot(&self) -> SlotPermit {
-        let mut free = self.slots.free.lock().expect("slots");
+        let mut free = self.slots.free.lock();
         while *free == 0 {
-            free = self.slots.cv.wait(free).expect("slots");
+            self.slots.cv.wait(&mut free);
         }
         *free -= 1;
         SlotPermit {
@@ -497,7 +490,7 @@ impl Connection {
     /// A live link on a healthy rail: round-robin over the rails when there are several.
     /// With `charge`, the rail is charged one request of that many bulk bytes.
     fn pick_link(&self, charge: Option<u64>) -> Result<(usize, Arc<Link>), NetError> {
-        let mut rails = self.rails.lock().expect("rails");
+        let mut rails = self.rails.lock();
         let n = rails.len();
         let start = if n > 1 {
             self.rr.fetch_add(1, Ordering::Relaxed)
@@ -571,7 +564,7 @@ impl Connection {
                 let Some(conn) = weak.upgrade() else { return };
                 let timeout = conn.config.connect_timeout_ms.min(RAIL_CONNECT_TIMEOUT_MS);
                 if let Ok(link) = conn.open_link(nid, timeout) {
-                    let mut rails = conn.rails.lock().expect("rails");
+                    let mut rails = conn.rails.lock();
                     if let Some(r) = rails.iter_mut().find(|r| r.info.nid == nid) {
                         r.link = Some(Arc::new(link));
                         r.info.healthy = true;
@@ -585,7 +578,7 @@ impl Connection {
     /// Declares the rail `link` belongs to down (it did not answer in time), if it is still
     /// that rail's link and the connection has another rail to use.
     fn fail_rail(&self, i: usize, link: &Arc<Link>) {
-        let mut rails = self.rails.lock().expect("rails");
+        let mut rails = self.rails.lock();
         if rails.len() < 2 {
             return;
         }
@@ -670,17 +663,14 @@ impl Connection {
                 let mut h = *header;
                 let bulk = request.bulk.as_deref().map(|b| &b[..]);
                 h.seal(&request.body, bulk, header.flags & FLAG_BULK_CHECKSUM != 0);
-                tcp.pending
-                    .lock()
-                    .expect("pending")
-                    .insert(h.xid, (tx, permit));
-                let mut w = tcp.writer.lock().expect("writer");
+                tcp.pending.lock().insert(h.xid, (tx, permit));
+                let mut w = tcp.writer.lock();
                 if let Err(e) = write_frame(&mut *w, &h, &request.body, bulk) {
                     drop(w);
-                    tcp.pending.lock().expect("pending").remove(&h.xid);
+                    tcp.pending.lock().remove(&h.xid);
                     tcp.alive.store(false, Ordering::Release);
                     tracing::debug!("send to {} failed: {e}", self.nid());
-                    let mut rails = self.rails.lock().expect("rails");
+                    let mut rails = self.rails.lock();
                     if rails.len() > 1 {
                         self.rail_down(&mut rails, rail);
                     }
@@ -692,9 +682,9 @@ impl Connection {
     }
 
     fn forget(&self, xid: u64) {
-        for r in self.rails.lock().expect("rails").iter() {
+        for r in self.rails.lock().iter() {
             if let Some(Link::Tcp(tcp)) = r.link.as_deref() {
-                tcp.pending.lock().expect("pending").remove(&xid);
+                tcp.pending.lock().remove(&xid);
             }
         }
     }
@@ -718,7 +708,7 @@ impl PendingReply {
         loop {
             // With several rails, wait one rail timeout at a time: a rail that stays silent
             // is declared down, which fails this request over to another rail.
-            let multi = conn.rails.lock().expect("rails").len() > 1;
+            let multi = conn.rails.lock().len() > 1;
             let waited = sent_at.elapsed();
             let step = if multi {
                 rail_timeout.min(rpc_timeout.saturating_sub(waited))
@@ -741,7 +731,7 @@ impl PendingReply {
                 other => match other {
                     Ok(Ok(reply))
                         if reply.status() == nacre_types::Status::NoDev
-                            && conn.servers.lock().expect("servers").list.len() > 1 =>
+                            && conn.servers.lock().list.len() > 1 =>
                     {
                         // The server does not serve the target (any more): it moved to a
                         // partner of the failover pair. Try the next server.
@@ -827,7 +817,7 @@ impl PendingReply {
 /// dead rail is never delivered late; the reader then fails its pending requests.
 fn abort_link(tcp: &TcpLink) {
     tcp.alive.store(false, Ordering::Release);
-    let w = tcp.writer.lock().expect("writer");
+    let w = tcp.writer.lock();
     let _ = set_linger_zero(&w);
     let _ = w.shutdown(std::net::Shutdown::Both);
 }
@@ -859,11 +849,7 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
     let cause = loop {
         match read_frame(&mut reader, BULK_BYTES_MAX) {
             Ok(Some(frame)) => {
-                let tx = link
-                    .pending
-                    .lock()
-                    .expect("pending")
-                    .remove(&frame.header.xid);
+                let tx = link.pending.lock().remove(&frame.header.xid);
                 if let Some((tx, _permit)) = tx {
                     let reply = Reply {
                         header: frame.header,
@@ -885,12 +871,8 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
     };
     tracing::debug!("connection to {nid} ended: {cause}");
     link.alive.store(false, Ordering::Release);
-    let _ = link
-        .writer
-        .lock()
-        .expect("writer")
-        .shutdown(std::net::Shutdown::Both);
-    for (_, (tx, _permit)) in link.pending.lock().expect("pending").drain() {
+    let _ = link.writer.lock().shutdown(std::net::Shutdown::Both);
+    for (_, (tx, _permit)) in link.pending.lock().drain() {
         tx.send(Err(NetError::Disconnected(nid.to_string())));
     }
 }

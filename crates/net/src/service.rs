@@ -187,6 +187,13 @@ fn serve_one(handler: &dyn Handler, req: Incoming, handled: impl FnOnce()) {
         handled();
         return; // as if lost on the way: no reply, the client times out and resends
     }
+    // A broken invariant in a service thread, for the test of the panic policy: the process
+    // must stop at once rather than serve on half alive.
+    assert!(
+        !hit("panic"),
+        "fault point {}.panic",
+        name.as_deref().unwrap_or("net")
+    );
     let out = handler.handle(&req);
     handled();
     if let Some(n) = &name {

@@ -101,6 +101,8 @@ pub struct Embedded {
     pub data: PathBuf,
     /// Extra `nacre up` arguments used (for restarts).
     pub args: Vec<String>,
+    /// Environment (`NAME=VALUE`) `nacre up` runs with, e.g. a fault point.
+    pub env: Vec<String>,
 }
 
 impl Embedded {
@@ -133,6 +135,7 @@ impl Embedded {
             mnt,
             data,
             args,
+            env: Vec::new(),
         }
     }
 
@@ -145,8 +148,18 @@ impl Embedded {
             self.mnt.display().to_string(),
         ];
         a.extend(self.args.iter().cloned());
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        nacre_ok(&a);
+        let out = Command::new("env")
+            .args(&self.env)
+            .arg(nacre_bin())
+            .args(&a)
+            .output()
+            .expect("run nacre up");
+        assert!(
+            out.status.success(),
+            "nacre {a:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Runs `nacre down`.

@@ -34,6 +34,9 @@ pub struct Spec {
     pub server_args: Vec<String>,
     /// Every process (servers and client) exports OpenMetrics at an address of its own.
     pub metrics: bool,
+    /// A fault point armed in the client's process (`NACRE_FAULT`; the embedded form's one
+    /// process).
+    pub client_fault: Option<String>,
 }
 
 impl Spec {
@@ -46,7 +49,14 @@ impl Spec {
             mount_args: Vec::new(),
             server_args: Vec::new(),
             metrics: false,
+            client_fault: None,
         }
+    }
+
+    /// With fault point `spec` armed in the client's process.
+    pub fn client_fault(mut self, spec: &str) -> Spec {
+        self.client_fault = Some(spec.into());
+        self
     }
 
     /// With an OpenMetrics `/metrics` address for every process ([`TestFs::metrics_addrs`]).
@@ -138,7 +148,10 @@ impl TestFs {
         if let Some(addr) = metrics_addrs.first() {
             extra.extend(["--metrics", addr]);
         }
-        let fs = Embedded::start_with(spec.osts, &extra);
+        let mut fs = Embedded::unstarted(spec.osts, &extra);
+        fs.env
+            .extend(spec.client_fault.iter().map(|f| format!("NACRE_FAULT={f}")));
+        fs.up();
         TestFs {
             form: Form::Embedded,
             mnt: fs.mnt.clone(),
@@ -209,7 +222,7 @@ impl TestFs {
         if let Some(m) = metrics_addrs.last() {
             mount_args.extend(["--metrics", m]);
         }
-        let client = ClientMount::mount(&source, &mnt, &mount_args);
+        let client = ClientMount::mount_in(&client_prefix(&spec), &source, &mnt, &mount_args);
         TestFs {
             form: Form::Networked,
             mnt,
@@ -245,6 +258,12 @@ impl TestFs {
             Some(_) => self.client_pid().into_iter().collect(),
             None => self.servers.iter().map(ServerProc::pid).collect(),
         }
+    }
+
+    /// The server processes of the networked form (MGS+MDT0 first, then the other MDTs' if
+    /// any, then the OSSes); none for the embedded form.
+    pub fn servers_mut(&mut self) -> &mut [ServerProc] {
+        &mut self.servers
     }
 
     /// The pid of the process serving the mount (`nacre up` itself in the embedded form).
@@ -296,7 +315,13 @@ impl TestFs {
         }
         let args = self.client_mount_args();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.client = Some(ClientMount::mount(&self.source(), &self.mnt, &args));
+        let prefix = client_prefix(&self.spec);
+        self.client = Some(ClientMount::mount_in(
+            &prefix,
+            &self.source(),
+            &self.mnt,
+            &args,
+        ));
     }
 
     fn client_mount_args(&self) -> Vec<String> {
@@ -316,6 +341,14 @@ impl TestFs {
         self.data
             .parent()
             .expect("data lies in the test's directory")
+    }
+}
+
+/// The command prefix of the client process: `env NACRE_FAULT=...` with a client fault.
+fn client_prefix(spec: &Spec) -> Vec<String> {
+    match &spec.client_fault {
+        Some(f) => vec!["env".into(), format!("NACRE_FAULT={f}")],
+        None => Vec::new(),
     }
 }
 

@@ -1198,8 +1198,29 @@ fn mount(a: MountArgs) -> anyhow::Result<()> {
     serve_mount(client, &a.mountpoint, &opts, &registry)
 }
 
+/// Commands that print and end die quietly of SIGPIPE when their reader goes away, as `ls`
+/// does under `| head`; daemons keep SIGPIPE ignored (Rust's default) so a closed socket or
+/// log pipe is an error they handle, not their death.
+fn quiet_on_closed_pipe(command: &Command) {
+    if is_daemon(command) {
+        return;
+    }
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// The long-running commands: servers and mounts.
+fn is_daemon(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Up(_) | Command::Server(_) | Command::Mount(_)
+    )
+}
+
 fn main() {
     let cli = Cli::parse();
+    quiet_on_closed_pipe(&cli.command);
+    nacre_cli::panics::install(is_daemon(&cli.command));
     let result = match cli.command {
         Command::Up(a) => up(a),
         Command::Down { mountpoint } | Command::Umount { mountpoint } => daemon::stop(&mountpoint),
@@ -1530,7 +1551,7 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
     let (get, set) = (opts.jobid_var.clone(), opts.jobid_var.clone());
     r.add_rw(
         "jobid_var",
-        move || get.read().expect("jobid_var").clone(),
+        move || get.read().clone(),
         move |v| {
             let v = v.trim();
             if v.is_empty() || v.len() > 64 || v.contains(['=', '\0']) {
@@ -1538,7 +1559,7 @@ fn register_client_params(r: &nacre_params::Registry, client: &Arc<Client>, opts
                     "expected an environment variable name, procname_uid or disable".into(),
                 );
             }
-            *set.write().expect("jobid_var") = v.to_string();
+            *set.write() = v.to_string();
             Ok(())
         },
     );
