@@ -325,3 +325,93 @@ fn a_panicking_server_thread_stops_its_process() {
     writer.join().unwrap().unwrap();
     assert!(fs::read(&p).unwrap() == data);
 }
+
+/// Sends SIGTERM to server `i` of `fs` and returns how long it took to exit (panics past 30 s).
+fn terminate(fs: &mut TestFs, i: usize) -> Duration {
+    let started = Instant::now();
+    let server = &mut fs.servers_mut()[i];
+    assert!(
+        server.terminate(Duration::from_secs(30)),
+        "server {} ignored SIGTERM",
+        server.listen
+    );
+    started.elapsed()
+}
+
+/// A connection to `listen` that sent the first 20 bytes of a frame header and went quiet.
+fn half_frame(listen: &str) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(listen).unwrap();
+    s.write_all(&b"NACR"[..]).unwrap();
+    s.write_all(&[1u8; 16]).unwrap();
+    s
+}
+
+/// SIGTERM stops every `nacre server` within 5 s whatever its peers do, in either stop order:
+/// OSSes stopped before the MDS (whose OST connections then retry), a client frozen
+/// mid-write (SIGSTOP), connections that sent half a frame and went quiet, a clean stop that
+/// hangs (fault point `server.shutdown~60000` in the MDS); then `nacre
+/// umount -f` detaches the mount whose servers are all gone in under 2 s.
+#[test]
+fn sigterm_stops_servers_within_5_s_and_umount_f_detaches_within_2_s() {
+    for oss_first in [true, false] {
+        let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2));
+        let client = fs.client_pid().expect("client process");
+        let p = fs.path("big");
+        let writer = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                std::process::Command::new("dd")
+                    .args(["if=/dev/zero", "bs=1M", "count=4096", "oflag=direct"])
+                    .arg(format!("of={}", p.display()))
+                    .status()
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fs::metadata(&p).map_or(0, |m| m.len()) < 8 << 20 {
+            assert!(Instant::now() < deadline, "the writer made no progress");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: signalling the test's own client process.
+        unsafe { libc::kill(client as i32, libc::SIGSTOP) };
+        let listens: Vec<String> = fs.servers_mut().iter().map(|s| s.listen.clone()).collect();
+        // A clean stop that would hang for a minute (a sync on a dead disk, a call to a dead
+        // peer): the process must still be gone within 5 s.
+        let mds = fs.servers_mut()[0].pid().to_string();
+        nacre_testkit::nacre_ok(&[
+            "ctl",
+            "--pid",
+            &mds,
+            "set_param",
+            "fail_loc=server.shutdown~60000",
+        ]);
+        let _quiet: Vec<_> = listens.iter().map(|l| half_frame(l)).collect();
+        let order: Vec<usize> = match oss_first {
+            true => vec![1, 2, 0],
+            false => vec![0, 1, 2],
+        };
+        for i in order {
+            let took = terminate(&mut fs, i);
+            eprintln!(
+                "SIGTERM to {} (OSSes first: {oss_first}): stopped in {took:?}",
+                listens[i]
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "server {} took {took:?} to stop (OSSes first: {oss_first})",
+                listens[i]
+            );
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(client as i32, libc::SIGCONT) };
+        let started = Instant::now();
+        let out = nacre(&["umount", "-f", fs.mnt.to_str().unwrap()]);
+        let took = started.elapsed();
+        eprintln!("umount -f with every server gone: {took:?}");
+        assert!(out.status.success(), "umount -f: {}", stderr(&out));
+        assert!(took < Duration::from_secs(2), "umount -f took {took:?}");
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+        assert!(!mounts.contains(fs.mnt.to_str().unwrap()), "{mounts}");
+        let status = writer.join().unwrap().unwrap();
+        assert!(!status.success(), "dd cannot have finished 4 GiB");
+    }
+}

@@ -13,6 +13,15 @@ pub const RUN_DIR: &str = "/run/nacre";
 pub const MOUNT_WAIT_MS: u64 = 120_000;
 /// How long `down` waits for the process to finish after asking it to stop.
 pub const STOP_WAIT_MS: u64 = 60_000;
+/// Most milliseconds a server or mount spends stopping cleanly after its stop signal (journals
+/// synced, protection records marked clean, clients told). Past it, whatever is stuck (a call
+/// to a dead peer, a thread in a retry) is abandoned and the process exits, as a kill -9
+/// would, which loses nothing acknowledged; so SIGTERM stops a process within 5 s whatever
+/// its peers do.
+pub const STOP_GRACE_MS: u64 = 4_000;
+/// How long `umount -f` waits for the mount's process after detaching the mount, before
+/// SIGKILL.
+pub const FORCE_STOP_WAIT_MS: u64 = 1_000;
 
 /// The pid file of the process serving mount `mnt`.
 pub fn pidfile(mnt: &Path) -> PathBuf {
@@ -163,6 +172,107 @@ pub fn wait_stop(finished: impl Fn() -> bool) {
             return;
         }
     }
+}
+
+/// Called once the stop signal came, before stopping cleanly: bounds the clean stop by
+/// [`STOP_GRACE_MS`] (then the process exits, saying what it abandoned) and makes a second
+/// stop signal exit at once.
+pub fn bound_stop(what: String) {
+    let started = Instant::now();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::mem::forget(done_tx); // never sent: the watchdog lives as long as the process
+    let name = what.clone();
+    let _ = std::thread::Builder::new()
+        .name("stop-watchdog".into())
+        .spawn(move || {
+            let _ = done_rx.recv_timeout(Duration::from_millis(STOP_GRACE_MS));
+            tracing::warn!(
+                "{name}: clean stop unfinished after {} ms (a peer dead or hung); exiting now",
+                started.elapsed().as_millis()
+            );
+            eprintln!("nacre: {name}: clean stop unfinished after {STOP_GRACE_MS} ms; exiting");
+            std::process::exit(0);
+        });
+    let _ = std::thread::Builder::new()
+        .name("stop-signal".into())
+        .spawn(move || {
+            let set = stop_signals();
+            let mut sig = 0;
+            // SAFETY: sigwait on the set blocked by block_stop_signals.
+            unsafe { libc::sigwait(&set, &mut sig) };
+            tracing::warn!("{what}: second stop signal; exiting now");
+            std::process::exit(0);
+        });
+}
+
+/// `umount -f`: detaches `mnt` at once whatever its servers do: aborts its FUSE connection
+/// (requests waiting for a dead server fail with ENOTCONN now), unmounts it lazily, asks its
+/// process to stop and kills it if it has not within [`FORCE_STOP_WAIT_MS`].
+pub fn force_stop(mnt: &Path) -> anyhow::Result<()> {
+    let pf = pidfile(mnt);
+    let pid = std::fs::read_to_string(&pf)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|&p| alive(p));
+    let mounted = is_mounted(mnt) || mnt_is_dead(mnt);
+    if pid.is_none() && !mounted {
+        bail!("{} is not a Nacre mount", mnt.display());
+    }
+    if let Err(e) = abort_connection(mnt) {
+        tracing::debug!("abort of the FUSE connection of {}: {e}", mnt.display());
+    }
+    if mounted {
+        let st = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(mnt)
+            .status()?;
+        if !st.success() {
+            bail!("fusermount3 -u -z {} failed", mnt.display());
+        }
+    }
+    if let Some(pid) = pid {
+        // SAFETY: signalling the pid the mount recorded.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_millis(FORCE_STOP_WAIT_MS);
+        while alive(pid) && !is_zombie(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(pid) && !is_zombie(pid) {
+            // SAFETY: as above; the mount is already detached.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = std::fs::remove_file(&pf);
+    Ok(())
+}
+
+/// Aborts the FUSE connection of `mnt` through fusectl (mounted if needed), as
+/// `echo 1 > /sys/fs/fuse/connections/N/abort` does.
+fn abort_connection(mnt: &Path) -> anyhow::Result<()> {
+    let ctl = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(ctl)?.next().is_none() {
+        let st = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(ctl)
+            .status()?;
+        if !st.success() {
+            bail!("cannot mount fusectl");
+        }
+    }
+    let want = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    let want = want.to_string_lossy().into_owned();
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Fields: id parent major:minor root mount-point ...; fusectl names a connection by the
+    // minor device number.
+    let minor = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && unescape_mountinfo(f[4]) == want)
+        .and_then(|f| f[2].split(':').nth(1).map(str::to_string))
+        .with_context(|| format!("{} is not in the mount table", mnt.display()))?;
+    std::fs::write(ctl.join(minor).join("abort"), "1")?;
+    Ok(())
 }
 
 /// Writes this process's pid file for `mnt`.

@@ -651,6 +651,9 @@ impl ServerProcess {
     /// Stops every service and background thread.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // A clean stop that hangs (a journal sync on a dead disk, a call to a dead peer), for
+        // the test of the stop bound: armed as `server.shutdown~MS`, it pauses here.
+        nacre_net::fault::hit("server.shutdown");
         // Background threads first: they may be talking to targets of this very process, whose
         // addresses stop answering once the server is down (a call would then retry for the
         // whole recovery window).

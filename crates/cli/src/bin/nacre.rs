@@ -42,6 +42,10 @@ enum Command {
     Mount(MountArgs),
     /// Unmount (same as `down`).
     Umount {
+        /// Detach at once even if the servers are gone: abort the mount's FUSE connection,
+        /// unmount lazily, stop (or kill) its process; in under 2 s.
+        #[arg(short = 'f', long)]
+        force: bool,
         /// Mount point.
         mountpoint: PathBuf,
     },
@@ -1020,6 +1024,7 @@ fn serve_mount(
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
     daemon::wait_stop(|| handle.is_finished());
+    daemon::bound_stop(format!("mount at {}", mnt.display()));
     tracing::info!("unmounting {}", mnt.display());
     let _ = handle.unmount();
     // As Lustre's clients do at umount: the MDTs release this client's state now.
@@ -1128,6 +1133,7 @@ fn server(mut a: ServerArgs) -> anyhow::Result<()> {
         servers.nid()
     );
     daemon::wait_stop(|| false);
+    daemon::bound_stop(format!("server at {}", servers.nid()));
     servers.shutdown();
     Ok(())
 }
@@ -1223,7 +1229,13 @@ fn main() {
     nacre_cli::panics::install(is_daemon(&cli.command));
     let result = match cli.command {
         Command::Up(a) => up(a),
-        Command::Down { mountpoint } | Command::Umount { mountpoint } => daemon::stop(&mountpoint),
+        Command::Umount {
+            force: true,
+            mountpoint,
+        } => daemon::force_stop(&mountpoint),
+        Command::Down { mountpoint } | Command::Umount { mountpoint, .. } => {
+            daemon::stop(&mountpoint)
+        }
         Command::Mkfs(a) => mkfs(a),
         Command::Server(a) => server(a),
         Command::Mount(a) => mount(a),
