@@ -1,18 +1,9 @@
-//! The `nacre` command: one binary that is any set of servers, a client mount, the embedded
-//! all-in-one file system (`nacre up`), and the admin tools (`setstripe`, `getstripe`, `df`).
-//!
-//! [`server`] assembles a server process from formatted target directories: one network
-//! listener, one service pool per role, registration with the MGS. [`daemon`] detaches mounts
-//! into the background and stops them cleanly.
+//! The `nacre` command's library: admin commands on a mount (`admin`: striping, remote and
+//! striped directories, migration), `nacre top` (`top`), size parsing (`size`) and the panic
+//! policy every `nacre` process installs (`panics`). The binary (`main.rs`, `cmd/`) parses the
+//! command line; what a long-running process is made of lives in `nacre-server`.
 
 pub mod admin;
-pub mod ctl;
-pub mod daemon;
-pub mod metrics;
 pub mod panics;
-pub mod server;
-pub mod target_params;
-pub mod targets;
-
 pub mod size;
 pub mod top;

@@ -6,7 +6,7 @@
 //! metadata operations per second, per job (`job_stats`), per client NID (`export_stats`) and
 //! per target.
 
-use crate::ctl::{ask_all, CtlRequest};
+use nacre_server::ctl::{ask_all, CtlRequest};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;

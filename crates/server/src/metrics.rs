@@ -24,9 +24,13 @@ pub struct Sources {
     pub mdts: Arc<std::sync::RwLock<Vec<Arc<Mdt>>>>,
     /// Service thread pools, by service name (`ost_io`, `mdt`, `mgs`).
     pub services: Vec<(String, Arc<ServicePool>)>,
-    /// Client mounts of this process (their per-OST RPC counters).
-    pub clients: Vec<Arc<nacre_client::Client>>,
+    /// Families rendered by others in this process (a client mount's per-OST RPC
+    /// counters), appended to the text.
+    pub extra: Vec<ExtraFamilies>,
 }
+
+/// Something that appends its metric families (OpenMetrics text) to a scrape.
+pub type ExtraFamilies = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// A service's partitions as a table (`get_param *.partition_stats`).
 pub fn partition_table(pool: &ServicePool) -> String {
@@ -109,7 +113,8 @@ const PARTITION_FAMILIES: [PartitionFamily; 7] = [
     ),
 ];
 
-fn escape(v: &str) -> String {
+/// A label value escaped for OpenMetrics text (backslash, double quote, newline).
+pub fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
@@ -255,51 +260,11 @@ pub fn render(src: &Sources) -> String {
             pool.requests_inline.load(Ordering::Relaxed)
         );
     }
-    render_clients(&mut out, &src.clients);
+    for family in &src.extra {
+        family(&mut out);
+    }
     out.push_str("# EOF\n");
     out
-}
-
-/// Client-side families: bulk RPCs, bytes and RPCs in flight per OST connection.
-fn render_clients(out: &mut String, clients: &[Arc<nacre_client::Client>]) {
-    type Field = fn(&nacre_client::rpc_stats::OscTotals) -> (u64, u64);
-    let families: [(&str, &str, &str, Field); 3] = [
-        (
-            "nacre_osc_rpcs",
-            "counter",
-            "Bulk RPCs a client sent, per OST.",
-            |t| (t.read_rpcs, t.write_rpcs),
-        ),
-        (
-            "nacre_osc_bytes",
-            "counter",
-            "Bulk bytes a client moved, per OST.",
-            |t| (t.read_bytes, t.write_bytes),
-        ),
-        (
-            "nacre_osc_rpcs_in_flight",
-            "gauge",
-            "Bulk RPCs in flight now, per OST.",
-            |t| (t.reads_active, t.writes_active),
-        ),
-    ];
-    for (name, kind, help, field) in families {
-        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
-        let suffix = if kind == "counter" { "_total" } else { "" };
-        for c in clients {
-            for ost in c.osts() {
-                let (r, w) = field(&c.rpc_stats(ost.index).totals());
-                for (op, v) in [("read", r), ("write", w)] {
-                    let _ = writeln!(
-                        out,
-                        "{name}{suffix}{{fs=\"{}\",ost=\"{}\",op=\"{op}\"}} {v}",
-                        escape(c.fsname()),
-                        escape(&ost.name())
-                    );
-                }
-            }
-        }
-    }
 }
 
 fn serve_one(src: &Sources, stream: TcpStream) -> std::io::Result<()> {

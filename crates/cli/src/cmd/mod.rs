@@ -1,0 +1,25 @@
+//! One module per command: its arguments (clap) and what it runs.
+
+pub(crate) mod bench;
+pub(crate) mod common;
+pub(crate) mod ctl;
+pub(crate) mod df;
+pub(crate) mod lfsck;
+pub(crate) mod mkfs;
+pub(crate) mod mount;
+pub(crate) mod selftest;
+pub(crate) mod server;
+pub(crate) mod stripe;
+pub(crate) mod up;
+
+pub(crate) use bench::*;
+pub(crate) use common::*;
+pub(crate) use ctl::*;
+pub(crate) use df::*;
+pub(crate) use lfsck::*;
+pub(crate) use mkfs::*;
+pub(crate) use mount::*;
+pub(crate) use selftest::*;
+pub(crate) use server::*;
+pub(crate) use stripe::*;
+pub(crate) use up::*;

@@ -1,0 +1,301 @@
+//! `nacre mount`: a client mount in its own process; the client options `up` shares.
+
+use super::*;
+use anyhow::{bail, Context};
+use clap::Args;
+use nacre_cli::size::parse_size;
+use nacre_client::{Client, ClientConfig};
+use nacre_fuse::MountOptions;
+use nacre_net::NetConfig;
+use nacre_server::daemon;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Clone)]
+pub(crate) struct ClientArgs {
+    /// Checksum bulk data on the wire (crc32c).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) checksum: bool,
+    /// RPCs in flight per target connection.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) max_rpcs_in_flight: usize,
+    /// Largest bulk RPC (K/M suffixes).
+    #[arg(long, default_value = "4M")]
+    pub(crate) max_rpc_size: String,
+    /// Read-ahead per sequential O_DIRECT reader (K/M suffixes; 0 turns it off).
+    #[arg(long, default_value = "4M")]
+    pub(crate) max_read_ahead: String,
+    /// FUSE threads.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) fuse_threads: usize,
+    /// Attribute cache timeout in ms (0 = revalidate every stat).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) attr_timeout_ms: u64,
+    /// Name cache timeout in ms.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) entry_timeout_ms: u64,
+    /// Learn servers' other NIDs (rails) from the servers themselves.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) discovery: bool,
+    /// With several rails: ms without an answer before a rail is declared down and its
+    /// requests move to another rail.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) rail_timeout_ms: u64,
+    /// ms without a reply before the client drops the connection and resends (Lustre's
+    /// `timeout`); a server that lost a request or its reply is asked again.
+    #[arg(long, default_value_t = 120_000)]
+    pub(crate) rpc_timeout_ms: u64,
+    /// ms between pings of each MDT, which evicts a client silent for its
+    /// `evict_timeout_ms` (default 150000); 0: no pings.
+    #[arg(long, default_value_t = nacre_client::PING_INTERVAL_MS_DEFAULT)]
+    pub(crate) ping_interval_ms: u64,
+}
+
+#[derive(Args)]
+pub(crate) struct MountArgs {
+    /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
+    pub(crate) source: String,
+    /// Mount point.
+    pub(crate) mountpoint: PathBuf,
+    /// Serve the client's OpenMetrics (per-OST RPCs, bytes, in flight) at http://ADDR/metrics.
+    #[arg(long)]
+    pub(crate) metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Stay in the foreground.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+}
+
+pub(crate) fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)> {
+    let max_rpc_size = parse_size(&a.max_rpc_size).map_err(anyhow::Error::msg)?;
+    if max_rpc_size < 4096 || max_rpc_size > u64::from(nacre_types::limits::BULK_BYTES_MAX) {
+        bail!("max_rpc_size must be between 4K and 16M");
+    }
+    if a.max_rpcs_in_flight == 0 || a.max_rpcs_in_flight > 256 {
+        bail!("max_rpcs_in_flight must be between 1 and 256");
+    }
+    let net = NetConfig {
+        max_rpcs_in_flight: a.max_rpcs_in_flight,
+        max_rpc_size: max_rpc_size as u32,
+        bulk_checksum: a.checksum,
+        discovery: a.discovery,
+        rail_timeout_ms: a.rail_timeout_ms.clamp(100, 3_600_000),
+        rpc_timeout_ms: a.rpc_timeout_ms.clamp(100, 3_600_000),
+        ..NetConfig::default()
+    };
+    let opts = MountOptions {
+        threads: a.fuse_threads.clamp(1, 64),
+        attr_timeout: Duration::from_millis(a.attr_timeout_ms),
+        entry_timeout: Duration::from_millis(a.entry_timeout_ms),
+        ..MountOptions::default()
+    };
+    let readahead_bytes = parse_size(&a.max_read_ahead).map_err(anyhow::Error::msg)?;
+    if readahead_bytes > 1 << 30 {
+        bail!("max_read_ahead must be at most 1G");
+    }
+    Ok((
+        ClientConfig {
+            net,
+            readahead_bytes,
+            ping_interval_ms: a.ping_interval_ms,
+        },
+        opts,
+    ))
+}
+
+/// How long an unmount waits for the MDTs to acknowledge the client's disconnect.
+pub(crate) const DISCONNECT_WAIT_MS: u64 = 5_000;
+
+pub(crate) fn serve_mount(
+    client: Arc<Client>,
+    mnt: &Path,
+    opts: &MountOptions,
+    registry: &nacre_params::Registry,
+) -> anyhow::Result<()> {
+    register_client_params(registry, &client, opts);
+    let me = client.clone();
+    let handle = nacre_fuse::mount(client, mnt, opts)
+        .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let pidfile = daemon::write_pidfile(mnt)?;
+    tracing::info!("mounted at {}", mnt.display());
+    daemon::wait_stop(|| handle.is_finished());
+    daemon::bound_stop(format!("mount at {}", mnt.display()));
+    tracing::info!("unmounting {}", mnt.display());
+    let _ = handle.unmount();
+    // As Lustre's clients do at umount: the MDTs release this client's state now.
+    me.disconnect(Duration::from_millis(DISCONNECT_WAIT_MS));
+    let _ = std::fs::remove_file(pidfile);
+    Ok(())
+}
+
+pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
+    let (nid, fsname) = parse_source(&a.source)?;
+    let (config, opts) = client_config(&a.client)?;
+    if !a.foreground {
+        check_mountpoint(&a.mountpoint)?;
+        let pf = daemon::pidfile(&a.mountpoint);
+        let log = pf.with_extension("log");
+        daemon::detach(&a.mountpoint, &log)?;
+        println!(
+            "nacre: {fsname} from {nid} mounted at {}",
+            a.mountpoint.display()
+        );
+        return Ok(());
+    }
+    daemon::block_stop_signals();
+    init_logging();
+    let client = Client::mount(nid, &fsname, config)?;
+    serve_metrics(
+        a.metrics,
+        nacre_server::metrics::Sources {
+            extra: vec![client_families(client.clone())],
+            ..Default::default()
+        },
+    )?;
+    let registry = nacre_params::Registry::default();
+    let _ctl = nacre_server::ctl::serve(nacre_server::ctl::CtlSources {
+        registry: registry.clone(),
+        persist: None,
+        metrics: None,
+    })?;
+    serve_mount(client, &a.mountpoint, &opts, &registry)
+}
+
+/// Client-side parameters: `jobid_var`, and the client's view of its file system.
+pub(crate) fn register_client_params(
+    r: &nacre_params::Registry,
+    client: &Arc<Client>,
+    opts: &MountOptions,
+) {
+    nacre_server::process::register_fault_params(r);
+
+    let (get, set) = (opts.jobid_var.clone(), opts.jobid_var.clone());
+    r.add_rw(
+        "jobid_var",
+        move || get.read().clone(),
+        move |v| {
+            let v = v.trim();
+            if v.is_empty() || v.len() > 64 || v.contains(['=', '\0']) {
+                return Err(
+                    "expected an environment variable name, procname_uid or disable".into(),
+                );
+            }
+            *set.write() = v.to_string();
+            Ok(())
+        },
+    );
+    for t in client.osts() {
+        let (a, b) = (client.rpc_stats(t.index), client.rpc_stats(t.index));
+        r.add_rw(
+            format!("osc.{}-osc.rpc_stats", t.name()),
+            move || a.render(),
+            move |v| {
+                if v.trim() != "0" {
+                    return Err("statistics accept only 0 (clear)".into());
+                }
+                b.clear();
+                Ok(())
+            },
+        );
+    }
+    let fs = client.fsname().to_string();
+    let targets = client
+        .fs_config()
+        .mdts
+        .iter()
+        .map(|t| {
+            (
+                format!("mdc.{fs}-MDT{:04x}-mdc", t.index),
+                format!("MDT{:04x}", t.index),
+            )
+        })
+        .chain(client.osts().iter().map(|t| {
+            (
+                format!("osc.{fs}-OST{:04x}-osc", t.index),
+                format!("OST{:04x}", t.index),
+            )
+        }))
+        .collect::<Vec<_>>();
+    for (param, target) in targets {
+        let c = client.clone();
+        r.add_fn(format!("{param}.import"), move || c.import(&target));
+    }
+    let c = client.clone();
+    r.add_fn("peers", move || {
+        let mut s = String::new();
+        for (name, conn) in c.connections() {
+            s += &format!("{name} {}:\n", conn.nid());
+            for r in conn.rails() {
+                s += &format!(
+                    "  - nid: {} state: {} source: {} rpcs: {} bytes: {} failures: {}\n",
+                    r.nid,
+                    if r.healthy { "up" } else { "down" },
+                    if r.discovered { "discovery" } else { "config" },
+                    r.rpcs,
+                    r.bytes,
+                    r.failures
+                );
+            }
+        }
+        s.trim_end().to_string()
+    });
+    let c = client.clone();
+    let fs = client.fsname().to_string();
+    r.add_fn(format!("llite.{fs}.osts"), move || {
+        c.osts()
+            .iter()
+            .map(|t| format!("{} {:?}", t.name(), t.nids))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+}
+
+/// The client's metric families for a `/metrics` scrape: bulk RPCs, bytes and RPCs in flight
+/// per OST connection.
+pub(crate) fn client_families(client: Arc<Client>) -> nacre_server::metrics::ExtraFamilies {
+    Arc::new(move |out: &mut String| render_client(out, &client))
+}
+
+fn render_client(out: &mut String, c: &Client) {
+    use nacre_server::metrics::escape;
+    use std::fmt::Write as _;
+    type Field = fn(&nacre_client::rpc_stats::OscTotals) -> (u64, u64);
+    let families: [(&str, &str, &str, Field); 3] = [
+        (
+            "nacre_osc_rpcs",
+            "counter",
+            "Bulk RPCs a client sent, per OST.",
+            |t| (t.read_rpcs, t.write_rpcs),
+        ),
+        (
+            "nacre_osc_bytes",
+            "counter",
+            "Bulk bytes a client moved, per OST.",
+            |t| (t.read_bytes, t.write_bytes),
+        ),
+        (
+            "nacre_osc_rpcs_in_flight",
+            "gauge",
+            "Bulk RPCs in flight now, per OST.",
+            |t| (t.reads_active, t.writes_active),
+        ),
+    ];
+    for (name, kind, help, field) in families {
+        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+        let suffix = if kind == "counter" { "_total" } else { "" };
+        for ost in c.osts() {
+            let (r, w) = field(&c.rpc_stats(ost.index).totals());
+            for (op, v) in [("read", r), ("write", w)] {
+                let _ = writeln!(
+                    out,
+                    "{name}{suffix}{{fs=\"{}\",ost=\"{}\",op=\"{op}\"}} {v}",
+                    escape(c.fsname()),
+                    escape(&ost.name())
+                );
+            }
+        }
+    }
+}

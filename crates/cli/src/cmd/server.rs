@@ -1,0 +1,257 @@
+//! `nacre server`: a server process for the targets given, and the target options `up` shares.
+
+use super::*;
+use anyhow::{bail, Context};
+use clap::Args;
+use nacre_osd::Label;
+use nacre_server::daemon;
+use nacre_server::process::{ServerProcess, ServerSpec};
+use nacre_types::Nid;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Clone)]
+pub(crate) struct TargetOpts {
+    /// MDT replies wait for the journal sync (power-loss safe without fsync; slower).
+    #[arg(long)]
+    pub(crate) mdt_sync_on_reply: bool,
+    /// Background journal sync period of MDTs, in ms.
+    #[arg(long, default_value_t = nacre_server::process::COMMIT_INTERVAL_MS_DEFAULT)]
+    pub(crate) commit_interval_ms: u64,
+    /// OSTs bypass the page cache (O_DIRECT) for aligned I/O.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) ost_direct_io: bool,
+    /// Serve OpenMetrics at http://ADDR/metrics.
+    #[arg(long)]
+    pub(crate) metrics: Option<SocketAddr>,
+    /// CPU partitions (Lustre's cpu_npartitions; 0: automatic from NUMA nodes and cores).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) cpu_npartitions: usize,
+    /// Lustre's cpu_pattern, e.g. "0[0-3] 1[4-7]" or the NUMA form "N 0[0] 1[1]".
+    #[arg(long)]
+    pub(crate) cpu_pattern: Option<String>,
+    /// Partitions the OSS services run on, e.g. "[0,1]" (Lustre's oss_cpts).
+    #[arg(long)]
+    pub(crate) oss_cpts: Option<String>,
+    /// Partitions the OSS I/O service ost_io runs on (Lustre's oss_io_cpts; default: oss_cpts).
+    #[arg(long)]
+    pub(crate) oss_io_cpts: Option<String>,
+    /// Partitions the MDS services run on, e.g. "[0]".
+    #[arg(long)]
+    pub(crate) mds_cpts: Option<String>,
+    /// Partitions the MDS readpage service runs on (Lustre's mds_rdpg_num_cpts style;
+    /// default: mds_cpts).
+    #[arg(long)]
+    pub(crate) mds_rdpg_cpts: Option<String>,
+    /// OSS threads started per partition.
+    #[arg(long, default_value_t = nacre_server::process::OSS_THREADS_MIN_DEFAULT)]
+    pub(crate) oss_threads_min: usize,
+    /// Most OSS threads per partition.
+    #[arg(long, default_value_t = nacre_server::process::OSS_THREADS_MAX_DEFAULT)]
+    pub(crate) oss_threads_max: usize,
+    /// MDS threads started per partition.
+    #[arg(long, default_value_t = nacre_server::process::MDS_THREADS_MIN_DEFAULT)]
+    pub(crate) mds_threads_min: usize,
+    /// Most MDS threads per partition.
+    #[arg(long, default_value_t = nacre_server::process::MDS_THREADS_MAX_DEFAULT)]
+    pub(crate) mds_threads_max: usize,
+    /// Interfaces and their partitions, e.g. "tcp0(eth0)[0],tcp1(eth1)[1]"; the server
+    /// listens on each interface's address at the --listen port.
+    #[arg(long)]
+    pub(crate) networks: Option<String>,
+    /// How requests spread over a service's partitions: off (the interface's), on
+    /// (round-robin), hash (by object/FID).
+    #[arg(long, default_value = "off")]
+    pub(crate) portal_rotor: String,
+}
+
+impl TargetOpts {
+    /// Applies a config-file key; false if the key is not one of these options.
+    fn set(&mut self, key: &str, v: &str) -> anyhow::Result<bool> {
+        let num = |v: &str| -> anyhow::Result<usize> {
+            v.parse().with_context(|| format!("'{v}' is not a number"))
+        };
+        match key {
+            "cpu_npartitions" => self.cpu_npartitions = num(v)?,
+            "cpu_pattern" => self.cpu_pattern = Some(v.trim_matches('"').to_string()),
+            "oss_cpts" => self.oss_cpts = Some(v.to_string()),
+            "mds_cpts" => self.mds_cpts = Some(v.to_string()),
+            "oss_io_cpts" => self.oss_io_cpts = Some(v.to_string()),
+            "mds_rdpg_cpts" => self.mds_rdpg_cpts = Some(v.to_string()),
+            "oss_threads_min" => self.oss_threads_min = num(v)?,
+            "oss_threads_max" => self.oss_threads_max = num(v)?,
+            "mds_threads_min" => self.mds_threads_min = num(v)?,
+            "mds_threads_max" => self.mds_threads_max = num(v)?,
+            "networks" => self.networks = Some(v.trim_matches('"').to_string()),
+            "portal_rotor" => self.portal_rotor = v.to_string(),
+            "metrics" => self.metrics = Some(v.parse()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Parses a partition list like Lustre's `oss_cpts="[0,1]"` (brackets optional).
+pub(crate) fn parse_cpts(name: &str, v: &Option<String>) -> anyhow::Result<Option<Vec<usize>>> {
+    let Some(v) = v else { return Ok(None) };
+    let inner = v
+        .trim()
+        .trim_matches('"')
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    nacre_cpt::parse_cpu_list(inner)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{name}={v}: {e}"))
+}
+
+#[derive(Args)]
+pub(crate) struct ServerArgs {
+    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname, and the
+    /// server options by their Lustre names: cpu_npartitions, cpu_pattern, oss_cpts, mds_cpts,
+    /// {oss,mds}_threads_{min,max}, networks, portal_rotor, metrics).
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    pub(crate) listen: Option<SocketAddr>,
+    /// NID to advertise (default: the listen address).
+    #[arg(long)]
+    pub(crate) nid: Option<Nid>,
+    /// Formatted target directory (repeatable).
+    #[arg(long = "target")]
+    pub(crate) targets: Vec<PathBuf>,
+    /// A target of a failover pair to stand by for: its partner serves it; this server
+    /// takes it over on `nacre failover`, or by itself with `--failover auto` (repeatable).
+    #[arg(long = "standby")]
+    pub(crate) standby: Vec<PathBuf>,
+    /// `auto`: take a standby target over when its server dies (its protection record stops
+    /// moving); `manual`: only on `nacre failover`.
+    #[arg(long, default_value = "manual", value_parser = ["manual", "auto"])]
+    pub(crate) failover: String,
+    /// Multi-mount protection update interval of failover targets (a takeover waits
+    /// 2 x this + 1 s for a record that looks alive).
+    #[arg(long, default_value_t = nacre_osd::mmp::MMP_INTERVAL_MS_DEFAULT)]
+    pub(crate) mmp_interval_ms: u64,
+    /// MGS NID (overrides the labels).
+    #[arg(long)]
+    pub(crate) mgsnode: Option<Nid>,
+    /// Refuse targets of other file systems.
+    #[arg(long)]
+    pub(crate) fsname: Option<String>,
+    #[command(flatten)]
+    pub(crate) targets_opts: TargetOpts,
+}
+
+/// Starts the servers of `spec` with the target options, their control socket and (if asked)
+/// their metrics endpoint.
+pub(crate) fn start_servers(
+    mut spec: ServerSpec,
+    t: &TargetOpts,
+) -> anyhow::Result<(ServerProcess, nacre_server::ctl::CtlServer)> {
+    spec.mdt_sync_on_reply = t.mdt_sync_on_reply;
+    spec.commit_interval_ms = t.commit_interval_ms;
+    spec.ost_direct_io = t.ost_direct_io;
+    spec.cpu_npartitions = t.cpu_npartitions;
+    spec.cpu_pattern = t.cpu_pattern.clone();
+    spec.oss_cpts = parse_cpts("oss_cpts", &t.oss_cpts)?;
+    spec.mds_cpts = parse_cpts("mds_cpts", &t.mds_cpts)?;
+    spec.oss_io_cpts = parse_cpts("oss_io_cpts", &t.oss_io_cpts)?;
+    spec.mds_rdpg_cpts = parse_cpts("mds_rdpg_cpts", &t.mds_rdpg_cpts)?;
+    spec.oss_threads = (t.oss_threads_min, t.oss_threads_max);
+    spec.mds_threads = (t.mds_threads_min, t.mds_threads_max);
+    spec.networks = t.networks.clone();
+    spec.portal_rotor = t.portal_rotor.parse().map_err(anyhow::Error::msg)?;
+    let servers = ServerProcess::start(spec)?;
+    let sources = servers.metrics_sources();
+    let ctl = nacre_server::ctl::serve(nacre_server::ctl::CtlSources {
+        registry: servers.registry().clone(),
+        persist: servers.persist_fn(),
+        metrics: Some(Arc::new(move || nacre_server::metrics::render(&sources))),
+    })?;
+    Ok((servers, ctl))
+}
+
+/// Serves `/metrics` at `addr`, if given.
+pub(crate) fn serve_metrics(
+    addr: Option<SocketAddr>,
+    sources: nacre_server::metrics::Sources,
+) -> anyhow::Result<()> {
+    if let Some(addr) = addr {
+        let bound = nacre_server::metrics::serve(addr, sources)?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
+    Ok(())
+}
+
+pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
+    daemon::block_stop_signals();
+    init_logging();
+    let mut listen = a.listen;
+    let mut nid = a.nid;
+    let mut targets = a.targets;
+    let mut mgsnode = a.mgsnode;
+    let mut fsname = a.fsname;
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .with_context(|| format!("{}:{}: expected key = value", path.display(), n + 1))?;
+            let (k, v) = (k.trim(), v.trim());
+            let bad = |e: &dyn std::fmt::Display| {
+                anyhow::anyhow!("{}:{}: {k}: {e}", path.display(), n + 1)
+            };
+            match k {
+                "listen" => listen = Some(v.parse().map_err(|e| bad(&e))?),
+                "nid" => nid = Some(v.parse().map_err(|e| bad(&e))?),
+                "target" => targets.push(PathBuf::from(v)),
+                "standby" => a.standby.push(PathBuf::from(v)),
+                "failover" if v == "auto" || v == "manual" => a.failover = v.to_string(),
+                "mmp_interval_ms" => a.mmp_interval_ms = v.parse().map_err(|e| bad(&e))?,
+                "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
+                "fsname" => fsname = Some(v.to_string()),
+                _ => {
+                    if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
+                        bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
+                    }
+                }
+            }
+        }
+    }
+    let listen = listen.context("give --listen ADDR:PORT (or `listen =` in the config file)")?;
+    let mut spec = ServerSpec::new(listen, targets);
+    spec.standby = a.standby.clone();
+    spec.auto_failover = a.failover == "auto";
+    spec.mmp_interval_ms = a.mmp_interval_ms;
+    spec.nid = nid;
+    spec.mgsnode = mgsnode;
+    spec.fsname = fsname;
+    let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
+    serve_metrics(a.targets_opts.metrics, servers.metrics_sources())?;
+    let mut names: Vec<String> = servers.labels().iter().map(Label::name).collect();
+    if names.is_empty() {
+        names.push("no targets".into());
+    }
+    let standby: Vec<String> = servers.standby_labels().iter().map(Label::name).collect();
+    let standby = if standby.is_empty() {
+        String::new()
+    } else {
+        format!(", standing by for {}", standby.join(", "))
+    };
+    tracing::info!("serving {} at {}{standby}", names.join(", "), servers.nid());
+    println!(
+        "nacre server: serving {} at {}{standby}",
+        names.join(", "),
+        servers.nid()
+    );
+    daemon::wait_stop(|| false);
+    daemon::bound_stop(format!("server at {}", servers.nid()));
+    servers.shutdown();
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! `nacre`: servers, mounts and admin commands of the Nacre parallel file system.
+//!
+//! This file holds the command line (clap) and its dispatch; each command lives in
+//! `cmd/NAME.rs` with its arguments.
+
+mod cmd;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use cmd::*;
+use nacre_cli::{admin, size::parse_size};
+use nacre_server::daemon;
+use nacre_types::Nid;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "nacre",
+    version,
+    about = "Nacre: a user-space parallel file system in the manner of Lustre"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Format (first time) and start a whole file system in one process, and mount it.
+    Up(UpArgs),
+    /// Unmount a file system started by `up` or `mount`, and stop its process cleanly.
+    Down {
+        /// Mount point.
+        mountpoint: PathBuf,
+    },
+    /// Format a target directory (MGS, MDT or OST).
+    Mkfs(MkfsArgs),
+    /// Serve formatted targets.
+    Server(ServerArgs),
+    /// Mount a file system: `nacre mount MGS_NID:/FSNAME MOUNTPOINT`.
+    Mount(MountArgs),
+    /// Unmount (same as `down`).
+    Umount {
+        /// Detach at once even if the servers are gone: abort the mount's FUSE connection,
+        /// unmount lazily, stop (or kill) its process; in under 2 s.
+        #[arg(short = 'f', long)]
+        force: bool,
+        /// Mount point.
+        mountpoint: PathBuf,
+    },
+    /// Create a directory, on a chosen MDT with -i (a remote directory, like `lfs mkdir -i`).
+    Mkdir {
+        /// MDT index of the new directory (its inode and entries); -1: the MDS chooses by
+        /// free inodes; default: the parent's.
+        #[arg(short = 'i', long = "mdt-index", allow_hyphen_values = true)]
+        mdt: Option<i64>,
+        /// Stripe the directory over this many MDTs (-1: all), its entries spread by name
+        /// hash (a striped directory, like `lfs mkdir -c`).
+        #[arg(short = 'c', long = "mdt-count", allow_hyphen_values = true)]
+        count: Option<i64>,
+        /// Name hash of a striped directory: fnv_1a_64 (default) or all_char.
+        #[arg(short = 'H', long = "mdt-hash")]
+        hash: Option<String>,
+        /// Permission bits, octal.
+        #[arg(short, long, default_value = "755")]
+        mode: String,
+        /// The directory to create.
+        path: PathBuf,
+    },
+    /// Move a directory tree to another MDT online, like `lfs migrate -m`: each directory's
+    /// inode and entries, with the inodes of its files (file data stays on the OSTs).
+    Migrate {
+        /// MDT to move to.
+        #[arg(short = 'm', long = "mdt-index")]
+        mdt: u32,
+        /// Only DIR itself (with its files), not the directories beneath it.
+        #[arg(short = 'd', long = "directory")]
+        dir_only: bool,
+        /// Print each directory moved.
+        #[arg(short, long)]
+        verbose: bool,
+        /// The directory.
+        path: PathBuf,
+    },
+    /// Show where directories live and how they are striped, like `lfs getdirstripe`.
+    Getdirstripe {
+        /// Show the default for new subdirectories instead.
+        #[arg(short = 'D', long = "default")]
+        default: bool,
+        /// Directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Create a striped directory, or with -D set a directory's default for new
+    /// subdirectories (like `lfs setdirstripe`).
+    Setdirstripe {
+        /// Set the default for new subdirectories of DIR (an existing directory).
+        #[arg(short = 'D', long = "default")]
+        default: bool,
+        /// Remove DIR's default.
+        #[arg(short = 'd', long = "delete")]
+        delete: bool,
+        /// Shards (-1: every MDT; 1 with -i: place new subdirectories on that MDT).
+        #[arg(
+            short = 'c',
+            long = "mdt-count",
+            allow_hyphen_values = true,
+            default_value_t = 1
+        )]
+        count: i64,
+        /// MDT of the first shard (-1: the MDS picks).
+        #[arg(short = 'i', long = "mdt-index", allow_hyphen_values = true)]
+        mdt: Option<i64>,
+        /// Name hash: fnv_1a_64 (default) or all_char.
+        #[arg(short = 'H', long = "mdt-hash")]
+        hash: Option<String>,
+        /// Levels of subdirectories that inherit the default (-1: all).
+        #[arg(long = "max-inherit", allow_hyphen_values = true,
+              default_value_t = nacre_types::dirstripe::DIR_DEFAULT_MAX_INHERIT)]
+        max_inherit: i32,
+        /// The directory.
+        path: PathBuf,
+    },
+    /// Set the striping of a new file, an empty file, or a directory's default.
+    Setstripe(SetstripeArgs),
+    /// Show the layout of a file or the default striping of a directory.
+    Getstripe {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Parameters and statistics of this node's nacre processes, like `lctl`.
+    Ctl {
+        /// Only the nacre process with this pid (a node may run several).
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(subcommand)]
+        cmd: CtlCommand,
+    },
+    /// Benchmarks: IOR-like bandwidth and mdtest-like metadata runs on any path.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Network self-test (like lnet_selftest): ping, null, bulk write or bulk read RPCs to
+    /// server processes for a duration, with RPC/s and MiB/s per peer; `--from` runs it from
+    /// a group of client hosts at once.
+    Selftest(SelftestArgs),
+    /// Live view of the busiest jobs, clients and targets (like lltop).
+    Top {
+        /// Servers' metrics addresses (host:port, comma separated) to read instead of this
+        /// node's processes.
+        #[arg(long, value_delimiter = ',')]
+        servers: Vec<String>,
+        /// Seconds between readings.
+        #[arg(short = 'd', long, default_value_t = 2.0)]
+        interval: f64,
+        /// Screens to show, then exit (default: until interrupted).
+        #[arg(short = 'n', long)]
+        count: Option<u32>,
+        /// Rows per table.
+        #[arg(long, default_value_t = 10)]
+        rows: usize,
+        /// Only targets of this file system.
+        #[arg(long)]
+        fsname: Option<String>,
+        /// Plain output without clearing the screen (default when stdout is not a terminal).
+        #[arg(short = 'b', long)]
+        batch: bool,
+    },
+    /// Check the namespace across every MDT, like `lctl lfsck_start -t namespace`: reports
+    /// entries naming no inode, inodes no entry names, wrong link counts and wrong `..`.
+    /// Exits 1 when it finds any.
+    Lfsck {
+        /// Check the namespace (the only check so far).
+        #[arg(long, required = true)]
+        namespace: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
+        source: String,
+    },
+    /// Move a target of a failover pair to the other server (Lustre: unmount it on one
+    /// server, mount it on the partner): the server holding it releases it cleanly if it
+    /// answers, then the partner takes it over under multi-mount protection and
+    /// registers; clients follow through the MGS.
+    Failover {
+        /// MGS NID.
+        #[arg(long)]
+        mgsnode: Nid,
+        /// The server to move it to (default: its other service node).
+        #[arg(long)]
+        to: Option<Nid>,
+        /// Target name, e.g. `demo-OST0001`.
+        target: String,
+    },
+    /// Show usage per MDT and OST, like `lfs df`.
+    Df {
+        /// Human-readable sizes.
+        #[arg(short = 'H', long = "human-readable", short_alias = 'h')]
+        human: bool,
+        /// Inodes instead of blocks.
+        #[arg(short, long)]
+        inodes: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// A path inside the file system (default: every Nacre mount).
+        path: Option<PathBuf>,
+    },
+}
+
+/// Commands that print and end die quietly of SIGPIPE when their reader goes away, as `ls`
+/// does under `| head`; daemons keep SIGPIPE ignored (Rust's default) so a closed socket or
+/// log pipe is an error they handle, not their death.
+fn quiet_on_closed_pipe(command: &Command) {
+    if is_daemon(command) {
+        return;
+    }
+    // SAFETY: restores the default disposition of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// The long-running commands: servers and mounts.
+fn is_daemon(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Up(_) | Command::Server(_) | Command::Mount(_)
+    )
+}
+
+fn main() {
+    let cli = Cli::parse();
+    quiet_on_closed_pipe(&cli.command);
+    nacre_cli::panics::install(is_daemon(&cli.command));
+    let result = match cli.command {
+        Command::Up(a) => up(a),
+        Command::Umount {
+            force: true,
+            mountpoint,
+        } => daemon::force_stop(&mountpoint),
+        Command::Down { mountpoint } | Command::Umount { mountpoint, .. } => {
+            daemon::stop(&mountpoint)
+        }
+        Command::Mkfs(a) => mkfs(a),
+        Command::Server(a) => server(a),
+        Command::Mount(a) => mount(a),
+        Command::Mkdir {
+            mdt,
+            count,
+            hash,
+            mode,
+            path,
+        } => u32::from_str_radix(&mode, 8)
+            .with_context(|| format!("bad mode '{mode}': expected octal, e.g. 755"))
+            .and_then(|mode| match count {
+                Some(c) => admin::mkdir_striped(&path, c, mdt, hash.as_deref(), mode & 0o7777),
+                None if hash.is_some() => bail!("-H needs -c (a striped directory)"),
+                None => admin::mkdir(&path, mdt, mode & 0o7777),
+            }),
+        Command::Migrate {
+            mdt,
+            dir_only,
+            verbose,
+            path,
+        } => admin::migrate(&path, mdt, dir_only, verbose),
+        Command::Getdirstripe { default, paths } => match default {
+            true => admin::getdirstripe_default(&paths),
+            false => admin::getdirstripe(&paths),
+        },
+        Command::Setdirstripe {
+            default,
+            delete,
+            count,
+            mdt,
+            hash,
+            max_inherit,
+            path,
+        } => {
+            if delete {
+                admin::set_dir_default(&path, None)
+            } else if default {
+                admin::set_dir_default(
+                    &path,
+                    Some(admin::DirDefaultArgs {
+                        count,
+                        start: mdt.unwrap_or(-1),
+                        hash: hash.as_deref(),
+                        max_inherit,
+                    }),
+                )
+            } else {
+                admin::mkdir_striped(&path, count, mdt, hash.as_deref(), 0o755)
+            }
+        }
+        Command::Setstripe(a) => parse_size(&a.size)
+            .map_err(anyhow::Error::msg)
+            .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
+        Command::Getstripe { paths, json } => getstripe(&paths, json),
+        Command::Ctl { pid, cmd } => ctl(cmd, pid),
+        Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
+        Command::Bench(BenchCommand::Mdtest(a)) => bench_mdtest(a),
+        Command::Top {
+            servers,
+            interval,
+            count,
+            rows,
+            fsname,
+            batch,
+        } => {
+            use std::io::IsTerminal;
+            if !(0.1..=3600.0).contains(&interval) {
+                Err(anyhow::anyhow!("interval must be 0.1..=3600 seconds"))
+            } else {
+                nacre_cli::top::run(&nacre_cli::top::TopOptions {
+                    servers,
+                    interval: std::time::Duration::from_secs_f64(interval),
+                    count,
+                    rows,
+                    fsname,
+                    batch: batch || !std::io::stdout().is_terminal(),
+                })
+            }
+        }
+        Command::Selftest(a) => selftest(a),
+        Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
+        Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
+        Command::Bench(BenchCommand::Worker { connect, index }) => {
+            nacre_bench::team::worker_main(connect, index).map_err(Into::into)
+        }
+        Command::Df {
+            human,
+            inodes,
+            json,
+            path,
+        } => df(path, human, inodes, json),
+        Command::Lfsck { source, json, .. } => lfsck(&source, json),
+        Command::Failover {
+            mgsnode,
+            to,
+            target,
+        } => nacre_server::targets::failover(mgsnode, &target, to).map(|s| println!("{s}")),
+    };
+    if let Err(e) = result {
+        eprintln!("nacre: {e:#}");
+        std::process::exit(1);
+    }
+}
