@@ -156,7 +156,9 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             gid,
             ..
         } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
-        MdsOp::SetDirDefault { fid, default } => dne::set_dir_default(tx, *fid, *default),
+        MdsOp::SetDirDefault { fid, default } => {
+            crate::ops::dir_stripe::set_dir_default(tx, *fid, *default)
+        }
         MdsOp::Symlink {
             parent,
             name,
@@ -265,17 +267,23 @@ fn mkdir_by_default(
     mdt: &Mdt,
     call: &MdsCall,
     xid: u64,
-    dir: dne::NewDir<'_>,
+    dir: crate::ops::mkdir_remote::NewDir<'_>,
     d: nacre_types::dirstripe::DirDefault,
 ) -> Outgoing {
     match d.count {
-        1 if d.start == nacre_wire::mds::MDT_INDEX_ANY => match dne::choose_mdt(mdt) {
-            Ok(t) => dne::mkdir_remote(mdt, call, xid, dir, t),
-            Err(s) => Outgoing::error(s),
-        },
-        1 => dne::mkdir_remote(mdt, call, xid, dir, d.start),
-        -1 => dne::mkdir_striped(mdt, call, xid, dir, u32::MAX, d.start, d.hash),
-        n => dne::mkdir_striped(mdt, call, xid, dir, n as u32, d.start, d.hash),
+        1 if d.start == nacre_wire::mds::MDT_INDEX_ANY => {
+            match crate::ops::mkdir_remote::choose_mdt(mdt) {
+                Ok(t) => crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, t),
+                Err(s) => Outgoing::error(s),
+            }
+        }
+        1 => crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, d.start),
+        -1 => {
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, u32::MAX, d.start, d.hash)
+        }
+        n => {
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, n as u32, d.start, d.hash)
+        }
     }
 }
 
@@ -286,9 +294,9 @@ fn new_dir<'a>(
     name: &'a [u8],
     owner: (u32, u32, u32),
     parent_default: Option<nacre_types::dirstripe::DirDefault>,
-) -> dne::NewDir<'a> {
+) -> crate::ops::mkdir_remote::NewDir<'a> {
     let (perm, uid, gid) = owner;
-    dne::NewDir {
+    crate::ops::mkdir_remote::NewDir {
         parent,
         name,
         perm,
@@ -300,7 +308,9 @@ fn new_dir<'a>(
 
 /// The default directory `parent` (here) gives its new subdirectories.
 fn parent_default(mdt: &Mdt, parent: Fid) -> Option<nacre_types::dirstripe::DirDefault> {
-    dne::dir_default(mdt, parent).ok().flatten()
+    crate::ops::dir_stripe::dir_default(mdt, parent)
+        .ok()
+        .flatten()
 }
 
 /// `rmdir` of an entry naming directory `fid`: local, remote or striped.
@@ -310,10 +320,12 @@ fn rmdir_dir(mdt: &Mdt, call: &MdsCall, xid: u64, parent: Fid, name: &[u8], fid:
     if let Some(out) = dne::resume_own(mdt, call, xid, fid) {
         return out;
     }
-    match dne::stripe_of(mdt, fid) {
-        Ok(Some(stripe)) => dne::rmdir_striped(mdt, call, xid, parent, name, fid, stripe),
+    match crate::ops::dir_stripe::stripe_of(mdt, fid) {
+        Ok(Some(stripe)) => {
+            crate::ops::rmdir_striped::rmdir_striped(mdt, call, xid, parent, name, fid, stripe)
+        }
         Ok(None) if fid.mdt_index() != mdt.label.index => {
-            dne::rmdir_remote(mdt, call, xid, parent, name, fid)
+            crate::ops::rmdir_remote::rmdir_remote(mdt, call, xid, parent, name, fid)
         }
         Ok(None) => run_modifying(mdt, call, xid),
         Err(s) => Outgoing::error(s),
@@ -326,8 +338,8 @@ fn rename_dir_here(mdt: &Mdt, call: &MdsCall, xid: u64, dst_parent: Fid, fid: Fi
     if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
-    let out = dne::with_rename_lock(mdt, call.client, xid, || {
-        match dne::loop_check(mdt, dst_parent, fid) {
+    let out = crate::ops::rename_remote::with_rename_lock(mdt, call.client, xid, || {
+        match crate::ops::rename_remote::loop_check(mdt, dst_parent, fid) {
             Ok(()) => run_modifying_with(mdt, call, xid, true),
             Err(s) => Outgoing::error(s),
         }
@@ -530,7 +542,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             mdt: target,
         } if *target != mdt.label.index => {
             let target = if *target == nacre_wire::mds::MDT_INDEX_ANY {
-                dne::choose_mdt(mdt)
+                crate::ops::mkdir_remote::choose_mdt(mdt)
             } else {
                 Ok(*target)
             };
@@ -543,7 +555,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
                         (*perm, *uid, *gid),
                         parent_default(mdt, *parent),
                     );
-                    dne::mkdir_remote(mdt, call, xid, dir, t)
+                    crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, t)
                 }
                 Err(s) => Outgoing::error(s),
             }
@@ -564,7 +576,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
                 (*perm, *uid, *gid),
                 parent_default(mdt, *parent),
             );
-            dne::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
         }
         MdsOp::Mkdir {
             parent,
@@ -572,7 +584,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             perm,
             uid,
             gid,
-        } => match dne::dir_default(mdt, *parent) {
+        } => match crate::ops::dir_stripe::dir_default(mdt, *parent) {
             // The parent's default (setdirstripe -D) shapes the new directory.
             Ok(Some(d)) => {
                 let dir = new_dir(*parent, name, (*perm, *uid, *gid), Some(d));
@@ -581,10 +593,10 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             _ => run_modifying(mdt, call, xid),
         },
         MdsOp::GetDirStripe { fid } => {
-            to_outgoing(dne::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
+            to_outgoing(crate::ops::dir_stripe::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
         }
         MdsOp::GetDirDefault { fid } => {
-            to_outgoing(dne::dir_default(mdt, *fid).map(MdsReply::DirDefault))
+            to_outgoing(crate::ops::dir_stripe::dir_default(mdt, *fid).map(MdsReply::DirDefault))
         }
         MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
             Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
@@ -593,14 +605,14 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             _ => run_modifying(mdt, call, xid),
         },
         MdsOp::Link { fid, parent, name } if fid.mdt_index() != mdt.label.index => {
-            dne::link_remote(mdt, call, xid, *fid, *parent, name)
+            crate::ops::link_remote::link_remote(mdt, call, xid, *fid, *parent, name)
         }
         MdsOp::Unlink { parent, name } => match mdt.lookup(*parent, name) {
             Ok(Some(d))
                 if d.kind != nacre_types::FileKind::Directory
                     && d.fid.mdt_index() != mdt.label.index =>
             {
-                dne::unlink_remote(mdt, call, xid, *parent, name, d.fid)
+                crate::ops::unlink_remote::unlink_remote(mdt, call, xid, *parent, name, d.fid)
             }
             _ => run_modifying(mdt, call, xid),
         },
@@ -610,7 +622,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             dst_parent,
             dst_name,
             noreplace,
-        } if dst_parent.mdt_index() != mdt.label.index => dne::rename_remote(
+        } if dst_parent.mdt_index() != mdt.label.index => crate::ops::rename_remote::rename_remote(
             mdt,
             call,
             xid,
@@ -635,10 +647,10 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
                 _ => run_modifying(mdt, call, xid),
             }
         }
-        MdsOp::RenameLock { owner, acquire } => {
-            to_outgoing(dne::rename_lock(mdt, *owner, *acquire))
-        }
-        MdsOp::AllocFid => to_outgoing(dne::alloc_fid(mdt)),
+        MdsOp::RenameLock { owner, acquire } => to_outgoing(
+            crate::ops::rename_remote::rename_lock(mdt, *owner, *acquire),
+        ),
+        MdsOp::AllocFid => to_outgoing(crate::ops::remote_update::alloc_fid(mdt)),
         MdsOp::Reopen { opens } if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX => {
             to_outgoing(export::reopen(mdt, &call.client, opens).map(|()| MdsReply::Done))
         }
@@ -646,7 +658,7 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
         MdsOp::Disconnect => {
             to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
         }
-        MdsOp::Update(u) => to_outgoing(dne::apply(mdt, u)),
+        MdsOp::Update(u) => to_outgoing(crate::ops::remote_update::apply(mdt, u)),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),
     }

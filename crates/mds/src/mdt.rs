@@ -376,18 +376,20 @@ impl Mdt {
     }
 
     /// How `mkdir -i -1` places new directories.
-    pub fn mkdir_placement(&self) -> crate::dne::Placement {
+    pub fn mkdir_placement(&self) -> crate::ops::mkdir_remote::Placement {
         if self.mkdir_round_robin.load(Ordering::Relaxed) {
-            crate::dne::Placement::RoundRobin
+            crate::ops::mkdir_remote::Placement::RoundRobin
         } else {
-            crate::dne::Placement::Space
+            crate::ops::mkdir_remote::Placement::Space
         }
     }
 
     /// Sets the `mkdir -i -1` placement.
-    pub fn set_mkdir_placement(&self, p: crate::dne::Placement) {
-        self.mkdir_round_robin
-            .store(p == crate::dne::Placement::RoundRobin, Ordering::Relaxed);
+    pub fn set_mkdir_placement(&self, p: crate::ops::mkdir_remote::Placement) {
+        self.mkdir_round_robin.store(
+            p == crate::ops::mkdir_remote::Placement::RoundRobin,
+            Ordering::Relaxed,
+        );
     }
 
     /// Sets `sync_on_reply`.

@@ -149,7 +149,7 @@ fn prepare(
         };
         return Ok(Some(Outgoing::ok(nacre_wire::encode_body(&done))));
     }
-    if crate::dne::stripe_of(mdt, fid)?.is_some() {
+    if crate::ops::dir_stripe::stripe_of(mdt, fid)?.is_some() {
         return Err(Status::NotSupp);
     }
     if mdt.intents.lock().expect("intents").contains_key(&fid)
@@ -171,7 +171,7 @@ fn prepare(
         MdsReply::Fid(f) => f,
         _ => return Err(Status::Proto),
     };
-    let default = crate::dne::dir_default(mdt, fid)?;
+    let default = crate::ops::dir_stripe::dir_default(mdt, fid)?;
     // No modifying request is in progress while the freeze is put in place.
     let _gate = mdt.gate.write().expect("gate");
     let mut tx = mdt.begin();

@@ -1,4 +1,5 @@
-//! `nacre bench`: IOR- and mdtest-like runs, obdfilter-survey and mds-survey, and the worker process of multi-host runs.
+//! `nacre bench`: IOR- and mdtest-like runs, obdfilter-survey and mds-survey, and the worker
+//! process of multi-host runs.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};

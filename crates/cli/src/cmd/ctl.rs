@@ -1,4 +1,5 @@
-//! `nacre ctl`: parameters and statistics of the node's nacre processes, over their control sockets (lctl's get_param/set_param/list_param).
+//! `nacre ctl`: parameters and statistics of the node's nacre processes, over their control sockets
+//! (lctl's get_param/set_param/list_param).
 
 use anyhow::{bail, Context};
 use clap::Subcommand;

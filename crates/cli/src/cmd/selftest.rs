@@ -1,4 +1,5 @@
-//! `nacre selftest`: the network alone (Lustre's lnet_selftest): ping and bulk RPCs against servers.
+//! `nacre selftest`: the network alone (Lustre's lnet_selftest): ping and bulk RPCs against
+//! servers.
 
 use anyhow::bail;
 use clap::Args;

@@ -3,21 +3,41 @@
 //! return the reply to save with them.
 
 pub mod create;
+pub mod dir_stripe;
 pub mod getattr;
 pub mod layout;
 pub mod link;
+pub mod link_remote;
 pub mod lookup;
 pub mod mkdir;
+pub mod mkdir_remote;
+pub mod mkdir_striped;
 pub mod open;
 pub mod readdir;
 pub mod readlink;
+pub mod remote_update;
 pub mod rename;
+pub mod rename_remote;
 pub mod rmdir;
+pub mod rmdir_remote;
+pub mod rmdir_striped;
 pub mod scan;
 pub mod setattr;
 pub mod symlink;
 pub mod unlink;
+pub mod unlink_remote;
 pub mod xattr;
+
+/// The cross-MDT operations, for the intent machinery in `dne.rs` and for each other.
+pub(crate) mod dne_ops {
+
+    pub(crate) use super::mkdir_remote::*;
+
+    pub(crate) use super::dir_stripe::*;
+    pub(crate) use super::rmdir_striped::*;
+
+    pub(crate) use super::rename_remote::*;
+}
 
 use crate::records::InodeRecord;
 use nacre_wire::mds::MdsReply;

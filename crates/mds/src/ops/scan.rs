@@ -29,7 +29,7 @@ pub fn inodes(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Sta
             parent: rec.parent,
             orphan: rec.orphan,
             shards: match rec.attr.kind {
-                nacre_types::FileKind::Directory => crate::dne::dir_stripe(mdt, fid)?
+                nacre_types::FileKind::Directory => crate::ops::dir_stripe::dir_stripe(mdt, fid)?
                     .map(|s| s.shards)
                     .unwrap_or_default(),
                 _ => Vec::new(),

@@ -1,0 +1,397 @@
+//! Rename across MDTs: the global rename lock (MDT0's), the loop check, and the intent steps that
+//! move an entry and its directory's parent pointer between MDTs.
+
+use crate::dne::*;
+use crate::mdt::Mdt;
+use crate::records::IntentRecord;
+use nacre_net::fault;
+use nacre_net::Outgoing;
+use nacre_types::{Fid, FileKind, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
+use std::time::{Duration, Instant};
+
+/// The steps of a rename across MDTs, each idempotent so a crash anywhere re-runs them: the
+/// inode's MDT counts the new entry (when it is not the target's), the target MDT puts the
+/// entry (undoing the count if it refuses), this MDT removes the source entry, and the
+/// inode's MDT drops the source entry's link (when the inode is not here).
+pub(crate) fn rename_steps(
+    mdt: &Mdt,
+    intent: &IntentRecord,
+    deadline: Instant,
+) -> Result<(), Status> {
+    let RemoteUpdate::InsertEntry {
+        fid, parent, name, ..
+    } = &intent.update
+    else {
+        unreachable!("rename_steps on an InsertEntry intent");
+    };
+    let (here, home, target) = (mdt.label.index, fid.mdt_index(), intent.mdt);
+    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
+    let new_link = || RemoteUpdate::AddLink {
+        fid: *fid,
+        parent: *parent,
+        name: name.clone(),
+    };
+    let moving_dir = matches!(
+        intent.update,
+        RemoteUpdate::InsertEntry {
+            kind: FileKind::Directory,
+            ..
+        }
+    );
+    if home != target && !moving_dir {
+        send(home, new_link())?;
+    }
+    let mut update = intent.update.clone();
+    if let RemoteUpdate::InsertEntry {
+        replaces,
+        noreplace: false,
+        kind: FileKind::Directory,
+        ..
+    } = &mut update
+    {
+        // Over an empty directory of a third MDT: destroyed there first (ENOTEMPTY stops
+        // the rename with nothing changed), then the entry replaced.
+        if let Some(victim) = third_mdt_victim(mdt, target, *parent, name, *fid)? {
+            send(victim.mdt_index(), RemoteUpdate::DestroyDir { fid: victim })?;
+            fault::point("mds.rename_remote.after_victim_destroyed");
+            *replaces = Some(victim);
+        }
+    }
+    if let Err(s) = send(target, update) {
+        if matches!(s, Status::Again | Status::NoDev) {
+            return Err(s);
+        }
+        if home != target && !moving_dir {
+            let RemoteUpdate::AddLink { fid, parent, name } = new_link() else {
+                unreachable!()
+            };
+            send(home, RemoteUpdate::DropLink { fid, parent, name })?;
+        }
+        return Err(s);
+    }
+    if moving_dir {
+        // A directory: its `..` follows; its old parent loses the subdirectory link.
+        let moved = (|| {
+            send(
+                home,
+                RemoteUpdate::SetParent {
+                    fid: *fid,
+                    parent: *parent,
+                },
+            )?;
+            let mut tx = mdt.begin();
+            if tx.lookup(intent.parent, &intent.name)?.map(|d| d.fid) == Some(*fid) {
+                tx.del_dirent(intent.parent, &intent.name);
+                let mut dir = tx.dir(intent.parent)?;
+                dir.attr.nlink = dir.attr.nlink.saturating_sub(1).max(2);
+                tx.touch(&mut dir);
+                tx.put_inode(&dir);
+                commit_durable(mdt, tx)?;
+            }
+            Ok(())
+        })();
+        return moved.map_err(|s: Status| {
+            tracing::warn!(
+                "{}: move of directory {fid} to finish later: {s}",
+                mdt.label.name()
+            );
+            Status::Again
+        });
+    }
+    // From here on the rename happens: any failure is retried (the intent stays).
+    finish_rename(mdt, intent, *fid, here, home, &send).map_err(|s| {
+        tracing::warn!("{}: rename of {fid} to finish later: {s}", mdt.label.name());
+        Status::Again
+    })
+}
+
+/// The directory named by (`parent`, `name`) on MDT `target` when its inode lives on a third
+/// MDT and it is not striped (a rename of directory `moving` may replace it once it is
+/// destroyed there); None otherwise. A victim already destroyed by an earlier run of the
+/// same rename (its inode gone, its entry not) counts too.
+pub(crate) fn third_mdt_victim(
+    mdt: &Mdt,
+    target: u32,
+    parent: Fid,
+    name: &[u8],
+    moving: Fid,
+) -> Result<Option<Fid>, Status> {
+    let lookup = MdsOp::Lookup {
+        parent,
+        name: name.to_vec(),
+    };
+    let victim = match peer_call(mdt, target, lookup) {
+        Ok(MdsReply::Remote { fid }) if fid != moving && fid.mdt_index() != target => fid,
+        Ok(_) | Err(Status::NoEnt) => return Ok(None),
+        Err(s) => return Err(s),
+    };
+    let home = victim.mdt_index();
+    match peer_call(mdt, home, MdsOp::GetAttr { fid: victim }) {
+        Ok(MdsReply::Attr(attr)) | Ok(MdsReply::Entry { attr, .. }) => {
+            if attr.kind != FileKind::Directory || stripe_of_remote(mdt, victim)? {
+                return Ok(None);
+            }
+            Ok(Some(victim))
+        }
+        Err(Status::NoEnt) => Ok(Some(victim)),
+        Ok(_) => Err(Status::Proto),
+        Err(s) => Err(s),
+    }
+}
+
+/// True if directory `fid` (on another MDT) is striped.
+pub(crate) fn stripe_of_remote(mdt: &Mdt, fid: Fid) -> Result<bool, Status> {
+    match peer_call(mdt, fid.mdt_index(), MdsOp::GetDirStripe { fid })? {
+        MdsReply::DirStripe(s) => Ok(s.is_some()),
+        _ => Err(Status::Proto),
+    }
+}
+
+/// The second half of [`rename_steps`]: the source entry and its link.
+pub(crate) fn finish_rename(
+    mdt: &Mdt,
+    intent: &IntentRecord,
+    fid: Fid,
+    here: u32,
+    home: u32,
+    send: &dyn Fn(u32, RemoteUpdate) -> Result<(), Status>,
+) -> Result<(), Status> {
+    let fid = &fid;
+    // The source entry goes (once: only while it still names the inode).
+    let mut tx = mdt.begin();
+    if tx.lookup(intent.parent, &intent.name)?.map(|d| d.fid) == Some(*fid) {
+        tx.del_dirent(intent.parent, &intent.name);
+        let mut dir = tx.dir(intent.parent)?;
+        tx.touch(&mut dir);
+        tx.put_inode(&dir);
+        if home == here {
+            let rec = tx.inode(*fid)?;
+            crate::ops::unlink::drop_link(&mut tx, rec)?;
+        }
+        let destroys = std::mem::take(&mut tx.destroys);
+        commit_durable(mdt, tx)?;
+        mdt.queue_destroys(destroys);
+    } else {
+        drop(tx);
+    }
+    if home != here {
+        send(
+            home,
+            RemoteUpdate::DropLink {
+                fid: *fid,
+                parent: intent.parent,
+                name: intent.name.clone(),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// How long MDT0 keeps the rename lock for a holder that never gives it back (a crashed
+/// coordinator).
+pub const RENAME_LOCK_LEASE_MS: u64 = 120_000;
+
+/// On MDT0: takes or gives back the rename lock for `owner`. `EINPROGRESS` while another
+/// holds it (its lease not expired); taking it twice is the same as once.
+pub fn rename_lock(mdt: &Mdt, owner: ([u8; 16], u64), acquire: bool) -> Result<MdsReply, Status> {
+    if mdt.label.index != 0 {
+        return Err(Status::Inval);
+    }
+    let now = Instant::now();
+    let mut held = mdt.rename_lock.lock().expect("rename lock");
+    match (*held, acquire) {
+        (Some((o, until)), true) if o != owner && until > now => Err(Status::InProgress),
+        (_, true) => {
+            *held = Some((owner, now + Duration::from_millis(RENAME_LOCK_LEASE_MS)));
+            Ok(MdsReply::Done)
+        }
+        (Some((o, _)), false) if o == owner => {
+            *held = None;
+            Ok(MdsReply::Done)
+        }
+        (_, false) => Ok(MdsReply::Done),
+    }
+}
+
+/// Runs `f` holding the file system's rename lock (on MDT0) for request (`client`, `xid`):
+/// directory renames between different parents are serialised, so the check that a
+/// directory does not move beneath itself and the move cannot interleave with another
+/// move's (which could otherwise build a loop cut off from the root). `EINPROGRESS` if the
+/// lock stays taken or MDT0 unreachable for [`PEER_WAIT_MS_MAX`] (the client resends).
+pub fn with_rename_lock<T>(
+    mdt: &Mdt,
+    client: [u8; 16],
+    xid: u64,
+    f: impl FnOnce() -> T,
+) -> Result<T, Status> {
+    let owner = (client, xid);
+    let ask = |acquire: bool| {
+        if mdt.label.index == 0 {
+            rename_lock(mdt, owner, acquire).map(|_| ())
+        } else {
+            peer_call(mdt, 0, MdsOp::RenameLock { owner, acquire }).map(|_| ())
+        }
+    };
+    let deadline = Instant::now() + Duration::from_millis(PEER_WAIT_MS_MAX);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match ask(true) {
+            Ok(()) => break,
+            Err(Status::InProgress) | Err(Status::Again) | Err(Status::NoDev)
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(PEER_RETRY_MS));
+            }
+            Err(Status::Again) | Err(Status::NoDev) => return Err(Status::InProgress),
+            Err(s) => return Err(s),
+        }
+    }
+    let out = f();
+    if let Err(s) = ask(false) {
+        tracing::warn!(
+            "{}: rename lock not given back ({s}); its lease ends it",
+            mdt.label.name()
+        );
+    }
+    Ok(out)
+}
+
+/// A directory rename's check, under the rename lock, that directory `fid` does not move
+/// beneath itself (into `dst_parent`): `EINVAL` if it would.
+pub(crate) fn loop_check(mdt: &Mdt, dst_parent: Fid, fid: Fid) -> Result<(), Status> {
+    if beneath(mdt, dst_parent, fid)? {
+        return Err(Status::Inval);
+    }
+    fault::point("mds.rename.after_loop_check");
+    Ok(())
+}
+
+/// True if directory `dir` is `ancestor` or lies beneath it, following `..` across MDTs.
+/// Callers hold the rename lock, so no other directory moves meanwhile.
+pub(crate) fn beneath(mdt: &Mdt, dir: Fid, ancestor: Fid) -> Result<bool, Status> {
+    let mut cur = dir;
+    for _ in 0..crate::ops::rename::DEPTH_MAX {
+        if cur == ancestor {
+            return Ok(true);
+        }
+        if cur == Fid::ROOT {
+            return Ok(false);
+        }
+        cur = if cur.mdt_index() == mdt.label.index {
+            mdt.inode(cur)?.parent.unwrap_or(Fid::ROOT)
+        } else {
+            let up = MdsOp::Lookup {
+                parent: cur,
+                name: b"..".to_vec(),
+            };
+            match peer_call(mdt, cur.mdt_index(), up)? {
+                MdsReply::Entry { attr, .. } => attr.fid,
+                MdsReply::Remote { fid } => fid,
+                _ => return Err(Status::Proto),
+            }
+        };
+    }
+    Err(Status::Io)
+}
+
+/// Coordinator: rename of `src_name` in `src_parent` (here) to `dst_name` in `dst_parent`
+/// on another MDT (a directory moves with its `..`; one replacing a directory there is not
+/// supported yet: `EXDEV`).
+#[allow(clippy::too_many_arguments)]
+pub fn rename_remote(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+    dst_name: &[u8],
+    noreplace: bool,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_request(mdt, call, xid) {
+        return out;
+    }
+    let src = crate::mdt::check_name(src_name)
+        .and_then(|()| crate::mdt::check_name(dst_name))
+        .and_then(|()| mdt.inode(src_parent))
+        .and_then(|d| match d.attr.kind {
+            FileKind::Directory => mdt.lookup(src_parent, src_name)?.ok_or(Status::NoEnt),
+            _ => Err(Status::NotDir),
+        });
+    let src = match src {
+        Ok(s) => s,
+        Err(s) => return Outgoing::error(s),
+    };
+    if src.kind == FileKind::Directory {
+        // A directory may not move beneath itself: walk up from the target across MDTs,
+        // and move it, under the rename lock.
+        let moved = with_rename_lock(mdt, call.client, xid, || {
+            if let Err(s) = loop_check(mdt, dst_parent, src.fid) {
+                return Outgoing::error(s);
+            }
+            rename_remote_locked(
+                mdt,
+                call,
+                xid,
+                src.clone(),
+                src_parent,
+                src_name,
+                dst_parent,
+                dst_name,
+                noreplace,
+            )
+        });
+        return moved.unwrap_or_else(Outgoing::error);
+    }
+    rename_remote_locked(
+        mdt, call, xid, src, src_parent, src_name, dst_parent, dst_name, noreplace,
+    )
+}
+
+/// [`rename_remote`] once the source is known (and, for a directory, under the rename lock
+/// with the loop check made).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rename_remote_locked(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src: crate::records::DirentRecord,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+    dst_name: &[u8],
+    noreplace: bool,
+) -> Outgoing {
+    let mut tx = mdt.begin();
+    // Re-checked under the write lock: the entry may have changed since it was looked up.
+    match tx.lookup(src_parent, src_name) {
+        Ok(Some(d)) if d.fid == src.fid => {}
+        Ok(_) => return Outgoing::error(Status::InProgress),
+        Err(s) => return Outgoing::error(s),
+    }
+    let key = tx.new_fid();
+    let intent = IntentRecord {
+        key,
+        mdt: dst_parent.mdt_index(),
+        update: RemoteUpdate::InsertEntry {
+            fid: src.fid,
+            kind: src.kind,
+            parent: dst_parent,
+            name: dst_name.to_vec(),
+            noreplace,
+            replaces: None,
+        },
+        parent: src_parent,
+        name: src_name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards: Vec::new(),
+        attr: None,
+        migrate_to: None,
+    };
+    run_intent(mdt, call, xid, tx, intent, "mds.rename_remote.after_intent")
+}

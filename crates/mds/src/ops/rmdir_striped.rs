@@ -1,0 +1,114 @@
+//! rmdir of a striped directory: every shard must be empty; shards go, then the master.
+
+use crate::dne::*;
+use crate::mdt::Mdt;
+use crate::records::IntentRecord;
+use nacre_net::Outgoing;
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
+use std::time::Instant;
+
+/// Coordinator: `rmdir` of `name` in `parent` (here), the entry of striped directory
+/// `master`. Every shard must be empty; the intent commits first, then the shards are
+/// destroyed, then the master, then the entry goes. A shard found not empty at that point
+/// (a create raced in) puts every shard back as it was and answers `ENOTEMPTY`.
+pub fn rmdir_striped(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    parent: Fid,
+    name: &[u8],
+    master: Fid,
+    stripe: nacre_types::dirstripe::DirStripe,
+) -> Outgoing {
+    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_own(mdt, call, xid, master) {
+        return out;
+    }
+    // Check every shard (and learn what to put back) before changing anything.
+    let mut shards = Vec::with_capacity(stripe.shards.len());
+    for &shard in &stripe.shards {
+        let at = shard.mdt_index();
+        let listing = MdsOp::ReadDir {
+            fid: shard,
+            after: None,
+            count: 1,
+        };
+        match peer_call(mdt, at, listing) {
+            Ok(MdsReply::Dir { entries, .. }) if entries.is_empty() => {}
+            Ok(MdsReply::Dir { .. }) => return Outgoing::error(Status::NotEmpty),
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        }
+        let attr = match peer_call(mdt, at, MdsOp::GetAttr { fid: shard }) {
+            Ok(MdsReply::Entry { attr, .. }) => attr,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        let dir_default = match peer_call(mdt, at, MdsOp::GetLayout { fid: shard }) {
+            Ok(MdsReply::Layout(nacre_wire::mds::LayoutInfo::Dir(d))) => d,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        let default = match peer_call(mdt, at, MdsOp::GetDirDefault { fid: shard }) {
+            Ok(MdsReply::DirDefault(d)) => d,
+            Ok(_) => return Outgoing::error(Status::Proto),
+            Err(s) => return Outgoing::error(s),
+        };
+        shards.push((at, attr, dir_default, default));
+    }
+    let intent = IntentRecord {
+        key: master,
+        mdt: master.mdt_index(),
+        update: RemoteUpdate::DestroyDir { fid: master },
+        parent,
+        name: name.to_vec(),
+        reply_to: Some((call.client, xid)),
+        shards,
+        attr: None,
+        migrate_to: None,
+    };
+    start_removal(
+        mdt,
+        call,
+        xid,
+        parent,
+        name,
+        intent,
+        "mds.rmdir_striped.after_intent",
+    )
+}
+
+/// The remote part of a striped directory's removal: every shard destroyed, then the
+/// master; a shard not empty puts back every shard (creation is idempotent, so shards never
+/// destroyed are untouched) and answers `ENOTEMPTY`. Err(Again) while an MDT is unreachable.
+pub(crate) fn remove_striped(
+    mdt: &Mdt,
+    intent: &IntentRecord,
+    deadline: Instant,
+) -> Result<(), Status> {
+    let master = intent.update.fid();
+    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
+    for (at, attr, _, _) in &intent.shards {
+        match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
+            Ok(()) => {}
+            Err(Status::NotEmpty) => {
+                for (at, attr, dir_default, default) in &intent.shards {
+                    let back = RemoteUpdate::CreateDir {
+                        attr: attr.clone(),
+                        parent: master,
+                        dir_default: *dir_default,
+                        stripe: None,
+                        default: *default,
+                    };
+                    send(*at, back)?;
+                }
+                return Err(Status::NotEmpty);
+            }
+            Err(s) => return Err(s),
+        }
+    }
+    send(intent.mdt, intent.update.clone())
+}
