@@ -857,6 +857,13 @@ fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
                         bulk: frame.bulk,
                     };
                     tx.send(Ok(reply));
+                } else {
+                    // Late (its request timed out and was resent) or never asked for:
+                    // nobody waits for it, so it reaches no caller.
+                    tracing::warn!(
+                        "{nid}: reply to xid {} that no request waits for; dropped",
+                        frame.header.xid
+                    );
                 }
             }
             Ok(None) => break "closed by peer".to_string(),

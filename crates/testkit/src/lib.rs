@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod hostile;
 mod testfs;
 pub use testfs::{Form, Spec, TestFs};
 
@@ -421,6 +422,17 @@ pub fn pid_of_command(matches: impl Fn(&[String]) -> bool) -> Option<u32> {
 }
 
 impl ClientMount {
+    /// The log of the background mount process (`/run/nacre/<mount point>.log`).
+    pub fn log_path(&self) -> PathBuf {
+        let canon = std::fs::canonicalize(&self.mnt).unwrap_or_else(|_| self.mnt.clone());
+        let name: String = canon
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        Path::new("/run/nacre").join(format!("{name}.log"))
+    }
+
     /// Aborts this mount's FUSE connection through fusectl (mounted if needed), as
     /// `echo 1 > /sys/fs/fuse/connections/N/abort` does: every request waiting on it fails
     /// with ENOTCONN at once. Lets a hang detector fail its test instead of hanging with it.
