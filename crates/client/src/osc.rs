@@ -329,11 +329,18 @@ fn per_object(
 pub fn glimpse(client: &Client, layout: &Layout) -> Result<(u64, u64)> {
     let replies = per_object(client, layout, |_, object| OssRequest::Glimpse { object })?;
     let mut size = 0;
-    let mut blocks = 0;
+    let mut blocks: u64 = 0;
     for (stripe, reply) in replies {
         if let OssReply::ObjectAttr { size: s, blocks: b } = reply {
-            size = size.max(layout.file_size_from_object(stripe, s));
-            blocks += b;
+            if s > FILE_BYTES_MAX {
+                let (ost, _) = object(layout, stripe);
+                return Err(ClientError::bad_reply(
+                    format!("OST{ost:04x}"),
+                    format!("object size {s} beyond the largest file"),
+                ));
+            }
+            size = size.max(layout.file_size_from_object(stripe, s).min(FILE_BYTES_MAX));
+            blocks = blocks.saturating_add(b);
         }
     }
     Ok((size, blocks))

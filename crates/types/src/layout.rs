@@ -211,8 +211,12 @@ impl Layout {
         let size = u64::from(self.stripe_size);
         let count = self.objects.len() as u64;
         let last = object_size - 1;
-        let file_offset = (last / size) * size * count + stripe as u64 * size + last % size;
-        file_offset + 1
+        // Saturating: an object size from the other side of a socket may be absurd.
+        let file_offset = (last / size)
+            .saturating_mul(size)
+            .saturating_mul(count)
+            .saturating_add(stripe as u64 * size + last % size);
+        file_offset.saturating_add(1)
     }
 
     /// Size the object at `stripe` has when the file is exactly `file_size` bytes long.

@@ -797,20 +797,59 @@ pub enum MdsReply {
 
 impl MdsReply {
     /// Checks content a well-formed reply may still get wrong, before a client uses it:
-    /// layouts (objects, stripe size) and directory stripes (shards). The reason on failure.
+    /// layouts (objects, stripe size), directory stripes (shards), entry names (1 to 255
+    /// bytes, no `/` or NUL), page sizes, symlink targets and xattr sizes. The reason on
+    /// failure.
     pub fn check(&self) -> Result<(), String> {
-        let layout = match self {
+        use nacre_types::limits::{
+            NAME_BYTES_MAX, READDIR_ENTRIES_MAX, SYMLINK_BYTES_MAX, XATTR_NAME_BYTES_MAX,
+            XATTR_VALUE_BYTES_MAX,
+        };
+        let at_most = |what: &str, n: usize, max: usize| match n > max {
+            true => Err(format!("{what} of {n} bytes (at most {max})")),
+            false => Ok(()),
+        };
+        match self {
             MdsReply::Entry {
                 layout: Some(l), ..
             }
-            | MdsReply::Layout(LayoutInfo::File(l)) => Some(l),
-            MdsReply::DirStripe(Some(s)) => return s.check(),
-            _ => None,
-        };
-        match layout {
-            Some(l) => l.check().map_err(|e| e.to_string()),
-            None => Ok(()),
+            | MdsReply::Layout(LayoutInfo::File(l)) => l.check().map_err(|e| e.to_string()),
+            MdsReply::DirStripe(Some(s)) => s.check(),
+            MdsReply::Dir { entries, .. } => {
+                if entries.len() > READDIR_ENTRIES_MAX as usize {
+                    return Err(format!("directory page of {} entries", entries.len()));
+                }
+                entries.iter().try_for_each(|e| check_name(&e.name))
+            }
+            MdsReply::Target(t) => at_most("symlink target", t.len(), SYMLINK_BYTES_MAX),
+            MdsReply::Xattr(v) => at_most("xattr value", v.len(), XATTR_VALUE_BYTES_MAX),
+            MdsReply::XattrNames(names) => names
+                .iter()
+                .try_for_each(|n| at_most("xattr name", n.len(), XATTR_NAME_BYTES_MAX)),
+            _ => {
+                let _ = NAME_BYTES_MAX;
+                Ok(())
+            }
         }
+    }
+}
+
+/// A directory entry's name as a client may hand it to the kernel: 1 to 255 bytes, no `/`
+/// or NUL, not `.` or `..` (the client adds those itself).
+fn check_name(name: &[u8]) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name.len() > nacre_types::limits::NAME_BYTES_MAX
+        || name.contains(&b'/')
+        || name.contains(&0)
+        || name == b"."
+        || name == b"..";
+    match bad {
+        true => Err(format!(
+            "directory entry name {:?} ({} bytes)",
+            String::from_utf8_lossy(&name[..name.len().min(64)]),
+            name.len()
+        )),
+        false => Ok(()),
     }
 }
 
@@ -819,6 +858,51 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn check_refuses_content_a_client_cannot_use_and_passes_the_rest() {
+        use nacre_types::dirstripe::{DirHash, DirStripe};
+        use nacre_types::{ObjectId, StripeObject};
+        let fid = Fid::new(0x200000400, 1);
+        let one = StripeObject {
+            ost: 0,
+            object: ObjectId { seq: 1, id: 2 },
+        };
+        let layout = |objects: Vec<StripeObject>, stripe_size| {
+            MdsReply::Layout(LayoutInfo::File(Layout {
+                stripe_size,
+                objects,
+            }))
+        };
+        assert!(layout(vec![one], 1 << 20).check().is_ok());
+        assert!(layout(vec![], 1 << 20).check().is_err());
+        assert!(layout(vec![one], 0).check().is_err());
+        assert!(layout(vec![one; 2001], 1 << 20).check().is_err());
+        let stripe = |shards: Vec<Fid>| {
+            MdsReply::DirStripe(Some(DirStripe {
+                hash: DirHash::Fnv1a64,
+                shards,
+            }))
+        };
+        assert!(stripe(vec![fid, fid]).check().is_ok());
+        assert!(stripe(vec![]).check().is_err());
+        let dir = |name: &[u8]| MdsReply::Dir {
+            entries: vec![DirEntry {
+                name: name.to_vec(),
+                fid,
+                kind: FileKind::Regular,
+            }],
+            eof: true,
+        };
+        assert!(dir(b"ok").check().is_ok());
+        for bad in [&b""[..], b"a/b", b"nul\0", b".", b"..", &[b'x'; 256]] {
+            assert!(dir(bad).check().is_err(), "{bad:?}");
+        }
+        assert!(MdsReply::Target(vec![b'x'; 4097]).check().is_err());
+        assert!(MdsReply::Xattr(vec![0; 65537]).check().is_err());
+        assert!(MdsReply::XattrNames(vec![vec![b'n'; 256]]).check().is_err());
+        assert!(MdsReply::Done.check().is_ok());
+    }
 
     #[test]
     fn readpage_opcodes_are_readdir_and_close() {
