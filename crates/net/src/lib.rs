@@ -17,6 +17,7 @@ pub mod frame;
 pub mod local;
 pub mod ni;
 mod queue;
+pub mod reactor;
 pub mod router;
 pub mod rpc;
 pub mod selftest;
@@ -34,6 +35,7 @@ pub fn peer_nid(peer: &str) -> String {
         Err(_) => peer.to_string(),
     }
 }
+pub use reactor::{NetLimits, NetStats};
 pub use rpc::RpcError;
 pub use server::{Listen, Server};
 pub use service::{

@@ -176,6 +176,7 @@ impl Router {
             bulk,
             peer: "local".into(),
             reply_to: ReplySink::Local(reply_to),
+            _budget: None,
         };
         let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
         self.route_with(req, hint, inline);

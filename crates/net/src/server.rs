@@ -1,17 +1,19 @@
-//! The TCP side of a server: an acceptor and one reader thread per connection, feeding the
-//! [`Router`]. The router is also registered for in-process connections.
+//! The TCP side of a server: an acceptor per address, and a bounded set of network threads
+//! ([`crate::reactor`]) reading every connection and feeding the [`Router`]. The router is
+//! also registered for in-process connections.
 
-use crate::frame::read_frame;
+use crate::frame::RawFrame;
+use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
-use crate::service::{Incoming, ReplySink, ServicePool};
+use crate::service::{Incoming, ReplySink, ServicePool, TcpReplier};
 use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_wire::Service;
-use std::io::BufReader;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// One address a server listens on, and the CPU partitions serving its connections (the
 /// partitions its network interface is bound to, as `networks="tcp0(eth0)[0]"` says; empty:
@@ -29,7 +31,7 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     router: Arc<Router>,
     stopping: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    reactor: Arc<Reactor>,
     acceptors: Mutex<Vec<JoinHandle<()>>>,
     /// The listening sockets (clones), shut down to wake the acceptors.
     listeners: Mutex<Vec<TcpListener>>,
@@ -66,6 +68,18 @@ impl Server {
         bulk_len_max: u32,
         starting: bool,
     ) -> Result<Arc<Server>, NetError> {
+        Server::bind_limited(listens, bulk_len_max, starting, NetLimits::default())
+    }
+
+    /// Binds every address of `listens` and serves their connections within `limits`
+    /// (network threads, connection cap, frame deadline, receive budget, reply timeout);
+    /// `starting` as for [`Server::bind_starting`].
+    pub fn bind_limited(
+        listens: &[Listen],
+        bulk_len_max: u32,
+        starting: bool,
+        limits: NetLimits,
+    ) -> Result<Arc<Server>, NetError> {
         assert!(!listens.is_empty(), "a server needs an address");
         let mut listeners = Vec::new();
         let mut port = 0;
@@ -87,11 +101,12 @@ impl Server {
         for a in &addrs {
             local::register(*a, &router);
         }
+        let reactor = Reactor::start(limits, Arc::new(NetStats::default()), "socknal_sd")?;
         let server = Arc::new(Server {
             addrs,
             router: router.clone(),
             stopping: Arc::new(AtomicBool::new(false)),
-            conns: Arc::new(Mutex::new(Vec::new())),
+            reactor,
             acceptors: Mutex::new(Vec::new()),
             listeners: Mutex::new(Vec::new()),
         });
@@ -100,14 +115,17 @@ impl Server {
             if let Ok(clone) = listener.try_clone() {
                 server.listeners.lock().expect("listeners").push(clone);
             }
-            let (router, stopping, conns) = (
-                router.clone(),
-                server.stopping.clone(),
-                server.conns.clone(),
-            );
+            let accept = Accept {
+                listener,
+                cpts,
+                router: router.clone(),
+                stopping: server.stopping.clone(),
+                reactor: server.reactor.clone(),
+                bulk_len_max,
+            };
             let t = std::thread::Builder::new()
                 .name("acceptor".into())
-                .spawn(move || accept_loop(listener, cpts, router, stopping, conns, bulk_len_max))
+                .spawn(move || accept.run())
                 .expect("spawn acceptor");
             server.acceptors.lock().expect("acceptors").push(t);
         }
@@ -122,6 +140,16 @@ impl Server {
     /// Every bound address.
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
+    }
+
+    /// What the server's connections did that it had to stop (refusals, timeouts).
+    pub fn net_stats(&self) -> Arc<NetStats> {
+        self.reactor.stats.clone()
+    }
+
+    /// The limits its connections are served within.
+    pub fn limits(&self) -> NetLimits {
+        self.reactor.limits
     }
 
     /// The request router (rotor setting).
@@ -158,9 +186,7 @@ impl Server {
         for t in self.acceptors.lock().expect("acceptors").drain(..) {
             let _ = t.join();
         }
-        for c in self.conns.lock().expect("conns").drain(..) {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
+        self.reactor.stop();
         self.router.stop();
     }
 }
@@ -171,98 +197,124 @@ impl Drop for Server {
     }
 }
 
-fn accept_loop(
+/// An acceptor: takes connections off one listening address, refuses them past the cap, and
+/// hands the others to the network threads.
+struct Accept {
     listener: TcpListener,
     cpts: Vec<usize>,
     router: Arc<Router>,
     stopping: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    reactor: Arc<Reactor>,
     bulk_len_max: u32,
-) {
-    let mut partition = 0usize;
-    for stream in listener.incoming() {
-        if stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(10));
+}
+
+/// Seconds since the epoch of the last refusal logged (refusals are logged at most once a
+/// second, with how many were not).
+static REFUSAL_LOGGED_S: AtomicU64 = AtomicU64::new(0);
+static REFUSALS_UNLOGGED: AtomicU64 = AtomicU64::new(0);
+
+impl Accept {
+    fn run(self) {
+        let mut partition = 0usize;
+        for stream in self.listener.incoming() {
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of descriptors or memory: wait a little rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            let peer = stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "?".into());
+            let stats = self.reactor.stats.clone();
+            let open = stats.conns_open.load(Ordering::Relaxed);
+            if open >= self.reactor.limits.conns_max as u64 {
+                stats.conns_refused.fetch_add(1, Ordering::Relaxed);
+                log_refusal(&peer, open);
+                drop(stream);
                 continue;
             }
-        };
-        let _ = stream.set_nodelay(true);
-        let peer = stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let Ok(clone) = stream.try_clone() else {
-            continue;
-        };
-        {
-            let mut list = conns.lock().expect("conns");
-            list.retain(|c| c.peer_addr().is_ok());
-            list.push(clone);
-        }
-        let router = router.clone();
-        // An interface bound to partitions has its connections' bulk buffers taken from
-        // their partition's pools; otherwise they come from the shared ones.
-        let (cpt, bound) = if cpts.is_empty() {
-            (partition, false)
-        } else {
-            (cpts[partition % cpts.len()], true)
-        };
-        partition = partition.wrapping_add(1);
-        let spawned = std::thread::Builder::new()
-            .name("conn-reader".into())
-            .spawn(move || {
-                nacre_types::buf::set_thread_partition(bound.then_some(cpt));
-                serve_connection(stream, peer, router, cpt, bulk_len_max)
+            stats.conns_open.fetch_add(1, Ordering::Relaxed);
+            stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
+            let _ = stream.set_nodelay(true);
+            let timeout = Duration::from_millis(self.reactor.limits.reply_timeout_ms.max(1));
+            let _ = stream.set_write_timeout(Some(timeout));
+            let Ok(write_half) = stream.try_clone() else {
+                stats.conns_open.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            };
+            let cpt = match self.cpts.is_empty() {
+                true => partition,
+                false => self.cpts[partition % self.cpts.len()],
+            };
+            partition = partition.wrapping_add(1);
+            let sink = ServerSink {
+                router: self.router.clone(),
+                peer: peer.clone(),
+                cpt,
+                replier: Arc::new(TcpReplier::new(write_half, stats)),
+            };
+            self.reactor.add(NewConn {
+                stream,
+                peer,
+                bulk_len_max: self.bulk_len_max,
+                sink: Box::new(sink),
             });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start a connection thread: {e}");
         }
     }
 }
 
-fn serve_connection(
-    stream: TcpStream,
-    peer: String,
-    router: Arc<Router>,
-    cpt: usize,
-    bulk_len_max: u32,
-) {
-    let Ok(write_half) = stream.try_clone() else {
+fn log_refusal(peer: &str, open: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if REFUSAL_LOGGED_S.swap(now, Ordering::Relaxed) == now {
+        REFUSALS_UNLOGGED.fetch_add(1, Ordering::Relaxed);
         return;
-    };
-    let writer = Arc::new(Mutex::new(write_half));
-    let mut reader = BufReader::with_capacity(64 * 1024, stream);
-    loop {
-        match read_frame(&mut reader, bulk_len_max) {
-            Ok(Some(frame)) if !frame.header.is_reply() => {
-                let req = Incoming {
-                    header: frame.header,
-                    body: frame.body,
-                    bulk: frame.bulk.map(Arc::new),
-                    peer: peer.clone(),
-                    reply_to: ReplySink::Tcp(writer.clone()),
-                };
-                router.route(req, cpt);
-            }
-            Ok(Some(_)) => {
-                tracing::warn!("{peer}: unexpected reply frame; dropping connection");
-                break;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!("{peer}: {e}; dropping connection");
-                break;
-            }
-        }
     }
-    let _ = writer
-        .lock()
-        .expect("writer")
-        .shutdown(std::net::Shutdown::Both);
+    let more = REFUSALS_UNLOGGED.swap(0, Ordering::Relaxed);
+    tracing::warn!(
+        "refusing a connection from {peer}: {open} connections open (conns_max){}",
+        match more {
+            0 => String::new(),
+            n => format!("; {n} more refused in the last second"),
+        }
+    );
+}
+
+/// A server connection's frames: requests, routed to their service.
+struct ServerSink {
+    router: Arc<Router>,
+    peer: String,
+    cpt: usize,
+    replier: Arc<TcpReplier>,
+}
+
+impl FrameSink for ServerSink {
+    fn frame(&mut self, frame: RawFrame, permit: Option<BudgetPermit>) -> Result<(), String> {
+        if frame.header.is_reply() {
+            return Err("unexpected reply frame".into());
+        }
+        let req = Incoming {
+            header: frame.header,
+            body: frame.body,
+            bulk: frame.bulk.map(Arc::new),
+            peer: self.peer.clone(),
+            reply_to: ReplySink::Tcp(self.replier.clone()),
+            _budget: permit,
+        };
+        self.router.route(req, self.cpt);
+        Ok(())
+    }
+
+    fn closed(&mut self, _cause: &str) {
+        self.replier.close();
+    }
 }

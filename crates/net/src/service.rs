@@ -7,7 +7,7 @@ use crate::queue::WaitQueue;
 use crate::{NetError, Reply};
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_REPLY};
-use nacre_wire::Header;
+use nacre_wire::{Header, HEADER_BYTES};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -103,6 +103,8 @@ pub struct Incoming {
     /// Peer description for logs (address or "local").
     pub peer: String,
     pub(crate) reply_to: ReplySink,
+    /// The receive budget its bytes hold, given back when the request is dropped.
+    pub(crate) _budget: Option<crate::reactor::BudgetPermit>,
 }
 
 /// What a handler returns.
@@ -206,7 +208,7 @@ fn serve_one(handler: &dyn Handler, req: Incoming, handled: impl FnOnce()) {
 }
 
 pub(crate) enum ReplySink {
-    Tcp(Arc<Mutex<TcpStream>>),
+    Tcp(Arc<TcpReplier>),
     Local(OneshotSender<Result<Reply, NetError>>),
 }
 
@@ -230,15 +232,80 @@ impl Incoming {
                     bulk: out.bulk,
                 }));
             }
-            ReplySink::Tcp(writer) => {
+            ReplySink::Tcp(replier) => {
                 let checksum = self.header.flags & FLAG_BULK_CHECKSUM != 0;
                 header.seal(&out.body, out.bulk.as_deref(), checksum);
-                let mut w = writer.lock().expect("reply writer");
-                if let Err(e) = write_frame(&mut *w, &header, &out.body, out.bulk.as_deref()) {
-                    tracing::debug!("reply to {} lost: {e}", self.peer);
-                }
+                replier.send(&self.peer, &header, &out.body, out.bulk.as_deref());
             }
         }
+    }
+}
+
+/// The writing side of a server connection, shared by the service threads replying on it.
+pub(crate) struct TcpReplier {
+    stream: Mutex<TcpStream>,
+    stats: Arc<crate::reactor::NetStats>,
+}
+
+impl TcpReplier {
+    /// `stream` has its send timeout set (the reply timeout).
+    pub(crate) fn new(stream: TcpStream, stats: Arc<crate::reactor::NetStats>) -> TcpReplier {
+        TcpReplier {
+            stream: Mutex::new(stream),
+            stats,
+        }
+    }
+
+    /// Writes a reply. A peer that does not take it within the send timeout (or, on a
+    /// network thread, at once) has its connection dropped: a reply half written leaves the
+    /// stream unusable, and the client resends on a new connection.
+    fn send(&self, peer: &str, header: &Header, body: &[u8], bulk: Option<&[u8]>) {
+        let w = self.stream.lock().expect("reply writer");
+        let result = match crate::reactor::on_network_thread() {
+            true => send_now(&w, header, body, bulk),
+            false => write_frame(&mut &*w, header, body, bulk),
+        };
+        if let Err(e) = result {
+            let slow = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            if slow {
+                self.stats.replies_timed_out.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("{peer}: does not read its replies; dropping the connection");
+            } else {
+                tracing::debug!("reply to {peer} lost: {e}");
+            }
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// The connection ended: replies still to come fail at once.
+    pub(crate) fn close(&self) {
+        let _ = self
+            .stream
+            .lock()
+            .expect("reply writer")
+            .shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Sends a small frame without waiting (from a network thread): all of it, or an error.
+fn send_now(
+    stream: &TcpStream,
+    header: &Header,
+    body: &[u8],
+    bulk: Option<&[u8]>,
+) -> std::io::Result<()> {
+    let mut frame = Vec::with_capacity(HEADER_BYTES + body.len() + bulk.map_or(0, <[u8]>::len));
+    frame.extend_from_slice(&header.encode());
+    frame.extend_from_slice(body);
+    frame.extend_from_slice(bulk.unwrap_or(&[]));
+    let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+    match rustix::net::send(stream, &frame, flags) {
+        Ok(n) if n == frame.len() => Ok(()),
+        Ok(_) => Err(std::io::ErrorKind::WouldBlock.into()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -111,6 +111,8 @@ pub struct ServerSpec {
     pub commit_interval_ms: u64,
     /// OSTs write and read aligned data with O_DIRECT (bypassing the page cache).
     pub ost_direct_io: bool,
+    /// Limits of the connections (threads 0: one network thread per CPU partition).
+    pub net_limits: nacre_net::NetLimits,
 }
 
 impl ServerSpec {
@@ -138,6 +140,10 @@ impl ServerSpec {
             mdt_sync_on_reply: false,
             commit_interval_ms: COMMIT_INTERVAL_MS_DEFAULT,
             ost_direct_io: true,
+            net_limits: nacre_net::NetLimits {
+                threads: 0,
+                ..Default::default()
+            },
         }
     }
 }
@@ -159,6 +165,15 @@ pub struct ServerProcess {
     cpts: Arc<CptTable>,
 }
 
+/// The connection limits, with one network thread per CPU partition unless given.
+fn limits(spec: &ServerSpec, table: &CptTable) -> nacre_net::NetLimits {
+    let mut l = spec.net_limits;
+    if l.threads == 0 {
+        l.threads = table.len().max(1);
+    }
+    l
+}
+
 /// Binds the listen address, or every interface of `networks` on the listen port.
 fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec<Nid>)> {
     let Some(networks) = &spec.networks else {
@@ -167,7 +182,7 @@ fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec
             cpts: Vec::new(),
         };
         // Starting: requests wait for the services added below instead of ENOSYS.
-        let server = Server::bind_starting(&[listen], BULK_BYTES_MAX)
+        let server = Server::bind_limited(&[listen], BULK_BYTES_MAX, true, limits(spec, table))
             .with_context(|| format!("cannot listen on {}", spec.listen))?;
         let nid = Nid::tcp(server.addr());
         return Ok((server, vec![nid]));
@@ -190,7 +205,7 @@ fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec
         });
         nets.push(ni.net);
     }
-    let server = Server::bind_starting(&listens, BULK_BYTES_MAX)
+    let server = Server::bind_limited(&listens, BULK_BYTES_MAX, true, limits(spec, table))
         .with_context(|| format!("cannot listen on the interfaces of networks={networks}"))?;
     let nids = server
         .addrs()
@@ -594,6 +609,20 @@ impl ServerProcess {
         });
         let n = self.cpts.len();
         r.add_fn("cpu_npartitions", move || n.to_string());
+        let stats = self.server.net_stats();
+        r.add_fn("net.stats", move || stats.text());
+        let l = self.server.limits();
+        r.add_fn("net.limits", move || {
+            format!(
+                "net_threads: {}\nconns_max: {}\nframe_timeout_ms: {}\nbulk_budget_bytes: {}\n\
+                 reply_timeout_ms: {}",
+                l.threads,
+                l.conns_max,
+                l.frame_timeout_ms,
+                l.budget_bytes(),
+                l.reply_timeout_ms
+            )
+        });
         let pattern = spec.cpu_pattern.clone().unwrap_or_default();
         r.add_fn("cpu_pattern", move || pattern.clone());
         let (a, b) = (self.server.router().clone(), self.server.router().clone());

@@ -64,6 +64,21 @@ pub(crate) struct TargetOpts {
     /// (round-robin), hash (by object/FID).
     #[arg(long, default_value = "off")]
     pub(crate) portal_rotor: String,
+    /// Network threads reading every connection (0: one per CPU partition).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) net_threads: usize,
+    /// Open connections at most; past it a connection is refused and logged.
+    #[arg(long, default_value_t = nacre_net::reactor::CONNS_MAX_DEFAULT)]
+    pub(crate) conns_max: usize,
+    /// A request frame must arrive whole within this many ms of its first byte.
+    #[arg(long, default_value_t = nacre_net::reactor::FRAME_TIMEOUT_MS_DEFAULT)]
+    pub(crate) frame_timeout_ms: u64,
+    /// Bytes of request frames being received at once (bodies and bulk), e.g. 512M.
+    #[arg(long, default_value = "512M")]
+    pub(crate) bulk_budget: String,
+    /// A reply a client does not take within this many ms drops its connection.
+    #[arg(long, default_value_t = nacre_net::reactor::REPLY_TIMEOUT_MS_DEFAULT)]
+    pub(crate) reply_timeout_ms: u64,
 }
 
 impl TargetOpts {
@@ -86,6 +101,11 @@ impl TargetOpts {
             "networks" => self.networks = Some(v.trim_matches('"').to_string()),
             "portal_rotor" => self.portal_rotor = v.to_string(),
             "metrics" => self.metrics = Some(v.parse()?),
+            "net_threads" => self.net_threads = num(v)?,
+            "conns_max" => self.conns_max = num(v)?,
+            "frame_timeout_ms" => self.frame_timeout_ms = num(v)? as u64,
+            "bulk_budget" => self.bulk_budget = v.to_string(),
+            "reply_timeout_ms" => self.reply_timeout_ms = num(v)? as u64,
             _ => return Ok(false),
         }
         Ok(true)
@@ -161,6 +181,14 @@ pub(crate) fn start_servers(
     spec.oss_threads = (t.oss_threads_min, t.oss_threads_max);
     spec.mds_threads = (t.mds_threads_min, t.mds_threads_max);
     spec.networks = t.networks.clone();
+    spec.net_limits = nacre_net::NetLimits {
+        threads: t.net_threads,
+        conns_max: t.conns_max.max(1),
+        frame_timeout_ms: t.frame_timeout_ms.clamp(100, 3_600_000),
+        bulk_budget_bytes: nacre_cli::size::parse_size(&t.bulk_budget)
+            .map_err(|e| anyhow::anyhow!("bulk_budget: {e}"))?,
+        reply_timeout_ms: t.reply_timeout_ms.clamp(100, 3_600_000),
+    };
     spec.portal_rotor = t.portal_rotor.parse().map_err(anyhow::Error::msg)?;
     let servers = ServerProcess::start(spec)?;
     let sources = servers.metrics_sources();

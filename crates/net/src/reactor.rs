@@ -1,0 +1,754 @@
+//! Event-driven connection service: a bounded set of network threads, each watching many
+//! connections with epoll, as Lustre's socklnd schedulers do, so threads do not grow with
+//! connections (a server that every client of a machine connects to keeps the same threads).
+//!
+//! Each network thread reads whatever its ready connections have sent, without blocking
+//! (level-triggered epoll, `recv(MSG_DONTWAIT)`, at most [`READ_BYTES_PER_TURN`] per
+//! connection per turn so one busy peer cannot starve the others), parses frames
+//! incrementally and hands each complete frame to the connection's [`FrameSink`]: a server's
+//! sink routes requests to service pools; a sink may as well take requests a server sends to
+//! a client (lock callbacks), which is why the loop is symmetric.
+//!
+//! Limits ([`NetLimits`], docs/hardening.md): a cap on open connections (past it, refused and
+//! logged with the peer); a deadline for a frame that has started to arrive (a slow or stalled
+//! sender is dropped; idle connections and parked long polls are not, since they have no
+//! frame in progress); a per-server budget of bytes for frames being received, taken when a
+//! header announces its lengths, before anything is allocated (a connection whose frame does
+//! not fit waits, unread, in the queue of the budget instead of allocating 16 MiB per header);
+//! replies written with a send timeout (`SO_SNDTIMEO`) so a peer that stops reading cannot hold
+//! a service thread. What is dropped is counted in [`NetStats`].
+
+use crate::frame::RawFrame;
+use nacre_types::limits::{BODY_BYTES_MAX, BULK_BYTES_MAX};
+use nacre_types::AlignedBuf;
+use nacre_wire::{Header, HEADER_BYTES};
+use parking_lot::Mutex;
+use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
+use rustix::net::RecvFlags;
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes one connection may read in one turn of its network thread before the others get
+/// theirs.
+pub const READ_BYTES_PER_TURN: usize = 1 << 20;
+/// Size of a connection's staging buffer for headers and bodies (bulk data is received
+/// straight into its aligned buffer). Held only while a frame is in progress.
+pub const STAGING_BYTES: usize = 32 * 1024;
+/// Default cap on open connections per server.
+pub const CONNS_MAX_DEFAULT: usize = 16_384;
+/// Default deadline for a frame that has started to arrive.
+pub const FRAME_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default budget of bytes for frames being received, per server.
+pub const BULK_BUDGET_BYTES_DEFAULT: u64 = 512 << 20;
+/// Default send timeout of replies.
+pub const REPLY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Token of a network thread's wake-up eventfd.
+const WAKE: u64 = u64::MAX;
+
+/// The limits of a server's connections (docs/hardening.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetLimits {
+    /// Network threads (0: one).
+    pub threads: usize,
+    /// Open connections at most; more are refused.
+    pub conns_max: usize,
+    /// A frame must arrive whole within this long of its first byte.
+    pub frame_timeout_ms: u64,
+    /// Bytes of frames being received at once (bodies and bulk), per server.
+    pub bulk_budget_bytes: u64,
+    /// A reply that cannot be written within this long drops its connection.
+    pub reply_timeout_ms: u64,
+}
+
+impl Default for NetLimits {
+    fn default() -> NetLimits {
+        NetLimits {
+            threads: 1,
+            conns_max: CONNS_MAX_DEFAULT,
+            frame_timeout_ms: FRAME_TIMEOUT_MS_DEFAULT,
+            bulk_budget_bytes: BULK_BUDGET_BYTES_DEFAULT,
+            reply_timeout_ms: REPLY_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}
+
+impl NetLimits {
+    /// The budget actually used: at least one largest frame, so every frame can be taken.
+    pub fn budget_bytes(&self) -> u64 {
+        self.bulk_budget_bytes
+            .max(u64::from(BULK_BYTES_MAX) + u64::from(BODY_BYTES_MAX))
+    }
+}
+
+/// What a server's connections did that it had to stop: counters read by `get_param` and
+/// `/metrics`.
+#[derive(Debug, Default)]
+pub struct NetStats {
+    /// Connections open now.
+    pub conns_open: AtomicU64,
+    /// Connections accepted since start.
+    pub conns_accepted: AtomicU64,
+    /// Connections refused at the cap.
+    pub conns_refused: AtomicU64,
+    /// Connections dropped for a frame that did not arrive in time.
+    pub frames_timed_out: AtomicU64,
+    /// Connections dropped for a malformed frame.
+    pub frames_bad: AtomicU64,
+    /// Connections dropped for a reply they did not read in time.
+    pub replies_timed_out: AtomicU64,
+    /// Frames that waited for the budget.
+    pub budget_waits: AtomicU64,
+    /// Bytes of the budget held now.
+    pub budget_held_bytes: AtomicU64,
+}
+
+impl NetStats {
+    /// The counters as `name: value` lines.
+    pub fn text(&self) -> String {
+        let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "conns_open: {}\nconns_accepted: {}\nconns_refused: {}\nframes_timed_out: {}\n\
+             frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}",
+            v(&self.conns_open),
+            v(&self.conns_accepted),
+            v(&self.conns_refused),
+            v(&self.frames_timed_out),
+            v(&self.frames_bad),
+            v(&self.replies_timed_out),
+            v(&self.budget_waits),
+            v(&self.budget_held_bytes),
+        )
+    }
+}
+
+/// The bytes frames being received may hold, shared by a server's connections.
+pub(crate) struct Budget {
+    avail: AtomicU64,
+    stats: Arc<NetStats>,
+}
+
+impl Budget {
+    fn new(bytes: u64, stats: Arc<NetStats>) -> Arc<Budget> {
+        Arc::new(Budget {
+            avail: AtomicU64::new(bytes),
+            stats,
+        })
+    }
+
+    /// Takes `n` bytes if they are free.
+    fn try_take(self: &Arc<Self>, n: u64) -> Option<BudgetPermit> {
+        let mut cur = self.avail.load(Ordering::Acquire);
+        loop {
+            if cur < n {
+                return None;
+            }
+            match self.avail.compare_exchange_weak(
+                cur,
+                cur - n,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.stats.budget_held_bytes.fetch_add(n, Ordering::Relaxed);
+                    return Some(BudgetPermit {
+                        budget: self.clone(),
+                        bytes: n,
+                    });
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+/// Bytes of the budget a received frame holds until its request is dropped.
+pub struct BudgetPermit {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Drop for BudgetPermit {
+    fn drop(&mut self) {
+        self.budget.avail.fetch_add(self.bytes, Ordering::AcqRel);
+        self.budget
+            .stats
+            .budget_held_bytes
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Where a connection's complete frames go. Called on the network thread: it must not block
+/// for long (a server's sink queues requests for service threads).
+pub trait FrameSink: Send {
+    /// A complete frame, checksums verified, with the budget its bytes hold; `Err` (why)
+    /// drops the connection.
+    fn frame(&mut self, frame: RawFrame, permit: Option<BudgetPermit>) -> Result<(), String>;
+    /// The connection ended (`cause` for the log).
+    fn closed(&mut self, cause: &str);
+}
+
+/// A connection handed to the network threads.
+pub(crate) struct NewConn {
+    pub stream: TcpStream,
+    pub peer: String,
+    pub bulk_len_max: u32,
+    pub sink: Box<dyn FrameSink>,
+}
+
+/// What a connection's current frame has got so far.
+enum Parse {
+    /// Header bytes in `staging` (maybe none).
+    Header,
+    /// Header read; waiting for budget for its lengths.
+    Budget(Header),
+    /// Body bytes coming (into `body`), then bulk.
+    Body {
+        header: Header,
+        body: Vec<u8>,
+        bulk: Option<AlignedBuf>,
+        permit: Option<BudgetPermit>,
+    },
+    /// Bulk bytes coming straight into `bulk`.
+    Bulk {
+        header: Header,
+        body: Vec<u8>,
+        bulk: AlignedBuf,
+        got: usize,
+        permit: Option<BudgetPermit>,
+    },
+}
+
+struct Conn {
+    token: u64,
+    stream: TcpStream,
+    peer: String,
+    bulk_len_max: u32,
+    sink: Box<dyn FrameSink>,
+    /// Bytes received and not yet parsed: `staging[start..end]`.
+    staging: Vec<u8>,
+    start: usize,
+    end: usize,
+    parse: Parse,
+    /// When the frame in progress got its first byte.
+    frame_started: Option<Instant>,
+    /// Read interest switched off while waiting for the budget.
+    paused: bool,
+}
+
+/// Why a connection ends.
+enum End {
+    Closed,
+    Bad(String),
+}
+
+impl Conn {
+    fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Receives into the staging buffer; Ok(false) when nothing more is there now.
+    fn fill(&mut self) -> Result<bool, End> {
+        if self.staging.is_empty() {
+            self.staging = vec![0; STAGING_BYTES];
+        }
+        if self.start > 0 && self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        if self.end == self.staging.len() {
+            self.staging.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        match rustix::net::recv(
+            &self.stream,
+            &mut self.staging[self.end..],
+            RecvFlags::DONTWAIT,
+        ) {
+            Ok((0, _)) => Err(End::Closed),
+            Ok((n, _)) => {
+                self.end += n;
+                self.frame_started.get_or_insert_with(Instant::now);
+                Ok(true)
+            }
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(false),
+            Err(e) => Err(End::Bad(format!("receive failed: {e}"))),
+        }
+    }
+
+    /// Moves up to `dst.len()` staged bytes into `dst`; returns how many.
+    fn take(&mut self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.buffered());
+        dst[..n].copy_from_slice(&self.staging[self.start..self.start + n]);
+        self.start += n;
+        n
+    }
+
+    /// Parses and receives as far as possible this turn. Ok(true): more may be there.
+    fn advance(&mut self, budget: &Arc<Budget>, stats: &NetStats) -> Result<bool, End> {
+        let mut read = 0usize;
+        loop {
+            if read >= READ_BYTES_PER_TURN {
+                return Ok(true);
+            }
+            let parse = std::mem::replace(&mut self.parse, Parse::Header);
+            match parse {
+                Parse::Header => {
+                    if self.buffered() < HEADER_BYTES {
+                        self.parse = Parse::Header;
+                        let before = self.buffered();
+                        if !self.fill()? {
+                            return Ok(false);
+                        }
+                        read += self.buffered() - before;
+                        continue;
+                    }
+                    let mut head = [0u8; HEADER_BYTES];
+                    self.take(&mut head);
+                    let header = Header::decode(&head, self.bulk_len_max)
+                        .map_err(|e| End::Bad(e.to_string()))?;
+                    self.parse = Parse::Budget(header);
+                }
+                Parse::Budget(header) => {
+                    let bytes = u64::from(header.body_len) + u64::from(header.bulk_len);
+                    let permit = match bytes {
+                        0 => None,
+                        n => match budget.try_take(n) {
+                            Some(p) => Some(p),
+                            None => {
+                                if !self.paused {
+                                    stats.budget_waits.fetch_add(1, Ordering::Relaxed);
+                                }
+                                self.parse = Parse::Budget(header);
+                                self.paused = true;
+                                // The deadline is the sender's: waiting here is not.
+                                self.frame_started = Some(Instant::now());
+                                return Ok(false);
+                            }
+                        },
+                    };
+                    self.paused = false;
+                    let bulk = (header.bulk_len > 0)
+                        .then(|| AlignedBuf::for_overwrite(header.bulk_len as usize));
+                    let body = Vec::with_capacity((header.body_len as usize).min(STAGING_BYTES));
+                    self.parse = Parse::Body {
+                        header,
+                        body,
+                        bulk,
+                        permit,
+                    };
+                }
+                Parse::Body {
+                    header,
+                    mut body,
+                    bulk,
+                    permit,
+                } => {
+                    let want = header.body_len as usize - body.len();
+                    let n = want.min(self.buffered());
+                    body.extend_from_slice(&self.staging[self.start..self.start + n]);
+                    self.start += n;
+                    if body.len() < header.body_len as usize {
+                        self.parse = Parse::Body {
+                            header,
+                            body,
+                            bulk,
+                            permit,
+                        };
+                        let before = self.buffered();
+                        if !self.fill()? {
+                            return Ok(false);
+                        }
+                        read += self.buffered() - before;
+                        continue;
+                    }
+                    header
+                        .check_body(&body)
+                        .map_err(|e| End::Bad(e.to_string()))?;
+                    match bulk {
+                        None => self.deliver(header, body, None, permit)?,
+                        Some(bulk) => {
+                            self.parse = Parse::Bulk {
+                                header,
+                                body,
+                                bulk,
+                                got: 0,
+                                permit,
+                            }
+                        }
+                    }
+                }
+                Parse::Bulk {
+                    header,
+                    body,
+                    mut bulk,
+                    mut got,
+                    permit,
+                } => {
+                    got += self.take(&mut bulk[got..]);
+                    if got < bulk.len() {
+                        // Straight into the aligned buffer: no staging copy for bulk.
+                        match rustix::net::recv(&self.stream, &mut bulk[got..], RecvFlags::DONTWAIT)
+                        {
+                            Ok((0, _)) => return Err(End::Closed),
+                            Ok((n, _)) => {
+                                got += n;
+                                read += n;
+                            }
+                            Err(e)
+                                if e == rustix::io::Errno::AGAIN
+                                    || e == rustix::io::Errno::INTR =>
+                            {
+                                self.parse = Parse::Bulk {
+                                    header,
+                                    body,
+                                    bulk,
+                                    got,
+                                    permit,
+                                };
+                                return Ok(false);
+                            }
+                            Err(e) => return Err(End::Bad(format!("receive failed: {e}"))),
+                        }
+                        self.parse = Parse::Bulk {
+                            header,
+                            body,
+                            bulk,
+                            got,
+                            permit,
+                        };
+                        continue;
+                    }
+                    header
+                        .check_bulk(&bulk)
+                        .map_err(|e| End::Bad(e.to_string()))?;
+                    self.deliver(header, body, Some(bulk), permit)?;
+                }
+            }
+        }
+    }
+
+    fn deliver(
+        &mut self,
+        header: Header,
+        body: Vec<u8>,
+        bulk: Option<AlignedBuf>,
+        permit: Option<BudgetPermit>,
+    ) -> Result<(), End> {
+        self.sink
+            .frame(RawFrame { header, body, bulk }, permit)
+            .map_err(End::Bad)?;
+        self.parse = Parse::Header;
+        if self.buffered() == 0 {
+            // Idle: no frame in progress, no staging memory held.
+            self.frame_started = None;
+            (self.start, self.end) = (0, 0);
+            self.staging = Vec::new();
+        } else {
+            self.frame_started = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// One network thread's shared side: where new connections are handed over.
+struct Thread {
+    epoll: OwnedFd,
+    wake: OwnedFd,
+    incoming: Mutex<Vec<NewConn>>,
+}
+
+impl Thread {
+    fn wake(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// A server's network threads.
+pub(crate) struct Reactor {
+    threads: Vec<Arc<Thread>>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+    next: AtomicU64,
+    stopping: Arc<AtomicBool>,
+    pub(crate) stats: Arc<NetStats>,
+    pub(crate) limits: NetLimits,
+}
+
+impl Reactor {
+    /// Starts `limits.threads` network threads (at least one), named `name`.
+    pub(crate) fn start(
+        limits: NetLimits,
+        stats: Arc<NetStats>,
+        name: &str,
+    ) -> std::io::Result<Arc<Reactor>> {
+        let budget = Budget::new(limits.budget_bytes(), stats.clone());
+        let stopping = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let mut handles = Vec::new();
+        for i in 0..limits.threads.max(1) {
+            let t = Arc::new(Thread {
+                epoll: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+                wake: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+                incoming: Mutex::new(Vec::new()),
+            });
+            epoll::add(
+                &t.epoll,
+                &t.wake,
+                epoll::EventData::new_u64(WAKE),
+                epoll::EventFlags::IN,
+            )?;
+            let (thread, budget, stats, stopping) =
+                (t.clone(), budget.clone(), stats.clone(), stopping.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("{name}_{i:02}"))
+                .spawn(move || run(&thread, &budget, &stats, &stopping, limits))?;
+            threads.push(t);
+            handles.push(h);
+        }
+        Ok(Arc::new(Reactor {
+            threads,
+            handles: Mutex::new(handles),
+            next: AtomicU64::new(0),
+            stopping,
+            stats,
+            limits,
+        }))
+    }
+
+    /// Hands a connection to the next network thread.
+    pub(crate) fn add(&self, conn: NewConn) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % self.threads.len();
+        let t = &self.threads[i];
+        t.incoming.lock().push(conn);
+        t.wake();
+    }
+
+    /// Stops the threads; their connections are shut down.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for t in &self.threads {
+            t.wake();
+        }
+        for h in self.handles.lock().drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+thread_local! {
+    static ON_NETWORK_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a network thread, which must never block on a peer (a reply it writes itself, to
+/// a ping, is sent without waiting).
+pub(crate) fn on_network_thread() -> bool {
+    ON_NETWORK_THREAD.with(|c| c.get())
+}
+
+/// A network thread: waits for readiness, reads, parses, delivers, enforces deadlines.
+fn run(
+    thread: &Thread,
+    budget: &Arc<Budget>,
+    stats: &NetStats,
+    stopping: &AtomicBool,
+    limits: NetLimits,
+) {
+    ON_NETWORK_THREAD.with(|c| c.set(true));
+    let mut conns: HashMap<u64, Conn> = HashMap::new();
+    let mut next_token = 0u64;
+    let mut events = Vec::with_capacity(256);
+    // Connections whose turn ended with more to do: served again before the next wait.
+    let mut again: Vec<u64> = Vec::new();
+    let frame_timeout = Duration::from_millis(limits.frame_timeout_ms.max(1));
+    while !stopping.load(Ordering::SeqCst) {
+        // Block until something happens, waking only to enforce a deadline or retry the
+        // budget: an idle server's network threads sleep.
+        let paused = conns.values().any(|c| c.paused);
+        let timeout = match conns.values().filter_map(|c| c.frame_started).min() {
+            _ if !again.is_empty() => Some(Duration::ZERO),
+            _ if paused => Some(Duration::from_millis(10)),
+            Some(t) => Some((t + frame_timeout).saturating_duration_since(Instant::now())),
+            None => None,
+        };
+        let ts = timeout.map(|d| Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: match d.is_zero() {
+                true => 0,
+                false => i64::from(d.subsec_nanos()).max(1_000_000),
+            },
+        });
+        events.clear();
+        if let Err(e) = epoll::wait(
+            &thread.epoll,
+            rustix::buffer::spare_capacity(&mut events),
+            ts.as_ref(),
+        ) {
+            if e != rustix::io::Errno::INTR {
+                tracing::error!("epoll wait failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            continue;
+        }
+        for ev in events.drain(..) {
+            let (token, flags) = (ev.data.u64(), { ev.flags });
+            if token == WAKE {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&thread.wake, &mut b);
+                for nc in thread.incoming.lock().drain(..) {
+                    next_token += 1;
+                    if let Err(e) = epoll::add(
+                        &thread.epoll,
+                        &nc.stream,
+                        epoll::EventData::new_u64(next_token),
+                        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+                    ) {
+                        tracing::warn!("{}: cannot watch the connection: {e}", nc.peer);
+                        stats.conns_open.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    conns.insert(
+                        next_token,
+                        Conn {
+                            token: next_token,
+                            stream: nc.stream,
+                            peer: nc.peer,
+                            bulk_len_max: nc.bulk_len_max,
+                            sink: nc.sink,
+                            staging: Vec::new(),
+                            start: 0,
+                            end: 0,
+                            parse: Parse::Header,
+                            frame_started: None,
+                            paused: false,
+                        },
+                    );
+                }
+                continue;
+            }
+            let Some(c) = conns.get_mut(&token) else {
+                continue;
+            };
+            if c.paused {
+                // Nothing is read while waiting for the budget; a peer that hung up goes.
+                let gone =
+                    epoll::EventFlags::RDHUP | epoll::EventFlags::HUP | epoll::EventFlags::ERR;
+                if flags.intersects(gone) {
+                    let c = conns.remove(&token).expect("connection");
+                    close(thread, c, End::Closed, stats);
+                }
+                continue;
+            }
+            if step(thread, &mut conns, token, budget, stats) {
+                again.push(token);
+            }
+        }
+        for token in std::mem::take(&mut again) {
+            let busy = conns.get(&token).is_some_and(|c| !c.paused);
+            if busy && step(thread, &mut conns, token, budget, stats) {
+                again.push(token);
+            }
+        }
+        retry_paused(thread, &mut conns, budget, stats);
+        expire(thread, &mut conns, frame_timeout, stats);
+    }
+    for (_, c) in conns.drain() {
+        close(thread, c, End::Closed, stats);
+    }
+}
+
+/// Connections waiting for the budget try again (and read on if they got it).
+fn retry_paused(
+    thread: &Thread,
+    conns: &mut HashMap<u64, Conn>,
+    budget: &Arc<Budget>,
+    stats: &NetStats,
+) {
+    let waiting: Vec<u64> = conns
+        .iter()
+        .filter(|(_, c)| c.paused)
+        .map(|(t, _)| *t)
+        .collect();
+    for token in waiting {
+        step(thread, conns, token, budget, stats);
+    }
+}
+
+/// Reads and parses what connection `token` has; watches it for reading only while it is
+/// not waiting for the budget (level-triggered readiness of unread data would spin). True
+/// if its turn ended with more to do (bytes may already be staged, which no readiness event
+/// will announce).
+fn step(
+    thread: &Thread,
+    conns: &mut HashMap<u64, Conn>,
+    token: u64,
+    budget: &Arc<Budget>,
+    stats: &NetStats,
+) -> bool {
+    let c = conns.get_mut(&token).expect("connection");
+    let was_paused = c.paused;
+    match c.advance(budget, stats) {
+        Ok(more) if c.paused != was_paused => {
+            let flags = match c.paused {
+                true => epoll::EventFlags::RDHUP,
+                false => epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+            };
+            let data = epoll::EventData::new_u64(c.token);
+            if let Err(e) = epoll::modify(&thread.epoll, &c.stream, data, flags) {
+                let c = conns.remove(&token).expect("connection");
+                close(thread, c, End::Bad(format!("cannot watch: {e}")), stats);
+                return false;
+            }
+            more
+        }
+        Ok(more) => more,
+        Err(end) => {
+            let c = conns.remove(&token).expect("connection");
+            close(thread, c, end, stats);
+            false
+        }
+    }
+}
+
+/// Drops connections whose frame in progress is past its deadline.
+fn expire(
+    thread: &Thread,
+    conns: &mut HashMap<u64, Conn>,
+    frame_timeout: Duration,
+    stats: &NetStats,
+) {
+    let now = Instant::now();
+    let late: Vec<u64> = conns
+        .iter()
+        .filter(|(_, c)| !c.paused && c.frame_started.is_some_and(|t| now >= t + frame_timeout))
+        .map(|(t, _)| *t)
+        .collect();
+    for token in late {
+        let c = conns.remove(&token).expect("connection");
+        stats.frames_timed_out.fetch_add(1, Ordering::Relaxed);
+        let why = format!(
+            "frame not complete {} ms after its first byte",
+            frame_timeout.as_millis()
+        );
+        close(thread, c, End::Bad(why), stats);
+    }
+}
+
+fn close(thread: &Thread, mut c: Conn, end: End, stats: &NetStats) {
+    let _ = epoll::delete(&thread.epoll, c.stream.as_fd());
+    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+    let cause = match end {
+        End::Closed => "closed by peer".to_string(),
+        End::Bad(why) => {
+            if !why.starts_with("frame not complete") {
+                stats.frames_bad.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::warn!("{}: {why}; dropping the connection", c.peer);
+            why
+        }
+    };
+    stats.conns_open.fetch_sub(1, Ordering::Relaxed);
+    c.sink.closed(&cause);
+}
