@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod hostile;
+pub mod raw;
 mod testfs;
 pub use testfs::{Form, Spec, TestFs};
 

@@ -1,0 +1,170 @@
+//! A bare protocol client on one TCP connection: frames built and read by hand, for tests
+//! that need many connections (far more than client processes would make) or connections
+//! that misbehave on purpose (half frames, announced bulk never sent, replies never read).
+
+use nacre_types::Fid;
+use nacre_wire::header::{Header, FLAG_BULK_CHECKSUM, HEADER_BYTES};
+use nacre_wire::mds::{MdsAnswer, MdsCall, MdsOp, MdsReply};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use nacre_wire::{decode_body, encode_body};
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// One connection to a server.
+pub struct RawConn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    client: [u8; 16],
+    xid: u64,
+}
+
+/// A reply as read off the wire.
+pub struct RawReply {
+    /// Its header (status, xid).
+    pub header: Header,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Its bulk.
+    pub bulk: Vec<u8>,
+}
+
+impl RawConn {
+    /// Connects to `addr` (`IP:PORT`) as a client of uuid `client`.
+    pub fn connect(addr: &str, client: [u8; 16]) -> std::io::Result<RawConn> {
+        let s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(RawConn {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+            client,
+            xid: 1,
+        })
+    }
+
+    /// The socket itself (to misbehave on it).
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.writer
+    }
+
+    /// Sends an MDS request to MDT `target`; returns its xid.
+    pub fn send_mds(&mut self, target: u32, op: MdsOp) -> std::io::Result<u64> {
+        let opcode = op.opcode();
+        let call = MdsCall {
+            client: self.client,
+            replied_below: self.xid,
+            jobid: "raw".into(),
+            op,
+        };
+        self.send(opcode, target, &encode_body(&call), None)
+    }
+
+    /// Sends an OSS request to OST `target`, with `bulk` for a write; returns its xid.
+    pub fn send_oss(
+        &mut self,
+        target: u32,
+        req: OssRequest,
+        bulk: Option<&[u8]>,
+    ) -> std::io::Result<u64> {
+        let opcode = req.opcode();
+        let call = OssCall {
+            jobid: "raw".into(),
+            req,
+        };
+        self.send(opcode, target, &encode_body(&call), bulk)
+    }
+
+    fn send(
+        &mut self,
+        opcode: u16,
+        target: u32,
+        body: &[u8],
+        bulk: Option<&[u8]>,
+    ) -> std::io::Result<u64> {
+        self.xid += 1;
+        let mut h = Header::request(opcode, target, self.xid);
+        h.flags |= FLAG_BULK_CHECKSUM;
+        h.seal(body, bulk, true);
+        let mut frame = h.encode().to_vec();
+        frame.extend_from_slice(body);
+        frame.extend_from_slice(bulk.unwrap_or(&[]));
+        self.writer.write_all(&frame)?;
+        Ok(self.xid)
+    }
+
+    /// Reads the next reply.
+    pub fn recv(&mut self) -> std::io::Result<RawReply> {
+        let mut head = [0u8; HEADER_BYTES];
+        self.reader.read_exact(&mut head)?;
+        let header = Header::decode(&head, u32::MAX).map_err(std::io::Error::other)?;
+        let mut body = vec![0; header.body_len as usize];
+        self.reader.read_exact(&mut body)?;
+        let mut bulk = vec![0; header.bulk_len as usize];
+        self.reader.read_exact(&mut bulk)?;
+        Ok(RawReply { header, body, bulk })
+    }
+}
+
+impl RawReply {
+    /// The MDS reply, if the request succeeded.
+    pub fn mds(&self) -> Option<MdsReply> {
+        (self.header.status == 0)
+            .then(|| decode_body::<MdsAnswer>(&self.body).ok().map(|a| a.reply))
+            .flatten()
+    }
+
+    /// The OSS reply, if the request succeeded.
+    pub fn oss(&self) -> Option<OssReply> {
+        (self.header.status == 0)
+            .then(|| decode_body::<OssReply>(&self.body).ok())
+            .flatten()
+    }
+}
+
+/// The root directory's FID (what a bare client asks about first).
+pub fn root() -> Fid {
+    Fid::ROOT
+}
+
+/// Threads of process `pid` now, and how many of them are network threads (`socknal_sd*`).
+pub fn threads_of(pid: u32) -> (usize, usize) {
+    let mut all = 0;
+    let mut net = 0;
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in dir.flatten() {
+            all += 1;
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.starts_with("socknal_sd") {
+                net += 1;
+            }
+        }
+    }
+    (all, net)
+}
+
+/// Resident memory of process `pid`, in KiB (`VmRSS`).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Raises this process's open-file limit to `n` (children inherit it): thousands of
+/// connections need more descriptors than the usual 1024.
+pub fn raise_nofile(n: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = n.min(lim.rlim_max.max(n));
+        lim.rlim_max = lim.rlim_max.max(n);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+}
