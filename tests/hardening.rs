@@ -3,7 +3,7 @@
 //! connections are dropped and counted while legitimate work completes.
 
 use nacre_testkit::raw::{raise_nofile, root, rss_kib, threads_of, RawConn};
-use nacre_testkit::{nacre_ok, pattern, ClientMount, Form, Spec, TestFs};
+use nacre_testkit::{nacre_ok, pattern, Form, Spec, TestFs};
 use nacre_types::ObjectId;
 use nacre_wire::mds::{MdsOp, MdsReply};
 use nacre_wire::oss::{OssReply, OssRequest};
@@ -155,5 +155,194 @@ fn two_thousand_connections_on_a_bounded_set_of_threads() {
             d.saturating_sub(b) < 1_000 * 64,
             "{name}: RSS {b} -> {d} KiB"
         );
+    }
+}
+
+/// The abuse run (bounded in time): while a writer and an mdtest-like load run through a
+/// mount, a hostile process opens connections past the cap, sends a frame a byte at a time,
+/// sends headers announcing 16 MiB bulks and stops, and stops reading its replies; a second
+/// client is killed with -9 mid-write. Every legitimate operation completes and reads back
+/// right, the servers stay within their documented memory bound (baseline + receive budget
+/// + connection cap x staging buffer), and every hostile connection is dropped and counted.
+#[test]
+fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
+    raise_nofile(16_384);
+    let spec = Spec::osts(2).server_args(&[
+        "--conns-max",
+        "48",
+        "--frame-timeout-ms",
+        "1500",
+        "--bulk-budget",
+        "40M",
+        "--reply-timeout-ms",
+        "1500",
+    ]);
+    let mut fs = TestFs::start_with(Form::Networked, spec);
+    let victim = fs.mount_another(&fs.scratch().join("victim"), &[]);
+    let pids: Vec<u32> = fs.servers_mut().iter().map(|s| s.pid()).collect();
+    let addrs: Vec<String> = fs.servers_mut().iter().map(|s| s.listen.clone()).collect();
+    let (mds_pid, mds) = (pids[0], addrs[0].clone());
+    let (oss_pid, oss) = (pids[1], addrs[1].clone());
+    let baseline: Vec<u64> = pids.iter().map(|&p| rss_kib(p)).collect();
+    let started = Instant::now();
+    // Memory sampled all along, until the hostile frames are gone.
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let monitor = std::thread::spawn({
+        let (pids, watching) = (pids.clone(), watching.clone());
+        move || {
+            let mut peak = vec![0u64; pids.len()];
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                for (i, &p) in pids.iter().enumerate() {
+                    peak[i] = peak[i].max(rss_kib(p));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        }
+    });
+
+    // Legitimate work through the mount: files written and read back, and a metadata load.
+    let m = fs.mnt.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..4u64 {
+            let data = pattern(100 + i, (8 << 20) + 4097);
+            let p = m.join(format!("w{i}"));
+            fs::write(&p, &data).unwrap();
+            assert!(fs::read(&p).unwrap() == data, "w{i} read back wrong");
+        }
+    });
+    let m = fs.mnt.clone();
+    let metadata = std::thread::spawn(move || {
+        let d = m.join("md");
+        fs::create_dir(&d).unwrap();
+        for i in 0..300 {
+            fs::write(d.join(format!("f{i}")), b"x").unwrap();
+        }
+        for i in 0..300 {
+            assert_eq!(fs::metadata(d.join(format!("f{i}"))).unwrap().len(), 1);
+            fs::remove_file(d.join(format!("f{i}"))).unwrap();
+        }
+        fs::remove_dir(&d).unwrap();
+    });
+    // A client killed mid-write.
+    let vp = victim.mnt.join("dying");
+    let dd = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "count=100000", "oflag=direct"])
+        .arg(format!("of={}", vp.display()))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::metadata(&vp).map_or(0, |m| m.len()) < 4 << 20 {
+        assert!(Instant::now() < deadline, "the victim never wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let victim_pid = victim.pid().expect("victim client process");
+    // SAFETY: killing the test's own client process.
+    unsafe { libc::kill(victim_pid as i32, libc::SIGKILL) };
+
+    // Hostile: headers announcing 16 MiB of bulk, never sent.
+    let mut hoarders = Vec::new();
+    for i in 0..3u8 {
+        let mut c = RawConn::connect(&oss, [i + 1; 16]).unwrap();
+        let mut h = nacre_wire::Header::request(0x0301, 0, 7);
+        h.flags |= nacre_wire::header::FLAG_BULK_CHECKSUM;
+        let body = nacre_wire::encode_body(&nacre_wire::oss::OssCall {
+            jobid: "hoard".into(),
+            req: OssRequest::Write {
+                object: ObjectId { seq: 1, id: 1 },
+                offset: 0,
+            },
+        });
+        h.seal(&body, Some(&vec![0u8; 16 << 20]), true);
+        use std::io::Write;
+        c.stream().write_all(&h.encode()).unwrap();
+        c.stream().write_all(&body).unwrap();
+        hoarders.push(c);
+    }
+    // Hostile: a frame a byte at a time.
+    let trickle = std::thread::spawn({
+        let mds = mds.clone();
+        move || {
+            use std::io::Write;
+            let mut s = std::net::TcpStream::connect(&mds).unwrap();
+            for b in b"NACR\x01\x00\x01\x02" {
+                if s.write_all(&[*b]).is_err() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            // Dropped by now: the server closes a frame this slow.
+            let mut buf = [0u8; 1];
+            use std::io::Read;
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            matches!(s.read(&mut buf), Ok(0) | Err(_))
+        }
+    });
+    // Hostile: requests whose replies are never read, until the server gives up on us.
+    let mut deaf = RawConn::connect(&mds, [0xde; 16]).unwrap();
+    let mut sent = 0;
+    while sent < 200_000 {
+        if deaf.send_mds(0, MdsOp::GetAttr { fid: root() }).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+
+    // Hostile: past the cap (after the others, which must get in to misbehave).
+    let flood: Vec<_> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(&oss).ok())
+        .collect();
+    writer.join().unwrap();
+    metadata.join().unwrap();
+    assert!(
+        trickle.join().unwrap(),
+        "a byte-a-time frame was not dropped"
+    );
+    let _ = dd.wait_with_output();
+    let out = nacre_testkit::nacre(&["umount", "-f", victim.mnt.to_str().unwrap()]);
+    assert!(out.status.success());
+    // The hoarders' frames time out; their connections go.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = net_stats(oss_pid);
+        if s["frames_timed_out"] >= 3 || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = monitor.join().unwrap();
+    let (mds_s, oss_s) = (net_stats(mds_pid), net_stats(oss_pid));
+    eprintln!(
+        "abuse run of {:?}: MDS {mds_s:?}; OSS {oss_s:?}",
+        started.elapsed()
+    );
+    assert!(oss_s["conns_refused"] >= 1, "{oss_s:?}");
+    assert!(oss_s["frames_timed_out"] >= 3, "{oss_s:?}");
+    assert!(oss_s["budget_waits"] >= 1, "{oss_s:?}");
+    assert!(mds_s["frames_timed_out"] >= 1, "{mds_s:?}");
+    assert!(mds_s["replies_timed_out"] >= 1, "{mds_s:?}");
+    // The bound: baseline + receive budget + cap x (staging + state), with 64 MiB for the
+    // service threads a load starts.
+    let bound_kib = |base: u64| base + (40 << 10) + 48 * 40 + (64 << 10);
+    for (i, &p) in pids.iter().enumerate() {
+        eprintln!(
+            "server {p}: RSS baseline {} KiB, peak {} KiB, bound {} KiB",
+            baseline[i],
+            peak[i],
+            bound_kib(baseline[i])
+        );
+        assert!(
+            peak[i] <= bound_kib(baseline[i]),
+            "server {p} over its bound"
+        );
+    }
+    drop(flood);
+    drop(hoarders);
+    // Legitimate data, read back once more after the storm.
+    for i in 0..4u64 {
+        let data = pattern(100 + i, (8 << 20) + 4097);
+        assert!(fs::read(fs.path(&format!("w{i}"))).unwrap() == data);
     }
 }
