@@ -210,6 +210,16 @@ enum Command {
         /// A path inside the file system (default: every Nacre mount).
         path: Option<PathBuf>,
     },
+    /// Write man pages and shell completions generated from these definitions (packaging).
+    #[command(hide = true)]
+    GenDocs {
+        /// Directory for man pages (section 1).
+        #[arg(long)]
+        man: Option<PathBuf>,
+        /// Directory for bash, zsh and fish completions.
+        #[arg(long)]
+        completions: Option<PathBuf>,
+    },
 }
 
 /// Commands that print and end die quietly of SIGPIPE when their reader goes away, as `ls`
@@ -231,8 +241,42 @@ fn is_daemon(command: &Command) -> bool {
     )
 }
 
+/// The command's arguments as parsed (without the program name): those given, or those a
+/// `mount.nacre` call stands for. A command that runs itself again in the background
+/// (`mount`, `up`) passes these.
+static COMMAND_ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// The arguments of this command, as parsed.
+pub(crate) fn command_args() -> Vec<String> {
+    COMMAND_ARGS.get().cloned().unwrap_or_default()
+}
+
+/// Parses the command line: as `nacre ...`, or as `mount.nacre SOURCE DIR -o ...` (the name
+/// mount(8) runs for `-t nacre`, a link to this binary).
+fn parse_command_line() -> Cli {
+    let argv: Vec<String> = std::env::args().collect();
+    let called = argv
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+    if called.as_deref() != Some("mount.nacre") {
+        let _ = COMMAND_ARGS.set(argv[1..].to_vec());
+        return Cli::parse();
+    }
+    match cmd::mount::helper_argv(&argv[1..]) {
+        Ok(Some(args)) => {
+            let _ = COMMAND_ARGS.set(args[1..].to_vec());
+            Cli::parse_from(args)
+        }
+        Ok(None) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("mount.nacre: {e:#}");
+            std::process::exit(32) // mount(8): mount failure
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     quiet_on_closed_pipe(&cli.command);
     nacre_cli::panics::install(is_daemon(&cli.command));
     let result = match cli.command {
@@ -337,6 +381,11 @@ fn main() {
             path,
         } => df(path, human, inodes, json),
         Command::Lfsck { source, json, .. } => lfsck(&source, json),
+        Command::GenDocs { man, completions } => cmd::docs::gen_docs(
+            <Cli as clap::CommandFactory>::command(),
+            man.as_deref(),
+            completions.as_deref(),
+        ),
         Command::Failover {
             mgsnode,
             to,

@@ -76,11 +76,12 @@ pub fn is_mounted(mnt: &Path) -> bool {
     nacre_mounts().iter().any(|(p, _)| *p == canon)
 }
 
-/// Re-runs this command in the background (`--foreground` appended), logging to `log`, and
-/// waits until `mnt` is mounted. Fails with the log's tail if the background process exits.
-pub fn detach(mnt: &Path, log: &Path) -> anyhow::Result<()> {
+/// Re-runs this command in the background: `args` (the command's arguments, without the
+/// program name) with `--foreground` appended, logging to `log`; waits until `mnt` is
+/// mounted. Fails with the log's tail if the background process exits.
+pub fn detach(mnt: &Path, log: &Path, args: &[String]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the nacre executable")?;
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args = args.to_vec();
     args.push("--foreground".into());
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
@@ -273,6 +274,19 @@ fn abort_connection(mnt: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not in the mount table", mnt.display()))?;
     std::fs::write(ctl.join(minor).join("abort"), "1")?;
     Ok(())
+}
+
+/// Tells the service manager this process is ready (systemd `Type=notify`: units ordered
+/// after it start only now). Does nothing when not run by one (`NOTIFY_SOCKET` unset).
+pub fn notify_ready() {
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("cannot tell the service manager we are ready: {e}");
+    }
+}
+
+/// Tells the service manager this process is stopping.
+pub fn notify_stopping() {
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
 }
 
 /// Writes this process's pid file for `mnt`.

@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod common;
 pub(crate) mod ctl;
 pub(crate) mod df;
+pub(crate) mod docs;
 pub(crate) mod lfsck;
 pub(crate) mod mkfs;
 pub(crate) mod mount;

@@ -121,7 +121,9 @@ pub(crate) fn serve_mount(
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
+    daemon::notify_ready();
     daemon::wait_stop(|| handle.is_finished());
+    daemon::notify_stopping();
     daemon::bound_stop(format!("mount at {}", mnt.display()));
     tracing::info!("unmounting {}", mnt.display());
     let _ = handle.unmount();
@@ -138,7 +140,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
         check_mountpoint(&a.mountpoint)?;
         let pf = daemon::pidfile(&a.mountpoint);
         let log = pf.with_extension("log");
-        daemon::detach(&a.mountpoint, &log)?;
+        daemon::detach(&a.mountpoint, &log, &crate::command_args())?;
         println!(
             "nacre: {fsname} from {nid} mounted at {}",
             a.mountpoint.display()
@@ -297,5 +299,137 @@ fn render_client(out: &mut String, c: &Client) {
                 );
             }
         }
+    }
+}
+
+/// Options of the mount(8) convention that mean nothing to a Nacre mount (or that the
+/// kernel's mount table and systemd consume): accepted and ignored.
+const GENERIC_OPTIONS: &[&str] = &[
+    "defaults",
+    "rw",
+    "auto",
+    "noauto",
+    "nofail",
+    "_netdev",
+    "user",
+    "users",
+    "nouser",
+    "owner",
+    "group",
+    "exec",
+    "noexec",
+    "suid",
+    "nosuid",
+    "dev",
+    "nodev",
+    "atime",
+    "noatime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "lazytime",
+    "async",
+    "sync",
+];
+
+/// Nacre's own mount options as `-o key=value` (the `nacre mount` long options, `_` or
+/// `-` between words).
+const NACRE_OPTIONS: &[&str] = &[
+    "checksum",
+    "max_rpcs_in_flight",
+    "max_rpc_size",
+    "max_read_ahead",
+    "fuse_threads",
+    "attr_timeout_ms",
+    "entry_timeout_ms",
+    "discovery",
+    "rail_timeout_ms",
+    "rpc_timeout_ms",
+    "ping_interval_ms",
+    "metrics",
+];
+
+/// `mount.nacre SOURCE DIR [-sfnv] [-o OPTIONS]`, as mount(8) (and so fstab and systemd's
+/// mount units) runs it: the `nacre mount` command line it stands for, or `None` for `-f`
+/// (fake: check only). Generic options are ignored; Nacre's are `key=value`; anything else
+/// is refused (unless `-s`, sloppy).
+pub(crate) fn helper_argv(args: &[String]) -> anyhow::Result<Option<Vec<String>>> {
+    let mut positional = Vec::new();
+    let (mut fake, mut sloppy) = (false, false);
+    let mut options = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.extend(
+                it.next()
+                    .context("-o needs a list of options")?
+                    .split(',')
+                    .map(str::to_string),
+            ),
+            "-f" => fake = true,
+            "-s" => sloppy = true,
+            "-n" | "-v" => {}
+            s if s.starts_with("-o") => options.extend(s[2..].split(',').map(str::to_string)),
+            s if s.starts_with('-') => bail!("unknown flag {s}"),
+            s => positional.push(s.to_string()),
+        }
+    }
+    let [source, dir] = positional.as_slice() else {
+        bail!("usage: mount.nacre MGS_NID:/FSNAME DIR [-o OPTIONS]");
+    };
+    let mut argv = vec![
+        "nacre".to_string(),
+        "mount".into(),
+        source.clone(),
+        dir.clone(),
+    ];
+    for o in options.iter().filter(|o| !o.is_empty()) {
+        let (key, value) = o.split_once('=').unwrap_or((o.as_str(), ""));
+        let key = key.replace('-', "_");
+        if GENERIC_OPTIONS.contains(&key.as_str()) || key.starts_with("x-") || key == "comment" {
+            continue;
+        }
+        if key == "ro" {
+            bail!("read-only mounts are not supported yet");
+        }
+        if NACRE_OPTIONS.contains(&key.as_str()) && !value.is_empty() {
+            argv.push(format!("--{}", key.replace('_', "-")));
+            argv.push(value.to_string());
+        } else if !sloppy {
+            bail!(
+                "unknown mount option '{o}' (Nacre's: {})",
+                NACRE_OPTIONS.join(", ")
+            );
+        }
+    }
+    parse_source(source)?;
+    Ok((!fake).then_some(argv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::helper_argv;
+
+    fn argv(s: &str) -> anyhow::Result<Option<Vec<String>>> {
+        helper_argv(&s.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn mount_helper_turns_fstab_options_into_a_command_line() {
+        let a = argv("10.0.0.1@tcp:/demo /mnt -o rw,_netdev,noauto,checksum=false,max-rpc-size=1M")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a.join(" "),
+            "nacre mount 10.0.0.1@tcp:/demo /mnt --checksum false --max-rpc-size 1M"
+        );
+        assert_eq!(argv("10.0.0.1@tcp:/demo /mnt -f").unwrap(), None);
+        assert!(argv("10.0.0.1@tcp:/demo /mnt -o bogus=1").is_err());
+        assert!(argv("10.0.0.1@tcp:/demo /mnt -s -o bogus=1")
+            .unwrap()
+            .is_some());
+        assert!(argv("10.0.0.1@tcp:/demo /mnt -o ro").is_err());
+        assert!(argv("nonsense /mnt").is_err());
+        assert!(argv("10.0.0.1@tcp:/demo").is_err());
     }
 }

@@ -278,7 +278,9 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
         names.join(", "),
         servers.nid()
     );
+    daemon::notify_ready();
     daemon::wait_stop(|| false);
+    daemon::notify_stopping();
     daemon::bound_stop(format!("server at {}", servers.nid()));
     servers.shutdown();
     Ok(())

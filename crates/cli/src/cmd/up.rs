@@ -118,7 +118,7 @@ pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&a.dir)
             .with_context(|| format!("cannot create {}", a.dir.display()))?;
         let dir = std::fs::canonicalize(&a.dir)?;
-        daemon::detach(&a.mount, &dir.join("nacre.log"))?;
+        daemon::detach(&a.mount, &dir.join("nacre.log"), &crate::command_args())?;
         println!(
             "nacre: file system '{}' mounted at {} (data in {})",
             a.fsname,
