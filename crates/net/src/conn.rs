@@ -8,8 +8,9 @@
 //! requests are resent on the other rails, and a background thread reconnects it; traffic
 //! returns to it once it links up again (health).
 
-use crate::frame::{read_frame, write_frame};
+use crate::frame::{write_frame, RawFrame};
 use crate::queue::{oneshot, OneshotReceiver, OneshotSender};
+use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
 use crate::{local, NetError, Reply, Request};
 use crossbeam_channel::RecvTimeoutError;
@@ -19,7 +20,6 @@ use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_RESEND};
 use nacre_wire::Header;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -626,10 +626,16 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
         });
-        let reader_link = link.clone();
-        std::thread::Builder::new()
-            .name(format!("rpc-reader-{nid}"))
-            .spawn(move || read_replies(stream, reader_link, nid))?;
+        // Replies are read by the process's network threads, not a thread per connection.
+        client_reactor()?.add(NewConn {
+            stream,
+            peer: nid.to_string(),
+            bulk_len_max: BULK_BYTES_MAX,
+            sink: Box::new(ReplySink {
+                link: link.clone(),
+                nid,
+            }),
+        });
         Ok(Link::Tcp(link))
     }
 
@@ -844,42 +850,62 @@ fn set_linger_zero(s: &TcpStream) -> std::io::Result<()> {
     Ok(())
 }
 
-fn read_replies(stream: TcpStream, link: Arc<TcpLink>, nid: Nid) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stream);
-    let cause = loop {
-        match read_frame(&mut reader, BULK_BYTES_MAX) {
-            Ok(Some(frame)) => {
-                let tx = link.pending.lock().remove(&frame.header.xid);
-                if let Some((tx, _permit)) = tx {
-                    let reply = Reply {
-                        header: frame.header,
-                        body: frame.body,
-                        bulk: frame.bulk,
-                    };
-                    tx.send(Ok(reply));
-                } else {
-                    // Late (its request timed out and was resent) or never asked for:
-                    // nobody waits for it, so it reaches no caller.
-                    tracing::warn!(
-                        "{nid}: reply to xid {} that no request waits for; dropped",
-                        frame.header.xid
-                    );
-                }
-            }
-            Ok(None) => break "closed by peer".to_string(),
-            Err(e @ NetError::Wire(_)) => {
-                // A reply damaged on the way (checksum) or not ours: never used; the link
-                // is dropped and the requests in flight on it are resent.
-                tracing::warn!("{nid}: bad frame ({e}); dropping the connection to resend");
-                break e.to_string();
-            }
-            Err(e) => break e.to_string(),
-        }
+/// The network threads reading every client connection of this process (replies now; the
+/// requests servers send clients, lock callbacks, next).
+fn client_reactor() -> Result<&'static Arc<Reactor>, NetError> {
+    static REACTOR: std::sync::OnceLock<Arc<Reactor>> = std::sync::OnceLock::new();
+    if let Some(r) = REACTOR.get() {
+        return Ok(r);
+    }
+    let limits = NetLimits {
+        threads: 1,
+        conns_max: usize::MAX,
+        // A reply that has started must finish within the RPC timeout's order of time.
+        frame_timeout_ms: 120_000,
+        bulk_budget_bytes: 1 << 30,
+        reply_timeout_ms: 0,
     };
-    tracing::debug!("connection to {nid} ended: {cause}");
-    link.alive.store(false, Ordering::Release);
-    let _ = link.writer.lock().shutdown(std::net::Shutdown::Both);
-    for (_, (tx, _permit)) in link.pending.lock().drain() {
-        tx.send(Err(NetError::Disconnected(nid.to_string())));
+    let reactor = Reactor::start(limits, Arc::new(NetStats::default()), "rpc_reader")?;
+    Ok(REACTOR.get_or_init(|| reactor))
+}
+
+/// A client connection's frames: replies, handed to the callers waiting for their xids.
+struct ReplySink {
+    link: Arc<TcpLink>,
+    nid: Nid,
+}
+
+impl FrameSink for ReplySink {
+    fn frame(&mut self, frame: RawFrame, _permit: Option<BudgetPermit>) -> Result<(), String> {
+        if !frame.header.is_reply() {
+            return Err("a request frame on a client connection".into());
+        }
+        let tx = self.link.pending.lock().remove(&frame.header.xid);
+        match tx {
+            Some((tx, _slot)) => tx.send(Ok(Reply {
+                header: frame.header,
+                body: frame.body,
+                bulk: frame.bulk,
+            })),
+            // Late (its request timed out and was resent) or never asked for: nobody waits
+            // for it, so it reaches no caller.
+            None => tracing::warn!(
+                "{}: reply to xid {} that no request waits for; dropped",
+                self.nid,
+                frame.header.xid
+            ),
+        }
+        Ok(())
+    }
+
+    fn closed(&mut self, cause: &str) {
+        // A reply damaged on the way (checksum) or a closed link: the requests in flight on
+        // it are resent.
+        tracing::debug!("connection to {} ended: {cause}", self.nid);
+        self.link.alive.store(false, Ordering::Release);
+        let _ = self.link.writer.lock().shutdown(std::net::Shutdown::Both);
+        for (_, (tx, _slot)) in self.link.pending.lock().drain() {
+            tx.send(Err(NetError::Disconnected(self.nid.to_string())));
+        }
     }
 }

@@ -518,8 +518,9 @@ impl Reactor {
         }))
     }
 
-    /// Hands a connection to the next network thread.
+    /// Hands a connection to the next network thread (it counts as open from now).
     pub(crate) fn add(&self, conn: NewConn) {
+        self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
         let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % self.threads.len();
         let t = &self.threads[i];
         t.incoming.lock().push(conn);

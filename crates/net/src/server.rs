@@ -241,13 +241,11 @@ impl Accept {
                 drop(stream);
                 continue;
             }
-            stats.conns_open.fetch_add(1, Ordering::Relaxed);
             stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
             let timeout = Duration::from_millis(self.reactor.limits.reply_timeout_ms.max(1));
             let _ = stream.set_write_timeout(Some(timeout));
             let Ok(write_half) = stream.try_clone() else {
-                stats.conns_open.fetch_sub(1, Ordering::Relaxed);
                 continue;
             };
             let cpt = match self.cpts.is_empty() {
