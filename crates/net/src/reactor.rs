@@ -238,6 +238,10 @@ struct Conn {
     frame_started: Option<Instant>,
     /// Read interest switched off while waiting for the budget.
     paused: bool,
+    /// The last receive of this turn got less than it asked for: the socket is (almost
+    /// certainly) empty, so asking again would only return EAGAIN. Readiness says when
+    /// there is more (level-triggered), saving a system call per small request.
+    drained: bool,
 }
 
 /// Why a connection ends.
@@ -263,6 +267,10 @@ impl Conn {
             self.staging.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
         }
+        if self.drained {
+            return Ok(false);
+        }
+        let space = self.staging.len() - self.end;
         match rustix::net::recv(
             &self.stream,
             &mut self.staging[self.end..],
@@ -270,6 +278,7 @@ impl Conn {
         ) {
             Ok((0, _)) => Err(End::Closed),
             Ok((n, _)) => {
+                self.drained = n < space;
                 self.end += n;
                 self.frame_started.get_or_insert_with(Instant::now);
                 Ok(true)
@@ -290,6 +299,7 @@ impl Conn {
     /// Parses and receives as far as possible this turn. Ok(true): more may be there.
     fn advance(&mut self, budget: &Arc<Budget>, stats: &NetStats) -> Result<bool, End> {
         let mut read = 0usize;
+        self.drained = false;
         loop {
             if read >= READ_BYTES_PER_TURN {
                 return Ok(true);
@@ -389,12 +399,24 @@ impl Conn {
                     permit,
                 } => {
                     got += self.take(&mut bulk[got..]);
+                    if got < bulk.len() && self.drained {
+                        self.parse = Parse::Bulk {
+                            header,
+                            body,
+                            bulk,
+                            got,
+                            permit,
+                        };
+                        return Ok(false);
+                    }
                     if got < bulk.len() {
                         // Straight into the aligned buffer: no staging copy for bulk.
+                        let want = bulk.len() - got;
                         match rustix::net::recv(&self.stream, &mut bulk[got..], RecvFlags::DONTWAIT)
                         {
                             Ok((0, _)) => return Err(End::Closed),
                             Ok((n, _)) => {
+                                self.drained = n < want;
                                 got += n;
                                 read += n;
                             }
@@ -624,6 +646,7 @@ fn run(
                             parse: Parse::Header,
                             frame_started: None,
                             paused: false,
+                            drained: false,
                         },
                     );
                 }
