@@ -776,3 +776,118 @@ fn close(thread: &Thread, mut c: Conn, end: End, stats: &NetStats) {
     stats.conns_open.fetch_sub(1, Ordering::Relaxed);
     c.sink.closed(&cause);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::write_frame;
+    use proptest::prelude::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// Collects frames and the end of the connection.
+    struct Collect(mpsc::Sender<Result<RawFrame, String>>);
+
+    impl FrameSink for Collect {
+        fn frame(&mut self, f: RawFrame, _p: Option<BudgetPermit>) -> Result<(), String> {
+            let _ = self.0.send(Ok(f));
+            Ok(())
+        }
+        fn closed(&mut self, cause: &str) {
+            let _ = self.0.send(Err(cause.to_string()));
+        }
+    }
+
+    /// A reactor watching the server side of a loopback connection; the client side is
+    /// returned to write into.
+    fn pair(
+        limits: NetLimits,
+    ) -> (
+        Arc<Reactor>,
+        TcpStream,
+        mpsc::Receiver<Result<RawFrame, String>>,
+    ) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let reactor = Reactor::start(limits, Arc::new(NetStats::default()), "test_sd").unwrap();
+        let (tx, rx) = mpsc::channel();
+        reactor.add(NewConn {
+            stream: server,
+            peer: "test".into(),
+            bulk_len_max: BULK_BYTES_MAX,
+            sink: Box::new(Collect(tx)),
+        });
+        (reactor, client, rx)
+    }
+
+    fn frame_bytes(xid: u64, body: &[u8], bulk: &[u8]) -> Vec<u8> {
+        let mut h = Header::request(0x0301, 0, xid);
+        let bulk = (!bulk.is_empty()).then_some(bulk);
+        h.seal(body, bulk, true);
+        let mut out = Vec::new();
+        write_frame(&mut out, &h, body, bulk).unwrap();
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Frames cut anywhere (a byte at a time, mid-header, mid-bulk) arrive whole and in
+        /// order, however the sender's writes fall.
+        #[test]
+        fn frames_split_anywhere_arrive_whole(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..300),
+                 proptest::collection::vec(any::<u8>(), 0..70_000)),
+                1..5),
+            cuts in proptest::collection::vec(1usize..9_000, 1..40),
+        ) {
+            let (reactor, mut client, rx) = pair(NetLimits::default());
+            let mut stream = Vec::new();
+            for (i, (body, bulk)) in frames.iter().enumerate() {
+                stream.extend(frame_bytes(i as u64 + 1, body, bulk));
+            }
+            let mut at = 0;
+            for c in cuts.iter().cycle() {
+                if at >= stream.len() {
+                    break;
+                }
+                let end = (at + c).min(stream.len());
+                client.write_all(&stream[at..end]).unwrap();
+                at = end;
+            }
+            for (i, (body, bulk)) in frames.iter().enumerate() {
+                let f = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                prop_assert_eq!(f.header.xid, i as u64 + 1);
+                prop_assert_eq!(&f.body, body);
+                prop_assert_eq!(f.bulk.as_deref().unwrap_or(&[]), &bulk[..]);
+            }
+            reactor.stop();
+        }
+
+        /// Garbage never panics a network thread: the connection is dropped (or waits for
+        /// bytes that never come, until its frame deadline).
+        #[test]
+        fn garbage_drops_the_connection(bytes in proptest::collection::vec(any::<u8>(), 1..400)) {
+            let limits = NetLimits { frame_timeout_ms: 200, ..NetLimits::default() };
+            let (reactor, mut client, rx) = pair(limits);
+            client.write_all(&bytes).unwrap();
+            // Random bytes that happen to be frames are delivered; then the end comes.
+            while rx.recv_timeout(Duration::from_secs(10)).unwrap().is_ok() {}
+            reactor.stop();
+        }
+    }
+
+    #[test]
+    fn a_frame_beyond_the_budget_waits_until_budget_returns() {
+        let stats = Arc::new(NetStats::default());
+        let budget = Budget::new(100, stats.clone());
+        let held = budget.try_take(80).unwrap();
+        assert!(budget.try_take(40).is_none(), "only 20 bytes left");
+        assert_eq!(stats.budget_held_bytes.load(Ordering::Relaxed), 80);
+        drop(held);
+        assert!(budget.try_take(100).is_some(), "all of it back");
+        assert_eq!(stats.budget_held_bytes.load(Ordering::Relaxed), 0);
+    }
+}
