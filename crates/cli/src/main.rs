@@ -5,7 +5,6 @@
 
 mod cmd;
 
-use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use cmd::*;
 use nacre_cli::{admin, size::parse_size};
@@ -297,23 +296,14 @@ fn main() {
             hash,
             mode,
             path,
-        } => u32::from_str_radix(&mode, 8)
-            .with_context(|| format!("bad mode '{mode}': expected octal, e.g. 755"))
-            .and_then(|mode| match count {
-                Some(c) => admin::mkdir_striped(&path, c, mdt, hash.as_deref(), mode & 0o7777),
-                None if hash.is_some() => bail!("-H needs -c (a striped directory)"),
-                None => admin::mkdir(&path, mdt, mode & 0o7777),
-            }),
+        } => cmd::dirs::mkdir(&path, mdt, count, hash.as_deref(), &mode),
         Command::Migrate {
             mdt,
             dir_only,
             verbose,
             path,
         } => admin::migrate(&path, mdt, dir_only, verbose),
-        Command::Getdirstripe { default, paths } => match default {
-            true => admin::getdirstripe_default(&paths),
-            false => admin::getdirstripe(&paths),
-        },
+        Command::Getdirstripe { default, paths } => cmd::dirs::getdirstripe(&paths, default),
         Command::Setdirstripe {
             default,
             delete,
@@ -322,23 +312,17 @@ fn main() {
             hash,
             max_inherit,
             path,
-        } => {
-            if delete {
-                admin::set_dir_default(&path, None)
-            } else if default {
-                admin::set_dir_default(
-                    &path,
-                    Some(admin::DirDefaultArgs {
-                        count,
-                        start: mdt.unwrap_or(-1),
-                        hash: hash.as_deref(),
-                        max_inherit,
-                    }),
-                )
-            } else {
-                admin::mkdir_striped(&path, count, mdt, hash.as_deref(), 0o755)
-            }
-        }
+        } => cmd::dirs::setdirstripe(
+            &path,
+            cmd::dirs::SetDirStripe {
+                default,
+                delete,
+                count,
+                mdt,
+                hash: hash.as_deref(),
+                max_inherit,
+            },
+        ),
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)
             .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
@@ -353,21 +337,7 @@ fn main() {
             rows,
             fsname,
             batch,
-        } => {
-            use std::io::IsTerminal;
-            if !(0.1..=3600.0).contains(&interval) {
-                Err(anyhow::anyhow!("interval must be 0.1..=3600 seconds"))
-            } else {
-                nacre_cli::top::run(&nacre_cli::top::TopOptions {
-                    servers,
-                    interval: std::time::Duration::from_secs_f64(interval),
-                    count,
-                    rows,
-                    fsname,
-                    batch: batch || !std::io::stdout().is_terminal(),
-                })
-            }
-        }
+        } => cmd::top::top(servers, interval, count, rows, fsname, batch),
         Command::Selftest(a) => selftest(a),
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),

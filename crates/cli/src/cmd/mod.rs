@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod common;
 pub(crate) mod ctl;
 pub(crate) mod df;
+pub(crate) mod dirs;
 pub(crate) mod docs;
 pub(crate) mod lfsck;
 pub(crate) mod mkfs;
@@ -11,6 +12,7 @@ pub(crate) mod mount;
 pub(crate) mod selftest;
 pub(crate) mod server;
 pub(crate) mod stripe;
+pub(crate) mod top;
 pub(crate) mod up;
 
 pub(crate) use bench::*;
