@@ -19,7 +19,11 @@
 //! a service thread. What is dropped is counted in [`NetStats`].
 
 use crate::frame::RawFrame;
-use nacre_types::limits::{BODY_BYTES_MAX, BULK_BYTES_MAX};
+use crate::limits::Budget;
+pub use crate::limits::{
+    BudgetPermit, NetLimits, NetStats, BULK_BUDGET_BYTES_DEFAULT, CONNS_MAX_DEFAULT,
+    FRAME_TIMEOUT_MS_DEFAULT, REPLY_TIMEOUT_MS_DEFAULT,
+};
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, HEADER_BYTES};
 use parking_lot::Mutex;
@@ -39,148 +43,8 @@ pub const READ_BYTES_PER_TURN: usize = 1 << 20;
 /// Size of a connection's staging buffer for headers and bodies (bulk data is received
 /// straight into its aligned buffer). Held only while a frame is in progress.
 pub const STAGING_BYTES: usize = 32 * 1024;
-/// Default cap on open connections per server.
-pub const CONNS_MAX_DEFAULT: usize = 16_384;
-/// Default deadline for a frame that has started to arrive.
-pub const FRAME_TIMEOUT_MS_DEFAULT: u64 = 30_000;
-/// Default budget of bytes for frames being received, per server.
-pub const BULK_BUDGET_BYTES_DEFAULT: u64 = 512 << 20;
-/// Default send timeout of replies.
-pub const REPLY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Token of a network thread's wake-up eventfd.
 const WAKE: u64 = u64::MAX;
-
-/// The limits of a server's connections (docs/hardening.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NetLimits {
-    /// Network threads (0: one).
-    pub threads: usize,
-    /// Open connections at most; more are refused.
-    pub conns_max: usize,
-    /// A frame must arrive whole within this long of its first byte.
-    pub frame_timeout_ms: u64,
-    /// Bytes of frames being received at once (bodies and bulk), per server.
-    pub bulk_budget_bytes: u64,
-    /// A reply that cannot be written within this long drops its connection.
-    pub reply_timeout_ms: u64,
-}
-
-impl Default for NetLimits {
-    fn default() -> NetLimits {
-        NetLimits {
-            threads: 1,
-            conns_max: CONNS_MAX_DEFAULT,
-            frame_timeout_ms: FRAME_TIMEOUT_MS_DEFAULT,
-            bulk_budget_bytes: BULK_BUDGET_BYTES_DEFAULT,
-            reply_timeout_ms: REPLY_TIMEOUT_MS_DEFAULT,
-        }
-    }
-}
-
-impl NetLimits {
-    /// The budget actually used: at least one largest frame, so every frame can be taken.
-    pub fn budget_bytes(&self) -> u64 {
-        self.bulk_budget_bytes
-            .max(u64::from(BULK_BYTES_MAX) + u64::from(BODY_BYTES_MAX))
-    }
-}
-
-/// What a server's connections did that it had to stop: counters read by `get_param` and
-/// `/metrics`.
-#[derive(Debug, Default)]
-pub struct NetStats {
-    /// Connections open now.
-    pub conns_open: AtomicU64,
-    /// Connections accepted since start.
-    pub conns_accepted: AtomicU64,
-    /// Connections refused at the cap.
-    pub conns_refused: AtomicU64,
-    /// Connections dropped for a frame that did not arrive in time.
-    pub frames_timed_out: AtomicU64,
-    /// Connections dropped for a malformed frame.
-    pub frames_bad: AtomicU64,
-    /// Connections dropped for a reply they did not read in time.
-    pub replies_timed_out: AtomicU64,
-    /// Frames that waited for the budget.
-    pub budget_waits: AtomicU64,
-    /// Bytes of the budget held now.
-    pub budget_held_bytes: AtomicU64,
-}
-
-impl NetStats {
-    /// The counters as `name: value` lines.
-    pub fn text(&self) -> String {
-        let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        format!(
-            "conns_open: {}\nconns_accepted: {}\nconns_refused: {}\nframes_timed_out: {}\n\
-             frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}",
-            v(&self.conns_open),
-            v(&self.conns_accepted),
-            v(&self.conns_refused),
-            v(&self.frames_timed_out),
-            v(&self.frames_bad),
-            v(&self.replies_timed_out),
-            v(&self.budget_waits),
-            v(&self.budget_held_bytes),
-        )
-    }
-}
-
-/// The bytes frames being received may hold, shared by a server's connections.
-pub(crate) struct Budget {
-    avail: AtomicU64,
-    stats: Arc<NetStats>,
-}
-
-impl Budget {
-    fn new(bytes: u64, stats: Arc<NetStats>) -> Arc<Budget> {
-        Arc::new(Budget {
-            avail: AtomicU64::new(bytes),
-            stats,
-        })
-    }
-
-    /// Takes `n` bytes if they are free.
-    fn try_take(self: &Arc<Self>, n: u64) -> Option<BudgetPermit> {
-        let mut cur = self.avail.load(Ordering::Acquire);
-        loop {
-            if cur < n {
-                return None;
-            }
-            match self.avail.compare_exchange_weak(
-                cur,
-                cur - n,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    self.stats.budget_held_bytes.fetch_add(n, Ordering::Relaxed);
-                    return Some(BudgetPermit {
-                        budget: self.clone(),
-                        bytes: n,
-                    });
-                }
-                Err(now) => cur = now,
-            }
-        }
-    }
-}
-
-/// Bytes of the budget a received frame holds until its request is dropped.
-pub struct BudgetPermit {
-    budget: Arc<Budget>,
-    bytes: u64,
-}
-
-impl Drop for BudgetPermit {
-    fn drop(&mut self) {
-        self.budget.avail.fetch_add(self.bytes, Ordering::AcqRel);
-        self.budget
-            .stats
-            .budget_held_bytes
-            .fetch_sub(self.bytes, Ordering::Relaxed);
-    }
-}
 
 /// Where a connection's complete frames go. Called on the network thread: it must not block
 /// for long (a server's sink queues requests for service threads).
@@ -267,23 +131,32 @@ impl Conn {
             self.staging.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
         }
-        if self.drained {
-            return Ok(false);
-        }
-        let space = self.staging.len() - self.end;
-        match rustix::net::recv(
-            &self.stream,
-            &mut self.staging[self.end..],
-            RecvFlags::DONTWAIT,
-        ) {
-            Ok((0, _)) => Err(End::Closed),
-            Ok((n, _)) => {
-                self.drained = n < space;
+        let mut staging = std::mem::take(&mut self.staging);
+        let got = self.receive(&mut staging[self.end..]);
+        self.staging = staging;
+        match got? {
+            Some(n) => {
                 self.end += n;
                 self.frame_started.get_or_insert_with(Instant::now);
                 Ok(true)
             }
-            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(false),
+            None => Ok(false),
+        }
+    }
+
+    /// One receive into `dst` without waiting: `Some(bytes)`, or `None` when nothing is
+    /// there now (or the last receive of this turn already drained the socket).
+    fn receive(&mut self, dst: &mut [u8]) -> Result<Option<usize>, End> {
+        if self.drained {
+            return Ok(None);
+        }
+        match rustix::net::recv(&self.stream, &mut *dst, RecvFlags::DONTWAIT) {
+            Ok((0, _)) => Err(End::Closed),
+            Ok((n, _)) => {
+                self.drained = n < dst.len();
+                Ok(Some(n))
+            }
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => Ok(None),
             Err(e) => Err(End::Bad(format!("receive failed: {e}"))),
         }
     }
@@ -399,42 +272,11 @@ impl Conn {
                     permit,
                 } => {
                     got += self.take(&mut bulk[got..]);
-                    if got < bulk.len() && self.drained {
-                        self.parse = Parse::Bulk {
-                            header,
-                            body,
-                            bulk,
-                            got,
-                            permit,
-                        };
-                        return Ok(false);
-                    }
                     if got < bulk.len() {
                         // Straight into the aligned buffer: no staging copy for bulk.
-                        let want = bulk.len() - got;
-                        match rustix::net::recv(&self.stream, &mut bulk[got..], RecvFlags::DONTWAIT)
-                        {
-                            Ok((0, _)) => return Err(End::Closed),
-                            Ok((n, _)) => {
-                                self.drained = n < want;
-                                got += n;
-                                read += n;
-                            }
-                            Err(e)
-                                if e == rustix::io::Errno::AGAIN
-                                    || e == rustix::io::Errno::INTR =>
-                            {
-                                self.parse = Parse::Bulk {
-                                    header,
-                                    body,
-                                    bulk,
-                                    got,
-                                    permit,
-                                };
-                                return Ok(false);
-                            }
-                            Err(e) => return Err(End::Bad(format!("receive failed: {e}"))),
-                        }
+                        let n = self.receive(&mut bulk[got..])?;
+                        got += n.unwrap_or(0);
+                        read += n.unwrap_or(0);
                         self.parse = Parse::Bulk {
                             header,
                             body,
@@ -442,7 +284,10 @@ impl Conn {
                             got,
                             permit,
                         };
-                        continue;
+                        match n {
+                            Some(_) => continue,
+                            None => return Ok(false),
+                        }
                     }
                     header
                         .check_bulk(&bulk)
@@ -781,6 +626,7 @@ fn close(thread: &Thread, mut c: Conn, end: End, stats: &NetStats) {
 mod tests {
     use super::*;
     use crate::frame::write_frame;
+    use nacre_types::limits::BULK_BYTES_MAX;
     use proptest::prelude::*;
     use std::io::Write;
     use std::net::TcpListener;

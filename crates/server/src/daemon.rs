@@ -223,14 +223,7 @@ pub fn force_stop(mnt: &Path) -> anyhow::Result<()> {
         tracing::debug!("abort of the FUSE connection of {}: {e}", mnt.display());
     }
     if mounted {
-        let st = Command::new("fusermount3")
-            .arg("-u")
-            .arg("-z")
-            .arg(mnt)
-            .status()?;
-        if !st.success() {
-            bail!("fusermount3 -u -z {} failed", mnt.display());
-        }
+        lazy_unmount(mnt)?;
     }
     if let Some(pid) = pid {
         // SAFETY: signalling the pid the mount recorded.
@@ -245,6 +238,19 @@ pub fn force_stop(mnt: &Path) -> anyhow::Result<()> {
         }
     }
     let _ = std::fs::remove_file(&pf);
+    Ok(())
+}
+
+/// Detaches `mnt` now (`fusermount3 -u -z`); it goes once nothing uses it.
+fn lazy_unmount(mnt: &Path) -> anyhow::Result<()> {
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .status()?;
+    if !st.success() {
+        bail!("fusermount3 -u -z {} failed", mnt.display());
+    }
     Ok(())
 }
 
@@ -328,15 +334,7 @@ pub fn stop(mnt: &Path) -> anyhow::Result<()> {
         _ => {
             let _ = std::fs::remove_file(&pf);
             if is_mounted(mnt) || mnt_is_dead(mnt) {
-                let st = Command::new("fusermount3")
-                    .arg("-u")
-                    .arg("-z")
-                    .arg(mnt)
-                    .status()?;
-                if !st.success() {
-                    bail!("fusermount3 -u {} failed", mnt.display());
-                }
-                return Ok(());
+                return lazy_unmount(mnt);
             }
             bail!("{} is not a Nacre mount", mnt.display())
         }
