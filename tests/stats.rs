@@ -323,6 +323,56 @@ fn a_closed_pipe_ends_a_command_quietly(form: Form) {
     }
 }
 
+/// The control socket and `/metrics` serve several callers at once: callers that connect
+/// and say nothing (held by the server until its 5 s timeout) delay no one else.
+fn stalled_callers_delay_no_one(form: Form) {
+    use std::io::Read;
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("ststall").metrics());
+    let pid = fs.server_pids()[0];
+    let socket = format!("/run/nacre/ctl/{pid}.sock");
+    let stalled_ctl: Vec<_> = (0..2)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    let addr = &fs.metrics_addrs[0];
+    let stalled_http: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let n = nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid.to_string(),
+        "get_param",
+        "-n",
+        "cpu_npartitions",
+    ]);
+    assert!(n.trim().parse::<usize>().unwrap() >= 1, "{n}");
+    assert!(scrape_checked(addr).contains("# EOF"));
+    // Answered while the stalled callers are still being waited for (a server serving one
+    // caller at a time would only have answered after dropping them).
+    for mut s in stalled_ctl {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(1)))
+            .unwrap();
+        let e = s
+            .read(&mut [0u8; 1])
+            .expect_err("the stalled caller is still connected");
+        assert!(matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ));
+    }
+    for mut s in stalled_http {
+        s.set_read_timeout(Some(std::time::Duration::from_millis(1)))
+            .unwrap();
+        let e = s
+            .read(&mut [0u8; 1])
+            .expect_err("the stalled caller is still connected");
+        assert!(matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ));
+    }
+}
+
 fn wait_for_param(name: &str, want: &str) -> String {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -541,6 +591,7 @@ fn a_client_mount_exports_its_own_metrics(form: Form) {
 }
 
 on_both_forms!(
+    stalled_callers_delay_no_one,
     a_closed_pipe_ends_a_command_quietly,
     brw_stats_count_a_known_workload_and_clear,
     md_stats_and_parameters,

@@ -127,7 +127,9 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
 }
 
 fn serve_one(src: &CtlSources, stream: UnixStream) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
+    let timeout = Some(Duration::from_millis(crate::callers::CALLER_TIMEOUT_MS));
+    stream.set_read_timeout(timeout)?;
+    stream.set_write_timeout(timeout)?;
     let mut line = String::new();
     BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line)?;
     let reply = match serde_json::from_str::<CtlRequest>(&line) {
@@ -154,10 +156,15 @@ pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
     std::thread::Builder::new()
         .name("ctl".into())
         .spawn(move || {
+            let callers = crate::callers::Callers::default();
+            let src = Arc::new(src);
             for stream in listener.incoming().flatten() {
-                if let Err(e) = serve_one(&src, stream) {
-                    tracing::debug!("control request failed: {e}");
-                }
+                let src = src.clone();
+                callers.serve("ctl-caller", move || {
+                    if let Err(e) = serve_one(&src, stream) {
+                        tracing::debug!("control request failed: {e}");
+                    }
+                });
             }
         })?;
     Ok(CtlServer { path })

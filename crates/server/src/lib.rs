@@ -11,6 +11,7 @@
 //! Invariant: nothing here depends on the client library; a client mount adds its own
 //! metric families through [`metrics::Sources::extra`].
 
+pub mod callers;
 pub mod ctl;
 pub mod daemon;
 pub mod metrics;

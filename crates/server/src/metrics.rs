@@ -268,7 +268,9 @@ pub fn render(src: &Sources) -> String {
 }
 
 fn serve_one(src: &Sources, stream: TcpStream) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let timeout = Some(Duration::from_millis(crate::callers::CALLER_TIMEOUT_MS));
+    stream.set_read_timeout(timeout)?;
+    stream.set_write_timeout(timeout)?;
     let mut first = String::new();
     BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut first)?;
     let path = first.split_whitespace().nth(1).unwrap_or("");
@@ -301,10 +303,15 @@ pub fn serve(addr: SocketAddr, src: Sources) -> anyhow::Result<SocketAddr> {
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
+            let callers = crate::callers::Callers::default();
+            let src = Arc::new(src);
             for stream in listener.incoming().flatten() {
-                if let Err(e) = serve_one(&src, stream) {
-                    tracing::debug!("metrics request failed: {e}");
-                }
+                let src = src.clone();
+                callers.serve("metrics-caller", move || {
+                    if let Err(e) = serve_one(&src, stream) {
+                        tracing::debug!("metrics request failed: {e}");
+                    }
+                });
             }
         })?;
     Ok(bound)
