@@ -326,7 +326,6 @@ fn a_closed_pipe_ends_a_command_quietly(form: Form) {
 /// The control socket and `/metrics` serve several callers at once: callers that connect
 /// and say nothing (held by the server until its 5 s timeout) delay no one else.
 fn stalled_callers_delay_no_one(form: Form) {
-    use std::io::Read;
     let fs = TestFs::start_with(form, Spec::osts(1).fsname("ststall").metrics());
     let pid = fs.server_pids()[0];
     let socket = format!("/run/nacre/ctl/{pid}.sock");
@@ -350,26 +349,41 @@ fn stalled_callers_delay_no_one(form: Form) {
     // Answered while the stalled callers are still being waited for (a server serving one
     // caller at a time would only have answered after dropping them).
     for mut s in stalled_ctl {
-        s.set_read_timeout(Some(std::time::Duration::from_millis(1)))
-            .unwrap();
-        let e = s
-            .read(&mut [0u8; 1])
-            .expect_err("the stalled caller is still connected");
-        assert!(matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ));
+        still_connected(&mut s);
     }
     for mut s in stalled_http {
-        s.set_read_timeout(Some(std::time::Duration::from_millis(1)))
+        still_connected(&mut s);
+    }
+}
+
+/// Asserts the server has neither answered nor dropped the stalled caller `s` yet.
+fn still_connected(s: &mut (impl std::io::Read + ShortReadTimeout)) {
+    s.short_read_timeout();
+    let e = s
+        .read(&mut [0u8; 1])
+        .expect_err("the stalled caller is still connected");
+    assert!(matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    ));
+}
+
+/// Sockets whose reads can be made to give up at once.
+trait ShortReadTimeout {
+    fn short_read_timeout(&self);
+}
+
+impl ShortReadTimeout for std::net::TcpStream {
+    fn short_read_timeout(&self) {
+        self.set_read_timeout(Some(std::time::Duration::from_millis(1)))
             .unwrap();
-        let e = s
-            .read(&mut [0u8; 1])
-            .expect_err("the stalled caller is still connected");
-        assert!(matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ));
+    }
+}
+
+impl ShortReadTimeout for std::os::unix::net::UnixStream {
+    fn short_read_timeout(&self) {
+        self.set_read_timeout(Some(std::time::Duration::from_millis(1)))
+            .unwrap();
     }
 }
 

@@ -47,3 +47,30 @@ impl Callers {
         }
     }
 }
+
+/// Accepts callers from `incoming` on a background thread named `name` and serves each with
+/// `serve_one` (at most [`CALLERS_MAX`] at once); a failed caller is logged.
+pub fn serve_all<S, I, F>(name: &str, incoming: I, serve_one: F) -> std::io::Result<()>
+where
+    S: Send + 'static,
+    I: Iterator<Item = std::io::Result<S>> + Send + 'static,
+    F: Fn(S) -> std::io::Result<()> + Send + Sync + 'static,
+{
+    let caller = format!("{name}-caller");
+    let what = name.to_string();
+    let serve_one = Arc::new(serve_one);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let callers = Callers::default();
+            for stream in incoming.flatten() {
+                let (serve_one, what) = (serve_one.clone(), what.clone());
+                callers.serve(&caller, move || {
+                    if let Err(e) = serve_one(stream) {
+                        tracing::debug!("{what} request failed: {e}");
+                    }
+                });
+            }
+        })?;
+    Ok(())
+}

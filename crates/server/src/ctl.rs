@@ -153,20 +153,11 @@ pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
     let _ = std::fs::remove_file(&path);
     let listener =
         UnixListener::bind(&path).with_context(|| format!("cannot bind {}", path.display()))?;
-    std::thread::Builder::new()
-        .name("ctl".into())
-        .spawn(move || {
-            let callers = crate::callers::Callers::default();
-            let src = Arc::new(src);
-            for stream in listener.incoming().flatten() {
-                let src = src.clone();
-                callers.serve("ctl-caller", move || {
-                    if let Err(e) = serve_one(&src, stream) {
-                        tracing::debug!("control request failed: {e}");
-                    }
-                });
-            }
-        })?;
+    crate::callers::serve_all(
+        "control",
+        std::iter::repeat_with(move || listener.accept().map(|(s, _)| s)),
+        move |stream| serve_one(&src, stream),
+    )?;
     Ok(CtlServer { path })
 }
 

@@ -223,7 +223,13 @@ pub fn force_stop(mnt: &Path) -> anyhow::Result<()> {
         tracing::debug!("abort of the FUSE connection of {}: {e}", mnt.display());
     }
     if mounted {
-        lazy_unmount(mnt)?;
+        // The mount's own process may unmount first, once its connection is aborted: then
+        // the mount is gone, which is what was asked.
+        if let Err(e) = lazy_unmount(mnt) {
+            if is_mounted(mnt) || mnt_is_dead(mnt) {
+                return Err(e);
+            }
+        }
     }
     if let Some(pid) = pid {
         // SAFETY: signalling the pid the mount recorded.

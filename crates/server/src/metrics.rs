@@ -300,19 +300,10 @@ pub fn serve(addr: SocketAddr, src: Sources) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            let callers = crate::callers::Callers::default();
-            let src = Arc::new(src);
-            for stream in listener.incoming().flatten() {
-                let src = src.clone();
-                callers.serve("metrics-caller", move || {
-                    if let Err(e) = serve_one(&src, stream) {
-                        tracing::debug!("metrics request failed: {e}");
-                    }
-                });
-            }
-        })?;
+    crate::callers::serve_all(
+        "metrics",
+        std::iter::repeat_with(move || listener.accept().map(|(s, _)| s)),
+        move |stream| serve_one(&src, stream),
+    )?;
     Ok(bound)
 }
