@@ -63,7 +63,16 @@ where
         .name(name.into())
         .spawn(move || {
             let callers = Callers::default();
-            for stream in incoming.flatten() {
+            for stream in incoming {
+                let stream = match stream {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Out of descriptors or memory: wait a little rather than spin.
+                        tracing::warn!("{what}: accept failed: {e}");
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                };
                 let (serve_one, what) = (serve_one.clone(), what.clone());
                 callers.serve(&caller, move || {
                     if let Err(e) = serve_one(stream) {
