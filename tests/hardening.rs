@@ -249,9 +249,11 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
         h.flags |= nacre_wire::header::FLAG_BULK_CHECKSUM;
         let body = nacre_wire::encode_body(&nacre_wire::oss::OssCall {
             jobid: "hoard".into(),
+            cred: nacre_types::Cred::root(),
             req: OssRequest::Write {
                 object: ObjectId { seq: 1, id: 1 },
                 offset: 0,
+                owner: nacre_types::Owner::default(),
             },
         });
         h.seal(&body, Some(&vec![0u8; 16 << 20]), true);

@@ -77,6 +77,7 @@ impl Survey {
             client,
             replied_below: xid,
             jobid: "mds-survey".into(),
+            cred: nacre_types::Cred::root(),
             op,
         };
         let out = nacre_mds::execute(&self.mdt, &call, xid, "0@lo");
@@ -240,6 +241,7 @@ fn run_test(
                                 rdev: 0,
                                 exclusive: true,
                                 open: false,
+                                access: 0,
                             },
                             "lookup" => MdsOp::Lookup { parent, name },
                             "md_getattr" => MdsOp::GetAttr { fid },

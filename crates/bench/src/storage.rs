@@ -6,6 +6,7 @@
 
 use crate::{io_err, BenchError};
 use nacre_client::{Client, ClientConfig, OpenFile};
+use nacre_types::cred::{MAY_READ, MAY_WRITE};
 use nacre_types::{Fid, FileKind, Nid};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -333,6 +334,7 @@ impl Native {
         exclusive: bool,
     ) -> Result<OpenFile, BenchError> {
         let (parent, name) = self.split(path)?;
+        let me = nacre_types::cred::current();
         let (_, file) = self
             .client
             .create(
@@ -340,11 +342,12 @@ impl Native {
                 name,
                 FileKind::Regular,
                 0o644,
-                0,
-                0,
+                me.uid,
+                me.gid,
                 0,
                 exclusive,
                 open,
+                MAY_READ | MAY_WRITE,
             )
             .map_err(|e| Self::err("create", path, e))?;
         Ok(file)
@@ -364,8 +367,13 @@ impl Storage for Native {
         let (parent, name) = self.split(path)?;
         let file = match self.client.lookup(parent, name, false) {
             Ok(attr) => {
+                let access = if write {
+                    MAY_READ | MAY_WRITE
+                } else {
+                    MAY_READ
+                };
                 self.client
-                    .open(attr.fid)
+                    .open(attr.fid, access)
                     .map_err(|e| Self::err("open", path, e))?
                     .1
             }
@@ -426,7 +434,7 @@ impl Storage for Native {
             .map_err(|e| Self::err("open", path, e))?;
         let (_, file) = self
             .client
-            .open(attr.fid)
+            .open(attr.fid, MAY_READ)
             .map_err(|e| Self::err("open", path, e))?;
         let read = if bytes > 0 {
             self.client.read_at(&file, 0, bytes, false).map(|_| ())

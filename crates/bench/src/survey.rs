@@ -70,7 +70,7 @@ fn run_phase(
                             let r = if op == "read" {
                                 store.read(object, off, p.record as usize).map(|_| ())
                             } else {
-                                store.write(object, off, &buf)
+                                store.write(object, off, &buf, nacre_types::Owner::default())
                             };
                             r.map_err(|e| BenchError::Params(format!("survey {op}: {e}")))?;
                             off += p.record;

@@ -19,7 +19,7 @@ pub mod rpc_stats;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
 use nacre_types::dirstripe::{DirDefault, DirHash, DirStripe};
-use nacre_types::{Attr, Fid, FileKind, Layout, Nid, SetAttr, StatFs, Status, TimeSpec};
+use nacre_types::{Attr, Fid, FileKind, Layout, Nid, Owner, SetAttr, StatFs, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo, TargetKind};
 use parking_lot::RwLock;
@@ -163,6 +163,8 @@ pub struct OpenFile {
     readahead: parking_lot::Mutex<ReadAhead>,
     /// Evictions of this client by the file's MDT before it was opened.
     incarnation: u64,
+    /// The file's owner as it was opened: objects its writes create take it.
+    owner: Owner,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -174,6 +176,16 @@ struct ReadAhead {
 }
 
 impl OpenFile {
+    /// The handle, knowing its file's owner from `attr`.
+    fn owned_by(mut self, attr: &Attr) -> OpenFile {
+        self.owner = Owner {
+            uid: attr.uid,
+            gid: attr.gid,
+            project: 0,
+        };
+        self
+    }
+
     /// A handle on `fid`.
     pub fn new(fid: Fid, layout: Option<Layout>) -> OpenFile {
         OpenFile {
@@ -181,6 +193,7 @@ impl OpenFile {
             layout,
             readahead: parking_lot::Mutex::new(ReadAhead::default()),
             incarnation: 0,
+            owner: Owner::default(),
         }
     }
 }
@@ -494,6 +507,8 @@ impl Client {
 
     /// Creates a non-directory node; with `open`, the MDS also registers it as open (one RPC
     /// for create-and-open) and the returned handle must be closed with [`Client::close`].
+    /// `access` ([`nacre_types::cred::MAY_READ`] | [`nacre_types::cred::MAY_WRITE`]) is
+    /// checked if the name exists already and is opened instead.
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
@@ -506,6 +521,7 @@ impl Client {
         rdev: u32,
         exclusive: bool,
         open: bool,
+        access: u8,
     ) -> Result<(Attr, OpenFile)> {
         let op = MdsOp::Create {
             parent,
@@ -517,6 +533,7 @@ impl Client {
             rdev,
             exclusive,
             open,
+            access,
         };
         let (attr, layout) = self.entry(op)?;
         let attr = if exclusive {
@@ -524,7 +541,7 @@ impl Client {
         } else {
             self.with_glimpse(attr, layout.as_ref())?
         };
-        let file = self.registered(OpenFile::new(attr.fid, layout))?;
+        let file = self.registered(OpenFile::new(attr.fid, layout).owned_by(&attr))?;
         Ok((attr, file))
     }
 
@@ -547,11 +564,13 @@ impl Client {
         }
     }
 
-    /// Registers a creation's implicit open with the MDS (needed when the create reply is
-    /// used as an open handle).
-    pub fn open(&self, fid: Fid) -> Result<(Attr, OpenFile)> {
-        let (attr, layout) = self.entry(MdsOp::Open { fid })?;
-        Ok((attr, self.registered(OpenFile::new(fid, layout))?))
+    /// Opens `fid` for `access` ([`nacre_types::cred::MAY_READ`] |
+    /// [`nacre_types::cred::MAY_WRITE`]; `O_TRUNC` wants write), which the MDT checks against
+    /// the caller's credentials, and registers the opener with it.
+    pub fn open(&self, fid: Fid, access: u8) -> Result<(Attr, OpenFile)> {
+        let (attr, layout) = self.entry(MdsOp::Open { fid, access })?;
+        let file = OpenFile::new(fid, layout).owned_by(&attr);
+        Ok((attr, self.registered(file)?))
     }
 
     /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
@@ -767,18 +786,42 @@ impl Client {
     /// Changes attributes. A size change punches the OST objects first, then records the
     /// change on the MDT.
     pub fn setattr(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
-        if let Some(size) = set.size {
-            let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
-            match (attr.kind, layout) {
-                (FileKind::Regular, Some(layout)) => osc::truncate(self, &layout, size)?,
-                (FileKind::Directory, _) => return Err(Status::IsDir.into()),
-                _ => return Err(Status::Inval.into()),
+        let cut = match set.size {
+            Some(size) => {
+                let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+                match (attr.kind, layout) {
+                    (FileKind::Regular, Some(layout)) => Some((size, layout)),
+                    (FileKind::Directory, _) => return Err(Status::IsDir.into()),
+                    _ => return Err(Status::Inval.into()),
+                }
             }
-        }
+            None => None,
+        };
+        let owner_or_mode = SetAttr {
+            perm: set.perm,
+            uid: set.uid,
+            gid: set.gid,
+            ..SetAttr::default()
+        };
+        // The MDT checks that the caller may make the change before any object is cut.
         let attr = match self.md(MdsOp::SetAttr { fid, attr: set })? {
             MdsReply::Attr(a) => a,
             _ => return Err(Status::Proto.into()),
         };
+        if let Some((size, layout)) = cut {
+            osc::truncate(self, &layout, size)?;
+        }
+        // A striped directory's shards check names' permissions: they follow the master.
+        if attr.kind == FileKind::Directory && owner_or_mode != SetAttr::default() {
+            if let Some(stripe) = self.dir_stripe(fid)? {
+                for &shard in stripe.shards.iter().filter(|&&s| s != fid) {
+                    self.md(MdsOp::SetAttr {
+                        fid: shard,
+                        attr: owner_or_mode.clone(),
+                    })?;
+                }
+            }
+        }
         if attr.kind == FileKind::Regular {
             let layout = self.layout_of(fid)?;
             return self.with_glimpse(attr, Some(&layout));
@@ -987,7 +1030,7 @@ impl Client {
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         match &file.layout {
-            Some(layout) => osc::write(self, layout, offset, data),
+            Some(layout) => osc::write(self, layout, offset, data, file.owner),
             None => Err(Status::Inval.into()),
         }
     }

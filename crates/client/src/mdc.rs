@@ -276,6 +276,7 @@ impl Mdc {
         let (xid, op, reply, pre_versions) = entry;
         let call = MdsCall {
             jobid: nacre_types::jobid::current(),
+            cred: nacre_types::cred::current(),
             client: self.uuid(),
             replied_below: 0,
             op: MdsOp::Replay {
@@ -343,6 +344,7 @@ impl Mdc {
         };
         let mut call = MdsCall {
             jobid: nacre_types::jobid::current(),
+            cred: nacre_types::cred::current(),
             client: self.uuid(),
             replied_below,
             op,

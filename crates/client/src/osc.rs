@@ -169,7 +169,13 @@ fn max_rpc(client: &Client) -> u64 {
 }
 
 /// Writes `data` at `offset`.
-pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Result<usize> {
+pub fn write(
+    client: &Client,
+    layout: &Layout,
+    offset: u64,
+    data: &[u8],
+    owner: nacre_types::Owner,
+) -> Result<usize> {
     if data.is_empty() {
         return Ok(0);
     }
@@ -190,6 +196,7 @@ pub fn write(client: &Client, layout: &Layout, offset: u64, data: &[u8]) -> Resu
         let req = OssRequest::Write {
             object,
             offset: sub.object_offset,
+            owner,
         };
         window.start(client, tag, ost, &req, Some(Arc::new(buf)))?;
     }

@@ -44,18 +44,32 @@ const OPEN_FLAGS: FopenFlags =
 /// Who asked: what the operations need of the kernel's request, owned, so a helper thread
 /// can run it after the FUSE thread moved on.
 struct Caller {
-    uid: u32,
-    gid: u32,
+    cred: nacre_types::Cred,
     job: String,
 }
 
 impl Caller {
     fn uid(&self) -> u32 {
-        self.uid
+        self.cred.uid
     }
 
     fn gid(&self) -> u32 {
-        self.gid
+        self.cred.gid
+    }
+}
+
+/// The access an open with `flags` wants (`O_TRUNC` wants write, as the kernel's).
+fn access_of(flags: i32) -> u8 {
+    use nacre_types::cred::{MAY_READ, MAY_WRITE};
+    let mode = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => MAY_READ,
+        libc::O_WRONLY => MAY_WRITE,
+        _ => MAY_READ | MAY_WRITE,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        mode | MAY_WRITE
+    } else {
+        mode
     }
 }
 
@@ -78,6 +92,7 @@ struct Shared {
     attr_ttl: Duration,
     entry_ttl: Duration,
     jobs: crate::jobid::JobIds,
+    groups: crate::groups::Groups,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -142,8 +157,7 @@ impl NacreFs {
 
     fn caller(&self, req: &Request) -> Caller {
         Caller {
-            uid: req.uid(),
-            gid: req.gid(),
+            cred: self.shared.groups.cred(req.pid(), req.uid(), req.gid()),
             job: self.shared.jobs.of(req.pid(), req.uid()),
         }
     }
@@ -181,12 +195,14 @@ impl Shared {
             attr_ttl,
             entry_ttl,
             jobs,
+            groups: Default::default(),
         }
     }
 
     /// Tags the RPCs this thread sends for `req` with the caller's job id.
     fn enter(&self, req: &Caller) {
         nacre_types::jobid::set_current(&req.job);
+        nacre_types::cred::set_current(Some(req.cred.clone()));
     }
 
     fn add_file(&self, file: OpenFile) -> FileHandle {
@@ -456,7 +472,7 @@ impl Shared {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -476,6 +492,9 @@ impl Shared {
             atime: atime.map(time),
             mtime: mtime.map(time),
             ctime: ctime.map(TimeSpec::from_system_time),
+            times_now: matches!(atime, Some(TimeOrNow::Now))
+                || matches!(mtime, Some(TimeOrNow::Now)),
+            from_open: fh.is_some(),
         };
         let result = self.client.setattr(fid, set);
         pool::leave();
@@ -524,6 +543,7 @@ impl Shared {
                 rdev,
                 true,
                 false,
+                0,
             )
             .map(|(attr, _)| attr);
         self.reply_entry(reply, r);
@@ -632,13 +652,13 @@ impl Shared {
         self.reply_entry(reply, self.client.link(fid, parent, newname.as_bytes()));
     }
 
-    fn open(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Caller, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.enter(req);
         let fid = match fid_of(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let result = self.client.open(fid);
+        let result = self.client.open(fid, access_of(flags.0));
         pool::leave();
         match result {
             Ok((_, file)) => reply.opened(self.add_file(file), OPEN_FLAGS),
@@ -997,6 +1017,7 @@ impl Shared {
             0,
             exclusive,
             true,
+            access_of(flags),
         );
         pool::leave();
         match created {

@@ -12,6 +12,7 @@
 pub mod attrs;
 pub mod caps;
 pub mod fs;
+pub mod groups;
 pub mod jobid;
 pub mod mount;
 pub mod pool;

@@ -1,7 +1,7 @@
 //! The destroy thread: sends `Destroy` for objects of removed files to their OSTs, then forgets
 //! their records. Records are written in the same transaction as the unlink, so a crash between
 //! the two only delays destruction; the queue is rebuilt from the records at start. The same
-//! thread evicts silent clients (export.rs).
+//! thread evicts silent clients (export.rs) and sends objects' ownership changes (owners.rs).
 
 use crate::mdt::{kv_err, Mdt};
 use crate::records::{destroy_key, DESTROY};
@@ -41,7 +41,7 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
             let req = OssRequest::Destroy {
                 objects: chunk.to_vec(),
             };
-            match call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req)) {
+            match call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::server(req)) {
                 Ok(_) => {
                     let mut b = Batch::new();
                     for o in chunk {
@@ -78,7 +78,14 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
         if let Err(e) = mdt.reap_orphans() {
             tracing::warn!("{}: orphan removal: {e}", mdt.label.name());
         }
-        let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0);
+        let owners = match crate::owners::sync_pending(&mdt) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("{}: object ownership changes: {e}", mdt.label.name());
+                0
+            }
+        };
+        let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0) || owners > 0;
         if more {
             continue;
         }

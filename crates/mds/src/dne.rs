@@ -33,6 +33,7 @@ pub(crate) fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, St
         client: mdt.peer_uuid,
         replied_below: 0,
         jobid: format!("{}-peer", mdt.label.name()),
+        cred: nacre_types::Cred::root(),
         op,
     };
     match call::<_, nacre_wire::mds::MdsAnswer>(&conn, c.op.opcode(), index, &c) {

@@ -121,6 +121,14 @@ impl Exports {
         }
     }
 
+    /// Whether `client` holds `fid` open.
+    pub fn holds_open(&self, client: &[u8; 16], fid: Fid) -> bool {
+        let s = self.state.lock().expect("exports");
+        s.exports
+            .get(client)
+            .is_some_and(|e| e.opens.contains_key(&fid))
+    }
+
     /// `client` says it holds `opens` (after reconnecting): the handles its export lacks
     /// (an MDT restart forgot them). Idempotent.
     pub fn missing_opens(&self, client: &[u8; 16], opens: &[(Fid, u32)]) -> Vec<(Fid, u32)> {

@@ -20,6 +20,8 @@ pub mod migrate;
 
 pub mod ops;
 pub mod osp;
+pub mod owners;
+pub mod perm;
 pub mod records;
 pub mod replay;
 pub mod stats;
@@ -95,7 +97,7 @@ fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Statu
         MdsOp::ReadDir { fid, after, count } => {
             ops::readdir::run(mdt, *fid, after.as_deref(), *count)
         }
-        MdsOp::Open { fid } => ops::open::open(mdt, client, *fid),
+        MdsOp::Open { fid, .. } => ops::open::open(mdt, client, *fid),
         MdsOp::Ping => Ok(MdsReply::Done),
         MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
@@ -126,6 +128,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             rdev,
             exclusive,
             open,
+            ..
         } => ops::create::run(
             tx,
             CreateArgs {
@@ -439,7 +442,7 @@ pub(crate) fn held_by_migration(mdt: &Mdt, op: &MdsOp) -> bool {
             .flatten()
             .is_some_and(|d| frozen.contains(&d.fid))
     };
-    if let MdsOp::Open { fid } = op {
+    if let MdsOp::Open { fid, .. } = op {
         // A migrating directory may be opened (listed); its files may not.
         return frozen.contains(fid) && !mdt.intents.lock().expect("intents").contains_key(fid);
     }
@@ -518,6 +521,19 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
 
 /// Runs a request past the recovery gate: the migration gate, then the operation.
 fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    if !call.cred.is_valid() {
+        return Outgoing::error(Status::Proto);
+    }
+    if let Err(denied) = perm::check(mdt, call) {
+        // A resend of a request that ran already is answered as it was, whatever changed
+        // since.
+        if call.op.is_modifying() {
+            if let Some(out) = saved_reply(mdt, &call.client, xid) {
+                return out;
+            }
+        }
+        return Outgoing::error(denied);
+    }
     // Modifying client requests (and opens) pass the gate a migration closes while it
     // freezes; one touching a frozen inode is resent by the client later.
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))

@@ -863,6 +863,7 @@ impl Tx<'_> {
 
     /// Records the destruction of a layout's objects (done after the commit).
     pub fn destroy_objects(&mut self, layout: &Layout) {
+        crate::owners::forget(self, layout);
         for o in &layout.objects {
             self.batch
                 .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());

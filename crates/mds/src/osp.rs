@@ -105,7 +105,7 @@ impl OstPool {
                 &conn,
                 OssRequest::StatFs.opcode(),
                 index,
-                &OssCall::current(OssRequest::StatFs),
+                &OssCall::server(OssRequest::StatFs),
             ) {
                 Ok(OssReply::StatFs(s)) => Some(s),
                 _ => None,

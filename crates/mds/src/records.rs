@@ -62,8 +62,12 @@ pub const ORPHANS: &str = "orphans";
 /// Clients that were given transaction numbers (Lustre's `last_rcvd` client slots): after
 /// a restart the MDT waits for them to replay. Client uuid (16) → empty.
 pub const CLIENTS: &str = "clients";
+/// Ownership changes of OST objects not yet made on their OSTs (owners.rs): destroy-style key
+/// (OST, object) → the [`nacre_types::Owner`] bytes.
+pub const OWNERS: &str = "owners";
 /// Every table of an MDT.
-pub const TABLES: [&str; 14] = [
+pub const TABLES: [&str; 15] = [
+    OWNERS,
     CLIENTS,
     INODES,
     DIRENTS,

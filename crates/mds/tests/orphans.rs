@@ -23,6 +23,7 @@ fn run(mdt: &Mdt, xid: u64, op: MdsOp) -> nacre_net::Outgoing {
         jobid: String::new(),
         client: [5; 16],
         replied_below: xid,
+        cred: nacre_types::Cred::root(),
         op,
     };
     nacre_mds::execute(mdt, &call, xid, "test")
@@ -48,6 +49,7 @@ fn orphans_are_found_at_start_from_their_index_or_one_scan() {
                     rdev: 0,
                     exclusive: true,
                     open: *name != "plain",
+                    access: 6,
                 },
             );
             let reply: MdsReply = nacre_wire::decode_body(&out.body).unwrap();

@@ -46,6 +46,7 @@ fn answer(
         jobid: String::new(),
         client: [9; 16],
         replied_below: 1,
+        cred: nacre_types::Cred::root(),
         op,
     };
     let opcode = call.op.opcode();

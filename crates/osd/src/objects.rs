@@ -10,7 +10,7 @@
 
 use crate::csum::{self, Slot, CSUM_CHUNK_BYTES};
 use nacre_types::limits::DIRECT_IO_ALIGN_BYTES;
-use nacre_types::{AlignedBuf, ObjectId, StatFs};
+use nacre_types::{AlignedBuf, ObjectId, Owner, StatFs};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -68,6 +68,8 @@ struct OpenObject {
     direct: Option<File>,
     /// The checksum sidecar.
     sums: File,
+    /// The object's owner is recorded (no need to look on the next write).
+    owned: AtomicBool,
 }
 
 impl OpenObject {
@@ -199,6 +201,7 @@ impl ObjectStore {
             buffered,
             direct,
             sums,
+            owned: AtomicBool::new(false),
         });
         let mut open = self.open.lock().expect("open objects");
         if open.len() >= OPEN_OBJECTS_MAX {
@@ -211,10 +214,27 @@ impl ObjectStore {
     }
 
     /// Writes `data` at `offset`, creating the object. `data` should be page-aligned in memory
-    /// (an [`AlignedBuf`]) for the direct path to be taken.
-    pub fn write(&self, object: ObjectId, offset: u64, data: &[u8]) -> Result<(), OsdError> {
+    /// (an [`AlignedBuf`]) for the direct path to be taken. An object with no recorded owner
+    /// takes `owner` (the writer's view of its file's owner); one that has an owner keeps it.
+    pub fn write(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        data: &[u8],
+        owner: Owner,
+    ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
+        if !o.owned.load(Ordering::Relaxed) {
+            match read_owner(&o.buffered) {
+                Ok(Some(_)) => o.owned.store(true, Ordering::Relaxed),
+                Ok(None) => match write_owner(&o.buffered, owner) {
+                    Ok(()) => o.owned.store(true, Ordering::Relaxed),
+                    Err(e) => owner_unsupported(object, e)?,
+                },
+                Err(e) => owner_unsupported(object, e)?,
+            }
+        }
         let size = o.size().map_err(|e| Self::err(object, e))?;
         let end = offset + data.len() as u64;
         let after = size.max(end);
@@ -510,10 +530,64 @@ impl ObjectStore {
         }
     }
 
+    /// Records `owner` as the object's owner, group and project (creating an empty object if
+    /// there is none, so a later write with an older owner cannot set it).
+    pub fn set_owner(&self, object: ObjectId, owner: Owner) -> Result<(), OsdError> {
+        let o = self.get(object, true)?.expect("created");
+        let _change = self.change_lock(object);
+        write_owner(&o.buffered, owner).map_err(|e| Self::err(object, e))?;
+        o.owned.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The object's recorded owner (`None`: no such object, or none recorded).
+    pub fn owner(&self, object: ObjectId) -> Result<Option<Owner>, OsdError> {
+        match self.get(object, false)? {
+            Some(o) => read_owner(&o.buffered).map_err(|e| Self::err(object, e)),
+            None => Ok(None),
+        }
+    }
+
     /// Capacity of the file system holding the objects.
     pub fn statfs(&self) -> std::io::Result<StatFs> {
         statvfs(&self.root)
     }
+}
+
+/// Extended attribute holding an object's [`Owner`] (12 bytes: uid, gid, project, little
+/// endian), as Lustre's OST objects carry their owner for quotas.
+pub const OWNER_XATTR: &str = "user.nacre.owner";
+
+fn read_owner(f: &File) -> std::io::Result<Option<Owner>> {
+    let mut b = [0u8; Owner::BYTES];
+    match rustix::fs::fgetxattr(f, OWNER_XATTR, &mut b) {
+        Ok(n) => Ok(Owner::from_bytes(&b[..n])),
+        Err(rustix::io::Errno::NODATA) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write_owner(f: &File, owner: Owner) -> std::io::Result<()> {
+    rustix::fs::fsetxattr(
+        f,
+        OWNER_XATTR,
+        &owner.to_bytes(),
+        rustix::fs::XattrFlags::empty(),
+    )
+    .map_err(Into::into)
+}
+
+/// A write goes on when the object's file system keeps no extended attributes (the owner is
+/// then not recorded: said once); any other error fails it.
+fn owner_unsupported(object: ObjectId, e: std::io::Error) -> Result<(), OsdError> {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        if !SAID.swap(true, Ordering::Relaxed) {
+            tracing::warn!("object {object}: the OST's file system keeps no extended attributes: object owners are not recorded");
+        }
+        return Ok(());
+    }
+    Err(ObjectStore::err(object, e))
 }
 
 /// `statvfs` of a path as a [`StatFs`].
@@ -549,8 +623,10 @@ mod tests {
         let obj = ObjectId { seq: 0, id: 77 };
         assert_eq!(store.read(obj, 0, 10).unwrap().len(), 0);
         let data = AlignedBuf::copy_from(&vec![5u8; 1 << 20]);
-        store.write(obj, 0, &data).unwrap();
-        store.write(obj, (1 << 20) + 3, b"tail").unwrap();
+        store.write(obj, 0, &data, Owner::default()).unwrap();
+        store
+            .write(obj, (1 << 20) + 3, b"tail", Owner::default())
+            .unwrap();
         assert_eq!(store.size(obj).unwrap().0, (1 << 20) + 7);
         let back = store.read(obj, 4096, 1 << 20).unwrap();
         assert_eq!(back.len(), (1 << 20) + 7 - 4096);
@@ -574,7 +650,7 @@ mod tests {
         let store = ObjectStore::open(dir.path()).unwrap();
         let obj = ObjectId { seq: 0, id: 9 };
         let data = AlignedBuf::copy_from(&vec![0x5a; 64 << 10]);
-        store.write(obj, 0, &data).unwrap();
+        store.write(obj, 0, &data, Owner::default()).unwrap();
         let f = OpenOptions::new()
             .write(true)
             .open(store.path(obj))
@@ -597,7 +673,7 @@ mod tests {
         assert_eq!(store.corrupt_chunks(), 3);
         // A damaged checksum file is noticed the same way.
         let obj2 = ObjectId { seq: 0, id: 10 };
-        store.write(obj2, 0, &data).unwrap();
+        store.write(obj2, 0, &data, Owner::default()).unwrap();
         let sums = OpenOptions::new()
             .write(true)
             .open(store.sums_path(obj2))
@@ -614,7 +690,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = ObjectStore::open(dir.path()).unwrap();
         let obj = ObjectId { seq: 0, id: 11 };
-        store.write(obj, 0, &[1u8; 10_000]).unwrap();
+        store
+            .write(obj, 0, &[1u8; 10_000], Owner::default())
+            .unwrap();
         let o = store.get(obj, false).unwrap().unwrap();
         let new = [2u8; 5000];
         let overlay = |_: u64, chunk: &mut [u8]| {
@@ -627,7 +705,7 @@ mod tests {
         drop(o);
         let store = ObjectStore::open(dir.path()).unwrap();
         assert_eq!(&store.read(obj, 0, 10_000).unwrap()[..], &[1u8; 10_000][..]);
-        store.write(obj, 0, &new).unwrap();
+        store.write(obj, 0, &new, Owner::default()).unwrap();
         let back = store.read(obj, 0, 10_000).unwrap();
         assert!(back[..5000].iter().all(|&b| b == 2) && back[5000..].iter().all(|&b| b == 1));
     }
@@ -648,7 +726,12 @@ mod tests {
                     for i in 0..400u64 {
                         // Overlapping, unaligned: every write is a read-modify-write of a chunk.
                         store
-                            .write(hot, (i * 37) % 6000 + u64::from(w), &[w + 1; 700])
+                            .write(
+                                hot,
+                                (i * 37) % 6000 + u64::from(w),
+                                &[w + 1; 700],
+                                Owner::default(),
+                            )
                             .unwrap();
                     }
                 });
@@ -656,7 +739,9 @@ mod tests {
             let store = &store;
             s.spawn(move || {
                 for id in 0..(2 * OPEN_OBJECTS_MAX as u64) {
-                    store.write(ObjectId { seq: 1, id }, 0, b"x").unwrap();
+                    store
+                        .write(ObjectId { seq: 1, id }, 0, b"x", Owner::default())
+                        .unwrap();
                 }
             });
         });
@@ -698,7 +783,7 @@ mod tests {
                 match c {
                     Change::Write(off, d) => {
                         let buf = AlignedBuf::copy_from(&d);
-                        store.write(obj, off, &buf).unwrap();
+                        store.write(obj, off, &buf, Owner::default()).unwrap();
                         let end = off as usize + d.len();
                         if model.len() < end { model.resize(end, 0); }
                         model[off as usize..end].copy_from_slice(&d);
@@ -730,5 +815,38 @@ mod tests {
             }
             proptest::prop_assert_eq!(store.corrupt_chunks(), 0);
         }
+    }
+
+    #[test]
+    fn objects_keep_their_first_owner_until_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ObjectStore::open(dir.path()).unwrap();
+        let obj = ObjectId { seq: 1, id: 77 };
+        let alice = Owner {
+            uid: 1000,
+            gid: 100,
+            project: 5,
+        };
+        let bob = Owner {
+            uid: 1001,
+            gid: 101,
+            project: 0,
+        };
+        assert_eq!(store.owner(obj).unwrap(), None);
+        store.write(obj, 0, b"data", alice).unwrap();
+        assert_eq!(store.owner(obj).unwrap(), Some(alice));
+        // A stale writer does not change it; the MDT's chown does.
+        store.write(obj, 4, b"more", bob).unwrap();
+        assert_eq!(store.owner(obj).unwrap(), Some(alice));
+        store.set_owner(obj, bob).unwrap();
+        assert_eq!(store.owner(obj).unwrap(), Some(bob));
+        // After the descriptor cache is dropped, it is read back from the object.
+        store.set_direct_io(true);
+        assert_eq!(store.owner(obj).unwrap(), Some(bob));
+        // set_owner creates a missing object, so a later write keeps the owner set.
+        let fresh = ObjectId { seq: 1, id: 78 };
+        store.set_owner(fresh, bob).unwrap();
+        store.write(fresh, 0, b"x", alice).unwrap();
+        assert_eq!(store.owner(fresh).unwrap(), Some(bob));
     }
 }

@@ -116,13 +116,17 @@ impl OssHandler {
             Status::from_io(&e.io())
         };
         let reply = match req {
-            OssRequest::Write { object, offset } => {
+            OssRequest::Write {
+                object,
+                offset,
+                owner,
+            } => {
                 let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
                 if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
                     return Err(Status::FBig);
                 }
                 let started = ost.brw.write.begin();
-                let result = ost.store.write(object, offset, data);
+                let result = ost.store.write(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);
                 result.map_err(io)?;
                 ost.write_bytes
@@ -190,6 +194,18 @@ impl OssHandler {
             OssRequest::StatFs => {
                 OssReply::StatFs(ost.store.statfs().map_err(|e| Status::from_io(&e))?)
             }
+            OssRequest::SetOwner { objects, owner } => {
+                if objects.len() > nacre_wire::oss::SET_OWNER_OBJECTS_MAX {
+                    return Err(Status::TooBig);
+                }
+                for o in objects {
+                    ost.store.set_owner(o, owner).map_err(io)?;
+                }
+                OssReply::Done
+            }
+            OssRequest::GetOwner { object } => {
+                OssReply::Owner(ost.store.owner(object).map_err(io)?)
+            }
         };
         Ok(Outgoing::ok(encode_body(&reply)))
     }
@@ -223,6 +239,9 @@ impl Handler for OssHandler {
                 return Outgoing::error(Status::Proto);
             }
         };
+        if !call.cred.is_valid() {
+            return Outgoing::error(Status::Proto);
+        }
         let op = (call.req.opcode() & 0xff) as usize - 1;
         let started = std::time::Instant::now();
         let out = self

@@ -16,6 +16,8 @@ pub const OST_OPS: &[&str] = &[
     "sync",
     "destroy",
     "statfs",
+    "setowner",
+    "getowner",
 ];
 
 /// Histograms of one direction.

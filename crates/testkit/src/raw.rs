@@ -55,6 +55,7 @@ impl RawConn {
             client: self.client,
             replied_below: self.xid,
             jobid: "raw".into(),
+            cred: nacre_types::cred::current(),
             op,
         };
         self.send(opcode, target, &encode_body(&call), None)
@@ -70,6 +71,7 @@ impl RawConn {
         let opcode = req.opcode();
         let call = OssCall {
             jobid: "raw".into(),
+            cred: nacre_types::cred::current(),
             req,
         };
         self.send(opcode, target, &encode_body(&call), bulk)

@@ -146,6 +146,12 @@ pub struct SetAttr {
     pub mtime: Option<TimeSpec>,
     /// New change time (otherwise the server sets it to now).
     pub ctime: Option<TimeSpec>,
+    /// `atime`/`mtime` are "now" (`utimensat` with `UTIME_NOW`, `touch`): the owner or anyone
+    /// who may write the file may set them; explicit times need the owner.
+    pub times_now: bool,
+    /// The change comes through a descriptor open for writing (`ftruncate`): the write
+    /// permission was checked at open, as the kernel does.
+    pub from_open: bool,
 }
 
 /// Capacity of one target (or a whole file system).

@@ -7,6 +7,7 @@
 
 pub mod attr;
 pub mod buf;
+pub mod cred;
 pub mod dirstripe;
 pub mod fid;
 pub mod jobid;
@@ -18,6 +19,7 @@ pub mod target;
 
 pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
 pub use buf::AlignedBuf;
+pub use cred::{Cred, Owner};
 pub use fid::{Fid, ObjectId};
 pub use layout::{Layout, LayoutError, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};

@@ -17,6 +17,8 @@ pub struct MdsCall {
     pub replied_below: u64,
     /// Job the request works for (empty: none), for per-job statistics.
     pub jobid: String,
+    /// Who the request works for: the MDT checks permissions with these.
+    pub cred: nacre_types::Cred,
     /// The operation.
     pub op: MdsOp,
 }
@@ -57,6 +59,9 @@ pub enum MdsOp {
         exclusive: bool,
         /// Register the caller as an opener (create-and-open in one RPC).
         open: bool,
+        /// Access the open wants if the name exists already ([`nacre_types::cred::MAY_READ`]
+        /// | [`nacre_types::cred::MAY_WRITE`]); a new file is the caller's to use.
+        access: u8,
     },
     /// Create a directory. Reply: [`MdsReply::Entry`].
     Mkdir {
@@ -147,6 +152,9 @@ pub enum MdsOp {
     Open {
         /// Inode.
         fid: Fid,
+        /// Access wanted ([`nacre_types::cred::MAY_READ`] | [`nacre_types::cred::MAY_WRITE`];
+        /// `O_TRUNC` wants write), checked against the inode's permissions.
+        access: u8,
     },
     /// Close an inode opened with [`MdsOp::Open`] or a create. Reply: [`MdsReply::Done`].
     Close {
@@ -392,7 +400,7 @@ impl MdsOp {
             | MdsOp::SetAttr { fid, .. }
             | MdsOp::ReadLink { fid }
             | MdsOp::ReadDir { fid, .. }
-            | MdsOp::Open { fid }
+            | MdsOp::Open { fid, .. }
             | MdsOp::Close { fid }
             | MdsOp::GetXattr { fid, .. }
             | MdsOp::SetXattr { fid, .. }
@@ -917,7 +925,7 @@ mod tests {
         ];
         let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         assert_eq!(ops, READPAGE_OPCODES);
-        assert!(!READPAGE_OPCODES.contains(&MdsOp::Open { fid }.opcode()));
+        assert!(!READPAGE_OPCODES.contains(&MdsOp::Open { fid, access: 4 }.opcode()));
     }
 
     #[test]
@@ -990,6 +998,7 @@ mod tests {
                 client: [1; 16],
                 replied_below: 1,
                 jobid: "j".into(),
+                cred: nacre_types::Cred::new(1000, 100, vec![4, 24]),
                 op: MdsOp::Migrate {
                     fid,
                     parent: Fid::ROOT,
@@ -1068,6 +1077,7 @@ mod tests {
                 client: [3; 16],
                 replied_below: 9,
                 jobid: String::new(),
+                cred: nacre_types::Cred::new(1000, 100, vec![4, 24]),
                 op,
             };
             assert!(!call.op.is_modifying());
@@ -1130,6 +1140,7 @@ mod tests {
             client: [7; 16],
             replied_below: 5,
             jobid: "job42".into(),
+            cred: nacre_types::Cred::new(1000, 100, vec![4, 24]),
             op: MdsOp::Rename {
                 src_parent: Fid::ROOT,
                 src_name: b"a".to_vec(),

@@ -1,7 +1,7 @@
 //! Object storage service messages. The OST index travels in the frame header's `target`.
 //! File data travels as bulk after the body, never inside it.
 
-use nacre_types::{ObjectId, StatFs};
+use nacre_types::{Cred, ObjectId, Owner, StatFs};
 use serde::{Deserialize, Serialize};
 
 /// A request to an OST with the job it works for.
@@ -9,15 +9,28 @@ use serde::{Deserialize, Serialize};
 pub struct OssCall {
     /// Job id (empty: none), for per-job statistics.
     pub jobid: String,
+    /// Who the request works for.
+    pub cred: Cred,
     /// The request.
     pub req: OssRequest,
 }
 
 impl OssCall {
-    /// Wraps `req` with the current thread's job id.
+    /// Wraps `req` with the current thread's job id and credentials.
     pub fn current(req: OssRequest) -> OssCall {
         OssCall {
             jobid: nacre_types::jobid::current(),
+            cred: nacre_types::cred::current(),
+            req,
+        }
+    }
+
+    /// Wraps `req` as a server's own request (an MDT's object destroys and ownership
+    /// changes): root, whatever client request the thread serves.
+    pub fn server(req: OssRequest) -> OssCall {
+        OssCall {
+            jobid: String::new(),
+            cred: Cred::root(),
             req,
         }
     }
@@ -33,6 +46,9 @@ pub enum OssRequest {
         object: ObjectId,
         /// Offset in the object.
         offset: u64,
+        /// The file's owner, group and project as the writer knows them: a new object takes
+        /// them (an existing one keeps its own; ownership changes come from the MDT).
+        owner: Owner,
     },
     /// Read up to `len` bytes at `offset`; short at the object's end. Reply: [`OssReply::Read`]
     /// with the data as bulk.
@@ -81,7 +97,24 @@ pub enum OssRequest {
     },
     /// Capacity of the OST. Reply: [`OssReply::StatFs`].
     StatFs,
+    /// Set the owner, group and project of objects (the MDT, after a chown, chgrp or project
+    /// change of their file), creating missing ones so a later write cannot bring back the
+    /// old owner. At most [`SET_OWNER_OBJECTS_MAX`]. Reply: [`OssReply::Done`].
+    SetOwner {
+        /// Objects.
+        objects: Vec<ObjectId>,
+        /// Their new owner.
+        owner: Owner,
+    },
+    /// Owner, group and project of an object. Reply: [`OssReply::Owner`].
+    GetOwner {
+        /// Object.
+        object: ObjectId,
+    },
 }
+
+/// Most objects one [`OssRequest::SetOwner`] names.
+pub const SET_OWNER_OBJECTS_MAX: usize = 512;
 
 /// Replies from an OST.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +140,8 @@ pub enum OssReply {
     Done,
     /// Capacity.
     StatFs(StatFs),
+    /// An object's owner (`None`: the object does not exist or has none recorded).
+    Owner(Option<Owner>),
 }
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
@@ -114,8 +149,8 @@ pub enum OssReply {
 pub const IO_OPCODES: [u16; 5] = [0x0301, 0x0302, 0x0304, 0x0305, 0x0306];
 /// Requests served by `ost_create` (Lustre's OST_CREATE_PORTAL): object lifecycle requests the
 /// MDT's OSP sends, so they never wait behind bulk I/O. Nacre creates objects on their first
-/// write, so this is where destroys go.
-pub const CREATE_OPCODES: [u16; 1] = [0x0307];
+/// write, so this is where destroys and ownership changes go.
+pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 // Everything else (glimpse, statfs) is served by the `ost` service.
 
 impl OssRequest {
@@ -127,8 +162,9 @@ impl OssRequest {
             | OssRequest::Glimpse { object }
             | OssRequest::Punch { object, .. }
             | OssRequest::Fallocate { object, .. }
-            | OssRequest::Sync { object } => Some(*object),
-            OssRequest::Destroy { .. } | OssRequest::StatFs => None,
+            | OssRequest::Sync { object }
+            | OssRequest::GetOwner { object } => Some(*object),
+            OssRequest::Destroy { .. } | OssRequest::StatFs | OssRequest::SetOwner { .. } => None,
         }
     }
 
@@ -143,6 +179,8 @@ impl OssRequest {
             OssRequest::Sync { .. } => 0x0306,
             OssRequest::Destroy { .. } => 0x0307,
             OssRequest::StatFs => 0x0308,
+            OssRequest::SetOwner { .. } => 0x0309,
+            OssRequest::GetOwner { .. } => 0x030a,
         }
     }
 }
@@ -160,6 +198,7 @@ mod tests {
             OssRequest::Write {
                 object: o,
                 offset: 0,
+                owner: Owner::default(),
             },
             OssRequest::Read {
                 object: o,
@@ -179,10 +218,21 @@ mod tests {
         let io: Vec<u16> = io.iter().map(OssRequest::opcode).collect();
         assert_eq!(io, IO_OPCODES);
         assert_eq!(
-            [OssRequest::Destroy { objects: vec![o] }.opcode()],
+            [
+                OssRequest::Destroy { objects: vec![o] }.opcode(),
+                OssRequest::SetOwner {
+                    objects: vec![o],
+                    owner: Owner::default()
+                }
+                .opcode()
+            ],
             CREATE_OPCODES
         );
-        for other in [OssRequest::Glimpse { object: o }, OssRequest::StatFs] {
+        for other in [
+            OssRequest::Glimpse { object: o },
+            OssRequest::StatFs,
+            OssRequest::GetOwner { object: o },
+        ] {
             assert!(!IO_OPCODES.contains(&other.opcode()));
             assert!(!CREATE_OPCODES.contains(&other.opcode()));
         }
@@ -199,6 +249,32 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn calls_with_credentials_and_owners_round_trip(
+            uid in any::<u32>(),
+            gid in any::<u32>(),
+            groups in proptest::collection::vec(any::<u32>(), 0..8),
+            project in any::<u32>(),
+            ids in proptest::collection::vec(any::<u64>(), 1..8),
+        ) {
+            let owner = Owner { uid, gid, project };
+            let objects: Vec<ObjectId> = ids.iter().map(|&id| ObjectId { seq: 3, id }).collect();
+            for req in [
+                OssRequest::SetOwner { objects: objects.clone(), owner },
+                OssRequest::GetOwner { object: objects[0] },
+                OssRequest::Write { object: objects[0], offset: ids[0], owner },
+            ] {
+                let call = OssCall {
+                    jobid: "job".into(),
+                    cred: Cred::new(uid, gid, groups.clone()),
+                    req,
+                };
+                prop_assert_eq!(decode_body::<OssCall>(&encode_body(&call)).unwrap(), call);
+            }
+            let reply = OssReply::Owner(Some(owner));
+            prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
+        }
+
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_body::<OssRequest>(&bytes);

@@ -22,7 +22,7 @@ fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
     for o in &layout.objects {
         let conn = mdt.osts.conn(o.ost).ok_or(Status::Io)?;
         let req = OssRequest::Glimpse { object: o.object };
-        match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::current(req)) {
+        match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::server(req)) {
             Ok(OssReply::ObjectAttr { size, .. }) if size > 0 => return Ok(true),
             Ok(_) => {}
             Err(e) => return Err(e.status()),

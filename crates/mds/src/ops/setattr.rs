@@ -36,6 +36,17 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
         a.mtime = t;
     }
     a.ctime = set.ctime.unwrap_or(tx.now);
+    // The objects follow their file's owner (for quotas, and to tell whose data they hold).
+    if set.uid.is_some() || set.gid.is_some() {
+        if let Some(layout) = &rec.layout {
+            let owner = nacre_types::Owner {
+                uid: rec.attr.uid,
+                gid: rec.attr.gid,
+                project: 0,
+            };
+            crate::owners::queue(tx, layout, owner);
+        }
+    }
     tx.put_inode(&rec);
     Ok(MdsReply::Attr(rec.attr))
 }

@@ -1,0 +1,105 @@
+//! Ownership changes reach the OST objects: a chown or chgrp of a regular file records, in the
+//! same transaction, the new owner for each of its objects ([`OWNERS`]); the MDT's background
+//! thread sends them to the OSTs (`SetOwner`, batched per OST and owner) and forgets each
+//! record once its OST has it — unless a newer change replaced it meanwhile. A crash or an
+//! unreachable OST only delays the change; the records are the queue. Objects a write creates
+//! take the owner the writer knows; these records are what makes a later chown stick.
+
+use crate::mdt::{kv_err, Mdt, Tx};
+use crate::records::{destroy_key, parse_destroy_key, OWNERS};
+use nacre_kv::Batch;
+use nacre_net::rpc::call;
+use nacre_types::{Layout, ObjectId, Owner, Status};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest, SET_OWNER_OBJECTS_MAX};
+use std::collections::BTreeMap;
+
+/// Records read per pass.
+pub const OWNER_PASS_RECORDS_MAX: usize = 4096;
+
+/// Records in `tx` that `layout`'s objects must take `owner`.
+pub fn queue(tx: &mut Tx<'_>, layout: &Layout, owner: Owner) {
+    for o in &layout.objects {
+        tx.batch.put(
+            OWNERS,
+            destroy_key(o.ost, o.object),
+            owner.to_bytes().to_vec(),
+        );
+    }
+}
+
+/// Drops `layout`'s pending ownership changes in `tx` (its objects are being destroyed: a
+/// change sent after would create them again).
+pub fn forget(tx: &mut Tx<'_>, layout: &Layout) {
+    for o in &layout.objects {
+        tx.batch.delete(OWNERS, destroy_key(o.ost, o.object));
+    }
+}
+
+/// Ownership changes still to make (for statistics and tests).
+pub fn pending(mdt: &Mdt) -> Result<usize, Status> {
+    Ok(mdt
+        .kv
+        .scan(OWNERS, &[], None, OWNER_PASS_RECORDS_MAX)
+        .map_err(kv_err)?
+        .len())
+}
+
+/// One pass: sends pending ownership changes; returns the number of objects done.
+pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
+    let page = mdt
+        .kv
+        .scan(OWNERS, &[], None, OWNER_PASS_RECORDS_MAX)
+        .map_err(kv_err)?;
+    let mut groups: BTreeMap<(u32, Owner), Vec<ObjectId>> = BTreeMap::new();
+    for (k, v) in &page {
+        match (parse_destroy_key(k), Owner::from_bytes(v)) {
+            (Some((ost, object)), Some(owner)) => {
+                groups.entry((ost, owner)).or_default().push(object)
+            }
+            _ => {
+                tracing::warn!("{}: bad ownership record dropped", mdt.label.name());
+                let mut b = Batch::new();
+                b.delete(OWNERS, k.clone());
+                mdt.kv.commit(b).map_err(kv_err)?;
+            }
+        }
+    }
+    let mut done = 0;
+    for ((ost, owner), objects) in groups {
+        let Some(conn) = mdt.osts.conn(ost) else {
+            continue;
+        };
+        for chunk in objects.chunks(SET_OWNER_OBJECTS_MAX) {
+            let req = OssRequest::SetOwner {
+                objects: chunk.to_vec(),
+                owner,
+            };
+            match call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::server(req)) {
+                Ok(_) => {}
+                Err(e) if e.status() == Status::NotSupp => {
+                    tracing::warn!(
+                        "{}: OST{ost:04x} cannot record object owners: {e}",
+                        mdt.label.name()
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!("ownership change on OST{ost:04x} deferred: {e}");
+                    continue;
+                }
+            }
+            // Forget what was sent, under the write lock, unless a newer change replaced it.
+            let _order = mdt.begin();
+            let mut b = Batch::new();
+            for o in chunk {
+                let key = destroy_key(ost, *o);
+                let now = mdt.kv.get(OWNERS, &key).map_err(kv_err)?;
+                if now.as_deref() == Some(&owner.to_bytes()[..]) {
+                    b.delete(OWNERS, key);
+                }
+            }
+            mdt.kv.commit(b).map_err(kv_err)?;
+            done += chunk.len();
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,281 @@
+//! Permission checks: the MDT decides, with the credentials every request carries, what the
+//! kernel decides with `default_permissions` (`generic_permission`, `may_delete`,
+//! `may_create`, `setattr_prepare`, `xattr_permission`; no ACLs). A client that skips the
+//! kernel (the native library) gets the same answers as a FUSE mount, and a later root squash
+//! or uid mapping changes the credentials here, in one place.
+//!
+//! The check runs before the operation, on the inodes as they are then (as the kernel checks
+//! cached attributes before calling a file system). An inode on another MDT (a remote entry, a
+//! cross-MDT rename's other side) is asked for over the peer connection; if it cannot be
+//! reached the request fails, it is never let through unchecked. Denied: `EACCES` for
+//! permission bits, `EPERM` for ownership rules (sticky directories, chmod, chown, explicit
+//! times, trusted or security attributes, layouts) and for server-to-server requests from a
+//! non-root caller. Replays are not checked again: they were checked when first run.
+
+use crate::mdt::Mdt;
+use nacre_types::cred::{permits, MAY_EXEC, MAY_READ, MAY_WRITE};
+use nacre_types::{Attr, Cred, Fid, FileKind, SetAttr, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+
+/// The sticky bit (`S_ISVTX`): in such a directory only the owner of an entry, of the
+/// directory, or root may remove or rename the entry.
+const STICKY: u32 = 0o1000;
+/// Set-group-id (`S_ISGID`).
+const SGID: u32 = 0o2000;
+
+/// Whether the caller of `call` may run it here; `Ok` lets it run.
+pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
+    let (cred, op) = (&call.cred, &call.op);
+    if cred.is_root() {
+        return Ok(());
+    }
+    match op {
+        MdsOp::Lookup { parent, .. } => need(mdt, cred, *parent, MAY_EXEC),
+        MdsOp::ReadDir { fid, .. } => need(mdt, cred, *fid, MAY_READ),
+        MdsOp::Open { fid, access } => need(mdt, cred, *fid, *access),
+        MdsOp::Create {
+            parent,
+            name,
+            uid,
+            gid,
+            exclusive,
+            access,
+            ..
+        } => {
+            let dir = need_dir(mdt, cred, *parent)?;
+            match existing(mdt, *parent, name)? {
+                // Opening what is there: the access it wants.
+                Some(a) if !*exclusive => allow(permits_attr(cred, &a, *access), Status::Access),
+                Some(_) => Ok(()),
+                None => claims(cred, &dir, *uid, *gid),
+            }
+        }
+        MdsOp::Mkdir {
+            parent, uid, gid, ..
+        }
+        | MdsOp::MkdirOn {
+            parent, uid, gid, ..
+        }
+        | MdsOp::MkdirStriped {
+            parent, uid, gid, ..
+        }
+        | MdsOp::Symlink {
+            parent, uid, gid, ..
+        } => {
+            let dir = need_dir(mdt, cred, *parent)?;
+            claims(cred, &dir, *uid, *gid)
+        }
+        MdsOp::Link { parent, .. } => need_dir(mdt, cred, *parent).map(|_| ()),
+        MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => {
+            let dir = need_dir(mdt, cred, *parent)?;
+            may_remove(mdt, cred, &dir, name).map(|_| ())
+        }
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            ..
+        } => {
+            let from = need_dir(mdt, cred, *src_parent)?;
+            let to = need_dir(mdt, cred, *dst_parent)?;
+            let moving = may_remove(mdt, cred, &from, src_name)?;
+            may_remove(mdt, cred, &to, dst_name)?;
+            // A directory changing parent has its ".." rewritten: it must be writable.
+            match moving {
+                Some(m) if m.kind == FileKind::Directory && src_parent != dst_parent => {
+                    allow(permits_attr(cred, &m, MAY_WRITE), Status::Access)
+                }
+                _ => Ok(()),
+            }
+        }
+        MdsOp::SetAttr { fid, attr } => match attr_of(mdt, *fid)? {
+            Some(a) => may_setattr(mdt, call, &a, attr),
+            None => Ok(()),
+        },
+        MdsOp::GetXattr { fid, name } => may_xattr(mdt, cred, *fid, name, MAY_READ),
+        MdsOp::SetXattr { fid, name, .. } | MdsOp::RemoveXattr { fid, name } => {
+            may_xattr(mdt, cred, *fid, name, MAY_WRITE)
+        }
+        // Striping is the owner's to choose (Lustre: owner or CAP_FOWNER).
+        MdsOp::SetLayout { fid, .. } | MdsOp::SetDirDefault { fid, .. } => {
+            match attr_of(mdt, *fid)? {
+                Some(a) => allow(a.uid == cred.uid, Status::Perm),
+                None => Ok(()),
+            }
+        }
+        // Moving directories between MDTs is an administrator's act, as `lfs migrate -m`.
+        // Server-to-server requests: only servers (root) send them.
+        MdsOp::Migrate { .. }
+        | MdsOp::AllocFid
+        | MdsOp::Update(_)
+        | MdsOp::RenameLock { .. }
+        | MdsOp::ScanInodes { .. }
+        | MdsOp::ScanDirents { .. } => Err(Status::Perm),
+        MdsOp::GetAttr { .. }
+        | MdsOp::ReadLink { .. }
+        | MdsOp::Close { .. }
+        | MdsOp::ListXattr { .. }
+        | MdsOp::GetLayout { .. }
+        | MdsOp::StatFs
+        | MdsOp::GetDirStripe { .. }
+        | MdsOp::GetDirDefault { .. }
+        | MdsOp::Sync
+        | MdsOp::Ping
+        | MdsOp::Disconnect
+        | MdsOp::Reopen { .. }
+        | MdsOp::Connect
+        | MdsOp::Replay { .. }
+        | MdsOp::ReplayDone => Ok(()),
+    }
+}
+
+fn allow(ok: bool, denied: Status) -> Result<(), Status> {
+    if ok {
+        Ok(())
+    } else {
+        Err(denied)
+    }
+}
+
+fn permits_attr(cred: &Cred, a: &Attr, want: u8) -> bool {
+    permits(
+        cred,
+        a.perm,
+        a.uid,
+        a.gid,
+        a.kind == FileKind::Directory,
+        want,
+    )
+}
+
+/// Attributes of `fid`, here or on its own MDT; `None` if it does not exist (the operation
+/// then fails on its own); an error if its MDT cannot be asked.
+fn attr_of(mdt: &Mdt, fid: Fid) -> Result<Option<Attr>, Status> {
+    if fid.mdt_index() == mdt.label.index {
+        return match mdt.inode(fid) {
+            Ok(rec) => Ok(Some(rec.attr)),
+            Err(Status::NoEnt | Status::Stale) => Ok(None),
+            Err(s) => Err(s),
+        };
+    }
+    match crate::dne::peer_call(mdt, fid.mdt_index(), MdsOp::GetAttr { fid }) {
+        Ok(MdsReply::Entry { attr, .. }) => Ok(Some(attr)),
+        Ok(_) => Err(Status::Proto),
+        Err(Status::NoEnt | Status::Stale) => Ok(None),
+        Err(s) => Err(s),
+    }
+}
+
+/// The attributes of what `name` in `parent` names, if anything.
+fn existing(mdt: &Mdt, parent: Fid, name: &[u8]) -> Result<Option<Attr>, Status> {
+    match mdt.lookup(parent, name) {
+        Ok(Some(d)) => attr_of(mdt, d.fid),
+        Ok(None) | Err(Status::NoEnt | Status::Stale) => Ok(None),
+        Err(s) => Err(s),
+    }
+}
+
+fn need(mdt: &Mdt, cred: &Cred, fid: Fid, want: u8) -> Result<(), Status> {
+    match attr_of(mdt, fid)? {
+        Some(a) => allow(permits_attr(cred, &a, want), Status::Access),
+        None => Ok(()),
+    }
+}
+
+/// A directory the caller changes: write and search. Its attributes (a default for a missing
+/// one: the operation fails on its own).
+fn need_dir(mdt: &Mdt, cred: &Cred, dir: Fid) -> Result<Attr, Status> {
+    match attr_of(mdt, dir)? {
+        Some(a) => {
+            allow(permits_attr(cred, &a, MAY_WRITE | MAY_EXEC), Status::Access)?;
+            Ok(a)
+        }
+        None => Err(Status::NoEnt),
+    }
+}
+
+/// A new inode's owner and group as the caller asks them: its own uid, and a group it is in
+/// (a set-group-id directory gives its own group whatever is asked).
+fn claims(cred: &Cred, dir: &Attr, uid: u32, gid: u32) -> Result<(), Status> {
+    let gid_ok = cred.in_group(gid) || dir.perm & SGID != 0;
+    allow(uid == cred.uid && gid_ok, Status::Perm)
+}
+
+/// Whether the caller may remove `name` from `dir` (the sticky rule); returns what it names.
+fn may_remove(mdt: &Mdt, cred: &Cred, dir: &Attr, name: &[u8]) -> Result<Option<Attr>, Status> {
+    let victim = existing(mdt, dir.fid, name)?;
+    if let Some(v) = &victim {
+        if dir.perm & STICKY != 0 && dir.uid != cred.uid && v.uid != cred.uid {
+            return Err(Status::Perm);
+        }
+    }
+    Ok(victim)
+}
+
+/// `setattr_prepare` and `notify_change`'s rules.
+fn may_setattr(mdt: &Mdt, call: &MdsCall, a: &Attr, set: &SetAttr) -> Result<(), Status> {
+    let cred = &call.cred;
+    let owner = a.uid == cred.uid;
+    if set.size.is_some() && !set.from_open {
+        allow(permits_attr(cred, a, MAY_WRITE), Status::Access)?;
+    }
+    if set.size.is_some() && set.from_open {
+        // Through a descriptor: write was checked when this client opened it.
+        allow(mdt.exports.holds_open(&call.client, a.fid), Status::Access)?;
+    }
+    if let Some(uid) = set.uid {
+        allow(uid == a.uid && owner, Status::Perm)?;
+    }
+    if let Some(gid) = set.gid {
+        allow(owner && (gid == a.gid || cred.in_group(gid)), Status::Perm)?;
+    }
+    if set.perm.is_some() {
+        allow(owner, Status::Perm)?;
+    }
+    if set.atime.is_some() || set.mtime.is_some() {
+        if set.times_now {
+            allow(owner || permits_attr(cred, a, MAY_WRITE), Status::Access)?;
+        } else {
+            allow(owner, Status::Perm)?;
+        }
+    }
+    if set.ctime.is_some() {
+        allow(owner, Status::Perm)?;
+    }
+    Ok(())
+}
+
+/// `xattr_permission` (and `cap_inode_setxattr` for `security.`).
+fn may_xattr(mdt: &Mdt, cred: &Cred, fid: Fid, name: &[u8], want: u8) -> Result<(), Status> {
+    let Some(a) = attr_of(mdt, fid)? else {
+        return Ok(());
+    };
+    let writing = want & MAY_WRITE != 0;
+    if name.starts_with(b"trusted.") {
+        return Err(if writing {
+            Status::Perm
+        } else {
+            Status::NoData
+        });
+    }
+    if name.starts_with(b"security.") {
+        return allow(!writing, Status::Perm);
+    }
+    if name.starts_with(b"system.") {
+        return allow(!writing || a.uid == cred.uid, Status::Perm);
+    }
+    if name.starts_with(b"user.") {
+        if !matches!(a.kind, FileKind::Regular | FileKind::Directory) {
+            return Err(if writing {
+                Status::Perm
+            } else {
+                Status::NoData
+            });
+        }
+        if a.kind == FileKind::Directory && a.perm & STICKY != 0 && writing && a.uid != cred.uid {
+            return Err(Status::Perm);
+        }
+    }
+    allow(permits_attr(cred, &a, want), Status::Access)
+}
