@@ -783,8 +783,8 @@ impl Client {
         self.md(op).map(|_| ())
     }
 
-    /// Changes attributes. A size change punches the OST objects first, then records the
-    /// change on the MDT.
+    /// Changes attributes. The MDT checks the caller may make the change and records it; a
+    /// size change then punches the OST objects (a refused truncate cuts nothing).
     pub fn setattr(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
         let cut = match set.size {
             Some(size) => {

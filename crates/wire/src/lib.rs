@@ -20,8 +20,9 @@ pub mod selftest;
 
 pub use header::{Header, HEADER_BYTES};
 
-/// Current protocol version, carried in every header.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Current protocol version, carried in every header (2: requests carry credentials and
+/// object owners).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;
