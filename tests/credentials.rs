@@ -199,7 +199,9 @@ fn the_mdt_refuses_what_the_kernel_would(form: Form) {
     );
     // Root through the same library passes.
     cred::with(Cred::root(), || {
-        let secret = c.lookup(private_fid, b"secret", false).expect("root looks up");
+        let secret = c
+            .lookup(private_fid, b"secret", false)
+            .expect("root looks up");
         let (_, f) = c.open(secret.fid, MAY_READ | MAY_WRITE).unwrap();
         c.close(&f).unwrap();
         c.unlink(sticky_fid, b"rootfile").expect("root removes");

@@ -356,6 +356,45 @@ fn stalled_callers_delay_no_one(form: Form) {
     }
 }
 
+/// `/metrics` is served by an HTTP server that answers 404 for other paths, refuses an
+/// oversized request head, and drops a caller that never finishes its head at its timeout.
+fn metrics_http_refuses_what_it_does_not_serve(form: Form) {
+    use std::io::{Read, Write};
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname("sthttp").metrics());
+    let addr = &fs.metrics_addrs[0];
+    let ask = |req: &[u8]| -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        // The server may close before taking all of an oversized head.
+        let _ = s.write_all(req);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let other = ask(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let refused = ask(big.as_bytes());
+    assert!(
+        refused.is_empty() || refused.starts_with("HTTP/1.1 4"),
+        "an oversized head must not be served: {refused}"
+    );
+    // A caller that stops half way through its head is dropped (within its 5 s timeout).
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = Vec::new();
+    slow.read_to_end(&mut rest)
+        .expect("the server ends a stalled request itself");
+    assert!(!String::from_utf8_lossy(&rest).contains("# EOF"));
+    assert!(scrape_checked(addr).contains("# EOF"));
+}
+
 /// Asserts the server has neither answered nor dropped the stalled caller `s` yet.
 fn still_connected(s: &mut (impl std::io::Read + ShortReadTimeout)) {
     s.short_read_timeout();
@@ -606,6 +645,7 @@ fn a_client_mount_exports_its_own_metrics(form: Form) {
 
 on_both_forms!(
     stalled_callers_delay_no_one,
+    metrics_http_refuses_what_it_does_not_serve,
     a_closed_pipe_ends_a_command_quietly,
     brw_stats_count_a_known_workload_and_clear,
     md_stats_and_parameters,

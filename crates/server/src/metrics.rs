@@ -1,18 +1,19 @@
 //! OpenMetrics (Prometheus) export: `GET /metrics` on a configurable address, rendered from
 //! the same counters `nacre ctl get_param` shows.
 
+use http_body_util::Full;
+use hyper::body::Bytes;
 use nacre_mds::mdt::Mdt;
 use nacre_net::ServicePool;
 use nacre_oss::OstTarget;
 use nacre_params::OpStats;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest request head read.
+/// Largest request head read (also hyper's smallest allowed read buffer).
 pub const REQUEST_BYTES_MAX: u64 = 8 * 1024;
 
 /// What a process exports.
@@ -267,43 +268,96 @@ pub fn render(src: &Sources) -> String {
     out
 }
 
-fn serve_one(src: &Sources, stream: TcpStream) -> std::io::Result<()> {
-    let timeout = Some(Duration::from_millis(crate::callers::CALLER_TIMEOUT_MS));
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
-    let mut first = String::new();
-    BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut first)?;
-    let path = first.split_whitespace().nth(1).unwrap_or("");
+/// The answer to one HTTP request: the metrics for `GET /metrics`, 404 otherwise.
+fn answer(
+    src: &Sources,
+    req: &hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<Full<Bytes>> {
     let (status, ctype, body) =
-        if first.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+        if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
             (
-                "200 OK",
+                hyper::StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 render(src),
             )
         } else {
             (
-                "404 Not Found",
+                hyper::StatusCode::NOT_FOUND,
                 "text/plain",
                 "only /metrics is served here\n".to_string(),
             )
         };
-    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-    (&stream).write_all(head.as_bytes())?;
-    (&stream).write_all(body.as_bytes())
+    let mut resp = hyper::Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    resp
 }
 
-use std::io::Read;
-
-/// Serves `/metrics` on `addr` from a background thread; returns the bound address.
+/// Serves `/metrics` on `addr` from a background thread (HTTP/1.1 by `hyper` on a
+/// single-threaded runtime): at most [`crate::callers::CALLERS_MAX`] callers at once (further
+/// ones wait in the listen backlog), each given [`crate::callers::CALLER_TIMEOUT_MS`] to send
+/// its request head and as long again for the whole exchange, request heads of at most
+/// [`REQUEST_BYTES_MAX`], one request per connection. Returns the bound address.
 pub fn serve(addr: SocketAddr, src: Sources) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)
+    let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
-    crate::callers::serve_all(
-        "metrics",
-        std::iter::repeat_with(move || listener.accept().map(|(s, _)| s)),
-        move |stream| serve_one(&src, stream),
-    )?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let src = Arc::new(src);
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || runtime.block_on(accept_loop(listener, src)))?;
     Ok(bound)
+}
+
+async fn accept_loop(listener: std::net::TcpListener, src: Arc<Sources>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("metrics: cannot listen: {e}");
+            return;
+        }
+    };
+    let callers = Arc::new(tokio::sync::Semaphore::new(crate::callers::CALLERS_MAX));
+    let timeout = Duration::from_millis(crate::callers::CALLER_TIMEOUT_MS);
+    loop {
+        let Ok(permit) = callers.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // Out of descriptors or memory: wait a little rather than spin.
+                tracing::warn!("metrics: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let src = src.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req| {
+                let resp = answer(&src, &req);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(timeout)
+                .max_buf_size(REQUEST_BYTES_MAX as usize)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(timeout * 2, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!("metrics request failed: {e}"),
+                Err(_) => tracing::debug!("metrics caller timed out"),
+            }
+        });
+    }
 }
