@@ -1,6 +1,7 @@
-//! Several callers at once, a bounded number: the control socket and `/metrics` serve each
-//! caller on a thread of its own, at most [`CALLERS_MAX`] at a time (further callers wait in
-//! the listen backlog), each with read and write timeouts, so a stalled caller delays no one.
+//! Several callers at once, a bounded number: the control socket serves each caller on a
+//! thread of its own, at most [`CALLERS_MAX`] at a time (further callers wait in the listen
+//! backlog), each with read and write timeouts, so a stalled caller delays no one. `/metrics`
+//! (metrics.rs) keeps the same bounds on its HTTP server.
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
