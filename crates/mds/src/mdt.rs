@@ -54,6 +54,9 @@ pub struct Mdt {
     pub destroy_signal: (Mutex<bool>, Condvar),
     /// Objects whose destruction is committed but not yet done on the OSTs.
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
+    /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
+    /// so unlinks and the background thread leave that table alone.
+    pub owners_pending: AtomicU64,
     /// Modifying operations executed (for statistics).
     pub modifications: AtomicU64,
     sync_on_reply: AtomicBool,
@@ -176,6 +179,13 @@ impl Mdt {
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
+            owners_pending: AtomicU64::new(
+                match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
+                    Ok(page) => page.len() as u64,
+                    // Not known: look on the first pass.
+                    Err(_) => 1,
+                },
+            ),
             modifications: AtomicU64::new(0),
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),

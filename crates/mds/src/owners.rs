@@ -12,12 +12,14 @@ use nacre_net::rpc::call;
 use nacre_types::{Layout, ObjectId, Owner, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest, SET_OWNER_OBJECTS_MAX};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 /// Records read per pass.
 pub const OWNER_PASS_RECORDS_MAX: usize = 4096;
 
 /// Records in `tx` that `layout`'s objects must take `owner`.
 pub fn queue(tx: &mut Tx<'_>, layout: &Layout, owner: Owner) {
+    tx.mdt.owners_pending.fetch_add(1, Ordering::AcqRel);
     for o in &layout.objects {
         tx.batch.put(
             OWNERS,
@@ -30,6 +32,10 @@ pub fn queue(tx: &mut Tx<'_>, layout: &Layout, owner: Owner) {
 /// Drops `layout`'s pending ownership changes in `tx` (its objects are being destroyed: a
 /// change sent after would create them again).
 pub fn forget(tx: &mut Tx<'_>, layout: &Layout) {
+    // Nothing pending anywhere (the usual case): no deletes to write.
+    if tx.mdt.owners_pending.load(Ordering::Acquire) == 0 {
+        return;
+    }
     for o in &layout.objects {
         tx.batch.delete(OWNERS, destroy_key(o.ost, o.object));
     }
@@ -46,10 +52,21 @@ pub fn pending(mdt: &Mdt) -> Result<usize, Status> {
 
 /// One pass: sends pending ownership changes; returns the number of objects done.
 pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
+    let seen = mdt.owners_pending.load(Ordering::Acquire);
+    if seen == 0 {
+        return Ok(0);
+    }
     let page = mdt
         .kv
         .scan(OWNERS, &[], None, OWNER_PASS_RECORDS_MAX)
         .map_err(kv_err)?;
+    if page.is_empty() {
+        // Unless a change was queued meanwhile, there is nothing left to look for.
+        let _ = mdt
+            .owners_pending
+            .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire);
+        return Ok(0);
+    }
     let mut groups: BTreeMap<(u32, Owner), Vec<ObjectId>> = BTreeMap::new();
     for (k, v) in &page {
         match (parse_destroy_key(k), Owner::from_bytes(v)) {

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The issue-19 yardstick, in one go: mdtest easy and hard and IOR easy and hard, 2 tasks, on
+#   local      the local file system (ext4 under /var/tmp)
+#   embedded   `nacre up` (one process, in-process transport, its own FUSE mount)
+#   net-1      the networked form: MGS+MDT0 server process on 127.0.0.1, two OSS processes
+#              (127.0.0.2, .3) with one OST each, both tasks on one `nacre mount` process
+#   net-2      the same file system, one task per mount (two `nacre mount` processes)
+# plus `nacre bench survey` on the networked OSTs as their own ceiling. Checksums on (the
+# default). Every figure is the median of ROUNDS runs, with its ratio to local. The embedded
+# form is one process with one mount by definition: it has no one-task-per-mount column.
+#   mdtest easy: -n FILES/2 per task, a directory per task, empty files
+#   mdtest hard: one shared directory, 3,901-byte files written then read
+#   IOR easy:    file per process, 1 MiB transfers, O_DIRECT, SIZE per task
+#   IOR hard:    one shared file, 47,008-byte records interleaved, SEGMENTS per task
+# Not a test: it asserts nothing.
+#   bench/forms.sh [WORK_DIR]     (ROUNDS=3 FILES=4000 SIZE=512m SEGMENTS=2000 ONLY=...)
+set -euo pipefail
+WORK="${1:-/var/tmp/nacre-forms}"
+ROUNDS="${ROUNDS:-3}"
+FILES="${FILES:-4000}"
+SIZE="${SIZE:-512m}"
+SEGMENTS="${SEGMENTS:-2000}"
+ONLY="${ONLY:-local embedded net-1 net-2}"
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK"; mkdir -p "$WORK/local"
+pids=()
+cleanup() {
+  for m in "$WORK"/net/a "$WORK"/net/b; do
+    mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount -f "$m" || fusermount3 -uz "$m"; }
+  done
+  "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  return 0
+}
+trap cleanup EXIT
+free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('$1', 0)); print(s.getsockname()[1])"; }
+wait_serving() { # log file
+  for _ in $(seq 200); do grep -q serving "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "server did not start: $(cat "$1")" >&2; return 1
+}
+
+# --- the file systems -----------------------------------------------------------------
+"$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 2 --fsname emb \
+  --listen "127.0.0.1:$(free_port 127.0.0.1)" >/dev/null
+N="$WORK/net"; mkdir -p "$N/a" "$N/b"
+MGS="127.0.0.1:$(free_port 127.0.0.1)"
+"$NACRE" mkfs --mgs --fsname forms "$N/mgs" >/dev/null
+"$NACRE" mkfs --mdt --index 0 --fsname forms --mgsnode "$MGS@tcp" "$N/mdt0" >/dev/null
+for i in 0 1; do
+  "$NACRE" mkfs --ost --index $i --fsname forms --mgsnode "$MGS@tcp" "$N/ost$i" >/dev/null
+done
+"$NACRE" server --listen "$MGS" --target "$N/mgs" --target "$N/mdt0" > "$N/mds.log" 2>&1 &
+pids+=($!); wait_serving "$N/mds.log"
+for i in 0 1; do
+  addr="127.0.0.$((i + 2))"
+  "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$N/ost$i" > "$N/oss$i.log" 2>&1 &
+  pids+=($!); wait_serving "$N/oss$i.log"
+done
+"$NACRE" mount "$MGS@tcp:/forms" "$N/a" >/dev/null
+"$NACRE" mount "$MGS@tcp:/forms" "$N/b" >/dev/null
+
+# --- the workloads: each prints one line of numbers -----------------------------------
+# Where a form's two tasks run: one root (both on one mount) or {host} over two mounts.
+where() { # form -> path prefix; sets TEAM for two mounts
+  TEAM=()
+  case "$1" in
+    local) echo "$WORK/local" ;;
+    embedded) echo "$WORK/emb/mnt" ;;
+    net-1) echo "$N/a" ;;
+    net-2) TEAM=(--hosts a,b --launcher "env NACRE_BENCH_HOST={host}"); echo "$N/{host}" ;;
+  esac
+}
+clean() { rm -rf "$WORK/local"/* "$WORK/emb/mnt"/* "$N/a"/* 2>/dev/null || true; }
+md_easy() { # form -> "create stat remove"
+  local p; p=$(where "$1"); clean
+  "$NACRE" bench mdtest -n "$((FILES / 2))" -N 2 -u -F -q --json -d "$p/md-easy" "${TEAM[@]}" \
+    | json "' '.join(str(round(dict(d['summary'])[k]['mean'])) for k in ('File creation','File stat','File removal'))"
+}
+md_hard() { # form -> "create stat read remove"
+  local p; p=$(where "$1"); clean
+  "$NACRE" bench mdtest -n "$((FILES / 4))" -N 2 -F -w 3901 -e 3901 -q --json -d "$p/md-hard" "${TEAM[@]}" \
+    | json "' '.join(str(round(dict(d['summary'])[k]['mean'])) for k in ('File creation','File stat','File read','File removal'))"
+}
+ior_easy() { # form -> "write read" MiB/s
+  local p; p=$(where "$1"); clean
+  "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N 2 -F -e --direct -q --json -o "$p/ior-easy" "${TEAM[@]}" \
+    | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
+}
+ior_hard() { # form -> "write read" MiB/s
+  local p; p=$(where "$1"); clean
+  "$NACRE" bench ior -w -r -t 47008 -b 47008 -s "$SEGMENTS" -N 2 -e -C -q --json -o "$p/ior-hard" "${TEAM[@]}" \
+    | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
+}
+survey() { # -> "write read" MiB/s of both OSTs, 2 threads, 1 MiB records
+  local out
+  out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o 2 -t 2 -r 1M -s "$SIZE" --json)
+  for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
+}
+medcols() { # runs "$@" ROUNDS times; prints each column's median
+  local out; out=$(for _ in $(seq "$ROUNDS"); do "$@"; done)
+  local n; n=$(head -1 <<<"$out" | wc -w)
+  for c in $(seq "$n"); do awk -v c="$c" '{print $c}' <<<"$out" | median; done | xargs
+}
+
+declare -A R
+for form in $ONLY; do
+  echo "measuring $form ..." >&2
+  read -r R[$form,ec] R[$form,es] R[$form,er] <<<"$(medcols md_easy "$form")"
+  read -r R[$form,hc] R[$form,hs] R[$form,hr] R[$form,hx] <<<"$(medcols md_hard "$form")"
+  read -r R[$form,iew] R[$form,ier] <<<"$(medcols ior_easy "$form")"
+  read -r R[$form,ihw] R[$form,ihr] <<<"$(medcols ior_hard "$form")"
+done
+echo "measuring the OSTs alone ..." >&2
+read -r SW SR <<<"$(medcols survey)"
+
+cell() { # form key -> "value (ratio to local)"
+  local v="${R[$1,$2]:--}" l="${R[local,$2]:-}"
+  if [ "$v" = - ] || [ -z "$l" ] || [ "$1" = local ]; then echo "$v"; else echo "$v ($(pct "$v" "$l"))"; fi
+}
+echo
+echo "ROUNDS=$ROUNDS FILES=$FILES SIZE=$SIZE SEGMENTS=$SEGMENTS (medians; % of local)"
+echo
+printf '| figure |'; for f in $ONLY; do printf ' %s |' "$f"; done; echo
+printf '|---|'; for _ in $ONLY; do printf -- '---:|'; done; echo
+for row in "mdtest easy create/s:ec" "mdtest easy stat/s:es" "mdtest easy remove/s:er" \
+           "mdtest hard create/s:hc" "mdtest hard stat/s:hs" "mdtest hard read/s:hr" \
+           "mdtest hard remove/s:hx" "IOR easy write O_DIRECT MiB/s:iew" \
+           "IOR easy read O_DIRECT MiB/s:ier" "IOR hard write MiB/s:ihw" "IOR hard read MiB/s:ihr"; do
+  printf '| %s |' "${row%%:*}"
+  for f in $ONLY; do printf ' %s |' "$(cell "$f" "${row##*:}")"; done; echo
+done
+echo
+echo "OSTs alone (nacre bench survey, 2 OSTs, 2 threads, 1 MiB): write $SW MiB/s, read $SR MiB/s"
+for f in $ONLY; do
+  [ "$f" = local ] && continue
+  echo "$f IOR easy write / OSTs alone: $(pct "${R[$f,iew]}" "$SW")"
+done
