@@ -21,18 +21,19 @@ FILES="${FILES:-4000}"
 SIZE="${SIZE:-512m}"
 SEGMENTS="${SEGMENTS:-2000}"
 ONLY="${ONLY:-local embedded net-1 net-2}"
+KEEP="${KEEP:-}"
 source "$(dirname "$0")/common.sh"
-rm -rf "$WORK"; mkdir -p "$WORK/local"
+rm -rf "$WORK"; mkdir -p "$WORK/local" "$WORK/emb/mnt"
 pids=()
 cleanup() {
   for m in "$WORK"/net/a "$WORK"/net/b; do
-    mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount -f "$m" || fusermount3 -uz "$m"; }
+    mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount "$m" || "$NACRE" umount -f "$m"; }
   done
   "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   return 0
 }
-trap cleanup EXIT
+[ -n "$KEEP" ] || trap cleanup EXIT
 free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('$1', 0)); print(s.getsockname()[1])"; }
 wait_serving() { # log file
   for _ in $(seq 200); do grep -q serving "$1" 2>/dev/null && return 0; sleep 0.05; done
@@ -61,34 +62,35 @@ done
 
 # --- the workloads: each prints one line of numbers -----------------------------------
 # Where a form's two tasks run: one root (both on one mount) or {host} over two mounts.
-where() { # form -> path prefix; sets TEAM for two mounts
+where() { # form -> sets P (path prefix) and TEAM (the two-mount placement), no subshell
   TEAM=()
   case "$1" in
-    local) echo "$WORK/local" ;;
-    embedded) echo "$WORK/emb/mnt" ;;
-    net-1) echo "$N/a" ;;
-    net-2) TEAM=(--hosts a,b --launcher "env NACRE_BENCH_HOST={host}"); echo "$N/{host}" ;;
+    local) P="$WORK/local" ;;
+    embedded) P="$WORK/emb/mnt" ;;
+    net-1) P="$N/a" ;;
+    net-2) TEAM=(--hosts a,b --launcher "env NACRE_BENCH_HOST={host}" --listen 127.0.0.1:0)
+           P="$N/{host}" ;;
   esac
 }
 clean() { rm -rf "$WORK/local"/* "$WORK/emb/mnt"/* "$N/a"/* 2>/dev/null || true; }
 md_easy() { # form -> "create stat remove"
-  local p; p=$(where "$1"); clean
-  "$NACRE" bench mdtest -n "$((FILES / 2))" -N 2 -u -F -q --json -d "$p/md-easy" "${TEAM[@]}" \
+  where "$1"; clean
+  "$NACRE" bench mdtest -n "$((FILES / 2))" -N 2 -u -F -q --json -d "$P/md-easy" "${TEAM[@]}" \
     | json "' '.join(str(round(dict(d['summary'])[k]['mean'])) for k in ('File creation','File stat','File removal'))"
 }
 md_hard() { # form -> "create stat read remove"
-  local p; p=$(where "$1"); clean
-  "$NACRE" bench mdtest -n "$((FILES / 4))" -N 2 -F -w 3901 -e 3901 -q --json -d "$p/md-hard" "${TEAM[@]}" \
+  where "$1"; clean
+  "$NACRE" bench mdtest -n "$((FILES / 4))" -N 2 -F -w 3901 -e 3901 -q --json -d "$P/md-hard" "${TEAM[@]}" \
     | json "' '.join(str(round(dict(d['summary'])[k]['mean'])) for k in ('File creation','File stat','File read','File removal'))"
 }
 ior_easy() { # form -> "write read" MiB/s
-  local p; p=$(where "$1"); clean
-  "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N 2 -F -e --direct -q --json -o "$p/ior-easy" "${TEAM[@]}" \
+  where "$1"; clean
+  "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N 2 -F -e --direct -q --json -o "$P/ior-easy" "${TEAM[@]}" \
     | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
 }
 ior_hard() { # form -> "write read" MiB/s
-  local p; p=$(where "$1"); clean
-  "$NACRE" bench ior -w -r -t 47008 -b 47008 -s "$SEGMENTS" -N 2 -e -C -q --json -o "$p/ior-hard" "${TEAM[@]}" \
+  where "$1"; clean
+  "$NACRE" bench ior -w -r -t 47008 -b 47008 -s "$SEGMENTS" -N 2 -e -C -q --json -o "$P/ior-hard" "${TEAM[@]}" \
     | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
 }
 survey() { # -> "write read" MiB/s of both OSTs, 2 threads, 1 MiB records
@@ -96,8 +98,9 @@ survey() { # -> "write read" MiB/s of both OSTs, 2 threads, 1 MiB records
   out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o 2 -t 2 -r 1M -s "$SIZE" --json)
   for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
 }
-medcols() { # runs "$@" ROUNDS times; prints each column's median
-  local out; out=$(for _ in $(seq "$ROUNDS"); do "$@"; done)
+medcols() { # runs "$@" ROUNDS times; prints each column's median (a failed run stops all)
+  local out; out=$(for _ in $(seq "$ROUNDS"); do "$@" || exit 1; done) \
+    || { echo "failed: $*" >&2; kill $$; exit 1; }
   local n; n=$(head -1 <<<"$out" | wc -w)
   for c in $(seq "$n"); do awk -v c="$c" '{print $c}' <<<"$out" | median; done | xargs
 }
