@@ -395,6 +395,66 @@ fn metrics_http_refuses_what_it_does_not_serve(form: Form) {
     assert!(scrape_checked(addr).contains("# EOF"));
 }
 
+/// Short requests (getattr, lookup, glimpse) are served on the network thread that read them
+/// (no hand-off to a service thread) and `net.run_inline=0` turns that off, with the same
+/// answers either way. Networked form only: in the embedded form the requests of its own
+/// mount never cross a socket (the in-process transport runs them on the caller's thread).
+#[test]
+fn networked_short_requests_run_on_the_network_threads() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("stinline"));
+    let mds = fs.server_pids()[0];
+    let inline = || -> u64 {
+        let t = nacre_ok(&[
+            "ctl",
+            "--pid",
+            &mds.to_string(),
+            "get_param",
+            "-n",
+            "mds.MDS.mdt.partition_stats",
+        ]);
+        t.lines()
+            .find_map(|l| l.strip_prefix("inline_requests "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no inline_requests in {t}"))
+    };
+    let dir = fs.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..50 {
+        std::fs::write(dir.join(format!("f{i}")), vec![b'x'; i]).unwrap();
+    }
+    let stat_all = || {
+        for i in 0..50 {
+            assert_eq!(
+                std::fs::metadata(dir.join(format!("f{i}"))).unwrap().len(),
+                i as u64
+            );
+        }
+    };
+    let before = inline();
+    stat_all();
+    let served = inline() - before;
+    assert!(
+        served >= 50,
+        "only {served} requests ran inline for 50 stats"
+    );
+    for pid in fs.server_pids() {
+        nacre_ok(&[
+            "ctl",
+            "--pid",
+            &pid.to_string(),
+            "set_param",
+            "net.run_inline=0",
+        ]);
+    }
+    let before = inline();
+    stat_all();
+    assert_eq!(
+        inline(),
+        before,
+        "net.run_inline=0 must hand every request off"
+    );
+}
+
 /// Asserts the server has neither answered nor dropped the stalled caller `s` yet.
 fn still_connected(s: &mut (impl std::io::Read + ShortReadTimeout)) {
     s.short_read_timeout();

@@ -20,6 +20,10 @@ pub struct Router {
     next_partition: AtomicUsize,
     rotor: AtomicU8,
     nids: RwLock<Vec<Nid>>,
+    /// Opcodes served to completion on the network thread that read them (short requests
+    /// that cannot block), and whether that is on (`net.run_inline`).
+    inline: RwLock<std::collections::HashSet<u16>>,
+    inline_off: std::sync::atomic::AtomicBool,
     /// While a server process is still adding its services, requests for a service it does
     /// not serve yet wait (instead of failing with ENOSYS) until it is ready.
     starting: std::sync::Mutex<bool>,
@@ -135,9 +139,35 @@ impl Router {
         self.rotor.store(v, Ordering::Relaxed);
     }
 
-    /// Routes a request that arrived on a connection of CPU partition `cpt`.
+    /// Routes a request that arrived on a connection of CPU partition `cpt`: one of the
+    /// short opcodes ([`Router::run_inline`]) is served here, on the network thread, with no
+    /// hand-off to a service thread; any other goes to its service's queue.
     pub(crate) fn route(&self, req: Incoming, cpt: usize) {
-        self.route_with(req, cpt, false)
+        let inline = !self.inline_off.load(Ordering::Relaxed)
+            && self
+                .inline
+                .read()
+                .expect("router")
+                .contains(&req.header.opcode);
+        self.route_with(req, cpt, inline)
+    }
+
+    /// Serves `opcodes` to completion on the network threads: for requests that are short
+    /// and cannot block (no disk write, no wait on a lock or another server), whose handler
+    /// costs less than the two thread wake-ups a hand-off to a service thread and back takes.
+    /// Their replies are written at once or the connection is dropped (the client resends).
+    pub fn run_inline(&self, opcodes: &[u16]) {
+        self.inline.write().expect("router").extend(opcodes);
+    }
+
+    /// Whether short requests run on the network threads (`net.run_inline`, on by default).
+    pub fn inline_on(&self) -> bool {
+        !self.inline_off.load(Ordering::Relaxed)
+    }
+
+    /// Turns serving short requests on the network threads on or off.
+    pub fn set_inline_on(&self, on: bool) {
+        self.inline_off.store(!on, Ordering::Relaxed);
     }
 
     fn route_with(&self, req: Incoming, cpt_hint: usize, inline: bool) {

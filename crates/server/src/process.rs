@@ -440,6 +440,9 @@ impl ServerProcess {
             self.server.add_portal(&nacre_wire::oss::IO_OPCODES, io);
             self.server
                 .add_portal(&nacre_wire::oss::CREATE_OPCODES, create);
+            self.server
+                .router()
+                .run_inline(&nacre_wire::oss::INLINE_OPCODES);
         }
         if kind == TargetKind::Mdt && labels.iter().any(|l| l.kind == TargetKind::Mdt) {
             // Two pools, as Lustre's MDS has: `mdt` for namespace requests, `mdt_readpage`
@@ -465,6 +468,9 @@ impl ServerProcess {
             self.track_service("mds.MDS.mdt_readpage", &readpage);
             self.server
                 .add_portal(&nacre_wire::mds::READPAGE_OPCODES, readpage);
+            self.server
+                .router()
+                .run_inline(&nacre_wire::mds::INLINE_OPCODES);
         }
         if kind == TargetKind::Mdt && labels.iter().any(|l| !l.servicenodes.is_empty()) {
             let handler = Arc::new(crate::targets::FailoverService {
@@ -625,6 +631,15 @@ impl ServerProcess {
         });
         let pattern = spec.cpu_pattern.clone().unwrap_or_default();
         r.add_fn("cpu_pattern", move || pattern.clone());
+        let (a, b) = (self.server.router().clone(), self.server.router().clone());
+        r.add_rw(
+            "net.run_inline",
+            move || u8::from(a.inline_on()).to_string(),
+            move |v| {
+                b.set_inline_on(crate::target_params::parse_bool(v)?);
+                Ok(())
+            },
+        );
         let (a, b) = (self.server.router().clone(), self.server.router().clone());
         r.add_rw(
             "portal_rotor",

@@ -383,6 +383,13 @@ pub const MDT_INDEX_ANY: u32 = u32::MAX;
 /// and opens queued in `mdt`). Everything else is served by `mdt`.
 pub const READPAGE_OPCODES: [u16; 2] = [0x020c, 0x020e];
 
+/// Requests a server serves to completion on the network thread that read them: short reads
+/// of one MDT's records that wait on no lock, disk write or other server (getattr, lookup,
+/// readlink, getxattr, listxattr, getlayout, getdirstripe, getdirdefault, ping).
+pub const INLINE_OPCODES: [u16; 9] = [
+    0x0201, 0x0202, 0x020b, 0x020f, 0x0211, 0x0214, 0x021d, 0x021f, 0x0222,
+];
+
 impl MdsOp {
     /// The inode the operation is about: the parent directory for name operations, the
     /// inode itself otherwise (the hash rotor keeps one directory's requests together).
@@ -925,6 +932,24 @@ mod tests {
         ];
         let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         assert_eq!(ops, READPAGE_OPCODES);
+        let fid = Fid::ROOT;
+        let short = [
+            MdsOp::GetAttr { fid },
+            MdsOp::Lookup {
+                parent: fid,
+                name: vec![],
+            },
+            MdsOp::ReadLink { fid },
+            MdsOp::GetXattr { fid, name: vec![] },
+            MdsOp::ListXattr { fid },
+            MdsOp::GetLayout { fid },
+            MdsOp::GetDirStripe { fid },
+            MdsOp::GetDirDefault { fid },
+            MdsOp::Ping,
+        ];
+        let short: Vec<u16> = short.iter().map(MdsOp::opcode).collect();
+        assert_eq!(short, INLINE_OPCODES);
+        assert!(short.iter().all(|&o| !READPAGE_OPCODES.contains(&o)));
         assert!(!READPAGE_OPCODES.contains(&MdsOp::Open { fid, access: 4 }.opcode()));
     }
 

@@ -152,6 +152,9 @@ pub const IO_OPCODES: [u16; 5] = [0x0301, 0x0302, 0x0304, 0x0305, 0x0306];
 /// write, so this is where destroys and ownership changes go.
 pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 // Everything else (glimpse, statfs) is served by the `ost` service.
+/// Requests a server serves to completion on the network thread that read them: an object's
+/// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner.
+pub const INLINE_OPCODES: [u16; 3] = [0x0303, 0x0308, 0x030a];
 
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
