@@ -149,7 +149,38 @@ fn default_layout_round_robins_and_df_lists_targets(form: Form) {
     assert!(dfh.contains('G') || dfh.contains('M'), "{dfh}");
 }
 
+/// A stat after an empty file was laid out again (by another client) sees the size of the new
+/// objects: the mount glimpses the layout it saw before while the MDT answers, and must notice
+/// it changed.
+fn stat_follows_a_layout_changed_after_it_was_seen(form: Form) {
+    let fs = TestFs::start(form, 4);
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let f = fs.path("relaid");
+    let g = other_mnt.join("relaid");
+    fs::write(&f, b"").unwrap();
+    // This mount sees (and remembers) the one-stripe layout; an fstat asks for attributes
+    // with no lookup first.
+    let held = fs::File::open(&f).unwrap();
+    assert_eq!(held.metadata().unwrap().len(), 0);
+    let before = layout(&f);
+    // The other lays the file out again and writes it.
+    nacre_ok(&["setstripe", "-c", "3", "-S", "64K", g.to_str().unwrap()]);
+    let data = pattern(7, 300_000);
+    fs::write(&g, &data).unwrap();
+    for _ in 0..3 {
+        assert_eq!(held.metadata().unwrap().len(), 300_000);
+    }
+    assert_eq!(fs::metadata(&f).unwrap().len(), 300_000);
+    let after = layout(&f);
+    assert_ne!(before["objects"], after["objects"]);
+    assert_eq!(fs::read(&f).unwrap(), data);
+    assert_eq!(rebuild_from_osts(&fs.data, &after, data.len()), data);
+}
+
 on_both_forms!(
+    stat_follows_a_layout_changed_after_it_was_seen,
     striped_file_is_spread_over_osts,
     stripe_options_and_errors,
     default_layout_round_robins_and_df_lists_targets,

@@ -218,6 +218,8 @@ pub struct TargetUsage {
 
 /// Directory stripe layouts a client remembers at most before starting over.
 pub const STRIPE_CACHE_ENTRIES_MAX: usize = 65_536;
+/// Regular files whose layout a client remembers for early glimpses.
+pub const LAYOUT_CACHE_ENTRIES_MAX: usize = 65_536;
 
 /// A mounted Nacre file system.
 pub struct Client {
@@ -229,6 +231,8 @@ pub struct Client {
     /// and a directory's striping never changes (until migration exists), so entries stay
     /// right; the map is emptied when it reaches [`STRIPE_CACHE_ENTRIES_MAX`].
     stripes: RwLock<HashMap<Fid, Option<Arc<DirStripe>>>>,
+    /// Layouts of regular files seen so far (hints for [`Client::getattr`]).
+    layouts: parking_lot::Mutex<HashMap<Fid, Layout>>,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
     rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
@@ -258,6 +262,7 @@ impl Client {
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),
             stripes: RwLock::new(HashMap::new()),
+            layouts: parking_lot::Mutex::new(HashMap::new()),
             config: RwLock::new(fs),
             oscs: RwLock::new(HashMap::new()),
             rpc_stats: RwLock::new(HashMap::new()),
@@ -457,15 +462,19 @@ impl Client {
     }
 
     fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
-        match self.md(op)? {
-            MdsReply::Entry { attr, layout } => Ok((attr, layout)),
+        let (attr, layout) = match self.md(op)? {
+            MdsReply::Entry { attr, layout } => (attr, layout),
             // An entry for an inode of another MDT (a remote directory): ask that MDT.
             MdsReply::Remote { fid } => match self.md(MdsOp::GetAttr { fid })? {
-                MdsReply::Entry { attr, layout } => Ok((attr, layout)),
-                _ => Err(Status::Proto.into()),
+                MdsReply::Entry { attr, layout } => (attr, layout),
+                _ => return Err(Status::Proto.into()),
             },
-            _ => Err(Status::Proto.into()),
+            _ => return Err(Status::Proto.into()),
+        };
+        if let (FileKind::Regular, Some(l)) = (attr.kind, &layout) {
+            self.remember_layout(attr.fid, l);
         }
+        Ok((attr, layout))
     }
 
     /// Fills in size and blocks of a regular file from its objects.
@@ -492,10 +501,37 @@ impl Client {
         Ok(attr)
     }
 
-    /// Current attributes (regular-file size from the OSTs).
+    /// Current attributes (regular-file size from the OSTs). For a file whose layout was seen
+    /// before, its objects are glimpsed while the MDT answers (one round trip of waiting
+    /// instead of two); the MDT's answer says whether that layout is still the file's, and if
+    /// it is not the objects are glimpsed again.
     pub fn getattr(&self, fid: Fid) -> Result<Attr> {
-        let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+        let seen = self.layouts.lock().get(&fid).cloned();
+        let early = seen.as_ref().and_then(|l| osc::start_glimpse(self, l).ok());
+        let (mut attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+        if let (FileKind::Regular, Some(now), Some(seen), Some(job)) =
+            (attr.kind, layout.as_ref(), seen.as_ref(), early)
+        {
+            if now == seen {
+                (attr.size, attr.blocks) = job.finish(now)?;
+                return Ok(attr);
+            }
+        }
         self.with_glimpse(attr, layout.as_ref())
+    }
+
+    /// Remembers a regular file's layout for the next [`Client::getattr`] (a hint, checked
+    /// against the MDT's answer each time; the map is emptied when it reaches
+    /// [`LAYOUT_CACHE_ENTRIES_MAX`]).
+    fn remember_layout(&self, fid: Fid, layout: &Layout) {
+        let mut map = self.layouts.lock();
+        if map.get(&fid) == Some(layout) {
+            return;
+        }
+        if map.len() >= LAYOUT_CACHE_ENTRIES_MAX {
+            map.clear();
+        }
+        map.insert(fid, layout.clone());
     }
 
     fn layout_of(&self, fid: Fid) -> Result<Layout> {

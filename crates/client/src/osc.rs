@@ -332,9 +332,41 @@ fn per_object(
         .collect())
 }
 
+/// Glimpses in flight on every object of a file ([`start_glimpse`]).
+pub struct GlimpseJob {
+    window: Window,
+}
+
+/// Starts glimpsing every object of `layout` at once; [`GlimpseJob::finish`] waits.
+pub fn start_glimpse(client: &Client, layout: &Layout) -> Result<GlimpseJob> {
+    let mut window = Window::default();
+    for stripe in 0..layout.objects.len() {
+        let (ost, object) = object(layout, stripe);
+        window.start(client, stripe, ost, &OssRequest::Glimpse { object }, None)?;
+    }
+    Ok(GlimpseJob { window })
+}
+
+impl GlimpseJob {
+    /// File size and allocated blocks of the file whose `layout` was glimpsed.
+    pub fn finish(self, layout: &Layout) -> Result<(u64, u64)> {
+        let replies = self
+            .window
+            .finish()?
+            .into_iter()
+            .map(|(t, r, _)| (t, r))
+            .collect();
+        sizes(layout, replies)
+    }
+}
+
 /// File size and allocated blocks from the objects (Lustre's glimpse).
 pub fn glimpse(client: &Client, layout: &Layout) -> Result<(u64, u64)> {
-    let replies = per_object(client, layout, |_, object| OssRequest::Glimpse { object })?;
+    start_glimpse(client, layout)?.finish(layout)
+}
+
+/// File size and blocks from the glimpse replies of `layout`'s objects.
+fn sizes(layout: &Layout, replies: Vec<(usize, OssReply)>) -> Result<(u64, u64)> {
     let mut size = 0;
     let mut blocks: u64 = 0;
     for (stripe, reply) in replies {
