@@ -165,6 +165,11 @@ pub struct OpenFile {
     incarnation: u64,
     /// The file's owner as it was opened: objects its writes create take it.
     owner: Owner,
+    /// The access it was opened for ([`nacre_types::cred::MAY_WRITE`] to write through it).
+    access: u8,
+    /// Data was written through it (its close tells the MDT, which then no longer knows
+    /// the size exactly).
+    wrote: std::sync::atomic::AtomicBool,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -176,6 +181,21 @@ struct ReadAhead {
 }
 
 impl OpenFile {
+    /// The handle, opened for `access`.
+    fn with_access(mut self, access: u8) -> OpenFile {
+        self.access = access;
+        self
+    }
+
+    /// Whether the handle may write (`EBADF` otherwise, as for a descriptor opened read-only).
+    fn check_writable(&self) -> Result<()> {
+        if self.access & nacre_types::cred::MAY_WRITE == 0 {
+            return Err(Status::BadF.into());
+        }
+        self.wrote.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
     /// The handle, knowing its file's owner from `attr`.
     fn owned_by(mut self, attr: &Attr) -> OpenFile {
         self.owner = Owner {
@@ -194,6 +214,8 @@ impl OpenFile {
             readahead: parking_lot::Mutex::new(ReadAhead::default()),
             incarnation: 0,
             owner: Owner::default(),
+            access: nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE,
+            wrote: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -231,8 +253,9 @@ pub struct Client {
     /// and a directory's striping never changes (until migration exists), so entries stay
     /// right; the map is emptied when it reaches [`STRIPE_CACHE_ENTRIES_MAX`].
     stripes: RwLock<HashMap<Fid, Option<Arc<DirStripe>>>>,
-    /// Layouts of regular files seen so far (hints for [`Client::getattr`]).
-    layouts: parking_lot::Mutex<HashMap<Fid, Layout>>,
+    /// Layouts of regular files seen so far, and whether the MDT last gave their size
+    /// exactly (hints for [`Client::getattr`]).
+    layouts: parking_lot::Mutex<HashMap<Fid, (Layout, bool)>>,
     oscs: RwLock<HashMap<u32, Arc<Connection>>>,
     rpc_stats: RwLock<HashMap<u32, Arc<rpc_stats::OscRpcStats>>>,
     net: NetConfig,
@@ -462,23 +485,40 @@ impl Client {
     }
 
     fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
-        let (attr, layout) = match self.md(op)? {
-            MdsReply::Entry { attr, layout } => (attr, layout),
+        self.exact_entry(op).map(|(attr, layout, _)| (attr, layout))
+    }
+
+    /// [`Client::entry`], and whether the MDT gave a regular file's size exactly.
+    fn exact_entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>, bool)> {
+        let (attr, layout, exact) = match self.md(op)? {
+            MdsReply::Entry {
+                attr,
+                layout,
+                size_exact,
+            } => (attr, layout, size_exact),
             // An entry for an inode of another MDT (a remote directory): ask that MDT.
             MdsReply::Remote { fid } => match self.md(MdsOp::GetAttr { fid })? {
-                MdsReply::Entry { attr, layout } => (attr, layout),
+                MdsReply::Entry {
+                    attr,
+                    layout,
+                    size_exact,
+                } => (attr, layout, size_exact),
                 _ => return Err(Status::Proto.into()),
             },
             _ => return Err(Status::Proto.into()),
         };
         if let (FileKind::Regular, Some(l)) = (attr.kind, &layout) {
-            self.remember_layout(attr.fid, l);
+            self.remember_layout(attr.fid, l, exact);
         }
-        Ok((attr, layout))
+        Ok((attr, layout, exact))
     }
 
-    /// Fills in size and blocks of a regular file from its objects.
-    fn with_glimpse(&self, mut attr: Attr, layout: Option<&Layout>) -> Result<Attr> {
+    /// Fills in size and blocks of a regular file from its objects, unless the MDT gave them
+    /// `exact`.
+    fn with_glimpse(&self, mut attr: Attr, layout: Option<&Layout>, exact: bool) -> Result<Attr> {
+        if exact {
+            return Ok(attr);
+        }
         if let (FileKind::Regular, Some(layout)) = (attr.kind, layout) {
             let (size, blocks) = osc::glimpse(self, layout)?;
             attr.size = size;
@@ -491,12 +531,12 @@ impl Client {
     /// its OSTs; without, they are the MDT's hint (cheaper, for callers that revalidate the
     /// attributes before trusting a size, as the kernel does with a zero attribute timeout).
     pub fn lookup(&self, parent: Fid, name: &[u8], glimpse: bool) -> Result<Attr> {
-        let (attr, layout) = self.entry(MdsOp::Lookup {
+        let (attr, layout, exact) = self.exact_entry(MdsOp::Lookup {
             parent,
             name: name.to_vec(),
         })?;
         if glimpse {
-            return self.with_glimpse(attr, layout.as_ref());
+            return self.with_glimpse(attr, layout.as_ref(), exact);
         }
         Ok(attr)
     }
@@ -506,32 +546,41 @@ impl Client {
     /// instead of two); the MDT's answer says whether that layout is still the file's, and if
     /// it is not the objects are glimpsed again.
     pub fn getattr(&self, fid: Fid) -> Result<Attr> {
-        let seen = self.layouts.lock().get(&fid).cloned();
+        // The MDT gave the size exactly last time: it likely will again, glimpse only if not.
+        let seen = self
+            .layouts
+            .lock()
+            .get(&fid)
+            .filter(|(_, exact)| !exact)
+            .map(|(l, _)| l.clone());
         let early = seen.as_ref().and_then(|l| osc::start_glimpse(self, l).ok());
-        let (mut attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
-        if let (FileKind::Regular, Some(now), Some(seen), Some(job)) =
-            (attr.kind, layout.as_ref(), seen.as_ref(), early)
+        let (mut attr, layout, exact) = self.exact_entry(MdsOp::GetAttr { fid })?;
+        if let (FileKind::Regular, Some(now), Some(seen), Some(job), false) =
+            (attr.kind, layout.as_ref(), seen.as_ref(), early, exact)
         {
             if now == seen {
                 (attr.size, attr.blocks) = job.finish(now)?;
                 return Ok(attr);
             }
         }
-        self.with_glimpse(attr, layout.as_ref())
+        self.with_glimpse(attr, layout.as_ref(), exact)
     }
 
     /// Remembers a regular file's layout for the next [`Client::getattr`] (a hint, checked
     /// against the MDT's answer each time; the map is emptied when it reaches
     /// [`LAYOUT_CACHE_ENTRIES_MAX`]).
-    fn remember_layout(&self, fid: Fid, layout: &Layout) {
+    fn remember_layout(&self, fid: Fid, layout: &Layout, exact: bool) {
         let mut map = self.layouts.lock();
-        if map.get(&fid) == Some(layout) {
-            return;
+        if let Some((l, e)) = map.get_mut(&fid) {
+            if l == layout {
+                *e = exact;
+                return;
+            }
         }
         if map.len() >= LAYOUT_CACHE_ENTRIES_MAX {
             map.clear();
         }
-        map.insert(fid, layout.clone());
+        map.insert(fid, (layout.clone(), exact));
     }
 
     fn layout_of(&self, fid: Fid) -> Result<Layout> {
@@ -571,13 +620,16 @@ impl Client {
             open,
             access,
         };
-        let (attr, layout) = self.entry(op)?;
+        let (attr, layout, exact) = self.exact_entry(op)?;
         let attr = if exclusive {
             attr
         } else {
-            self.with_glimpse(attr, layout.as_ref())?
+            self.with_glimpse(attr, layout.as_ref(), exact)?
         };
-        let file = self.registered(OpenFile::new(attr.fid, layout).owned_by(&attr))?;
+        let file = OpenFile::new(attr.fid, layout)
+            .owned_by(&attr)
+            .with_access(access);
+        let file = self.registered(file)?;
         Ok((attr, file))
     }
 
@@ -605,7 +657,9 @@ impl Client {
     /// the caller's credentials, and registers the opener with it.
     pub fn open(&self, fid: Fid, access: u8) -> Result<(Attr, OpenFile)> {
         let (attr, layout) = self.entry(MdsOp::Open { fid, access })?;
-        let file = OpenFile::new(fid, layout).owned_by(&attr);
+        let file = OpenFile::new(fid, layout)
+            .owned_by(&attr)
+            .with_access(access);
         Ok((attr, self.registered(file)?))
     }
 
@@ -617,7 +671,12 @@ impl Client {
         if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
             mdc.note_close(file.fid);
         }
-        self.md(MdsOp::Close { fid: file.fid }).map(|_| ())
+        self.md(MdsOp::Close {
+            fid: file.fid,
+            writer: file.access & nacre_types::cred::MAY_WRITE != 0,
+            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+        })
+        .map(|_| ())
     }
 
     /// Creates a directory.
@@ -779,7 +838,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         })?;
-        self.with_glimpse(attr, layout.as_ref())
+        self.with_glimpse(attr, layout.as_ref(), false)
     }
 
     /// Removes a name.
@@ -860,7 +919,7 @@ impl Client {
         }
         if attr.kind == FileKind::Regular {
             let layout = self.layout_of(fid)?;
-            return self.with_glimpse(attr, Some(&layout));
+            return self.with_glimpse(attr, Some(&layout), false);
         }
         Ok(attr)
     }
@@ -1065,6 +1124,7 @@ impl Client {
 
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        file.check_writable()?;
         match &file.layout {
             Some(layout) => osc::write(self, layout, offset, data, file.owner),
             None => Err(Status::Inval.into()),
@@ -1099,6 +1159,7 @@ impl Client {
         keep_size: bool,
         punch_hole: bool,
     ) -> Result<()> {
+        file.check_writable()?;
         match &file.layout {
             Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
             None => Err(Status::Inval.into()),

@@ -1,7 +1,8 @@
 //! The destroy thread: sends `Destroy` for objects of removed files to their OSTs, then forgets
 //! their records. Records are written in the same transaction as the unlink, so a crash between
 //! the two only delays destruction; the queue is rebuilt from the records at start. The same
-//! thread evicts silent clients (export.rs) and sends objects' ownership changes (owners.rs).
+//! thread evicts silent clients (export.rs), sends objects' ownership changes (owners.rs) and
+//! glimpses files whose size the MDT wants to know again (sizes.rs).
 
 use crate::mdt::{kv_err, Mdt};
 use crate::records::{destroy_key, DESTROY};
@@ -85,7 +86,8 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
                 0
             }
         };
-        let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0) || owners > 0;
+        let sizes = crate::sizes::glimpse_pending(&mdt);
+        let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0) || owners > 0 || sizes > 0;
         if more {
             continue;
         }

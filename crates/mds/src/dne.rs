@@ -398,7 +398,11 @@ pub(crate) fn conclude(
             tx.put_dirent(intent.parent, &intent.name, attr.fid, attr.kind);
             let mut attr = attr;
             attr.nlink += 1;
-            Some(saved(&Ok(MdsReply::Entry { attr, layout: None })))
+            Some(saved(&Ok(MdsReply::Entry {
+                attr,
+                layout: None,
+                size_exact: false,
+            })))
         }
         (RemoteUpdate::AddLink { .. }, Err(s)) => Some(saved(&Err(s))),
         (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(saved(&Ok(MdsReply::Done))),

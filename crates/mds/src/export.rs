@@ -121,6 +121,15 @@ impl Exports {
         }
     }
 
+    /// Handles of `fid` that `client` holds open.
+    pub fn open_count(&self, client: &[u8; 16], fid: Fid) -> u32 {
+        let s = self.state.lock().expect("exports");
+        s.exports
+            .get(client)
+            .and_then(|e| e.opens.get(&fid).copied())
+            .unwrap_or(0)
+    }
+
     /// Whether `client` holds `fid` open.
     pub fn holds_open(&self, client: &[u8; 16], fid: Fid) -> bool {
         let s = self.state.lock().expect("exports");
@@ -298,6 +307,7 @@ pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), 
             Ok(_) => {
                 for _ in 0..n {
                     mdt.add_open(client, fid);
+                    mdt.sizes.reopened(fid, client);
                 }
                 added += n;
             }
@@ -332,10 +342,15 @@ pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
 /// replies, in one commit.
 fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<(), Status> {
     let mut tx = mdt.begin();
+    let mut glimpse = false;
     for (fid, n) in opens {
         for _ in 0..*n {
             crate::ops::open::close(&mut tx, *fid)?;
         }
+        glimpse |= mdt.sizes.client_gone(*fid, client);
+    }
+    if glimpse {
+        mdt.kick_destroyer();
     }
     // Its saved replies: nothing will ask for them again; a restart need not wait for it.
     tx.forget_saved_replies(client);

@@ -24,6 +24,7 @@ pub mod owners;
 pub mod perm;
 pub mod records;
 pub mod replay;
+pub mod sizes;
 pub mod stats;
 
 use mdt::{kv_err, note_modification, Mdt};
@@ -91,13 +92,15 @@ impl MdsHandler {
 
 fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Status> {
     match op {
-        MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid),
-        MdsOp::Lookup { parent, name } => ops::lookup::run(mdt, *parent, name),
+        MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid).map(|r| ops::exact_entry(mdt, r)),
+        MdsOp::Lookup { parent, name } => {
+            ops::lookup::run(mdt, *parent, name).map(|r| ops::exact_entry(mdt, r))
+        }
         MdsOp::ReadLink { fid } => ops::readlink::run(mdt, *fid),
         MdsOp::ReadDir { fid, after, count } => {
             ops::readdir::run(mdt, *fid, after.as_deref(), *count)
         }
-        MdsOp::Open { fid, .. } => ops::open::open(mdt, client, *fid),
+        MdsOp::Open { fid, access } => ops::open::open(mdt, client, *fid, *access),
         MdsOp::Ping => Ok(MdsReply::Done),
         MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
         MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
@@ -128,7 +131,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
             rdev,
             exclusive,
             open,
-            ..
+            access,
         } => ops::create::run(
             tx,
             CreateArgs {
@@ -141,6 +144,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
                 rdev: *rdev,
                 exclusive: *exclusive,
                 open: *open,
+                access: *access,
             },
         ),
         // MkdirOn here: the target MDT is the parent's own, an ordinary mkdir.
@@ -228,12 +232,24 @@ fn run_modifying_with(mdt: &Mdt, call: &MdsCall, xid: u64, ancestry_checked: boo
         drop(tx);
         return reconstruct(mdt, &call.client, xid);
     }
-    if let MdsOp::Close { fid } = call.op {
+    if let MdsOp::Close {
+        fid,
+        writer,
+        written,
+    } = call.op
+    {
         // Only a close of an open this client holds drops one: a resent close, or one from
         // before an eviction or a restart (whose opens are gone), must not drop another
         // client's.
         if !mdt.exports.closed(&call.client, fid) {
             return Outgoing::ok(encode_body(&MdsReply::Done));
+        }
+        let remaining = mdt.exports.open_count(&call.client, fid);
+        if mdt
+            .sizes
+            .closed(fid, &call.client, writer, written, remaining)
+        {
+            mdt.kick_destroyer();
         }
         return match ops::open::close(&mut tx, fid) {
             Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
@@ -789,7 +805,7 @@ fn replay(
             }
             // It keeps its transno; an inode it created comes back with its FID and layout.
             let created = match reply {
-                MdsReply::Entry { attr, layout } => Some((attr.fid, layout.clone())),
+                MdsReply::Entry { attr, layout, .. } => Some((attr.fid, layout.clone())),
                 _ => None,
             };
             mdt.set_replay_hint(&call.client, xid, mdt::ReplayCtx { transno, created });

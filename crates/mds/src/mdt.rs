@@ -86,6 +86,8 @@ pub struct Mdt {
     pub gate: std::sync::RwLock<()>,
     /// Its clients: last heard from, open files; eviction (export.rs).
     pub exports: crate::export::Exports,
+    /// Exact sizes of files no one writes (sizes.rs).
+    pub sizes: crate::sizes::Sizes,
     /// Orphans found at start, kept until the deadline for their clients to reopen.
     orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
     /// Changes at every start: a client that sees a new one replays (replay.rs).
@@ -176,6 +178,7 @@ impl Mdt {
             frozen: Mutex::new(frozen),
             gate: std::sync::RwLock::new(()),
             exports: crate::export::Exports::default(),
+            sizes: crate::sizes::Sizes::default(),
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
@@ -847,6 +850,7 @@ impl Tx<'_> {
     /// Deletes an inode with its xattrs, queueing its objects for destruction.
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
+        self.mdt.sizes.forget(fid);
         self.note_version(fid);
         self.batch.delete(INODES, fid.to_key().to_vec());
         if rec.orphan {

@@ -59,7 +59,15 @@ fn orphans_are_found_at_start_from_their_index_or_one_scan() {
             fids.push(attr.fid);
         }
         // "gone" is closed before its unlink; "kept" stays open; "plain" was never open.
-        run(&mdt, 20, MdsOp::Close { fid: fids[1] });
+        run(
+            &mdt,
+            20,
+            MdsOp::Close {
+                fid: fids[1],
+                writer: true,
+                written: false,
+            },
+        );
         for (i, name) in ["kept", "gone", "plain"].iter().enumerate() {
             run(
                 &mdt,

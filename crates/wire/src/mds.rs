@@ -160,6 +160,10 @@ pub enum MdsOp {
     Close {
         /// Inode.
         fid: Fid,
+        /// The handle was opened for writing.
+        writer: bool,
+        /// Data was written through it (the MDT no longer knows the file's size exactly).
+        written: bool,
     },
     /// Read an extended attribute. Reply: [`MdsReply::Xattr`].
     GetXattr {
@@ -408,7 +412,7 @@ impl MdsOp {
             | MdsOp::ReadLink { fid }
             | MdsOp::ReadDir { fid, .. }
             | MdsOp::Open { fid, .. }
-            | MdsOp::Close { fid }
+            | MdsOp::Close { fid, .. }
             | MdsOp::GetXattr { fid, .. }
             | MdsOp::SetXattr { fid, .. }
             | MdsOp::ListXattr { fid }
@@ -738,6 +742,9 @@ pub enum MdsReply {
         attr: Attr,
         /// Layout of a regular file.
         layout: Option<Layout>,
+        /// A regular file's size and blocks in `attr` are exact (no one writes it and the
+        /// MDT knows them): no glimpse is needed.
+        size_exact: bool,
     },
     /// Symlink target.
     Target(Vec<u8>),
@@ -928,7 +935,11 @@ mod tests {
                 after: None,
                 count: 1,
             },
-            MdsOp::Close { fid },
+            MdsOp::Close {
+                fid,
+                writer: true,
+                written: false,
+            },
         ];
         let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         assert_eq!(ops, READPAGE_OPCODES);

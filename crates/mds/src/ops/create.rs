@@ -26,6 +26,8 @@ pub struct CreateArgs<'a> {
     pub exclusive: bool,
     /// Register an opener.
     pub open: bool,
+    /// The access the opener wants (a writer if it asks to write).
+    pub access: u8,
 }
 
 /// Builds a new inode under `parent`, applying set-group-id inheritance.
@@ -96,10 +98,13 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         if rec.attr.kind == FileKind::Directory {
             return Err(Status::IsDir);
         }
+        let reply = super::exact_entry(tx.mdt, super::entry(&rec));
         if args.open {
             tx.mdt.add_open(&tx.client, rec.attr.fid);
+            let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
+            tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
         }
-        return Ok(super::entry(&rec));
+        return Ok(reply);
     }
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
     rec.attr.rdev = args.rdev;
@@ -111,8 +116,14 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     tx.put_inode(&rec);
     tx.put_dirent(args.parent, args.name, rec.attr.fid, args.kind);
     tx.count_inodes(1)?;
+    if args.kind == FileKind::Regular {
+        tx.mdt.sizes.created(rec.attr.fid);
+    }
+    let reply = super::exact_entry(tx.mdt, super::entry(&rec));
     if args.open {
         tx.mdt.add_open(&tx.client, rec.attr.fid);
+        let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
+        tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
     }
-    Ok(super::entry(&rec))
+    Ok(reply)
 }

@@ -172,6 +172,7 @@ pub(crate) fn mkdir_local(
         MdsReply::Entry {
             attr: rec.attr,
             layout: None,
+            size_exact: false,
         },
         intent,
     ))

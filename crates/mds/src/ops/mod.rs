@@ -42,10 +42,39 @@ pub(crate) mod dne_ops {
 use crate::records::InodeRecord;
 use nacre_wire::mds::MdsReply;
 
-/// The reply describing an inode: attributes plus a regular file's layout.
+/// The reply describing an inode: attributes plus a regular file's layout (the size is the
+/// MDT's hint; [`exact_entry`] puts in the exact one where it is known).
 pub fn entry(rec: &InodeRecord) -> MdsReply {
     MdsReply::Entry {
         attr: rec.attr.clone(),
         layout: rec.layout.clone(),
+        size_exact: false,
+    }
+}
+
+/// An inode's reply with its exact size, if the MDT knows it (crate::sizes).
+pub fn exact_entry(mdt: &crate::mdt::Mdt, reply: MdsReply) -> MdsReply {
+    match reply {
+        MdsReply::Entry {
+            mut attr,
+            layout,
+            size_exact: false,
+        } if attr.kind == nacre_types::FileKind::Regular => match mdt.sizes.exact(attr.fid) {
+            Some((size, blocks)) => {
+                attr.size = size;
+                attr.blocks = blocks;
+                MdsReply::Entry {
+                    attr,
+                    layout,
+                    size_exact: true,
+                }
+            }
+            None => MdsReply::Entry {
+                attr,
+                layout,
+                size_exact: false,
+            },
+        },
+        other => other,
     }
 }

@@ -5,11 +5,15 @@ use crate::mdt::{Mdt, Tx};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::MdsReply;
 
-/// Registers `client` as an opener and returns the inode with its layout.
-pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid) -> Result<MdsReply, Status> {
+/// Registers `client` as an opener (a writer if `access` asks to write) and returns the inode
+/// with its layout (and its exact size, as it was before this open).
+pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid, access: u8) -> Result<MdsReply, Status> {
     let rec = mdt.inode(fid)?;
+    let reply = super::exact_entry(mdt, super::entry(&rec));
     mdt.add_open(client, fid);
-    Ok(super::entry(&rec))
+    mdt.sizes
+        .opened(fid, client, access & nacre_types::cred::MAY_WRITE != 0);
+    Ok(reply)
 }
 
 /// Drops an opener; removes the inode if it was an orphan and this was the last opener.

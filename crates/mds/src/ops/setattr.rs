@@ -10,6 +10,7 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
     let mut rec = tx.inode(fid)?;
     let a = &mut rec.attr;
     if let Some(size) = set.size {
+        tx.mdt.sizes.changed(fid);
         match a.kind {
             FileKind::Directory => return Err(Status::IsDir),
             FileKind::Regular => {}

@@ -1,0 +1,142 @@
+//! Sizes the MDT knows exactly: a stat of a file no one writes needs no glimpse of its
+//! objects, and a stat from any mount still sees the last write, truncate and append.
+
+use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Glimpses the OST served so far (`ost.FS-OST0000.stats`).
+fn glimpses(fsname: &str) -> u64 {
+    let text = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("ost.{fsname}-OST0000.stats"),
+    ]);
+    text.lines()
+        .find_map(|l| l.strip_prefix("glimpse"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn size(p: &Path) -> u64 {
+    fs::metadata(p).unwrap().len()
+}
+
+/// Stats `p` until a stat costs no glimpse (the MDT learned the size in the background),
+/// checking each answer; panics after 30 s.
+fn until_exact(fsname: &str, p: &Path, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let before = glimpses(fsname);
+        assert_eq!(size(p), want);
+        if glimpses(fsname) == before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the MDT never learned the size of {p:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stats_see_every_change_and_cost_no_glimpse_once_known(form: Form) {
+    let fsname = "sizes";
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let a = fs.path("f");
+    let b = other_mnt.join("f");
+
+    // A new file is exactly empty: stats from either mount need no glimpse.
+    fs::File::create(&a).unwrap();
+    let before = glimpses(fsname);
+    for _ in 0..10 {
+        assert_eq!(size(&a), 0);
+        assert_eq!(size(&b), 0);
+    }
+    assert_eq!(glimpses(fsname), before, "an empty new file was glimpsed");
+
+    // While a writer holds it, stats glimpse and see its writes.
+    let mut w = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    w.write_all(&[1u8; 5000]).unwrap();
+    let before = glimpses(fsname);
+    assert_eq!(size(&b), 5000);
+    assert!(
+        glimpses(fsname) > before,
+        "a file being written must be glimpsed"
+    );
+    w.write_all(&[2u8; 3000]).unwrap();
+    assert_eq!(size(&b), 8000);
+    drop(w);
+    // After the last writer closed, the MDT learns the size; then stats need no glimpse.
+    until_exact(fsname, &b, 8000);
+    until_exact(fsname, &a, 8000);
+
+    // A truncate by path from the other mount is seen at once.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    assert_eq!(size(&a), 100);
+    let f = fs::OpenOptions::new().write(true).open(&b).unwrap();
+    f.set_len(50).unwrap();
+    drop(f);
+    std::process::Command::new("truncate")
+        .args(["-s", "10", b.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert_eq!(size(&a), 10);
+    assert_eq!(size(&b), 10);
+
+    // An append from the other mount, then a reader elsewhere.
+    let mut ap = fs::OpenOptions::new().append(true).open(&b).unwrap();
+    ap.write_all(b"tail").unwrap();
+    drop(ap);
+    assert_eq!(size(&a), 14);
+    until_exact(fsname, &a, 14);
+    let mut want = vec![1u8; 10];
+    want.extend_from_slice(b"tail");
+    assert_eq!(fs::read(&a).unwrap(), want);
+
+    // A writer that wrote nothing leaves the size exact; O_DIRECT writes count as writes.
+    drop(fs::OpenOptions::new().write(true).open(&a).unwrap());
+    let before = glimpses(fsname);
+    assert_eq!(size(&b), 14);
+    assert_eq!(glimpses(fsname), before);
+    let mut buf = nacre_types::AlignedBuf::zeroed(4096);
+    buf.fill(9);
+    let d = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&b)
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&d, &buf, 8192).unwrap();
+    drop(d);
+    assert_eq!(size(&a), 12288);
+    until_exact(fsname, &a, 12288);
+
+    // The native library writes only through handles opened for writing (the MDT's exact
+    // size counts on it).
+    let c = nacre_client::Client::mount(
+        fs.mgs_nid.parse().unwrap(),
+        fsname,
+        nacre_client::ClientConfig::default(),
+    )
+    .unwrap();
+    let fid = c.lookup(nacre_types::Fid::ROOT, b"f", false).unwrap().fid;
+    let (_, h) = c.open(fid, nacre_types::cred::MAY_READ).unwrap();
+    assert_eq!(c.write(&h, 0, b"x").unwrap_err().errno(), libc::EBADF);
+    c.close(&h).unwrap();
+    assert_eq!(size(&a), 12288);
+}
+
+on_both_forms!(stats_see_every_change_and_cost_no_glimpse_once_known);
