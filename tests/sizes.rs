@@ -46,7 +46,11 @@ fn until_exact(fsname: &str, p: &Path, want: u64) {
 }
 
 fn stats_see_every_change_and_cost_no_glimpse_once_known(form: Form) {
-    let fsname = "sizes";
+    // One name per form: both forms run at once, and `nacre ctl` asks every process here.
+    let fsname = match form {
+        Form::Embedded => "sizese",
+        Form::Networked => "sizesn",
+    };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
     let other_mnt = fs.scratch().join("other");
     fs::create_dir_all(&other_mnt).unwrap();

@@ -878,34 +878,56 @@ impl Client {
         self.md(op).map(|_| ())
     }
 
-    /// Changes attributes. The MDT checks the caller may make the change and records it; a
-    /// size change then punches the OST objects (a refused truncate cuts nothing).
+    /// Changes attributes; the MDT checks the caller may make the change. A size change cuts
+    /// the OST objects after the MDT checked the caller may write (a refused truncate cuts
+    /// nothing) and before it records the size.
     pub fn setattr(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
-        let cut = match set.size {
-            Some(size) => {
-                let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
-                match (attr.kind, layout) {
-                    (FileKind::Regular, Some(layout)) => Some((size, layout)),
-                    (FileKind::Directory, _) => return Err(Status::IsDir.into()),
-                    _ => return Err(Status::Inval.into()),
-                }
-            }
-            None => None,
+        let Some(size) = set.size else {
+            return self.setattr_now(fid, set);
         };
+        // A truncate: the objects are cut first, then the MDT records the size (so a size it
+        // learns by glimpsing is never one from before the cut). Through a descriptor this
+        // client holds open for writing, that handle covers the cut; otherwise the truncate
+        // opens the file for writing around it, which checks the caller's write permission
+        // before anything is cut and keeps the MDT from learning the size meanwhile.
+        if set.from_open {
+            let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+            let layout = Self::truncatable(&attr, layout)?;
+            osc::truncate(self, &layout, size)?;
+            return self.setattr_now(fid, set);
+        }
+        let (attr, file) = self.open(fid, nacre_types::cred::MAY_WRITE)?;
+        file.wrote.store(true, std::sync::atomic::Ordering::Release);
+        let result = Self::truncatable(&attr, file.layout.clone())
+            .and_then(|layout| osc::truncate(self, &layout, size))
+            .and_then(|()| self.setattr_now(fid, set));
+        let closed = self.close(&file);
+        let attr = result?;
+        closed?;
+        Ok(attr)
+    }
+
+    /// The layout of a file that may be truncated (`EISDIR` or `EINVAL` otherwise).
+    fn truncatable(attr: &Attr, layout: Option<Layout>) -> Result<Layout> {
+        match (attr.kind, layout) {
+            (FileKind::Regular, Some(layout)) => Ok(layout),
+            (FileKind::Directory, _) => Err(Status::IsDir.into()),
+            _ => Err(Status::Inval.into()),
+        }
+    }
+
+    /// The MDT's part of [`Client::setattr`] (after any cut of the objects).
+    fn setattr_now(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
         let owner_or_mode = SetAttr {
             perm: set.perm,
             uid: set.uid,
             gid: set.gid,
             ..SetAttr::default()
         };
-        // The MDT checks that the caller may make the change before any object is cut.
         let attr = match self.md(MdsOp::SetAttr { fid, attr: set })? {
             MdsReply::Attr(a) => a,
             _ => return Err(Status::Proto.into()),
         };
-        if let Some((size, layout)) = cut {
-            osc::truncate(self, &layout, size)?;
-        }
         // A striped directory's shards check names' permissions: they follow the master.
         if attr.kind == FileKind::Directory && owner_or_mode != SetAttr::default() {
             if let Some(stripe) = self.dir_stripe(fid)? {
