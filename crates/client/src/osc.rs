@@ -367,22 +367,23 @@ pub fn glimpse(client: &Client, layout: &Layout) -> Result<(u64, u64)> {
 
 /// File size and blocks from the glimpse replies of `layout`'s objects.
 fn sizes(layout: &Layout, replies: Vec<(usize, OssReply)>) -> Result<(u64, u64)> {
-    let mut size = 0;
-    let mut blocks: u64 = 0;
-    for (stripe, reply) in replies {
-        if let OssReply::ObjectAttr { size: s, blocks: b } = reply {
-            if s > FILE_BYTES_MAX {
-                let (ost, _) = object(layout, stripe);
-                return Err(ClientError::bad_reply(
-                    format!("OST{ost:04x}"),
-                    format!("object size {s} beyond the largest file"),
-                ));
-            }
-            size = size.max(layout.file_size_from_object(stripe, s).min(FILE_BYTES_MAX));
-            blocks = blocks.saturating_add(b);
-        }
+    let objects: Vec<(usize, u64, u64)> = replies
+        .into_iter()
+        .filter_map(|(stripe, reply)| match reply {
+            OssReply::ObjectAttr { size, blocks } => Some((stripe, size, blocks)),
+            _ => None,
+        })
+        .collect();
+    if let Some(&(stripe, s, _)) = objects.iter().find(|(_, s, _)| *s > FILE_BYTES_MAX) {
+        let (ost, _) = object(layout, stripe);
+        return Err(ClientError::bad_reply(
+            format!("OST{ost:04x}"),
+            format!("object size {s} beyond the largest file"),
+        ));
     }
-    Ok((size, blocks))
+    Ok(layout
+        .file_size_from_objects(objects)
+        .expect("object sizes checked above"))
 }
 
 /// Sets the file size: every object gets the size its stripe has at that file size.

@@ -219,30 +219,24 @@ pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
         let Ok(Some(layout)) = mdt.inode(fid).map(|r| r.layout) else {
             continue;
         };
-        let mut size = 0u64;
-        let mut blocks = 0u64;
-        let mut complete = true;
+        let mut objects = Vec::with_capacity(layout.objects.len());
         for (stripe, o) in layout.objects.iter().enumerate() {
             let Some(conn) = mdt.osts.conn(o.ost) else {
-                complete = false;
                 break;
             };
             let req = OssRequest::Glimpse { object: o.object };
             match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::server(req)) {
-                Ok(OssReply::ObjectAttr { size: s, blocks: b })
-                    if s <= nacre_types::limits::FILE_BYTES_MAX =>
-                {
-                    size = size.max(layout.file_size_from_object(stripe, s));
-                    blocks = blocks.saturating_add(b);
-                }
-                _ => {
-                    complete = false;
-                    break;
-                }
+                Ok(OssReply::ObjectAttr { size, blocks }) => objects.push((stripe, size, blocks)),
+                _ => break,
             }
         }
-        if complete && mdt.sizes.learned(fid, generation, size, blocks) {
-            learned += 1;
+        // Every object answered, with sizes a file can have: the size is known.
+        if objects.len() == layout.objects.len() {
+            if let Some((size, blocks)) = layout.file_size_from_objects(objects) {
+                if mdt.sizes.learned(fid, generation, size, blocks) {
+                    learned += 1;
+                }
+            }
         }
     }
     learned

@@ -219,6 +219,25 @@ impl Layout {
         file_offset.saturating_add(1)
     }
 
+    /// File size and 512-byte blocks from the (stripe, object size, object blocks) of its
+    /// objects (a glimpse's answers); `None` if an object is larger than any file can be.
+    pub fn file_size_from_objects(
+        &self,
+        objects: impl IntoIterator<Item = (usize, u64, u64)>,
+    ) -> Option<(u64, u64)> {
+        let mut size = 0u64;
+        let mut blocks = 0u64;
+        for (stripe, object_size, object_blocks) in objects {
+            if object_size > crate::limits::FILE_BYTES_MAX {
+                return None;
+            }
+            let implied = self.file_size_from_object(stripe, object_size);
+            size = size.max(implied.min(crate::limits::FILE_BYTES_MAX));
+            blocks = blocks.saturating_add(object_blocks);
+        }
+        Some((size, blocks))
+    }
+
     /// Size the object at `stripe` has when the file is exactly `file_size` bytes long.
     pub fn object_size_for_file(&self, stripe: usize, file_size: u64) -> u64 {
         let size = u64::from(self.stripe_size);
@@ -258,6 +277,18 @@ mod tests {
         assert_eq!(c[0].len, 2 * 65536);
         assert_eq!(c[0].pieces, vec![(0, 65536), (4 * 65536, 65536)]);
         assert_eq!(c[1].object_offset, 0);
+    }
+
+    #[test]
+    fn file_size_from_objects_takes_the_furthest_stripe() {
+        let l = layout(2, 65536);
+        // Stripe 1 holds the file's second 64 KiB: 10 bytes there end the file at 65546.
+        assert_eq!(
+            l.file_size_from_objects([(0, 65536, 128), (1, 10, 8)]),
+            Some((65546, 136))
+        );
+        assert_eq!(l.file_size_from_objects([]), Some((0, 0)));
+        assert_eq!(l.file_size_from_objects([(0, u64::MAX, 0)]), None);
     }
 
     #[test]
