@@ -208,13 +208,12 @@ fn the_mdt_refuses_what_the_kernel_would(form: Form) {
     });
 }
 
-/// Waits until `object` of OST `ost` records `want` (the MDT sends chowns in the background).
-fn wait_owner(fs: &TestFs, ost: u32, object: nacre_types::ObjectId, want: Owner) {
-    let store = nacre_osd::objects::ObjectStore::open(&fs.data.join(format!("ost{ost}")))
-        .expect("object store");
+/// Waits until `object` of OST `ost` records `want`, asking the OSS over the wire (the MDT
+/// sends chowns in the background).
+fn wait_owner(c: &Client, ost: u32, object: nacre_types::ObjectId, want: Owner) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let now = store.owner(object).expect("owner");
+        let now = c.object_owner(ost, object).expect("owner");
         if now == Some(want) {
             return;
         }
@@ -252,7 +251,7 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         project: 0,
     };
     for o in &layout.objects {
-        wait_owner(&fs, o.ost, o.object, nobody);
+        wait_owner(&c, o.ost, o.object, nobody);
     }
     // chown and chgrp through the mount reach every object.
     chown(dir.join("data"), Some(1234), Some(5678)).unwrap();
@@ -262,7 +261,7 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         project: 0,
     };
     for o in &layout.objects {
-        wait_owner(&fs, o.ost, o.object, new);
+        wait_owner(&c, o.ost, o.object, new);
     }
     // A writer that still believes the old owner does not bring it back.
     let before = fs::read(dir.join("data")).unwrap();
@@ -272,7 +271,7 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         .and_then(|mut f| std::io::Write::write_all(&mut f, b"tail"))
         .unwrap();
     for o in &layout.objects {
-        wait_owner(&fs, o.ost, o.object, new);
+        wait_owner(&c, o.ost, o.object, new);
     }
     let after = fs::read(dir.join("data")).unwrap();
     assert_eq!(&after[..before.len()], &before[..]);

@@ -1144,6 +1144,12 @@ impl Client {
         Ok(out)
     }
 
+    /// The owner, group and project OST `ost` records for `object` (`None`: no object yet),
+    /// as chown and chgrp leave them (for checks and tools).
+    pub fn object_owner(&self, ost: u32, object: nacre_types::ObjectId) -> Result<Option<Owner>> {
+        osc::owner(self, ost, object)
+    }
+
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;

@@ -431,6 +431,17 @@ pub fn fallocate(
 }
 
 /// Usage of one OST.
+/// The owner, group and project OST `ost` records for `object` (`None`: no object yet).
+pub fn owner(client: &Client, ost: u32, object: ObjectId) -> Result<Option<nacre_types::Owner>> {
+    let req = OssRequest::GetOwner { object };
+    let conn = client.osc(ost)?;
+    match nacre_net::rpc::call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req))? {
+        OssReply::Owner(o) => Ok(o),
+        _ => Err(Status::Proto.into()),
+    }
+}
+
+/// Capacity of OST `ost`.
 pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
     let conn = client.osc(ost)?;
     match nacre_net::rpc::call::<_, OssReply>(

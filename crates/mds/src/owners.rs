@@ -41,15 +41,6 @@ pub fn forget(tx: &mut Tx<'_>, layout: &Layout) {
     }
 }
 
-/// Ownership changes still to make (for statistics and tests).
-pub fn pending(mdt: &Mdt) -> Result<usize, Status> {
-    Ok(mdt
-        .kv
-        .scan(OWNERS, &[], None, OWNER_PASS_RECORDS_MAX)
-        .map_err(kv_err)?
-        .len())
-}
-
 /// One pass: sends pending ownership changes; returns the number of objects done.
 pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
     let seen = mdt.owners_pending.load(Ordering::Acquire);
