@@ -424,9 +424,10 @@ fn commit(
     };
     // Still under the write lock: transnos reach the journal in order.
     mdt.note_written(tx.transno);
+    let new_client = tx.new_client;
     drop(tx);
     note_modification(mdt);
-    if mdt.sync_on_reply() {
+    if mdt.sync_on_reply() || new_client {
         if let Err(e) = mdt.kv.wait_durable(ticket) {
             return Outgoing::error(kv_err(e));
         }

@@ -504,6 +504,7 @@ impl Mdt {
             replay: None,
             forced_transno: None,
             pre_versions: Vec::new(),
+            new_client: false,
             seen_versions: std::cell::RefCell::new(Vec::new()),
         }
     }
@@ -624,6 +625,10 @@ pub struct Tx<'a> {
     /// Versions of the inodes this change touched, before it (for the client to send with
     /// a replay).
     pub pre_versions: Vec<(Fid, u64)>,
+    /// This change records a client's first transaction number: it is made durable before
+    /// the reply (as Lustre writes a new client's slot synchronously), so a restarted MDT
+    /// always waits for that client's replays.
+    pub new_client: bool,
     /// Versions of the inodes this transaction read (so writing one back needs no read).
     seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
 }
@@ -948,6 +953,7 @@ impl Tx<'_> {
         {
             self.alloc.clients.insert(client);
             self.batch.put(CLIENTS, client.to_vec(), Vec::new());
+            self.new_client = true;
         }
         self.transno = t;
         t
