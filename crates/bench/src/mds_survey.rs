@@ -74,6 +74,7 @@ impl Survey {
     fn call(&self, client: [u8; 16], op: MdsOp) -> Result<MdsReply, Status> {
         let xid = self.xid.fetch_add(1, Ordering::Relaxed);
         let call = MdsCall {
+            lock_bits: 0,
             client,
             replied_below: xid,
             jobid: "mds-survey".into(),

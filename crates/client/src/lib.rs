@@ -261,6 +261,19 @@ pub struct Client {
     net: NetConfig,
     readahead_bytes: u64,
     ping_interval_ms: u64,
+    /// Set once the client takes metadata locks ([`Client::enable_locks`]).
+    lock_sink: std::sync::OnceLock<mdc::LockSink>,
+}
+
+/// What the kernel may keep of an answer, by the locks this client holds on its inode:
+/// the entry (name → inode) while a `LOOKUP` lock covers it, the attributes while an
+/// `UPDATE` lock does. Both are invalidated through the lock sink when the lock goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cached {
+    /// The name → inode binding is covered.
+    pub entry: bool,
+    /// The attributes (a regular file's size included) are covered.
+    pub attr: bool,
 }
 
 impl Client {
@@ -292,6 +305,7 @@ impl Client {
             net: config.net,
             readahead_bytes: config.readahead_bytes,
             ping_interval_ms: config.ping_interval_ms,
+            lock_sink: std::sync::OnceLock::new(),
         });
         client.getattr(Fid::ROOT)?;
         start_watch(&client);
@@ -415,9 +429,65 @@ impl Client {
         let mut mdcs = self.mdcs.write();
         let m = mdcs.entry(index).or_insert_with(|| {
             m.start_pinger(self.ping_interval_ms);
+            if let Some(sink) = self.lock_sink.get() {
+                m.start_lock_callbacks(sink.clone(), self.lock_poll_wait_ms());
+            }
             m
         });
         Ok(m.clone())
+    }
+
+    /// How long a lock poll waits at the MDT: well within the RPC and rail timeouts, so a
+    /// parked poll is never taken for a lost request.
+    fn lock_poll_wait_ms(&self) -> u64 {
+        (self.net.rpc_timeout_ms.min(self.net.rail_timeout_ms) / 2).clamp(100, 30_000)
+    }
+
+    /// From now on this client takes metadata locks (the FUSE mount does; a library client
+    /// that does not cache need not): every MDT is polled for callbacks, and `sink` is told
+    /// of every lock that goes, before it is cancelled, to have the kernel forget what it
+    /// covered. Replies then say what is [`Cached`].
+    pub fn enable_locks(&self, sink: mdc::LockSink) {
+        if self.lock_sink.set(sink.clone()).is_err() {
+            return;
+        }
+        let wait_ms = self.lock_poll_wait_ms();
+        for m in self.mdcs.read().values() {
+            m.start_lock_callbacks(sink.clone(), wait_ms);
+        }
+    }
+
+    /// Lock counters of every MDT this client reached: (MDT index, locks held, LRU size,
+    /// grants, callbacks, LRU cancels).
+    pub fn lock_stats(&self) -> Vec<(u32, usize, usize, u64, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut out: Vec<_> = self
+            .mdcs
+            .read()
+            .iter()
+            .map(|(i, m)| {
+                let l = &m.locks;
+                (
+                    *i,
+                    l.count(),
+                    l.lru_size.load(Relaxed),
+                    l.stats.grants.load(Relaxed),
+                    l.stats.callbacks.load(Relaxed),
+                    l.stats.lru_cancels.load(Relaxed),
+                )
+            })
+            .collect();
+        out.sort_unstable_by_key(|x| x.0);
+        out
+    }
+
+    /// Sets the LRU bound of MDT `index`'s locks (`ldlm.namespaces.*.lru_size`).
+    pub fn set_lru_size(&self, index: u32, n: usize) -> Result<()> {
+        self.mdc(index)?
+            .locks
+            .lru_size
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Sends an operation to the MDT that holds it: the parent directory's (its shard's, in
@@ -490,27 +560,48 @@ impl Client {
 
     /// [`Client::entry`], and whether the MDT gave a regular file's size exactly.
     fn exact_entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>, bool)> {
-        let (attr, layout, exact) = match self.md(op)? {
-            MdsReply::Entry {
-                attr,
-                layout,
-                size_exact,
-            } => (attr, layout, size_exact),
-            // An entry for an inode of another MDT (a remote directory): ask that MDT.
-            MdsReply::Remote { fid } => match self.md(MdsOp::GetAttr { fid })? {
-                MdsReply::Entry {
-                    attr,
-                    layout,
-                    size_exact,
-                } => (attr, layout, size_exact),
-                _ => return Err(Status::Proto.into()),
-            },
-            _ => return Err(Status::Proto.into()),
+        self.cached_entry(op, 0, None)
+            .map(|(attr, layout, exact, _)| (attr, layout, exact))
+    }
+
+    /// [`Client::exact_entry`] asking for `bits` of lock on the inode, and what the kernel
+    /// may cache of it; `name` is the entry (parent as the kernel knows it, name) the
+    /// kernel will cache under the lock.
+    fn cached_entry(
+        &self,
+        mut op: MdsOp,
+        bits: u8,
+        name: Option<(Fid, &[u8])>,
+    ) -> Result<(Attr, Option<Layout>, bool, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        self.to_shards(&mut op)?;
+        let mut mdc = self.mdc(op.key_fid().map_or(0, Fid::mdt_index))?;
+        let (mut reply, mut lock) = mdc.call_with(op, bits)?;
+        // An entry for an inode of another MDT (a remote directory): ask that MDT.
+        if let MdsReply::Remote { fid } = reply {
+            mdc = self.mdc(fid.mdt_index())?;
+            (reply, lock) = mdc.call_with(MdsOp::GetAttr { fid }, bits)?;
+        }
+        let MdsReply::Entry {
+            attr,
+            layout,
+            size_exact: exact,
+        } = reply
+        else {
+            return Err(Status::Proto.into());
         };
         if let (FileKind::Regular, Some(l)) = (attr.kind, &layout) {
             self.remember_layout(attr.fid, l, exact);
         }
-        Ok((attr, layout, exact))
+        let cached = match lock.filter(|l| l.fid == attr.fid) {
+            None => Cached::default(),
+            Some(l) => Cached {
+                entry: l.bits & LOOKUP != 0
+                    && name.is_some_and(|(p, n)| mdc.locks.cover_name(attr.fid, p, n)),
+                attr: l.bits & UPDATE != 0 && mdc.locks.covers(attr.fid, UPDATE),
+            },
+        };
+        Ok((attr, layout, exact, cached))
     }
 
     /// Fills in size and blocks of a regular file from its objects, unless the MDT gave them
@@ -541,11 +632,34 @@ impl Client {
         Ok(attr)
     }
 
+    /// [`Client::lookup`] with the OSTs' size, under a lock where the MDT grants one: says
+    /// what the kernel may cache of the answer.
+    pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Attr, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        let op = MdsOp::Lookup {
+            parent,
+            name: name.to_vec(),
+        };
+        let (attr, layout, exact, cached) =
+            self.cached_entry(op, LOOKUP | UPDATE, Some((parent, name)))?;
+        Ok((self.with_glimpse(attr, layout.as_ref(), exact)?, cached))
+    }
+
+    /// [`Client::getattr`] under an `UPDATE` lock where the MDT grants one: says whether
+    /// the kernel may cache the attributes.
+    pub fn getattr_cached(&self, fid: Fid) -> Result<(Attr, bool)> {
+        self.getattr_with(fid, nacre_ldlm::msg::UPDATE)
+    }
+
     /// Current attributes (regular-file size from the OSTs). For a file whose layout was seen
     /// before, its objects are glimpsed while the MDT answers (one round trip of waiting
     /// instead of two); the MDT's answer says whether that layout is still the file's, and if
     /// it is not the objects are glimpsed again.
     pub fn getattr(&self, fid: Fid) -> Result<Attr> {
+        self.getattr_with(fid, 0).map(|(attr, _)| attr)
+    }
+
+    fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
         // The MDT gave the size exactly last time: it likely will again, glimpse only if not.
         let seen = self
             .layouts
@@ -554,16 +668,20 @@ impl Client {
             .filter(|(_, exact)| !exact)
             .map(|(l, _)| l.clone());
         let early = seen.as_ref().and_then(|l| osc::start_glimpse(self, l).ok());
-        let (mut attr, layout, exact) = self.exact_entry(MdsOp::GetAttr { fid })?;
+        let (mut attr, layout, exact, cached) =
+            self.cached_entry(MdsOp::GetAttr { fid }, bits, None)?;
         if let (FileKind::Regular, Some(now), Some(seen), Some(job), false) =
             (attr.kind, layout.as_ref(), seen.as_ref(), early, exact)
         {
             if now == seen {
                 (attr.size, attr.blocks) = job.finish(now)?;
-                return Ok(attr);
+                return Ok((attr, cached.attr));
             }
         }
-        self.with_glimpse(attr, layout.as_ref(), exact)
+        Ok((
+            self.with_glimpse(attr, layout.as_ref(), exact)?,
+            cached.attr,
+        ))
     }
 
     /// Remembers a regular file's layout for the next [`Client::getattr`] (a hint, checked
@@ -608,6 +726,33 @@ impl Client {
         open: bool,
         access: u8,
     ) -> Result<(Attr, OpenFile)> {
+        let args = (kind, perm, uid, gid, rdev, exclusive, open, access);
+        self.create_with(parent, name, args, 0)
+            .map(|(attr, file, _)| (attr, file))
+    }
+
+    /// [`Client::create`] (arguments in order after `name`) under a lock on the new entry
+    /// where the MDT grants one: says what the kernel may cache of it.
+    #[allow(clippy::type_complexity)]
+    pub fn create_cached(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        args: (FileKind, u32, u32, u32, u32, bool, bool, u8),
+    ) -> Result<(Attr, OpenFile, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        self.create_with(parent, name, args, LOOKUP | UPDATE)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn create_with(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        args: (FileKind, u32, u32, u32, u32, bool, bool, u8),
+        bits: u8,
+    ) -> Result<(Attr, OpenFile, Cached)> {
+        let (kind, perm, uid, gid, rdev, exclusive, open, access) = args;
         let op = MdsOp::Create {
             parent,
             name: name.to_vec(),
@@ -620,7 +765,7 @@ impl Client {
             open,
             access,
         };
-        let (attr, layout, exact) = self.exact_entry(op)?;
+        let (attr, layout, exact, cached) = self.cached_entry(op, bits, Some((parent, name)))?;
         let attr = if exclusive {
             attr
         } else {
@@ -630,7 +775,7 @@ impl Client {
             .owned_by(&attr)
             .with_access(access);
         let file = self.registered(file)?;
-        Ok((attr, file))
+        Ok((attr, file, cached))
     }
 
     /// `file` as opened in the current incarnation of this client at its MDT.
@@ -681,15 +826,28 @@ impl Client {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self
-            .entry(MdsOp::Mkdir {
-                parent,
-                name: name.to_vec(),
-                perm,
-                uid,
-                gid,
-            })?
-            .0)
+        self.mkdir_cached(parent, name, (perm, uid, gid), 0)
+            .map(|(attr, _)| attr)
+    }
+
+    /// [`Client::mkdir`] under `bits` of lock on the new directory where the MDT grants
+    /// them: says what the kernel may cache of it.
+    pub fn mkdir_cached(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        (perm, uid, gid): (u32, u32, u32),
+        bits: u8,
+    ) -> Result<(Attr, Cached)> {
+        let op = MdsOp::Mkdir {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+        };
+        self.cached_entry(op, bits, Some((parent, name)))
+            .map(|(attr, _, _, cached)| (attr, cached))
     }
 
     /// Creates a directory whose inode (and so its contents) lives on MDT `mdt` (`nacre

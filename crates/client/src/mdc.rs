@@ -50,7 +50,16 @@ pub struct Mdc {
     epoch: AtomicU64,
     /// Recovery counters (`*.import`).
     pub(crate) replay_stats: ReplayStats,
+    /// Metadata locks held on this MDT (only once callbacks are handled: [`Mdc::start_lock_callbacks`]).
+    pub locks: nacre_ldlm::client::ClientLocks,
+    /// Where revoked locks go to have the kernel forget what they covered.
+    sink: std::sync::OnceLock<LockSink>,
 }
+
+/// Told which locks are gone (called back, cancelled from the LRU, or lost with an
+/// eviction or a restart of the MDT), before they are cancelled: has the kernel forget
+/// what they covered.
+pub type LockSink = Arc<dyn Fn(&[nacre_ldlm::client::Revoked]) + Send + Sync>;
 
 /// A change kept for replay: its xid, request, reply and the versions it found.
 type ReplayEntry = (u64, MdsOp, MdsReply, Vec<(Fid, u64)>);
@@ -87,6 +96,8 @@ impl Mdc {
             last_committed: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             replay_stats: ReplayStats::default(),
+            locks: nacre_ldlm::client::ClientLocks::default(),
+            sink: std::sync::OnceLock::new(),
         }
     }
 
@@ -212,6 +223,8 @@ impl Mdc {
         if before == 0 || before == epoch {
             return Ok(());
         }
+        // The restarted MDT holds none of this client's locks.
+        self.drop_locks();
         // A new MDT incarnation: what it committed before the restart is in; the rest
         // was lost with it and is replayed.
         let list: Vec<(u64, ReplayEntry)> = {
@@ -275,6 +288,7 @@ impl Mdc {
     fn send_replay(&self, transno: u64, entry: ReplayEntry) -> Result<()> {
         let (xid, op, reply, pre_versions) = entry;
         let call = MdsCall {
+            lock_bits: 0,
             jobid: nacre_types::jobid::current(),
             cred: nacre_types::cred::current(),
             client: self.uuid(),
@@ -318,6 +332,8 @@ impl Mdc {
         }
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.incarnation.fetch_add(1, Ordering::AcqRel);
+        // Its locks went with its export.
+        self.drop_locks();
         // Its handles are void: nothing to reopen.
         self.opens.lock().clear();
         self.conn.note_state(import_state::EVICTED);
@@ -332,6 +348,20 @@ impl Mdc {
     /// Sends one operation and waits for its reply (resending across reconnects). A request
     /// refused because this client was evicted is sent again once as the new client.
     pub fn call(&self, op: MdsOp) -> Result<MdsReply> {
+        self.call_with(op, 0).map(|(reply, _)| reply)
+    }
+
+    /// [`Mdc::call`] asking for `lock_bits` on the inode the reply names: the lock granted
+    /// with it, if any, is held (and returned) unless its callback came first.
+    pub fn call_with(
+        &self,
+        op: MdsOp,
+        lock_bits: u8,
+    ) -> Result<(MdsReply, Option<nacre_ldlm::msg::LockRef>)> {
+        let lock_bits = match self.sink.get() {
+            Some(_) => lock_bits,
+            None => 0,
+        };
         let opcode = op.opcode();
         // A change is kept for replay until committed: the operation is needed again then.
         let keep = op.is_modifying().then(|| op.clone());
@@ -343,6 +373,7 @@ impl Mdc {
             (xid, lowest)
         };
         let mut call = MdsCall {
+            lock_bits,
             jobid: nacre_types::jobid::current(),
             cred: nacre_types::cred::current(),
             client: self.uuid(),
@@ -400,6 +431,88 @@ impl Mdc {
                 tracing::debug!("sync of MDT{:04x}: {e}", self.target);
             }
         }
-        result.map(|a| a.reply)
+        result.map(|a| {
+            let lock = a
+                .lock
+                .filter(|l| l.is_valid() && lock_bits != 0 && self.locks.granted(*l));
+            (a.reply, lock)
+        })
+    }
+
+    /// Drops every lock held here and has the kernel forget what they covered.
+    fn drop_locks(&self) {
+        let all = self.locks.drain();
+        if let (false, Some(sink)) = (all.is_empty(), self.sink.get()) {
+            sink(&all);
+        }
+    }
+
+    /// Gives locks back to the MDT (best effort: an MDT that lost them has nothing to
+    /// cancel).
+    fn cancel_locks(&self, handles: &[u64]) {
+        for chunk in handles.chunks(nacre_ldlm::msg::REFS_PER_MESSAGE_MAX) {
+            let op = MdsOp::LockCancel {
+                handles: chunk.to_vec(),
+            };
+            if let Err(e) = self.call(op) {
+                tracing::debug!("lock cancel on MDT{:04x}: {e}", self.target);
+            }
+        }
+    }
+
+    /// Starts taking locks on this MDT: a thread polls it for callbacks (each wait shorter
+    /// than `wait_ms`), hands the revoked locks to `sink`, then cancels them; it also
+    /// cancels the least recently used locks past the LRU bound. Any new link to the MDT
+    /// drops every lock (the MDT may have restarted without them). Holds the client weakly.
+    pub fn start_lock_callbacks(self: &Arc<Self>, sink: LockSink, wait_ms: u64) {
+        if self.sink.set(sink).is_err() {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("ldlm-cb-MDT{:04x}", self.target))
+            .spawn(move || {
+                let mut links = None;
+                loop {
+                    let Some(mdc) = me.upgrade() else { return };
+                    let now = mdc.conn.links_made();
+                    if links.is_some_and(|l| l != now) {
+                        mdc.drop_locks();
+                    }
+                    links = Some(now);
+                    match mdc.call(MdsOp::LockPoll { wait_ms }) {
+                        Ok(MdsReply::Blocking(refs)) if !refs.is_empty() => {
+                            let revoked = mdc.locks.blocking(&refs);
+                            if let Some(sink) = mdc.sink.get() {
+                                sink(&revoked);
+                            }
+                            let handles: Vec<u64> = refs.iter().map(|r| r.handle).collect();
+                            mdc.cancel_locks(&handles);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!("lock poll of MDT{:04x}: {e}", mdc.target);
+                            mdc.drop_locks();
+                            drop(mdc);
+                            std::thread::sleep(Duration::from_millis(LOCK_POLL_RETRY_MS));
+                            continue;
+                        }
+                    }
+                    let excess = mdc.locks.lru_excess();
+                    if !excess.is_empty() {
+                        if let Some(sink) = mdc.sink.get() {
+                            sink(&excess);
+                        }
+                        let handles: Vec<u64> = excess.iter().map(|r| r.lock.handle).collect();
+                        mdc.cancel_locks(&handles);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("no lock callback thread for MDT{:04x}: {e}", self.target);
+        }
     }
 }
+
+/// Pause before polling again after a failed lock poll.
+const LOCK_POLL_RETRY_MS: u64 = 200;

@@ -9,7 +9,8 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use nacre_client::{Client, ClientError, OpenFile, StripeSpec};
+use nacre_client::{Cached, Client, ClientError, OpenFile, StripeSpec};
+use nacre_ldlm::msg::{LOOKUP, UPDATE};
 use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
 use nacre_wire::mds::{DirEntry, LayoutInfo};
 use parking_lot::Mutex;
@@ -24,6 +25,9 @@ use std::time::{Duration, SystemTime};
 pub const READDIR_PAGE_ENTRIES: u32 = 1024;
 /// Largest write and read the kernel sends (1 MiB, the FUSE ceiling here).
 pub const IO_BYTES_MAX: u32 = 1 << 20;
+/// Entry and attribute timeout given to the kernel for what a metadata lock covers: it is
+/// invalidated when the lock goes, so the timeout only bounds how long the kernel keeps it.
+pub const LOCKED_TTL: Duration = Duration::from_secs(3_600);
 
 /// An open directory: entries fetched so far and where to resume.
 struct DirStream {
@@ -248,6 +252,28 @@ impl Shared {
         }
     }
 
+    /// Replies with an entry, its timeouts long where a lock covers it.
+    fn reply_cached(&self, reply: ReplyEntry, r: Result<(nacre_types::Attr, Cached), ClientError>) {
+        pool::leave();
+        match r {
+            Ok((a, c)) => reply.entry_with_ttls(
+                &self.ttl(c.attr, self.attr_ttl),
+                &self.ttl(c.entry, self.entry_ttl),
+                &file_attr(&a),
+                Generation(0),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// [`LOCKED_TTL`] if a lock covers it, else `plain`.
+    fn ttl(&self, covered: bool, plain: Duration) -> Duration {
+        match covered {
+            true => LOCKED_TTL.max(plain),
+            false => plain,
+        }
+    }
+
     fn layout_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
         let value = match self.client.get_layout(fid)? {
             LayoutInfo::File(l) => serde_json::json!({
@@ -442,12 +468,12 @@ impl Shared {
         };
         // Always the OSTs' size: the kernel applies an entry's size to a cached inode, so an MDT
         // hint here would shrink a file another thread is reading (a short read at a false EOF).
-        self.reply_entry(reply, self.client.lookup(parent, name.as_bytes(), true));
+        self.reply_cached(reply, self.client.lookup_cached(parent, name.as_bytes()));
     }
 
     fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.enter(req);
-        let result = fid_of(ino).map(|f| self.client.getattr(f));
+        let result = fid_of(ino).map(|f| self.client.getattr_cached(f));
         // Through a handle its MDT closed by evicting this client (which the call itself
         // may just have learned): EIO, as for every other use of that handle.
         if let Some(Err(e)) = fh.map(|fh| self.evicted_handle(fh)) {
@@ -455,7 +481,7 @@ impl Shared {
         }
         pool::leave();
         match result {
-            Ok(Ok(a)) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Ok(Ok((a, cached))) => reply.attr(&self.ttl(cached, self.attr_ttl), &file_attr(&a)),
             Ok(Err(e)) => reply.error(errno(&e)),
             Err(e) => reply.error(e),
         }
@@ -563,10 +589,13 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let r = self
-            .client
-            .mkdir(parent, name.as_bytes(), mode & 0o7777, req.uid(), req.gid());
-        self.reply_entry(reply, r);
+        let r = self.client.mkdir_cached(
+            parent,
+            name.as_bytes(),
+            (mode & 0o7777, req.uid(), req.gid()),
+            LOOKUP | UPDATE,
+        );
+        self.reply_cached(reply, r);
     }
 
     fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1007,21 +1036,23 @@ impl Shared {
         };
         let exclusive = flags & libc::O_EXCL != 0;
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
-        let created = self.client.create(
+        let created = self.client.create_cached(
             parent,
             name.as_bytes(),
-            kind,
-            mode & 0o7777,
-            req.uid(),
-            req.gid(),
-            0,
-            exclusive,
-            true,
-            access_of(flags),
+            (
+                kind,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                0,
+                exclusive,
+                true,
+                access_of(flags),
+            ),
         );
         pool::leave();
         match created {
-            Ok((attr, file)) => {
+            Ok((attr, file, cached)) => {
                 let fid = file.fid;
                 let fh = self.add_file(file);
                 if exclusive {
@@ -1029,13 +1060,8 @@ impl Shared {
                     // non-exclusive create may have opened an existing file instead).
                     self.caps.created(fid);
                 }
-                reply.created(
-                    &self.entry_ttl,
-                    &file_attr(&attr),
-                    Generation(0),
-                    fh,
-                    OPEN_FLAGS,
-                )
+                let ttl = self.ttl(cached.entry && cached.attr, self.entry_ttl);
+                reply.created(&ttl, &file_attr(&attr), Generation(0), fh, OPEN_FLAGS)
             }
             Err(e) => reply.error(errno(&e)),
         }

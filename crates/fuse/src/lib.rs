@@ -1,9 +1,10 @@
 //! The FUSE mount: translates kernel requests into [`nacre_client::Client`] calls and client
 //! errors into errnos. It holds only open-file and open-directory handles.
 //!
-//! Caching: attribute and entry timeouts are zero by default, and files are opened without
-//! `keep_cache`, so the kernel revalidates on every stat and drops cached pages on open:
-//! close-to-open consistency across clients, with current attributes on every stat.
+//! Caching: entries and attributes a metadata lock covers (docs/locking.md) are given to the
+//! kernel with a long timeout and invalidated when the lock goes (inval.rs); the rest with
+//! the mount's timeouts, zero by default. Files are opened without `keep_cache`, so the
+//! kernel drops cached pages on open: close-to-open consistency of data across clients.
 //!
 //! Layouts and usage are exposed through virtual extended attributes (as Lustre exposes
 //! `lustre.lov`): [`XATTR_LOV`] on a file or directory, [`XATTR_DF`] on any directory. They are
@@ -13,6 +14,7 @@ pub mod attrs;
 pub mod caps;
 pub mod fs;
 pub mod groups;
+pub mod inval;
 pub mod jobid;
 pub mod mount;
 pub mod pool;

@@ -126,8 +126,18 @@ pub fn mount(
     config.clone_fd = true;
     let jobs = crate::jobid::JobIds::new(opts.jobid_var.clone());
     let threads = opts.threads.max(1);
-    let fs = NacreFs::new(client, opts.attr_timeout, opts.entry_timeout, jobs, threads);
+    let fs = NacreFs::new(
+        client.clone(),
+        opts.attr_timeout,
+        opts.entry_timeout,
+        jobs,
+        threads,
+    );
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
+    // Metadata locks: the kernel caches what they cover and forgets it when they go.
+    let invalidator = crate::inval::Invalidator::start(session.notifier())?;
+    let sink = invalidator.clone();
+    client.enable_locks(Arc::new(move |revoked| sink.forget(revoked)));
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())

@@ -30,6 +30,7 @@ pub(crate) const PEER_RETRY_MS: u64 = 500;
 pub(crate) fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
     let conn = mdt.osts.mdt(index)?;
     let c = MdsCall {
+        lock_bits: 0,
         client: mdt.peer_uuid,
         replied_below: 0,
         jobid: format!("{}-peer", mdt.label.name()),

@@ -232,10 +232,13 @@ impl Exports {
 
     /// Evicts `client` if it is still silent: removes its export, remembers its uuid as
     /// evicted and returns how long it was silent and its opens.
-    fn evict(&self, client: &[u8; 16]) -> Option<(Duration, HashMap<Fid, u32>)> {
+    fn evict(&self, client: &[u8; 16], force: bool) -> Option<(Duration, HashMap<Fid, u32>)> {
         let timeout = Duration::from_millis(self.evict_timeout_ms.load(Ordering::Relaxed));
         let mut s = self.state.lock().expect("exports");
-        if s.exports.get(client)?.last_seen.elapsed() <= timeout {
+        if !force && s.exports.get(client)?.last_seen.elapsed() <= timeout {
+            return None;
+        }
+        if !s.exports.contains_key(client) {
             return None;
         }
         let e = s.exports.remove(client).expect("present");
@@ -261,6 +264,33 @@ impl Exports {
     }
 }
 
+/// Evicts `client` now, whatever it last sent (it failed to answer a lock callback in
+/// time, `why`): as [`evict_silent`] does, its opens are dropped and its saved replies
+/// deleted, and its later requests are answered `ESHUTDOWN`. Its locks are gone already.
+pub fn evict_now(mdt: &Mdt, client: &[u8; 16], why: &str) {
+    if mdt.osts.is_peer(client) {
+        return;
+    }
+    let Some((_, opens)) = mdt.exports.evict(client, true) else {
+        // Unknown here (never sent a request, or evicted already): refuse it anyway.
+        mdt.exports.refuse(client);
+        return;
+    };
+    mdt.ldlm.evict(client);
+    let handles: u32 = opens.values().sum();
+    tracing::warn!(
+        "{}: evicting client {} ({why}): {handles} open handles dropped",
+        mdt.label.name(),
+        uuid::Uuid::from_bytes(*client),
+    );
+    if let Err(e) = release(mdt, client, &opens) {
+        tracing::warn!(
+            "{}: releasing an evicted client's opens: {e:?}",
+            mdt.label.name()
+        );
+    }
+}
+
 /// Evicts the clients of `mdt` silent for longer than its timeout: drops their opens (an
 /// unlinked file whose last opener was one of them is removed) and deletes their saved
 /// replies. Returns how many were evicted.
@@ -282,9 +312,10 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
             let _ = mdt.exports.forget(client);
             continue;
         }
-        let Some((quiet, opens)) = mdt.exports.evict(client) else {
+        let Some((quiet, opens)) = mdt.exports.evict(client, false) else {
             continue;
         };
+        mdt.ldlm.evict(client);
         evicted += 1;
         let handles: u32 = opens.values().sum();
         tracing::warn!(
@@ -329,6 +360,7 @@ pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), 
 /// Its uuid is not refused later (a client that comes back is a new export).
 pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
     let opens = mdt.exports.forget(client);
+    mdt.ldlm.evict(client);
     tracing::info!(
         "{}: client {} disconnected ({} open handles dropped)",
         mdt.label.name(),
@@ -396,9 +428,9 @@ mod tests {
         assert!(x.silent().is_empty(), "rate limited");
         assert_eq!(scan_now(&x), vec![a, b]);
         // a keeps one handle.
-        let (_, opens) = x.evict(&a).unwrap();
+        let (_, opens) = x.evict(&a, false).unwrap();
         assert_eq!(opens.get(&f), Some(&1));
-        assert!(x.evict(&a).is_none(), "evicted once");
+        assert!(x.evict(&a, false).is_none(), "evicted once");
         assert_eq!(x.forget(&b).get(&f), Some(&1));
         assert_eq!(x.heard_from(&a), Err(Status::Shutdown));
         assert_eq!(x.connected(), 0);
@@ -419,7 +451,7 @@ mod tests {
         assert_eq!(scan_now(&x).len(), 1);
         x.evict_timeout_ms.store(60_000, Ordering::Relaxed);
         x.heard_from(&[1; 16]).unwrap();
-        assert!(x.evict(&[1; 16]).is_none());
+        assert!(x.evict(&[1; 16], false).is_none());
     }
 
     #[test]
@@ -437,7 +469,7 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(2));
         for i in 0..n {
-            assert!(x.evict(&uuid(i)).is_some());
+            assert!(x.evict(&uuid(i), false).is_some());
         }
         let s = x.state.lock().unwrap();
         assert_eq!(s.evicted.len(), EVICTED_REMEMBERED_MAX);

@@ -15,6 +15,7 @@
 pub mod destroy;
 pub mod dne;
 pub mod export;
+pub mod locks;
 pub mod mdt;
 pub mod migrate;
 
@@ -67,11 +68,15 @@ impl MdsHandler {
 
     /// Stops serving MDT `index`: its requests are answered `ENODEV` from now on.
     pub fn remove_target(&self, index: u32) -> Option<Arc<Mdt>> {
-        self.targets
+        let mdt = self
+            .targets
             .write()
             .expect("targets")
             .remove(&index)
-            .map(|(m, _)| m)
+            .map(|(m, _)| m)?;
+        // Its locks go with it; parked polls are answered so clients move on.
+        mdt.ldlm.shut();
+        Some(mdt)
     }
 
     /// The MDT with `index`.
@@ -526,7 +531,15 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
         _ if mdt.recovery.active() && waits_for_recovery(mdt, call) => {
             Outgoing::error(Status::InProgress)
         }
-        _ => dispatch(mdt, call, xid),
+        MdsOp::LockCancel { handles } => to_outgoing(locks::cancel(mdt, &call.client, handles)),
+        _ => {
+            // Other clients' locks on what the request changes go first; new grants of
+            // them wait until it is done.
+            let _hold = locks::revoke_for(mdt, call);
+            let (out, lock) = locks::with_intent(mdt, call, || dispatch(mdt, call, xid));
+            LAST_GRANT.with(|c| c.set(lock.map(|l| (call.client, xid, l))));
+            out
+        }
     };
     let us = started.elapsed().as_micros() as u64;
     mdt.md_stats.record(op, us, 0);
@@ -707,11 +720,19 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+thread_local! {
+    /// The lock granted with the reply of the request this thread just ran, handed from
+    /// [`execute`] to [`answer`].
+    static LAST_GRANT: std::cell::Cell<Option<([u8; 16], u64, nacre_ldlm::msg::LockRef)>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Wraps a successful reply for the network ([`nacre_wire::mds::MdsAnswer`]): the
 /// operation's transno (read back from its saved reply) and `last_committed`, before the
 /// reply's own bytes.
 fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     if out.status != Status::Ok {
+        LAST_GRANT.with(|c| c.take());
         return out;
     }
     let op = match &call.op {
@@ -740,7 +761,11 @@ fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     let last_committed = mdt
         .last_committed_transno
         .load(std::sync::atomic::Ordering::Acquire);
-    let mut body = encode_body(&(transno, last_committed, mdt.epoch, pre_versions));
+    let lock = LAST_GRANT
+        .with(|c| c.take())
+        .filter(|(c, x, _)| *c == call.client && *x == xid)
+        .map(|(_, _, l)| l);
+    let mut body = encode_body(&(transno, last_committed, mdt.epoch, pre_versions, lock));
     body.extend_from_slice(&out.body);
     Outgoing { body, ..out }
 }
@@ -833,6 +858,27 @@ fn replay(
 }
 
 impl Handler for MdsHandler {
+    fn park(&self, req: Incoming) -> Option<Incoming> {
+        // Only lock polls wait; their opcode says so before anything is decoded.
+        if req.header.opcode != (MdsOp::LockPoll { wait_ms: 0 }).opcode() {
+            return Some(req);
+        }
+        let Some(mdt) = self.serving(req.header.target) else {
+            return Some(req);
+        };
+        match decode_body::<MdsCall>(&req.body) {
+            Ok(MdsCall {
+                client,
+                op: MdsOp::LockPoll { wait_ms },
+                ..
+            }) => {
+                locks::poll(&mdt, client, wait_ms, req);
+                None
+            }
+            _ => Some(req),
+        }
+    }
+
     fn handle(&self, req: &Incoming) -> Outgoing {
         let Some(mdt) = self.serving(req.header.target) else {
             return Outgoing::error(Status::NoDev);

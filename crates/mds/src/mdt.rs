@@ -88,6 +88,8 @@ pub struct Mdt {
     pub exports: crate::export::Exports,
     /// Exact sizes of files no one writes (sizes.rs).
     pub sizes: crate::sizes::Sizes,
+    /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
+    pub ldlm: Arc<nacre_ldlm::server::Namespace>,
     /// Orphans found at start, kept until the deadline for their clients to reopen.
     orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
     /// Changes at every start: a client that sees a new one replays (replay.rs).
@@ -179,6 +181,7 @@ impl Mdt {
             gate: std::sync::RwLock::new(()),
             exports: crate::export::Exports::default(),
             sizes: crate::sizes::Sizes::default(),
+            ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),

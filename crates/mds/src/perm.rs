@@ -126,7 +126,10 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::Reopen { .. }
         | MdsOp::Connect
         | MdsOp::Replay { .. }
-        | MdsOp::ReplayDone => Ok(()),
+        | MdsOp::ReplayDone
+        // A client's own locks only.
+        | MdsOp::LockPoll { .. }
+        | MdsOp::LockCancel { .. } => Ok(()),
     }
 }
 

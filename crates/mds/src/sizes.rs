@@ -104,6 +104,15 @@ impl Sizes {
         }
     }
 
+    /// True if a client other than `client` holds `fid` open for writing.
+    pub fn written_by_others(&self, fid: Fid, client: &ClientId) -> bool {
+        self.state
+            .lock()
+            .writers
+            .get(&fid)
+            .is_some_and(|w| w.keys().any(|c| c != client))
+    }
+
     /// `client` reopened `fid` after a restart, not saying how: counted as a writer whose
     /// writes are unknown.
     pub fn reopened(&self, fid: Fid, client: &ClientId) {

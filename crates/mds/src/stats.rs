@@ -42,6 +42,8 @@ pub const MD_OPS: &[&str] = &[
     "connect",
     "replay",
     "replay_done",
+    "ldlm_poll",
+    "ldlm_cancel",
 ];
 
 #[cfg(test)]
@@ -59,8 +61,10 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::ReplayDone;
+        let last = MdsOp::LockCancel {
+            handles: Vec::new(),
+        };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "replay_done");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "ldlm_cancel");
     }
 }

@@ -20,6 +20,7 @@ fn open_mdt(dir: &Path) -> (Mdt, Arc<FjallStore>) {
 
 fn run(mdt: &Mdt, xid: u64, op: MdsOp) -> nacre_net::Outgoing {
     let call = MdsCall {
+        lock_bits: 0,
         jobid: String::new(),
         client: [5; 16],
         replied_below: xid,

@@ -43,6 +43,7 @@ fn answer(
     op: MdsOp,
 ) -> Result<nacre_wire::mds::MdsAnswer, Status> {
     let call = MdsCall {
+        lock_bits: 0,
         jobid: String::new(),
         client: [9; 16],
         replied_below: 1,

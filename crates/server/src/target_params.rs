@@ -160,6 +160,7 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     r.add_fn(format!("mdt.{name}.recovery_status"), move || {
         recovery_status(&a)
     });
+    register_ldlm_params(r, m);
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.exports"), move || {
         a.exports
@@ -175,6 +176,62 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             .collect::<Vec<_>>()
             .join("\n")
     });
+}
+
+/// `ldlm.namespaces.mdt-NAME.*`: the MDT's lock namespace (docs/locking.md).
+fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
+    let ns = format!("ldlm.namespaces.mdt-{}", m.label.name());
+    let a = m.clone();
+    r.add_fn(format!("{ns}.lock_count"), move || {
+        a.ldlm.granted().to_string()
+    });
+    let a = m.clone();
+    r.add_fn(format!("{ns}.stats"), move || {
+        let s = &a.ldlm.stats;
+        let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        format!(
+            "granted {}\nclients {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
+             revocations {}\nrevoke_wait_us {}\ntimeouts {}",
+            a.ldlm.granted(),
+            a.ldlm.clients(),
+            n(&s.grants),
+            n(&s.refused),
+            n(&s.callbacks),
+            n(&s.cancels),
+            n(&s.revocations),
+            n(&s.revoke_wait_us),
+            n(&s.timeouts)
+        )
+    });
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("{ns}.callback_timeout_ms"),
+        move || {
+            a.ldlm
+                .callback_timeout_ms
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            let min = nacre_ldlm::server::CALLBACK_TIMEOUT_MS_MIN;
+            if ms < min {
+                return Err(format!("at least {min} ms"));
+            }
+            b.ldlm.callback_timeout_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
+        format!("{ns}.locks_max"),
+        move || a.ldlm.locks_max.load(Ordering::Relaxed).to_string(),
+        move |v| {
+            let n = parse_count(v)?;
+            b.ldlm.locks_max.store(n as u64, Ordering::Relaxed);
+            Ok(())
+        },
+    );
 }
 
 /// `mdt.*.recovery_status`, in Lustre's shape. There is no recovery window yet (replay is

@@ -318,8 +318,10 @@ impl Targets {
             }
             TargetKind::Mgt => {}
         }
-        for prefix in ["osd", "ost", "mdt"] {
-            self.registry.remove_prefix(&format!("{prefix}.{name}."));
+        for prefix in ["osd", "ost", "mdt", "ldlm.namespaces.mdt-"] {
+            let dot = if prefix.ends_with('-') { "" } else { "." };
+            self.registry
+                .remove_prefix(&format!("{prefix}{dot}{name}."));
         }
         s.stop.store(true, Ordering::SeqCst);
         if let Some(m) = &s.mdt {

@@ -52,6 +52,7 @@ impl RawConn {
     pub fn send_mds(&mut self, target: u32, op: MdsOp) -> std::io::Result<u64> {
         let opcode = op.opcode();
         let call = MdsCall {
+            lock_bits: 0,
             client: self.client,
             replied_below: self.xid,
             jobid: "raw".into(),

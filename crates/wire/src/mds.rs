@@ -19,6 +19,10 @@ pub struct MdsCall {
     pub jobid: String,
     /// Who the request works for: the MDT checks permissions with these.
     pub cred: nacre_types::Cred,
+    /// Lock bits ([`nacre_ldlm::msg::LOOKUP`], `UPDATE`, `LAYOUT`) the client would like on
+    /// the inode an entry reply names (the intent); 0: none. Only a client that polls for
+    /// callbacks ([`MdsOp::LockPoll`]) is granted any.
+    pub lock_bits: u8,
     /// The operation.
     pub op: MdsOp,
 }
@@ -353,6 +357,19 @@ pub enum MdsOp {
     /// This client has replayed everything it had. Reply: [`MdsReply::Done`] once the
     /// MDT's recovery is complete (or `EINPROGRESS` while it waits for other clients).
     ReplayDone,
+    /// Waits for lock callbacks: answered with the locks this client must cancel as soon
+    /// as there are some, or empty after `wait_ms` (at most
+    /// [`nacre_ldlm::server::POLL_WAIT_MS_MAX`]). Reply: [`MdsReply::Blocking`].
+    LockPoll {
+        /// Longest wait, milliseconds.
+        wait_ms: u64,
+    },
+    /// Gives locks back (after a callback, or from the client's LRU). Reply:
+    /// [`MdsReply::Done`].
+    LockCancel {
+        /// Lock handles (at most [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]).
+        handles: Vec<u64>,
+    },
 }
 
 /// A reply of the MDS service on the network: the transaction number the MDT gave the
@@ -372,6 +389,8 @@ pub struct MdsAnswer {
     /// Versions (transnos of their last change) of the inodes the operation changed,
     /// before it: sent back with a replay for version checks.
     pub pre_versions: Vec<(Fid, u64)>,
+    /// The lock granted with the reply (the request's `lock_bits`), if any.
+    pub lock: Option<nacre_ldlm::msg::LockRef>,
     /// The reply.
     pub reply: MdsReply,
 }
@@ -389,9 +408,10 @@ pub const READPAGE_OPCODES: [u16; 2] = [0x020c, 0x020e];
 
 /// Requests a server serves to completion on the network thread that read them: short reads
 /// of one MDT's records that wait on no lock, disk write or other server (getattr, lookup,
-/// readlink, getxattr, listxattr, getlayout, getdirstripe, getdirdefault, ping).
-pub const INLINE_OPCODES: [u16; 9] = [
-    0x0201, 0x0202, 0x020b, 0x020f, 0x0211, 0x0214, 0x021d, 0x021f, 0x0222,
+/// readlink, getxattr, listxattr, getlayout, getdirstripe, getdirdefault, ping, and lock
+/// cancels, which wake the changes waiting for them).
+pub const INLINE_OPCODES: [u16; 10] = [
+    0x0201, 0x0202, 0x020b, 0x020f, 0x0211, 0x0214, 0x021d, 0x021f, 0x0222, 0x0229,
 ];
 
 impl MdsOp {
@@ -433,6 +453,8 @@ impl MdsOp {
             | MdsOp::Connect
             | MdsOp::Replay { .. }
             | MdsOp::ReplayDone
+            | MdsOp::LockPoll { .. }
+            | MdsOp::LockCancel { .. }
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -483,6 +505,8 @@ impl MdsOp {
                 MdsOp::Connect => 37,
                 MdsOp::Replay { .. } => 38,
                 MdsOp::ReplayDone => 39,
+                MdsOp::LockPoll { .. } => 40,
+                MdsOp::LockCancel { .. } => 41,
             }
     }
 
@@ -508,6 +532,9 @@ impl MdsOp {
                 | MdsOp::Connect
                 | MdsOp::Replay { .. }
                 | MdsOp::ReplayDone
+                // Lock traffic: in memory, lost with a restart by design.
+                | MdsOp::LockPoll { .. }
+                | MdsOp::LockCancel { .. }
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -802,6 +829,8 @@ pub enum MdsReply {
         /// hard-linked files, inodes of other MDTs).
         kept: u64,
     },
+    /// Locks the client must cancel (answer to [`MdsOp::LockPoll`]).
+    Blocking(Vec<nacre_ldlm::msg::LockRef>),
     /// Answer to [`MdsOp::Connect`].
     Connected {
         /// Changes at every start of the MDT: a client that saw another one must replay.
@@ -844,6 +873,15 @@ impl MdsReply {
                 entries.iter().try_for_each(|e| check_name(&e.name))
             }
             MdsReply::Target(t) => at_most("symlink target", t.len(), SYMLINK_BYTES_MAX),
+            MdsReply::Blocking(refs) => {
+                if refs.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX {
+                    return Err(format!("{} lock callbacks in one answer", refs.len()));
+                }
+                match refs.iter().all(|r| r.is_valid()) {
+                    true => Ok(()),
+                    false => Err("a lock callback with unknown bits".into()),
+                }
+            }
             MdsReply::Xattr(v) => at_most("xattr value", v.len(), XATTR_VALUE_BYTES_MAX),
             MdsReply::XattrNames(names) => names
                 .iter()
@@ -1031,6 +1069,7 @@ mod tests {
         };
         let bodies: Vec<Vec<u8>> = vec![
             encode_body(&MdsCall {
+                lock_bits: 0,
                 client: [1; 16],
                 replied_below: 1,
                 jobid: "j".into(),
@@ -1110,6 +1149,7 @@ mod tests {
         let opens = vec![(Fid::new(0x2_0000_0400, 7), 2), (Fid::ROOT, 1)];
         for op in [MdsOp::Ping, MdsOp::Disconnect, MdsOp::Reopen { opens }] {
             let call = MdsCall {
+                lock_bits: 0,
                 client: [3; 16],
                 replied_below: 9,
                 jobid: String::new(),
@@ -1137,7 +1177,11 @@ mod tests {
             reply: Box::new(MdsReply::Done),
             pre_versions: vec![(Fid::ROOT, 40)],
         };
-        for op in [MdsOp::Connect, replay, MdsOp::ReplayDone] {
+        let poll = MdsOp::LockPoll { wait_ms: 30_000 };
+        let cancel = MdsOp::LockCancel {
+            handles: vec![1, u64::MAX],
+        };
+        for op in [MdsOp::Connect, replay, MdsOp::ReplayDone, poll, cancel] {
             assert!(!op.is_modifying());
             let bytes = encode_body(&op);
             assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
@@ -1150,6 +1194,11 @@ mod tests {
             last_committed: 299,
             epoch: 0x1234_5678_9abc,
             pre_versions: vec![(Fid::ROOT, 7)],
+            lock: Some(nacre_ldlm::msg::LockRef {
+                handle: 9,
+                fid: Fid::ROOT,
+                bits: nacre_ldlm::msg::LOOKUP,
+            }),
             reply: MdsReply::Connected {
                 epoch: 7,
                 recovering: true,
@@ -1164,7 +1213,13 @@ mod tests {
         }
         // The envelope is the two varints then the reply's own encoding (the server
         // prefixes a saved reply without decoding it).
-        let head = (300u64, 299u64, 0x1234_5678_9abcu64, vec![(Fid::ROOT, 7u64)]);
+        let head = (
+            300u64,
+            299u64,
+            0x1234_5678_9abcu64,
+            vec![(Fid::ROOT, 7u64)],
+            answer.lock,
+        );
         let mut prefixed = postcard::to_allocvec(&head).unwrap();
         prefixed.extend(encode_body(&answer.reply));
         assert_eq!(prefixed, bytes);
@@ -1173,6 +1228,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let call = MdsCall {
+            lock_bits: 0,
             client: [7; 16],
             replied_below: 5,
             jobid: "job42".into(),

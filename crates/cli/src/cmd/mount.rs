@@ -166,6 +166,39 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     serve_mount(client, &a.mountpoint, &opts, &registry)
 }
 
+/// `ldlm.namespaces.FS-MDTxxxx-mdc.*`: the locks this client holds on one MDT.
+fn register_client_ldlm_params(
+    r: &nacre_params::Registry,
+    client: &Arc<Client>,
+    fs: &str,
+    index: u32,
+) {
+    let ns = format!("ldlm.namespaces.{fs}-MDT{index:04x}-mdc");
+    let of = move |c: &Client| c.lock_stats().into_iter().find(|s| s.0 == index);
+    let c = client.clone();
+    r.add_fn(format!("{ns}.lock_count"), move || {
+        of(&c).map_or(0, |s| s.1).to_string()
+    });
+    let c = client.clone();
+    r.add_fn(format!("{ns}.stats"), move || {
+        let (_, held, _, grants, callbacks, lru) = of(&c).unwrap_or_default();
+        format!("granted {held}\ngrants {grants}\ncallbacks {callbacks}\nlru_cancels {lru}")
+    });
+    let (a, b) = (client.clone(), client.clone());
+    r.add_rw(
+        format!("{ns}.lru_size"),
+        move || {
+            of(&a)
+                .map_or(nacre_ldlm::client::LRU_SIZE_DEFAULT, |s| s.2)
+                .to_string()
+        },
+        move |v| {
+            let n = nacre_server::target_params::parse_count(v)?;
+            b.set_lru_size(index, n).map_err(|e| e.to_string())
+        },
+    );
+}
+
 /// Client-side parameters: `jobid_var`, and the client's view of its file system.
 pub(crate) fn register_client_params(
     r: &nacre_params::Registry,
@@ -224,6 +257,9 @@ pub(crate) fn register_client_params(
     for (param, target) in targets {
         let c = client.clone();
         r.add_fn(format!("{param}.import"), move || c.import(&target));
+    }
+    for t in client.fs_config().mdts {
+        register_client_ldlm_params(r, client, &fs, t.index);
     }
     let c = client.clone();
     r.add_fn("peers", move || {

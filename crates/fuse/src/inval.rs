@@ -1,0 +1,105 @@
+//! Has the kernel forget what a revoked metadata lock covered, before the lock is
+//! cancelled: attributes through `FUSE_NOTIFY_INVAL_INODE` (attributes only, which takes no
+//! inode lock), entries through `FUSE_NOTIFY_INVAL_ENTRY` on a thread of their own.
+//!
+//! An entry invalidation takes the parent directory's inode lock. That lock may be held by
+//! this very mount's own change in the directory, waiting at the MDT for the change that
+//! revoked our lock, which waits for our cancel: so the callback thread waits at most
+//! [`ENTRY_INVAL_WAIT_MS`] for the entry invalidations, then cancels anyway. The kernel
+//! may then use the stale entries until this mount's own change in that directory returns
+//! (documented in docs/locking.md). The kernel protects attributes itself against a reply
+//! that crosses an invalidation (its attribute version), and an entry reply in flight holds
+//! the directory's lock shared, so an entry invalidation waits for it and removes it.
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use fuser::{INodeNo, Notifier};
+use nacre_ldlm::client::Revoked;
+use nacre_ldlm::msg::{LAYOUT, UPDATE};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest the callback thread waits for entry invalidations before it cancels the lock.
+pub const ENTRY_INVAL_WAIT_MS: u64 = 250;
+/// Batches of entry invalidations queued at most (past it, the callback thread waits).
+const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
+
+type Batch = (Vec<(u64, OsString)>, Sender<()>);
+
+/// Counters of invalidations sent to the kernel.
+#[derive(Default)]
+pub struct InvalStats {
+    /// Inodes whose attributes were invalidated.
+    pub inodes: AtomicU64,
+    /// Entries invalidated.
+    pub entries: AtomicU64,
+    /// Callback threads that stopped waiting for an entry invalidation.
+    pub entry_waits_cut: AtomicU64,
+}
+
+/// The lock sink of a FUSE mount.
+pub struct Invalidator {
+    notifier: Notifier,
+    entries: Sender<Batch>,
+    /// Counters.
+    pub stats: Arc<InvalStats>,
+}
+
+impl Invalidator {
+    /// An invalidator sending through `notifier`, with its entry thread started.
+    pub fn start(notifier: Notifier) -> std::io::Result<Arc<Invalidator>> {
+        let (tx, rx) = bounded::<Batch>(ENTRY_BATCHES_QUEUED_MAX);
+        let stats = Arc::new(InvalStats::default());
+        let thread_notifier = notifier.clone();
+        let thread_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("fuse-inval".into())
+            .spawn(move || entry_thread(thread_notifier, rx, thread_stats))?;
+        Ok(Arc::new(Invalidator {
+            notifier,
+            entries: tx,
+            stats,
+        }))
+    }
+
+    /// Has the kernel forget what `revoked` covered (see the module's notes on waiting).
+    pub fn forget(&self, revoked: &[Revoked]) {
+        let mut entries = Vec::new();
+        for r in revoked {
+            if r.lock.bits & (UPDATE | LAYOUT) != 0 {
+                let ino = INodeNo(r.lock.fid.to_ino());
+                // Offset -1: attributes only. ENOENT (the kernel forgot the inode) is fine.
+                let _ = self.notifier.inval_inode(ino, -1, 0);
+                self.stats.inodes.fetch_add(1, Ordering::Relaxed);
+            }
+            for (parent, name) in &r.names {
+                entries.push((parent.to_ino(), OsString::from_vec(name.clone())));
+            }
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let (done_tx, done_rx) = bounded(1);
+        if self.entries.send((entries, done_tx)).is_err() {
+            return;
+        }
+        if done_rx
+            .recv_timeout(Duration::from_millis(ENTRY_INVAL_WAIT_MS))
+            .is_err()
+        {
+            self.stats.entry_waits_cut.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn entry_thread(notifier: Notifier, rx: Receiver<Batch>, stats: Arc<InvalStats>) {
+    for (entries, done) in rx {
+        for (parent, name) in entries {
+            let _ = notifier.inval_entry(INodeNo(parent), &name);
+            stats.entries.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = done.send(());
+    }
+}

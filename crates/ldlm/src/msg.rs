@@ -1,0 +1,59 @@
+//! The lock manager's messages: the bits a lock covers and the reference a grant and a
+//! callback carry. They travel inside the metadata service's requests and answers.
+
+use nacre_types::Fid;
+use serde::{Deserialize, Serialize};
+
+/// The name → inode binding of the inode (its dentries): revoked by unlink, rename, and
+/// directory migration.
+pub const LOOKUP: u8 = 1;
+/// The inode's attributes (mode, owner, times, links, size while no other client writes);
+/// for a directory also its entries (negative lookups, listings).
+pub const UPDATE: u8 = 2;
+/// A regular file's layout.
+pub const LAYOUT: u8 = 4;
+/// Every bit.
+pub const BITS_ALL: u8 = LOOKUP | UPDATE | LAYOUT;
+
+/// Most lock references one callback answer or one cancel carries.
+pub const REFS_PER_MESSAGE_MAX: usize = 1_024;
+
+/// A lock: its handle (unique in its namespace), the inode and the bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LockRef {
+    /// Handle, unique within the server's namespace.
+    pub handle: u64,
+    /// The inode the lock is on.
+    pub fid: Fid,
+    /// `LOOKUP` | `UPDATE` | `LAYOUT`.
+    pub bits: u8,
+}
+
+impl LockRef {
+    /// True if the reference is one a server may send: known bits, at least one.
+    pub fn is_valid(&self) -> bool {
+        self.bits != 0 && self.bits & !BITS_ALL == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes decode to a reference or an error, never a panic; a reference survives
+        /// a round trip.
+        #[test]
+        fn decode_is_total(bytes in proptest::collection::vec(any::<u8>(), 0..64),
+                           handle in any::<u64>(), seq in any::<u64>(), oid in any::<u32>(),
+                           bits in any::<u8>()) {
+            let _ = postcard::from_bytes::<LockRef>(&bytes);
+            let _ = postcard::from_bytes::<Vec<LockRef>>(&bytes);
+            let r = LockRef { handle, fid: Fid::new(seq, oid), bits };
+            let back: LockRef = postcard::from_bytes(&postcard::to_allocvec(&r).unwrap()).unwrap();
+            prop_assert_eq!(back, r);
+            prop_assert_eq!(r.is_valid(), bits != 0 && bits & !BITS_ALL == 0);
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! A target's lock namespace: the locks granted to clients, the changes revoking them, and
+//! the clients' parked callback polls.
+
+use crate::msg::{LockRef, REFS_PER_MESSAGE_MAX};
+use nacre_types::Fid;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// A client's identity at the target (its uuid).
+pub type ClientId = [u8; 16];
+
+/// Default time a client has to cancel a lock it was called back for before it is evicted.
+pub const CALLBACK_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Shortest callback timeout accepted.
+pub const CALLBACK_TIMEOUT_MS_MIN: u64 = 100;
+/// Default bound on the locks a namespace holds (about 150 bytes each): past it, reads are
+/// answered without a lock.
+pub const LOCKS_MAX_DEFAULT: u64 = 1 << 20;
+/// Longest a poll is parked before it is answered with nothing.
+pub const POLL_WAIT_MS_MAX: u64 = 60_000;
+
+/// Answers a parked poll with the callbacks for its client (empty: nothing happened).
+pub type PollReply = Box<dyn FnOnce(Vec<LockRef>) + Send>;
+
+struct Lock {
+    client: ClientId,
+    fid: Fid,
+    bits: u8,
+    /// Called back: no longer handed out again.
+    blocked: bool,
+}
+
+#[derive(Default)]
+struct Holder {
+    locks: HashSet<u64>,
+    /// Callbacks not yet delivered.
+    pending: Vec<LockRef>,
+    /// The client's parked poll and when it must be answered.
+    poll: Option<(PollReply, Instant)>,
+}
+
+#[derive(Default)]
+struct State {
+    next_handle: u64,
+    locks: HashMap<u64, Lock>,
+    by_fid: HashMap<Fid, Vec<u64>>,
+    /// Changes under way: (revocation id, bits) per inode; no grant overlaps them.
+    revoking: HashMap<Fid, Vec<(u64, u8)>>,
+    next_revocation: u64,
+    holders: HashMap<ClientId, Holder>,
+    /// The timer thread answering expired polls runs.
+    timer: bool,
+}
+
+impl State {
+    fn remove(&mut self, handle: u64) -> Option<Lock> {
+        let lock = self.locks.remove(&handle)?;
+        if let Some(ids) = self.by_fid.get_mut(&lock.fid) {
+            ids.retain(|h| *h != handle);
+            if ids.is_empty() {
+                self.by_fid.remove(&lock.fid);
+            }
+        }
+        if let Some(h) = self.holders.get_mut(&lock.client) {
+            h.locks.remove(&handle);
+        }
+        Some(lock)
+    }
+
+    /// Handles of other clients' locks overlapping `targets`.
+    fn conflicting(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (fid, bits) in targets {
+            for id in self.by_fid.get(fid).into_iter().flatten() {
+                let l = &self.locks[id];
+                if Some(&l.client) != requester && l.bits & bits != 0 && !out.contains(id) {
+                    out.push(*id);
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes the polls that can be answered now (their client has callbacks pending).
+    fn deliverable(&mut self) -> Vec<(PollReply, Vec<LockRef>)> {
+        let mut out = Vec::new();
+        for h in self.holders.values_mut() {
+            if h.pending.is_empty() {
+                continue;
+            }
+            if let Some((reply, _)) = h.poll.take() {
+                let n = h.pending.len().min(REFS_PER_MESSAGE_MAX);
+                out.push((reply, h.pending.drain(..n).collect()));
+            }
+        }
+        out
+    }
+}
+
+/// Counters of a namespace (`ldlm.namespaces.*`).
+#[derive(Default)]
+pub struct Stats {
+    /// Locks granted.
+    pub grants: AtomicU64,
+    /// Reads that asked for a lock and were answered without one (a change under way, or
+    /// the namespace full).
+    pub refused: AtomicU64,
+    /// Callbacks sent.
+    pub callbacks: AtomicU64,
+    /// Locks cancelled by their clients.
+    pub cancels: AtomicU64,
+    /// Changes that had to revoke other clients' locks.
+    pub revocations: AtomicU64,
+    /// Microseconds changes spent waiting for cancels.
+    pub revoke_wait_us: AtomicU64,
+    /// Clients evicted for not cancelling in time.
+    pub timeouts: AtomicU64,
+}
+
+/// One target's locks.
+pub struct Namespace {
+    state: Mutex<State>,
+    cancelled: Condvar,
+    timer_wake: Condvar,
+    /// Counters.
+    pub stats: Stats,
+    /// Time a client has to cancel a called-back lock (`callback_timeout_ms`).
+    pub callback_timeout_ms: AtomicU64,
+    /// Bound on the locks held (`locks_max`).
+    pub locks_max: AtomicU64,
+    me: Weak<Namespace>,
+}
+
+/// A change's hold on the bits it revoked: no lock overlapping them is granted until it is
+/// dropped (after the change is applied).
+pub struct Revocation<'a> {
+    ns: &'a Namespace,
+    id: u64,
+    targets: Vec<(Fid, u8)>,
+    /// Clients that did not cancel in time: the caller evicts them (their locks are gone
+    /// already).
+    pub late: Vec<ClientId>,
+}
+
+impl Drop for Revocation<'_> {
+    fn drop(&mut self) {
+        let mut s = self.ns.state.lock();
+        for (fid, _) in &self.targets {
+            if let Some(v) = s.revoking.get_mut(fid) {
+                v.retain(|(id, _)| *id != self.id);
+                if v.is_empty() {
+                    s.revoking.remove(fid);
+                }
+            }
+        }
+    }
+}
+
+impl Namespace {
+    /// An empty namespace whose handles start at `first_handle` (a random start keeps the
+    /// handles of a restarted server from meeting those of the one before).
+    pub fn new(first_handle: u64) -> Arc<Namespace> {
+        Arc::new_cyclic(|me| Namespace {
+            state: Mutex::new(State {
+                next_handle: first_handle.max(1),
+                ..State::default()
+            }),
+            cancelled: Condvar::new(),
+            timer_wake: Condvar::new(),
+            stats: Stats::default(),
+            callback_timeout_ms: AtomicU64::new(CALLBACK_TIMEOUT_MS_DEFAULT),
+            locks_max: AtomicU64::new(LOCKS_MAX_DEFAULT),
+            me: me.clone(),
+        })
+    }
+
+    /// Locks held now.
+    pub fn granted(&self) -> usize {
+        self.state.lock().locks.len()
+    }
+
+    /// Clients that take locks (they poll for callbacks).
+    pub fn clients(&self) -> usize {
+        self.state.lock().holders.len()
+    }
+
+    /// Locks `client` holds now.
+    pub fn held_by(&self, client: &ClientId) -> usize {
+        self.state
+            .lock()
+            .holders
+            .get(client)
+            .map_or(0, |h| h.locks.len())
+    }
+
+    /// Grants `client` a shared lock on `bits` of `fid`, unless a change of those bits is
+    /// under way, the client does not poll for callbacks, or the namespace is full. Take it
+    /// before reading what it protects: a change that starts after it will revoke it.
+    /// The flag is true for a new lock, false for one the client held already.
+    pub fn try_grant(&self, client: &ClientId, fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
+        let mut s = self.state.lock();
+        let refused = !s.holders.contains_key(client)
+            || s.revoking
+                .get(&fid)
+                .is_some_and(|v| v.iter().any(|(_, b)| b & bits != 0));
+        if refused {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        for id in s.by_fid.get(&fid).into_iter().flatten() {
+            let l = &s.locks[id];
+            if l.client == *client && !l.blocked && l.bits & bits == bits {
+                let r = LockRef {
+                    handle: *id,
+                    fid,
+                    bits: l.bits,
+                };
+                return Some((r, false));
+            }
+        }
+        if s.locks.len() as u64 >= self.locks_max.load(Ordering::Relaxed) {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let handle = s.next_handle;
+        s.next_handle = s.next_handle.wrapping_add(1).max(1);
+        s.locks.insert(
+            handle,
+            Lock {
+                client: *client,
+                fid,
+                bits,
+                blocked: false,
+            },
+        );
+        s.by_fid.entry(fid).or_default().push(handle);
+        s.holders
+            .get_mut(client)
+            .expect("checked above")
+            .locks
+            .insert(handle);
+        self.stats.grants.fetch_add(1, Ordering::Relaxed);
+        Some((LockRef { handle, fid, bits }, true))
+    }
+
+    /// Gives back a lock granted by [`Namespace::try_grant`] that the reply will not carry.
+    pub fn release(&self, client: &ClientId, handle: u64) {
+        self.cancel(client, &[handle]);
+    }
+
+    /// `client` cancels `handles` (unknown ones, or another client's, are ignored).
+    pub fn cancel(&self, client: &ClientId, handles: &[u64]) {
+        let mut s = self.state.lock();
+        let mut n = 0;
+        for h in handles {
+            if s.locks.get(h).is_some_and(|l| l.client == *client) {
+                s.remove(*h);
+                n += 1;
+            }
+        }
+        drop(s);
+        if n > 0 {
+            self.stats.cancels.fetch_add(n, Ordering::Relaxed);
+            self.cancelled.notify_all();
+        }
+    }
+
+    /// A change of `targets` ((inode, bits) pairs) by `requester` (None: by the server
+    /// itself) is about to run: blocks new grants on them, calls back every other client's
+    /// overlapping lock and waits until they are cancelled or the callback timeout has
+    /// passed. Keep the returned hold until the change is applied.
+    pub fn revoke(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> Revocation<'_> {
+        let mut s = self.state.lock();
+        let id = s.next_revocation;
+        s.next_revocation += 1;
+        for (fid, bits) in targets {
+            s.revoking.entry(*fid).or_default().push((id, *bits));
+        }
+        let mut hold = Revocation {
+            ns: self,
+            id,
+            targets: targets.to_vec(),
+            late: Vec::new(),
+        };
+        let ids = s.conflicting(requester, targets);
+        if ids.is_empty() {
+            return hold;
+        }
+        self.stats.revocations.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        for id in &ids {
+            let l = s.locks.get_mut(id).expect("conflicting lock exists");
+            if l.blocked {
+                continue;
+            }
+            l.blocked = true;
+            let r = LockRef {
+                handle: *id,
+                fid: l.fid,
+                bits: l.bits,
+            };
+            let client = l.client;
+            if let Some(h) = s.holders.get_mut(&client) {
+                h.pending.push(r);
+                self.stats.callbacks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let now = s.deliverable();
+        drop(s);
+        for (reply, refs) in now {
+            reply(refs);
+        }
+        let timeout = Duration::from_millis(self.callback_timeout_ms.load(Ordering::Relaxed));
+        let deadline = started + timeout;
+        let mut s = self.state.lock();
+        loop {
+            let left: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| s.locks.contains_key(id))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let mut late: Vec<ClientId> = left.iter().map(|id| s.locks[id].client).collect();
+                late.sort_unstable();
+                late.dedup();
+                drop(s);
+                for c in &late {
+                    self.evict(c);
+                }
+                self.stats
+                    .timeouts
+                    .fetch_add(late.len() as u64, Ordering::Relaxed);
+                hold.late = late;
+                break;
+            }
+            self.cancelled.wait_until(&mut s, deadline);
+        }
+        self.stats
+            .revoke_wait_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        hold
+    }
+
+    /// Drops every lock of `client` (evicted, or gone) and answers its parked poll with
+    /// nothing; it takes no locks until it polls again. Returns how many it held.
+    pub fn evict(&self, client: &ClientId) -> usize {
+        let mut s = self.state.lock();
+        let Some(h) = s.holders.remove(client) else {
+            return 0;
+        };
+        for id in &h.locks {
+            s.remove(*id);
+        }
+        drop(s);
+        self.cancelled.notify_all();
+        if let Some((reply, _)) = h.poll {
+            reply(Vec::new());
+        }
+        h.locks.len()
+    }
+
+    /// The target is going away (released, failed over, stopped): every lock is dropped and
+    /// every parked poll answered, so clients move on at once.
+    pub fn shut(&self) {
+        let mut s = self.state.lock();
+        let holders = std::mem::take(&mut s.holders);
+        s.locks.clear();
+        s.by_fid.clear();
+        drop(s);
+        self.cancelled.notify_all();
+        for h in holders.into_values() {
+            if let Some((reply, _)) = h.poll {
+                reply(Vec::new());
+            }
+        }
+    }
+
+    /// `client` polls for callbacks: answered at once if some are pending, else parked
+    /// until one is or `wait_ms` (at most [`POLL_WAIT_MS_MAX`]) has passed. Polling makes
+    /// the client one that takes locks.
+    pub fn poll(&self, client: &ClientId, wait_ms: u64, reply: PollReply) {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms.min(POLL_WAIT_MS_MAX));
+        let mut s = self.state.lock();
+        let h = s.holders.entry(*client).or_default();
+        if !h.pending.is_empty() || wait_ms == 0 {
+            let n = h.pending.len().min(REFS_PER_MESSAGE_MAX);
+            let refs: Vec<LockRef> = h.pending.drain(..n).collect();
+            drop(s);
+            reply(refs);
+            return;
+        }
+        let old = h.poll.replace((reply, deadline));
+        let start_timer = !std::mem::replace(&mut s.timer, true);
+        drop(s);
+        if let Some((old, _)) = old {
+            old(Vec::new());
+        }
+        self.timer_wake.notify_all();
+        if start_timer {
+            self.start_timer();
+        }
+    }
+
+    /// The thread answering parked polls whose wait is over; it sleeps until the next
+    /// deadline and ends with the namespace.
+    fn start_timer(&self) {
+        let me = self.me.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ldlm-polls".into())
+            .spawn(move || loop {
+                let Some(ns) = me.upgrade() else { return };
+                let mut s = ns.state.lock();
+                let now = Instant::now();
+                let mut due = Vec::new();
+                let mut next = now + Duration::from_millis(POLL_WAIT_MS_MAX);
+                for h in s.holders.values_mut() {
+                    match &h.poll {
+                        Some((_, d)) if *d <= now => due.push(h.poll.take().expect("some").0),
+                        Some((_, d)) => next = next.min(*d),
+                        None => {}
+                    }
+                }
+                if due.is_empty() {
+                    if s.holders.values().all(|h| h.poll.is_none()) {
+                        // Nothing parked: the next poll starts another.
+                        s.timer = false;
+                        return;
+                    }
+                    // Woken by a new poll, or at the next deadline (at most a second).
+                    let wake = next.min(now + Duration::from_secs(1));
+                    ns.timer_wake.wait_until(&mut s, wake);
+                    continue;
+                }
+                drop(s);
+                for reply in due {
+                    reply(Vec::new());
+                }
+            });
+        if let Err(e) = spawned {
+            // Polls are then answered only by callbacks; clients repoll after errors.
+            self.state.lock().timer = false;
+            eprintln!("ldlm: no poll timer thread: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::{LOOKUP, UPDATE};
+    use std::sync::mpsc;
+
+    const A: ClientId = [1; 16];
+    const B: ClientId = [2; 16];
+
+    fn fid(n: u32) -> Fid {
+        Fid::new(0x2_0000_0400, n)
+    }
+
+    fn poller(ns: &Arc<Namespace>, c: ClientId) -> mpsc::Receiver<Vec<LockRef>> {
+        let (tx, rx) = mpsc::channel();
+        ns.poll(
+            &c,
+            10_000,
+            Box::new(move |refs| {
+                let _ = tx.send(refs);
+            }),
+        );
+        rx
+    }
+
+    #[test]
+    fn only_polling_clients_get_locks_and_a_grant_is_reused() {
+        let ns = Namespace::new(1);
+        assert!(ns.try_grant(&A, fid(1), UPDATE).is_none());
+        let _rx = poller(&ns, A);
+        let (g, new) = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap();
+        assert!(new);
+        let (again, new) = ns.try_grant(&A, fid(1), UPDATE).unwrap();
+        assert_eq!((again.handle, new), (g.handle, false));
+        assert_eq!(ns.granted(), 1);
+        ns.cancel(&B, &[g.handle]);
+        assert_eq!(ns.granted(), 1, "another client cannot cancel it");
+        ns.cancel(&A, &[g.handle]);
+        assert_eq!(ns.granted(), 0);
+    }
+
+    #[test]
+    fn a_change_calls_back_other_clients_and_waits_for_their_cancel() {
+        let ns = Namespace::new(1);
+        let rx_a = poller(&ns, A);
+        let _rx_b = poller(&ns, B);
+        let a = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
+        let b = ns.try_grant(&B, fid(1), UPDATE).unwrap().0;
+        let other = ns.try_grant(&A, fid(2), UPDATE).unwrap().0;
+        let ns2 = ns.clone();
+        let canceller = std::thread::spawn(move || {
+            let refs = rx_a.recv().unwrap();
+            assert_eq!(refs, vec![a]);
+            ns2.cancel(&A, &[a.handle]);
+        });
+        // B changes fid 1's attributes: its own lock stays, A's is called back.
+        let hold = ns.revoke(Some(&B), &[(fid(1), UPDATE)]);
+        canceller.join().unwrap();
+        assert!(hold.late.is_empty());
+        assert!(
+            ns.try_grant(&A, fid(1), UPDATE).is_none(),
+            "held by the change"
+        );
+        assert!(
+            ns.try_grant(&A, fid(1), LOOKUP).is_some(),
+            "other bits are free"
+        );
+        drop(hold);
+        assert!(ns.try_grant(&A, fid(1), UPDATE).is_some());
+        assert_eq!(ns.held_by(&B), 1);
+        assert!(ns.state.lock().locks.contains_key(&b.handle));
+        assert!(ns.state.lock().locks.contains_key(&other.handle));
+        assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_client_that_does_not_cancel_is_evicted_after_the_timeout() {
+        let ns = Namespace::new(1);
+        ns.callback_timeout_ms.store(200, Ordering::Relaxed);
+        let rx_a = poller(&ns, A);
+        ns.try_grant(&A, fid(1), UPDATE).unwrap();
+        ns.try_grant(&A, fid(2), UPDATE).unwrap();
+        let started = Instant::now();
+        let hold = ns.revoke(None, &[(fid(1), UPDATE | LOOKUP)]);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(hold.late, vec![A]);
+        assert_eq!(
+            ns.granted(),
+            0,
+            "all of the evicted client's locks are gone"
+        );
+        assert_eq!(rx_a.recv().unwrap().len(), 1, "the callback was sent");
+        assert!(
+            ns.try_grant(&A, fid(3), UPDATE).is_none(),
+            "no locks until it polls"
+        );
+        assert_eq!(ns.stats.timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_target_going_away_answers_its_polls_and_drops_its_locks() {
+        let ns = Namespace::new(1);
+        let rx = poller(&ns, A);
+        ns.try_grant(&A, fid(1), UPDATE).unwrap();
+        ns.shut();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
+        assert_eq!((ns.granted(), ns.clients()), (0, 0));
+    }
+
+    #[test]
+    fn a_parked_poll_is_answered_when_its_wait_is_over() {
+        let ns = Namespace::new(1);
+        let (tx, rx) = mpsc::channel();
+        ns.poll(
+            &A,
+            50,
+            Box::new(move |refs| {
+                let _ = tx.send(refs);
+            }),
+        );
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
+    }
+}

@@ -1,0 +1,208 @@
+//! Metadata locks (docs/locking.md): what a lock covers is cached by the kernel — a cached
+//! stat sends nothing to the MDT — and a change on one mount revokes the other mounts' locks
+//! before it returns, so the next stat or lookup there sees it.
+
+use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Requests the MDT served so far of kinds `ops` (`mdt.FS-MDT0000.md_stats`).
+fn md_requests(fsname: &str, ops: &[&str]) -> u64 {
+    let text = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("mdt.{fsname}-MDT0000.md_stats"),
+    ]);
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let name = w.next()?;
+            ops.contains(&name).then(|| w.next()?.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// One counter of the MDT's lock namespace (`ldlm.namespaces.mdt-FS-MDT0000.stats`).
+fn ldlm_stat(fsname: &str, what: &str) -> u64 {
+    let text = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.stats"),
+    ]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {text}"))
+}
+
+const READS: &[&str] = &["getattr", "lookup"];
+
+/// Stats `p` until the MDT answers no more of them (the kernel caches the answer under a
+/// lock); panics if it never does within 10 s.
+fn until_cached(fsname: &str, p: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = md_requests(fsname, READS);
+        for _ in 0..20 {
+            let _ = fs::symlink_metadata(p);
+        }
+        if md_requests(fsname, READS) == before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "stats of {p:?} never cached");
+    }
+}
+
+fn a_cached_stat_never_leaves_the_kernel(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke1",
+        Form::Networked => "lockn1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    fs::create_dir(fs.path("d")).unwrap();
+    let f = fs.path("d/f");
+    fs::write(&f, b"0123456789").unwrap();
+    until_cached(fsname, &f);
+    let before = md_requests(fsname, READS);
+    for _ in 0..2_000 {
+        let m = fs::metadata(&f).unwrap();
+        assert_eq!(m.len(), 10);
+    }
+    assert_eq!(
+        md_requests(fsname, READS),
+        before,
+        "2,000 stats of a file under a lock reached the MDT"
+    );
+    assert!(ldlm_stat(fsname, "granted") > 0);
+}
+
+fn a_change_on_one_mount_is_seen_at_once_on_the_other(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke2",
+        Form::Networked => "lockn2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let a = |rel: &str| fs.path(rel);
+    let b = |rel: &str| other_mnt.join(rel);
+
+    fs::create_dir(a("d")).unwrap();
+    fs::write(a("d/f"), b"hello").unwrap();
+    // The other mount caches the file (so what follows is seen through callbacks, not
+    // because nothing was cached).
+    until_cached(fsname, &b("d/f"));
+    let callbacks = ldlm_stat(fsname, "callbacks");
+
+    // Attributes: chmod, chown, times.
+    fs::set_permissions(a("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(b("d/f")).unwrap().mode() & 0o7777, 0o600);
+    std::os::unix::fs::chown(a("d/f"), Some(1234), Some(5678)).unwrap();
+    let m = fs::metadata(b("d/f")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    assert!(
+        ldlm_stat(fsname, "callbacks") > callbacks,
+        "no callback was sent"
+    );
+
+    // Size: a write, an extension and a truncate on one mount, seen on the other.
+    until_cached(fsname, &b("d/f"));
+    let mut w = fs::OpenOptions::new().append(true).open(a("d/f")).unwrap();
+    w.write_all(b", world").unwrap();
+    assert_eq!(fs::metadata(b("d/f")).unwrap().len(), 12);
+    drop(w);
+    assert_eq!(fs::read(b("d/f")).unwrap(), b"hello, world");
+    until_cached(fsname, &b("d/f"));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(a("d/f"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    assert_eq!(fs::metadata(b("d/f")).unwrap().len(), 3);
+
+    // Names: a rename, a hard link, an unlink and an rmdir.
+    until_cached(fsname, &b("d/f"));
+    fs::rename(a("d/f"), a("d/g")).unwrap();
+    assert!(fs::metadata(b("d/f")).is_err(), "renamed away, still seen");
+    assert_eq!(fs::metadata(b("d/g")).unwrap().len(), 3);
+    until_cached(fsname, &b("d/g"));
+    fs::hard_link(a("d/g"), a("d/h")).unwrap();
+    assert_eq!(fs::metadata(b("d/g")).unwrap().nlink(), 2);
+    until_cached(fsname, &b("d/g"));
+    fs::remove_file(a("d/g")).unwrap();
+    assert!(fs::metadata(b("d/g")).is_err(), "unlinked, still seen");
+    assert_eq!(fs::metadata(b("d/h")).unwrap().nlink(), 1);
+    fs::create_dir(a("d/sub")).unwrap();
+    until_cached(fsname, &b("d/sub"));
+    fs::remove_dir(a("d/sub")).unwrap();
+    assert!(fs::metadata(b("d/sub")).is_err(), "removed, still seen");
+
+    // A name replaced by a rename over it: the other mount sees the new inode.
+    fs::write(a("d/x"), b"x").unwrap();
+    fs::write(a("d/y"), b"yy").unwrap();
+    until_cached(fsname, &b("d/x"));
+    let old = fs::metadata(b("d/x")).unwrap().ino();
+    fs::rename(a("d/y"), a("d/x")).unwrap();
+    let m = fs::metadata(b("d/x")).unwrap();
+    assert_ne!(m.ino(), old);
+    assert_eq!(m.len(), 2);
+
+    // And the other way round.
+    until_cached(fsname, &a("d/x"));
+    fs::set_permissions(b("d/x"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(a("d/x")).unwrap().mode() & 0o7777, 0o640);
+}
+
+on_both_forms!(
+    a_cached_stat_never_leaves_the_kernel,
+    a_change_on_one_mount_is_seen_at_once_on_the_other
+);
+
+/// A mount whose process is stopped cannot cancel: the change waits at most the callback
+/// timeout, the silent client is evicted, and once it runs again it sees the change.
+/// Networked only: the stopped client must be a process of its own.
+#[test]
+fn a_client_that_does_not_cancel_is_evicted_after_the_callback_timeout() {
+    let fsname = "lockn3";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let other = fs.mount_another(&other_mnt, &[]);
+    fs::write(fs.path("f"), b"data").unwrap();
+    until_cached(fsname, &other_mnt.join("f"));
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+    let pid = other.pid().expect("the other mount's process") as i32;
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let chmod = fs::set_permissions(fs.path("f"), fs::Permissions::from_mode(0o604));
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    chmod.unwrap();
+    assert!(
+        took >= Duration::from_millis(900),
+        "the change did not wait for the callback ({took:?})"
+    );
+    assert_eq!(ldlm_stat(fsname, "timeouts"), 1);
+    // Running again, the evicted mount learns it and drops its cache.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::metadata(other_mnt.join("f")).unwrap().mode() & 0o7777 != 0o604 {
+        assert!(
+            Instant::now() < deadline,
+            "the evicted mount kept its stale cache"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
