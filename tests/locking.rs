@@ -160,9 +160,52 @@ fn a_change_on_one_mount_is_seen_at_once_on_the_other(form: Form) {
     assert_eq!(fs::metadata(a("d/x")).unwrap().mode() & 0o7777, 0o640);
 }
 
+fn a_directory_made_here_answers_lookups_of_new_names_itself(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke4",
+        Form::Networked => "lockn4",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let a = |rel: &str| fs.path(rel);
+    let b = |rel: &str| other_mnt.join(rel);
+
+    // Made on this mount: every lookup the kernel sends before a create is answered here.
+    fs::create_dir(a("d")).unwrap();
+    let before = md_requests(fsname, &["lookup"]);
+    for i in 0..100 {
+        fs::write(a(&format!("d/f{i}")), b"x").unwrap();
+    }
+    assert_eq!(
+        md_requests(fsname, &["lookup"]),
+        before,
+        "creates in a directory known completely looked names up"
+    );
+    // Its own changes are followed name by name.
+    fs::rename(a("d/f1"), a("d/g1")).unwrap();
+    assert!(fs::metadata(a("d/f1")).is_err());
+    assert_eq!(fs::read(a("d/g1")).unwrap(), b"x");
+    fs::remove_file(a("d/f2")).unwrap();
+    assert!(fs::metadata(a("d/f2")).is_err());
+    fs::write(a("d/f2"), b"again").unwrap();
+    assert_eq!(fs::read(a("d/f2")).unwrap(), b"again");
+
+    // A name another mount creates there is found at once: its create revoked the lock
+    // that made the directory known completely.
+    fs::write(b("d/x"), b"from b").unwrap();
+    assert_eq!(fs::read(a("d/x")).unwrap(), b"from b");
+    fs::create_dir(b("d/sub")).unwrap();
+    assert!(fs::metadata(a("d/sub")).unwrap().is_dir());
+    let names = fs::read_dir(a("d")).unwrap().count();
+    assert_eq!(names, 100 + 2, "f0..f99 (f1 renamed g1), x and sub");
+}
+
 on_both_forms!(
     a_cached_stat_never_leaves_the_kernel,
-    a_change_on_one_mount_is_seen_at_once_on_the_other
+    a_change_on_one_mount_is_seen_at_once_on_the_other,
+    a_directory_made_here_answers_lookups_of_new_names_itself
 );
 
 /// A mount whose process is stopped cannot cancel: the change waits at most the callback

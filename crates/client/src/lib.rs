@@ -11,6 +11,7 @@
 //! Data is not cached in this library; writes are acknowledged by the OSTs before `write`
 //! returns, and `fsync` makes them durable on every OST the file touches.
 
+pub mod complete;
 pub mod lfsck;
 pub mod mdc;
 pub mod osc;
@@ -263,6 +264,8 @@ pub struct Client {
     ping_interval_ms: u64,
     /// Set once the client takes metadata locks ([`Client::enable_locks`]).
     lock_sink: std::sync::OnceLock<mdc::LockSink>,
+    /// Directories known completely under their UPDATE lock (complete.rs).
+    complete: Arc<complete::Complete>,
 }
 
 /// What the kernel may keep of an answer, by the locks this client holds on its inode:
@@ -306,6 +309,7 @@ impl Client {
             readahead_bytes: config.readahead_bytes,
             ping_interval_ms: config.ping_interval_ms,
             lock_sink: std::sync::OnceLock::new(),
+            complete: Arc::new(complete::Complete::default()),
         });
         client.getattr(Fid::ROOT)?;
         start_watch(&client);
@@ -448,6 +452,16 @@ impl Client {
     /// of every lock that goes, before it is cancelled, to have the kernel forget what it
     /// covered. Replies then say what is [`Cached`].
     pub fn enable_locks(&self, sink: mdc::LockSink) {
+        // A directory stops being known completely before the kernel hears of it.
+        let complete = self.complete.clone();
+        let sink: mdc::LockSink = Arc::new(move |revoked| {
+            for r in revoked {
+                if r.lock.bits & nacre_ldlm::msg::UPDATE != 0 {
+                    complete.forget(r.lock.fid);
+                }
+            }
+            sink(revoked)
+        });
         if self.lock_sink.set(sink.clone()).is_err() {
             return;
         }
@@ -455,6 +469,23 @@ impl Client {
         for m in self.mdcs.read().values() {
             m.start_lock_callbacks(sink.clone(), wait_ms);
         }
+    }
+
+    /// Notes the outcome of a change that puts `name` in `parent`: on success the name is
+    /// there; on an error it may or may not be, so the directory is no longer known
+    /// completely.
+    fn after_add<T>(&self, parent: Fid, name: &[u8], r: Result<T>) -> Result<T> {
+        match &r {
+            Ok(_) => self.complete.added(parent, name),
+            Err(_) => self.complete.forget(parent),
+        }
+        r
+    }
+
+    /// Directories this client knows completely now (their lookups of absent names are
+    /// answered without the MDT).
+    pub fn complete_dirs(&self) -> usize {
+        self.complete.len()
     }
 
     /// Lock counters of every MDT this client reached: (MDT index, locks held, LRU size,
@@ -636,6 +667,9 @@ impl Client {
     /// what the kernel may cache of the answer.
     pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Attr, Cached)> {
         use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        if self.complete.absent(parent, name) {
+            return Err(Status::NoEnt.into());
+        }
         let op = MdsOp::Lookup {
             parent,
             name: name.to_vec(),
@@ -765,7 +799,8 @@ impl Client {
             open,
             access,
         };
-        let (attr, layout, exact, cached) = self.cached_entry(op, bits, Some((parent, name)))?;
+        let r = self.cached_entry(op, bits, Some((parent, name)));
+        let (attr, layout, exact, cached) = self.after_add(parent, name, r)?;
         let attr = if exclusive {
             attr
         } else {
@@ -846,8 +881,14 @@ impl Client {
             uid,
             gid,
         };
-        self.cached_entry(op, bits, Some((parent, name)))
-            .map(|(attr, _, _, cached)| (attr, cached))
+        let r = self.cached_entry(op, bits, Some((parent, name)));
+        let (attr, _, _, cached) = self.after_add(parent, name, r)?;
+        // Made here under an UPDATE lock: empty, and this client sees every change to it
+        // while the lock lasts (a striped directory's entries are in its shards: not so).
+        if cached.attr && matches!(self.dir_stripe(attr.fid), Ok(None)) {
+            self.complete.made(attr.fid);
+        }
+        Ok((attr, cached))
     }
 
     /// Creates a directory whose inode (and so its contents) lives on MDT `mdt` (`nacre
@@ -872,16 +913,15 @@ impl Client {
                 )));
             }
         }
-        Ok(self
-            .entry(MdsOp::MkdirOn {
-                parent,
-                name: name.to_vec(),
-                perm,
-                uid,
-                gid,
-                mdt,
-            })?
-            .0)
+        let r = self.entry(MdsOp::MkdirOn {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+            mdt,
+        });
+        Ok(self.after_add(parent, name, r)?.0)
     }
 
     /// Moves directory `name` of `parent` to MDT `target` online (`nacre migrate -m`): its
@@ -925,18 +965,17 @@ impl Client {
         start: u32,
         hash: DirHash,
     ) -> Result<Attr> {
-        Ok(self
-            .entry(MdsOp::MkdirStriped {
-                parent,
-                name: name.to_vec(),
-                perm,
-                uid,
-                gid,
-                count,
-                start,
-                hash,
-            })?
-            .0)
+        let r = self.entry(MdsOp::MkdirStriped {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+            count,
+            start,
+            hash,
+        });
+        Ok(self.after_add(parent, name, r)?.0)
     }
 
     /// Sets (None: removes) a directory's default for new subdirectories (`setdirstripe
@@ -978,7 +1017,8 @@ impl Client {
             uid,
             gid,
         };
-        Ok(self.entry(op)?.0)
+        let r = self.entry(op);
+        Ok(self.after_add(parent, name, r)?.0)
     }
 
     /// Reads a symlink.
@@ -991,11 +1031,12 @@ impl Client {
 
     /// Adds a hard link.
     pub fn link(&self, fid: Fid, parent: Fid, name: &[u8]) -> Result<Attr> {
-        let (attr, layout) = self.entry(MdsOp::Link {
+        let r = self.entry(MdsOp::Link {
             fid,
             parent,
             name: name.to_vec(),
-        })?;
+        });
+        let (attr, layout) = self.after_add(parent, name, r)?;
         self.with_glimpse(attr, layout.as_ref(), false)
     }
 
@@ -1004,8 +1045,9 @@ impl Client {
         self.md(MdsOp::Unlink {
             parent,
             name: name.to_vec(),
-        })
-        .map(|_| ())
+        })?;
+        self.complete.removed(parent, name);
+        Ok(())
     }
 
     /// Removes an empty directory.
@@ -1013,8 +1055,9 @@ impl Client {
         self.md(MdsOp::Rmdir {
             parent,
             name: name.to_vec(),
-        })
-        .map(|_| ())
+        })?;
+        self.complete.removed(parent, name);
+        Ok(())
     }
 
     /// Renames.
@@ -1033,7 +1076,12 @@ impl Client {
             dst_name: dst.to_vec(),
             noreplace,
         };
-        self.md(op).map(|_| ())
+        let r = self.md(op);
+        match &r {
+            Ok(_) => self.complete.removed(src_parent, src),
+            Err(_) => self.complete.forget(src_parent),
+        }
+        self.after_add(dst_parent, dst, r).map(|_| ())
     }
 
     /// Changes attributes; the MDT checks the caller may make the change. A size change cuts

@@ -1,7 +1,7 @@
 //! A target's lock namespace: the locks granted to clients, the changes revoking them, and
 //! the clients' parked callback polls.
 
-use crate::msg::{LockRef, REFS_PER_MESSAGE_MAX};
+use crate::msg::{LockRef, REFS_PER_MESSAGE_MAX, UPDATE};
 use nacre_types::Fid;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
@@ -19,6 +19,12 @@ pub const CALLBACK_TIMEOUT_MS_MIN: u64 = 100;
 /// Default bound on the locks a namespace holds (about 150 bytes each): past it, reads are
 /// answered without a lock.
 pub const LOCKS_MAX_DEFAULT: u64 = 1 << 20;
+/// Default time an inode's UPDATE bit stays contended after a change had to call it back:
+/// meanwhile reads get no UPDATE lock on it (a shared directory that several clients
+/// create in would otherwise move its lock between them on every create).
+pub const CONTENTION_MS_DEFAULT: u64 = 1_000;
+/// Contended inodes remembered before the expired ones are forgotten.
+const CONTENDED_MAX: usize = 4_096;
 /// Longest a poll is parked before it is answered with nothing.
 pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 
@@ -51,6 +57,8 @@ struct State {
     revoking: HashMap<Fid, Vec<(u64, u8)>>,
     next_revocation: u64,
     holders: HashMap<ClientId, Holder>,
+    /// Inodes whose UPDATE bit a change had to call back, and when.
+    contended: HashMap<Fid, Instant>,
     /// The timer thread answering expired polls runs.
     timer: bool,
 }
@@ -131,6 +139,8 @@ pub struct Namespace {
     pub callback_timeout_ms: AtomicU64,
     /// Bound on the locks held (`locks_max`).
     pub locks_max: AtomicU64,
+    /// How long an UPDATE bit stays contended after a callback (`contention_ms`).
+    pub contention_ms: AtomicU64,
     me: Weak<Namespace>,
 }
 
@@ -173,6 +183,7 @@ impl Namespace {
             stats: Stats::default(),
             callback_timeout_ms: AtomicU64::new(CALLBACK_TIMEOUT_MS_DEFAULT),
             locks_max: AtomicU64::new(LOCKS_MAX_DEFAULT),
+            contention_ms: AtomicU64::new(CONTENTION_MS_DEFAULT),
             me: me.clone(),
         })
     }
@@ -197,11 +208,23 @@ impl Namespace {
     }
 
     /// Grants `client` a shared lock on `bits` of `fid`, unless a change of those bits is
-    /// under way, the client does not poll for callbacks, or the namespace is full. Take it
+    /// under way, the client does not poll for callbacks, or the namespace is full; a
+    /// contended UPDATE bit is left out (the lock may have fewer bits than asked). Take it
     /// before reading what it protects: a change that starts after it will revoke it.
     /// The flag is true for a new lock, false for one the client held already.
     pub fn try_grant(&self, client: &ClientId, fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
         let mut s = self.state.lock();
+        let mut bits = bits;
+        if bits & UPDATE != 0 {
+            let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
+            if s.contended.get(&fid).is_some_and(|t| t.elapsed() < window) {
+                bits &= !UPDATE;
+                if bits == 0 {
+                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        }
         let refused = !s.holders.contains_key(client)
             || s.revoking
                 .get(&fid)
@@ -291,6 +314,22 @@ impl Namespace {
         }
         self.stats.revocations.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        for (fid, bits) in targets {
+            let hit = bits & UPDATE != 0
+                && ids
+                    .iter()
+                    .any(|id| s.locks[id].fid == *fid && s.locks[id].bits & UPDATE != 0);
+            if hit {
+                if s.contended.len() >= CONTENDED_MAX {
+                    let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
+                    s.contended.retain(|_, t| t.elapsed() < window);
+                    if s.contended.len() >= CONTENDED_MAX {
+                        s.contended.clear();
+                    }
+                }
+                s.contended.insert(*fid, started);
+            }
+        }
         for id in &ids {
             let l = s.locks.get_mut(id).expect("conflicting lock exists");
             if l.blocked {
@@ -494,6 +533,7 @@ mod tests {
     #[test]
     fn a_change_calls_back_other_clients_and_waits_for_their_cancel() {
         let ns = Namespace::new(1);
+        ns.contention_ms.store(0, Ordering::Relaxed);
         let rx_a = poller(&ns, A);
         let _rx_b = poller(&ns, B);
         let a = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
@@ -547,6 +587,28 @@ mod tests {
             "no locks until it polls"
         );
         assert_eq!(ns.stats.timeouts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_contended_update_bit_is_left_out_for_a_while() {
+        let ns = Namespace::new(1);
+        ns.contention_ms.store(60_000, Ordering::Relaxed);
+        let rx = poller(&ns, A);
+        let _b = poller(&ns, B);
+        let a = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
+        let ns2 = ns.clone();
+        let t = std::thread::spawn(move || {
+            let refs = rx.recv().unwrap();
+            ns2.cancel(&A, &[refs[0].handle]);
+        });
+        drop(ns.revoke(Some(&B), &[(fid(1), UPDATE)]));
+        t.join().unwrap();
+        assert!(ns.try_grant(&A, a.fid, UPDATE).is_none());
+        let l = ns.try_grant(&A, a.fid, LOOKUP | UPDATE).unwrap().0;
+        assert_eq!(l.bits, LOOKUP, "the contended bit is left out");
+        assert_eq!(ns.try_grant(&A, fid(2), UPDATE).unwrap().0.bits, UPDATE);
+        ns.contention_ms.store(0, Ordering::Relaxed);
+        assert_eq!(ns.try_grant(&B, a.fid, UPDATE).unwrap().0.bits, UPDATE);
     }
 
     #[test]

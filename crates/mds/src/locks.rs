@@ -155,11 +155,11 @@ pub(crate) fn revoke_for<'a>(
 /// new lock back.
 fn grant(mdt: &Mdt, client: &[u8; 16], fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
     let (lock, new) = mdt.ldlm.try_grant(client, fid, bits)?;
-    if bits & UPDATE != 0 && mdt.sizes.written_by_others(fid, client) {
+    if lock.bits & UPDATE != 0 && mdt.sizes.written_by_others(fid, client) {
         if new {
             mdt.ldlm.release(client, lock.handle);
         }
-        let rest = bits & !UPDATE;
+        let rest = lock.bits & !UPDATE;
         if rest == 0 {
             return None;
         }

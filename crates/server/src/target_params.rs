@@ -224,6 +224,16 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
+        format!("{ns}.contention_ms"),
+        move || a.ldlm.contention_ms.load(Ordering::Relaxed).to_string(),
+        move |v| {
+            let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
+            b.ldlm.contention_ms.store(ms, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
         format!("{ns}.locks_max"),
         move || a.ldlm.locks_max.load(Ordering::Relaxed).to_string(),
         move |v| {
