@@ -1498,6 +1498,9 @@ impl Client {
     /// MDT that is down simply evicts the client later).
     pub fn disconnect(&self, wait: Duration) {
         let mdcs: Vec<_> = self.mdcs.read().values().cloned().collect();
+        for m in &mdcs {
+            m.stop_lock_callbacks();
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         for m in &mdcs {
             let (m, tx) = (m.clone(), tx.clone());

@@ -54,6 +54,8 @@ pub struct Mdc {
     pub locks: nacre_ldlm::client::ClientLocks,
     /// Where revoked locks go to have the kernel forget what they covered.
     sink: std::sync::OnceLock<LockSink>,
+    /// The callback thread is to stop (the client disconnects).
+    locks_stopped: AtomicBool,
 }
 
 /// Told which locks are gone (called back, cancelled from the LRU, or lost with an
@@ -98,6 +100,7 @@ impl Mdc {
             replay_stats: ReplayStats::default(),
             locks: nacre_ldlm::client::ClientLocks::default(),
             sink: std::sync::OnceLock::new(),
+            locks_stopped: AtomicBool::new(false),
         }
     }
 
@@ -439,6 +442,12 @@ impl Mdc {
         })
     }
 
+    /// Stops the callback thread (before a disconnect: its polls must not follow it). A
+    /// poll parked at the MDT is answered by the disconnect.
+    pub fn stop_lock_callbacks(&self) {
+        self.locks_stopped.store(true, Ordering::Release);
+    }
+
     /// Drops every lock held here and has the kernel forget what they covered.
     fn drop_locks(&self) {
         let all = self.locks.drain();
@@ -475,6 +484,9 @@ impl Mdc {
                 let mut links = None;
                 loop {
                     let Some(mdc) = me.upgrade() else { return };
+                    if mdc.locks_stopped.load(Ordering::Acquire) {
+                        return;
+                    }
                     let now = mdc.conn.links_made();
                     if links.is_some_and(|l| l != now) {
                         mdc.drop_locks();

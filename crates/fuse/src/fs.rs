@@ -97,6 +97,8 @@ struct Shared {
     entry_ttl: Duration,
     jobs: crate::jobid::JobIds,
     groups: crate::groups::Groups,
+    /// The lock sink's invalidator, once the session exists.
+    inval: Arc<std::sync::OnceLock<Arc<crate::inval::Invalidator>>>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -159,6 +161,11 @@ impl NacreFs {
         }
     }
 
+    /// Where the mount puts its invalidator once the session (and so its notifier) exists.
+    pub fn invalidator_slot(&self) -> Arc<std::sync::OnceLock<Arc<crate::inval::Invalidator>>> {
+        self.shared.inval.clone()
+    }
+
     fn caller(&self, req: &Request) -> Caller {
         Caller {
             cred: self.shared.groups.cred(req.pid(), req.uid(), req.gid()),
@@ -200,6 +207,7 @@ impl Shared {
             entry_ttl,
             jobs,
             groups: Default::default(),
+            inval: Default::default(),
         }
     }
 
@@ -660,7 +668,16 @@ impl Shared {
             .client
             .rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace)
         {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                // The kernel moves its dentry, which keeps the timeout of the old name's
+                // entry; another client may have changed the name meanwhile (its callback
+                // came while this rename held the directory), so the moved entry is
+                // invalidated once the kernel is done with it, to be looked up afresh.
+                if let Some(inval) = self.inval.get() {
+                    inval.entry_later(newparent.0, newname.to_os_string());
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -94,6 +94,15 @@ impl Invalidator {
     }
 }
 
+impl Invalidator {
+    /// Has the kernel forget entry `parent`/`name` once it can (it may be applying a
+    /// change to that directory right now); does not wait.
+    pub fn entry_later(&self, parent: u64, name: OsString) {
+        let (done, _) = bounded(1);
+        let _ = self.entries.send((vec![(parent, name)], done));
+    }
+}
+
 fn entry_thread(notifier: Notifier, rx: Receiver<Batch>, stats: Arc<InvalStats>) {
     for (entries, done) in rx {
         for (parent, name) in entries {

@@ -133,9 +133,11 @@ pub fn mount(
         jobs,
         threads,
     );
+    let slot = fs.invalidator_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     // Metadata locks: the kernel caches what they cover and forgets it when they go.
     let invalidator = crate::inval::Invalidator::start(session.notifier())?;
+    let _ = slot.set(invalidator.clone());
     let sink = invalidator.clone();
     client.enable_locks(Arc::new(move |revoked| sink.forget(revoked)));
     let unmounter = session.unmount_callable();

@@ -465,6 +465,11 @@ impl Namespace {
                         None => {}
                     }
                 }
+                // A client with nothing held and nothing parked is forgotten (it is known
+                // again at its next poll): one that went away leaves nothing behind.
+                s.holders.retain(|_, h| {
+                    h.poll.is_some() || !h.locks.is_empty() || !h.pending.is_empty()
+                });
                 if due.is_empty() {
                     if s.holders.values().all(|h| h.poll.is_none()) {
                         // Nothing parked: the next poll starts another.

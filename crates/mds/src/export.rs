@@ -98,6 +98,19 @@ impl Exports {
         Ok(())
     }
 
+    /// Like [`Exports::heard_from`] for requests that must not make a client known (a lock
+    /// poll arriving after the client disconnected): refreshes an existing export only.
+    pub fn seen(&self, client: &[u8; 16]) -> Result<(), Status> {
+        let mut s = self.state.lock().expect("exports");
+        if s.evicted.contains(client) {
+            return Err(Status::Shutdown);
+        }
+        if let Some(e) = s.exports.get_mut(client) {
+            e.last_seen = Instant::now();
+        }
+        Ok(())
+    }
+
     /// Refuses `client` from now on (the recovery window closed without it): its next
     /// request gets `ESHUTDOWN` and it comes back as a new client.
     pub fn refuse(&self, client: &[u8; 16]) {

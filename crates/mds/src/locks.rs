@@ -247,7 +247,9 @@ pub(crate) fn with_intent(
 /// Parks a client's callback poll in the namespace; the answer goes out when callbacks
 /// are due or the wait is over.
 pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming) {
-    if let Err(s) = mdt.exports.heard_from(&client) {
+    // A poll refreshes the client's export but never creates one: a poll still on its way
+    // when the client disconnected must not bring it back.
+    if let Err(s) = mdt.exports.seen(&client) {
         req.respond(Outgoing::error(s));
         return;
     }
