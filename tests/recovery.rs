@@ -1834,3 +1834,73 @@ fn cross_mdt_operations_and_what_depends_on_them_survive_a_crash_of_both_mdts() 
     );
     println!("cross-MDT crash: {replayed} ordinary changes replayed on the two MDTs");
 }
+
+/// Metadata locks are replayed after an MDT restart (docs/locking.md): a mount that cached
+/// a file keeps its cache across a kill -9 of the MDS (nothing changed there since), and
+/// the replayed lock is still called back by the next change from another mount.
+#[test]
+fn metadata_locks_are_replayed_after_an_mds_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::start("lockrep");
+    let a = c.client.mnt.clone();
+    let b = c.mount_second();
+    std::fs::write(a.join("f"), b"x").unwrap();
+    let reads = |pid: u32| -> u64 {
+        param_of(pid, "mdt.lockrep-MDT0000.md_stats")
+            .lines()
+            .filter(|l| l.starts_with("getattr ") || l.starts_with("lookup "))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    };
+    // B caches f: its stats stop reaching the MDT.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = reads(c.mds.pid());
+        for _ in 0..20 {
+            std::fs::metadata(b.join("f")).unwrap();
+        }
+        if reads(c.mds.pid()) == before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never cached f");
+    }
+    let held = |mnt_pid: u32| -> u64 {
+        param_of(mnt_pid, "ldlm.namespaces.lockrep-MDT0000-mdc.lock_count")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let pid_a = c.client.pid().unwrap();
+    let pid_b = c.second.as_ref().unwrap().pid().unwrap();
+    let total = held(pid_a) + held(pid_b);
+    assert!(held(pid_b) > 0);
+
+    c.mds.kill9();
+    c.mds.restart();
+    // Both mounts replay every lock they held, and none is refused: nothing changed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stat = |what: &str| -> u64 {
+        param_of(c.mds.pid(), "ldlm.namespaces.mdt-lockrep-MDT0000.stats")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+            .unwrap()
+    };
+    while stat("replayed") < total {
+        assert!(Instant::now() < deadline, "locks were not replayed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stat("replay_refused"), 0);
+    assert!(held(pid_b) > 0, "B kept no lock");
+    // B's cache survived: its stats still cost the restarted MDT nothing.
+    let before = reads(c.mds.pid());
+    for _ in 0..20 {
+        assert_eq!(std::fs::metadata(b.join("f")).unwrap().len(), 1);
+    }
+    assert_eq!(reads(c.mds.pid()), before, "B's cache was dropped");
+    // And the replayed lock is called back by A's change.
+    std::fs::set_permissions(a.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        std::fs::metadata(b.join("f")).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}

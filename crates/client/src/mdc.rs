@@ -226,8 +226,9 @@ impl Mdc {
         if before == 0 || before == epoch {
             return Ok(());
         }
-        // The restarted MDT holds none of this client's locks.
-        self.drop_locks();
+        // The restarted MDT holds none of this client's locks: they are replayed (and kept
+        // if nothing changed there since the restart).
+        self.replay_locks();
         // A new MDT incarnation: what it committed before the restart is in; the rest
         // was lost with it and is replayed.
         let list: Vec<(u64, ReplayEntry)> = {
@@ -442,6 +443,42 @@ impl Mdc {
         })
     }
 
+    /// Replays the locks held here to a restarted MDT; drops those it refuses (and all of
+    /// them if the replay fails), having the kernel forget what they covered.
+    fn replay_locks(&self) {
+        let held = self.locks.held();
+        let mut refused = Vec::new();
+        for chunk in held.chunks(nacre_ldlm::msg::REFS_PER_MESSAGE_MAX) {
+            let op = MdsOp::LockReplay {
+                locks: chunk.to_vec(),
+            };
+            match self.call(op) {
+                Ok(MdsReply::LocksRefused(h)) => refused.extend(h),
+                other => {
+                    tracing::info!(
+                        "lock replay to MDT{:04x}: {:?}; dropping every lock",
+                        self.target,
+                        other.err()
+                    );
+                    self.drop_locks();
+                    return;
+                }
+            }
+        }
+        let gone = self.locks.remove(&refused);
+        if !held.is_empty() {
+            tracing::info!(
+                "MDT{:04x} restarted: {} locks replayed, {} refused",
+                self.target,
+                held.len(),
+                gone.len()
+            );
+        }
+        if let (false, Some(sink)) = (gone.is_empty(), self.sink.get()) {
+            sink(&gone);
+        }
+    }
+
     /// Stops the callback thread (before a disconnect: its polls must not follow it). A
     /// poll parked at the MDT is answered by the disconnect.
     pub fn stop_lock_callbacks(&self) {
@@ -471,8 +508,8 @@ impl Mdc {
 
     /// Starts taking locks on this MDT: a thread polls it for callbacks (each wait shorter
     /// than `wait_ms`), hands the revoked locks to `sink`, then cancels them; it also
-    /// cancels the least recently used locks past the LRU bound. Any new link to the MDT
-    /// drops every lock (the MDT may have restarted without them). Holds the client weakly.
+    /// cancels the least recently used locks past the LRU bound. After a restart of the
+    /// MDT the locks are replayed. Holds the client weakly.
     pub fn start_lock_callbacks(self: &Arc<Self>, sink: LockSink, wait_ms: u64) {
         if self.sink.set(sink).is_err() {
             return;
@@ -481,18 +518,15 @@ impl Mdc {
         let spawned = std::thread::Builder::new()
             .name(format!("ldlm-cb-MDT{:04x}", self.target))
             .spawn(move || {
-                let mut links = None;
                 loop {
                     let Some(mdc) = me.upgrade() else { return };
                     if mdc.locks_stopped.load(Ordering::Acquire) {
                         return;
                     }
-                    let now = mdc.conn.links_made();
-                    if links.is_some_and(|l| l != now) {
-                        mdc.drop_locks();
-                    }
-                    links = Some(now);
-                    match mdc.call(MdsOp::LockPoll { wait_ms }) {
+                    // A poll of a restarted MDT comes back at once; the call then reconnects
+                    // and replays the locks (`replay_if_restarted`).
+                    let epoch = mdc.epoch.load(Ordering::Acquire);
+                    match mdc.call(MdsOp::LockPoll { wait_ms, epoch }) {
                         Ok(MdsReply::Blocking(refs)) if !refs.is_empty() => {
                             let revoked = mdc.locks.blocking(&refs);
                             if let Some(sink) = mdc.sink.get() {

@@ -190,6 +190,17 @@ impl ClientLocks {
         out
     }
 
+    /// The locks held now (to replay them to a restarted server).
+    pub fn held(&self) -> Vec<LockRef> {
+        self.state.lock().held.values().map(|h| h.lock).collect()
+    }
+
+    /// Drops `handles` (the server did not take them back), returning what they covered.
+    pub fn remove(&self, handles: &[u64]) -> Vec<Revoked> {
+        let mut s = self.state.lock();
+        handles.iter().filter_map(|h| s.take(*h)).collect()
+    }
+
     /// The least recently used locks past `lru_size`, dropped: the caller has the kernel
     /// forget them, then cancels them.
     pub fn lru_excess(&self) -> Vec<Revoked> {

@@ -59,6 +59,8 @@ struct State {
     holders: HashMap<ClientId, Holder>,
     /// Inodes whose UPDATE bit a change had to call back, and when.
     contended: HashMap<Fid, Instant>,
+    /// A change has run since the namespace was made: replayed locks are refused.
+    changed: bool,
     /// The timer thread answering expired polls runs.
     timer: bool,
 }
@@ -126,6 +128,10 @@ pub struct Stats {
     pub revoke_wait_us: AtomicU64,
     /// Clients evicted for not cancelling in time.
     pub timeouts: AtomicU64,
+    /// Locks taken back from clients after a restart.
+    pub replayed: AtomicU64,
+    /// Replayed locks refused (a change had run, or a handle was in use).
+    pub replay_refused: AtomicU64,
 }
 
 /// One target's locks.
@@ -297,6 +303,7 @@ impl Namespace {
     /// passed. Keep the returned hold until the change is applied.
     pub fn revoke(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> Revocation<'_> {
         let mut s = self.state.lock();
+        s.changed = true;
         let id = s.next_revocation;
         s.next_revocation += 1;
         for (fid, bits) in targets {
@@ -404,6 +411,46 @@ impl Namespace {
         h.locks.len()
     }
 
+    /// After a restart of the target: `client` asks to hold `locks` again, which it held
+    /// from the target's previous incarnation. They are taken back only while no change
+    /// has run here since the namespace was made (so what they cover is still as the
+    /// client saw it) and none of their handles is in use; returns the handles refused.
+    pub fn restore(&self, client: &ClientId, locks: &[LockRef]) -> Vec<u64> {
+        let mut s = self.state.lock();
+        if s.changed {
+            self.stats
+                .replay_refused
+                .fetch_add(locks.len() as u64, Ordering::Relaxed);
+            return locks.iter().map(|l| l.handle).collect();
+        }
+        let mut refused = Vec::new();
+        for l in locks {
+            let full = s.locks.len() as u64 >= self.locks_max.load(Ordering::Relaxed);
+            if !l.is_valid() || s.locks.contains_key(&l.handle) || full {
+                refused.push(l.handle);
+                continue;
+            }
+            s.locks.insert(
+                l.handle,
+                Lock {
+                    client: *client,
+                    fid: l.fid,
+                    bits: l.bits,
+                    blocked: false,
+                },
+            );
+            s.by_fid.entry(l.fid).or_default().push(l.handle);
+            s.holders.entry(*client).or_default().locks.insert(l.handle);
+        }
+        self.stats
+            .replayed
+            .fetch_add((locks.len() - refused.len()) as u64, Ordering::Relaxed);
+        self.stats
+            .replay_refused
+            .fetch_add(refused.len() as u64, Ordering::Relaxed);
+        refused
+    }
+
     /// The target is going away (released, failed over, stopped): every lock is dropped and
     /// every parked poll answered, so clients move on at once.
     pub fn shut(&self) {
@@ -458,18 +505,24 @@ impl Namespace {
                 let now = Instant::now();
                 let mut due = Vec::new();
                 let mut next = now + Duration::from_millis(POLL_WAIT_MS_MAX);
-                for h in s.holders.values_mut() {
+                let mut expired = Vec::new();
+                for (c, h) in s.holders.iter_mut() {
                     match &h.poll {
-                        Some((_, d)) if *d <= now => due.push(h.poll.take().expect("some").0),
+                        Some((_, d)) if *d <= now => {
+                            due.push(h.poll.take().expect("some").0);
+                            expired.push(*c);
+                        }
                         Some((_, d)) => next = next.min(*d),
                         None => {}
                     }
                 }
-                // A client with nothing held and nothing parked is forgotten (it is known
+                // A client whose poll expired with nothing held is forgotten (it is known
                 // again at its next poll): one that went away leaves nothing behind.
-                s.holders.retain(|_, h| {
-                    h.poll.is_some() || !h.locks.is_empty() || !h.pending.is_empty()
-                });
+                for c in expired {
+                    if s.holders[&c].locks.is_empty() && s.holders[&c].pending.is_empty() {
+                        s.holders.remove(&c);
+                    }
+                }
                 if due.is_empty() {
                     if s.holders.values().all(|h| h.poll.is_none()) {
                         // Nothing parked: the next poll starts another.
@@ -614,6 +667,33 @@ mod tests {
         assert_eq!(ns.try_grant(&A, fid(2), UPDATE).unwrap().0.bits, UPDATE);
         ns.contention_ms.store(0, Ordering::Relaxed);
         assert_eq!(ns.try_grant(&B, a.fid, UPDATE).unwrap().0.bits, UPDATE);
+    }
+
+    #[test]
+    fn locks_are_taken_back_after_a_restart_only_while_nothing_changed() {
+        let ns = Namespace::new(1_000);
+        let held = [
+            LockRef {
+                handle: 5,
+                fid: fid(1),
+                bits: UPDATE,
+            },
+            LockRef {
+                handle: 6,
+                fid: fid(2),
+                bits: 0,
+            },
+        ];
+        assert_eq!(ns.restore(&A, &held), vec![6], "bits 0 are refused");
+        assert_eq!(ns.held_by(&A), 1);
+        assert_eq!(ns.restore(&B, &held[..1]), vec![5], "a handle in use");
+        drop(ns.revoke(Some(&B), &[(fid(9), UPDATE)]));
+        let later = LockRef {
+            handle: 7,
+            fid: fid(3),
+            bits: UPDATE,
+        };
+        assert_eq!(ns.restore(&A, &[later]), vec![7], "a change ran");
     }
 
     #[test]

@@ -522,6 +522,8 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             reply,
             pre_versions,
         } => replay(mdt, call, xid, *transno, op, reply, pre_versions),
+        // Locks held before a restart: taken back while nothing has changed since.
+        MdsOp::LockReplay { locks } => to_outgoing(locks::replay(mdt, &call.client, locks)),
         MdsOp::ReplayDone => match mdt.recovery.done(mdt, &call.client) {
             true => to_outgoing(Ok(MdsReply::Done)),
             false => Outgoing::error(Status::InProgress),
@@ -860,7 +862,11 @@ fn replay(
 impl Handler for MdsHandler {
     fn park(&self, req: Incoming) -> Option<Incoming> {
         // Only lock polls wait; their opcode says so before anything is decoded.
-        if req.header.opcode != (MdsOp::LockPoll { wait_ms: 0 }).opcode() {
+        let poll = MdsOp::LockPoll {
+            wait_ms: 0,
+            epoch: 0,
+        };
+        if req.header.opcode != poll.opcode() {
             return Some(req);
         }
         let Some(mdt) = self.serving(req.header.target) else {
@@ -869,9 +875,16 @@ impl Handler for MdsHandler {
         match decode_body::<MdsCall>(&req.body) {
             Ok(MdsCall {
                 client,
-                op: MdsOp::LockPoll { wait_ms },
+                op: MdsOp::LockPoll { wait_ms, epoch },
                 ..
             }) => {
+                // A client that knew another incarnation of the MDT must reconnect (and
+                // replay its locks) first: answered at once.
+                let wait_ms = if epoch != 0 && epoch != mdt.epoch {
+                    0
+                } else {
+                    wait_ms
+                };
                 locks::poll(&mdt, client, wait_ms, req);
                 None
             }

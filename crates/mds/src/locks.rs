@@ -274,6 +274,24 @@ pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming
     );
 }
 
+/// A client replays the locks it held before the MDT restarted.
+pub(crate) fn replay(mdt: &Mdt, client: &[u8; 16], locks: &[LockRef]) -> Result<MdsReply, Status> {
+    if locks.len() > REFS_PER_MESSAGE_MAX {
+        return Err(Status::TooBig);
+    }
+    let refused = mdt.ldlm.restore(client, locks);
+    if refused.len() < locks.len() {
+        tracing::info!(
+            "{}: client {} replayed {} locks ({} refused)",
+            mdt.label.name(),
+            crate::export::client_name(client),
+            locks.len(),
+            refused.len()
+        );
+    }
+    Ok(MdsReply::LocksRefused(refused))
+}
+
 /// A client gives locks back.
 pub(crate) fn cancel(mdt: &Mdt, client: &[u8; 16], handles: &[u64]) -> Result<MdsReply, Status> {
     if handles.len() > REFS_PER_MESSAGE_MAX {

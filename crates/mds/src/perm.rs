@@ -129,7 +129,8 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::ReplayDone
         // A client's own locks only.
         | MdsOp::LockPoll { .. }
-        | MdsOp::LockCancel { .. } => Ok(()),
+        | MdsOp::LockCancel { .. }
+        | MdsOp::LockReplay { .. } => Ok(()),
     }
 }
 

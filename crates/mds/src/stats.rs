@@ -44,6 +44,7 @@ pub const MD_OPS: &[&str] = &[
     "replay_done",
     "ldlm_poll",
     "ldlm_cancel",
+    "ldlm_replay",
 ];
 
 #[cfg(test)]
@@ -61,10 +62,8 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::LockCancel {
-            handles: Vec::new(),
-        };
+        let last = MdsOp::LockReplay { locks: Vec::new() };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "ldlm_cancel");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "ldlm_replay");
     }
 }

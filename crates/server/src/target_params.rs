@@ -191,7 +191,7 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         format!(
             "granted {}\nclients {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
-             revocations {}\nrevoke_wait_us {}\ntimeouts {}",
+             revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}",
             a.ldlm.granted(),
             a.ldlm.clients(),
             n(&s.grants),
@@ -200,7 +200,9 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             n(&s.cancels),
             n(&s.revocations),
             n(&s.revoke_wait_us),
-            n(&s.timeouts)
+            n(&s.timeouts),
+            n(&s.replayed),
+            n(&s.replay_refused)
         )
     });
     let (a, b) = (m.clone(), m.clone());

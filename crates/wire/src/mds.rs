@@ -363,12 +363,22 @@ pub enum MdsOp {
     LockPoll {
         /// Longest wait, milliseconds.
         wait_ms: u64,
+        /// The MDT epoch the client last connected to (0: none yet): a poll for another
+        /// epoch is answered at once, so the client reconnects and replays its locks
+        /// instead of waiting out the poll.
+        epoch: u64,
     },
     /// Gives locks back (after a callback, or from the client's LRU). Reply:
     /// [`MdsReply::Done`].
     LockCancel {
         /// Lock handles (at most [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]).
         handles: Vec<u64>,
+    },
+    /// After the MDT restarted: the locks this client held, to be held again if nothing
+    /// changed since the restart. Reply: [`MdsReply::LocksRefused`].
+    LockReplay {
+        /// The locks (at most [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]).
+        locks: Vec<nacre_ldlm::msg::LockRef>,
     },
 }
 
@@ -455,6 +465,7 @@ impl MdsOp {
             | MdsOp::ReplayDone
             | MdsOp::LockPoll { .. }
             | MdsOp::LockCancel { .. }
+            | MdsOp::LockReplay { .. }
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
@@ -507,6 +518,7 @@ impl MdsOp {
                 MdsOp::ReplayDone => 39,
                 MdsOp::LockPoll { .. } => 40,
                 MdsOp::LockCancel { .. } => 41,
+                MdsOp::LockReplay { .. } => 42,
             }
     }
 
@@ -535,6 +547,7 @@ impl MdsOp {
                 // Lock traffic: in memory, lost with a restart by design.
                 | MdsOp::LockPoll { .. }
                 | MdsOp::LockCancel { .. }
+                | MdsOp::LockReplay { .. }
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::GetDirStripe { .. }
@@ -831,6 +844,9 @@ pub enum MdsReply {
     },
     /// Locks the client must cancel (answer to [`MdsOp::LockPoll`]).
     Blocking(Vec<nacre_ldlm::msg::LockRef>),
+    /// Handles of replayed locks the MDT did not take back (answer to
+    /// [`MdsOp::LockReplay`]): the client drops them.
+    LocksRefused(Vec<u64>),
     /// Answer to [`MdsOp::Connect`].
     Connected {
         /// Changes at every start of the MDT: a client that saw another one must replay.
@@ -873,6 +889,9 @@ impl MdsReply {
                 entries.iter().try_for_each(|e| check_name(&e.name))
             }
             MdsReply::Target(t) => at_most("symlink target", t.len(), SYMLINK_BYTES_MAX),
+            MdsReply::LocksRefused(h) if h.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX => {
+                Err(format!("{} refused locks in one answer", h.len()))
+            }
             MdsReply::Blocking(refs) => {
                 if refs.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX {
                     return Err(format!("{} lock callbacks in one answer", refs.len()));
@@ -995,6 +1014,7 @@ mod tests {
             MdsOp::GetDirStripe { fid },
             MdsOp::GetDirDefault { fid },
             MdsOp::Ping,
+            MdsOp::LockCancel { handles: vec![] },
         ];
         let short: Vec<u16> = short.iter().map(MdsOp::opcode).collect();
         assert_eq!(short, INLINE_OPCODES);
@@ -1177,11 +1197,28 @@ mod tests {
             reply: Box::new(MdsReply::Done),
             pre_versions: vec![(Fid::ROOT, 40)],
         };
-        let poll = MdsOp::LockPoll { wait_ms: 30_000 };
+        let poll = MdsOp::LockPoll {
+            wait_ms: 30_000,
+            epoch: 7,
+        };
+        let lock_replay = MdsOp::LockReplay {
+            locks: vec![nacre_ldlm::msg::LockRef {
+                handle: 3,
+                fid: Fid::ROOT,
+                bits: nacre_ldlm::msg::UPDATE,
+            }],
+        };
         let cancel = MdsOp::LockCancel {
             handles: vec![1, u64::MAX],
         };
-        for op in [MdsOp::Connect, replay, MdsOp::ReplayDone, poll, cancel] {
+        for op in [
+            MdsOp::Connect,
+            replay,
+            MdsOp::ReplayDone,
+            poll,
+            cancel,
+            lock_replay,
+        ] {
             assert!(!op.is_modifying());
             let bytes = encode_body(&op);
             assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
