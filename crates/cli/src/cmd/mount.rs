@@ -30,10 +30,11 @@ pub(crate) struct ClientArgs {
     /// FUSE threads.
     #[arg(long, default_value_t = 4)]
     pub(crate) fuse_threads: usize,
-    /// Attribute cache timeout in ms (0 = revalidate every stat).
+    /// Attribute cache timeout in ms for attributes no metadata lock covers (0 = revalidate
+    /// every stat); what a lock covers is cached until the lock goes.
     #[arg(long, default_value_t = 0)]
     pub(crate) attr_timeout_ms: u64,
-    /// Name cache timeout in ms.
+    /// Name cache timeout in ms for entries no metadata lock covers.
     #[arg(long, default_value_t = 0)]
     pub(crate) entry_timeout_ms: u64,
     /// Learn servers' other NIDs (rails) from the servers themselves.
