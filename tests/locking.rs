@@ -42,10 +42,20 @@ fn ldlm_stat(fsname: &str, what: &str) -> u64 {
 
 const READS: &[&str] = &["getattr", "lookup"];
 
+/// Sets `ldlm.namespaces.mdt-FS-MDT0000.NAME` (`contention_ms=0`: a mount caches again
+/// right after a change called its lock back, which the tests below wait for).
+fn set_ldlm(fsname: &str, name: &str, value: &str) {
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.{name}={value}"),
+    ]);
+}
+
 /// Stats `p` until the MDT answers no more of them (the kernel caches the answer under a
-/// lock); panics if it never does within 10 s.
+/// lock); panics if it never does within 30 s.
 fn until_cached(fsname: &str, p: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let before = md_requests(fsname, READS);
         for _ in 0..20 {
@@ -87,6 +97,7 @@ fn a_change_on_one_mount_is_seen_at_once_on_the_other(form: Form) {
         Form::Networked => "lockn2",
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    set_ldlm(fsname, "contention_ms", "0");
     let other_mnt = fs.scratch().join("other");
     fs::create_dir_all(&other_mnt).unwrap();
     let _other = fs.mount_another(&other_mnt, &[]);
@@ -248,4 +259,61 @@ fn a_client_that_does_not_cancel_is_evicted_after_the_callback_timeout() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A change waiting for a client's cancel is parked, not served: with one MDS service
+/// thread, four chmods wait for a stopped mount while another request of the same service
+/// is served. Networked only: the stopped client must be a process of its own.
+#[test]
+fn changes_waiting_for_cancels_hold_no_service_thread() {
+    let fsname = "lockn5";
+    let spec = Spec::osts(1).fsname(fsname).server_args(&[
+        "--mds-threads-min",
+        "1",
+        "--mds-threads-max",
+        "1",
+    ]);
+    let fs = TestFs::start_with(Form::Networked, spec);
+    set_ldlm(fsname, "contention_ms", "0");
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let other = fs.mount_another(&other_mnt, &[]);
+    fs::create_dir(fs.path("d")).unwrap();
+    for i in 0..4 {
+        fs::write(fs.path(&format!("d/f{i}")), b"data").unwrap();
+        until_cached(fsname, &other_mnt.join(format!("d/f{i}")));
+    }
+    fs::write(fs.path("g"), b"unrelated").unwrap();
+    let pid = other.pid().expect("the other mount's process") as i32;
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let chmods: Vec<_> = (0..4)
+        .map(|i| {
+            let p = fs.path(&format!("d/f{i}"));
+            std::thread::spawn(move || fs::set_permissions(p, fs::Permissions::from_mode(0o600)))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ldlm_stat(fsname, "parked") < 4 {
+        assert!(Instant::now() < deadline, "the chmods were not parked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An open needs the MDS service's one thread: served while the chmods wait.
+    assert_eq!(fs::read(fs.path("g")).unwrap(), b"unrelated");
+    assert_eq!(ldlm_stat(fsname, "parked"), 4, "a chmod stopped waiting");
+    assert!(chmods.iter().all(|t| !t.is_finished()));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    for t in chmods {
+        t.join().unwrap().unwrap();
+    }
+    for i in 0..4 {
+        let m = fs::metadata(other_mnt.join(format!("d/f{i}"))).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o600);
+    }
+    assert_eq!(
+        ldlm_stat(fsname, "timeouts"),
+        0,
+        "the resumed mount was evicted"
+    );
 }

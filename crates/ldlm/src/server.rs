@@ -31,6 +31,18 @@ pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 /// Answers a parked poll with the callbacks for its client (empty: nothing happened).
 pub type PollReply = Box<dyn FnOnce(Vec<LockRef>) + Send>;
 
+/// Runs a parked change once the locks it waited for are gone; given the clients evicted
+/// for not cancelling in time (their locks are gone already; the caller evicts the rest of
+/// their state).
+pub type WhenRevoked = Box<dyn FnOnce(Vec<ClientId>) + Send>;
+
+/// A change parked until locks are cancelled ([`Namespace::revoke_later`]).
+struct Waiter {
+    ids: Vec<u64>,
+    deadline: Instant,
+    done: WhenRevoked,
+}
+
 struct Lock {
     client: ClientId,
     fid: Fid,
@@ -61,6 +73,8 @@ struct State {
     contended: HashMap<Fid, Instant>,
     /// A change has run since the namespace was made: replayed locks are refused.
     changed: bool,
+    /// Changes parked until locks are cancelled.
+    waiters: Vec<Waiter>,
     /// The timer thread answering expired polls runs.
     timer: bool,
 }
@@ -92,6 +106,61 @@ impl State {
             }
         }
         out
+    }
+
+    /// Takes the parked changes none of whose locks remain.
+    fn ready(&mut self) -> Vec<WhenRevoked> {
+        let (ready, waiting): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|w| w.ids.iter().all(|id| !self.locks.contains_key(id)));
+        self.waiters = waiting;
+        ready.into_iter().map(|w| w.done).collect()
+    }
+
+    /// Sends callbacks for `ids` not yet called back.
+    fn call_back(&mut self, ids: &[u64], stats: &Stats) {
+        for id in ids {
+            let l = self.locks.get_mut(id).expect("conflicting lock exists");
+            if l.blocked {
+                continue;
+            }
+            l.blocked = true;
+            let r = LockRef {
+                handle: *id,
+                fid: l.fid,
+                bits: l.bits,
+            };
+            let client = l.client;
+            if let Some(h) = self.holders.get_mut(&client) {
+                h.pending.push(r);
+                stats.callbacks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Notes the inodes whose UPDATE bit `ids` (conflicting with `targets`) hold.
+    fn note_contention(
+        &mut self,
+        targets: &[(Fid, u8)],
+        ids: &[u64],
+        at: Instant,
+        window: Duration,
+    ) {
+        for (fid, bits) in targets {
+            let hit = bits & UPDATE != 0
+                && ids
+                    .iter()
+                    .any(|id| self.locks[id].fid == *fid && self.locks[id].bits & UPDATE != 0);
+            if hit {
+                if self.contended.len() >= CONTENDED_MAX {
+                    self.contended.retain(|_, t| t.elapsed() < window);
+                    if self.contended.len() >= CONTENDED_MAX {
+                        self.contended.clear();
+                    }
+                }
+                self.contended.insert(*fid, at);
+            }
+        }
     }
 
     /// Takes the polls that can be answered now (their client has callbacks pending).
@@ -290,11 +359,67 @@ impl Namespace {
                 n += 1;
             }
         }
+        let ready = if n > 0 { s.ready() } else { Vec::new() };
         drop(s);
         if n > 0 {
             self.stats.cancels.fetch_add(n, Ordering::Relaxed);
             self.cancelled.notify_all();
         }
+        for done in ready {
+            done(Vec::new());
+        }
+    }
+
+    /// True if a change of `targets` by `requester` would have to call back locks.
+    pub fn conflicts(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> bool {
+        !self.state.lock().conflicting(requester, targets).is_empty()
+    }
+
+    /// Like [`Namespace::revoke`] without waiting: calls back the other clients'
+    /// overlapping locks and runs `done` once they are cancelled, or once the callback
+    /// timeout has passed (the late clients evicted and named to `done`) — at once, on
+    /// this thread, if there is nothing to wait for. The change itself then takes its
+    /// hold with [`Namespace::revoke`], which finds nothing left to wait for unless a lock
+    /// was granted meanwhile.
+    pub fn revoke_later(
+        &self,
+        requester: Option<&ClientId>,
+        targets: &[(Fid, u8)],
+        done: WhenRevoked,
+    ) {
+        let mut s = self.state.lock();
+        let ids = s.conflicting(requester, targets);
+        if ids.is_empty() {
+            drop(s);
+            done(Vec::new());
+            return;
+        }
+        self.stats.revocations.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
+        s.note_contention(targets, &ids, now, window);
+        s.call_back(&ids, &self.stats);
+        let timeout = Duration::from_millis(self.callback_timeout_ms.load(Ordering::Relaxed));
+        s.waiters.push(Waiter {
+            ids,
+            deadline: now + timeout,
+            done,
+        });
+        let deliver = s.deliverable();
+        let start_timer = !std::mem::replace(&mut s.timer, true);
+        drop(s);
+        for (reply, refs) in deliver {
+            reply(refs);
+        }
+        self.timer_wake.notify_all();
+        if start_timer {
+            self.start_timer();
+        }
+    }
+
+    /// Changes parked waiting for cancels now.
+    pub fn parked(&self) -> usize {
+        self.state.lock().waiters.len()
     }
 
     /// A change of `targets` ((inode, bits) pairs) by `requester` (None: by the server
@@ -321,39 +446,9 @@ impl Namespace {
         }
         self.stats.revocations.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
-        for (fid, bits) in targets {
-            let hit = bits & UPDATE != 0
-                && ids
-                    .iter()
-                    .any(|id| s.locks[id].fid == *fid && s.locks[id].bits & UPDATE != 0);
-            if hit {
-                if s.contended.len() >= CONTENDED_MAX {
-                    let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
-                    s.contended.retain(|_, t| t.elapsed() < window);
-                    if s.contended.len() >= CONTENDED_MAX {
-                        s.contended.clear();
-                    }
-                }
-                s.contended.insert(*fid, started);
-            }
-        }
-        for id in &ids {
-            let l = s.locks.get_mut(id).expect("conflicting lock exists");
-            if l.blocked {
-                continue;
-            }
-            l.blocked = true;
-            let r = LockRef {
-                handle: *id,
-                fid: l.fid,
-                bits: l.bits,
-            };
-            let client = l.client;
-            if let Some(h) = s.holders.get_mut(&client) {
-                h.pending.push(r);
-                self.stats.callbacks.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
+        s.note_contention(targets, &ids, started, window);
+        s.call_back(&ids, &self.stats);
         let now = s.deliverable();
         drop(s);
         for (reply, refs) in now {
@@ -403,10 +498,14 @@ impl Namespace {
         for id in &h.locks {
             s.remove(*id);
         }
+        let ready = s.ready();
         drop(s);
         self.cancelled.notify_all();
         if let Some((reply, _)) = h.poll {
             reply(Vec::new());
+        }
+        for done in ready {
+            done(Vec::new());
         }
         h.locks.len()
     }
@@ -458,8 +557,12 @@ impl Namespace {
         let holders = std::mem::take(&mut s.holders);
         s.locks.clear();
         s.by_fid.clear();
+        let waiters = std::mem::take(&mut s.waiters);
         drop(s);
         self.cancelled.notify_all();
+        for w in waiters {
+            (w.done)(Vec::new());
+        }
         for h in holders.into_values() {
             if let Some((reply, _)) = h.poll {
                 reply(Vec::new());
@@ -493,6 +596,29 @@ impl Namespace {
         }
     }
 
+    /// Parked changes whose callbacks were not all answered in time: evicts the clients
+    /// still holding their locks, then runs them.
+    fn time_out(&self, waiters: Vec<Waiter>) {
+        for w in waiters {
+            let mut late: Vec<ClientId> = {
+                let s = self.state.lock();
+                w.ids
+                    .iter()
+                    .filter_map(|id| s.locks.get(id).map(|l| l.client))
+                    .collect()
+            };
+            late.sort_unstable();
+            late.dedup();
+            for c in &late {
+                self.evict(c);
+            }
+            self.stats
+                .timeouts
+                .fetch_add(late.len() as u64, Ordering::Relaxed);
+            (w.done)(late);
+        }
+    }
+
     /// The thread answering parked polls whose wait is over; it sleeps until the next
     /// deadline and ends with the namespace.
     fn start_timer(&self) {
@@ -516,6 +642,21 @@ impl Namespace {
                         None => {}
                     }
                 }
+                // Parked changes whose callbacks timed out: the late clients are evicted.
+                let mut late_waiters = Vec::new();
+                for w in std::mem::take(&mut s.waiters) {
+                    if w.deadline <= now {
+                        late_waiters.push(w);
+                    } else {
+                        next = next.min(w.deadline);
+                        s.waiters.push(w);
+                    }
+                }
+                if !late_waiters.is_empty() {
+                    drop(s);
+                    ns.time_out(late_waiters);
+                    continue;
+                }
                 // A client whose poll expired with nothing held is forgotten (it is known
                 // again at its next poll): one that went away leaves nothing behind.
                 for c in expired {
@@ -524,7 +665,7 @@ impl Namespace {
                     }
                 }
                 if due.is_empty() {
-                    if s.holders.values().all(|h| h.poll.is_none()) {
+                    if s.waiters.is_empty() && s.holders.values().all(|h| h.poll.is_none()) {
                         // Nothing parked: the next poll starts another.
                         s.timer = false;
                         return;
@@ -694,6 +835,45 @@ mod tests {
             bits: UPDATE,
         };
         assert_eq!(ns.restore(&A, &[later]), vec![7], "a change ran");
+    }
+
+    #[test]
+    fn a_parked_change_runs_once_its_locks_are_cancelled_or_their_holders_evicted() {
+        let ns = Namespace::new(1);
+        let rx_a = poller(&ns, A);
+        let a = ns.try_grant(&A, fid(1), UPDATE).unwrap().0;
+        let (tx, done) = mpsc::channel();
+        let t = tx.clone();
+        ns.revoke_later(
+            Some(&B),
+            &[(fid(1), UPDATE)],
+            Box::new(move |late| t.send(late).unwrap()),
+        );
+        assert_eq!(ns.parked(), 1);
+        assert_eq!(rx_a.recv().unwrap(), vec![a]);
+        assert!(done.try_recv().is_err(), "ran before the cancel");
+        ns.cancel(&A, &[a.handle]);
+        assert_eq!(done.try_recv().unwrap(), Vec::<ClientId>::new());
+        assert_eq!(ns.parked(), 0);
+        // Nothing to wait for: runs at once.
+        let t = tx.clone();
+        ns.revoke_later(
+            None,
+            &[(fid(2), UPDATE)],
+            Box::new(move |l| t.send(l).unwrap()),
+        );
+        assert_eq!(done.try_recv().unwrap(), Vec::<ClientId>::new());
+        // A holder that never cancels is evicted at the timeout, then the change runs.
+        ns.callback_timeout_ms.store(100, Ordering::Relaxed);
+        let _rx_a = poller(&ns, A);
+        ns.try_grant(&A, fid(3), UPDATE).unwrap();
+        ns.revoke_later(
+            None,
+            &[(fid(3), UPDATE)],
+            Box::new(move |l| tx.send(l).unwrap()),
+        );
+        assert_eq!(done.recv_timeout(Duration::from_secs(10)).unwrap(), vec![A]);
+        assert_eq!(ns.held_by(&A), 0);
     }
 
     #[test]

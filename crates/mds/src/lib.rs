@@ -861,17 +861,18 @@ fn replay(
 
 impl Handler for MdsHandler {
     fn park(&self, req: Incoming) -> Option<Incoming> {
-        // Only lock polls wait; their opcode says so before anything is decoded.
+        // Lock polls wait for callbacks; changes that must wait for other clients' cancels
+        // wait parked too. Their opcodes say so before anything is decoded.
         let poll = MdsOp::LockPoll {
             wait_ms: 0,
             epoch: 0,
         };
-        if req.header.opcode != poll.opcode() {
-            return Some(req);
-        }
         let Some(mdt) = self.serving(req.header.target) else {
             return Some(req);
         };
+        if req.header.opcode != poll.opcode() {
+            return locks::park_change(&mdt, req);
+        }
         match decode_body::<MdsCall>(&req.body) {
             Ok(MdsCall {
                 client,

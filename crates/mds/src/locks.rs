@@ -30,7 +30,7 @@ use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 use std::sync::Arc;
 
 /// The inodes and bits `call` changes, with names resolved as they are now.
-fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
+pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
     let child = |parent: Fid, name: &[u8]| -> Option<Fid> {
         mdt.lookup(parent, name).ok().flatten().map(|d| d.fid)
     };
@@ -128,7 +128,9 @@ pub(crate) fn revoke_for<'a>(
     call: &MdsCall,
 ) -> Option<nacre_ldlm::server::Revocation<'a>> {
     let mut t = targets(mdt, &call.op);
-    if t.is_empty() {
+    // A request the MDT will refuse calls nothing back (nor can a caller flush other
+    // clients' caches with changes it may not make).
+    if t.is_empty() || crate::perm::check(mdt, call).is_err() {
         return None;
     }
     let mut hold = mdt.ldlm.revoke(Some(&call.client), &t);
@@ -244,6 +246,49 @@ pub(crate) fn with_intent(
     }
 }
 
+/// Opcodes of the requests that may change what locks cover (the others are never parked).
+const CHANGE_OPCODES: [u16; 16] = [
+    0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
+    0x0219, 0x021b, 0x021c, 0x0220,
+];
+
+/// Parks a change that would have to wait for other clients to cancel locks: their
+/// callbacks go out now and the request is queued on its service again once they are
+/// cancelled (or their clients evicted), so no service thread waits meanwhile. Returns
+/// the request if it can run now.
+pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
+    if req.resubmits() > 0 || !CHANGE_OPCODES.contains(&req.header.opcode) {
+        return Some(req);
+    }
+    let Ok(call) = nacre_wire::decode_body::<MdsCall>(&req.body) else {
+        return Some(req);
+    };
+    if mdt.recovery.active() || !call.cred.is_valid() {
+        return Some(req);
+    }
+    let t = targets(mdt, &call.op);
+    if t.is_empty()
+        || !mdt.ldlm.conflicts(Some(&call.client), &t)
+        || crate::perm::check(mdt, &call).is_err()
+    {
+        return Some(req);
+    }
+    let weak = Arc::downgrade(mdt);
+    mdt.ldlm.revoke_later(
+        Some(&call.client),
+        &t,
+        Box::new(move |late| {
+            if let Some(m) = weak.upgrade() {
+                for c in &late {
+                    crate::export::evict_now(&m, c, "did not cancel a called-back lock in time");
+                }
+            }
+            req.resubmit();
+        }),
+    );
+    None
+}
+
 /// Parks a client's callback poll in the namespace; the answer goes out when callbacks
 /// are due or the wait is over.
 pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming) {
@@ -299,4 +344,113 @@ pub(crate) fn cancel(mdt: &Mdt, client: &[u8; 16], handles: &[u64]) -> Result<Md
     }
     mdt.ldlm.cancel(client, handles);
     Ok(MdsReply::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_wire::mds::MdsOp;
+
+    /// Every request `targets` can find something in is offered for parking.
+    #[test]
+    fn change_opcodes_are_the_requests_that_revoke() {
+        let f = Fid::ROOT;
+        let n = || b"n".to_vec();
+        let ops = [
+            MdsOp::Create {
+                parent: f,
+                name: n(),
+                kind: FileKind::Regular,
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                exclusive: false,
+                open: false,
+                access: 0,
+            },
+            MdsOp::Mkdir {
+                parent: f,
+                name: n(),
+                perm: 0,
+                uid: 0,
+                gid: 0,
+            },
+            MdsOp::Symlink {
+                parent: f,
+                name: n(),
+                target: n(),
+                uid: 0,
+                gid: 0,
+            },
+            MdsOp::Link {
+                fid: f,
+                parent: f,
+                name: n(),
+            },
+            MdsOp::Unlink {
+                parent: f,
+                name: n(),
+            },
+            MdsOp::Rmdir {
+                parent: f,
+                name: n(),
+            },
+            MdsOp::Rename {
+                src_parent: f,
+                src_name: n(),
+                dst_parent: f,
+                dst_name: n(),
+                noreplace: false,
+            },
+            MdsOp::SetAttr {
+                fid: f,
+                attr: Default::default(),
+            },
+            MdsOp::Open { fid: f, access: 0 },
+            MdsOp::SetXattr {
+                fid: f,
+                name: n(),
+                value: n(),
+                flags: 0,
+            },
+            MdsOp::RemoveXattr { fid: f, name: n() },
+            MdsOp::SetLayout {
+                fid: f,
+                spec: Default::default(),
+            },
+            MdsOp::MkdirOn {
+                parent: f,
+                name: n(),
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                mdt: 0,
+            },
+            MdsOp::Update(RemoteUpdate::DropLink {
+                fid: f,
+                parent: f,
+                name: n(),
+            }),
+            MdsOp::MkdirStriped {
+                parent: f,
+                name: n(),
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                count: 1,
+                start: 0,
+                hash: nacre_types::dirstripe::DirHash::Fnv1a64,
+            },
+            MdsOp::Migrate {
+                fid: f,
+                parent: f,
+                name: n(),
+                target: 0,
+            },
+        ];
+        let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
+        codes.sort_unstable();
+        assert_eq!(codes, CHANGE_OPCODES);
+    }
 }

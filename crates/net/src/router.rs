@@ -207,6 +207,8 @@ impl Router {
             peer: "local".into(),
             reply_to: ReplySink::Local(reply_to),
             _budget: None,
+            home: None,
+            resubmits: 0,
         };
         let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
         self.route_with(req, hint, inline);

@@ -307,6 +307,8 @@ impl FrameSink for ServerSink {
             peer: self.peer.clone(),
             reply_to: ReplySink::Tcp(self.replier.clone()),
             _budget: permit,
+            home: None,
+            resubmits: 0,
         };
         self.router.route(req, self.cpt);
         Ok(())

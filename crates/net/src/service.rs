@@ -105,6 +105,10 @@ pub struct Incoming {
     pub(crate) reply_to: ReplySink,
     /// The receive budget its bytes hold, given back when the request is dropped.
     pub(crate) _budget: Option<crate::reactor::BudgetPermit>,
+    /// The pool and partition that queued it, for [`Incoming::resubmit`].
+    pub(crate) home: Option<(Weak<ServicePool>, usize)>,
+    /// Times it was resubmitted.
+    pub(crate) resubmits: u8,
 }
 
 /// What a handler returns.
@@ -213,6 +217,26 @@ pub(crate) enum ReplySink {
 }
 
 impl Incoming {
+    /// Queues a request its handler parked ([`Handler::park`]) on its service again, to be
+    /// handled by a service thread (offered to `park` again first: see
+    /// [`Incoming::resubmits`]). A request whose service is gone is answered `ENODEV`.
+    pub fn resubmit(mut self) {
+        self.resubmits = self.resubmits.saturating_add(1);
+        match self
+            .home
+            .as_ref()
+            .and_then(|(p, i)| Some((p.upgrade()?, *i)))
+        {
+            Some((pool, i)) => pool.dispatch(self, i),
+            None => self.reply(Outgoing::error(Status::NoDev)),
+        }
+    }
+
+    /// How many times the request was resubmitted ([`Incoming::resubmit`]).
+    pub fn resubmits(&self) -> u8 {
+        self.resubmits
+    }
+
     /// Sends the reply of a request a handler parked ([`Handler::park`]).
     pub fn respond(self, out: Outgoing) {
         self.reply(out);
@@ -496,7 +520,8 @@ impl ServicePool {
 
     /// Queues a request on partition index `i`; blocks while that queue is full. Starts
     /// another thread there if all are busy and requests wait.
-    pub(crate) fn dispatch(&self, req: Incoming, i: usize) {
+    pub(crate) fn dispatch(&self, mut req: Incoming, i: usize) {
+        req.home = Some((self.me.clone(), i));
         let parts = self.parts.read().expect("parts");
         if parts.is_empty() {
             drop(parts);
@@ -563,7 +588,8 @@ impl ServicePool {
     }
 
     /// Handles a request in the calling thread (in-process requests marked inline).
-    pub(crate) fn run_inline(&self, req: Incoming) {
+    pub(crate) fn run_inline(&self, mut req: Incoming) {
+        req.home = Some((self.me.clone(), 0));
         serve_one(&*self.handler, req, || {
             self.requests_handled.fetch_add(1, Ordering::Relaxed);
             self.requests_inline.fetch_add(1, Ordering::Relaxed);

@@ -190,10 +190,11 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         let s = &a.ldlm.stats;
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         format!(
-            "granted {}\nclients {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
+            "granted {}\nclients {}\nparked {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
              revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}",
             a.ldlm.granted(),
             a.ldlm.clients(),
+            a.ldlm.parked(),
             n(&s.grants),
             n(&s.refused),
             n(&s.callbacks),
