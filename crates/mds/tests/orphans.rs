@@ -100,3 +100,64 @@ fn orphans_are_found_at_start_from_their_index_or_one_scan() {
         assert!(kv.get(ORPHANS, &fid.to_key()).unwrap().is_some());
     }
 }
+
+/// Regression (found by tests/racer.rs): a create that is not exclusive, of a name another
+/// client made a symlink (or device, fifo) under since the kernel looked it up, answers
+/// EEXIST — the kernel cannot open such an inode from a create's reply, and failed it with
+/// EIO. An existing regular file is still opened; a directory still answers EISDIR.
+#[test]
+fn a_create_over_a_name_that_is_not_a_regular_file_answers_eexist() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mdt, _kv) = open_mdt(dir.path());
+    let create = |xid: u64, name: &str| {
+        run(
+            &mdt,
+            xid,
+            MdsOp::Create {
+                parent: Fid::ROOT,
+                name: name.as_bytes().to_vec(),
+                kind: FileKind::Regular,
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                exclusive: false,
+                open: false,
+                access: 6,
+            },
+        )
+        .status
+    };
+    let made = run(
+        &mdt,
+        1,
+        MdsOp::Symlink {
+            parent: Fid::ROOT,
+            name: b"s".to_vec(),
+            target: b"t".to_vec(),
+            uid: 0,
+            gid: 0,
+        },
+    );
+    assert_eq!(made.status, nacre_types::Status::Ok);
+    assert_eq!(create(2, "s"), nacre_types::Status::Exist);
+    let dir_made = run(
+        &mdt,
+        3,
+        MdsOp::Mkdir {
+            parent: Fid::ROOT,
+            name: b"d".to_vec(),
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+        },
+    );
+    assert_eq!(dir_made.status, nacre_types::Status::Ok);
+    assert_eq!(create(4, "d"), nacre_types::Status::IsDir);
+    assert_eq!(create(5, "f"), nacre_types::Status::Ok);
+    assert_eq!(
+        create(6, "f"),
+        nacre_types::Status::Ok,
+        "a regular file is opened"
+    );
+}

@@ -98,6 +98,12 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         if rec.attr.kind == FileKind::Directory {
             return Err(Status::IsDir);
         }
+        // Only a regular file is opened in place of a create: a symlink, device, fifo or
+        // socket made under the name since the caller looked it up is there already (the
+        // kernel could not open it from a create's reply: it would fail with EIO).
+        if rec.attr.kind != FileKind::Regular || args.kind != FileKind::Regular {
+            return Err(Status::Exist);
+        }
         let reply = super::exact_entry(tx.mdt, super::entry(&rec));
         if args.open {
             tx.mdt.add_open(&tx.client, rec.attr.fid);
