@@ -19,9 +19,9 @@ pub const CALLBACK_TIMEOUT_MS_MIN: u64 = 100;
 /// Default bound on the locks a namespace holds (about 150 bytes each): past it, reads are
 /// answered without a lock.
 pub const LOCKS_MAX_DEFAULT: u64 = 1 << 20;
-/// Default time an inode's UPDATE bit stays contended after a change had to call it back:
-/// meanwhile reads get no UPDATE lock on it (a shared directory that several clients
-/// create in would otherwise move its lock between them on every create).
+/// Default contention window: an inode whose UPDATE bit changes had to call back twice
+/// within it is not granted that bit again until it passes (a shared directory that
+/// several clients create in would otherwise move its lock between them on every create).
 pub const CONTENTION_MS_DEFAULT: u64 = 1_000;
 /// Contended inodes remembered before the expired ones are forgotten.
 const CONTENDED_MAX: usize = 4_096;
@@ -69,7 +69,10 @@ struct State {
     revoking: HashMap<Fid, Vec<(u64, u8)>>,
     next_revocation: u64,
     holders: HashMap<ClientId, Holder>,
-    /// Inodes whose UPDATE bit a change had to call back, and when.
+    /// Inodes whose UPDATE bit a change had to call back, and when (the last time).
+    revoked_at: HashMap<Fid, Instant>,
+    /// Inodes whose UPDATE bit was called back twice within the contention window, and
+    /// when last: their UPDATE bit is not granted for a while.
     contended: HashMap<Fid, Instant>,
     /// A change has run since the namespace was made: replayed locks are refused.
     changed: bool,
@@ -138,7 +141,8 @@ impl State {
         }
     }
 
-    /// Notes the inodes whose UPDATE bit `ids` (conflicting with `targets`) hold.
+    /// Notes the inodes whose UPDATE bit `ids` (conflicting with `targets`) hold: called
+    /// back a second time within `window`, an inode is contended.
     fn note_contention(
         &mut self,
         targets: &[(Fid, u8)],
@@ -151,13 +155,22 @@ impl State {
                 && ids
                     .iter()
                     .any(|id| self.locks[id].fid == *fid && self.locks[id].bits & UPDATE != 0);
-            if hit {
-                if self.contended.len() >= CONTENDED_MAX {
-                    self.contended.retain(|_, t| t.elapsed() < window);
-                    if self.contended.len() >= CONTENDED_MAX {
-                        self.contended.clear();
+            if !hit {
+                continue;
+            }
+            for map in [&mut self.revoked_at, &mut self.contended] {
+                if map.len() >= CONTENDED_MAX {
+                    map.retain(|_, t| t.elapsed() < window);
+                    if map.len() >= CONTENDED_MAX {
+                        map.clear();
                     }
                 }
+            }
+            let again = self
+                .revoked_at
+                .insert(*fid, at)
+                .is_some_and(|t| at.duration_since(t) < window);
+            if again {
                 self.contended.insert(*fid, at);
             }
         }
@@ -798,6 +811,17 @@ mod tests {
         let ns2 = ns.clone();
         let t = std::thread::spawn(move || {
             let refs = rx.recv().unwrap();
+            ns2.cancel(&A, &[refs[0].handle]);
+        });
+        drop(ns.revoke(Some(&B), &[(fid(1), UPDATE)]));
+        t.join().unwrap();
+        // Once is not contention: granted again.
+        let again = ns.try_grant(&A, a.fid, LOOKUP | UPDATE).unwrap().0;
+        assert_eq!(again.bits, LOOKUP | UPDATE);
+        let rx2 = poller(&ns, A);
+        let ns2 = ns.clone();
+        let t = std::thread::spawn(move || {
+            let refs = rx2.recv().unwrap();
             ns2.cancel(&A, &[refs[0].handle]);
         });
         drop(ns.revoke(Some(&B), &[(fid(1), UPDATE)]));

@@ -128,9 +128,13 @@ pub(crate) fn revoke_for<'a>(
     call: &MdsCall,
 ) -> Option<nacre_ldlm::server::Revocation<'a>> {
     let mut t = targets(mdt, &call.op);
+    if t.is_empty() {
+        return None;
+    }
     // A request the MDT will refuse calls nothing back (nor can a caller flush other
-    // clients' caches with changes it may not make).
-    if t.is_empty() || crate::perm::check(mdt, call).is_err() {
+    // clients' caches with changes it may not make); checked only when there is something
+    // to call back, as the request's own checks follow.
+    if mdt.ldlm.conflicts(Some(&call.client), &t) && crate::perm::check(mdt, call).is_err() {
         return None;
     }
     let mut hold = mdt.ldlm.revoke(Some(&call.client), &t);
