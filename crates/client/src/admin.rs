@@ -1,0 +1,219 @@
+//! Administration and state: usage, the namespace checker, disconnecting, import and
+//! connection views.
+
+use crate::*;
+use nacre_net::Connection;
+use nacre_types::{Nid, StatFs, Status};
+use nacre_wire::mds::{MdsOp, MdsReply};
+use nacre_wire::mgs::TargetInfo;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Client {
+    /// Usage of every target, MDTs first.
+    pub fn df(&self) -> Result<Vec<TargetUsage>> {
+        // Usage is asked for rarely: take the occasion to learn of new targets.
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let fs = self.fs_config();
+        let mut out = Vec::new();
+        for t in &fs.mdts {
+            if let MdsReply::StatFs(statfs) = self.mdc(t.index)?.call(MdsOp::StatFs)? {
+                out.push(TargetUsage {
+                    name: t.name(),
+                    statfs,
+                });
+            }
+        }
+        for t in &fs.osts {
+            out.push(TargetUsage {
+                name: t.name(),
+                statfs: osc::statfs(self, t.index)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checks the namespace across every MDT (`nacre lfsck --namespace`): reads their inodes
+    /// and directory entries page by page and reports inconsistencies. An unreachable MDT is
+    /// an error, not an empty one.
+    pub fn lfsck_namespace(&self) -> Result<lfsck::Report> {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let mut inodes = Vec::new();
+        let mut dirents = Vec::new();
+        for t in self.fs_config().mdts {
+            let mdc = self.mdc(t.index)?;
+            let mut after = None;
+            loop {
+                match mdc.call(MdsOp::ScanInodes { after, count: 4096 })? {
+                    MdsReply::Inodes { inodes: page, eof } => {
+                        after = page.last().map(|i| i.fid);
+                        inodes.extend(page);
+                        if eof || after.is_none() {
+                            break;
+                        }
+                    }
+                    _ => return Err(Status::Proto.into()),
+                }
+            }
+            let mut after = None;
+            loop {
+                match mdc.call(MdsOp::ScanDirents { after, count: 4096 })? {
+                    MdsReply::Dirents { dirents: page, eof } => {
+                        after = page.last().map(|d| (d.parent, d.name.clone()));
+                        dirents.extend(page);
+                        if eof || after.is_none() {
+                            break;
+                        }
+                    }
+                    _ => return Err(Status::Proto.into()),
+                }
+            }
+        }
+        Ok(lfsck::check(&inodes, &dirents))
+    }
+
+    /// File system totals: space from the OSTs, inodes from the MDTs.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let mut total = StatFs {
+            block_size: 4096,
+            ..StatFs::default()
+        };
+        for t in self.df()? {
+            if t.name.contains("-MDT") {
+                total.files_total += t.statfs.files_total;
+                total.files_free += t.statfs.files_free;
+            } else {
+                total.bytes_total += t.statfs.bytes_total;
+                total.bytes_free += t.statfs.bytes_free;
+                total.bytes_avail += t.statfs.bytes_avail;
+            }
+        }
+        Ok(total)
+    }
+
+    /// RPC statistics of the connection to OST `index` (`osc.*.rpc_stats`).
+    pub fn rpc_stats(&self, index: u32) -> Arc<rpc_stats::OscRpcStats> {
+        if let Some(s) = self.rpc_stats.read().get(&index) {
+            return s.clone();
+        }
+        self.rpc_stats.write().entry(index).or_default().clone()
+    }
+
+    /// Tells every MDT this client used that it is going away (unmount), so they release
+    /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
+    /// MDT that is down simply evicts the client later).
+    pub fn disconnect(&self, wait: Duration) {
+        let mdcs: Vec<_> = self.mdcs.read().values().cloned().collect();
+        for m in &mdcs {
+            m.stop_lock_callbacks();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        for m in &mdcs {
+            let (m, tx) = (m.clone(), tx.clone());
+            let spawned = std::thread::Builder::new()
+                .name("disconnect".into())
+                .spawn(move || {
+                    let _ = tx.send(m.call(MdsOp::Disconnect));
+                });
+            if spawned.is_err() {
+                tracing::warn!("cannot start a disconnect thread");
+            }
+        }
+        drop(tx);
+        let deadline = std::time::Instant::now() + wait;
+        for _ in &mdcs {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::info!("disconnect: {e}"),
+                Err(_) => {
+                    tracing::info!("disconnect: an MDT did not answer in {wait:?}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// `*.import` of the connection to `target` (`MDT0000`, `OST0001`, …; Lustre's
+    /// import file): state, server, connections made, for an MDT this client's uuid there
+    /// and the evictions it survived, and the recent state changes.
+    pub fn import(&self, target: &str) -> String {
+        let conn = self
+            .connections()
+            .into_iter()
+            .find(|(name, _)| name == target)
+            .map(|(_, c)| c);
+        let mut s = format!("import:\n    target: {}-{target}\n", self.fsname);
+        let Some(conn) = conn else {
+            s += "    state: NEW\n    connects: 0";
+            return s;
+        };
+        let st = conn.import_status();
+        let servers: Vec<String> = conn.servers().iter().map(Nid::to_string).collect();
+        s += &format!(
+            "    state: {}\n    nid: {}\n    failover_nids: [{}]\n    connects: {}\n    failovers: {}\n    restarts_heard: {}\n",
+            st.state,
+            conn.nid(),
+            servers.join(", "),
+            st.connects,
+            st.failovers,
+            st.restarts_heard
+        );
+        let mdc = target
+            .strip_prefix("MDT")
+            .and_then(|i| u32::from_str_radix(i, 16).ok())
+            .and_then(|i| self.mdcs.read().get(&i).cloned());
+        if let Some(m) = mdc {
+            let r = &m.replay_stats;
+            s += &format!(
+                "    client_uuid: {}\n    evictions: {}\n    replay_pending: {}\n    recoveries: {}\n    replayed: {}\n    replay_lost: {}\n",
+                uuid::Uuid::from_bytes(m.uuid()),
+                m.incarnation(),
+                m.replay_pending(),
+                r.recoveries.load(std::sync::atomic::Ordering::Relaxed),
+                r.replayed.load(std::sync::atomic::Ordering::Relaxed),
+                r.lost.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
+        s += "    state_history:\n";
+        for (at, state) in st.history {
+            let t = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            s += &format!("     - [ {t:.3}, {state} ]\n");
+        }
+        s.trim_end().to_string()
+    }
+
+    /// The OSTs of the file system.
+    pub fn osts(&self) -> Vec<TargetInfo> {
+        self.fs_config().osts
+    }
+
+    /// Every server connection of this client, named `MGS`, `MDT0000`, `OST0001`, ….
+    pub fn connections(&self) -> Vec<(String, Arc<Connection>)> {
+        let mut out = vec![("MGS".to_string(), self.mgs.clone())];
+        let mut mdcs: Vec<(u32, Arc<Connection>)> = self
+            .mdcs
+            .read()
+            .iter()
+            .map(|(i, m)| (*i, m.conn().clone()))
+            .collect();
+        mdcs.sort_by_key(|(i, _)| *i);
+        out.extend(mdcs.into_iter().map(|(i, c)| (format!("MDT{i:04x}"), c)));
+        let mut oscs: Vec<(u32, Arc<Connection>)> = self
+            .oscs
+            .read()
+            .iter()
+            .map(|(i, c)| (*i, c.clone()))
+            .collect();
+        oscs.sort_by_key(|(i, _)| *i);
+        out.extend(oscs.into_iter().map(|(i, c)| (format!("OST{i:04x}"), c)));
+        out
+    }
+}

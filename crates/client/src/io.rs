@@ -1,0 +1,126 @@
+//! File data: reads (with read-ahead), writes, syncs and space allocation.
+
+use crate::*;
+use nacre_types::{Owner, Status};
+use nacre_wire::mds::MdsOp;
+use std::sync::Arc;
+
+impl Client {
+    /// Reads file data; short only at end of file. Sequential readers get the next reads
+    /// started ahead of them (up to `readahead_bytes`), so OST reads overlap the caller's work.
+    pub fn read(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+    ) -> Result<nacre_types::AlignedBuf> {
+        self.read_at(file, offset, len, true)
+    }
+
+    /// [`Client::read`], with read-ahead only if `readahead` (the FUSE mount turns it off for
+    /// page-cache reads, where the kernel reads ahead itself).
+    pub fn read_at(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+        readahead: bool,
+    ) -> Result<nacre_types::AlignedBuf> {
+        let Some(layout) = &file.layout else {
+            return Err(Status::Inval.into());
+        };
+        if !readahead || self.readahead_bytes == 0 || len == 0 {
+            return osc::read(self, layout, offset, len);
+        }
+        let job = {
+            let mut ra = file.readahead.lock();
+            let job = match ra.jobs.front() {
+                Some(j) if j.offset == offset && j.len == len => ra.jobs.pop_front(),
+                _ => {
+                    ra.jobs.clear();
+                    None
+                }
+            };
+            let sequential = offset == ra.next_offset;
+            if !sequential {
+                ra.eof = false;
+            }
+            ra.next_offset = offset + len as u64;
+            if sequential && !ra.eof {
+                let depth =
+                    (self.readahead_bytes / len as u64).clamp(1, READAHEAD_JOBS_MAX) as usize;
+                let mut next = ra
+                    .jobs
+                    .back()
+                    .map_or(offset + len as u64, |j| j.offset + j.len as u64);
+                while ra.jobs.len() < depth {
+                    let ahead = osc::start_read(self, layout, next, len)?;
+                    ra.jobs.push_back(ahead);
+                    next += len as u64;
+                }
+            }
+            job
+        };
+        let job = match job {
+            Some(j) => j,
+            None => osc::start_read(self, layout, offset, len)?,
+        };
+        let out = job.finish(self, layout)?;
+        if out.len() < len {
+            let mut ra = file.readahead.lock();
+            ra.eof = true;
+            ra.jobs.clear();
+        }
+        Ok(out)
+    }
+
+    /// The owner, group and project OST `ost` records for `object` (`None`: no object yet),
+    /// as chown and chgrp leave them (for checks and tools).
+    pub fn object_owner(&self, ost: u32, object: nacre_types::ObjectId) -> Result<Option<Owner>> {
+        osc::owner(self, ost, object)
+    }
+
+    /// Writes file data; returns when every OST holding a part has acknowledged it.
+    pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        file.check_writable()?;
+        match &file.layout {
+            Some(layout) => osc::write(self, layout, offset, data, file.owner),
+            None => Err(Status::Inval.into()),
+        }
+    }
+
+    /// Makes the file's data durable on every OST it touches, and every metadata change
+    /// acknowledged so far (its creation included) durable on the MDT.
+    pub fn fsync(&self, file: &OpenFile) -> Result<()> {
+        if let Some(layout) = &file.layout {
+            osc::sync(self, layout)?;
+        }
+        self.sync_metadata()
+    }
+
+    /// Makes every metadata change acknowledged so far durable (`fsyncdir`, `syncfs`).
+    pub fn sync_metadata(&self) -> Result<()> {
+        // Only MDTs this client has talked to hold changes it made.
+        let mdcs: Vec<Arc<mdc::Mdc>> = self.mdcs.read().values().cloned().collect();
+        for m in mdcs {
+            m.call(MdsOp::Sync)?;
+        }
+        Ok(())
+    }
+
+    /// Preallocates or punches a range.
+    pub fn fallocate(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> Result<()> {
+        file.check_writable()?;
+        match &file.layout {
+            Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
+            None => Err(Status::Inval.into()),
+        }
+    }
+}

@@ -1,0 +1,711 @@
+//! Namespace operations: lookups and attributes (with the glimpse of a file's objects),
+//! creates, directories, links, renames, attribute changes, listings, xattrs, layouts.
+
+use crate::*;
+use nacre_types::dirstripe::{DirDefault, DirHash};
+use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr, Status};
+use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
+
+impl Client {
+    pub(crate) fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
+        self.exact_entry(op).map(|(attr, layout, _)| (attr, layout))
+    }
+
+    /// [`Client::entry`], and whether the MDT gave a regular file's size exactly.
+    pub(crate) fn exact_entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>, bool)> {
+        self.cached_entry(op, 0, None)
+            .map(|(attr, layout, exact, _)| (attr, layout, exact))
+    }
+
+    /// [`Client::exact_entry`] asking for `bits` of lock on the inode, and what the kernel
+    /// may cache of it; `name` is the entry (parent as the kernel knows it, name) the
+    /// kernel will cache under the lock.
+    pub(crate) fn cached_entry(
+        &self,
+        mut op: MdsOp,
+        bits: u8,
+        name: Option<(Fid, &[u8])>,
+    ) -> Result<(Attr, Option<Layout>, bool, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        self.to_shards(&mut op)?;
+        let mut mdc = self.mdc(op.key_fid().map_or(0, Fid::mdt_index))?;
+        let (mut reply, mut lock) = mdc.call_with(op, bits)?;
+        // An entry for an inode of another MDT (a remote directory): ask that MDT.
+        if let MdsReply::Remote { fid } = reply {
+            mdc = self.mdc(fid.mdt_index())?;
+            (reply, lock) = mdc.call_with(MdsOp::GetAttr { fid }, bits)?;
+        }
+        let MdsReply::Entry {
+            attr,
+            layout,
+            size_exact: exact,
+        } = reply
+        else {
+            return Err(Status::Proto.into());
+        };
+        if let (FileKind::Regular, Some(l)) = (attr.kind, &layout) {
+            self.remember_layout(attr.fid, l, exact);
+        }
+        let cached = match lock.filter(|l| l.fid == attr.fid) {
+            None => Cached::default(),
+            Some(l) => Cached {
+                entry: l.bits & LOOKUP != 0
+                    && name.is_some_and(|(p, n)| mdc.locks.cover_name(attr.fid, p, n)),
+                attr: l.bits & UPDATE != 0 && mdc.locks.covers(attr.fid, UPDATE),
+            },
+        };
+        Ok((attr, layout, exact, cached))
+    }
+
+    /// Fills in size and blocks of a regular file from its objects, unless the MDT gave them
+    /// `exact`.
+    pub(crate) fn with_glimpse(
+        &self,
+        mut attr: Attr,
+        layout: Option<&Layout>,
+        exact: bool,
+    ) -> Result<Attr> {
+        if exact {
+            return Ok(attr);
+        }
+        if let (FileKind::Regular, Some(layout)) = (attr.kind, layout) {
+            let (size, blocks) = osc::glimpse(self, layout)?;
+            attr.size = size;
+            attr.blocks = blocks;
+        }
+        Ok(attr)
+    }
+
+    /// Looks up `name` in `parent`. With `glimpse`, a regular file's size and blocks come from
+    /// its OSTs; without, they are the MDT's hint (cheaper, for callers that revalidate the
+    /// attributes before trusting a size, as the kernel does with a zero attribute timeout).
+    pub fn lookup(&self, parent: Fid, name: &[u8], glimpse: bool) -> Result<Attr> {
+        let (attr, layout, exact) = self.exact_entry(MdsOp::Lookup {
+            parent,
+            name: name.to_vec(),
+        })?;
+        if glimpse {
+            return self.with_glimpse(attr, layout.as_ref(), exact);
+        }
+        Ok(attr)
+    }
+
+    /// [`Client::lookup`] with the OSTs' size, under a lock where the MDT grants one: says
+    /// what the kernel may cache of the answer.
+    pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Attr, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        if self.complete.absent(parent, name) {
+            return Err(Status::NoEnt.into());
+        }
+        let op = MdsOp::Lookup {
+            parent,
+            name: name.to_vec(),
+        };
+        let (attr, layout, exact, cached) =
+            self.cached_entry(op, LOOKUP | UPDATE, Some((parent, name)))?;
+        Ok((self.with_glimpse(attr, layout.as_ref(), exact)?, cached))
+    }
+
+    /// [`Client::getattr`] under an `UPDATE` lock where the MDT grants one: says whether
+    /// the kernel may cache the attributes.
+    pub fn getattr_cached(&self, fid: Fid) -> Result<(Attr, bool)> {
+        self.getattr_with(fid, nacre_ldlm::msg::UPDATE)
+    }
+
+    /// Current attributes (regular-file size from the OSTs). For a file whose layout was seen
+    /// before, its objects are glimpsed while the MDT answers (one round trip of waiting
+    /// instead of two); the MDT's answer says whether that layout is still the file's, and if
+    /// it is not the objects are glimpsed again.
+    pub fn getattr(&self, fid: Fid) -> Result<Attr> {
+        self.getattr_with(fid, 0).map(|(attr, _)| attr)
+    }
+
+    pub(crate) fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
+        // The MDT gave the size exactly last time: it likely will again, glimpse only if not.
+        let seen = self
+            .layouts
+            .lock()
+            .get(&fid)
+            .filter(|(_, exact)| !exact)
+            .map(|(l, _)| l.clone());
+        let early = seen.as_ref().and_then(|l| osc::start_glimpse(self, l).ok());
+        let (mut attr, layout, exact, cached) =
+            self.cached_entry(MdsOp::GetAttr { fid }, bits, None)?;
+        if let (FileKind::Regular, Some(now), Some(seen), Some(job), false) =
+            (attr.kind, layout.as_ref(), seen.as_ref(), early, exact)
+        {
+            if now == seen {
+                (attr.size, attr.blocks) = job.finish(now)?;
+                return Ok((attr, cached.attr));
+            }
+        }
+        Ok((
+            self.with_glimpse(attr, layout.as_ref(), exact)?,
+            cached.attr,
+        ))
+    }
+
+    /// Remembers a regular file's layout for the next [`Client::getattr`] (a hint, checked
+    /// against the MDT's answer each time; the map is emptied when it reaches
+    /// [`LAYOUT_CACHE_ENTRIES_MAX`]).
+    pub(crate) fn remember_layout(&self, fid: Fid, layout: &Layout, exact: bool) {
+        let mut map = self.layouts.lock();
+        if let Some((l, e)) = map.get_mut(&fid) {
+            if l == layout {
+                *e = exact;
+                return;
+            }
+        }
+        if map.len() >= LAYOUT_CACHE_ENTRIES_MAX {
+            map.clear();
+        }
+        map.insert(fid, (layout.clone(), exact));
+    }
+
+    pub(crate) fn layout_of(&self, fid: Fid) -> Result<Layout> {
+        match self.md(MdsOp::GetLayout { fid })? {
+            MdsReply::Layout(LayoutInfo::File(l)) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Creates a non-directory node; with `open`, the MDS also registers it as open (one RPC
+    /// for create-and-open) and the returned handle must be closed with [`Client::close`].
+    /// `access` ([`nacre_types::cred::MAY_READ`] | [`nacre_types::cred::MAY_WRITE`]) is
+    /// checked if the name exists already and is opened instead.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        exclusive: bool,
+        open: bool,
+        access: u8,
+    ) -> Result<(Attr, OpenFile)> {
+        let args = (kind, perm, uid, gid, rdev, exclusive, open, access);
+        self.create_with(parent, name, args, 0)
+            .map(|(attr, file, _)| (attr, file))
+    }
+
+    /// [`Client::create`] (arguments in order after `name`) under a lock on the new entry
+    /// where the MDT grants one: says what the kernel may cache of it.
+    #[allow(clippy::type_complexity)]
+    pub fn create_cached(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        args: (FileKind, u32, u32, u32, u32, bool, bool, u8),
+    ) -> Result<(Attr, OpenFile, Cached)> {
+        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        self.create_with(parent, name, args, LOOKUP | UPDATE)
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn create_with(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        args: (FileKind, u32, u32, u32, u32, bool, bool, u8),
+        bits: u8,
+    ) -> Result<(Attr, OpenFile, Cached)> {
+        let (kind, perm, uid, gid, rdev, exclusive, open, access) = args;
+        let op = MdsOp::Create {
+            parent,
+            name: name.to_vec(),
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev,
+            exclusive,
+            open,
+            access,
+        };
+        let r = self.cached_entry(op, bits, Some((parent, name)));
+        let (attr, layout, exact, cached) = self.after_add(parent, name, r)?;
+        let attr = if exclusive {
+            attr
+        } else {
+            self.with_glimpse(attr, layout.as_ref(), exact)?
+        };
+        let file = OpenFile::new(attr.fid, layout)
+            .owned_by(&attr)
+            .with_access(access);
+        let file = self.registered(file)?;
+        Ok((attr, file, cached))
+    }
+
+    /// `file` as opened in the current incarnation of this client at its MDT.
+    pub(crate) fn registered(&self, mut file: OpenFile) -> Result<OpenFile> {
+        let mdc = self.mdc(file.fid.mdt_index())?;
+        file.incarnation = mdc.incarnation();
+        mdc.note_open(file.fid);
+        Ok(file)
+    }
+
+    /// `Err(Evicted)` if `file` was opened before its MDT evicted this client: the MDT has
+    /// closed it, so it must not be used (as Lustre invalidates such handles).
+    pub fn check_handle(&self, file: &OpenFile) -> Result<()> {
+        let target = file.fid.mdt_index();
+        let mdc = self.mdcs.read().get(&target).cloned();
+        match mdc {
+            Some(m) if m.incarnation() != file.incarnation => Err(ClientError::Evicted { target }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Opens `fid` for `access` ([`nacre_types::cred::MAY_READ`] |
+    /// [`nacre_types::cred::MAY_WRITE`]; `O_TRUNC` wants write), which the MDT checks against
+    /// the caller's credentials, and registers the opener with it.
+    pub fn open(&self, fid: Fid, access: u8) -> Result<(Attr, OpenFile)> {
+        let (attr, layout) = self.entry(MdsOp::Open { fid, access })?;
+        let file = OpenFile::new(fid, layout)
+            .owned_by(&attr)
+            .with_access(access);
+        Ok((attr, self.registered(file)?))
+    }
+
+    /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
+    pub fn close(&self, file: &OpenFile) -> Result<()> {
+        if self.check_handle(file).is_err() {
+            return Ok(());
+        }
+        if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
+            mdc.note_close(file.fid);
+        }
+        self.md(MdsOp::Close {
+            fid: file.fid,
+            writer: file.access & nacre_types::cred::MAY_WRITE != 0,
+            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+        })
+        .map(|_| ())
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: Fid, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.mkdir_cached(parent, name, (perm, uid, gid), 0)
+            .map(|(attr, _)| attr)
+    }
+
+    /// [`Client::mkdir`] under `bits` of lock on the new directory where the MDT grants
+    /// them: says what the kernel may cache of it.
+    pub fn mkdir_cached(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        (perm, uid, gid): (u32, u32, u32),
+        bits: u8,
+    ) -> Result<(Attr, Cached)> {
+        let op = MdsOp::Mkdir {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+        };
+        let r = self.cached_entry(op, bits, Some((parent, name)));
+        let (attr, _, _, cached) = self.after_add(parent, name, r)?;
+        // Made here under an UPDATE lock: empty, and this client sees every change to it
+        // while the lock lasts (a striped directory's entries are in its shards: not so).
+        if cached.attr && matches!(self.dir_stripe(attr.fid), Ok(None)) {
+            self.complete.made(attr.fid);
+        }
+        Ok((attr, cached))
+    }
+
+    /// Creates a directory whose inode (and so its contents) lives on MDT `mdt` (`nacre
+    /// mkdir -i`; [`nacre_wire::mds::MDT_INDEX_ANY`]: the parent's MDT picks one by free
+    /// inodes); the parent's MDT coordinates (docs/dne.md).
+    pub fn mkdir_on(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        mdt: u32,
+    ) -> Result<Attr> {
+        let known = mdt == nacre_wire::mds::MDT_INDEX_ANY
+            || self.fs_config().mdts.iter().any(|t| t.index == mdt);
+        if !known {
+            self.refresh_config()?;
+            if !self.fs_config().mdts.iter().any(|t| t.index == mdt) {
+                return Err(ClientError::Config(format!(
+                    "MDT index {mdt} is not configured"
+                )));
+            }
+        }
+        let r = self.entry(MdsOp::MkdirOn {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+            mdt,
+        });
+        Ok(self.after_add(parent, name, r)?.0)
+    }
+
+    /// Moves directory `name` of `parent` to MDT `target` online (`nacre migrate -m`): its
+    /// inode, entries and its files' inodes (open or hard-linked ones stay where they are)
+    /// go to the target; subdirectories move as entries (migrate each for a whole tree).
+    /// Returns the directory's new FID and how many inodes moved and stayed.
+    pub fn migrate(&self, parent: Fid, name: &[u8], target: u32) -> Result<(Fid, u64, u64)> {
+        if !self.fs_config().mdts.iter().any(|t| t.index == target) {
+            self.refresh_config()?;
+            if !self.fs_config().mdts.iter().any(|t| t.index == target) {
+                return Err(ClientError::Config(format!(
+                    "MDT index {target} is not configured"
+                )));
+            }
+        }
+        let parent = self.shard_of(parent, name)?;
+        let fid = self.lookup(parent, name, false)?.fid;
+        let op = MdsOp::Migrate {
+            fid,
+            parent,
+            name: name.to_vec(),
+            target,
+        };
+        match self.mdc(fid.mdt_index())?.call(op)? {
+            MdsReply::Migrated { fid, moved, kept } => Ok((fid, moved, kept)),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Creates a striped directory (`nacre mkdir -c`): its entries spread by `hash` over
+    /// `count` shards on MDTs `start`, `start`+1, … (`start` MDT_INDEX_ANY: the MDS picks).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mkdir_striped(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        count: u32,
+        start: u32,
+        hash: DirHash,
+    ) -> Result<Attr> {
+        let r = self.entry(MdsOp::MkdirStriped {
+            parent,
+            name: name.to_vec(),
+            perm,
+            uid,
+            gid,
+            count,
+            start,
+            hash,
+        });
+        Ok(self.after_add(parent, name, r)?.0)
+    }
+
+    /// Sets (None: removes) a directory's default for new subdirectories (`setdirstripe
+    /// -D`): on a striped directory, on its master and every shard (whichever receives a
+    /// mkdir). Not atomic across MDTs: run again after a failure.
+    pub fn set_dir_default(&self, dir: Fid, default: Option<DirDefault>) -> Result<()> {
+        let mut dirs = vec![dir];
+        if let Some(s) = self.dir_stripe(dir)? {
+            dirs.extend(s.shards.iter().copied());
+        }
+        for d in dirs {
+            self.mdc(d.mdt_index())?
+                .call(MdsOp::SetDirDefault { fid: d, default })?;
+        }
+        Ok(())
+    }
+
+    /// A directory's default for new subdirectories.
+    pub fn dir_default(&self, dir: Fid) -> Result<Option<DirDefault>> {
+        match self.md(MdsOp::GetDirDefault { fid: dir })? {
+            MdsReply::DirDefault(d) => Ok(d),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Creates a symlink.
+    pub fn symlink(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let op = MdsOp::Symlink {
+            parent,
+            name: name.to_vec(),
+            target: target.to_vec(),
+            uid,
+            gid,
+        };
+        let r = self.entry(op);
+        Ok(self.after_add(parent, name, r)?.0)
+    }
+
+    /// Reads a symlink.
+    pub fn readlink(&self, fid: Fid) -> Result<Vec<u8>> {
+        match self.md(MdsOp::ReadLink { fid })? {
+            MdsReply::Target(t) => Ok(t),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Adds a hard link.
+    pub fn link(&self, fid: Fid, parent: Fid, name: &[u8]) -> Result<Attr> {
+        let r = self.entry(MdsOp::Link {
+            fid,
+            parent,
+            name: name.to_vec(),
+        });
+        let (attr, layout) = self.after_add(parent, name, r)?;
+        self.with_glimpse(attr, layout.as_ref(), false)
+    }
+
+    /// Removes a name.
+    pub fn unlink(&self, parent: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::Unlink {
+            parent,
+            name: name.to_vec(),
+        })?;
+        self.complete.removed(parent, name);
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::Rmdir {
+            parent,
+            name: name.to_vec(),
+        })?;
+        self.complete.removed(parent, name);
+        Ok(())
+    }
+
+    /// Renames.
+    pub fn rename(
+        &self,
+        src_parent: Fid,
+        src: &[u8],
+        dst_parent: Fid,
+        dst: &[u8],
+        noreplace: bool,
+    ) -> Result<()> {
+        let op = MdsOp::Rename {
+            src_parent,
+            src_name: src.to_vec(),
+            dst_parent,
+            dst_name: dst.to_vec(),
+            noreplace,
+        };
+        let r = self.md(op);
+        match &r {
+            Ok(_) => self.complete.removed(src_parent, src),
+            Err(_) => self.complete.forget(src_parent),
+        }
+        self.after_add(dst_parent, dst, r).map(|_| ())
+    }
+
+    /// Changes attributes; the MDT checks the caller may make the change. A size change cuts
+    /// the OST objects after the MDT checked the caller may write (a refused truncate cuts
+    /// nothing) and before it records the size.
+    pub fn setattr(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
+        let Some(size) = set.size else {
+            return self.setattr_now(fid, set);
+        };
+        // A truncate: the objects are cut first, then the MDT records the size (so a size it
+        // learns by glimpsing is never one from before the cut). Through a descriptor this
+        // client holds open for writing, that handle covers the cut; otherwise the truncate
+        // opens the file for writing around it, which checks the caller's write permission
+        // before anything is cut and keeps the MDT from learning the size meanwhile.
+        if set.from_open {
+            let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
+            let layout = Self::truncatable(&attr, layout)?;
+            osc::truncate(self, &layout, size)?;
+            return self.setattr_now(fid, set);
+        }
+        let (attr, file) = self.open(fid, nacre_types::cred::MAY_WRITE)?;
+        file.wrote.store(true, std::sync::atomic::Ordering::Release);
+        let result = Self::truncatable(&attr, file.layout.clone())
+            .and_then(|layout| osc::truncate(self, &layout, size))
+            .and_then(|()| self.setattr_now(fid, set));
+        let closed = self.close(&file);
+        let attr = result?;
+        closed?;
+        Ok(attr)
+    }
+
+    /// The layout of a file that may be truncated (`EISDIR` or `EINVAL` otherwise).
+    pub(crate) fn truncatable(attr: &Attr, layout: Option<Layout>) -> Result<Layout> {
+        match (attr.kind, layout) {
+            (FileKind::Regular, Some(layout)) => Ok(layout),
+            (FileKind::Directory, _) => Err(Status::IsDir.into()),
+            _ => Err(Status::Inval.into()),
+        }
+    }
+
+    /// The MDT's part of [`Client::setattr`] (after any cut of the objects).
+    pub(crate) fn setattr_now(&self, fid: Fid, set: SetAttr) -> Result<Attr> {
+        let owner_or_mode = SetAttr {
+            perm: set.perm,
+            uid: set.uid,
+            gid: set.gid,
+            ..SetAttr::default()
+        };
+        let attr = match self.md(MdsOp::SetAttr { fid, attr: set })? {
+            MdsReply::Attr(a) => a,
+            _ => return Err(Status::Proto.into()),
+        };
+        // A striped directory's shards check names' permissions: they follow the master.
+        if attr.kind == FileKind::Directory && owner_or_mode != SetAttr::default() {
+            if let Some(stripe) = self.dir_stripe(fid)? {
+                for &shard in stripe.shards.iter().filter(|&&s| s != fid) {
+                    self.md(MdsOp::SetAttr {
+                        fid: shard,
+                        attr: owner_or_mode.clone(),
+                    })?;
+                }
+            }
+        }
+        if attr.kind == FileKind::Regular {
+            let layout = self.layout_of(fid)?;
+            return self.with_glimpse(attr, Some(&layout), false);
+        }
+        Ok(attr)
+    }
+
+    /// One page of a directory listing, after `after`.
+    pub fn readdir(
+        &self,
+        fid: Fid,
+        after: Option<&[u8]>,
+        count: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let Some(stripe) = self.dir_stripe(fid)? else {
+            return self.readdir_one(fid, after, count);
+        };
+        // A striped directory lists as one: its shards' pages merged in name order, up to
+        // the lowest last name of a shard with more to come (names past it may still be
+        // missing), so the order is stable and resuming after a name skips nothing.
+        let mut merged = Vec::new();
+        let mut bound: Option<Vec<u8>> = None;
+        for &shard in &stripe.shards {
+            let (page, eof) = self.readdir_one(shard, after, count)?;
+            if !eof {
+                if let Some(last) = page.last() {
+                    if bound.as_ref().is_none_or(|b| last.name < *b) {
+                        bound = Some(last.name.clone());
+                    }
+                }
+            }
+            merged.extend(page);
+        }
+        merged.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(b) = &bound {
+            merged.retain(|e| e.name <= *b);
+        }
+        let complete = bound.is_none() && merged.len() <= count as usize;
+        merged.truncate(count as usize);
+        Ok((merged, complete))
+    }
+
+    pub(crate) fn readdir_one(
+        &self,
+        fid: Fid,
+        after: Option<&[u8]>,
+        count: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let mut fid = fid;
+        // A directory migrated while listed: its listing goes on at its new FID (once).
+        for _ in 0..2 {
+            match self.md(MdsOp::ReadDir {
+                fid,
+                after: after.map(<[u8]>::to_vec),
+                count,
+            })? {
+                MdsReply::Dir { entries, eof } => {
+                    check_page(&entries, eof, after, count).map_err(|what| {
+                        ClientError::bad_reply(format!("MDT{:04x}", fid.mdt_index()), what)
+                    })?;
+                    return Ok((entries, eof));
+                }
+                MdsReply::Remote { fid: new } => fid = new,
+                _ => return Err(Status::Proto.into()),
+            }
+        }
+        Err(Status::Stale.into())
+    }
+
+    /// Reads an xattr.
+    pub fn getxattr(&self, fid: Fid, name: &[u8]) -> Result<Vec<u8>> {
+        match self.md(MdsOp::GetXattr {
+            fid,
+            name: name.to_vec(),
+        })? {
+            MdsReply::Xattr(v) => Ok(v),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Sets an xattr.
+    pub fn setxattr(&self, fid: Fid, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        let op = MdsOp::SetXattr {
+            fid,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        self.md(op).map(|_| ())
+    }
+
+    /// Lists xattr names.
+    pub fn listxattr(&self, fid: Fid) -> Result<Vec<Vec<u8>>> {
+        match self.md(MdsOp::ListXattr { fid })? {
+            MdsReply::XattrNames(v) => Ok(v),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Removes an xattr.
+    pub fn removexattr(&self, fid: Fid, name: &[u8]) -> Result<()> {
+        self.md(MdsOp::RemoveXattr {
+            fid,
+            name: name.to_vec(),
+        })
+        .map(|_| ())
+    }
+
+    /// Layout of a file, or default striping of a directory.
+    pub fn get_layout(&self, fid: Fid) -> Result<LayoutInfo> {
+        match self.md(MdsOp::GetLayout { fid })? {
+            MdsReply::Layout(l) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Sets a directory's default striping, or lays out an empty file again.
+    pub fn set_layout(&self, fid: Fid, spec: StripeSpec) -> Result<LayoutInfo> {
+        self.check_spec(spec)?;
+        match self.md(MdsOp::SetLayout { fid, spec })? {
+            MdsReply::Layout(l) => Ok(l),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Validates a striping request against this file system, with a message naming the cause.
+    pub fn check_spec(&self, spec: StripeSpec) -> Result<()> {
+        let known = self.fs_config().osts.len() as u32;
+        if spec.resolve(StripeSpec::default(), known).is_err() {
+            self.refresh_config()?;
+        }
+        let osts = self.fs_config().osts.len() as u32;
+        spec.resolve(StripeSpec::default(), osts)
+            .map(|_| ())
+            .map_err(|e| ClientError::Config(format!("{e} (file system '{}')", self.fsname)))
+    }
+}

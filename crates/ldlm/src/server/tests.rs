@@ -1,0 +1,221 @@
+//! The namespace's unit tests.
+use super::*;
+use crate::msg::{LOOKUP, UPDATE};
+use std::sync::mpsc;
+
+const A: ClientId = [1; 16];
+const B: ClientId = [2; 16];
+
+fn fid(n: u32) -> Fid {
+    Fid::new(0x2_0000_0400, n)
+}
+
+fn poller(ns: &Arc<Namespace>, c: ClientId) -> mpsc::Receiver<Vec<LockRef>> {
+    let (tx, rx) = mpsc::channel();
+    ns.poll(
+        &c,
+        10_000,
+        Box::new(move |refs| {
+            let _ = tx.send(refs);
+        }),
+    );
+    rx
+}
+
+#[test]
+fn only_polling_clients_get_locks_and_a_grant_is_reused() {
+    let ns = Namespace::new(1);
+    assert!(ns.try_grant(&A, fid(1), UPDATE).is_none());
+    let _rx = poller(&ns, A);
+    let (g, new) = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap();
+    assert!(new);
+    let (again, new) = ns.try_grant(&A, fid(1), UPDATE).unwrap();
+    assert_eq!((again.handle, new), (g.handle, false));
+    assert_eq!(ns.granted(), 1);
+    ns.cancel(&B, &[g.handle]);
+    assert_eq!(ns.granted(), 1, "another client cannot cancel it");
+    ns.cancel(&A, &[g.handle]);
+    assert_eq!(ns.granted(), 0);
+}
+
+#[test]
+fn a_change_calls_back_other_clients_and_waits_for_their_cancel() {
+    let ns = Namespace::new(1);
+    ns.contention_ms.store(0, Ordering::Relaxed);
+    let rx_a = poller(&ns, A);
+    let _rx_b = poller(&ns, B);
+    let a = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
+    let b = ns.try_grant(&B, fid(1), UPDATE).unwrap().0;
+    let other = ns.try_grant(&A, fid(2), UPDATE).unwrap().0;
+    let ns2 = ns.clone();
+    let canceller = std::thread::spawn(move || {
+        let refs = rx_a.recv().unwrap();
+        assert_eq!(refs, vec![a]);
+        ns2.cancel(&A, &[a.handle]);
+    });
+    // B changes fid 1's attributes: its own lock stays, A's is called back.
+    let hold = ns.revoke(Some(&B), &[(fid(1), UPDATE)]);
+    canceller.join().unwrap();
+    assert!(hold.late.is_empty());
+    assert!(
+        ns.try_grant(&A, fid(1), UPDATE).is_none(),
+        "held by the change"
+    );
+    assert!(
+        ns.try_grant(&A, fid(1), LOOKUP).is_some(),
+        "other bits are free"
+    );
+    drop(hold);
+    assert!(ns.try_grant(&A, fid(1), UPDATE).is_some());
+    assert_eq!(ns.held_by(&B), 1);
+    assert!(ns.state.lock().locks.contains_key(&b.handle));
+    assert!(ns.state.lock().locks.contains_key(&other.handle));
+    assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_client_that_does_not_cancel_is_evicted_after_the_timeout() {
+    let ns = Namespace::new(1);
+    ns.callback_timeout_ms.store(200, Ordering::Relaxed);
+    let rx_a = poller(&ns, A);
+    ns.try_grant(&A, fid(1), UPDATE).unwrap();
+    ns.try_grant(&A, fid(2), UPDATE).unwrap();
+    let started = Instant::now();
+    let hold = ns.revoke(None, &[(fid(1), UPDATE | LOOKUP)]);
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(hold.late, vec![A]);
+    assert_eq!(
+        ns.granted(),
+        0,
+        "all of the evicted client's locks are gone"
+    );
+    assert_eq!(rx_a.recv().unwrap().len(), 1, "the callback was sent");
+    assert!(
+        ns.try_grant(&A, fid(3), UPDATE).is_none(),
+        "no locks until it polls"
+    );
+    assert_eq!(ns.stats.timeouts.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn a_contended_update_bit_is_left_out_for_a_while() {
+    let ns = Namespace::new(1);
+    ns.contention_ms.store(60_000, Ordering::Relaxed);
+    let rx = poller(&ns, A);
+    let _b = poller(&ns, B);
+    let a = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
+    let ns2 = ns.clone();
+    let t = std::thread::spawn(move || {
+        let refs = rx.recv().unwrap();
+        ns2.cancel(&A, &[refs[0].handle]);
+    });
+    drop(ns.revoke(Some(&B), &[(fid(1), UPDATE)]));
+    t.join().unwrap();
+    // Once is not contention: granted again.
+    let again = ns.try_grant(&A, a.fid, LOOKUP | UPDATE).unwrap().0;
+    assert_eq!(again.bits, LOOKUP | UPDATE);
+    let rx2 = poller(&ns, A);
+    let ns2 = ns.clone();
+    let t = std::thread::spawn(move || {
+        let refs = rx2.recv().unwrap();
+        ns2.cancel(&A, &[refs[0].handle]);
+    });
+    drop(ns.revoke(Some(&B), &[(fid(1), UPDATE)]));
+    t.join().unwrap();
+    assert!(ns.try_grant(&A, a.fid, UPDATE).is_none());
+    let l = ns.try_grant(&A, a.fid, LOOKUP | UPDATE).unwrap().0;
+    assert_eq!(l.bits, LOOKUP, "the contended bit is left out");
+    assert_eq!(ns.try_grant(&A, fid(2), UPDATE).unwrap().0.bits, UPDATE);
+    ns.contention_ms.store(0, Ordering::Relaxed);
+    assert_eq!(ns.try_grant(&B, a.fid, UPDATE).unwrap().0.bits, UPDATE);
+}
+
+#[test]
+fn locks_are_taken_back_after_a_restart_only_while_nothing_changed() {
+    let ns = Namespace::new(1_000);
+    let held = [
+        LockRef {
+            handle: 5,
+            fid: fid(1),
+            bits: UPDATE,
+        },
+        LockRef {
+            handle: 6,
+            fid: fid(2),
+            bits: 0,
+        },
+    ];
+    assert_eq!(ns.restore(&A, &held), vec![6], "bits 0 are refused");
+    assert_eq!(ns.held_by(&A), 1);
+    assert_eq!(ns.restore(&B, &held[..1]), vec![5], "a handle in use");
+    drop(ns.revoke(Some(&B), &[(fid(9), UPDATE)]));
+    let later = LockRef {
+        handle: 7,
+        fid: fid(3),
+        bits: UPDATE,
+    };
+    assert_eq!(ns.restore(&A, &[later]), vec![7], "a change ran");
+}
+
+#[test]
+fn a_parked_change_runs_once_its_locks_are_cancelled_or_their_holders_evicted() {
+    let ns = Namespace::new(1);
+    let rx_a = poller(&ns, A);
+    let a = ns.try_grant(&A, fid(1), UPDATE).unwrap().0;
+    let (tx, done) = mpsc::channel();
+    let t = tx.clone();
+    ns.revoke_later(
+        Some(&B),
+        &[(fid(1), UPDATE)],
+        Box::new(move |late| t.send(late).unwrap()),
+    );
+    assert_eq!(ns.parked(), 1);
+    assert_eq!(rx_a.recv().unwrap(), vec![a]);
+    assert!(done.try_recv().is_err(), "ran before the cancel");
+    ns.cancel(&A, &[a.handle]);
+    assert_eq!(done.try_recv().unwrap(), Vec::<ClientId>::new());
+    assert_eq!(ns.parked(), 0);
+    // Nothing to wait for: runs at once.
+    let t = tx.clone();
+    ns.revoke_later(
+        None,
+        &[(fid(2), UPDATE)],
+        Box::new(move |l| t.send(l).unwrap()),
+    );
+    assert_eq!(done.try_recv().unwrap(), Vec::<ClientId>::new());
+    // A holder that never cancels is evicted at the timeout, then the change runs.
+    ns.callback_timeout_ms.store(100, Ordering::Relaxed);
+    let _rx_a = poller(&ns, A);
+    ns.try_grant(&A, fid(3), UPDATE).unwrap();
+    ns.revoke_later(
+        None,
+        &[(fid(3), UPDATE)],
+        Box::new(move |l| tx.send(l).unwrap()),
+    );
+    assert_eq!(done.recv_timeout(Duration::from_secs(10)).unwrap(), vec![A]);
+    assert_eq!(ns.held_by(&A), 0);
+}
+
+#[test]
+fn a_target_going_away_answers_its_polls_and_drops_its_locks() {
+    let ns = Namespace::new(1);
+    let rx = poller(&ns, A);
+    ns.try_grant(&A, fid(1), UPDATE).unwrap();
+    ns.shut();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
+    assert_eq!((ns.granted(), ns.clients()), (0, 0));
+}
+
+#[test]
+fn a_parked_poll_is_answered_when_its_wait_is_over() {
+    let ns = Namespace::new(1);
+    let (tx, rx) = mpsc::channel();
+    ns.poll(
+        &A,
+        50,
+        Box::new(move |refs| {
+            let _ = tx.send(refs);
+        }),
+    );
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
+}
