@@ -213,7 +213,43 @@ fn a_directory_made_here_answers_lookups_of_new_names_itself(form: Form) {
     assert_eq!(names, 100 + 2, "f0..f99 (f1 renamed g1), x and sub");
 }
 
+fn an_absent_name_is_cached_until_another_mount_makes_it(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke6",
+        Form::Networked => "lockn6",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    set_ldlm(fsname, "contention_ms", "0");
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    fs::create_dir(fs.path("d")).unwrap();
+    // The other mount looks up a name that is not there: after the first time its kernel
+    // answers "no such file" itself (a negative entry under the directory's lock).
+    let p = other_mnt.join("d/nope");
+    assert!(fs::metadata(&p).is_err());
+    until_cached(fsname, &p);
+    let before = md_requests(fsname, READS);
+    for _ in 0..200 {
+        let e = fs::metadata(&p).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+    assert_eq!(
+        md_requests(fsname, READS),
+        before,
+        "absent lookups reached the MDT"
+    );
+    // Made on the first mount: the other sees it at once (the create called the
+    // directory's lock back, and the negative entry with it).
+    fs::write(fs.path("d/nope"), b"now").unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"now");
+    // Removed again: absent again, on both.
+    fs::remove_file(fs.path("d/nope")).unwrap();
+    assert!(fs::metadata(&p).is_err());
+}
+
 on_both_forms!(
+    an_absent_name_is_cached_until_another_mount_makes_it,
     a_cached_stat_never_leaves_the_kernel,
     a_change_on_one_mount_is_seen_at_once_on_the_other,
     a_directory_made_here_answers_lookups_of_new_names_itself

@@ -6,6 +6,14 @@ use nacre_types::dirstripe::{DirDefault, DirHash};
 use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr, Status};
 use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
 
+/// What a lookup found.
+pub(crate) enum Looked {
+    /// An inode: attributes, layout, whether the size is exact, what may be cached.
+    Entry(Attr, Option<Layout>, bool, Cached),
+    /// No such name; `covered`: a lock on the directory covers the absence.
+    Absent { covered: bool },
+}
+
 impl Client {
     pub(crate) fn entry(&self, op: MdsOp) -> Result<(Attr, Option<Layout>)> {
         self.exact_entry(op).map(|(attr, layout, _)| (attr, layout))
@@ -22,14 +30,37 @@ impl Client {
     /// kernel will cache under the lock.
     pub(crate) fn cached_entry(
         &self,
-        mut op: MdsOp,
+        op: MdsOp,
         bits: u8,
         name: Option<(Fid, &[u8])>,
     ) -> Result<(Attr, Option<Layout>, bool, Cached)> {
+        match self.entry_or_absent(op, bits, name)? {
+            Looked::Entry(attr, layout, exact, cached) => Ok((attr, layout, exact, cached)),
+            Looked::Absent { .. } => Err(Status::NoEnt.into()),
+        }
+    }
+
+    /// [`Client::cached_entry`], telling a name that does not exist (a lookup that asked
+    /// for UPDATE may be answered so, under the directory's lock) apart.
+    fn entry_or_absent(
+        &self,
+        mut op: MdsOp,
+        bits: u8,
+        name: Option<(Fid, &[u8])>,
+    ) -> Result<Looked> {
         use nacre_ldlm::msg::{LOOKUP, UPDATE};
         self.to_shards(&mut op)?;
         let mut mdc = self.mdc(op.key_fid().map_or(0, Fid::mdt_index))?;
         let (mut reply, mut lock) = mdc.call_with(op, bits)?;
+        if let MdsReply::NoEntry = reply {
+            let covered = match (lock, name) {
+                (Some(l), Some((parent, n))) if l.bits & UPDATE != 0 => {
+                    mdc.locks.cover_absent(l.fid, parent, n)
+                }
+                _ => false,
+            };
+            return Ok(Looked::Absent { covered });
+        }
         // An entry for an inode of another MDT (a remote directory): ask that MDT.
         if let MdsReply::Remote { fid } = reply {
             mdc = self.mdc(fid.mdt_index())?;
@@ -54,7 +85,7 @@ impl Client {
                 attr: l.bits & UPDATE != 0 && mdc.locks.covers(attr.fid, UPDATE),
             },
         };
-        Ok((attr, layout, exact, cached))
+        Ok(Looked::Entry(attr, layout, exact, cached))
     }
 
     /// Fills in size and blocks of a regular file from its objects, unless the MDT gave them
@@ -92,18 +123,30 @@ impl Client {
 
     /// [`Client::lookup`] with the OSTs' size, under a lock where the MDT grants one: says
     /// what the kernel may cache of the answer.
-    pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Attr, Cached)> {
+    /// A name that does not exist is `None`, with `Cached::entry` true if the directory's
+    /// lock covers its absence (the kernel may cache the negative entry).
+    pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Option<Attr>, Cached)> {
         use nacre_ldlm::msg::{LOOKUP, UPDATE};
         if self.complete.absent(parent, name) {
-            return Err(Status::NoEnt.into());
+            return Ok((None, Cached::default()));
         }
         let op = MdsOp::Lookup {
             parent,
             name: name.to_vec(),
         };
-        let (attr, layout, exact, cached) =
-            self.cached_entry(op, LOOKUP | UPDATE, Some((parent, name)))?;
-        Ok((self.with_glimpse(attr, layout.as_ref(), exact)?, cached))
+        match self.entry_or_absent(op, LOOKUP | UPDATE, Some((parent, name)))? {
+            Looked::Entry(attr, layout, exact, cached) => Ok((
+                Some(self.with_glimpse(attr, layout.as_ref(), exact)?),
+                cached,
+            )),
+            Looked::Absent { covered } => Ok((
+                None,
+                Cached {
+                    entry: covered,
+                    attr: false,
+                },
+            )),
+        }
     }
 
     /// [`Client::getattr`] under an `UPDATE` lock where the MDT grants one: says whether

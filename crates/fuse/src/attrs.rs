@@ -36,3 +36,25 @@ pub fn file_attr(a: &Attr) -> FileAttr {
         flags: 0,
     }
 }
+
+/// A negative entry: node id 0, which the kernel caches as "no such name" for the entry
+/// timeout given with it.
+pub fn absent_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: std::time::UNIX_EPOCH,
+        mtime: std::time::UNIX_EPOCH,
+        ctime: std::time::UNIX_EPOCH,
+        crtime: std::time::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 1 << 20,
+        flags: 0,
+    }
+}

@@ -476,7 +476,25 @@ impl Shared {
         };
         // Always the OSTs' size: the kernel applies an entry's size to a cached inode, so an MDT
         // hint here would shrink a file another thread is reading (a short read at a false EOF).
-        self.reply_cached(reply, self.client.lookup_cached(parent, name.as_bytes()));
+        match self.client.lookup_cached(parent, name.as_bytes()) {
+            Ok((Some(a), c)) => self.reply_cached(reply, Ok((a, c))),
+            // No such name, the directory's lock covering it: a negative entry the kernel
+            // keeps until the lock goes (then invalidated as any entry).
+            Ok((None, c)) if c.entry => {
+                pool::leave();
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &LOCKED_TTL,
+                    &crate::attrs::absent_attr(),
+                    Generation(0),
+                )
+            }
+            Ok((None, _)) => {
+                pool::leave();
+                reply.error(Errno::ENOENT)
+            }
+            Err(e) => self.reply_cached(reply, Err(e)),
+        }
     }
 
     fn getattr(&self, req: &Caller, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -1,7 +1,7 @@
 //! The client's side: the locks it holds on one target, the names it handed the kernel
 //! under each, callbacks that arrived before their grant, and least-recently-used order.
 
-use crate::msg::{LockRef, LOOKUP};
+use crate::msg::{LockRef, LOOKUP, UPDATE};
 use nacre_types::Fid;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -12,6 +12,9 @@ pub const LRU_SIZE_DEFAULT: usize = 65_536;
 /// Names (dentries) remembered per lock for invalidation; past it, more names under the
 /// lock are not cached by the kernel.
 pub const NAMES_PER_LOCK_MAX: usize = 16;
+/// Names that do not exist remembered per directory lock (negative entries the kernel
+/// caches under it); past it, more absent names are not cached.
+pub const ABSENT_NAMES_PER_LOCK_MAX: usize = 256;
 /// Handles of callbacks that came before their grant, remembered so that grant is refused.
 const EARLY_REMEMBERED_MAX: usize = 4_096;
 
@@ -144,19 +147,31 @@ impl ClientLocks {
     /// `LOOKUP` lock on `fid` now covers it (it will be invalidated with the lock), false if
     /// the kernel must not cache it.
     pub fn cover_name(&self, fid: Fid, parent: Fid, name: &[u8]) -> bool {
+        self.cover(fid, LOOKUP, parent, name, NAMES_PER_LOCK_MAX)
+    }
+
+    /// Records that the kernel got `parent`/`name` as an entry that does not exist, to
+    /// cache: true if a held `UPDATE` lock on directory `dir` (the parent, or its shard)
+    /// now covers it (it will be invalidated with the lock), false if the kernel must not
+    /// cache it.
+    pub fn cover_absent(&self, dir: Fid, parent: Fid, name: &[u8]) -> bool {
+        self.cover(dir, UPDATE, parent, name, ABSENT_NAMES_PER_LOCK_MAX)
+    }
+
+    fn cover(&self, fid: Fid, bit: u8, parent: Fid, name: &[u8], max: usize) -> bool {
         let mut s = self.state.lock();
         let Some(handles) = s.by_fid.get(&fid).cloned() else {
             return false;
         };
         for h in handles {
             let held = s.held.get_mut(&h).expect("indexed");
-            if held.lock.bits & LOOKUP == 0 {
+            if held.lock.bits & bit == 0 {
                 continue;
             }
             if held.names.iter().any(|(p, n)| *p == parent && n == name) {
                 return true;
             }
-            if held.names.len() < NAMES_PER_LOCK_MAX {
+            if held.names.len() < max {
                 held.names.push((parent, name.to_vec()));
                 return true;
             }
@@ -234,7 +249,6 @@ impl ClientLocks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::UPDATE;
 
     fn r(handle: u64, oid: u32, bits: u8) -> LockRef {
         LockRef {
@@ -267,6 +281,19 @@ mod tests {
         assert_eq!(rev.len(), 1);
         assert_eq!(rev[0].names, vec![(parent, b"x".to_vec())]);
         assert_eq!(c.count(), 0);
+    }
+
+    #[test]
+    fn absent_names_are_covered_by_the_directory_update_lock() {
+        let c = ClientLocks::default();
+        let dir = r(3, 9, LOOKUP);
+        let parent = dir.fid;
+        c.granted(dir);
+        assert!(!c.cover_absent(parent, parent, b"nope"), "no UPDATE bit");
+        c.granted(r(4, 9, UPDATE));
+        assert!(c.cover_absent(parent, parent, b"nope"));
+        let gone = c.blocking(&[r(4, 9, UPDATE)]);
+        assert_eq!(gone[0].names, vec![(parent, b"nope".to_vec())]);
     }
 
     #[test]

@@ -223,7 +223,26 @@ pub(crate) fn with_intent(
             }
         };
     }
+    // A lookup may find nothing: the directory's UPDATE lock, taken before the read,
+    // then covers the absence (the kernel caches a negative entry under it). It is kept
+    // only for that answer.
+    let dir_lock = match &call.op {
+        MdsOp::Lookup { parent, .. }
+            if bits & UPDATE != 0 && parent.mdt_index() == mdt.label.index =>
+        {
+            grant(mdt, &call.client, *parent, UPDATE)
+        }
+        _ => None,
+    };
     let out = run();
+    if let Some((lock, new)) = dir_lock {
+        if out.status == Status::NoEnt && lock.bits & UPDATE != 0 {
+            return (Outgoing::ok(encode_body(&MdsReply::NoEntry)), Some(lock));
+        }
+        if new {
+            mdt.ldlm.release(&call.client, lock.handle);
+        }
+    }
     let Some((fid, _)) = entry_of(&out) else {
         return (out, None);
     };

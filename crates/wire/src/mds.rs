@@ -844,6 +844,9 @@ pub enum MdsReply {
     },
     /// Locks the client must cancel (answer to [`MdsOp::LockPoll`]).
     Blocking(Vec<nacre_ldlm::msg::LockRef>),
+    /// The name does not exist: the answer to a [`MdsOp::Lookup`] that asked for a lock,
+    /// which is then on the directory (its UPDATE bit covers the absence).
+    NoEntry,
     /// Handles of replayed locks the MDT did not take back (answer to
     /// [`MdsOp::LockReplay`]): the client drops them.
     LocksRefused(Vec<u64>),
