@@ -248,7 +248,36 @@ fn an_absent_name_is_cached_until_another_mount_makes_it(form: Form) {
     assert!(fs::metadata(&p).is_err());
 }
 
+/// Regression: a directory made through the mkdir xattr (`nacre mkdir -i`) on the mount
+/// that had the name cached as absent is found (the kernel did not see that change).
+fn a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke7",
+        Form::Networked => "lockn7",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    // Made on the other mount, so this one does not know it completely: its absent names
+    // are cached as negative entries.
+    fs::create_dir(other_mnt.join("d")).unwrap();
+    let p = fs.path("d/sub");
+    assert!(fs::metadata(&p).is_err());
+    until_cached(fsname, &p);
+    nacre_ok(&["mkdir", "-i", "0", p.to_str().unwrap()]);
+    // The entry is invalidated once the kernel has let go of the directory the xattr was
+    // set on: wait for that, not for a time.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fs::metadata(&p).is_ok_and(|m| m.is_dir()) {
+        assert!(Instant::now() < deadline, "the new directory stayed absent");
+        std::thread::yield_now();
+    }
+    assert!(fs::metadata(other_mnt.join("d/sub")).unwrap().is_dir());
+}
+
 on_both_forms!(
+    a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence,
     an_absent_name_is_cached_until_another_mount_makes_it,
     a_cached_stat_never_leaves_the_kernel,
     a_change_on_one_mount_is_seen_at_once_on_the_other,

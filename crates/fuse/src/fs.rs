@@ -354,14 +354,34 @@ impl Shared {
                 Some(h) => h.parse().map_err(|e: String| bad(&e))?,
                 None => nacre_types::dirstripe::DirHash::Fnv1a64,
             };
-            return self
-                .client
-                .mkdir_striped(parent, name.as_bytes(), mode, uid, gid, count, mdt, hash)
-                .map(|_| ());
+            let r = self.client.mkdir_striped(
+                parent,
+                name.as_bytes(),
+                mode,
+                uid,
+                gid,
+                count,
+                mdt,
+                hash,
+            );
+            self.forget_entry_later(parent, name);
+            return r.map(|_| ());
         }
-        self.client
-            .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt)
-            .map(|_| ())
+        let r = self
+            .client
+            .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt);
+        self.forget_entry_later(parent, name);
+        r.map(|_| ())
+    }
+
+    /// A change made behind the kernel's back (through a virtual xattr) to `parent`/`name`:
+    /// this mount's own locks were not called back by it, so the kernel's entry (a negative
+    /// one, or the directory's old FID) is invalidated once the kernel lets go of the
+    /// directory (it holds it for the xattr call).
+    fn forget_entry_later(&self, parent: Fid, name: &str) {
+        if let Some(inval) = self.inval.get() {
+            inval.entry_later(parent.to_ino(), name.into());
+        }
     }
 
     fn migrate(&self, parent: Fid, value: &[u8]) -> Result<(), ClientError> {
@@ -373,7 +393,9 @@ impl Shared {
             .as_u64()
             .and_then(|m| u32::try_from(m).ok())
             .ok_or_else(|| bad("no mdt"))?;
-        let (fid, moved, kept) = self.client.migrate(parent, name.as_bytes(), mdt)?;
+        let r = self.client.migrate(parent, name.as_bytes(), mdt);
+        self.forget_entry_later(parent, name);
+        let (fid, moved, kept) = r?;
         tracing::info!(
             "migrated {name} to MDT{mdt:04x} as {fid}: {moved} inodes moved, {kept} kept"
         );
