@@ -42,6 +42,15 @@ fn ldlm_stat(fsname: &str, what: &str) -> u64 {
 
 const READS: &[&str] = &["getattr", "lookup"];
 
+/// A second client process mounting `fs` (its own kernel cache and locks): its mount point
+/// and its handle (unmounted on drop).
+fn second_mount(fs: &TestFs) -> (std::path::PathBuf, nacre_testkit::ClientMount) {
+    let mnt = fs.scratch().join("other");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = fs.mount_another(&mnt, &[]);
+    (mnt, m)
+}
+
 /// Sets `ldlm.namespaces.mdt-FS-MDT0000.NAME` (`contention_ms=0`: a mount caches again
 /// right after a change called its lock back, which the tests below wait for).
 fn set_ldlm(fsname: &str, name: &str, value: &str) {
@@ -98,9 +107,7 @@ fn a_change_on_one_mount_is_seen_at_once_on_the_other(form: Form) {
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
     set_ldlm(fsname, "contention_ms", "0");
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, _other) = second_mount(&fs);
     let a = |rel: &str| fs.path(rel);
     let b = |rel: &str| other_mnt.join(rel);
 
@@ -177,9 +184,7 @@ fn a_directory_made_here_answers_lookups_of_new_names_itself(form: Form) {
         Form::Networked => "lockn4",
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, _other) = second_mount(&fs);
     let a = |rel: &str| fs.path(rel);
     let b = |rel: &str| other_mnt.join(rel);
 
@@ -220,9 +225,7 @@ fn an_absent_name_is_cached_until_another_mount_makes_it(form: Form) {
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
     set_ldlm(fsname, "contention_ms", "0");
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, _other) = second_mount(&fs);
     fs::create_dir(fs.path("d")).unwrap();
     // The other mount looks up a name that is not there: after the first time its kernel
     // answers "no such file" itself (a negative entry under the directory's lock).
@@ -256,9 +259,7 @@ fn a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence(form: Form
         Form::Networked => "lockn7",
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, _other) = second_mount(&fs);
     // Made on the other mount, so this one does not know it completely: its absent names
     // are cached as negative entries.
     fs::create_dir(other_mnt.join("d")).unwrap();
@@ -291,9 +292,7 @@ on_both_forms!(
 fn a_client_that_does_not_cancel_is_evicted_after_the_callback_timeout() {
     let fsname = "lockn3";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, other) = second_mount(&fs);
     fs::write(fs.path("f"), b"data").unwrap();
     until_cached(fsname, &other_mnt.join("f"));
     nacre_ok(&[
@@ -340,9 +339,7 @@ fn changes_waiting_for_cancels_hold_no_service_thread() {
     ]);
     let fs = TestFs::start_with(Form::Networked, spec);
     set_ldlm(fsname, "contention_ms", "0");
-    let other_mnt = fs.scratch().join("other");
-    fs::create_dir_all(&other_mnt).unwrap();
-    let other = fs.mount_another(&other_mnt, &[]);
+    let (other_mnt, other) = second_mount(&fs);
     fs::create_dir(fs.path("d")).unwrap();
     for i in 0..4 {
         fs::write(fs.path(&format!("d/f{i}")), b"data").unwrap();
