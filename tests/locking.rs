@@ -98,6 +98,18 @@ fn a_cached_stat_never_leaves_the_kernel(form: Form) {
         "2,000 stats of a file under a lock reached the MDT"
     );
     assert!(ldlm_stat(fsname, "granted") > 0);
+    // The mount made `d` itself: it knows it completely.
+    let cache = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("llite.{fsname}.lock_cache"),
+    ]);
+    let complete: u64 = cache
+        .lines()
+        .find_map(|l| l.strip_prefix("complete_dirs ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no complete_dirs in {cache}"));
+    assert!(complete >= 1, "{cache}");
 }
 
 fn a_change_on_one_mount_is_seen_at_once_on_the_other(form: Form) {

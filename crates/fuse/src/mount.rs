@@ -47,12 +47,18 @@ pub struct MountHandle {
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     mountpoint: std::path::PathBuf,
     dev: Option<u64>,
+    inval: Arc<crate::inval::InvalStats>,
 }
 
 /// How long an unmount waits for the session to end before forcing it.
 pub const UNMOUNT_WAIT_MS: u64 = 10_000;
 
 impl MountHandle {
+    /// Counters of the kernel invalidations the mount's lock sink sent.
+    pub fn invalidations(&self) -> Arc<crate::inval::InvalStats> {
+        self.inval.clone()
+    }
+
     /// Unmounts and waits for the session to end. A busy mount is detached lazily, and a
     /// session that still does not end is aborted through the FUSE control file system, so
     /// stopping never hangs.
@@ -151,6 +157,7 @@ pub fn mount(
         thread: Some(thread),
         mountpoint: mountpoint.to_path_buf(),
         dev,
+        inval: invalidator.stats.clone(),
     })
 }
 

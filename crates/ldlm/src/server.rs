@@ -241,6 +241,8 @@ pub struct Revocation<'a> {
     /// Clients that did not cancel in time: the caller evicts them (their locks are gone
     /// already).
     pub late: Vec<ClientId>,
+    /// The change had to wait for callbacks (names it resolved before may have changed).
+    pub waited: bool,
 }
 
 impl Drop for Revocation<'_> {
@@ -284,6 +286,13 @@ impl Namespace {
     /// Clients that take locks (they poll for callbacks).
     pub fn clients(&self) -> usize {
         self.state.lock().holders.len()
+    }
+
+    /// True if some client other than `client` holds a lock (if none does, no change by
+    /// `client` can have anything to call back).
+    pub fn others_hold(&self, client: &ClientId) -> bool {
+        let s = self.state.lock();
+        s.locks.len() > s.holders.get(client).map_or(0, |h| h.locks.len())
     }
 
     /// Locks `client` holds now.
@@ -452,11 +461,13 @@ impl Namespace {
             id,
             targets: targets.to_vec(),
             late: Vec::new(),
+            waited: false,
         };
         let ids = s.conflicting(requester, targets);
         if ids.is_empty() {
             return hold;
         }
+        hold.waited = true;
         self.stats.revocations.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));

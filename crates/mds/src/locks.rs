@@ -137,9 +137,16 @@ pub(crate) fn revoke_for<'a>(
     if mdt.ldlm.conflicts(Some(&call.client), &t) && crate::perm::check(mdt, call).is_err() {
         return None;
     }
-    let mut hold = mdt.ldlm.revoke(Some(&call.client), &t);
+    let revoke = |t: &[(Fid, u8)]| {
+        let hold = mdt.ldlm.revoke(Some(&call.client), t);
+        for c in &hold.late {
+            crate::export::evict_now(mdt, c, "did not cancel a called-back lock in time");
+        }
+        hold
+    };
+    let mut hold = revoke(&t);
     // A name may have been rebound while the callbacks were out: revoke the new inode too.
-    loop {
+    while hold.waited {
         let now = targets(mdt, &call.op);
         let extra: Vec<(Fid, u8)> = now.into_iter().filter(|x| !t.contains(x)).collect();
         if extra.is_empty() {
@@ -147,10 +154,7 @@ pub(crate) fn revoke_for<'a>(
         }
         drop(hold);
         t.extend(extra);
-        hold = mdt.ldlm.revoke(Some(&call.client), &t);
-    }
-    for c in &hold.late {
-        crate::export::evict_now(mdt, c, "did not cancel a called-back lock in time");
+        hold = revoke(&t);
     }
     Some(hold)
 }
@@ -286,7 +290,8 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
     let Ok(call) = nacre_wire::decode_body::<MdsCall>(&req.body) else {
         return Some(req);
     };
-    if mdt.recovery.active() || !call.cred.is_valid() {
+    // Nothing anyone else holds: nothing to wait for (no name resolved for nothing).
+    if !mdt.ldlm.others_hold(&call.client) || mdt.recovery.active() || !call.cred.is_valid() {
         return Some(req);
     }
     let t = targets(mdt, &call.op);

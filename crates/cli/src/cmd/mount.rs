@@ -120,6 +120,17 @@ pub(crate) fn serve_mount(
     let me = client.clone();
     let handle = nacre_fuse::mount(client, mnt, opts)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let (inval, c) = (handle.invalidations(), me.clone());
+    registry.add_fn(format!("llite.{}.lock_cache", me.fsname()), move || {
+        use std::sync::atomic::Ordering::Relaxed;
+        format!(
+            "complete_dirs {}\ninodes_invalidated {}\nentries_invalidated {}\nentry_waits_cut {}",
+            c.complete_dirs(),
+            inval.inodes.load(Relaxed),
+            inval.entries.load(Relaxed),
+            inval.entry_waits_cut.load(Relaxed)
+        )
+    });
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
     daemon::notify_ready();

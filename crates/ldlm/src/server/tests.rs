@@ -32,6 +32,7 @@ fn only_polling_clients_get_locks_and_a_grant_is_reused() {
     let (again, new) = ns.try_grant(&A, fid(1), UPDATE).unwrap();
     assert_eq!((again.handle, new), (g.handle, false));
     assert_eq!(ns.granted(), 1);
+    assert!(ns.others_hold(&B) && !ns.others_hold(&A));
     ns.cancel(&B, &[g.handle]);
     assert_eq!(ns.granted(), 1, "another client cannot cancel it");
     ns.cancel(&A, &[g.handle]);
