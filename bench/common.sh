@@ -18,3 +18,31 @@ fio_bw() {
       --ioengine=psync --group_reporting --output-format=json 2>/dev/null \
     | json "round(d['jobs'][0]['$([ "$2" = read ] && echo read || echo write)']['bw']/1024)"
 }
+
+# free_port ADDR: a TCP port free on ADDR now.
+free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('$1', 0)); print(s.getsockname()[1])"; }
+# wait_serving LOG: waits until the server logging to LOG serves (fails after 10 s).
+wait_serving() {
+  for _ in $(seq 200); do grep -q serving "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "server did not start: $(cat "$1")" >&2; return 1
+}
+# net_up DIR FSNAME: the networked form under DIR — an MGS+MDT0 server process on 127.0.0.1
+# and two OSS processes (127.0.0.2, .3) with one OST each. Sets MGS (its address) and adds
+# the server pids to the array `pids` (the caller kills them).
+net_up() {
+  local dir="$1" fs="$2" i addr
+  MGS="127.0.0.1:$(free_port 127.0.0.1)"
+  "$NACRE" mkfs --mgs --fsname "$fs" "$dir/mgs" >/dev/null
+  "$NACRE" mkfs --mdt --index 0 --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/mdt0" >/dev/null
+  for i in 0 1; do
+    "$NACRE" mkfs --ost --index $i --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/ost$i" >/dev/null
+  done
+  "$NACRE" server --listen "$MGS" --target "$dir/mgs" --target "$dir/mdt0" > "$dir/mds.log" 2>&1 &
+  pids+=($!); wait_serving "$dir/mds.log"
+  for i in 0 1; do
+    addr="127.0.0.$((i + 2))"
+    "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$dir/ost$i" \
+      > "$dir/oss$i.log" 2>&1 &
+    pids+=($!); wait_serving "$dir/oss$i.log"
+  done
+}

@@ -34,29 +34,12 @@ cleanup() {
   return 0
 }
 [ -n "$KEEP" ] || trap cleanup EXIT
-free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('$1', 0)); print(s.getsockname()[1])"; }
-wait_serving() { # log file
-  for _ in $(seq 200); do grep -q serving "$1" 2>/dev/null && return 0; sleep 0.05; done
-  echo "server did not start: $(cat "$1")" >&2; return 1
-}
 
 # --- the file systems -----------------------------------------------------------------
 "$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 2 --fsname emb \
   --listen "127.0.0.1:$(free_port 127.0.0.1)" >/dev/null
 N="$WORK/net"; mkdir -p "$N/a" "$N/b"
-MGS="127.0.0.1:$(free_port 127.0.0.1)"
-"$NACRE" mkfs --mgs --fsname forms "$N/mgs" >/dev/null
-"$NACRE" mkfs --mdt --index 0 --fsname forms --mgsnode "$MGS@tcp" "$N/mdt0" >/dev/null
-for i in 0 1; do
-  "$NACRE" mkfs --ost --index $i --fsname forms --mgsnode "$MGS@tcp" "$N/ost$i" >/dev/null
-done
-"$NACRE" server --listen "$MGS" --target "$N/mgs" --target "$N/mdt0" > "$N/mds.log" 2>&1 &
-pids+=($!); wait_serving "$N/mds.log"
-for i in 0 1; do
-  addr="127.0.0.$((i + 2))"
-  "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$N/ost$i" > "$N/oss$i.log" 2>&1 &
-  pids+=($!); wait_serving "$N/oss$i.log"
-done
+net_up "$N" forms
 "$NACRE" mount "$MGS@tcp:/forms" "$N/a" >/dev/null
 "$NACRE" mount "$MGS@tcp:/forms" "$N/b" >/dev/null
 

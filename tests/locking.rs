@@ -289,7 +289,141 @@ fn a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence(form: Form
     assert!(fs::metadata(other_mnt.join("d/sub")).unwrap().is_dir());
 }
 
+/// `ls -l` on another mount: the listing carries every entry's attributes under locks
+/// (readdirplus), so the stats after it never reach the MDT; the attributes are right,
+/// a file still open for writing elsewhere included (its size glimpsed), and a change on
+/// the first mount afterwards is seen at once.
+fn an_ls_l_is_answered_by_the_listing(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke8",
+        Form::Networked => "lockn8",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    set_ldlm(fsname, "contention_ms", "0");
+    const FILES: usize = 600;
+    fs::create_dir(fs.path("d")).unwrap();
+    for i in 0..FILES {
+        fs::write(fs.path(&format!("d/f{i:04}")), vec![b'x'; i]).unwrap();
+    }
+    fs::create_dir(fs.path("d/sub")).unwrap();
+    std::os::unix::fs::symlink("f0001", fs.path("d/link")).unwrap();
+    // Written and still open here: the MDT does not know its size.
+    let mut open = fs::File::create(fs.path("d/open")).unwrap();
+    open.write_all(&[7; 5_000]).unwrap();
+
+    let (other_mnt, _other) = second_mount(&fs);
+    let b = |rel: &str| other_mnt.join(rel);
+    let ls_l = || -> Vec<(String, fs::Metadata)> {
+        let mut out: Vec<_> = fs::read_dir(b("d"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    fs::symlink_metadata(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        out.sort_by(|x, y| x.0.cmp(&y.0));
+        out
+    };
+    let _ = fs::metadata(b("d")).unwrap();
+    let (reads, plus) = (
+        md_requests(fsname, READS),
+        md_requests(fsname, &["readdirplus"]),
+    );
+    let listed = ls_l();
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(
+        asked < 10,
+        "an ls -l of {} entries sent {asked} lookups and getattrs to the MDT",
+        listed.len()
+    );
+    assert!(md_requests(fsname, &["readdirplus"]) > plus);
+    assert_eq!(listed.len(), FILES + 3);
+    for (name, m) in &listed {
+        match name.as_str() {
+            "sub" => assert!(m.is_dir()),
+            "link" => assert!(m.file_type().is_symlink()),
+            "open" => assert_eq!(m.len(), 5_000, "the size of a file open for writing"),
+            f => assert_eq!(m.len(), f[1..].parse::<u64>().unwrap(), "{f}"),
+        }
+    }
+    // Listed again: the kernel has the listing (cached under the directory's lock).
+    let (lists, reads) = (
+        md_requests(fsname, &["readdir", "readdirplus"]),
+        md_requests(fsname, READS),
+    );
+    assert_eq!(ls_l().len(), FILES + 3);
+    assert_eq!(
+        md_requests(fsname, &["readdir", "readdirplus"]),
+        lists,
+        "a second listing reached the MDT"
+    );
+    // The file another mount writes is not cached (no UPDATE lock meanwhile): its stat
+    // asks every time; nothing else does.
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(
+        asked < 5,
+        "a second ls -l sent {asked} lookups and getattrs"
+    );
+    // Cached, and still called back: changes on the first mount are seen at once.
+    fs::set_permissions(fs.path("d/f0007"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fs.path("d/f0008"))
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    fs::rename(fs.path("d/f0009"), fs.path("d/renamed")).unwrap();
+    open.write_all(&[7; 1_000]).unwrap();
+    assert_eq!(
+        fs::symlink_metadata(b("d/f0007")).unwrap().mode() & 0o777,
+        0o640
+    );
+    assert_eq!(fs::symlink_metadata(b("d/f0008")).unwrap().len(), 12);
+    assert!(fs::symlink_metadata(b("d/f0009")).is_err());
+    assert_eq!(fs::symlink_metadata(b("d/renamed")).unwrap().len(), 9);
+    assert_eq!(fs::symlink_metadata(b("d/open")).unwrap().len(), 6_000);
+    let again = ls_l();
+    assert_eq!(again.len(), FILES + 3);
+    assert!(again.iter().any(|(n, _)| n == "renamed"));
+    assert!(!again.iter().any(|(n, _)| n == "f0009"));
+    // Made or removed on either mount: in the next listing of both.
+    fs::write(fs.path("d/new-a"), b"a").unwrap();
+    fs::write(b("d/new-b"), b"b").unwrap();
+    fs::remove_file(fs.path("d/f0010")).unwrap();
+    for dir in [fs.path("d"), b("d")] {
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), FILES + 4, "{dir:?}");
+        for n in ["new-a", "new-b", "renamed"] {
+            assert!(names.iter().any(|x| x == n), "{n} not listed in {dir:?}");
+        }
+        assert!(!names.iter().any(|x| x == "f0010"), "{dir:?}");
+    }
+    // Readable but not searchable by others: `ls` lists the names (an `ls -l` could not
+    // stat them, as on any file system).
+    fs::create_dir(fs.path("ronly")).unwrap();
+    fs::write(fs.path("ronly/inside"), b"x").unwrap();
+    fs::set_permissions(fs.path("ronly"), fs::Permissions::from_mode(0o744)).unwrap();
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "ls"])
+        .arg(b("ronly"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "inside");
+}
+
 on_both_forms!(
+    an_ls_l_is_answered_by_the_listing,
     a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence,
     an_absent_name_is_cached_until_another_mount_makes_it,
     a_cached_stat_never_leaves_the_kernel,

@@ -11,6 +11,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = call.op.key_fid();
     }
     if let Ok(reply) = nacre_wire::decode_body::<MdsReply>(data) {
+        // The client's checks of a reply (directory pages, readdirplus entries) hold.
+        let _ = reply.check();
         let _ = nacre_wire::encode_body(&reply);
     }
 });

@@ -15,6 +15,7 @@ mod admin;
 pub mod complete;
 mod io;
 pub mod lfsck;
+mod listing;
 mod locking;
 pub mod mdc;
 mod namespace;
@@ -22,6 +23,7 @@ pub mod osc;
 mod routing;
 pub mod rpc_stats;
 
+pub use listing::Listed;
 pub use locking::Cached;
 
 use nacre_net::rpc::{call, RpcError};
@@ -83,31 +85,6 @@ impl ClientError {
             }
         }
     }
-}
-
-/// A directory page a listing can go on from: at most `count` entries, in strictly rising
-/// name order after `after`, and not empty unless it is the last (else a listing could loop
-/// forever or repeat names).
-fn check_page(
-    entries: &[DirEntry],
-    eof: bool,
-    after: Option<&[u8]>,
-    count: u32,
-) -> std::result::Result<(), String> {
-    if entries.len() > count as usize {
-        return Err(format!("{} entries for a page of {count}", entries.len()));
-    }
-    if entries.is_empty() && !eof {
-        return Err("an empty directory page that is not the last".into());
-    }
-    let mut prev = after;
-    for e in entries {
-        if prev.is_some_and(|p| e.name.as_slice() <= p) {
-            return Err("directory entries out of order".into());
-        }
-        prev = Some(&e.name);
-    }
-    Ok(())
 }
 
 impl ClientError {
@@ -535,45 +512,4 @@ fn start_watch(client: &Arc<Client>) {
 /// The current time, for `utimens(UTIME_NOW)`.
 pub fn now() -> TimeSpec {
     TimeSpec::now()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nacre_types::FileKind;
-
-    fn entry(name: &str) -> DirEntry {
-        DirEntry {
-            name: name.as_bytes().to_vec(),
-            fid: Fid::new(0x200000400, 1),
-            kind: FileKind::Regular,
-        }
-    }
-
-    #[test]
-    fn directory_pages_that_could_loop_a_listing_are_refused() {
-        let page = [entry("a"), entry("b")];
-        assert!(check_page(&page, false, None, 2).is_ok());
-        assert!(check_page(&page, true, Some(b"0"), 4).is_ok());
-        assert!(
-            check_page(&[], true, Some(b"z"), 4).is_ok(),
-            "an empty last page"
-        );
-        assert!(
-            check_page(&[], false, None, 4).is_err(),
-            "empty, more to come: a loop"
-        );
-        assert!(
-            check_page(&page, false, None, 1).is_err(),
-            "more than asked"
-        );
-        assert!(
-            check_page(&page, false, Some(b"b"), 4).is_err(),
-            "not after `after`"
-        );
-        let back = [entry("b"), entry("a")];
-        assert!(check_page(&back, true, None, 4).is_err(), "out of order");
-        let twice = [entry("a"), entry("a")];
-        assert!(check_page(&twice, true, None, 4).is_err(), "a name twice");
-    }
 }

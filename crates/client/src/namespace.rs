@@ -4,7 +4,7 @@
 use crate::*;
 use nacre_types::dirstripe::{DirDefault, DirHash};
 use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr, Status};
-use nacre_wire::mds::{DirEntry, LayoutInfo, MdsOp, MdsReply};
+use nacre_wire::mds::{LayoutInfo, MdsOp, MdsReply};
 
 /// What a lookup found.
 pub(crate) enum Looked {
@@ -620,68 +620,6 @@ impl Client {
             return self.with_glimpse(attr, Some(&layout), false);
         }
         Ok(attr)
-    }
-
-    /// One page of a directory listing, after `after`.
-    pub fn readdir(
-        &self,
-        fid: Fid,
-        after: Option<&[u8]>,
-        count: u32,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        let Some(stripe) = self.dir_stripe(fid)? else {
-            return self.readdir_one(fid, after, count);
-        };
-        // A striped directory lists as one: its shards' pages merged in name order, up to
-        // the lowest last name of a shard with more to come (names past it may still be
-        // missing), so the order is stable and resuming after a name skips nothing.
-        let mut merged = Vec::new();
-        let mut bound: Option<Vec<u8>> = None;
-        for &shard in &stripe.shards {
-            let (page, eof) = self.readdir_one(shard, after, count)?;
-            if !eof {
-                if let Some(last) = page.last() {
-                    if bound.as_ref().is_none_or(|b| last.name < *b) {
-                        bound = Some(last.name.clone());
-                    }
-                }
-            }
-            merged.extend(page);
-        }
-        merged.sort_by(|a, b| a.name.cmp(&b.name));
-        if let Some(b) = &bound {
-            merged.retain(|e| e.name <= *b);
-        }
-        let complete = bound.is_none() && merged.len() <= count as usize;
-        merged.truncate(count as usize);
-        Ok((merged, complete))
-    }
-
-    pub(crate) fn readdir_one(
-        &self,
-        fid: Fid,
-        after: Option<&[u8]>,
-        count: u32,
-    ) -> Result<(Vec<DirEntry>, bool)> {
-        let mut fid = fid;
-        // A directory migrated while listed: its listing goes on at its new FID (once).
-        for _ in 0..2 {
-            match self.md(MdsOp::ReadDir {
-                fid,
-                after: after.map(<[u8]>::to_vec),
-                count,
-            })? {
-                MdsReply::Dir { entries, eof } => {
-                    check_page(&entries, eof, after, count).map_err(|what| {
-                        ClientError::bad_reply(format!("MDT{:04x}", fid.mdt_index()), what)
-                    })?;
-                    return Ok((entries, eof));
-                }
-                MdsReply::Remote { fid: new } => fid = new,
-                _ => return Err(Status::Proto.into()),
-            }
-        }
-        Err(Status::Stale.into())
     }
 
     /// Reads an xattr.

@@ -58,3 +58,18 @@ pub fn absent_attr() -> FileAttr {
         flags: 0,
     }
 }
+
+/// What a readdirplus entry carries when this mount has no current attributes for it (an
+/// inode of another MDT, one changed since its page was read, a directory the caller may
+/// read but not search): its inode number and kind for the listing, and a size the kernel
+/// refuses as attributes (above `i64::MAX`), so it lists the name without caching an entry
+/// or attributes for it (the kernel drops the link and forgets the node); a later stat
+/// looks the name up.
+pub fn listed_only_attr(ino: u64, kind: FileKind) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: u64::MAX,
+        kind: file_type(kind),
+        ..absent_attr()
+    }
+}

@@ -1,18 +1,23 @@
 //! The `fuser::Filesystem` implementation.
 
-use crate::attrs::{file_attr, file_type};
+mod dir;
+
+use dir::DirStream;
+pub use dir::READDIR_PAGE_ENTRIES;
+
+use crate::attrs::file_attr;
 use crate::pool::{self, Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
 use crate::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
 use fuser::{
-    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use nacre_client::{Cached, Client, ClientError, OpenFile, StripeSpec};
 use nacre_ldlm::msg::{LOOKUP, UPDATE};
 use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
-use nacre_wire::mds::{DirEntry, LayoutInfo};
+use nacre_wire::mds::LayoutInfo;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -21,20 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// Entries fetched per readdir RPC.
-pub const READDIR_PAGE_ENTRIES: u32 = 1024;
 /// Largest write and read the kernel sends (1 MiB, the FUSE ceiling here).
 pub const IO_BYTES_MAX: u32 = 1 << 20;
 /// Entry and attribute timeout given to the kernel for what a metadata lock covers: it is
 /// invalidated when the lock goes, so the timeout only bounds how long the kernel keeps it.
 pub const LOCKED_TTL: Duration = Duration::from_secs(3_600);
-
-/// An open directory: entries fetched so far and where to resume.
-struct DirStream {
-    fid: Fid,
-    entries: Vec<DirEntry>,
-    eof: bool,
-}
 
 /// How every regular file is opened: parallel O_DIRECT writers, and no FUSE_FLUSH at close.
 /// Writes are acknowledged by the OSTs before `write` returns, so a flush has nothing to do;
@@ -83,6 +79,8 @@ pub struct NacreFs {
     shared: Arc<Shared>,
     lanes: Lanes,
     helpers: Arc<Helpers<Shared>>,
+    /// Ask the kernel for readdirplus (see [`NacreFs::with_readdirplus`]).
+    readdirplus: bool,
 }
 
 /// What the operations work on.
@@ -158,7 +156,16 @@ impl NacreFs {
             ),
             shared,
             lanes: Lanes::new(threads),
+            readdirplus: true,
         }
+    }
+
+    /// Whether the kernel lists directories with readdirplus (every entry's attributes with
+    /// the listing, cached under locks: the statahead of `ls -l`; on by default) or plain
+    /// readdir (a lookup per name the program then stats).
+    pub fn with_readdirplus(mut self, on: bool) -> NacreFs {
+        self.readdirplus = on;
+        self
     }
 
     /// Where the mount puts its invalidator once the session (and so its notifier) exists.
@@ -471,18 +478,6 @@ impl Shared {
             start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
         };
         self.client.set_layout(fid, spec).map(|_| ())
-    }
-
-    fn fill_dir(&self, stream: &mut DirStream, want: usize) -> Result<(), ClientError> {
-        while !stream.eof && stream.entries.len() < want {
-            let after = stream.entries.last().map(|e| e.name.clone());
-            let (page, eof) =
-                self.client
-                    .readdir(stream.fid, after.as_deref(), READDIR_PAGE_ENTRIES)?;
-            stream.entries.extend(page);
-            stream.eof = eof;
-        }
-        Ok(())
     }
 }
 
@@ -854,83 +849,6 @@ impl Shared {
         empty(reply, self.file(fh).and_then(|f| ok(self.client.fsync(&f))));
     }
 
-    fn opendir(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.enter(req);
-        let fid = match fid_of(ino) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let stream = DirStream {
-            fid,
-            entries: Vec::new(),
-            eof: false,
-        };
-        self.dirs.lock().insert(fh, Arc::new(Mutex::new(stream)));
-        reply.opened(FileHandle(fh), FopenFlags::empty());
-    }
-
-    fn readdir(
-        &self,
-        req: &Caller,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        self.enter(req);
-        let Some(stream) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut stream = stream.lock();
-        let mut pos = offset as usize;
-        if pos == 0 {
-            if reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
-            }
-            pos = 1;
-        }
-        if pos == 1 {
-            if reply.add(INodeNo(1), 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-            pos = 2;
-        }
-        loop {
-            let index = pos - 2;
-            if let Err(e) = self.fill_dir(&mut stream, index + 1) {
-                return reply.error(errno(&e));
-            }
-            let Some(entry) = stream.entries.get(index) else {
-                break;
-            };
-            let full = reply.add(
-                INodeNo(entry.fid.to_ino()),
-                (pos + 1) as u64,
-                file_type(entry.kind),
-                OsStr::from_bytes(&entry.name),
-            );
-            if full {
-                break;
-            }
-            pos += 1;
-        }
-        reply.ok();
-    }
-
-    fn releasedir(
-        &self,
-        req: &Caller,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.enter(req);
-        self.dirs.lock().remove(&fh.0);
-        reply.ok();
-    }
-
     fn fsyncdir(
         &self,
         req: &Caller,
@@ -1154,7 +1072,12 @@ impl Filesystem for NacreFs {
         let _ = config.set_max_write(IO_BYTES_MAX);
         let _ = config.set_max_readahead(IO_BYTES_MAX);
         let _ = config.set_max_background(64);
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // Readdirplus always (not adaptively): an `ls -l` gets every entry's attributes
+        // with its listing, under locks, instead of a lookup per name afterwards.
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        if self.readdirplus {
+            wanted |= InitFlags::FUSE_DO_READDIRPLUS;
+        }
         let _ = config.add_capabilities(wanted & config.capabilities());
         Ok(())
     }
@@ -1404,6 +1327,17 @@ impl Filesystem for NacreFs {
         reply: ReplyDirectory,
     ) {
         self.run(req, move |fs, c| fs.readdir(c, ino, fh, offset, reply));
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.run(req, move |fs, c| fs.readdirplus(c, ino, fh, offset, reply));
     }
 
     fn releasedir(

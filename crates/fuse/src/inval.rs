@@ -25,6 +25,9 @@ use std::time::Duration;
 pub const ENTRY_INVAL_WAIT_MS: u64 = 250;
 /// Batches of entry invalidations queued at most (past it, the callback thread waits).
 const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
+/// Directories whose listing the kernel may cache at once (past it, listings are not
+/// cached).
+pub const CACHED_DIRS_MAX: usize = 65_536;
 
 type Batch = (Vec<(u64, OsString)>, Sender<()>);
 
@@ -37,12 +40,17 @@ pub struct InvalStats {
     pub entries: AtomicU64,
     /// Callback threads that stopped waiting for an entry invalidation.
     pub entry_waits_cut: AtomicU64,
+    /// Directory listings the kernel cached that were invalidated.
+    pub listings: AtomicU64,
 }
 
 /// The lock sink of a FUSE mount.
 pub struct Invalidator {
     notifier: Notifier,
     entries: Sender<Batch>,
+    /// Directories (inode numbers) whose listing the kernel may cache: their `UPDATE`
+    /// lock's callback drops the listing too.
+    dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// Counters.
     pub stats: Arc<InvalStats>,
 }
@@ -60,6 +68,7 @@ impl Invalidator {
         Ok(Arc::new(Invalidator {
             notifier,
             entries: tx,
+            dirs: Default::default(),
             stats,
         }))
     }
@@ -69,10 +78,16 @@ impl Invalidator {
         let mut entries = Vec::new();
         for r in revoked {
             if r.lock.bits & (UPDATE | LAYOUT) != 0 {
-                let ino = INodeNo(r.lock.fid.to_ino());
-                // Offset -1: attributes only. ENOENT (the kernel forgot the inode) is fine.
-                let _ = self.notifier.inval_inode(ino, -1, 0);
+                let ino = r.lock.fid.to_ino();
+                // Offset -1: attributes only; 0: a directory's cached listing (its pages)
+                // too. ENOENT (the kernel forgot the inode) is fine.
+                let listing = r.lock.bits & UPDATE != 0 && self.dirs.lock().remove(&ino);
+                let offset = if listing { 0 } else { -1 };
+                let _ = self.notifier.inval_inode(INodeNo(ino), offset, 0);
                 self.stats.inodes.fetch_add(1, Ordering::Relaxed);
+                if listing {
+                    self.stats.listings.fetch_add(1, Ordering::Relaxed);
+                }
             }
             for (parent, name) in &r.names {
                 entries.push((parent.to_ino(), OsString::from_vec(name.clone())));
@@ -95,6 +110,13 @@ impl Invalidator {
 }
 
 impl Invalidator {
+    /// Notes that the kernel may cache directory `ino`'s listing (its `UPDATE` lock is held):
+    /// false if too many are noted already (then it must not).
+    pub fn cache_listing(&self, ino: u64) -> bool {
+        let mut dirs = self.dirs.lock();
+        dirs.contains(&ino) || (dirs.len() < CACHED_DIRS_MAX && dirs.insert(ino))
+    }
+
     /// Has the kernel forget entry `parent`/`name` once it can (it may be applying a
     /// change to that directory right now); does not wait.
     pub fn entry_later(&self, parent: u64, name: OsString) {

@@ -24,6 +24,8 @@ pub struct MountOptions {
     /// Kernel readahead for the mount, in KiB. FUSE offers 128 KiB at init and refuses more,
     /// so it is raised through the mount's bdi after mounting.
     pub read_ahead_kb: u32,
+    /// List directories with readdirplus (see [`NacreFs::with_readdirplus`]).
+    pub readdirplus: bool,
 }
 
 impl Default for MountOptions {
@@ -34,6 +36,7 @@ impl Default for MountOptions {
             entry_timeout: Duration::ZERO,
             allow_other: true,
             read_ahead_kb: 4096,
+            readdirplus: true,
             jobid_var: std::sync::Arc::new(parking_lot::RwLock::new(
                 crate::jobid::JOBID_VAR_DEFAULT.to_string(),
             )),
@@ -138,7 +141,8 @@ pub fn mount(
         opts.entry_timeout,
         jobs,
         threads,
-    );
+    )
+    .with_readdirplus(opts.readdirplus);
     let slot = fs.invalidator_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     // Metadata locks: the kernel caches what they cover and forgets it when they go.

@@ -126,6 +126,11 @@ impl ClientLocks {
         true
     }
 
+    /// True while lock `handle` is held (not called back, cancelled or dropped).
+    pub fn holds(&self, handle: u64) -> bool {
+        self.state.lock().held.contains_key(&handle)
+    }
+
     /// True if held locks on `fid` cover all of `bits`.
     pub fn covers(&self, fid: Fid, bits: u8) -> bool {
         let mut s = self.state.lock();

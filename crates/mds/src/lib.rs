@@ -707,6 +707,14 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
         }
         MdsOp::Update(u) => to_outgoing(crate::ops::remote_update::apply(mdt, u)),
+        MdsOp::ReadDirPlus { fid, after, count } => to_outgoing(ops::readdir::plus(
+            mdt,
+            &call.client,
+            *fid,
+            after.as_deref(),
+            *count,
+            call.lock_bits & nacre_ldlm::msg::BITS_ALL,
+        )),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),
     }

@@ -163,7 +163,7 @@ pub(crate) fn revoke_for<'a>(
 /// client writes it. Checked after the grant: an open for writing registers its writer
 /// before its revocation ends, so either the check sees it or the revocation calls the
 /// new lock back.
-fn grant(mdt: &Mdt, client: &[u8; 16], fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
+pub(crate) fn grant(mdt: &Mdt, client: &[u8; 16], fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
     let (lock, new) = mdt.ldlm.try_grant(client, fid, bits)?;
     if lock.bits & UPDATE != 0 && mdt.sizes.written_by_others(fid, client) {
         if new {

@@ -45,6 +45,7 @@ pub const MD_OPS: &[&str] = &[
     "ldlm_poll",
     "ldlm_cancel",
     "ldlm_replay",
+    "readdirplus",
 ];
 
 #[cfg(test)]
@@ -62,8 +63,12 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::LockReplay { locks: Vec::new() };
+        let last = MdsOp::ReadDirPlus {
+            fid: nacre_types::Fid::ROOT,
+            after: None,
+            count: 1,
+        };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "ldlm_replay");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "readdirplus");
     }
 }

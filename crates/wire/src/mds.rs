@@ -380,6 +380,37 @@ pub enum MdsOp {
         /// The locks (at most [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]).
         locks: Vec<nacre_ldlm::msg::LockRef>,
     },
+    /// [`MdsOp::ReadDir`] with every entry's attributes (FUSE's readdirplus, the statahead
+    /// of `ls -l`), and for each entry of this MDT a lock of the call's `lock_bits` on its
+    /// inode where one can be granted. Reply: [`MdsReply::DirPlus`].
+    ReadDirPlus {
+        /// Directory.
+        fid: Fid,
+        /// Resume after this name; `None` starts at the beginning.
+        after: Option<Vec<u8>>,
+        /// Most entries wanted (at most [`READDIRPLUS_ENTRIES_MAX`]).
+        count: u32,
+    },
+}
+
+/// Most entries of one [`MdsOp::ReadDirPlus`] page (each carries attributes, maybe a
+/// layout and a lock).
+pub const READDIRPLUS_ENTRIES_MAX: u32 = 512;
+
+/// One entry of a [`MdsReply::DirPlus`] page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirPlusEntry {
+    /// Name, inode, kind.
+    pub entry: DirEntry,
+    /// The inode's attributes, read after its lock was granted; `None` for an inode of
+    /// another MDT, or one whose name no longer led to it under the lock (ask again).
+    pub attr: Option<Attr>,
+    /// A regular file's size and blocks in `attr` are exact (else glimpse its objects).
+    pub size_exact: bool,
+    /// A regular file's layout, given when its size is not exact (for the glimpse).
+    pub layout: Option<Layout>,
+    /// The lock granted on the inode, if any.
+    pub lock: Option<nacre_ldlm::msg::LockRef>,
 }
 
 /// A reply of the MDS service on the network: the transaction number the MDT gave the
@@ -412,9 +443,9 @@ pub const REOPEN_FIDS_MAX: usize = 16_384;
 pub const MDT_INDEX_ANY: u32 = u32::MAX;
 
 /// Requests served by the MDS readpage service `mdt_readpage` (Lustre's MDS_READPAGE_PORTAL):
-/// directory pages, and closes (as Lustre does, so a close never waits behind the creates
-/// and opens queued in `mdt`). Everything else is served by `mdt`.
-pub const READPAGE_OPCODES: [u16; 2] = [0x020c, 0x020e];
+/// directory pages (with attributes too), and closes (as Lustre does, so a close never
+/// waits behind the creates and opens queued in `mdt`). Everything else is served by `mdt`.
+pub const READPAGE_OPCODES: [u16; 3] = [0x020c, 0x020e, 0x022b];
 
 /// Requests a server serves to completion on the network thread that read them: short reads
 /// of one MDT's records that wait on no lock, disk write or other server (getattr, lookup,
@@ -441,6 +472,7 @@ impl MdsOp {
             | MdsOp::SetAttr { fid, .. }
             | MdsOp::ReadLink { fid }
             | MdsOp::ReadDir { fid, .. }
+            | MdsOp::ReadDirPlus { fid, .. }
             | MdsOp::Open { fid, .. }
             | MdsOp::Close { fid, .. }
             | MdsOp::GetXattr { fid, .. }
@@ -519,6 +551,7 @@ impl MdsOp {
                 MdsOp::LockPoll { .. } => 40,
                 MdsOp::LockCancel { .. } => 41,
                 MdsOp::LockReplay { .. } => 42,
+                MdsOp::ReadDirPlus { .. } => 43,
             }
     }
 
@@ -530,6 +563,7 @@ impl MdsOp {
                 | MdsOp::Lookup { .. }
                 | MdsOp::ReadLink { .. }
                 | MdsOp::ReadDir { .. }
+                | MdsOp::ReadDirPlus { .. }
                 | MdsOp::Open { .. }
                 | MdsOp::GetXattr { .. }
                 | MdsOp::ListXattr { .. }
@@ -850,6 +884,14 @@ pub enum MdsReply {
     /// Handles of replayed locks the MDT did not take back (answer to
     /// [`MdsOp::LockReplay`]): the client drops them.
     LocksRefused(Vec<u64>),
+    /// A page of directory entries with attributes and locks (answer to
+    /// [`MdsOp::ReadDirPlus`]).
+    DirPlus {
+        /// Entries in name order.
+        entries: Vec<DirPlusEntry>,
+        /// No entries follow.
+        eof: bool,
+    },
     /// Answer to [`MdsOp::Connect`].
     Connected {
         /// Changes at every start of the MDT: a client that saw another one must replay.
@@ -890,6 +932,26 @@ impl MdsReply {
                     return Err(format!("directory page of {} entries", entries.len()));
                 }
                 entries.iter().try_for_each(|e| check_name(&e.name))
+            }
+            MdsReply::DirPlus { entries, .. } => {
+                if entries.len() > READDIRPLUS_ENTRIES_MAX as usize {
+                    return Err(format!("directory page of {} entries", entries.len()));
+                }
+                entries.iter().try_for_each(|e| {
+                    check_name(&e.entry.name)?;
+                    if let Some(l) = &e.layout {
+                        l.check().map_err(|e| e.to_string())?;
+                    }
+                    match (&e.attr, &e.lock) {
+                        (Some(a), _) if a.fid != e.entry.fid => {
+                            Err("attributes of another inode than the entry's".into())
+                        }
+                        (_, Some(l)) if l.fid != e.entry.fid || !l.is_valid() => {
+                            Err("a lock on another inode than the entry's".into())
+                        }
+                        _ => Ok(()),
+                    }
+                })
             }
             MdsReply::Target(t) => at_most("symlink target", t.len(), SYMLINK_BYTES_MAX),
             MdsReply::LocksRefused(h) if h.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX => {
@@ -999,6 +1061,11 @@ mod tests {
                 fid,
                 writer: true,
                 written: false,
+            },
+            MdsOp::ReadDirPlus {
+                fid,
+                after: None,
+                count: 1,
             },
         ];
         let ops: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
@@ -1284,7 +1351,101 @@ mod tests {
         assert_eq!(decode_body::<MdsCall>(&encode_body(&call)).unwrap(), call);
     }
 
+    fn plus_entry(name: Vec<u8>, ino: u32, size: u64, bits: u8, exact: bool) -> DirPlusEntry {
+        let fid = Fid::new(0x2_0000_0400, ino);
+        let t = nacre_types::TimeSpec { sec: 5, nsec: 6 };
+        DirPlusEntry {
+            entry: DirEntry {
+                name,
+                fid,
+                kind: FileKind::Regular,
+            },
+            attr: Some(Attr {
+                fid,
+                kind: FileKind::Regular,
+                perm: 0o640,
+                uid: 3,
+                gid: 4,
+                nlink: 1,
+                size,
+                blocks: size / 512,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                rdev: 0,
+            }),
+            size_exact: exact,
+            layout: None,
+            lock: (bits != 0).then_some(nacre_ldlm::msg::LockRef {
+                handle: u64::from(ino) * 7,
+                fid,
+                bits,
+            }),
+        }
+    }
+
+    #[test]
+    fn readdirplus_pages_are_checked() {
+        let good = MdsReply::DirPlus {
+            entries: vec![plus_entry(b"a".to_vec(), 1, 10, 3, true)],
+            eof: true,
+        };
+        assert!(good.check().is_ok());
+        // Attributes or a lock of another inode than the entry's, a lock with unknown bits,
+        // a bad name, too many entries: refused.
+        let mut other_attr = plus_entry(b"a".to_vec(), 1, 10, 3, true);
+        other_attr.attr.as_mut().unwrap().fid = Fid::new(0x2_0000_0400, 2);
+        let mut other_lock = plus_entry(b"a".to_vec(), 1, 10, 3, true);
+        other_lock.lock.as_mut().unwrap().fid = Fid::ROOT;
+        let odd_bits = plus_entry(b"a".to_vec(), 1, 10, 0x80, true);
+        let bad_name = plus_entry(b"a/b".to_vec(), 1, 10, 3, true);
+        for e in [other_attr, other_lock, odd_bits, bad_name] {
+            let page = MdsReply::DirPlus {
+                entries: vec![e.clone()],
+                eof: true,
+            };
+            assert!(page.check().is_err(), "{e:?}");
+        }
+        let many = MdsReply::DirPlus {
+            entries: (0..=READDIRPLUS_ENTRIES_MAX)
+                .map(|i| plus_entry(format!("f{i}").into_bytes(), i + 1, 0, 0, true))
+                .collect(),
+            eof: false,
+        };
+        assert!(many.check().is_err());
+    }
+
     proptest! {
+        #[test]
+        fn readdirplus_round_trips_and_refuses_truncation(
+            names in proptest::collection::vec(proptest::collection::vec(1u8..=255, 1..40), 0..8),
+            size in any::<u64>(),
+            bits in 0u8..8,
+            exact in any::<bool>(),
+            after in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
+            count in any::<u32>(),
+        ) {
+            let op = MdsOp::ReadDirPlus { fid: Fid::ROOT, after, count };
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+            let reply = MdsReply::DirPlus {
+                entries: names
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, n)| plus_entry(n, i as u32 + 1, size, bits, exact))
+                    .collect(),
+                eof: exact,
+            };
+            let bytes = encode_body(&reply);
+            prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), reply);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+            }
+        }
+
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_body::<MdsCall>(&bytes);

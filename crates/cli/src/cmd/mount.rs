@@ -37,6 +37,11 @@ pub(crate) struct ClientArgs {
     /// Name cache timeout in ms for entries no metadata lock covers.
     #[arg(long, default_value_t = 0)]
     pub(crate) entry_timeout_ms: u64,
+    /// List directories with readdirplus: every entry's attributes come with the listing,
+    /// cached under locks, so the stats of an `ls -l` cost nothing more (false: a lookup
+    /// per name stat'ed after a plain listing).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) readdirplus: bool,
     /// Learn servers' other NIDs (rails) from the servers themselves.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) discovery: bool,
@@ -91,6 +96,7 @@ pub(crate) fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, Mou
         threads: a.fuse_threads.clamp(1, 64),
         attr_timeout: Duration::from_millis(a.attr_timeout_ms),
         entry_timeout: Duration::from_millis(a.entry_timeout_ms),
+        readdirplus: a.readdirplus,
         ..MountOptions::default()
     };
     let readahead_bytes = parse_size(&a.max_read_ahead).map_err(anyhow::Error::msg)?;
@@ -124,11 +130,13 @@ pub(crate) fn serve_mount(
     registry.add_fn(format!("llite.{}.lock_cache", me.fsname()), move || {
         use std::sync::atomic::Ordering::Relaxed;
         format!(
-            "complete_dirs {}\ninodes_invalidated {}\nentries_invalidated {}\nentry_waits_cut {}",
+            "complete_dirs {}\ninodes_invalidated {}\nentries_invalidated {}\n\
+             entry_waits_cut {}\nlistings_invalidated {}",
             c.complete_dirs(),
             inval.inodes.load(Relaxed),
             inval.entries.load(Relaxed),
-            inval.entry_waits_cut.load(Relaxed)
+            inval.entry_waits_cut.load(Relaxed),
+            inval.listings.load(Relaxed)
         )
     });
     let pidfile = daemon::write_pidfile(mnt)?;
@@ -390,6 +398,7 @@ const NACRE_OPTIONS: &[&str] = &[
     "fuse_threads",
     "attr_timeout_ms",
     "entry_timeout_ms",
+    "readdirplus",
     "discovery",
     "rail_timeout_ms",
     "rpc_timeout_ms",

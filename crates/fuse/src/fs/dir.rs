@@ -1,0 +1,290 @@
+//! Directory listings for the kernel: `opendir`, `readdir`, `readdirplus` (every entry with
+//! its attributes, cached by the kernel under the locks the MDT granted with the page, so
+//! the stats of an `ls -l` never leave it) and `releasedir`. Statahead: while the kernel
+//! consumes a page, the next one is fetched by a helper thread.
+
+use super::{errno, fid_of, Caller, Shared, LOCKED_TTL};
+use crate::attrs::{file_attr, file_type, listed_only_attr};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, OpenFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyOpen,
+};
+use nacre_client::{Cached, Client, ClientError, Listed};
+use nacre_ldlm::msg::UPDATE;
+use nacre_types::Fid;
+use parking_lot::Mutex;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// Entries fetched per readdir RPC.
+pub const READDIR_PAGE_ENTRIES: u32 = 1024;
+/// Entries fetched per readdirplus RPC (each with attributes and a lock).
+pub const READDIRPLUS_PAGE_ENTRIES: u32 = 256;
+
+/// A page of a listing: entries, and whether none follow.
+type Page = Result<(Vec<Listed>, bool), ClientError>;
+
+/// An open directory: entries fetched so far and where to resume.
+pub(crate) struct DirStream {
+    fid: Fid,
+    entries: Vec<Listed>,
+    eof: bool,
+    /// The next readdirplus page, being fetched (statahead).
+    ahead: Option<mpsc::Receiver<Page>>,
+    /// The caller may list the directory but not search it: plain pages only (their
+    /// entries listed without attributes).
+    plain_only: bool,
+}
+
+impl DirStream {
+    /// Fetches pages until entry `want - 1` is there or the listing ends; `plus`: with
+    /// attributes (the kernel's readdirplus).
+    fn fill(&mut self, client: &Arc<Client>, want: usize, plus: bool) -> Result<(), ClientError> {
+        let plus = plus && !self.plain_only;
+        while !self.eof && self.entries.len() < want {
+            let (page, eof) = match self.ahead.take() {
+                // A page fetched ahead: the same one a call now would return.
+                Some(ahead) if plus => match ahead.recv() {
+                    Ok(page) => page?,
+                    Err(_) => self.fetch(client, plus)?,
+                },
+                _ => match self.fetch(client, plus) {
+                    // Readable, not searchable: names only, as a plain listing gives them.
+                    Err(e) if plus && e.status() == nacre_types::Status::Access => {
+                        self.plain_only = true;
+                        return self.fill(client, want, false);
+                    }
+                    r => r?,
+                },
+            };
+            self.entries.extend(page);
+            self.eof = eof;
+        }
+        Ok(())
+    }
+
+    fn fetch(&self, client: &Client, plus: bool) -> Page {
+        let after = self.entries.last().map(|e| e.entry.name.as_slice());
+        if plus {
+            return client.readdir_plus(self.fid, after, READDIRPLUS_PAGE_ENTRIES);
+        }
+        let (page, eof) = client.readdir(self.fid, after, READDIR_PAGE_ENTRIES)?;
+        let page = page
+            .into_iter()
+            .map(|entry| Listed { entry, attr: None })
+            .collect();
+        Ok((page, eof))
+    }
+
+    /// Statahead: once the kernel is past half of what was fetched, the next page is
+    /// fetched by a helper thread while it reads on.
+    fn read_ahead(&mut self, client: &Arc<Client>, pos: usize) {
+        if self.eof || self.ahead.is_some() || pos < self.entries.len() / 2 {
+            return;
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        let client = client.clone();
+        let fid = self.fid;
+        let after = self.entries.last().map(|e| e.entry.name.clone());
+        let spawned = std::thread::Builder::new()
+            .name("nacre-statahead".into())
+            .spawn(move || {
+                let page = client.readdir_plus(fid, after.as_deref(), READDIRPLUS_PAGE_ENTRIES);
+                let _ = tx.send(page);
+            });
+        if spawned.is_ok() {
+            self.ahead = Some(rx);
+        }
+    }
+}
+
+/// What `.` and `..` carry in a readdirplus reply (the kernel links neither).
+fn dot_attr(ino: INodeNo) -> FileAttr {
+    let mut attr = crate::attrs::absent_attr();
+    attr.ino = ino;
+    attr.kind = FileType::Directory;
+    attr
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Shared {
+    pub(super) fn opendir(&self, req: &Caller, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let stream = DirStream {
+            fid,
+            entries: Vec::new(),
+            eof: false,
+            ahead: None,
+            plain_only: false,
+        };
+        self.dirs.lock().insert(fh, Arc::new(Mutex::new(stream)));
+        reply.opened(FileHandle(fh), self.listing_flags(fid));
+    }
+
+    /// The kernel caches a directory's listing while this mount holds its `UPDATE` lock
+    /// (which a change in it calls back, and the callback drops the cached listing with
+    /// the attributes); the kernel itself also starts the listing afresh when the
+    /// directory's modification time or version moved.
+    fn listing_flags(&self, dir: Fid) -> FopenFlags {
+        let Some(inval) = self.inval.get() else {
+            return FopenFlags::empty();
+        };
+        // Noted before the lock is checked: a callback after the check finds it noted.
+        if !inval.cache_listing(dir.to_ino()) {
+            return FopenFlags::empty();
+        }
+        match self.client.lock_covers(dir, UPDATE) {
+            true => FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            false => FopenFlags::empty(),
+        }
+    }
+
+    fn stream(&self, fh: FileHandle) -> Option<Arc<Mutex<DirStream>>> {
+        self.dirs.lock().get(&fh.0).cloned()
+    }
+
+    pub(super) fn readdir(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.enter(req);
+        let Some(stream) = self.stream(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut stream = stream.lock();
+        let mut pos = offset as usize;
+        if pos == 0 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            pos = 1;
+        }
+        if pos == 1 {
+            if reply.add(INodeNo(1), 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            pos = 2;
+        }
+        loop {
+            let index = pos - 2;
+            if let Err(e) = stream.fill(&self.client, index + 1, false) {
+                return reply.error(errno(&e));
+            }
+            let Some(listed) = stream.entries.get(index) else {
+                break;
+            };
+            let entry = &listed.entry;
+            let full = reply.add(
+                INodeNo(entry.fid.to_ino()),
+                (pos + 1) as u64,
+                file_type(entry.kind),
+                OsStr::from_bytes(&entry.name),
+            );
+            if full {
+                break;
+            }
+            pos += 1;
+        }
+        reply.ok();
+    }
+
+    /// Entries with their attributes: the kernel links each name to its inode and keeps
+    /// both for as long as a lock covers them (until the lock's callback invalidates
+    /// them), or revalidates them at their next use where none does.
+    pub(super) fn readdirplus(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.enter(req);
+        let Some(stream) = self.stream(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut stream = stream.lock();
+        let mut pos = offset as usize;
+        let zero = Duration::ZERO;
+        if pos == 0 {
+            if reply.add(ino, 1, ".", &zero, &dot_attr(ino), Generation(0)) {
+                return reply.ok();
+            }
+            pos = 1;
+        }
+        if pos == 1 {
+            let up = INodeNo(1);
+            if reply.add(up, 2, "..", &zero, &dot_attr(up), Generation(0)) {
+                return reply.ok();
+            }
+            pos = 2;
+        }
+        loop {
+            let index = pos - 2;
+            if let Err(e) = stream.fill(&self.client, index + 1, true) {
+                return reply.error(errno(&e));
+            }
+            stream.read_ahead(&self.client, index);
+            let Some(listed) = stream.entries.get_mut(index) else {
+                break;
+            };
+            let (ino, kind) = (listed.entry.fid.to_ino(), listed.entry.kind);
+            // Given once: an entry read again (a rewound listing) is listed only.
+            let fetched = listed.attr.take();
+            let (attr, ttl) = match &fetched {
+                Some((a, c, _)) if *c == Cached::default() => {
+                    (file_attr(a), self.attr_ttl.min(self.entry_ttl))
+                }
+                // Its lock still held: nothing changed since the attributes were read.
+                Some((a, c, handle)) if self.client.holds_lock(a.fid, *handle) => {
+                    let ttl = match c.entry && c.attr {
+                        true => LOCKED_TTL,
+                        false => self.attr_ttl.min(self.entry_ttl),
+                    };
+                    (file_attr(a), ttl)
+                }
+                _ => (listed_only_attr(ino, kind), Duration::ZERO),
+            };
+            let full = reply.add(
+                INodeNo(ino),
+                (pos + 1) as u64,
+                OsStr::from_bytes(&listed.entry.name),
+                &ttl,
+                &attr,
+                Generation(0),
+            );
+            if full {
+                // Not taken by the kernel: given again with the next call.
+                stream.entries[index].attr = fetched;
+                break;
+            }
+            pos += 1;
+        }
+        reply.ok();
+    }
+
+    pub(super) fn releasedir(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+}
