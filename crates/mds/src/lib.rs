@@ -97,7 +97,15 @@ impl MdsHandler {
 
 fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Status> {
     match op {
-        MdsOp::GetAttr { fid } => ops::getattr::run(mdt, *fid).map(|r| ops::exact_entry(mdt, r)),
+        // A directory migrated away answers with its new FID (the kernel may still hold the
+        // old one, and asks it for attributes before using a listing it cached).
+        MdsOp::GetAttr { fid } => match ops::getattr::run(mdt, *fid) {
+            Err(Status::Stale) => match migrate::moved_to(mdt, *fid)? {
+                Some(new) => Ok(MdsReply::Remote { fid: new }),
+                None => Err(Status::Stale),
+            },
+            r => r.map(|r| ops::exact_entry(mdt, r)),
+        },
         MdsOp::Lookup { parent, name } => {
             ops::lookup::run(mdt, *parent, name).map(|r| ops::exact_entry(mdt, r))
         }
