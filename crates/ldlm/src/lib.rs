@@ -20,5 +20,6 @@
 //! recently used locks past its bound.
 
 pub mod client;
+pub mod flock;
 pub mod msg;
 pub mod server;
