@@ -128,7 +128,7 @@ impl Client {
                         self.remember_layout(e.entry.fid, layout, false);
                         match (glimpsed, attr.as_mut()) {
                             (Ok((size, blocks)), Some(a)) => (a.size, a.blocks) = (size, blocks),
-                            // Looked up on its own, which reports the error.
+                            // Listed without attributes: a stat looks it up (and reports the error).
                             _ => attr = None,
                         }
                     }
