@@ -13,6 +13,7 @@
 
 mod admin;
 pub mod complete;
+mod flock;
 mod io;
 pub mod lfsck;
 mod listing;

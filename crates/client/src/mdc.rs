@@ -56,7 +56,13 @@ pub struct Mdc {
     sink: std::sync::OnceLock<LockSink>,
     /// The callback thread is to stop (the client disconnects).
     locks_stopped: AtomicBool,
+    /// The byte-range locks this client holds on this MDT (as the MDT granted them; owners
+    /// under [`OWN`]), set again after a restart of the MDT.
+    pub(crate) flocks: nacre_ldlm::flock::FlockTable,
 }
+
+/// The client of the owners in [`Mdc::flocks`] (the table holds this client's alone).
+pub(crate) const OWN: [u8; 16] = [0; 16];
 
 /// Told which locks are gone (called back, cancelled from the LRU, or lost with an
 /// eviction or a restart of the MDT), before they are cancelled: has the kernel forget
@@ -101,6 +107,7 @@ impl Mdc {
             locks: nacre_ldlm::client::ClientLocks::default(),
             sink: std::sync::OnceLock::new(),
             locks_stopped: AtomicBool::new(false),
+            flocks: Default::default(),
         }
     }
 
@@ -229,6 +236,7 @@ impl Mdc {
         // The restarted MDT holds none of this client's locks: they are replayed (and kept
         // if nothing changed there since the restart).
         self.replay_locks();
+        self.replay_flocks();
         // A new MDT incarnation: what it committed before the restart is in; the rest
         // was lost with it and is replayed.
         let list: Vec<(u64, ReplayEntry)> = {
@@ -338,6 +346,7 @@ impl Mdc {
         self.incarnation.fetch_add(1, Ordering::AcqRel);
         // Its locks went with its export.
         self.drop_locks();
+        self.flocks.drop_client(&OWN);
         // Its handles are void: nothing to reopen.
         self.opens.lock().clear();
         self.conn.note_state(import_state::EVICTED);
@@ -476,6 +485,50 @@ impl Mdc {
         }
         if let (false, Some(sink)) = (gone.is_empty(), self.sink.get()) {
             sink(&gone);
+        }
+    }
+
+    /// Sets the byte-range locks held here again on a restarted MDT (during its recovery
+    /// window, before other clients' new requests); one another client took meanwhile is
+    /// lost, and said so in the log.
+    fn replay_flocks(&self) {
+        let (mut set, mut lost) = (0, 0);
+        for (fid, l) in self.flocks.all() {
+            let op = MdsOp::Flock {
+                fid,
+                owner: l.owner.owner,
+                pid: l.pid,
+                kind: match l.write {
+                    true => nacre_ldlm::flock::FlockKind::Write,
+                    false => nacre_ldlm::flock::FlockKind::Read,
+                },
+                start: l.start,
+                end: l.end,
+                wait_ms: 0,
+                reclaim: true,
+            };
+            match self.call(op) {
+                Ok(MdsReply::Done) => set += 1,
+                other => {
+                    lost += 1;
+                    tracing::error!(
+                        "byte-range lock {}..={} on {fid} lost with the restart of MDT{:04x}: {:?}",
+                        l.start,
+                        l.end,
+                        self.target,
+                        other.err()
+                    );
+                    let range = (l.start, l.end);
+                    let unlock = nacre_ldlm::flock::FlockKind::Unlock;
+                    self.flocks.set(fid, l.owner, 0, unlock, range, false);
+                }
+            }
+        }
+        if set + lost > 0 {
+            tracing::info!(
+                "MDT{:04x} restarted: {set} byte-range locks set again, {lost} lost",
+                self.target
+            );
         }
     }
 

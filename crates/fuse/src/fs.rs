@@ -1,6 +1,7 @@
 //! The `fuser::Filesystem` implementation.
 
 mod dir;
+mod flock;
 
 use dir::DirStream;
 pub use dir::READDIR_PAGE_ENTRIES;
@@ -38,6 +39,8 @@ pub const LOCKED_TTL: Duration = Duration::from_secs(3_600);
 /// its answer, which queues behind the FUSE threads' other work: while they all wait for a
 /// restarting server, every close — including the close-on-exec in every process spawned
 /// by a program with files open here — waited too (and the restarted server could be one).
+/// Files this mount has byte-range locked are opened with flushes (fs/flock.rs: a close
+/// releases the closer's locks).
 const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.union(FopenFlags::FOPEN_NOFLUSH);
 
@@ -97,6 +100,8 @@ struct Shared {
     groups: crate::groups::Groups,
     /// The lock sink's invalidator, once the session exists.
     inval: Arc<std::sync::OnceLock<Arc<crate::inval::Invalidator>>>,
+    /// Byte-range locks taken through this mount (fs/flock.rs).
+    flocks: Mutex<flock::MountFlocks>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -215,6 +220,7 @@ impl Shared {
             jobs,
             groups: Default::default(),
             inval: Default::default(),
+            flocks: Default::default(),
         }
     }
 
@@ -742,7 +748,10 @@ impl Shared {
         let result = self.client.open(fid, access_of(flags.0));
         pool::leave();
         match result {
-            Ok((_, file)) => reply.opened(self.add_file(file), OPEN_FLAGS),
+            Ok((_, file)) => {
+                let flags = self.open_flags(file.fid);
+                reply.opened(self.add_file(file), flags)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -798,21 +807,6 @@ impl Shared {
         }
     }
 
-    fn flush(
-        &self,
-        req: &Caller,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.enter(req);
-        // Writes are acknowledged by the OSTs before `write` returns: nothing is buffered
-        // here, so every close would cost a kernel round trip for nothing. ENOSYS tells the
-        // kernel to send no more flushes (it then returns 0 from close itself).
-        reply.error(Errno::ENOSYS);
-    }
-
     fn release(
         &self,
         req: &Caller,
@@ -827,6 +821,7 @@ impl Shared {
         let file = self.files.lock().remove(&fh.0);
         if let Some(f) = &file {
             self.caps.released(f.fid);
+            self.release_flocks(f.fid, fh);
         }
 
         let closed = file.map(|f| self.client.close(&f));
@@ -1031,6 +1026,7 @@ impl Shared {
         match created {
             Ok((attr, file, cached)) => {
                 let fid = file.fid;
+                let flags = self.open_flags(fid);
                 let fh = self.add_file(file);
                 if exclusive {
                     // Made by this very call: no capability to strip from it yet (a
@@ -1038,7 +1034,7 @@ impl Shared {
                     self.caps.created(fid);
                 }
                 let ttl = self.ttl(cached.entry && cached.attr, self.entry_ttl);
-                reply.created(&ttl, &file_attr(&attr), Generation(0), fh, OPEN_FLAGS)
+                reply.created(&ttl, &file_attr(&attr), Generation(0), fh, flags)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -1074,7 +1070,12 @@ impl Filesystem for NacreFs {
         let _ = config.set_max_background(64);
         // Readdirplus always (not adaptively): an `ls -l` gets every entry's attributes
         // with its listing, under locks, instead of a lookup per name afterwards.
-        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // Byte-range locks and flock() go to the MDT (fs/flock.rs), so they hold across
+        // mounts.
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
         if self.readdirplus {
             wanted |= InitFlags::FUSE_DO_READDIRPLUS;
         }
@@ -1283,8 +1284,7 @@ impl Filesystem for NacreFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let caller = self.caller(req);
-        self.shared.flush(&caller, ino, fh, lock_owner, reply);
+        self.run(req, move |fs, c| fs.flush(c, ino, fh, lock_owner, reply));
     }
 
     fn release(
@@ -1327,6 +1327,50 @@ impl Filesystem for NacreFs {
         reply: ReplyDirectory,
     ) {
         self.run(req, move |fs, c| fs.readdir(c, ino, fh, offset, reply));
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.getlk(c, ino, lock_owner, (start, end), typ, reply)
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, move |fs, c| {
+            fs.setlk(
+                c,
+                ino,
+                fh,
+                lock_owner,
+                (start, end),
+                (typ, pid),
+                sleep,
+                reply,
+            )
+        });
     }
 
     fn readdirplus(

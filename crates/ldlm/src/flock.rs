@@ -273,6 +273,15 @@ impl FlockTable {
         freed
     }
 
+    /// Every lock held, with its file.
+    pub fn all(&self) -> Vec<(Fid, Flock)> {
+        let s = self.state.lock();
+        s.files
+            .iter()
+            .flat_map(|(fid, locks)| locks.iter().map(move |l| (*fid, *l)))
+            .collect()
+    }
+
     /// The locks held on `fid`, in no particular order.
     pub fn held(&self, fid: Fid) -> Vec<Flock> {
         self.state

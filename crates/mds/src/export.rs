@@ -290,6 +290,7 @@ pub fn evict_now(mdt: &Mdt, client: &[u8; 16], why: &str) {
         return;
     };
     mdt.ldlm.evict(client);
+    mdt.flocks.client_gone(client);
     let handles: u32 = opens.values().sum();
     tracing::warn!(
         "{}: evicting client {} ({why}): {handles} open handles dropped",
@@ -329,6 +330,7 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
             continue;
         };
         mdt.ldlm.evict(client);
+        mdt.flocks.client_gone(client);
         evicted += 1;
         let handles: u32 = opens.values().sum();
         tracing::warn!(
@@ -374,6 +376,7 @@ pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), 
 pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
     let opens = mdt.exports.forget(client);
     mdt.ldlm.evict(client);
+    mdt.flocks.client_gone(client);
     tracing::info!(
         "{}: client {} disconnected ({} open handles dropped)",
         mdt.label.name(),

@@ -15,6 +15,7 @@
 pub mod destroy;
 pub mod dne;
 pub mod export;
+pub mod flocks;
 pub mod locks;
 pub mod mdt;
 pub mod migrate;
@@ -218,7 +219,7 @@ fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
     }
 }
 
-fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
+pub(crate) fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
     match result {
         Ok(r) => Outgoing::ok(encode_body(&r)),
         Err(s) => Outgoing::error(s),
@@ -748,7 +749,7 @@ thread_local! {
 /// Wraps a successful reply for the network ([`nacre_wire::mds::MdsAnswer`]): the
 /// operation's transno (read back from its saved reply) and `last_committed`, before the
 /// reply's own bytes.
-fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
+pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
     if out.status != Status::Ok {
         LAST_GRANT.with(|c| c.take());
         return out;
@@ -886,6 +887,17 @@ impl Handler for MdsHandler {
         let Some(mdt) = self.serving(req.header.target) else {
             return Some(req);
         };
+        if flocks::is_flock(req.header.opcode) {
+            // Byte-range locks: served here, in memory; a request that must wait stays
+            // parked.
+            return match decode_body::<MdsCall>(&req.body) {
+                Ok(call) => {
+                    flocks::serve(&mdt, req, call);
+                    None
+                }
+                Err(_) => Some(req),
+            };
+        }
         if req.header.opcode != poll.opcode() {
             return locks::park_change(&mdt, req);
         }

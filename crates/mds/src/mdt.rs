@@ -90,6 +90,8 @@ pub struct Mdt {
     pub sizes: crate::sizes::Sizes,
     /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
     pub ldlm: Arc<nacre_ldlm::server::Namespace>,
+    /// Byte-range locks and the requests waiting for them (flocks.rs); in memory.
+    pub flocks: crate::flocks::Flocks,
     /// Orphans found at start, kept until the deadline for their clients to reopen.
     orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
     /// Changes at every start: a client that sees a new one replays (replay.rs).
@@ -182,6 +184,7 @@ impl Mdt {
             exports: crate::export::Exports::default(),
             sizes: crate::sizes::Sizes::default(),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
+            flocks: Default::default(),
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),

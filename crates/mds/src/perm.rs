@@ -32,6 +32,8 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
     match op {
         MdsOp::Lookup { parent, .. } => need(mdt, cred, *parent, MAY_EXEC),
         MdsOp::ReadDir { fid, .. } => need(mdt, cred, *fid, MAY_READ),
+        // Advisory locks: the client's kernel checked the file's open mode.
+        MdsOp::Flock { .. } | MdsOp::FlockTest { .. } => Ok(()),
         // Listing and looking up every entry.
         MdsOp::ReadDirPlus { fid, .. } => need(mdt, cred, *fid, MAY_READ | MAY_EXEC),
         MdsOp::Open { fid, access } => need(mdt, cred, *fid, *access),

@@ -46,6 +46,8 @@ pub const MD_OPS: &[&str] = &[
     "ldlm_cancel",
     "ldlm_replay",
     "readdirplus",
+    "flock",
+    "flock_test",
 ];
 
 #[cfg(test)]
@@ -63,12 +65,14 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::ReadDirPlus {
+        let last = MdsOp::FlockTest {
             fid: nacre_types::Fid::ROOT,
-            after: None,
-            count: 1,
+            owner: 1,
+            kind: nacre_ldlm::flock::FlockKind::Read,
+            start: 0,
+            end: 0,
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "readdirplus");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "flock_test");
     }
 }

@@ -186,6 +186,14 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         a.ldlm.granted().to_string()
     });
     let a = m.clone();
+    r.add_fn(format!("{ns}.flocks"), move || {
+        format!(
+            "granted {}\nwaiting {}",
+            a.flocks.table.count(),
+            a.flocks.parked()
+        )
+    });
+    let a = m.clone();
     r.add_fn(format!("{ns}.stats"), move || {
         let s = &a.ldlm.stats;
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);

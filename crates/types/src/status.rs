@@ -92,11 +92,17 @@ pub enum Status {
     /// replies there are gone; it must reconnect as a new client.
     #[error("evicted by the server")]
     Shutdown = 108,
+    /// Waiting for a byte-range lock would deadlock.
+    #[error("resource deadlock avoided")]
+    Deadlock = 35,
+    /// No more byte-range locks can be held.
+    #[error("no locks available")]
+    NoLock = 37,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 28] = [
+    pub const ALL: [Status; 30] = [
         Status::NoDev,
         Status::Ok,
         Status::Perm,
@@ -125,6 +131,8 @@ impl Status {
         Status::Stale,
         Status::InProgress,
         Status::Shutdown,
+        Status::Deadlock,
+        Status::NoLock,
     ];
 
     /// The wire code.
@@ -187,6 +195,8 @@ mod tests {
         assert_eq!(Status::NotSupp.errno(), libc::EOPNOTSUPP);
         assert_eq!(Status::InProgress.errno(), libc::EINPROGRESS);
         assert_eq!(Status::Shutdown.errno(), libc::ESHUTDOWN);
+        assert_eq!(Status::Deadlock.errno(), libc::EDEADLK);
+        assert_eq!(Status::NoLock.errno(), libc::ENOLCK);
     }
 
     #[test]

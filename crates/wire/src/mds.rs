@@ -391,7 +391,49 @@ pub enum MdsOp {
         /// Most entries wanted (at most [`READDIRPLUS_ENTRIES_MAX`]).
         count: u32,
     },
+    /// Sets, changes or releases a byte-range lock (`fcntl` `F_SETLK`/`F_SETLKW`, `flock`)
+    /// of `owner` on bytes `start..=end` of `fid`. Reply: [`MdsReply::Done`] once held (or
+    /// released); `EAGAIN` if another owner's lock is in the way and `wait_ms` is 0;
+    /// [`MdsReply::FlockBlocked`] if it still is after `wait_ms` (the client asks again);
+    /// `EDEADLK` if waiting would deadlock; `ENOLCK` if the MDT holds too many.
+    Flock {
+        /// The file.
+        fid: Fid,
+        /// The lock owner within the client (the kernel's).
+        owner: u64,
+        /// The caller's process id (reported to `F_GETLK` on other clients).
+        pid: u32,
+        /// Read, write or unlock.
+        kind: nacre_ldlm::flock::FlockKind,
+        /// First byte.
+        start: u64,
+        /// Last byte, inclusive (`u64::MAX`: to the end of the file).
+        end: u64,
+        /// Longest wait at the MDT, ms (0: do not wait; at most [`FLOCK_WAIT_MS_MAX`]).
+        wait_ms: u64,
+        /// A lock the client held before the MDT restarted, set again: served during the
+        /// MDT's recovery window, when other byte-range requests wait (`EINPROGRESS`).
+        reclaim: bool,
+    },
+    /// Which lock, if any, would stop `owner`'s lock of `kind` on `start..=end` of `fid`
+    /// (`F_GETLK`). Reply: [`MdsReply::FlockHeld`].
+    FlockTest {
+        /// The file.
+        fid: Fid,
+        /// The lock owner within the client.
+        owner: u64,
+        /// Read or write.
+        kind: nacre_ldlm::flock::FlockKind,
+        /// First byte.
+        start: u64,
+        /// Last byte, inclusive.
+        end: u64,
+    },
 }
+
+/// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
+/// [`MdsReply::FlockBlocked`].
+pub const FLOCK_WAIT_MS_MAX: u64 = 60_000;
 
 /// Most entries of one [`MdsOp::ReadDirPlus`] page (each carries attributes, maybe a
 /// layout and a lock).
@@ -473,6 +515,8 @@ impl MdsOp {
             | MdsOp::ReadLink { fid }
             | MdsOp::ReadDir { fid, .. }
             | MdsOp::ReadDirPlus { fid, .. }
+            | MdsOp::Flock { fid, .. }
+            | MdsOp::FlockTest { fid, .. }
             | MdsOp::Open { fid, .. }
             | MdsOp::Close { fid, .. }
             | MdsOp::GetXattr { fid, .. }
@@ -552,6 +596,8 @@ impl MdsOp {
                 MdsOp::LockCancel { .. } => 41,
                 MdsOp::LockReplay { .. } => 42,
                 MdsOp::ReadDirPlus { .. } => 43,
+                MdsOp::Flock { .. } => 44,
+                MdsOp::FlockTest { .. } => 45,
             }
     }
 
@@ -564,6 +610,10 @@ impl MdsOp {
                 | MdsOp::ReadLink { .. }
                 | MdsOp::ReadDir { .. }
                 | MdsOp::ReadDirPlus { .. }
+                // Byte-range locks: in memory, set again by their holders after a restart;
+                // setting or releasing a lock twice is the same as once.
+                | MdsOp::Flock { .. }
+                | MdsOp::FlockTest { .. }
                 | MdsOp::Open { .. }
                 | MdsOp::GetXattr { .. }
                 | MdsOp::ListXattr { .. }
@@ -884,6 +934,11 @@ pub enum MdsReply {
     /// Handles of replayed locks the MDT did not take back (answer to
     /// [`MdsOp::LockReplay`]): the client drops them.
     LocksRefused(Vec<u64>),
+    /// Another owner's lock is still in the way after the wait (answer to
+    /// [`MdsOp::Flock`]): ask again.
+    FlockBlocked,
+    /// The lock in the way, if any (answer to [`MdsOp::FlockTest`]).
+    FlockHeld(Option<nacre_ldlm::flock::Flock>),
     /// A page of directory entries with attributes and locks (answer to
     /// [`MdsOp::ReadDirPlus`]).
     DirPlus {
@@ -932,6 +987,9 @@ impl MdsReply {
                     return Err(format!("directory page of {} entries", entries.len()));
                 }
                 entries.iter().try_for_each(|e| check_name(&e.name))
+            }
+            MdsReply::FlockHeld(Some(l)) if l.start > l.end => {
+                Err(format!("a byte-range lock from {} to {}", l.start, l.end))
             }
             MdsReply::DirPlus { entries, .. } => {
                 if entries.len() > READDIRPLUS_ENTRIES_MAX as usize {
@@ -1443,6 +1501,49 @@ mod tests {
             prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), reply);
             for n in 0..bytes.len() {
                 prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+            }
+        }
+
+        #[test]
+        fn flock_messages_round_trip_and_refuse_truncation(
+            owner in any::<u64>(),
+            pid in any::<u32>(),
+            k in 0u8..3,
+            start in any::<u64>(),
+            end in any::<u64>(),
+            wait_ms in any::<u64>(),
+            reclaim in any::<bool>(),
+            held in any::<bool>(),
+        ) {
+            use nacre_ldlm::flock::{Flock, FlockKind, Owner};
+            let kind = [FlockKind::Read, FlockKind::Write, FlockKind::Unlock][k as usize];
+            let fid = Fid::new(0x2_0000_0400, 9);
+            let ops = [
+                MdsOp::Flock { fid, owner, pid, kind, start, end, wait_ms, reclaim },
+                MdsOp::FlockTest { fid, owner, kind, start, end },
+            ];
+            let lock = Flock { owner: Owner { client: [3; 16], owner }, pid, start, end, write: k == 1 };
+            let replies = [
+                MdsReply::FlockBlocked,
+                MdsReply::FlockHeld(held.then_some(lock)),
+            ];
+            for op in ops {
+                prop_assert!(!op.is_modifying());
+                let bytes = encode_body(&op);
+                prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+                for n in 0..bytes.len() {
+                    prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+                }
+            }
+            for r in replies {
+                let bytes = encode_body(&r);
+                let back = decode_body::<MdsReply>(&bytes).unwrap();
+                // A lock whose range ends before it starts is refused by the client's check.
+                prop_assert_eq!(back.check().is_err(), held && start > end && matches!(r, MdsReply::FlockHeld(_)));
+                prop_assert_eq!(back, r);
+                for n in 0..bytes.len() {
+                    prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+                }
             }
         }
 

@@ -1,0 +1,214 @@
+//! Byte-range locks (`fcntl`) and `flock` across mounts: held at the file's MDT, so a lock
+//! taken through one mount stops a conflicting one through another, a waiter is let in
+//! when the holder lets go, a close or a killed holder releases them, and a deadlock
+//! between two mounts is refused.
+
+use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn lock_arg(typ: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: plain data, all zeroes is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = typ as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    l.l_start = start;
+    l.l_len = len;
+    l
+}
+
+/// `fcntl(F_SETLK or F_SETLKW)`.
+fn setlk(f: &fs::File, typ: i32, start: i64, len: i64, wait: bool) -> std::io::Result<()> {
+    let l = lock_arg(typ, start, len);
+    let cmd = if wait { libc::F_SETLKW } else { libc::F_SETLK };
+    // SAFETY: a valid descriptor and a valid flock.
+    match unsafe { libc::fcntl(f.as_raw_fd(), cmd, &l) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// `fcntl(F_GETLK)`: the lock in the way, as the kernel reports it.
+fn getlk(f: &fs::File, typ: i32, start: i64, len: i64) -> libc::flock {
+    let mut l = lock_arg(typ, start, len);
+    // SAFETY: a valid descriptor and a valid flock.
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut l) },
+        0
+    );
+    l
+}
+
+fn flock(f: &fs::File, op: i32) -> std::io::Result<()> {
+    // SAFETY: a valid descriptor.
+    match unsafe { libc::flock(f.as_raw_fd(), op) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+fn rw(p: &std::path::Path) -> fs::File {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap()
+}
+
+/// `granted` and `waiting` of the MDT's byte-range locks.
+fn flocks(fsname: &str) -> (u64, u64) {
+    let text = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.flocks"),
+    ]);
+    let get = |k: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} "))?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+    };
+    (get("granted"), get("waiting"))
+}
+
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::yield_now();
+    }
+}
+
+fn locks_hold_across_mounts(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "flocke1",
+        Form::Networked => "flockn1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    fs::write(fs.path("f"), vec![0u8; 4096]).unwrap();
+    let a = rw(&fs.path("f"));
+    let b = rw(&other_mnt.join("f"));
+
+    // A write lock on bytes 0..100 through the first mount.
+    setlk(&a, libc::F_WRLCK, 0, 100, false).unwrap();
+    let e = setlk(&b, libc::F_WRLCK, 50, 10, false).unwrap_err();
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)),
+        "{e}"
+    );
+    assert!(setlk(&b, libc::F_RDLCK, 99, 1, false).is_err());
+    // Past its range: free.
+    setlk(&b, libc::F_RDLCK, 200, 100, false).unwrap();
+    let held = getlk(&b, libc::F_RDLCK, 10, 1);
+    assert_eq!(i32::from(held.l_type), libc::F_WRLCK);
+    assert_eq!((held.l_start, held.l_len), (0, 100));
+    assert_eq!(held.l_pid as u32, std::process::id());
+    let free = getlk(&b, libc::F_WRLCK, 150, 10);
+    assert_eq!(i32::from(free.l_type), libc::F_UNLCK);
+    assert_eq!(flocks(fsname).0, 2);
+
+    // A waiter through the other mount is let in when the holder lets go.
+    let b = Arc::new(b);
+    let got = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let (b, got) = (b.clone(), got.clone());
+        std::thread::spawn(move || {
+            setlk(&b, libc::F_WRLCK, 0, 10, true).unwrap();
+            got.store(true, Ordering::SeqCst);
+        })
+    };
+    until("the waiter is parked at the MDT", || flocks(fsname).1 == 1);
+    assert!(!got.load(Ordering::SeqCst), "granted over a held lock");
+    setlk(&a, libc::F_UNLCK, 0, 100, false).unwrap();
+    waiter.join().unwrap();
+    assert!(got.load(Ordering::SeqCst));
+    assert_eq!(flocks(fsname).1, 0);
+    let e = setlk(&a, libc::F_RDLCK, 5, 1, false).unwrap_err();
+    assert!(matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::EACCES)
+    ));
+
+    // Closing the holder's descriptor releases its POSIX locks.
+    drop(Arc::try_unwrap(b).unwrap());
+    until("the lock is free after the close", || {
+        setlk(&a, libc::F_WRLCK, 0, 10, false).is_ok()
+    });
+    setlk(&a, libc::F_UNLCK, 0, 10, false).unwrap();
+
+    // flock(): exclusive across mounts, released by close.
+    let b = rw(&other_mnt.join("f"));
+    flock(&a, libc::LOCK_EX).unwrap();
+    let e = flock(&b, libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
+    drop(a);
+    until("flock is free after the holder closed", || {
+        flock(&b, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+    });
+    flock(&b, libc::LOCK_UN).unwrap();
+    drop(b);
+    until("no locks left", || flocks(fsname) == (0, 0));
+
+    // A holder killed -9 loses its lock (its descriptors are closed by the kernel). `-o`:
+    // the command it runs does not inherit the locked descriptor.
+    let g = fs.path("g");
+    fs::write(&g, b"x").unwrap();
+    let mut holder = std::process::Command::new("flock")
+        .args(["-o", "-x"])
+        .arg(&g)
+        .args(["sleep", "600"])
+        .spawn()
+        .unwrap();
+    let b = rw(&other_mnt.join("g"));
+    until("the holder holds", || {
+        assert!(holder.try_wait().unwrap().is_none(), "flock(1) ended");
+        // Taken while the holder is not there yet: let go again, so it can.
+        match flock(&b, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => flock(&b, libc::LOCK_UN).map(|()| false).unwrap(),
+            Err(_) => true,
+        }
+    });
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    until("the killed holder's lock is released", || {
+        flock(&b, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+    });
+}
+
+/// Two mounts each holding what the other waits for: the second wait is refused with
+/// EDEADLK, the first is let in when the second lets go.
+fn a_deadlock_across_mounts_is_refused(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "flocke2",
+        Form::Networked => "flockn2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    fs::write(fs.path("f"), vec![0u8; 16]).unwrap();
+    let a = Arc::new(rw(&fs.path("f")));
+    let b = rw(&other_mnt.join("f"));
+    setlk(&a, libc::F_WRLCK, 0, 1, false).unwrap();
+    setlk(&b, libc::F_WRLCK, 1, 1, false).unwrap();
+    let first = {
+        let a = a.clone();
+        std::thread::spawn(move || setlk(&a, libc::F_WRLCK, 1, 1, true))
+    };
+    until("the first waits", || flocks(fsname).1 == 1);
+    let e = setlk(&b, libc::F_WRLCK, 0, 1, true).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EDEADLK));
+    setlk(&b, libc::F_UNLCK, 1, 1, false).unwrap();
+    first.join().unwrap().unwrap();
+}
+
+on_both_forms!(
+    locks_hold_across_mounts,
+    a_deadlock_across_mounts_is_refused
+);
