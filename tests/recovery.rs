@@ -1904,3 +1904,45 @@ fn metadata_locks_are_replayed_after_an_mds_restart() {
         0o600
     );
 }
+
+/// A byte-range lock (`flock`) held through one mount survives a kill -9 of the MDS: the
+/// holder sets it again during recovery, so the other mount is still kept out, until the
+/// holder lets go.
+#[test]
+fn byte_range_locks_are_set_again_after_an_mds_restart() {
+    use std::os::fd::AsRawFd;
+    let mut c = Cluster::start("flockrep");
+    let a = c.client.mnt.clone();
+    let b = c.mount_second();
+    std::fs::write(a.join("f"), b"x").unwrap();
+    let fa = std::fs::File::open(a.join("f")).unwrap();
+    let fb = std::fs::File::open(b.join("f")).unwrap();
+    let flock = |f: &std::fs::File, op: i32| -> std::io::Result<()> {
+        // SAFETY: a valid descriptor.
+        match unsafe { libc::flock(f.as_raw_fd(), op) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    flock(&fa, libc::LOCK_EX).unwrap();
+    let granted = |pid: u32| -> u64 {
+        param_of(pid, "ldlm.namespaces.mdt-flockrep-MDT0000.flocks")
+            .lines()
+            .find_map(|l| l.strip_prefix("granted ")?.trim().parse().ok())
+            .unwrap()
+    };
+    assert_eq!(granted(c.mds.pid()), 1);
+
+    c.mds.kill9();
+    c.mds.restart();
+    // A reconnects and sets its lock again (its lock callback poll notices the restart).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while granted(c.mds.pid()) < 1 {
+        assert!(Instant::now() < deadline, "the lock was not set again");
+        std::thread::yield_now();
+    }
+    let e = flock(&fb, libc::LOCK_EX | libc::LOCK_NB).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK));
+    flock(&fa, libc::LOCK_UN).unwrap();
+    flock(&fb, libc::LOCK_EX | libc::LOCK_NB).unwrap();
+}
