@@ -212,3 +212,55 @@ on_both_forms!(
     locks_hold_across_mounts,
     a_deadlock_across_mounts_is_refused
 );
+
+/// A mount killed -9 while a process holds a lock through it: the MDT evicts the silent
+/// client after its eviction timeout, which releases the lock, and the process waiting for
+/// it on another mount gets it. Networked: the killed client is a process of its own.
+#[test]
+fn a_killed_mount_loses_its_locks_when_evicted() {
+    let fsname = "flockn3";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("mdt.{fsname}-MDT0000.evict_timeout_ms=2000"),
+    ]);
+    let (b_mnt, c_mnt) = (fs.scratch().join("b"), fs.scratch().join("c"));
+    fs::create_dir_all(&b_mnt).unwrap();
+    fs::create_dir_all(&c_mnt).unwrap();
+    // The waiting mount pings often enough not to be taken for silent itself.
+    let _b = fs.mount_another(&b_mnt, &["--ping-interval-ms", "300"]);
+    let c = fs.mount_another(&c_mnt, &[]);
+    fs::write(fs.path("f"), b"x").unwrap();
+    let mut holder = std::process::Command::new("flock")
+        .args(["-o", "-x"])
+        .arg(c_mnt.join("f"))
+        .args(["sleep", "600"])
+        .spawn()
+        .unwrap();
+    until("the holder holds", || flocks(fsname).0 == 1);
+    let b = Arc::new(rw(&b_mnt.join("f")));
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || flock(&b, libc::LOCK_EX))
+    };
+    until("the waiter is parked", || flocks(fsname).1 == 1);
+    // SAFETY: signalling the mount process this test started.
+    unsafe { libc::kill(c.pid().expect("mount pid") as i32, libc::SIGKILL) };
+    waiter.join().unwrap().unwrap();
+    let status = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("mdt.{fsname}-MDT0000.recovery_status"),
+    ]);
+    // The killed mount, which had the file open, was evicted (the first mount, idle, may
+    // have been too); the waiting one was not.
+    assert_eq!(
+        status.matches("opens_dropped: 1").count(),
+        1,
+        "the killed mount was not evicted alone: {status}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
