@@ -65,6 +65,19 @@ impl Flocks {
         }
     }
 
+    /// The MDT stops being served here: every waiting request is answered `ENODEV` (its
+    /// client moves on to the MDT's new server).
+    pub fn shut(&self) {
+        let waiters: Vec<Waiter> = {
+            let mut p = self.parked.lock();
+            p.count = 0;
+            p.by_fid.drain().flat_map(|(_, w)| w).collect()
+        };
+        for w in waiters {
+            w.req.respond(nacre_net::Outgoing::error(Status::NoDev));
+        }
+    }
+
     /// `client` is gone (evicted or disconnected): its locks are released and the requests
     /// they held up go round again.
     pub fn client_gone(&self, client: &[u8; 16]) {

@@ -77,6 +77,7 @@ impl MdsHandler {
             .map(|(m, _)| m)?;
         // Its locks go with it; parked polls are answered so clients move on.
         mdt.ldlm.shut();
+        mdt.flocks.shut();
         Some(mdt)
     }
 
