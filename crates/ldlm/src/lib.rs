@@ -21,5 +21,6 @@
 
 pub mod client;
 pub mod flock;
+pub mod kind;
 pub mod msg;
 pub mod server;

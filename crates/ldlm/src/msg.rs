@@ -1,7 +1,7 @@
 //! The lock manager's messages: the bits a lock covers and the reference a grant and a
 //! callback carry. They travel inside the metadata service's requests and answers.
 
-use nacre_types::Fid;
+use nacre_types::{Fid, ObjectId};
 use serde::{Deserialize, Serialize};
 
 /// The name → inode binding of the inode (its dentries): revoked by unlink, rename, and
@@ -36,6 +36,22 @@ impl LockRef {
     }
 }
 
+/// An extent lock on an OST object: bytes `start..=end` (`end` `u64::MAX`: however the
+/// object grows), for reading or for writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExtentRef {
+    /// Handle, unique within the OST's namespace.
+    pub handle: u64,
+    /// The object.
+    pub object: ObjectId,
+    /// First byte.
+    pub start: u64,
+    /// Last byte.
+    pub end: u64,
+    /// Held for writing.
+    pub write: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +70,11 @@ mod tests {
             let back: LockRef = postcard::from_bytes(&postcard::to_allocvec(&r).unwrap()).unwrap();
             prop_assert_eq!(back, r);
             prop_assert_eq!(r.is_valid(), bits != 0 && bits & !BITS_ALL == 0);
+            let _ = postcard::from_bytes::<Vec<ExtentRef>>(&bytes);
+            let e = ExtentRef { handle, object: ObjectId { seq, id: u64::from(oid) }, start: seq,
+                                end: handle, write: bits & 1 != 0 };
+            let back: ExtentRef = postcard::from_bytes(&postcard::to_allocvec(&e).unwrap()).unwrap();
+            prop_assert_eq!(back, e);
         }
     }
 }

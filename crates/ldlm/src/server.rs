@@ -1,8 +1,9 @@
 //! A target's lock namespace: the locks granted to clients, the changes revoking them, and
-//! the clients' parked callback polls.
+//! the clients' parked callback polls. What is locked, and what conflicts, is the
+//! namespace's [`Kind`]: inode bits on an MDT, object extents on an OST.
 
-use crate::msg::{LockRef, REFS_PER_MESSAGE_MAX, UPDATE};
-use nacre_types::Fid;
+pub use crate::kind::{Extents, InodeBits, Kind};
+use crate::msg::REFS_PER_MESSAGE_MAX;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +30,7 @@ const CONTENDED_MAX: usize = 4_096;
 pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 
 /// Answers a parked poll with the callbacks for its client (empty: nothing happened).
-pub type PollReply = Box<dyn FnOnce(Vec<LockRef>) + Send>;
+pub type PollReply<R> = Box<dyn FnOnce(Vec<R>) + Send>;
 
 /// Runs a parked change once the locks it waited for are gone; given the clients evicted
 /// for not cancelling in time (their locks are gone already; the caller evicts the rest of
@@ -43,37 +44,46 @@ struct Waiter {
     done: WhenRevoked,
 }
 
-struct Lock {
+struct Lock<K: Kind> {
     client: ClientId,
-    fid: Fid,
-    bits: u8,
+    res: K::Res,
+    part: K::Part,
     /// Called back: no longer handed out again.
     blocked: bool,
 }
 
-#[derive(Default)]
-struct Holder {
+struct Holder<K: Kind> {
     locks: HashSet<u64>,
     /// Callbacks not yet delivered.
-    pending: Vec<LockRef>,
+    pending: Vec<K::Ref>,
     /// The client's parked poll and when it must be answered.
-    poll: Option<(PollReply, Instant)>,
+    poll: Option<(PollReply<K::Ref>, Instant)>,
 }
 
-#[derive(Default)]
-struct State {
+impl<K: Kind> Default for Holder<K> {
+    fn default() -> Self {
+        Holder {
+            locks: HashSet::new(),
+            pending: Vec::new(),
+            poll: None,
+        }
+    }
+}
+
+struct State<K: Kind> {
     next_handle: u64,
-    locks: HashMap<u64, Lock>,
-    by_fid: HashMap<Fid, Vec<u64>>,
-    /// Changes under way: (revocation id, bits) per inode; no grant overlaps them.
-    revoking: HashMap<Fid, Vec<(u64, u8)>>,
+    locks: HashMap<u64, Lock<K>>,
+    by_res: HashMap<K::Res, Vec<u64>>,
+    /// Changes under way: (revocation id, part) per resource; no grant conflicts with them.
+    revoking: HashMap<K::Res, Vec<(u64, K::Part)>>,
     next_revocation: u64,
-    holders: HashMap<ClientId, Holder>,
-    /// Inodes whose UPDATE bit a change had to call back, and when (the last time).
-    revoked_at: HashMap<Fid, Instant>,
-    /// Inodes whose UPDATE bit was called back twice within the contention window, and
-    /// when last: their UPDATE bit is not granted for a while.
-    contended: HashMap<Fid, Instant>,
+    holders: HashMap<ClientId, Holder<K>>,
+    /// Resources a change had to call back (in a way that counts, [`Kind::contends`]),
+    /// and when (the last time).
+    revoked_at: HashMap<K::Res, Instant>,
+    /// Resources called back twice within the contention window, and when last: grants
+    /// on them are narrowed for a while ([`Kind::grantable`]).
+    contended: HashMap<K::Res, Instant>,
     /// A change has run since the namespace was made: replayed locks are refused.
     changed: bool,
     /// Changes parked until locks are cancelled.
@@ -82,13 +92,29 @@ struct State {
     timer: bool,
 }
 
-impl State {
-    fn remove(&mut self, handle: u64) -> Option<Lock> {
+impl<K: Kind> State<K> {
+    fn new(first_handle: u64) -> Self {
+        State {
+            next_handle: first_handle.max(1),
+            locks: HashMap::new(),
+            by_res: HashMap::new(),
+            revoking: HashMap::new(),
+            next_revocation: 0,
+            holders: HashMap::new(),
+            revoked_at: HashMap::new(),
+            contended: HashMap::new(),
+            changed: false,
+            waiters: Vec::new(),
+            timer: false,
+        }
+    }
+
+    fn remove(&mut self, handle: u64) -> Option<Lock<K>> {
         let lock = self.locks.remove(&handle)?;
-        if let Some(ids) = self.by_fid.get_mut(&lock.fid) {
+        if let Some(ids) = self.by_res.get_mut(&lock.res) {
             ids.retain(|h| *h != handle);
             if ids.is_empty() {
-                self.by_fid.remove(&lock.fid);
+                self.by_res.remove(&lock.res);
             }
         }
         if let Some(h) = self.holders.get_mut(&lock.client) {
@@ -97,13 +123,14 @@ impl State {
         Some(lock)
     }
 
-    /// Handles of other clients' locks overlapping `targets`.
-    fn conflicting(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> Vec<u64> {
+    /// Handles of other clients' locks conflicting with `targets`.
+    fn conflicting(&self, requester: Option<&ClientId>, targets: &[(K::Res, K::Part)]) -> Vec<u64> {
         let mut out = Vec::new();
-        for (fid, bits) in targets {
-            for id in self.by_fid.get(fid).into_iter().flatten() {
+        for (res, part) in targets {
+            for id in self.by_res.get(res).into_iter().flatten() {
                 let l = &self.locks[id];
-                if Some(&l.client) != requester && l.bits & bits != 0 && !out.contains(id) {
+                if Some(&l.client) != requester && K::conflicts(&l.part, part) && !out.contains(id)
+                {
                     out.push(*id);
                 }
             }
@@ -128,11 +155,7 @@ impl State {
                 continue;
             }
             l.blocked = true;
-            let r = LockRef {
-                handle: *id,
-                fid: l.fid,
-                bits: l.bits,
-            };
+            let r = K::to_ref(*id, l.res, l.part);
             let client = l.client;
             if let Some(h) = self.holders.get_mut(&client) {
                 h.pending.push(r);
@@ -141,20 +164,19 @@ impl State {
         }
     }
 
-    /// Notes the inodes whose UPDATE bit `ids` (conflicting with `targets`) hold: called
-    /// back a second time within `window`, an inode is contended.
+    /// Notes the resources `ids` (conflicting with `targets`) are on: called back a second
+    /// time within `window`, a resource is contended.
     fn note_contention(
         &mut self,
-        targets: &[(Fid, u8)],
+        targets: &[(K::Res, K::Part)],
         ids: &[u64],
         at: Instant,
         window: Duration,
     ) {
-        for (fid, bits) in targets {
-            let hit = bits & UPDATE != 0
-                && ids
-                    .iter()
-                    .any(|id| self.locks[id].fid == *fid && self.locks[id].bits & UPDATE != 0);
+        for (res, part) in targets {
+            let hit = ids
+                .iter()
+                .any(|id| self.locks[id].res == *res && K::contends(&self.locks[id].part, part));
             if !hit {
                 continue;
             }
@@ -168,16 +190,16 @@ impl State {
             }
             let again = self
                 .revoked_at
-                .insert(*fid, at)
+                .insert(*res, at)
                 .is_some_and(|t| at.duration_since(t) < window);
             if again {
-                self.contended.insert(*fid, at);
+                self.contended.insert(*res, at);
             }
         }
     }
 
     /// Takes the polls that can be answered now (their client has callbacks pending).
-    fn deliverable(&mut self) -> Vec<(PollReply, Vec<LockRef>)> {
+    fn deliverable(&mut self) -> Vec<(PollReply<K::Ref>, Vec<K::Ref>)> {
         let mut out = Vec::new();
         for h in self.holders.values_mut() {
             if h.pending.is_empty() {
@@ -216,9 +238,9 @@ pub struct Stats {
     pub replay_refused: AtomicU64,
 }
 
-/// One target's locks.
-pub struct Namespace {
-    state: Mutex<State>,
+/// One target's locks (inode bits unless said otherwise).
+pub struct Namespace<K: Kind = InodeBits> {
+    state: Mutex<State<K>>,
     cancelled: Condvar,
     timer_wake: Condvar,
     /// Counters.
@@ -227,17 +249,17 @@ pub struct Namespace {
     pub callback_timeout_ms: AtomicU64,
     /// Bound on the locks held (`locks_max`).
     pub locks_max: AtomicU64,
-    /// How long an UPDATE bit stays contended after a callback (`contention_ms`).
+    /// How long a resource stays contended after a callback (`contention_ms`).
     pub contention_ms: AtomicU64,
-    me: Weak<Namespace>,
+    me: Weak<Namespace<K>>,
 }
 
 /// A change's hold on the bits it revoked: no lock overlapping them is granted until it is
 /// dropped (after the change is applied).
-pub struct Revocation<'a> {
-    ns: &'a Namespace,
+pub struct Revocation<'a, K: Kind = InodeBits> {
+    ns: &'a Namespace<K>,
     id: u64,
-    targets: Vec<(Fid, u8)>,
+    targets: Vec<(K::Res, K::Part)>,
     /// Clients that did not cancel in time: the caller evicts them (their locks are gone
     /// already).
     pub late: Vec<ClientId>,
@@ -245,29 +267,26 @@ pub struct Revocation<'a> {
     pub waited: bool,
 }
 
-impl Drop for Revocation<'_> {
+impl<K: Kind> Drop for Revocation<'_, K> {
     fn drop(&mut self) {
         let mut s = self.ns.state.lock();
-        for (fid, _) in &self.targets {
-            if let Some(v) = s.revoking.get_mut(fid) {
+        for (res, _) in &self.targets {
+            if let Some(v) = s.revoking.get_mut(res) {
                 v.retain(|(id, _)| *id != self.id);
                 if v.is_empty() {
-                    s.revoking.remove(fid);
+                    s.revoking.remove(res);
                 }
             }
         }
     }
 }
 
-impl Namespace {
+impl<K: Kind> Namespace<K> {
     /// An empty namespace whose handles start at `first_handle` (a random start keeps the
     /// handles of a restarted server from meeting those of the one before).
-    pub fn new(first_handle: u64) -> Arc<Namespace> {
+    pub fn new(first_handle: u64) -> Arc<Namespace<K>> {
         Arc::new_cyclic(|me| Namespace {
-            state: Mutex::new(State {
-                next_handle: first_handle.max(1),
-                ..State::default()
-            }),
+            state: Mutex::new(State::new(first_handle)),
             cancelled: Condvar::new(),
             timer_wake: Condvar::new(),
             stats: Stats::default(),
@@ -304,41 +323,42 @@ impl Namespace {
             .map_or(0, |h| h.locks.len())
     }
 
-    /// Grants `client` a shared lock on `bits` of `fid`, unless a change of those bits is
-    /// under way, the client does not poll for callbacks, or the namespace is full; a
-    /// contended UPDATE bit is left out (the lock may have fewer bits than asked). Take it
-    /// before reading what it protects: a change that starts after it will revoke it.
-    /// The flag is true for a new lock, false for one the client held already.
-    pub fn try_grant(&self, client: &ClientId, fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
+    /// Grants `client` a lock on `wanted` of `res`, or on what of it [`Kind::grantable`]
+    /// allows (inode bits: a contended UPDATE bit is left out; extents: widened as far as
+    /// no other lock conflicts), unless a conflicting change is under way, the client does
+    /// not poll for callbacks, or the namespace is full. Take it before reading what it
+    /// protects: a change that starts after it will revoke it. The flag is true for a new
+    /// lock, false for one the client held already.
+    pub fn try_grant(
+        &self,
+        client: &ClientId,
+        res: K::Res,
+        wanted: K::Part,
+    ) -> Option<(K::Ref, bool)> {
         let mut s = self.state.lock();
-        let mut bits = bits;
-        if bits & UPDATE != 0 {
-            let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
-            if s.contended.get(&fid).is_some_and(|t| t.elapsed() < window) {
-                bits &= !UPDATE;
-                if bits == 0 {
-                    self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                    return None;
-                }
-            }
-        }
-        let refused = !s.holders.contains_key(client)
-            || s.revoking
-                .get(&fid)
-                .is_some_and(|v| v.iter().any(|(_, b)| b & bits != 0));
-        if refused {
+        let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
+        let contended = s.contended.get(&res).is_some_and(|t| t.elapsed() < window);
+        let ids: &[u64] = s.by_res.get(&res).map_or(&[], |v| v.as_slice());
+        let others: Vec<K::Part> = ids
+            .iter()
+            .map(|id| &s.locks[id])
+            .filter(|l| l.client != *client)
+            .map(|l| l.part)
+            .collect();
+        let changing: Vec<K::Part> = s
+            .revoking
+            .get(&res)
+            .map_or(Vec::new(), |v| v.iter().map(|(_, p)| *p).collect());
+        let grant = K::grantable(&wanted, &others, &changing, contended);
+        let Some(grant) = grant.filter(|_| s.holders.contains_key(client)) else {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             return None;
-        }
-        for id in s.by_fid.get(&fid).into_iter().flatten() {
+        };
+        for id in ids {
             let l = &s.locks[id];
-            if l.client == *client && !l.blocked && l.bits & bits == bits {
-                let r = LockRef {
-                    handle: *id,
-                    fid,
-                    bits: l.bits,
-                };
-                return Some((r, false));
+            let serves = K::covers(&l.part, &grant) || K::covers(&l.part, &wanted);
+            if l.client == *client && !l.blocked && serves {
+                return Some((K::to_ref(*id, res, l.part), false));
             }
         }
         if s.locks.len() as u64 >= self.locks_max.load(Ordering::Relaxed) {
@@ -351,19 +371,19 @@ impl Namespace {
             handle,
             Lock {
                 client: *client,
-                fid,
-                bits,
+                res,
+                part: grant,
                 blocked: false,
             },
         );
-        s.by_fid.entry(fid).or_default().push(handle);
+        s.by_res.entry(res).or_default().push(handle);
         s.holders
             .get_mut(client)
             .expect("checked above")
             .locks
             .insert(handle);
         self.stats.grants.fetch_add(1, Ordering::Relaxed);
-        Some((LockRef { handle, fid, bits }, true))
+        Some((K::to_ref(handle, res, grant), true))
     }
 
     /// Gives back a lock granted by [`Namespace::try_grant`] that the reply will not carry.
@@ -393,7 +413,7 @@ impl Namespace {
     }
 
     /// True if a change of `targets` by `requester` would have to call back locks.
-    pub fn conflicts(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> bool {
+    pub fn conflicts(&self, requester: Option<&ClientId>, targets: &[(K::Res, K::Part)]) -> bool {
         !self.state.lock().conflicting(requester, targets).is_empty()
     }
 
@@ -406,7 +426,7 @@ impl Namespace {
     pub fn revoke_later(
         &self,
         requester: Option<&ClientId>,
-        targets: &[(Fid, u8)],
+        targets: &[(K::Res, K::Part)],
         done: WhenRevoked,
     ) {
         let mut s = self.state.lock();
@@ -444,17 +464,21 @@ impl Namespace {
         self.state.lock().waiters.len()
     }
 
-    /// A change of `targets` ((inode, bits) pairs) by `requester` (None: by the server
+    /// A change of `targets` ((resource, part) pairs) by `requester` (None: by the server
     /// itself) is about to run: blocks new grants on them, calls back every other client's
     /// overlapping lock and waits until they are cancelled or the callback timeout has
     /// passed. Keep the returned hold until the change is applied.
-    pub fn revoke(&self, requester: Option<&ClientId>, targets: &[(Fid, u8)]) -> Revocation<'_> {
+    pub fn revoke(
+        &self,
+        requester: Option<&ClientId>,
+        targets: &[(K::Res, K::Part)],
+    ) -> Revocation<'_, K> {
         let mut s = self.state.lock();
         s.changed = true;
         let id = s.next_revocation;
         s.next_revocation += 1;
-        for (fid, bits) in targets {
-            s.revoking.entry(*fid).or_default().push((id, *bits));
+        for (res, part) in targets {
+            s.revoking.entry(*res).or_default().push((id, *part));
         }
         let mut hold = Revocation {
             ns: self,
@@ -538,32 +562,33 @@ impl Namespace {
     /// from the target's previous incarnation. They are taken back only while no change
     /// has run here since the namespace was made (so what they cover is still as the
     /// client saw it) and none of their handles is in use; returns the handles refused.
-    pub fn restore(&self, client: &ClientId, locks: &[LockRef]) -> Vec<u64> {
+    pub fn restore(&self, client: &ClientId, locks: &[K::Ref]) -> Vec<u64> {
         let mut s = self.state.lock();
         if s.changed {
             self.stats
                 .replay_refused
                 .fetch_add(locks.len() as u64, Ordering::Relaxed);
-            return locks.iter().map(|l| l.handle).collect();
+            return locks.iter().map(|l| K::from_ref(l).0).collect();
         }
         let mut refused = Vec::new();
         for l in locks {
+            let (handle, res, part) = K::from_ref(l);
             let full = s.locks.len() as u64 >= self.locks_max.load(Ordering::Relaxed);
-            if !l.is_valid() || s.locks.contains_key(&l.handle) || full {
-                refused.push(l.handle);
+            if !K::valid(&part) || s.locks.contains_key(&handle) || full {
+                refused.push(handle);
                 continue;
             }
             s.locks.insert(
-                l.handle,
+                handle,
                 Lock {
                     client: *client,
-                    fid: l.fid,
-                    bits: l.bits,
+                    res,
+                    part,
                     blocked: false,
                 },
             );
-            s.by_fid.entry(l.fid).or_default().push(l.handle);
-            s.holders.entry(*client).or_default().locks.insert(l.handle);
+            s.by_res.entry(res).or_default().push(handle);
+            s.holders.entry(*client).or_default().locks.insert(handle);
         }
         self.stats
             .replayed
@@ -580,7 +605,7 @@ impl Namespace {
         let mut s = self.state.lock();
         let holders = std::mem::take(&mut s.holders);
         s.locks.clear();
-        s.by_fid.clear();
+        s.by_res.clear();
         let waiters = std::mem::take(&mut s.waiters);
         drop(s);
         self.cancelled.notify_all();
@@ -597,13 +622,13 @@ impl Namespace {
     /// `client` polls for callbacks: answered at once if some are pending, else parked
     /// until one is or `wait_ms` (at most [`POLL_WAIT_MS_MAX`]) has passed. Polling makes
     /// the client one that takes locks.
-    pub fn poll(&self, client: &ClientId, wait_ms: u64, reply: PollReply) {
+    pub fn poll(&self, client: &ClientId, wait_ms: u64, reply: PollReply<K::Ref>) {
         let deadline = Instant::now() + Duration::from_millis(wait_ms.min(POLL_WAIT_MS_MAX));
         let mut s = self.state.lock();
         let h = s.holders.entry(*client).or_default();
         if !h.pending.is_empty() || wait_ms == 0 {
             let n = h.pending.len().min(REFS_PER_MESSAGE_MAX);
-            let refs: Vec<LockRef> = h.pending.drain(..n).collect();
+            let refs: Vec<K::Ref> = h.pending.drain(..n).collect();
             drop(s);
             reply(refs);
             return;

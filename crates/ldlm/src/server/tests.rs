@@ -1,7 +1,10 @@
 //! The namespace's unit tests.
 use super::*;
-use crate::msg::{LOOKUP, UPDATE};
+use crate::msg::{LockRef, LOOKUP, UPDATE};
+use nacre_types::Fid;
 use std::sync::mpsc;
+
+type Namespace = super::Namespace<InodeBits>;
 
 const A: ClientId = [1; 16];
 const B: ClientId = [2; 16];
@@ -219,4 +222,51 @@ fn a_parked_poll_is_answered_when_its_wait_is_over() {
         }),
     );
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
+}
+
+#[test]
+fn extent_locks_are_called_back_by_the_changes_they_conflict_with() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    ns.contention_ms.store(0, Ordering::Relaxed);
+    let (tx, rx) = mpsc::channel();
+    ns.poll(
+        &A,
+        10_000,
+        Box::new(move |refs| {
+            let _ = tx.send(refs);
+        }),
+    );
+    let _b = {
+        let (tx, rx) = mpsc::channel();
+        ns.poll(&B, 10_000, Box::new(move |r| drop(tx.send(r))));
+        rx
+    };
+    let o = ObjectId { seq: 1, id: 7 };
+    let (a, new) = ns.try_grant(&A, o, Extent::of(0, 4096, false)).unwrap();
+    assert!(new);
+    assert_eq!((a.start, a.end, a.write), (0, u64::MAX, false), "widened");
+    // B reading conflicts with no read lock; B's own read lock shares.
+    assert!(!ns.conflicts(Some(&B), &[(o, Extent::of(0, 10, false))]));
+    let (b, _) = ns
+        .try_grant(&B, o, Extent::of(1 << 20, 4096, false))
+        .unwrap();
+    assert_eq!((b.start, b.end), (0, u64::MAX));
+    // A write lock is refused while another client reads those bytes.
+    assert!(ns.try_grant(&B, o, Extent::of(0, 10, true)).is_none());
+    // B writes: A's read lock is called back, B's own stays.
+    let ns2 = ns.clone();
+    let t = std::thread::spawn(move || {
+        let refs = rx.recv().unwrap();
+        ns2.cancel(&A, &[refs[0].handle]);
+        refs
+    });
+    drop(ns.revoke(Some(&B), &[(o, Extent::of(100, 10, true))]));
+    assert_eq!(t.join().unwrap(), vec![a]);
+    assert_eq!((ns.held_by(&A), ns.held_by(&B)), (0, 1));
+    // Another object is untouched by all this.
+    assert!(ns
+        .try_grant(&A, ObjectId { seq: 1, id: 8 }, Extent::of(0, 1, true))
+        .is_some());
 }
