@@ -32,6 +32,9 @@ pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 /// Answers a parked poll with the callbacks for its client (empty: nothing happened).
 pub type PollReply<R> = Box<dyn FnOnce(Vec<R>) + Send>;
 
+/// A parked poll and the callbacks it is answered with.
+type Delivery<R> = (PollReply<R>, Vec<R>);
+
 /// Runs a parked change once the locks it waited for are gone; given the clients evicted
 /// for not cancelling in time (their locks are gone already; the caller evicts the rest of
 /// their state).
@@ -199,7 +202,7 @@ impl<K: Kind> State<K> {
     }
 
     /// Takes the polls that can be answered now (their client has callbacks pending).
-    fn deliverable(&mut self) -> Vec<(PollReply<K::Ref>, Vec<K::Ref>)> {
+    fn deliverable(&mut self) -> Vec<Delivery<K::Ref>> {
         let mut out = Vec::new();
         for h in self.holders.values_mut() {
             if h.pending.is_empty() {
