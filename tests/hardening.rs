@@ -87,6 +87,7 @@ fn two_thousand_connections_on_a_bounded_set_of_threads() {
                                     object,
                                     offset: 4096,
                                     len: 4096,
+                                    lock: false,
                                 };
                                 c.send_oss(ost, req, None)
                             }
@@ -248,6 +249,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
         let mut h = nacre_wire::Header::request(0x0301, 0, 7);
         h.flags |= nacre_wire::header::FLAG_BULK_CHECKSUM;
         let body = nacre_wire::encode_body(&nacre_wire::oss::OssCall {
+            client: [0; 16],
             jobid: "hoard".into(),
             cred: nacre_types::Cred::root(),
             req: OssRequest::Write {

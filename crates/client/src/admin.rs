@@ -107,6 +107,19 @@ impl Client {
     /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
     /// MDT that is down simply evicts the client later).
     pub fn disconnect(&self, wait: Duration) {
+        // Data locks go back first (the OSTs then hold nothing for this client).
+        let (data_tx, data_rx) = std::sync::mpsc::channel();
+        if let Some(me) = self.me.upgrade() {
+            let spawned = std::thread::Builder::new()
+                .name("disconnect".into())
+                .spawn(move || {
+                    me.cancel_all_data_locks();
+                    let _ = data_tx.send(());
+                });
+            if spawned.is_err() {
+                tracing::warn!("cannot start a disconnect thread");
+            }
+        }
         let mdcs: Vec<_> = self.mdcs.read().values().cloned().collect();
         for m in &mdcs {
             m.stop_lock_callbacks();
@@ -135,6 +148,10 @@ impl Client {
                     break;
                 }
             }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if data_rx.recv_timeout(left).is_err() {
+            tracing::info!("disconnect: an OST did not take its locks back in {wait:?}");
         }
     }
 

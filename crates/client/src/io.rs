@@ -74,6 +74,21 @@ impl Client {
         Ok(out)
     }
 
+    /// Reads file data for the kernel's page cache under read locks (see
+    /// [`Client::enable_data_locks`]): short only at end of file. Call
+    /// [`Client::read_done`] with the locks once the data is in the cache.
+    pub fn read_cached(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+    ) -> Result<(nacre_types::AlignedBuf, crate::datalocks::ReadLocks)> {
+        let Some(layout) = &file.layout else {
+            return Err(Status::Inval.into());
+        };
+        osc::read_locked(self, file.fid, layout, offset, len)
+    }
+
     /// The owner, group and project OST `ost` records for `object` (`None`: no object yet),
     /// as chown and chgrp leave them (for checks and tools).
     pub fn object_owner(&self, ost: u32, object: nacre_types::ObjectId) -> Result<Option<Owner>> {

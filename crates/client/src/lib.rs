@@ -13,6 +13,7 @@
 
 mod admin;
 pub mod complete;
+pub mod datalocks;
 mod flock;
 mod io;
 pub mod lfsck;
@@ -251,6 +252,9 @@ pub struct Client {
     lock_sink: std::sync::OnceLock<mdc::LockSink>,
     /// Directories known completely under their UPDATE lock (complete.rs).
     complete: Arc<complete::Complete>,
+    /// Extent locks on OST objects (datalocks.rs).
+    data_locks: datalocks::DataLocks,
+    me: std::sync::Weak<Client>,
 }
 
 impl Client {
@@ -270,7 +274,9 @@ impl Client {
                 "file system '{fsname}' has no MDT0 registered"
             )));
         }
-        let client = Arc::new(Client {
+        let client = Arc::new_cyclic(|me| Client {
+            me: me.clone(),
+            data_locks: datalocks::DataLocks::default(),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

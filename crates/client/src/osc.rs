@@ -3,8 +3,11 @@
 //! striped file's stripes move in parallel. Each OST connection keeps at most
 //! `max_rpcs_in_flight` of a call's RPCs outstanding.
 
+use crate::datalocks::ReadLocks;
 use crate::rpc_stats::OscRpcStats;
 use crate::{Client, ClientError, Result};
+use nacre_ldlm::kind::Extent;
+use nacre_ldlm::msg::ExtentRef;
 use nacre_net::rpc::{decode_reply, request, RpcError};
 use nacre_net::PendingReply;
 use nacre_types::limits::FILE_BYTES_MAX;
@@ -20,8 +23,18 @@ struct Sub {
     len: u64,
 }
 
-/// An RPC in flight: OST, tag, the reply to come, and the statistics to tell when it is done.
-type Pending = (u32, usize, PendingReply, Option<(Arc<OscRpcStats>, bool)>);
+/// An RPC in flight: OST, tag, the reply to come, the statistics to tell when it is done,
+/// and the request (sent again, once, if the OST answers that it evicted this client).
+struct Pending {
+    ost: u32,
+    tag: usize,
+    reply: PendingReply,
+    stats: Option<(Arc<OscRpcStats>, bool)>,
+    req: OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+    /// The client's uuid at the OST the request was sent under.
+    uuid: [u8; 16],
+}
 
 /// A reply and its bulk data, or the error.
 type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
@@ -31,6 +44,7 @@ type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
 pub(crate) struct Window {
     pending: VecDeque<Pending>,
     done: Vec<(usize, Collected)>,
+    client: std::sync::Weak<Client>,
 }
 
 impl Window {
@@ -43,15 +57,32 @@ impl Window {
         bulk: Option<Arc<AlignedBuf>>,
     ) -> Result<()> {
         let limit = client.net_config().max_rpcs_in_flight.max(1);
-        while self.pending.iter().filter(|(o, _, _, _)| *o == ost).count() >= limit {
+        if self.client.strong_count() == 0 {
+            self.client = client.me.clone();
+        }
+        while self.pending.iter().filter(|p| p.ost == ost).count() >= limit {
             let pos = self
                 .pending
                 .iter()
-                .position(|(o, _, _, _)| *o == ost)
+                .position(|p| p.ost == ost)
                 .expect("pending on ost");
-            let (_, t, p, stats) = self.pending.remove(pos).expect("pending entry");
-            self.done.push((t, collect(p, stats)));
+            let p = self.pending.remove(pos).expect("pending entry");
+            let tag = p.tag;
+            let r = self.collect(p);
+            self.done.push((tag, r));
         }
+        let pending = Self::send(client, ost, tag, req, bulk)?;
+        self.pending.push_back(pending);
+        Ok(())
+    }
+
+    fn send(
+        client: &Client,
+        ost: u32,
+        tag: usize,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+    ) -> Result<Pending> {
         let conn = client.osc(ost)?;
         let bulk_rpc = match req {
             OssRequest::Write { .. } => Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64))),
@@ -62,24 +93,50 @@ impl Window {
             client.rpc_stats(ost).sent(write, bytes);
         }
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
-        let mut rpc = request(req.opcode(), ost, &OssCall::current(req.clone()), bulk);
+        let uuid = client.ost_uuid(ost);
+        let call = OssCall::from_client(uuid, req.clone());
+        let mut rpc = request(req.opcode(), ost, &call, bulk.clone());
         rpc.inline = short;
-        let pending = conn
+        let reply = conn
             .start(rpc)
             .map_err(|e| crate::ClientError::Rpc(e.into()))?;
-        self.pending.push_back((
+        Ok(Pending {
             ost,
             tag,
-            pending,
-            bulk_rpc.map(|(w, _)| (client.rpc_stats(ost), w)),
-        ));
-        Ok(())
+            reply,
+            stats: bulk_rpc.map(|(w, _)| (client.rpc_stats(ost), w)),
+            req: req.clone(),
+            bulk,
+            uuid,
+        })
+    }
+
+    /// Waits for one RPC; sent again once, under the client's new uuid, if the OST had
+    /// evicted it.
+    fn collect(&mut self, p: Pending) -> Collected {
+        let (ost, tag, was) = (p.ost, p.tag, p.uuid);
+        let (req, bulk) = (p.req.clone(), p.bulk.clone());
+        let r = collect(p.reply, p.stats);
+        match (&r, self.client.upgrade()) {
+            (Err(RpcError::Status(Status::Shutdown)), Some(c))
+                if was != crate::datalocks::NO_UUID =>
+            {
+                c.data_evicted(ost, was);
+                match Self::send(&c, ost, tag, &req, bulk) {
+                    Ok(again) => collect(again.reply, again.stats),
+                    Err(_) => r,
+                }
+            }
+            _ => r,
+        }
     }
 
     /// Waits for everything; results by tag, first error wins.
     fn finish(mut self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
-        for (_, t, p, stats) in self.pending.drain(..) {
-            self.done.push((t, collect(p, stats)));
+        while let Some(p) = self.pending.pop_front() {
+            let tag = p.tag;
+            let r = self.collect(p);
+            self.done.push((tag, r));
         }
         let mut out = Vec::with_capacity(self.done.len());
         let mut first_err = None;
@@ -102,8 +159,8 @@ impl Drop for Window {
     fn drop(&mut self) {
         // RPCs abandoned without being collected (read-ahead a reader did not use) still leave
         // the in-flight count.
-        for (_, _, _, stats) in self.pending.drain(..) {
-            if let Some((s, write)) = stats {
+        for p in self.pending.drain(..) {
+            if let Some((s, write)) = p.stats {
                 s.done(write);
             }
         }
@@ -228,6 +285,7 @@ pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> 
             object,
             offset: sub.object_offset,
             len: sub.len as u32,
+            lock: false,
         };
         window.start(client, tag, ost, &req, None)?;
     }
@@ -242,6 +300,15 @@ pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> 
 impl ReadJob {
     /// Waits for the RPCs and assembles the data; short only at end of file.
     pub fn finish(self, client: &Client, layout: &Layout) -> Result<AlignedBuf> {
+        self.finish_locked(client, layout).map(|(data, _)| data)
+    }
+
+    /// [`ReadJob::finish`], with the locks the OSTs granted (OST, lock).
+    fn finish_locked(
+        self,
+        client: &Client,
+        layout: &Layout,
+    ) -> Result<(AlignedBuf, Vec<(u32, ExtentRef)>)> {
         let ReadJob {
             offset,
             len,
@@ -249,9 +316,18 @@ impl ReadJob {
             window,
         } = self;
         if parts.is_empty() {
-            return Ok(AlignedBuf::zeroed(0));
+            return Ok((AlignedBuf::zeroed(0), Vec::new()));
         }
         let mut replies = window.finish()?;
+        let granted: Vec<(u32, ExtentRef)> = replies
+            .iter()
+            .filter_map(|(tag, r, _)| match r {
+                OssReply::Read { lock: Some(l), .. } => {
+                    Some((object(layout, parts[*tag].stripe).0, *l))
+                }
+                _ => None,
+            })
+            .collect();
         let mut short = false;
         for (tag, _, bulk) in &replies {
             let got = bulk.as_ref().map_or(0, |b| b.len());
@@ -294,7 +370,65 @@ impl ReadJob {
             let want = size.saturating_sub(offset).min(len as u64) as usize;
             out = zero_extended(out, want);
         }
-        Ok(out)
+        Ok((out, granted))
+    }
+}
+
+/// Reads `[offset, offset + len)` of file `fid` for the kernel's page cache, asking for a
+/// read lock on every object range no lock of this client covers. The locks stay in use
+/// until [`Client::read_done`] (after the data is in the kernel's cache).
+pub fn read_locked(
+    client: &Client,
+    fid: nacre_types::Fid,
+    layout: &Layout,
+    offset: u64,
+    len: usize,
+) -> Result<(AlignedBuf, ReadLocks)> {
+    let mut locks = ReadLocks::new();
+    let parts = if len == 0 || offset >= FILE_BYTES_MAX {
+        Vec::new()
+    } else {
+        subs(layout, offset, len as u64, max_rpc(client))
+    };
+    let mut window = Window::default();
+    let mut asked = 0;
+    for (tag, sub) in parts.iter().enumerate() {
+        let (ost, object) = object(layout, sub.stripe);
+        let want = Extent::of(sub.object_offset, sub.len, false);
+        let lock = client.want_data_lock(ost, object, want, &mut locks);
+        asked += usize::from(lock);
+        let req = OssRequest::Read {
+            object,
+            offset: sub.object_offset,
+            len: sub.len as u32,
+            lock,
+        };
+        if let Err(e) = window.start(client, tag, ost, &req, None) {
+            drop(window);
+            locks.covered = false;
+            client.read_done(fid, locks);
+            return Err(e);
+        }
+    }
+    let job = ReadJob {
+        offset,
+        len,
+        parts,
+        window,
+    };
+    match job.finish_locked(client, layout) {
+        Ok((data, granted)) => {
+            locks.covered &= granted.len() == asked;
+            for (ost, l) in granted {
+                client.data_lock_granted(ost, fid, l, &mut locks);
+            }
+            Ok((data, locks))
+        }
+        Err(e) => {
+            locks.covered = false;
+            client.read_done(fid, locks);
+            Err(e)
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `fuser::Filesystem` implementation.
 
+mod data;
 mod dir;
 mod flock;
 
@@ -749,7 +750,7 @@ impl Shared {
         pool::leave();
         match result {
             Ok((_, file)) => {
-                let flags = self.open_flags(file.fid);
+                let flags = self.file_open_flags(&file);
                 reply.opened(self.add_file(file), flags)
             }
             Err(e) => reply.error(errno(&e)),
@@ -774,6 +775,18 @@ impl Shared {
         };
         // The kernel reads ahead for page-cache reads; O_DIRECT readers get the client's.
         let direct = flags.0 & libc::O_DIRECT != 0;
+        if !direct && self.client.data_locks_on() {
+            // Under read locks, held until the data is in the kernel's cache (fs/data.rs).
+            let result = self.client.read_cached(&file, offset, size as usize);
+            pool::leave();
+            return match result {
+                Ok((data, locks)) => {
+                    reply.data(&data);
+                    self.client.read_done(file.fid, locks);
+                }
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         let result = self.client.read_at(&file, offset, size as usize, direct);
         pool::leave();
         match result {
@@ -1026,7 +1039,7 @@ impl Shared {
         match created {
             Ok((attr, file, cached)) => {
                 let fid = file.fid;
-                let flags = self.open_flags(fid);
+                let flags = self.file_open_flags(&file);
                 let fh = self.add_file(file);
                 if exclusive {
                     // Made by this very call: no capability to strip from it yet (a

@@ -23,6 +23,12 @@ use std::time::Duration;
 
 /// Longest the callback thread waits for entry invalidations before it cancels the lock.
 pub const ENTRY_INVAL_WAIT_MS: u64 = 250;
+/// Longest the data lock revoker waits for the kernel to drop a file's cached data before
+/// it cancels the lock (the pages this mount is writing stay locked by the kernel until
+/// the write is done, and that write may wait at the OST for this very cancel).
+pub const DATA_INVAL_WAIT_MS: u64 = 250;
+/// Batches of file data invalidations queued at most.
+const DATA_BATCHES_QUEUED_MAX: usize = 64;
 /// Batches of entry invalidations queued at most (past it, the callback thread waits).
 const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
 /// Directories whose listing the kernel may cache at once (past it, listings are not
@@ -42,12 +48,17 @@ pub struct InvalStats {
     pub entry_waits_cut: AtomicU64,
     /// Directory listings the kernel cached that were invalidated.
     pub listings: AtomicU64,
+    /// Files whose cached data was dropped (data lock callbacks).
+    pub data: AtomicU64,
+    /// Data lock revocations that stopped waiting for the kernel to drop the data.
+    pub data_waits_cut: AtomicU64,
 }
 
 /// The lock sink of a FUSE mount.
 pub struct Invalidator {
     notifier: Notifier,
     entries: Sender<Batch>,
+    data: Sender<(Vec<u64>, Sender<()>)>,
     /// Directories (inode numbers) whose listing the kernel may cache: their `UPDATE`
     /// lock's callback drops the listing too.
     dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
@@ -65,9 +76,24 @@ impl Invalidator {
         std::thread::Builder::new()
             .name("fuse-inval".into())
             .spawn(move || entry_thread(thread_notifier, rx, thread_stats))?;
+        let (data_tx, data_rx) = bounded::<(Vec<u64>, Sender<()>)>(DATA_BATCHES_QUEUED_MAX);
+        let (data_notifier, data_stats) = (notifier.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("fuse-inval-data".into())
+            .spawn(move || {
+                for (inos, done) in data_rx {
+                    for ino in inos {
+                        // Offset 0, length 0: every cached page (and the attributes).
+                        let _ = data_notifier.inval_inode(INodeNo(ino), 0, 0);
+                        data_stats.data.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = done.send(());
+                }
+            })?;
         Ok(Arc::new(Invalidator {
             notifier,
             entries: tx,
+            data: data_tx,
             dirs: Default::default(),
             stats,
         }))
@@ -110,6 +136,25 @@ impl Invalidator {
 }
 
 impl Invalidator {
+    /// Has the kernel drop the cached data of `files` (a data lock goes): waits at most
+    /// [`DATA_INVAL_WAIT_MS`] (see there), then returns; the drop still happens.
+    pub fn forget_data(&self, files: &[nacre_types::Fid]) {
+        if files.is_empty() {
+            return;
+        }
+        let (done_tx, done_rx) = bounded(1);
+        let inos = files.iter().map(|f| f.to_ino()).collect();
+        if self.data.send((inos, done_tx)).is_err() {
+            return;
+        }
+        if done_rx
+            .recv_timeout(Duration::from_millis(DATA_INVAL_WAIT_MS))
+            .is_err()
+        {
+            self.stats.data_waits_cut.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Notes that the kernel may cache directory `ino`'s listing (its `UPDATE` lock is held):
     /// false if too many are noted already (then it must not).
     pub fn cache_listing(&self, ino: u64) -> bool {

@@ -26,6 +26,9 @@ pub struct MountOptions {
     pub read_ahead_kb: u32,
     /// List directories with readdirplus (see [`NacreFs::with_readdirplus`]).
     pub readdirplus: bool,
+    /// Keep file data in the page cache across opens under read locks on the OST objects
+    /// (fs/data.rs); false: the kernel drops a file's cached data at every open.
+    pub data_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -37,6 +40,7 @@ impl Default for MountOptions {
             allow_other: true,
             read_ahead_kb: 4096,
             readdirplus: true,
+            data_cache: true,
             jobid_var: std::sync::Arc::new(parking_lot::RwLock::new(
                 crate::jobid::JOBID_VAR_DEFAULT.to_string(),
             )),
@@ -150,6 +154,10 @@ pub fn mount(
     let _ = slot.set(invalidator.clone());
     let sink = invalidator.clone();
     client.enable_locks(Arc::new(move |revoked| sink.forget(revoked)));
+    if opts.data_cache {
+        let sink = invalidator.clone();
+        client.enable_data_locks(Arc::new(move |files| sink.forget_data(files)))?;
+    }
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())

@@ -11,9 +11,11 @@
 //! client's own changes never revoke its own locks: the kernel applies them to its caches
 //! itself.
 //!
-//! Client locks are always shared (protected read); the only exclusive holder is the
-//! server's own change, so a grant never waits: while a change of the same bits is under
-//! way, the read is answered without a lock (and so is not cached).
+//! What a namespace locks is its [`kind::Kind`]: inode bits on an MDT, byte extents of
+//! objects on an OST ([`kind::Extents`], read or write; an OST grants read locks with
+//! reads and revokes them with other clients' writes, punches and destroys). A grant never
+//! waits: while a conflicting change is under way, the read is answered without a lock (and
+//! so is not cached).
 //!
 //! [`client::ClientLocks`] is the client's side: which locks it holds, the names it handed
 //! the kernel under each, callbacks that arrived before their grant, and the least

@@ -389,6 +389,29 @@ impl<K: Kind> Namespace<K> {
         Some((K::to_ref(handle, res, grant), true))
     }
 
+    /// Drops every lock on `res` without calling any back (what they covered is gone: a
+    /// destroyed object); their holders' cancels are then ignored. Returns how many.
+    pub fn forget(&self, res: &K::Res) -> usize {
+        let mut s = self.state.lock();
+        let ids = s.by_res.get(res).cloned().unwrap_or_default();
+        for id in &ids {
+            s.remove(*id);
+        }
+        let ready = if ids.is_empty() {
+            Vec::new()
+        } else {
+            s.ready()
+        };
+        drop(s);
+        if !ids.is_empty() {
+            self.cancelled.notify_all();
+        }
+        for done in ready {
+            done(Vec::new());
+        }
+        ids.len()
+    }
+
     /// Gives back a lock granted by [`Namespace::try_grant`] that the reply will not carry.
     pub fn release(&self, client: &ClientId, handle: u64) {
         self.cancel(client, &[handle]);

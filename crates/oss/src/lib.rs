@@ -3,8 +3,10 @@
 //! Each request names its OST in the frame header; the handler decodes an
 //! [`nacre_wire::oss::OssRequest`], runs it against that OST's [`nacre_osd::ObjectStore`], and
 //! replies. Bulk data arrives page-aligned from the network layer and goes to the object store
-//! without another copy. The OSS keeps no per-client state.
+//! without another copy. Per client, an OST keeps the extent locks it holds and whether it
+//! was evicted (locks.rs).
 
+pub mod locks;
 pub mod stats;
 
 use nacre_net::{Handler, Incoming, Outgoing};
@@ -37,6 +39,8 @@ pub struct OstTarget {
     pub job_stats: nacre_params::JobStats,
     /// `ost.*.export_stats`: the same per client NID.
     pub export_stats: nacre_params::JobStats,
+    /// Extent locks and evicted clients (`ldlm.namespaces.ost-*`).
+    pub locks: locks::OstLocks,
 }
 
 impl OstTarget {
@@ -51,6 +55,7 @@ impl OstTarget {
             brw: stats::BrwStats::default(),
             job_stats: nacre_params::JobStats::new(stats::OST_OPS),
             export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
+            locks: locks::OstLocks::default(),
         })
     }
 }
@@ -83,11 +88,15 @@ impl OssHandler {
 
     /// Stops serving OST `index`: its requests are answered `ENODEV` from now on.
     pub fn remove_target(&self, index: u32) -> Option<Arc<OstTarget>> {
-        self.targets
+        let ost = self
+            .targets
             .write()
             .expect("targets")
             .remove(&index)
-            .map(|(t, _)| t)
+            .map(|(t, _)| t)?;
+        // Its locks go with it: parked polls and changes are answered now.
+        ost.locks.ns.shut();
+        Some(ost)
     }
 
     /// The OST with `index`, if served here.
@@ -105,12 +114,13 @@ impl OssHandler {
         guard.is_none_or(|g| g.holds()).then_some(ost)
     }
 
-    fn run(
-        &self,
-        ost: &OstTarget,
-        req: OssRequest,
-        incoming: &Incoming,
-    ) -> Result<Outgoing, Status> {
+    fn run(&self, ost: &OstTarget, call: OssCall, incoming: &Incoming) -> Result<Outgoing, Status> {
+        let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
+        // Other clients' conflicting locks are called back first (the request was parked
+        // while they were; this finds nothing left unless one was granted meanwhile).
+        let _hold = locks::revoke_for(ost, &call, bulk_len);
+        let lock = locks::grant_read(ost, &call.client, &call.req);
+        let req = call.req;
         let io = |e: nacre_osd::OsdError| {
             tracing::debug!("{}: {e}", ost.label.name());
             Status::from_io(&e.io())
@@ -139,18 +149,31 @@ impl OssHandler {
                 object,
                 offset,
                 len,
+                ..
             } => {
                 if len > BULK_BYTES_MAX {
+                    if let Some(l) = lock {
+                        ost.locks.ns.release(&call.client, l.handle);
+                    }
                     return Err(Status::Inval);
                 }
                 let started = ost.brw.read.begin();
                 let result = ost.store.read(object, offset, len as usize);
-                let data = result.map_err(io)?;
+                let data = match result {
+                    Ok(d) => d,
+                    Err(e) => {
+                        if let Some(l) = lock {
+                            ost.locks.ns.release(&call.client, l.handle);
+                        }
+                        return Err(io(e));
+                    }
+                };
                 ost.brw.read.end(started, data.len() as u64);
                 ost.read_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let body = encode_body(&OssReply::Read {
                     len: data.len() as u32,
+                    lock,
                 });
                 return Ok(Outgoing {
                     status: Status::Ok,
@@ -188,6 +211,7 @@ impl OssHandler {
             OssRequest::Destroy { objects } => {
                 for o in objects {
                     ost.store.destroy(o).map_err(io)?;
+                    ost.locks.ns.forget(&o);
                 }
                 OssReply::Done
             }
@@ -206,12 +230,44 @@ impl OssHandler {
             OssRequest::GetOwner { object } => {
                 OssReply::Owner(ost.store.owner(object).map_err(io)?)
             }
+            OssRequest::LockCancel { handles } => locks::cancel(ost, &call.client, &handles)?,
+            // Parked before it gets here (OssHandler::park).
+            OssRequest::LockPoll { .. } => return Err(Status::Proto),
         };
         Ok(Outgoing::ok(encode_body(&reply)))
     }
 }
 
 impl Handler for OssHandler {
+    fn park(&self, req: Incoming) -> Option<Incoming> {
+        let poll = OssRequest::LockPoll {
+            wait_ms: 0,
+            epoch: 0,
+        }
+        .opcode();
+        let is_poll = req.header.opcode == poll;
+        let Some(ost) = self.serving(req.header.target) else {
+            return Some(req);
+        };
+        // Nothing to wait for without locks: no decode (a poll always waits).
+        if !is_poll && ost.locks.ns.granted() == 0 {
+            return Some(req);
+        }
+        let Ok(call) = decode_body::<OssCall>(&req.body) else {
+            return Some(req);
+        };
+        if ost.locks.is_evicted(&call.client) || !call.cred.is_valid() {
+            return Some(req);
+        }
+        match call.req {
+            OssRequest::LockPoll { wait_ms, epoch } => {
+                locks::poll(&ost, call.client, wait_ms, epoch, req);
+                None
+            }
+            _ => locks::park_change(&ost, req, &call),
+        }
+    }
+
     fn affinity(&self, incoming: &Incoming) -> Option<u64> {
         let call: OssCall = decode_body(&incoming.body).ok()?;
         let o = call.req.key_object()?;
@@ -242,17 +298,20 @@ impl Handler for OssHandler {
         if !call.cred.is_valid() {
             return Outgoing::error(Status::Proto);
         }
+        if ost.locks.is_evicted(&call.client) {
+            return Outgoing::error(Status::Shutdown);
+        }
         let op = (call.req.opcode() & 0xff) as usize - 1;
         let started = std::time::Instant::now();
+        let jobid = nacre_types::jobid::clamp(&call.jobid).to_string();
         let out = self
-            .run(&ost, call.req, incoming)
+            .run(&ost, call, incoming)
             .unwrap_or_else(Outgoing::error);
         let bytes = (incoming.bulk.as_ref().map_or(0, |b| b.len())
             + out.bulk.as_ref().map_or(0, |b| b.len())) as u64;
         let us = started.elapsed().as_micros() as u64;
         ost.stats.record(op, us, bytes);
-        ost.job_stats
-            .record(nacre_types::jobid::clamp(&call.jobid), op, us, bytes);
+        ost.job_stats.record(&jobid, op, us, bytes);
         ost.export_stats
             .record(&nacre_net::peer_nid(&incoming.peer), op, us, bytes);
         out

@@ -18,6 +18,8 @@ pub const OST_OPS: &[&str] = &[
     "statfs",
     "setowner",
     "getowner",
+    "lock_poll",
+    "lock_cancel",
 ];
 
 /// Histograms of one direction.

@@ -9,6 +9,12 @@ use std::sync::Arc;
 /// `osd.NAME.*` and `ost.NAME.*` parameters of one OST.
 pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     let name = t.label.name();
+    let ns = format!("ldlm.namespaces.ost-{name}");
+    register_namespace(r, &ns, &t.locks.ns);
+    let a = t.clone();
+    r.add_fn(format!("{ns}.evicted"), move || {
+        a.locks.evicted_count().to_string()
+    });
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
         format!("osd.{name}.brw_stats"),
@@ -182,10 +188,6 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
 fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     let ns = format!("ldlm.namespaces.mdt-{}", m.label.name());
     let a = m.clone();
-    r.add_fn(format!("{ns}.lock_count"), move || {
-        a.ldlm.granted().to_string()
-    });
-    let a = m.clone();
     r.add_fn(format!("{ns}.flocks"), move || {
         format!(
             "granted {}\nwaiting {}",
@@ -193,16 +195,27 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             a.flocks.parked()
         )
     });
-    let a = m.clone();
+    register_namespace(r, &ns, &m.ldlm);
+}
+
+/// `ldlm.namespaces.NS.*` of any lock namespace: counts, counters, timeouts, bounds.
+pub(crate) fn register_namespace<K: nacre_ldlm::kind::Kind>(
+    r: &nacre_params::Registry,
+    ns: &str,
+    ns_: &Arc<nacre_ldlm::server::Namespace<K>>,
+) {
+    let a = ns_.clone();
+    r.add_fn(format!("{ns}.lock_count"), move || a.granted().to_string());
+    let a = ns_.clone();
     r.add_fn(format!("{ns}.stats"), move || {
-        let s = &a.ldlm.stats;
+        let s = &a.stats;
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         format!(
             "granted {}\nclients {}\nparked {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
              revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}",
-            a.ldlm.granted(),
-            a.ldlm.clients(),
-            a.ldlm.parked(),
+            a.granted(),
+            a.clients(),
+            a.parked(),
             n(&s.grants),
             n(&s.refused),
             n(&s.callbacks),
@@ -214,42 +227,37 @@ fn register_ldlm_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             n(&s.replay_refused)
         )
     });
-    let (a, b) = (m.clone(), m.clone());
+    let (a, b) = (ns_.clone(), ns_.clone());
     r.add_rw(
         format!("{ns}.callback_timeout_ms"),
-        move || {
-            a.ldlm
-                .callback_timeout_ms
-                .load(Ordering::Relaxed)
-                .to_string()
-        },
+        move || a.callback_timeout_ms.load(Ordering::Relaxed).to_string(),
         move |v| {
             let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
             let min = nacre_ldlm::server::CALLBACK_TIMEOUT_MS_MIN;
             if ms < min {
                 return Err(format!("at least {min} ms"));
             }
-            b.ldlm.callback_timeout_ms.store(ms, Ordering::Relaxed);
+            b.callback_timeout_ms.store(ms, Ordering::Relaxed);
             Ok(())
         },
     );
-    let (a, b) = (m.clone(), m.clone());
+    let (a, b) = (ns_.clone(), ns_.clone());
     r.add_rw(
         format!("{ns}.contention_ms"),
-        move || a.ldlm.contention_ms.load(Ordering::Relaxed).to_string(),
+        move || a.contention_ms.load(Ordering::Relaxed).to_string(),
         move |v| {
             let ms: u64 = v.trim().parse().map_err(|_| "expected milliseconds")?;
-            b.ldlm.contention_ms.store(ms, Ordering::Relaxed);
+            b.contention_ms.store(ms, Ordering::Relaxed);
             Ok(())
         },
     );
-    let (a, b) = (m.clone(), m.clone());
+    let (a, b) = (ns_.clone(), ns_.clone());
     r.add_rw(
         format!("{ns}.locks_max"),
-        move || a.ldlm.locks_max.load(Ordering::Relaxed).to_string(),
+        move || a.locks_max.load(Ordering::Relaxed).to_string(),
         move |v| {
             let n = parse_count(v)?;
-            b.ldlm.locks_max.store(n as u64, Ordering::Relaxed);
+            b.locks_max.store(n as u64, Ordering::Relaxed);
             Ok(())
         },
     );

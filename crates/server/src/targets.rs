@@ -318,7 +318,13 @@ impl Targets {
             }
             TargetKind::Mgt => {}
         }
-        for prefix in ["osd", "ost", "mdt", "ldlm.namespaces.mdt-"] {
+        for prefix in [
+            "osd",
+            "ost",
+            "mdt",
+            "ldlm.namespaces.mdt-",
+            "ldlm.namespaces.ost-",
+        ] {
             let dot = if prefix.ends_with('-') { "" } else { "." };
             self.registry
                 .remove_prefix(&format!("{prefix}{dot}{name}."));

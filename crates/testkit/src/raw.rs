@@ -71,6 +71,7 @@ impl RawConn {
     ) -> std::io::Result<u64> {
         let opcode = req.opcode();
         let call = OssCall {
+            client: [0; 16],
             jobid: "raw".into(),
             cred: nacre_types::cred::current(),
             req,

@@ -22,8 +22,9 @@ pub use header::{Header, HEADER_BYTES};
 
 /// Current protocol version, carried in every header (2: requests carry credentials and
 /// object owners; 3: metadata locks — intents, grants, callback polls and cancels; 4:
-/// readdirplus).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// readdirplus, byte-range locks; 5: extent locks on OST objects — client uuids at OSTs,
+/// read locks granted with reads, callback polls and cancels).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

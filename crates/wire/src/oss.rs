@@ -1,12 +1,16 @@
 //! Object storage service messages. The OST index travels in the frame header's `target`.
 //! File data travels as bulk after the body, never inside it.
 
+use nacre_ldlm::msg::ExtentRef;
 use nacre_types::{Cred, ObjectId, Owner, StatFs};
 use serde::{Deserialize, Serialize};
 
 /// A request to an OST with the job it works for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OssCall {
+    /// The client's uuid at this OST (all zero: a server's own request, or a client that
+    /// takes no locks). Locks are held, and evictions remembered, by it.
+    pub client: [u8; 16],
     /// Job id (empty: none), for per-job statistics.
     pub jobid: String,
     /// Who the request works for.
@@ -18,7 +22,13 @@ pub struct OssCall {
 impl OssCall {
     /// Wraps `req` with the current thread's job id and credentials.
     pub fn current(req: OssRequest) -> OssCall {
+        OssCall::from_client([0; 16], req)
+    }
+
+    /// Wraps `req` as [`OssCall::current`] does, from the client `client`.
+    pub fn from_client(client: [u8; 16], req: OssRequest) -> OssCall {
         OssCall {
+            client,
             jobid: nacre_types::jobid::current(),
             cred: nacre_types::cred::current(),
             req,
@@ -29,6 +39,7 @@ impl OssCall {
     /// changes): root, whatever client request the thread serves.
     pub fn server(req: OssRequest) -> OssCall {
         OssCall {
+            client: [0; 16],
             jobid: String::new(),
             cred: Cred::root(),
             req,
@@ -59,6 +70,10 @@ pub enum OssRequest {
         offset: u64,
         /// Bytes wanted.
         len: u32,
+        /// The client would like a read lock on the bytes it reads (to cache them), granted
+        /// before they are read; only a client that polls for callbacks
+        /// ([`OssRequest::LockPoll`]) is granted one.
+        lock: bool,
     },
     /// Size and allocation of an object (Lustre's glimpse). Reply: [`OssReply::ObjectAttr`].
     Glimpse {
@@ -111,6 +126,23 @@ pub enum OssRequest {
         /// Object.
         object: ObjectId,
     },
+    /// The client's callback poll: answered with the locks it must give back, at once if
+    /// there are some, else when some are or after `wait_ms` (at most
+    /// [`nacre_ldlm::server::POLL_WAIT_MS_MAX`]). Answered at once if `epoch` (0: none
+    /// known) is not the OST's: the client's locks are from an earlier start of the OST.
+    /// Reply: [`OssReply::Blocking`].
+    LockPoll {
+        /// Longest wait, in milliseconds.
+        wait_ms: u64,
+        /// The OST start the client knows ([`OssReply::Blocking`]'s).
+        epoch: u64,
+    },
+    /// The client gives locks back (at most
+    /// [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]). Reply: [`OssReply::Done`].
+    LockCancel {
+        /// Lock handles.
+        handles: Vec<u64>,
+    },
 }
 
 /// Most objects one [`OssRequest::SetOwner`] names.
@@ -128,6 +160,9 @@ pub enum OssReply {
     Read {
         /// Bytes.
         len: u32,
+        /// The read lock granted, taken before the data was read (if asked for and
+        /// granted).
+        lock: Option<ExtentRef>,
     },
     /// Object attributes.
     ObjectAttr {
@@ -142,6 +177,14 @@ pub enum OssReply {
     StatFs(StatFs),
     /// An object's owner (`None`: the object does not exist or has none recorded).
     Owner(Option<Owner>),
+    /// Locks the client must give back (answer to [`OssRequest::LockPoll`]), and the OST's
+    /// start (epoch): a client that knew another holds none of its locks any more.
+    Blocking {
+        /// Which start of the OST answered.
+        epoch: u64,
+        /// Locks called back.
+        locks: Vec<ExtentRef>,
+    },
 }
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
@@ -153,8 +196,9 @@ pub const IO_OPCODES: [u16; 5] = [0x0301, 0x0302, 0x0304, 0x0305, 0x0306];
 pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 // Everything else (glimpse, statfs) is served by the `ost` service.
 /// Requests a server serves to completion on the network thread that read them: an object's
-/// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner.
-pub const INLINE_OPCODES: [u16; 3] = [0x0303, 0x0308, 0x030a];
+/// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner, lock polls
+/// (parked) and cancels.
+pub const INLINE_OPCODES: [u16; 5] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c];
 
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
@@ -167,7 +211,11 @@ impl OssRequest {
             | OssRequest::Fallocate { object, .. }
             | OssRequest::Sync { object }
             | OssRequest::GetOwner { object } => Some(*object),
-            OssRequest::Destroy { .. } | OssRequest::StatFs | OssRequest::SetOwner { .. } => None,
+            OssRequest::Destroy { .. }
+            | OssRequest::StatFs
+            | OssRequest::SetOwner { .. }
+            | OssRequest::LockPoll { .. }
+            | OssRequest::LockCancel { .. } => None,
         }
     }
 
@@ -184,6 +232,8 @@ impl OssRequest {
             OssRequest::StatFs => 0x0308,
             OssRequest::SetOwner { .. } => 0x0309,
             OssRequest::GetOwner { .. } => 0x030a,
+            OssRequest::LockPoll { .. } => 0x030b,
+            OssRequest::LockCancel { .. } => 0x030c,
         }
     }
 }
@@ -207,6 +257,7 @@ mod tests {
                 object: o,
                 offset: 0,
                 len: 1,
+                lock: false,
             },
             OssRequest::Punch { object: o, size: 0 },
             OssRequest::Fallocate {
@@ -235,7 +286,13 @@ mod tests {
             OssRequest::Glimpse { object: o },
             OssRequest::StatFs,
             OssRequest::GetOwner { object: o },
+            OssRequest::LockPoll {
+                wait_ms: 0,
+                epoch: 0,
+            },
+            OssRequest::LockCancel { handles: vec![] },
         ] {
+            assert!(INLINE_OPCODES.contains(&other.opcode()));
             assert!(!IO_OPCODES.contains(&other.opcode()));
             assert!(!CREATE_OPCODES.contains(&other.opcode()));
         }
@@ -247,6 +304,7 @@ mod tests {
             object: ObjectId { seq: 0, id: 9 },
             offset: 4096,
             len: 1 << 20,
+            lock: true,
         };
         assert_eq!(decode_body::<OssRequest>(&encode_body(&req)).unwrap(), req);
     }
@@ -266,8 +324,11 @@ mod tests {
                 OssRequest::SetOwner { objects: objects.clone(), owner },
                 OssRequest::GetOwner { object: objects[0] },
                 OssRequest::Write { object: objects[0], offset: ids[0], owner },
+                OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
+                OssRequest::LockCancel { handles: ids.clone() },
             ] {
                 let call = OssCall {
+                    client: [gid as u8; 16],
                     jobid: "job".into(),
                     cred: Cred::new(uid, gid, groups.clone()),
                     req,
@@ -276,6 +337,14 @@ mod tests {
             }
             let reply = OssReply::Owner(Some(owner));
             prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
+            let lock = ExtentRef { handle: ids[0], object: objects[0], start: 0, end: u64::MAX,
+                                   write: uid & 1 == 0 };
+            for reply in [
+                OssReply::Read { len: gid, lock: Some(lock) },
+                OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()] },
+            ] {
+                prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
+            }
         }
 
         #[test]

@@ -42,6 +42,10 @@ pub(crate) struct ClientArgs {
     /// per name stat'ed after a plain listing).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) readdirplus: bool,
+    /// Keep file data in the page cache across opens, under read locks on the OST objects
+    /// (called back when another client writes); false: dropped at every open.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) data_cache: bool,
     /// Learn servers' other NIDs (rails) from the servers themselves.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) discovery: bool,
@@ -97,6 +101,7 @@ pub(crate) fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, Mou
         attr_timeout: Duration::from_millis(a.attr_timeout_ms),
         entry_timeout: Duration::from_millis(a.entry_timeout_ms),
         readdirplus: a.readdirplus,
+        data_cache: a.data_cache,
         ..MountOptions::default()
     };
     let readahead_bytes = parse_size(&a.max_read_ahead).map_err(anyhow::Error::msg)?;
@@ -131,12 +136,15 @@ pub(crate) fn serve_mount(
         use std::sync::atomic::Ordering::Relaxed;
         format!(
             "complete_dirs {}\ninodes_invalidated {}\nentries_invalidated {}\n\
-             entry_waits_cut {}\nlistings_invalidated {}",
+             entry_waits_cut {}\nlistings_invalidated {}\nfile_data_invalidated {}\n\
+             data_waits_cut {}",
             c.complete_dirs(),
             inval.inodes.load(Relaxed),
             inval.entries.load(Relaxed),
             inval.entry_waits_cut.load(Relaxed),
-            inval.listings.load(Relaxed)
+            inval.listings.load(Relaxed),
+            inval.data.load(Relaxed),
+            inval.data_waits_cut.load(Relaxed)
         )
     });
     let pidfile = daemon::write_pidfile(mnt)?;
@@ -219,6 +227,43 @@ fn register_client_ldlm_params(
     );
 }
 
+/// `ldlm.namespaces.FS-OSTxxxx-osc.*`: the data locks this client holds on one OST.
+fn register_client_osc_ldlm_params(
+    r: &nacre_params::Registry,
+    client: &Arc<Client>,
+    fs: &str,
+    index: u32,
+) {
+    let ns = format!("ldlm.namespaces.{fs}-OST{index:04x}-osc");
+    let of = move |c: &Client| c.data_lock_stats().into_iter().find(|s| s.0 == index);
+    let c = client.clone();
+    r.add_fn(format!("{ns}.lock_count"), move || {
+        of(&c).map_or(0, |s| s.1).to_string()
+    });
+    let c = client.clone();
+    r.add_fn(format!("{ns}.stats"), move || {
+        let (_, held, _, [grants, callbacks, cancels, lru, resets]) = of(&c).unwrap_or_default();
+        format!(
+            "granted {held}\ngrants {grants}\ncallbacks {callbacks}\ncancels {cancels}\n\
+             lru_cancels {lru}\nresets {resets}"
+        )
+    });
+    let (a, b) = (client.clone(), client.clone());
+    r.add_rw(
+        format!("{ns}.lru_size"),
+        move || {
+            of(&a)
+                .map_or(nacre_client::datalocks::DATA_LRU_SIZE_DEFAULT, |s| s.2)
+                .to_string()
+        },
+        move |v| {
+            let n = nacre_server::target_params::parse_count(v)?;
+            b.set_data_lru_size(index, n);
+            Ok(())
+        },
+    );
+}
+
 /// Client-side parameters: `jobid_var`, and the client's view of its file system.
 pub(crate) fn register_client_params(
     r: &nacre_params::Registry,
@@ -280,6 +325,9 @@ pub(crate) fn register_client_params(
     }
     for t in client.fs_config().mdts {
         register_client_ldlm_params(r, client, &fs, t.index);
+    }
+    for t in client.fs_config().osts {
+        register_client_osc_ldlm_params(r, client, &fs, t.index);
     }
     let c = client.clone();
     r.add_fn("peers", move || {
@@ -399,6 +447,7 @@ const NACRE_OPTIONS: &[&str] = &[
     "attr_timeout_ms",
     "entry_timeout_ms",
     "readdirplus",
+    "data_cache",
     "discovery",
     "rail_timeout_ms",
     "rpc_timeout_ms",

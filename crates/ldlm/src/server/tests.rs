@@ -269,4 +269,9 @@ fn extent_locks_are_called_back_by_the_changes_they_conflict_with() {
     assert!(ns
         .try_grant(&A, ObjectId { seq: 1, id: 8 }, Extent::of(0, 1, true))
         .is_some());
+    // A destroyed object's locks are dropped without callbacks.
+    let callbacks = ns.stats.callbacks.load(Ordering::Relaxed);
+    assert_eq!(ns.forget(&o), 1);
+    assert_eq!((ns.held_by(&B), ns.held_by(&A)), (0, 1));
+    assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), callbacks);
 }

@@ -1,0 +1,669 @@
+//! Extent locks on OST objects, on the client: the read locks this client holds (each
+//! for one file's object), the callback thread polling each OST it holds locks on, and the
+//! revoker thread that has the mount forget a file's cached data before the lock goes.
+//!
+//! A page-cache read asks for a read lock on each object range it reads that no lock of
+//! this client covers; the OST grants it before reading (widened to the whole object when no
+//! one else writes there). While a read uses a lock its callback waits: the data the read
+//! returns was read under it, and the kernel must have it in its cache before the cache is
+//! dropped (else a page read before a write could be cached after the drop). An OST that
+//! evicted this client answers `ESHUTDOWN`: every lock on it is forgotten (and the cached
+//! data of their files dropped) and the client talks to it under a new uuid; an OST that
+//! restarted (a new epoch) or cannot be reached is handled alike.
+
+use crate::{Client, Result};
+use nacre_ldlm::kind::Extent;
+use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};
+use nacre_types::{Fid, Layout, ObjectId, Status};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Told the files whose cached data must be dropped; returns once the kernel dropped it (or
+/// gave up waiting).
+pub type DataSink = Arc<dyn Fn(&[Fid]) + Send + Sync>;
+
+/// Default bound on the data locks held per OST (`ldlm.namespaces.ost-*.lru_size`).
+pub const DATA_LRU_SIZE_DEFAULT: usize = 16_384;
+/// Handles of callbacks that came before their grant, remembered so that grant is dropped.
+const EARLY_REMEMBERED_MAX: usize = 4_096;
+/// Files whose cached data is known to have been read under locks only.
+const CLEAN_FILES_MAX: usize = 65_536;
+/// Revocations queued for the revoker thread at most (past it, the queuer waits).
+const REVOCATIONS_QUEUED_MAX: usize = 1_024;
+/// Pause after a failed poll.
+const POLL_RETRY_MS: u64 = 500;
+
+/// Counters of one OST's data locks on this client.
+#[derive(Default)]
+pub struct DataLockStats {
+    /// Locks received with reads.
+    pub grants: AtomicU64,
+    /// Callbacks received.
+    pub callbacks: AtomicU64,
+    /// Locks given back (callbacks, LRU, eviction).
+    pub cancels: AtomicU64,
+    /// Locks given back because the LRU was full.
+    pub lru_cancels: AtomicU64,
+    /// Times the OST evicted this client, restarted, or could not be polled (every lock
+    /// dropped).
+    pub resets: AtomicU64,
+}
+
+struct Held {
+    lock: ExtentRef,
+    fid: Fid,
+    /// Reads using it now.
+    users: u32,
+    /// Called back while in use: given back when the last user is done.
+    revoked: bool,
+    used: u64,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<u64, Held>,
+    by_object: HashMap<ObjectId, Vec<u64>>,
+    lru: BTreeMap<u64, u64>,
+    tick: u64,
+    /// Reads asking for locks in flight, per object.
+    inflight: HashMap<ObjectId, u32>,
+    /// Callbacks for handles not (yet) held, on objects with reads asking for locks in
+    /// flight: their grant may still come.
+    early: HashMap<u64, ObjectId>,
+    early_order: VecDeque<u64>,
+}
+
+impl State {
+    fn take(&mut self, handle: u64) -> Option<Held> {
+        let h = self.held.remove(&handle)?;
+        self.lru.remove(&h.used);
+        if let Some(v) = self.by_object.get_mut(&h.lock.object) {
+            v.retain(|x| *x != handle);
+            if v.is_empty() {
+                self.by_object.remove(&h.lock.object);
+            }
+        }
+        Some(h)
+    }
+
+    fn touch(&mut self, handle: u64) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(h) = self.held.get_mut(&handle) {
+            self.lru.remove(&h.used);
+            h.used = tick;
+            self.lru.insert(tick, handle);
+        }
+    }
+
+    /// A held lock, not called back, of this file covering `want`.
+    fn covering(&self, object: ObjectId, want: &Extent) -> Option<u64> {
+        self.by_object.get(&object)?.iter().copied().find(|id| {
+            let h = &self.held[id];
+            !h.revoked && h.lock.start <= want.start && h.lock.end >= want.end
+        })
+    }
+}
+
+/// One OST's data locks on this client.
+pub struct OstLocks {
+    ost: u32,
+    uuid: Mutex<[u8; 16]>,
+    /// The OST start the locks are from (0: none known yet).
+    epoch: AtomicU64,
+    state: Mutex<State>,
+    polling: AtomicBool,
+    /// Bound on the locks held (`lru_size`).
+    pub lru_size: AtomicUsize,
+    /// Counters.
+    pub stats: DataLockStats,
+}
+
+impl OstLocks {
+    fn new(ost: u32) -> OstLocks {
+        OstLocks {
+            ost,
+            uuid: Mutex::new(*uuid::Uuid::new_v4().as_bytes()),
+            epoch: AtomicU64::new(0),
+            state: Mutex::new(State::default()),
+            polling: AtomicBool::new(false),
+            lru_size: AtomicUsize::new(DATA_LRU_SIZE_DEFAULT),
+            stats: DataLockStats::default(),
+        }
+    }
+
+    /// This client's uuid at the OST.
+    pub fn uuid(&self) -> [u8; 16] {
+        *self.uuid.lock()
+    }
+
+    /// Locks held now.
+    pub fn count(&self) -> usize {
+        self.state.lock().held.len()
+    }
+
+    /// Drops every lock (the OST restarted, or the mount ends); returns the files whose
+    /// cached data must go.
+    fn reset(&self) -> Vec<Fid> {
+        let mut s = self.state.lock();
+        let mut fids: Vec<Fid> = s.held.values().map(|h| h.fid).collect();
+        *s = State::default();
+        drop(s);
+        self.stats.resets.fetch_add(1, Ordering::Relaxed);
+        fids.sort_unstable();
+        fids.dedup();
+        fids
+    }
+
+    /// The OST evicted the client known as `was`: if that is still its uuid, every lock is
+    /// dropped and the client takes a new uuid (Some: the files whose data must go).
+    fn reset_if(&self, was: [u8; 16]) -> Option<Vec<Fid>> {
+        let mut uuid = self.uuid.lock();
+        if *uuid != was {
+            return None;
+        }
+        *uuid = *uuid::Uuid::new_v4().as_bytes();
+        self.epoch.store(0, Ordering::Release);
+        drop(uuid);
+        Some(self.reset())
+    }
+}
+
+/// A revocation for the revoker thread: the files to forget, then the handles to cancel.
+struct Revocation {
+    ost: u32,
+    fids: Vec<Fid>,
+    handles: Vec<u64>,
+}
+
+/// The client's data locks on every OST.
+#[derive(Default)]
+pub(crate) struct DataLocks {
+    osts: parking_lot::RwLock<HashMap<u32, Arc<OstLocks>>>,
+    sink: std::sync::OnceLock<(DataSink, std::sync::mpsc::SyncSender<Revocation>)>,
+    /// Files whose cached data was read under locks only since the kernel last dropped it.
+    clean: Mutex<HashSet<Fid>>,
+    /// The client is going away: callback threads end.
+    stopping: AtomicBool,
+}
+
+/// Locks a read used: released once the data is in the kernel's cache ([`Client::read_done`]).
+#[derive(Default)]
+pub struct ReadLocks {
+    used: Vec<(u32, u64)>,
+    /// Object ranges a lock was asked for (OST, object).
+    asked: Vec<(u32, ObjectId)>,
+    /// Every range read was covered by a lock.
+    pub covered: bool,
+}
+
+impl ReadLocks {
+    /// No lock used yet; covered until a range is read without one.
+    pub(crate) fn new() -> ReadLocks {
+        ReadLocks {
+            covered: true,
+            ..ReadLocks::default()
+        }
+    }
+}
+
+impl DataLocks {
+    fn ost(&self, ost: u32) -> Arc<OstLocks> {
+        if let Some(o) = self.osts.read().get(&ost) {
+            return o.clone();
+        }
+        self.osts
+            .write()
+            .entry(ost)
+            .or_insert_with(|| Arc::new(OstLocks::new(ost)))
+            .clone()
+    }
+
+    fn enabled(&self) -> bool {
+        self.sink.get().is_some() && !self.stopping.load(Ordering::Relaxed)
+    }
+
+    fn revoke(&self, r: Revocation) {
+        if let Some((_, tx)) = self.sink.get() {
+            let _ = tx.send(r);
+        }
+    }
+}
+
+impl Client {
+    /// From now on page-cache reads take read locks on the OST objects they read, so the
+    /// mount may keep file data cached across opens ([`Client::data_cached`]); `sink` is told
+    /// of the files whose data must be dropped before their lock goes (called back by a
+    /// change of another client, given back from the LRU, or lost).
+    pub fn enable_data_locks(&self, sink: DataSink) -> std::io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Revocation>(REVOCATIONS_QUEUED_MAX);
+        if self.data_locks.sink.set((sink.clone(), tx)).is_err() {
+            return Ok(());
+        }
+        let me = self.me.clone();
+        std::thread::Builder::new()
+            .name("osc-revoker".into())
+            .spawn(move || {
+                for r in rx {
+                    sink(&r.fids);
+                    let Some(c) = me.upgrade() else { return };
+                    c.cancel_data_locks(r.ost, &r.handles);
+                }
+            })?;
+        Ok(())
+    }
+
+    /// True if page-cache reads take data locks ([`Client::enable_data_locks`]).
+    pub fn data_locks_on(&self) -> bool {
+        self.data_locks.enabled()
+    }
+
+    /// This client's uuid at OST `ost` (what its requests carry).
+    pub(crate) fn ost_uuid(&self, ost: u32) -> [u8; 16] {
+        if !self.data_locks.enabled() {
+            return crate::datalocks::NO_UUID;
+        }
+        self.data_locks.ost(ost).uuid()
+    }
+
+    /// OST `ost` refused this client as evicted (a request sent as `was`): every lock on it
+    /// is dropped (their files' cached data first) and the client is a new one to it —
+    /// once, however many requests were refused.
+    pub(crate) fn data_evicted(&self, ost: u32, was: [u8; 16]) {
+        if !self.data_locks.enabled() {
+            return;
+        }
+        let o = self.data_locks.ost(ost);
+        let Some(fids) = o.reset_if(was) else {
+            return;
+        };
+        tracing::warn!("OST{ost:04x} evicted this client: its cached data is dropped");
+        self.data_locks.revoke(Revocation {
+            ost,
+            fids,
+            handles: Vec::new(),
+        });
+    }
+
+    /// Whether a read of object range `want` of `object` on `ost` should ask for a lock (no
+    /// lock of this client covers it), else marks the covering lock used by `locks`.
+    pub(crate) fn want_data_lock(
+        &self,
+        ost: u32,
+        object: ObjectId,
+        want: Extent,
+        locks: &mut ReadLocks,
+    ) -> bool {
+        if !self.data_locks.enabled() {
+            return false;
+        }
+        let o = self.data_locks.ost(ost);
+        let mut s = o.state.lock();
+        match s.covering(object, &want) {
+            Some(id) => {
+                s.held.get_mut(&id).expect("covering").users += 1;
+                s.touch(id);
+                locks.used.push((ost, id));
+                false
+            }
+            None => {
+                *s.inflight.entry(object).or_default() += 1;
+                locks.asked.push((ost, object));
+                drop(s);
+                self.start_data_callbacks(&o);
+                true
+            }
+        }
+    }
+
+    /// A read of `fid` was granted `lock` by OST `ost`: held (in use by `locks`) unless its
+    /// callback came first.
+    pub(crate) fn data_lock_granted(
+        &self,
+        ost: u32,
+        fid: Fid,
+        lock: ExtentRef,
+        locks: &mut ReadLocks,
+    ) {
+        let o = self.data_locks.ost(ost);
+        o.stats.grants.fetch_add(1, Ordering::Relaxed);
+        self.start_data_callbacks(&o);
+        let mut s = o.state.lock();
+        let early = s.early.remove(&lock.handle).is_some();
+        if let Some(h) = s.held.get_mut(&lock.handle) {
+            h.users += 1;
+        } else {
+            s.held.insert(
+                lock.handle,
+                Held {
+                    lock,
+                    fid,
+                    users: 1,
+                    revoked: early,
+                    used: 0,
+                },
+            );
+            s.by_object
+                .entry(lock.object)
+                .or_default()
+                .push(lock.handle);
+        }
+        s.touch(lock.handle);
+        locks.used.push((ost, lock.handle));
+        // Past the bound, the least recently used idle locks go, an eighth of the bound at
+        // once (one cancel and one batch of kernel invalidations for many).
+        let max = o.lru_size.load(Ordering::Relaxed).max(1);
+        let mut trim = Vec::new();
+        if s.held.len() > max {
+            let keep = max - max / 8;
+            let idle: Vec<u64> = s
+                .lru
+                .values()
+                .copied()
+                .filter(|id| s.held[id].users == 0)
+                .take(s.held.len() - keep)
+                .collect();
+            for id in idle {
+                if let Some(h) = s.take(id) {
+                    trim.push((id, h.fid));
+                }
+            }
+        }
+        drop(s);
+        if !trim.is_empty() {
+            o.stats
+                .lru_cancels
+                .fetch_add(trim.len() as u64, Ordering::Relaxed);
+            self.data_locks.revoke(Revocation {
+                ost,
+                fids: trim.iter().map(|t| t.1).collect(),
+                handles: trim.iter().map(|t| t.0).collect(),
+            });
+        }
+    }
+
+    /// The data a read returned is in the kernel's cache: its locks are no longer in use,
+    /// and those called back meanwhile go now. A read not wholly covered by locks leaves
+    /// `fid`'s cached data unclean (not kept across opens).
+    pub fn read_done(&self, fid: Fid, locks: ReadLocks) {
+        if !locks.covered {
+            self.data_locks.clean.lock().remove(&fid);
+        }
+        let mut by_ost: HashMap<u32, (Vec<u64>, Vec<ObjectId>)> = HashMap::new();
+        for (ost, id) in locks.used {
+            by_ost.entry(ost).or_default().0.push(id);
+        }
+        for (ost, object) in locks.asked {
+            by_ost.entry(ost).or_default().1.push(object);
+        }
+        for (ost, (ids, objects)) in by_ost {
+            let o = self.data_locks.ost(ost);
+            let mut s = o.state.lock();
+            let mut gone = Vec::new();
+            for object in objects {
+                let n = s.inflight.get_mut(&object).map(|n| {
+                    *n -= 1;
+                    *n
+                });
+                if n == Some(0) {
+                    s.inflight.remove(&object);
+                    // Callbacks that came for grants this file's reads never got.
+                    let early: Vec<u64> = s
+                        .early
+                        .iter()
+                        .filter(|(_, o)| **o == object)
+                        .map(|(h, _)| *h)
+                        .collect();
+                    for h in early {
+                        s.early.remove(&h);
+                        gone.push((h, fid));
+                    }
+                }
+            }
+            for id in ids {
+                let Some(h) = s.held.get_mut(&id) else {
+                    continue;
+                };
+                h.users = h.users.saturating_sub(1);
+                if h.users == 0 && h.revoked {
+                    let h = s.take(id).expect("held");
+                    gone.push((id, h.fid));
+                }
+            }
+            drop(s);
+            if !gone.is_empty() {
+                self.data_locks.revoke(Revocation {
+                    ost,
+                    fids: gone.iter().map(|g| g.1).collect(),
+                    handles: gone.iter().map(|g| g.0).collect(),
+                });
+            }
+        }
+    }
+
+    /// The kernel dropped `fid`'s cached data (an open that did not keep it): what it
+    /// caches from now on is read under locks, until a read without one.
+    pub fn data_cache_dropped(&self, fid: Fid) {
+        let mut c = self.data_locks.clean.lock();
+        if c.len() < CLEAN_FILES_MAX {
+            c.insert(fid);
+        }
+    }
+
+    /// True if the kernel may keep `fid`'s cached data (its layout `layout`) across an open:
+    /// all of it was read under locks this client still holds on every object of the file.
+    pub fn data_cached(&self, fid: Fid, layout: &Layout) -> bool {
+        if !self.data_locks.enabled() || !self.data_locks.clean.lock().contains(&fid) {
+            return false;
+        }
+        let whole = Extent {
+            start: 0,
+            end: u64::MAX,
+            write: false,
+        };
+        layout.objects.iter().all(|o| {
+            let l = self.data_locks.ost(o.ost);
+            let s = l.state.lock();
+            s.covering(o.object, &whole)
+                .is_some_and(|id| s.held[&id].fid == fid)
+        })
+    }
+
+    /// Data lock counters per OST: (OST index, locks held, LRU size, counters).
+    pub fn data_lock_stats(&self) -> Vec<(u32, usize, usize, [u64; 5])> {
+        let r = Ordering::Relaxed;
+        let mut out: Vec<_> = self
+            .data_locks
+            .osts
+            .read()
+            .values()
+            .map(|o| {
+                let st = &o.stats;
+                (
+                    o.ost,
+                    o.count(),
+                    o.lru_size.load(r),
+                    [
+                        st.grants.load(r),
+                        st.callbacks.load(r),
+                        st.cancels.load(r),
+                        st.lru_cancels.load(r),
+                        st.resets.load(r),
+                    ],
+                )
+            })
+            .collect();
+        out.sort_unstable_by_key(|x| x.0);
+        out
+    }
+
+    /// Sets the LRU bound of OST `ost`'s data locks.
+    pub fn set_data_lru_size(&self, ost: u32, n: usize) {
+        self.data_locks
+            .ost(ost)
+            .lru_size
+            .store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Gives every data lock back (unmount): the OSTs then hold nothing for this client.
+    pub fn cancel_all_data_locks(&self) {
+        self.data_locks.stopping.store(true, Ordering::Release);
+        let osts: Vec<Arc<OstLocks>> = self.data_locks.osts.read().values().cloned().collect();
+        for o in osts {
+            let handles: Vec<u64> = o.state.lock().held.keys().copied().collect();
+            o.reset();
+            self.cancel_data_locks(o.ost, &handles);
+        }
+    }
+
+    fn cancel_data_locks(&self, ost: u32, handles: &[u64]) {
+        if handles.is_empty() {
+            return;
+        }
+        let o = self.data_locks.ost(ost);
+        let uuid = o.uuid();
+        for chunk in handles.chunks(REFS_PER_MESSAGE_MAX) {
+            let req = OssRequest::LockCancel {
+                handles: chunk.to_vec(),
+            };
+            let sent = self.osc(ost).and_then(|conn| {
+                nacre_net::rpc::call::<_, OssReply>(
+                    &conn,
+                    req.opcode(),
+                    ost,
+                    &OssCall::from_client(uuid, req.clone()),
+                )
+                .map_err(Into::into)
+            });
+            if let Err(e) = sent {
+                // The OST evicts a client that does not cancel; nothing else to do here.
+                tracing::debug!("OST{ost:04x}: lock cancel: {e}");
+            } else {
+                o.stats
+                    .cancels
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn start_data_callbacks(&self, o: &Arc<OstLocks>) {
+        if o.polling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.me.clone();
+        let o2 = o.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("osc-cb-{:04x}", o.ost))
+            .spawn(move || poll_loop(me, o2));
+        if let Err(e) = spawned {
+            // Locks are still granted; without polls the OST evicts this client at the
+            // first callback, which drops them all.
+            o.polling.store(false, Ordering::Release);
+            tracing::warn!("OST{:04x}: no data lock callback thread: {e}", o.ost);
+        }
+    }
+}
+
+/// The uuid of requests from a client that takes no data locks.
+pub(crate) const NO_UUID: [u8; 16] = [0; 16];
+
+/// Polls OST `o` for callbacks for as long as the client lives.
+fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
+    loop {
+        let Some(client) = me.upgrade() else { return };
+        if client.data_locks.stopping.load(Ordering::Acquire) {
+            o.polling.store(false, Ordering::Release);
+            return;
+        }
+        let wait_ms = client.lock_poll_wait_ms();
+        let req = OssRequest::LockPoll {
+            wait_ms,
+            epoch: o.epoch.load(Ordering::Acquire),
+        };
+        let uuid = o.uuid();
+        let answer: Result<OssReply> = client.osc(o.ost).and_then(|conn| {
+            nacre_net::rpc::call::<_, OssReply>(
+                &conn,
+                req.opcode(),
+                o.ost,
+                &OssCall::from_client(uuid, req.clone()),
+            )
+            .map_err(Into::into)
+        });
+        match answer {
+            Ok(OssReply::Blocking { epoch, locks }) => {
+                let known = o.epoch.swap(epoch, Ordering::AcqRel);
+                if known != 0 && known != epoch {
+                    // The OST restarted: none of the locks are held there any more.
+                    tracing::info!("OST{:04x} restarted: its data locks are dropped", o.ost);
+                    let fids = o.reset();
+                    client.data_locks.revoke(Revocation {
+                        ost: o.ost,
+                        fids,
+                        handles: Vec::new(),
+                    });
+                }
+                called_back(&client, &o, &locks);
+            }
+            Ok(_) => {}
+            Err(e) if e.status() == Status::Shutdown => client.data_evicted(o.ost, uuid),
+            Err(e) => {
+                tracing::debug!("OST{:04x}: lock poll: {e}", o.ost);
+                drop(client);
+                std::thread::sleep(Duration::from_millis(POLL_RETRY_MS));
+            }
+        }
+    }
+}
+
+/// Locks called back: those not in use go to the revoker (their files' data dropped, then
+/// cancelled); those in use when their reads are done; unknown ones are remembered.
+fn called_back(client: &Client, o: &OstLocks, locks: &[ExtentRef]) {
+    if locks.is_empty() {
+        return;
+    }
+    o.stats
+        .callbacks
+        .fetch_add(locks.len() as u64, Ordering::Relaxed);
+    let mut s = o.state.lock();
+    let mut gone = Vec::new();
+    let mut orphans = Vec::new();
+    for l in locks {
+        let reading = s.inflight.contains_key(&l.object);
+        match s.held.get_mut(&l.handle) {
+            Some(h) if h.users > 0 => h.revoked = true,
+            Some(_) => {
+                let h = s.take(l.handle).expect("held");
+                gone.push((l.handle, h.fid));
+            }
+            // A read asking for a lock on the object is in flight: its grant may be
+            // this one, handled when the read is done.
+            None if reading => {
+                if s.early.insert(l.handle, l.object).is_none() {
+                    s.early_order.push_back(l.handle);
+                    if s.early_order.len() > EARLY_REMEMBERED_MAX {
+                        if let Some(old) = s.early_order.pop_front() {
+                            s.early.remove(&old);
+                        }
+                    }
+                }
+            }
+            // Granted to a read that failed: nothing was cached under it.
+            None => orphans.push(l.handle),
+        }
+    }
+    drop(s);
+    if !gone.is_empty() || !orphans.is_empty() {
+        let mut fids: Vec<Fid> = gone.iter().map(|g| g.1).collect();
+        fids.dedup();
+        client.data_locks.revoke(Revocation {
+            ost: o.ost,
+            fids,
+            handles: gone.iter().map(|g| g.0).chain(orphans).collect(),
+        });
+    }
+}

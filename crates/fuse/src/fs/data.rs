@@ -1,0 +1,28 @@
+//! File data in the kernel's page cache across opens: a file is opened with
+//! `FOPEN_KEEP_CACHE` while this mount holds read locks on all of every object of it and
+//! everything the kernel cached of it was read under those locks; otherwise the kernel
+//! drops its cached data at the open, and what it reads from then on is read under locks
+//! (page-cache reads ask for them, nacre_client::datalocks). A lock's callback has the
+//! kernel drop the file's cached data before the lock goes (inval.rs).
+
+use super::Shared;
+use fuser::FopenFlags;
+use nacre_client::OpenFile;
+
+impl Shared {
+    /// How `file` is opened: [`Shared::open_flags`], and `FOPEN_KEEP_CACHE` if its cached
+    /// data is still good (else the kernel drops it, and the file's cache starts clean).
+    pub(super) fn file_open_flags(&self, file: &OpenFile) -> FopenFlags {
+        let flags = self.open_flags(file.fid);
+        let Some(layout) = &file.layout else {
+            return flags;
+        };
+        if self.client.data_cached(file.fid, layout) {
+            return flags | FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        // Before the reply: the kernel drops the cache when it gets it, and a read that
+        // is not covered after this marks the file unclean again.
+        self.client.data_cache_dropped(file.fid);
+        flags
+    }
+}

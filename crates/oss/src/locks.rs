@@ -1,0 +1,302 @@
+//! An OST's extent locks (`nacre_ldlm` with [`Extents`]): read locks granted with reads
+//! (taken before the data is read), the extents every change revokes before it runs, the
+//! clients' callback polls, and the clients evicted for not cancelling in time — whose
+//! later requests are refused (`ESHUTDOWN`), so a client that may still cache what it no
+//! longer holds a lock on learns it first and starts afresh under a new uuid.
+//!
+//! | request | revokes (other clients' locks) |
+//! |---|---|
+//! | write | read and write locks on the bytes written |
+//! | punch (truncate) | read and write locks from the new size on |
+//! | fallocate punching a hole | read and write locks on the hole |
+//! | destroy | nothing: the object's locks are dropped without callbacks (its file is gone and no one has it open) |
+//! | read, glimpse | write locks on the bytes read (on the whole object) |
+
+use crate::OstTarget;
+use nacre_ldlm::kind::Extent;
+use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};
+use nacre_ldlm::server::{Extents, Namespace, Revocation};
+use nacre_net::{Incoming, Outgoing};
+use nacre_types::{ObjectId, Status};
+use nacre_wire::encode_body;
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use parking_lot::Mutex;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+/// Evicted client uuids remembered (to refuse them); the oldest are forgotten.
+pub const EVICTED_REMEMBERED_MAX: usize = 4_096;
+
+/// A client uuid that takes no locks (a server's own request, a client that does not cache).
+pub const NO_CLIENT: [u8; 16] = [0; 16];
+
+/// The lock state of one OST.
+pub struct OstLocks {
+    /// The namespace.
+    pub ns: Arc<Namespace<Extents>>,
+    /// This start of the OST (random): a client that knew another holds none of its locks.
+    pub epoch: u64,
+    evicted: Mutex<Evicted>,
+}
+
+/// Evicted client uuids, and the order they were evicted in (the oldest are forgotten).
+type Evicted = (HashSet<[u8; 16]>, VecDeque<[u8; 16]>);
+
+impl Default for OstLocks {
+    fn default() -> Self {
+        OstLocks {
+            ns: Namespace::new(fastrand::u64(1..u64::MAX / 2)),
+            epoch: fastrand::u64(1..u64::MAX),
+            evicted: Mutex::new((HashSet::new(), VecDeque::new())),
+        }
+    }
+}
+
+impl OstLocks {
+    /// True if `client` was evicted here (its requests are refused).
+    pub fn is_evicted(&self, client: &[u8; 16]) -> bool {
+        *client != NO_CLIENT && self.evicted.lock().0.contains(client)
+    }
+
+    /// Evicts `client`: its locks are dropped and its later requests refused.
+    pub fn evict(&self, client: &[u8; 16], why: &str, ost: &str) {
+        let n = self.ns.evict(client);
+        let mut e = self.evicted.lock();
+        if e.0.insert(*client) {
+            e.1.push_back(*client);
+            if e.1.len() > EVICTED_REMEMBERED_MAX {
+                if let Some(old) = e.1.pop_front() {
+                    e.0.remove(&old);
+                }
+            }
+        }
+        drop(e);
+        tracing::warn!(
+            "{ost}: evicting client {} ({n} locks): {why}",
+            uuid_text(client)
+        );
+    }
+
+    /// Evicted clients remembered now.
+    pub fn evicted_count(&self) -> usize {
+        self.evicted.lock().0.len()
+    }
+}
+
+fn uuid_text(c: &[u8; 16]) -> String {
+    c.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The extents `req` changes or reads, as (object, extent) pairs; `bulk_len` is the size of
+/// a write's data.
+pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
+    let whole = |write| Extent {
+        start: 0,
+        end: u64::MAX,
+        write,
+    };
+    match req {
+        OssRequest::Write { object, offset, .. } => {
+            vec![(*object, Extent::of(*offset, bulk_len, true))]
+        }
+        OssRequest::Punch { object, size } => vec![(
+            *object,
+            Extent {
+                start: *size,
+                end: u64::MAX,
+                write: true,
+            },
+        )],
+        OssRequest::Fallocate {
+            object,
+            offset,
+            len,
+            punch_hole: true,
+            ..
+        } => vec![(*object, Extent::of(*offset, *len, true))],
+        OssRequest::Read {
+            object,
+            offset,
+            len,
+            ..
+        } => vec![(*object, Extent::of(*offset, u64::from(*len), false))],
+        OssRequest::Glimpse { object } => vec![(*object, whole(false))],
+        _ => Vec::new(),
+    }
+}
+
+fn requester(client: &[u8; 16]) -> Option<&[u8; 16]> {
+    (*client != NO_CLIENT).then_some(client)
+}
+
+/// Revokes, before `call` runs, the other clients' locks on what it changes or reads;
+/// evicts the clients that did not cancel in time. Holds conflicting grants off until the
+/// returned hold is dropped (after the request).
+pub(crate) fn revoke_for<'a>(
+    ost: &'a OstTarget,
+    call: &OssCall,
+    bulk_len: u64,
+) -> Option<Revocation<'a, Extents>> {
+    let t = targets(&call.req, bulk_len);
+    if t.is_empty() {
+        return None;
+    }
+    let hold = ost.locks.ns.revoke(requester(&call.client), &t);
+    for c in &hold.late {
+        ost.locks.evict(
+            c,
+            "did not cancel a called-back lock in time",
+            &ost.label.name(),
+        );
+    }
+    Some(hold)
+}
+
+/// Parks a request that would have to wait for other clients to cancel locks: the
+/// callbacks go out now and the request is queued on its service again once they are
+/// cancelled (or their clients evicted), so no service thread waits meanwhile. Returns the
+/// request if it can run now.
+pub(crate) fn park_change(ost: &Arc<OstTarget>, req: Incoming, call: &OssCall) -> Option<Incoming> {
+    if req.resubmits() > 0 {
+        return Some(req);
+    }
+    let ns = &ost.locks.ns;
+    if ns.granted() == 0 || (call.client != NO_CLIENT && !ns.others_hold(&call.client)) {
+        return Some(req);
+    }
+    let t = targets(&call.req, u64::from(req.header.bulk_len));
+    if t.is_empty() || !ns.conflicts(requester(&call.client), &t) {
+        return Some(req);
+    }
+    let weak = Arc::downgrade(ost);
+    ns.revoke_later(
+        requester(&call.client),
+        &t,
+        Box::new(move |late| {
+            if let Some(o) = weak.upgrade() {
+                for c in &late {
+                    o.locks.evict(
+                        c,
+                        "did not cancel a called-back lock in time",
+                        &o.label.name(),
+                    );
+                }
+            }
+            req.resubmit();
+        }),
+    );
+    None
+}
+
+/// Parks a client's callback poll; the answer goes out when callbacks are due or the wait is
+/// over (at once for a client that knew another start of the OST).
+pub(crate) fn poll(
+    ost: &Arc<OstTarget>,
+    client: [u8; 16],
+    wait_ms: u64,
+    epoch: u64,
+    req: Incoming,
+) {
+    if client == NO_CLIENT {
+        req.respond(Outgoing::error(Status::Inval));
+        return;
+    }
+    let wait_ms = if epoch != 0 && epoch != ost.locks.epoch {
+        0
+    } else {
+        wait_ms
+    };
+    let epoch = ost.locks.epoch;
+    ost.locks.ns.poll(
+        &client,
+        wait_ms,
+        Box::new(move |locks: Vec<ExtentRef>| {
+            req.respond(Outgoing::ok(encode_body(&OssReply::Blocking {
+                epoch,
+                locks,
+            })));
+        }),
+    );
+}
+
+/// A client gives locks back.
+pub(crate) fn cancel(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    handles: &[u64],
+) -> Result<OssReply, Status> {
+    if handles.len() > REFS_PER_MESSAGE_MAX {
+        return Err(Status::TooBig);
+    }
+    ost.locks.ns.cancel(client, handles);
+    Ok(OssReply::Done)
+}
+
+/// A read lock for `client` on what `req` (a read) reads, if it asked for one and one can
+/// be granted: taken before the data is read, so a change that starts after it revokes it.
+pub(crate) fn grant_read(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    req: &OssRequest,
+) -> Option<ExtentRef> {
+    let OssRequest::Read {
+        object,
+        offset,
+        len,
+        lock: true,
+    } = req
+    else {
+        return None;
+    };
+    if *client == NO_CLIENT {
+        return None;
+    }
+    ost.locks
+        .ns
+        .try_grant(client, *object, Extent::of(*offset, u64::from(*len), false))
+        .map(|(l, _)| l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_types::Owner;
+
+    #[test]
+    fn changes_revoke_what_they_change_and_reads_only_write_locks() {
+        let o = ObjectId { seq: 1, id: 2 };
+        let w = targets(
+            &OssRequest::Write {
+                object: o,
+                offset: 10,
+                owner: Owner::default(),
+            },
+            5,
+        );
+        assert_eq!(w, vec![(o, Extent::of(10, 5, true))]);
+        let p = targets(&OssRequest::Punch { object: o, size: 7 }, 0);
+        assert_eq!(
+            (p[0].1.start, p[0].1.end, p[0].1.write),
+            (7, u64::MAX, true)
+        );
+        let alloc = OssRequest::Fallocate {
+            object: o,
+            offset: 0,
+            len: 9,
+            keep_size: false,
+            punch_hole: false,
+        };
+        assert!(targets(&alloc, 0).is_empty(), "allocation changes no data");
+        let r = targets(
+            &OssRequest::Read {
+                object: o,
+                offset: 0,
+                len: 4096,
+                lock: true,
+            },
+            0,
+        );
+        assert!(!r[0].1.write);
+        assert!(targets(&OssRequest::StatFs, 0).is_empty());
+    }
+}

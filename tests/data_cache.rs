@@ -1,0 +1,273 @@
+//! File data cached across opens under extent locks on the OST objects (docs/locking.md,
+//! "Data locks"): a mount that read a file reads it again from the kernel's page cache, and
+//! another mount's write, truncate or hole punch calls its read locks back before it
+//! returns, so the next read there — through a descriptor open since before, or a new one
+//! — sees it. A mount that does not answer a callback is evicted after the callback timeout
+//! and drops its cached data when it runs again.
+
+use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SIZE: usize = 3 << 20;
+
+/// Reads the OSTs served so far (`ost.FS-OSTxxxx.stats`, every OST).
+fn ost_reads(fsname: &str, osts: u32) -> u64 {
+    (0..osts)
+        .map(|i| {
+            let text = nacre_ok(&[
+                "ctl",
+                "get_param",
+                "-n",
+                &format!("ost.{fsname}-OST{i:04x}.stats"),
+            ]);
+            text.lines()
+                .find_map(|l| {
+                    let mut w = l.split_whitespace();
+                    (w.next()? == "read").then(|| w.next()?.parse::<u64>().ok())?
+                })
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// One counter of OST `i`'s lock namespace (`ldlm.namespaces.ost-FS-OSTxxxx.stats`).
+fn ost_ldlm(fsname: &str, i: u32, what: &str) -> u64 {
+    let text = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("ldlm.namespaces.ost-{fsname}-OST{i:04x}.stats"),
+    ]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {text}"))
+}
+
+fn content(seed: u8) -> Vec<u8> {
+    (0..SIZE)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Reads `p` whole (a new open each time) until the OSTs see no read for it: the kernel
+/// keeps its data across opens. Panics if it never does within 30 s.
+fn until_cached(fsname: &str, osts: u32, p: &Path, want: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let before = ost_reads(fsname, osts);
+        assert_eq!(fs::read(p).unwrap(), want, "{p:?}");
+        if ost_reads(fsname, osts) == before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the data of {p:?} is never kept across opens"
+        );
+    }
+}
+
+fn second_mount(fs: &TestFs) -> (std::path::PathBuf, nacre_testkit::ClientMount) {
+    let mnt = fs.scratch().join("other");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = fs.mount_another(&mnt, &[]);
+    (mnt, m)
+}
+
+fn striped(fs: &TestFs, rel: &str) {
+    let p = fs.path(rel);
+    let path = p.to_str().unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", path]);
+}
+
+fn a_mount_keeps_file_data_until_another_mount_changes_it(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "datae1",
+        Form::Networked => "datan1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    for i in 0..2 {
+        nacre_ok(&[
+            "ctl",
+            "set_param",
+            &format!("ldlm.namespaces.ost-{fsname}-OST{i:04x}.contention_ms=0"),
+        ]);
+    }
+    let (other_mnt, _other) = second_mount(&fs);
+    striped(&fs, "f");
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    let first = content(1);
+    fs::write(&a, &first).unwrap();
+
+    // The other mount reads it once from the OSTs, then from its page cache.
+    until_cached(fsname, 2, &b, &first);
+    let before = ost_reads(fsname, 2);
+    for _ in 0..20 {
+        assert_eq!(fs::read(&b).unwrap(), first);
+    }
+    assert_eq!(
+        ost_reads(fsname, 2),
+        before,
+        "20 reads of cached data reached the OSTs"
+    );
+    // A descriptor open across the change.
+    let mut held = fs::File::open(&b).unwrap();
+
+    // A write through this mount, in the middle of the second stripe: the other mount's
+    // read locks are called back before it returns.
+    let callbacks = ost_ldlm(fsname, 0, "callbacks") + ost_ldlm(fsname, 1, "callbacks");
+    let mut second = first.clone();
+    second[(1 << 20) + 5..(1 << 20) + 4096].fill(0xab);
+    let w = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    w.write_all_at(&second[(1 << 20) + 5..(1 << 20) + 4096], (1 << 20) + 5)
+        .unwrap();
+    drop(w);
+    assert!(
+        ost_ldlm(fsname, 0, "callbacks") + ost_ldlm(fsname, 1, "callbacks") > callbacks,
+        "the write called nothing back"
+    );
+    let mut got = Vec::new();
+    held.seek(SeekFrom::Start(0)).unwrap();
+    held.read_to_end(&mut got).unwrap();
+    assert!(
+        got == second,
+        "a descriptor open before the write read stale data"
+    );
+    assert_eq!(fs::read(&b).unwrap(), second, "a new open read stale data");
+
+    // Cached again, then truncated and extended through this mount.
+    until_cached(fsname, 2, &b, &second);
+    let w = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    w.set_len(1000).unwrap();
+    w.set_len(SIZE as u64).unwrap();
+    drop(w);
+    let mut third = second.clone();
+    third[1000..].fill(0);
+    assert!(
+        fs::read(&b).unwrap() == third,
+        "stale data after a truncate"
+    );
+
+    // A write through the other mount is its own: its cache stays (no callback to
+    // itself) and shows its write.
+    until_cached(fsname, 2, &b, &third);
+    let mut fourth = third.clone();
+    fourth[10..20].fill(7);
+    let w = fs::OpenOptions::new().write(true).open(&b).unwrap();
+    w.write_all_at(&fourth[10..20], 10).unwrap();
+    drop(w);
+    assert!(fs::read(&b).unwrap() == fourth);
+    assert!(fs::read(&a).unwrap() == fourth);
+
+    // The other mount reports its locks.
+    let pid = _other.pid().expect("the other mount's process").to_string();
+    if form == Form::Networked {
+        let stats = nacre_ok(&[
+            "ctl",
+            "--pid",
+            &pid,
+            "get_param",
+            "-n",
+            &format!("ldlm.namespaces.{fsname}-OST0000-osc.stats"),
+        ]);
+        let n = |what: &str| -> u64 {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {what} in {stats}"))
+        };
+        assert!(n("grants") >= 1 && n("callbacks") >= 1, "{stats}");
+    }
+}
+
+fn o_direct_reads_and_writes_bypass_the_cache_but_stay_coherent(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "datae2",
+        Form::Networked => "datan2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let (other_mnt, _other) = second_mount(&fs);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    let first = content(3);
+    fs::write(&a, &first).unwrap();
+    until_cached(fsname, 1, &b, &first);
+    // An O_DIRECT write on this mount calls the other mount's locks back like any write.
+    let buf = nacre_types::AlignedBuf::copy_from(&[9u8; 4096]);
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&a)
+        .unwrap();
+    f.write_all_at(&buf, 8192).unwrap();
+    drop(f);
+    let mut want = first.clone();
+    want[8192..12288].fill(9);
+    assert!(
+        fs::read(&b).unwrap() == want,
+        "stale data after an O_DIRECT write"
+    );
+}
+
+on_both_forms!(
+    a_mount_keeps_file_data_until_another_mount_changes_it,
+    o_direct_reads_and_writes_bypass_the_cache_but_stay_coherent
+);
+
+/// A mount whose process is stopped cannot give its read locks back: a write elsewhere
+/// waits at most the callback timeout, the silent client is evicted at the OST, and once
+/// it runs again it is refused there, drops its cached data and reads the new data.
+/// Networked only: the stopped client must be a process of its own.
+#[test]
+fn a_silent_mount_is_evicted_at_the_ost_and_then_drops_its_cached_data() {
+    let fsname = "datan3";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let (other_mnt, other) = second_mount(&fs);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    let first = content(5);
+    fs::write(&a, &first).unwrap();
+    until_cached(fsname, 1, &b, &first);
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.ost-{fsname}-OST0000.callback_timeout_ms=1000"),
+    ]);
+    let pid = other.pid().expect("the other mount's process") as i32;
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let w = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    let written = w.write_all_at(&[0xee; 100], 0);
+    let took = started.elapsed();
+    drop(w);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    written.unwrap();
+    assert!(
+        took >= Duration::from_millis(900),
+        "the write did not wait for the callback ({took:?})"
+    );
+    assert_eq!(ost_ldlm(fsname, 0, "timeouts"), 1);
+    let evicted = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("ldlm.namespaces.ost-{fsname}-OST0000.evicted"),
+    ]);
+    assert_eq!(evicted.trim(), "1");
+    let mut want = first.clone();
+    want[..100].fill(0xee);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::read(&b).unwrap() != want {
+        assert!(
+            Instant::now() < deadline,
+            "the evicted mount kept its stale data"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // It caches again, under its new identity.
+    until_cached(fsname, 1, &b, &want);
+}
