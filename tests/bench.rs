@@ -91,6 +91,10 @@ fn ior_detects_corrupted_objects(form: Form) {
         .unwrap()
         .write_all_at(&[0u8; 24], 65536 + 8)
         .unwrap();
+    // The mount keeps what it read in its page cache (under read locks, which a change on
+    // the OST's disk behind Nacre's back does not call back): drop it, so the read below
+    // goes to the OST.
+    fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
     let out = ior_read();
     assert!(
         !out.status.success(),
@@ -123,6 +127,10 @@ fn ior_detects_corrupted_objects(form: Form) {
         .unwrap()
         .write_all_at(&[0u8; 24], 65536 + 8)
         .unwrap();
+    // The mount keeps what it read in its page cache (under read locks, which a change on
+    // the OST's disk behind Nacre's back does not call back): drop it, so the read below
+    // goes to the OST.
+    fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
     let out = ior_read();
     assert!(!out.status.success(), "reading damaged data must fail");
     let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
