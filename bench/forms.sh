@@ -13,7 +13,8 @@
 #   IOR easy:    file per process, 1 MiB transfers, O_DIRECT, SIZE per task
 #   IOR hard:    one shared file, 47,008-byte records interleaved, SEGMENTS per task
 # Not a test: it asserts nothing.
-#   bench/forms.sh [WORK_DIR]     (ROUNDS=3 FILES=4000 SIZE=512m SEGMENTS=2000 ONLY=...)
+#   bench/forms.sh [WORK_DIR]     (ROUNDS=3 FILES=4000 SIZE=512m SEGMENTS=2000 ONLY=...
+#                                  MOUNT_OPTS=...)
 set -euo pipefail
 WORK="${1:-/var/tmp/nacre-forms}"
 ROUNDS="${ROUNDS:-3}"
@@ -40,8 +41,11 @@ cleanup() {
   --listen "127.0.0.1:$(free_port 127.0.0.1)" >/dev/null
 N="$WORK/net"; mkdir -p "$N/a" "$N/b"
 net_up "$N" forms
-"$NACRE" mount "$MGS@tcp:/forms" "$N/a" >/dev/null
-"$NACRE" mount "$MGS@tcp:/forms" "$N/b" >/dev/null
+# MOUNT_OPTS: extra `nacre mount` options for the networked mounts (e.g. "--data-cache
+# false" for the figures without data locks and write-behind).
+read -r -a mount_opts <<<"${MOUNT_OPTS:-}"
+"$NACRE" mount "$MGS@tcp:/forms" "$N/a" "${mount_opts[@]}" >/dev/null
+"$NACRE" mount "$MGS@tcp:/forms" "$N/b" "${mount_opts[@]}" >/dev/null
 
 # --- the workloads: each prints one line of numbers -----------------------------------
 # Where a form's two tasks run: one root (both on one mount) or {host} over two mounts.

@@ -42,3 +42,20 @@ pub fn job_samples(text: &str, job: &str, op: &str) -> u64 {
     }
     0
 }
+
+/// The `sum` of `op`'s byte counter (`{op}_bytes`) for `job` in job_stats text (0 if absent).
+pub fn job_bytes(text: &str, job: &str, op: &str) -> u64 {
+    let mut in_job = false;
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("- job_id:") {
+            in_job = id.trim() == job;
+            continue;
+        }
+        let key = format!("  {op}_bytes:");
+        if in_job && line.starts_with(&key) {
+            let after = line.split("sum:").nth(1).unwrap();
+            return after.trim().trim_end_matches('}').trim().parse().unwrap();
+        }
+    }
+    0
+}

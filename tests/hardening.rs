@@ -256,6 +256,8 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
                 object: ObjectId { seq: 1, id: 1 },
                 offset: 0,
                 owner: nacre_types::Owner::default(),
+                lock: false,
+                grant_used: 0,
             },
         });
         h.seal(&body, Some(&vec![0u8; 16 << 20]), true);

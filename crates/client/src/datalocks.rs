@@ -100,11 +100,14 @@ impl State {
         }
     }
 
-    /// A held lock, not called back, of this file covering `want`.
+    /// A held lock, not called back, covering `want` (a write lock for a write).
     fn covering(&self, object: ObjectId, want: &Extent) -> Option<u64> {
         self.by_object.get(&object)?.iter().copied().find(|id| {
             let h = &self.held[id];
-            !h.revoked && h.lock.start <= want.start && h.lock.end >= want.end
+            !h.revoked
+                && h.lock.start <= want.start
+                && h.lock.end >= want.end
+                && (h.lock.write || !want.write)
         })
     }
 }
@@ -173,9 +176,11 @@ impl OstLocks {
     }
 }
 
-/// A revocation for the revoker thread: the files to forget, then the handles to cancel.
+/// A revocation for the revoker thread: the objects whose kept writes go first, the files
+/// to forget, then the handles to cancel.
 struct Revocation {
     ost: u32,
+    objects: Vec<ObjectId>,
     fids: Vec<Fid>,
     handles: Vec<u64>,
 }
@@ -199,6 +204,25 @@ pub struct ReadLocks {
     asked: Vec<(u32, ObjectId)>,
     /// Every range read was covered by a lock.
     pub covered: bool,
+}
+
+impl Revocation {
+    /// The revocation of `gone` (handle, file, object) locks, and of `orphans` (handles
+    /// of locks nothing was cached under).
+    fn of(ost: u32, gone: Vec<(u64, Fid, ObjectId)>, orphans: Vec<u64>) -> Revocation {
+        let mut fids: Vec<Fid> = gone.iter().map(|g| g.1).collect();
+        fids.sort_unstable();
+        fids.dedup();
+        let mut objects: Vec<ObjectId> = gone.iter().map(|g| g.2).collect();
+        objects.sort_unstable();
+        objects.dedup();
+        Revocation {
+            ost,
+            objects,
+            fids,
+            handles: gone.iter().map(|g| g.0).chain(orphans).collect(),
+        }
+    }
 }
 
 impl ReadLocks {
@@ -249,6 +273,11 @@ impl Client {
             .name("osc-revoker".into())
             .spawn(move || {
                 for r in rx {
+                    let Some(c) = me.upgrade() else { return };
+                    // Kept writes under a write lock reach the OST before the lock goes.
+                    let keys: Vec<_> = r.objects.iter().map(|o| (r.ost, *o)).collect();
+                    c.writeback.flush_wait(&keys);
+                    drop(c);
                     sink(&r.fids);
                     let Some(c) = me.upgrade() else { return };
                     c.cancel_data_locks(r.ost, &r.handles);
@@ -282,8 +311,10 @@ impl Client {
             return;
         };
         tracing::warn!("OST{ost:04x} evicted this client: its cached data is dropped");
+        self.writeback.evicted(ost);
         self.data_locks.revoke(Revocation {
             ost,
+            objects: Vec::new(),
             fids,
             handles: Vec::new(),
         });
@@ -369,7 +400,7 @@ impl Client {
                 .collect();
             for id in idle {
                 if let Some(h) = s.take(id) {
-                    trim.push((id, h.fid));
+                    trim.push((id, h.fid, h.lock.object));
                 }
             }
         }
@@ -378,12 +409,56 @@ impl Client {
             o.stats
                 .lru_cancels
                 .fetch_add(trim.len() as u64, Ordering::Relaxed);
-            self.data_locks.revoke(Revocation {
-                ost,
-                fids: trim.iter().map(|t| t.1).collect(),
-                handles: trim.iter().map(|t| t.0).collect(),
-            });
+            self.data_locks
+                .revoke(Revocation::of(ost, trim, Vec::new()));
         }
+    }
+
+    /// This client will ask OST `ost` for locks: its callback thread polls there (a
+    /// client that does not poll is granted none).
+    pub(crate) fn polls(&self, ost: u32) {
+        if self.data_locks.enabled() {
+            self.start_data_callbacks(&self.data_locks.ost(ost));
+        }
+    }
+
+    /// A write lock on `ext` of `object` on `ost` this client holds and may keep writes
+    /// under: marked in use (its callback waits for [`Client::done_with_lock`]).
+    pub(crate) fn use_write_lock(&self, ost: u32, object: ObjectId, ext: Extent) -> Option<u64> {
+        if !self.data_locks.enabled() {
+            return None;
+        }
+        let o = self.data_locks.ost(ost);
+        let mut s = o.state.lock();
+        let id = s.covering(object, &ext)?;
+        s.held.get_mut(&id).expect("covering").users += 1;
+        s.touch(id);
+        Some(id)
+    }
+
+    /// A write kept under lock `handle` of `ost` is in place: the lock is no longer in use
+    /// by it (and goes now if it was called back meanwhile).
+    pub(crate) fn done_with_lock(&self, ost: u32, handle: u64) {
+        let o = self.data_locks.ost(ost);
+        let mut s = o.state.lock();
+        let Some(h) = s.held.get_mut(&handle) else {
+            return;
+        };
+        h.users = h.users.saturating_sub(1);
+        if h.users == 0 && h.revoked {
+            let h = s.take(handle).expect("held");
+            drop(s);
+            let r = Revocation::of(ost, vec![(handle, h.fid, h.lock.object)], Vec::new());
+            self.data_locks.revoke(r);
+        }
+    }
+
+    /// A write of `fid` was granted write lock `lock` by OST `ost`: held, not in use
+    /// (unless its callback came first: then it goes at once).
+    pub(crate) fn data_lock_held(&self, ost: u32, fid: Fid, lock: ExtentRef) {
+        let mut locks = ReadLocks::new();
+        self.data_lock_granted(ost, fid, lock, &mut locks);
+        self.read_done(fid, locks);
     }
 
     /// The data a read returned is in the kernel's cache: its locks are no longer in use,
@@ -420,7 +495,7 @@ impl Client {
                         .collect();
                     for h in early {
                         s.early.remove(&h);
-                        gone.push((h, fid));
+                        gone.push((h, fid, object));
                     }
                 }
             }
@@ -431,16 +506,13 @@ impl Client {
                 h.users = h.users.saturating_sub(1);
                 if h.users == 0 && h.revoked {
                     let h = s.take(id).expect("held");
-                    gone.push((id, h.fid));
+                    gone.push((id, h.fid, h.lock.object));
                 }
             }
             drop(s);
             if !gone.is_empty() {
-                self.data_locks.revoke(Revocation {
-                    ost,
-                    fids: gone.iter().map(|g| g.1).collect(),
-                    handles: gone.iter().map(|g| g.0).collect(),
-                });
+                self.data_locks
+                    .revoke(Revocation::of(ost, gone, Vec::new()));
             }
         }
     }
@@ -511,12 +583,26 @@ impl Client {
 
     /// Gives every data lock back (unmount): the OSTs then hold nothing for this client.
     pub fn cancel_all_data_locks(&self) {
+        self.stop_writeback();
         self.data_locks.stopping.store(true, Ordering::Release);
         let osts: Vec<Arc<OstLocks>> = self.data_locks.osts.read().values().cloned().collect();
         for o in osts {
-            let handles: Vec<u64> = o.state.lock().held.keys().copied().collect();
             o.reset();
-            self.cancel_data_locks(o.ost, &handles);
+            // The OST drops this client's locks and space grant.
+            let req = OssRequest::Disconnect;
+            let uuid = o.uuid();
+            let sent = self.osc(o.ost).and_then(|conn| {
+                nacre_net::rpc::call::<_, OssReply>(
+                    &conn,
+                    req.opcode(),
+                    o.ost,
+                    &OssCall::from_client(uuid, req.clone()),
+                )
+                .map_err(Into::into)
+            });
+            if let Err(e) = sent {
+                tracing::debug!("OST{:04x}: disconnect: {e}", o.ost);
+            }
         }
     }
 
@@ -601,8 +687,10 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
                     // The OST restarted: none of the locks are held there any more.
                     tracing::info!("OST{:04x} restarted: its data locks are dropped", o.ost);
                     let fids = o.reset();
+                    client.writeback.grant_lost(o.ost);
                     client.data_locks.revoke(Revocation {
                         ost: o.ost,
+                        objects: Vec::new(),
                         fids,
                         handles: Vec::new(),
                     });
@@ -638,7 +726,7 @@ fn called_back(client: &Client, o: &OstLocks, locks: &[ExtentRef]) {
             Some(h) if h.users > 0 => h.revoked = true,
             Some(_) => {
                 let h = s.take(l.handle).expect("held");
-                gone.push((l.handle, h.fid));
+                gone.push((l.handle, h.fid, l.object));
             }
             // A read asking for a lock on the object is in flight: its grant may be
             // this one, handled when the read is done.
@@ -658,12 +746,8 @@ fn called_back(client: &Client, o: &OstLocks, locks: &[ExtentRef]) {
     }
     drop(s);
     if !gone.is_empty() || !orphans.is_empty() {
-        let mut fids: Vec<Fid> = gone.iter().map(|g| g.1).collect();
-        fids.dedup();
-        client.data_locks.revoke(Revocation {
-            ost: o.ost,
-            fids,
-            handles: gone.iter().map(|g| g.0).chain(orphans).collect(),
-        });
+        client
+            .data_locks
+            .revoke(Revocation::of(o.ost, gone, orphans));
     }
 }

@@ -107,6 +107,7 @@ impl Client {
     /// Makes the file's data durable on every OST it touches, and every metadata change
     /// acknowledged so far (its creation included) durable on the MDT.
     pub fn fsync(&self, file: &OpenFile) -> Result<()> {
+        self.flush_file(file.fid, file.layout.as_ref())?;
         if let Some(layout) = &file.layout {
             osc::sync(self, layout)?;
         }

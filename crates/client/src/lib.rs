@@ -12,6 +12,7 @@
 //! returns, and `fsync` makes them durable on every OST the file touches.
 
 mod admin;
+mod append;
 pub mod complete;
 pub mod datalocks;
 mod flock;
@@ -24,6 +25,7 @@ mod namespace;
 pub mod osc;
 mod routing;
 pub mod rpc_stats;
+pub mod writeback;
 
 pub use listing::Listed;
 pub use locking::Cached;
@@ -157,6 +159,8 @@ pub struct OpenFile {
     /// Data was written through it (its close tells the MDT, which then no longer knows
     /// the size exactly).
     wrote: std::sync::atomic::AtomicBool,
+    /// Opened with `O_APPEND`: writes go to the end of file ([`Client::append`]).
+    append: bool,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -172,6 +176,21 @@ impl OpenFile {
     fn with_access(mut self, access: u8) -> OpenFile {
         self.access = access;
         self
+    }
+
+    /// Marks the handle as opened with `O_APPEND`.
+    pub fn set_append(&mut self) {
+        self.append = true;
+    }
+
+    /// True if the handle was opened with `O_APPEND`.
+    pub fn is_append(&self) -> bool {
+        self.append
+    }
+
+    /// True if the handle was opened for writing.
+    pub fn writable(&self) -> bool {
+        self.access & nacre_types::cred::MAY_WRITE != 0
     }
 
     /// Whether the handle may write (`EBADF` otherwise, as for a descriptor opened read-only).
@@ -203,6 +222,7 @@ impl OpenFile {
             owner: Owner::default(),
             access: nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE,
             wrote: std::sync::atomic::AtomicBool::new(false),
+            append: false,
         }
     }
 }
@@ -254,6 +274,10 @@ pub struct Client {
     complete: Arc<complete::Complete>,
     /// Extent locks on OST objects (datalocks.rs).
     data_locks: datalocks::DataLocks,
+    /// Write-behind under write locks (writeback.rs).
+    writeback: Arc<writeback::Writeback>,
+    /// Appends on this client, serialized per file (append.rs).
+    appends: [parking_lot::Mutex<()>; append::APPEND_SLOTS],
     me: std::sync::Weak<Client>,
 }
 
@@ -277,6 +301,8 @@ impl Client {
         let client = Arc::new_cyclic(|me| Client {
             me: me.clone(),
             data_locks: datalocks::DataLocks::default(),
+            writeback: Arc::default(),
+            appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

@@ -101,7 +101,8 @@ impl Client {
         }
         if let (FileKind::Regular, Some(layout)) = (attr.kind, layout) {
             let (size, blocks) = osc::glimpse(self, layout)?;
-            attr.size = size;
+            // Writes this client keeps count too.
+            attr.size = size.max(self.writeback.size(layout).unwrap_or(0));
             attr.blocks = blocks;
         }
         Ok(attr)
@@ -179,6 +180,7 @@ impl Client {
         {
             if now == seen {
                 (attr.size, attr.blocks) = job.finish(now)?;
+                attr.size = attr.size.max(self.writeback.size(now).unwrap_or(0));
                 return Ok((attr, cached.attr));
             }
         }
@@ -315,8 +317,10 @@ impl Client {
 
     /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
     pub fn close(&self, file: &OpenFile) -> Result<()> {
+        // Kept writes reach the OSTs first; what they refused is this close's error.
+        let flushed = self.flush_file(file.fid, file.layout.as_ref());
         if self.check_handle(file).is_err() {
-            return Ok(());
+            return flushed;
         }
         if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
             mdc.note_close(file.fid);
@@ -327,6 +331,7 @@ impl Client {
             written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
         })
         .map(|_| ())
+        .and(flushed)
     }
 
     /// Creates a directory.

@@ -17,15 +17,15 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// One RPC of a multi-object operation.
-struct Sub {
-    stripe: usize,
-    object_offset: u64,
-    len: u64,
+pub(crate) struct Sub {
+    pub(crate) stripe: usize,
+    pub(crate) object_offset: u64,
+    pub(crate) len: u64,
 }
 
 /// An RPC in flight: OST, tag, the reply to come, the statistics to tell when it is done,
 /// and the request (sent again, once, if the OST answers that it evicted this client).
-struct Pending {
+pub(crate) struct Pending {
     ost: u32,
     tag: usize,
     reply: PendingReply,
@@ -37,7 +37,7 @@ struct Pending {
 }
 
 /// A reply and its bulk data, or the error.
-type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
+pub(crate) type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
 
 /// RPCs in flight for one client call, bounded per OST.
 #[derive(Default)]
@@ -176,7 +176,7 @@ fn collect(p: PendingReply, stats: Option<(Arc<OscRpcStats>, bool)>) -> Collecte
 }
 
 /// Splits a file range into RPC-sized object ranges.
-fn subs(layout: &Layout, offset: u64, len: u64, max: u64) -> Vec<Sub> {
+pub(crate) fn subs(layout: &Layout, offset: u64, len: u64, max: u64) -> Vec<Sub> {
     let mut out = Vec::new();
     for chunk in layout.chunks(offset, len) {
         let mut done = 0;
@@ -216,7 +216,7 @@ fn for_each_run(layout: &Layout, sub: &Sub, mut f: impl FnMut(u64, usize, usize)
     }
 }
 
-fn object(layout: &Layout, stripe: usize) -> (u32, ObjectId) {
+pub(crate) fn object(layout: &Layout, stripe: usize) -> (u32, ObjectId) {
     let o = layout.objects[stripe];
     (o.ost, o.object)
 }
@@ -225,7 +225,9 @@ fn max_rpc(client: &Client) -> u64 {
     u64::from(client.net_config().max_rpc_size.max(4096))
 }
 
-/// Writes `data` at `offset`.
+/// Writes `data` at `offset` of the file `fid` (the default FID for a caller that takes no
+/// data locks), through to the OSTs: what is kept of its objects as write-behind is
+/// written first.
 pub fn write(
     client: &Client,
     layout: &Layout,
@@ -239,26 +241,89 @@ pub fn write(
     if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
         return Err(Status::FBig.into());
     }
+    client.flush_objects(layout);
+    let all = subs(layout, offset, data.len() as u64, max_rpc(client));
+    write_subs(client, None, layout, offset, data, owner, &all)?;
+    Ok(data.len())
+}
+
+/// The bytes of `data` (written at file offset `offset`) that object range `sub` holds.
+pub(crate) fn gather(layout: &Layout, sub: &Sub, offset: u64, data: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; sub.len as usize];
+    for_each_run(layout, sub, |file_off, at, n| {
+        let src = (file_off - offset) as usize;
+        buf[at..at + n].copy_from_slice(&data[src..src + n]);
+    });
+    buf
+}
+
+/// Writes the object ranges `parts` of `data` through, all at once. With `fid` (a mount
+/// that takes data locks), each write asks for a write lock and for space grant, so the
+/// next writes there may be kept.
+pub(crate) fn write_subs(
+    client: &Client,
+    fid: Option<nacre_types::Fid>,
+    layout: &Layout,
+    offset: u64,
+    data: &[u8],
+    owner: nacre_types::Owner,
+    parts: &[Sub],
+) -> Result<()> {
+    let caching = fid.is_some() && client.data_locks_on();
     let mut window = Window::default();
-    for (tag, sub) in subs(layout, offset, data.len() as u64, max_rpc(client))
-        .iter()
-        .enumerate()
-    {
+    for (tag, sub) in parts.iter().enumerate() {
         let mut buf = AlignedBuf::zeroed(sub.len as usize);
         for_each_run(layout, sub, |file_off, at, n| {
             let src = (file_off - offset) as usize;
             buf[at..at + n].copy_from_slice(&data[src..src + n]);
         });
         let (ost, object) = object(layout, sub.stripe);
+        if caching {
+            client.polls(ost);
+        }
         let req = OssRequest::Write {
             object,
             offset: sub.object_offset,
             owner,
+            lock: caching,
+            grant_used: 0,
         };
         window.start(client, tag, ost, &req, Some(Arc::new(buf)))?;
     }
-    window.finish()?;
-    Ok(data.len())
+    for (tag, reply, _) in window.finish()? {
+        if let (
+            OssReply::Written {
+                lock, grant_added, ..
+            },
+            Some(fid),
+        ) = (reply, fid)
+        {
+            let ost = object(layout, parts[tag].stripe).0;
+            client.writeback.add_grant(ost, grant_added);
+            if let Some(l) = lock {
+                client.data_lock_held(ost, fid, l);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends one request to OST `ost` under the client's uuid there: the reply to wait for
+/// ([`collect_one`]) and the uuid it was sent under.
+pub(crate) fn send_one(
+    client: &Client,
+    ost: u32,
+    req: &OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+) -> Result<(Pending, [u8; 16])> {
+    let p = Window::send(client, ost, 0, req, bulk)?;
+    let uuid = p.uuid;
+    Ok((p, uuid))
+}
+
+/// Waits for a request sent by [`send_one`] (not sent again if the OST evicted the client).
+pub(crate) fn collect_one(p: Pending) -> Collected {
+    collect(p.reply, p.stats)
 }
 
 /// Read RPCs in flight for one file range; [`ReadJob::finish`] assembles the data.
@@ -273,6 +338,7 @@ pub struct ReadJob {
 
 /// Starts the read RPCs of `[offset, offset + len)` on every stripe at once.
 pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<ReadJob> {
+    client.flush_objects(layout);
     let parts = if len == 0 || offset >= FILE_BYTES_MAX {
         Vec::new()
     } else {
@@ -384,6 +450,7 @@ pub fn read_locked(
     offset: u64,
     len: usize,
 ) -> Result<(AlignedBuf, ReadLocks)> {
+    client.flush_objects(layout);
     let mut locks = ReadLocks::new();
     let parts = if len == 0 || offset >= FILE_BYTES_MAX {
         Vec::new()
@@ -525,6 +592,7 @@ pub fn truncate(client: &Client, layout: &Layout, size: u64) -> Result<()> {
     if size > FILE_BYTES_MAX {
         return Err(Status::FBig.into());
     }
+    client.flush_objects(layout);
     per_object(client, layout, |stripe, object| OssRequest::Punch {
         object,
         size: layout.object_size_for_file(stripe, size),
@@ -549,6 +617,7 @@ pub fn fallocate(
     if len == 0 || offset.saturating_add(len) > FILE_BYTES_MAX {
         return Err(Status::Inval.into());
     }
+    client.flush_objects(layout);
     let mut window = Window::default();
     for (tag, chunk) in layout.chunks(offset, len).into_iter().enumerate() {
         let (ost, object) = object(layout, chunk.stripe);

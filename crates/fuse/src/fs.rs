@@ -749,7 +749,10 @@ impl Shared {
         let result = self.client.open(fid, access_of(flags.0));
         pool::leave();
         match result {
-            Ok((_, file)) => {
+            Ok((_, mut file)) => {
+                if flags.0 & libc::O_APPEND != 0 {
+                    file.set_append();
+                }
                 let flags = self.file_open_flags(&file);
                 reply.opened(self.add_file(file), flags)
             }
@@ -803,7 +806,7 @@ impl Shared {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -812,7 +815,17 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let result = self.client.write(&file, offset, data);
+        // Page-cache writes are kept as write-behind where a write lock allows (fs/data.rs);
+        // O_DIRECT writes go through.
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        let result = if file.is_append() && self.client.data_locks_on() {
+            // At the true end of file, whatever the kernel's cached size says (fs/data.rs).
+            self.client.append(&file, data).map(|_| data.len())
+        } else if !direct && self.client.data_locks_on() {
+            self.client.write_cached(&file, offset, data)
+        } else {
+            self.client.write(&file, offset, data)
+        };
         pool::leave();
         match result {
             Ok(n) => reply.written(n as u32),
@@ -1037,8 +1050,11 @@ impl Shared {
         );
         pool::leave();
         match created {
-            Ok((attr, file, cached)) => {
+            Ok((attr, mut file, cached)) => {
                 let fid = file.fid;
+                if flags & libc::O_APPEND != 0 {
+                    file.set_append();
+                }
                 let flags = self.file_open_flags(&file);
                 let fh = self.add_file(file);
                 if exclusive {

@@ -338,9 +338,31 @@ impl<K: Kind> Namespace<K> {
         res: K::Res,
         wanted: K::Part,
     ) -> Option<(K::Ref, bool)> {
+        self.grant(client, res, wanted, true)
+    }
+
+    /// [`Namespace::try_grant`] for a client that asked for the lock itself (an explicit
+    /// enqueue, after its conflicts were revoked): contention does not narrow it.
+    pub fn enqueue(
+        &self,
+        client: &ClientId,
+        res: K::Res,
+        wanted: K::Part,
+    ) -> Option<(K::Ref, bool)> {
+        self.grant(client, res, wanted, false)
+    }
+
+    fn grant(
+        &self,
+        client: &ClientId,
+        res: K::Res,
+        wanted: K::Part,
+        honour_contention: bool,
+    ) -> Option<(K::Ref, bool)> {
         let mut s = self.state.lock();
         let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
-        let contended = s.contended.get(&res).is_some_and(|t| t.elapsed() < window);
+        let contended =
+            honour_contention && s.contended.get(&res).is_some_and(|t| t.elapsed() < window);
         let ids: &[u64] = s.by_res.get(&res).map_or(&[], |v| v.as_slice());
         let others: Vec<K::Part> = ids
             .iter()

@@ -6,6 +6,7 @@
 //! without another copy. Per client, an OST keeps the extent locks it holds and whether it
 //! was evicted (locks.rs).
 
+pub mod grants;
 pub mod locks;
 pub mod stats;
 
@@ -41,6 +42,8 @@ pub struct OstTarget {
     pub export_stats: nacre_params::JobStats,
     /// Extent locks and evicted clients (`ldlm.namespaces.ost-*`).
     pub locks: locks::OstLocks,
+    /// Space promised to clients for their write-behind (`ost.*.tot_granted`).
+    pub grants: grants::Grants,
 }
 
 impl OstTarget {
@@ -56,7 +59,17 @@ impl OstTarget {
             job_stats: nacre_params::JobStats::new(stats::OST_OPS),
             export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
             locks: locks::OstLocks::default(),
+            grants: grants::Grants::default(),
         })
+    }
+}
+
+impl OstTarget {
+    /// Evicts `client`: its locks and its space grant are taken back and its later requests
+    /// refused.
+    pub fn evict(&self, client: &[u8; 16], why: &str) {
+        self.locks.evict(client, why, &self.label.name());
+        self.grants.release(client);
     }
 }
 
@@ -118,7 +131,7 @@ impl OssHandler {
         let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
         // Other clients' conflicting locks are called back first (the request was parked
         // while they were; this finds nothing left unless one was granted meanwhile).
-        let _hold = locks::revoke_for(ost, &call, bulk_len);
+        let mut hold = locks::revoke_for(ost, &call, bulk_len);
         let lock = locks::grant_read(ost, &call.client, &call.req);
         let req = call.req;
         let io = |e: nacre_osd::OsdError| {
@@ -130,19 +143,37 @@ impl OssHandler {
                 object,
                 offset,
                 owner,
+                lock: want_lock,
+                grant_used,
             } => {
                 let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
                 if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
                     return Err(Status::FBig);
                 }
+                let caching = want_lock && call.client != locks::NO_CLIENT;
+                let avail = || ost.store.statfs().map_or(0, |s| s.bytes_avail);
+                let grant_added = ost.grants.write(
+                    &call.client,
+                    data.len() as u64,
+                    grant_used,
+                    avail,
+                    caching,
+                )?;
                 let started = ost.brw.write.begin();
                 let result = ost.store.write(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);
                 result.map_err(io)?;
                 ost.write_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
+                // After the write's own hold on those bytes is let go.
+                drop(hold.take());
+                let lock = caching
+                    .then(|| locks::grant_write(ost, &call.client, object, offset, data.len()))
+                    .flatten();
                 OssReply::Written {
                     len: data.len() as u32,
+                    lock,
+                    grant_added,
                 }
             }
             OssRequest::Read {
@@ -231,6 +262,25 @@ impl OssHandler {
                 OssReply::Owner(ost.store.owner(object).map_err(io)?)
             }
             OssRequest::LockCancel { handles } => locks::cancel(ost, &call.client, &handles)?,
+            OssRequest::Enqueue {
+                object,
+                start,
+                end,
+                write,
+            } => {
+                if start > end || call.client == locks::NO_CLIENT {
+                    return Err(Status::Inval);
+                }
+                // Conflicts were called back (parked until cancelled); then granted.
+                drop(hold.take());
+                let ext = nacre_ldlm::kind::Extent { start, end, write };
+                OssReply::Granted(ost.locks.ns.enqueue(&call.client, object, ext).map(|l| l.0))
+            }
+            OssRequest::Disconnect => {
+                ost.locks.ns.evict(&call.client);
+                ost.grants.release(&call.client);
+                OssReply::Done
+            }
             // Parked before it gets here (OssHandler::park).
             OssRequest::LockPoll { .. } => return Err(Status::Proto),
         };

@@ -11,6 +11,7 @@
 //! | fallocate punching a hole | read and write locks on the hole |
 //! | destroy | nothing: the object's locks are dropped without callbacks (its file is gone and no one has it open) |
 //! | read, glimpse | write locks on the bytes read (on the whole object) |
+//! | enqueue (a lock asked for) | what conflicts with the lock asked for |
 
 use crate::OstTarget;
 use nacre_ldlm::kind::Extent;
@@ -58,7 +59,8 @@ impl OstLocks {
         *client != NO_CLIENT && self.evicted.lock().0.contains(client)
     }
 
-    /// Evicts `client`: its locks are dropped and its later requests refused.
+    /// Evicts `client`: its locks are dropped and its later requests refused (its space
+    /// grant is taken back by the caller).
     pub fn evict(&self, client: &[u8; 16], why: &str, ost: &str) {
         let n = self.ns.evict(client);
         let mut e = self.evicted.lock();
@@ -121,6 +123,19 @@ pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
             ..
         } => vec![(*object, Extent::of(*offset, u64::from(*len), false))],
         OssRequest::Glimpse { object } => vec![(*object, whole(false))],
+        OssRequest::Enqueue {
+            object,
+            start,
+            end,
+            write,
+        } if start <= end => vec![(
+            *object,
+            Extent {
+                start: *start,
+                end: *end,
+                write: *write,
+            },
+        )],
         _ => Vec::new(),
     }
 }
@@ -143,11 +158,7 @@ pub(crate) fn revoke_for<'a>(
     }
     let hold = ost.locks.ns.revoke(requester(&call.client), &t);
     for c in &hold.late {
-        ost.locks.evict(
-            c,
-            "did not cancel a called-back lock in time",
-            &ost.label.name(),
-        );
+        ost.evict(c, "did not cancel a called-back lock in time");
     }
     Some(hold)
 }
@@ -175,11 +186,7 @@ pub(crate) fn park_change(ost: &Arc<OstTarget>, req: Incoming, call: &OssCall) -
         Box::new(move |late| {
             if let Some(o) = weak.upgrade() {
                 for c in &late {
-                    o.locks.evict(
-                        c,
-                        "did not cancel a called-back lock in time",
-                        &o.label.name(),
-                    );
+                    o.evict(c, "did not cancel a called-back lock in time");
                 }
             }
             req.resubmit();
@@ -207,6 +214,7 @@ pub(crate) fn poll(
         wait_ms
     };
     let epoch = ost.locks.epoch;
+    ost.grants.seen(&client);
     ost.locks.ns.poll(
         &client,
         wait_ms,
@@ -230,6 +238,21 @@ pub(crate) fn cancel(
     }
     ost.locks.ns.cancel(client, handles);
     Ok(OssReply::Done)
+}
+
+/// A write lock for `client` on the bytes it just wrote (widened as far as no other lock
+/// allows), so it may keep its next writes there cached; none on a contended object.
+pub(crate) fn grant_write(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    object: ObjectId,
+    offset: u64,
+    len: usize,
+) -> Option<ExtentRef> {
+    ost.locks
+        .ns
+        .try_grant(client, object, Extent::of(offset, len as u64, true))
+        .map(|(l, _)| l)
 }
 
 /// A read lock for `client` on what `req` (a read) reads, if it asked for one and one can
@@ -270,6 +293,8 @@ mod tests {
                 object: o,
                 offset: 10,
                 owner: Owner::default(),
+                lock: true,
+                grant_used: 0,
             },
             5,
         );

@@ -20,6 +20,8 @@ pub const OST_OPS: &[&str] = &[
     "getowner",
     "lock_poll",
     "lock_cancel",
+    "disconnect",
+    "enqueue",
 ];
 
 /// Histograms of one direction.

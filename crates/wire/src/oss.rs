@@ -60,6 +60,13 @@ pub enum OssRequest {
         /// The file's owner, group and project as the writer knows them: a new object takes
         /// them (an existing one keeps its own; ownership changes come from the MDT).
         owner: Owner,
+        /// The client would like a write lock (to keep its next writes as write-behind),
+        /// granted after the write; only a client that polls for callbacks gets one.
+        lock: bool,
+        /// Bytes of this write the client kept cached under its space grant (the OST takes
+        /// them off the grant); the rest was not promised space and may find none
+        /// (`ENOSPC`).
+        grant_used: u64,
     },
     /// Read up to `len` bytes at `offset`; short at the object's end. Reply: [`OssReply::Read`]
     /// with the data as bulk.
@@ -143,6 +150,22 @@ pub enum OssRequest {
         /// Lock handles.
         handles: Vec<u64>,
     },
+    /// The client goes away (unmount): its locks and its space grant are dropped. Reply:
+    /// [`OssReply::Done`].
+    Disconnect,
+    /// The client asks for a lock on bytes `start..=end` of an object itself (an appender
+    /// needs every object's end locked before it picks the offset): other clients'
+    /// conflicting locks are called back first. Reply: [`OssReply::Granted`].
+    Enqueue {
+        /// Object.
+        object: ObjectId,
+        /// First byte.
+        start: u64,
+        /// Last byte.
+        end: u64,
+        /// For writing.
+        write: bool,
+    },
 }
 
 /// Most objects one [`OssRequest::SetOwner`] names.
@@ -155,6 +178,11 @@ pub enum OssReply {
     Written {
         /// Bytes.
         len: u32,
+        /// The write lock granted (if asked for and granted).
+        lock: Option<ExtentRef>,
+        /// Space added to the client's grant on this OST: it may keep that many more
+        /// bytes cached before writing them.
+        grant_added: u64,
     },
     /// Bytes read; the data is the reply's bulk.
     Read {
@@ -177,6 +205,9 @@ pub enum OssReply {
     StatFs(StatFs),
     /// An object's owner (`None`: the object does not exist or has none recorded).
     Owner(Option<Owner>),
+    /// The lock an [`OssRequest::Enqueue`] was granted (`None`: a conflicting lock came
+    /// meanwhile, or the namespace is full; ask again).
+    Granted(Option<ExtentRef>),
     /// Locks the client must give back (answer to [`OssRequest::LockPoll`]), and the OST's
     /// start (epoch): a client that knew another holds none of its locks any more.
     Blocking {
@@ -198,7 +229,7 @@ pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 /// Requests a server serves to completion on the network thread that read them: an object's
 /// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner, lock polls
 /// (parked) and cancels.
-pub const INLINE_OPCODES: [u16; 5] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c];
+pub const INLINE_OPCODES: [u16; 6] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c, 0x030d];
 
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
@@ -210,12 +241,14 @@ impl OssRequest {
             | OssRequest::Punch { object, .. }
             | OssRequest::Fallocate { object, .. }
             | OssRequest::Sync { object }
-            | OssRequest::GetOwner { object } => Some(*object),
+            | OssRequest::GetOwner { object }
+            | OssRequest::Enqueue { object, .. } => Some(*object),
             OssRequest::Destroy { .. }
             | OssRequest::StatFs
             | OssRequest::SetOwner { .. }
             | OssRequest::LockPoll { .. }
-            | OssRequest::LockCancel { .. } => None,
+            | OssRequest::LockCancel { .. }
+            | OssRequest::Disconnect => None,
         }
     }
 
@@ -234,6 +267,8 @@ impl OssRequest {
             OssRequest::GetOwner { .. } => 0x030a,
             OssRequest::LockPoll { .. } => 0x030b,
             OssRequest::LockCancel { .. } => 0x030c,
+            OssRequest::Disconnect => 0x030d,
+            OssRequest::Enqueue { .. } => 0x030e,
         }
     }
 }
@@ -252,6 +287,8 @@ mod tests {
                 object: o,
                 offset: 0,
                 owner: Owner::default(),
+                lock: false,
+                grant_used: 0,
             },
             OssRequest::Read {
                 object: o,
@@ -291,11 +328,21 @@ mod tests {
                 epoch: 0,
             },
             OssRequest::LockCancel { handles: vec![] },
+            OssRequest::Disconnect,
         ] {
             assert!(INLINE_OPCODES.contains(&other.opcode()));
             assert!(!IO_OPCODES.contains(&other.opcode()));
             assert!(!CREATE_OPCODES.contains(&other.opcode()));
         }
+        // An enqueue may wait for callbacks: served by the `ost` pool, never inline.
+        let enqueue = OssRequest::Enqueue {
+            object: o,
+            start: 0,
+            end: 9,
+            write: true,
+        }
+        .opcode();
+        assert!(!INLINE_OPCODES.contains(&enqueue) && !IO_OPCODES.contains(&enqueue));
     }
 
     #[test]
@@ -323,9 +370,12 @@ mod tests {
             for req in [
                 OssRequest::SetOwner { objects: objects.clone(), owner },
                 OssRequest::GetOwner { object: objects[0] },
-                OssRequest::Write { object: objects[0], offset: ids[0], owner },
+                OssRequest::Write { object: objects[0], offset: ids[0], owner, lock: true,
+                                    grant_used: ids[0] },
                 OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
                 OssRequest::LockCancel { handles: ids.clone() },
+                OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
+                                      write: uid & 1 == 0 },
             ] {
                 let call = OssCall {
                     client: [gid as u8; 16],
@@ -341,6 +391,9 @@ mod tests {
                                    write: uid & 1 == 0 };
             for reply in [
                 OssReply::Read { len: gid, lock: Some(lock) },
+                OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0] },
+                OssReply::Granted(Some(lock)),
+                OssReply::Granted(None),
                 OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()] },
             ] {
                 prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);

@@ -147,6 +147,21 @@ pub(crate) fn serve_mount(
             inval.data_waits_cut.load(Relaxed)
         )
     });
+    let c = me.clone();
+    registry.add_fn(format!("llite.{}.writeback", me.fsname()), move || {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (s, dirty) = c.writeback_stats();
+        format!(
+            "dirty_bytes {dirty}\nwrites_kept {}\nwrites_through {}\nflush_rpcs {}\n\
+             flush_bytes {}\ndirty_waits {}\nlost_bytes {}",
+            s.kept.load(Relaxed),
+            s.through.load(Relaxed),
+            s.rpcs.load(Relaxed),
+            s.bytes.load(Relaxed),
+            s.waits.load(Relaxed),
+            s.lost_bytes.load(Relaxed)
+        )
+    });
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
     daemon::notify_ready();
@@ -248,6 +263,11 @@ fn register_client_osc_ldlm_params(
              lru_cancels {lru}\nresets {resets}"
         )
     });
+    let c = client.clone();
+    r.add_fn(
+        format!("osc.{fs}-OST{index:04x}.cur_grant_bytes"),
+        move || c.cur_grant_bytes(index).to_string(),
+    );
     let (a, b) = (client.clone(), client.clone());
     r.add_rw(
         format!("{ns}.lru_size"),

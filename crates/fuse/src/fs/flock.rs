@@ -125,7 +125,7 @@ impl Shared {
         &self,
         req: &Caller,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         owner: LockOwner,
         reply: ReplyEmpty,
     ) {
@@ -133,6 +133,13 @@ impl Shared {
         if let Ok(fid) = fid_of(ino) {
             if self.client.flock_held(fid, owner.0) {
                 self.unlock_all(fid, owner.0);
+            }
+        }
+        // Writes kept as write-behind reach the OSTs before close(2) returns, which reports
+        // what they refused (fs/data.rs).
+        if let Ok(file) = self.file(fh) {
+            if let Err(e) = self.client.flush_file(file.fid, file.layout.as_ref()) {
+                return reply.error(errno(&e));
             }
         }
         reply.ok();

@@ -1,0 +1,715 @@
+//! Write-behind under write locks: a page-cache write to an object range this client holds
+//! a write lock on, within the space the OST granted it, is kept in memory and answered at
+//! once; a flusher thread writes what is kept in RPCs of up to `max_rpc_size` (small
+//! writes gathered, several RPCs in flight per OST) once a full RPC is ready, the data has
+//! waited [`IDLE_FLUSH_MS`], or half of [`DIRTY_BYTES_PER_OST_MAX`] is used — and at once
+//! for a lock's callback, `fsync`, close, a read of the object, a truncate or a synchronous
+//! write to it. What the OST did not take (an error, the client evicted) is reported by the
+//! file's next `fsync` or close.
+//!
+//! No two RPCs in flight overlap on one object, so the OST applies writes of the same
+//! bytes in the order they were made. A write that cannot be kept (no lock, no grant) first
+//! waits for what is kept of its objects to be written, then goes through as before,
+//! asking for a write lock and for grant.
+
+use crate::osc::{self, Sub};
+use crate::{Client, Result};
+use nacre_ldlm::kind::Extent;
+use nacre_types::{AlignedBuf, Fid, Layout, ObjectId, Owner, Status};
+use nacre_wire::oss::{OssReply, OssRequest};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most data kept unwritten per OST (Lustre's `max_dirty_mb`); a writer past it waits.
+pub const DIRTY_BYTES_PER_OST_MAX: u64 = 64 << 20;
+/// Data kept this long without a new write to its object is written.
+pub const IDLE_FLUSH_MS: u64 = 1_000;
+/// Pieces shorter than this are extended by the next write that starts where they end
+/// (gathered in place instead of kept apart).
+const PIECE_GATHER_BYTES: usize = 1 << 20;
+
+/// An object: OST index and object id.
+pub(crate) type Key = (u32, ObjectId);
+
+#[derive(Default)]
+struct Obj {
+    fid: Fid,
+    owner: Owner,
+    /// The job and credentials of the last write kept: the flusher's RPCs carry them (per-job
+    /// statistics, and later quotas, count the writer, not the flusher).
+    job: String,
+    cred: Option<nacre_types::Cred>,
+    /// Kept data by object offset, never overlapping.
+    pieces: BTreeMap<u64, Vec<u8>>,
+    /// Ranges `[start, end)` being written now.
+    inflight: Vec<(u64, u64)>,
+    urgent: bool,
+    touched: Option<Instant>,
+}
+
+impl Obj {
+    /// Puts `data` at `off`, replacing what it overlaps; returns the bytes replaced.
+    fn insert(&mut self, off: u64, data: Vec<u8>) -> u64 {
+        let end = off + data.len() as u64;
+        let mut replaced = 0;
+        let overlapping: Vec<u64> = self
+            .pieces
+            .range(..end)
+            .rev()
+            .take_while(|(k, v)| *k + v.len() as u64 > off)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in overlapping {
+            let mut v = self.pieces.remove(&k).expect("overlapping piece");
+            let (s, e) = (k, k + v.len() as u64);
+            replaced += e.min(end) - s.max(off);
+            if e > end {
+                let right = v.split_off((end - s) as usize);
+                self.pieces.insert(end, right);
+            }
+            if s < off {
+                v.truncate((off - s) as usize);
+                self.pieces.insert(s, v);
+            }
+        }
+        // Gathered onto the piece ending where this one starts, while it is small.
+        if let Some((k, v)) = self.pieces.range_mut(..off).next_back() {
+            if *k + v.len() as u64 == off && v.len() < PIECE_GATHER_BYTES {
+                v.extend_from_slice(&data);
+                return replaced;
+            }
+        }
+        self.pieces.insert(off, data);
+        replaced
+    }
+
+    fn overlaps_inflight(&self, s: u64, e: u64) -> bool {
+        self.inflight.iter().any(|(a, b)| *a < e && s < *b)
+    }
+
+    /// Bytes of kept data contiguous from the first piece.
+    fn first_run(&self) -> u64 {
+        let mut it = self.pieces.iter();
+        let Some((k, v)) = it.next() else { return 0 };
+        let mut end = k + v.len() as u64;
+        for (k, v) in it {
+            if *k != end {
+                break;
+            }
+            end += v.len() as u64;
+        }
+        end - self.pieces.keys().next().copied().unwrap_or(0)
+    }
+
+    /// Takes up to `max` contiguous bytes from the first piece, unless they overlap an RPC
+    /// in flight: (offset, data).
+    fn take_run(&mut self, max: u64) -> Option<(u64, AlignedBuf)> {
+        let start = *self.pieces.keys().next()?;
+        let len = self.first_run().min(max);
+        if self.overlaps_inflight(start, start + len) {
+            return None;
+        }
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        let mut at = 0usize;
+        while (at as u64) < len {
+            let k = start + at as u64;
+            let mut v = self.pieces.remove(&k).expect("contiguous piece");
+            let n = v.len().min(len as usize - at);
+            buf[at..at + n].copy_from_slice(&v[..n]);
+            if n < v.len() {
+                let rest = v.split_off(n);
+                self.pieces.insert(k + n as u64, rest);
+            }
+            at += n;
+        }
+        self.inflight.push((start, start + len));
+        Some((start, buf))
+    }
+
+    /// The object size the kept and in-flight data imply.
+    fn end(&self) -> u64 {
+        let kept = self
+            .pieces
+            .iter()
+            .next_back()
+            .map_or(0, |(k, v)| k + v.len() as u64);
+        let flying = self.inflight.iter().map(|r| r.1).max().unwrap_or(0);
+        kept.max(flying)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pieces.is_empty() && self.inflight.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objs: HashMap<Key, Obj>,
+    /// Kept and in-flight bytes per OST.
+    dirty: HashMap<u32, u64>,
+    inflight: HashMap<u32, usize>,
+    /// Space the OST promised and this client has not used yet.
+    grant: HashMap<u32, u64>,
+    /// What the OSTs did not take, per file, reported once.
+    errors: HashMap<Fid, Status>,
+    running: bool,
+    stop: bool,
+}
+
+/// Counters (`osc.*.writeback` on a mount).
+#[derive(Default)]
+pub struct WritebackStats {
+    /// Writes kept (answered from memory).
+    pub kept: AtomicU64,
+    /// Writes that went through (no write lock or no grant).
+    pub through: AtomicU64,
+    /// Write RPCs the flusher sent, and their bytes.
+    pub rpcs: AtomicU64,
+    /// Bytes the flusher wrote.
+    pub bytes: AtomicU64,
+    /// Writers that waited for the dirty bound.
+    pub waits: AtomicU64,
+    /// Bytes lost (errors, eviction).
+    pub lost_bytes: AtomicU64,
+}
+
+/// The client's write-behind.
+#[derive(Default)]
+pub(crate) struct Writeback {
+    st: Mutex<State>,
+    cv: Condvar,
+    /// Counters.
+    pub stats: WritebackStats,
+}
+
+/// A write RPC for the flusher to send.
+struct Work {
+    key: Key,
+    fid: Fid,
+    owner: Owner,
+    job: String,
+    cred: Option<nacre_types::Cred>,
+    off: u64,
+    buf: AlignedBuf,
+}
+
+/// A write RPC the flusher waits for.
+struct Flying {
+    key: Key,
+    range: (u64, u64),
+    fid: Fid,
+    reply: Option<osc::Pending>,
+    uuid: [u8; 16],
+}
+
+impl Writeback {
+    /// True if anything is kept or in flight for `keys`.
+    fn holds_any(&self, keys: &[Key]) -> bool {
+        let st = self.st.lock();
+        !st.objs.is_empty() && keys.iter().any(|k| st.objs.contains_key(k))
+    }
+
+    /// Writes what is kept for `keys` now and waits until it is written (or lost).
+    pub(crate) fn flush_wait(&self, keys: &[Key]) {
+        let mut st = self.st.lock();
+        if st.objs.is_empty() {
+            return;
+        }
+        let mut any = false;
+        for k in keys {
+            if let Some(o) = st.objs.get_mut(k) {
+                o.urgent = true;
+                any = true;
+            }
+        }
+        if !any {
+            return;
+        }
+        self.cv.notify_all();
+        while keys.iter().any(|k| st.objs.contains_key(k)) {
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Writes everything kept and waits.
+    pub(crate) fn flush_all(&self) {
+        let keys: Vec<Key> = self.st.lock().objs.keys().copied().collect();
+        self.flush_wait(&keys);
+    }
+
+    /// The error the OSTs gave for `fid`'s kept data since last asked (taken).
+    pub(crate) fn take_error(&self, fid: Fid) -> Option<Status> {
+        self.st.lock().errors.remove(&fid)
+    }
+
+    /// `added` bytes of space promised by OST `ost`.
+    pub(crate) fn add_grant(&self, ost: u32, added: u64) {
+        if added > 0 {
+            *self.st.lock().grant.entry(ost).or_default() += added;
+        }
+    }
+
+    /// Space granted by `ost` and not used yet.
+    pub(crate) fn grant(&self, ost: u32) -> u64 {
+        self.st.lock().grant.get(&ost).copied().unwrap_or(0)
+    }
+
+    /// OST `ost` forgot its grant (it restarted): nothing more is kept for it until it
+    /// grants again.
+    pub(crate) fn grant_lost(&self, ost: u32) {
+        self.st.lock().grant.remove(&ost);
+    }
+
+    /// OST `ost` evicted this client: what is kept for it was written under locks it no
+    /// longer holds, so it is dropped (never written after someone else's data), and the
+    /// files report an I/O error.
+    pub(crate) fn evicted(&self, ost: u32) {
+        let mut st = self.st.lock();
+        let keys: Vec<Key> = st.objs.keys().filter(|k| k.0 == ost).copied().collect();
+        let mut lost = 0;
+        for k in keys {
+            let o = st.objs.get_mut(&k).expect("listed");
+            let n: u64 = o.pieces.values().map(|v| v.len() as u64).sum();
+            o.pieces.clear();
+            lost += n;
+            let (fid, empty) = (o.fid, o.is_empty());
+            st.errors.insert(fid, Status::Io);
+            if empty {
+                st.objs.remove(&k);
+            }
+        }
+        if let Some(d) = st.dirty.get_mut(&ost) {
+            *d -= lost.min(*d);
+        }
+        st.grant.remove(&ost);
+        drop(st);
+        self.stats.lost_bytes.fetch_add(lost, Ordering::Relaxed);
+        self.cv.notify_all();
+    }
+
+    /// The file size `layout`'s kept and in-flight data imply (`None`: nothing kept).
+    pub(crate) fn size(&self, layout: &Layout) -> Option<u64> {
+        let st = self.st.lock();
+        if st.objs.is_empty() {
+            return None;
+        }
+        let ends: Vec<(usize, u64, u64)> = layout
+            .objects
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| Some((i, st.objs.get(&(o.ost, o.object))?.end(), 0)))
+            .collect();
+        if ends.is_empty() {
+            return None;
+        }
+        layout.file_size_from_objects(ends).map(|(s, _)| s)
+    }
+
+    /// Bytes kept or in flight now.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.st.lock().dirty.values().sum()
+    }
+
+    /// Keeps `data` for object range `off..` of `key` if the OST's grant covers it, waiting
+    /// while the OST's dirty bound is reached; gives it back if it cannot be kept.
+    fn keep(
+        &self,
+        key: Key,
+        (fid, owner): (Fid, Owner),
+        off: u64,
+        data: Vec<u8>,
+        max_rpc: u64,
+    ) -> Option<Vec<u8>> {
+        let n = data.len() as u64;
+        let mut st = self.st.lock();
+        let mut waited = false;
+        loop {
+            if st.grant.get(&key.0).copied().unwrap_or(0) < n || st.stop {
+                return Some(data);
+            }
+            if st.dirty.get(&key.0).copied().unwrap_or(0) + n <= DIRTY_BYTES_PER_OST_MAX {
+                break;
+            }
+            if !waited {
+                self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                waited = true;
+            }
+            for (k, o) in st.objs.iter_mut() {
+                if k.0 == key.0 {
+                    o.urgent = true;
+                }
+            }
+            self.cv.notify_all();
+            self.cv.wait(&mut st);
+        }
+        let first = st.objs.is_empty();
+        let o = st.objs.entry(key).or_insert_with(|| Obj {
+            fid,
+            owner,
+            cred: Some(nacre_types::cred::current()),
+            ..Obj::default()
+        });
+        let job = nacre_types::jobid::current();
+        if o.job != job {
+            o.job = job;
+            o.cred = Some(nacre_types::cred::current());
+        }
+        o.touched = Some(Instant::now());
+        let replaced = o.insert(off, data);
+        let ready = o.first_run() >= max_rpc;
+        let g = st.grant.entry(key.0).or_default();
+        *g = *g - n + replaced;
+        *st.dirty.entry(key.0).or_default() += n - replaced;
+        drop(st);
+        // The flusher sleeps without a deadline while nothing is kept.
+        if ready || first {
+            self.cv.notify_all();
+        }
+        None
+    }
+}
+
+impl Client {
+    /// Writes file data from the page cache: kept as write-behind where this client holds a
+    /// write lock and grant, else written through (asking for both). Errors of kept data
+    /// come with the file's next `fsync` or close.
+    pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        file.check_writable()?;
+        let Some(layout) = &file.layout else {
+            return Err(Status::Inval.into());
+        };
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if offset.saturating_add(data.len() as u64) > nacre_types::limits::FILE_BYTES_MAX {
+            return Err(Status::FBig.into());
+        }
+        self.start_flusher();
+        let max = u64::from(self.net_config().max_rpc_size.max(4096));
+        let mut through: Vec<Sub> = Vec::new();
+        for sub in osc::subs(layout, offset, data.len() as u64, max) {
+            let (ost, object) = osc::object(layout, sub.stripe);
+            let ext = Extent::of(sub.object_offset, sub.len, true);
+            let Some(handle) = self.use_write_lock(ost, object, ext) else {
+                through.push(sub);
+                continue;
+            };
+            let bytes = osc::gather(layout, &sub, offset, data);
+            let back = self.writeback.keep(
+                (ost, object),
+                (file.fid, file.owner),
+                sub.object_offset,
+                bytes,
+                max,
+            );
+            self.done_with_lock(ost, handle);
+            if back.is_some() {
+                through.push(sub);
+            } else {
+                self.writeback.stats.kept.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if !through.is_empty() {
+            self.writeback.stats.through.fetch_add(1, Ordering::Relaxed);
+            let keys: Vec<Key> = through
+                .iter()
+                .map(|s| osc::object(layout, s.stripe))
+                .collect();
+            self.writeback.flush_wait(&keys);
+            osc::write_subs(
+                self,
+                Some(file.fid),
+                layout,
+                offset,
+                data,
+                file.owner,
+                &through,
+            )?;
+        }
+        Ok(data.len())
+    }
+
+    /// Writes what is kept of `file`'s objects and waits; the error the OSTs gave for it
+    /// since last asked.
+    pub fn flush_file(&self, fid: Fid, layout: Option<&Layout>) -> Result<()> {
+        if let Some(l) = layout {
+            self.writeback.flush_wait(&keys_of(l));
+        }
+        match self.writeback.take_error(fid) {
+            Some(s) => Err(s.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes what is kept of `layout`'s objects before an operation that must see it on
+    /// the OSTs (a read, a truncate, a write that goes through).
+    pub(crate) fn flush_objects(&self, layout: &Layout) {
+        let keys = keys_of(layout);
+        if self.writeback.holds_any(&keys) {
+            self.writeback.flush_wait(&keys);
+        }
+    }
+
+    /// Space OST `ost` granted this client for write-behind and not used yet (Lustre's
+    /// `cur_grant_bytes`).
+    pub fn cur_grant_bytes(&self, ost: u32) -> u64 {
+        self.writeback.grant(ost)
+    }
+
+    /// Write-behind counters and bytes kept now.
+    pub fn writeback_stats(&self) -> (&WritebackStats, u64) {
+        (&self.writeback.stats, self.writeback.dirty_bytes())
+    }
+
+    fn start_flusher(&self) {
+        {
+            let mut st = self.writeback.st.lock();
+            if st.running || st.stop {
+                return;
+            }
+            st.running = true;
+        }
+        let (me, wb) = (self.me.clone(), self.writeback.clone());
+        let spawned = std::thread::Builder::new()
+            .name("osc-flusher".into())
+            .spawn(move || flusher(me, wb));
+        if let Err(e) = spawned {
+            // Nothing is kept without a flusher: every write goes through.
+            self.writeback.st.lock().stop = true;
+            tracing::warn!("no write-behind flusher thread: {e}");
+        }
+    }
+
+    /// Stops keeping writes (unmount): what is kept is written first.
+    pub(crate) fn stop_writeback(&self) {
+        self.writeback.flush_all();
+        self.writeback.st.lock().stop = true;
+        self.writeback.cv.notify_all();
+    }
+}
+
+/// The objects of `layout`.
+pub(crate) fn keys_of(layout: &Layout) -> Vec<Key> {
+    layout.objects.iter().map(|o| (o.ost, o.object)).collect()
+}
+
+/// Picks what to write now: runs of due objects, within each OST's RPCs in flight.
+fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Work> {
+    let mut out = Vec::new();
+    let now = Instant::now();
+    let half = DIRTY_BYTES_PER_OST_MAX / 2;
+    let State {
+        objs,
+        dirty,
+        inflight,
+        ..
+    } = st;
+    for (key, o) in objs.iter_mut() {
+        loop {
+            if o.pieces.is_empty() || inflight.get(&key.0).copied().unwrap_or(0) >= per_ost {
+                break;
+            }
+            let due = o.urgent
+                || o.first_run() >= max_rpc
+                || o.touched.is_some_and(|t| now.duration_since(t) >= idle)
+                || dirty.get(&key.0).copied().unwrap_or(0) >= half;
+            if !due {
+                break;
+            }
+            let Some((off, buf)) = o.take_run(max_rpc) else {
+                break;
+            };
+            *inflight.entry(key.0).or_default() += 1;
+            out.push(Work {
+                key: *key,
+                fid: o.fid,
+                owner: o.owner,
+                job: o.job.clone(),
+                cred: o.cred.clone(),
+                off,
+                buf,
+            });
+        }
+    }
+    out
+}
+
+/// The flusher: starts due RPCs, then waits for the oldest in flight (or, with none, for
+/// work); ends with the client, or once stopped with nothing left.
+fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
+    let mut flying: VecDeque<Flying> = VecDeque::new();
+    loop {
+        let Some(c) = me.upgrade() else { return };
+        let max_rpc = u64::from(c.net_config().max_rpc_size.max(4096));
+        let per_ost = c.net_config().max_rpcs_in_flight.max(1);
+        let work = {
+            let mut st = wb.st.lock();
+            pick(
+                &mut st,
+                max_rpc,
+                per_ost,
+                Duration::from_millis(IDLE_FLUSH_MS),
+            )
+        };
+        for Work {
+            key,
+            fid,
+            owner,
+            job,
+            cred,
+            off,
+            buf,
+        } in work
+        {
+            let len = buf.len() as u64;
+            // Sent as the writer's.
+            nacre_types::jobid::set_current(&job);
+            nacre_types::cred::set_current(cred);
+            let req = OssRequest::Write {
+                object: key.1,
+                offset: off,
+                owner,
+                lock: false,
+                grant_used: len,
+            };
+            let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(Arc::new(buf))) {
+                Ok((p, uuid)) => (Some(p), uuid),
+                Err(e) => {
+                    tracing::warn!("OST{:04x}: write-behind: {e}", key.0);
+                    (None, [0; 16])
+                }
+            };
+            wb.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+            flying.push_back(Flying {
+                key,
+                range: (off, off + len),
+                fid,
+                reply,
+                uuid,
+            });
+        }
+        let Some(f) = flying.pop_front() else {
+            drop(c);
+            let mut st = wb.st.lock();
+            if st.stop && st.objs.is_empty() {
+                st.running = false;
+                return;
+            }
+            // New work wakes this; kept data comes due after its idle time. With nothing
+            // kept, it sleeps until something is.
+            if st.objs.is_empty() {
+                wb.cv.wait(&mut st);
+            } else {
+                wb.cv
+                    .wait_for(&mut st, Duration::from_millis(IDLE_FLUSH_MS / 4));
+            }
+            continue;
+        };
+        let result = match f.reply {
+            Some(p) => osc::collect_one(p),
+            None => Err(nacre_net::rpc::RpcError::Status(Status::Io)),
+        };
+        finish(&c, f.key, f.range, f.fid, f.uuid, result);
+    }
+}
+
+/// A write RPC of the flusher came back.
+fn finish(
+    c: &Client,
+    key: Key,
+    range: (u64, u64),
+    fid: Fid,
+    uuid: [u8; 16],
+    result: std::result::Result<(OssReply, Option<AlignedBuf>), nacre_net::rpc::RpcError>,
+) {
+    let len = range.1 - range.0;
+    let evicted = matches!(
+        result,
+        Err(nacre_net::rpc::RpcError::Status(Status::Shutdown))
+    );
+    let mut st = c.writeback.st.lock();
+    if let Some(n) = st.inflight.get_mut(&key.0) {
+        *n = n.saturating_sub(1);
+    }
+    if let Some(d) = st.dirty.get_mut(&key.0) {
+        *d -= len.min(*d);
+    }
+    match &result {
+        Ok((OssReply::Written { grant_added, .. }, _)) => {
+            *st.grant.entry(key.0).or_default() += grant_added;
+            c.writeback.stats.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        Ok(_) => {
+            st.errors.insert(fid, Status::Proto);
+        }
+        Err(e) => {
+            tracing::warn!("OST{:04x}: write-behind of {len} bytes lost: {e}", key.0);
+            c.writeback
+                .stats
+                .lost_bytes
+                .fetch_add(len, Ordering::Relaxed);
+            // Lost to an eviction: an I/O error, as on any file system that lost data.
+            let status = if evicted { Status::Io } else { e.status() };
+            st.errors.insert(fid, status);
+        }
+    }
+    if let Some(o) = st.objs.get_mut(&key) {
+        o.inflight.retain(|r| *r != range);
+        if o.is_empty() {
+            st.objs.remove(&key);
+        }
+    }
+    drop(st);
+    c.writeback.cv.notify_all();
+    if evicted {
+        c.writeback.evicted(key.0);
+        c.data_evicted(key.0, uuid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Kept pieces always read back as the last write of every byte, and taking runs
+        /// hands every byte over once.
+        #[test]
+        fn pieces_agree_with_a_byte_model(
+            writes in proptest::collection::vec((0u64..4096, 1usize..700, any::<u8>()), 1..40),
+        ) {
+            let mut o = Obj::default();
+            let mut model: BTreeMap<u64, u8> = BTreeMap::new();
+            for (off, len, b) in writes {
+                o.insert(off, vec![b; len]);
+                for i in off..off + len as u64 {
+                    model.insert(i, b);
+                }
+            }
+            // Pieces never overlap and hold exactly the model.
+            let mut seen: BTreeMap<u64, u8> = BTreeMap::new();
+            let mut last_end = 0;
+            for (k, v) in &o.pieces {
+                prop_assert!(*k >= last_end);
+                last_end = k + v.len() as u64;
+                for (i, b) in v.iter().enumerate() {
+                    seen.insert(k + i as u64, *b);
+                }
+            }
+            prop_assert_eq!(&seen, &model);
+            let mut taken: BTreeMap<u64, u8> = BTreeMap::new();
+            while let Some((off, buf)) = o.take_run(1000) {
+                for (i, b) in buf.iter().enumerate() {
+                    prop_assert!(taken.insert(off + i as u64, *b).is_none());
+                }
+                o.inflight.clear();
+            }
+            prop_assert!(o.pieces.is_empty());
+            prop_assert_eq!(taken, model);
+        }
+    }
+}

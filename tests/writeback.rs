@@ -1,0 +1,315 @@
+//! Write-behind under write locks (docs/locking.md, "Write-behind"): page-cache writes a
+//! mount holds a write lock and space grant for are kept and written in large RPCs; another
+//! mount's read, stat or write calls the lock back, which writes them first; `fsync` and
+//! close(2) write them and report what the OSTs refused; a mount evicted while keeping
+//! writes loses them and says so, and never writes them after another mount's data.
+
+use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// 47,008 bytes: IOR-hard's record, not a multiple of a page.
+const RECORD: usize = 47_008;
+
+fn record(i: usize) -> Vec<u8> {
+    (0..RECORD)
+        .map(|j| (i as u8).wrapping_mul(7).wrapping_add(j as u8))
+        .collect()
+}
+
+/// One counter of a mount's `llite.FS.writeback` (`pid`: the mount's process; none: the
+/// embedded process or every process).
+fn wb_stat(fsname: &str, pid: Option<u32>, what: &str) -> u64 {
+    let param = format!("llite.{fsname}.writeback");
+    let pid_s = pid.map(|p| p.to_string());
+    let mut args = vec!["ctl"];
+    if let Some(p) = &pid_s {
+        args.extend(["--pid", p.as_str()]);
+    }
+    args.extend(["get_param", "-n", param.as_str()]);
+    let text = nacre_ok(&args);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {text}"))
+}
+
+/// Write RPCs the OSTs of `fs` served so far.
+fn ost_writes(fs: &TestFs, fsname: &str) -> u64 {
+    let mut total = 0;
+    for pid in fs.server_pids() {
+        let pid = pid.to_string();
+        let out = nacre_testkit::nacre(&[
+            "ctl",
+            "--pid",
+            &pid,
+            "get_param",
+            "-n",
+            &format!("ost.{fsname}-OST*.stats"),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        total += text
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == "write").then(|| w.next()?.parse::<u64>().ok())?
+            })
+            .sum::<u64>();
+    }
+    total
+}
+
+fn second_mount(fs: &TestFs) -> (std::path::PathBuf, nacre_testkit::ClientMount) {
+    let mnt = fs.scratch().join("other");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = fs.mount_another(&mnt, &[]);
+    (mnt, m)
+}
+
+/// The mount process serving `fs.path(..)`: the embedded process, or the client process.
+fn first_mount_pid(fs: &TestFs) -> u32 {
+    fs.client_pid().expect("the first mount's process")
+}
+
+fn small_writes_are_kept_and_gathered(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "wbe1",
+        Form::Networked => "wbn1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let pid = Some(first_mount_pid(&fs));
+    let p = fs.path("f");
+    // The first write goes through and brings a write lock and space grant; the next ones
+    // are kept.
+    let mut f = fs::File::create(&p).unwrap();
+    let before = ost_writes(&fs, fsname);
+    let n = 200;
+    let mut want = Vec::new();
+    for i in 0..n {
+        let r = record(i);
+        f.write_all(&r).unwrap();
+        want.extend_from_slice(&r);
+    }
+    let kept = wb_stat(fsname, pid, "writes_kept");
+    assert!(kept >= n as u64 - 5, "only {kept} of {n} writes were kept");
+    // Kept data is counted in the size this mount sees before it is written.
+    assert_eq!(fs::metadata(&p).unwrap().len(), want.len() as u64);
+    f.sync_all().unwrap();
+    assert_eq!(wb_stat(fsname, pid, "dirty_bytes"), 0);
+    let rpcs = ost_writes(&fs, fsname) - before;
+    assert!(
+        rpcs <= 30,
+        "{n} writes of {RECORD} bytes took {rpcs} write RPCs (not gathered)"
+    );
+    drop(f);
+    assert!(fs::read(&p).unwrap() == want);
+}
+
+fn another_mount_sees_kept_writes_at_once(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "wbe2",
+        Form::Networked => "wbn2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let pid = Some(first_mount_pid(&fs));
+    let (other_mnt, _other) = second_mount(&fs);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    let mut f = fs::File::create(&a).unwrap();
+    let mut want = Vec::new();
+    for i in 0..40 {
+        let r = record(i);
+        f.write_all(&r).unwrap();
+        want.extend_from_slice(&r);
+    }
+    // The file is still open and its data kept (no process is started meanwhile: its
+    // close-on-exec would flush the kept writes): the other mount's stat and read call the
+    // write locks back, which writes it.
+    assert_eq!(fs::metadata(&b).unwrap().len(), want.len() as u64);
+    assert!(
+        fs::read(&b).unwrap() == want,
+        "the other mount read old data"
+    );
+    assert!(wb_stat(fsname, pid, "writes_kept") >= 30);
+    assert!(wb_stat(fsname, pid, "flush_rpcs") >= 1);
+    // More kept writes, then a write through the other mount in their middle: both land,
+    // in the order they were made.
+    let r = record(99);
+    f.write_all_at(&r, 10_000).unwrap();
+    want[10_000..10_000 + RECORD].copy_from_slice(&r);
+    let w = fs::OpenOptions::new().write(true).open(&b).unwrap();
+    w.write_all_at(b"other", 20_000).unwrap();
+    drop(w);
+    want[20_000..20_005].copy_from_slice(b"other");
+    drop(f);
+    assert!(fs::read(&a).unwrap() == want);
+    assert!(fs::read(&b).unwrap() == want);
+}
+
+fn truncate_and_o_direct_see_kept_writes(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "wbe3",
+        Form::Networked => "wbn3",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let p = fs.path("f");
+    let mut f = fs::File::create(&p).unwrap();
+    for i in 0..20 {
+        f.write_all(&record(i)).unwrap();
+    }
+    // A truncate through another descriptor: kept data past it must not come back.
+    let t = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    t.set_len(5_000).unwrap();
+    drop(t);
+    drop(f);
+    let got = fs::read(&p).unwrap();
+    assert_eq!(got.len(), 5_000);
+    assert!(got[..] == record(0)[..5_000]);
+    // An O_DIRECT read sees what is kept.
+    let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all(&[3u8; 8192]).unwrap();
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .unwrap();
+    let mut buf = nacre_types::AlignedBuf::zeroed(8192);
+    assert_eq!(d.read_at(&mut buf, 0).unwrap(), 8192);
+    assert!(
+        buf.iter().all(|b| *b == 3),
+        "an O_DIRECT read missed kept data"
+    );
+    drop(f);
+}
+
+fn appends_from_two_mounts_never_overwrite(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "wbe5",
+        Form::Networked => "wbn5",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let (other_mnt, _other) = second_mount(&fs);
+    let p = fs.path("log");
+    nacre_ok(&["setstripe", "-c", "2", "-S", "64K", p.to_str().unwrap()]);
+    const LEN: usize = 1_000;
+    const EACH: usize = 150;
+    let appender = |path: std::path::PathBuf, tag: u8| {
+        std::thread::spawn(move || {
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            for i in 0..EACH {
+                let mut rec = format!("{}{i:06}", tag as char).into_bytes();
+                rec.resize(LEN - 1, tag);
+                rec.push(b'\n');
+                f.write_all(&rec).unwrap();
+            }
+        })
+    };
+    let a = appender(p.clone(), b'A');
+    let b = appender(other_mnt.join("log"), b'B');
+    a.join().unwrap();
+    b.join().unwrap();
+    let got = fs::read(&p).unwrap();
+    assert_eq!(got.len(), 2 * EACH * LEN, "appends overwrote each other");
+    let mut seen = std::collections::HashSet::new();
+    for rec in got.chunks(LEN) {
+        let tag = rec[0];
+        assert!(
+            tag == b'A' || tag == b'B',
+            "a torn record: {:?}",
+            &rec[..16]
+        );
+        assert!(rec[7..LEN - 1].iter().all(|c| *c == tag), "a torn record");
+        assert!(seen.insert(rec[..7].to_vec()), "a record twice");
+    }
+    assert_eq!(seen.len(), 2 * EACH);
+    assert_eq!(
+        fs::metadata(other_mnt.join("log")).unwrap().len(),
+        got.len() as u64
+    );
+}
+
+on_both_forms!(
+    appends_from_two_mounts_never_overwrite,
+    small_writes_are_kept_and_gathered,
+    another_mount_sees_kept_writes_at_once,
+    truncate_and_o_direct_see_kept_writes
+);
+
+/// A mount stopped while it keeps writes is evicted at the OST when another mount writes
+/// there: its kept writes are dropped — never written after the other mount's data — and
+/// its next `fsync` reports EIO. Networked only: the stopped client is a process of its own.
+#[test]
+fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
+    let fsname = "wbn4";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let (other_mnt, other) = second_mount(&fs);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    fs::write(&a, vec![1u8; RECORD]).unwrap();
+    for (name, value) in [("callback_timeout_ms", "1000"), ("contention_ms", "0")] {
+        nacre_ok(&[
+            "ctl",
+            "set_param",
+            &format!("ldlm.namespaces.ost-{fsname}-OST0000.{name}={value}"),
+        ]);
+    }
+    // The other mount writes once, which has it poll the OST for callbacks.
+    fs::write(&b, vec![1u8; RECORD]).unwrap();
+    let stats = |what: &str| -> u64 {
+        let text = nacre_ok(&[
+            "ctl",
+            "get_param",
+            "-n",
+            &format!("ldlm.namespaces.ost-{fsname}-OST0000.stats"),
+        ]);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stats("clients") < 2 {
+        assert!(Instant::now() < deadline, "the other mount never polls");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Opened here first (an open looks the file up, and its size glimpse would call the
+    // other mount's write lock back, which writes what it keeps).
+    let w = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    // Its first write brings a write lock, its second is kept (no process is started while
+    // the file is open here: its close-on-exec would flush it).
+    let bf = fs::OpenOptions::new().write(true).open(&b).unwrap();
+    bf.write_all_at(&[2u8; 100], 0).unwrap();
+    bf.write_all_at(&[2u8; 100], 1_000).unwrap();
+    let pid = other.pid().expect("the other mount's process");
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let written = w.write_all_at(&[9u8; 10], 1_000);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    written.unwrap();
+    drop(w);
+    let err = bf
+        .sync_all()
+        .expect_err("the evicted mount's fsync must fail");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop(bf);
+    let got = fs::read(&a).unwrap();
+    assert_eq!(
+        &got[1_000..1_010],
+        &[9u8; 10],
+        "the kept write landed after"
+    );
+    assert_eq!(
+        &got[..100],
+        &[2u8; 100],
+        "the write that went through is there"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs::read(&b).unwrap() != got {
+        assert!(
+            Instant::now() < deadline,
+            "the evicted mount reads stale data"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
