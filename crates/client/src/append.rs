@@ -39,7 +39,8 @@ impl Client {
         // in place: a callback for one waits.
         let mut pinned: Vec<(u32, u64)> = Vec::new();
         let result = (|| {
-            for o in &layout.objects {
+            for (stripe, o) in layout.objects.iter().enumerate() {
+                let map = crate::datalocks::StripeMap::of(layout, stripe);
                 loop {
                     if let Some(h) = self.use_write_lock(o.ost, o.object, whole) {
                         pinned.push((o.ost, h));
@@ -55,25 +56,33 @@ impl Client {
                         end: u64::MAX,
                         write: true,
                     };
-                    let (p, _) = crate::osc::send_one(self, o.ost, &req, None)?;
-                    match crate::osc::collect_one(p) {
-                        Ok((OssReply::Granted(Some(l)), _)) => {
-                            self.data_lock_held(o.ost, file.fid, l)
-                        }
+                    let mut asked = crate::datalocks::ReadLocks::new();
+                    self.asking(o.ost, o.object, &mut asked);
+                    let answer = crate::osc::send_one(self, o.ost, &req, None)
+                        .and_then(|(p, _)| crate::osc::collect_one(p).map_err(Into::into));
+                    if let Ok((OssReply::Granted(Some(l)), _)) = &answer {
+                        self.data_lock_granted(o.ost, (file.fid, map), *l, &mut asked);
+                    }
+                    // A callback that came before the grant is answered now.
+                    self.read_done(file.fid, asked);
+                    match answer {
+                        Ok((OssReply::Granted(Some(_)), _)) => {}
                         Ok((OssReply::Granted(None), _)) => {
                             // Not a lock holder yet (its first poll is on its way), or a
                             // conflicting lock came meanwhile: ask again.
                             std::thread::sleep(Duration::from_millis(5));
                         }
                         Ok(_) => return Err(Status::Proto.into()),
-                        Err(e) => return Err(e.into()),
+                        Err(e) => return Err(e),
                     }
                 }
             }
             // No other client holds a lock on any of the objects: the OSTs' sizes and what
-            // this client keeps are the file's size.
+            // this client keeps are the file's size. What is kept is read first: a flush
+            // that lands meanwhile is then in the OSTs' sizes.
+            let kept = self.writeback.size(layout).unwrap_or(0);
             let (size, _) = crate::osc::glimpse(self, layout)?;
-            let size = size.max(self.writeback.size(layout).unwrap_or(0));
+            let size = size.max(kept);
             self.write_cached(file, size, data)?;
             Ok(size)
         })();

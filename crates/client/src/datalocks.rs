@@ -22,9 +22,67 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// Told the files whose cached data must be dropped; returns once the kernel dropped it (or
-/// gave up waiting).
-pub type DataSink = Arc<dyn Fn(&[Fid]) + Send + Sync>;
+/// Told what cached file data must be dropped; returns once the kernel dropped it (or gave
+/// up waiting).
+pub type DataSink = Arc<dyn Fn(&[FileDrop]) + Send + Sync>;
+
+/// Cached data of a file to drop: all of it, or the bytes `range` (offset, length) — what a
+/// narrow lock covered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileDrop {
+    /// The file.
+    pub fid: Fid,
+    /// The bytes (`None`: all of the file).
+    pub range: Option<(u64, u64)>,
+}
+
+impl FileDrop {
+    fn whole(fid: Fid) -> FileDrop {
+        FileDrop { fid, range: None }
+    }
+}
+
+/// Where an object sits in its file's layout: enough to find the file bytes of an object
+/// extent.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StripeMap {
+    size: u64,
+    count: u64,
+    index: u64,
+}
+
+/// A narrow lock's extent spanning more stripe units than this is dropped as the whole
+/// file.
+const DROP_RANGES_MAX: u64 = 8;
+
+impl StripeMap {
+    /// Stripe `stripe` of `layout`.
+    pub(crate) fn of(layout: &Layout, stripe: usize) -> StripeMap {
+        StripeMap {
+            size: u64::from(layout.stripe_size).max(1),
+            count: layout.objects.len().max(1) as u64,
+            index: stripe as u64,
+        }
+    }
+
+    /// The file ranges (offset, length) object bytes `start..=end` hold (`None`: too many,
+    /// or to the object's end: the whole file).
+    fn file_ranges(&self, start: u64, end: u64) -> Option<Vec<(u64, u64)>> {
+        if end == u64::MAX || end / self.size - start / self.size + 1 > DROP_RANGES_MAX {
+            return None;
+        }
+        let mut out = Vec::new();
+        for u in start / self.size..=end / self.size {
+            let unit = u * self.size;
+            let (s, e) = (start.max(unit), end.min(unit + self.size - 1));
+            let off = u
+                .checked_mul(self.size * self.count)?
+                .checked_add(self.index * self.size + (s - unit))?;
+            out.push((off, e - s + 1));
+        }
+        Some(out)
+    }
+}
 
 /// Default bound on the data locks held per OST (`ldlm.namespaces.ost-*.lru_size`).
 pub const DATA_LRU_SIZE_DEFAULT: usize = 16_384;
@@ -56,6 +114,8 @@ pub struct DataLockStats {
 struct Held {
     lock: ExtentRef,
     fid: Fid,
+    /// Where its object sits in the file (`None`: unknown, drops are of the whole file).
+    map: Option<StripeMap>,
     /// Reads using it now.
     users: u32,
     /// Called back while in use: given back when the last user is done.
@@ -176,13 +236,32 @@ impl OstLocks {
     }
 }
 
-/// A revocation for the revoker thread: the objects whose kept writes go first, the files
-/// to forget, then the handles to cancel.
+/// A revocation for the revoker thread: the objects whose kept writes go first, the cached
+/// data to forget, then the handles to cancel.
 struct Revocation {
     ost: u32,
     objects: Vec<ObjectId>,
-    fids: Vec<Fid>,
+    drops: Vec<FileDrop>,
     handles: Vec<u64>,
+}
+
+impl Held {
+    /// The cached data its going takes with it.
+    fn drops(&self) -> Vec<FileDrop> {
+        let ranges = self
+            .map
+            .and_then(|m| m.file_ranges(self.lock.start, self.lock.end));
+        match ranges {
+            Some(r) => r
+                .into_iter()
+                .map(|range| FileDrop {
+                    fid: self.fid,
+                    range: Some(range),
+                })
+                .collect(),
+            None => vec![FileDrop::whole(self.fid)],
+        }
+    }
 }
 
 /// The client's data locks on every OST.
@@ -209,17 +288,17 @@ pub struct ReadLocks {
 impl Revocation {
     /// The revocation of `gone` (handle, file, object) locks, and of `orphans` (handles
     /// of locks nothing was cached under).
-    fn of(ost: u32, gone: Vec<(u64, Fid, ObjectId)>, orphans: Vec<u64>) -> Revocation {
-        let mut fids: Vec<Fid> = gone.iter().map(|g| g.1).collect();
-        fids.sort_unstable();
-        fids.dedup();
+    fn of(ost: u32, gone: Vec<(u64, Vec<FileDrop>, ObjectId)>, orphans: Vec<u64>) -> Revocation {
+        let mut drops: Vec<FileDrop> = gone.iter().flat_map(|g| g.1.iter().copied()).collect();
+        drops.sort_unstable_by_key(|d| (d.fid, d.range));
+        drops.dedup();
         let mut objects: Vec<ObjectId> = gone.iter().map(|g| g.2).collect();
         objects.sort_unstable();
         objects.dedup();
         Revocation {
             ost,
             objects,
-            fids,
+            drops,
             handles: gone.iter().map(|g| g.0).chain(orphans).collect(),
         }
     }
@@ -278,7 +357,7 @@ impl Client {
                     let keys: Vec<_> = r.objects.iter().map(|o| (r.ost, *o)).collect();
                     c.writeback.flush_wait(&keys);
                     drop(c);
-                    sink(&r.fids);
+                    sink(&r.drops);
                     let Some(c) = me.upgrade() else { return };
                     c.cancel_data_locks(r.ost, &r.handles);
                 }
@@ -315,7 +394,7 @@ impl Client {
         self.data_locks.revoke(Revocation {
             ost,
             objects: Vec::new(),
-            fids,
+            drops: fids.into_iter().map(FileDrop::whole).collect(),
             handles: Vec::new(),
         });
     }
@@ -351,12 +430,25 @@ impl Client {
         }
     }
 
+    /// A request that asks OST `ost` for a lock on `object` (a write, an enqueue) is about
+    /// to be sent: a callback for a lock not known yet on the object is then kept until
+    /// [`Client::read_done`] with `locks` (the grant may be that lock).
+    pub(crate) fn asking(&self, ost: u32, object: ObjectId, locks: &mut ReadLocks) {
+        if !self.data_locks.enabled() {
+            return;
+        }
+        let o = self.data_locks.ost(ost);
+        *o.state.lock().inflight.entry(object).or_default() += 1;
+        locks.asked.push((ost, object));
+        self.start_data_callbacks(&o);
+    }
+
     /// A read of `fid` was granted `lock` by OST `ost`: held (in use by `locks`) unless its
     /// callback came first.
     pub(crate) fn data_lock_granted(
         &self,
         ost: u32,
-        fid: Fid,
+        (fid, map): (Fid, StripeMap),
         lock: ExtentRef,
         locks: &mut ReadLocks,
     ) {
@@ -373,6 +465,7 @@ impl Client {
                 Held {
                     lock,
                     fid,
+                    map: Some(map),
                     users: 1,
                     revoked: early,
                     used: 0,
@@ -400,7 +493,7 @@ impl Client {
                 .collect();
             for id in idle {
                 if let Some(h) = s.take(id) {
-                    trim.push((id, h.fid, h.lock.object));
+                    trim.push((id, h.drops(), h.lock.object));
                 }
             }
         }
@@ -448,17 +541,9 @@ impl Client {
         if h.users == 0 && h.revoked {
             let h = s.take(handle).expect("held");
             drop(s);
-            let r = Revocation::of(ost, vec![(handle, h.fid, h.lock.object)], Vec::new());
+            let r = Revocation::of(ost, vec![(handle, h.drops(), h.lock.object)], Vec::new());
             self.data_locks.revoke(r);
         }
-    }
-
-    /// A write of `fid` was granted write lock `lock` by OST `ost`: held, not in use
-    /// (unless its callback came first: then it goes at once).
-    pub(crate) fn data_lock_held(&self, ost: u32, fid: Fid, lock: ExtentRef) {
-        let mut locks = ReadLocks::new();
-        self.data_lock_granted(ost, fid, lock, &mut locks);
-        self.read_done(fid, locks);
     }
 
     /// The data a read returned is in the kernel's cache: its locks are no longer in use,
@@ -495,7 +580,7 @@ impl Client {
                         .collect();
                     for h in early {
                         s.early.remove(&h);
-                        gone.push((h, fid, object));
+                        gone.push((h, vec![FileDrop::whole(fid)], object));
                     }
                 }
             }
@@ -506,7 +591,7 @@ impl Client {
                 h.users = h.users.saturating_sub(1);
                 if h.users == 0 && h.revoked {
                     let h = s.take(id).expect("held");
-                    gone.push((id, h.fid, h.lock.object));
+                    gone.push((id, h.drops(), h.lock.object));
                 }
             }
             drop(s);
@@ -691,7 +776,7 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
                     client.data_locks.revoke(Revocation {
                         ost: o.ost,
                         objects: Vec::new(),
-                        fids,
+                        drops: fids.into_iter().map(FileDrop::whole).collect(),
                         handles: Vec::new(),
                     });
                 }
@@ -726,7 +811,7 @@ fn called_back(client: &Client, o: &OstLocks, locks: &[ExtentRef]) {
             Some(h) if h.users > 0 => h.revoked = true,
             Some(_) => {
                 let h = s.take(l.handle).expect("held");
-                gone.push((l.handle, h.fid, l.object));
+                gone.push((l.handle, h.drops(), l.object));
             }
             // A read asking for a lock on the object is in flight: its grant may be
             // this one, handled when the read is done.
@@ -749,5 +834,29 @@ fn called_back(client: &Client, o: &OstLocks, locks: &[ExtentRef]) {
         client
             .data_locks
             .revoke(Revocation::of(o.ost, gone, orphans));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_narrow_lock_drops_only_the_file_bytes_it_covered() {
+        // Stripe 1 of 2, 64 KiB units: object bytes 0..64K are file bytes 64K..128K.
+        let m = StripeMap {
+            size: 65_536,
+            count: 2,
+            index: 1,
+        };
+        assert_eq!(m.file_ranges(100, 199), Some(vec![(65_536 + 100, 100)]));
+        // Across a unit boundary: two file ranges, a unit apart.
+        assert_eq!(
+            m.file_ranges(65_000, 66_000),
+            Some(vec![(65_536 + 65_000, 536), (3 * 65_536, 465)])
+        );
+        // To the object's end, or over too many units: the whole file.
+        assert_eq!(m.file_ranges(0, u64::MAX), None);
+        assert_eq!(m.file_ranges(0, 100 * 65_536), None);
     }
 }

@@ -100,9 +100,11 @@ impl Client {
             return Ok(attr);
         }
         if let (FileKind::Regular, Some(layout)) = (attr.kind, layout) {
+            // Writes this client keeps count too (read first: one flushed meanwhile is in
+            // the objects' sizes).
+            let kept = self.writeback.size(layout).unwrap_or(0);
             let (size, blocks) = osc::glimpse(self, layout)?;
-            // Writes this client keeps count too.
-            attr.size = size.max(self.writeback.size(layout).unwrap_or(0));
+            attr.size = size.max(kept);
             attr.blocks = blocks;
         }
         Ok(attr)
@@ -172,6 +174,7 @@ impl Client {
             .get(&fid)
             .filter(|(_, exact)| !exact)
             .map(|(l, _)| l.clone());
+        let kept = seen.as_ref().and_then(|l| self.writeback.size(l));
         let early = seen.as_ref().and_then(|l| osc::start_glimpse(self, l).ok());
         let (mut attr, layout, exact, cached) =
             self.cached_entry(MdsOp::GetAttr { fid }, bits, None)?;
@@ -180,7 +183,7 @@ impl Client {
         {
             if now == seen {
                 (attr.size, attr.blocks) = job.finish(now)?;
-                attr.size = attr.size.max(self.writeback.size(now).unwrap_or(0));
+                attr.size = attr.size.max(kept.unwrap_or(0));
                 return Ok((attr, cached.attr));
             }
         }

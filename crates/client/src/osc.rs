@@ -270,6 +270,8 @@ pub(crate) fn write_subs(
     parts: &[Sub],
 ) -> Result<()> {
     let caching = fid.is_some() && client.data_locks_on();
+    // Callbacks for the locks these writes may be granted can come before their replies.
+    let mut asked = ReadLocks::new();
     let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
         let mut buf = AlignedBuf::zeroed(sub.len as usize);
@@ -279,7 +281,7 @@ pub(crate) fn write_subs(
         });
         let (ost, object) = object(layout, sub.stripe);
         if caching {
-            client.polls(ost);
+            client.asking(ost, object, &mut asked);
         }
         let req = OssRequest::Write {
             object,
@@ -288,9 +290,20 @@ pub(crate) fn write_subs(
             lock: caching,
             grant_used: 0,
         };
-        window.start(client, tag, ost, &req, Some(Arc::new(buf)))?;
+        if let Err(e) = window.start(client, tag, ost, &req, Some(Arc::new(buf))) {
+            drop(window);
+            client.read_done(fid.unwrap_or_default(), asked);
+            return Err(e);
+        }
     }
-    for (tag, reply, _) in window.finish()? {
+    let replies = match window.finish() {
+        Ok(r) => r,
+        Err(e) => {
+            client.read_done(fid.unwrap_or_default(), asked);
+            return Err(e);
+        }
+    };
+    for (tag, reply, _) in replies {
         if let (
             OssReply::Written {
                 lock, grant_added, ..
@@ -301,10 +314,13 @@ pub(crate) fn write_subs(
             let ost = object(layout, parts[tag].stripe).0;
             client.writeback.add_grant(ost, grant_added);
             if let Some(l) = lock {
-                client.data_lock_held(ost, fid, l);
+                let map = crate::datalocks::StripeMap::of(layout, parts[tag].stripe);
+                client.data_lock_granted(ost, (fid, map), l, &mut asked);
             }
         }
     }
+    // In use until here: a callback that came meanwhile is answered now.
+    client.read_done(fid.unwrap_or_default(), asked);
     Ok(())
 }
 
@@ -325,6 +341,9 @@ pub(crate) fn send_one(
 pub(crate) fn collect_one(p: Pending) -> Collected {
     collect(p.reply, p.stats)
 }
+
+/// A lock granted with a read: OST, stripe, lock.
+type Granted = (u32, usize, ExtentRef);
 
 /// Read RPCs in flight for one file range; [`ReadJob::finish`] assembles the data.
 pub struct ReadJob {
@@ -370,11 +389,7 @@ impl ReadJob {
     }
 
     /// [`ReadJob::finish`], with the locks the OSTs granted (OST, lock).
-    fn finish_locked(
-        self,
-        client: &Client,
-        layout: &Layout,
-    ) -> Result<(AlignedBuf, Vec<(u32, ExtentRef)>)> {
+    fn finish_locked(self, client: &Client, layout: &Layout) -> Result<(AlignedBuf, Vec<Granted>)> {
         let ReadJob {
             offset,
             len,
@@ -385,11 +400,12 @@ impl ReadJob {
             return Ok((AlignedBuf::zeroed(0), Vec::new()));
         }
         let mut replies = window.finish()?;
-        let granted: Vec<(u32, ExtentRef)> = replies
+        let granted: Vec<Granted> = replies
             .iter()
             .filter_map(|(tag, r, _)| match r {
                 OssReply::Read { lock: Some(l), .. } => {
-                    Some((object(layout, parts[*tag].stripe).0, *l))
+                    let stripe = parts[*tag].stripe;
+                    Some((object(layout, stripe).0, stripe, *l))
                 }
                 _ => None,
             })
@@ -486,8 +502,9 @@ pub fn read_locked(
     match job.finish_locked(client, layout) {
         Ok((data, granted)) => {
             locks.covered &= granted.len() == asked;
-            for (ost, l) in granted {
-                client.data_lock_granted(ost, fid, l, &mut locks);
+            for (ost, stripe, l) in granted {
+                let map = crate::datalocks::StripeMap::of(layout, stripe);
+                client.data_lock_granted(ost, (fid, map), l, &mut locks);
             }
             Ok((data, locks))
         }

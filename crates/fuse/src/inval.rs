@@ -36,6 +36,8 @@ const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
 pub const CACHED_DIRS_MAX: usize = 65_536;
 
 type Batch = (Vec<(u64, OsString)>, Sender<()>);
+/// File data to drop — (inode, offset, length; 0, 0: all of it) — and who waits for it.
+type DataBatch = (Vec<(u64, i64, i64)>, Sender<()>);
 
 /// Counters of invalidations sent to the kernel.
 #[derive(Default)]
@@ -58,7 +60,7 @@ pub struct InvalStats {
 pub struct Invalidator {
     notifier: Notifier,
     entries: Sender<Batch>,
-    data: Sender<(Vec<u64>, Sender<()>)>,
+    data: Sender<DataBatch>,
     /// Directories (inode numbers) whose listing the kernel may cache: their `UPDATE`
     /// lock's callback drops the listing too.
     dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
@@ -76,15 +78,15 @@ impl Invalidator {
         std::thread::Builder::new()
             .name("fuse-inval".into())
             .spawn(move || entry_thread(thread_notifier, rx, thread_stats))?;
-        let (data_tx, data_rx) = bounded::<(Vec<u64>, Sender<()>)>(DATA_BATCHES_QUEUED_MAX);
+        let (data_tx, data_rx) = bounded::<DataBatch>(DATA_BATCHES_QUEUED_MAX);
         let (data_notifier, data_stats) = (notifier.clone(), stats.clone());
         std::thread::Builder::new()
             .name("fuse-inval-data".into())
             .spawn(move || {
-                for (inos, done) in data_rx {
-                    for ino in inos {
+                for (drops, done) in data_rx {
+                    for (ino, off, len) in drops {
                         // Offset 0, length 0: every cached page (and the attributes).
-                        let _ = data_notifier.inval_inode(INodeNo(ino), 0, 0);
+                        let _ = data_notifier.inval_inode(INodeNo(ino), off, len);
                         data_stats.data.fetch_add(1, Ordering::Relaxed);
                     }
                     let _ = done.send(());
@@ -138,12 +140,19 @@ impl Invalidator {
 impl Invalidator {
     /// Has the kernel drop the cached data of `files` (a data lock goes): waits at most
     /// [`DATA_INVAL_WAIT_MS`] (see there), then returns; the drop still happens.
-    pub fn forget_data(&self, files: &[nacre_types::Fid]) {
-        if files.is_empty() {
+    pub fn forget_data(&self, drops: &[nacre_client::datalocks::FileDrop]) {
+        if drops.is_empty() {
             return;
         }
         let (done_tx, done_rx) = bounded(1);
-        let inos = files.iter().map(|f| f.to_ino()).collect();
+        let clamp = |x: u64| x.min(i64::MAX as u64) as i64;
+        let inos = drops
+            .iter()
+            .map(|d| match d.range {
+                Some((off, len)) => (d.fid.to_ino(), clamp(off), clamp(len.max(1))),
+                None => (d.fid.to_ino(), 0, 0),
+            })
+            .collect();
         if self.data.send((inos, done_tx)).is_err() {
             return;
         }
