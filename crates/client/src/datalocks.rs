@@ -676,15 +676,7 @@ impl Client {
             // The OST drops this client's locks and space grant.
             let req = OssRequest::Disconnect;
             let uuid = o.uuid();
-            let sent = self.osc(o.ost).and_then(|conn| {
-                nacre_net::rpc::call::<_, OssReply>(
-                    &conn,
-                    req.opcode(),
-                    o.ost,
-                    &OssCall::from_client(uuid, req.clone()),
-                )
-                .map_err(Into::into)
-            });
+            let sent = self.ost_call(o.ost, uuid, &req);
             if let Err(e) = sent {
                 tracing::debug!("OST{:04x}: disconnect: {e}", o.ost);
             }
@@ -701,15 +693,7 @@ impl Client {
             let req = OssRequest::LockCancel {
                 handles: chunk.to_vec(),
             };
-            let sent = self.osc(ost).and_then(|conn| {
-                nacre_net::rpc::call::<_, OssReply>(
-                    &conn,
-                    req.opcode(),
-                    ost,
-                    &OssCall::from_client(uuid, req.clone()),
-                )
-                .map_err(Into::into)
-            });
+            let sent = self.ost_call(ost, uuid, &req);
             if let Err(e) = sent {
                 // The OST evicts a client that does not cancel; nothing else to do here.
                 tracing::debug!("OST{ost:04x}: lock cancel: {e}");
@@ -739,6 +723,20 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Sends `req` to OST `ost` as `uuid` and waits for its answer.
+    fn ost_call(&self, ost: u32, uuid: [u8; 16], req: &OssRequest) -> Result<OssReply> {
+        let conn = self.osc(ost)?;
+        let call = OssCall::from_client(uuid, req.clone());
+        Ok(nacre_net::rpc::call::<_, OssReply>(
+            &conn,
+            req.opcode(),
+            ost,
+            &call,
+        )?)
+    }
+}
+
 /// The uuid of requests from a client that takes no data locks.
 pub(crate) const NO_UUID: [u8; 16] = [0; 16];
 
@@ -756,15 +754,7 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
             epoch: o.epoch.load(Ordering::Acquire),
         };
         let uuid = o.uuid();
-        let answer: Result<OssReply> = client.osc(o.ost).and_then(|conn| {
-            nacre_net::rpc::call::<_, OssReply>(
-                &conn,
-                req.opcode(),
-                o.ost,
-                &OssCall::from_client(uuid, req.clone()),
-            )
-            .map_err(Into::into)
-        });
+        let answer: Result<OssReply> = client.ost_call(o.ost, uuid, &req);
         match answer {
             Ok(OssReply::Blocking { epoch, locks }) => {
                 let known = o.epoch.swap(epoch, Ordering::AcqRel);
