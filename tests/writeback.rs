@@ -1,8 +1,9 @@
 //! Write-behind under write locks (docs/locking.md, "Write-behind"): page-cache writes a
 //! mount holds a write lock and space grant for are kept and written in large RPCs; another
-//! mount's read, stat or write calls the lock back, which writes them first; `fsync` and
-//! close(2) write them and report what the OSTs refused; a mount evicted while keeping
-//! writes loses them and says so, and never writes them after another mount's data.
+//! mount's read or write calls the lock back, which writes them first, and its stat asks
+//! the writer for the size (a glimpse) and leaves the lock; `fsync` writes them and reports
+//! what the OSTs refused; a mount evicted while keeping writes loses them and says so, and
+//! never writes them after another mount's data.
 
 use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
 use std::fs;
@@ -230,8 +231,80 @@ fn appends_from_two_mounts_never_overwrite(form: Form) {
     );
 }
 
+/// A counter of a mount's data locks, summed over its OSTs
+/// (`ldlm.namespaces.FS-OSTxxxx-osc.stats`).
+fn osc_lock_stat(fsname: &str, pid: u32, what: &str) -> u64 {
+    let text = nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid.to_string(),
+        "get_param",
+        "-n",
+        &format!("ldlm.namespaces.{fsname}-OST*-osc.stats"),
+    ]);
+    let mut lines = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{what} ")))
+        .peekable();
+    assert!(lines.peek().is_some(), "no {what} in {text}");
+    lines.map(|n| n.trim().parse::<u64>().unwrap()).sum()
+}
+
+/// Another mount's stat of a file this mount keeps writes for asks this mount for the size
+/// (a glimpse) instead of calling its write lock back: the stat sees the kept bytes, this
+/// mount keeps its lock and goes on keeping writes, and the other mount's read (which does
+/// call the lock back) reads them all.
+fn a_stat_elsewhere_asks_the_writer_for_the_size_and_leaves_its_lock(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "wbe6",
+        Form::Networked => "wbn6",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let pid = first_mount_pid(&fs);
+    let (other_mnt, _other) = second_mount(&fs);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    nacre_ok(&["setstripe", "-c", "2", "-S", "64K", a.to_str().unwrap()]);
+    let mut f = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    let mut want = Vec::new();
+    for i in 0..40 {
+        let r = record(i);
+        f.write_all(&r).unwrap();
+        want.extend_from_slice(&r);
+    }
+    let callbacks = osc_lock_stat(fsname, pid, "callbacks");
+    let glimpses = osc_lock_stat(fsname, pid, "glimpses");
+    assert_eq!(fs::metadata(&b).unwrap().len(), want.len() as u64);
+    assert!(
+        osc_lock_stat(fsname, pid, "glimpses") > glimpses,
+        "the writer was not glimpsed"
+    );
+    assert_eq!(
+        osc_lock_stat(fsname, pid, "callbacks"),
+        callbacks,
+        "a stat called the writer's locks back"
+    );
+    // The writer still holds its locks: its next writes are kept too.
+    let kept = wb_stat(fsname, Some(pid), "writes_kept");
+    for i in 40..50 {
+        let r = record(i);
+        f.write_all(&r).unwrap();
+        want.extend_from_slice(&r);
+    }
+    // (Counted per object: a write across a stripe boundary is kept as two.)
+    assert!(wb_stat(fsname, Some(pid), "writes_kept") >= kept + 10);
+    assert_eq!(fs::metadata(&b).unwrap().len(), want.len() as u64);
+    assert!(
+        fs::read(&b).unwrap() == want,
+        "the other mount read old data"
+    );
+    assert!(osc_lock_stat(fsname, pid, "callbacks") > callbacks);
+    drop(f);
+    assert!(fs::read(&a).unwrap() == want);
+}
+
 on_both_forms!(
     appends_from_two_mounts_never_overwrite,
+    a_stat_elsewhere_asks_the_writer_for_the_size_and_leaves_its_lock,
     small_writes_are_kept_and_gathered,
     another_mount_sees_kept_writes_at_once,
     truncate_and_o_direct_see_kept_writes
@@ -272,8 +345,9 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
         assert!(Instant::now() < deadline, "the other mount never polls");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Opened here first (an open looks the file up, and its size glimpse would call the
-    // other mount's write lock back, which writes what it keeps).
+    // A read here calls the other mount's write lock back (a stat would not: it only
+    // asks for the size), so its next write goes through.
+    assert_eq!(fs::read(&a).unwrap(), vec![1u8; RECORD]);
     let w = fs::OpenOptions::new().write(true).open(&a).unwrap();
     // Its first write brings a write lock, its second is kept (no process is started while
     // the file is open here: its close-on-exec would flush it).

@@ -109,6 +109,9 @@ pub struct DataLockStats {
     /// Times the OST evicted this client, restarted, or could not be polled (every lock
     /// dropped).
     pub resets: AtomicU64,
+    /// Glimpses answered (another client asked for the size of an object this client
+    /// holds a write lock on; the lock stays).
+    pub glimpses: AtomicU64,
 }
 
 struct Held {
@@ -631,7 +634,7 @@ impl Client {
     }
 
     /// Data lock counters per OST: (OST index, locks held, LRU size, counters).
-    pub fn data_lock_stats(&self) -> Vec<(u32, usize, usize, [u64; 5])> {
+    pub fn data_lock_stats(&self) -> Vec<(u32, usize, usize, [u64; 6])> {
         let r = Ordering::Relaxed;
         let mut out: Vec<_> = self
             .data_locks
@@ -650,6 +653,7 @@ impl Client {
                         st.cancels.load(r),
                         st.lru_cancels.load(r),
                         st.resets.load(r),
+                        st.glimpses.load(r),
                     ],
                 )
             })
@@ -756,7 +760,11 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
         let uuid = o.uuid();
         let answer: Result<OssReply> = client.ost_call(o.ost, uuid, &req);
         match answer {
-            Ok(OssReply::Blocking { epoch, locks }) => {
+            Ok(OssReply::Blocking {
+                epoch,
+                locks,
+                glimpses,
+            }) => {
                 let known = o.epoch.swap(epoch, Ordering::AcqRel);
                 if known != 0 && known != epoch {
                     // The OST restarted: none of the locks are held there any more.
@@ -771,6 +779,7 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
                     });
                 }
                 called_back(&client, &o, &locks);
+                answer_glimpses(&client, &o, uuid, &glimpses);
             }
             Ok(_) => {}
             Err(e) if e.status() == Status::Shutdown => client.data_evicted(o.ost, uuid),
@@ -780,6 +789,27 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
                 std::thread::sleep(Duration::from_millis(POLL_RETRY_MS));
             }
         }
+    }
+}
+
+/// Glimpses: the OST asks for the size of `objects` as this client knows it (it holds write
+/// locks there and may keep writes it has not sent): the end of what it keeps, 0 for none.
+/// Answered from memory, without a flush, and the locks stay.
+fn answer_glimpses(client: &Client, o: &OstLocks, uuid: [u8; 16], objects: &[ObjectId]) {
+    if objects.is_empty() {
+        return;
+    }
+    o.stats
+        .glimpses
+        .fetch_add(objects.len() as u64, Ordering::Relaxed);
+    let sizes = objects
+        .iter()
+        .take(REFS_PER_MESSAGE_MAX)
+        .map(|obj| (*obj, client.writeback.kept_end(o.ost, *obj)))
+        .collect();
+    if let Err(e) = client.ost_call(o.ost, uuid, &OssRequest::GlimpseAnswer { sizes }) {
+        // Unanswered, the OST evicts this client after the callback timeout.
+        tracing::debug!("OST{:04x}: glimpse answer: {e}", o.ost);
     }
 }
 

@@ -308,6 +308,12 @@ impl Writeback {
         layout.file_size_from_objects(ends).map(|(s, _)| s)
     }
 
+    /// The size object `object` of OST `ost` has once what is kept or in flight for it is
+    /// written (0: nothing is): a glimpse's answer.
+    pub(crate) fn kept_end(&self, ost: u32, object: ObjectId) -> u64 {
+        self.st.lock().objs.get(&(ost, object)).map_or(0, Obj::end)
+    }
+
     /// Bytes kept or in flight now.
     pub fn dirty_bytes(&self) -> u64 {
         self.st.lock().dirty.values().sum()

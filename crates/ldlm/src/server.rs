@@ -29,11 +29,36 @@ const CONTENDED_MAX: usize = 4_096;
 /// Longest a poll is parked before it is answered with nothing.
 pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 
+/// What a client's poll is answered with: the locks it must give back, and the resources
+/// whose holders are asked for a value without giving their locks back (glimpses: on an
+/// OST, the size of an object as the holder of a write lock knows it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Callbacks<R, S> {
+    /// Locks called back.
+    pub revoke: Vec<R>,
+    /// Resources glimpsed ([`Namespace::glimpse_answer`] answers each).
+    pub glimpse: Vec<S>,
+}
+
+impl<R, S> Callbacks<R, S> {
+    /// Nothing happened.
+    pub fn none() -> Self {
+        Callbacks {
+            revoke: Vec::new(),
+            glimpse: Vec::new(),
+        }
+    }
+}
+
 /// Answers a parked poll with the callbacks for its client (empty: nothing happened).
-pub type PollReply<R> = Box<dyn FnOnce(Vec<R>) + Send>;
+pub type PollReply<R, S> = Box<dyn FnOnce(Callbacks<R, S>) + Send>;
 
 /// A parked poll and the callbacks it is answered with.
-type Delivery<R> = (PollReply<R>, Vec<R>);
+type Delivery<R, S> = (PollReply<R, S>, Callbacks<R, S>);
+
+/// Runs once a glimpse is answered: given the largest value the holders answered (`None`:
+/// none did — the holders went away, or were evicted for not answering in time).
+pub type GlimpseDone = Box<dyn FnOnce(Option<u64>) + Send>;
 
 /// Runs a parked change once the locks it waited for are gone; given the clients evicted
 /// for not cancelling in time (their locks are gone already; the caller evicts the rest of
@@ -59,18 +84,50 @@ struct Holder<K: Kind> {
     locks: HashSet<u64>,
     /// Callbacks not yet delivered.
     pending: Vec<K::Ref>,
+    /// Glimpses not yet delivered.
+    glimpses: Vec<K::Res>,
     /// The client's parked poll and when it must be answered.
-    poll: Option<(PollReply<K::Ref>, Instant)>,
+    poll: Option<ParkedPoll<K>>,
 }
+
+/// A parked poll and when it must be answered.
+type ParkedPoll<K> = (PollReply<<K as Kind>::Ref, <K as Kind>::Res>, Instant);
 
 impl<K: Kind> Default for Holder<K> {
     fn default() -> Self {
         Holder {
             locks: HashSet::new(),
             pending: Vec::new(),
+            glimpses: Vec::new(),
             poll: None,
         }
     }
+}
+
+impl<K: Kind> Holder<K> {
+    /// Nothing waits to be delivered to it.
+    fn idle(&self) -> bool {
+        self.pending.is_empty() && self.glimpses.is_empty()
+    }
+
+    /// Takes what is due, at most a message's worth of each.
+    fn take_due(&mut self) -> Callbacks<K::Ref, K::Res> {
+        let n = self.pending.len().min(REFS_PER_MESSAGE_MAX);
+        let g = self.glimpses.len().min(REFS_PER_MESSAGE_MAX);
+        Callbacks {
+            revoke: self.pending.drain(..n).collect(),
+            glimpse: self.glimpses.drain(..g).collect(),
+        }
+    }
+}
+
+/// A glimpse under way: the clients still to answer, the largest answer so far, and who
+/// waits for it.
+struct Glimpse {
+    waiting: HashSet<ClientId>,
+    answer: Option<u64>,
+    deadline: Instant,
+    done: Vec<GlimpseDone>,
 }
 
 struct State<K: Kind> {
@@ -91,6 +148,8 @@ struct State<K: Kind> {
     changed: bool,
     /// Changes parked until locks are cancelled.
     waiters: Vec<Waiter>,
+    /// Glimpses waiting for their answers, per resource.
+    glimpses: HashMap<K::Res, Glimpse>,
     /// The timer thread answering expired polls runs.
     timer: bool,
 }
@@ -108,6 +167,7 @@ impl<K: Kind> State<K> {
             contended: HashMap::new(),
             changed: false,
             waiters: Vec::new(),
+            glimpses: HashMap::new(),
             timer: false,
         }
     }
@@ -202,17 +262,31 @@ impl<K: Kind> State<K> {
     }
 
     /// Takes the polls that can be answered now (their client has callbacks pending).
-    fn deliverable(&mut self) -> Vec<Delivery<K::Ref>> {
+    fn deliverable(&mut self) -> Vec<Delivery<K::Ref, K::Res>> {
         let mut out = Vec::new();
         for h in self.holders.values_mut() {
-            if h.pending.is_empty() {
+            if h.idle() {
                 continue;
             }
             if let Some((reply, _)) = h.poll.take() {
-                let n = h.pending.len().min(REFS_PER_MESSAGE_MAX);
-                out.push((reply, h.pending.drain(..n).collect()));
+                out.push((reply, h.take_due()));
             }
         }
+        out
+    }
+
+    /// `client` will not answer the glimpses it was asked (gone, evicted): takes the
+    /// glimpses nobody else has to answer, to be finished.
+    fn glimpses_without(&mut self, client: &ClientId) -> Vec<(Option<u64>, Vec<GlimpseDone>)> {
+        let mut out = Vec::new();
+        self.glimpses.retain(|_, g| {
+            g.waiting.remove(client);
+            if g.waiting.is_empty() {
+                out.push((g.answer, std::mem::take(&mut g.done)));
+                return false;
+            }
+            true
+        });
         out
     }
 }
@@ -239,6 +313,8 @@ pub struct Stats {
     pub replayed: AtomicU64,
     /// Replayed locks refused (a change had run, or a handle was in use).
     pub replay_refused: AtomicU64,
+    /// Glimpses sent to holders of conflicting locks (instead of calling the locks back).
+    pub glimpses: AtomicU64,
 }
 
 /// One target's locks (inode bits unless said otherwise).
@@ -595,14 +671,16 @@ impl<K: Kind> Namespace<K> {
             s.remove(*id);
         }
         let ready = s.ready();
+        let glimpsed = s.glimpses_without(client);
         drop(s);
         self.cancelled.notify_all();
         if let Some((reply, _)) = h.poll {
-            reply(Vec::new());
+            reply(Callbacks::none());
         }
         for done in ready {
             done(Vec::new());
         }
+        finish_glimpses(glimpsed);
         h.locks.len()
     }
 
@@ -655,14 +733,19 @@ impl<K: Kind> Namespace<K> {
         s.locks.clear();
         s.by_res.clear();
         let waiters = std::mem::take(&mut s.waiters);
+        let glimpses: Vec<_> = std::mem::take(&mut s.glimpses)
+            .into_values()
+            .map(|g| (g.answer, g.done))
+            .collect();
         drop(s);
         self.cancelled.notify_all();
         for w in waiters {
             (w.done)(Vec::new());
         }
+        finish_glimpses(glimpses);
         for h in holders.into_values() {
             if let Some((reply, _)) = h.poll {
-                reply(Vec::new());
+                reply(Callbacks::none());
             }
         }
     }
@@ -670,22 +753,21 @@ impl<K: Kind> Namespace<K> {
     /// `client` polls for callbacks: answered at once if some are pending, else parked
     /// until one is or `wait_ms` (at most [`POLL_WAIT_MS_MAX`]) has passed. Polling makes
     /// the client one that takes locks.
-    pub fn poll(&self, client: &ClientId, wait_ms: u64, reply: PollReply<K::Ref>) {
+    pub fn poll(&self, client: &ClientId, wait_ms: u64, reply: PollReply<K::Ref, K::Res>) {
         let deadline = Instant::now() + Duration::from_millis(wait_ms.min(POLL_WAIT_MS_MAX));
         let mut s = self.state.lock();
         let h = s.holders.entry(*client).or_default();
-        if !h.pending.is_empty() || wait_ms == 0 {
-            let n = h.pending.len().min(REFS_PER_MESSAGE_MAX);
-            let refs: Vec<K::Ref> = h.pending.drain(..n).collect();
+        if !h.idle() || wait_ms == 0 {
+            let due = h.take_due();
             drop(s);
-            reply(refs);
+            reply(due);
             return;
         }
         let old = h.poll.replace((reply, deadline));
         let start_timer = !std::mem::replace(&mut s.timer, true);
         drop(s);
         if let Some((old, _)) = old {
-            old(Vec::new());
+            old(Callbacks::none());
         }
         self.timer_wake.notify_all();
         if start_timer {
@@ -754,15 +836,39 @@ impl<K: Kind> Namespace<K> {
                     ns.time_out(late_waiters);
                     continue;
                 }
+                // Glimpses not answered in time: the silent clients are evicted.
+                let mut silent = Vec::new();
+                for g in s.glimpses.values() {
+                    if g.deadline <= now {
+                        silent.extend(g.waiting.iter().copied());
+                    } else {
+                        next = next.min(g.deadline);
+                    }
+                }
+                if !silent.is_empty() {
+                    drop(s);
+                    silent.sort_unstable();
+                    silent.dedup();
+                    for c in &silent {
+                        ns.evict(c);
+                    }
+                    ns.stats
+                        .timeouts
+                        .fetch_add(silent.len() as u64, Ordering::Relaxed);
+                    continue;
+                }
                 // A client whose poll expired with nothing held is forgotten (it is known
                 // again at its next poll): one that went away leaves nothing behind.
                 for c in expired {
-                    if s.holders[&c].locks.is_empty() && s.holders[&c].pending.is_empty() {
+                    if s.holders[&c].locks.is_empty() && s.holders[&c].idle() {
                         s.holders.remove(&c);
                     }
                 }
                 if due.is_empty() {
-                    if s.waiters.is_empty() && s.holders.values().all(|h| h.poll.is_none()) {
+                    if s.waiters.is_empty()
+                        && s.glimpses.is_empty()
+                        && s.holders.values().all(|h| h.poll.is_none())
+                    {
                         // Nothing parked: the next poll starts another.
                         s.timer = false;
                         return;
@@ -774,7 +880,7 @@ impl<K: Kind> Namespace<K> {
                 }
                 drop(s);
                 for reply in due {
-                    reply(Vec::new());
+                    reply(Callbacks::none());
                 }
             });
         if let Err(e) = spawned {
@@ -784,6 +890,17 @@ impl<K: Kind> Namespace<K> {
         }
     }
 }
+
+/// Runs finished glimpses' waiters.
+fn finish_glimpses(finished: Vec<(Option<u64>, Vec<GlimpseDone>)>) {
+    for (answer, done) in finished {
+        for d in done {
+            d(answer);
+        }
+    }
+}
+
+mod glimpse;
 
 #[cfg(test)]
 mod tests;

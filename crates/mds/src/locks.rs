@@ -331,7 +331,9 @@ pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming
     mdt.ldlm.poll(
         &client,
         wait_ms,
-        Box::new(move |refs| {
+        Box::new(move |due| {
+            // No glimpses on an MDT: only locks called back.
+            let refs = due.revoke;
             let Some(m) = m.upgrade() else {
                 req.respond(Outgoing::error(Status::NoDev));
                 return;

@@ -262,6 +262,9 @@ impl OssHandler {
                 OssReply::Owner(ost.store.owner(object).map_err(io)?)
             }
             OssRequest::LockCancel { handles } => locks::cancel(ost, &call.client, &handles)?,
+            OssRequest::GlimpseAnswer { sizes } => {
+                locks::glimpse_answer(ost, &call.client, &sizes)?
+            }
             OssRequest::Enqueue {
                 object,
                 start,
@@ -314,6 +317,7 @@ impl Handler for OssHandler {
                 locks::poll(&ost, call.client, wait_ms, epoch, req);
                 None
             }
+            OssRequest::Glimpse { object } => locks::park_glimpse(&ost, req, &call, object),
             _ => locks::park_change(&ost, req, &call),
         }
     }

@@ -10,13 +10,17 @@
 //! | punch (truncate) | read and write locks from the new size on |
 //! | fallocate punching a hole | read and write locks on the hole |
 //! | destroy | nothing: the object's locks are dropped without callbacks (its file is gone and no one has it open) |
-//! | read, glimpse | write locks on the bytes read (on the whole object) |
+//! | read | write locks on the bytes read |
 //! | enqueue (a lock asked for) | what conflicts with the lock asked for |
+//!
+//! A glimpse (an object's size) revokes nothing: it asks the holders of write locks on the
+//! object for the size they know ([`park_glimpse`]) and answers the largest of theirs and
+//! the stored one.
 
 use crate::OstTarget;
 use nacre_ldlm::kind::Extent;
 use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};
-use nacre_ldlm::server::{Extents, Namespace, Revocation};
+use nacre_ldlm::server::{Callbacks, Extents, Namespace, Revocation};
 use nacre_net::{Incoming, Outgoing};
 use nacre_types::{ObjectId, Status};
 use nacre_wire::encode_body;
@@ -92,11 +96,6 @@ fn uuid_text(c: &[u8; 16]) -> String {
 /// The extents `req` changes or reads, as (object, extent) pairs; `bulk_len` is the size of
 /// a write's data.
 pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
-    let whole = |write| Extent {
-        start: 0,
-        end: u64::MAX,
-        write,
-    };
     match req {
         OssRequest::Write { object, offset, .. } => {
             vec![(*object, Extent::of(*offset, bulk_len, true))]
@@ -122,7 +121,6 @@ pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
             len,
             ..
         } => vec![(*object, Extent::of(*offset, u64::from(*len), false))],
-        OssRequest::Glimpse { object } => vec![(*object, whole(false))],
         OssRequest::Enqueue {
             object,
             start,
@@ -218,13 +216,79 @@ pub(crate) fn poll(
     ost.locks.ns.poll(
         &client,
         wait_ms,
-        Box::new(move |locks: Vec<ExtentRef>| {
+        Box::new(move |due: Callbacks<ExtentRef, ObjectId>| {
             req.respond(Outgoing::ok(encode_body(&OssReply::Blocking {
                 epoch,
-                locks,
+                locks: due.revoke,
+                glimpses: due.glimpse,
             })));
         }),
     );
+}
+
+/// The whole object, read: what a glimpse asks about (write locks conflict with it).
+const WHOLE_READ: Extent = Extent {
+    start: 0,
+    end: u64::MAX,
+    write: false,
+};
+
+/// Parks a glimpse of `object` while other clients hold write locks on it: they are asked
+/// for the size they know (their locks stay), and the glimpse is answered with the largest
+/// of their answers and the stored size once all answered (a client that does not answer
+/// in time is evicted). Returns the request if no one is to be asked (it runs as usual).
+pub(crate) fn park_glimpse(
+    ost: &Arc<OstTarget>,
+    req: Incoming,
+    call: &OssCall,
+    object: ObjectId,
+) -> Option<Incoming> {
+    let asker = requester(&call.client);
+    if !ost.locks.ns.glimpse_needed(asker, &object, &WHOLE_READ) {
+        return Some(req);
+    }
+    let weak = Arc::downgrade(ost);
+    let started = std::time::Instant::now();
+    let jobid = nacre_types::jobid::clamp(&call.jobid).to_string();
+    ost.locks.ns.glimpse(
+        asker,
+        object,
+        WHOLE_READ,
+        Box::new(move |known: Option<u64>| {
+            let Some(o) = weak.upgrade() else {
+                req.respond(Outgoing::error(Status::NoDev));
+                return;
+            };
+            let out = match o.store.size(object) {
+                Ok((size, blocks)) => Outgoing::ok(encode_body(&OssReply::ObjectAttr {
+                    size: size.max(known.unwrap_or(0)),
+                    blocks,
+                })),
+                Err(e) => Outgoing::error(Status::from_io(&e.io())),
+            };
+            let op = (OssRequest::Glimpse { object }.opcode() & 0xff) as usize - 1;
+            let us = started.elapsed().as_micros() as u64;
+            o.stats.record(op, us, 0);
+            o.job_stats.record(&jobid, op, us, 0);
+            req.respond(out);
+        }),
+    );
+    None
+}
+
+/// A client answers glimpses.
+pub(crate) fn glimpse_answer(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    sizes: &[(ObjectId, u64)],
+) -> Result<OssReply, Status> {
+    if sizes.len() > REFS_PER_MESSAGE_MAX {
+        return Err(Status::TooBig);
+    }
+    for (object, size) in sizes {
+        ost.locks.ns.glimpse_answer(client, object, *size);
+    }
+    Ok(OssReply::Done)
 }
 
 /// A client gives locks back.

@@ -216,7 +216,8 @@ pub(crate) fn register_namespace<K: nacre_ldlm::kind::Kind>(
         let n = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
         format!(
             "granted {}\nclients {}\nparked {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
-             revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}",
+             revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}\n\
+             glimpses {}",
             a.granted(),
             a.clients(),
             a.parked(),
@@ -228,7 +229,8 @@ pub(crate) fn register_namespace<K: nacre_ldlm::kind::Kind>(
             n(&s.revoke_wait_us),
             n(&s.timeouts),
             n(&s.replayed),
-            n(&s.replay_refused)
+            n(&s.replay_refused),
+            n(&s.glimpses)
         )
     });
     let (a, b) = (ns_.clone(), ns_.clone());

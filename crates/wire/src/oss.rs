@@ -166,6 +166,13 @@ pub enum OssRequest {
         /// For writing.
         write: bool,
     },
+    /// The client answers glimpses ([`OssReply::Blocking`]'s `glimpses`): per object, the
+    /// size it knows (the end of what it keeps unwritten there; 0: nothing kept). At most
+    /// [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]. Reply: [`OssReply::Done`].
+    GlimpseAnswer {
+        /// (object, size) pairs.
+        sizes: Vec<(ObjectId, u64)>,
+    },
 }
 
 /// Most objects one [`OssRequest::SetOwner`] names.
@@ -208,13 +215,17 @@ pub enum OssReply {
     /// The lock an [`OssRequest::Enqueue`] was granted (`None`: a conflicting lock came
     /// meanwhile, or the namespace is full; ask again).
     Granted(Option<ExtentRef>),
-    /// Locks the client must give back (answer to [`OssRequest::LockPoll`]), and the OST's
-    /// start (epoch): a client that knew another holds none of its locks any more.
+    /// Locks the client must give back (answer to [`OssRequest::LockPoll`]), objects whose
+    /// size it is asked for while it keeps its write locks (glimpses, answered by
+    /// [`OssRequest::GlimpseAnswer`]), and the OST's start (epoch): a client that knew
+    /// another holds none of its locks any more.
     Blocking {
         /// Which start of the OST answered.
         epoch: u64,
         /// Locks called back.
         locks: Vec<ExtentRef>,
+        /// Objects glimpsed.
+        glimpses: Vec<ObjectId>,
     },
 }
 
@@ -229,7 +240,7 @@ pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 /// Requests a server serves to completion on the network thread that read them: an object's
 /// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner, lock polls
 /// (parked) and cancels.
-pub const INLINE_OPCODES: [u16; 6] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c, 0x030d];
+pub const INLINE_OPCODES: [u16; 7] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c, 0x030d, 0x030f];
 
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
@@ -248,6 +259,7 @@ impl OssRequest {
             | OssRequest::SetOwner { .. }
             | OssRequest::LockPoll { .. }
             | OssRequest::LockCancel { .. }
+            | OssRequest::GlimpseAnswer { .. }
             | OssRequest::Disconnect => None,
         }
     }
@@ -269,6 +281,7 @@ impl OssRequest {
             OssRequest::LockCancel { .. } => 0x030c,
             OssRequest::Disconnect => 0x030d,
             OssRequest::Enqueue { .. } => 0x030e,
+            OssRequest::GlimpseAnswer { .. } => 0x030f,
         }
     }
 }
@@ -329,6 +342,7 @@ mod tests {
             },
             OssRequest::LockCancel { handles: vec![] },
             OssRequest::Disconnect,
+            OssRequest::GlimpseAnswer { sizes: vec![] },
         ] {
             assert!(INLINE_OPCODES.contains(&other.opcode()));
             assert!(!IO_OPCODES.contains(&other.opcode()));
@@ -376,6 +390,9 @@ mod tests {
                 OssRequest::LockCancel { handles: ids.clone() },
                 OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
                                       write: uid & 1 == 0 },
+                OssRequest::GlimpseAnswer {
+                    sizes: objects.iter().zip(&ids).map(|(o, s)| (*o, *s)).collect(),
+                },
             ] {
                 let call = OssCall {
                     client: [gid as u8; 16],
@@ -394,7 +411,8 @@ mod tests {
                 OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0] },
                 OssReply::Granted(Some(lock)),
                 OssReply::Granted(None),
-                OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()] },
+                OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()],
+                                     glimpses: objects.clone() },
             ] {
                 prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
             }

@@ -257,10 +257,11 @@ fn register_client_osc_ldlm_params(
     });
     let c = client.clone();
     r.add_fn(format!("{ns}.stats"), move || {
-        let (_, held, _, [grants, callbacks, cancels, lru, resets]) = of(&c).unwrap_or_default();
+        let (_, held, _, [grants, callbacks, cancels, lru, resets, glimpses]) =
+            of(&c).unwrap_or_default();
         format!(
             "granted {held}\ngrants {grants}\ncallbacks {callbacks}\ncancels {cancels}\n\
-             lru_cancels {lru}\nresets {resets}"
+             lru_cancels {lru}\nresets {resets}\nglimpses {glimpses}"
         )
     });
     let c = client.clone();

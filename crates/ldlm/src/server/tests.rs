@@ -18,8 +18,8 @@ fn poller(ns: &Arc<Namespace>, c: ClientId) -> mpsc::Receiver<Vec<LockRef>> {
     ns.poll(
         &c,
         10_000,
-        Box::new(move |refs| {
-            let _ = tx.send(refs);
+        Box::new(move |cb: Callbacks<_, _>| {
+            let _ = tx.send(cb.revoke);
         }),
     );
     rx
@@ -217,8 +217,8 @@ fn a_parked_poll_is_answered_when_its_wait_is_over() {
     ns.poll(
         &A,
         50,
-        Box::new(move |refs| {
-            let _ = tx.send(refs);
+        Box::new(move |cb: Callbacks<_, _>| {
+            let _ = tx.send(cb.revoke);
         }),
     );
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), vec![]);
@@ -234,13 +234,13 @@ fn extent_locks_are_called_back_by_the_changes_they_conflict_with() {
     ns.poll(
         &A,
         10_000,
-        Box::new(move |refs| {
-            let _ = tx.send(refs);
+        Box::new(move |cb: Callbacks<_, _>| {
+            let _ = tx.send(cb.revoke);
         }),
     );
     let _b = {
         let (tx, rx) = mpsc::channel();
-        ns.poll(&B, 10_000, Box::new(move |r| drop(tx.send(r))));
+        ns.poll(&B, 10_000, Box::new(move |r| drop(tx.send(r.revoke))));
         rx
     };
     let o = ObjectId { seq: 1, id: 7 };
@@ -274,4 +274,89 @@ fn extent_locks_are_called_back_by_the_changes_they_conflict_with() {
     assert_eq!(ns.forget(&o), 1);
     assert_eq!((ns.held_by(&B), ns.held_by(&A)), (0, 1));
     assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), callbacks);
+}
+
+#[test]
+fn a_glimpse_asks_the_write_lock_holders_and_leaves_their_locks() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    let o = ObjectId { seq: 1, id: 9 };
+    let whole = Extent {
+        start: 0,
+        end: u64::MAX,
+        write: false,
+    };
+    let (tx_a, rx_a) = mpsc::channel();
+    ns.poll(&A, 10_000, Box::new(move |cb| drop(tx_a.send(cb))));
+    // Nobody holds a write lock: nothing to ask, answered at once.
+    assert!(!ns.glimpse_needed(Some(&B), &o, &whole));
+    let (tx, rx) = mpsc::channel();
+    let t = tx.clone();
+    ns.glimpse(
+        Some(&B),
+        o,
+        whole,
+        Box::new(move |v| {
+            let _ = t.send(v);
+        }),
+    );
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+    // A writes under a write lock: two glimpses share one question to A.
+    ns.try_grant(&A, o, Extent::of(0, 4096, true)).unwrap();
+    assert!(ns.glimpse_needed(Some(&B), &o, &whole));
+    assert!(!ns.glimpse_needed(Some(&A), &o, &whole), "not its own");
+    for _ in 0..2 {
+        let t = tx.clone();
+        ns.glimpse(
+            Some(&B),
+            o,
+            whole,
+            Box::new(move |v| {
+                let _ = t.send(v);
+            }),
+        );
+    }
+    let asked = rx_a.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((asked.revoke, asked.glimpse), (vec![], vec![o]));
+    assert!(rx.try_recv().is_err(), "waits for A's answer");
+    ns.glimpse_answer(&B, &o, 1 << 40);
+    assert!(rx.try_recv().is_err(), "B was not asked");
+    ns.glimpse_answer(&A, &o, 8192);
+    for _ in 0..2 {
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Some(8192));
+    }
+    assert_eq!(ns.held_by(&A), 1, "the lock stays");
+    assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), 0);
+    assert_eq!(ns.stats.glimpses.load(Ordering::Relaxed), 1);
+    assert_eq!(ns.glimpses_waiting(), 0);
+}
+
+#[test]
+fn a_holder_that_does_not_answer_a_glimpse_is_evicted() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    ns.callback_timeout_ms
+        .store(CALLBACK_TIMEOUT_MS_MIN, Ordering::Relaxed);
+    let o = ObjectId { seq: 1, id: 10 };
+    ns.poll(&A, 10_000, Box::new(|_| {}));
+    ns.try_grant(&A, o, Extent::of(0, 4096, true)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let whole = Extent {
+        start: 0,
+        end: u64::MAX,
+        write: false,
+    };
+    ns.glimpse(
+        Some(&B),
+        o,
+        whole,
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), None);
+    assert_eq!(ns.held_by(&A), 0, "evicted");
+    assert_eq!(ns.stats.timeouts.load(Ordering::Relaxed), 1);
 }
