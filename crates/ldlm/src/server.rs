@@ -227,8 +227,8 @@ impl<K: Kind> State<K> {
         }
     }
 
-    /// Notes the resources `ids` (conflicting with `targets`) are on: called back a second
-    /// time within `window`, a resource is contended.
+    /// Notes the resources `ids` (conflicting with `targets`, about to be called back) are
+    /// on: called back a second time within `window`, a resource is contended.
     fn note_contention(
         &mut self,
         targets: &[(K::Res, K::Part)],
@@ -237,9 +237,12 @@ impl<K: Kind> State<K> {
         window: Duration,
     ) {
         for (res, part) in targets {
-            let hit = ids
-                .iter()
-                .any(|id| self.locks[id].res == *res && K::contends(&self.locks[id].part, part));
+            // Only a lock called back now counts: changes waiting for a callback already
+            // sent (several reads of one file behind one write lock) are one callback.
+            let hit = ids.iter().any(|id| {
+                let l = &self.locks[id];
+                !l.blocked && l.res == *res && K::contends(&l.part, part)
+            });
             if !hit {
                 continue;
             }

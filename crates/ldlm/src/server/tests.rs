@@ -360,3 +360,32 @@ fn a_holder_that_does_not_answer_a_glimpse_is_evicted() {
     assert_eq!(ns.held_by(&A), 0, "evicted");
     assert_eq!(ns.stats.timeouts.load(Ordering::Relaxed), 1);
 }
+
+#[test]
+fn changes_waiting_for_one_callback_do_not_make_a_resource_contended() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    let o = ObjectId { seq: 1, id: 11 };
+    ns.poll(&A, 10_000, Box::new(|_| {}));
+    ns.poll(&B, 10_000, Box::new(|_| {}));
+    ns.try_grant(&A, o, Extent::of(0, 4096, true)).unwrap();
+    // Three reads of B wait for the one callback of A's write lock.
+    for i in 0..3 {
+        ns.revoke_later(
+            Some(&B),
+            &[(o, Extent::of(i * 4096, 4096, false))],
+            Box::new(|_| {}),
+        );
+    }
+    assert_eq!(ns.stats.callbacks.load(Ordering::Relaxed), 1);
+    let (handle, _) = {
+        let s = ns.state.lock();
+        let id = *s.locks.keys().next().unwrap();
+        (id, ())
+    };
+    ns.cancel(&A, &[handle]);
+    // B's read lock is not narrowed: the object is not contended.
+    let (b, _) = ns.try_grant(&B, o, Extent::of(0, 4096, false)).unwrap();
+    assert_eq!((b.start, b.end), (0, u64::MAX), "widened");
+}
