@@ -387,3 +387,61 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An OSS killed and restarted under a mount that keeps writes: the mount takes its locks
+/// back from the new start, its kept writes land; on an object another mount wrote while
+/// this one could not yet take its lock back, the kept writes are dropped — never written
+/// over the newer data — and `fsync` says EIO. Networked only: the OSS and the mounts are
+/// processes of their own (the embedded form restarts its clients with its servers).
+#[test]
+fn an_ost_restart_gives_locks_back_and_never_lets_kept_writes_overwrite_newer_data() {
+    let fsname = "wbn7";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let pid = first_mount_pid(&fs);
+    let (other_mnt, _other) = second_mount(&fs);
+    let (f1, f2) = (fs.path("f1"), fs.path("f2"));
+    let mut w1 = fs::File::create(&f1).unwrap();
+    let mut w2 = fs::File::create(&f2).unwrap();
+    // Opened by the other mount now: its write below then needs only the OST (an open
+    // while this mount is stopped would wait for it at the MDT until it is evicted).
+    let other = fs::OpenOptions::new()
+        .write(true)
+        .open(other_mnt.join("f2"))
+        .unwrap();
+    let (mut want1, mut want2) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let r = record(i);
+        w1.write_all(&r).unwrap();
+        want1.extend_from_slice(&r);
+        let r = record(50 + i);
+        w2.write_all(&r).unwrap();
+        want2.extend_from_slice(&r);
+    }
+    // Right after the last writes (kept for a second before they are written): the mount
+    // stops, the OSS is killed and started again, the other mount writes f2.
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let oss = fs.servers_mut().len() - 1;
+    fs.servers_mut()[oss].kill9();
+    fs.servers_mut()[oss].restart();
+    other.write_all_at(&[7u8; 100], 0).unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    drop(other);
+    w1.sync_all()
+        .expect("kept writes under a lock taken back land");
+    let err = w2
+        .sync_all()
+        .expect_err("kept writes over newer data must be dropped");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop((w1, w2));
+    assert!(fs::read(other_mnt.join("f1")).unwrap() == want1);
+    let got2 = fs::read(other_mnt.join("f2")).unwrap();
+    assert_eq!(
+        &got2[..100],
+        &[7u8; 100][..],
+        "the newer data was overwritten"
+    );
+    assert!(osc_lock_stat(fsname, pid, "replayed") >= 1);
+    assert!(osc_lock_stat(fsname, pid, "replay_refused") >= 1);
+}

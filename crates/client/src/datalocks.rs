@@ -8,8 +8,10 @@
 //! returns was read under it, and the kernel must have it in its cache before the cache is
 //! dropped (else a page read before a write could be cached after the drop). An OST that
 //! evicted this client answers `ESHUTDOWN`: every lock on it is forgotten (and the cached
-//! data of their files dropped) and the client talks to it under a new uuid; an OST that
-//! restarted (a new epoch) or cannot be reached is handled alike.
+//! data of their files dropped) and the client talks to it under a new uuid. An OST that
+//! restarted (a new epoch) is asked for every lock again ([`Client::replay_data_locks`]):
+//! those it gives back keep their cached data and kept writes; the objects someone else
+//! changed since the restart lose both (their files' next `fsync` reports `EIO`).
 
 use crate::{Client, Result};
 use nacre_ldlm::kind::Extent;
@@ -112,6 +114,10 @@ pub struct DataLockStats {
     /// Glimpses answered (another client asked for the size of an object this client
     /// holds a write lock on; the lock stays).
     pub glimpses: AtomicU64,
+    /// Locks taken back from a restarted OST.
+    pub replayed: AtomicU64,
+    /// Locks a restarted OST did not give back.
+    pub replay_refused: AtomicU64,
 }
 
 struct Held {
@@ -525,6 +531,10 @@ impl Client {
             return None;
         }
         let o = self.data_locks.ost(ost);
+        // Kept data is written under the OST start its lock is from: one must be known.
+        if o.epoch.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut s = o.state.lock();
         let id = s.covering(object, &ext)?;
         s.held.get_mut(&id).expect("covering").users += 1;
@@ -634,7 +644,7 @@ impl Client {
     }
 
     /// Data lock counters per OST: (OST index, locks held, LRU size, counters).
-    pub fn data_lock_stats(&self) -> Vec<(u32, usize, usize, [u64; 6])> {
+    pub fn data_lock_stats(&self) -> Vec<(u32, usize, usize, [u64; 8])> {
         let r = Ordering::Relaxed;
         let mut out: Vec<_> = self
             .data_locks
@@ -654,6 +664,8 @@ impl Client {
                         st.lru_cancels.load(r),
                         st.resets.load(r),
                         st.glimpses.load(r),
+                        st.replayed.load(r),
+                        st.replay_refused.load(r),
                     ],
                 )
             })
@@ -728,6 +740,74 @@ impl Client {
 }
 
 impl Client {
+    /// The OST start this client's locks on `ost` are from (0: none known).
+    pub(crate) fn data_epoch(&self, ost: u32) -> u64 {
+        if !self.data_locks.enabled() {
+            return 0;
+        }
+        self.data_locks.ost(ost).epoch.load(Ordering::Acquire)
+    }
+
+    /// OST `o` restarted: asks it for every lock held there again. What someone else
+    /// changed since the restart is lost (kept writes dropped, `EIO` at the files' next
+    /// `fsync`); locks refused go with their files' cached data. False if the OST could not
+    /// be asked (tried again at the next poll).
+    fn replay_data_locks(&self, o: &OstLocks, uuid: [u8; 16]) -> bool {
+        let refs: Vec<ExtentRef> = o.state.lock().held.values().map(|h| h.lock).collect();
+        let (mut refused, mut changed) = (Vec::new(), Vec::new());
+        for chunk in refs.chunks(REFS_PER_MESSAGE_MAX) {
+            let req = OssRequest::LockReplay {
+                locks: chunk.to_vec(),
+            };
+            match self.ost_call(o.ost, uuid, &req) {
+                Ok(OssReply::Replayed {
+                    refused: r,
+                    changed: c,
+                }) => {
+                    refused.extend(r);
+                    changed.extend(c);
+                }
+                Ok(other) => {
+                    tracing::warn!("OST{:04x}: lock replay answered {other:?}", o.ost);
+                    return false;
+                }
+                Err(e) => {
+                    tracing::info!("OST{:04x}: lock replay: {e}", o.ost);
+                    return false;
+                }
+            }
+        }
+        // Before the new start is known: nothing kept for a changed object is sent there.
+        self.writeback.lost_objects(o.ost, &changed);
+        self.writeback.grant_lost(o.ost);
+        let mut s = o.state.lock();
+        let gone: Vec<(u64, Vec<FileDrop>, ObjectId)> = refused
+            .iter()
+            .filter_map(|h| s.take(*h).map(|held| (*h, held.drops(), held.lock.object)))
+            .collect();
+        drop(s);
+        let r = Ordering::Relaxed;
+        o.stats
+            .replayed
+            .fetch_add((refs.len() - gone.len()) as u64, r);
+        o.stats.replay_refused.fetch_add(gone.len() as u64, r);
+        tracing::info!(
+            "OST{:04x} restarted: {} data locks taken back, {} refused, {} objects changed there meanwhile",
+            o.ost,
+            refs.len() - gone.len(),
+            gone.len(),
+            changed.len()
+        );
+        if !gone.is_empty() {
+            // Not held at the OST: nothing to cancel, only their cached data to drop.
+            let mut rev = Revocation::of(o.ost, gone, Vec::new());
+            rev.handles.clear();
+            rev.objects.clear();
+            self.data_locks.revoke(rev);
+        }
+        true
+    }
+
     /// Sends `req` to OST `ost` as `uuid` and waits for its answer.
     fn ost_call(&self, ost: u32, uuid: [u8; 16], req: &OssRequest) -> Result<OssReply> {
         let conn = self.osc(ost)?;
@@ -765,18 +845,17 @@ fn poll_loop(me: Weak<Client>, o: Arc<OstLocks>) {
                 locks,
                 glimpses,
             }) => {
-                let known = o.epoch.swap(epoch, Ordering::AcqRel);
-                if known != 0 && known != epoch {
-                    // The OST restarted: none of the locks are held there any more.
-                    tracing::info!("OST{:04x} restarted: its data locks are dropped", o.ost);
-                    let fids = o.reset();
-                    client.writeback.grant_lost(o.ost);
-                    client.data_locks.revoke(Revocation {
-                        ost: o.ost,
-                        objects: Vec::new(),
-                        drops: fids.into_iter().map(FileDrop::whole).collect(),
-                        handles: Vec::new(),
-                    });
+                let known = o.epoch.load(Ordering::Acquire);
+                if known != epoch {
+                    // The OST restarted: its locks are asked for again before the new
+                    // start is known here (until then, kept data is refused there).
+                    if known != 0 && !client.replay_data_locks(&o, uuid) {
+                        drop(client);
+                        std::thread::sleep(Duration::from_millis(POLL_RETRY_MS));
+                        continue;
+                    }
+                    o.epoch.store(epoch, Ordering::Release);
+                    client.writeback.new_epoch();
                 }
                 called_back(&client, &o, &locks);
                 answer_glimpses(&client, &o, uuid, &glimpses);

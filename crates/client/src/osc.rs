@@ -289,6 +289,7 @@ pub(crate) fn write_subs(
             owner,
             lock: caching,
             grant_used: 0,
+            epoch: 0,
         };
         if let Err(e) = window.start(client, tag, ost, &req, Some(Arc::new(buf))) {
             drop(window);

@@ -46,6 +46,9 @@ struct Obj {
     pieces: BTreeMap<u64, Vec<u8>>,
     /// Ranges `[start, end)` being written now.
     inflight: Vec<(u64, u64)>,
+    /// Ranges of `inflight` whose data is lost (someone else changed the object while its
+    /// OST restarted): not sent again if the OST refuses them as stale.
+    lost: Vec<(u64, u64)>,
     urgent: bool,
     touched: Option<Instant>,
 }
@@ -196,14 +199,26 @@ struct Work {
     buf: AlignedBuf,
 }
 
-/// A write RPC the flusher waits for.
+/// A write RPC the flusher waits for (and what it takes to send it again).
 struct Flying {
     key: Key,
     range: (u64, u64),
     fid: Fid,
     reply: Option<osc::Pending>,
     uuid: [u8; 16],
+    owner: Owner,
+    job: String,
+    cred: Option<nacre_types::Cred>,
+    buf: Arc<AlignedBuf>,
+    /// The OST start it was sent under.
+    epoch: u64,
 }
+
+/// Longest the flusher waits for a restarted OST's locks to be taken back before data it
+/// refused as stale counts as lost.
+const STALE_WAIT_MS: u64 = 60_000;
+/// Times data refused as stale is sent again (an OST restarting again and again).
+const STALE_RESENDS_MAX: usize = 3;
 
 impl Writeback {
     /// True if anything is kept or in flight for `keys`.
@@ -312,6 +327,43 @@ impl Writeback {
     /// written (0: nothing is): a glimpse's answer.
     pub(crate) fn kept_end(&self, ost: u32, object: ObjectId) -> u64 {
         self.st.lock().objs.get(&(ost, object)).map_or(0, Obj::end)
+    }
+
+    /// OST `ost` restarted and someone else changed `objects` there before this client
+    /// took its locks back: what it keeps for them would overwrite newer data, so it is
+    /// dropped (and what is in flight is not sent again), and the files report an I/O error.
+    pub(crate) fn lost_objects(&self, ost: u32, objects: &[ObjectId]) {
+        if objects.is_empty() {
+            return;
+        }
+        let mut st = self.st.lock();
+        let mut lost = 0;
+        for obj in objects {
+            let key = (ost, *obj);
+            let Some(o) = st.objs.get_mut(&key) else {
+                continue;
+            };
+            lost += o.pieces.values().map(|v| v.len() as u64).sum::<u64>();
+            o.pieces.clear();
+            o.lost = o.inflight.clone();
+            let (fid, empty) = (o.fid, o.is_empty());
+            st.errors.insert(fid, Status::Io);
+            if empty {
+                st.objs.remove(&key);
+            }
+        }
+        if let Some(d) = st.dirty.get_mut(&ost) {
+            *d -= lost.min(*d);
+        }
+        drop(st);
+        self.stats.lost_bytes.fetch_add(lost, Ordering::Relaxed);
+        self.cv.notify_all();
+    }
+
+    /// An OST's new start is known (its locks were taken back): data it refused as stale
+    /// may go again.
+    pub(crate) fn new_epoch(&self) {
+        self.cv.notify_all();
     }
 
     /// Bytes kept or in flight now.
@@ -573,15 +625,18 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             let len = buf.len() as u64;
             // Sent as the writer's.
             nacre_types::jobid::set_current(&job);
-            nacre_types::cred::set_current(cred);
+            nacre_types::cred::set_current(cred.clone());
+            let epoch = c.data_epoch(key.0);
             let req = OssRequest::Write {
                 object: key.1,
                 offset: off,
                 owner,
                 lock: false,
                 grant_used: len,
+                epoch,
             };
-            let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(Arc::new(buf))) {
+            let buf = Arc::new(buf);
+            let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(buf.clone())) {
                 Ok((p, uuid)) => (Some(p), uuid),
                 Err(e) => {
                     tracing::warn!("OST{:04x}: write-behind: {e}", key.0);
@@ -595,6 +650,11 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
                 fid,
                 reply,
                 uuid,
+                owner,
+                job,
+                cred,
+                buf,
+                epoch,
             });
         }
         let Some(f) = flying.pop_front() else {
@@ -614,12 +674,70 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             }
             continue;
         };
-        let result = match f.reply {
+        let mut f = f;
+        let mut result = match f.reply.take() {
             Some(p) => osc::collect_one(p),
             None => Err(nacre_net::rpc::RpcError::Status(Status::Io)),
         };
+        if is_stale(&result) {
+            result = send_again(&c, &wb, &f);
+        }
         finish(&c, f.key, f.range, f.fid, f.uuid, result);
     }
+}
+
+fn is_stale(result: &osc::Collected) -> bool {
+    matches!(result, Err(nacre_net::rpc::RpcError::Status(Status::Stale)))
+}
+
+/// The OST refused `f` as stale (it restarted since the write lock was granted): waits
+/// until this client took its locks back there, then sends it again under the new start —
+/// unless someone else changed the object meanwhile (lost: `EIO`).
+fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
+    let stale = || Err(nacre_net::rpc::RpcError::Status(Status::Stale));
+    let mut sent = f.epoch;
+    for _ in 0..STALE_RESENDS_MAX {
+        let deadline = Instant::now() + Duration::from_millis(STALE_WAIT_MS);
+        let epoch = loop {
+            let epoch = c.data_epoch(f.key.0);
+            let mut st = wb.st.lock();
+            if st
+                .objs
+                .get(&f.key)
+                .is_some_and(|o| o.lost.contains(&f.range))
+            {
+                return Err(nacre_net::rpc::RpcError::Status(Status::Io));
+            }
+            if epoch != sent && epoch != 0 {
+                break epoch;
+            }
+            if Instant::now() >= deadline {
+                return stale();
+            }
+            // Woken by the new start (Writeback::new_epoch); the bound only covers a
+            // wake-up that came between the check and the wait.
+            wb.cv
+                .wait_for(&mut st, Duration::from_millis(IDLE_FLUSH_MS / 4));
+        };
+        sent = epoch;
+        nacre_types::jobid::set_current(&f.job);
+        nacre_types::cred::set_current(f.cred.clone());
+        let req = OssRequest::Write {
+            object: f.key.1,
+            offset: f.range.0,
+            owner: f.owner,
+            lock: false,
+            grant_used: f.range.1 - f.range.0,
+            epoch,
+        };
+        let result = osc::send_one(c, f.key.0, &req, Some(f.buf.clone()))
+            .map_err(|e| nacre_net::rpc::RpcError::Status(e.status()))
+            .and_then(|(p, _)| osc::collect_one(p));
+        if !is_stale(&result) {
+            return result;
+        }
+    }
+    stale()
 }
 
 /// A write RPC of the flusher came back.
@@ -664,6 +782,7 @@ fn finish(
     }
     if let Some(o) = st.objs.get_mut(&key) {
         o.inflight.retain(|r| *r != range);
+        o.lost.retain(|r| *r != range);
         if o.is_empty() {
             st.objs.remove(&key);
         }

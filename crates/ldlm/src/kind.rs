@@ -33,6 +33,12 @@ pub trait Kind: Send + Sync + 'static {
     fn contends(held: &Self::Part, change: &Self::Part) -> bool;
     /// True if a client may hold `part` (a replayed lock is checked with it).
     fn valid(part: &Self::Part) -> bool;
+    /// True if a request on `part` changes what it covers (a write; not a read): a lock
+    /// replayed after a restart is refused on a resource changed since by someone else.
+    fn changes(part: &Self::Part) -> bool {
+        let _ = part;
+        true
+    }
     /// The wire form of a lock.
     fn to_ref(handle: u64, res: Self::Res, part: Self::Part) -> Self::Ref;
     /// A lock's handle, resource and part from its wire form.
@@ -169,6 +175,10 @@ impl Kind for Extents {
 
     fn valid(part: &Extent) -> bool {
         part.start <= part.end
+    }
+
+    fn changes(part: &Extent) -> bool {
+        part.write
     }
 
     fn to_ref(handle: u64, object: ObjectId, e: Extent) -> ExtentRef {

@@ -150,6 +150,9 @@ struct State<K: Kind> {
     waiters: Vec<Waiter>,
     /// Glimpses waiting for their answers, per resource.
     glimpses: HashMap<K::Res, Glimpse>,
+    /// Lock reclaim after a restart ([`Namespace::open_reclaim`]): until when, and who
+    /// changed which resource since the start.
+    reclaim: Option<replay::Reclaim<K>>,
     /// The timer thread answering expired polls runs.
     timer: bool,
 }
@@ -168,6 +171,7 @@ impl<K: Kind> State<K> {
             changed: false,
             waiters: Vec::new(),
             glimpses: HashMap::new(),
+            reclaim: None,
             timer: false,
         }
     }
@@ -318,6 +322,9 @@ pub struct Stats {
     pub replay_refused: AtomicU64,
     /// Glimpses sent to holders of conflicting locks (instead of calling the locks back).
     pub glimpses: AtomicU64,
+    /// Replayed locks refused because their resource changed since the restart (what
+    /// their holders kept for it is lost).
+    pub replay_changed: AtomicU64,
 }
 
 /// One target's locks (inode bits unless said otherwise).
@@ -469,6 +476,10 @@ impl<K: Kind> Namespace<K> {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
+        // Past handles taken back after a restart (they come from another start's range).
+        while s.locks.contains_key(&s.next_handle) {
+            s.next_handle = s.next_handle.wrapping_add(1).max(1);
+        }
         let handle = s.next_handle;
         s.next_handle = s.next_handle.wrapping_add(1).max(1);
         s.locks.insert(
@@ -494,6 +505,7 @@ impl<K: Kind> Namespace<K> {
     /// destroyed object); their holders' cancels are then ignored. Returns how many.
     pub fn forget(&self, res: &K::Res) -> usize {
         let mut s = self.state.lock();
+        s.note_gone(res);
         let ids = s.by_res.get(res).cloned().unwrap_or_default();
         for id in &ids {
             s.remove(*id);
@@ -602,6 +614,7 @@ impl<K: Kind> Namespace<K> {
     ) -> Revocation<'_, K> {
         let mut s = self.state.lock();
         s.changed = true;
+        s.note_changes(requester, targets);
         let id = s.next_revocation;
         s.next_revocation += 1;
         for (res, part) in targets {
@@ -904,6 +917,8 @@ fn finish_glimpses(finished: Vec<(Option<u64>, Vec<GlimpseDone>)>) {
 }
 
 mod glimpse;
+mod replay;
+pub use replay::{Reclaimed, RECLAIM_CHANGES_MAX};
 
 #[cfg(test)]
 mod tests;

@@ -128,6 +128,9 @@ impl OssHandler {
     }
 
     fn run(&self, ost: &OstTarget, call: OssCall, incoming: &Incoming) -> Result<Outgoing, Status> {
+        if locks::stale_write(ost, &call.req) {
+            return Err(Status::Stale);
+        }
         let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
         // Other clients' conflicting locks are called back first (the request was parked
         // while they were; this finds nothing left unless one was granted meanwhile).
@@ -145,6 +148,7 @@ impl OssHandler {
                 owner,
                 lock: want_lock,
                 grant_used,
+                ..
             } => {
                 let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
                 if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
@@ -265,6 +269,7 @@ impl OssHandler {
             OssRequest::GlimpseAnswer { sizes } => {
                 locks::glimpse_answer(ost, &call.client, &sizes)?
             }
+            OssRequest::LockReplay { locks } => locks::replay(ost, &call.client, &locks)?,
             OssRequest::Enqueue {
                 object,
                 start,
@@ -309,7 +314,10 @@ impl Handler for OssHandler {
         let Ok(call) = decode_body::<OssCall>(&req.body) else {
             return Some(req);
         };
-        if ost.locks.is_evicted(&call.client) || !call.cred.is_valid() {
+        if ost.locks.is_evicted(&call.client)
+            || !call.cred.is_valid()
+            || locks::stale_write(&ost, &call.req)
+        {
             return Some(req);
         }
         match call.req {

@@ -47,10 +47,17 @@ pub struct OstLocks {
 /// Evicted client uuids, and the order they were evicted in (the oldest are forgotten).
 type Evicted = (HashSet<[u8; 16]>, VecDeque<[u8; 16]>);
 
+/// How long after its start an OST lets clients take back the locks they held before
+/// ([`nacre_ldlm::server::Namespace::reclaim`]): a client learns of the restart at its next
+/// callback poll or write, within its reconnect time.
+pub const RECLAIM_WINDOW_MS: u64 = 120_000;
+
 impl Default for OstLocks {
     fn default() -> Self {
+        let ns = Namespace::new(fastrand::u64(1..u64::MAX / 2));
+        ns.open_reclaim(RECLAIM_WINDOW_MS);
         OstLocks {
-            ns: Namespace::new(fastrand::u64(1..u64::MAX / 2)),
+            ns,
             epoch: fastrand::u64(1..u64::MAX),
             evicted: Mutex::new((HashSet::new(), VecDeque::new())),
         }
@@ -206,11 +213,8 @@ pub(crate) fn poll(
         req.respond(Outgoing::error(Status::Inval));
         return;
     }
-    let wait_ms = if epoch != 0 && epoch != ost.locks.epoch {
-        0
-    } else {
-        wait_ms
-    };
+    // A client that knew another start, or none yet, learns this one at once.
+    let wait_ms = if epoch != ost.locks.epoch { 0 } else { wait_ms };
     let epoch = ost.locks.epoch;
     ost.grants.seen(&client);
     ost.locks.ns.poll(
@@ -291,6 +295,39 @@ pub(crate) fn glimpse_answer(
     Ok(OssReply::Done)
 }
 
+/// True for data written behind under a write lock of another start of this OST: refused
+/// (`ESTALE`) until the client took its locks back.
+pub(crate) fn stale_write(ost: &OstTarget, req: &OssRequest) -> bool {
+    matches!(req, OssRequest::Write { epoch, .. } if *epoch != 0 && *epoch != ost.locks.epoch)
+}
+
+/// A client takes back the locks it held before this OST restarted.
+pub(crate) fn replay(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    locks: &[ExtentRef],
+) -> Result<OssReply, Status> {
+    if locks.len() > REFS_PER_MESSAGE_MAX {
+        return Err(Status::TooBig);
+    }
+    if *client == NO_CLIENT {
+        return Err(Status::Inval);
+    }
+    let got = ost.locks.ns.reclaim(client, locks);
+    if !got.changed.is_empty() {
+        tracing::info!(
+            "{}: client {}: {} objects changed since the restart: their locks are refused",
+            ost.label.name(),
+            uuid_text(client),
+            got.changed.len()
+        );
+    }
+    Ok(OssReply::Replayed {
+        refused: got.refused,
+        changed: got.changed,
+    })
+}
+
 /// A client gives locks back.
 pub(crate) fn cancel(
     ost: &OstTarget,
@@ -359,6 +396,7 @@ mod tests {
                 owner: Owner::default(),
                 lock: true,
                 grant_used: 0,
+                epoch: 0,
             },
             5,
         );

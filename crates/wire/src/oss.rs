@@ -67,6 +67,12 @@ pub enum OssRequest {
         /// them off the grant); the rest was not promised space and may find none
         /// (`ENOSPC`).
         grant_used: u64,
+        /// The OST start ([`OssReply::Blocking`]'s epoch) under whose write lock the data
+        /// was kept, for data written behind; 0 for a write that goes straight through. An
+        /// OST of another start refuses it (`ESTALE`): the client takes its locks back
+        /// first ([`OssRequest::LockReplay`]), and sends it again only if no one else
+        /// changed the object meanwhile.
+        epoch: u64,
     },
     /// Read up to `len` bytes at `offset`; short at the object's end. Reply: [`OssReply::Read`]
     /// with the data as bulk.
@@ -173,6 +179,13 @@ pub enum OssRequest {
         /// (object, size) pairs.
         sizes: Vec<(ObjectId, u64)>,
     },
+    /// After the OST restarted (a new epoch): the client asks to hold again the locks it
+    /// held from its previous start (at most [`nacre_ldlm::msg::REFS_PER_MESSAGE_MAX`]).
+    /// Reply: [`OssReply::Replayed`].
+    LockReplay {
+        /// The locks.
+        locks: Vec<ExtentRef>,
+    },
 }
 
 /// Most objects one [`OssRequest::SetOwner`] names.
@@ -227,6 +240,15 @@ pub enum OssReply {
         /// Objects glimpsed.
         glimpses: Vec<ObjectId>,
     },
+    /// What a [`OssRequest::LockReplay`] got back: the locks refused (the others are held
+    /// again), and the objects someone else changed since the restart — what the client
+    /// kept for them (cached data, writes not yet sent) is stale and must go.
+    Replayed {
+        /// Handles of the locks refused.
+        refused: Vec<u64>,
+        /// Objects changed since the restart.
+        changed: Vec<ObjectId>,
+    },
 }
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
@@ -240,7 +262,9 @@ pub const CREATE_OPCODES: [u16; 2] = [0x0307, 0x0309];
 /// Requests a server serves to completion on the network thread that read them: an object's
 /// size (glimpse, one fstat), the OST's capacity (statvfs), an object's owner, lock polls
 /// (parked) and cancels.
-pub const INLINE_OPCODES: [u16; 7] = [0x0303, 0x0308, 0x030a, 0x030b, 0x030c, 0x030d, 0x030f];
+pub const INLINE_OPCODES: [u16; 8] = [
+    0x0303, 0x0308, 0x030a, 0x030b, 0x030c, 0x030d, 0x030f, 0x0310,
+];
 
 impl OssRequest {
     /// The object the request is about (None for requests on several or none).
@@ -260,6 +284,7 @@ impl OssRequest {
             | OssRequest::LockPoll { .. }
             | OssRequest::LockCancel { .. }
             | OssRequest::GlimpseAnswer { .. }
+            | OssRequest::LockReplay { .. }
             | OssRequest::Disconnect => None,
         }
     }
@@ -282,6 +307,7 @@ impl OssRequest {
             OssRequest::Disconnect => 0x030d,
             OssRequest::Enqueue { .. } => 0x030e,
             OssRequest::GlimpseAnswer { .. } => 0x030f,
+            OssRequest::LockReplay { .. } => 0x0310,
         }
     }
 }
@@ -302,6 +328,7 @@ mod tests {
                 owner: Owner::default(),
                 lock: false,
                 grant_used: 0,
+                epoch: 0,
             },
             OssRequest::Read {
                 object: o,
@@ -343,6 +370,7 @@ mod tests {
             OssRequest::LockCancel { handles: vec![] },
             OssRequest::Disconnect,
             OssRequest::GlimpseAnswer { sizes: vec![] },
+            OssRequest::LockReplay { locks: vec![] },
         ] {
             assert!(INLINE_OPCODES.contains(&other.opcode()));
             assert!(!IO_OPCODES.contains(&other.opcode()));
@@ -385,13 +413,17 @@ mod tests {
                 OssRequest::SetOwner { objects: objects.clone(), owner },
                 OssRequest::GetOwner { object: objects[0] },
                 OssRequest::Write { object: objects[0], offset: ids[0], owner, lock: true,
-                                    grant_used: ids[0] },
+                                    grant_used: ids[0], epoch: u64::from(gid) },
                 OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
                 OssRequest::LockCancel { handles: ids.clone() },
                 OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
                                       write: uid & 1 == 0 },
                 OssRequest::GlimpseAnswer {
                     sizes: objects.iter().zip(&ids).map(|(o, s)| (*o, *s)).collect(),
+                },
+                OssRequest::LockReplay {
+                    locks: ids.iter().map(|&handle| ExtentRef { handle, object: objects[0],
+                        start: 0, end: handle, write: handle & 1 == 0 }).collect(),
                 },
             ] {
                 let call = OssCall {
@@ -413,6 +445,7 @@ mod tests {
                 OssReply::Granted(None),
                 OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()],
                                      glimpses: objects.clone() },
+                OssReply::Replayed { refused: ids.clone(), changed: objects.clone() },
             ] {
                 prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
             }

@@ -257,11 +257,12 @@ fn register_client_osc_ldlm_params(
     });
     let c = client.clone();
     r.add_fn(format!("{ns}.stats"), move || {
-        let (_, held, _, [grants, callbacks, cancels, lru, resets, glimpses]) =
+        let (_, held, _, [grants, callbacks, cancels, lru, resets, glimpses, replayed, refused]) =
             of(&c).unwrap_or_default();
         format!(
             "granted {held}\ngrants {grants}\ncallbacks {callbacks}\ncancels {cancels}\n\
-             lru_cancels {lru}\nresets {resets}\nglimpses {glimpses}"
+             lru_cancels {lru}\nresets {resets}\nglimpses {glimpses}\nreplayed {replayed}\n\
+             replay_refused {refused}"
         )
     });
     let c = client.clone();

@@ -389,3 +389,47 @@ fn changes_waiting_for_one_callback_do_not_make_a_resource_contended() {
     let (b, _) = ns.try_grant(&B, o, Extent::of(0, 4096, false)).unwrap();
     assert_eq!((b.start, b.end), (0, u64::MAX), "widened");
 }
+
+#[test]
+fn reclaimed_locks_come_back_unless_someone_else_changed_their_object() {
+    use crate::kind::{Extent, Extents};
+    use crate::msg::ExtentRef;
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1_000);
+    ns.open_reclaim(60_000);
+    let obj = |id| ObjectId { seq: 1, id };
+    let lock = |handle, id, write| ExtentRef {
+        handle,
+        object: obj(id),
+        start: 0,
+        end: u64::MAX,
+        write,
+    };
+    // A changed object 1 itself, B changed object 2, B only read object 3, B holds a read
+    // lock on object 4.
+    drop(ns.revoke(Some(&A), &[(obj(1), Extent::of(0, 10, true))]));
+    drop(ns.revoke(Some(&B), &[(obj(2), Extent::of(0, 10, true))]));
+    drop(ns.revoke(Some(&B), &[(obj(3), Extent::of(0, 10, false))]));
+    ns.poll(&B, 10_000, Box::new(|_| {}));
+    ns.try_grant(&B, obj(4), Extent::of(0, 10, false)).unwrap();
+    let got = ns.reclaim(
+        &A,
+        &[
+            lock(1, 1, true),
+            lock(2, 2, true),
+            lock(3, 3, true),
+            lock(4, 4, true),
+        ],
+    );
+    assert_eq!(got.refused, vec![2, 4]);
+    assert_eq!(got.changed, vec![obj(2)]);
+    assert_eq!(ns.held_by(&A), 2);
+    // A change by B now calls A's reclaimed lock back like any other.
+    assert!(ns.conflicts(Some(&B), &[(obj(3), Extent::of(0, 1, true))]));
+    // Once the window is over nothing is known: every reclaim is refused as changed.
+    let late = super::Namespace::<Extents>::new(1);
+    late.open_reclaim(0);
+    assert!(!late.reclaiming());
+    let got = late.reclaim(&A, &[lock(7, 5, false)]);
+    assert_eq!((got.refused, got.changed), (vec![7], vec![obj(5)]));
+}
