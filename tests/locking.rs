@@ -440,6 +440,13 @@ fn a_client_that_does_not_cancel_is_evicted_after_the_callback_timeout() {
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let (other_mnt, other) = second_mount(&fs);
     fs::write(fs.path("f"), b"data").unwrap();
+    // The kernel sends the close after close(2) returns; it changes the file's attributes
+    // at the MDT, which would call the other mount's lock back after it was cached.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while md_requests(fsname, &["close"]) == 0 {
+        assert!(Instant::now() < deadline, "the write's close never reached the MDT");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     until_cached(fsname, &other_mnt.join("f"));
     nacre_ok(&[
         "ctl",
