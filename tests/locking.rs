@@ -444,7 +444,10 @@ fn a_client_that_does_not_cancel_is_evicted_after_the_callback_timeout() {
     // at the MDT, which would call the other mount's lock back after it was cached.
     let deadline = Instant::now() + Duration::from_secs(30);
     while md_requests(fsname, &["close"]) == 0 {
-        assert!(Instant::now() < deadline, "the write's close never reached the MDT");
+        assert!(
+            Instant::now() < deadline,
+            "the write's close never reached the MDT"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     until_cached(fsname, &other_mnt.join("f"));

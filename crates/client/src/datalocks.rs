@@ -559,6 +559,31 @@ impl Client {
         }
     }
 
+    /// True if this client holds write locks (not called back) covering every byte of the
+    /// pages `offset..offset + len` of `file`: the kernel may keep those pages, as a change
+    /// elsewhere calls the locks back. Pages written through without such locks must be
+    /// dropped after the write (no callback would ever come for them).
+    pub fn pages_covered_for_write(&self, file: &crate::OpenFile, offset: u64, len: u64) -> bool {
+        const PAGE: u64 = 4096;
+        let (Some(layout), true) = (&file.layout, self.data_locks.enabled()) else {
+            return false;
+        };
+        let start = offset / PAGE * PAGE;
+        let end = offset.saturating_add(len).div_ceil(PAGE) * PAGE;
+        crate::osc::subs(layout, start, end - start, u64::MAX)
+            .into_iter()
+            .all(|sub| {
+                let (ost, object) = crate::osc::object(layout, sub.stripe);
+                let want = Extent::of(sub.object_offset, sub.len, true);
+                self.data_locks
+                    .ost(ost)
+                    .state
+                    .lock()
+                    .covering(object, &want)
+                    .is_some()
+            })
+    }
+
     /// The data a read returned is in the kernel's cache: its locks are no longer in use,
     /// and those called back meanwhile go now. A read not wholly covered by locks leaves
     /// `fid`'s cached data unclean (not kept across opens).

@@ -398,6 +398,15 @@ impl Shared {
         }
     }
 
+    /// Pages of file `fid` the kernel cached without a data lock of this mount covering
+    /// them (read or written through unlocked: refused, contended) go once the kernel lets
+    /// go of them.
+    fn drop_pages_later(&self, fid: Fid, offset: u64, len: u64) {
+        if let Some(inval) = self.inval.get() {
+            inval.data_later(fid.to_ino(), offset, len);
+        }
+    }
+
     fn migrate(&self, parent: Fid, value: &[u8]) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MIGRATE} value: {why}"));
         let v: serde_json::Value =
@@ -784,8 +793,12 @@ impl Shared {
             pool::leave();
             return match result {
                 Ok((data, locks)) => {
+                    let covered = locks.covered;
                     reply.data(&data);
                     self.client.read_done(file.fid, locks);
+                    if !covered {
+                        self.drop_pages_later(file.fid, offset, u64::from(size));
+                    }
                 }
                 Err(e) => reply.error(errno(&e)),
             };
@@ -822,7 +835,17 @@ impl Shared {
             // At the true end of file, whatever the kernel's cached size says (fs/data.rs).
             self.client.append(&file, data).map(|_| data.len())
         } else if !direct && self.client.data_locks_on() {
-            self.client.write_cached(&file, offset, data)
+            let n = self.client.write_cached(&file, offset, data);
+            // Pages the kernel keeps of this write with no write lock of this mount
+            // covering them would never be dropped when another mount changes them.
+            if n.is_ok()
+                && !self
+                    .client
+                    .pages_covered_for_write(&file, offset, data.len() as u64)
+            {
+                self.drop_pages_later(file.fid, offset, data.len() as u64);
+            }
+            n
         } else {
             self.client.write(&file, offset, data)
         };

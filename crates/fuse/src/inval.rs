@@ -164,6 +164,18 @@ impl Invalidator {
         }
     }
 
+    /// Has the kernel drop its cached pages of file `ino` in `offset..offset + len` once
+    /// it can (pages read or written without a lock covering them: no callback would drop
+    /// them); does not wait (the kernel holds those pages locked until the request that
+    /// asks is answered).
+    pub fn data_later(&self, ino: u64, offset: u64, len: u64) {
+        let clamp = |x: u64| x.min(i64::MAX as u64) as i64;
+        let (done, _) = bounded(1);
+        let _ = self
+            .data
+            .try_send((vec![(ino, clamp(offset), clamp(len.max(1)))], done));
+    }
+
     /// Notes that the kernel may cache directory `ino`'s listing (its `UPDATE` lock is held):
     /// false if too many are noted already (then it must not).
     pub fn cache_listing(&self, ino: u64) -> bool {
