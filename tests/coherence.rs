@@ -8,8 +8,9 @@
 //! `COHERENCE_SEED` replays a run, `COHERENCE_KINDS` narrows the operations and
 //! `COHERENCE_TRACE` prints each.
 //!
-//! Networked only: on the embedded form an `mmap` read now and then faults (SIGBUS) past a
-//! page the other mount had just extended the file to (issue 19's note; not yet found).
+//! Networked only: on the embedded form an `mmap` read now and then faults (SIGBUS): the
+//! known gap of docs/locking.md (an invalidation crossing a `stat` leaves the kernel's old
+//! size).
 
 use nacre_testkit::{nacre_ok, Form, Spec, TestFs};
 use std::fs::{self, File, OpenOptions};
