@@ -325,6 +325,8 @@ pub struct Stats {
     /// Replayed locks refused because their resource changed since the restart (what
     /// their holders kept for it is lost).
     pub replay_changed: AtomicU64,
+    /// Times a holder's work under called-back locks pushed its eviction deadline back.
+    pub prolonged: AtomicU64,
 }
 
 /// One target's locks (inode bits unless said otherwise).
@@ -601,6 +603,41 @@ impl<K: Kind> Namespace<K> {
     /// Changes parked waiting for cancels now.
     pub fn parked(&self) -> usize {
         self.state.lock().waiters.len()
+    }
+
+    /// `client` is still at work under its called-back locks on `res` (writing what it
+    /// kept before it cancels): the changes parked for those locks wait up to another
+    /// callback timeout from now before the client is evicted (Lustre's lock prolonging), so
+    /// a holder busy flushing much data is not taken for a dead one. True if any was.
+    pub fn prolong(&self, client: &ClientId, res: &K::Res) -> bool {
+        let mut s = self.state.lock();
+        if s.waiters.is_empty() {
+            return false;
+        }
+        let ids: Vec<u64> = s
+            .by_res
+            .get(res)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|id| s.locks[id].client == *client && s.locks[id].blocked)
+            .collect();
+        if ids.is_empty() {
+            return false;
+        }
+        let timeout = Duration::from_millis(self.callback_timeout_ms.load(Ordering::Relaxed));
+        let deadline = Instant::now() + timeout;
+        let mut any = false;
+        for w in s.waiters.iter_mut() {
+            if w.ids.iter().any(|id| ids.contains(id)) && w.deadline < deadline {
+                w.deadline = deadline;
+                any = true;
+            }
+        }
+        if any {
+            self.stats.prolonged.fetch_add(1, Ordering::Relaxed);
+        }
+        any
     }
 
     /// A change of `targets` ((resource, part) pairs) by `requester` (None: by the server

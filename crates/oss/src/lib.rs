@@ -163,6 +163,8 @@ impl OssHandler {
                     avail,
                     caching,
                 )?;
+                // A holder writing what it kept before it cancels is alive and at work.
+                ost.locks.ns.prolong(&call.client, &object);
                 let started = ost.brw.write.begin();
                 let result = ost.store.write(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);

@@ -217,7 +217,7 @@ pub(crate) fn register_namespace<K: nacre_ldlm::kind::Kind>(
         format!(
             "granted {}\nclients {}\nparked {}\ngrants {}\nrefused {}\ncallbacks {}\ncancels {}\n\
              revocations {}\nrevoke_wait_us {}\ntimeouts {}\nreplayed {}\nreplay_refused {}\n\
-             glimpses {}\nreplay_changed {}",
+             glimpses {}\nreplay_changed {}\nprolonged {}",
             a.granted(),
             a.clients(),
             a.parked(),
@@ -231,7 +231,8 @@ pub(crate) fn register_namespace<K: nacre_ldlm::kind::Kind>(
             n(&s.replayed),
             n(&s.replay_refused),
             n(&s.glimpses),
-            n(&s.replay_changed)
+            n(&s.replay_changed),
+            n(&s.prolonged)
         )
     });
     let (a, b) = (ns_.clone(), ns_.clone());

@@ -433,3 +433,36 @@ fn reclaimed_locks_come_back_unless_someone_else_changed_their_object() {
     let got = late.reclaim(&A, &[lock(7, 5, false)]);
     assert_eq!((got.refused, got.changed), (vec![7], vec![obj(5)]));
 }
+
+#[test]
+fn a_holder_at_work_under_a_called_back_lock_is_given_more_time() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    ns.callback_timeout_ms.store(1_000, Ordering::Relaxed);
+    let o = ObjectId { seq: 1, id: 12 };
+    ns.poll(&A, 10_000, Box::new(|_| {}));
+    ns.try_grant(&A, o, Extent::of(0, 4096, true)).unwrap();
+    assert!(!ns.prolong(&A, &o), "nothing waits yet");
+    let (tx, rx) = mpsc::channel();
+    let started = Instant::now();
+    ns.revoke_later(
+        Some(&B),
+        &[(o, Extent::of(0, 10, false))],
+        Box::new(move |late| {
+            let _ = tx.send((late, started.elapsed()));
+        }),
+    );
+    // A writes for longer than the callback timeout before it cancels, a write every
+    // quarter of it: each pushes the deadline back. (The sleeps are A's work, not waits.)
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(ns.prolong(&A, &o));
+        assert!(!ns.prolong(&B, &o), "B holds nothing there");
+    }
+    assert!(rx.try_recv().is_err(), "evicted while at work");
+    let (late, waited) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(late, vec![A], "evicted once silent");
+    assert!(waited >= Duration::from_millis(1_500), "{waited:?}");
+    assert_eq!(ns.stats.prolonged.load(Ordering::Relaxed), 6);
+}
