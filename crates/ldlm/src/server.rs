@@ -176,6 +176,21 @@ impl<K: Kind> State<K> {
         }
     }
 
+    /// `client` holds lock `handle` on `part` of `res` from now on.
+    fn hold(&mut self, handle: u64, client: ClientId, res: K::Res, part: K::Part) {
+        self.locks.insert(
+            handle,
+            Lock {
+                client,
+                res,
+                part,
+                blocked: false,
+            },
+        );
+        self.by_res.entry(res).or_default().push(handle);
+        self.holders.entry(client).or_default().locks.insert(handle);
+    }
+
     fn remove(&mut self, handle: u64) -> Option<Lock<K>> {
         let lock = self.locks.remove(&handle)?;
         if let Some(ids) = self.by_res.get_mut(&lock.res) {
@@ -484,21 +499,7 @@ impl<K: Kind> Namespace<K> {
         }
         let handle = s.next_handle;
         s.next_handle = s.next_handle.wrapping_add(1).max(1);
-        s.locks.insert(
-            handle,
-            Lock {
-                client: *client,
-                res,
-                part: grant,
-                blocked: false,
-            },
-        );
-        s.by_res.entry(res).or_default().push(handle);
-        s.holders
-            .get_mut(client)
-            .expect("checked above")
-            .locks
-            .insert(handle);
+        s.hold(handle, *client, res, grant);
         self.stats.grants.fetch_add(1, Ordering::Relaxed);
         Some((K::to_ref(handle, res, grant), true))
     }
@@ -757,17 +758,7 @@ impl<K: Kind> Namespace<K> {
                 refused.push(handle);
                 continue;
             }
-            s.locks.insert(
-                handle,
-                Lock {
-                    client: *client,
-                    res,
-                    part,
-                    blocked: false,
-                },
-            );
-            s.by_res.entry(res).or_default().push(handle);
-            s.holders.entry(*client).or_default().locks.insert(handle);
+            s.hold(handle, *client, res, part);
         }
         self.stats
             .replayed

@@ -152,17 +152,7 @@ impl<K: Kind> Namespace<K> {
                 out.refused.push(handle);
                 continue;
             }
-            s.locks.insert(
-                handle,
-                super::Lock {
-                    client: *client,
-                    res,
-                    part,
-                    blocked: false,
-                },
-            );
-            s.by_res.entry(res).or_default().push(handle);
-            s.holders.entry(*client).or_default().locks.insert(handle);
+            s.hold(handle, *client, res, part);
         }
         let n = locks.len() as u64;
         let refused = out.refused.len() as u64;
