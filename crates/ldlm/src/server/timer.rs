@@ -81,12 +81,13 @@ impl<K: Kind> Namespace<K> {
                     drop(s);
                     silent.sort_unstable();
                     silent.dedup();
-                    for c in &silent {
-                        ns.evict(c);
-                    }
+                    // Counted first: the eviction runs the glimpses' waiters.
                     ns.stats
                         .timeouts
                         .fetch_add(silent.len() as u64, Ordering::Relaxed);
+                    for c in &silent {
+                        ns.evict(c);
+                    }
                     continue;
                 }
                 // A client whose poll expired with nothing held is forgotten (it is known
