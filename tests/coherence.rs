@@ -364,26 +364,35 @@ fn two_mounts_agree_with_a_model_of_their_files() {
     );
 }
 
-/// The first `len` bytes of `file`, through a shared mapping.
-fn mmap_read(file: &File, len: usize) -> Vec<u8> {
-    // SAFETY: a fresh mapping of an open file, read and unmapped here.
-    unsafe {
-        let p = libc::mmap(
+/// A shared mapping of the first `len` bytes of `file` with protection `prot`.
+fn map_shared(file: &File, len: usize, prot: i32) -> *mut u8 {
+    // SAFETY: a fresh mapping of an open file; the callers stay inside it and unmap it.
+    let p = unsafe {
+        libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ,
+            prot,
             libc::MAP_SHARED,
             file.as_raw_fd(),
             0,
-        );
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        let out = std::slice::from_raw_parts(p as *const u8, len).to_vec();
-        libc::munmap(p, len);
+        )
+    };
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    p as *mut u8
+}
+
+/// The first `len` bytes of `file`, through a shared mapping.
+fn mmap_read(file: &File, len: usize) -> Vec<u8> {
+    let p = map_shared(file, len, libc::PROT_READ);
+    // SAFETY: `len` mapped bytes, read, then unmapped.
+    unsafe {
+        let out = std::slice::from_raw_parts(p, len).to_vec();
+        libc::munmap(p.cast(), len);
         out
     }
 }
@@ -391,25 +400,12 @@ fn mmap_read(file: &File, len: usize) -> Vec<u8> {
 /// Writes `data` at `off` of `file` (`len` bytes long) through a shared mapping, then
 /// `msync`s it.
 fn mmap_write(file: &File, len: usize, off: usize, data: &[u8]) {
-    // SAFETY: a fresh mapping of an open file, inside its size, unmapped here.
+    let p = map_shared(file, len, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: `off + data.len() <= len` mapped bytes, written, synced, then unmapped.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        );
-        assert_ne!(
-            p,
-            libc::MAP_FAILED,
-            "mmap: {}",
-            std::io::Error::last_os_error()
-        );
-        std::ptr::copy_nonoverlapping(data.as_ptr(), (p as *mut u8).add(off), data.len());
-        let r = libc::msync(p, len, libc::MS_SYNC);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), p.add(off), data.len());
+        let r = libc::msync(p.cast(), len, libc::MS_SYNC);
         assert_eq!(r, 0, "msync: {}", std::io::Error::last_os_error());
-        libc::munmap(p, len);
+        libc::munmap(p.cast(), len);
     }
 }
