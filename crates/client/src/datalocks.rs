@@ -559,29 +559,38 @@ impl Client {
         }
     }
 
-    /// True if this client holds write locks (not called back) covering every byte of the
-    /// pages `offset..offset + len` of `file`: the kernel may keep those pages, as a change
-    /// elsewhere calls the locks back. Pages written through without such locks must be
-    /// dropped after the write (no callback would ever come for them).
+    /// True if locks of this client (read or write, not called back) cover the whole pages
+    /// of `offset..offset + len` of `file`: what the kernel keeps cached of a page-cache
+    /// write through (a page written in part is not kept unless it was cached before, under
+    /// a lock), and a change elsewhere calls the locks back. Else those pages must be dropped
+    /// after the write (no callback would ever come for them), and the file's cached data is
+    /// not kept across opens.
     pub fn pages_covered_for_write(&self, file: &crate::OpenFile, offset: u64, len: u64) -> bool {
         const PAGE: u64 = 4096;
         let (Some(layout), true) = (&file.layout, self.data_locks.enabled()) else {
             return false;
         };
-        let start = offset / PAGE * PAGE;
-        let end = offset.saturating_add(len).div_ceil(PAGE) * PAGE;
-        crate::osc::subs(layout, start, end - start, u64::MAX)
+        let start = offset.div_ceil(PAGE).saturating_mul(PAGE);
+        let end = offset.saturating_add(len) / PAGE * PAGE;
+        if start >= end {
+            return true;
+        }
+        let covered = crate::osc::subs(layout, start, end - start, u64::MAX)
             .into_iter()
             .all(|sub| {
                 let (ost, object) = crate::osc::object(layout, sub.stripe);
-                let want = Extent::of(sub.object_offset, sub.len, true);
+                let want = Extent::of(sub.object_offset, sub.len, false);
                 self.data_locks
                     .ost(ost)
                     .state
                     .lock()
                     .covering(object, &want)
                     .is_some()
-            })
+            });
+        if !covered {
+            self.data_locks.clean.lock().remove(&file.fid);
+        }
+        covered
     }
 
     /// The data a read returned is in the kernel's cache: its locks are no longer in use,

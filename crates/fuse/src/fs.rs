@@ -836,8 +836,9 @@ impl Shared {
             self.client.append(&file, data).map(|_| data.len())
         } else if !direct && self.client.data_locks_on() {
             let n = self.client.write_cached(&file, offset, data);
-            // Pages the kernel keeps of this write with no write lock of this mount
-            // covering them would never be dropped when another mount changes them.
+            // Pages the kernel keeps of this write with no lock of this mount covering
+            // them (the OST gave none) would never be dropped when another mount changes
+            // them.
             if n.is_ok()
                 && !self
                     .client

@@ -387,6 +387,21 @@ impl<K: Kind> Drop for Revocation<'_, K> {
     }
 }
 
+impl<K: Kind> Revocation<'_, K> {
+    /// [`Namespace::try_grant`] for the requester of this change while it holds it (before
+    /// the change is applied): its own hold does not stand in the way, other changes' do,
+    /// and a change that starts later revokes the lock. So no other client's change can come
+    /// between this change and the lock, as it could after the hold is dropped.
+    pub fn try_grant(
+        &self,
+        client: &ClientId,
+        res: K::Res,
+        wanted: K::Part,
+    ) -> Option<(K::Ref, bool)> {
+        self.ns.grant(client, res, wanted, true, Some(self.id))
+    }
+}
+
 impl<K: Kind> Namespace<K> {
     /// An empty namespace whose handles start at `first_handle` (a random start keeps the
     /// handles of a restarted server from meeting those of the one before).
@@ -441,7 +456,7 @@ impl<K: Kind> Namespace<K> {
         res: K::Res,
         wanted: K::Part,
     ) -> Option<(K::Ref, bool)> {
-        self.grant(client, res, wanted, true)
+        self.grant(client, res, wanted, true, None)
     }
 
     /// [`Namespace::try_grant`] for a client that asked for the lock itself (an explicit
@@ -452,15 +467,18 @@ impl<K: Kind> Namespace<K> {
         res: K::Res,
         wanted: K::Part,
     ) -> Option<(K::Ref, bool)> {
-        self.grant(client, res, wanted, false)
+        self.grant(client, res, wanted, false, None)
     }
 
+    /// Grants (see [`Namespace::grant`]), where revocation `own` (the requester's hold, if
+    /// any) does not stand in the way.
     fn grant(
         &self,
         client: &ClientId,
         res: K::Res,
         wanted: K::Part,
         honour_contention: bool,
+        own: Option<u64>,
     ) -> Option<(K::Ref, bool)> {
         let mut s = self.state.lock();
         let window = Duration::from_millis(self.contention_ms.load(Ordering::Relaxed));
@@ -473,10 +491,12 @@ impl<K: Kind> Namespace<K> {
             .filter(|l| l.client != *client)
             .map(|l| l.part)
             .collect();
-        let changing: Vec<K::Part> = s
-            .revoking
-            .get(&res)
-            .map_or(Vec::new(), |v| v.iter().map(|(_, p)| *p).collect());
+        let changing: Vec<K::Part> = s.revoking.get(&res).map_or(Vec::new(), |v| {
+            v.iter()
+                .filter(|(id, _)| Some(*id) != own)
+                .map(|(_, p)| *p)
+                .collect()
+        });
         let grant = K::grantable(&wanted, &others, &changing, contended);
         let Some(grant) = grant.filter(|_| s.holders.contains_key(client)) else {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);

@@ -165,20 +165,27 @@ impl OssHandler {
                 )?;
                 // A holder writing what it kept before it cancels is alive and at work.
                 ost.locks.ns.prolong(&call.client, &object);
+                let lock = caching
+                    .then(|| {
+                        let h = hold.as_ref();
+                        locks::grant_write(ost, &call.client, h, object, offset, data.len())
+                    })
+                    .flatten();
                 let started = ost.brw.write.begin();
                 let result = ost.store.write(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);
-                result.map_err(io)?;
+                if let Err(e) = result {
+                    // The client does not learn of a lock new to it: it goes again.
+                    if let Some((l, true)) = lock {
+                        ost.locks.ns.release(&call.client, l.handle);
+                    }
+                    return Err(io(e));
+                }
                 ost.write_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
-                // After the write's own hold on those bytes is let go.
-                drop(hold.take());
-                let lock = caching
-                    .then(|| locks::grant_write(ost, &call.client, object, offset, data.len()))
-                    .flatten();
                 OssReply::Written {
                     len: data.len() as u32,
-                    lock,
+                    lock: lock.map(|(l, _)| l),
                     grant_added,
                 }
             }

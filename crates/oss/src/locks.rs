@@ -341,19 +341,43 @@ pub(crate) fn cancel(
     Ok(OssReply::Done)
 }
 
-/// A write lock for `client` on the bytes it just wrote (widened as far as no other lock
-/// allows), so it may keep its next writes there cached; none on a contended object.
+/// Bytes of a page the kernel of a client caches.
+const PAGE_BYTES: u64 = 4096;
+
+/// The lock `client` gets with a write of `len` bytes at `offset` of `object`, taken under
+/// the write's `hold` before the write is applied (so no other client's change can come in
+/// between): a write lock on the bytes written, widened as far as no other lock allows, so
+/// it may keep its next writes there cached; else (a contended object, another client's
+/// lock next to them) a read lock on the whole pages written, which the client's kernel
+/// keeps cached after a write through (a page written in part is not kept), so a change
+/// elsewhere calls them back. The flag is true for a new lock.
 pub(crate) fn grant_write(
     ost: &OstTarget,
     client: &[u8; 16],
+    hold: Option<&Revocation<'_, Extents>>,
     object: ObjectId,
     offset: u64,
     len: usize,
-) -> Option<ExtentRef> {
-    ost.locks
-        .ns
-        .try_grant(client, object, Extent::of(offset, len as u64, true))
-        .map(|(l, _)| l)
+) -> Option<(ExtentRef, bool)> {
+    let grant = |ext: Extent| match hold {
+        Some(h) => h.try_grant(client, object, ext),
+        None => ost.locks.ns.try_grant(client, object, ext),
+    };
+    let len = len as u64;
+    if let Some(g) = grant(Extent::of(offset, len, true)) {
+        return Some(g);
+    }
+    let start = offset.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES);
+    let end = offset.saturating_add(len) / PAGE_BYTES * PAGE_BYTES;
+    (start < end)
+        .then(|| {
+            grant(Extent {
+                start,
+                end: end - 1,
+                write: false,
+            })
+        })
+        .flatten()
 }
 
 /// A read lock for `client` on what `req` (a read) reads, if it asked for one and one can

@@ -466,3 +466,43 @@ fn a_holder_at_work_under_a_called_back_lock_is_given_more_time() {
     assert!(waited >= Duration::from_millis(1_500), "{waited:?}");
     assert_eq!(ns.stats.prolonged.load(Ordering::Relaxed), 6);
 }
+
+#[test]
+fn a_change_is_granted_a_lock_under_its_own_hold_but_not_under_anothers() {
+    use crate::kind::{Extent, Extents};
+    use nacre_types::ObjectId;
+    let ns = super::Namespace::<Extents>::new(1);
+    let _a = {
+        let (tx, rx) = mpsc::channel();
+        ns.poll(&A, 10_000, Box::new(move |r| drop(tx.send(r.revoke))));
+        rx
+    };
+    let _b = {
+        let (tx, rx) = mpsc::channel();
+        ns.poll(&B, 10_000, Box::new(move |r| drop(tx.send(r.revoke))));
+        rx
+    };
+    let o = ObjectId { seq: 1, id: 9 };
+    let bytes = Extent::of(4096, 8192, true);
+    let hold_a = ns.revoke(Some(&A), &[(o, bytes)]);
+    // Once the hold is let go another client's change could come before the lock: so the
+    // lock is taken under it, where A's own hold does not stand in the way...
+    assert!(
+        ns.try_grant(&A, o, bytes).is_none(),
+        "a hold refuses grants"
+    );
+    let (l, new) = hold_a.try_grant(&A, o, bytes).unwrap();
+    assert!(new && l.write && l.start <= 4096 && l.end >= 4096 + 8191);
+    ns.cancel(&A, &[l.handle]);
+    // ...but another change under way on those bytes does.
+    let hold_b = ns.revoke(Some(&B), &[(o, Extent::of(8192, 10, true))]);
+    assert!(hold_a.try_grant(&A, o, bytes).is_none());
+    assert!(
+        hold_a
+            .try_grant(&A, o, Extent::of(0, 4096, false))
+            .is_some_and(|(l, _)| l.end < 8192),
+        "clear of B's change"
+    );
+    drop(hold_b);
+    drop(hold_a);
+}
