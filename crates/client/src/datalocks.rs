@@ -132,10 +132,16 @@ struct Held {
     used: u64,
 }
 
+/// One object's held locks by (first byte, handle): their last byte and whether they are
+/// write locks.
+type ObjectLocks = BTreeMap<(u64, u64), (u64, bool)>;
+
 #[derive(Default)]
 struct State {
     held: HashMap<u64, Held>,
-    by_object: HashMap<ObjectId, Vec<u64>>,
+    /// The held locks of each object by (first byte, handle): their last byte and whether
+    /// they are write locks.
+    by_object: HashMap<ObjectId, ObjectLocks>,
     lru: BTreeMap<u64, u64>,
     tick: u64,
     /// Reads asking for locks in flight, per object.
@@ -151,7 +157,7 @@ impl State {
         let h = self.held.remove(&handle)?;
         self.lru.remove(&h.used);
         if let Some(v) = self.by_object.get_mut(&h.lock.object) {
-            v.retain(|x| *x != handle);
+            v.remove(&(h.lock.start, handle));
             if v.is_empty() {
                 self.by_object.remove(&h.lock.object);
             }
@@ -169,17 +175,33 @@ impl State {
         }
     }
 
-    /// A held lock, not called back, covering `want` (a write lock for a write).
+    /// A held lock, not called back, covering `want` (a write lock for a write). Looks at the
+    /// [`COVER_SCAN_MAX`] locks starting nearest before `want` only (a contended object's
+    /// narrow locks are many): past them it answers none, which only costs a lock asked
+    /// for, a write not kept, or pages dropped.
     fn covering(&self, object: ObjectId, want: &Extent) -> Option<u64> {
-        self.by_object.get(&object)?.iter().copied().find(|id| {
-            let h = &self.held[id];
-            !h.revoked
-                && h.lock.start <= want.start
-                && h.lock.end >= want.end
-                && (h.lock.write || !want.write)
-        })
+        self.by_object
+            .get(&object)?
+            .range(..=(want.start, u64::MAX))
+            .rev()
+            .take(COVER_SCAN_MAX)
+            .find(|((_, id), (end, write))| {
+                *end >= want.end && (*write || !want.write) && !self.held[id].revoked
+            })
+            .map(|((_, id), _)| *id)
+    }
+
+    /// Notes lock `handle` as held on its object.
+    fn index(&mut self, lock: &ExtentRef) {
+        self.by_object
+            .entry(lock.object)
+            .or_default()
+            .insert((lock.start, lock.handle), (lock.end, lock.write));
     }
 }
+
+/// Locks looked at to find one covering a range (see `State::covering`).
+const COVER_SCAN_MAX: usize = 32;
 
 /// One OST's data locks on this client.
 pub struct OstLocks {
@@ -480,10 +502,7 @@ impl Client {
                     used: 0,
                 },
             );
-            s.by_object
-                .entry(lock.object)
-                .or_default()
-                .push(lock.handle);
+            s.index(&lock);
         }
         s.touch(lock.handle);
         locks.used.push((ost, lock.handle));

@@ -435,6 +435,16 @@ impl<K: Kind> Namespace<K> {
         s.locks.len() > s.holders.get(client).map_or(0, |h| h.locks.len())
     }
 
+    /// Locks `client` holds on `res` now.
+    pub fn held_on(&self, client: &ClientId, res: &K::Res) -> usize {
+        let s = self.state.lock();
+        s.by_res.get(res).map_or(0, |ids| {
+            ids.iter()
+                .filter(|id| s.locks[id].client == *client)
+                .count()
+        })
+    }
+
     /// Locks `client` holds now.
     pub fn held_by(&self, client: &ClientId) -> usize {
         self.state

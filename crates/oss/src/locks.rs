@@ -343,6 +343,11 @@ pub(crate) fn cancel(
 
 /// Bytes of a page the kernel of a client caches.
 const PAGE_BYTES: u64 = 4096;
+/// Locks a client may hold on one object before its writes through there get no read lock
+/// on their pages (which the client then drops after the write): on a contended object
+/// every write through adds one, and each lock costs every later change of the object a
+/// look.
+pub(crate) const PAGE_LOCKS_PER_OBJECT_MAX: usize = 256;
 
 /// The lock `client` gets with a write of `len` bytes at `offset` of `object`, taken under
 /// the write's `hold` before the write is applied (so no other client's change can come in
@@ -350,7 +355,8 @@ const PAGE_BYTES: u64 = 4096;
 /// it may keep its next writes there cached; else (a contended object, another client's
 /// lock next to them) a read lock on the whole pages written, which the client's kernel
 /// keeps cached after a write through (a page written in part is not kept), so a change
-/// elsewhere calls them back. The flag is true for a new lock.
+/// elsewhere calls them back — while the client holds fewer than
+/// [`PAGE_LOCKS_PER_OBJECT_MAX`] locks on the object. The flag is true for a new lock.
 pub(crate) fn grant_write(
     ost: &OstTarget,
     client: &[u8; 16],
@@ -369,7 +375,7 @@ pub(crate) fn grant_write(
     }
     let start = offset.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES);
     let end = offset.saturating_add(len) / PAGE_BYTES * PAGE_BYTES;
-    (start < end)
+    (start < end && ost.locks.ns.held_on(client, &object) < PAGE_LOCKS_PER_OBJECT_MAX)
         .then(|| {
             grant(Extent {
                 start,
