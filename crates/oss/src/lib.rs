@@ -135,7 +135,12 @@ impl OssHandler {
         // Other clients' conflicting locks are called back first (the request was parked
         // while they were; this finds nothing left unless one was granted meanwhile).
         let mut hold = locks::revoke_for(ost, &call, bulk_len);
-        let lock = locks::grant_read(ost, &call.client, &call.req);
+        // A lock new to the client goes again if the read fails (the client does not learn
+        // of it); one it held already stays.
+        let (lock, new_lock) = match locks::grant_read(ost, &call.client, &call.req) {
+            Some((l, new)) => (Some(l), new),
+            None => (None, false),
+        };
         let req = call.req;
         let io = |e: nacre_osd::OsdError| {
             tracing::debug!("{}: {e}", ost.label.name());
@@ -196,7 +201,7 @@ impl OssHandler {
                 ..
             } => {
                 if len > BULK_BYTES_MAX {
-                    if let Some(l) = lock {
+                    if let (Some(l), true) = (lock, new_lock) {
                         ost.locks.ns.release(&call.client, l.handle);
                     }
                     return Err(Status::Inval);
@@ -206,7 +211,7 @@ impl OssHandler {
                 let data = match result {
                     Ok(d) => d,
                     Err(e) => {
-                        if let Some(l) = lock {
+                        if let (Some(l), true) = (lock, new_lock) {
                             ost.locks.ns.release(&call.client, l.handle);
                         }
                         return Err(io(e));

@@ -388,11 +388,12 @@ pub(crate) fn grant_write(
 
 /// A read lock for `client` on what `req` (a read) reads, if it asked for one and one can
 /// be granted: taken before the data is read, so a change that starts after it revokes it.
+/// The flag is true for a lock new to the client (false: one it held already).
 pub(crate) fn grant_read(
     ost: &OstTarget,
     client: &[u8; 16],
     req: &OssRequest,
-) -> Option<ExtentRef> {
+) -> Option<(ExtentRef, bool)> {
     let OssRequest::Read {
         object,
         offset,
@@ -408,7 +409,6 @@ pub(crate) fn grant_read(
     ost.locks
         .ns
         .try_grant(client, *object, Extent::of(*offset, u64::from(*len), false))
-        .map(|(l, _)| l)
 }
 
 #[cfg(test)]
@@ -455,5 +455,56 @@ mod tests {
         );
         assert!(!r[0].1.write);
         assert!(targets(&OssRequest::StatFs, 0).is_empty());
+    }
+
+    /// A client polling for callbacks on `ost`, cancelling each lock it is called back for.
+    fn cancelling_poller(ost: &Arc<OstTarget>, client: [u8; 16]) {
+        let ns = ost.locks.ns.clone();
+        ost.locks.ns.poll(
+            &client,
+            10_000,
+            Box::new(move |cb: Callbacks<_, _>| {
+                let handles: Vec<u64> = cb.revoke.iter().map(|l| l.handle).collect();
+                ns.cancel(&client, &handles);
+            }),
+        );
+    }
+
+    #[test]
+    fn reads_say_which_locks_are_new_and_writes_through_get_their_whole_pages() {
+        let dir = std::env::temp_dir().join(format!("nacre-oss-locks-{}", fastrand::u64(..)));
+        let label = nacre_osd::Label::new(nacre_types::TargetKind::Ost, 0, "t", None).unwrap();
+        let ost = Arc::new(OstTarget::open(&dir, label).unwrap());
+        let (a, b) = ([1u8; 16], [2u8; 16]);
+        cancelling_poller(&ost, a);
+        let o = ObjectId { seq: 1, id: 3 };
+        let read = OssRequest::Read {
+            object: o,
+            offset: 0,
+            len: 4096,
+            lock: true,
+        };
+        // A read error gives back only a lock new to the client: the flag says which.
+        let (first, new) = grant_read(&ost, &a, &read).unwrap();
+        assert!(new);
+        let (again, new) = grant_read(&ost, &a, &read).unwrap();
+        assert_eq!((again.handle, new), (first.handle, false));
+        // B writes twice, each time calling back a lock A read under: the object is
+        // contended for a while.
+        let bytes = Extent::of(100, 10_000, true);
+        drop(ost.locks.ns.revoke(Some(&b), &[(o, bytes)]));
+        cancelling_poller(&ost, a);
+        assert!(grant_read(&ost, &a, &read).is_some_and(|(_, new)| new));
+        drop(ost.locks.ns.revoke(Some(&b), &[(o, bytes)]));
+        cancelling_poller(&ost, b);
+        let hold = ost.locks.ns.revoke(Some(&b), &[(o, bytes)]);
+        // No write lock on a contended object, so a read lock on the whole pages written.
+        let (l, new) = grant_write(&ost, &b, Some(&hold), o, 100, 10_000).unwrap();
+        assert!(new && !l.write);
+        assert_eq!((l.start, l.end), (4096, 8191));
+        // A write within one page leaves no whole page: nothing to cover.
+        assert!(grant_write(&ost, &b, Some(&hold), o, 5000, 100).is_none());
+        drop(hold);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
