@@ -422,13 +422,98 @@ fn an_ls_l_is_answered_by_the_listing(form: Form) {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "inside");
 }
 
+/// The kernel drops a directory's attributes after each create or unlink in it and asks
+/// again before the next name: the mount answers from the attributes the MDT sent back
+/// with its own change, under its lock on the directory, so a create or an unlink is one
+/// request. Those attributes are always the MDT's: another mount's view agrees after each
+/// kind of change, either way round.
+fn a_directorys_attributes_follow_this_mounts_own_changes_without_asking(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "locke7",
+        Form::Networked => "lockn7",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let (other_mnt, _other) = second_mount(&fs);
+    let a = |rel: &str| fs.path(rel);
+    let b = |rel: &str| other_mnt.join(rel);
+    fs::create_dir(a("d")).unwrap();
+    let view = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (
+            m.nlink(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    };
+    let _ = view(&a("d"));
+    let before = md_requests(fsname, &["getattr"]);
+    for i in 0..100 {
+        fs::File::create(a(&format!("d/f{i}"))).unwrap();
+    }
+    for i in 0..50 {
+        fs::remove_file(a(&format!("d/f{i}"))).unwrap();
+    }
+    let asked = md_requests(fsname, &["getattr"]) - before;
+    assert!(
+        asked <= 15,
+        "{asked} getattrs for 150 creates and unlinks in one directory"
+    );
+    // What this mount shows of the directory is what the MDT holds: the other mount asks.
+    assert_eq!(view(&a("d")), view(&b("d")), "after creates and unlinks");
+    fs::create_dir(a("d/sub")).unwrap();
+    assert_eq!(view(&a("d")), view(&b("d")), "after a mkdir (nlink)");
+    fs::remove_dir(a("d/sub")).unwrap();
+    fs::hard_link(a("d/f60"), a("d/h60")).unwrap();
+    std::os::unix::fs::symlink("f61", a("d/s61")).unwrap();
+    assert_eq!(
+        view(&a("d")),
+        view(&b("d")),
+        "after rmdir, link and symlink"
+    );
+    // A change by the other mount calls this mount's lock back: seen at once.
+    fs::File::create(b("d/from_b")).unwrap();
+    fs::create_dir(b("d/sub_b")).unwrap();
+    assert_eq!(
+        view(&a("d")),
+        view(&b("d")),
+        "after the other mount's changes"
+    );
+    // Renames and attribute changes drop what is kept.
+    fs::rename(a("d/f70"), a("d/g70")).unwrap();
+    assert_eq!(view(&a("d")), view(&b("d")), "after a rename");
+    fs::set_permissions(a("d"), fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(
+        fs::metadata(a("d")).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(view(&a("d")), view(&b("d")), "after a chmod");
+    if form == Form::Networked {
+        // Both mounts' counters (this one answered at least the creates' and unlinks').
+        let hits = nacre_ok(&[
+            "ctl",
+            "get_param",
+            "-n",
+            &format!("llite.{fsname}.lock_cache"),
+        ]);
+        let n: u64 = hits
+            .lines()
+            .filter_map(|l| l.strip_prefix("dir_attrs_kept_hits "))
+            .filter_map(|v| v.trim().parse::<u64>().ok())
+            .sum();
+        assert!(n >= 100, "dir_attrs_kept_hits {n}:\n{hits}");
+    }
+}
+
 on_both_forms!(
     an_ls_l_is_answered_by_the_listing,
     a_directory_made_through_the_mkdir_xattr_replaces_a_cached_absence,
     an_absent_name_is_cached_until_another_mount_makes_it,
     a_cached_stat_never_leaves_the_kernel,
     a_change_on_one_mount_is_seen_at_once_on_the_other,
-    a_directory_made_here_answers_lookups_of_new_names_itself
+    a_directory_made_here_answers_lookups_of_new_names_itself,
+    a_directorys_attributes_follow_this_mounts_own_changes_without_asking
 );
 
 /// A mount whose process is stopped cannot cancel: the change waits at most the callback

@@ -15,6 +15,7 @@ mod admin;
 mod append;
 pub mod complete;
 pub mod datalocks;
+pub mod dirattrs;
 mod flock;
 mod io;
 pub mod lfsck;

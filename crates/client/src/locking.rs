@@ -57,6 +57,16 @@ impl Client {
         r
     }
 
+    /// `GETATTR`s of directories answered from attributes kept under their `UPDATE` lock
+    /// (crate::dirattrs).
+    pub fn dir_attr_hits(&self) -> u64 {
+        self.mdcs
+            .read()
+            .values()
+            .map(|m| m.dir_attrs.hits.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
     /// Directories this client knows completely now (their lookups of absent names are
     /// answered without the MDT).
     pub fn complete_dirs(&self) -> usize {

@@ -59,6 +59,8 @@ pub struct Mdc {
     /// The byte-range locks this client holds on this MDT (as the MDT granted them; owners
     /// under [`OWN`]), set again after a restart of the MDT.
     pub(crate) flocks: nacre_ldlm::flock::FlockTable,
+    /// Attributes of this MDT's directories kept under `UPDATE` locks.
+    pub dir_attrs: crate::dirattrs::DirAttrs,
 }
 
 /// The client of the owners in [`Mdc::flocks`] (the table holds this client's alone).
@@ -108,6 +110,7 @@ impl Mdc {
             sink: std::sync::OnceLock::new(),
             locks_stopped: AtomicBool::new(false),
             flocks: Default::default(),
+            dir_attrs: Default::default(),
         }
     }
 
@@ -378,6 +381,16 @@ impl Mdc {
         let opcode = op.opcode();
         // A change is kept for replay until committed: the operation is needed again then.
         let keep = op.is_modifying().then(|| op.clone());
+        // Kept directory attributes: what this request changes is no longer good; what a
+        // read under an UPDATE lock finds may be kept (crate::dirattrs).
+        let dir_change = crate::dirattrs::DirAttrs::classify(&op);
+        let dir_gen = self.dir_attrs.change_start(dir_change);
+        let dir_read = match &op {
+            MdsOp::GetAttr { fid } if lock_bits & nacre_ldlm::msg::UPDATE != 0 => {
+                Some(self.dir_attrs.snapshot(*fid))
+            }
+            _ => None,
+        };
         let (xid, replied_below) = {
             let mut in_flight = self.in_flight.lock();
             let xid = self.conn.alloc_xid();
@@ -444,12 +457,26 @@ impl Mdc {
                 tracing::debug!("sync of MDT{:04x}: {e}", self.target);
             }
         }
+        let held = |h: u64| self.locks.holds(h);
+        let after = result.as_ref().ok().and_then(|a| a.dir.clone());
+        self.dir_attrs.change_done(dir_change, dir_gen, after, held);
         result.map(|a| {
             let lock = a
                 .lock
                 .filter(|l| l.is_valid() && lock_bits != 0 && self.locks.granted(*l));
+            if let (Some(snap), MdsReply::Entry { attr, .. }) = (dir_read, &a.reply) {
+                if let Some(h) = self.locks.holding(attr.fid, nacre_ldlm::msg::UPDATE) {
+                    self.dir_attrs.put_read(snap, attr.clone(), h);
+                }
+            }
             (a.reply, lock)
         })
+    }
+
+    /// The attributes of directory `fid` kept under an `UPDATE` lock still held
+    /// (crate::dirattrs), if any.
+    pub fn kept_dir_attr(&self, fid: Fid) -> Option<nacre_types::Attr> {
+        self.dir_attrs.get(fid, |h| self.locks.holds(h))
     }
 
     /// Replays the locks held here to a restarted MDT; drops those it refuses (and all of

@@ -167,6 +167,12 @@ impl Client {
     }
 
     pub(crate) fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
+        // A directory's attributes kept under its UPDATE lock (crate::dirattrs).
+        if bits & nacre_ldlm::msg::UPDATE != 0 {
+            if let Some(attr) = self.mdc(fid.mdt_index())?.kept_dir_attr(fid) {
+                return Ok((attr, true));
+            }
+        }
         // The MDT gave the size exactly last time: it likely will again, glimpse only if not.
         let seen = self
             .layouts

@@ -148,6 +148,16 @@ impl ClientLocks {
         false
     }
 
+    /// A held lock on `fid` with all of `bits`, if any.
+    pub fn holding(&self, fid: Fid, bits: u8) -> Option<u64> {
+        let s = self.state.lock();
+        s.by_fid
+            .get(&fid)?
+            .iter()
+            .copied()
+            .find(|h| s.held[h].lock.bits & bits == bits)
+    }
+
     /// Records that the kernel got entry `parent`/`name` → `fid` to cache: true if a held
     /// `LOOKUP` lock on `fid` now covers it (it will be invalidated with the lock), false if
     /// the kernel must not cache it.

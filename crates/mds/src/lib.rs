@@ -785,9 +785,36 @@ pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outg
         .with(|c| c.take())
         .filter(|(c, x, _)| *c == call.client && *x == xid)
         .map(|(_, _, l)| l);
-    let mut body = encode_body(&(transno, last_committed, mdt.epoch, pre_versions, lock));
+    let dir = changed_dir(mdt, &call.op);
+    let mut body = nacre_wire::mds::MdsAnswer::encode_head(
+        transno,
+        last_committed,
+        mdt.epoch,
+        &pre_versions,
+        lock,
+        dir.as_ref(),
+    );
     body.extend_from_slice(&out.body);
     Outgoing { body, ..out }
+}
+
+/// The attributes, as they are now, of the directory a name change (`op`) changed, for
+/// the client to keep under its `UPDATE` lock on it (the kernel asks for them after every
+/// such change, as it drops its own). A replay gets none.
+fn changed_dir(mdt: &Mdt, op: &MdsOp) -> Option<nacre_types::Attr> {
+    let dir = match op {
+        MdsOp::Create { parent, .. }
+        | MdsOp::Mkdir { parent, .. }
+        | MdsOp::Symlink { parent, .. }
+        | MdsOp::Link { parent, .. }
+        | MdsOp::Unlink { parent, .. }
+        | MdsOp::Rmdir { parent, .. } => *parent,
+        _ => return None,
+    };
+    mdt.inode(dir)
+        .ok()
+        .map(|rec| rec.attr)
+        .filter(|a| a.kind == nacre_types::FileKind::Directory)
 }
 
 /// Requests that wait while the recovery window is open: all but those of peer MDTs and

@@ -341,8 +341,14 @@ pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming
             let last_committed = m
                 .last_committed_transno
                 .load(std::sync::atomic::Ordering::Acquire);
-            let head = (0u64, last_committed, m.epoch, Vec::<(Fid, u64)>::new());
-            let mut body = encode_body(&(head.0, head.1, head.2, head.3, None::<LockRef>));
+            let mut body = nacre_wire::mds::MdsAnswer::encode_head(
+                0,
+                last_committed,
+                m.epoch,
+                &[],
+                None,
+                None,
+            );
             body.extend_from_slice(&encode_body(&MdsReply::Blocking(refs)));
             req.respond(Outgoing::ok(body));
         }),

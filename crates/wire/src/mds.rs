@@ -474,8 +474,28 @@ pub struct MdsAnswer {
     pub pre_versions: Vec<(Fid, u64)>,
     /// The lock granted with the reply (the request's `lock_bits`), if any.
     pub lock: Option<nacre_ldlm::msg::LockRef>,
+    /// The attributes of the directory a name change (create, mkdir, symlink, link,
+    /// unlink, rmdir) changed, as they are after it: a client holding that directory's
+    /// `UPDATE` lock keeps them instead of asking again.
+    pub dir: Option<Attr>,
     /// The reply.
     pub reply: MdsReply,
+}
+
+impl MdsAnswer {
+    /// The encoding of an answer's fields but its reply, which the reply's own encoding
+    /// follows: a server prefixes a reply it holds encoded (a saved one) without decoding
+    /// it.
+    pub fn encode_head(
+        transno: u64,
+        last_committed: u64,
+        epoch: u64,
+        pre_versions: &[(Fid, u64)],
+        lock: Option<nacre_ldlm::msg::LockRef>,
+        dir: Option<&Attr>,
+    ) -> Vec<u8> {
+        crate::encode_body(&(transno, last_committed, epoch, pre_versions, lock, dir))
+    }
 }
 
 /// Most files one [`MdsOp::Reopen`] lists (a client with more sends several).
@@ -1364,6 +1384,20 @@ mod tests {
                 fid: Fid::ROOT,
                 bits: nacre_ldlm::msg::LOOKUP,
             }),
+            dir: Some(Attr {
+                fid: Fid::ROOT,
+                kind: FileKind::Directory,
+                perm: 0o755,
+                uid: 0,
+                gid: 0,
+                nlink: 3,
+                size: 4096,
+                blocks: 8,
+                atime: nacre_types::TimeSpec { sec: 5, nsec: 6 },
+                mtime: nacre_types::TimeSpec { sec: 7, nsec: 8 },
+                ctime: nacre_types::TimeSpec { sec: 7, nsec: 8 },
+                rdev: 0,
+            }),
             reply: MdsReply::Connected {
                 epoch: 7,
                 recovering: true,
@@ -1384,10 +1418,21 @@ mod tests {
             0x1234_5678_9abcu64,
             vec![(Fid::ROOT, 7u64)],
             answer.lock,
+            answer.dir.clone(),
         );
         let mut prefixed = postcard::to_allocvec(&head).unwrap();
         prefixed.extend(encode_body(&answer.reply));
         assert_eq!(prefixed, bytes);
+        let mut head = MdsAnswer::encode_head(
+            300,
+            299,
+            0x1234_5678_9abc,
+            &[(Fid::ROOT, 7)],
+            answer.lock,
+            answer.dir.as_ref(),
+        );
+        head.extend(encode_body(&answer.reply));
+        assert_eq!(head, bytes, "encode_head is the same head");
     }
 
     #[test]

@@ -135,10 +135,11 @@ pub(crate) fn serve_mount(
     registry.add_fn(format!("llite.{}.lock_cache", me.fsname()), move || {
         use std::sync::atomic::Ordering::Relaxed;
         format!(
-            "complete_dirs {}\ninodes_invalidated {}\nentries_invalidated {}\n\
-             entry_waits_cut {}\nlistings_invalidated {}\nfile_data_invalidated {}\n\
-             data_waits_cut {}",
+            "complete_dirs {}\ndir_attrs_kept_hits {}\ninodes_invalidated {}\n\
+             entries_invalidated {}\nentry_waits_cut {}\nlistings_invalidated {}\n\
+             file_data_invalidated {}\ndata_waits_cut {}",
             c.complete_dirs(),
+            c.dir_attr_hits(),
             inval.inodes.load(Relaxed),
             inval.entries.load(Relaxed),
             inval.entry_waits_cut.load(Relaxed),
