@@ -57,14 +57,37 @@ pub fn free_port() -> u16 {
     free_port_at("127.0.0.1")
 }
 
-/// A TCP port free on address `ip` right now (a port free on 127.0.0.1 may be taken on
-/// 127.0.0.3 by another test's server: ask the address that will listen).
+/// A TCP port free on address `ip` right now, taken below the kernel's range of ephemeral
+/// ports (`net.ipv4.ip_local_port_range`): a port handed out by binding port 0 is an
+/// ephemeral one, which any outgoing connection (another test's client) may take before the
+/// server meant to listen on it binds it. (A port free on 127.0.0.1 may be taken on
+/// 127.0.0.3 by another test's server: ask the address that will listen.)
 pub fn free_port_at(ip: &str) -> u16 {
+    let low = ephemeral_ports_start();
+    if low > PORT_MIN + 1_000 {
+        for _ in 0..1_000 {
+            let port = fastrand::u16(PORT_MIN..low);
+            if TcpListener::bind((ip, port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind((ip, 0))
         .expect("bind")
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// Lowest port [`free_port_at`] hands out.
+const PORT_MIN: u16 = 20_000;
+
+/// The first ephemeral port of this machine (32,768 if it cannot be read).
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Runs a shell command, asserting success; returns stdout.
@@ -644,6 +667,21 @@ impl Drop for NetLab {
         }
         for b in &self.bridges {
             let _ = Command::new("ip").args(["link", "del", b]).status();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn free_ports_are_bindable_and_not_ephemeral() {
+        let low = super::ephemeral_ports_start();
+        for _ in 0..50 {
+            let port = super::free_port();
+            assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+            if low > super::PORT_MIN + 1_000 {
+                assert!((super::PORT_MIN..low).contains(&port), "{port}");
+            }
         }
     }
 }
