@@ -84,13 +84,10 @@ pub struct DirAttrs {
 impl DirAttrs {
     /// How `op` changes directories.
     pub fn classify(op: &MdsOp) -> Change {
+        if let Some(dir) = op.names_changed_in() {
+            return Change::Names(dir);
+        }
         match op {
-            MdsOp::Create { parent, .. }
-            | MdsOp::Mkdir { parent, .. }
-            | MdsOp::Symlink { parent, .. }
-            | MdsOp::Link { parent, .. }
-            | MdsOp::Unlink { parent, .. }
-            | MdsOp::Rmdir { parent, .. } => Change::Names(*parent),
             MdsOp::Close { .. } => Change::None,
             // A replayed change, or a lock taken back by a restarted MDT whose other
             // changes may be lost: nothing kept can be placed any more.

@@ -802,16 +802,7 @@ pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outg
 /// the client to keep under its `UPDATE` lock on it (the kernel asks for them after every
 /// such change, as it drops its own). A replay gets none.
 fn changed_dir(mdt: &Mdt, op: &MdsOp) -> Option<nacre_types::Attr> {
-    let dir = match op {
-        MdsOp::Create { parent, .. }
-        | MdsOp::Mkdir { parent, .. }
-        | MdsOp::Symlink { parent, .. }
-        | MdsOp::Link { parent, .. }
-        | MdsOp::Unlink { parent, .. }
-        | MdsOp::Rmdir { parent, .. } => *parent,
-        _ => return None,
-    };
-    mdt.inode(dir)
+    mdt.inode(op.names_changed_in()?)
         .ok()
         .map(|rec| rec.attr)
         .filter(|a| a.kind == nacre_types::FileKind::Directory)

@@ -569,6 +569,21 @@ impl MdsOp {
         }
     }
 
+    /// The directory whose names the operation changes (create, mkdir, symlink, link,
+    /// unlink, rmdir): its answer carries the directory's attributes after the change
+    /// ([`MdsAnswer::dir`]).
+    pub fn names_changed_in(&self) -> Option<Fid> {
+        match self {
+            MdsOp::Create { parent, .. }
+            | MdsOp::Mkdir { parent, .. }
+            | MdsOp::Symlink { parent, .. }
+            | MdsOp::Link { parent, .. }
+            | MdsOp::Unlink { parent, .. }
+            | MdsOp::Rmdir { parent, .. } => Some(*parent),
+            _ => None,
+        }
+    }
+
     /// Opcode (service 2).
     pub fn opcode(&self) -> u16 {
         0x0200
