@@ -5,9 +5,10 @@
 #   net-1      the networked form: MGS+MDT0 server process on 127.0.0.1, two OSS processes
 #              (127.0.0.2, .3) with one OST each, both tasks on one `nacre mount` process
 #   net-2      the same file system, one task per mount (two `nacre mount` processes)
-# plus `nacre bench survey` on the networked OSTs as their own ceiling. Checksums on (the
-# default). Every figure is the median of ROUNDS runs, with its ratio to local. The embedded
-# form is one process with one mount by definition: it has no one-task-per-mount column.
+# plus `nacre bench survey` on the networked OSTs as their own ceiling, right after each IOR
+# easy run. Checksums on (the default). Every figure is the median of ROUNDS runs, with its
+# ratio to local. The embedded form is one process with one mount by definition: it has no
+# one-task-per-mount column.
 #   mdtest easy: -n FILES/2 per task, a directory per task, empty files
 #   mdtest hard: one shared directory, 3,901-byte files written then read
 #   IOR easy:    file per process, 1 MiB transfers, O_DIRECT, SIZE per task
@@ -80,10 +81,21 @@ ior_hard() { # form -> "write read" MiB/s
   "$NACRE" bench ior -w -r -t 47008 -b 47008 -s "$SEGMENTS" -N 2 -e -C -q --json -o "$P/ior-hard" "${TEAM[@]}" \
     | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
 }
-survey() { # -> "write read" MiB/s of both OSTs, 2 threads, 1 MiB records
+survey() { # THREADS -> "write read" MiB/s of both OSTs, THREADS threads each, 1 MiB records
   local out
-  out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o 2 -t 2 -r 1M -s "$SIZE" --json)
+  out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o "$1" -t "$1" -r 1M -s "$SIZE" --json)
   for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
+}
+ior_easy_paired() { # form -> "write read s2-write s2-read s1-write write/s2% write/s1%"
+  # The OSTs' ceiling is measured right after each IOR easy run, so both see the same state
+  # of the disk (a virtual disk's speed drifts by 2x over a run; a ceiling measured minutes
+  # later compared runs from different minutes): with 2 threads per OST (4 streams), and
+  # with 1 (2 streams, as many as IOR's 2 tasks).
+  local w r s2w s2r s1w s1r
+  read -r w r <<<"$(ior_easy "$1")"
+  read -r s2w s2r <<<"$(survey 2)"
+  read -r s1w s1r <<<"$(survey 1)"
+  echo "$w $r $s2w $s2r $s1w $(python3 -c "print(round($w / $s2w * 100), round($w / $s1w * 100))")"
 }
 medcols() { # runs "$@" ROUNDS times; prints each column's median (a failed run stops all)
   local out; out=$(for _ in $(seq "$ROUNDS"); do "$@" || exit 1; done) \
@@ -97,11 +109,10 @@ for form in $ONLY; do
   echo "measuring $form ..." >&2
   read -r R[$form,ec] R[$form,es] R[$form,er] <<<"$(medcols md_easy "$form")"
   read -r R[$form,hc] R[$form,hs] R[$form,hr] R[$form,hx] <<<"$(medcols md_hard "$form")"
-  read -r R[$form,iew] R[$form,ier] <<<"$(medcols ior_easy "$form")"
+  read -r R[$form,iew] R[$form,ier] R[$form,sw] R[$form,sr] R[$form,s1w] R[$form,iewr] \
+    R[$form,iewr1] <<<"$(medcols ior_easy_paired "$form")"
   read -r R[$form,ihw] R[$form,ihr] <<<"$(medcols ior_hard "$form")"
 done
-echo "measuring the OSTs alone ..." >&2
-read -r SW SR <<<"$(medcols survey)"
 
 cell() { # form key -> "value (ratio to local)"
   local v="${R[$1,$2]:--}" l="${R[local,$2]:-}"
@@ -120,8 +131,10 @@ for row in "mdtest easy create/s:ec" "mdtest easy stat/s:es" "mdtest easy remove
   for f in $ONLY; do printf ' %s |' "$(cell "$f" "${row##*:}")"; done; echo
 done
 echo
-echo "OSTs alone (nacre bench survey, 2 OSTs, 2 threads, 1 MiB): write $SW MiB/s, read $SR MiB/s"
+echo "OSTs alone (nacre bench survey, 2 OSTs, 1 MiB), measured right after each IOR easy run:"
+echo "2 threads per OST (4 streams) and 1 thread per OST (2 streams, as many as IOR's tasks);"
+echo "IOR easy write as a share of each (medians of the runs' ratios):"
 for f in $ONLY; do
-  [ "$f" = local ] && continue
-  echo "$f IOR easy write / OSTs alone: $(pct "${R[$f,iew]}" "$SW")"
+  echo "$f: OSTs alone write ${R[$f,sw]} MiB/s (1 thread per OST: ${R[$f,s1w]}), read ${R[$f,sr]}" \
+    "MiB/s; IOR easy write / OSTs alone write: ${R[$f,iewr]}% (1 thread per OST: ${R[$f,iewr1]}%)"
 done

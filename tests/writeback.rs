@@ -445,3 +445,87 @@ fn an_ost_restart_gives_locks_back_and_never_lets_kept_writes_overwrite_newer_da
     assert!(osc_lock_stat(fsname, pid, "replayed") >= 1);
     assert!(osc_lock_stat(fsname, pid, "replay_refused") >= 1);
 }
+
+/// Space granted for kept writes stays theirs across an OST restart (Lustre's grant at
+/// reconnect): the OST held back what it had promised, the mount claimed it back with its
+/// lock replay, and another mount filling the OST meanwhile could not take it. Without the
+/// claim, the kept writes met a full OST after the restart and `fsync` failed.
+#[test]
+fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
+    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
+    let d = |n: &str| root.path().join(n);
+    let fsname = "wbn8";
+    let ost = d("ost0");
+    fs::create_dir_all(&ost).unwrap();
+    nacre_testkit::sh(&format!(
+        "mount -t tmpfs -o size=48m nacre-test-grant {}",
+        ost.display()
+    ));
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(ost.clone());
+    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
+    let nid = format!("{mgs_addr}@tcp");
+    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
+    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
+    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &ost);
+    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
+    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
+    let mut oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&ost], &[]);
+    let source = format!("{nid}:/{fsname}");
+    let a = nacre_testkit::ClientMount::mount(&source, &d("a"), &[]);
+    let b = nacre_testkit::ClientMount::mount(&source, &d("b"), &[]);
+    let pid = a.pid().expect("the first mount's process");
+    // Opened now: writing it below needs only the OST (a create while the first mount is
+    // stopped would wait for its lock on the directory until it is evicted).
+    let mut filler = fs::File::create(b.mnt.join("filler")).unwrap();
+    // Eight files of 512 KiB, each less than an RPC: kept (a second) after the first write
+    // of each brought a write lock and space grant.
+    let mut files = Vec::new();
+    for i in 0..8 {
+        let p = a.mnt.join(format!("f{i}"));
+        let mut f = fs::File::create(&p).unwrap();
+        let data = nacre_testkit::pattern(i, 512 << 10);
+        for piece in data.chunks(64 << 10) {
+            f.write_all(piece).unwrap();
+        }
+        files.push((p, f, data));
+    }
+    let kept = wb_stat(fsname, Some(pid), "dirty_bytes");
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    assert!(kept >= 1 << 20, "too little kept to show anything: {kept}");
+    oss.kill9();
+    oss.restart();
+    // The other mount fills the OST while the first is stopped.
+    let chunk = vec![9u8; 1 << 20];
+    let full = (0..64)
+        .find_map(|_| filler.write_all(&chunk).err())
+        .or_else(|| filler.sync_all().err())
+        .expect("64 MiB must not fit in a 48 MiB OST");
+    assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    drop(filler);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    for (p, f, data) in files {
+        f.sync_all()
+            .unwrap_or_else(|e| panic!("kept writes to {} lost their space: {e}", p.display()));
+        drop(f);
+        let name = p.file_name().unwrap();
+        let got = fs::read(b.mnt.join(name)).unwrap();
+        let first_bad = got.iter().zip(&data).position(|(x, y)| x != y);
+        assert!(
+            got == data,
+            "{name:?}: {} bytes read, {} written, first difference at {first_bad:?}",
+            got.len(),
+            data.len()
+        );
+    }
+}

@@ -808,9 +808,13 @@ impl Client {
     fn replay_data_locks(&self, o: &OstLocks, uuid: [u8; 16]) -> bool {
         let refs: Vec<ExtentRef> = o.state.lock().held.values().map(|h| h.lock).collect();
         let (mut refused, mut changed) = (Vec::new(), Vec::new());
+        // What is kept for the OST (written or not) was granted space there: claimed back
+        // with the first message, so the OST's restart cannot let others take it.
+        let mut grant_bytes = self.writeback.dirty_on(o.ost);
         for chunk in refs.chunks(REFS_PER_MESSAGE_MAX) {
             let req = OssRequest::LockReplay {
                 locks: chunk.to_vec(),
+                grant_bytes: std::mem::take(&mut grant_bytes),
             };
             match self.ost_call(o.ost, uuid, &req) {
                 Ok(OssReply::Replayed {

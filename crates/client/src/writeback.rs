@@ -366,7 +366,12 @@ impl Writeback {
         self.cv.notify_all();
     }
 
-    /// Bytes kept or in flight now.
+    /// Bytes kept or in flight for OST `ost` now.
+    pub(crate) fn dirty_on(&self, ost: u32) -> u64 {
+        self.st.lock().dirty.get(&ost).copied().unwrap_or(0)
+    }
+
+    /// Data kept unwritten (or being written) for every OST.
     pub fn dirty_bytes(&self) -> u64 {
         self.st.lock().dirty.values().sum()
     }

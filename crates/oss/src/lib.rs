@@ -59,7 +59,7 @@ impl OstTarget {
             job_stats: nacre_params::JobStats::new(stats::OST_OPS),
             export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
             locks: locks::OstLocks::default(),
-            grants: grants::Grants::default(),
+            grants: grants::Grants::open(dir),
         })
     }
 }
@@ -283,7 +283,14 @@ impl OssHandler {
             OssRequest::GlimpseAnswer { sizes } => {
                 locks::glimpse_answer(ost, &call.client, &sizes)?
             }
-            OssRequest::LockReplay { locks } => locks::replay(ost, &call.client, &locks)?,
+            OssRequest::LockReplay { locks, grant_bytes } => {
+                let reply = locks::replay(ost, &call.client, &locks)?;
+                if grant_bytes > 0 {
+                    let avail = || ost.store.statfs().map_or(0, |s| s.bytes_avail);
+                    ost.grants.reclaim(&call.client, grant_bytes, avail);
+                }
+                reply
+            }
             OssRequest::Enqueue {
                 object,
                 start,

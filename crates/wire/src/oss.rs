@@ -185,6 +185,10 @@ pub enum OssRequest {
     LockReplay {
         /// The locks.
         locks: Vec<ExtentRef>,
+        /// Space the data this client keeps for the OST (written or not yet) was granted
+        /// before the restart, claimed back (Lustre's grant at reconnect; the OST held it
+        /// back for its clients): sent with the first message of a replay, else 0.
+        grant_bytes: u64,
     },
 }
 
@@ -370,7 +374,10 @@ mod tests {
             OssRequest::LockCancel { handles: vec![] },
             OssRequest::Disconnect,
             OssRequest::GlimpseAnswer { sizes: vec![] },
-            OssRequest::LockReplay { locks: vec![] },
+            OssRequest::LockReplay {
+                locks: vec![],
+                grant_bytes: 0,
+            },
         ] {
             assert!(INLINE_OPCODES.contains(&other.opcode()));
             assert!(!IO_OPCODES.contains(&other.opcode()));
@@ -424,6 +431,7 @@ mod tests {
                 OssRequest::LockReplay {
                     locks: ids.iter().map(|&handle| ExtentRef { handle, object: objects[0],
                         start: 0, end: handle, write: handle & 1 == 0 }).collect(),
+                    grant_bytes: ids[0],
                 },
             ] {
                 let call = OssCall {
