@@ -58,8 +58,7 @@ impl Client {
                     };
                     let mut asked = crate::datalocks::ReadLocks::new();
                     self.asking(o.ost, o.object, &mut asked);
-                    let answer = crate::osc::send_one(self, o.ost, &req, None)
-                        .and_then(|(p, _)| crate::osc::collect_one(p).map_err(Into::into));
+                    let answer = crate::osc::call_one(self, o.ost, &req, None).map_err(Into::into);
                     if let Ok((OssReply::Granted(Some(l)), _)) = &answer {
                         self.data_lock_granted(o.ost, (file.fid, map), *l, &mut asked);
                     }

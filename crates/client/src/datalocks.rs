@@ -811,7 +811,13 @@ impl Client {
         // What is kept for the OST (written or not) was granted space there: claimed back
         // with the first message, so the OST's restart cannot let others take it.
         let mut grant_bytes = self.writeback.dirty_on(o.ost);
-        for chunk in refs.chunks(REFS_PER_MESSAGE_MAX) {
+        // At least one message, even with no lock to take back: the OST waits for every
+        // client that held locks before its restart (nacre_oss::recovery).
+        let chunks: Vec<&[ExtentRef]> = match refs.is_empty() {
+            true => vec![&[]],
+            false => refs.chunks(REFS_PER_MESSAGE_MAX).collect(),
+        };
+        for chunk in chunks {
             let req = OssRequest::LockReplay {
                 locks: chunk.to_vec(),
                 grant_bytes: std::mem::take(&mut grant_bytes),

@@ -15,6 +15,7 @@ use nacre_types::{AlignedBuf, Layout, ObjectId, StatFs, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One RPC of a multi-object operation.
 pub(crate) struct Sub {
@@ -112,7 +113,7 @@ impl Window {
     }
 
     /// Waits for one RPC; sent again once, under the client's new uuid, if the OST had
-    /// evicted it.
+    /// evicted it, and again while the OST answers that it is recovering.
     fn collect(&mut self, p: Pending) -> Collected {
         let (ost, tag, was) = (p.ost, p.tag, p.uuid);
         let (req, bulk) = (p.req.clone(), p.bulk.clone());
@@ -127,6 +128,11 @@ impl Window {
                     Err(_) => r,
                 }
             }
+            (Err(RpcError::Status(Status::InProgress)), Some(c)) => while_recovering(r, || {
+                let again = Self::send(&c, ost, tag, &req, bulk.clone())
+                    .map_err(|e| RpcError::Status(e.status()))?;
+                collect(again.reply, again.stats)
+            }),
             _ => r,
         }
     }
@@ -341,6 +347,44 @@ pub(crate) fn send_one(
 /// Waits for a request sent by [`send_one`] (not sent again if the OST evicted the client).
 pub(crate) fn collect_one(p: Pending) -> Collected {
     collect(p.reply, p.stats)
+}
+
+/// Sends one request to OST `ost` and waits for its answer, sending it again while the OST
+/// is recovering (not if it evicted the client).
+pub(crate) fn call_one(
+    client: &Client,
+    ost: u32,
+    req: &OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+) -> Collected {
+    let once = || {
+        let (p, _) =
+            send_one(client, ost, req, bulk.clone()).map_err(|e| RpcError::Status(e.status()))?;
+        collect_one(p)
+    };
+    while_recovering(once(), once)
+}
+
+/// Longest a request is sent again to an OST answering that it is recovering (its window
+/// is 60 s: nacre_oss::recovery::RECOVERY_MS).
+pub const OST_RECOVERY_WAIT_MS_MAX: u64 = 120_000;
+const RECOVERY_PAUSE_MS_MIN: u64 = 10;
+const RECOVERY_PAUSE_MS_MAX: u64 = 500;
+
+/// `first`, or while it (and each next answer) says the OST is recovering (`EINPROGRESS`:
+/// its clients of before are taking their locks back), what `again` gets after a pause
+/// that grows up to [`RECOVERY_PAUSE_MS_MAX`], for at most [`OST_RECOVERY_WAIT_MS_MAX`].
+fn while_recovering(first: Collected, mut again: impl FnMut() -> Collected) -> Collected {
+    let recovering = |r: &Collected| matches!(r, Err(RpcError::Status(Status::InProgress)));
+    let deadline = std::time::Instant::now() + Duration::from_millis(OST_RECOVERY_WAIT_MS_MAX);
+    let mut pause = RECOVERY_PAUSE_MS_MIN;
+    let mut r = first;
+    while recovering(&r) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(pause));
+        pause = (pause * 2).min(RECOVERY_PAUSE_MS_MAX);
+        r = again();
+    }
+    r
 }
 
 /// A lock granted with a read: OST, stripe, lock.

@@ -735,9 +735,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
             grant_used: f.range.1 - f.range.0,
             epoch,
         };
-        let result = osc::send_one(c, f.key.0, &req, Some(f.buf.clone()))
-            .map_err(|e| nacre_net::rpc::RpcError::Status(e.status()))
-            .and_then(|(p, _)| osc::collect_one(p));
+        let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()));
         if !is_stale(&result) {
             return result;
         }

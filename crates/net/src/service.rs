@@ -217,6 +217,12 @@ pub(crate) enum ReplySink {
 }
 
 impl Incoming {
+    /// True for a request from this process (the in-process transport: its sender lives
+    /// and dies with the server).
+    pub fn is_local(&self) -> bool {
+        matches!(self.reply_to, ReplySink::Local(_))
+    }
+
     /// Queues a request its handler parked ([`Handler::park`]) on its service again, to be
     /// handled by a service thread (offered to `park` again first: see
     /// [`Incoming::resubmits`]). A request whose service is gone is answered `ENODEV`.

@@ -27,9 +27,9 @@ pub const GRANT_BYTES_PER_CLIENT: u64 = 64 << 20;
 /// A client not heard from for this long has its grant taken back.
 pub const GRANT_IDLE_MS: u64 = 300_000;
 /// How long an OST that started again keeps the space it had promised before for the
-/// clients that come back to claim it (they reconnect within a lock poll retry; an MGS
-/// tells them of the restart at once).
-pub const RECOVERY_MS: u64 = 60_000;
+/// clients that come back to claim it: its recovery window (recovery.rs), which ends
+/// earlier once every client of before is back ([`Grants::end_reserve`]).
+pub use crate::recovery::RECOVERY_MS;
 /// The bound kept on disk is raised this far above the total when the total passes it, so
 /// grants growing with writes sync it rarely (once per this much growth).
 pub const RESERVE_SLACK_BYTES: u64 = 16 << 20;
@@ -177,6 +177,13 @@ impl Grants {
         s.total += from_reserve + from_free;
         s.set(client, grant, now);
         grant
+    }
+
+    /// Every client of before is back (recovery is over): what they did not claim is free.
+    pub fn end_reserve(&self) {
+        let mut s = self.state.lock();
+        s.reserve = 0;
+        s.reserve_until = None;
     }
 
     /// `client` was heard from (a poll): its grant is not idle.

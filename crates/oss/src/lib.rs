@@ -8,6 +8,7 @@
 
 pub mod grants;
 pub mod locks;
+pub mod recovery;
 pub mod stats;
 
 use nacre_net::{Handler, Incoming, Outgoing};
@@ -44,6 +45,8 @@ pub struct OstTarget {
     pub locks: locks::OstLocks,
     /// Space promised to clients for their write-behind (`ost.*.tot_granted`).
     pub grants: grants::Grants,
+    /// Recovery after a restart, and the lock holders it waits for (`ost.*.recovery_status`).
+    pub recovery: recovery::Recovery,
 }
 
 impl OstTarget {
@@ -60,6 +63,7 @@ impl OstTarget {
             export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
             locks: locks::OstLocks::default(),
             grants: grants::Grants::open(dir),
+            recovery: recovery::Recovery::open(dir),
         })
     }
 }
@@ -70,6 +74,7 @@ impl OstTarget {
     pub fn evict(&self, client: &[u8; 16], why: &str) {
         self.locks.evict(client, why, &self.label.name());
         self.grants.release(client);
+        self.recovery.forget(client);
     }
 }
 
@@ -132,6 +137,17 @@ impl OssHandler {
             return Err(Status::Stale);
         }
         let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
+        // A client about to hold its first lock here is listed first, so a restart waits
+        // for it to take its locks back (recovery.rs).
+        let may_lock = matches!(
+            call.req,
+            OssRequest::Read { lock: true, .. }
+                | OssRequest::Write { lock: true, .. }
+                | OssRequest::Enqueue { .. }
+        );
+        if may_lock && call.client != locks::NO_CLIENT {
+            ost.recovery.holder(&call.client, incoming.is_local());
+        }
         // Other clients' conflicting locks are called back first (the request was parked
         // while they were; this finds nothing left unless one was granted meanwhile).
         let mut hold = locks::revoke_for(ost, &call, bulk_len);
@@ -289,6 +305,11 @@ impl OssHandler {
                     let avail = || ost.store.statfs().map_or(0, |s| s.bytes_avail);
                     ost.grants.reclaim(&call.client, grant_bytes, avail);
                 }
+                // Back: once every client of before is, nothing more is held back.
+                ost.recovery.back(&call.client);
+                if !ost.recovery.active() {
+                    ost.grants.end_reserve();
+                }
                 reply
             }
             OssRequest::Enqueue {
@@ -308,6 +329,7 @@ impl OssHandler {
             OssRequest::Disconnect => {
                 ost.locks.ns.evict(&call.client);
                 ost.grants.release(&call.client);
+                ost.recovery.forget(&call.client);
                 OssReply::Done
             }
             // Parked before it gets here (OssHandler::park).
@@ -328,6 +350,15 @@ impl Handler for OssHandler {
         let Some(ost) = self.serving(req.header.target) else {
             return Some(req);
         };
+        // While clients of before take their locks back, data requests wait (recovery.rs).
+        if ost.recovery.active() {
+            if let Ok(call) = decode_body::<OssCall>(&req.body) {
+                if !ost.locks.is_evicted(&call.client) && ost.recovery.holds(&call.req) {
+                    req.respond(Outgoing::error(Status::InProgress));
+                    return None;
+                }
+            }
+        }
         // Nothing to wait for without locks: no decode (a poll always waits).
         if !is_poll && ost.locks.ns.granted() == 0 {
             return Some(req);

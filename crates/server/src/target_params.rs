@@ -23,6 +23,10 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     r.add_fn(format!("ost.{name}.grant_reserve"), move || {
         a.grants.reserve().to_string()
     });
+    let a = t.clone();
+    r.add_fn(format!("ost.{name}.recovery_status"), move || {
+        a.recovery.status()
+    });
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
         format!("osd.{name}.brw_stats"),
