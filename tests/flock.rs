@@ -1,7 +1,7 @@
 //! Byte-range locks (`fcntl`) and `flock` across mounts: held at the file's MDT, so a lock
 //! taken through one mount stops a conflicting one through another, a waiter is let in
-//! when the holder lets go, a close or a killed holder releases them, and a deadlock
-//! between two mounts is refused.
+//! when the holder lets go, a close or a killed holder releases them, a deadlock between
+//! two mounts is refused, and a waiter can be interrupted or killed.
 
 use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
 use std::fs;
@@ -208,9 +208,77 @@ fn a_deadlock_across_mounts_is_refused(form: Form) {
     first.join().unwrap().unwrap();
 }
 
+/// A process waiting for a lock another mount holds gives up when signalled: a handler
+/// sees `EINTR` (Python raises from it), `SIGKILL` ends it (a FUSE request already read
+/// by the mount would otherwise keep even a killed process waiting), and the holder keeps
+/// its lock.
+fn a_waiting_lock_can_be_interrupted_or_killed(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "flocke4",
+        Form::Networked => "flockn4",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    fs::write(fs.path("f"), vec![0u8; 16]).unwrap();
+    let a = rw(&fs.path("f"));
+    setlk(&a, libc::F_WRLCK, 0, 0, false).unwrap();
+    let waiter = |script: &str| {
+        std::process::Command::new("python3")
+            .args(["-c", script, other_mnt.join("f").to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A handler that raises: the wait ends with EINTR, not a retry.
+    let mut p = waiter(
+        "import fcntl, signal, sys\n\
+         def stop(*_):\n    raise InterruptedError\n\
+         signal.signal(signal.SIGUSR1, stop)\n\
+         f = open(sys.argv[1], 'r+')\n\
+         try:\n    fcntl.lockf(f, fcntl.LOCK_EX)\n    print('locked')\n\
+         except InterruptedError:\n    print('interrupted')\n",
+    );
+    until("the waiter waits", || flocks(fsname).1 == 1);
+    // SAFETY: signalling a child process of this test.
+    unsafe { libc::kill(p.id() as i32, libc::SIGUSR1) };
+    let out = wait_done(p, "interrupted waiter");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "interrupted");
+    // Killed while waiting: it ends.
+    p = waiter("import fcntl, sys\nfcntl.lockf(open(sys.argv[1], 'r+'), fcntl.LOCK_EX)\n");
+    until("the second waiter waits", || flocks(fsname).1 == 1);
+    // SAFETY: as above.
+    unsafe { libc::kill(p.id() as i32, libc::SIGKILL) };
+    let out = wait_done(p, "killed waiter");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    until("no waiter left", || flocks(fsname) == (1, 0));
+    // The holder still holds: another mount cannot take it.
+    let b = rw(&other_mnt.join("f"));
+    let e = setlk(&b, libc::F_WRLCK, 0, 0, false).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+}
+
+/// The output of `p` once it ended (its end is waited for at most 30 s: a process that
+/// cannot be ended is the failure this looks for).
+fn wait_done(mut p: std::process::Child, what: &str) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while p.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = p.kill();
+            panic!("{what} never ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.wait_with_output().unwrap()
+}
+
 on_both_forms!(
     locks_hold_across_mounts,
-    a_deadlock_across_mounts_is_refused
+    a_deadlock_across_mounts_is_refused,
+    a_waiting_lock_can_be_interrupted_or_killed
 );
 
 /// A mount killed -9 while a process holds a lock through it: the MDT evicts the silent

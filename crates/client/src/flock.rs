@@ -1,6 +1,8 @@
 //! Byte-range locks across clients (`fcntl` POSIX locks and `flock`, kept by the file's
 //! MDT: crates/mds/src/flocks.rs): set, test, release; a wait is a parked request at the
-//! MDT, asked again each time its wait there is over.
+//! MDT, asked again each time its wait there is over ([`FLOCK_WAIT_SLICE_MS`]), and given
+//! up between two asks when the caller says it was interrupted (a signal to the waiting
+//! process: `EINTR`, as a local file system's wait would be).
 
 use crate::*;
 use nacre_ldlm::flock::{Flock, FlockKind, Owner};
@@ -10,11 +12,27 @@ use std::time::Instant;
 /// Pause before asking again when the MDT answered a waiting request at once (it could
 /// not park it: too many waiters).
 const FLOCK_RETRY_PAUSE_MS: u64 = 10;
+/// Longest one ask of a waiting lock waits at the MDT: how late a wait notices that it was
+/// interrupted.
+pub const FLOCK_WAIT_SLICE_MS: u64 = 500;
+
+/// How a lock request waits for another owner's lock in the way: `NoWait` answers
+/// `EAGAIN`; `Wait` waits until the lock is held, or until `interrupted` says to give up
+/// (`EINTR`; asked between two asks of the MDT).
+pub enum FlockWait<'a> {
+    /// `F_SETLK`, `LOCK_NB`.
+    NoWait,
+    /// `F_SETLKW`, blocking `flock`.
+    Wait {
+        /// True once the waiting process was signalled.
+        interrupted: &'a dyn Fn() -> bool,
+    },
+}
 
 impl Client {
     /// Sets (or with [`FlockKind::Unlock`] releases) `owner`'s lock on bytes `start..=end`
-    /// of `fid`. Without `wait`, another owner's lock in the way is `EAGAIN`; with it, the
-    /// call returns once the lock is held (`EDEADLK` if waiting would deadlock).
+    /// of `fid`, waiting or not as `wait` says: `EDEADLK` if waiting would deadlock,
+    /// `EINTR` if the wait was interrupted.
     pub fn flock(
         &self,
         fid: Fid,
@@ -22,14 +40,24 @@ impl Client {
         pid: u32,
         kind: FlockKind,
         (start, end): (u64, u64),
-        wait: bool,
+        wait: FlockWait<'_>,
     ) -> Result<()> {
         if start > end {
             return Err(Status::Inval.into());
         }
         let mdc = self.mdc(fid.mdt_index())?;
-        let wait_ms = if wait { self.lock_poll_wait_ms() } else { 0 };
+        let (wait_ms, interrupted) = match wait {
+            FlockWait::NoWait => (0, None),
+            FlockWait::Wait { interrupted } => (
+                self.lock_poll_wait_ms().min(FLOCK_WAIT_SLICE_MS),
+                Some(interrupted),
+            ),
+        };
+        let mut first = true;
         loop {
+            if !std::mem::take(&mut first) && interrupted.is_some_and(|i| i()) {
+                return Err(Status::Intr.into());
+            }
             let asked = Instant::now();
             let op = MdsOp::Flock {
                 fid,

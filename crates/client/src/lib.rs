@@ -28,6 +28,7 @@ mod routing;
 pub mod rpc_stats;
 pub mod writeback;
 
+pub use flock::{FlockWait, FLOCK_WAIT_SLICE_MS};
 pub use listing::Listed;
 pub use locking::Cached;
 

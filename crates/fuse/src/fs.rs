@@ -1412,6 +1412,8 @@ impl Filesystem for NacreFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        // A wait is given up when the waiting thread is signalled (signals.rs).
+        let waiter = sleep.then_some(req.pid());
         self.run(req, move |fs, c| {
             fs.setlk(
                 c,
@@ -1420,7 +1422,7 @@ impl Filesystem for NacreFs {
                 lock_owner,
                 (start, end),
                 (typ, pid),
-                sleep,
+                waiter,
                 reply,
             )
         });

@@ -18,6 +18,7 @@ pub mod inval;
 pub mod jobid;
 pub mod mount;
 pub mod pool;
+pub mod signals;
 
 pub use fs::NacreFs;
 pub use mount::{mount, MountOptions};

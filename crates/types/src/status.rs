@@ -98,11 +98,14 @@ pub enum Status {
     /// No more byte-range locks can be held.
     #[error("no locks available")]
     NoLock = 37,
+    /// A wait was interrupted by a signal to the waiting process.
+    #[error("interrupted system call")]
+    Intr = 4,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 30] = [
+    pub const ALL: [Status; 31] = [
         Status::NoDev,
         Status::Ok,
         Status::Perm,
@@ -133,6 +136,7 @@ impl Status {
         Status::Shutdown,
         Status::Deadlock,
         Status::NoLock,
+        Status::Intr,
     ];
 
     /// The wire code.
@@ -197,6 +201,7 @@ mod tests {
         assert_eq!(Status::Shutdown.errno(), libc::ESHUTDOWN);
         assert_eq!(Status::Deadlock.errno(), libc::EDEADLK);
         assert_eq!(Status::NoLock.errno(), libc::ENOLCK);
+        assert_eq!(Status::Intr.errno(), libc::EINTR);
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //! flushes) and `flock`, whose locks belong to the open file. A lock granted after its
 //! file was closed (its process was killed while waiting) is released at once.
 //! `flock` locks are whole-file byte-range locks here, as on NFS: they conflict with
-//! `fcntl` locks of other owners.
+//! `fcntl` locks of other owners. A waiting lock request is given up (`EINTR`) once its
+//! caller has a signal pending (crate::signals), so a process waiting for a lock held on
+//! another mount can be interrupted or killed.
 
 use super::{errno, fid_of, Caller, Shared, OPEN_FLAGS};
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, LockOwner, ReplyEmpty, ReplyLock};
+use nacre_client::FlockWait;
 use nacre_ldlm::flock::FlockKind;
 use nacre_types::Fid;
 use std::collections::{HashMap, HashSet};
@@ -87,7 +90,7 @@ impl Shared {
         owner: LockOwner,
         (start, end): (u64, u64),
         (typ, pid): (i32, u32),
-        sleep: bool,
+        waiter: Option<u32>,
         reply: ReplyEmpty,
     ) {
         self.enter(req);
@@ -95,9 +98,16 @@ impl Shared {
             (Ok(f), Some(k)) if start <= end => (f, k),
             _ => return reply.error(Errno::EINVAL),
         };
+        let interrupted = || waiter.is_some_and(crate::signals::pending);
+        let wait = match waiter {
+            Some(_) => FlockWait::Wait {
+                interrupted: &interrupted,
+            },
+            None => FlockWait::NoWait,
+        };
         if let Err(e) = self
             .client
-            .flock(fid, owner.0, pid, kind, (start, end), sleep)
+            .flock(fid, owner.0, pid, kind, (start, end), wait)
         {
             return reply.error(errno(&e));
         }
@@ -157,9 +167,9 @@ impl Shared {
 
     fn unlock_all(&self, fid: Fid, owner: u64) {
         let whole = (0, u64::MAX);
-        if let Err(e) = self
-            .client
-            .flock(fid, owner, 0, FlockKind::Unlock, whole, false)
+        if let Err(e) =
+            self.client
+                .flock(fid, owner, 0, FlockKind::Unlock, whole, FlockWait::NoWait)
         {
             // The MDT drops them with this client if it is evicted; until then they stay.
             tracing::warn!("releasing byte-range locks on {fid}: {e}");
