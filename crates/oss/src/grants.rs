@@ -10,10 +10,11 @@
 //! for its recovery window): grants live in memory, but an upper bound of their total is
 //! kept on disk ([`RESERVE_FILE`], raised and synced *before* a grant takes the total past
 //! it, so a grant acknowledged is always covered). An OST that starts again holds that much
-//! space back as a *reserve* for the clients it promised it to, for [`RECOVERY_MS`]: writes
-//! no grant covers may not eat into it. Each client claims what its kept data needs with
-//! its lock replay ([`Grants::reclaim`]), taken from the reserve first; what is left of the
-//! reserve is freed when the window closes.
+//! space back as a *reserve* for the clients it promised it to, at most [`RECOVERY_MS`]:
+//! writes no grant covers may not eat into it. Each client claims what its kept data needs
+//! with its lock replay ([`Grants::reclaim`]), taken from the reserve first; what is left of
+//! the reserve is freed when the OST's recovery ends ([`Grants::end_reserve`]: every client
+//! it waits for is back, or none was to be waited for).
 
 use nacre_types::Status;
 use parking_lot::Mutex;

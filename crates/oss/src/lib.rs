@@ -52,6 +52,12 @@ pub struct OstTarget {
 impl OstTarget {
     /// Opens a formatted OST directory.
     pub fn open(dir: &Path, label: Label) -> std::io::Result<OstTarget> {
+        let recovery = recovery::Recovery::open(dir);
+        let grants = grants::Grants::open(dir);
+        // Space is held back only for clients the recovery waits for.
+        if !recovery.active() {
+            grants.end_reserve();
+        }
         Ok(OstTarget {
             store: ObjectStore::open(dir)?,
             label,
@@ -62,8 +68,8 @@ impl OstTarget {
             job_stats: nacre_params::JobStats::new(stats::OST_OPS),
             export_stats: nacre_params::JobStats::keyed(stats::OST_OPS, "export_stats", "nid"),
             locks: locks::OstLocks::default(),
-            grants: grants::Grants::open(dir),
-            recovery: recovery::Recovery::open(dir),
+            grants,
+            recovery,
         })
     }
 }
