@@ -81,9 +81,12 @@ ior_hard() { # form -> "write read" MiB/s
   "$NACRE" bench ior -w -r -t 47008 -b 47008 -s "$SEGMENTS" -N 2 -e -C -q --json -o "$P/ior-hard" "${TEAM[@]}" \
     | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))"
 }
-survey() { # THREADS -> "write read" MiB/s of both OSTs, THREADS threads each, 1 MiB records
+survey() { # THREADS -> "write read" MiB/s of both OSTs, THREADS threads each, 1 MiB records,
+  # objects made durable inside the time as IOR's -e does (a virtual disk's flush writes out
+  # its host's cache: without it the survey timed the host's memory)
   local out
-  out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o "$1" -t "$1" -r 1M -s "$SIZE" --json)
+  out=$("$NACRE" bench survey --ost "$N/ost0" --ost "$N/ost1" -o "$1" -t "$1" -r 1M -s "$SIZE" \
+    --fsync --json)
   for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
 }
 ior_easy_paired() { # form -> "write read s2-write s2-read s1-write write/s2% write/s1%"

@@ -29,6 +29,9 @@ pub struct SurveyParams {
     pub size: u64,
     /// Use the direct-I/O path (as the OST does by default).
     pub direct: bool,
+    /// Each thread makes its objects durable at the end of a write or rewrite, inside the
+    /// timed part (as IOR's `-e` fsyncs its file before its time is taken).
+    pub fsync: bool,
 }
 
 /// One phase's result.
@@ -74,6 +77,11 @@ fn run_phase(
                             };
                             r.map_err(|e| BenchError::Params(format!("survey {op}: {e}")))?;
                             off += p.record;
+                        }
+                        if p.fsync && op != "read" {
+                            store.sync(object).map_err(|e| {
+                                BenchError::Params(format!("survey {op}: sync: {e}"))
+                            })?;
                         }
                     }
                     Ok((i, start.elapsed().as_secs_f64()))
@@ -184,6 +192,7 @@ mod tests {
             record: 64 << 10,
             size: 1 << 20,
             direct: true,
+            fsync: true,
         };
         let phases = run(&p).unwrap();
         assert_eq!(

@@ -128,6 +128,10 @@ pub(crate) struct SurveyArgs {
     /// Use the O_DIRECT path, as OSTs do by default.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) direct: bool,
+    /// Make each object durable at the end of the write and rewrite phases, inside their
+    /// time (to compare with IOR's `-e`).
+    #[arg(long)]
+    pub(crate) fsync: bool,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -410,6 +414,7 @@ pub(crate) fn bench_survey(a: SurveyArgs) -> anyhow::Result<()> {
         record: size(&a.record)?,
         size: size(&a.size)?,
         direct: a.direct,
+        fsync: a.fsync,
     };
     let quiet = a.json;
     let phases = nacre_bench::survey::run_with(&params, |ph| {
