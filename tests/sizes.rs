@@ -143,4 +143,40 @@ fn stats_see_every_change_and_cost_no_glimpse_once_known(form: Form) {
     assert_eq!(size(&a), 12288);
 }
 
-on_both_forms!(stats_see_every_change_and_cost_no_glimpse_once_known);
+/// mdtest-hard's pattern: files written and closed by one mount, then stat'ed by it. Once
+/// the MDT knows their sizes, the writer's stats cost no glimpse either (the writer used to
+/// glimpse beside each answer, remembering the size was not exact while it wrote: the OST
+/// then asked the writer itself, which held the write locks, for what it kept).
+fn a_writers_stats_after_close_cost_no_glimpse(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "sizese2",
+        Form::Networked => "sizesn2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    fs::create_dir(fs.path("d")).unwrap();
+    let names: Vec<String> = (0..20).map(|i| format!("d/f{i}")).collect();
+    for n in &names {
+        fs::write(fs.path(n), vec![7u8; 3901]).unwrap();
+    }
+    // Known to the MDT: stats from the other mount, which never glimpsed beside, cost none.
+    for n in &names {
+        until_exact(fsname, &other_mnt.join(n), 3901);
+    }
+    let before = glimpses(fsname);
+    for n in &names {
+        assert_eq!(size(&fs.path(n)), 3901);
+    }
+    assert_eq!(
+        glimpses(fsname),
+        before,
+        "the writer glimpsed files whose sizes the MDT knew"
+    );
+}
+
+on_both_forms!(
+    stats_see_every_change_and_cost_no_glimpse_once_known,
+    a_writers_stats_after_close_cost_no_glimpse
+);

@@ -334,13 +334,21 @@ impl Client {
         if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
             mdc.note_close(file.fid);
         }
-        self.md(MdsOp::Close {
+        let writer = file.access & nacre_types::cred::MAY_WRITE != 0;
+        let closed = self.md(MdsOp::Close {
             fid: file.fid,
-            writer: file.access & nacre_types::cred::MAY_WRITE != 0,
+            writer,
             written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
-        })
-        .map(|_| ())
-        .and(flushed)
+        });
+        // Once its last writer closed a file, the MDT learns its size within moments
+        // (crates/mds/src/sizes.rs), so the next getattr likely gets it exactly: it need not
+        // glimpse the objects beside the MDT's answer (a glimpse that, while this client
+        // holds the write locks, the OST would ask this client back about). Only a hint:
+        // an answer without the exact size is glimpsed after it, and corrects the hint.
+        if let (true, Ok(_), Some(layout)) = (writer, &closed, &file.layout) {
+            self.remember_layout(file.fid, layout, true);
+        }
+        closed.map(|_| ()).and(flushed)
     }
 
     /// Creates a directory.
