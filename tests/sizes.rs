@@ -176,7 +176,49 @@ fn a_writers_stats_after_close_cost_no_glimpse(form: Form) {
     );
 }
 
+/// mdtest-hard's read: a one-object file read to its end by a mount that holds a lock on
+/// all of it needs no glimpse to know where it ends; where another mount keeps writes past
+/// what was read, the reader still learns the size (and reads the hole as zeros).
+fn reads_to_the_end_cost_no_glimpse_unless_others_write_beyond(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "sizese3",
+        Form::Networked => "sizesn3",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let names: Vec<String> = (0..20).map(|i| format!("f{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        fs::write(fs.path(n), vec![i as u8; 3901]).unwrap();
+    }
+    for n in &names {
+        until_exact(fsname, &other_mnt.join(n), 3901);
+    }
+    let before = glimpses(fsname);
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(fs::read(fs.path(n)).unwrap(), vec![i as u8; 3901]);
+    }
+    assert_eq!(glimpses(fsname), before, "reads to the end were glimpsed");
+
+    // The other mount keeps a write 1 MiB further on: the file goes on past the object's
+    // end as this mount last knew it, to the kept write, with a hole between.
+    let w = fs::OpenOptions::new()
+        .write(true)
+        .open(other_mnt.join("f1"))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&w, b"end", 1 << 20).unwrap();
+    let got = fs::read(fs.path("f1")).unwrap();
+    let mut want = vec![0u8; (1 << 20) + 3];
+    want[..3901].fill(1);
+    want[(1 << 20)..].copy_from_slice(b"end");
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the hole or the kept write read wrong");
+    drop(w);
+}
+
 on_both_forms!(
     stats_see_every_change_and_cost_no_glimpse_once_known,
-    a_writers_stats_after_close_cost_no_glimpse
+    a_writers_stats_after_close_cost_no_glimpse,
+    reads_to_the_end_cost_no_glimpse_unless_others_write_beyond
 );

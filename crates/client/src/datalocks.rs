@@ -677,6 +677,24 @@ impl Client {
         }
     }
 
+    /// True if this client holds a lock (read or write, not called back) on all of `object`
+    /// on OST `ost` from byte `from` on: no other client can be writing there.
+    pub(crate) fn holds_rest_of(&self, ost: u32, object: ObjectId, from: u64) -> bool {
+        let rest = Extent {
+            start: from,
+            end: u64::MAX,
+            write: false,
+        };
+        self.data_locks.enabled()
+            && self
+                .data_locks
+                .ost(ost)
+                .state
+                .lock()
+                .covering(object, &rest)
+                .is_some()
+    }
+
     /// True if the kernel may keep `fid`'s cached data (its layout `layout`) across an open:
     /// all of it was read under locks this client still holds on every object of the file.
     pub fn data_cached(&self, fid: Fid, layout: &Layout) -> bool {

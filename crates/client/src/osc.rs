@@ -490,7 +490,7 @@ impl ReadJob {
             }
             buf
         };
-        if short {
+        if short && !ends_here(client, layout, offset, &granted) {
             // An object ended early: the file's size says how much of the range exists (holes
             // up to it read as zeros).
             let (size, _) = glimpse(client, layout)?;
@@ -499,6 +499,22 @@ impl ReadJob {
         }
         Ok((out, granted))
     }
+}
+
+/// True if a read from `offset` of a file with layout `layout` that came back short ended
+/// at the end of the file, with no glimpse: the file has one object (whose end is the
+/// file's), and this client holds a lock on all of it from `offset` on (one granted with
+/// this read counts), so no other client keeps writes past what was read — and this
+/// client's own were written before the read.
+fn ends_here(client: &Client, layout: &Layout, offset: u64, granted: &[Granted]) -> bool {
+    if layout.objects.len() != 1 {
+        return false;
+    }
+    let (ost, object) = object(layout, 0);
+    granted
+        .iter()
+        .any(|(_, _, l)| l.start <= offset && l.end == u64::MAX)
+        || client.holds_rest_of(ost, object, offset)
 }
 
 /// Reads `[offset, offset + len)` of file `fid` for the kernel's page cache, asking for a
