@@ -149,22 +149,7 @@ fn bad_targets_and_configurations_are_refused() {
 #[test]
 fn full_ost_gives_enospc_and_others_keep_working() {
     let fs = Embedded::unstarted(2, &[]);
-    let small = fs.data.join("ost1");
-    fs::create_dir_all(&small).unwrap();
-    nacre_testkit::sh(&format!(
-        "mount -t tmpfs -o size=8m nacre-test-full {}",
-        small.display()
-    ));
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _guard = Unmount(small.clone());
+    let _small = nacre_testkit::Tmpfs::mount(&fs.data.join("ost1"), "8m");
     fs.up();
     let on = |name: &str, ost: &str| {
         let p = fs.path(name);

@@ -502,21 +502,7 @@ fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
     let d = |n: &str| root.path().join(n);
     let fsname = "wbn8";
     let ost = d("ost0");
-    fs::create_dir_all(&ost).unwrap();
-    nacre_testkit::sh(&format!(
-        "mount -t tmpfs -o size=48m nacre-test-grant {}",
-        ost.display()
-    ));
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(ost.clone());
+    let _tmpfs = nacre_testkit::Tmpfs::mount(&ost, "48m");
     let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
     let nid = format!("{mgs_addr}@tcp");
     nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));

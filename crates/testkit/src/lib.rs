@@ -90,6 +90,28 @@ fn ephemeral_ports_start() -> u16 {
         .unwrap_or(32_768)
 }
 
+/// A size-limited tmpfs mounted on a directory (a small device, to fill); unmounted
+/// (lazily) when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it: `8m`) on `dir`, creating it.
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mkdir tmpfs mount point");
+        sh(&format!(
+            "mount -t tmpfs -o size={size} nacre-test-tmpfs {}",
+            dir.display()
+        ));
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// Runs a shell command, asserting success; returns stdout.
 pub fn sh(cmd: &str) -> String {
     let out = Command::new("sh")
