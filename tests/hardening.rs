@@ -28,14 +28,7 @@ fn object_of(path: &std::path::Path) -> (u32, ObjectId) {
 
 /// `net.stats` of a server process, as `name -> value`.
 fn net_stats(pid: u32) -> std::collections::HashMap<String, u64> {
-    let text = nacre_ok(&[
-        "ctl",
-        "--pid",
-        &pid.to_string(),
-        "get_param",
-        "-n",
-        "net.stats",
-    ]);
+    let text = nacre_testkit::get_param(Some(pid), "net.stats");
     text.lines()
         .filter_map(|l| l.split_once(": "))
         .map(|(k, v)| (k.trim().to_string(), v.trim().parse().unwrap_or(0)))

@@ -5,7 +5,7 @@
 //! what the OSTs refused; a mount evicted while keeping writes loses them and says so, and
 //! never writes them after another mount's data.
 
-use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{get_param, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -23,14 +23,7 @@ fn record(i: usize) -> Vec<u8> {
 /// One counter of a mount's `llite.FS.writeback` (`pid`: the mount's process; none: the
 /// embedded process or every process).
 fn wb_stat(fsname: &str, pid: Option<u32>, what: &str) -> u64 {
-    let param = format!("llite.{fsname}.writeback");
-    let pid_s = pid.map(|p| p.to_string());
-    let mut args = vec!["ctl"];
-    if let Some(p) = &pid_s {
-        args.extend(["--pid", p.as_str()]);
-    }
-    args.extend(["get_param", "-n", param.as_str()]);
-    let text = nacre_ok(&args);
+    let text = get_param(pid, &format!("llite.{fsname}.writeback"));
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{what} ")))
         .and_then(|n| n.trim().parse().ok())
@@ -234,14 +227,10 @@ fn appends_from_two_mounts_never_overwrite(form: Form) {
 /// A counter of a mount's data locks, summed over its OSTs
 /// (`ldlm.namespaces.FS-OSTxxxx-osc.stats`).
 fn osc_lock_stat(fsname: &str, pid: u32, what: &str) -> u64 {
-    let text = nacre_ok(&[
-        "ctl",
-        "--pid",
-        &pid.to_string(),
-        "get_param",
-        "-n",
+    let text = get_param(
+        Some(pid),
         &format!("ldlm.namespaces.{fsname}-OST*-osc.stats"),
-    ]);
+    );
     let mut lines = text
         .lines()
         .filter_map(|l| l.strip_prefix(&format!("{what} ")))
@@ -391,14 +380,7 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
 /// One field of `ost.FS-OST0000.recovery_status` on the OSS process `pid` (asked of that
 /// process only: a stopped mount would not answer).
 fn recovery_field(fsname: &str, pid: u32, what: &str) -> String {
-    let text = nacre_ok(&[
-        "ctl",
-        "--pid",
-        &pid.to_string(),
-        "get_param",
-        "-n",
-        &format!("ost.{fsname}-OST0000.recovery_status"),
-    ]);
+    let text = get_param(Some(pid), &format!("ost.{fsname}-OST0000.recovery_status"));
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{what}: ")))
         .map(str::to_string)

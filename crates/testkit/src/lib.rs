@@ -90,6 +90,19 @@ fn ephemeral_ports_start() -> u16 {
         .unwrap_or(32_768)
 }
 
+/// The value of parameter `name` (wildcards allowed) as `nacre ctl get_param -n` prints it,
+/// asked of process `pid` only (a stopped process would not answer) or, without, of every
+/// nacre process here.
+pub fn get_param(pid: Option<u32>, name: &str) -> String {
+    let pid = pid.map(|p| p.to_string());
+    let mut args = vec!["ctl"];
+    if let Some(p) = &pid {
+        args.extend(["--pid", p.as_str()]);
+    }
+    args.extend(["get_param", "-n", name]);
+    nacre_ok(&args)
+}
+
 /// A size-limited tmpfs mounted on a directory (a small device, to fill); unmounted
 /// (lazily) when dropped.
 pub struct Tmpfs(PathBuf);
