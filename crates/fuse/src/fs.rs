@@ -398,6 +398,13 @@ impl Shared {
         }
     }
 
+    /// This mount's change of directories `dirs`, under way until the guard is dropped
+    /// (after the reply): entry invalidations in them wait for its end (inval.rs).
+    fn changing(&self, dirs: &[INodeNo]) -> Option<crate::inval::Changing> {
+        let inos: Vec<u64> = dirs.iter().map(|d| d.0).collect();
+        self.inval.get().map(|inval| inval.changing(&inos))
+    }
+
     /// Pages of file `fid` the kernel cached without a data lock of this mount covering
     /// them (read or written through unlocked: refused, contended) go once the kernel lets
     /// go of them.
@@ -609,6 +616,7 @@ impl Shared {
         reply: ReplyEntry,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -644,6 +652,7 @@ impl Shared {
         reply: ReplyEntry,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -659,6 +668,7 @@ impl Shared {
 
     fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         empty(
             reply,
             fid_of(parent).and_then(|p| ok(self.client.unlink(p, name.as_bytes()))),
@@ -667,6 +677,7 @@ impl Shared {
 
     fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         empty(
             reply,
             fid_of(parent).and_then(|p| ok(self.client.rmdir(p, name.as_bytes()))),
@@ -682,6 +693,7 @@ impl Shared {
         reply: ReplyEntry,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -707,6 +719,7 @@ impl Shared {
         reply: ReplyEmpty,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[parent, newparent]);
         if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
@@ -742,6 +755,7 @@ impl Shared {
         reply: ReplyEntry,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[newparent]);
         let (fid, parent) = match (fid_of(ino), fid_of(newparent)) {
             (Ok(f), Ok(p)) => (f, p),
             _ => return reply.error(Errno::ESTALE),
@@ -1052,6 +1066,7 @@ impl Shared {
         reply: ReplyCreate,
     ) {
         self.enter(req);
+        let _changing = self.changing(&[parent]);
         let parent = match fid_of(parent) {
             Ok(f) => f,
             Err(e) => return reply.error(e),

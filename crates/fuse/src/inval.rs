@@ -7,7 +7,12 @@
 //! revoked our lock, which waits for our cancel: so the callback thread waits at most
 //! [`ENTRY_INVAL_WAIT_MS`] for the entry invalidations, then cancels anyway. The kernel
 //! may then use the stale entries until this mount's own change in that directory returns
-//! (documented in docs/locking.md). The kernel protects attributes itself against a reply
+//! (documented in docs/locking.md). Entries in a directory this mount is changing itself
+//! right now (a rename, create, unlink... under way: see [`Invalidator::changing`]) are not
+//! waited for at all: they are invalidated when that change is done, and the lock is
+//! cancelled at once — a cross-MDT change calls back its own mount's locks on the other
+//! MDTs (the mount is another client there), and each such callback would otherwise wait
+//! out the bound. The kernel protects attributes itself against a reply
 //! that crosses an invalidation (its attribute version), and an entry reply in flight holds
 //! the directory's lock shared, so an entry invalidation waits for it and removes it.
 
@@ -31,6 +36,9 @@ pub const DATA_INVAL_WAIT_MS: u64 = 250;
 const DATA_BATCHES_QUEUED_MAX: usize = 64;
 /// Batches of entry invalidations queued at most (past it, the callback thread waits).
 const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
+/// Entry invalidations kept for one directory until this mount's change in it is done
+/// (past it, they are sent and waited for as any other).
+const DEFERRED_PER_DIR_MAX: usize = 4_096;
 /// Directories whose listing the kernel may cache at once (past it, listings are not
 /// cached).
 pub const CACHED_DIRS_MAX: usize = 65_536;
@@ -48,6 +56,8 @@ pub struct InvalStats {
     pub entries: AtomicU64,
     /// Callback threads that stopped waiting for an entry invalidation.
     pub entry_waits_cut: AtomicU64,
+    /// Entry invalidations kept until this mount's own change in their directory was done.
+    pub entries_deferred: AtomicU64,
     /// Directory listings the kernel cached that were invalidated.
     pub listings: AtomicU64,
     /// Files whose cached data was dropped (data lock callbacks).
@@ -64,8 +74,49 @@ pub struct Invalidator {
     /// Directories (inode numbers) whose listing the kernel may cache: their `UPDATE`
     /// lock's callback drops the listing too.
     dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Directories (inode numbers) this mount is changing now, with the entry
+    /// invalidations kept for the end of those changes.
+    busy: parking_lot::Mutex<std::collections::HashMap<u64, Busy>>,
     /// Counters.
     pub stats: Arc<InvalStats>,
+}
+
+/// A directory this mount is changing: how many of its changes are under way, and the
+/// entries to invalidate once none is.
+#[derive(Default)]
+struct Busy {
+    changes: u32,
+    deferred: Vec<(u64, OsString)>,
+}
+
+/// This mount's change of one or two directories, under way while it lives (from
+/// [`Invalidator::changing`]); dropped after the change's reply went to the kernel.
+pub struct Changing {
+    inval: Arc<Invalidator>,
+    dirs: Vec<u64>,
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        let mut later = Vec::new();
+        {
+            let mut busy = self.inval.busy.lock();
+            for dir in &self.dirs {
+                let Some(b) = busy.get_mut(dir) else {
+                    continue;
+                };
+                b.changes -= 1;
+                if b.changes == 0 {
+                    let b = busy.remove(dir).expect("present");
+                    later.extend(b.deferred);
+                }
+            }
+        }
+        if !later.is_empty() {
+            let (done, _) = bounded(1);
+            let _ = self.inval.entries.send((later, done));
+        }
+    }
 }
 
 impl Invalidator {
@@ -97,13 +148,13 @@ impl Invalidator {
             entries: tx,
             data: data_tx,
             dirs: Default::default(),
+            busy: Default::default(),
             stats,
         }))
     }
 
     /// Has the kernel forget what `revoked` covered (see the module's notes on waiting).
     pub fn forget(&self, revoked: &[Revoked]) {
-        let mut entries = Vec::new();
         for r in revoked {
             if r.lock.bits & (UPDATE | LAYOUT) != 0 {
                 let ino = r.lock.fid.to_ino();
@@ -117,10 +168,8 @@ impl Invalidator {
                     self.stats.listings.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            for (parent, name) in &r.names {
-                entries.push((parent.to_ino(), OsString::from_vec(name.clone())));
-            }
         }
+        let entries = self.defer_busy(revoked);
         if entries.is_empty() {
             return;
         }
@@ -138,6 +187,54 @@ impl Invalidator {
 }
 
 impl Invalidator {
+    /// Notes that this mount is changing directories `dirs` (inode numbers; the kernel
+    /// holds their inode lock until the change's reply) until the guard is dropped.
+    pub fn changing(self: &Arc<Self>, dirs: &[u64]) -> Changing {
+        let mut dirs = dirs.to_vec();
+        dirs.sort_unstable();
+        dirs.dedup();
+        let mut busy = self.busy.lock();
+        for dir in &dirs {
+            busy.entry(*dir).or_default().changes += 1;
+        }
+        Changing {
+            inval: self.clone(),
+            dirs,
+        }
+    }
+
+    /// The entries `revoked` covered, but for those in directories this mount is changing
+    /// now, which are kept to be invalidated when the change is done. A directory named in
+    /// one of those counts too (a directory moved to another parent is locked by the
+    /// kernel during the move), for the entries its own lock covers in it.
+    fn defer_busy(&self, revoked: &[Revoked]) -> Vec<(u64, OsString)> {
+        let mut entries = Vec::new();
+        let mut busy = self.busy.lock();
+        for r in revoked {
+            let named_in_busy = r
+                .names
+                .iter()
+                .map(|(p, _)| p.to_ino())
+                .find(|p| busy.contains_key(p));
+            for (parent, name) in &r.names {
+                let (parent, name) = (parent.to_ino(), OsString::from_vec(name.clone()));
+                let key = match busy.contains_key(&parent) {
+                    true => Some(parent),
+                    false if parent == r.lock.fid.to_ino() => named_in_busy,
+                    false => None,
+                };
+                match key.and_then(|k| busy.get_mut(&k)) {
+                    Some(b) if b.deferred.len() < DEFERRED_PER_DIR_MAX => {
+                        b.deferred.push((parent, name));
+                        self.stats.entries_deferred.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => entries.push((parent, name)),
+                }
+            }
+        }
+        entries
+    }
+
     /// Has the kernel drop the cached data of `files` (a data lock goes): waits at most
     /// [`DATA_INVAL_WAIT_MS`] (see there), then returns; the drop still happens.
     pub fn forget_data(&self, drops: &[nacre_client::datalocks::FileDrop]) {

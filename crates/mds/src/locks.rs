@@ -14,7 +14,7 @@
 //! | setattr, xattr changes, an open for writing | inode UPDATE |
 //! | setstripe | inode UPDATE and LAYOUT |
 //! | directory migration | parent UPDATE, the directory's LOOKUP and UPDATE |
-//! | a peer MDT's update | what it changes here |
+//! | a peer MDT's update | what it changes here (a directory's new parent: its LOOKUP and UPDATE) |
 //!
 //! A regular file's UPDATE lock also covers its size, so it is granted only while no
 //! other client holds the file open for writing (an open for writing revokes the others'):
@@ -91,9 +91,10 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::Update(u) => match u {
             RemoteUpdate::CreateDir { .. } => {}
             RemoteUpdate::DestroyDir { fid } => t.push((*fid, BITS_ALL)),
-            RemoteUpdate::AddLink { fid, .. } | RemoteUpdate::SetParent { fid, .. } => {
-                t.push((*fid, UPDATE))
-            }
+            RemoteUpdate::AddLink { fid, .. } => t.push((*fid, UPDATE)),
+            // A directory moved to another parent: its entry (the name leading to it, and
+            // its `..`) is bound anew, here where it lives, whichever MDTs hold the parents.
+            RemoteUpdate::SetParent { fid, .. } => t.push((*fid, LOOKUP | UPDATE)),
             RemoteUpdate::DropLink { fid, .. } => t.push((*fid, LOOKUP | UPDATE)),
             RemoteUpdate::InsertEntry {
                 parent, replaces, ..

@@ -136,13 +136,14 @@ pub(crate) fn serve_mount(
         use std::sync::atomic::Ordering::Relaxed;
         format!(
             "complete_dirs {}\ndir_attrs_kept_hits {}\ninodes_invalidated {}\n\
-             entries_invalidated {}\nentry_waits_cut {}\nlistings_invalidated {}\n\
-             file_data_invalidated {}\ndata_waits_cut {}",
+             entries_invalidated {}\nentry_waits_cut {}\nentries_deferred {}\n\
+             listings_invalidated {}\nfile_data_invalidated {}\ndata_waits_cut {}",
             c.complete_dirs(),
             c.dir_attr_hits(),
             inval.inodes.load(Relaxed),
             inval.entries.load(Relaxed),
             inval.entry_waits_cut.load(Relaxed),
+            inval.entries_deferred.load(Relaxed),
             inval.listings.load(Relaxed),
             inval.data.load(Relaxed),
             inval.data_waits_cut.load(Relaxed)
