@@ -257,8 +257,109 @@ fn renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer(form: Form
     );
 }
 
+/// Inodes in use on MDT `index` (`nacre df -i`).
+fn inodes_used(mnt: &Path, index: u32) -> u64 {
+    let df = nacre_ok(&["df", "-i", mnt.to_str().unwrap()]);
+    let row = df
+        .lines()
+        .find(|l| l.contains(&format!("-MDT{index:04x}_UUID")))
+        .unwrap_or_else(|| panic!("no MDT{index} in {df}"));
+    row.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// A file or directory whose inode lives on another MDT than its directory (moved there by
+/// a rename across MDTs, or made there with `mkdir -i`) is renamed within its directory,
+/// between directories of that MDT, and replaced by a rename over it (a checkpoint's
+/// write-then-rename): each is a plain POSIX rename (they were refused with `EXDEV`), seen
+/// at once by another mount, and the replaced file's inode is freed on its own MDT.
+fn renames_of_inodes_of_another_mdt_within_one_mdt(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "snyne4",
+        Form::Networked => "snynn4",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname(fsname));
+    let (b_mnt, _b) = mount(&fs, "b");
+    let a = |rel: &str| fs.path(rel);
+    let b = |rel: &str| b_mnt.join(rel);
+    fs::create_dir(a("x")).unwrap();
+    nacre_ok(&["mkdir", "-i", "1", a("y").to_str().unwrap()]);
+    fs::create_dir(a("y/sub")).unwrap();
+    assert_eq!((dir_mdt(&a("x")), dir_mdt(&a("y/sub"))), (0, 1));
+    fs::write(a("x/f"), b"first").unwrap();
+    fs::rename(a("x/f"), a("y/f")).unwrap();
+    let ino = fs::metadata(a("y/f")).unwrap().ino();
+    cache(&b("y/f"));
+
+    // Within its directory, then into another directory of the same MDT.
+    fs::rename(a("y/f"), a("y/g")).unwrap();
+    assert!(
+        fs::metadata(b("y/f")).is_err(),
+        "the old name is still seen"
+    );
+    assert_eq!(fs::read(b("y/g")).unwrap(), b"first");
+    fs::rename(a("y/g"), a("y/sub/h")).unwrap();
+    let m = fs::metadata(b("y/sub/h")).unwrap();
+    assert_eq!((m.ino(), m.nlink()), (ino, 1));
+    assert_eq!(fs::read(b("y/sub/h")).unwrap(), b"first");
+    assert!(fs::metadata(b("y/g")).is_err());
+
+    // Onto another link of itself: nothing happens (POSIX).
+    fs::hard_link(a("y/sub/h"), a("y/sub/h2")).unwrap();
+    fs::rename(a("y/sub/h"), a("y/sub/h2")).unwrap();
+    assert_eq!(fs::metadata(b("y/sub/h")).unwrap().nlink(), 2);
+    fs::remove_file(a("y/sub/h2")).unwrap();
+
+    // Replaced by a new file renamed over it: the old inode goes from its MDT.
+    let mdt0_before = inodes_used(&fs.path(""), 0);
+    fs::write(a("y/tmp"), b"second").unwrap();
+    cache(&b("y/sub/h"));
+    fs::rename(a("y/tmp"), a("y/sub/h")).unwrap();
+    assert_eq!(fs::read(b("y/sub/h")).unwrap(), b"second");
+    assert_ne!(fs::metadata(b("y/sub/h")).unwrap().ino(), ino);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while inodes_used(&fs.path(""), 0) != mdt0_before - 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replaced file's inode stays on MDT0: {} -> {}",
+            mdt0_before,
+            inodes_used(&fs.path(""), 0)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    // A directory of MDT0 in a directory of MDT1, moved to another directory of MDT1: its
+    // `..` follows.
+    nacre_ok(&["mkdir", "-i", "0", a("y/rd").to_str().unwrap()]);
+    fs::write(a("y/rd/inside"), b"in rd").unwrap();
+    fs::rename(a("y/rd"), a("y/sub/rd")).unwrap();
+    assert_eq!(dir_mdt(&b("y/sub/rd")), 0);
+    assert_eq!(fs::read(b("y/sub/rd/inside")).unwrap(), b"in rd");
+    assert_eq!(
+        fs::canonicalize(b("y/sub/rd/..")).unwrap(),
+        fs::canonicalize(b("y/sub")).unwrap()
+    );
+    assert!(fs::metadata(b("y/rd")).is_err());
+    assert_eq!(
+        fs::metadata(a("y")).unwrap().nlink(),
+        3,
+        "y: itself, ., sub"
+    );
+    assert_eq!(
+        fs::metadata(a("y/sub")).unwrap().nlink(),
+        3,
+        "sub: itself, ., rd"
+    );
+    let out = nacre_testkit::nacre(&["lfsck", "--namespace", &fs.source()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && text.contains(" 0 inconsistencies"),
+        "{text}"
+    );
+}
+
 on_both_forms!(
     a_change_on_one_mount_reaches_two_others_that_cache_it,
     appends_from_three_mounts_never_overwrite,
     renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer,
+    renames_of_inodes_of_another_mdt_within_one_mdt,
 );

@@ -1,6 +1,7 @@
 //! Has the kernel forget what a revoked metadata lock covered, before the lock is
 //! cancelled: attributes through `FUSE_NOTIFY_INVAL_INODE` (attributes only, which takes no
-//! inode lock), entries through `FUSE_NOTIFY_INVAL_ENTRY` on a thread of their own.
+//! inode lock), entries through `FUSE_NOTIFY_INVAL_ENTRY` on a thread of their own (and
+//! those that wait for this mount's own changes on another).
 //!
 //! An entry invalidation takes the parent directory's inode lock. That lock may be held by
 //! this very mount's own change in the directory, waiting at the MDT for the change that
@@ -70,6 +71,10 @@ pub struct InvalStats {
 pub struct Invalidator {
     notifier: Notifier,
     entries: Sender<Batch>,
+    /// Entries invalidated once the kernel lets go of their directory (after this mount's
+    /// own change in it), on a thread of their own: one of them may wait for this mount's
+    /// next change in that directory, which must not hold up a callback's invalidations.
+    entries_later: Sender<Batch>,
     data: Sender<DataBatch>,
     /// Directories (inode numbers) whose listing the kernel may cache: their `UPDATE`
     /// lock's callback drops the listing too.
@@ -114,7 +119,7 @@ impl Drop for Changing {
         }
         if !later.is_empty() {
             let (done, _) = bounded(1);
-            let _ = self.inval.entries.send((later, done));
+            let _ = self.inval.entries_later.send((later, done));
         }
     }
 }
@@ -129,6 +134,11 @@ impl Invalidator {
         std::thread::Builder::new()
             .name("fuse-inval".into())
             .spawn(move || entry_thread(thread_notifier, rx, thread_stats))?;
+        let (later_tx, later_rx) = bounded::<Batch>(ENTRY_BATCHES_QUEUED_MAX);
+        let (later_notifier, later_stats) = (notifier.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("fuse-inval-later".into())
+            .spawn(move || entry_thread(later_notifier, later_rx, later_stats))?;
         let (data_tx, data_rx) = bounded::<DataBatch>(DATA_BATCHES_QUEUED_MAX);
         let (data_notifier, data_stats) = (notifier.clone(), stats.clone());
         std::thread::Builder::new()
@@ -146,6 +156,7 @@ impl Invalidator {
         Ok(Arc::new(Invalidator {
             notifier,
             entries: tx,
+            entries_later: later_tx,
             data: data_tx,
             dirs: Default::default(),
             busy: Default::default(),
@@ -284,7 +295,7 @@ impl Invalidator {
     /// change to that directory right now); does not wait.
     pub fn entry_later(&self, parent: u64, name: OsString) {
         let (done, _) = bounded(1);
-        let _ = self.entries.send((vec![(parent, name)], done));
+        let _ = self.entries_later.send((vec![(parent, name)], done));
     }
 }
 

@@ -381,6 +381,24 @@ fn rename_dir_here(mdt: &Mdt, call: &MdsCall, xid: u64, dst_parent: Fid, fid: Fi
     out.unwrap_or_else(Outgoing::error)
 }
 
+/// A rename between two directories of this MDT, in a file system of several MDTs: a
+/// directory moves under the rename lock, with the loop check made across MDTs.
+fn rename_dir_or_plain(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+) -> Outgoing {
+    match mdt.lookup(src_parent, src_name) {
+        Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
+            rename_dir_here(mdt, call, xid, dst_parent, d.fid)
+        }
+        _ => run_modifying(mdt, call, xid),
+    }
+}
+
 /// The saved reply of (client, xid), if the request was executed before: a resend is
 /// answered with it instead of running again. A reply to a cross-MDT operation still in
 /// progress (its intent pending) waits for the operation to end first.
@@ -690,19 +708,32 @@ fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             dst_name,
             *noreplace,
         ),
-        // A directory moving to another parent here: under the rename lock, with the loop
-        // check made across MDTs (when the file system has several).
+        // Within this MDT, an inode of another MDT moved or a file of another MDT replaced:
+        // in the steps of a rename across MDTs, so its links there follow.
         MdsOp::Rename {
             src_parent,
             src_name,
             dst_parent,
-            ..
-        } if src_parent != dst_parent && dne::mdt_count(mdt) > 1 => {
-            match mdt.lookup(*src_parent, src_name) {
-                Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
-                    rename_dir_here(mdt, call, xid, *dst_parent, d.fid)
+            dst_name,
+            noreplace,
+        } if dne::mdt_count(mdt) > 1 => {
+            use crate::ops::rename_remote::{local_rename, rename_remote, LocalRename};
+            match local_rename(mdt, *src_parent, src_name, *dst_parent, dst_name) {
+                LocalRename::Same => to_outgoing(Ok(MdsReply::Done)),
+                LocalRename::Steps => rename_remote(
+                    mdt,
+                    call,
+                    xid,
+                    *src_parent,
+                    src_name,
+                    *dst_parent,
+                    dst_name,
+                    *noreplace,
+                ),
+                LocalRename::Plain if src_parent != dst_parent => {
+                    rename_dir_or_plain(mdt, call, xid, *src_parent, src_name, *dst_parent)
                 }
-                _ => run_modifying(mdt, call, xid),
+                LocalRename::Plain => run_modifying(mdt, call, xid),
             }
         }
         MdsOp::RenameLock { owner, acquire } => to_outgoing(

@@ -26,7 +26,15 @@ pub(crate) fn rename_steps(
         unreachable!("rename_steps on an InsertEntry intent");
     };
     let (here, home, target) = (mdt.label.index, fid.mdt_index(), intent.mdt);
-    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
+    let send = |at: u32, update: RemoteUpdate| {
+        if at == here {
+            // A rename between directories of this MDT (an inode of another MDT moves or is
+            // replaced): the entry's part is this MDT's own, applied as a peer would.
+            crate::ops::remote_update::apply(mdt, &update).map(|_| ())
+        } else {
+            send_until(mdt, at, update, deadline)
+        }
+    };
     let new_link = || RemoteUpdate::AddLink {
         fid: *fid,
         parent: *parent,
@@ -121,10 +129,18 @@ pub(crate) fn third_mdt_victim(
         parent,
         name: name.to_vec(),
     };
-    let victim = match peer_call(mdt, target, lookup) {
-        Ok(MdsReply::Remote { fid }) if fid != moving && fid.mdt_index() != target => fid,
-        Ok(_) | Err(Status::NoEnt) => return Ok(None),
-        Err(s) => return Err(s),
+    let found = if target == mdt.label.index {
+        mdt.lookup(parent, name)?.map(|d| d.fid)
+    } else {
+        match peer_call(mdt, target, lookup) {
+            Ok(MdsReply::Remote { fid }) => Some(fid),
+            Ok(_) | Err(Status::NoEnt) => None,
+            Err(s) => return Err(s),
+        }
+    };
+    let victim = match found {
+        Some(fid) if fid != moving && fid.mdt_index() != target => fid,
+        _ => return Ok(None),
     };
     let home = victim.mdt_index();
     match peer_call(mdt, home, MdsOp::GetAttr { fid: victim }) {
@@ -186,6 +202,49 @@ pub(crate) fn finish_rename(
         )?;
     }
     Ok(())
+}
+
+/// How a rename between directories of this MDT runs.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LocalRename {
+    /// In one transaction here (crate::ops::rename).
+    Plain,
+    /// Nothing to do: the target already names the source's inode.
+    Same,
+    /// In the steps of a rename across MDTs ([`rename_steps`], the target MDT being this
+    /// one): the source names an inode of another MDT that moves (its links there follow),
+    /// or the target names a file of another MDT that is replaced (it loses that link).
+    Steps,
+}
+
+/// How the rename of `src_parent`/`src_name` to `dst_parent`/`dst_name`, both
+/// directories of this MDT, runs. Errors (no source, ...) are left to the plain rename.
+pub(crate) fn local_rename(
+    mdt: &Mdt,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+    dst_name: &[u8],
+) -> LocalRename {
+    let here = mdt.label.index;
+    let Ok(Some(src)) = mdt.lookup(src_parent, src_name) else {
+        return LocalRename::Plain;
+    };
+    let dst = mdt.lookup(dst_parent, dst_name).ok().flatten();
+    if dst.as_ref().is_some_and(|d| d.fid == src.fid) {
+        return LocalRename::Same;
+    }
+    // A directory of another MDT renamed within its directory keeps its `..`: plain.
+    let same_dir = src_parent == dst_parent;
+    let moves_remote =
+        src.fid.mdt_index() != here && !(same_dir && src.kind == FileKind::Directory);
+    let replaces_remote_file =
+        dst.is_some_and(|d| d.fid.mdt_index() != here && d.kind != FileKind::Directory);
+    if moves_remote || replaces_remote_file {
+        LocalRename::Steps
+    } else {
+        LocalRename::Plain
+    }
 }
 
 /// How long MDT0 keeps the rename lock for a holder that never gives it back (a crashed
