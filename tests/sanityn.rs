@@ -357,9 +357,100 @@ fn renames_of_inodes_of_another_mdt_within_one_mdt(form: Form) {
     );
 }
 
+/// The stripe count `nacre getstripe` reports for `path`.
+fn stripe_count(path: &Path) -> u64 {
+    let out = nacre_ok(&["getstripe", "--json", path.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["stripe_count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no stripe count in {out}"))
+}
+
+/// Writes `data` through `f`, then fsyncs and closes it.
+fn write_sync_close(mut f: fs::File, data: &[u8]) {
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// An empty file laid out again (`setstripe`) while a mount holds it open for writing: the
+/// mount's `LAYOUT` lock is called back, so its writes after go to the new objects (they
+/// went to the destroyed old ones: an fsync'ed file read back empty), and writes it still
+/// keeps are written first, so the MDT sees the data and refuses the new layout. The same
+/// through the mount that holds the file open (its own locks are not called back).
+fn a_file_laid_out_again_while_open_keeps_every_write(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "snyne5",
+        Form::Networked => "snynn5",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let (b_mnt, _b) = mount(&fs, "b");
+    let data = nacre_testkit::pattern(5, 200_000);
+    let open = |p: &Path| {
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .unwrap()
+    };
+
+    // Laid out again through another mount while open here, then written.
+    let f = open(&fs.path("f"));
+    assert_eq!(stripe_count(&b_mnt.join("f")), 1);
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "2",
+        "-S",
+        "64K",
+        b_mnt.join("f").to_str().unwrap(),
+    ]);
+    write_sync_close(f, &data);
+    assert_eq!(stripe_count(&b_mnt.join("f")), 2);
+    assert_eq!(
+        fs::read(b_mnt.join("f")).unwrap(),
+        data,
+        "writes went astray"
+    );
+    assert_eq!(fs::read(fs.path("f")).unwrap(), data);
+
+    // Laid out again through the very mount that holds it open.
+    let g = open(&fs.path("g"));
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "2",
+        "-S",
+        "64K",
+        fs.path("g").to_str().unwrap(),
+    ]);
+    write_sync_close(g, &data);
+    assert_eq!(stripe_count(&fs.path("g")), 2);
+    assert_eq!(
+        fs::read(b_mnt.join("g")).unwrap(),
+        data,
+        "writes went astray"
+    );
+
+    // Written (kept by the writer, not yet on the OSTs), then a new layout asked for
+    // elsewhere: refused, as for any file with data, and nothing is lost.
+    let mut h = open(&fs.path("h"));
+    h.write_all(&data[..1000]).unwrap();
+    let out = nacre_testkit::nacre(&["setstripe", "-c", "2", b_mnt.join("h").to_str().unwrap()]);
+    assert!(
+        !out.status.success(),
+        "a file with data was laid out again: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    write_sync_close(h, &data[1000..]);
+    assert_eq!(stripe_count(&b_mnt.join("h")), 1);
+    assert_eq!(fs::read(b_mnt.join("h")).unwrap(), data);
+}
+
 on_both_forms!(
     a_change_on_one_mount_reaches_two_others_that_cache_it,
     appends_from_three_mounts_never_overwrite,
     renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer,
     renames_of_inodes_of_another_mdt_within_one_mdt,
+    a_file_laid_out_again_while_open_keeps_every_write,
 );

@@ -17,14 +17,15 @@ impl Client {
     /// returns the offset it was written at.
     pub fn append(&self, file: &crate::OpenFile, data: &[u8]) -> Result<u64> {
         file.check_writable()?;
-        let Some(layout) = &file.layout else {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
         if !self.data_locks_on() {
             // Without locks this client cannot keep others out: the size it sees is the
             // best it has.
             let size = crate::osc::glimpse(self, layout)?.0;
-            self.write(file, size, data)?;
+            crate::osc::write(self, layout, size, data, file.owner)?;
             return Ok(size);
         }
         let slot = (file.fid.to_ino() % APPEND_SLOTS as u64) as usize;
@@ -82,7 +83,7 @@ impl Client {
             let kept = self.writeback.size(layout).unwrap_or(0);
             let (size, _) = crate::osc::glimpse(self, layout)?;
             let size = size.max(kept);
-            self.write_cached(file, size, data)?;
+            self.write_cached_with(file, layout, size, data)?;
             Ok(size)
         })();
         for (ost, h) in pinned {

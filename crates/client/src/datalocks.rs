@@ -586,9 +586,10 @@ impl Client {
     /// not kept across opens.
     pub fn pages_covered_for_write(&self, file: &crate::OpenFile, offset: u64, len: u64) -> bool {
         const PAGE: u64 = 4096;
-        let (Some(layout), true) = (&file.layout, self.data_locks.enabled()) else {
+        let (Some(layout), true) = (file.layout(), self.data_locks.enabled()) else {
             return false;
         };
+        let layout = &layout;
         let start = offset.div_ceil(PAGE).saturating_mul(PAGE);
         let end = offset.saturating_add(len) / PAGE * PAGE;
         if start >= end {

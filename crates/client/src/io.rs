@@ -26,7 +26,8 @@ impl Client {
         len: usize,
         readahead: bool,
     ) -> Result<nacre_types::AlignedBuf> {
-        let Some(layout) = &file.layout else {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
         if !readahead || self.readahead_bytes == 0 || len == 0 {
@@ -83,7 +84,8 @@ impl Client {
         offset: u64,
         len: usize,
     ) -> Result<(nacre_types::AlignedBuf, crate::datalocks::ReadLocks)> {
-        let Some(layout) = &file.layout else {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
         osc::read_locked(self, file.fid, layout, offset, len)
@@ -98,7 +100,7 @@ impl Client {
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
-        match &file.layout {
+        match self.io_layout(file)?.get() {
             Some(layout) => osc::write(self, layout, offset, data, file.owner),
             None => Err(Status::Inval.into()),
         }
@@ -107,10 +109,12 @@ impl Client {
     /// Makes the file's data durable on every OST it touches, and every metadata change
     /// acknowledged so far (its creation included) durable on the MDT.
     pub fn fsync(&self, file: &OpenFile) -> Result<()> {
-        self.flush_file(file.fid, file.layout.as_ref())?;
-        if let Some(layout) = &file.layout {
+        let io = self.io_layout(file)?;
+        self.flush_file(file.fid, io.get())?;
+        if let Some(layout) = io.get() {
             osc::sync(self, layout)?;
         }
+        drop(io);
         self.sync_metadata()
     }
 
@@ -134,7 +138,7 @@ impl Client {
         punch_hole: bool,
     ) -> Result<()> {
         file.check_writable()?;
-        match &file.layout {
+        match self.io_layout(file)?.get() {
             Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
             None => Err(Status::Inval.into()),
         }

@@ -18,6 +18,7 @@ pub mod datalocks;
 pub mod dirattrs;
 mod flock;
 mod io;
+mod layouts;
 pub mod lfsck;
 mod listing;
 mod locking;
@@ -149,8 +150,9 @@ impl Default for ClientConfig {
 pub struct OpenFile {
     /// Inode.
     pub fid: Fid,
-    /// Layout (absent for non-regular files).
-    pub layout: Option<Layout>,
+    /// Layout (absent for non-regular files), shared by this client's handles on the file
+    /// and kept under the MDT's `LAYOUT` lock (layouts.rs).
+    layout: Arc<layouts::LayoutSlot>,
     readahead: parking_lot::Mutex<ReadAhead>,
     /// Evictions of this client by the file's MDT before it was opened.
     incarnation: u64,
@@ -214,10 +216,21 @@ impl OpenFile {
         self
     }
 
-    /// A handle on `fid`.
+    /// The file's layout as last known (absent for non-regular files); I/O takes it
+    /// through the client, which reads it again once a layout change called it back.
+    pub fn layout(&self) -> Option<Layout> {
+        self.layout.snapshot()
+    }
+
+    /// A handle on `fid` with `layout`, of its own (a client's opens share one per file).
     pub fn new(fid: Fid, layout: Option<Layout>) -> OpenFile {
+        OpenFile::with_slot(Arc::new(layouts::LayoutSlot::new(fid, layout, true)))
+    }
+
+    /// A handle on the file of `slot`.
+    fn with_slot(layout: Arc<layouts::LayoutSlot>) -> OpenFile {
         OpenFile {
-            fid,
+            fid: layout.fid(),
             layout,
             readahead: parking_lot::Mutex::new(ReadAhead::default()),
             incarnation: 0,
@@ -233,7 +246,7 @@ impl std::fmt::Debug for OpenFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenFile")
             .field("fid", &self.fid)
-            .field("layout", &self.layout)
+            .field("layout", &self.layout())
             .finish()
     }
 }
@@ -278,6 +291,8 @@ pub struct Client {
     data_locks: datalocks::DataLocks,
     /// Write-behind under write locks (writeback.rs).
     writeback: Arc<writeback::Writeback>,
+    /// Layouts of the files open here, under their LAYOUT locks (layouts.rs).
+    layout_slots: layouts::Slots,
     /// Appends on this client, serialized per file (append.rs).
     appends: [parking_lot::Mutex<()>; append::APPEND_SLOTS],
     me: std::sync::Weak<Client>,
@@ -304,6 +319,7 @@ impl Client {
             me: me.clone(),
             data_locks: datalocks::DataLocks::default(),
             writeback: Arc::default(),
+            layout_slots: Default::default(),
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             fsname: fsname.into(),
             mgs: mgs_conn,

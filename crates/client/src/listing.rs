@@ -3,7 +3,7 @@
 //! locks the MDT granted with them (the statahead of an `ls -l`).
 
 use crate::*;
-use nacre_ldlm::msg::{LOOKUP, UPDATE};
+use nacre_ldlm::msg::{LAYOUT, LOOKUP, UPDATE};
 use nacre_types::FileKind;
 use nacre_wire::mds::{DirPlusEntry, MdsReply, READDIRPLUS_ENTRIES_MAX};
 
@@ -257,7 +257,7 @@ impl PageOf for DirEntry {
     }
 }
 impl PageOf for DirPlusEntry {
-    const LOCK_BITS: u8 = LOOKUP | UPDATE;
+    const LOCK_BITS: u8 = LOOKUP | UPDATE | LAYOUT;
     fn of(reply: MdsReply) -> Option<(Vec<Self>, bool)> {
         match reply {
             MdsReply::DirPlus { entries, eof } => Some((entries, eof)),

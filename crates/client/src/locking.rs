@@ -27,12 +27,20 @@ impl Client {
     /// of every lock that goes, before it is cancelled, to have the kernel forget what it
     /// covered. Replies then say what is [`Cached`].
     pub fn enable_locks(&self, sink: mdc::LockSink) {
-        // A directory stops being known completely before the kernel hears of it.
+        // A directory stops being known completely before the kernel hears of it; a file's
+        // layout is let go of (its I/O done, its kept writes written) before its LAYOUT
+        // lock is cancelled (layouts.rs).
         let complete = self.complete.clone();
+        let me = self.me.clone();
         let sink: mdc::LockSink = Arc::new(move |revoked| {
             for r in revoked {
                 if r.lock.bits & nacre_ldlm::msg::UPDATE != 0 {
                     complete.forget(r.lock.fid);
+                }
+                if r.lock.bits & nacre_ldlm::msg::LAYOUT != 0 {
+                    if let Some(client) = me.upgrade() {
+                        client.layout_called_back(r.lock.fid);
+                    }
                 }
             }
             sink(revoked)

@@ -129,7 +129,7 @@ impl Client {
     /// A name that does not exist is `None`, with `Cached::entry` true if the directory's
     /// lock covers its absence (the kernel may cache the negative entry).
     pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Option<Attr>, Cached)> {
-        use nacre_ldlm::msg::{LOOKUP, UPDATE};
+        use nacre_ldlm::msg::{LAYOUT, LOOKUP, UPDATE};
         if self.complete.absent(parent, name) {
             return Ok((None, Cached::default()));
         }
@@ -137,7 +137,7 @@ impl Client {
             parent,
             name: name.to_vec(),
         };
-        match self.entry_or_absent(op, LOOKUP | UPDATE, Some((parent, name)))? {
+        match self.entry_or_absent(op, LOOKUP | UPDATE | LAYOUT, Some((parent, name)))? {
             Looked::Entry(attr, layout, exact, cached) => Ok((
                 Some(self.with_glimpse(attr, layout.as_ref(), exact)?),
                 cached,
@@ -255,8 +255,8 @@ impl Client {
         name: &[u8],
         args: (FileKind, u32, u32, u32, u32, bool, bool, u8),
     ) -> Result<(Attr, OpenFile, Cached)> {
-        use nacre_ldlm::msg::{LOOKUP, UPDATE};
-        self.create_with(parent, name, args, LOOKUP | UPDATE)
+        use nacre_ldlm::msg::{LAYOUT, LOOKUP, UPDATE};
+        self.create_with(parent, name, args, LOOKUP | UPDATE | LAYOUT)
     }
 
     #[allow(clippy::type_complexity)]
@@ -287,7 +287,7 @@ impl Client {
         } else {
             self.with_glimpse(attr, layout.as_ref(), exact)?
         };
-        let file = OpenFile::new(attr.fid, layout)
+        let file = OpenFile::with_slot(self.layout_slot(attr.fid, layout))
             .owned_by(&attr)
             .with_access(access);
         let file = self.registered(file)?;
@@ -318,7 +318,7 @@ impl Client {
     /// the caller's credentials, and registers the opener with it.
     pub fn open(&self, fid: Fid, access: u8) -> Result<(Attr, OpenFile)> {
         let (attr, layout) = self.entry(MdsOp::Open { fid, access })?;
-        let file = OpenFile::new(fid, layout)
+        let file = OpenFile::with_slot(self.layout_slot(fid, layout))
             .owned_by(&attr)
             .with_access(access);
         Ok((attr, self.registered(file)?))
@@ -327,7 +327,8 @@ impl Client {
     /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
     pub fn close(&self, file: &OpenFile) -> Result<()> {
         // Kept writes reach the OSTs first; what they refused is this close's error.
-        let flushed = self.flush_file(file.fid, file.layout.as_ref());
+        let layout = file.layout();
+        let flushed = self.flush_file(file.fid, layout.as_ref());
         if self.check_handle(file).is_err() {
             return flushed;
         }
@@ -345,7 +346,7 @@ impl Client {
         // glimpse the objects beside the MDT's answer (a glimpse that, while this client
         // holds the write locks, the OST would ask this client back about). Only a hint:
         // an answer without the exact size is glimpsed after it, and corrects the hint.
-        if let (true, Ok(_), Some(layout)) = (writer, &closed, &file.layout) {
+        if let (true, Ok(_), Some(layout)) = (writer, &closed, &layout) {
             self.remember_layout(file.fid, layout, true);
         }
         closed.map(|_| ()).and(flushed)
@@ -596,7 +597,9 @@ impl Client {
         }
         let (attr, file) = self.open(fid, nacre_types::cred::MAY_WRITE)?;
         file.wrote.store(true, std::sync::atomic::Ordering::Release);
-        let result = Self::truncatable(&attr, file.layout.clone())
+        let result = self
+            .io_layout(&file)
+            .and_then(|io| Self::truncatable(&attr, io.get().cloned()))
             .and_then(|layout| osc::truncate(self, &layout, size))
             .and_then(|()| self.setattr_now(fid, set));
         let closed = self.close(&file);
@@ -694,10 +697,10 @@ impl Client {
     /// Sets a directory's default striping, or lays out an empty file again.
     pub fn set_layout(&self, fid: Fid, spec: StripeSpec) -> Result<LayoutInfo> {
         self.check_spec(spec)?;
-        match self.md(MdsOp::SetLayout { fid, spec })? {
+        self.own_layout_change(fid, || match self.md(MdsOp::SetLayout { fid, spec })? {
             MdsReply::Layout(l) => Ok(l),
             _ => Err(Status::Proto.into()),
-        }
+        })
     }
 
     /// Validates a striping request against this file system, with a message naming the cause.

@@ -441,9 +441,21 @@ impl Client {
     /// come with the file's next `fsync` or close.
     pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
-        let Some(layout) = &file.layout else {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
+        self.write_cached_with(file, layout, offset, data)
+    }
+
+    /// [`Client::write_cached`] with `file`'s layout, which the caller holds for the I/O.
+    pub(crate) fn write_cached_with(
+        &self,
+        file: &crate::OpenFile,
+        layout: &Layout,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }

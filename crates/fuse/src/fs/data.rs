@@ -26,10 +26,10 @@ impl Shared {
         if file.is_append() && self.client.data_locks_on() {
             flags |= FopenFlags::FOPEN_DIRECT_IO;
         }
-        let Some(layout) = &file.layout else {
+        let Some(layout) = file.layout() else {
             return flags;
         };
-        if self.client.data_cached(file.fid, layout) {
+        if self.client.data_cached(file.fid, &layout) {
             return flags | FopenFlags::FOPEN_KEEP_CACHE;
         }
         // Before the reply: the kernel drops the cache when it gets it, and a read that

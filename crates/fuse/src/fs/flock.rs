@@ -148,7 +148,7 @@ impl Shared {
         // Writes kept as write-behind reach the OSTs before close(2) returns, which reports
         // what they refused (fs/data.rs).
         if let Ok(file) = self.file(fh) {
-            if let Err(e) = self.client.flush_file(file.fid, file.layout.as_ref()) {
+            if let Err(e) = self.client.flush_file(file.fid, file.layout().as_ref()) {
                 return reply.error(errno(&e));
             }
         }

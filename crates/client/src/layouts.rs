@@ -1,0 +1,173 @@
+//! A file's layout as this client's I/O uses it, kept under the MDT's `LAYOUT` lock
+//! (Lustre's layout lock): one slot per file open here, shared by its handles.
+//!
+//! I/O holds the slot shared while it uses the layout ([`Client::io_layout`]). The lock's
+//! callback takes the slot exclusively — the I/O under way ends first — writes out what this
+//! client keeps for the old objects, and marks the layout stale, all before the lock is
+//! cancelled: so the change that called it back (a setstripe of an empty file) sees every
+//! byte this client wrote, and no write of this client reaches the old objects after it.
+//! The next I/O asks the MDT for the layout again, with the lock, before it touches an
+//! object. A client that takes no locks (the native library without
+//! [`Client::enable_locks`]) keeps the layout it opened the file with.
+
+use crate::*;
+use nacre_ldlm::msg::LAYOUT;
+use nacre_wire::mds::{LayoutInfo, MdsOp, MdsReply};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Open files whose slots the registry holds before it drops those no handle uses.
+const SLOTS_SWEEP_AT: usize = 4_096;
+
+/// A file's layout and whether this client's lock still covers it.
+#[derive(Debug)]
+pub(crate) struct Current {
+    /// The layout (None: not a regular file).
+    pub(crate) layout: Option<Layout>,
+    /// Its LAYOUT lock went (or was never had) since it was read: read it again.
+    stale: bool,
+}
+
+/// The layout of one file open here (see the module's notes).
+#[derive(Debug)]
+pub struct LayoutSlot {
+    fid: Fid,
+    current: parking_lot::RwLock<Current>,
+    /// Callbacks of the file's LAYOUT lock handled so far: a layout read before one is
+    /// not trusted after it.
+    callbacks: AtomicU64,
+}
+
+impl LayoutSlot {
+    /// A slot for `fid` with `layout`; `covered`: under a LAYOUT lock of this client.
+    pub(crate) fn new(fid: Fid, layout: Option<Layout>, covered: bool) -> LayoutSlot {
+        LayoutSlot {
+            fid,
+            current: parking_lot::RwLock::new(Current {
+                layout,
+                stale: !covered,
+            }),
+            callbacks: AtomicU64::new(0),
+        }
+    }
+
+    /// The file.
+    pub(crate) fn fid(&self) -> Fid {
+        self.fid
+    }
+
+    /// The layout as last known.
+    pub(crate) fn snapshot(&self) -> Option<Layout> {
+        self.current.read_recursive().layout.clone()
+    }
+}
+
+/// The layout an I/O uses, held so that the layout's callback waits for the I/O's end.
+pub(crate) struct IoLayout<'a>(parking_lot::RwLockReadGuard<'a, Current>);
+
+impl IoLayout<'_> {
+    /// The layout (None: not a regular file).
+    pub(crate) fn get(&self) -> Option<&Layout> {
+        self.0.layout.as_ref()
+    }
+}
+
+/// The slots of the files open on this client.
+#[derive(Default)]
+pub(crate) struct Slots(parking_lot::Mutex<HashMap<Fid, Weak<LayoutSlot>>>);
+
+impl Client {
+    /// The slot handles of `fid` share, with `layout` (from the MDT's answer to the open)
+    /// when no handle has one; covered if this client holds the file's LAYOUT lock now.
+    pub(crate) fn layout_slot(&self, fid: Fid, layout: Option<Layout>) -> Arc<LayoutSlot> {
+        let mut slots = self.layout_slots.0.lock();
+        if let Some(slot) = slots.get(&fid).and_then(Weak::upgrade) {
+            return slot;
+        }
+        if slots.len() >= SLOTS_SWEEP_AT {
+            slots.retain(|_, s| s.strong_count() > 0);
+        }
+        // Checked under the registry's lock: a callback that took the lock from the table
+        // before this finds no slot, but this sees the lock gone.
+        let covered = self.lock_sink.get().is_some() && self.lock_covers(fid, LAYOUT);
+        let slot = Arc::new(LayoutSlot::new(fid, layout, covered));
+        slots.insert(fid, Arc::downgrade(&slot));
+        slot
+    }
+
+    /// The layout `file`'s I/O may use now, held until the I/O is done: read again from
+    /// the MDT first if this client's LAYOUT lock on it went.
+    pub(crate) fn io_layout<'f>(&self, file: &'f OpenFile) -> Result<IoLayout<'f>> {
+        let slot = &file.layout;
+        loop {
+            let current = slot.current.read_recursive();
+            if !current.stale || current.layout.is_none() || self.lock_sink.get().is_none() {
+                return Ok(IoLayout(current));
+            }
+            drop(current);
+            if !self.refresh_layout(slot)? {
+                // No lock to be had now (a layout change is under way at the MDT): this
+                // I/O uses the layout just read, the next one asks again.
+                let current = slot.current.read_recursive();
+                return Ok(IoLayout(current));
+            }
+        }
+    }
+
+    /// Reads `slot`'s layout from the MDT, asking for the LAYOUT lock; true if it is
+    /// covered by the lock (no callback came since).
+    fn refresh_layout(&self, slot: &LayoutSlot) -> Result<bool> {
+        let seen = slot.callbacks.load(Ordering::Acquire);
+        let mdc = self.mdc(slot.fid.mdt_index())?;
+        let (reply, lock) = mdc.call_with(MdsOp::GetAttr { fid: slot.fid }, LAYOUT)?;
+        let MdsReply::Entry { layout, .. } = reply else {
+            return Err(Status::Proto.into());
+        };
+        let mut current = slot.current.write();
+        let covered = lock.is_some_and(|l| l.fid == slot.fid && l.bits & LAYOUT != 0)
+            && slot.callbacks.load(Ordering::Acquire) == seen
+            && mdc.locks.covers(slot.fid, LAYOUT);
+        current.layout = layout;
+        current.stale = !covered;
+        Ok(covered)
+    }
+
+    /// The LAYOUT lock of `fid` goes: once the I/O under way has ended, what this client
+    /// keeps for its objects is written out and its layout marked stale.
+    pub(crate) fn layout_called_back(&self, fid: Fid) {
+        let Some(slot) = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade) else {
+            return;
+        };
+        let mut current = slot.current.write();
+        slot.callbacks.fetch_add(1, Ordering::AcqRel);
+        if let Some(layout) = &current.layout {
+            self.flush_objects(layout);
+        }
+        current.stale = true;
+    }
+
+    /// Runs `change` of `fid`'s layout asked by this client: the MDT calls back only other
+    /// clients' locks, so this client's own I/O on the file is ended first, what it keeps
+    /// for the old objects written, and new I/O held off until the MDT answered; the new
+    /// layout is then the file's here.
+    pub(crate) fn own_layout_change(
+        &self,
+        fid: Fid,
+        change: impl FnOnce() -> Result<LayoutInfo>,
+    ) -> Result<LayoutInfo> {
+        let Some(slot) = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade) else {
+            return change();
+        };
+        let mut current = slot.current.write();
+        if let Some(layout) = &current.layout {
+            self.flush_objects(layout);
+        }
+        let result = change();
+        match &result {
+            Ok(LayoutInfo::File(layout)) => current.layout = Some(layout.clone()),
+            // Unknown: read it again.
+            Err(_) | Ok(_) => current.stale = true,
+        }
+        result
+    }
+}
