@@ -3,15 +3,15 @@
 
 use crate::osp::OstPool;
 use crate::records::*;
+pub use crate::tx::Tx;
 use nacre_kv::{Batch, KvStore};
 use nacre_osd::Label;
-use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, TimeSpec};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// FIDs and object ids are reserved on disk this many at a time, so a create does not have to
 /// persist an allocator update.
@@ -19,17 +19,17 @@ pub const ALLOC_RESERVE: u64 = 10_000;
 
 /// Allocation state, guarded by the MDT's write lock.
 pub struct AllocState {
-    next_fid: u64,
-    fid_limit: u64,
-    next_object: HashMap<u32, (u64, u64)>,
-    inodes_used: u64,
+    pub(crate) next_fid: u64,
+    pub(crate) fid_limit: u64,
+    pub(crate) next_object: HashMap<u32, (u64, u64)>,
+    pub(crate) inodes_used: u64,
     /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
     /// pruning delete exact keys instead of scanning over deleted ones.
-    saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
+    pub(crate) saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
     /// Last transaction number given.
-    last_transno: u64,
+    pub(crate) last_transno: u64,
     /// Clients in the `clients` table.
-    clients: std::collections::HashSet<[u8; 16]>,
+    pub(crate) clients: std::collections::HashSet<[u8; 16]>,
 }
 
 /// Saved replies kept per client at most (a well-behaved client keeps `max_rpcs_in_flight`).
@@ -586,7 +586,7 @@ pub fn kv_err(e: nacre_kv::KvError) -> Status {
     Status::Io
 }
 
-fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {
+pub(crate) fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {
     match kv.get(META, key).map_err(kv_err)? {
         Some(v) if v.len() == 8 => Ok(Some(u64::from_be_bytes(v.try_into().expect("8 bytes")))),
         Some(_) => Err(Status::Io),
@@ -604,412 +604,6 @@ pub fn check_name(name: &[u8]) -> Result<(), Status> {
         return Err(Status::Inval);
     }
     Ok(())
-}
-
-/// A modifying operation in progress: holds the write lock and collects the batch.
-pub struct Tx<'a> {
-    /// The MDT.
-    pub mdt: &'a Mdt,
-    alloc: MutexGuard<'a, AllocState>,
-    /// Changes to commit.
-    pub batch: Batch,
-    /// Objects to destroy once the batch is durable.
-    pub destroys: Vec<(u32, ObjectId)>,
-    /// Time stamp for every change of this operation.
-    pub now: TimeSpec,
-    /// A directory rename's "not beneath itself" check was made across MDTs under the
-    /// rename lock by the caller (the local check need not leave this MDT).
-    pub ancestry_checked: bool,
-    /// The client whose request this is (zero for internal work).
-    pub client: [u8; 16],
-    /// The transaction number given to this change (0: none).
-    pub transno: u64,
-    /// A replay: the FID and layout its new inode had the first time.
-    pub replay: Option<ReplayHint>,
-    /// A replay: the transno it had (it keeps it, so versions come out as before).
-    pub forced_transno: Option<u64>,
-    /// Versions of the inodes this change touched, before it (for the client to send with
-    /// a replay).
-    pub pre_versions: Vec<(Fid, u64)>,
-    /// This change records a client's first transaction number: it is made durable before
-    /// the reply (as Lustre writes a new client's slot synchronously), so a restarted MDT
-    /// always waits for that client's replays.
-    pub new_client: bool,
-    /// Versions of the inodes this transaction read (so writing one back needs no read).
-    seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
-}
-
-impl Tx<'_> {
-    /// Reads an inode.
-    pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
-        match self.mdt.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => {
-                let rec = decode(&v)?;
-                let mut seen = self.seen_versions.borrow_mut();
-                if !seen.iter().any(|(f, _)| *f == fid) {
-                    seen.push((fid, inode_version(&v)));
-                }
-                Ok(rec)
-            }
-            None => self.mdt.inode(fid),
-        }
-    }
-
-    /// The version `fid` had when this transaction first read it (or reads it now).
-    fn version_before(&self, fid: Fid) -> u64 {
-        if let Some((_, v)) = self.seen_versions.borrow().iter().find(|(f, _)| *f == fid) {
-            return *v;
-        }
-        self.mdt.version_of(fid).unwrap_or_else(|e| {
-            tracing::warn!("{}: version of {fid}: {e}", self.mdt.label.name());
-            0
-        })
-    }
-
-    /// Reads a directory inode (ENOTDIR otherwise).
-    pub fn dir(&self, fid: Fid) -> Result<InodeRecord, Status> {
-        let rec = self.inode(fid)?;
-        if rec.attr.kind != FileKind::Directory {
-            return Err(Status::NotDir);
-        }
-        Ok(rec)
-    }
-
-    /// Looks a name up.
-    pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
-        self.mdt.lookup(parent, name)
-    }
-
-    /// Stores an inode.
-    pub fn put_inode(&mut self, rec: &InodeRecord) {
-        let fid = rec.attr.fid;
-        // A change with a transno sets the version; others (internal, cross-MDT) keep it.
-        let version = if self.transno > 0 {
-            self.note_version(fid);
-            self.transno
-        } else {
-            self.version_before(fid)
-        };
-        self.batch.put(
-            INODES,
-            fid.to_key().to_vec(),
-            crate::records::encode_inode(rec, version),
-        );
-    }
-
-    /// Adds a directory entry.
-    pub fn put_dirent(&mut self, parent: Fid, name: &[u8], fid: Fid, kind: FileKind) {
-        self.batch.put(
-            DIRENTS,
-            dirent_key(parent, name),
-            encode(&DirentRecord { fid, kind }),
-        );
-    }
-
-    /// Removes a directory entry.
-    pub fn del_dirent(&mut self, parent: Fid, name: &[u8]) {
-        self.batch.delete(DIRENTS, dirent_key(parent, name));
-    }
-
-    /// Marks a directory changed (mtime and ctime).
-    pub fn touch(&self, rec: &mut InodeRecord) {
-        rec.attr.mtime = self.now;
-        rec.attr.ctime = self.now;
-    }
-
-    /// The file system's default striping (the root's default) where this MDT can read it:
-    /// MDT0 holds the root; other MDTs get it copied into their remote directories.
-    pub fn fs_default(&self) -> Result<StripeSpec, Status> {
-        if Fid::ROOT.mdt_index() != self.mdt.label.index {
-            return Ok(StripeSpec::default());
-        }
-        Ok(self.inode(Fid::ROOT)?.dir_default.unwrap_or_default())
-    }
-
-    /// Allocates a new FID (a replay gets the one its inode had: allocation restarted
-    /// past every FID handed out before the restart, so it is free).
-    pub fn new_fid(&mut self) -> Fid {
-        if let Some((fid, _)) = self.replay {
-            self.reserve_past_fid(fid);
-            // New: no version before this change (and no read to learn it).
-            self.seen_versions.borrow_mut().push((fid, 0));
-            return fid;
-        }
-        if self.alloc.next_fid >= self.alloc.fid_limit {
-            self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
-            let limit = self.alloc.fid_limit;
-            self.batch
-                .put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
-        }
-        let n = self.alloc.next_fid;
-        self.alloc.next_fid += 1;
-        let seq = FID_SEQ_NORMAL
-            + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT
-            + n / (FID_OIDS_PER_SEQ - 1);
-        let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
-        self.seen_versions.borrow_mut().push((fid, 0));
-        fid
-    }
-
-    /// A replayed inode has `fid`, which this start of the MDT may not have counted as
-    /// used (the reservation that covered it can be lost with the crash too): allocation
-    /// continues past it.
-    fn reserve_past_fid(&mut self, fid: Fid) {
-        let base = FID_SEQ_NORMAL + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT;
-        let Some(seq_off) = fid.seq.checked_sub(base) else {
-            return;
-        };
-        let n = seq_off * (FID_OIDS_PER_SEQ - 1) + u64::from(fid.oid.saturating_sub(1));
-        if n < self.alloc.next_fid {
-            return;
-        }
-        self.alloc.next_fid = n + 1;
-        if self.alloc.next_fid >= self.alloc.fid_limit {
-            self.alloc.fid_limit = self.alloc.next_fid + ALLOC_RESERVE;
-            let limit = self.alloc.fid_limit;
-            self.batch
-                .put(META, b"fid_limit".to_vec(), limit.to_be_bytes().to_vec());
-        }
-    }
-
-    /// As [`Tx::reserve_past_fid`] for a replayed file's object on `ost`.
-    fn reserve_past_object(&mut self, ost: u32, object: ObjectId) -> Result<(), Status> {
-        if object.seq != u64::from(self.mdt.label.index) {
-            return Ok(());
-        }
-        let key = format!("ost_next/{ost}").into_bytes();
-        let (next, limit) = match self.alloc.next_object.get(&ost) {
-            Some(&v) => v,
-            None => {
-                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
-                (stored, stored)
-            }
-        };
-        if object.id < next {
-            return Ok(());
-        }
-        let next = object.id + 1;
-        let limit = if next >= limit {
-            let limit = next + ALLOC_RESERVE;
-            self.batch.put(META, key, limit.to_be_bytes().to_vec());
-            limit
-        } else {
-            limit
-        };
-        self.alloc.next_object.insert(ost, (next, limit));
-        Ok(())
-    }
-
-    fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
-        let key = format!("ost_next/{ost}").into_bytes();
-        let (next, limit) = match self.alloc.next_object.get(&ost) {
-            Some(&v) => v,
-            None => {
-                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
-                (stored, stored)
-            }
-        };
-        let limit = if next >= limit {
-            let limit = next + ALLOC_RESERVE;
-            self.batch.put(META, key, limit.to_be_bytes().to_vec());
-            limit
-        } else {
-            limit
-        };
-        self.alloc.next_object.insert(ost, (next + 1, limit));
-        Ok(ObjectId {
-            seq: u64::from(self.mdt.label.index),
-            id: next,
-        })
-    }
-
-    /// Allocates the objects of a new regular file under `parent`'s striping defaults.
-    pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
-        if let Some((_, Some(layout))) = self.replay.clone() {
-            // The client wrote the file's data into these objects.
-            for o in &layout.objects {
-                self.reserve_past_object(o.ost, o.object)?;
-            }
-            return Ok(layout);
-        }
-        let inherited = parent.dir_default.unwrap_or_default();
-        let fs_default = if parent.attr.fid == Fid::ROOT {
-            StripeSpec::default()
-        } else {
-            self.fs_default()?
-        };
-        let base = merge_spec(inherited, fs_default);
-        let (count, size, start) = self
-            .mdt
-            .osts
-            .resolve(spec, base)
-            .map_err(|_| Status::Inval)?;
-        let chosen = self.mdt.osts.choose(count as usize, start)?;
-        let mut objects = Vec::with_capacity(chosen.len());
-        for ost in chosen {
-            objects.push(StripeObject {
-                ost,
-                object: self.new_object(ost)?,
-            });
-        }
-        Ok(Layout {
-            stripe_size: size,
-            objects,
-        })
-    }
-
-    /// Deletes an inode with its xattrs, queueing its objects for destruction.
-    pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
-        let fid = rec.attr.fid;
-        self.mdt.sizes.forget(fid);
-        self.note_version(fid);
-        self.batch.delete(INODES, fid.to_key().to_vec());
-        if rec.orphan {
-            self.batch.delete(ORPHANS, fid.to_key().to_vec());
-        }
-        let xattrs = self
-            .mdt
-            .kv
-            .scan(XATTRS, &fid.to_key(), None, 100_000)
-            .map_err(kv_err)?;
-        for (k, _) in xattrs {
-            self.batch.delete(XATTRS, k);
-        }
-        if let Some(layout) = &rec.layout {
-            self.destroy_objects(layout);
-        }
-        if rec.attr.kind == FileKind::Directory {
-            self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
-            self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
-        }
-        self.count_inodes(-1)?;
-        Ok(())
-    }
-
-    /// Records the destruction of a layout's objects (done after the commit).
-    pub fn destroy_objects(&mut self, layout: &Layout) {
-        crate::owners::forget(self, layout);
-        for o in &layout.objects {
-            self.batch
-                .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
-            self.destroys.push((o.ost, o.object));
-        }
-    }
-
-    /// Adjusts the inode counter `df -i` reports.
-    pub fn count_inodes(&mut self, delta: i64) -> Result<(), Status> {
-        self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
-        let used = self.alloc.inodes_used;
-        self.batch
-            .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
-        Ok(())
-    }
-
-    /// Forgets every saved reply of `client` (evicted) in this transaction.
-    pub fn forget_saved_replies(&mut self, client: &[u8; 16]) {
-        if let Some(set) = self.alloc.saved_replies.remove(client) {
-            for x in set {
-                self.batch.delete(REPLIES, reply_key(client, x));
-            }
-        }
-    }
-
-    /// Gives this change its transaction number before it runs (a replay keeps its own),
-    /// so the inodes it changes record it as their version.
-    pub fn reserve_transno(&mut self) -> u64 {
-        let t = self.forced_transno.unwrap_or(self.alloc.last_transno + 1);
-        self.alloc.last_transno = self.alloc.last_transno.max(t);
-        let last = self.alloc.last_transno;
-        self.batch
-            .put(META, b"last_transno".to_vec(), last.to_be_bytes().to_vec());
-        self.transno = t;
-        t
-    }
-
-    /// The change failed: it changed nothing and gives its number back.
-    pub fn release_transno(&mut self) {
-        if self.forced_transno.is_none() && self.alloc.last_transno == self.transno {
-            self.alloc.last_transno -= 1;
-        }
-        self.transno = 0;
-        self.pre_versions.clear();
-    }
-
-    /// Records `fid`'s version before this change (once).
-    fn note_version(&mut self, fid: Fid) {
-        if self.transno == 0 || self.pre_versions.iter().any(|(f, _)| *f == fid) {
-            return;
-        }
-        let before = self.version_before(fid);
-        self.pre_versions.push((fid, before));
-    }
-
-    /// Gives this change the next transaction number (stored with it) and, on the
-    /// client's first one, records the client in the `clients` table.
-    pub fn assign_transno(&mut self) -> u64 {
-        let t = if self.transno > 0 {
-            self.transno
-        } else {
-            self.reserve_transno()
-        };
-        let client = self.client;
-        if client != [0; 16]
-            && !self.alloc.clients.contains(&client)
-            && !self.mdt.osts.is_peer(&client)
-        {
-            self.alloc.clients.insert(client);
-            self.batch.put(CLIENTS, client.to_vec(), Vec::new());
-            self.new_client = true;
-        }
-        self.transno = t;
-        t
-    }
-
-    /// Removes `client` from the `clients` table in this change; false if it was not there.
-    pub fn forget_client(&mut self, client: &[u8; 16]) -> bool {
-        if !self.alloc.clients.remove(client) {
-            return false;
-        }
-        self.batch.delete(CLIENTS, client.to_vec());
-        true
-    }
-
-    /// True if a reply for (client, xid) is saved.
-    pub fn has_saved_reply(&self, client: &[u8; 16], xid: u64) -> bool {
-        self.alloc
-            .saved_replies
-            .get(client)
-            .is_some_and(|s| s.contains(&xid))
-    }
-
-    /// Saves the reply of (client, xid) in this transaction and forgets the client's saved
-    /// replies below `replied_below` (the client has them).
-    pub fn save_reply(
-        &mut self,
-        client: &[u8; 16],
-        xid: u64,
-        replied_below: u64,
-        saved: &SavedReply,
-    ) {
-        let set = self.alloc.saved_replies.entry(*client).or_default();
-        let mut drop: Vec<u64> = set.range(..replied_below).copied().collect();
-        while set.len() - drop.len() >= SAVED_REPLIES_PER_CLIENT_MAX {
-            let Some(&oldest) = set.iter().find(|x| !drop.contains(x)) else {
-                break;
-            };
-            drop.push(oldest);
-        }
-        for x in drop {
-            set.remove(&x);
-            self.batch.delete(REPLIES, reply_key(client, x));
-        }
-        set.insert(xid);
-        self.batch.put(
-            REPLIES,
-            reply_key(client, xid),
-            crate::records::encode_saved(saved),
-        );
-    }
 }
 
 fn load_clients(kv: &dyn KvStore) -> Result<std::collections::HashSet<[u8; 16]>, Status> {

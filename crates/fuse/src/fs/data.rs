@@ -9,9 +9,7 @@
 //! An `O_APPEND` file is opened with `FOPEN_DIRECT_IO` and its writes go to the client's
 //! append (nacre_client::append), which finds the true end of file under write locks.
 
-use super::Shared;
-use fuser::FopenFlags;
-use nacre_client::OpenFile;
+use super::*;
 
 impl Shared {
     /// How `file` is opened: [`Shared::open_flags`], and `FOPEN_KEEP_CACHE` if its cached
@@ -36,5 +34,191 @@ impl Shared {
         // is not covered after this marks the file unclean again.
         self.client.data_cache_dropped(file.fid);
         flags
+    }
+}
+
+/// Opens, reads, writes, releases, syncs and space allocation of regular files.
+#[allow(clippy::too_many_arguments)]
+impl Shared {
+    pub(super) fn open(&self, req: &Caller, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let result = self.client.open(fid, access_of(flags.0));
+        pool::leave();
+        match result {
+            Ok((_, mut file)) => {
+                if flags.0 & libc::O_APPEND != 0 {
+                    file.set_append();
+                }
+                let flags = self.file_open_flags(&file);
+                reply.opened(self.add_file(file), flags)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn read(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.enter(req);
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        // The kernel reads ahead for page-cache reads; O_DIRECT readers get the client's.
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        if !direct && self.client.data_locks_on() {
+            // Under read locks, held until the data is in the kernel's cache (fs/data.rs).
+            let result = self.client.read_cached(&file, offset, size as usize);
+            pool::leave();
+            return match result {
+                Ok((data, locks)) => {
+                    let covered = locks.covered;
+                    reply.data(&data);
+                    self.client.read_done(file.fid, locks);
+                    if !covered {
+                        self.drop_pages_later(file.fid, offset, u64::from(size));
+                    }
+                }
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
+        let result = self.client.read_at(&file, offset, size as usize, direct);
+        pool::leave();
+        match result {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn write(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.enter(req);
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        // Page-cache writes are kept as write-behind where a write lock allows (fs/data.rs);
+        // O_DIRECT writes go through.
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        let result = if file.is_append() && self.client.data_locks_on() {
+            // At the true end of file, whatever the kernel's cached size says (fs/data.rs).
+            self.client.append(&file, data).map(|_| data.len())
+        } else if !direct && self.client.data_locks_on() {
+            let n = self.client.write_cached(&file, offset, data);
+            // Pages the kernel keeps of this write with no lock of this mount covering
+            // them (the OST gave none) would never be dropped when another mount changes
+            // them.
+            if n.is_ok()
+                && !self
+                    .client
+                    .pages_covered_for_write(&file, offset, data.len() as u64)
+            {
+                self.drop_pages_later(file.fid, offset, data.len() as u64);
+            }
+            n
+        } else {
+            self.client.write(&file, offset, data)
+        };
+        pool::leave();
+        match result {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn release(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        let file = self.files.lock().remove(&fh.0);
+        if let Some(f) = &file {
+            self.caps.released(f.fid);
+            self.release_flocks(f.fid, fh);
+        }
+
+        let closed = file.map(|f| self.client.close(&f));
+        pool::leave();
+        match closed {
+            Some(Err(e)) => reply.error(errno(&e)),
+            _ => reply.ok(),
+        }
+    }
+
+    pub(super) fn fsync(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        empty(reply, self.file(fh).and_then(|f| ok(self.client.fsync(&f))));
+    }
+
+    pub(super) fn fsyncdir(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        match self.client.sync_metadata() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn fallocate(
+        &self,
+        req: &Caller,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let r = self
+            .file(fh)
+            .and_then(|f| ok(self.client.fallocate(&f, offset, length, keep_size, punch)));
+        empty(reply, r);
     }
 }

@@ -1,0 +1,322 @@
+//! The namespace as the kernel asks for it: lookups and attributes (cached under the
+//! mount's metadata locks), creates, links, renames and removals (each marking the
+//! directories it changes for the lock sink, inval.rs).
+
+use super::*;
+
+#[allow(clippy::too_many_arguments)]
+impl Shared {
+    pub(super) fn lookup(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.enter(req);
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        // Always the OSTs' size: the kernel applies an entry's size to a cached inode, so an MDT
+        // hint here would shrink a file another thread is reading (a short read at a false EOF).
+        match self.client.lookup_cached(parent, name.as_bytes()) {
+            Ok((Some(a), c)) => self.reply_cached(reply, Ok((a, c))),
+            // No such name, the directory's lock covering it: a negative entry the kernel
+            // keeps until the lock goes (then invalidated as any entry).
+            Ok((None, c)) if c.entry => {
+                pool::leave();
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &LOCKED_TTL,
+                    &crate::attrs::absent_attr(),
+                    Generation(0),
+                )
+            }
+            Ok((None, _)) => {
+                pool::leave();
+                reply.error(Errno::ENOENT)
+            }
+            Err(e) => self.reply_cached(reply, Err(e)),
+        }
+    }
+
+    pub(super) fn getattr(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        self.enter(req);
+        let result = fid_of(ino).map(|f| self.client.getattr_cached(f));
+        // Through a handle its MDT closed by evicting this client (which the call itself
+        // may just have learned): EIO, as for every other use of that handle.
+        if let Some(Err(e)) = fh.map(|fh| self.evicted_handle(fh)) {
+            return reply.error(e);
+        }
+        pool::leave();
+        match result {
+            Ok(Ok((a, cached))) => reply.attr(&self.ttl(cached, self.attr_ttl), &file_attr(&a)),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(super) fn setattr(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+            ctime: ctime.map(TimeSpec::from_system_time),
+            times_now: matches!(atime, Some(TimeOrNow::Now))
+                || matches!(mtime, Some(TimeOrNow::Now)),
+            from_open: fh.is_some(),
+        };
+        let result = self.client.setattr(fid, set);
+        pool::leave();
+        match result {
+            Ok(a) => reply.attr(&self.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn readlink(&self, req: &Caller, ino: INodeNo, reply: ReplyData) {
+        self.enter(req);
+        match fid_of(ino).map(|f| self.client.readlink(f)) {
+            Ok(Ok(t)) => reply.data(&t),
+            Ok(Err(e)) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(super) fn mknod(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self
+            .client
+            .create(
+                parent,
+                name.as_bytes(),
+                kind,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                rdev,
+                true,
+                false,
+                0,
+            )
+            .map(|(attr, _)| attr);
+        self.reply_entry(reply, r);
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.client.mkdir_cached(
+            parent,
+            name.as_bytes(),
+            (mode & 0o7777, req.uid(), req.gid()),
+            LOOKUP | UPDATE,
+        );
+        self.reply_cached(reply, r);
+    }
+
+    pub(super) fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        empty(
+            reply,
+            fid_of(parent).and_then(|p| ok(self.client.unlink(p, name.as_bytes()))),
+        );
+    }
+
+    pub(super) fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        empty(
+            reply,
+            fid_of(parent).and_then(|p| ok(self.client.rmdir(p, name.as_bytes()))),
+        );
+    }
+
+    pub(super) fn symlink(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let r = self.client.symlink(
+            parent,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            req.uid(),
+            req.gid(),
+        );
+        self.reply_entry(reply, r);
+    }
+
+    pub(super) fn rename(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[parent, newparent]);
+        if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let (src, dst) = match (fid_of(parent), fid_of(newparent)) {
+            (Ok(s), Ok(d)) => (s, d),
+            _ => return reply.error(Errno::ESTALE),
+        };
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        match self
+            .client
+            .rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace)
+        {
+            Ok(()) => {
+                reply.ok();
+                // The kernel moves its dentry, which keeps the timeout of the old name's
+                // entry; another client may have changed the name meanwhile (its callback
+                // came while this rename held the directory), so the moved entry is
+                // invalidated once the kernel is done with it, to be looked up afresh.
+                if let Some(inval) = self.inval.get() {
+                    inval.entry_later(newparent.0, newname.to_os_string());
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn link(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[newparent]);
+        let (fid, parent) = match (fid_of(ino), fid_of(newparent)) {
+            (Ok(f), Ok(p)) => (f, p),
+            _ => return reply.error(Errno::ESTALE),
+        };
+        self.reply_entry(reply, self.client.link(fid, parent, newname.as_bytes()));
+    }
+
+    pub(super) fn create(
+        &self,
+        req: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.enter(req);
+        let _changing = self.changing(&[parent]);
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let exclusive = flags & libc::O_EXCL != 0;
+        let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
+        let created = self.client.create_cached(
+            parent,
+            name.as_bytes(),
+            (
+                kind,
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+                0,
+                exclusive,
+                true,
+                access_of(flags),
+            ),
+        );
+        pool::leave();
+        match created {
+            Ok((attr, mut file, cached)) => {
+                let fid = file.fid;
+                if flags & libc::O_APPEND != 0 {
+                    file.set_append();
+                }
+                let flags = self.file_open_flags(&file);
+                let fh = self.add_file(file);
+                if exclusive {
+                    // Made by this very call: no capability to strip from it yet (a
+                    // non-exclusive create may have opened an existing file instead).
+                    self.caps.created(fid);
+                }
+                let ttl = self.ttl(cached.entry && cached.attr, self.entry_ttl);
+                reply.created(&ttl, &file_attr(&attr), Generation(0), fh, flags)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

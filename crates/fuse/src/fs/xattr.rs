@@ -1,0 +1,347 @@
+//! Extended attributes: the virtual ones Nacre's tools use (a file's layout and a
+//! directory's default striping `user.nacre.lov`, usage `user.nacre.df`, remote and striped
+//! mkdir `user.nacre.mkdir`, directory stripes `user.nacre.lmv` and their default
+//! `user.nacre.lmv_default`, migration `user.nacre.migrate`), and the stored ones.
+
+use super::*;
+
+impl Shared {
+    pub(super) fn layout_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let value = match self.client.get_layout(fid)? {
+            LayoutInfo::File(l) => serde_json::json!({
+                "kind": "file",
+                "stripe_count": l.objects.len(),
+                "stripe_size": l.stripe_size,
+                "pattern": "raid0",
+                "objects": l.objects.iter().map(|o| serde_json::json!({
+                    "ost": o.ost, "seq": o.object.seq, "id": o.object.id,
+                })).collect::<Vec<_>>(),
+            }),
+            LayoutInfo::Dir(spec) => serde_json::json!({
+                "kind": "dir",
+                "default": spec.map(|s| serde_json::json!({
+                    "stripe_count": s.stripe_count, "stripe_size": s.stripe_size, "start_ost": s.start_ost,
+                })),
+            }),
+            LayoutInfo::None => serde_json::json!({ "kind": "none" }),
+        };
+        Ok(value.to_string().into_bytes())
+    }
+
+    pub(super) fn df_json(&self) -> Result<Vec<u8>, ClientError> {
+        let targets: Vec<_> = self
+            .client
+            .df()?
+            .into_iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "bytes_total": t.statfs.bytes_total,
+                    "bytes_free": t.statfs.bytes_free,
+                    "bytes_avail": t.statfs.bytes_avail,
+                    "files_total": t.statfs.files_total,
+                    "files_free": t.statfs.files_free,
+                })
+            })
+            .collect();
+        Ok(
+            serde_json::json!({ "fsname": self.client.fsname(), "targets": targets })
+                .to_string()
+                .into_bytes(),
+        )
+    }
+
+    pub(super) fn virtual_xattr(
+        &self,
+        fid: Fid,
+        name: &OsStr,
+    ) -> Option<Result<Vec<u8>, ClientError>> {
+        match name.as_bytes() {
+            n if n == XATTR_LOV.as_bytes() => Some(self.layout_json(fid)),
+            n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
+            n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
+            n if n == XATTR_LMV_DEFAULT.as_bytes() => Some(self.lmv_default_json(fid)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn mkdir_on(
+        &self,
+        parent: Fid,
+        value: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MKDIR} value: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
+        let mdt = match v["mdt"].as_i64() {
+            Some(-1) => nacre_wire::mds::MDT_INDEX_ANY,
+            Some(m) => u32::try_from(m).map_err(|_| bad("bad mdt"))?,
+            None => return Err(bad("no mdt")),
+        };
+        let mode = v["mode"].as_u64().unwrap_or(0o755) as u32 & 0o7777;
+        if let Some(count) = v["count"].as_u64() {
+            let count = u32::try_from(count).map_err(|_| bad("bad count"))?;
+            let hash = match v["hash"].as_str() {
+                Some(h) => h.parse().map_err(|e: String| bad(&e))?,
+                None => nacre_types::dirstripe::DirHash::Fnv1a64,
+            };
+            let r = self.client.mkdir_striped(
+                parent,
+                name.as_bytes(),
+                mode,
+                uid,
+                gid,
+                count,
+                mdt,
+                hash,
+            );
+            self.forget_entry_later(parent, name);
+            return r.map(|_| ());
+        }
+        let r = self
+            .client
+            .mkdir_on(parent, name.as_bytes(), mode, uid, gid, mdt);
+        self.forget_entry_later(parent, name);
+        r.map(|_| ())
+    }
+
+    /// A change made behind the kernel's back (through a virtual xattr) to `parent`/`name`:
+    /// this mount's own locks were not called back by it, so the kernel's entry (a negative
+    /// one, or the directory's old FID) is invalidated once the kernel lets go of the
+    /// directory (it holds it for the xattr call).
+    pub(super) fn forget_entry_later(&self, parent: Fid, name: &str) {
+        if let Some(inval) = self.inval.get() {
+            inval.entry_later(parent.to_ino(), name.into());
+        }
+    }
+
+    /// This mount's change of directories `dirs`, under way until the guard is dropped
+    /// (after the reply): entry invalidations in them wait for its end (inval.rs).
+    pub(super) fn changing(&self, dirs: &[INodeNo]) -> Option<crate::inval::Changing> {
+        let inos: Vec<u64> = dirs.iter().map(|d| d.0).collect();
+        self.inval.get().map(|inval| inval.changing(&inos))
+    }
+
+    /// Pages of file `fid` the kernel cached without a data lock of this mount covering
+    /// them (read or written through unlocked: refused, contended) go once the kernel lets
+    /// go of them.
+    pub(super) fn drop_pages_later(&self, fid: Fid, offset: u64, len: u64) {
+        if let Some(inval) = self.inval.get() {
+            inval.data_later(fid.to_ino(), offset, len);
+        }
+    }
+
+    pub(super) fn migrate(&self, parent: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MIGRATE} value: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
+        let mdt = v["mdt"]
+            .as_u64()
+            .and_then(|m| u32::try_from(m).ok())
+            .ok_or_else(|| bad("no mdt"))?;
+        let r = self.client.migrate(parent, name.as_bytes(), mdt);
+        self.forget_entry_later(parent, name);
+        let (fid, moved, kept) = r?;
+        tracing::info!(
+            "migrated {name} to MDT{mdt:04x} as {fid}: {moved} inodes moved, {kept} kept"
+        );
+        Ok(())
+    }
+
+    pub(super) fn lmv_default_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let v = match self.client.dir_default(fid)? {
+            Some(d) => serde_json::json!({
+                "count": d.count,
+                "start": if d.start == u32::MAX { -1 } else { i64::from(d.start) },
+                "hash": d.hash.name(),
+                "max_inherit": d.max_inherit,
+            }),
+            None => serde_json::json!({}),
+        };
+        Ok(v.to_string().into_bytes())
+    }
+
+    pub(super) fn set_lmv_default(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LMV_DEFAULT}: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let default = match v["count"].as_i64() {
+            None => None,
+            Some(count) => Some(nacre_types::dirstripe::DirDefault {
+                count: i32::try_from(count).map_err(|_| bad("count"))?,
+                start: match v["start"].as_i64().unwrap_or(-1) {
+                    -1 => u32::MAX,
+                    s => u32::try_from(s).map_err(|_| bad("start"))?,
+                },
+                hash: v["hash"]
+                    .as_str()
+                    .unwrap_or("fnv_1a_64")
+                    .parse()
+                    .map_err(|e: String| bad(&e))?,
+                max_inherit: v["max_inherit"]
+                    .as_i64()
+                    .map_or(Ok(nacre_types::dirstripe::DIR_DEFAULT_MAX_INHERIT), |m| {
+                        i32::try_from(m).map_err(|_| bad("max_inherit"))
+                    })?,
+            }),
+        };
+        self.client.set_dir_default(fid, default)
+    }
+
+    pub(super) fn lmv_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
+        let stripe = self.client.dir_stripe(fid)?;
+        let v = match stripe {
+            Some(s) => serde_json::json!({
+                "mdt": fid.mdt_index(),
+                "stripe_count": s.shards.len(),
+                "hash": s.hash.name(),
+                "shards": s.shards.iter().map(|f| serde_json::json!({
+                    "mdt": f.mdt_index(),
+                    "fid": f.to_string(),
+                })).collect::<Vec<_>>(),
+            }),
+            None => serde_json::json!({ "mdt": fid.mdt_index(), "stripe_count": 0 }),
+        };
+        Ok(v.to_string().into_bytes())
+    }
+
+    pub(super) fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LOV} value: {why}"));
+        let v: serde_json::Value =
+            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let field = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
+        let spec = StripeSpec {
+            stripe_count: i32::try_from(field("stripe_count", 0))
+                .map_err(|_| bad("stripe_count"))?,
+            stripe_size: u32::try_from(field("stripe_size", 0)).map_err(|_| bad("stripe_size"))?,
+            start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
+        };
+        self.client.set_layout(fid, spec).map(|_| ())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Shared {
+    pub(super) fn setxattr(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        self.caps.changed(fid);
+        let r = if name.as_bytes() == XATTR_LOV.as_bytes() {
+            self.set_lov(fid, value)
+        } else if name.as_bytes() == XATTR_DF.as_bytes() {
+            Err(ClientError::from(Status::Perm))
+        } else if name.as_bytes() == XATTR_MKDIR.as_bytes() {
+            self.mkdir_on(fid, value, req.uid(), req.gid())
+        } else if name.as_bytes() == XATTR_LMV_DEFAULT.as_bytes() {
+            self.set_lmv_default(fid, value)
+        } else if name.as_bytes() == XATTR_MIGRATE.as_bytes() {
+            if req.uid() == 0 {
+                self.migrate(fid, value)
+            } else {
+                Err(ClientError::from(Status::Perm))
+            }
+        } else {
+            self.client
+                .setxattr(fid, name.as_bytes(), value, flags as u32)
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(ClientError::Config(msg)) => {
+                tracing::warn!("{msg}");
+                reply.error(Errno::EINVAL)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn getxattr(
+        &self,
+        req: &Caller,
+        ino: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let caps = name.as_bytes() == crate::caps::XATTR_CAPS;
+        if caps && self.caps.known_absent(fid) {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
+        let generation = if caps {
+            self.caps.generation(fid)
+        } else {
+            None
+        };
+        let value = match self.virtual_xattr(fid, name) {
+            Some(v) => v,
+            None => self.client.getxattr(fid, name.as_bytes()),
+        };
+        if let (Some(g), Err(e)) = (generation, &value) {
+            if e.errno() == libc::ENODATA {
+                self.caps.learned_absent(fid, g);
+            }
+        }
+        match value {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(status_errno(Status::Range)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn listxattr(&self, req: &Caller, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.enter(req);
+        let fid = match fid_of(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self.client.listxattr(fid) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&buf)
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn removexattr(&self, req: &Caller, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.enter(req);
+        empty(
+            reply,
+            fid_of(ino).and_then(|f| {
+                self.caps.changed(f);
+                ok(self.client.removexattr(f, name.as_bytes()))
+            }),
+        );
+    }
+}

@@ -1,0 +1,537 @@
+//! Serving one decoded request: the recovery window, lock revocations and intents, the
+//! dispatch to each operation, commit with the saved reply (exactly once), reply
+//! reconstruction for resends, and replays after a restart.
+
+use crate::*;
+use mdt::{kv_err, note_modification, Mdt};
+use nacre_net::Outgoing;
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use records::{reply_key, SavedReply, REPLIES};
+
+/// The saved reply of (client, xid), if the request was executed before: a resend is
+/// answered with it instead of running again. A reply to a cross-MDT operation still in
+/// progress (its intent pending) waits for the operation to end first.
+pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outgoing> {
+    let known = mdt.begin().has_saved_reply(client, xid);
+    known.then(|| reconstruct(mdt, client, xid))
+}
+
+/// The saved reply of (client, xid), known to exist, after any cross-MDT operation of that
+/// request still pending has ended (called without the write lock: finishing takes it).
+pub(crate) fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
+    let pending: Vec<_> = mdt
+        .intents
+        .lock()
+        .expect("intents")
+        .iter()
+        .filter(|(_, i)| i.reply_to == Some((*client, xid)))
+        .map(|(f, _)| *f)
+        .collect();
+    for fid in pending {
+        let _ = dne::finish(
+            mdt,
+            fid,
+            std::time::Duration::from_millis(dne::PEER_WAIT_MS_MAX),
+        );
+    }
+    match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
+        Ok(Some(saved)) => match records::decode_saved(&saved) {
+            Ok(saved) => {
+                tracing::debug!("reconstructed reply for xid {xid}");
+                Outgoing {
+                    status: Status::from_code(saved.status),
+                    body: saved.body,
+                    bulk: None,
+                }
+            }
+            Err(s) => Outgoing::error(s),
+        },
+        Ok(None) => Outgoing::error(Status::Io),
+        Err(e) => Outgoing::error(kv_err(e)),
+    }
+}
+
+pub(crate) fn commit(
+    mdt: &Mdt,
+    tx: mdt::Tx<'_>,
+    result: Result<MdsReply, Status>,
+    saved: Option<SavedReply>,
+) -> Outgoing {
+    let mut tx = tx;
+    let batch = std::mem::take(&mut tx.batch);
+    let destroys = std::mem::take(&mut tx.destroys);
+    let ticket = match mdt.kv.commit(batch) {
+        Ok(t) => t,
+        Err(e) => return Outgoing::error(kv_err(e)),
+    };
+    // Still under the write lock: transnos reach the journal in order.
+    mdt.note_written(tx.transno);
+    let new_client = tx.new_client;
+    drop(tx);
+    note_modification(mdt);
+    if mdt.sync_on_reply() || new_client {
+        if let Err(e) = mdt.kv.wait_durable(ticket) {
+            return Outgoing::error(kv_err(e));
+        }
+    }
+    if result.is_ok() {
+        mdt.queue_destroys(destroys);
+    }
+    match saved {
+        Some(saved) => Outgoing {
+            status: Status::from_code(saved.status),
+            body: saved.body,
+            bulk: None,
+        },
+        None => to_outgoing(result),
+    }
+}
+
+/// True if `op` would change an inode a directory migration holds here (the inode itself,
+/// the directory of a name, or the inode an entry it renames or removes names).
+pub(crate) fn held_by_migration(mdt: &Mdt, op: &MdsOp) -> bool {
+    use nacre_wire::mds::RemoteUpdate;
+    let frozen = mdt.frozen.lock().expect("frozen");
+    if frozen.is_empty() {
+        return false;
+    }
+    let named = |parent: &Fid, name: &[u8]| {
+        mdt.lookup(*parent, name)
+            .ok()
+            .flatten()
+            .is_some_and(|d| frozen.contains(&d.fid))
+    };
+    if let MdsOp::Open { fid, .. } = op {
+        // A migrating directory may be opened (listed); its files may not.
+        return frozen.contains(fid) && !mdt.intents.lock().expect("intents").contains_key(fid);
+    }
+    if op.key_fid().is_some_and(|f| frozen.contains(&f)) {
+        return true;
+    }
+    match op {
+        MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => named(parent, name),
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            ..
+        } => {
+            frozen.contains(dst_parent)
+                || named(src_parent, src_name)
+                || (dst_parent.mdt_index() == mdt.label.index && named(dst_parent, dst_name))
+        }
+        MdsOp::Link { fid, parent, .. } => frozen.contains(fid) || frozen.contains(parent),
+        MdsOp::Update(RemoteUpdate::InsertEntry { parent, name, .. }) => {
+            frozen.contains(parent) || named(parent, name)
+        }
+        _ => false,
+    }
+}
+
+/// Executes one decoded call with request id `xid` from client `nid` on `mdt`, exactly as the
+/// service does for a request from the network (reply saving, commit, statistics).
+/// mds-survey drives an MDT through this, below the network.
+pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
+    let op = (call.op.opcode() & 0xff) as usize - 1;
+    let started = std::time::Instant::now();
+    // An evicted client learns it here, before anything runs (peer MDTs are not clients).
+    if !mdt.osts.is_peer(&call.client) {
+        if let Err(s) = mdt.exports.heard_from(&call.client) {
+            return Outgoing::error(s);
+        }
+    }
+    let out = match &call.op {
+        MdsOp::Connect => {
+            mdt.recovery.connected(&call.client);
+            to_outgoing(Ok(MdsReply::Connected {
+                epoch: mdt.epoch,
+                recovering: mdt.recovery.active(),
+                last_committed: mdt
+                    .last_committed_transno
+                    .load(std::sync::atomic::Ordering::Acquire),
+                committed_at_start: mdt.recovery.committed_at_start(),
+            }))
+        }
+        MdsOp::Replay {
+            transno,
+            op,
+            reply,
+            pre_versions,
+        } => replay(mdt, call, xid, *transno, op, reply, pre_versions),
+        // Locks held before a restart: taken back while nothing has changed since.
+        MdsOp::LockReplay { locks } => to_outgoing(locks::replay(mdt, &call.client, locks)),
+        MdsOp::ReplayDone => match mdt.recovery.done(mdt, &call.client) {
+            true => to_outgoing(Ok(MdsReply::Done)),
+            false => Outgoing::error(Status::InProgress),
+        },
+        // While the recovery window is open, only replays change anything: new requests
+        // wait (the client resends them), reads too, so none sees a state before replays.
+        _ if mdt.recovery.active() && waits_for_recovery(mdt, call) => {
+            Outgoing::error(Status::InProgress)
+        }
+        MdsOp::LockCancel { handles } => to_outgoing(locks::cancel(mdt, &call.client, handles)),
+        _ => {
+            // Other clients' locks on what the request changes go first; new grants of
+            // them wait until it is done.
+            let _hold = locks::revoke_for(mdt, call);
+            let (out, lock) = locks::with_intent(mdt, call, || dispatch(mdt, call, xid));
+            LAST_GRANT.with(|c| c.set(lock.map(|l| (call.client, xid, l))));
+            out
+        }
+    };
+    let us = started.elapsed().as_micros() as u64;
+    mdt.md_stats.record(op, us, 0);
+    mdt.job_stats
+        .record(nacre_types::jobid::clamp(&call.jobid), op, us, 0);
+    mdt.export_stats.record(nid, op, us, 0);
+    out
+}
+
+/// Runs a request past the recovery gate: the migration gate, then the operation.
+pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    if !call.cred.is_valid() {
+        return Outgoing::error(Status::Proto);
+    }
+    if let Err(denied) = perm::check(mdt, call) {
+        // A resend of a request that ran already is answered as it was, whatever changed
+        // since.
+        if call.op.is_modifying() {
+            if let Some(out) = saved_reply(mdt, &call.client, xid) {
+                return out;
+            }
+        }
+        return Outgoing::error(denied);
+    }
+    // Modifying client requests (and opens) pass the gate a migration closes while it
+    // freezes; one touching a frozen inode is resent by the client later.
+    let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))
+        && !matches!(call.op, MdsOp::Close { .. } | MdsOp::Migrate { .. });
+    let _gate = gated.then(|| mdt.gate.read().expect("gate"));
+    if gated && held_by_migration(mdt, &call.op) {
+        return Outgoing::error(Status::InProgress);
+    }
+    match &call.op {
+        MdsOp::Migrate {
+            fid,
+            parent,
+            name,
+            target,
+        } => migrate::start(mdt, call, xid, *fid, *parent, name, *target),
+        MdsOp::MkdirOn {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            mdt: target,
+        } if *target != mdt.label.index => {
+            let target = if *target == nacre_wire::mds::MDT_INDEX_ANY {
+                crate::ops::mkdir_remote::choose_mdt(mdt)
+            } else {
+                Ok(*target)
+            };
+            match target {
+                Ok(t) if t == mdt.label.index => run_modifying(mdt, call, xid),
+                Ok(t) => {
+                    let dir = new_dir(
+                        *parent,
+                        name,
+                        (*perm, *uid, *gid),
+                        parent_default(mdt, *parent),
+                    );
+                    crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, t)
+                }
+                Err(s) => Outgoing::error(s),
+            }
+        }
+        MdsOp::MkdirStriped {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            count,
+            start,
+            hash,
+        } => {
+            let dir = new_dir(
+                *parent,
+                name,
+                (*perm, *uid, *gid),
+                parent_default(mdt, *parent),
+            );
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, *count, *start, *hash)
+        }
+        MdsOp::Mkdir {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+        } => match crate::ops::dir_stripe::dir_default(mdt, *parent) {
+            // The parent's default (setdirstripe -D) shapes the new directory.
+            Ok(Some(d)) => {
+                let dir = new_dir(*parent, name, (*perm, *uid, *gid), Some(d));
+                mkdir_by_default(mdt, call, xid, dir, d)
+            }
+            _ => run_modifying(mdt, call, xid),
+        },
+        MdsOp::GetDirStripe { fid } => {
+            to_outgoing(crate::ops::dir_stripe::dir_stripe(mdt, *fid).map(MdsReply::DirStripe))
+        }
+        MdsOp::GetDirDefault { fid } => {
+            to_outgoing(crate::ops::dir_stripe::dir_default(mdt, *fid).map(MdsReply::DirDefault))
+        }
+        MdsOp::Rmdir { parent, name } => match mdt.lookup(*parent, name) {
+            Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
+                rmdir_dir(mdt, call, xid, *parent, name, d.fid)
+            }
+            _ => run_modifying(mdt, call, xid),
+        },
+        MdsOp::Link { fid, parent, name } if fid.mdt_index() != mdt.label.index => {
+            crate::ops::link_remote::link_remote(mdt, call, xid, *fid, *parent, name)
+        }
+        MdsOp::Unlink { parent, name } => match mdt.lookup(*parent, name) {
+            Ok(Some(d))
+                if d.kind != nacre_types::FileKind::Directory
+                    && d.fid.mdt_index() != mdt.label.index =>
+            {
+                crate::ops::unlink_remote::unlink_remote(mdt, call, xid, *parent, name, d.fid)
+            }
+            _ => run_modifying(mdt, call, xid),
+        },
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } if dst_parent.mdt_index() != mdt.label.index => crate::ops::rename_remote::rename_remote(
+            mdt,
+            call,
+            xid,
+            *src_parent,
+            src_name,
+            *dst_parent,
+            dst_name,
+            *noreplace,
+        ),
+        // Within this MDT, an inode of another MDT moved or a file of another MDT replaced:
+        // in the steps of a rename across MDTs, so its links there follow.
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } if dne::mdt_count(mdt) > 1 => {
+            use crate::ops::rename_remote::{local_rename, rename_remote, LocalRename};
+            match local_rename(mdt, *src_parent, src_name, *dst_parent, dst_name) {
+                LocalRename::Same => to_outgoing(Ok(MdsReply::Done)),
+                LocalRename::Steps => rename_remote(
+                    mdt,
+                    call,
+                    xid,
+                    *src_parent,
+                    src_name,
+                    *dst_parent,
+                    dst_name,
+                    *noreplace,
+                ),
+                LocalRename::Plain if src_parent != dst_parent => {
+                    rename_dir_or_plain(mdt, call, xid, *src_parent, src_name, *dst_parent)
+                }
+                LocalRename::Plain => run_modifying(mdt, call, xid),
+            }
+        }
+        MdsOp::RenameLock { owner, acquire } => to_outgoing(
+            crate::ops::rename_remote::rename_lock(mdt, *owner, *acquire),
+        ),
+        MdsOp::AllocFid => to_outgoing(crate::ops::remote_update::alloc_fid(mdt)),
+        MdsOp::Reopen { opens } if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX => {
+            to_outgoing(export::reopen(mdt, &call.client, opens).map(|()| MdsReply::Done))
+        }
+        MdsOp::Reopen { .. } => Outgoing::error(Status::TooBig),
+        MdsOp::Disconnect => {
+            to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
+        }
+        MdsOp::Update(u) => to_outgoing(crate::ops::remote_update::apply(mdt, u)),
+        MdsOp::ReadDirPlus { fid, after, count } => to_outgoing(ops::readdir::plus(
+            mdt,
+            &call.client,
+            *fid,
+            after.as_deref(),
+            *count,
+            call.lock_bits & nacre_ldlm::msg::BITS_ALL,
+        )),
+        op if op.is_modifying() => run_modifying(mdt, call, xid),
+        op => to_outgoing(read_only(mdt, &call.client, op)),
+    }
+}
+
+/// (client, xid, transno, versions before the change) of the request a thread just ran.
+pub(crate) type HandedTransno = ([u8; 16], u64, u64, Vec<(Fid, u64)>);
+
+thread_local! {
+    /// The transno the request this thread just ran got: (client, xid, transno), handed
+    /// from the transaction to [`answer`] without reading the saved reply back.
+    pub(crate) static LAST_TRANSNO: std::cell::Cell<Option<HandedTransno>> =
+        const { std::cell::Cell::new(None) };
+}
+
+thread_local! {
+    /// The lock granted with the reply of the request this thread just ran, handed from
+    /// [`execute`] to [`answer`].
+    pub(crate) static LAST_GRANT: std::cell::Cell<Option<([u8; 16], u64, nacre_ldlm::msg::LockRef)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Wraps a successful reply for the network ([`nacre_wire::mds::MdsAnswer`]): the
+/// operation's transno (read back from its saved reply) and `last_committed`, before the
+/// reply's own bytes.
+pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outgoing {
+    if out.status != Status::Ok {
+        LAST_GRANT.with(|c| c.take());
+        return out;
+    }
+    let op = match &call.op {
+        MdsOp::Replay { op, .. } => op.as_ref(),
+        op => op,
+    };
+    let handed = LAST_TRANSNO
+        .with(|c| c.take())
+        .filter(|(c, x, _, _)| *c == call.client && *x == xid);
+    let (transno, pre_versions) = match handed {
+        Some((_, _, t, v)) => (t, v),
+        // Answered from a saved reply (a resend, a replay already in), or by a path that
+        // saves its own: read the transno and versions back.
+        None if op.is_modifying() => match mdt
+            .kv
+            .get(REPLIES, &reply_key(&call.client, xid))
+            .ok()
+            .flatten()
+            .and_then(|v| records::decode_saved(&v).ok())
+        {
+            Some(s) => (s.transno, s.pre_versions),
+            None => (0, Vec::new()),
+        },
+        None => (0, Vec::new()),
+    };
+    let last_committed = mdt
+        .last_committed_transno
+        .load(std::sync::atomic::Ordering::Acquire);
+    let lock = LAST_GRANT
+        .with(|c| c.take())
+        .filter(|(c, x, _)| *c == call.client && *x == xid)
+        .map(|(_, _, l)| l);
+    let dir = changed_dir(mdt, &call.op);
+    let mut body = nacre_wire::mds::MdsAnswer::encode_head(
+        transno,
+        last_committed,
+        mdt.epoch,
+        &pre_versions,
+        lock,
+        dir.as_ref(),
+    );
+    body.extend_from_slice(&out.body);
+    Outgoing { body, ..out }
+}
+
+/// The attributes, as they are now, of the directory a name change (`op`) changed, for
+/// the client to keep under its `UPDATE` lock on it (the kernel asks for them after every
+/// such change, as it drops its own). A replay gets none.
+pub(crate) fn changed_dir(mdt: &Mdt, op: &MdsOp) -> Option<nacre_types::Attr> {
+    mdt.inode(op.names_changed_in()?)
+        .ok()
+        .map(|rec| rec.attr)
+        .filter(|a| a.kind == nacre_types::FileKind::Directory)
+}
+
+/// Requests that wait while the recovery window is open: all but those of peer MDTs and
+/// the ones that keep a client's connection alive.
+pub(crate) fn waits_for_recovery(mdt: &Mdt, call: &MdsCall) -> bool {
+    !matches!(
+        call.op,
+        MdsOp::Ping | MdsOp::Disconnect | MdsOp::Reopen { .. } | MdsOp::StatFs
+    ) && !mdt.osts.is_peer(&call.client)
+}
+
+/// A client's replay of `op`, which it was answered with `transno` before the restart:
+/// runs in transno order among all clients' replays (replay.rs), with its original xid.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn replay(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    transno: u64,
+    op: &MdsOp,
+    reply: &MdsReply,
+    pre_versions: &[(Fid, u64)],
+) -> Outgoing {
+    if !op.is_modifying() {
+        return Outgoing::error(Status::Proto);
+    }
+    let mut op = op.clone();
+    // Opens are re-registered by the client's `Reopen`, for the files still open.
+    if let MdsOp::Create { open, .. } = &mut op {
+        *open = false;
+    }
+    let inner = MdsCall { op, ..call.clone() };
+    match mdt.recovery.wait_turn(mdt, &call.client, transno) {
+        // Recovery is over (or this client was evicted when it closed): too late, its
+        // change is lost; it becomes a new client.
+        replay::Turn::TooLate => Outgoing::error(Status::Shutdown),
+        // Committed before the restart: answered from its saved reply if kept.
+        replay::Turn::AlreadyIn => {
+            saved_reply(mdt, &call.client, xid).unwrap_or_else(|| to_outgoing(Ok(MdsReply::Done)))
+        }
+        replay::Turn::Run => {
+            // Version checks: every inode it changed must be as it found it the first time.
+            for (fid, before) in pre_versions {
+                match mdt.version_of(*fid) {
+                    Ok(now) if now == *before => {}
+                    now => {
+                        tracing::warn!(
+                            "{}: replay of transno {transno} by client {} refused: {fid} is at \
+                             version {now:?}, it found {before} (a change before it was lost)",
+                            mdt.label.name(),
+                            export::client_name(&call.client)
+                        );
+                        mdt.recovery.replayed(
+                            &call.client,
+                            transno,
+                            replay::Outcome::VersionMismatch,
+                        );
+                        return Outgoing::error(Status::Stale);
+                    }
+                }
+            }
+            // It keeps its transno; an inode it created comes back with its FID and layout.
+            let created = match reply {
+                MdsReply::Entry { attr, layout, .. } => Some((attr.fid, layout.clone())),
+                _ => None,
+            };
+            mdt.set_replay_hint(&call.client, xid, mdt::ReplayCtx { transno, created });
+            let out = dispatch(mdt, &inner, xid);
+            mdt.take_replay_hint(&call.client, xid);
+            let ok = out.status == Status::Ok;
+            if !ok {
+                tracing::warn!(
+                    "{}: replay of transno {transno} by client {} failed: {}",
+                    mdt.label.name(),
+                    export::client_name(&call.client),
+                    out.status
+                );
+            }
+            let outcome = if ok {
+                replay::Outcome::Done
+            } else {
+                replay::Outcome::Failed
+            };
+            mdt.recovery.replayed(&call.client, transno, outcome);
+            out
+        }
+    }
+}

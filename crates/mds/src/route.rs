@@ -1,0 +1,332 @@
+//! Which way each request runs: read-only requests, the modifying operations of one MDT
+//! (in one transaction), and those routed to the cross-MDT paths (remote and striped
+//! directories, renames whose inodes live elsewhere).
+
+use crate::*;
+use mdt::{kv_err, Mdt};
+use nacre_kv::Batch;
+use nacre_net::Outgoing;
+use nacre_types::{Fid, Status};
+use nacre_wire::encode_body;
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use records::SavedReply;
+
+pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Status> {
+    match op {
+        // A directory migrated away answers with its new FID (the kernel may still hold the
+        // old one, and asks it for attributes before using a listing it cached).
+        MdsOp::GetAttr { fid } => match ops::getattr::run(mdt, *fid) {
+            Err(Status::Stale) => match migrate::moved_to(mdt, *fid)? {
+                Some(new) => Ok(MdsReply::Remote { fid: new }),
+                None => Err(Status::Stale),
+            },
+            r => r.map(|r| ops::exact_entry(mdt, r)),
+        },
+        MdsOp::Lookup { parent, name } => {
+            ops::lookup::run(mdt, *parent, name).map(|r| ops::exact_entry(mdt, r))
+        }
+        MdsOp::ReadLink { fid } => ops::readlink::run(mdt, *fid),
+        MdsOp::ReadDir { fid, after, count } => {
+            ops::readdir::run(mdt, *fid, after.as_deref(), *count)
+        }
+        MdsOp::Open { fid, access } => ops::open::open(mdt, client, *fid, *access),
+        MdsOp::Ping => Ok(MdsReply::Done),
+        MdsOp::GetXattr { fid, name } => ops::xattr::get(mdt, *fid, name),
+        MdsOp::ListXattr { fid } => ops::xattr::list(mdt, *fid),
+        MdsOp::GetLayout { fid } => ops::layout::get(mdt, *fid),
+        MdsOp::StatFs => mdt.statfs().map(MdsReply::StatFs),
+        MdsOp::ScanInodes { after, count } => ops::scan::inodes(mdt, *after, *count),
+        MdsOp::ScanDirents { after, count } => ops::scan::dirents(mdt, after.as_ref(), *count),
+        MdsOp::Sync => {
+            let last = mdt.kv.last_committed();
+            mdt.kv.wait_durable(last).map_err(kv_err)?;
+            Ok(MdsReply::Done)
+        }
+        _ => Err(Status::Proto),
+    }
+}
+
+pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Status> {
+    use ops::create::CreateArgs;
+    use ops::rename::RenameArgs;
+    match op {
+        MdsOp::Create {
+            parent,
+            name,
+            kind,
+            perm,
+            uid,
+            gid,
+            rdev,
+            exclusive,
+            open,
+            access,
+        } => ops::create::run(
+            tx,
+            CreateArgs {
+                parent: *parent,
+                name,
+                kind: *kind,
+                perm: *perm,
+                uid: *uid,
+                gid: *gid,
+                rdev: *rdev,
+                exclusive: *exclusive,
+                open: *open,
+                access: *access,
+            },
+        ),
+        // MkdirOn here: the target MDT is the parent's own, an ordinary mkdir.
+        MdsOp::Mkdir {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+        }
+        | MdsOp::MkdirOn {
+            parent,
+            name,
+            perm,
+            uid,
+            gid,
+            ..
+        } => ops::mkdir::run(tx, *parent, name, *perm, *uid, *gid),
+        MdsOp::SetDirDefault { fid, default } => {
+            crate::ops::dir_stripe::set_dir_default(tx, *fid, *default)
+        }
+        MdsOp::Symlink {
+            parent,
+            name,
+            target,
+            uid,
+            gid,
+        } => ops::symlink::run(tx, *parent, name, target, *uid, *gid),
+        MdsOp::Link { fid, parent, name } => ops::link::run(tx, *fid, *parent, name),
+        MdsOp::Unlink { parent, name } => ops::unlink::run(tx, *parent, name),
+        MdsOp::Rmdir { parent, name } => ops::rmdir::run(tx, *parent, name),
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } => ops::rename::run(
+            tx,
+            RenameArgs {
+                src_parent: *src_parent,
+                src_name,
+                dst_parent: *dst_parent,
+                dst_name,
+                noreplace: *noreplace,
+            },
+        ),
+        MdsOp::SetAttr { fid, attr } => ops::setattr::run(tx, *fid, attr),
+        MdsOp::SetXattr {
+            fid,
+            name,
+            value,
+            flags,
+        } => ops::xattr::set(tx, *fid, name, value, *flags),
+        MdsOp::RemoveXattr { fid, name } => ops::xattr::remove(tx, *fid, name),
+        MdsOp::SetLayout { fid, spec } => ops::layout::set(tx, *fid, *spec),
+        _ => Err(Status::Proto),
+    }
+}
+
+pub(crate) fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
+    match result {
+        Ok(r) => Outgoing::ok(encode_body(&r)),
+        Err(s) => Outgoing::error(s),
+    }
+}
+
+/// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
+/// and its reply commit together, and the reply waits for durability.
+pub(crate) fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
+    run_modifying_with(mdt, call, xid, false)
+}
+
+/// [`run_modifying`]; `ancestry_checked`: a directory rename's loop check was made across
+/// MDTs under the rename lock.
+pub(crate) fn run_modifying_with(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    ancestry_checked: bool,
+) -> Outgoing {
+    let mut tx = mdt.begin();
+    tx.ancestry_checked = ancestry_checked;
+    tx.client = call.client;
+    if let Some(ctx) = mdt.take_replay_hint(&call.client, xid) {
+        tx.replay = ctx.created;
+        tx.forced_transno = Some(ctx.transno);
+    }
+    if tx.has_saved_reply(&call.client, xid) {
+        drop(tx);
+        return reconstruct(mdt, &call.client, xid);
+    }
+    if let MdsOp::Close {
+        fid,
+        writer,
+        written,
+    } = call.op
+    {
+        // Only a close of an open this client holds drops one: a resent close, or one from
+        // before an eviction or a restart (whose opens are gone), must not drop another
+        // client's.
+        if !mdt.exports.closed(&call.client, fid) {
+            return Outgoing::ok(encode_body(&MdsReply::Done));
+        }
+        let remaining = mdt.exports.open_count(&call.client, fid);
+        if mdt
+            .sizes
+            .closed(fid, &call.client, writer, written, remaining)
+        {
+            mdt.kick_destroyer();
+        }
+        return match ops::open::close(&mut tx, fid) {
+            Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
+            Ok(true) => commit(mdt, tx, Ok(MdsReply::Done), None),
+            Err(s) => Outgoing::error(s),
+        };
+    }
+    // A change gets a transaction number (before it runs: the inodes it changes take it
+    // as their version); the client keeps it for replay until the MDT says it is
+    // committed. A failed operation changed nothing and gives the number back.
+    tx.reserve_transno();
+    let result = modify(&mut tx, &call.op);
+    let transno = if result.is_ok() {
+        tx.assign_transno()
+    } else {
+        tx.batch = Batch::new();
+        tx.release_transno();
+        0
+    };
+    let pre_versions = std::mem::take(&mut tx.pre_versions);
+    let saved = SavedReply {
+        status: result.as_ref().err().map_or(0, |s| s.code()),
+        body: result.as_ref().map(encode_body).unwrap_or_default(),
+        transno,
+        pre_versions: pre_versions.clone(),
+    };
+    LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
+    tx.save_reply(&call.client, xid, call.replied_below, &saved);
+    commit(mdt, tx, result, Some(saved))
+}
+
+/// A mkdir in a directory with default `d`: placed (`-c 1`) or striped as it says.
+pub(crate) fn mkdir_by_default(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    dir: crate::ops::mkdir_remote::NewDir<'_>,
+    d: nacre_types::dirstripe::DirDefault,
+) -> Outgoing {
+    match d.count {
+        1 if d.start == nacre_wire::mds::MDT_INDEX_ANY => {
+            match crate::ops::mkdir_remote::choose_mdt(mdt) {
+                Ok(t) => crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, t),
+                Err(s) => Outgoing::error(s),
+            }
+        }
+        1 => crate::ops::mkdir_remote::mkdir_remote(mdt, call, xid, dir, d.start),
+        -1 => {
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, u32::MAX, d.start, d.hash)
+        }
+        n => {
+            crate::ops::mkdir_striped::mkdir_striped(mdt, call, xid, dir, n as u32, d.start, d.hash)
+        }
+    }
+}
+
+/// A new subdirectory `name` of `parent` with (perm, uid, gid) and the default `parent`
+/// gives its subdirectories (`parent_default`, read once by the caller).
+pub(crate) fn new_dir<'a>(
+    parent: Fid,
+    name: &'a [u8],
+    owner: (u32, u32, u32),
+    parent_default: Option<nacre_types::dirstripe::DirDefault>,
+) -> crate::ops::mkdir_remote::NewDir<'a> {
+    let (perm, uid, gid) = owner;
+    crate::ops::mkdir_remote::NewDir {
+        parent,
+        name,
+        perm,
+        uid,
+        gid,
+        inherit: parent_default.and_then(|d| d.inherited()),
+    }
+}
+
+/// The default directory `parent` (here) gives its new subdirectories.
+pub(crate) fn parent_default(mdt: &Mdt, parent: Fid) -> Option<nacre_types::dirstripe::DirDefault> {
+    crate::ops::dir_stripe::dir_default(mdt, parent)
+        .ok()
+        .flatten()
+}
+
+/// `rmdir` of an entry naming directory `fid`: local, remote or striped.
+pub(crate) fn rmdir_dir(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    parent: Fid,
+    name: &[u8],
+    fid: Fid,
+) -> Outgoing {
+    // A resend whose cross-MDT removal is half done (its directory may be gone already, the
+    // entry not yet): finish that one. (Every path below checks for a saved reply itself.)
+    if let Some(out) = dne::resume_own(mdt, call, xid, fid) {
+        return out;
+    }
+    match crate::ops::dir_stripe::stripe_of(mdt, fid) {
+        Ok(Some(stripe)) => {
+            crate::ops::rmdir_striped::rmdir_striped(mdt, call, xid, parent, name, fid, stripe)
+        }
+        Ok(None) if fid.mdt_index() != mdt.label.index => {
+            crate::ops::rmdir_remote::rmdir_remote(mdt, call, xid, parent, name, fid)
+        }
+        Ok(None) => run_modifying(mdt, call, xid),
+        Err(s) => Outgoing::error(s),
+    }
+}
+
+/// A rename on this MDT moving directory `fid` under `dst_parent`, in a file system of
+/// several MDTs: the loop check walks `..` across MDTs under the rename lock.
+pub(crate) fn rename_dir_here(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    dst_parent: Fid,
+    fid: Fid,
+) -> Outgoing {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    let out = crate::ops::rename_remote::with_rename_lock(mdt, call.client, xid, || {
+        match crate::ops::rename_remote::loop_check(mdt, dst_parent, fid) {
+            Ok(()) => run_modifying_with(mdt, call, xid, true),
+            Err(s) => Outgoing::error(s),
+        }
+    });
+    out.unwrap_or_else(Outgoing::error)
+}
+
+/// A rename between two directories of this MDT, in a file system of several MDTs: a
+/// directory moves under the rename lock, with the loop check made across MDTs.
+pub(crate) fn rename_dir_or_plain(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    src_parent: Fid,
+    src_name: &[u8],
+    dst_parent: Fid,
+) -> Outgoing {
+    match mdt.lookup(src_parent, src_name) {
+        Ok(Some(d)) if d.kind == nacre_types::FileKind::Directory => {
+            rename_dir_here(mdt, call, xid, dst_parent, d.fid)
+        }
+        _ => run_modifying(mdt, call, xid),
+    }
+}

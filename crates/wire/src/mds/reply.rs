@@ -1,0 +1,247 @@
+//! The metadata service's replies.
+
+use super::{DirEntry, DirPlusEntry, READDIRPLUS_ENTRIES_MAX};
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Attr, Fid, FileKind, Layout, StatFs};
+use serde::{Deserialize, Serialize};
+
+/// What the namespace checker needs of one inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeSummary {
+    /// Inode.
+    pub fid: Fid,
+    /// Kind.
+    pub kind: FileKind,
+    /// Link count as stored.
+    pub nlink: u32,
+    /// Parent of a directory.
+    pub parent: Option<Fid>,
+    /// Unlinked while open (kept until the last close; no entry names it).
+    pub orphan: bool,
+    /// Shards, if it is the master of a striped directory.
+    pub shards: Vec<Fid>,
+}
+
+/// One stored directory entry, with its directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirentSummary {
+    /// Directory.
+    pub parent: Fid,
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode named.
+    pub fid: Fid,
+    /// Kind recorded in the entry.
+    pub kind: FileKind,
+}
+
+/// A file's layout or a directory's default striping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutInfo {
+    /// A regular file's objects.
+    File(Layout),
+    /// A directory's default for new files (`None`: inherits the file system default).
+    Dir(Option<StripeSpec>),
+    /// Not a regular file or directory.
+    None,
+}
+
+/// Replies from the MDS. Errors travel in the header status with an empty body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MdsReply {
+    /// Attributes.
+    Attr(Attr),
+    /// An inode and, for regular files, its layout.
+    Entry {
+        /// Attributes.
+        attr: Attr,
+        /// Layout of a regular file.
+        layout: Option<Layout>,
+        /// A regular file's size and blocks in `attr` are exact (no one writes it and the
+        /// MDT knows them): no glimpse is needed.
+        size_exact: bool,
+    },
+    /// Symlink target.
+    Target(Vec<u8>),
+    /// A page of directory entries.
+    Dir {
+        /// Entries in name order.
+        entries: Vec<DirEntry>,
+        /// No entries follow.
+        eof: bool,
+    },
+    /// Extended attribute value.
+    Xattr(Vec<u8>),
+    /// Extended attribute names.
+    XattrNames(Vec<Vec<u8>>),
+    /// Layout.
+    Layout(LayoutInfo),
+    /// Capacity.
+    StatFs(StatFs),
+    /// Done, nothing to return.
+    Done,
+    /// A FID reserved by [`MdsOp::AllocFid`].
+    Fid(Fid),
+    /// A directory's stripe layout (None: not striped).
+    DirStripe(Option<nacre_types::dirstripe::DirStripe>),
+    /// A directory's default for new subdirectories.
+    DirDefault(Option<nacre_types::dirstripe::DirDefault>),
+    /// The name is an entry of this MDT for an inode of another MDT: ask that one for it.
+    Remote {
+        /// The inode (its MDT is `fid.mdt_index()`).
+        fid: Fid,
+    },
+    /// A page of inodes in FID order.
+    Inodes {
+        /// Inodes.
+        inodes: Vec<InodeSummary>,
+        /// No inodes follow.
+        eof: bool,
+    },
+    /// A page of directory entries in (parent, name) order.
+    Dirents {
+        /// Entries.
+        dirents: Vec<DirentSummary>,
+        /// No entries follow.
+        eof: bool,
+    },
+    /// The FIDs the entries of a [`RemoteUpdate::Adopt`] name on the receiving MDT.
+    Adopted(Vec<Fid>),
+    /// A directory moved by [`MdsOp::Migrate`].
+    Migrated {
+        /// Its new FID.
+        fid: Fid,
+        /// Inodes that moved with it (files, symlinks).
+        moved: u64,
+        /// Entries whose inodes stayed where they were (subdirectories, open or
+        /// hard-linked files, inodes of other MDTs).
+        kept: u64,
+    },
+    /// Locks the client must cancel (answer to [`MdsOp::LockPoll`]).
+    Blocking(Vec<nacre_ldlm::msg::LockRef>),
+    /// The name does not exist: the answer to a [`MdsOp::Lookup`] that asked for a lock,
+    /// which is then on the directory (its UPDATE bit covers the absence).
+    NoEntry,
+    /// Handles of replayed locks the MDT did not take back (answer to
+    /// [`MdsOp::LockReplay`]): the client drops them.
+    LocksRefused(Vec<u64>),
+    /// Another owner's lock is still in the way after the wait (answer to
+    /// [`MdsOp::Flock`]): ask again.
+    FlockBlocked,
+    /// The lock in the way, if any (answer to [`MdsOp::FlockTest`]).
+    FlockHeld(Option<nacre_ldlm::flock::Flock>),
+    /// A page of directory entries with attributes and locks (answer to
+    /// [`MdsOp::ReadDirPlus`]).
+    DirPlus {
+        /// Entries in name order.
+        entries: Vec<DirPlusEntry>,
+        /// No entries follow.
+        eof: bool,
+    },
+    /// Answer to [`MdsOp::Connect`].
+    Connected {
+        /// Changes at every start of the MDT: a client that saw another one must replay.
+        epoch: u64,
+        /// The MDT waits for its clients' replays (its recovery window is open).
+        recovering: bool,
+        /// Highest transaction number durable on the MDT.
+        last_committed: u64,
+        /// Highest transaction number the store held when this incarnation started: a
+        /// client's changes above it were lost with the restart (and are replayed, or,
+        /// once recovery is over, gone).
+        committed_at_start: u64,
+    },
+}
+
+impl MdsReply {
+    /// Checks content a well-formed reply may still get wrong, before a client uses it:
+    /// layouts (objects, stripe size), directory stripes (shards), entry names (1 to 255
+    /// bytes, no `/` or NUL), page sizes, symlink targets and xattr sizes. The reason on
+    /// failure.
+    pub fn check(&self) -> Result<(), String> {
+        use nacre_types::limits::{
+            NAME_BYTES_MAX, READDIR_ENTRIES_MAX, SYMLINK_BYTES_MAX, XATTR_NAME_BYTES_MAX,
+            XATTR_VALUE_BYTES_MAX,
+        };
+        let at_most = |what: &str, n: usize, max: usize| match n > max {
+            true => Err(format!("{what} of {n} bytes (at most {max})")),
+            false => Ok(()),
+        };
+        match self {
+            MdsReply::Entry {
+                layout: Some(l), ..
+            }
+            | MdsReply::Layout(LayoutInfo::File(l)) => l.check().map_err(|e| e.to_string()),
+            MdsReply::DirStripe(Some(s)) => s.check(),
+            MdsReply::Dir { entries, .. } => {
+                if entries.len() > READDIR_ENTRIES_MAX as usize {
+                    return Err(format!("directory page of {} entries", entries.len()));
+                }
+                entries.iter().try_for_each(|e| check_name(&e.name))
+            }
+            MdsReply::FlockHeld(Some(l)) if l.start > l.end => {
+                Err(format!("a byte-range lock from {} to {}", l.start, l.end))
+            }
+            MdsReply::DirPlus { entries, .. } => {
+                if entries.len() > READDIRPLUS_ENTRIES_MAX as usize {
+                    return Err(format!("directory page of {} entries", entries.len()));
+                }
+                entries.iter().try_for_each(|e| {
+                    check_name(&e.entry.name)?;
+                    if let Some(l) = &e.layout {
+                        l.check().map_err(|e| e.to_string())?;
+                    }
+                    match (&e.attr, &e.lock) {
+                        (Some(a), _) if a.fid != e.entry.fid => {
+                            Err("attributes of another inode than the entry's".into())
+                        }
+                        (_, Some(l)) if l.fid != e.entry.fid || !l.is_valid() => {
+                            Err("a lock on another inode than the entry's".into())
+                        }
+                        _ => Ok(()),
+                    }
+                })
+            }
+            MdsReply::Target(t) => at_most("symlink target", t.len(), SYMLINK_BYTES_MAX),
+            MdsReply::LocksRefused(h) if h.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX => {
+                Err(format!("{} refused locks in one answer", h.len()))
+            }
+            MdsReply::Blocking(refs) => {
+                if refs.len() > nacre_ldlm::msg::REFS_PER_MESSAGE_MAX {
+                    return Err(format!("{} lock callbacks in one answer", refs.len()));
+                }
+                match refs.iter().all(|r| r.is_valid()) {
+                    true => Ok(()),
+                    false => Err("a lock callback with unknown bits".into()),
+                }
+            }
+            MdsReply::Xattr(v) => at_most("xattr value", v.len(), XATTR_VALUE_BYTES_MAX),
+            MdsReply::XattrNames(names) => names
+                .iter()
+                .try_for_each(|n| at_most("xattr name", n.len(), XATTR_NAME_BYTES_MAX)),
+            _ => {
+                let _ = NAME_BYTES_MAX;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A directory entry's name as a client may hand it to the kernel: 1 to 255 bytes, no `/`
+/// or NUL, not `.` or `..` (the client adds those itself).
+fn check_name(name: &[u8]) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name.len() > nacre_types::limits::NAME_BYTES_MAX
+        || name.contains(&b'/')
+        || name.contains(&0)
+        || name == b"."
+        || name == b"..";
+    match bad {
+        true => Err(format!(
+            "directory entry name {:?} ({} bytes)",
+            String::from_utf8_lossy(&name[..name.len().min(64)]),
+            name.len()
+        )),
+        false => Ok(()),
+    }
+}
