@@ -13,19 +13,26 @@
 use crate::*;
 use nacre_ldlm::msg::LAYOUT;
 use nacre_wire::mds::{LayoutInfo, MdsOp, MdsReply};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// Open files whose slots the registry holds before it drops those no handle uses.
 const SLOTS_SWEEP_AT: usize = 4_096;
+/// Longest a LAYOUT lock's callback waits for the I/O under way on the file (an I/O held up
+/// by an unreachable OST must not hold the callback past the MDT's callback timeout, which
+/// would evict this client): past it, the lock is cancelled, the layout marked stale all the
+/// same, and that I/O ends on the layout it started with.
+pub const LAYOUT_CALLBACK_WAIT_MS: u64 = 2_000;
+/// Pause between asks for a file's LAYOUT lock that the MDT could not grant (a change of
+/// the layout under way); the asks stop after the RPC timeout.
+const LAYOUT_RETRY_MS: u64 = 10;
 
-/// A file's layout and whether this client's lock still covers it.
+/// A file's layout.
 #[derive(Debug)]
 pub(crate) struct Current {
     /// The layout (None: not a regular file).
     pub(crate) layout: Option<Layout>,
-    /// Its LAYOUT lock went (or was never had) since it was read: read it again.
-    stale: bool,
 }
 
 /// The layout of one file open here (see the module's notes).
@@ -33,6 +40,8 @@ pub(crate) struct Current {
 pub struct LayoutSlot {
     fid: Fid,
     current: parking_lot::RwLock<Current>,
+    /// Its LAYOUT lock went (or was never had) since it was read: read it again.
+    stale: AtomicBool,
     /// Callbacks of the file's LAYOUT lock handled so far: a layout read before one is
     /// not trusted after it.
     callbacks: AtomicU64,
@@ -43,10 +52,8 @@ impl LayoutSlot {
     pub(crate) fn new(fid: Fid, layout: Option<Layout>, covered: bool) -> LayoutSlot {
         LayoutSlot {
             fid,
-            current: parking_lot::RwLock::new(Current {
-                layout,
-                stale: !covered,
-            }),
+            current: parking_lot::RwLock::new(Current { layout }),
+            stale: AtomicBool::new(!covered),
             callbacks: AtomicU64::new(0),
         }
     }
@@ -99,18 +106,22 @@ impl Client {
     /// the MDT first if this client's LAYOUT lock on it went.
     pub(crate) fn io_layout<'f>(&self, file: &'f OpenFile) -> Result<IoLayout<'f>> {
         let slot = &file.layout;
+        let deadline =
+            std::time::Instant::now() + Duration::from_millis(self.net_config().rpc_timeout_ms);
         loop {
             let current = slot.current.read_recursive();
-            if !current.stale || current.layout.is_none() || self.lock_sink.get().is_none() {
+            let stale = slot.stale.load(Ordering::Acquire);
+            if !stale || current.layout.is_none() || self.lock_sink.get().is_none() {
                 return Ok(IoLayout(current));
             }
             drop(current);
-            if !self.refresh_layout(slot)? {
-                // No lock to be had now (a layout change is under way at the MDT): this
-                // I/O uses the layout just read, the next one asks again.
-                let current = slot.current.read_recursive();
-                return Ok(IoLayout(current));
+            if self.refresh_layout(slot)? || std::time::Instant::now() >= deadline {
+                // Covered; or no lock to be had for an RPC timeout: the layout just read.
+                return Ok(IoLayout(slot.current.read_recursive()));
             }
+            // No lock to be had now: a change of the layout is under way at the MDT, which
+            // answers the layout as it is before it. Asked again once it is done.
+            std::thread::sleep(Duration::from_millis(LAYOUT_RETRY_MS));
         }
     }
 
@@ -128,7 +139,7 @@ impl Client {
             && slot.callbacks.load(Ordering::Acquire) == seen
             && mdc.locks.covers(slot.fid, LAYOUT);
         current.layout = layout;
-        current.stale = !covered;
+        slot.stale.store(!covered, Ordering::Release);
         Ok(covered)
     }
 
@@ -138,12 +149,21 @@ impl Client {
         let Some(slot) = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade) else {
             return;
         };
-        let mut current = slot.current.write();
         slot.callbacks.fetch_add(1, Ordering::AcqRel);
-        if let Some(layout) = &current.layout {
-            self.flush_objects(layout);
-        }
-        current.stale = true;
+        slot.stale.store(true, Ordering::Release);
+        let wait = Duration::from_millis(LAYOUT_CALLBACK_WAIT_MS);
+        match slot.current.try_write_for(wait) {
+            Some(current) => {
+                if let Some(layout) = &current.layout {
+                    self.flush_objects(layout);
+                }
+            }
+            None => tracing::warn!(
+                "{}: I/O under way kept the layout of {fid} past {} ms; its lock goes anyway",
+                self.fsname,
+                LAYOUT_CALLBACK_WAIT_MS
+            ),
+        };
     }
 
     /// Runs `change` of `fid`'s layout asked by this client: the MDT calls back only other
@@ -166,7 +186,7 @@ impl Client {
         match &result {
             Ok(LayoutInfo::File(layout)) => current.layout = Some(layout.clone()),
             // Unknown: read it again.
-            Err(_) | Ok(_) => current.stale = true,
+            Err(_) | Ok(_) => slot.stale.store(true, Ordering::Release),
         }
         result
     }
