@@ -6,8 +6,8 @@
 //! target in its own process, so they run on the networked form only.
 
 use nacre_testkit::{
-    free_port, free_port_at, mkfs, nacre, nacre_ok, on_both_forms, ClientMount, Form, ServerProc,
-    Spec, TestFs,
+    dir_mdt, free_port, free_port_at, inodes_used, lfsck_clean, mkfs, nacre, nacre_ok,
+    on_both_forms, ClientMount, Form, ServerProc, Spec, TestFs,
 };
 use nacre_types::{Fid, FileKind};
 use std::time::Duration;
@@ -226,22 +226,6 @@ impl Dne {
     fn lfsck_clean(&self, fsname: &str) {
         lfsck_clean(&format!("{}:/{fsname}", self.mgs));
     }
-}
-
-/// Asserts that `nacre lfsck --namespace SOURCE` finds nothing.
-fn lfsck_clean(source: &str) {
-    let (ok, out) = lfsck(source);
-    assert!(ok && out.contains(" 0 inconsistencies"), "{out}");
-}
-
-/// IUsed of MDT `index` from `nacre df -i`.
-fn inodes_used(mnt: &std::path::Path, index: u32) -> u64 {
-    let df = nacre_ok(&["df", "-i", mnt.to_str().unwrap()]);
-    let row = df
-        .lines()
-        .find(|l| l.contains(&format!("-MDT{index:04x}_UUID")))
-        .unwrap_or_else(|| panic!("no MDT{index} in {df}"));
-    row.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
 fn remote_directories_live_on_their_mdt(form: Form) {
@@ -566,17 +550,6 @@ fn remote_mkdir_and_rmdir_survive_a_kill_at_every_step() {
         fs.lfsck_clean(fsname);
         drop(client);
     }
-}
-
-/// The MDT `nacre getdirstripe` reports for `dir`.
-fn dir_mdt(dir: &std::path::Path) -> u32 {
-    let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
-    out.split_whitespace()
-        .skip_while(|w| *w != "lmv_stripe_offset:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{out}"))
-        .parse()
-        .unwrap()
 }
 
 fn mkdir_minus_one_spreads_directories_over_the_mdts(form: Form) {

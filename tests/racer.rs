@@ -5,7 +5,7 @@
 //! kernels cached under metadata locks — and the namespace checker finds nothing.
 //! `RACER_SECS` (default 10) sets how long the threads run.
 
-use nacre_testkit::{nacre, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{lfsck_clean, on_both_forms, Form, Spec, TestFs};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
@@ -157,12 +157,7 @@ fn two_mounts_racing_agree_on_the_tree(form: Form) {
     let b = snapshot(&other_mnt);
     assert!(!a.is_empty());
     assert_eq!(a, b, "the mounts disagree after {done} operations");
-    let out = nacre(&["lfsck", "--namespace", &fs.source()]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success() && text.contains(" 0 inconsistencies"),
-        "{text}"
-    );
+    lfsck_clean(&fs.source());
 }
 
 on_both_forms!(two_mounts_racing_agree_on_the_tree);

@@ -4,7 +4,10 @@
 //! calls back locks on every MDT it touches, and never those of the mount that asked for
 //! it, whose own kernel applies the change).
 
-use nacre_testkit::{get_param, nacre_ok, on_both_forms, ClientMount, Form, Spec, TestFs};
+use nacre_testkit::{
+    dir_mdt, get_param, inodes_used, lfsck_clean, nacre_ok, on_both_forms, ClientMount, Form, Spec,
+    TestFs,
+};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -25,6 +28,11 @@ fn lock_cache(fsname: &str, pid: u32, what: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&format!("{what} ")))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {what} in {text}"))
+}
+
+/// Lays `path` out (again) over 2 OSTs in 64 KiB stripes (`nacre setstripe`).
+fn two_stripes(path: &Path) {
+    nacre_ok(&["setstripe", "-c", "2", "-S", "64K", path.to_str().unwrap()]);
 }
 
 /// Stats and reads `p` a few times, so the mount caches its entry, attributes and data.
@@ -48,7 +56,7 @@ fn a_change_on_one_mount_reaches_two_others_that_cache_it(form: Form) {
     let (c_mnt, _c) = mount(&fs, "c");
     let a = fs.path("f");
     let others = [b_mnt.join("f"), c_mnt.join("f")];
-    nacre_ok(&["setstripe", "-c", "2", "-S", "64K", a.to_str().unwrap()]);
+    two_stripes(&a);
     let first = nacre_testkit::pattern(1, 200_000);
     fs::write(&a, &first).unwrap();
     for p in &others {
@@ -122,7 +130,7 @@ fn appends_from_three_mounts_never_overwrite(form: Form) {
     let (b_mnt, _b) = mount(&fs, "b");
     let (c_mnt, _c) = mount(&fs, "c");
     let p = fs.path("log");
-    nacre_ok(&["setstripe", "-c", "2", "-S", "64K", p.to_str().unwrap()]);
+    two_stripes(&p);
     const LEN: usize = 3_000;
     const EACH: usize = 100;
     let writers: Vec<_> = [
@@ -159,17 +167,6 @@ fn appends_from_three_mounts_never_overwrite(form: Form) {
     for m in [&b_mnt, &c_mnt] {
         assert_eq!(fs::read(m.join("log")).unwrap(), got);
     }
-}
-
-/// The MDT `nacre getdirstripe` reports for `dir`.
-fn dir_mdt(dir: &Path) -> u32 {
-    let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
-    out.split_whitespace()
-        .skip_while(|w| *w != "lmv_stripe_offset:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{out}"))
-        .parse()
-        .unwrap()
 }
 
 /// Renames between directories of two MDTs, of files and of a directory that lives on a
@@ -249,22 +246,7 @@ fn renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer(form: Form
     // Its own locks on the MDTs that did not coordinate were called back (it is another
     // client there): what they covered in the directories it was renaming in went after.
     assert!(lock_cache(fsname, renamer, "entries_deferred") > deferred);
-    let out = nacre_testkit::nacre(&["lfsck", "--namespace", &fs.source()]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success() && text.contains(" 0 inconsistencies"),
-        "{text}"
-    );
-}
-
-/// Inodes in use on MDT `index` (`nacre df -i`).
-fn inodes_used(mnt: &Path, index: u32) -> u64 {
-    let df = nacre_ok(&["df", "-i", mnt.to_str().unwrap()]);
-    let row = df
-        .lines()
-        .find(|l| l.contains(&format!("-MDT{index:04x}_UUID")))
-        .unwrap_or_else(|| panic!("no MDT{index} in {df}"));
-    row.split_whitespace().nth(2).unwrap().parse().unwrap()
+    lfsck_clean(&fs.source());
 }
 
 /// A file or directory whose inode lives on another MDT than its directory (moved there by
@@ -349,12 +331,7 @@ fn renames_of_inodes_of_another_mdt_within_one_mdt(form: Form) {
         3,
         "sub: itself, ., rd"
     );
-    let out = nacre_testkit::nacre(&["lfsck", "--namespace", &fs.source()]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success() && text.contains(" 0 inconsistencies"),
-        "{text}"
-    );
+    lfsck_clean(&fs.source());
 }
 
 /// The stripe count `nacre getstripe` reports for `path`.
@@ -397,14 +374,7 @@ fn a_file_laid_out_again_while_open_keeps_every_write(form: Form) {
     // Laid out again through another mount while open here, then written.
     let f = open(&fs.path("f"));
     assert_eq!(stripe_count(&b_mnt.join("f")), 1);
-    nacre_ok(&[
-        "setstripe",
-        "-c",
-        "2",
-        "-S",
-        "64K",
-        b_mnt.join("f").to_str().unwrap(),
-    ]);
+    two_stripes(&b_mnt.join("f"));
     write_sync_close(f, &data);
     assert_eq!(stripe_count(&b_mnt.join("f")), 2);
     assert_eq!(
@@ -416,14 +386,7 @@ fn a_file_laid_out_again_while_open_keeps_every_write(form: Form) {
 
     // Laid out again through the very mount that holds it open.
     let g = open(&fs.path("g"));
-    nacre_ok(&[
-        "setstripe",
-        "-c",
-        "2",
-        "-S",
-        "64K",
-        fs.path("g").to_str().unwrap(),
-    ]);
+    two_stripes(&fs.path("g"));
     write_sync_close(g, &data);
     assert_eq!(stripe_count(&fs.path("g")), 2);
     assert_eq!(

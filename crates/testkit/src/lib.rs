@@ -103,6 +103,37 @@ pub fn get_param(pid: Option<u32>, name: &str) -> String {
     nacre_ok(&args)
 }
 
+/// Asserts that `nacre lfsck --namespace SOURCE` finds nothing.
+pub fn lfsck_clean(source: &str) {
+    let out = nacre(&["lfsck", "--namespace", source]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && text.contains(" 0 inconsistencies"),
+        "{text}"
+    );
+}
+
+/// The MDT `nacre getdirstripe` reports for directory `dir`.
+pub fn dir_mdt(dir: &Path) -> u32 {
+    let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "lmv_stripe_offset:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap()
+}
+
+/// Inodes in use on MDT `index` of the file system mounted at `mnt` (`nacre df -i`).
+pub fn inodes_used(mnt: &Path, index: u32) -> u64 {
+    let df = nacre_ok(&["df", "-i", mnt.to_str().unwrap()]);
+    let row = df
+        .lines()
+        .find(|l| l.contains(&format!("-MDT{index:04x}_UUID")))
+        .unwrap_or_else(|| panic!("no MDT{index} in {df}"));
+    row.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
 /// A size-limited tmpfs mounted on a directory (a small device, to fill); unmounted
 /// (lazily) when dropped.
 pub struct Tmpfs(PathBuf);
