@@ -429,8 +429,8 @@ fn an_ls_l_is_answered_by_the_listing(form: Form) {
 /// kind of change, either way round.
 fn a_directorys_attributes_follow_this_mounts_own_changes_without_asking(form: Form) {
     let fsname = match form {
-        Form::Embedded => "locke7",
-        Form::Networked => "lockn7",
+        Form::Embedded => "locke9",
+        Form::Networked => "lockn9",
     };
     let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
     let (other_mnt, _other) = second_mount(&fs);

@@ -110,6 +110,53 @@ pub struct TestFs {
     embedded: Option<Embedded>,
     servers: Vec<ServerProc>,
     _root: Option<tempfile::TempDir>,
+    // Released last: the name is free again once every process of this file system is gone.
+    _name: NameClaim,
+}
+
+/// A test's claim on a file system name other than the default `nacre`, held while its
+/// processes live. `nacre ctl get_param` asks every nacre process of the node, so two test
+/// file systems of one name running at once (tests run in parallel; `on_both_forms!` runs a
+/// test's two forms under one name) would add up each other's counters: a test waits until
+/// no other test of this binary runs a file system of its name.
+struct NameClaim(Option<String>);
+
+type Claims = Vec<(String, std::thread::ThreadId)>;
+
+static NAMES_IN_USE: (std::sync::Mutex<Claims>, std::sync::Condvar) =
+    (std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new());
+
+impl NameClaim {
+    fn take(fsname: &str) -> NameClaim {
+        if fsname == Spec::osts(1).fsname {
+            return NameClaim(None);
+        }
+        let (names, freed) = &NAMES_IN_USE;
+        let mut names = names.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::thread::current().id();
+        while let Some((_, holder)) = names.iter().find(|(n, _)| n == fsname) {
+            assert!(
+                *holder != me,
+                "this test already runs a file system named {fsname}: it would wait for itself"
+            );
+            names = freed.wait(names).unwrap_or_else(|e| e.into_inner());
+        }
+        names.push((fsname.to_owned(), me));
+        NameClaim(Some(fsname.to_owned()))
+    }
+}
+
+impl Drop for NameClaim {
+    fn drop(&mut self) {
+        if let Some(name) = self.0.take() {
+            let (names, freed) = &NAMES_IN_USE;
+            names
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(n, _)| *n != name);
+            freed.notify_all();
+        }
+    }
 }
 
 impl TestFs {
@@ -124,10 +171,13 @@ impl TestFs {
             spec.osts >= 1 && spec.mdts >= 1,
             "a file system needs an MDT and an OST"
         );
-        match form {
+        let name = NameClaim::take(&spec.fsname);
+        let mut fs = match form {
             Form::Embedded => TestFs::start_embedded(spec),
             Form::Networked => TestFs::start_networked(spec),
-        }
+        };
+        fs._name = name;
+        fs
     }
 
     fn start_embedded(spec: Spec) -> TestFs {
@@ -163,6 +213,7 @@ impl TestFs {
             embedded: Some(fs),
             servers: Vec::new(),
             _root: None,
+            _name: NameClaim(None),
         }
     }
 
@@ -234,6 +285,7 @@ impl TestFs {
             embedded: None,
             servers,
             _root: Some(root),
+            _name: NameClaim(None),
         }
     }
 
