@@ -24,6 +24,7 @@ mod listing;
 mod locking;
 pub mod mdc;
 mod namespace;
+pub mod opencache;
 pub mod osc;
 mod routing;
 pub mod rpc_stats;
@@ -227,6 +228,16 @@ impl OpenFile {
         OpenFile::with_slot(Arc::new(layouts::LayoutSlot::new(fid, layout, true)))
     }
 
+    /// A new handle on the same open at the MDT (a kept open handed out again), for
+    /// `access`, with nothing of this one's use.
+    fn reopened(&self, access: u8) -> OpenFile {
+        OpenFile {
+            incarnation: self.incarnation,
+            owner: self.owner,
+            ..OpenFile::with_slot(self.layout.clone()).with_access(access)
+        }
+    }
+
     /// A handle on the file of `slot`.
     fn with_slot(layout: Arc<layouts::LayoutSlot>) -> OpenFile {
         OpenFile {
@@ -295,6 +306,8 @@ pub struct Client {
     layout_slots: layouts::Slots,
     /// Appends on this client, serialized per file (append.rs).
     appends: [parking_lot::Mutex<()>; append::APPEND_SLOTS],
+    /// Opens kept under `OPEN` locks (opencache.rs).
+    opens: opencache::OpenCache,
     me: std::sync::Weak<Client>,
 }
 
@@ -321,6 +334,7 @@ impl Client {
             writeback: Arc::default(),
             layout_slots: Default::default(),
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
+            opens: opencache::OpenCache::default(),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

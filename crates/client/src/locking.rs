@@ -29,7 +29,8 @@ impl Client {
     pub fn enable_locks(&self, sink: mdc::LockSink) {
         // A directory stops being known completely before the kernel hears of it; a file's
         // layout is let go of (its I/O done, its kept writes written) before its LAYOUT
-        // lock is cancelled (layouts.rs).
+        // lock is cancelled (layouts.rs), and its kept open closed before its OPEN lock
+        // is (opencache.rs).
         let complete = self.complete.clone();
         let me = self.me.clone();
         let sink: mdc::LockSink = Arc::new(move |revoked| {
@@ -40,6 +41,11 @@ impl Client {
                 if r.lock.bits & nacre_ldlm::msg::LAYOUT != 0 {
                     if let Some(client) = me.upgrade() {
                         client.layout_called_back(r.lock.fid);
+                    }
+                }
+                if r.lock.bits & nacre_ldlm::msg::OPEN != 0 {
+                    if let Some(client) = me.upgrade() {
+                        client.open_lock_gone(r.lock.fid);
                     }
                 }
             }

@@ -175,6 +175,11 @@ impl Mdc {
         *self.opens.lock().entry(fid).or_insert(0) += 1;
     }
 
+    /// Opens this client holds at the MDT now (files open here, and opens kept).
+    pub fn open_count(&self) -> u64 {
+        self.opens.lock().values().map(|n| u64::from(*n)).sum()
+    }
+
     /// A handle on `fid` was closed.
     pub fn note_close(&self, fid: Fid) {
         let mut opens = self.opens.lock();

@@ -332,15 +332,12 @@ impl Client {
         if self.check_handle(file).is_err() {
             return flushed;
         }
-        if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
-            mdc.note_close(file.fid);
+        // Kept open under an OPEN lock (opencache.rs): closed when the lock goes.
+        if flushed.is_ok() && self.keep_open(file) {
+            return flushed;
         }
         let writer = file.access & nacre_types::cred::MAY_WRITE != 0;
-        let closed = self.md(MdsOp::Close {
-            fid: file.fid,
-            writer,
-            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
-        });
+        let closed = self.close_at_mdt(file);
         // Once its last writer closed a file, the MDT learns its size within moments
         // (crates/mds/src/sizes.rs), so the next getattr likely gets it exactly: it need not
         // glimpse the objects beside the MDT's answer (a glimpse that, while this client
@@ -350,6 +347,20 @@ impl Client {
             self.remember_layout(file.fid, layout, true);
         }
         closed.map(|_| ()).and(flushed)
+    }
+
+    /// Tells `file`'s MDT it is closed (unless an eviction voided it: closed there
+    /// already).
+    pub(crate) fn close_at_mdt(&self, file: &OpenFile) -> Result<MdsReply> {
+        self.check_handle(file)?;
+        if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
+            mdc.note_close(file.fid);
+        }
+        self.md(MdsOp::Close {
+            fid: file.fid,
+            writer: file.access & nacre_types::cred::MAY_WRITE != 0,
+            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+        })
     }
 
     /// Creates a directory.

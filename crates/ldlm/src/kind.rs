@@ -2,7 +2,7 @@
 //! and when two parts conflict. A metadata target locks inode bits ([`InodeBits`]); an
 //! object storage target locks byte extents of objects, read or write ([`Extents`]).
 
-use crate::msg::{ExtentRef, LockRef, BITS_ALL, UPDATE};
+use crate::msg::{ExtentRef, LockRef, BITS_ALL, OPEN, UPDATE};
 use nacre_types::{Fid, ObjectId};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -29,6 +29,18 @@ pub trait Kind: Send + Sync + 'static {
         changing: &[Self::Part],
         contended: bool,
     ) -> Option<Self::Part>;
+    /// True if a change of `change` by the holder of `held` itself calls it back too (as a
+    /// rule a client's own changes leave its locks alone: its caches follow its changes).
+    fn revoked_by_holder(held: &Self::Part, change: &Self::Part) -> bool {
+        let _ = (held, change);
+        false
+    }
+    /// True if a lock holding `held` may be called back by a change of its own holder
+    /// ([`Kind::revoked_by_holder`] for some change).
+    fn holder_revocable(held: &Self::Part) -> bool {
+        let _ = held;
+        false
+    }
     /// True if calling back `held` for `change` counts towards the resource's contention.
     fn contends(held: &Self::Part, change: &Self::Part) -> bool;
     /// True if a client may hold `part` (a replayed lock is checked with it).
@@ -45,8 +57,10 @@ pub trait Kind: Send + Sync + 'static {
     fn from_ref(r: &Self::Ref) -> (u64, Self::Res, Self::Part);
 }
 
-/// Inode bits of a metadata target: shared client locks on `LOOKUP`, `UPDATE`, `LAYOUT`;
-/// a contended `UPDATE` bit is left out of grants for a while.
+/// Inode bits of a metadata target: shared client locks on `LOOKUP`, `UPDATE`, `LAYOUT`,
+/// `OPEN`; a contended `UPDATE` bit is left out of grants for a while. An `OPEN` lock is
+/// called back from its own holder too (its cached open must be closed before the file
+/// loses a link here).
 pub struct InodeBits;
 
 impl Kind for InodeBits {
@@ -65,6 +79,14 @@ impl Kind for InodeBits {
     fn grantable(wanted: &u8, _others: &[u8], changing: &[u8], contended: bool) -> Option<u8> {
         let bits = if contended { wanted & !UPDATE } else { *wanted };
         (bits != 0 && changing.iter().all(|c| c & bits == 0)).then_some(bits)
+    }
+
+    fn revoked_by_holder(held: &u8, change: &u8) -> bool {
+        held & change & OPEN != 0
+    }
+
+    fn holder_revocable(held: &u8) -> bool {
+        held & OPEN != 0
     }
 
     fn contends(held: &u8, change: &u8) -> bool {

@@ -12,8 +12,17 @@ pub const LOOKUP: u8 = 1;
 pub const UPDATE: u8 = 2;
 /// A regular file's layout.
 pub const LAYOUT: u8 = 4;
+/// An open of a regular file for reading that the client keeps after its close (Lustre's
+/// open lock): the MDT counts it as open until the client closes it, which it does when
+/// the lock is called back. Granted only with an open for reading; revoked by what takes
+/// a link away from the file (unlink, rename over it) and by its migration, including
+/// the holder's own such changes, so an unlinked file is never kept as an orphan by a
+/// cached open.
+pub const OPEN: u8 = 8;
+/// The bits granted with entries (lookups, creates, listings): all but `OPEN`.
+pub const ENTRY_BITS: u8 = LOOKUP | UPDATE | LAYOUT;
 /// Every bit.
-pub const BITS_ALL: u8 = LOOKUP | UPDATE | LAYOUT;
+pub const BITS_ALL: u8 = ENTRY_BITS | OPEN;
 
 /// Most lock references one callback answer or one cancel carries.
 pub const REFS_PER_MESSAGE_MAX: usize = 1_024;
@@ -25,7 +34,7 @@ pub struct LockRef {
     pub handle: u64,
     /// The inode the lock is on.
     pub fid: Fid,
-    /// `LOOKUP` | `UPDATE` | `LAYOUT`.
+    /// `LOOKUP` | `UPDATE` | `LAYOUT` | `OPEN`.
     pub bits: u8,
 }
 

@@ -82,6 +82,8 @@ struct Lock<K: Kind> {
 
 struct Holder<K: Kind> {
     locks: HashSet<u64>,
+    /// Of them, locks its own changes may call back ([`Kind::holder_revocable`]).
+    revocable: usize,
     /// Callbacks not yet delivered.
     pending: Vec<K::Ref>,
     /// Glimpses not yet delivered.
@@ -97,6 +99,7 @@ impl<K: Kind> Default for Holder<K> {
     fn default() -> Self {
         Holder {
             locks: HashSet::new(),
+            revocable: 0,
             pending: Vec::new(),
             glimpses: Vec::new(),
             poll: None,
@@ -188,7 +191,10 @@ impl<K: Kind> State<K> {
             },
         );
         self.by_res.entry(res).or_default().push(handle);
-        self.holders.entry(client).or_default().locks.insert(handle);
+        let h = self.holders.entry(client).or_default();
+        if h.locks.insert(handle) && K::holder_revocable(&part) {
+            h.revocable += 1;
+        }
     }
 
     fn remove(&mut self, handle: u64) -> Option<Lock<K>> {
@@ -200,7 +206,9 @@ impl<K: Kind> State<K> {
             }
         }
         if let Some(h) = self.holders.get_mut(&lock.client) {
-            h.locks.remove(&handle);
+            if h.locks.remove(&handle) && K::holder_revocable(&lock.part) {
+                h.revocable -= 1;
+            }
         }
         Some(lock)
     }
@@ -211,8 +219,12 @@ impl<K: Kind> State<K> {
         for (res, part) in targets {
             for id in self.by_res.get(res).into_iter().flatten() {
                 let l = &self.locks[id];
-                if Some(&l.client) != requester && K::conflicts(&l.part, part) && !out.contains(id)
-                {
+                let applies = if Some(&l.client) == requester {
+                    K::revoked_by_holder(&l.part, part)
+                } else {
+                    K::conflicts(&l.part, part)
+                };
+                if applies && !out.contains(id) {
                     out.push(*id);
                 }
             }
@@ -433,6 +445,14 @@ impl<K: Kind> Namespace<K> {
     pub fn others_hold(&self, client: &ClientId) -> bool {
         let s = self.state.lock();
         s.locks.len() > s.holders.get(client).map_or(0, |h| h.locks.len())
+    }
+
+    /// True if a change by `client` may have a lock to call back: another client holds
+    /// one, or `client` holds one its own changes call back ([`Kind::revoked_by_holder`]).
+    pub fn may_call_back(&self, client: &ClientId) -> bool {
+        let s = self.state.lock();
+        let own = s.holders.get(client);
+        s.locks.len() > own.map_or(0, |h| h.locks.len()) || own.is_some_and(|h| h.revocable > 0)
     }
 
     /// Locks `client` holds on `res` now.

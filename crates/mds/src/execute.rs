@@ -364,7 +364,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             *fid,
             after.as_deref(),
             *count,
-            call.lock_bits & nacre_ldlm::msg::BITS_ALL,
+            call.lock_bits & nacre_ldlm::msg::ENTRY_BITS,
         )),
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),

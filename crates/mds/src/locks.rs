@@ -9,19 +9,24 @@
 //! |---|---|
 //! | create, mknod, mkdir, symlink (any form) | parent UPDATE |
 //! | link | parent UPDATE, inode UPDATE |
-//! | unlink, rmdir | parent UPDATE, the inode's LOOKUP and UPDATE |
-//! | rename | both parents' UPDATE, both inodes' LOOKUP and UPDATE |
+//! | unlink, rmdir | parent UPDATE, the inode's LOOKUP, UPDATE and OPEN |
+//! | rename | both parents' UPDATE, both inodes' LOOKUP and UPDATE, OPEN of the one renamed over |
 //! | setattr, xattr changes, an open for writing | inode UPDATE |
 //! | setstripe | inode UPDATE and LAYOUT |
-//! | directory migration | parent UPDATE, the directory's LOOKUP and UPDATE |
-//! | a peer MDT's update | what it changes here (a directory's new parent: its LOOKUP and UPDATE) |
+//! | migration to another MDT | parent UPDATE, the inode's LOOKUP, UPDATE and OPEN |
+//! | a peer MDT's update | what it changes here (a directory's new parent: its LOOKUP and UPDATE; a link dropped or renamed over: the inode's LOOKUP, UPDATE and OPEN) |
+//!
+//! `OPEN` (a cached open, msg.rs) is revoked from the requester too: its client closes
+//! the cached open before the change runs, so a file unlinked is not kept as an orphan.
 //!
 //! A regular file's UPDATE lock also covers its size, so it is granted only while no
 //! other client holds the file open for writing (an open for writing revokes the others'):
 //! the holder's kernel sees its own writes, and no one else's can happen.
 
 use crate::mdt::Mdt;
-use nacre_ldlm::msg::{LockRef, BITS_ALL, LAYOUT, LOOKUP, REFS_PER_MESSAGE_MAX, UPDATE};
+use nacre_ldlm::msg::{
+    LockRef, BITS_ALL, ENTRY_BITS, LAYOUT, LOOKUP, OPEN, REFS_PER_MESSAGE_MAX, UPDATE,
+};
 use nacre_net::{Incoming, Outgoing};
 use nacre_types::cred::MAY_WRITE;
 use nacre_types::{Fid, FileKind, Status};
@@ -60,7 +65,7 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => {
             t.push((*parent, UPDATE));
             if let Some(c) = child(*parent, name) {
-                t.push((c, LOOKUP | UPDATE));
+                t.push((c, LOOKUP | UPDATE | OPEN));
             }
         }
         MdsOp::Rename {
@@ -72,11 +77,14 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         } => {
             t.push((*src_parent, UPDATE));
             t.push((*dst_parent, UPDATE));
-            for c in [child(*src_parent, src_name), child(*dst_parent, dst_name)]
-                .into_iter()
-                .flatten()
-            {
+            // The inode renamed over loses a link: its cached opens go too.
+            let src = child(*src_parent, src_name);
+            let dst = child(*dst_parent, dst_name);
+            if let Some(c) = src {
                 t.push((c, LOOKUP | UPDATE));
+            }
+            if let Some(c) = dst.filter(|d| Some(*d) != src) {
+                t.push((c, LOOKUP | UPDATE | OPEN));
             }
         }
         MdsOp::SetAttr { fid, .. }
@@ -86,7 +94,7 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::SetLayout { fid, .. } => t.push((*fid, UPDATE | LAYOUT)),
         MdsOp::Migrate { fid, parent, .. } => {
             t.push((*parent, UPDATE));
-            t.push((*fid, LOOKUP | UPDATE));
+            t.push((*fid, LOOKUP | UPDATE | OPEN));
         }
         MdsOp::Update(u) => match u {
             RemoteUpdate::CreateDir { .. } => {}
@@ -95,13 +103,13 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
             // A directory moved to another parent: its entry (the name leading to it, and
             // its `..`) is bound anew, here where it lives, whichever MDTs hold the parents.
             RemoteUpdate::SetParent { fid, .. } => t.push((*fid, LOOKUP | UPDATE)),
-            RemoteUpdate::DropLink { fid, .. } => t.push((*fid, LOOKUP | UPDATE)),
+            RemoteUpdate::DropLink { fid, .. } => t.push((*fid, LOOKUP | UPDATE | OPEN)),
             RemoteUpdate::InsertEntry {
                 parent, replaces, ..
             } => {
                 t.push((*parent, UPDATE));
                 if let Some(r) = replaces {
-                    t.push((*r, LOOKUP | UPDATE));
+                    t.push((*r, LOOKUP | UPDATE | OPEN));
                 }
             }
             RemoteUpdate::Freeze { fid, parent, .. } => {
@@ -190,6 +198,31 @@ fn entry_of(out: &Outgoing) -> Option<(Fid, FileKind)> {
     }
 }
 
+/// Grants `bits` of `fid` (the inode `call` names), then runs `call`: the lock goes with
+/// the reply if the reply is that inode's entry (an open's: a regular file's).
+fn granted_with(
+    mdt: &Mdt,
+    call: &MdsCall,
+    fid: Fid,
+    bits: u8,
+    run: impl FnOnce() -> Outgoing,
+) -> (Outgoing, Option<LockRef>) {
+    let Some((lock, new)) = grant(mdt, &call.client, fid, bits) else {
+        return (run(), None);
+    };
+    let out = run();
+    let open = matches!(call.op, MdsOp::Open { .. });
+    match entry_of(&out) {
+        Some((f, kind)) if f == fid && (!open || kind == FileKind::Regular) => (out, Some(lock)),
+        _ => {
+            if new {
+                mdt.ldlm.release(&call.client, lock.handle);
+            }
+            (out, None)
+        }
+    }
+}
+
 /// Runs `call` (through `run`) and, if it asked for a lock on the entry its reply names
 /// and one can be granted, grants it: the lock is taken first, then the entry is read
 /// again under it (and its name checked to still lead to it), so a change that starts
@@ -199,7 +232,15 @@ pub(crate) fn with_intent(
     call: &MdsCall,
     run: impl FnOnce() -> Outgoing,
 ) -> (Outgoing, Option<LockRef>) {
-    let bits = call.lock_bits & BITS_ALL;
+    // A cached open comes only with an open for reading of a regular file.
+    if let MdsOp::Open { fid, access } = &call.op {
+        let bits = call.lock_bits & OPEN;
+        if bits == 0 || access & MAY_WRITE != 0 {
+            return (run(), None);
+        }
+        return granted_with(mdt, call, *fid, bits, run);
+    }
+    let bits = call.lock_bits & ENTRY_BITS;
     let named = match &call.op {
         MdsOp::Lookup { parent, name }
         | MdsOp::Create { parent, name, .. }
@@ -214,19 +255,7 @@ pub(crate) fn with_intent(
         return (run(), None);
     }
     if let MdsOp::GetAttr { fid } = &call.op {
-        let Some((lock, new)) = grant(mdt, &call.client, *fid, bits) else {
-            return (run(), None);
-        };
-        let out = run();
-        return match entry_of(&out) {
-            Some((f, _)) if f == *fid => (out, Some(lock)),
-            _ => {
-                if new {
-                    mdt.ldlm.release(&call.client, lock.handle);
-                }
-                (out, None)
-            }
-        };
+        return granted_with(mdt, call, *fid, bits, run);
     }
     // A lookup may find nothing: the directory's UPDATE lock, taken before the read,
     // then covers the absence (the kernel caches a negative entry under it). It is kept
@@ -292,7 +321,7 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
         return Some(req);
     };
     // Nothing anyone else holds: nothing to wait for (no name resolved for nothing).
-    if !mdt.ldlm.others_hold(&call.client) || mdt.recovery.active() || !call.cred.is_valid() {
+    if !mdt.ldlm.may_call_back(&call.client) || mdt.recovery.active() || !call.cred.is_valid() {
         return Some(req);
     }
     let t = targets(mdt, &call.op);

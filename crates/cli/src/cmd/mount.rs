@@ -150,6 +150,34 @@ pub(crate) fn serve_mount(
         )
     });
     let c = me.clone();
+    registry.add_fn(format!("llite.{}.open_cache", me.fsname()), move || {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (s, kept_now) = c.open_cache();
+        format!(
+            "kept_now {kept_now}\nopen_at_mdts {}\nhits {}\nkept {}\n\
+             closed_on_callback {}\nclosed_for_room {}\nlocks_asked {}",
+            c.opens_at_mdts(),
+            s.hits.load(Relaxed),
+            s.kept.load(Relaxed),
+            s.closed_on_callback.load(Relaxed),
+            s.closed_for_room.load(Relaxed),
+            s.asked.load(Relaxed)
+        )
+    });
+    let (a, b) = (me.clone(), me.clone());
+    registry.add_rw(
+        format!("llite.{}.opencache_threshold_count", me.fsname()),
+        move || a.open_cache_threshold().to_string(),
+        move |v| {
+            let n: u32 = v
+                .trim()
+                .parse()
+                .map_err(|_| "expected a count of opens (0: no open cache)".to_string())?;
+            b.set_open_cache_threshold(n);
+            Ok(())
+        },
+    );
+    let c = me.clone();
     registry.add_fn(format!("llite.{}.writeback", me.fsname()), move || {
         use std::sync::atomic::Ordering::Relaxed;
         let (s, dirty) = c.writeback_stats();

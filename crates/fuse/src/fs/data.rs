@@ -46,10 +46,12 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        let result = self.client.open(fid, access_of(flags.0));
+        // The kernel checked the caller's permission (default_permissions): an open this
+        // mount kept may be handed out again (nacre_client::opencache).
+        let result = self.client.open_checked(fid, access_of(flags.0));
         pool::leave();
         match result {
-            Ok((_, mut file)) => {
+            Ok(mut file) => {
                 if flags.0 & libc::O_APPEND != 0 {
                     file.set_append();
                 }

@@ -1,6 +1,6 @@
 //! The namespace's unit tests.
 use super::*;
-use crate::msg::{LockRef, LOOKUP, UPDATE};
+use crate::msg::{LockRef, LOOKUP, OPEN, UPDATE};
 use nacre_types::Fid;
 use std::sync::mpsc;
 
@@ -40,6 +40,38 @@ fn only_polling_clients_get_locks_and_a_grant_is_reused() {
     assert_eq!(ns.granted(), 1, "another client cannot cancel it");
     ns.cancel(&A, &[g.handle]);
     assert_eq!(ns.granted(), 0);
+}
+
+#[test]
+fn an_open_lock_is_called_back_from_its_own_holder_too() {
+    let ns = Namespace::new(1);
+    let rx_a = poller(&ns, A);
+    let attrs = ns.try_grant(&A, fid(1), LOOKUP | UPDATE).unwrap().0;
+    assert!(
+        !ns.may_call_back(&A),
+        "A's own changes leave its entry locks alone"
+    );
+    let open = ns.try_grant(&A, fid(1), OPEN).unwrap().0;
+    assert!(open.handle != attrs.handle, "OPEN is a lock of its own");
+    assert!(ns.may_call_back(&A) && ns.may_call_back(&B) && !ns.others_hold(&A));
+    // A's change of the attributes leaves both; its unlink calls back the OPEN lock only.
+    assert!(!ns.conflicts(Some(&A), &[(fid(1), UPDATE)]));
+    assert!(ns.conflicts(Some(&A), &[(fid(1), LOOKUP | UPDATE | OPEN)]));
+    let ns2 = ns.clone();
+    let canceller = std::thread::spawn(move || {
+        let refs = rx_a.recv().unwrap();
+        assert_eq!(refs, vec![open]);
+        ns2.cancel(&A, &[open.handle]);
+    });
+    let hold = ns.revoke(Some(&A), &[(fid(1), LOOKUP | UPDATE | OPEN)]);
+    assert!(hold.waited && hold.late.is_empty());
+    canceller.join().unwrap();
+    drop(hold);
+    assert_eq!(ns.granted(), 1);
+    assert!(
+        !ns.may_call_back(&A),
+        "the count of A's OPEN locks follows the cancel"
+    );
 }
 
 #[test]
