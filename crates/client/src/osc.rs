@@ -280,11 +280,19 @@ pub(crate) fn write_subs(
     let mut asked = ReadLocks::new();
     let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
-        let mut buf = AlignedBuf::zeroed(sub.len as usize);
+        // The runs cover the whole range (for_each_run): no need to zero it first (a
+        // memset of each 1 MiB RPC was 7% of the mount's CPU in a streaming write).
+        let mut buf = AlignedBuf::for_overwrite(sub.len as usize);
+        let mut filled = 0;
         for_each_run(layout, sub, |file_off, at, n| {
             let src = (file_off - offset) as usize;
             buf[at..at + n].copy_from_slice(&data[src..src + n]);
+            filled += n;
         });
+        assert_eq!(
+            filled as u64, sub.len,
+            "a write's runs cover its object range"
+        );
         let (ost, object) = object(layout, sub.stripe);
         if caching {
             client.asking(ost, object, &mut asked);

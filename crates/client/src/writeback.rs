@@ -115,7 +115,8 @@ impl Obj {
         if self.overlaps_inflight(start, start + len) {
             return None;
         }
-        let mut buf = AlignedBuf::zeroed(len as usize);
+        // Filled whole below (contiguous pieces): not zeroed first.
+        let mut buf = AlignedBuf::for_overwrite(len as usize);
         let mut at = 0usize;
         while (at as u64) < len {
             let k = start + at as u64;
