@@ -587,3 +587,89 @@ on_both_forms!(
     mdtest_runs_all_phases_and_cleans_up,
     survey_drives_live_osts_directly,
 );
+
+/// `nacre plan` gives Astra's numbers (2,592 nodes of 128 GiB, JMTTI 72 h: a checkpoint in
+/// at most 1,296 s, 204.8 GiB/s), and sizes the OSTs and OSS nodes from a real survey of an
+/// OST directory (its slowest OST's write rate) and from a link speed.
+#[test]
+fn plan_sizes_a_checkpoint_tier_from_a_survey() {
+    let out = nacre_ok(&[
+        "plan",
+        "--nodes",
+        "2592",
+        "--mem-per-node",
+        "128G",
+        "--jmtti",
+        "72h",
+    ]);
+    assert!(out.contains("checkpoint time bound: 1296 s"), "{out}");
+    assert!(out.contains("write bandwidth needed: 204.8 GiB/s"), "{out}");
+    let dir = tempfile::Builder::new()
+        .prefix("nacre-plan")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let ost = dir.path().join("ost0");
+    nacre_testkit::mkfs("--ost", 0, "plan", Some("127.0.0.1:1@tcp"), &ost);
+    let survey = nacre_ok(&[
+        "bench",
+        "survey",
+        "--ost",
+        ost.to_str().unwrap(),
+        "-o",
+        "1",
+        "-t",
+        "1",
+        "-s",
+        "8M",
+        "--json",
+    ]);
+    let file = dir.path().join("survey.json");
+    std::fs::write(&file, &survey).unwrap();
+    let v: Value = serde_json::from_str(&survey).unwrap();
+    let write = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["op"] == "write")
+        .unwrap();
+    let rate = write["per_ost_mib"][0].as_f64().unwrap() * 1048576.0;
+    let json = nacre_ok(&[
+        "plan",
+        "--nodes",
+        "2592",
+        "--mem-per-node",
+        "128G",
+        "--jmtti",
+        "72h",
+        "--survey",
+        file.to_str().unwrap(),
+        "--osts-per-oss",
+        "4",
+        "--oss-link",
+        "100G",
+        "--json",
+    ]);
+    let p: Value = serde_json::from_str(&json).unwrap();
+    let bw = p["bandwidth"].as_f64().unwrap();
+    let osts = p["osts"].as_u64().unwrap();
+    assert_eq!(osts, (bw / rate).ceil() as u64, "{json}");
+    assert_eq!(p["oss_for_osts"].as_u64().unwrap(), osts.div_ceil(4));
+    assert_eq!(p["oss_for_links"].as_u64().unwrap(), 18, "{json}");
+    assert_eq!(
+        p["oss"].as_u64().unwrap(),
+        osts.div_ceil(4).max(18),
+        "{json}"
+    );
+    // Bad input gets a clear error.
+    let bad = nacre(&[
+        "plan",
+        "--nodes",
+        "10",
+        "--mem-per-node",
+        "1G",
+        "--jmtti",
+        "72",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected a duration"));
+}

@@ -356,18 +356,48 @@ fn parent_and_name(path: &Path) -> anyhow::Result<(PathBuf, &str)> {
 }
 
 /// `nacre setstripe`: sets a directory's default layout, or creates a file with a layout.
-pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Result<()> {
+pub fn setstripe(
+    path: &Path,
+    count: i64,
+    size: u64,
+    start: i64,
+    pool: Option<&str>,
+) -> anyhow::Result<()> {
     let df = usage(path)?;
     let osts = target_count(&df, "-OST");
     let fsname = df["fsname"].as_str().unwrap_or("?").to_string();
-    if count > osts as i64 {
-        bail!("stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'");
-    }
     if count < -1 {
         bail!("stripe count {count} is invalid (use -1 for all OSTs)");
     }
-    if start >= osts as i64 {
-        bail!("start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)");
+    let pool = pool.filter(|p| !p.is_empty());
+    match pool {
+        None => {
+            if count > osts as i64 {
+                bail!("stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'");
+            }
+            if start >= osts as i64 {
+                bail!("start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)");
+            }
+        }
+        Some(p) => {
+            // `-p FS.POOL` is taken as `-p POOL` (as lfs does).
+            let p = p.strip_prefix(&format!("{fsname}.")).unwrap_or(p);
+            nacre_types::PoolName::new(p)?;
+            let members = pool_members(&df, p)
+                .with_context(|| format!("pool {fsname}.{p} does not exist"))?;
+            if members.is_empty() {
+                bail!("pool {fsname}.{p} has no OSTs (nacre pool add {fsname}.{p} OST...)");
+            }
+            if count > members.len() as i64 {
+                bail!(
+                    "stripe count {count} exceeds the {} OSTs of pool {fsname}.{p}",
+                    members.len()
+                );
+            }
+            if start >= 0 && !members.contains(&(start as u64)) {
+                bail!("OST index {start} is not in pool {fsname}.{p} ({members:?})");
+            }
+        }
     }
     if size != 0 && (!size.is_multiple_of(65536) || size > u64::from(u32::MAX - 65535)) {
         bail!("stripe size {size} must be a multiple of 64 KiB, at most 4 GiB");
@@ -379,15 +409,38 @@ pub fn setstripe(path: &Path, count: i64, size: u64, start: i64) -> anyhow::Resu
             .open(path)
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
-    let spec =
-        serde_json::json!({ "stripe_count": count, "stripe_size": size, "start_ost": start });
+    let pool = pool.map(|p| p.strip_prefix(&format!("{fsname}.")).unwrap_or(p));
+    let spec = serde_json::json!({
+        "stripe_count": count,
+        "stripe_size": size,
+        "start_ost": start,
+        "pool": pool.unwrap_or(""),
+    });
     setxattr(path, XATTR_LOV, spec.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
         Some(libc::EEXIST) => anyhow::anyhow!(
             "cannot change the layout of {}: it already holds data",
             path.display()
         ),
+        Some(libc::ENOSPC) => anyhow::anyhow!(
+            "setstripe {}: no space in the pool's OSTs (or the pool lost its OSTs)",
+            path.display()
+        ),
         _ => anyhow::anyhow!("setstripe {}: {e}", path.display()),
     })
+}
+
+/// The member OST indices of pool `name` in a `df` JSON, if the pool exists.
+pub fn pool_members(df: &Value, name: &str) -> Option<Vec<u64>> {
+    df["pools"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"].as_str() == Some(name))
+        .map(|p| {
+            p["osts"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default()
+        })
 }
 
 /// The layout JSON of `path`.
@@ -408,6 +461,9 @@ pub fn format_layout(path: &Path, v: &Value) -> String {
             s += &format!("lmm_stripe_size:   {}\n", v["stripe_size"]);
             s += "lmm_pattern:       raid0\n";
             s += &format!("lmm_stripe_offset: {first}\n");
+            if let Some(pool) = v["pool"].as_str().filter(|p| !p.is_empty()) {
+                s += &format!("lmm_pool:          {pool}\n");
+            }
             s += "\tobdidx\t\t objid\t\t objid\t\t group\n";
             for o in objects {
                 let id = o["id"].as_u64().unwrap_or(0);
@@ -418,8 +474,12 @@ pub fn format_layout(path: &Path, v: &Value) -> String {
         }
         Some("dir") => match v["default"].as_object() {
             Some(d) => {
+                let pool = match d.get("pool").and_then(Value::as_str) {
+                    Some(p) if !p.is_empty() => format!(" pool:          {p}"),
+                    _ => String::new(),
+                };
                 s += &format!(
-                    "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}\n",
+                    "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}{pool}\n",
                     d["stripe_count"], d["stripe_size"], d["start_ost"]
                 );
             }

@@ -195,6 +195,14 @@ enum Command {
         /// Target name, e.g. `demo-OST0001`.
         target: String,
     },
+    /// OST pools (Lustre's `lctl pool_*` and `lfs pool_list`): `new`, `add`, `remove`,
+    /// `destroy` on the MGS node, `list`.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+    /// Size a checkpoint tier as Sandia sized Astra's: the checkpoint time Daly's rule
+    /// allows, the bandwidth 80% of the machine's memory needs in it, and the OSTs and OSS
+    /// nodes that takes (from `nacre bench survey` rates, or given).
+    Plan(PlanArgs),
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -206,6 +214,9 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Only the OSTs of this pool (`POOL` or `FS.POOL`), and the MDTs.
+        #[arg(short = 'p', long)]
+        pool: Option<String>,
         /// A path inside the file system (default: every Nacre mount).
         path: Option<PathBuf>,
     },
@@ -325,7 +336,7 @@ fn main() {
         ),
         Command::Setstripe(a) => parse_size(&a.size)
             .map_err(anyhow::Error::msg)
-            .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index)),
+            .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index, a.pool.as_deref())),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
         Command::Ctl { pid, cmd } => ctl(cmd, pid),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),
@@ -348,9 +359,12 @@ fn main() {
             human,
             inodes,
             json,
+            pool,
             path,
-        } => df(path, human, inodes, json),
+        } => df(path, human, inodes, json, pool),
         Command::Lfsck { source, json, .. } => lfsck(&source, json),
+        Command::Pool(c) => pool(c),
+        Command::Plan(a) => plan(a),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),
             man.as_deref(),

@@ -419,7 +419,8 @@ impl Client {
         &self.net
     }
 
-    fn refresh_config(&self) -> Result<()> {
+    /// Fetches the file system's configuration (targets, pools) from the MGS again.
+    pub fn refresh_config(&self) -> Result<()> {
         let fs = fetch_config(&self.mgs, &self.fsname)?;
         *self.config.write() = fs;
         Ok(())

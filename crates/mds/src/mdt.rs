@@ -708,6 +708,11 @@ pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
         } else {
             base.start_ost
         },
+        pool: if spec.pool.is_none() {
+            base.pool
+        } else {
+            spec.pool
+        },
     }
 }
 

@@ -6,12 +6,15 @@
 //! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin;
 //! otherwise they are drawn at random, weighted by available bytes.
 
+use crate::mdt::merge_spec;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
+use nacre_types::layout::StripeSpec;
+use nacre_types::PoolName;
 use nacre_types::{Nid, StatFs, Status};
 use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -35,6 +38,8 @@ pub struct OstPool {
     /// The uuids of the file system's MDTs: their requests are a peer's, not a client's.
     peers: RwLock<std::collections::HashSet<[u8; 16]>>,
     config_version: RwLock<u64>,
+    /// OST pools (the MGS's): name → member OST indices.
+    pools: RwLock<HashMap<PoolName, Vec<u32>>>,
     rr_cursor: AtomicUsize,
     /// No MGS and no OST servers: the configuration never changes.
     detached: bool,
@@ -51,6 +56,7 @@ impl OstPool {
             mdts: RwLock::new(BTreeMap::new()),
             peers: RwLock::new(std::collections::HashSet::new()),
             config_version: RwLock::new(0),
+            pools: RwLock::new(HashMap::new()),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
         }
@@ -76,6 +82,26 @@ impl OstPool {
             }
         }
         pool
+    }
+
+    /// Waits at the MGS (at most `wait_ms`) for a change of the file system's targets or
+    /// configuration (a pool changed) after event `after` (None: the first call, answered
+    /// at once). Returns the newest event's number and whether anything happened since
+    /// `after`; the caller refreshes then.
+    pub fn watch(&self, after: Option<u64>, wait_ms: u32) -> Result<(u64, bool), RpcError> {
+        if self.detached {
+            std::thread::sleep(std::time::Duration::from_millis(u64::from(wait_ms)));
+            return Ok((0, false));
+        }
+        let req = MgsRequest::WaitTargets {
+            fsname: self.fsname.clone(),
+            after: after.unwrap_or(u64::MAX),
+            wait_ms: if after.is_some() { wait_ms } else { 0 },
+        };
+        match call::<_, MgsReply>(&self.mgs, req.opcode(), 0, &req)? {
+            MgsReply::Targets { seq, started } => Ok((seq, after.is_some() && !started.is_empty())),
+            _ => Err(RpcError::Status(Status::Proto)),
+        }
     }
 
     /// Fetches the configuration and refreshes each OST's free space.
@@ -123,6 +149,11 @@ impl OstPool {
             return;
         }
         *version = config.version;
+        *self.pools.write().expect("pools") = config
+            .pools
+            .iter()
+            .map(|p| (p.name, p.osts.clone()))
+            .collect();
         self.peers.write().expect("peers").extend(
             config
                 .mdts
@@ -174,22 +205,78 @@ impl OstPool {
         }
     }
 
-    /// Resolves `spec` against the OSTs known, asking the MGS again first if the request
-    /// needs more OSTs than are known (an OST may have registered since the last refresh).
+    /// Resolves `spec` against the OSTs known (those of `pool` if it names one: a start
+    /// OST must be one of them), asking the MGS again first if the
+    /// request needs more OSTs than are known or names a pool not known (an OST may have
+    /// registered, a pool been made or given OSTs, since the last refresh). `EINVAL` for a
+    /// request no OST set can meet or a pool that does not exist; `ENOSPC` for a pool with
+    /// no OSTs.
     pub fn resolve(
         &self,
-        spec: nacre_types::layout::StripeSpec,
-        base: nacre_types::layout::StripeSpec,
-    ) -> Result<(u16, u32, Option<u32>), nacre_types::LayoutError> {
-        match spec.resolve(base, self.count()) {
+        spec: StripeSpec,
+        base: StripeSpec,
+        pool: PoolName,
+    ) -> Result<(u16, u32, Option<u32>), Status> {
+        let attempt = || -> Result<(u16, u32, Option<u32>), Status> {
+            let members = self.members(pool)?;
+            if members.is_empty() {
+                return Err(Status::NoSpc);
+            }
+            // The start OST is an OST index: one of the set's members.
+            let start = match merge_spec(spec, base).start_ost {
+                s if s < 0 => None,
+                s if members.contains(&(s as u32)) => Some(s as u32),
+                _ => return Err(Status::Inval),
+            };
+            let any_start = |s: StripeSpec| StripeSpec { start_ost: -1, ..s };
+            // An inherited count larger than the set (a pool that lost OSTs since its
+            // directory was set up) is cut to the set, as Lustre does; one asked for is not.
+            let mut base = any_start(base);
+            if spec.stripe_count == 0 && base.stripe_count > members.len() as i32 {
+                base.stripe_count = members.len() as i32;
+            }
+            let (count, size, _) = any_start(spec)
+                .resolve(base, members.len() as u32)
+                .map_err(|_| Status::Inval)?;
+            Ok((count, size, start))
+        };
+        match attempt() {
             Ok(r) => Ok(r),
             Err(_) => {
                 if let Err(e) = self.refresh() {
                     tracing::debug!("OST refresh: {e}");
                 }
-                spec.resolve(base, self.count())
+                attempt()
             }
         }
+    }
+
+    /// The OSTs known of `pool` (all OSTs for none); `EINVAL` if no such pool is known.
+    fn members(&self, pool: PoolName) -> Result<Vec<u32>, Status> {
+        let osts = self.osts.read().expect("osts");
+        if pool.is_none() {
+            return Ok(osts.keys().copied().collect());
+        }
+        let pools = self.pools.read().expect("pools");
+        let members = pools.get(&pool).ok_or(Status::Inval)?;
+        Ok(members
+            .iter()
+            .copied()
+            .filter(|i| osts.contains_key(i))
+            .collect())
+    }
+
+    /// The pools known: name → member OST indices.
+    pub fn pools(&self) -> Vec<(PoolName, Vec<u32>)> {
+        let mut v: Vec<_> = self
+            .pools
+            .read()
+            .expect("pools")
+            .iter()
+            .map(|(n, m)| (*n, m.clone()))
+            .collect();
+        v.sort();
+        v
     }
 
     /// Connection to MDT `index` (asking the MGS again if it is not known yet).
@@ -234,10 +321,16 @@ impl OstPool {
             .and_then(|e| e.conn.clone())
     }
 
-    /// Picks `count` distinct OSTs, starting at `start` if given.
-    pub fn choose(&self, count: usize, start: Option<u32>) -> Result<Vec<u32>, Status> {
+    /// Picks `count` distinct OSTs of `pool` (any OST for none), starting at `start` if
+    /// given.
+    pub fn choose(
+        &self,
+        count: usize,
+        start: Option<u32>,
+        pool: PoolName,
+    ) -> Result<Vec<u32>, Status> {
+        let indices = self.members(pool)?;
         let osts = self.osts.read().expect("osts");
-        let indices: Vec<u32> = osts.keys().copied().collect();
         if count == 0 || count > indices.len() {
             return Err(if indices.is_empty() {
                 Status::NoSpc

@@ -226,8 +226,63 @@ pub fn encode<T: Serialize>(rec: &T) -> Vec<u8> {
     out
 }
 
-/// Version byte of inode records that carry the inode's version.
-const INODE_RECORD_VERSION: u8 = 3;
+/// Version byte of inode records: the inode's version, then the record (4: layouts and
+/// striping defaults name an OST pool; 3: before pools; 1: before versions, and before
+/// pools).
+const INODE_RECORD_VERSION: u8 = 4;
+/// Inode records from before pools, with the inode's version.
+const INODE_RECORD_VERSION_NO_POOLS: u8 = 3;
+
+/// Inode records as formats 1 and 3 stored them (no pool names).
+mod before_pools {
+    use nacre_types::{Attr, Fid, PoolName, StripeObject};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    struct Layout {
+        stripe_size: u32,
+        objects: Vec<StripeObject>,
+    }
+
+    #[derive(Deserialize)]
+    struct StripeSpec {
+        stripe_count: i32,
+        stripe_size: u32,
+        start_ost: i32,
+    }
+
+    #[derive(Deserialize)]
+    pub struct InodeRecord {
+        attr: Attr,
+        layout: Option<Layout>,
+        dir_default: Option<StripeSpec>,
+        symlink: Option<Vec<u8>>,
+        parent: Option<Fid>,
+        orphan: bool,
+    }
+
+    impl InodeRecord {
+        pub fn upgrade(self) -> super::InodeRecord {
+            super::InodeRecord {
+                attr: self.attr,
+                layout: self.layout.map(|l| nacre_types::Layout {
+                    stripe_size: l.stripe_size,
+                    objects: l.objects,
+                    pool: PoolName::NONE,
+                }),
+                dir_default: self.dir_default.map(|d| super::StripeSpec {
+                    stripe_count: d.stripe_count,
+                    stripe_size: d.stripe_size,
+                    start_ost: d.start_ost,
+                    pool: PoolName::NONE,
+                }),
+                symlink: self.symlink,
+                parent: self.parent,
+                orphan: self.orphan,
+            }
+        }
+    }
+}
 
 /// Encodes an inode with its version (the transno of its last change).
 pub fn encode_inode(rec: &InodeRecord, version: u64) -> Vec<u8> {
@@ -240,16 +295,38 @@ pub fn encode_inode(rec: &InodeRecord, version: u64) -> Vec<u8> {
 /// The version stored with an inode record (0 for records from before versions).
 pub fn inode_version(bytes: &[u8]) -> u64 {
     match bytes.split_first() {
-        Some((&INODE_RECORD_VERSION, rest)) if rest.len() >= 8 => {
+        Some((&(INODE_RECORD_VERSION | INODE_RECORD_VERSION_NO_POOLS), rest))
+            if rest.len() >= 8 =>
+        {
             u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"))
         }
         _ => 0,
     }
 }
 
-/// Decodes a record; a damaged record is an I/O error, never a panic.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
+/// An inode record stored before pools, read as one now.
+fn decode_inode_before_pools(body: &[u8]) -> Result<InodeRecord, Status> {
+    postcard::from_bytes::<before_pools::InodeRecord>(body)
+        .map(before_pools::InodeRecord::upgrade)
+        .map_err(|e| {
+            tracing::error!("damaged MDT record: {e}");
+            Status::Io
+        })
+}
+
+/// Decodes a record; a damaged record is an I/O error, never a panic. Inode records of
+/// earlier formats are read as they are now.
+pub fn decode<T: DeserializeOwned + 'static>(bytes: &[u8]) -> Result<T, Status> {
+    let as_t = |rec: InodeRecord| -> Result<T, Status> {
+        let any: Box<dyn std::any::Any> = Box::new(rec);
+        any.downcast::<T>().map(|b| *b).map_err(|_| Status::Io)
+    };
+    let inode = std::any::TypeId::of::<T>() == std::any::TypeId::of::<InodeRecord>();
     match bytes.split_first() {
+        Some((&INODE_RECORD_VERSION_NO_POOLS, rest)) if inode && rest.len() >= 8 => {
+            as_t(decode_inode_before_pools(&rest[8..])?)
+        }
+        Some((&RECORD_VERSION, rest)) if inode => as_t(decode_inode_before_pools(rest)?),
         Some((&INODE_RECORD_VERSION, rest)) if rest.len() >= 8 => postcard::from_bytes(&rest[8..])
             .map_err(|e| {
                 tracing::error!("damaged MDT record: {e}");
@@ -339,9 +416,57 @@ mod version_tests {
         let new = encode_inode(&rec, 42);
         assert_eq!(decode::<InodeRecord>(&new).unwrap(), rec);
         assert_eq!(inode_version(&new), 42);
-        let old = encode(&rec);
-        assert_eq!(decode::<InodeRecord>(&old).unwrap(), rec);
-        assert_eq!(inode_version(&old), 0);
+        // Records of the formats before pools read as they are now.
+        #[derive(serde::Serialize)]
+        struct OldLayout {
+            stripe_size: u32,
+            objects: Vec<nacre_types::StripeObject>,
+        }
+        let object = nacre_types::StripeObject {
+            ost: 3,
+            object: ObjectId { seq: 0, id: 9 },
+        };
+        let old_body = (
+            rec.attr.clone(),
+            Some(OldLayout {
+                stripe_size: 1 << 20,
+                objects: vec![object],
+            }),
+            Some((2i32, 65536u32, -1i32)),
+            None::<Vec<u8>>,
+            Some(Fid::ROOT),
+            false,
+        );
+        let want = InodeRecord {
+            layout: Some(Layout {
+                stripe_size: 1 << 20,
+                objects: vec![object],
+                pool: nacre_types::PoolName::NONE,
+            }),
+            dir_default: Some(StripeSpec {
+                stripe_count: 2,
+                stripe_size: 65536,
+                start_ost: -1,
+                pool: nacre_types::PoolName::NONE,
+            }),
+            parent: Some(Fid::ROOT),
+            ..rec.clone()
+        };
+        let mut v1 = vec![RECORD_VERSION];
+        v1.extend(postcard::to_allocvec(&old_body).unwrap());
+        assert_eq!(decode::<InodeRecord>(&v1).unwrap(), want);
+        assert_eq!(inode_version(&v1), 0);
+        let mut v3 = vec![INODE_RECORD_VERSION_NO_POOLS];
+        v3.extend_from_slice(&17u64.to_be_bytes());
+        v3.extend(postcard::to_allocvec(&old_body).unwrap());
+        assert_eq!(decode::<InodeRecord>(&v3).unwrap(), want);
+        assert_eq!(inode_version(&v3), 17);
+        // Other records of version 1 are read as they are.
+        let dirent = DirentRecord {
+            fid: Fid::ROOT,
+            kind: FileKind::Directory,
+        };
+        assert_eq!(decode::<DirentRecord>(&encode(&dirent)).unwrap(), dirent);
         for n in 0..new.len() {
             assert!(decode::<InodeRecord>(&new[..n]).is_err(), "{n} bytes");
         }

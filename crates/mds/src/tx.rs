@@ -243,12 +243,9 @@ impl Tx<'_> {
             self.fs_default()?
         };
         let base = merge_spec(inherited, fs_default);
-        let (count, size, start) = self
-            .mdt
-            .osts
-            .resolve(spec, base)
-            .map_err(|_| Status::Inval)?;
-        let chosen = self.mdt.osts.choose(count as usize, start)?;
+        let pool = merge_spec(spec, base).pool;
+        let (count, size, start) = self.mdt.osts.resolve(spec, base, pool)?;
+        let chosen = self.mdt.osts.choose(count as usize, start, pool)?;
         let mut objects = Vec::with_capacity(chosen.len());
         for ost in chosen {
             objects.push(StripeObject {
@@ -259,6 +256,7 @@ impl Tx<'_> {
         Ok(Layout {
             stripe_size: size,
             objects,
+            pool,
         })
     }
 

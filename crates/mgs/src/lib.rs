@@ -13,14 +13,64 @@ pub mod store;
 pub mod watch;
 
 use nacre_net::{Handler, Incoming, Outgoing};
-use nacre_types::Status;
-use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, TargetInfo, TargetKind};
+use nacre_types::{PoolName, Status};
+use nacre_wire::mgs::{
+    FsConfig, MgsReply, MgsRequest, PoolInfo, TargetInfo, TargetKind, POOLS_PER_FS_MAX,
+};
 use nacre_wire::{decode_body, encode_body};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub use store::StoreError;
+
+/// A change of an OST pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolChange {
+    /// Makes the pool (empty).
+    New,
+    /// Adds these OSTs.
+    Add(Vec<u32>),
+    /// Takes these OSTs out.
+    Remove(Vec<u32>),
+    /// Removes the pool (it must be empty).
+    Destroy,
+}
+
+/// Why a pool change is refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PoolError {
+    /// No pool name.
+    #[error("no pool name given")]
+    NoName,
+    /// The file system is not known here.
+    #[error("file system {0} is not known to this MGS")]
+    NoFs(String),
+    /// `new` of a pool that exists.
+    #[error("pool {0} already exists")]
+    Exists(PoolName),
+    /// The pool does not exist.
+    #[error("pool {0} does not exist")]
+    NoPool(PoolName),
+    /// `destroy` of a pool with OSTs.
+    #[error("pool {0} still has OSTs: remove them first")]
+    NotEmpty(PoolName),
+    /// An OST that is not registered.
+    #[error("OST index {0} is not an OST of the file system")]
+    NoOst(u32),
+    /// An OST already in the pool.
+    #[error("OST{0:04x} is already in pool {1}")]
+    Member(u32, PoolName),
+    /// An OST not in the pool.
+    #[error("OST{0:04x} is not in pool {1}")]
+    NotMember(u32, PoolName),
+    /// Past [`POOLS_PER_FS_MAX`].
+    #[error("a file system has at most {POOLS_PER_FS_MAX} pools")]
+    TooMany,
+    /// The configuration could not be saved.
+    #[error("the MGS could not save its configuration (see its log)")]
+    Io,
+}
 
 /// The MGS state and request handler.
 pub struct Mgs {
@@ -152,6 +202,74 @@ impl Mgs {
             .get(fsname)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// Changes the OST pools of `fsname` (`nacre pool`): the change is on disk before it
+    /// returns, and an event (`TargetKind::Mgt`, index 0: "the configuration changed")
+    /// has every MDT and client fetch the configuration again at once. Returns the pools.
+    pub fn change_pool(
+        &self,
+        fsname: &str,
+        pool: PoolName,
+        change: PoolChange,
+    ) -> Result<Vec<PoolInfo>, PoolError> {
+        if pool.is_none() {
+            return Err(PoolError::NoName);
+        }
+        let mut configs = self.configs.lock().expect("configs");
+        let config = configs
+            .get_mut(fsname)
+            .ok_or_else(|| PoolError::NoFs(fsname.to_string()))?;
+        let at = config.pools.iter().position(|p| p.name == pool);
+        match (change, at) {
+            (PoolChange::New, Some(_)) => return Err(PoolError::Exists(pool)),
+            (PoolChange::New, None) => {
+                if config.pools.len() >= POOLS_PER_FS_MAX {
+                    return Err(PoolError::TooMany);
+                }
+                config.pools.push(PoolInfo {
+                    name: pool,
+                    osts: Vec::new(),
+                });
+                config.pools.sort_by_key(|p| p.name);
+            }
+            (_, None) => return Err(PoolError::NoPool(pool)),
+            (PoolChange::Destroy, Some(i)) => {
+                if !config.pools[i].osts.is_empty() {
+                    return Err(PoolError::NotEmpty(pool));
+                }
+                config.pools.remove(i);
+            }
+            (PoolChange::Add(osts), Some(i)) => {
+                let known: Vec<u32> = config.osts.iter().map(|t| t.index).collect();
+                if let Some(o) = osts.iter().find(|o| !known.contains(o)) {
+                    return Err(PoolError::NoOst(*o));
+                }
+                let members = &mut config.pools[i].osts;
+                if let Some(o) = osts.iter().find(|o| members.contains(o)) {
+                    return Err(PoolError::Member(*o, pool));
+                }
+                members.extend(osts);
+                members.sort_unstable();
+            }
+            (PoolChange::Remove(osts), Some(i)) => {
+                let members = &mut config.pools[i].osts;
+                if let Some(o) = osts.iter().find(|o| !members.contains(o)) {
+                    return Err(PoolError::NotMember(*o, pool));
+                }
+                members.retain(|m| !osts.contains(m));
+            }
+        }
+        config.version += 1;
+        let pools = config.pools.clone();
+        if let Err(e) = store::save(&self.path, &configs) {
+            tracing::error!("MGS cannot save configuration: {e}");
+            return Err(PoolError::Io);
+        }
+        drop(configs);
+        tracing::info!("{fsname}: pool {pool} changed");
+        self.watch.started(fsname, TargetKind::Mgt, 0);
+        Ok(pools)
     }
 
     /// The configuration of `fsname`.

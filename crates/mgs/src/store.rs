@@ -9,8 +9,9 @@ use std::path::Path;
 const MAGIC: &[u8; 4] = b"NMGS";
 /// Format of the parameters file, and of configurations before service nodes.
 const FORMAT_VERSION: u32 = 1;
-/// Format of the configuration file since targets carry service nodes.
-const CONFIG_FORMAT_VERSION: u32 = 2;
+/// Format of the configuration file since file systems have OST pools (2: targets with
+/// service nodes, no pools; 1: targets without service nodes).
+const CONFIG_FORMAT_VERSION: u32 = 3;
 /// Largest configuration file accepted.
 pub const CONFIG_BYTES_MAX: usize = 64 << 20;
 
@@ -77,11 +78,16 @@ pub fn load(path: &Path) -> Result<BTreeMap<String, FsConfig>, StoreError> {
     let Some((version, payload)) = read_envelope(path, MAGIC, 1..=CONFIG_FORMAT_VERSION)? else {
         return Ok(BTreeMap::new());
     };
-    let list: Vec<FsConfig> = if version == 1 {
-        let old: Vec<v1::FsConfig> = decode(path, &payload)?;
-        old.into_iter().map(v1::FsConfig::upgrade).collect()
-    } else {
-        decode(path, &payload)?
+    let list: Vec<FsConfig> = match version {
+        1 => {
+            let old: Vec<v1::FsConfig> = decode(path, &payload)?;
+            old.into_iter().map(v1::FsConfig::upgrade).collect()
+        }
+        2 => {
+            let old: Vec<v2::FsConfig> = decode(path, &payload)?;
+            old.into_iter().map(v2::FsConfig::upgrade).collect()
+        }
+        _ => decode(path, &payload)?,
     };
     Ok(list.into_iter().map(|c| (c.fsname.clone(), c)).collect())
 }
@@ -130,6 +136,33 @@ mod v1 {
                 version: self.version,
                 mdts: self.mdts.into_iter().map(up).collect(),
                 osts: self.osts.into_iter().map(up).collect(),
+                pools: Vec::new(),
+            }
+        }
+    }
+}
+
+/// The configuration as format 2 stored it (no pools).
+mod v2 {
+    use nacre_wire::mgs::TargetInfo;
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct FsConfig {
+        fsname: String,
+        version: u64,
+        mdts: Vec<TargetInfo>,
+        osts: Vec<TargetInfo>,
+    }
+
+    impl FsConfig {
+        pub fn upgrade(self) -> nacre_wire::mgs::FsConfig {
+            nacre_wire::mgs::FsConfig {
+                fsname: self.fsname,
+                version: self.version,
+                mdts: self.mdts,
+                osts: self.osts,
+                pools: Vec::new(),
             }
         }
     }
@@ -187,7 +220,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_format_1_configuration_is_read_and_saved_as_format_2() {
+    fn a_format_1_configuration_is_read_and_saved_as_the_current_format() {
         #[derive(serde::Serialize)]
         struct OldTarget {
             kind: nacre_types::TargetKind,
@@ -224,6 +257,46 @@ mod tests {
         assert_eq!((demo.version, demo.mdts.len()), (3, 1));
         assert_eq!(demo.mdts[0].uuid, "u0");
         assert!(demo.mdts[0].servicenodes.is_empty());
+        save(&path, &configs).unwrap();
+        assert_eq!(load(&path).unwrap(), configs);
+    }
+
+    #[test]
+    fn a_format_2_configuration_is_read_with_no_pools() {
+        #[derive(serde::Serialize)]
+        struct OldConfig {
+            fsname: String,
+            version: u64,
+            mdts: Vec<nacre_wire::mgs::TargetInfo>,
+            osts: Vec<nacre_wire::mgs::TargetInfo>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mgs-config");
+        let ost = nacre_wire::mgs::TargetInfo {
+            kind: nacre_types::TargetKind::Ost,
+            index: 1,
+            fsname: "demo".into(),
+            uuid: "u1".into(),
+            nids: vec!["127.0.0.1:7000@tcp".parse().unwrap()],
+            servicenodes: vec!["127.0.0.2:7000@tcp".parse().unwrap()],
+        };
+        let old = vec![OldConfig {
+            fsname: "demo".into(),
+            version: 5,
+            mdts: Vec::new(),
+            osts: vec![ost.clone()],
+        }];
+        write_envelope(&path, MAGIC, 2, &postcard::to_allocvec(&old).unwrap()).unwrap();
+        let mut configs = load(&path).unwrap();
+        let demo = configs.get_mut("demo").unwrap();
+        assert_eq!(
+            (demo.version, &demo.osts, demo.pools.len()),
+            (5, &vec![ost], 0)
+        );
+        demo.pools.push(nacre_wire::mgs::PoolInfo {
+            name: nacre_types::PoolName::new("flash").unwrap(),
+            osts: vec![1],
+        });
         save(&path, &configs).unwrap();
         assert_eq!(load(&path).unwrap(), configs);
     }

@@ -54,6 +54,18 @@ impl Drop for CtlServer {
 /// Stores a persistent parameter through this process's MGS, if it has one.
 pub type Persist = Arc<dyn Fn(&str, &str) -> Option<Result<(), String>> + Send + Sync>;
 
+/// The name of the pair a [`PoolAdmin`] answer starts with: the MGS of that file system
+/// answered (its list of pools may be empty).
+pub const POOL_ANSWERED: &str = "#mgs";
+
+/// Lists or changes the OST pools of a file system through this process's MGS, if it has
+/// one and manages that file system: (command `new|add|remove|destroy|list`, fsname, pool
+/// name or "" for every pool, OST indices) → the pools afterwards as (`FS.POOL`, indices
+/// joined by commas), or the reason it was refused; `None` if this MGS does not manage it.
+pub type PoolAdmin = Arc<
+    dyn Fn(&str, &str, &str, &[u32]) -> Option<Result<Vec<(String, String)>, String>> + Send + Sync,
+>;
+
 /// Renders this process's OpenMetrics text (servers), for `nacre top` on the node.
 pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
 
@@ -64,6 +76,8 @@ pub struct CtlSources {
     pub registry: Registry,
     /// `set_param -P` through the MGS, if this process has one.
     pub persist: Option<Persist>,
+    /// `nacre pool` through the MGS, if this process has one.
+    pub pools: Option<PoolAdmin>,
     /// OpenMetrics text, if this process serves targets.
     pub metrics: Option<MetricsFn>,
 }
@@ -85,6 +99,36 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
                 Some(Ok(())) => CtlReply {
                     error: None,
                     params: vec![(req.pattern, value)],
+                },
+                Some(Err(e)) => CtlReply {
+                    error: Some(e),
+                    params: Vec::new(),
+                },
+                None => CtlReply::default(),
+            }
+        }
+        // pattern: "COMMAND FSNAME [POOL]"; value: OST indices, comma-separated.
+        "pool" => {
+            let words: Vec<&str> = req.pattern.split_whitespace().collect();
+            let osts: Result<Vec<u32>, _> = req
+                .value
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .filter(|w| !w.is_empty())
+                .map(str::parse::<u32>)
+                .collect();
+            let answer = match (words.as_slice(), osts) {
+                ([cmd, fs], Ok(osts)) => src.pools.as_ref().and_then(|p| p(cmd, fs, "", &osts)),
+                ([cmd, fs, pool], Ok(osts)) => {
+                    src.pools.as_ref().and_then(|p| p(cmd, fs, pool, &osts))
+                }
+                _ => Some(Err(format!("bad pool request '{}'", req.pattern))),
+            };
+            match answer {
+                Some(Ok(params)) => CtlReply {
+                    error: None,
+                    params,
                 },
                 Some(Err(e)) => CtlReply {
                     error: Some(e),

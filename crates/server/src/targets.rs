@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 pub const INTENT_RETRY_MS: u64 = 1_000;
 /// How often an MDT refreshes its view of the OSTs.
 pub const OST_REFRESH_MS: u64 = 5_000;
+/// Longest wait of an MDT at the MGS for a configuration change (so a stop is not held up).
+pub const CONFIG_WATCH_WAIT_MS: u32 = 1_000;
 /// Longest a release waits for requests in progress on the target to finish.
 pub const RELEASE_DRAIN_MS: u64 = 10_000;
 /// Exit status of a server that found a target it served taken over by its partner.
@@ -594,9 +596,33 @@ fn spawn_mdt_threads(
         std::thread::Builder::new()
             .name("mdt-osp".into())
             .spawn(move || {
-                while !sleep_unless(&s, Duration::from_millis(OST_REFRESH_MS)) {
-                    if let Err(e) = m.osts.refresh() {
-                        tracing::debug!("OST refresh: {e}");
+                // The configuration is fetched again as soon as the MGS says it changed (a
+                // target registered, a pool changed: `nacre pool` is seen at once), and the
+                // OSTs' free space every OST_REFRESH_MS. The waits at the MGS are short so
+                // that a stop is not held up.
+                let mut after = None;
+                let mut refreshed = std::time::Instant::now();
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    let changed = match m.osts.watch(after, CONFIG_WATCH_WAIT_MS) {
+                        Ok((seq, changed)) => {
+                            after = Some(seq);
+                            changed
+                        }
+                        Err(e) => {
+                            tracing::debug!("MGS watch: {e}");
+                            if sleep_unless(&s, Duration::from_millis(CONFIG_WATCH_WAIT_MS.into()))
+                            {
+                                return;
+                            }
+                            false
+                        }
+                    };
+                    let due = refreshed.elapsed() >= Duration::from_millis(OST_REFRESH_MS);
+                    if changed || due {
+                        if let Err(e) = m.osts.refresh() {
+                            tracing::debug!("OST refresh: {e}");
+                        }
+                        refreshed = std::time::Instant::now();
                     }
                 }
             })

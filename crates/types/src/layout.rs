@@ -22,6 +22,68 @@ pub struct StripeObject {
     pub object: ObjectId,
 }
 
+/// Longest OST pool name, in bytes (Lustre's `LOV_MAXPOOLNAME`).
+pub const POOL_NAME_BYTES_MAX: usize = 15;
+
+/// The name of an OST pool (Lustre's), or none: 1 to [`POOL_NAME_BYTES_MAX`] letters, digits,
+/// `_` and `-`, kept inline so stripe requests stay `Copy`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PoolName([u8; 16]);
+
+/// Why a pool name is refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("pool name '{0}' must be 1 to {POOL_NAME_BYTES_MAX} letters, digits, '_' or '-'")]
+pub struct BadPoolName(pub String);
+
+impl PoolName {
+    /// No pool.
+    pub const NONE: PoolName = PoolName([0; 16]);
+
+    /// The pool `name`, checked.
+    pub fn new(name: &str) -> Result<PoolName, BadPoolName> {
+        let ok = !name.is_empty()
+            && name.len() <= POOL_NAME_BYTES_MAX
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(BadPoolName(name.chars().take(64).collect()));
+        }
+        let mut b = [0u8; 16];
+        b[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(PoolName(b))
+    }
+
+    /// True if no pool is named.
+    pub fn is_none(&self) -> bool {
+        self.0[0] == 0
+    }
+
+    /// The name ("" for none).
+    pub fn as_str(&self) -> &str {
+        let len = self.0.iter().position(|b| *b == 0).unwrap_or(16);
+        std::str::from_utf8(&self.0[..len]).unwrap_or("")
+    }
+
+    /// True if the bytes are a name [`PoolName::new`] accepts, or none (a name that came
+    /// from a disk or the network is checked with it).
+    pub fn is_valid(&self) -> bool {
+        self.is_none() || PoolName::new(self.as_str()).is_ok_and(|p| p == *self)
+    }
+}
+
+impl std::fmt::Debug for PoolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PoolName({:?})", self.as_str())
+    }
+}
+
+impl std::fmt::Display for PoolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A RAID0 layout: the objects of a file, in stripe order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
@@ -29,6 +91,8 @@ pub struct Layout {
     pub stripe_size: u32,
     /// Objects, one per stripe; its length is the stripe count.
     pub objects: Vec<StripeObject>,
+    /// The OST pool its objects were allocated in (none: any OST).
+    pub pool: PoolName,
 }
 
 /// A stripe request, as `setstripe` gives it or a directory stores as its default.
@@ -41,6 +105,9 @@ pub struct StripeSpec {
     pub stripe_size: u32,
     /// First OST index: -1 = chosen by the allocator.
     pub start_ost: i32,
+    /// OST pool to allocate in: none = inherit (the file system's whole set of OSTs when
+    /// nothing names one).
+    pub pool: PoolName,
 }
 
 /// Why a layout request is invalid.
@@ -63,6 +130,9 @@ pub enum LayoutError {
     /// A stored or received layout with no objects, or more than a layout may have.
     #[error("layout of {0} objects (a file has 1 to {max})", max = STRIPE_COUNT_MAX)]
     BadObjectCount(usize),
+    /// A pool name that is not one.
+    #[error("invalid pool name in a layout")]
+    BadPool,
     /// Start OST does not exist.
     #[error("start OST index {start} does not exist (file system has {osts} OSTs)")]
     BadStartOst {
@@ -79,6 +149,7 @@ impl Default for StripeSpec {
             stripe_count: 0,
             stripe_size: 0,
             start_ost: -1,
+            pool: PoolName::NONE,
         }
     }
 }
@@ -149,10 +220,13 @@ pub struct StripeChunk {
 
 impl Layout {
     /// Checks a layout that came from elsewhere (a reply, a disk) before its arithmetic is
-    /// used: 1 to [`STRIPE_COUNT_MAX`] objects, a valid stripe size.
+    /// used: 1 to [`STRIPE_COUNT_MAX`] objects, a valid stripe size, a valid pool name.
     pub fn check(&self) -> Result<(), LayoutError> {
         if self.objects.is_empty() || self.objects.len() > usize::from(STRIPE_COUNT_MAX) {
             return Err(LayoutError::BadObjectCount(self.objects.len()));
+        }
+        if !self.pool.is_valid() {
+            return Err(LayoutError::BadPool);
         }
         check_stripe_size(self.stripe_size)
     }
@@ -266,7 +340,34 @@ mod tests {
                     },
                 })
                 .collect(),
+            pool: PoolName::NONE,
         }
+    }
+
+    #[test]
+    fn pool_names_are_checked() {
+        let p = PoolName::new("flash_1-a").unwrap();
+        assert_eq!(p.as_str(), "flash_1-a");
+        assert!(p.is_valid() && !p.is_none());
+        assert!(PoolName::NONE.is_none() && PoolName::NONE.is_valid());
+        assert_eq!(PoolName::NONE.as_str(), "");
+        for bad in [
+            "",
+            "a.b",
+            "sixteen-letters!",
+            "0123456789abcdef",
+            "x y",
+            "é",
+        ] {
+            assert!(PoolName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(PoolName::new("0123456789abcde").is_ok(), "15 bytes");
+        // Bytes from elsewhere: a name with a hole, or bytes no name has, is not valid.
+        let mut raw = [0u8; 16];
+        raw[0] = b'a';
+        raw[2] = b'b';
+        assert!(!PoolName(raw).is_valid());
+        assert!(!PoolName([b'.'; 16]).is_valid());
     }
 
     #[test]
@@ -297,6 +398,7 @@ mod tests {
             stripe_count: 9,
             stripe_size: 0,
             start_ost: -1,
+            pool: PoolName::NONE,
         };
         assert_eq!(
             spec.resolve(StripeSpec::default(), 4),

@@ -21,7 +21,7 @@ pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
 pub use buf::AlignedBuf;
 pub use cred::{Cred, Owner};
 pub use fid::{Fid, ObjectId};
-pub use layout::{Layout, LayoutError, StripeChunk, StripeObject};
+pub use layout::{Layout, LayoutError, PoolName, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};
 pub use status::Status;
 pub use target::{target_name, TargetKind};

@@ -40,6 +40,27 @@ pub struct FsConfig {
     pub mdts: Vec<TargetInfo>,
     /// Object storage targets, by index.
     pub osts: Vec<TargetInfo>,
+    /// OST pools, by name.
+    pub pools: Vec<PoolInfo>,
+}
+
+/// An OST pool (Lustre's): a named set of OSTs files can be laid out in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    /// Name.
+    pub name: nacre_types::PoolName,
+    /// Member OST indices, ascending (an index may name an OST not registered yet).
+    pub osts: Vec<u32>,
+}
+
+/// Most pools a file system has.
+pub const POOLS_PER_FS_MAX: usize = 1_024;
+
+impl FsConfig {
+    /// The pool named `name`, if there is one.
+    pub fn pool(&self, name: nacre_types::PoolName) -> Option<&PoolInfo> {
+        self.pools.iter().find(|p| p.name == name)
+    }
 }
 
 /// Requests to the MGS.
@@ -150,6 +171,31 @@ mod tests {
         for n in 0..b.len() {
             assert!(decode_body::<MgsReply>(&b[..n]).is_err());
         }
+    }
+
+    #[test]
+    fn a_configuration_with_pools_round_trips_and_refuses_truncation() {
+        let config = FsConfig {
+            fsname: "demo".into(),
+            version: 4,
+            mdts: Vec::new(),
+            osts: Vec::new(),
+            pools: vec![PoolInfo {
+                name: nacre_types::PoolName::new("flash").unwrap(),
+                osts: vec![0, 2, 7],
+            }],
+        };
+        let reply = MgsReply::Config(config.clone());
+        let b = encode_body(&reply);
+        assert_eq!(decode_body::<MgsReply>(&b).unwrap(), reply);
+        for n in 0..b.len() {
+            assert!(decode_body::<MgsReply>(&b[..n]).is_err());
+        }
+        assert_eq!(
+            config.pool(config.pools[0].name).unwrap().osts,
+            vec![0, 2, 7]
+        );
+        assert!(config.pool(nacre_types::PoolName::NONE).is_none());
     }
 
     #[test]

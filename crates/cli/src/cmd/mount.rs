@@ -234,6 +234,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let _ctl = nacre_server::ctl::serve(nacre_server::ctl::CtlSources {
         registry: registry.clone(),
         persist: None,
+        pools: None,
         metrics: None,
     })?;
     serve_mount(client, &a.mountpoint, &opts, &registry)

@@ -195,6 +195,7 @@ pub(crate) fn start_servers(
     let ctl = nacre_server::ctl::serve(nacre_server::ctl::CtlSources {
         registry: servers.registry().clone(),
         persist: servers.persist_fn(),
+        pools: servers.pool_fn(),
         metrics: Some(Arc::new(move || nacre_server::metrics::render(&sources))),
     })?;
     Ok((servers, ctl))

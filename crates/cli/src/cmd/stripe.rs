@@ -20,6 +20,9 @@ pub(crate) struct SetstripeArgs {
     /// First OST index (-1: chosen by the MDS).
     #[arg(short = 'i', long = "stripe-index", default_value_t = -1, allow_hyphen_values = true)]
     pub(crate) index: i64,
+    /// OST pool to allocate in (`nacre pool`); a directory's new files inherit it.
+    #[arg(short = 'p', long = "pool")]
+    pub(crate) pool: Option<String>,
     /// File or directory.
     pub(crate) path: PathBuf,
 }

@@ -12,6 +12,7 @@ impl Shared {
                 "kind": "file",
                 "stripe_count": l.objects.len(),
                 "stripe_size": l.stripe_size,
+                "pool": l.pool.as_str(),
                 "pattern": "raid0",
                 "objects": l.objects.iter().map(|o| serde_json::json!({
                     "ost": o.ost, "seq": o.object.seq, "id": o.object.id,
@@ -21,6 +22,7 @@ impl Shared {
                 "kind": "dir",
                 "default": spec.map(|s| serde_json::json!({
                     "stripe_count": s.stripe_count, "stripe_size": s.stripe_size, "start_ost": s.start_ost,
+                    "pool": s.pool.as_str(),
                 })),
             }),
             LayoutInfo::None => serde_json::json!({ "kind": "none" }),
@@ -44,11 +46,25 @@ impl Shared {
                 })
             })
             .collect();
-        Ok(
-            serde_json::json!({ "fsname": self.client.fsname(), "targets": targets })
-                .to_string()
-                .into_bytes(),
-        )
+        // Pools as the MGS has them now (an admin command right after `nacre pool` sees
+        // the change even if the MGS's event has not arrived yet).
+        if let Err(e) = self.client.refresh_config() {
+            tracing::debug!("configuration refresh for df: {e}");
+        }
+        let pools: Vec<_> = self
+            .client
+            .fs_config()
+            .pools
+            .iter()
+            .map(|p| serde_json::json!({ "name": p.name.as_str(), "osts": p.osts }))
+            .collect();
+        Ok(serde_json::json!({
+            "fsname": self.client.fsname(),
+            "targets": targets,
+            "pools": pools,
+        })
+        .to_string()
+        .into_bytes())
     }
 
     pub(super) fn virtual_xattr(
@@ -219,6 +235,10 @@ impl Shared {
                 .map_err(|_| bad("stripe_count"))?,
             stripe_size: u32::try_from(field("stripe_size", 0)).map_err(|_| bad("stripe_size"))?,
             start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
+            pool: match v.get("pool").and_then(|p| p.as_str()) {
+                None | Some("") => nacre_types::PoolName::NONE,
+                Some(p) => nacre_types::PoolName::new(p).map_err(|e| bad(&e.to_string()))?,
+            },
         };
         self.client.set_layout(fid, spec).map(|_| ())
     }

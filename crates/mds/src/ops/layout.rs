@@ -38,8 +38,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
         FileKind::Directory => {
             tx.mdt
                 .osts
-                .resolve(spec, StripeSpec::default())
-                .map_err(|_| Status::Inval)?;
+                .resolve(spec, StripeSpec::default(), spec.pool)?;
             let clear = spec == StripeSpec::default();
             rec.dir_default = if clear {
                 None

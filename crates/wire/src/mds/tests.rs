@@ -17,9 +17,21 @@ fn check_refuses_content_a_client_cannot_use_and_passes_the_rest() {
         MdsReply::Layout(LayoutInfo::File(Layout {
             stripe_size,
             objects,
+            pool: nacre_types::PoolName::NONE,
         }))
     };
     assert!(layout(vec![one], 1 << 20).check().is_ok());
+    let mut pooled = Layout {
+        stripe_size: 1 << 20,
+        objects: vec![one],
+        pool: nacre_types::PoolName::new("flash").unwrap(),
+    };
+    assert!(MdsReply::Layout(LayoutInfo::File(pooled.clone()))
+        .check()
+        .is_ok());
+    // A pool name that is not one (bytes from the network) is refused.
+    pooled.pool = postcard::from_bytes(&[b'.'; 16]).unwrap();
+    assert!(MdsReply::Layout(LayoutInfo::File(pooled)).check().is_err());
     assert!(layout(vec![], 1 << 20).check().is_err());
     assert!(layout(vec![one], 0).check().is_err());
     assert!(layout(vec![one; 2001], 1 << 20).check().is_err());

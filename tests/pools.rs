@@ -1,0 +1,214 @@
+//! OST pools (docs/pools.md): kept by the MGS, changed with `nacre pool`, used by every
+//! MDT at once; `setstripe -p` on files and directories (inherited by new files);
+//! allocation only inside the pool, checked on the OSTs' own directories; clear errors for
+//! a pool that does not exist, has no OSTs or has too few.
+
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+/// Bytes of object data stored in an OST's directory (files without an extension: the
+/// objects; their checksum files have one).
+fn stored_bytes(ost: &Path) -> u64 {
+    fn walk(d: &Path, sum: &mut u64) {
+        for e in fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, sum);
+            } else if p.extension().is_none() {
+                *sum += e.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
+    }
+    let mut sum = 0;
+    walk(ost, &mut sum);
+    sum
+}
+
+fn stored(fs: &TestFs, osts: u32) -> Vec<u64> {
+    (0..osts)
+        .map(|i| stored_bytes(&fs.data.join(format!("ost{i}"))))
+        .collect()
+}
+
+/// `nacre getstripe --json`: (pool, OST of each object) of a file, or the directory's
+/// default pool.
+fn pool_of(path: &Path) -> (String, Vec<u64>) {
+    let v: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
+    match v["kind"].as_str() {
+        Some("file") => (
+            v["pool"].as_str().unwrap_or("").to_string(),
+            v["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["ost"].as_u64().unwrap())
+                .collect(),
+        ),
+        _ => (
+            v["default"]["pool"].as_str().unwrap_or("").to_string(),
+            Vec::new(),
+        ),
+    }
+}
+
+/// `nacre ARGS`, expected to fail: its error text.
+fn fails(args: &[&str]) -> String {
+    let out = nacre(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn write_synced(path: &Path, len: usize) {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(&nacre_testkit::pattern(len as u64, len))
+        .unwrap();
+    f.sync_all().unwrap();
+}
+
+fn pools_restrict_allocation(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "poole1",
+        Form::Networked => "pooln1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(4).fsname(fsname));
+    let pool = |p: &str| format!("{fsname}.{p}");
+    let path = |rel: &str| fs.path(rel).to_str().unwrap().to_string();
+    nacre_ok(&["pool", "new", &pool("flash")]);
+    nacre_ok(&["pool", "add", &pool("flash"), "OST[1-2]"]);
+    let list = nacre_ok(&["pool", "list", fsname]);
+    assert!(list.contains(&pool("flash")), "{list}");
+    let members = nacre_ok(&["pool", "list", &pool("flash")]);
+    assert!(
+        members.contains(&format!("{fsname}-OST0001_UUID"))
+            && members.contains(&format!("{fsname}-OST0002_UUID"))
+            && !members.contains("OST0000")
+            && !members.contains("OST0003"),
+        "{members}"
+    );
+
+    // A directory's pool is inherited by its new files; every byte lands on the pool's OSTs.
+    fs::create_dir(fs.path("d")).unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-p", "flash", &path("d")]);
+    assert_eq!(pool_of(&fs.path("d")).0, "flash");
+    let before = stored(&fs, 4);
+    for i in 0..6 {
+        write_synced(&fs.path(&format!("d/f{i}")), 3 << 20);
+        let (p, osts) = pool_of(&fs.path(&format!("d/f{i}")));
+        assert_eq!(p, "flash");
+        let mut osts = osts;
+        osts.sort();
+        assert_eq!(osts, vec![1, 2], "f{i}");
+    }
+    let after = stored(&fs, 4);
+    assert_eq!(after[0], before[0], "OST0 is not in the pool");
+    assert_eq!(after[3], before[3], "OST3 is not in the pool");
+    assert!(
+        after[1] + after[2] >= before[1] + before[2] + 6 * (3 << 20),
+        "{before:?} -> {after:?}"
+    );
+    // A file laid out on its own, in the pool, at a chosen OST of it.
+    nacre_ok(&[
+        "setstripe",
+        "-c",
+        "1",
+        "-i",
+        "2",
+        "-p",
+        "flash",
+        &path("one"),
+    ]);
+    write_synced(&fs.path("one"), 100_000);
+    assert_eq!(pool_of(&fs.path("one")), ("flash".to_string(), vec![2]));
+    // Files outside the pool may go anywhere; `lfs`'s FS.POOL form of -p works too.
+    nacre_ok(&["setstripe", "-c", "4", &path("wide")]);
+    assert_eq!(pool_of(&fs.path("wide")).1.len(), 4);
+    nacre_ok(&["setstripe", "-p", &pool("flash"), &path("dotted")]);
+    assert_eq!(pool_of(&fs.path("dotted")).0, "flash");
+
+    // Clear errors, and nothing made.
+    let e = fails(&["setstripe", "-c", "3", "-p", "flash", &path("x1")]);
+    assert!(e.contains("exceeds the 2 OSTs of pool"), "{e}");
+    let e = fails(&["setstripe", "-i", "0", "-p", "flash", &path("x2")]);
+    assert!(e.contains("not in pool"), "{e}");
+    let e = fails(&["setstripe", "-p", "nosuch", &path("x3")]);
+    assert!(e.contains("does not exist"), "{e}");
+    nacre_ok(&["pool", "new", &pool("empty")]);
+    let e = fails(&["setstripe", "-p", "empty", &path("x4")]);
+    assert!(e.contains("has no OSTs"), "{e}");
+    for x in ["x1", "x2", "x3", "x4"] {
+        assert!(!fs.path(x).exists(), "{x} was made");
+    }
+    let e = fails(&["pool", "new", &pool("flash")]);
+    assert!(e.contains("already exists"), "{e}");
+    let e = fails(&["pool", "add", &pool("flash"), "OST0009"]);
+    assert!(e.contains("not an OST"), "{e}");
+    let e = fails(&["pool", "add", &pool("flash"), "OST0001"]);
+    assert!(e.contains("already in pool"), "{e}");
+    let e = fails(&["pool", "destroy", &pool("flash")]);
+    assert!(e.contains("still has OSTs"), "{e}");
+    let e = fails(&["pool", "new", &format!("{fsname}.bad.name")]);
+    assert!(e.contains("pool name"), "{e}");
+
+    // `df --pool`: the MDT and the pool's OSTs only.
+    let df = nacre_ok(&["df", "--pool", "flash", fs.mnt.to_str().unwrap()]);
+    assert!(
+        df.contains("MDT0000") && df.contains("OST0001") && df.contains("OST0002"),
+        "{df}"
+    );
+    assert!(!df.contains("OST0000") && !df.contains("OST0003"), "{df}");
+    let e = fails(&["df", "--pool", "nosuch", fs.mnt.to_str().unwrap()]);
+    assert!(e.contains("does not exist"), "{e}");
+
+    // OST1 leaves the pool: the directory's 2 stripes are cut to the one OST left, at
+    // once (the MDT heard of the change before the command returned).
+    nacre_ok(&["pool", "remove", &pool("flash"), "OST0001"]);
+    write_synced(&fs.path("d/after"), 1 << 20);
+    assert_eq!(pool_of(&fs.path("d/after")), ("flash".to_string(), vec![2]));
+    nacre_ok(&[
+        "pool",
+        "remove",
+        &pool("flash"),
+        &format!("{fsname}-OST0002_UUID"),
+    ]);
+    // No OSTs left: new files in the directory cannot be made, and say why.
+    let err = fs::File::create(fs.path("d/none")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    nacre_ok(&["pool", "destroy", &pool("flash")]);
+    let list = nacre_ok(&["pool", "list", fsname]);
+    assert!(
+        !list.contains(&pool("flash")) && list.contains(&pool("empty")),
+        "{list}"
+    );
+    // Every file written in the pool reads back whole.
+    for i in 0..6 {
+        let got = fs::read(fs.path(&format!("d/f{i}"))).unwrap();
+        assert!(got == nacre_testkit::pattern(3 << 20, 3 << 20), "d/f{i}");
+    }
+}
+
+on_both_forms!(pools_restrict_allocation);
+
+/// Pools are on the MGS's disk: they outlive a restart of every server, and a second mount
+/// sees them (its `df` JSON lists them).
+#[test]
+fn pools_outlive_a_restart_of_the_servers() {
+    let fsname = "pooln2";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    nacre_ok(&["pool", "new", &format!("{fsname}.cap")]);
+    nacre_ok(&["pool", "add", &format!("{fsname}.cap"), "OST0001"]);
+    for s in fs.servers_mut() {
+        s.restart();
+    }
+    let members = nacre_ok(&["pool", "list", &format!("{fsname}.cap")]);
+    assert!(
+        members.contains(&format!("{fsname}-OST0001_UUID")),
+        "{members}"
+    );
+    let p = fs.path("after-restart");
+    nacre_ok(&["setstripe", "-p", "cap", p.to_str().unwrap()]);
+    write_synced(&p, 200_000);
+    assert_eq!(pool_of(&p), ("cap".to_string(), vec![1]));
+}
