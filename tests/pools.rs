@@ -189,7 +189,107 @@ fn pools_restrict_allocation(form: Form) {
     }
 }
 
-on_both_forms!(pools_restrict_allocation);
+/// A pool at or above its spill threshold sends new files to its spill target (Lustre's
+/// pool spilling); below it, or with spilling off, they stay. The OSTs here share the test
+/// machine's disk, so thresholds of 1% and 100% are "full" and "not full".
+fn a_full_pool_spills_into_another(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "poole3",
+        Form::Networked => "pooln3",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    let pool = |p: &str| format!("{fsname}.{p}");
+    let path = |rel: &str| fs.path(rel).to_str().unwrap().to_string();
+    let df: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["df", "--json", fs.mnt.to_str().unwrap()])).unwrap();
+    let ost0 = df["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str().unwrap().ends_with("OST0000"))
+        .unwrap()
+        .clone();
+    let (total, avail) = (
+        ost0["bytes_total"].as_u64().unwrap(),
+        ost0["bytes_avail"].as_u64().unwrap(),
+    );
+    let used_pct = (total - avail) * 100 / total;
+    assert!(
+        (1..100).contains(&used_pct),
+        "the test needs a disk neither empty nor full: {used_pct}% used"
+    );
+    nacre_ok(&["pool", "new", &pool("flash")]);
+    nacre_ok(&["pool", "add", &pool("flash"), "OST0000"]);
+    nacre_ok(&["pool", "new", &pool("cap")]);
+    nacre_ok(&["pool", "add", &pool("cap"), "OST0001"]);
+    fs::create_dir(fs.path("d")).unwrap();
+    nacre_ok(&["setstripe", "-p", "flash", &path("d")]);
+    let spills = || -> u64 {
+        nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0000.pool_spills"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+
+    nacre_ok(&[
+        "pool",
+        "spill",
+        &pool("flash"),
+        "--to",
+        "cap",
+        "--threshold",
+        "100",
+    ]);
+    write_synced(&fs.path("d/stays"), 100_000);
+    assert_eq!(pool_of(&fs.path("d/stays")), ("flash".to_string(), vec![0]));
+    let before = spills();
+    nacre_ok(&[
+        "pool",
+        "spill",
+        &pool("flash"),
+        "--to",
+        "cap",
+        "--threshold",
+        "1",
+    ]);
+    let listed = nacre_ok(&["pool", "list", &pool("flash")]);
+    assert!(
+        listed.contains("spills into") && listed.contains("above 1%"),
+        "{listed}"
+    );
+    write_synced(&fs.path("d/spilled"), 100_000);
+    assert_eq!(pool_of(&fs.path("d/spilled")), ("cap".to_string(), vec![1]));
+    assert_eq!(spills(), before + 1);
+    nacre_ok(&["pool", "spill", &pool("flash"), "--off"]);
+    write_synced(&fs.path("d/back"), 100_000);
+    assert_eq!(pool_of(&fs.path("d/back")), ("flash".to_string(), vec![0]));
+
+    // Refused: into itself, into no pool, a threshold past 100; destroying a spill target.
+    let e = fails(&["pool", "spill", &pool("flash"), "--to", "flash"]);
+    assert!(e.contains("another existing pool"), "{e}");
+    let e = fails(&["pool", "spill", &pool("flash"), "--to", "nosuch"]);
+    assert!(e.contains("another existing pool"), "{e}");
+    let e = fails(&[
+        "pool",
+        "spill",
+        &pool("flash"),
+        "--to",
+        "cap",
+        "--threshold",
+        "101",
+    ]);
+    assert!(e.contains("1 to 100"), "{e}");
+    nacre_ok(&["pool", "spill", &pool("flash"), "--to", "cap"]);
+    nacre_ok(&["pool", "remove", &pool("cap"), "OST0001"]);
+    let e = fails(&["pool", "destroy", &pool("cap")]);
+    assert!(e.contains("spills into"), "{e}");
+    for f in ["stays", "spilled", "back"] {
+        let got = fs::read(fs.path(&format!("d/{f}"))).unwrap();
+        assert!(got == nacre_testkit::pattern(100_000, 100_000), "{f}");
+    }
+}
+
+on_both_forms!(pools_restrict_allocation, a_full_pool_spills_into_another);
 
 /// Pools are on the MGS's disk: they outlive a restart of every server, and a second mount
 /// sees them (its `df` JSON lists them).

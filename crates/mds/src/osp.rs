@@ -12,14 +12,17 @@ use nacre_net::{Connection, NetConfig};
 use nacre_types::layout::StripeSpec;
 use nacre_types::PoolName;
 use nacre_types::{Nid, StatFs, Status};
-use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest};
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest, PoolSpill};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Free-space imbalance (percent) above which placement is weighted instead of round-robin.
 pub const QOS_THRESHOLD_PERCENT: u64 = 17;
+
+/// A pool as an MDT uses it: its member OST indices and its spilling.
+type PoolEntry = (Vec<u32>, Option<PoolSpill>);
 
 struct OstEntry {
     nid: Option<Nid>,
@@ -38,8 +41,10 @@ pub struct OstPool {
     /// The uuids of the file system's MDTs: their requests are a peer's, not a client's.
     peers: RwLock<std::collections::HashSet<[u8; 16]>>,
     config_version: RwLock<u64>,
-    /// OST pools (the MGS's): name → member OST indices.
-    pools: RwLock<HashMap<PoolName, Vec<u32>>>,
+    /// OST pools (the MGS's): name → member OST indices and spilling.
+    pools: RwLock<HashMap<PoolName, PoolEntry>>,
+    /// Layouts allocated in a pool's spill target because the pool was full.
+    pub spilled: AtomicU64,
     rr_cursor: AtomicUsize,
     /// No MGS and no OST servers: the configuration never changes.
     detached: bool,
@@ -57,6 +62,7 @@ impl OstPool {
             peers: RwLock::new(std::collections::HashSet::new()),
             config_version: RwLock::new(0),
             pools: RwLock::new(HashMap::new()),
+            spilled: AtomicU64::new(0),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
         }
@@ -152,7 +158,7 @@ impl OstPool {
         *self.pools.write().expect("pools") = config
             .pools
             .iter()
-            .map(|p| (p.name, p.osts.clone()))
+            .map(|p| (p.name, (p.osts.clone(), p.spill)))
             .collect();
         self.peers.write().expect("peers").extend(
             config
@@ -258,12 +264,37 @@ impl OstPool {
             return Ok(osts.keys().copied().collect());
         }
         let pools = self.pools.read().expect("pools");
-        let members = pools.get(&pool).ok_or(Status::Inval)?;
+        let (members, _) = pools.get(&pool).ok_or(Status::Inval)?;
         Ok(members
             .iter()
             .copied()
             .filter(|i| osts.contains_key(i))
             .collect())
+    }
+
+    /// The pool a new layout asked for in `pool` goes to: its spill target while `pool` is
+    /// at least its threshold full (by the OSTs' free space as last refreshed, every few
+    /// seconds), else `pool` itself. One hop: the target's own spilling is not followed.
+    pub fn spill_target(&self, pool: PoolName) -> PoolName {
+        if pool.is_none() {
+            return pool;
+        }
+        let Some((members, Some(spill))) = self.pools.read().expect("pools").get(&pool).cloned()
+        else {
+            return pool;
+        };
+        let osts = self.osts.read().expect("osts");
+        let (mut total, mut free) = (0u128, 0u128);
+        for s in members.iter().filter_map(|i| osts.get(i)?.statfs) {
+            total += u128::from(s.bytes_total);
+            free += u128::from(s.bytes_avail.min(s.bytes_total));
+        }
+        let full = total > 0 && (total - free) * 100 >= u128::from(spill.threshold_pct) * total;
+        if full {
+            self.spilled.fetch_add(1, Ordering::Relaxed);
+            return spill.to;
+        }
+        pool
     }
 
     /// The pools known: name → member OST indices.
@@ -273,7 +304,7 @@ impl OstPool {
             .read()
             .expect("pools")
             .iter()
-            .map(|(n, m)| (*n, m.clone()))
+            .map(|(n, (m, _))| (*n, m.clone()))
             .collect();
         v.sort();
         v

@@ -243,7 +243,26 @@ impl Tx<'_> {
             self.fs_default()?
         };
         let base = merge_spec(inherited, fs_default);
-        let pool = merge_spec(spec, base).pool;
+        let pool = self.mdt.osts.spill_target(merge_spec(spec, base).pool);
+        // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
+        // and no more stripes than it has.
+        let (spec, base) = if pool == merge_spec(spec, base).pool {
+            (spec, base)
+        } else {
+            let merged = merge_spec(spec, base);
+            let spilled = StripeSpec {
+                start_ost: -1,
+                pool,
+                ..merged
+            };
+            (
+                StripeSpec {
+                    stripe_count: 0,
+                    ..spilled
+                },
+                spilled,
+            )
+        };
         let (count, size, start) = self.mdt.osts.resolve(spec, base, pool)?;
         let chosen = self.mdt.osts.choose(count as usize, start, pool)?;
         let mut objects = Vec::with_capacity(chosen.len());

@@ -15,7 +15,7 @@ pub mod watch;
 use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_types::{PoolName, Status};
 use nacre_wire::mgs::{
-    FsConfig, MgsReply, MgsRequest, PoolInfo, TargetInfo, TargetKind, POOLS_PER_FS_MAX,
+    FsConfig, MgsReply, MgsRequest, PoolInfo, PoolSpill, TargetInfo, TargetKind, POOLS_PER_FS_MAX,
 };
 use nacre_wire::{decode_body, encode_body};
 use std::collections::BTreeMap;
@@ -33,8 +33,10 @@ pub enum PoolChange {
     Add(Vec<u32>),
     /// Takes these OSTs out.
     Remove(Vec<u32>),
-    /// Removes the pool (it must be empty).
+    /// Removes the pool (it must be empty, and no pool spill into it).
     Destroy,
+    /// Sets (or with `None` ends) the pool's spilling into another pool.
+    Spill(Option<PoolSpill>),
 }
 
 /// Why a pool change is refused.
@@ -64,6 +66,13 @@ pub enum PoolError {
     /// An OST not in the pool.
     #[error("OST{0:04x} is not in pool {1}")]
     NotMember(u32, PoolName),
+    /// A spill into the pool itself, to a pool that does not exist, or a threshold out of
+    /// 1 to 100.
+    #[error("spilling needs another existing pool and a threshold of 1 to 100 percent")]
+    BadSpill,
+    /// `destroy` of a pool others spill into.
+    #[error("pool {1} spills into pool {0}: end that first")]
+    SpilledInto(PoolName, PoolName),
     /// Past [`POOLS_PER_FS_MAX`].
     #[error("a file system has at most {POOLS_PER_FS_MAX} pools")]
     TooMany,
@@ -230,6 +239,7 @@ impl Mgs {
                 config.pools.push(PoolInfo {
                     name: pool,
                     osts: Vec::new(),
+                    spill: None,
                 });
                 config.pools.sort_by_key(|p| p.name);
             }
@@ -238,7 +248,23 @@ impl Mgs {
                 if !config.pools[i].osts.is_empty() {
                     return Err(PoolError::NotEmpty(pool));
                 }
+                if let Some(from) = config
+                    .pools
+                    .iter()
+                    .find(|p| p.spill.is_some_and(|s| s.to == pool))
+                {
+                    return Err(PoolError::SpilledInto(pool, from.name));
+                }
                 config.pools.remove(i);
+            }
+            (PoolChange::Spill(spill), Some(i)) => {
+                if let Some(s) = spill {
+                    let exists = config.pools.iter().any(|p| p.name == s.to);
+                    if s.to == pool || !exists || !(1..=100).contains(&s.threshold_pct) {
+                        return Err(PoolError::BadSpill);
+                    }
+                }
+                config.pools[i].spill = spill;
             }
             (PoolChange::Add(osts), Some(i)) => {
                 let known: Vec<u32> = config.osts.iter().map(|t| t.index).collect();

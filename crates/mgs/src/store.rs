@@ -296,6 +296,7 @@ mod tests {
         demo.pools.push(nacre_wire::mgs::PoolInfo {
             name: nacre_types::PoolName::new("flash").unwrap(),
             osts: vec![1],
+            spill: None,
         });
         save(&path, &configs).unwrap();
         assert_eq!(load(&path).unwrap(), configs);

@@ -59,11 +59,13 @@ pub type Persist = Arc<dyn Fn(&str, &str) -> Option<Result<(), String>> + Send +
 pub const POOL_ANSWERED: &str = "#mgs";
 
 /// Lists or changes the OST pools of a file system through this process's MGS, if it has
-/// one and manages that file system: (command `new|add|remove|destroy|list`, fsname, pool
-/// name or "" for every pool, OST indices) → the pools afterwards as (`FS.POOL`, indices
-/// joined by commas), or the reason it was refused; `None` if this MGS does not manage it.
+/// one and manages that file system: (command `new|add|remove|destroy|spill|list`, fsname,
+/// pool name or "" for every pool, argument: OST indices joined by commas for `add` and
+/// `remove`, `POOL,PERCENT` or `off` for `spill`) → [`POOL_ANSWERED`], then the pools
+/// afterwards as (`FS.POOL`, member indices joined by commas, then ` spill POOL PERCENT` if
+/// it spills), or the reason it was refused; `None` if this MGS does not manage it.
 pub type PoolAdmin = Arc<
-    dyn Fn(&str, &str, &str, &[u32]) -> Option<Result<Vec<(String, String)>, String>> + Send + Sync,
+    dyn Fn(&str, &str, &str, &str) -> Option<Result<Vec<(String, String)>, String>> + Send + Sync,
 >;
 
 /// Renders this process's OpenMetrics text (servers), for `nacre top` on the node.
@@ -107,22 +109,13 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
                 None => CtlReply::default(),
             }
         }
-        // pattern: "COMMAND FSNAME [POOL]"; value: OST indices, comma-separated.
+        // pattern: "COMMAND FSNAME [POOL]"; value: the command's argument (PoolAdmin).
         "pool" => {
             let words: Vec<&str> = req.pattern.split_whitespace().collect();
-            let osts: Result<Vec<u32>, _> = req
-                .value
-                .as_deref()
-                .unwrap_or("")
-                .split(',')
-                .filter(|w| !w.is_empty())
-                .map(str::parse::<u32>)
-                .collect();
-            let answer = match (words.as_slice(), osts) {
-                ([cmd, fs], Ok(osts)) => src.pools.as_ref().and_then(|p| p(cmd, fs, "", &osts)),
-                ([cmd, fs, pool], Ok(osts)) => {
-                    src.pools.as_ref().and_then(|p| p(cmd, fs, pool, &osts))
-                }
+            let arg = req.value.as_deref().unwrap_or("");
+            let answer = match words.as_slice() {
+                [cmd, fs] => src.pools.as_ref().and_then(|p| p(cmd, fs, "", arg)),
+                [cmd, fs, pool] => src.pools.as_ref().and_then(|p| p(cmd, fs, pool, arg)),
                 _ => Some(Err(format!("bad pool request '{}'", req.pattern))),
             };
             match answer {

@@ -15,6 +15,7 @@ pub mod callers;
 pub mod ctl;
 pub mod daemon;
 pub mod metrics;
+pub mod pool_admin;
 pub mod process;
 pub mod target_params;
 pub mod targets;

@@ -555,66 +555,10 @@ impl ServerProcess {
         }))
     }
 
-    /// `nacre pool` through this process's MGS (ctl.rs [`crate::ctl::PoolAdmin`]).
+    /// `nacre pool` through this process's MGS (pool_admin.rs).
     pub fn pool_fn(&self) -> Option<crate::ctl::PoolAdmin> {
         let mgs = self.mgs.clone()?;
-        let targets = self.targets.clone();
-        Some(Arc::new(
-            move |cmd: &str, fs: &str, pool: &str, osts: &[u32]| {
-                let config = mgs.config(fs)?;
-                // The first pair says this MGS answered (the list may be empty).
-                let listed = |pools: &[nacre_wire::mgs::PoolInfo]| -> Vec<(String, String)> {
-                    std::iter::once((crate::ctl::POOL_ANSWERED.to_string(), fs.to_string()))
-                        .chain(
-                            pools
-                                .iter()
-                                .filter(|p| pool.is_empty() || p.name.as_str() == pool)
-                                .map(|p| {
-                                    let members: Vec<String> =
-                                        p.osts.iter().map(u32::to_string).collect();
-                                    (format!("{fs}.{}", p.name), members.join(","))
-                                }),
-                        )
-                        .collect()
-                };
-                if cmd == "list" {
-                    if !pool.is_empty() && !config.pools.iter().any(|p| p.name.as_str() == pool) {
-                        return Some(Err(format!("pool {fs}.{pool} does not exist")));
-                    }
-                    return Some(Ok(listed(&config.pools)));
-                }
-                let name = match nacre_types::PoolName::new(pool) {
-                    Ok(n) => n,
-                    Err(e) => return Some(Err(e.to_string())),
-                };
-                let change = match cmd {
-                    "new" => nacre_mgs::PoolChange::New,
-                    "add" => nacre_mgs::PoolChange::Add(osts.to_vec()),
-                    "remove" => nacre_mgs::PoolChange::Remove(osts.to_vec()),
-                    "destroy" => nacre_mgs::PoolChange::Destroy,
-                    other => return Some(Err(format!("unknown pool command '{other}'"))),
-                };
-                let changed = mgs
-                    .change_pool(fs, name, change)
-                    .map(|pools| listed(&pools))
-                    .map_err(|e| format!("{fs}.{pool}: {e}"));
-                // The MDTs of this process use the change before the command returns (the
-                // others within the MGS's event: milliseconds).
-                if changed.is_ok() {
-                    for mdt in targets.mdts() {
-                        if mdt.label.fsname == fs {
-                            if let Err(e) = mdt.osts.refresh() {
-                                tracing::warn!(
-                                    "{}: pool change not fetched: {e}",
-                                    mdt.label.name()
-                                );
-                            }
-                        }
-                    }
-                }
-                Some(changed)
-            },
-        ))
+        Some(crate::pool_admin::admin(mgs, self.targets.clone()))
     }
 
     /// What `/metrics` exports for this process.

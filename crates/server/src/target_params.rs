@@ -106,6 +106,27 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         move || a.export_stats.render(),
         move |v| clear_with(v, || b.export_stats.clear()),
     );
+    // The pools as this MDT uses them (Lustre's `lod.*.pools.*`), and its spilled
+    // allocations.
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.pools"), move || {
+        a.osts
+            .pools()
+            .iter()
+            .map(|(p, osts)| {
+                let members: Vec<String> = osts.iter().map(u32::to_string).collect();
+                format!("{p} {}", members.join(","))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.pool_spills"), move || {
+        a.osts
+            .spilled
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .to_string()
+    });
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
         format!("mdt.{name}.mkdir_placement"),

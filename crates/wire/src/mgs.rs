@@ -51,6 +51,18 @@ pub struct PoolInfo {
     pub name: nacre_types::PoolName,
     /// Member OST indices, ascending (an index may name an OST not registered yet).
     pub osts: Vec<u32>,
+    /// Where new files go instead while the pool is this full (Lustre's pool spilling).
+    pub spill: Option<PoolSpill>,
+}
+
+/// A pool's spilling: above `threshold_pct` percent of its OSTs' space used, new files are
+/// laid out in pool `to` instead (one hop: `to`'s own spilling is not followed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpill {
+    /// The pool new files go to.
+    pub to: nacre_types::PoolName,
+    /// Percent of the pool's space used from which they do (1 to 100).
+    pub threshold_pct: u8,
 }
 
 /// Most pools a file system has.
@@ -183,6 +195,10 @@ mod tests {
             pools: vec![PoolInfo {
                 name: nacre_types::PoolName::new("flash").unwrap(),
                 osts: vec![0, 2, 7],
+                spill: Some(PoolSpill {
+                    to: nacre_types::PoolName::new("capacity").unwrap(),
+                    threshold_pct: 80,
+                }),
             }],
         };
         let reply = MgsReply::Config(config.clone());

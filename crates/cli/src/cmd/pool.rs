@@ -32,6 +32,21 @@ pub(crate) enum PoolCommand {
         #[arg(required = true)]
         osts: Vec<String>,
     },
+    /// Spill new files into another pool while this one is full (Lustre's pool spilling):
+    /// `nacre pool spill FS.POOL --to POOL2 --threshold 90`, or `--off`.
+    Spill {
+        /// `FSNAME.POOL`.
+        pool: String,
+        /// The pool new files go to instead.
+        #[arg(long, required_unless_present = "off")]
+        to: Option<String>,
+        /// Percent of the pool's space used from which they do (1-100).
+        #[arg(long, default_value_t = 90)]
+        threshold: u8,
+        /// End the pool's spilling.
+        #[arg(long, conflicts_with = "to")]
+        off: bool,
+    },
     /// Remove an empty pool.
     Destroy {
         /// `FSNAME.POOL`.
@@ -108,19 +123,35 @@ pub(crate) fn pool(cmd: PoolCommand) -> anyhow::Result<()> {
         PoolCommand::New { pool } => ("new", pool, Vec::new()),
         PoolCommand::Add { pool, osts } => ("add", pool, osts.clone()),
         PoolCommand::Remove { pool, osts } => ("remove", pool, osts.clone()),
+        PoolCommand::Spill { pool, .. } => ("spill", pool, Vec::new()),
         PoolCommand::Destroy { pool } => ("destroy", pool, Vec::new()),
         PoolCommand::List { target } => ("list", target, Vec::new()),
     };
     let (fs, pool) = split(target, verb != "list")?;
-    let mut indices = Vec::new();
-    for o in &osts {
-        indices.extend(parse_osts(o)?);
-    }
-    indices.sort_unstable();
-    indices.dedup();
-    let value: Vec<String> = indices.iter().map(u32::to_string).collect();
+    let value = match &cmd {
+        PoolCommand::Spill { off: true, .. } => "off".to_string(),
+        PoolCommand::Spill { to, threshold, .. } => {
+            let to = to.as_deref().unwrap_or("");
+            let to = to.strip_prefix(&format!("{fs}.")).unwrap_or(to);
+            nacre_types::PoolName::new(to)?;
+            if !(1..=100).contains(threshold) {
+                bail!("--threshold must be 1 to 100 (percent of the pool's space used)");
+            }
+            format!("{to},{threshold}")
+        }
+        _ => {
+            let mut indices = Vec::new();
+            for o in &osts {
+                indices.extend(parse_osts(o)?);
+            }
+            indices.sort_unstable();
+            indices.dedup();
+            let value: Vec<String> = indices.iter().map(u32::to_string).collect();
+            value.join(",")
+        }
+    };
     let request = format!("{verb} {fs} {pool}");
-    let mut answers = ctl_ask("pool", request.trim_end(), Some(&value.join(",")), None)?;
+    let mut answers = ctl_ask("pool", request.trim_end(), Some(&value), None)?;
     let answered = answers
         .iter()
         .any(|(k, _)| k == nacre_server::ctl::POOL_ANSWERED);
@@ -138,9 +169,13 @@ pub(crate) fn pool(cmd: PoolCommand) -> anyhow::Result<()> {
         "list" => {
             println!("Pool: {fs}.{pool}");
             for (_, members) in &answers {
+                let (members, spill) = members.split_once(" spill ").unwrap_or((members, ""));
                 for i in members.split(',').filter(|m| !m.is_empty()) {
                     let i: u32 = i.parse().unwrap_or(0);
                     println!("{fs}-OST{i:04x}_UUID");
+                }
+                if let Some((to, pct)) = spill.split_once(' ') {
+                    println!("spills into {fs}.{to} above {pct}% used");
                 }
             }
         }
@@ -150,8 +185,16 @@ pub(crate) fn pool(cmd: PoolCommand) -> anyhow::Result<()> {
                 .find(|(name, _)| *name == format!("{fs}.{pool}"))
                 .map(|(_, m)| m.clone());
             match now {
-                Some(m) if m.is_empty() => println!("{fs}.{pool}: no OSTs"),
-                Some(m) => println!("{fs}.{pool}: OSTs {m}"),
+                Some(m) if m.is_empty() || m.starts_with(' ') => {
+                    println!(
+                        "{fs}.{pool}: no OSTs{}",
+                        m.replace(" spill ", ", spills into ")
+                    )
+                }
+                Some(m) => println!(
+                    "{fs}.{pool}: OSTs {}",
+                    m.replace(" spill ", ", spills into ")
+                ),
                 None => println!("{fs}.{pool}: destroyed"),
             }
         }
