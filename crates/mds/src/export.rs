@@ -393,7 +393,7 @@ fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<()
     let mut glimpse = false;
     for (fid, n) in opens {
         for _ in 0..*n {
-            crate::ops::open::close(&mut tx, *fid)?;
+            crate::ops::open::close(&mut tx, *fid, false)?;
         }
         glimpse |= mdt.sizes.client_gone(*fid, client);
     }

@@ -88,6 +88,8 @@ pub struct Mdt {
     pub exports: crate::export::Exports,
     /// Exact sizes of files no one writes (sizes.rs).
     pub sizes: crate::sizes::Sizes,
+    /// Accesses recorded and not yet written (atime.rs).
+    pub atimes: crate::atime::Atimes,
     /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
     pub ldlm: Arc<nacre_ldlm::server::Namespace>,
     /// Byte-range locks and the requests waiting for them (flocks.rs); in memory.
@@ -183,6 +185,7 @@ impl Mdt {
             gate: std::sync::RwLock::new(()),
             exports: crate::export::Exports::default(),
             sizes: crate::sizes::Sizes::default(),
+            atimes: crate::atime::Atimes::default(),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),

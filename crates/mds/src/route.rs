@@ -185,7 +185,7 @@ pub(crate) fn run_modifying_with(
         {
             mdt.kick_destroyer();
         }
-        return match ops::open::close(&mut tx, fid) {
+        return match ops::open::close(&mut tx, fid, !writer) {
             Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
             Ok(true) => commit(mdt, tx, Ok(MdsReply::Done), None),
             Err(s) => Outgoing::error(s),

@@ -121,6 +121,14 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             .join("\n")
     });
     let a = m.clone();
+    r.add_fn(format!("mdt.{name}.atime"), move || {
+        format!(
+            "pending {}\nflushes {}",
+            a.atimes.pending(),
+            a.atimes.flushes()
+        )
+    });
+    let a = m.clone();
     r.add_fn(format!("mdt.{name}.pool_spills"), move || {
         a.osts
             .spilled

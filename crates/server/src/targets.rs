@@ -594,6 +594,22 @@ fn spawn_mdt_threads(
     let (s, m) = (stop.clone(), mdt.clone());
     threads.push(
         std::thread::Builder::new()
+            .name("mdt-atime".into())
+            .spawn(move || loop {
+                let stopping =
+                    sleep_unless(&s, Duration::from_millis(nacre_mds::atime::ATIME_FLUSH_MS));
+                if let Err(e) = nacre_mds::atime::flush(&m) {
+                    tracing::warn!("{}: access times not written: {e}", m.label.name());
+                }
+                if stopping {
+                    return;
+                }
+            })
+            .expect("spawn atime thread"),
+    );
+    let (s, m) = (stop.clone(), mdt.clone());
+    threads.push(
+        std::thread::Builder::new()
             .name("mdt-osp".into())
             .spawn(move || {
                 // The configuration is fetched again as soon as the MGS says it changed (a

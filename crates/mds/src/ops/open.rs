@@ -16,9 +16,9 @@ pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid, access: u8) -> Result<MdsRep
     Ok(reply)
 }
 
-/// Drops an opener; removes the inode if it was an orphan and this was the last opener.
-/// Returns true if the transaction has changes to commit.
-pub fn close(tx: &mut Tx<'_>, fid: Fid) -> Result<bool, Status> {
+/// Drops an opener; removes the inode if it was an orphan and this was the last opener, else
+/// records the access if the handle was a reader (`read`: not opened for writing; atime.rs). Returns true if the transaction has changes to commit.
+pub fn close(tx: &mut Tx<'_>, fid: Fid, read: bool) -> Result<bool, Status> {
     if !tx.mdt.drop_open(fid) {
         return Ok(false);
     }
@@ -27,7 +27,14 @@ pub fn close(tx: &mut Tx<'_>, fid: Fid) -> Result<bool, Status> {
             tx.remove_inode(&rec)?;
             Ok(true)
         }
-        Ok(_) | Err(Status::NoEnt) => Ok(false),
+        // A reader's access, where relatime records one (written lazily: atime.rs).
+        Ok(rec) => {
+            if read && crate::atime::due(&rec.attr, tx.now) {
+                tx.mdt.atimes.accessed(fid, tx.now);
+            }
+            Ok(false)
+        }
+        Err(Status::NoEnt) => Ok(false),
         Err(e) => Err(e),
     }
 }
