@@ -54,6 +54,8 @@ pub struct Mdt {
     pub destroy_signal: (Mutex<bool>, Condvar),
     /// Objects whose destruction is committed but not yet done on the OSTs.
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
+    /// The space those destroys will free (destroy.rs).
+    pub destroy_space: crate::destroy::DestroySpace,
     /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
     /// so unlinks and the background thread leave that table alone.
     pub owners_pending: AtomicU64,
@@ -191,6 +193,7 @@ impl Mdt {
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
+            destroy_space: crate::destroy::DestroySpace::default(),
             owners_pending: AtomicU64::new(
                 match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
                     Ok(page) => page.len() as u64,
@@ -492,6 +495,7 @@ impl Mdt {
         if destroys.is_empty() {
             return;
         }
+        self.destroy_space.queued(&destroys);
         self.destroy_queue
             .lock()
             .expect("destroy queue")

@@ -274,8 +274,9 @@ impl OstPool {
 
     /// The pool a new layout asked for in `pool` goes to: its spill target while `pool` is
     /// at least its threshold full (by the OSTs' free space as last refreshed, every few
-    /// seconds), else `pool` itself. One hop: the target's own spilling is not followed.
-    pub fn spill_target(&self, pool: PoolName) -> PoolName {
+    /// seconds, plus what destroys queued on them will free: `pending`), else `pool`
+    /// itself. One hop: the target's own spilling is not followed.
+    pub fn spill_target(&self, pool: PoolName, pending: impl Fn(u32) -> u64) -> PoolName {
         if pool.is_none() {
             return pool;
         }
@@ -285,9 +286,13 @@ impl OstPool {
         };
         let osts = self.osts.read().expect("osts");
         let (mut total, mut free) = (0u128, 0u128);
-        for s in members.iter().filter_map(|i| osts.get(i)?.statfs) {
+        for (i, s) in members
+            .iter()
+            .filter_map(|i| Some((*i, osts.get(i)?.statfs?)))
+        {
             total += u128::from(s.bytes_total);
-            free += u128::from(s.bytes_avail.min(s.bytes_total));
+            let avail = s.bytes_avail.saturating_add(pending(i));
+            free += u128::from(avail.min(s.bytes_total));
         }
         let full = total > 0 && (total - free) * 100 >= u128::from(spill.threshold_pct) * total;
         if full {
@@ -421,6 +426,75 @@ pub(crate) fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_spills_by_its_fill_counting_pending_destroys() {
+        let osp = OstPool::detached("demo", 3);
+        let (flash, cap) = (
+            PoolName::new("flash").unwrap(),
+            PoolName::new("cap").unwrap(),
+        );
+        let spill = PoolSpill {
+            to: cap,
+            threshold_pct: 80,
+        };
+        osp.pools
+            .write()
+            .unwrap()
+            .extend([(flash, (vec![0, 1], Some(spill))), (cap, (vec![2], None))]);
+        let stat = |avail| StatFs {
+            bytes_total: 100,
+            bytes_free: avail,
+            bytes_avail: avail,
+            files_total: 0,
+            files_free: 0,
+            block_size: 4096,
+        };
+        let set = |ost: u32, avail| {
+            osp.osts.write().unwrap().get_mut(&ost).unwrap().statfs = Some(stat(avail));
+        };
+        set(0, 10);
+        set(1, 30);
+        // 160 of 200 bytes used: 80%, the threshold.
+        assert_eq!(osp.spill_target(flash, |_| 0), cap);
+        assert_eq!(osp.spilled.load(Ordering::Relaxed), 1);
+        // 10 bytes on OST0 are about to be freed: 75%.
+        assert_eq!(
+            osp.spill_target(flash, |o| if o == 0 { 10 } else { 0 }),
+            flash
+        );
+        // No spilling set, or no pool: as asked.
+        assert_eq!(osp.spill_target(cap, |_| 0), cap);
+        assert_eq!(osp.spill_target(PoolName::NONE, |_| 0), PoolName::NONE);
+        // Allocation stays in the pool's OSTs.
+        for _ in 0..10 {
+            let got = osp.choose(1, None, cap).unwrap();
+            assert_eq!(got, vec![2]);
+        }
+        assert_eq!(osp.choose(2, None, flash).unwrap().len(), 2);
+        assert_eq!(osp.choose(1, Some(2), flash), Err(Status::Inval));
+        let at = |start_ost| StripeSpec {
+            start_ost,
+            ..StripeSpec::default()
+        };
+        assert_eq!(
+            osp.resolve(at(2), StripeSpec::default(), flash),
+            Err(Status::Inval)
+        );
+        assert_eq!(
+            osp.resolve(at(1), StripeSpec::default(), flash)
+                .map(|r| r.2),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            osp.resolve(
+                at(-1),
+                StripeSpec::default(),
+                PoolName::new("none").unwrap()
+            ),
+            Err(Status::Inval)
+        );
+    }
 
     #[test]
     fn weighted_pick_prefers_free_osts_and_is_distinct() {

@@ -243,7 +243,11 @@ impl Tx<'_> {
             self.fs_default()?
         };
         let base = merge_spec(inherited, fs_default);
-        let pool = self.mdt.osts.spill_target(merge_spec(spec, base).pool);
+        let pending = |ost| self.mdt.destroy_space.pending(ost);
+        let pool = self
+            .mdt
+            .osts
+            .spill_target(merge_spec(spec, base).pool, pending);
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
         let (spec, base) = if pool == merge_spec(spec, base).pool {
@@ -282,6 +286,18 @@ impl Tx<'_> {
     /// Deletes an inode with its xattrs, queueing its objects for destruction.
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
+        // The space its objects hold, counted as free while their destroys are pending.
+        if let Some(layout) = &rec.layout {
+            let size = self
+                .mdt
+                .sizes
+                .exact(fid)
+                .map_or(rec.attr.size, |(size, _)| size);
+            for (stripe, o) in layout.objects.iter().enumerate() {
+                let bytes = layout.object_size_for_file(stripe, size);
+                self.mdt.destroy_space.hint(o.ost, o.object, bytes);
+            }
+        }
         self.mdt.sizes.forget(fid);
         self.note_version(fid);
         self.batch.delete(INODES, fid.to_key().to_vec());

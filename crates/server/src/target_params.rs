@@ -121,6 +121,12 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             .join("\n")
     });
     let a = m.clone();
+    r.add_fn(format!("mdt.{name}.destroy_pending"), move || {
+        // Objects removed since the start whose destroy is not done, and their bytes.
+        let (objects, bytes) = a.destroy_space.total();
+        format!("objects {objects}\nbytes {bytes}")
+    });
+    let a = m.clone();
     r.add_fn(format!("mdt.{name}.atime"), move || {
         format!(
             "pending {}\nflushes {}",
