@@ -14,6 +14,7 @@
 pub mod callers;
 pub mod ctl;
 pub mod daemon;
+mod mdt_threads;
 pub mod metrics;
 pub mod pool_admin;
 pub mod process;
