@@ -365,3 +365,41 @@ fn pending_destroys_count_as_free_space() {
         stored_bytes(&fs.data.join("ost0")) < stored_before + (1 << 20)
     });
 }
+
+/// An MDT in another server process than the MGS hears of pool changes from the MGS's
+/// event (it asks nobody): files made on it go to the pool's OSTs as they are now.
+#[test]
+fn an_mdt_of_another_process_follows_pool_changes() {
+    let fsname = "pooln5";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).mdts(2).fsname(fsname));
+    let pool = format!("{fsname}.fast");
+    let d = fs.path("d1");
+    nacre_ok(&["mkdir", "-i", "1", d.to_str().unwrap()]);
+    assert_eq!(nacre_testkit::dir_mdt(&d), 1);
+    nacre_ok(&["pool", "new", &pool]);
+    nacre_ok(&["pool", "add", &pool, "OST0001"]);
+    nacre_ok(&["setstripe", "-p", "fast", d.to_str().unwrap()]);
+    write_synced(&d.join("a"), 100_000);
+    assert_eq!(pool_of(&d.join("a")), ("fast".to_string(), vec![1]));
+    // The pool moves to OST0: MDT1 (127.0.0.4, its own process) learns it from the MGS.
+    nacre_ok(&["pool", "add", &pool, "OST0000"]);
+    nacre_ok(&["pool", "remove", &pool, "OST0001"]);
+    let seen = || {
+        nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0001.pools"))
+            .lines()
+            .any(|l| l == "fast 0")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !seen() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "MDT1 never saw the change"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for i in 0..4 {
+        let f = d.join(format!("b{i}"));
+        write_synced(&f, 100_000);
+        assert_eq!(pool_of(&f), ("fast".to_string(), vec![0]), "b{i}");
+    }
+}
