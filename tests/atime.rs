@@ -3,11 +3,11 @@
 //! writes it within seconds, and another mount sees it; a read soon after an access already
 //! recorded, with no change since, changes nothing.
 
-use nacre_testkit::{get_param, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{get_param, md_requests, on_both_forms, wait_for, Form, Spec, TestFs};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn touch(flag: &str, when: &str, path: &Path) {
     let st = Command::new("touch")
@@ -16,26 +16,6 @@ fn touch(flag: &str, when: &str, path: &Path) {
         .status()
         .unwrap();
     assert!(st.success());
-}
-
-/// Waits (at most 30 s) until `cond` holds.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Requests of kind `op` the MDT served so far.
-fn md_stat(fsname: &str, op: &str) -> u64 {
-    get_param(None, &format!("mdt.{fsname}-MDT0000.md_stats"))
-        .lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == op).then(|| w.next()?.parse().ok())?
-        })
-        .unwrap_or(0)
 }
 
 /// A line of `mdt.FS-MDT0000.atime`.
@@ -71,13 +51,13 @@ fn reads_record_access_times_lazily(form: Form) {
     // Reads of `paths`, then their closes at the MDT (the kernel releases a file after
     // close(2) returned), then the MDT's next flush of what they recorded.
     let read = |paths: &[&Path]| {
-        let before = md_stat(fsname, "close");
+        let before = md_requests(fsname, &["close"]);
         for p in paths {
             assert_eq!(std::fs::read(p).unwrap(), b"data");
         }
         let n = before + paths.len() as u64;
         wait_for("the reads' closes at the MDT", || {
-            md_stat(fsname, "close") >= n
+            md_requests(fsname, &["close"]) >= n
         });
         let flushed = atime_stat(fsname, "flushes");
         wait_for("the access times' flush", || {

@@ -2,29 +2,12 @@
 //! stat sends nothing to the MDT — and a change on one mount revokes the other mounts' locks
 //! before it returns, so the next stat or lookup there sees it.
 
-use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{md_requests, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Requests the MDT served so far of kinds `ops` (`mdt.FS-MDT0000.md_stats`).
-fn md_requests(fsname: &str, ops: &[&str]) -> u64 {
-    let text = nacre_ok(&[
-        "ctl",
-        "get_param",
-        "-n",
-        &format!("mdt.{fsname}-MDT0000.md_stats"),
-    ]);
-    text.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let name = w.next()?;
-            ops.contains(&name).then(|| w.next()?.parse::<u64>().ok())?
-        })
-        .sum()
-}
 
 /// One counter of the MDT's lock namespace (`ldlm.namespaces.mdt-FS-MDT0000.stats`).
 fn ldlm_stat(fsname: &str, what: &str) -> u64 {

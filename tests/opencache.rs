@@ -5,29 +5,14 @@
 //! staying an orphan; what the kernel checks at an open (permissions) and what a read
 //! returns follow other mounts' changes.
 
-use nacre_testkit::{get_param, inodes_used, lfsck_clean, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{
+    get_param, inodes_used, lfsck_clean, md_requests, on_both_forms, wait_for, Form, Spec, TestFs,
+};
 use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-/// Requests of kind `op` the MDT served so far (`mdt.FS-MDT0000.md_stats`).
-fn md(fsname: &str, op: &str) -> u64 {
-    let text = nacre_testkit::nacre_ok(&[
-        "ctl",
-        "get_param",
-        "-n",
-        &format!("mdt.{fsname}-MDT0000.md_stats"),
-    ]);
-    text.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == op).then(|| w.next()?.parse::<u64>().ok())?
-        })
-        .sum()
-}
 
 /// The open cache's counters of the mount served by process `pid`.
 fn open_cache(pid: Option<u32>, fsname: &str) -> HashMap<String, u64> {
@@ -67,15 +52,6 @@ fn wait_kept(pid: Option<u32>, fsname: &str) -> HashMap<String, u64> {
     c
 }
 
-/// Waits (at most 30 s) until `cond` holds.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn names(form: Form, n: u32) -> String {
     match form {
         Form::Embedded => format!("opene{n}"),
@@ -93,10 +69,13 @@ fn a_file_opened_often_is_opened_at_the_mdt_until_it_is_hot(form: Form) {
     let pid = fs.client_pid();
     let data = nacre_testkit::pattern(1, 10_000);
     fs::write(fs.path("hot"), &data).unwrap();
-    let (opens, closes) = (md(&fsname, "open"), md(&fsname, "close"));
+    let (opens, closes) = (
+        md_requests(&fsname, &["open"]),
+        md_requests(&fsname, &["close"]),
+    );
     read_times(&fs.path("hot"), 30, &data);
-    let opened = md(&fsname, "open") - opens;
-    let closed = md(&fsname, "close") - closes;
+    let opened = md_requests(&fsname, &["open"]) - opens;
+    let closed = md_requests(&fsname, &["close"]) - closes;
     assert!(
         opened <= 6 && closed <= 2,
         "30 opens of one file: {opened} opens and {closed} closes at the MDT"
@@ -108,12 +87,15 @@ fn a_file_opened_often_is_opened_at_the_mdt_until_it_is_hot(form: Form) {
     for i in 0..20 {
         fs::write(fs.path(&format!("once{i}")), &data).unwrap();
     }
-    let (opens, closes) = (md(&fsname, "open"), md(&fsname, "close"));
+    let (opens, closes) = (
+        md_requests(&fsname, &["open"]),
+        md_requests(&fsname, &["close"]),
+    );
     for i in 0..20 {
         read_times(&fs.path(&format!("once{i}")), 1, &data);
     }
-    assert_eq!(md(&fsname, "open") - opens, 20);
-    assert_eq!(md(&fsname, "close") - closes, 20);
+    assert_eq!(md_requests(&fsname, &["open"]) - opens, 20);
+    assert_eq!(md_requests(&fsname, &["close"]) - closes, 20);
 
     // Threshold 0: no OPEN lock asked for, every open and close goes to the MDT.
     nacre_testkit::nacre_ok(&[
@@ -124,10 +106,13 @@ fn a_file_opened_often_is_opened_at_the_mdt_until_it_is_hot(form: Form) {
         &format!("llite.{fsname}.opencache_threshold_count=0"),
     ]);
     fs::write(fs.path("cold"), &data).unwrap();
-    let (opens, closes) = (md(&fsname, "open"), md(&fsname, "close"));
+    let (opens, closes) = (
+        md_requests(&fsname, &["open"]),
+        md_requests(&fsname, &["close"]),
+    );
     read_times(&fs.path("cold"), 10, &data);
-    assert_eq!(md(&fsname, "open") - opens, 10);
-    assert_eq!(md(&fsname, "close") - closes, 10);
+    assert_eq!(md_requests(&fsname, &["open"]) - opens, 10);
+    assert_eq!(md_requests(&fsname, &["close"]) - closes, 10);
 }
 
 /// Unlinking a file, or renaming another over it, from the mount that keeps its open or

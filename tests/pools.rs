@@ -3,7 +3,7 @@
 //! allocation only inside the pool, checked on the OSTs' own directories; clear errors for
 //! a pool that does not exist, has no OSTs or has too few.
 
-use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, wait_for, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -326,42 +326,28 @@ fn pending_destroys_count_as_free_space() {
             .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
             .unwrap()
     };
-    let glimpses = || -> u64 {
-        nacre_testkit::get_param(None, &format!("ost.{fsname}-OST0000.stats"))
-            .lines()
-            .find_map(|l| l.strip_prefix("glimpse"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !cond() {
-            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    };
+    let glimpses = || nacre_testkit::stat_count(&format!("ost.{fsname}-OST0000.stats"), "glimpse");
     let stored_before = stored_bytes(&fs.data.join("ost0"));
     let before = glimpses();
     write_synced(&fs.path("big"), 3 << 20);
     // The MDT learns the size of a file its last writer closed by glimpsing it itself.
-    wait_for("the MDT's glimpse of the closed file", &|| {
+    wait_for("the MDT's glimpse of the closed file", || {
         glimpses() > before
     });
     let oss = fs.servers_mut()[1].pid() as i32;
     // SAFETY: signalling a child server process of this test.
     unsafe { libc::kill(oss, libc::SIGSTOP) };
     fs::remove_file(fs.path("big")).unwrap();
-    wait_for("the removed file's bytes pending", &|| {
+    wait_for("the removed file's bytes pending", || {
         pending("bytes") == 3 << 20
     });
     assert_eq!(pending("objects"), 1);
     // SAFETY: as above.
     unsafe { libc::kill(oss, libc::SIGCONT) };
-    wait_for("the destroy", &|| pending("objects") == 0);
+    wait_for("the destroy", || pending("objects") == 0);
     assert_eq!(pending("bytes"), 0);
     // The OST's directory holds other small files too: the 3 MiB went.
-    wait_for("the object's removal from the OST", &|| {
+    wait_for("the object's removal from the OST", || {
         stored_bytes(&fs.data.join("ost0")) < stored_before + (1 << 20)
     });
 }

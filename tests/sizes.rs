@@ -1,7 +1,7 @@
 //! Sizes the MDT knows exactly: a stat of a file no one writes needs no glimpse of its
 //! objects, and a stat from any mount still sees the last write, truncate and append.
 
-use nacre_testkit::{nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{on_both_forms, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -10,17 +10,7 @@ use std::time::{Duration, Instant};
 
 /// Glimpses the OST served so far (`ost.FS-OST0000.stats`).
 fn glimpses(fsname: &str) -> u64 {
-    let text = nacre_ok(&[
-        "ctl",
-        "get_param",
-        "-n",
-        &format!("ost.{fsname}-OST0000.stats"),
-    ]);
-    text.lines()
-        .find_map(|l| l.strip_prefix("glimpse"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    nacre_testkit::stat_count(&format!("ost.{fsname}-OST0000.stats"), "glimpse")
 }
 
 fn size(p: &Path) -> u64 {

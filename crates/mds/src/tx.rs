@@ -243,17 +243,14 @@ impl Tx<'_> {
             self.fs_default()?
         };
         let base = merge_spec(inherited, fs_default);
+        let merged = merge_spec(spec, base);
         let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self
-            .mdt
-            .osts
-            .spill_target(merge_spec(spec, base).pool, pending);
+        let pool = self.mdt.osts.spill_target(merged.pool, pending);
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
-        let (spec, base) = if pool == merge_spec(spec, base).pool {
+        let (spec, base) = if pool == merged.pool {
             (spec, base)
         } else {
-            let merged = merge_spec(spec, base);
             let spilled = StripeSpec {
                 start_ost: -1,
                 pool,

@@ -103,6 +103,34 @@ pub fn get_param(pid: Option<u32>, name: &str) -> String {
     nacre_ok(&args)
 }
 
+/// The count of operation `op` in a Lustre-style statistics parameter (`name count samples
+/// ...` lines, as `mdt.FS-MDT0000.md_stats` and `ost.FS-OST0000.stats` print them), 0 if
+/// it has none yet.
+pub fn stat_count(param: &str, op: &str) -> u64 {
+    get_param(None, param)
+        .lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == op).then(|| w.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// Requests of the kinds `ops` MDT0 of `fsname` served so far (`md_stats`).
+pub fn md_requests(fsname: &str, ops: &[&str]) -> u64 {
+    let param = format!("mdt.{fsname}-MDT0000.md_stats");
+    ops.iter().map(|op| stat_count(&param, op)).sum()
+}
+
+/// Waits (at most 30 s, looking every 20 ms) until `cond` holds; panics naming `what`.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Asserts that `nacre lfsck --namespace SOURCE` finds nothing.
 pub fn lfsck_clean(source: &str) {
     let out = nacre(&["lfsck", "--namespace", source]);
