@@ -14,4 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = decode_saved(data);
     let _ = inode_version(data);
     let _ = parse_destroy_key(data);
+    // Changelog records and consumers (crates/mds/src/changelog.rs).
+    let _ = decode::<nacre_wire::mds::changelog::ChangelogRecord>(data);
+    let _ = nacre_mds::changelog::decode_user(data);
 });

@@ -199,6 +199,26 @@ enum Command {
     /// `destroy` on the MGS node, `list`.
     #[command(subcommand)]
     Pool(PoolCommand),
+    /// Changelogs of the MDTs (Lustre's `lctl changelog_register`, `lfs changelog`, `lfs
+    /// changelog_clear`, `lctl changelog_deregister`): `register`, `read`, `clear`,
+    /// `deregister`, `users`. Root only.
+    #[command(subcommand)]
+    Changelog(ChangelogCommand),
+    /// The path of each FID from the file system's root (`lfs fid2path`): `nacre fid2path
+    /// /mnt/nacre '[0x200000401:0x1:0x0]'`.
+    Fid2path {
+        /// `MGS_NID:/FSNAME` or a path in a Nacre mount.
+        fs: String,
+        /// FIDs, as `[0x200000401:0x1:0x0]`.
+        #[arg(required = true)]
+        fids: Vec<String>,
+    },
+    /// The FID of each file (`lfs path2fid`).
+    Path2fid {
+        /// Paths in a Nacre mount.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// Size a checkpoint tier as Sandia sized Astra's: the checkpoint time Daly's rule
     /// allows, the bandwidth 80% of the machine's memory needs in it, and the OSTs and OSS
     /// nodes that takes (from `nacre bench survey` rates, or given).
@@ -365,6 +385,9 @@ fn main() {
         Command::Lfsck { source, json, .. } => lfsck(&source, json),
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
+        Command::Changelog(c) => changelog(c),
+        Command::Fid2path { fs, fids } => fid2path(&fs, &fids),
+        Command::Path2fid { paths } => path2fid(&paths),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),
             man.as_deref(),

@@ -13,6 +13,7 @@
 
 mod admin;
 mod append;
+pub mod changelog;
 pub mod complete;
 pub mod datalocks;
 pub mod dirattrs;
@@ -166,6 +167,9 @@ pub struct OpenFile {
     wrote: std::sync::atomic::AtomicBool,
     /// Opened with `O_APPEND`: writes go to the end of file ([`Client::append`]).
     append: bool,
+    /// The job that opened it: its close works for that job too (a kernel's release
+    /// comes from no process).
+    jobid: String,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -180,6 +184,7 @@ impl OpenFile {
     /// The handle, opened for `access`.
     fn with_access(mut self, access: u8) -> OpenFile {
         self.access = access;
+        self.jobid = nacre_types::jobid::current();
         self
     }
 
@@ -249,6 +254,7 @@ impl OpenFile {
             access: nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE,
             wrote: std::sync::atomic::AtomicBool::new(false),
             append: false,
+            jobid: String::new(),
         }
     }
 }

@@ -356,11 +356,20 @@ impl Client {
         if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
             mdc.note_close(file.fid);
         }
-        self.md(MdsOp::Close {
+        // A close from no job (the kernel's release) works for the job that opened.
+        let own = nacre_types::jobid::current();
+        if own.is_empty() {
+            nacre_types::jobid::set_current(&file.jobid);
+        }
+        let r = self.md(MdsOp::Close {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
             written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
-        })
+        });
+        if own.is_empty() {
+            nacre_types::jobid::set_current("");
+        }
+        r
     }
 
     /// Creates a directory.

@@ -44,3 +44,5 @@ pub const XATTR_MIGRATE: &str = "user.nacre.migrate";
 /// JSON `{"count": 4, "start": -1, "hash": "fnv_1a_64", "max_inherit": 3}`; setting `{}`
 /// removes it.
 pub const XATTR_LMV_DEFAULT: &str = "user.nacre.lmv_default";
+/// Virtual xattr on any inode: its FID (`[0x200000401:0x1:0x0]`), for `nacre path2fid`.
+pub const XATTR_FID: &str = "user.nacre.fid";

@@ -90,6 +90,7 @@ pub(crate) fn coordinate(
 ) -> Outgoing {
     let mut tx = mdt.begin();
     let result = build(&mut tx).map(|(r, intents)| {
+        crate::changelog::note_op(&mut tx, call, &r);
         let intents: Vec<IntentRecord> = intents
             .into_iter()
             .map(|mut i| {

@@ -13,11 +13,13 @@
 //! link (and last opener) is durable.
 
 pub mod atime;
+pub mod changelog;
 pub mod destroy;
 pub mod dne;
 mod execute;
 pub mod export;
 pub mod flocks;
+pub mod links;
 pub mod locks;
 pub mod mdt;
 pub mod migrate;

@@ -92,6 +92,8 @@ pub struct Mdt {
     pub sizes: crate::sizes::Sizes,
     /// Accesses recorded and not yet written (atime.rs).
     pub atimes: crate::atime::Atimes,
+    /// Changelog consumers and record numbering (changelog.rs).
+    pub changelog: crate::changelog::Changelog,
     /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
     pub ldlm: Arc<nacre_ldlm::server::Namespace>,
     /// Byte-range locks and the requests waiting for them (flocks.rs); in memory.
@@ -149,6 +151,8 @@ impl Mdt {
             .collect();
         let intents = load_intents(&*kv)?;
         let frozen = load_frozen(&*kv)?;
+        crate::links::build_index(&*kv)?;
+        let changelog = crate::changelog::Changelog::load(&*kv)?;
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
@@ -188,6 +192,7 @@ impl Mdt {
             exports: crate::export::Exports::default(),
             sizes: crate::sizes::Sizes::default(),
             atimes: crate::atime::Atimes::default(),
+            changelog,
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),

@@ -115,7 +115,14 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::Update(_)
         | MdsOp::RenameLock { .. }
         | MdsOp::ScanInodes { .. }
-        | MdsOp::ScanDirents { .. } => Err(Status::Perm),
+        | MdsOp::ScanDirents { .. }
+        // Changelogs and fid2path show every change and name: root's, as in Lustre.
+        | MdsOp::ChangelogRegister { .. }
+        | MdsOp::ChangelogDeregister { .. }
+        | MdsOp::ChangelogClear { .. }
+        | MdsOp::ChangelogRead { .. }
+        | MdsOp::ChangelogUsers
+        | MdsOp::FidLinks { .. } => Err(Status::Perm),
         MdsOp::GetAttr { .. }
         | MdsOp::ReadLink { .. }
         | MdsOp::Close { .. }

@@ -28,6 +28,9 @@
 //!   until it ends; requests get `EINPROGRESS` and are resent)
 //! * `moved`: FID key (16) → new FID key (16): inodes a migration moved to another MDT (their
 //!   old FIDs answer `ESTALE`, so clients look the name up again)
+//! * `links`: FID (16) ++ parent FID (16) ++ name → empty: the entries here naming an inode
+//!   (links.rs, for `fid2path`)
+//! * `changelog`, `changelog_users`: records of changes and their consumers (changelog.rs)
 
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
@@ -66,7 +69,10 @@ pub const CLIENTS: &str = "clients";
 /// (OST, object) → the [`nacre_types::Owner`] bytes.
 pub const OWNERS: &str = "owners";
 /// Every table of an MDT.
-pub const TABLES: [&str; 15] = [
+pub const TABLES: [&str; 18] = [
+    crate::changelog::CHANGELOG,
+    crate::changelog::CHANGELOG_USERS,
+    crate::links::LINKS,
     OWNERS,
     CLIENTS,
     INODES,

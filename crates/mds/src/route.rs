@@ -42,6 +42,9 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
             mdt.kv.wait_durable(last).map_err(kv_err)?;
             Ok(MdsReply::Done)
         }
+        MdsOp::ChangelogRead { user, from, count } => changelog::read(mdt, *user, *from, *count),
+        MdsOp::ChangelogUsers => Ok(changelog::users(mdt)),
+        MdsOp::FidLinks { fid } => links::links(mdt, *fid),
         _ => Err(Status::Proto),
     }
 }
@@ -130,6 +133,9 @@ pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Statu
         } => ops::xattr::set(tx, *fid, name, value, *flags),
         MdsOp::RemoveXattr { fid, name } => ops::xattr::remove(tx, *fid, name),
         MdsOp::SetLayout { fid, spec } => ops::layout::set(tx, *fid, *spec),
+        MdsOp::ChangelogRegister { name } => changelog::register(tx, name),
+        MdsOp::ChangelogDeregister { user } => changelog::deregister(tx, *user),
+        MdsOp::ChangelogClear { user, upto } => changelog::clear(tx, *user, *upto),
         _ => Err(Status::Proto),
     }
 }
@@ -172,30 +178,60 @@ pub(crate) fn run_modifying_with(
         written,
     } = call.op
     {
-        // Only a close of an open this client holds drops one: a resent close, or one from
-        // before an eviction or a restart (whose opens are gone), must not drop another
-        // client's.
-        if !mdt.exports.closed(&call.client, fid) {
-            return Outgoing::ok(encode_body(&MdsReply::Done));
+        // A writer's close makes a changelog record: it gets a transno, so a close
+        // answered before its record was durable is replayed after a restart (the replay
+        // only records: the opens were counted again by the client's reopen).
+        let records = writer && mdt.changelog.enabled();
+        let replayed = tx.forced_transno.is_some();
+        if records {
+            tx.reserve_transno();
         }
-        let remaining = mdt.exports.open_count(&call.client, fid);
-        if mdt
-            .sizes
-            .closed(fid, &call.client, writer, written, remaining)
-        {
-            mdt.kick_destroyer();
+        if !replayed {
+            // Only a close of an open this client holds drops one: a resent close, or one
+            // from before an eviction or a restart (whose opens are gone), must not drop
+            // another client's.
+            if !mdt.exports.closed(&call.client, fid) {
+                tx.release_transno();
+                return Outgoing::ok(encode_body(&MdsReply::Done));
+            }
+            let remaining = mdt.exports.open_count(&call.client, fid);
+            if mdt
+                .sizes
+                .closed(fid, &call.client, writer, written, remaining)
+            {
+                mdt.kick_destroyer();
+            }
+            if let Err(s) = ops::open::close(&mut tx, fid, !writer) {
+                return Outgoing::error(s);
+            }
         }
-        return match ops::open::close(&mut tx, fid, !writer) {
-            Ok(false) => Outgoing::ok(encode_body(&MdsReply::Done)),
-            Ok(true) => commit(mdt, tx, Ok(MdsReply::Done), None),
-            Err(s) => Outgoing::error(s),
+        if !records {
+            return match tx.batch.is_empty() {
+                true => Outgoing::ok(encode_body(&MdsReply::Done)),
+                false => commit(mdt, tx, Ok(MdsReply::Done), None),
+            };
+        }
+        changelog::note_close(&mut tx, call, fid, written);
+        let transno = tx.assign_transno();
+        let pre_versions = std::mem::take(&mut tx.pre_versions);
+        let saved = SavedReply {
+            status: 0,
+            body: encode_body(&MdsReply::Done),
+            transno,
+            pre_versions: pre_versions.clone(),
         };
+        LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
+        tx.save_reply(&call.client, xid, call.replied_below, &saved);
+        return commit(mdt, tx, Ok(MdsReply::Done), Some(saved));
     }
     // A change gets a transaction number (before it runs: the inodes it changes take it
     // as their version); the client keeps it for replay until the MDT says it is
     // committed. A failed operation changed nothing and gives the number back.
     tx.reserve_transno();
     let result = modify(&mut tx, &call.op);
+    if let Ok(reply) = &result {
+        changelog::note_op(&mut tx, call, reply);
+    }
     let transno = if result.is_ok() {
         tx.assign_transno()
     } else {
@@ -212,7 +248,18 @@ pub(crate) fn run_modifying_with(
     };
     LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
     tx.save_reply(&call.client, xid, call.replied_below, &saved);
-    commit(mdt, tx, result, Some(saved))
+    let freed = matches!(
+        call.op,
+        MdsOp::ChangelogClear { .. } | MdsOp::ChangelogDeregister { .. }
+    ) && result.is_ok();
+    let out = commit(mdt, tx, result, Some(saved));
+    if freed && out.status == Status::Ok {
+        // Records every consumer is done with go now.
+        if let Err(s) = changelog::purge(mdt) {
+            tracing::warn!("{}: changelog purge: {s}", mdt.label.name());
+        }
+    }
+    out
 }
 
 /// A mkdir in a directory with default `d`: placed (`-c 1`) or striped as it says.

@@ -48,6 +48,12 @@ pub const MD_OPS: &[&str] = &[
     "readdirplus",
     "flock",
     "flock_test",
+    "changelog_register",
+    "changelog_deregister",
+    "changelog_clear",
+    "changelog_read",
+    "changelog_users",
+    "fid2path",
 ];
 
 #[cfg(test)]

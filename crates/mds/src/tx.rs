@@ -101,17 +101,28 @@ impl Tx<'_> {
         );
     }
 
-    /// Adds a directory entry.
+    /// Adds a directory entry (and its link back from the inode: links.rs).
     pub fn put_dirent(&mut self, parent: Fid, name: &[u8], fid: Fid, kind: FileKind) {
         self.batch.put(
             DIRENTS,
             dirent_key(parent, name),
             encode(&DirentRecord { fid, kind }),
         );
+        self.batch.put(
+            crate::links::LINKS,
+            crate::links::link_key(fid, parent, name),
+            Vec::new(),
+        );
     }
 
-    /// Removes a directory entry.
+    /// Removes a directory entry (and its link back from the inode it named).
     pub fn del_dirent(&mut self, parent: Fid, name: &[u8]) {
+        if let Ok(Some(d)) = self.mdt.lookup(parent, name) {
+            self.batch.delete(
+                crate::links::LINKS,
+                crate::links::link_key(d.fid, parent, name),
+            );
+        }
         self.batch.delete(DIRENTS, dirent_key(parent, name));
     }
 

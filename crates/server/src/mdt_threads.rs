@@ -72,6 +72,10 @@ pub(crate) fn spawn(
                 if let Err(e) = nacre_mds::atime::flush(&m) {
                     tracing::warn!("{}: access times not written: {e}", m.label.name());
                 }
+                // Idle changelog consumers, and records every consumer cleared.
+                if let Err(e) = nacre_mds::changelog::maintain(&m) {
+                    tracing::warn!("{}: changelog maintenance: {e}", m.label.name());
+                }
                 if stopping {
                     return;
                 }

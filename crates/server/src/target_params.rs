@@ -134,6 +134,54 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             a.atimes.flushes()
         )
     });
+    // Changelog consumers and records (Lustre's `mdd.*.changelog_users`), and its limits.
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.changelog_users"), move || {
+        let s = a.changelog.status();
+        let mut out = format!(
+            "current_index {}\nfirst {}\nwritten {}\nfreed {}\ndropped_users {}",
+            s.next.saturating_sub(1),
+            s.first,
+            s.written,
+            s.freed,
+            s.dropped_users
+        );
+        for u in s.users {
+            out.push_str(&format!(
+                "\ncl{} {} cleared {} idle_ms {}",
+                u.id,
+                if u.name.is_empty() { "-" } else { &u.name },
+                u.cleared,
+                u.idle_ms
+            ));
+        }
+        out
+    });
+    for (param, pick) in [
+        (
+            "changelog_records_max",
+            (|m: &Mdt| &m.changelog.records_max) as fn(&Mdt) -> &std::sync::atomic::AtomicU64,
+        ),
+        ("changelog_idle_ms_max", |m: &Mdt| &m.changelog.idle_ms_max),
+    ] {
+        let (a, b) = (m.clone(), m.clone());
+        r.add_rw(
+            format!("mdt.{name}.{param}"),
+            move || {
+                pick(&a)
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .to_string()
+            },
+            move |v| {
+                let n: u64 = v.trim().parse().map_err(|e| format!("{e}"))?;
+                if n == 0 {
+                    return Err("must be at least 1".into());
+                }
+                pick(&b).store(n, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            },
+        );
+    }
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.pool_spills"), move || {
         a.osts

@@ -8,6 +8,7 @@ use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr};
 use serde::{Deserialize, Serialize};
 
+pub mod changelog;
 mod remote;
 mod reply;
 pub use remote::*;
@@ -434,6 +435,47 @@ pub enum MdsOp {
         /// Last byte, inclusive.
         end: u64,
     },
+    /// Registers a changelog consumer: the MDT records changes from now on and keeps them
+    /// until every consumer cleared them. Root only. Reply: [`MdsReply::ChangelogUser`].
+    ChangelogRegister {
+        /// A name for people (at most
+        /// [`changelog::CHANGELOG_USER_NAME_BYTES_MAX`] bytes; may be empty).
+        name: String,
+    },
+    /// Deregisters a consumer (its records are freed). Root only. Reply:
+    /// [`MdsReply::Done`].
+    ChangelogDeregister {
+        /// Its id.
+        user: u32,
+    },
+    /// A consumer is done with every record up to `upto` (0: every record so far). Root
+    /// only. Reply: [`MdsReply::Done`].
+    ChangelogClear {
+        /// Its id.
+        user: u32,
+        /// Last record cleared.
+        upto: u64,
+    },
+    /// Reads records from `from` on (0 with a `user`: after what it cleared; 0 without:
+    /// the oldest kept), only records already durable. Root only. Reply:
+    /// [`MdsReply::Changelog`].
+    ChangelogRead {
+        /// The consumer reading (0: none; else it counts as active).
+        user: u32,
+        /// First record wanted.
+        from: u64,
+        /// Most records wanted (at most [`changelog::CHANGELOG_READ_RECORDS_MAX`]).
+        count: u32,
+    },
+    /// The consumers and the records kept. Root only. Reply:
+    /// [`MdsReply::ChangelogUsers`].
+    ChangelogUsers,
+    /// The names in directories of this MDT that lead to `fid` (Lustre's link EA, read for
+    /// `fid2path`). Root only. Reply: [`MdsReply::Links`].
+    FidLinks {
+        /// The inode.
+        fid: Fid,
+    },
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -549,7 +591,8 @@ impl MdsOp {
             | MdsOp::ListXattr { fid }
             | MdsOp::RemoveXattr { fid, .. }
             | MdsOp::SetLayout { fid, .. }
-            | MdsOp::GetLayout { fid } => Some(*fid),
+            | MdsOp::GetLayout { fid }
+            | MdsOp::FidLinks { fid } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -570,7 +613,12 @@ impl MdsOp {
             | MdsOp::AllocFid
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
-            | MdsOp::ScanDirents { .. } => None,
+            | MdsOp::ScanDirents { .. }
+            | MdsOp::ChangelogRegister { .. }
+            | MdsOp::ChangelogDeregister { .. }
+            | MdsOp::ChangelogClear { .. }
+            | MdsOp::ChangelogRead { .. }
+            | MdsOp::ChangelogUsers => None,
         }
     }
 
@@ -638,6 +686,12 @@ impl MdsOp {
                 MdsOp::ReadDirPlus { .. } => 43,
                 MdsOp::Flock { .. } => 44,
                 MdsOp::FlockTest { .. } => 45,
+                MdsOp::ChangelogRegister { .. } => 46,
+                MdsOp::ChangelogDeregister { .. } => 47,
+                MdsOp::ChangelogClear { .. } => 48,
+                MdsOp::ChangelogRead { .. } => 49,
+                MdsOp::ChangelogUsers => 50,
+                MdsOp::FidLinks { .. } => 51,
             }
     }
 
@@ -674,6 +728,9 @@ impl MdsOp {
                 | MdsOp::LockReplay { .. }
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
+                | MdsOp::ChangelogRead { .. }
+                | MdsOp::ChangelogUsers
+                | MdsOp::FidLinks { .. }
                 | MdsOp::GetDirStripe { .. }
                 | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.

@@ -1,6 +1,7 @@
 //! One module per command: its arguments (clap) and what it runs.
 
 pub(crate) mod bench;
+pub(crate) mod changelog;
 pub(crate) mod common;
 pub(crate) mod ctl;
 pub(crate) mod df;
@@ -18,6 +19,7 @@ pub(crate) mod top;
 pub(crate) mod up;
 
 pub(crate) use bench::*;
+pub(crate) use changelog::*;
 pub(crate) use common::*;
 pub(crate) use ctl::*;
 pub(crate) use df::*;

@@ -1,7 +1,8 @@
 //! Extended attributes: the virtual ones Nacre's tools use (a file's layout and a
 //! directory's default striping `user.nacre.lov`, usage `user.nacre.df`, remote and striped
 //! mkdir `user.nacre.mkdir`, directory stripes `user.nacre.lmv` and their default
-//! `user.nacre.lmv_default`, migration `user.nacre.migrate`), and the stored ones.
+//! `user.nacre.lmv_default`, migration `user.nacre.migrate`, the inode's FID
+//! `user.nacre.fid`), and the stored ones.
 
 use super::*;
 
@@ -60,6 +61,7 @@ impl Shared {
             .collect();
         Ok(serde_json::json!({
             "fsname": self.client.fsname(),
+            "mgs": self.client.mgs_nid().to_string(),
             "targets": targets,
             "pools": pools,
         })
@@ -77,6 +79,7 @@ impl Shared {
             n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
             n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
             n if n == XATTR_LMV_DEFAULT.as_bytes() => Some(self.lmv_default_json(fid)),
+            n if n == XATTR_FID.as_bytes() => Some(Ok(fid.to_string().into_bytes())),
             _ => None,
         }
     }
@@ -264,7 +267,8 @@ impl Shared {
         self.caps.changed(fid);
         let r = if name.as_bytes() == XATTR_LOV.as_bytes() {
             self.set_lov(fid, value)
-        } else if name.as_bytes() == XATTR_DF.as_bytes() {
+        } else if name.as_bytes() == XATTR_DF.as_bytes() || name.as_bytes() == XATTR_FID.as_bytes()
+        {
             Err(ClientError::from(Status::Perm))
         } else if name.as_bytes() == XATTR_MKDIR.as_bytes() {
             self.mkdir_on(fid, value, req.uid(), req.gid())

@@ -138,6 +138,31 @@ pub enum MdsReply {
         /// No entries follow.
         eof: bool,
     },
+    /// A changelog consumer's id (answer to [`MdsOp::ChangelogRegister`]).
+    ChangelogUser(u32),
+    /// Changelog records in number order (answer to [`MdsOp::ChangelogRead`]).
+    Changelog {
+        /// The records.
+        records: Vec<super::changelog::ChangelogRecord>,
+        /// The number to read from next.
+        next: u64,
+    },
+    /// The consumers and the records kept (answer to [`MdsOp::ChangelogUsers`]).
+    ChangelogUsers {
+        /// Registered consumers.
+        users: Vec<super::changelog::ChangelogUser>,
+        /// Oldest record kept.
+        first: u64,
+        /// Number the next record will get.
+        next: u64,
+    },
+    /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
+    Links {
+        /// (directory, name) of each entry on this MDT that names the inode.
+        links: Vec<(Fid, Vec<u8>)>,
+        /// The inode is a shard of this striped directory (its names are the master's).
+        shard_of: Option<Fid>,
+    },
     /// Answer to [`MdsOp::Connect`].
     Connected {
         /// Changes at every start of the MDT: a client that saw another one must replay.
@@ -216,6 +241,19 @@ impl MdsReply {
                 }
             }
             MdsReply::Xattr(v) => at_most("xattr value", v.len(), XATTR_VALUE_BYTES_MAX),
+            MdsReply::Changelog { records, .. } => {
+                let max = super::changelog::CHANGELOG_READ_RECORDS_MAX as usize;
+                if records.len() > max {
+                    return Err(format!("{} changelog records in one answer", records.len()));
+                }
+                records.iter().try_for_each(|r| r.check())
+            }
+            MdsReply::Links { links, .. } => {
+                if links.len() > super::changelog::FID_LINKS_MAX {
+                    return Err(format!("{} links in one answer", links.len()));
+                }
+                links.iter().try_for_each(|(_, n)| check_name(n))
+            }
             MdsReply::XattrNames(names) => names
                 .iter()
                 .try_for_each(|n| at_most("xattr name", n.len(), XATTR_NAME_BYTES_MAX)),

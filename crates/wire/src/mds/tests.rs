@@ -528,6 +528,84 @@ proptest! {
     }
 
     #[test]
+    fn changelog_messages_round_trip_and_refuse_truncation(
+        names in proptest::collection::vec(proptest::collection::vec(1u8..=255, 0..300), 0..6),
+        kind in 0usize..14,
+        index in any::<u64>(),
+        flags in any::<u32>(),
+        user in any::<u32>(),
+        count in any::<u32>(),
+        jobid in "[a-z.0-9]{0,40}",
+    ) {
+        use changelog::*;
+        let fid = Fid::new(0x2_0000_0400, 3);
+        let ops = [
+            MdsOp::ChangelogRegister { name: jobid.clone() },
+            MdsOp::ChangelogDeregister { user },
+            MdsOp::ChangelogClear { user, upto: index },
+            MdsOp::ChangelogRead { user, from: index, count },
+            MdsOp::ChangelogUsers,
+            MdsOp::FidLinks { fid },
+        ];
+        for op in ops {
+            // Reads change nothing; registrations and clears are run exactly once.
+            let reads = matches!(
+                op,
+                MdsOp::ChangelogRead { .. } | MdsOp::ChangelogUsers | MdsOp::FidLinks { .. }
+            );
+            prop_assert_eq!(op.is_modifying(), !reads);
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+        }
+        let records: Vec<ChangelogRecord> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ChangelogRecord {
+                index: index.wrapping_add(i as u64),
+                kind: RecordKind::ALL[kind],
+                flags,
+                time: nacre_types::TimeSpec { sec: i as i64, nsec: 0 },
+                target: fid,
+                parent: Fid::ROOT,
+                name: n.clone(),
+                source: (i % 2 == 1).then(|| RenameSource { fid, parent: fid, name: n.clone() }),
+                xattr: Vec::new(),
+                uid: user,
+                gid: flags,
+                jobid: jobid.clone(),
+            })
+            .collect();
+        let long = names.iter().any(|n| n.len() > 255) || (!names.is_empty() && jobid.len() > 32);
+        let links: Vec<(Fid, Vec<u8>)> = names.iter().map(|n| (fid, n.clone())).collect();
+        let bad_link = names.iter().any(|n| n.is_empty() || n.len() > 255 || n.contains(&b'/'));
+        let replies = [
+            (MdsReply::Changelog { records, next: index }, long),
+            (MdsReply::ChangelogUser(user), false),
+            (
+                MdsReply::ChangelogUsers {
+                    users: vec![ChangelogUser { id: user, name: jobid.clone(), cleared: index, idle_ms: 1 }],
+                    first: index,
+                    next: index,
+                },
+                false,
+            ),
+            (MdsReply::Links { links, shard_of: None }, bad_link),
+        ];
+        for (r, refused) in replies {
+            let bytes = encode_body(&r);
+            let back = decode_body::<MdsReply>(&bytes).unwrap();
+            prop_assert_eq!(back.check().is_err(), refused);
+            prop_assert_eq!(back, r);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = decode_body::<MdsCall>(&bytes);
                     let _ = decode_body::<MdsReply>(&bytes);

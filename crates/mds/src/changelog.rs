@@ -1,0 +1,618 @@
+//! Changelogs (Lustre's): once a consumer registers, every change to this MDT's namespace
+//! adds a numbered record **in the same transaction as the change**, so a change and its
+//! record are durable together or lost together. A resent request is answered from its saved
+//! reply (no second record); a replayed one was lost with the crash, record and all, and
+//! writes it once as it runs again. Readers see only durable records, in number order.
+//!
+//! Records are kept until every registered consumer cleared them. Limits, so a forgotten
+//! consumer cannot fill the MDT: a consumer more than `changelog_records_max` records
+//! behind the newest is deregistered (and its records freed) by the change that crosses the
+//! line; one that has not read or cleared for `changelog_idle_ms_max` while records wait for
+//! it is deregistered by the MDT's maintenance pass. Both are logged and counted
+//! (`mdt.*.changelog_users`).
+//!
+//! Tables: `changelog`: number (8, big-endian) → `[1] postcard(ChangelogRecord)`;
+//! `changelog_users`: id (4, big-endian) → `[1] postcard(UserRecord)`; `meta`
+//! `changelog_next` (the number the next record gets) and `changelog_first` (everything
+//! below was freed).
+
+use crate::mdt::{kv_err, read_u64, Mdt};
+use crate::records::{decode, encode, META};
+use crate::tx::Tx;
+use nacre_kv::Batch;
+use nacre_types::{Fid, FileKind, Status};
+use nacre_wire::mds::changelog::*;
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Records by number.
+pub const CHANGELOG: &str = "changelog";
+/// Registered consumers by id.
+pub const CHANGELOG_USERS: &str = "changelog_users";
+/// Default of `changelog_records_max`: how far (records) a consumer may fall behind before
+/// it is deregistered. A record takes about 100 to 400 bytes on the MDT (names, job id).
+pub const CHANGELOG_RECORDS_MAX_DEFAULT: u64 = 20_000_000;
+/// Default of `changelog_idle_ms_max`: a week without reading or clearing.
+pub const CHANGELOG_IDLE_MS_MAX_DEFAULT: u64 = 7 * 86_400_000;
+/// Records freed per transaction.
+const PURGE_CHUNK_RECORDS: u64 = 8192;
+
+/// A consumer as stored.
+#[derive(Serialize, Deserialize)]
+struct UserRecord {
+    name: String,
+    cleared: u64,
+}
+
+struct User {
+    name: String,
+    cleared: u64,
+    active: Instant,
+}
+
+struct State {
+    users: BTreeMap<u32, User>,
+    /// Oldest record kept (lower ones were freed).
+    first: u64,
+    /// Number of the next record.
+    next: u64,
+}
+
+/// An MDT's changelog: its consumers and the numbering of its records.
+pub struct Changelog {
+    state: Mutex<State>,
+    /// Some consumer is registered (changes are recorded).
+    enabled: AtomicBool,
+    /// How far a consumer may fall behind (records) before it is deregistered.
+    pub records_max: AtomicU64,
+    /// How long a consumer with records waiting may stay idle (ms) before it is
+    /// deregistered.
+    pub idle_ms_max: AtomicU64,
+    written: AtomicU64,
+    freed: AtomicU64,
+    dropped_users: AtomicU64,
+}
+
+/// Counters and state shown as `mdt.*.changelog_users`.
+#[derive(Clone, Debug, Default)]
+pub struct ChangelogStatus {
+    /// Oldest record kept.
+    pub first: u64,
+    /// Number of the next record.
+    pub next: u64,
+    /// Consumers.
+    pub users: Vec<ChangelogUser>,
+    /// Records written since the MDT started.
+    pub written: u64,
+    /// Records freed since the MDT started.
+    pub freed: u64,
+    /// Consumers deregistered by the limits since the MDT started.
+    pub dropped_users: u64,
+}
+
+impl Changelog {
+    /// Loads the consumers and numbering from the store.
+    pub fn load(kv: &dyn nacre_kv::KvStore) -> Result<Changelog, Status> {
+        let next = read_u64(kv, b"changelog_next")?.unwrap_or(1).max(1);
+        let first = read_u64(kv, b"changelog_first")?
+            .unwrap_or(1)
+            .clamp(1, next);
+        let mut users = BTreeMap::new();
+        for (k, v) in kv
+            .scan(CHANGELOG_USERS, &[], None, CHANGELOG_USERS_MAX * 2)
+            .map_err(kv_err)?
+        {
+            let Ok(id) = <[u8; 4]>::try_from(k.as_slice()) else {
+                tracing::warn!("changelog: bad consumer key skipped");
+                continue;
+            };
+            let rec: UserRecord = decode(&v)?;
+            users.insert(
+                u32::from_be_bytes(id),
+                User {
+                    name: rec.name,
+                    cleared: rec.cleared,
+                    active: Instant::now(),
+                },
+            );
+        }
+        Ok(Changelog {
+            enabled: AtomicBool::new(!users.is_empty()),
+            state: Mutex::new(State { users, first, next }),
+            records_max: AtomicU64::new(CHANGELOG_RECORDS_MAX_DEFAULT),
+            idle_ms_max: AtomicU64::new(CHANGELOG_IDLE_MS_MAX_DEFAULT),
+            written: AtomicU64::new(0),
+            freed: AtomicU64::new(0),
+            dropped_users: AtomicU64::new(0),
+        })
+    }
+
+    /// True while some consumer is registered.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// What `mdt.*.changelog_users` shows.
+    pub fn status(&self) -> ChangelogStatus {
+        let st = self.state.lock();
+        ChangelogStatus {
+            first: st.first,
+            next: st.next,
+            users: users_of(&st),
+            written: self.written.load(Ordering::Relaxed),
+            freed: self.freed.load(Ordering::Relaxed),
+            dropped_users: self.dropped_users.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn users_of(st: &State) -> Vec<ChangelogUser> {
+    st.users
+        .iter()
+        .map(|(id, u)| ChangelogUser {
+            id: *id,
+            name: u.name.clone(),
+            cleared: u.cleared,
+            idle_ms: u.active.elapsed().as_millis() as u64,
+        })
+        .collect()
+}
+
+/// Decodes a stored consumer: (name, last record cleared). Damage is an error, never a
+/// panic.
+pub fn decode_user(bytes: &[u8]) -> Result<(String, u64), Status> {
+    decode::<UserRecord>(bytes).map(|u| (u.name, u.cleared))
+}
+
+fn user_key(id: u32) -> Vec<u8> {
+    id.to_be_bytes().to_vec()
+}
+
+fn put_user(batch: &mut Batch, id: u32, u: &User) {
+    batch.put(
+        CHANGELOG_USERS,
+        user_key(id),
+        encode(&UserRecord {
+            name: u.name.clone(),
+            cleared: u.cleared,
+        }),
+    );
+}
+
+/// Who made a change: the fields every record of a request carries.
+pub struct Origin<'a> {
+    /// The caller's uid.
+    pub uid: u32,
+    /// The caller's gid.
+    pub gid: u32,
+    /// The caller's job.
+    pub jobid: &'a str,
+}
+
+impl<'a> Origin<'a> {
+    /// The origin of `call`.
+    pub fn of(call: &'a MdsCall) -> Origin<'a> {
+        Origin {
+            uid: call.cred.uid,
+            gid: call.cred.gid,
+            jobid: nacre_types::jobid::clamp(&call.jobid),
+        }
+    }
+}
+
+/// What a change records (the fields but number, time and origin).
+pub struct Change {
+    /// Kind.
+    pub kind: RecordKind,
+    /// Flags.
+    pub flags: u32,
+    /// Inode.
+    pub target: Fid,
+    /// Directory of the name.
+    pub parent: Fid,
+    /// Name.
+    pub name: Vec<u8>,
+    /// A rename's source.
+    pub source: Option<RenameSource>,
+    /// An xattr change's attribute.
+    pub xattr: Vec<u8>,
+}
+
+impl Change {
+    fn new(kind: RecordKind, target: Fid, parent: Fid, name: &[u8]) -> Change {
+        Change {
+            kind,
+            flags: 0,
+            target,
+            parent,
+            name: name.to_vec(),
+            source: None,
+            xattr: Vec::new(),
+        }
+    }
+}
+
+/// Adds `change`'s record to `tx` if some consumer is registered. Called by a change that
+/// succeeded, just before its transaction commits.
+pub fn note(tx: &mut Tx<'_>, origin: &Origin<'_>, change: Change) {
+    let cl = &tx.mdt.changelog;
+    if !cl.enabled() {
+        return;
+    }
+    let mut st = cl.state.lock();
+    if st.users.is_empty() {
+        return;
+    }
+    let index = st.next;
+    st.next += 1;
+    let rec = ChangelogRecord {
+        index,
+        kind: change.kind,
+        flags: change.flags,
+        time: tx.now,
+        target: change.target,
+        parent: change.parent,
+        name: change.name,
+        source: change.source,
+        xattr: change.xattr,
+        uid: origin.uid,
+        gid: origin.gid,
+        jobid: origin.jobid.to_string(),
+    };
+    tx.batch
+        .put(CHANGELOG, index.to_be_bytes().to_vec(), encode(&rec));
+    tx.batch.put(
+        META,
+        b"changelog_next".to_vec(),
+        st.next.to_be_bytes().to_vec(),
+    );
+    cl.written.fetch_add(1, Ordering::Relaxed);
+    // The limit: the consumer furthest behind goes once it is too far behind.
+    let max = cl.records_max.load(Ordering::Relaxed).max(1);
+    let slowest = st
+        .users
+        .iter()
+        .min_by_key(|(_, u)| u.cleared)
+        .map(|(id, u)| (*id, u.cleared));
+    if let Some((id, cleared)) = slowest {
+        if index.saturating_sub(cleared) > max {
+            tracing::warn!(
+                "{}: changelog consumer cl{id} is {} records behind (changelog_records_max \
+                 {max}): deregistered, its records are freed",
+                tx.mdt.label.name(),
+                index - cleared
+            );
+            st.users.remove(&id);
+            tx.batch.delete(CHANGELOG_USERS, user_key(id));
+            cl.dropped_users.fetch_add(1, Ordering::Relaxed);
+            cl.enabled.store(!st.users.is_empty(), Ordering::Release);
+        }
+    }
+}
+
+/// The record a successful modifying `op` makes, noted in `tx` (which holds the change,
+/// not yet committed: reads through `tx` still see the namespace as it was before it).
+pub fn note_op(tx: &mut Tx<'_>, call: &MdsCall, reply: &MdsReply) {
+    if !tx.mdt.changelog.enabled() {
+        return;
+    }
+    let origin = Origin::of(call);
+    let entry_fid = match reply {
+        MdsReply::Entry { attr, .. } => attr.fid,
+        _ => Fid::default(),
+    };
+    let named = |tx: &Tx<'_>, parent: Fid, name: &[u8]| {
+        tx.lookup(parent, name).ok().flatten().map(|d| d.fid)
+    };
+    // A non-directory whose last name goes (its link count before the change is one).
+    let last_link = |tx: &Tx<'_>, fid: Fid| match tx.mdt.inode(fid) {
+        Ok(rec) => rec.attr.kind != FileKind::Directory && rec.attr.nlink <= 1,
+        // On another MDT: that MDT knows; the record says not.
+        Err(_) => false,
+    };
+    let change = match &call.op {
+        MdsOp::Create {
+            parent, name, kind, ..
+        } => {
+            if named(tx, *parent, name).is_some() {
+                // An open of what was there: nothing created.
+                return;
+            }
+            let k = match kind {
+                FileKind::Regular => RecordKind::Create,
+                _ => RecordKind::Mknod,
+            };
+            Change::new(k, entry_fid, *parent, name)
+        }
+        MdsOp::Mkdir { parent, name, .. }
+        | MdsOp::MkdirOn { parent, name, .. }
+        | MdsOp::MkdirStriped { parent, name, .. } => {
+            Change::new(RecordKind::Mkdir, entry_fid, *parent, name)
+        }
+        MdsOp::Symlink { parent, name, .. } => {
+            Change::new(RecordKind::SoftLink, entry_fid, *parent, name)
+        }
+        MdsOp::Link { fid, parent, name } => Change::new(RecordKind::HardLink, *fid, *parent, name),
+        MdsOp::Unlink { parent, name } => {
+            let Some(fid) = named(tx, *parent, name) else {
+                return;
+            };
+            let mut c = Change::new(RecordKind::Unlink, fid, *parent, name);
+            if last_link(tx, fid) {
+                c.flags |= FLAG_LAST_LINK;
+            }
+            c
+        }
+        MdsOp::Rmdir { parent, name } => {
+            let Some(fid) = named(tx, *parent, name) else {
+                return;
+            };
+            Change::new(RecordKind::Rmdir, fid, *parent, name)
+        }
+        MdsOp::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            ..
+        } => {
+            let Some(moved) = named(tx, *src_parent, src_name) else {
+                return;
+            };
+            let replaced = named(tx, *dst_parent, dst_name).filter(|f| *f != moved);
+            let mut c = Change::new(
+                RecordKind::Rename,
+                replaced.unwrap_or_default(),
+                *dst_parent,
+                dst_name,
+            );
+            if let Some(r) = replaced {
+                c.flags |= FLAG_OVERWRITE;
+                if last_link(tx, r) {
+                    c.flags |= FLAG_LAST_LINK;
+                }
+            }
+            c.source = Some(RenameSource {
+                fid: moved,
+                parent: *src_parent,
+                name: src_name.clone(),
+            });
+            c
+        }
+        MdsOp::SetAttr { fid, attr } => {
+            let kind = match attr.size {
+                Some(_) => RecordKind::Trunc,
+                None => RecordKind::SetAttr,
+            };
+            Change::new(kind, *fid, Fid::default(), b"")
+        }
+        MdsOp::SetXattr { fid, name, .. } | MdsOp::RemoveXattr { fid, name } => {
+            let mut c = Change::new(RecordKind::Xattr, *fid, Fid::default(), b"");
+            c.xattr = name.clone();
+            c
+        }
+        MdsOp::SetLayout { fid, .. } => Change::new(RecordKind::Layout, *fid, Fid::default(), b""),
+        _ => return,
+    };
+    note(tx, &origin, change);
+}
+
+/// Records the close of a handle open for writing of `fid` by `call` in `tx`.
+pub fn note_close(tx: &mut Tx<'_>, call: &MdsCall, fid: Fid, written: bool) {
+    let mut c = Change::new(RecordKind::Close, fid, Fid::default(), b"");
+    if written {
+        c.flags |= FLAG_WRITTEN;
+    }
+    note(tx, &Origin::of(call), c);
+}
+
+/// `ChangelogRegister`: a new consumer, starting after the newest record.
+pub fn register(tx: &mut Tx<'_>, name: &str) -> Result<MdsReply, Status> {
+    if name.len() > CHANGELOG_USER_NAME_BYTES_MAX || name.contains(char::is_control) {
+        return Err(Status::Inval);
+    }
+    let cl = &tx.mdt.changelog;
+    let mut st = cl.state.lock();
+    if st.users.len() >= CHANGELOG_USERS_MAX {
+        return Err(Status::NoSpc);
+    }
+    let id = st.users.keys().next_back().map_or(1, |l| l + 1);
+    let user = User {
+        name: name.to_string(),
+        cleared: st.next - 1,
+        active: Instant::now(),
+    };
+    put_user(&mut tx.batch, id, &user);
+    st.users.insert(id, user);
+    cl.enabled.store(true, Ordering::Release);
+    tracing::info!(
+        "{}: changelog consumer cl{id} ({name}) registered at record {}",
+        tx.mdt.label.name(),
+        st.next
+    );
+    Ok(MdsReply::ChangelogUser(id))
+}
+
+/// `ChangelogDeregister`: the consumer goes (its records are freed after the commit).
+pub fn deregister(tx: &mut Tx<'_>, id: u32) -> Result<MdsReply, Status> {
+    let cl = &tx.mdt.changelog;
+    let mut st = cl.state.lock();
+    if st.users.remove(&id).is_none() {
+        return Err(Status::NoEnt);
+    }
+    tx.batch.delete(CHANGELOG_USERS, user_key(id));
+    cl.enabled.store(!st.users.is_empty(), Ordering::Release);
+    tracing::info!(
+        "{}: changelog consumer cl{id} deregistered",
+        tx.mdt.label.name()
+    );
+    Ok(MdsReply::Done)
+}
+
+/// `ChangelogClear`: consumer `id` is done with every record up to `upto` (0: all so far).
+pub fn clear(tx: &mut Tx<'_>, id: u32, upto: u64) -> Result<MdsReply, Status> {
+    let cl = &tx.mdt.changelog;
+    let mut st = cl.state.lock();
+    let newest = st.next - 1;
+    let Some(user) = st.users.get_mut(&id) else {
+        return Err(Status::NoEnt);
+    };
+    let upto = if upto == 0 { newest } else { upto };
+    if upto > newest {
+        return Err(Status::Inval);
+    }
+    user.active = Instant::now();
+    if upto > user.cleared {
+        user.cleared = upto;
+        let User { name, cleared, .. } = user;
+        let rec = UserRecord {
+            name: name.clone(),
+            cleared: *cleared,
+        };
+        tx.batch.put(CHANGELOG_USERS, user_key(id), encode(&rec));
+    }
+    Ok(MdsReply::Done)
+}
+
+/// `ChangelogRead`: up to `count` durable records from `from` (see
+/// [`MdsOp::ChangelogRead`]).
+pub fn read(mdt: &Mdt, user: u32, from: u64, count: u32) -> Result<MdsReply, Status> {
+    let count = count.clamp(1, CHANGELOG_READ_RECORDS_MAX) as usize;
+    // Every record numbered below `next` was committed by a change that held the write
+    // lock while it numbered and committed it; wait until they are durable.
+    let newest = {
+        let _tx = mdt.begin();
+        mdt.changelog.state.lock().next - 1
+    };
+    mdt.kv
+        .wait_durable(mdt.kv.last_committed())
+        .map_err(kv_err)?;
+    let from = {
+        let mut st = mdt.changelog.state.lock();
+        let first = st.first;
+        match st.users.get_mut(&user) {
+            Some(u) => {
+                u.active = Instant::now();
+                if from == 0 {
+                    u.cleared + 1
+                } else {
+                    from
+                }
+            }
+            None if user != 0 => return Err(Status::NoEnt),
+            None if from == 0 => first,
+            None => from,
+        }
+    };
+    let after = from.checked_sub(1).map(|a| a.to_be_bytes());
+    let page = mdt
+        .kv
+        .scan(CHANGELOG, &[], after.as_ref().map(|a| &a[..]), count)
+        .map_err(kv_err)?;
+    let mut records = Vec::with_capacity(page.len());
+    let mut bytes = 0;
+    let mut full = false;
+    for (k, v) in page {
+        let Ok(index) = <[u8; 8]>::try_from(k.as_slice()).map(u64::from_be_bytes) else {
+            tracing::warn!("{}: bad changelog key skipped", mdt.label.name());
+            continue;
+        };
+        if index > newest {
+            break;
+        }
+        if bytes + v.len() > CHANGELOG_READ_BYTES_MAX {
+            full = true;
+            break;
+        }
+        bytes += v.len();
+        let mut rec: ChangelogRecord = decode(&v)?;
+        rec.index = index;
+        records.push(rec);
+    }
+    let next = match records.last() {
+        Some(r) if full || records.len() == count => r.index + 1,
+        _ => from.max(newest + 1),
+    };
+    Ok(MdsReply::Changelog { records, next })
+}
+
+/// `ChangelogUsers`.
+pub fn users(mdt: &Mdt) -> MdsReply {
+    let st = mdt.changelog.state.lock();
+    MdsReply::ChangelogUsers {
+        users: users_of(&st),
+        first: st.first,
+        next: st.next,
+    }
+}
+
+/// Frees the records every consumer cleared, a chunk per transaction (called after a clear
+/// or deregistration commits, and by the maintenance pass).
+pub fn purge(mdt: &Mdt) -> Result<(), Status> {
+    loop {
+        let (first, end) = {
+            let st = mdt.changelog.state.lock();
+            let keep_from = st
+                .users
+                .values()
+                .map(|u| u.cleared + 1)
+                .min()
+                .unwrap_or(st.next);
+            (st.first, keep_from.min(st.first + PURGE_CHUNK_RECORDS))
+        };
+        if end <= first {
+            return Ok(());
+        }
+        let mut b = Batch::new();
+        for index in first..end {
+            b.delete(CHANGELOG, index.to_be_bytes().to_vec());
+        }
+        b.put(
+            META,
+            b"changelog_first".to_vec(),
+            end.to_be_bytes().to_vec(),
+        );
+        mdt.kv.commit(b).map_err(kv_err)?;
+        let mut st = mdt.changelog.state.lock();
+        st.first = st.first.max(end);
+        mdt.changelog
+            .freed
+            .fetch_add(end - first, Ordering::Relaxed);
+    }
+}
+
+/// The maintenance pass (every few seconds): deregisters consumers idle past
+/// `changelog_idle_ms_max` with records waiting for them, then frees what is cleared.
+pub fn maintain(mdt: &Mdt) -> Result<(), Status> {
+    let idle_max = mdt.changelog.idle_ms_max.load(Ordering::Relaxed);
+    let idle: Vec<u32> = {
+        let st = mdt.changelog.state.lock();
+        st.users
+            .iter()
+            .filter(|(_, u)| {
+                u.cleared + 1 < st.next && u.active.elapsed().as_millis() as u64 > idle_max
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    if !idle.is_empty() {
+        let mut tx = mdt.begin();
+        for id in idle {
+            tracing::warn!(
+                "{}: changelog consumer cl{id} idle over {idle_max} ms with records waiting: \
+                 deregistered, its records are freed",
+                mdt.label.name()
+            );
+            if deregister(&mut tx, id).is_ok() {
+                mdt.changelog.dropped_users.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let b = std::mem::take(&mut tx.batch);
+        mdt.kv.commit(b).map_err(kv_err)?;
+    }
+    purge(mdt)
+}
