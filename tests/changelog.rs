@@ -3,7 +3,7 @@
 //! a kill -9 of the MDS every acknowledged change has exactly one record; a consumer that
 //! stops clearing is bounded; `fid2path` and `path2fid` agree with the mount.
 
-use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{get_param, nacre, nacre_ok, on_both_forms, wait_for, Form, Spec, TestFs};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -183,3 +183,190 @@ fn by_mount_path(mnt: &Path, fid: &str) -> String {
 }
 
 on_both_forms!(a_known_sequence_gives_exactly_its_records);
+
+/// Files created, written and closed while the MDS is killed -9 and restarted: every
+/// acknowledged create and writer close has exactly one record (none lost with the crash,
+/// none doubled by the client's replays or resends), in order.
+#[test]
+fn a_kill9_of_the_mds_loses_and_doubles_no_record() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("chlgk"));
+    let src = fs.source();
+    assert_eq!(nacre_ok(&["changelog", "register", &src]).trim(), "cl1");
+    let dir = fs.path("k");
+    std::fs::create_dir(&dir).unwrap();
+    const FILES: usize = 300;
+    let writer = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            for i in 0..FILES {
+                std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+            }
+        })
+    };
+    // Mid-stream: the MDS (with the MGS) dies and comes back.
+    wait_for("a third of the files", || {
+        std::fs::read_dir(&dir).unwrap().count() >= FILES / 3
+    });
+    fs.servers_mut()[0].kill9();
+    fs.servers_mut()[0].restart();
+    writer.join().unwrap();
+    // The mount lived through the MDT's restart (and replayed what it had not committed).
+    let pid = fs.client_pid().unwrap();
+    let import = get_param(Some(pid), "mdc.*.import");
+    assert!(import.contains("recoveries: 1"), "{import}");
+    assert!(import.contains("replay_lost: 0"), "{import}");
+    let recs = records(&src);
+    for w in recs.windows(2) {
+        assert!(w[0]["index"].as_u64() < w[1]["index"].as_u64(), "{w:?}");
+    }
+    assert_eq!(summary(&recs[..1]), ["MKDIR k"]);
+    let mut created = std::collections::HashMap::new();
+    let mut closes = std::collections::HashMap::new();
+    for r in &recs[1..] {
+        let target = r["target"].as_str().unwrap().to_string();
+        match r["type"].as_str().unwrap() {
+            "CREAT" => {
+                let name = r["name"].as_str().unwrap().to_string();
+                assert!(created.insert(name, target).is_none(), "twice: {r}");
+            }
+            "CLOSE" => {
+                assert_eq!(r["flags"], 2, "{r}");
+                *closes.entry(target).or_insert(0) += 1;
+            }
+            other => panic!("unexpected {other}: {r}"),
+        }
+    }
+    assert_eq!(created.len(), FILES);
+    for i in 0..FILES {
+        let name = format!("f{i}");
+        let fid = &created[&name];
+        assert_eq!(path2fid(&dir.join(&name)), *fid);
+        assert_eq!(closes.get(fid), Some(&1), "closes of {name}");
+    }
+    assert_eq!(recs.len(), 1 + 2 * FILES);
+}
+
+/// The line `what N` of `mdt.FS-MDT0000.changelog_users`.
+fn changelog_stat(fsname: &str, what: &str) -> u64 {
+    get_param(None, &format!("mdt.{fsname}-MDT0000.changelog_users"))
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what}"))
+}
+
+/// A consumer that stops clearing is deregistered once it is `changelog_records_max`
+/// records behind, and one idle past `changelog_idle_ms_max` is deregistered by the
+/// maintenance pass; the records kept stay bounded, and a consumer that keeps reading
+/// and clearing misses nothing.
+#[test]
+fn a_forgotten_consumer_cannot_fill_the_mdt() {
+    let fsname = "chlgb";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    const MAX: u64 = 100;
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("mdt.{fsname}-MDT0000.changelog_records_max={MAX}"),
+    ]);
+    assert_eq!(nacre_ok(&["changelog", "register", &src, "--name", "active"]).trim(), "cl1");
+    assert_eq!(nacre_ok(&["changelog", "register", &src, "--name", "forgot"]).trim(), "cl2");
+    let dir = fs.path("b");
+    std::fs::create_dir(&dir).unwrap();
+    let mut seen = Vec::new();
+    let mut kept_max = 0;
+    for round in 0..10 {
+        for i in 0..30 {
+            std::fs::create_dir(dir.join(format!("d{round}.{i}"))).unwrap();
+        }
+        // cl1 reads everything after what it cleared, then clears it.
+        let out = nacre_ok(&["changelog", "read", &src, "--user", "cl1", "--json"]);
+        for l in out.lines() {
+            let r: Value = serde_json::from_str(l).unwrap();
+            seen.push(r["index"].as_u64().unwrap());
+        }
+        let first = changelog_stat(fsname, "first");
+        let current = changelog_stat(fsname, "current_index");
+        kept_max = kept_max.max(current + 1 - first);
+        nacre_ok(&["changelog", "clear", &src, "cl1", &seen.last().unwrap().to_string()]);
+    }
+    // cl2 went when it fell MAX behind; cl1 saw every record, in order, without a gap.
+    let users = nacre_ok(&["changelog", "users", &src]);
+    assert!(users.contains("cl1") && !users.contains("cl2"), "{users}");
+    assert_eq!(changelog_stat(fsname, "dropped_users"), 1);
+    assert_eq!(seen.len(), 300 + 1);
+    assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+    // Kept: at most the limit plus what arrived since cl1's last clear (30 records).
+    assert!(kept_max <= MAX + 30, "kept {kept_max}");
+    assert_eq!(
+        changelog_stat(fsname, "first"),
+        changelog_stat(fsname, "current_index") + 1
+    );
+    // The idle rule: a consumer that neither reads nor clears, with records waiting.
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("mdt.{fsname}-MDT0000.changelog_idle_ms_max=1000"),
+    ]);
+    assert_eq!(nacre_ok(&["changelog", "register", &src]).trim(), "cl2");
+    std::fs::create_dir(dir.join("late")).unwrap();
+    wait_for("the idle consumers deregistered", || {
+        changelog_stat(fsname, "dropped_users") == 3
+    });
+    // Both went (cl1 idle too now): nothing is recorded or kept.
+    let users = nacre_ok(&["changelog", "users", &src]);
+    assert!(!users.contains("cl1") && !users.contains("cl2"), "{users}");
+    assert_eq!(
+        changelog_stat(fsname, "first"),
+        changelog_stat(fsname, "current_index") + 1
+    );
+}
+
+/// Two MDTs: each records the changes it makes (a remote or striped mkdir on the MDT of
+/// its parent, a create on the MDT of its directory), and `fid2path` finds names whose
+/// entry lives on another MDT than the inode, and files in a striped directory's shards.
+#[test]
+fn each_mdt_records_its_own_changes_and_fid2path_crosses_mdts() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).mdts(2).fsname("chlgd"));
+    let src = fs.source();
+    for mdt in ["0", "1"] {
+        let id = nacre_ok(&["changelog", "register", &src, "--mdt", mdt]);
+        assert_eq!(id.trim(), "cl1");
+    }
+    let (remote, striped) = (fs.path("remote"), fs.path("striped"));
+    nacre_ok(&["mkdir", "-i", "1", remote.to_str().unwrap()]);
+    nacre_ok(&["mkdir", "-c", "2", striped.to_str().unwrap()]);
+    std::fs::write(remote.join("r"), b"r").unwrap();
+    let names: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+    for n in &names {
+        std::fs::write(striped.join(n), b"s").unwrap();
+    }
+    let read = |mdt: &str| -> Vec<Value> {
+        nacre_ok(&["changelog", "read", &src, "--mdt", mdt, "--json"])
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (m0, m1) = (read("0"), read("1"));
+    let creates = |recs: &[Value]| -> Vec<String> {
+        recs.iter()
+            .filter(|r| r["type"] == "CREAT")
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The mkdirs are the root's MDT's changes; the file in the remote directory is MDT1's.
+    assert_eq!(summary(&m0[..2]), ["MKDIR remote", "MKDIR striped"]);
+    assert_eq!(m0[0]["target"], path2fid(&remote).as_str());
+    assert!(creates(&m1).contains(&"r".to_string()), "{m1:?}");
+    assert!(!creates(&m0).contains(&"r".to_string()));
+    // The striped directory's files: each recorded once, on the MDT of its shard.
+    let mut all = [creates(&m0), creates(&m1)].concat();
+    all.retain(|n| n.starts_with('s'));
+    all.sort();
+    assert_eq!(all, names);
+    let mnt = fs.path("");
+    for p in [remote.join("r"), striped.join("s3"), striped.clone(), remote.clone()] {
+        let fid = path2fid(&p);
+        assert_eq!(by_mount_path(&mnt, &fid), p.display().to_string());
+    }
+}

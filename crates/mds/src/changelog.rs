@@ -4,6 +4,9 @@
 //! reply (no second record); a replayed one was lost with the crash, record and all, and
 //! writes it once as it runs again. Readers see only durable records, in number order.
 //!
+//! Registering, clearing and deregistering are durable before their reply (the command
+//! that asked may be gone before it could replay them).
+//!
 //! Records are kept until every registered consumer cleared them. Limits, so a forgotten
 //! consumer cannot fill the MDT: a consumer more than `changelog_records_max` records
 //! behind the newest is deregistered (and its records freed) by the change that crosses the
@@ -427,6 +430,7 @@ pub fn register(tx: &mut Tx<'_>, name: &str) -> Result<MdsReply, Status> {
         active: Instant::now(),
     };
     put_user(&mut tx.batch, id, &user);
+    tx.durable_before_reply = true;
     st.users.insert(id, user);
     cl.enabled.store(true, Ordering::Release);
     tracing::info!(
@@ -445,6 +449,7 @@ pub fn deregister(tx: &mut Tx<'_>, id: u32) -> Result<MdsReply, Status> {
         return Err(Status::NoEnt);
     }
     tx.batch.delete(CHANGELOG_USERS, user_key(id));
+    tx.durable_before_reply = true;
     cl.enabled.store(!st.users.is_empty(), Ordering::Release);
     tracing::info!(
         "{}: changelog consumer cl{id} deregistered",
@@ -474,6 +479,7 @@ pub fn clear(tx: &mut Tx<'_>, id: u32, upto: u64) -> Result<MdsReply, Status> {
             cleared: *cleared,
         };
         tx.batch.put(CHANGELOG_USERS, user_key(id), encode(&rec));
+        tx.durable_before_reply = true;
     }
     Ok(MdsReply::Done)
 }

@@ -67,10 +67,10 @@ pub(crate) fn commit(
     };
     // Still under the write lock: transnos reach the journal in order.
     mdt.note_written(tx.transno);
-    let new_client = tx.new_client;
+    let sync = tx.new_client || tx.durable_before_reply;
     drop(tx);
     note_modification(mdt);
-    if mdt.sync_on_reply() || new_client {
+    if mdt.sync_on_reply() || sync {
         if let Err(e) = mdt.kv.wait_durable(ticket) {
             return Outgoing::error(kv_err(e));
         }

@@ -523,6 +523,7 @@ impl Mdt {
             forced_transno: None,
             pre_versions: Vec::new(),
             new_client: false,
+            durable_before_reply: false,
             seen_versions: std::cell::RefCell::new(Vec::new()),
         }
     }

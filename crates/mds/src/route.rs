@@ -186,14 +186,15 @@ pub(crate) fn run_modifying_with(
         if records {
             tx.reserve_transno();
         }
-        if !replayed {
-            // Only a close of an open this client holds drops one: a resent close, or one
-            // from before an eviction or a restart (whose opens are gone), must not drop
-            // another client's.
-            if !mdt.exports.closed(&call.client, fid) {
-                tx.release_transno();
+        // Only a close of an open this client holds drops one: a resent close, or one from
+        // before an eviction or a restart (whose opens are gone), must not drop another
+        // client's. (It still records: a close whose first run recorded is answered from
+        // its saved reply above, so this is its only record.)
+        if !replayed && !mdt.exports.closed(&call.client, fid) {
+            if !records {
                 return Outgoing::ok(encode_body(&MdsReply::Done));
             }
+        } else if !replayed {
             let remaining = mdt.exports.open_count(&call.client, fid);
             if mdt
                 .sizes

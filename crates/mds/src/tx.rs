@@ -39,6 +39,9 @@ pub struct Tx<'a> {
     /// the reply (as Lustre writes a new client's slot synchronously), so a restarted MDT
     /// always waits for that client's replays.
     pub new_client: bool,
+    /// This change is made durable before its reply whatever `sync_on_reply` says (an
+    /// administrator's one-shot command, which stays for no replay).
+    pub durable_before_reply: bool,
     /// Versions of the inodes this transaction read (so writing one back needs no read).
     pub(crate) seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
 }

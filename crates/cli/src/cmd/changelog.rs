@@ -92,8 +92,29 @@ pub(crate) enum ChangelogCommand {
     },
 }
 
+/// How long a command waits for the MDTs to take its goodbye.
+const DISCONNECT_WAIT_MS: u64 = 5_000;
+
+/// A native client for one command, disconnected when the command ends: the MDTs forget
+/// it at once (a restart then waits for no replay of a process that is gone).
+pub(crate) struct OneShot(Arc<Client>);
+
+impl std::ops::Deref for OneShot {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.0
+    }
+}
+
+impl Drop for OneShot {
+    fn drop(&mut self) {
+        self.0
+            .disconnect(std::time::Duration::from_millis(DISCONNECT_WAIT_MS));
+    }
+}
+
 /// A native client of the file system `fs` names.
-pub(crate) fn client_of(fs: &str) -> anyhow::Result<Arc<Client>> {
+pub(crate) fn client_of(fs: &str) -> anyhow::Result<OneShot> {
     let (nid, fsname) = if fs.contains(":/") {
         parse_source(fs)?
     } else {
@@ -104,11 +125,11 @@ pub(crate) fn client_of(fs: &str) -> anyhow::Result<Arc<Client>> {
         let name = df["fsname"].as_str().context("the mount has no fsname")?;
         (mgs.parse()?, name.to_string())
     };
-    Ok(Client::mount(
+    Ok(OneShot(Client::mount(
         nid,
         &fsname,
         nacre_client::ClientConfig::default(),
-    )?)
+    )?))
 }
 
 /// `cl3` (or `3`) → 3.
