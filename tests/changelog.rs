@@ -269,8 +269,14 @@ fn a_forgotten_consumer_cannot_fill_the_mdt() {
         "set_param",
         &format!("mdt.{fsname}-MDT0000.changelog_records_max={MAX}"),
     ]);
-    assert_eq!(nacre_ok(&["changelog", "register", &src, "--name", "active"]).trim(), "cl1");
-    assert_eq!(nacre_ok(&["changelog", "register", &src, "--name", "forgot"]).trim(), "cl2");
+    assert_eq!(
+        nacre_ok(&["changelog", "register", &src, "--name", "active"]).trim(),
+        "cl1"
+    );
+    assert_eq!(
+        nacre_ok(&["changelog", "register", &src, "--name", "forgot"]).trim(),
+        "cl2"
+    );
     let dir = fs.path("b");
     std::fs::create_dir(&dir).unwrap();
     let mut seen = Vec::new();
@@ -288,7 +294,13 @@ fn a_forgotten_consumer_cannot_fill_the_mdt() {
         let first = changelog_stat(fsname, "first");
         let current = changelog_stat(fsname, "current_index");
         kept_max = kept_max.max(current + 1 - first);
-        nacre_ok(&["changelog", "clear", &src, "cl1", &seen.last().unwrap().to_string()]);
+        nacre_ok(&[
+            "changelog",
+            "clear",
+            &src,
+            "cl1",
+            &seen.last().unwrap().to_string(),
+        ]);
     }
     // cl2 went when it fell MAX behind; cl1 saw every record, in order, without a gap.
     let users = nacre_ok(&["changelog", "users", &src]);
@@ -365,7 +377,12 @@ fn each_mdt_records_its_own_changes_and_fid2path_crosses_mdts() {
     all.sort();
     assert_eq!(all, names);
     let mnt = fs.path("");
-    for p in [remote.join("r"), striped.join("s3"), striped.clone(), remote.clone()] {
+    for p in [
+        remote.join("r"),
+        striped.join("s3"),
+        striped.clone(),
+        remote.clone(),
+    ] {
         let fid = path2fid(&p);
         assert_eq!(by_mount_path(&mnt, &fid), p.display().to_string());
     }
