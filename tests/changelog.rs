@@ -386,4 +386,38 @@ fn each_mdt_records_its_own_changes_and_fid2path_crosses_mdts() {
         let fid = path2fid(&p);
         assert_eq!(by_mount_path(&mnt, &fid), p.display().to_string());
     }
+    // Across MDTs: a hard link in the root (MDT0) to a file of MDT1, a rename out of the
+    // remote directory into the root, and the remote directory's removal. Each is
+    // recorded once, by the MDT that coordinates it (the root's for the link and the
+    // rmdir, the source directory's for the rename).
+    let r_fid = path2fid(&remote.join("r"));
+    std::fs::hard_link(remote.join("r"), fs.path("link")).unwrap();
+    std::fs::rename(remote.join("r"), fs.path("moved")).unwrap();
+    std::fs::remove_dir(&remote).unwrap();
+    let (n0, n1) = (read("0"), read("1"));
+    let new0: Vec<&Value> = n0.iter().skip(m0.len()).collect();
+    let new1: Vec<&Value> = n1.iter().skip(m1.len()).collect();
+    let types = |v: &[&Value]| -> Vec<String> {
+        v.iter()
+            .map(|r| {
+                format!(
+                    "{} {}",
+                    r["type"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(types(&new0), ["HLINK link", "RMDIR remote"], "{new0:?}");
+    assert_eq!(types(&new1), ["RENME moved"], "{new1:?}");
+    assert_eq!(new0[0]["target"], r_fid.as_str());
+    assert_eq!(new1[0]["source"]["fid"], r_fid.as_str());
+    assert_eq!(new1[0]["source"]["name"], "r");
+    assert!(new0
+        .iter()
+        .chain(&new1)
+        .all(|r| r["jobid"].as_str().unwrap().ends_with(".0")));
+    // Its two names are both in the root now (MDT0), its inode on MDT1.
+    let names = [fs.path("link"), fs.path("moved")].map(|p| p.display().to_string());
+    assert!(names.contains(&by_mount_path(&mnt, &r_fid)));
 }

@@ -78,7 +78,14 @@ pub struct Changelog {
     written: AtomicU64,
     freed: AtomicU64,
     dropped_users: AtomicU64,
+    /// Who started each cross-MDT operation in progress here, by intent key: its record
+    /// is written when its local end concludes (after a restart, unknown: root, no job).
+    origins: Mutex<std::collections::HashMap<Fid, (u32, u32, String)>>,
 }
+
+/// Cross-MDT operations whose origin is remembered at most (past it, their records say
+/// root and no job).
+const ORIGINS_MAX: usize = 65_536;
 
 /// Counters and state shown as `mdt.*.changelog_users`.
 #[derive(Clone, Debug, Default)]
@@ -131,6 +138,7 @@ impl Changelog {
             written: AtomicU64::new(0),
             freed: AtomicU64::new(0),
             dropped_users: AtomicU64::new(0),
+            origins: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -226,7 +234,8 @@ pub struct Change {
 }
 
 impl Change {
-    fn new(kind: RecordKind, target: Fid, parent: Fid, name: &[u8]) -> Change {
+    /// A change of `kind` to `target`, named `name` in `parent`.
+    pub fn new(kind: RecordKind, target: Fid, parent: Fid, name: &[u8]) -> Change {
         Change {
             kind,
             flags: 0,
@@ -295,6 +304,34 @@ pub fn note(tx: &mut Tx<'_>, origin: &Origin<'_>, change: Change) {
             cl.enabled.store(!st.users.is_empty(), Ordering::Release);
         }
     }
+}
+
+/// Remembers who started the cross-MDT operation of intent `key` (its record is written
+/// when it concludes: [`note_concluded`]).
+pub fn remember_origin(mdt: &Mdt, key: Fid, call: &MdsCall) {
+    if !mdt.changelog.enabled() {
+        return;
+    }
+    let o = Origin::of(call);
+    let mut origins = mdt.changelog.origins.lock();
+    if origins.len() < ORIGINS_MAX {
+        origins.insert(key, (o.uid, o.gid, o.jobid.to_string()));
+    }
+}
+
+/// Records `change`, the local end of the cross-MDT operation of intent `key`, in `tx`.
+pub fn note_concluded(tx: &mut Tx<'_>, key: Fid, change: Change) {
+    let origin = tx.mdt.changelog.origins.lock().remove(&key);
+    let (uid, gid, jobid) = origin.unwrap_or((0, 0, String::new()));
+    note(
+        tx,
+        &Origin {
+            uid,
+            gid,
+            jobid: &jobid,
+        },
+        change,
+    );
 }
 
 /// The record a successful modifying `op` makes, noted in `tx` (which holds the change,

@@ -209,6 +209,7 @@ pub(crate) fn run_intent(
     fault_name: &str,
 ) -> Outgoing {
     let key = intent.key;
+    crate::changelog::remember_origin(mdt, key, call);
     tx.batch
         .put(INTENTS, key.to_key().to_vec(), encode(&intent));
     if let Err(s) = commit_durable(mdt, tx) {
@@ -376,6 +377,13 @@ pub(crate) fn conclude(
                 parent.attr.nlink = parent.attr.nlink.saturating_sub(1).max(2);
                 tx.touch(&mut parent);
                 tx.put_inode(&parent);
+                let change = crate::changelog::Change::new(
+                    nacre_wire::mds::changelog::RecordKind::Rmdir,
+                    fid,
+                    intent.parent,
+                    &intent.name,
+                );
+                crate::changelog::note_concluded(&mut tx, fid, change);
             }
             Some(saved(&Ok(MdsReply::Done)))
         }
@@ -398,6 +406,13 @@ pub(crate) fn conclude(
             tx.touch(&mut parent);
             tx.put_inode(&parent);
             tx.put_dirent(intent.parent, &intent.name, attr.fid, attr.kind);
+            let change = crate::changelog::Change::new(
+                nacre_wire::mds::changelog::RecordKind::HardLink,
+                attr.fid,
+                intent.parent,
+                &intent.name,
+            );
+            crate::changelog::note_concluded(&mut tx, fid, change);
             let mut attr = attr;
             attr.nlink += 1;
             Some(saved(&Ok(MdsReply::Entry {

@@ -71,14 +71,19 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::FlockTest {
+        let last = MdsOp::FidLinks {
             fid: nacre_types::Fid::ROOT,
-            owner: 1,
-            kind: nacre_ldlm::flock::FlockKind::Read,
-            start: 0,
-            end: 0,
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "flock_test");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "fid2path");
+        let read = MdsOp::ChangelogRead {
+            user: 1,
+            from: 0,
+            count: 1,
+        };
+        assert_eq!(
+            super::MD_OPS[(read.opcode() & 0xff) as usize - 1],
+            "changelog_read"
+        );
     }
 }

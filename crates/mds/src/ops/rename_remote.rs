@@ -95,6 +95,7 @@ pub(crate) fn rename_steps(
                 dir.attr.nlink = dir.attr.nlink.saturating_sub(1).max(2);
                 tx.touch(&mut dir);
                 tx.put_inode(&dir);
+                note_rename(&mut tx, intent, *fid, *parent, name);
                 commit_durable(mdt, tx)?;
             }
             Ok(())
@@ -165,6 +166,26 @@ pub(crate) fn stripe_of_remote(mdt: &Mdt, fid: Fid) -> Result<bool, Status> {
 }
 
 /// The second half of [`rename_steps`]: the source entry and its link.
+/// The rename's record, written with the removal of its source entry here (the entry's
+/// new side was put by `dst_parent`'s MDT already).
+fn note_rename(
+    tx: &mut crate::tx::Tx<'_>,
+    intent: &IntentRecord,
+    fid: Fid,
+    dst_parent: Fid,
+    dst_name: &[u8],
+) {
+    use nacre_wire::mds::changelog::{RecordKind, RenameSource};
+    let mut change =
+        crate::changelog::Change::new(RecordKind::Rename, Fid::default(), dst_parent, dst_name);
+    change.source = Some(RenameSource {
+        fid,
+        parent: intent.parent,
+        name: intent.name.clone(),
+    });
+    crate::changelog::note_concluded(tx, intent.key, change);
+}
+
 pub(crate) fn finish_rename(
     mdt: &Mdt,
     intent: &IntentRecord,
@@ -181,6 +202,9 @@ pub(crate) fn finish_rename(
         let mut dir = tx.dir(intent.parent)?;
         tx.touch(&mut dir);
         tx.put_inode(&dir);
+        if let RemoteUpdate::InsertEntry { parent, name, .. } = &intent.update {
+            note_rename(&mut tx, intent, *fid, *parent, name);
+        }
         if home == here {
             let rec = tx.inode(*fid)?;
             crate::ops::unlink::drop_link(&mut tx, rec)?;
