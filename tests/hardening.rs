@@ -252,6 +252,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
                 lock: false,
                 grant_used: 0,
                 epoch: 0,
+                layout_gen: 0,
             },
         });
         h.seal(&body, Some(&vec![0u8; 16 << 20]), true);

@@ -17,6 +17,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The layout generation every change of an object carries (OSTs refuse one below a
+/// migration's fence: crates/oss/src/fence.rs). Layouts are all of generation 0 until
+/// online migration swaps them (issue 20, step 2).
+pub const LAYOUT_GENERATION: u32 = 0;
+
 /// One RPC of a multi-object operation.
 pub(crate) struct Sub {
     pub(crate) stripe: usize,
@@ -304,6 +309,7 @@ pub(crate) fn write_subs(
             lock: caching,
             grant_used: 0,
             epoch: 0,
+            layout_gen: LAYOUT_GENERATION,
         };
         if let Err(e) = window.start(client, tag, ost, &req, Some(Arc::new(buf))) {
             drop(window);
@@ -682,6 +688,7 @@ pub fn truncate(client: &Client, layout: &Layout, size: u64) -> Result<()> {
     per_object(client, layout, |stripe, object| OssRequest::Punch {
         object,
         size: layout.object_size_for_file(stripe, size),
+        layout_gen: LAYOUT_GENERATION,
     })
     .map(|_| ())
 }
@@ -713,6 +720,7 @@ pub fn fallocate(
             len: chunk.len,
             keep_size,
             punch_hole,
+            layout_gen: LAYOUT_GENERATION,
         };
         window.start(client, tag, ost, &req, None)?;
     }

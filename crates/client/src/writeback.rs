@@ -652,6 +652,7 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
                 lock: false,
                 grant_used: len,
                 epoch,
+                layout_gen: osc::LAYOUT_GENERATION,
             };
             let buf = Arc::new(buf);
             let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(buf.clone())) {
@@ -747,6 +748,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
             lock: false,
             grant_used: f.range.1 - f.range.0,
             epoch,
+            layout_gen: osc::LAYOUT_GENERATION,
         };
         let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()));
         if !is_stale(&result) {

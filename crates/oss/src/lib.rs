@@ -6,6 +6,7 @@
 //! without another copy. Per client, an OST keeps the extent locks it holds and whether it
 //! was evicted (locks.rs).
 
+pub mod fence;
 pub mod grants;
 pub mod locks;
 pub mod recovery;
@@ -47,6 +48,8 @@ pub struct OstTarget {
     pub grants: grants::Grants,
     /// Recovery after a restart, and the lock holders it waits for (`ost.*.recovery_status`).
     pub recovery: recovery::Recovery,
+    /// Layout fences and data versions, for online migration (fence.rs).
+    pub fences: fence::Fences,
 }
 
 impl OstTarget {
@@ -59,6 +62,7 @@ impl OstTarget {
             grants.end_reserve();
         }
         Ok(OstTarget {
+            fences: fence::Fences::load(dir)?,
             store: ObjectStore::open(dir)?,
             label,
             write_bytes: AtomicU64::new(0),
@@ -139,7 +143,7 @@ impl OssHandler {
     }
 
     fn run(&self, ost: &OstTarget, call: OssCall, incoming: &Incoming) -> Result<Outgoing, Status> {
-        if locks::stale_write(ost, &call.req) {
+        if locks::stale_write(ost, &call.req) || fenced(ost, &call.req) {
             return Err(Status::Stale);
         }
         let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
@@ -208,6 +212,7 @@ impl OssHandler {
                     }
                     return Err(io(e));
                 }
+                ost.fences.changed(object);
                 ost.write_bytes
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 OssReply::Written {
@@ -256,11 +261,13 @@ impl OssHandler {
                 let (size, blocks) = ost.store.size(object).map_err(io)?;
                 OssReply::ObjectAttr { size, blocks }
             }
-            OssRequest::Punch { object, size } => {
+            OssRequest::Punch { object, size, .. } => {
                 if size > FILE_BYTES_MAX {
                     return Err(Status::FBig);
                 }
-                ost.store.punch(object, size).map_err(io)?;
+                let r = ost.store.punch(object, size).map_err(io);
+                ost.fences.changed(object);
+                r?;
                 OssReply::Done
             }
             OssRequest::Fallocate {
@@ -269,11 +276,42 @@ impl OssHandler {
                 len,
                 keep_size,
                 punch_hole,
+                ..
             } => {
-                ost.store
+                let r = ost
+                    .store
                     .fallocate(object, offset, len, keep_size, punch_hole)
-                    .map_err(io)?;
+                    .map_err(io);
+                ost.fences.changed(object);
+                r?;
                 OssReply::Done
+            }
+            OssRequest::Fence {
+                objects,
+                generation,
+            } => {
+                if !call.cred.is_root() {
+                    return Err(Status::Perm);
+                }
+                if objects.len() > nacre_wire::oss::FENCE_OBJECTS_MAX {
+                    return Err(Status::TooBig);
+                }
+                ost.fences
+                    .fence(&objects, generation)
+                    .map_err(|e| Status::from_io(&e))?;
+                OssReply::Done
+            }
+            OssRequest::DataVersion { objects, .. } => {
+                if !call.cred.is_root() {
+                    return Err(Status::Perm);
+                }
+                if objects.len() > nacre_wire::oss::FENCE_OBJECTS_MAX {
+                    return Err(Status::TooBig);
+                }
+                // Write locks on them were called back (`hold`): what their holders kept is
+                // written.
+                let (epoch, versions) = ost.fences.versions(&objects);
+                OssReply::Versions { epoch, versions }
             }
             OssRequest::Sync { object } => {
                 ost.store.sync(object).map_err(io)?;
@@ -342,6 +380,22 @@ impl OssHandler {
             OssRequest::LockPoll { .. } => return Err(Status::Proto),
         };
         Ok(Outgoing::ok(encode_body(&reply)))
+    }
+}
+
+/// True if `req` changes an object fenced past the layout generation it carries.
+fn fenced(ost: &OstTarget, req: &OssRequest) -> bool {
+    match req {
+        OssRequest::Write {
+            object, layout_gen, ..
+        }
+        | OssRequest::Punch {
+            object, layout_gen, ..
+        }
+        | OssRequest::Fallocate {
+            object, layout_gen, ..
+        } => !ost.fences.is_empty() && ost.fences.refuses(*object, *layout_gen),
+        _ => false,
     }
 }
 

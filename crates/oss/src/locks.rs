@@ -107,7 +107,7 @@ pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
         OssRequest::Write { object, offset, .. } => {
             vec![(*object, Extent::of(*offset, bulk_len, true))]
         }
-        OssRequest::Punch { object, size } => vec![(
+        OssRequest::Punch { object, size, .. } => vec![(
             *object,
             Extent {
                 start: *size,
@@ -141,6 +141,23 @@ pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
                 write: *write,
             },
         )],
+        // A data version taken after the write lock holders wrote what they keep.
+        OssRequest::DataVersion {
+            objects,
+            flush: true,
+        } => objects
+            .iter()
+            .map(|o| {
+                (
+                    *o,
+                    Extent {
+                        start: 0,
+                        end: u64::MAX,
+                        write: false,
+                    },
+                )
+            })
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -427,11 +444,38 @@ mod tests {
                 lock: true,
                 grant_used: 0,
                 epoch: 0,
+                layout_gen: 0,
             },
             5,
         );
+        // A data version with a flush calls back write locks on the whole objects.
+        let dv = targets(
+            &OssRequest::DataVersion {
+                objects: vec![o],
+                flush: true,
+            },
+            0,
+        );
+        let whole = Extent {
+            start: 0,
+            end: u64::MAX,
+            write: false,
+        };
+        assert_eq!(dv, vec![(o, whole)]);
+        let quiet = OssRequest::DataVersion {
+            objects: vec![o],
+            flush: false,
+        };
+        assert!(targets(&quiet, 0).is_empty());
         assert_eq!(w, vec![(o, Extent::of(10, 5, true))]);
-        let p = targets(&OssRequest::Punch { object: o, size: 7 }, 0);
+        let p = targets(
+            &OssRequest::Punch {
+                object: o,
+                size: 7,
+                layout_gen: 0,
+            },
+            0,
+        );
         assert_eq!(
             (p[0].1.start, p[0].1.end, p[0].1.write),
             (7, u64::MAX, true)
@@ -442,6 +486,7 @@ mod tests {
             len: 9,
             keep_size: false,
             punch_hole: false,
+            layout_gen: 0,
         };
         assert!(targets(&alloc, 0).is_empty(), "allocation changes no data");
         let r = targets(

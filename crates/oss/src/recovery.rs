@@ -301,6 +301,7 @@ mod tests {
             lock: true,
             grant_used: 0,
             epoch,
+            layout_gen: 0,
         };
         assert!(r.holds(&write(0)));
         assert!(!r.holds(&write(7)));

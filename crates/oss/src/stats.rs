@@ -22,6 +22,10 @@ pub const OST_OPS: &[&str] = &[
     "lock_cancel",
     "disconnect",
     "enqueue",
+    "glimpse_answer",
+    "lock_replay",
+    "fence",
+    "data_version",
 ];
 
 /// Histograms of one direction.

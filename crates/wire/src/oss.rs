@@ -73,6 +73,10 @@ pub enum OssRequest {
         /// first ([`OssRequest::LockReplay`]), and sends it again only if no one else
         /// changed the object meanwhile.
         epoch: u64,
+        /// The generation of the file's layout the write was issued under: an object a
+        /// migration fenced ([`OssRequest::Fence`]) refuses an older one (`ESTALE`), and the
+        /// client redoes the write where the file's layout now says.
+        layout_gen: u32,
     },
     /// Read up to `len` bytes at `offset`; short at the object's end. Reply: [`OssReply::Read`]
     /// with the data as bulk.
@@ -99,6 +103,8 @@ pub enum OssRequest {
         object: ObjectId,
         /// New object size.
         size: u64,
+        /// The generation of the layout it was issued under (as for a write).
+        layout_gen: u32,
     },
     /// Allocate (or with `punch_hole`, deallocate) a range. Reply: [`OssReply::Done`].
     Fallocate {
@@ -112,6 +118,8 @@ pub enum OssRequest {
         keep_size: bool,
         /// Deallocate instead (FALLOC_FL_PUNCH_HOLE, implies keep_size).
         punch_hole: bool,
+        /// The generation of the layout it was issued under (as for a write).
+        layout_gen: u32,
     },
     /// Make the object's data durable. Reply: [`OssReply::Done`].
     Sync {
@@ -190,7 +198,30 @@ pub enum OssRequest {
         /// back for its clients): sent with the first message of a replay, else 0.
         grant_bytes: u64,
     },
+    /// A migration fences the objects of a layout it is replacing: from now on a change
+    /// (write, punch, fallocate) issued under a layout generation below `generation` is
+    /// refused (`ESTALE`). Durable before the reply; a fence never goes down. At most
+    /// [`FENCE_OBJECTS_MAX`] objects. Root only. Reply: [`OssReply::Done`].
+    Fence {
+        /// Objects.
+        objects: Vec<ObjectId>,
+        /// The lowest generation their changes may carry from now on.
+        generation: u32,
+    },
+    /// The data versions of objects (each changes with every change of its object's data,
+    /// and with the OST's restart), taken after the holders of write locks on them have
+    /// written what they keep when `flush` (their locks are called back first). At most
+    /// [`FENCE_OBJECTS_MAX`] objects. Root only. Reply: [`OssReply::Versions`].
+    DataVersion {
+        /// Objects.
+        objects: Vec<ObjectId>,
+        /// Call back write locks on the objects first.
+        flush: bool,
+    },
 }
+
+/// Most objects one [`OssRequest::Fence`] or [`OssRequest::DataVersion`] names.
+pub const FENCE_OBJECTS_MAX: usize = 512;
 
 /// Most objects one [`OssRequest::SetOwner`] names.
 pub const SET_OWNER_OBJECTS_MAX: usize = 512;
@@ -244,6 +275,14 @@ pub enum OssReply {
         /// Objects glimpsed.
         glimpses: Vec<ObjectId>,
     },
+    /// Data versions (answer to [`OssRequest::DataVersion`]): the OST's epoch (new at
+    /// every start) and one version per object asked for, in order.
+    Versions {
+        /// The OST's epoch.
+        epoch: u64,
+        /// Versions.
+        versions: Vec<u64>,
+    },
     /// What a [`OssRequest::LockReplay`] got back: the locks refused (the others are held
     /// again), and the objects someone else changed since the restart — what the client
     /// kept for them (cached data, writes not yet sent) is stale and must go.
@@ -289,6 +328,8 @@ impl OssRequest {
             | OssRequest::LockCancel { .. }
             | OssRequest::GlimpseAnswer { .. }
             | OssRequest::LockReplay { .. }
+            | OssRequest::Fence { .. }
+            | OssRequest::DataVersion { .. }
             | OssRequest::Disconnect => None,
         }
     }
@@ -312,6 +353,8 @@ impl OssRequest {
             OssRequest::Enqueue { .. } => 0x030e,
             OssRequest::GlimpseAnswer { .. } => 0x030f,
             OssRequest::LockReplay { .. } => 0x0310,
+            OssRequest::Fence { .. } => 0x0311,
+            OssRequest::DataVersion { .. } => 0x0312,
         }
     }
 }
@@ -333,6 +376,7 @@ mod tests {
                 lock: false,
                 grant_used: 0,
                 epoch: 0,
+                layout_gen: 0,
             },
             OssRequest::Read {
                 object: o,
@@ -340,13 +384,18 @@ mod tests {
                 len: 1,
                 lock: false,
             },
-            OssRequest::Punch { object: o, size: 0 },
+            OssRequest::Punch {
+                object: o,
+                size: 0,
+                layout_gen: 0,
+            },
             OssRequest::Fallocate {
                 object: o,
                 offset: 0,
                 len: 1,
                 keep_size: false,
                 punch_hole: false,
+                layout_gen: 0,
             },
             OssRequest::Sync { object: o },
         ];
@@ -420,7 +469,10 @@ mod tests {
                 OssRequest::SetOwner { objects: objects.clone(), owner },
                 OssRequest::GetOwner { object: objects[0] },
                 OssRequest::Write { object: objects[0], offset: ids[0], owner, lock: true,
-                                    grant_used: ids[0], epoch: u64::from(gid) },
+                                    grant_used: ids[0], epoch: u64::from(gid), layout_gen: uid },
+                OssRequest::Punch { object: objects[0], size: ids[0], layout_gen: gid },
+                OssRequest::Fence { objects: objects.clone(), generation: uid },
+                OssRequest::DataVersion { objects: objects.clone(), flush: uid & 1 == 0 },
                 OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
                 OssRequest::LockCancel { handles: ids.clone() },
                 OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
@@ -454,8 +506,13 @@ mod tests {
                 OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()],
                                      glimpses: objects.clone() },
                 OssReply::Replayed { refused: ids.clone(), changed: objects.clone() },
+                OssReply::Versions { epoch: u64::from(uid), versions: ids.clone() },
             ] {
-                prop_assert_eq!(decode_body::<OssReply>(&encode_body(&reply)).unwrap(), reply);
+                let bytes = encode_body(&reply);
+                prop_assert_eq!(decode_body::<OssReply>(&bytes).unwrap(), reply);
+                for n in 0..bytes.len() {
+                    prop_assert!(decode_body::<OssReply>(&bytes[..n]).is_err());
+                }
             }
         }
 
