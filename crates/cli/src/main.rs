@@ -66,20 +66,38 @@ enum Command {
         /// The directory to create.
         path: PathBuf,
     },
-    /// Move a directory tree to another MDT online, like `lfs migrate -m`: each directory's
-    /// inode and entries, with the inodes of its files (file data stays on the OSTs).
+    /// Re-lay out files online, like `lfs migrate -c/-S/-p`: their data copied to new objects
+    /// while they stay open and in use, then the layouts swapped (docs/migrate.md); with
+    /// `-m`, move a directory tree to another MDT online, like `lfs migrate -m` (each
+    /// directory's inode and entries, with the inodes of its files; data stays put).
     Migrate {
-        /// MDT to move to.
+        /// MDT to move a directory tree to.
         #[arg(short = 'm', long = "mdt-index")]
-        mdt: u32,
-        /// Only DIR itself (with its files), not the directories beneath it.
+        mdt: Option<u32>,
+        /// New stripe count (-1: all OSTs of the pool).
+        #[arg(short = 'c', long = "stripe-count", allow_hyphen_values = true)]
+        stripe_count: Option<i32>,
+        /// New stripe size (e.g. 4M).
+        #[arg(short = 'S', long = "stripe-size")]
+        stripe_size: Option<String>,
+        /// OST pool of the new objects.
+        #[arg(short = 'p', long = "pool")]
+        pool: Option<String>,
+        /// Copy at most this many bytes per second (e.g. 200M).
+        #[arg(long)]
+        bandwidth: Option<String>,
+        /// Print a JSON summary.
+        #[arg(long)]
+        json: bool,
+        /// With -m: only DIR itself (with its files), not the directories beneath it.
         #[arg(short = 'd', long = "directory")]
         dir_only: bool,
-        /// Print each directory moved.
+        /// Print each directory or file moved.
         #[arg(short, long)]
         verbose: bool,
-        /// The directory.
-        path: PathBuf,
+        /// Files and directories (with -m: one directory).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
     },
     /// Show where directories live and how they are striped, like `lfs getdirstripe`.
     Getdirstripe {
@@ -330,10 +348,41 @@ fn main() {
         } => cmd::dirs::mkdir(&path, mdt, count, hash.as_deref(), &mode),
         Command::Migrate {
             mdt,
+            stripe_count,
+            stripe_size,
+            pool,
+            bandwidth,
+            json,
             dir_only,
             verbose,
-            path,
-        } => admin::migrate(&path, mdt, dir_only, verbose),
+            paths,
+        } => {
+            let relayout = stripe_count.is_some() || stripe_size.is_some() || pool.is_some();
+            match (mdt, relayout) {
+                (Some(_), true) => Err(anyhow::anyhow!(
+                    "-m moves directories between MDTs; -c, -S and -p re-lay out files: \
+                     give one or the other"
+                )),
+                (Some(m), false) if paths.len() == 1 => {
+                    admin::migrate(&paths[0], m, dir_only, verbose)
+                }
+                (Some(_), false) => Err(anyhow::anyhow!("-m moves one directory at a time")),
+                (None, false) => Err(anyhow::anyhow!(
+                    "nothing to do: give -c, -S or -p (a new layout), or -m (another MDT)"
+                )),
+                (None, true) => cmd::migrate::migrate_files(
+                    cmd::migrate::Request {
+                        stripe_count,
+                        stripe_size,
+                        pool,
+                        bandwidth,
+                        verbose,
+                        json,
+                    },
+                    &paths,
+                ),
+            }
+        }
         Command::Getdirstripe { default, paths } => cmd::dirs::getdirstripe(&paths, default),
         Command::Setdirstripe {
             default,

@@ -3,7 +3,12 @@
 use crate::*;
 use nacre_types::{Owner, Status};
 use nacre_wire::mds::MdsOp;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// Times one write is redone after OSTs refused it as issued under an older layout (each
+/// redo reads the layout again; only a file migrated over and over again gets near it).
+pub const FENCED_REDOS_MAX: u32 = 16;
 
 impl Client {
     /// Reads file data; short only at end of file. Sequential readers get the next reads
@@ -100,9 +105,25 @@ impl Client {
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
-        match self.io_layout(file)?.get() {
-            Some(layout) => osc::write(self, layout, offset, data, file.owner),
-            None => Err(Status::Inval.into()),
+        let mut refused = 0;
+        loop {
+            let io = self.io_layout(file)?;
+            let written = match io.get() {
+                Some(layout) => osc::write(self, layout, offset, data, file.owner),
+                None => Err(Status::Inval.into()),
+            };
+            match written {
+                // An OST refused it as issued under an older layout (a migration fenced the
+                // objects; a write straight through has no other cause of ESTALE): redone
+                // where the file's layout says now.
+                Err(e) if e.status() == Status::Stale && refused < FENCED_REDOS_MAX => {
+                    drop(io);
+                    refused += 1;
+                    self.layout_redos.fetch_add(1, Ordering::Relaxed);
+                    self.reload_layout(file)?;
+                }
+                other => return other,
+            }
         }
     }
 

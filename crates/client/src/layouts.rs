@@ -125,6 +125,15 @@ impl Client {
         }
     }
 
+    /// Reads `file`'s layout from the MDT again (an OST refused a change under it: a
+    /// migration fenced its objects). While the migration's fence window is open the MDT
+    /// answers "in progress" and the request waits; then the new layout comes.
+    pub(crate) fn reload_layout(&self, file: &OpenFile) -> Result<()> {
+        let slot = &file.layout;
+        slot.stale.store(true, Ordering::Release);
+        self.refresh_layout(slot).map(|_| ())
+    }
+
     /// Reads `slot`'s layout from the MDT, asking for the LAYOUT lock; true if it is
     /// covered by the lock (no callback came since).
     fn refresh_layout(&self, slot: &LayoutSlot) -> Result<bool> {

@@ -27,6 +27,7 @@ pub mod mdc;
 mod namespace;
 pub mod opencache;
 pub mod osc;
+pub mod relayout;
 mod routing;
 pub mod rpc_stats;
 pub mod writeback;
@@ -314,6 +315,9 @@ pub struct Client {
     appends: [parking_lot::Mutex<()>; append::APPEND_SLOTS],
     /// Opens kept under `OPEN` locks (opencache.rs).
     opens: opencache::OpenCache,
+    /// Writes redone after an OST refused them as issued under an older layout (a
+    /// migration's fence).
+    pub layout_redos: std::sync::atomic::AtomicU64,
     me: std::sync::Weak<Client>,
 }
 
@@ -341,6 +345,7 @@ impl Client {
             layout_slots: Default::default(),
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             opens: opencache::OpenCache::default(),
+            layout_redos: std::sync::atomic::AtomicU64::new(0),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

@@ -17,11 +17,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The layout generation every change of an object carries (OSTs refuse one below a
-/// migration's fence: crates/oss/src/fence.rs). Layouts are all of generation 0 until
-/// online migration swaps them (issue 20, step 2).
-pub const LAYOUT_GENERATION: u32 = 0;
-
 /// One RPC of a multi-object operation.
 pub(crate) struct Sub {
     pub(crate) stripe: usize,
@@ -309,7 +304,7 @@ pub(crate) fn write_subs(
             lock: caching,
             grant_used: 0,
             epoch: 0,
-            layout_gen: LAYOUT_GENERATION,
+            layout_gen: layout.generation,
         };
         if let Err(e) = window.start(client, tag, ost, &req, Some(Arc::new(buf))) {
             drop(window);
@@ -688,7 +683,36 @@ pub fn truncate(client: &Client, layout: &Layout, size: u64) -> Result<()> {
     per_object(client, layout, |stripe, object| OssRequest::Punch {
         object,
         size: layout.object_size_for_file(stripe, size),
-        layout_gen: LAYOUT_GENERATION,
+        layout_gen: layout.generation,
+    })
+    .map(|_| ())
+}
+
+/// The data version of each of `layout`'s objects, with its OST's epoch (taken after the
+/// holders of write locks on them wrote what they keep, with `flush`). Root only.
+pub fn data_versions(client: &Client, layout: &Layout, flush: bool) -> Result<Vec<(u64, u64)>> {
+    let replies = per_object(client, layout, |_, object| OssRequest::DataVersion {
+        objects: vec![object],
+        flush,
+    })?;
+    let mut out = vec![(0, 0); layout.objects.len()];
+    for (stripe, reply) in replies {
+        match reply {
+            OssReply::Versions { epoch, versions } if versions.len() == 1 => {
+                out[stripe] = (epoch, versions[0]);
+            }
+            _ => return Err(Status::Proto.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Fences `layout`'s objects at `generation`: their OSTs refuse changes issued under an
+/// older one from now on. Root only.
+pub fn fence(client: &Client, layout: &Layout, generation: u32) -> Result<()> {
+    per_object(client, layout, |_, object| OssRequest::Fence {
+        objects: vec![object],
+        generation,
     })
     .map(|_| ())
 }
@@ -720,7 +744,7 @@ pub fn fallocate(
             len: chunk.len,
             keep_size,
             punch_hole,
-            layout_gen: LAYOUT_GENERATION,
+            layout_gen: layout.generation,
         };
         window.start(client, tag, ost, &req, None)?;
     }

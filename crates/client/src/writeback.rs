@@ -38,6 +38,8 @@ pub(crate) type Key = (u32, ObjectId);
 struct Obj {
     fid: Fid,
     owner: Owner,
+    /// The generation of the layout the data was kept under (its writes carry it).
+    layout_gen: u32,
     /// The job and credentials of the last write kept: the flusher's RPCs carry them (per-job
     /// statistics, and later quotas, count the writer, not the flusher).
     job: String,
@@ -194,6 +196,7 @@ struct Work {
     key: Key,
     fid: Fid,
     owner: Owner,
+    layout_gen: u32,
     job: String,
     cred: Option<nacre_types::Cred>,
     off: u64,
@@ -208,6 +211,7 @@ struct Flying {
     reply: Option<osc::Pending>,
     uuid: [u8; 16],
     owner: Owner,
+    layout_gen: u32,
     job: String,
     cred: Option<nacre_types::Cred>,
     buf: Arc<AlignedBuf>,
@@ -382,7 +386,7 @@ impl Writeback {
     fn keep(
         &self,
         key: Key,
-        (fid, owner): (Fid, Owner),
+        (fid, owner, layout_gen): (Fid, Owner, u32),
         off: u64,
         data: Vec<u8>,
         max_rpc: u64,
@@ -422,6 +426,7 @@ impl Writeback {
             o.cred = Some(nacre_types::cred::current());
         }
         o.touched = Some(Instant::now());
+        o.layout_gen = o.layout_gen.max(layout_gen);
         let replaced = o.insert(off, data);
         let ready = o.first_run() >= max_rpc;
         let g = st.grant.entry(key.0).or_default();
@@ -476,7 +481,7 @@ impl Client {
             let bytes = osc::gather(layout, &sub, offset, data);
             let back = self.writeback.keep(
                 (ost, object),
-                (file.fid, file.owner),
+                (file.fid, file.owner, layout.generation),
                 sub.object_offset,
                 bytes,
                 max,
@@ -603,6 +608,7 @@ fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Wor
                 key: *key,
                 fid: o.fid,
                 owner: o.owner,
+                layout_gen: o.layout_gen,
                 job: o.job.clone(),
                 cred: o.cred.clone(),
                 off,
@@ -634,6 +640,7 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             key,
             fid,
             owner,
+            layout_gen,
             job,
             cred,
             off,
@@ -652,7 +659,7 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
                 lock: false,
                 grant_used: len,
                 epoch,
-                layout_gen: osc::LAYOUT_GENERATION,
+                layout_gen,
             };
             let buf = Arc::new(buf);
             let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(buf.clone())) {
@@ -670,6 +677,7 @@ fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
                 reply,
                 uuid,
                 owner,
+                layout_gen,
                 job,
                 cred,
                 buf,
@@ -748,7 +756,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
             lock: false,
             grant_used: f.range.1 - f.range.0,
             epoch,
-            layout_gen: osc::LAYOUT_GENERATION,
+            layout_gen: f.layout_gen,
         };
         let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()));
         if !is_stale(&result) {

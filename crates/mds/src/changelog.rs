@@ -435,7 +435,9 @@ pub fn note_op(tx: &mut Tx<'_>, call: &MdsCall, reply: &MdsReply) {
             c.xattr = name.clone();
             c
         }
-        MdsOp::SetLayout { fid, .. } => Change::new(RecordKind::Layout, *fid, Fid::default(), b""),
+        MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
+            Change::new(RecordKind::Layout, *fid, Fid::default(), b"")
+        }
         _ => return,
     };
     note(tx, &origin, change);

@@ -204,6 +204,16 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
         }
         return Outgoing::error(denied);
     }
+    // A file whose migration's fence window is open hands out no layout until the swap
+    // (or abort): the asker waits (docs/migrate.md).
+    let layout_wanted = match &call.op {
+        MdsOp::GetLayout { fid } | MdsOp::Open { fid, .. } => Some(*fid),
+        MdsOp::GetAttr { fid } if call.lock_bits & nacre_ldlm::msg::LAYOUT != 0 => Some(*fid),
+        _ => None,
+    };
+    if layout_wanted.is_some_and(|f| relayout::fenced(mdt, f)) {
+        return Outgoing::error(Status::InProgress);
+    }
     // Modifying client requests (and opens) pass the gate a migration closes while it
     // freezes; one touching a frozen inode is resent by the client later.
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))

@@ -30,6 +30,7 @@ pub mod osp;
 pub mod owners;
 pub mod perm;
 pub mod records;
+pub mod relayout;
 pub mod replay;
 pub mod sizes;
 pub mod stats;

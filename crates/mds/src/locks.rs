@@ -91,7 +91,12 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. } => t.push((*fid, UPDATE)),
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
-        MdsOp::SetLayout { fid, .. } => t.push((*fid, UPDATE | LAYOUT)),
+        MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
+            t.push((*fid, UPDATE | LAYOUT))
+        }
+        // A migration's fence window and abort: every mount writes what it keeps for the
+        // old objects and lets go of the layout before the change runs.
+        MdsOp::RelayoutFence { fid } | MdsOp::RelayoutAbort { fid } => t.push((*fid, LAYOUT)),
         MdsOp::Migrate { fid, parent, .. } => {
             t.push((*parent, UPDATE));
             t.push((*fid, LOOKUP | UPDATE | OPEN));

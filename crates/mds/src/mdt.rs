@@ -94,6 +94,10 @@ pub struct Mdt {
     pub atimes: crate::atime::Atimes,
     /// Changelog consumers and record numbering (changelog.rs).
     pub changelog: crate::changelog::Changelog,
+    /// Files whose migration's fence window is open (relayout.rs).
+    pub relayouts_fenced: parking_lot::Mutex<std::collections::HashSet<Fid>>,
+    /// Migrations in progress (0: none; removals need not look).
+    pub relayouts_pending: AtomicU64,
     /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
     pub ldlm: Arc<nacre_ldlm::server::Namespace>,
     /// Byte-range locks and the requests waiting for them (flocks.rs); in memory.
@@ -153,6 +157,7 @@ impl Mdt {
         let frozen = load_frozen(&*kv)?;
         crate::links::build_index(&*kv)?;
         let changelog = crate::changelog::Changelog::load(&*kv)?;
+        let (relayouts_pending, relayouts_fenced) = crate::relayout::load(&*kv)?;
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
@@ -193,6 +198,8 @@ impl Mdt {
             sizes: crate::sizes::Sizes::default(),
             atimes: crate::atime::Atimes::default(),
             changelog,
+            relayouts_fenced: parking_lot::Mutex::new(relayouts_fenced),
+            relayouts_pending: AtomicU64::new(relayouts_pending),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),

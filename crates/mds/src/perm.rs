@@ -122,7 +122,12 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::ChangelogClear { .. }
         | MdsOp::ChangelogRead { .. }
         | MdsOp::ChangelogUsers
-        | MdsOp::FidLinks { .. } => Err(Status::Perm),
+        | MdsOp::FidLinks { .. }
+        // Online migration of a file, as `lfs migrate` (root's).
+        | MdsOp::RelayoutBegin { .. }
+        | MdsOp::RelayoutFence { .. }
+        | MdsOp::RelayoutSwap { .. }
+        | MdsOp::RelayoutAbort { .. } => Err(Status::Perm),
         MdsOp::GetAttr { .. }
         | MdsOp::ReadLink { .. }
         | MdsOp::Close { .. }

@@ -31,6 +31,7 @@
 //! * `links`: FID (16) ++ parent FID (16) ++ name → empty: the entries here naming an inode
 //!   (links.rs, for `fid2path`)
 //! * `changelog`, `changelog_users`: records of changes and their consumers (changelog.rs)
+//! * `relayouts`: FID key (16) → online file migrations in progress (relayout.rs)
 
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
@@ -69,7 +70,8 @@ pub const CLIENTS: &str = "clients";
 /// (OST, object) → the [`nacre_types::Owner`] bytes.
 pub const OWNERS: &str = "owners";
 /// Every table of an MDT.
-pub const TABLES: [&str; 18] = [
+pub const TABLES: [&str; 19] = [
+    crate::relayout::RELAYOUTS,
     crate::changelog::CHANGELOG,
     crate::changelog::CHANGELOG_USERS,
     crate::links::LINKS,
@@ -232,12 +234,56 @@ pub fn encode<T: Serialize>(rec: &T) -> Vec<u8> {
     out
 }
 
-/// Version byte of inode records: the inode's version, then the record (4: layouts and
-/// striping defaults name an OST pool; 3: before pools; 1: before versions, and before
+/// Version byte of inode records: the inode's version, then the record (5: layouts have a
+/// generation; 4: before generations; 3: before pools; 1: before versions, and before
 /// pools).
-const INODE_RECORD_VERSION: u8 = 4;
+const INODE_RECORD_VERSION: u8 = 5;
+/// Inode records from before layout generations (with pools and the inode's version).
+const INODE_RECORD_VERSION_NO_GENERATIONS: u8 = 4;
 /// Inode records from before pools, with the inode's version.
 const INODE_RECORD_VERSION_NO_POOLS: u8 = 3;
+
+/// Inode records as format 4 stored them (layouts without a generation: generation 0).
+mod before_generations {
+    use nacre_types::layout::StripeSpec;
+    use nacre_types::{Attr, Fid, PoolName, StripeObject};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    struct Layout {
+        stripe_size: u32,
+        objects: Vec<StripeObject>,
+        pool: PoolName,
+    }
+
+    #[derive(Deserialize)]
+    pub struct InodeRecord {
+        attr: Attr,
+        layout: Option<Layout>,
+        dir_default: Option<StripeSpec>,
+        symlink: Option<Vec<u8>>,
+        parent: Option<Fid>,
+        orphan: bool,
+    }
+
+    impl InodeRecord {
+        pub fn upgrade(self) -> super::InodeRecord {
+            super::InodeRecord {
+                attr: self.attr,
+                layout: self.layout.map(|l| nacre_types::Layout {
+                    stripe_size: l.stripe_size,
+                    objects: l.objects,
+                    pool: l.pool,
+                    generation: 0,
+                }),
+                dir_default: self.dir_default,
+                symlink: self.symlink,
+                parent: self.parent,
+                orphan: self.orphan,
+            }
+        }
+    }
+}
 
 /// Inode records as formats 1 and 3 stored them (no pool names).
 mod before_pools {
@@ -275,6 +321,7 @@ mod before_pools {
                     stripe_size: l.stripe_size,
                     objects: l.objects,
                     pool: PoolName::NONE,
+                    generation: 0,
                 }),
                 dir_default: self.dir_default.map(|d| super::StripeSpec {
                     stripe_count: d.stripe_count,
@@ -301,11 +348,12 @@ pub fn encode_inode(rec: &InodeRecord, version: u64) -> Vec<u8> {
 /// The version stored with an inode record (0 for records from before versions).
 pub fn inode_version(bytes: &[u8]) -> u64 {
     match bytes.split_first() {
-        Some((&(INODE_RECORD_VERSION | INODE_RECORD_VERSION_NO_POOLS), rest))
-            if rest.len() >= 8 =>
-        {
-            u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"))
-        }
+        Some((
+            &(INODE_RECORD_VERSION
+            | INODE_RECORD_VERSION_NO_GENERATIONS
+            | INODE_RECORD_VERSION_NO_POOLS),
+            rest,
+        )) if rest.len() >= 8 => u64::from_be_bytes(rest[..8].try_into().expect("8 bytes")),
         _ => 0,
     }
 }
@@ -329,6 +377,15 @@ pub fn decode<T: DeserializeOwned + 'static>(bytes: &[u8]) -> Result<T, Status> 
     };
     let inode = std::any::TypeId::of::<T>() == std::any::TypeId::of::<InodeRecord>();
     match bytes.split_first() {
+        Some((&INODE_RECORD_VERSION_NO_GENERATIONS, rest)) if inode && rest.len() >= 8 => {
+            let old = postcard::from_bytes::<before_generations::InodeRecord>(&rest[8..]).map_err(
+                |e| {
+                    tracing::error!("damaged MDT record: {e}");
+                    Status::Io
+                },
+            )?;
+            as_t(old.upgrade())
+        }
         Some((&INODE_RECORD_VERSION_NO_POOLS, rest)) if inode && rest.len() >= 8 => {
             as_t(decode_inode_before_pools(&rest[8..])?)
         }
@@ -448,6 +505,7 @@ mod version_tests {
                 stripe_size: 1 << 20,
                 objects: vec![object],
                 pool: nacre_types::PoolName::NONE,
+                generation: 0,
             }),
             dir_default: Some(StripeSpec {
                 stripe_count: 2,
@@ -467,6 +525,43 @@ mod version_tests {
         v3.extend(postcard::to_allocvec(&old_body).unwrap());
         assert_eq!(decode::<InodeRecord>(&v3).unwrap(), want);
         assert_eq!(inode_version(&v3), 17);
+        // Format 4 (pools, no layout generation) reads as generation 0.
+        #[derive(serde::Serialize)]
+        struct PooledLayout {
+            stripe_size: u32,
+            objects: Vec<nacre_types::StripeObject>,
+            pool: nacre_types::PoolName,
+        }
+        let flash = nacre_types::PoolName::new("flash").unwrap();
+        let v4_body = (
+            rec.attr.clone(),
+            Some(PooledLayout {
+                stripe_size: 1 << 20,
+                objects: vec![object],
+                pool: flash,
+            }),
+            None::<StripeSpec>,
+            None::<Vec<u8>>,
+            None::<Fid>,
+            false,
+        );
+        let mut v4 = vec![INODE_RECORD_VERSION_NO_GENERATIONS];
+        v4.extend_from_slice(&23u64.to_be_bytes());
+        v4.extend(postcard::to_allocvec(&v4_body).unwrap());
+        let read = decode::<InodeRecord>(&v4).unwrap();
+        let l = read.layout.unwrap();
+        assert_eq!((l.pool, l.generation, l.objects), (flash, 0, vec![object]));
+        assert_eq!(inode_version(&v4), 23);
+        // A generation survives the round trip.
+        let mut moved = rec.clone();
+        moved.layout = Some(Layout {
+            generation: 7,
+            ..want.layout.clone().unwrap()
+        });
+        assert_eq!(
+            decode::<InodeRecord>(&encode_inode(&moved, 1)).unwrap(),
+            moved
+        );
         // Other records of version 1 are read as they are.
         let dirent = DirentRecord {
             fid: Fid::ROOT,

@@ -136,6 +136,10 @@ pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Statu
         MdsOp::ChangelogRegister { name } => changelog::register(tx, name),
         MdsOp::ChangelogDeregister { user } => changelog::deregister(tx, *user),
         MdsOp::ChangelogClear { user, upto } => changelog::clear(tx, *user, *upto),
+        MdsOp::RelayoutBegin { fid, spec } => relayout::begin(tx, *fid, *spec),
+        MdsOp::RelayoutFence { fid } => relayout::fence(tx, *fid),
+        MdsOp::RelayoutSwap { fid } => relayout::swap(tx, *fid),
+        MdsOp::RelayoutAbort { fid } => relayout::abort(tx, *fid),
         _ => Err(Status::Proto),
     }
 }

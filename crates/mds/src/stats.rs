@@ -54,6 +54,10 @@ pub const MD_OPS: &[&str] = &[
     "changelog_read",
     "changelog_users",
     "fid2path",
+    "relayout_begin",
+    "relayout_fence",
+    "relayout_swap",
+    "relayout_abort",
 ];
 
 #[cfg(test)]
@@ -71,11 +75,11 @@ mod tests {
             "sync"
         );
         // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::FidLinks {
+        let last = MdsOp::RelayoutAbort {
             fid: nacre_types::Fid::ROOT,
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "fid2path");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "relayout_abort");
         let read = MdsOp::ChangelogRead {
             user: 1,
             from: 0,

@@ -291,6 +291,7 @@ impl Tx<'_> {
             stripe_size: size,
             objects,
             pool,
+            generation: 0,
         })
     }
 
@@ -326,6 +327,7 @@ impl Tx<'_> {
         if let Some(layout) = &rec.layout {
             self.destroy_objects(layout);
         }
+        crate::relayout::forget(self, fid)?;
         if rec.attr.kind == FileKind::Directory {
             self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
             self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());

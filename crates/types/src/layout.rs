@@ -93,6 +93,10 @@ pub struct Layout {
     pub objects: Vec<StripeObject>,
     /// The OST pool its objects were allocated in (none: any OST).
     pub pool: PoolName,
+    /// The layout's generation: one up at each migration's swap (or abort after a fence).
+    /// Every change of an object carries it; an OST refuses a change carrying an older
+    /// generation than the object's fence (docs/migrate.md).
+    pub generation: u32,
 }
 
 /// A stripe request, as `setstripe` gives it or a directory stores as its default.
@@ -341,6 +345,7 @@ mod tests {
                 })
                 .collect(),
             pool: PoolName::NONE,
+            generation: 0,
         }
     }
 

@@ -476,6 +476,34 @@ pub enum MdsOp {
         /// The inode.
         fid: Fid,
     },
+    /// Starts (or resumes) the online migration of regular file `fid` (docs/migrate.md): new
+    /// objects as `spec` asks (what it leaves unset is the current layout's), recorded
+    /// with the file. Root only. Reply: [`MdsReply::Relayout`].
+    RelayoutBegin {
+        /// The file.
+        fid: Fid,
+        /// The new striping.
+        spec: StripeSpec,
+    },
+    /// Opens the migration's fence window: the file's LAYOUT locks are called back and
+    /// its layout requests wait until the swap or abort. Root only. Reply:
+    /// [`MdsReply::Done`].
+    RelayoutFence {
+        /// The file.
+        fid: Fid,
+    },
+    /// Makes the new layout the file's, one generation up; the old objects are destroyed
+    /// once that is durable. Root only. Reply: [`MdsReply::Layout`].
+    RelayoutSwap {
+        /// The file.
+        fid: Fid,
+    },
+    /// Gives the migration up: the new objects go; a fenced layout goes one generation up.
+    /// Root only. Reply: [`MdsReply::Done`].
+    RelayoutAbort {
+        /// The file.
+        fid: Fid,
+    },
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -592,7 +620,11 @@ impl MdsOp {
             | MdsOp::RemoveXattr { fid, .. }
             | MdsOp::SetLayout { fid, .. }
             | MdsOp::GetLayout { fid }
-            | MdsOp::FidLinks { fid } => Some(*fid),
+            | MdsOp::FidLinks { fid }
+            | MdsOp::RelayoutBegin { fid, .. }
+            | MdsOp::RelayoutFence { fid }
+            | MdsOp::RelayoutSwap { fid }
+            | MdsOp::RelayoutAbort { fid } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -692,6 +724,10 @@ impl MdsOp {
                 MdsOp::ChangelogRead { .. } => 49,
                 MdsOp::ChangelogUsers => 50,
                 MdsOp::FidLinks { .. } => 51,
+                MdsOp::RelayoutBegin { .. } => 52,
+                MdsOp::RelayoutFence { .. } => 53,
+                MdsOp::RelayoutSwap { .. } => 54,
+                MdsOp::RelayoutAbort { .. } => 55,
             }
     }
 

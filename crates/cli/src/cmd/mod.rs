@@ -8,6 +8,7 @@ pub(crate) mod df;
 pub(crate) mod dirs;
 pub(crate) mod docs;
 pub(crate) mod lfsck;
+pub(crate) mod migrate;
 pub(crate) mod mkfs;
 pub(crate) mod mount;
 pub(crate) mod plan;

@@ -156,6 +156,13 @@ pub enum MdsReply {
         /// Number the next record will get.
         next: u64,
     },
+    /// A migration's layouts (answer to [`MdsOp::RelayoutBegin`]).
+    Relayout {
+        /// The file's layout now.
+        old: Layout,
+        /// The new objects.
+        new: Layout,
+    },
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -197,6 +204,10 @@ impl MdsReply {
                 layout: Some(l), ..
             }
             | MdsReply::Layout(LayoutInfo::File(l)) => l.check().map_err(|e| e.to_string()),
+            MdsReply::Relayout { old, new } => {
+                old.check().map_err(|e| e.to_string())?;
+                new.check().map_err(|e| e.to_string())
+            }
             MdsReply::DirStripe(Some(s)) => s.check(),
             MdsReply::Dir { entries, .. } => {
                 if entries.len() > READDIR_ENTRIES_MAX as usize {

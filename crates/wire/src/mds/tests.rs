@@ -18,6 +18,7 @@ fn check_refuses_content_a_client_cannot_use_and_passes_the_rest() {
             stripe_size,
             objects,
             pool: nacre_types::PoolName::NONE,
+            generation: 0,
         }))
     };
     assert!(layout(vec![one], 1 << 20).check().is_ok());
@@ -25,6 +26,7 @@ fn check_refuses_content_a_client_cannot_use_and_passes_the_rest() {
         stripe_size: 1 << 20,
         objects: vec![one],
         pool: nacre_types::PoolName::new("flash").unwrap(),
+        generation: 3,
     };
     assert!(MdsReply::Layout(LayoutInfo::File(pooled.clone()))
         .check()
@@ -602,6 +604,49 @@ proptest! {
             for n in 0..bytes.len() {
                 prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
             }
+        }
+    }
+
+    #[test]
+    fn relayout_messages_round_trip_and_refuse_truncation(
+        count in -1i32..64,
+        size in any::<u32>(),
+        generation in any::<u32>(),
+        ids in proptest::collection::vec(any::<u64>(), 0..5),
+    ) {
+        use nacre_types::{ObjectId, StripeObject};
+        let fid = Fid::new(0x2_0000_0400, 5);
+        let spec = StripeSpec { stripe_count: count, stripe_size: size, start_ost: -1,
+                                pool: nacre_types::PoolName::NONE };
+        for op in [
+            MdsOp::RelayoutBegin { fid, spec },
+            MdsOp::RelayoutFence { fid },
+            MdsOp::RelayoutSwap { fid },
+            MdsOp::RelayoutAbort { fid },
+        ] {
+            prop_assert!(op.is_modifying());
+            prop_assert_eq!(op.key_fid(), Some(fid));
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+        }
+        let layout = |ids: &[u64]| Layout {
+            stripe_size: 1 << 20,
+            objects: ids.iter().map(|&id| StripeObject { ost: 0, object: ObjectId { seq: 1, id } })
+                .collect(),
+            pool: nacre_types::PoolName::NONE,
+            generation,
+        };
+        let reply = MdsReply::Relayout { old: layout(&ids), new: layout(&ids) };
+        let bytes = encode_body(&reply);
+        let back = decode_body::<MdsReply>(&bytes).unwrap();
+        // A layout without objects is refused by the client's check.
+        prop_assert_eq!(back.check().is_err(), ids.is_empty());
+        prop_assert_eq!(back, reply);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
         }
     }
 

@@ -1,0 +1,155 @@
+//! `nacre migrate -c N -S SIZE -p POOL FILE|DIR...`: online migration of files to a new
+//! layout (docs/migrate.md), as `lfs migrate` does; `-m MDT` (directories to another MDT) is
+//! `admin::migrate`. Files already in the layout asked for are skipped, so a run stopped
+//! half way through a tree resumes where it stopped.
+
+use super::changelog::client_of;
+use crate::admin::getxattr;
+use anyhow::{bail, Context};
+use nacre_client::relayout::{MigrateOptions, Pacer};
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Fid, PoolName};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// What a run asks for.
+pub(crate) struct Request {
+    pub(crate) stripe_count: Option<i32>,
+    pub(crate) stripe_size: Option<String>,
+    pub(crate) pool: Option<String>,
+    /// Bytes per second at most, as `100M` (per second).
+    pub(crate) bandwidth: Option<String>,
+    pub(crate) verbose: bool,
+    pub(crate) json: bool,
+}
+
+#[derive(Default)]
+struct Totals {
+    files: u64,
+    skipped: u64,
+    failed: u64,
+    bytes: u64,
+    copied_again: u64,
+}
+
+/// True if the layout `lov` (the `user.nacre.lov` JSON) is what `spec` asks for.
+fn already(lov: &Value, spec: &StripeSpec) -> bool {
+    let count_ok = spec.stripe_count <= 0
+        || lov["stripe_count"].as_i64() == Some(i64::from(spec.stripe_count));
+    let size_ok =
+        spec.stripe_size == 0 || lov["stripe_size"].as_u64() == Some(u64::from(spec.stripe_size));
+    let pool_ok = spec.pool == PoolName::NONE || lov["pool"].as_str() == Some(spec.pool.as_str());
+    count_ok && size_ok && pool_ok
+}
+
+/// Every regular file under `paths` (directories walked depth first, symlinks not
+/// followed).
+fn files_of(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = paths.iter().rev().cloned().collect();
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p).with_context(|| p.display().to_string())?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(&p)?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()?;
+            entries.sort();
+            stack.extend(entries.into_iter().rev());
+        } else if meta.is_file() {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn migrate_files(req: Request, paths: &[PathBuf]) -> anyhow::Result<()> {
+    let pool = match req.pool.as_deref() {
+        Some(p) => {
+            let name = p.rsplit('.').next().unwrap_or(p);
+            PoolName::new(name).map_err(|e| anyhow::anyhow!("bad pool '{p}': {e}"))?
+        }
+        None => PoolName::NONE,
+    };
+    let stripe_size = match req.stripe_size.as_deref() {
+        Some(s) => u32::try_from(nacre_cli::size::parse_size(s).map_err(anyhow::Error::msg)?)
+            .context("stripe size too large")?,
+        None => 0,
+    };
+    let spec = StripeSpec {
+        stripe_count: req.stripe_count.unwrap_or(0),
+        stripe_size,
+        start_ost: -1,
+        pool,
+    };
+    let bandwidth = match req.bandwidth.as_deref() {
+        Some(b) => nacre_cli::size::parse_size(b).map_err(anyhow::Error::msg)?,
+        None => 0,
+    };
+    let Some(first) = paths.first() else {
+        bail!("no file or directory to migrate");
+    };
+    let client = client_of(&first.display().to_string())?;
+    client.check_spec(spec)?;
+    let opts = MigrateOptions { spec };
+    let mut pacer = Pacer::new(bandwidth);
+    let files = files_of(paths)?;
+    let started = Instant::now();
+    let mut t = Totals::default();
+    for (i, f) in files.iter().enumerate() {
+        let lov: Value = serde_json::from_slice(&getxattr(f, nacre_fuse::XATTR_LOV)?)?;
+        if already(&lov, &spec) {
+            t.skipped += 1;
+            continue;
+        }
+        let fid: Fid = String::from_utf8_lossy(&getxattr(f, nacre_fuse::XATTR_FID)?)
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}: bad FID: {e}", f.display()))?;
+        match client.migrate_file(fid, &opts, &mut pacer) {
+            Ok(r) => {
+                t.files += 1;
+                t.bytes += r.size;
+                t.copied_again += u64::from(r.copied_again);
+                if req.verbose {
+                    eprintln!(
+                        "[{}/{}] {} ({} bytes{})",
+                        i + 1,
+                        files.len(),
+                        f.display(),
+                        r.size,
+                        if r.copied_again {
+                            ", changed while copied: copied again"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+            }
+            Err(e) => {
+                t.failed += 1;
+                eprintln!("nacre: migrate {}: {e}", f.display());
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mib_s = t.bytes as f64 / (1 << 20) as f64 / secs.max(1e-6);
+    if req.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "files": t.files, "skipped": t.skipped, "failed": t.failed,
+                "bytes": t.bytes, "copied_again": t.copied_again,
+                "seconds": secs, "mib_per_s": mib_s,
+            })
+        );
+    } else {
+        println!(
+            "migrated {} files ({} bytes, {mib_s:.1} MiB/s), {} already so, {} failed",
+            t.files, t.bytes, t.skipped, t.failed
+        );
+    }
+    if t.failed > 0 {
+        bail!("{} files not migrated", t.failed);
+    }
+    Ok(())
+}

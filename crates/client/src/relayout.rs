@@ -1,0 +1,152 @@
+//! Online file migration, the migrator's side (docs/migrate.md): new objects from the MDT,
+//! the data copied while the file stays in use, the old objects fenced on their OSTs, a
+//! second copy only if the file changed meanwhile, then the MDT's atomic swap.
+
+use crate::*;
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::{MdsOp, MdsReply};
+use std::time::{Duration, Instant};
+
+/// Bytes copied per read and write.
+pub const COPY_CHUNK_BYTES: usize = 16 << 20;
+
+/// How a file is migrated.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MigrateOptions {
+    /// The new striping (what it leaves unset comes from the file's current layout).
+    pub spec: StripeSpec,
+}
+
+/// What a migration did.
+#[derive(Clone, Debug, Default)]
+pub struct MigrateReport {
+    /// The file's size.
+    pub size: u64,
+    /// Bytes copied (twice the size when the file changed during the first copy).
+    pub bytes_copied: u64,
+    /// The file changed during the first copy: copied again under the fence.
+    pub copied_again: bool,
+    /// The new layout's stripe count, stripe size and pool.
+    pub layout: Option<nacre_types::Layout>,
+}
+
+/// Paces copies to a bandwidth limit.
+pub struct Pacer {
+    limit: u64,
+    started: Instant,
+    bytes: u64,
+}
+
+impl Pacer {
+    /// A pacer of `limit` bytes per second (0: none).
+    pub fn new(limit: u64) -> Pacer {
+        Pacer {
+            limit,
+            started: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// `n` more bytes moved: waits until they fit the limit.
+    pub fn moved(&mut self, n: u64) {
+        self.bytes += n;
+        if self.limit == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.limit as f64);
+        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
+}
+
+impl Client {
+    /// Migrates regular file `fid` to the layout `opts` asks for while it stays in use.
+    pub fn migrate_file(
+        &self,
+        fid: Fid,
+        opts: &MigrateOptions,
+        pacer: &mut Pacer,
+    ) -> Result<MigrateReport> {
+        let (old, new) = match self.md(MdsOp::RelayoutBegin {
+            fid,
+            spec: opts.spec,
+        })? {
+            MdsReply::Relayout { old, new } => (old, new),
+            _ => return Err(Status::Proto.into()),
+        };
+        let done = self.relayout(fid, &old, &new, pacer);
+        if done.is_err() {
+            if let Err(e) = self.md(MdsOp::RelayoutAbort { fid }) {
+                tracing::warn!("migration of {fid}: abort: {e}");
+            }
+        }
+        done
+    }
+
+    fn relayout(
+        &self,
+        fid: Fid,
+        old: &nacre_types::Layout,
+        new: &nacre_types::Layout,
+        pacer: &mut Pacer,
+    ) -> Result<MigrateReport> {
+        let owner = {
+            let a = self.getattr(fid)?;
+            nacre_types::Owner {
+                uid: a.uid,
+                gid: a.gid,
+                project: 0,
+            }
+        };
+        let mut report = MigrateReport::default();
+        // Copy while the file is in use, between two versions taken after the writers
+        // flushed.
+        let before = osc::data_versions(self, old, true)?;
+        let (size, _) = osc::glimpse(self, old)?;
+        report.bytes_copied += copy(self, old, new, size, owner, pacer)?;
+        let after = osc::data_versions(self, old, true)?;
+        // Nothing reaches the old objects any more: mounts let go of the layout (LAYOUT
+        // locks), the OSTs refuse the rest.
+        self.md(MdsOp::RelayoutFence { fid })?;
+        osc::fence(self, old, old.generation + 1)?;
+        let fenced = osc::data_versions(self, old, true)?;
+        let (size_now, _) = osc::glimpse(self, old)?;
+        if fenced != before || after != before || size_now != size {
+            // Changed meanwhile: copied again, frozen now.
+            osc::truncate(self, new, 0)?;
+            report.bytes_copied += copy(self, old, new, size_now, owner, pacer)?;
+            report.copied_again = true;
+        }
+        report.size = size_now;
+        match self.md(MdsOp::RelayoutSwap { fid })? {
+            MdsReply::Layout(nacre_wire::mds::LayoutInfo::File(l)) => report.layout = Some(l),
+            _ => return Err(Status::Proto.into()),
+        }
+        Ok(report)
+    }
+}
+
+/// Copies bytes `0..size` of the file from layout `from` to layout `to`.
+fn copy(
+    c: &Client,
+    from: &nacre_types::Layout,
+    to: &nacre_types::Layout,
+    size: u64,
+    owner: nacre_types::Owner,
+    pacer: &mut Pacer,
+) -> Result<u64> {
+    let mut off = 0;
+    while off < size {
+        let len = (size - off).min(COPY_CHUNK_BYTES as u64) as usize;
+        let buf = osc::read(c, from, off, len)?;
+        if buf.is_empty() {
+            break;
+        }
+        osc::write(c, to, off, &buf, owner)?;
+        off += buf.len() as u64;
+        pacer.moved(buf.len() as u64);
+    }
+    Ok(off)
+}

@@ -1,0 +1,173 @@
+//! Online file migration, the MDT's side (docs/migrate.md): new objects allocated and
+//! recorded with the file (`relayouts` table), the fence window (LAYOUT locks called back,
+//! layout requests answered "in progress"), and the atomic swap or the abort.
+//!
+//! Table `relayouts`: FID key (16) → `[1] postcard(RelayoutRecord)`.
+
+use crate::mdt::{kv_err, Mdt, Tx};
+use crate::records::{decode, encode, InodeRecord};
+use nacre_types::layout::StripeSpec;
+use nacre_types::{Fid, FileKind, Layout, Status};
+use nacre_wire::mds::{LayoutInfo, MdsReply};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+
+/// Migrations in progress.
+pub const RELAYOUTS: &str = "relayouts";
+
+/// A migration in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayoutRecord {
+    /// The new objects (the generation is set at the swap).
+    pub new: Layout,
+    /// The generation of the layout being replaced.
+    pub old_generation: u32,
+    /// The fence window is open: the old objects are (being) fenced on their OSTs, layout
+    /// requests wait.
+    pub fenced: bool,
+}
+
+/// The migration of `fid` in progress, if any.
+pub fn pending(mdt: &Mdt, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
+    match mdt.kv.get(RELAYOUTS, &fid.to_key()).map_err(kv_err)? {
+        Some(v) => decode(&v).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// True while `fid`'s fence window is open (its layout requests answer "in progress").
+pub fn fenced(mdt: &Mdt, fid: Fid) -> bool {
+    mdt.relayouts_fenced.lock().contains(&fid)
+}
+
+fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
+    let rec = tx.inode(fid)?;
+    if rec.attr.kind != FileKind::Regular {
+        return Err(Status::Inval);
+    }
+    let layout = rec.layout.clone().ok_or(Status::Io)?;
+    Ok((rec, layout))
+}
+
+/// `RelayoutBegin`: new objects for `fid` as `spec` asks (what it leaves unset is the
+/// current layout's), recorded; a migration already in progress is handed back (a
+/// migrator resumes it).
+pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
+    let (rec, old) = regular(tx, fid)?;
+    if let Some(r) = pending(tx.mdt, fid)? {
+        return Ok(MdsReply::Relayout { old, new: r.new });
+    }
+    let current = StripeSpec {
+        stripe_count: old.objects.len() as i32,
+        stripe_size: old.stripe_size,
+        start_ost: -1,
+        pool: old.pool,
+    };
+    let like = InodeRecord {
+        dir_default: Some(current),
+        ..rec
+    };
+    let new = tx.new_layout(&like, spec)?;
+    let record = RelayoutRecord {
+        new: new.clone(),
+        old_generation: old.generation,
+        fenced: false,
+    };
+    tx.batch
+        .put(RELAYOUTS, fid.to_key().to_vec(), encode(&record));
+    tx.mdt.relayouts_pending.fetch_add(1, Ordering::AcqRel);
+    Ok(MdsReply::Relayout { old, new })
+}
+
+/// `RelayoutFence`: opens the fence window (the caller's revocation of the LAYOUT locks
+/// has run: every mount wrote what it kept for the old objects).
+pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
+    let (_, old) = regular(tx, fid)?;
+    let mut r = pending(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
+    if r.old_generation != old.generation {
+        return Err(Status::Stale);
+    }
+    r.fenced = true;
+    tx.batch.put(RELAYOUTS, fid.to_key().to_vec(), encode(&r));
+    tx.mdt.relayouts_fenced.lock().insert(fid);
+    Ok(MdsReply::Done)
+}
+
+/// `RelayoutSwap`: the new layout becomes the file's, one generation up; the old objects
+/// are destroyed once that is durable.
+pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
+    let (mut rec, old) = regular(tx, fid)?;
+    let r = pending(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
+    if !r.fenced || r.old_generation != old.generation {
+        return Err(Status::Stale);
+    }
+    let mut new = r.new;
+    new.generation = old.generation.wrapping_add(1);
+    tx.destroy_objects(&old);
+    rec.layout = Some(new.clone());
+    rec.attr.ctime = tx.now;
+    tx.put_inode(&rec);
+    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+    tx.mdt.relayouts_fenced.lock().remove(&fid);
+    tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+    Ok(MdsReply::Layout(LayoutInfo::File(new)))
+}
+
+/// `RelayoutAbort`: the new objects go; if the old ones were fenced, the layout goes one
+/// generation up, so writes issued under it again pass the fence.
+pub fn abort(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
+    let Some(r) = pending(tx.mdt, fid)? else {
+        return Ok(MdsReply::Done);
+    };
+    if r.fenced {
+        if let Ok((mut rec, mut old)) = regular(tx, fid) {
+            if old.generation == r.old_generation {
+                old.generation = old.generation.wrapping_add(1);
+                rec.layout = Some(old);
+                tx.put_inode(&rec);
+            }
+        }
+    }
+    tx.destroy_objects(&r.new);
+    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+    tx.mdt.relayouts_fenced.lock().remove(&fid);
+    tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+    Ok(MdsReply::Done)
+}
+
+/// (migrations in progress, files whose fence window is open), read at start.
+pub fn load(kv: &dyn nacre_kv::KvStore) -> Result<(u64, std::collections::HashSet<Fid>), Status> {
+    let mut count = 0;
+    let mut fenced = std::collections::HashSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(RELAYOUTS, &[], after.as_deref(), 1024)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, v) in &page {
+            count += 1;
+            if let (Some(fid), Ok(r)) = (Fid::from_key(k), decode::<RelayoutRecord>(v)) {
+                if r.fenced {
+                    fenced.insert(fid);
+                }
+            }
+        }
+    }
+    Ok((count, fenced))
+}
+
+/// A removed file's migration goes with it (its new objects destroyed too).
+pub fn forget(tx: &mut Tx<'_>, fid: Fid) -> Result<(), Status> {
+    if tx.mdt.relayouts_pending.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    if let Some(r) = pending(tx.mdt, fid)? {
+        tx.destroy_objects(&r.new);
+        tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+        tx.mdt.relayouts_fenced.lock().remove(&fid);
+        tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+    }
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! Online file migration (docs/migrate.md): a file open and in use — one process keeps
+//! writing it, another keeps reading it — moves to another pool with `nacre migrate -p`,
+//! and loses nothing (every byte checked, during and after); its objects end up on the new
+//! pool's OSTs (checked in their own directories) and the old ones are destroyed; a writer
+//! that kept the old layout (the native library, no locks) is refused by the fence and its
+//! write redone in the new layout; `-m` with `-c/-S/-p` is refused.
+
+use nacre_client::{Client, ClientConfig};
+use nacre_testkit::{nacre, nacre_ok, pattern, wait_for, Form, Spec, TestFs};
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+const PAGE: usize = 4096;
+const PAGES: usize = 2048; // 8 MiB
+
+/// The content of page `p` at version `v` (version 0: as first written).
+fn page(p: usize, v: u32) -> Vec<u8> {
+    pattern((p as u64) << 20 | u64::from(v), PAGE)
+}
+
+/// (pool, OSTs, object ids) of a file.
+fn layout_of(path: &Path) -> (String, Vec<u64>, Vec<u64>) {
+    let v: Value =
+        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
+    let objs = v["objects"].as_array().unwrap();
+    (
+        v["pool"].as_str().unwrap_or("").to_string(),
+        objs.iter().map(|o| o["ost"].as_u64().unwrap()).collect(),
+        objs.iter().map(|o| o["id"].as_u64().unwrap()).collect(),
+    )
+}
+
+/// True if OST `ost`'s directory holds object `id` (of any sequence).
+fn ost_holds(fs: &TestFs, ost: u64, id: u64) -> bool {
+    let root = fs.data.join(format!("ost{ost}")).join("O");
+    fs::read_dir(&root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|seq| {
+            seq.path()
+                .join(format!("d{}", id % 32))
+                .join(id.to_string())
+                .exists()
+        })
+}
+
+fn pools(fs: &TestFs, fsname: &str) {
+    for (p, osts) in [("flash", "OST[0-1]"), ("capacity", "OST[2-3]")] {
+        nacre_ok(&["pool", "new", &format!("{fsname}.{p}")]);
+        nacre_ok(&["pool", "add", &format!("{fsname}.{p}"), osts]);
+    }
+    fs::create_dir(fs.path("d")).unwrap();
+    nacre_ok(&[
+        "setstripe",
+        "-p",
+        "flash",
+        "-c",
+        "2",
+        "-S",
+        "64K",
+        fs.path("d").to_str().unwrap(),
+    ]);
+}
+
+#[test]
+fn a_file_in_use_migrates_to_another_pool_losing_nothing() {
+    let fsname = "migf";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    let path = fs.path("d/f");
+    let mut first = Vec::with_capacity(PAGE * PAGES);
+    for p in 0..PAGES {
+        first.extend_from_slice(&page(p, 0));
+    }
+    fs::write(&path, &first).unwrap();
+    let (pool, osts, old_ids) = layout_of(&path);
+    assert_eq!(pool, "flash");
+    assert!(osts.iter().all(|o| *o < 2), "{osts:?}");
+
+    // The writer keeps one handle open and rewrites pages with new versions; the model
+    // says each page's version.
+    let versions = Arc::new(Mutex::new(vec![0u32; PAGES]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (path, versions, stop, written) = (
+            path.clone(),
+            versions.clone(),
+            stop.clone(),
+            written.clone(),
+        );
+        std::thread::spawn(move || {
+            let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut rng = fastrand::Rng::with_seed(7);
+            while !stop.load(Ordering::Relaxed) {
+                let p = rng.usize(..PAGES);
+                // The model moves first (a reader meanwhile may see the page's previous
+                // version, which it accepts), then the page is written.
+                let v = {
+                    let mut v = versions.lock().unwrap();
+                    v[p] += 1;
+                    v[p]
+                };
+                f.write_all_at(&page(p, v), (p * PAGE) as u64).unwrap();
+                written.fetch_add(1, Ordering::Relaxed);
+            }
+            f.sync_all().unwrap();
+        })
+    };
+    // The reader checks that every page it reads is one of that page's versions.
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (path, versions, stop, reads) =
+            (path.clone(), versions.clone(), stop.clone(), reads.clone());
+        std::thread::spawn(move || {
+            let f = fs::File::open(&path).unwrap();
+            let mut buf = vec![0u8; PAGE];
+            let mut rng = fastrand::Rng::with_seed(11);
+            while !stop.load(Ordering::Relaxed) {
+                let p = rng.usize(..PAGES);
+                let top = versions.lock().unwrap()[p];
+                f.read_exact_at(&mut buf, (p * PAGE) as u64).unwrap();
+                let now = versions.lock().unwrap()[p];
+                assert!(
+                    (top.saturating_sub(1)..=now).any(|v| buf == page(p, v)),
+                    "page {p} read as none of versions {top}..={now}"
+                );
+                reads.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    wait_for("the writer and reader at work", || {
+        written.load(Ordering::Relaxed) > 200 && reads.load(Ordering::Relaxed) > 200
+    });
+    let out = nacre_ok(&[
+        "migrate",
+        "-p",
+        "capacity",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let summary: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(summary["files"], 1, "{out}");
+    assert_eq!(summary["bytes"], (PAGE * PAGES) as u64, "{out}");
+    // Both go on a while in the new layout.
+    let (w, r) = (
+        written.load(Ordering::Relaxed),
+        reads.load(Ordering::Relaxed),
+    );
+    wait_for("more writes and reads after the swap", || {
+        written.load(Ordering::Relaxed) > w + 200 && reads.load(Ordering::Relaxed) > r + 200
+    });
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    reader.join().unwrap();
+    // Every byte is what the model says, read through another mount too.
+    let v = versions.lock().unwrap().clone();
+    let mut want = Vec::with_capacity(PAGE * PAGES);
+    for (p, ver) in v.iter().enumerate() {
+        want.extend_from_slice(&page(p, *ver));
+    }
+    assert!(
+        fs::read(&path).unwrap() == want,
+        "the file differs from what was written"
+    );
+    let other = fs.scratch().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let _b = fs.mount_another(&other, &[]);
+    assert!(
+        fs::read(other.join("d/f")).unwrap() == want,
+        "another mount reads otherwise"
+    );
+    // The objects are the new pool's, on its OSTs' disks; the old ones are destroyed.
+    let (pool, osts, ids) = layout_of(&path);
+    assert_eq!(pool, "capacity");
+    assert!(osts.iter().all(|o| *o >= 2), "{osts:?}");
+    for (o, id) in osts.iter().zip(&ids) {
+        assert!(ost_holds(&fs, *o, *id), "OST{o} has no object {id}");
+    }
+    wait_for("the old objects destroyed", || {
+        old_ids
+            .iter()
+            .all(|id| !(0..2).any(|o| ost_holds(&fs, o, *id)))
+    });
+    // A second run finds nothing to do (a tree's run resumes where it stopped).
+    let again = nacre_ok(&[
+        "migrate",
+        "-p",
+        "capacity",
+        "--json",
+        fs.path("d").to_str().unwrap(),
+    ]);
+    let again: Value = serde_json::from_str(again.trim()).unwrap();
+    assert_eq!(
+        (again["files"].clone(), again["skipped"].clone()),
+        (0.into(), 1.into())
+    );
+    nacre_testkit::lfsck_clean(&fs.source());
+}
+
+#[test]
+fn a_write_under_the_old_layout_is_refused_and_redone() {
+    let fsname = "migs";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    let path = fs.path("d/g");
+    fs::write(&path, vec![b'a'; 256 << 10]).unwrap();
+    // A native client without locks opens the file and keeps its layout.
+    let mgs = fs.source();
+    let (nid, name) = mgs.rsplit_once(":/").unwrap();
+    let c = Client::mount(nid.parse().unwrap(), name, ClientConfig::default()).unwrap();
+    let d = c.lookup(nacre_types::Fid::ROOT, b"d", false).unwrap();
+    let g = c.lookup(d.fid, b"g", false).unwrap();
+    let (_, file) = c.open(g.fid, nacre_types::cred::MAY_WRITE).unwrap();
+    assert_eq!(file.layout().unwrap().generation, 0);
+    nacre_ok(&["migrate", "-p", "capacity", path.to_str().unwrap()]);
+    // Its layout is the old one: its write reaches the fenced objects, is refused, and
+    // is redone in the new layout.
+    c.write(&file, 64 << 10, &vec![b'b'; 128 << 10]).unwrap();
+    assert_eq!(c.layout_redos.load(Ordering::Relaxed), 1);
+    assert_eq!(file.layout().unwrap().generation, 1);
+    c.close(&file).unwrap();
+    let got = fs::read(&path).unwrap();
+    let mut want = vec![b'a'; 256 << 10];
+    want[64 << 10..192 << 10].fill(b'b');
+    assert!(got == want, "the redone write is not in the file");
+    assert_eq!(layout_of(&path).0, "capacity");
+    c.disconnect(std::time::Duration::from_secs(5));
+    // -m and a new layout together are refused.
+    let both = nacre(&["migrate", "-m", "0", "-p", "flash", path.to_str().unwrap()]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("one or the other"));
+}
