@@ -236,3 +236,54 @@ fn a_write_under_the_old_layout_is_refused_and_redone() {
     assert!(!both.status.success());
     assert!(String::from_utf8_lossy(&both.stderr).contains("one or the other"));
 }
+
+/// A migrator that dies inside its fence window (here: a bare connection that asked for
+/// the window and went) holds the file's writers only until the lease ends: the MDT aborts
+/// the migration, the file keeps its objects one generation up, and the writes go on.
+#[test]
+fn a_dead_migrators_fence_window_ends_with_its_lease() {
+    let fsname = "migl";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    let path = fs.path("d/h");
+    fs::write(&path, vec![b'a'; 64 << 10]).unwrap();
+    let (_, osts, ids) = layout_of(&path);
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("mdt.{fsname}-MDT0000.relayout_fence_lease_ms=2000"),
+    ]);
+    let fid: nacre_types::Fid = nacre_ok(&["path2fid", path.to_str().unwrap()])
+        .trim()
+        .parse()
+        .unwrap();
+    let mds = fs.servers_mut()[0].listen.clone();
+    {
+        nacre_types::cred::set_current(Some(nacre_types::Cred::root()));
+        let mut c = nacre_testkit::raw::RawConn::connect(&mds, [7; 16]).unwrap();
+        let spec = nacre_types::layout::StripeSpec {
+            pool: nacre_types::PoolName::new("capacity").unwrap(),
+            ..Default::default()
+        };
+        for op in [
+            nacre_wire::mds::MdsOp::RelayoutBegin { fid, spec },
+            nacre_wire::mds::MdsOp::RelayoutFence { fid },
+        ] {
+            c.send_mds(0, op).unwrap();
+            let r = c.recv().unwrap();
+            assert_eq!(r.header.status, 0);
+        }
+    } // the "migrator" is gone
+      // A writer through the mount waits for the layout, then writes where it was.
+    let mut f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    use std::io::{Seek, Write};
+    f.seek(std::io::SeekFrom::Start(4096)).unwrap();
+    f.write_all(b"after").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let (pool, osts_now, ids_now) = layout_of(&path);
+    assert_eq!((pool.as_str(), osts_now, ids_now), ("flash", osts, ids));
+    let got = fs::read(&path).unwrap();
+    assert_eq!(&got[4096..4101], b"after");
+    assert_eq!(got.len(), 64 << 10);
+}

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 /// Bytes copied per read and write.
 pub const COPY_CHUNK_BYTES: usize = 16 << 20;
+/// How often a long copy renews the migration's lease at the MDT (well under its fence
+/// lease, crates/mds/src/relayout.rs).
+pub const RENEW_MS: u64 = 5_000;
 
 /// How a file is migrated.
 #[derive(Clone, Copy, Debug, Default)]
@@ -105,7 +108,15 @@ impl Client {
         // flushed.
         let before = osc::data_versions(self, old, true)?;
         let (size, _) = osc::glimpse(self, old)?;
-        report.bytes_copied += copy(self, old, new, size, owner, pacer)?;
+        // Asking again for the migration in progress renews it (its spec is not looked at).
+        let renew_copy = || {
+            self.md(MdsOp::RelayoutBegin {
+                fid,
+                spec: StripeSpec::default(),
+            })
+            .map(|_| ())
+        };
+        report.bytes_copied += copy(self, old, new, size, owner, pacer, &renew_copy)?;
         let after = osc::data_versions(self, old, true)?;
         // Nothing reaches the old objects any more: mounts let go of the layout (LAYOUT
         // locks), the OSTs refuse the rest.
@@ -116,7 +127,8 @@ impl Client {
         if fenced != before || after != before || size_now != size {
             // Changed meanwhile: copied again, frozen now.
             osc::truncate(self, new, 0)?;
-            report.bytes_copied += copy(self, old, new, size_now, owner, pacer)?;
+            let renew_fence = || self.md(MdsOp::RelayoutFence { fid }).map(|_| ());
+            report.bytes_copied += copy(self, old, new, size_now, owner, pacer, &renew_fence)?;
             report.copied_again = true;
         }
         report.size = size_now;
@@ -136,9 +148,15 @@ fn copy(
     size: u64,
     owner: nacre_types::Owner,
     pacer: &mut Pacer,
+    renew: &dyn Fn() -> Result<()>,
 ) -> Result<u64> {
     let mut off = 0;
+    let mut renewed = Instant::now();
     while off < size {
+        if renewed.elapsed() >= Duration::from_millis(RENEW_MS) {
+            renew()?;
+            renewed = Instant::now();
+        }
         let len = (size - off).min(COPY_CHUNK_BYTES as u64) as usize;
         let buf = osc::read(c, from, off, len)?;
         if buf.is_empty() {

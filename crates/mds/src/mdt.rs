@@ -98,6 +98,10 @@ pub struct Mdt {
     pub relayouts_fenced: parking_lot::Mutex<std::collections::HashSet<Fid>>,
     /// Migrations in progress (0: none; removals need not look).
     pub relayouts_pending: AtomicU64,
+    /// When each migration's migrator last renewed it (relayout.rs; in memory).
+    pub relayout_leases: parking_lot::Mutex<HashMap<Fid, std::time::Instant>>,
+    /// `mdt.*.relayout_fence_lease_ms`.
+    pub relayout_fence_lease_ms: AtomicU64,
     /// Metadata locks granted to clients (locks.rs); in memory, new at every start.
     pub ldlm: Arc<nacre_ldlm::server::Namespace>,
     /// Byte-range locks and the requests waiting for them (flocks.rs); in memory.
@@ -200,6 +204,8 @@ impl Mdt {
             changelog,
             relayouts_fenced: parking_lot::Mutex::new(relayouts_fenced),
             relayouts_pending: AtomicU64::new(relayouts_pending),
+            relayout_leases: parking_lot::Mutex::new(HashMap::new()),
+            relayout_fence_lease_ms: AtomicU64::new(crate::relayout::FENCE_LEASE_MS),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),

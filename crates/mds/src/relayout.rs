@@ -14,6 +14,13 @@ use std::sync::atomic::Ordering;
 
 /// Migrations in progress.
 pub const RELAYOUTS: &str = "relayouts";
+/// Default of `mdt.*.relayout_fence_lease_ms`: a fence window the migrator has not renewed
+/// (a `RelayoutFence` again) for this long is aborted, so a migrator that died cannot hold
+/// a file's layout requests for longer.
+pub const FENCE_LEASE_MS: u64 = 30_000;
+/// A migration whose migrator has not renewed it (a `RelayoutBegin` again) for this long is
+/// aborted (its new objects destroyed).
+pub const COPY_LEASE_MS: u64 = 600_000;
 
 /// A migration in progress.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +62,7 @@ fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
 pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
     let (rec, old) = regular(tx, fid)?;
     if let Some(r) = pending(tx.mdt, fid)? {
+        touch(tx.mdt, fid);
         return Ok(MdsReply::Relayout { old, new: r.new });
     }
     let current = StripeSpec {
@@ -76,6 +84,7 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
     tx.batch
         .put(RELAYOUTS, fid.to_key().to_vec(), encode(&record));
     tx.mdt.relayouts_pending.fetch_add(1, Ordering::AcqRel);
+    touch(tx.mdt, fid);
     Ok(MdsReply::Relayout { old, new })
 }
 
@@ -90,6 +99,7 @@ pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     r.fenced = true;
     tx.batch.put(RELAYOUTS, fid.to_key().to_vec(), encode(&r));
     tx.mdt.relayouts_fenced.lock().insert(fid);
+    touch(tx.mdt, fid);
     Ok(MdsReply::Done)
 }
 
@@ -133,6 +143,68 @@ pub fn abort(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     tx.mdt.relayouts_fenced.lock().remove(&fid);
     tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
     Ok(MdsReply::Done)
+}
+
+/// The migrator of `fid` is alive (its lease starts again).
+fn touch(mdt: &Mdt, fid: Fid) {
+    mdt.relayout_leases
+        .lock()
+        .insert(fid, std::time::Instant::now());
+}
+
+/// Aborts the migrations whose migrator stopped renewing them (called every few seconds):
+/// a fence window after `relayout_fence_lease_ms`, a copy after [`COPY_LEASE_MS`].
+pub fn expire(mdt: &Mdt) -> Result<(), Status> {
+    if mdt.relayouts_pending.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    let now = std::time::Instant::now();
+    let late: Vec<Fid> = {
+        let fenced = mdt.relayouts_fenced.lock().clone();
+        let mut leases = mdt.relayout_leases.lock();
+        let mut page_after: Option<Vec<u8>> = None;
+        let mut late = Vec::new();
+        loop {
+            let page = mdt
+                .kv
+                .scan(RELAYOUTS, &[], page_after.as_deref(), 1024)
+                .map_err(kv_err)?;
+            let Some(last) = page.last() else { break };
+            page_after = Some(last.0.clone());
+            for (k, _) in &page {
+                let Some(fid) = Fid::from_key(k) else {
+                    continue;
+                };
+                // One found at start has its whole lease from then.
+                let since = *leases.entry(fid).or_insert(now);
+                let lease = if fenced.contains(&fid) {
+                    mdt.relayout_fence_lease_ms.load(Ordering::Relaxed)
+                } else {
+                    COPY_LEASE_MS
+                };
+                if now.duration_since(since).as_millis() as u64 > lease {
+                    late.push(fid);
+                }
+            }
+        }
+        late
+    };
+    for fid in late {
+        tracing::warn!(
+            "{}: migration of {fid} not renewed by its migrator: aborted",
+            mdt.label.name()
+        );
+        let mut tx = mdt.begin();
+        abort(&mut tx, fid)?;
+        let destroys = std::mem::take(&mut tx.destroys);
+        let b = std::mem::take(&mut tx.batch);
+        drop(tx);
+        let t = mdt.kv.commit(b).map_err(kv_err)?;
+        mdt.kv.wait_durable(t).map_err(kv_err)?;
+        mdt.queue_destroys(destroys);
+        mdt.relayout_leases.lock().remove(&fid);
+    }
+    Ok(())
 }
 
 /// (migrations in progress, files whose fence window is open), read at start.

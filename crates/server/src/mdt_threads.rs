@@ -76,6 +76,10 @@ pub(crate) fn spawn(
                 if let Err(e) = nacre_mds::changelog::maintain(&m) {
                     tracing::warn!("{}: changelog maintenance: {e}", m.label.name());
                 }
+                // Migrations whose migrator died.
+                if let Err(e) = nacre_mds::relayout::expire(&m) {
+                    tracing::warn!("{}: migration leases: {e}", m.label.name());
+                }
                 if stopping {
                     return;
                 }

@@ -163,6 +163,9 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
             (|m: &Mdt| &m.changelog.records_max) as fn(&Mdt) -> &std::sync::atomic::AtomicU64,
         ),
         ("changelog_idle_ms_max", |m: &Mdt| &m.changelog.idle_ms_max),
+        ("relayout_fence_lease_ms", |m: &Mdt| {
+            &m.relayout_fence_lease_ms
+        }),
     ] {
         let (a, b) = (m.clone(), m.clone());
         r.add_rw(
