@@ -83,9 +83,12 @@ enum Command {
         /// OST pool of the new objects.
         #[arg(short = 'p', long = "pool")]
         pool: Option<String>,
-        /// Copy at most this many bytes per second (e.g. 200M).
+        /// Copy at most this many bytes per second in all (e.g. 200M).
         #[arg(long)]
         bandwidth: Option<String>,
+        /// Files migrated at once (1 to 64).
+        #[arg(short = 'j', long, default_value_t = 4)]
+        jobs: usize,
         /// Print a JSON summary.
         #[arg(long)]
         json: bool,
@@ -352,6 +355,7 @@ fn main() {
             stripe_size,
             pool,
             bandwidth,
+            jobs,
             json,
             dir_only,
             verbose,
@@ -372,6 +376,7 @@ fn main() {
                 )),
                 (None, true) => cmd::migrate::migrate_files(
                     cmd::migrate::Request {
+                        jobs,
                         stripe_count,
                         stripe_size,
                         pool,

@@ -34,11 +34,11 @@ pub struct MigrateReport {
     pub layout: Option<nacre_types::Layout>,
 }
 
-/// Paces copies to a bandwidth limit.
+/// Paces copies to a bandwidth limit, shared by the threads of one run.
 pub struct Pacer {
     limit: u64,
     started: Instant,
-    bytes: u64,
+    bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Pacer {
@@ -47,17 +47,20 @@ impl Pacer {
         Pacer {
             limit,
             started: Instant::now(),
-            bytes: 0,
+            bytes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// `n` more bytes moved: waits until they fit the limit.
-    pub fn moved(&mut self, n: u64) {
-        self.bytes += n;
+    /// `n` more bytes moved: waits until everything moved so far fits the limit.
+    pub fn moved(&self, n: u64) {
+        let total = self
+            .bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
+            + n;
         if self.limit == 0 {
             return;
         }
-        let due = Duration::from_secs_f64(self.bytes as f64 / self.limit as f64);
+        let due = Duration::from_secs_f64(total as f64 / self.limit as f64);
         if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
             std::thread::sleep(ahead);
         }
@@ -70,7 +73,7 @@ impl Client {
         &self,
         fid: Fid,
         opts: &MigrateOptions,
-        pacer: &mut Pacer,
+        pacer: &Pacer,
     ) -> Result<MigrateReport> {
         let (old, new) = match self.md(MdsOp::RelayoutBegin {
             fid,
@@ -93,7 +96,7 @@ impl Client {
         fid: Fid,
         old: &nacre_types::Layout,
         new: &nacre_types::Layout,
-        pacer: &mut Pacer,
+        pacer: &Pacer,
     ) -> Result<MigrateReport> {
         let owner = {
             let a = self.getattr(fid)?;
@@ -147,23 +150,31 @@ fn copy(
     to: &nacre_types::Layout,
     size: u64,
     owner: nacre_types::Owner,
-    pacer: &mut Pacer,
+    pacer: &Pacer,
     renew: &dyn Fn() -> Result<()>,
 ) -> Result<u64> {
     let mut off = 0;
     let mut renewed = Instant::now();
-    while off < size {
+    let chunk = |at: u64| (size - at).min(COPY_CHUNK_BYTES as u64) as usize;
+    // The next chunk is read while this one is written.
+    let mut reading = (size > 0)
+        .then(|| osc::start_read(c, from, 0, chunk(0)))
+        .transpose()?;
+    while let Some(job) = reading.take() {
         if renewed.elapsed() >= Duration::from_millis(RENEW_MS) {
             renew()?;
             renewed = Instant::now();
         }
-        let len = (size - off).min(COPY_CHUNK_BYTES as u64) as usize;
-        let buf = osc::read(c, from, off, len)?;
+        let buf = job.finish(c, from)?;
         if buf.is_empty() {
             break;
         }
+        let next = off + buf.len() as u64;
+        if next < size {
+            reading = Some(osc::start_read(c, from, next, chunk(next))?);
+        }
         osc::write(c, to, off, &buf, owner)?;
-        off += buf.len() as u64;
+        off = next;
         pacer.moved(buf.len() as u64);
     }
     Ok(off)

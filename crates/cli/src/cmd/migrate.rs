@@ -13,8 +13,13 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Files migrated at once at most.
+pub(crate) const JOBS_MAX: usize = 64;
+
 /// What a run asks for.
 pub(crate) struct Request {
+    /// Files migrated at once.
+    pub(crate) jobs: usize,
     pub(crate) stripe_count: Option<i32>,
     pub(crate) stripe_size: Option<String>,
     pub(crate) pool: Option<String>,
@@ -92,45 +97,55 @@ pub(crate) fn migrate_files(req: Request, paths: &[PathBuf]) -> anyhow::Result<(
     let client = client_of(&first.display().to_string())?;
     client.check_spec(spec)?;
     let opts = MigrateOptions { spec };
-    let mut pacer = Pacer::new(bandwidth);
+    let pacer = Pacer::new(bandwidth);
     let files = files_of(paths)?;
     let started = Instant::now();
-    let mut t = Totals::default();
-    for (i, f) in files.iter().enumerate() {
+    let totals = std::sync::Mutex::new(Totals::default());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    // Files move in parallel (each file's stripes in parallel too), sharing the limit.
+    let one = |i: usize, f: &PathBuf| -> anyhow::Result<()> {
         let lov: Value = serde_json::from_slice(&getxattr(f, nacre_fuse::XATTR_LOV)?)?;
         if already(&lov, &spec) {
-            t.skipped += 1;
-            continue;
+            totals.lock().expect("totals").skipped += 1;
+            return Ok(());
         }
         let fid: Fid = String::from_utf8_lossy(&getxattr(f, nacre_fuse::XATTR_FID)?)
             .parse()
-            .map_err(|e| anyhow::anyhow!("{}: bad FID: {e}", f.display()))?;
-        match client.migrate_file(fid, &opts, &mut pacer) {
-            Ok(r) => {
-                t.files += 1;
-                t.bytes += r.size;
-                t.copied_again += u64::from(r.copied_again);
-                if req.verbose {
-                    eprintln!(
-                        "[{}/{}] {} ({} bytes{})",
-                        i + 1,
-                        files.len(),
-                        f.display(),
-                        r.size,
-                        if r.copied_again {
-                            ", changed while copied: copied again"
-                        } else {
-                            ""
-                        }
-                    );
+            .map_err(|e| anyhow::anyhow!("bad FID: {e}"))?;
+        let r = client.migrate_file(fid, &opts, &pacer)?;
+        let mut t = totals.lock().expect("totals");
+        t.files += 1;
+        t.bytes += r.size;
+        t.copied_again += u64::from(r.copied_again);
+        if req.verbose {
+            eprintln!(
+                "[{}/{}] {} ({} bytes{})",
+                i + 1,
+                files.len(),
+                f.display(),
+                r.size,
+                if r.copied_again {
+                    ", changed while copied: copied again"
+                } else {
+                    ""
                 }
-            }
-            Err(e) => {
-                t.failed += 1;
-                eprintln!("nacre: migrate {}: {e}", f.display());
-            }
+            );
         }
-    }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        for _ in 0..req.jobs.clamp(1, JOBS_MAX) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(f) = files.get(i) else { return };
+                if let Err(e) = one(i, f) {
+                    totals.lock().expect("totals").failed += 1;
+                    eprintln!("nacre: migrate {}: {e:#}", f.display());
+                }
+            });
+        }
+    });
+    let t = totals.into_inner().expect("totals");
     let secs = started.elapsed().as_secs_f64();
     let mib_s = t.bytes as f64 / (1 << 20) as f64 / secs.max(1e-6);
     if req.json {
