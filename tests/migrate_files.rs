@@ -287,3 +287,56 @@ fn a_dead_migrators_fence_window_ends_with_its_lease() {
     assert_eq!(&got[4096..4101], b"after");
     assert_eq!(got.len(), 64 << 10);
 }
+
+/// The MDS killed -9 right after each step of a migration commits, before its reply: the
+/// migrator's client replays the step after the restart (the fence window's state is on
+/// disk), the migration completes once, and the file loses nothing.
+#[test]
+fn a_migration_survives_a_kill_of_the_mds_at_every_step() {
+    let fsname = "migk";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    for (i, step) in ["relayout_begin", "relayout_fence", "relayout_swap"]
+        .iter()
+        .enumerate()
+    {
+        let path = fs.path(&format!("d/k{i}"));
+        let data = pattern(i as u64, 3 << 20);
+        fs::write(&path, &data).unwrap();
+        let pid = fs.servers_mut()[0].pid().to_string();
+        let point = format!("mds.{step}.after_commit_before_reply");
+        nacre_ok(&[
+            "ctl",
+            "--pid",
+            &pid,
+            "set_param",
+            &format!("fail_loc={point}"),
+        ]);
+        let p = path.clone();
+        let migrator = std::thread::spawn(move || {
+            nacre(&["migrate", "-p", "capacity", "--json", p.to_str().unwrap()])
+        });
+        assert!(
+            fs.servers_mut()[0].wait_exit(std::time::Duration::from_secs(60)),
+            "{point} never reached"
+        );
+        let old_pid = fs.servers_mut()[0].pid();
+        fs.servers_mut()[0].restart_disarmed();
+        // A new process serves the MDT (the old one died at the point).
+        assert_ne!(fs.servers_mut()[0].pid(), old_pid, "{point}");
+        let out = migrator.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{point}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["files"], 1, "{point}: {summary}");
+        assert_eq!(layout_of(&path).0, "capacity", "{point}");
+        assert!(
+            fs::read(&path).unwrap() == data,
+            "{point}: the data changed"
+        );
+    }
+    nacre_testkit::lfsck_clean(&fs.source());
+}
