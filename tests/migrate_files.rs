@@ -340,3 +340,53 @@ fn a_migration_survives_a_kill_of_the_mds_at_every_step() {
     }
     nacre_testkit::lfsck_clean(&fs.source());
 }
+
+/// A sparse file keeps its holes: the migrated file reads the same, has the same size, and
+/// the new OSTs store its data, not its holes.
+#[test]
+fn a_sparse_file_keeps_its_holes() {
+    let fsname = "migh";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    let path = fs.path("d/sparse");
+    {
+        let f = fs::File::create(&path).unwrap();
+        f.write_all_at(&pattern(1, 1 << 20), 0).unwrap();
+        f.write_all_at(&pattern(2, 1 << 20), 64 << 20).unwrap();
+        f.set_len(100 << 20).unwrap();
+        f.sync_all().unwrap();
+    }
+    let before = fs::read(&path).unwrap();
+    nacre_ok(&[
+        "migrate",
+        "-p",
+        "capacity",
+        "-c",
+        "1",
+        path.to_str().unwrap(),
+    ]);
+    let (pool, osts, ids) = layout_of(&path);
+    assert_eq!(pool, "capacity");
+    assert_eq!(fs::metadata(&path).unwrap().len(), 100 << 20);
+    assert!(
+        fs::read(&path).unwrap() == before,
+        "the sparse file reads otherwise"
+    );
+    // The object holds 2 MiB of data, not 100 MiB.
+    let object = fs.data.join(format!("ost{}", osts[0])).join("O");
+    let mut allocated = 0;
+    for seq in fs::read_dir(&object).unwrap().flatten() {
+        let p = seq
+            .path()
+            .join(format!("d{}", ids[0] % 32))
+            .join(ids[0].to_string());
+        if let Ok(m) = fs::metadata(&p) {
+            use std::os::unix::fs::MetadataExt;
+            allocated += m.blocks() * 512;
+        }
+    }
+    assert!(
+        allocated > 0 && allocated < 8 << 20,
+        "{allocated} bytes allocated"
+    );
+}

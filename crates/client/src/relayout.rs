@@ -143,6 +143,26 @@ impl Client {
     }
 }
 
+/// Granularity of the holes a copy keeps.
+pub const HOLE_GRAIN_BYTES: usize = 1 << 20;
+
+/// The byte ranges of `buf` to write: consecutive [`HOLE_GRAIN_BYTES`] blocks that are not
+/// all zeros, merged.
+fn data_runs(buf: &[u8]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, block) in buf.chunks(HOLE_GRAIN_BYTES).enumerate() {
+        if block.iter().all(|b| *b == 0) {
+            continue;
+        }
+        let (start, end) = (i * HOLE_GRAIN_BYTES, i * HOLE_GRAIN_BYTES + block.len());
+        match runs.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => runs.push((start, end)),
+        }
+    }
+    runs
+}
+
 /// Copies bytes `0..size` of the file from layout `from` to layout `to`.
 fn copy(
     c: &Client,
@@ -173,9 +193,33 @@ fn copy(
         if next < size {
             reading = Some(osc::start_read(c, from, next, chunk(next))?);
         }
-        osc::write(c, to, off, &buf, owner)?;
+        // Holes stay holes: runs of whole zero blocks are not written (the new objects are
+        // empty; the size is set at the end).
+        for (start, end) in data_runs(&buf) {
+            osc::write(c, to, off + start as u64, &buf[start..end], owner)?;
+        }
         off = next;
         pacer.moved(buf.len() as u64);
     }
+    // The file's size, whatever its last chunk held.
+    osc::truncate(c, to, size)?;
     Ok(off)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn data_runs_skip_zero_blocks_and_merge_the_rest() {
+        let g = super::HOLE_GRAIN_BYTES;
+        let mut buf = vec![0u8; 5 * g + 10];
+        buf[3] = 1; // block 0
+        buf[g + 7] = 1; // block 1: merged with 0
+        buf[4 * g] = 1; // block 4
+        buf[5 * g + 9] = 1; // the short tail block: merged with 4
+        assert_eq!(
+            super::data_runs(&buf),
+            vec![(0, 2 * g), (4 * g, 5 * g + 10)]
+        );
+        assert!(super::data_runs(&vec![0u8; 3 * g]).is_empty());
+    }
 }
