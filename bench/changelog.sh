@@ -14,19 +14,7 @@ source "$(dirname "$0")/common.sh"
 WORK="${1:-/var/tmp/nacre-changelog}"
 FILES="${FILES:-20000}"
 ROUNDS="${ROUNDS:-3}"
-rm -rf "$WORK"; mkdir -p "$WORK/emb/mnt" "$WORK/net/mnt"
-pids=()
-cleanup() {
-  mountpoint -q "$WORK/net/mnt" && { "$NACRE" umount "$WORK/net/mnt" || "$NACRE" umount -f "$WORK/net/mnt"; }
-  "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  return 0
-}
-trap cleanup EXIT
-EMB_MGS="127.0.0.1:$(free_port 127.0.0.1)"
-"$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 2 --fsname chl --listen "$EMB_MGS" >/dev/null
-net_up "$WORK/net" chn
-"$NACRE" mount "$MGS@tcp:/chn" "$WORK/net/mnt" >/dev/null
+forms_up "$WORK" chl chn
 declare -A SRC=([chl]="$EMB_MGS@tcp:/chl" [chn]="$MGS@tcp:/chn")
 declare -A MNT=([chl]="$WORK/emb/mnt" [chn]="$WORK/net/mnt")
 

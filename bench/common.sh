@@ -46,3 +46,25 @@ net_up() {
     pids+=($!); wait_serving "$dir/oss$i.log"
   done
 }
+# forms_up WORK EMB_FS NET_FS: the embedded form (`nacre up`, 2 OSTs, mounted at
+# WORK/emb/mnt, its MGS at EMB_MGS) and the networked form (net_up under WORK/net, mounted
+# by a separate `nacre mount` at WORK/net/mnt), both taken down when the script exits.
+forms_up() {
+  local work="$1" emb="$2" net="$3"
+  rm -rf "$work"; mkdir -p "$work/emb/mnt" "$work/net/mnt"
+  pids=()
+  FORMS_WORK="$work"
+  trap forms_down EXIT
+  EMB_MGS="127.0.0.1:$(free_port 127.0.0.1)"
+  "$NACRE" up "$work/emb/data" --mount "$work/emb/mnt" --osts 2 --fsname "$emb" \
+    --listen "$EMB_MGS" >/dev/null
+  net_up "$work/net" "$net"
+  "$NACRE" mount "$MGS@tcp:/$net" "$work/net/mnt" >/dev/null
+}
+forms_down() {
+  local w="$FORMS_WORK"
+  mountpoint -q "$w/net/mnt" && { "$NACRE" umount "$w/net/mnt" || "$NACRE" umount -f "$w/net/mnt"; }
+  "$NACRE" down "$w/emb/mnt" >/dev/null 2>&1 || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  return 0
+}

@@ -15,19 +15,7 @@ FILES="${FILES:-16}"
 SIZE="${SIZE:-32M}"
 LIMIT="${LIMIT:-100M}"
 ROUNDS="${ROUNDS:-3}"
-rm -rf "$WORK"; mkdir -p "$WORK/emb/mnt" "$WORK/net/mnt"
-pids=()
-cleanup() {
-  mountpoint -q "$WORK/net/mnt" && { "$NACRE" umount "$WORK/net/mnt" || "$NACRE" umount -f "$WORK/net/mnt"; }
-  "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  return 0
-}
-trap cleanup EXIT
-"$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 2 --fsname mge \
-  --listen "127.0.0.1:$(free_port 127.0.0.1)" >/dev/null
-net_up "$WORK/net" mgn
-"$NACRE" mount "$MGS@tcp:/mgn" "$WORK/net/mnt" >/dev/null
+forms_up "$WORK" mge mgn
 declare -A MNT=([mge]="$WORK/emb/mnt" [mgn]="$WORK/net/mnt")
 for f in mge mgn; do
   "$NACRE" pool new "$f.flash" >/dev/null && "$NACRE" pool add "$f.flash" OST0000 >/dev/null

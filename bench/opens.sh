@@ -15,19 +15,8 @@ WORK="${1:-/var/tmp/nacre-opens}"
 FILES="${FILES:-200}"
 PASSES="${PASSES:-20}"
 ROUNDS="${ROUNDS:-3}"
-rm -rf "$WORK"; mkdir -p "$WORK/local" "$WORK/emb/mnt" "$WORK/net/mnt"
-pids=()
-cleanup() {
-  mountpoint -q "$WORK/net/mnt" && { "$NACRE" umount "$WORK/net/mnt" || "$NACRE" umount -f "$WORK/net/mnt"; }
-  "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  return 0
-}
-trap cleanup EXIT
-"$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 2 --fsname emb \
-  --listen "127.0.0.1:$(free_port 127.0.0.1)" >/dev/null
-net_up "$WORK/net" opn
-"$NACRE" mount "$MGS@tcp:/opn" "$WORK/net/mnt" >/dev/null
+forms_up "$WORK" emb opn
+mkdir -p "$WORK/local"
 
 # pid of the process serving a mount (the embedded form's server is its mount too)
 mount_pid() { pgrep -f -- "$1" | head -1; }

@@ -5,23 +5,9 @@
 //! fence or ask.
 
 use nacre_testkit::raw::RawConn;
-use nacre_testkit::{nacre_ok, Form, Spec, TestFs};
+use nacre_testkit::{object_of, Form, Spec, TestFs};
 use nacre_types::{ObjectId, Owner};
 use nacre_wire::oss::{OssReply, OssRequest};
-use serde_json::Value;
-
-fn object_of(path: &std::path::Path) -> (u32, ObjectId) {
-    let l: Value =
-        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
-    let o = &l["objects"][0];
-    (
-        o["ost"].as_u64().unwrap() as u32,
-        ObjectId {
-            seq: o["seq"].as_u64().unwrap(),
-            id: o["id"].as_u64().unwrap(),
-        },
-    )
-}
 
 fn ask(c: &mut RawConn, ost: u32, req: OssRequest, bulk: Option<&[u8]>) -> (i32, Option<OssReply>) {
     c.send_oss(ost, req, bulk).unwrap();

@@ -3,28 +3,13 @@
 //! connections are dropped and counted while legitimate work completes.
 
 use nacre_testkit::raw::{raise_nofile, root, rss_kib, threads_of, RawConn};
-use nacre_testkit::{nacre_ok, pattern, Form, Spec, TestFs};
+use nacre_testkit::{object_of, pattern, Form, Spec, TestFs};
 use nacre_types::ObjectId;
 use nacre_wire::mds::{MdsOp, MdsReply};
 use nacre_wire::oss::{OssReply, OssRequest};
-use serde_json::Value;
 use std::fs;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-
-/// The object of a one-stripe file: (OST index, object id).
-fn object_of(path: &std::path::Path) -> (u32, ObjectId) {
-    let l: Value =
-        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
-    let o = &l["objects"][0];
-    (
-        o["ost"].as_u64().unwrap() as u32,
-        ObjectId {
-            seq: o["seq"].as_u64().unwrap(),
-            id: o["id"].as_u64().unwrap(),
-        },
-    )
-}
 
 /// `net.stats` of a server process, as `name -> value`.
 fn net_stats(pid: u32) -> std::collections::HashMap<String, u64> {

@@ -43,8 +43,9 @@ pub fn pending(mdt: &Mdt, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
 }
 
 /// True while `fid`'s fence window is open (its layout requests answer "in progress").
+/// Asked by every open and layout request: with no migration in progress, one atomic load.
 pub fn fenced(mdt: &Mdt, fid: Fid) -> bool {
-    mdt.relayouts_fenced.lock().contains(&fid)
+    mdt.relayouts_pending.load(Ordering::Acquire) != 0 && mdt.relayouts_fenced.lock().contains(&fid)
 }
 
 fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
@@ -117,9 +118,7 @@ pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     rec.layout = Some(new.clone());
     rec.attr.ctime = tx.now;
     tx.put_inode(&rec);
-    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
-    tx.mdt.relayouts_fenced.lock().remove(&fid);
-    tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+    ended(tx, fid);
     Ok(MdsReply::Layout(LayoutInfo::File(new)))
 }
 
@@ -139,10 +138,17 @@ pub fn abort(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
         }
     }
     tx.destroy_objects(&r.new);
+    ended(tx, fid);
+    Ok(MdsReply::Done)
+}
+
+/// `fid`'s migration ends in `tx` (swapped, aborted, or its file removed): its record, its
+/// fence window and its lease go.
+fn ended(tx: &mut Tx<'_>, fid: Fid) {
     tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
     tx.mdt.relayouts_fenced.lock().remove(&fid);
+    tx.mdt.relayout_leases.lock().remove(&fid);
     tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
-    Ok(MdsReply::Done)
 }
 
 /// The migrator of `fid` is alive (its lease starts again).
@@ -202,7 +208,6 @@ pub fn expire(mdt: &Mdt) -> Result<(), Status> {
         let t = mdt.kv.commit(b).map_err(kv_err)?;
         mdt.kv.wait_durable(t).map_err(kv_err)?;
         mdt.queue_destroys(destroys);
-        mdt.relayout_leases.lock().remove(&fid);
     }
     Ok(())
 }
@@ -237,9 +242,7 @@ pub fn forget(tx: &mut Tx<'_>, fid: Fid) -> Result<(), Status> {
     }
     if let Some(r) = pending(tx.mdt, fid)? {
         tx.destroy_objects(&r.new);
-        tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
-        tx.mdt.relayouts_fenced.lock().remove(&fid);
-        tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+        ended(tx, fid);
     }
     Ok(())
 }

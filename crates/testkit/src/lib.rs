@@ -141,6 +141,20 @@ pub fn lfsck_clean(source: &str) {
     );
 }
 
+/// (OST, object) of the first stripe of file `path`, as `nacre getstripe --json` reports.
+pub fn object_of(path: &Path) -> (u32, nacre_types::ObjectId) {
+    let l: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
+    let o = &l["objects"][0];
+    (
+        o["ost"].as_u64().unwrap() as u32,
+        nacre_types::ObjectId {
+            seq: o["seq"].as_u64().unwrap(),
+            id: o["id"].as_u64().unwrap(),
+        },
+    )
+}
+
 /// The MDT `nacre getdirstripe` reports for directory `dir`.
 pub fn dir_mdt(dir: &Path) -> u32 {
     let out = nacre_ok(&["getdirstripe", dir.to_str().unwrap()]);
