@@ -35,6 +35,44 @@ impl Client {
         Ok(out)
     }
 
+    /// How full pool `pool` is: its OSTs' used space, less what the MDTs' queued destroys
+    /// will free (docs/pools.md), against their total. `ENOENT` for a pool that does not
+    /// exist; an OST of the pool that is not registered yet counts for nothing.
+    pub fn pool_fill(&self, pool: nacre_types::PoolName) -> Result<PoolFill> {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let fs = self.fs_config();
+        let members = fs
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .map(|p| p.osts.clone())
+            .ok_or(Status::NoEnt)?;
+        let mut pending: HashMap<u32, u64> = HashMap::new();
+        for t in &fs.mdts {
+            match self.mdc(t.index)?.call(MdsOp::DestroyPending)? {
+                MdsReply::DestroyPending(v) => {
+                    for (ost, bytes) in v {
+                        *pending.entry(ost).or_default() += bytes;
+                    }
+                }
+                _ => return Err(Status::Proto.into()),
+            }
+        }
+        let mut fill = PoolFill::default();
+        for t in fs.osts.iter().filter(|t| members.contains(&t.index)) {
+            let s = osc::statfs(self, t.index)?;
+            let used = s.bytes_total.saturating_sub(s.bytes_avail);
+            let freeing = pending.get(&t.index).copied().unwrap_or(0).min(used);
+            fill.bytes_total += s.bytes_total;
+            fill.bytes_used += used - freeing;
+            fill.bytes_freeing += freeing;
+            fill.osts += 1;
+        }
+        Ok(fill)
+    }
+
     /// Checks the namespace across every MDT (`nacre lfsck --namespace`): reads their inodes
     /// and directory entries page by page and reports inconsistencies. An unreachable MDT is
     /// an error, not an empty one.
@@ -232,5 +270,28 @@ impl Client {
         oscs.sort_by_key(|(i, _)| *i);
         out.extend(oscs.into_iter().map(|(i, c)| (format!("OST{i:04x}"), c)));
         out
+    }
+}
+
+/// How full a pool is ([`Client::pool_fill`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolFill {
+    /// Its OSTs' total space.
+    pub bytes_total: u64,
+    /// Used (total less available to users), less what queued destroys will free.
+    pub bytes_used: u64,
+    /// What queued destroys will free (not in `bytes_used`).
+    pub bytes_freeing: u64,
+    /// Its OSTs registered.
+    pub osts: u32,
+}
+
+impl PoolFill {
+    /// Used space in percent of the total (0 for a pool of no space).
+    pub fn percent(&self) -> f64 {
+        match self.bytes_total {
+            0 => 0.0,
+            t => self.bytes_used as f64 * 100.0 / t as f64,
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::*;
 use nacre_types::{Fid, Nid, Status};
-use nacre_wire::mds::changelog::{ChangelogRecord, ChangelogUser};
+use nacre_wire::mds::changelog::{ChangelogRecord, ChangelogUser, InodeStat, STATS_MAX};
 use nacre_wire::mds::{MdsOp, MdsReply};
 
 /// Deepest path `fid2path` follows (a loop in damaged metadata ends there).
@@ -152,5 +152,95 @@ impl Client {
             fid = self.lookup(fid, part, false)?.fid;
         }
         Ok(fid)
+    }
+
+    /// What a policy engine indexes of each of `fids` that exists (any number, any MDTs):
+    /// asked of each inode's MDT in batches of [`STATS_MAX`]; a regular file whose size the
+    /// MDT does not know exactly is glimpsed on its OSTs (`glimpse_threads` at once).
+    pub fn stat_many(&self, fids: &[Fid], glimpse_threads: usize) -> Result<Vec<InodeStat>> {
+        let mut by_mdt: std::collections::BTreeMap<u32, Vec<Fid>> = Default::default();
+        for f in fids {
+            by_mdt.entry(f.mdt_index()).or_default().push(*f);
+        }
+        let mut out = Vec::with_capacity(fids.len());
+        for (mdt, fids) in by_mdt {
+            let mdc = self.mdc(mdt)?;
+            for chunk in fids.chunks(STATS_MAX) {
+                match mdc.call(MdsOp::StatMany {
+                    fids: chunk.to_vec(),
+                })? {
+                    MdsReply::Stats { stats, .. } => out.extend(stats),
+                    _ => return Err(Status::Proto.into()),
+                }
+            }
+        }
+        self.exact_sizes(&mut out, glimpse_threads)?;
+        Ok(out)
+    }
+
+    /// Up to `count` inodes of MDT `mdt` after `after` in FID order (sizes made exact as
+    /// [`Client::stat_many`] does), and whether the scan is over.
+    pub fn scan_stats(
+        &self,
+        mdt: u32,
+        after: Option<Fid>,
+        count: u32,
+        glimpse_threads: usize,
+    ) -> Result<(Vec<InodeStat>, bool)> {
+        match self.mdc(mdt)?.call(MdsOp::ScanStats { after, count })? {
+            MdsReply::Stats { mut stats, eof } => {
+                self.exact_sizes(&mut stats, glimpse_threads)?;
+                Ok((stats, eof))
+            }
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
+    /// Fills in the sizes the MDT did not know (from the OSTs); a file removed meanwhile is
+    /// dropped.
+    fn exact_sizes(&self, stats: &mut Vec<InodeStat>, threads: usize) -> Result<()> {
+        let todo: Vec<usize> = (0..stats.len())
+            .filter(|&i| {
+                stats[i].attr.kind == nacre_types::FileKind::Regular && !stats[i].size_exact
+            })
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let found = parking_lot::Mutex::new(Vec::with_capacity(todo.len()));
+        let failed = parking_lot::Mutex::new(None);
+        std::thread::scope(|s| {
+            for _ in 0..threads.clamp(1, 64).min(todo.len()) {
+                s.spawn(|| loop {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&i) = todo.get(n) else { return };
+                    match self.getattr(stats[i].attr.fid) {
+                        Ok(a) => found.lock().push((i, Some(a))),
+                        Err(e) if e.status() == Status::NoEnt => found.lock().push((i, None)),
+                        Err(e) => *failed.lock() = Some(e),
+                    }
+                });
+            }
+        });
+        if let Some(e) = failed.into_inner() {
+            return Err(e);
+        }
+        let mut gone = Vec::new();
+        for (i, a) in found.into_inner() {
+            match a {
+                Some(a) => {
+                    stats[i].attr.size = a.size;
+                    stats[i].attr.blocks = a.blocks;
+                    stats[i].size_exact = true;
+                }
+                None => gone.push(i),
+            }
+        }
+        gone.sort_unstable();
+        for i in gone.into_iter().rev() {
+            stats.remove(i);
+        }
+        Ok(())
     }
 }

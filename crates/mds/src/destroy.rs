@@ -93,6 +93,19 @@ impl DestroySpace {
         self.state.lock().by_ost.get(&ost).copied().unwrap_or(0)
     }
 
+    /// (OST, bytes queued on it), for every OST with some, by OST.
+    pub fn by_ost(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self
+            .state
+            .lock()
+            .by_ost
+            .iter()
+            .map(|(o, b)| (*o, *b))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// (objects whose size is known, bytes) queued on all OSTs.
     pub fn total(&self) -> (usize, u64) {
         let s = self.state.lock();

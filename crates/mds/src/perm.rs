@@ -123,6 +123,9 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::ChangelogRead { .. }
         | MdsOp::ChangelogUsers
         | MdsOp::FidLinks { .. }
+        // A policy engine's index: every inode's attributes.
+        | MdsOp::StatMany { .. }
+        | MdsOp::ScanStats { .. }
         // Online migration of a file, as `lfs migrate` (root's).
         | MdsOp::RelayoutBegin { .. }
         | MdsOp::RelayoutFence { .. }
@@ -134,6 +137,7 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::ListXattr { .. }
         | MdsOp::GetLayout { .. }
         | MdsOp::StatFs
+        | MdsOp::DestroyPending
         | MdsOp::GetDirStripe { .. }
         | MdsOp::GetDirDefault { .. }
         | MdsOp::Sync

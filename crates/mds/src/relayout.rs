@@ -114,6 +114,8 @@ pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     }
     let mut new = r.new;
     new.generation = old.generation.wrapping_add(1);
+    // The old objects' space is as good as free from now on (pool fill levels).
+    tx.hint_destroy_space(&rec, &old);
     tx.destroy_objects(&old);
     rec.layout = Some(new.clone());
     rec.attr.ctime = tx.now;

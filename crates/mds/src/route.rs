@@ -45,6 +45,9 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         MdsOp::ChangelogRead { user, from, count } => changelog::read(mdt, *user, *from, *count),
         MdsOp::ChangelogUsers => Ok(changelog::users(mdt)),
         MdsOp::FidLinks { fid } => links::links(mdt, *fid),
+        MdsOp::StatMany { fids } => ops::scan::stat_many(mdt, fids),
+        MdsOp::ScanStats { after, count } => ops::scan::scan_stats(mdt, *after, *count),
+        MdsOp::DestroyPending => Ok(MdsReply::DestroyPending(mdt.destroy_space.by_ost())),
         _ => Err(Status::Proto),
     }
 }

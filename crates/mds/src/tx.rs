@@ -295,20 +295,25 @@ impl Tx<'_> {
         })
     }
 
+    /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
+    /// counted as free while their destroys are pending (crate::destroy::DestroySpace).
+    pub fn hint_destroy_space(&mut self, rec: &InodeRecord, layout: &Layout) {
+        let size = self
+            .mdt
+            .sizes
+            .exact(rec.attr.fid)
+            .map_or(rec.attr.size, |(size, _)| size);
+        for (stripe, o) in layout.objects.iter().enumerate() {
+            let bytes = layout.object_size_for_file(stripe, size);
+            self.mdt.destroy_space.hint(o.ost, o.object, bytes);
+        }
+    }
+
     /// Deletes an inode with its xattrs, queueing its objects for destruction.
     pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
-        // The space its objects hold, counted as free while their destroys are pending.
         if let Some(layout) = &rec.layout {
-            let size = self
-                .mdt
-                .sizes
-                .exact(fid)
-                .map_or(rec.attr.size, |(size, _)| size);
-            for (stripe, o) in layout.objects.iter().enumerate() {
-                let bytes = layout.object_size_for_file(stripe, size);
-                self.mdt.destroy_space.hint(o.ost, o.object, bytes);
-            }
+            self.hint_destroy_space(rec, layout);
         }
         self.mdt.sizes.forget(fid);
         self.note_version(fid);

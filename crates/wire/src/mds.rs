@@ -504,6 +504,24 @@ pub enum MdsOp {
         /// The file.
         fid: Fid,
     },
+    /// What a policy engine indexes of each of `fids` (inodes of this MDT): attributes,
+    /// exact size when known, pool. Inodes that do not exist are left out. Root only.
+    /// Reply: [`MdsReply::Stats`].
+    StatMany {
+        /// The inodes (at most [`changelog::STATS_MAX`]).
+        fids: Vec<Fid>,
+    },
+    /// [`MdsOp::StatMany`] of a page of the MDT's inodes in FID order, after `after`
+    /// (exclusive): a policy engine's first scan. Root only. Reply: [`MdsReply::Stats`].
+    ScanStats {
+        /// Resume after this FID; `None` starts at the beginning.
+        after: Option<Fid>,
+        /// Most inodes wanted (at most [`changelog::STATS_MAX`]).
+        count: u32,
+    },
+    /// The bytes that object destroys this MDT queued will free, per OST (counted as free
+    /// by whatever acts on pool fill levels). Reply: [`MdsReply::DestroyPending`].
+    DestroyPending,
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -646,6 +664,9 @@ impl MdsOp {
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
             | MdsOp::ScanDirents { .. }
+            | MdsOp::StatMany { .. }
+            | MdsOp::ScanStats { .. }
+            | MdsOp::DestroyPending
             | MdsOp::ChangelogRegister { .. }
             | MdsOp::ChangelogDeregister { .. }
             | MdsOp::ChangelogClear { .. }
@@ -728,6 +749,9 @@ impl MdsOp {
                 MdsOp::RelayoutFence { .. } => 53,
                 MdsOp::RelayoutSwap { .. } => 54,
                 MdsOp::RelayoutAbort { .. } => 55,
+                MdsOp::StatMany { .. } => 56,
+                MdsOp::ScanStats { .. } => 57,
+                MdsOp::DestroyPending => 58,
             }
     }
 
@@ -767,6 +791,9 @@ impl MdsOp {
                 | MdsOp::ChangelogRead { .. }
                 | MdsOp::ChangelogUsers
                 | MdsOp::FidLinks { .. }
+                | MdsOp::StatMany { .. }
+                | MdsOp::ScanStats { .. }
+                | MdsOp::DestroyPending
                 | MdsOp::GetDirStripe { .. }
                 | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.

@@ -1,9 +1,11 @@
 //! Paged scans of an MDT's inodes and directory entries, for the namespace checker
-//! (`nacre lfsck --namespace`), which joins them across MDTs.
+//! (`nacre lfsck --namespace`), which joins them across MDTs, and for a policy engine's
+//! index (`nacre policy`).
 
 use crate::mdt::{kv_err, Mdt};
 use crate::records::{decode, DirentRecord, InodeRecord, DIRENTS, INODES};
 use nacre_types::{Fid, Status};
+use nacre_wire::mds::changelog::{InodeStat, STATS_MAX};
 use nacre_wire::mds::{DirentSummary, InodeSummary, MdsReply};
 
 /// Most records one scan reply carries.
@@ -60,4 +62,63 @@ pub fn dirents(mdt: &Mdt, after: Option<&(Fid, Vec<u8>)>, count: u32) -> Result<
         });
     }
     Ok(MdsReply::Dirents { dirents, eof })
+}
+
+/// What a policy engine indexes of an inode: its attributes with the exact size when the
+/// MDT knows it (crate::sizes), its pool and stripe count, a directory's parent.
+fn stat_of(mdt: &Mdt, fid: Fid, rec: InodeRecord) -> InodeStat {
+    let mut attr = rec.attr;
+    let mut size_exact = false;
+    if attr.kind == nacre_types::FileKind::Regular {
+        if let Some((size, blocks)) = mdt.sizes.exact(fid) {
+            attr.size = size;
+            attr.blocks = blocks;
+            size_exact = true;
+        }
+    }
+    let (pool, stripe_count) = match &rec.layout {
+        Some(l) => (l.pool, l.objects.len() as u32),
+        None => (nacre_types::PoolName::NONE, 0),
+    };
+    InodeStat {
+        attr,
+        size_exact,
+        pool,
+        stripe_count,
+        parent: rec.parent,
+        orphan: rec.orphan,
+    }
+}
+
+/// `StatMany`: the inodes of `fids` that exist, in the order asked.
+pub fn stat_many(mdt: &Mdt, fids: &[Fid]) -> Result<MdsReply, Status> {
+    if fids.len() > STATS_MAX {
+        return Err(Status::Inval);
+    }
+    let mut stats = Vec::with_capacity(fids.len());
+    for &fid in fids {
+        match mdt.inode(fid) {
+            Ok(rec) => stats.push(stat_of(mdt, fid, rec)),
+            Err(Status::NoEnt) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(MdsReply::Stats { stats, eof: true })
+}
+
+/// `ScanStats`: up to `count` inodes after `after`, in FID order.
+pub fn scan_stats(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Status> {
+    let count = (count as usize).clamp(1, STATS_MAX);
+    let after = after.map(Fid::to_key);
+    let page = mdt
+        .kv
+        .scan(INODES, &[], after.as_ref().map(|k| &k[..]), count)
+        .map_err(kv_err)?;
+    let eof = page.len() < count;
+    let mut stats = Vec::with_capacity(page.len());
+    for (k, v) in page {
+        let fid = Fid::from_key(&k).ok_or(Status::Io)?;
+        stats.push(stat_of(mdt, fid, decode(&v)?));
+    }
+    Ok(MdsReply::Stats { stats, eof })
 }

@@ -16,6 +16,27 @@ pub const CHANGELOG_USER_NAME_BYTES_MAX: usize = 32;
 pub const CHANGELOG_USERS_MAX: usize = 64;
 /// Most links one [`super::MdsOp::FidLinks`] answer lists.
 pub const FID_LINKS_MAX: usize = 1024;
+/// Most inodes one [`super::MdsOp::StatMany`] or [`super::MdsOp::ScanStats`] names or
+/// answers (each answer about 150 bytes: well under the body limit).
+pub const STATS_MAX: usize = 2048;
+
+/// What a policy engine indexes of one inode ([`super::MdsReply::Stats`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeStat {
+    /// Attributes (the MDT's lazy access time: see docs/changelog.md).
+    pub attr: nacre_types::Attr,
+    /// A regular file's size and blocks in `attr` are exact; otherwise its objects must
+    /// be glimpsed.
+    pub size_exact: bool,
+    /// The pool of a regular file's layout (empty: none).
+    pub pool: nacre_types::PoolName,
+    /// Stripes of a regular file's layout.
+    pub stripe_count: u32,
+    /// A directory's parent (for a shard of a striped directory: its master).
+    pub parent: Option<Fid>,
+    /// Unlinked while open (no name leads to it).
+    pub orphan: bool,
+}
 
 /// What a record reports (Lustre's record types, with their numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -163,6 +163,17 @@ pub enum MdsReply {
         /// The new objects.
         new: Layout,
     },
+    /// Inodes as a policy engine indexes them (answer to [`MdsOp::StatMany`] and
+    /// [`MdsOp::ScanStats`]), in the order asked or in FID order.
+    Stats {
+        /// One per inode found.
+        stats: Vec<super::changelog::InodeStat>,
+        /// No inodes follow (a scan's last page).
+        eof: bool,
+    },
+    /// (OST index, bytes) that queued destroys will free (answer to
+    /// [`MdsOp::DestroyPending`]), one per OST with some.
+    DestroyPending(Vec<(u32, u64)>),
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -264,6 +275,9 @@ impl MdsReply {
                     return Err(format!("{} links in one answer", links.len()));
                 }
                 links.iter().try_for_each(|(_, n)| check_name(n))
+            }
+            MdsReply::Stats { stats, .. } if stats.len() > super::changelog::STATS_MAX => {
+                Err(format!("{} inodes in one answer", stats.len()))
             }
             MdsReply::XattrNames(names) => names
                 .iter()

@@ -651,6 +651,71 @@ proptest! {
     }
 
     #[test]
+    fn stat_messages_round_trip_and_refuse_truncation(
+        seqs in proptest::collection::vec(any::<u32>(), 0..40),
+        count in any::<u32>(),
+        size in any::<u64>(),
+        exact in any::<bool>(),
+        extra in 0usize..3,
+    ) {
+        use changelog::{InodeStat, STATS_MAX};
+        let fids: Vec<Fid> = seqs.iter().map(|&s| Fid::new(0x2_0000_0400, s)).collect();
+        for op in [
+            MdsOp::StatMany { fids: fids.clone() },
+            MdsOp::ScanStats { after: fids.first().copied(), count },
+        ] {
+            // Reads: no exactly-once treatment, no lock key.
+            prop_assert!(!op.is_modifying());
+            prop_assert_eq!(op.key_fid(), None);
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+        }
+        let stat = |fid: Fid| InodeStat {
+            attr: nacre_types::Attr {
+                fid,
+                kind: nacre_types::FileKind::Regular,
+                perm: 0o644,
+                uid: count,
+                gid: 7,
+                nlink: 1,
+                size,
+                blocks: size / 512,
+                atime: nacre_types::TimeSpec { sec: 1, nsec: 2 },
+                mtime: nacre_types::TimeSpec { sec: 3, nsec: 4 },
+                ctime: nacre_types::TimeSpec { sec: 5, nsec: 6 },
+                rdev: 0,
+            },
+            size_exact: exact,
+            pool: nacre_types::PoolName::new("flash").unwrap(),
+            stripe_count: 2,
+            parent: exact.then_some(Fid::ROOT),
+            orphan: !exact,
+        };
+        let reply = MdsReply::Stats { stats: fids.iter().map(|f| stat(*f)).collect(), eof: exact };
+        let bytes = encode_body(&reply);
+        let back = decode_body::<MdsReply>(&bytes).unwrap();
+        prop_assert!(back.check().is_ok());
+        prop_assert_eq!(back, reply);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+        }
+        let pending = MdsReply::DestroyPending(seqs.iter().map(|&s| (s, size)).collect());
+        let bytes = encode_body(&pending);
+        prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), pending);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+        }
+        prop_assert!(!MdsOp::DestroyPending.is_modifying());
+        prop_assert_eq!(decode_body::<MdsOp>(&encode_body(&MdsOp::DestroyPending)).unwrap(), MdsOp::DestroyPending);
+        // More inodes than one answer may carry: refused by the client's check.
+        let many = MdsReply::Stats { stats: vec![stat(Fid::ROOT); STATS_MAX + 1 + extra], eof: true };
+        prop_assert!(decode_body::<MdsReply>(&encode_body(&many)).unwrap().check().is_err());
+    }
+
+    #[test]
     fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = decode_body::<MdsCall>(&bytes);
                     let _ = decode_body::<MdsReply>(&bytes);
