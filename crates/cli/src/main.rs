@@ -225,6 +225,11 @@ enum Command {
     /// `deregister`, `users`. Root only.
     #[command(subcommand)]
     Changelog(ChangelogCommand),
+    /// The policy engine (RobinHood's job, built in): `run` keeps an index from the
+    /// changelogs and applies TOML rules (migrate, purge, report) under rate limits,
+    /// `status` shows what it indexed and did. Root only.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// The path of each FID from the file system's root (`lfs fid2path`): `nacre fid2path
     /// /mnt/nacre '[0x200000401:0x1:0x0]'`.
     Fid2path {
@@ -440,6 +445,7 @@ fn main() {
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
         Command::Changelog(c) => changelog(c),
+        Command::Policy(c) => policy(c),
         Command::Fid2path { fs, fids } => fid2path(&fs, &fids),
         Command::Path2fid { paths } => path2fid(&paths),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(

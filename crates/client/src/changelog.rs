@@ -196,6 +196,22 @@ impl Client {
         }
     }
 
+    /// A page of MDT `mdt`'s directory entries in (directory, name) order after `after`,
+    /// and whether it was the last.
+    pub fn scan_dirents(
+        &self,
+        mdt: u32,
+        after: Option<(Fid, Vec<u8>)>,
+    ) -> Result<(Vec<nacre_wire::mds::DirentSummary>, bool)> {
+        match self.mdc(mdt)?.call(MdsOp::ScanDirents {
+            after,
+            count: STATS_MAX as u32,
+        })? {
+            MdsReply::Dirents { dirents, eof } => Ok((dirents, eof)),
+            _ => Err(Status::Proto.into()),
+        }
+    }
+
     /// Fills in the sizes the MDT did not know (from the OSTs); a file removed meanwhile is
     /// dropped.
     fn exact_sizes(&self, stats: &mut Vec<InodeStat>, threads: usize) -> Result<()> {

@@ -34,35 +34,54 @@ pub struct MigrateReport {
     pub layout: Option<nacre_types::Layout>,
 }
 
-/// Paces copies to a bandwidth limit, shared by the threads of one run.
+/// Most a pacer lets through at once after being idle: this long at its rate.
+pub const PACER_BURST_MS: u64 = 1_000;
+
+/// Paces work (bytes copied, files acted on) to a rate, shared by the threads of one run:
+/// a virtual clock that advances by each unit's share of a second and may lag the real one
+/// by at most [`PACER_BURST_MS`], so a long idle time never allows a burst beyond that.
 pub struct Pacer {
     limit: u64,
-    started: Instant,
-    bytes: std::sync::atomic::AtomicU64,
+    /// When everything let through so far is due.
+    due: parking_lot::Mutex<Option<Instant>>,
+    total: std::sync::atomic::AtomicU64,
 }
 
 impl Pacer {
-    /// A pacer of `limit` bytes per second (0: none).
+    /// A pacer of `limit` units per second (0: none).
     pub fn new(limit: u64) -> Pacer {
         Pacer {
             limit,
-            started: Instant::now(),
-            bytes: std::sync::atomic::AtomicU64::new(0),
+            due: parking_lot::Mutex::new(None),
+            total: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// `n` more bytes moved: waits until everything moved so far fits the limit.
+    /// Units let through so far.
+    pub fn total(&self) -> u64 {
+        self.total.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `n` more units: waits until they fit the rate.
     pub fn moved(&self, n: u64) {
-        let total = self
-            .bytes
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
-            + n;
+        self.total
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         if self.limit == 0 {
             return;
         }
-        let due = Duration::from_secs_f64(total as f64 / self.limit as f64);
-        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
-            std::thread::sleep(ahead);
+        let now = Instant::now();
+        let wait = {
+            let mut due = self.due.lock();
+            let floor = now
+                .checked_sub(Duration::from_millis(PACER_BURST_MS))
+                .unwrap_or(now);
+            let at = due.map_or(now, |d| d.max(floor))
+                + Duration::from_secs_f64(n as f64 / self.limit as f64);
+            *due = Some(at);
+            at.checked_duration_since(now)
+        };
+        if let Some(w) = wait {
+            std::thread::sleep(w);
         }
     }
 }

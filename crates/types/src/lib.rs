@@ -3,7 +3,8 @@
 //! This crate owns the identifiers (FIDs, object ids, NIDs, xids, transnos), the RAID0 layout and
 //! its stripe arithmetic, file attributes, the status codes carried on the wire, the limits every
 //! layer enforces, and an aligned buffer for direct I/O. It performs no I/O and has no state, so
-//! everything here is deterministic and unit-testable.
+//! everything here is deterministic and unit-testable (sizes and durations as people write them
+//! included).
 
 pub mod attr;
 pub mod buf;
@@ -16,6 +17,7 @@ pub mod limits;
 pub mod nid;
 pub mod status;
 pub mod target;
+pub mod units;
 
 pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
 pub use buf::AlignedBuf;

@@ -1,0 +1,413 @@
+//! The policy engine (docs/policy.md) on the networked form: rules select exactly the
+//! files their conditions describe on a tree with set sizes, owners, ages and pools (found
+//! by the first scan, and by the changelogs after it: creates, renames, time changes), a
+//! dry run changes nothing, migrations land on the target pool's OSTs with every byte
+//! kept, purges remove exactly their files, reports list theirs; a running engine follows
+//! new files and shows per-rule counters in `/metrics`; and a fill-level rule brings a
+//! small pool under its threshold, least recently used files first, without overshoot.
+
+use nacre_testkit::{nacre, nacre_ok, pattern, wait_for, Form, Spec, TestFs};
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const DAY: i64 = 86_400;
+const MIB: usize = 1 << 20;
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Sets a file's access and modification times (without opening it).
+fn set_times(path: &Path, atime: i64, mtime: i64) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: atime,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: mtime,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: a NUL-terminated path and two timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) };
+    assert_eq!(r, 0, "utimensat {}", path.display());
+}
+
+/// Writes `len` bytes of pattern `seed`, owned by `uid`, accessed `age_a` and modified
+/// `age_m` seconds ago.
+fn file(path: &Path, seed: u64, len: usize, uid: u32, age_a: i64, age_m: i64) {
+    fs::write(path, pattern(seed, len)).unwrap();
+    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+    set_times(path, now() - age_a, now() - age_m);
+}
+
+/// A file's layout pool and OSTs.
+fn layout_of(path: &Path) -> (String, Vec<u64>) {
+    let v: Value =
+        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
+    (
+        v["pool"].as_str().unwrap_or("").to_string(),
+        v["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["ost"].as_u64().unwrap())
+            .collect(),
+    )
+}
+
+/// `nacre policy run --once` with `extra`: the dry-run lines, and each rule's run.
+fn run_once(rules: &Path, extra: &[&str]) -> (Vec<String>, Vec<Value>) {
+    let mut args = vec![
+        "policy",
+        "run",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--once",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = nacre_ok(&args);
+    let start = out.find("\n[").map(|i| i + 1).unwrap_or(0);
+    let lines = out[..start].lines().map(str::to_string).collect();
+    let runs: Vec<Value> =
+        serde_json::from_str(&out[start..]).unwrap_or_else(|e| panic!("{e}: {out}"));
+    (lines, runs)
+}
+
+fn field(runs: &[Value], rule: &str, f: &str) -> u64 {
+    runs.iter()
+        .find(|r| r["rule"] == rule)
+        .unwrap_or_else(|| panic!("no rule {rule} in {runs:?}"))[f]
+        .as_u64()
+        .unwrap()
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// A running engine, killed if the test ends early.
+struct Engine(std::process::Child);
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn rules_act_on_exactly_the_files_they_select() {
+    let fsname = "pol1";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(4).mdts(2).fsname(fsname));
+    assert_eq!(fs.form, Form::Networked);
+    for (p, osts) in [("flash", "OST[0-1]"), ("capacity", "OST[2-3]")] {
+        nacre_ok(&["pool", "new", &format!("{fsname}.{p}")]);
+        nacre_ok(&["pool", "add", &format!("{fsname}.{p}"), osts]);
+    }
+    let p = |rel: &str| fs.path(rel);
+    let s = |rel: &str| fs.path(rel).to_str().unwrap().to_string();
+    for d in ["proj", "proj/a", "proj/cap"] {
+        fs::create_dir(p(d)).unwrap();
+    }
+    nacre_ok(&["setstripe", "-p", "flash", "-c", "1", &s("proj/a")]);
+    nacre_ok(&["setstripe", "-p", "capacity", "-c", "1", &s("proj/cap")]);
+    // Scratch on the second MDT: both changelogs are followed.
+    nacre_ok(&["mkdir", "-i", "1", &s("scratch")]);
+    fs::create_dir_all(p("scratch/tmp/sub")).unwrap();
+    let cold = 2 * DAY;
+    let old = 10 * DAY;
+    file(&p("proj/a/cold_big"), 1, 2 * MIB, 0, cold, cold);
+    file(&p("proj/a/cold_small"), 2, MIB / 2, 0, cold, cold);
+    file(&p("proj/a/warm_big"), 3, 2 * MIB, 0, 0, 0);
+    file(&p("proj/cap/cold_big"), 4, 2 * MIB, 0, cold, cold);
+    file(&p("scratch/tmp/old.tmp"), 5, 4096, 1000, old, old);
+    file(&p("scratch/tmp/old.keep"), 6, 4096, 1000, old, old);
+    file(&p("scratch/tmp/root.tmp"), 7, 4096, 0, old, old);
+    file(&p("scratch/tmp/new.tmp"), 8, 4096, 1000, 0, 0);
+    file(&p("scratch/tmp/sub/deep.tmp"), 9, 4096, 1000, old, old);
+    let state = fs.scratch().join("policy-state");
+    let report = fs.scratch().join("train.report");
+    let metrics = format!("127.0.0.1:{}", nacre_testkit::free_port());
+    let rules_text = |interval: &str| {
+        format!(
+            "fs = \"{}\"\nstate_dir = \"{}\"\n[engine]\ninterval = \"{interval}\"\nmetrics = \"{metrics}\"\n\
+             [[rule]]\nname = \"cold-flash\"\naction = \"migrate\"\npool = \"capacity\"\n\
+             in_pool = [\"flash\"]\nlarger_than = \"1M\"\nnot_accessed_for = \"1d\"\n\
+             [[rule]]\nname = \"scratch-purge\"\naction = \"purge\"\npath = [\"/scratch/**/*.tmp\"]\n\
+             uid = [1000]\nnot_modified_for = \"7d\"\n\
+             [[rule]]\nname = \"train-report\"\naction = \"report\"\nreport = \"{}\"\njobid = [\"train-*\"]\n",
+            fs.source(),
+            state.display(),
+            report.display()
+        )
+    };
+    let rules = fs.scratch().join("rules.toml");
+    fs::write(&rules, rules_text("1h")).unwrap();
+
+    // A dry run (the first: it registers and scans) says what it would do, does nothing.
+    let (lines, runs) = run_once(&rules, &["--dry-run"]);
+    let mut would: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("would "))
+        .map(|l| l.split(" (").next().unwrap())
+        .collect();
+    would.sort();
+    assert_eq!(
+        would,
+        vec![
+            "migrate /proj/a/cold_big",
+            "purge /scratch/tmp/old.tmp",
+            "purge /scratch/tmp/sub/deep.tmp",
+        ],
+        "{lines:?}"
+    );
+    assert_eq!(field(&runs, "cold-flash", "selected"), 1);
+    assert_eq!(field(&runs, "cold-flash", "acted"), 0);
+    assert_eq!(layout_of(&p("proj/a/cold_big")).0, "flash");
+    assert!(p("scratch/tmp/old.tmp").exists());
+
+    // Changes after the scan reach the index through the changelogs alone.
+    file(&p("proj/a/late_cold"), 10, 3 * MIB, 0, cold, cold);
+    fs::rename(p("proj/a/warm_big"), p("proj/a/renamed_big")).unwrap();
+    set_times(&p("proj/a/renamed_big"), now() - cold, now() - cold);
+    fs::rename(p("scratch/tmp/old.keep"), p("scratch/tmp/sub/was_keep.tmp")).unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("head -c 3000000 /dev/zero > {}", s("proj/a/ckpt")))
+        .env("SLURM_JOB_ID", "train-7")
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let (_, runs) = run_once(&rules, &[]);
+    assert_eq!(field(&runs, "cold-flash", "acted"), 3, "{runs:?}");
+    assert_eq!(field(&runs, "cold-flash", "failed"), 0);
+    assert_eq!(field(&runs, "scratch-purge", "acted"), 3, "{runs:?}");
+    assert_eq!(field(&runs, "train-report", "acted"), 1, "{runs:?}");
+    for (f, seed, len) in [
+        ("proj/a/cold_big", 1, 2 * MIB),
+        ("proj/a/late_cold", 10, 3 * MIB),
+        ("proj/a/renamed_big", 3, 2 * MIB),
+    ] {
+        let (pool, osts) = layout_of(&p(f));
+        assert_eq!(pool, "capacity", "{f}");
+        assert!(osts.iter().all(|o| *o >= 2), "{f} on {osts:?}");
+        assert_eq!(fs::read(p(f)).unwrap(), pattern(seed, len), "{f}");
+    }
+    for f in ["proj/a/cold_small", "proj/a/ckpt"] {
+        assert_eq!(layout_of(&p(f)).0, "flash", "{f}");
+    }
+    assert_eq!(layout_of(&p("proj/cap/cold_big")).0, "capacity");
+    for gone in [
+        "scratch/tmp/old.tmp",
+        "scratch/tmp/sub/deep.tmp",
+        "scratch/tmp/sub/was_keep.tmp",
+    ] {
+        assert!(!p(gone).exists(), "{gone} not purged");
+    }
+    for kept in ["scratch/tmp/root.tmp", "scratch/tmp/new.tmp"] {
+        assert!(p(kept).exists(), "{kept} purged");
+    }
+    let listed = fs::read_to_string(&report).unwrap();
+    let listed: Vec<&str> = listed.lines().collect();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].starts_with("train-report\t/proj/a/ckpt\t3000000\tflash\t"),
+        "{listed:?}"
+    );
+    assert!(listed[0].ends_with("\ttrain-7"), "{listed:?}");
+
+    // The status: what is indexed, what each rule did.
+    let st: Value = serde_json::from_str(&nacre_ok(&[
+        "policy",
+        "status",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(st["running"], false);
+    // cold_small, ckpt, renamed_big, cold_big, late_cold, cap/cold_big, root.tmp, new.tmp.
+    assert_eq!(st["files"], 8, "{st}");
+    assert_eq!(st["changelogs"].as_array().unwrap().len(), 2, "{st}");
+    let totals = |rule: &str| {
+        st["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r[0] == rule)
+            .unwrap()[2]
+            .clone()
+    };
+    assert_eq!(totals("cold-flash")["files"], 3);
+    assert_eq!(totals("cold-flash")["bytes"], 7 * MIB as u64);
+    assert_eq!(totals("scratch-purge")["files"], 3);
+
+    // Running: a new cold file is moved at the next evaluation; the counters show in
+    // /metrics; SIGTERM stops the engine.
+    fs::write(&rules, rules_text("1s")).unwrap();
+    let mut engine = Engine(
+        Command::new(nacre_testkit::nacre_bin())
+            .args(["policy", "run", "--rules", rules.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    file(&p("proj/a/later_cold"), 11, 2 * MIB, 0, cold, cold);
+    wait_for("the running engine moves a new cold file", || {
+        layout_of(&p("proj/a/later_cold")).0 == "capacity"
+    });
+    assert_eq!(
+        fs::read(p("proj/a/later_cold")).unwrap(),
+        pattern(11, 2 * MIB)
+    );
+    wait_for("the counters in /metrics", || {
+        scrape(&metrics)
+            .contains("nacre_policy_rule_files_total{rule=\"cold-flash\",action=\"migrate\"} 4")
+    });
+    let body = scrape(&metrics);
+    assert!(
+        body.contains("nacre_policy_rule_files_total{rule=\"scratch-purge\",action=\"purge\"} 3"),
+        "{body}"
+    );
+    assert!(body.contains("nacre_policy_records_total "), "{body}");
+    let busy = nacre(&[
+        "policy",
+        "run",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--once",
+    ]);
+    assert!(!busy.status.success());
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("another policy engine"),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(engine.0.id() as i32, libc::SIGTERM) };
+    let status = engine.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// The pool's fill in percent, as its OST's file system reports it.
+fn fill_of(dir: &Path) -> f64 {
+    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    // SAFETY: zeroed statvfs is a valid out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated path, valid out-parameter.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    let total = st.f_blocks as f64;
+    (total - st.f_bavail as f64) * 100.0 / total
+}
+
+#[test]
+fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot() {
+    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
+    let d = |n: &str| root.path().join(n);
+    let fsname = "polfill";
+    // The flash pool is one OST on a 64 MiB file system of its own.
+    let flash = d("ost0");
+    let _tmpfs = nacre_testkit::Tmpfs::mount(&flash, "64m");
+    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
+    let nid = format!("{mgs_addr}@tcp");
+    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
+    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
+    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &flash);
+    nacre_testkit::mkfs("--ost", 1, fsname, Some(&nid), &d("ost1"));
+    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
+    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
+    let _oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&flash, &d("ost1")], &[]);
+    let source = format!("{nid}:/{fsname}");
+    let m = nacre_testkit::ClientMount::mount(&source, &d("mnt"), &[]);
+    for (p, ost) in [("flash", "OST0"), ("capacity", "OST1")] {
+        nacre_ok(&["pool", "new", &format!("{fsname}.{p}")]);
+        nacre_ok(&["pool", "add", &format!("{fsname}.{p}"), ost]);
+    }
+    let dir = m.mnt.join("ckpt");
+    fs::create_dir(&dir).unwrap();
+    nacre_ok(&["setstripe", "-p", "flash", "-c", "1", dir.to_str().unwrap()]);
+    // 2 MiB files until the pool is above 80%, each accessed a minute before the next.
+    let base = now() - DAY;
+    let mut files: Vec<PathBuf> = Vec::new();
+    while fill_of(&flash) <= 80.0 {
+        let i = files.len();
+        assert!(i < 40, "64 MiB not full after {i} files");
+        let f = dir.join(format!("f{i:02}"));
+        // Direct I/O: the mount keeps no grant-covered cache that would hold the small
+        // OST's space back from these writes.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut h = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&f)
+                .unwrap();
+            let buf = nacre_types::AlignedBuf::copy_from(&pattern(100 + i as u64, 2 * MIB));
+            std::io::Write::write_all(&mut h, &buf).unwrap();
+        }
+        set_times(&f, base + 60 * i as i64, base);
+        files.push(f);
+    }
+    let before = fill_of(&flash);
+    let rules = d("rules.toml");
+    fs::write(
+        &rules,
+        format!(
+            "fs = \"{source}\"\nstate_dir = \"{}\"\n\
+             [[rule]]\nname = \"flash-full\"\naction = \"migrate\"\npool = \"capacity\"\n\
+             fill = {{ pool = \"flash\", above = 70, below = 40 }}\n",
+            d("state").display()
+        ),
+    )
+    .unwrap();
+    let (_, runs) = run_once(&rules, &[]);
+    let moved = field(&runs, "flash-full", "acted") as usize;
+    assert_eq!(field(&runs, "flash-full", "failed"), 0);
+    // Least recently used first: exactly the oldest `moved` files left the pool.
+    for (i, f) in files.iter().enumerate() {
+        let want = if i < moved { "capacity" } else { "flash" };
+        assert_eq!(
+            layout_of(f).0,
+            want,
+            "file {i} of {} ({moved} moved)",
+            files.len()
+        );
+    }
+    // Once the old objects are destroyed the pool is under its threshold, by less than
+    // one file more than needed.
+    let share = 2.0 * MIB as f64 * 100.0 / (64 * MIB) as f64;
+    wait_for("the moved files' old objects destroyed", || {
+        fill_of(&flash) <= before - share * moved as f64 + share / 2.0
+    });
+    let after = fill_of(&flash);
+    assert!(
+        after <= 40.0,
+        "fill {after:.1}% after moving {moved} files (from {before:.1}%)"
+    );
+    assert!(
+        after > 40.0 - share,
+        "overshoot: fill {after:.1}% after moving {moved} files (from {before:.1}%)"
+    );
+    for (i, f) in files.iter().enumerate() {
+        assert_eq!(
+            fs::read(f).unwrap(),
+            pattern(100 + i as u64, 2 * MIB),
+            "file {i}"
+        );
+    }
+}
