@@ -390,3 +390,54 @@ fn a_sparse_file_keeps_its_holes() {
         "{allocated} bytes allocated"
     );
 }
+
+/// `-v` shows the progress of a long copy while it runs, within one large file.
+#[test]
+fn verbose_migration_shows_progress_within_one_file() {
+    let fsname = "migp";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(4).fsname(fsname));
+    pools(&fs, fsname);
+    let path = fs.path("d/big");
+    let data = pattern(5, 24 << 20);
+    fs::write(&path, &data).unwrap();
+    // 24 MiB at 6 MiB/s: four seconds, a report every two.
+    let out = nacre(&[
+        "migrate",
+        "-v",
+        "-p",
+        "capacity",
+        "--bandwidth",
+        "6M",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let progress: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("progress: 0 of 1 files"))
+        .collect();
+    assert!(!progress.is_empty(), "{err}");
+    // Bytes copied grow between reports, and stay within the file.
+    let copied = |l: &str| -> f64 {
+        l.split(", ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        progress
+            .iter()
+            .all(|l| copied(l) > 0.0 && copied(l) <= 24.0),
+        "{err}"
+    );
+    assert!(
+        progress.windows(2).all(|w| copied(w[0]) <= copied(w[1])),
+        "{err}"
+    );
+    assert_eq!(layout_of(&path).0, "capacity");
+    assert_eq!(fs::read(&path).unwrap(), data);
+}

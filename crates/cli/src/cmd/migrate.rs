@@ -15,6 +15,8 @@ use std::time::Instant;
 
 /// Files migrated at once at most.
 pub(crate) const JOBS_MAX: usize = 64;
+/// How often `-v` prints the progress of a run.
+pub(crate) const PROGRESS_MS: u64 = 2_000;
 
 /// What a run asks for.
 pub(crate) struct Request {
@@ -133,17 +135,54 @@ pub(crate) fn migrate_files(req: Request, paths: &[PathBuf]) -> anyhow::Result<(
         }
         Ok(())
     };
+    let total_bytes: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::symlink_metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let running = std::sync::atomic::AtomicBool::new(true);
     std::thread::scope(|s| {
+        // Progress of a long run, also within one large file: bytes copied so far.
+        if req.verbose {
+            s.spawn(|| {
+                let mut last = Instant::now();
+                while running.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    if last.elapsed().as_millis() < u128::from(PROGRESS_MS) {
+                        continue;
+                    }
+                    last = Instant::now();
+                    let t = totals.lock().expect("totals");
+                    let copied = pacer.total();
+                    let secs = started.elapsed().as_secs_f64();
+                    eprintln!(
+                        "progress: {} of {} files, {:.1} of {:.1} MiB copied, {:.1} MiB/s",
+                        t.files + t.skipped + t.failed,
+                        files.len(),
+                        copied as f64 / (1 << 20) as f64,
+                        total_bytes as f64 / (1 << 20) as f64,
+                        copied as f64 / (1 << 20) as f64 / secs.max(1e-6)
+                    );
+                }
+            });
+        }
+        let mut workers = Vec::new();
         for _ in 0..req.jobs.clamp(1, JOBS_MAX) {
-            s.spawn(|| loop {
+            workers.push(s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(f) = files.get(i) else { return };
                 if let Err(e) = one(i, f) {
                     totals.lock().expect("totals").failed += 1;
                     eprintln!("nacre: migrate {}: {e:#}", f.display());
                 }
-            });
+            }));
         }
+        for w in workers {
+            if w.join().is_err() {
+                totals.lock().expect("totals").failed += 1;
+            }
+        }
+        running.store(false, std::sync::atomic::Ordering::Relaxed);
     });
     let t = totals.into_inner().expect("totals");
     let secs = started.elapsed().as_secs_f64();
