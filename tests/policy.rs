@@ -347,19 +347,7 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
         let i = files.len();
         assert!(i < 40, "64 MiB not full after {i} files");
         let f = dir.join(format!("f{i:02}"));
-        // Direct I/O: the mount keeps no grant-covered cache that would hold the small
-        // OST's space back from these writes.
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut h = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(&f)
-                .unwrap();
-            let buf = nacre_types::AlignedBuf::copy_from(&pattern(100 + i as u64, 2 * MIB));
-            std::io::Write::write_all(&mut h, &buf).unwrap();
-        }
+        file(&f, 100 + i as u64, 2 * MIB, 0, 0, 0);
         set_times(&f, base + 60 * i as i64, base);
         files.push(f);
     }

@@ -550,3 +550,45 @@ fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
         );
     }
 }
+
+/// Buffered writes fill a small OST (64 MiB) past 85% without `ENOSPC`: the mount's grant
+/// stays within half of the OST's free space, so the writes its cache cannot cover still
+/// find room (before, repeated top-ups let the grant creep up to all of the free space, and
+/// writes failed with the OST 19% full).
+#[test]
+fn buffered_writes_fill_a_small_ost_without_early_enospc() {
+    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
+    let d = |n: &str| root.path().join(n);
+    let fsname = "wbsm";
+    let ost = d("ost0");
+    let _tmpfs = nacre_testkit::Tmpfs::mount(&ost, "64m");
+    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
+    let nid = format!("{mgs_addr}@tcp");
+    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
+    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
+    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &ost);
+    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
+    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
+    let _oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&ost], &[]);
+    let m = nacre_testkit::ClientMount::mount(&format!("{nid}:/{fsname}"), &d("mnt"), &[]);
+    let used = || {
+        let c = std::ffi::CString::new(ost.to_str().unwrap()).unwrap();
+        // SAFETY: zeroed statvfs is a valid out-parameter.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: NUL-terminated path, valid out-parameter.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        (st.f_blocks - st.f_bavail) as f64 * 100.0 / st.f_blocks as f64
+    };
+    let mut written = Vec::new();
+    while used() < 85.0 {
+        let i = written.len();
+        assert!(i < 32, "64 MiB not 85% full after {i} files of 2 MiB");
+        let p = m.mnt.join(format!("f{i}"));
+        let data = nacre_testkit::pattern(i as u64, 2 << 20);
+        fs::write(&p, &data).unwrap_or_else(|e| panic!("file {i}, OST {:.1}% full: {e}", used()));
+        written.push((p, data));
+    }
+    for (p, data) in &written {
+        assert_eq!(&fs::read(p).unwrap(), data, "{}", p.display());
+    }
+}

@@ -3,7 +3,8 @@
 //! fails later for want of space. Grants are counted against the OST's free space: a write
 //! not covered by a grant is refused `ENOSPC` when the space left beside every grant is too
 //! small for it. A client's grant is topped up with its writes (up to
-//! [`GRANT_BYTES_PER_CLIENT`], at most half of what no grant holds yet) and taken back when it
+//! [`GRANT_BYTES_PER_CLIENT`], and only while all grants together stay within half of the
+//! OST's free space) and taken back when it
 //! is evicted, disconnects, or stays silent for [`GRANT_IDLE_MS`].
 //!
 //! Across a restart (Lustre reconnects with each client's grant and holds new clients back
@@ -140,7 +141,12 @@ impl Grants {
         let mut added = 0;
         let left = held - used;
         if top_up && left < GRANT_BYTES_PER_CLIENT {
-            let spare = avail.saturating_sub(s.total - used + unpromised) / 2;
+            // All grants together stay within half of the space left after this write, so
+            // writes no grant covers (direct I/O, a cache past its grant) always find the
+            // other half: topping up by half of what no grant holds each time would let one
+            // client's grant creep up to all of a small OST's free space.
+            let ceiling = avail.saturating_sub(unpromised) / 2;
+            let spare = ceiling.saturating_sub(s.total - used);
             added = (GRANT_BYTES_PER_CLIENT - left).min(spare);
         }
         let after = s.total - used + added;
@@ -353,6 +359,29 @@ mod tests {
         // Both are on disk: a restart holds them back.
         drop(g);
         assert!(Grants::open(dir.path()).reserve() >= 4 * mib + GRANT_BYTES_PER_CLIENT);
+    }
+
+    #[test]
+    fn top_ups_leave_half_the_free_space_to_writes_no_grant_covers() {
+        let g = Grants::default();
+        let mib = 1u64 << 20;
+        // A small OST (52 MiB free): one client writing what it cached under its grant and
+        // topping it up with each write, until 40 MiB are used.
+        let mut avail = 52 * mib;
+        g.write(&A, mib, 0, || avail, true).unwrap();
+        avail -= mib;
+        for _ in 0..39 {
+            g.write(&A, mib, mib, || avail, true).unwrap();
+            avail -= mib;
+            // The grant follows the shrinking free space: half of it, give or take a write.
+            assert!(
+                g.total() <= avail / 2 + mib,
+                "grant {} of {avail} free",
+                g.total()
+            );
+        }
+        // Writes no grant covers still find the other half (here B's, uncached).
+        assert_eq!(g.write(&B, avail - g.total(), 0, || avail, false), Ok(0));
     }
 
     #[test]
