@@ -399,3 +399,135 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
         );
     }
 }
+
+/// An engine killed -9 while it follows the changelogs loses nothing: started again, its
+/// index holds every file exactly once and its rules select exactly theirs.
+#[test]
+fn an_engine_killed_while_following_resumes_exactly() {
+    let fsname = "polkill";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let state = fs.scratch().join("state");
+    let rules = fs.scratch().join("rules.toml");
+    fs::write(
+        &rules,
+        format!(
+            "fs = \"{}\"\nstate_dir = \"{}\"\n[engine]\ninterval = \"1h\"\n\
+             [[rule]]\nname = \"big\"\naction = \"report\"\nlarger_than = \"4k\"\n",
+            fs.source(),
+            state.display()
+        ),
+    )
+    .unwrap();
+    // Registered and scanned on an empty file system.
+    run_once(&rules, &[]);
+    let mut engine = Engine(
+        Command::new(nacre_testkit::nacre_bin())
+            .args(["policy", "run", "--rules", rules.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    fs::create_dir(fs.path("d")).unwrap();
+    let files = 3000;
+    for i in 0..files {
+        let len = if i % 10 == 0 { 8192 } else { 100 };
+        fs::write(fs.path(&format!("d/f{i}")), pattern(i, len)).unwrap();
+        if i == files / 2 {
+            // Killed half way through following.
+            wait_for("the engine applies records", || {
+                nacre(&[
+                    "policy",
+                    "status",
+                    "--rules",
+                    rules.to_str().unwrap(),
+                    "--json",
+                ])
+                .status
+                .success()
+                    && serde_json::from_slice::<Value>(
+                        &nacre(&[
+                            "policy",
+                            "status",
+                            "--rules",
+                            rules.to_str().unwrap(),
+                            "--json",
+                        ])
+                        .stdout,
+                    )
+                    .is_ok_and(|v| v["files"].as_u64().unwrap_or(0) > 0)
+            });
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(engine.0.id() as i32, libc::SIGKILL) };
+            engine.0.wait().unwrap();
+        }
+    }
+    fs::remove_file(fs.path("d/f1")).unwrap();
+    fs::rename(fs.path("d/f20"), fs.path("d/g20")).unwrap();
+    let (lines, runs) = run_once(&rules, &["--dry-run"]);
+    assert_eq!(field(&runs, "big", "selected"), 300, "{runs:?}");
+    let mut would: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("would report "))
+        .map(|l| l.split(" (").next().unwrap().to_string())
+        .collect();
+    would.sort();
+    let mut want: Vec<String> = (0..files)
+        .filter(|i| i % 10 == 0)
+        .map(|i| {
+            if i == 20 {
+                "/d/g20".to_string()
+            } else {
+                format!("/d/f{i}")
+            }
+        })
+        .collect();
+    want.sort();
+    assert_eq!(would, want);
+    let st: Value = serde_json::from_str(&nacre_ok(&[
+        "policy",
+        "status",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(st["files"], files - 1, "{st}");
+}
+
+/// Mistakes get clear errors: a bad rules file names the rule and field, an unreachable
+/// file system says so, and `status` before any run says what is missing.
+#[test]
+fn bad_rules_and_unreachable_file_systems_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("r.toml");
+    let err = |args: &[&str]| {
+        let out = nacre(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let r = rules.to_str().unwrap();
+    fs::write(
+        &rules,
+        format!(
+            "fs = \"127.0.0.1:1:/none\"\nstate_dir = \"{}\"\n[[rule]]\nname = \"x\"\naction = \"migrate\"\n",
+            dir.path().join("s").display()
+        ),
+    )
+    .unwrap();
+    let e = err(&["policy", "run", "--rules", r, "--once"]);
+    assert!(e.contains("rule 'x': migrate needs pool"), "{e}");
+    fs::write(
+        &rules,
+        format!(
+            "fs = \"127.0.0.1:1:/none\"\nstate_dir = \"{}\"\n[[rule]]\nname = \"x\"\naction = \"report\"\n",
+            dir.path().join("s").display()
+        ),
+    )
+    .unwrap();
+    let e = err(&["policy", "status", "--rules", r]);
+    assert!(e.contains("has `nacre policy run` ever run"), "{e}");
+    let e = err(&["policy", "run", "--rules", r, "--once"]);
+    assert!(e.contains("127.0.0.1:1"), "{e}");
+    let e = err(&["policy", "run", "--rules", "/nonexistent/rules.toml"]);
+    assert!(e.contains("cannot read /nonexistent/rules.toml"), "{e}");
+}
