@@ -1,5 +1,5 @@
-//! Bodies of configuration requests and replies, the failover service's, and the network
-//! self-test's.
+//! Bodies of configuration requests and replies, the failover service's, the data mover's,
+//! and the network self-test's.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nacre_wire::mgs::{MgsReply, MgsRequest};
@@ -16,4 +16,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = (r.opcode(), r.target().len());
     }
     let _ = nacre_wire::decode_body::<nacre_wire::failover::FailoverReply>(data);
+    if let Ok(r) = nacre_wire::decode_body::<nacre_wire::mover::MoverRequest>(data) {
+        let _ = (r.opcode(), r.check());
+    }
+    if let Ok(r) = nacre_wire::decode_body::<nacre_wire::mover::MoverReply>(data) {
+        let _ = r.check();
+    }
 });

@@ -230,6 +230,10 @@ enum Command {
     /// `status` shows what it indexed and did. Root only.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Stage files and trees in or out for jobs through a data mover (`nacre server
+    /// --mover DIR`): `in`, `out`, `status`, `cancel`.
+    #[command(subcommand)]
+    Stage(StageCommand),
     /// The path of each FID from the file system's root (`lfs fid2path`): `nacre fid2path
     /// /mnt/nacre '[0x200000401:0x1:0x0]'`.
     Fid2path {
@@ -446,6 +450,7 @@ fn main() {
         Command::Plan(a) => plan(a),
         Command::Changelog(c) => changelog(c),
         Command::Policy(c) => policy(c),
+        Command::Stage(c) => stage(c),
         Command::Fid2path { fs, fids } => fid2path(&fs, &fids),
         Command::Path2fid { paths } => path2fid(&paths),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(

@@ -77,6 +77,8 @@ pub struct ServerSpec {
     pub standby: Vec<PathBuf>,
     /// Take a standby target over when its server dies (else only by `nacre failover`).
     pub auto_failover: bool,
+    /// Start with no target: the process serves roles added after (`add_role`).
+    pub without_targets: bool,
     /// Multi-mount protection update interval of failover targets.
     pub mmp_interval_ms: u64,
     /// MGS NID, overriding the targets' labels.
@@ -124,6 +126,7 @@ impl ServerSpec {
             targets,
             standby: Vec::new(),
             auto_failover: false,
+            without_targets: false,
             mmp_interval_ms: nacre_osd::mmp::MMP_INTERVAL_MS_DEFAULT,
             mgsnode: None,
             fsname: None,
@@ -299,7 +302,7 @@ impl ServerProcess {
             }
             labels.push(label);
         }
-        if labels.is_empty() {
+        if labels.is_empty() && !spec.without_targets {
             bail!("no targets to serve (give --target DIR)");
         }
         let topo = nacre_cpt::Topology::read()?;
@@ -390,7 +393,9 @@ impl ServerProcess {
                 })
         };
         process.start_targets(&spec, &labels)?;
-        process.start_param_sync(mgs_of(&labels[0])?);
+        if let Some(first) = labels.first() {
+            process.start_param_sync(mgs_of(first)?);
+        }
         process.server.router().set_starting(false);
         Ok(process)
     }
@@ -481,6 +486,22 @@ impl ServerProcess {
             self.track_service("failover.failover", &p);
             self.server.add_service(Service::Failover, p);
         }
+        Ok(())
+    }
+
+    /// Serves `service` with `handler` on a pool of `threads` (min, max) threads on the
+    /// first CPU partition: a role composed from outside the server crates (the data
+    /// mover, built on the client library, which these crates never depend on).
+    pub fn add_role(
+        &mut self,
+        service: Service,
+        name: &str,
+        threads: (usize, usize),
+        handler: Arc<dyn nacre_net::Handler>,
+    ) -> anyhow::Result<()> {
+        let p = pool(name, &self.cpts.clone(), Some(&[0]), threads, handler)?;
+        self.track_service(&format!("{name}.{name}"), &p);
+        self.server.add_service(service, p);
         Ok(())
     }
 

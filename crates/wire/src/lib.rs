@@ -15,6 +15,7 @@ pub mod header;
 
 pub mod mds;
 pub mod mgs;
+pub mod mover;
 pub mod oss;
 pub mod selftest;
 
@@ -47,6 +48,8 @@ pub enum Service {
     Oss = 3,
     /// Failover control of a server's targets.
     Failover = 4,
+    /// The data mover (stage in and out for jobs).
+    Mover = 5,
 }
 
 impl Service {
@@ -58,6 +61,7 @@ impl Service {
             2 => Some(Service::Mds),
             3 => Some(Service::Oss),
             4 => Some(Service::Failover),
+            5 => Some(Service::Mover),
             _ => None,
         }
     }

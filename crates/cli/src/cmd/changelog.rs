@@ -302,7 +302,7 @@ pub(crate) fn fid2path(fs: &str, fids: &[String]) -> anyhow::Result<()> {
 }
 
 /// The mount point of the Nacre mount holding `path` (the deepest that contains it).
-fn mount_root(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn mount_root(path: &Path) -> anyhow::Result<String> {
     let abs = std::fs::canonicalize(path)?;
     let root = nacre_server::daemon::nacre_mounts()
         .into_iter()

@@ -156,9 +156,20 @@ pub(crate) struct ServerArgs {
     /// MGS NID (overrides the labels).
     #[arg(long)]
     pub(crate) mgsnode: Option<Nid>,
-    /// Refuse targets of other file systems.
+    /// Refuse targets of other file systems (with `--mover` and no targets: the file
+    /// system the mover works on).
     #[arg(long)]
     pub(crate) fsname: Option<String>,
+    /// Run the data mover role (docs/stage.md), its queue kept in this directory:
+    /// `nacre stage` requests are served here and run with online migration.
+    #[arg(long)]
+    pub(crate) mover: Option<PathBuf>,
+    /// Files the data mover moves at once.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) mover_jobs: usize,
+    /// Bytes per second the data mover moves at most (`500M`; 0: no limit).
+    #[arg(long, default_value = "0")]
+    pub(crate) mover_bandwidth: String,
     #[command(flatten)]
     pub(crate) targets_opts: TargetOpts,
 }
@@ -220,7 +231,8 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     let mut nid = a.nid;
     let mut targets = a.targets;
     let mut mgsnode = a.mgsnode;
-    let mut fsname = a.fsname;
+    let mut fsname = a.fsname.clone();
+    let mut mover = a.mover.clone();
     if let Some(path) = &a.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -245,6 +257,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
                 "mmp_interval_ms" => a.mmp_interval_ms = v.parse().map_err(|e| bad(&e))?,
                 "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
                 "fsname" => fsname = Some(v.to_string()),
+                "mover" => mover = Some(PathBuf::from(v)),
                 _ => {
                     if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
                         bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
@@ -257,11 +270,22 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     let mut spec = ServerSpec::new(listen, targets);
     spec.standby = a.standby.clone();
     spec.auto_failover = a.failover == "auto";
+    spec.without_targets = mover.is_some();
     spec.mmp_interval_ms = a.mmp_interval_ms;
     spec.nid = nid;
     spec.mgsnode = mgsnode;
-    spec.fsname = fsname;
-    let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
+    spec.fsname = fsname.clone();
+    let (mut servers, _ctl) = start_servers(spec, &a.targets_opts)?;
+    let mover = match &mover {
+        Some(dir) => Some(start_mover(
+            &mut servers,
+            dir,
+            (a.mover_jobs, &a.mover_bandwidth),
+            mgsnode,
+            fsname.clone(),
+        )?),
+        None => None,
+    };
     serve_metrics(a.targets_opts.metrics, servers.metrics_sources())?;
     let mut names: Vec<String> = servers.labels().iter().map(Label::name).collect();
     if names.is_empty() {
@@ -282,7 +306,49 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     daemon::notify_ready();
     daemon::wait_stop(|| false);
     daemon::notify_stopping();
+    if let Some(m) = &mover {
+        m.stop();
+    }
     daemon::bound_stop(format!("server at {}", servers.nid()));
     servers.shutdown();
     Ok(())
+}
+
+/// Starts the data mover role in `servers`: its queue in `dir`, its network service, and
+/// its thread (`jobs` files at once, `bandwidth` bytes per second at most), which mounts the file system (its MGS and name from `--mgsnode` and
+/// `--fsname`, else from the targets served) with the client library.
+fn start_mover(
+    servers: &mut ServerProcess,
+    dir: &std::path::Path,
+    (jobs, bandwidth): (usize, &str),
+    mgsnode: Option<Nid>,
+    fsname: Option<String>,
+) -> anyhow::Result<Arc<nacre_mover::Mover>> {
+    let labels = servers.labels();
+    let mgs = match mgsnode.or_else(|| labels.iter().find_map(|l| l.mgsnode)) {
+        Some(m) => m,
+        None if labels
+            .iter()
+            .any(|l| l.kind == nacre_types::TargetKind::Mgt) =>
+        {
+            servers.nid()
+        }
+        None => anyhow::bail!("--mover: give --mgsnode NID (no target here names the MGS)"),
+    };
+    let fsname = fsname
+        .or_else(|| labels.first().map(|l| l.fsname.clone()))
+        .context("--mover: give --fsname NAME (no target here names the file system)")?;
+    let cfg = nacre_mover::MoverConfig {
+        jobs: jobs.clamp(1, 64),
+        bandwidth: nacre_cli::size::parse_size(bandwidth)
+            .map_err(|e| anyhow::anyhow!("--mover-bandwidth: {e}"))?,
+    };
+    let connect: nacre_mover::Connect = Box::new(move || {
+        nacre_client::Client::mount(mgs, &fsname, nacre_client::ClientConfig::default())
+    });
+    let mover = nacre_mover::Mover::open(dir, cfg, connect)?;
+    servers.add_role(nacre_wire::Service::Mover, "mover", (1, 4), mover.service())?;
+    mover.start()?;
+    tracing::info!("data mover: queue in {}", dir.display());
+    Ok(mover)
 }
