@@ -90,15 +90,6 @@ fn field(runs: &[Value], rule: &str, f: &str) -> u64 {
         .unwrap()
 }
 
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
 /// A running engine, killed if the test ends early.
 struct Engine(std::process::Child);
 
@@ -275,10 +266,10 @@ fn rules_act_on_exactly_the_files_they_select() {
         pattern(11, 2 * MIB)
     );
     wait_for("the counters in /metrics", || {
-        scrape(&metrics)
+        nacre_testkit::scrape(&metrics)
             .contains("nacre_policy_rule_files_total{rule=\"cold-flash\",action=\"migrate\"} 4")
     });
-    let body = scrape(&metrics);
+    let body = nacre_testkit::scrape(&metrics);
     assert!(
         body.contains("nacre_policy_rule_files_total{rule=\"scratch-purge\",action=\"purge\"} 3"),
         "{body}"
@@ -303,36 +294,14 @@ fn rules_act_on_exactly_the_files_they_select() {
     assert!(status.success(), "{status}");
 }
 
-/// The pool's fill in percent, as its OST's file system reports it.
-fn fill_of(dir: &Path) -> f64 {
-    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
-    // SAFETY: zeroed statvfs is a valid out-parameter.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: NUL-terminated path, valid out-parameter.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    let total = st.f_blocks as f64;
-    (total - st.f_bavail as f64) * 100.0 / total
-}
-
 #[test]
 fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot() {
-    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
-    let d = |n: &str| root.path().join(n);
     let fsname = "polfill";
     // The flash pool is one OST on a 64 MiB file system of its own.
-    let flash = d("ost0");
-    let _tmpfs = nacre_testkit::Tmpfs::mount(&flash, "64m");
-    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
-    let nid = format!("{mgs_addr}@tcp");
-    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
-    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
-    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &flash);
-    nacre_testkit::mkfs("--ost", 1, fsname, Some(&nid), &d("ost1"));
-    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
-    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
-    let _oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&flash, &d("ost1")], &[]);
-    let source = format!("{nid}:/{fsname}");
-    let m = nacre_testkit::ClientMount::mount(&source, &d("mnt"), &[]);
+    let small = nacre_testkit::SmallFs::start(fsname, &[Some("64m"), None]);
+    let flash = small.osts[0].clone();
+    let source = small.source.clone();
+    let m = small.mount("mnt");
     for (p, ost) in [("flash", "OST0"), ("capacity", "OST1")] {
         nacre_ok(&["pool", "new", &format!("{fsname}.{p}")]);
         nacre_ok(&["pool", "add", &format!("{fsname}.{p}"), ost]);
@@ -343,7 +312,7 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
     // 2 MiB files until the pool is above 80%, each accessed a minute before the next.
     let base = now() - DAY;
     let mut files: Vec<PathBuf> = Vec::new();
-    while fill_of(&flash) <= 80.0 {
+    while nacre_testkit::fill_percent(&flash) <= 80.0 {
         let i = files.len();
         assert!(i < 40, "64 MiB not full after {i} files");
         let f = dir.join(format!("f{i:02}"));
@@ -351,15 +320,15 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
         set_times(&f, base + 60 * i as i64, base);
         files.push(f);
     }
-    let before = fill_of(&flash);
-    let rules = d("rules.toml");
+    let before = nacre_testkit::fill_percent(&flash);
+    let rules = small.dir("rules.toml");
     fs::write(
         &rules,
         format!(
             "fs = \"{source}\"\nstate_dir = \"{}\"\n\
              [[rule]]\nname = \"flash-full\"\naction = \"migrate\"\npool = \"capacity\"\n\
              fill = {{ pool = \"flash\", above = 70, below = 40 }}\n",
-            d("state").display()
+            small.dir("state").display()
         ),
     )
     .unwrap();
@@ -380,9 +349,9 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
     // one file more than needed.
     let share = 2.0 * MIB as f64 * 100.0 / (64 * MIB) as f64;
     wait_for("the moved files' old objects destroyed", || {
-        fill_of(&flash) <= before - share * moved as f64 + share / 2.0
+        nacre_testkit::fill_percent(&flash) <= before - share * moved as f64 + share / 2.0
     });
-    let after = fill_of(&flash);
+    let after = nacre_testkit::fill_percent(&flash);
     assert!(
         after <= 40.0,
         "fill {after:.1}% after moving {moved} files (from {before:.1}%)"

@@ -1,5 +1,6 @@
 //! Statistics and parameters through `nacre ctl`, checked against known workloads.
 
+use nacre_testkit::scrape;
 use nacre_testkit::{nacre, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use nacre_tests::job_samples;
 use std::fs::OpenOptions;
@@ -674,15 +675,6 @@ fn top_shows_the_busiest_jobs_clients_and_targets(form: Form) {
     );
     let bad = nacre(&["top", "-n", "1", "--servers", "127.0.0.1:1"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot reach 127.0.0.1:1"));
-}
-
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp.split_once("\r\n\r\n").unwrap().1.to_string()
 }
 
 fn a_client_mount_exports_its_own_metrics(form: Form) {

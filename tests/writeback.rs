@@ -480,22 +480,10 @@ fn an_ost_restart_waits_for_kept_writes_before_others_read_or_write() {
 /// space held back until it comes are shown deterministically by nacre-oss's unit tests.)
 #[test]
 fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
-    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
-    let d = |n: &str| root.path().join(n);
     let fsname = "wbn8";
-    let ost = d("ost0");
-    let _tmpfs = nacre_testkit::Tmpfs::mount(&ost, "48m");
-    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
-    let nid = format!("{mgs_addr}@tcp");
-    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
-    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
-    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &ost);
-    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
-    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
-    let mut oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&ost], &[]);
-    let source = format!("{nid}:/{fsname}");
-    let a = nacre_testkit::ClientMount::mount(&source, &d("a"), &[]);
-    let b = nacre_testkit::ClientMount::mount(&source, &d("b"), &[]);
+    let mut small = nacre_testkit::SmallFs::start(fsname, &[Some("48m")]);
+    let a = small.mount("a");
+    let b = small.mount("b");
     let pid = a.pid().expect("the first mount's process");
     // Opened now: writing it below needs only the OST (a create while the first mount is
     // stopped would wait for its lock on the directory until it is evicted).
@@ -516,8 +504,8 @@ fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
     // SAFETY: signals to a child process of this test.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     assert!(kept >= 1 << 20, "too little kept to show anything: {kept}");
-    oss.kill9();
-    oss.restart();
+    small.oss.kill9();
+    small.oss.restart();
     // The other mount fills the OST: it waits for the OST's recovery, which waits for the
     // first mount.
     let fill = std::thread::spawn(move || {
@@ -526,7 +514,7 @@ fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
             .find_map(|_| filler.write_all(&chunk).err())
             .or_else(|| filler.sync_all().err())
     });
-    let oss_pid = oss.pid();
+    let oss_pid = small.oss.pid();
     wait_until_held(fsname, oss_pid);
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
@@ -557,28 +545,9 @@ fn kept_writes_keep_their_space_when_a_full_ost_restarts() {
 /// writes failed with the OST 19% full).
 #[test]
 fn buffered_writes_fill_a_small_ost_without_early_enospc() {
-    let root = tempfile::tempdir_in(nacre_testkit::test_dir()).unwrap();
-    let d = |n: &str| root.path().join(n);
-    let fsname = "wbsm";
-    let ost = d("ost0");
-    let _tmpfs = nacre_testkit::Tmpfs::mount(&ost, "64m");
-    let mgs_addr = format!("127.0.0.1:{}", nacre_testkit::free_port_at("127.0.0.1"));
-    let nid = format!("{mgs_addr}@tcp");
-    nacre_testkit::mkfs("--mgs", 0, fsname, None, &d("mgs"));
-    nacre_testkit::mkfs("--mdt", 0, fsname, Some(&nid), &d("mdt0"));
-    nacre_testkit::mkfs("--ost", 0, fsname, Some(&nid), &ost);
-    let _mds = nacre_testkit::ServerProc::start_at(&mgs_addr, &[&d("mgs"), &d("mdt0")], &[]);
-    let oss_addr = format!("127.0.0.2:{}", nacre_testkit::free_port_at("127.0.0.2"));
-    let _oss = nacre_testkit::ServerProc::start_at(&oss_addr, &[&ost], &[]);
-    let m = nacre_testkit::ClientMount::mount(&format!("{nid}:/{fsname}"), &d("mnt"), &[]);
-    let used = || {
-        let c = std::ffi::CString::new(ost.to_str().unwrap()).unwrap();
-        // SAFETY: zeroed statvfs is a valid out-parameter.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: NUL-terminated path, valid out-parameter.
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-        (st.f_blocks - st.f_bavail) as f64 * 100.0 / st.f_blocks as f64
-    };
+    let small = nacre_testkit::SmallFs::start("wbsm", &[Some("64m")]);
+    let m = small.mount("mnt");
+    let used = || nacre_testkit::fill_percent(&small.osts[0]);
     let mut written = Vec::new();
     while used() < 85.0 {
         let i = written.len();

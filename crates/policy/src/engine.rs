@@ -83,7 +83,7 @@ impl RuleCounters {
 }
 
 /// What one evaluation of a rule did.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct RuleRun {
     /// The rule.
     pub rule: String,
@@ -319,20 +319,7 @@ impl<'a> Engine<'a> {
                 c.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let a = &s.attr;
-            let row = FileRow {
-                size: a.size,
-                blocks: a.blocks,
-                uid: a.uid,
-                gid: a.gid,
-                atime: a.atime.sec,
-                mtime: a.mtime.sec,
-                ctime: a.ctime.sec,
-                created: old.as_ref().map_or(a.ctime.sec, |o| o.created),
-                pool: s.pool,
-                stripe_count: s.stripe_count,
-                jobid: old.as_ref().map(|o| o.jobid.clone()).unwrap_or_default(),
-            };
+            let row = crate::follow::row_of(&s, old.as_ref(), None, None);
             if old.as_ref() != Some(&row) {
                 refresh.push(Change::Row(fid, Some(row.clone())));
             }

@@ -65,7 +65,7 @@ pub fn position(ix: &Index, mdt: u32) -> Result<u64, PolicyError> {
 
 /// A row from what the MDT said of a regular file, keeping what records taught (creation
 /// time, job) from the row before.
-fn row_of(
+pub(crate) fn row_of(
     s: &InodeStat,
     old: Option<&FileRow>,
     created: Option<i64>,

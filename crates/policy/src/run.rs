@@ -162,37 +162,7 @@ pub struct Status {
     /// Per rule: (name, action, totals).
     pub rules: Vec<(String, String, RuleTotals)>,
     /// The last evaluation.
-    pub last: Vec<RuleRunStatus>,
-}
-
-/// One rule's last evaluation in the status file.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct RuleRunStatus {
-    /// The rule.
-    pub rule: String,
-    /// Selected.
-    pub selected: u64,
-    /// Acted on.
-    pub acted: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// Failed.
-    pub failed: u64,
-    /// Pool fill before and after (percent), for a fill rule.
-    pub fill: Option<(f64, f64)>,
-}
-
-impl From<&RuleRun> for RuleRunStatus {
-    fn from(r: &RuleRun) -> RuleRunStatus {
-        RuleRunStatus {
-            rule: r.rule.clone(),
-            selected: r.selected,
-            acted: r.acted,
-            bytes: r.bytes,
-            failed: r.failed,
-            fill: r.fill,
-        }
-    }
+    pub last: Vec<RuleRun>,
 }
 
 /// Reads the status file of the engine using `state_dir`, and whether that engine still
@@ -303,7 +273,7 @@ fn write_status(
             .iter()
             .map(|(n, a, t)| (n.clone(), a.to_string(), t.clone()))
             .collect(),
-        last: last.iter().map(RuleRunStatus::from).collect(),
+        last: last.to_vec(),
     };
     live.index_files.store(s.files, Ordering::Relaxed);
     live.index_disk_bytes

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 pub mod hostile;
 pub mod raw;
+mod small;
 mod testfs;
+pub use small::{fill_percent, scrape, SmallFs};
 pub use testfs::{Form, Spec, TestFs};
 
 /// The `nacre` binary: `$NACRE_BIN`, or the one built next to the running test.
