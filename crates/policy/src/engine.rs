@@ -122,6 +122,26 @@ fn rule_key(name: &str) -> String {
     format!("rule/{name}")
 }
 
+/// One evaluation of one rule in progress.
+struct Pass<'r> {
+    rule: &'r Rule,
+    counters: &'r RuleCounters,
+    dry_run: bool,
+    now: i64,
+    /// A fill rule: the bytes that must leave the pool.
+    need: Option<u64>,
+    /// Bytes of the files handed out so far.
+    reserved: u64,
+    run: RuleRun,
+}
+
+impl Pass<'_> {
+    /// A fill rule has handed out enough.
+    fn enough(&self) -> bool {
+        self.need.is_some_and(|n| self.reserved >= n)
+    }
+}
+
 /// A candidate: a file, its row and path, as looked at again.
 struct Candidate {
     fid: Fid,
@@ -220,8 +240,15 @@ impl<'a> Engine<'a> {
             p if p.is_empty() => vec![None],
             p => p.into_iter().map(Some).collect(),
         };
-        let now = now_s();
-        let mut reserved = 0u64;
+        let mut pass = Pass {
+            rule,
+            counters: c,
+            dry_run,
+            now: now_s(),
+            need,
+            reserved: 0,
+            run,
+        };
         'pools: for pool in pools {
             let mut after: Option<Vec<u8>> = None;
             loop {
@@ -238,36 +265,16 @@ impl<'a> Engine<'a> {
                         true => None,
                         false => self.ix.path(fid)?,
                     };
-                    if rule.matches(&Self::facts(&row, path.as_deref()), now)
+                    if rule.matches(&Self::facts(&row, path.as_deref()), pass.now)
                         && !Self::nothing_to_do(rule, &row)
                     {
                         window.push(fid);
                     }
-                    if window.len() == WINDOW_FILES
-                        && self.act_window(
-                            rule,
-                            c,
-                            &mut window,
-                            dry_run,
-                            now,
-                            need,
-                            &mut reserved,
-                            &mut run,
-                        )?
-                    {
+                    if window.len() == WINDOW_FILES && self.act_window(&mut pass, &mut window)? {
                         break 'pools;
                     }
                 }
-                if self.act_window(
-                    rule,
-                    c,
-                    &mut window,
-                    dry_run,
-                    now,
-                    need,
-                    &mut reserved,
-                    &mut run,
-                )? {
+                if self.act_window(&mut pass, &mut window)? {
                     break 'pools;
                 }
                 if !full {
@@ -275,6 +282,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        let mut run = pass.run;
         if let (Some(f), Some(_)) = (&rule.fill, need) {
             let after = self.client.pool_fill(f.pool)?.percent();
             if let Some((before, _)) = run.fill {
@@ -286,20 +294,10 @@ impl<'a> Engine<'a> {
 
     /// Looks at `window` again and acts on what still matches; true once a fill rule has
     /// handed out enough.
-    #[allow(clippy::too_many_arguments)]
-    fn act_window(
-        &self,
-        rule: &Rule,
-        c: &RuleCounters,
-        window: &mut Vec<Fid>,
-        dry_run: bool,
-        now: i64,
-        need: Option<u64>,
-        reserved: &mut u64,
-        run: &mut RuleRun,
-    ) -> Result<bool, PolicyError> {
+    fn act_window(&self, pass: &mut Pass<'_>, window: &mut Vec<Fid>) -> Result<bool, PolicyError> {
+        let (rule, c, now) = (pass.rule, pass.counters, pass.now);
         if window.is_empty() {
-            return Ok(need.is_some_and(|n| *reserved >= n));
+            return Ok(pass.enough());
         }
         let fids = std::mem::take(window);
         let fresh = self.client.stat_many(&fids, GLIMPSE_THREADS)?;
@@ -336,19 +334,19 @@ impl<'a> Engine<'a> {
         // Least recently accessed first, by what the MDTs say now.
         todo.sort_by_key(|x| (x.row.atime, x.fid));
         // A fill rule hands out files until those in flight free what is needed.
-        if let Some(n) = need {
+        if pass.need.is_some() {
             let mut keep = 0;
             for x in &todo {
-                if *reserved >= n {
+                if pass.enough() {
                     break;
                 }
-                *reserved += x.row.space();
+                pass.reserved += x.row.space();
                 keep += 1;
             }
             todo.truncate(keep);
         }
-        run.selected += todo.len() as u64;
-        if dry_run {
+        pass.run.selected += todo.len() as u64;
+        if pass.dry_run {
             let mut out = self.out.lock().expect("report output");
             for x in &todo {
                 let _ = writeln!(
@@ -365,7 +363,7 @@ impl<'a> Engine<'a> {
                     rule.name
                 );
             }
-            return Ok(need.is_some_and(|n| *reserved >= n));
+            return Ok(pass.enough());
         }
         let next = AtomicU64::new(0);
         let acted = AtomicU64::new(0);
@@ -396,13 +394,13 @@ impl<'a> Engine<'a> {
             }
         });
         let (a, b, f) = (acted.into_inner(), bytes.into_inner(), failed.into_inner());
-        run.acted += a;
-        run.bytes += b;
-        run.failed += f;
+        pass.run.acted += a;
+        pass.run.bytes += b;
+        pass.run.failed += f;
         c.files.fetch_add(a, Ordering::Relaxed);
         c.bytes.fetch_add(b, Ordering::Relaxed);
         c.failures.fetch_add(f, Ordering::Relaxed);
-        Ok(need.is_some_and(|n| *reserved >= n))
+        Ok(pass.enough())
     }
 
     fn act(&self, rule: &Rule, x: &Candidate) -> Result<(), PolicyError> {
