@@ -38,6 +38,14 @@ pub struct FollowStats {
     pub scanned: AtomicU64,
 }
 
+/// The MDTs of the client's configuration as it stands, sorted.
+pub fn known_mdts(client: &Client) -> Vec<u32> {
+    let mut v: Vec<u32> = client.fs_config().mdts.iter().map(|t| t.index).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The zero FID records carry where no inode is concerned.
 fn is_zero(fid: Fid) -> bool {
     fid.seq == 0 && fid.oid == 0
@@ -194,10 +202,12 @@ impl<'a> Follower<'a> {
         Ok(())
     }
 
-    /// Applies every record waiting on every MDT; returns the number applied.
+    /// Applies every record waiting on every MDT; returns the number applied. The MDTs
+    /// are the client's configuration as it stands (kept current by the MGS's events): no
+    /// request to the MGS per poll.
     pub fn catch_up(&self) -> Result<u64, PolicyError> {
         let mut total = 0;
-        for mdt in self.client.mdt_indexes() {
+        for mdt in known_mdts(self.client) {
             loop {
                 let n = self.step(mdt)?;
                 total += n;

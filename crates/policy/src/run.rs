@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 /// Pause of the follower when no record is new.
 pub const FOLLOW_POLL_MS: u64 = 500;
+/// How often a running engine writes its status file between evaluations.
+pub const STATUS_MS: u64 = 2_000;
 /// Pause before the follower tries again after an error (a server restarting).
 pub const RETRY_MS: u64 = 2_000;
 /// The status file in the state directory.
@@ -237,7 +239,7 @@ fn write_status(
     last: &[RuleRun],
 ) -> Result<(), PolicyError> {
     let mut changelogs = Vec::new();
-    for mdt in client.mdt_indexes() {
+    for mdt in follow::known_mdts(client) {
         if let Some(user) = follow::consumer(ix, mdt)? {
             changelogs.push((mdt, user, follow::position(ix, mdt)?));
         }
@@ -346,6 +348,10 @@ pub fn run(
         });
         let mut last = Vec::new();
         let mut next = Instant::now();
+        let mut evaluated = false;
+        let mut status_at = Instant::now()
+            .checked_sub(Duration::from_millis(STATUS_MS))
+            .unwrap_or_else(Instant::now);
         let r = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(last);
@@ -357,9 +363,14 @@ pub fn run(
                 }
                 publish(live, &engine, cfg);
                 next = Instant::now() + Duration::from_secs(cfg.interval_s);
+                evaluated = true;
             }
-            if let Err(e) = write_status(&cfg.state_dir, client, &ix, live, &last) {
-                tracing::warn!("policy: status: {e}");
+            if evaluated || status_at.elapsed() >= Duration::from_millis(STATUS_MS) {
+                evaluated = false;
+                status_at = Instant::now();
+                if let Err(e) = write_status(&cfg.state_dir, client, &ix, live, &last) {
+                    tracing::warn!("policy: status: {e}");
+                }
             }
             std::thread::sleep(Duration::from_millis(FOLLOW_POLL_MS));
         };
