@@ -27,11 +27,16 @@ trap 'rm -rf "$stage"' EXIT
 install -D -m 0755 "$bin" "$stage/usr/bin/nacre"
 mkdir -p "$stage/sbin"
 ln -s /usr/bin/nacre "$stage/sbin/mount.nacre"
-for unit in nacre-server@.service nacre-mount@.service; do
+for unit in nacre-server@.service nacre-mount@.service nacre-policy@.service; do
   install -D -m 0644 "contrib/debian/$unit" "$stage/lib/systemd/system/$unit"
 done
 install -D -m 0644 contrib/debian/server.conf.example "$stage/usr/share/doc/nacre/examples/server.conf"
 install -D -m 0644 contrib/debian/mount.conf.example "$stage/usr/share/doc/nacre/examples/mount.conf"
+install -D -m 0644 contrib/debian/policy.toml.example "$stage/usr/share/doc/nacre/examples/policy.toml"
+for s in prolog.sh epilog.sh; do
+  install -D -m 0755 "contrib/slurm/$s" "$stage/usr/share/nacre/slurm/$s"
+done
+install -D -m 0644 contrib/slurm/README.md "$stage/usr/share/nacre/slurm/README.md"
 install -D -m 0644 README.md "$stage/usr/share/doc/nacre/README.md"
 "$bin" gen-docs --man "$stage/usr/share/man/man1" --completions "$stage/completions"
 gzip -9n "$stage"/usr/share/man/man1/*.1

@@ -72,6 +72,10 @@ fn the_package_installs_units_helper_docs_and_they_run() {
         "usr/share/zsh/vendor-completions/_nacre",
         "usr/share/fish/vendor_completions.d/nacre.fish",
         "usr/share/doc/nacre/examples/server.conf",
+        "lib/systemd/system/nacre-policy@.service",
+        "usr/share/doc/nacre/examples/policy.toml",
+        "usr/share/nacre/slurm/prolog.sh",
+        "usr/share/nacre/slurm/epilog.sh",
     ] {
         assert!(root.join(f).exists(), "{f} missing from the package");
     }

@@ -526,6 +526,13 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_example_parses() {
+        let c = Config::parse(include_str!("../../../contrib/debian/policy.toml.example")).unwrap();
+        assert_eq!(c.rules.len(), 2);
+        assert_eq!(c.rules[1].fill.unwrap().below, 60.0);
+    }
+
+    #[test]
     fn paths_owners_and_jobs() {
         let c = parse(
             "[[rule]]\nname = \"r\"\naction = \"report\"\npath = [\"/scratch/*/tmp/**\"]\n\

@@ -127,7 +127,8 @@ pub(crate) fn parse_cpts(name: &str, v: &Option<String>) -> anyhow::Result<Optio
 
 #[derive(Args)]
 pub(crate) struct ServerArgs {
-    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname, and the
+    /// Config file (`key = value` lines: listen, nid, target, mgsnode, fsname, mover,
+    /// mover_jobs, mover_bandwidth, and the
     /// server options by their Lustre names: cpu_npartitions, cpu_pattern, oss_cpts, mds_cpts,
     /// {oss,mds}_threads_{min,max}, networks, portal_rotor, metrics).
     #[arg(long)]
@@ -258,6 +259,8 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
                 "mgsnode" => mgsnode = Some(v.parse().map_err(|e| bad(&e))?),
                 "fsname" => fsname = Some(v.to_string()),
                 "mover" => mover = Some(PathBuf::from(v)),
+                "mover_jobs" => a.mover_jobs = v.parse().map_err(|e| bad(&e))?,
+                "mover_bandwidth" => a.mover_bandwidth = v.to_string(),
                 _ => {
                     if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
                         bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
@@ -288,6 +291,9 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     };
     serve_metrics(a.targets_opts.metrics, servers.metrics_sources())?;
     let mut names: Vec<String> = servers.labels().iter().map(Label::name).collect();
+    if mover.is_some() {
+        names.push("the data mover".into());
+    }
     if names.is_empty() {
         names.push("no targets".into());
     }
