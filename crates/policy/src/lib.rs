@@ -17,6 +17,7 @@
 pub mod engine;
 pub mod follow;
 pub mod index;
+pub mod names;
 pub mod rules;
 pub mod run;
 

@@ -81,6 +81,10 @@ struct RawRule {
     #[serde(default)]
     gid: Vec<u32>,
     #[serde(default)]
+    user: Vec<String>,
+    #[serde(default)]
+    group: Vec<String>,
+    #[serde(default)]
     project: Vec<u32>,
     #[serde(default)]
     jobid: Vec<String>,
@@ -180,9 +184,9 @@ pub struct Rule {
     pub larger_than: Option<u64>,
     /// Size strictly below.
     pub smaller_than: Option<u64>,
-    /// Owners (empty: any).
+    /// Owners (empty: any): `uid` numbers and `user` names resolved when read.
     pub uids: Vec<u32>,
-    /// Groups (empty: any).
+    /// Groups (empty: any): `gid` numbers and `group` names resolved when read.
     pub gids: Vec<u32>,
     /// Job id globs (empty: any); matched against the job that created the file or last
     /// wrote it.
@@ -432,6 +436,24 @@ impl Config {
                     )));
                 }
             }
+            let mut uids = r.uid.clone();
+            let mut gids = r.gid.clone();
+            for (names, db, ids, field) in [
+                (&r.user, crate::names::Db::User, &mut uids, "user"),
+                (&r.group, crate::names::Db::Group, &mut gids, "group"),
+            ] {
+                for name in names {
+                    match crate::names::resolve(db, name) {
+                        Ok(Some(id)) => ids.push(id),
+                        Ok(None) => {
+                            return Err(bad(format!(
+                                "rule '{n}': {field} '{name}' is not known here"
+                            )))
+                        }
+                        Err(e) => return Err(bad(format!("rule '{n}': {field} {e}"))),
+                    }
+                }
+            }
             rules.push(Rule {
                 name: n.to_string(),
                 action,
@@ -439,8 +461,8 @@ impl Config {
                 in_pools,
                 larger_than: size(n, "larger_than", &r.larger_than)?,
                 smaller_than: size(n, "smaller_than", &r.smaller_than)?,
-                uids: r.uid.clone(),
-                gids: r.gid.clone(),
+                uids,
+                gids,
                 jobids: r
                     .jobid
                     .iter()
@@ -533,6 +555,14 @@ mod tests {
     }
 
     #[test]
+    fn user_and_group_names_resolve() {
+        let c = parse("[[rule]]\nname = \"r\"\naction = \"report\"\nuser = [\"root\"]\ngroup = [\"root\"]\nuid = [7]\n")
+            .unwrap();
+        assert_eq!(c.rules[0].uids, vec![7, 0]);
+        assert_eq!(c.rules[0].gids, vec![0]);
+    }
+
+    #[test]
     fn paths_owners_and_jobs() {
         let c = parse(
             "[[rule]]\nname = \"r\"\naction = \"report\"\npath = [\"/scratch/*/tmp/**\"]\n\
@@ -585,6 +615,10 @@ mod tests {
             ("[[rule]]\nname = \"a\"\naction = \"migrate\"\n", "migrate needs pool"),
             ("[[rule]]\nname = \"a\"\naction = \"purge\"\nlarger_than = \"1Q\"\n", "larger_than"),
             ("[[rule]]\nname = \"a\"\naction = \"purge\"\nproject = [3]\n", "project"),
+            (
+                "[[rule]]\nname = \"a\"\naction = \"purge\"\nuser = [\"no-such-user-nacre-7q\"]\n",
+                "user 'no-such-user-nacre-7q' is not known here",
+            ),
             ("[[rule]]\nname = \"a\"\naction = \"purge\"\npath = [\"rel/*\"]\n", "root"),
             ("[[rule]]\nname = \"a\"\naction = \"purge\"\nsizes = 1\n", "unknown field"),
             (
