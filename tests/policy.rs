@@ -500,3 +500,45 @@ fn bad_rules_and_unreachable_file_systems_are_clear_errors() {
     let e = err(&["policy", "run", "--rules", "/nonexistent/rules.toml"]);
     assert!(e.contains("cannot read /nonexistent/rules.toml"), "{e}");
 }
+
+/// A running engine rides out a kill -9 of the MDS: it follows the changelog again once the
+/// MDS is back, and files created after the restart reach its reports.
+#[test]
+fn a_running_engine_rides_out_a_kill_of_the_mds() {
+    let fsname = "polmds";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let state = fs.scratch().join("state");
+    let report = fs.scratch().join("big.report");
+    let rules = fs.scratch().join("rules.toml");
+    fs::write(
+        &rules,
+        format!(
+            "fs = \"{}\"\nstate_dir = \"{}\"\n[engine]\ninterval = \"1s\"\n\
+             [[rule]]\nname = \"big\"\naction = \"report\"\nreport = \"{}\"\nlarger_than = \"4k\"\n",
+            fs.source(),
+            state.display(),
+            report.display()
+        ),
+    )
+    .unwrap();
+    let listed = |name: &str| {
+        fs::read_to_string(&report)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(&format!("\t/{name}\t")))
+    };
+    let _engine = Engine(
+        Command::new(nacre_testkit::nacre_bin())
+            .args(["policy", "run", "--rules", rules.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    fs::write(fs.path("before"), pattern(1, 8192)).unwrap();
+    wait_for("a report of the file created before", || listed("before"));
+    fs.servers_mut()[0].kill9();
+    fs.servers_mut()[0].restart();
+    fs::write(fs.path("after"), pattern(2, 8192)).unwrap();
+    wait_for("a report of the file created after the restart", || {
+        listed("after")
+    });
+}
