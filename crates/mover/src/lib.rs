@@ -121,11 +121,9 @@ impl Mover {
                 },
             };
             if let Err(e) = self.run_one(&c, req.id) {
+                // Perhaps a server restarting: the request stays running, tried again.
                 tracing::warn!("mover: request {}: {e}", req.id);
-                if matches!(e, MoverError::Client(_)) {
-                    // Perhaps a server restarting: the request stays running, tried again.
-                    std::thread::sleep(Duration::from_millis(RETRY_MS));
-                }
+                std::thread::sleep(Duration::from_millis(RETRY_MS));
             }
         }
     }
@@ -166,14 +164,18 @@ impl Mover {
                 todo.push((s.attr.fid, s.attr.size));
             }
         }
-        self.queue.update(id, true, |s| {
+        // Cancelled while its trees were walked: nothing more.
+        let Some(_) = self.queue.update(id, true, |s| {
             s.files_total = total;
             s.bytes_total = bytes_total;
             s.files_skipped = skipped;
             s.files_done = 0;
             s.files_failed = 0;
             s.bytes_done = bytes_skipped;
-        })?;
+        })?
+        else {
+            return Ok(());
+        };
         let pacer = Pacer::new(self.cfg.bandwidth);
         let opts = MigrateOptions {
             spec: StripeSpec {
