@@ -64,12 +64,18 @@ pub fn free_port() -> u16 {
 /// ephemeral one, which any outgoing connection (another test's client) may take before the
 /// server meant to listen on it binds it. (A port free on 127.0.0.1 may be taken on
 /// 127.0.0.3 by another test's server: ask the address that will listen.)
+///
+/// A port is handed out once per test process: a server killed and started again on its
+/// port finds it free, not taken by another test that asked for a free port meanwhile.
 pub fn free_port_at(ip: &str) -> u16 {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let low = ephemeral_ports_start();
     if low > PORT_MIN + 1_000 {
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..1_000 {
             let port = fastrand::u16(PORT_MIN..low);
-            if TcpListener::bind((ip, port)).is_ok() {
+            if !handed.contains(&port) && TcpListener::bind((ip, port)).is_ok() {
+                handed.push(port);
                 return port;
             }
         }
