@@ -48,21 +48,6 @@ fn file(path: &Path, seed: u64, len: usize, uid: u32, age_a: i64, age_m: i64) {
     set_times(path, now() - age_a, now() - age_m);
 }
 
-/// A file's layout pool and OSTs.
-fn layout_of(path: &Path) -> (String, Vec<u64>) {
-    let v: Value =
-        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
-    (
-        v["pool"].as_str().unwrap_or("").to_string(),
-        v["objects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["ost"].as_u64().unwrap())
-            .collect(),
-    )
-}
-
 /// `nacre policy run --once` with `extra`: the dry-run lines, and each rule's run.
 fn run_once(rules: &Path, extra: &[&str]) -> (Vec<String>, Vec<Value>) {
     let mut args = vec![
@@ -80,6 +65,15 @@ fn run_once(rules: &Path, extra: &[&str]) -> (Vec<String>, Vec<Value>) {
     let runs: Vec<Value> =
         serde_json::from_str(&out[start..]).unwrap_or_else(|e| panic!("{e}: {out}"));
     (lines, runs)
+}
+
+/// `nacre policy status --json` of the engine of `rules`, if it answers.
+fn status_of(rules: &Path) -> Option<Value> {
+    let out = nacre(&["policy", "status", "--rules", rules.to_str()?, "--json"]);
+    match out.status.success() {
+        true => serde_json::from_slice(&out.stdout).ok(),
+        false => None,
+    }
 }
 
 fn field(runs: &[Value], rule: &str, f: &str) -> u64 {
@@ -168,7 +162,7 @@ fn rules_act_on_exactly_the_files_they_select() {
     );
     assert_eq!(field(&runs, "cold-flash", "selected"), 1);
     assert_eq!(field(&runs, "cold-flash", "acted"), 0);
-    assert_eq!(layout_of(&p("proj/a/cold_big")).0, "flash");
+    assert_eq!(nacre_testkit::pool_of(&p("proj/a/cold_big")).0, "flash");
     assert!(p("scratch/tmp/old.tmp").exists());
 
     // Changes after the scan reach the index through the changelogs alone.
@@ -194,15 +188,18 @@ fn rules_act_on_exactly_the_files_they_select() {
         ("proj/a/late_cold", 10, 3 * MIB),
         ("proj/a/renamed_big", 3, 2 * MIB),
     ] {
-        let (pool, osts) = layout_of(&p(f));
+        let (pool, osts) = nacre_testkit::pool_of(&p(f));
         assert_eq!(pool, "capacity", "{f}");
         assert!(osts.iter().all(|o| *o >= 2), "{f} on {osts:?}");
         assert_eq!(fs::read(p(f)).unwrap(), pattern(seed, len), "{f}");
     }
     for f in ["proj/a/cold_small", "proj/a/ckpt"] {
-        assert_eq!(layout_of(&p(f)).0, "flash", "{f}");
+        assert_eq!(nacre_testkit::pool_of(&p(f)).0, "flash", "{f}");
     }
-    assert_eq!(layout_of(&p("proj/cap/cold_big")).0, "capacity");
+    assert_eq!(
+        nacre_testkit::pool_of(&p("proj/cap/cold_big")).0,
+        "capacity"
+    );
     for gone in [
         "scratch/tmp/old.tmp",
         "scratch/tmp/sub/deep.tmp",
@@ -223,14 +220,7 @@ fn rules_act_on_exactly_the_files_they_select() {
     assert!(listed[0].ends_with("\ttrain-7"), "{listed:?}");
 
     // The status: what is indexed, what each rule did.
-    let st: Value = serde_json::from_str(&nacre_ok(&[
-        "policy",
-        "status",
-        "--rules",
-        rules.to_str().unwrap(),
-        "--json",
-    ]))
-    .unwrap();
+    let st = status_of(&rules).expect("the engine's status");
     assert_eq!(st["running"], false);
     // cold_small, ckpt, renamed_big, cold_big, late_cold, cap/cold_big, root.tmp, new.tmp.
     assert_eq!(st["files"], 8, "{st}");
@@ -259,7 +249,7 @@ fn rules_act_on_exactly_the_files_they_select() {
     );
     file(&p("proj/a/later_cold"), 11, 2 * MIB, 0, cold, cold);
     wait_for("the running engine moves a new cold file", || {
-        layout_of(&p("proj/a/later_cold")).0 == "capacity"
+        nacre_testkit::pool_of(&p("proj/a/later_cold")).0 == "capacity"
     });
     assert_eq!(
         fs::read(p("proj/a/later_cold")).unwrap(),
@@ -339,7 +329,7 @@ fn a_fill_rule_empties_a_small_pool_to_its_threshold_lru_first_without_overshoot
     for (i, f) in files.iter().enumerate() {
         let want = if i < moved { "capacity" } else { "flash" };
         assert_eq!(
-            layout_of(f).0,
+            nacre_testkit::pool_of(f).0,
             want,
             "file {i} of {} ({moved} moved)",
             files.len()
@@ -404,26 +394,7 @@ fn an_engine_killed_while_following_resumes_exactly() {
         if i == files / 2 {
             // Killed half way through following.
             wait_for("the engine applies records", || {
-                nacre(&[
-                    "policy",
-                    "status",
-                    "--rules",
-                    rules.to_str().unwrap(),
-                    "--json",
-                ])
-                .status
-                .success()
-                    && serde_json::from_slice::<Value>(
-                        &nacre(&[
-                            "policy",
-                            "status",
-                            "--rules",
-                            rules.to_str().unwrap(),
-                            "--json",
-                        ])
-                        .stdout,
-                    )
-                    .is_ok_and(|v| v["files"].as_u64().unwrap_or(0) > 0)
+                status_of(&rules).is_some_and(|v| v["files"].as_u64().unwrap_or(0) > 0)
             });
             // SAFETY: a signal to our own child.
             unsafe { libc::kill(engine.0.id() as i32, libc::SIGKILL) };
@@ -452,14 +423,7 @@ fn an_engine_killed_while_following_resumes_exactly() {
         .collect();
     want.sort();
     assert_eq!(would, want);
-    let st: Value = serde_json::from_str(&nacre_ok(&[
-        "policy",
-        "status",
-        "--rules",
-        rules.to_str().unwrap(),
-        "--json",
-    ]))
-    .unwrap();
+    let st = status_of(&rules).expect("the engine's status");
     assert_eq!(st["files"], files - 1, "{st}");
 }
 

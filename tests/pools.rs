@@ -3,7 +3,7 @@
 //! allocation only inside the pool, checked on the OSTs' own directories; clear errors for
 //! a pool that does not exist, has no OSTs or has too few.
 
-use nacre_testkit::{nacre, nacre_ok, on_both_forms, wait_for, Form, Spec, TestFs};
+use nacre_testkit::{nacre, nacre_ok, on_both_forms, pool_of, wait_for, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -30,28 +30,6 @@ fn stored(fs: &TestFs, osts: u32) -> Vec<u64> {
     (0..osts)
         .map(|i| stored_bytes(&fs.data.join(format!("ost{i}"))))
         .collect()
-}
-
-/// `nacre getstripe --json`: (pool, OST of each object) of a file, or the directory's
-/// default pool.
-fn pool_of(path: &Path) -> (String, Vec<u64>) {
-    let v: serde_json::Value =
-        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
-    match v["kind"].as_str() {
-        Some("file") => (
-            v["pool"].as_str().unwrap_or("").to_string(),
-            v["objects"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| o["ost"].as_u64().unwrap())
-                .collect(),
-        ),
-        _ => (
-            v["default"]["pool"].as_str().unwrap_or("").to_string(),
-            Vec::new(),
-        ),
-    }
 }
 
 /// `nacre ARGS`, expected to fail: its error text.

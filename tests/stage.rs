@@ -11,12 +11,6 @@ use std::path::{Path, PathBuf};
 
 const MIB: usize = 1 << 20;
 
-fn pool_of(path: &Path) -> String {
-    let v: Value =
-        serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap();
-    v["pool"].as_str().unwrap_or("").to_string()
-}
-
 fn status(mover: &str, id: &str) -> Value {
     let v: Value = serde_json::from_str(&nacre_ok(&[
         "stage", "status", "--mover", mover, "--id", id, "--json",
@@ -116,7 +110,7 @@ fn a_stage_round_trip_survives_a_kill_of_the_mover() {
     );
     assert!(after["files_skipped"].as_u64().unwrap() > 0, "{after}");
     for (p, seed) in &files {
-        assert_eq!(pool_of(p), "flash", "{}", p.display());
+        assert_eq!(nacre_testkit::pool_of(p).0, "flash", "{}", p.display());
         assert_eq!(
             fs::read(p).unwrap(),
             pattern(*seed, 8 * MIB),
@@ -142,7 +136,7 @@ fn a_stage_round_trip_survives_a_kill_of_the_mover() {
     assert_eq!(out["status"], "done", "{out}");
     assert_eq!(out["files_done"], 12, "{out}");
     for (p, seed) in &files {
-        assert_eq!(pool_of(p), "capacity", "{}", p.display());
+        assert_eq!(nacre_testkit::pool_of(p).0, "capacity", "{}", p.display());
         assert_eq!(
             fs::read(p).unwrap(),
             pattern(*seed, 8 * MIB),
@@ -209,11 +203,13 @@ fn a_stage_round_trip_survives_a_kill_of_the_mover() {
     };
     assert!(run("prolog.sh").success());
     for (p, _) in &files {
-        assert_eq!(pool_of(p), "flash", "{}", p.display());
+        assert_eq!(nacre_testkit::pool_of(p).0, "flash", "{}", p.display());
     }
     assert!(run("epilog.sh").success());
     wait_for("the epilog's stage-out", || {
-        files.iter().all(|(p, _)| pool_of(p) == "capacity")
+        files
+            .iter()
+            .all(|(p, _)| nacre_testkit::pool_of(p).0 == "capacity")
     });
     for (p, seed) in &files {
         assert_eq!(

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Files one request may cover at most.
+/// Files and directories one request may cover at most.
 pub const FILES_PER_REQUEST_MAX: usize = 4_000_000;
 /// Directory entries read per page while a request's trees are walked.
 pub const READDIR_PAGE: u32 = 1024;
@@ -151,17 +151,20 @@ impl Mover {
         // What each file is now: its size and pool.
         let mut todo = Vec::new();
         let (mut total, mut bytes_total, mut skipped, mut bytes_skipped) = (0, 0, 0, 0);
-        for s in c.stat_many(&files, 8)? {
-            if s.attr.kind != FileKind::Regular {
-                continue;
-            }
-            total += 1;
-            bytes_total += s.attr.size;
-            if s.pool == pool {
-                skipped += 1;
-                bytes_skipped += s.attr.size;
-            } else {
-                todo.push((s.attr.fid, s.attr.size));
+        // Asked a batch at a time: only (file, size) of those to move is kept.
+        for chunk in files.chunks(nacre_wire::mds::changelog::STATS_MAX) {
+            for s in c.stat_many(chunk, 8)? {
+                if s.attr.kind != FileKind::Regular {
+                    continue;
+                }
+                total += 1;
+                bytes_total += s.attr.size;
+                if s.pool == pool {
+                    skipped += 1;
+                    bytes_skipped += s.attr.size;
+                } else {
+                    todo.push((s.attr.fid, s.attr.size));
+                }
             }
         }
         // Cancelled while its trees were walked: nothing more.
@@ -280,7 +283,7 @@ fn walk(c: &Client, req: &StageState) -> Result<Vec<Fid>, nacre_client::ClientEr
                     _ => {}
                 }
             }
-            if out.len() > FILES_PER_REQUEST_MAX {
+            if out.len() + dirs.len() > FILES_PER_REQUEST_MAX {
                 return Err(Status::TooBig.into());
             }
             match page.last() {

@@ -321,12 +321,19 @@ impl<'a> Engine<'a> {
             if old.as_ref() != Some(&row) {
                 refresh.push(Change::Row(fid, Some(row.clone())));
             }
-            let path = self.ix.path(fid)?;
+            // The path (names and directories read from the index) only where it is used.
+            let mut path = match rule.paths.is_empty() {
+                true => None,
+                false => self.ix.path(fid)?,
+            };
             if !rule.matches(&Self::facts(&row, path.as_deref()), now)
                 || Self::nothing_to_do(rule, &row)
             {
                 c.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
+            }
+            if path.is_none() && (pass.dry_run || matches!(rule.action, Action::Report { .. })) {
+                path = self.ix.path(fid)?;
             }
             todo.push(Candidate { fid, row, path });
         }
@@ -355,11 +362,7 @@ impl<'a> Engine<'a> {
                     rule.action.name(),
                     x.path.as_deref().unwrap_or("?"),
                     x.row.size,
-                    if x.row.pool.is_none() {
-                        "-"
-                    } else {
-                        x.row.pool.as_str()
-                    },
+                    Index::pool_label(&x.row.pool),
                     rule.name
                 );
             }
@@ -386,7 +389,7 @@ impl<'a> Engine<'a> {
                                 "policy: rule {}: {} {}: {e}",
                                 rule.name,
                                 rule.action.name(),
-                                x.path.as_deref().unwrap_or("?")
+                                x.path.clone().unwrap_or_else(|| x.fid.to_string())
                             );
                         }
                     }
@@ -441,11 +444,7 @@ impl<'a> Engine<'a> {
                     rule.name,
                     x.path.as_deref().unwrap_or("?"),
                     x.row.size,
-                    if x.row.pool.is_none() {
-                        "-"
-                    } else {
-                        x.row.pool.as_str()
-                    },
+                    Index::pool_label(&x.row.pool),
                     x.row.atime,
                     x.row.uid,
                     x.row.gid,

@@ -192,11 +192,12 @@ impl Index {
             .scan(NAMES, &fid.to_key(), None, NAMES_PER_FILE_MAX)
             .map_err(kv_err)?;
         page.into_iter()
-            .map(|(k, _)| {
-                let parent = Fid::from_key(&k[16..])
-                    .ok_or_else(|| PolicyError::Index("bad name key".into()))?;
-                Ok((parent, k[32..].to_vec()))
-            })
+            .map(
+                |(k, _)| match (k.get(16..).and_then(Fid::from_key), k.get(32..)) {
+                    (Some(parent), Some(name)) => Ok((parent, name.to_vec())),
+                    _ => Err(PolicyError::Index("bad name key".into())),
+                },
+            )
             .collect()
     }
 
@@ -260,11 +261,22 @@ impl Index {
             .map_err(kv_err)?;
         page.into_iter()
             .map(|(k, _)| {
-                let fid = Fid::from_key(&k[24..])
+                let fid = k
+                    .get(24..)
+                    .and_then(Fid::from_key)
                     .ok_or_else(|| PolicyError::Index("bad lru key".into()))?;
                 Ok((k, fid))
             })
             .collect()
+    }
+
+    /// A pool's name for people (`-` for none).
+    pub fn pool_label(pool: &PoolName) -> &str {
+        if pool.is_none() {
+            "-"
+        } else {
+            pool.as_str()
+        }
     }
 
     /// Files and bytes per pool, as indexed.

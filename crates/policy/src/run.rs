@@ -255,17 +255,7 @@ fn write_status(
         pools: ix
             .totals()
             .into_iter()
-            .map(|(p, t)| {
-                (
-                    if p.is_none() {
-                        "-".into()
-                    } else {
-                        p.as_str().into()
-                    },
-                    t.files,
-                    t.bytes,
-                )
-            })
+            .map(|(p, t)| (Index::pool_label(&p).to_string(), t.files, t.bytes))
             .collect(),
         changelogs,
         records: live.follow.records.load(Ordering::Relaxed),

@@ -9,9 +9,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod hostile;
+mod layout;
 pub mod raw;
 mod small;
 mod testfs;
+pub use layout::pool_of;
 pub use small::{fill_percent, scrape, SmallFs};
 pub use testfs::{Form, Spec, TestFs};
 

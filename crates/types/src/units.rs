@@ -1,46 +1,42 @@
 //! Sizes with K/M/G/T suffixes, as Lustre tools accept them, and durations with s/m/h/d/w.
 
-/// Parses `1048576`, `1M`, `64k`, `4G` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// A number with an optional one-letter unit: the number times `unit(letter)`; `what`
+/// names the kind of value in errors.
+fn with_unit(s: &str, what: &str, unit: impl Fn(char) -> Option<u64>) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last() {
-        Some(c) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("bad size '{s}': unknown suffix '{c}'")),
-            };
-            (&s[..s.len() - 1], m)
-        }
+        Some(c) if c.is_ascii_alphabetic() => match unit(c) {
+            Some(m) => (&s[..s.len() - 1], m),
+            None => return Err(format!("bad {what} '{s}': unknown unit '{c}'")),
+        },
         _ => (s, 1),
     };
-    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
+    let n: u64 = num.parse().map_err(|_| format!("bad {what} '{s}'"))?;
     n.checked_mul(mult)
-        .ok_or_else(|| format!("size '{s}' is too large"))
+        .ok_or_else(|| format!("{what} '{s}' is too large"))
+}
+
+/// Parses `1048576`, `1M`, `64k`, `4G` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    with_unit(s, "size", |c| match c.to_ascii_uppercase() {
+        'K' => Some(1 << 10),
+        'M' => Some(1 << 20),
+        'G' => Some(1 << 30),
+        'T' => Some(1 << 40),
+        _ => None,
+    })
 }
 
 /// Parses `90s`, `30m`, `12h`, `1d`, `2w` (a bare number is seconds) into seconds.
 pub fn parse_duration_s(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some(c) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_lowercase() {
-                's' => 1u64,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86_400,
-                'w' => 7 * 86_400,
-                _ => return Err(format!("bad duration '{s}': unknown unit '{c}'")),
-            };
-            (&s[..s.len() - 1], m)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad duration '{s}'"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("duration '{s}' is too long"))
+    with_unit(s, "duration", |c| match c.to_ascii_lowercase() {
+        's' => Some(1),
+        'm' => Some(60),
+        'h' => Some(3600),
+        'd' => Some(86_400),
+        'w' => Some(7 * 86_400),
+        _ => None,
+    })
 }
 
 /// Formats bytes the way `lfs df -h` does.

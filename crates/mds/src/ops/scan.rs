@@ -11,19 +11,30 @@ use nacre_wire::mds::{DirentSummary, InodeSummary, MdsReply};
 /// Most records one scan reply carries.
 pub const SCAN_COUNT_MAX: u32 = 4096;
 
-/// Up to `count` inodes after `after`, in FID order.
-pub fn inodes(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Status> {
-    let count = count.clamp(1, SCAN_COUNT_MAX) as usize;
+/// Up to `count` stored inodes after `after`, in FID order, and whether they are the last.
+fn inode_page(
+    mdt: &Mdt,
+    after: Option<Fid>,
+    count: usize,
+) -> Result<(Vec<(Fid, InodeRecord)>, bool), Status> {
     let after = after.map(Fid::to_key);
     let page = mdt
         .kv
         .scan(INODES, &[], after.as_ref().map(|k| &k[..]), count)
         .map_err(kv_err)?;
     let eof = page.len() < count;
+    let records = page
+        .into_iter()
+        .map(|(k, v)| Ok((Fid::from_key(&k).ok_or(Status::Io)?, decode(&v)?)))
+        .collect::<Result<_, Status>>()?;
+    Ok((records, eof))
+}
+
+/// Up to `count` inodes after `after`, in FID order.
+pub fn inodes(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Status> {
+    let (page, eof) = inode_page(mdt, after, count.clamp(1, SCAN_COUNT_MAX) as usize)?;
     let mut inodes = Vec::with_capacity(page.len());
-    for (k, v) in page {
-        let fid = Fid::from_key(&k).ok_or(Status::Io)?;
-        let rec: InodeRecord = decode(&v)?;
+    for (fid, rec) in page {
         inodes.push(InodeSummary {
             fid,
             kind: rec.attr.kind,
@@ -108,17 +119,10 @@ pub fn stat_many(mdt: &Mdt, fids: &[Fid]) -> Result<MdsReply, Status> {
 
 /// `ScanStats`: up to `count` inodes after `after`, in FID order.
 pub fn scan_stats(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Status> {
-    let count = (count as usize).clamp(1, STATS_MAX);
-    let after = after.map(Fid::to_key);
-    let page = mdt
-        .kv
-        .scan(INODES, &[], after.as_ref().map(|k| &k[..]), count)
-        .map_err(kv_err)?;
-    let eof = page.len() < count;
-    let mut stats = Vec::with_capacity(page.len());
-    for (k, v) in page {
-        let fid = Fid::from_key(&k).ok_or(Status::Io)?;
-        stats.push(stat_of(mdt, fid, decode(&v)?));
-    }
+    let (page, eof) = inode_page(mdt, after, (count as usize).clamp(1, STATS_MAX))?;
+    let stats = page
+        .into_iter()
+        .map(|(fid, rec)| stat_of(mdt, fid, rec))
+        .collect();
     Ok(MdsReply::Stats { stats, eof })
 }
