@@ -9,6 +9,7 @@ command -v attr >/dev/null 2>&1 || need+=(attr)
 command -v rsync >/dev/null 2>&1 || need+=(rsync)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then

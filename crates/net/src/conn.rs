@@ -8,10 +8,12 @@
 //! requests are resent on the other rails, and a background thread reconnects it; traffic
 //! returns to it once it links up again (health).
 
-use crate::frame::{write_frame, RawFrame};
+use crate::frame::{write_sealed, RawFrame};
 use crate::queue::{oneshot, OneshotReceiver, OneshotSender};
 use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
+use crate::sec::session::Sealer;
+use crate::sec::{FsKey, SecError};
 use crate::{local, NetError, Reply, Request};
 use crossbeam_channel::RecvTimeoutError;
 use nacre_types::limits::{BULK_BYTES_MAX, RPCS_IN_FLIGHT_DEFAULT, RPC_SIZE_BYTES_DEFAULT};
@@ -45,6 +47,10 @@ pub struct NetConfig {
     /// With several rails: a rail that has not answered a request within this time is
     /// declared down and the request is resent on another rail.
     pub rail_timeout_ms: u64,
+    /// The file system's key: every link opens with the handshake of [`crate::sec`] (None:
+    /// no handshake, for servers that require none). Defaults to the process's key
+    /// ([`crate::sec::default_key`]).
+    pub key: Option<Arc<FsKey>>,
 }
 
 /// Most rails (NIDs) one connection uses.
@@ -65,6 +71,7 @@ impl Default for NetConfig {
             bulk_checksum: true,
             discovery: true,
             rail_timeout_ms: 10_000,
+            key: crate::sec::default_key(),
         }
     }
 }
@@ -72,7 +79,8 @@ impl Default for NetConfig {
 type ReplySender = OneshotSender<Result<Reply, NetError>>;
 
 struct TcpLink {
-    writer: Mutex<TcpStream>,
+    /// The stream and, on a protected link, what seals its frames in the order written.
+    writer: Mutex<(TcpStream, Option<Sealer>)>,
     /// Requests awaiting replies, each with the in-flight slot it occupies.
     pending: Mutex<HashMap<u64, (ReplySender, Option<SlotPermit>)>>,
     alive: AtomicBool,
@@ -596,6 +604,8 @@ impl Connection {
             match self.pick_link(None) {
                 Ok(link) => return Ok(link),
                 Err(e) if Instant::now() >= deadline => return Err(e),
+                // A refused handshake (a wrong key) does not get better by retrying.
+                Err(e @ NetError::Refused { .. }) => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
@@ -612,6 +622,28 @@ impl Connection {
                 cause: e.to_string(),
             })?;
         stream.set_nodelay(true)?;
+        let session = match &self.config.key {
+            Some(key) => {
+                let timeout = Duration::from_millis(timeout_ms.max(1));
+                let s =
+                    crate::sec::handshake::client(&stream, key, timeout).map_err(|e| match e {
+                        SecError::Refused(why) => NetError::Refused {
+                            nid: nid.to_string(),
+                            why,
+                        },
+                        other => NetError::Unreachable {
+                            nid: nid.to_string(),
+                            cause: other.to_string(),
+                        },
+                    })?;
+                Some(s)
+            }
+            None => None,
+        };
+        let (sealer, opener) = match session {
+            Some(s) => (Some(s.sealer), Some(s.opener)),
+            None => (None, None),
+        };
         // A write into a link whose peer stopped reading (a rail gone down, a stuck server)
         // fails after this long instead of blocking forever: the link is then failed like
         // one that stopped answering, and the request goes out again (another rail).
@@ -622,7 +654,7 @@ impl Connection {
             .max(1);
         stream.set_write_timeout(Some(Duration::from_millis(write_timeout_ms)))?;
         let link = Arc::new(TcpLink {
-            writer: Mutex::new(stream.try_clone()?),
+            writer: Mutex::new((stream.try_clone()?, sealer)),
             pending: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
         });
@@ -635,6 +667,7 @@ impl Connection {
                 link: link.clone(),
                 nid,
             }),
+            opener,
         });
         Ok(Link::Tcp(link))
     }
@@ -670,9 +703,10 @@ impl Connection {
                 let bulk = request.bulk.as_deref().map(|b| &b[..]);
                 h.seal(&request.body, bulk, header.flags & FLAG_BULK_CHECKSUM != 0);
                 tcp.pending.lock().insert(h.xid, (tx, permit));
-                let mut w = tcp.writer.lock();
-                if let Err(e) = write_frame(&mut *w, &h, &request.body, bulk) {
-                    drop(w);
+                let mut guard = tcp.writer.lock();
+                let w = &mut *guard;
+                if let Err(e) = write_sealed(&mut w.0, &h, &request.body, bulk, w.1.as_mut()) {
+                    drop(guard);
                     tcp.pending.lock().remove(&h.xid);
                     tcp.alive.store(false, Ordering::Release);
                     tracing::debug!("send to {} failed: {e}", self.nid());
@@ -802,6 +836,7 @@ impl PendingReply {
                     self.sent_on = Some(on);
                     return Ok(());
                 }
+                Err(e @ NetError::Refused { .. }) => return Err(e),
                 Err(e) if Instant::now() >= deadline => {
                     return Err(NetError::Unreachable {
                         nid: self.conn.nid().to_string(),
@@ -824,8 +859,8 @@ impl PendingReply {
 fn abort_link(tcp: &TcpLink) {
     tcp.alive.store(false, Ordering::Release);
     let w = tcp.writer.lock();
-    let _ = set_linger_zero(&w);
-    let _ = w.shutdown(std::net::Shutdown::Both);
+    let _ = set_linger_zero(&w.0);
+    let _ = w.0.shutdown(std::net::Shutdown::Both);
 }
 
 fn set_linger_zero(s: &TcpStream) -> std::io::Result<()> {
@@ -903,7 +938,7 @@ impl FrameSink for ReplySink {
         // it are resent.
         tracing::debug!("connection to {} ended: {cause}", self.nid);
         self.link.alive.store(false, Ordering::Release);
-        let _ = self.link.writer.lock().shutdown(std::net::Shutdown::Both);
+        let _ = self.link.writer.lock().0.shutdown(std::net::Shutdown::Both);
         for (_, (tx, _slot)) in self.link.pending.lock().drain() {
             tx.send(Err(NetError::Disconnected(self.nid.to_string())));
         }

@@ -1,5 +1,6 @@
 //! Frame I/O on byte streams: vectored writes of header, body and bulk; bounded reads.
 
+use crate::sec::session::Sealer;
 use crate::NetError;
 use nacre_types::limits::BODY_BYTES_MAX;
 use nacre_types::AlignedBuf;
@@ -18,16 +19,33 @@ pub struct RawFrame {
 }
 
 /// Writes one frame with as few syscalls as the kernel allows (one `writev` normally).
-///
-/// Fault points (tests of end-to-end integrity): `net.corrupt_body` and `net.corrupt_bulk`
-/// flip one bit of the body or bulk after the checksums were sealed, as a bad NIC or cable
-/// would; the receiver must notice.
 pub fn write_frame(
     w: &mut impl Write,
     header: &Header,
     body: &[u8],
     bulk: Option<&[u8]>,
 ) -> std::io::Result<()> {
+    write_sealed(w, header, body, bulk, None)
+}
+
+/// [`write_frame`] on a connection protected by `sealer` (its handshake's session): body
+/// and bulk as the level wants them, then the trailer of tags.
+///
+/// Fault points (tests of end-to-end integrity): `net.corrupt_body` and `net.corrupt_bulk`
+/// flip one bit of the body or bulk after the checksums (and tags) were sealed, as a bad NIC
+/// or cable would; the receiver must notice.
+pub fn write_sealed(
+    w: &mut impl Write,
+    header: &Header,
+    body: &[u8],
+    bulk: Option<&[u8]>,
+    sealer: Option<&mut Sealer>,
+) -> std::io::Result<()> {
+    let sealed = sealer.map(|s| s.seal(header, body, bulk));
+    let (body, bulk, trailer) = match &sealed {
+        Some(s) => (&s.body[..], s.bulk.as_deref(), s.trailer()),
+        None => (body, bulk, &[][..]),
+    };
     if crate::fault::armed_any() {
         let flip = |bytes: &[u8]| {
             let mut copy = bytes.to_vec();
@@ -36,15 +54,15 @@ pub fn write_frame(
             copy
         };
         if !body.is_empty() && crate::fault::hit("net.corrupt_body") {
-            return write_plain(w, header, &flip(body), bulk);
+            return write_plain(w, header, &flip(body), bulk, trailer);
         }
         if let Some(b) = bulk.filter(|b| !b.is_empty()) {
             if crate::fault::hit("net.corrupt_bulk") {
-                return write_plain(w, header, body, Some(&flip(b)));
+                return write_plain(w, header, body, Some(&flip(b)), trailer);
             }
         }
     }
-    write_plain(w, header, body, bulk)
+    write_plain(w, header, body, bulk, trailer)
 }
 
 fn write_plain(
@@ -52,12 +70,14 @@ fn write_plain(
     header: &Header,
     body: &[u8],
     bulk: Option<&[u8]>,
+    trailer: &[u8],
 ) -> std::io::Result<()> {
     let head = header.encode();
     let mut slices = [
         IoSlice::new(&head),
         IoSlice::new(body),
         IoSlice::new(bulk.unwrap_or(&[])),
+        IoSlice::new(trailer),
     ];
     let mut slices: &mut [IoSlice<'_>] = &mut slices;
     while !slices.is_empty() {

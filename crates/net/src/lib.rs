@@ -21,6 +21,7 @@ mod queue;
 pub mod reactor;
 pub mod router;
 pub mod rpc;
+pub mod sec;
 pub mod selftest;
 pub mod server;
 pub mod service;
@@ -58,6 +59,15 @@ pub enum NetError {
         nid: String,
         /// Last error seen.
         cause: String,
+    },
+    /// The server refused this side in the handshake (no key, a wrong key), or did not
+    /// prove it holds the file system's key.
+    #[error("{nid} refused the connection: {why}")]
+    Refused {
+        /// Peer.
+        nid: String,
+        /// Why.
+        why: String,
     },
     /// The connection broke while the request was in flight.
     #[error("connection to {0} lost")]

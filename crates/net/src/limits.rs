@@ -70,6 +70,11 @@ pub struct NetStats {
     pub budget_waits: AtomicU64,
     /// Bytes of the budget held now.
     pub budget_held_bytes: AtomicU64,
+    /// Connections refused in their handshake (no key, a wrong key, a replayed handshake,
+    /// or past [`crate::sec::HANDSHAKES_MAX`] at once).
+    pub handshakes_refused: AtomicU64,
+    /// Connections dropped for a frame that failed its integrity or privacy check.
+    pub frames_unauthentic: AtomicU64,
 }
 
 impl NetStats {
@@ -78,7 +83,8 @@ impl NetStats {
         let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "conns_open: {}\nconns_accepted: {}\nconns_refused: {}\nframes_timed_out: {}\n\
-             frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}",
+             frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}\n\
+             handshakes_refused: {}\nframes_unauthentic: {}",
             v(&self.conns_open),
             v(&self.conns_accepted),
             v(&self.conns_refused),
@@ -87,6 +93,8 @@ impl NetStats {
             v(&self.replies_timed_out),
             v(&self.budget_waits),
             v(&self.budget_held_bytes),
+            v(&self.handshakes_refused),
+            v(&self.frames_unauthentic),
         )
     }
 }

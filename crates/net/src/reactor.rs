@@ -24,6 +24,8 @@ pub use crate::limits::{
     BudgetPermit, NetLimits, NetStats, BULK_BUDGET_BYTES_DEFAULT, CONNS_MAX_DEFAULT,
     FRAME_TIMEOUT_MS_DEFAULT, REPLY_TIMEOUT_MS_DEFAULT,
 };
+use crate::sec::session::{trailer_len, Opener, TRAILER_BYTES_MAX};
+use crate::sec::Level;
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, HEADER_BYTES};
 use parking_lot::Mutex;
@@ -62,6 +64,8 @@ pub(crate) struct NewConn {
     pub peer: String,
     pub bulk_len_max: u32,
     pub sink: Box<dyn FrameSink>,
+    /// Checks the frames of a connection its handshake protects (None: not protected).
+    pub opener: Option<Opener>,
 }
 
 /// What a connection's current frame has got so far.
@@ -85,6 +89,15 @@ enum Parse {
         got: usize,
         permit: Option<BudgetPermit>,
     },
+    /// The tags after body and bulk (a protected connection's).
+    Trailer {
+        header: Header,
+        body: Vec<u8>,
+        bulk: Option<AlignedBuf>,
+        permit: Option<BudgetPermit>,
+        trailer: [u8; TRAILER_BYTES_MAX],
+        got: usize,
+    },
 }
 
 struct Conn {
@@ -93,6 +106,7 @@ struct Conn {
     peer: String,
     bulk_len_max: u32,
     sink: Box<dyn FrameSink>,
+    opener: Option<Opener>,
     /// Bytes received and not yet parsed: `staging[start..end]`.
     staging: Vec<u8>,
     start: usize,
@@ -112,6 +126,8 @@ struct Conn {
 enum End {
     Closed,
     Bad(String),
+    /// A frame failed its integrity or privacy check.
+    Unauthentic(String),
 }
 
 impl Conn {
@@ -248,11 +264,15 @@ impl Conn {
                         read += self.buffered() - before;
                         continue;
                     }
-                    header
-                        .check_body(&body)
-                        .map_err(|e| End::Bad(e.to_string()))?;
+                    // A protected frame's checksums are of its plain bytes: checked after its
+                    // trailer.
+                    if self.opener.is_none() {
+                        header
+                            .check_body(&body)
+                            .map_err(|e| End::Bad(e.to_string()))?;
+                    }
                     match bulk {
-                        None => self.deliver(header, body, None, permit)?,
+                        None => self.complete(header, body, None, permit)?,
                         Some(bulk) => {
                             self.parse = Parse::Bulk {
                                 header,
@@ -289,12 +309,82 @@ impl Conn {
                             None => return Ok(false),
                         }
                     }
+                    if self.opener.is_none() {
+                        header
+                            .check_bulk(&bulk)
+                            .map_err(|e| End::Bad(e.to_string()))?;
+                    }
+                    self.complete(header, body, Some(bulk), permit)?;
+                }
+                Parse::Trailer {
+                    header,
+                    mut body,
+                    mut bulk,
+                    permit,
+                    mut trailer,
+                    mut got,
+                } => {
+                    let want = trailer_len(
+                        self.opener.as_ref().map_or(Level::None, Opener::level),
+                        header.bulk_len,
+                    );
+                    got += self.take(&mut trailer[got..want]);
+                    if got < want {
+                        self.parse = Parse::Trailer {
+                            header,
+                            body,
+                            bulk,
+                            permit,
+                            trailer,
+                            got,
+                        };
+                        let before = self.buffered();
+                        if !self.fill()? {
+                            return Ok(false);
+                        }
+                        read += self.buffered() - before;
+                        continue;
+                    }
+                    let opener = self
+                        .opener
+                        .as_mut()
+                        .expect("a trailer is read only when protected");
+                    opener
+                        .open(&header, &mut body, bulk.as_deref_mut(), &trailer[..want])
+                        .map_err(|e| End::Unauthentic(e.to_string()))?;
                     header
-                        .check_bulk(&bulk)
+                        .check_body(&body)
                         .map_err(|e| End::Bad(e.to_string()))?;
-                    self.deliver(header, body, Some(bulk), permit)?;
+                    if let Some(b) = &bulk {
+                        header.check_bulk(b).map_err(|e| End::Bad(e.to_string()))?;
+                    }
+                    self.deliver(header, body, bulk, permit)?;
                 }
             }
+        }
+    }
+
+    /// Body and bulk are in: delivers the frame, or first reads its trailer.
+    fn complete(
+        &mut self,
+        header: Header,
+        body: Vec<u8>,
+        bulk: Option<AlignedBuf>,
+        permit: Option<BudgetPermit>,
+    ) -> Result<(), End> {
+        match &self.opener {
+            Some(o) if trailer_len(o.level(), header.bulk_len) > 0 => {
+                self.parse = Parse::Trailer {
+                    header,
+                    body,
+                    bulk,
+                    permit,
+                    trailer: [0; TRAILER_BYTES_MAX],
+                    got: 0,
+                };
+                Ok(())
+            }
+            _ => self.deliver(header, body, bulk, permit),
         }
     }
 
@@ -485,6 +575,8 @@ fn run(
                             peer: nc.peer,
                             bulk_len_max: nc.bulk_len_max,
                             sink: nc.sink,
+                            // Level none protects no frame: nothing to check after the handshake.
+                            opener: nc.opener.filter(|o| o.level() != Level::None),
                             staging: Vec::new(),
                             start: 0,
                             end: 0,
@@ -617,6 +709,11 @@ fn close(thread: &Thread, mut c: Conn, end: End, stats: &NetStats) {
             tracing::warn!("{}: {why}; dropping the connection", c.peer);
             why
         }
+        End::Unauthentic(why) => {
+            stats.frames_unauthentic.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("{}: {why}; dropping the connection", c.peer);
+            why
+        }
     };
     stats.conns_open.fetch_sub(1, Ordering::Relaxed);
     c.sink.closed(&cause);
@@ -664,6 +761,7 @@ mod tests {
             peer: "test".into(),
             bulk_len_max: BULK_BYTES_MAX,
             sink: Box::new(Collect(tx)),
+            opener: None,
         });
         (reactor, client, rx)
     }

@@ -5,12 +5,14 @@
 use crate::frame::RawFrame;
 use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
+use crate::sec::handshake::{self, Session};
+use crate::sec::{FsKey, Level, ServerKeys, HANDSHAKES_MAX, HANDSHAKE_TIMEOUT_MS_DEFAULT};
 use crate::service::{Incoming, ReplySink, ServicePool, TcpReplier};
 use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_wire::Service;
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -80,6 +82,18 @@ impl Server {
         starting: bool,
         limits: NetLimits,
     ) -> Result<Arc<Server>, NetError> {
+        Server::bind_secure(listens, bulk_len_max, starting, limits, Security::default())
+    }
+
+    /// [`Server::bind_limited`] requiring, when `security` holds keys, the handshake of
+    /// [`crate::sec`] on every connection before anything else is read from it.
+    pub fn bind_secure(
+        listens: &[Listen],
+        bulk_len_max: u32,
+        starting: bool,
+        limits: NetLimits,
+        security: Security,
+    ) -> Result<Arc<Server>, NetError> {
         assert!(!listens.is_empty(), "a server needs an address");
         let mut listeners = Vec::new();
         let mut port = 0;
@@ -111,6 +125,8 @@ impl Server {
             listeners: Mutex::new(Vec::new()),
         });
         let bulk_len_max = bulk_len_max.min(BULK_BYTES_MAX);
+        let security = Arc::new(security);
+        let handshakes = Arc::new(AtomicUsize::new(0));
         for (listener, cpts) in listeners {
             if let Ok(clone) = listener.try_clone() {
                 server.listeners.lock().expect("listeners").push(clone);
@@ -122,6 +138,8 @@ impl Server {
                 stopping: server.stopping.clone(),
                 reactor: server.reactor.clone(),
                 bulk_len_max,
+                security: security.clone(),
+                handshakes: handshakes.clone(),
             };
             let t = std::thread::Builder::new()
                 .name("acceptor".into())
@@ -197,8 +215,35 @@ impl Drop for Server {
     }
 }
 
+/// Picks the level of a connection to a file system from a peer (nodemaps).
+pub type LevelFor = Arc<dyn Fn(&FsKey, &SocketAddr) -> Level + Send + Sync>;
+
+/// What a server requires of its connections: the keys of the file systems it serves (none:
+/// no handshake), the level each connection gets, and how long a handshake may take.
+#[derive(Clone)]
+pub struct Security {
+    /// Keys by file system.
+    pub keys: ServerKeys,
+    /// The level a connection from `peer` to a file system gets (default: the key's own).
+    pub level_for: LevelFor,
+    /// Longest a handshake may take.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for Security {
+    fn default() -> Security {
+        Security {
+            keys: ServerKeys::default(),
+            level_for: Arc::new(|k, _| k.level()),
+            handshake_timeout_ms: HANDSHAKE_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}
+
 /// An acceptor: takes connections off one listening address, refuses them past the cap, and
-/// hands the others to the network threads.
+/// hands the others to the network threads (after their handshake, when keys are required:
+/// run on a thread of its own, at most [`HANDSHAKES_MAX`] at once, so a slow or silent peer
+/// never holds up the accepting of others).
 struct Accept {
     listener: TcpListener,
     cpts: Vec<usize>,
@@ -206,6 +251,8 @@ struct Accept {
     stopping: Arc<AtomicBool>,
     reactor: Arc<Reactor>,
     bulk_len_max: u32,
+    security: Arc<Security>,
+    handshakes: Arc<AtomicUsize>,
 }
 
 /// Seconds since the epoch of the last refusal logged (refusals are logged at most once a
@@ -243,29 +290,114 @@ impl Accept {
             }
             stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
-            let timeout = Duration::from_millis(self.reactor.limits.reply_timeout_ms.max(1));
-            let _ = stream.set_write_timeout(Some(timeout));
-            let Ok(write_half) = stream.try_clone() else {
-                continue;
-            };
             let cpt = match self.cpts.is_empty() {
                 true => partition,
                 false => self.cpts[partition % self.cpts.len()],
             };
             partition = partition.wrapping_add(1);
-            let sink = ServerSink {
-                router: self.router.clone(),
-                peer: peer.clone(),
-                cpt,
-                replier: Arc::new(TcpReplier::new(write_half, stats)),
-            };
-            self.reactor.add(NewConn {
-                stream,
-                peer,
-                bulk_len_max: self.bulk_len_max,
-                sink: Box::new(sink),
-            });
+            if !self.security.keys.required() {
+                self.hand_over(stream, peer, cpt, None);
+                continue;
+            }
+            if self.handshakes.fetch_add(1, Ordering::AcqRel) >= HANDSHAKES_MAX {
+                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+                stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+                log_refusal(&peer, open);
+                continue;
+            }
+            let me = self.clone_parts();
+            let spawned = std::thread::Builder::new()
+                .name("handshake".into())
+                .spawn(move || {
+                    me.handshake(stream, peer, cpt);
+                    me.handshakes.fetch_sub(1, Ordering::AcqRel);
+                });
+            if spawned.is_err() {
+                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+            }
         }
+    }
+
+    /// What a handshake thread needs of the acceptor.
+    fn clone_parts(&self) -> Arc<Handover> {
+        Arc::new(Handover {
+            router: self.router.clone(),
+            reactor: self.reactor.clone(),
+            bulk_len_max: self.bulk_len_max,
+            security: self.security.clone(),
+            handshakes: self.handshakes.clone(),
+        })
+    }
+
+    fn hand_over(&self, stream: TcpStream, peer: String, cpt: usize, session: Option<Session>) {
+        self.clone_parts().hand_over(stream, peer, cpt, session);
+    }
+}
+
+/// Hands accepted connections to the network threads.
+struct Handover {
+    router: Arc<Router>,
+    reactor: Arc<Reactor>,
+    bulk_len_max: u32,
+    security: Arc<Security>,
+    handshakes: Arc<AtomicUsize>,
+}
+
+impl Handover {
+    /// Runs the server's side of the handshake; a connection that fails it is closed,
+    /// nothing of it read past the handshake.
+    fn handshake(&self, stream: TcpStream, peer: String, cpt: usize) {
+        let addr = stream.peer_addr().ok();
+        let sec = &self.security;
+        let level_for = |k: &FsKey| match &addr {
+            Some(a) => (sec.level_for)(k, a),
+            None => k.level(),
+        };
+        let timeout = Duration::from_millis(sec.handshake_timeout_ms.max(1));
+        match handshake::serve(&stream, &sec.keys, level_for, timeout) {
+            Ok(session) => {
+                tracing::debug!(
+                    "{peer}: handshake for {} at level {}",
+                    session.fsname,
+                    session.level
+                );
+                self.hand_over(stream, peer, cpt, Some(session));
+            }
+            Err(e) => {
+                self.reactor
+                    .stats
+                    .handshakes_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("{peer}: connection refused in its handshake: {e}");
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    fn hand_over(&self, stream: TcpStream, peer: String, cpt: usize, session: Option<Session>) {
+        let stats = self.reactor.stats.clone();
+        let timeout = Duration::from_millis(self.reactor.limits.reply_timeout_ms.max(1));
+        let _ = stream.set_write_timeout(Some(timeout));
+        let Ok(write_half) = stream.try_clone() else {
+            return;
+        };
+        let (sealer, opener) = match session {
+            Some(s) => (Some(s.sealer), Some(s.opener)),
+            None => (None, None),
+        };
+        let sink = ServerSink {
+            router: self.router.clone(),
+            peer: peer.clone(),
+            cpt,
+            replier: Arc::new(TcpReplier::new(write_half, sealer, stats)),
+        };
+        self.reactor.add(NewConn {
+            stream,
+            peer,
+            bulk_len_max: self.bulk_len_max,
+            sink: Box::new(sink),
+            opener,
+        });
     }
 }
 

@@ -1,9 +1,10 @@
 //! Service pools: per-CPU-partition bounded request queues, each drained by its own service
 //! threads, and the request/reply types handlers see.
 
-use crate::frame::write_frame;
+use crate::frame::write_sealed;
 use crate::queue::OneshotSender;
 use crate::queue::WaitQueue;
+use crate::sec::session::Sealer;
 use crate::{NetError, Reply};
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_REPLY};
@@ -273,15 +274,26 @@ impl Incoming {
 
 /// The writing side of a server connection, shared by the service threads replying on it.
 pub(crate) struct TcpReplier {
-    stream: Mutex<TcpStream>,
+    writer: Mutex<ReplyWriter>,
     stats: Arc<crate::reactor::NetStats>,
 }
 
+/// The stream and, on a protected connection, what seals its frames (in the order written).
+struct ReplyWriter {
+    stream: TcpStream,
+    sealer: Option<Sealer>,
+}
+
 impl TcpReplier {
-    /// `stream` has its send timeout set (the reply timeout).
-    pub(crate) fn new(stream: TcpStream, stats: Arc<crate::reactor::NetStats>) -> TcpReplier {
+    /// `stream` has its send timeout set (the reply timeout); `sealer` protects its frames
+    /// (the connection's handshake session), if any.
+    pub(crate) fn new(
+        stream: TcpStream,
+        sealer: Option<Sealer>,
+        stats: Arc<crate::reactor::NetStats>,
+    ) -> TcpReplier {
         TcpReplier {
-            stream: Mutex::new(stream),
+            writer: Mutex::new(ReplyWriter { stream, sealer }),
             stats,
         }
     }
@@ -290,10 +302,11 @@ impl TcpReplier {
     /// network thread, at once) has its connection dropped: a reply half written leaves the
     /// stream unusable, and the client resends on a new connection.
     fn send(&self, peer: &str, header: &Header, body: &[u8], bulk: Option<&[u8]>) {
-        let w = self.stream.lock().expect("reply writer");
+        let mut guard = self.writer.lock().expect("reply writer");
+        let w = &mut *guard;
         let result = match crate::reactor::on_network_thread() {
-            true => send_now(&w, header, body, bulk),
-            false => write_frame(&mut &*w, header, body, bulk),
+            true => send_now(&w.stream, header, body, bulk, w.sealer.as_mut()),
+            false => write_sealed(&mut &w.stream, header, body, bulk, w.sealer.as_mut()),
         };
         if let Err(e) = result {
             let slow = matches!(
@@ -306,16 +319,17 @@ impl TcpReplier {
             } else {
                 tracing::debug!("reply to {peer} lost: {e}");
             }
-            let _ = w.shutdown(std::net::Shutdown::Both);
+            let _ = w.stream.shutdown(std::net::Shutdown::Both);
         }
     }
 
     /// The connection ended: replies still to come fail at once.
     pub(crate) fn close(&self) {
         let _ = self
-            .stream
+            .writer
             .lock()
             .expect("reply writer")
+            .stream
             .shutdown(std::net::Shutdown::Both);
     }
 }
@@ -326,11 +340,10 @@ fn send_now(
     header: &Header,
     body: &[u8],
     bulk: Option<&[u8]>,
+    sealer: Option<&mut Sealer>,
 ) -> std::io::Result<()> {
     let mut frame = Vec::with_capacity(HEADER_BYTES + body.len() + bulk.map_or(0, <[u8]>::len));
-    frame.extend_from_slice(&header.encode());
-    frame.extend_from_slice(body);
-    frame.extend_from_slice(bulk.unwrap_or(&[]));
+    write_sealed(&mut frame, header, body, bulk, sealer)?;
     let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
     match rustix::net::send(stream, &frame, flags) {
         Ok(n) if n == frame.len() => Ok(()),

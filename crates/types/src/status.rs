@@ -101,11 +101,14 @@ pub enum Status {
     /// A wait was interrupted by a signal to the waiting process.
     #[error("interrupted system call")]
     Intr = 4,
+    /// The server requires the file system's key and the client showed none.
+    #[error("required key not available")]
+    NoKey = 126,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 31] = [
+    pub const ALL: [Status; 32] = [
         Status::NoDev,
         Status::Ok,
         Status::Perm,
@@ -137,6 +140,7 @@ impl Status {
         Status::Deadlock,
         Status::NoLock,
         Status::Intr,
+        Status::NoKey,
     ];
 
     /// The wire code.
@@ -190,6 +194,7 @@ mod tests {
             assert_eq!(Status::from_code(s.code()), s);
         }
         assert_eq!(Status::NoEnt.errno(), libc::ENOENT);
+        assert_eq!(Status::NoKey.errno(), libc::ENOKEY);
         assert_eq!(Status::NoSpc.errno(), libc::ENOSPC);
         assert_eq!(Status::NotEmpty.errno(), libc::ENOTEMPTY);
         assert_eq!(Status::NoData.errno(), libc::ENODATA);

@@ -1,0 +1,352 @@
+//! Shared-key security, in the manner of Lustre's SSK flavors: a file system has a secret
+//! key ([`FsKey`], made by `nacre keygen`) that its servers and clients hold. A connection
+//! opens with a handshake ([`handshake`]) that names the file system, then both sides prove
+//! they hold its key (mutual challenge-response over fresh nonces of both, so a recorded
+//! handshake cannot be replayed) and derive keys for this connection only. Every frame after
+//! is then protected at the [`Level`] the server chose ([`session`]):
+//!
+//! * `none`: the handshake only (who may connect), frames as they are;
+//! * `integrity`: a keyed MAC (BLAKE3, 128 bits) over sequence number, header and body;
+//! * `bulk`: the MAC covers bulk data too;
+//! * `privacy`: body and bulk encrypted with AES-256-GCM, the header authenticated.
+//!
+//! Sequence numbers are implicit (each side counts its frames), so a frame replayed,
+//! dropped or reordered within a connection fails its check, and the connection is dropped.
+
+pub mod handshake;
+pub mod session;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Bytes of a file-system key.
+pub const KEY_BYTES: usize = 32;
+/// Longest file-system name a handshake carries.
+pub const FSNAME_BYTES_MAX: usize = 64;
+/// Default time a handshake may take, either side.
+pub const HANDSHAKE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Handshakes a server runs at once; connections past it are refused.
+pub const HANDSHAKES_MAX: usize = 64;
+
+/// Errors of keys and handshakes.
+#[derive(Debug, thiserror::Error)]
+pub enum SecError {
+    /// A key file could not be read or written.
+    #[error("key file {path}: {cause}")]
+    KeyFile {
+        /// The file.
+        path: String,
+        /// Why.
+        cause: String,
+    },
+    /// The peer did not prove it holds the key (or refused ours).
+    #[error("{0}")]
+    Refused(String),
+    /// The peer broke the handshake's format.
+    #[error("handshake: {0}")]
+    Protocol(String),
+    /// The handshake's I/O failed or timed out.
+    #[error("handshake I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame failed its integrity check or could not be decrypted.
+    #[error("frame failed its {0} check")]
+    BadFrame(&'static str),
+}
+
+/// How a connection's frames are protected after the handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// Handshake only.
+    None,
+    /// MAC over header and body.
+    Integrity,
+    /// MAC over header, body and bulk.
+    Bulk,
+    /// Body and bulk encrypted (AES-256-GCM), header authenticated.
+    Privacy,
+}
+
+impl Level {
+    /// Every level, weakest first.
+    pub const ALL: [Level; 4] = [Level::None, Level::Integrity, Level::Bulk, Level::Privacy];
+
+    /// Its name (`none`, `integrity`, `bulk`, `privacy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::None => "none",
+            Level::Integrity => "integrity",
+            Level::Bulk => "bulk",
+            Level::Privacy => "privacy",
+        }
+    }
+
+    /// The level named `s`.
+    pub fn parse(s: &str) -> Option<Level> {
+        Level::ALL.into_iter().find(|l| l.name() == s)
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Level> {
+        Level::ALL.get(usize::from(c)).copied()
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A file system's secret key, with the file system it belongs to and the level its
+/// servers protect connections at (clients learn the level from the server, authenticated).
+#[derive(Clone)]
+pub struct FsKey {
+    fsname: String,
+    secret: [u8; KEY_BYTES],
+    level: Level,
+}
+
+impl std::fmt::Debug for FsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret.
+        write!(f, "FsKey({}, {})", self.fsname, self.level)
+    }
+}
+
+impl FsKey {
+    /// A new random key for `fsname` (from the operating system's generator).
+    pub fn generate(fsname: &str, level: Level) -> Result<FsKey, SecError> {
+        check_fsname(fsname)?;
+        let mut secret = [0u8; KEY_BYTES];
+        getrandom::fill(&mut secret).map_err(|e| SecError::KeyFile {
+            path: "(new key)".into(),
+            cause: format!("no random numbers: {e}"),
+        })?;
+        Ok(FsKey {
+            fsname: fsname.to_string(),
+            secret,
+            level,
+        })
+    }
+
+    /// A key from its parts (tests, tools).
+    pub fn from_parts(fsname: &str, secret: [u8; KEY_BYTES], level: Level) -> FsKey {
+        FsKey {
+            fsname: fsname.to_string(),
+            secret,
+            level,
+        }
+    }
+
+    /// The file system.
+    pub fn fsname(&self) -> &str {
+        &self.fsname
+    }
+
+    /// The level its servers protect connections at.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    pub(crate) fn secret(&self) -> &[u8; KEY_BYTES] {
+        &self.secret
+    }
+
+    /// The key file's text.
+    pub fn to_text(&self) -> String {
+        let hex: String = self.secret.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "# Nacre file-system key (nacre keygen). Keep it readable by its owner only.\n\
+             fsname {}\nlevel {}\nkey {hex}\n",
+            self.fsname, self.level
+        )
+    }
+
+    /// Parses a key file's text.
+    pub fn parse(text: &str) -> Result<FsKey, String> {
+        let (mut fsname, mut level, mut secret) = (None, Level::None, None);
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once(char::is_whitespace)
+                .map(|(k, v)| (k, v.trim()))
+                .ok_or_else(|| format!("line {line:?} is not `NAME VALUE`"))?;
+            match k {
+                "fsname" => fsname = Some(v.to_string()),
+                "level" => {
+                    level = Level::parse(v).ok_or_else(|| {
+                        format!("level {v:?}: expected none, integrity, bulk or privacy")
+                    })?
+                }
+                "key" => secret = Some(parse_hex(v)?),
+                other => return Err(format!("unknown field {other:?}")),
+            }
+        }
+        let fsname = fsname.ok_or("no `fsname` line")?;
+        check_fsname(&fsname).map_err(|e| e.to_string())?;
+        Ok(FsKey {
+            fsname,
+            secret: secret.ok_or("no `key` line")?,
+            level,
+        })
+    }
+
+    /// Reads a key file; refused if others than its owner may read it.
+    pub fn load(path: &Path) -> Result<FsKey, SecError> {
+        use std::os::unix::fs::PermissionsExt;
+        let err = |cause: String| SecError::KeyFile {
+            path: path.display().to_string(),
+            cause,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(err(format!(
+                "mode {:o} lets others read it; `chmod 600` it",
+                mode & 0o777
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        FsKey::parse(&text).map_err(err)
+    }
+
+    /// Writes the key file (mode 0600; an existing file is not overwritten).
+    pub fn save(&self, path: &Path) -> Result<(), SecError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |cause: String| SecError::KeyFile {
+            path: path.display().to_string(),
+            cause,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| err(e.to_string()))?;
+        f.write_all(self.to_text().as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| err(e.to_string()))
+    }
+}
+
+fn check_fsname(fsname: &str) -> Result<(), SecError> {
+    if fsname.is_empty() || fsname.len() > FSNAME_BYTES_MAX {
+        return Err(SecError::Protocol(format!(
+            "file-system name {fsname:?}: 1 to {FSNAME_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_hex(v: &str) -> Result<[u8; KEY_BYTES], String> {
+    let bad = || format!("key: expected {} hex digits", KEY_BYTES * 2);
+    if v.len() != KEY_BYTES * 2 || !v.is_ascii() {
+        return Err(bad());
+    }
+    let mut out = [0u8; KEY_BYTES];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// The keys a server holds: one per file system it serves. A server with none takes
+/// connections without a handshake; a server with any requires one on every connection.
+#[derive(Clone, Debug, Default)]
+pub struct ServerKeys {
+    keys: HashMap<String, FsKey>,
+}
+
+impl ServerKeys {
+    /// Adds (or replaces) the key of its file system.
+    pub fn add(&mut self, key: FsKey) {
+        self.keys.insert(key.fsname.clone(), key);
+    }
+
+    /// The key of `fsname`.
+    pub fn get(&self, fsname: &str) -> Option<&FsKey> {
+        self.keys.get(fsname)
+    }
+
+    /// True when connections must open with a handshake.
+    pub fn required(&self) -> bool {
+        !self.keys.is_empty()
+    }
+}
+
+/// The key a process's connections use when their configuration names none (set once at
+/// start from `--key FILE`; `None`: no handshake).
+static DEFAULT_KEY: std::sync::OnceLock<std::sync::Arc<FsKey>> = std::sync::OnceLock::new();
+
+/// Sets the process's default client key; false if one was set already.
+pub fn set_default_key(key: FsKey) -> bool {
+    DEFAULT_KEY.set(std::sync::Arc::new(key)).is_ok()
+}
+
+/// The process's default client key.
+pub fn default_key() -> Option<std::sync::Arc<FsKey>> {
+    DEFAULT_KEY.get().cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_text_round_trips_and_bad_text_is_refused() {
+        let k = FsKey::generate("lustre", Level::Privacy).unwrap();
+        let back = FsKey::parse(&k.to_text()).unwrap();
+        assert_eq!(back.secret, k.secret);
+        assert_eq!(back.fsname, "lustre");
+        assert_eq!(back.level, Level::Privacy);
+        let hex = k
+            .to_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("key "))
+            .unwrap()
+            .to_string();
+        assert!(
+            !format!("{k:?}").contains(&hex),
+            "Debug never shows the secret"
+        );
+        for bad in [
+            "",
+            "fsname a\n",
+            "fsname a\nkey 00\n",
+            "fsname a\nkey zz\n",
+            "fsname a\nlevel max\nkey 00\n",
+            "color red\n",
+        ] {
+            assert!(FsKey::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k");
+        FsKey::generate("fs", Level::None)
+            .unwrap()
+            .save(&p)
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        FsKey::load(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = FsKey::load(&p).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        assert!(FsKey::generate("fs", Level::None)
+            .unwrap()
+            .save(&p)
+            .is_err());
+    }
+}

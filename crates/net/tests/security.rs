@@ -1,0 +1,292 @@
+//! Shared-key security over real TCP sockets: every level carries requests and bulk both
+//! ways; no key, a wrong key, a replayed handshake and a tampered frame are refused.
+
+use nacre_net::sec::{FsKey, Level, ServerKeys};
+use nacre_net::server::Security;
+use nacre_net::{
+    Connection, Handler, Incoming, NetConfig, NetError, NetLimits, Outgoing, Server, ServiceConfig,
+    ServicePool,
+};
+use nacre_types::{AlignedBuf, Nid, Status};
+use nacre_wire::{Header, Service, HEADER_BYTES};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Echo(Arc<AtomicU64>);
+
+impl Handler for Echo {
+    fn handle(&self, req: &Incoming) -> Outgoing {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Outgoing {
+            status: Status::Ok,
+            body: req.body.clone(),
+            bulk: req.bulk.as_ref().map(|b| AlignedBuf::copy_from(b)),
+        }
+    }
+}
+
+/// A server holding `key`, its handled-request counter.
+fn server(key: &FsKey) -> (Arc<Server>, Arc<AtomicU64>) {
+    let mut keys = ServerKeys::default();
+    keys.add(key.clone());
+    let security = Security {
+        keys,
+        ..Security::default()
+    };
+    let listen = nacre_net::Listen {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        cpts: Vec::new(),
+    };
+    let server =
+        Server::bind_secure(&[listen], 16 << 20, false, NetLimits::default(), security).unwrap();
+    // TCP only: the in-process registry would skip the handshake.
+    nacre_net::local::unregister(server.addr());
+    let handled = Arc::new(AtomicU64::new(0));
+    let config = ServiceConfig::unpinned("echo", 2, 2, 64);
+    server.add_service(
+        Service::Oss,
+        ServicePool::start(config, Arc::new(Echo(handled.clone()))),
+    );
+    (server, handled)
+}
+
+fn config(key: Option<&FsKey>) -> NetConfig {
+    NetConfig {
+        key: key.map(|k| Arc::new(k.clone())),
+        connect_timeout_ms: 3_000,
+        recovery_timeout_ms: 5_000,
+        ..NetConfig::default()
+    }
+}
+
+fn request(body: &[u8], bulk: Option<Vec<u8>>) -> nacre_net::Request {
+    nacre_net::Request {
+        opcode: 0x0301,
+        target: 0,
+        body: body.to_vec(),
+        bulk: bulk.map(|b| Arc::new(AlignedBuf::copy_from(&b))),
+        inline: false,
+    }
+}
+
+fn stat(server: &Server, name: &str) -> u64 {
+    let s = server.net_stats();
+    match name {
+        "handshakes_refused" => s.handshakes_refused.load(Ordering::Relaxed),
+        "frames_unauthentic" => s.frames_unauthentic.load(Ordering::Relaxed),
+        _ => unreachable!(),
+    }
+}
+
+fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn every_level_carries_requests_and_bulk_both_ways() {
+    for level in Level::ALL {
+        let key = FsKey::generate("secfs", level).unwrap();
+        let (server, handled) = server(&key);
+        let conn = Connection::connect(Nid::tcp(server.addr()), config(Some(&key))).unwrap();
+        let pending: Vec<_> = (0..8u8)
+            .map(|i| {
+                let bulk = (i % 2 == 0).then(|| vec![i; 1 << 20]);
+                conn.start(request(&[i; 300], bulk)).unwrap()
+            })
+            .collect();
+        for (i, p) in pending.into_iter().enumerate() {
+            let reply = p.wait().unwrap();
+            assert_eq!(reply.body, vec![i as u8; 300], "{level}");
+            match reply.bulk {
+                Some(b) => assert!(b.iter().all(|&x| x == i as u8), "{level}"),
+                None => assert!(i % 2 == 1, "{level}: bulk came back"),
+            }
+        }
+        assert_eq!(handled.load(Ordering::Relaxed), 8);
+        assert_eq!(stat(&server, "frames_unauthentic"), 0);
+    }
+}
+
+#[test]
+fn a_client_without_the_key_or_with_a_wrong_one_is_refused_at_once() {
+    let key = FsKey::generate("secfs", Level::Integrity).unwrap();
+    let (server, handled) = server(&key);
+    let nid = Nid::tcp(server.addr());
+    // No key: its first request is answered ENOKEY, nothing is handled.
+    let started = Instant::now();
+    let conn = Connection::connect(nid, config(None)).unwrap();
+    let reply = conn.call(request(b"hello", None)).unwrap();
+    assert_eq!(reply.status(), Status::NoKey);
+    // A wrong key, or a key of another file system: refused in the handshake.
+    let wrong = FsKey::generate("secfs", Level::Integrity).unwrap();
+    match Connection::connect(nid, config(Some(&wrong))) {
+        Err(NetError::Refused { why, .. }) => assert!(why.contains("keys differ"), "{why}"),
+        other => panic!("a wrong key got {:?}", other.err()),
+    }
+    let other_fs = FsKey::generate("otherfs", Level::Integrity).unwrap();
+    match Connection::connect(nid, config(Some(&other_fs))) {
+        Err(NetError::Refused { why, .. }) => assert!(why.contains("no key"), "{why}"),
+        other => panic!("another file system key got {:?}", other.err()),
+    }
+    // Refusals are immediate, not retried until a timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(handled.load(Ordering::Relaxed), 0, "nothing was handled");
+    wait_for("the refusals counted", || {
+        stat(&server, "handshakes_refused") >= 3
+    });
+}
+
+/// A proxy between a client and `upstream`: records what the client sent, and hands each
+/// frame the client sends after its handshake to `tamper` (header and body), which may
+/// change them on the way.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    recorded: Arc<Mutex<Vec<u8>>>,
+}
+
+/// The client's handshake bytes for file system "secfs": HELLO, then RESPONSE.
+const HELLO_BYTES: usize = 8 + 2 + 1 + 5 + 32;
+const RESPONSE_BYTES: usize = 8 + 32;
+/// Bytes of an integrity trailer.
+const TAG_BYTES: usize = 16;
+
+fn proxy(upstream: std::net::SocketAddr, tamper: fn(&mut Header, &mut Vec<u8>)) -> Proxy {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let rec = recorded.clone();
+    std::thread::spawn(move || {
+        for client in l.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = TcpStream::connect(upstream) else {
+                return;
+            };
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Both);
+            });
+            let rec = rec.clone();
+            std::thread::spawn(move || {
+                let mut pass = |n: usize, f: &mut dyn FnMut(&mut Vec<u8>)| -> bool {
+                    let mut b = vec![0u8; n];
+                    if client.read_exact(&mut b).is_err() {
+                        return false;
+                    }
+                    rec.lock().unwrap().extend_from_slice(&b);
+                    f(&mut b);
+                    server.write_all(&b).is_ok()
+                };
+                if !pass(HELLO_BYTES, &mut |_| {}) || !pass(RESPONSE_BYTES, &mut |_| {}) {
+                    return;
+                }
+                loop {
+                    let mut head = [0u8; HEADER_BYTES];
+                    if client.read_exact(&mut head).is_err() {
+                        break;
+                    }
+                    let mut h = Header::decode(&head, u32::MAX).unwrap();
+                    let mut rest = vec![0u8; (h.body_len + h.bulk_len) as usize + TAG_BYTES];
+                    if client.read_exact(&mut rest).is_err() {
+                        break;
+                    }
+                    let mut all = head.to_vec();
+                    all.extend_from_slice(&rest);
+                    rec.lock().unwrap().extend_from_slice(&all);
+                    let mut body = rest[..h.body_len as usize].to_vec();
+                    tamper(&mut h, &mut body);
+                    let mut out = h.encode().to_vec();
+                    out.extend_from_slice(&body);
+                    out.extend_from_slice(&rest[h.body_len as usize..]);
+                    if server.write_all(&out).is_err() {
+                        break;
+                    }
+                }
+                let _ = server.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    Proxy { addr, recorded }
+}
+
+#[test]
+fn a_recorded_session_replayed_is_refused_before_any_request() {
+    let key = FsKey::generate("secfs", Level::Integrity).unwrap();
+    let (server, handled) = server(&key);
+    let p = proxy(server.addr(), |_, _| {});
+    let conn = Connection::connect(Nid::tcp(p.addr), config(Some(&key))).unwrap();
+    for i in 0..3u8 {
+        assert_eq!(
+            conn.call(request(&[i; 10], None)).unwrap().body,
+            vec![i; 10]
+        );
+    }
+    assert_eq!(handled.load(Ordering::Relaxed), 3);
+    let captured = p.recorded.lock().unwrap().clone();
+    assert!(
+        captured.len() > 3 * HEADER_BYTES,
+        "the session was recorded"
+    );
+    // Everything the client sent, sent again on a new connection.
+    let mut replay = TcpStream::connect(server.addr()).unwrap();
+    replay.write_all(&captured).unwrap();
+    replay
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = replay.read_to_end(&mut answer);
+    wait_for("the replay refused", || {
+        stat(&server, "handshakes_refused") >= 1
+    });
+    assert_eq!(
+        handled.load(Ordering::Relaxed),
+        3,
+        "no replayed request ran"
+    );
+    // The server answered its challenge and refused: no frame came back.
+    assert!(
+        answer.len() < HEADER_BYTES + 100,
+        "{} bytes came back",
+        answer.len()
+    );
+}
+
+/// Changes the body of the request whose body is 64 bytes of 2, the first time it passes,
+/// and fixes up the header's checksums as an attacker would: only the MAC can tell.
+fn tamper_request_2(h: &mut Header, body: &mut Vec<u8>) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if *body != [2u8; 64] || DONE.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    body[0] = 0xff;
+    h.seal(body, None, false);
+}
+
+#[test]
+fn a_tampered_frame_is_dropped_and_the_request_resent_intact() {
+    let key = FsKey::generate("secfs", Level::Integrity).unwrap();
+    let (server, handled) = server(&key);
+    let p = proxy(server.addr(), tamper_request_2);
+    let conn = Connection::connect(Nid::tcp(p.addr), config(Some(&key))).unwrap();
+    for i in 1..=3u8 {
+        let reply = conn.call(request(&[i; 64], None)).unwrap();
+        assert_eq!(reply.body, vec![i; 64], "the request ran as sent");
+    }
+    assert_eq!(
+        stat(&server, "frames_unauthentic"),
+        1,
+        "the changed frame was caught"
+    );
+    assert_eq!(handled.load(Ordering::Relaxed), 3, "and never handled");
+}
