@@ -4,6 +4,7 @@
 //! command line; what a long-running process is made of lives in `nacre-server`.
 
 pub mod admin;
+pub mod keys;
 pub mod panics;
 pub mod size;
 pub mod top;

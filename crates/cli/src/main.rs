@@ -19,6 +19,11 @@ use std::path::PathBuf;
     about = "Nacre: a user-space parallel file system in the manner of Lustre"
 )]
 struct Cli {
+    /// A file system's key (made by `nacre keygen`; readable by its owner only): every
+    /// connection this command opens proves it holds it. Servers: the keys of the file
+    /// systems they serve (repeat for several).
+    #[arg(long, global = true, env = "NACRE_KEY", value_name = "FILE")]
+    key: Vec<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -253,6 +258,9 @@ enum Command {
     /// allows, the bandwidth 80% of the machine's memory needs in it, and the OSTs and OSS
     /// nodes that takes (from `nacre bench survey` rates, or given).
     Plan(PlanArgs),
+    /// Make a file system's key: servers given it (`--key`) refuse every connection that
+    /// does not prove it holds it, and protect frames at its level.
+    Keygen(KeygenArgs),
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -339,6 +347,10 @@ fn main() {
     let cli = parse_command_line();
     quiet_on_closed_pipe(&cli.command);
     nacre_cli::panics::install(is_daemon(&cli.command));
+    if let Err(e) = nacre_cli::keys::install(&cli.key) {
+        eprintln!("nacre: {e:#}");
+        std::process::exit(1);
+    }
     let result = match cli.command {
         Command::Up(a) => up(a),
         Command::Umount {
@@ -448,6 +460,7 @@ fn main() {
         Command::Lfsck { source, json, .. } => lfsck(&source, json),
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
+        Command::Keygen(a) => keygen(a),
         Command::Changelog(c) => changelog(c),
         Command::Policy(c) => policy(c),
         Command::Stage(c) => stage(c),

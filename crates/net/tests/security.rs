@@ -7,12 +7,13 @@ use nacre_net::{
     Connection, Handler, Incoming, NetConfig, NetError, NetLimits, Outgoing, Server, ServiceConfig,
     ServicePool,
 };
+use nacre_testkit::proxy::{Proxy, Tamper};
 use nacre_types::{AlignedBuf, Nid, Status};
 use nacre_wire::{Header, Service, HEADER_BYTES};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Echo(Arc<AtomicU64>);
@@ -147,77 +148,11 @@ fn a_client_without_the_key_or_with_a_wrong_one_is_refused_at_once() {
     });
 }
 
-/// A proxy between a client and `upstream`: records what the client sent, and hands each
-/// frame the client sends after its handshake to `tamper` (header and body), which may
-/// change them on the way.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    recorded: Arc<Mutex<Vec<u8>>>,
-}
-
-/// The client's handshake bytes for file system "secfs": HELLO, then RESPONSE.
-const HELLO_BYTES: usize = 8 + 2 + 1 + 5 + 32;
-const RESPONSE_BYTES: usize = 8 + 32;
 /// Bytes of an integrity trailer.
 const TAG_BYTES: usize = 16;
 
-fn proxy(upstream: std::net::SocketAddr, tamper: fn(&mut Header, &mut Vec<u8>)) -> Proxy {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let recorded = Arc::new(Mutex::new(Vec::new()));
-    let rec = recorded.clone();
-    std::thread::spawn(move || {
-        for client in l.incoming() {
-            let Ok(mut client) = client else { return };
-            let Ok(mut server) = TcpStream::connect(upstream) else {
-                return;
-            };
-            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut s2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Both);
-            });
-            let rec = rec.clone();
-            std::thread::spawn(move || {
-                let mut pass = |n: usize, f: &mut dyn FnMut(&mut Vec<u8>)| -> bool {
-                    let mut b = vec![0u8; n];
-                    if client.read_exact(&mut b).is_err() {
-                        return false;
-                    }
-                    rec.lock().unwrap().extend_from_slice(&b);
-                    f(&mut b);
-                    server.write_all(&b).is_ok()
-                };
-                if !pass(HELLO_BYTES, &mut |_| {}) || !pass(RESPONSE_BYTES, &mut |_| {}) {
-                    return;
-                }
-                loop {
-                    let mut head = [0u8; HEADER_BYTES];
-                    if client.read_exact(&mut head).is_err() {
-                        break;
-                    }
-                    let mut h = Header::decode(&head, u32::MAX).unwrap();
-                    let mut rest = vec![0u8; (h.body_len + h.bulk_len) as usize + TAG_BYTES];
-                    if client.read_exact(&mut rest).is_err() {
-                        break;
-                    }
-                    let mut all = head.to_vec();
-                    all.extend_from_slice(&rest);
-                    rec.lock().unwrap().extend_from_slice(&all);
-                    let mut body = rest[..h.body_len as usize].to_vec();
-                    tamper(&mut h, &mut body);
-                    let mut out = h.encode().to_vec();
-                    out.extend_from_slice(&body);
-                    out.extend_from_slice(&rest[h.body_len as usize..]);
-                    if server.write_all(&out).is_err() {
-                        break;
-                    }
-                }
-                let _ = server.shutdown(std::net::Shutdown::Both);
-            });
-        }
-    });
-    Proxy { addr, recorded }
+fn proxy(upstream: std::net::SocketAddr, tamper: Tamper) -> Proxy {
+    nacre_testkit::proxy::start(upstream, "secfs", TAG_BYTES, tamper)
 }
 
 #[test]
@@ -264,7 +199,7 @@ fn a_recorded_session_replayed_is_refused_before_any_request() {
 
 /// Changes the body of the request whose body is 64 bytes of 2, the first time it passes,
 /// and fixes up the header's checksums as an attacker would: only the MAC can tell.
-fn tamper_request_2(h: &mut Header, body: &mut Vec<u8>) {
+fn tamper_request_2(h: &mut Header, body: &mut [u8]) {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if *body != [2u8; 64] || DONE.swap(true, Ordering::SeqCst) {
         return;

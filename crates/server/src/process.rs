@@ -115,6 +115,9 @@ pub struct ServerSpec {
     pub ost_direct_io: bool,
     /// Limits of the connections (threads 0: one network thread per CPU partition).
     pub net_limits: nacre_net::NetLimits,
+    /// Keys of the file systems served: with any, every connection must prove it holds
+    /// the key of the file system it names (docs/security.md).
+    pub keys: nacre_net::sec::ServerKeys,
 }
 
 impl ServerSpec {
@@ -138,6 +141,7 @@ impl ServerSpec {
             oss_io_cpts: None,
             mds_cpts: None,
             mds_rdpg_cpts: None,
+            keys: nacre_net::sec::ServerKeys::default(),
             networks: None,
             portal_rotor: nacre_net::Rotor::Off,
             mdt_sync_on_reply: false,
@@ -177,6 +181,14 @@ fn limits(spec: &ServerSpec, table: &CptTable) -> nacre_net::NetLimits {
     l
 }
 
+/// What connections must show: the keys of the file systems served.
+fn security(spec: &ServerSpec) -> nacre_net::server::Security {
+    nacre_net::server::Security {
+        keys: spec.keys.clone(),
+        ..Default::default()
+    }
+}
+
 /// Binds the listen address, or every interface of `networks` on the listen port.
 fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec<Nid>)> {
     let Some(networks) = &spec.networks else {
@@ -185,8 +197,14 @@ fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec
             cpts: Vec::new(),
         };
         // Starting: requests wait for the services added below instead of ENOSYS.
-        let server = Server::bind_limited(&[listen], BULK_BYTES_MAX, true, limits(spec, table))
-            .with_context(|| format!("cannot listen on {}", spec.listen))?;
+        let server = Server::bind_secure(
+            &[listen],
+            BULK_BYTES_MAX,
+            true,
+            limits(spec, table),
+            security(spec),
+        )
+        .with_context(|| format!("cannot listen on {}", spec.listen))?;
         let nid = Nid::tcp(server.addr());
         return Ok((server, vec![nid]));
     };
@@ -208,8 +226,14 @@ fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec
         });
         nets.push(ni.net);
     }
-    let server = Server::bind_limited(&listens, BULK_BYTES_MAX, true, limits(spec, table))
-        .with_context(|| format!("cannot listen on the interfaces of networks={networks}"))?;
+    let server = Server::bind_secure(
+        &listens,
+        BULK_BYTES_MAX,
+        true,
+        limits(spec, table),
+        security(spec),
+    )
+    .with_context(|| format!("cannot listen on the interfaces of networks={networks}"))?;
     let nids = server
         .addrs()
         .iter()

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod hostile;
 mod layout;
+pub mod proxy;
 pub mod raw;
 mod small;
 mod testfs;

@@ -208,7 +208,10 @@ pub(crate) fn serve_mount(
 
 pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let (nid, fsname) = parse_source(&a.source)?;
-    let (config, opts) = client_config(&a.client)?;
+    let (mut config, opts) = client_config(&a.client)?;
+    if let Some(key) = nacre_cli::keys::for_fs(&fsname) {
+        config.net.key = Some(key);
+    }
     if !a.foreground {
         check_mountpoint(&a.mountpoint)?;
         let pf = daemon::pidfile(&a.mountpoint);

@@ -225,6 +225,21 @@ pub(crate) fn serve_metrics(
     Ok(())
 }
 
+/// The keys a server requires: those given with `--key` and the config file's `key =`
+/// lines; the first becomes the key of its own connections to other servers.
+fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::ServerKeys> {
+    let mut keys = nacre_net::sec::ServerKeys::default();
+    for p in config_keys {
+        let k = nacre_net::sec::FsKey::load(p)?;
+        nacre_net::sec::set_default_key(k.clone());
+        keys.add(k);
+    }
+    for k in nacre_cli::keys::all() {
+        keys.add((*k).clone());
+    }
+    Ok(keys)
+}
+
 pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
@@ -234,6 +249,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     let mut mgsnode = a.mgsnode;
     let mut fsname = a.fsname.clone();
     let mut mover = a.mover.clone();
+    let mut config_keys = Vec::new();
     if let Some(path) = &a.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -261,6 +277,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
                 "mover" => mover = Some(PathBuf::from(v)),
                 "mover_jobs" => a.mover_jobs = v.parse().map_err(|e| bad(&e))?,
                 "mover_bandwidth" => a.mover_bandwidth = v.to_string(),
+                "key" => config_keys.push(PathBuf::from(v)),
                 _ => {
                     if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
                         bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
@@ -278,6 +295,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     spec.nid = nid;
     spec.mgsnode = mgsnode;
     spec.fsname = fsname.clone();
+    spec.keys = server_keys(&config_keys)?;
     let (mut servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let mover = match &mover {
         Some(dir) => Some(start_mover(
