@@ -261,6 +261,10 @@ enum Command {
     /// Make a file system's key: servers given it (`--key`) refuse every connection that
     /// does not prove it holds it, and protect frames at its level.
     Keygen(KeygenArgs),
+    /// Client address ranges mapped to a policy, like `lctl nodemap_*`: root squash, id
+    /// mapping, read-only, security level (run on the MGS node).
+    #[command(subcommand)]
+    Nodemap(NodemapCommand),
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -461,6 +465,7 @@ fn main() {
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
         Command::Keygen(a) => keygen(a),
+        Command::Nodemap(c) => nodemap(c),
         Command::Changelog(c) => changelog(c),
         Command::Policy(c) => policy(c),
         Command::Stage(c) => stage(c),

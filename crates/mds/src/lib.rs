@@ -23,6 +23,7 @@ pub mod links;
 pub mod locks;
 pub mod mdt;
 pub mod migrate;
+pub mod nodemap;
 mod route;
 
 pub mod ops;
@@ -105,6 +106,23 @@ impl MdsHandler {
     }
 }
 
+/// An answer whose owners are shown to a mapped client as its own ids.
+fn map_answer(m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Outgoing {
+    match decode_body::<nacre_wire::mds::MdsAnswer>(&out.body) {
+        Ok(mut a) => {
+            nodemap::map_reply(m, &mut a.reply);
+            if let Some(d) = a.dir.as_mut() {
+                nodemap::map_attr(m, d);
+            }
+            Outgoing {
+                body: nacre_wire::encode_body(&a),
+                ..out
+            }
+        }
+        Err(_) => out,
+    }
+}
+
 impl Handler for MdsHandler {
     fn park(&self, req: Incoming) -> Option<Incoming> {
         // Lock polls wait for callbacks; changes that must wait for other clients' cancels
@@ -128,6 +146,17 @@ impl Handler for MdsHandler {
             };
         }
         if req.header.opcode != poll.opcode() {
+            // A change a read-only nodemap may not make is refused by `handle`, before it
+            // could call anyone's locks back.
+            if let Some(m) = nacre_wire::nodemap::of_peer(&req.peer) {
+                if let Ok(call) = decode_body::<MdsCall>(&req.body) {
+                    if !mdt.osts.is_peer(&call.client)
+                        && nodemap::check_readonly(&m, &call.op).is_err()
+                    {
+                        return Some(req);
+                    }
+                }
+            }
             return locks::park_change(&mdt, req);
         }
         match decode_body::<MdsCall>(&req.body) {
@@ -154,15 +183,28 @@ impl Handler for MdsHandler {
         let Some(mdt) = self.serving(req.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
-        let call: MdsCall = match decode_body(&req.body) {
+        let mut call: MdsCall = match decode_body(&req.body) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("{}: bad request from {}: {e}", mdt.label.name(), req.peer);
                 return Outgoing::error(Status::Proto);
             }
         };
+        // A client of a nodemap acts as the file-system ids it maps to (peer MDTs never).
+        let map =
+            nacre_wire::nodemap::of_peer(&req.peer).filter(|_| !mdt.osts.is_peer(&call.client));
+        if let Some(m) = &map {
+            if let Err(s) = nodemap::check_readonly(m, &call.op) {
+                return Outgoing::error(s);
+            }
+            nodemap::map_request(m, &mut call.cred, &mut call.op);
+        }
         let out = execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer));
-        answer(&mdt, &call, req.header.xid, out)
+        let out = answer(&mdt, &call, req.header.xid, out);
+        match &map {
+            Some(m) if out.status == Status::Ok && !m.is_identity() => map_answer(m, out),
+            _ => out,
+        }
     }
 
     fn affinity(&self, req: &Incoming) -> Option<u64> {

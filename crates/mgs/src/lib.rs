@@ -9,6 +9,7 @@
 //! Every registration is also an event clients hear of at once (watch.rs: imperative
 //! recovery).
 
+pub mod nodemaps;
 pub mod store;
 pub mod watch;
 
@@ -87,6 +88,8 @@ pub struct Mgs {
     configs: Mutex<BTreeMap<String, FsConfig>>,
     params_path: PathBuf,
     params: Mutex<store::ParamSets>,
+    nodemaps_path: PathBuf,
+    nodemaps: Mutex<nacre_wire::nodemap::NodemapSet>,
     watch: watch::Watch,
 }
 
@@ -100,11 +103,15 @@ impl Mgs {
         let configs = store::load(&path)?;
         let params_path = dir.join("mgs-params");
         let params = store::load_params(&params_path)?;
+        let nodemaps_path = dir.join("mgs-nodemaps");
+        let nodemaps = store::load_nodemaps(&nodemaps_path)?;
         Ok(Mgs {
             path,
             configs: Mutex::new(configs),
             params_path,
             params: Mutex::new(params),
+            nodemaps_path,
+            nodemaps: Mutex::new(nodemaps),
             watch: watch::Watch::default(),
         })
     }
@@ -298,6 +305,29 @@ impl Mgs {
         Ok(pools)
     }
 
+    /// Changes the nodemaps; durable before it returns. Returns the set afterwards.
+    pub fn change_nodemap(
+        &self,
+        change: nodemaps::NodemapChange,
+    ) -> Result<nacre_wire::nodemap::NodemapSet, nodemaps::NodemapError> {
+        let mut set = self.nodemaps.lock().expect("nodemaps");
+        let mut next = set.clone();
+        let what = format!("{change:?}");
+        nodemaps::apply(&mut next, change)?;
+        if let Err(e) = store::save_nodemaps(&self.nodemaps_path, &next) {
+            tracing::error!("MGS cannot save nodemaps: {e}");
+            return Err(nodemaps::NodemapError::Io);
+        }
+        *set = next.clone();
+        tracing::info!("nodemap change: {what}");
+        Ok(next)
+    }
+
+    /// Every nodemap.
+    pub fn nodemaps(&self) -> nacre_wire::nodemap::NodemapSet {
+        self.nodemaps.lock().expect("nodemaps").clone()
+    }
+
     /// The configuration of `fsname`.
     pub fn config(&self, fsname: &str) -> Option<FsConfig> {
         self.configs.lock().expect("configs").get(fsname).cloned()
@@ -346,6 +376,7 @@ impl Handler for Mgs {
                 let (version, params) = self.params(&fsname);
                 Ok(MgsReply::Params { version, params })
             }
+            MgsRequest::GetNodemaps => Ok(MgsReply::Nodemaps(self.nodemaps())),
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };
@@ -392,6 +423,27 @@ mod tests {
             ]
         );
         assert_eq!(mgs.params("other"), (0, vec![]));
+    }
+
+    #[test]
+    fn nodemaps_survive_reopen_and_are_served() {
+        use nacre_wire::nodemap::NidRange;
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mgs = Mgs::open(dir.path()).unwrap();
+            mgs.change_nodemap(nodemaps::NodemapChange::Add("lab".into()))
+                .unwrap();
+            let range = NidRange::parse("10.1.0.0/16").unwrap();
+            mgs.change_nodemap(nodemaps::NodemapChange::AddRange("lab".into(), range))
+                .unwrap();
+            assert!(mgs
+                .change_nodemap(nodemaps::NodemapChange::Del("nope".into()))
+                .is_err());
+        }
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let set = mgs.nodemaps();
+        assert_eq!(set.version, 2);
+        assert_eq!(set.find("10.1.2.3".parse().unwrap()).unwrap().name, "lab");
     }
 
     #[test]

@@ -187,6 +187,22 @@ pub fn save_params(path: &Path, params: &ParamSets) -> Result<(), StoreError> {
     write_envelope(path, PARAMS_MAGIC, FORMAT_VERSION, &payload)
 }
 
+const NODEMAPS_MAGIC: &[u8; 4] = b"NMGN";
+
+/// Loads the nodemaps (a missing file is none).
+pub fn load_nodemaps(path: &Path) -> Result<nacre_wire::nodemap::NodemapSet, StoreError> {
+    match read_envelope(path, NODEMAPS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+        Some((_, payload)) => decode(path, &payload),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Saves the nodemaps durably.
+pub fn save_nodemaps(path: &Path, set: &nacre_wire::nodemap::NodemapSet) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(set).expect("in-memory serialization");
+    write_envelope(path, NODEMAPS_MAGIC, FORMAT_VERSION, &payload)
+}
+
 fn write_envelope(
     path: &Path,
     magic: &[u8; 4],

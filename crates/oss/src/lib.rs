@@ -9,6 +9,7 @@
 pub mod fence;
 pub mod grants;
 pub mod locks;
+pub mod nodemap;
 pub mod recovery;
 pub mod stats;
 
@@ -426,7 +427,10 @@ impl Handler for OssHandler {
         let Ok(call) = decode_body::<OssCall>(&req.body) else {
             return Some(req);
         };
-        if ost.locks.is_evicted(&call.client)
+        let refused = nacre_wire::nodemap::of_peer(&req.peer)
+            .is_some_and(|m| nodemap::check_readonly(&m, &call.req).is_err());
+        if refused
+            || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()
             || locks::stale_write(&ost, &call.req)
         {
@@ -458,7 +462,7 @@ impl Handler for OssHandler {
         let Some(ost) = self.serving(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
-        let call: OssCall = match decode_body(&incoming.body) {
+        let mut call: OssCall = match decode_body(&incoming.body) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
@@ -474,6 +478,12 @@ impl Handler for OssHandler {
         }
         if ost.locks.is_evicted(&call.client) {
             return Outgoing::error(Status::Shutdown);
+        }
+        if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
+            if let Err(s) = nodemap::check_readonly(&m, &call.req) {
+                return Outgoing::error(s);
+            }
+            nodemap::map_call(&m, &mut call);
         }
         let op = (call.req.opcode() & 0xff) as usize - 1;
         let started = std::time::Instant::now();

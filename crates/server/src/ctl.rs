@@ -80,6 +80,8 @@ pub struct CtlSources {
     pub persist: Option<Persist>,
     /// `nacre pool` through the MGS, if this process has one.
     pub pools: Option<PoolAdmin>,
+    /// `nacre nodemap` through the MGS, if this process has one.
+    pub nodemaps: Option<crate::nodemap_admin::NodemapAdmin>,
     /// OpenMetrics text, if this process serves targets.
     pub metrics: Option<MetricsFn>,
 }
@@ -119,6 +121,23 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
                 _ => Some(Err(format!("bad pool request '{}'", req.pattern))),
             };
             match answer {
+                Some(Ok(params)) => CtlReply {
+                    error: None,
+                    params,
+                },
+                Some(Err(e)) => CtlReply {
+                    error: Some(e),
+                    params: Vec::new(),
+                },
+                None => CtlReply::default(),
+            }
+        }
+        // pattern: "COMMAND [NAME]"; value: the command's argument (NodemapAdmin).
+        "nodemap" => {
+            let mut words = req.pattern.split_whitespace();
+            let (cmd, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let arg = req.value.as_deref().unwrap_or("");
+            match src.nodemaps.as_ref().map(|n| n(cmd, name, arg)) {
                 Some(Ok(params)) => CtlReply {
                     error: None,
                     params,

@@ -64,6 +64,30 @@ fn apply_persistent_params(
     Some(version)
 }
 
+/// Fetches the MGS's nodemaps and installs them for this process's targets and connections
+/// if their version is not `applied`; returns the version now enforced.
+fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
+    let req = MgsRequest::GetNodemaps;
+    match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+        Ok(MgsReply::Nodemaps(set)) if applied != Some(set.version) => {
+            let version = set.version;
+            if !set.maps.is_empty() || applied.is_some() {
+                tracing::info!(
+                    "nodemaps version {version} enforced ({} nodemaps)",
+                    set.maps.len()
+                );
+            }
+            nacre_wire::nodemap::install(set);
+            Some(version)
+        }
+        Ok(_) => applied,
+        Err(e) => {
+            tracing::debug!("cannot fetch nodemaps: {e}");
+            applied
+        }
+    }
+}
+
 /// What a server process serves.
 #[derive(Clone, Debug)]
 pub struct ServerSpec {
@@ -182,9 +206,18 @@ fn limits(spec: &ServerSpec, table: &CptTable) -> nacre_net::NetLimits {
 }
 
 /// What connections must show: the keys of the file systems served.
+/// A client's connection gets the level of its nodemap, if that sets one, else its key's.
 fn security(spec: &ServerSpec) -> nacre_net::server::Security {
+    use nacre_net::sec::Level;
     nacre_net::server::Security {
         keys: spec.keys.clone(),
+        level_for: Arc::new(|key, peer| {
+            nacre_wire::nodemap::active()
+                .find(peer.ip())
+                .and_then(|m| m.level)
+                .and_then(Level::from_code)
+                .unwrap_or(key.level())
+        }),
         ..Default::default()
     }
 }
@@ -570,6 +603,7 @@ impl ServerProcess {
         let registry = self.registry.clone();
         let conn = Connection::new(mgs, osp_net_config());
         let mut applied = apply_persistent_params(&conn, &registry, None);
+        let mut nodemaps = fetch_nodemaps(&conn, None);
         let stop = self.stop.clone();
         self.threads.push(
             std::thread::Builder::new()
@@ -577,6 +611,7 @@ impl ServerProcess {
                 .spawn(move || {
                     while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
                         applied = apply_persistent_params(&conn, &registry, applied);
+                        nodemaps = fetch_nodemaps(&conn, nodemaps);
                     }
                 })
                 .expect("spawn param-sync thread"),
@@ -598,6 +633,11 @@ impl ServerProcess {
                     .map_err(|s| format!("{name}: {s}")),
             )
         }))
+    }
+
+    /// `nacre nodemap` through this process's MGS (nodemap_admin.rs).
+    pub fn nodemap_fn(&self) -> Option<crate::nodemap_admin::NodemapAdmin> {
+        Some(crate::nodemap_admin::admin(self.mgs.clone()?))
     }
 
     /// `nacre pool` through this process's MGS (pool_admin.rs).
@@ -668,6 +708,10 @@ impl ServerProcess {
         r.add_fn("cpu_npartitions", move || n.to_string());
         let stats = self.server.net_stats();
         r.add_fn("net.stats", move || stats.text());
+        // The version of the nodemaps this process enforces (the MGS's, within a second).
+        r.add_fn("nodemap.version", || {
+            nacre_wire::nodemap::active().version.to_string()
+        });
         let l = self.server.limits();
         r.add_fn("net.limits", move || {
             format!(

@@ -101,6 +101,9 @@ pub enum Status {
     /// A wait was interrupted by a signal to the waiting process.
     #[error("interrupted system call")]
     Intr = 4,
+    /// The client may not change anything (a read-only nodemap).
+    #[error("read-only file system")]
+    RoFs = 30,
     /// The server requires the file system's key and the client showed none.
     #[error("required key not available")]
     NoKey = 126,
@@ -108,7 +111,7 @@ pub enum Status {
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 32] = [
+    pub const ALL: [Status; 33] = [
         Status::NoDev,
         Status::Ok,
         Status::Perm,
@@ -141,6 +144,7 @@ impl Status {
         Status::NoLock,
         Status::Intr,
         Status::NoKey,
+        Status::RoFs,
     ];
 
     /// The wire code.
@@ -195,6 +199,7 @@ mod tests {
         }
         assert_eq!(Status::NoEnt.errno(), libc::ENOENT);
         assert_eq!(Status::NoKey.errno(), libc::ENOKEY);
+        assert_eq!(Status::RoFs.errno(), libc::EROFS);
         assert_eq!(Status::NoSpc.errno(), libc::ENOSPC);
         assert_eq!(Status::NotEmpty.errno(), libc::ENOTEMPTY);
         assert_eq!(Status::NoData.errno(), libc::ENODATA);

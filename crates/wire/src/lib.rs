@@ -16,6 +16,7 @@ pub mod header;
 pub mod mds;
 pub mod mgs;
 pub mod mover;
+pub mod nodemap;
 pub mod oss;
 pub mod selftest;
 

@@ -112,6 +112,8 @@ pub enum MgsRequest {
         /// How long the MGS may hold the request.
         wait_ms: u32,
     },
+    /// Every nodemap of the MGS, with their version. Reply: [`MgsReply::Nodemaps`].
+    GetNodemaps,
 }
 
 /// Longest a [`MgsRequest::WaitTargets`] is held.
@@ -142,6 +144,8 @@ pub enum MgsReply {
         /// if the client was further behind than the MGS remembers.
         started: Vec<(TargetKind, u32)>,
     },
+    /// The nodemaps.
+    Nodemaps(crate::nodemap::NodemapSet),
 }
 
 impl MgsRequest {
@@ -153,6 +157,7 @@ impl MgsRequest {
             MgsRequest::SetParam { .. } => 0x0103,
             MgsRequest::GetParams { .. } => 0x0104,
             MgsRequest::WaitTargets { .. } => 0x0105,
+            MgsRequest::GetNodemaps => 0x0106,
         }
     }
 }

@@ -238,6 +238,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
         registry: registry.clone(),
         persist: None,
         pools: None,
+        nodemaps: None,
         metrics: None,
     })?;
     serve_mount(client, &a.mountpoint, &opts, &registry)

@@ -208,6 +208,7 @@ pub(crate) fn start_servers(
         registry: servers.registry().clone(),
         persist: servers.persist_fn(),
         pools: servers.pool_fn(),
+        nodemaps: servers.nodemap_fn(),
         metrics: Some(Arc::new(move || nacre_server::metrics::render(&sources))),
     })?;
     Ok((servers, ctl))

@@ -85,11 +85,13 @@ impl Level {
         Level::ALL.into_iter().find(|l| l.name() == s)
     }
 
-    pub(crate) fn code(self) -> u8 {
+    /// Its code (0 none .. 3 privacy), as handshakes and nodemaps carry it.
+    pub fn code(self) -> u8 {
         self as u8
     }
 
-    pub(crate) fn from_code(c: u8) -> Option<Level> {
+    /// The level of code `c`.
+    pub fn from_code(c: u8) -> Option<Level> {
         Level::ALL.get(usize::from(c)).copied()
     }
 }

@@ -1,0 +1,134 @@
+//! `nacre nodemap`: client address ranges mapped to a policy (Lustre's `lctl nodemap_*`):
+//! root squash, uid/gid offset and mapping, read-only, the security level. Kept by the MGS
+//! (run on the MGS node, as `lctl nodemap_*` are); every server enforces a change within a
+//! second (docs/security.md).
+
+use super::ctl::ctl_ask;
+use anyhow::bail;
+use clap::Subcommand;
+use nacre_server::nodemap_admin::NODEMAP_ANSWERED;
+
+#[derive(Subcommand)]
+pub(crate) enum NodemapCommand {
+    /// Make a nodemap (it applies to no client until it has a range).
+    Add {
+        /// Name.
+        name: String,
+    },
+    /// Remove a nodemap: its clients are treated as unmapped again.
+    Del {
+        /// Name.
+        name: String,
+    },
+    /// Add client addresses: `10.0.0.5`, `10.0.0.5-10.0.0.9`, `10.0.0.0/24`.
+    #[command(name = "add_range")]
+    AddRange {
+        /// Nodemap.
+        #[arg(long)]
+        name: String,
+        /// Addresses.
+        #[arg(long)]
+        range: String,
+    },
+    /// Remove client addresses (as added).
+    #[command(name = "del_range")]
+    DelRange {
+        /// Nodemap.
+        #[arg(long)]
+        name: String,
+        /// Addresses.
+        #[arg(long)]
+        range: String,
+    },
+    /// Set a property: admin (root stays root), trusted (ids as sent), readonly (0/1);
+    /// squash_uid, squash_gid, offset (numbers); level (none, integrity, bulk, privacy,
+    /// default).
+    Modify {
+        /// Nodemap.
+        #[arg(long)]
+        name: String,
+        /// Property.
+        #[arg(long)]
+        property: String,
+        /// Value.
+        #[arg(long)]
+        value: String,
+    },
+    /// Map a client id to a file-system id: `--idtype uid --idmap 500:7000`.
+    #[command(name = "add_idmap")]
+    AddIdmap {
+        /// Nodemap.
+        #[arg(long)]
+        name: String,
+        /// uid or gid.
+        #[arg(long)]
+        idtype: String,
+        /// CLIENT:FS.
+        #[arg(long)]
+        idmap: String,
+    },
+    /// Remove an id mapping.
+    #[command(name = "del_idmap")]
+    DelIdmap {
+        /// Nodemap.
+        #[arg(long)]
+        name: String,
+        /// uid or gid.
+        #[arg(long)]
+        idtype: String,
+        /// CLIENT:FS.
+        #[arg(long)]
+        idmap: String,
+    },
+    /// Show the nodemaps (or one).
+    List {
+        /// Nodemap.
+        name: Option<String>,
+    },
+}
+
+pub(crate) fn nodemap(cmd: NodemapCommand) -> anyhow::Result<()> {
+    let (verb, name, arg) = match cmd {
+        NodemapCommand::Add { name } => ("add", name, String::new()),
+        NodemapCommand::Del { name } => ("del", name, String::new()),
+        NodemapCommand::AddRange { name, range } => ("add_range", name, range),
+        NodemapCommand::DelRange { name, range } => ("del_range", name, range),
+        NodemapCommand::Modify {
+            name,
+            property,
+            value,
+        } => ("modify", name, format!("{property}={value}")),
+        NodemapCommand::AddIdmap {
+            name,
+            idtype,
+            idmap,
+        } => ("add_idmap", name, format!("{idtype}:{idmap}")),
+        NodemapCommand::DelIdmap {
+            name,
+            idtype,
+            idmap,
+        } => ("del_idmap", name, format!("{idtype}:{idmap}")),
+        NodemapCommand::List { name } => ("list", name.unwrap_or_default(), String::new()),
+    };
+    let request = format!("{verb} {name}");
+    let mut answers = ctl_ask("nodemap", request.trim_end(), Some(&arg), None)?;
+    let answered = answers.iter().any(|(k, _)| k == NODEMAP_ANSWERED);
+    answers.retain(|(k, _)| k != NODEMAP_ANSWERED);
+    if !answered {
+        bail!("no MGS runs on this node (run nacre nodemap on the MGS node)");
+    }
+    match verb {
+        "list" => {
+            for (n, d) in &answers {
+                println!("{n}: {d}");
+            }
+        }
+        "del" => println!("{name}: removed"),
+        _ => {
+            for (n, d) in answers.iter().filter(|(n, _)| *n == name) {
+                println!("{n}: {d}");
+            }
+        }
+    }
+    Ok(())
+}

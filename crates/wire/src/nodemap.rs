@@ -1,0 +1,364 @@
+//! Nodemaps (Lustre's): ranges of client addresses mapped to a policy — root squash, uid
+//! and gid mapping (an offset, or id-by-id), read-only, the security level their connections
+//! get. Kept by the MGS ([`NodemapSet`], `nacre nodemap`), fetched by every server process
+//! and enforced there on the credentials each request carries.
+//!
+//! Clients no range names are treated as before nodemaps existed: trusted, root as root.
+//! Peer servers calling each other are never mapped.
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+/// Most nodemaps an MGS keeps.
+pub const NODEMAPS_MAX: usize = 256;
+/// Most address ranges per nodemap.
+pub const RANGES_PER_NODEMAP_MAX: usize = 256;
+/// Most id mappings per nodemap.
+pub const IDMAPS_PER_NODEMAP_MAX: usize = 4_096;
+/// Longest nodemap name.
+pub const NODEMAP_NAME_BYTES_MAX: usize = 64;
+/// Default id squashed clients act as (`nobody`).
+pub const SQUASH_ID_DEFAULT: u32 = 65_534;
+
+/// A range of client addresses, both ends included (one family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NidRange {
+    /// First address.
+    pub start: IpAddr,
+    /// Last address.
+    pub end: IpAddr,
+}
+
+impl NidRange {
+    /// Parses `10.0.0.5`, `10.0.0.5-10.0.0.9`, `10.0.0.0/24` (an optional `@tcp` is dropped).
+    pub fn parse(s: &str) -> Result<NidRange, String> {
+        let s = s.trim();
+        let s = s.split_once('@').map_or(s, |(a, _)| a);
+        let ip = |t: &str| {
+            t.trim()
+                .parse::<IpAddr>()
+                .map_err(|_| format!("'{t}' is not an IP address"))
+        };
+        let r = if let Some((a, b)) = s.split_once('-') {
+            NidRange {
+                start: ip(a)?,
+                end: ip(b)?,
+            }
+        } else if let Some((a, bits)) = s.split_once('/') {
+            let a = ip(a)?;
+            let bits: u32 = bits
+                .parse()
+                .map_err(|_| format!("'/{bits}' is not a prefix length"))?;
+            let (lo, hi) = match a {
+                IpAddr::V4(v) if bits <= 32 => {
+                    let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+                    let n = u32::from(v) & mask;
+                    (
+                        IpAddr::from((n).to_be_bytes()),
+                        IpAddr::from((n | !mask).to_be_bytes()),
+                    )
+                }
+                IpAddr::V6(v) if bits <= 128 => {
+                    let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                    let n = u128::from(v) & mask;
+                    (
+                        IpAddr::from(n.to_be_bytes()),
+                        IpAddr::from((n | !mask).to_be_bytes()),
+                    )
+                }
+                _ => return Err(format!("prefix length {bits} too long")),
+            };
+            NidRange { start: lo, end: hi }
+        } else {
+            let a = ip(s)?;
+            NidRange { start: a, end: a }
+        };
+        if r.start.is_ipv4() != r.end.is_ipv4() || r.start > r.end {
+            return Err(format!(
+                "'{s}': the range is empty or mixes address families"
+            ));
+        }
+        Ok(r)
+    }
+
+    /// True if `ip` is in the range.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.start.is_ipv4() == ip.is_ipv4() && self.start <= ip && ip <= self.end
+    }
+
+    /// True if the two ranges share an address.
+    pub fn overlaps(&self, other: &NidRange) -> bool {
+        self.start.is_ipv4() == other.start.is_ipv4()
+            && self.start <= other.end
+            && other.start <= self.end
+    }
+}
+
+impl std::fmt::Display for NidRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.start == self.end {
+            true => write!(f, "{}", self.start),
+            false => write!(f, "{}-{}", self.start, self.end),
+        }
+    }
+}
+
+/// Which kind of id a mapping is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdKind {
+    /// User ids.
+    Uid,
+    /// Group ids.
+    Gid,
+}
+
+/// One client id and the file-system id it stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMap {
+    /// Kind.
+    pub kind: IdKind,
+    /// The id on the clients.
+    pub client: u32,
+    /// The id in the file system.
+    pub fs: u32,
+}
+
+/// A nodemap: who its clients are and what they may do as whom.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nodemap {
+    /// Name.
+    pub name: String,
+    /// Client addresses.
+    pub ranges: Vec<NidRange>,
+    /// Root on these clients is root (false: squashed to `squash_uid`/`squash_gid`).
+    pub admin: bool,
+    /// Ids are taken as the clients send them (false: mapped by `idmaps`, then `offset`;
+    /// an id neither maps is squashed; supplementary groups are the MDS's own, not the
+    /// client's).
+    pub trusted: bool,
+    /// The user squashed ids act as.
+    pub squash_uid: u32,
+    /// The group squashed ids act as.
+    pub squash_gid: u32,
+    /// Client id N (N > 0) is file-system id N + offset (untrusted nodemaps; 0: none).
+    pub offset: u32,
+    /// Id-by-id mappings (untrusted nodemaps), checked before the offset.
+    pub idmaps: Vec<IdMap>,
+    /// Nothing may be changed from these clients (`EROFS`).
+    pub readonly: bool,
+    /// The security level these clients' connections get (0 none .. 3 privacy; None: the
+    /// file system key's own).
+    pub level: Option<u8>,
+}
+
+impl Nodemap {
+    /// A new nodemap with Lustre's defaults: not admin, not trusted, squashed to nobody.
+    pub fn new(name: &str) -> Nodemap {
+        Nodemap {
+            name: name.to_string(),
+            ranges: Vec::new(),
+            admin: false,
+            trusted: false,
+            squash_uid: SQUASH_ID_DEFAULT,
+            squash_gid: SQUASH_ID_DEFAULT,
+            offset: 0,
+            idmaps: Vec::new(),
+            readonly: false,
+            level: None,
+        }
+    }
+
+    fn squash(&self, kind: IdKind) -> u32 {
+        match kind {
+            IdKind::Uid => self.squash_uid,
+            IdKind::Gid => self.squash_gid,
+        }
+    }
+
+    /// The file-system id a client's id stands for.
+    pub fn map_in(&self, kind: IdKind, id: u32) -> u32 {
+        if id == 0 {
+            return if self.admin { 0 } else { self.squash(kind) };
+        }
+        if self.trusted {
+            return id;
+        }
+        if let Some(m) = self
+            .idmaps
+            .iter()
+            .find(|m| m.kind == kind && m.client == id)
+        {
+            return m.fs;
+        }
+        match self.offset {
+            0 => self.squash(kind),
+            off => id.checked_add(off).unwrap_or(self.squash(kind)),
+        }
+    }
+
+    /// The id a client is shown for a file-system id (owners in replies): the inverse of
+    /// [`Nodemap::map_in`]; ids no client id maps to are shown as the squash id.
+    pub fn map_out(&self, kind: IdKind, id: u32) -> u32 {
+        if id == 0 || self.trusted {
+            return id;
+        }
+        if let Some(m) = self.idmaps.iter().find(|m| m.kind == kind && m.fs == id) {
+            return m.client;
+        }
+        match self.offset {
+            0 => self.squash(kind),
+            off if id > off => id - off,
+            _ => self.squash(kind),
+        }
+    }
+
+    /// True if ids pass both ways unchanged (trusted and admin): nothing to map.
+    pub fn is_identity(&self) -> bool {
+        self.trusted && self.admin
+    }
+}
+
+/// Every nodemap of an MGS, with a version bumped on every change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodemapSet {
+    /// Bumped on every change.
+    pub version: u64,
+    /// Nodemaps by name.
+    pub maps: Vec<Nodemap>,
+}
+
+impl NodemapSet {
+    /// The nodemap whose ranges hold `ip`, if any (ranges of nodemaps never overlap).
+    pub fn find(&self, ip: IpAddr) -> Option<&Nodemap> {
+        self.maps
+            .iter()
+            .find(|m| m.ranges.iter().any(|r| r.contains(ip)))
+    }
+
+    /// The nodemap of a request's peer (`ADDR:PORT`; an in-process peer has none).
+    pub fn for_peer(&self, peer: &str) -> Option<&Nodemap> {
+        if self.maps.is_empty() {
+            return None;
+        }
+        let ip = peer.parse::<std::net::SocketAddr>().ok()?.ip();
+        self.find(ip)
+    }
+}
+
+/// The nodemaps this process enforces (fetched from the MGS by the server process).
+static ACTIVE: RwLock<Option<Arc<NodemapSet>>> = RwLock::new(None);
+
+/// Installs the nodemaps this process enforces.
+pub fn install(set: NodemapSet) {
+    *ACTIVE.write().expect("nodemaps") = Some(Arc::new(set));
+}
+
+/// The nodemaps this process enforces (empty until installed).
+pub fn active() -> Arc<NodemapSet> {
+    ACTIVE.read().expect("nodemaps").clone().unwrap_or_default()
+}
+
+/// The nodemap of `peer` under the active set, unless it maps nothing.
+pub fn of_peer(peer: &str) -> Option<Nodemap> {
+    let set = active();
+    set.for_peer(peer)
+        .filter(|m| !m.is_identity() || m.readonly)
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_body, encode_body};
+    use proptest::prelude::*;
+
+    #[test]
+    fn ranges_parse_and_contain() {
+        let r = NidRange::parse("10.0.0.0/24").unwrap();
+        assert!(r.contains("10.0.0.255".parse().unwrap()));
+        assert!(!r.contains("10.0.1.0".parse().unwrap()));
+        let r = NidRange::parse("127.0.0.5-127.0.0.9@tcp").unwrap();
+        assert!(r.contains("127.0.0.7".parse().unwrap()));
+        assert_eq!(r.to_string(), "127.0.0.5-127.0.0.9");
+        assert!(r.overlaps(&NidRange::parse("127.0.0.9").unwrap()));
+        assert!(!r.overlaps(&NidRange::parse("127.0.0.10").unwrap()));
+        for bad in ["", "x", "10.0.0.9-10.0.0.1", "10.0.0.1-::1", "10.0.0.0/33"] {
+            assert!(NidRange::parse(bad).is_err(), "{bad}");
+        }
+        assert!(NidRange::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn ids_map_in_and_out() {
+        let mut m = Nodemap::new("t");
+        assert_eq!(m.map_in(IdKind::Uid, 0), SQUASH_ID_DEFAULT, "root squashed");
+        assert_eq!(
+            m.map_in(IdKind::Uid, 500),
+            SQUASH_ID_DEFAULT,
+            "unmapped squashed"
+        );
+        m.offset = 100_000;
+        m.idmaps.push(IdMap {
+            kind: IdKind::Uid,
+            client: 500,
+            fs: 7_000,
+        });
+        assert_eq!(m.map_in(IdKind::Uid, 500), 7_000);
+        assert_eq!(m.map_out(IdKind::Uid, 7_000), 500);
+        assert_eq!(m.map_in(IdKind::Uid, 501), 100_501);
+        assert_eq!(m.map_out(IdKind::Uid, 100_501), 501);
+        assert_eq!(m.map_in(IdKind::Gid, 501), 100_501);
+        assert_eq!(
+            m.map_out(IdKind::Uid, 42),
+            SQUASH_ID_DEFAULT,
+            "outside the map"
+        );
+        assert_eq!(
+            m.map_in(IdKind::Uid, u32::MAX),
+            SQUASH_ID_DEFAULT,
+            "no overflow"
+        );
+        m.admin = true;
+        assert_eq!(m.map_in(IdKind::Uid, 0), 0);
+        m.trusted = true;
+        assert!(m.is_identity());
+        assert_eq!(m.map_in(IdKind::Uid, 501), 501);
+    }
+
+    proptest! {
+        #[test]
+        fn an_offset_maps_back_what_it_maps_in(id in 1u32..1_000_000, off in 1u32..1_000_000) {
+            let mut m = Nodemap::new("p");
+            m.offset = off;
+            prop_assert_eq!(m.map_out(IdKind::Uid, m.map_in(IdKind::Uid, id)), id);
+        }
+
+        #[test]
+        fn a_nodemap_set_round_trips_and_refuses_truncation(n in 0usize..4, off in any::<u32>()) {
+            let mut set = NodemapSet { version: 9, maps: Vec::new() };
+            for i in 0..n {
+                let mut m = Nodemap::new(&format!("m{i}"));
+                m.offset = off;
+                m.ranges.push(NidRange::parse(&format!("10.{i}.0.0/16")).unwrap());
+                m.level = Some(2);
+                set.maps.push(m);
+            }
+            let b = encode_body(&set);
+            prop_assert_eq!(decode_body::<NodemapSet>(&b).unwrap(), set);
+            for k in 0..b.len() {
+                prop_assert!(decode_body::<NodemapSet>(&b[..k]).is_err());
+            }
+        }
+
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_body::<NodemapSet>(&bytes);
+            if let Ok(s) = std::str::from_utf8(&bytes) {
+                let _ = NidRange::parse(s);
+            }
+        }
+    }
+}
