@@ -262,9 +262,14 @@ enum Command {
     /// does not prove it holds it, and protect frames at its level.
     Keygen(KeygenArgs),
     /// Client address ranges mapped to a policy, like `lctl nodemap_*`: root squash, id
-    /// mapping, read-only, security level (run on the MGS node).
-    #[command(subcommand)]
-    Nodemap(NodemapCommand),
+    /// mapping, read-only, security level, fileset (run on the MGS node).
+    Nodemap {
+        /// The MGS process (needed when several run on this node).
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(subcommand)]
+        cmd: NodemapCommand,
+    },
     /// Show usage per MDT and OST, like `lfs df`.
     Df {
         /// Human-readable sizes.
@@ -465,7 +470,7 @@ fn main() {
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
         Command::Keygen(a) => keygen(a),
-        Command::Nodemap(c) => nodemap(c),
+        Command::Nodemap { pid, cmd } => nodemap(cmd, pid),
         Command::Changelog(c) => changelog(c),
         Command::Policy(c) => policy(c),
         Command::Stage(c) => stage(c),

@@ -360,7 +360,7 @@ impl Client {
             lock_sink: std::sync::OnceLock::new(),
             complete: Arc::new(complete::Complete::default()),
         });
-        client.getattr(Fid::ROOT)?;
+        client.getattr(client.root()?)?;
         start_watch(&client);
         Ok(client)
     }
@@ -413,6 +413,12 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// This client's root directory: the file system's, or the subtree its nodemap gives
+    /// it (a fileset), as MDT0 said when this client connected.
+    pub fn root(&self) -> Result<Fid> {
+        self.mdc(0)?.root()
     }
 
     /// File system name.

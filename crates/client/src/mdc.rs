@@ -48,6 +48,9 @@ pub struct Mdc {
     last_committed: AtomicU64,
     /// The MDT's epoch when last connected (0: not yet).
     epoch: AtomicU64,
+    /// The root directory the MDT gave this client when it connected (its nodemap's
+    /// fileset, or the file system's root).
+    root: Mutex<Option<Fid>>,
     /// Recovery counters (`*.import`).
     pub(crate) replay_stats: ReplayStats,
     /// Metadata locks held on this MDT (only once callbacks are handled: [`Mdc::start_lock_callbacks`]).
@@ -105,6 +108,7 @@ impl Mdc {
             replay: Mutex::new(BTreeMap::new()),
             last_committed: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            root: Mutex::new(None),
             replay_stats: ReplayStats::default(),
             locks: nacre_ldlm::client::ClientLocks::default(),
             sink: std::sync::OnceLock::new(),
@@ -222,6 +226,18 @@ impl Mdc {
         self.reopening.store(false, Ordering::Release);
     }
 
+    /// The root directory of this client: the one the MDT gave when this client connected
+    /// (a first request links up and connects if nothing has yet).
+    pub fn root(&self) -> Result<Fid> {
+        if let Some(r) = *self.root.lock() {
+            return Ok(r);
+        }
+        self.call(MdsOp::Ping)?;
+        (*self.root.lock()).ok_or(ClientError::Rpc(nacre_net::rpc::RpcError::Status(
+            Status::Proto,
+        )))
+    }
+
     /// After a new link: asks the MDT who it is now; if it restarted and is recovering,
     /// replays every request it answered but had not committed, in transno order, then
     /// says `ReplayDone` (which returns once the MDT's recovery is complete).
@@ -230,6 +246,7 @@ impl Mdc {
             epoch,
             recovering,
             committed_at_start,
+            root,
             ..
         } = self.call(MdsOp::Connect)?
         else {
@@ -237,6 +254,7 @@ impl Mdc {
                 Status::Proto,
             )));
         };
+        *self.root.lock() = Some(root);
         let before = self.epoch.swap(epoch, Ordering::AcqRel);
         if before == 0 || before == epoch {
             return Ok(());

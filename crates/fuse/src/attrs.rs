@@ -19,7 +19,7 @@ pub fn file_type(kind: FileKind) -> FileType {
 /// FUSE attributes of a Nacre inode.
 pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: INodeNo(a.fid.to_ino()),
+        ino: INodeNo(crate::ino_of(a.fid)),
         size: a.size,
         blocks: a.blocks,
         atime: a.atime.to_system_time(),

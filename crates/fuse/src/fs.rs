@@ -137,7 +137,7 @@ fn status_errno(s: Status) -> Errno {
 }
 
 fn fid_of(ino: INodeNo) -> Result<Fid, Errno> {
-    Fid::from_ino(ino.0).ok_or(Errno::ESTALE)
+    crate::fid_of_ino(ino.0).ok_or(Errno::ESTALE)
 }
 
 fn time(t: TimeOrNow) -> TimeSpec {

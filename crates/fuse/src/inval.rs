@@ -168,7 +168,7 @@ impl Invalidator {
     pub fn forget(&self, revoked: &[Revoked]) {
         for r in revoked {
             if r.lock.bits & (UPDATE | LAYOUT) != 0 {
-                let ino = r.lock.fid.to_ino();
+                let ino = crate::ino_of(r.lock.fid);
                 // Offset -1: attributes only; 0: a directory's cached listing (its pages)
                 // too. ENOENT (the kernel forgot the inode) is fine.
                 let listing = r.lock.bits & UPDATE != 0 && self.dirs.lock().remove(&ino);
@@ -225,13 +225,13 @@ impl Invalidator {
             let named_in_busy = r
                 .names
                 .iter()
-                .map(|(p, _)| p.to_ino())
+                .map(|(p, _)| crate::ino_of(*p))
                 .find(|p| busy.contains_key(p));
             for (parent, name) in &r.names {
-                let (parent, name) = (parent.to_ino(), OsString::from_vec(name.clone()));
+                let (parent, name) = (crate::ino_of(*parent), OsString::from_vec(name.clone()));
                 let key = match busy.contains_key(&parent) {
                     true => Some(parent),
-                    false if parent == r.lock.fid.to_ino() => named_in_busy,
+                    false if parent == crate::ino_of(r.lock.fid) => named_in_busy,
                     false => None,
                 };
                 match key.and_then(|k| busy.get_mut(&k)) {
@@ -257,8 +257,8 @@ impl Invalidator {
         let inos = drops
             .iter()
             .map(|d| match d.range {
-                Some((off, len)) => (d.fid.to_ino(), clamp(off), clamp(len.max(1))),
-                None => (d.fid.to_ino(), 0, 0),
+                Some((off, len)) => (crate::ino_of(d.fid), clamp(off), clamp(len.max(1))),
+                None => (crate::ino_of(d.fid), 0, 0),
             })
             .collect();
         if self.data.send((inos, done_tx)).is_err() {

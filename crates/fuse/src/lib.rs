@@ -21,6 +21,43 @@ pub mod pool;
 pub mod signals;
 
 pub use fs::NacreFs;
+
+use nacre_types::Fid;
+
+/// The directory the kernel's inode 1 is: the file system's root, or the subtree this
+/// client's nodemap gives it (set once, at mount; one mount per process).
+static MOUNT_ROOT: std::sync::OnceLock<Fid> = std::sync::OnceLock::new();
+
+/// Sets this process's mount root (first call wins).
+pub fn set_mount_root(root: Fid) {
+    let _ = MOUNT_ROOT.set(root);
+}
+
+fn mount_root() -> Fid {
+    MOUNT_ROOT.get().copied().unwrap_or(Fid::ROOT)
+}
+
+/// The kernel's inode number for `fid`: 1 for the mount root. The file system's own root,
+/// when it is not the mount root (a fileset), has a number no inode has: the kernel never
+/// sees it (the MDT refuses it anyway).
+pub(crate) fn ino_of(fid: Fid) -> u64 {
+    let root = mount_root();
+    if fid == root {
+        Fid::ROOT_INO
+    } else if fid == Fid::ROOT {
+        u64::MAX
+    } else {
+        fid.to_ino()
+    }
+}
+
+/// The FID of kernel inode number `ino` (inode 1: the mount root).
+pub(crate) fn fid_of_ino(ino: u64) -> Option<Fid> {
+    match ino {
+        Fid::ROOT_INO => Some(mount_root()),
+        _ => Fid::from_ino(ino).filter(|f| *f != Fid::ROOT),
+    }
+}
 pub use mount::{mount, MountOptions};
 
 /// Virtual xattr holding a file's layout or a directory's default striping (JSON); setting it

@@ -121,6 +121,11 @@ pub fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> std::io::Result<MountHandle> {
+    crate::set_mount_root(
+        client
+            .root()
+            .map_err(|e| std::io::Error::other(e.to_string()))?,
+    );
     let fsname = format!("nacre:{}", client.fsname());
     let mut config = Config::default();
     config.mount_options = vec![

@@ -18,6 +18,7 @@ pub mod destroy;
 pub mod dne;
 mod execute;
 pub mod export;
+pub mod fileset;
 pub mod flocks;
 pub mod links;
 pub mod locks;
@@ -44,7 +45,7 @@ use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::mmp::Guard;
 use nacre_types::Status;
 use nacre_wire::decode_body;
-use nacre_wire::mds::{MdsCall, MdsOp};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 pub(crate) use route::*;
 use std::collections::HashMap;
 
@@ -106,10 +107,20 @@ impl MdsHandler {
     }
 }
 
-/// An answer whose owners are shown to a mapped client as its own ids.
-fn map_answer(m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Outgoing {
+/// An answer whose owners are shown to a mapped client as its own ids, and whose root (a
+/// connect's answer) is its fileset's.
+fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Outgoing {
     match decode_body::<nacre_wire::mds::MdsAnswer>(&out.body) {
         Ok(mut a) => {
+            if let (MdsReply::Connected { root, .. }, Some(path)) = (&mut a.reply, &m.fileset) {
+                match fileset::root_of(mdt, path) {
+                    Ok(f) => *root = f,
+                    Err(s) => {
+                        tracing::warn!("{}: fileset {path}: {s}", mdt.label.name());
+                        return Outgoing::error(s);
+                    }
+                }
+            }
             nodemap::map_reply(m, &mut a.reply);
             if let Some(d) = a.dir.as_mut() {
                 nodemap::map_attr(m, d);
@@ -197,12 +208,19 @@ impl Handler for MdsHandler {
             if let Err(s) = nodemap::check_readonly(m, &call.op) {
                 return Outgoing::error(s);
             }
+            if let Some(path) = &m.fileset {
+                if let Err(s) = fileset::check(&mdt, path, &call.op) {
+                    return Outgoing::error(s);
+                }
+            }
             nodemap::map_request(m, &mut call.cred, &mut call.op);
         }
         let out = execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer));
         let out = answer(&mdt, &call, req.header.xid, out);
         match &map {
-            Some(m) if out.status == Status::Ok && !m.is_identity() => map_answer(m, out),
+            Some(m) if out.status == Status::Ok && (!m.is_identity() || m.fileset.is_some()) => {
+                map_answer(&mdt, m, out)
+            }
             _ => out,
         }
     }

@@ -56,6 +56,8 @@ pub struct Mdt {
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
     /// The space those destroys will free (destroy.rs).
     pub destroy_space: crate::destroy::DestroySpace,
+    /// Fileset roots resolved and inodes found inside them (fileset.rs).
+    pub filesets: crate::fileset::Filesets,
     /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
     /// so unlinks and the background thread leave that table alone.
     pub owners_pending: AtomicU64,
@@ -212,6 +214,7 @@ impl Mdt {
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             destroy_space: crate::destroy::DestroySpace::default(),
+            filesets: crate::fileset::Filesets::default(),
             owners_pending: AtomicU64::new(
                 match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
                     Ok(page) => page.len() as u64,

@@ -181,14 +181,37 @@ fn modify(m: &mut Nodemap, property: &str, value: &str) -> Result<(), NodemapErr
                 })? as u8),
             }
         }
+        "fileset" => m.fileset = fileset(value)?,
         other => {
             return Err(NodemapError::BadProperty(format!(
                 "no property '{other}': admin, trusted, readonly, squash_uid, squash_gid, \
-                 offset, level"
+                 offset, level, fileset"
             )))
         }
     }
     Ok(())
+}
+
+/// Longest fileset path.
+pub const FILESET_BYTES_MAX: usize = 4_096;
+
+/// A fileset as kept: `/a/b` (no `.`, `..` or empty components); `/`, `-` or nothing: none.
+fn fileset(value: &str) -> Result<Option<String>, NodemapError> {
+    let v = value.trim();
+    if v.is_empty() || v == "-" || v == "/" {
+        return Ok(None);
+    }
+    let bad = |why: &str| NodemapError::BadProperty(format!("fileset '{v}': {why}"));
+    if !v.starts_with('/') || v.len() > FILESET_BYTES_MAX {
+        return Err(bad(
+            "an absolute path inside the file system, as /projects/a",
+        ));
+    }
+    let parts: Vec<&str> = v.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Err(bad("no '.' or '..'"));
+    }
+    Ok(Some(format!("/{}", parts.join("/"))))
 }
 
 #[cfg(test)]
@@ -224,6 +247,9 @@ mod tests {
         apply(&mut s, modify("level", "privacy")).unwrap();
         assert!(apply(&mut s, modify("level", "max")).is_err());
         assert!(apply(&mut s, modify("colour", "1")).is_err());
+        apply(&mut s, modify("fileset", "/projects//a/")).unwrap();
+        assert!(apply(&mut s, modify("fileset", "projects")).is_err());
+        assert!(apply(&mut s, modify("fileset", "/a/../b")).is_err());
         let map = IdMap {
             kind: IdKind::Uid,
             client: 500,
@@ -234,6 +260,7 @@ mod tests {
         let lab = &s.maps[s.maps.iter().position(|m| m.name == "lab").unwrap()];
         assert!(lab.readonly);
         assert_eq!(lab.level, Some(3));
+        assert_eq!(lab.fileset.as_deref(), Some("/projects/a"));
         assert_eq!(s.find("10.0.0.9".parse().unwrap()).unwrap().name, "lab");
         apply(
             &mut s,
@@ -241,6 +268,6 @@ mod tests {
         )
         .unwrap();
         assert!(s.find("10.0.0.9".parse().unwrap()).is_none());
-        assert_eq!(s.version, 7);
+        assert_eq!(s.version, 8);
     }
 }

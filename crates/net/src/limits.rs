@@ -75,6 +75,9 @@ pub struct NetStats {
     pub handshakes_refused: AtomicU64,
     /// Connections dropped for a frame that failed its integrity or privacy check.
     pub frames_unauthentic: AtomicU64,
+    /// Handshakes completed, by the level the connection got (none, integrity, bulk,
+    /// privacy).
+    pub handshakes_by_level: [AtomicU64; 4],
 }
 
 impl NetStats {
@@ -84,7 +87,8 @@ impl NetStats {
         format!(
             "conns_open: {}\nconns_accepted: {}\nconns_refused: {}\nframes_timed_out: {}\n\
              frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}\n\
-             handshakes_refused: {}\nframes_unauthentic: {}",
+             handshakes_refused: {}\nframes_unauthentic: {}\nhandshakes_none: {}\n\
+             handshakes_integrity: {}\nhandshakes_bulk: {}\nhandshakes_privacy: {}",
             v(&self.conns_open),
             v(&self.conns_accepted),
             v(&self.conns_refused),
@@ -95,6 +99,10 @@ impl NetStats {
             v(&self.budget_held_bytes),
             v(&self.handshakes_refused),
             v(&self.frames_unauthentic),
+            v(&self.handshakes_by_level[0]),
+            v(&self.handshakes_by_level[1]),
+            v(&self.handshakes_by_level[2]),
+            v(&self.handshakes_by_level[3]),
         )
     }
 }

@@ -356,6 +356,9 @@ impl Handover {
         let timeout = Duration::from_millis(sec.handshake_timeout_ms.max(1));
         match handshake::serve(&stream, &sec.keys, level_for, timeout) {
             Ok(session) => {
+                let by_level = &self.reactor.stats.handshakes_by_level;
+                by_level[usize::from(session.level.code()).min(by_level.len() - 1)]
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     "{peer}: handshake for {} at level {}",
                     session.fsname,

@@ -34,7 +34,7 @@ pub fn describe(m: &Nodemap) -> String {
         .unwrap_or("default");
     format!(
         "ranges={} admin={} trusted={} readonly={} squash_uid={} squash_gid={} offset={} \
-         level={level} idmaps={}",
+         level={level} fileset={} idmaps={}",
         if ranges.is_empty() {
             "-".into()
         } else {
@@ -46,6 +46,7 @@ pub fn describe(m: &Nodemap) -> String {
         m.squash_uid,
         m.squash_gid,
         m.offset,
+        m.fileset.as_deref().unwrap_or("/"),
         if maps.is_empty() {
             "-".into()
         } else {

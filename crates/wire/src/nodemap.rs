@@ -150,6 +150,9 @@ pub struct Nodemap {
     /// The security level these clients' connections get (0 none .. 3 privacy; None: the
     /// file system key's own).
     pub level: Option<u8>,
+    /// A subtree (`/a/b`) that is these clients' whole file system: their root is its
+    /// directory, and every inode they name must be inside it (None: all of it).
+    pub fileset: Option<String>,
 }
 
 impl Nodemap {
@@ -166,6 +169,7 @@ impl Nodemap {
             idmaps: Vec::new(),
             readonly: false,
             level: None,
+            fileset: None,
         }
     }
 
@@ -259,11 +263,12 @@ pub fn active() -> Arc<NodemapSet> {
     ACTIVE.read().expect("nodemaps").clone().unwrap_or_default()
 }
 
-/// The nodemap of `peer` under the active set, unless it maps nothing.
+/// The nodemap of `peer` under the active set, unless it changes nothing (trusted, admin,
+/// writable, the whole file system).
 pub fn of_peer(peer: &str) -> Option<Nodemap> {
     let set = active();
     set.for_peer(peer)
-        .filter(|m| !m.is_identity() || m.readonly)
+        .filter(|m| !m.is_identity() || m.readonly || m.fileset.is_some())
         .cloned()
 }
 
@@ -344,6 +349,7 @@ mod tests {
                 m.offset = off;
                 m.ranges.push(NidRange::parse(&format!("10.{i}.0.0/16")).unwrap());
                 m.level = Some(2);
+                m.fileset = Some("/sub".into());
                 set.maps.push(m);
             }
             let b = encode_body(&set);

@@ -3,7 +3,6 @@
 //! (run on the MGS node, as `lctl nodemap_*` are); every server enforces a change within a
 //! second (docs/security.md).
 
-use super::ctl::ctl_ask;
 use anyhow::bail;
 use clap::Subcommand;
 use nacre_server::nodemap_admin::NODEMAP_ANSWERED;
@@ -42,7 +41,8 @@ pub(crate) enum NodemapCommand {
     },
     /// Set a property: admin (root stays root), trusted (ids as sent), readonly (0/1);
     /// squash_uid, squash_gid, offset (numbers); level (none, integrity, bulk, privacy,
-    /// default).
+    /// default); fileset (a subtree, /projects/a, as its clients' whole file system; /
+    /// for all of it).
     Modify {
         /// Nodemap.
         #[arg(long)]
@@ -87,7 +87,57 @@ pub(crate) enum NodemapCommand {
     },
 }
 
-pub(crate) fn nodemap(cmd: NodemapCommand) -> anyhow::Result<()> {
+/// Asks the nodemap operation of the MGS process `pid`, or of the one MGS process of this
+/// node (several: the caller must choose, before anything changes).
+fn ask(
+    verb: &str,
+    name: &str,
+    arg: &str,
+    pid: Option<u32>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let req = |op: &str, pattern: String, value: &str| nacre_server::ctl::CtlRequest {
+        op: op.into(),
+        pattern,
+        value: Some(value.to_string()),
+    };
+    let pid = match pid {
+        Some(p) => p,
+        None => {
+            let mgs: Vec<u32> = nacre_server::ctl::ask(&req("nodemap", "list".into(), ""), None)?
+                .into_iter()
+                .filter(|(_, r)| r.params.iter().any(|(k, _)| k == NODEMAP_ANSWERED))
+                .map(|(p, _)| p)
+                .collect();
+            match mgs.as_slice() {
+                [] => bail!("no MGS runs on this node (run nacre nodemap on the MGS node)"),
+                [one] => *one,
+                many => bail!(
+                    "{} MGS processes run on this node (pids {many:?}): choose one with --pid",
+                    many.len()
+                ),
+            }
+        }
+    };
+    let request = format!("{verb} {name}");
+    let replies =
+        nacre_server::ctl::ask(&req("nodemap", request.trim_end().into(), arg), Some(pid))?;
+    let Some((_, reply)) = replies.into_iter().next() else {
+        bail!("no nacre process {pid} answers on this node");
+    };
+    if let Some(e) = reply.error {
+        bail!("{e}");
+    }
+    if !reply.params.iter().any(|(k, _)| k == NODEMAP_ANSWERED) {
+        bail!("process {pid} runs no MGS");
+    }
+    Ok(reply
+        .params
+        .into_iter()
+        .filter(|(k, _)| k != NODEMAP_ANSWERED)
+        .collect())
+}
+
+pub(crate) fn nodemap(cmd: NodemapCommand, pid: Option<u32>) -> anyhow::Result<()> {
     let (verb, name, arg) = match cmd {
         NodemapCommand::Add { name } => ("add", name, String::new()),
         NodemapCommand::Del { name } => ("del", name, String::new()),
@@ -110,13 +160,7 @@ pub(crate) fn nodemap(cmd: NodemapCommand) -> anyhow::Result<()> {
         } => ("del_idmap", name, format!("{idtype}:{idmap}")),
         NodemapCommand::List { name } => ("list", name.unwrap_or_default(), String::new()),
     };
-    let request = format!("{verb} {name}");
-    let mut answers = ctl_ask("nodemap", request.trim_end(), Some(&arg), None)?;
-    let answered = answers.iter().any(|(k, _)| k == NODEMAP_ANSWERED);
-    answers.retain(|(k, _)| k != NODEMAP_ANSWERED);
-    if !answered {
-        bail!("no MGS runs on this node (run nacre nodemap on the MGS node)");
-    }
+    let answers = ask(verb, &name, &arg, pid)?;
     match verb {
         "list" => {
             for (n, d) in &answers {

@@ -138,7 +138,7 @@ impl Shared {
             return FopenFlags::empty();
         };
         // Noted before the lock is checked: a callback after the check finds it noted.
-        if !inval.cache_listing(dir.to_ino()) {
+        if !inval.cache_listing(crate::ino_of(dir)) {
             return FopenFlags::empty();
         }
         match self.client.lock_covers(dir, UPDATE) {
@@ -187,7 +187,7 @@ impl Shared {
             };
             let entry = &listed.entry;
             let full = reply.add(
-                INodeNo(entry.fid.to_ino()),
+                INodeNo(crate::ino_of(entry.fid)),
                 (pos + 1) as u64,
                 file_type(entry.kind),
                 OsStr::from_bytes(&entry.name),
@@ -240,7 +240,7 @@ impl Shared {
             let Some(listed) = stream.entries.get_mut(index) else {
                 break;
             };
-            let (ino, kind) = (listed.entry.fid.to_ino(), listed.entry.kind);
+            let (ino, kind) = (crate::ino_of(listed.entry.fid), listed.entry.kind);
             // Given once: an entry read again (a rewound listing) is listed only.
             let fetched = listed.attr.take();
             let (attr, ttl) = match &fetched {

@@ -133,7 +133,7 @@ impl Shared {
     /// directory (it holds it for the xattr call).
     pub(super) fn forget_entry_later(&self, parent: Fid, name: &str) {
         if let Some(inval) = self.inval.get() {
-            inval.entry_later(parent.to_ino(), name.into());
+            inval.entry_later(crate::ino_of(parent), name.into());
         }
     }
 
@@ -149,7 +149,7 @@ impl Shared {
     /// go of them.
     pub(super) fn drop_pages_later(&self, fid: Fid, offset: u64, len: u64) {
         if let Some(inval) = self.inval.get() {
-            inval.data_later(fid.to_ino(), offset, len);
+            inval.data_later(crate::ino_of(fid), offset, len);
         }
     }
 

@@ -193,6 +193,8 @@ pub enum MdsReply {
         /// client's changes above it were lost with the restart (and are replayed, or,
         /// once recovery is over, gone).
         committed_at_start: u64,
+        /// The client's root directory: the file system's, or its nodemap's fileset.
+        root: Fid,
     },
 }
 
