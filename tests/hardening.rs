@@ -239,6 +239,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
                 epoch: 0,
                 layout_gen: 0,
             },
+            capa: None,
         });
         h.seal(&body, Some(&vec![0u8; 16 << 20]), true);
         use std::io::Write;

@@ -358,9 +358,45 @@ fn fid_of(path: &Path) -> String {
 fn fileset_probe_with_raw_fids() {
     let mgs: nacre_types::Nid = std::env::var("NACRE_PROBE_MGS").unwrap().parse().unwrap();
     let fsname = std::env::var("NACRE_PROBE_FS").unwrap();
-    let client =
-        nacre_client::Client::mount(mgs, &fsname, nacre_client::ClientConfig::default()).unwrap();
+    let mut config = nacre_client::ClientConfig::default();
+    let key = std::env::var("NACRE_PROBE_KEY").unwrap();
+    config.net.key = Some(std::sync::Arc::new(
+        nacre_net::sec::FsKey::load(Path::new(&key)).unwrap(),
+    ));
+    let client = nacre_client::Client::mount(mgs, &fsname, config).unwrap();
     println!("PROBE root {}", client.root().unwrap());
+    // Objects read straight from their OSTs, by id (`name=STRIPE_SIZE:OST:SEQ:ID`), with
+    // whatever capability this client was given for them (none for objects outside).
+    for pair in std::env::var("NACRE_PROBE_OBJECTS").unwrap().split(',') {
+        let (name, o) = pair.split_once('=').unwrap();
+        let n: Vec<u64> = o.split(':').map(|x| x.parse().unwrap()).collect();
+        if name.starts_with("inside") {
+            // As any reader would: the layout comes from the MDT (with capabilities).
+            let fid: nacre_types::Fid = std::env::var("NACRE_PROBE_INSIDE_FID")
+                .unwrap()
+                .parse()
+                .unwrap();
+            client.getattr(fid).unwrap();
+            let _ = client.open(fid, nacre_types::cred::MAY_READ);
+        }
+        let layout = nacre_types::Layout {
+            stripe_size: n[0] as u32,
+            objects: vec![nacre_types::layout::StripeObject {
+                ost: n[1] as u32,
+                object: nacre_types::ObjectId {
+                    seq: n[2],
+                    id: n[3],
+                },
+            }],
+            pool: nacre_types::PoolName::NONE,
+            generation: 0,
+        };
+        let errno = match nacre_client::osc::read(&client, &layout, 0, 4) {
+            Ok(_) => 0,
+            Err(e) => e.errno(),
+        };
+        println!("PROBE {name} {errno}");
+    }
     for pair in std::env::var("NACRE_PROBE_FIDS").unwrap().split(',') {
         let (name, fid) = pair.split_once('=').unwrap();
         let fid: nacre_types::Fid = fid.parse().unwrap();
@@ -381,16 +417,19 @@ fn a_fileset_is_its_clients_whole_file_system() {
         .tempdir_in(nacre_testkit::test_dir())
         .unwrap();
     let d = |n: &str| root.path().join(n);
+    let key = d("key");
+    let k = key.to_str().unwrap();
+    nacre_ok(&["keygen", "nmfs", "-o", k, "--level", "integrity"]);
     let mgs_nid = format!("{}@tcp", h[0].addr);
     mkfs("--mgs", 0, "nmfs", None, &d("mgs"));
     mkfs("--mdt", 0, "nmfs", Some(&mgs_nid), &d("mdt0"));
     mkfs("--mdt", 1, "nmfs", Some(&mgs_nid), &d("mdt1"));
     mkfs("--ost", 0, "nmfs", Some(&mgs_nid), &d("ost0"));
-    let mds0 = h[0].server(&[&d("mgs"), &d("mdt0"), &d("ost0")], &[]);
-    let mds1 = h[1].server(&[&d("mdt1")], &[]);
+    let mds0 = h[0].server(&[&d("mgs"), &d("mdt0"), &d("ost0")], &["--key", k]);
+    let mds1 = h[1].server(&[&d("mdt1")], &["--key", k]);
     let mgs_proc = &mds0;
     let source = format!("{mgs_nid}:/nmfs");
-    let admin = ClientMount::mount_in(&h[2].prefix(), &source, &d("admin"), &[]);
+    let admin = ClientMount::mount_in(&h[2].prefix(), &source, &d("admin"), &["--key", k]);
     let a = |p: &str| admin.mnt.join(p);
     // /projects/a lives on MDT1 (its inodes are checked across MDTs); b and top are outside.
     fs::create_dir(a("projects")).unwrap();
@@ -437,7 +476,7 @@ fn a_fileset_is_its_clients_whole_file_system() {
     );
     enforced(&[&mds0, &mds1]);
 
-    let proj = ClientMount::mount_in(&h[3].prefix(), &source, &d("proj"), &[]);
+    let proj = ClientMount::mount_in(&h[3].prefix(), &source, &d("proj"), &["--key", k]);
     let p = |x: &str| proj.mnt.join(x);
     let mut names: Vec<String> = fs::read_dir(&proj.mnt)
         .unwrap()
@@ -462,6 +501,19 @@ fn a_fileset_is_its_clients_whole_file_system() {
         ("top", fid_of(&a("top"))),
     ];
     let list: Vec<String> = fids.iter().map(|(n, f)| format!("{n}={f}")).collect();
+    // The first object of a file inside and of one outside, as the admin client sees them.
+    let object = |path: &Path| -> String {
+        let v: serde_json::Value =
+            serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()]))
+                .unwrap();
+        let o = &v["objects"][0];
+        format!("{}:{}:{}:{}", v["stripe_size"], o["ost"], o["seq"], o["id"])
+    };
+    let objects = [
+        format!("inside_object={}", object(&a("projects/a/sub/data"))),
+        format!("outside_object={}", object(&a("projects/b/secret"))),
+        format!("top_object={}", object(&a("top"))),
+    ];
     let out = Command::new("nsenter")
         .arg(format!("--net=/run/netns/{}", h[3].netns))
         .arg(std::env::current_exe().unwrap())
@@ -474,6 +526,9 @@ fn a_fileset_is_its_clients_whole_file_system() {
         .env("NACRE_PROBE_MGS", &mgs_nid)
         .env("NACRE_PROBE_FS", "nmfs")
         .env("NACRE_PROBE_FIDS", list.join(","))
+        .env("NACRE_PROBE_OBJECTS", objects.join(","))
+        .env("NACRE_PROBE_INSIDE_FID", fid_of(&a("projects/a/sub/data")))
+        .env("NACRE_PROBE_KEY", k)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -489,10 +544,18 @@ fn a_fileset_is_its_clients_whole_file_system() {
             .to_string()
     };
     assert_eq!(probe("root"), fid_of(&a("projects/a")), "told its root");
-    for inside in ["inside_file", "inside_dir", "hard_linked"] {
+    for inside in ["inside_file", "inside_dir", "hard_linked", "inside_object"] {
         assert_eq!(probe(inside), "0", "{inside}");
     }
-    for outside in ["outside_file", "outside_dir", "parent", "fs_root", "top"] {
+    for outside in [
+        "outside_file",
+        "outside_dir",
+        "parent",
+        "fs_root",
+        "top",
+        "outside_object",
+        "top_object",
+    ] {
         assert_eq!(
             probe(outside),
             libc::EACCES.to_string(),

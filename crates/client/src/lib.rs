@@ -13,6 +13,7 @@
 
 mod admin;
 mod append;
+pub mod capas;
 pub mod changelog;
 pub mod complete;
 pub mod datalocks;
@@ -289,6 +290,8 @@ pub struct Client {
     mgs: Arc<Connection>,
     config: RwLock<FsConfig>,
     mdcs: RwLock<HashMap<u32, Arc<mdc::Mdc>>>,
+    /// Object capabilities the MDTs gave (a fileset's client only).
+    pub(crate) capas: Arc<capas::Capas>,
     /// Stripe layouts of directories used so far (None: not striped). FIDs are never reused
     /// and a directory's striping never changes (until migration exists), so entries stay
     /// right; the map is emptied when it reaches [`STRIPE_CACHE_ENTRIES_MAX`].
@@ -349,6 +352,7 @@ impl Client {
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),
+            capas: Arc::default(),
             stripes: RwLock::new(HashMap::new()),
             layouts: parking_lot::Mutex::new(HashMap::new()),
             config: RwLock::new(fs),
@@ -485,7 +489,7 @@ impl Client {
             return Ok(m.clone());
         }
         let conn = self.connect_to(|fs| &fs.mdts, index, "MDT")?;
-        let m = Arc::new(mdc::Mdc::new(conn, index));
+        let m = Arc::new(mdc::Mdc::new(conn, index, self.capas.clone()));
         let mut mdcs = self.mdcs.write();
         let m = mdcs.entry(index).or_insert_with(|| {
             m.start_pinger(self.ping_interval_ms);

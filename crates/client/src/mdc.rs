@@ -48,6 +48,8 @@ pub struct Mdc {
     last_committed: AtomicU64,
     /// The MDT's epoch when last connected (0: not yet).
     epoch: AtomicU64,
+    /// Where the object capabilities of answers go.
+    capas: Arc<crate::capas::Capas>,
     /// The root directory the MDT gave this client when it connected (its nodemap's
     /// fileset, or the file system's root).
     root: Mutex<Option<Fid>>,
@@ -94,9 +96,11 @@ impl Mdc {
         &self.conn
     }
 
-    /// A client of MDT `target` over `conn`.
-    pub fn new(conn: Arc<Connection>, target: u32) -> Mdc {
+    /// A client of MDT `target` over `conn`, keeping the object capabilities it is given
+    /// in `capas`.
+    pub fn new(conn: Arc<Connection>, target: u32, capas: Arc<crate::capas::Capas>) -> Mdc {
         Mdc {
+            capas,
             conn,
             uuid: Mutex::new(*uuid::Uuid::new_v4().as_bytes()),
             incarnation: AtomicU64::new(0),
@@ -126,6 +130,7 @@ impl Mdc {
     /// Notes an answer: keeps a change the MDT has not committed, drops those it has.
     /// Returns true if the list is full (the caller asks the MDT to commit).
     fn note_answer(&self, op: Option<MdsOp>, xid: u64, a: &MdsAnswer) -> bool {
+        self.capas.note(&a.capas);
         // An answer from a new incarnation of the MDT before this client reconnected to it
         // (its `Connect` decides what was lost): its `last_committed` is not about our
         // changes of the old one.

@@ -95,7 +95,8 @@ impl Window {
         }
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
         let uuid = client.ost_uuid(ost);
-        let call = OssCall::from_client(uuid, req.clone());
+        let mut call = OssCall::from_client(uuid, req.clone());
+        call.capa = client.capas.for_request(ost, req);
         let mut rpc = request(req.opcode(), ost, &call, bulk.clone());
         rpc.inline = short;
         let reply = conn
@@ -756,7 +757,9 @@ pub fn fallocate(
 pub fn owner(client: &Client, ost: u32, object: ObjectId) -> Result<Option<nacre_types::Owner>> {
     let req = OssRequest::GetOwner { object };
     let conn = client.osc(ost)?;
-    match nacre_net::rpc::call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req))? {
+    let mut call = OssCall::current(req.clone());
+    call.capa = client.capas.for_request(ost, &req);
+    match nacre_net::rpc::call::<_, OssReply>(&conn, req.opcode(), ost, &call)? {
         OssReply::Owner(o) => Ok(o),
         _ => Err(Status::Proto.into()),
     }

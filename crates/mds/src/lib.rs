@@ -121,6 +121,9 @@ fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Out
                     }
                 }
             }
+            if m.fileset.is_some() {
+                a.capas = fileset::capas_for(&a.reply);
+            }
             nodemap::map_reply(m, &mut a.reply);
             if let Some(d) = a.dir.as_mut() {
                 nodemap::map_attr(m, d);

@@ -29,7 +29,7 @@ pub fn write_frame(
 }
 
 /// [`write_frame`] on a connection protected by `sealer` (its handshake's session): body
-/// and bulk as the level wants them, then the trailer of tags.
+/// and bulk as the level wants them, the trailer of tags between them.
 ///
 /// Fault points (tests of end-to-end integrity): `net.corrupt_body` and `net.corrupt_bulk`
 /// flip one bit of the body or bulk after the checksums (and tags) were sealed, as a bad NIC
@@ -73,11 +73,13 @@ fn write_plain(
     trailer: &[u8],
 ) -> std::io::Result<()> {
     let head = header.encode();
+    // The tags go before the bulk: a receiver reads them with the body, then the bulk
+    // straight into its buffer.
     let mut slices = [
         IoSlice::new(&head),
         IoSlice::new(body),
-        IoSlice::new(bulk.unwrap_or(&[])),
         IoSlice::new(trailer),
+        IoSlice::new(bulk.unwrap_or(&[])),
     ];
     let mut slices: &mut [IoSlice<'_>] = &mut slices;
     while !slices.is_empty() {

@@ -81,15 +81,16 @@ enum Parse {
         bulk: Option<AlignedBuf>,
         permit: Option<BudgetPermit>,
     },
-    /// Bulk bytes coming straight into `bulk`.
+    /// Bulk bytes coming straight into `bulk` (with the frame's tags, if protected).
     Bulk {
         header: Header,
         body: Vec<u8>,
         bulk: AlignedBuf,
         got: usize,
         permit: Option<BudgetPermit>,
+        tags: Option<Tags>,
     },
-    /// The tags after body and bulk (a protected connection's).
+    /// The tags after the body, before the bulk (a protected connection's).
     Trailer {
         header: Header,
         body: Vec<u8>,
@@ -98,6 +99,12 @@ enum Parse {
         trailer: [u8; TRAILER_BYTES_MAX],
         got: usize,
     },
+}
+
+/// A protected frame's tags, read before its bulk.
+struct Tags {
+    bytes: [u8; TRAILER_BYTES_MAX],
+    len: usize,
 }
 
 struct Conn {
@@ -264,22 +271,36 @@ impl Conn {
                         read += self.buffered() - before;
                         continue;
                     }
-                    // A protected frame's checksums are of its plain bytes: checked after its
-                    // trailer.
-                    if self.opener.is_none() {
-                        header
-                            .check_body(&body)
-                            .map_err(|e| End::Bad(e.to_string()))?;
-                    }
-                    match bulk {
-                        None => self.complete(header, body, None, permit)?,
-                        Some(bulk) => {
-                            self.parse = Parse::Bulk {
+                    // A protected frame's trailer of tags comes next, before its bulk (it
+                    // arrives with the body; the bulk still goes straight into its buffer);
+                    // its checksums are of the plain bytes: checked once it is open.
+                    match (&self.opener, bulk) {
+                        (Some(o), bulk) if trailer_len(o.level(), header.bulk_len) > 0 => {
+                            self.parse = Parse::Trailer {
                                 header,
                                 body,
                                 bulk,
-                                got: 0,
                                 permit,
+                                trailer: [0; TRAILER_BYTES_MAX],
+                                got: 0,
+                            };
+                        }
+                        (_, bulk) => {
+                            header
+                                .check_body(&body)
+                                .map_err(|e| End::Bad(e.to_string()))?;
+                            match bulk {
+                                None => self.deliver(header, body, None, permit)?,
+                                Some(bulk) => {
+                                    self.parse = Parse::Bulk {
+                                        header,
+                                        body,
+                                        bulk,
+                                        got: 0,
+                                        permit,
+                                        tags: None,
+                                    }
+                                }
                             }
                         }
                     }
@@ -290,6 +311,7 @@ impl Conn {
                     mut bulk,
                     mut got,
                     permit,
+                    tags,
                 } => {
                     got += self.take(&mut bulk[got..]);
                     if got < bulk.len() {
@@ -303,23 +325,27 @@ impl Conn {
                             bulk,
                             got,
                             permit,
+                            tags,
                         };
                         match n {
                             Some(_) => continue,
                             None => return Ok(false),
                         }
                     }
-                    if self.opener.is_none() {
-                        header
-                            .check_bulk(&bulk)
-                            .map_err(|e| End::Bad(e.to_string()))?;
+                    match tags {
+                        Some(t) => self.open_and_deliver(header, body, Some(bulk), permit, &t)?,
+                        None => {
+                            header
+                                .check_bulk(&bulk)
+                                .map_err(|e| End::Bad(e.to_string()))?;
+                            self.deliver(header, body, Some(bulk), permit)?;
+                        }
                     }
-                    self.complete(header, body, Some(bulk), permit)?;
                 }
                 Parse::Trailer {
                     header,
-                    mut body,
-                    mut bulk,
+                    body,
+                    bulk,
                     permit,
                     mut trailer,
                     mut got,
@@ -345,47 +371,57 @@ impl Conn {
                         read += self.buffered() - before;
                         continue;
                     }
-                    let opener = self
-                        .opener
-                        .as_mut()
-                        .expect("a trailer is read only when protected");
-                    opener
-                        .open(&header, &mut body, bulk.as_deref_mut(), &trailer[..want])
-                        .map_err(|e| End::Unauthentic(e.to_string()))?;
-                    header
-                        .check_body(&body)
-                        .map_err(|e| End::Bad(e.to_string()))?;
-                    if let Some(b) = &bulk {
-                        header.check_bulk(b).map_err(|e| End::Bad(e.to_string()))?;
+                    let tags = Tags {
+                        bytes: trailer,
+                        len: want,
+                    };
+                    match bulk {
+                        Some(bulk) => {
+                            self.parse = Parse::Bulk {
+                                header,
+                                body,
+                                bulk,
+                                got: 0,
+                                permit,
+                                tags: Some(tags),
+                            }
+                        }
+                        None => self.open_and_deliver(header, body, None, permit, &tags)?,
                     }
-                    self.deliver(header, body, bulk, permit)?;
                 }
             }
         }
     }
 
-    /// Body and bulk are in: delivers the frame, or first reads its trailer.
-    fn complete(
+    /// Checks (and at privacy level decrypts) a protected frame with its tags, then its
+    /// checksums, and delivers it.
+    fn open_and_deliver(
         &mut self,
         header: Header,
-        body: Vec<u8>,
-        bulk: Option<AlignedBuf>,
+        mut body: Vec<u8>,
+        mut bulk: Option<AlignedBuf>,
         permit: Option<BudgetPermit>,
+        tags: &Tags,
     ) -> Result<(), End> {
-        match &self.opener {
-            Some(o) if trailer_len(o.level(), header.bulk_len) > 0 => {
-                self.parse = Parse::Trailer {
-                    header,
-                    body,
-                    bulk,
-                    permit,
-                    trailer: [0; TRAILER_BYTES_MAX],
-                    got: 0,
-                };
-                Ok(())
-            }
-            _ => self.deliver(header, body, bulk, permit),
+        let opener = self
+            .opener
+            .as_mut()
+            .expect("a trailer is read only when protected");
+        opener
+            .open(
+                &header,
+                &mut body,
+                bulk.as_deref_mut(),
+                &tags.bytes[..tags.len],
+            )
+            .map_err(|e| End::Unauthentic(e.to_string()))?;
+        header
+            .check_body(&body)
+            .map_err(|e| End::Bad(e.to_string()))?;
+        if let Some(b) = &bulk {
+            header.check_bulk(b).map_err(|e| End::Bad(e.to_string()))?;
         }
+        self.deliver(header, body, bulk, permit)
     }
 
     fn deliver(
@@ -751,6 +787,18 @@ mod tests {
         TcpStream,
         mpsc::Receiver<Result<RawFrame, String>>,
     ) {
+        pair_with(limits, None)
+    }
+
+    /// [`pair`] for a connection protected by `opener`.
+    fn pair_with(
+        limits: NetLimits,
+        opener: Option<Opener>,
+    ) -> (
+        Arc<Reactor>,
+        TcpStream,
+        mpsc::Receiver<Result<RawFrame, String>>,
+    ) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (server, _) = l.accept().unwrap();
@@ -761,7 +809,7 @@ mod tests {
             peer: "test".into(),
             bulk_len_max: BULK_BYTES_MAX,
             sink: Box::new(Collect(tx)),
-            opener: None,
+            opener,
         });
         (reactor, client, rx)
     }
@@ -791,6 +839,49 @@ mod tests {
             let mut stream = Vec::new();
             for (i, (body, bulk)) in frames.iter().enumerate() {
                 stream.extend(frame_bytes(i as u64 + 1, body, bulk));
+            }
+            let mut at = 0;
+            for c in cuts.iter().cycle() {
+                if at >= stream.len() {
+                    break;
+                }
+                let end = (at + c).min(stream.len());
+                client.write_all(&stream[at..end]).unwrap();
+                at = end;
+            }
+            for (i, (body, bulk)) in frames.iter().enumerate() {
+                let f = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                prop_assert_eq!(f.header.xid, i as u64 + 1);
+                prop_assert_eq!(&f.body, body);
+                prop_assert_eq!(f.bulk.as_deref().unwrap_or(&[]), &bulk[..]);
+            }
+            reactor.stop();
+        }
+
+        /// Protected frames (every level, tags between body and bulk) cut anywhere arrive
+        /// whole, in order, decrypted.
+        #[test]
+        fn protected_frames_split_anywhere_arrive_whole(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..300),
+                 proptest::collection::vec(any::<u8>(), 0..70_000)),
+                1..4),
+            cuts in proptest::collection::vec(1usize..9_000, 1..40),
+            level in prop_oneof![
+                Just(Level::Integrity), Just(Level::Bulk), Just(Level::Privacy)
+            ],
+        ) {
+            use crate::sec::session::Sealer;
+            let opener = Opener::new(level, [5; 32]);
+            let mut sealer = Sealer::new(level, [5; 32]);
+            let (reactor, mut client, rx) = pair_with(NetLimits::default(), Some(opener));
+            let mut stream = Vec::new();
+            for (i, (body, bulk)) in frames.iter().enumerate() {
+                let mut h = Header::request(0x0301, 0, i as u64 + 1);
+                let bulk = (!bulk.is_empty()).then_some(&bulk[..]);
+                h.seal(body, bulk, true);
+                crate::frame::write_sealed(&mut stream, &h, body, bulk, Some(&mut sealer))
+                    .unwrap();
             }
             let mut at = 0;
             for c in cuts.iter().cycle() {

@@ -427,8 +427,10 @@ impl Handler for OssHandler {
         let Ok(call) = decode_body::<OssCall>(&req.body) else {
             return Some(req);
         };
-        let refused = nacre_wire::nodemap::of_peer(&req.peer)
-            .is_some_and(|m| nodemap::check_readonly(&m, &call.req).is_err());
+        let refused = nacre_wire::nodemap::of_peer(&req.peer).is_some_and(|m| {
+            nodemap::check_readonly(&m, &call.req).is_err()
+                || nodemap::check_capa(&m, req.header.target, &call).is_err()
+        });
         if refused
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()
@@ -480,7 +482,9 @@ impl Handler for OssHandler {
             return Outgoing::error(Status::Shutdown);
         }
         if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
-            if let Err(s) = nodemap::check_readonly(&m, &call.req) {
+            if let Err(s) = nodemap::check_readonly(&m, &call.req)
+                .and_then(|()| nodemap::check_capa(&m, incoming.header.target, &call))
+            {
                 return Outgoing::error(s);
             }
             nodemap::map_call(&m, &mut call);

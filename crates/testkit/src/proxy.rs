@@ -1,7 +1,7 @@
 //! A TCP proxy between a client and a server that records what the client sends and may
 //! change its frames on the way (tests of the shared-key handshake and of frame integrity):
-//! the client's handshake bytes pass as they are, then each frame (header, body, bulk,
-//! trailer) is handed to a tamper function that may change header and body.
+//! the client's handshake bytes pass as they are, then each frame (header, body, trailer,
+//! bulk) is handed to a tamper function that may change header and body.
 
 use nacre_wire::{Header, HEADER_BYTES};
 use std::io::{Read, Write};

@@ -75,6 +75,7 @@ impl RawConn {
             jobid: "raw".into(),
             cred: nacre_types::cred::current(),
             req,
+            capa: None,
         };
         self.send(opcode, target, &encode_body(&call), bulk)
     }

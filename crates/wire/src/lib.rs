@@ -10,6 +10,7 @@
 //! One message enum per service: [`mgs`], [`mds`], [`oss`], [`failover`]; the ping ([`OP_PING`]) and the
 //! [`selftest`] opcodes belong to the network layer itself.
 
+pub mod capa;
 pub mod failover;
 pub mod header;
 

@@ -571,6 +571,9 @@ pub struct MdsAnswer {
     /// unlink, rmdir) changed, as they are after it: a client holding that directory's
     /// `UPDATE` lock keeps them instead of asking again.
     pub dir: Option<Attr>,
+    /// Capabilities for the objects of the layouts the reply hands out (clients of a
+    /// fileset only; [`crate::capa`]).
+    pub capas: Vec<crate::capa::Capa>,
     /// The reply.
     pub reply: MdsReply,
 }
@@ -587,7 +590,16 @@ impl MdsAnswer {
         lock: Option<nacre_ldlm::msg::LockRef>,
         dir: Option<&Attr>,
     ) -> Vec<u8> {
-        crate::encode_body(&(transno, last_committed, epoch, pre_versions, lock, dir))
+        let capas: &[crate::capa::Capa] = &[];
+        crate::encode_body(&(
+            transno,
+            last_committed,
+            epoch,
+            pre_versions,
+            lock,
+            dir,
+            capas,
+        ))
     }
 }
 

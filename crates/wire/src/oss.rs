@@ -17,6 +17,9 @@ pub struct OssCall {
     pub cred: Cred,
     /// The request.
     pub req: OssRequest,
+    /// The capability for the object the request names (clients of a fileset must show
+    /// one: [`crate::capa`]).
+    pub capa: Option<crate::capa::Capa>,
 }
 
 impl OssCall {
@@ -32,6 +35,7 @@ impl OssCall {
             jobid: nacre_types::jobid::current(),
             cred: nacre_types::cred::current(),
             req,
+            capa: None,
         }
     }
 
@@ -43,6 +47,7 @@ impl OssCall {
             jobid: String::new(),
             cred: Cred::root(),
             req,
+            capa: None,
         }
     }
 }
@@ -491,6 +496,7 @@ mod tests {
                     jobid: "job".into(),
                     cred: Cred::new(uid, gid, groups.clone()),
                     req,
+                    capa: (uid % 2 == 0).then(|| crate::capa::Capa::issue(&[1; 32], gid, objects[0])),
                 };
                 prop_assert_eq!(decode_body::<OssCall>(&encode_body(&call)).unwrap(), call);
             }

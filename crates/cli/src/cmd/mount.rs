@@ -510,6 +510,7 @@ const NACRE_OPTIONS: &[&str] = &[
     "rpc_timeout_ms",
     "ping_interval_ms",
     "metrics",
+    "key",
 ];
 
 /// `mount.nacre SOURCE DIR [-sfnv] [-o OPTIONS]`, as mount(8) (and so fstab and systemd's
@@ -592,6 +593,11 @@ mod tests {
             .unwrap()
             .is_some());
         assert!(argv("10.0.0.1@tcp:/demo /mnt -o ro").is_err());
+        let keyed = argv("10.0.0.1@tcp:/demo /mnt -o key=/etc/nacre/demo.key").unwrap();
+        assert_eq!(
+            keyed.unwrap().join(" "),
+            "nacre mount 10.0.0.1@tcp:/demo /mnt --key /etc/nacre/demo.key"
+        );
         assert!(argv("nonsense /mnt").is_err());
         assert!(argv("10.0.0.1@tcp:/demo").is_err());
     }

@@ -85,7 +85,8 @@ impl Client {
     /// Sends `req` to OST `ost` as `uuid` and waits for its answer.
     pub(super) fn ost_call(&self, ost: u32, uuid: [u8; 16], req: &OssRequest) -> Result<OssReply> {
         let conn = self.osc(ost)?;
-        let call = OssCall::from_client(uuid, req.clone());
+        let mut call = OssCall::from_client(uuid, req.clone());
+        call.capa = self.capas.for_request(ost, req);
         Ok(nacre_net::rpc::call::<_, OssReply>(
             &conn,
             req.opcode(),

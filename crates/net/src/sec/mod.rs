@@ -296,6 +296,16 @@ pub fn default_key() -> Option<std::sync::Arc<FsKey>> {
     DEFAULT_KEY.get().cloned()
 }
 
+/// The key MDTs make object capabilities with and OSTs check them with, derived from the
+/// process's file-system key (None: no key, no capabilities).
+pub fn capability_key() -> Option<[u8; 32]> {
+    let key = default_key()?;
+    Some(blake3::derive_key(
+        "nacre object capabilities 2026",
+        key.secret(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

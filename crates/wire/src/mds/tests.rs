@@ -335,6 +335,11 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
             ctime: nacre_types::TimeSpec { sec: 7, nsec: 8 },
             rdev: 0,
         }),
+        capas: vec![crate::capa::Capa::issue(
+            &[2; 32],
+            1,
+            nacre_types::ObjectId { seq: 0, id: 44 },
+        )],
         reply: MdsReply::Connected {
             epoch: 7,
             recovering: true,
