@@ -362,10 +362,17 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
         vec![(Fid::ROOT, 7u64)],
         answer.lock,
         answer.dir.clone(),
+        answer.capas.clone(),
     );
     let mut prefixed = postcard::to_allocvec(&head).unwrap();
     prefixed.extend(encode_body(&answer.reply));
     assert_eq!(prefixed, bytes);
+    // `encode_head` gives no capabilities (the MDS adds them for a fileset's client).
+    let plain = MdsAnswer {
+        capas: Vec::new(),
+        ..answer.clone()
+    };
+    let bytes = encode_body(&plain);
     let mut head = MdsAnswer::encode_head(
         300,
         299,
