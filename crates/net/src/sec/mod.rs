@@ -8,7 +8,7 @@
 //! * `none`: the handshake only (who may connect), frames as they are;
 //! * `integrity`: a keyed MAC (BLAKE3, 128 bits) over sequence number, header and body;
 //! * `bulk`: the MAC covers bulk data too;
-//! * `privacy`: body and bulk encrypted with AES-256-GCM, the header authenticated.
+//! * `privacy`: body and bulk encrypted with AES-256-GCM (ring), the header authenticated.
 //!
 //! Sequence numbers are implicit (each side counts its frames), so a frame replayed,
 //! dropped or reordered within a connection fails its check, and the connection is dropped.

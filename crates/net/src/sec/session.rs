@@ -3,17 +3,16 @@
 //!
 //! * integrity and bulk: one 16-byte tag, BLAKE3 keyed with the direction's MAC key, over
 //!   the frame's sequence number, header, body and (bulk level) bulk data;
-//! * privacy: body and bulk each encrypted with AES-256-GCM under the direction's key, the
+//! * privacy: body and bulk each encrypted with AES-256-GCM (ring's, in assembly with the
+//!   CPU's AES and carry-less multiply instructions) under the direction's key, the
 //!   nonce made of the sequence number and which part it is, the header as associated data;
 //!   one 16-byte tag each (the bulk's only when there is bulk).
 //!
 //! The header's checksums are of the plain bytes: they are checked after decryption.
 
 use super::{Level, SecError};
-use aes_gcm::aead::Tag;
-use aes_gcm::aead::{AeadInOut, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce};
 use nacre_wire::Header;
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use std::borrow::Cow;
 
 /// Bytes of one tag.
@@ -35,15 +34,16 @@ pub fn trailer_len(level: Level, bulk_len: u32) -> usize {
 struct Direction {
     level: Level,
     mac_key: [u8; 32],
-    aead: Option<Box<Aes256Gcm>>,
+    aead: Option<LessSafeKey>,
     seq: u64,
 }
 
 impl Direction {
     fn new(level: Level, key: [u8; 32]) -> Direction {
         let aead = (level == Level::Privacy).then(|| {
-            let k: &aes_gcm::Key<Aes256Gcm> = (&key).into();
-            Box::new(Aes256Gcm::new(k))
+            LessSafeKey::new(
+                UnboundKey::new(&AES_256_GCM, &key).expect("a 32-byte key is an AES-256 key"),
+            )
         });
         Direction {
             level,
@@ -68,11 +68,11 @@ impl Direction {
     }
 }
 
-fn nonce(seq: u64, part: u32) -> Nonce<aes_gcm::aead::consts::U12> {
+fn nonce(seq: u64, part: u32) -> Nonce {
     let mut n = [0u8; 12];
     n[..8].copy_from_slice(&seq.to_le_bytes());
     n[8..].copy_from_slice(&part.to_le_bytes());
-    n.into()
+    Nonce::assume_unique_for_key(n)
 }
 
 /// A frame ready to write: body and bulk as they go on the wire, and its trailer.
@@ -145,21 +145,36 @@ impl Sealer {
     }
 }
 
+/// Encrypts a copy of `plain` (the plain bytes stay with the request, for a resend).
 fn encrypt(
-    aead: &Aes256Gcm,
+    aead: &LessSafeKey,
     seq: u64,
     part: u32,
     aad: &[u8],
     plain: &[u8],
 ) -> (Vec<u8>, [u8; TAG_BYTES]) {
-    let mut out = vec![0u8; plain.len()];
-    let buf = aes_gcm::aead::inout::InOutBuf::new(plain, &mut out).expect("same lengths");
+    let mut out = plain.to_vec();
     let tag = aead
-        .encrypt_inout_detached(&nonce(seq, part), aad, buf)
+        .seal_in_place_separate_tag(nonce(seq, part), Aad::from(aad), &mut out)
         .expect("a frame is far below AES-GCM's message limit");
     let mut t = [0u8; TAG_BYTES];
-    t.copy_from_slice(&tag);
+    t.copy_from_slice(tag.as_ref());
     (out, t)
+}
+
+/// Decrypts `cipher` in place, checking its tag.
+fn decrypt(
+    aead: &LessSafeKey,
+    seq: u64,
+    part: u32,
+    aad: &[u8],
+    cipher: &mut [u8],
+    tag: &[u8],
+) -> Result<(), SecError> {
+    let tag = Tag::try_from(tag).map_err(|_| SecError::BadFrame("privacy"))?;
+    aead.open_in_place_separate_tag(nonce(seq, part), Aad::from(aad), tag, cipher, 0..)
+        .map(|_| ())
+        .map_err(|_| SecError::BadFrame("privacy"))
 }
 
 /// The receiving side of a connection's protection.
@@ -197,15 +212,9 @@ impl Opener {
             (_, Level::None) => Ok(()),
             (Some(aead), Level::Privacy) => {
                 let aad = header.encode();
-                let tag = Tag::<Aes256Gcm>::try_from(&trailer[..TAG_BYTES])
-                    .map_err(|_| SecError::BadFrame("privacy"))?;
-                aead.decrypt_inout_detached(&nonce(seq, 0), &aad, body.into(), &tag)
-                    .map_err(|_| SecError::BadFrame("privacy"))?;
+                decrypt(aead, seq, 0, &aad, body, &trailer[..TAG_BYTES])?;
                 if let Some(bulk) = bulk.filter(|b| !b.is_empty()) {
-                    let tag = Tag::<Aes256Gcm>::try_from(&trailer[TAG_BYTES..])
-                        .map_err(|_| SecError::BadFrame("privacy"))?;
-                    aead.decrypt_inout_detached(&nonce(seq, 1), &aad, bulk.into(), &tag)
-                        .map_err(|_| SecError::BadFrame("privacy"))?;
+                    decrypt(aead, seq, 1, &aad, bulk, &trailer[TAG_BYTES..])?;
                 }
                 Ok(())
             }
