@@ -30,8 +30,18 @@ pub const VERSIONS_TRACKED_MAX: usize = 262_144;
 /// Bytes of one fence in the log: object seq (8), id (8), generation (4), crc32c (4).
 const FENCE_RECORD_BYTES: usize = 24;
 
+/// Shards of the change gates (objects hash to one).
+const GATES: usize = 256;
+
 /// An OST's fences and data versions.
+///
+/// **Change gates.** A change holds its object's gate (shared) from its fence check until
+/// its data version is counted; a fence, once set, waits for the gate of each object it
+/// fences (exclusive). So a write that passed the check before the fence was set has landed
+/// and been counted before the fence returns: the migration's data version after the fence
+/// sees it (and copies again), and nothing it copies is torn by a write still landing.
 pub struct Fences {
+    gates: Vec<RwLock<()>>,
     path: PathBuf,
     /// Object → the lowest layout generation its writes may carry, and when it was set (a
     /// running count, for forgetting the oldest).
@@ -101,6 +111,7 @@ impl Fences {
             Err(e) => return Err(e),
         }
         let fences = Fences {
+            gates: (0..GATES).map(|_| RwLock::new(())).collect(),
             path,
             map: RwLock::new(map),
             log: Mutex::new(Log {
@@ -117,6 +128,16 @@ impl Fences {
             fences.compact()?;
         }
         Ok(fences)
+    }
+
+    /// The gate a change of `object` holds while it is checked, made and counted.
+    pub fn change_gate(&self, object: ObjectId) -> parking_lot::RwLockReadGuard<'_, ()> {
+        self.gate(object).read()
+    }
+
+    fn gate(&self, object: ObjectId) -> &RwLock<()> {
+        let h = object.seq.rotate_left(17) ^ object.id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.gates[(h % GATES as u64) as usize]
     }
 
     /// True if a request carrying layout `generation` may not change `object`.
@@ -168,8 +189,14 @@ impl Fences {
         file.sync_data()?;
         log.records += objects.len();
         let live = self.map.read().len();
-        if log.records > 2 * live.max(1024) {
-            drop(log);
+        let compact = log.records > 2 * live.max(1024);
+        drop(log);
+        // Changes that passed their check before the fence was set land and are counted
+        // before it returns.
+        for o in objects {
+            drop(self.gate(*o).write());
+        }
+        if compact {
             self.compact()?;
         }
         Ok(())

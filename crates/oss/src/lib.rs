@@ -144,6 +144,9 @@ impl OssHandler {
     }
 
     fn run(&self, ost: &OstTarget, call: OssCall, incoming: &Incoming) -> Result<Outgoing, Status> {
+        // A change holds its object's gate from its fence check until it is counted, so a
+        // fence set meanwhile waits for it (fence.rs).
+        let _gate = changed_object(&call.req).map(|o| ost.fences.change_gate(o));
         if locks::stale_write(ost, &call.req) || fenced(ost, &call.req) {
             return Err(Status::Stale);
         }
@@ -381,6 +384,16 @@ impl OssHandler {
             OssRequest::LockPoll { .. } => return Err(Status::Proto),
         };
         Ok(Outgoing::ok(encode_body(&reply)))
+    }
+}
+
+/// The object `req` changes under a layout generation (writes, punches, allocations).
+fn changed_object(req: &OssRequest) -> Option<nacre_types::ObjectId> {
+    match req {
+        OssRequest::Write { object, .. }
+        | OssRequest::Punch { object, .. }
+        | OssRequest::Fallocate { object, .. } => Some(*object),
+        _ => None,
     }
 }
 
