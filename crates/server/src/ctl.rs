@@ -86,6 +86,22 @@ pub struct CtlSources {
     pub metrics: Option<MetricsFn>,
 }
 
+/// The reply to an MGS admin operation (pools, nodemaps): its pairs, why it was refused, or
+/// nothing if this process has no MGS for it.
+fn admin_reply(answer: Option<Result<Vec<(String, String)>, String>>) -> CtlReply {
+    match answer {
+        Some(Ok(params)) => CtlReply {
+            error: None,
+            params,
+        },
+        Some(Err(e)) => CtlReply {
+            error: Some(e),
+            params: Vec::new(),
+        },
+        None => CtlReply::default(),
+    }
+}
+
 fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
     let (registry, persist) = (&src.registry, src.persist.as_ref());
     match req.op.as_str() {
@@ -120,34 +136,14 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
                 [cmd, fs, pool] => src.pools.as_ref().and_then(|p| p(cmd, fs, pool, arg)),
                 _ => Some(Err(format!("bad pool request '{}'", req.pattern))),
             };
-            match answer {
-                Some(Ok(params)) => CtlReply {
-                    error: None,
-                    params,
-                },
-                Some(Err(e)) => CtlReply {
-                    error: Some(e),
-                    params: Vec::new(),
-                },
-                None => CtlReply::default(),
-            }
+            admin_reply(answer)
         }
         // pattern: "COMMAND [NAME]"; value: the command's argument (NodemapAdmin).
         "nodemap" => {
             let mut words = req.pattern.split_whitespace();
             let (cmd, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
             let arg = req.value.as_deref().unwrap_or("");
-            match src.nodemaps.as_ref().map(|n| n(cmd, name, arg)) {
-                Some(Ok(params)) => CtlReply {
-                    error: None,
-                    params,
-                },
-                Some(Err(e)) => CtlReply {
-                    error: Some(e),
-                    params: Vec::new(),
-                },
-                None => CtlReply::default(),
-            }
+            admin_reply(src.nodemaps.as_ref().map(|n| n(cmd, name, arg)))
         }
         "list" => CtlReply {
             error: None,
