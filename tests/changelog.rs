@@ -16,6 +16,17 @@ fn records(source: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits until the consumer's records hold `n` CLOSE records.
+fn closed(source: &str, n: usize) {
+    wait_for("the release's CLOSE record", || {
+        records(source)
+            .iter()
+            .filter(|r| r["type"] == "CLOSE")
+            .count()
+            >= n
+    });
+}
+
 /// (type, name) of each record, with the rename's source name after the name.
 fn summary(recs: &[Value]) -> Vec<String> {
     recs.iter()
@@ -66,7 +77,8 @@ fn a_known_sequence_gives_exactly_its_records(form: Form) {
     let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
     let src = fs.source();
     // Nothing is recorded before a consumer registers.
-    std::fs::write(fs.path("before"), b"x").unwrap();
+    // (A directory: a file's release could come after the registration.)
+    std::fs::create_dir(fs.path("before")).unwrap();
     assert_eq!(nacre_ok(&["changelog", "register", &src]).trim(), "cl1");
     assert!(records(&src).is_empty());
 
@@ -79,6 +91,9 @@ fn a_known_sequence_gives_exactly_its_records(form: Form) {
         .unwrap();
     assert!(st.success());
     std::fs::write(d.join("f"), b"hello").unwrap();
+    // The kernel sends a file's release after close(2) returns: its CLOSE record is
+    // awaited, so the sequence's order is the one written here.
+    closed(&src, 1);
     std::fs::hard_link(d.join("f"), d.join("g")).unwrap();
     std::os::unix::fs::symlink("f", d.join("s")).unwrap();
     std::fs::rename(d.join("g"), fs.path("e")).unwrap();
@@ -90,6 +105,7 @@ fn a_known_sequence_gives_exactly_its_records(form: Form) {
         .unwrap()
         .set_len(2)
         .unwrap();
+    closed(&src, 2);
     // fid2path and path2fid agree with the mount, by mount point and by MGS source.
     let (d_fid, f_fid) = (path2fid(&d), path2fid(&d.join("f")));
     assert_eq!(path2fid(&fs.path("")), "[0x200000007:0x1:0x0]");
