@@ -248,6 +248,10 @@ enum Command {
         #[arg(required = true)]
         fids: Vec<String>,
     },
+    /// Project IDs of files and directories, like `lfs project`: list, set (`-p ID`, with
+    /// `-s` the inherit flag of directories, `-r` recursively), clear (`-C`), check (`-c`).
+    /// Changes are root's.
+    Project(cmd::project::ProjectArgs),
     /// The FID of each file (`lfs path2fid`).
     Path2fid {
         /// Paths in a Nacre mount.
@@ -476,6 +480,7 @@ fn main() {
         Command::Stage(c) => stage(c),
         Command::Fid2path { fs, fids } => fid2path(&fs, &fids),
         Command::Path2fid { paths } => path2fid(&paths),
+        Command::Project(a) => cmd::project::project(a),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),
             man.as_deref(),

@@ -238,6 +238,8 @@ mod tests {
             mtime: t,
             ctime: t,
             rdev: 0,
+            project: 0,
+            proj_inherit: false,
         }
     }
 

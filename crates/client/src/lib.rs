@@ -216,11 +216,7 @@ impl OpenFile {
 
     /// The handle, knowing its file's owner from `attr`.
     fn owned_by(mut self, attr: &Attr) -> OpenFile {
-        self.owner = Owner {
-            uid: attr.uid,
-            gid: attr.gid,
-            project: 0,
-        };
+        self.owner = Owner::of(attr);
         self
     }
 

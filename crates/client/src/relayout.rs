@@ -117,14 +117,7 @@ impl Client {
         new: &nacre_types::Layout,
         pacer: &Pacer,
     ) -> Result<MigrateReport> {
-        let owner = {
-            let a = self.getattr(fid)?;
-            nacre_types::Owner {
-                uid: a.uid,
-                gid: a.gid,
-                project: 0,
-            }
-        };
+        let owner = nacre_types::Owner::of(&self.getattr(fid)?);
         let mut report = MigrateReport::default();
         // Copy while the file is in use, between two versions taken after the writers
         // flushed.

@@ -13,6 +13,7 @@ use crate::attrs::file_attr;
 use crate::pool::{self, Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
 use crate::{
     XATTR_DF, XATTR_FID, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR,
+    XATTR_PROJECT,
 };
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,

@@ -83,3 +83,6 @@ pub const XATTR_MIGRATE: &str = "user.nacre.migrate";
 pub const XATTR_LMV_DEFAULT: &str = "user.nacre.lmv_default";
 /// Virtual xattr on any inode: its FID (`[0x200000401:0x1:0x0]`), for `nacre path2fid`.
 pub const XATTR_FID: &str = "user.nacre.fid";
+/// Virtual xattr on any inode: its project ID, then ` inherit` for a directory that passes
+/// it on (`nacre project`); set (root only) as `ID`, `ID inherit` or `ID noinherit`.
+pub const XATTR_PROJECT: &str = "user.nacre.project";

@@ -113,6 +113,8 @@ mod tests {
             mtime: t(50),
             ctime: t(50),
             rdev: 0,
+            project: 0,
+            proj_inherit: false,
         };
         assert!(!due(&a, t(200)), "read since the last change, within a day");
         assert!(due(&a, t(100 + RELATIME_S)), "a day old");

@@ -262,6 +262,8 @@ impl Mdt {
                 mtime: now,
                 ctime: now,
                 rdev: 0,
+                project: 0,
+                proj_inherit: false,
             },
             layout: None,
             dir_default: None,

@@ -267,6 +267,10 @@ fn may_setattr(mdt: &Mdt, call: &MdsCall, a: &Attr, set: &SetAttr) -> Result<(),
     if set.ctime.is_some() {
         allow(owner, Status::Perm)?;
     }
+    // Projects are the administrator's (as Lustre's `lfs project`, which needs root).
+    if set.project.is_some() || set.proj_inherit.is_some() {
+        return Err(Status::Perm);
+    }
     Ok(())
 }
 

@@ -234,19 +234,110 @@ pub fn encode<T: Serialize>(rec: &T) -> Vec<u8> {
     out
 }
 
-/// Version byte of inode records: the inode's version, then the record (5: layouts have a
-/// generation; 4: before generations; 3: before pools; 1: before versions, and before
-/// pools).
-const INODE_RECORD_VERSION: u8 = 5;
+/// Version byte of inode records: the inode's version, then the record (6: projects; 5:
+/// layouts have a generation; 4: before generations; 3: before pools; 1: before versions,
+/// and before pools).
+const INODE_RECORD_VERSION: u8 = 6;
+/// Inode records from before projects (no project ID, no inheritance flag).
+const INODE_RECORD_VERSION_NO_PROJECTS: u8 = 5;
 /// Inode records from before layout generations (with pools and the inode's version).
 const INODE_RECORD_VERSION_NO_GENERATIONS: u8 = 4;
 /// Inode records from before pools, with the inode's version.
 const INODE_RECORD_VERSION_NO_POOLS: u8 = 3;
 
+/// Attributes as inode record formats 1 to 5 stored them (no project: project 0).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct AttrNoProject {
+    fid: Fid,
+    kind: FileKind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    nlink: u32,
+    size: u64,
+    blocks: u64,
+    atime: nacre_types::TimeSpec,
+    mtime: nacre_types::TimeSpec,
+    ctime: nacre_types::TimeSpec,
+    rdev: u32,
+}
+
+impl AttrNoProject {
+    fn upgrade(self) -> Attr {
+        Attr {
+            fid: self.fid,
+            kind: self.kind,
+            perm: self.perm,
+            uid: self.uid,
+            gid: self.gid,
+            nlink: self.nlink,
+            size: self.size,
+            blocks: self.blocks,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            rdev: self.rdev,
+            project: 0,
+            proj_inherit: false,
+        }
+    }
+
+    /// `a` as the old formats stored it (for tests of their reading).
+    #[cfg(test)]
+    pub(crate) fn of(a: &Attr) -> AttrNoProject {
+        AttrNoProject {
+            fid: a.fid,
+            kind: a.kind,
+            perm: a.perm,
+            uid: a.uid,
+            gid: a.gid,
+            nlink: a.nlink,
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            rdev: a.rdev,
+        }
+    }
+}
+
+/// Inode records as format 5 stored them (no project, no inheritance flag).
+mod before_projects {
+    use super::AttrNoProject;
+    use nacre_types::layout::StripeSpec;
+    use nacre_types::{Fid, Layout};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct InodeRecord {
+        attr: AttrNoProject,
+        layout: Option<Layout>,
+        dir_default: Option<StripeSpec>,
+        symlink: Option<Vec<u8>>,
+        parent: Option<Fid>,
+        orphan: bool,
+    }
+
+    impl InodeRecord {
+        pub fn upgrade(self) -> super::InodeRecord {
+            super::InodeRecord {
+                attr: self.attr.upgrade(),
+                layout: self.layout,
+                dir_default: self.dir_default,
+                symlink: self.symlink,
+                parent: self.parent,
+                orphan: self.orphan,
+            }
+        }
+    }
+}
+
 /// Inode records as format 4 stored them (layouts without a generation: generation 0).
 mod before_generations {
+    use super::AttrNoProject;
     use nacre_types::layout::StripeSpec;
-    use nacre_types::{Attr, Fid, PoolName, StripeObject};
+    use nacre_types::{Fid, PoolName, StripeObject};
     use serde::Deserialize;
 
     #[derive(Deserialize)]
@@ -258,7 +349,7 @@ mod before_generations {
 
     #[derive(Deserialize)]
     pub struct InodeRecord {
-        attr: Attr,
+        attr: AttrNoProject,
         layout: Option<Layout>,
         dir_default: Option<StripeSpec>,
         symlink: Option<Vec<u8>>,
@@ -269,7 +360,7 @@ mod before_generations {
     impl InodeRecord {
         pub fn upgrade(self) -> super::InodeRecord {
             super::InodeRecord {
-                attr: self.attr,
+                attr: self.attr.upgrade(),
                 layout: self.layout.map(|l| nacre_types::Layout {
                     stripe_size: l.stripe_size,
                     objects: l.objects,
@@ -287,7 +378,8 @@ mod before_generations {
 
 /// Inode records as formats 1 and 3 stored them (no pool names).
 mod before_pools {
-    use nacre_types::{Attr, Fid, PoolName, StripeObject};
+    use super::AttrNoProject;
+    use nacre_types::{Fid, PoolName, StripeObject};
     use serde::Deserialize;
 
     #[derive(Deserialize)]
@@ -305,7 +397,7 @@ mod before_pools {
 
     #[derive(Deserialize)]
     pub struct InodeRecord {
-        attr: Attr,
+        attr: AttrNoProject,
         layout: Option<Layout>,
         dir_default: Option<StripeSpec>,
         symlink: Option<Vec<u8>>,
@@ -316,7 +408,7 @@ mod before_pools {
     impl InodeRecord {
         pub fn upgrade(self) -> super::InodeRecord {
             super::InodeRecord {
-                attr: self.attr,
+                attr: self.attr.upgrade(),
                 layout: self.layout.map(|l| nacre_types::Layout {
                     stripe_size: l.stripe_size,
                     objects: l.objects,
@@ -350,6 +442,7 @@ pub fn inode_version(bytes: &[u8]) -> u64 {
     match bytes.split_first() {
         Some((
             &(INODE_RECORD_VERSION
+            | INODE_RECORD_VERSION_NO_PROJECTS
             | INODE_RECORD_VERSION_NO_GENERATIONS
             | INODE_RECORD_VERSION_NO_POOLS),
             rest,
@@ -377,6 +470,14 @@ pub fn decode<T: DeserializeOwned + 'static>(bytes: &[u8]) -> Result<T, Status> 
     };
     let inode = std::any::TypeId::of::<T>() == std::any::TypeId::of::<InodeRecord>();
     match bytes.split_first() {
+        Some((&INODE_RECORD_VERSION_NO_PROJECTS, rest)) if inode && rest.len() >= 8 => {
+            let old =
+                postcard::from_bytes::<before_projects::InodeRecord>(&rest[8..]).map_err(|e| {
+                    tracing::error!("damaged MDT record: {e}");
+                    Status::Io
+                })?;
+            as_t(old.upgrade())
+        }
         Some((&INODE_RECORD_VERSION_NO_GENERATIONS, rest)) if inode && rest.len() >= 8 => {
             let old = postcard::from_bytes::<before_generations::InodeRecord>(&rest[8..]).map_err(
                 |e| {
@@ -464,6 +565,8 @@ mod version_tests {
                 mtime: nacre_types::TimeSpec::default(),
                 ctime: nacre_types::TimeSpec::default(),
                 rdev: 0,
+                project: 0,
+                proj_inherit: false,
             },
             layout: None,
             dir_default: None,
@@ -490,7 +593,7 @@ mod version_tests {
             object: ObjectId { seq: 0, id: 9 },
         };
         let old_body = (
-            rec.attr.clone(),
+            AttrNoProject::of(&rec.attr),
             Some(OldLayout {
                 stripe_size: 1 << 20,
                 objects: vec![object],
@@ -534,7 +637,7 @@ mod version_tests {
         }
         let flash = nacre_types::PoolName::new("flash").unwrap();
         let v4_body = (
-            rec.attr.clone(),
+            AttrNoProject::of(&rec.attr),
             Some(PooledLayout {
                 stripe_size: 1 << 20,
                 objects: vec![object],
@@ -552,12 +655,30 @@ mod version_tests {
         let l = read.layout.unwrap();
         assert_eq!((l.pool, l.generation, l.objects), (flash, 0, vec![object]));
         assert_eq!(inode_version(&v4), 23);
-        // A generation survives the round trip.
+        // Format 5 (generations, no projects) reads as project 0, no inheritance.
+        let v5_body = (
+            AttrNoProject::of(&rec.attr),
+            want.layout.clone(),
+            None::<StripeSpec>,
+            None::<Vec<u8>>,
+            None::<Fid>,
+            false,
+        );
+        let mut v5 = vec![INODE_RECORD_VERSION_NO_PROJECTS];
+        v5.extend_from_slice(&29u64.to_be_bytes());
+        v5.extend(postcard::to_allocvec(&v5_body).unwrap());
+        let read = decode::<InodeRecord>(&v5).unwrap();
+        assert_eq!((read.attr.project, read.attr.proj_inherit), (0, false));
+        assert_eq!(read.layout, want.layout);
+        assert_eq!(inode_version(&v5), 29);
+        // A generation, a project and its inheritance survive the round trip.
         let mut moved = rec.clone();
         moved.layout = Some(Layout {
             generation: 7,
             ..want.layout.clone().unwrap()
         });
+        moved.attr.project = 4242;
+        moved.attr.proj_inherit = true;
         assert_eq!(
             decode::<InodeRecord>(&encode_inode(&moved, 1)).unwrap(),
             moved

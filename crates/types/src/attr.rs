@@ -120,6 +120,11 @@ pub struct Attr {
     pub ctime: TimeSpec,
     /// Device number for device nodes.
     pub rdev: u32,
+    /// Project ID (quotas, `nacre project`; 0: none).
+    pub project: u32,
+    /// A directory whose new entries take its project, and new subdirectories this flag too
+    /// (Lustre's `PROJINHERIT`).
+    pub proj_inherit: bool,
 }
 
 impl Attr {
@@ -152,6 +157,10 @@ pub struct SetAttr {
     /// The change comes through a descriptor open for writing (`ftruncate`): the write
     /// permission was checked at open, as the kernel does.
     pub from_open: bool,
+    /// New project ID (root only).
+    pub project: Option<u32>,
+    /// A directory's new project inheritance: new entries take its project (root only).
+    pub proj_inherit: Option<bool>,
 }
 
 /// Capacity of one target (or a whole file system).

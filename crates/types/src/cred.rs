@@ -98,6 +98,15 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// The owner, group and project of an inode.
+    pub fn of(a: &crate::Attr) -> Owner {
+        Owner {
+            uid: a.uid,
+            gid: a.gid,
+            project: a.project,
+        }
+    }
+
     /// Bytes of [`Owner::to_bytes`].
     pub const BYTES: usize = 12;
 

@@ -16,6 +16,7 @@ pub(crate) mod nodemap;
 pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod pool;
+pub(crate) mod project;
 pub(crate) mod selftest;
 pub(crate) mod server;
 pub(crate) mod stage;

@@ -91,6 +91,7 @@ impl Shared {
             times_now: matches!(atime, Some(TimeOrNow::Now))
                 || matches!(mtime, Some(TimeOrNow::Now)),
             from_open: fh.is_some(),
+            ..SetAttr::default()
         };
         let result = self.client.setattr(fid, set);
         pool::leave();

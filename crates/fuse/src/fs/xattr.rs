@@ -2,7 +2,7 @@
 //! directory's default striping `user.nacre.lov`, usage `user.nacre.df`, remote and striped
 //! mkdir `user.nacre.mkdir`, directory stripes `user.nacre.lmv` and their default
 //! `user.nacre.lmv_default`, migration `user.nacre.migrate`, the inode's FID
-//! `user.nacre.fid`), and the stored ones.
+//! `user.nacre.fid`, its project `user.nacre.project`), and the stored ones.
 
 use super::*;
 
@@ -80,8 +80,40 @@ impl Shared {
             n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
             n if n == XATTR_LMV_DEFAULT.as_bytes() => Some(self.lmv_default_json(fid)),
             n if n == XATTR_FID.as_bytes() => Some(Ok(fid.to_string().into_bytes())),
+            n if n == XATTR_PROJECT.as_bytes() => Some(self.client.getattr(fid).map(|a| {
+                let inherit = if a.proj_inherit { " inherit" } else { "" };
+                format!("{}{inherit}", a.project).into_bytes()
+            })),
             _ => None,
         }
+    }
+
+    /// Sets an inode's project (and a directory's inheritance) from `ID`, `ID inherit` or
+    /// `ID noinherit` (the MDT lets only root change it).
+    fn set_project(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
+        let bad = || {
+            ClientError::Config(format!(
+                "bad {XATTR_PROJECT} value (ID [inherit|noinherit])"
+            ))
+        };
+        let text = std::str::from_utf8(value).map_err(|_| bad())?;
+        let mut words = text.split_whitespace();
+        let project: u32 = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+        let proj_inherit = match words.next() {
+            None => None,
+            Some("inherit") => Some(true),
+            Some("noinherit") => Some(false),
+            Some(_) => return Err(bad()),
+        };
+        if words.next().is_some() {
+            return Err(bad());
+        }
+        let set = nacre_types::SetAttr {
+            project: Some(project),
+            proj_inherit,
+            ..Default::default()
+        };
+        self.client.setattr(fid, set).map(|_| ())
     }
 
     pub(super) fn mkdir_on(
@@ -270,6 +302,8 @@ impl Shared {
         } else if name.as_bytes() == XATTR_DF.as_bytes() || name.as_bytes() == XATTR_FID.as_bytes()
         {
             Err(ClientError::from(Status::Perm))
+        } else if name.as_bytes() == XATTR_PROJECT.as_bytes() {
+            self.set_project(fid, value)
         } else if name.as_bytes() == XATTR_MKDIR.as_bytes() {
             self.mkdir_on(fid, value, req.uid(), req.gid())
         } else if name.as_bytes() == XATTR_LMV_DEFAULT.as_bytes() {

@@ -74,6 +74,14 @@ pub fn inode_with_fid(
             mtime: tx.now,
             ctime: tx.now,
             rdev: 0,
+            // A parent that passes its project on gives it, and to a directory the
+            // inheritance too (Lustre's PROJINHERIT).
+            project: if parent.attr.proj_inherit {
+                parent.attr.project
+            } else {
+                0
+            },
+            proj_inherit: parent.attr.proj_inherit && kind == FileKind::Directory,
         },
         layout: None,
         dir_default: None,

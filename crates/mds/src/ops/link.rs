@@ -22,6 +22,7 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, parent_fid: Fid, name: &[u8]) -> Result<Md
     if rec.orphan || rec.attr.nlink == 0 {
         return Err(Status::NoEnt);
     }
+    super::project_admits(&parent.attr, &rec.attr)?;
     if rec.attr.nlink >= LINK_COUNT_MAX {
         return Err(Status::MLink);
     }

@@ -34,7 +34,8 @@ pub fn link_remote(
     }
     let mut tx = mdt.begin();
     let checked = crate::mdt::check_name(name)
-        .and_then(|()| tx.dir(parent).map(|_| ()))
+        .and_then(|()| tx.dir(parent))
+        .and_then(|dir| super::project_admits(&dir.attr, &attr))
         .and_then(|()| match tx.lookup(parent, name)? {
             Some(_) => Err(Status::Exist),
             None => Ok(()),

@@ -78,3 +78,42 @@ pub fn exact_entry(mdt: &crate::mdt::Mdt, reply: MdsReply) -> MdsReply {
         other => other,
     }
 }
+
+/// A directory that passes its project on takes in, by rename or hard link, only inodes of
+/// that project (`EXDEV` otherwise, as ext4, XFS and Lustre do: a move between projects is
+/// a copy, so each project's usage stays its own).
+pub fn project_admits(
+    dir: &nacre_types::Attr,
+    inode: &nacre_types::Attr,
+) -> Result<(), nacre_types::Status> {
+    if dir.proj_inherit && dir.project != inode.project {
+        return Err(nacre_types::Status::XDev);
+    }
+    Ok(())
+}
+
+/// [`project_admits`] for a directory and an inode either of which may be on another MDT.
+pub fn project_admits_anywhere(
+    mdt: &crate::mdt::Mdt,
+    dir: nacre_types::Fid,
+    inode: nacre_types::Fid,
+) -> Result<(), nacre_types::Status> {
+    let attr = |fid: nacre_types::Fid| -> Result<nacre_types::Attr, nacre_types::Status> {
+        if fid.mdt_index() == mdt.label.index {
+            return Ok(mdt.inode(fid)?.attr);
+        }
+        match crate::dne::peer_call(
+            mdt,
+            fid.mdt_index(),
+            nacre_wire::mds::MdsOp::GetAttr { fid },
+        )? {
+            MdsReply::Entry { attr, .. } | MdsReply::Attr(attr) => Ok(attr),
+            _ => Err(nacre_types::Status::Proto),
+        }
+    };
+    let dir = attr(dir)?;
+    if !dir.proj_inherit {
+        return Ok(());
+    }
+    project_admits(&dir, &attr(inode)?)
+}

@@ -92,6 +92,9 @@ pub fn run(tx: &mut Tx<'_>, a: RenameArgs<'_>) -> Result<MdsReply, Status> {
             _ => {}
         }
     }
+    if let (Some(dst), false) = (&dst_dir, remote_src) {
+        super::project_admits(&dst.attr, &tx.inode(src.fid)?.attr)?;
+    }
     // Every check passed: record the changes.
     tx.del_dirent(a.src_parent, a.src_name);
     tx.put_dirent(a.dst_parent, a.dst_name, src.fid, src.kind);

@@ -406,7 +406,10 @@ pub fn rename_remote(
             FileKind::Directory => mdt.lookup(src_parent, src_name)?.ok_or(Status::NoEnt),
             _ => Err(Status::NotDir),
         });
-    let src = match src {
+    let src = match src.and_then(|s| {
+        super::project_admits_anywhere(mdt, dst_parent, s.fid)?;
+        Ok(s)
+    }) {
         Ok(s) => s,
         Err(s) => return Outgoing::error(s),
     };

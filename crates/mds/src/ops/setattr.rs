@@ -1,4 +1,4 @@
-//! SetAttr: mode, owner, size hint and times. Regular-file sizes are changed on the OSTs by the
+//! SetAttr: mode, owner, project, size hint and times. Regular-file sizes are changed on the OSTs by the
 //! client before this call; the MDS records the change times.
 
 use crate::mdt::Tx;
@@ -30,6 +30,15 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
     if let Some(gid) = set.gid {
         a.gid = gid;
     }
+    if let Some(inherit) = set.proj_inherit {
+        if inherit && a.kind != FileKind::Directory {
+            return Err(Status::Inval);
+        }
+        a.proj_inherit = inherit;
+    }
+    if let Some(project) = set.project {
+        a.project = project;
+    }
     if let Some(t) = set.atime {
         a.atime = t;
     }
@@ -37,14 +46,11 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
         a.mtime = t;
     }
     a.ctime = set.ctime.unwrap_or(tx.now);
-    // The objects follow their file's owner (for quotas, and to tell whose data they hold).
-    if set.uid.is_some() || set.gid.is_some() {
+    // The objects follow their file's owner, group and project (for quotas, and to tell
+    // whose data they hold).
+    if set.uid.is_some() || set.gid.is_some() || set.project.is_some() {
         if let Some(layout) = &rec.layout {
-            let owner = nacre_types::Owner {
-                uid: rec.attr.uid,
-                gid: rec.attr.gid,
-                project: 0,
-            };
+            let owner = nacre_types::Owner::of(&rec.attr);
             crate::owners::queue(tx, layout, owner);
         }
     }

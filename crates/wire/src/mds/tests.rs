@@ -171,6 +171,8 @@ fn migration_messages_round_trip_and_refuse_truncation() {
         mtime: t,
         ctime: t,
         rdev: 0,
+        project: 0,
+        proj_inherit: false,
     };
     let bodies: Vec<Vec<u8>> = vec![
         encode_body(&MdsCall {
@@ -334,6 +336,8 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
             mtime: nacre_types::TimeSpec { sec: 7, nsec: 8 },
             ctime: nacre_types::TimeSpec { sec: 7, nsec: 8 },
             rdev: 0,
+            project: 0,
+            proj_inherit: false,
         }),
         capas: vec![crate::capa::Capa::issue(
             &[2; 32],
@@ -426,6 +430,8 @@ fn plus_entry(name: Vec<u8>, ino: u32, size: u64, bits: u8, exact: bool) -> DirP
             mtime: t,
             ctime: t,
             rdev: 0,
+            project: 0,
+            proj_inherit: false,
         }),
         size_exact: exact,
         layout: None,
@@ -700,6 +706,8 @@ proptest! {
                 mtime: nacre_types::TimeSpec { sec: 3, nsec: 4 },
                 ctime: nacre_types::TimeSpec { sec: 5, nsec: 6 },
                 rdev: 0,
+                project: 0,
+                proj_inherit: false,
             },
             size_exact: exact,
             pool: nacre_types::PoolName::new("flash").unwrap(),
