@@ -124,8 +124,13 @@ fn rules_act_on_exactly_the_files_they_select() {
     file(&p("scratch/tmp/root.tmp"), 7, 4096, 0, old, old);
     file(&p("scratch/tmp/new.tmp"), 8, 4096, 1000, 0, 0);
     file(&p("scratch/tmp/sub/deep.tmp"), 9, 4096, 1000, old, old);
+    // A project's tree: files made in it take its project.
+    fs::create_dir(p("proj/p7")).unwrap();
+    nacre_ok(&["project", "-p", "7", "-s", &s("proj/p7")]);
+    file(&p("proj/p7/before"), 12, 4096, 0, 0, 0);
     let state = fs.scratch().join("policy-state");
     let report = fs.scratch().join("train.report");
+    let p7_report = fs.scratch().join("p7.report");
     let metrics = format!("127.0.0.1:{}", nacre_testkit::free_port());
     let rules_text = |interval: &str| {
         format!(
@@ -134,10 +139,12 @@ fn rules_act_on_exactly_the_files_they_select() {
              in_pool = [\"flash\"]\nlarger_than = \"1M\"\nnot_accessed_for = \"1d\"\n\
              [[rule]]\nname = \"scratch-purge\"\naction = \"purge\"\npath = [\"/scratch/**/*.tmp\"]\n\
              uid = [1000]\nnot_modified_for = \"7d\"\n\
-             [[rule]]\nname = \"train-report\"\naction = \"report\"\nreport = \"{}\"\njobid = [\"train-*\"]\n",
+             [[rule]]\nname = \"train-report\"\naction = \"report\"\nreport = \"{}\"\njobid = [\"train-*\"]\n\
+             [[rule]]\nname = \"p7-report\"\naction = \"report\"\nreport = \"{}\"\nproject = [7]\n",
             fs.source(),
             state.display(),
-            report.display()
+            report.display(),
+            p7_report.display()
         )
     };
     let rules = fs.scratch().join("rules.toml");
@@ -157,6 +164,7 @@ fn rules_act_on_exactly_the_files_they_select() {
             "migrate /proj/a/cold_big",
             "purge /scratch/tmp/old.tmp",
             "purge /scratch/tmp/sub/deep.tmp",
+            "report /proj/p7/before",
         ],
         "{lines:?}"
     );
@@ -177,6 +185,9 @@ fn rules_act_on_exactly_the_files_they_select() {
         .status()
         .unwrap();
     assert!(st.success());
+    // A project's new file and a file given the project later (a SATTR record).
+    file(&p("proj/p7/after"), 13, 4096, 0, 0, 0);
+    nacre_ok(&["project", "-p", "7", &s("scratch/tmp/root.tmp")]);
 
     let (_, runs) = run_once(&rules, &[]);
     assert_eq!(field(&runs, "cold-flash", "acted"), 3, "{runs:?}");
@@ -218,12 +229,24 @@ fn rules_act_on_exactly_the_files_they_select() {
         "{listed:?}"
     );
     assert!(listed[0].ends_with("\ttrain-7"), "{listed:?}");
+    let mut p7: Vec<String> = fs::read_to_string(&p7_report)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().to_string())
+        .collect();
+    p7.sort();
+    assert_eq!(
+        p7,
+        ["/proj/p7/after", "/proj/p7/before", "/scratch/tmp/root.tmp"],
+        "the project's files"
+    );
 
     // The status: what is indexed, what each rule did.
     let st = status_of(&rules).expect("the engine's status");
     assert_eq!(st["running"], false);
-    // cold_small, ckpt, renamed_big, cold_big, late_cold, cap/cold_big, root.tmp, new.tmp.
-    assert_eq!(st["files"], 8, "{st}");
+    // cold_small, ckpt, renamed_big, cold_big, late_cold, cap/cold_big, root.tmp, new.tmp,
+    // p7/before, p7/after.
+    assert_eq!(st["files"], 10, "{st}");
     assert_eq!(st["changelogs"].as_array().unwrap().len(), 2, "{st}");
     let totals = |rule: &str| {
         st["rules"]

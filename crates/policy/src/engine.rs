@@ -201,6 +201,7 @@ impl<'a> Engine<'a> {
             size: row.size,
             uid: row.uid,
             gid: row.gid,
+            project: row.project,
             jobid: &row.jobid,
             atime: row.atime,
             mtime: row.mtime,

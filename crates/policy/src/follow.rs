@@ -85,6 +85,7 @@ pub(crate) fn row_of(
         blocks: a.blocks,
         uid: a.uid,
         gid: a.gid,
+        project: a.project,
         atime: a.atime.sec,
         mtime: a.mtime.sec,
         ctime: a.ctime.sec,

@@ -57,6 +57,46 @@ pub struct FileRow {
     pub stripe_count: u32,
     /// Job that created it or last wrote it (empty: unknown).
     pub jobid: String,
+    /// Project.
+    pub project: u32,
+}
+
+/// A row as indexes written before projects keep it (read as project 0: no file had one).
+#[derive(Deserialize)]
+struct FileRowNoProject {
+    size: u64,
+    blocks: u64,
+    uid: u32,
+    gid: u32,
+    atime: i64,
+    mtime: i64,
+    ctime: i64,
+    created: i64,
+    pool: PoolName,
+    stripe_count: u32,
+    jobid: String,
+}
+
+/// Decodes a row of either format.
+fn decode_row(v: &[u8]) -> Result<FileRow, PolicyError> {
+    if let Ok(row) = postcard::from_bytes::<FileRow>(v) {
+        return Ok(row);
+    }
+    let o: FileRowNoProject = decode("file", v)?;
+    Ok(FileRow {
+        size: o.size,
+        blocks: o.blocks,
+        uid: o.uid,
+        gid: o.gid,
+        atime: o.atime,
+        mtime: o.mtime,
+        ctime: o.ctime,
+        created: o.created,
+        pool: o.pool,
+        stripe_count: o.stripe_count,
+        jobid: o.jobid,
+        project: 0,
+    })
 }
 
 impl FileRow {
@@ -180,7 +220,7 @@ impl Index {
     /// A file's row.
     pub fn file(&self, fid: Fid) -> Result<Option<FileRow>, PolicyError> {
         match self.kv.get(FILES, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => Ok(Some(decode("file", &v)?)),
+            Some(v) => Ok(Some(decode_row(&v)?)),
             None => Ok(None),
         }
     }
@@ -430,7 +470,46 @@ mod tests {
             pool: PoolName::new(pool).unwrap(),
             stripe_count: 1,
             jobid: String::new(),
+            project: 0,
         }
+    }
+
+    #[test]
+    fn rows_from_before_projects_read_as_project_0() {
+        #[derive(Serialize)]
+        struct Old {
+            size: u64,
+            blocks: u64,
+            uid: u32,
+            gid: u32,
+            atime: i64,
+            mtime: i64,
+            ctime: i64,
+            created: i64,
+            pool: PoolName,
+            stripe_count: u32,
+            jobid: String,
+        }
+        let r = row("flash", 5, 7);
+        let old = Old {
+            size: r.size,
+            blocks: r.blocks,
+            uid: r.uid,
+            gid: r.gid,
+            atime: r.atime,
+            mtime: r.mtime,
+            ctime: r.ctime,
+            created: r.created,
+            pool: r.pool,
+            stripe_count: r.stripe_count,
+            jobid: "j".into(),
+        };
+        let read = decode_row(&postcard::to_allocvec(&old).unwrap()).unwrap();
+        assert_eq!(read, FileRow { jobid: "j".into(), ..r.clone() });
+        let mut p = r;
+        p.project = 9;
+        assert_eq!(decode_row(&postcard_row(&p)).unwrap(), p);
+        assert!(decode_row(&[1, 2]).is_err());
     }
 
     #[test]

@@ -188,6 +188,8 @@ pub struct Rule {
     pub uids: Vec<u32>,
     /// Groups (empty: any): `gid` numbers and `group` names resolved when read.
     pub gids: Vec<u32>,
+    /// Projects (empty: any).
+    pub projects: Vec<u32>,
     /// Job id globs (empty: any); matched against the job that created the file or last
     /// wrote it.
     pub jobids: Vec<GlobMatcher>,
@@ -218,6 +220,8 @@ pub struct Facts<'a> {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// Project.
+    pub project: u32,
     /// Job that created or last wrote it (empty: unknown).
     pub jobid: &'a str,
     /// Last access, modification and creation, in seconds since the epoch.
@@ -240,6 +244,7 @@ impl Rule {
             && self.smaller_than.is_none_or(|l| f.size < l)
             && (self.uids.is_empty() || self.uids.contains(&f.uid))
             && (self.gids.is_empty() || self.gids.contains(&f.gid))
+            && (self.projects.is_empty() || self.projects.contains(&f.project))
             && (self.jobids.is_empty() || self.jobids.iter().any(|g| g.is_match(f.jobid)))
             && at_least(self.not_accessed_for, f.atime)
             && at_least(self.not_modified_for, f.mtime)
@@ -345,12 +350,6 @@ impl Config {
             }
             if rules.iter().any(|x: &Rule| x.name == n) {
                 return Err(bad(format!("two rules are named '{n}'")));
-            }
-            if !r.project.is_empty() {
-                return Err(bad(format!(
-                    "rule '{n}': project: files carry no project ID yet (they come with \
-                     quotas); remove the condition"
-                )));
             }
             let action = match r.action.as_str() {
                 "migrate" => {
@@ -463,6 +462,7 @@ impl Config {
                 smaller_than: size(n, "smaller_than", &r.smaller_than)?,
                 uids,
                 gids,
+                projects: r.project.clone(),
                 jobids: r
                     .jobid
                     .iter()
@@ -566,17 +566,25 @@ mod tests {
     fn paths_owners_and_jobs() {
         let c = parse(
             "[[rule]]\nname = \"r\"\naction = \"report\"\npath = [\"/scratch/*/tmp/**\"]\n\
-             uid = [1000]\njobid = [\"train-*\"]\n",
+             uid = [1000]\njobid = [\"train-*\"]\nproject = [42, 43]\n",
         )
         .unwrap();
         let r = &c.rules[0];
         let f = Facts {
             path: Some("/scratch/alice/tmp/a/b.dat"),
             uid: 1000,
+            project: 43,
             jobid: "train-42",
             ..Facts::default()
         };
         assert!(r.matches(&f, 0));
+        assert!(!r.matches(
+            &Facts {
+                project: 0,
+                ..f.clone()
+            },
+            0
+        ));
         // `*` does not cross a directory.
         assert!(!r.matches(
             &Facts {
@@ -614,7 +622,7 @@ mod tests {
             ("[[rule]]\nname = \"a\"\naction = \"move\"\n", "action 'move'"),
             ("[[rule]]\nname = \"a\"\naction = \"migrate\"\n", "migrate needs pool"),
             ("[[rule]]\nname = \"a\"\naction = \"purge\"\nlarger_than = \"1Q\"\n", "larger_than"),
-            ("[[rule]]\nname = \"a\"\naction = \"purge\"\nproject = [3]\n", "project"),
+            ("[[rule]]\nname = \"a\"\naction = \"purge\"\nproject = [-3]\n", "project"),
             (
                 "[[rule]]\nname = \"a\"\naction = \"purge\"\nuser = [\"no-such-user-nacre-7q\"]\n",
                 "user 'no-such-user-nacre-7q' is not known here",
