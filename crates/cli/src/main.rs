@@ -252,6 +252,9 @@ enum Command {
     /// `-s` the inherit flag of directories, `-r` recursively), clear (`-C`), check (`-c`).
     /// Changes are root's.
     Project(cmd::project::ProjectArgs),
+    /// What a user, group or project uses, like `lfs quota`: blocks on the OSTs, inodes on
+    /// the MDTs (`-v`: per target). Without `-u/-g/-p`: the caller's user and group.
+    Quota(cmd::quota::QuotaArgs),
     /// The FID of each file (`lfs path2fid`).
     Path2fid {
         /// Paths in a Nacre mount.
@@ -481,6 +484,7 @@ fn main() {
         Command::Fid2path { fs, fids } => fid2path(&fs, &fids),
         Command::Path2fid { paths } => path2fid(&paths),
         Command::Project(a) => cmd::project::project(a),
+        Command::Quota(a) => cmd::quota::quota(a),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),
             man.as_deref(),

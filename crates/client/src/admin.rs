@@ -9,6 +9,19 @@ use nacre_wire::mgs::TargetInfo;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What ids use on one target ([`Client::quota_usage`]).
+#[derive(Clone, Debug)]
+pub struct QuotaTargetUsage {
+    /// Target name (`fs-MDT0000`).
+    pub name: String,
+    /// MDT or OST.
+    pub kind: nacre_types::TargetKind,
+    /// Index.
+    pub index: u32,
+    /// Inodes (MDT) or bytes (OST) of each id asked for, in order.
+    pub usage: Vec<u64>,
+}
+
 impl Client {
     /// Usage of every target, MDTs first.
     pub fn df(&self) -> Result<Vec<TargetUsage>> {
@@ -30,6 +43,37 @@ impl Client {
             out.push(TargetUsage {
                 name: t.name(),
                 statfs: osc::statfs(self, t.index)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// What each of `ids` uses on every target (quotas): inodes on the MDTs, bytes on the
+    /// OSTs, MDTs first.
+    pub fn quota_usage(&self, ids: &[nacre_types::QuotaId]) -> Result<Vec<QuotaTargetUsage>> {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let fs = self.fs_config();
+        let mut out = Vec::new();
+        for t in &fs.mdts {
+            let op = MdsOp::QuotaUsage { ids: ids.to_vec() };
+            match self.mdc(t.index)?.call(op)? {
+                MdsReply::QuotaUsage(v) if v.len() == ids.len() => out.push(QuotaTargetUsage {
+                    name: t.name(),
+                    kind: t.kind,
+                    index: t.index,
+                    usage: v,
+                }),
+                _ => return Err(Status::Proto.into()),
+            }
+        }
+        for t in &fs.osts {
+            out.push(QuotaTargetUsage {
+                name: t.name(),
+                kind: t.kind,
+                index: t.index,
+                usage: osc::quota_usage(self, t.index, ids)?,
             });
         }
         Ok(out)

@@ -33,6 +33,7 @@ mod routing;
 pub mod rpc_stats;
 pub mod writeback;
 
+pub use admin::QuotaTargetUsage;
 pub use flock::{FlockWait, FLOCK_WAIT_SLICE_MS};
 pub use listing::Listed;
 pub use locking::Cached;

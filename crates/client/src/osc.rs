@@ -765,6 +765,16 @@ pub fn owner(client: &Client, ost: u32, object: ObjectId) -> Result<Option<nacre
     }
 }
 
+/// Bytes each of `ids` has on OST `ost` (quotas).
+pub fn quota_usage(client: &Client, ost: u32, ids: &[nacre_types::QuotaId]) -> Result<Vec<u64>> {
+    let conn = client.osc(ost)?;
+    let req = OssRequest::QuotaUsage { ids: ids.to_vec() };
+    match nacre_net::rpc::call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req))? {
+        OssReply::QuotaUsage(v) if v.len() == ids.len() => Ok(v),
+        _ => Err(Status::Proto.into()),
+    }
+}
+
 /// Capacity of OST `ost`.
 pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
     let conn = client.osc(ost)?;

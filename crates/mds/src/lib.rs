@@ -31,6 +31,7 @@ pub mod ops;
 pub mod osp;
 pub mod owners;
 pub mod perm;
+pub mod quota;
 pub mod records;
 pub mod relayout;
 pub mod replay;

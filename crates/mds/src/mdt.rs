@@ -8,7 +8,7 @@ use nacre_kv::{Batch, KvStore};
 use nacre_osd::Label;
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status, TimeSpec};
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Owner, Status, TimeSpec};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,6 +23,8 @@ pub struct AllocState {
     pub(crate) fid_limit: u64,
     pub(crate) next_object: HashMap<u32, (u64, u64)>,
     pub(crate) inodes_used: u64,
+    /// Inodes per user, group and project (quota.rs).
+    pub(crate) quota: crate::quota::Counts,
     /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
     /// pruning delete exact keys instead of scanning over deleted ones.
     pub(crate) saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
@@ -150,6 +152,7 @@ impl Mdt {
     ) -> Result<Mdt, Status> {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
+        let quota = crate::quota::load(&*kv)?;
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
@@ -178,6 +181,7 @@ impl Mdt {
                 fid_limit,
                 next_object: HashMap::new(),
                 inodes_used,
+                quota,
                 saved_replies,
                 last_transno,
                 clients,
@@ -285,6 +289,7 @@ impl Mdt {
             b"inodes_used".to_vec(),
             alloc.inodes_used.to_be_bytes().to_vec(),
         );
+        crate::quota::charge(&mut alloc.quota, &mut b, Owner::of(&root.attr), 1);
         drop(alloc);
         let t = self.kv.commit(b).map_err(kv_err)?;
         self.kv.wait_durable(t).map_err(kv_err)
@@ -599,6 +604,14 @@ impl Mdt {
         let (lock, cv) = &self.destroy_signal;
         *lock.lock().expect("destroy signal") = true;
         cv.notify_one();
+    }
+
+    /// The inodes each of `ids` has here (quotas).
+    pub fn inodes_of(&self, ids: &[nacre_types::QuotaId]) -> Vec<u64> {
+        let alloc = self.write_lock.lock().expect("write lock");
+        ids.iter()
+            .map(|q| alloc.quota.get(q).copied().unwrap_or(0))
+            .collect()
     }
 
     /// Number of inodes (approximate: counted by scanning is too slow; uses the store size).

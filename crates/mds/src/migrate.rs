@@ -503,13 +503,14 @@ fn conclude(
 /// Removes inode `old` (moved to `new`: its objects are the new inode's now) with its
 /// xattrs, and records where it went.
 fn forget(tx: &mut crate::mdt::Tx<'_>, old: Fid, new: Fid) -> Result<(), Status> {
+    let attr = tx.inode(old)?.attr;
     tx.batch.delete(INODES, old.to_key().to_vec());
     for (k, _) in xattrs(tx.mdt, old)? {
         tx.batch.delete(XATTRS, xattr_key(old, &k));
     }
     tx.batch
         .put(MOVED, old.to_key().to_vec(), new.to_key().to_vec());
-    tx.count_inodes(-1)
+    tx.count_inodes(&attr, -1)
 }
 
 /// A migration whose entry could not be held: lifts the freeze and answers `status`.
@@ -585,6 +586,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                         let fid = tx.new_fid();
                         let mut attr = m.attr.clone();
                         attr.fid = fid;
+                        tx.count_inodes(&attr, 1)?;
                         tx.put_inode(&InodeRecord {
                             attr,
                             layout: m.layout.clone(),
@@ -596,7 +598,6 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                         for (k, v) in &m.xattrs {
                             tx.batch.put(XATTRS, xattr_key(fid, k), v.clone());
                         }
-                        tx.count_inodes(1)?;
                         fid
                     }
                     None => {

@@ -93,6 +93,7 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
                 _ => Ok(()),
             }
         }
+        MdsOp::QuotaUsage { ids } => allow(ids.iter().all(|q| q.visible_to(cred)), Status::Perm),
         MdsOp::SetAttr { fid, attr } => match attr_of(mdt, *fid)? {
             Some(a) => may_setattr(mdt, call, &a, attr),
             None => Ok(()),

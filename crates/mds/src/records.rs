@@ -32,6 +32,7 @@
 //!   (links.rs, for `fid2path`)
 //! * `changelog`, `changelog_users`: records of changes and their consumers (changelog.rs)
 //! * `relayouts`: FID key (16) → online file migrations in progress (relayout.rs)
+//! * `quota_usage`: quota id (5) → inodes it has here (quota.rs)
 
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Status};
@@ -70,7 +71,8 @@ pub const CLIENTS: &str = "clients";
 /// (OST, object) → the [`nacre_types::Owner`] bytes.
 pub const OWNERS: &str = "owners";
 /// Every table of an MDT.
-pub const TABLES: [&str; 19] = [
+pub const TABLES: [&str; 20] = [
+    crate::quota::QUOTA_USAGE,
     crate::relayout::RELAYOUTS,
     crate::changelog::CHANGELOG,
     crate::changelog::CHANGELOG_USERS,

@@ -48,6 +48,7 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         MdsOp::StatMany { fids } => ops::scan::stat_many(mdt, fids),
         MdsOp::ScanStats { after, count } => ops::scan::scan_stats(mdt, *after, *count),
         MdsOp::DestroyPending => Ok(MdsReply::DestroyPending(mdt.destroy_space.by_ost())),
+        MdsOp::QuotaUsage { ids } => mdt.quota_usage(ids),
         _ => Err(Status::Proto),
     }
 }

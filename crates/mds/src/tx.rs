@@ -337,7 +337,7 @@ impl Tx<'_> {
             self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
             self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
         }
-        self.count_inodes(-1)?;
+        self.count_inodes(&rec.attr, -1)?;
         Ok(())
     }
 
@@ -351,13 +351,25 @@ impl Tx<'_> {
         }
     }
 
-    /// Adjusts the inode counter `df -i` reports.
-    pub fn count_inodes(&mut self, delta: i64) -> Result<(), Status> {
+    /// Adjusts the inode counter `df -i` reports, and the inodes of `attr`'s owner, group and
+    /// project (quotas).
+    pub fn count_inodes(&mut self, attr: &nacre_types::Attr, delta: i64) -> Result<(), Status> {
         self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
         let used = self.alloc.inodes_used;
         self.batch
             .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
+        let owner = nacre_types::Owner::of(attr);
+        crate::quota::charge(&mut self.alloc.quota, &mut self.batch, owner, delta);
         Ok(())
+    }
+
+    /// An inode's owner, group or project changes from `old`'s to `new`'s: its count moves.
+    pub fn recount_inode(&mut self, old: &nacre_types::Attr, new: &nacre_types::Attr) {
+        let (from, to) = (nacre_types::Owner::of(old), nacre_types::Owner::of(new));
+        if from != to {
+            crate::quota::charge(&mut self.alloc.quota, &mut self.batch, from, -1);
+            crate::quota::charge(&mut self.alloc.quota, &mut self.batch, to, 1);
+        }
     }
 
     /// Forgets every saved reply of `client` (evicted) in this transaction.

@@ -7,6 +7,7 @@
 //! * [`mmp`]: multi-mount protection, so a target on shared storage is served by one server
 //!   of its failover pair at a time.
 //! * [`csum`]: checksums of stored data (crc32c per 4 KiB chunk), checked on every read.
+//! * [`usage`]: space used per user, group and project (quotas).
 //!
 //! Invariant: an object that does not exist reads as empty (size 0); writes create it.
 
@@ -15,6 +16,7 @@ pub mod label;
 pub mod mmp;
 
 pub mod objects;
+pub mod usage;
 
 pub use label::{Label, LabelError};
 pub use objects::{ObjectStore, OsdError};

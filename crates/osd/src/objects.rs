@@ -68,13 +68,39 @@ struct OpenObject {
     direct: Option<File>,
     /// The checksum sidecar.
     sums: File,
-    /// The object's owner is recorded (no need to look on the next write).
-    owned: AtomicBool,
+    /// The object's owner as recorded (`None`: not looked at yet; `Some(None)`: none
+    /// recorded). Read and changed under the object's change lock.
+    owner: Mutex<Option<Option<Owner>>>,
 }
 
 impl OpenObject {
     fn size(&self) -> std::io::Result<u64> {
         Ok(self.buffered.metadata()?.len())
+    }
+
+    /// Bytes of the blocks the object holds (what quotas charge).
+    fn space(&self) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self.buffered.metadata()?.blocks() * 512)
+    }
+
+    /// The owner recorded on the object (`None`: none), read once.
+    fn recorded_owner(&self) -> std::io::Result<Option<Owner>> {
+        let mut cached = self.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = *cached {
+            return Ok(o);
+        }
+        let o = match read_owner(&self.buffered) {
+            Ok(o) => o,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => None,
+            Err(e) => return Err(e),
+        };
+        *cached = Some(o);
+        Ok(o)
+    }
+
+    fn set_recorded_owner(&self, owner: Owner) {
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(Some(owner));
     }
 }
 
@@ -89,6 +115,8 @@ pub struct ObjectStore {
     /// a re-check after a mismatch. Kept apart from the descriptor cache, which may evict
     /// and reopen an object while a change on it runs.
     change_locks: Vec<Mutex<()>>,
+    /// Space used per user, group and project (counted at open, kept by every change).
+    usage: crate::usage::Usage,
 }
 
 /// Change locks of a store (objects share one when their hashes collide).
@@ -100,15 +128,50 @@ fn is_aligned(x: u64) -> bool {
 
 impl ObjectStore {
     /// Opens the object store under `root` (created if missing).
+    /// Every object is counted for quotas first ([`crate::usage`]).
     pub fn open(root: &Path) -> std::io::Result<ObjectStore> {
         std::fs::create_dir_all(root.join("O"))?;
+        let started = std::time::Instant::now();
+        let (usage, objects) = crate::usage::Usage::count(root)?;
+        tracing::info!(
+            "{}: {objects} objects counted for quotas in {} ms",
+            root.display(),
+            started.elapsed().as_millis()
+        );
         Ok(ObjectStore {
             root: root.to_path_buf(),
             direct_io: AtomicBool::new(true),
             open: Mutex::new(HashMap::new()),
             corrupt_chunks: AtomicU64::new(0),
             change_locks: (0..CHANGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            usage,
         })
+    }
+
+    /// Space used per user, group and project.
+    pub fn usage(&self) -> &crate::usage::Usage {
+        &self.usage
+    }
+
+    /// Runs `change` of object `o` (under its change lock), charging the space it took or
+    /// freed to the object's owner (`default` if none is recorded; the change may record
+    /// one).
+    fn charged<T>(
+        &self,
+        object: ObjectId,
+        o: &OpenObject,
+        change: impl FnOnce() -> Result<T, OsdError>,
+    ) -> Result<T, OsdError> {
+        let before = o.space().map_err(|e| Self::err(object, e))?;
+        let out = change();
+        match o.space() {
+            Ok(after) => {
+                let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
+                self.usage.charge(owner, after as i64 - before as i64);
+            }
+            Err(e) => tracing::error!("object {object}: its space after a change: {e}"),
+        }
+        out
     }
 
     /// Turns the direct-I/O path on or off (the `osd.*.direct_io` setting).
@@ -201,7 +264,7 @@ impl ObjectStore {
             buffered,
             direct,
             sums,
-            owned: AtomicBool::new(false),
+            owner: Mutex::new(None),
         });
         let mut open = self.open.lock().expect("open objects");
         if open.len() >= OPEN_OBJECTS_MAX {
@@ -225,16 +288,24 @@ impl ObjectStore {
     ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
-        if !o.owned.load(Ordering::Relaxed) {
-            match read_owner(&o.buffered) {
-                Ok(Some(_)) => o.owned.store(true, Ordering::Relaxed),
-                Ok(None) => match write_owner(&o.buffered, owner) {
-                    Ok(()) => o.owned.store(true, Ordering::Relaxed),
-                    Err(e) => owner_unsupported(object, e)?,
-                },
+        match o.recorded_owner() {
+            Ok(Some(_)) => {}
+            Ok(None) => match write_owner(&o.buffered, owner) {
+                Ok(()) => o.set_recorded_owner(owner),
                 Err(e) => owner_unsupported(object, e)?,
-            }
+            },
+            Err(e) => owner_unsupported(object, e)?,
         }
+        self.charged(object, &o, || self.write_locked(&o, object, offset, data))
+    }
+
+    fn write_locked(
+        &self,
+        o: &OpenObject,
+        object: ObjectId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), OsdError> {
         let size = o.size().map_err(|e| Self::err(object, e))?;
         let end = offset + data.len() as u64;
         let after = size.max(end);
@@ -253,7 +324,7 @@ impl ObjectStore {
             (offset <= cs && cs + len as u64 <= end)
                 .then(|| &data[(cs - offset) as usize..(cs - offset) as usize + len])
         };
-        self.resum(&o, size, after, offset..end, &overlay, &whole)
+        self.resum(o, size, after, offset..end, &overlay, &whole)
             .map_err(|e| Self::err(object, e))?;
         let mem_aligned = (data.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGN_BYTES);
         let direct_len = (data.len() / DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES;
@@ -451,10 +522,12 @@ impl ObjectStore {
         }
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
-        let old = o.size().map_err(|e| Self::err(object, e))?;
-        self.resum(&o, old, size, 0..0, &|_, _| {}, &|_, _| None)
-            .map_err(|e| Self::err(object, e))?;
-        o.buffered.set_len(size).map_err(|e| Self::err(object, e))
+        self.charged(object, &o, || {
+            let old = o.size().map_err(|e| Self::err(object, e))?;
+            self.resum(&o, old, size, 0..0, &|_, _| {}, &|_, _| None)
+                .map_err(|e| Self::err(object, e))?;
+            o.buffered.set_len(size).map_err(|e| Self::err(object, e))
+        })
     }
 
     /// Preallocates (or with `punch_hole` deallocates) a range.
@@ -466,9 +539,23 @@ impl ObjectStore {
         keep_size: bool,
         punch_hole: bool,
     ) -> Result<(), OsdError> {
-        use std::os::fd::AsRawFd;
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
+        self.charged(object, &o, || {
+            self.fallocate_locked(&o, object, offset, len, keep_size, punch_hole)
+        })
+    }
+
+    fn fallocate_locked(
+        &self,
+        o: &OpenObject,
+        object: ObjectId,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> Result<(), OsdError> {
+        use std::os::fd::AsRawFd;
         let size = o.size().map_err(|e| Self::err(object, e))?;
         let end = offset.saturating_add(len);
         let after = if keep_size || punch_hole {
@@ -490,7 +577,7 @@ impl ObjectStore {
                 chunk[(from - cs) as usize..(to - cs) as usize].fill(0);
             }
         };
-        self.resum(&o, size, after, hole, &zero, &|_, _| None)
+        self.resum(o, size, after, hole, &zero, &|_, _| None)
             .map_err(|e| Self::err(object, e))?;
         let mut mode = 0;
         if keep_size || punch_hole {
@@ -521,6 +608,13 @@ impl ObjectStore {
 
     /// Removes an object (missing objects are fine: destroy is idempotent).
     pub fn destroy(&self, object: ObjectId) -> Result<(), OsdError> {
+        let _change = self.change_lock(object);
+        // What it held is freed from its owner's usage.
+        if let Some(o) = self.get(object, false)? {
+            let space = o.space().map_err(|e| Self::err(object, e))?;
+            let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
+            self.usage.charge(owner, -(space as i64));
+        }
         self.open.lock().expect("open objects").remove(&object);
         let _ = std::fs::remove_file(self.sums_path(object));
         match std::fs::remove_file(self.path(object)) {
@@ -535,8 +629,14 @@ impl ObjectStore {
     pub fn set_owner(&self, object: ObjectId, owner: Owner) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
+        let old = o
+            .recorded_owner()
+            .map_err(|e| Self::err(object, e))?
+            .unwrap_or_default();
         write_owner(&o.buffered, owner).map_err(|e| Self::err(object, e))?;
-        o.owned.store(true, Ordering::Relaxed);
+        o.set_recorded_owner(owner);
+        let space = o.space().map_err(|e| Self::err(object, e))?;
+        self.usage.transfer(old, owner, space);
         Ok(())
     }
 

@@ -321,6 +321,16 @@ impl OssHandler {
                 ost.store.sync(object).map_err(io)?;
                 OssReply::Done
             }
+            OssRequest::QuotaUsage { ids } => {
+                if ids.len() > nacre_wire::oss::QUOTA_IDS_MAX {
+                    return Err(Status::TooBig);
+                }
+                if !ids.iter().all(|q| q.visible_to(&call.cred)) {
+                    return Err(Status::Perm);
+                }
+                let usage = ost.store.usage();
+                OssReply::QuotaUsage(ids.iter().map(|q| usage.of(*q)).collect())
+            }
             OssRequest::Destroy { objects } => {
                 for o in objects {
                     ost.store.destroy(o).map_err(io)?;

@@ -505,7 +505,13 @@ mod tests {
             jobid: "j".into(),
         };
         let read = decode_row(&postcard::to_allocvec(&old).unwrap()).unwrap();
-        assert_eq!(read, FileRow { jobid: "j".into(), ..r.clone() });
+        assert_eq!(
+            read,
+            FileRow {
+                jobid: "j".into(),
+                ..r.clone()
+            }
+        );
         let mut p = r;
         p.project = 9;
         assert_eq!(decode_row(&postcard_row(&p)).unwrap(), p);

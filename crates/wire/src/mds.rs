@@ -522,6 +522,13 @@ pub enum MdsOp {
     /// The bytes that object destroys this MDT queued will free, per OST (counted as free
     /// by whatever acts on pool fill levels). Reply: [`MdsReply::DestroyPending`].
     DestroyPending,
+    /// The inodes each of `ids` has on this MDT (quotas; at most
+    /// [`crate::oss::QUOTA_IDS_MAX`]). Others than root may ask for themselves, their
+    /// groups and projects. Reply: [`MdsReply::QuotaUsage`].
+    QuotaUsage {
+        /// Users, groups, projects.
+        ids: Vec<nacre_types::QuotaId>,
+    },
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -679,6 +686,7 @@ impl MdsOp {
             | MdsOp::StatMany { .. }
             | MdsOp::ScanStats { .. }
             | MdsOp::DestroyPending
+            | MdsOp::QuotaUsage { .. }
             | MdsOp::ChangelogRegister { .. }
             | MdsOp::ChangelogDeregister { .. }
             | MdsOp::ChangelogClear { .. }
@@ -764,6 +772,7 @@ impl MdsOp {
                 MdsOp::StatMany { .. } => 56,
                 MdsOp::ScanStats { .. } => 57,
                 MdsOp::DestroyPending => 58,
+                MdsOp::QuotaUsage { .. } => 59,
             }
     }
 
@@ -806,6 +815,7 @@ impl MdsOp {
                 | MdsOp::StatMany { .. }
                 | MdsOp::ScanStats { .. }
                 | MdsOp::DestroyPending
+                | MdsOp::QuotaUsage { .. }
                 | MdsOp::GetDirStripe { .. }
                 | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.

@@ -223,7 +223,17 @@ pub enum OssRequest {
         /// Call back write locks on the objects first.
         flush: bool,
     },
+    /// The bytes each of `ids` has on this OST (quotas; at most [`QUOTA_IDS_MAX`]). Others
+    /// than root may ask for themselves, their groups and projects. Reply:
+    /// [`OssReply::QuotaUsage`].
+    QuotaUsage {
+        /// Users, groups, projects.
+        ids: Vec<nacre_types::QuotaId>,
+    },
 }
+
+/// Most ids one quota request names.
+pub const QUOTA_IDS_MAX: usize = 1_024;
 
 /// Most objects one [`OssRequest::Fence`] or [`OssRequest::DataVersion`] names.
 pub const FENCE_OBJECTS_MAX: usize = 512;
@@ -297,6 +307,8 @@ pub enum OssReply {
         /// Objects changed since the restart.
         changed: Vec<ObjectId>,
     },
+    /// Usage of the ids a [`OssRequest::QuotaUsage`] asked for, in order.
+    QuotaUsage(Vec<u64>),
 }
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
@@ -335,6 +347,7 @@ impl OssRequest {
             | OssRequest::LockReplay { .. }
             | OssRequest::Fence { .. }
             | OssRequest::DataVersion { .. }
+            | OssRequest::QuotaUsage { .. }
             | OssRequest::Disconnect => None,
         }
     }
@@ -360,6 +373,7 @@ impl OssRequest {
             OssRequest::LockReplay { .. } => 0x0310,
             OssRequest::Fence { .. } => 0x0311,
             OssRequest::DataVersion { .. } => 0x0312,
+            OssRequest::QuotaUsage { .. } => 0x0313,
         }
     }
 }
@@ -478,6 +492,7 @@ mod tests {
                 OssRequest::Punch { object: objects[0], size: ids[0], layout_gen: gid },
                 OssRequest::Fence { objects: objects.clone(), generation: uid },
                 OssRequest::DataVersion { objects: objects.clone(), flush: uid & 1 == 0 },
+                OssRequest::QuotaUsage { ids: nacre_types::QuotaId::of_owner(owner).to_vec() },
                 OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
                 OssRequest::LockCancel { handles: ids.clone() },
                 OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
@@ -513,6 +528,7 @@ mod tests {
                                      glimpses: objects.clone() },
                 OssReply::Replayed { refused: ids.clone(), changed: objects.clone() },
                 OssReply::Versions { epoch: u64::from(uid), versions: ids.clone() },
+                OssReply::QuotaUsage(ids.clone()),
             ] {
                 let bytes = encode_body(&reply);
                 prop_assert_eq!(decode_body::<OssReply>(&bytes).unwrap(), reply);

@@ -129,7 +129,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     tx.put_inode(&parent);
     tx.put_inode(&rec);
     tx.put_dirent(args.parent, args.name, rec.attr.fid, args.kind);
-    tx.count_inodes(1)?;
+    tx.count_inodes(&rec.attr, 1)?;
     // A new file is exactly empty; a replayed one is not: its objects may hold what was
     // written to it before the MDT lost its creation.
     if args.kind == FileKind::Regular && tx.replay.is_none() && tx.forced_transno.is_none() {

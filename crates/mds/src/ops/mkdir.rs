@@ -39,6 +39,6 @@ pub fn run(
     tx.put_inode(&parent);
     tx.put_inode(&rec);
     tx.put_dirent(parent_fid, name, rec.attr.fid, FileKind::Directory);
-    tx.count_inodes(1)?;
+    tx.count_inodes(&rec.attr, 1)?;
     Ok(super::entry(&rec))
 }

@@ -69,7 +69,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 tx.batch
                     .put(DIRDEFAULTS, attr.fid.to_key().to_vec(), encode(default));
             }
-            tx.count_inodes(1)?;
+            tx.count_inodes(attr, 1)?;
         }
         RemoteUpdate::DestroyDir { fid } => {
             let rec = match tx.inode(*fid) {

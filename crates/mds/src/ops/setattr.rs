@@ -8,6 +8,7 @@ use nacre_wire::mds::MdsReply;
 /// Applies `set` to `fid`.
 pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status> {
     let mut rec = tx.inode(fid)?;
+    let before = rec.attr.clone();
     let a = &mut rec.attr;
     if let Some(size) = set.size {
         tx.mdt.sizes.changed(fid);
@@ -54,6 +55,7 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
             crate::owners::queue(tx, layout, owner);
         }
     }
+    tx.recount_inode(&before, &rec.attr);
     tx.put_inode(&rec);
     Ok(MdsReply::Attr(rec.attr))
 }

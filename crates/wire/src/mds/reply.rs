@@ -174,6 +174,8 @@ pub enum MdsReply {
     /// (OST index, bytes) that queued destroys will free (answer to
     /// [`MdsOp::DestroyPending`]), one per OST with some.
     DestroyPending(Vec<(u32, u64)>),
+    /// Inodes of each id a [`crate::mds::MdsOp::QuotaUsage`] asked for, in order.
+    QuotaUsage(Vec<u64>),
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.

@@ -730,6 +730,23 @@ proptest! {
             prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
         }
         prop_assert!(!MdsOp::DestroyPending.is_modifying());
+        let ids: Vec<nacre_types::QuotaId> = seqs.iter().map(|&s| nacre_types::QuotaId {
+            kind: nacre_types::QuotaKind::ALL[s as usize % 3],
+            id: s,
+        }).collect();
+        let usage = MdsOp::QuotaUsage { ids: ids.clone() };
+        prop_assert!(!usage.is_modifying());
+        let bytes = encode_body(&usage);
+        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), usage);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+        }
+        let counts = MdsReply::QuotaUsage(ids.iter().map(|q| u64::from(q.id)).collect());
+        let bytes = encode_body(&counts);
+        prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), counts);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+        }
         prop_assert_eq!(decode_body::<MdsOp>(&encode_body(&MdsOp::DestroyPending)).unwrap(), MdsOp::DestroyPending);
         // More inodes than one answer may carry: refused by the client's check.
         let many = MdsReply::Stats { stats: vec![stat(Fid::ROOT); STATS_MAX + 1 + extra], eof: true };

@@ -1,0 +1,166 @@
+//! Quotas (issue 21, step 2; docs/quota.md) on the networked form: what users, groups and
+//! projects use — inodes on each MDT, bytes on each OST (`nacre quota -v`) — follows
+//! creates, writes, chown, chgrp, project changes and removals, and is exactly the same
+//! after a kill -9 of every server process.
+
+use nacre_testkit::{nacre, nacre_ok, wait_for, Form, Spec, TestFs};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `args` as uid:gid 1000:1000 (`setpriv`), asserting success.
+fn as_1000(args: &[&str]) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+}
+
+/// (total bytes, total inodes, per target name → value) of `who` (`-u 1000`, ...).
+fn usage(src: &str, who: &[&str]) -> (u64, u64, Vec<(String, u64)>) {
+    let mut args = vec!["quota", "-v", "--json"];
+    args.extend_from_slice(who);
+    args.push(src);
+    let v: Value = serde_json::from_str(&nacre_ok(&args)).unwrap();
+    let q = &v[0];
+    let targets = q["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let n = t["inodes"].as_u64().or(t["bytes"].as_u64()).unwrap();
+            (t["target"].as_str().unwrap().to_string(), n)
+        })
+        .collect();
+    (
+        q["bytes"].as_u64().unwrap(),
+        q["inodes"].as_u64().unwrap(),
+        targets,
+    )
+}
+
+fn target(per: &[(String, u64)], name: &str) -> u64 {
+    per.iter()
+        .find(|(n, _)| n.ends_with(name))
+        .unwrap_or_else(|| panic!("{name} in {per:?}"))
+        .1
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn usage_follows_owners_groups_and_projects_and_survives_kill9_of_every_server() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).mdts(2).fsname("quotan"));
+    let src = fs.source();
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // A directory on MDT1 too, and a striped file layout over both OSTs.
+    nacre_ok(&["mkdir", "-i", "1", s(&home.join("m1"))]);
+    std::fs::set_permissions(
+        home.join("m1"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", s(&home)]);
+    let before = usage(&src, &["-u", "1000"]);
+    assert_eq!((before.0, before.1), (0, 0), "{before:?}");
+
+    // uid 1000 makes 3 files on MDT0 (2 of 3 MiB over both OSTs, one empty) and 2 on MDT1.
+    for (name, mib) in [("a", 3), ("b", 3), ("empty", 0)] {
+        let of = format!("of={}", s(&home.join(name)));
+        as_1000(&[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=1M",
+            &format!("count={mib}"),
+            "conv=fsync",
+        ]);
+    }
+    for name in ["c", "d"] {
+        as_1000(&["touch", s(&home.join("m1").join(name))]);
+    }
+    let (bytes, inodes, per) = usage(&src, &["-u", "1000"]);
+    assert_eq!(inodes, 5);
+    assert_eq!(target(&per, "MDT0000"), 3);
+    assert_eq!(target(&per, "MDT0001"), 2);
+    // 6 MiB of data in 1 MiB stripes over both OSTs (blocks as allocated: a little more
+    // for the local file system's own blocks).
+    for ost in ["OST0000", "OST0001"] {
+        let b = target(&per, ost);
+        assert!(b >= 1 << 20, "{ost}: {b}");
+    }
+    assert!((6 << 20..(6 << 20) + (512 << 10)).contains(&bytes), "{bytes}");
+    assert_eq!(bytes, target(&per, "OST0000") + target(&per, "OST0001"));
+    let group = usage(&src, &["-g", "1000"]);
+    assert_eq!((group.0, group.1), (bytes, inodes));
+
+    // chown moves inodes at once and the bytes once the OSTs have the change.
+    let chown = Command::new("chown")
+        .args(["1001:1001", s(&home.join("a"))])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let (_, inodes, _) = usage(&src, &["-u", "1000"]);
+    assert_eq!(inodes, 4);
+    wait_for("a's bytes charged to uid 1001", || {
+        let (b1001, i1001, _) = usage(&src, &["-u", "1001"]);
+        let (b1000, _, _) = usage(&src, &["-u", "1000"]);
+        i1001 == 1 && b1001 >= 3 << 20 && b1000 + b1001 == bytes
+    });
+    let g1001 = usage(&src, &["-g", "1001"]);
+    assert_eq!(g1001.1, 1);
+
+    // A project: the tree's existing files and new ones.
+    nacre_ok(&["project", "-p", "77", "-s", "-r", s(&home.join("m1"))]);
+    as_1000(&["touch", s(&home.join("m1/e"))]);
+    wait_for("project 77's inodes", || usage(&src, &["-p", "77"]).1 == 4);
+    nacre_ok(&["project", "-p", "77", s(&home.join("b"))]);
+    wait_for("project 77's bytes", || {
+        let (b, i, _) = usage(&src, &["-p", "77"]);
+        i == 5 && b >= 3 << 20
+    });
+
+    // Exactly the same after a kill -9 of every server process (MDTs count in their
+    // transactions; OSTs count their objects at start).
+    let expect: Vec<_> = ["-u 1000", "-u 1001", "-g 1000", "-p 77", "-p 0"]
+        .iter()
+        .map(|w| {
+            let who: Vec<&str> = w.split(' ').collect();
+            (w.to_string(), usage(&src, &who))
+        })
+        .collect();
+    for server in fs.servers_mut() {
+        server.kill9();
+    }
+    for server in fs.servers_mut() {
+        server.restart();
+    }
+    wait_for("the servers back", || {
+        nacre(&["quota", "-u", "1000", &src]).status.success()
+    });
+    for (w, want) in &expect {
+        let who: Vec<&str> = w.split(' ').collect();
+        assert_eq!(&usage(&src, &who), want, "{w} after kill -9");
+    }
+
+    // Removals give everything back (the OSTs' bytes once their objects are destroyed).
+    std::fs::remove_dir_all(&home).unwrap();
+    wait_for("nothing used", || {
+        ["-u 1000", "-u 1001", "-p 77"].iter().all(|w| {
+            let who: Vec<&str> = w.split(' ').collect();
+            let (b, i, _) = usage(&src, &who);
+            (b, i) == (0, 0)
+        })
+    });
+
+    // Unknown names are refused clearly.
+    let bad = nacre(&["quota", "-u", "no-such-user-q7", &src]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-user-q7"));
+}
