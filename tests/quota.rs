@@ -95,7 +95,10 @@ fn usage_follows_owners_groups_and_projects_and_survives_kill9_of_every_server()
         let b = target(&per, ost);
         assert!(b >= 1 << 20, "{ost}: {b}");
     }
-    assert!((6 << 20..(6 << 20) + (512 << 10)).contains(&bytes), "{bytes}");
+    assert!(
+        (6 << 20..(6 << 20) + (512 << 10)).contains(&bytes),
+        "{bytes}"
+    );
     assert_eq!(bytes, target(&per, "OST0000") + target(&per, "OST0001"));
     let group = usage(&src, &["-g", "1000"]);
     assert_eq!((group.0, group.1), (bytes, inodes));

@@ -10,6 +10,7 @@
 //! recovery).
 
 pub mod nodemaps;
+pub mod quotas;
 pub mod store;
 pub mod watch;
 
@@ -91,6 +92,8 @@ pub struct Mgs {
     nodemaps_path: PathBuf,
     nodemaps: Mutex<nacre_wire::nodemap::NodemapSet>,
     watch: watch::Watch,
+    /// The quota master.
+    pub quotas: quotas::QuotaMaster,
 }
 
 /// Persistent parameters kept per file system at most.
@@ -105,12 +108,14 @@ impl Mgs {
         let params = store::load_params(&params_path)?;
         let nodemaps_path = dir.join("mgs-nodemaps");
         let nodemaps = store::load_nodemaps(&nodemaps_path)?;
+        let quotas = quotas::QuotaMaster::open(dir.join("mgs-quotas"))?;
         Ok(Mgs {
             path,
             configs: Mutex::new(configs),
             params_path,
             params: Mutex::new(params),
             nodemaps_path,
+            quotas,
             nodemaps: Mutex::new(nodemaps),
             watch: watch::Watch::default(),
         })
@@ -328,6 +333,25 @@ impl Mgs {
         self.nodemaps.lock().expect("nodemaps").clone()
     }
 
+    /// Refuses a peer whose nodemap is not an admin one (its root is squashed: it may not
+    /// change quotas).
+    fn admin_peer(&self, peer: &str) -> Result<(), Status> {
+        match nacre_wire::nodemap::of_peer(peer) {
+            Some(m) if !m.admin => Err(Status::Perm),
+            _ => Ok(()),
+        }
+    }
+
+    /// Targets of `kind` registered for `fsname` (at least 1).
+    fn targets_of(&self, fsname: &str, kind: TargetKind) -> usize {
+        self.config(fsname)
+            .map_or(1, |c| match kind {
+                TargetKind::Mdt => c.mdts.len(),
+                _ => c.osts.len(),
+            })
+            .max(1)
+    }
+
     /// The configuration of `fsname`.
     pub fn config(&self, fsname: &str) -> Option<FsConfig> {
         self.configs.lock().expect("configs").get(fsname).cloned()
@@ -377,6 +401,43 @@ impl Handler for Mgs {
                 Ok(MgsReply::Params { version, params })
             }
             MgsRequest::GetNodemaps => Ok(MgsReply::Nodemaps(self.nodemaps())),
+            MgsRequest::QuotaSet { fsname, id, limits } => self
+                .admin_peer(&req.peer)
+                .and_then(|()| {
+                    self.quotas.set(&fsname, id, limits).map_err(|e| match e {
+                        quotas::QuotaError::Io => Status::Io,
+                        quotas::QuotaError::TooMany => Status::TooBig,
+                        quotas::QuotaError::SoftAboveHard => Status::Inval,
+                    })
+                })
+                .map(|()| MgsReply::Quotas(self.quotas.view(&fsname, &[id]))),
+            MgsRequest::QuotaGrace {
+                fsname,
+                block_s,
+                inode_s,
+            } => self
+                .admin_peer(&req.peer)
+                .and_then(|()| {
+                    self.quotas
+                        .set_grace(&fsname, block_s, inode_s)
+                        .map_err(|_| Status::Io)
+                })
+                .map(|()| MgsReply::Quotas(self.quotas.view(&fsname, &[]))),
+            MgsRequest::QuotaGet { fsname, ids } => {
+                if ids.len() > nacre_wire::oss::QUOTA_IDS_MAX {
+                    Err(Status::TooBig)
+                } else {
+                    Ok(MgsReply::Quotas(self.quotas.view(&fsname, &ids)))
+                }
+            }
+            MgsRequest::QuotaAcquire(a) => {
+                let n = self.targets_of(&a.fsname, a.target.0);
+                Ok(MgsReply::QuotaGrant(self.quotas.acquire(&a, n)))
+            }
+            MgsRequest::QuotaSync(r) => {
+                let n = self.targets_of(&r.fsname, r.target.0);
+                Ok(MgsReply::QuotaSynced(self.quotas.sync(&r, n)))
+            }
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };

@@ -107,11 +107,15 @@ pub enum Status {
     /// The server requires the file system's key and the client showed none.
     #[error("required key not available")]
     NoKey = 126,
+    /// A user's, group's or project's quota is used up.
+    #[error("disk quota exceeded")]
+    DQuot = 122,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 33] = [
+    pub const ALL: [Status; 34] = [
+        Status::DQuot,
         Status::NoDev,
         Status::Ok,
         Status::Perm,

@@ -19,6 +19,7 @@ pub mod mgs;
 pub mod mover;
 pub mod nodemap;
 pub mod oss;
+pub mod quota;
 pub mod selftest;
 
 pub use header::{Header, HEADER_BYTES};

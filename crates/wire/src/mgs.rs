@@ -114,6 +114,40 @@ pub enum MgsRequest {
     },
     /// Every nodemap of the MGS, with their version. Reply: [`MgsReply::Nodemaps`].
     GetNodemaps,
+    /// Sets (or with all limits 0, removes) an id's limits (`nacre setquota`). Only from a
+    /// client whose nodemap, if any, is an admin one. Reply: [`MgsReply::Quotas`] for the id.
+    QuotaSet {
+        /// File system name.
+        fsname: String,
+        /// The user, group or project.
+        id: nacre_types::QuotaId,
+        /// The limits.
+        limits: crate::quota::QuotaLimits,
+    },
+    /// Sets the grace times of soft limits (`nacre setquota -t`), in seconds. Reply:
+    /// [`MgsReply::Quotas`] with no ids.
+    QuotaGrace {
+        /// File system name.
+        fsname: String,
+        /// Grace time of block soft limits.
+        block_s: u64,
+        /// Grace time of inode soft limits.
+        inode_s: u64,
+    },
+    /// Limits and what the master knows of usage, for `ids` (at most
+    /// [`crate::oss::QUOTA_IDS_MAX`]). Reply: [`MgsReply::Quotas`].
+    QuotaGet {
+        /// File system name.
+        fsname: String,
+        /// Users, groups, projects.
+        ids: Vec<nacre_types::QuotaId>,
+    },
+    /// A target's quota slave asks for more grant (docs/quota.md). Reply:
+    /// [`MgsReply::QuotaGrant`].
+    QuotaAcquire(crate::quota::Acquire),
+    /// A target's quota slave reports what it uses and holds, each second. Reply:
+    /// [`MgsReply::QuotaSynced`].
+    QuotaSync(crate::quota::SyncReport),
 }
 
 /// Longest a [`MgsRequest::WaitTargets`] is held.
@@ -146,6 +180,12 @@ pub enum MgsReply {
     },
     /// The nodemaps.
     Nodemaps(crate::nodemap::NodemapSet),
+    /// Quotas: grace times and the ids asked for.
+    Quotas(crate::quota::QuotaView),
+    /// A grant ([`MgsRequest::QuotaAcquire`]).
+    QuotaGrant(crate::quota::Grant),
+    /// The limited ids and the grant each may keep ([`MgsRequest::QuotaSync`]).
+    QuotaSynced(crate::quota::SyncAnswer),
 }
 
 impl MgsRequest {
@@ -158,6 +198,11 @@ impl MgsRequest {
             MgsRequest::GetParams { .. } => 0x0104,
             MgsRequest::WaitTargets { .. } => 0x0105,
             MgsRequest::GetNodemaps => 0x0106,
+            MgsRequest::QuotaSet { .. } => 0x0107,
+            MgsRequest::QuotaGrace { .. } => 0x0108,
+            MgsRequest::QuotaGet { .. } => 0x0109,
+            MgsRequest::QuotaAcquire(_) => 0x010a,
+            MgsRequest::QuotaSync(_) => 0x010b,
         }
     }
 }
