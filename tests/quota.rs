@@ -167,3 +167,116 @@ fn usage_follows_owners_groups_and_projects_and_survives_kill9_of_every_server()
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-user-q7"));
 }
+
+/// Runs `args` as uid:gid `who` (`setpriv`); its success and stderr.
+fn as_user(who: u32, args: &[&str]) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={who}"),
+            &format!("--regid={who}"),
+            "--clear-groups",
+            "--",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `nacre quota --json` of one id.
+fn quota_json(src: &str, who: &[&str]) -> Value {
+    let mut args = vec!["quota", "--json"];
+    args.extend_from_slice(who);
+    args.push(src);
+    serde_json::from_str::<Value>(&nacre_ok(&args)).unwrap()[0].clone()
+}
+
+#[test]
+fn each_kind_hits_edquot_at_its_limit_across_osts_and_mdts() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).mdts(2).fsname("quotae"));
+    let src = fs.source();
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", s(&home)]);
+    let mib = 1u64 << 20;
+
+    // Blocks of a user, over both OSTs: 8 MiB hard.
+    nacre_ok(&["setquota", "-u", "1000", "-B", "8M", &src]);
+    let q = quota_json(&src, &["-u", "1000"]);
+    assert_eq!(q["block_hard"], 8 * mib);
+    let dd = |who: u32, name: &str, mib: u32| {
+        let of = format!("of={}", s(&home.join(name)));
+        as_user(
+            who,
+            &[
+                "dd",
+                "if=/dev/zero",
+                &of,
+                "bs=1M",
+                &format!("count={mib}"),
+                "conv=fsync",
+            ],
+        )
+    };
+    let (ok, err) = dd(1000, "u1", 6);
+    assert!(ok, "{err}");
+    let (ok, err) = dd(1000, "u2", 4);
+    assert!(!ok, "4 MiB more than 8 MiB allow");
+    assert!(err.contains("Disk quota exceeded"), "{err}");
+    let used = quota_json(&src, &["-u", "1000"])["bytes"].as_u64().unwrap();
+    assert!(used <= 8 * mib, "{used} past the hard limit");
+    assert!(used >= 7 * mib, "{used}: stopped well before the limit");
+    // Removing files frees room; removing the limit lifts it.
+    std::fs::remove_file(home.join("u2")).unwrap();
+    nacre_ok(&["setquota", "-u", "1000", "-B", "0", &src]);
+    wait_for("the limit gone from the OSTs", || dd(1000, "u3", 4).0);
+
+    // Inodes of a project over both MDTs: 6.
+    let p0 = home.join("p");
+    std::fs::create_dir(&p0).unwrap();
+    nacre_ok(&["mkdir", "-i", "1", s(&home.join("p1"))]);
+    for d in [&p0, &home.join("p1")] {
+        nacre_ok(&["project", "-p", "42", "-s", s(d)]);
+    }
+    nacre_ok(&["setquota", "-p", "42", "-I", "6", &src]);
+    let mut made = 0;
+    let err = loop {
+        let dir = if made % 2 == 0 { &p0 } else { &home.join("p1") };
+        match std::fs::File::create(dir.join(format!("f{made}"))) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made <= 6, "past the inode limit");
+    };
+    // The two directories are the project's too.
+    assert_eq!(made, 4, "{err}");
+    assert_eq!(err.raw_os_error(), Some(libc::EDQUOT), "{err}");
+    assert_eq!(quota_json(&src, &["-p", "42"])["inodes"], 6);
+
+    // A soft limit turns hard once its grace time is over.
+    nacre_ok(&[
+        "setquota",
+        "-t",
+        "--block-grace",
+        "2s",
+        "--inode-grace",
+        "1w",
+        &src,
+    ]);
+    nacre_ok(&["setquota", "-u", "1001", "-b", "2M", "-B", "100M", &src]);
+    let (ok, err) = dd(1001, "s1", 3);
+    assert!(ok, "past the soft limit within the grace time: {err}");
+    wait_for("the grace time over", || {
+        quota_json(&src, &["-u", "1001"])["block_grace"] == "none"
+    });
+    wait_for("a write refused past the soft limit", || {
+        let (ok, err) = dd(1001, "s2", 1);
+        !ok && err.contains("Disk quota exceeded")
+    });
+    let used = quota_json(&src, &["-u", "1001"])["bytes"].as_u64().unwrap();
+    assert!(used < 5 * mib, "{used}");
+}

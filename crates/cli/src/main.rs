@@ -255,6 +255,10 @@ enum Command {
     /// What a user, group or project uses, like `lfs quota`: blocks on the OSTs, inodes on
     /// the MDTs (`-v`: per target). Without `-u/-g/-p`: the caller's user and group.
     Quota(cmd::quota::QuotaArgs),
+    /// Sets a user's, group's or project's limits, like `lfs setquota`: blocks (`-b` soft,
+    /// `-B` hard) and inodes (`-i`, `-I`) across every OST and MDT; 0 is no limit; `-t`
+    /// sets the grace times of soft limits. Root on an admin node.
+    Setquota(cmd::quota::SetquotaArgs),
     /// The FID of each file (`lfs path2fid`).
     Path2fid {
         /// Paths in a Nacre mount.
@@ -485,6 +489,7 @@ fn main() {
         Command::Path2fid { paths } => path2fid(&paths),
         Command::Project(a) => cmd::project::project(a),
         Command::Quota(a) => cmd::quota::quota(a),
+        Command::Setquota(a) => cmd::quota::setquota(a),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),
             man.as_deref(),

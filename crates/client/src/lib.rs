@@ -437,6 +437,11 @@ impl Client {
         &self.net
     }
 
+    /// Sends `req` to the MGS (quota limits and the like).
+    pub fn mgs_call(&self, req: &MgsRequest) -> Result<MgsReply> {
+        Ok(call::<_, MgsReply>(&self.mgs, req.opcode(), 0, req)?)
+    }
+
     /// Fetches the file system's configuration (targets, pools) from the MGS again.
     pub fn refresh_config(&self) -> Result<()> {
         let fs = fetch_config(&self.mgs, &self.fsname)?;

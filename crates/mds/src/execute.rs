@@ -224,6 +224,13 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     if gated && held_by_migration(mdt, &call.op) {
         return Outgoing::error(Status::InProgress);
     }
+    // Inodes within quotas, checked before the request runs (a resend of one that ran is
+    // answered as it was, whatever the quotas say now).
+    if let Err(s) = crate::quota::precheck(mdt, &call.op) {
+        if saved_reply(mdt, &call.client, xid).is_none() {
+            return Outgoing::error(s);
+        }
+    }
     match &call.op {
         MdsOp::Migrate {
             fid,

@@ -92,6 +92,12 @@ impl MdsHandler {
         Some(mdt)
     }
 
+    /// Every MDT served here.
+    pub fn all(&self) -> Vec<Arc<Mdt>> {
+        let targets = self.targets.read().expect("targets");
+        targets.values().map(|(m, _)| m.clone()).collect()
+    }
+
     /// The MDT with `index`.
     pub fn target(&self, index: u32) -> Option<Arc<Mdt>> {
         self.targets

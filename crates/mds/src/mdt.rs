@@ -50,6 +50,8 @@ pub struct Mdt {
     pub kv: Arc<dyn KvStore>,
     /// OSTs for object placement.
     pub osts: Arc<OstPool>,
+    /// Quota enforcement on this MDT's inodes (nacre_quota).
+    pub quota: Arc<nacre_quota::Slave>,
     write_lock: Mutex<AllocState>,
     opens: Mutex<HashMap<Fid, u32>>,
     /// Wakes the destroy thread.
@@ -152,7 +154,7 @@ impl Mdt {
     ) -> Result<Mdt, Status> {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
-        let quota = crate::quota::load(&*kv)?;
+        let inode_counts = crate::quota::load(&*kv)?;
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
@@ -171,7 +173,12 @@ impl Mdt {
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
         let kv_for_queue = kv.clone();
+        let quota = Arc::new(nacre_quota::Slave::new(
+            &label.fsname,
+            (nacre_types::TargetKind::Mdt, label.index),
+        ));
         let mdt = Mdt {
+            quota,
             label,
             dir: dir.to_path_buf(),
             kv,
@@ -181,7 +188,7 @@ impl Mdt {
                 fid_limit,
                 next_object: HashMap::new(),
                 inodes_used,
-                quota,
+                quota: inode_counts,
                 saved_replies,
                 last_transno,
                 clients,

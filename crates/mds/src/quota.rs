@@ -85,6 +85,52 @@ impl crate::mdt::Mdt {
     }
 }
 
+/// Before a request that makes an inode runs (outside the MDT's lock): its owner's, group's
+/// and project's grants must cover one more inode here. `EINPROGRESS` (resent by the
+/// client) while grant is asked for in the background, `EDQUOT` past a limit.
+pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<(), Status> {
+    use nacre_wire::mds::MdsOp;
+    if !mdt.quota.any_limited() {
+        return Ok(());
+    }
+    let (parent, uid, gid) = match op {
+        MdsOp::Create {
+            parent, uid, gid, ..
+        }
+        | MdsOp::Mkdir {
+            parent, uid, gid, ..
+        }
+        | MdsOp::Symlink {
+            parent, uid, gid, ..
+        }
+        | MdsOp::MkdirOn {
+            parent, uid, gid, ..
+        }
+        | MdsOp::MkdirStriped {
+            parent, uid, gid, ..
+        } => (*parent, *uid, *gid),
+        _ => return Ok(()),
+    };
+    let Ok(dir) = mdt.inode(parent) else {
+        return Ok(());
+    };
+    let gid = if dir.attr.perm & libc::S_ISGID != 0 {
+        dir.attr.gid
+    } else {
+        gid
+    };
+    let project = if dir.attr.proj_inherit {
+        dir.attr.project
+    } else {
+        0
+    };
+    let ids = QuotaId::of_owner(Owner { uid, gid, project });
+    let counts = mdt.inodes_of(&ids);
+    mdt.quota.check_now(&ids, 1, |q| {
+        ids.iter().position(|i| *i == q).map_or(0, |k| counts[k])
+    })
+}
+
 /// Adds `delta` inodes to `owner`'s user, group and project in `counts`, recording the new
 /// counts in `batch`.
 pub fn charge(counts: &mut Counts, batch: &mut Batch, owner: Owner, delta: i64) {

@@ -342,6 +342,17 @@ impl Mgs {
         }
     }
 
+    /// Every target registered for `fsname`.
+    fn all_targets(&self, fsname: &str) -> Vec<(TargetKind, u32)> {
+        self.config(fsname).map_or(Vec::new(), |c| {
+            c.mdts
+                .iter()
+                .chain(&c.osts)
+                .map(|t| (t.kind, t.index))
+                .collect()
+        })
+    }
+
     /// Targets of `kind` registered for `fsname` (at least 1).
     fn targets_of(&self, fsname: &str, kind: TargetKind) -> usize {
         self.config(fsname)
@@ -410,7 +421,9 @@ impl Handler for Mgs {
                         quotas::QuotaError::SoftAboveHard => Status::Inval,
                     })
                 })
-                .map(|()| MgsReply::Quotas(self.quotas.view(&fsname, &[id]))),
+                .map(|()| {
+                    MgsReply::Quotas(self.quotas.view(&fsname, &[id], &self.all_targets(&fsname)))
+                }),
             MgsRequest::QuotaGrace {
                 fsname,
                 block_s,
@@ -422,12 +435,18 @@ impl Handler for Mgs {
                         .set_grace(&fsname, block_s, inode_s)
                         .map_err(|_| Status::Io)
                 })
-                .map(|()| MgsReply::Quotas(self.quotas.view(&fsname, &[]))),
+                .map(|()| {
+                    MgsReply::Quotas(self.quotas.view(&fsname, &[], &self.all_targets(&fsname)))
+                }),
             MgsRequest::QuotaGet { fsname, ids } => {
                 if ids.len() > nacre_wire::oss::QUOTA_IDS_MAX {
                     Err(Status::TooBig)
                 } else {
-                    Ok(MgsReply::Quotas(self.quotas.view(&fsname, &ids)))
+                    Ok(MgsReply::Quotas(self.quotas.view(
+                        &fsname,
+                        &ids,
+                        &self.all_targets(&fsname),
+                    )))
                 }
             }
             MgsRequest::QuotaAcquire(a) => {

@@ -48,12 +48,19 @@ struct Held {
     granted: u64,
 }
 
+/// A target: its kind and index.
+type Target = (TargetKind, u32);
+/// What each target holds of one id of one file system.
+type HeldBy = HashMap<(String, QuotaId), HashMap<Target, Held>>;
+
 /// The master.
 pub struct QuotaMaster {
     path: PathBuf,
     saved: Mutex<Saved>,
     /// (fsname, id) → target → held.
-    held: Mutex<HashMap<(String, QuotaId), HashMap<(TargetKind, u32), Held>>>,
+    held: Mutex<HeldBy>,
+    /// (fsname, target) → the version of the limits it was last told.
+    told: Mutex<HashMap<(String, Target), u64>>,
 }
 
 /// Why a quota change is refused.
@@ -98,6 +105,7 @@ impl QuotaMaster {
             path,
             saved: Mutex::new(saved),
             held: Mutex::new(HashMap::new()),
+            told: Mutex::new(HashMap::new()),
         })
     }
 
@@ -146,10 +154,13 @@ impl QuotaMaster {
         Ok(())
     }
 
-    /// The grace times and `ids`' limits and grants.
-    pub fn view(&self, fsname: &str, ids: &[QuotaId]) -> QuotaView {
-        let saved = self.saved.lock().expect("quotas");
-        let fs = saved.get(fsname).cloned().unwrap_or_default();
+    /// The grace times and `ids`' limits and grants; `targets` are the file system's, of
+    /// which those not told the latest limits are counted.
+    pub fn view(&self, fsname: &str, ids: &[QuotaId], targets: &[(TargetKind, u32)]) -> QuotaView {
+        let fs = {
+            let saved = self.saved.lock().expect("quotas");
+            saved.get(fsname).cloned().unwrap_or_default()
+        };
         let held = self.held.lock().expect("held");
         let entries = ids
             .iter()
@@ -173,10 +184,17 @@ impl QuotaMaster {
                 }
             })
             .collect();
+        drop(held);
+        let told = self.told.lock().expect("told");
+        let unsynced = targets
+            .iter()
+            .filter(|t| told.get(&(fsname.to_string(), **t)).copied().unwrap_or(0) < fs.version)
+            .count() as u32;
         QuotaView {
             block_grace_s: fs.grace(TargetKind::Ost),
             inode_grace_s: fs.grace(TargetKind::Mdt),
             entries,
+            unsynced,
         }
     }
 
@@ -285,44 +303,61 @@ impl QuotaMaster {
                 None => (0, Vec::new()),
             }
         };
-        let mut held = self.held.lock().expect("held");
-        for (id, usage, granted) in &r.ids {
-            held.entry((r.fsname.clone(), *id)).or_default().insert(
-                r.target,
-                Held {
-                    usage: *usage,
-                    granted: *granted,
-                },
-            );
-        }
-        let limited = limited
+        // Usage and grants as reported (the lock is not held while limits are read: the
+        // limits' lock is never taken inside this one's).
+        let totals: Vec<(QuotaId, Held, u64)> = {
+            let mut held = self.held.lock().expect("held");
+            for (id, usage, granted) in &r.ids {
+                held.entry((r.fsname.clone(), *id)).or_default().insert(
+                    r.target,
+                    Held {
+                        usage: *usage,
+                        granted: *granted,
+                    },
+                );
+            }
+            limited
+                .iter()
+                .map(|(id, _)| {
+                    let m = held.get(&(r.fsname.clone(), *id));
+                    let mine = m
+                        .and_then(|m| m.get(&r.target))
+                        .copied()
+                        .unwrap_or_default();
+                    let total: u64 = m.map_or(0, |m| {
+                        m.iter()
+                            .filter(|(t, _)| t.0 == r.target.0)
+                            .map(|(_, h)| h.usage)
+                            .sum()
+                    });
+                    (*id, mine, total)
+                })
+                .collect()
+        };
+        // Each keeps its usage and a unit of the room left under the effective limit (a
+        // soft limit past its grace time leaves none).
+        let limited: Vec<(QuotaId, u64)> = totals
             .into_iter()
-            .map(|(id, limits)| {
-                let (_, hard) = limits.of(r.target.0);
-                let m = held.get(&(r.fsname.clone(), id));
-                let mine = m
-                    .and_then(|m| m.get(&r.target))
-                    .copied()
-                    .unwrap_or_default();
-                let total: u64 = m.map_or(0, |m| {
-                    m.iter()
-                        .filter(|(t, _)| t.0 == r.target.0)
-                        .map(|(_, h)| h.usage)
-                        .sum()
-                });
-                let room = if hard == 0 {
+            .map(|(id, mine, total)| {
+                let limit = self.effective(&r.fsname, id, r.target.0, total);
+                let room = if limit == 0 {
                     u64::MAX / 4
                 } else {
-                    hard.saturating_sub(total)
+                    limit.saturating_sub(total)
                 };
                 let keep = mine
                     .usage
-                    .saturating_add(qunit(r.target.0, room, targets))
+                    .saturating_add(qunit(r.target.0, room, targets).min(room))
                     .min(mine.granted.max(mine.usage));
                 (id, keep)
             })
-            .collect::<Vec<_>>();
+            .collect();
+        self.told
+            .lock()
+            .expect("told")
+            .insert((r.fsname.clone(), r.target), version);
         // The target keeps no more than told: counted so at once.
+        let mut held = self.held.lock().expect("held");
         for (id, keep) in &limited {
             if let Some(h) = held
                 .get_mut(&(r.fsname.clone(), *id))
@@ -331,7 +366,6 @@ impl QuotaMaster {
                 h.granted = h.granted.min(*keep).max(h.usage);
             }
         }
-        let limited = limited.into_iter().map(|(id, keep)| (id, keep)).collect();
         SyncAnswer { version, limited }
     }
 }
@@ -370,7 +404,7 @@ mod tests {
             m.set("fs", id, limits).unwrap();
         }
         let m = QuotaMaster::open(dir.path().join("q")).unwrap();
-        assert_eq!(m.view("fs", &[id]).entries[0].limits, limits);
+        assert_eq!(m.view("fs", &[id], &[]).entries[0].limits, limits);
         let ask = |ost: u32, usage: u64, granted: u64, want: u64| {
             m.acquire(
                 &Acquire {
@@ -400,7 +434,7 @@ mod tests {
         );
         let b = ask(1, 0, 0, 4 * mib);
         assert!(b.ok, "{b:?}");
-        let held = m.view("fs", &[id]).entries[0].block_granted;
+        let held = m.view("fs", &[id], &[]).entries[0].block_granted;
         assert!(held <= 10 * mib && held >= 8 * mib, "{held}");
         // OST1 cannot have more than what OST0 leaves.
         let c = ask(1, 4 * mib, b.granted, 10 * mib);

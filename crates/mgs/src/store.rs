@@ -231,6 +231,22 @@ fn write_envelope(
     Ok(())
 }
 
+const QUOTAS_MAGIC: &[u8; 4] = b"NMGQ";
+
+/// Loads the quota limits (none if the file does not exist yet).
+pub fn load_quotas(path: &Path) -> Result<crate::quotas::Saved, StoreError> {
+    match read_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+        Some((_, payload)) => decode(path, &payload),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Saves the quota limits durably.
+pub fn save_quotas(path: &Path, saved: &crate::quotas::Saved) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
+    write_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION, &payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,20 +333,4 @@ mod tests {
         save(&path, &configs).unwrap();
         assert_eq!(load(&path).unwrap(), configs);
     }
-}
-
-const QUOTAS_MAGIC: &[u8; 4] = b"NMGQ";
-
-/// Loads the quota limits (none if the file does not exist yet).
-pub fn load_quotas(path: &Path) -> Result<crate::quotas::Saved, StoreError> {
-    match read_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
-        Some((_, payload)) => decode(path, &payload),
-        None => Ok(Default::default()),
-    }
-}
-
-/// Saves the quota limits durably.
-pub fn save_quotas(path: &Path, saved: &crate::quotas::Saved) -> Result<(), StoreError> {
-    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
-    write_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION, &payload)
 }

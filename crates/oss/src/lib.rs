@@ -17,7 +17,7 @@ use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::mmp::Guard;
 use nacre_osd::{Label, ObjectStore};
 use nacre_types::limits::{BULK_BYTES_MAX, FILE_BYTES_MAX};
-use nacre_types::Status;
+use nacre_types::{Owner, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
 use nacre_wire::{decode_body, encode_body};
 use std::collections::HashMap;
@@ -51,6 +51,8 @@ pub struct OstTarget {
     pub recovery: recovery::Recovery,
     /// Layout fences and data versions, for online migration (fence.rs).
     pub fences: fence::Fences,
+    /// Quota enforcement on this OST's bytes (nacre_quota).
+    pub quota: nacre_quota::Slave,
 }
 
 impl OstTarget {
@@ -63,6 +65,10 @@ impl OstTarget {
             grants.end_reserve();
         }
         Ok(OstTarget {
+            quota: nacre_quota::Slave::new(
+                &label.fsname,
+                (nacre_types::TargetKind::Ost, label.index),
+            ),
             fences: fence::Fences::load(dir)?,
             store: ObjectStore::open(dir)?,
             label,
@@ -99,6 +105,12 @@ pub struct OssHandler {
 type Guarded = (Arc<OstTarget>, Option<Arc<Guard>>);
 
 impl OssHandler {
+    /// Every OST served here.
+    pub fn all(&self) -> Vec<Arc<OstTarget>> {
+        let targets = self.targets.read().expect("targets");
+        targets.values().map(|(t, _)| t.clone()).collect()
+    }
+
     /// Adds an OST.
     pub fn add_target(&self, target: Arc<OstTarget>) {
         self.add_guarded(target, None);
@@ -206,9 +218,23 @@ impl OssHandler {
                         locks::grant_write(ost, &call.client, h, object, offset, data.len())
                     })
                     .flatten();
+                // Within the quotas of the object's owner, group and project (docs/quota.md).
+                let reserved = quota_reserve(ost, object, owner, data.len() as u64);
+                let reserved = match reserved {
+                    Ok(r) => r,
+                    Err(s) => {
+                        if let Some((l, true)) = lock {
+                            ost.locks.ns.release(&call.client, l.handle);
+                        }
+                        return Err(s);
+                    }
+                };
                 let started = ost.brw.write.begin();
                 let result = ost.store.write(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);
+                if let Some(r) = reserved {
+                    ost.quota.release(r);
+                }
                 if let Err(e) = result {
                     // The client does not learn of a lock new to it: it goes again.
                     if let Some((l, true)) = lock {
@@ -282,10 +308,18 @@ impl OssHandler {
                 punch_hole,
                 ..
             } => {
+                let reserved = if punch_hole {
+                    None
+                } else {
+                    quota_reserve(ost, object, Owner::default(), len)?
+                };
                 let r = ost
                     .store
                     .fallocate(object, offset, len, keep_size, punch_hole)
                     .map_err(io);
+                if let Some(r) = reserved {
+                    ost.quota.release(r);
+                }
                 ost.fences.changed(object);
                 r?;
                 OssReply::Done
@@ -527,4 +561,28 @@ impl Handler for OssHandler {
             .record(&nacre_net::peer_nid(&incoming.peer), op, us, bytes);
         out
     }
+}
+
+/// Reserves `bytes` for a change of `object` within the quotas of its recorded owner (or
+/// `owner`, which a write gives an object that has none); `None` when nothing is limited.
+fn quota_reserve(
+    ost: &OstTarget,
+    object: nacre_types::ObjectId,
+    owner: Owner,
+    bytes: u64,
+) -> Result<Option<nacre_quota::Reservation>, Status> {
+    if !ost.quota.any_limited() {
+        return Ok(None);
+    }
+    let owner = match ost.store.owner(object) {
+        Ok(Some(o)) => o,
+        Ok(None) => owner,
+        Err(e) => return Err(Status::from_io(&e.io())),
+    };
+    let usage = ost.store.usage();
+    ost.quota
+        .reserve(&nacre_types::QuotaId::of_owner(owner), bytes, |q| {
+            usage.of(q)
+        })
+        .map(Some)
 }

@@ -11,12 +11,8 @@
 use nacre_types::{QuotaId, TargetKind};
 use serde::{Deserialize, Serialize};
 
-/// Smallest grant unit for bytes (a target asks again after this many).
-pub const BLOCK_QUNIT_MIN_BYTES: u64 = 1 << 20;
 /// Largest grant unit for bytes.
 pub const BLOCK_QUNIT_MAX_BYTES: u64 = 64 << 20;
-/// Smallest grant unit for inodes.
-pub const INODE_QUNIT_MIN: u64 = 16;
 /// Largest grant unit for inodes.
 pub const INODE_QUNIT_MAX: u64 = 4_096;
 /// Default grace time of soft limits (a week, as Lustre's).
@@ -130,16 +126,20 @@ pub struct QuotaView {
     pub inode_grace_s: u64,
     /// The ids asked for (with no limits: all zero).
     pub entries: Vec<QuotaEntry>,
+    /// Targets that have not yet learnt the latest change of limits (they learn it within
+    /// a second of it: `nacre setquota` waits for none to be left).
+    pub unsynced: u32,
 }
 
 /// The grant unit for an id `room` away from its limit, shared by `targets` targets: half of
-/// each target's share of the room, within the kind's bounds.
+/// each target's share of the room (at least 1, at most the kind's largest unit), so no
+/// target holds much of what another may need near the limit.
 pub fn qunit(kind: TargetKind, room: u64, targets: usize) -> u64 {
-    let (min, max) = match kind {
-        TargetKind::Mdt => (INODE_QUNIT_MIN, INODE_QUNIT_MAX),
-        _ => (BLOCK_QUNIT_MIN_BYTES, BLOCK_QUNIT_MAX_BYTES),
+    let max = match kind {
+        TargetKind::Mdt => INODE_QUNIT_MAX,
+        _ => BLOCK_QUNIT_MAX_BYTES,
     };
-    (room / (2 * targets.max(1) as u64)).clamp(min, max)
+    (room / (2 * targets.max(1) as u64)).clamp(1, max)
 }
 
 /// The master's decision for one target: `limit` (the effective one, soft once its grace
@@ -268,7 +268,7 @@ mod tests {
                 crate::mgs::MgsReply::QuotaGrant(Grant { granted: n, ok: id % 2 == 0, retry: id % 3 == 0 }),
                 crate::mgs::MgsReply::QuotaSynced(SyncAnswer { version: n, limited: vec![(q, n)] }),
                 crate::mgs::MgsReply::Quotas(QuotaView {
-                    block_grace_s: n, inode_grace_s: 1,
+                    block_grace_s: n, inode_grace_s: 1, unsynced: id,
                     entries: vec![QuotaEntry {
                         id: q, limits, block_soft_since: n, inode_soft_since: 0,
                         block_granted: n, inode_granted: 2,

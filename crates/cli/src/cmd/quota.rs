@@ -27,6 +27,130 @@ pub(crate) struct QuotaArgs {
     fs: String,
 }
 
+/// `nacre setquota` arguments.
+#[derive(Args, Debug)]
+pub(crate) struct SetquotaArgs {
+    /// A user (name or uid).
+    #[arg(short = 'u', long = "user", group = "who")]
+    user: Option<String>,
+    /// A group (name or gid).
+    #[arg(short = 'g', long = "group", group = "who")]
+    group: Option<String>,
+    /// A project ID.
+    #[arg(short = 'p', long = "project", group = "who")]
+    project: Option<u32>,
+    /// Grace times instead of an id's limits (`--block-grace`, `--inode-grace`).
+    #[arg(short = 't', long = "times", group = "who")]
+    times: bool,
+    /// Block soft limit (K/M/G/T suffixes; 0: none).
+    #[arg(short = 'b', long = "block-softlimit", default_value = "0")]
+    block_soft: String,
+    /// Block hard limit.
+    #[arg(short = 'B', long = "block-hardlimit", default_value = "0")]
+    block_hard: String,
+    /// Inode soft limit.
+    #[arg(short = 'i', long = "inode-softlimit", default_value = "0")]
+    inode_soft: String,
+    /// Inode hard limit.
+    #[arg(short = 'I', long = "inode-hardlimit", default_value = "0")]
+    inode_hard: String,
+    /// With `-t`: grace time of block soft limits (`90s`, `30m`, `12h`, `1w`; 0: a week).
+    #[arg(long, default_value = "0")]
+    block_grace: String,
+    /// With `-t`: grace time of inode soft limits.
+    #[arg(long, default_value = "0")]
+    inode_grace: String,
+    /// `MGS_NID:/FSNAME` or a path in a Nacre mount.
+    fs: String,
+}
+
+/// Longest `nacre setquota` waits for every target to learn the change.
+const SYNC_WAIT_MS: u64 = 5_000;
+
+/// Runs `nacre setquota`.
+pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
+    use nacre_types::units::{parse_duration_s, parse_size};
+    let client = crate::cmd::client_of(&a.fs)?;
+    let fsname = client.fsname().to_string();
+    let req = if a.times {
+        nacre_wire::mgs::MgsRequest::QuotaGrace {
+            fsname,
+            block_s: parse_duration_s(&a.block_grace).map_err(anyhow::Error::msg)?,
+            inode_s: parse_duration_s(&a.inode_grace).map_err(anyhow::Error::msg)?,
+        }
+    } else {
+        use nacre_policy::names::Db;
+        let id = match (&a.user, &a.group, a.project) {
+            (Some(u), _, _) => QuotaId {
+                kind: QuotaKind::User,
+                id: id_of(Db::User, "user", u)?,
+            },
+            (_, Some(g), _) => QuotaId {
+                kind: QuotaKind::Group,
+                id: id_of(Db::Group, "group", g)?,
+            },
+            (_, _, Some(p)) => QuotaId {
+                kind: QuotaKind::Project,
+                id: p,
+            },
+            _ => bail!("say whose limits: -u USER, -g GROUP, -p PROJECT (or -t for grace times)"),
+        };
+        let size = |what: &str, s: &str| parse_size(s).map_err(|e| anyhow::anyhow!("{what}: {e}"));
+        let count = |what: &str, s: &str| {
+            s.parse::<u64>()
+                .map_err(|e| anyhow::anyhow!("{what}: {s}: {e}"))
+        };
+        nacre_wire::mgs::MgsRequest::QuotaSet {
+            fsname,
+            id,
+            limits: nacre_wire::quota::QuotaLimits {
+                block_soft: size("block soft limit", &a.block_soft)?,
+                block_hard: size("block hard limit", &a.block_hard)?,
+                inode_soft: count("inode soft limit", &a.inode_soft)?,
+                inode_hard: count("inode hard limit", &a.inode_hard)?,
+            },
+        }
+    };
+    match client.mgs_call(&req) {
+        Ok(nacre_wire::mgs::MgsReply::Quotas(v)) if v.unsynced == 0 => Ok(()),
+        // Enforced on return: every target has learnt the change (within a second).
+        Ok(nacre_wire::mgs::MgsReply::Quotas(_)) => {
+            let deadline =
+                std::time::Instant::now() + std::time::Duration::from_millis(SYNC_WAIT_MS);
+            let ask = nacre_wire::mgs::MgsRequest::QuotaGet {
+                fsname: client.fsname().to_string(),
+                ids: Vec::new(),
+            };
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                match client.mgs_call(&ask) {
+                    Ok(nacre_wire::mgs::MgsReply::Quotas(v)) if v.unsynced == 0 => return Ok(()),
+                    Ok(nacre_wire::mgs::MgsReply::Quotas(v))
+                        if std::time::Instant::now() >= deadline =>
+                    {
+                        eprintln!(
+                            "nacre: set; {} targets have not learnt it yet (unreachable?): they will when they report",
+                            v.unsynced
+                        );
+                        return Ok(());
+                    }
+                    Ok(nacre_wire::mgs::MgsReply::Quotas(_)) => {}
+                    Ok(_) => bail!("unexpected answer from the MGS"),
+                    Err(e) => bail!("setquota: {e}"),
+                }
+            }
+        }
+        Ok(_) => bail!("unexpected answer from the MGS"),
+        Err(e) if e.status() == nacre_types::Status::Perm => {
+            bail!("the MGS refuses: this node's nodemap is not an admin one")
+        }
+        Err(e) if e.status() == nacre_types::Status::Inval => {
+            bail!("a soft limit above its hard limit")
+        }
+        Err(e) => bail!("setquota: {e}"),
+    }
+}
+
 /// A user or group given by name or number.
 fn id_of(db: nacre_policy::names::Db, what: &str, given: &str) -> anyhow::Result<u32> {
     if let Ok(n) = given.parse::<u32>() {
@@ -70,6 +194,28 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
     let targets = client
         .quota_usage(&ids)
         .with_context(|| format!("quota usage of {}", a.fs))?;
+    let view = match client.mgs_call(&nacre_wire::mgs::MgsRequest::QuotaGet {
+        fsname: client.fsname().to_string(),
+        ids: ids.clone(),
+    }) {
+        Ok(nacre_wire::mgs::MgsReply::Quotas(v)) => v,
+        Ok(_) => bail!("unexpected answer from the MGS"),
+        Err(e) => bail!("quota limits of {}: {e}", a.fs),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // The grace left of a soft limit passed at `since` ("-": not passed; "none": over).
+    let grace_left = |since: u64, grace: u64| -> String {
+        if since == 0 {
+            "-".into()
+        } else {
+            match (since + grace).checked_sub(now) {
+                Some(left) if left > 0 => format!("{left}s"),
+                _ => "none".into(),
+            }
+        }
+    };
     let mut out = Vec::new();
     for (i, q) in ids.iter().enumerate() {
         let sum = |kind| -> u64 {
@@ -80,12 +226,35 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
                 .sum()
         };
         let (bytes, inodes) = (sum(TargetKind::Ost), sum(TargetKind::Mdt));
+        let e = view
+            .entries
+            .get(i)
+            .cloned()
+            .unwrap_or(nacre_wire::quota::QuotaEntry {
+                id: *q,
+                limits: Default::default(),
+                block_soft_since: 0,
+                inode_soft_since: 0,
+                block_granted: 0,
+                inode_granted: 0,
+            });
+        let l = e.limits;
+        let bgrace = grace_left(e.block_soft_since, view.block_grace_s);
+        let igrace = grace_left(e.inode_soft_since, view.inode_grace_s);
         if a.json {
             out.push(serde_json::json!({
                 "kind": q.kind.name(),
                 "id": q.id,
                 "bytes": bytes,
                 "inodes": inodes,
+                "block_soft": l.block_soft,
+                "block_hard": l.block_hard,
+                "inode_soft": l.inode_soft,
+                "inode_hard": l.inode_hard,
+                "block_grace": bgrace,
+                "inode_grace": igrace,
+                "block_granted": e.block_granted,
+                "inode_granted": e.inode_granted,
                 "targets": targets.iter().map(|t| serde_json::json!({
                     "target": t.name,
                     if t.kind == TargetKind::Mdt { "inodes" } else { "bytes" }: t.usage[i],
@@ -94,8 +263,33 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
             continue;
         }
         println!("Disk quotas for {} {}:", q.kind.name(), q.id);
-        println!("{:>24} {:>12} {:>10}", "Filesystem", "kbytes", "files");
-        println!("{:>24} {:>12} {:>10}", a.fs, bytes.div_ceil(1024), inodes);
+        println!(
+            "{:>24} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}",
+            "Filesystem", "kbytes", "quota", "limit", "grace", "files", "quota", "limit", "grace"
+        );
+        let over = |used: u64, soft: u64, hard: u64| {
+            if (hard > 0 && used >= hard) || (soft > 0 && used > soft) {
+                "*"
+            } else {
+                ""
+            }
+        };
+        println!(
+            "{:>24} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}",
+            a.fs,
+            format!(
+                "{}{}",
+                bytes.div_ceil(1024),
+                over(bytes, l.block_soft, l.block_hard)
+            ),
+            l.block_soft / 1024,
+            l.block_hard / 1024,
+            bgrace,
+            format!("{inodes}{}", over(inodes, l.inode_soft, l.inode_hard)),
+            l.inode_soft,
+            l.inode_hard,
+            igrace
+        );
         if a.verbose {
             for t in &targets {
                 let (kb, files) = match t.kind {

@@ -1,0 +1,375 @@
+//! A target's quota slave (docs/quota.md): the ids whose limits cover this target's resource
+//! (an OST's bytes, an MDT's inodes), the grant the master gave it for each, and the changes
+//! under way. A change that would take an id's usage here past its grant asks the master
+//! for more first ([`Slave::reserve`]); if the master has none to give, the change fails
+//! with `EDQUOT`. Each second the target reports its usage and grants ([`Slave::report`])
+//! and learns the limited ids and the grant it may keep ([`Slave::apply`]).
+//!
+//! The slave does not talk to the network itself: its owner (the server process) gives it
+//! a [`Link`] to the master.
+
+use nacre_types::{QuotaId, Status, TargetKind};
+use nacre_wire::quota::{Acquire, Grant, SyncAnswer, SyncReport};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Times a refused acquire that the master says to retry is asked again.
+pub const ACQUIRE_RETRIES_MAX: u32 = 4;
+/// Pause before asking again (the other targets report once a second).
+pub const ACQUIRE_RETRY_MS: u64 = 600;
+
+/// How a slave reaches the quota master.
+pub trait Link: Send + Sync {
+    /// Sends an acquire and returns the master's answer.
+    fn acquire(&self, a: &Acquire) -> Result<Grant, Status>;
+}
+
+#[derive(Default)]
+struct State {
+    /// Ids the master refused lately (until the next report): changes fail at once.
+    denied: std::collections::HashSet<QuotaId>,
+    /// Ids whose grant is being asked for in the background.
+    asking: std::collections::HashSet<QuotaId>,
+    /// Limited ids → grant held here.
+    grants: HashMap<QuotaId, u64>,
+    /// Amounts reserved by changes under way, per id.
+    reserved: HashMap<QuotaId, u64>,
+    /// Version of the limits last applied (0: none yet).
+    version: u64,
+}
+
+/// The slave of one target.
+pub struct Slave {
+    fsname: String,
+    target: (TargetKind, u32),
+    state: Mutex<State>,
+    link: OnceLock<Arc<dyn Link>>,
+}
+
+/// Amounts reserved for one change; given back by [`Slave::release`].
+#[must_use = "a reservation is released once the change is made"]
+pub struct Reservation(Vec<(QuotaId, u64)>);
+
+impl Slave {
+    /// The slave of `target` of `fsname`.
+    pub fn new(fsname: &str, target: (TargetKind, u32)) -> Slave {
+        Slave {
+            fsname: fsname.to_string(),
+            target,
+            state: Mutex::new(State::default()),
+            link: OnceLock::new(),
+        }
+    }
+
+    /// Connects the slave to its master (once).
+    pub fn set_link(&self, link: Arc<dyn Link>) {
+        let _ = self.link.set(link);
+    }
+
+    /// True if some id is limited here (otherwise changes need no check).
+    pub fn any_limited(&self) -> bool {
+        !self.state.lock().grants.is_empty()
+    }
+
+    /// Reserves `amount` for each of `ids` that is limited, whose usage here is given by
+    /// `usage`; asks the master for more grant where needed (blocking: never call it
+    /// under a lock other requests need). `EDQUOT` if an id's limit leaves no room.
+    pub fn reserve(
+        &self,
+        ids: &[QuotaId],
+        amount: u64,
+        usage: impl Fn(QuotaId) -> u64,
+    ) -> Result<Reservation, Status> {
+        let mut taken = Vec::new();
+        for id in ids {
+            match self.reserve_one(*id, amount, &usage) {
+                Ok(true) => taken.push((*id, amount)),
+                Ok(false) => {}
+                Err(e) => {
+                    self.release(Reservation(taken));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Reservation(taken))
+    }
+
+    /// Reserves without asking the master: `Ok(None)` if some id needs more grant first
+    /// (the caller may ask for it with [`Slave::reserve`] outside its lock and try again).
+    pub fn try_reserve(
+        &self,
+        ids: &[QuotaId],
+        amount: u64,
+        usage: impl Fn(QuotaId) -> u64,
+    ) -> Option<Reservation> {
+        let mut st = self.state.lock();
+        let fits = ids.iter().all(|id| match st.grants.get(id) {
+            None => true,
+            Some(g) => {
+                let r = st.reserved.get(id).copied().unwrap_or(0);
+                usage(*id).saturating_add(r).saturating_add(amount) <= *g
+            }
+        });
+        if !fits {
+            return None;
+        }
+        let mut taken = Vec::new();
+        for id in ids {
+            if st.grants.contains_key(id) {
+                *st.reserved.entry(*id).or_insert(0) += amount;
+                taken.push((*id, amount));
+            }
+        }
+        Some(Reservation(taken))
+    }
+
+    /// For a change made under a lock (an MDT's transaction): whether `amount` more of
+    /// each of `ids` fits the grants held now. `Err(EDQUOT)` for an id the master refused
+    /// lately; `Err(EINPROGRESS)` when grant must be asked for first — asked in the
+    /// background here, so the caller's resend finds it.
+    pub fn check_now(
+        self: &Arc<Self>,
+        ids: &[QuotaId],
+        amount: u64,
+        usage: impl Fn(QuotaId) -> u64,
+    ) -> Result<(), Status> {
+        let short: Vec<(QuotaId, u64)> = {
+            let st = self.state.lock();
+            ids.iter()
+                .filter_map(|id| {
+                    let g = *st.grants.get(id)?;
+                    let used = usage(*id).saturating_add(st.reserved.get(id).copied().unwrap_or(0));
+                    (used.saturating_add(amount) > g).then_some((*id, used))
+                })
+                .collect()
+        };
+        if short.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        if short.iter().any(|(id, _)| st.denied.contains(id)) {
+            return Err(Status::DQuot);
+        }
+        for (id, used) in short {
+            if st.asking.insert(id) {
+                let me = self.clone();
+                std::thread::spawn(move || {
+                    let r = me.reserve_one(id, amount, &|_| used);
+                    let mut st = me.state.lock();
+                    st.asking.remove(&id);
+                    match r {
+                        Ok(true) => {
+                            let v = st.reserved.entry(id).or_insert(0);
+                            *v = v.saturating_sub(amount);
+                            if *v == 0 {
+                                st.reserved.remove(&id);
+                            }
+                        }
+                        Ok(false) => {}
+                        Err(Status::DQuot) => {
+                            st.denied.insert(id);
+                        }
+                        Err(e) => tracing::warn!("{id}: quota grant not obtained: {e}"),
+                    }
+                });
+            }
+        }
+        Err(Status::InProgress)
+    }
+
+    /// Gives a reservation back (the change is made and counted, or failed).
+    pub fn release(&self, r: Reservation) {
+        if r.0.is_empty() {
+            return;
+        }
+        let mut st = self.state.lock();
+        for (id, amount) in r.0 {
+            if let Some(v) = st.reserved.get_mut(&id) {
+                *v = v.saturating_sub(amount);
+                if *v == 0 {
+                    st.reserved.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Reserves `amount` of `id` (true) if it is limited here, asking for grant first when
+    /// it is short.
+    fn reserve_one(
+        &self,
+        id: QuotaId,
+        amount: u64,
+        usage: &impl Fn(QuotaId) -> u64,
+    ) -> Result<bool, Status> {
+        let mut retries = 0;
+        loop {
+            let (used, granted) = {
+                let mut st = self.state.lock();
+                let Some(&granted) = st.grants.get(&id) else {
+                    return Ok(false);
+                };
+                let r = st.reserved.get(&id).copied().unwrap_or(0);
+                let used = usage(id).saturating_add(r);
+                if used.saturating_add(amount) <= granted {
+                    *st.reserved.entry(id).or_insert(0) += amount;
+                    return Ok(true);
+                }
+                (used, granted)
+            };
+            let Some(link) = self.link.get() else {
+                // No master known yet: nothing is limited here for sure; let it through
+                // rather than fail every change (the report that names limits brings the
+                // link first).
+                return Ok(false);
+            };
+            let g = link.acquire(&Acquire {
+                fsname: self.fsname.clone(),
+                target: self.target,
+                id,
+                usage: used,
+                granted,
+                want: amount,
+            })?;
+            {
+                let mut st = self.state.lock();
+                if let Some(held) = st.grants.get_mut(&id) {
+                    *held = g.granted;
+                }
+            }
+            if g.ok {
+                continue;
+            }
+            if g.retry && retries < ACQUIRE_RETRIES_MAX {
+                retries += 1;
+                std::thread::sleep(Duration::from_millis(ACQUIRE_RETRY_MS));
+                continue;
+            }
+            tracing::debug!("{id}: quota exceeded on {:?}", self.target);
+            return Err(Status::DQuot);
+        }
+    }
+
+    /// What to tell the master: each limited id's usage (with changes under way) and grant.
+    pub fn report(&self, usage: impl Fn(QuotaId) -> u64) -> SyncReport {
+        let st = self.state.lock();
+        SyncReport {
+            fsname: self.fsname.clone(),
+            target: self.target,
+            ids: st
+                .grants
+                .iter()
+                .map(|(id, g)| {
+                    let r = st.reserved.get(id).copied().unwrap_or(0);
+                    (*id, usage(*id).saturating_add(r), *g)
+                })
+                .collect(),
+        }
+    }
+
+    /// The master's answer to a report: the limited ids, and the grant each may keep.
+    pub fn apply(&self, a: &SyncAnswer) {
+        let mut st = self.state.lock();
+        st.denied.clear();
+        let mut grants = HashMap::with_capacity(a.limited.len());
+        for (id, keep) in &a.limited {
+            let held = st.grants.get(id).copied().unwrap_or(0);
+            grants.insert(*id, held.min(*keep));
+        }
+        st.grants = grants;
+        st.version = a.version;
+    }
+
+    /// Version of the limits last applied.
+    pub fn version(&self) -> u64 {
+        self.state.lock().version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_types::QuotaKind;
+
+    /// A master of one id limited to `limit`, for this slave alone.
+    struct Master(u64);
+
+    impl Link for Master {
+        fn acquire(&self, a: &Acquire) -> Result<Grant, Status> {
+            Ok(nacre_wire::quota::decide(
+                self.0, 0, a.usage, a.want, 1, a.target.0,
+            ))
+        }
+    }
+
+    #[test]
+    fn changes_pass_within_the_limit_and_fail_past_it() {
+        let s = Slave::new("fs", (TargetKind::Ost, 0));
+        let id = QuotaId {
+            kind: QuotaKind::User,
+            id: 5,
+        };
+        let free = QuotaId {
+            kind: QuotaKind::Group,
+            id: 5,
+        };
+        // Nothing limited: everything passes without a master.
+        assert!(s.reserve(&[id], 1 << 30, |_| 0).is_ok());
+        s.apply(&SyncAnswer {
+            version: 1,
+            limited: vec![(id, 0)],
+        });
+        assert!(s.any_limited());
+        s.set_link(Arc::new(Master(10 << 20)));
+        let used = std::sync::atomic::AtomicU64::new(0);
+        let usage = |_| used.load(std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..10 {
+            let r = s.reserve(&[id, free], 1 << 20, usage).unwrap();
+            used.fetch_add(1 << 20, std::sync::atomic::Ordering::Relaxed);
+            s.release(r);
+        }
+        assert_eq!(s.reserve(&[id, free], 1, usage).err(), Some(Status::DQuot));
+        // The report carries usage and grant; a sync that lowers the grant is applied.
+        let rep = s.report(usage);
+        assert_eq!(rep.ids, vec![(id, 10 << 20, 10 << 20)]);
+        s.apply(&SyncAnswer {
+            version: 2,
+            limited: vec![],
+        });
+        assert!(s.reserve(&[id], 1, usage).is_ok());
+        assert_eq!(s.version(), 2);
+    }
+
+    #[test]
+    fn a_change_under_a_lock_is_resent_once_grant_came_and_refused_past_the_limit() {
+        let s = Arc::new(Slave::new("fs", (TargetKind::Mdt, 0)));
+        let id = QuotaId {
+            kind: QuotaKind::Project,
+            id: 9,
+        };
+        s.set_link(Arc::new(Master(3)));
+        s.apply(&SyncAnswer {
+            version: 1,
+            limited: vec![(id, 0)],
+        });
+        let mut used = 0;
+        let mut resent = 0;
+        loop {
+            match s.check_now(&[id], 1, |_| used) {
+                Ok(()) => used += 1,
+                Err(Status::InProgress) => {
+                    resent += 1;
+                    assert!(resent < 1000, "no grant came");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => {
+                    assert_eq!(e, Status::DQuot);
+                    break;
+                }
+            }
+        }
+        assert_eq!(used, 3);
+        assert!(resent >= 1);
+    }
+}
