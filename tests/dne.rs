@@ -159,7 +159,7 @@ fn lfsck_finds_nothing_after_real_operations_and_names_injected_damage() {
         b.put(
             records::INODES,
             victim.to_key().to_vec(),
-            records::encode(&rec),
+            records::encode_inode(&rec, records::inode_version(&raw)),
         );
         let t = kv.commit(b).unwrap();
         kv.wait_durable(t).unwrap();

@@ -418,7 +418,9 @@ impl Handler for Mgs {
                     self.quotas.set(&fsname, id, limits).map_err(|e| match e {
                         quotas::QuotaError::Io => Status::Io,
                         quotas::QuotaError::TooMany => Status::TooBig,
-                        quotas::QuotaError::SoftAboveHard => Status::Inval,
+                        quotas::QuotaError::SoftAboveHard | quotas::QuotaError::Root => {
+                            Status::Inval
+                        }
                     })
                 })
                 .map(|()| {

@@ -4,7 +4,7 @@
 //! restarted learns the grants again from those reports (and from every acquire), and
 //! until a target has reported it counts that target as holding its last known grant.
 
-use nacre_types::{QuotaId, TargetKind};
+use nacre_types::{QuotaId, QuotaKind, TargetKind};
 use nacre_wire::quota::{
     decide, qunit, Acquire, Grant, QuotaEntry, QuotaLimits, QuotaView, SyncAnswer, SyncReport,
     GRACE_DEFAULT_S, LIMITS_PER_FS_MAX,
@@ -72,6 +72,9 @@ pub enum QuotaError {
     /// Past the number of limited ids.
     #[error("too many limited ids (at most {LIMITS_PER_FS_MAX})")]
     TooMany,
+    /// Limits on root's user or group.
+    #[error("root's usage is counted but never limited")]
+    Root,
     /// Not saved.
     #[error("the MGS could not save the quotas")]
     Io,
@@ -118,6 +121,10 @@ impl QuotaMaster {
 
     /// Sets `id`'s limits (all 0: removes them); durable before it returns.
     pub fn set(&self, fsname: &str, id: QuotaId, limits: QuotaLimits) -> Result<(), QuotaError> {
+        let root = id.id == 0 && matches!(id.kind, QuotaKind::User | QuotaKind::Group);
+        if root && !limits.is_none() {
+            return Err(QuotaError::Root);
+        }
         let bad = |soft: u64, hard: u64| hard != 0 && soft > hard;
         if bad(limits.block_soft, limits.block_hard) || bad(limits.inode_soft, limits.inode_hard) {
             return Err(QuotaError::SoftAboveHard);
@@ -373,7 +380,6 @@ impl QuotaMaster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nacre_types::QuotaKind;
 
     #[test]
     fn limits_survive_a_restart_and_grants_stay_within_them() {
@@ -402,6 +408,11 @@ mod tests {
                 Err(QuotaError::SoftAboveHard)
             );
             m.set("fs", id, limits).unwrap();
+            let root = QuotaId {
+                kind: QuotaKind::Group,
+                id: 0,
+            };
+            assert_eq!(m.set("fs", root, limits), Err(QuotaError::Root));
         }
         let m = QuotaMaster::open(dir.path().join("q")).unwrap();
         assert_eq!(m.view("fs", &[id], &[]).entries[0].limits, limits);

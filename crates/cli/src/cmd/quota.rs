@@ -95,6 +95,9 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
             },
             _ => bail!("say whose limits: -u USER, -g GROUP, -p PROJECT (or -t for grace times)"),
         };
+        if id.id == 0 && id.kind != QuotaKind::Project {
+            bail!("root's usage is counted but never limited (as in Lustre): no limits for {id}");
+        }
         let size = |what: &str, s: &str| parse_size(s).map_err(|e| anyhow::anyhow!("{what}: {e}"));
         let count = |what: &str, s: &str| {
             s.parse::<u64>()
