@@ -35,7 +35,7 @@ for q in off on; do
   MNT[$q]="$d/mnt"
   "$NACRE" project -p 7 -s "$d/mnt"
   if [ "$q" = on ]; then
-    "$NACRE" setquota -p 7 -b 900T -B 1P -i 900000000 -I 1000000000 "$MGS@tcp:/qb$q"
+    "$NACRE" setquota -p 7 -b 900T -B 1000T -i 900000000 -I 1000000000 "$MGS@tcp:/qb$q"
   fi
 done
 for _ in $(seq "$ROUNDS"); do
