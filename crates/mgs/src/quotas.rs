@@ -208,14 +208,17 @@ impl QuotaMaster {
     /// The effective limit of `id` for targets of `kind` with `total` used: the hard limit,
     /// or the soft one once it has been passed for longer than the grace time (the time
     /// it was passed is recorded, durably, and cleared when usage falls back under it).
-    fn effective(&self, fsname: &str, id: QuotaId, kind: TargetKind, total: u64) -> u64 {
+    /// Also says whether the id is past its soft limit (then grants carry no unit beyond
+    /// what is asked: every change past the soft limit asks the master, so the end of
+    /// the grace time stops the next one).
+    fn effective(&self, fsname: &str, id: QuotaId, kind: TargetKind, total: u64) -> (u64, bool) {
         let mut saved = self.saved.lock().expect("quotas");
         let Some(fs) = saved.get_mut(fsname) else {
-            return 0;
+            return (0, false);
         };
         let grace = fs.grace(kind);
         let Some(l) = fs.limits.get_mut(&id) else {
-            return 0;
+            return (0, false);
         };
         let (soft, hard) = l.limits.of(kind);
         let since = match kind {
@@ -238,9 +241,9 @@ impl QuotaMaster {
             }
         }
         if passed != 0 && now_s().saturating_sub(passed) >= grace {
-            return if hard == 0 { soft } else { soft.min(hard) };
+            return (if hard == 0 { soft } else { soft.min(hard) }, true);
         }
-        hard
+        (hard, passed != 0)
     }
 
     /// A target asks for more grant of an id.
@@ -268,8 +271,12 @@ impl QuotaMaster {
                 .sum();
             (others, total)
         };
-        let limit = self.effective(&a.fsname, a.id, a.target.0, total.saturating_add(a.want));
+        let (limit, over_soft) =
+            self.effective(&a.fsname, a.id, a.target.0, total.saturating_add(a.want));
         let mut g = decide(limit, others, a.usage, a.want, targets, a.target.0);
+        if over_soft && g.ok {
+            g.granted = g.granted.min(a.usage.saturating_add(a.want));
+        }
         let mut held = self.held.lock().expect("held");
         if let Some(m) = held.get_mut(&key) {
             if !g.ok {
@@ -346,8 +353,10 @@ impl QuotaMaster {
         let limited: Vec<(QuotaId, u64)> = totals
             .into_iter()
             .map(|(id, mine, total)| {
-                let limit = self.effective(&r.fsname, id, r.target.0, total);
-                let room = if limit == 0 {
+                let (limit, over_soft) = self.effective(&r.fsname, id, r.target.0, total);
+                let room = if over_soft {
+                    0
+                } else if limit == 0 {
                     u64::MAX / 4
                 } else {
                     limit.saturating_sub(total)
@@ -471,5 +480,77 @@ mod tests {
             2,
         );
         assert!(s.limited.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod grace_tests {
+    use super::*;
+    use nacre_types::QuotaKind;
+
+    #[test]
+    fn past_its_grace_a_soft_limit_takes_back_the_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = QuotaMaster::open(dir.path().join("q")).unwrap();
+        let id = QuotaId {
+            kind: QuotaKind::User,
+            id: 1001,
+        };
+        let mib = 1u64 << 20;
+        m.set_grace("fs", 1, 0).unwrap();
+        let limits = QuotaLimits {
+            block_soft: 2 * mib,
+            block_hard: 100 * mib,
+            ..Default::default()
+        };
+        m.set("fs", id, limits).unwrap();
+        let g = m.acquire(
+            &Acquire {
+                fsname: "fs".into(),
+                target: (TargetKind::Ost, 0),
+                id,
+                usage: 0,
+                granted: 0,
+                want: mib,
+            },
+            2,
+        );
+        assert!(g.ok && g.granted > 10 * mib, "{g:?}");
+        let report = |usage| SyncReport {
+            fsname: "fs".into(),
+            target: (TargetKind::Ost, 0),
+            ids: vec![(id, usage, g.granted)],
+        };
+        // Past the soft limit: its grace starts, and the target keeps only what it uses
+        // (each change past the soft limit asks the master).
+        let s = m.sync(&report(3 * mib), 2);
+        assert_eq!(s.limited, vec![(id, 3 * mib)]);
+        let more = m.acquire(
+            &Acquire {
+                fsname: "fs".into(),
+                target: (TargetKind::Ost, 0),
+                id,
+                usage: 3 * mib,
+                granted: 3 * mib,
+                want: mib,
+            },
+            2,
+        );
+        assert_eq!((more.ok, more.granted), (true, 4 * mib));
+        assert_ne!(m.view("fs", &[id], &[]).entries[0].block_soft_since, 0);
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+        // Over: nothing more.
+        let late = m.acquire(
+            &Acquire {
+                fsname: "fs".into(),
+                target: (TargetKind::Ost, 0),
+                id,
+                usage: 4 * mib,
+                granted: 4 * mib,
+                want: mib,
+            },
+            2,
+        );
+        assert!(!late.ok, "{late:?}");
     }
 }
