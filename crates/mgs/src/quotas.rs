@@ -161,6 +161,14 @@ impl QuotaMaster {
         Ok(())
     }
 
+    /// True if `id` of `fsname` has limits.
+    fn is_limited(&self, fsname: &str, id: QuotaId) -> bool {
+        let saved = self.saved.lock().expect("quotas");
+        saved
+            .get(fsname)
+            .is_some_and(|fs| fs.limits.contains_key(&id))
+    }
+
     /// The grace times and `ids`' limits and grants; `targets` are the file system's, of
     /// which those not told the latest limits are counted.
     pub fn view(&self, fsname: &str, ids: &[QuotaId], targets: &[(TargetKind, u32)]) -> QuotaView {
@@ -248,6 +256,10 @@ impl QuotaMaster {
 
     /// A target asks for more grant of an id.
     pub fn acquire(&self, a: &Acquire, targets: usize) -> Grant {
+        // Only limited ids are tracked (what a peer names cannot grow the master's memory).
+        if !self.is_limited(&a.fsname, a.id) {
+            return decide(0, 0, a.usage, a.want, targets, a.target.0);
+        }
         let key = (a.fsname.clone(), a.id);
         let (others, total) = {
             let mut held = self.held.lock().expect("held");
@@ -321,7 +333,11 @@ impl QuotaMaster {
         // limits' lock is never taken inside this one's).
         let totals: Vec<(QuotaId, Held, u64)> = {
             let mut held = self.held.lock().expect("held");
+            // Only the ids limited now are recorded (a report names at most those).
             for (id, usage, granted) in &r.ids {
+                if !limited.iter().any(|(l, _)| l == id) {
+                    continue;
+                }
                 held.entry((r.fsname.clone(), *id)).or_default().insert(
                     r.target,
                     Held {
@@ -368,10 +384,13 @@ impl QuotaMaster {
                 (id, keep)
             })
             .collect();
-        self.told
-            .lock()
-            .expect("told")
-            .insert((r.fsname.clone(), r.target), version);
+        // Only for a file system with quotas (a peer's names cannot grow the map).
+        if version != 0 {
+            self.told
+                .lock()
+                .expect("told")
+                .insert((r.fsname.clone(), r.target), version);
+        }
         // The target keeps no more than told: counted so at once.
         let mut held = self.held.lock().expect("held");
         for (id, keep) in &limited {
