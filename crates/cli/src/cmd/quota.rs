@@ -79,21 +79,8 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
             inode_s: parse_duration_s(&a.inode_grace).map_err(anyhow::Error::msg)?,
         }
     } else {
-        use nacre_policy::names::Db;
-        let id = match (&a.user, &a.group, a.project) {
-            (Some(u), _, _) => QuotaId {
-                kind: QuotaKind::User,
-                id: id_of(Db::User, "user", u)?,
-            },
-            (_, Some(g), _) => QuotaId {
-                kind: QuotaKind::Group,
-                id: id_of(Db::Group, "group", g)?,
-            },
-            (_, _, Some(p)) => QuotaId {
-                kind: QuotaKind::Project,
-                id: p,
-            },
-            _ => bail!("say whose limits: -u USER, -g GROUP, -p PROJECT (or -t for grace times)"),
+        let Some(id) = named_id(&a.user, &a.group, a.project)? else {
+            bail!("say whose limits: -u USER, -g GROUP, -p PROJECT (or -t for grace times)")
         };
         if id.id == 0 && id.kind != QuotaKind::Project {
             bail!("root's usage is counted but never limited (as in Lustre): no limits for {id}");
@@ -154,6 +141,22 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The id `-u`, `-g` or `-p` names (`None`: none given).
+fn named_id(
+    user: &Option<String>,
+    group: &Option<String>,
+    project: Option<u32>,
+) -> anyhow::Result<Option<QuotaId>> {
+    use nacre_policy::names::Db;
+    let (kind, id) = match (user, group, project) {
+        (Some(u), _, _) => (QuotaKind::User, id_of(Db::User, "user", u)?),
+        (_, Some(g), _) => (QuotaKind::Group, id_of(Db::Group, "group", g)?),
+        (_, _, Some(p)) => (QuotaKind::Project, p),
+        _ => return Ok(None),
+    };
+    Ok(Some(QuotaId { kind, id }))
+}
+
 /// A user or group given by name or number.
 fn id_of(db: nacre_policy::names::Db, what: &str, given: &str) -> anyhow::Result<u32> {
     if let Ok(n) = given.parse::<u32>() {
@@ -168,14 +171,10 @@ fn id_of(db: nacre_policy::names::Db, what: &str, given: &str) -> anyhow::Result
 
 /// The ids asked for: the one named, or the caller's user and group.
 fn ids_of(a: &QuotaArgs) -> anyhow::Result<Vec<QuotaId>> {
-    use nacre_policy::names::Db;
-    let one = |kind, id| vec![QuotaId { kind, id }];
-    Ok(match (&a.user, &a.group, a.project) {
-        (Some(u), _, _) => one(QuotaKind::User, id_of(Db::User, "user", u)?),
-        (_, Some(g), _) => one(QuotaKind::Group, id_of(Db::Group, "group", g)?),
-        (_, _, Some(p)) => one(QuotaKind::Project, p),
+    Ok(match named_id(&a.user, &a.group, a.project)? {
+        Some(id) => vec![id],
         // SAFETY: getuid and getgid cannot fail.
-        _ => unsafe {
+        None => unsafe {
             vec![
                 QuotaId {
                     kind: QuotaKind::User,
