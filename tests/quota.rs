@@ -289,3 +289,118 @@ fn each_kind_hits_edquot_at_its_limit_across_osts_and_mdts() {
     let used = quota_json(&src, &["-u", "1001"])["bytes"].as_u64().unwrap();
     assert!(used < 5 * mib, "{used}");
 }
+
+/// The first object file under `ost`'s `O` directory that holds data.
+fn an_object_with_data(ost: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let mut dirs = vec![ost.join("O")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                dirs.push(p);
+            } else if name.bytes().all(|b| b.is_ascii_digit()) && meta.blocks() > 0 {
+                return p;
+            }
+        }
+    }
+    panic!("no object with data under {}", ost.display());
+}
+
+#[test]
+fn lfsck_quota_finds_and_repairs_damaged_counts_on_mdts_and_osts() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("quotak"));
+    let src = fs.source();
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", s(&home)]);
+    for name in ["a", "b", "c"] {
+        let of = format!("of={}", s(&home.join(name)));
+        as_1000(&["dd", "if=/dev/zero", &of, "bs=1M", "count=2", "conv=fsync"]);
+    }
+    as_1000(&["touch", s(&home.join("d")), s(&home.join("e"))]);
+    let (bytes, inodes, _) = usage(&src, &["-u", "1000"]);
+    assert_eq!(inodes, 5);
+    let out = nacre_ok(&["lfsck", "--quota", "--dry-run", &src]);
+    assert!(out.contains(": 0 differences found"), "{out}");
+
+    // Damage: the MDT's recorded inodes of uid 1000 (its store changed while it is down),
+    // and blocks allocated to an object behind its OST's back.
+    fs.servers_mut()[0].kill9();
+    {
+        use nacre_kv::KvStore;
+        use nacre_mds::records;
+        let kv =
+            nacre_kv::FjallStore::open(&fs.data.join("mdt0").join("db"), &records::TABLES).unwrap();
+        let mut b = nacre_kv::Batch::new();
+        let id = nacre_types::QuotaId {
+            kind: nacre_types::QuotaKind::User,
+            id: 1000,
+        };
+        b.put(
+            nacre_mds::quota::QUOTA_USAGE,
+            id.to_key().to_vec(),
+            42u64.to_be_bytes().to_vec(),
+        );
+        let t = kv.commit(b).unwrap();
+        kv.wait_durable(t).unwrap();
+    }
+    fs.servers_mut()[0].restart();
+    let object = an_object_with_data(&fs.data.join("ost0"));
+    let falloc = Command::new("fallocate")
+        .args(["--keep-size", "-o", "16M", "-l", "1M", s(&object)])
+        .status()
+        .unwrap();
+    assert!(falloc.success());
+    wait_for("the MDT back", || {
+        nacre(&["quota", "--json", "-u", "1000", &src])
+            .status
+            .success()
+    });
+    let (b, i, _) = usage(&src, &["-u", "1000"]);
+    assert_eq!((b, i), (bytes, 42), "the damage shows");
+
+    // Found (the user on the MDT; the user, group and project — none, 0 — on the OST), not
+    // repaired.
+    let out = nacre(&["lfsck", "--quota", "--dry-run", &src]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "differences make a dry run fail: {text}"
+    );
+    assert!(text.contains(": 4 differences found"), "{text}");
+    assert!(
+        text.contains("-MDT0000 usr:1000: counted 5, recorded 42"),
+        "{text}"
+    );
+    let ost_line = format!(
+        "-OST0000 usr:1000: counted {}",
+        target(&usage(&src, &["-u", "1000"]).2, "OST0000") + (1 << 20)
+    );
+    assert!(text.contains(&ost_line), "{ost_line} in {text}");
+    assert!(text.contains("-OST0000 grp:1000"), "{text}");
+    assert!(text.contains("-OST0000 prj:0"), "{text}");
+    assert_eq!(
+        usage(&src, &["-u", "1000"]).1,
+        42,
+        "a dry run repairs nothing"
+    );
+
+    // Repaired: the counts are the truth, and stay so across a kill -9.
+    let out = nacre_ok(&["lfsck", "--quota", &src]);
+    assert!(out.contains(": 4 differences repaired"), "{out}");
+    let out = nacre_ok(&["lfsck", "--quota", "--dry-run", &src]);
+    assert!(out.contains(": 0 differences found"), "{out}");
+    let (b, i, _) = usage(&src, &["-u", "1000"]);
+    assert_eq!((b, i), (bytes + (1 << 20), 5));
+    fs.servers_mut()[0].kill9();
+    fs.servers_mut()[0].restart();
+    wait_for("the MDT back with the repaired count", || {
+        let out = nacre(&["quota", "--json", "-u", "1000", &src]);
+        out.status.success()
+            && serde_json::from_slice::<Value>(&out.stdout).unwrap()[0]["inodes"] == 5
+    });
+}

@@ -194,17 +194,26 @@ enum Command {
         #[arg(short = 'b', long)]
         batch: bool,
     },
-    /// Check the namespace across every MDT, like `lctl lfsck_start -t namespace`: reports
-    /// entries naming no inode, inodes no entry names, wrong link counts and wrong `..`.
-    /// Exits 1 when it finds any.
+    /// Check the file system, like `lctl lfsck_start`. `--namespace`: entries naming no
+    /// inode, inodes no entry names, wrong link counts and wrong `..` across every MDT
+    /// (reported; exits 1 when it finds any). `--quota`: every MDT's and OST's quota usage
+    /// against a recount of its inodes and objects, repaired (exits 1 with `--dry-run`
+    /// when any differs). Root only.
+    #[command(group(clap::ArgGroup::new("check").required(true).args(["namespace", "quota"])))]
     Lfsck {
-        /// Check the namespace (the only check so far).
-        #[arg(long, required = true)]
+        /// Check the namespace.
+        #[arg(long)]
         namespace: bool,
+        /// Check (and repair) the quota usage of every target.
+        #[arg(long)]
+        quota: bool,
+        /// With `--quota`: report differences, repair nothing.
+        #[arg(long, requires = "quota")]
+        dry_run: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
-        /// `MGS_NID:/FSNAME`, e.g. `10.0.0.1@tcp:/demo`.
+        /// `MGS_NID:/FSNAME` (e.g. `10.0.0.1@tcp:/demo`) or a path in a Nacre mount.
         source: String,
     },
     /// Move a target of a failover pair to the other server (Lustre: unmount it on one
@@ -477,7 +486,21 @@ fn main() {
             pool,
             path,
         } => df(path, human, inodes, json, pool),
-        Command::Lfsck { source, json, .. } => lfsck(&source, json),
+        Command::Lfsck {
+            source,
+            json,
+            namespace,
+            quota,
+            dry_run,
+        } => (|| {
+            if quota {
+                lfsck_quota(&source, json, !dry_run)?;
+            }
+            if namespace {
+                lfsck(&source, json)?;
+            }
+            Ok(())
+        })(),
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
         Command::Keygen(a) => keygen(a),

@@ -79,6 +79,27 @@ impl Client {
         Ok(out)
     }
 
+    /// Checks every target's quota usage against a recount of what it holds (`nacre lfsck
+    /// --quota`; root only), setting it to the count with `repair`: (target name, what it
+    /// found), MDTs first.
+    pub fn lfsck_quota(&self, repair: bool) -> Result<Vec<(String, nacre_types::QuotaCheck)>> {
+        if let Err(e) = self.refresh_config() {
+            tracing::debug!("configuration refresh: {e}");
+        }
+        let fs = self.fs_config();
+        let mut out = Vec::new();
+        for t in &fs.mdts {
+            match self.mdc(t.index)?.call(MdsOp::QuotaCheck { repair })? {
+                MdsReply::QuotaCheck(c) => out.push((t.name(), c)),
+                _ => return Err(Status::Proto.into()),
+            }
+        }
+        for t in &fs.osts {
+            out.push((t.name(), osc::quota_check(self, t.index, repair)?));
+        }
+        Ok(out)
+    }
+
     /// How full pool `pool` is: its OSTs' used space, less what the MDTs' queued destroys
     /// will free (docs/pools.md), against their total. `ENOENT` for a pool that does not
     /// exist; an OST of the pool that is not registered yet counts for nothing.

@@ -775,6 +775,16 @@ pub fn quota_usage(client: &Client, ost: u32, ids: &[nacre_types::QuotaId]) -> R
     }
 }
 
+/// OST `ost`'s quota check (`nacre lfsck --quota`), repairing with `repair`.
+pub fn quota_check(client: &Client, ost: u32, repair: bool) -> Result<nacre_types::QuotaCheck> {
+    let conn = client.osc(ost)?;
+    let req = OssRequest::QuotaCheck { repair };
+    match nacre_net::rpc::call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::current(req))? {
+        OssReply::QuotaCheck(c) if c.diffs.len() <= nacre_types::QuotaCheck::DIFFS_MAX => Ok(c),
+        _ => Err(Status::Proto.into()),
+    }
+}
+
 /// Capacity of OST `ost`.
 pub fn statfs(client: &Client, ost: u32) -> Result<StatFs> {
     let conn = client.osc(ost)?;

@@ -174,6 +174,7 @@ pub fn named(op: &MdsOp) -> Result<Vec<Fid>, Status> {
         MdsOp::Replay { op, .. } => named(op)?,
         MdsOp::ScanInodes { .. }
         | MdsOp::ScanDirents { .. }
+        | MdsOp::QuotaCheck { .. }
         | MdsOp::StatMany { .. }
         | MdsOp::ScanStats { .. }
         | MdsOp::ChangelogRegister { .. }

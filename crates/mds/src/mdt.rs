@@ -52,7 +52,7 @@ pub struct Mdt {
     pub osts: Arc<OstPool>,
     /// Quota enforcement on this MDT's inodes (nacre_quota).
     pub quota: Arc<nacre_quota::Slave>,
-    write_lock: Mutex<AllocState>,
+    pub(crate) write_lock: Mutex<AllocState>,
     opens: Mutex<HashMap<Fid, u32>>,
     /// Wakes the destroy thread.
     pub destroy_signal: (Mutex<bool>, Condvar),

@@ -117,6 +117,8 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         | MdsOp::RenameLock { .. }
         | MdsOp::ScanInodes { .. }
         | MdsOp::ScanDirents { .. }
+        // Quota counts checked and repaired (`nacre lfsck --quota`).
+        | MdsOp::QuotaCheck { .. }
         // Changelogs and fid2path show every change and name: root's, as in Lustre.
         | MdsOp::ChangelogRegister { .. }
         | MdsOp::ChangelogDeregister { .. }

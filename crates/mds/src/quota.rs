@@ -30,6 +30,11 @@ pub fn load(kv: &dyn KvStore) -> Result<Counts, Status> {
         tracing::info!("quotas: the inodes of {} ids counted", counts.len());
         return Ok(counts);
     }
+    read_table(kv)
+}
+
+/// The counts as the table records them.
+fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
     let mut counts = Counts::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
@@ -76,6 +81,36 @@ pub fn count(kv: &dyn KvStore) -> Result<Counts, Status> {
 }
 
 impl crate::mdt::Mdt {
+    /// [`nacre_wire::mds::MdsOp::QuotaCheck`]: counts every inode again and compares with
+    /// the table (and the counts in memory); with `repair`, the count replaces both,
+    /// durably. Holds the MDT's write lock while it counts (changes wait: the count and
+    /// the table are of the same moment).
+    pub fn quota_check(&self, repair: bool) -> Result<nacre_wire::mds::MdsReply, Status> {
+        let mut alloc = self.write_lock.lock().expect("write lock");
+        let counted = count(&*self.kv)?;
+        let table = read_table(&*self.kv)?;
+        let mut check = nacre_types::QuotaCheck::compare(&counted, &table);
+        if check.diffs_total == 0 && alloc.quota != table {
+            // The table is right but memory is not: reported as the table's.
+            check = nacre_types::QuotaCheck::compare(&counted, &alloc.quota);
+        }
+        if repair && check.diffs_total > 0 {
+            let mut b = Batch::new();
+            for q in table.keys().filter(|q| !counted.contains_key(q)) {
+                b.delete(QUOTA_USAGE, q.to_key().to_vec());
+            }
+            for (q, n) in &counted {
+                b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
+            }
+            let t = self.kv.commit(b).map_err(kv_err)?;
+            self.kv.wait_durable(t).map_err(kv_err)?;
+            alloc.quota = counted;
+            check.repaired = true;
+            tracing::warn!("quota usage of {} ids repaired", check.diffs_total);
+        }
+        Ok(nacre_wire::mds::MdsReply::QuotaCheck(check))
+    }
+
     /// [`nacre_wire::mds::MdsOp::QuotaUsage`]: the inodes of each of `ids` here.
     pub fn quota_usage(&self, ids: &[QuotaId]) -> Result<nacre_wire::mds::MdsReply, Status> {
         if ids.len() > nacre_wire::oss::QUOTA_IDS_MAX {

@@ -49,6 +49,7 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         MdsOp::ScanStats { after, count } => ops::scan::scan_stats(mdt, *after, *count),
         MdsOp::DestroyPending => Ok(MdsReply::DestroyPending(mdt.destroy_space.by_ost())),
         MdsOp::QuotaUsage { ids } => mdt.quota_usage(ids),
+        MdsOp::QuotaCheck { repair } => mdt.quota_check(*repair),
         _ => Err(Status::Proto),
     }
 }

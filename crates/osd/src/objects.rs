@@ -153,6 +153,31 @@ impl ObjectStore {
         &self.usage
     }
 
+    /// Counts every object again and compares with the usage kept (`nacre lfsck
+    /// --quota`); with `repair`, the count replaces it. Every change of the store waits
+    /// while it counts (all change locks are held: the count and the usage it is compared
+    /// with are of the same moment).
+    pub fn quota_check(&self, repair: bool) -> std::io::Result<nacre_types::QuotaCheck> {
+        let _all: Vec<_> = self
+            .change_locks
+            .iter()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        let (counted, objects) = crate::usage::Usage::count(&self.root)?;
+        let mut check =
+            nacre_types::QuotaCheck::compare(&counted.snapshot(), &self.usage.snapshot());
+        if repair && check.diffs_total > 0 {
+            self.usage.replace(counted);
+            check.repaired = true;
+            tracing::warn!(
+                "{}: quota usage of {} ids repaired ({objects} objects counted)",
+                self.root.display(),
+                check.diffs_total
+            );
+        }
+        Ok(check)
+    }
+
     /// Runs `change` of object `o` (under its change lock), charging the space it took or
     /// freed to the object's owner (`default` if none is recorded; the change may record
     /// one).

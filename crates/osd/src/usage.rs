@@ -57,6 +57,17 @@ impl Usage {
         v
     }
 
+    /// A copy of the map.
+    pub fn snapshot(&self) -> HashMap<QuotaId, u64> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Takes `other`'s counts as its own (a repair).
+    pub fn replace(&self, other: Usage) {
+        let counted = other.map.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.map.lock().unwrap_or_else(|e| e.into_inner()) = counted;
+    }
+
     /// Counts every object under `root/O` (its blocks, charged to its recorded owner).
     /// Returns the usage and the objects counted.
     pub fn count(root: &Path) -> std::io::Result<(Usage, u64)> {
@@ -158,6 +169,45 @@ mod tests {
             store.destroy(obj(id)).unwrap();
         }
         assert_eq!(recount(&store), Vec::new());
+    }
+
+    #[test]
+    fn a_check_finds_blocks_changed_behind_the_store_and_repairs_them() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::ObjectStore::open(dir.path()).unwrap();
+        let alice = Owner {
+            uid: 1000,
+            gid: 100,
+            project: 7,
+        };
+        let obj = ObjectId { seq: 0, id: 1 };
+        let data = nacre_types::AlignedBuf::zeroed(1 << 20);
+        store.write(obj, 0, &data, alice).unwrap();
+        assert_eq!(store.quota_check(false).unwrap().diffs_total, 0);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(store.path(obj))
+            .unwrap();
+        f.write_all(&[7; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let user = QuotaId {
+            kind: QuotaKind::User,
+            id: 1000,
+        };
+        let before = store.usage().of(user);
+        let found = store.quota_check(false).unwrap();
+        assert_eq!(found.diffs_total, 3, "{found:?}");
+        assert!(!found.repaired);
+        assert!(found.diffs.contains(&(user, before + (1 << 20), before)));
+        assert_eq!(
+            store.usage().of(user),
+            before,
+            "a check alone repairs nothing"
+        );
+        assert!(store.quota_check(true).unwrap().repaired);
+        assert_eq!(store.usage().of(user), before + (1 << 20));
+        assert_eq!(store.quota_check(false).unwrap().diffs_total, 0);
     }
 
     #[test]

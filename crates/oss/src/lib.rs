@@ -365,6 +365,16 @@ impl OssHandler {
                 let usage = ost.store.usage();
                 OssReply::QuotaUsage(ids.iter().map(|q| usage.of(*q)).collect())
             }
+            OssRequest::QuotaCheck { repair } => {
+                if !call.cred.is_root() {
+                    return Err(Status::Perm);
+                }
+                OssReply::QuotaCheck(
+                    ost.store
+                        .quota_check(repair)
+                        .map_err(|e| Status::from_io(&e))?,
+                )
+            }
             OssRequest::Destroy { objects } => {
                 for o in objects {
                     ost.store.destroy(o).map_err(io)?;

@@ -26,6 +26,6 @@ pub use cred::{Cred, Owner};
 pub use fid::{Fid, ObjectId};
 pub use layout::{Layout, LayoutError, PoolName, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};
-pub use quota::{QuotaId, QuotaKind};
+pub use quota::{QuotaCheck, QuotaId, QuotaKind};
 pub use status::Status;
 pub use target::{target_name, TargetKind};

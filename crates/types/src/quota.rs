@@ -42,6 +42,50 @@ impl QuotaKind {
     }
 }
 
+/// What a target's quota check (`nacre lfsck --quota`) found: the ids whose recorded usage
+/// differs from a recount of what they own there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaCheck {
+    /// Ids counted (with any usage, recorded or counted).
+    pub ids: u64,
+    /// Differences: (id, counted, recorded), at most [`QuotaCheck::DIFFS_MAX`] of them.
+    pub diffs: Vec<(QuotaId, u64, u64)>,
+    /// Differences in all (more than `diffs` lists when past its bound).
+    pub diffs_total: u64,
+    /// True if the recorded usage was set to the count.
+    pub repaired: bool,
+}
+
+impl QuotaCheck {
+    /// Most differences one target lists.
+    pub const DIFFS_MAX: usize = 1_024;
+
+    /// Compares `counted` with `recorded` (ids in either).
+    pub fn compare(
+        counted: &std::collections::HashMap<QuotaId, u64>,
+        recorded: &std::collections::HashMap<QuotaId, u64>,
+    ) -> QuotaCheck {
+        let mut ids: Vec<QuotaId> = counted.keys().chain(recorded.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut check = QuotaCheck {
+            ids: ids.len() as u64,
+            ..QuotaCheck::default()
+        };
+        for id in ids {
+            let c = counted.get(&id).copied().unwrap_or(0);
+            let r = recorded.get(&id).copied().unwrap_or(0);
+            if c != r {
+                check.diffs_total += 1;
+                if check.diffs.len() < QuotaCheck::DIFFS_MAX {
+                    check.diffs.push((id, c, r));
+                }
+            }
+        }
+        check
+    }
+}
+
 /// A user, group or project.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct QuotaId {

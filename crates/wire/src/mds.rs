@@ -529,6 +529,13 @@ pub enum MdsOp {
         /// Users, groups, projects.
         ids: Vec<nacre_types::QuotaId>,
     },
+    /// Counts this MDT's inodes again and compares with its quota usage (`nacre lfsck
+    /// --quota`); with `repair`, sets the usage to the count. Root only. Reply:
+    /// [`MdsReply::QuotaCheck`].
+    QuotaCheck {
+        /// Set the usage to the count.
+        repair: bool,
+    },
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -687,6 +694,7 @@ impl MdsOp {
             | MdsOp::ScanStats { .. }
             | MdsOp::DestroyPending
             | MdsOp::QuotaUsage { .. }
+            | MdsOp::QuotaCheck { .. }
             | MdsOp::ChangelogRegister { .. }
             | MdsOp::ChangelogDeregister { .. }
             | MdsOp::ChangelogClear { .. }
@@ -773,6 +781,7 @@ impl MdsOp {
                 MdsOp::ScanStats { .. } => 57,
                 MdsOp::DestroyPending => 58,
                 MdsOp::QuotaUsage { .. } => 59,
+                MdsOp::QuotaCheck { .. } => 60,
             }
     }
 
@@ -816,6 +825,7 @@ impl MdsOp {
                 | MdsOp::ScanStats { .. }
                 | MdsOp::DestroyPending
                 | MdsOp::QuotaUsage { .. }
+                | MdsOp::QuotaCheck { .. }
                 | MdsOp::GetDirStripe { .. }
                 | MdsOp::GetDirDefault { .. }
                 // Idempotent by construction, committed by their own transaction.

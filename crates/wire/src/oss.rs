@@ -230,6 +230,13 @@ pub enum OssRequest {
         /// Users, groups, projects.
         ids: Vec<nacre_types::QuotaId>,
     },
+    /// Counts this OST's objects again and compares with its quota usage (`nacre lfsck
+    /// --quota`); with `repair`, sets the usage to the count. Root only. Reply:
+    /// [`OssReply::QuotaCheck`].
+    QuotaCheck {
+        /// Set the usage to the count.
+        repair: bool,
+    },
 }
 
 /// Most ids one quota request names.
@@ -309,6 +316,8 @@ pub enum OssReply {
     },
     /// Usage of the ids a [`OssRequest::QuotaUsage`] asked for, in order.
     QuotaUsage(Vec<u64>),
+    /// What a [`OssRequest::QuotaCheck`] found (and repaired).
+    QuotaCheck(nacre_types::QuotaCheck),
 }
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
@@ -348,6 +357,7 @@ impl OssRequest {
             | OssRequest::Fence { .. }
             | OssRequest::DataVersion { .. }
             | OssRequest::QuotaUsage { .. }
+            | OssRequest::QuotaCheck { .. }
             | OssRequest::Disconnect => None,
         }
     }
@@ -374,6 +384,7 @@ impl OssRequest {
             OssRequest::Fence { .. } => 0x0311,
             OssRequest::DataVersion { .. } => 0x0312,
             OssRequest::QuotaUsage { .. } => 0x0313,
+            OssRequest::QuotaCheck { .. } => 0x0314,
         }
     }
 }
@@ -493,6 +504,7 @@ mod tests {
                 OssRequest::Fence { objects: objects.clone(), generation: uid },
                 OssRequest::DataVersion { objects: objects.clone(), flush: uid & 1 == 0 },
                 OssRequest::QuotaUsage { ids: nacre_types::QuotaId::of_owner(owner).to_vec() },
+                OssRequest::QuotaCheck { repair: uid & 1 == 0 },
                 OssRequest::LockPoll { wait_ms: ids[0], epoch: u64::from(uid) },
                 OssRequest::LockCancel { handles: ids.clone() },
                 OssRequest::Enqueue { object: objects[0], start: ids[0], end: u64::MAX,
@@ -529,6 +541,12 @@ mod tests {
                 OssReply::Replayed { refused: ids.clone(), changed: objects.clone() },
                 OssReply::Versions { epoch: u64::from(uid), versions: ids.clone() },
                 OssReply::QuotaUsage(ids.clone()),
+                OssReply::QuotaCheck(nacre_types::QuotaCheck {
+                    ids: ids.len() as u64,
+                    diffs: nacre_types::QuotaId::of_owner(owner).iter().map(|q| (*q, ids[0], u64::from(gid))).collect(),
+                    diffs_total: u64::from(uid),
+                    repaired: gid & 1 == 0,
+                }),
             ] {
                 let bytes = encode_body(&reply);
                 prop_assert_eq!(decode_body::<OssReply>(&bytes).unwrap(), reply);

@@ -176,6 +176,8 @@ pub enum MdsReply {
     DestroyPending(Vec<(u32, u64)>),
     /// Inodes of each id a [`crate::mds::MdsOp::QuotaUsage`] asked for, in order.
     QuotaUsage(Vec<u64>),
+    /// What a [`crate::mds::MdsOp::QuotaCheck`] found (and repaired).
+    QuotaCheck(nacre_types::QuotaCheck),
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -224,6 +226,9 @@ impl MdsReply {
                 new.check().map_err(|e| e.to_string())
             }
             MdsReply::DirStripe(Some(s)) => s.check(),
+            MdsReply::QuotaCheck(c) if c.diffs.len() > nacre_types::QuotaCheck::DIFFS_MAX => {
+                Err(format!("a quota check of {} differences", c.diffs.len()))
+            }
             MdsReply::Dir { entries, .. } => {
                 if entries.len() > READDIR_ENTRIES_MAX as usize {
                     return Err(format!("directory page of {} entries", entries.len()));

@@ -748,6 +748,25 @@ proptest! {
             prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
         }
         prop_assert_eq!(decode_body::<MdsOp>(&encode_body(&MdsOp::DestroyPending)).unwrap(), MdsOp::DestroyPending);
+        let op = MdsOp::QuotaCheck { repair: seqs.len() % 2 == 0 };
+        prop_assert!(!op.is_modifying());
+        prop_assert_eq!(decode_body::<MdsOp>(&encode_body(&op)).unwrap(), op);
+        let check = MdsReply::QuotaCheck(nacre_types::QuotaCheck {
+            ids: ids.len() as u64,
+            diffs: ids.iter().map(|q| (*q, u64::from(q.id), 0)).collect(),
+            diffs_total: ids.len() as u64 + extra as u64,
+            repaired: true,
+        });
+        let bytes = encode_body(&check);
+        prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), check);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+        }
+        let many = MdsReply::QuotaCheck(nacre_types::QuotaCheck {
+            diffs: vec![(ids.first().copied().unwrap_or(nacre_types::QuotaId { kind: nacre_types::QuotaKind::User, id: 1 }), 1, 0); nacre_types::QuotaCheck::DIFFS_MAX + 1 + extra],
+            ..nacre_types::QuotaCheck::default()
+        });
+        prop_assert!(decode_body::<MdsReply>(&encode_body(&many)).unwrap().check().is_err());
         // More inodes than one answer may carry: refused by the client's check.
         let many = MdsReply::Stats { stats: vec![stat(Fid::ROOT); STATS_MAX + 1 + extra], eof: true };
         prop_assert!(decode_body::<MdsReply>(&encode_body(&many)).unwrap().check().is_err());
