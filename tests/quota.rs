@@ -129,9 +129,33 @@ fn usage_follows_owners_groups_and_projects_and_survives_kill9_of_every_server()
         i == 5 && b >= 3 << 20
     });
 
+    // A migration to another OST moves the bytes with the objects (the new ones are
+    // charged to the file's owner, group and project; the old ones freed once destroyed).
+    // Data, not zeros: a migration copies zeros as holes.
+    let out = Command::new("setpriv")
+        .args(["--reuid=1002", "--regid=1002", "--clear-groups", "--"])
+        .args(["dd", "if=/dev/urandom", "bs=1M", "count=2", "conv=fsync"])
+        .arg(format!("of={}", s(&home.join("r"))))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (b1002, _, per) = usage(&src, &["-u", "1002"]);
+    assert!(target(&per, "OST0000") >= 1 << 20, "{per:?}");
+    nacre_ok(&["pool", "new", "quotan.one"]);
+    nacre_ok(&["pool", "add", "quotan.one", "OST1"]);
+    nacre_ok(&["migrate", "-p", "one", s(&home.join("r"))]);
+    wait_for("r's bytes all on OST0001", || {
+        let (b, _, per) = usage(&src, &["-u", "1002"]);
+        target(&per, "OST0000") == 0
+            && b == target(&per, "OST0001")
+            && b.abs_diff(b1002) <= 64 << 10
+    });
+    let (g, _, _) = usage(&src, &["-g", "1002"]);
+    assert!(g.abs_diff(b1002) <= 64 << 10, "{g} {b1002}");
+
     // Exactly the same after a kill -9 of every server process (MDTs count in their
     // transactions; OSTs count their objects at start).
-    let expect: Vec<_> = ["-u 1000", "-u 1001", "-g 1000", "-p 77", "-p 0"]
+    let expect: Vec<_> = ["-u 1000", "-u 1001", "-u 1002", "-g 1000", "-p 77", "-p 0"]
         .iter()
         .map(|w| {
             let who: Vec<&str> = w.split(' ').collect();
@@ -155,7 +179,7 @@ fn usage_follows_owners_groups_and_projects_and_survives_kill9_of_every_server()
     // Removals give everything back (the OSTs' bytes once their objects are destroyed).
     std::fs::remove_dir_all(&home).unwrap();
     wait_for("nothing used", || {
-        ["-u 1000", "-u 1001", "-p 77"].iter().all(|w| {
+        ["-u 1000", "-u 1001", "-u 1002", "-p 77"].iter().all(|w| {
             let who: Vec<&str> = w.split(' ').collect();
             let (b, i, _) = usage(&src, &who);
             (b, i) == (0, 0)
@@ -403,4 +427,145 @@ fn lfsck_quota_finds_and_repairs_damaged_counts_on_mdts_and_osts() {
         out.status.success()
             && serde_json::from_slice::<Value>(&out.stdout).unwrap()[0]["inodes"] == 5
     });
+}
+
+/// `dd` of `mib` MiB of zeros into `path` as `who`, with no fsync: its success and stderr.
+fn dd_cached(who: u32, path: &Path, mib: u32) -> (bool, String) {
+    let of = format!("of={}", s(path));
+    let count = format!("count={mib}");
+    as_user(who, &["dd", "if=/dev/zero", &of, "bs=1M", &count])
+}
+
+/// `dd` as [`dd_cached`], with `conv=fsync`.
+fn dd_synced(who: u32, path: &Path, mib: u32) -> (bool, String) {
+    let of = format!("of={}", s(path));
+    let count = format!("count={mib}");
+    as_user(
+        who,
+        &["dd", "if=/dev/zero", &of, "bs=1M", &count, "conv=fsync"],
+    )
+}
+
+#[test]
+fn near_a_limit_writes_go_synchronous_so_edquot_reaches_write() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("quotaw"));
+    let src = fs.source();
+    let pid = fs.client_pid();
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    nacre_ok(&["setstripe", "-c", "2", "-S", "1M", s(&home)]);
+    let mib = 1u64 << 20;
+    let wb = |what: &str| -> u64 {
+        let text = nacre_testkit::get_param(pid, "llite.quotaw.writeback");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{what} ")))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what} in {text}"))
+    };
+
+    // Far from any limit, writes are kept (write-behind).
+    nacre_ok(&["setquota", "-u", "1001", "-B", "10G", &src]);
+    let kept = wb("writes_kept");
+    let (ok, err) = dd_cached(1001, &home.join("far"), 8);
+    assert!(ok, "{err}");
+    assert!(wb("writes_kept") > kept, "write-behind far from a limit");
+    assert_eq!(wb("writes_quota_sync"), 0);
+
+    // 8 MiB: the OSTs say the user is near it from the first write, so the writes after
+    // it go through and dd's write(2) itself fails (not its close).
+    nacre_ok(&["setquota", "-u", "1000", "-B", "8M", &src]);
+    let (ok, err) = dd_cached(1000, &home.join("near"), 20);
+    assert!(!ok, "20 MiB past an 8 MiB limit");
+    assert!(
+        err.contains("error writing") && err.contains("Disk quota exceeded"),
+        "EDQUOT at write(2): {err}"
+    );
+    assert!(wb("writes_quota_sync") > 0);
+    let used = quota_json(&src, &["-u", "1000"])["bytes"].as_u64().unwrap();
+    assert!((7 * mib..=8 * mib).contains(&used), "{used}");
+    // The limit lifted, the next writes say so and write-behind comes back.
+    nacre_ok(&["setquota", "-u", "1000", "-B", "0", &src]);
+    std::fs::remove_file(home.join("near")).unwrap();
+    let (ok, err) = dd_cached(1000, &home.join("again"), 4);
+    assert!(ok, "{err}");
+    let sync = wb("writes_quota_sync");
+    let kept = wb("writes_kept");
+    let (ok, err) = dd_cached(1000, &home.join("kept"), 8);
+    assert!(ok, "{err}");
+    assert!(wb("writes_kept") > kept, "write-behind back");
+    assert!(
+        wb("writes_quota_sync") <= sync + 2,
+        "at most a write per OST before the word"
+    );
+}
+
+#[test]
+fn pool_limits_hold_on_their_osts_beside_the_overall_limit() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(3).fsname("quotap"));
+    let src = fs.source();
+    for (p, osts) in [("flash", "OST0"), ("cap", "OST[1-2]")] {
+        nacre_ok(&["pool", "new", &format!("quotap.{p}")]);
+        nacre_ok(&["pool", "add", &format!("quotap.{p}"), osts]);
+    }
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    for (d, pool, count) in [("f", "flash", "1"), ("c", "cap", "2")] {
+        let dir = home.join(d);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        nacre_ok(&["setstripe", "-p", pool, "-c", count, "-S", "1M", s(&dir)]);
+    }
+    let mib = 1u64 << 20;
+    let pool_json = |pool: &str| -> Value {
+        let out = nacre_ok(&["quota", "--json", "-u", "1000", "--pool", pool, &src]);
+        serde_json::from_str::<Value>(&out).unwrap()[0].clone()
+    };
+
+    // Bad requests are clear errors.
+    let bad = nacre(&["setquota", "-u", "1000", "--pool", "flash", "-I", "5", &src]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("blocks only"));
+    let bad = nacre(&[
+        "setquota", "-u", "1000", "--pool", "nosuch", "-B", "1M", &src,
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no pool nosuch"));
+
+    // 4 MiB on the flash pool: its OST stops the user there, the other pool does not.
+    nacre_ok(&[
+        "setquota", "-u", "1000", "--pool", "flash", "-B", "4M", &src,
+    ]);
+    let (ok, err) = dd_cached(1000, &home.join("f/big"), 6);
+    assert!(!ok && err.contains("Disk quota exceeded"), "{err}");
+    let flash = pool_json("flash");
+    assert_eq!(flash["block_hard"], 4 * mib);
+    let in_flash = flash["bytes"].as_u64().unwrap();
+    assert!((3 * mib..=4 * mib).contains(&in_flash), "{flash}");
+    let (ok, err) = dd_synced(1000, &home.join("c/big"), 6);
+    assert!(ok, "another pool is not limited: {err}");
+    let all = quota_json(&src, &["-u", "1000"]);
+    assert_eq!(all["pools"][0]["pool"], "flash", "{all}");
+    assert_eq!(all["pools"][0]["bytes"], in_flash, "{all}");
+    assert!(all["bytes"].as_u64().unwrap() >= in_flash + 6 * mib);
+
+    // The overall limit applies too, on every OST.
+    let used = all["bytes"].as_u64().unwrap();
+    let overall = format!("{}M", used / mib + 3);
+    nacre_ok(&["setquota", "-u", "1000", "-B", &overall, &src]);
+    let (ok, err) = dd_cached(1000, &home.join("c/more"), 8);
+    assert!(!ok && err.contains("Disk quota exceeded"), "{err}");
+    let used = quota_json(&src, &["-u", "1000"])["bytes"].as_u64().unwrap();
+    assert!(used <= (used / mib + 3) * mib + 64 * 1024, "{used}");
+
+    // The pool's limit removed: only the overall one is left.
+    nacre_ok(&["setquota", "-u", "1000", "-B", "0", &src]);
+    nacre_ok(&["setquota", "-u", "1000", "--pool", "flash", "-B", "0", &src]);
+    let (ok, err) = dd_synced(1000, &home.join("f/big2"), 6);
+    assert!(ok, "{err}");
+    assert!(quota_json(&src, &["-u", "1000"])["pools"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 }

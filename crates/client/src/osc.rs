@@ -316,11 +316,17 @@ pub(crate) fn write_subs(
     let replies = match window.finish() {
         Ok(r) => r,
         Err(e) => {
+            if e.status() == Status::DQuot {
+                client.writeback.quota_refused(owner);
+            }
             client.read_done(fid.unwrap_or_default(), asked);
             return Err(e);
         }
     };
     for (tag, reply, _) in replies {
+        if let OssReply::Written { sync_ids, .. } = &reply {
+            client.writeback.quota_reply(owner, *sync_ids);
+        }
         if let (
             OssReply::Written {
                 lock, grant_added, ..

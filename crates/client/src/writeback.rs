@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 pub const DIRTY_BYTES_PER_OST_MAX: u64 = 64 << 20;
 /// Data kept this long without a new write to its object is written.
 pub const IDLE_FLUSH_MS: u64 = 1_000;
+/// How long an id an OST said is near its quota limit has its data written synchronously
+/// unless a reply says otherwise sooner.
+pub const QUOTA_SYNC_MS: u64 = 30_000;
 /// Pieces shorter than this are extended by the next write that starts where they end
 /// (gathered in place instead of kept apart).
 const PIECE_GATHER_BYTES: usize = 1 << 20;
@@ -161,6 +164,9 @@ struct State {
     grant: HashMap<u32, u64>,
     /// What the OSTs did not take, per file, reported once.
     errors: HashMap<Fid, Status>,
+    /// Users, groups and projects near a quota limit (OST replies say so, or an `EDQUOT`):
+    /// their data is written synchronously until then, so `EDQUOT` reaches `write(2)`.
+    quota_sync: HashMap<nacre_types::QuotaId, Instant>,
     running: bool,
     stop: bool,
 }
@@ -180,6 +186,8 @@ pub struct WritebackStats {
     pub waits: AtomicU64,
     /// Bytes lost (errors, eviction).
     pub lost_bytes: AtomicU64,
+    /// Writes that went through because their owner is near a quota limit.
+    pub quota_sync: AtomicU64,
 }
 
 /// The client's write-behind.
@@ -393,6 +401,10 @@ impl Writeback {
     ) -> Option<Vec<u8>> {
         let n = data.len() as u64;
         let mut st = self.st.lock();
+        if !st.quota_sync.is_empty() && near_quota(&mut st.quota_sync, owner) {
+            self.stats.quota_sync.fetch_add(1, Ordering::Relaxed);
+            return Some(data);
+        }
         let mut waited = false;
         loop {
             if st.grant.get(&key.0).copied().unwrap_or(0) < n || st.stop {
@@ -438,6 +450,44 @@ impl Writeback {
             self.cv.notify_all();
         }
         None
+    }
+}
+
+/// True if one of `owner`'s ids is near a quota limit (entries past their time dropped).
+fn near_quota(sync: &mut HashMap<nacre_types::QuotaId, Instant>, owner: Owner) -> bool {
+    let now = Instant::now();
+    sync.retain(|_, until| *until > now);
+    nacre_types::QuotaId::of_owner(owner)
+        .iter()
+        .any(|q| sync.contains_key(q))
+}
+
+impl Writeback {
+    /// An OST's word on `owner`'s ids after a write (`sync_ids`: bits 1, 2, 4 for its
+    /// user, group and project near a limit).
+    pub(crate) fn quota_reply(&self, owner: Owner, sync_ids: u8) {
+        let mut st = self.st.lock();
+        if sync_ids == 0 && st.quota_sync.is_empty() {
+            return;
+        }
+        let until = Instant::now() + Duration::from_millis(QUOTA_SYNC_MS);
+        for (i, q) in nacre_types::QuotaId::of_owner(owner).iter().enumerate() {
+            if sync_ids & (1 << i) != 0 {
+                st.quota_sync.insert(*q, until);
+            } else {
+                st.quota_sync.remove(q);
+            }
+        }
+    }
+
+    /// A write of `owner`'s data was refused `EDQUOT`: all its ids are written
+    /// synchronously for a while (which one is at its limit is not said).
+    pub(crate) fn quota_refused(&self, owner: Owner) {
+        let until = Instant::now() + Duration::from_millis(QUOTA_SYNC_MS);
+        let mut st = self.st.lock();
+        for q in nacre_types::QuotaId::of_owner(owner) {
+            st.quota_sync.insert(q, until);
+        }
     }
 }
 
@@ -787,10 +837,23 @@ fn finish(
     if let Some(d) = st.dirty.get_mut(&key.0) {
         *d -= len.min(*d);
     }
+    let owner = st.objs.get(&key).map(|o| o.owner);
     match &result {
-        Ok((OssReply::Written { grant_added, .. }, _)) => {
+        Ok((
+            OssReply::Written {
+                grant_added,
+                sync_ids,
+                ..
+            },
+            _,
+        )) => {
             *st.grant.entry(key.0).or_default() += grant_added;
             c.writeback.stats.bytes.fetch_add(len, Ordering::Relaxed);
+            if let (Some(owner), true) = (owner, *sync_ids != 0 || !st.quota_sync.is_empty()) {
+                drop(st);
+                c.writeback.quota_reply(owner, *sync_ids);
+                st = c.writeback.st.lock();
+            }
         }
         Ok(_) => {
             st.errors.insert(fid, Status::Proto);
@@ -804,6 +867,11 @@ fn finish(
             // Lost to an eviction: an I/O error, as on any file system that lost data.
             let status = if evicted { Status::Io } else { e.status() };
             st.errors.insert(fid, status);
+            if let (Some(owner), Status::DQuot) = (owner, status) {
+                drop(st);
+                c.writeback.quota_refused(owner);
+                st = c.writeback.st.lock();
+            }
         }
     }
     if let Some(o) = st.objs.get_mut(&key) {

@@ -353,14 +353,24 @@ impl Mgs {
         })
     }
 
-    /// Targets of `kind` registered for `fsname` (at least 1).
-    fn targets_of(&self, fsname: &str, kind: TargetKind) -> usize {
-        self.config(fsname)
-            .map_or(1, |c| match kind {
-                TargetKind::Mdt => c.mdts.len(),
-                _ => c.osts.len(),
-            })
-            .max(1)
+    /// How many targets share `target`'s quota keys of `pool` (quotas): with no pool, the
+    /// targets of its kind registered for `fsname` (at least 1); with one, the pool's OSTs,
+    /// or `None` if `target` is not one of them.
+    fn sharing(&self, fsname: &str, target: (TargetKind, u32), pool: PoolName) -> Option<usize> {
+        let config = self.config(fsname);
+        if pool.is_none() {
+            return Some(
+                config
+                    .map_or(1, |c| match target.0 {
+                        TargetKind::Mdt => c.mdts.len(),
+                        _ => c.osts.len(),
+                    })
+                    .max(1),
+            );
+        }
+        let config = config?;
+        let members = &config.pool(pool)?.osts;
+        (target.0 == TargetKind::Ost && members.contains(&target.1)).then_some(members.len())
     }
 
     /// The configuration of `fsname`.
@@ -412,19 +422,34 @@ impl Handler for Mgs {
                 Ok(MgsReply::Params { version, params })
             }
             MgsRequest::GetNodemaps => Ok(MgsReply::Nodemaps(self.nodemaps())),
-            MgsRequest::QuotaSet { fsname, id, limits } => self
+            MgsRequest::QuotaSet {
+                fsname,
+                key,
+                limits,
+            } => self
                 .admin_peer(&req.peer)
                 .and_then(|()| {
-                    self.quotas.set(&fsname, id, limits).map_err(|e| match e {
+                    let known = key.pool.is_none()
+                        || self
+                            .config(&fsname)
+                            .is_some_and(|c| c.pool(key.pool).is_some());
+                    if !known {
+                        return Err(Status::NoEnt);
+                    }
+                    self.quotas.set(&fsname, key, limits).map_err(|e| match e {
                         quotas::QuotaError::Io => Status::Io,
                         quotas::QuotaError::TooMany => Status::TooBig,
-                        quotas::QuotaError::SoftAboveHard | quotas::QuotaError::Root => {
-                            Status::Inval
-                        }
+                        quotas::QuotaError::SoftAboveHard
+                        | quotas::QuotaError::Root
+                        | quotas::QuotaError::PoolInodes => Status::Inval,
                     })
                 })
                 .map(|()| {
-                    MgsReply::Quotas(self.quotas.view(&fsname, &[id], &self.all_targets(&fsname)))
+                    MgsReply::Quotas(self.quotas.view(
+                        &fsname,
+                        &[key.id],
+                        &self.all_targets(&fsname),
+                    ))
                 }),
             MgsRequest::QuotaGrace {
                 fsname,
@@ -452,13 +477,13 @@ impl Handler for Mgs {
                 }
             }
             MgsRequest::QuotaAcquire(a) => {
-                let n = self.targets_of(&a.fsname, a.target.0);
+                let n = self.sharing(&a.fsname, a.target, a.key.pool).unwrap_or(0);
                 Ok(MgsReply::QuotaGrant(self.quotas.acquire(&a, n)))
             }
-            MgsRequest::QuotaSync(r) => {
-                let n = self.targets_of(&r.fsname, r.target.0);
-                Ok(MgsReply::QuotaSynced(self.quotas.sync(&r, n)))
-            }
+            MgsRequest::QuotaSync(r) => Ok(MgsReply::QuotaSynced(
+                self.quotas
+                    .sync(&r, |pool| self.sharing(&r.fsname, r.target, pool)),
+            )),
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };

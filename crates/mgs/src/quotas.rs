@@ -4,10 +4,10 @@
 //! restarted learns the grants again from those reports (and from every acquire), and
 //! until a target has reported it counts that target as holding its last known grant.
 
-use nacre_types::{QuotaId, QuotaKind, TargetKind};
+use nacre_types::{PoolName, QuotaId, QuotaKind, TargetKind};
 use nacre_wire::quota::{
-    decide, qunit, Acquire, Grant, QuotaEntry, QuotaLimits, QuotaView, SyncAnswer, SyncReport,
-    GRACE_DEFAULT_S, LIMITS_PER_FS_MAX,
+    decide, is_near, qunit, Acquire, Grant, Limited, QuotaEntry, QuotaKey, QuotaLimits, QuotaView,
+    SyncAnswer, SyncReport, GRACE_DEFAULT_S, LIMITS_PER_FS_MAX,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -34,8 +34,8 @@ pub struct FsQuotas {
     pub block_grace_s: u64,
     /// See `block_grace_s`.
     pub inode_grace_s: u64,
-    /// Limited ids.
-    pub limits: BTreeMap<QuotaId, Limit>,
+    /// Limited ids (over the file system, or a pool's OSTs).
+    pub limits: BTreeMap<QuotaKey, Limit>,
 }
 
 /// Every file system's quotas.
@@ -50,14 +50,14 @@ struct Held {
 
 /// A target: its kind and index.
 type Target = (TargetKind, u32);
-/// What each target holds of one id of one file system.
-type HeldBy = HashMap<(String, QuotaId), HashMap<Target, Held>>;
+/// What each target holds of one key of one file system.
+type HeldBy = HashMap<(String, QuotaKey), HashMap<Target, Held>>;
 
 /// The master.
 pub struct QuotaMaster {
     path: PathBuf,
     saved: Mutex<Saved>,
-    /// (fsname, id) → target → held.
+    /// (fsname, key) → target → held.
     held: Mutex<HeldBy>,
     /// (fsname, target) → the version of the limits it was last told.
     told: Mutex<HashMap<(String, Target), u64>>,
@@ -75,6 +75,9 @@ pub enum QuotaError {
     /// Limits on root's user or group.
     #[error("root's usage is counted but never limited")]
     Root,
+    /// Inode limits on a pool.
+    #[error("a pool's limits are on blocks only (pools are sets of OSTs)")]
+    PoolInodes,
     /// Not saved.
     #[error("the MGS could not save the quotas")]
     Io,
@@ -119,8 +122,9 @@ impl QuotaMaster {
         })
     }
 
-    /// Sets `id`'s limits (all 0: removes them); durable before it returns.
-    pub fn set(&self, fsname: &str, id: QuotaId, limits: QuotaLimits) -> Result<(), QuotaError> {
+    /// Sets `key`'s limits (all 0: removes them); durable before it returns.
+    pub fn set(&self, fsname: &str, key: QuotaKey, limits: QuotaLimits) -> Result<(), QuotaError> {
+        let id = key.id;
         let root = id.id == 0 && matches!(id.kind, QuotaKind::User | QuotaKind::Group);
         if root && !limits.is_none() {
             return Err(QuotaError::Root);
@@ -129,22 +133,25 @@ impl QuotaMaster {
         if bad(limits.block_soft, limits.block_hard) || bad(limits.inode_soft, limits.inode_hard) {
             return Err(QuotaError::SoftAboveHard);
         }
+        if !key.pool.is_none() && (limits.inode_soft != 0 || limits.inode_hard != 0) {
+            return Err(QuotaError::PoolInodes);
+        }
         let mut saved = self.saved.lock().expect("quotas");
         let mut next = saved.clone();
         let fs = next.entry(fsname.to_string()).or_default();
         if limits.is_none() {
-            fs.limits.remove(&id);
+            fs.limits.remove(&key);
         } else {
-            if !fs.limits.contains_key(&id) && fs.limits.len() >= LIMITS_PER_FS_MAX {
+            if !fs.limits.contains_key(&key) && fs.limits.len() >= LIMITS_PER_FS_MAX {
                 return Err(QuotaError::TooMany);
             }
-            let e = fs.limits.entry(id).or_default();
+            let e = fs.limits.entry(key).or_default();
             e.limits = limits;
         }
         fs.version += 1;
         self.save(&next)?;
         *saved = next;
-        tracing::info!("{fsname}: quota of {id} set to {limits:?}");
+        tracing::info!("{fsname}: quota of {key} set to {limits:?}");
         Ok(())
     }
 
@@ -161,28 +168,37 @@ impl QuotaMaster {
         Ok(())
     }
 
-    /// True if `id` of `fsname` has limits.
-    fn is_limited(&self, fsname: &str, id: QuotaId) -> bool {
+    /// True if `key` of `fsname` has limits.
+    fn is_limited(&self, fsname: &str, key: QuotaKey) -> bool {
         let saved = self.saved.lock().expect("quotas");
         saved
             .get(fsname)
-            .is_some_and(|fs| fs.limits.contains_key(&id))
+            .is_some_and(|fs| fs.limits.contains_key(&key))
     }
 
-    /// The grace times and `ids`' limits and grants; `targets` are the file system's, of
-    /// which those not told the latest limits are counted.
+    /// The grace times and `ids`' limits and grants (over the file system, then each pool
+    /// with limits on the id); `targets` are the file system's, of which those not told
+    /// the latest limits are counted.
     pub fn view(&self, fsname: &str, ids: &[QuotaId], targets: &[(TargetKind, u32)]) -> QuotaView {
         let fs = {
             let saved = self.saved.lock().expect("quotas");
             saved.get(fsname).cloned().unwrap_or_default()
         };
         let held = self.held.lock().expect("held");
-        let entries = ids
-            .iter()
-            .map(|id| {
-                let l = fs.limits.get(id).copied().unwrap_or_default();
+        let keys = ids.iter().flat_map(|id| {
+            let pools = fs
+                .limits
+                .range(QuotaKey::global(*id)..)
+                .take_while(|(k, _)| k.id == *id)
+                .filter(|(k, _)| !k.pool.is_none())
+                .map(|(k, _)| *k);
+            std::iter::once(QuotaKey::global(*id)).chain(pools)
+        });
+        let entries = keys
+            .map(|key| {
+                let l = fs.limits.get(&key).copied().unwrap_or_default();
                 let granted = |kind: TargetKind| -> u64 {
-                    held.get(&(fsname.to_string(), *id)).map_or(0, |m| {
+                    held.get(&(fsname.to_string(), key)).map_or(0, |m| {
                         m.iter()
                             .filter(|(t, _)| t.0 == kind)
                             .map(|(_, h)| h.granted)
@@ -190,7 +206,7 @@ impl QuotaMaster {
                     })
                 };
                 QuotaEntry {
-                    id: *id,
+                    key,
                     limits: l.limits,
                     block_soft_since: l.block_soft_since,
                     inode_soft_since: l.inode_soft_since,
@@ -219,7 +235,7 @@ impl QuotaMaster {
     /// Also says whether the id is past its soft limit (then grants carry no unit beyond
     /// what is asked: every change past the soft limit asks the master, so the end of
     /// the grace time stops the next one).
-    fn effective(&self, fsname: &str, id: QuotaId, kind: TargetKind, total: u64) -> (u64, bool) {
+    fn effective(&self, fsname: &str, id: QuotaKey, kind: TargetKind, total: u64) -> (u64, bool) {
         let mut saved = self.saved.lock().expect("quotas");
         let Some(fs) = saved.get_mut(fsname) else {
             return (0, false);
@@ -254,13 +270,15 @@ impl QuotaMaster {
         (hard, passed != 0)
     }
 
-    /// A target asks for more grant of an id.
+    /// A target asks for more grant of a key; `targets` share it (the file system's
+    /// targets of its kind, or the pool's OSTs; 0: the asking target is not one of them,
+    /// and nothing limits it there).
     pub fn acquire(&self, a: &Acquire, targets: usize) -> Grant {
-        // Only limited ids are tracked (what a peer names cannot grow the master's memory).
-        if !self.is_limited(&a.fsname, a.id) {
+        // Only limited keys are tracked (what a peer names cannot grow the master's memory).
+        if targets == 0 || !self.is_limited(&a.fsname, a.key) {
             return decide(0, 0, a.usage, a.want, targets, a.target.0);
         }
-        let key = (a.fsname.clone(), a.id);
+        let key = (a.fsname.clone(), a.key);
         let (others, total) = {
             let mut held = self.held.lock().expect("held");
             let m = held.entry(key.clone()).or_default();
@@ -284,8 +302,9 @@ impl QuotaMaster {
             (others, total)
         };
         let (limit, over_soft) =
-            self.effective(&a.fsname, a.id, a.target.0, total.saturating_add(a.want));
+            self.effective(&a.fsname, a.key, a.target.0, total.saturating_add(a.want));
         let mut g = decide(limit, others, a.usage, a.want, targets, a.target.0);
+        g.near = is_near(a.target.0, limit, total.saturating_add(a.want), over_soft);
         if over_soft && g.ok {
             g.granted = g.granted.min(a.usage.saturating_add(a.want));
         }
@@ -308,11 +327,13 @@ impl QuotaMaster {
         g
     }
 
-    /// A target's report: its usage and grants are recorded; it is told which ids are
+    /// A target's report: its usage and grants are recorded; it is told which keys are
     /// limited for its resource and how much grant it may keep of each (its usage and one
-    /// unit; nothing for an id no longer limited).
-    pub fn sync(&self, r: &SyncReport, targets: usize) -> SyncAnswer {
-        let (version, limited): (u64, Vec<(QuotaId, QuotaLimits)>) = {
+    /// unit; nothing for a key no longer limited). `sharing(pool)`: how many targets share
+    /// the reporting target's keys of `pool` (none: the file system's targets of its kind),
+    /// `None` if it is not one of the pool's.
+    pub fn sync(&self, r: &SyncReport, sharing: impl Fn(PoolName) -> Option<usize>) -> SyncAnswer {
+        let (version, limited): (u64, Vec<(QuotaKey, usize)>) = {
             let saved = self.saved.lock().expect("quotas");
             match saved.get(&r.fsname) {
                 Some(fs) => (
@@ -323,7 +344,7 @@ impl QuotaMaster {
                             let (soft, hard) = l.limits.of(r.target.0);
                             soft > 0 || hard > 0
                         })
-                        .map(|(q, l)| (*q, l.limits))
+                        .filter_map(|(q, _)| Some((*q, sharing(q.pool)?)))
                         .collect(),
                 ),
                 None => (0, Vec::new()),
@@ -331,7 +352,7 @@ impl QuotaMaster {
         };
         // Usage and grants as reported (the lock is not held while limits are read: the
         // limits' lock is never taken inside this one's).
-        let totals: Vec<(QuotaId, Held, u64)> = {
+        let totals: Vec<(QuotaKey, usize, Held, u64)> = {
             let mut held = self.held.lock().expect("held");
             // Only the ids limited now are recorded (a report names at most those).
             for (id, usage, granted) in &r.ids {
@@ -348,7 +369,7 @@ impl QuotaMaster {
             }
             limited
                 .iter()
-                .map(|(id, _)| {
+                .map(|(id, targets)| {
                     let m = held.get(&(r.fsname.clone(), *id));
                     let mine = m
                         .and_then(|m| m.get(&r.target))
@@ -360,15 +381,15 @@ impl QuotaMaster {
                             .map(|(_, h)| h.usage)
                             .sum()
                     });
-                    (*id, mine, total)
+                    (*id, *targets, mine, total)
                 })
                 .collect()
         };
         // Each keeps its usage and a unit of the room left under the effective limit (a
         // soft limit past its grace time leaves none).
-        let limited: Vec<(QuotaId, u64)> = totals
+        let limited: Vec<Limited> = totals
             .into_iter()
-            .map(|(id, mine, total)| {
+            .map(|(id, targets, mine, total)| {
                 let (limit, over_soft) = self.effective(&r.fsname, id, r.target.0, total);
                 let room = if over_soft {
                     0
@@ -381,7 +402,11 @@ impl QuotaMaster {
                     .usage
                     .saturating_add(qunit(r.target.0, room, targets).min(room))
                     .min(mine.granted.max(mine.usage));
-                (id, keep)
+                Limited {
+                    key: id,
+                    keep,
+                    near: is_near(r.target.0, limit, total, over_soft),
+                }
             })
             .collect();
         // Only for a file system with quotas (a peer's names cannot grow the map).
@@ -393,12 +418,12 @@ impl QuotaMaster {
         }
         // The target keeps no more than told: counted so at once.
         let mut held = self.held.lock().expect("held");
-        for (id, keep) in &limited {
+        for l in &limited {
             if let Some(h) = held
-                .get_mut(&(r.fsname.clone(), *id))
+                .get_mut(&(r.fsname.clone(), l.key))
                 .and_then(|m| m.get_mut(&r.target))
             {
-                h.granted = h.granted.min(*keep).max(h.usage);
+                h.granted = h.granted.min(l.keep).max(h.usage);
             }
         }
         SyncAnswer { version, limited }
@@ -416,6 +441,7 @@ mod tests {
             kind: QuotaKind::User,
             id: 1000,
         };
+        let key = QuotaKey::global(id);
         let mib = 1u64 << 20;
         let limits = QuotaLimits {
             block_hard: 10 * mib,
@@ -426,7 +452,7 @@ mod tests {
             assert_eq!(
                 m.set(
                     "fs",
-                    id,
+                    key,
                     QuotaLimits {
                         block_soft: 2,
                         block_hard: 1,
@@ -435,12 +461,15 @@ mod tests {
                 ),
                 Err(QuotaError::SoftAboveHard)
             );
-            m.set("fs", id, limits).unwrap();
+            m.set("fs", key, limits).unwrap();
             let root = QuotaId {
                 kind: QuotaKind::Group,
                 id: 0,
             };
-            assert_eq!(m.set("fs", root, limits), Err(QuotaError::Root));
+            assert_eq!(
+                m.set("fs", QuotaKey::global(root), limits),
+                Err(QuotaError::Root)
+            );
         }
         let m = QuotaMaster::open(dir.path().join("q")).unwrap();
         assert_eq!(m.view("fs", &[id], &[]).entries[0].limits, limits);
@@ -449,7 +478,7 @@ mod tests {
                 &Acquire {
                     fsname: "fs".into(),
                     target: (TargetKind::Ost, ost),
-                    id,
+                    key,
                     usage,
                     granted,
                     want,
@@ -467,9 +496,9 @@ mod tests {
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
-                ids: vec![(id, 4 * mib, a.granted)],
+                ids: vec![(key, 4 * mib, a.granted)],
             },
-            2,
+            |_| Some(2),
         );
         let b = ask(1, 0, 0, 4 * mib);
         assert!(b.ok, "{b:?}");
@@ -483,20 +512,20 @@ mod tests {
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
-                ids: vec![(id, mib, a.granted)],
+                ids: vec![(key, mib, a.granted)],
             },
-            2,
+            |_| Some(2),
         );
         assert_eq!(s.limited.len(), 1);
-        assert!(s.limited[0].1 <= a.granted && s.limited[0].1 >= mib);
-        m.set("fs", id, QuotaLimits::default()).unwrap();
+        assert!(s.limited[0].keep <= a.granted && s.limited[0].keep >= mib);
+        m.set("fs", key, QuotaLimits::default()).unwrap();
         let s = m.sync(
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
                 ids: vec![],
             },
-            2,
+            |_| Some(2),
         );
         assert!(s.limited.is_empty());
     }
@@ -515,6 +544,7 @@ mod grace_tests {
             kind: QuotaKind::User,
             id: 1001,
         };
+        let key = QuotaKey::global(id);
         let mib = 1u64 << 20;
         m.set_grace("fs", 1, 0).unwrap();
         let limits = QuotaLimits {
@@ -522,12 +552,12 @@ mod grace_tests {
             block_hard: 100 * mib,
             ..Default::default()
         };
-        m.set("fs", id, limits).unwrap();
+        m.set("fs", key, limits).unwrap();
         let g = m.acquire(
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
-                id,
+                key,
                 usage: 0,
                 granted: 0,
                 want: mib,
@@ -538,17 +568,24 @@ mod grace_tests {
         let report = |usage| SyncReport {
             fsname: "fs".into(),
             target: (TargetKind::Ost, 0),
-            ids: vec![(id, usage, g.granted)],
+            ids: vec![(key, usage, g.granted)],
         };
         // Past the soft limit: its grace starts, and the target keeps only what it uses
         // (each change past the soft limit asks the master).
-        let s = m.sync(&report(3 * mib), 2);
-        assert_eq!(s.limited, vec![(id, 3 * mib)]);
+        let s = m.sync(&report(3 * mib), |_| Some(2));
+        assert_eq!(
+            s.limited,
+            vec![Limited {
+                key,
+                keep: 3 * mib,
+                near: true
+            }]
+        );
         let more = m.acquire(
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
-                id,
+                key,
                 usage: 3 * mib,
                 granted: 3 * mib,
                 want: mib,
@@ -563,7 +600,7 @@ mod grace_tests {
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
-                id,
+                key,
                 usage: 4 * mib,
                 granted: 4 * mib,
                 want: mib,
@@ -571,5 +608,72 @@ mod grace_tests {
             2,
         );
         assert!(!late.ok, "{late:?}");
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_limit_reaches_only_its_osts_and_is_shared_among_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = QuotaMaster::open(dir.path().join("q")).unwrap();
+        let id = QuotaId {
+            kind: QuotaKind::User,
+            id: 1000,
+        };
+        let flash = PoolName::new("flash").unwrap();
+        let key = QuotaKey { id, pool: flash };
+        let mib = 1u64 << 20;
+        let inodes = QuotaLimits {
+            inode_hard: 5,
+            ..Default::default()
+        };
+        assert_eq!(m.set("fs", key, inodes), Err(QuotaError::PoolInodes));
+        let limits = QuotaLimits {
+            block_hard: 8 * mib,
+            ..Default::default()
+        };
+        m.set("fs", key, limits).unwrap();
+        // OST0 and OST1 are the pool's; OST2 is not.
+        let sharing = |ost: u32| move |pool: PoolName| (pool.is_none() || ost < 2).then_some(2);
+        let report = |ost: u32| SyncReport {
+            fsname: "fs".into(),
+            target: (TargetKind::Ost, ost),
+            ids: vec![],
+        };
+        let a = m.sync(&report(0), sharing(0));
+        assert_eq!(a.limited.len(), 1);
+        assert_eq!(a.limited[0].key, key);
+        assert!(
+            a.limited[0].near,
+            "8 MiB is within the synchronous-write margin"
+        );
+        assert!(m.sync(&report(2), sharing(2)).limited.is_empty());
+        // Grants over the pool's two OSTs never pass its limit.
+        let ask = |ost: u32, want: u64| {
+            m.acquire(
+                &Acquire {
+                    fsname: "fs".into(),
+                    target: (TargetKind::Ost, ost),
+                    key,
+                    usage: 0,
+                    granted: 0,
+                    want,
+                },
+                2,
+            )
+        };
+        let g0 = ask(0, 5 * mib);
+        assert!(g0.ok && g0.near, "{g0:?}");
+        let g1 = ask(1, 5 * mib);
+        assert!(!g1.ok, "{g1:?}");
+        // Its entry follows the id's own in the view.
+        let v = m.view("fs", &[id], &[]);
+        assert_eq!(v.entries.len(), 2);
+        assert_eq!(v.entries[0].key, QuotaKey::global(id));
+        assert_eq!(v.entries[1].key, key);
+        assert_eq!(v.entries[1].limits, limits);
     }
 }

@@ -232,10 +232,41 @@ fn write_envelope(
 }
 
 const QUOTAS_MAGIC: &[u8; 4] = b"NMGQ";
+/// Format of the quota limits: 2 keys limits by id and pool (1: by id alone).
+const QUOTAS_FORMAT_VERSION: u32 = 2;
+
+/// One file system's quotas as format 1 kept them (limits by id, before pool limits).
+#[derive(serde::Deserialize)]
+struct FsQuotasByIdOnly {
+    version: u64,
+    block_grace_s: u64,
+    inode_grace_s: u64,
+    limits: std::collections::BTreeMap<nacre_types::QuotaId, crate::quotas::Limit>,
+}
 
 /// Loads the quota limits (none if the file does not exist yet).
 pub fn load_quotas(path: &Path) -> Result<crate::quotas::Saved, StoreError> {
-    match read_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+    match read_envelope(path, QUOTAS_MAGIC, 1..=QUOTAS_FORMAT_VERSION)? {
+        Some((1, payload)) => {
+            let old: std::collections::BTreeMap<String, FsQuotasByIdOnly> = decode(path, &payload)?;
+            Ok(old
+                .into_iter()
+                .map(|(fs, q)| {
+                    let limits = q
+                        .limits
+                        .into_iter()
+                        .map(|(id, l)| (nacre_wire::quota::QuotaKey::global(id), l))
+                        .collect();
+                    let q = crate::quotas::FsQuotas {
+                        version: q.version,
+                        block_grace_s: q.block_grace_s,
+                        inode_grace_s: q.inode_grace_s,
+                        limits,
+                    };
+                    (fs, q)
+                })
+                .collect())
+        }
         Some((_, payload)) => decode(path, &payload),
         None => Ok(Default::default()),
     }
@@ -244,12 +275,58 @@ pub fn load_quotas(path: &Path) -> Result<crate::quotas::Saved, StoreError> {
 /// Saves the quota limits durably.
 pub fn save_quotas(path: &Path, saved: &crate::quotas::Saved) -> Result<(), StoreError> {
     let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
-    write_envelope(path, QUOTAS_MAGIC, FORMAT_VERSION, &payload)
+    write_envelope(path, QUOTAS_MAGIC, QUOTAS_FORMAT_VERSION, &payload)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_1_quotas_read_as_limits_over_the_whole_file_system() {
+        #[derive(serde::Serialize)]
+        struct Old {
+            version: u64,
+            block_grace_s: u64,
+            inode_grace_s: u64,
+            limits: std::collections::BTreeMap<nacre_types::QuotaId, crate::quotas::Limit>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mgs-quotas");
+        let id = nacre_types::QuotaId {
+            kind: nacre_types::QuotaKind::Project,
+            id: 42,
+        };
+        let limit = crate::quotas::Limit {
+            limits: nacre_wire::quota::QuotaLimits {
+                block_hard: 1 << 30,
+                ..Default::default()
+            },
+            block_soft_since: 7,
+            inode_soft_since: 0,
+        };
+        let old: std::collections::BTreeMap<String, Old> = [(
+            "fs".to_string(),
+            Old {
+                version: 3,
+                block_grace_s: 60,
+                inode_grace_s: 0,
+                limits: [(id, limit)].into(),
+            },
+        )]
+        .into();
+        let payload = postcard::to_allocvec(&old).unwrap();
+        write_envelope(&path, QUOTAS_MAGIC, 1, &payload).unwrap();
+        let saved = load_quotas(&path).unwrap();
+        let fs = &saved["fs"];
+        assert_eq!((fs.version, fs.block_grace_s), (3, 60));
+        assert_eq!(
+            fs.limits.get(&nacre_wire::quota::QuotaKey::global(id)),
+            Some(&limit)
+        );
+        save_quotas(&path, &saved).unwrap();
+        assert_eq!(load_quotas(&path).unwrap(), saved);
+    }
 
     #[test]
     fn a_format_1_configuration_is_read_and_saved_as_the_current_format() {

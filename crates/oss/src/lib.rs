@@ -220,7 +220,7 @@ impl OssHandler {
                     .flatten();
                 // Within the quotas of the object's owner, group and project (docs/quota.md).
                 let reserved = quota_reserve(ost, object, owner, data.len() as u64);
-                let reserved = match reserved {
+                let (reserved, sync_ids) = match reserved {
                     Ok(r) => r,
                     Err(s) => {
                         if let Some((l, true)) = lock {
@@ -249,6 +249,7 @@ impl OssHandler {
                     len: data.len() as u32,
                     lock: lock.map(|(l, _)| l),
                     grant_added,
+                    sync_ids,
                 }
             }
             OssRequest::Read {
@@ -311,7 +312,7 @@ impl OssHandler {
                 let reserved = if punch_hole {
                     None
                 } else {
-                    quota_reserve(ost, object, Owner::default(), len)?
+                    quota_reserve(ost, object, Owner::default(), len)?.0
                 };
                 let r = ost
                     .store
@@ -575,14 +576,16 @@ impl Handler for OssHandler {
 
 /// Reserves `bytes` for a change of `object` within the quotas of its recorded owner (or
 /// `owner`, which a write gives an object that has none); `None` when nothing is limited.
+/// With it, which of the owner's user, group and project are near a limit (bits 1, 2, 4:
+/// the client writes their data synchronously, [`OssReply::Written::sync_ids`]).
 fn quota_reserve(
     ost: &OstTarget,
     object: nacre_types::ObjectId,
     owner: Owner,
     bytes: u64,
-) -> Result<Option<nacre_quota::Reservation>, Status> {
+) -> Result<(Option<nacre_quota::Reservation>, u8), Status> {
     if !ost.quota.any_limited() {
-        return Ok(None);
+        return Ok((None, 0));
     }
     let owner = match ost.store.owner(object) {
         Ok(Some(o)) => o,
@@ -590,9 +593,7 @@ fn quota_reserve(
         Err(e) => return Err(Status::from_io(&e.io())),
     };
     let usage = ost.store.usage();
-    ost.quota
-        .reserve(&nacre_types::QuotaId::of_owner(owner), bytes, |q| {
-            usage.of(q)
-        })
-        .map(Some)
+    let ids = nacre_types::QuotaId::of_owner(owner);
+    let reserved = ost.quota.reserve(&ids, bytes, |q| usage.of(q))?;
+    Ok((Some(reserved), ost.quota.near(&ids)))
 }

@@ -1,6 +1,6 @@
 //! A target's quota slave (docs/quota.md): the ids whose limits cover this target's resource
-//! (an OST's bytes, an MDT's inodes), the grant the master gave it for each, and the changes
-//! under way. A change that would take an id's usage here past its grant asks the master
+//! (an OST's bytes, an MDT's inodes) — over the whole file system, or over a pool this OST
+//! is one of — the grant the master gave it for each, and the changes under way. A change that would take an id's usage here past its grant asks the master
 //! for more first ([`Slave::reserve`]); if the master has none to give, the change fails
 //! with `EDQUOT`. Each second the target reports its usage and grants ([`Slave::report`])
 //! and learns the limited ids and the grant it may keep ([`Slave::apply`]).
@@ -8,10 +8,10 @@
 //! The slave does not talk to the network itself: its owner (the server process) gives it
 //! a [`Link`] to the master.
 
-use nacre_types::{QuotaId, Status, TargetKind};
-use nacre_wire::quota::{Acquire, Grant, SyncAnswer, SyncReport};
+use nacre_types::{PoolName, QuotaId, Status, TargetKind};
+use nacre_wire::quota::{Acquire, Grant, QuotaKey, SyncAnswer, SyncReport};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -28,16 +28,37 @@ pub trait Link: Send + Sync {
 
 #[derive(Default)]
 struct State {
-    /// Ids the master refused lately (until the next report): changes fail at once.
-    denied: std::collections::HashSet<QuotaId>,
-    /// Ids whose grant is being asked for in the background.
-    asking: std::collections::HashSet<QuotaId>,
-    /// Limited ids → grant held here.
-    grants: HashMap<QuotaId, u64>,
-    /// Amounts reserved by changes under way, per id.
-    reserved: HashMap<QuotaId, u64>,
+    /// Keys the master refused lately (until the next report): changes fail at once.
+    denied: HashSet<QuotaKey>,
+    /// Keys whose grant is being asked for in the background.
+    asking: HashSet<QuotaKey>,
+    /// Limited keys → grant held here.
+    grants: HashMap<QuotaKey, u64>,
+    /// Amounts reserved by changes under way, per key.
+    reserved: HashMap<QuotaKey, u64>,
+    /// Keys near their limit (writes of their data are made synchronously).
+    near: HashSet<QuotaKey>,
+    /// The pools of the limited keys (each id's pool keys are these).
+    pools: Vec<PoolName>,
     /// Version of the limits last applied (0: none yet).
     version: u64,
+}
+
+impl State {
+    /// The limited keys of `ids` (over the file system and each pool limited here).
+    fn keys(&self, ids: &[QuotaId]) -> Vec<QuotaKey> {
+        let mut keys = Vec::with_capacity(ids.len() * (1 + self.pools.len()));
+        for id in ids {
+            let global = std::iter::once(PoolName::NONE);
+            for pool in global.chain(self.pools.iter().copied()) {
+                let k = QuotaKey { id: *id, pool };
+                if self.grants.contains_key(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys
+    }
 }
 
 /// The slave of one target.
@@ -50,7 +71,7 @@ pub struct Slave {
 
 /// Amounts reserved for one change; given back by [`Slave::release`].
 #[must_use = "a reservation is released once the change is made"]
-pub struct Reservation(Vec<(QuotaId, u64)>);
+pub struct Reservation(Vec<(QuotaKey, u64)>);
 
 impl Slave {
     /// The slave of `target` of `fsname`.
@@ -73,19 +94,41 @@ impl Slave {
         !self.state.lock().grants.is_empty()
     }
 
-    /// Reserves `amount` for each of `ids` that is limited, whose usage here is given by
-    /// `usage`; asks the master for more grant where needed (blocking: never call it
-    /// under a lock other requests need). `EDQUOT` if an id's limit leaves no room.
+    /// Which of `ids` (a user, a group, a project) are near a limit: bits 1, 2, 4 in
+    /// their order. OSTs tell writers of their data to write synchronously.
+    pub fn near(&self, ids: &[QuotaId]) -> u8 {
+        let st = self.state.lock();
+        if st.near.is_empty() {
+            return 0;
+        }
+        let mut bits = 0;
+        for (i, id) in ids.iter().enumerate().take(8) {
+            let global = std::iter::once(PoolName::NONE);
+            if global
+                .chain(st.pools.iter().copied())
+                .any(|pool| st.near.contains(&QuotaKey { id: *id, pool }))
+            {
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// Reserves `amount` for each of `ids` that is limited (over the file system and each
+    /// pool), whose usage here is given by `usage`; asks the master for more grant where
+    /// needed (blocking: never call it under a lock other requests need). `EDQUOT` if a
+    /// limit leaves no room.
     pub fn reserve(
         &self,
         ids: &[QuotaId],
         amount: u64,
         usage: impl Fn(QuotaId) -> u64,
     ) -> Result<Reservation, Status> {
+        let keys = self.state.lock().keys(ids);
         let mut taken = Vec::new();
-        for id in ids {
-            match self.reserve_one(*id, amount, &usage) {
-                Ok(true) => taken.push((*id, amount)),
+        for key in keys {
+            match self.reserve_one(key, amount, &usage) {
+                Ok(true) => taken.push((key, amount)),
                 Ok(false) => {}
                 Err(e) => {
                     self.release(Reservation(taken));
@@ -105,22 +148,19 @@ impl Slave {
         usage: impl Fn(QuotaId) -> u64,
     ) -> Option<Reservation> {
         let mut st = self.state.lock();
-        let fits = ids.iter().all(|id| match st.grants.get(id) {
-            None => true,
-            Some(g) => {
-                let r = st.reserved.get(id).copied().unwrap_or(0);
-                usage(*id).saturating_add(r).saturating_add(amount) <= *g
-            }
+        let keys = st.keys(ids);
+        let fits = keys.iter().all(|k| {
+            let g = st.grants.get(k).copied().unwrap_or(u64::MAX);
+            let r = st.reserved.get(k).copied().unwrap_or(0);
+            usage(k.id).saturating_add(r).saturating_add(amount) <= g
         });
         if !fits {
             return None;
         }
         let mut taken = Vec::new();
-        for id in ids {
-            if st.grants.contains_key(id) {
-                *st.reserved.entry(*id).or_insert(0) += amount;
-                taken.push((*id, amount));
-            }
+        for k in keys {
+            *st.reserved.entry(k).or_insert(0) += amount;
+            taken.push((k, amount));
         }
         Some(Reservation(taken))
     }
@@ -135,13 +175,15 @@ impl Slave {
         amount: u64,
         usage: impl Fn(QuotaId) -> u64,
     ) -> Result<(), Status> {
-        let short: Vec<(QuotaId, u64)> = {
+        let short: Vec<(QuotaKey, u64)> = {
             let st = self.state.lock();
-            ids.iter()
-                .filter_map(|id| {
-                    let g = *st.grants.get(id)?;
-                    let used = usage(*id).saturating_add(st.reserved.get(id).copied().unwrap_or(0));
-                    (used.saturating_add(amount) > g).then_some((*id, used))
+            st.keys(ids)
+                .into_iter()
+                .filter_map(|k| {
+                    let g = *st.grants.get(&k)?;
+                    let used =
+                        usage(k.id).saturating_add(st.reserved.get(&k).copied().unwrap_or(0));
+                    (used.saturating_add(amount) > g).then_some((k, used))
                 })
                 .collect()
         };
@@ -195,11 +237,11 @@ impl Slave {
         }
     }
 
-    /// Reserves `amount` of `id` (true) if it is limited here, asking for grant first when
-    /// it is short.
+    /// Reserves `amount` of `id` (a key: true) if it is limited here, asking for grant
+    /// first when it is short.
     fn reserve_one(
         &self,
-        id: QuotaId,
+        id: QuotaKey,
         amount: u64,
         usage: &impl Fn(QuotaId) -> u64,
     ) -> Result<bool, Status> {
@@ -211,7 +253,7 @@ impl Slave {
                     return Ok(false);
                 };
                 let r = st.reserved.get(&id).copied().unwrap_or(0);
-                let used = usage(id).saturating_add(r);
+                let used = usage(id.id).saturating_add(r);
                 if used.saturating_add(amount) <= granted {
                     *st.reserved.entry(id).or_insert(0) += amount;
                     return Ok(true);
@@ -227,7 +269,7 @@ impl Slave {
             let g = link.acquire(&Acquire {
                 fsname: self.fsname.clone(),
                 target: self.target,
-                id,
+                key: id,
                 usage: used,
                 granted,
                 want: amount,
@@ -236,6 +278,11 @@ impl Slave {
                 let mut st = self.state.lock();
                 if let Some(held) = st.grants.get_mut(&id) {
                     *held = g.granted;
+                }
+                if g.near {
+                    st.near.insert(id);
+                } else {
+                    st.near.remove(&id);
                 }
             }
             if g.ok {
@@ -251,7 +298,7 @@ impl Slave {
         }
     }
 
-    /// What to tell the master: each limited id's usage (with changes under way) and grant.
+    /// What to tell the master: each limited key's usage (with changes under way) and grant.
     pub fn report(&self, usage: impl Fn(QuotaId) -> u64) -> SyncReport {
         let st = self.state.lock();
         SyncReport {
@@ -262,22 +309,29 @@ impl Slave {
                 .iter()
                 .map(|(id, g)| {
                     let r = st.reserved.get(id).copied().unwrap_or(0);
-                    (*id, usage(*id).saturating_add(r), *g)
+                    (*id, usage(id.id).saturating_add(r), *g)
                 })
                 .collect(),
         }
     }
 
-    /// The master's answer to a report: the limited ids, and the grant each may keep.
+    /// The master's answer to a report: the limited keys, the grant each may keep, and
+    /// which are near their limit.
     pub fn apply(&self, a: &SyncAnswer) {
         let mut st = self.state.lock();
         st.denied.clear();
         let mut grants = HashMap::with_capacity(a.limited.len());
-        for (id, keep) in &a.limited {
-            let held = st.grants.get(id).copied().unwrap_or(0);
-            grants.insert(*id, held.min(*keep));
+        let mut pools = Vec::new();
+        for l in &a.limited {
+            let held = st.grants.get(&l.key).copied().unwrap_or(0);
+            grants.insert(l.key, held.min(l.keep));
+            if !l.key.pool.is_none() && !pools.contains(&l.key.pool) {
+                pools.push(l.key.pool);
+            }
         }
+        st.near = a.limited.iter().filter(|l| l.near).map(|l| l.key).collect();
         st.grants = grants;
+        st.pools = pools;
         st.version = a.version;
     }
 
@@ -318,7 +372,11 @@ mod tests {
         assert!(s.reserve(&[id], 1 << 30, |_| 0).is_ok());
         s.apply(&SyncAnswer {
             version: 1,
-            limited: vec![(id, 0)],
+            limited: vec![nacre_wire::quota::Limited {
+                key: QuotaKey::global(id),
+                keep: 0,
+                near: false,
+            }],
         });
         assert!(s.any_limited());
         s.set_link(Arc::new(Master(10 << 20)));
@@ -332,7 +390,7 @@ mod tests {
         assert_eq!(s.reserve(&[id, free], 1, usage).err(), Some(Status::DQuot));
         // The report carries usage and grant; a sync that lowers the grant is applied.
         let rep = s.report(usage);
-        assert_eq!(rep.ids, vec![(id, 10 << 20, 10 << 20)]);
+        assert_eq!(rep.ids, vec![(QuotaKey::global(id), 10 << 20, 10 << 20)]);
         s.apply(&SyncAnswer {
             version: 2,
             limited: vec![],
@@ -351,7 +409,11 @@ mod tests {
         s.set_link(Arc::new(Master(3)));
         s.apply(&SyncAnswer {
             version: 1,
-            limited: vec![(id, 0)],
+            limited: vec![nacre_wire::quota::Limited {
+                key: QuotaKey::global(id),
+                keep: 0,
+                near: false,
+            }],
         });
         let mut used = 0;
         let mut resent = 0;
@@ -371,5 +433,47 @@ mod tests {
         }
         assert_eq!(used, 3);
         assert!(resent >= 1);
+    }
+
+    #[test]
+    fn pool_keys_are_reserved_beside_the_global_one_and_near_ids_are_named() {
+        let s = Slave::new("fs", (TargetKind::Ost, 0));
+        let user = QuotaId {
+            kind: QuotaKind::User,
+            id: 7,
+        };
+        let group = QuotaId {
+            kind: QuotaKind::Group,
+            id: 7,
+        };
+        let pool = PoolName::new("flash").unwrap();
+        s.set_link(Arc::new(Master(4 << 20)));
+        s.apply(&SyncAnswer {
+            version: 1,
+            limited: vec![
+                nacre_wire::quota::Limited {
+                    key: QuotaKey::global(group),
+                    keep: 0,
+                    near: false,
+                },
+                nacre_wire::quota::Limited {
+                    key: QuotaKey { id: user, pool },
+                    keep: 0,
+                    near: true,
+                },
+            ],
+        });
+        // The user's pool limit is near; the group's global one is not.
+        assert_eq!(s.near(&[user, group]), 0b01);
+        let r = s.reserve(&[user, group], 1 << 20, |_| 0).unwrap();
+        let keys: Vec<QuotaKey> = s.report(|_| 0).ids.iter().map(|i| i.0).collect();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(keys.contains(&QuotaKey { id: user, pool }));
+        s.release(r);
+        // Past the pool's limit: refused.
+        assert_eq!(
+            s.reserve(&[user], 5 << 20, |_| 0).err(),
+            Some(Status::DQuot)
+        );
     }
 }

@@ -101,7 +101,7 @@ impl nacre_quota::Link for MgsQuotaLink {
             Ok(MgsReply::QuotaGrant(g)) => Ok(g),
             Ok(_) => Err(nacre_types::Status::Proto),
             Err(e) => {
-                tracing::warn!("quota acquire of {}: {e}", a.id);
+                tracing::warn!("quota acquire of {}: {e}", a.key);
                 Err(nacre_types::Status::TimedOut)
             }
         }

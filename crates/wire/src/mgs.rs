@@ -114,13 +114,14 @@ pub enum MgsRequest {
     },
     /// Every nodemap of the MGS, with their version. Reply: [`MgsReply::Nodemaps`].
     GetNodemaps,
-    /// Sets (or with all limits 0, removes) an id's limits (`nacre setquota`). Only from a
+    /// Sets (or with all limits 0, removes) an id's limits over the file system or one
+    /// pool's OSTs (`nacre setquota [--pool]`; a pool's are on blocks only). Only from a
     /// client whose nodemap, if any, is an admin one. Reply: [`MgsReply::Quotas`] for the id.
     QuotaSet {
         /// File system name.
         fsname: String,
-        /// The user, group or project.
-        id: nacre_types::QuotaId,
+        /// The user, group or project, and the pool (none: the whole file system).
+        key: crate::quota::QuotaKey,
         /// The limits.
         limits: crate::quota::QuotaLimits,
     },

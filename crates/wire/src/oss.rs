@@ -260,6 +260,10 @@ pub enum OssReply {
         /// Space added to the client's grant on this OST: it may keep that many more
         /// bytes cached before writing them.
         grant_added: u64,
+        /// The object owner's user, group and project (bits 1, 2, 4) that are near a quota
+        /// limit: the client writes their data synchronously (no write-behind), so
+        /// `EDQUOT` reaches the writer.
+        sync_ids: u8,
     },
     /// Bytes read; the data is the reply's bulk.
     Read {
@@ -533,7 +537,7 @@ mod tests {
                                    write: uid & 1 == 0 };
             for reply in [
                 OssReply::Read { len: gid, lock: Some(lock) },
-                OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0] },
+                OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0], sync_ids: gid as u8 },
                 OssReply::Granted(Some(lock)),
                 OssReply::Granted(None),
                 OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()],

@@ -8,7 +8,7 @@
 //! it; it hands grants out in units that shrink as the id nears its limit, and each second
 //! ([`SyncReport`]) takes back what a target holds beyond its usage and one unit.
 
-use nacre_types::{QuotaId, TargetKind};
+use nacre_types::{PoolName, QuotaId, TargetKind};
 use serde::{Deserialize, Serialize};
 
 /// Largest grant unit for bytes.
@@ -19,6 +19,41 @@ pub const INODE_QUNIT_MAX: u64 = 4_096;
 pub const GRACE_DEFAULT_S: u64 = 7 * 24 * 3600;
 /// Most limited ids a file system has.
 pub const LIMITS_PER_FS_MAX: usize = 100_000;
+
+/// Within this many bytes of a block limit, OSTs tell the clients writing for the id to
+/// write its data synchronously (no write-behind), so `EDQUOT` reaches the writer's
+/// `write(2)` (docs/quota.md): one client's write-behind on one OST.
+pub const QUOTA_SYNC_WRITE_BYTES: u64 = 64 << 20;
+
+/// What a limit covers: an id over the whole file system (`pool` none), or over the OSTs
+/// of one pool (Lustre's pool quotas; blocks only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct QuotaKey {
+    /// The user, group or project.
+    pub id: QuotaId,
+    /// The pool, or none.
+    pub pool: PoolName,
+}
+
+impl QuotaKey {
+    /// `id` over the whole file system.
+    pub fn global(id: QuotaId) -> QuotaKey {
+        QuotaKey {
+            id,
+            pool: PoolName::NONE,
+        }
+    }
+}
+
+impl std::fmt::Display for QuotaKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.pool.is_none() {
+            write!(f, "{}", self.id)
+        } else {
+            write!(f, "{} in pool {}", self.id, self.pool.as_str())
+        }
+    }
+}
 
 /// An id's limits; 0 is no limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +91,8 @@ pub struct Acquire {
     pub fsname: String,
     /// The target asking.
     pub target: (TargetKind, u32),
-    /// The id.
-    pub id: QuotaId,
+    /// The id (and pool).
+    pub key: QuotaKey,
     /// What the id uses on that target now (with changes under way).
     pub usage: u64,
     /// What the target holds now.
@@ -76,6 +111,8 @@ pub struct Grant {
     /// Not now, but other targets hold grant they do not use: it is taken back at their
     /// next report (each second); ask again then.
     pub retry: bool,
+    /// The id is near its limit ([`is_near`]): its data is written synchronously.
+    pub near: bool,
 }
 
 /// What a slave reports each second: for each limited id, its usage and grant there.
@@ -85,8 +122,19 @@ pub struct SyncReport {
     pub fsname: String,
     /// The target.
     pub target: (TargetKind, u32),
-    /// (id, usage, granted).
-    pub ids: Vec<(QuotaId, u64, u64)>,
+    /// (key, usage, granted).
+    pub ids: Vec<(QuotaKey, u64, u64)>,
+}
+
+/// One key limited for a target, in the master's answer to its report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limited {
+    /// The id and pool.
+    pub key: QuotaKey,
+    /// The most grant the target may keep.
+    pub keep: u64,
+    /// Near its limit ([`is_near`]).
+    pub near: bool,
 }
 
 /// The master's answer to a [`SyncReport`]: the ids limited for this target's resource
@@ -96,15 +144,15 @@ pub struct SyncReport {
 pub struct SyncAnswer {
     /// Bumped on every change of limits.
     pub version: u64,
-    /// (id, most grant to keep).
-    pub limited: Vec<(QuotaId, u64)>,
+    /// The keys limited for this target.
+    pub limited: Vec<Limited>,
 }
 
 /// One id as the master shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaEntry {
-    /// The id.
-    pub id: QuotaId,
+    /// The id (and pool).
+    pub key: QuotaKey,
     /// Its limits.
     pub limits: QuotaLimits,
     /// When the block soft limit was passed (seconds since the epoch; 0: it is not).
@@ -124,7 +172,8 @@ pub struct QuotaView {
     pub block_grace_s: u64,
     /// Grace time of inode soft limits, seconds.
     pub inode_grace_s: u64,
-    /// The ids asked for (with no limits: all zero).
+    /// The ids asked for over the whole file system (with no limits: all zero), each
+    /// followed by its pool limits if it has any.
     pub entries: Vec<QuotaEntry>,
     /// Targets that have not yet learnt the latest change of limits (they learn it within
     /// a second of it: `nacre setquota` waits for none to be left).
@@ -140,6 +189,14 @@ pub fn qunit(kind: TargetKind, room: u64, targets: usize) -> u64 {
         _ => BLOCK_QUNIT_MAX_BYTES,
     };
     (room / (2 * targets.max(1) as u64)).clamp(1, max)
+}
+
+/// True if an id `total` of a target kind uses is near its effective `limit` (0: none):
+/// past a soft limit (`over_soft`) or, for blocks, within [`QUOTA_SYNC_WRITE_BYTES`] of
+/// the limit. OSTs then tell clients to write its data synchronously.
+pub fn is_near(kind: TargetKind, limit: u64, total: u64, over_soft: bool) -> bool {
+    kind == TargetKind::Ost
+        && (over_soft || (limit != 0 && limit.saturating_sub(total) < QUOTA_SYNC_WRITE_BYTES))
 }
 
 /// The master's decision for one target: `limit` (the effective one, soft once its grace
@@ -159,6 +216,7 @@ pub fn decide(
             granted: need.saturating_add(qunit(kind, u64::MAX / 4, targets)),
             ok: true,
             retry: false,
+            near: false,
         };
     }
     let avail = limit.saturating_sub(others);
@@ -167,6 +225,7 @@ pub fn decide(
             granted: avail.max(usage),
             ok: false,
             retry: false,
+            near: false,
         };
     }
     let room = limit.saturating_sub(others.saturating_add(usage));
@@ -174,6 +233,7 @@ pub fn decide(
         granted: need.saturating_add(qunit(kind, room, targets)).min(avail),
         ok: true,
         retry: false,
+        near: false,
     }
 }
 
@@ -194,7 +254,8 @@ mod tests {
             Grant {
                 granted: mib + BLOCK_QUNIT_MAX_BYTES,
                 ok: true,
-                retry: false
+                retry: false,
+                near: false
             }
         );
         // Near it: the unit shrinks to its minimum, and never past what is left.
@@ -208,7 +269,8 @@ mod tests {
             Grant {
                 granted: 10 * mib,
                 ok: true,
-                retry: false
+                retry: false,
+                near: false
             }
         );
         // Past it: refused; the target keeps what it uses.
@@ -218,7 +280,8 @@ mod tests {
             Grant {
                 granted: 10 * mib,
                 ok: false,
-                retry: false
+                retry: false,
+                near: false
             }
         );
         // No limit: always.
@@ -242,19 +305,20 @@ mod tests {
         }
 
         #[test]
-        fn messages_round_trip_and_refuse_truncation(id in any::<u32>(), n in any::<u64>()) {
+        fn messages_round_trip_and_refuse_truncation(id in any::<u32>(), n in any::<u64>(), pooled in any::<bool>()) {
             let q = QuotaId { kind: QuotaKind::ALL[(id % 3) as usize], id };
+            let key = QuotaKey { id: q, pool: if pooled { PoolName::new("flash").unwrap() } else { PoolName::NONE } };
             let limits = QuotaLimits { block_soft: n, block_hard: n / 2, inode_soft: 3, inode_hard: 4 };
             let reqs = vec![
-                crate::mgs::MgsRequest::QuotaSet { fsname: "fs".into(), id: q, limits },
+                crate::mgs::MgsRequest::QuotaSet { fsname: "fs".into(), key, limits },
                 crate::mgs::MgsRequest::QuotaGrace { fsname: "fs".into(), block_s: n, inode_s: 9 },
                 crate::mgs::MgsRequest::QuotaGet { fsname: "fs".into(), ids: vec![q, q] },
                 crate::mgs::MgsRequest::QuotaAcquire(Acquire {
-                    fsname: "fs".into(), target: (TargetKind::Ost, id), id: q,
+                    fsname: "fs".into(), target: (TargetKind::Ost, id), key,
                     usage: n, granted: n / 3, want: 7,
                 }),
                 crate::mgs::MgsRequest::QuotaSync(SyncReport {
-                    fsname: "fs".into(), target: (TargetKind::Mdt, 1), ids: vec![(q, n, 1)],
+                    fsname: "fs".into(), target: (TargetKind::Mdt, 1), ids: vec![(key, n, 1)],
                 }),
             ];
             for r in reqs {
@@ -265,12 +329,12 @@ mod tests {
                 }
             }
             let replies = vec![
-                crate::mgs::MgsReply::QuotaGrant(Grant { granted: n, ok: id % 2 == 0, retry: id % 3 == 0 }),
-                crate::mgs::MgsReply::QuotaSynced(SyncAnswer { version: n, limited: vec![(q, n)] }),
+                crate::mgs::MgsReply::QuotaGrant(Grant { granted: n, ok: id % 2 == 0, retry: id % 3 == 0, near: pooled }),
+                crate::mgs::MgsReply::QuotaSynced(SyncAnswer { version: n, limited: vec![Limited { key, keep: n, near: !pooled }] }),
                 crate::mgs::MgsReply::Quotas(QuotaView {
                     block_grace_s: n, inode_grace_s: 1, unsynced: id,
                     entries: vec![QuotaEntry {
-                        id: q, limits, block_soft_since: n, inode_soft_since: 0,
+                        key, limits, block_soft_since: n, inode_soft_since: 0,
                         block_granted: n, inode_granted: 2,
                     }],
                 }),

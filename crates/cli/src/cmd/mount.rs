@@ -183,13 +183,14 @@ pub(crate) fn serve_mount(
         let (s, dirty) = c.writeback_stats();
         format!(
             "dirty_bytes {dirty}\nwrites_kept {}\nwrites_through {}\nflush_rpcs {}\n\
-             flush_bytes {}\ndirty_waits {}\nlost_bytes {}",
+             flush_bytes {}\ndirty_waits {}\nlost_bytes {}\nwrites_quota_sync {}",
             s.kept.load(Relaxed),
             s.through.load(Relaxed),
             s.rpcs.load(Relaxed),
             s.bytes.load(Relaxed),
             s.waits.load(Relaxed),
-            s.lost_bytes.load(Relaxed)
+            s.lost_bytes.load(Relaxed),
+            s.quota_sync.load(Relaxed)
         )
     });
     let pidfile = daemon::write_pidfile(mnt)?;

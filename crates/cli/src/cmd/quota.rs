@@ -4,6 +4,7 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use nacre_types::{QuotaId, QuotaKind, TargetKind};
+use nacre_wire::quota::{QuotaEntry, QuotaKey};
 
 /// `nacre quota` arguments.
 #[derive(Args, Debug)]
@@ -23,6 +24,9 @@ pub(crate) struct QuotaArgs {
     /// JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Only this OST pool: its OSTs' usage and the id's limits on the pool.
+    #[arg(long)]
+    pool: Option<String>,
     /// `MGS_NID:/FSNAME` or a path in a Nacre mount.
     fs: String,
 }
@@ -60,6 +64,10 @@ pub(crate) struct SetquotaArgs {
     /// With `-t`: grace time of inode soft limits.
     #[arg(long, default_value = "0")]
     inode_grace: String,
+    /// Limits on the blocks of this OST pool's OSTs instead of the whole file system
+    /// (Lustre's pool quotas; both apply).
+    #[arg(long, conflicts_with = "times")]
+    pool: Option<String>,
     /// `MGS_NID:/FSNAME` or a path in a Nacre mount.
     fs: String,
 }
@@ -90,15 +98,25 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
             s.parse::<u64>()
                 .map_err(|e| anyhow::anyhow!("{what}: {s}: {e}"))
         };
+        let limits = nacre_wire::quota::QuotaLimits {
+            block_soft: size("block soft limit", &a.block_soft)?,
+            block_hard: size("block hard limit", &a.block_hard)?,
+            inode_soft: count("inode soft limit", &a.inode_soft)?,
+            inode_hard: count("inode hard limit", &a.inode_hard)?,
+        };
+        let pool = match &a.pool {
+            Some(p) => {
+                if limits.inode_soft != 0 || limits.inode_hard != 0 {
+                    bail!("a pool's limits are on blocks only (-b, -B): pools are sets of OSTs");
+                }
+                nacre_types::PoolName::new(p)?
+            }
+            None => nacre_types::PoolName::NONE,
+        };
         nacre_wire::mgs::MgsRequest::QuotaSet {
             fsname,
-            id,
-            limits: nacre_wire::quota::QuotaLimits {
-                block_soft: size("block soft limit", &a.block_soft)?,
-                block_hard: size("block hard limit", &a.block_hard)?,
-                inode_soft: count("inode soft limit", &a.inode_soft)?,
-                inode_hard: count("inode hard limit", &a.inode_hard)?,
-            },
+            key: nacre_wire::quota::QuotaKey { id, pool },
+            limits,
         }
     };
     match client.mgs_call(&req) {
@@ -136,6 +154,13 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
         }
         Err(e) if e.status() == nacre_types::Status::Inval => {
             bail!("a soft limit above its hard limit")
+        }
+        Err(e) if e.status() == nacre_types::Status::NoEnt => {
+            bail!(
+                "no pool {} in {}",
+                a.pool.as_deref().unwrap_or("?"),
+                client.fsname()
+            )
         }
         Err(e) => bail!("setquota: {e}"),
     }
@@ -218,8 +243,50 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
             }
         }
     };
+    let config = client.fs_config();
+    // With --pool: that pool's OSTs only.
+    let pool = match &a.pool {
+        Some(p) => {
+            let name = nacre_types::PoolName::new(p)?;
+            let Some(info) = config.pool(name) else {
+                bail!("no pool {p} in {}", client.fsname())
+            };
+            Some((name, info.osts.clone()))
+        }
+        None => None,
+    };
+    let members_of = |pool: nacre_types::PoolName| -> Vec<u32> {
+        config
+            .pool(pool)
+            .map(|p| p.osts.clone())
+            .unwrap_or_default()
+    };
+    let entry = |key: QuotaKey| {
+        view.entries
+            .iter()
+            .find(|e| e.key == key)
+            .cloned()
+            .unwrap_or(QuotaEntry {
+                key,
+                limits: Default::default(),
+                block_soft_since: 0,
+                inode_soft_since: 0,
+                block_granted: 0,
+                inode_granted: 0,
+            })
+    };
     let mut out = Vec::new();
     for (i, q) in ids.iter().enumerate() {
+        let in_pool = |members: &[u32], t: &&nacre_client::QuotaTargetUsage| {
+            t.kind != TargetKind::Mdt && members.contains(&t.index)
+        };
+        let bytes_in = |members: &[u32]| -> u64 {
+            targets
+                .iter()
+                .filter(|t| in_pool(members, t))
+                .map(|t| t.usage[i])
+                .sum()
+        };
         let sum = |kind| -> u64 {
             targets
                 .iter()
@@ -227,41 +294,76 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
                 .map(|t| t.usage[i])
                 .sum()
         };
-        let (bytes, inodes) = (sum(TargetKind::Ost), sum(TargetKind::Mdt));
-        let e = view
-            .entries
-            .get(i)
-            .cloned()
-            .unwrap_or(nacre_wire::quota::QuotaEntry {
-                id: *q,
-                limits: Default::default(),
-                block_soft_since: 0,
-                inode_soft_since: 0,
-                block_granted: 0,
-                inode_granted: 0,
-            });
+        let (bytes, inodes, e, shown): (u64, Option<u64>, QuotaEntry, Vec<_>) = match &pool {
+            Some((name, members)) => (
+                bytes_in(members),
+                None,
+                entry(QuotaKey {
+                    id: *q,
+                    pool: *name,
+                }),
+                targets.iter().filter(|t| in_pool(members, t)).collect(),
+            ),
+            None => (
+                sum(TargetKind::Ost),
+                Some(sum(TargetKind::Mdt)),
+                entry(QuotaKey::global(*q)),
+                targets.iter().collect(),
+            ),
+        };
+        // Without --pool: the id's pool limits after its own.
+        let pools: Vec<(QuotaEntry, u64)> = match pool {
+            Some(_) => Vec::new(),
+            None => view
+                .entries
+                .iter()
+                .filter(|e| e.key.id == *q && !e.key.pool.is_none())
+                .map(|e| (e.clone(), bytes_in(&members_of(e.key.pool))))
+                .collect(),
+        };
         let l = e.limits;
         let bgrace = grace_left(e.block_soft_since, view.block_grace_s);
         let igrace = grace_left(e.inode_soft_since, view.inode_grace_s);
         if a.json {
-            out.push(serde_json::json!({
+            let mut v = serde_json::json!({
                 "kind": q.kind.name(),
                 "id": q.id,
                 "bytes": bytes,
-                "inodes": inodes,
                 "block_soft": l.block_soft,
                 "block_hard": l.block_hard,
-                "inode_soft": l.inode_soft,
-                "inode_hard": l.inode_hard,
                 "block_grace": bgrace,
-                "inode_grace": igrace,
                 "block_granted": e.block_granted,
-                "inode_granted": e.inode_granted,
-                "targets": targets.iter().map(|t| serde_json::json!({
+                "targets": shown.iter().map(|t| serde_json::json!({
                     "target": t.name,
                     if t.kind == TargetKind::Mdt { "inodes" } else { "bytes" }: t.usage[i],
                 })).collect::<Vec<_>>(),
-            }));
+            });
+            if let Some(inodes) = inodes {
+                v["inodes"] = inodes.into();
+                v["inode_soft"] = l.inode_soft.into();
+                v["inode_hard"] = l.inode_hard.into();
+                v["inode_grace"] = igrace.clone().into();
+                v["inode_granted"] = e.inode_granted.into();
+            }
+            if let Some((name, _)) = &pool {
+                v["pool"] = name.as_str().into();
+            } else {
+                v["pools"] = pools
+                    .iter()
+                    .map(|(p, bytes)| {
+                        serde_json::json!({
+                            "pool": p.key.pool.as_str(),
+                            "bytes": bytes,
+                            "block_soft": p.limits.block_soft,
+                            "block_hard": p.limits.block_hard,
+                            "block_grace": grace_left(p.block_soft_since, view.block_grace_s),
+                            "block_granted": p.block_granted,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .into();
+            }
+            out.push(v);
             continue;
         }
         println!("Disk quotas for {} {}:", q.kind.name(), q.id);
@@ -276,9 +378,21 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
                 ""
             }
         };
+        let label = match &pool {
+            Some((name, _)) => format!("{} pool {}", a.fs, name.as_str()),
+            None => a.fs.clone(),
+        };
+        let (files, isoft, ihard) = match inodes {
+            Some(n) => (
+                format!("{n}{}", over(n, l.inode_soft, l.inode_hard)),
+                l.inode_soft.to_string(),
+                l.inode_hard.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let igrace = if inodes.is_some() { igrace } else { "-".into() };
         println!(
-            "{:>24} {:>12} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8}",
-            a.fs,
+            "{label:>24} {:>12} {:>10} {:>10} {bgrace:>8} {files:>10} {isoft:>10} {ihard:>10} {igrace:>8}",
             format!(
                 "{}{}",
                 bytes.div_ceil(1024),
@@ -286,14 +400,24 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
             ),
             l.block_soft / 1024,
             l.block_hard / 1024,
-            bgrace,
-            format!("{inodes}{}", over(inodes, l.inode_soft, l.inode_hard)),
-            l.inode_soft,
-            l.inode_hard,
-            igrace
         );
+        for (p, bytes) in &pools {
+            let pl = p.limits;
+            println!(
+                "{:>24} {:>12} {:>10} {:>10} {:>8}",
+                format!("pool {}", p.key.pool.as_str()),
+                format!(
+                    "{}{}",
+                    bytes.div_ceil(1024),
+                    over(*bytes, pl.block_soft, pl.block_hard)
+                ),
+                pl.block_soft / 1024,
+                pl.block_hard / 1024,
+                grace_left(p.block_soft_since, view.block_grace_s),
+            );
+        }
         if a.verbose {
-            for t in &targets {
+            for t in &shown {
                 let (kb, files) = match t.kind {
                     TargetKind::Mdt => ("-".to_string(), t.usage[i].to_string()),
                     _ => (t.usage[i].div_ceil(1024).to_string(), "-".to_string()),
