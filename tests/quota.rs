@@ -429,6 +429,17 @@ fn lfsck_quota_finds_and_repairs_damaged_counts_on_mdts_and_osts() {
     });
 }
 
+/// The body of `GET /metrics` at `addr`.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
 /// `dd` of `mib` MiB of zeros into `path` as `who`, with no fsync: its success and stderr.
 fn dd_cached(who: u32, path: &Path, mib: u32) -> (bool, String) {
     let of = format!("of={}", s(path));
@@ -448,7 +459,7 @@ fn dd_synced(who: u32, path: &Path, mib: u32) -> (bool, String) {
 
 #[test]
 fn near_a_limit_writes_go_synchronous_so_edquot_reaches_write() {
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("quotaw"));
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("quotaw").metrics());
     let src = fs.source();
     let pid = fs.client_pid();
     let home = fs.path("home");
@@ -484,6 +495,25 @@ fn near_a_limit_writes_go_synchronous_so_edquot_reaches_write() {
     assert!(wb("writes_quota_sync") > 0);
     let used = quota_json(&src, &["-u", "1000"])["bytes"].as_u64().unwrap();
     assert!((7 * mib..=8 * mib).contains(&used), "{used}");
+    // /metrics shows each target's usage of the id and the grant it holds.
+    let (_, _, per) = usage(&src, &["-u", "1000"]);
+    let scraped: String = fs.metrics_addrs.iter().map(|a| scrape(a)).collect();
+    for ost in ["OST0000", "OST0001"] {
+        let want = format!(
+            "nacre_quota_bytes{{target=\"quotaw-{ost}\",kind=\"usr\",id=\"1000\"}} {}",
+            target(&per, ost)
+        );
+        assert!(scraped.lines().any(|l| l == want), "{want} in /metrics");
+        let granted = format!(
+            "nacre_quota_granted{{target=\"quotaw-{ost}\",kind=\"usr\",id=\"1000\",pool=\"\"}} "
+        );
+        assert!(
+            scraped.lines().any(|l| l.starts_with(&granted)),
+            "{granted} in /metrics"
+        );
+    }
+    assert!(scraped
+        .contains("nacre_quota_inodes{target=\"quotaw-MDT0000\",kind=\"usr\",id=\"1000\"} 1"));
     // The limit lifted, the next writes say so and write-behind comes back.
     nacre_ok(&["setquota", "-u", "1000", "-B", "0", &src]);
     std::fs::remove_file(home.join("near")).unwrap();

@@ -613,6 +613,16 @@ impl Mdt {
         cv.notify_one();
     }
 
+    /// Every id with inodes here and their count, in order (quotas).
+    pub fn quota_counts(&self) -> Vec<(nacre_types::QuotaId, u64)> {
+        let alloc = self.write_lock.lock().expect("write lock");
+        let mut v: Vec<(nacre_types::QuotaId, u64)> =
+            alloc.quota.iter().map(|(q, n)| (*q, *n)).collect();
+        drop(alloc);
+        v.sort_unstable();
+        v
+    }
+
     /// The inodes each of `ids` has here (quotas).
     pub fn inodes_of(&self, ids: &[nacre_types::QuotaId]) -> Vec<u64> {
         let alloc = self.write_lock.lock().expect("write lock");

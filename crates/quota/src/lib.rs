@@ -335,6 +335,14 @@ impl Slave {
         st.version = a.version;
     }
 
+    /// The grant held of each limited key, in order.
+    pub fn grants(&self) -> Vec<(QuotaKey, u64)> {
+        let st = self.state.lock();
+        let mut v: Vec<(QuotaKey, u64)> = st.grants.iter().map(|(k, g)| (*k, *g)).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Version of the limits last applied.
     pub fn version(&self) -> u64 {
         self.state.lock().version

@@ -33,6 +33,76 @@ pub struct Sources {
 /// Something that appends its metric families (OpenMetrics text) to a scrape.
 pub type ExtraFamilies = Arc<dyn Fn(&mut String) + Send + Sync>;
 
+/// Most ids whose usage one target exports (the largest; `nacre quota` shows any id).
+pub const QUOTA_IDS_EXPORTED_MAX: usize = 1_000;
+
+/// Usage per user, group and project on each target (the largest
+/// [`QUOTA_IDS_EXPORTED_MAX`]), and the grant each target holds of each limited id.
+fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) {
+    /// A target's name and its ids' usage.
+    type TargetUsage = (String, Vec<(nacre_types::QuotaId, u64)>);
+    let bytes: Vec<TargetUsage> = osts
+        .iter()
+        .map(|o| (o.label.name(), o.store.usage().all()))
+        .collect();
+    let inodes: Vec<TargetUsage> = mdts
+        .iter()
+        .map(|m| (m.label.name(), m.quota_counts()))
+        .collect();
+    let families = [
+        (
+            "bytes",
+            "Bytes each user, group and project has on the OST.",
+            bytes,
+        ),
+        (
+            "inodes",
+            "Inodes each user, group and project has on the MDT.",
+            inodes,
+        ),
+    ];
+    for (unit, help, usage) in families {
+        let name = format!("nacre_quota_{unit}");
+        let _ = writeln!(out, "# TYPE {name} gauge\n# HELP {name} {help}");
+        for (target, mut ids) in usage {
+            if ids.len() > QUOTA_IDS_EXPORTED_MAX {
+                ids.sort_unstable_by_key(|(_, n)| std::cmp::Reverse(*n));
+                ids.truncate(QUOTA_IDS_EXPORTED_MAX);
+            }
+            for (q, n) in ids {
+                let _ = writeln!(
+                    out,
+                    "{name}{{target=\"{}\",kind=\"{}\",id=\"{}\"}} {n}",
+                    escape(&target),
+                    q.kind.name(),
+                    q.id
+                );
+            }
+        }
+    }
+    let name = "nacre_quota_granted";
+    let _ = writeln!(
+        out,
+        "# TYPE {name} gauge\n# HELP {name} Grant the quota master gave the target for a limited id (bytes on an OST, inodes on an MDT; pool empty: the whole file system)."
+    );
+    let grants = osts
+        .iter()
+        .map(|o| (o.label.name(), o.quota.grants()))
+        .chain(mdts.iter().map(|m| (m.label.name(), m.quota.grants())));
+    for (target, keys) in grants {
+        for (k, g) in keys {
+            let _ = writeln!(
+                out,
+                "{name}{{target=\"{}\",kind=\"{}\",id=\"{}\",pool=\"{}\"}} {g}",
+                escape(&target),
+                k.id.kind.name(),
+                k.id.id,
+                escape(k.pool.as_str())
+            );
+        }
+    }
+}
+
 /// A service's partitions as a table (`get_param *.partition_stats`).
 pub fn partition_table(pool: &ServicePool) -> String {
     let mut s = format!(
@@ -238,6 +308,7 @@ pub fn render(src: &Sources) -> String {
             );
         }
     }
+    quota_families(&mut out, &osts, &mdts);
     for (name, kind, help, value) in PARTITION_FAMILIES {
         let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
         let suffix = if kind == "counter" { "_total" } else { "" };
