@@ -264,6 +264,11 @@ enum Command {
     /// What a user, group or project uses, like `lfs quota`: blocks on the OSTs, inodes on
     /// the MDTs (`-v`: per target). Without `-u/-g/-p`: the caller's user and group.
     Quota(cmd::quota::QuotaArgs),
+    /// Cluster-wide QoS rules (docs/qos.md): cap the requests and bytes per second of each
+    /// job, user, group, project, client or operation a rule matches, over every MDT and
+    /// OST together; requests over the rate wait.
+    #[command(subcommand)]
+    Qos(cmd::qos::QosCommand),
     /// Sets a user's, group's or project's limits, like `lfs setquota`: blocks (`-b` soft,
     /// `-B` hard) and inodes (`-i`, `-I`) across every OST and MDT; 0 is no limit; `-t`
     /// sets the grace times of soft limits. Root on an admin node.
@@ -512,6 +517,7 @@ fn main() {
         Command::Path2fid { paths } => path2fid(&paths),
         Command::Project(a) => cmd::project::project(a),
         Command::Quota(a) => cmd::quota::quota(a),
+        Command::Qos(c) => cmd::qos::qos(c),
         Command::Setquota(a) => cmd::quota::setquota(a),
         Command::GenDocs { man, completions } => cmd::docs::gen_docs(
             <Cli as clap::CommandFactory>::command(),

@@ -25,6 +25,7 @@ pub mod locks;
 pub mod mdt;
 pub mod migrate;
 pub mod nodemap;
+pub mod qos;
 mod route;
 
 pub mod ops;
@@ -155,6 +156,8 @@ impl Handler for MdsHandler {
         let Some(mdt) = self.serving(req.header.target) else {
             return Some(req);
         };
+        // A capped class's requests wait for their share of its rate (qos.rs).
+        let req = qos::admit(&mdt, req)?;
         if flocks::is_flock(req.header.opcode) {
             // Byte-range locks: served here, in memory; a request that must wait stays
             // parked.

@@ -52,6 +52,8 @@ pub struct Mdt {
     pub osts: Arc<OstPool>,
     /// Quota enforcement on this MDT's inodes (nacre_quota).
     pub quota: Arc<nacre_quota::Slave>,
+    /// QoS: requests held to this MDT's share of their class's rate (nacre_qos).
+    pub qos: nacre_qos::Scheduler,
     pub(crate) write_lock: Mutex<AllocState>,
     opens: Mutex<HashMap<Fid, u32>>,
     /// Wakes the destroy thread.
@@ -178,6 +180,7 @@ impl Mdt {
             (nacre_types::TargetKind::Mdt, label.index),
         ));
         let mdt = Mdt {
+            qos: nacre_qos::Scheduler::new(),
             quota,
             label,
             dir: dir.to_path_buf(),

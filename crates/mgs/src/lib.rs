@@ -10,6 +10,7 @@
 //! recovery).
 
 pub mod nodemaps;
+pub mod qos;
 pub mod quotas;
 pub mod store;
 pub mod watch;
@@ -94,6 +95,8 @@ pub struct Mgs {
     watch: watch::Watch,
     /// The quota master.
     pub quotas: quotas::QuotaMaster,
+    /// The QoS master.
+    pub qos: qos::QosMaster,
 }
 
 /// Persistent parameters kept per file system at most.
@@ -109,6 +112,7 @@ impl Mgs {
         let nodemaps_path = dir.join("mgs-nodemaps");
         let nodemaps = store::load_nodemaps(&nodemaps_path)?;
         let quotas = quotas::QuotaMaster::open(dir.join("mgs-quotas"))?;
+        let qos = qos::QosMaster::open(dir.join("mgs-qos"))?;
         Ok(Mgs {
             path,
             configs: Mutex::new(configs),
@@ -116,6 +120,7 @@ impl Mgs {
             params: Mutex::new(params),
             nodemaps_path,
             quotas,
+            qos,
             nodemaps: Mutex::new(nodemaps),
             watch: watch::Watch::default(),
         })
@@ -379,6 +384,16 @@ impl Mgs {
     }
 }
 
+/// The status of a refused QoS change.
+fn qos_status(e: qos::QosError) -> Status {
+    match e {
+        qos::QosError::Rule(_) => Status::Inval,
+        qos::QosError::NoRule => Status::NoEnt,
+        qos::QosError::TooMany => Status::TooBig,
+        qos::QosError::Io => Status::Io,
+    }
+}
+
 impl Handler for Mgs {
     fn park(&self, req: Incoming) -> Option<Incoming> {
         match decode_body::<MgsRequest>(&req.body) {
@@ -484,6 +499,19 @@ impl Handler for Mgs {
                 self.quotas
                     .sync(&r, |pool| self.sharing(&r.fsname, r.target, pool)),
             )),
+            MgsRequest::QosSet { fsname, rule } => self
+                .admin_peer(&req.peer)
+                .and_then(|()| self.qos.set(&fsname, rule).map_err(qos_status))
+                .map(MgsReply::QosRules),
+            MgsRequest::QosDel { fsname, name } => self
+                .admin_peer(&req.peer)
+                .and_then(|()| self.qos.del(&fsname, &name).map_err(qos_status))
+                .map(MgsReply::QosRules),
+            MgsRequest::QosGet { fsname } => Ok(MgsReply::QosRules(self.qos.get(&fsname))),
+            MgsRequest::QosSync(r) => {
+                let n = self.all_targets(&r.fsname).len() as u32;
+                Ok(MgsReply::QosShares(self.qos.sync(&r, n.max(1))))
+            }
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };

@@ -278,6 +278,22 @@ pub fn save_quotas(path: &Path, saved: &crate::quotas::Saved) -> Result<(), Stor
     write_envelope(path, QUOTAS_MAGIC, QUOTAS_FORMAT_VERSION, &payload)
 }
 
+const QOS_MAGIC: &[u8; 4] = b"NMQS";
+
+/// Loads the QoS rules of every file system (none if the file does not exist yet).
+pub fn load_qos(path: &Path) -> Result<crate::qos::Saved, StoreError> {
+    match read_envelope(path, QOS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+        Some((_, payload)) => decode(path, &payload),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Saves the QoS rules durably.
+pub fn save_qos(path: &Path, saved: &crate::qos::Saved) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
+    write_envelope(path, QOS_MAGIC, FORMAT_VERSION, &payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,6 +209,7 @@ impl Router {
             _budget: None,
             home: None,
             resubmits: 0,
+            qos_admitted: false,
         };
         let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
         self.route_with(req, hint, inline);

@@ -444,6 +444,7 @@ impl FrameSink for ServerSink {
             _budget: permit,
             home: None,
             resubmits: 0,
+            qos_admitted: false,
         };
         self.router.route(req, self.cpt);
         Ok(())

@@ -110,6 +110,8 @@ pub struct Incoming {
     pub(crate) home: Option<(Weak<ServicePool>, usize)>,
     /// Times it was resubmitted.
     pub(crate) resubmits: u8,
+    /// A QoS scheduler let it through ([`Incoming::qos_release`]).
+    pub(crate) qos_admitted: bool,
 }
 
 /// What a handler returns.
@@ -237,6 +239,27 @@ impl Incoming {
             Some((pool, i)) => pool.dispatch(self, i),
             None => self.reply(Outgoing::error(Status::NoDev)),
         }
+    }
+
+    /// Queues a request a QoS scheduler held back (parked in [`Handler::park`]) to be
+    /// served again, marked as let through ([`Incoming::qos_admitted`]); unlike
+    /// [`Incoming::resubmit`] it does not count as a resubmit (waits that follow, for
+    /// locks, still happen).
+    pub fn qos_release(mut self) {
+        self.qos_admitted = true;
+        match self
+            .home
+            .as_ref()
+            .and_then(|(p, i)| Some((p.upgrade()?, *i)))
+        {
+            Some((pool, i)) => pool.dispatch(self, i),
+            None => self.reply(Outgoing::error(Status::NoDev)),
+        }
+    }
+
+    /// True if a QoS scheduler already let the request through.
+    pub fn qos_admitted(&self) -> bool {
+        self.qos_admitted
     }
 
     /// How many times the request was resubmitted ([`Incoming::resubmit`]).

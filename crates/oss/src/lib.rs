@@ -10,6 +10,7 @@ pub mod fence;
 pub mod grants;
 pub mod locks;
 pub mod nodemap;
+pub mod qos;
 pub mod recovery;
 pub mod stats;
 
@@ -53,6 +54,8 @@ pub struct OstTarget {
     pub fences: fence::Fences,
     /// Quota enforcement on this OST's bytes (nacre_quota).
     pub quota: nacre_quota::Slave,
+    /// QoS: requests held to this OST's share of their class's rate (nacre_qos).
+    pub qos: nacre_qos::Scheduler,
 }
 
 impl OstTarget {
@@ -65,6 +68,7 @@ impl OstTarget {
             grants.end_reserve();
         }
         Ok(OstTarget {
+            qos: nacre_qos::Scheduler::new(),
             quota: nacre_quota::Slave::new(
                 &label.fsname,
                 (nacre_types::TargetKind::Ost, label.index),
@@ -479,6 +483,8 @@ impl Handler for OssHandler {
         let Some(ost) = self.serving(req.header.target) else {
             return Some(req);
         };
+        // A capped class's requests wait for their share of its rate (qos.rs).
+        let req = qos::admit(&ost, req)?;
         // While clients of before take their locks back, data requests wait (recovery.rs).
         if ost.recovery.active() {
             if let Ok(call) = decode_body::<OssCall>(&req.body) {

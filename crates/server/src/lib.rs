@@ -16,6 +16,7 @@ pub mod ctl;
 pub mod daemon;
 mod mdt_threads;
 pub mod metrics;
+mod mgs_sync;
 pub mod nodemap_admin;
 pub mod pool_admin;
 pub mod process;

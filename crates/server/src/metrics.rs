@@ -33,6 +33,64 @@ pub struct Sources {
 /// Something that appends its metric families (OpenMetrics text) to a scrape.
 pub type ExtraFamilies = Arc<dyn Fn(&mut String) + Send + Sync>;
 
+/// What each QoS rule's classes were served and held back on each target.
+fn qos_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) {
+    let stats: Vec<(String, Vec<nacre_qos::ClassStats>)> = osts
+        .iter()
+        .map(|o| (o.label.name(), o.qos.stats()))
+        .chain(mdts.iter().map(|m| (m.label.name(), m.qos.stats())))
+        .collect();
+    type Pick = fn(&nacre_qos::ClassStats) -> u64;
+    let families: [(&str, &str, &str, Pick); 5] = [
+        (
+            "nacre_qos_ops",
+            "counter",
+            "Requests of a QoS class served.",
+            |c| c.ops,
+        ),
+        (
+            "nacre_qos_bytes",
+            "counter",
+            "Bytes of a QoS class's requests served.",
+            |c| c.bytes,
+        ),
+        (
+            "nacre_qos_delayed",
+            "counter",
+            "Requests of a QoS class held back for its rate.",
+            |c| c.delayed,
+        ),
+        (
+            "nacre_qos_delay_microseconds",
+            "counter",
+            "Time requests of a QoS class were held back.",
+            |c| c.delay_us,
+        ),
+        (
+            "nacre_qos_waiting",
+            "gauge",
+            "Requests of a QoS class held back now.",
+            |c| c.waiting,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
+        let suffix = if kind == "counter" { "_total" } else { "" };
+        for (target, classes) in &stats {
+            for c in classes {
+                let _ = writeln!(
+                    out,
+                    "{name}{suffix}{{target=\"{}\",rule=\"{}\",class=\"{}\"}} {}",
+                    escape(target),
+                    escape(&c.rule),
+                    escape(&c.class),
+                    pick(c)
+                );
+            }
+        }
+    }
+}
+
 /// Most ids whose usage one target exports (the largest; `nacre quota` shows any id).
 pub const QUOTA_IDS_EXPORTED_MAX: usize = 1_000;
 
@@ -309,6 +367,7 @@ pub fn render(src: &Sources) -> String {
         }
     }
     quota_families(&mut out, &osts, &mdts);
+    qos_families(&mut out, &osts, &mdts);
     for (name, kind, help, value) in PARTITION_FAMILIES {
         let _ = writeln!(out, "# TYPE {name} {kind}\n# HELP {name} {help}");
         let suffix = if kind == "counter" { "_total" } else { "" };

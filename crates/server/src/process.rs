@@ -88,48 +88,6 @@ fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
     }
 }
 
-/// A quota slave's way to the master: acquires sent to the MGS.
-struct MgsQuotaLink(Arc<Connection>);
-
-impl nacre_quota::Link for MgsQuotaLink {
-    fn acquire(
-        &self,
-        a: &nacre_wire::quota::Acquire,
-    ) -> Result<nacre_wire::quota::Grant, nacre_types::Status> {
-        let req = MgsRequest::QuotaAcquire(a.clone());
-        match call::<_, MgsReply>(&self.0, req.opcode(), 0, &req) {
-            Ok(MgsReply::QuotaGrant(g)) => Ok(g),
-            Ok(_) => Err(nacre_types::Status::Proto),
-            Err(e) => {
-                tracing::warn!("quota acquire of {}: {e}", a.key);
-                Err(nacre_types::Status::TimedOut)
-            }
-        }
-    }
-}
-
-/// Each target's quota report to the master, and its answer applied (docs/quota.md).
-fn sync_quotas(conn: &Arc<Connection>, oss: &OssHandler, mds: &nacre_mds::MdsHandler) {
-    let link: Arc<dyn nacre_quota::Link> = Arc::new(MgsQuotaLink(conn.clone()));
-    let send = |slave: &nacre_quota::Slave, report: nacre_wire::quota::SyncReport| {
-        slave.set_link(link.clone());
-        let req = MgsRequest::QuotaSync(report);
-        match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
-            Ok(MgsReply::QuotaSynced(a)) => slave.apply(&a),
-            Ok(_) => tracing::debug!("quota sync: unexpected answer"),
-            Err(e) => tracing::debug!("quota sync: {e}"),
-        }
-    };
-    for ost in oss.all() {
-        let usage = ost.store.usage();
-        send(&ost.quota, ost.quota.report(|q| usage.of(q)));
-    }
-    for mdt in mds.all() {
-        let report = mdt.quota.report(|q| mdt.inodes_of(&[q])[0]);
-        send(&mdt.quota, report);
-    }
-}
-
 /// What a server process serves.
 #[derive(Clone, Debug)]
 pub struct ServerSpec {
@@ -647,7 +605,8 @@ impl ServerProcess {
         let mut applied = apply_persistent_params(&conn, &registry, None);
         let mut nodemaps = fetch_nodemaps(&conn, None);
         let (oss, mds) = (self.oss.clone(), self.mds.clone());
-        sync_quotas(&conn, &oss, &mds);
+        crate::mgs_sync::sync_quotas(&conn, &oss, &mds);
+        crate::mgs_sync::sync_qos(&conn, &oss, &mds);
         let stop = self.stop.clone();
         self.threads.push(
             std::thread::Builder::new()
@@ -656,7 +615,8 @@ impl ServerProcess {
                     while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
                         applied = apply_persistent_params(&conn, &registry, applied);
                         nodemaps = fetch_nodemaps(&conn, nodemaps);
-                        sync_quotas(&conn, &oss, &mds);
+                        crate::mgs_sync::sync_quotas(&conn, &oss, &mds);
+                        crate::mgs_sync::sync_qos(&conn, &oss, &mds);
                     }
                 })
                 .expect("spawn param-sync thread"),

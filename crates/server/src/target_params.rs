@@ -45,6 +45,8 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
         move || a.job_stats.render(),
         move |v| clear_with(v, || b.job_stats.clear()),
     );
+    let a = t.clone();
+    r.add_fn(format!("ost.{name}.qos_stats"), move || a.qos.stats_text());
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
         format!("ost.{name}.export_stats"),
@@ -100,6 +102,8 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         move || a.job_stats.render(),
         move |v| clear_with(v, || b.job_stats.clear()),
     );
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.qos_stats"), move || a.qos.stats_text());
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
         format!("mdt.{name}.export_stats"),

@@ -19,6 +19,7 @@ pub mod mgs;
 pub mod mover;
 pub mod nodemap;
 pub mod oss;
+pub mod qos;
 pub mod quota;
 pub mod selftest;
 

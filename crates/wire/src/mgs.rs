@@ -149,6 +149,29 @@ pub enum MgsRequest {
     /// A target's quota slave reports what it uses and holds, each second. Reply:
     /// [`MgsReply::QuotaSynced`].
     QuotaSync(crate::quota::SyncReport),
+    /// Adds a QoS rule, or replaces the one of its name (`nacre qos add`; docs/qos.md).
+    /// Only from a client whose nodemap, if any, is an admin one. Reply:
+    /// [`MgsReply::QosRules`].
+    QosSet {
+        /// File system name.
+        fsname: String,
+        /// The rule.
+        rule: crate::qos::QosRule,
+    },
+    /// Removes a QoS rule (`nacre qos del`). Reply: [`MgsReply::QosRules`].
+    QosDel {
+        /// File system name.
+        fsname: String,
+        /// The rule's name.
+        name: String,
+    },
+    /// The QoS rules (`nacre qos list`; targets fetch them). Reply: [`MgsReply::QosRules`].
+    QosGet {
+        /// File system name.
+        fsname: String,
+    },
+    /// A target's QoS demands, each second. Reply: [`MgsReply::QosShares`].
+    QosSync(crate::qos::QosReport),
 }
 
 /// Longest a [`MgsRequest::WaitTargets`] is held.
@@ -187,6 +210,10 @@ pub enum MgsReply {
     QuotaGrant(crate::quota::Grant),
     /// The limited ids and the grant each may keep ([`MgsRequest::QuotaSync`]).
     QuotaSynced(crate::quota::SyncAnswer),
+    /// A file system's QoS rules.
+    QosRules(crate::qos::QosRules),
+    /// A target's shares of the QoS classes' rates ([`MgsRequest::QosSync`]).
+    QosShares(crate::qos::QosShares),
 }
 
 impl MgsRequest {
@@ -204,6 +231,10 @@ impl MgsRequest {
             MgsRequest::QuotaGet { .. } => 0x0109,
             MgsRequest::QuotaAcquire(_) => 0x010a,
             MgsRequest::QuotaSync(_) => 0x010b,
+            MgsRequest::QosSet { .. } => 0x010c,
+            MgsRequest::QosDel { .. } => 0x010d,
+            MgsRequest::QosGet { .. } => 0x010e,
+            MgsRequest::QosSync(_) => 0x010f,
         }
     }
 }

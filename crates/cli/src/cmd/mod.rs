@@ -17,6 +17,7 @@ pub(crate) mod plan;
 pub(crate) mod policy;
 pub(crate) mod pool;
 pub(crate) mod project;
+pub(crate) mod qos;
 pub(crate) mod quota;
 pub(crate) mod selftest;
 pub(crate) mod server;

@@ -183,7 +183,7 @@ fn named_id(
 }
 
 /// A user or group given by name or number.
-fn id_of(db: nacre_policy::names::Db, what: &str, given: &str) -> anyhow::Result<u32> {
+pub(crate) fn id_of(db: nacre_policy::names::Db, what: &str, given: &str) -> anyhow::Result<u32> {
     if let Ok(n) = given.parse::<u32>() {
         return Ok(n);
     }

@@ -1,0 +1,51 @@
+//! QoS on an OST (docs/qos.md): client data requests are matched against the rules and held
+//! to this OST's share of their class's rate before anything else is done with them.
+
+use crate::OstTarget;
+use nacre_net::Incoming;
+use nacre_qos::{Admit, Facts};
+use nacre_wire::decode_body;
+use nacre_wire::oss::{OssCall, OssRequest};
+
+/// Operations QoS rules cap (client I/O; lock traffic and server-to-server requests never
+/// wait for a rate).
+pub const QOS_OPS: &[&str] = &["write", "read", "punch", "fallocate", "sync"];
+
+/// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).
+pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
+    if !ost.qos.active() || req.qos_admitted() {
+        return Some(req);
+    }
+    let op = (req.header.opcode & 0xff) as usize;
+    let Some(op) = op
+        .checked_sub(1)
+        .and_then(|i| crate::stats::OST_OPS.get(i))
+        .filter(|op| QOS_OPS.contains(op))
+    else {
+        return Some(req);
+    };
+    let Ok(call) = decode_body::<OssCall>(&req.body) else {
+        return Some(req);
+    };
+    let (project, bytes) = match &call.req {
+        OssRequest::Write { owner, .. } => (
+            owner.project,
+            req.bulk.as_ref().map_or(0, |b| b.len() as u64),
+        ),
+        OssRequest::Read { len, .. } => (0, u64::from(*len)),
+        _ => (0, 0),
+    };
+    let facts = Facts {
+        job: &call.jobid,
+        uid: call.cred.uid,
+        gid: call.cred.gid,
+        project,
+        nid: nacre_qos::peer_ip(&req.peer),
+        op,
+        bytes,
+    };
+    match ost.qos.admit(req, &facts) {
+        Admit::Go(req) => Some(req),
+        Admit::Held => None,
+    }
+}
