@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Cluster-wide QoS (issue 21, step 3; docs/qos.md): mdtest as a noisy neighbour against a
+# second job's IOR and stat latency, on one networked file system (MGS+MDT0 process, two OSS
+# processes with one OST each, two `nacre mount` processes — a client per job — TCP), in
+# one run:
+#   solo     each job alone
+#   shared   both at once, no rule
+#   capped   both at once, the neighbour held by `nacre qos add` to 25% of its solo
+#            request rate (measured in the solo phase from the MDTs' and OSTs' job_stats)
+# The neighbour: `nacre bench mdtest -N 4 -u -F` (job noisy.1) repeated until stopped; its
+# rate is read from job_stats over the victim's run. The victim (job victim.2, its own
+# mount): IOR easy (2 tasks, file per process, 1 MiB O_DIRECT transfers, SIZE each, write
+# then read) and then up to SECS seconds of stat(2) by one thread on files its mount has not
+# seen (made beforehand through the other mount, a fresh set per phase: each stat asks the
+# MDS), rate and 99th percentile.
+# Not a test: it asserts nothing.
+#   bench/qos.sh [WORK_DIR]     (SECS=10 SIZE=256m)
+set -euo pipefail
+WORK="${1:-/var/tmp/nacre-qos}"
+SECS="${SECS:-10}"
+SIZE="${SIZE:-256m}"
+source "$(dirname "$0")/common.sh"
+rm -rf "$WORK"; mkdir -p "$WORK/mnt" "$WORK/mnt2"
+pids=()
+NOISY=""
+down() {
+  [ -n "$NOISY" ] && { kill "$NOISY" 2>/dev/null || true; wait "$NOISY" 2>/dev/null || true; }
+  for m in "$WORK/mnt" "$WORK/mnt2"; do
+    mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount "$m" || "$NACRE" umount -f "$m"; }
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap down EXIT
+net_up "$WORK/fs" qosb
+SRC="$MGS@tcp:/qosb"
+M="$WORK/mnt"
+V="$WORK/mnt2"
+"$NACRE" mount "$SRC" "$M" >/dev/null
+"$NACRE" mount "$SRC" "$V" >/dev/null
+# Files to stat, a set per phase, made through the neighbour's mount.
+python3 -c '
+import os, sys
+for phase in ("solo", "shared", "capped"):
+    for d in range(8):
+        p = f"{sys.argv[1]}/st-{phase}/d{d}"
+        os.makedirs(p)
+        for i in range(1000):
+            os.close(os.open(f"{p}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))' "$M"
+
+# requests JOB [OP]: requests of JOB (or only its OP ones) served so far, from every
+# MDT's and OST's job_stats — those QoS rules cap (lock traffic, pings and recovery never
+# wait for a rate, docs/qos.md).
+requests() {
+  "$NACRE" ctl get_param -n 'mdt.qosb-*.job_stats' 'ost.qosb-*.job_stats' | python3 -c '
+import re, sys
+job, op, n, cur = sys.argv[1], sys.argv[2], 0, None
+for line in sys.stdin:
+    m = re.match(r"- job_id:\s+(\S+)", line)
+    if m:
+        cur = m.group(1)
+        continue
+    m = re.match(r"\s+(\w+):\s+\{ samples:\s+(\d+), unit: usecs", line)
+    free = m and (m.group(1).startswith("ldlm_") or m.group(1) in ("ping", "connect", "disconnect", "reopen", "replay", "replay_done"))
+    if m and cur == job and op in ("", m.group(1)) and not free:
+        n += int(m.group(2))
+print(n)' "$1" "${2:-}"
+}
+noisy_start() {
+  rm -rf "$M/noisy"
+  SLURM_JOB_ID=noisy.1 "$NACRE" bench mdtest -n 2000 -N 4 -u -F -i 1000000 -q -d "$M/noisy" \
+    >/dev/null 2>&1 &
+  NOISY=$!
+  sleep 3
+}
+noisy_stop() { kill "$NOISY" 2>/dev/null || true; wait "$NOISY" 2>/dev/null || true; NOISY=""; }
+# victim PHASE: "write_MiB/s read_MiB/s stats/s stat_p99_ms" of job victim.2.
+victim() {
+  rm -rf "$V/ior"
+  local ior st
+  ior=$(SLURM_JOB_ID=victim.2 "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N 2 -F -e --direct -q \
+    --json -o "$V/ior" \
+    | json "' '.join(str(round([x for x in d['phases'] if x['op']==o][0]['bw_mib'])) for o in ('write','read'))")
+  st=$(SLURM_JOB_ID=victim.2 python3 -c '
+import os, sys, time
+d, secs = sys.argv[1], float(sys.argv[2])
+names = [f"{d}/d{k}/f{i}" for i in range(1000) for k in range(8)]
+lat, start = [], time.time()
+for n in names:
+    if time.time() - start > secs:
+        break
+    t = time.perf_counter()
+    os.stat(n)
+    lat.append(time.perf_counter() - t)
+took = time.time() - start
+lat.sort()
+print(round(len(lat) / took), f"{lat[int(len(lat) * 0.99)] * 1000:.2f}")' "$V/st-$1" "$SECS")
+  echo "$ior $st"
+}
+# phase NAME: runs the victim beside the running neighbour; prints the row.
+row() {
+  local name="$1" v r0 r1 c0 c1 t0 t1
+  r0=$(requests noisy.1); c0=$(requests noisy.1 create); t0=$(date +%s.%N)
+  v=$(victim "$name")
+  r1=$(requests noisy.1); c1=$(requests noisy.1 create); t1=$(date +%s.%N)
+  echo "$name $(python3 -c "print(round(($r1 - $r0) / ($t1 - $t0)), round(($c1 - $c0) / ($t1 - $t0)))") $v"
+}
+
+# The neighbour alone: its create and request rates.
+noisy_start
+r0=$(requests noisy.1); c0=$(requests noisy.1 create); t0=$(date +%s.%N)
+sleep "$SECS"
+r1=$(requests noisy.1); c1=$(requests noisy.1 create); t1=$(date +%s.%N)
+noisy_stop
+solo_req=$(python3 -c "print(round(($r1 - $r0) / ($t1 - $t0)))")
+solo_cre=$(python3 -c "print(round(($c1 - $c0) / ($t1 - $t0)))")
+cap=$((solo_req / 4))
+
+rows=()
+rows+=("solo $solo_req $solo_cre $(victim solo)")
+noisy_start; rows+=("$(row shared)"); noisy_stop
+"$NACRE" qos add noisy --job 'noisy*' --ops-rate "$cap" "$SRC" >/dev/null
+noisy_start; rows+=("$(row capped)"); noisy_stop
+"$NACRE" qos del noisy "$SRC" >/dev/null
+
+echo "neighbour alone: $solo_cre creates/s, $solo_req requests/s; cap: $cap requests/s"
+echo
+echo "| phase | neighbour requests/s | neighbour creates/s | victim IOR write MiB/s | IOR read MiB/s | stat/s | stat p99 ms |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+read -r _ _ _ sw sr ss sp <<< "${rows[0]}"
+for r in "${rows[@]}"; do
+  read -r name nr nc w rd s p <<< "$r"
+  if [ "$name" = solo ]; then
+    echo "| $name | $nr | $nc | $w | $rd | $s | $p |"
+  else
+    echo "| $name | $nr ($(pct "$nr" "$solo_req")) | $nc | $w ($(pct "$w" "$sw")) | $rd ($(pct "$rd" "$sr")) | $s ($(pct "$s" "$ss")) | $p |"
+  fi
+done
