@@ -7,6 +7,8 @@
 #   shared   both at once, no rule
 #   capped   both at once, the neighbour held by `nacre qos add` to 25% of its solo
 #            request rate (measured in the solo phase from the MDTs' and OSTs' job_stats)
+#   weighted both at once, no cap: the victim's requests weighted 8 (`--weight 8`), so
+#            the servers take them before the neighbour's
 # The neighbour: `nacre bench mdtest -N 4 -u -F` (job noisy.1) repeated until stopped; its
 # rate is read from job_stats over the victim's run. The victim (job victim.2, its own
 # mount): IOR easy (2 tasks, file per process, 1 MiB O_DIRECT transfers, SIZE each, write
@@ -41,7 +43,7 @@ V="$WORK/mnt2"
 # Files to stat, a set per phase, made through the neighbour's mount.
 python3 -c '
 import os, sys
-for phase in ("solo", "shared", "capped"):
+for phase in ("solo", "shared", "capped", "weighted"):
     for d in range(8):
         p = f"{sys.argv[1]}/st-{phase}/d{d}"
         os.makedirs(p)
@@ -122,6 +124,9 @@ noisy_start; rows+=("$(row shared)"); noisy_stop
 "$NACRE" qos add noisy --job 'noisy*' --ops-rate "$cap" "$SRC" >/dev/null
 noisy_start; rows+=("$(row capped)"); noisy_stop
 "$NACRE" qos del noisy "$SRC" >/dev/null
+"$NACRE" qos add victim --job 'victim*' --weight 8 "$SRC" >/dev/null
+noisy_start; rows+=("$(row weighted)"); noisy_stop
+"$NACRE" qos del victim "$SRC" >/dev/null
 
 echo "neighbour alone: $solo_cre creates/s, $solo_req requests/s; cap: $cap requests/s"
 echo

@@ -141,3 +141,49 @@ fn a_rule_holds_a_job_to_its_rate_over_every_target_and_spares_other_jobs() {
     assert!(!gone.status.success());
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no rule noisy"));
 }
+
+#[test]
+fn a_weighted_job_is_served_ahead_of_a_busy_one() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("qosw"));
+    let src = fs.source();
+    let (b, i) = (fs.path("batch"), fs.path("inter"));
+    std::fs::create_dir(&b).unwrap();
+    std::fs::create_dir(&i).unwrap();
+    let bad = nacre(&["qos", "add", "w", "--job", "x*", "--weight", "65", &src]);
+    assert!(!bad.status.success());
+    nacre_ok(&[
+        "qos", "add", "inter", "--job", "inter*", "--weight", "8", &src,
+    ]);
+    let list = nacre_ok(&["qos", "list", "--json", &src]);
+    assert!(list.contains("\"weight\":8"), "{list}");
+    // The MDS's threads kept busy by a batch job of four processes; an interactive job
+    // beside it.
+    let mds = fs.server_pids()[0];
+    let ahead = || -> u64 {
+        get_param(Some(mds), "mds.MDS.mdt.partition_stats")
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with("inline_requests"))
+            .map(|l| l.split_whitespace().nth(8).unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    std::thread::sleep(Duration::from_secs(2)); // the rule reaches the MDT
+    let before = ahead();
+    let batch: Vec<Child> = (0..4).map(|_| creator("batch.1", &[&b], 10)).collect();
+    let inter = creator("inter.2", &[&i], 10);
+    let batch_files: u64 = batch.into_iter().map(made).sum();
+    let inter_files = made(inter);
+    eprintln!(
+        "batch {batch_files} files, interactive {inter_files}; ahead {}",
+        ahead() - before
+    );
+    // Its requests were taken before the batch job's that waited longer, and counted.
+    assert!(ahead() > before, "no weighted request went ahead");
+    let text = get_param(None, "mdt.qosw-MDT0000.qos_stats");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("inter ") && l.contains("job=inter.2")),
+        "{text}"
+    );
+    assert!(inter_files > 0 && batch_files > 0);
+}

@@ -283,7 +283,8 @@ fn check_metrics(parsed: &str, body: &str) {
                     "queued_max",
                     "requests",
                     "busy_secs",
-                    "wait_secs"
+                    "wait_secs",
+                    "weighted_ahead"
                 ])
             && table.contains("inline_requests"),
         "{table}"

@@ -296,7 +296,12 @@ enum Command {
         cmd: NodemapCommand,
     },
     /// Show usage per MDT and OST, like `lfs df`.
+    // `-h` is human-readable, as in `lfs df -h` and df(1): help is `--help` only.
+    #[command(disable_help_flag = true)]
     Df {
+        /// Print help.
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
         /// Human-readable sizes.
         #[arg(short = 'H', long = "human-readable", short_alias = 'h')]
         human: bool,
@@ -490,6 +495,7 @@ fn main() {
             json,
             pool,
             path,
+            help: _,
         } => df(path, human, inodes, json, pool),
         Command::Lfsck {
             source,
@@ -533,5 +539,16 @@ fn main() {
     if let Err(e) = result {
         eprintln!("nacre: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every command's arguments are consistent (clap checks names, short flags and groups
+    /// only in debug builds, and only for the command used: `df -h` once clashed with help).
+    #[test]
+    fn every_command_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -146,6 +146,11 @@ fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Out
 }
 
 impl Handler for MdsHandler {
+    fn weight(&self, req: &Incoming) -> u32 {
+        self.serving(req.header.target)
+            .map_or(0, |mdt| qos::weight(&mdt, req))
+    }
+
     fn park(&self, req: Incoming) -> Option<Incoming> {
         // Lock polls wait for callbacks; changes that must wait for other clients' cancels
         // wait parked too. Their opcodes say so before anything is decoded.

@@ -38,27 +38,22 @@ pub const QOS_OPS: &[&str] = &[
     "flock",
 ];
 
-/// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).
-pub fn admit(mdt: &Mdt, req: Incoming) -> Option<Incoming> {
-    if !mdt.qos.active() || req.qos_admitted() {
-        return Some(req);
-    }
+/// The operation name of a request QoS rules cap, or `None`.
+fn capped_op(req: &Incoming) -> Option<&'static str> {
     let op = (req.header.opcode & 0xff) as usize;
-    let Some(op) = op
-        .checked_sub(1)
+    op.checked_sub(1)
         .and_then(|i| crate::stats::MD_OPS.get(i))
         .filter(|op| QOS_OPS.contains(op))
-    else {
-        return Some(req);
-    };
-    let Ok(call) = decode_body::<MdsCall>(&req.body) else {
-        return Some(req);
-    };
-    // Another server's requests (an MDT's to its peers) are never held.
+        .copied()
+}
+
+/// What the rules match of a client's request of operation `op` (`None` for another
+/// server's, never held nor weighed).
+fn facts<'a>(mdt: &Mdt, req: &Incoming, call: &'a MdsCall, op: &'static str) -> Option<Facts<'a>> {
     if mdt.osts.is_peer(&call.client) {
-        return Some(req);
+        return None;
     }
-    let facts = Facts {
+    Some(Facts {
         job: &call.jobid,
         uid: call.cred.uid,
         gid: call.cred.gid,
@@ -66,9 +61,37 @@ pub fn admit(mdt: &Mdt, req: Incoming) -> Option<Incoming> {
         nid: nacre_qos::peer_ip(&req.peer),
         op,
         bytes: 0,
+    })
+}
+
+/// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).
+pub fn admit(mdt: &Mdt, req: Incoming) -> Option<Incoming> {
+    if !mdt.qos.active() || req.qos_admitted() {
+        return Some(req);
+    }
+    let Some(op) = capped_op(&req) else {
+        return Some(req);
+    };
+    let Ok(call) = decode_body::<MdsCall>(&req.body) else {
+        return Some(req);
+    };
+    let Some(facts) = facts(mdt, &req, &call, op) else {
+        return Some(req);
     };
     match mdt.qos.admit(req, &facts) {
         Admit::Go(req) => Some(req),
         Admit::Held => None,
+    }
+}
+
+/// The request's QoS weight (on the connection's reader thread; 0 unless a rule weighs).
+pub fn weight(mdt: &Mdt, req: &Incoming) -> u32 {
+    if !mdt.qos.weighted() {
+        return 0;
+    }
+    let Some(op) = capped_op(req) else { return 0 };
+    match decode_body::<MdsCall>(&req.body) {
+        Ok(call) => facts(mdt, req, &call, op).map_or(0, |f| mdt.qos.weight(&f)),
+        Err(_) => 0,
     }
 }

@@ -9,6 +9,10 @@ use std::sync::{Condvar, Mutex};
 
 struct State<T> {
     items: VecDeque<T>,
+    /// Weighted items (QoS weights) and their weights.
+    weighted: VecDeque<(T, u32)>,
+    /// Weighted items taken in a row while plain ones waited.
+    run: u32,
     closed: bool,
 }
 
@@ -26,6 +30,8 @@ impl<T> WaitQueue<T> {
         WaitQueue {
             state: Mutex::new(State {
                 items: VecDeque::with_capacity(capacity.min(1024)),
+                weighted: VecDeque::new(),
+                run: 0,
                 closed: false,
             }),
             not_empty: Condvar::new(),
@@ -35,28 +41,59 @@ impl<T> WaitQueue<T> {
     }
 
     /// Appends `item`, waiting while the queue is full; gives it back if the queue is closed.
+    #[cfg(test)]
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
+        self.send_weighted(item, 0)
+    }
+
+    /// Appends `item` of `weight` (0: none), waiting while the queue is full. Weighted
+    /// items are taken before plain ones: up to `weight` in a row while plain ones wait,
+    /// then one plain one (so plain ones never starve).
+    pub(crate) fn send_weighted(&self, item: T, weight: u32) -> Result<(), T> {
         let mut s = self.state.lock().expect("queue");
-        while s.items.len() >= self.capacity && !s.closed {
+        while s.items.len() + s.weighted.len() >= self.capacity && !s.closed {
             s = self.not_full.wait(s).expect("queue");
         }
         if s.closed {
             return Err(item);
         }
-        s.items.push_back(item);
+        if weight == 0 {
+            s.items.push_back(item);
+        } else {
+            s.weighted.push_back((item, weight));
+        }
         drop(s);
         self.not_empty.notify_one();
         Ok(())
     }
 
-    /// The oldest item, waiting while the queue is empty; None once it is closed and drained.
+    /// The next item (see [`WaitQueue::send_weighted`]), waiting while the queue is empty;
+    /// None once it is closed and drained.
+    #[cfg(test)]
     pub(crate) fn recv(&self) -> Option<T> {
+        self.recv_weighted().map(|(item, _)| item)
+    }
+
+    /// [`WaitQueue::recv`], and whether the item went ahead of plain items that waited.
+    pub(crate) fn recv_weighted(&self) -> Option<(T, bool)> {
         let mut s = self.state.lock().expect("queue");
         loop {
-            if let Some(item) = s.items.pop_front() {
+            let weighted_first = s
+                .weighted
+                .front()
+                .is_some_and(|(_, w)| s.items.is_empty() || s.run < *w);
+            let taken = if weighted_first {
+                let ahead = !s.items.is_empty();
+                s.run = if ahead { s.run + 1 } else { 0 };
+                s.weighted.pop_front().map(|(item, _)| (item, ahead))
+            } else {
+                s.run = 0;
+                s.items.pop_front().map(|item| (item, false))
+            };
+            if let Some(t) = taken {
                 drop(s);
                 self.not_full.notify_one();
-                return Some(item);
+                return Some(t);
             }
             if s.closed {
                 return None;
@@ -142,6 +179,34 @@ impl<T> OneshotReceiver<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weighted_items_go_first_up_to_their_weight_then_one_plain() {
+        let q = WaitQueue::new(16);
+        for i in 0..3 {
+            q.send_weighted(i, 0).unwrap();
+        }
+        for i in 10..15 {
+            q.send_weighted(i, 2).unwrap();
+        }
+        let order: Vec<(i32, bool)> = (0..8).map(|_| q.recv_weighted().unwrap()).collect();
+        assert_eq!(
+            order,
+            vec![
+                (10, true),
+                (11, true),
+                (0, false),
+                (12, true),
+                (13, true),
+                (1, false),
+                (14, true),
+                (2, false)
+            ]
+        );
+        // Alone, a weighted item went ahead of no one.
+        q.send_weighted(20, 5).unwrap();
+        assert_eq!(q.recv_weighted(), Some((20, false)));
+    }
     use std::sync::Arc;
 
     #[test]

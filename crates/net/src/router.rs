@@ -184,6 +184,8 @@ impl Router {
         match pool {
             Some(pool) if inline => pool.run_inline(req),
             Some(pool) => {
+                let mut req = req;
+                req.weight = pool.weight_of(&req);
                 let i = pool.choose(self.rotor(), cpt_hint, &req);
                 pool.dispatch(req, i)
             }
@@ -210,6 +212,7 @@ impl Router {
             home: None,
             resubmits: 0,
             qos_admitted: false,
+            weight: 0,
         };
         let hint = self.next_partition.fetch_add(1, Ordering::Relaxed);
         self.route_with(req, hint, inline);

@@ -445,6 +445,7 @@ impl FrameSink for ServerSink {
             home: None,
             resubmits: 0,
             qos_admitted: false,
+            weight: 0,
         };
         self.router.route(req, self.cpt);
         Ok(())

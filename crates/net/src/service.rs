@@ -112,6 +112,8 @@ pub struct Incoming {
     pub(crate) resubmits: u8,
     /// A QoS scheduler let it through ([`Incoming::qos_release`]).
     pub(crate) qos_admitted: bool,
+    /// Its QoS weight ([`Handler::weight`]; 0: none), which orders the service queue.
+    pub(crate) weight: u32,
 }
 
 /// What a handler returns.
@@ -167,6 +169,13 @@ pub trait Handler: Send + Sync + 'static {
     /// back to be handled now.
     fn park(&self, req: Incoming) -> Option<Incoming> {
         Some(req)
+    }
+
+    /// The request's QoS weight (0: none): weighted requests are taken from the service
+    /// queue before plain ones (up to their weight in a row while plain ones wait). Called
+    /// on the connection's reader thread: keep it cheap.
+    fn weight(&self, _req: &Incoming) -> u32 {
+        0
     }
 }
 
@@ -255,6 +264,11 @@ impl Incoming {
             Some((pool, i)) => pool.dispatch(self, i),
             None => self.reply(Outgoing::error(Status::NoDev)),
         }
+    }
+
+    /// Its QoS weight (0: none).
+    pub fn weight(&self) -> u32 {
+        self.weight
     }
 
     /// True if a QoS scheduler already let the request through.
@@ -393,6 +407,8 @@ pub struct PartitionStats {
     pub busy_ns: AtomicU64,
     /// Nanoseconds requests waited in the queue for a thread.
     pub wait_ns: AtomicU64,
+    /// Weighted requests (QoS weights) taken before plain ones that waited longer.
+    pub weighted_ahead: AtomicU64,
 }
 
 impl PartitionStats {
@@ -403,6 +419,7 @@ impl PartitionStats {
         self.requests.store(0, Ordering::Relaxed);
         self.busy_ns.store(0, Ordering::Relaxed);
         self.wait_ns.store(0, Ordering::Relaxed);
+        self.weighted_ahead.store(0, Ordering::Relaxed);
     }
 }
 
@@ -508,7 +525,10 @@ impl ServicePool {
                     tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
                 }
             }
-            while let Some((req, queued_at)) = rx.recv() {
+            while let Some(((req, queued_at), ahead)) = rx.recv_weighted() {
+                if ahead {
+                    stats.weighted_ahead.fetch_add(1, Ordering::Relaxed);
+                }
                 let started = Instant::now();
                 stats.queued.fetch_sub(1, Ordering::Relaxed);
                 stats.busy.fetch_add(1, Ordering::Relaxed);
@@ -560,6 +580,11 @@ impl ServicePool {
         }
     }
 
+    /// The handler's QoS weight for `req` ([`Handler::weight`]).
+    pub(crate) fn weight_of(&self, req: &Incoming) -> u32 {
+        self.handler.weight(req)
+    }
+
     /// Queues a request on partition index `i`; blocks while that queue is full. Starts
     /// another thread there if all are busy and requests wait.
     pub(crate) fn dispatch(&self, mut req: Incoming, i: usize) {
@@ -576,7 +601,8 @@ impl ServicePool {
         let stats = &self.partitions[i];
         let depth = stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
         stats.queued_max.fetch_max(depth, Ordering::Relaxed);
-        if let Err((req, _)) = tx.send((req, Instant::now())) {
+        let weight = req.weight;
+        if let Err((req, _)) = tx.send_weighted((req, Instant::now()), weight) {
             stats.queued.fetch_sub(1, Ordering::Relaxed);
             req.reply(Outgoing::error(Status::NoSys));
             return;

@@ -473,6 +473,11 @@ fn fenced(ost: &OstTarget, req: &OssRequest) -> bool {
 }
 
 impl Handler for OssHandler {
+    fn weight(&self, req: &Incoming) -> u32 {
+        self.serving(req.header.target)
+            .map_or(0, |ost| qos::weight(&ost, req))
+    }
+
     fn park(&self, req: Incoming) -> Option<Incoming> {
         let poll = OssRequest::LockPoll {
             wait_ms: 0,

@@ -11,22 +11,17 @@ use nacre_wire::oss::{OssCall, OssRequest};
 /// wait for a rate).
 pub const QOS_OPS: &[&str] = &["write", "read", "punch", "fallocate", "sync"];
 
-/// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).
-pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
-    if !ost.qos.active() || req.qos_admitted() {
-        return Some(req);
-    }
+/// The operation name of a request QoS rules cap, or `None`.
+fn capped_op(req: &Incoming) -> Option<&'static str> {
     let op = (req.header.opcode & 0xff) as usize;
-    let Some(op) = op
-        .checked_sub(1)
+    op.checked_sub(1)
         .and_then(|i| crate::stats::OST_OPS.get(i))
         .filter(|op| QOS_OPS.contains(op))
-    else {
-        return Some(req);
-    };
-    let Ok(call) = decode_body::<OssCall>(&req.body) else {
-        return Some(req);
-    };
+        .copied()
+}
+
+/// What the rules match of a request of operation `op`.
+fn facts<'a>(req: &Incoming, call: &'a OssCall, op: &'static str) -> Facts<'a> {
     let (project, bytes) = match &call.req {
         OssRequest::Write { owner, .. } => (
             owner.project,
@@ -35,7 +30,7 @@ pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
         OssRequest::Read { len, .. } => (0, u64::from(*len)),
         _ => (0, 0),
     };
-    let facts = Facts {
+    Facts {
         job: &call.jobid,
         uid: call.cred.uid,
         gid: call.cred.gid,
@@ -43,9 +38,35 @@ pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
         nid: nacre_qos::peer_ip(&req.peer),
         op,
         bytes,
+    }
+}
+
+/// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).
+pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
+    if !ost.qos.active() || req.qos_admitted() {
+        return Some(req);
+    }
+    let Some(op) = capped_op(&req) else {
+        return Some(req);
     };
+    let Ok(call) = decode_body::<OssCall>(&req.body) else {
+        return Some(req);
+    };
+    let facts = facts(&req, &call, op);
     match ost.qos.admit(req, &facts) {
         Admit::Go(req) => Some(req),
         Admit::Held => None,
+    }
+}
+
+/// The request's QoS weight (on the connection's reader thread; 0 unless a rule weighs).
+pub fn weight(ost: &OstTarget, req: &Incoming) -> u32 {
+    if !ost.qos.weighted() {
+        return 0;
+    }
+    let Some(op) = capped_op(req) else { return 0 };
+    match decode_body::<OssCall>(&req.body) {
+        Ok(call) => ost.qos.weight(&facts(req, &call, op)),
+        Err(_) => 0,
     }
 }

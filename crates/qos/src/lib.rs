@@ -156,6 +156,8 @@ struct State {
 
 struct Inner {
     active: AtomicBool,
+    /// Some rule has a weight.
+    weighted: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -185,6 +187,7 @@ impl Scheduler {
         Scheduler {
             inner: Arc::new(Inner {
                 active: AtomicBool::new(false),
+                weighted: AtomicBool::new(false),
                 state: Mutex::new(State {
                     rules: rules::Rules::default(),
                     classes: HashMap::new(),
@@ -202,6 +205,20 @@ impl Scheduler {
     /// True if some rule is set (otherwise nothing need be asked of a request).
     pub fn active(&self) -> bool {
         self.inner.active.load(Ordering::Relaxed)
+    }
+
+    /// True if some rule has a weight (otherwise [`Scheduler::weight`] need not be asked).
+    pub fn weighted(&self) -> bool {
+        self.inner.weighted.load(Ordering::Relaxed)
+    }
+
+    /// The weight of the first rule a request matches (0: none).
+    pub fn weight(&self, facts: &Facts<'_>) -> u32 {
+        if !self.weighted() {
+            return 0;
+        }
+        let st = self.inner.state.lock();
+        st.rules.classify(facts).map_or(0, |(r, _)| r.weight)
     }
 
     /// Version of the rules applied.
@@ -226,6 +243,9 @@ impl Scheduler {
             self.inner
                 .active
                 .store(!st.rules.is_empty(), Ordering::Relaxed);
+            self.inner
+                .weighted
+                .store(rules.rules.iter().any(|r| r.weight > 0), Ordering::Relaxed);
             held
         };
         for p in held {

@@ -164,13 +164,21 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
 /// A service's partitions as a table (`get_param *.partition_stats`).
 pub fn partition_table(pool: &ServicePool) -> String {
     let mut s = format!(
-        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12}\n",
-        "cpt", "threads", "busy", "queued", "queued_max", "requests", "busy_secs", "wait_secs"
+        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12} {:>14}\n",
+        "cpt",
+        "threads",
+        "busy",
+        "queued",
+        "queued_max",
+        "requests",
+        "busy_secs",
+        "wait_secs",
+        "weighted_ahead"
     );
     for (i, c) in pool.partition_stats().iter().enumerate() {
         let _ = writeln!(
             s,
-            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6}",
+            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6} {:>14}",
             i,
             c.threads.load(Ordering::Relaxed),
             c.busy.load(Ordering::Relaxed),
@@ -179,6 +187,7 @@ pub fn partition_table(pool: &ServicePool) -> String {
             c.requests.load(Ordering::Relaxed),
             c.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
             c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            c.weighted_ahead.load(Ordering::Relaxed),
         );
     }
     let _ = write!(
@@ -197,7 +206,7 @@ type PartitionFamily = (
     fn(&nacre_net::PartitionStats) -> String,
 );
 
-const PARTITION_FAMILIES: [PartitionFamily; 7] = [
+const PARTITION_FAMILIES: [PartitionFamily; 8] = [
     (
         "nacre_service_threads",
         "gauge",
@@ -239,6 +248,12 @@ const PARTITION_FAMILIES: [PartitionFamily; 7] = [
         "counter",
         "Time requests waited in the queue.",
         |c| format!("{:.9}", c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9),
+    ),
+    (
+        "nacre_service_weighted_ahead",
+        "counter",
+        "Requests of weighted QoS rules taken before unweighted ones that waited longer.",
+        |c| c.weighted_ahead.load(Ordering::Relaxed).to_string(),
     ),
 ];
 

@@ -20,6 +20,8 @@ pub const QOS_NAME_BYTES_MAX: usize = 32;
 pub const QOS_VALUES_MAX: usize = 64;
 /// Longest job pattern or operation name.
 pub const QOS_VALUE_BYTES_MAX: usize = 128;
+/// Largest weight.
+pub const QOS_WEIGHT_MAX: u32 = 64;
 /// Most classes one report names (a target reports its busiest).
 pub const QOS_CLASSES_PER_REPORT_MAX: usize = 4_096;
 
@@ -48,6 +50,10 @@ pub struct QosRule {
     pub bytes_per_s: u64,
     /// Seconds of its rate a class may use at once after being idle (at least 1).
     pub burst_s: u32,
+    /// Weight (0: none, at most [`QOS_WEIGHT_MAX`]): when a target's service threads are
+    /// all busy, its requests are taken from the queue before unweighted ones, up to this
+    /// many in a row while unweighted ones wait.
+    pub weight: u32,
 }
 
 /// A file system's rules.
@@ -65,9 +71,12 @@ pub enum QosRuleError {
     /// Bad name.
     #[error("rule name '{0}' must be 1 to {QOS_NAME_BYTES_MAX} letters, digits, '_', '-' or '.'")]
     Name(String),
-    /// No cap at all.
-    #[error("a rule caps requests (--ops) or bytes (--bytes) per second")]
+    /// No cap and no weight.
+    #[error("a rule caps requests (--ops-rate) or bytes (--bytes-rate) per second, or weighs them (--weight)")]
     NoCap,
+    /// Weight past its bound.
+    #[error("a weight is at most {QOS_WEIGHT_MAX}")]
+    Weight,
     /// Too many values or too long a value.
     #[error(
         "a criterion lists at most {QOS_VALUES_MAX} values of at most {QOS_VALUE_BYTES_MAX} bytes"
@@ -87,8 +96,11 @@ impl QosRule {
         if !name_ok {
             return Err(QosRuleError::Name(self.name.chars().take(64).collect()));
         }
-        if self.ops_per_s == 0 && self.bytes_per_s == 0 {
+        if self.ops_per_s == 0 && self.bytes_per_s == 0 && self.weight == 0 {
             return Err(QosRuleError::NoCap);
+        }
+        if self.weight > QOS_WEIGHT_MAX {
+            return Err(QosRuleError::Weight);
         }
         let counts = [
             self.jobs.len(),
@@ -235,6 +247,7 @@ mod tests {
                 ops_per_s: n,
                 bytes_per_s: n / 3,
                 burst_s: id % 10,
+                weight: id % 65,
             };
             let report = QosReport {
                 fsname: "fs".into(),

@@ -44,6 +44,11 @@ pub(crate) enum QosCommand {
         /// Seconds of its rate a class may use at once after being idle.
         #[arg(long, default_value = "1")]
         burst: u32,
+        /// Weight (1 to 64): while the servers are busy, the rule's requests are served
+        /// before unweighted ones, up to this many in a row while those wait (an
+        /// interactive job's latency beside a batch job).
+        #[arg(long, default_value = "0")]
+        weight: u32,
         /// `MGS_NID:/FSNAME` or a path in a Nacre mount.
         fs: String,
     },
@@ -80,6 +85,7 @@ pub(crate) fn qos(c: QosCommand) -> anyhow::Result<()> {
             ops_per_s,
             bytes_per_s,
             burst,
+            weight,
             fs,
         } => {
             let rule = QosRule {
@@ -103,6 +109,7 @@ pub(crate) fn qos(c: QosCommand) -> anyhow::Result<()> {
                 bytes_per_s: nacre_types::units::parse_size(&bytes_per_s)
                     .map_err(|e| anyhow::anyhow!("--bytes-rate: {e}"))?,
                 burst_s: burst.max(1),
+                weight,
             };
             rule.check()?;
             (
@@ -184,6 +191,7 @@ fn print(rules: &QosRules, json: bool) -> anyhow::Result<()> {
                     "ops_per_s": r.ops_per_s,
                     "bytes_per_s": r.bytes_per_s,
                     "burst_s": r.burst_s,
+                    "weight": r.weight,
                 })
             })
             .collect();
@@ -204,7 +212,7 @@ fn print(rules: &QosRules, json: bool) -> anyhow::Result<()> {
         what.extend(list("nid", r.nids.iter().map(|n| n.to_string()).collect()));
         what.extend(list("op", r.ops.clone()));
         println!(
-            "{} {} ops_rate={} bytes_rate={} burst={}s",
+            "{} {} ops_rate={} bytes_rate={} burst={}s weight={}",
             r.name,
             if what.is_empty() {
                 "*".to_string()
@@ -213,7 +221,8 @@ fn print(rules: &QosRules, json: bool) -> anyhow::Result<()> {
             },
             r.ops_per_s,
             r.bytes_per_s,
-            r.burst_s
+            r.burst_s,
+            r.weight
         );
     }
     Ok(())
