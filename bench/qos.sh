@@ -12,15 +12,17 @@
 # The neighbour: `nacre bench mdtest -N 4 -u -F` (job noisy.1) repeated until stopped; its
 # rate is read from job_stats over the victim's run. The victim (job victim.2, its own
 # mount): IOR easy (2 tasks, file per process, 1 MiB O_DIRECT transfers, SIZE each, write
-# then read) and then up to SECS seconds of stat(2) by one thread on files its mount has not
-# seen (made beforehand through the other mount, a fresh set per phase: each stat asks the
-# MDS), rate and 99th percentile.
+# then read) and then up to SECS seconds of stat(2) by one thread on 8,000 files its mount
+# has not seen (made beforehand through the other mount; the victim's mount is mounted
+# again before each run, so each stat asks the MDS), rate and 99th percentile.
+# The victim's phases run ROUNDS times (alternating); medians.
 # Not a test: it asserts nothing.
-#   bench/qos.sh [WORK_DIR]     (SECS=10 SIZE=256m)
+#   bench/qos.sh [WORK_DIR]     (SECS=10 SIZE=256m ROUNDS=3)
 set -euo pipefail
 WORK="${1:-/var/tmp/nacre-qos}"
 SECS="${SECS:-10}"
 SIZE="${SIZE:-256m}"
+ROUNDS="${ROUNDS:-3}"
 source "$(dirname "$0")/common.sh"
 rm -rf "$WORK"; mkdir -p "$WORK/mnt" "$WORK/mnt2"
 pids=()
@@ -40,15 +42,14 @@ M="$WORK/mnt"
 V="$WORK/mnt2"
 "$NACRE" mount "$SRC" "$M" >/dev/null
 "$NACRE" mount "$SRC" "$V" >/dev/null
-# Files to stat, a set per phase, made through the neighbour's mount.
+# Files to stat, made through the neighbour's mount.
 python3 -c '
 import os, sys
-for phase in ("solo", "shared", "capped", "weighted"):
-    for d in range(8):
-        p = f"{sys.argv[1]}/st-{phase}/d{d}"
-        os.makedirs(p)
-        for i in range(1000):
-            os.close(os.open(f"{p}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))' "$M"
+for d in range(8):
+    p = f"{sys.argv[1]}/st/d{d}"
+    os.makedirs(p)
+    for i in range(1000):
+        os.close(os.open(f"{p}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))' "$M"
 
 # requests JOB [OP]: requests of JOB (or only its OP ones) served so far, from every
 # MDT's and OST's job_stats — those QoS rules cap (lock traffic, pings and recovery never
@@ -79,6 +80,9 @@ noisy_stop() { kill "$NOISY" 2>/dev/null || true; wait "$NOISY" 2>/dev/null || t
 # victim PHASE: "write_MiB/s read_MiB/s stats/s stat_p99_ms" of job victim.2.
 victim() {
   rm -rf "$V/ior"
+  # Mounted again: nothing of the files to stat is cached.
+  "$NACRE" umount "$V"
+  "$NACRE" mount "$SRC" "$V" >/dev/null
   local ior st
   ior=$(SLURM_JOB_ID=victim.2 "$NACRE" bench ior -w -r -t 1m -b "$SIZE" -N 2 -F -e --direct -q \
     --json -o "$V/ior" \
@@ -96,7 +100,7 @@ for n in names:
     lat.append(time.perf_counter() - t)
 took = time.time() - start
 lat.sort()
-print(round(len(lat) / took), f"{lat[int(len(lat) * 0.99)] * 1000:.2f}")' "$V/st-$1" "$SECS")
+print(round(len(lat) / took), f"{lat[int(len(lat) * 0.99)] * 1000:.2f}")' "$V/st" "$SECS")
   echo "$ior $st"
 }
 # phase NAME: runs the victim beside the running neighbour; prints the row.
@@ -119,25 +123,34 @@ solo_cre=$(python3 -c "print(round(($c1 - $c0) / ($t1 - $t0)))")
 cap=$((solo_req / 4))
 
 rows=()
-rows+=("solo $solo_req $solo_cre $(victim solo)")
-noisy_start; rows+=("$(row shared)"); noisy_stop
-"$NACRE" qos add noisy --job 'noisy*' --ops-rate "$cap" "$SRC" >/dev/null
-noisy_start; rows+=("$(row capped)"); noisy_stop
-"$NACRE" qos del noisy "$SRC" >/dev/null
-"$NACRE" qos add victim --job 'victim*' --weight 8 "$SRC" >/dev/null
-noisy_start; rows+=("$(row weighted)"); noisy_stop
-"$NACRE" qos del victim "$SRC" >/dev/null
+for _ in $(seq "$ROUNDS"); do
+  rows+=("solo $solo_req $solo_cre $(victim solo)")
+  noisy_start; rows+=("$(row shared)"); noisy_stop
+  "$NACRE" qos add noisy --job 'noisy*' --ops-rate "$cap" "$SRC" >/dev/null
+  noisy_start; rows+=("$(row capped)"); noisy_stop
+  "$NACRE" qos del noisy "$SRC" >/dev/null
+  "$NACRE" qos add victim --job 'victim*' --weight 8 "$SRC" >/dev/null
+  noisy_start; rows+=("$(row weighted)"); noisy_stop
+  "$NACRE" qos del victim "$SRC" >/dev/null
+done
+# med PHASE COLUMN: the median of a column over the rounds of a phase.
+med() { printf '%s\n' "${rows[@]}" | awk -v p="$1" -v f="$2" '$1 == p {print $f}' | median; }
 
 echo "neighbour alone: $solo_cre creates/s, $solo_req requests/s; cap: $cap requests/s"
+echo "medians of $ROUNDS rounds"
 echo
 echo "| phase | neighbour requests/s | neighbour creates/s | victim IOR write MiB/s | IOR read MiB/s | stat/s | stat p99 ms |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
-read -r _ _ _ sw sr ss sp <<< "${rows[0]}"
-for r in "${rows[@]}"; do
-  read -r name nr nc w rd s p <<< "$r"
-  if [ "$name" = solo ]; then
-    echo "| $name | $nr | $nc | $w | $rd | $s | $p |"
+sw=$(med solo 4); sr=$(med solo 5); ss=$(med solo 6)
+for phase in solo shared capped weighted; do
+  nr=$(med "$phase" 2); nc=$(med "$phase" 3)
+  w=$(med "$phase" 4); rd=$(med "$phase" 5); st=$(med "$phase" 6); p=$(med "$phase" 7)
+  if [ "$phase" = solo ]; then
+    echo "| $phase | $nr | $nc | $w | $rd | $st | $p |"
   else
-    echo "| $name | $nr ($(pct "$nr" "$solo_req")) | $nc | $w ($(pct "$w" "$sw")) | $rd ($(pct "$rd" "$sr")) | $s ($(pct "$s" "$ss")) | $p |"
+    echo "| $phase | $nr ($(pct "$nr" "$solo_req")) | $nc | $w ($(pct "$w" "$sw")) | $rd ($(pct "$rd" "$sr")) | $st ($(pct "$st" "$ss")) | $p |"
   fi
 done
+echo
+echo "each round:"
+printf '%s\n' "${rows[@]}"
