@@ -187,3 +187,50 @@ fn a_weighted_job_is_served_ahead_of_a_busy_one() {
     );
     assert!(inter_files > 0 && batch_files > 0);
 }
+
+#[test]
+fn a_project_rule_holds_the_creates_made_in_the_projects_tree() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("qosp"));
+    let src = fs.source();
+    let (p, free) = (fs.path("p42"), fs.path("free"));
+    std::fs::create_dir(&p).unwrap();
+    std::fs::create_dir(&free).unwrap();
+    nacre_ok(&["project", "-p", "42", "-s", p.to_str().unwrap()]);
+    nacre_ok(&[
+        "qos",
+        "add",
+        "proj",
+        "--project",
+        "42",
+        "--op",
+        "create",
+        "--ops-rate",
+        "50",
+        &src,
+    ]);
+    std::thread::sleep(Duration::from_secs(2)); // the rule reaches the MDT
+    let inside = creator("any.1", &[&p], 6);
+    let outside = creator("any.1", &[&free], 6);
+    let (n_in, n_out) = (made(inside), made(outside));
+    let text = get_param(None, "mdt.qosp-MDT0000.qos_stats");
+    eprintln!("{n_in} files in project 42, {n_out} outside\n{text}");
+    // The creates in the project's tree are its class, held to the rate; the others are
+    // not matched at all.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("proj ") && l.contains("project=42,op=create"))
+        .unwrap_or_else(|| panic!("no class of project 42: {text}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    let (served, delayed): (u64, u64) = (cols[2].parse().unwrap(), cols[4].parse().unwrap());
+    assert_eq!(served, n_in, "one create per file in the tree: {line}");
+    assert!(delayed > 0, "none held: {line}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("proj ")).count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        n_out > n_in,
+        "the creates outside the tree were held too: {n_out} against {n_in}"
+    );
+}

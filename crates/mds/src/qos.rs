@@ -5,7 +5,7 @@ use crate::mdt::Mdt;
 use nacre_net::Incoming;
 use nacre_qos::{Admit, Facts};
 use nacre_wire::decode_body;
-use nacre_wire::mds::MdsCall;
+use nacre_wire::mds::{MdsCall, MdsOp};
 
 /// Operations QoS rules cap (a client's namespace requests; lock traffic, recovery and
 /// server-to-server requests never wait for a rate).
@@ -53,15 +53,67 @@ fn facts<'a>(mdt: &Mdt, req: &Incoming, call: &'a MdsCall, op: &'static str) -> 
     if mdt.osts.is_peer(&call.client) {
         return None;
     }
+    let project = if mdt.qos.wants_projects() {
+        project_of(mdt, &call.op)
+    } else {
+        0
+    };
     Some(Facts {
         job: &call.jobid,
         uid: call.cred.uid,
         gid: call.cred.gid,
-        project: 0,
+        project,
         nid: nacre_qos::peer_ip(&req.peer),
         op,
         bytes: 0,
     })
+}
+
+/// The project a request works in (0: none, or not known here): a new entry's (its
+/// directory's if the directory passes its project on), or that of the inode it names (for
+/// a name in a directory: the directory's). One inode read, only while a rule matches by
+/// project.
+fn project_of(mdt: &Mdt, op: &MdsOp) -> u32 {
+    let (fid, new_entry) = match op {
+        MdsOp::Create { parent, .. }
+        | MdsOp::Mkdir { parent, .. }
+        | MdsOp::Symlink { parent, .. }
+        | MdsOp::MkdirOn { parent, .. }
+        | MdsOp::MkdirStriped { parent, .. } => (*parent, true),
+        MdsOp::Lookup { parent, .. }
+        | MdsOp::Unlink { parent, .. }
+        | MdsOp::Rmdir { parent, .. }
+        | MdsOp::Link { parent, .. }
+        | MdsOp::Rename {
+            src_parent: parent, ..
+        } => (*parent, false),
+        MdsOp::GetAttr { fid, .. }
+        | MdsOp::SetAttr { fid, .. }
+        | MdsOp::ReadLink { fid }
+        | MdsOp::ReadDir { fid, .. }
+        | MdsOp::ReadDirPlus { fid, .. }
+        | MdsOp::Open { fid, .. }
+        | MdsOp::Close { fid, .. }
+        | MdsOp::GetXattr { fid, .. }
+        | MdsOp::SetXattr { fid, .. }
+        | MdsOp::ListXattr { fid }
+        | MdsOp::RemoveXattr { fid, .. }
+        | MdsOp::SetLayout { fid, .. }
+        | MdsOp::GetLayout { fid, .. }
+        | MdsOp::Flock { fid, .. } => (*fid, false),
+        _ => return 0,
+    };
+    match mdt.inode(fid) {
+        Ok(i) if new_entry => {
+            if i.attr.proj_inherit {
+                i.attr.project
+            } else {
+                0
+            }
+        }
+        Ok(i) => i.attr.project,
+        Err(_) => 0,
+    }
 }
 
 /// `Some(req)` to serve now; `None` when the scheduler holds it (or answered it).

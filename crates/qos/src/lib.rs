@@ -158,6 +158,8 @@ struct Inner {
     active: AtomicBool,
     /// Some rule has a weight.
     weighted: AtomicBool,
+    /// Some rule matches by project.
+    projects: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -188,6 +190,7 @@ impl Scheduler {
             inner: Arc::new(Inner {
                 active: AtomicBool::new(false),
                 weighted: AtomicBool::new(false),
+                projects: AtomicBool::new(false),
                 state: Mutex::new(State {
                     rules: rules::Rules::default(),
                     classes: HashMap::new(),
@@ -210,6 +213,12 @@ impl Scheduler {
     /// True if some rule has a weight (otherwise [`Scheduler::weight`] need not be asked).
     pub fn weighted(&self) -> bool {
         self.inner.weighted.load(Ordering::Relaxed)
+    }
+
+    /// True if some rule matches by project (otherwise a request's project need not be
+    /// found).
+    pub fn wants_projects(&self) -> bool {
+        self.inner.projects.load(Ordering::Relaxed)
     }
 
     /// The weight of the first rule a request matches (0: none).
@@ -246,6 +255,10 @@ impl Scheduler {
             self.inner
                 .weighted
                 .store(rules.rules.iter().any(|r| r.weight > 0), Ordering::Relaxed);
+            self.inner.projects.store(
+                rules.rules.iter().any(|r| !r.projects.is_empty()),
+                Ordering::Relaxed,
+            );
             held
         };
         for p in held {
