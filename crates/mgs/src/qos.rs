@@ -2,9 +2,11 @@
 //! each class's rate among the targets that serve it, in proportion to what each reports
 //! the class asked of it in the last second.
 
+use crate::store::{decode, read_envelope, write_envelope, StoreError, FORMAT_VERSION};
 use nacre_types::TargetKind;
 use nacre_wire::qos::{split, QosReport, QosRule, QosRuleError, QosRules, QosShares};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -49,8 +51,8 @@ pub struct QosMaster {
 
 impl QosMaster {
     /// The master keeping its rules in `path`.
-    pub fn open(path: PathBuf) -> Result<QosMaster, crate::store::StoreError> {
-        let saved = crate::store::load_qos(&path)?;
+    pub fn open(path: PathBuf) -> Result<QosMaster, StoreError> {
+        let saved = load_qos(&path)?;
         Ok(QosMaster {
             path,
             saved: Mutex::new(saved),
@@ -69,7 +71,7 @@ impl QosMaster {
         f(rules)?;
         rules.version += 1;
         let out = rules.clone();
-        crate::store::save_qos(&self.path, &next).map_err(|e| {
+        save_qos(&self.path, &next).map_err(|e| {
             tracing::error!("MGS cannot save QoS rules: {e}");
             QosError::Io
         })?;
@@ -167,6 +169,24 @@ impl QosMaster {
             targets,
         }
     }
+}
+
+// Kept on disk (the MGS directory's `mgs-qos`).
+
+const QOS_MAGIC: &[u8; 4] = b"NMQS";
+
+/// Loads the QoS rules of every file system (none if the file does not exist yet).
+pub(crate) fn load_qos(path: &Path) -> Result<Saved, StoreError> {
+    match read_envelope(path, QOS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+        Some((_, payload)) => decode(path, &payload),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Saves the QoS rules durably.
+pub(crate) fn save_qos(path: &Path, saved: &Saved) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
+    write_envelope(path, QOS_MAGIC, FORMAT_VERSION, &payload)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! restarted learns the grants again from those reports (and from every acquire), and
 //! until a target has reported it counts that target as holding its last known grant.
 
+use crate::store::{decode, read_envelope, write_envelope, StoreError};
 use nacre_types::{PoolName, QuotaId, QuotaKind, TargetKind};
 use nacre_wire::quota::{
     decide, is_near, qunit, Acquire, Grant, Limited, QuotaEntry, QuotaKey, QuotaLimits, QuotaView,
@@ -11,6 +12,7 @@ use nacre_wire::quota::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -105,8 +107,8 @@ impl FsQuotas {
 
 impl QuotaMaster {
     /// The master keeping its limits in `path`.
-    pub fn open(path: PathBuf) -> Result<QuotaMaster, crate::store::StoreError> {
-        let saved = crate::store::load_quotas(&path)?;
+    pub fn open(path: PathBuf) -> Result<QuotaMaster, StoreError> {
+        let saved = load_quotas(&path)?;
         Ok(QuotaMaster {
             path,
             saved: Mutex::new(saved),
@@ -116,7 +118,7 @@ impl QuotaMaster {
     }
 
     fn save(&self, saved: &Saved) -> Result<(), QuotaError> {
-        crate::store::save_quotas(&self.path, saved).map_err(|e| {
+        save_quotas(&self.path, saved).map_err(|e| {
             tracing::error!("MGS cannot save quotas: {e}");
             QuotaError::Io
         })
@@ -430,6 +432,55 @@ impl QuotaMaster {
     }
 }
 
+// Kept on disk (the MGS directory's `mgs-quotas`).
+
+const QUOTAS_MAGIC: &[u8; 4] = b"NMGQ";
+/// Format of the quota limits: 2 keys limits by id and pool (1: by id alone).
+const QUOTAS_FORMAT_VERSION: u32 = 2;
+
+/// One file system's quotas as format 1 kept them (limits by id, before pool limits).
+#[derive(serde::Deserialize)]
+struct FsQuotasByIdOnly {
+    version: u64,
+    block_grace_s: u64,
+    inode_grace_s: u64,
+    limits: std::collections::BTreeMap<nacre_types::QuotaId, Limit>,
+}
+
+/// Loads the quota limits (none if the file does not exist yet).
+pub(crate) fn load_quotas(path: &Path) -> Result<Saved, StoreError> {
+    match read_envelope(path, QUOTAS_MAGIC, 1..=QUOTAS_FORMAT_VERSION)? {
+        Some((1, payload)) => {
+            let old: std::collections::BTreeMap<String, FsQuotasByIdOnly> = decode(path, &payload)?;
+            Ok(old
+                .into_iter()
+                .map(|(fs, q)| {
+                    let limits = q
+                        .limits
+                        .into_iter()
+                        .map(|(id, l)| (nacre_wire::quota::QuotaKey::global(id), l))
+                        .collect();
+                    let q = FsQuotas {
+                        version: q.version,
+                        block_grace_s: q.block_grace_s,
+                        inode_grace_s: q.inode_grace_s,
+                        limits,
+                    };
+                    (fs, q)
+                })
+                .collect())
+        }
+        Some((_, payload)) => decode(path, &payload),
+        None => Ok(Default::default()),
+    }
+}
+
+/// Saves the quota limits durably.
+pub(crate) fn save_quotas(path: &Path, saved: &Saved) -> Result<(), StoreError> {
+    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
+    write_envelope(path, QUOTAS_MAGIC, QUOTAS_FORMAT_VERSION, &payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -675,5 +726,56 @@ mod pool_tests {
         assert_eq!(v.entries[0].key, QuotaKey::global(id));
         assert_eq!(v.entries[1].key, key);
         assert_eq!(v.entries[1].limits, limits);
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn format_1_quotas_read_as_limits_over_the_whole_file_system() {
+        #[derive(serde::Serialize)]
+        struct Old {
+            version: u64,
+            block_grace_s: u64,
+            inode_grace_s: u64,
+            limits: std::collections::BTreeMap<nacre_types::QuotaId, Limit>,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mgs-quotas");
+        let id = nacre_types::QuotaId {
+            kind: nacre_types::QuotaKind::Project,
+            id: 42,
+        };
+        let limit = Limit {
+            limits: nacre_wire::quota::QuotaLimits {
+                block_hard: 1 << 30,
+                ..Default::default()
+            },
+            block_soft_since: 7,
+            inode_soft_since: 0,
+        };
+        let old: std::collections::BTreeMap<String, Old> = [(
+            "fs".to_string(),
+            Old {
+                version: 3,
+                block_grace_s: 60,
+                inode_grace_s: 0,
+                limits: [(id, limit)].into(),
+            },
+        )]
+        .into();
+        let payload = postcard::to_allocvec(&old).unwrap();
+        write_envelope(&path, QUOTAS_MAGIC, 1, &payload).unwrap();
+        let saved = load_quotas(&path).unwrap();
+        let fs = &saved["fs"];
+        assert_eq!((fs.version, fs.block_grace_s), (3, 60));
+        assert_eq!(
+            fs.limits.get(&nacre_wire::quota::QuotaKey::global(id)),
+            Some(&limit)
+        );
+        save_quotas(&path, &saved).unwrap();
+        assert_eq!(load_quotas(&path).unwrap(), saved);
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 const MAGIC: &[u8; 4] = b"NMGS";
 /// Format of the parameters file, and of configurations before service nodes.
-const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Format of the configuration file since file systems have OST pools (2: targets with
 /// service nodes, no pools; 1: targets without service nodes).
 const CONFIG_FORMAT_VERSION: u32 = 3;
@@ -37,7 +37,7 @@ pub enum StoreError {
 }
 
 /// Reads an envelope (magic, format version, crc32c, payload); `None` if the file is missing.
-fn read_envelope(
+pub(crate) fn read_envelope(
     path: &Path,
     magic: &[u8; 4],
     versions: std::ops::RangeInclusive<u32>,
@@ -66,7 +66,10 @@ fn read_envelope(
     Ok(Some((version, bytes[12..].to_vec())))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(path: &Path, payload: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    payload: &[u8],
+) -> Result<T, StoreError> {
     postcard::from_bytes(payload).map_err(|e| StoreError::Corrupt {
         path: path.display().to_string(),
         reason: e.to_string(),
@@ -203,7 +206,7 @@ pub fn save_nodemaps(path: &Path, set: &nacre_wire::nodemap::NodemapSet) -> Resu
     write_envelope(path, NODEMAPS_MAGIC, FORMAT_VERSION, &payload)
 }
 
-fn write_envelope(
+pub(crate) fn write_envelope(
     path: &Path,
     magic: &[u8; 4],
     version: u32,
@@ -231,118 +234,9 @@ fn write_envelope(
     Ok(())
 }
 
-const QUOTAS_MAGIC: &[u8; 4] = b"NMGQ";
-/// Format of the quota limits: 2 keys limits by id and pool (1: by id alone).
-const QUOTAS_FORMAT_VERSION: u32 = 2;
-
-/// One file system's quotas as format 1 kept them (limits by id, before pool limits).
-#[derive(serde::Deserialize)]
-struct FsQuotasByIdOnly {
-    version: u64,
-    block_grace_s: u64,
-    inode_grace_s: u64,
-    limits: std::collections::BTreeMap<nacre_types::QuotaId, crate::quotas::Limit>,
-}
-
-/// Loads the quota limits (none if the file does not exist yet).
-pub fn load_quotas(path: &Path) -> Result<crate::quotas::Saved, StoreError> {
-    match read_envelope(path, QUOTAS_MAGIC, 1..=QUOTAS_FORMAT_VERSION)? {
-        Some((1, payload)) => {
-            let old: std::collections::BTreeMap<String, FsQuotasByIdOnly> = decode(path, &payload)?;
-            Ok(old
-                .into_iter()
-                .map(|(fs, q)| {
-                    let limits = q
-                        .limits
-                        .into_iter()
-                        .map(|(id, l)| (nacre_wire::quota::QuotaKey::global(id), l))
-                        .collect();
-                    let q = crate::quotas::FsQuotas {
-                        version: q.version,
-                        block_grace_s: q.block_grace_s,
-                        inode_grace_s: q.inode_grace_s,
-                        limits,
-                    };
-                    (fs, q)
-                })
-                .collect())
-        }
-        Some((_, payload)) => decode(path, &payload),
-        None => Ok(Default::default()),
-    }
-}
-
-/// Saves the quota limits durably.
-pub fn save_quotas(path: &Path, saved: &crate::quotas::Saved) -> Result<(), StoreError> {
-    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
-    write_envelope(path, QUOTAS_MAGIC, QUOTAS_FORMAT_VERSION, &payload)
-}
-
-const QOS_MAGIC: &[u8; 4] = b"NMQS";
-
-/// Loads the QoS rules of every file system (none if the file does not exist yet).
-pub fn load_qos(path: &Path) -> Result<crate::qos::Saved, StoreError> {
-    match read_envelope(path, QOS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
-        Some((_, payload)) => decode(path, &payload),
-        None => Ok(Default::default()),
-    }
-}
-
-/// Saves the QoS rules durably.
-pub fn save_qos(path: &Path, saved: &crate::qos::Saved) -> Result<(), StoreError> {
-    let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
-    write_envelope(path, QOS_MAGIC, FORMAT_VERSION, &payload)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn format_1_quotas_read_as_limits_over_the_whole_file_system() {
-        #[derive(serde::Serialize)]
-        struct Old {
-            version: u64,
-            block_grace_s: u64,
-            inode_grace_s: u64,
-            limits: std::collections::BTreeMap<nacre_types::QuotaId, crate::quotas::Limit>,
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mgs-quotas");
-        let id = nacre_types::QuotaId {
-            kind: nacre_types::QuotaKind::Project,
-            id: 42,
-        };
-        let limit = crate::quotas::Limit {
-            limits: nacre_wire::quota::QuotaLimits {
-                block_hard: 1 << 30,
-                ..Default::default()
-            },
-            block_soft_since: 7,
-            inode_soft_since: 0,
-        };
-        let old: std::collections::BTreeMap<String, Old> = [(
-            "fs".to_string(),
-            Old {
-                version: 3,
-                block_grace_s: 60,
-                inode_grace_s: 0,
-                limits: [(id, limit)].into(),
-            },
-        )]
-        .into();
-        let payload = postcard::to_allocvec(&old).unwrap();
-        write_envelope(&path, QUOTAS_MAGIC, 1, &payload).unwrap();
-        let saved = load_quotas(&path).unwrap();
-        let fs = &saved["fs"];
-        assert_eq!((fs.version, fs.block_grace_s), (3, 60));
-        assert_eq!(
-            fs.limits.get(&nacre_wire::quota::QuotaKey::global(id)),
-            Some(&limit)
-        );
-        save_quotas(&path, &saved).unwrap();
-        assert_eq!(load_quotas(&path).unwrap(), saved);
-    }
 
     #[test]
     fn a_format_1_configuration_is_read_and_saved_as_the_current_format() {

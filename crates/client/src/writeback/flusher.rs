@@ -1,0 +1,266 @@
+//! The flusher thread of the write-behind (writeback.rs): picks what is ready, writes it in
+//! RPCs of up to `max_rpc_size`, several in flight per OST, and takes each reply back.
+
+use super::*;
+
+/// Picks what to write now: runs of due objects, within each OST's RPCs in flight.
+fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Work> {
+    let mut out = Vec::new();
+    let now = Instant::now();
+    let half = DIRTY_BYTES_PER_OST_MAX / 2;
+    let State {
+        objs,
+        dirty,
+        inflight,
+        ..
+    } = st;
+    for (key, o) in objs.iter_mut() {
+        loop {
+            if o.pieces.is_empty() || inflight.get(&key.0).copied().unwrap_or(0) >= per_ost {
+                break;
+            }
+            let due = o.urgent
+                || o.first_run() >= max_rpc
+                || o.touched.is_some_and(|t| now.duration_since(t) >= idle)
+                || dirty.get(&key.0).copied().unwrap_or(0) >= half;
+            if !due {
+                break;
+            }
+            let Some((off, buf)) = o.take_run(max_rpc) else {
+                break;
+            };
+            *inflight.entry(key.0).or_default() += 1;
+            out.push(Work {
+                key: *key,
+                fid: o.fid,
+                owner: o.owner,
+                layout_gen: o.layout_gen,
+                job: o.job.clone(),
+                cred: o.cred.clone(),
+                off,
+                buf,
+            });
+        }
+    }
+    out
+}
+
+/// The flusher: starts due RPCs, then waits for the oldest in flight (or, with none, for
+/// work); ends with the client, or once stopped with nothing left.
+pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
+    let mut flying: VecDeque<Flying> = VecDeque::new();
+    loop {
+        let Some(c) = me.upgrade() else { return };
+        let max_rpc = u64::from(c.net_config().max_rpc_size.max(4096));
+        let per_ost = c.net_config().max_rpcs_in_flight.max(1);
+        let work = {
+            let mut st = wb.st.lock();
+            pick(
+                &mut st,
+                max_rpc,
+                per_ost,
+                Duration::from_millis(IDLE_FLUSH_MS),
+            )
+        };
+        for Work {
+            key,
+            fid,
+            owner,
+            layout_gen,
+            job,
+            cred,
+            off,
+            buf,
+        } in work
+        {
+            let len = buf.len() as u64;
+            // Sent as the writer's.
+            nacre_types::jobid::set_current(&job);
+            nacre_types::cred::set_current(cred.clone());
+            let epoch = c.data_epoch(key.0);
+            let req = OssRequest::Write {
+                object: key.1,
+                offset: off,
+                owner,
+                lock: false,
+                grant_used: len,
+                epoch,
+                layout_gen,
+            };
+            let buf = Arc::new(buf);
+            let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(buf.clone())) {
+                Ok((p, uuid)) => (Some(p), uuid),
+                Err(e) => {
+                    tracing::warn!("OST{:04x}: write-behind: {e}", key.0);
+                    (None, [0; 16])
+                }
+            };
+            wb.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+            flying.push_back(Flying {
+                key,
+                range: (off, off + len),
+                fid,
+                reply,
+                uuid,
+                owner,
+                layout_gen,
+                job,
+                cred,
+                buf,
+                epoch,
+            });
+        }
+        let Some(f) = flying.pop_front() else {
+            drop(c);
+            let mut st = wb.st.lock();
+            if st.stop && st.objs.is_empty() {
+                st.running = false;
+                return;
+            }
+            // New work wakes this; kept data comes due after its idle time. With nothing
+            // kept, it sleeps until something is.
+            if st.objs.is_empty() {
+                wb.cv.wait(&mut st);
+            } else {
+                wb.cv
+                    .wait_for(&mut st, Duration::from_millis(IDLE_FLUSH_MS / 4));
+            }
+            continue;
+        };
+        let mut f = f;
+        let mut result = match f.reply.take() {
+            Some(p) => osc::collect_one(p),
+            None => Err(nacre_net::rpc::RpcError::Status(Status::Io)),
+        };
+        if is_stale(&result) {
+            result = send_again(&c, &wb, &f);
+        }
+        finish(&c, f.key, f.range, f.fid, f.uuid, result);
+    }
+}
+
+fn is_stale(result: &osc::Collected) -> bool {
+    matches!(result, Err(nacre_net::rpc::RpcError::Status(Status::Stale)))
+}
+
+/// The OST refused `f` as stale (it restarted since the write lock was granted): waits
+/// until this client took its locks back there, then sends it again under the new start —
+/// unless someone else changed the object meanwhile (lost: `EIO`).
+fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
+    let stale = || Err(nacre_net::rpc::RpcError::Status(Status::Stale));
+    let mut sent = f.epoch;
+    for _ in 0..STALE_RESENDS_MAX {
+        let deadline = Instant::now() + Duration::from_millis(STALE_WAIT_MS);
+        let epoch = loop {
+            let epoch = c.data_epoch(f.key.0);
+            let mut st = wb.st.lock();
+            if st
+                .objs
+                .get(&f.key)
+                .is_some_and(|o| o.lost.contains(&f.range))
+            {
+                return Err(nacre_net::rpc::RpcError::Status(Status::Io));
+            }
+            if epoch != sent && epoch != 0 {
+                break epoch;
+            }
+            if Instant::now() >= deadline {
+                return stale();
+            }
+            // Woken by the new start (Writeback::new_epoch); the bound only covers a
+            // wake-up that came between the check and the wait.
+            wb.cv
+                .wait_for(&mut st, Duration::from_millis(IDLE_FLUSH_MS / 4));
+        };
+        sent = epoch;
+        nacre_types::jobid::set_current(&f.job);
+        nacre_types::cred::set_current(f.cred.clone());
+        let req = OssRequest::Write {
+            object: f.key.1,
+            offset: f.range.0,
+            owner: f.owner,
+            lock: false,
+            grant_used: f.range.1 - f.range.0,
+            epoch,
+            layout_gen: f.layout_gen,
+        };
+        let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()));
+        if !is_stale(&result) {
+            return result;
+        }
+    }
+    stale()
+}
+
+/// A write RPC of the flusher came back.
+fn finish(
+    c: &Client,
+    key: Key,
+    range: (u64, u64),
+    fid: Fid,
+    uuid: [u8; 16],
+    result: std::result::Result<(OssReply, Option<AlignedBuf>), nacre_net::rpc::RpcError>,
+) {
+    let len = range.1 - range.0;
+    let evicted = matches!(
+        result,
+        Err(nacre_net::rpc::RpcError::Status(Status::Shutdown))
+    );
+    let mut st = c.writeback.st.lock();
+    if let Some(n) = st.inflight.get_mut(&key.0) {
+        *n = n.saturating_sub(1);
+    }
+    if let Some(d) = st.dirty.get_mut(&key.0) {
+        *d -= len.min(*d);
+    }
+    let owner = st.objs.get(&key).map(|o| o.owner);
+    match &result {
+        Ok((
+            OssReply::Written {
+                grant_added,
+                sync_ids,
+                ..
+            },
+            _,
+        )) => {
+            *st.grant.entry(key.0).or_default() += grant_added;
+            c.writeback.stats.bytes.fetch_add(len, Ordering::Relaxed);
+            if let (Some(owner), true) = (owner, *sync_ids != 0 || !st.quota_sync.is_empty()) {
+                drop(st);
+                c.writeback.quota_reply(owner, *sync_ids);
+                st = c.writeback.st.lock();
+            }
+        }
+        Ok(_) => {
+            st.errors.insert(fid, Status::Proto);
+        }
+        Err(e) => {
+            tracing::warn!("OST{:04x}: write-behind of {len} bytes lost: {e}", key.0);
+            c.writeback
+                .stats
+                .lost_bytes
+                .fetch_add(len, Ordering::Relaxed);
+            // Lost to an eviction: an I/O error, as on any file system that lost data.
+            let status = if evicted { Status::Io } else { e.status() };
+            st.errors.insert(fid, status);
+            if let (Some(owner), Status::DQuot) = (owner, status) {
+                drop(st);
+                c.writeback.quota_refused(owner);
+                st = c.writeback.st.lock();
+            }
+        }
+    }
+    if let Some(o) = st.objs.get_mut(&key) {
+        o.inflight.retain(|r| *r != range);
+        o.lost.retain(|r| *r != range);
+        if o.is_empty() {
+            st.objs.remove(&key);
+        }
+    }
+    drop(st);
+    c.writeback.cv.notify_all();
+    if evicted {
+        c.writeback.evicted(key.0);
+        c.data_evicted(key.0, uuid);
+    }
+}
