@@ -133,6 +133,10 @@ impl QosMaster {
             .iter()
             .take(nacre_wire::qos::QOS_CLASSES_PER_REPORT_MAX)
         {
+            // What a peer names cannot grow the master's memory past its bounds.
+            if d.class.len() > nacre_wire::qos::QOS_CLASS_BYTES_MAX {
+                continue;
+            }
             let Some(rule) = rules.rules.iter().find(|x| x.name == d.rule) else {
                 continue;
             };
@@ -237,6 +241,10 @@ mod tests {
             "{a:?} {b:?}"
         );
         assert!((240..=270).contains(&a.shares[0].2), "{a:?}");
+        // A class name past its bound is not tracked.
+        let mut long = report(TargetKind::Ost, 1, 5);
+        long.demands[0].class = "x".repeat(nacre_wire::qos::QOS_CLASS_BYTES_MAX + 1);
+        assert!(m.sync(&long, 4).shares.is_empty());
         // An unknown rule's demand gets nothing.
         let mut other = report(TargetKind::Ost, 0, 5);
         other.demands[0].rule = "gone".into();

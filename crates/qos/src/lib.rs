@@ -238,6 +238,18 @@ impl Scheduler {
     /// Takes the rules of `version`, for a file system of `targets` targets. Classes start
     /// again; what was held back goes at once.
     pub fn set_rules(&self, rules: &QosRules, targets: u32) {
+        // Rules come from the MGS: only those it would itself accept are taken.
+        let mut checked = QosRules {
+            version: rules.version,
+            rules: Vec::new(),
+        };
+        for r in rules.rules.iter().take(nacre_wire::qos::QOS_RULES_MAX) {
+            match r.check() {
+                Ok(()) => checked.rules.push(r.clone()),
+                Err(e) => tracing::warn!("QoS rule {:.64} from the MGS ignored: {e}", r.name),
+            }
+        }
+        let rules = &checked;
         let held: Vec<Parked> = {
             let mut st = self.inner.state.lock();
             st.rules = rules::Rules::new(rules);
@@ -278,6 +290,14 @@ impl Scheduler {
         };
         let rule = rule.clone();
         let key = (rule.name.clone(), class);
+        if key.1.len() > nacre_wire::qos::QOS_CLASS_BYTES_MAX {
+            // A class too long to report (a huge job id): not held, and said.
+            tracing::warn!(
+                "QoS: a class of rule {} too long to track goes uncapped",
+                key.0
+            );
+            return Admit::Go(req);
+        }
         if !st.classes.contains_key(&key) {
             if st.classes.len() >= CLASSES_MAX {
                 forget_idle(&mut st, now);

@@ -22,6 +22,9 @@ pub const QOS_VALUES_MAX: usize = 64;
 pub const QOS_VALUE_BYTES_MAX: usize = 128;
 /// Largest weight.
 pub const QOS_WEIGHT_MAX: u32 = 64;
+/// Longest class name a report may carry (a target's classes are made of at most a few
+/// bounded values; longer ones are not counted).
+pub const QOS_CLASS_BYTES_MAX: usize = 1_024;
 /// Most classes one report names (a target reports its busiest).
 pub const QOS_CLASSES_PER_REPORT_MAX: usize = 4_096;
 
