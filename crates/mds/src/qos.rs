@@ -3,7 +3,7 @@
 
 use crate::mdt::Mdt;
 use nacre_net::Incoming;
-use nacre_qos::{Admit, Facts};
+use nacre_qos::Facts;
 use nacre_wire::decode_body;
 use nacre_wire::mds::{MdsCall, MdsOp};
 
@@ -130,10 +130,7 @@ pub fn admit(mdt: &Mdt, req: Incoming) -> Option<Incoming> {
     let Some(facts) = facts(mdt, &req, &call, op) else {
         return Some(req);
     };
-    match mdt.qos.admit(req, &facts) {
-        Admit::Go(req) => Some(req),
-        Admit::Held => None,
-    }
+    mdt.qos.admit(req, &facts)
 }
 
 /// The request's QoS weight (on the connection's reader thread; 0 unless a rule weighs).

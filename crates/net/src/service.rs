@@ -240,6 +240,12 @@ impl Incoming {
     /// [`Incoming::resubmits`]). A request whose service is gone is answered `ENODEV`.
     pub fn resubmit(mut self) {
         self.resubmits = self.resubmits.saturating_add(1);
+        self.requeue();
+    }
+
+    /// Queues the request again on the pool and partition that first queued it (`ENODEV`
+    /// if that pool is gone).
+    fn requeue(self) {
         match self
             .home
             .as_ref()
@@ -256,14 +262,7 @@ impl Incoming {
     /// locks, still happen).
     pub fn qos_release(mut self) {
         self.qos_admitted = true;
-        match self
-            .home
-            .as_ref()
-            .and_then(|(p, i)| Some((p.upgrade()?, *i)))
-        {
-            Some((pool, i)) => pool.dispatch(self, i),
-            None => self.reply(Outgoing::error(Status::NoDev)),
-        }
+        self.requeue();
     }
 
     /// Its QoS weight (0: none).

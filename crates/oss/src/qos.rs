@@ -3,7 +3,7 @@
 
 use crate::OstTarget;
 use nacre_net::Incoming;
-use nacre_qos::{Admit, Facts};
+use nacre_qos::Facts;
 use nacre_wire::decode_body;
 use nacre_wire::oss::{OssCall, OssRequest};
 
@@ -53,10 +53,7 @@ pub fn admit(ost: &OstTarget, req: Incoming) -> Option<Incoming> {
         return Some(req);
     };
     let facts = facts(&req, &call, op);
-    match ost.qos.admit(req, &facts) {
-        Admit::Go(req) => Some(req),
-        Admit::Held => None,
-    }
+    ost.qos.admit(req, &facts)
 }
 
 /// The request's QoS weight (on the connection's reader thread; 0 unless a rule weighs).

@@ -126,19 +126,22 @@ impl Class {
         Duration::from_secs_f64(s.min(60.0))
     }
 
-    fn set_share(&mut self, ops: u64, bytes: u64, rule: &nacre_wire::qos::QosRule) {
-        self.ops_per_s = if rule.ops_per_s == 0 {
+    /// Sets this target's share (`ops`, `bytes` per second) of a rule capping `caps`
+    /// (requests, bytes per second; 0: not capped).
+    fn set_share(&mut self, ops: u64, bytes: u64, caps: (u64, u64)) {
+        let (rule_ops, rule_bytes) = caps;
+        self.ops_per_s = if rule_ops == 0 {
             f64::INFINITY
         } else {
             (ops as f64).max(SHARE_OPS_MIN)
         };
-        self.bytes_per_s = if rule.bytes_per_s == 0 {
+        self.bytes_per_s = if rule_bytes == 0 {
             f64::INFINITY
         } else {
             (bytes as f64).max(SHARE_BYTES_MIN)
         };
-        self.stats.share_ops = if rule.ops_per_s == 0 { 0 } else { ops };
-        self.stats.share_bytes = if rule.bytes_per_s == 0 { 0 } else { bytes };
+        self.stats.share_ops = if rule_ops == 0 { 0 } else { ops };
+        self.stats.share_bytes = if rule_bytes == 0 { 0 } else { bytes };
     }
 }
 
@@ -173,14 +176,6 @@ impl Default for Scheduler {
     fn default() -> Self {
         Scheduler::new()
     }
-}
-
-/// What [`Scheduler::admit`] did with a request.
-pub enum Admit {
-    /// Serve it now.
-    Go(Incoming),
-    /// Held back (or answered): the scheduler owns it.
-    Held,
 }
 
 impl Scheduler {
@@ -278,17 +273,18 @@ impl Scheduler {
         }
     }
 
-    /// Lets `req` through now, or holds it until its class's share allows it.
-    pub fn admit(&self, req: Incoming, facts: &Facts<'_>) -> Admit {
+    /// Lets `req` through now (`Some`), or holds it until its class's share allows it
+    /// (`None`: the scheduler owns it, and queues it again or answers it).
+    pub fn admit(&self, req: Incoming, facts: &Facts<'_>) -> Option<Incoming> {
         if !self.active() || req.qos_admitted() {
-            return Admit::Go(req);
+            return Some(req);
         }
         let now = Instant::now();
         let mut st = self.inner.state.lock();
         let Some((rule, class)) = st.rules.classify(facts) else {
-            return Admit::Go(req);
+            return Some(req);
         };
-        let rule = rule.clone();
+        let (caps, burst_s) = ((rule.ops_per_s, rule.bytes_per_s), rule.burst_s);
         let key = (rule.name.clone(), class);
         if key.1.len() > nacre_wire::qos::QOS_CLASS_BYTES_MAX {
             // A class too long to report (a huge job id): not held, and said.
@@ -296,7 +292,7 @@ impl Scheduler {
                 "QoS: a class of rule {} too long to track goes uncapped",
                 key.0
             );
-            return Admit::Go(req);
+            return Some(req);
         }
         if !st.classes.contains_key(&key) {
             if st.classes.len() >= CLASSES_MAX {
@@ -308,13 +304,13 @@ impl Scheduler {
                     "QoS: more than {CLASSES_MAX} classes; {} goes uncapped",
                     key.1
                 );
-                return Admit::Go(req);
+                return Some(req);
             }
             let n = u64::from(st.targets);
             let mut c = Class {
                 ops_per_s: f64::INFINITY,
                 bytes_per_s: f64::INFINITY,
-                burst_s: f64::from(rule.burst_s.max(1)),
+                burst_s: f64::from(burst_s.max(1)),
                 ops_tokens: 0.0,
                 bytes_tokens: 0.0,
                 refilled: now,
@@ -328,7 +324,7 @@ impl Scheduler {
                 },
                 seen: now,
             };
-            c.set_share(rule.ops_per_s / n, rule.bytes_per_s / n, &rule);
+            c.set_share(caps.0 / n, caps.1 / n, caps);
             // A new class may use one second of its share at once.
             c.ops_tokens = c.ops_per_s.min(1e12);
             c.bytes_tokens = c.bytes_per_s.min(1e15);
@@ -344,14 +340,14 @@ impl Scheduler {
         if c.queue.is_empty() && c.take(bytes) {
             c.stats.ops += 1;
             c.stats.bytes += bytes;
-            return Admit::Go(req);
+            return Some(req);
         }
         let bulk = req.bulk.as_ref().map_or(0, |b| b.len() as u64);
         if parked >= PARKED_REQUESTS_MAX || parked_bytes + bulk > PARKED_BULK_BYTES_MAX {
             c.stats.resent += 1;
             drop(st);
             req.respond(Outgoing::error(Status::InProgress));
-            return Admit::Held;
+            return None;
         }
         c.queue.push_back(Parked {
             req,
@@ -375,7 +371,7 @@ impl Scheduler {
             }
         }
         self.inner.cv.notify_one();
-        Admit::Held
+        None
     }
 
     /// What each class asked of this target since the last report (arrived and still held).
@@ -423,7 +419,7 @@ impl Scheduler {
                 continue;
             };
             c.refill(Instant::now());
-            c.set_share(*ops, *bytes, r);
+            c.set_share(*ops, *bytes, (r.ops_per_s, r.bytes_per_s));
         }
         drop(st);
         self.inner.cv.notify_one();
@@ -598,7 +594,7 @@ mod tests {
             stats: ClassStats::default(),
             seen: t0,
         };
-        c.set_share(100, 1 << 20, &rule);
+        c.set_share(100, 1 << 20, (rule.ops_per_s, rule.bytes_per_s));
         // Ten simulated seconds idle fill the bucket to two seconds of rate, no more.
         c.refill(t0 + Duration::from_secs(10));
         let mut went = 0;
@@ -633,7 +629,7 @@ mod tests {
             bytes_per_s: 0,
             ..rule
         };
-        c.set_share(100, 0, &free);
+        c.set_share(100, 0, (free.ops_per_s, free.bytes_per_s));
         c.bytes_tokens = -1e9;
         assert!(c.take(1 << 30));
         assert_eq!(c.stats.share_bytes, 0);
