@@ -9,6 +9,10 @@
 #            request rate (measured in the solo phase from the MDTs' and OSTs' job_stats)
 #   weighted both at once, no cap: the victim's requests weighted 8 (`--weight 8`), so
 #            the servers take them before the neighbour's
+#   cpu      no neighbour: instead, plain busy loops using as much of the machine's CPU
+#            as the capped neighbour used on its own (measured from /proc/stat, with
+#            every process of the file system), to tell what a capped neighbour costs
+#            the victim in CPU alone from what it costs through the file system
 # The neighbour: `nacre bench mdtest -N 4 -u -F` (job noisy.1) repeated until stopped; its
 # rate is read from job_stats over the victim's run. The victim (job victim.2, its own
 # mount): IOR easy (2 tasks, file per process, 1 MiB O_DIRECT transfers, SIZE each, write
@@ -27,8 +31,10 @@ source "$(dirname "$0")/common.sh"
 rm -rf "$WORK"; mkdir -p "$WORK/mnt" "$WORK/mnt2"
 pids=()
 NOISY=""
+HOGS=()
 down() {
   [ -n "$NOISY" ] && { kill "$NOISY" 2>/dev/null || true; wait "$NOISY" 2>/dev/null || true; }
+  for p in "${HOGS[@]}"; do kill "$p" 2>/dev/null || true; done
   for m in "$WORK/mnt" "$WORK/mnt2"; do
     mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount "$m" || "$NACRE" umount -f "$m"; }
   done
@@ -103,6 +109,30 @@ lat.sort()
 print(round(len(lat) / took), f"{lat[int(len(lat) * 0.99)] * 1000:.2f}")' "$V/st" "$SECS")
   echo "$ior $st"
 }
+# busy: "busy total" jiffies of all CPUs so far (/proc/stat).
+busy() { awk '/^cpu / {t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t}' /proc/stat; }
+# busy_share SECS: the fraction of the machine's CPU time busy over the next SECS seconds.
+busy_share() {
+  local a b
+  a=$(busy); sleep "$1"; b=$(busy)
+  python3 -c "a=[$(echo "$a" | tr ' ' ,)]; b=[$(echo "$b" | tr ' ' ,)]; print(round((b[0]-a[0])/(b[1]-a[1]), 3))"
+}
+# hogs_start SHARE: one busy loop per CPU, each busy SHARE of every 10 ms.
+hogs_start() {
+  local i
+  for i in $(seq "$(nproc)"); do
+    python3 -c '
+import sys, time
+d = float(sys.argv[1])
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.01 * d:
+        pass
+    time.sleep(0.01 * (1 - d))' "$1" &
+    HOGS+=($!)
+  done
+}
+hogs_stop() { for p in "${HOGS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; HOGS=(); }
 # phase NAME: runs the victim beside the running neighbour; prints the row.
 row() {
   local name="$1" v r0 r1 c0 c1 t0 t1
@@ -121,6 +151,13 @@ noisy_stop
 solo_req=$(python3 -c "print(round(($r1 - $r0) / ($t1 - $t0)))")
 solo_cre=$(python3 -c "print(round(($c1 - $c0) / ($t1 - $t0)))")
 cap=$((solo_req / 4))
+# The capped neighbour alone: the share of the machine's CPU it takes (with the servers'
+# and its mount's work for it).
+"$NACRE" qos add noisy --job 'noisy*' --ops-rate "$cap" "$SRC" >/dev/null
+noisy_start
+cap_cpu=$(busy_share "$SECS")
+noisy_stop
+"$NACRE" qos del noisy "$SRC" >/dev/null
 
 rows=()
 for _ in $(seq "$ROUNDS"); do
@@ -132,17 +169,19 @@ for _ in $(seq "$ROUNDS"); do
   "$NACRE" qos add victim --job 'victim*' --weight 8 "$SRC" >/dev/null
   noisy_start; rows+=("$(row weighted)"); noisy_stop
   "$NACRE" qos del victim "$SRC" >/dev/null
+  hogs_start "$cap_cpu"; rows+=("cpu 0 0 $(victim cpu)"); hogs_stop
 done
 # med PHASE COLUMN: the median of a column over the rounds of a phase.
 med() { printf '%s\n' "${rows[@]}" | awk -v p="$1" -v f="$2" '$1 == p {print $f}' | median; }
 
 echo "neighbour alone: $solo_cre creates/s, $solo_req requests/s; cap: $cap requests/s"
+echo "capped neighbour alone: $cap_cpu of the machine's CPU (the cpu phase's busy loops)"
 echo "medians of $ROUNDS rounds"
 echo
 echo "| phase | neighbour requests/s | neighbour creates/s | victim IOR write MiB/s | IOR read MiB/s | stat/s | stat p99 ms |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 sw=$(med solo 4); sr=$(med solo 5); ss=$(med solo 6)
-for phase in solo shared capped weighted; do
+for phase in solo shared capped weighted cpu; do
   nr=$(med "$phase" 2); nc=$(med "$phase" 3)
   w=$(med "$phase" 4); rd=$(med "$phase" 5); st=$(med "$phase" 6); p=$(med "$phase" 7)
   if [ "$phase" = solo ]; then

@@ -47,7 +47,7 @@ fn fenced_objects_refuse_older_layout_generations_across_a_restart() {
     let oss = fs.servers_mut()[1].listen.clone();
     let stale = nacre_types::Status::Stale.code();
     nacre_types::cred::set_current(Some(nacre_types::Cred::root()));
-    let mut c = RawConn::connect(&oss, [9; 16]).unwrap();
+    let mut c = RawConn::connect(&oss, "fence", [9; 16]).unwrap();
     let v0 = version(&mut c, ost, object);
     assert_eq!(ask(&mut c, ost, write(object, 0), Some(b"again")).0, 0);
     let v1 = version(&mut c, ost, object);
@@ -74,7 +74,7 @@ fn fenced_objects_refuse_older_layout_generations_across_a_restart() {
     // The fence is on disk: after a kill -9 of the OSS it still holds.
     fs.servers_mut()[1].kill9();
     fs.servers_mut()[1].restart();
-    let mut c = RawConn::connect(&oss, [9; 16]).unwrap();
+    let mut c = RawConn::connect(&oss, "fence", [9; 16]).unwrap();
     let status = loop {
         // The OSS answers EINPROGRESS while its recovery window is open.
         let s = ask(&mut c, ost, write(object, 1), Some(b"late")).0;

@@ -53,8 +53,8 @@ fn two_thousand_connections_on_a_bounded_set_of_threads() {
                 for i in 0..PER_SERVER {
                     let mut uuid = [0u8; 16];
                     uuid[..8].copy_from_slice(&((w * PER_SERVER + i) as u64 + 1).to_le_bytes());
-                    conns.push((true, RawConn::connect(&mds_addr, uuid).unwrap()));
-                    conns.push((false, RawConn::connect(&oss_addr, uuid).unwrap()));
+                    conns.push((true, RawConn::connect(&mds_addr, "nacre", uuid).unwrap()));
+                    conns.push((false, RawConn::connect(&oss_addr, "nacre", uuid).unwrap()));
                 }
                 for _round in 0..3 {
                     for (mds, c) in &mut conns {
@@ -223,7 +223,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
     // Hostile: headers announcing 16 MiB of bulk, never sent.
     let mut hoarders = Vec::new();
     for i in 0..3u8 {
-        let mut c = RawConn::connect(&oss, [i + 1; 16]).unwrap();
+        let mut c = RawConn::connect(&oss, "nacre", [i + 1; 16]).unwrap();
         let mut h = nacre_wire::Header::request(0x0301, 0, 7);
         h.flags |= nacre_wire::header::FLAG_BULK_CHECKSUM;
         let body = nacre_wire::encode_body(&nacre_wire::oss::OssCall {
@@ -267,7 +267,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
         }
     });
     // Hostile: requests whose replies are never read, until the server gives up on us.
-    let mut deaf = RawConn::connect(&mds, [0xde; 16]).unwrap();
+    let mut deaf = RawConn::connect(&mds, "nacre", [0xde; 16]).unwrap();
     let mut sent = 0;
     while sent < 200_000 {
         if deaf.send_mds(0, MdsOp::GetAttr { fid: root() }).is_err() {

@@ -329,7 +329,7 @@ fn a_dead_migrators_fence_window_ends_with_its_lease() {
     let mds = fs.servers_mut()[0].listen.clone();
     {
         nacre_types::cred::set_current(Some(nacre_types::Cred::root()));
-        let mut c = nacre_testkit::raw::RawConn::connect(&mds, [7; 16]).unwrap();
+        let mut c = nacre_testkit::raw::RawConn::connect(&mds, fsname, [7; 16]).unwrap();
         let spec = nacre_types::layout::StripeSpec {
             pool: nacre_types::PoolName::new("capacity").unwrap(),
             ..Default::default()

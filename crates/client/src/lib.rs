@@ -325,7 +325,16 @@ impl Client {
     /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0 (the
     /// other MDTs when an operation first needs them).
     /// Fails within `connect_timeout_ms` if the MGS cannot be reached.
-    pub fn mount(mgs: Nid, fsname: &str, config: ClientConfig) -> Result<Arc<Client>> {
+    pub fn mount(mgs: Nid, fsname: &str, mut config: ClientConfig) -> Result<Arc<Client>> {
+        // Every frame names the file system (its slot) and every link proves its key.
+        config.net = config.net.for_fs(fsname);
+        if let Some(k) = config.net.key.as_ref().filter(|k| k.fsname() != fsname) {
+            return Err(ClientError::Config(format!(
+                "no key of file system '{fsname}' was given (the key given is file system \
+                 '{}'s): give its key with --key",
+                k.fsname()
+            )));
+        }
         let mut first = config.net.clone();
         first.recovery_timeout_ms = first.connect_timeout_ms;
         let probe = Connection::connect(mgs, first)

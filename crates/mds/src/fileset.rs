@@ -197,8 +197,8 @@ pub fn named(op: &MdsOp) -> Result<Vec<Fid>, Status> {
 
 /// Capabilities for every object of the layouts `reply` hands a fileset's client (none
 /// without a file-system key: the OSTs then cannot check them either).
-pub fn capas_for(reply: &MdsReply) -> Vec<Capa> {
-    let Some(key) = nacre_net::sec::capability_key() else {
+pub fn capas_for(fsname: &str, reply: &MdsReply) -> Vec<Capa> {
+    let Some(key) = nacre_net::sec::capability_key(fsname) else {
         return Vec::new();
     };
     let layouts: Vec<&nacre_types::Layout> = match reply {

@@ -56,6 +56,8 @@ use std::sync::{Arc, RwLock};
 /// The MDS request handler for every MDT of this process.
 #[derive(Default)]
 pub struct MdsHandler {
+    /// Keyed by target id (file-system slot and index: [`nacre_osd::Label::target_id`]), so
+    /// several file systems' targets of one index are served apart.
     targets: RwLock<HashMap<u32, Guarded>>,
 }
 
@@ -72,20 +74,20 @@ impl MdsHandler {
     /// the target (multi-mount protection), else answered `ENODEV` (the client tries the
     /// partner).
     pub fn add_guarded(&self, mdt: Arc<Mdt>, guard: Option<Arc<Guard>>) {
-        let index = mdt.label.index;
+        let id = mdt.label.target_id();
         self.targets
             .write()
             .expect("targets")
-            .insert(index, (mdt, guard));
+            .insert(id, (mdt, guard));
     }
 
-    /// Stops serving MDT `index`: its requests are answered `ENODEV` from now on.
-    pub fn remove_target(&self, index: u32) -> Option<Arc<Mdt>> {
+    /// Stops serving the MDT of target id `id`: its requests are answered `ENODEV` from now on.
+    pub fn remove_target(&self, id: u32) -> Option<Arc<Mdt>> {
         let mdt = self
             .targets
             .write()
             .expect("targets")
-            .remove(&index)
+            .remove(&id)
             .map(|(m, _)| m)?;
         // Its locks go with it; parked polls are answered so clients move on.
         mdt.ldlm.shut();
@@ -99,18 +101,18 @@ impl MdsHandler {
         targets.values().map(|(m, _)| m.clone()).collect()
     }
 
-    /// The MDT with `index`.
-    pub fn target(&self, index: u32) -> Option<Arc<Mdt>> {
+    /// The MDT of target id `id` ([`nacre_osd::Label::target_id`]).
+    pub fn target(&self, id: u32) -> Option<Arc<Mdt>> {
         self.targets
             .read()
             .expect("targets")
-            .get(&index)
+            .get(&id)
             .map(|(m, _)| m.clone())
     }
 
-    /// The MDT with `index` if this server may serve it now (see [`MdsHandler::add_guarded`]).
-    fn serving(&self, index: u32) -> Option<Arc<Mdt>> {
-        let (mdt, guard) = self.targets.read().expect("targets").get(&index).cloned()?;
+    /// The MDT of target id `id` if this server may serve it now (see [`MdsHandler::add_guarded`]).
+    fn serving(&self, id: u32) -> Option<Arc<Mdt>> {
+        let (mdt, guard) = self.targets.read().expect("targets").get(&id).cloned()?;
         guard.is_none_or(|g| g.holds()).then_some(mdt)
     }
 }
@@ -130,7 +132,7 @@ fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Out
                 }
             }
             if m.fileset.is_some() {
-                a.capas = fileset::capas_for(&a.reply);
+                a.capas = fileset::capas_for(&mdt.label.fsname, &a.reply);
             }
             nodemap::map_reply(m, &mut a.reply);
             if let Some(d) = a.dir.as_mut() {

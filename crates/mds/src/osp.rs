@@ -51,8 +51,10 @@ pub struct OstPool {
 }
 
 impl OstPool {
-    /// A pool fed by the MGS at `mgs`.
+    /// A pool fed by the MGS at `mgs`; its connections name `fsname`'s targets and prove
+    /// its key ([`NetConfig::for_fs`]).
     pub fn new(fsname: &str, mgs: Nid, net: NetConfig) -> OstPool {
+        let net = net.for_fs(fsname);
         OstPool {
             fsname: fsname.into(),
             mgs: Connection::new(mgs, net.clone()),

@@ -68,8 +68,11 @@ fn answer(
 fn a_resent_request_gets_the_transno_and_versions_of_the_first_answer() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());
-    let conn =
-        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    let conn = Connection::connect(
+        nacre_types::Nid::tcp(server.addr()),
+        NetConfig::default().for_fs("rr"),
+    )
+    .unwrap();
     send(&conn, conn.alloc_xid(), mkdir("before")).unwrap();
     let xid = conn.alloc_xid();
     let first = answer(&conn, xid, mkdir("v")).unwrap();
@@ -103,8 +106,11 @@ fn mkdir(name: &str) -> MdsOp {
 fn resent_request_gets_the_saved_reply_even_after_restart() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());
-    let conn =
-        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    let conn = Connection::connect(
+        nacre_types::Nid::tcp(server.addr()),
+        NetConfig::default().for_fs("rr"),
+    )
+    .unwrap();
     let xid = conn.alloc_xid();
     let first = send(&conn, xid, mkdir("d")).expect("first mkdir");
     let again = send(&conn, xid, mkdir("d")).expect("a resend must not fail with EEXIST");
@@ -137,8 +143,11 @@ fn resent_request_gets_the_saved_reply_even_after_restart() {
     drop(conn);
     drop(server);
     let server = serve(dir.path());
-    let conn =
-        Connection::connect(nacre_types::Nid::tcp(server.addr()), NetConfig::default()).unwrap();
+    let conn = Connection::connect(
+        nacre_types::Nid::tcp(server.addr()),
+        NetConfig::default().for_fs("rr"),
+    )
+    .unwrap();
     // The restarted MDT waits for the client it knows: new requests get EINPROGRESS until
     // it has reconnected and replayed (nothing here: everything was synced).
     assert_eq!(

@@ -139,6 +139,21 @@ impl Mgs {
 
     fn register_config(&self, target: TargetInfo) -> Result<u64, Status> {
         let mut configs = self.configs.lock().expect("configs");
+        let slot = nacre_types::fs_slot(&target.fsname);
+        if let Some(other) = configs
+            .keys()
+            .find(|fs| **fs != target.fsname && nacre_types::fs_slot(fs) == slot)
+        {
+            // Frames name a file system by its slot: two sharing one could not be told
+            // apart on a server serving both, nor kept apart by their keys here.
+            tracing::warn!(
+                "refusing {}: file system '{}' shares its frame slot {slot} with '{other}', \
+                 which this MGS manages (rename one)",
+                target.name(),
+                target.fsname
+            );
+            return Err(Status::NotUniq);
+        }
         let config = configs
             .entry(target.fsname.clone())
             .or_insert_with(|| FsConfig {
@@ -417,6 +432,17 @@ impl Handler for Mgs {
                 return Outgoing::error(Status::Proto);
             }
         };
+        if let Some(fs) = request.fsname() {
+            let named = nacre_types::target_slot(req.header.target);
+            if named != 0 && named != nacre_types::fs_slot(fs) {
+                tracing::warn!(
+                    "MGS: {} asked about file system {fs} in a frame of another (slot \
+                     {named}): refused",
+                    req.peer
+                );
+                return Outgoing::error(Status::Access);
+            }
+        }
         let reply = match request {
             MgsRequest::Register(target) => self
                 .register(target)
@@ -595,5 +621,31 @@ mod tests {
         let config = mgs.config("demo").unwrap();
         assert_eq!(config.osts.len(), 2);
         assert_eq!(config.version, 2);
+    }
+
+    #[test]
+    fn a_file_system_sharing_another_ones_frame_slot_is_refused() {
+        let mut seen = std::collections::HashMap::new();
+        let (x, y) = (0..)
+            .find_map(|n| {
+                let name = format!("f{n}");
+                seen.insert(nacre_types::fs_slot(&name), name.clone())
+                    .map(|other| (other, name))
+            })
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let on = |fs: &str, uuid: &str| TargetInfo {
+            fsname: fs.into(),
+            ..ost(0, uuid)
+        };
+        assert!(mgs.register(on(&x, "a")).is_ok());
+        assert_eq!(mgs.register(on(&y, "b")), Err(Status::NotUniq));
+        assert!(mgs.config(&y).is_none(), "nothing of the refused one kept");
+        assert!(
+            mgs.register(on("demo", "c")).is_ok(),
+            "other names still register"
+        );
+        assert!(mgs.register(on(&x, "d")).is_err(), "x's OST0000 is a's");
     }
 }

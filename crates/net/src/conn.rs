@@ -51,6 +51,32 @@ pub struct NetConfig {
     /// no handshake, for servers that require none). Defaults to the process's key
     /// ([`crate::sec::default_key`]).
     pub key: Option<Arc<FsKey>>,
+    /// The file system whose targets this connection's frames name
+    /// ([`nacre_types::fs_slot`]; 0: its key's, or none). Set by [`NetConfig::for_fs`].
+    pub fs_slot: u16,
+}
+
+impl NetConfig {
+    /// This configuration for a connection of file system `fsname`: every frame names the
+    /// file system's slot beside its target's index, and every link proves a key of
+    /// `fsname`: the one set if it is, else the process's (if it holds keys).
+    pub fn for_fs(mut self, fsname: &str) -> NetConfig {
+        self.fs_slot = nacre_types::fs_slot(fsname);
+        if self.key.as_ref().is_none_or(|k| k.fsname() != fsname) {
+            if let Some(k) = crate::sec::key_for(fsname) {
+                self.key = Some(k);
+            }
+        }
+        self
+    }
+
+    /// The slot the frames name: the one set, else the key's file system's, else none.
+    fn slot(&self) -> u16 {
+        match (self.fs_slot, &self.key) {
+            (0, Some(k)) => nacre_types::fs_slot(k.fsname()),
+            (s, _) => s,
+        }
+    }
 }
 
 /// Most rails (NIDs) one connection uses.
@@ -72,6 +98,7 @@ impl Default for NetConfig {
             discovery: true,
             rail_timeout_ms: 10_000,
             key: crate::sec::default_key(),
+            fs_slot: 0,
         }
     }
 }
@@ -445,7 +472,13 @@ impl Connection {
             self.discover();
         }
         let permit = self.acquire_slot();
-        let mut header = Header::request(request.opcode, request.target, xid);
+        // A bare index gets the file system's slot; a caller's full target id stays.
+        let target = match (self.config.slot(), request.target) {
+            (0, t) => t,
+            (s, t) if t <= nacre_types::TARGET_INDEX_MAX => nacre_types::target_id(s, t),
+            (_, t) => t,
+        };
+        let mut header = Header::request(request.opcode, target, xid);
         if self.config.bulk_checksum {
             header.flags |= FLAG_BULK_CHECKSUM;
         }
@@ -942,5 +975,37 @@ impl FrameSink for ReplySink {
         for (_, (tx, _slot)) in self.link.pending.lock().drain() {
             tx.send(Err(NetError::Disconnected(self.nid.to_string())));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sec::{FsKey, Level};
+
+    #[test]
+    fn frames_name_the_slot_of_the_file_system_or_of_the_key() {
+        let none = NetConfig {
+            key: None,
+            ..NetConfig::default()
+        };
+        assert_eq!(none.slot(), 0, "no file system, no key: no slot");
+        let a = none.clone().for_fs("alpha");
+        assert_eq!(a.slot(), nacre_types::fs_slot("alpha"));
+        let key = Arc::new(FsKey::generate("beta", Level::Integrity).unwrap());
+        let keyed = NetConfig {
+            key: Some(key.clone()),
+            ..none.clone()
+        };
+        assert_eq!(
+            keyed.slot(),
+            nacre_types::fs_slot("beta"),
+            "the key's file system"
+        );
+        let kept = keyed.for_fs("beta");
+        assert!(
+            Arc::ptr_eq(kept.key.as_ref().unwrap(), &key),
+            "a matching key stays"
+        );
     }
 }

@@ -7,7 +7,7 @@ use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reac
 use crate::router::Router;
 use crate::sec::handshake::{self, Session};
 use crate::sec::{FsKey, Level, ServerKeys, HANDSHAKES_MAX, HANDSHAKE_TIMEOUT_MS_DEFAULT};
-use crate::service::{Incoming, ReplySink, ServicePool, TcpReplier};
+use crate::service::{Incoming, Outgoing, ReplySink, ServicePool, TcpReplier};
 use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_wire::Service;
@@ -384,15 +384,21 @@ impl Handover {
         let Ok(write_half) = stream.try_clone() else {
             return;
         };
-        let (sealer, opener) = match session {
-            Some(s) => (Some(s.sealer), Some(s.opener)),
-            None => (None, None),
+        let (sealer, opener, fs_slot) = match session {
+            Some(s) => (
+                Some(s.sealer),
+                Some(s.opener),
+                Some(nacre_types::fs_slot(&s.fsname)),
+            ),
+            None => (None, None, None),
         };
         let sink = ServerSink {
             router: self.router.clone(),
             peer: peer.clone(),
             cpt,
             replier: Arc::new(TcpReplier::new(write_half, sealer, stats)),
+            fs_slot,
+            refused: 0,
         };
         self.reactor.add(NewConn {
             stream,
@@ -428,6 +434,11 @@ struct ServerSink {
     peer: String,
     cpt: usize,
     replier: Arc<TcpReplier>,
+    /// The slot of the file system whose key the connection's handshake proved (None: no
+    /// handshake): its frames may name that file system's targets only.
+    fs_slot: Option<u16>,
+    /// Frames refused for naming another file system (the first is logged).
+    refused: u64,
 }
 
 impl FrameSink for ServerSink {
@@ -447,6 +458,23 @@ impl FrameSink for ServerSink {
             qos_admitted: false,
             weight: 0,
         };
+        if let Some(slot) = self.fs_slot {
+            let named = nacre_types::target_slot(req.header.target);
+            if named != slot {
+                // The key proves the file system the handshake named, and no other: a
+                // frame for another file system's targets (or none) is answered EACCES.
+                if self.refused == 0 {
+                    tracing::warn!(
+                        "{}: a connection proved the key of file system slot {slot} but \
+                         named slot {named}: refused",
+                        self.peer
+                    );
+                }
+                self.refused += 1;
+                req.reply(Outgoing::error(nacre_types::Status::Access));
+                return Ok(());
+            }
+        }
         self.router.route(req, self.cpt);
         Ok(())
     }

@@ -50,6 +50,9 @@ pub enum LabelError {
     /// An MDT index beyond what FIDs can name.
     #[error("MDT index {0} is too large: a file system has at most {max} MDTs (0..{max})", max = nacre_types::fid::MDT_COUNT_MAX)]
     MdtIndex(u32),
+    /// An index past what a target name (four hex digits) and a frame can name.
+    #[error("target index {0} is too large: indices run 0..={max}", max = nacre_types::TARGET_INDEX_MAX)]
+    Index(u32),
     /// The directory has no label: not formatted.
     #[error("{0} is not a formatted Nacre target (no {LABEL_FILE}); run `nacre mkfs` first")]
     NotFormatted(String),
@@ -116,6 +119,9 @@ impl Label {
         if kind == TargetKind::Mdt && index >= nacre_types::fid::MDT_COUNT_MAX {
             return Err(LabelError::MdtIndex(index));
         }
+        if index > nacre_types::TARGET_INDEX_MAX {
+            return Err(LabelError::Index(index));
+        }
         Ok(Label {
             format_version: LABEL_FORMAT_VERSION,
             kind,
@@ -125,6 +131,12 @@ impl Label {
             mgsnode,
             servicenodes: Vec::new(),
         })
+    }
+
+    /// The target field of the frames for this target: its file system's slot and its
+    /// index ([`nacre_types::target_id`]).
+    pub fn target_id(&self) -> u32 {
+        nacre_types::target_id(nacre_types::fs_slot(&self.fsname), self.index)
     }
 
     /// Lustre-style target name.
@@ -238,11 +250,15 @@ impl Label {
         if servicenodes.len() > SERVICENODES_MAX {
             return Err(bad("too many servicenodes"));
         }
+        let index: u32 = field("index")?.parse().map_err(|_| bad("bad index"))?;
+        if index > nacre_types::TARGET_INDEX_MAX {
+            return Err(bad("index past the largest a target may have"));
+        }
         Ok(Label {
             servicenodes,
             format_version: version,
             kind,
-            index: field("index")?.parse().map_err(|_| bad("bad index"))?,
+            index,
             fsname: field("fsname")?.to_string(),
             uuid: field("uuid")?.to_string(),
             mgsnode,
@@ -258,6 +274,13 @@ enum DecodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_index_past_four_hex_digits_is_refused() {
+        assert!(Label::new(TargetKind::Ost, 0xFFFF, "demo", None).is_ok());
+        let e = Label::new(TargetKind::Ost, 0x10000, "demo", None).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+    }
 
     #[test]
     fn write_read_and_refuse_reformat() {

@@ -102,6 +102,8 @@ impl OstTarget {
 /// The OSS request handler for all OSTs of this process.
 #[derive(Default)]
 pub struct OssHandler {
+    /// Keyed by target id (file-system slot and index: [`nacre_osd::Label::target_id`]), so
+    /// several file systems' targets of one index are served apart.
     targets: RwLock<HashMap<u32, Guarded>>,
 }
 
@@ -124,38 +126,38 @@ impl OssHandler {
     /// the target (multi-mount protection), else answered `ENODEV` (the client tries the
     /// partner).
     pub fn add_guarded(&self, target: Arc<OstTarget>, guard: Option<Arc<Guard>>) {
-        let index = target.label.index;
+        let id = target.label.target_id();
         self.targets
             .write()
             .expect("targets")
-            .insert(index, (target, guard));
+            .insert(id, (target, guard));
     }
 
-    /// Stops serving OST `index`: its requests are answered `ENODEV` from now on.
-    pub fn remove_target(&self, index: u32) -> Option<Arc<OstTarget>> {
+    /// Stops serving the OST of target id `id`: its requests are answered `ENODEV` from now on.
+    pub fn remove_target(&self, id: u32) -> Option<Arc<OstTarget>> {
         let ost = self
             .targets
             .write()
             .expect("targets")
-            .remove(&index)
+            .remove(&id)
             .map(|(t, _)| t)?;
         // Its locks go with it: parked polls and changes are answered now.
         ost.locks.ns.shut();
         Some(ost)
     }
 
-    /// The OST with `index`, if served here.
-    pub fn target(&self, index: u32) -> Option<Arc<OstTarget>> {
+    /// The OST of target id `id` ([`nacre_osd::Label::target_id`]), if served here.
+    pub fn target(&self, id: u32) -> Option<Arc<OstTarget>> {
         self.targets
             .read()
             .expect("targets")
-            .get(&index)
+            .get(&id)
             .map(|(t, _)| t.clone())
     }
 
-    /// The OST with `index` if this server may serve it now (see [`OssHandler::add_guarded`]).
-    fn serving(&self, index: u32) -> Option<Arc<OstTarget>> {
-        let (ost, guard) = self.targets.read().expect("targets").get(&index).cloned()?;
+    /// The OST of target id `id` if this server may serve it now (see [`OssHandler::add_guarded`]).
+    fn serving(&self, id: u32) -> Option<Arc<OstTarget>> {
+        let (ost, guard) = self.targets.read().expect("targets").get(&id).cloned()?;
         guard.is_none_or(|g| g.holds()).then_some(ost)
     }
 
@@ -508,7 +510,7 @@ impl Handler for OssHandler {
         };
         let refused = nacre_wire::nodemap::of_peer(&req.peer).is_some_and(|m| {
             nodemap::check_readonly(&m, &call.req).is_err()
-                || nodemap::check_capa(&m, req.header.target, &call).is_err()
+                || nodemap::check_capa(&m, &ost.label, &call).is_err()
         });
         if refused
             || ost.locks.is_evicted(&call.client)
@@ -562,7 +564,7 @@ impl Handler for OssHandler {
         }
         if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
             if let Err(s) = nodemap::check_readonly(&m, &call.req)
-                .and_then(|()| nodemap::check_capa(&m, incoming.header.target, &call))
+                .and_then(|()| nodemap::check_capa(&m, &ost.label, &call))
             {
                 return Outgoing::error(s);
             }

@@ -30,8 +30,14 @@ impl nacre_quota::Link for MgsQuotaLink {
     }
 }
 
-/// Each target's quota report to the master, and its answer applied (docs/quota.md).
-pub(crate) fn sync_quotas(conn: &Arc<Connection>, oss: &OssHandler, mds: &MdsHandler) {
+/// Each target of `fsname`'s quota report to the master (over `conn`, a connection of
+/// that file system), and its answer applied (docs/quota.md).
+pub(crate) fn sync_quotas(
+    conn: &Arc<Connection>,
+    fsname: &str,
+    oss: &OssHandler,
+    mds: &MdsHandler,
+) {
     let link: Arc<dyn nacre_quota::Link> = Arc::new(MgsQuotaLink(conn.clone()));
     let send = |slave: &nacre_quota::Slave, report: nacre_wire::quota::SyncReport| {
         slave.set_link(link.clone());
@@ -42,19 +48,19 @@ pub(crate) fn sync_quotas(conn: &Arc<Connection>, oss: &OssHandler, mds: &MdsHan
             Err(e) => tracing::debug!("quota sync: {e}"),
         }
     };
-    for ost in oss.all() {
+    for ost in oss.all().into_iter().filter(|o| o.label.fsname == fsname) {
         let usage = ost.store.usage();
         send(&ost.quota, ost.quota.report(|q| usage.of(q)));
     }
-    for mdt in mds.all() {
+    for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
         let report = mdt.quota.report(|q| mdt.inodes_of(&[q])[0]);
         send(&mdt.quota, report);
     }
 }
 
-/// Each target's QoS demands sent to the MGS, its shares applied, and the rules fetched
-/// when they changed (docs/qos.md).
-pub(crate) fn sync_qos(conn: &Arc<Connection>, oss: &OssHandler, mds: &MdsHandler) {
+/// Each target of `fsname`'s QoS demands sent to the MGS, its shares applied, and the
+/// rules fetched when they changed (docs/qos.md).
+pub(crate) fn sync_qos(conn: &Arc<Connection>, fsname: &str, oss: &OssHandler, mds: &MdsHandler) {
     let send = |qos: &nacre_qos::Scheduler, fsname: &str, target: (TargetKind, u32)| {
         let req = MgsRequest::QosSync(qos.report(fsname, target));
         let shares = match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
@@ -74,14 +80,14 @@ pub(crate) fn sync_qos(conn: &Arc<Connection>, oss: &OssHandler, mds: &MdsHandle
         }
         qos.apply(&shares);
     };
-    for ost in oss.all() {
+    for ost in oss.all().into_iter().filter(|o| o.label.fsname == fsname) {
         send(
             &ost.qos,
             &ost.label.fsname,
             (TargetKind::Ost, ost.label.index),
         );
     }
-    for mdt in mds.all() {
+    for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
         send(
             &mdt.qos,
             &mdt.label.fsname,

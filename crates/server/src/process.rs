@@ -88,6 +88,25 @@ fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
     }
 }
 
+/// Refuses to serve two file systems whose names share a slot: their frames could not be
+/// told apart ([`nacre_types::fs_slot`]).
+fn check_slots(labels: &[Label]) -> anyhow::Result<()> {
+    let mut seen: Vec<(u16, &str)> = Vec::new();
+    for l in labels.iter().filter(|l| l.kind != TargetKind::Mgt) {
+        let slot = nacre_types::fs_slot(&l.fsname);
+        match seen.iter().find(|(s, _)| *s == slot) {
+            Some((_, other)) if *other != l.fsname => bail!(
+                "file systems '{other}' and '{}' share frame slot {slot}, so one process \
+                 cannot serve both: serve them from separate processes, or rename one",
+                l.fsname
+            ),
+            Some(_) => {}
+            None => seen.push((slot, &l.fsname)),
+        }
+    }
+    Ok(())
+}
+
 /// What a server process serves.
 #[derive(Clone, Debug)]
 pub struct ServerSpec {
@@ -449,9 +468,21 @@ impl ServerProcess {
                     )
                 })
         };
+        check_slots(&labels)?;
         process.start_targets(&spec, &labels)?;
-        if let Some(first) = labels.first() {
-            process.start_param_sync(mgs_of(first)?);
+        let mut mgs_by_fs: Vec<(String, Nid)> = Vec::new();
+        for label in labels.iter().filter(|l| l.kind != TargetKind::Mgt) {
+            if !mgs_by_fs.iter().any(|(fs, _)| *fs == label.fsname) {
+                mgs_by_fs.push((label.fsname.clone(), mgs_of(label)?));
+            }
+        }
+        if mgs_by_fs.is_empty() {
+            if let Some(first) = labels.first() {
+                mgs_by_fs.push((String::new(), mgs_of(first)?));
+            }
+        }
+        if !mgs_by_fs.is_empty() {
+            process.start_param_sync(mgs_by_fs);
         }
         process.server.router().set_starting(false);
         Ok(process)
@@ -598,25 +629,39 @@ impl ServerProcess {
         &self.registry
     }
 
-    /// Applies the MGS's persistent parameters now, then whenever they change.
-    fn start_param_sync(&mut self, mgs: Nid) {
+    /// Applies the MGS's persistent parameters now, then whenever they change; each file
+    /// system's targets exchange their quota and QoS state with its MGS over a connection
+    /// of that file system (`mgs_by_fs`: each file system served and its MGS; the first's
+    /// MGS gives the parameters and nodemaps).
+    fn start_param_sync(&mut self, mgs_by_fs: Vec<(String, Nid)>) {
         let registry = self.registry.clone();
-        let conn = Connection::new(mgs, osp_net_config());
-        let mut applied = apply_persistent_params(&conn, &registry, None);
-        let mut nodemaps = fetch_nodemaps(&conn, None);
+        let conns: Vec<(String, Arc<Connection>)> = mgs_by_fs
+            .into_iter()
+            .map(|(fs, mgs)| {
+                let conn = Connection::new(mgs, osp_net_config().for_fs(&fs));
+                (fs, conn)
+            })
+            .collect();
+        let first = conns[0].1.clone();
+        let mut applied = apply_persistent_params(&first, &registry, None);
+        let mut nodemaps = fetch_nodemaps(&first, None);
         let (oss, mds) = (self.oss.clone(), self.mds.clone());
-        crate::mgs_sync::sync_quotas(&conn, &oss, &mds);
-        crate::mgs_sync::sync_qos(&conn, &oss, &mds);
+        let sync = move |oss: &OssHandler, mds: &MdsHandler| {
+            for (fs, conn) in &conns {
+                crate::mgs_sync::sync_quotas(conn, fs, oss, mds);
+                crate::mgs_sync::sync_qos(conn, fs, oss, mds);
+            }
+        };
+        sync(&oss, &mds);
         let stop = self.stop.clone();
         self.threads.push(
             std::thread::Builder::new()
                 .name("param-sync".into())
                 .spawn(move || {
                     while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
-                        applied = apply_persistent_params(&conn, &registry, applied);
-                        nodemaps = fetch_nodemaps(&conn, nodemaps);
-                        crate::mgs_sync::sync_quotas(&conn, &oss, &mds);
-                        crate::mgs_sync::sync_qos(&conn, &oss, &mds);
+                        applied = apply_persistent_params(&first, &registry, applied);
+                        nodemaps = fetch_nodemaps(&first, nodemaps);
+                        sync(&oss, &mds);
                     }
                 })
                 .expect("spawn param-sync thread"),

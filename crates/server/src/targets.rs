@@ -128,7 +128,42 @@ impl Targets {
         t.registry.add_fn("failover.status", move || {
             weak.upgrade().map(|t| t.status()).unwrap_or_default()
         });
+        let weak = Arc::downgrade(&t);
+        t.registry.add_fn("devices", move || {
+            weak.upgrade().map(|t| t.devices()).unwrap_or_default()
+        });
         t
+    }
+
+    /// `devices` (`nacre ctl dl`, as Lustre's `lctl dl`): the MGS if this process runs it,
+    /// then every target served or stood by for, with its file system and the slot its
+    /// frames name.
+    pub fn devices(&self) -> String {
+        let mut out = String::new();
+        let mut n = 0;
+        if self.local_mgs.is_some() {
+            out += &format!("{n:3} UP mgs MGS\n");
+            n += 1;
+        }
+        let line = |n: usize, state: &str, l: &Label| {
+            format!(
+                "{n:3} {state} {} {} fs={} slot={} uuid={}\n",
+                l.kind.as_str().to_ascii_lowercase(),
+                l.name(),
+                l.fsname,
+                nacre_types::fs_slot(&l.fsname),
+                l.uuid
+            )
+        };
+        for s in self.served.lock().expect("served").values() {
+            out += &line(n, "UP", &s.label);
+            n += 1;
+        }
+        for s in self.standby.lock().expect("standby").values() {
+            out += &line(n, "ST", &s.label);
+            n += 1;
+        }
+        out.trim_end().to_string()
     }
 
     fn mgs_of(&self, label: &Label) -> anyhow::Result<Nid> {
@@ -299,7 +334,7 @@ impl Targets {
         let name = s.label.name();
         match s.label.kind {
             TargetKind::Ost => {
-                self.oss.remove_target(s.label.index);
+                self.oss.remove_target(s.label.target_id());
                 self.sources
                     .osts
                     .write()
@@ -307,7 +342,7 @@ impl Targets {
                     .retain(|o| o.label.name() != name);
             }
             TargetKind::Mdt => {
-                self.mds.remove_target(s.label.index);
+                self.mds.remove_target(s.label.target_id());
                 self.sources
                     .mdts
                     .write()
@@ -625,7 +660,7 @@ pub fn failover(mgs: Nid, target: &str, to: Option<Nid>) -> anyhow::Result<Strin
     };
     let index = u32::from_str_radix(index, 16)
         .with_context(|| format!("bad target index in '{target}'"))?;
-    let mgs_conn = nacre_net::Connection::connect(mgs, admin_net(30_000))
+    let mgs_conn = nacre_net::Connection::connect(mgs, admin_net(30_000).for_fs(fsname))
         .with_context(|| format!("cannot reach the MGS at {mgs}"))?;
     let req = MgsRequest::GetConfig {
         fsname: fsname.to_string(),
@@ -661,7 +696,7 @@ pub fn failover(mgs: Nid, target: &str, to: Option<Nid>) -> anyhow::Result<Strin
     };
     let mut out = String::new();
     if let Some(cur) = current.filter(|c| *c != dest) {
-        let conn = nacre_net::Connection::new(cur, admin_net(60_000));
+        let conn = nacre_net::Connection::new(cur, admin_net(60_000).for_fs(fsname));
         let req = FailoverRequest::Release {
             target: target.to_string(),
         };
@@ -678,7 +713,7 @@ pub fn failover(mgs: Nid, target: &str, to: Option<Nid>) -> anyhow::Result<Strin
             }
         }
     }
-    let conn = nacre_net::Connection::new(dest, admin_net(TAKEOVER_WAIT_MS_MAX));
+    let conn = nacre_net::Connection::new(dest, admin_net(TAKEOVER_WAIT_MS_MAX).for_fs(fsname));
     let req = FailoverRequest::Takeover {
         target: target.to_string(),
     };
@@ -707,7 +742,8 @@ pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
         connect_timeout_ms: REGISTER_TIMEOUT_MS,
         recovery_timeout_ms: REGISTER_TIMEOUT_MS,
         ..NetConfig::default()
-    };
+    }
+    .for_fs(&target.fsname);
     let conn =
         Connection::connect(mgs, net).with_context(|| format!("cannot reach the MGS at {mgs}"))?;
     let name = target.name();
@@ -717,6 +753,10 @@ pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
         Err(RpcError::Status(Status::Exist)) => {
             bail!("MGS at {mgs} refused {name}: that index is registered by another target (different uuid)")
         }
+        Err(RpcError::Status(Status::NotUniq)) => bail!(
+            "MGS at {mgs} refused {name}: it manages another file system whose name shares \
+             this one's frame slot (rename one, or give it its own MGS)"
+        ),
         Err(e) => bail!("registering {name} with the MGS at {mgs}: {e}"),
     }
 }

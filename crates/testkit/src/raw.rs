@@ -17,6 +17,8 @@ pub struct RawConn {
     writer: TcpStream,
     client: [u8; 16],
     xid: u64,
+    /// The file system's frame slot, put beside each target index.
+    slot: u16,
 }
 
 /// A reply as read off the wire.
@@ -30,8 +32,8 @@ pub struct RawReply {
 }
 
 impl RawConn {
-    /// Connects to `addr` (`IP:PORT`) as a client of uuid `client`.
-    pub fn connect(addr: &str, client: [u8; 16]) -> std::io::Result<RawConn> {
+    /// Connects to `addr` (`IP:PORT`) as a client of uuid `client` of file system `fsname`.
+    pub fn connect(addr: &str, fsname: &str, client: [u8; 16]) -> std::io::Result<RawConn> {
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(60)))?;
@@ -40,6 +42,7 @@ impl RawConn {
             writer: s,
             client,
             xid: 1,
+            slot: nacre_types::fs_slot(fsname),
         })
     }
 
@@ -88,6 +91,7 @@ impl RawConn {
         bulk: Option<&[u8]>,
     ) -> std::io::Result<u64> {
         self.xid += 1;
+        let target = nacre_types::target_id(self.slot, target);
         let mut h = Header::request(opcode, target, self.xid);
         h.flags |= FLAG_BULK_CHECKSUM;
         h.seal(body, bulk, true);

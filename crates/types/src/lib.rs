@@ -28,4 +28,6 @@ pub use layout::{Layout, LayoutError, PoolName, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};
 pub use quota::{QuotaCheck, QuotaId, QuotaKind};
 pub use status::Status;
-pub use target::{target_name, TargetKind};
+pub use target::{
+    fs_slot, target_id, target_index, target_name, target_slot, TargetKind, TARGET_INDEX_MAX,
+};

@@ -110,11 +110,15 @@ pub enum Status {
     /// A user's, group's or project's quota is used up.
     #[error("disk quota exceeded")]
     DQuot = 122,
+    /// A name is not unique where it must be (two file systems sharing a frame slot).
+    #[error("name not unique on network")]
+    NotUniq = 76,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 34] = [
+    pub const ALL: [Status; 35] = [
+        Status::NotUniq,
         Status::DQuot,
         Status::NoDev,
         Status::Ok,
@@ -203,6 +207,7 @@ mod tests {
         }
         assert_eq!(Status::NoEnt.errno(), libc::ENOENT);
         assert_eq!(Status::NoKey.errno(), libc::ENOKEY);
+        assert_eq!(Status::NotUniq.errno(), libc::ENOTUNIQ);
         assert_eq!(Status::RoFs.errno(), libc::EROFS);
         assert_eq!(Status::NoSpc.errno(), libc::ENOSPC);
         assert_eq!(Status::NotEmpty.errno(), libc::ENOTEMPTY);

@@ -7,7 +7,9 @@
 //!  6     2    opcode       service << 8 | operation
 //!  8     4    flags        FLAG_*
 //! 12     4    status       0 or an errno-valued Status (replies)
-//! 16     4    target       target index the request is for (OST/MDT index)
+//! 16     4    target       the target the request is for: its file system's slot
+//!                           (high 16 bits, `nacre_types::fs_slot`; 0: none) and its
+//!                           OST/MDT index (low 16 bits)
 //! 20     4    body_len     bytes of postcard body that follow
 //! 24     8    xid          request id, unique per client; a reply echoes it
 //! 32     4    bulk_len     bytes of bulk data after the body
@@ -42,7 +44,7 @@ pub struct Header {
     pub flags: u32,
     /// Status code (replies).
     pub status: i32,
-    /// Target index.
+    /// Target: file-system slot (high 16 bits) and index (low 16 bits).
     pub target: u32,
     /// Body length.
     pub body_len: u32,

@@ -217,6 +217,30 @@ pub enum MgsReply {
 }
 
 impl MgsRequest {
+    /// The file system the request is about (None: every file system's, or none); its
+    /// frame must name that file system's slot (a connection proving another file
+    /// system's key cannot ask about this one).
+    pub fn fsname(&self) -> Option<&str> {
+        let fs = match self {
+            MgsRequest::Register(t) => &t.fsname,
+            MgsRequest::GetConfig { fsname }
+            | MgsRequest::SetParam { fsname, .. }
+            | MgsRequest::GetParams { fsname }
+            | MgsRequest::WaitTargets { fsname, .. }
+            | MgsRequest::QuotaSet { fsname, .. }
+            | MgsRequest::QuotaGrace { fsname, .. }
+            | MgsRequest::QuotaGet { fsname, .. }
+            | MgsRequest::QosSet { fsname, .. }
+            | MgsRequest::QosDel { fsname, .. }
+            | MgsRequest::QosGet { fsname } => fsname,
+            MgsRequest::QuotaAcquire(a) => &a.fsname,
+            MgsRequest::QuotaSync(r) => &r.fsname,
+            MgsRequest::QosSync(r) => &r.fsname,
+            MgsRequest::GetNodemaps => return None,
+        };
+        (!fs.is_empty()).then_some(fs.as_str())
+    }
+
     /// Opcode (service 1).
     pub fn opcode(&self) -> u16 {
         match self {

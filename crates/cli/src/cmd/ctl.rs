@@ -33,6 +33,10 @@ pub(crate) enum CtlCommand {
         #[arg(required = true)]
         assignments: Vec<String>,
     },
+    /// List the devices (MGS and targets) of the node's server processes, with their file
+    /// systems (lctl's `dl`).
+    #[command(name = "dl")]
+    Devices,
 }
 
 pub(crate) fn ctl_ask(
@@ -90,6 +94,17 @@ pub(crate) fn ctl(c: CtlCommand, pid: Option<u32>) -> anyhow::Result<()> {
                         (false, true) => println!("{name}=\n{}", value.trim_end()),
                         (false, false) => println!("{name}={value}"),
                     }
+                }
+            }
+        }
+        CtlCommand::Devices => {
+            let found = ctl_ask("get", "devices", None, pid)?;
+            if found.is_empty() {
+                bail!("no nacre server process runs on this node");
+            }
+            for (_, value) in found {
+                if !value.trim().is_empty() {
+                    println!("{}", value.trim_end());
                 }
             }
         }

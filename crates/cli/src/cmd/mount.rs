@@ -209,10 +209,8 @@ pub(crate) fn serve_mount(
 
 pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let (nid, fsname) = parse_source(&a.source)?;
-    let (mut config, opts) = client_config(&a.client)?;
-    if let Some(key) = nacre_cli::keys::for_fs(&fsname) {
-        config.net.key = Some(key);
-    }
+    // The client proves the key of `fsname` (NetConfig::for_fs, in Client::mount).
+    let (config, opts) = client_config(&a.client)?;
     if !a.foreground {
         check_mountpoint(&a.mountpoint)?;
         let pf = daemon::pidfile(&a.mountpoint);

@@ -232,7 +232,7 @@ fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::Server
     let mut keys = nacre_net::sec::ServerKeys::default();
     for p in config_keys {
         let k = nacre_net::sec::FsKey::load(p)?;
-        nacre_net::sec::set_default_key(k.clone());
+        nacre_net::sec::add_key(k.clone());
         keys.add(k);
     }
     for k in nacre_cli::keys::all() {

@@ -282,24 +282,42 @@ impl ServerKeys {
     }
 }
 
-/// The key a process's connections use when their configuration names none (set once at
-/// start from `--key FILE`; `None`: no handshake).
-static DEFAULT_KEY: std::sync::OnceLock<std::sync::Arc<FsKey>> = std::sync::OnceLock::new();
+/// The keys a process's own connections prove, one per file system (added at start from
+/// `--key FILE`; empty: no handshake). The first added is the default.
+static KEYRING: std::sync::RwLock<Vec<std::sync::Arc<FsKey>>> = std::sync::RwLock::new(Vec::new());
 
-/// Sets the process's default client key; false if one was set already.
-pub fn set_default_key(key: FsKey) -> bool {
-    DEFAULT_KEY.set(std::sync::Arc::new(key)).is_ok()
+/// Adds the key of its file system to the process's keys (replacing one of the same file
+/// system); the first added becomes the default of connections that name no file system.
+pub fn add_key(key: FsKey) {
+    let mut ring = KEYRING.write().unwrap_or_else(|e| e.into_inner());
+    match ring.iter_mut().find(|k| k.fsname == key.fsname) {
+        Some(k) => *k = std::sync::Arc::new(key),
+        None => ring.push(std::sync::Arc::new(key)),
+    }
 }
 
-/// The process's default client key.
+/// The process's default client key (the first added).
 pub fn default_key() -> Option<std::sync::Arc<FsKey>> {
-    DEFAULT_KEY.get().cloned()
+    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
+    ring.first().cloned()
 }
 
-/// The key MDTs make object capabilities with and OSTs check them with, derived from the
-/// process's file-system key (None: no key, no capabilities).
-pub fn capability_key() -> Option<[u8; 32]> {
-    let key = default_key()?;
+/// The process's key of `fsname`, else its default key (whose handshake then shows the
+/// server it is the wrong one, with a clear error).
+pub fn key_for(fsname: &str) -> Option<std::sync::Arc<FsKey>> {
+    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
+    ring.iter()
+        .find(|k| k.fsname == fsname)
+        .or_else(|| ring.first())
+        .cloned()
+}
+
+/// The key `fsname`'s MDTs make object capabilities with and its OSTs check them with,
+/// derived from the file system's own key (None: the process holds no key of it, no
+/// capabilities).
+pub fn capability_key(fsname: &str) -> Option<[u8; 32]> {
+    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
+    let key = ring.iter().find(|k| k.fsname == fsname)?;
     Some(blake3::derive_key(
         "nacre object capabilities 2026",
         key.secret(),
