@@ -472,6 +472,8 @@ impl ReadJob {
             })
             .collect();
         let mut short = false;
+        // Where the first part that came back short ends, as an object offset.
+        let mut short_end: Option<u64> = None;
         for (tag, _, bulk) in &replies {
             let got = bulk.as_ref().map_or(0, |b| b.len());
             let sub = &parts[*tag];
@@ -493,7 +495,11 @@ impl ReadJob {
             for (tag, _, bulk) in replies {
                 let sub = &parts[tag];
                 let got = bulk.as_ref().map_or(0, |b| b.len());
-                short |= (got as u64) < sub.len;
+                if (got as u64) < sub.len {
+                    short = true;
+                    let end = sub.object_offset + got as u64;
+                    short_end = Some(short_end.map_or(end, |e| e.min(end)));
+                }
                 let Some(bulk) = bulk else { continue };
                 for_each_run(layout, sub, |file_off, at, n| {
                     // Runs past the object's end stay zero (the glimpse below trims them).
@@ -506,10 +512,17 @@ impl ReadJob {
             }
             buf
         };
-        if short && !ends_here(client, layout, offset, &granted) {
-            // An object ended early: the file's size says how much of the range exists (holes
-            // up to it read as zeros).
-            let (size, _) = glimpse(client, layout)?;
+        if short {
+            let size = if ends_here(client, layout, offset, &granted) {
+                // One object, whose end is the file's: where its first short part ended
+                // (a read cut into several RPCs has parts past it that came back empty;
+                // a single part's reply is short already).
+                short_end.unwrap_or(offset + out.len() as u64)
+            } else {
+                // An object ended early: the file's size says how much of the range
+                // exists (holes up to it read as zeros).
+                glimpse(client, layout)?.0
+            };
             let want = size.saturating_sub(offset).min(len as u64) as usize;
             out = zero_extended(out, want);
         }

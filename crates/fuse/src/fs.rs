@@ -12,8 +12,8 @@ pub use dir::READDIR_PAGE_ENTRIES;
 use crate::attrs::file_attr;
 use crate::pool::{self, Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
 use crate::{
-    XATTR_DF, XATTR_FID, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR,
-    XATTR_PROJECT,
+    XATTR_API, XATTR_DF, XATTR_FID, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE,
+    XATTR_MKDIR, XATTR_PROJECT,
 };
 use fuser::{
     Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
@@ -108,6 +108,8 @@ struct Shared {
     inval: Arc<std::sync::OnceLock<Arc<crate::inval::Invalidator>>>,
     /// Byte-range locks taken through this mount (fs/flock.rs).
     flocks: Mutex<flock::MountFlocks>,
+    /// The node API's socket, once it serves (`user.nacre.api`).
+    pub(crate) api: Arc<std::sync::OnceLock<std::path::PathBuf>>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -184,6 +186,11 @@ impl NacreFs {
         self.shared.inval.clone()
     }
 
+    /// Where the node API's socket is named once it serves ([`crate::XATTR_API`]).
+    pub fn api_slot(&self) -> Arc<std::sync::OnceLock<std::path::PathBuf>> {
+        self.shared.api.clone()
+    }
+
     fn caller(&self, req: &Request) -> Caller {
         Caller {
             cred: self.shared.groups.cred(req.pid(), req.uid(), req.gid()),
@@ -226,6 +233,7 @@ impl Shared {
             jobs,
             groups: Default::default(),
             inval: Default::default(),
+            api: Default::default(),
             flocks: Default::default(),
         }
     }

@@ -272,6 +272,21 @@ impl Invalidator {
         }
     }
 
+    /// Has the kernel forget entry `parent`/`name` and what it cached of directory `parent`
+    /// (attributes, listing): a change made outside the kernel (through the node API),
+    /// after which the caller may look through the mount at once. Waits at most
+    /// [`DATA_INVAL_WAIT_MS`] for each, then returns (the invalidation still happens).
+    pub fn entry_changed_outside(&self, parent: u64, name: OsString) {
+        let (done_tx, done_rx) = bounded(1);
+        if self.entries.send((vec![(parent, name)], done_tx)).is_ok() {
+            let _ = done_rx.recv_timeout(Duration::from_millis(DATA_INVAL_WAIT_MS));
+        }
+        let (done_tx, done_rx) = bounded(1);
+        if self.data.send((vec![(parent, 0, 0)], done_tx)).is_ok() {
+            let _ = done_rx.recv_timeout(Duration::from_millis(DATA_INVAL_WAIT_MS));
+        }
+    }
+
     /// Has the kernel drop its cached pages of file `ino` in `offset..offset + len` once
     /// it can (pages read or written without a lock covering them: no callback would drop
     /// them); does not wait (the kernel holds those pages locked until the request that

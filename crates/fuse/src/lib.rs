@@ -65,6 +65,9 @@ pub use mount::{mount, MountOptions};
 pub const XATTR_LOV: &str = "user.nacre.lov";
 /// Virtual xattr on any directory: per-target usage (JSON), for `nacre df`.
 pub const XATTR_DF: &str = "user.nacre.df";
+/// Virtual xattr on every inode of a mount: the path of the node API's socket
+/// (nacre_node; docs/api.md), where applications reach this mount's client directly.
+pub const XATTR_API: &str = "user.nacre.api";
 /// Virtual xattr set on a directory to create a subdirectory on a chosen MDT (`nacre mkdir
 /// -i`): JSON `{"name": "sub", "mdt": 1, "mode": 493}` (`"mdt": -1`: the MDS chooses); with
 /// `"count": N` (and `"hash": "fnv_1a_64"|"all_char"`) a directory striped over N MDTs

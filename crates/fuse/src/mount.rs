@@ -55,6 +55,8 @@ pub struct MountHandle {
     mountpoint: std::path::PathBuf,
     dev: Option<u64>,
     inval: Arc<crate::inval::InvalStats>,
+    invalidator: Arc<crate::inval::Invalidator>,
+    api: Arc<std::sync::OnceLock<std::path::PathBuf>>,
 }
 
 /// How long an unmount waits for the session to end before forcing it.
@@ -64,6 +66,34 @@ impl MountHandle {
     /// Counters of the kernel invalidations the mount's lock sink sent.
     pub fn invalidations(&self) -> Arc<crate::inval::InvalStats> {
         self.inval.clone()
+    }
+
+    /// Names the node API's socket in [`crate::XATTR_API`] (once).
+    pub fn set_api_socket(&self, socket: &Path) {
+        let _ = self.api.set(socket.to_path_buf());
+    }
+
+    /// Has the kernel drop its cached pages of bytes `offset..offset + len` of a file and
+    /// its attributes (they changed outside the kernel: through the node API), before it
+    /// returns (bounded: [`crate::inval::DATA_INVAL_WAIT_MS`]).
+    pub fn data_changed(&self) -> impl Fn(nacre_types::Fid, u64, u64) + Send + Sync + 'static {
+        let inval = self.invalidator.clone();
+        move |fid, offset, len| {
+            let range = Some((offset, len.max(1)));
+            inval.forget_data(&[nacre_client::datalocks::FileDrop { fid, range }]);
+        }
+    }
+
+    /// Has the kernel forget an entry and what it cached of its directory (a name made,
+    /// removed or renamed outside the kernel: through the node API), before it returns
+    /// (bounded as [`MountHandle::data_changed`]).
+    pub fn entry_changed(&self) -> impl Fn(nacre_types::Fid, &[u8]) + Send + Sync + 'static {
+        let inval = self.invalidator.clone();
+        move |parent, name| {
+            use std::os::unix::ffi::OsStrExt;
+            let name = std::ffi::OsStr::from_bytes(name).to_os_string();
+            inval.entry_changed_outside(crate::ino_of(parent), name);
+        }
     }
 
     /// Unmounts and waits for the session to end. A busy mount is detached lazily, and a
@@ -153,6 +183,7 @@ pub fn mount(
     )
     .with_readdirplus(opts.readdirplus);
     let slot = fs.invalidator_slot();
+    let api = fs.api_slot();
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     // Metadata locks: the kernel caches what they cover and forgets it when they go.
     let invalidator = crate::inval::Invalidator::start(session.notifier())?;
@@ -175,6 +206,8 @@ pub fn mount(
         mountpoint: mountpoint.to_path_buf(),
         dev,
         inval: invalidator.stats.clone(),
+        invalidator,
+        api,
     })
 }
 

@@ -113,12 +113,24 @@ pub enum Status {
     /// A name is not unique where it must be (two file systems sharing a frame slot).
     #[error("name not unique on network")]
     NotUniq = 76,
+    /// Too many symbolic links met walking a path.
+    #[error("too many levels of symbolic links")]
+    Loop = 40,
+    /// A path names what cannot be removed or renamed (the root of the walk).
+    #[error("device or resource busy")]
+    Busy = 16,
+    /// Too many open files (a session's handles).
+    #[error("too many open files")]
+    MFile = 24,
 }
 
 impl Status {
     /// Every status, for the decoder's lookup and for tests.
-    pub const ALL: [Status; 35] = [
+    pub const ALL: [Status; 38] = [
+        Status::Busy,
+        Status::MFile,
         Status::NotUniq,
+        Status::Loop,
         Status::DQuot,
         Status::NoDev,
         Status::Ok,
@@ -208,6 +220,9 @@ mod tests {
         assert_eq!(Status::NoEnt.errno(), libc::ENOENT);
         assert_eq!(Status::NoKey.errno(), libc::ENOKEY);
         assert_eq!(Status::NotUniq.errno(), libc::ENOTUNIQ);
+        assert_eq!(Status::Loop.errno(), libc::ELOOP);
+        assert_eq!(Status::Busy.errno(), libc::EBUSY);
+        assert_eq!(Status::MFile.errno(), libc::EMFILE);
         assert_eq!(Status::RoFs.errno(), libc::EROFS);
         assert_eq!(Status::NoSpc.errno(), libc::ENOSPC);
         assert_eq!(Status::NotEmpty.errno(), libc::ENOTEMPTY);

@@ -10,6 +10,7 @@
 //! One message enum per service: [`mgs`], [`mds`], [`oss`], [`failover`]; the ping ([`OP_PING`]) and the
 //! [`selftest`] opcodes belong to the network layer itself.
 
+pub mod api;
 pub mod capa;
 pub mod failover;
 pub mod header;
@@ -54,6 +55,8 @@ pub enum Service {
     Failover = 4,
     /// The data mover (stage in and out for jobs).
     Mover = 5,
+    /// The node's client API to local applications ([`api`]).
+    Api = 6,
 }
 
 impl Service {
@@ -66,6 +69,7 @@ impl Service {
             3 => Some(Service::Oss),
             4 => Some(Service::Failover),
             5 => Some(Service::Mover),
+            6 => Some(Service::Api),
             _ => None,
         }
     }

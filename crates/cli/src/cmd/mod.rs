@@ -12,6 +12,7 @@ pub(crate) mod lfsck;
 pub(crate) mod migrate;
 pub(crate) mod mkfs;
 pub(crate) mod mount;
+pub(crate) mod node_api;
 pub(crate) mod nodemap;
 pub(crate) mod plan;
 pub(crate) mod policy;

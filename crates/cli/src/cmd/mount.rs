@@ -193,6 +193,7 @@ pub(crate) fn serve_mount(
             s.quota_sync.load(Relaxed)
         )
     });
+    let api = super::node_api::start(&me, mnt, &handle, opts, registry)?;
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());
     daemon::notify_ready();
@@ -200,6 +201,7 @@ pub(crate) fn serve_mount(
     daemon::notify_stopping();
     daemon::bound_stop(format!("mount at {}", mnt.display()));
     tracing::info!("unmounting {}", mnt.display());
+    api.stop();
     let _ = handle.unmount();
     // As Lustre's clients do at umount: the MDTs release this client's state now.
     me.disconnect(Duration::from_millis(DISCONNECT_WAIT_MS));

@@ -77,6 +77,10 @@ impl Shared {
         match name.as_bytes() {
             n if n == XATTR_LOV.as_bytes() => Some(self.layout_json(fid)),
             n if n == XATTR_DF.as_bytes() => Some(self.df_json()),
+            n if n == XATTR_API.as_bytes() => self
+                .api
+                .get()
+                .map(|p| Ok(p.as_os_str().as_bytes().to_vec())),
             n if n == XATTR_LMV.as_bytes() => Some(self.lmv_json(fid)),
             n if n == XATTR_LMV_DEFAULT.as_bytes() => Some(self.lmv_default_json(fid)),
             n if n == XATTR_FID.as_bytes() => Some(Ok(fid.to_string().into_bytes())),
@@ -299,7 +303,9 @@ impl Shared {
         self.caps.changed(fid);
         let r = if name.as_bytes() == XATTR_LOV.as_bytes() {
             self.set_lov(fid, value)
-        } else if name.as_bytes() == XATTR_DF.as_bytes() || name.as_bytes() == XATTR_FID.as_bytes()
+        } else if [XATTR_DF, XATTR_FID, XATTR_API]
+            .iter()
+            .any(|x| name.as_bytes() == x.as_bytes())
         {
             Err(ClientError::from(Status::Perm))
         } else if name.as_bytes() == XATTR_PROJECT.as_bytes() {

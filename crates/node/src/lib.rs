@@ -1,0 +1,390 @@
+//! The node's client API (docs/api.md): the `nacre mount` process serves its client — one
+//! set of locks, caches, key and recovery state for the node — to the node's applications
+//! over a Unix socket, so they reach the file system without a kernel round trip per
+//! request. Frames are the network's (header, postcard body of [`nacre_wire::api`], bulk).
+//!
+//! Who calls is the kernel's word (`SO_PEERCRED`: pid, uid, gid; the groups the mount reads
+//! for FUSE callers too), never the caller's: every request runs with those credentials,
+//! and the MDTs check them as they check the kernel's.
+//!
+//! A **session** is one application process: its first socket opens it, further sockets of
+//! the same process join it (threads each take a socket of their own), and the files it
+//! opened are closed — their opens at the MDTs, their write-behind written — when its last
+//! socket goes, however the process ended (a kill -9 included): no lock or recovery state
+//! is left behind it.
+//!
+//! Limits: [`API_CONNS_MAX`] sockets at once (a thread each), [`API_SESSIONS_MAX`]
+//! sessions, [`API_HANDLES_MAX`] open files per session; frames bounded as on the network.
+
+mod ops;
+pub mod paths;
+
+use nacre_client::Client;
+use nacre_net::frame::{read_frame, write_frame};
+use nacre_types::{Cred, Fid, Status};
+use nacre_wire::api::{ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
+use nacre_wire::header::FLAG_REPLY;
+use nacre_wire::{decode_body, encode_body, Header};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Sockets served at once (each has a thread while it is open).
+pub const API_CONNS_MAX: usize = 1024;
+/// Sessions (application processes) at once.
+pub const API_SESSIONS_MAX: usize = 1024;
+/// Files one session holds open at once.
+pub const API_HANDLES_MAX: usize = 65_536;
+/// Longest a reply may take to be written to a caller that does not read it (then its
+/// socket is dropped).
+pub const API_REPLY_TIMEOUT_MS: u64 = 30_000;
+
+/// Told what a request changed: a name (its directory and the name).
+pub type EntryHook = Box<dyn Fn(Fid, &[u8]) + Send + Sync>;
+/// Told what a request changed: bytes of a file (the file, offset, length).
+pub type DataHook = Box<dyn Fn(Fid, u64, u64) + Send + Sync>;
+
+/// What the API takes from the mount it serves beside its client.
+pub struct Hooks {
+    /// The credentials of process `pid` calling as `uid`/`gid` (its supplementary groups
+    /// read as the mount reads them for FUSE callers).
+    pub cred: Box<dyn Fn(u32, u32, u32) -> Cred + Send + Sync>,
+    /// The job id of process `pid` running as `uid` (the mount's `jobid_var`).
+    pub jobid: Box<dyn Fn(u32, u32) -> String + Send + Sync>,
+    /// Bytes `[offset, offset + len)` of `fid` (or its attributes) changed through the
+    /// API: what the mount's kernel cached of them must go before the reply.
+    pub changed: DataHook,
+    /// Entry `name` of directory `parent` was made, removed or renamed through the API:
+    /// the mount's kernel must forget it and its directory's listing before the reply.
+    pub entry: EntryHook,
+}
+
+impl Hooks {
+    /// Hooks of a client with no mount beside it: no groups, no job ids, no page cache.
+    pub fn plain() -> Hooks {
+        Hooks {
+            cred: Box::new(|_, uid, gid| Cred::new(uid, gid, Vec::new())),
+            jobid: Box::new(|_, _| String::new()),
+            changed: Box::new(|_, _, _| {}),
+            entry: Box::new(|_, _| {}),
+        }
+    }
+}
+
+/// Counters of the API (`llite.*.api_stats`).
+#[derive(Default, Debug)]
+pub struct ApiStats {
+    /// Sockets accepted.
+    pub conns: AtomicU64,
+    /// Sockets refused (past [`API_CONNS_MAX`] or [`API_SESSIONS_MAX`]).
+    pub refused: AtomicU64,
+    /// Requests served.
+    pub requests: AtomicU64,
+    /// Bytes read through the API.
+    pub read_bytes: AtomicU64,
+    /// Bytes written through the API.
+    pub write_bytes: AtomicU64,
+    /// Sessions ended with files still open (their process died or did not close them).
+    pub orphaned_sessions: AtomicU64,
+    /// Files closed for sessions that ended with them open.
+    pub orphaned_files: AtomicU64,
+}
+
+/// One application process.
+pub(crate) struct Session {
+    id: u64,
+    token: [u8; 16],
+    pid: u32,
+    pub(crate) cred: Cred,
+    pub(crate) jobid: String,
+    sockets: AtomicUsize,
+    pub(crate) handles: Mutex<HashMap<u64, Arc<ops::Handle>>>,
+    pub(crate) next_handle: AtomicU64,
+}
+
+/// What every socket's thread shares.
+pub(crate) struct Shared {
+    pub(crate) client: Arc<Client>,
+    pub(crate) mountpoint: PathBuf,
+    pub(crate) hooks: Hooks,
+    pub(crate) stats: ApiStats,
+    sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    next_session: AtomicU64,
+    conns: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// The API's listener in a mount process.
+pub struct NodeApi {
+    shared: Arc<Shared>,
+    socket: PathBuf,
+}
+
+impl NodeApi {
+    /// Serves `client` (mounted at `mountpoint`) on a Unix socket at `socket` (replacing a
+    /// stale one), open to every local user: the credentials of each caller are the
+    /// kernel's, and the MDTs check them.
+    pub fn start(
+        client: Arc<Client>,
+        mountpoint: &Path,
+        socket: &Path,
+        hooks: Hooks,
+    ) -> std::io::Result<Arc<NodeApi>> {
+        if let Some(dir) = socket.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
+        let shared = Arc::new(Shared {
+            client,
+            mountpoint: mountpoint.to_path_buf(),
+            hooks,
+            stats: ApiStats::default(),
+            sessions: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+            conns: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("api-accept".into())
+            .spawn(move || accept(&s, &listener))?;
+        Ok(Arc::new(NodeApi {
+            shared,
+            socket: socket.to_path_buf(),
+        }))
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ApiStats {
+        &self.shared.stats
+    }
+
+    /// Sessions open now and the files they hold open.
+    pub fn sessions(&self) -> (usize, usize) {
+        let sessions = self.shared.sessions.lock();
+        let files = sessions.values().map(|s| s.handles.lock().len()).sum();
+        (sessions.len(), files)
+    }
+
+    /// Stops taking sockets (those open end with their callers) and removes the socket.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wakes the acceptor, which sees the flag.
+        let _ = UnixStream::connect(&self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for NodeApi {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept(shared: &Arc<Shared>, listener: &UnixListener) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        if shared.conns.fetch_add(1, Ordering::AcqRel) >= API_CONNS_MAX {
+            shared.conns.fetch_sub(1, Ordering::AcqRel);
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("node API: {API_CONNS_MAX} sockets open; one more refused");
+            continue;
+        }
+        shared.stats.conns.fetch_add(1, Ordering::Relaxed);
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("api".into())
+            .spawn(move || {
+                serve(&s, stream);
+                s.conns.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            shared.conns.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The kernel's word on who is at the other end.
+fn peer(stream: &UnixStream) -> std::io::Result<(u32, u32, u32)> {
+    let c = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok((
+        c.pid.as_raw_nonzero().get() as u32,
+        c.uid.as_raw(),
+        c.gid.as_raw(),
+    ))
+}
+
+/// Serves one socket until its caller closes it (or breaks the protocol).
+fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
+    let Ok((pid, uid, gid)) = peer(&stream) else {
+        return;
+    };
+    let timeout = std::time::Duration::from_millis(API_REPLY_TIMEOUT_MS);
+    let _ = stream.set_write_timeout(Some(timeout));
+    let mut session: Option<Arc<Session>> = None;
+    loop {
+        let frame = match read_frame(&mut stream, API_IO_BYTES_MAX) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!("node API: pid {pid}: {e}");
+                break;
+            }
+        };
+        let req: ApiRequest = match decode_body(&frame.body) {
+            Ok(r) => r,
+            Err(_) => {
+                if reply(&mut stream, &frame.header, Err(Status::Proto.code()), None).is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let answer = match (&session, req) {
+            (None, ApiRequest::Hello { version, attach }) => {
+                match hello(shared, version, attach, (pid, uid, gid)) {
+                    Ok(s) => {
+                        let a = ApiReply::Hello {
+                            version: API_VERSION,
+                            session: s.id,
+                            token: s.token,
+                            fsname: shared.client.fsname().to_string(),
+                        };
+                        session = Some(s);
+                        Ok((a, None))
+                    }
+                    Err(st) => Err(st.code()),
+                }
+            }
+            // Nothing before the hello, and no second one.
+            (None, _) | (Some(_), ApiRequest::Hello { .. }) => {
+                let _ = reply(&mut stream, &frame.header, Err(Status::Proto.code()), None);
+                break;
+            }
+            (Some(s), req) => {
+                shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                nacre_types::cred::set_current(Some(s.cred.clone()));
+                nacre_types::jobid::set_current(&s.jobid);
+                let r = ops::run(shared, s, req, frame.bulk.as_deref());
+                nacre_types::cred::set_current(None);
+                r.map_err(|e| e.errno())
+            }
+        };
+        let (out, bulk) = match answer {
+            Ok((a, bulk)) => (Ok(a), bulk),
+            Err(errno) => (Err(errno), None),
+        };
+        if reply(&mut stream, &frame.header, out, bulk.as_deref()).is_err() {
+            break;
+        }
+    }
+    if let Some(s) = session {
+        leave(shared, &s);
+    }
+}
+
+/// Opens a session, or joins one of the same process.
+fn hello(
+    shared: &Shared,
+    version: u32,
+    attach: Option<(u64, [u8; 16])>,
+    (pid, uid, gid): (u32, u32, u32),
+) -> Result<Arc<Session>, Status> {
+    if version != API_VERSION {
+        return Err(Status::Proto);
+    }
+    let mut sessions = shared.sessions.lock();
+    if let Some((id, token)) = attach {
+        let s = sessions.get(&id).ok_or(Status::NoEnt)?;
+        // Another process (a child after fork included) opens its own session.
+        if s.token != token || s.pid != pid {
+            return Err(Status::Access);
+        }
+        s.sockets.fetch_add(1, Ordering::AcqRel);
+        return Ok(s.clone());
+    }
+    if sessions.len() >= API_SESSIONS_MAX {
+        shared.stats.refused.fetch_add(1, Ordering::Relaxed);
+        return Err(Status::Again);
+    }
+    let mut token = [0u8; 16];
+    getrandom::fill(&mut token).map_err(|_| Status::Io)?;
+    let s = Arc::new(Session {
+        id: shared.next_session.fetch_add(1, Ordering::Relaxed),
+        token,
+        pid,
+        cred: (shared.hooks.cred)(pid, uid, gid),
+        jobid: (shared.hooks.jobid)(pid, uid),
+        sockets: AtomicUsize::new(1),
+        handles: Mutex::new(HashMap::new()),
+        next_handle: AtomicU64::new(1),
+    });
+    sessions.insert(s.id, s.clone());
+    Ok(s)
+}
+
+/// One socket of `s` closed; the last closes the files it left open.
+fn leave(shared: &Shared, s: &Arc<Session>) {
+    if s.sockets.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    shared.sessions.lock().remove(&s.id);
+    let left: Vec<Arc<ops::Handle>> = s.handles.lock().drain().map(|(_, h)| h).collect();
+    if left.is_empty() {
+        return;
+    }
+    shared
+        .stats
+        .orphaned_sessions
+        .fetch_add(1, Ordering::Relaxed);
+    nacre_types::cred::set_current(Some(s.cred.clone()));
+    for h in left {
+        shared.stats.orphaned_files.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = shared.client.close(&h.file) {
+            tracing::warn!(
+                "node API: closing {} left open by pid {}: {e}",
+                h.file.fid,
+                s.pid
+            );
+        }
+    }
+    nacre_types::cred::set_current(None);
+}
+
+/// Answers the request of `req`: a reply, or an errno.
+fn reply(
+    stream: &mut UnixStream,
+    req: &Header,
+    out: Result<ApiReply, i32>,
+    bulk: Option<&[u8]>,
+) -> std::io::Result<()> {
+    let mut h = *req;
+    h.flags = FLAG_REPLY;
+    let body = match out {
+        Ok(a) => {
+            h.status = 0;
+            encode_body(&a)
+        }
+        Err(errno) => {
+            h.status = errno;
+            Vec::new()
+        }
+    };
+    let bulk = if h.status == 0 { bulk } else { None };
+    h.seal(&body, bulk, false);
+    write_frame(stream, &h, &body, bulk)
+}

@@ -1,0 +1,329 @@
+//! The node's client API from Rust (`nacre-api`), on the networked form: an application
+//! reaches the `nacre mount` process over its Unix socket (named by the mount's
+//! `user.nacre.api`), never through FUSE; its identity is the kernel's; a process killed
+//! mid-write leaves no open file behind it at the MDT.
+
+use nacre_api::{Error, Node};
+use nacre_testkit::{get_param, nacre_ok, pattern, wait_for, Form, Spec, TestFs};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+fn errno<T: std::fmt::Debug>(r: Result<T, Error>) -> i32 {
+    r.expect_err("an error").errno()
+}
+
+/// The open handles the MDTs of `fs` hold for clients.
+fn open_handles(fs: &TestFs) -> u64 {
+    let pid = fs.server_pids()[0];
+    get_param(Some(pid), "mdt.*.exports")
+        .lines()
+        .filter_map(|l| l.rsplit_once("open_handles: "))
+        .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn data_namespace_and_striping_through_the_node_api() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("apin"));
+    let node = Node::connect(&fs.mnt).unwrap();
+    assert_eq!(node.fsname(), "apin");
+
+    // Data: pieces of odd sizes at odd offsets, read back through the API and the mount.
+    let data = pattern(11, (9 << 20) + 4321);
+    let f = node.create("big", 0o644).unwrap();
+    let mut at = 0;
+    let mut step = 1;
+    while at < data.len() {
+        let end = (at + step * 77_777).min(data.len());
+        assert_eq!(f.write_at(&data[at..end], at as u64).unwrap(), end - at);
+        at = end;
+        step = step % 40 + 3;
+    }
+    f.fsync().unwrap();
+    assert_eq!(f.stat().unwrap().size, data.len() as u64);
+    f.close().unwrap();
+    // Read through the mount first: its read locks then cover the file, and the API's
+    // read past the end (cut into several RPCs) must still stop at the end (regression:
+    // the parts past it came back as zeros).
+    assert!(
+        std::fs::read(fs.path("big")).unwrap() == data,
+        "the mount reads it"
+    );
+    let g = node.open("/big", libc::O_RDONLY, 0).unwrap();
+    let mut back = vec![0u8; data.len() + 100];
+    assert_eq!(
+        g.read_at(&mut back, 0).unwrap(),
+        data.len(),
+        "short at the end"
+    );
+    assert!(back[..data.len()] == data[..]);
+    let mut mid = [0u8; 1000];
+    g.read_at(&mut mid, 5_000_000).unwrap();
+    assert_eq!(mid[..], data[5_000_000..5_001_000]);
+    // A file written through the mount is read through the API, and the other way
+    // round after an API write over bytes the mount's page cache holds.
+    std::fs::write(fs.path("viafuse"), b"through the kernel").unwrap();
+    let v = node.open("viafuse", libc::O_RDWR, 0).unwrap();
+    let mut buf = [0u8; 64];
+    let n = v.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"through the kernel");
+    v.write_all_at(b"THROUGH", 0).unwrap();
+    v.close().unwrap();
+    assert_eq!(
+        std::fs::read(fs.path("viafuse")).unwrap(),
+        b"THROUGH the kernel"
+    );
+
+    // Read, Write and Seek on a file's own position; readv/writev; O_APPEND.
+    let mut c = node
+        .open("cursor", libc::O_RDWR | libc::O_CREAT, 0o600)
+        .unwrap();
+    c.write_all(b"hello ").unwrap();
+    c.write_all(b"world").unwrap();
+    c.seek(SeekFrom::Start(6)).unwrap();
+    let mut w = String::new();
+    c.read_to_string(&mut w).unwrap();
+    assert_eq!(w, "world");
+    let (mut a, mut b) = ([0u8; 3], [0u8; 8]);
+    let n = c
+        .readv_at(
+            &mut [
+                std::io::IoSliceMut::new(&mut a),
+                std::io::IoSliceMut::new(&mut b),
+            ],
+            0,
+        )
+        .unwrap();
+    assert_eq!((n, &a, &b[..8]), (11, b"hel", &b"lo world"[..]));
+    c.writev_at(
+        &[std::io::IoSlice::new(b"J"), std::io::IoSlice::new(b"ELLO")],
+        0,
+    )
+    .unwrap();
+    drop(c);
+    let ap = node
+        .open("cursor", libc::O_WRONLY | libc::O_APPEND, 0)
+        .unwrap();
+    ap.write_all_at(b"!", 0).unwrap();
+    ap.close().unwrap();
+    assert_eq!(std::fs::read(fs.path("cursor")).unwrap(), b"JELLO world!");
+    let t = node.open("cursor", libc::O_RDWR, 0).unwrap();
+    t.set_len(5).unwrap();
+    assert_eq!(node.stat("cursor").unwrap().size, 5);
+
+    // The namespace.
+    node.mkdir("d", 0o755).unwrap();
+    node.mkdir("d/e", 0o700).unwrap();
+    for i in 0..1500 {
+        node.create(format!("d/f{i:04}"), 0o644).unwrap();
+    }
+    let names: Vec<String> = node
+        .readdir("d")
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .collect();
+    assert_eq!(names.len(), 1501, "every entry over several pages");
+    assert!(names.contains(&"e".into()) && names.contains(&"f1499".into()));
+    let st = node.stat("d/e").unwrap();
+    assert_eq!(st.mode & libc::S_IFMT, libc::S_IFDIR);
+    let kernel = std::fs::metadata(fs.path("d/e")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(st.ino, kernel.ino(), "the inode number the mount shows");
+    assert_eq!(node.stat("/").unwrap().ino, 1);
+    node.rename("d/f0000", "d/e/moved").unwrap();
+    node.link("d/e/moved", "d/hard").unwrap();
+    assert_eq!(node.stat("d/hard").unwrap().nlink, 2);
+    node.symlink("e/moved", "d/sym").unwrap();
+    assert_eq!(node.readlink("d/sym").unwrap(), b"e/moved");
+    assert_eq!(
+        node.lstat("d/sym").unwrap().mode & libc::S_IFMT,
+        libc::S_IFLNK
+    );
+    assert_eq!(
+        node.stat("d/sym").unwrap().ino,
+        node.stat("d/hard").unwrap().ino
+    );
+    assert_eq!(node.stat("d/e/../e/./moved").unwrap().nlink, 2);
+    assert_eq!(
+        node.stat("../../d/hard").unwrap().nlink,
+        2,
+        ".. stops at the root"
+    );
+    assert!(std::fs::symlink_metadata(fs.path("d/sym")).is_ok());
+    assert_eq!(errno(node.stat("nope")), libc::ENOENT);
+    assert_eq!(errno(node.stat("big/x")), libc::ENOTDIR);
+    assert_eq!(errno(node.mkdir("d", 0o755)), libc::EEXIST);
+    assert_eq!(
+        errno(node.open("big", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644)),
+        libc::EEXIST
+    );
+    assert_eq!(errno(node.open("d", libc::O_RDONLY, 0)), libc::EISDIR);
+    assert_eq!(errno(node.rmdir("d")), libc::ENOTEMPTY);
+    assert_eq!(errno(node.unlink("d/e")), libc::EISDIR);
+    assert_eq!(errno(node.open("nope", libc::O_RDONLY, 0)), libc::ENOENT);
+    node.unlink("d/sym").unwrap();
+    node.unlink("d/hard").unwrap();
+    node.unlink("d/e/moved").unwrap();
+    node.rmdir("d/e").unwrap();
+    assert!(!fs.path("d/e").exists());
+    // A symbolic link out of the file system cannot be followed by the node's client.
+    std::os::unix::fs::symlink("/etc", fs.path("out")).unwrap();
+    assert_eq!(errno(node.stat("out/passwd")), libc::EXDEV);
+
+    // Striping: made through the API, seen by `nacre getstripe`.
+    node.setstripe("striped", 2, 1 << 20, None, 0o644).unwrap();
+    let s = node.getstripe("striped").unwrap();
+    assert_eq!((s.count, s.size), (2, 1 << 20));
+    assert_ne!(s.osts[0], s.osts[1]);
+    let l: serde_json::Value = serde_json::from_str(&nacre_ok(&[
+        "getstripe",
+        "--json",
+        fs.path("striped").to_str().unwrap(),
+    ]))
+    .unwrap();
+    assert_eq!(l["stripe_count"], 2);
+    let one = pattern(5, 3 << 20);
+    let w = node.open("striped", libc::O_WRONLY, 0).unwrap();
+    w.write_all_at(&one, 0).unwrap();
+    w.close().unwrap();
+    assert!(std::fs::read(fs.path("striped")).unwrap() == one);
+    assert_eq!(
+        errno(node.setstripe("bad", 9, 1 << 20, None, 0o644)),
+        libc::EINVAL,
+        "more stripes than OSTs"
+    );
+    assert!(!fs.path("bad").exists(), "nothing half made");
+}
+
+/// The helper run as another process (uid 1000, or killed mid-write): does what
+/// `NACRE_API_PROBE` says, on the mount at `NACRE_API_MOUNT`.
+#[test]
+#[ignore]
+fn probe() {
+    let (Ok(what), Ok(mnt)) = (
+        std::env::var("NACRE_API_PROBE"),
+        std::env::var("NACRE_API_MOUNT"),
+    ) else {
+        return;
+    };
+    let node = Node::connect(&mnt).unwrap();
+    match what.as_str() {
+        "read-secret" => {
+            let e = errno(node.open("secret", libc::O_RDONLY, 0));
+            println!("errno {e}");
+            let own = node.create("home/mine", 0o600).unwrap();
+            own.write_all_at(b"mine", 0).unwrap();
+            own.close().unwrap();
+            println!("made");
+        }
+        "write-forever" => {
+            let f = node.create("dying", 0o644).unwrap();
+            let chunk = vec![7u8; 1 << 20];
+            println!("writing");
+            let mut at = 0;
+            loop {
+                f.write_all_at(&chunk, at).unwrap();
+                at += chunk.len() as u64;
+            }
+        }
+        _ => panic!("unknown probe {what}"),
+    }
+}
+
+fn probe_cmd(prefix: &[&str], what: &str, mnt: &std::path::Path) -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    c.args(["--exact", "probe", "--ignored", "--nocapture"])
+        .env("NACRE_API_PROBE", what)
+        .env("NACRE_API_MOUNT", mnt);
+    c
+}
+
+#[test]
+fn identity_is_the_kernels_and_a_killed_process_leaves_nothing_open() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("apii"));
+    // Root's 0600 file: uid 1000 cannot read it through the API; its own file is its own.
+    std::fs::write(fs.path("secret"), b"root only").unwrap();
+    std::fs::set_permissions(fs.path("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(fs.path("home")).unwrap();
+    std::fs::set_permissions(fs.path("home"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let setpriv = [
+        "setpriv",
+        "--reuid=1000",
+        "--regid=1000",
+        "--clear-groups",
+        "--",
+    ];
+    let out = probe_cmd(&setpriv, "read-secret", &fs.mnt)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("errno {}", libc::EACCES)), "{text}");
+    assert!(text.contains("made"), "{text}");
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(fs.path("home/mine")).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (1000, 1000),
+        "made as the kernel says it called"
+    );
+
+    // A writer killed -9 mid-write: its session's open file is closed at the MDT.
+    let before = open_handles(&fs);
+    let mut child = probe_cmd(&[], "write-forever", &fs.mnt)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    while !line.contains("writing") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+    }
+    wait_for("the writer's data arriving", || {
+        std::fs::metadata(fs.path("dying")).is_ok_and(|m| m.len() >= 4 << 20)
+    });
+    assert!(open_handles(&fs) > before, "the writer's open at the MDT");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stats = |k: &str| -> u64 {
+        get_param(fs.client_pid(), "llite.apii.api_stats")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    wait_for("the killed session gone", || stats("sessions") == 0);
+    assert_eq!(stats("files_open"), 0);
+    assert!(stats("orphaned_files") >= 1);
+    wait_for("no open left at the MDT", || open_handles(&fs) <= before);
+    // The file is whole up to what was acknowledged, and usable by others at once.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(fs.path("dying"))
+        .unwrap();
+    f.write_all(b"after").unwrap();
+    std::fs::remove_file(fs.path("dying")).unwrap();
+}
+
+#[test]
+fn without_a_mount_the_library_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Node::connect(dir.path()).err().expect("no mount here");
+    assert_eq!(e.errno(), libc::ENOTCONN);
+    assert!(e.to_string().contains("names no node API"), "{e}");
+}
