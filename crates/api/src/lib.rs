@@ -616,6 +616,16 @@ impl File {
     pub fn position(&self) -> u64 {
         self.pos.load(Ordering::Relaxed)
     }
+
+    /// Sets the position.
+    pub fn set_position(&self, at: u64) {
+        self.pos.store(at, Ordering::Relaxed);
+    }
+
+    /// Moves the position on by `n` (after reading or writing `n` bytes at it).
+    pub fn advance(&self, n: u64) {
+        self.pos.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for File {
