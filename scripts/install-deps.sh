@@ -28,6 +28,12 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c "import prometheus_client"
     || python3 -m pip install --quiet --break-system-packages prometheus-client 2>/dev/null \
     || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-prometheus-client; }
 fi
+# numpy, for the Python package's tests (numpy.save straight into Nacre).
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import numpy" 2>/dev/null; then
+  python3 -m pip install --quiet numpy 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages numpy 2>/dev/null \
+    || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-numpy; }
+fi
 # Allow other users to reach mounts made with allow_other (permission tests run as non-root).
 if [ -f /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
   echo user_allow_other >> /etc/fuse.conf || true

@@ -329,7 +329,7 @@ impl Node {
                 handle,
                 pos: AtomicU64::new(0),
                 stat,
-                closed: false,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
             _ => Err(errno("open", libc::EPROTO)),
         }
@@ -502,7 +502,7 @@ pub struct File {
     handle: u64,
     pos: AtomicU64,
     stat: Stat,
-    closed: bool,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl File {
@@ -605,8 +605,16 @@ impl File {
     }
 
     /// Closes the file: what the close reports (kept writes refused) is returned.
-    pub fn close(mut self) -> Result<()> {
-        self.closed = true;
+    pub fn close(self) -> Result<()> {
+        self.close_shared()
+    }
+
+    /// [`File::close`] through a shared reference (for bindings whose objects are shared):
+    /// the first call closes, later ones do nothing; calls on a closed file fail `EBADF`.
+    pub fn close_shared(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
         self.node.done(ApiRequest::Close {
             handle: self.handle,
         })
@@ -639,11 +647,7 @@ impl std::fmt::Debug for File {
 
 impl Drop for File {
     fn drop(&mut self) {
-        if !self.closed {
-            let _ = self.node.done(ApiRequest::Close {
-                handle: self.handle,
-            });
-        }
+        let _ = self.close_shared();
     }
 }
 
