@@ -218,6 +218,25 @@ fn probe() {
             own.close().unwrap();
             println!("made");
         }
+        "ring-forever" => {
+            let f = node.create("dying-ring", 0o644).unwrap();
+            let mut ring = node.ring(16, 16 << 20).unwrap();
+            ring.buffers().fill(9);
+            println!("writing");
+            let mut done = Vec::new();
+            let mut at = 0u64;
+            loop {
+                while ring.in_flight() < 16 {
+                    let slot = at % 16;
+                    ring.prep_write(&f, at << 20, slot << 20, 1 << 20, at)
+                        .unwrap();
+                    ring.submit();
+                    at += 1;
+                }
+                done.clear();
+                ring.wait(1, &mut done, None).unwrap();
+            }
+        }
         "write-forever" => {
             let f = node.create("dying", 0o644).unwrap();
             let chunk = vec![7u8; 1 << 20];
@@ -348,21 +367,26 @@ fn the_c_example_builds_with_pkg_config_and_runs_on_a_networked_mount() {
         header.contains("#define NACRE_API_VERSION 1"),
         "a versioned header"
     );
-    let exe = fs.scratch().join("example");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/example.c");
-    let cc = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(flags.split_whitespace())
-        .arg("-lpthread")
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let build = |name: &str| {
+        let exe = fs.scratch().join(name);
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../examples/c/{name}.c"));
+        let cc = Command::new("cc")
+            .args(["-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .args(flags.split_whitespace())
+            .arg("-lpthread")
+            .output()
+            .unwrap();
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        exe
+    };
+    let exe = build("example");
     let run = Command::new(&exe).arg(&fs.mnt).arg("c").output().unwrap();
     let out = String::from_utf8_lossy(&run.stdout);
     assert!(
@@ -378,4 +402,137 @@ fn the_c_example_builds_with_pkg_config_and_runs_on_a_networked_mount() {
         .iter()
         .enumerate()
         .all(|(i, b)| *b == ((i * 7 + i / 4096) & 0xff) as u8));
+
+    // The ring driver: two threads, 16 requests in flight each, writes then random reads,
+    // every completion checked by the program.
+    let bench = build("ringbench");
+    let mnt = fs.mnt.to_str().unwrap();
+    for (op, bs) in [
+        ("write", "1048576"),
+        ("randread", "4096"),
+        ("randwrite", "4096"),
+    ] {
+        let run = Command::new(&bench)
+            .args([mnt, "rb", op, bs, "16", "2", "64", "1"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{op}: {out}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert!(v["ops_s"].as_f64().unwrap() > 0.0, "{out}");
+    }
+    assert_eq!(std::fs::metadata(fs.path("rb")).unwrap().len(), 64 << 20);
+}
+
+/// Rings: one thread keeps 32 requests in flight — a batch of 32 MiB of writes published
+/// at once, then 4 KiB reads at random offsets, 32 at a time — and every byte is checked;
+/// a full ring, a buffer out of bounds and a bad handle are refused.
+#[test]
+fn a_ring_keeps_many_requests_in_flight_from_one_thread() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("apir"));
+    let node = Node::connect(&fs.mnt).unwrap();
+    node.setstripe("r", 2, 1 << 20, None, 0o644).unwrap();
+    let f = node.open("r", libc::O_RDWR, 0).unwrap();
+    let mut ring = node.ring(32, 32 << 20).unwrap();
+    let data = pattern(21, 32 << 20);
+    ring.buffers().copy_from_slice(&data);
+    for i in 0..32u64 {
+        ring.prep_write(&f, i << 20, i << 20, 1 << 20, i).unwrap();
+    }
+    assert_eq!(errno(ring.prep_write(&f, 0, 0, 1, 99)), libc::EBUSY, "full");
+    assert_eq!(ring.submit(), 32);
+    let mut done = Vec::new();
+    assert_eq!(ring.wait(32, &mut done, None).unwrap(), 32);
+    let mut seen: Vec<u64> = done.iter().map(|c| c.user_data).collect();
+    seen.sort();
+    assert_eq!(seen, (0..32).collect::<Vec<_>>());
+    assert!(done.iter().all(|c| c.result == 1 << 20), "{done:?}");
+    ring.prep_fsync(&f, 77).unwrap();
+    ring.submit();
+    done.clear();
+    ring.wait(1, &mut done, None).unwrap();
+    assert_eq!((done[0].user_data, done[0].result), (77, 0));
+    assert!(
+        std::fs::read(fs.path("r")).unwrap() == data,
+        "the mount reads the ring's writes"
+    );
+
+    // 4 KiB reads at random offsets, 32 in flight, each into its own slot of the buffers.
+    ring.buffers().fill(0);
+    let mut rng = fastrand::Rng::with_seed(5);
+    let (mut issued, mut checked) = (0u64, 0u64);
+    let mut offsets = vec![0u64; 32];
+    let mut free: Vec<u64> = (0..32).collect();
+    while checked < 4000 {
+        while issued < 4000 && !free.is_empty() {
+            let slot = free.pop().unwrap();
+            let off = rng.u64(0..(32 << 20) / 4096) * 4096;
+            offsets[slot as usize] = off;
+            ring.prep_read(&f, off, slot * 4096, 4096, slot).unwrap();
+            issued += 1;
+        }
+        ring.submit();
+        done.clear();
+        ring.wait(1, &mut done, None).unwrap();
+        for c in &done {
+            assert_eq!(c.result, 4096);
+            let slot = c.user_data as usize;
+            let off = offsets[slot] as usize;
+            assert!(ring.buffers()[slot * 4096..][..4096] == data[off..off + 4096]);
+            free.push(slot as u64);
+            checked += 1;
+        }
+    }
+    // Refused: a buffer past the ring's, a handle the session does not have.
+    assert_eq!(errno(ring.prep_read(&f, 0, 32 << 20, 1, 1)), libc::EFAULT);
+    ring.prep(nacre_wire::ring::Sqe {
+        op: nacre_wire::ring::RING_OP_READ,
+        len: 10,
+        user_data: 5,
+        handle: 999_999,
+        ..Default::default()
+    })
+    .unwrap();
+    ring.submit();
+    done.clear();
+    ring.wait(1, &mut done, None).unwrap();
+    assert_eq!(done[0].result, -i64::from(libc::EBADF));
+    // Past the end: short.
+    ring.prep_read(&f, (32 << 20) - 100, 0, 4096, 6).unwrap();
+    ring.submit();
+    done.clear();
+    ring.wait(1, &mut done, None).unwrap();
+    assert_eq!(done[0].result, 100);
+}
+
+/// A process killed -9 with ring writes in flight leaves no session, ring or open file.
+#[test]
+fn a_process_killed_with_a_ring_in_flight_leaves_nothing_behind() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("apik"));
+    let before = open_handles(&fs);
+    let mut child = probe_cmd(&[], "ring-forever", &fs.mnt)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    while !line.contains("writing") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+    }
+    wait_for("the ring's writes arriving", || {
+        std::fs::metadata(fs.path("dying-ring")).is_ok_and(|m| m.len() >= 8 << 20)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stats = || get_param(fs.client_pid(), "llite.apik.api_stats");
+    wait_for("the killed session and its ring gone", || {
+        stats().contains("sessions 0\n") && stats().contains("files_open 0\n")
+    });
+    wait_for("no open left at the MDT", || open_handles(&fs) <= before);
+    std::fs::remove_file(fs.path("dying-ring")).unwrap();
 }

@@ -34,6 +34,6 @@ fn the_python_package_passes_its_tests_on_a_networked_mount() {
     eprintln!("{err}");
     assert!(out.status.success(), "{err}");
     // unittest reports on stderr: every test ran and passed.
-    assert!(err.contains("Ran 8 tests"), "{err}");
+    assert!(err.contains("Ran 9 tests"), "{err}");
     assert!(err.trim_end().ends_with("OK"), "{err}");
 }

@@ -118,6 +118,37 @@ class NacreTest(unittest.TestCase):
             for i in range(16):
                 self.assertEqual(k.read(chunk), bytes([i % 251]) * chunk)
 
+    def test_a_ring_batches_requests_from_one_thread(self):
+        chunk = 1 << 20
+        data = numpy.random.default_rng(9).integers(0, 255, 16 * chunk, dtype=numpy.uint8)
+        ring = self.fs.ring(16, 16 * chunk)
+        buffers = ring.buffers()
+        buffers[:] = data.tobytes()
+        with self.fs.open("py/ring", "w+b", buffering=0) as f:
+            for i in range(16):
+                ring.prep_write(f, i * chunk, i * chunk, chunk, i)
+            self.assertEqual(ring.submit(), 16)
+            done = ring.wait(16)
+            self.assertEqual(sorted(u for u, _ in done), list(range(16)))
+            self.assertTrue(all(r == chunk for _, r in done))
+            ring.prep_fsync(f, 99)
+            ring.submit()
+            self.assertEqual(ring.wait(1), [(99, 0)])
+            buffers[:] = bytes(16 * chunk)
+            # Reads at random offsets, 16 in flight, landing in the ring's buffers.
+            rng = random.Random(4)
+            offsets = {}
+            for slot in range(16):
+                offsets[slot] = rng.randrange(0, 16 * chunk - 4096)
+                ring.prep_read(f, offsets[slot], slot * 4096, 4096, slot)
+            ring.submit()
+            for slot, result in ring.wait(16):
+                self.assertEqual(result, 4096)
+                got = bytes(buffers[slot * 4096:(slot + 1) * 4096])
+                self.assertEqual(got, data[offsets[slot]:offsets[slot] + 4096].tobytes())
+        with open(os.path.join(MNT, "py/ring"), "rb") as k:
+            self.assertEqual(k.read(), data.tobytes())
+
     def test_the_namespace_and_its_errors(self):
         fs = self.fs
         fs.makedirs("py/ns/a/b")

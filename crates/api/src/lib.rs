@@ -27,6 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use nacre_wire::api::{ApiEntry as Entry, ApiStat as Stat, ApiStripe as Stripe};
+pub use ring::{Completion, Ring};
+
+mod ring;
 
 /// The extended attribute of a mount's root naming its API socket.
 pub const XATTR_API: &str = "user.nacre.api";
@@ -261,11 +264,7 @@ impl Node {
         out: Option<&[u8]>,
         into: Option<&mut [u8]>,
     ) -> Result<(ApiReply, usize)> {
-        let broken = |cause: std::io::Error| Error::Unreachable {
-            what: format!("talking to {}", self.inner.socket.display()),
-            cause,
-        };
-        let proto = || broken(std::io::Error::from_raw_os_error(libc::EPROTO));
+        let broken = |cause: std::io::Error| self.broken(cause);
         sock.xid += 1;
         let body = encode_body(req);
         let mut h = Header::request(req.opcode(), 0, sock.xid);
@@ -284,6 +283,25 @@ impl Node {
             }
             IoSlice::advance_slices(&mut slices, n);
         }
+        self.read_reply(sock, req, into)
+    }
+
+    fn broken(&self, cause: std::io::Error) -> Error {
+        Error::Unreachable {
+            what: format!("talking to {}", self.inner.socket.display()),
+            cause,
+        }
+    }
+
+    /// Reads the reply to `req`, the socket's last request; its bulk goes into `into`.
+    fn read_reply(
+        &self,
+        sock: &mut Sock,
+        req: &ApiRequest,
+        into: Option<&mut [u8]>,
+    ) -> Result<(ApiReply, usize)> {
+        let broken = |cause: std::io::Error| self.broken(cause);
+        let proto = || broken(std::io::Error::from_raw_os_error(libc::EPROTO));
         let mut head = [0u8; HEADER_BYTES];
         sock.stream.read_exact(&mut head).map_err(broken)?;
         let rh = Header::decode(&head, API_IO_BYTES_MAX).map_err(|_| proto())?;
@@ -306,6 +324,47 @@ impl Node {
         }
         let reply: ApiReply = decode_body(&rbody).map_err(|_| proto())?;
         Ok((reply, bulk))
+    }
+
+    /// Sets up a ring with the node's client: the request, then its three descriptors
+    /// (memfd, submission eventfd, completion eventfd) on the same socket.
+    fn ring_setup(
+        &self,
+        entries: u32,
+        buffer_bytes: u64,
+        fds: [&rustix::fd::OwnedFd; 3],
+    ) -> Result<u64> {
+        use rustix::fd::AsFd;
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let req = ApiRequest::RingSetup {
+            entries,
+            buffer_bytes,
+        };
+        let mut sock = self.socket()?;
+        match self.exchange(&mut sock, &req, None, None)?.0 {
+            ApiReply::SendFds => {}
+            _ => return Err(errno("ring", libc::EPROTO)),
+        }
+        let borrowed = [fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+            return Err(errno("ring", libc::EINVAL));
+        }
+        let sent = rustix::net::sendmsg(
+            &sock.stream,
+            &[IoSlice::new(b"R")],
+            &mut control,
+            SendFlags::empty(),
+        );
+        if let Err(e) = sent {
+            return Err(self.broken(e.into()));
+        }
+        let r = self.read_reply(&mut sock, &req, None);
+        if !matches!(r, Err(Error::Unreachable { .. })) {
+            self.put_back(sock);
+        }
+        ring::ring_id(r?.0)
     }
 
     fn done(&self, req: ApiRequest) -> Result<()> {
@@ -491,6 +550,7 @@ fn op_name(req: &ApiRequest) -> &'static str {
         ApiRequest::Readlink { .. } => "readlink",
         ApiRequest::SetStripe { .. } => "setstripe",
         ApiRequest::GetStripe { .. } => "getstripe",
+        ApiRequest::RingSetup { .. } | ApiRequest::RingClose { .. } => "ring",
     }
 }
 

@@ -18,6 +18,7 @@
 
 mod ops;
 pub mod paths;
+mod ring;
 
 use nacre_client::Client;
 use nacre_net::frame::{read_frame, write_frame};
@@ -103,6 +104,8 @@ pub(crate) struct Session {
     sockets: AtomicUsize,
     pub(crate) handles: Mutex<HashMap<u64, Arc<ops::Handle>>>,
     pub(crate) next_handle: AtomicU64,
+    rings: Mutex<HashMap<u64, Arc<ring::Ring>>>,
+    next_ring: AtomicU64,
 }
 
 /// What every socket's thread shares.
@@ -275,6 +278,34 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
                 let _ = reply(&mut stream, &frame.header, Err(Status::Proto.code()), None);
                 break;
             }
+            (
+                Some(s),
+                ApiRequest::RingSetup {
+                    entries,
+                    buffer_bytes,
+                },
+            ) => {
+                let s = s.clone();
+                match setup_ring(
+                    shared,
+                    &s,
+                    &mut stream,
+                    &frame.header,
+                    entries,
+                    buffer_bytes,
+                ) {
+                    Ok(id) => Ok((ApiReply::Ring { id }, None)),
+                    Err(SetupError::Refused(st)) => Err(st.code()),
+                    Err(SetupError::Broken) => break,
+                }
+            }
+            (Some(s), ApiRequest::RingClose { id }) => match s.rings.lock().remove(&id) {
+                Some(r) => {
+                    r.stop();
+                    Ok((ApiReply::Done, None))
+                }
+                None => Err(Status::Inval.code()),
+            },
             (Some(s), req) => {
                 shared.stats.requests.fetch_add(1, Ordering::Relaxed);
                 nacre_types::cred::set_current(Some(s.cred.clone()));
@@ -332,17 +363,83 @@ fn hello(
         sockets: AtomicUsize::new(1),
         handles: Mutex::new(HashMap::new()),
         next_handle: AtomicU64::new(1),
+        rings: Mutex::new(HashMap::new()),
+        next_ring: AtomicU64::new(1),
     });
     sessions.insert(s.id, s.clone());
     Ok(s)
 }
 
-/// One socket of `s` closed; the last closes the files it left open.
+/// Why a ring was not set up.
+enum SetupError {
+    /// Answered with this status.
+    Refused(Status),
+    /// The socket broke (or its caller broke the protocol): it is dropped.
+    Broken,
+}
+
+/// Sets up a ring for session `s`: checks the sizes, asks for the descriptors (answering
+/// the request `req` with `SendFds`), takes them, maps the ring and starts serving it.
+fn setup_ring(
+    shared: &Arc<Shared>,
+    s: &Arc<Session>,
+    stream: &mut UnixStream,
+    req: &Header,
+    entries: u32,
+    buffer_bytes: u64,
+) -> Result<u64, SetupError> {
+    nacre_wire::ring::check_sizes(entries, buffer_bytes)
+        .map_err(|_| SetupError::Refused(Status::Inval))?;
+    if s.rings.lock().len() >= ring::RINGS_PER_SESSION_MAX {
+        return Err(SetupError::Refused(Status::MFile));
+    }
+    reply(stream, req, Ok(ApiReply::SendFds), None).map_err(|_| SetupError::Broken)?;
+    let timeout = std::time::Duration::from_millis(API_REPLY_TIMEOUT_MS);
+    let _ = stream.set_read_timeout(Some(timeout));
+    let fds = recv_fds(stream);
+    let _ = stream.set_read_timeout(None);
+    let fds = fds.ok_or(SetupError::Broken)?;
+    let r = ring::Ring::start(shared, s, entries, buffer_bytes, fds)
+        .map_err(|e| SetupError::Refused(Status::from_code(e.errno())))?;
+    let id = s.next_ring.fetch_add(1, Ordering::Relaxed);
+    s.rings.lock().insert(id, r);
+    Ok(id)
+}
+
+/// The ring's three descriptors, sent with one byte `R`.
+fn recv_fds(stream: &UnixStream) -> Option<[rustix::fd::OwnedFd; 3]> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let got = rustix::net::recvmsg(
+        stream,
+        &mut [std::io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .ok()?;
+    let mut fds = Vec::new();
+    for m in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    if got.bytes != 1 || byte[0] != b'R' {
+        return None;
+    }
+    fds.try_into().ok()
+}
+
+/// One socket of `s` closed; the last closes the files it left open and its rings.
 fn leave(shared: &Shared, s: &Arc<Session>) {
     if s.sockets.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
     shared.sessions.lock().remove(&s.id);
+    for (_, r) in s.rings.lock().drain() {
+        r.stop();
+    }
     let left: Vec<Arc<ops::Handle>> = s.handles.lock().drain().map(|(_, h)| h).collect();
     if left.is_empty() {
         return;

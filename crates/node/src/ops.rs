@@ -98,7 +98,10 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
     // What the mount's kernel cached of a name this request changed goes first.
     let entry = |parent: Fid, name: &[u8]| (shared.hooks.entry)(parent, name);
     match req {
-        ApiRequest::Hello { .. } => Err(err(Status::Proto)),
+        // Handled on the socket itself (lib.rs).
+        ApiRequest::Hello { .. } | ApiRequest::RingSetup { .. } | ApiRequest::RingClose { .. } => {
+            Err(err(Status::Proto))
+        }
         ApiRequest::Open { path, flags, mode } => open(shared, s, &walker, &path, flags, mode),
         ApiRequest::Close { handle } => {
             let h = s.handles.lock().remove(&handle);
@@ -111,43 +114,12 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
             offset,
             len,
         } => {
-            let h = handle(s, hd)?;
-            if !h.readable {
-                return Err(err(Status::BadF));
-            }
-            let data = client.read_at(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize, true)?;
-            shared
-                .stats
-                .read_bytes
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            let data = ring_read(shared, &*handle(s, hd)?, offset, len)?;
             Ok((ApiReply::Data, Some(data)))
         }
         ApiRequest::Write { handle: hd, offset } => {
-            let h = handle(s, hd)?;
-            if !h.writable {
-                return Err(err(Status::BadF));
-            }
-            let data = bulk.unwrap_or(&[]);
-            if data.is_empty() {
-                return Ok((ApiReply::Written { n: 0 }, None));
-            }
-            let at = if h.file.is_append() {
-                client.append(&h.file, data)?
-            } else {
-                client.write(&h.file, offset, data)?;
-                offset
-            };
-            (shared.hooks.changed)(h.file.fid, at, data.len() as u64);
-            shared
-                .stats
-                .write_bytes
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
-            Ok((
-                ApiReply::Written {
-                    n: data.len() as u64,
-                },
-                None,
-            ))
+            let n = ring_write(shared, &*handle(s, hd)?, offset, bulk.unwrap_or(&[]))?;
+            Ok((ApiReply::Written { n: n as u64 }, None))
         }
         ApiRequest::Fsync { handle: hd } => {
             client.fsync(&handle(s, hd)?.file)?;
@@ -330,6 +302,55 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
             }
         }
     }
+}
+
+/// Reads up to `len` bytes of `h` at `offset` (a request's, or a ring entry's).
+pub(crate) fn ring_read(
+    shared: &Shared,
+    h: &Handle,
+    offset: u64,
+    len: u32,
+) -> Result<AlignedBuf, ClientError> {
+    if !h.readable {
+        return Err(err(Status::BadF));
+    }
+    let data = shared
+        .client
+        .read_at(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize, true)?;
+    shared
+        .stats
+        .read_bytes
+        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    Ok(data)
+}
+
+/// Writes `data` to `h` at `offset` (at its end with `O_APPEND`), the mount's kernel told;
+/// the count written.
+pub(crate) fn ring_write(
+    shared: &Shared,
+    h: &Handle,
+    offset: u64,
+    data: &[u8],
+) -> Result<usize, ClientError> {
+    if !h.writable {
+        return Err(err(Status::BadF));
+    }
+    if data.is_empty() {
+        return Ok(0);
+    }
+    let client = &shared.client;
+    let at = if h.file.is_append() {
+        client.append(&h.file, data)?
+    } else {
+        client.write(&h.file, offset, data)?;
+        offset
+    };
+    (shared.hooks.changed)(h.file.fid, at, data.len() as u64);
+    shared
+        .stats
+        .write_bytes
+        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    Ok(data.len())
 }
 
 /// open(2): walks, creates with `O_CREAT`, checks the kinds, opens at the MDT (which checks

@@ -166,6 +166,17 @@ impl Fs {
         .map_err(os_error)
     }
 
+    /// A ring of `entries` (a power of two) with `buffer_bytes` of buffers.
+    fn ring(&self, py: Python<'_>, entries: u32, buffer_bytes: u64) -> PyResult<Ring> {
+        let ring = py
+            .allow_threads(|| self.node.ring(entries, buffer_bytes))
+            .map_err(os_error)?;
+        Ok(Ring {
+            ring: std::sync::Mutex::new(ring),
+            len: buffer_bytes as usize,
+        })
+    }
+
     /// (count, size, pool, OSTs) of the regular file `path`.
     fn getstripe(&self, py: Python<'_>, path: Vec<u8>) -> PyResult<(u32, u64, String, Vec<u32>)> {
         let s = py
@@ -233,11 +244,125 @@ impl RawFile {
     }
 }
 
+/// A ring (docs/api.md): requests queued with `prep_*`, published as one batch by
+/// `submit`, their completions taken by `wait`. `memoryview(ring)` is its buffers, shared
+/// with the node's client. One thread at a time uses a ring.
+#[pyclass(frozen, module = "nacre._nacre")]
+struct Ring {
+    ring: std::sync::Mutex<nacre_api::Ring>,
+    len: usize,
+}
+
+impl Ring {
+    fn lock(&self) -> std::sync::MutexGuard<'_, nacre_api::Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl Ring {
+    /// Entries: the most requests in flight.
+    #[getter]
+    fn entries(&self) -> u32 {
+        self.lock().entries()
+    }
+
+    /// Requests submitted and not yet completed.
+    #[getter]
+    fn in_flight(&self) -> u32 {
+        self.lock().in_flight()
+    }
+
+    /// Queues a read of `length` bytes of `file` at `offset` into the buffers at
+    /// `buf_offset`.
+    fn prep_read(
+        &self,
+        file: &RawFile,
+        offset: u64,
+        buf_offset: u64,
+        length: u32,
+        user_data: u64,
+    ) -> PyResult<()> {
+        self.lock()
+            .prep_read(&file.file, offset, buf_offset, length, user_data)
+            .map_err(os_error)
+    }
+
+    /// Queues a write of `length` bytes from the buffers at `buf_offset` to `file` at
+    /// `offset`.
+    fn prep_write(
+        &self,
+        file: &RawFile,
+        offset: u64,
+        buf_offset: u64,
+        length: u32,
+        user_data: u64,
+    ) -> PyResult<()> {
+        self.lock()
+            .prep_write(&file.file, offset, buf_offset, length, user_data)
+            .map_err(os_error)
+    }
+
+    /// Queues an fsync of `file`.
+    fn prep_fsync(&self, file: &RawFile, user_data: u64) -> PyResult<()> {
+        self.lock()
+            .prep_fsync(&file.file, user_data)
+            .map_err(os_error)
+    }
+
+    /// Publishes the queued requests as one batch: how many.
+    fn submit(&self) -> usize {
+        self.lock().submit()
+    }
+
+    /// Completions as (user_data, result) pairs, at least `min` of them (fewer if fewer are
+    /// in flight, or when `timeout` seconds pass).
+    #[pyo3(signature = (min = 1, timeout = None))]
+    fn wait(&self, py: Python<'_>, min: usize, timeout: Option<f64>) -> PyResult<Vec<(u64, i64)>> {
+        let timeout = timeout.map(|t| std::time::Duration::from_secs_f64(t.max(0.0)));
+        let mut out = Vec::new();
+        py.allow_threads(|| self.lock().wait(min, &mut out, timeout))
+            .map_err(os_error)?;
+        Ok(out.into_iter().map(|c| (c.user_data, c.result)).collect())
+    }
+
+    /// The buffer protocol: the ring's buffers, writable, kept alive with the ring.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        let (ptr, len) = {
+            let r = slf.get();
+            (r.lock().buffers_ptr(), r.len)
+        };
+        // SAFETY: `view` is the interpreter's; the memory lives as long as the ring, which
+        // the view holds a reference to.
+        let rc = unsafe {
+            pyo3::ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                ptr.cast(),
+                len as pyo3::ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+}
+
 /// The module.
 #[pymodule]
 fn _nacre(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fs>()?;
     m.add_class::<RawFile>()?;
+    m.add_class::<Ring>()?;
     m.add("API_VERSION", nacre_api::VERSION)?;
     Ok(())
 }

@@ -159,6 +159,21 @@ pub enum ApiRequest {
         /// Path.
         path: Vec<u8>,
     },
+    /// Sets up a ring ([`crate::ring`]) of `entries` and `buffer_bytes`: answered
+    /// [`ApiReply::SendFds`], after which the caller sends one byte carrying the ring's
+    /// memfd, its submission eventfd and its completion eventfd (`SCM_RIGHTS`); then
+    /// [`ApiReply::Ring`] (same xid).
+    RingSetup {
+        /// Entries (a power of two).
+        entries: u32,
+        /// Bytes of buffers.
+        buffer_bytes: u64,
+    },
+    /// Ends a ring (its requests in flight complete first). Reply: [`ApiReply::Done`].
+    RingClose {
+        /// The ring.
+        id: u64,
+    },
 }
 
 /// One directory entry.
@@ -255,6 +270,13 @@ pub enum ApiReply {
     Target(Vec<u8>),
     /// A layout.
     Stripe(ApiStripe),
+    /// Send the ring's descriptors now.
+    SendFds,
+    /// A ring set up.
+    Ring {
+        /// Its id in the session.
+        id: u64,
+    },
 }
 
 impl ApiRequest {
@@ -280,6 +302,8 @@ impl ApiRequest {
             ApiRequest::Readlink { .. } => 17,
             ApiRequest::SetStripe { .. } => 18,
             ApiRequest::GetStripe { .. } => 19,
+            ApiRequest::RingSetup { .. } => 20,
+            ApiRequest::RingClose { .. } => 21,
         };
         0x0600 | op
     }

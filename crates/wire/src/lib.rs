@@ -22,6 +22,7 @@ pub mod nodemap;
 pub mod oss;
 pub mod qos;
 pub mod quota;
+pub mod ring;
 pub mod selftest;
 
 pub use header::{Header, HEADER_BYTES};

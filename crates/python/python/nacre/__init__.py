@@ -159,6 +159,52 @@ def _flags(mode):
     return acc | extra, readable, writable, kind == "a", "b" in chars
 
 
+def _raw_of(f):
+    """The native file of a file object ``Nacre.open`` returned."""
+    while not isinstance(f, NacreRawFile):
+        f = getattr(f, "buffer", None) or getattr(f, "raw", None)
+        if f is None:
+            raise TypeError("not a file opened by nacre")
+    f._checkClosed()
+    return f._raw
+
+
+class Ring:
+    """A ring of the node's client (see ``Nacre.ring``). Buffered files are not flushed by
+    it: give it raw files (``buffering=0``) or flush them first."""
+
+    def __init__(self, native):
+        self._ring = native
+
+    @property
+    def entries(self):
+        return self._ring.entries
+
+    @property
+    def in_flight(self):
+        return self._ring.in_flight
+
+    def buffers(self):
+        """The ring's buffers as a writable memoryview."""
+        return memoryview(self._ring)
+
+    def prep_read(self, file, offset, buf_offset, length, user_data=0):
+        self._ring.prep_read(_raw_of(file), offset, buf_offset, length, user_data)
+
+    def prep_write(self, file, offset, buf_offset, length, user_data=0):
+        self._ring.prep_write(_raw_of(file), offset, buf_offset, length, user_data)
+
+    def prep_fsync(self, file, user_data=0):
+        self._ring.prep_fsync(_raw_of(file), user_data)
+
+    def submit(self):
+        return self._ring.submit()
+
+    def wait(self, min=1, timeout=None):
+        """Completions as (user_data, result) pairs: bytes moved, or a negative errno."""
+        return self._ring.wait(min, timeout)
+
+
 class Nacre:
     """A connection to the node's client of one mount."""
 
@@ -254,6 +300,12 @@ class Nacre:
         """Creates the empty file ``path`` striped over ``count`` OSTs (-1: all) in
         ``size``-byte chunks, in OST pool ``pool`` (0 and None: the defaults)."""
         self._fs.setstripe(_b(path), count, size, pool, mode)
+
+    def ring(self, entries=32, buffer_bytes=32 << 20):
+        """A ring: many requests in flight from one thread, queued with ``prep_read``/
+        ``prep_write``/``prep_fsync`` and published as one batch by ``submit``;
+        ``memoryview(ring)`` is its buffers (shared with the node's client)."""
+        return Ring(self._fs.ring(entries, buffer_bytes))
 
     def getstripe(self, path):
         count, size, pool, osts = self._fs.getstripe(_b(path))

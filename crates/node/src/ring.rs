@@ -1,0 +1,285 @@
+//! The node's side of a ring (nacre_wire::ring; docs/api.md): the application's memfd
+//! mapped here, one thread taking submissions (sleeping on the application's eventfd only
+//! when there are none), and workers running them on the client — reads land in the
+//! ring's buffers, writes leave from them — and publishing completions (waking the
+//! application only when it sleeps). A ring lives as long as its session.
+
+use crate::{ops, Session, Shared};
+use nacre_client::ClientError;
+use nacre_wire::ring::{
+    buffers_offset, cq_offset, within, Cqe, RingHeader, Sqe, RING_OP_FSYNC, RING_OP_READ,
+    RING_OP_WRITE, RING_SQ_OFFSET,
+};
+use parking_lot::Mutex;
+use rustix::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Rings one session may have.
+pub const RINGS_PER_SESSION_MAX: usize = 64;
+/// Workers running a ring's requests at once (its entries, at most this).
+pub const RING_WORKERS_MAX: usize = 32;
+/// How long the taker polls for more submissions before it sleeps.
+const SPIN: Duration = Duration::from_micros(30);
+/// How often a sleeping taker looks whether its session ended.
+const SLEEP_MS: i32 = 500;
+
+/// A memfd mapped shared.
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with the application; every access goes
+// through atomics or copies of whole entries, made from any thread.
+unsafe impl Send for Map {}
+// SAFETY: as above.
+unsafe impl Sync for Map {}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `Ring::start`, unmapped once.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A ring of a session.
+pub(crate) struct Ring {
+    map: Map,
+    entries: u32,
+    buffer_bytes: u64,
+    sq_event: OwnedFd,
+    cq_event: OwnedFd,
+    /// The completions' tail (this side's own count, published to the header).
+    cq: Mutex<u32>,
+    stop: AtomicBool,
+}
+
+impl Ring {
+    fn header(&self) -> &RingHeader {
+        // SAFETY: the mapping is at least a page and starts with the header.
+        unsafe { &*(self.map.ptr as *const RingHeader) }
+    }
+
+    /// Maps the application's memfd `mem` as a ring of `entries` and `buffer_bytes`
+    /// (checked against the file's size) and starts serving it for session `s`.
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        s: &Arc<Session>,
+        entries: u32,
+        buffer_bytes: u64,
+        fds: [OwnedFd; 3],
+    ) -> Result<Arc<Ring>, ClientError> {
+        let [mem, sq_event, cq_event] = fds;
+        let inval = || ClientError::from(nacre_types::Status::Inval);
+        let len = usize::try_from(nacre_wire::ring::ring_bytes(entries, buffer_bytes))
+            .map_err(|_| inval())?;
+        let st = rustix::fs::fstat(&mem).map_err(|_| inval())?;
+        if (st.st_size as u64) < len as u64 {
+            return Err(inval());
+        }
+        // SAFETY: a fresh shared mapping of the memfd's first `len` bytes (the file is at
+        // least that long, checked above); the application may change it at any time, so
+        // nothing in it is trusted.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &mem,
+                0,
+            )
+        }
+        .map_err(|_| inval())?;
+        let ring = Arc::new(Ring {
+            map: Map {
+                ptr: ptr.cast(),
+                len,
+            },
+            entries,
+            buffer_bytes,
+            sq_event,
+            cq_event,
+            cq: Mutex::new(0),
+            stop: AtomicBool::new(false),
+        });
+        // The application's counters as they are now (fresh rings start at zero).
+        *ring.cq.lock() = ring.header().cq_tail.v.load(Ordering::Acquire);
+        let workers = (entries as usize).clamp(1, RING_WORKERS_MAX);
+        let (tx, rx) = crossbeam_channel::bounded::<Sqe>(entries as usize);
+        for _ in 0..workers {
+            let (r, sh, ses, rx) = (ring.clone(), shared.clone(), s.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name("api-ring-io".into())
+                .spawn(move || {
+                    nacre_types::cred::set_current(Some(ses.cred.clone()));
+                    nacre_types::jobid::set_current(&ses.jobid);
+                    for sqe in rx {
+                        let result = r.run(&sh, &ses, &sqe);
+                        r.complete(Cqe {
+                            user_data: sqe.user_data,
+                            result,
+                        });
+                    }
+                })
+                .map_err(|_| ClientError::from(nacre_types::Status::Again))?;
+        }
+        let r = ring.clone();
+        std::thread::Builder::new()
+            .name("api-ring".into())
+            .spawn(move || r.take(&tx))
+            .map_err(|_| ClientError::from(nacre_types::Status::Again))?;
+        Ok(ring)
+    }
+
+    /// Stops the ring (its session ended): the taker wakes and ends, the workers end.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&self.sq_event, &1u64.to_ne_bytes());
+    }
+
+    /// Takes submissions as they are published and hands them to the workers.
+    fn take(&self, workers: &crossbeam_channel::Sender<Sqe>) {
+        let h = self.header();
+        let mask = self.entries - 1;
+        let mut head = h.sq_head.v.load(Ordering::Acquire);
+        while !self.stop.load(Ordering::Relaxed) {
+            let tail = h.sq_tail.v.load(Ordering::Acquire);
+            if tail == head {
+                self.idle(head);
+                continue;
+            }
+            // A tail more than a ring ahead is the application's bug: take a ring's worth.
+            let n = tail.wrapping_sub(head).min(self.entries);
+            for _ in 0..n {
+                let at = RING_SQ_OFFSET + (head & mask) as usize * std::mem::size_of::<Sqe>();
+                // SAFETY: `at` is within the mapping (entries checked at setup); the entry
+                // is copied out whole, then checked before use.
+                let sqe = unsafe { std::ptr::read_volatile(self.map.ptr.add(at) as *const Sqe) };
+                head = head.wrapping_add(1);
+                if workers.send(sqe).is_err() {
+                    return;
+                }
+            }
+            h.sq_head.v.store(head, Ordering::Release);
+        }
+    }
+
+    /// Nothing submitted: polls a little, then sleeps on the eventfd (the application
+    /// writes it only when it sees `server_sleeping`).
+    fn idle(&self, head: u32) {
+        let h = self.header();
+        let spin_until = std::time::Instant::now() + SPIN;
+        while std::time::Instant::now() < spin_until {
+            if h.sq_tail.v.load(Ordering::Acquire) != head {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        h.server_sleeping.v.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if h.sq_tail.v.load(Ordering::SeqCst) == head && !self.stop.load(Ordering::Relaxed) {
+            let mut fds = [rustix::event::PollFd::new(
+                &self.sq_event,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: i64::from(SLEEP_MS) * 1_000_000,
+            };
+            if rustix::event::poll(&mut fds, Some(&timeout)).unwrap_or(0) > 0 {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(self.sq_event.as_fd(), &mut b);
+            }
+        }
+        h.server_sleeping.v.store(0, Ordering::SeqCst);
+    }
+
+    /// The ring's buffers at `offset`, `len` bytes (checked by the caller).
+    fn buffer(&self, offset: u64, len: u32) -> *mut u8 {
+        let at = buffers_offset(self.entries) + offset as usize;
+        debug_assert!(at + len as usize <= self.map.len);
+        // SAFETY: within the mapping (`within` checked against the setup's sizes).
+        unsafe { self.map.ptr.add(at) }
+    }
+
+    /// Runs one submission: bytes moved, or a negative errno.
+    fn run(&self, shared: &Shared, s: &Session, sqe: &Sqe) -> i64 {
+        let errno = |e: ClientError| -i64::from(e.errno());
+        let Some(h) = s.handles.lock().get(&sqe.handle).cloned() else {
+            return -i64::from(libc::EBADF);
+        };
+        let moves = matches!(sqe.op, RING_OP_READ | RING_OP_WRITE);
+        if moves && !within(sqe.buf_offset, sqe.len, self.buffer_bytes) {
+            return -i64::from(libc::EFAULT);
+        }
+        match sqe.op {
+            RING_OP_READ => match ops::ring_read(shared, &h, sqe.offset, sqe.len) {
+                Ok(data) => {
+                    // SAFETY: `len` bytes at the checked offset of the mapping; `data` is
+                    // at most `len` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            self.buffer(sqe.buf_offset, sqe.len),
+                            data.len().min(sqe.len as usize),
+                        )
+                    };
+                    data.len() as i64
+                }
+                Err(e) => errno(e),
+            },
+            RING_OP_WRITE => {
+                // SAFETY: `len` bytes at the checked offset of the mapping, which the
+                // application must leave alone until the completion (as with io_uring).
+                let data = unsafe {
+                    std::slice::from_raw_parts(
+                        self.buffer(sqe.buf_offset, sqe.len),
+                        sqe.len as usize,
+                    )
+                };
+                match ops::ring_write(shared, &h, sqe.offset, data) {
+                    Ok(n) => n as i64,
+                    Err(e) => errno(e),
+                }
+            }
+            RING_OP_FSYNC => match shared.client.fsync(&h.file) {
+                Ok(()) => 0,
+                Err(e) => errno(e),
+            },
+            _ => -i64::from(libc::EINVAL),
+        }
+    }
+
+    /// Publishes a completion; wakes the application if it sleeps.
+    fn complete(&self, cqe: Cqe) {
+        let h = self.header();
+        let mut tail = self.cq.lock();
+        // The application takes completions as it wants them; it never has more in flight
+        // than the ring holds, so room comes (unless it stopped: then the ring stops too).
+        while tail.wrapping_sub(h.cq_head.v.load(Ordering::Acquire)) >= self.entries {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let at = cq_offset(self.entries)
+            + (*tail & (self.entries - 1)) as usize * std::mem::size_of::<Cqe>();
+        // SAFETY: within the mapping's completion entries.
+        unsafe { std::ptr::write_volatile(self.map.ptr.add(at) as *mut Cqe, cqe) };
+        *tail = tail.wrapping_add(1);
+        h.cq_tail.v.store(*tail, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if h.app_sleeping.v.load(Ordering::SeqCst) != 0 {
+            let _ = rustix::io::write(&self.cq_event, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
