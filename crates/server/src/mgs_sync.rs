@@ -1,6 +1,7 @@
-//! What a server process's targets exchange with their MGS each second, besides the
-//! configuration: quota reports and grants (docs/quota.md), QoS demands and shares
-//! (docs/qos.md).
+//! What a server process exchanges with its MGS each second, besides the configuration:
+//! persistent parameters and nodemaps, and for each file system's targets (over a
+//! connection of that file system) quota reports and grants (docs/quota.md), QoS demands
+//! and shares (docs/qos.md).
 
 use nacre_mds::MdsHandler;
 use nacre_net::rpc::call;
@@ -8,7 +9,112 @@ use nacre_net::Connection;
 use nacre_oss::OssHandler;
 use nacre_types::TargetKind;
 use nacre_wire::mgs::{MgsReply, MgsRequest};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::process::{PARAMS_ALL_FS, PARAM_SYNC_MS};
+use crate::targets::{osp_net_config, sleep_unless};
+use nacre_types::Nid;
+
+/// Applies the MGS's persistent parameters now, then whenever they change; each file
+/// system's targets exchange their quota and QoS state with its MGS over a connection of
+/// that file system (`mgs_by_fs`: each file system served and its MGS; the first's MGS
+/// gives the parameters and nodemaps). The thread ends when `stop` is set.
+pub(crate) fn start(
+    mgs_by_fs: Vec<(String, Nid)>,
+    registry: nacre_params::Registry,
+    oss: Arc<OssHandler>,
+    mds: Arc<MdsHandler>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    let conns: Vec<(String, Arc<Connection>)> = mgs_by_fs
+        .into_iter()
+        .map(|(fs, mgs)| {
+            let conn = Connection::new(mgs, osp_net_config().for_fs(&fs));
+            (fs, conn)
+        })
+        .collect();
+    let first = conns[0].1.clone();
+    let mut applied = apply_persistent_params(&first, &registry, None);
+    let mut nodemaps = fetch_nodemaps(&first, None);
+    let sync = move |oss: &OssHandler, mds: &MdsHandler| {
+        for (fs, conn) in &conns {
+            sync_quotas(conn, fs, oss, mds);
+            sync_qos(conn, fs, oss, mds);
+        }
+    };
+    sync(&oss, &mds);
+    std::thread::Builder::new()
+        .name("param-sync".into())
+        .spawn(move || {
+            while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
+                applied = apply_persistent_params(&first, &registry, applied);
+                nodemaps = fetch_nodemaps(&first, nodemaps);
+                sync(&oss, &mds);
+            }
+        })
+        .expect("spawn param-sync thread")
+}
+
+/// Fetches persistent parameters and applies the ones this process has, if their version is
+/// not `applied`; returns the version now applied.
+fn apply_persistent_params(
+    conn: &Arc<Connection>,
+    registry: &nacre_params::Registry,
+    applied: Option<u64>,
+) -> Option<u64> {
+    let req = MgsRequest::GetParams {
+        fsname: PARAMS_ALL_FS.into(),
+    };
+    let (version, params) = match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+        Ok(MgsReply::Params { version, params }) => (version, params),
+        Ok(_) => return applied,
+        Err(e) => {
+            tracing::debug!("cannot fetch persistent parameters: {e}");
+            return applied;
+        }
+    };
+    if applied == Some(version) {
+        return applied;
+    }
+    for (name, value) in params {
+        match registry.set(&name, &value) {
+            Ok(set) => tracing::info!(
+                "persistent parameter {name}={value} applied to {}",
+                set.join(", ")
+            ),
+            Err(nacre_params::ParamError::NotFound(_)) => {}
+            Err(e) => tracing::warn!("persistent parameter {name}={value}: {e}"),
+        }
+    }
+    Some(version)
+}
+
+/// Fetches the MGS's nodemaps and installs them for this process's targets and connections
+/// if their version is not `applied`; returns the version now enforced.
+fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
+    let req = MgsRequest::GetNodemaps;
+    match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+        Ok(MgsReply::Nodemaps(set)) if applied != Some(set.version) => {
+            let version = set.version;
+            if !set.maps.is_empty() || applied.is_some() {
+                tracing::info!(
+                    "nodemaps version {version} enforced ({} nodemaps)",
+                    set.maps.len()
+                );
+            }
+            nacre_wire::nodemap::install(set);
+            Some(version)
+        }
+        Ok(_) => applied,
+        Err(e) => {
+            tracing::debug!("cannot fetch nodemaps: {e}");
+            applied
+        }
+    }
+}
 
 /// A quota slave's way to the master: acquires sent to the MGS.
 struct MgsQuotaLink(Arc<Connection>);

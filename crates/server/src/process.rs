@@ -1,26 +1,22 @@
 //! Assembles a server process from formatted target directories.
 
 use crate::target_params::{clear_with, parse_count};
-use crate::targets::{osp_net_config, sleep_unless};
 use anyhow::{bail, Context};
 use nacre_cpt::CptTable;
 
 use nacre_mds::MdsHandler;
 use nacre_mgs::Mgs;
-use nacre_net::rpc::call;
-use nacre_net::{Connection, Server, ServiceConfig, ServicePartition, ServicePool};
+use nacre_net::{Server, ServiceConfig, ServicePartition, ServicePool};
 use nacre_osd::Label;
 use nacre_oss::OssHandler;
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_types::{Nid, TargetKind};
-use nacre_wire::mgs::{MgsReply, MgsRequest};
 use nacre_wire::Service;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// Default background journal sync period of an MDT (bounds what a power loss can take
 /// from acknowledged but not fsync'd metadata).
@@ -29,64 +25,6 @@ pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 1_000;
 pub const PARAM_SYNC_MS: u64 = 1_000;
 /// The parameter set every file system of an MGS shares (names carry the fsname).
 pub const PARAMS_ALL_FS: &str = "";
-
-/// Fetches persistent parameters and applies the ones this process has, if their version is
-/// not `applied`; returns the version now applied.
-fn apply_persistent_params(
-    conn: &Arc<Connection>,
-    registry: &nacre_params::Registry,
-    applied: Option<u64>,
-) -> Option<u64> {
-    let req = MgsRequest::GetParams {
-        fsname: PARAMS_ALL_FS.into(),
-    };
-    let (version, params) = match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
-        Ok(MgsReply::Params { version, params }) => (version, params),
-        Ok(_) => return applied,
-        Err(e) => {
-            tracing::debug!("cannot fetch persistent parameters: {e}");
-            return applied;
-        }
-    };
-    if applied == Some(version) {
-        return applied;
-    }
-    for (name, value) in params {
-        match registry.set(&name, &value) {
-            Ok(set) => tracing::info!(
-                "persistent parameter {name}={value} applied to {}",
-                set.join(", ")
-            ),
-            Err(nacre_params::ParamError::NotFound(_)) => {}
-            Err(e) => tracing::warn!("persistent parameter {name}={value}: {e}"),
-        }
-    }
-    Some(version)
-}
-
-/// Fetches the MGS's nodemaps and installs them for this process's targets and connections
-/// if their version is not `applied`; returns the version now enforced.
-fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
-    let req = MgsRequest::GetNodemaps;
-    match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
-        Ok(MgsReply::Nodemaps(set)) if applied != Some(set.version) => {
-            let version = set.version;
-            if !set.maps.is_empty() || applied.is_some() {
-                tracing::info!(
-                    "nodemaps version {version} enforced ({} nodemaps)",
-                    set.maps.len()
-                );
-            }
-            nacre_wire::nodemap::install(set);
-            Some(version)
-        }
-        Ok(_) => applied,
-        Err(e) => {
-            tracing::debug!("cannot fetch nodemaps: {e}");
-            applied
-        }
-    }
-}
 
 /// Refuses to serve two file systems whose names share a slot: their frames could not be
 /// told apart ([`nacre_types::fs_slot`]).
@@ -629,43 +567,16 @@ impl ServerProcess {
         &self.registry
     }
 
-    /// Applies the MGS's persistent parameters now, then whenever they change; each file
-    /// system's targets exchange their quota and QoS state with its MGS over a connection
-    /// of that file system (`mgs_by_fs`: each file system served and its MGS; the first's
-    /// MGS gives the parameters and nodemaps).
+    /// The once-a-second sync with the MGS ([`crate::mgs_sync::start`]).
     fn start_param_sync(&mut self, mgs_by_fs: Vec<(String, Nid)>) {
-        let registry = self.registry.clone();
-        let conns: Vec<(String, Arc<Connection>)> = mgs_by_fs
-            .into_iter()
-            .map(|(fs, mgs)| {
-                let conn = Connection::new(mgs, osp_net_config().for_fs(&fs));
-                (fs, conn)
-            })
-            .collect();
-        let first = conns[0].1.clone();
-        let mut applied = apply_persistent_params(&first, &registry, None);
-        let mut nodemaps = fetch_nodemaps(&first, None);
-        let (oss, mds) = (self.oss.clone(), self.mds.clone());
-        let sync = move |oss: &OssHandler, mds: &MdsHandler| {
-            for (fs, conn) in &conns {
-                crate::mgs_sync::sync_quotas(conn, fs, oss, mds);
-                crate::mgs_sync::sync_qos(conn, fs, oss, mds);
-            }
-        };
-        sync(&oss, &mds);
-        let stop = self.stop.clone();
-        self.threads.push(
-            std::thread::Builder::new()
-                .name("param-sync".into())
-                .spawn(move || {
-                    while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
-                        applied = apply_persistent_params(&first, &registry, applied);
-                        nodemaps = fetch_nodemaps(&first, nodemaps);
-                        sync(&oss, &mds);
-                    }
-                })
-                .expect("spawn param-sync thread"),
+        let t = crate::mgs_sync::start(
+            mgs_by_fs,
+            self.registry.clone(),
+            self.oss.clone(),
+            self.mds.clone(),
+            self.stop.clone(),
         );
+        self.threads.push(t);
     }
 
     /// How `nacre ctl set_param -P` stores a parameter through this process's MGS, if any.

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The node API's rings against FUSE and the OSTs alone (issue 22; docs/api.md), on both
+# forms in one run: the embedded form (`nacre up`, 2 OSTs) and the networked form (an
+# MGS+MDT0 server process, two OSS processes, a separate `nacre mount`, TCP).
+#   FUSE   fio on the mount, O_DIRECT: psync at queue depth 1, libaio at 32
+#   rings  examples/c/ringbench.c (libnacre.so): a ring per thread, QD requests in flight
+#   OSTs   `nacre bench survey` on the networked OST directories (sequential 1 MiB, as
+#          many streams as the runs above), the ceiling of the data path
+# Sequential 1 MiB and random 4 KiB reads and writes, queue depth 1 and 32, 1 and 4
+# threads, SECS seconds each, on a file of SIZE_MIB striped over both OSTs.
+# Not a test: it asserts nothing.
+#   bench/api.sh [WORK_DIR]     (SECS=5 SIZE_MIB=1024)
+set -euo pipefail
+WORK="${1:-/var/tmp/nacre-api}"
+SECS="${SECS:-5}"
+SIZE_MIB="${SIZE_MIB:-1024}"
+source "$(dirname "$0")/common.sh"
+command -v fio >/dev/null || { echo "fio is needed (scripts/install-deps.sh)" >&2; exit 1; }
+forms_up "$WORK" apie apin
+RB="$WORK/ringbench"
+cc -O2 -o "$RB" examples/c/ringbench.c \
+  $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
+
+# fuse MNT RW BS QD THREADS: "ops/s MiB/s" of fio on MNT/fio.dat.
+fuse() {
+  local engine=psync
+  [ "$4" -gt 1 ] && engine=libaio
+  fio --name=f --filename="$1/fio.dat" --rw="$2" --bs="$3" --direct=1 --ioengine="$engine" \
+      --iodepth="$4" --numjobs="$5" --size="${SIZE_MIB}M" --time_based --runtime="$SECS" \
+      --group_reporting --output-format=json 2>/dev/null \
+    | json "' '.join(str(round(v)) for v in ((lambda j: (j['read']['iops'] + j['write']['iops'], (j['read']['bw'] + j['write']['bw']) / 1024))(d['jobs'][0])))"
+}
+# ring MNT RW BS QD THREADS: "ops/s MiB/s" of ringbench on MNT/ring.dat.
+ring() {
+  "$RB" "$1" ring.dat "$2" "$3" "$4" "$5" "$SIZE_MIB" "$SECS" \
+    | json "f\"{round(d['ops_s'])} {round(d['mib_s'])}\""
+}
+# survey STREAMS: "write read" MiB/s of the networked OSTs alone, STREAMS streams in all.
+survey() {
+  local per=$(( ($1 + 1) / 2 )) out
+  out=$("$NACRE" bench survey --ost "$WORK/net/ost0" --ost "$WORK/net/ost1" -o "$per" -t "$per" \
+    -r 1M -s 256M --json)
+  for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
+}
+
+rows=()
+for form in emb net; do
+  M="$WORK/$form/mnt"
+  "$NACRE" setstripe -c 2 -S 1M "$M/ring.dat"
+  "$NACRE" setstripe -c 2 -S 1M "$M/fio.dat"
+  # The files written whole first (reads then read data, not holes).
+  "$RB" "$M" ring.dat write 1048576 32 1 "$SIZE_MIB" "$SECS" >/dev/null
+  fio --name=p --filename="$M/fio.dat" --rw=write --bs=1M --direct=1 --size="${SIZE_MIB}M" \
+      --output-format=json >/dev/null 2>&1
+  for spec in "write 1048576" "read 1048576" "randwrite 4096" "randread 4096"; do
+    read -r rw bs <<<"$spec"
+    for qd in 1 32; do
+      for th in 1 4; do
+        read -r fo fm <<<"$(fuse "$M" "$rw" "$bs" "$qd" "$th")"
+        read -r ro rm <<<"$(ring "$M" "$rw" "$bs" "$qd" "$th")"
+        rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm")
+      done
+    done
+  done
+done
+read -r s1w s1r <<<"$(survey 1)"
+read -r s4w s4r <<<"$(survey 4)"
+
+echo "OSTs alone (networked, sequential 1 MiB): 1 stream $s1w MiB/s write, $s1r read; 4 streams $s4w write, $s4r read"
+echo
+echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | rings/FUSE | rings/OSTs |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for r in "${rows[@]}"; do
+  read -r form rw bs qd th fo fm ro rm <<<"$r"
+  ost="-"
+  if [ "$form" = net ] && [ "$bs" = 1048576 ]; then
+    case "$rw$th" in
+      write1) ost=$(pct "$rm" "$s1w") ;; write4) ost=$(pct "$rm" "$s4w") ;;
+      read1) ost=$(pct "$rm" "$s1r") ;; read4) ost=$(pct "$rm" "$s4r") ;;
+    esac
+  fi
+  echo "| $form | $rw | $bs | $qd | $th | $fo | $fm | $ro | $rm | $(python3 -c "print(f'{$ro/$fo:.2f}x' if $fo else '-')") | $ost |"
+done
