@@ -12,7 +12,7 @@ use nacre_wire::ring::{
 };
 use parking_lot::Mutex;
 use rustix::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +53,8 @@ pub(crate) struct Ring {
     cq_event: OwnedFd,
     /// The completions' tail (this side's own count, published to the header).
     cq: Mutex<u32>,
+    /// Entries handed to the workers and not completed yet.
+    busy: AtomicU32,
     stop: AtomicBool,
 }
 
@@ -103,6 +105,7 @@ impl Ring {
             sq_event,
             cq_event,
             cq: Mutex::new(0),
+            busy: AtomicU32::new(0),
             stop: AtomicBool::new(false),
         });
         // The application's counters as they are now (fresh rings start at zero).
@@ -122,14 +125,19 @@ impl Ring {
                             user_data: sqe.user_data,
                             result,
                         });
+                        r.busy.fetch_sub(1, Ordering::AcqRel);
                     }
                 })
                 .map_err(|_| ClientError::from(nacre_types::Status::Again))?;
         }
-        let r = ring.clone();
+        let (r, sh, ses) = (ring.clone(), shared.clone(), s.clone());
         std::thread::Builder::new()
             .name("api-ring".into())
-            .spawn(move || r.take(&tx))
+            .spawn(move || {
+                nacre_types::cred::set_current(Some(ses.cred.clone()));
+                nacre_types::jobid::set_current(&ses.jobid);
+                r.take(&sh, &ses, &tx)
+            })
             .map_err(|_| ClientError::from(nacre_types::Status::Again))?;
         Ok(ring)
     }
@@ -140,8 +148,10 @@ impl Ring {
         let _ = rustix::io::write(&self.sq_event, &1u64.to_ne_bytes());
     }
 
-    /// Takes submissions as they are published and hands them to the workers.
-    fn take(&self, workers: &crossbeam_channel::Sender<Sqe>) {
+    /// Takes submissions as they are published and hands them to the workers — or, one
+    /// alone while no worker is busy (a caller at queue depth 1), runs it itself: a
+    /// wake-up less per request.
+    fn take(&self, shared: &Shared, s: &Session, workers: &crossbeam_channel::Sender<Sqe>) {
         let h = self.header();
         let mask = self.entries - 1;
         let mut head = h.sq_head.v.load(Ordering::Acquire);
@@ -153,12 +163,23 @@ impl Ring {
             }
             // A tail more than a ring ahead is the application's bug: take a ring's worth.
             let n = tail.wrapping_sub(head).min(self.entries);
+            let inline = n == 1 && self.busy.load(Ordering::Acquire) == 0;
             for _ in 0..n {
                 let at = RING_SQ_OFFSET + (head & mask) as usize * std::mem::size_of::<Sqe>();
                 // SAFETY: `at` is within the mapping (entries checked at setup); the entry
                 // is copied out whole, then checked before use.
                 let sqe = unsafe { std::ptr::read_volatile(self.map.ptr.add(at) as *const Sqe) };
                 head = head.wrapping_add(1);
+                if inline {
+                    h.sq_head.v.store(head, Ordering::Release);
+                    let result = self.run(shared, s, &sqe);
+                    self.complete(Cqe {
+                        user_data: sqe.user_data,
+                        result,
+                    });
+                    continue;
+                }
+                self.busy.fetch_add(1, Ordering::AcqRel);
                 if workers.send(sqe).is_err() {
                     return;
                 }
