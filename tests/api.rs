@@ -536,3 +536,81 @@ fn a_process_killed_with_a_ring_in_flight_leaves_nothing_behind() {
     wait_for("no open left at the MDT", || open_handles(&fs) <= before);
     std::fs::remove_file(fs.path("dying-ring")).unwrap();
 }
+
+/// A hostile application offering a ring whose memfd it could still shrink (no seal) is
+/// refused `EINVAL`: the mount would otherwise fault (SIGBUS) when the file shrank under
+/// its mapping. The mount keeps serving.
+#[test]
+fn a_ring_memfd_not_sealed_against_shrinking_is_refused() {
+    use nacre_wire::api::{ApiReply, ApiRequest, API_VERSION};
+    use nacre_wire::{decode_body, encode_body, Header, HEADER_BYTES};
+    use rustix::fd::AsFd;
+    use std::io::Write as _;
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("apis"));
+    let socket = nacre_api::socket_of(&fs.mnt).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    let mut xid = 0;
+    let mut ask = |s: &mut std::os::unix::net::UnixStream, req: &ApiRequest| -> Header {
+        xid += 1;
+        let body = encode_body(req);
+        let mut h = Header::request(req.opcode(), 0, xid);
+        h.seal(&body, None, false);
+        s.write_all(&h.encode()).unwrap();
+        s.write_all(&body).unwrap();
+        read_reply(s)
+    };
+    fn read_reply(s: &mut std::os::unix::net::UnixStream) -> Header {
+        let mut head = [0u8; HEADER_BYTES];
+        s.read_exact(&mut head).unwrap();
+        let h = Header::decode(&head, 1 << 20).unwrap();
+        let mut body = vec![0u8; h.body_len as usize];
+        s.read_exact(&mut body).unwrap();
+        if h.status == 0 {
+            decode_body::<ApiReply>(&body).unwrap();
+        }
+        h
+    }
+    let hello = ApiRequest::Hello {
+        version: API_VERSION,
+        attach: None,
+    };
+    assert_eq!(ask(&mut s, &hello).status, 0);
+    let setup = ApiRequest::RingSetup {
+        entries: 8,
+        buffer_bytes: 1 << 20,
+    };
+    assert_eq!(ask(&mut s, &setup).status, 0, "asked for the descriptors");
+    let len = nacre_wire::ring::ring_bytes(8, 1 << 20);
+    let mem = rustix::fs::memfd_create("unsealed", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&mem, len).unwrap();
+    let ev = || rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+    let (a, b) = (ev(), ev());
+    let fds = [mem.as_fd(), a.as_fd(), b.as_fd()];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    assert!(control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+    rustix::net::sendmsg(
+        &s,
+        &[std::io::IoSlice::new(b"R")],
+        &mut control,
+        rustix::net::SendFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(read_reply(&mut s).status, libc::EINVAL);
+    // The same session, and the node API for everyone, go on.
+    assert_eq!(
+        ask(
+            &mut s,
+            &ApiRequest::Stat {
+                path: b"/".to_vec(),
+                follow: true
+            }
+        )
+        .status,
+        0
+    );
+    let node = Node::connect(&fs.mnt).unwrap();
+    let mut ring = node.ring(8, 1 << 20).unwrap();
+    assert_eq!(ring.entries(), 8, "a sealed one is taken");
+    ring.buffers()[0] = 1;
+}

@@ -55,9 +55,15 @@ impl Node {
         check_sizes(entries, buffer_bytes).map_err(|_| errno("ring", libc::EINVAL))?;
         let len = usize::try_from(ring_bytes(entries, buffer_bytes))
             .map_err(|_| errno("ring", libc::EINVAL))?;
-        let mem = rustix::fs::memfd_create("nacre-ring", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(io_err("ring"))?;
+        let mem = rustix::fs::memfd_create(
+            "nacre-ring",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(io_err("ring"))?;
         rustix::fs::ftruncate(&mem, len as u64).map_err(io_err("ring"))?;
+        // The node's client maps it: a file that could shrink under its mapping would fault
+        // it (SIGBUS). Sealed, it cannot; the node's client refuses one that is not.
+        rustix::fs::fcntl_add_seals(&mem, rustix::fs::SealFlags::SHRINK).map_err(io_err("ring"))?;
         // SAFETY: a fresh shared mapping of the whole new file.
         let ptr = unsafe {
             rustix::mm::mmap(
@@ -158,15 +164,7 @@ impl Ring {
         len: u32,
         user_data: u64,
     ) -> Result<()> {
-        self.prep(Sqe {
-            op: RING_OP_READ,
-            len,
-            user_data,
-            handle: file.handle,
-            offset,
-            buf_offset,
-            ..Sqe::default()
-        })
+        self.prep_io(RING_OP_READ, file, offset, buf_offset, len, user_data)
     }
 
     /// Queues a write of `len` bytes from the buffers at `buf_offset` to `file` at `offset`.
@@ -178,8 +176,20 @@ impl Ring {
         len: u32,
         user_data: u64,
     ) -> Result<()> {
+        self.prep_io(RING_OP_WRITE, file, offset, buf_offset, len, user_data)
+    }
+
+    fn prep_io(
+        &mut self,
+        op: u8,
+        file: &File,
+        offset: u64,
+        buf_offset: u64,
+        len: u32,
+        user_data: u64,
+    ) -> Result<()> {
         self.prep(Sqe {
-            op: RING_OP_WRITE,
+            op,
             len,
             user_data,
             handle: file.handle,

@@ -69,6 +69,26 @@ pub unsafe extern "C" fn nacre_ring_buffers(ring: *const nacre_ring) -> *mut c_v
     }
 }
 
+/// Queues a read or write through the ring (`read`: into the buffers).
+unsafe fn prep_io(
+    ring: *const nacre_ring,
+    file: *const nacre_file,
+    read: bool,
+    (offset, buf_offset, len, user_data): (u64, u64, u32, u64),
+) -> c_int {
+    let f = unsafe { file.as_ref() };
+    let prep = |r: &mut nacre_api::Ring| {
+        let f = &f.ok_or(libc::EFAULT)?.file;
+        let queued = if read {
+            r.prep_read(f, offset, buf_offset, len, user_data)
+        } else {
+            r.prep_write(f, offset, buf_offset, len, user_data)
+        };
+        queued.map(|()| 0).map_err(e)
+    };
+    (unsafe { with_ring(ring, prep) }) as c_int
+}
+
 /// Queues a read of `len` bytes of `file` at `offset` into the buffers at `buf_offset`
 /// (`-EBUSY`: the ring is full; `-EFAULT`: outside the buffers).
 #[no_mangle]
@@ -80,15 +100,7 @@ pub unsafe extern "C" fn nacre_ring_prep_read(
     len: u32,
     user_data: u64,
 ) -> c_int {
-    let f = unsafe { file.as_ref() };
-    (unsafe {
-        with_ring(ring, |r| {
-            let f = f.ok_or(libc::EFAULT)?;
-            r.prep_read(&f.file, offset, buf_offset, len, user_data)
-                .map(|()| 0)
-                .map_err(e)
-        })
-    }) as c_int
+    unsafe { prep_io(ring, file, true, (offset, buf_offset, len, user_data)) }
 }
 
 /// Queues a write of `len` bytes from the buffers at `buf_offset` to `file` at `offset`.
@@ -101,15 +113,7 @@ pub unsafe extern "C" fn nacre_ring_prep_write(
     len: u32,
     user_data: u64,
 ) -> c_int {
-    let f = unsafe { file.as_ref() };
-    (unsafe {
-        with_ring(ring, |r| {
-            let f = f.ok_or(libc::EFAULT)?;
-            r.prep_write(&f.file, offset, buf_offset, len, user_data)
-                .map(|()| 0)
-                .map_err(e)
-        })
-    }) as c_int
+    unsafe { prep_io(ring, file, false, (offset, buf_offset, len, user_data)) }
 }
 
 /// Queues an fsync of `file`.

@@ -224,6 +224,8 @@ pub struct Connection {
     discovered: AtomicBool,
     next_xid: AtomicU64,
     slots: Arc<Slots>,
+    /// The file-system slot every frame names ([`NetConfig::for_fs`]), fixed at creation.
+    fs_slot: u16,
     me: std::sync::Weak<Connection>,
 }
 
@@ -274,6 +276,7 @@ impl Connection {
                 free: Mutex::new(config.max_rpcs_in_flight.max(1)),
                 cv: Condvar::new(),
             }),
+            fs_slot: config.slot(),
             config,
             rails: Mutex::new(vec![Rail::new(nid, false)]),
             rr: AtomicUsize::new(0),
@@ -473,7 +476,7 @@ impl Connection {
         }
         let permit = self.acquire_slot();
         // A bare index gets the file system's slot; a caller's full target id stays.
-        let target = match (self.config.slot(), request.target) {
+        let target = match (self.fs_slot, request.target) {
             (0, t) => t,
             (s, t) if t <= nacre_types::TARGET_INDEX_MAX => nacre_types::target_id(s, t),
             (_, t) => t,

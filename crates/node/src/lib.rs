@@ -14,7 +14,8 @@
 //! is left behind it.
 //!
 //! Limits: [`API_CONNS_MAX`] sockets at once (a thread each), [`API_SESSIONS_MAX`]
-//! sessions, [`API_HANDLES_MAX`] open files per session; frames bounded as on the network.
+//! sessions, [`API_HANDLES_MAX`] open files per session, 64 rings per session and 256 per
+//! mount (ring.rs); frames bounded as on the network.
 
 mod ops;
 pub mod paths;
@@ -117,6 +118,8 @@ pub(crate) struct Shared {
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
     next_session: AtomicU64,
     conns: AtomicUsize,
+    /// Rings served, all sessions together.
+    rings: AtomicUsize,
     stop: AtomicBool,
 }
 
@@ -151,6 +154,7 @@ impl NodeApi {
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             conns: AtomicUsize::new(0),
+            rings: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -301,6 +305,7 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
             }
             (Some(s), ApiRequest::RingClose { id }) => match s.rings.lock().remove(&id) {
                 Some(r) => {
+                    shared.rings.fetch_sub(1, Ordering::AcqRel);
                     r.stop();
                     Ok((ApiReply::Done, None))
                 }
@@ -390,7 +395,9 @@ fn setup_ring(
 ) -> Result<u64, SetupError> {
     nacre_wire::ring::check_sizes(entries, buffer_bytes)
         .map_err(|_| SetupError::Refused(Status::Inval))?;
-    if s.rings.lock().len() >= ring::RINGS_PER_SESSION_MAX {
+    if s.rings.lock().len() >= ring::RINGS_PER_SESSION_MAX
+        || shared.rings.load(Ordering::Acquire) >= ring::RINGS_MAX
+    {
         return Err(SetupError::Refused(Status::MFile));
     }
     reply(stream, req, Ok(ApiReply::SendFds), None).map_err(|_| SetupError::Broken)?;
@@ -403,6 +410,7 @@ fn setup_ring(
         .map_err(|e| SetupError::Refused(Status::from_code(e.errno())))?;
     let id = s.next_ring.fetch_add(1, Ordering::Relaxed);
     s.rings.lock().insert(id, r);
+    shared.rings.fetch_add(1, Ordering::AcqRel);
     Ok(id)
 }
 
@@ -438,6 +446,7 @@ fn leave(shared: &Shared, s: &Arc<Session>) {
     }
     shared.sessions.lock().remove(&s.id);
     for (_, r) in s.rings.lock().drain() {
+        shared.rings.fetch_sub(1, Ordering::AcqRel);
         r.stop();
     }
     let left: Vec<Arc<ops::Handle>> = s.handles.lock().drain().map(|(_, h)| h).collect();

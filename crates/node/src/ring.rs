@@ -18,6 +18,12 @@ use std::time::Duration;
 
 /// Rings one session may have.
 pub const RINGS_PER_SESSION_MAX: usize = 64;
+/// Rings a mount serves at once, all sessions together (each has up to
+/// [`RING_WORKERS_MAX`] + 1 threads).
+pub const RINGS_MAX: usize = 256;
+/// Longest pause between looks for room in a full completion ring (an application that
+/// stopped taking completions costs a worker a wake-up per this, not a spin).
+const CQ_WAIT_MS_MAX: u64 = 10;
 /// Workers running a ring's requests at once (its entries, at most this).
 pub const RING_WORKERS_MAX: usize = 32;
 /// How long the taker polls for more submissions before it sleeps.
@@ -77,8 +83,12 @@ impl Ring {
         let inval = || ClientError::from(nacre_types::Status::Inval);
         let len = usize::try_from(nacre_wire::ring::ring_bytes(entries, buffer_bytes))
             .map_err(|_| inval())?;
+        // A memfd the application could still shrink would fault this process (SIGBUS)
+        // under the mapping: only one sealed against shrinking is taken.
+        let sealed = rustix::fs::fcntl_get_seals(&mem)
+            .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
         let st = rustix::fs::fstat(&mem).map_err(|_| inval())?;
-        if (st.st_size as u64) < len as u64 {
+        if !sealed || (st.st_size as u64) < len as u64 {
             return Err(inval());
         }
         // SAFETY: a fresh shared mapping of the memfd's first `len` bytes (the file is at
@@ -280,11 +290,13 @@ impl Ring {
         let mut tail = self.cq.lock();
         // The application takes completions as it wants them; it never has more in flight
         // than the ring holds, so room comes (unless it stopped: then the ring stops too).
+        let mut pause = Duration::from_micros(50);
         while tail.wrapping_sub(h.cq_head.v.load(Ordering::Acquire)) >= self.entries {
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(CQ_WAIT_MS_MAX));
         }
         let at = cq_offset(self.entries)
             + (*tail & (self.entries - 1)) as usize * std::mem::size_of::<Cqe>();
