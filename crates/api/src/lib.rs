@@ -335,36 +335,69 @@ impl Node {
         fds: [&rustix::fd::OwnedFd; 3],
     ) -> Result<u64> {
         use rustix::fd::AsFd;
-        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
         let req = ApiRequest::RingSetup {
             entries,
             buffer_bytes,
         };
+        let fds = [fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()];
+        ring::ring_id(self.call_with_fds(&req, b'R', &fds)?)
+    }
+
+    /// A request answered `SendFds`, then `fds` sent with the one byte `tag` on the same
+    /// socket, then its reply.
+    fn call_with_fds(
+        &self,
+        req: &ApiRequest,
+        tag: u8,
+        fds: &[rustix::fd::BorrowedFd<'_>],
+    ) -> Result<ApiReply> {
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
         let mut sock = self.socket()?;
-        match self.exchange(&mut sock, &req, None, None)?.0 {
+        match self.exchange(&mut sock, req, None, None)?.0 {
             ApiReply::SendFds => {}
-            _ => return Err(errno("ring", libc::EPROTO)),
+            _ => return Err(errno(op_name(req), libc::EPROTO)),
         }
-        let borrowed = [fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()];
         let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
         let mut control = SendAncillaryBuffer::new(&mut space);
-        if !control.push(SendAncillaryMessage::ScmRights(&borrowed)) {
-            return Err(errno("ring", libc::EINVAL));
+        if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(errno(op_name(req), libc::EINVAL));
         }
         let sent = rustix::net::sendmsg(
             &sock.stream,
-            &[IoSlice::new(b"R")],
+            &[IoSlice::new(&[tag])],
             &mut control,
             SendFlags::empty(),
         );
         if let Err(e) = sent {
             return Err(self.broken(e.into()));
         }
-        let r = self.read_reply(&mut sock, &req, None);
+        let r = self.read_reply(&mut sock, req, None);
         if !matches!(r, Err(Error::Unreachable { .. })) {
             self.put_back(sock);
         }
-        ring::ring_id(r?.0)
+        Ok(r?.0)
+    }
+
+    /// Serves a file this process opened through the mount (a kernel file descriptor of a
+    /// regular file of this mount) through the node's client: a [`File`] with the access
+    /// `fd` was opened with, positioned at 0 (the descriptor's own offset is the kernel's).
+    /// The descriptor is not kept; it stays the caller's. What LD_PRELOAD builds on.
+    pub fn attach(&self, fd: rustix::fd::BorrowedFd<'_>) -> Result<File> {
+        match self.call_with_fds(&ApiRequest::Attach, b'F', &[fd])? {
+            ApiReply::Opened { handle, stat } => Ok(self.file(handle, stat)),
+            _ => Err(errno("attach", libc::EPROTO)),
+        }
+    }
+
+    fn file(&self, handle: u64, stat: Stat) -> File {
+        File {
+            node: self.clone(),
+            handle,
+            pid: std::process::id(),
+            pos: AtomicU64::new(0),
+            stat,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     fn done(&self, req: ApiRequest) -> Result<()> {
@@ -383,13 +416,7 @@ impl Node {
             mode: mode & !self.inner.umask,
         };
         match self.call(&req, None, None)?.0 {
-            ApiReply::Opened { handle, stat } => Ok(File {
-                node: self.clone(),
-                handle,
-                pos: AtomicU64::new(0),
-                stat,
-                closed: std::sync::atomic::AtomicBool::new(false),
-            }),
+            ApiReply::Opened { handle, stat } => Ok(self.file(handle, stat)),
             _ => Err(errno("open", libc::EPROTO)),
         }
     }
@@ -551,6 +578,7 @@ fn op_name(req: &ApiRequest) -> &'static str {
         ApiRequest::SetStripe { .. } => "setstripe",
         ApiRequest::GetStripe { .. } => "getstripe",
         ApiRequest::RingSetup { .. } | ApiRequest::RingClose { .. } => "ring",
+        ApiRequest::Attach => "attach",
     }
 }
 
@@ -560,12 +588,24 @@ fn op_name(req: &ApiRequest) -> &'static str {
 pub struct File {
     node: Node,
     handle: u64,
+    /// The process that opened it: a child after fork holds a copy it cannot use (its
+    /// session is its own), and whose drop leaves the parent's file open.
+    pid: u32,
     pos: AtomicU64,
     stat: Stat,
     closed: std::sync::atomic::AtomicBool,
 }
 
 impl File {
+    /// Its handle at the node's client: `EBADF` in a child after fork (the handle is its
+    /// parent's session's).
+    pub(crate) fn handle(&self) -> Result<u64> {
+        if self.pid != std::process::id() {
+            return Err(errno("file", libc::EBADF));
+        }
+        Ok(self.handle)
+    }
+
     /// The attributes it was opened with.
     pub fn opened_stat(&self) -> &Stat {
         &self.stat
@@ -577,7 +617,7 @@ impl File {
         while done < buf.len() {
             let want = (buf.len() - done).min(API_IO_BYTES_MAX as usize);
             let req = ApiRequest::Read {
-                handle: self.handle,
+                handle: self.handle()?,
                 offset: offset + done as u64,
                 len: want as u32,
             };
@@ -598,7 +638,7 @@ impl File {
         while done < buf.len() {
             let chunk = &buf[done..(done + API_IO_BYTES_MAX as usize).min(buf.len())];
             let req = ApiRequest::Write {
-                handle: self.handle,
+                handle: self.handle()?,
                 offset: offset + done as u64,
             };
             match self.node.call(&req, Some(chunk), None)?.0 {
@@ -641,14 +681,14 @@ impl File {
     /// Makes what was written durable.
     pub fn fsync(&self) -> Result<()> {
         self.node.done(ApiRequest::Fsync {
-            handle: self.handle,
+            handle: self.handle()?,
         })
     }
 
     /// Sets the file's size.
     pub fn set_len(&self, size: u64) -> Result<()> {
         self.node.done(ApiRequest::Ftruncate {
-            handle: self.handle,
+            handle: self.handle()?,
             size,
         })
     }
@@ -656,7 +696,7 @@ impl File {
     /// Current attributes.
     pub fn stat(&self) -> Result<Stat> {
         let req = ApiRequest::Fstat {
-            handle: self.handle,
+            handle: self.handle()?,
         };
         match self.node.call(&req, None, None)?.0 {
             ApiReply::Stat(s) => Ok(s),
@@ -672,11 +712,11 @@ impl File {
     /// [`File::close`] through a shared reference (for bindings whose objects are shared):
     /// the first call closes, later ones do nothing; calls on a closed file fail `EBADF`.
     pub fn close_shared(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
             return Ok(());
         }
         self.node.done(ApiRequest::Close {
-            handle: self.handle,
+            handle: self.handle()?,
         })
     }
 

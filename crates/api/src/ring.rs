@@ -10,8 +10,8 @@
 use crate::{errno, File, Node, Result};
 use nacre_wire::api::{ApiReply, ApiRequest};
 use nacre_wire::ring::{
-    buffers_offset, check_sizes, cq_offset, ring_bytes, Cqe, RingHeader, Sqe, RING_OP_FSYNC,
-    RING_OP_READ, RING_OP_WRITE, RING_SQ_OFFSET,
+    buffers_offset, check_sizes, cq_offset, ring_bytes, Cqe, Poller, RingHeader, Sqe,
+    RING_OP_FSYNC, RING_OP_READ, RING_OP_WRITE, RING_SQ_OFFSET,
 };
 use rustix::fd::OwnedFd;
 use std::sync::atomic::{fence, Ordering};
@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 
 pub use nacre_wire::ring::Cqe as Completion;
 
-/// How long `wait` polls for completions before it sleeps.
-const SPIN: Duration = Duration::from_micros(30);
-
 /// A ring of a [`Node`].
 pub struct Ring {
     node: Node,
     id: u64,
+    /// The process that set it up (a child after fork must not use or close it).
+    pid: u32,
     ptr: *mut u8,
     len: usize,
     entries: u32,
@@ -39,6 +38,8 @@ pub struct Ring {
     cq_head: u32,
     /// Submitted and not yet completed.
     in_flight: u32,
+    /// How long a wait polls before it sleeps (learnt from the waits).
+    poller: Poller,
 }
 
 // SAFETY: the mapping is owned by the ring and used through `&mut self`.
@@ -94,6 +95,7 @@ impl Node {
         Ok(Ring {
             node: self.clone(),
             id,
+            pid: std::process::id(),
             ptr: ptr.cast(),
             len,
             entries,
@@ -104,6 +106,7 @@ impl Node {
             published: 0,
             cq_head: 0,
             in_flight: 0,
+            poller: Poller::default(),
         })
     }
 }
@@ -192,7 +195,7 @@ impl Ring {
             op,
             len,
             user_data,
-            handle: file.handle,
+            handle: file.handle()?,
             offset,
             buf_offset,
             ..Sqe::default()
@@ -204,7 +207,7 @@ impl Ring {
         self.prep(Sqe {
             op: RING_OP_FSYNC,
             user_data,
-            handle: file.handle,
+            handle: file.handle()?,
             ..Sqe::default()
         })
     }
@@ -262,13 +265,18 @@ impl Ring {
         let min = min.min(self.in_flight as usize);
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut got = self.take(max, &mut put);
+        if got >= min {
+            return Ok(got);
+        }
+        let start = Instant::now();
         while got < min {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
-            self.sleep(deadline)?;
+            self.sleep(start, deadline)?;
             got += self.take(max - got, &mut put);
         }
+        self.poller.learn(start.elapsed());
         Ok(got)
     }
 
@@ -296,11 +304,12 @@ impl Ring {
         n as usize
     }
 
-    /// Waits for a completion to be published: polls a little, then sleeps on the
-    /// eventfd (written by the node's client only when it sees `app_sleeping`).
-    fn sleep(&self, deadline: Option<Instant>) -> Result<()> {
+    /// Waits for a completion to be published: polls as long as the poller says (as long
+    /// as waits have lately been that short) from `start`, then sleeps on the eventfd
+    /// (written by the node's client only when it sees `app_sleeping`).
+    fn sleep(&self, start: Instant, deadline: Option<Instant>) -> Result<()> {
         let h = self.header();
-        let spin_until = Instant::now() + SPIN;
+        let spin_until = start + self.poller.budget();
         while Instant::now() < spin_until {
             if h.cq_tail.v.load(Ordering::Acquire) != self.cq_head {
                 return Ok(());
@@ -342,8 +351,10 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         // Requests in flight finish into memory the node's client still maps; it lets go
-        // of the ring once they have.
-        let _ = self.node.done(ApiRequest::RingClose { id: self.id });
+        // of the ring once they have. A child after fork lets go of its copy only.
+        if self.pid == std::process::id() {
+            let _ = self.node.done(ApiRequest::RingClose { id: self.id });
+        }
         // SAFETY: the mapping made in `Node::ring`, unmapped once.
         let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
     }

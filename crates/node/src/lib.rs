@@ -113,6 +113,8 @@ pub(crate) struct Session {
 pub(crate) struct Shared {
     pub(crate) client: Arc<Client>,
     pub(crate) mountpoint: PathBuf,
+    /// The mount's device (major, minor), learnt at the first attach.
+    pub(crate) mount_dev: std::sync::OnceLock<(u32, u32)>,
     pub(crate) hooks: Hooks,
     pub(crate) stats: ApiStats,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
@@ -149,6 +151,7 @@ impl NodeApi {
         let shared = Arc::new(Shared {
             client,
             mountpoint: mountpoint.to_path_buf(),
+            mount_dev: std::sync::OnceLock::new(),
             hooks,
             stats: ApiStats::default(),
             sessions: Mutex::new(HashMap::new()),
@@ -303,6 +306,20 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
                     Err(SetupError::Broken) => break,
                 }
             }
+            (Some(s), ApiRequest::Attach) => {
+                let s = s.clone();
+                match take_fd(&mut stream, &frame.header) {
+                    Some(fd) => {
+                        shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+                        nacre_types::cred::set_current(Some(s.cred.clone()));
+                        nacre_types::jobid::set_current(&s.jobid);
+                        let r = ops::attach(shared, &s, fd);
+                        nacre_types::cred::set_current(None);
+                        r.map_err(|e| e.errno())
+                    }
+                    None => break,
+                }
+            }
             (Some(s), ApiRequest::RingClose { id }) => match s.rings.lock().remove(&id) {
                 Some(r) => {
                     shared.rings.fetch_sub(1, Ordering::AcqRel);
@@ -403,7 +420,7 @@ fn setup_ring(
     reply(stream, req, Ok(ApiReply::SendFds), None).map_err(|_| SetupError::Broken)?;
     let timeout = std::time::Duration::from_millis(API_REPLY_TIMEOUT_MS);
     let _ = stream.set_read_timeout(Some(timeout));
-    let fds = recv_fds(stream);
+    let fds = recv_fds::<3>(stream, b'R');
     let _ = stream.set_read_timeout(None);
     let fds = fds.ok_or(SetupError::Broken)?;
     let r = ring::Ring::start(shared, s, entries, buffer_bytes, fds)
@@ -414,9 +431,22 @@ fn setup_ring(
     Ok(id)
 }
 
-/// The ring's three descriptors, sent with one byte `R`.
-fn recv_fds(stream: &UnixStream) -> Option<[rustix::fd::OwnedFd; 3]> {
+/// Answers an `Attach` with `SendFds` and takes the descriptor sent with one byte `F`;
+/// `None` when the socket broke or its caller broke the protocol (it is dropped).
+fn take_fd(stream: &mut UnixStream, req: &Header) -> Option<rustix::fd::OwnedFd> {
+    reply(stream, req, Ok(ApiReply::SendFds), None).ok()?;
+    let timeout = std::time::Duration::from_millis(API_REPLY_TIMEOUT_MS);
+    let _ = stream.set_read_timeout(Some(timeout));
+    let fds = recv_fds::<1>(stream, b'F');
+    let _ = stream.set_read_timeout(None);
+    let [fd] = fds?;
+    Some(fd)
+}
+
+/// `N` descriptors, sent with one byte `tag` (`R`: a ring's three; `F`: a file to attach).
+fn recv_fds<const N: usize>(stream: &UnixStream, tag: u8) -> Option<[rustix::fd::OwnedFd; N]> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    // Room for three, the most any request sends: more are refused below.
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
@@ -433,7 +463,7 @@ fn recv_fds(stream: &UnixStream) -> Option<[rustix::fd::OwnedFd; 3]> {
             fds.extend(it);
         }
     }
-    if got.bytes != 1 || byte[0] != b'R' {
+    if got.bytes != 1 || byte[0] != tag {
         return None;
     }
     fds.try_into().ok()

@@ -99,9 +99,10 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
     let entry = |parent: Fid, name: &[u8]| (shared.hooks.entry)(parent, name);
     match req {
         // Handled on the socket itself (lib.rs).
-        ApiRequest::Hello { .. } | ApiRequest::RingSetup { .. } | ApiRequest::RingClose { .. } => {
-            Err(err(Status::Proto))
-        }
+        ApiRequest::Hello { .. }
+        | ApiRequest::RingSetup { .. }
+        | ApiRequest::RingClose { .. }
+        | ApiRequest::Attach => Err(err(Status::Proto)),
         ApiRequest::Open { path, flags, mode } => open(shared, s, &walker, &path, flags, mode),
         ApiRequest::Close { handle } => {
             let h = s.handles.lock().remove(&handle);
@@ -353,6 +354,96 @@ pub(crate) fn ring_write(
     Ok(data.len())
 }
 
+/// The device and inode of what `fd` (or `path` from `fd`) is, from what the kernel
+/// has cached (`AT_STATX_DONT_SYNC`: the mount's own kernel is not asked back).
+fn dev_ino_of(
+    fd: impl rustix::fd::AsFd,
+    path: &str,
+) -> Result<((u32, u32), u64, u16), ClientError> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let st = rustix::fs::statx(
+        fd,
+        path,
+        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE | StatxFlags::INO,
+    )
+    .map_err(|e| err(Status::from_code(e.raw_os_error())))?;
+    Ok((
+        (st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+        st.stx_mode,
+    ))
+}
+
+/// `Attach`: makes the kernel file descriptor `fd` the caller opened through this mount a
+/// handle of session `s`. The descriptor proves the access (the kernel checked it when it
+/// was opened): it must be a regular file of this mount, and it is opened here at the MDT
+/// for the access it was opened with (`O_RDONLY`, `O_WRONLY`, `O_RDWR`; `O_APPEND` kept).
+/// It is closed before the reply: the handle lives until `Close` or the session's end.
+pub(crate) fn attach(shared: &Shared, s: &Session, fd: rustix::fd::OwnedFd) -> Answer {
+    let client = &*shared.client;
+    let mount_dev = match shared.mount_dev.get() {
+        Some(d) => *d,
+        None => {
+            let cwd = rustix::fs::CWD;
+            let at = shared
+                .mountpoint
+                .to_str()
+                .ok_or_else(|| err(Status::Inval))?;
+            let (dev, _, _) = dev_ino_of(cwd, at)?;
+            *shared.mount_dev.get_or_init(|| dev)
+        }
+    };
+    let (dev, ino, mode) = dev_ino_of(&fd, "")?;
+    // Another file system's file, or a directory, pipe or device: not this mount's to
+    // serve.
+    if dev != mount_dev {
+        return Err(err(Status::XDev));
+    }
+    if u32::from(mode) & libc::S_IFMT != libc::S_IFREG {
+        return Err(err(Status::Inval));
+    }
+    let fid = Fid::from_ino(ino).ok_or_else(|| err(Status::Inval))?;
+    let flags =
+        rustix::fs::fcntl_getfl(&fd).map_err(|e| err(Status::from_code(e.raw_os_error())))?;
+    if flags.contains(rustix::fs::OFlags::PATH) {
+        return Err(err(Status::BadF));
+    }
+    let access = match flags & rustix::fs::OFlags::RWMODE {
+        f if f == rustix::fs::OFlags::WRONLY => MAY_WRITE,
+        f if f == rustix::fs::OFlags::RDWR => MAY_READ | MAY_WRITE,
+        _ => MAY_READ,
+    };
+    drop(fd);
+    if s.handles.lock().len() >= API_HANDLES_MAX {
+        return Err(err(Status::MFile));
+    }
+    let (attr, mut file) = client.open(fid, access)?;
+    if flags.contains(rustix::fs::OFlags::APPEND) {
+        file.set_append();
+    }
+    Ok(register(client, s, attr, file, access))
+}
+
+/// Makes `file` (opened for `access`) a handle of session `s`: the reply.
+fn register(
+    client: &Client,
+    s: &Session,
+    attr: Attr,
+    file: OpenFile,
+    access: u8,
+) -> (ApiReply, Option<AlignedBuf>) {
+    let stat = stat_of(client, &attr);
+    let h = Arc::new(Handle {
+        file,
+        readable: access & MAY_READ != 0,
+        writable: access & MAY_WRITE != 0,
+    });
+    let id = s.next_handle.fetch_add(1, Ordering::Relaxed);
+    s.handles.lock().insert(id, h);
+    (ApiReply::Opened { handle: id, stat }, None)
+}
+
 /// open(2): walks, creates with `O_CREAT`, checks the kinds, opens at the MDT (which checks
 /// the caller's access), truncates with `O_TRUNC`.
 fn open(
@@ -424,13 +515,5 @@ fn open(
     if flags & libc::O_APPEND != 0 {
         file.set_append();
     }
-    let stat = stat_of(client, &attr);
-    let h = Arc::new(Handle {
-        file,
-        readable: access & MAY_READ != 0,
-        writable: access & MAY_WRITE != 0,
-    });
-    let id = s.next_handle.fetch_add(1, Ordering::Relaxed);
-    s.handles.lock().insert(id, h);
-    Ok((ApiReply::Opened { handle: id, stat }, None))
+    Ok(register(client, s, attr, file, access))
 }

@@ -7,7 +7,7 @@
 use crate::{ops, Session, Shared};
 use nacre_client::ClientError;
 use nacre_wire::ring::{
-    buffers_offset, cq_offset, within, Cqe, RingHeader, Sqe, RING_OP_FSYNC, RING_OP_READ,
+    buffers_offset, cq_offset, within, Cqe, Poller, RingHeader, Sqe, RING_OP_FSYNC, RING_OP_READ,
     RING_OP_WRITE, RING_SQ_OFFSET,
 };
 use parking_lot::Mutex;
@@ -27,7 +27,6 @@ const CQ_WAIT_MS_MAX: u64 = 10;
 /// Workers running a ring's requests at once (its entries, at most this).
 pub const RING_WORKERS_MAX: usize = 32;
 /// How long the taker polls for more submissions before it sleeps.
-const SPIN: Duration = Duration::from_micros(30);
 /// How often a sleeping taker looks whether its session ended.
 const SLEEP_MS: i32 = 500;
 
@@ -165,10 +164,11 @@ impl Ring {
         let h = self.header();
         let mask = self.entries - 1;
         let mut head = h.sq_head.v.load(Ordering::Acquire);
+        let mut poller = Poller::default();
         while !self.stop.load(Ordering::Relaxed) {
             let tail = h.sq_tail.v.load(Ordering::Acquire);
             if tail == head {
-                self.idle(head);
+                self.idle(head, &mut poller);
                 continue;
             }
             // A tail more than a ring ahead is the application's bug: take a ring's worth.
@@ -198,17 +198,21 @@ impl Ring {
         }
     }
 
-    /// Nothing submitted: polls a little, then sleeps on the eventfd (the application
-    /// writes it only when it sees `server_sleeping`).
-    fn idle(&self, head: u32) {
+    /// Nothing submitted: polls as long as `poller` says (as long as submissions have
+    /// lately been coming that soon), then sleeps on the eventfd (the application writes
+    /// it only when it sees `server_sleeping`).
+    fn idle(&self, head: u32, poller: &mut Poller) {
         let h = self.header();
-        let spin_until = std::time::Instant::now() + SPIN;
+        let start = std::time::Instant::now();
+        let spin_until = start + poller.budget();
         while std::time::Instant::now() < spin_until {
             if h.sq_tail.v.load(Ordering::Acquire) != head {
+                poller.learn(start.elapsed());
                 return;
             }
             std::hint::spin_loop();
         }
+        let _learn = Learn(poller, start);
         h.server_sleeping.v.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if h.sq_tail.v.load(Ordering::SeqCst) == head && !self.stop.load(Ordering::Relaxed) {
@@ -314,5 +318,14 @@ impl Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Tells a poller how long a wait took, when the wait ends.
+struct Learn<'a>(&'a mut Poller, std::time::Instant);
+
+impl Drop for Learn<'_> {
+    fn drop(&mut self) {
+        self.0.learn(self.1.elapsed());
     }
 }

@@ -174,6 +174,13 @@ pub enum ApiRequest {
         /// The ring.
         id: u64,
     },
+    /// Makes a file the caller opened through the mount (a kernel file descriptor) a
+    /// handle of its session: answered [`ApiReply::SendFds`], after which the caller sends
+    /// one byte `F` carrying the descriptor (`SCM_RIGHTS`); the node's client checks it is
+    /// a regular file of this mount and opens it for the access the descriptor was opened
+    /// with. Reply: [`ApiReply::Opened`] (same xid). The descriptor is the proof of access
+    /// (the kernel checked it at open), so LD_PRELOAD can serve descriptors' data.
+    Attach,
 }
 
 /// One directory entry.
@@ -304,6 +311,7 @@ impl ApiRequest {
             ApiRequest::GetStripe { .. } => 19,
             ApiRequest::RingSetup { .. } => 20,
             ApiRequest::RingClose { .. } => 21,
+            ApiRequest::Attach => 22,
         };
         0x0600 | op
     }
@@ -362,6 +370,7 @@ mod tests {
                 pool: Some("flash".into()),
                 mode: 0o600,
             },
+            ApiRequest::Attach,
         ];
         for r in all {
             assert_eq!(r.opcode() >> 8, 6);

@@ -134,6 +134,25 @@ pub fn within(buf_offset: u64, len: u32, buffer_bytes: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn poller_polls_for_short_waits_and_stops_for_long_ones() {
+        use std::time::Duration;
+        let mut p = super::Poller::default();
+        assert_eq!(p.budget(), Duration::ZERO);
+        p.learn(Duration::from_micros(10));
+        assert!(p.budget() >= Duration::from_micros(10));
+        p.learn(Duration::from_micros(500));
+        p.learn(Duration::from_micros(500));
+        p.learn(Duration::from_micros(500));
+        p.learn(Duration::from_micros(500));
+        assert_eq!(p.budget(), Duration::ZERO);
+        p.learn(Duration::from_micros(400));
+        assert_eq!(p.budget(), Duration::ZERO);
+        p.learn(Duration::from_micros(30));
+        assert!(p.budget() >= Duration::from_micros(30));
+        assert!(p.budget() <= Duration::from_nanos(super::POLL_NS_MAX));
+    }
+
     use super::*;
 
     #[test]
@@ -148,5 +167,38 @@ mod tests {
         assert!(within(10, 10, 20));
         assert!(!within(11, 10, 20));
         assert!(!within(u64::MAX, 1, u64::MAX));
+    }
+}
+
+/// The longest either side of a ring polls before it sleeps.
+pub const POLL_NS_MAX: u64 = 50_000;
+
+/// How long to poll a ring before sleeping, learnt from how long waits were: a wait that
+/// ended within [`POLL_NS_MAX`] would have been caught by polling that long (so the next
+/// polls about as long, and no wake-up is paid), a longer one would only have burnt the
+/// CPU polling (so polling shrinks, to none). A reader at queue depth 1 whose requests
+/// each take longer than that sleeps at once and leaves the CPU to the work; a busy ring
+/// never sleeps.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Poller {
+    budget_ns: u64,
+}
+
+impl Poller {
+    /// How long to poll now.
+    pub fn budget(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.budget_ns)
+    }
+
+    /// A wait took `waited` (polling and sleeping together).
+    pub fn learn(&mut self, waited: std::time::Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.budget_ns = if ns <= POLL_NS_MAX {
+            (ns + ns / 4 + 2_000).clamp(self.budget_ns, POLL_NS_MAX)
+        } else if self.budget_ns < 4_000 {
+            0
+        } else {
+            self.budget_ns / 2
+        };
     }
 }
