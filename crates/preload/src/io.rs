@@ -54,7 +54,7 @@ impl<'a> Bufs<'a> {
     }
 
     /// Copies `src` into the caller's memory at `at`.
-    fn put(&self, at: usize, src: &[u8]) {
+    pub(crate) fn put(&self, at: usize, src: &[u8]) {
         self.pieces(at, src.len(), |p, n, run| {
             // SAFETY: the caller's writable memory (Bufs::new), `src` is the ring's.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(run), p, n) }
@@ -62,7 +62,7 @@ impl<'a> Bufs<'a> {
     }
 
     /// Copies the caller's memory at `at` into `dst`.
-    fn get(&self, at: usize, dst: &mut [u8]) {
+    pub(crate) fn get(&self, at: usize, dst: &mut [u8]) {
         self.pieces(at, dst.len(), |p, n, run| {
             // SAFETY: the caller's readable memory (Bufs::new), `dst` is the ring's.
             unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr().add(run), n) }

@@ -41,6 +41,7 @@
 )))]
 compile_error!("libnacre_preload.so is built for 64-bit Linux (x86-64, AArch64, RISC-V)");
 
+mod aio;
 mod io;
 mod real;
 mod table;
@@ -828,6 +829,48 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     sync(fd, real::fdatasync())
+}
+
+// ---- Linux AIO (libaio) -------------------------------------------------------------
+
+/// io_submit (libaio): requests on Nacre descriptors go through a ring of the context's.
+#[no_mangle]
+pub unsafe extern "C" fn io_submit(
+    ctx: usize,
+    nr: libc::c_long,
+    cbs: *mut *mut aio::Iocb,
+) -> c_int {
+    if inside() {
+        return real::io_submit()(ctx, nr, cbs);
+    }
+    let _in = Inside::enter();
+    aio::submit(ctx, nr, cbs)
+}
+
+/// io_getevents (libaio).
+#[no_mangle]
+pub unsafe extern "C" fn io_getevents(
+    ctx: usize,
+    min: libc::c_long,
+    nr: libc::c_long,
+    events: *mut aio::IoEvent,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    if inside() {
+        return real::io_getevents()(ctx, min, nr, events, timeout);
+    }
+    let _in = Inside::enter();
+    aio::getevents(ctx, min, nr, events, timeout)
+}
+
+/// io_destroy (libaio).
+#[no_mangle]
+pub unsafe extern "C" fn io_destroy(ctx: usize) -> c_int {
+    if inside() {
+        return real::io_destroy()(ctx);
+    }
+    let _in = Inside::enter();
+    aio::destroy(ctx)
 }
 
 // ---- process life ----------------------------------------------------------------------

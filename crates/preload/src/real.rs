@@ -86,6 +86,19 @@ reals! {
     fsync = c"fsync": unsafe extern "C" fn(c_int) -> c_int;
     /// fdatasync(2).
     fdatasync = c"fdatasync": unsafe extern "C" fn(c_int) -> c_int;
+    /// io_submit (libaio).
+    io_submit = c"io_submit":
+        unsafe extern "C" fn(usize, libc::c_long, *mut *mut crate::aio::Iocb) -> c_int;
+    /// io_getevents (libaio).
+    io_getevents = c"io_getevents": unsafe extern "C" fn(
+        usize,
+        libc::c_long,
+        libc::c_long,
+        *mut crate::aio::IoEvent,
+        *mut libc::timespec,
+    ) -> c_int;
+    /// io_destroy (libaio).
+    io_destroy = c"io_destroy": unsafe extern "C" fn(usize) -> c_int;
     /// mmap(2).
     mmap = c"mmap64":
         unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
