@@ -4,6 +4,7 @@
 # MGS+MDT0 server process, two OSS processes, a separate `nacre mount`, TCP).
 #   FUSE   fio on the mount, O_DIRECT: psync at queue depth 1, libaio at 32
 #   rings  examples/c/ringbench.c (libnacre.so): a ring per thread, QD requests in flight
+#   LD_PRELOAD  the same fio runs with libnacre_preload.so (psync and libaio through rings)
 #   OSTs   `nacre bench survey` on the networked OST directories (sequential 1 MiB, as
 #          many streams as the runs above), the ceiling of the data path
 # Sequential 1 MiB and random 4 KiB reads and writes, queue depth 1 and 32, 1 and 4
@@ -21,7 +22,9 @@ RB="$WORK/ringbench"
 cc -O2 -o "$RB" examples/c/ringbench.c \
   $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
 
-# fuse MNT RW BS QD THREADS: "ops/s MiB/s" of fio on MNT/fio.dat.
+PRELOAD="$CARGO_TARGET_DIR/release/libnacre_preload.so"
+[ -f "$PRELOAD" ] || { echo "$PRELOAD is not built (cargo build --release)" >&2; exit 1; }
+# fuse MNT RW BS QD THREADS: "ops/s MiB/s" of fio on MNT/fio.dat (LD_PRELOAD as given).
 fuse() {
   local engine=psync
   [ "$4" -gt 1 ] && engine=libaio
@@ -58,7 +61,8 @@ for form in emb net; do
       for th in 1 4; do
         read -r fo fm <<<"$(fuse "$M" "$rw" "$bs" "$qd" "$th")"
         read -r ro rm <<<"$(ring "$M" "$rw" "$bs" "$qd" "$th")"
-        rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm")
+        read -r po pm <<<"$(LD_PRELOAD="$PRELOAD" fuse "$M" "$rw" "$bs" "$qd" "$th")"
+        rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm $po $pm")
       done
     done
   done
@@ -68,16 +72,17 @@ read -r s4w s4r <<<"$(survey 4)"
 
 echo "OSTs alone (networked, sequential 1 MiB): 1 stream $s1w MiB/s write, $s1r read; 4 streams $s4w write, $s4r read"
 echo
-echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | rings/FUSE | rings/OSTs |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | LD_PRELOAD ops/s | LD_PRELOAD MiB/s | rings/FUSE | LD_PRELOAD/FUSE | rings/OSTs | LD_PRELOAD/OSTs |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+ratio() { python3 -c "print(f'{$1/$2:.2f}x' if $2 else '-')"; }
 for r in "${rows[@]}"; do
-  read -r form rw bs qd th fo fm ro rm <<<"$r"
-  ost="-"
+  read -r form rw bs qd th fo fm ro rm po pm <<<"$r"
+  ost="-" post="-"
   if [ "$form" = net ] && [ "$bs" = 1048576 ]; then
     case "$rw$th" in
-      write1) ost=$(pct "$rm" "$s1w") ;; write4) ost=$(pct "$rm" "$s4w") ;;
-      read1) ost=$(pct "$rm" "$s1r") ;; read4) ost=$(pct "$rm" "$s4r") ;;
+      write1) base=$s1w ;; write4) base=$s4w ;; read1) base=$s1r ;; read4) base=$s4r ;;
     esac
+    ost=$(pct "$rm" "$base") post=$(pct "$pm" "$base")
   fi
-  echo "| $form | $rw | $bs | $qd | $th | $fo | $fm | $ro | $rm | $(python3 -c "print(f'{$ro/$fo:.2f}x' if $fo else '-')") | $ost |"
+  echo "| $form | $rw | $bs | $qd | $th | $fo | $fm | $ro | $rm | $po | $pm | $(ratio "$ro" "$fo") | $(ratio "$po" "$fo") | $ost | $post |"
 done

@@ -11,9 +11,15 @@ OSTS="${3:-4}"
 # shellcheck disable=SC1091
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
-cargo build --release -p nacre-cli
+cargo build --release -p nacre-cli -p nacre-capi -p nacre-preload
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-$SUDO install -m 0755 "$CARGO_TARGET_DIR/release/nacre" /usr/local/bin/nacre
+R="$CARGO_TARGET_DIR/release"
+$SUDO install -m 0755 "$R/nacre" /usr/local/bin/nacre
+# The node API for C (docs/api.md) and LD_PRELOAD for unmodified programs (docs/preload.md).
+$SUDO install -D -m 0755 "$R/libnacre.so" /usr/local/lib/libnacre.so
+$SUDO install -D -m 0644 "$R/include/nacre.h" /usr/local/include/nacre.h
+$SUDO install -D -m 0755 "$R/libnacre_preload.so" /usr/local/lib/nacre/libnacre_preload.so
+command -v ldconfig >/dev/null && $SUDO ldconfig
 $SUDO mkdir -p "$MNT"
 $SUDO nacre up "$DATA" --mount "$MNT" --osts "$OSTS"
 nacre df -h "$MNT"

@@ -80,6 +80,31 @@ impl Client {
         Ok(out)
     }
 
+    /// Starts reading `len` bytes of `file` at `offset`: its RPCs go out now, and no thread
+    /// waits for them until [`Client::finish_read`] (many reads in flight from one thread,
+    /// as the node API's rings keep them). No read-ahead.
+    pub fn start_read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<osc::ReadJob> {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
+            return Err(Status::Inval.into());
+        };
+        osc::start_read(self, layout, offset, len)
+    }
+
+    /// Waits for a read [`Client::start_read`] started: its data, short only at end of
+    /// file.
+    pub fn finish_read(
+        &self,
+        file: &OpenFile,
+        job: osc::ReadJob,
+    ) -> Result<nacre_types::AlignedBuf> {
+        let io = self.io_layout(file)?;
+        let Some(layout) = io.get() else {
+            return Err(Status::Inval.into());
+        };
+        job.finish(self, layout)
+    }
+
     /// Reads file data for the kernel's page cache under read locks (see
     /// [`Client::enable_data_locks`]): short only at end of file. Call
     /// [`Client::read_done`] with the locks once the data is in the cache.

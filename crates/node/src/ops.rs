@@ -115,7 +115,7 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
             offset,
             len,
         } => {
-            let data = ring_read(shared, &*handle(s, hd)?, offset, len)?;
+            let data = ring_read(shared, &*handle(s, hd)?, offset, len, true)?;
             Ok((ApiReply::Data, Some(data)))
         }
         ApiRequest::Write { handle: hd, offset } => {
@@ -305,19 +305,52 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
     }
 }
 
-/// Reads up to `len` bytes of `h` at `offset` (a request's, or a ring entry's).
+/// Reads up to `len` bytes of `h` at `offset` (a request's, or a ring entry's); `ahead`:
+/// the client may read ahead of a sequential reader (one request at a time: a ring's
+/// requests in flight together are their own read-ahead, and a client's would read the
+/// same bytes twice).
 pub(crate) fn ring_read(
     shared: &Shared,
     h: &Handle,
     offset: u64,
     len: u32,
+    ahead: bool,
 ) -> Result<AlignedBuf, ClientError> {
     if !h.readable {
         return Err(err(Status::BadF));
     }
     let data = shared
         .client
-        .read_at(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize, true)?;
+        .read_at(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize, ahead)?;
+    shared
+        .stats
+        .read_bytes
+        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    Ok(data)
+}
+
+/// Starts reading up to `len` bytes of `h` at `offset` ([`finish_read`] waits).
+pub(crate) fn start_read(
+    shared: &Shared,
+    h: &Handle,
+    offset: u64,
+    len: u32,
+) -> Result<nacre_client::osc::ReadJob, ClientError> {
+    if !h.readable {
+        return Err(err(Status::BadF));
+    }
+    shared
+        .client
+        .start_read(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize)
+}
+
+/// Waits for a read [`start_read`] started.
+pub(crate) fn finish_read(
+    shared: &Shared,
+    h: &Handle,
+    job: nacre_client::osc::ReadJob,
+) -> Result<AlignedBuf, ClientError> {
+    let data = shared.client.finish_read(&h.file, job)?;
     shared
         .stats
         .read_bytes

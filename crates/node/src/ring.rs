@@ -26,9 +26,23 @@ pub const RINGS_MAX: usize = 256;
 const CQ_WAIT_MS_MAX: u64 = 10;
 /// Workers running a ring's requests at once (its entries, at most this).
 pub const RING_WORKERS_MAX: usize = 32;
-/// How long the taker polls for more submissions before it sleeps.
 /// How often a sleeping taker looks whether its session ended.
 const SLEEP_MS: i32 = 500;
+
+/// Reads the taker started itself and has not finished yet, at most (more go to the
+/// workers).
+const STARTED_MAX: usize = 64;
+
+/// Largest read the taker starts itself: a larger one's copy into the ring (and its
+/// checksum) is work better spread over the workers.
+const STARTED_BYTES_MAX: u32 = 128 << 10;
+
+/// A read the taker started: its RPCs in flight, no thread waiting for them.
+struct Started {
+    sqe: Sqe,
+    handle: Arc<ops::Handle>,
+    job: nacre_client::osc::ReadJob,
+}
 
 /// A memfd mapped shared.
 struct Map {
@@ -129,7 +143,7 @@ impl Ring {
                     nacre_types::cred::set_current(Some(ses.cred.clone()));
                     nacre_types::jobid::set_current(&ses.jobid);
                     for sqe in rx {
-                        let result = r.run(&sh, &ses, &sqe);
+                        let result = r.run(&sh, &ses, &sqe, false);
                         r.complete(Cqe {
                             user_data: sqe.user_data,
                             result,
@@ -157,23 +171,29 @@ impl Ring {
         let _ = rustix::io::write(&self.sq_event, &1u64.to_ne_bytes());
     }
 
-    /// Takes submissions as they are published and hands them to the workers — or, one
-    /// alone while no worker is busy (a caller at queue depth 1), runs it itself: a
-    /// wake-up less per request.
+    /// Takes submissions as they are published. One alone while nothing else is in flight
+    /// (a caller at queue depth 1) it runs itself: a wake-up less per request. Reads among
+    /// several it starts itself — their RPCs go out at once and need no thread while in
+    /// flight — and finishes one at a time between looks for more, so the ring keeps as
+    /// many in flight as the application gives; writes and fsyncs go to the workers.
     fn take(&self, shared: &Shared, s: &Session, workers: &crossbeam_channel::Sender<Sqe>) {
         let h = self.header();
         let mask = self.entries - 1;
         let mut head = h.sq_head.v.load(Ordering::Acquire);
         let mut poller = Poller::default();
+        let mut started = std::collections::VecDeque::new();
         while !self.stop.load(Ordering::Relaxed) {
             let tail = h.sq_tail.v.load(Ordering::Acquire);
             if tail == head {
-                self.idle(head, &mut poller);
+                match started.pop_front() {
+                    Some(st) => self.finish_started(shared, st),
+                    None => self.idle(head, &mut poller),
+                }
                 continue;
             }
             // A tail more than a ring ahead is the application's bug: take a ring's worth.
             let n = tail.wrapping_sub(head).min(self.entries);
-            let inline = n == 1 && self.busy.load(Ordering::Acquire) == 0;
+            let inline = n == 1 && self.busy.load(Ordering::Acquire) == 0 && started.is_empty();
             for _ in 0..n {
                 let at = RING_SQ_OFFSET + (head & mask) as usize * std::mem::size_of::<Sqe>();
                 // SAFETY: `at` is within the mapping (entries checked at setup); the entry
@@ -182,11 +202,24 @@ impl Ring {
                 head = head.wrapping_add(1);
                 if inline {
                     h.sq_head.v.store(head, Ordering::Release);
-                    let result = self.run(shared, s, &sqe);
+                    let result = self.run(shared, s, &sqe, true);
                     self.complete(Cqe {
                         user_data: sqe.user_data,
                         result,
                     });
+                    continue;
+                }
+                if sqe.op == RING_OP_READ
+                    && sqe.len <= STARTED_BYTES_MAX
+                    && started.len() < STARTED_MAX
+                {
+                    match self.start_read(shared, s, sqe) {
+                        Ok(st) => started.push_back(st),
+                        Err(result) => self.complete(Cqe {
+                            user_data: sqe.user_data,
+                            result,
+                        }),
+                    }
                     continue;
                 }
                 self.busy.fetch_add(1, Ordering::AcqRel);
@@ -195,7 +228,53 @@ impl Ring {
                 }
             }
             h.sq_head.v.store(head, Ordering::Release);
+            if let Some(st) = started.pop_front() {
+                self.finish_started(shared, st);
+            }
         }
+        // Stopping: what was started lands in the mapping before it goes.
+        while let Some(st) = started.pop_front() {
+            self.finish_started(shared, st);
+        }
+    }
+
+    /// Starts the read `sqe` asks for; its negative errno when it cannot be.
+    fn start_read(&self, shared: &Shared, s: &Session, sqe: Sqe) -> Result<Started, i64> {
+        let handle = s
+            .handles
+            .lock()
+            .get(&sqe.handle)
+            .cloned()
+            .ok_or(-i64::from(libc::EBADF))?;
+        if !within(sqe.buf_offset, sqe.len, self.buffer_bytes) {
+            return Err(-i64::from(libc::EFAULT));
+        }
+        let job = ops::start_read(shared, &handle, sqe.offset, sqe.len)
+            .map_err(|e| -i64::from(e.errno()))?;
+        Ok(Started { sqe, handle, job })
+    }
+
+    /// Waits for a started read, puts its data in the ring's buffers and completes it.
+    fn finish_started(&self, shared: &Shared, st: Started) {
+        let result = match ops::finish_read(shared, &st.handle, st.job) {
+            Ok(data) => {
+                let n = data.len().min(st.sqe.len as usize);
+                // SAFETY: `len` bytes at the offset checked when it started; `n` ≤ `len`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        self.buffer(st.sqe.buf_offset, st.sqe.len),
+                        n,
+                    )
+                };
+                n as i64
+            }
+            Err(e) => -i64::from(e.errno()),
+        };
+        self.complete(Cqe {
+            user_data: st.sqe.user_data,
+            result,
+        });
     }
 
     /// Nothing submitted: polls as long as `poller` says (as long as submissions have
@@ -240,8 +319,9 @@ impl Ring {
         unsafe { self.map.ptr.add(at) }
     }
 
-    /// Runs one submission: bytes moved, or a negative errno.
-    fn run(&self, shared: &Shared, s: &Session, sqe: &Sqe) -> i64 {
+    /// Runs one submission: bytes moved, or a negative errno. `alone`: no other request
+    /// of the ring is in flight (the client may read ahead of a sequential reader).
+    fn run(&self, shared: &Shared, s: &Session, sqe: &Sqe, alone: bool) -> i64 {
         let errno = |e: ClientError| -i64::from(e.errno());
         let Some(h) = s.handles.lock().get(&sqe.handle).cloned() else {
             return -i64::from(libc::EBADF);
@@ -251,7 +331,7 @@ impl Ring {
             return -i64::from(libc::EFAULT);
         }
         match sqe.op {
-            RING_OP_READ => match ops::ring_read(shared, &h, sqe.offset, sqe.len) {
+            RING_OP_READ => match ops::ring_read(shared, &h, sqe.offset, sqe.len, alone) {
                 Ok(data) => {
                     // SAFETY: `len` bytes at the checked offset of the mapping; `data` is
                     // at most `len` bytes.

@@ -236,3 +236,42 @@ fn socket_write(file: &File, bufs: &Bufs<'_>, offset: u64) -> Result<usize, i32>
     }
     Ok(done)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Bufs;
+
+    #[test]
+    fn bytes_cross_iovec_boundaries_both_ways() {
+        let mut a = [0u8; 3];
+        let mut b = [0u8; 0];
+        let mut c = [0u8; 5];
+        let iov = [
+            libc::iovec {
+                iov_base: a.as_mut_ptr().cast(),
+                iov_len: a.len(),
+            },
+            libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 0,
+            },
+            libc::iovec {
+                iov_base: c.as_mut_ptr().cast(),
+                iov_len: c.len(),
+            },
+        ];
+        // SAFETY: the arrays above, alive for the test.
+        let bufs = unsafe { Bufs::new(&iov) };
+        assert_eq!(bufs.total(), 8);
+        bufs.put(2, b"wxyz");
+        let mut out = [0u8; 8];
+        bufs.get(0, &mut out);
+        assert_eq!(&out, b"\0\0wxyz\0\0");
+        let mut mid = [0u8; 3];
+        bufs.get(3, &mut mid);
+        assert_eq!(&mid, b"xyz");
+        bufs.put(6, b"!!");
+        assert_eq!(&c, b"xyz!!");
+        assert_eq!(&a, b"\0\0w");
+    }
+}
