@@ -10,6 +10,7 @@
 //! buffers; a larger one is served at once (synchronously) and its completion kept for
 //! `io_getevents`.
 
+use crate::abi::{IoEvent, Iocb};
 use crate::io::Bufs;
 use crate::table::Mount;
 use crate::{real, table};
@@ -32,33 +33,6 @@ const IO_CMD_PREADV: u16 = 7;
 const IO_CMD_PWRITEV: u16 = 8;
 /// `IOCB_FLAG_RESFD`: an eventfd to signal at completion.
 const IOCB_FLAG_RESFD: u32 = 1;
-
-/// The kernel's `struct iocb` (linux/aio_abi.h; libaio's is the same memory).
-#[repr(C)]
-pub struct Iocb {
-    data: u64,
-    key: u32,
-    rw_flags: u32,
-    opcode: u16,
-    reqprio: i16,
-    fildes: u32,
-    buf: u64,
-    nbytes: u64,
-    offset: i64,
-    reserved2: u64,
-    flags: u32,
-    resfd: u32,
-}
-
-/// The kernel's `struct io_event`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IoEvent {
-    data: u64,
-    obj: u64,
-    res: i64,
-    res2: i64,
-}
 
 /// A request of ours in flight.
 struct Op {

@@ -3,7 +3,7 @@
 
 use crate::io::Bufs;
 use crate::{
-    aio, fail, inside, io, one, real, served_inside, table, Inside, Served, COPY_BYTES_MAX,
+    abi, aio, fail, inside, io, one, real, served_inside, table, Inside, Served, COPY_BYTES_MAX,
 };
 use libc::{c_int, c_uint, c_void, off64_t, size_t, ssize_t};
 use std::sync::atomic::Ordering;
@@ -87,7 +87,7 @@ unsafe fn copy(
         return -1;
     }
     let want = len.min(COPY_BYTES_MAX);
-    let mut buf = vec![0u8; want.min(io::RING_BYTES)];
+    let mut buf = vec![0u8; want.min(table::RING_BYTES)];
     let mut done = 0usize;
     let mut err = 0;
     while done < want {
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
 pub unsafe extern "C" fn io_submit(
     ctx: usize,
     nr: libc::c_long,
-    cbs: *mut *mut aio::Iocb,
+    cbs: *mut *mut abi::Iocb,
 ) -> c_int {
     if inside() {
         return real::io_submit()(ctx, nr, cbs);
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn io_getevents(
     ctx: usize,
     min: libc::c_long,
     nr: libc::c_long,
-    events: *mut aio::IoEvent,
+    events: *mut abi::IoEvent,
     timeout: *mut libc::timespec,
 ) -> c_int {
     if inside() {

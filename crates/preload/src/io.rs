@@ -3,17 +3,8 @@
 //! copied between the caller's memory and the ring's buffers. When no ring can be had the
 //! node's client's socket serves the call (still no kernel round trip).
 
-use crate::table::Mount;
+use crate::table::{Mount, CHUNK, RING_BYTES, WINDOW_CHUNKS};
 use nacre_api::{Completion, File, Ring};
-
-/// Bytes of one ring entry.
-pub(crate) const CHUNK: usize = 1 << 20;
-/// Chunks in flight at once (a ring's buffers).
-const WINDOW_CHUNKS: usize = 8;
-/// A ring's buffers.
-pub(crate) const RING_BYTES: usize = CHUNK * WINDOW_CHUNKS;
-/// A ring's entries (room for a window and an fsync).
-pub(crate) const RING_ENTRIES: u32 = 32;
 
 /// The caller's memory a call names (its iovecs), seen as one run of bytes.
 pub(crate) struct Bufs<'a> {

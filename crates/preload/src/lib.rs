@@ -41,6 +41,7 @@
 )))]
 compile_error!("libnacre_preload.so is built for 64-bit Linux (x86-64, AArch64, RISC-V)");
 
+mod abi;
 mod aio;
 mod copy;
 mod data;

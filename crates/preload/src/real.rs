@@ -88,13 +88,13 @@ reals! {
     fdatasync = c"fdatasync": unsafe extern "C" fn(c_int) -> c_int;
     /// io_submit (libaio).
     io_submit = c"io_submit":
-        unsafe extern "C" fn(usize, libc::c_long, *mut *mut crate::aio::Iocb) -> c_int;
+        unsafe extern "C" fn(usize, libc::c_long, *mut *mut crate::abi::Iocb) -> c_int;
     /// io_getevents (libaio).
     io_getevents = c"io_getevents": unsafe extern "C" fn(
         usize,
         libc::c_long,
         libc::c_long,
-        *mut crate::aio::IoEvent,
+        *mut crate::abi::IoEvent,
         *mut libc::timespec,
     ) -> c_int;
     /// io_destroy (libaio).

@@ -19,6 +19,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// How the library cuts a call's bytes over a ring (io.rs).
+/// Bytes of one ring entry.
+pub(crate) const CHUNK: usize = 1 << 20;
+/// Chunks in flight at once (a ring's buffers).
+pub(crate) const WINDOW_CHUNKS: usize = 8;
+/// A ring's buffers.
+pub(crate) const RING_BYTES: usize = CHUNK * WINDOW_CHUNKS;
+/// A ring's entries (room for a window and an fsync).
+pub(crate) const RING_ENTRIES: u32 = 32;
+
 /// Descriptors below this number can be tracked (higher ones always go to the kernel).
 pub(crate) const FDS_MAX: usize = 1 << 16;
 /// Rings one process sets up per mount (threads beyond take one in turn, or use the
@@ -104,10 +114,7 @@ impl Mount {
             }
             *made += 1;
         }
-        match self
-            .node
-            .ring(crate::io::RING_ENTRIES, crate::io::RING_BYTES as u64)
-        {
+        match self.node.ring(RING_ENTRIES, RING_BYTES as u64) {
             Ok(r) => Some(r),
             Err(e) => {
                 *self.made.lock() -= 1;

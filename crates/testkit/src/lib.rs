@@ -319,8 +319,10 @@ impl Embedded {
 
 impl Drop for Embedded {
     fn drop(&mut self) {
+        let log = mount_log(&self.mnt);
         let _ = nacre(&["down", &self.mnt.display().to_string()]);
         force_unmount(&self.mnt);
+        forget_log(&log);
     }
 }
 
@@ -567,13 +569,7 @@ pub fn pid_of_command(matches: impl Fn(&[String]) -> bool) -> Option<u32> {
 impl ClientMount {
     /// The log of the background mount process (`/run/nacre/<mount point>.log`).
     pub fn log_path(&self) -> PathBuf {
-        let canon = std::fs::canonicalize(&self.mnt).unwrap_or_else(|_| self.mnt.clone());
-        let name: String = canon
-            .to_string_lossy()
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        Path::new("/run/nacre").join(format!("{name}.log"))
+        mount_log(&self.mnt)
     }
 
     /// Aborts this mount's FUSE connection through fusectl (mounted if needed), as
@@ -615,9 +611,33 @@ impl ClientMount {
 
 impl Drop for ClientMount {
     fn drop(&mut self) {
+        let log = self.log_path();
         let _ = nacre(&["umount", &self.mnt.display().to_string()]);
         force_unmount(&self.mnt);
+        forget_log(&log);
     }
+}
+
+/// The log a background mount process at `mnt` writes (`/run/nacre/<mount point>.log`).
+pub fn mount_log(mnt: &Path) -> PathBuf {
+    let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    Path::new("/run/nacre").join(format!("{name}.log"))
+}
+
+/// Removes a stopped mount's log (and API socket, if left), unless the test is failing:
+/// a failed test's log stays for its reader; a passing one's would only fill `/run`
+/// (a memory file system) run after run.
+fn forget_log(log: &Path) {
+    if std::thread::panicking() {
+        return;
+    }
+    let _ = std::fs::remove_file(log);
+    let _ = std::fs::remove_file(log.with_extension("api.sock"));
 }
 
 /// Formats a target with `nacre mkfs`.
