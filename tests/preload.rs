@@ -166,6 +166,25 @@ fn unmodified_tools_do_their_data_io_through_the_rings() {
         );
     }
 
+    // One AIO context with requests on a Nacre file and on a local one at once: both
+    // served (the kernel's and the ring's completions reaped together), both verified.
+    let (r5, w6) = moved(&fs, "plt");
+    let out = run(
+        &s,
+        &format!(
+            "fio --name=mix --filename={m}/mixa:mixb --size=8m --bs=4k --rw=randwrite \
+             --ioengine=libaio --iodepth=16 --direct=1 --verify=crc32c --do_verify=1 \
+             --verify_fatal=1"
+        ),
+    );
+    quiet(&out);
+    assert!(out.contains("err= 0"), "{out}");
+    let (r6, w7) = moved(&fs, "plt");
+    assert!(
+        w7 - w6 >= 3 << 20 && r6 - r5 >= 3 << 20,
+        "the Nacre half through the ring: {out}"
+    );
+
     // IOR's POSIX interface: two tasks, file per process, written and read back checked.
     let out = run(
         &s,
