@@ -128,12 +128,14 @@ pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, n: c_int, off: o
 
 /// What serves a write on `fd`: not an `O_APPEND` descriptor (the kernel appends).
 fn serve_write(fd: c_int) -> Option<(Served, Inside)> {
-    let (s, g) = serve(fd)?;
-    if s.entry.append.load(Ordering::Acquire) {
-        s.entry.kernel_wrote.store(true, Ordering::Release);
-        return None;
+    // An append is the kernel's before anything is attached for it.
+    if let Some(e) = crate::table::entry(fd) {
+        if e.append.load(Ordering::Acquire) {
+            e.kernel_wrote.store(true, Ordering::Release);
+            return None;
+        }
     }
-    Some((s, g))
+    serve(fd)
 }
 
 /// write(2).

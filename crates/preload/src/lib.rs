@@ -141,10 +141,23 @@ impl Served {
     }
 
     unsafe fn moves(&self, fd: c_int, iov: &[iovec], offset: Option<off64_t>, w: bool) -> ssize_t {
-        let bufs = Bufs::new(iov);
-        if bufs.total() > RW_BYTES_MAX {
-            return fail(libc::EINVAL);
+        // As the kernel: a total past ssize_t is refused, a large one moves at most
+        // MAX_RW_COUNT bytes.
+        let mut total = 0usize;
+        for v in iov {
+            total = match total.checked_add(v.iov_len) {
+                Some(t) if t <= isize::MAX as usize => t,
+                _ => return fail(libc::EINVAL),
+            };
         }
+        let clamped;
+        let iov = if total > RW_BYTES_MAX {
+            clamped = clamp(iov, RW_BYTES_MAX);
+            &clamped[..]
+        } else {
+            iov
+        };
+        let bufs = Bufs::new(iov);
         let at = match offset {
             Some(o) if o < 0 => return fail(libc::EINVAL),
             Some(o) => o,
@@ -171,6 +184,24 @@ impl Served {
             Err(e) => fail(e),
         }
     }
+}
+
+/// The first `max` bytes of `iov`.
+fn clamp(iov: &[iovec], max: usize) -> Vec<iovec> {
+    let mut left = max;
+    let mut out = Vec::new();
+    for v in iov {
+        if left == 0 {
+            break;
+        }
+        let n = v.iov_len.min(left);
+        out.push(iovec {
+            iov_base: v.iov_base,
+            iov_len: n,
+        });
+        left -= n;
+    }
+    out
 }
 
 fn one(buf: *const c_void, n: size_t) -> [iovec; 1] {
