@@ -331,3 +331,50 @@ fn without_its_node_api_the_kernel_serves_and_says_so() {
     assert_eq!(moved(&fs, "plu"), (r0, w0), "nothing through the node API");
     assert!(std::fs::read(fs.path("k.bin")).unwrap() == data);
 }
+
+/// POSIX edge cases of the read and write families (tests/c/preload_check.c: positions,
+/// short reads and holes, EINVAL and EBADF, readv/preadv2/pwritev, dup/dup2/F_DUPFD,
+/// ftruncate, copy_file_range offsets, close_range, O_APPEND, a shared mapping) hold the
+/// same through the kernel and through the library, on a networked mount.
+#[test]
+fn posix_edges_are_the_kernels_through_the_library() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("ple"));
+    let exe = fs.scratch().join("preload_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/preload_check.c");
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", text(&cc));
+    for (i, preload) in [false, true].into_iter().enumerate() {
+        let dir = fs.path(&format!("run{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let (r0, w0) = moved(&fs, "ple");
+        let mut cmd = Command::new(&exe);
+        cmd.arg(&dir);
+        if preload {
+            cmd.env("LD_PRELOAD", preload_lib());
+        }
+        let out = cmd.output().unwrap();
+        let t = text(&out);
+        assert!(
+            out.status.success() && t.starts_with("ok"),
+            "preload {preload}: {t}"
+        );
+        let (r1, w1) = moved(&fs, "ple");
+        if preload {
+            assert!(
+                w1 - w0 >= 3 << 20 && r1 - r0 >= 3 << 20,
+                "through the rings"
+            );
+        } else {
+            assert_eq!(
+                (r1, w1),
+                (r0, w0),
+                "the control run goes through the kernel only"
+            );
+        }
+    }
+}
