@@ -9,6 +9,11 @@
 //! any means work. Each request of ours holds a slot of [`SLOT_BYTES`] of the ring's
 //! buffers; a larger one is served at once (synchronously) and its completion kept for
 //! `io_getevents`.
+//!
+//! A context's rings are used under its lock: a thread submitting to a context that
+//! another thread is reaping waits until one of the requests of ours in flight completes
+//! (never longer: a reaper waits on the rings only while requests of ours are in flight,
+//! and waits for the kernel's alone without the lock).
 
 use crate::abi::{IoEvent, Iocb};
 use crate::io::Bufs;
@@ -299,9 +304,11 @@ pub(crate) unsafe fn submit(ctx: usize, nr: libc::c_long, cbs: *mut *mut Iocb) -
         .map(|cb| if cb.is_null() { None } else { ours(&**cb) })
         .collect();
     if mine.iter().all(Option::is_none) {
+        // Counted from a context's first request on, so a later request of ours knows
+        // what the kernel has in flight beside it.
         let r = real_submit(ctx, nr, cbs);
         if r > 0 {
-            if let Some(c) = ctx_of(ctx, false) {
+            if let Some(c) = ctx_of(ctx, true) {
                 c.lock().kernel += r as usize;
             }
         }
@@ -353,11 +360,12 @@ pub(crate) unsafe fn getevents(
     timeout: *mut libc::timespec,
 ) -> i32 {
     let real_get = real::io_getevents();
-    let Some(c) = ctx_of(ctx, false) else {
+    let Some(ctx_state) = ctx_of(ctx, false) else {
         return real_get(ctx, min, nr, events, timeout);
     };
-    let mut c = c.lock();
+    let mut c = ctx_state.lock();
     if nr <= 0 || events.is_null() || min < 0 || min > nr {
+        drop(c);
         return real_get(ctx, min, nr, events, timeout);
     }
     let (min, nr) = (min as usize, nr as usize);
@@ -369,7 +377,9 @@ pub(crate) unsafe fn getevents(
         )
     });
     if c.ours == 0 && c.ready.is_empty() {
-        // Only the kernel's: its own call, counted.
+        // Only the kernel's: its own call, counted — without the lock, so another thread
+        // may submit meanwhile (as the kernel lets it).
+        drop(c);
         let r = real_get(
             ctx,
             min as libc::c_long,
@@ -378,6 +388,7 @@ pub(crate) unsafe fn getevents(
             timeout,
         );
         if r > 0 {
+            let mut c = ctx_state.lock();
             c.kernel = c.kernel.saturating_sub(r as usize);
         }
         return r;
