@@ -487,6 +487,17 @@ fn a_ring_keeps_many_requests_in_flight_from_one_thread() {
             checked += 1;
         }
     }
+    // Those reads' data was received from the OSTs straight into the ring, and the
+    // writes' sent from it (no copy in the node's client); every byte checked.
+    let stat = |k: &str| -> u64 {
+        get_param(fs.client_pid(), "llite.apir.api_stats")
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    assert!(stat("landed_bytes") >= 1000 * 4096, "landed in the ring");
+    assert!(stat("sent_bytes") >= 16 << 20, "sent from the ring");
     // Refused: a buffer past the ring's, a handle the session does not have.
     assert_eq!(errno(ring.prep_read(&f, 0, 32 << 20, 1, 1)), libc::EFAULT);
     ring.prep(nacre_wire::ring::Sqe {

@@ -83,12 +83,20 @@ impl Client {
     /// Starts reading `len` bytes of `file` at `offset`: its RPCs go out now, and no thread
     /// waits for them until [`Client::finish_read`] (many reads in flight from one thread,
     /// as the node API's rings keep them). No read-ahead.
-    pub fn start_read(&self, file: &OpenFile, offset: u64, len: usize) -> Result<osc::ReadJob> {
+    /// `into`: memory the data may be received into with no copy (see
+    /// [`osc::start_read_into`]); [`Client::finish_read`] returns it when it was.
+    pub fn start_read(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: usize,
+        into: Option<nacre_types::AlignedBuf>,
+    ) -> Result<osc::ReadJob> {
         let io = self.io_layout(file)?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
-        osc::start_read(self, layout, offset, len)
+        osc::start_read_into(self, layout, offset, len, into)
     }
 
     /// Waits for a read [`Client::start_read`] started: its data, short only at end of
@@ -129,12 +137,35 @@ impl Client {
 
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_with(file, offset, data, None).map(|(n, _)| n)
+    }
+
+    /// [`Client::write`] of the bytes `buf` holds (memory the caller registered, e.g. a
+    /// ring's buffer): a write that is one RPC sends `buf` itself, with no copy. The count,
+    /// and whether it was sent so.
+    pub fn write_buf(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        buf: nacre_types::AlignedBuf,
+    ) -> Result<(usize, bool)> {
+        let whole = Arc::new(buf);
+        self.write_with(file, offset, &whole[..], Some(&whole))
+    }
+
+    fn write_with(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        data: &[u8],
+        whole: Option<&Arc<nacre_types::AlignedBuf>>,
+    ) -> Result<(usize, bool)> {
         file.check_writable()?;
         let mut refused = 0;
         loop {
             let io = self.io_layout(file)?;
             let written = match io.get() {
-                Some(layout) => osc::write(self, layout, offset, data, file.owner),
+                Some(layout) => osc::write_from(self, layout, offset, data, whole, file.owner),
                 None => Err(Status::Inval.into()),
             };
             match written {

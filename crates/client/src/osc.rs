@@ -57,6 +57,20 @@ impl Window {
         req: &OssRequest,
         bulk: Option<Arc<AlignedBuf>>,
     ) -> Result<()> {
+        self.start_into(client, tag, ost, req, bulk, None)
+    }
+
+    /// [`Window::start`], the reply's bulk received straight into `into` if it arrives
+    /// whole on a TCP link (`Connection::start_into`).
+    fn start_into(
+        &mut self,
+        client: &Client,
+        tag: usize,
+        ost: u32,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+        into: Option<AlignedBuf>,
+    ) -> Result<()> {
         let limit = client.net_config().max_rpcs_in_flight.max(1);
         if self.client.strong_count() == 0 {
             self.client = client.me.clone();
@@ -72,7 +86,7 @@ impl Window {
             let r = self.collect(p);
             self.done.push((tag, r));
         }
-        let pending = Self::send(client, ost, tag, req, bulk)?;
+        let pending = Self::send(client, ost, tag, req, bulk, into)?;
         self.pending.push_back(pending);
         Ok(())
     }
@@ -83,6 +97,7 @@ impl Window {
         tag: usize,
         req: &OssRequest,
         bulk: Option<Arc<AlignedBuf>>,
+        into: Option<AlignedBuf>,
     ) -> Result<Pending> {
         let conn = client.osc(ost)?;
         let bulk_rpc = match req {
@@ -99,9 +114,11 @@ impl Window {
         call.capa = client.capas.for_request(ost, req);
         let mut rpc = request(req.opcode(), ost, &call, bulk.clone());
         rpc.inline = short;
-        let reply = conn
-            .start(rpc)
-            .map_err(|e| crate::ClientError::Rpc(e.into()))?;
+        let started = match into {
+            Some(into) => conn.start_into(rpc, into),
+            None => conn.start(rpc),
+        };
+        let reply = started.map_err(|e| crate::ClientError::Rpc(e.into()))?;
         Ok(Pending {
             ost,
             tag,
@@ -124,13 +141,13 @@ impl Window {
                 if was != crate::datalocks::NO_UUID =>
             {
                 c.data_evicted(ost, was);
-                match Self::send(&c, ost, tag, &req, bulk) {
+                match Self::send(&c, ost, tag, &req, bulk, None) {
                     Ok(again) => collect(again.reply, again.stats),
                     Err(_) => r,
                 }
             }
             (Err(RpcError::Status(Status::InProgress)), Some(c)) => while_recovering(r, || {
-                let again = Self::send(&c, ost, tag, &req, bulk.clone())
+                let again = Self::send(&c, ost, tag, &req, bulk.clone(), None)
                     .map_err(|e| RpcError::Status(e.status()))?;
                 collect(again.reply, again.stats)
             }),
@@ -248,10 +265,49 @@ pub fn write(
     if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
         return Err(Status::FBig.into());
     }
+    write_from(client, layout, offset, data, None, owner).map(|(n, _)| n)
+}
+
+/// [`write`] of `data`, which `whole` holds (an aligned buffer over the same bytes, e.g. a
+/// region of a ring): a write that is one RPC sends `whole` itself, with no copy. The
+/// count, and whether `whole` was sent so.
+pub fn write_from(
+    client: &Client,
+    layout: &Layout,
+    offset: u64,
+    data: &[u8],
+    whole: Option<&Arc<AlignedBuf>>,
+    owner: nacre_types::Owner,
+) -> Result<(usize, bool)> {
+    if data.is_empty() {
+        return Ok((0, false));
+    }
+    if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
+        return Err(Status::FBig.into());
+    }
     client.flush_objects(layout);
     let all = subs(layout, offset, data.len() as u64, max_rpc(client));
-    write_subs(client, None, layout, offset, data, owner, &all)?;
-    Ok(data.len())
+    let whole = whole.filter(|w| all.len() == 1 && w.len() == data.len());
+    write_subs(client, None, layout, offset, data, owner, &all, whole)?;
+    Ok((data.len(), whole.is_some()))
+}
+
+/// [`gather`] into an aligned buffer, as an RPC sends it.
+fn gather_aligned(layout: &Layout, sub: &Sub, offset: u64, data: &[u8]) -> AlignedBuf {
+    // The runs cover the whole range (for_each_run): no need to zero it first (a memset
+    // of each 1 MiB RPC was 7% of the mount's CPU in a streaming write).
+    let mut buf = AlignedBuf::for_overwrite(sub.len as usize);
+    let mut filled = 0;
+    for_each_run(layout, sub, |file_off, at, n| {
+        let src = (file_off - offset) as usize;
+        buf[at..at + n].copy_from_slice(&data[src..src + n]);
+        filled += n;
+    });
+    assert_eq!(
+        filled as u64, sub.len,
+        "a write's runs cover its object range"
+    );
+    buf
 }
 
 /// The bytes of `data` (written at file offset `offset`) that object range `sub` holds.
@@ -267,6 +323,7 @@ pub(crate) fn gather(layout: &Layout, sub: &Sub, offset: u64, data: &[u8]) -> Ve
 /// Writes the object ranges `parts` of `data` through, all at once. With `fid` (a mount
 /// that takes data locks), each write asks for a write lock and for space grant, so the
 /// next writes there may be kept.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_subs(
     client: &Client,
     fid: Option<nacre_types::Fid>,
@@ -275,25 +332,18 @@ pub(crate) fn write_subs(
     data: &[u8],
     owner: nacre_types::Owner,
     parts: &[Sub],
+    whole: Option<&Arc<AlignedBuf>>,
 ) -> Result<()> {
     let caching = fid.is_some() && client.data_locks_on();
     // Callbacks for the locks these writes may be granted can come before their replies.
     let mut asked = ReadLocks::new();
     let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
-        // The runs cover the whole range (for_each_run): no need to zero it first (a
-        // memset of each 1 MiB RPC was 7% of the mount's CPU in a streaming write).
-        let mut buf = AlignedBuf::for_overwrite(sub.len as usize);
-        let mut filled = 0;
-        for_each_run(layout, sub, |file_off, at, n| {
-            let src = (file_off - offset) as usize;
-            buf[at..at + n].copy_from_slice(&data[src..src + n]);
-            filled += n;
-        });
-        assert_eq!(
-            filled as u64, sub.len,
-            "a write's runs cover its object range"
-        );
+        let buf = match whole {
+            // One RPC for all of `data`, which `whole` already holds, aligned: sent as is.
+            Some(w) if parts.len() == 1 => w.clone(),
+            _ => Arc::new(gather_aligned(layout, sub, offset, data)),
+        };
         let (ost, object) = object(layout, sub.stripe);
         if caching {
             client.asking(ost, object, &mut asked);
@@ -307,7 +357,7 @@ pub(crate) fn write_subs(
             epoch: 0,
             layout_gen: layout.generation,
         };
-        if let Err(e) = window.start(client, tag, ost, &req, Some(Arc::new(buf))) {
+        if let Err(e) = window.start(client, tag, ost, &req, Some(buf)) {
             drop(window);
             client.read_done(fid.unwrap_or_default(), asked);
             return Err(e);
@@ -355,7 +405,7 @@ pub(crate) fn send_one(
     req: &OssRequest,
     bulk: Option<Arc<AlignedBuf>>,
 ) -> Result<(Pending, [u8; 16])> {
-    let p = Window::send(client, ost, 0, req, bulk)?;
+    let p = Window::send(client, ost, 0, req, bulk, None)?;
     let uuid = p.uuid;
     Ok((p, uuid))
 }
@@ -418,12 +468,27 @@ pub struct ReadJob {
 
 /// Starts the read RPCs of `[offset, offset + len)` on every stripe at once.
 pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> Result<ReadJob> {
+    start_read_into(client, layout, offset, len, None)
+}
+
+/// [`start_read`], the data received straight into `into` (at least `len` bytes) when the
+/// read is one RPC whose reply arrives whole on a TCP link: [`ReadJob::finish`] then
+/// returns `into` itself.
+pub fn start_read_into(
+    client: &Client,
+    layout: &Layout,
+    offset: u64,
+    len: usize,
+    into: Option<AlignedBuf>,
+) -> Result<ReadJob> {
     client.flush_objects(layout);
     let parts = if len == 0 || offset >= FILE_BYTES_MAX {
         Vec::new()
     } else {
         subs(layout, offset, len as u64, max_rpc(client))
     };
+    // One RPC covers the range in file order: its bulk is the data as it lands.
+    let mut into = into.filter(|b| parts.len() == 1 && b.capacity() >= len);
     let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
         let (ost, object) = object(layout, sub.stripe);
@@ -433,7 +498,7 @@ pub fn start_read(client: &Client, layout: &Layout, offset: u64, len: usize) -> 
             len: sub.len as u32,
             lock: false,
         };
-        window.start(client, tag, ost, &req, None)?;
+        window.start_into(client, tag, ost, &req, None, into.take())?;
     }
     Ok(ReadJob {
         offset,

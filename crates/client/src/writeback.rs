@@ -520,6 +520,7 @@ impl Client {
                 data,
                 file.owner,
                 &through,
+                None,
             )?;
         }
         Ok(data.len())

@@ -17,6 +17,7 @@ use crate::sec::{FsKey, SecError};
 use crate::{local, NetError, Reply, Request};
 use crossbeam_channel::RecvTimeoutError;
 use nacre_types::limits::{BULK_BYTES_MAX, RPCS_IN_FLIGHT_DEFAULT, RPC_SIZE_BYTES_DEFAULT};
+use nacre_types::AlignedBuf;
 use nacre_types::Nid;
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_RESEND};
 use nacre_wire::Header;
@@ -105,11 +106,16 @@ impl Default for NetConfig {
 
 type ReplySender = OneshotSender<Result<Reply, NetError>>;
 
+/// A request awaiting its reply: who waits, the in-flight slot it occupies, and where its
+/// reply's bulk is to land if the caller said ([`Connection::start_into`]).
+type Awaited = (ReplySender, Option<SlotPermit>, Option<AlignedBuf>);
+
 struct TcpLink {
     /// The stream and, on a protected link, what seals its frames in the order written.
     writer: Mutex<(TcpStream, Option<Sealer>)>,
-    /// Requests awaiting replies, each with the in-flight slot it occupies.
-    pending: Mutex<HashMap<u64, (ReplySender, Option<SlotPermit>)>>,
+    /// Requests awaiting replies, each with the in-flight slot it occupies and where its
+    /// reply's bulk is to land, if the caller said.
+    pending: Mutex<HashMap<u64, Awaited>>,
     alive: AtomicBool,
 }
 
@@ -456,6 +462,21 @@ impl Connection {
         self.start_xid(xid, request)
     }
 
+    /// Like [`Connection::start`], the reply's bulk received straight into `into` (memory
+    /// the caller registered, e.g. a ring's buffer) when it arrives on a TCP link and fits:
+    /// the reply's `bulk` is then `into` itself. A resend, or the in-process transport,
+    /// receives into a fresh buffer as usual. The caller must not reuse the memory behind
+    /// `into` until `into` (and every buffer over it) is dropped — the network thread may
+    /// still hold it after a request it filled timed out.
+    pub fn start_into(
+        self: &Arc<Self>,
+        request: Request,
+        into: AlignedBuf,
+    ) -> Result<PendingReply, NetError> {
+        let xid = self.alloc_xid();
+        self.start_xid_with(xid, request, Some(into))
+    }
+
     /// Reserves the next xid, for callers that must know it before building the request
     /// (the MDC tracks which xids have replies).
     pub fn alloc_xid(&self) -> u64 {
@@ -467,6 +488,15 @@ impl Connection {
         self: &Arc<Self>,
         xid: u64,
         request: Request,
+    ) -> Result<PendingReply, NetError> {
+        self.start_xid_with(xid, request, None)
+    }
+
+    fn start_xid_with(
+        self: &Arc<Self>,
+        xid: u64,
+        request: Request,
+        into: Option<AlignedBuf>,
     ) -> Result<PendingReply, NetError> {
         if !self.discovered.load(Ordering::Acquire)
             && self.config.discovery
@@ -485,7 +515,7 @@ impl Connection {
         if self.config.bulk_checksum {
             header.flags |= FLAG_BULK_CHECKSUM;
         }
-        let (rx, sent_on) = match self.send(&header, &request, Some(permit)) {
+        let (rx, sent_on) = match self.send(&header, &request, Some(permit), into) {
             Ok((rx, on)) => (rx, Some(on)),
             Err(NetError::Disconnected(_)) | Err(NetError::Unreachable { .. }) => {
                 let (tx, rx) = oneshot();
@@ -716,6 +746,7 @@ impl Connection {
         header: &Header,
         request: &Request,
         permit: Option<SlotPermit>,
+        into: Option<AlignedBuf>,
     ) -> Result<(OneshotReceiver<Result<Reply, NetError>>, (usize, Arc<Link>)), NetError> {
         let bulk_bytes = request.bulk.as_ref().map_or(0, |b| b.len() as u64);
         let (rail, link) = self.pick_link(Some(bulk_bytes))?;
@@ -738,7 +769,7 @@ impl Connection {
                 let mut h = *header;
                 let bulk = request.bulk.as_deref().map(|b| &b[..]);
                 h.seal(&request.body, bulk, header.flags & FLAG_BULK_CHECKSUM != 0);
-                tcp.pending.lock().insert(h.xid, (tx, permit));
+                tcp.pending.lock().insert(h.xid, (tx, permit, into));
                 let mut guard = tcp.writer.lock();
                 let w = &mut *guard;
                 if let Err(e) = write_sealed(&mut w.0, &h, &request.body, bulk, w.1.as_mut()) {
@@ -866,7 +897,7 @@ impl PendingReply {
         self.header.flags |= FLAG_RESEND;
         let mut backoff = Duration::from_millis(50);
         loop {
-            match self.conn.send(&self.header, &self.request, None) {
+            match self.conn.send(&self.header, &self.request, None, None) {
                 Ok((rx, on)) => {
                     self.rx = rx;
                     self.sent_on = Some(on);
@@ -953,7 +984,7 @@ impl FrameSink for ReplySink {
         }
         let tx = self.link.pending.lock().remove(&frame.header.xid);
         match tx {
-            Some((tx, _slot)) => tx.send(Ok(Reply {
+            Some((tx, _slot, _into)) => tx.send(Ok(Reply {
                 header: frame.header,
                 body: frame.body,
                 bulk: frame.bulk,
@@ -969,13 +1000,24 @@ impl FrameSink for ReplySink {
         Ok(())
     }
 
+    fn bulk_into(&mut self, header: &Header) -> Option<AlignedBuf> {
+        if !header.is_reply() {
+            return None;
+        }
+        self.link
+            .pending
+            .lock()
+            .get_mut(&header.xid)
+            .and_then(|p| p.2.take())
+    }
+
     fn closed(&mut self, cause: &str) {
         // A reply damaged on the way (checksum) or a closed link: the requests in flight on
         // it are resent.
         tracing::debug!("connection to {} ended: {cause}", self.nid);
         self.link.alive.store(false, Ordering::Release);
         let _ = self.link.writer.lock().0.shutdown(std::net::Shutdown::Both);
-        for (_, (tx, _slot)) in self.link.pending.lock().drain() {
+        for (_, (tx, _slot, _into)) in self.link.pending.lock().drain() {
             tx.send(Err(NetError::Disconnected(self.nid.to_string())));
         }
     }

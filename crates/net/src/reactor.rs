@@ -56,6 +56,12 @@ pub trait FrameSink: Send {
     fn frame(&mut self, frame: RawFrame, permit: Option<BudgetPermit>) -> Result<(), String>;
     /// The connection ended (`cause` for the log).
     fn closed(&mut self, cause: &str);
+    /// Where the bulk of the frame `header` starts should land: a buffer the sink holds for
+    /// it (the memory a caller registered for a reply's data, filled with no copy), or
+    /// `None` for a fresh one.
+    fn bulk_into(&mut self, _header: &Header) -> Option<AlignedBuf> {
+        None
+    }
 }
 
 /// A connection handed to the network threads.
@@ -237,8 +243,16 @@ impl Conn {
                         },
                     };
                     self.paused = false;
-                    let bulk = (header.bulk_len > 0)
-                        .then(|| AlignedBuf::for_overwrite(header.bulk_len as usize));
+                    let bulk = (header.bulk_len > 0).then(|| {
+                        let len = header.bulk_len as usize;
+                        match self.sink.bulk_into(&header) {
+                            Some(mut b) if b.capacity() >= len => {
+                                b.set_len(len);
+                                b
+                            }
+                            _ => AlignedBuf::for_overwrite(len),
+                        }
+                    });
                     let body = Vec::with_capacity((header.body_len as usize).min(STAGING_BYTES));
                     self.parse = Parse::Body {
                         header,
@@ -812,6 +826,77 @@ mod tests {
             opener,
         });
         (reactor, client, rx)
+    }
+
+    /// Collects frames, landing odd xids' bulk in buffers over memory it holds.
+    struct Landing {
+        tx: mpsc::Sender<Result<RawFrame, String>>,
+        room: Arc<AlignedBuf>,
+    }
+
+    impl FrameSink for Landing {
+        fn frame(&mut self, f: RawFrame, _p: Option<BudgetPermit>) -> Result<(), String> {
+            let _ = self.tx.send(Ok(f));
+            Ok(())
+        }
+        fn closed(&mut self, cause: &str) {
+            let _ = self.tx.send(Err(cause.to_string()));
+        }
+        fn bulk_into(&mut self, header: &Header) -> Option<AlignedBuf> {
+            if header.xid % 2 == 0 {
+                return None;
+            }
+            let ptr = std::ptr::NonNull::new(self.room.as_ptr() as *mut u8).unwrap();
+            // SAFETY: the test's buffer, kept alive by the clone given as keeper; frames
+            // arrive one at a time, so one buffer over it is filled at once.
+            Some(unsafe { AlignedBuf::external(ptr, self.room.len(), self.room.clone()) })
+        }
+    }
+
+    /// A sink's landing buffer receives the bulk of the frames it is offered for (no
+    /// copy), shorter bulks included; a buffer too small is passed over for a fresh one.
+    #[test]
+    fn bulk_lands_where_the_sink_says() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let reactor = Reactor::start(
+            NetLimits::default(),
+            Arc::new(NetStats::default()),
+            "test_sd",
+        )
+        .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let room = Arc::new(AlignedBuf::zeroed(64 << 10));
+        reactor.add(NewConn {
+            stream: server,
+            peer: "test".into(),
+            bulk_len_max: BULK_BYTES_MAX,
+            sink: Box::new(Landing {
+                tx,
+                room: room.clone(),
+            }),
+            opener: None,
+        });
+        let bulks: Vec<Vec<u8>> = [40_000usize, 50_000, 100, 70_000]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (0..*n).map(|b| (b * 7 + i) as u8).collect())
+            .collect();
+        for (i, bulk) in bulks.iter().enumerate() {
+            client
+                .write_all(&frame_bytes(i as u64 + 1, b"body", bulk))
+                .unwrap();
+            let f = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+            let got = f.bulk.expect("bulk");
+            assert_eq!(&got[..], &bulk[..]);
+            // xids 1 and 3 land in the room; 2 (not offered) and 4 (70,000 bytes: more
+            // than the room) get fresh buffers.
+            let landed = std::ptr::eq(got.as_ptr(), room.as_ptr());
+            assert_eq!(landed, i == 0 || i == 2, "frame {}", i + 1);
+            assert_eq!(got.is_external(), landed);
+        }
+        reactor.stop();
     }
 
     fn frame_bytes(xid: u64, body: &[u8], bulk: &[u8]) -> Vec<u8> {

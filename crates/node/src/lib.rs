@@ -93,6 +93,12 @@ pub struct ApiStats {
     pub orphaned_sessions: AtomicU64,
     /// Files closed for sessions that ended with them open.
     pub orphaned_files: AtomicU64,
+    /// Bytes of ring reads received straight into the ring's buffers (no copy in the
+    /// node's client).
+    pub landed_bytes: AtomicU64,
+    /// Bytes of ring writes sent straight from the ring's buffers (no copy in the node's
+    /// client).
+    pub sent_bytes: AtomicU64,
 }
 
 /// One application process.

@@ -119,7 +119,7 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
             Ok((ApiReply::Data, Some(data)))
         }
         ApiRequest::Write { handle: hd, offset } => {
-            let n = ring_write(shared, &*handle(s, hd)?, offset, bulk.unwrap_or(&[]))?;
+            let n = ring_write(shared, &*handle(s, hd)?, offset, bulk.unwrap_or(&[]), None)?;
             Ok((ApiReply::Written { n: n as u64 }, None))
         }
         ApiRequest::Fsync { handle: hd } => {
@@ -329,19 +329,21 @@ pub(crate) fn ring_read(
     Ok(data)
 }
 
-/// Starts reading up to `len` bytes of `h` at `offset` ([`finish_read`] waits).
+/// Starts reading up to `len` bytes of `h` at `offset` ([`finish_read`] waits), into
+/// `into` with no copy where the client can.
 pub(crate) fn start_read(
     shared: &Shared,
     h: &Handle,
     offset: u64,
     len: u32,
+    into: Option<AlignedBuf>,
 ) -> Result<nacre_client::osc::ReadJob, ClientError> {
     if !h.readable {
         return Err(err(Status::BadF));
     }
     shared
         .client
-        .start_read(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize)
+        .start_read(&h.file, offset, len.min(API_IO_BYTES_MAX) as usize, into)
 }
 
 /// Waits for a read [`start_read`] started.
@@ -359,12 +361,14 @@ pub(crate) fn finish_read(
 }
 
 /// Writes `data` to `h` at `offset` (at its end with `O_APPEND`), the mount's kernel told;
-/// the count written.
+/// the count written. `buf`: an aligned buffer over the same bytes (a ring's region,
+/// lent), sent with no copy where the write is one RPC.
 pub(crate) fn ring_write(
     shared: &Shared,
     h: &Handle,
     offset: u64,
     data: &[u8],
+    buf: Option<AlignedBuf>,
 ) -> Result<usize, ClientError> {
     if !h.writable {
         return Err(err(Status::BadF));
@@ -373,17 +377,21 @@ pub(crate) fn ring_write(
         return Ok(0);
     }
     let client = &shared.client;
+    let len = data.len() as u64;
     let at = if h.file.is_append() {
         client.append(&h.file, data)?
     } else {
-        client.write(&h.file, offset, data)?;
+        let sent = match buf {
+            Some(b) => client.write_buf(&h.file, offset, b)?.1,
+            None => client.write(&h.file, offset, data).map(|_| false)?,
+        };
+        if sent {
+            shared.stats.sent_bytes.fetch_add(len, Ordering::Relaxed);
+        }
         offset
     };
-    (shared.hooks.changed)(h.file.fid, at, data.len() as u64);
-    shared
-        .stats
-        .write_bytes
-        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    (shared.hooks.changed)(h.file.fid, at, len);
+    shared.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
     Ok(data.len())
 }
 

@@ -6,6 +6,7 @@
 
 use crate::{ops, Session, Shared};
 use nacre_client::ClientError;
+use nacre_types::AlignedBuf;
 use nacre_wire::ring::{
     buffers_offset, cq_offset, within, Cqe, Poller, RingHeader, Sqe, RING_OP_FSYNC, RING_OP_READ,
     RING_OP_WRITE, RING_SQ_OFFSET,
@@ -42,7 +43,20 @@ struct Started {
     sqe: Sqe,
     handle: Arc<ops::Handle>,
     job: nacre_client::osc::ReadJob,
+    lease: Option<Arc<Lease>>,
 }
+
+/// A region of the ring's buffers lent to the network layer for a read's reply to land in
+/// with no copy. Every buffer over the region holds a clone; the entry completes only once
+/// the lease is the ring's alone again (a reply the network thread was still filling when
+/// its request timed out must not write into memory the application has been given back).
+/// It keeps the mapping alive while lent.
+struct Lease {
+    _ring: Arc<Ring>,
+}
+
+/// How often a completion waiting for its lease looks again.
+const LEASE_WAIT_MS: u64 = 1;
 
 /// A memfd mapped shared.
 struct Map {
@@ -143,7 +157,7 @@ impl Ring {
                     nacre_types::cred::set_current(Some(ses.cred.clone()));
                     nacre_types::jobid::set_current(&ses.jobid);
                     for sqe in rx {
-                        let result = r.run(&sh, &ses, &sqe, false);
+                        let result = Ring::run(&r, &sh, &ses, &sqe, false);
                         r.complete(Cqe {
                             user_data: sqe.user_data,
                             result,
@@ -159,7 +173,7 @@ impl Ring {
             .spawn(move || {
                 nacre_types::cred::set_current(Some(ses.cred.clone()));
                 nacre_types::jobid::set_current(&ses.jobid);
-                r.take(&sh, &ses, &tx)
+                Ring::take(&r, &sh, &ses, &tx)
             })
             .map_err(|_| ClientError::from(nacre_types::Status::Again))?;
         Ok(ring)
@@ -176,7 +190,12 @@ impl Ring {
     /// several it starts itself — their RPCs go out at once and need no thread while in
     /// flight — and finishes one at a time between looks for more, so the ring keeps as
     /// many in flight as the application gives; writes and fsyncs go to the workers.
-    fn take(&self, shared: &Shared, s: &Session, workers: &crossbeam_channel::Sender<Sqe>) {
+    fn take(
+        self: &Arc<Self>,
+        shared: &Shared,
+        s: &Session,
+        workers: &crossbeam_channel::Sender<Sqe>,
+    ) {
         let h = self.header();
         let mask = self.entries - 1;
         let mut head = h.sq_head.v.load(Ordering::Acquire);
@@ -239,7 +258,12 @@ impl Ring {
     }
 
     /// Starts the read `sqe` asks for; its negative errno when it cannot be.
-    fn start_read(&self, shared: &Shared, s: &Session, sqe: Sqe) -> Result<Started, i64> {
+    fn start_read(
+        self: &Arc<Self>,
+        shared: &Shared,
+        s: &Session,
+        sqe: Sqe,
+    ) -> Result<Started, i64> {
         let handle = s
             .handles
             .lock()
@@ -249,28 +273,72 @@ impl Ring {
         if !within(sqe.buf_offset, sqe.len, self.buffer_bytes) {
             return Err(-i64::from(libc::EFAULT));
         }
-        let job = ops::start_read(shared, &handle, sqe.offset, sqe.len)
-            .map_err(|e| -i64::from(e.errno()))?;
-        Ok(Started { sqe, handle, job })
+        let (into, lease) = self.lend(&sqe);
+        match ops::start_read(shared, &handle, sqe.offset, sqe.len, into) {
+            Ok(job) => Ok(Started {
+                sqe,
+                handle,
+                job,
+                lease,
+            }),
+            Err(e) => {
+                wait_lease(lease);
+                Err(-i64::from(e.errno()))
+            }
+        }
+    }
+
+    /// The region of the buffers `sqe` names, lent as a buffer a reply may land in: when it
+    /// starts on a page (as a buffer the network layer fills must).
+    fn lend(self: &Arc<Self>, sqe: &Sqe) -> (Option<AlignedBuf>, Option<Arc<Lease>>) {
+        let at = buffers_offset(self.entries) + sqe.buf_offset as usize;
+        if sqe.len == 0 || !at.is_multiple_of(nacre_types::limits::DIRECT_IO_ALIGN_BYTES) {
+            return (None, None);
+        }
+        let lease = Arc::new(Lease {
+            _ring: self.clone(),
+        });
+        let keep: Arc<dyn std::any::Any + Send + Sync> = lease.clone();
+        let ptr = std::ptr::NonNull::new(self.buffer(sqe.buf_offset, sqe.len))
+            .expect("a mapping is not at address 0");
+        // SAFETY: `len` bytes of the mapping at a page boundary (checked by the caller with
+        // `within`), kept mapped by the lease; the application must not touch them until
+        // the completion, which waits for every buffer over them to be dropped.
+        let buf = unsafe { AlignedBuf::external(ptr, sqe.len as usize, keep) };
+        (Some(buf), Some(lease))
+    }
+
+    /// Puts a read's `data` in the ring's buffers for `sqe` (unless it landed there
+    /// already): the bytes, or a negative errno.
+    fn land(&self, shared: &Shared, sqe: &Sqe, data: Result<AlignedBuf, ClientError>) -> i64 {
+        match data {
+            Ok(data) => {
+                let n = data.len().min(sqe.len as usize);
+                let dest = self.buffer(sqe.buf_offset, sqe.len);
+                if std::ptr::eq(data.as_ptr(), dest) {
+                    shared
+                        .stats
+                        .landed_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                } else {
+                    // SAFETY: `len` bytes at the checked offset of the mapping; `n` ≤ `len`;
+                    // `data` is another buffer (not over this region).
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dest, n) };
+                }
+                n as i64
+            }
+            Err(e) => -i64::from(e.errno()),
+        }
     }
 
     /// Waits for a started read, puts its data in the ring's buffers and completes it.
     fn finish_started(&self, shared: &Shared, st: Started) {
-        let result = match ops::finish_read(shared, &st.handle, st.job) {
-            Ok(data) => {
-                let n = data.len().min(st.sqe.len as usize);
-                // SAFETY: `len` bytes at the offset checked when it started; `n` ≤ `len`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        data.as_ptr(),
-                        self.buffer(st.sqe.buf_offset, st.sqe.len),
-                        n,
-                    )
-                };
-                n as i64
-            }
-            Err(e) => -i64::from(e.errno()),
-        };
+        let result = self.land(
+            shared,
+            &st.sqe,
+            ops::finish_read(shared, &st.handle, st.job),
+        );
+        wait_lease(st.lease);
         self.complete(Cqe {
             user_data: st.sqe.user_data,
             result,
@@ -321,7 +389,7 @@ impl Ring {
 
     /// Runs one submission: bytes moved, or a negative errno. `alone`: no other request
     /// of the ring is in flight (the client may read ahead of a sequential reader).
-    fn run(&self, shared: &Shared, s: &Session, sqe: &Sqe, alone: bool) -> i64 {
+    fn run(self: &Arc<Self>, shared: &Shared, s: &Session, sqe: &Sqe, alone: bool) -> i64 {
         let errno = |e: ClientError| -i64::from(e.errno());
         let Some(h) = s.handles.lock().get(&sqe.handle).cloned() else {
             return -i64::from(libc::EBADF);
@@ -331,21 +399,21 @@ impl Ring {
             return -i64::from(libc::EFAULT);
         }
         match sqe.op {
-            RING_OP_READ => match ops::ring_read(shared, &h, sqe.offset, sqe.len, alone) {
-                Ok(data) => {
-                    // SAFETY: `len` bytes at the checked offset of the mapping; `data` is
-                    // at most `len` bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            data.as_ptr(),
-                            self.buffer(sqe.buf_offset, sqe.len),
-                            data.len().min(sqe.len as usize),
-                        )
-                    };
-                    data.len() as i64
-                }
-                Err(e) => errno(e),
-            },
+            // Alone: with the client's read-ahead for a sequential reader (into its own
+            // buffers). Among others: received straight into the ring where it can be.
+            RING_OP_READ if alone => self.land(
+                shared,
+                sqe,
+                ops::ring_read(shared, &h, sqe.offset, sqe.len, true),
+            ),
+            RING_OP_READ => {
+                let (into, lease) = self.lend(sqe);
+                let data = ops::start_read(shared, &h, sqe.offset, sqe.len, into)
+                    .and_then(|job| ops::finish_read(shared, &h, job));
+                let result = self.land(shared, sqe, data);
+                wait_lease(lease);
+                result
+            }
             RING_OP_WRITE => {
                 // SAFETY: `len` bytes at the checked offset of the mapping, which the
                 // application must leave alone until the completion (as with io_uring).
@@ -355,10 +423,13 @@ impl Ring {
                         sqe.len as usize,
                     )
                 };
-                match ops::ring_write(shared, &h, sqe.offset, data) {
+                let (buf, lease) = self.lend(sqe);
+                let result = match ops::ring_write(shared, &h, sqe.offset, data, buf) {
                     Ok(n) => n as i64,
                     Err(e) => errno(e),
-                }
+                };
+                wait_lease(lease);
+                result
             }
             RING_OP_FSYNC => match shared.client.fsync(&h.file) {
                 Ok(()) => 0,
@@ -407,5 +478,14 @@ struct Learn<'a>(&'a mut Poller, std::time::Instant);
 impl Drop for Learn<'_> {
     fn drop(&mut self) {
         self.0.learn(self.1.elapsed());
+    }
+}
+
+/// Waits until a lent region is the ring's alone again (at once, unless a network thread
+/// still holds a buffer over it for a reply that came too late).
+fn wait_lease(lease: Option<Arc<Lease>>) {
+    let Some(lease) = lease else { return };
+    while Arc::strong_count(&lease) > 1 {
+        std::thread::sleep(Duration::from_millis(LEASE_WAIT_MS));
     }
 }

@@ -127,6 +127,9 @@ pub struct AlignedBuf {
     recycled: bool,
     /// The partition pool it returns to.
     shard: u8,
+    /// Memory it does not own ([`AlignedBuf::external`]): what keeps that memory alive,
+    /// let go of (nothing freed) when the buffer drops.
+    keep: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8>.
@@ -167,6 +170,7 @@ impl AlignedBuf {
                     capacity,
                     recycled: true,
                     shard,
+                    keep: None,
                 };
             }
             pool.misses.fetch_add(1, Ordering::Relaxed);
@@ -181,7 +185,36 @@ impl AlignedBuf {
             capacity,
             recycled: false,
             shard,
+            keep: None,
         }
+    }
+
+    /// A buffer over `len` bytes at `ptr` that something else owns — a region of a shared
+    /// mapping a reply's bulk is to land in, with no copy — kept alive by `keep` while the
+    /// buffer lives. Its capacity is `len`; dropping it frees nothing.
+    ///
+    /// # Safety
+    /// `ptr` is valid for reads and writes of `len` bytes, aligned to
+    /// [`DIRECT_IO_ALIGN_BYTES`], for as long as `keep` lives, and nothing else writes
+    /// there while the buffer lives.
+    pub unsafe fn external(
+        ptr: NonNull<u8>,
+        len: usize,
+        keep: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> AlignedBuf {
+        AlignedBuf {
+            ptr,
+            len,
+            capacity: len,
+            recycled: true,
+            shard: 0,
+            keep: Some(keep),
+        }
+    }
+
+    /// Whether its bytes are memory it does not own ([`AlignedBuf::external`]).
+    pub fn is_external(&self) -> bool {
+        self.keep.is_some()
     }
 
     /// A buffer holding a copy of `data`.
@@ -242,6 +275,10 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.keep.is_some() {
+            // Not ours to free: the keeper goes with the buffer.
+            return;
+        }
         if let Some(class) = class_of(self.capacity) {
             let pool = &POOLS[self.shard as usize];
             let mut free = pool.classes[class].lock().expect("buffer pool");
@@ -271,6 +308,23 @@ impl std::fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_external_buffer_reads_and_writes_its_owners_memory_and_frees_nothing() {
+        let owner = std::sync::Arc::new(AlignedBuf::zeroed(8192));
+        let ptr = NonNull::new(owner.as_ptr() as *mut u8).unwrap();
+        // SAFETY: the owner's 8,192 aligned bytes, kept alive by the keeper clone.
+        let mut b = unsafe { AlignedBuf::external(ptr, 8192, owner.clone()) };
+        assert!(b.is_external() && !owner.is_external());
+        assert_eq!((b.len(), b.capacity()), (8192, 8192));
+        b[..3].copy_from_slice(b"abc");
+        b.set_len(10);
+        assert_eq!(&b[..3], b"abc");
+        assert_eq!(std::sync::Arc::strong_count(&owner), 2);
+        drop(b);
+        assert_eq!(std::sync::Arc::strong_count(&owner), 1, "the keeper let go");
+        assert_eq!(&owner[..3], b"abc", "written in place");
+    }
 
     #[test]
     fn large_buffers_are_recycled_and_zeroed_again() {

@@ -41,14 +41,17 @@ pub(crate) fn start(
         let (sessions, files) = a.sessions();
         format!(
             "sessions {sessions}\nfiles_open {files}\nsockets {}\nrefused {}\nrequests {}\n\
-             read_bytes {}\nwrite_bytes {}\norphaned_sessions {}\norphaned_files {}",
+             read_bytes {}\nwrite_bytes {}\norphaned_sessions {}\norphaned_files {}\n\
+             landed_bytes {}\nsent_bytes {}",
             s.conns.load(Relaxed),
             s.refused.load(Relaxed),
             s.requests.load(Relaxed),
             s.read_bytes.load(Relaxed),
             s.write_bytes.load(Relaxed),
             s.orphaned_sessions.load(Relaxed),
-            s.orphaned_files.load(Relaxed)
+            s.orphaned_files.load(Relaxed),
+            s.landed_bytes.load(Relaxed),
+            s.sent_bytes.load(Relaxed)
         )
     });
     tracing::info!("node API at {}", socket.display());
