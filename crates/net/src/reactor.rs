@@ -843,7 +843,7 @@ mod tests {
             let _ = self.tx.send(Err(cause.to_string()));
         }
         fn bulk_into(&mut self, header: &Header) -> Option<AlignedBuf> {
-            if header.xid % 2 == 0 {
+            if header.xid.is_multiple_of(2) {
                 return None;
             }
             let ptr = std::ptr::NonNull::new(self.room.as_ptr() as *mut u8).unwrap();
