@@ -57,6 +57,10 @@ struct Lease {
 
 /// How often a completion waiting for its lease looks again.
 const LEASE_WAIT_MS: u64 = 1;
+/// A lease still held this long is said in the log (the wait itself ends when the network
+/// thread drops its buffer: when the reply completes, or at the latest when the client's
+/// frame deadline, 120 s, closes the connection).
+const LEASE_WARN_MS: u64 = 10_000;
 
 /// A memfd mapped shared.
 struct Map {
@@ -485,7 +489,15 @@ impl Drop for Learn<'_> {
 /// still holds a buffer over it for a reply that came too late).
 fn wait_lease(lease: Option<Arc<Lease>>) {
     let Some(lease) = lease else { return };
+    let start = std::time::Instant::now();
+    let mut warned = false;
     while Arc::strong_count(&lease) > 1 {
+        if !warned && start.elapsed() >= Duration::from_millis(LEASE_WARN_MS) {
+            tracing::warn!(
+                "node API: a ring entry waits for a late reply still landing in its buffer"
+            );
+            warned = true;
+        }
         std::thread::sleep(Duration::from_millis(LEASE_WAIT_MS));
     }
 }

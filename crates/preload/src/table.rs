@@ -16,7 +16,7 @@ use nacre_api::{File, Node, Ring};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// How the library cuts a call's bytes over a ring (io.rs).
@@ -97,7 +97,8 @@ enum Attached {
 pub(crate) struct Mount {
     pub(crate) node: Node,
     rings: Mutex<Vec<Ring>>,
-    made: Mutex<usize>,
+    /// Rings made (in the pool or taken), at most [`rings_max`].
+    made: AtomicUsize,
 }
 
 impl Mount {
@@ -107,17 +108,20 @@ impl Mount {
         if let Some(r) = self.rings.lock().pop() {
             return Some(r);
         }
+        let max = rings_max();
+        if self
+            .made
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_err()
         {
-            let mut made = self.made.lock();
-            if *made >= rings_max() {
-                return None;
-            }
-            *made += 1;
+            return None;
         }
         match self.node.ring(RING_ENTRIES, RING_BYTES as u64) {
             Ok(r) => Some(r),
             Err(e) => {
-                *self.made.lock() -= 1;
+                self.made.fetch_sub(1, Ordering::AcqRel);
                 crate::say_once(&format!(
                     "no ring from the node's client ({e}): its socket serves"
                 ));
@@ -129,7 +133,7 @@ impl Mount {
     /// Gives a ring back (a broken one is dropped instead).
     pub(crate) fn put_ring(&self, ring: Ring, broken: bool) {
         if broken {
-            *self.made.lock() -= 1;
+            self.made.fetch_sub(1, Ordering::AcqRel);
             drop(ring);
         } else {
             self.rings.lock().push(ring);
@@ -379,7 +383,7 @@ fn mount(state: &ProcState, socket: &Arc<PathBuf>) -> Option<Arc<Mount>> {
         Ok(node) => Some(Arc::new(Mount {
             node,
             rings: Mutex::new(Vec::new()),
-            made: Mutex::new(0),
+            made: AtomicUsize::new(0),
         })),
         Err(e) => {
             crate::say_once(&format!(
