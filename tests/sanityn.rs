@@ -410,7 +410,128 @@ fn a_file_laid_out_again_while_open_keeps_every_write(form: Form) {
     assert_eq!(fs::read(b_mnt.join("h")).unwrap(), data);
 }
 
+/// The names one `getdents64` call on `fd` gives into a buffer of `len` bytes (none: the
+/// listing's end).
+fn getdents(fd: i32, len: usize) -> Vec<String> {
+    let mut buf = vec![0u8; len];
+    // SAFETY: the buffer is `len` bytes and lives across the call.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), len) };
+    assert!(n >= 0, "getdents64: {}", std::io::Error::last_os_error());
+    let mut names = Vec::new();
+    let mut at = 0usize;
+    while at < n as usize {
+        // struct linux_dirent64: ino u64, off i64, reclen u16, type u8, name.
+        let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        let name = &buf[at + 19..at + reclen];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        let name = String::from_utf8_lossy(&name[..end]).into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+        at += reclen;
+    }
+    names
+}
+
+/// A listing served from the kernel's cache of it, whose cache another mount's change
+/// drops half-way, goes on after the last name it gave: each name there throughout is
+/// seen exactly once. (Directory offsets once were indices into each open stream's own
+/// page list, so the kernel going on at the cached listing's offset through another
+/// stream landed on another name: a DNE migration test saw a name twice.)
+fn a_listing_whose_cache_goes_half_way_sees_each_name_once(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "snyne6",
+        Form::Networked => "snynn6",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let (b_mnt, _b) = mount(&fs, "b");
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..300 {
+        fs::File::create(dir.join(format!("f{i:03}"))).unwrap();
+    }
+    // Listed whole twice: the second listing (under the directory's lock, taken by the
+    // first) fills the kernel's cache.
+    for _ in 0..2 {
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 300);
+    }
+    let pid = fs.client_pid().expect("the mount's process");
+    let dropped = lock_cache(fsname, pid, "listings_invalidated");
+
+    let d = fs::File::open(&dir).unwrap();
+    use std::os::unix::io::AsRawFd;
+    let mut seen = getdents(d.as_raw_fd(), 2048);
+    assert!(
+        !seen.is_empty() && seen.len() < 200,
+        "a first part: {}",
+        seen.len()
+    );
+    // Another mount removes 20 names already read and adds 60 that sort before them all.
+    for i in 0..20 {
+        fs::remove_file(b_mnt.join(format!("d/f{i:03}"))).unwrap();
+    }
+    for i in 0..60 {
+        fs::File::create(b_mnt.join(format!("d/a{i:03}"))).unwrap();
+    }
+    nacre_testkit::wait_for("the cached listing dropped", || {
+        lock_cache(fsname, pid, "listings_invalidated") > dropped
+    });
+    loop {
+        let more = getdents(d.as_raw_fd(), 2048);
+        if more.is_empty() {
+            break;
+        }
+        seen.extend(more);
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a name seen twice: {seen:?}");
+    for i in 20..300 {
+        let name = format!("f{i:03}");
+        assert!(seen.contains(&name), "{name} never seen: {seen:?}");
+    }
+
+    // A `telldir` position of one stream, given to `seekdir` on another opened after names
+    // were added before it, goes on at the same name.
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    let next = |d: *mut libc::DIR| -> String {
+        loop {
+            // SAFETY: `d` is an open stream; the entry is read before the next call.
+            let e = unsafe { libc::readdir(d) };
+            assert!(!e.is_null(), "the listing ended early");
+            // SAFETY: d_name is NUL-terminated.
+            let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+            let name = name.to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                return name;
+            }
+        }
+    };
+    // SAFETY: plain libc directory streams on a valid path, closed below.
+    unsafe {
+        let a = libc::opendir(path.as_ptr());
+        assert!(!a.is_null());
+        for _ in 0..100 {
+            next(a);
+        }
+        let at = libc::telldir(a);
+        let expect = next(a);
+        for i in 60..90 {
+            fs::File::create(b_mnt.join(format!("d/a{i:03}"))).unwrap();
+        }
+        let b = libc::opendir(path.as_ptr());
+        assert!(!b.is_null());
+        next(b);
+        libc::seekdir(b, at);
+        assert_eq!(next(b), expect, "seekdir to another stream's telldir");
+        libc::closedir(a);
+        libc::closedir(b);
+    }
+}
+
 on_both_forms!(
+    a_listing_whose_cache_goes_half_way_sees_each_name_once,
     a_change_on_one_mount_reaches_two_others_that_cache_it,
     appends_from_three_mounts_never_overwrite,
     renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer,

@@ -1,5 +1,6 @@
 //! The `fuser::Filesystem` implementation.
 
+mod cookies;
 mod data;
 mod dir;
 mod flock;
@@ -99,6 +100,8 @@ struct Shared {
     caps: crate::caps::CapsCache,
 
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
+    /// The names behind the directory offsets given (fs/cookies.rs).
+    cookies: cookies::Cookies,
     next_fh: AtomicU64,
     attr_ttl: Duration,
     entry_ttl: Duration,
@@ -227,6 +230,7 @@ impl Shared {
             caps: Default::default(),
 
             dirs: Mutex::new(HashMap::new()),
+            cookies: Default::default(),
             next_fh: AtomicU64::new(1),
             attr_ttl,
             entry_ttl,

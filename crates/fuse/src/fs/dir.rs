@@ -1,8 +1,10 @@
 //! Directory listings for the kernel: `opendir`, `readdir`, `readdirplus` (every entry with
 //! its attributes, cached by the kernel under the locks the MDT granted with the page, so
 //! the stats of an `ls -l` never leave it) and `releasedir`. Statahead: while the kernel
-//! consumes a page, the next one is fetched by a helper thread.
+//! consumes a page, the next one is fetched by a helper thread. The offset given with each
+//! entry names it (fs/cookies.rs), so a listing resumes after that name from any stream.
 
+use super::cookies::cookie_of;
 use super::{errno, fid_of, Caller, Shared, LOCKED_TTL};
 use crate::attrs::{file_attr, file_type, listed_only_attr};
 use fuser::{
@@ -27,9 +29,12 @@ pub const READDIRPLUS_PAGE_ENTRIES: u32 = 256;
 /// A page of a listing: entries, and whether none follow.
 type Page = Result<(Vec<Listed>, bool), ClientError>;
 
-/// An open directory: entries fetched so far and where to resume.
+/// An open directory: entries fetched so far (in name order, after `base`) and where to
+/// resume.
 pub(crate) struct DirStream {
     fid: Fid,
+    /// The name the entries follow (`None`: the directory's start).
+    base: Option<Vec<u8>>,
     entries: Vec<Listed>,
     eof: bool,
     /// The next readdirplus page, being fetched (statahead).
@@ -66,8 +71,36 @@ impl DirStream {
         Ok(())
     }
 
+    /// The name the next page follows.
+    fn last(&self) -> Option<&[u8]> {
+        let last = self.entries.last().map(|e| e.entry.name.as_slice());
+        last.or(self.base.as_deref())
+    }
+
+    /// Starts the listing afresh after `base` (`None`: from the directory's start).
+    fn restart(&mut self, base: Option<Vec<u8>>) {
+        self.entries.clear();
+        self.eof = false;
+        self.ahead = None;
+        self.base = base;
+    }
+
+    /// The index of the first entry after `name`; the stream restarted after `name` where its
+    /// entries do not reach there.
+    fn after_name(&mut self, name: &[u8]) -> usize {
+        let starts_before = self.base.as_deref().is_none_or(|b| b <= name);
+        let index = self
+            .entries
+            .partition_point(|e| e.entry.name.as_slice() <= name);
+        if starts_before && (index < self.entries.len() || self.eof || self.last() == Some(name)) {
+            return index;
+        }
+        self.restart(Some(name.to_vec()));
+        0
+    }
+
     fn fetch(&self, client: &Client, plus: bool) -> Page {
-        let after = self.entries.last().map(|e| e.entry.name.as_slice());
+        let after = self.last();
         if plus {
             return client.readdir_plus(self.fid, after, READDIRPLUS_PAGE_ENTRIES);
         }
@@ -88,7 +121,7 @@ impl DirStream {
         let (tx, rx) = mpsc::sync_channel(1);
         let client = client.clone();
         let fid = self.fid;
-        let after = self.entries.last().map(|e| e.entry.name.clone());
+        let after = self.last().map(<[u8]>::to_vec);
         let spawned = std::thread::Builder::new()
             .name("nacre-statahead".into())
             .spawn(move || {
@@ -97,6 +130,23 @@ impl DirStream {
             });
         if spawned.is_ok() {
             self.ahead = Some(rx);
+        }
+    }
+}
+
+/// The name of the entry a listing of `fid` resumes after at offset `cookie` (one of this
+/// stream's, else found by listing the directory again from its start); `None`: no entry
+/// has that offset.
+fn name_at(client: &Client, fid: Fid, cookie: u64) -> Result<Option<Vec<u8>>, ClientError> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let (page, eof) = client.readdir(fid, after.as_deref(), READDIR_PAGE_ENTRIES)?;
+        if let Some(e) = page.iter().find(|e| cookie_of(&e.name) == cookie) {
+            return Ok(Some(e.name.clone()));
+        }
+        match (eof, page.last()) {
+            (false, Some(last)) => after = Some(last.name.clone()),
+            _ => return Ok(None),
         }
     }
 }
@@ -120,11 +170,13 @@ impl Shared {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let stream = DirStream {
             fid,
+            base: None,
             entries: Vec::new(),
             eof: false,
             ahead: None,
             plain_only: false,
         };
+        self.cookies.opened(ino.0);
         self.dirs.lock().insert(fh, Arc::new(Mutex::new(stream)));
         reply.opened(FileHandle(fh), self.listing_flags(fid));
     }
@@ -151,6 +203,33 @@ impl Shared {
         self.dirs.lock().get(&fh.0).cloned()
     }
 
+    /// Where in `stream`'s entries a listing of directory `ino` goes on at offset `offset`
+    /// (at least 2: past `.` and `..`).
+    fn resume(&self, stream: &mut DirStream, ino: INodeNo, offset: u64) -> Result<usize, Errno> {
+        if offset < super::cookies::FIRST_ENTRY_COOKIE {
+            if stream.base.is_some() {
+                stream.restart(None);
+            }
+            return Ok(0);
+        }
+        let name = match self.cookies.name_of(ino.0, offset) {
+            Some(name) => name.into_vec(),
+            None => match stream
+                .entries
+                .iter()
+                .find(|e| cookie_of(&e.entry.name) == offset)
+            {
+                Some(e) => e.entry.name.clone(),
+                None => match name_at(&self.client, stream.fid, offset) {
+                    Ok(Some(name)) => name,
+                    Ok(None) => return Err(Errno::EINVAL),
+                    Err(e) => return Err(errno(&e)),
+                },
+            },
+        };
+        Ok(stream.after_name(&name))
+    }
+
     pub(super) fn readdir(
         &self,
         req: &Caller,
@@ -164,21 +243,24 @@ impl Shared {
             return reply.error(Errno::EBADF);
         };
         let mut stream = stream.lock();
-        let mut pos = offset as usize;
-        if pos == 0 {
+        if offset == 0 {
+            // Opened or rewound: the directory as it is now.
+            if !stream.entries.is_empty() || stream.base.is_some() {
+                stream.restart(None);
+            }
             if reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
             }
-            pos = 1;
         }
-        if pos == 1 {
-            if reply.add(INodeNo(1), 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-            pos = 2;
+        if offset <= 1 && reply.add(INodeNo(1), 2, FileType::Directory, "..") {
+            return reply.ok();
         }
+        let mut index = match self.resume(&mut stream, ino, offset) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        let mut given = Vec::new();
         loop {
-            let index = pos - 2;
             if let Err(e) = stream.fill(&self.client, index + 1, false) {
                 return reply.error(errno(&e));
             }
@@ -186,17 +268,20 @@ impl Shared {
                 break;
             };
             let entry = &listed.entry;
+            let cookie = cookie_of(&entry.name);
             let full = reply.add(
                 INodeNo(crate::ino_of(entry.fid)),
-                (pos + 1) as u64,
+                cookie,
                 file_type(entry.kind),
                 OsStr::from_bytes(&entry.name),
             );
             if full {
                 break;
             }
-            pos += 1;
+            given.push((cookie, entry.name.clone().into_boxed_slice()));
+            index += 1;
         }
+        self.cookies.record(ino.0, given);
         reply.ok();
     }
 
@@ -216,23 +301,26 @@ impl Shared {
             return reply.error(Errno::EBADF);
         };
         let mut stream = stream.lock();
-        let mut pos = offset as usize;
         let zero = Duration::ZERO;
-        if pos == 0 {
+        if offset == 0 {
+            // Opened or rewound: the directory as it is now.
+            if !stream.entries.is_empty() || stream.base.is_some() {
+                stream.restart(None);
+            }
             if reply.add(ino, 1, ".", &zero, &dot_attr(ino), Generation(0)) {
                 return reply.ok();
             }
-            pos = 1;
         }
-        if pos == 1 {
-            let up = INodeNo(1);
-            if reply.add(up, 2, "..", &zero, &dot_attr(up), Generation(0)) {
-                return reply.ok();
-            }
-            pos = 2;
+        let up = INodeNo(1);
+        if offset <= 1 && reply.add(up, 2, "..", &zero, &dot_attr(up), Generation(0)) {
+            return reply.ok();
         }
+        let mut index = match self.resume(&mut stream, ino, offset) {
+            Ok(i) => i,
+            Err(e) => return reply.error(e),
+        };
+        let mut given = Vec::new();
         loop {
-            let index = pos - 2;
             if let Err(e) = stream.fill(&self.client, index + 1, true) {
                 return reply.error(errno(&e));
             }
@@ -257,9 +345,10 @@ impl Shared {
                 }
                 _ => (listed_only_attr(ino, kind), Duration::ZERO),
             };
+            let cookie = cookie_of(&listed.entry.name);
             let full = reply.add(
                 INodeNo(ino),
-                (pos + 1) as u64,
+                cookie,
                 OsStr::from_bytes(&listed.entry.name),
                 &ttl,
                 &attr,
@@ -270,21 +359,25 @@ impl Shared {
                 stream.entries[index].attr = fetched;
                 break;
             }
-            pos += 1;
+            given.push((cookie, listed.entry.name.clone().into_boxed_slice()));
+            index += 1;
         }
+        self.cookies.record(ino.0, given);
         reply.ok();
     }
 
     pub(super) fn releasedir(
         &self,
         req: &Caller,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.enter(req);
-        self.dirs.lock().remove(&fh.0);
+        if self.dirs.lock().remove(&fh.0).is_some() {
+            self.cookies.released(ino.0);
+        }
         reply.ok();
     }
 }
