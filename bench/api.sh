@@ -6,7 +6,8 @@
 #   rings  examples/c/ringbench.c (libnacre.so): a ring per thread, QD requests in flight
 #   LD_PRELOAD  the same fio runs with libnacre_preload.so (psync and libaio through rings)
 #   OSTs   `nacre bench survey` on the networked OST directories (sequential 1 MiB, as
-#          many streams as the runs above), the ceiling of the data path
+#          many requests in flight as each run keeps: 1 on one OST, 4 as 2 streams per
+#          OST, 32 and more as 16 per OST), the ceiling of the data path
 # Sequential 1 MiB and random 4 KiB reads and writes, queue depth 1 and 32, 1 and 4
 # threads, SECS seconds each, on a file of SIZE_MIB striped over both OSTs.
 # Not a test: it asserts nothing.
@@ -38,11 +39,13 @@ ring() {
   "$RB" "$1" ring.dat "$2" "$3" "$4" "$5" "$SIZE_MIB" "$SECS" \
     | json "f\"{round(d['ops_s'])} {round(d['mib_s'])}\""
 }
-# survey STREAMS: "write read" MiB/s of the networked OSTs alone, STREAMS streams in all.
+# survey IN_FLIGHT: "write read" MiB/s of the networked OSTs alone with IN_FLIGHT 1 MiB
+# requests in flight (one stream on one OST for 1; IN_FLIGHT/2 streams per OST, at most 16).
 survey() {
-  local per=$(( ($1 + 1) / 2 )) out
-  out=$("$NACRE" bench survey --ost "$WORK/net/ost0" --ost "$WORK/net/ost1" -o "$per" -t "$per" \
-    -r 1M -s 256M --json)
+  local per=$(( $1 / 2 )) out osts=(--ost "$WORK/net/ost0" --ost "$WORK/net/ost1")
+  [ "$per" -gt 16 ] && per=16
+  if [ "$1" -eq 1 ]; then per=1 osts=(--ost "$WORK/net/ost0"); fi
+  out=$("$NACRE" bench survey "${osts[@]}" -o "$per" -t "$per" -r 1M -s "$(( 512 / per ))M" --json)
   for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
 }
 
@@ -69,8 +72,9 @@ for form in emb net; do
 done
 read -r s1w s1r <<<"$(survey 1)"
 read -r s4w s4r <<<"$(survey 4)"
+read -r s32w s32r <<<"$(survey 32)"
 
-echo "OSTs alone (networked, sequential 1 MiB): 1 stream $s1w MiB/s write, $s1r read; 4 streams $s4w write, $s4r read"
+echo "OSTs alone (networked OST directories, sequential 1 MiB, MiB/s write/read) with 1 request in flight: $s1w/$s1r; 4: $s4w/$s4r; 32 (16 per OST): $s32w/$s32r"
 echo
 echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | LD_PRELOAD ops/s | LD_PRELOAD MiB/s | rings/FUSE | LD_PRELOAD/FUSE | rings/OSTs | LD_PRELOAD/OSTs |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -79,8 +83,10 @@ for r in "${rows[@]}"; do
   read -r form rw bs qd th fo fm ro rm po pm <<<"$r"
   ost="-" post="-"
   if [ "$form" = net ] && [ "$bs" = 1048576 ]; then
-    case "$rw$th" in
-      write1) base=$s1w ;; write4) base=$s4w ;; read1) base=$s1r ;; read4) base=$s4r ;;
+    # The OSTs alone with as many requests in flight as the run (QD x threads).
+    case "$rw$(( qd * th ))" in
+      write1) base=$s1w ;; write4) base=$s4w ;; write*) base=$s32w ;;
+      read1) base=$s1r ;; read4) base=$s4r ;; read*) base=$s32r ;;
     esac
     ost=$(pct "$rm" "$base") post=$(pct "$pm" "$base")
   fi
