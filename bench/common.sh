@@ -27,8 +27,9 @@ wait_serving() {
   echo "server did not start: $(cat "$1")" >&2; return 1
 }
 # net_up DIR FSNAME: the networked form under DIR — an MGS+MDT0 server process on 127.0.0.1
-# and two OSS processes (127.0.0.2, .3) with one OST each. Sets MGS (its address) and adds
-# the server pids to the array `pids` (the caller kills them).
+# and two OSS processes (127.0.0.2, .3) with one OST each (OSS_ARGS: more `nacre server`
+# options for them, e.g. "--oss-threads-min 16"). Sets MGS (its address) and adds the
+# server pids to the array `pids` (the caller kills them).
 net_up() {
   local dir="$1" fs="$2" i addr
   MGS="127.0.0.1:$(free_port 127.0.0.1)"
@@ -41,7 +42,7 @@ net_up() {
   pids+=($!); wait_serving "$dir/mds.log"
   for i in 0 1; do
     addr="127.0.0.$((i + 2))"
-    "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$dir/ost$i" \
+    "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$dir/ost$i" ${OSS_ARGS:-} \
       > "$dir/oss$i.log" 2>&1 &
     pids+=($!); wait_serving "$dir/oss$i.log"
   done
@@ -59,7 +60,7 @@ forms_up() {
   "$NACRE" up "$work/emb/data" --mount "$work/emb/mnt" --osts 2 --fsname "$emb" \
     --listen "$EMB_MGS" >/dev/null
   net_up "$work/net" "$net"
-  "$NACRE" mount "$MGS@tcp:/$net" "$work/net/mnt" >/dev/null
+  "$NACRE" mount "$MGS@tcp:/$net" "$work/net/mnt" ${MOUNT_ARGS:-} >/dev/null
 }
 forms_down() {
   local w="$FORMS_WORK"
