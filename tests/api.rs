@@ -369,8 +369,7 @@ fn the_c_example_builds_with_pkg_config_and_runs_on_a_networked_mount() {
     );
     let build = |name: &str| {
         let exe = fs.scratch().join(name);
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../examples/c/{name}.c"));
+        let src = nacre_testkit::tests_dir().join(format!("../examples/c/{name}.c"));
         let cc = Command::new("cc")
             .args(["-Wall", "-Wextra", "-Werror", "-o"])
             .arg(&exe)

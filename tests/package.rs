@@ -40,7 +40,7 @@ fn the_package_installs_units_helper_docs_and_they_run() {
         .prefix("nacre-deb")
         .tempdir_in(nacre_testkit::test_dir())
         .unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-deb.sh");
+    let script = nacre_testkit::tests_dir().join("../scripts/build-deb.sh");
     let out = Command::new(&script)
         .arg("--bin")
         .arg(nacre_bin())

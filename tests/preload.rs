@@ -340,7 +340,7 @@ fn without_its_node_api_the_kernel_serves_and_says_so() {
 fn posix_edges_are_the_kernels_through_the_library() {
     let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("ple"));
     let exe = fs.scratch().join("preload_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/preload_check.c");
+    let src = nacre_testkit::tests_dir().join("c/preload_check.c");
     let cc = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O2", "-o"])
         .arg(&exe)

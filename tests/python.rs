@@ -9,7 +9,7 @@ use std::process::Command;
 /// The package as `pip install ./crates/python` would lay it out, under `dir`.
 fn assemble(dir: &Path) {
     let built = nacre_testkit::nacre_bin().parent().unwrap().to_path_buf();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/python/python/nacre");
+    let src = nacre_testkit::tests_dir().join("../crates/python/python/nacre");
     let pkg = dir.join("nacre");
     std::fs::create_dir_all(&pkg).unwrap();
     std::fs::copy(src.join("__init__.py"), pkg.join("__init__.py")).unwrap();
@@ -21,7 +21,7 @@ fn the_python_package_passes_its_tests_on_a_networked_mount() {
     let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("apipy"));
     let site = fs.scratch().join("site");
     assemble(&site);
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/test_nacre.py");
+    let tests = nacre_testkit::tests_dir().join("python/test_nacre.py");
     let out = Command::new("python3")
         .arg(&tests)
         .arg("-v")

@@ -7,7 +7,7 @@
 use nacre_testkit::{nacre, nacre_ok, pattern, wait_for, Form, ServerProc, Spec, TestFs};
 use serde_json::Value;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const MIB: usize = 1 << 20;
 
@@ -191,7 +191,7 @@ fn a_stage_round_trip_survives_a_kill_of_the_mover() {
         nacre_testkit::nacre_bin().parent().unwrap().display(),
         std::env::var("PATH").unwrap()
     );
-    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../contrib/slurm");
+    let contrib = nacre_testkit::tests_dir().join("../contrib/slurm");
     let run = |script: &str| {
         std::process::Command::new("sh")
             .arg(contrib.join(script))

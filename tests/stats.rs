@@ -245,11 +245,8 @@ fn check_metrics(parsed: &str, body: &str) {
     );
     // Every metric the sample Grafana dashboard queries is one this server exports.
     let dash: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../contrib/grafana-nacre.json"
-        ))
-        .unwrap(),
+        &std::fs::read_to_string(nacre_testkit::tests_dir().join("../contrib/grafana-nacre.json"))
+            .unwrap(),
     )
     .unwrap();
     let mut queried = 0;

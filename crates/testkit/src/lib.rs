@@ -18,6 +18,18 @@ pub use layout::pool_of;
 pub use small::{fill_percent, scrape, SmallFs};
 pub use testfs::{Form, Spec, TestFs};
 
+/// The tests package's directory (`tests/` of the clone being tested): the one `cargo test`
+/// names when it runs the test (`CARGO_MANIFEST_DIR`), else the one the test was built in.
+/// A test binary may have been built in another clone sharing the target directory (CI
+/// builds in a fresh clone), so a path fixed at build time could name files that are gone
+/// or are another clone's.
+pub fn tests_dir() -> PathBuf {
+    match std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from) {
+        Some(dir) if dir.join("Cargo.toml").is_file() => dir,
+        _ => Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests")).to_path_buf(),
+    }
+}
+
 /// The `nacre` binary: `$NACRE_BIN`, or the one built next to the running test.
 pub fn nacre_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NACRE_BIN") {
