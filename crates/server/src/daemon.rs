@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where pid files of running mounts live.
-pub const RUN_DIR: &str = "/run/nacre";
+pub use nacre_types::run::RUN_DIR;
 /// How long `up`/`mount` wait for the background process to mount.
 pub const MOUNT_WAIT_MS: u64 = 120_000;
 /// How long `down` waits for the process to finish after asking it to stop.
@@ -26,12 +26,7 @@ pub const FORCE_STOP_WAIT_MS: u64 = 1_000;
 /// The pid file of the process serving mount `mnt`.
 pub fn pidfile(mnt: &Path) -> PathBuf {
     let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
-    let name: String = canon
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    Path::new(RUN_DIR).join(format!("{name}.pid"))
+    nacre_types::run::mount_run_file(&canon, "pid")
 }
 
 fn unescape_mountinfo(s: &str) -> String {

@@ -633,12 +633,7 @@ impl Drop for ClientMount {
 /// The log a background mount process at `mnt` writes (`/run/nacre/<mount point>.log`).
 pub fn mount_log(mnt: &Path) -> PathBuf {
     let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
-    let name: String = canon
-        .to_string_lossy()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    Path::new("/run/nacre").join(format!("{name}.log"))
+    nacre_types::run::mount_run_file(&canon, "log")
 }
 
 /// Removes a stopped mount's log (and API socket, if left), unless the test is failing:

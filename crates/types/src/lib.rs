@@ -16,6 +16,7 @@ pub mod layout;
 pub mod limits;
 pub mod nid;
 pub mod quota;
+pub mod run;
 pub mod status;
 pub mod target;
 pub mod units;
