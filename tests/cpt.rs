@@ -266,3 +266,121 @@ fn get_cpts(pid: &str, service: &str) -> String {
 fn sync_and_drop_caches() {
     nacre_testkit::sh("sync; echo 3 > /proc/sys/vm/drop_caches");
 }
+
+/// Reads of one file from many threads at once (O_DIRECT, 4 KiB, through the FUSE mount of
+/// the networked form): the OSS's `ost_io` threads serve those queued together in one turn,
+/// their data read from the disk at once (`osd.*.reads_together`, io_uring), and every
+/// read still returns its own bytes, the last block of the file its short end. With
+/// `batch_max=1` none are served together. One `ost_io` thread, so reads queue behind it.
+#[test]
+fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
+    use nacre_testkit::{get_param, pattern, wait_for, Form, Spec, TestFs};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let spec = Spec::osts(1).fsname("cptbat").server_args(&[
+        "--oss-threads-min",
+        "1",
+        "--oss-threads-max",
+        "1",
+    ]);
+    let fs = TestFs::start_with(Form::Networked, spec);
+    let len = (8 << 20) + 1000;
+    let data = std::sync::Arc::new(pattern(41, len));
+    std::fs::write(fs.path("f"), &*data).unwrap();
+    let oss = fs
+        .server_pids()
+        .into_iter()
+        .find(|p| {
+            let name = "osd.cptbat-OST0000.reads_together";
+            let p = p.to_string();
+            nacre_testkit::nacre(&["ctl", "--pid", &p, "get_param", "-n", name])
+                .status
+                .success()
+        })
+        .expect("the OSS serving OST0000");
+    let together = || -> u64 {
+        get_param(Some(oss), "osd.cptbat-OST0000.reads_together")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let batched = || -> u64 {
+        get_param(Some(oss), "ost.OSS.ost_io.partition_stats")
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with("inline_requests"))
+            .map(|l| {
+                l.split_whitespace()
+                    .nth(10)
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
+    };
+    // Readers: each reads random blocks (the last one, short, among them) and checks them.
+    let readers = |stop: &AtomicBool, reads: &AtomicU64, rounds: Option<u64>| {
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (path, data) = (fs.path("f"), data.clone());
+                s.spawn(move || {
+                    let f = std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(&path)
+                        .unwrap();
+                    let mut mem = vec![0u8; 3 * 4096];
+                    let skip = (4096 - mem.as_ptr() as usize % 4096) % 4096;
+                    let buf = &mut mem[skip..skip + 2 * 4096];
+                    let blocks = (len as u64).div_ceil(4096);
+                    let mut rng = fastrand::Rng::with_seed(t);
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| n < r) {
+                        let at = rng.u64(0..blocks) * 4096;
+                        let got = f.read_at(&mut buf[..4096], at).unwrap();
+                        let want = &data[at as usize..(at as usize + 4096).min(len)];
+                        assert_eq!(got, want.len(), "read at {at}");
+                        assert!(buf[..got] == *want, "bytes read at {at}");
+                        n += 1;
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        })
+    };
+    /// Stops the readers however the wait ends (a panic too).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let (stop, reads) = (AtomicBool::new(false), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        s.spawn(|| readers(&stop, &reads, None));
+        let _stop = Stop(&stop);
+        wait_for("reads served together", || together() > 0 && batched() > 0);
+    });
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    // Alone from now on.
+    nacre_testkit::nacre_ok(&[
+        "ctl",
+        "--pid",
+        &oss.to_string(),
+        "set_param",
+        "ost.OSS.ost_io.batch_max=1",
+    ]);
+    assert_eq!(get_param(Some(oss), "ost.OSS.ost_io.batch_max").trim(), "1");
+    let (before, batched_before) = (together(), batched());
+    readers(&AtomicBool::new(false), &AtomicU64::new(0), Some(300));
+    assert_eq!((together(), batched()), (before, batched_before));
+    let bad = nacre_testkit::nacre(&[
+        "ctl",
+        "--pid",
+        &oss.to_string(),
+        "set_param",
+        "ost.OSS.ost_io.batch_max=0",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("batch_max must be 1..=64"), "{err}");
+}

@@ -281,7 +281,9 @@ fn check_metrics(parsed: &str, body: &str) {
                     "requests",
                     "busy_secs",
                     "wait_secs",
-                    "weighted_ahead"
+                    "weighted_ahead",
+                    "batches",
+                    "batched"
                 ])
             && table.contains("inline_requests"),
         "{table}"

@@ -314,7 +314,7 @@ impl Ring {
             if h.cq_tail.v.load(Ordering::Acquire) != self.cq_head {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         h.app_sleeping.v.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);

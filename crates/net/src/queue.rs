@@ -102,6 +102,24 @@ impl<T> WaitQueue<T> {
         }
     }
 
+    /// Takes, without waiting, up to `max` plain items from the front of the queue for as
+    /// long as `fits` accepts them (none while weighted items wait: those keep their turn).
+    pub(crate) fn take_more(&self, max: usize, fits: impl Fn(&T) -> bool) -> Vec<T> {
+        let mut s = self.state.lock().expect("queue");
+        let mut taken = Vec::new();
+        if !s.weighted.is_empty() {
+            return taken;
+        }
+        while taken.len() < max && s.items.front().is_some_and(&fits) {
+            taken.extend(s.items.pop_front());
+        }
+        drop(s);
+        for _ in 0..taken.len() {
+            self.not_full.notify_one();
+        }
+        taken
+    }
+
     /// Refuses further items and wakes every waiter; queued items are still received.
     pub(crate) fn close(&self) {
         self.state.lock().expect("queue").closed = true;
@@ -206,6 +224,26 @@ mod tests {
         // Alone, a weighted item went ahead of no one.
         q.send_weighted(20, 5).unwrap();
         assert_eq!(q.recv_weighted(), Some((20, false)));
+    }
+
+    #[test]
+    fn take_more_takes_the_front_run_that_fits_and_leaves_weighted_turns_alone() {
+        let q = WaitQueue::new(16);
+        for i in [2, 4, 6, 7, 8] {
+            q.send(i).unwrap();
+        }
+        // Up to the first that does not fit, at most `max`.
+        assert_eq!(q.take_more(8, |i| i % 2 == 0), vec![2, 4, 6]);
+        assert_eq!(q.take_more(8, |i| i % 2 == 0), Vec::<i32>::new());
+        assert_eq!(q.recv(), Some(7));
+        assert_eq!(q.take_more(0, |_| true), Vec::<i32>::new());
+        q.send(10).unwrap();
+        assert_eq!(q.take_more(1, |_| true), vec![8]);
+        // A weighted item waiting: nothing is taken past it.
+        q.send_weighted(11, 3).unwrap();
+        assert_eq!(q.take_more(8, |_| true), Vec::<i32>::new());
+        assert_eq!(q.recv(), Some(11));
+        assert_eq!(q.take_more(8, |_| true), vec![10]);
     }
     use std::sync::Arc;
 

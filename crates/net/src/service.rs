@@ -177,6 +177,49 @@ pub trait Handler: Send + Sync + 'static {
     fn weight(&self, _req: &Incoming) -> u32 {
         0
     }
+
+    /// True if `req` may be served together with others of its kind
+    /// ([`Handler::handle_batch`]): a service thread that takes it also takes the requests
+    /// queued right behind it for which this is true, up to the pool's `batch_max`. Called
+    /// with the service queue locked: look at the header only.
+    fn batchable(&self, _req: &Incoming) -> bool {
+        false
+    }
+
+    /// Handles several requests [`Handler::batchable`] said may go together, in one turn
+    /// of one thread (e.g. their disk reads submitted at once): an outgoing reply each, in
+    /// order. By default, one by one.
+    fn handle_batch(&self, reqs: &[&Incoming]) -> Vec<Outgoing> {
+        reqs.iter().map(|r| self.handle(r)).collect()
+    }
+}
+
+/// Most requests one service thread serves in one batch ([`Handler::handle_batch`]) by
+/// default: the rest of the queue is left to the other threads (`{service}.batch_max`).
+pub const BATCH_REQUESTS_DEFAULT: usize = 16;
+/// The most `batch_max` may be set to.
+pub const BATCH_REQUESTS_MAX: usize = 64;
+
+/// Serves `reqs` (more than one, all batchable, taken together from the queue) with one
+/// call of [`Handler::handle_batch`]: each offered to `park` first, as alone. `handled` is
+/// called once per request, before its reply goes.
+fn serve_batch(handler: &dyn Handler, reqs: Vec<Incoming>, handled: &dyn Fn()) {
+    let mut now = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        match handler.park(req) {
+            Some(req) => now.push(req),
+            None => handled(),
+        }
+    }
+    let outs = {
+        let refs: Vec<&Incoming> = now.iter().collect();
+        handler.handle_batch(&refs)
+    };
+    assert_eq!(outs.len(), now.len(), "a reply per request of a batch");
+    for (req, out) in now.into_iter().zip(outs) {
+        handled();
+        req.reply(out);
+    }
 }
 
 /// Runs `req` through `handler`, calls `handled` (the counters: a client that has its
@@ -408,6 +451,10 @@ pub struct PartitionStats {
     pub wait_ns: AtomicU64,
     /// Weighted requests (QoS weights) taken before plain ones that waited longer.
     pub weighted_ahead: AtomicU64,
+    /// Turns in which a thread served several requests at once ([`Handler::handle_batch`]).
+    pub batches: AtomicU64,
+    /// Requests served in those turns.
+    pub batched: AtomicU64,
 }
 
 impl PartitionStats {
@@ -419,6 +466,8 @@ impl PartitionStats {
         self.busy_ns.store(0, Ordering::Relaxed);
         self.wait_ns.store(0, Ordering::Relaxed);
         self.weighted_ahead.store(0, Ordering::Relaxed);
+        self.batches.store(0, Ordering::Relaxed);
+        self.batched.store(0, Ordering::Relaxed);
     }
 }
 
@@ -438,6 +487,8 @@ pub struct ServicePool {
     partitions: Vec<Arc<PartitionStats>>,
     threads_min: AtomicUsize,
     threads_max: AtomicUsize,
+    /// Most requests a thread serves in one batch (1: none batched).
+    batch_max: Arc<AtomicUsize>,
     rr: AtomicUsize,
     me: Weak<ServicePool>,
     /// Requests handled, for statistics.
@@ -472,6 +523,7 @@ impl ServicePool {
             ),
             threads_min: AtomicUsize::new(config.threads_min),
             threads_max: AtomicUsize::new(config.threads_max.min(THREADS_PER_PARTITION_MAX)),
+            batch_max: Arc::new(AtomicUsize::new(BATCH_REQUESTS_DEFAULT)),
             config,
             handler,
             threads: Mutex::new(Vec::new()),
@@ -516,6 +568,7 @@ impl ServicePool {
         };
         let handler = self.handler.clone();
         let weak = self.me.clone();
+        let batch_max = self.batch_max.clone();
         let name = format!("{}_{:02}_{n:03}", self.config.name, spec.cpt);
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
             nacre_types::buf::set_thread_partition(Some(spec.cpt));
@@ -529,10 +582,44 @@ impl ServicePool {
                     stats.weighted_ahead.fetch_add(1, Ordering::Relaxed);
                 }
                 let started = Instant::now();
-                stats.queued.fetch_sub(1, Ordering::Relaxed);
+                // Requests of a kind served together queued right behind: taken now, so
+                // one turn of this thread serves them all (none while a fault point is
+                // armed: those act on requests one by one).
+                let max = batch_max.load(Ordering::Relaxed).saturating_sub(1);
+                let more = match max > 0 && handler.batchable(&req) && !crate::fault::armed_any() {
+                    true => rx.take_more(max, |(r, _)| handler.batchable(r)),
+                    false => Vec::new(),
+                };
+                stats
+                    .queued
+                    .fetch_sub(1 + more.len() as u64, Ordering::Relaxed);
                 stats.busy.fetch_add(1, Ordering::Relaxed);
-                let waited = started.duration_since(queued_at).as_nanos() as u64;
+                let waited: u64 = std::iter::once(queued_at)
+                    .chain(more.iter().map(|(_, at)| *at))
+                    .map(|at| started.duration_since(at).as_nanos() as u64)
+                    .sum();
                 stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
+                if !more.is_empty() {
+                    let reqs: Vec<Incoming> = std::iter::once(req)
+                        .chain(more.into_iter().map(|(r, _)| r))
+                        .collect();
+                    let (n, done) = (reqs.len(), std::cell::Cell::new(0));
+                    stats.batches.fetch_add(1, Ordering::Relaxed);
+                    stats.batched.fetch_add(n as u64, Ordering::Relaxed);
+                    serve_batch(&*handler, reqs, &|| {
+                        done.set(done.get() + 1);
+                        if done.get() == n {
+                            let busy = started.elapsed().as_nanos() as u64;
+                            stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+                            stats.busy.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        stats.requests.fetch_add(1, Ordering::Relaxed);
+                        if let Some(pool) = weak.upgrade() {
+                            pool.requests_handled.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    continue;
+                }
                 serve_one(&*handler, req, || {
                     let busy = started.elapsed().as_nanos() as u64;
                     stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
@@ -634,6 +721,20 @@ impl ServicePool {
         }
         self.threads_min.store(n, Ordering::Relaxed);
         self.fill_to_min();
+        Ok(())
+    }
+
+    /// Most requests a thread serves in one batch ([`Handler::handle_batch`]).
+    pub fn batch_max(&self) -> usize {
+        self.batch_max.load(Ordering::Relaxed)
+    }
+
+    /// Sets `batch_max` (1: every request alone).
+    pub fn set_batch_max(&self, n: usize) -> Result<(), String> {
+        if n == 0 || n > BATCH_REQUESTS_MAX {
+            return Err(format!("batch_max must be 1..={BATCH_REQUESTS_MAX}"));
+        }
+        self.batch_max.store(n, Ordering::Relaxed);
         Ok(())
     }
 

@@ -361,7 +361,7 @@ impl Ring {
                 poller.learn(start.elapsed());
                 return;
             }
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         let _learn = Learn(poller, start);
         h.server_sleeping.v.store(1, Ordering::SeqCst);

@@ -16,6 +16,7 @@ pub mod label;
 pub mod mmp;
 
 pub mod objects;
+mod uring;
 pub mod usage;
 
 pub use label::{Label, LabelError};

@@ -111,6 +111,8 @@ pub struct ObjectStore {
     open: Mutex<HashMap<ObjectId, Arc<OpenObject>>>,
     /// Reads refused because data did not match its checksum.
     corrupt_chunks: AtomicU64,
+    /// Reads that went to the disk together with others (`read_many`).
+    reads_together: AtomicU64,
     /// Change locks, by object hash: held by a change (data and checksums together) and by
     /// a re-check after a mismatch. Kept apart from the descriptor cache, which may evict
     /// and reopen an object while a change on it runs.
@@ -124,6 +126,45 @@ const CHANGE_LOCKS: usize = 256;
 
 fn is_aligned(x: u64) -> bool {
     x.is_multiple_of(DIRECT_IO_ALIGN_BYTES as u64)
+}
+
+/// An empty read (an object that does not exist).
+fn empty() -> AlignedBuf {
+    let mut buf = AlignedBuf::for_overwrite(0);
+    buf.set_len(0);
+    buf
+}
+
+/// Reads into `buf`'s spare capacity from byte `got` on, until `len` bytes or the end of
+/// the file (`direct`: whole blocks, so a read ending off a block boundary is the end);
+/// the bytes read in all.
+fn fill(
+    file: &File,
+    direct: bool,
+    buf: &mut AlignedBuf,
+    mut got: usize,
+    len: usize,
+    offset: u64,
+) -> std::io::Result<usize> {
+    let want = match direct {
+        true => len.div_ceil(DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES,
+        false => len,
+    };
+    while got < len {
+        let n = match file.read_at(&mut buf.spare_mut()[got..want], offset + got as u64) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if direct && !got.is_multiple_of(DIRECT_IO_ALIGN_BYTES) {
+            break;
+        }
+    }
+    Ok(got)
 }
 
 impl ObjectStore {
@@ -143,6 +184,7 @@ impl ObjectStore {
             direct_io: AtomicBool::new(true),
             open: Mutex::new(HashMap::new()),
             corrupt_chunks: AtomicU64::new(0),
+            reads_together: AtomicU64::new(0),
             change_locks: (0..CHANGE_LOCKS).map(|_| Mutex::new(())).collect(),
             usage,
         })
@@ -237,6 +279,12 @@ impl ObjectStore {
     /// Reads that found data not matching its checksum.
     pub fn corrupt_chunks(&self) -> u64 {
         self.corrupt_chunks.load(Ordering::Relaxed)
+    }
+
+    /// Reads submitted to the disk together with others since start
+    /// ([`ObjectStore::read_many`]).
+    pub fn reads_together(&self) -> u64 {
+        self.reads_together.load(Ordering::Relaxed)
     }
 
     fn err(object: ObjectId, source: std::io::Error) -> OsdError {
@@ -374,31 +422,122 @@ impl ObjectStore {
     /// object does not exist.
     pub fn read(&self, object: ObjectId, offset: u64, len: usize) -> Result<AlignedBuf, OsdError> {
         let Some(o) = self.get(object, false)? else {
-            let mut buf = AlignedBuf::for_overwrite(0);
-            buf.set_len(0);
-            return Ok(buf);
+            return Ok(empty());
         };
         let buf = self.read_raw(&o, object, offset, len)?;
-        if let Err(bad) = self.verify(&o, offset, &buf) {
-            // A change may have run between our data and checksum reads: look again with
-            // changes held off before calling it corrupt.
-            let _change = self.change_lock(object);
-            let buf = self.read_raw(&o, object, offset, len)?;
-            return match self.verify(&o, offset, &buf) {
-                Ok(()) => Ok(buf),
-                Err(_) => {
-                    tracing::error!(
-                        "object {object}: data at offset {bad} does not match its checksum"
-                    );
-                    self.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
-                    Err(OsdError::Corrupt {
-                        object: object.to_string(),
-                        offset: bad,
-                    })
-                }
+        self.checked(&o, object, offset, len, buf)
+    }
+
+    /// Reads each of `reads` (object, offset, length) as [`ObjectStore::read`] does, in
+    /// order. The direct reads among them go to the disk at once (one system call, one
+    /// sleep for all: see uring.rs) when there are several.
+    pub fn read_many(&self, reads: &[(ObjectId, u64, usize)]) -> Vec<Result<AlignedBuf, OsdError>> {
+        let opened: Vec<Result<Option<Arc<OpenObject>>, OsdError>> = reads
+            .iter()
+            .map(|&(object, _, _)| self.get(object, false))
+            .collect();
+        // The aligned direct reads, with the index of the request each serves.
+        let mut batch = Vec::new();
+        let mut slot_of = vec![None; reads.len()];
+        for (i, (&(_, offset, len), o)) in reads.iter().zip(&opened).enumerate() {
+            let Ok(Some(o)) = o else { continue };
+            let Some(direct) = o.direct.as_ref().filter(|_| is_aligned(offset) && len > 0) else {
+                continue;
             };
+            slot_of[i] = Some(batch.len());
+            batch.push(crate::uring::Read {
+                fd: std::os::fd::AsRawFd::as_raw_fd(direct),
+                buf: AlignedBuf::for_overwrite(len),
+                want: len.div_ceil(DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES,
+                offset,
+                result: None,
+            });
         }
+        if batch.len() < 2 || !crate::uring::read_all(&mut batch) {
+            batch.clear();
+            slot_of.fill(None);
+        }
+        self.reads_together
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let mut batch: Vec<Option<crate::uring::Read>> = batch.into_iter().map(Some).collect();
+        reads
+            .iter()
+            .zip(opened)
+            .zip(slot_of)
+            .map(|((&(object, offset, len), o), slot)| {
+                let Some(o) = o? else {
+                    return Ok(empty());
+                };
+                let buf = match slot.and_then(|j| batch[j].take()) {
+                    Some(r) => self.finish_read(&o, object, r, len)?,
+                    None => self.read_raw(&o, object, offset, len)?,
+                };
+                self.checked(&o, object, offset, len, buf)
+            })
+            .collect()
+    }
+
+    /// A direct read that went to the ring: its bytes, read on to `len` (as `read_raw`
+    /// does) if the disk gave fewer without reaching the end.
+    fn finish_read(
+        &self,
+        o: &OpenObject,
+        object: ObjectId,
+        r: crate::uring::Read,
+        len: usize,
+    ) -> Result<AlignedBuf, OsdError> {
+        let mut buf = r.buf;
+        let got = match r.result {
+            Some(Ok(n)) => n.min(len),
+            Some(Err(e))
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                ) =>
+            {
+                return Err(Self::err(object, e))
+            }
+            _ => 0,
+        };
+        let direct = o.direct.as_ref().expect("a ring read is direct");
+        let got = match got >= len || (got > 0 && !got.is_multiple_of(DIRECT_IO_ALIGN_BYTES)) {
+            true => got,
+            false => fill(direct, true, &mut buf, got, len, r.offset)
+                .map_err(|e| Self::err(object, e))?,
+        };
+        buf.set_len(got.min(len));
         Ok(buf)
+    }
+
+    /// `buf`, read from `o` at `offset`, if its checksums say it is what was written. A
+    /// mismatch is looked at again with changes held off (one may have run between the
+    /// data and checksum reads) before the data is called corrupt.
+    fn checked(
+        &self,
+        o: &OpenObject,
+        object: ObjectId,
+        offset: u64,
+        len: usize,
+        buf: AlignedBuf,
+    ) -> Result<AlignedBuf, OsdError> {
+        let Err(bad) = self.verify(o, offset, &buf) else {
+            return Ok(buf);
+        };
+        let _change = self.change_lock(object);
+        let buf = self.read_raw(o, object, offset, len)?;
+        match self.verify(o, offset, &buf) {
+            Ok(()) => Ok(buf),
+            Err(_) => {
+                tracing::error!(
+                    "object {object}: data at offset {bad} does not match its checksum"
+                );
+                self.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+                Err(OsdError::Corrupt {
+                    object: object.to_string(),
+                    offset: bad,
+                })
+            }
+        }
     }
 
     /// Checks the chunks under `buf` (read at `offset`) against their checksums; Err: the
@@ -498,34 +637,12 @@ impl ObjectStore {
         // Every byte exposed is read from the file (the length is cut to what was read).
         let mut buf = AlignedBuf::for_overwrite(len);
         let use_direct = o.direct.is_some() && is_aligned(offset);
-        let file = if use_direct {
-            o.direct.as_ref().expect("direct")
-        } else {
-            &o.buffered
+        let file = match use_direct {
+            true => o.direct.as_ref().expect("direct"),
+            false => &o.buffered,
         };
-        let mut got = 0;
-        loop {
-            let want = if use_direct {
-                len.div_ceil(DIRECT_IO_ALIGN_BYTES) * DIRECT_IO_ALIGN_BYTES
-            } else {
-                len
-            };
-            if got >= len {
-                break;
-            }
-            let n = match file.read_at(&mut buf.spare_mut()[got..want], offset + got as u64) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Self::err(object, e)),
-            };
-            if n == 0 {
-                break;
-            }
-            got += n;
-            if use_direct && got % DIRECT_IO_ALIGN_BYTES != 0 {
-                break;
-            }
-        }
+        let got =
+            fill(file, use_direct, &mut buf, 0, len, offset).map_err(|e| Self::err(object, e))?;
         buf.set_len(got.min(len));
         Ok(buf)
     }

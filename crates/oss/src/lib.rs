@@ -161,7 +161,15 @@ impl OssHandler {
         guard.is_none_or(|g| g.holds()).then_some(ost)
     }
 
-    fn run(&self, ost: &OstTarget, call: OssCall, incoming: &Incoming) -> Result<Outgoing, Status> {
+    /// Runs `call` (decoded from `incoming`) on `ost`; a read stops short of its data,
+    /// which the caller reads ([`OssHandler::handle`] alone, [`OssHandler::handle_batch`]
+    /// with others at once) and gives to [`read_done`].
+    fn run<'a>(
+        &self,
+        ost: &'a OstTarget,
+        call: OssCall,
+        incoming: &Incoming,
+    ) -> Result<Step<'a>, Status> {
         // A change holds its object's gate from its fence check until it is counted, so a
         // fence set meanwhile waits for it (fence.rs).
         let _gate = changed_object(&call.req).map(|o| ost.fences.change_gate(o));
@@ -270,29 +278,16 @@ impl OssHandler {
                     }
                     return Err(Status::Inval);
                 }
-                let started = ost.brw.read.begin();
-                let result = ost.store.read(object, offset, len as usize);
-                let data = match result {
-                    Ok(d) => d,
-                    Err(e) => {
-                        if let (Some(l), true) = (lock, new_lock) {
-                            ost.locks.ns.release(&call.client, l.handle);
-                        }
-                        return Err(io(e));
-                    }
-                };
-                ost.brw.read.end(started, data.len() as u64);
-                ost.read_bytes
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                let body = encode_body(&OssReply::Read {
-                    len: data.len() as u32,
+                return Ok(Step::Read(ReadStep {
+                    object,
+                    offset,
+                    len,
+                    client: call.client,
                     lock,
-                });
-                return Ok(Outgoing {
-                    status: Status::Ok,
-                    body,
-                    bulk: Some(data),
-                });
+                    new_lock,
+                    _hold: hold,
+                    started: ost.brw.read.begin(),
+                }));
             }
             OssRequest::Glimpse { object } => {
                 let (size, blocks) = ost.store.size(object).map_err(io)?;
@@ -444,8 +439,124 @@ impl OssHandler {
             // Parked before it gets here (OssHandler::park).
             OssRequest::LockPoll { .. } => return Err(Status::Proto),
         };
-        Ok(Outgoing::ok(encode_body(&reply)))
+        Ok(Step::Done(Outgoing::ok(encode_body(&reply))))
     }
+
+    /// Checks `incoming` for `ost` and runs it ([`OssHandler::run`]): its meter and what
+    /// came of it, or the reply of a request refused before it ran (not counted).
+    fn begin<'a>(
+        &self,
+        ost: &'a OstTarget,
+        incoming: &Incoming,
+    ) -> Result<(Meter, Result<Step<'a>, Status>), Outgoing> {
+        let mut call: OssCall = match decode_body(&incoming.body) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: bad request from {}: {e}",
+                    ost.label.name(),
+                    incoming.peer
+                );
+                return Err(Outgoing::error(Status::Proto));
+            }
+        };
+        if !call.cred.is_valid() {
+            return Err(Outgoing::error(Status::Proto));
+        }
+        if ost.locks.is_evicted(&call.client) {
+            return Err(Outgoing::error(Status::Shutdown));
+        }
+        if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
+            if let Err(s) = nodemap::check_readonly(&m, &call.req)
+                .and_then(|()| nodemap::check_capa(&m, &ost.label, &call))
+            {
+                return Err(Outgoing::error(s));
+            }
+            nodemap::map_call(&m, &mut call);
+        }
+        let meter = Meter {
+            op: (call.req.opcode() & 0xff) as usize - 1,
+            started: std::time::Instant::now(),
+            jobid: nacre_types::jobid::clamp(&call.jobid).to_string(),
+        };
+        Ok((meter, self.run(ost, call, incoming)))
+    }
+
+    /// The reply of a request `begin` ran, counted in the OST's statistics.
+    fn end(
+        &self,
+        ost: &OstTarget,
+        incoming: &Incoming,
+        meter: Meter,
+        out: Result<Outgoing, Status>,
+    ) -> Outgoing {
+        let out = out.unwrap_or_else(Outgoing::error);
+        let bytes = (incoming.bulk.as_ref().map_or(0, |b| b.len())
+            + out.bulk.as_ref().map_or(0, |b| b.len())) as u64;
+        let us = meter.started.elapsed().as_micros() as u64;
+        ost.stats.record(meter.op, us, bytes);
+        ost.job_stats.record(&meter.jobid, meter.op, us, bytes);
+        ost.export_stats
+            .record(&nacre_net::peer_nid(&incoming.peer), meter.op, us, bytes);
+        out
+    }
+}
+
+/// A request's operation and start, for the statistics.
+struct Meter {
+    op: usize,
+    started: std::time::Instant,
+    jobid: String,
+}
+
+/// What running a request came to: its reply, or a read whose data is read next.
+enum Step<'a> {
+    Done(Outgoing),
+    Read(ReadStep<'a>),
+}
+
+/// A read checked and ready: the lock it was granted and the conflicting locks it holds
+/// off until its data is read.
+struct ReadStep<'a> {
+    object: nacre_types::ObjectId,
+    offset: u64,
+    len: u32,
+    client: [u8; 16],
+    lock: Option<nacre_ldlm::msg::ExtentRef>,
+    new_lock: bool,
+    _hold: Option<nacre_ldlm::server::Revocation<'a, nacre_ldlm::server::Extents>>,
+    started: stats::IoStart,
+}
+
+/// The reply of read `r` on `ost`, given its data. A lock new to the client goes again if
+/// the read failed (the client does not learn of it); one it held already stays.
+fn read_done(
+    ost: &OstTarget,
+    r: ReadStep<'_>,
+    data: Result<nacre_types::AlignedBuf, nacre_osd::OsdError>,
+) -> Result<Outgoing, Status> {
+    let data = match data {
+        Ok(d) => d,
+        Err(e) => {
+            if let (Some(l), true) = (r.lock, r.new_lock) {
+                ost.locks.ns.release(&r.client, l.handle);
+            }
+            tracing::debug!("{}: {e}", ost.label.name());
+            return Err(Status::from_io(&e.io()));
+        }
+    };
+    ost.brw.read.end(r.started, data.len() as u64);
+    ost.read_bytes
+        .fetch_add(data.len() as u64, Ordering::Relaxed);
+    let body = encode_body(&OssReply::Read {
+        len: data.len() as u32,
+        lock: r.lock,
+    });
+    Ok(Outgoing {
+        status: Status::Ok,
+        body,
+        bulk: Some(data),
+    })
 }
 
 /// The object `req` changes under a layout generation (writes, punches, allocations).
@@ -545,45 +656,84 @@ impl Handler for OssHandler {
         let Some(ost) = self.serving(incoming.header.target) else {
             return Outgoing::error(Status::NoDev);
         };
-        let mut call: OssCall = match decode_body(&incoming.body) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(
-                    "{}: bad request from {}: {e}",
-                    ost.label.name(),
-                    incoming.peer
-                );
-                return Outgoing::error(Status::Proto);
-            }
+        let (meter, step) = match self.begin(&ost, incoming) {
+            Ok(begun) => begun,
+            Err(refused) => return refused,
         };
-        if !call.cred.is_valid() {
-            return Outgoing::error(Status::Proto);
-        }
-        if ost.locks.is_evicted(&call.client) {
-            return Outgoing::error(Status::Shutdown);
-        }
-        if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
-            if let Err(s) = nodemap::check_readonly(&m, &call.req)
-                .and_then(|()| nodemap::check_capa(&m, &ost.label, &call))
-            {
-                return Outgoing::error(s);
+        let out = step.and_then(|step| match step {
+            Step::Done(out) => Ok(out),
+            Step::Read(r) => {
+                let data = ost.store.read(r.object, r.offset, r.len as usize);
+                read_done(&ost, r, data)
             }
-            nodemap::map_call(&m, &mut call);
+        });
+        self.end(&ost, incoming, meter, out)
+    }
+
+    fn batchable(&self, req: &Incoming) -> bool {
+        req.header.opcode == nacre_wire::oss::OST_READ
+    }
+
+    /// Reads, each checked and locked as alone; their data read at once, per OST
+    /// ([`ObjectStore::read_many`]).
+    fn handle_batch(&self, reqs: &[&Incoming]) -> Vec<Outgoing> {
+        let osts: Vec<Option<Arc<OstTarget>>> =
+            reqs.iter().map(|r| self.serving(r.header.target)).collect();
+        let mut begun = Vec::with_capacity(reqs.len());
+        for (req, ost) in reqs.iter().zip(&osts) {
+            begun.push(match ost {
+                None => Err(Outgoing::error(Status::NoDev)),
+                Some(ost) => self.begin(ost, req),
+            });
         }
-        let op = (call.req.opcode() & 0xff) as usize - 1;
-        let started = std::time::Instant::now();
-        let jobid = nacre_types::jobid::clamp(&call.jobid).to_string();
-        let out = self
-            .run(&ost, call, incoming)
-            .unwrap_or_else(Outgoing::error);
-        let bytes = (incoming.bulk.as_ref().map_or(0, |b| b.len())
-            + out.bulk.as_ref().map_or(0, |b| b.len())) as u64;
-        let us = started.elapsed().as_micros() as u64;
-        ost.stats.record(op, us, bytes);
-        ost.job_stats.record(&jobid, op, us, bytes);
-        ost.export_stats
-            .record(&nacre_net::peer_nid(&incoming.peer), op, us, bytes);
-        out
+        // The data of the reads, per OST, in one call each.
+        let mut data: Vec<Option<Result<nacre_types::AlignedBuf, nacre_osd::OsdError>>> =
+            (0..reqs.len()).map(|_| None).collect();
+        let mut done = vec![false; reqs.len()];
+        for i in 0..reqs.len() {
+            if done[i] {
+                continue;
+            }
+            let mut which = Vec::new();
+            let mut wanted = Vec::new();
+            for j in i..reqs.len() {
+                let same_ost = match (&osts[i], &osts[j]) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                };
+                if let (true, Ok((_, Ok(Step::Read(r))))) = (same_ost, &begun[j]) {
+                    which.push(j);
+                    wanted.push((r.object, r.offset, r.len as usize));
+                    done[j] = true;
+                }
+            }
+            if let Some(ost) = &osts[i] {
+                for (j, got) in which.into_iter().zip(ost.store.read_many(&wanted)) {
+                    data[j] = Some(got);
+                }
+            }
+        }
+        begun
+            .into_iter()
+            .zip(reqs)
+            .zip(osts.iter().zip(data))
+            .map(|((b, req), (ost, data))| {
+                let (meter, step) = match b {
+                    Ok(begun) => begun,
+                    Err(refused) => return refused,
+                };
+                let ost = ost.as_ref().expect("a request begun has its OST");
+                let out = step.and_then(|step| match step {
+                    Step::Done(out) => Ok(out),
+                    Step::Read(r) => {
+                        let data = data
+                            .unwrap_or_else(|| ost.store.read(r.object, r.offset, r.len as usize));
+                        read_done(ost, r, data)
+                    }
+                });
+                self.end(ost, req, meter, out)
+            })
+            .collect()
     }
 }
 

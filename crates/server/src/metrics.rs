@@ -164,7 +164,7 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
 /// A service's partitions as a table (`get_param *.partition_stats`).
 pub fn partition_table(pool: &ServicePool) -> String {
     let mut s = format!(
-        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12} {:>14}\n",
+        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12} {:>14} {:>10} {:>10}\n",
         "cpt",
         "threads",
         "busy",
@@ -173,12 +173,14 @@ pub fn partition_table(pool: &ServicePool) -> String {
         "requests",
         "busy_secs",
         "wait_secs",
-        "weighted_ahead"
+        "weighted_ahead",
+        "batches",
+        "batched"
     );
     for (i, c) in pool.partition_stats().iter().enumerate() {
         let _ = writeln!(
             s,
-            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6} {:>14}",
+            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6} {:>14} {:>10} {:>10}",
             i,
             c.threads.load(Ordering::Relaxed),
             c.busy.load(Ordering::Relaxed),
@@ -188,6 +190,8 @@ pub fn partition_table(pool: &ServicePool) -> String {
             c.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
             c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
             c.weighted_ahead.load(Ordering::Relaxed),
+            c.batches.load(Ordering::Relaxed),
+            c.batched.load(Ordering::Relaxed),
         );
     }
     let _ = write!(
@@ -206,7 +210,7 @@ type PartitionFamily = (
     fn(&nacre_net::PartitionStats) -> String,
 );
 
-const PARTITION_FAMILIES: [PartitionFamily; 8] = [
+const PARTITION_FAMILIES: [PartitionFamily; 10] = [
     (
         "nacre_service_threads",
         "gauge",
@@ -254,6 +258,18 @@ const PARTITION_FAMILIES: [PartitionFamily; 8] = [
         "counter",
         "Requests of weighted QoS rules taken before unweighted ones that waited longer.",
         |c| c.weighted_ahead.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_batches",
+        "counter",
+        "Turns in which a thread served several requests at once (reads submitted together).",
+        |c| c.batches.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_batched",
+        "counter",
+        "Requests served in those turns.",
+        |c| c.batched.load(Ordering::Relaxed).to_string(),
     ),
 ];
 

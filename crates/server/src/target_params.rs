@@ -85,6 +85,11 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     r.add_fn(format!("osd.{name}.checksum_errors"), move || {
         a.store.corrupt_chunks().to_string()
     });
+    // Reads submitted to the disk together with others (a batch of ost_io: io_uring).
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.reads_together"), move || {
+        a.store.reads_together().to_string()
+    });
 }
 
 /// `mdt.NAME.*` parameters of one MDT.

@@ -324,9 +324,12 @@ pub enum OssReply {
     QuotaCheck(nacre_types::QuotaCheck),
 }
 
+/// The opcode of [`OssRequest::Read`] (a server can tell reads by the frame header alone).
+pub const OST_READ: u16 = 0x0302;
+
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
 /// moves or changes an object's data.
-pub const IO_OPCODES: [u16; 5] = [0x0301, 0x0302, 0x0304, 0x0305, 0x0306];
+pub const IO_OPCODES: [u16; 5] = [0x0301, OST_READ, 0x0304, 0x0305, 0x0306];
 /// Requests served by `ost_create` (Lustre's OST_CREATE_PORTAL): object lifecycle requests the
 /// MDT's OSP sends, so they never wait behind bulk I/O. Nacre creates objects on their first
 /// write, so this is where destroys and ownership changes go.
@@ -370,7 +373,7 @@ impl OssRequest {
     pub fn opcode(&self) -> u16 {
         match self {
             OssRequest::Write { .. } => 0x0301,
-            OssRequest::Read { .. } => 0x0302,
+            OssRequest::Read { .. } => OST_READ,
             OssRequest::Glimpse { .. } => 0x0303,
             OssRequest::Punch { .. } => 0x0304,
             OssRequest::Fallocate { .. } => 0x0305,

@@ -234,3 +234,82 @@ fn objects_keep_their_first_owner_until_set() {
     store.write(fresh, 0, b"x", alice).unwrap();
     assert_eq!(store.owner(fresh).unwrap(), Some(bob));
 }
+
+/// Reads served at once (`read_many`: the direct ones submitted together) give what each
+/// gives alone: the bytes, the short end of an object, nothing for an object that does not
+/// exist, unaligned reads through the buffered path, and corrupt data as an error for its
+/// read alone.
+#[test]
+fn reads_at_once_give_what_each_gives_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let (a, b, bad, none) = (
+        ObjectId { seq: 0, id: 1 },
+        ObjectId { seq: 0, id: 2 },
+        ObjectId { seq: 0, id: 3 },
+        ObjectId { seq: 0, id: 4 },
+    );
+    let pattern = |n: usize, k: u8| -> Vec<u8> { (0..n).map(|i| (i % 251) as u8 ^ k).collect() };
+    let a_data = pattern(256 << 10, 1);
+    // b ends off a block boundary, and past a block boundary.
+    let b_data = pattern((64 << 10) + 1000, 2);
+    store.write(a, 0, &a_data, Owner::default()).unwrap();
+    store.write(b, 0, &b_data, Owner::default()).unwrap();
+    store
+        .write(bad, 0, &pattern(32 << 10, 3), Owner::default())
+        .unwrap();
+    let f = OpenOptions::new()
+        .write(true)
+        .open(store.path(bad))
+        .unwrap();
+    f.write_all_at(&[0xff], 9000).unwrap();
+    f.sync_all().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap(); // no descriptor cache
+    let reads = [
+        (a, 0, 4096),
+        (a, 8192, 65536),
+        (b, 61440, 8192),  // the end: 4096 + 1000 bytes
+        (b, 65536, 4096),  // 1000 bytes
+        (b, 69632, 4096),  // past the end: nothing
+        (a, 4097, 5000),   // unaligned: buffered
+        (none, 0, 4096),   // no object: nothing
+        (bad, 8192, 4096), // corrupt
+        (bad, 16384, 4096),
+        (a, (256 << 10) - 4096, 4096),
+    ];
+    let alone: Vec<_> = reads
+        .iter()
+        .map(|&(o, off, n)| store.read(o, off, n))
+        .collect();
+    let corrupt_alone = store.corrupt_chunks();
+    let together = store.read_many(&reads);
+    assert_eq!(together.len(), reads.len());
+    // The 8 aligned reads of existing objects went to the disk at once (io_uring).
+    assert_eq!(store.reads_together(), 8);
+    for ((r, x), y) in reads.iter().zip(&alone).zip(&together) {
+        match (x, y) {
+            (Ok(x), Ok(y)) => assert_eq!(&x[..], &y[..], "{r:?}"),
+            (
+                Err(OsdError::Corrupt { offset: p, .. }),
+                Err(OsdError::Corrupt { offset: q, .. }),
+            ) => {
+                assert_eq!(p, q, "{r:?}")
+            }
+            other => panic!("{r:?}: alone and together differ: {other:?}"),
+        }
+    }
+    assert_eq!(together[2].as_ref().unwrap().len(), 4096 + 1000);
+    assert_eq!(&together[3].as_ref().unwrap()[..], &b_data[65536..]);
+    assert!(together[4].as_ref().unwrap().is_empty());
+    assert_eq!(
+        &together[5].as_ref().unwrap()[..],
+        &a_data[4097..4097 + 5000]
+    );
+    assert!(together[6].as_ref().unwrap().is_empty());
+    assert!(matches!(
+        together[7],
+        Err(OsdError::Corrupt { offset: 8192, .. })
+    ));
+    assert_eq!(together[8].as_ref().unwrap().len(), 4096);
+    assert_eq!(store.corrupt_chunks(), 2 * corrupt_alone);
+}
