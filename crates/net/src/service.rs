@@ -1,7 +1,7 @@
 //! Service pools: per-CPU-partition bounded request queues, each drained by its own service
 //! threads, and the request/reply types handlers see.
 
-use crate::frame::write_sealed;
+use crate::frame::{write_sealed, write_sealed_many};
 use crate::queue::OneshotSender;
 use crate::queue::WaitQueue;
 use crate::sec::session::Sealer;
@@ -194,6 +194,10 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// Replies going back on one connection: the connection, its peer, and the replies with
+/// their sealed headers.
+type LinkReplies = (Arc<TcpReplier>, String, Vec<(Header, Outgoing)>);
+
 /// Most requests one service thread serves in one batch ([`Handler::handle_batch`]) by
 /// default: the rest of the queue is left to the other threads (`{service}.batch_max`).
 pub const BATCH_REQUESTS_DEFAULT: usize = 16;
@@ -216,8 +220,26 @@ fn serve_batch(handler: &dyn Handler, reqs: Vec<Incoming>, handled: &dyn Fn()) {
         handler.handle_batch(&refs)
     };
     assert_eq!(outs.len(), now.len(), "a reply per request of a batch");
+    let mut alone = Vec::new();
+    // Replies going back on one TCP connection are written together: one system call,
+    // one wake-up of the client's reader for all of them.
+    let mut by_link: Vec<LinkReplies> = Vec::new();
     for (req, out) in now.into_iter().zip(outs) {
         handled();
+        let ReplySink::Tcp(replier) = &req.reply_to else {
+            alone.push((req, out));
+            continue;
+        };
+        let header = req.reply_header(&out);
+        match by_link.iter_mut().find(|(r, _, _)| Arc::ptr_eq(r, replier)) {
+            Some((_, _, frames)) => frames.push((header, out)),
+            None => by_link.push((replier.clone(), req.peer.clone(), vec![(header, out)])),
+        }
+    }
+    for (replier, peer, frames) in by_link {
+        replier.send_many(&peer, &frames);
+    }
+    for (req, out) in alone {
         req.reply(out);
     }
 }
@@ -328,6 +350,16 @@ impl Incoming {
         self.reply(out);
     }
 
+    /// The header of the reply `out` to this request on a TCP connection, sealed.
+    fn reply_header(&self, out: &Outgoing) -> Header {
+        let mut header = self.header;
+        header.flags = FLAG_REPLY | (self.header.flags & FLAG_BULK_CHECKSUM);
+        header.status = out.status.code();
+        let checksum = self.header.flags & FLAG_BULK_CHECKSUM != 0;
+        header.seal(&out.body, out.bulk.as_deref(), checksum);
+        header
+    }
+
     pub(crate) fn reply(self, out: Outgoing) {
         let mut header = self.header;
         header.flags = FLAG_REPLY | (self.header.flags & FLAG_BULK_CHECKSUM);
@@ -388,18 +420,44 @@ impl TcpReplier {
             false => write_sealed(&mut &w.stream, header, body, bulk, w.sealer.as_mut()),
         };
         if let Err(e) = result {
-            let slow = matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            );
-            if slow {
-                self.stats.replies_timed_out.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("{peer}: does not read its replies; dropping the connection");
-            } else {
-                tracing::debug!("reply to {peer} lost: {e}");
-            }
-            let _ = w.stream.shutdown(std::net::Shutdown::Both);
+            self.failed(peer, &w.stream, e);
         }
+    }
+
+    /// Writes several replies together, in order (from a service thread: with the send
+    /// timeout, as [`TcpReplier::send`]).
+    fn send_many(&self, peer: &str, frames: &[(Header, Outgoing)]) {
+        let parts: Vec<crate::frame::FrameParts<'_>> = frames
+            .iter()
+            .map(|(h, out)| (*h, &out.body[..], out.bulk.as_deref()))
+            .collect();
+        let mut guard = self.writer.lock().expect("reply writer");
+        let w = &mut *guard;
+        let result = match crate::reactor::on_network_thread() {
+            true => parts
+                .iter()
+                .try_for_each(|(h, b, k)| send_now(&w.stream, h, b, *k, w.sealer.as_mut())),
+            false => write_sealed_many(&mut &w.stream, &parts, w.sealer.as_mut()),
+        };
+        if let Err(e) = result {
+            self.failed(peer, &w.stream, e);
+        }
+    }
+
+    /// A reply could not be written: a peer that does not take it within the send timeout
+    /// is said in the log; either way the connection is dropped (the client resends).
+    fn failed(&self, peer: &str, stream: &TcpStream, e: std::io::Error) {
+        let slow = matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        );
+        if slow {
+            self.stats.replies_timed_out.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("{peer}: does not read its replies; dropping the connection");
+        } else {
+            tracing::debug!("reply to {peer} lost: {e}");
+        }
+        let _ = stream.shutdown(std::net::Shutdown::Both);
     }
 
     /// The connection ended: replies still to come fail at once.
