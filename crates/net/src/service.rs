@@ -657,36 +657,31 @@ impl ServicePool {
                     .map(|at| started.duration_since(at).as_nanos() as u64)
                     .sum();
                 stats.wait_ns.fetch_add(waited, Ordering::Relaxed);
-                if !more.is_empty() {
-                    let reqs: Vec<Incoming> = std::iter::once(req)
-                        .chain(more.into_iter().map(|(r, _)| r))
-                        .collect();
-                    let (n, done) = (reqs.len(), std::cell::Cell::new(0));
-                    stats.batches.fetch_add(1, Ordering::Relaxed);
-                    stats.batched.fetch_add(n as u64, Ordering::Relaxed);
-                    serve_batch(&*handler, reqs, &|| {
-                        done.set(done.get() + 1);
-                        if done.get() == n {
-                            let busy = started.elapsed().as_nanos() as u64;
-                            stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
-                            stats.busy.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        stats.requests.fetch_add(1, Ordering::Relaxed);
-                        if let Some(pool) = weak.upgrade() {
-                            pool.requests_handled.fetch_add(1, Ordering::Relaxed);
-                        }
-                    });
-                    continue;
-                }
-                serve_one(&*handler, req, || {
-                    let busy = started.elapsed().as_nanos() as u64;
-                    stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
-                    stats.busy.fetch_sub(1, Ordering::Relaxed);
+                // Counted as each request is handled; the thread is idle again once all
+                // of them are.
+                let (n, done) = (1 + more.len(), std::cell::Cell::new(0));
+                let handled = || {
+                    done.set(done.get() + 1);
+                    if done.get() == n {
+                        let busy = started.elapsed().as_nanos() as u64;
+                        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+                        stats.busy.fetch_sub(1, Ordering::Relaxed);
+                    }
                     stats.requests.fetch_add(1, Ordering::Relaxed);
                     if let Some(pool) = weak.upgrade() {
                         pool.requests_handled.fetch_add(1, Ordering::Relaxed);
                     }
-                });
+                };
+                if more.is_empty() {
+                    serve_one(&*handler, req, handled);
+                    continue;
+                }
+                let reqs: Vec<Incoming> = std::iter::once(req)
+                    .chain(more.into_iter().map(|(r, _)| r))
+                    .collect();
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.batched.fetch_add(n as u64, Ordering::Relaxed);
+                serve_batch(&*handler, reqs, &handled);
             }
         });
         match spawned {

@@ -31,6 +31,19 @@ impl Handler for Echo {
 
 /// A server holding `key`, its handled-request counter.
 fn server(key: &FsKey) -> (Arc<Server>, Arc<AtomicU64>) {
+    let server = bind(key);
+    let handled = Arc::new(AtomicU64::new(0));
+    let config = ServiceConfig::unpinned("echo", 2, 2, 64);
+    server.add_service(
+        Service::Oss,
+        ServicePool::start(config, Arc::new(Echo(handled.clone()))),
+    );
+    (server, handled)
+}
+
+/// A server on 127.0.0.1 holding `key`, reached over TCP only (the in-process registry
+/// would skip the handshake); no service yet.
+fn bind(key: &FsKey) -> Arc<Server> {
     let mut keys = ServerKeys::default();
     keys.add(key.clone());
     let security = Security {
@@ -43,15 +56,8 @@ fn server(key: &FsKey) -> (Arc<Server>, Arc<AtomicU64>) {
     };
     let server =
         Server::bind_secure(&[listen], 16 << 20, false, NetLimits::default(), security).unwrap();
-    // TCP only: the in-process registry would skip the handshake.
     nacre_net::local::unregister(server.addr());
-    let handled = Arc::new(AtomicU64::new(0));
-    let config = ServiceConfig::unpinned("echo", 2, 2, 64);
-    server.add_service(
-        Service::Oss,
-        ServicePool::start(config, Arc::new(Echo(handled.clone()))),
-    );
-    (server, handled)
+    server
 }
 
 fn config(key: Option<&FsKey>) -> NetConfig {
@@ -259,20 +265,7 @@ impl Handler for GatedEcho {
 fn replies_of_a_batch_go_back_together_at_every_level() {
     for level in Level::ALL {
         let key = FsKey::generate("batfs", level).unwrap();
-        let mut keys = ServerKeys::default();
-        keys.add(key.clone());
-        let security = Security {
-            keys,
-            ..Security::default()
-        };
-        let listen = nacre_net::Listen {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            cpts: Vec::new(),
-        };
-        let server =
-            Server::bind_secure(&[listen], 16 << 20, false, NetLimits::default(), security)
-                .unwrap();
-        nacre_net::local::unregister(server.addr());
+        let server = bind(&key);
         let handler = Arc::new(GatedEcho {
             gate: std::sync::Mutex::new(false),
             opened: std::sync::Condvar::new(),

@@ -528,6 +528,22 @@ struct ReadStep<'a> {
     started: stats::IoStart,
 }
 
+/// The reply of a request run on `ost`: a read's given its `data` (read now if not read
+/// already).
+fn finish(
+    ost: &OstTarget,
+    step: Result<Step<'_>, Status>,
+    data: Option<Result<nacre_types::AlignedBuf, nacre_osd::OsdError>>,
+) -> Result<Outgoing, Status> {
+    match step? {
+        Step::Done(out) => Ok(out),
+        Step::Read(r) => {
+            let data = data.unwrap_or_else(|| ost.store.read(r.object, r.offset, r.len as usize));
+            read_done(ost, r, data)
+        }
+    }
+}
+
 /// The reply of read `r` on `ost`, given its data. A lock new to the client goes again if
 /// the read failed (the client does not learn of it); one it held already stays.
 fn read_done(
@@ -660,13 +676,7 @@ impl Handler for OssHandler {
             Ok(begun) => begun,
             Err(refused) => return refused,
         };
-        let out = step.and_then(|step| match step {
-            Step::Done(out) => Ok(out),
-            Step::Read(r) => {
-                let data = ost.store.read(r.object, r.offset, r.len as usize);
-                read_done(&ost, r, data)
-            }
-        });
+        let out = finish(&ost, step, None);
         self.end(&ost, incoming, meter, out)
     }
 
@@ -723,14 +733,7 @@ impl Handler for OssHandler {
                     Err(refused) => return refused,
                 };
                 let ost = ost.as_ref().expect("a request begun has its OST");
-                let out = step.and_then(|step| match step {
-                    Step::Done(out) => Ok(out),
-                    Step::Read(r) => {
-                        let data = data
-                            .unwrap_or_else(|| ost.store.read(r.object, r.offset, r.len as usize));
-                        read_done(ost, r, data)
-                    }
-                });
+                let out = finish(ost, step, data);
                 self.end(ost, req, meter, out)
             })
             .collect()
