@@ -304,13 +304,19 @@ fn pending_destroys_count_as_free_space() {
             .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
             .unwrap()
     };
-    let glimpses = || nacre_testkit::stat_count(&format!("ost.{fsname}-OST0000.stats"), "glimpse");
+    let learned = || -> u64 {
+        nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0000.sizes"))
+            .lines()
+            .find_map(|l| l.strip_prefix("learned ")?.trim().parse().ok())
+            .unwrap()
+    };
     let stored_before = stored_bytes(&fs.data.join("ost0"));
-    let before = glimpses();
+    let before = learned();
     write_synced(&fs.path("big"), 3 << 20);
-    // The MDT learns the size of a file its last writer closed by glimpsing it itself.
+    // The MDT learns the size of a file its last writer closed by glimpsing it itself. (The
+    // OST's glimpse count is not enough: the OSS counts a glimpse before its reply is back.)
     wait_for("the MDT's glimpse of the closed file", || {
-        glimpses() > before
+        learned() > before
     });
     let oss = fs.servers_mut()[1].pid() as i32;
     // SAFETY: signalling a child server process of this test.

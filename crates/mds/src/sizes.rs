@@ -47,6 +47,8 @@ struct State {
     generation: u64,
     /// Changed files no one writes any more, to glimpse: (file, generation when queued).
     queue: VecDeque<(Fid, u64)>,
+    /// Sizes learned by the MDT's own glimpses since the start.
+    learned: u64,
 }
 
 impl State {
@@ -210,8 +212,31 @@ impl Sizes {
         }
         s.stale.remove(&fid);
         s.know(fid, size, blocks);
+        s.learned += 1;
         true
     }
+
+    /// What `mdt.<target>.sizes` shows: files whose size is known, files waiting for the
+    /// MDT's glimpse, and sizes its glimpses learned since the start.
+    pub fn status(&self) -> SizesStatus {
+        let s = self.state.lock();
+        SizesStatus {
+            known: s.exact.len(),
+            queued: s.queue.len(),
+            learned: s.learned,
+        }
+    }
+}
+
+/// A snapshot of [`Sizes`] for statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizesStatus {
+    /// Files whose exact size is known.
+    pub known: usize,
+    /// Files waiting for the MDT's own glimpse.
+    pub queued: usize,
+    /// Sizes the MDT's glimpses learned since the start.
+    pub learned: u64,
 }
 
 /// Files the MDT glimpses per pass.
@@ -277,10 +302,13 @@ mod tests {
         assert_eq!(s.exact(f), None);
         assert!(s.to_glimpse(10).is_empty());
         assert!(s.closed(f, &B, true, false, 0), "the last writer closed");
+        assert_eq!((s.status().queued, s.status().learned), (1, 0));
         let q = s.to_glimpse(10);
         assert_eq!(q.len(), 1);
         assert!(s.learned(f, q[0].1, 5000, 16));
         assert_eq!(s.exact(f), Some((5000, 16)));
+        let status = s.status();
+        assert_eq!((status.known, status.queued, status.learned), (1, 0, 1));
     }
 
     #[test]

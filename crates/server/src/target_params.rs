@@ -136,6 +136,15 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         format!("objects {objects}\nbytes {bytes}")
     });
     let a = m.clone();
+    r.add_fn(format!("mdt.{name}.sizes"), move || {
+        // Exact sizes the MDT serves without a glimpse (crate nacre_mds::sizes).
+        let s = a.sizes.status();
+        format!(
+            "known {}\nqueued {}\nlearned {}",
+            s.known, s.queued, s.learned
+        )
+    });
+    let a = m.clone();
     r.add_fn(format!("mdt.{name}.atime"), move || {
         format!(
             "pending {}\nflushes {}",
