@@ -19,7 +19,7 @@ pub(crate) struct ClientArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) checksum: bool,
     /// RPCs in flight per target connection.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = nacre_types::limits::RPCS_IN_FLIGHT_DEFAULT)]
     pub(crate) max_rpcs_in_flight: usize,
     /// Largest bulk RPC (K/M suffixes).
     #[arg(long, default_value = "4M")]
