@@ -576,6 +576,49 @@ fn osc_rpc_stats_count_client_rpcs(form: Form) {
         0,
         "{other}"
     );
+    // The window per target, 32 by default (Lustre's 8 is too small for flash OSTs).
+    for param in [
+        "osc.strpc-OST0000-osc.max_rpcs_in_flight",
+        "mdc.strpc-MDT0000-mdc.max_rpcs_in_flight",
+    ] {
+        assert_eq!(nacre_ok(&["ctl", "get_param", "-n", param]).trim(), "32");
+    }
+}
+
+/// `nacre mount --max-rpcs-in-flight N` sets the window of every target connection, and
+/// the mount shows it; a window out of 1..=256 is refused with a clear message.
+#[test]
+fn the_mount_sets_the_rpcs_in_flight_it_shows() {
+    let fs = TestFs::start_with(
+        Form::Networked,
+        Spec::osts(1)
+            .fsname("strif")
+            .mount_args(&["--max-rpcs-in-flight", "4"]),
+    );
+    for param in [
+        "osc.strif-OST0000-osc.max_rpcs_in_flight",
+        "mdc.strif-MDT0000-mdc.max_rpcs_in_flight",
+    ] {
+        assert_eq!(nacre_ok(&["ctl", "get_param", "-n", param]).trim(), "4");
+    }
+    // Data still flows with the narrower window.
+    let f = fs.path("four");
+    let data = nacre_testkit::pattern(4, 3 << 20);
+    std::fs::write(&f, &data).unwrap();
+    assert_eq!(std::fs::read(&f).unwrap(), data);
+    let bad = nacre(&[
+        "mount",
+        "127.0.0.1@tcp:/strif",
+        "/nonexistent",
+        "--max-rpcs-in-flight",
+        "0",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("max_rpcs_in_flight must be between 1 and 256"),
+        "{err}"
+    );
 }
 
 /// Starts `nacre top` for one screen, then makes traffic inside its interval.

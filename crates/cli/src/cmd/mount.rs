@@ -380,6 +380,11 @@ pub(crate) fn register_client_params(
     for (param, target) in targets {
         let c = client.clone();
         r.add_fn(format!("{param}.import"), move || c.import(&target));
+        // Fixed for the mount's life (`--max-rpcs-in-flight`).
+        let c = client.clone();
+        r.add_fn(format!("{param}.max_rpcs_in_flight"), move || {
+            c.net_config().max_rpcs_in_flight.to_string()
+        });
     }
     for t in client.fs_config().mdts {
         register_client_ldlm_params(r, client, &fs, t.index);
