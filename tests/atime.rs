@@ -3,7 +3,7 @@
 //! writes it within seconds, and another mount sees it; a read soon after an access already
 //! recorded, with no change since, changes nothing.
 
-use nacre_testkit::{get_param, md_requests, on_both_forms, wait_for, Form, Spec, TestFs};
+use nacre_testkit::{md_requests, on_both_forms, wait_for, Form, Spec, TestFs};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
@@ -20,10 +20,7 @@ fn touch(flag: &str, when: &str, path: &Path) {
 
 /// A line of `mdt.FS-MDT0000.atime`.
 fn atime_stat(fsname: &str, what: &str) -> u64 {
-    get_param(None, &format!("mdt.{fsname}-MDT0000.atime"))
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {what}"))
+    nacre_testkit::param_field(&format!("mdt.{fsname}-MDT0000.atime"), what)
 }
 
 fn now_s() -> i64 {

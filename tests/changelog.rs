@@ -264,10 +264,7 @@ fn a_kill9_of_the_mds_loses_and_doubles_no_record() {
 
 /// The line `what N` of `mdt.FS-MDT0000.changelog_users`.
 fn changelog_stat(fsname: &str, what: &str) -> u64 {
-    get_param(None, &format!("mdt.{fsname}-MDT0000.changelog_users"))
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {what}"))
+    nacre_testkit::param_field(&format!("mdt.{fsname}-MDT0000.changelog_users"), what)
 }
 
 /// A consumer that stops clearing is deregistered once it is `changelog_records_max`

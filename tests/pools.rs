@@ -298,18 +298,10 @@ fn pools_outlive_a_restart_of_the_servers() {
 fn pending_destroys_count_as_free_space() {
     let fsname = "pooln4";
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let pending = |what: &str| -> u64 {
-        nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0000.destroy_pending"))
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
-            .unwrap()
+    let pending = |what: &str| {
+        nacre_testkit::param_field(&format!("mdt.{fsname}-MDT0000.destroy_pending"), what)
     };
-    let learned = || -> u64 {
-        nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0000.sizes"))
-            .lines()
-            .find_map(|l| l.strip_prefix("learned ")?.trim().parse().ok())
-            .unwrap()
-    };
+    let learned = || nacre_testkit::param_field(&format!("mdt.{fsname}-MDT0000.sizes"), "learned");
     let stored_before = stored_bytes(&fs.data.join("ost0"));
     let before = learned();
     write_synced(&fs.path("big"), 3 << 20);

@@ -126,6 +126,16 @@ pub fn get_param(pid: Option<u32>, name: &str) -> String {
     nacre_ok(&args)
 }
 
+/// The number on the line `what N` of parameter `param` (as `mdt.FS-MDT0000.atime`,
+/// `.sizes` or `.destroy_pending` print theirs), asked of every nacre process here; panics
+/// if there is no such line.
+pub fn param_field(param: &str, what: &str) -> u64 {
+    let text = get_param(None, param);
+    text.lines()
+        .find_map(|l| l.strip_prefix(what)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {param}: {text}"))
+}
+
 /// The count of operation `op` in a Lustre-style statistics parameter (`name count samples
 /// ...` lines, as `mdt.FS-MDT0000.md_stats` and `ost.FS-OST0000.stats` print them), 0 if
 /// it has none yet.
