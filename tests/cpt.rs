@@ -267,6 +267,85 @@ fn sync_and_drop_caches() {
     nacre_testkit::sh("sync; echo 3 > /proc/sys/vm/drop_caches");
 }
 
+/// The server process of `fs` that has parameter `name`.
+fn server_with(fs: &nacre_testkit::TestFs, name: &str) -> u32 {
+    fs.server_pids()
+        .into_iter()
+        .find(|p| {
+            let p = p.to_string();
+            nacre(&["ctl", "--pid", &p, "get_param", "-n", name])
+                .status
+                .success()
+        })
+        .unwrap_or_else(|| panic!("no server process has {name}"))
+}
+
+/// Requests `ost_io` of process `oss` served in batches (`batched` of `partition_stats`).
+fn batched(oss: u32) -> u64 {
+    nacre_testkit::get_param(Some(oss), "ost.OSS.ost_io.partition_stats")
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("inline_requests"))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(10)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// Reads `bs` bytes at random `bs`-aligned offsets of `path` (O_DIRECT) from `threads`
+/// threads until `stop` (or `rounds` reads each), checking each against `data`; counts
+/// them in `reads`.
+fn read_randomly(
+    path: &std::path::Path,
+    data: &[u8],
+    bs: usize,
+    threads: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    reads: &std::sync::atomic::AtomicU64,
+    rounds: Option<u64>,
+) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::atomic::Ordering;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .unwrap();
+                let mut mem = vec![0u8; bs + 4096];
+                let skip = (4096 - mem.as_ptr() as usize % 4096) % 4096;
+                let buf = &mut mem[skip..skip + bs];
+                let blocks = (data.len() as u64).div_ceil(bs as u64);
+                let mut rng = fastrand::Rng::with_seed(t);
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| n < r) {
+                    let at = rng.u64(0..blocks) * bs as u64;
+                    let got = f.read_at(buf, at).unwrap();
+                    let want = &data[at as usize..(at as usize + bs).min(data.len())];
+                    assert_eq!(got, want.len(), "read at {at}");
+                    assert!(buf[..got] == *want, "bytes read at {at}");
+                    n += 1;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    })
+}
+
+/// Stops readers however a wait ends (a panic too).
+struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Reads of one file from many threads at once (O_DIRECT, 4 KiB, through the FUSE mount of
 /// the networked form): the OSS's `ost_io` threads serve those queued together in one turn,
 /// their data read from the disk at once (`osd.*.reads_together`, io_uring), and every
@@ -275,7 +354,6 @@ fn sync_and_drop_caches() {
 #[test]
 fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
     use nacre_testkit::{get_param, pattern, wait_for, Form, Spec, TestFs};
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let spec = Spec::osts(1).fsname("cptbat").server_args(&[
         "--oss-threads-min",
@@ -285,85 +363,27 @@ fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
     ]);
     let fs = TestFs::start_with(Form::Networked, spec);
     let len = (8 << 20) + 1000;
-    let data = std::sync::Arc::new(pattern(41, len));
-    std::fs::write(fs.path("f"), &*data).unwrap();
-    let oss = fs
-        .server_pids()
-        .into_iter()
-        .find(|p| {
-            let name = "osd.cptbat-OST0000.reads_together";
-            let p = p.to_string();
-            nacre_testkit::nacre(&["ctl", "--pid", &p, "get_param", "-n", name])
-                .status
-                .success()
-        })
-        .expect("the OSS serving OST0000");
+    let data = pattern(41, len);
+    std::fs::write(fs.path("f"), &data).unwrap();
+    let oss = server_with(&fs, "osd.cptbat-OST0000.reads_together");
     let together = || -> u64 {
         get_param(Some(oss), "osd.cptbat-OST0000.reads_together")
             .trim()
             .parse()
             .unwrap()
     };
-    let batched = || -> u64 {
-        get_param(Some(oss), "ost.OSS.ost_io.partition_stats")
-            .lines()
-            .skip(1)
-            .filter(|l| !l.starts_with("inline_requests"))
-            .map(|l| {
-                l.split_whitespace()
-                    .nth(10)
-                    .unwrap()
-                    .parse::<u64>()
-                    .unwrap()
-            })
-            .sum()
-    };
-    // Readers: each reads random blocks (the last one, short, among them) and checks them.
-    let readers = |stop: &AtomicBool, reads: &AtomicU64, rounds: Option<u64>| {
-        std::thread::scope(|s| {
-            for t in 0..8u64 {
-                let (path, data) = (fs.path("f"), data.clone());
-                s.spawn(move || {
-                    let f = std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_DIRECT)
-                        .open(&path)
-                        .unwrap();
-                    let mut mem = vec![0u8; 3 * 4096];
-                    let skip = (4096 - mem.as_ptr() as usize % 4096) % 4096;
-                    let buf = &mut mem[skip..skip + 2 * 4096];
-                    let blocks = (len as u64).div_ceil(4096);
-                    let mut rng = fastrand::Rng::with_seed(t);
-                    let mut n = 0;
-                    while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| n < r) {
-                        let at = rng.u64(0..blocks) * 4096;
-                        let got = f.read_at(&mut buf[..4096], at).unwrap();
-                        let want = &data[at as usize..(at as usize + 4096).min(len)];
-                        assert_eq!(got, want.len(), "read at {at}");
-                        assert!(buf[..got] == *want, "bytes read at {at}");
-                        n += 1;
-                        reads.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-            }
-        })
-    };
-    /// Stops the readers however the wait ends (a panic too).
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
     let (stop, reads) = (AtomicBool::new(false), AtomicU64::new(0));
+    let path = fs.path("f");
     std::thread::scope(|s| {
-        s.spawn(|| readers(&stop, &reads, None));
+        s.spawn(|| read_randomly(&path, &data, 4096, 8, &stop, &reads, None));
         let _stop = Stop(&stop);
-        wait_for("reads served together", || together() > 0 && batched() > 0);
+        wait_for("reads served together", || {
+            together() > 0 && batched(oss) > 0
+        });
     });
     assert!(reads.load(Ordering::Relaxed) > 0);
     // Alone from now on.
-    nacre_testkit::nacre_ok(&[
+    nacre_ok(&[
         "ctl",
         "--pid",
         &oss.to_string(),
@@ -371,10 +391,11 @@ fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
         "ost.OSS.ost_io.batch_max=1",
     ]);
     assert_eq!(get_param(Some(oss), "ost.OSS.ost_io.batch_max").trim(), "1");
-    let (before, batched_before) = (together(), batched());
-    readers(&AtomicBool::new(false), &AtomicU64::new(0), Some(300));
-    assert_eq!((together(), batched()), (before, batched_before));
-    let bad = nacre_testkit::nacre(&[
+    let (before, batched_before) = (together(), batched(oss));
+    let never = AtomicBool::new(false);
+    read_randomly(&path, &data, 4096, 8, &never, &AtomicU64::new(0), Some(300));
+    assert_eq!((together(), batched(oss)), (before, batched_before));
+    let bad = nacre(&[
         "ctl",
         "--pid",
         &oss.to_string(),
@@ -383,4 +404,58 @@ fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
     ]);
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("batch_max must be 1..=64"), "{err}");
+}
+
+/// With `ost_io` threads to spare (8 started, up to 32), small reads that arrive while
+/// `batch_threads_max` threads serve batches wake no other thread: they are served with the
+/// next batch of one of those (`batched` rises though threads are idle). Each read still
+/// returns its bytes, and large reads (1 MiB, never batched) running beside them too.
+/// The parameter shows its default (a thread per CPU of the partition, at least 2), is set
+/// at run time and refuses 0.
+#[test]
+fn small_reads_wait_for_the_threads_serving_batches() {
+    use nacre_testkit::{get_param, pattern, wait_for, Form, Spec, TestFs};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let spec = Spec::osts(1).fsname("cptbth").server_args(&[
+        "--oss-threads-min",
+        "8",
+        "--oss-threads-max",
+        "32",
+    ]);
+    let fs = TestFs::start_with(Form::Networked, spec);
+    let len = (16 << 20) + 1000;
+    let data = pattern(43, len);
+    std::fs::write(fs.path("f"), &data).unwrap();
+    let name = "ost.OSS.ost_io.batch_threads_max";
+    let oss = server_with(&fs, "osd.cptbth-OST0000.reads_together");
+    let default: usize = get_param(Some(oss), name).trim().parse().unwrap();
+    assert!(default >= 2, "default {default}");
+    let set = |v: &str| {
+        nacre(&[
+            "ctl",
+            "--pid",
+            &oss.to_string(),
+            "set_param",
+            &format!("{name}={v}"),
+        ])
+    };
+    assert!(set("1").status.success());
+    assert_eq!(get_param(Some(oss), name).trim(), "1");
+    let before = batched(oss);
+    let (stop, small, large) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
+    let path = fs.path("f");
+    std::thread::scope(|s| {
+        s.spawn(|| read_randomly(&path, &data, 4096, 8, &stop, &small, None));
+        s.spawn(|| read_randomly(&path, &data, 1 << 20, 2, &stop, &large, None));
+        let _stop = Stop(&stop);
+        wait_for("small reads served in batches beside large ones", || {
+            batched(oss) > before && large.load(Ordering::Relaxed) >= 20
+        });
+    });
+    assert!(small.load(Ordering::Relaxed) > 0);
+    let err = set("0");
+    assert!(!err.status.success());
+    let err = String::from_utf8_lossy(&err.stderr);
+    assert!(err.contains("batch_threads_max must be 1..=512"), "{err}");
+    assert_eq!(get_param(Some(oss), name).trim(), "1");
 }

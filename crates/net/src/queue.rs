@@ -5,15 +5,22 @@
 //! in `perf` under a small-RPC load on this 2-core machine, CPU the busy threads needed.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 struct State<T> {
-    items: VecDeque<T>,
+    /// Plain items, and whether each is batchable (served with those queued behind it).
+    items: VecDeque<(T, bool)>,
     /// Weighted items (QoS weights) and their weights.
     weighted: VecDeque<(T, u32)>,
     /// Weighted items taken in a row while plain ones waited.
     run: u32,
     closed: bool,
+    /// Threads serving a batchable item (and the batch they took with it) now.
+    batching: usize,
+    /// Batchable items queued without waking a thread (left to those serving batches), at
+    /// most: a thread is woken for one when fewer serve batches.
+    held: usize,
 }
 
 /// A bounded multi-producer, multi-consumer queue that blocks instead of spinning.
@@ -22,6 +29,9 @@ pub(crate) struct WaitQueue<T> {
     not_empty: Condvar,
     not_full: Condvar,
     capacity: usize,
+    /// Threads that may serve batchable items at once: past it, a batchable item wakes no
+    /// thread; one of those serving batches takes it with the next batch.
+    batchers_max: AtomicUsize,
 }
 
 impl<T> WaitQueue<T> {
@@ -33,23 +43,35 @@ impl<T> WaitQueue<T> {
                 weighted: VecDeque::new(),
                 run: 0,
                 closed: false,
+                batching: 0,
+                held: 0,
             }),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             capacity: capacity.max(1),
+            batchers_max: AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// Sets how many threads may serve batchable items at once (at least 1).
+    pub(crate) fn set_batchers_max(&self, n: usize) {
+        self.batchers_max.store(n.max(1), Ordering::Relaxed);
     }
 
     /// Appends `item`, waiting while the queue is full; gives it back if the queue is closed.
     #[cfg(test)]
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
-        self.send_weighted(item, 0)
+        self.send_weighted(item, 0, false).map(|_| ())
     }
 
     /// Appends `item` of `weight` (0: none), waiting while the queue is full. Weighted
     /// items are taken before plain ones: up to `weight` in a row while plain ones wait,
-    /// then one plain one (so plain ones never starve).
-    pub(crate) fn send_weighted(&self, item: T, weight: u32) -> Result<(), T> {
+    /// then one plain one (so plain ones never starve). A plain `batchable` item wakes no
+    /// thread while `batchers_max` threads serve batches: the first of them back takes it
+    /// (several requests served in one turn of one thread cost one wake-up, one disk
+    /// submission and one reply write per connection, instead of one each). Whether a
+    /// thread was woken.
+    pub(crate) fn send_weighted(&self, item: T, weight: u32, batchable: bool) -> Result<bool, T> {
         let mut s = self.state.lock().expect("queue");
         while s.items.len() + s.weighted.len() >= self.capacity && !s.closed {
             s = self.not_full.wait(s).expect("queue");
@@ -57,25 +79,39 @@ impl<T> WaitQueue<T> {
         if s.closed {
             return Err(item);
         }
+        let wake = weight != 0 || !batchable || s.batching < self.batchers_max();
+        if !wake {
+            s.held += 1;
+        }
         if weight == 0 {
-            s.items.push_back(item);
+            s.items.push_back((item, batchable));
         } else {
             s.weighted.push_back((item, weight));
         }
         drop(s);
-        self.not_empty.notify_one();
-        Ok(())
+        if wake {
+            self.not_empty.notify_one();
+        }
+        Ok(wake)
+    }
+
+    /// Threads that may serve batchable items at once.
+    pub(crate) fn batchers_max(&self) -> usize {
+        self.batchers_max.load(Ordering::Relaxed)
     }
 
     /// The next item (see [`WaitQueue::send_weighted`]), waiting while the queue is empty;
     /// None once it is closed and drained.
     #[cfg(test)]
     pub(crate) fn recv(&self) -> Option<T> {
-        self.recv_weighted().map(|(item, _)| item)
+        self.recv_weighted().map(|(item, _, _)| item)
     }
 
-    /// [`WaitQueue::recv`], and whether the item went ahead of plain items that waited.
-    pub(crate) fn recv_weighted(&self) -> Option<(T, bool)> {
+    /// [`WaitQueue::recv`], whether the item went ahead of plain items that waited, and
+    /// whether it is batchable: then the caller serves batches until
+    /// [`WaitQueue::batch_done`]. Wakes another thread for what is left, unless that is a
+    /// batchable item and enough threads serve batches.
+    pub(crate) fn recv_weighted(&self) -> Option<(T, bool, bool)> {
         let mut s = self.state.lock().expect("queue");
         loop {
             let weighted_first = s
@@ -85,14 +121,27 @@ impl<T> WaitQueue<T> {
             let taken = if weighted_first {
                 let ahead = !s.items.is_empty();
                 s.run = if ahead { s.run + 1 } else { 0 };
-                s.weighted.pop_front().map(|(item, _)| (item, ahead))
+                s.weighted.pop_front().map(|(item, _)| (item, ahead, false))
             } else {
                 s.run = 0;
-                s.items.pop_front().map(|item| (item, false))
+                s.items
+                    .pop_front()
+                    .map(|(item, batchable)| (item, false, batchable))
             };
             if let Some(t) = taken {
+                if t.2 {
+                    s.batching += 1;
+                }
+                s.held = s.held.min(s.items.len());
+                let more = s.held > 0 && s.batching < self.batchers_max();
+                if more {
+                    s.held -= 1;
+                }
                 drop(s);
                 self.not_full.notify_one();
+                if more {
+                    self.not_empty.notify_one();
+                }
                 return Some(t);
             }
             if s.closed {
@@ -102,22 +151,31 @@ impl<T> WaitQueue<T> {
         }
     }
 
-    /// Takes, without waiting, up to `max` plain items from the front of the queue for as
-    /// long as `fits` accepts them (none while weighted items wait: those keep their turn).
-    pub(crate) fn take_more(&self, max: usize, fits: impl Fn(&T) -> bool) -> Vec<T> {
+    /// Takes, without waiting, up to `max` plain batchable items from the front of the
+    /// queue (none while weighted items wait: those keep their turn).
+    pub(crate) fn take_more(&self, max: usize) -> Vec<T> {
         let mut s = self.state.lock().expect("queue");
         let mut taken = Vec::new();
         if !s.weighted.is_empty() {
             return taken;
         }
-        while taken.len() < max && s.items.front().is_some_and(&fits) {
-            taken.extend(s.items.pop_front());
+        while taken.len() < max && s.items.front().is_some_and(|(_, batchable)| *batchable) {
+            taken.extend(s.items.pop_front().map(|(t, _)| t));
         }
+        s.held = s.held.min(s.items.len());
         drop(s);
         for _ in 0..taken.len() {
             self.not_full.notify_one();
         }
         taken
+    }
+
+    /// The caller finished serving the batchable item [`WaitQueue::recv_weighted`] gave it
+    /// (and the batch it took with it).
+    pub(crate) fn batch_done(&self) {
+        let mut s = self.state.lock().expect("queue");
+        assert!(s.batching > 0, "a batch done was begun");
+        s.batching -= 1;
     }
 
     /// Refuses further items and wakes every waiter; queued items are still received.
@@ -202,12 +260,14 @@ mod tests {
     fn weighted_items_go_first_up_to_their_weight_then_one_plain() {
         let q = WaitQueue::new(16);
         for i in 0..3 {
-            q.send_weighted(i, 0).unwrap();
+            q.send_weighted(i, 0, false).unwrap();
         }
         for i in 10..15 {
-            q.send_weighted(i, 2).unwrap();
+            q.send_weighted(i, 2, false).unwrap();
         }
-        let order: Vec<(i32, bool)> = (0..8).map(|_| q.recv_weighted().unwrap()).collect();
+        let order: Vec<(i32, bool)> = (0..8)
+            .map(|_| q.recv_weighted().map(|(i, ahead, _)| (i, ahead)).unwrap())
+            .collect();
         assert_eq!(
             order,
             vec![
@@ -222,28 +282,33 @@ mod tests {
             ]
         );
         // Alone, a weighted item went ahead of no one.
-        q.send_weighted(20, 5).unwrap();
-        assert_eq!(q.recv_weighted(), Some((20, false)));
+        q.send_weighted(20, 5, false).unwrap();
+        assert_eq!(q.recv_weighted(), Some((20, false, false)));
     }
 
     #[test]
-    fn take_more_takes_the_front_run_that_fits_and_leaves_weighted_turns_alone() {
+    fn take_more_takes_the_front_run_of_batchable_items_and_leaves_weighted_turns_alone() {
         let q = WaitQueue::new(16);
+        // `send` is not batchable; the test sends the others with their flag.
+        let send = |i: i32| q.send_weighted(i, 0, i % 2 == 0).unwrap();
         for i in [2, 4, 6, 7, 8] {
-            q.send(i).unwrap();
+            send(i);
         }
-        // Up to the first that does not fit, at most `max`.
-        assert_eq!(q.take_more(8, |i| i % 2 == 0), vec![2, 4, 6]);
-        assert_eq!(q.take_more(8, |i| i % 2 == 0), Vec::<i32>::new());
+        // Up to the first that is not batchable, at most `max`.
+        assert_eq!(q.recv_weighted(), Some((2, false, true)));
+        assert_eq!(q.take_more(8), vec![4, 6]);
+        assert_eq!(q.take_more(8), Vec::<i32>::new());
+        q.batch_done();
         assert_eq!(q.recv(), Some(7));
-        assert_eq!(q.take_more(0, |_| true), Vec::<i32>::new());
-        q.send(10).unwrap();
-        assert_eq!(q.take_more(1, |_| true), vec![8]);
+        assert_eq!(q.take_more(0), Vec::<i32>::new());
+        send(10);
+        send(12);
+        assert_eq!(q.take_more(1), vec![8]);
         // A weighted item waiting: nothing is taken past it.
-        q.send_weighted(11, 3).unwrap();
-        assert_eq!(q.take_more(8, |_| true), Vec::<i32>::new());
+        q.send_weighted(11, 3, false).unwrap();
+        assert_eq!(q.take_more(8), Vec::<i32>::new());
         assert_eq!(q.recv(), Some(11));
-        assert_eq!(q.take_more(8, |_| true), vec![10]);
+        assert_eq!(q.take_more(8), vec![10, 12]);
     }
     use std::sync::Arc;
 
@@ -308,6 +373,87 @@ mod tests {
         q.close();
         for w in waiters {
             assert_eq!(w.join().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn a_batchable_item_wakes_no_thread_while_enough_serve_batches() {
+        let q = WaitQueue::new(16);
+        q.set_batchers_max(1);
+        // No one serves a batch: a batchable item wakes a thread.
+        assert_eq!(q.send_weighted(1, 0, true), Ok(true));
+        assert_eq!(q.recv_weighted(), Some((1, false, true)));
+        // Now one does: the next batchable one is left to it, plain and weighted ones
+        // wake a thread as always.
+        assert_eq!(q.send_weighted(2, 0, true), Ok(false));
+        assert_eq!(q.send_weighted(3, 0, false), Ok(true));
+        assert_eq!(q.send_weighted(4, 7, true), Ok(true));
+        // The batch done, the thread back takes the weighted one first, then the rest in
+        // order; taking a batchable item makes it serve a batch again.
+        q.batch_done();
+        assert_eq!(q.recv_weighted(), Some((4, true, false)));
+        assert_eq!(q.recv_weighted(), Some((2, false, true)));
+        assert_eq!(q.send_weighted(5, 0, true), Ok(false));
+        q.batch_done();
+        assert_eq!(q.recv_weighted(), Some((3, false, false)));
+        assert_eq!(q.recv_weighted(), Some((5, false, true)));
+        q.batch_done();
+        // With room for two, a second thread is woken.
+        q.set_batchers_max(2);
+        assert_eq!(q.send_weighted(6, 0, true), Ok(true));
+        assert_eq!(q.recv_weighted(), Some((6, false, true)));
+        assert_eq!(q.send_weighted(7, 0, true), Ok(true));
+        assert_eq!(q.recv_weighted(), Some((7, false, true)));
+        assert_eq!(q.send_weighted(8, 0, true), Ok(false));
+    }
+
+    /// Threads serving like a service pool's (a batchable item and the batchable ones
+    /// behind it, then `batch_done`), items of both kinds from a sender: every item is
+    /// served, none left behind by a thread woken for none of them.
+    #[test]
+    fn held_batchable_items_are_never_left_behind() {
+        const ITEMS: u32 = 20_000;
+        for batchers in [1, 2] {
+            let q: Arc<WaitQueue<u32>> = Arc::new(WaitQueue::new(64));
+            q.set_batchers_max(batchers);
+            let (done_tx, done_rx) = crossbeam_channel::unbounded();
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    let (q, done) = (q.clone(), done_tx.clone());
+                    std::thread::spawn(move || {
+                        while let Some((item, _, batching)) = q.recv_weighted() {
+                            let mut got = vec![item];
+                            if batching {
+                                got.extend(q.take_more(3));
+                            }
+                            if item % 97 == 0 {
+                                // A slow one now and then, as a disk read may be.
+                                std::thread::yield_now();
+                            }
+                            for i in got {
+                                done.send(i).unwrap();
+                            }
+                            if batching {
+                                q.batch_done();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for i in 0..ITEMS {
+                q.send_weighted(i, 0, i % 3 != 0).unwrap();
+            }
+            let mut seen = vec![false; ITEMS as usize];
+            for _ in 0..ITEMS {
+                let i = done_rx
+                    .recv_timeout(std::time::Duration::from_secs(30))
+                    .expect("every item is served (none left waiting for a thread)");
+                assert!(!std::mem::replace(&mut seen[i as usize], true), "{i} twice");
+            }
+            q.close();
+            for t in threads {
+                t.join().unwrap();
+            }
         }
     }
 }

@@ -180,8 +180,11 @@ pub trait Handler: Send + Sync + 'static {
 
     /// True if `req` may be served together with others of its kind
     /// ([`Handler::handle_batch`]): a service thread that takes it also takes the requests
-    /// queued right behind it for which this is true, up to the pool's `batch_max`. Called
-    /// with the service queue locked: look at the header only.
+    /// queued right behind it for which this is true, up to the pool's `batch_max`, and
+    /// while `batch_threads_max` threads serve such batches it wakes no other thread. Say
+    /// it of short requests only: one that keeps its thread long (a large read) holds up
+    /// the batch served with it. Called once per request, on the connection's reader
+    /// thread, before the request is queued: keep it cheap.
     fn batchable(&self, _req: &Incoming) -> bool {
         false
     }
@@ -203,6 +206,19 @@ type LinkReplies = (Arc<TcpReplier>, String, Vec<(Header, Outgoing)>);
 pub const BATCH_REQUESTS_DEFAULT: usize = 16;
 /// The most `batch_max` may be set to.
 pub const BATCH_REQUESTS_MAX: usize = 64;
+
+/// Fewest threads of a partition serving batches at once by default (`batch_threads_max`).
+pub const BATCH_THREADS_MIN: usize = 2;
+
+/// A partition's default `batch_threads_max`: a thread per CPU it runs on (an unpinned
+/// partition: [`BATCH_THREADS_MIN`]), at least [`BATCH_THREADS_MIN`]. A batchable request
+/// that arrives while that many threads serve batches wakes no other thread: it waits for
+/// the next batch of one of them. Measured on 2 cores (docs/tuning.md): random 4 KiB reads
+/// at 4x32 in flight took 39-48 µs of CPU each with 1 or 2, 58 with no limit (every
+/// request woke one of up to 32 threads, which served it alone).
+fn batch_threads_default(spec: &ServicePartition) -> usize {
+    spec.cpus.len().max(BATCH_THREADS_MIN)
+}
 
 /// Serves `reqs` (more than one, all batchable, taken together from the queue) with one
 /// call of [`Handler::handle_batch`]: each offered to `park` first, as alone. `handled` is
@@ -575,7 +591,11 @@ impl ServicePool {
                     .iter()
                     .map(|spec| Part {
                         spec: spec.clone(),
-                        queue: Arc::new(WaitQueue::new(config.queue_depth)),
+                        queue: {
+                            let q = Arc::new(WaitQueue::new(config.queue_depth));
+                            q.set_batchers_max(batch_threads_default(spec));
+                            q
+                        },
                     })
                     .collect(),
             ),
@@ -635,7 +655,7 @@ impl ServicePool {
                     tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
                 }
             }
-            while let Some(((req, queued_at), ahead)) = rx.recv_weighted() {
+            while let Some(((req, queued_at), ahead, batching)) = rx.recv_weighted() {
                 if ahead {
                     stats.weighted_ahead.fetch_add(1, Ordering::Relaxed);
                 }
@@ -644,8 +664,8 @@ impl ServicePool {
                 // one turn of this thread serves them all (none while a fault point is
                 // armed: those act on requests one by one).
                 let max = batch_max.load(Ordering::Relaxed).saturating_sub(1);
-                let more = match max > 0 && handler.batchable(&req) && !crate::fault::armed_any() {
-                    true => rx.take_more(max, |(r, _)| handler.batchable(r)),
+                let more = match max > 0 && batching && !crate::fault::armed_any() {
+                    true => rx.take_more(max),
                     false => Vec::new(),
                 };
                 stats
@@ -674,14 +694,17 @@ impl ServicePool {
                 };
                 if more.is_empty() {
                     serve_one(&*handler, req, handled);
-                    continue;
+                } else {
+                    let reqs: Vec<Incoming> = std::iter::once(req)
+                        .chain(more.into_iter().map(|(r, _)| r))
+                        .collect();
+                    stats.batches.fetch_add(1, Ordering::Relaxed);
+                    stats.batched.fetch_add(n as u64, Ordering::Relaxed);
+                    serve_batch(&*handler, reqs, &handled);
                 }
-                let reqs: Vec<Incoming> = std::iter::once(req)
-                    .chain(more.into_iter().map(|(r, _)| r))
-                    .collect();
-                stats.batches.fetch_add(1, Ordering::Relaxed);
-                stats.batched.fetch_add(n as u64, Ordering::Relaxed);
-                serve_batch(&*handler, reqs, &handled);
+                if batching {
+                    rx.batch_done();
+                }
             }
         });
         match spawned {
@@ -741,15 +764,20 @@ impl ServicePool {
         let depth = stats.queued.fetch_add(1, Ordering::Relaxed) + 1;
         stats.queued_max.fetch_max(depth, Ordering::Relaxed);
         let weight = req.weight;
-        if let Err((req, _)) = tx.send_weighted((req, Instant::now()), weight) {
-            stats.queued.fetch_sub(1, Ordering::Relaxed);
-            req.reply(Outgoing::error(Status::NoSys));
-            return;
-        }
-        // More requests waiting than idle threads: start one more (up to threads_max).
+        let batchable = self.handler.batchable(&req);
+        let woke = match tx.send_weighted((req, Instant::now()), weight, batchable) {
+            Ok(woke) => woke,
+            Err((req, _)) => {
+                stats.queued.fetch_sub(1, Ordering::Relaxed);
+                req.reply(Outgoing::error(Status::NoSys));
+                return;
+            }
+        };
+        // More requests waiting than idle threads: start one more (up to threads_max);
+        // not for a request left to the threads serving batches.
         let threads = stats.threads.load(Ordering::Relaxed);
         let idle = threads.saturating_sub(stats.busy.load(Ordering::Relaxed));
-        if stats.queued.load(Ordering::Relaxed) > idle {
+        if woke && stats.queued.load(Ordering::Relaxed) > idle {
             self.spawn_thread(i);
         }
     }
@@ -780,6 +808,29 @@ impl ServicePool {
     /// Most requests a thread serves in one batch ([`Handler::handle_batch`]).
     pub fn batch_max(&self) -> usize {
         self.batch_max.load(Ordering::Relaxed)
+    }
+
+    /// Most threads of a partition serving batches at once (the largest over partitions).
+    pub fn batch_threads_max(&self) -> usize {
+        let parts = self.parts.read().expect("parts");
+        parts
+            .iter()
+            .map(|p| p.queue.batchers_max())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Sets `batch_threads_max` for every partition (1..=threads_max).
+    pub fn set_batch_threads_max(&self, n: usize) -> Result<(), String> {
+        if n == 0 || n > THREADS_PER_PARTITION_MAX {
+            return Err(format!(
+                "batch_threads_max must be 1..={THREADS_PER_PARTITION_MAX}"
+            ));
+        }
+        for p in self.parts.read().expect("parts").iter() {
+            p.queue.set_batchers_max(n);
+        }
+        Ok(())
     }
 
     /// Sets `batch_max` (1: every request alone).

@@ -26,6 +26,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+/// Largest read served in a batch with others ([`OssHandler::batchable`]).
+pub const BATCH_READ_BYTES_MAX: u32 = 256 << 10;
+
 /// One OST served by this process.
 pub struct OstTarget {
     /// Identity.
@@ -680,8 +683,14 @@ impl Handler for OssHandler {
         self.end(&ost, incoming, meter, out)
     }
 
+    /// Small reads: served together, their data read at once. A large read's own disk
+    /// time outweighs what a batch saves, and it would hold up the small reads of its batch
+    /// (and, with few threads serving batches, the disk's parallelism).
     fn batchable(&self, req: &Incoming) -> bool {
         req.header.opcode == nacre_wire::oss::OST_READ
+            && decode_body::<OssCall>(&req.body).is_ok_and(
+                |c| matches!(c.req, OssRequest::Read { len, .. } if len <= BATCH_READ_BYTES_MAX),
+            )
     }
 
     /// Reads, each checked and locked as alone; their data read at once, per OST

@@ -648,6 +648,12 @@ impl ServerProcess {
             move || a.batch_max().to_string(),
             move |v| b.set_batch_max(parse_count(v)?),
         );
+        let (a, b) = (pool.clone(), pool.clone());
+        self.registry.add_rw(
+            format!("{prefix}.batch_threads_max"),
+            move || a.batch_threads_max().to_string(),
+            move |v| b.set_batch_threads_max(parse_count(v)?),
+        );
         let a = pool.clone();
         self.registry.add_fn(format!("{prefix}.cpts"), move || {
             let cpts: Vec<String> = a
