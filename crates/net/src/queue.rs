@@ -3,10 +3,12 @@
 //! Service threads wait on it without spinning: a spinning channel's idle receivers
 //! (crossbeam's backoff yields the CPU in a loop before parking) cost a fifth of both cores
 //! in `perf` under a small-RPC load on this 2-core machine, CPU the busy threads needed.
+//! parking_lot's condition variables, because they wake with a system call only when a
+//! thread waits (std's makes one on every notify: two per request and two per reply here).
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
 
 struct State<T> {
     /// Plain items, and whether each is batchable (served with those queued behind it).
@@ -72,9 +74,9 @@ impl<T> WaitQueue<T> {
     /// submission and one reply write per connection, instead of one each). Whether a
     /// thread was woken.
     pub(crate) fn send_weighted(&self, item: T, weight: u32, batchable: bool) -> Result<bool, T> {
-        let mut s = self.state.lock().expect("queue");
+        let mut s = self.state.lock();
         while s.items.len() + s.weighted.len() >= self.capacity && !s.closed {
-            s = self.not_full.wait(s).expect("queue");
+            self.not_full.wait(&mut s);
         }
         if s.closed {
             return Err(item);
@@ -112,7 +114,7 @@ impl<T> WaitQueue<T> {
     /// [`WaitQueue::batch_done`]. Wakes another thread for what is left, unless that is a
     /// batchable item and enough threads serve batches.
     pub(crate) fn recv_weighted(&self) -> Option<(T, bool, bool)> {
-        let mut s = self.state.lock().expect("queue");
+        let mut s = self.state.lock();
         loop {
             let weighted_first = s
                 .weighted
@@ -147,14 +149,14 @@ impl<T> WaitQueue<T> {
             if s.closed {
                 return None;
             }
-            s = self.not_empty.wait(s).expect("queue");
+            self.not_empty.wait(&mut s);
         }
     }
 
     /// Takes, without waiting, up to `max` plain batchable items from the front of the
     /// queue (none while weighted items wait: those keep their turn).
     pub(crate) fn take_more(&self, max: usize) -> Vec<T> {
-        let mut s = self.state.lock().expect("queue");
+        let mut s = self.state.lock();
         let mut taken = Vec::new();
         if !s.weighted.is_empty() {
             return taken;
@@ -173,14 +175,14 @@ impl<T> WaitQueue<T> {
     /// The caller finished serving the batchable item [`WaitQueue::recv_weighted`] gave it
     /// (and the batch it took with it).
     pub(crate) fn batch_done(&self) {
-        let mut s = self.state.lock().expect("queue");
+        let mut s = self.state.lock();
         assert!(s.batching > 0, "a batch done was begun");
         s.batching -= 1;
     }
 
     /// Refuses further items and wakes every waiter; queued items are still received.
     pub(crate) fn close(&self) {
-        self.state.lock().expect("queue").closed = true;
+        self.state.lock().closed = true;
         self.not_empty.notify_all();
         self.not_full.notify_all();
     }
@@ -211,14 +213,14 @@ pub(crate) fn oneshot<T>() -> (OneshotSender<T>, OneshotReceiver<T>) {
 impl<T> OneshotSender<T> {
     /// Delivers the value (a second value replaces an unreceived first).
     pub(crate) fn send(&self, value: T) {
-        self.0.state.lock().expect("oneshot").0 = Some(value);
+        self.0.state.lock().0 = Some(value);
         self.0.ready.notify_one();
     }
 }
 
 impl<T> Drop for OneshotSender<T> {
     fn drop(&mut self) {
-        self.0.state.lock().expect("oneshot").1 = true;
+        self.0.state.lock().1 = true;
         self.0.ready.notify_one();
     }
 }
@@ -230,7 +232,7 @@ impl<T> OneshotReceiver<T> {
         timeout: std::time::Duration,
     ) -> Result<T, crossbeam_channel::RecvTimeoutError> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut s = self.0.state.lock().expect("oneshot");
+        let mut s = self.0.state.lock();
         loop {
             if let Some(v) = s.0.take() {
                 return Ok(v);
@@ -242,12 +244,7 @@ impl<T> OneshotReceiver<T> {
             if now >= deadline {
                 return Err(crossbeam_channel::RecvTimeoutError::Timeout);
             }
-            s = self
-                .0
-                .ready
-                .wait_timeout(s, deadline - now)
-                .expect("oneshot")
-                .0;
+            self.0.ready.wait_until(&mut s, deadline);
         }
     }
 }
