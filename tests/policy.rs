@@ -394,7 +394,8 @@ fn an_engine_killed_while_following_resumes_exactly() {
         &rules,
         format!(
             "fs = \"{}\"\nstate_dir = \"{}\"\n[engine]\ninterval = \"1h\"\n\
-             [[rule]]\nname = \"big\"\naction = \"report\"\nlarger_than = \"4k\"\n",
+             [[rule]]\nname = \"big\"\naction = \"report\"\nlarger_than = \"4k\"\n\
+             [[rule]]\nname = \"small\"\naction = \"report\"\nsmaller_than = \"4k\"\n",
             fs.source(),
             state.display()
         ),
@@ -428,12 +429,18 @@ fn an_engine_killed_while_following_resumes_exactly() {
     fs::rename(fs.path("d/f20"), fs.path("d/g20")).unwrap();
     let (lines, runs) = run_once(&rules, &["--dry-run"]);
     assert_eq!(field(&runs, "big", "selected"), 300, "{runs:?}");
-    let mut would: Vec<String> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("would report "))
-        .map(|l| l.split(" (").next().unwrap().to_string())
-        .collect();
-    would.sort();
+    // The paths rule `rule` would report.
+    let would_of = |rule: &str| -> Vec<String> {
+        let mut v: Vec<String> = lines
+            .iter()
+            .filter(|l| l.ends_with(&format!(", rule {rule})")))
+            .filter_map(|l| l.strip_prefix("would report "))
+            .map(|l| l.split(" (").next().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let would = would_of("big");
     let mut want: Vec<String> = (0..files)
         .filter(|i| i % 10 == 0)
         .map(|i| {
@@ -446,7 +453,16 @@ fn an_engine_killed_while_following_resumes_exactly() {
         .collect();
     want.sort();
     assert_eq!(would, want);
+    // Every small file too (named in the message if one is missing from the index).
+    let small = would_of("small");
+    let missing: Vec<String> = (0..files)
+        .filter(|i| i % 10 != 0 && *i != 1)
+        .map(|i| format!("/d/f{i}"))
+        .filter(|p| small.binary_search(p).is_err())
+        .collect();
     let st = status_of(&rules).expect("the engine's status");
+    assert!(missing.is_empty(), "not in the index: {missing:?}; {st}");
+    assert_eq!(small.len() as u64, files - 1 - 300, "{st}");
     assert_eq!(st["files"], files - 1, "{st}");
 }
 
