@@ -141,6 +141,10 @@ pub struct Index {
     kv: FjallStore,
     dirs: RwLock<HashMap<Fid, (Fid, Vec<u8>)>>,
     totals: RwLock<HashMap<PoolName, PoolTotals>>,
+    /// Held through each change of the index: the engine's rules refresh rows while the
+    /// changelogs are followed, and each change reads the rows it replaces and the totals
+    /// before it writes them (two at once lost a file from the totals).
+    changing: parking_lot::Mutex<()>,
 }
 
 fn name_key(fid: Fid, parent: Fid, name: &[u8]) -> Vec<u8> {
@@ -209,6 +213,7 @@ impl Index {
             kv,
             dirs: RwLock::new(dirs),
             totals: RwLock::new(totals),
+            changing: parking_lot::Mutex::new(()),
         })
     }
 
@@ -346,6 +351,7 @@ impl Index {
         if changes.is_empty() {
             return Ok(());
         }
+        let _changing = self.changing.lock();
         let mut batch = Batch::new();
         // Rows as this batch leaves them (the old row's LRU key must go).
         let mut rows: HashMap<Fid, Option<FileRow>> = HashMap::new();
@@ -421,6 +427,7 @@ impl Index {
     /// Forgets every file and directory (the engine's consumers and counters stay): before
     /// a new full scan.
     pub fn clear_namespace(&self) -> Result<(), PolicyError> {
+        let _changing = self.changing.lock();
         for table in [FILES, NAMES, LRU, DIRS] {
             loop {
                 let page = self.kv.scan(table, &[], None, 4096).map_err(kv_err)?;
@@ -571,5 +578,38 @@ mod tests {
         assert_eq!(ix.path(f(2)).unwrap().as_deref(), Some("/a/y"));
         assert_eq!(ix.files(), 2);
         assert_eq!(ix.totals().iter().map(|(_, t)| t.bytes).sum::<u64>(), 50);
+    }
+
+    /// The engine's rules refresh rows while the changelogs are followed: changes applied
+    /// from two threads at once keep the totals exact (they lost files before changes were
+    /// serialized: each read the totals, committed, then wrote them back).
+    #[test]
+    fn changes_from_two_threads_at_once_keep_the_totals_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let ix = Index::open(dir.path()).unwrap();
+        let per_thread = 200u32;
+        std::thread::scope(|s| {
+            for t in 0..2u32 {
+                let ix = &ix;
+                s.spawn(move || {
+                    for n in 0..per_thread {
+                        let fid = Fid::new(0x200000400, t * 10_000 + n);
+                        ix.apply(vec![Change::Row(fid, Some(row("flash", 1, 10)))])
+                            .unwrap();
+                        // And a refresh of one already there, as a rule's pass makes.
+                        let again = Fid::new(0x200000400, t * 10_000 + n / 2);
+                        ix.apply(vec![Change::Row(again, Some(row("flash", 2, 10)))])
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(ix.files(), u64::from(2 * per_thread));
+        drop(ix);
+        // And as kept on disk.
+        assert_eq!(
+            Index::open(dir.path()).unwrap().files(),
+            u64::from(2 * per_thread)
+        );
     }
 }
