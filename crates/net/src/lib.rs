@@ -14,6 +14,7 @@
 pub mod conn;
 pub mod fault;
 pub mod frame;
+mod incoming;
 pub mod limits;
 pub mod local;
 pub mod ni;
