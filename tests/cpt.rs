@@ -280,6 +280,30 @@ fn server_with(fs: &nacre_testkit::TestFs, name: &str) -> u32 {
         .unwrap_or_else(|| panic!("no server process has {name}"))
 }
 
+/// The networked form with one OST (its OSS runs `ost_io` with `threads_min`..`threads_max`
+/// threads) and a file `f` of `len` pattern bytes from `seed`: the file system, the bytes,
+/// and the OSS's pid.
+fn one_ost_with_a_file(
+    fsname: &str,
+    threads_min: &str,
+    threads_max: &str,
+    len: usize,
+    seed: u64,
+) -> (nacre_testkit::TestFs, Vec<u8>, u32) {
+    use nacre_testkit::{pattern, Form, Spec, TestFs};
+    let spec = Spec::osts(1).fsname(fsname).server_args(&[
+        "--oss-threads-min",
+        threads_min,
+        "--oss-threads-max",
+        threads_max,
+    ]);
+    let fs = TestFs::start_with(Form::Networked, spec);
+    let data = pattern(seed, len);
+    std::fs::write(fs.path("f"), &data).unwrap();
+    let oss = server_with(&fs, &format!("osd.{fsname}-OST0000.reads_together"));
+    (fs, data, oss)
+}
+
 /// Requests `ost_io` of process `oss` served in batches (`batched` of `partition_stats`).
 fn batched(oss: u32) -> u64 {
     nacre_testkit::get_param(Some(oss), "ost.OSS.ost_io.partition_stats")
@@ -353,19 +377,9 @@ impl Drop for Stop<'_> {
 /// `batch_max=1` none are served together. One `ost_io` thread, so reads queue behind it.
 #[test]
 fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
-    use nacre_testkit::{get_param, pattern, wait_for, Form, Spec, TestFs};
+    use nacre_testkit::{get_param, wait_for};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let spec = Spec::osts(1).fsname("cptbat").server_args(&[
-        "--oss-threads-min",
-        "1",
-        "--oss-threads-max",
-        "1",
-    ]);
-    let fs = TestFs::start_with(Form::Networked, spec);
-    let len = (8 << 20) + 1000;
-    let data = pattern(41, len);
-    std::fs::write(fs.path("f"), &data).unwrap();
-    let oss = server_with(&fs, "osd.cptbat-OST0000.reads_together");
+    let (fs, data, oss) = one_ost_with_a_file("cptbat", "1", "1", (8 << 20) + 1000, 41);
     let together = || -> u64 {
         get_param(Some(oss), "osd.cptbat-OST0000.reads_together")
             .trim()
@@ -414,20 +428,10 @@ fn reads_queued_together_are_served_at_once_each_with_its_bytes() {
 /// at run time and refuses 0.
 #[test]
 fn small_reads_wait_for_the_threads_serving_batches() {
-    use nacre_testkit::{get_param, pattern, wait_for, Form, Spec, TestFs};
+    use nacre_testkit::{get_param, wait_for};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let spec = Spec::osts(1).fsname("cptbth").server_args(&[
-        "--oss-threads-min",
-        "8",
-        "--oss-threads-max",
-        "32",
-    ]);
-    let fs = TestFs::start_with(Form::Networked, spec);
-    let len = (16 << 20) + 1000;
-    let data = pattern(43, len);
-    std::fs::write(fs.path("f"), &data).unwrap();
+    let (fs, data, oss) = one_ost_with_a_file("cptbth", "8", "32", (16 << 20) + 1000, 43);
     let name = "ost.OSS.ost_io.batch_threads_max";
-    let oss = server_with(&fs, "osd.cptbth-OST0000.reads_together");
     let default: usize = get_param(Some(oss), name).trim().parse().unwrap();
     assert!(default >= 2, "default {default}");
     let set = |v: &str| {

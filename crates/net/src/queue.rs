@@ -111,8 +111,8 @@ impl<T> WaitQueue<T> {
 
     /// [`WaitQueue::recv`], whether the item went ahead of plain items that waited, and
     /// whether it is batchable: then the caller serves batches until
-    /// [`WaitQueue::batch_done`]. Wakes another thread for what is left, unless that is a
-    /// batchable item and enough threads serve batches.
+    /// [`WaitQueue::batch_done`]. Wakes another thread for a batchable item held back
+    /// ([`WaitQueue::send_weighted`]) once fewer than `batchers_max` threads serve batches.
     pub(crate) fn recv_weighted(&self) -> Option<(T, bool, bool)> {
         let mut s = self.state.lock();
         loop {
