@@ -135,7 +135,8 @@ impl Incoming {
         header.flags = FLAG_REPLY | (self.header.flags & FLAG_BULK_CHECKSUM);
         header.status = out.status.code();
         let checksum = self.header.flags & FLAG_BULK_CHECKSUM != 0;
-        header.seal(&out.body, out.bulk.as_deref(), checksum);
+        let known = out.bulk.as_ref().and_then(|b| b.known_crc32c());
+        header.seal_known(&out.body, out.bulk.as_deref(), checksum, known);
         header
     }
 
@@ -155,7 +156,8 @@ impl Incoming {
             }
             ReplySink::Tcp(replier) => {
                 let checksum = self.header.flags & FLAG_BULK_CHECKSUM != 0;
-                header.seal(&out.body, out.bulk.as_deref(), checksum);
+                let known = out.bulk.as_ref().and_then(|b| b.known_crc32c());
+                header.seal_known(&out.body, out.bulk.as_deref(), checksum, known);
                 replier.send(&self.peer, &header, &out.body, out.bulk.as_deref());
             }
         }

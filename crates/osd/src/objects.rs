@@ -128,6 +128,14 @@ fn is_aligned(x: u64) -> bool {
     x.is_multiple_of(DIRECT_IO_ALIGN_BYTES as u64)
 }
 
+/// `buf` with the checksum of its bytes, when known.
+fn with_crc(mut buf: AlignedBuf, crc: Option<u32>) -> AlignedBuf {
+    if let Some(crc) = crc {
+        buf.set_crc32c(crc);
+    }
+    buf
+}
+
 /// An empty read (an object that does not exist).
 fn empty() -> AlignedBuf {
     let mut buf = AlignedBuf::for_overwrite(0);
@@ -511,22 +519,24 @@ impl ObjectStore {
 
     /// `buf`, read from `o` at `offset`, if its checksums say it is what was written. A
     /// mismatch is looked at again with changes held off (one may have run between the
-    /// data and checksum reads) before the data is called corrupt.
+    /// data and checksum reads) before the data is called corrupt. The buffer carries the
+    /// checksum of its bytes when the check gave it ([`AlignedBuf::known_crc32c`]).
     fn checked(
         &self,
         o: &OpenObject,
         object: ObjectId,
         offset: u64,
         len: usize,
-        buf: AlignedBuf,
+        mut buf: AlignedBuf,
     ) -> Result<AlignedBuf, OsdError> {
-        let Err(bad) = self.verify(o, offset, &buf) else {
-            return Ok(buf);
+        let bad = match self.verify(o, offset, &buf) {
+            Ok(crc) => return Ok(with_crc(buf, crc)),
+            Err(bad) => bad,
         };
         let _change = self.change_lock(object);
-        let buf = self.read_raw(o, object, offset, len)?;
+        buf = self.read_raw(o, object, offset, len)?;
         match self.verify(o, offset, &buf) {
-            Ok(()) => Ok(buf),
+            Ok(crc) => Ok(with_crc(buf, crc)),
             Err(_) => {
                 tracing::error!(
                     "object {object}: data at offset {bad} does not match its checksum"
@@ -540,37 +550,54 @@ impl ObjectStore {
         }
     }
 
-    /// Checks the chunks under `buf` (read at `offset`) against their checksums; Err: the
+    /// Checks the chunks under `buf` (read at `offset`) against their checksums. Ok: the
+    /// checksum of all of `buf` when the check had it at hand (a read from the start of a
+    /// chunk: the chunks' checksums appended, no second pass over the data); Err: the
     /// first byte of a chunk that does not match.
-    fn verify(&self, o: &OpenObject, offset: u64, buf: &[u8]) -> Result<(), u64> {
+    fn verify(&self, o: &OpenObject, offset: u64, buf: &[u8]) -> Result<Option<u32>, u64> {
         if buf.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let range = csum::chunks(offset, buf.len() as u64);
         let slots = csum::read_slots(&o.sums, range.clone()).map_err(|_| offset)?;
         if slots.iter().all(|s| s.unknown()) {
-            return Ok(());
+            return Ok(None);
         }
         let size = o.size().map_err(|_| offset)?;
         let end = offset + buf.len() as u64;
+        // The checksum of `buf` so far: kept only for a read starting on a chunk.
+        let mut whole = offset.is_multiple_of(CSUM_CHUNK_BYTES).then_some(None);
         for (c, slot) in range.zip(slots) {
-            if slot.unknown() {
-                continue;
-            }
             let cs = c * CSUM_CHUNK_BYTES;
             let len = csum::chunk_len(c, size);
-            let ok = if offset <= cs && cs + len as u64 <= end {
-                slot.accepts(&buf[(cs - offset) as usize..(cs - offset) as usize + len])
-            } else {
-                // An edge chunk the read covers only in part: read it whole.
-                let chunk = csum::read_chunk(&o.buffered, c, size, len).map_err(|_| cs)?;
-                slot.accepts(&chunk)
-            };
-            if !ok {
-                return Err(cs);
+            // The part of `buf` in this chunk.
+            let part = &buf[(cs.max(offset) - offset) as usize
+                ..((cs + CSUM_CHUNK_BYTES).min(end) - offset) as usize];
+            let mut part_crc = None;
+            if !slot.unknown() {
+                let ok = if offset <= cs && cs + len as u64 <= end {
+                    let at = (cs - offset) as usize;
+                    let crc = crc32c::crc32c(&buf[at..at + len]);
+                    part_crc = (part.len() == len).then_some(crc);
+                    slot.matches(crc)
+                } else {
+                    // An edge chunk the read covers only in part: read it whole.
+                    let chunk = csum::read_chunk(&o.buffered, c, size, len).map_err(|_| cs)?;
+                    slot.accepts(&chunk)
+                };
+                if !ok {
+                    return Err(cs);
+                }
+            }
+            if let Some(so_far) = whole.as_mut() {
+                let crc = part_crc.unwrap_or_else(|| crc32c::crc32c(part));
+                *so_far = Some(match *so_far {
+                    None => crc,
+                    Some(before) => csum::append(before, crc, part.len()),
+                });
             }
         }
-        Ok(())
+        Ok(whole.flatten())
     }
 
     /// Recomputes the checksums of a change, before its data is written: chunks in

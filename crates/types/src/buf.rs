@@ -130,6 +130,9 @@ pub struct AlignedBuf {
     /// Memory it does not own ([`AlignedBuf::external`]): what keeps that memory alive,
     /// let go of (nothing freed) when the buffer drops.
     keep: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
+    /// The crc32c of its bytes, when whoever filled it had it at hand; forgotten at any
+    /// access that can change them.
+    crc32c: Option<u32>,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8>.
@@ -171,6 +174,7 @@ impl AlignedBuf {
                     recycled: true,
                     shard,
                     keep: None,
+                    crc32c: None,
                 };
             }
             pool.misses.fetch_add(1, Ordering::Relaxed);
@@ -186,6 +190,7 @@ impl AlignedBuf {
             recycled: false,
             shard,
             keep: None,
+            crc32c: None,
         }
     }
 
@@ -209,6 +214,7 @@ impl AlignedBuf {
             recycled: true,
             shard: 0,
             keep: Some(keep),
+            crc32c: None,
         }
     }
 
@@ -241,6 +247,7 @@ impl AlignedBuf {
 
     /// Shrinks or grows the used length within the capacity; new bytes are zero.
     pub fn set_len(&mut self, len: usize) {
+        self.crc32c = None;
         assert!(len <= self.capacity, "AlignedBuf::set_len beyond capacity");
         if len > self.len {
             // SAFETY: range lies within the allocation.
@@ -249,9 +256,24 @@ impl AlignedBuf {
         self.len = len;
     }
 
+    /// Records `crc` as the crc32c of its bytes as they are now (computed while they were
+    /// checked, say), so a frame sending them needs no pass of its own over them. Any
+    /// later access that can change the bytes forgets it. A wrong value is caught by the
+    /// receiver's check, as damage on the wire would be.
+    pub fn set_crc32c(&mut self, crc: u32) {
+        self.crc32c = Some(crc);
+    }
+
+    /// The crc32c of its bytes, if recorded ([`AlignedBuf::set_crc32c`]) since they last
+    /// could change.
+    pub fn known_crc32c(&self) -> Option<u32> {
+        self.crc32c
+    }
+
     /// The whole allocation, for reads that may fill up to the capacity (bytes past `len`
     /// are zero for [`AlignedBuf::zeroed`] buffers, unspecified for `for_overwrite` ones).
     pub fn spare_mut(&mut self) -> &mut [u8] {
+        self.crc32c = None;
         // SAFETY: the allocation is `capacity` bytes, initialised at creation (zeroed) and
         // only ever written with bytes since.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
@@ -268,6 +290,7 @@ impl Deref for AlignedBuf {
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.crc32c = None;
         // SAFETY: len <= capacity, memory initialised, unique access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
@@ -308,6 +331,28 @@ impl std::fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_checksum_is_forgotten_at_any_access_that_can_change_the_bytes() {
+        let fresh = |crc| {
+            let mut b = AlignedBuf::zeroed(8192);
+            b.set_crc32c(crc);
+            assert_eq!(b.known_crc32c(), Some(crc));
+            b
+        };
+        let mut b = fresh(1);
+        let _ = &b[..]; // reading keeps it
+        assert_eq!(b.known_crc32c(), Some(1));
+        b[0] = 1;
+        assert_eq!(b.known_crc32c(), None);
+        let mut b = fresh(2);
+        b.set_len(4096);
+        assert_eq!(b.known_crc32c(), None);
+        let mut b = fresh(3);
+        let _ = b.spare_mut();
+        assert_eq!(b.known_crc32c(), None);
+        assert_eq!(AlignedBuf::for_overwrite(4096).known_crc32c(), None, "pooled or new");
+    }
 
     #[test]
     fn an_external_buffer_reads_and_writes_its_owners_memory_and_frees_nothing() {

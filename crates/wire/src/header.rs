@@ -170,6 +170,19 @@ impl Header {
     /// With `bulk_checksum` the flag is set even on a frame without bulk: on a request it
     /// asks the server to checksum its reply's bulk (a read's data).
     pub fn seal(&mut self, body: &[u8], bulk: Option<&[u8]>, bulk_checksum: bool) {
+        self.seal_known(body, bulk, bulk_checksum, None)
+    }
+
+    /// As [`Header::seal`], with the bulk's crc32c when the sender has it already
+    /// (`bulk_crc`, e.g. from the checks of a read: [`nacre_types::AlignedBuf::known_crc32c`]),
+    /// so the bulk is not gone over again.
+    pub fn seal_known(
+        &mut self,
+        body: &[u8],
+        bulk: Option<&[u8]>,
+        bulk_checksum: bool,
+        bulk_crc: Option<u32>,
+    ) {
         self.body_len = body.len() as u32;
         self.body_crc = crc32c::crc32c(body);
         self.bulk_len = bulk.map_or(0, |b| b.len() as u32);
@@ -177,7 +190,13 @@ impl Header {
         self.bulk_crc = 0;
         if bulk_checksum {
             self.flags |= FLAG_BULK_CHECKSUM;
-            self.bulk_crc = bulk.map_or(0, crc32c::crc32c);
+            self.bulk_crc = match (bulk, bulk_crc) {
+                (Some(b), Some(crc)) => {
+                    debug_assert_eq!(crc, crc32c::crc32c(b), "a known bulk checksum is wrong");
+                    crc
+                }
+                (b, _) => b.map_or(0, crc32c::crc32c),
+            };
         }
     }
 }

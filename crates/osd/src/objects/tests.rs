@@ -190,6 +190,7 @@ proptest::proptest! {
             }
             let whole = store.read(obj, 0, 100_000).unwrap();
             proptest::prop_assert_eq!(&whole[..], &model[..]);
+            proptest::prop_assert!(carries_its_own_crc(&whole));
         }
         // Unaligned reads check their edge chunks too.
         let n = model.len();
@@ -197,6 +198,7 @@ proptest::proptest! {
             let part = store.read(obj, off as u64, len).unwrap();
             let want = &model[off.min(n)..(off + len).min(n)];
             proptest::prop_assert_eq!(&part[..], want);
+            proptest::prop_assert!(carries_its_own_crc(&part));
         }
         proptest::prop_assert_eq!(store.corrupt_chunks(), 0);
     }
@@ -288,7 +290,16 @@ fn reads_at_once_give_what_each_gives_alone() {
     assert_eq!(store.reads_together(), 8);
     for ((r, x), y) in reads.iter().zip(&alone).zip(&together) {
         match (x, y) {
-            (Ok(x), Ok(y)) => assert_eq!(&x[..], &y[..], "{r:?}"),
+            (Ok(x), Ok(y)) => {
+                assert_eq!(&x[..], &y[..], "{r:?}");
+                // Reads from the start of a chunk carry their checksum (from the chunks'
+                // own), others none; either way, together as alone.
+                let chunk_start = r.1 % csum::CSUM_CHUNK_BYTES == 0 && !x.is_empty();
+                for b in [x, y] {
+                    assert!(carries_its_own_crc(b), "{r:?}");
+                    assert_eq!(b.known_crc32c().is_some(), chunk_start, "{r:?}");
+                }
+            }
             (
                 Err(OsdError::Corrupt { offset: p, .. }),
                 Err(OsdError::Corrupt { offset: q, .. }),
@@ -312,4 +323,34 @@ fn reads_at_once_give_what_each_gives_alone() {
     ));
     assert_eq!(together[8].as_ref().unwrap().len(), 4096);
     assert_eq!(store.corrupt_chunks(), 2 * corrupt_alone);
+}
+
+/// True if the checksum a read's buffer carries, if any, is that of its bytes.
+fn carries_its_own_crc(b: &AlignedBuf) -> bool {
+    b.known_crc32c().is_none_or(|c| c == crc32c::crc32c(b))
+}
+
+#[test]
+fn a_read_from_a_chunk_start_carries_the_checksum_of_all_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let obj = ObjectId { seq: 0, id: 5 };
+    let data: Vec<u8> = (0..(1 << 20) + 777).map(|i| (i * 7 % 253) as u8).collect();
+    store.write(obj, 0, &data, Owner::default()).unwrap();
+    for (off, len) in [
+        (0u64, 1usize << 20),
+        (4096, 4096),
+        (8192, 100),
+        (1 << 20, 4096),
+        ((1 << 20) - 4096, 1 << 20),
+    ] {
+        let b = store.read(obj, off, len).unwrap();
+        let end = (off as usize + len).min(data.len());
+        assert_eq!(&b[..], &data[off as usize..end]);
+        assert_eq!(b.known_crc32c(), Some(crc32c::crc32c(&b)), "{off}+{len}");
+    }
+    // A change of the bytes forgets it.
+    let mut b = store.read(obj, 0, 8192).unwrap();
+    b[0] ^= 1;
+    assert_eq!(b.known_crc32c(), None);
 }
