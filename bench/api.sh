@@ -10,6 +10,11 @@
 #          OST, 32 and more as 16 per OST), the ceiling of the data path, measured right
 #          before and right after each networked sequential row and the better taken (this
 #          virtual disk's speed drifts by up to 2x within minutes)
+#   network  `nacre selftest` bulk RPCs of 1 MiB (brw_read, brw_write) from this machine to
+#          the OSS processes, as many in flight as the row keeps (1 to one OSS, else half
+#          to each), right after the row: the network path alone, with no disk and no file
+#          system, which every networked row's data also crosses (on a small machine it
+#          can be below the OSTs alone)
 # Sequential 1 MiB and random 4 KiB reads and writes, queue depth 1 and 32, 1 and 4
 # threads, SECS seconds each, on a file of SIZE_MIB striped over both OSTs.
 # Not a test: it asserts nothing.
@@ -51,6 +56,19 @@ survey() {
   for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
 }
 
+# network RW IN_FLIGHT: MiB/s of selftest bulk RPCs of 1 MiB to the OSS processes.
+OSS_NIDS=()
+for p in "${pids[1]}" "${pids[2]}"; do
+  OSS_NIDS+=("$(tr '\0' '\n' </proc/"$p"/cmdline | grep -A1 -x -- --listen | tail -1)@tcp")
+done
+network() {
+  local per=$(( $2 / 2 )) to="${OSS_NIDS[0]},${OSS_NIDS[1]}"
+  if [ "$2" -eq 1 ]; then per=1 to="${OSS_NIDS[0]}"; fi
+  "$NACRE" selftest --to "$to" --test "brw_$1" --size 1M --concurrency "$per" \
+      --duration "$SECS" --discovery false --json -q \
+    | json "round(sum(p['mib_per_s'] for p in d))"
+}
+
 # ceiling RW IN_FLIGHT BEST: the better of BEST and the OSTs alone now (MiB/s of RW).
 ceiling() {
   local w r
@@ -71,26 +89,32 @@ for form in emb net; do
     read -r rw bs <<<"$spec"
     for qd in 1 32; do
       for th in 1 4; do
-        base=0
+        base=0 wire=0
         paired=$([ "$form" = net ] && [ "$bs" = 1048576 ] && echo 1 || true)
         [ -n "$paired" ] && base=$(ceiling "$rw" $(( qd * th )) "$base")
         read -r fo fm <<<"$(fuse "$M" "$rw" "$bs" "$qd" "$th")"
         read -r ro rm <<<"$(ring "$M" "$rw" "$bs" "$qd" "$th")"
         read -r po pm <<<"$(LD_PRELOAD="$PRELOAD" fuse "$M" "$rw" "$bs" "$qd" "$th")"
-        [ -n "$paired" ] && base=$(ceiling "$rw" $(( qd * th )) "$base")
-        rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm $po $pm $base")
+        if [ -n "$paired" ]; then
+          base=$(ceiling "$rw" $(( qd * th )) "$base")
+          wire=$(network "$rw" $(( qd * th )))
+        fi
+        rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm $po $pm $base $wire")
       done
     done
   done
 done
-echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | LD_PRELOAD ops/s | LD_PRELOAD MiB/s | OSTs alone MiB/s | rings/FUSE | LD_PRELOAD/FUSE | rings/OSTs | LD_PRELOAD/OSTs |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| form | op | bs | QD | threads | FUSE ops/s | FUSE MiB/s | rings ops/s | rings MiB/s | LD_PRELOAD ops/s | LD_PRELOAD MiB/s | OSTs alone MiB/s | network alone MiB/s | rings/FUSE | LD_PRELOAD/FUSE | rings/OSTs | LD_PRELOAD/OSTs | rings/network |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 ratio() { python3 -c "print(f'{$1/$2:.2f}x' if $2 else '-')"; }
 for r in "${rows[@]}"; do
-  read -r form rw bs qd th fo fm ro rm po pm base <<<"$r"
-  ost="-" post="-" shown="-"
+  read -r form rw bs qd th fo fm ro rm po pm base wire <<<"$r"
+  ost="-" post="-" shown="-" net="-" wired="-"
   if [ "$base" != 0 ]; then
     ost=$(pct "$rm" "$base") post=$(pct "$pm" "$base") shown=$base
   fi
-  echo "| $form | $rw | $bs | $qd | $th | $fo | $fm | $ro | $rm | $po | $pm | $shown | $(ratio "$ro" "$fo") | $(ratio "$po" "$fo") | $ost | $post |"
+  if [ "$wire" != 0 ]; then
+    net=$(pct "$rm" "$wire") wired=$wire
+  fi
+  echo "| $form | $rw | $bs | $qd | $th | $fo | $fm | $ro | $rm | $po | $pm | $shown | $wired | $(ratio "$ro" "$fo") | $(ratio "$po" "$fo") | $ost | $post | $net |"
 done

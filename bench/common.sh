@@ -47,20 +47,27 @@ net_up() {
     pids+=($!); wait_serving "$dir/oss$i.log"
   done
 }
-# forms_up WORK EMB_FS NET_FS: the embedded form (`nacre up`, 2 OSTs, mounted at
-# WORK/emb/mnt, its MGS at EMB_MGS) and the networked form (net_up under WORK/net, mounted
-# by a separate `nacre mount` at WORK/net/mnt), both taken down when the script exits.
-forms_up() {
-  local work="$1" emb="$2" net="$3"
-  rm -rf "$work"; mkdir -p "$work/emb/mnt" "$work/net/mnt"
+# net_form_up WORK FS: the networked form alone (net_up under WORK/net, mounted by a
+# separate `nacre mount` at WORK/net/mnt), taken down when the script exits.
+net_form_up() {
+  local work="$1" fs="$2"
+  rm -rf "$work"; mkdir -p "$work/net/mnt"
   pids=()
   FORMS_WORK="$work"
   trap forms_down EXIT
+  net_up "$work/net" "$fs"
+  "$NACRE" mount "$MGS@tcp:/$fs" "$work/net/mnt" ${MOUNT_ARGS:-} >/dev/null
+}
+# forms_up WORK EMB_FS NET_FS: the networked form (net_form_up) and the embedded form
+# (`nacre up`, 2 OSTs, mounted at WORK/emb/mnt, its MGS at EMB_MGS), both taken down when
+# the script exits.
+forms_up() {
+  local work="$1" emb="$2" net="$3"
+  net_form_up "$work" "$net"
+  mkdir -p "$work/emb/mnt"
   EMB_MGS="127.0.0.1:$(free_port 127.0.0.1)"
   "$NACRE" up "$work/emb/data" --mount "$work/emb/mnt" --osts 2 --fsname "$emb" \
     --listen "$EMB_MGS" >/dev/null
-  net_up "$work/net" "$net"
-  "$NACRE" mount "$MGS@tcp:/$net" "$work/net/mnt" ${MOUNT_ARGS:-} >/dev/null
 }
 forms_down() {
   local w="$FORMS_WORK"

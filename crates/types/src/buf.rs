@@ -351,7 +351,11 @@ mod tests {
         let mut b = fresh(3);
         let _ = b.spare_mut();
         assert_eq!(b.known_crc32c(), None);
-        assert_eq!(AlignedBuf::for_overwrite(4096).known_crc32c(), None, "pooled or new");
+        assert_eq!(
+            AlignedBuf::for_overwrite(4096).known_crc32c(),
+            None,
+            "pooled or new"
+        );
     }
 
     #[test]
