@@ -143,6 +143,18 @@ enum End {
     Unauthentic(String),
 }
 
+/// Checks a received frame's bulk against its header, keeping the checksum of each of its
+/// 4 KiB chunks with it (an OST stores them for a write without computing them again).
+fn check_bulk(header: &Header, bulk: &mut AlignedBuf) -> Result<(), End> {
+    let sums = header
+        .check_bulk_chunked(bulk)
+        .map_err(|e| End::Bad(e.to_string()))?;
+    if let Some(sums) = sums {
+        bulk.set_chunk_crc32cs(sums.into());
+    }
+    Ok(())
+}
+
 impl Conn {
     fn buffered(&self) -> usize {
         self.end - self.start
@@ -349,9 +361,7 @@ impl Conn {
                     match tags {
                         Some(t) => self.open_and_deliver(header, body, Some(bulk), permit, &t)?,
                         None => {
-                            header
-                                .check_bulk(&bulk)
-                                .map_err(|e| End::Bad(e.to_string()))?;
+                            check_bulk(&header, &mut bulk)?;
                             self.deliver(header, body, Some(bulk), permit)?;
                         }
                     }
@@ -432,8 +442,8 @@ impl Conn {
         header
             .check_body(&body)
             .map_err(|e| End::Bad(e.to_string()))?;
-        if let Some(b) = &bulk {
-            header.check_bulk(b).map_err(|e| End::Bad(e.to_string()))?;
+        if let Some(b) = bulk.as_mut() {
+            check_bulk(&header, b)?;
         }
         self.deliver(header, body, bulk, permit)
     }

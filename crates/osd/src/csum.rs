@@ -13,7 +13,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 /// Bytes covered by one checksum.
-pub const CSUM_CHUNK_BYTES: u64 = 4096;
+pub const CSUM_CHUNK_BYTES: u64 = nacre_types::crc::CHUNK_BYTES as u64;
 /// Bytes of one slot in the sidecar: current checksum, previous checksum (little endian).
 const SLOT_BYTES: u64 = 8;
 
@@ -45,8 +45,13 @@ impl Slot {
 
     /// The slot after the chunk's content changed to `data`.
     pub fn next(self, data: &[u8]) -> Slot {
+        self.next_sum(crc32c::crc32c(data))
+    }
+
+    /// The slot after the chunk's content changed to one whose checksum is `crc`.
+    pub fn next_sum(self, crc: u32) -> Slot {
         Slot {
-            cur: crc32c::crc32c(data),
+            cur: crc,
             prev: self.cur,
         }
     }
@@ -71,36 +76,7 @@ impl Slot {
     }
 }
 
-/// The crc32c of `a` followed by `b`, from their own checksums `crc_a` and `crc_b` and the
-/// length of `b`: a read that checked its chunks' checksums has the checksum of all its
-/// bytes from them, with no second pass over the data. A whole chunk after `a` costs four
-/// table lookups; any other length, the general (slower) combination.
-pub fn append(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
-    if len_b as u64 != CSUM_CHUNK_BYTES {
-        return crc32c::crc32c_combine(crc_a, crc_b, len_b);
-    }
-    let t = &*SHIFT_CHUNK;
-    let c = crc_a.to_le_bytes();
-    t[0][c[0] as usize] ^ t[1][c[1] as usize] ^ t[2][c[2] as usize] ^ t[3][c[3] as usize] ^ crc_b
-}
-
-/// The map taking a checksum to what `CSUM_CHUNK_BYTES` more bytes of zeros make of it
-/// (it is linear over GF(2)), as a table per byte of the checksum: built once from the
-/// general combination of each of the 32 bits.
-static SHIFT_CHUNK: std::sync::LazyLock<Box<[[u32; 256]; 4]>> = std::sync::LazyLock::new(|| {
-    let bit: Vec<u32> = (0..32)
-        .map(|i| crc32c::crc32c_combine(1 << i, 0, CSUM_CHUNK_BYTES as usize))
-        .collect();
-    let mut t = Box::new([[0u32; 256]; 4]);
-    for (k, table) in t.iter_mut().enumerate() {
-        for (b, entry) in table.iter_mut().enumerate() {
-            *entry = (0..8)
-                .filter(|i| b >> i & 1 == 1)
-                .fold(0, |acc, i| acc ^ bit[8 * k + i]);
-        }
-    }
-    t
-});
+pub use nacre_types::crc::append;
 
 /// Chunks `[first, end)` touching the byte range `[offset, offset + len)`.
 pub fn chunks(offset: u64, len: u64) -> std::ops::Range<u64> {
@@ -198,26 +174,6 @@ mod tests {
     }
 
     proptest! {
-        /// Appending checksums gives the checksum of the bytes appended, for whole chunks
-        /// (the table) and any other length (the general combination).
-        #[test]
-        fn appended_checksums_are_the_checksum_of_the_whole(
-            a in proptest::collection::vec(any::<u8>(), 0..9000),
-            b in proptest::collection::vec(any::<u8>(), 0..4100),
-            whole_chunk in any::<bool>(),
-        ) {
-            let mut b = b;
-            if whole_chunk {
-                b.resize(CSUM_CHUNK_BYTES as usize, 0x5a);
-            }
-            let mut ab = a.clone();
-            ab.extend_from_slice(&b);
-            prop_assert_eq!(
-                append(crc32c::crc32c(&a), crc32c::crc32c(&b), b.len()),
-                crc32c::crc32c(&ab)
-            );
-        }
-
         /// Slots decode from any bytes (a damaged sidecar gives mismatches, never a panic).
         #[test]
         fn slots_round_trip(cur in any::<u32>(), prev in any::<u32>()) {

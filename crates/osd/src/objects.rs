@@ -367,6 +367,31 @@ impl ObjectStore {
         data: &[u8],
         owner: Owner,
     ) -> Result<(), OsdError> {
+        self.write_summed(object, offset, data, None, owner)
+    }
+
+    /// [`ObjectStore::write`] of a buffer, taking the checksums of its chunks from it when
+    /// it has them ([`AlignedBuf::chunk_crc32cs`], kept when a frame's bulk was checked)
+    /// instead of going over its bytes again.
+    pub fn write_buf(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        data: &AlignedBuf,
+        owner: Owner,
+    ) -> Result<(), OsdError> {
+        self.write_summed(object, offset, data, data.chunk_crc32cs(), owner)
+    }
+
+    /// A write; `sums`: the crc32c of each 4 KiB chunk of `data`, when known.
+    fn write_summed(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        data: &[u8],
+        sums: Option<&[u32]>,
+        owner: Owner,
+    ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
         let _change = self.change_lock(object);
         match o.recorded_owner() {
@@ -377,7 +402,9 @@ impl ObjectStore {
             },
             Err(e) => owner_unsupported(object, e)?,
         }
-        self.charged(object, &o, || self.write_locked(&o, object, offset, data))
+        self.charged(object, &o, || {
+            self.write_locked(&o, object, offset, data, sums)
+        })
     }
 
     fn write_locked(
@@ -386,6 +413,7 @@ impl ObjectStore {
         object: ObjectId,
         offset: u64,
         data: &[u8],
+        sums: Option<&[u32]>,
     ) -> Result<(), OsdError> {
         let size = o.size().map_err(|e| Self::err(object, e))?;
         let end = offset + data.len() as u64;
@@ -399,11 +427,23 @@ impl ObjectStore {
                     .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
             }
         };
-        // Chunks the write covers whole are checksummed straight from the data.
+        // Chunks the write covers whole are checksummed straight from the data, or have
+        // their checksums from it already (a whole chunk of `data` that is a whole chunk
+        // of the object: the write starts on a chunk).
         let whole = |c: u64, len: usize| {
             let cs = c * CSUM_CHUNK_BYTES;
-            (offset <= cs && cs + len as u64 <= end)
-                .then(|| &data[(cs - offset) as usize..(cs - offset) as usize + len])
+            if cs < offset || cs + len as u64 > end {
+                return None;
+            }
+            let at = (cs - offset) as usize;
+            let bytes = &data[at..at + len];
+            let known = sums
+                .filter(|_| {
+                    len as u64 == CSUM_CHUNK_BYTES && (at as u64).is_multiple_of(CSUM_CHUNK_BYTES)
+                })
+                .and_then(|s| s.get(at / CSUM_CHUNK_BYTES as usize).copied());
+            debug_assert!(known.is_none_or(|k| k == crc32c::crc32c(bytes)));
+            Some(known.unwrap_or_else(|| crc32c::crc32c(bytes)))
         };
         self.resum(o, size, after, offset..end, &overlay, &whole)
             .map_err(|e| Self::err(object, e))?;
@@ -601,17 +641,18 @@ impl ObjectStore {
     }
 
     /// Recomputes the checksums of a change, before its data is written: chunks in
-    /// `changed` (their new content: the old bytes, `overlay` applied; or `whole` when the
-    /// change gives the chunk entire), and the chunk the size falls in when the size goes
-    /// from `size` to `after`. Slots past the new end are dropped.
-    fn resum<'d>(
+    /// `changed` (their new content: the old bytes, `overlay` applied; or, from `whole`,
+    /// the checksum of the content a change gives a chunk entire), and the chunk the size
+    /// falls in when the size goes from `size` to `after`. Slots past the new end are
+    /// dropped.
+    fn resum(
         &self,
         o: &OpenObject,
         size: u64,
         after: u64,
         changed: std::ops::Range<u64>,
         overlay: &dyn Fn(u64, &mut [u8]),
-        whole: &dyn Fn(u64, usize) -> Option<&'d [u8]>,
+        whole: &dyn Fn(u64, usize) -> Option<u32>,
     ) -> std::io::Result<()> {
         let live_end = after.div_ceil(CSUM_CHUNK_BYTES);
         if after < size {
@@ -640,7 +681,7 @@ impl ObjectStore {
             let len = csum::chunk_len(c, after);
             let i = (c - first) as usize;
             new[i] = match whole(c, len) {
-                Some(bytes) => old[i].next(bytes),
+                Some(crc) => old[i].next_sum(crc),
                 None => {
                     let mut chunk = csum::read_chunk(&o.buffered, c, size, len)?;
                     overlay(c, &mut chunk);

@@ -247,7 +247,7 @@ impl OssHandler {
                     }
                 };
                 let started = ost.brw.write.begin();
-                let result = ost.store.write(object, offset, data, owner);
+                let result = ost.store.write_buf(object, offset, data, owner);
                 ost.brw.write.end(started, data.len() as u64);
                 if let Some(r) = reserved {
                     ost.quota.release(r);

@@ -133,6 +133,9 @@ pub struct AlignedBuf {
     /// The crc32c of its bytes, when whoever filled it had it at hand; forgotten at any
     /// access that can change them.
     crc32c: Option<u32>,
+    /// The crc32c of each of its 4 KiB chunks ([`crate::crc::chunked`]), when whoever
+    /// filled it had them at hand; forgotten as `crc32c` is.
+    chunk_crc32cs: Option<Box<[u32]>>,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8>.
@@ -175,6 +178,7 @@ impl AlignedBuf {
                     shard,
                     keep: None,
                     crc32c: None,
+                    chunk_crc32cs: None,
                 };
             }
             pool.misses.fetch_add(1, Ordering::Relaxed);
@@ -191,6 +195,7 @@ impl AlignedBuf {
             shard,
             keep: None,
             crc32c: None,
+            chunk_crc32cs: None,
         }
     }
 
@@ -215,6 +220,7 @@ impl AlignedBuf {
             shard: 0,
             keep: Some(keep),
             crc32c: None,
+            chunk_crc32cs: None,
         }
     }
 
@@ -248,6 +254,7 @@ impl AlignedBuf {
     /// Shrinks or grows the used length within the capacity; new bytes are zero.
     pub fn set_len(&mut self, len: usize) {
         self.crc32c = None;
+        self.chunk_crc32cs = None;
         assert!(len <= self.capacity, "AlignedBuf::set_len beyond capacity");
         if len > self.len {
             // SAFETY: range lies within the allocation.
@@ -270,10 +277,30 @@ impl AlignedBuf {
         self.crc32c
     }
 
+    /// Records `sums` as the crc32c of each of its 4 KiB chunks as they are now (the last
+    /// one short if its length ends within a chunk): computed while a frame's bulk was
+    /// checked, say, so the object store keeps them without a pass of its own. Forgotten
+    /// as [`AlignedBuf::set_crc32c`]'s value is.
+    pub fn set_chunk_crc32cs(&mut self, sums: Box<[u32]>) {
+        assert_eq!(
+            sums.len(),
+            self.len.div_ceil(crate::crc::CHUNK_BYTES),
+            "a checksum per chunk"
+        );
+        self.chunk_crc32cs = Some(sums);
+    }
+
+    /// The crc32c of each of its 4 KiB chunks, if recorded
+    /// ([`AlignedBuf::set_chunk_crc32cs`]) since they last could change.
+    pub fn chunk_crc32cs(&self) -> Option<&[u32]> {
+        self.chunk_crc32cs.as_deref()
+    }
+
     /// The whole allocation, for reads that may fill up to the capacity (bytes past `len`
     /// are zero for [`AlignedBuf::zeroed`] buffers, unspecified for `for_overwrite` ones).
     pub fn spare_mut(&mut self) -> &mut [u8] {
         self.crc32c = None;
+        self.chunk_crc32cs = None;
         // SAFETY: the allocation is `capacity` bytes, initialised at creation (zeroed) and
         // only ever written with bytes since.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
@@ -291,6 +318,7 @@ impl Deref for AlignedBuf {
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.crc32c = None;
+        self.chunk_crc32cs = None;
         // SAFETY: len <= capacity, memory initialised, unique access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
@@ -351,6 +379,11 @@ mod tests {
         let mut b = fresh(3);
         let _ = b.spare_mut();
         assert_eq!(b.known_crc32c(), None);
+        let mut b = AlignedBuf::zeroed(8192);
+        b.set_chunk_crc32cs(vec![1, 2].into());
+        assert_eq!(b.chunk_crc32cs(), Some(&[1, 2][..]));
+        b[4096] = 1;
+        assert_eq!(b.chunk_crc32cs(), None);
         assert_eq!(
             AlignedBuf::for_overwrite(4096).known_crc32c(),
             None,

@@ -8,6 +8,7 @@
 
 pub mod attr;
 pub mod buf;
+pub mod crc;
 pub mod cred;
 pub mod dirstripe;
 pub mod fid;

@@ -165,6 +165,23 @@ impl Header {
         Ok(())
     }
 
+    /// As [`Header::check_bulk`], computed chunk by chunk: the checksum of each 4 KiB chunk
+    /// of `bulk` (`nacre_types::crc::chunked`) when the sender checksummed it, for the
+    /// object store to keep without going over the bytes again; None when it did not.
+    pub fn check_bulk_chunked(&self, bulk: &[u8]) -> Result<Option<Vec<u32>>, WireError> {
+        if self.flags & FLAG_BULK_CHECKSUM == 0 {
+            return Ok(None);
+        }
+        let (sums, computed) = nacre_types::crc::chunked(bulk);
+        if computed != self.bulk_crc {
+            return Err(WireError::BulkChecksum {
+                stored: self.bulk_crc,
+                computed,
+            });
+        }
+        Ok(Some(sums))
+    }
+
     /// Fills in body length and checksum, and the bulk length and (optionally) checksum.
     ///
     /// With `bulk_checksum` the flag is set even on a frame without bulk: on a request it
@@ -234,6 +251,30 @@ mod tests {
         let r = Header::decode(&reply.encode(), BULK_BYTES_MAX).unwrap();
         r.check_bulk(&[5u8; 4096]).unwrap();
         assert!(r.check_bulk(&[4u8; 4096]).is_err());
+    }
+
+    proptest! {
+        /// The chunked check agrees with the plain one: it accepts the bulk sealed (giving
+        /// each chunk's own checksum), refuses it with any byte changed, and checks nothing
+        /// the sender did not checksum.
+        #[test]
+        fn the_chunked_check_agrees_with_the_plain_one(
+            bulk in proptest::collection::vec(any::<u8>(), 1..20_000),
+            at in any::<proptest::sample::Index>(),
+            checksum in any::<bool>(),
+        ) {
+            let mut h = Header::request(0x0301, 0, 9);
+            h.seal(b"", Some(&bulk), checksum);
+            let sums = h.check_bulk_chunked(&bulk).unwrap();
+            prop_assert_eq!(sums.is_some(), checksum);
+            if let Some(sums) = sums {
+                prop_assert_eq!(sums, nacre_types::crc::chunked(&bulk).0);
+            }
+            let mut bad = bulk.clone();
+            bad[at.index(bulk.len())] ^= 0x10;
+            prop_assert_eq!(h.check_bulk_chunked(&bad).is_err(), checksum);
+            prop_assert_eq!(h.check_bulk(&bad).is_err(), checksum);
+        }
     }
 
     #[test]

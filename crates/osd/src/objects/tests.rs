@@ -354,3 +354,37 @@ fn a_read_from_a_chunk_start_carries_the_checksum_of_all_its_bytes() {
     b[0] ^= 1;
     assert_eq!(b.known_crc32c(), None);
 }
+
+/// A write whose buffer carries its chunks' checksums (kept when its frame's bulk was
+/// checked) stores the checksums a write computing them stores, wherever it starts; what
+/// it wrote reads back checked.
+#[test]
+fn a_write_with_its_chunks_checksums_stores_what_one_computing_them_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let data: Vec<u8> = (0..(64 << 10) + 1000)
+        .map(|i| (i * 13 % 251) as u8)
+        .collect();
+    let mut buf = AlignedBuf::copy_from(&data);
+    buf.set_chunk_crc32cs(nacre_types::crc::chunked(&data).0.into());
+    for (id, offset) in [(1u64, 0u64), (2, 4096), (3, 1000), (4, 8192 + 4095)] {
+        let plain = ObjectId { seq: 0, id };
+        let summed = ObjectId { seq: 1, id };
+        // Something there before, so the slots have a previous checksum too.
+        for o in [plain, summed] {
+            store.write(o, 0, &[7u8; 20_000], Owner::default()).unwrap();
+        }
+        store.write(plain, offset, &data, Owner::default()).unwrap();
+        store
+            .write_buf(summed, offset, &buf, Owner::default())
+            .unwrap();
+        assert_eq!(
+            std::fs::read(store.sums_path(plain)).unwrap(),
+            std::fs::read(store.sums_path(summed)).unwrap(),
+            "written at {offset}"
+        );
+        let back = store.read(summed, offset, data.len()).unwrap();
+        assert_eq!(&back[..], &data[..], "written at {offset}");
+    }
+    assert_eq!(store.corrupt_chunks(), 0);
+}
