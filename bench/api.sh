@@ -57,10 +57,6 @@ survey() {
 }
 
 # network RW IN_FLIGHT: MiB/s of selftest bulk RPCs of 1 MiB to the OSS processes.
-OSS_NIDS=()
-for p in "${pids[1]}" "${pids[2]}"; do
-  OSS_NIDS+=("$(tr '\0' '\n' </proc/"$p"/cmdline | grep -A1 -x -- --listen | tail -1)@tcp")
-done
 network() {
   local per=$(( $2 / 2 )) to="${OSS_NIDS[0]},${OSS_NIDS[1]}"
   if [ "$2" -eq 1 ]; then per=1 to="${OSS_NIDS[0]}"; fi

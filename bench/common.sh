@@ -28,8 +28,9 @@ wait_serving() {
 }
 # net_up DIR FSNAME: the networked form under DIR — an MGS+MDT0 server process on 127.0.0.1
 # and two OSS processes (127.0.0.2, .3) with one OST each (OSS_ARGS: more `nacre server`
-# options for them, e.g. "--oss-threads-min 16"). Sets MGS (its address) and adds the
-# server pids to the array `pids` (the caller kills them).
+# options for them, e.g. "--oss-threads-min 16"). Sets MGS (its address) and OSS_NIDS (the
+# two OSS processes' NIDs) and adds the server pids to the array `pids` (the caller kills
+# them).
 net_up() {
   local dir="$1" fs="$2" i addr
   MGS="127.0.0.1:$(free_port 127.0.0.1)"
@@ -40,11 +41,14 @@ net_up() {
   done
   "$NACRE" server --listen "$MGS" --target "$dir/mgs" --target "$dir/mdt0" > "$dir/mds.log" 2>&1 &
   pids+=($!); wait_serving "$dir/mds.log"
+  OSS_NIDS=()
   for i in 0 1; do
     addr="127.0.0.$((i + 2))"
-    "$NACRE" server --listen "$addr:$(free_port "$addr")" --target "$dir/ost$i" ${OSS_ARGS:-} \
+    addr="$addr:$(free_port "$addr")"
+    "$NACRE" server --listen "$addr" --target "$dir/ost$i" ${OSS_ARGS:-} \
       > "$dir/oss$i.log" 2>&1 &
     pids+=($!); wait_serving "$dir/oss$i.log"
+    OSS_NIDS+=("$addr@tcp")
   done
 }
 # net_form_up WORK FS: the networked form alone (net_up under WORK/net, mounted by a

@@ -68,9 +68,8 @@ run() {
 }
 
 # selftest TEST: the round trip in microseconds of TEST RPCs to the first OSS, one in flight.
-OSS_NID="$(tr '\0' '\n' </proc/"${pids[1]}"/cmdline | grep -A1 -x -- --listen | tail -1)"
 selftest() {
-  "$NACRE" selftest --to "$OSS_NID@tcp" --test "$1" --concurrency 1 --duration "$SECS" --discovery false --json -q \
+  "$NACRE" selftest --to "${OSS_NIDS[0]}" --test "$1" --concurrency 1 --duration "$SECS" --discovery false --json -q \
     | json "round(1e6 / sum(p['rpc_per_s'] for p in d))"
 }
 

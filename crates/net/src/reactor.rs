@@ -143,13 +143,15 @@ enum End {
     Unauthentic(String),
 }
 
-/// Checks a received frame's bulk against its header, keeping the checksum of each of its
-/// 4 KiB chunks with it (an OST stores them for a write without computing them again).
+/// Checks a received frame's bulk against its header. A request's bulk (a write's data)
+/// keeps the checksum of each of its 4 KiB chunks, which an OST stores without computing
+/// them again; a reply's is checked whole, as nothing keeps them.
 fn check_bulk(header: &Header, bulk: &mut AlignedBuf) -> Result<(), End> {
-    let sums = header
-        .check_bulk_chunked(bulk)
-        .map_err(|e| End::Bad(e.to_string()))?;
-    if let Some(sums) = sums {
+    let bad = |e: nacre_wire::WireError| End::Bad(e.to_string());
+    if header.is_reply() {
+        return header.check_bulk(bulk).map_err(bad);
+    }
+    if let Some(sums) = header.check_bulk_chunked(bulk).map_err(bad)? {
         bulk.set_chunk_crc32cs(sums.into());
     }
     Ok(())

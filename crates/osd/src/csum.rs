@@ -76,8 +76,6 @@ impl Slot {
     }
 }
 
-pub use nacre_types::crc::append;
-
 /// Chunks `[first, end)` touching the byte range `[offset, offset + len)`.
 pub fn chunks(offset: u64, len: u64) -> std::ops::Range<u64> {
     offset / CSUM_CHUNK_BYTES..(offset + len).div_ceil(CSUM_CHUNK_BYTES)

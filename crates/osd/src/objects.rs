@@ -606,7 +606,8 @@ impl ObjectStore {
         let size = o.size().map_err(|_| offset)?;
         let end = offset + buf.len() as u64;
         // The checksum of `buf` so far: kept only for a read starting on a chunk.
-        let mut whole = offset.is_multiple_of(CSUM_CHUNK_BYTES).then_some(None);
+        let keep_whole = offset.is_multiple_of(CSUM_CHUNK_BYTES);
+        let mut whole = None;
         for (c, slot) in range.zip(slots) {
             let cs = c * CSUM_CHUNK_BYTES;
             let len = csum::chunk_len(c, size);
@@ -629,15 +630,15 @@ impl ObjectStore {
                     return Err(cs);
                 }
             }
-            if let Some(so_far) = whole.as_mut() {
+            if keep_whole {
                 let crc = part_crc.unwrap_or_else(|| crc32c::crc32c(part));
-                *so_far = Some(match *so_far {
+                whole = Some(match whole {
                     None => crc,
-                    Some(before) => csum::append(before, crc, part.len()),
+                    Some(before) => nacre_types::crc::append(before, crc, part.len()),
                 });
             }
         }
-        Ok(whole.flatten())
+        Ok(whole)
     }
 
     /// Recomputes the checksums of a change, before its data is written: chunks in

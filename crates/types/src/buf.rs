@@ -253,8 +253,7 @@ impl AlignedBuf {
 
     /// Shrinks or grows the used length within the capacity; new bytes are zero.
     pub fn set_len(&mut self, len: usize) {
-        self.crc32c = None;
-        self.chunk_crc32cs = None;
+        self.forget_sums();
         assert!(len <= self.capacity, "AlignedBuf::set_len beyond capacity");
         if len > self.len {
             // SAFETY: range lies within the allocation.
@@ -296,11 +295,16 @@ impl AlignedBuf {
         self.chunk_crc32cs.as_deref()
     }
 
+    /// Forgets the recorded checksums (the bytes may change).
+    fn forget_sums(&mut self) {
+        self.crc32c = None;
+        self.chunk_crc32cs = None;
+    }
+
     /// The whole allocation, for reads that may fill up to the capacity (bytes past `len`
     /// are zero for [`AlignedBuf::zeroed`] buffers, unspecified for `for_overwrite` ones).
     pub fn spare_mut(&mut self) -> &mut [u8] {
-        self.crc32c = None;
-        self.chunk_crc32cs = None;
+        self.forget_sums();
         // SAFETY: the allocation is `capacity` bytes, initialised at creation (zeroed) and
         // only ever written with bytes since.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
@@ -317,8 +321,7 @@ impl Deref for AlignedBuf {
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.crc32c = None;
-        self.chunk_crc32cs = None;
+        self.forget_sums();
         // SAFETY: len <= capacity, memory initialised, unique access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
