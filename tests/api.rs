@@ -237,6 +237,19 @@ fn probe() {
                 ring.wait(1, &mut done, None).unwrap();
             }
         }
+        "outlive-client" => {
+            // SIGPIPE's default disposition, as a C program has: a write to the socket of
+            // a node client that died must be an error, not this process's death.
+            // SAFETY: sets one signal's disposition; nothing else here handles SIGPIPE.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            node.stat("here").unwrap();
+            println!("connected");
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).unwrap();
+            for _ in 0..3 {
+                println!("errno {}", errno(node.stat("here")));
+            }
+        }
         "write-forever" => {
             let f = node.create("dying", 0o644).unwrap();
             let chunk = vec![7u8; 1 << 20];
@@ -337,6 +350,46 @@ fn identity_is_the_kernels_and_a_killed_process_leaves_nothing_open() {
         .unwrap();
     f.write_all(b"after").unwrap();
     std::fs::remove_file(fs.path("dying")).unwrap();
+}
+
+/// An application (SIGPIPE at its default, as C programs run) whose node client is killed
+/// -9 under it gets ENOTCONN from its next calls, instead of dying of SIGPIPE on the socket
+/// the client left. (Regression: the API wrote with a plain `writev`.)
+#[test]
+fn an_application_outlives_its_node_client() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("apip"));
+    std::fs::write(fs.path("here"), b"x").unwrap();
+    let second = fs.data.join("second");
+    let mount = nacre_testkit::ClientMount::mount(&fs.source(), &second, &[]);
+    let mount_pid = mount.pid().expect("the second mount's process");
+    let mut child = probe_cmd(&[], "outlive-client", &second)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("connected") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0);
+    }
+    // SAFETY: kill(2) of the mount process this test started.
+    assert_eq!(unsafe { libc::kill(mount_pid as i32, libc::SIGKILL) }, 0);
+    wait_for("the node client gone", || {
+        !std::path::Path::new(&format!("/proc/{mount_pid}")).exists()
+    });
+    writeln!(child.stdin.take().unwrap(), "go").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the application died: {status:?}\n{rest}");
+    let errnos: Vec<&str> = rest.lines().filter(|l| l.starts_with("errno ")).collect();
+    assert_eq!(
+        errnos,
+        vec![format!("errno {}", libc::ENOTCONN).as_str(); 3],
+        "{rest}"
+    );
+    drop(mount);
 }
 
 #[test]

@@ -396,7 +396,8 @@ fn a_migration_survives_a_kill_of_the_mds_at_every_step() {
         let out = migrator.join().unwrap();
         assert!(
             out.status.success(),
-            "{point}: {}",
+            "{point}: {:?} {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         let summary: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -277,7 +277,15 @@ impl Node {
         ];
         let mut slices: &mut [IoSlice<'_>] = &mut slices;
         while !slices.is_empty() {
-            let n = sock.stream.write_vectored(slices).map_err(broken)?;
+            // MSG_NOSIGNAL: a node client that went away is an error here, never a
+            // SIGPIPE that kills the application (whose disposition is its own).
+            let n = rustix::net::sendmsg(
+                &sock.stream,
+                slices,
+                &mut rustix::net::SendAncillaryBuffer::default(),
+                rustix::net::SendFlags::NOSIGNAL,
+            )
+            .map_err(|e| broken(e.into()))?;
             if n == 0 {
                 return Err(broken(std::io::ErrorKind::WriteZero.into()));
             }
@@ -366,7 +374,7 @@ impl Node {
             &sock.stream,
             &[IoSlice::new(&[tag])],
             &mut control,
-            SendFlags::empty(),
+            SendFlags::NOSIGNAL,
         );
         if let Err(e) = sent {
             return Err(self.broken(e.into()));

@@ -8,7 +8,7 @@
 //! requests are resent on the other rails, and a background thread reconnects it; traffic
 //! returns to it once it links up again (health).
 
-use crate::frame::{write_sealed, RawFrame};
+use crate::frame::{write_sealed, NoSigPipe, RawFrame};
 use crate::queue::{oneshot, OneshotReceiver, OneshotSender};
 use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
@@ -772,7 +772,9 @@ impl Connection {
                 tcp.pending.lock().insert(h.xid, (tx, permit, into));
                 let mut guard = tcp.writer.lock();
                 let w = &mut *guard;
-                if let Err(e) = write_sealed(&mut w.0, &h, &request.body, bulk, w.1.as_mut()) {
+                if let Err(e) =
+                    write_sealed(&mut NoSigPipe(&w.0), &h, &request.body, bulk, w.1.as_mut())
+                {
                     drop(guard);
                     tcp.pending.lock().remove(&h.xid);
                     tcp.alive.store(false, Ordering::Release);

@@ -7,6 +7,36 @@ use nacre_types::AlignedBuf;
 use nacre_wire::{Header, HEADER_BYTES};
 use std::io::{IoSlice, Read, Write};
 
+/// A socket written with `MSG_NOSIGNAL`: a peer that went away (killed, reset) is an
+/// `EPIPE` error the caller handles, never a SIGPIPE. Short commands run with SIGPIPE's
+/// default disposition (they die quietly under `| head`), and so can applications linking
+/// the client; `write_vectored` on a std socket is a plain `writev`, which raises it.
+#[derive(Debug, Clone, Copy)]
+pub struct NoSigPipe<'a, S: std::os::fd::AsFd>(pub &'a S);
+
+impl<S: std::os::fd::AsFd> Write for NoSigPipe<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(rustix::net::send(
+            self.0,
+            buf,
+            rustix::net::SendFlags::NOSIGNAL,
+        )?)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        Ok(rustix::net::sendmsg(
+            self.0,
+            bufs,
+            &mut rustix::net::SendAncillaryBuffer::default(),
+            rustix::net::SendFlags::NOSIGNAL,
+        )?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A frame read from a stream, checksums verified.
 #[derive(Debug)]
 pub struct RawFrame {

@@ -2,7 +2,7 @@
 //! and the way its reply goes back: to an in-process caller, or written on its TCP
 //! connection ([`TcpReplier`], shared by the service threads replying on it).
 
-use crate::frame::{write_sealed, write_sealed_many};
+use crate::frame::{write_sealed, write_sealed_many, NoSigPipe};
 use crate::queue::OneshotSender;
 use crate::sec::session::Sealer;
 use crate::service::ServicePool;
@@ -198,7 +198,13 @@ impl TcpReplier {
         let w = &mut *guard;
         let result = match crate::reactor::on_network_thread() {
             true => send_now(&w.stream, header, body, bulk, w.sealer.as_mut()),
-            false => write_sealed(&mut &w.stream, header, body, bulk, w.sealer.as_mut()),
+            false => write_sealed(
+                &mut NoSigPipe(&w.stream),
+                header,
+                body,
+                bulk,
+                w.sealer.as_mut(),
+            ),
         };
         if let Err(e) = result {
             self.failed(peer, &w.stream, e);
@@ -218,7 +224,7 @@ impl TcpReplier {
             true => parts
                 .iter()
                 .try_for_each(|(h, b, k)| send_now(&w.stream, h, b, *k, w.sealer.as_mut())),
-            false => write_sealed_many(&mut &w.stream, &parts, w.sealer.as_mut()),
+            false => write_sealed_many(&mut NoSigPipe(&w.stream), &parts, w.sealer.as_mut()),
         };
         if let Err(e) = result {
             self.failed(peer, &w.stream, e);
