@@ -245,7 +245,8 @@ pub fn ask(req: &CtlRequest, only: Option<u32>) -> anyhow::Result<Vec<(u32, CtlR
         };
         let exchange = || -> std::io::Result<String> {
             stream.set_read_timeout(Some(Duration::from_millis(CTL_TIMEOUT_MS)))?;
-            (&stream).write_all(&line)?;
+            // MSG_NOSIGNAL: a process exiting now is skipped, not this command's death.
+            nacre_net::frame::NoSigPipe(&stream).write_all(&line)?;
             let mut reply = String::new();
             BufReader::new(&stream).read_line(&mut reply)?;
             Ok(reply)
