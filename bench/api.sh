@@ -27,8 +27,7 @@ source "$(dirname "$0")/common.sh"
 command -v fio >/dev/null || { echo "fio is needed (scripts/install-deps.sh)" >&2; exit 1; }
 forms_up "$WORK" apie apin
 RB="$WORK/ringbench"
-cc -O2 -o "$RB" examples/c/ringbench.c \
-  $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
+build_ringbench "$RB"
 
 PRELOAD="$CARGO_TARGET_DIR/release/libnacre_preload.so"
 [ -f "$PRELOAD" ] || { echo "$PRELOAD is not built (cargo build --release)" >&2; exit 1; }
@@ -46,16 +45,6 @@ ring() {
   "$RB" "$1" ring.dat "$2" "$3" "$4" "$5" "$SIZE_MIB" "$SECS" \
     | json "f\"{round(d['ops_s'])} {round(d['mib_s'])}\""
 }
-# survey IN_FLIGHT: "write read" MiB/s of the networked OSTs alone with IN_FLIGHT 1 MiB
-# requests in flight (one stream on one OST for 1; IN_FLIGHT/2 streams per OST, at most 16).
-survey() {
-  local per=$(( $1 / 2 )) out osts=(--ost "$WORK/net/ost0" --ost "$WORK/net/ost1")
-  [ "$per" -gt 16 ] && per=16
-  if [ "$1" -eq 1 ]; then per=1 osts=(--ost "$WORK/net/ost0"); fi
-  out=$("$NACRE" bench survey "${osts[@]}" -o "$per" -t "$per" -r 1M -s "$(( 512 / per ))M" --json)
-  for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
-}
-
 # network RW IN_FLIGHT: MiB/s of selftest bulk RPCs of 1 MiB to the OSS processes.
 network() {
   local per=$(( $2 / 2 )) to="${OSS_NIDS[0]},${OSS_NIDS[1]}"
@@ -68,7 +57,7 @@ network() {
 # ceiling RW IN_FLIGHT BEST: the better of BEST and the OSTs alone now (MiB/s of RW).
 ceiling() {
   local w r
-  read -r w r <<<"$(survey "$2")"
+  read -r w r <<<"$(survey_osts "$WORK/net" "$2")"
   python3 -c "print(max($3, $([ "$1" = write ] && echo "$w" || echo "$r")))"
 }
 

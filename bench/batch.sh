@@ -26,8 +26,7 @@ BS="${BS:-4096}"
 source "$(dirname "$0")/common.sh"
 forms_up "$WORK" bate batn
 RB="$WORK/ringbench"
-cc -O2 -o "$RB" examples/c/ringbench.c \
-  $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
+build_ringbench "$RB"
 
 # cpu_ctxt: "busy_ticks context_switches" of the whole machine so far.
 cpu_ctxt() {

@@ -28,7 +28,8 @@ wait_serving() {
 }
 # net_up DIR FSNAME: the networked form under DIR — an MGS+MDT0 server process on 127.0.0.1
 # and two OSS processes (127.0.0.2, .3) with one OST each (OSS_ARGS: more `nacre server`
-# options for them, e.g. "--oss-threads-min 16"). Sets MGS (its address) and OSS_NIDS (the
+# options for them, e.g. "--oss-threads-min 16"; SERVER_PREFIX: a command the server
+# processes run under, e.g. "taskset -c 1"). Sets MGS (its address) and OSS_NIDS (the
 # two OSS processes' NIDs) and adds the server pids to the array `pids` (the caller kills
 # them).
 net_up() {
@@ -39,20 +40,22 @@ net_up() {
   for i in 0 1; do
     "$NACRE" mkfs --ost --index $i --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/ost$i" >/dev/null
   done
-  "$NACRE" server --listen "$MGS" --target "$dir/mgs" --target "$dir/mdt0" > "$dir/mds.log" 2>&1 &
+  ${SERVER_PREFIX:-} "$NACRE" server --listen "$MGS" --target "$dir/mgs" --target "$dir/mdt0" \
+    > "$dir/mds.log" 2>&1 &
   pids+=($!); wait_serving "$dir/mds.log"
   OSS_NIDS=()
   for i in 0 1; do
     addr="127.0.0.$((i + 2))"
     addr="$addr:$(free_port "$addr")"
-    "$NACRE" server --listen "$addr" --target "$dir/ost$i" ${OSS_ARGS:-} \
+    ${SERVER_PREFIX:-} "$NACRE" server --listen "$addr" --target "$dir/ost$i" ${OSS_ARGS:-} \
       > "$dir/oss$i.log" 2>&1 &
     pids+=($!); wait_serving "$dir/oss$i.log"
     OSS_NIDS+=("$addr@tcp")
   done
 }
 # net_form_up WORK FS: the networked form alone (net_up under WORK/net, mounted by a
-# separate `nacre mount` at WORK/net/mnt), taken down when the script exits.
+# separate `nacre mount` at WORK/net/mnt, run under CLIENT_PREFIX if set), taken down when
+# the script exits.
 net_form_up() {
   local work="$1" fs="$2"
   rm -rf "$work"; mkdir -p "$work/net/mnt"
@@ -60,7 +63,7 @@ net_form_up() {
   FORMS_WORK="$work"
   trap forms_down EXIT
   net_up "$work/net" "$fs"
-  "$NACRE" mount "$MGS@tcp:/$fs" "$work/net/mnt" ${MOUNT_ARGS:-} >/dev/null
+  ${CLIENT_PREFIX:-} "$NACRE" mount "$MGS@tcp:/$fs" "$work/net/mnt" ${MOUNT_ARGS:-} >/dev/null
 }
 # forms_up WORK EMB_FS NET_FS: the networked form (net_form_up) and the embedded form
 # (`nacre up`, 2 OSTs, mounted at WORK/emb/mnt, its MGS at EMB_MGS), both taken down when
@@ -80,3 +83,22 @@ forms_down() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   return 0
 }
+# build_ringbench OUT: builds examples/c/ringbench.c against libnacre.so at OUT.
+build_ringbench() {
+  cc -O2 -o "$1" examples/c/ringbench.c \
+    $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
+}
+# survey_osts DIR IN_FLIGHT: "write read" MiB/s of the OSTs DIR/ost0 and DIR/ost1 alone
+# (`nacre bench survey`, under SERVER_PREFIX if set) with IN_FLIGHT 1 MiB requests in
+# flight: one stream on ost0 for 1, else IN_FLIGHT/2 streams per OST (at most 16).
+survey_osts() {
+  local per=$(( $2 / 2 )) out osts=(--ost "$1/ost0" --ost "$1/ost1")
+  [ "$per" -gt 16 ] && per=16
+  if [ "$2" -eq 1 ]; then per=1 osts=(--ost "$1/ost0"); fi
+  out=$(${SERVER_PREFIX:-} "$NACRE" bench survey "${osts[@]}" -o "$per" -t "$per" -r 1M \
+    -s "$(( 512 / per ))M" --json)
+  for op in write read; do json "round([p for p in d if p['op']=='$op'][0]['total_mib'])" <<<"$out"; done | xargs
+}
+# cpu_ticks: the machine's busy CPU time so far, in clock ticks (user, nice, system, irq,
+# softirq of /proc/stat).
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }

@@ -34,8 +34,7 @@ PRELOAD="$CARGO_TARGET_DIR/release/libnacre_preload.so"
 net_form_up "$WORK" qdone
 M="$WORK/net/mnt"
 RB="$WORK/ringbench"
-cc -O2 -o "$RB" examples/c/ringbench.c \
-  $(PKG_CONFIG_PATH="$CARGO_TARGET_DIR/release/pkgconfig" pkg-config --cflags --libs nacre) -lpthread
+build_ringbench "$RB"
 "$NACRE" setstripe -c 2 -S 1M "$M/ring.dat"
 "$NACRE" setstripe -c 2 -S 1M "$M/fio.dat"
 "$RB" "$M" ring.dat write 1048576 32 1 "$SIZE_MIB" 2 >/dev/null
