@@ -14,7 +14,9 @@
 # baseline measured around the run compares. CPU: the machine's busy time per MiB moved,
 # and each CPU's busy share during the run (in the split layout: CPU 0 the client host's,
 # CPU 1 the servers').
-# Rounds alternate the rows; the summary gives each row's median ratio.
+# Read rows also read the file's own objects on the OSTs with fio right after (O_DIRECT,
+# same depth): the same bytes the rings read, a baseline the survey's freshly written
+# objects are not. Rounds alternate the rows; the summary gives each row's median ratio.
 # Not a test: it asserts nothing.
 #   bench/sequential.sh [WORK_DIR]     (ROUNDS=3 SECS=5 SIZE_MIB=1024 LAYOUTS="shared split")
 set -euo pipefail
@@ -39,6 +41,20 @@ b = [tuple(map(int, x.split(','))) for x in '$2'.split()]
 print(' '.join(f'{(q[0] - p[0]) * 100 / max(q[1] - p[1], 1):.0f}%' for p, q in zip(a, b)))"
 }
 
+# objects_read DIR QD: MiB/s of fio reading the file's own objects on the OSTs under DIR
+# directly (O_DIRECT, 1 MiB, under SERVER_PREFIX): QD/2 deep on each of the two objects,
+# or one at a time on ost0's for 1. The same bytes on the same disk as the rings read,
+# where the survey reads objects it has just written.
+objects_read() {
+  local objs args=() o
+  mapfile -t objs < <(find "$1/ost0/O" "$1/ost1/O" -type f -size +64M | sort)
+  [ "$2" -eq 1 ] && objs=("${objs[0]}")
+  for o in "${objs[@]}"; do args+=(--name="$(basename "$o")" --filename="$o"); done
+  ${SERVER_PREFIX:-} fio --rw=read --bs=1M --direct=1 --ioengine=libaio --iodepth=$(( $2 > 1 ? $2 / 2 : 1 )) \
+      --time_based --runtime="$SECS" --output-format=json "${args[@]}" 2>/dev/null \
+    | json "round(sum(j['read']['bw'] for j in d['jobs']) / 1024)"
+}
+
 rows=()
 for layout in $LAYOUTS; do
   case $layout in
@@ -60,9 +76,11 @@ for layout in $LAYOUTS; do
           | json "round(d['mib_s'])")
         t1=$(cpu_ticks) c1=$(per_cpu)
         after=$(survey_osts "$WORK/$layout/net" "$qd" | cut -d' ' -f"$col")
+        same=0
+        [ "$rw" = read ] && same=$(objects_read "$WORK/$layout/net" "$qd")
         line="$layout $rw $qd $round $before $after $mib $(python3 -c "
 print(f'{$mib / (($before + $after) / 2):.2f}', round(($t1 - $t0) * 1e4 / max($mib * $SECS, 1)))
-") $(busy_pct "$c0" "$c1")"
+") $(busy_pct "$c0" "$c1") $same"
         echo "$line" >&2
         rows+=("$line")
       done
@@ -72,11 +90,13 @@ print(f'{$mib / (($before + $after) / 2):.2f}', round(($t1 - $t0) * 1e4 / max($m
   trap - EXIT
 done
 
-echo "| layout | op | QD | round | OSTs before MiB/s | OSTs after MiB/s | rings MiB/s | rings/OSTs | CPU µs per MiB | CPU 0 busy | CPU 1 busy |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| layout | op | QD | round | OSTs before MiB/s | OSTs after MiB/s | rings MiB/s | rings/OSTs | CPU µs per MiB | CPU 0 busy | CPU 1 busy | its objects by fio MiB/s | rings/objects |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
-  read -r layout rw qd round before after mib ratio cpu b0 b1 <<<"$r"
-  echo "| $layout | $rw | $qd | $round | $before | $after | $mib | ${ratio}x | $cpu | $b0 | $b1 |"
+  read -r layout rw qd round before after mib ratio cpu b0 b1 same <<<"$r"
+  shown="-" vs="-"
+  if [ "$same" != 0 ]; then shown=$same vs=$(python3 -c "print(f'{$mib / $same:.2f}x')"); fi
+  echo "| $layout | $rw | $qd | $round | $before | $after | $mib | ${ratio}x | $cpu | $b0 | $b1 | $shown | $vs |"
 done
 echo
 echo "| layout | op | QD | median rings/OSTs | range |"
