@@ -45,15 +45,6 @@ ring() {
   "$RB" "$1" ring.dat "$2" "$3" "$4" "$5" "$SIZE_MIB" "$SECS" \
     | json "f\"{round(d['ops_s'])} {round(d['mib_s'])}\""
 }
-# network RW IN_FLIGHT: MiB/s of selftest bulk RPCs of 1 MiB to the OSS processes.
-network() {
-  local per=$(( $2 / 2 )) to="${OSS_NIDS[0]},${OSS_NIDS[1]}"
-  if [ "$2" -eq 1 ]; then per=1 to="${OSS_NIDS[0]}"; fi
-  "$NACRE" selftest --to "$to" --test "brw_$1" --size 1M --concurrency "$per" \
-      --duration "$SECS" --discovery false --json -q \
-    | json "round(sum(p['mib_per_s'] for p in d))"
-}
-
 # ceiling RW IN_FLIGHT BEST: the better of BEST and the OSTs alone now (MiB/s of RW).
 ceiling() {
   local w r
@@ -82,7 +73,7 @@ for form in emb net; do
         read -r po pm <<<"$(LD_PRELOAD="$PRELOAD" fuse "$M" "$rw" "$bs" "$qd" "$th")"
         if [ -n "$paired" ]; then
           base=$(ceiling "$rw" $(( qd * th )) "$base")
-          wire=$(network "$rw" $(( qd * th )))
+          wire=$(network_alone "$rw" $(( qd * th )))
         fi
         rows+=("$form $rw $bs $qd $th $fo $fm $ro $rm $po $pm $base $wire")
       done

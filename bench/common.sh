@@ -102,3 +102,14 @@ survey_osts() {
 # cpu_ticks: the machine's busy CPU time so far, in clock ticks (user, nice, system, irq,
 # softirq of /proc/stat).
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+# network_alone RW IN_FLIGHT: MiB/s of `nacre selftest` bulk RPCs of 1 MiB (brw_read or
+# brw_write, SECS seconds, under CLIENT_PREFIX if set) to the OSS processes of net_up: the
+# network path with no disk and no file system. One to the first OSS for 1, else half of
+# IN_FLIGHT to each.
+network_alone() {
+  local per=$(( $2 / 2 )) to="${OSS_NIDS[0]},${OSS_NIDS[1]}"
+  if [ "$2" -eq 1 ]; then per=1 to="${OSS_NIDS[0]}"; fi
+  ${CLIENT_PREFIX:-} "$NACRE" selftest --to "$to" --test "brw_$1" --size 1M --concurrency "$per" \
+      --duration "${SECS:-5}" --discovery false --json -q \
+    | json "round(sum(p['mib_per_s'] for p in d))"
+}

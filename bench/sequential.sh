@@ -16,7 +16,11 @@
 # CPU 1 the servers').
 # Read rows also read the file's own objects on the OSTs with fio right after (O_DIRECT,
 # same depth): the same bytes the rings read, a baseline the survey's freshly written
-# objects are not. Rounds alternate the rows; the summary gives each row's median ratio.
+# objects are not. Each row also runs the network alone at its depth (`nacre selftest`
+# bulk RPCs of 1 MiB). A write with nothing else in flight crosses the network, then the
+# disk: "one after the other" is the rate of the two paid in turn (1 / (1/OSTs + 1/network)),
+# the bound of any client and server that store a write's data before writing it.
+# Rounds alternate the rows; the summary gives each row's median ratio.
 # Not a test: it asserts nothing.
 #   bench/sequential.sh [WORK_DIR]     (ROUNDS=3 SECS=5 SIZE_MIB=1024 LAYOUTS="shared split")
 set -euo pipefail
@@ -78,9 +82,10 @@ for layout in $LAYOUTS; do
         after=$(survey_osts "$WORK/$layout/net" "$qd" | cut -d' ' -f"$col")
         same=0
         [ "$rw" = read ] && same=$(objects_read "$WORK/$layout/net" "$qd")
+        wire=$(network_alone "$rw" "$qd")
         line="$layout $rw $qd $round $before $after $mib $(python3 -c "
 print(f'{$mib / (($before + $after) / 2):.2f}', round(($t1 - $t0) * 1e4 / max($mib * $SECS, 1)))
-") $(busy_pct "$c0" "$c1") $same"
+") $(busy_pct "$c0" "$c1") $same $wire"
         echo "$line" >&2
         rows+=("$line")
       done
@@ -90,13 +95,18 @@ print(f'{$mib / (($before + $after) / 2):.2f}', round(($t1 - $t0) * 1e4 / max($m
   trap - EXIT
 done
 
-echo "| layout | op | QD | round | OSTs before MiB/s | OSTs after MiB/s | rings MiB/s | rings/OSTs | CPU µs per MiB | CPU 0 busy | CPU 1 busy | its objects by fio MiB/s | rings/objects |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| layout | op | QD | round | OSTs before MiB/s | OSTs after MiB/s | rings MiB/s | rings/OSTs | CPU µs per MiB | CPU 0 busy | CPU 1 busy | its objects by fio MiB/s | rings/objects | network alone MiB/s | one after the other MiB/s | rings/one after the other |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
-  read -r layout rw qd round before after mib ratio cpu b0 b1 same <<<"$r"
-  shown="-" vs="-"
+  read -r layout rw qd round before after mib ratio cpu b0 b1 same wire <<<"$r"
+  shown="-" vs="-" serial="-" vserial="-"
   if [ "$same" != 0 ]; then shown=$same vs=$(python3 -c "print(f'{$mib / $same:.2f}x')"); fi
-  echo "| $layout | $rw | $qd | $round | $before | $after | $mib | ${ratio}x | $cpu | $b0 | $b1 | $shown | $vs |"
+  if [ "$rw $qd" = "write 1" ]; then
+    read -r serial vserial <<<"$(python3 -c "
+s = 1 / (2 / ($before + $after) + 1 / $wire)
+print(round(s), f'{$mib / s:.2f}x')")"
+  fi
+  echo "| $layout | $rw | $qd | $round | $before | $after | $mib | ${ratio}x | $cpu | $b0 | $b1 | $shown | $vs | $wire | $serial | $vserial |"
 done
 echo
 echo "| layout | op | QD | median rings/OSTs | range |"
