@@ -179,6 +179,78 @@ fn stat_follows_a_layout_changed_after_it_was_seen(form: Form) {
     assert_eq!(rebuild_from_osts(&fs.data, &after, data.len()), data);
 }
 
+/// A large write goes out as many RPCs at once (`--max-rpc-size 64K`: a 4 MiB write is 64
+/// of them); the OST writes the ones that fall in one object side by side (they hold
+/// disjoint chunks), and the file and its object hold every byte as written. On the
+/// networked form: the pieces come in over TCP to a separate server process.
+#[test]
+fn the_pieces_of_a_large_write_go_to_one_object_together() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fs = TestFs::start_with(
+        Form::Networked,
+        nacre_testkit::Spec::osts(1).mount_args(&["--max-rpc-size", "64K"]),
+    );
+    // The process serving the OST (the others have no such parameter).
+    let asked = |p: u32| {
+        nacre(&[
+            "ctl",
+            "--pid",
+            &p.to_string(),
+            "get_param",
+            "-n",
+            "osd.*.writes_together",
+        ])
+    };
+    let oss: Vec<u32> = fs
+        .server_pids()
+        .into_iter()
+        .filter(|&p| asked(p).status.success())
+        .collect();
+    assert_eq!(oss.len(), 1, "one process serves the OST");
+    let together = || -> u64 {
+        oss.iter()
+            .map(|&p| {
+                nacre_testkit::get_param(Some(p), "osd.*.writes_together")
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<u64>().ok())
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    assert_eq!(together(), 0);
+    let mut files = 0u64;
+    // Files until two pieces have been written together (the first does on any machine
+    // where the OST's service threads can run while its network thread reads).
+    while together() == 0 {
+        assert!(files < 20, "no two pieces of a write were written together");
+        let f = fs.path(&format!("big{files}"));
+        nacre_ok(&["setstripe", "-c", "1", "-S", "4M", f.to_str().unwrap()]);
+        let data = pattern(files, 16 << 20);
+        let mut out = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&f)
+            .unwrap();
+        let mut buf = nacre_types::AlignedBuf::zeroed(4 << 20);
+        for part in data.chunks(4 << 20) {
+            buf.copy_from_slice(part);
+            std::io::Write::write_all(&mut out, &buf).unwrap();
+        }
+        drop(out);
+        assert_eq!(
+            fs::read(&f).unwrap(),
+            data,
+            "file {files} through the mount"
+        );
+        assert_eq!(
+            rebuild_from_osts(&fs.data, &layout(&f), data.len()),
+            data,
+            "file {files} on the OST"
+        );
+        files += 1;
+    }
+}
+
 on_both_forms!(
     stat_follows_a_layout_changed_after_it_was_seen,
     striped_file_is_spread_over_osts,

@@ -8,6 +8,8 @@
 //!   of its failover pair at a time.
 //! * [`csum`]: checksums of stored data (crc32c per 4 KiB chunk), checked on every read.
 //! * [`usage`]: space used per user, group and project (quotas).
+//! * `ranges`: which chunks of which objects a change holds, so changes of disjoint parts
+//!   of one object run together.
 //!
 //! Invariant: an object that does not exist reads as empty (size 0); writes create it.
 
@@ -16,6 +18,7 @@ pub mod label;
 pub mod mmp;
 
 pub mod objects;
+mod ranges;
 mod uring;
 pub mod usage;
 

@@ -9,6 +9,7 @@
 //! error ([`OsdError::Corrupt`]), never data.
 
 use crate::csum::{self, Slot, CSUM_CHUNK_BYTES};
+use crate::ranges::{RangeLocks, WHOLE};
 use nacre_types::limits::DIRECT_IO_ALIGN_BYTES;
 use nacre_types::{AlignedBuf, ObjectId, Owner, StatFs};
 use std::collections::HashMap;
@@ -104,6 +105,32 @@ impl OpenObject {
     }
 }
 
+/// Chunks of an object a change holds ([`ObjectStore::change`]), given back when it drops.
+struct Change<'a> {
+    store: &'a ObjectStore,
+    object: ObjectId,
+    range: std::ops::Range<u64>,
+    /// The object, when the change is charged to its owner.
+    o: Option<Arc<OpenObject>>,
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        let object = self.object;
+        let settle = |before: u64| {
+            let Some(o) = &self.o else { return };
+            match o.space() {
+                Ok(after) => {
+                    let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
+                    self.store.usage.charge(owner, after as i64 - before as i64);
+                }
+                Err(e) => tracing::error!("object {object}: its space after a change: {e}"),
+            }
+        };
+        self.store.ranges.give(object, self.range.clone(), &settle);
+    }
+}
+
 /// An OST's object store.
 pub struct ObjectStore {
     root: PathBuf,
@@ -113,16 +140,13 @@ pub struct ObjectStore {
     corrupt_chunks: AtomicU64,
     /// Reads that went to the disk together with others (`read_many`).
     reads_together: AtomicU64,
-    /// Change locks, by object hash: held by a change (data and checksums together) and by
-    /// a re-check after a mismatch. Kept apart from the descriptor cache, which may evict
-    /// and reopen an object while a change on it runs.
-    change_locks: Vec<Mutex<()>>,
+    /// The chunks each change holds (data and checksums together), and the whole objects
+    /// held by re-checks after a mismatch. Kept apart from the descriptor cache, which may
+    /// evict and reopen an object while a change on it runs.
+    ranges: RangeLocks,
     /// Space used per user, group and project (counted at open, kept by every change).
     usage: crate::usage::Usage,
 }
-
-/// Change locks of a store (objects share one when their hashes collide).
-const CHANGE_LOCKS: usize = 256;
 
 fn is_aligned(x: u64) -> bool {
     x.is_multiple_of(DIRECT_IO_ALIGN_BYTES as u64)
@@ -193,7 +217,7 @@ impl ObjectStore {
             open: Mutex::new(HashMap::new()),
             corrupt_chunks: AtomicU64::new(0),
             reads_together: AtomicU64::new(0),
-            change_locks: (0..CHANGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            ranges: RangeLocks::default(),
             usage,
         })
     }
@@ -205,14 +229,17 @@ impl ObjectStore {
 
     /// Counts every object again and compares with the usage kept (`nacre lfsck
     /// --quota`); with `repair`, the count replaces it. Every change of the store waits
-    /// while it counts (all change locks are held: the count and the usage it is compared
-    /// with are of the same moment).
+    /// while it counts (the count and the usage it is compared with are of the same
+    /// moment).
     pub fn quota_check(&self, repair: bool) -> std::io::Result<nacre_types::QuotaCheck> {
-        let _all: Vec<_> = self
-            .change_locks
-            .iter()
-            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+        struct Frozen<'a>(&'a RangeLocks);
+        impl Drop for Frozen<'_> {
+            fn drop(&mut self) {
+                self.0.thaw();
+            }
+        }
+        self.ranges.freeze();
+        let _frozen = Frozen(&self.ranges);
         let (counted, objects) = crate::usage::Usage::count(&self.root)?;
         let mut check =
             nacre_types::QuotaCheck::compare(&counted.snapshot(), &self.usage.snapshot());
@@ -228,25 +255,36 @@ impl ObjectStore {
         Ok(check)
     }
 
-    /// Runs `change` of object `o` (under its change lock), charging the space it took or
-    /// freed to the object's owner (`default` if none is recorded; the change may record
-    /// one).
-    fn charged<T>(
+    /// Holds chunks `range` of `object` ([`WHOLE`]: all of it) for a change. With `o`, the
+    /// space the change takes or frees is charged to the object's owner (`default` if none
+    /// is recorded; the change may record one) when the last change of the object running
+    /// lets go.
+    fn change(
         &self,
         object: ObjectId,
-        o: &OpenObject,
-        change: impl FnOnce() -> Result<T, OsdError>,
-    ) -> Result<T, OsdError> {
-        let before = o.space().map_err(|e| Self::err(object, e))?;
-        let out = change();
-        match o.space() {
-            Ok(after) => {
-                let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
-                self.usage.charge(owner, after as i64 - before as i64);
+        range: std::ops::Range<u64>,
+        o: Option<&Arc<OpenObject>>,
+    ) -> Change<'_> {
+        let measure = o.map(|o| {
+            move || match o.space() {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!("object {object}: its space before a change: {e}");
+                    None
+                }
             }
-            Err(e) => tracing::error!("object {object}: its space after a change: {e}"),
+        });
+        self.ranges.take(
+            object,
+            range.clone(),
+            measure.as_ref().map(|f| f as &dyn Fn() -> Option<u64>),
+        );
+        Change {
+            store: self,
+            object,
+            range,
+            o: o.cloned(),
         }
-        out
     }
 
     /// Turns the direct-I/O path on or off (the `osd.*.direct_io` setting).
@@ -269,14 +307,6 @@ impl ObjectStore {
             .join(object.id.to_string())
     }
 
-    /// Holds off other changes of `object`.
-    fn change_lock(&self, object: ObjectId) -> std::sync::MutexGuard<'_, ()> {
-        let h = (object.seq.rotate_left(32) ^ object.id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.change_locks[(h >> 56) as usize % CHANGE_LOCKS]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Where an object's checksums are kept.
     pub fn sums_path(&self, object: ObjectId) -> PathBuf {
         let mut p = self.path(object);
@@ -287,6 +317,12 @@ impl ObjectStore {
     /// Reads that found data not matching its checksum.
     pub fn corrupt_chunks(&self) -> u64 {
         self.corrupt_chunks.load(Ordering::Relaxed)
+    }
+
+    /// Writes that ran beside another write of the same object since start (of disjoint
+    /// chunks, see [`ObjectStore::write`]).
+    pub fn writes_together(&self) -> u64 {
+        self.ranges.together()
     }
 
     /// Reads submitted to the disk together with others since start
@@ -360,6 +396,7 @@ impl ObjectStore {
     /// Writes `data` at `offset`, creating the object. `data` should be page-aligned in memory
     /// (an [`AlignedBuf`]) for the direct path to be taken. An object with no recorded owner
     /// takes `owner` (the writer's view of its file's owner); one that has an owner keeps it.
+    /// Writes of disjoint whole 4 KiB chunks of an object that has an owner run together.
     pub fn write(
         &self,
         object: ObjectId,
@@ -384,6 +421,13 @@ impl ObjectStore {
     }
 
     /// A write; `sums`: the crc32c of each 4 KiB chunk of `data`, when known.
+    ///
+    /// A write of whole chunks holds only those chunks, so writes of disjoint chunks of one
+    /// object run together. It touches no chunk outside its own when the object already
+    /// has an owner recorded and its size does not end inside a chunk before the write (a
+    /// write past such an end would grow that chunk with zeros). The size cannot come to
+    /// end inside a chunk while chunks are held: only changes holding the whole object can
+    /// make it so. Any other write holds the whole object.
     fn write_summed(
         &self,
         object: ObjectId,
@@ -393,7 +437,21 @@ impl ObjectStore {
         owner: Owner,
     ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
-        let _change = self.change_lock(object);
+        let end = offset + data.len() as u64;
+        if !data.is_empty()
+            && offset.is_multiple_of(CSUM_CHUNK_BYTES)
+            && end.is_multiple_of(CSUM_CHUNK_BYTES)
+        {
+            let chunks = offset / CSUM_CHUNK_BYTES..end / CSUM_CHUNK_BYTES;
+            let change = self.change(object, chunks, Some(&o));
+            let size = o.size().map_err(|e| Self::err(object, e))?;
+            let owned = matches!(o.recorded_owner(), Ok(Some(_)));
+            if owned && (size.is_multiple_of(CSUM_CHUNK_BYTES) || size >= offset) {
+                return self.write_locked(&o, object, offset, data, sums);
+            }
+            drop(change);
+        }
+        let _change = self.change(object, WHOLE, Some(&o));
         match o.recorded_owner() {
             Ok(Some(_)) => {}
             Ok(None) => match write_owner(&o.buffered, owner) {
@@ -402,9 +460,7 @@ impl ObjectStore {
             },
             Err(e) => owner_unsupported(object, e)?,
         }
-        self.charged(object, &o, || {
-            self.write_locked(&o, object, offset, data, sums)
-        })
+        self.write_locked(&o, object, offset, data, sums)
     }
 
     fn write_locked(
@@ -573,7 +629,7 @@ impl ObjectStore {
             Ok(crc) => return Ok(with_crc(buf, crc)),
             Err(bad) => bad,
         };
-        let _change = self.change_lock(object);
+        let _change = self.change(object, WHOLE, None);
         buf = self.read_raw(o, object, offset, len)?;
         match self.verify(o, offset, &buf) {
             Ok(crc) => Ok(with_crc(buf, crc)),
@@ -732,13 +788,11 @@ impl ObjectStore {
             return Ok(());
         }
         let o = self.get(object, true)?.expect("created");
-        let _change = self.change_lock(object);
-        self.charged(object, &o, || {
-            let old = o.size().map_err(|e| Self::err(object, e))?;
-            self.resum(&o, old, size, 0..0, &|_, _| {}, &|_, _| None)
-                .map_err(|e| Self::err(object, e))?;
-            o.buffered.set_len(size).map_err(|e| Self::err(object, e))
-        })
+        let _change = self.change(object, WHOLE, Some(&o));
+        let old = o.size().map_err(|e| Self::err(object, e))?;
+        self.resum(&o, old, size, 0..0, &|_, _| {}, &|_, _| None)
+            .map_err(|e| Self::err(object, e))?;
+        o.buffered.set_len(size).map_err(|e| Self::err(object, e))
     }
 
     /// Preallocates (or with `punch_hole` deallocates) a range.
@@ -751,10 +805,8 @@ impl ObjectStore {
         punch_hole: bool,
     ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
-        let _change = self.change_lock(object);
-        self.charged(object, &o, || {
-            self.fallocate_locked(&o, object, offset, len, keep_size, punch_hole)
-        })
+        let _change = self.change(object, WHOLE, Some(&o));
+        self.fallocate_locked(&o, object, offset, len, keep_size, punch_hole)
     }
 
     fn fallocate_locked(
@@ -819,7 +871,7 @@ impl ObjectStore {
 
     /// Removes an object (missing objects are fine: destroy is idempotent).
     pub fn destroy(&self, object: ObjectId) -> Result<(), OsdError> {
-        let _change = self.change_lock(object);
+        let _change = self.change(object, WHOLE, None);
         // What it held is freed from its owner's usage.
         if let Some(o) = self.get(object, false)? {
             let space = o.space().map_err(|e| Self::err(object, e))?;
@@ -839,7 +891,7 @@ impl ObjectStore {
     /// there is none, so a later write with an older owner cannot set it).
     pub fn set_owner(&self, object: ObjectId, owner: Owner) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
-        let _change = self.change_lock(object);
+        let _change = self.change(object, WHOLE, None);
         let old = o
             .recorded_owner()
             .map_err(|e| Self::err(object, e))?

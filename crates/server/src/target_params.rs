@@ -90,6 +90,11 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     r.add_fn(format!("osd.{name}.reads_together"), move || {
         a.store.reads_together().to_string()
     });
+    // Writes that ran beside another write of the same object (disjoint chunks).
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.writes_together"), move || {
+        a.store.writes_together().to_string()
+    });
 }
 
 /// `mdt.NAME.*` parameters of one MDT.

@@ -388,3 +388,145 @@ fn a_write_with_its_chunks_checksums_stores_what_one_computing_them_does() {
     }
     assert_eq!(store.corrupt_chunks(), 0);
 }
+
+/// The byte written at `at` by [`writes_of_disjoint_chunks_run_together_and_read_back`].
+fn piece_byte(at: u64) -> u8 {
+    (at / 4096 % 251) as u8 ^ (at % 7) as u8
+}
+
+/// Threads writing interleaved 64 KiB pieces of one object (each piece extending it, as
+/// the pieces of a large write sent together do) run beside each other and leave every
+/// byte, checksum and quota charge as written one at a time would.
+#[test]
+fn writes_of_disjoint_chunks_run_together_and_read_back() {
+    const PIECE: u64 = 64 << 10;
+    const THREADS: u64 = 4;
+    const PIECES: u64 = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let alice = Owner {
+        uid: 1000,
+        gid: 100,
+        project: 0,
+    };
+    let mut round = 0u64;
+    // Rounds on fresh objects until two writes have run together (bounded: the first
+    // rounds do on any machine with more than one thread able to run).
+    while store.writes_together() == 0 {
+        assert!(round < 200, "no two writes of one object ever ran together");
+        let obj = ObjectId { seq: 0, id: round };
+        // The first write records the owner (it holds the whole object).
+        store.write(obj, 0, &[0u8; 4096], alice).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let store = &store;
+                s.spawn(move || {
+                    for i in 0..PIECES {
+                        let at = (i * THREADS + t) * PIECE;
+                        let mut buf = AlignedBuf::for_overwrite(PIECE as usize);
+                        for (k, b) in buf.iter_mut().enumerate() {
+                            *b = piece_byte(at + k as u64);
+                        }
+                        store.write(obj, at, &buf, alice).unwrap();
+                    }
+                });
+            }
+        });
+        let all = store
+            .read(obj, 0, (THREADS * PIECES * PIECE) as usize + 1)
+            .unwrap();
+        assert_eq!(all.len() as u64, THREADS * PIECES * PIECE);
+        for (k, &b) in all.iter().enumerate() {
+            assert_eq!(b, piece_byte(k as u64), "byte {k} of round {round}");
+        }
+        assert!(carries_its_own_crc(&all));
+        round += 1;
+    }
+    assert_eq!(store.corrupt_chunks(), 0);
+    let (counted, _) = crate::usage::Usage::count(dir.path()).unwrap();
+    assert_eq!(store.usage().all(), counted.all());
+}
+
+/// Aligned writes (holding their chunks), unaligned writes, truncations, holes and
+/// preallocations (holding the whole object) racing on one object never leave a chunk
+/// whose checksum does not match, nor a quota charge that a recount disagrees with.
+#[test]
+fn racing_changes_of_every_kind_keep_checksums_and_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let obj = ObjectId { seq: 0, id: 1 };
+    let owner = Owner {
+        uid: 7,
+        gid: 7,
+        project: 7,
+    };
+    store.write(obj, 0, &[1u8; 4096], owner).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let store = &store;
+            s.spawn(move || {
+                let buf = AlignedBuf::copy_from(&[t as u8 + 2; 3 * 4096]);
+                for i in 0..300u64 {
+                    let chunk = (i * 5 + t * 3) % 40;
+                    store.write(obj, chunk * 4096, &buf, owner).unwrap();
+                }
+            });
+        }
+        let store = &store;
+        s.spawn(move || {
+            for i in 0..150u64 {
+                match i % 4 {
+                    0 => store.write(obj, (i * 997) % 150_000, &[9u8; 1000], owner),
+                    1 => store.punch(obj, 20_000 + (i * 1234) % 140_000),
+                    2 => store.fallocate(obj, (i * 4321) % 100_000, 9000, true, true),
+                    _ => store.fallocate(obj, (i * 777) % 160_000, 5000, false, false),
+                }
+                .unwrap();
+            }
+        });
+    });
+    let all = store.read(obj, 0, 1 << 20).unwrap();
+    assert!(carries_its_own_crc(&all));
+    for off in [1u64, 4095, 5000, 77_777] {
+        store.read(obj, off, 10_000).unwrap();
+    }
+    assert_eq!(store.corrupt_chunks(), 0);
+    let (counted, _) = crate::usage::Usage::count(dir.path()).unwrap();
+    assert_eq!(store.usage().all(), counted.all());
+}
+
+/// An object whose size ends inside a chunk: a whole-chunk write past that end grows the
+/// chunk with zeros, so it must not run beside a write of that chunk (it holds the whole
+/// object). Raced many times: the write of the chunk and the write past it.
+#[test]
+fn a_write_past_a_partial_last_chunk_does_not_race_a_write_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ObjectStore::open(dir.path()).unwrap();
+    let obj = ObjectId { seq: 0, id: 1 };
+    let owner = Owner::default();
+    store.write(obj, 0, &[1u8; 4096], owner).unwrap();
+    let chunk = AlignedBuf::copy_from(&[2u8; 4096]);
+    for i in 0..400u64 {
+        let k = i % 8;
+        store.punch(obj, k * 4096 + 100 + i % 3).unwrap();
+        let go = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let (store, go, chunk) = (&store, &go, &chunk);
+            s.spawn(move || {
+                go.wait();
+                store.write(obj, k * 4096, chunk, owner).unwrap();
+            });
+            s.spawn(move || {
+                go.wait();
+                store.write(obj, (k + 2) * 4096, chunk, owner).unwrap();
+            });
+        });
+        let all = store.read(obj, 0, 1 << 20).unwrap();
+        assert_eq!(all.len() as u64, (k + 3) * 4096);
+        assert_eq!(&all[(k * 4096) as usize..][..4096], &chunk[..]);
+        assert!(all[((k + 1) * 4096) as usize..][..4096]
+            .iter()
+            .all(|&b| b == 0));
+    }
+    assert_eq!(store.corrupt_chunks(), 0);
+}
