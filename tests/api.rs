@@ -480,6 +480,48 @@ fn the_c_example_builds_with_pkg_config_and_runs_on_a_networked_mount() {
     assert_eq!(std::fs::metadata(fs.path("rb")).unwrap().len(), 64 << 20);
 }
 
+/// A ring write larger than an RPC goes out as several RPCs, each sending its bytes from
+/// the ring (a view of the application's buffer, no copy) when they are one run of it —
+/// stripes of 4 MiB, as large as an RPC (`max_rpc_size`'s default) — and gathered when
+/// they are not (64 KiB stripes: an RPC to one object takes every other 64 KiB of the
+/// buffer). Every byte lands either way.
+#[test]
+fn a_large_ring_write_sends_each_rpc_from_the_ring() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("apiv"));
+    let node = Node::connect(&fs.mnt).unwrap();
+    let sent = || -> u64 {
+        get_param(fs.client_pid(), "llite.apiv.api_stats")
+            .lines()
+            .find_map(|l| l.strip_prefix("sent_bytes "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let mut ring = node.ring(2, 8 << 20).unwrap();
+    for (name, stripe, seed, from_ring) in
+        [("wide", 4 << 20, 31, true), ("fine", 64 << 10, 32, false)]
+    {
+        node.setstripe(name, 2, stripe, None, 0o644).unwrap();
+        let f = node.open(name, libc::O_RDWR, 0).unwrap();
+        let data = pattern(seed, 8 << 20);
+        ring.buffers().copy_from_slice(&data);
+        let before = sent();
+        ring.prep_write(&f, 0, 0, 8 << 20, 1).unwrap();
+        assert_eq!(ring.submit(), 1);
+        let mut done = Vec::new();
+        ring.wait(1, &mut done, None).unwrap();
+        assert_eq!(done[0].result, 8 << 20, "{name}");
+        let delta = sent() - before;
+        match from_ring {
+            true => assert_eq!(delta, 8 << 20, "{name}: every RPC sent from the ring"),
+            false => assert_eq!(delta, 0, "{name}: gathered"),
+        }
+        assert!(
+            std::fs::read(fs.path(name)).unwrap() == data,
+            "{name}: every byte"
+        );
+    }
+}
+
 /// Rings: one thread keeps 32 requests in flight — a batch of 32 MiB of writes published
 /// at once, then 4 KiB reads at random offsets, 32 at a time — and every byte is checked;
 /// a full ring, a buffer out of bounds and a bad handle are refused.

@@ -141,8 +141,8 @@ impl Client {
     }
 
     /// [`Client::write`] of the bytes `buf` holds (memory the caller registered, e.g. a
-    /// ring's buffer): a write that is one RPC sends `buf` itself, with no copy. The count,
-    /// and whether it was sent so.
+    /// ring's buffer): each RPC whose bytes are one run of `buf` sends them with no copy.
+    /// The count, and whether every RPC was sent so.
     pub fn write_buf(
         &self,
         file: &OpenFile,

@@ -269,8 +269,8 @@ pub fn write(
 }
 
 /// [`write`] of `data`, which `whole` holds (an aligned buffer over the same bytes, e.g. a
-/// region of a ring): a write that is one RPC sends `whole` itself, with no copy. The
-/// count, and whether `whole` was sent so.
+/// region of a ring): each RPC whose bytes are one aligned run of `whole` sends them with
+/// no copy (a view of `whole`). The count, and whether every RPC was sent so.
 pub fn write_from(
     client: &Client,
     layout: &Layout,
@@ -287,9 +287,52 @@ pub fn write_from(
     }
     client.flush_objects(layout);
     let all = subs(layout, offset, data.len() as u64, max_rpc(client));
-    let whole = whole.filter(|w| all.len() == 1 && w.len() == data.len());
+    let whole = whole.filter(|w| w.len() == data.len());
+    let sent = whole.is_some_and(|w| all.iter().all(|sub| view(w, layout, sub, offset).is_some()));
     write_subs(client, None, layout, offset, data, owner, &all, whole)?;
-    Ok((data.len(), whole.is_some()))
+    Ok((data.len(), sent))
+}
+
+/// The bytes object range `sub` takes of a write at file offset `offset` whose data `whole`
+/// holds, as a view of `whole` (no copy), when they are one run of it starting on an
+/// aligned address.
+fn view(
+    whole: &Arc<AlignedBuf>,
+    layout: &Layout,
+    sub: &Sub,
+    offset: u64,
+) -> Option<Arc<AlignedBuf>> {
+    let mut run: Option<(usize, usize)> = None;
+    let mut one = true;
+    for_each_run(layout, sub, |file_off, _, n| {
+        let src = (file_off - offset) as usize;
+        run = match run {
+            None => Some((src, src + n)),
+            Some((start, end)) => {
+                one &= src == end;
+                Some((start, src + n))
+            }
+        };
+    });
+    let (start, end) = run?;
+    if !one
+        || end - start != sub.len as usize
+        || end > whole.len()
+        || !start.is_multiple_of(nacre_types::limits::DIRECT_IO_ALIGN_BYTES)
+    {
+        return None;
+    }
+    if start == 0 && end == whole.len() {
+        return Some(whole.clone());
+    }
+    // SAFETY: `start..end` lies within `whole` (checked above), whose start is aligned, so
+    // the view's start is too; `whole` is kept alive by the view. The view is only read:
+    // it goes into an `Arc` and is sent as an RPC's bulk.
+    let view = unsafe {
+        let ptr = std::ptr::NonNull::new_unchecked(whole.as_ptr().add(start) as *mut u8);
+        AlignedBuf::external(ptr, end - start, whole.clone())
+    };
+    Some(Arc::new(view))
 }
 
 /// [`gather`] into an aligned buffer, as an RPC sends it.
@@ -339,10 +382,10 @@ pub(crate) fn write_subs(
     let mut asked = ReadLocks::new();
     let mut window = Window::default();
     for (tag, sub) in parts.iter().enumerate() {
-        let buf = match whole {
-            // One RPC for all of `data`, which `whole` already holds, aligned: sent as is.
-            Some(w) if parts.len() == 1 => w.clone(),
-            _ => Arc::new(gather_aligned(layout, sub, offset, data)),
+        // Bytes `whole` (holding all of `data`, aligned) has as one run are sent as they are.
+        let buf = match whole.and_then(|w| view(w, layout, sub, offset)) {
+            Some(v) => v,
+            None => Arc::new(gather_aligned(layout, sub, offset, data)),
         };
         let (ost, object) = object(layout, sub.stripe);
         if caching {

@@ -362,7 +362,7 @@ pub(crate) fn finish_read(
 
 /// Writes `data` to `h` at `offset` (at its end with `O_APPEND`), the mount's kernel told;
 /// the count written. `buf`: an aligned buffer over the same bytes (a ring's region,
-/// lent), sent with no copy where the write is one RPC.
+/// lent), sent with no copy where each RPC's bytes are one run of it.
 pub(crate) fn ring_write(
     shared: &Shared,
     h: &Handle,
