@@ -4,7 +4,8 @@
 # medians of MiB/s and of the machine's CPU time per MiB. Each SPEC is "RW BLOCK_BYTES
 # IN_FLIGHT"; the file is striped over both OSTs (STRIPE bytes per stripe) and written
 # whole at 32 in flight first, so writes overwrite it. MOUNT_ARGS: options for `nacre
-# mount` (e.g. "--max-rpc-size 256K").
+# mount` (e.g. "--max-rpc-size 256K"); SERVER_PREFIX, CLIENT_PREFIX, OSS_ARGS as in
+# common.sh (e.g. the split layout of sequential.sh).
 #   bench/ring-binary-compare.sh BASE_NACRE NEW_NACRE [WORK_DIR]
 #   (SPECS="write 1048576 1|write 16777216 1" ROUNDS=3 SECS=5 SIZE_MIB=1024 STRIPE=1M)
 set -euo pipefail
@@ -23,11 +24,11 @@ run() { # name, binary
   net_form_up "$WORK/$name" "cmp$name"
   local m="$WORK/$name/net/mnt"
   "$NACRE" setstripe -c 2 -S "$STRIPE" "$m/ring.dat"
-  "$RB" "$m" ring.dat write 1048576 32 1 "$SIZE_MIB" "$SECS" >/dev/null
+  ${CLIENT_PREFIX:-} "$RB" "$m" ring.dat write 1048576 32 1 "$SIZE_MIB" "$SECS" >/dev/null
   for spec in "${specs[@]}"; do
     read -r rw bs qd <<<"$spec"
     t0=$(cpu_ticks)
-    mib=$("$RB" "$m" ring.dat "$rw" "$bs" "$qd" 1 "$SIZE_MIB" "$SECS" | json "round(d['mib_s'])")
+    mib=$(${CLIENT_PREFIX:-} "$RB" "$m" ring.dat "$rw" "$bs" "$qd" 1 "$SIZE_MIB" "$SECS" | json "round(d['mib_s'])")
     t1=$(cpu_ticks)
     # CPU µs per MiB (clock ticks of 10 ms).
     echo "$name $rw $bs $qd $mib $(( (t1 - t0) * 10000 / (mib * SECS > 0 ? mib * SECS : 1) ))" \
