@@ -288,8 +288,7 @@ pub fn write_from(
     client.flush_objects(layout);
     let all = subs(layout, offset, data.len() as u64, max_rpc(client));
     let whole = whole.filter(|w| w.len() == data.len());
-    let sent = whole.is_some_and(|w| all.iter().all(|sub| view(w, layout, sub, offset).is_some()));
-    write_subs(client, None, layout, offset, data, owner, &all, whole)?;
+    let sent = write_subs(client, None, layout, offset, data, owner, &all, whole)?;
     Ok((data.len(), sent))
 }
 
@@ -316,7 +315,6 @@ fn view(
     });
     let (start, end) = run?;
     if !one
-        || end - start != sub.len as usize
         || end > whole.len()
         || !start.is_multiple_of(nacre_types::limits::DIRECT_IO_ALIGN_BYTES)
     {
@@ -365,7 +363,8 @@ pub(crate) fn gather(layout: &Layout, sub: &Sub, offset: u64, data: &[u8]) -> Ve
 
 /// Writes the object ranges `parts` of `data` through, all at once. With `fid` (a mount
 /// that takes data locks), each write asks for a write lock and for space grant, so the
-/// next writes there may be kept.
+/// next writes there may be kept. `whole`: an aligned buffer holding `data`, whose runs
+/// RPCs send with no copy ([`view`]). Whether every RPC was sent so.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_subs(
     client: &Client,
@@ -376,16 +375,20 @@ pub(crate) fn write_subs(
     owner: nacre_types::Owner,
     parts: &[Sub],
     whole: Option<&Arc<AlignedBuf>>,
-) -> Result<()> {
+) -> Result<bool> {
     let caching = fid.is_some() && client.data_locks_on();
     // Callbacks for the locks these writes may be granted can come before their replies.
     let mut asked = ReadLocks::new();
     let mut window = Window::default();
+    let mut all_viewed = whole.is_some();
     for (tag, sub) in parts.iter().enumerate() {
         // Bytes `whole` (holding all of `data`, aligned) has as one run are sent as they are.
         let buf = match whole.and_then(|w| view(w, layout, sub, offset)) {
             Some(v) => v,
-            None => Arc::new(gather_aligned(layout, sub, offset, data)),
+            None => {
+                all_viewed = false;
+                Arc::new(gather_aligned(layout, sub, offset, data))
+            }
         };
         let (ost, object) = object(layout, sub.stripe);
         if caching {
@@ -437,7 +440,7 @@ pub(crate) fn write_subs(
     }
     // In use until here: a callback that came meanwhile is answered now.
     client.read_done(fid.unwrap_or_default(), asked);
-    Ok(())
+    Ok(all_viewed)
 }
 
 /// Sends one request to OST `ost` under the client's uuid there: the reply to wait for

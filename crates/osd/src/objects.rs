@@ -447,7 +447,7 @@ impl ObjectStore {
             let size = o.size().map_err(|e| Self::err(object, e))?;
             let owned = matches!(o.recorded_owner(), Ok(Some(_)));
             if owned && (size.is_multiple_of(CSUM_CHUNK_BYTES) || size >= offset) {
-                return self.write_locked(&o, object, offset, data, sums);
+                return self.write_locked(&o, object, size, offset, data, sums);
             }
             drop(change);
         }
@@ -460,18 +460,21 @@ impl ObjectStore {
             },
             Err(e) => owner_unsupported(object, e)?,
         }
-        self.write_locked(&o, object, offset, data, sums)
+        let size = o.size().map_err(|e| Self::err(object, e))?;
+        self.write_locked(&o, object, size, offset, data, sums)
     }
 
+    /// The write of [`ObjectStore::write_summed`], its range held; `size`: the object's
+    /// size, read with the range held.
     fn write_locked(
         &self,
         o: &OpenObject,
         object: ObjectId,
+        size: u64,
         offset: u64,
         data: &[u8],
         sums: Option<&[u32]>,
     ) -> Result<(), OsdError> {
-        let size = o.size().map_err(|e| Self::err(object, e))?;
         let end = offset + data.len() as u64;
         let after = size.max(end);
         let overlay = |c: u64, chunk: &mut [u8]| {
