@@ -59,3 +59,34 @@ pub fn job_bytes(text: &str, job: &str, op: &str) -> u64 {
     }
     0
 }
+
+/// `nacre nodemap --pid MGS ARGS` (other tests' MGS processes run on this node too).
+pub fn nodemap(mgs: &nacre_testkit::ServerProc, args: &[&str]) {
+    let pid = mgs.pid().to_string();
+    let mut a = vec!["nodemap", "--pid", &pid];
+    a.extend_from_slice(args);
+    nacre_testkit::nacre_ok(&a);
+}
+
+/// Waits until every server process enforces the MGS's newest nodemaps (each fetches them
+/// within a second; the MGS's own process, the first, at once).
+pub fn enforced(servers: &[&nacre_testkit::ServerProc]) {
+    let version = |pid: u32| -> u64 {
+        nacre_testkit::nacre_ok(&[
+            "ctl",
+            "--pid",
+            &pid.to_string(),
+            "get_param",
+            "-n",
+            "nodemap.version",
+        ])
+        .trim()
+        .parse()
+        .unwrap_or(0)
+    };
+    let pids: Vec<u32> = servers.iter().map(|s| s.pid()).collect();
+    let newest = version(pids[0]);
+    nacre_testkit::wait_for("every server enforcing the nodemaps", || {
+        pids.iter().all(|p| version(*p) >= newest)
+    });
+}

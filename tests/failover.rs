@@ -262,7 +262,9 @@ fn an_active_active_pair_fails_over_and_back_without_losing_anything() {
     // Failback by hand: B releases, A takes over.
     let back = Instant::now();
     for t in ["fo-OST0000", "fo-MDT0000"] {
-        let out = hosts[3].nacre(&["failover", "--mgsnode", &p.mgs, t, "--to", &p.nid_a]);
+        // Run by the administrator on the MGS node: without keys, a server's address is what
+        // lets a peer move targets (a client's is refused: tests/attacks.rs).
+        let out = hosts[0].nacre(&["failover", "--mgsnode", &p.mgs, t, "--to", &p.nid_a]);
         let text = String::from_utf8_lossy(&out.stdout).to_string()
             + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "nacre failover {t}: {text}");

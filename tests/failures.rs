@@ -186,7 +186,7 @@ fn malformed_frames_drop_the_connection_and_the_server_keeps_serving() {
     mkfs("--mgs", 0, "fz", None, &d("mgs"));
     mkfs("--mdt", 0, "fz", Some(&nid), &d("mdt0"));
     mkfs("--ost", 0, "fz", Some(&nid), &d("ost0"));
-    let _server = ServerProc::start(port, &[&d("mgs"), &d("mdt0"), &d("ost0")], &[]);
+    let server = ServerProc::start(port, &[&d("mgs"), &d("mdt0"), &d("ost0")], &[]);
     let client = ClientMount::mount(&format!("{nid}:/fz"), &d("mnt"), &[]);
     fs::write(client.mnt.join("before"), b"b").unwrap();
     for seed in 0..50u64 {
@@ -202,11 +202,25 @@ fn malformed_frames_drop_the_connection_and_the_server_keeps_serving() {
         let n = s.read(&mut buf).unwrap_or(0);
         assert_eq!(n, 0, "server must drop a connection that sent garbage");
     }
-    // An oversized frame header is refused before any allocation.
-    let mut h = [0u8; 48];
-    h[..4].copy_from_slice(b"NACR");
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let _ = s.write_all(&h);
+    // A well-formed header announcing an oversized body and bulk (its checksum right) is
+    // refused before any allocation: the connection is dropped and counted.
+    let bad_before = net_stat(server.pid(), "frames_bad");
+    for (body_len, bulk_len) in [(u32::MAX, 0), (0, u32::MAX)] {
+        let mut h = nacre_wire::Header::request(0x0201, 0, 7);
+        h.body_len = body_len;
+        h.bulk_len = bulk_len;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&h.encode()).unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        assert_eq!(n, 0, "an oversized frame drops its connection");
+    }
+    assert_eq!(
+        net_stat(server.pid(), "frames_bad"),
+        bad_before + 2,
+        "each oversized header counted in frames_bad"
+    );
     fs::write(client.mnt.join("after"), b"a").unwrap();
     assert_eq!(fs::read(client.mnt.join("before")).unwrap(), b"b");
     assert_eq!(fs::read(client.mnt.join("after")).unwrap(), b"a");
@@ -399,4 +413,12 @@ fn sigterm_stops_servers_within_5_s_and_umount_f_detaches_within_2_s() {
         let status = writer.join().unwrap().unwrap();
         assert!(!status.success(), "dd cannot have finished 4 GiB");
     }
+}
+
+/// A counter of a process's `net.stats`.
+fn net_stat(pid: u32, name: &str) -> u64 {
+    let text = nacre_testkit::get_param(Some(pid), "net.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in net.stats: {text}"))
 }

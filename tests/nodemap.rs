@@ -30,36 +30,7 @@ fn as_user(uid: u32, gid: u32, groups: &str, args: &[&str]) -> (bool, String) {
     )
 }
 
-/// `nacre nodemap --pid MGS ARGS` (other tests' MGS processes run on this node too).
-fn nodemap(mgs: &nacre_testkit::ServerProc, args: &[&str]) {
-    let pid = mgs.pid().to_string();
-    let mut a = vec!["nodemap", "--pid", &pid];
-    a.extend_from_slice(args);
-    nacre_ok(&a);
-}
-
-/// Waits until every server process enforces the MGS's newest nodemaps (each fetches them
-/// within a second; the MGS's own process at once).
-fn enforced(servers: &[&nacre_testkit::ServerProc]) {
-    let version = |pid: u32| -> u64 {
-        nacre_ok(&[
-            "ctl",
-            "--pid",
-            &pid.to_string(),
-            "get_param",
-            "-n",
-            "nodemap.version",
-        ])
-        .trim()
-        .parse()
-        .unwrap_or(0)
-    };
-    let pids: Vec<u32> = servers.iter().map(|s| s.pid()).collect();
-    let newest = version(pids[0]);
-    wait_for("every server enforcing the nodemaps", || {
-        pids.iter().all(|p| version(*p) >= newest)
-    });
-}
+use nacre_tests::{enforced, nodemap};
 
 fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
@@ -321,6 +292,8 @@ fn a_nodemap_sets_the_security_level_of_its_clients() {
     enforced(&[&server]);
     let source = format!("{mgs_nid}:/nmlvl");
     let before = net_stat(server.pid(), "handshakes_privacy");
+    let ck = nacre_testkit::derived_key(&key, &d("client.key"), "client", None);
+    let k = ck.to_str().unwrap();
     let plain = ClientMount::mount_in(&h[1].prefix(), &source, &d("plain"), &["--key", k]);
     assert_eq!(
         net_stat(server.pid(), "handshakes_privacy"),
@@ -328,7 +301,7 @@ fn a_nodemap_sets_the_security_level_of_its_clients() {
         "the key's level"
     );
     let lab_mount = ClientMount::mount_in(&h[2].prefix(), &source, &d("lab"), &["--key", k]);
-    let data = nacre_testkit::pattern(3 << 20, 5);
+    let data = nacre_testkit::pattern(5, 3 << 20);
     fs::write(lab_mount.mnt.join("f"), &data).unwrap();
     assert!(
         fs::read(plain.mnt.join("f")).unwrap() == data,
@@ -476,6 +449,9 @@ fn a_fileset_is_its_clients_whole_file_system() {
     );
     enforced(&[&mds0, &mds1]);
 
+    // The tenant's nodes hold a client key bound to its nodemap.
+    let tenant_key = nacre_testkit::derived_key(&key, &d("proj-a.key"), "client", Some("proj-a"));
+    let k = tenant_key.to_str().unwrap();
     let proj = ClientMount::mount_in(&h[3].prefix(), &source, &d("proj"), &["--key", k]);
     let p = |x: &str| proj.mnt.join(x);
     let mut names: Vec<String> = fs::read_dir(&proj.mnt)

@@ -28,16 +28,24 @@ fn keygen(dir: &Path, name: &str, fsname: &str, level: &str) -> PathBuf {
     p
 }
 
+/// A networked file system whose servers hold `key` and whose mount holds a client key
+/// made from it (`KEY.client`).
 fn keyed_fs(fsname: &str, key: &Path) -> TestFs {
     let k = key.to_str().unwrap();
+    let client = nacre_testkit::derived_key(key, &client_key_of(key), "client", None);
     TestFs::start_with(
         Form::Networked,
         Spec::osts(2)
             .mdts(2)
             .fsname(fsname)
             .server_args(&["--key", k])
-            .mount_args(&["--key", k]),
+            .mount_args(&["--key", client.to_str().unwrap()]),
     )
+}
+
+/// Where [`keyed_fs`] keeps the client key made from `key`.
+fn client_key_of(key: &Path) -> PathBuf {
+    key.with_extension("client")
 }
 
 /// A counter of `net.stats`, summed over the server processes of `fs`.
@@ -71,7 +79,7 @@ fn every_level_serves_a_mount_given_the_key() {
             "1M",
             fs.path("big").to_str().unwrap(),
         ]);
-        let data = pattern(8 << 20, i + 1);
+        let data = pattern(i as u64 + 1, 8 << 20);
         std::fs::write(fs.path("big"), &data).unwrap();
         nacre_ok(&["mkdir", "-i", "1", fs.path("remote").to_str().unwrap()]);
         for n in 0..20 {
@@ -80,7 +88,7 @@ fn every_level_serves_a_mount_given_the_key() {
         // Read back through a second mount (nothing from this mount's cache).
         let other = fs.scratch().join("other");
         std::fs::create_dir_all(&other).unwrap();
-        let _m = fs.mount_another(&other, &["--key", key.to_str().unwrap()]);
+        let _m = fs.mount_another(&other, &["--key", client_key_of(&key).to_str().unwrap()]);
         assert!(
             std::fs::read(other.join("big")).unwrap() == data,
             "{level}: data intact"
@@ -193,4 +201,102 @@ fn a_server_process_refuses_a_replayed_handshake_and_drops_a_tampered_frame() {
     nacre_testkit::wait_for("the replay refused", || {
         net_stat(&fs, "handshakes_refused") > refused_before
     });
+}
+
+/// The options of the mount at `mnt`, as /proc/self/mountinfo lists them.
+fn mount_flags(mnt: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = mnt.to_str().unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(want))
+        .unwrap_or_else(|| panic!("{want} not mounted"));
+    line.split(' ')
+        .nth(5)
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs `path -u` as user nobody: the effective uid it printed, or the error that kept it
+/// from running.
+fn euid_of_running_as_nobody(path: &Path) -> Result<String, String> {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(path)
+        .arg("-u")
+        .output()
+        .unwrap();
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).trim().to_string()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+#[test]
+fn mount_options_the_kernel_enforces_are_honoured() {
+    use std::os::unix::fs::PermissionsExt;
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1));
+    // A root-owned set-user-ID copy of `id`, and a device node (/dev/null's numbers).
+    let tool = fs.path("id-suid");
+    std::fs::copy("/usr/bin/id", &tool).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let null = nacre_tests::c(&fs.path("null"));
+    let rc = unsafe { libc::mknod(null.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    assert_eq!(rc, 0, "mknod: errno {}", nacre_tests::last_errno());
+    // The defaults: set-id bits take effect, device nodes open, files run.
+    assert_eq!(euid_of_running_as_nobody(&tool).unwrap(), "0");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(fs.path("null"))
+        .unwrap();
+    let flags = mount_flags(&fs.mnt);
+    assert!(!flags.contains(&"nosuid".to_string()), "{flags:?}");
+
+    let mnt = |name: &str| {
+        let p = fs.scratch().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let (nosuid_dir, locked_dir) = (mnt("nosuid"), mnt("locked"));
+    let _nosuid = fs.mount_another(&nosuid_dir, &["-o", "nosuid"]);
+    let _locked = fs.mount_another(&locked_dir, &["-o", "ro,nodev,noexec"]);
+    assert!(mount_flags(&nosuid_dir).contains(&"nosuid".to_string()));
+    let locked_flags = mount_flags(&locked_dir);
+    for f in ["ro", "nodev", "noexec"] {
+        assert!(
+            locked_flags.contains(&f.to_string()),
+            "{f}: {locked_flags:?}"
+        );
+    }
+    // nosuid: the same file runs as its caller.
+    let nobody = euid_of_running_as_nobody(&nosuid_dir.join("id-suid")).unwrap();
+    assert_ne!(
+        nobody, "0",
+        "a set-user-ID file on a nosuid mount made nobody root"
+    );
+    // noexec: nothing runs; nodev: the device node does not open; ro: nothing changes.
+    let e = std::process::Command::new(locked_dir.join("id-suid"))
+        .output()
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "noexec: {e}");
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(locked_dir.join("null"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "nodev: {e}");
+    let e = std::fs::write(locked_dir.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "ro: {e}");
+    assert!(!fs.path("new").exists());
+    // An option the kernel has no flag for is refused, not dropped.
+    let out = nacre(&[
+        "mount",
+        "-o",
+        "nosuid,bogus",
+        &fs.source(),
+        mnt("bogus").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }

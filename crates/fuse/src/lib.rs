@@ -58,7 +58,7 @@ pub(crate) fn fid_of_ino(ino: u64) -> Option<Fid> {
         _ => Fid::from_ino(ino).filter(|f| *f != Fid::ROOT),
     }
 }
-pub use mount::{mount, MountOptions};
+pub use mount::{mount, KernelFlags, MountOptions};
 
 /// Virtual xattr holding a file's layout or a directory's default striping (JSON); setting it
 /// on a directory (or an empty file) changes the striping.

@@ -7,9 +7,94 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What the kernel enforces on the mount, as mount(8)'s options say it: `ro`, `nosuid`,
+/// `nodev`, `noexec`, `sync` (and their opposites, the defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelFlags {
+    /// `ro`: nothing may be changed through the mount (`EROFS`).
+    pub read_only: bool,
+    /// `nosuid`: set-user-ID and set-group-ID bits do not take effect on exec.
+    pub nosuid: bool,
+    /// `nodev`: device nodes cannot be opened.
+    pub nodev: bool,
+    /// `noexec`: nothing can be executed from the mount.
+    pub noexec: bool,
+    /// `sync`: every write is durable before it returns.
+    pub sync: bool,
+}
+
+impl KernelFlags {
+    /// Takes one mount(8) option if it is one of these flags (true), else leaves it
+    /// (false).
+    pub fn take(&mut self, option: &str) -> bool {
+        let (field, on) = match option {
+            "ro" => (&mut self.read_only, true),
+            "rw" => (&mut self.read_only, false),
+            "nosuid" => (&mut self.nosuid, true),
+            "suid" => (&mut self.nosuid, false),
+            "nodev" => (&mut self.nodev, true),
+            "dev" => (&mut self.nodev, false),
+            "noexec" => (&mut self.noexec, true),
+            "exec" => (&mut self.noexec, false),
+            "sync" => (&mut self.sync, true),
+            "async" => (&mut self.sync, false),
+            _ => return false,
+        };
+        *field = on;
+        true
+    }
+
+    /// Parses a comma-separated list of these flags; anything else is refused.
+    pub fn parse(list: &str) -> Result<KernelFlags, String> {
+        let mut f = KernelFlags::default();
+        for o in list.split(',').filter(|o| !o.is_empty()) {
+            if !f.take(o) {
+                return Err(format!(
+                    "mount option {o:?}: expected ro, rw, nosuid, suid, nodev, dev, noexec, \
+                     exec, sync or async"
+                ));
+            }
+        }
+        Ok(f)
+    }
+
+    /// Their FUSE mount options.
+    fn mount_options(&self) -> [MountOption; 5] {
+        [
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+            if self.nosuid {
+                MountOption::NoSuid
+            } else {
+                MountOption::Suid
+            },
+            if self.nodev {
+                MountOption::NoDev
+            } else {
+                MountOption::Dev
+            },
+            if self.noexec {
+                MountOption::NoExec
+            } else {
+                MountOption::Exec
+            },
+            if self.sync {
+                MountOption::Sync
+            } else {
+                MountOption::Async
+            },
+        ]
+    }
+}
+
 /// Mount-time settings.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
+    /// What the kernel enforces on the mount (`-o nosuid,nodev,...`).
+    pub flags: KernelFlags,
     /// FUSE worker threads.
     pub threads: usize,
     /// Attribute cache timeout (0: revalidate on every stat).
@@ -38,6 +123,7 @@ impl Default for MountOptions {
             attr_timeout: Duration::ZERO,
             entry_timeout: Duration::ZERO,
             allow_other: true,
+            flags: KernelFlags::default(),
             read_ahead_kb: 4096,
             readdirplus: true,
             data_cache: true,
@@ -162,9 +248,8 @@ pub fn mount(
         MountOption::FSName(fsname),
         MountOption::Subtype("nacre".into()),
         MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
     ];
+    config.mount_options.extend(opts.flags.mount_options());
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {

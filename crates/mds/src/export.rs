@@ -35,6 +35,9 @@ struct Export {
     last_seen: Instant,
     /// Files this client has open here, with how many handles.
     opens: HashMap<Fid, u32>,
+    /// Who made it ([`nacre_net::Caller::tenant`]; None: no caller known, below the
+    /// network): requests naming its uuid from anyone else are refused.
+    owner: Option<String>,
 }
 
 /// One eviction, for `recovery_status`.
@@ -94,8 +97,35 @@ impl Exports {
             .or_insert_with(|| Export {
                 last_seen: now,
                 opens: HashMap::new(),
+                owner: None,
             });
         Ok(())
+    }
+
+    /// Checks that `client`'s uuid is `owner`'s: the first request naming a uuid binds it
+    /// to its caller's tenant (its export is made then), and a request naming it from
+    /// another tenant is refused (`EPERM`) for as long as the export lives. So a client
+    /// uuid, once used, cannot be taken by another tenant's node to close its opens, end
+    /// its export, poll its lock callbacks or read its saved replies. An evicted uuid is
+    /// left to [`Exports::heard_from`] (`ESHUTDOWN`).
+    pub fn claim(&self, client: &[u8; 16], owner: &str) -> Result<(), Status> {
+        let mut s = self.state.lock().expect("exports");
+        if s.evicted.contains(client) {
+            return Ok(());
+        }
+        let e = s.exports.entry(*client).or_insert_with(|| Export {
+            last_seen: Instant::now(),
+            opens: HashMap::new(),
+            owner: None,
+        });
+        match &e.owner {
+            Some(o) if o != owner => Err(Status::Perm),
+            Some(_) => Ok(()),
+            None => {
+                e.owner = Some(owner.to_string());
+                Ok(())
+            }
+        }
     }
 
     /// Like [`Exports::heard_from`] for requests that must not make a client known (a lock
@@ -422,6 +452,24 @@ mod tests {
         let mut v = x.silent();
         v.sort();
         v
+    }
+
+    #[test]
+    fn a_client_uuid_is_its_first_tenants_while_its_export_lives() {
+        let x = Exports::default();
+        let c = [7; 16];
+        x.claim(&c, "key:client/n1/a").unwrap();
+        x.claim(&c, "key:client/n1/a").unwrap();
+        assert_eq!(x.claim(&c, "key:client/n2/b"), Err(Status::Perm));
+        x.heard_from(&c).unwrap();
+        assert_eq!(
+            x.claim(&c, "nodemap:"),
+            Err(Status::Perm),
+            "kept by a refresh"
+        );
+        // Once its export ends, the uuid is free again.
+        let _ = x.forget(&c);
+        x.claim(&c, "key:client/n2/b").unwrap();
     }
 
     #[test]

@@ -48,6 +48,7 @@ use nacre_osd::mmp::Guard;
 use nacre_types::Status;
 use nacre_wire::decode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use nacre_wire::nodemap::Nodemap;
 pub(crate) use route::*;
 use std::collections::HashMap;
 
@@ -147,6 +148,24 @@ fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Out
     }
 }
 
+/// The nodemap `call`'s caller is held to (None: none, or a peer MDT's call). The body must
+/// be the request its header's opcode names (the role table judged that opcode), and a
+/// call naming a peer MDT as its client must come from a server: a client claiming an
+/// MDT's uuid (public in the configuration) is refused, never let past its nodemap.
+fn caller_map(mdt: &Mdt, req: &Incoming, call: &MdsCall) -> Result<Option<Nodemap>, Status> {
+    if call.op.opcode() != req.header.opcode {
+        return Err(Status::Proto);
+    }
+    if mdt.osts.is_peer(&call.client) {
+        if req.caller.role_learning() != nacre_wire::roles::Role::Server {
+            return Err(Status::Perm);
+        }
+        return Ok(None);
+    }
+    mdt.exports.claim(&call.client, &req.caller.tenant())?;
+    req.caller.nodemap()
+}
+
 impl Handler for MdsHandler {
     fn weight(&self, req: &Incoming) -> u32 {
         self.serving(req.header.target)
@@ -167,30 +186,32 @@ impl Handler for MdsHandler {
         let req = qos::admit(&mdt, req)?;
         if flocks::is_flock(req.header.opcode) {
             // Byte-range locks: served here, in memory; a request that must wait stays
-            // parked.
+            // parked. One its caller may not send is refused by `handle`.
             return match decode_body::<MdsCall>(&req.body) {
-                Ok(call) => {
+                Ok(call) if caller_map(&mdt, &req, &call).is_ok() => {
                     flocks::serve(&mdt, req, call);
                     None
                 }
-                Err(_) => Some(req),
+                _ => Some(req),
             };
         }
         if req.header.opcode != poll.opcode() {
-            // A change a read-only nodemap may not make is refused by `handle`, before it
-            // could call anyone's locks back.
-            if let Some(m) = nacre_wire::nodemap::of_peer(&req.peer) {
-                if let Ok(call) = decode_body::<MdsCall>(&req.body) {
-                    if !mdt.osts.is_peer(&call.client)
-                        && nodemap::check_readonly(&m, &call.op).is_err()
-                    {
-                        return Some(req);
+            // A change its caller may not make (a read-only nodemap, a false peer claim) is
+            // refused by `handle`, before it could call anyone's locks back.
+            if let Ok(call) = decode_body::<MdsCall>(&req.body) {
+                match caller_map(&mdt, &req, &call) {
+                    Err(_) => return Some(req),
+                    Ok(Some(m)) if nodemap::check_readonly(&m, &call.op).is_err() => {
+                        return Some(req)
                     }
+                    Ok(_) => {}
                 }
             }
             return locks::park_change(&mdt, req);
         }
         match decode_body::<MdsCall>(&req.body) {
+            // A poll for another tenant's uuid is refused by `handle`.
+            Ok(call) if caller_map(&mdt, &req, &call).is_err() => Some(req),
             Ok(MdsCall {
                 client,
                 op: MdsOp::LockPoll { wait_ms, epoch },
@@ -222,8 +243,21 @@ impl Handler for MdsHandler {
             }
         };
         // A client of a nodemap acts as the file-system ids it maps to (peer MDTs never).
-        let map =
-            nacre_wire::nodemap::of_peer(&req.peer).filter(|_| !mdt.osts.is_peer(&call.client));
+        let map = match caller_map(&mdt, req, &call) {
+            Ok(m) => m,
+            Err(s) => {
+                nacre_net::caller::refused(|| {
+                    format!(
+                        "{}: refused {:#06x} from {}: {}",
+                        mdt.label.name(),
+                        req.header.opcode,
+                        req.caller.describe(),
+                        nacre_net::caller::refusal_reason(s)
+                    )
+                });
+                return Outgoing::error(s);
+            }
+        };
         if let Some(m) = &map {
             if let Err(s) = nodemap::check_readonly(m, &call.op) {
                 return Outgoing::error(s);

@@ -22,6 +22,7 @@ use nacre_wire::mgs::{
 };
 use nacre_wire::{decode_body, encode_body};
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -124,17 +125,76 @@ impl Mgs {
             nodemaps: Mutex::new(nodemaps),
             watch: watch::Watch::default(),
         })
+        .inspect(Mgs::publish_servers)
     }
 
     /// Registers (or re-registers) a target.
     pub fn register(&self, target: TargetInfo) -> Result<u64, Status> {
+        self.register_from(target, None)
+    }
+
+    /// Registers a target for a peer that proved no key, at address `from` (None: a server
+    /// role proved, or this process). A target already known keeps its addresses unless
+    /// the peer is at one of them (its NIDs or service nodes: its own server or its
+    /// failover partner) or at another registered server's address: a client cannot move a
+    /// server's target to itself. Re-registering a target as it is changes nothing; the
+    /// first registration of a new index is taken on trust, as everything is without keys.
+    pub fn register_from(&self, target: TargetInfo, from: Option<IpAddr>) -> Result<u64, Status> {
+        if let Some(ip) = from {
+            self.check_mover(&target, ip)?;
+        }
         let (fsname, kind, index) = (target.fsname.clone(), target.kind, target.index);
         let version = self.register_config(target)?;
+        self.publish_servers();
         if kind != TargetKind::Mgt {
             // A (re)start: clients waiting on the MGS reconnect to it now.
             self.watch.started(&fsname, kind, index);
         }
         Ok(version)
+    }
+
+    /// The keyless rule of [`Mgs::register_from`].
+    fn check_mover(&self, target: &TargetInfo, ip: IpAddr) -> Result<(), Status> {
+        let ip = ip.to_canonical();
+        let has = |nids: &[nacre_types::Nid]| nids.iter().any(|n| n.ip().to_canonical() == ip);
+        let configs = self.configs.lock().expect("configs");
+        let known = configs.get(&target.fsname).and_then(|c| {
+            let list = match target.kind {
+                TargetKind::Mdt => &c.mdts,
+                TargetKind::Ost => &c.osts,
+                TargetKind::Mgt => return None,
+            };
+            list.iter().find(|t| t.index == target.index).cloned()
+        });
+        let Some(known) = known else {
+            return Ok(());
+        };
+        let moved = known.nids != target.nids || known.servicenodes != target.servicenodes;
+        if !moved
+            || has(&known.nids)
+            || has(&known.servicenodes)
+            || nacre_net::caller::is_server_addr(ip)
+        {
+            return Ok(());
+        }
+        nacre_net::caller::refused(|| {
+            format!(
+                "MGS: refused {ip} (no key, not a server's address) moving {} from {:?} to {:?}",
+                target.name(),
+                known.nids,
+                target.nids
+            )
+        });
+        Err(Status::Perm)
+    }
+
+    /// Tells this process's network layer the addresses of every registered server, so
+    /// peers without keys at those addresses act as servers (docs/security.md).
+    fn publish_servers(&self) {
+        let configs = self.configs.lock().expect("configs");
+        for (fs, c) in configs.iter() {
+            nacre_net::caller::install_servers(fs, c.server_addrs());
+        }
     }
 
     fn register_config(&self, target: TargetInfo) -> Result<u64, Status> {
@@ -211,6 +271,11 @@ impl Mgs {
         value: &str,
     ) -> Result<(u64, Vec<(String, String)>), Status> {
         if name.is_empty() || name.len() > 256 || value.len() > 4096 || name.contains(['=', '\n']) {
+            return Err(Status::Inval);
+        }
+        if let Some(local) = nacre_params::local_only_match(name) {
+            // Test instruments are armed on one process by its root, never cluster-wide.
+            tracing::warn!("{fsname}: set_param -P {name}: refused, {local} is set locally only");
             return Err(Status::Inval);
         }
         let mut all = self.params.lock().expect("params");
@@ -355,8 +420,10 @@ impl Mgs {
 
     /// Refuses a peer whose nodemap is not an admin one (its root is squashed: it may not
     /// change quotas).
-    fn admin_peer(&self, peer: &str) -> Result<(), Status> {
-        match nacre_wire::nodemap::of_peer(peer) {
+    /// Administration (quotas, QoS): the network layer let only servers and administrators
+    /// through; a keyless peer's nodemap must also be an admin one.
+    fn admin_peer(&self, caller: &nacre_net::Caller) -> Result<(), Status> {
+        match caller.nodemap()? {
             Some(m) if !m.admin => Err(Status::Perm),
             _ => Ok(()),
         }
@@ -443,10 +510,27 @@ impl Handler for Mgs {
                 return Outgoing::error(Status::Access);
             }
         }
+        if request.opcode() != req.header.opcode {
+            // The role table judged the header's opcode: the body must be that request.
+            nacre_net::caller::refused(|| {
+                format!(
+                    "MGS: refused {:#06x} from {}: {}",
+                    req.header.opcode,
+                    req.caller.describe(),
+                    nacre_net::caller::refusal_reason(Status::Proto)
+                )
+            });
+            return Outgoing::error(Status::Proto);
+        }
         let reply = match request {
-            MgsRequest::Register(target) => self
-                .register(target)
-                .map(|version| MgsReply::Registered { version }),
+            MgsRequest::Register(target) => {
+                let from = match req.caller.proved() {
+                    None => req.caller.addr().map(|a| a.ip()),
+                    Some(_) => None,
+                };
+                self.register_from(target, from)
+                    .map(|version| MgsReply::Registered { version })
+            }
             MgsRequest::GetConfig { fsname } => self
                 .config(&fsname)
                 .map(MgsReply::Config)
@@ -468,7 +552,7 @@ impl Handler for Mgs {
                 key,
                 limits,
             } => self
-                .admin_peer(&req.peer)
+                .admin_peer(&req.caller)
                 .and_then(|()| {
                     let known = key.pool.is_none()
                         || self
@@ -497,7 +581,7 @@ impl Handler for Mgs {
                 block_s,
                 inode_s,
             } => self
-                .admin_peer(&req.peer)
+                .admin_peer(&req.caller)
                 .and_then(|()| {
                     self.quotas
                         .set_grace(&fsname, block_s, inode_s)
@@ -526,11 +610,11 @@ impl Handler for Mgs {
                     .sync(&r, |pool| self.sharing(&r.fsname, r.target, pool)),
             )),
             MgsRequest::QosSet { fsname, rule } => self
-                .admin_peer(&req.peer)
+                .admin_peer(&req.caller)
                 .and_then(|()| self.qos.set(&fsname, rule).map_err(qos_status))
                 .map(MgsReply::QosRules),
             MgsRequest::QosDel { fsname, name } => self
-                .admin_peer(&req.peer)
+                .admin_peer(&req.caller)
                 .and_then(|()| self.qos.del(&fsname, &name).map_err(qos_status))
                 .map(MgsReply::QosRules),
             MgsRequest::QosGet { fsname } => Ok(MgsReply::QosRules(self.qos.get(&fsname))),
@@ -605,6 +689,49 @@ mod tests {
         let set = mgs.nodemaps();
         assert_eq!(set.version, 2);
         assert_eq!(set.find("10.1.2.3".parse().unwrap()).unwrap().name, "lab");
+    }
+
+    #[test]
+    fn a_keyless_peer_cannot_move_a_servers_target_to_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let at = |ip: &str| TargetInfo {
+            fsname: "movefs".into(),
+            nids: vec![format!("{ip}:988@tcp").parse().unwrap()],
+            ..ost(0, "u0")
+        };
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        // First registration of an index: on trust.
+        assert_eq!(mgs.register_from(at("10.91.0.2"), ip("10.91.0.2")), Ok(1));
+        // A client's address moving it to itself: refused, nothing changed.
+        assert_eq!(
+            mgs.register_from(at("10.91.0.66"), ip("10.91.0.66")),
+            Err(Status::Perm)
+        );
+        assert_eq!(
+            mgs.config("movefs").unwrap().osts[0].nids,
+            at("10.91.0.2").nids
+        );
+        // The same registration again changes nothing and is allowed from anywhere.
+        assert_eq!(mgs.register_from(at("10.91.0.2"), ip("10.91.0.66")), Ok(1));
+        // Its own server moves it (a new interface).
+        assert_eq!(mgs.register_from(at("10.91.0.3"), ip("10.91.0.2")), Ok(2));
+        // A proved server role moves it from anywhere.
+        assert_eq!(mgs.register_from(at("10.91.0.4"), None), Ok(3));
+    }
+
+    #[test]
+    fn test_instruments_are_never_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mgs = Mgs::open(dir.path()).unwrap();
+        for name in ["fail_loc", "fail_*", "*"] {
+            assert_eq!(
+                mgs.set_param("", name, "net.panic"),
+                Err(Status::Inval),
+                "{name}"
+            );
+        }
+        assert_eq!(mgs.params(""), (0, vec![]));
     }
 
     #[test]

@@ -304,9 +304,10 @@ pub struct MoverService {
 
 impl Handler for MoverService {
     fn handle(&self, req: &Incoming) -> Outgoing {
-        let r: MoverRequest = match decode_body(&req.body) {
-            Ok(r) => r,
-            Err(_) => return Outgoing::error(Status::Proto),
+        let r: MoverRequest = match decode_body::<MoverRequest>(&req.body) {
+            // The role table judged the header's opcode: the body must be that request.
+            Ok(r) if r.opcode() == req.header.opcode => r,
+            _ => return Outgoing::error(Status::Proto),
         };
         if let Err(e) = r.check() {
             tracing::debug!("mover: refused from {}: {e}", req.peer);

@@ -24,6 +24,8 @@ pub struct Incoming {
     pub bulk: Option<Arc<AlignedBuf>>,
     /// Peer description for logs (address or "local").
     pub peer: String,
+    /// Who sent it, as its connection shows it (role, proved key, address).
+    pub caller: Arc<crate::Caller>,
     pub(crate) reply_to: ReplySink,
     /// The receive budget its bytes hold, given back when the request is dropped.
     pub(crate) _budget: Option<crate::reactor::BudgetPermit>,

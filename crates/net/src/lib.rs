@@ -11,6 +11,7 @@
 //! Invariants: a reply is delivered to the caller that owns its xid and to no one else; a
 //! connection that sends a malformed frame is dropped, never allowed to stall others.
 
+pub mod caller;
 pub mod conn;
 pub mod fault;
 pub mod frame;
@@ -27,6 +28,7 @@ pub mod selftest;
 pub mod server;
 pub mod service;
 
+pub use caller::Caller;
 pub use conn::{import_state, Connection, ImportStatus, NetConfig, PendingReply};
 
 /// The NID of a request's peer as statistics name clients: `ADDR@tcp` for a TCP peer (the

@@ -73,8 +73,14 @@ pub struct NetStats {
     /// Connections refused in their handshake (no key, a wrong key, a replayed handshake,
     /// or past [`crate::sec::HANDSHAKES_MAX`] at once).
     pub handshakes_refused: AtomicU64,
+    /// Of those, connections refused because every handshake slot, or every slot of their
+    /// source address, was taken.
+    pub handshakes_busy: AtomicU64,
     /// Connections dropped for a frame that failed its integrity or privacy check.
     pub frames_unauthentic: AtomicU64,
+    /// Requests refused because their sender's role may not send them
+    /// ([`nacre_wire::roles::need_of`]).
+    pub requests_refused_role: AtomicU64,
     /// Handshakes completed, by the level the connection got (none, integrity, bulk,
     /// privacy).
     pub handshakes_by_level: [AtomicU64; 4],
@@ -88,7 +94,8 @@ impl NetStats {
             "conns_open: {}\nconns_accepted: {}\nconns_refused: {}\nframes_timed_out: {}\n\
              frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}\n\
              handshakes_refused: {}\nframes_unauthentic: {}\nhandshakes_none: {}\n\
-             handshakes_integrity: {}\nhandshakes_bulk: {}\nhandshakes_privacy: {}",
+             handshakes_integrity: {}\nhandshakes_bulk: {}\nhandshakes_privacy: {}\n\
+             requests_refused_role: {}\nrequests_refused_caller: {}\nhandshakes_busy: {}",
             v(&self.conns_open),
             v(&self.conns_accepted),
             v(&self.conns_refused),
@@ -103,6 +110,9 @@ impl NetStats {
             v(&self.handshakes_by_level[1]),
             v(&self.handshakes_by_level[2]),
             v(&self.handshakes_by_level[3]),
+            v(&self.requests_refused_role),
+            crate::caller::refused_by_handlers(),
+            v(&self.handshakes_busy),
         )
     }
 }

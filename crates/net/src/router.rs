@@ -207,6 +207,7 @@ impl Router {
             body,
             bulk,
             peer: "local".into(),
+            caller: local_caller(),
             reply_to: ReplySink::Local(reply_to),
             _budget: None,
             home: None,
@@ -235,4 +236,12 @@ impl Router {
             p.stop();
         }
     }
+}
+
+/// The caller of every in-process request (one, shared).
+fn local_caller() -> Arc<crate::Caller> {
+    static LOCAL: std::sync::OnceLock<Arc<crate::Caller>> = std::sync::OnceLock::new();
+    LOCAL
+        .get_or_init(|| Arc::new(crate::Caller::local()))
+        .clone()
 }

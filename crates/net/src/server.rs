@@ -6,13 +6,15 @@ use crate::frame::RawFrame;
 use crate::reactor::{BudgetPermit, FrameSink, NetLimits, NetStats, NewConn, Reactor};
 use crate::router::Router;
 use crate::sec::handshake::{self, Session};
-use crate::sec::{FsKey, Level, ServerKeys, HANDSHAKES_MAX, HANDSHAKE_TIMEOUT_MS_DEFAULT};
+use crate::sec::{
+    FsKey, Level, ServerKeys, HANDSHAKES_MAX, HANDSHAKES_PER_ADDR_MAX, HANDSHAKE_TIMEOUT_MS_DEFAULT,
+};
 use crate::service::{Incoming, Outgoing, ReplySink, ServicePool, TcpReplier};
 use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_wire::Service;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -126,7 +128,7 @@ impl Server {
         });
         let bulk_len_max = bulk_len_max.min(BULK_BYTES_MAX);
         let security = Arc::new(security);
-        let handshakes = Arc::new(AtomicUsize::new(0));
+        let handshakes = Arc::new(Mutex::new(Pending::default()));
         for (listener, cpts) in listeners {
             if let Ok(clone) = listener.try_clone() {
                 server.listeners.lock().expect("listeners").push(clone);
@@ -240,6 +242,50 @@ impl Default for Security {
     }
 }
 
+/// The handshakes running now, in all and per source address: at most
+/// [`HANDSHAKES_MAX`], and [`HANDSHAKES_PER_ADDR_MAX`] from one address, so silent
+/// connections from one host cannot hold every handshake slot.
+#[derive(Default)]
+struct Pending {
+    total: usize,
+    by_addr: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+impl Pending {
+    /// Takes a slot for a handshake from `ip`, or says why none is free.
+    fn begin(&mut self, ip: Option<std::net::IpAddr>) -> Result<(), String> {
+        if self.total >= HANDSHAKES_MAX {
+            return Err(format!(
+                "{HANDSHAKES_MAX} handshakes running (handshakes_max)"
+            ));
+        }
+        if let Some(ip) = ip {
+            let n = self.by_addr.entry(ip).or_insert(0);
+            if *n >= HANDSHAKES_PER_ADDR_MAX {
+                return Err(format!(
+                    "{n} handshakes from its address running (handshakes_per_addr_max)"
+                ));
+            }
+            *n += 1;
+        }
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Gives back the slot of a handshake from `ip`.
+    fn end(&mut self, ip: Option<std::net::IpAddr>) {
+        self.total -= 1;
+        if let Some(ip) = ip {
+            if let Some(n) = self.by_addr.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.by_addr.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
 /// An acceptor: takes connections off one listening address, refuses them past the cap, and
 /// hands the others to the network threads (after their handshake, when keys are required:
 /// run on a thread of its own, at most [`HANDSHAKES_MAX`] at once, so a slow or silent peer
@@ -252,7 +298,7 @@ struct Accept {
     reactor: Arc<Reactor>,
     bulk_len_max: u32,
     security: Arc<Security>,
-    handshakes: Arc<AtomicUsize>,
+    handshakes: Arc<Mutex<Pending>>,
 }
 
 /// Seconds since the epoch of the last refusal logged (refusals are logged at most once a
@@ -299,10 +345,11 @@ impl Accept {
                 self.hand_over(stream, peer, cpt, None);
                 continue;
             }
-            if self.handshakes.fetch_add(1, Ordering::AcqRel) >= HANDSHAKES_MAX {
-                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+            let ip = stream.peer_addr().ok().map(|a| a.ip().to_canonical());
+            if let Err(why) = self.handshakes.lock().expect("handshakes").begin(ip) {
                 stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
-                log_refusal(&peer, open);
+                stats.handshakes_busy.fetch_add(1, Ordering::Relaxed);
+                crate::caller::log_refusal(|| format!("refusing a handshake from {peer}: {why}"));
                 continue;
             }
             let me = self.clone_parts();
@@ -310,10 +357,10 @@ impl Accept {
                 .name("handshake".into())
                 .spawn(move || {
                     me.handshake(stream, peer, cpt);
-                    me.handshakes.fetch_sub(1, Ordering::AcqRel);
+                    me.handshakes.lock().expect("handshakes").end(ip);
                 });
             if spawned.is_err() {
-                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+                self.handshakes.lock().expect("handshakes").end(ip);
             }
         }
     }
@@ -340,7 +387,7 @@ struct Handover {
     reactor: Arc<Reactor>,
     bulk_len_max: u32,
     security: Arc<Security>,
-    handshakes: Arc<AtomicUsize>,
+    handshakes: Arc<Mutex<Pending>>,
 }
 
 impl Handover {
@@ -360,9 +407,10 @@ impl Handover {
                 by_level[usize::from(session.level.code()).min(by_level.len() - 1)]
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
-                    "{peer}: handshake for {} at level {}",
+                    "{peer}: handshake for {} at level {} as {}",
                     session.fsname,
-                    session.level
+                    session.level,
+                    session.client
                 );
                 self.hand_over(stream, peer, cpt, Some(session));
             }
@@ -371,7 +419,9 @@ impl Handover {
                     .stats
                     .handshakes_refused
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("{peer}: connection refused in its handshake: {e}");
+                crate::caller::log_refusal(|| {
+                    format!("{peer}: connection refused in its handshake: {e}")
+                });
                 let _ = stream.shutdown(std::net::Shutdown::Both);
             }
         }
@@ -384,16 +434,21 @@ impl Handover {
         let Ok(write_half) = stream.try_clone() else {
             return;
         };
-        let (sealer, opener, fs_slot) = match session {
+        let addr = stream.peer_addr().ok();
+        let (sealer, opener, fs_slot, proved) = match session {
             Some(s) => (
                 Some(s.sealer),
                 Some(s.opener),
                 Some(nacre_types::fs_slot(&s.fsname)),
+                Some(s.client),
             ),
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
         let sink = ServerSink {
             router: self.router.clone(),
+            caller: Arc::new(crate::Caller::remote(addr, proved)),
+            stats: self.reactor.stats.clone(),
+            refused_role: 0,
             peer: peer.clone(),
             cpt,
             replier: Arc::new(TcpReplier::new(write_half, sealer, stats)),
@@ -408,6 +463,16 @@ impl Handover {
             opener,
         });
     }
+}
+
+fn log_role_refusal(caller: &crate::Caller, opcode: u16, need: nacre_wire::roles::Need) {
+    crate::caller::log_refusal(|| {
+        format!(
+            "refused request {opcode:#06x} from {}: only a {} may send it",
+            caller.describe(),
+            need.name()
+        )
+    });
 }
 
 fn log_refusal(peer: &str, open: u64) {
@@ -431,6 +496,11 @@ fn log_refusal(peer: &str, open: u64) {
 /// A server connection's frames: requests, routed to their service.
 struct ServerSink {
     router: Arc<Router>,
+    /// Who the peer is (role, proved key, address), for every request it sends.
+    caller: Arc<crate::Caller>,
+    stats: Arc<NetStats>,
+    /// Requests refused for the peer's role (the first is logged).
+    refused_role: u64,
     peer: String,
     cpt: usize,
     replier: Arc<TcpReplier>,
@@ -451,6 +521,7 @@ impl FrameSink for ServerSink {
             body: frame.body,
             bulk: frame.bulk.map(Arc::new),
             peer: self.peer.clone(),
+            caller: self.caller.clone(),
             reply_to: ReplySink::Tcp(self.replier.clone()),
             _budget: permit,
             home: None,
@@ -475,7 +546,35 @@ impl FrameSink for ServerSink {
                 return Ok(());
             }
         }
-        self.router.route(req, self.cpt);
+        let need = nacre_wire::roles::need_of(req.header.opcode);
+        if self.caller.may(need) {
+            self.router.route(req, self.cpt);
+            return Ok(());
+        }
+        // Who may send what: docs/security.md. Refused before the body is decoded; a peer
+        // without a key is judged again once the servers' addresses are learnt again (a
+        // server that started a moment ago).
+        let first = self.refused_role == 0;
+        self.refused_role += 1;
+        let (router, stats, caller, cpt) = (
+            self.router.clone(),
+            self.stats.clone(),
+            self.caller.clone(),
+            self.cpt,
+        );
+        crate::caller::after_refresh(
+            &self.caller.clone(),
+            Box::new(move || match caller.may(need) {
+                true => router.route(req, cpt),
+                false => {
+                    stats.requests_refused_role.fetch_add(1, Ordering::Relaxed);
+                    if first {
+                        log_role_refusal(&caller, req.header.opcode, need);
+                    }
+                    req.reply(Outgoing::error(nacre_types::Status::Perm));
+                }
+            }),
+        );
         Ok(())
     }
 

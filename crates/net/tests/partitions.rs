@@ -218,11 +218,11 @@ fn portals_route_chosen_opcodes_to_their_own_pool() {
         ServiceConfig::unpinned("side", 1, 1, 64),
         Arc::new(WhoServes),
     );
-    server.add_portal(&[0x0302, 0x0307], side.clone());
+    server.add_portal(&[0x0302, 0x0304], side.clone());
     let conn = tcp(server.addrs()[0]);
     assert_eq!(served_by(&conn, 0x0301), "who");
     assert_eq!(served_by(&conn, 0x0302), "side");
-    assert_eq!(served_by(&conn, 0x0307), "side");
+    assert_eq!(served_by(&conn, 0x0304), "side");
     assert_eq!(
         served_by(&conn, 0x0308),
         "who",

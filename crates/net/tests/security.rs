@@ -45,7 +45,7 @@ fn server(key: &FsKey) -> (Arc<Server>, Arc<AtomicU64>) {
 /// would skip the handshake); no service yet.
 fn bind(key: &FsKey) -> Arc<Server> {
     let mut keys = ServerKeys::default();
-    keys.add(key.clone());
+    keys.add(key.clone()).unwrap();
     let security = Security {
         keys,
         ..Security::default()
@@ -84,6 +84,7 @@ fn stat(server: &Server, name: &str) -> u64 {
     match name {
         "handshakes_refused" => s.handshakes_refused.load(Ordering::Relaxed),
         "frames_unauthentic" => s.frames_unauthentic.load(Ordering::Relaxed),
+        "handshakes_busy" => s.handshakes_busy.load(Ordering::Relaxed),
         _ => unreachable!(),
     }
 }
@@ -303,4 +304,41 @@ fn replies_of_a_batch_go_back_together_at_every_level() {
         assert_eq!(stat(&server, "frames_unauthentic"), 0, "{level}");
         server.shutdown();
     }
+}
+
+/// A TCP connection to `to` from source address `from` (another host on loopback).
+fn connect_from(from: &str, to: std::net::SocketAddr) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    let src: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    rustix::net::bind(&fd, &src).unwrap();
+    rustix::net::connect(&fd, &to).unwrap();
+    TcpStream::from(fd)
+}
+
+#[test]
+fn silent_connections_from_one_host_leave_handshakes_for_the_others() {
+    use nacre_net::sec::{HANDSHAKES_MAX, HANDSHAKES_PER_ADDR_MAX};
+    let key = FsKey::generate("secfs", Level::Integrity).unwrap();
+    let (server, handled) = server(&key);
+    // One host opens more silent connections than the server runs handshakes at once.
+    let flood = HANDSHAKES_MAX + 8;
+    let silent: Vec<TcpStream> = (0..flood)
+        .map(|_| connect_from("127.0.0.2", server.addr()))
+        .collect();
+    let refused = (flood - HANDSHAKES_PER_ADDR_MAX) as u64;
+    wait_for(
+        "the flood's connections past its address's slots refused",
+        || stat(&server, "handshakes_busy") >= refused,
+    );
+    // Another host's client is served at once, while the flood's handshakes still wait.
+    let conn = Connection::connect(Nid::tcp(server.addr()), config(Some(&key))).unwrap();
+    assert_eq!(conn.call(request(b"hello", None)).unwrap().body, b"hello");
+    assert_eq!(handled.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        stat(&server, "handshakes_busy"),
+        refused,
+        "counted, each once"
+    );
+    drop(silent);
 }

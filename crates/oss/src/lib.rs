@@ -469,7 +469,25 @@ impl OssHandler {
         if ost.locks.is_evicted(&call.client) {
             return Err(Outgoing::error(Status::Shutdown));
         }
-        if let Some(m) = nacre_wire::nodemap::of_peer(&incoming.peer) {
+        let caller = &incoming.caller;
+        let map = match call.req.opcode() == incoming.header.opcode {
+            // The role table judged the header's opcode: the body must be that request.
+            false => Err(Status::Proto),
+            true => caller.nodemap(),
+        };
+        let map = map.map_err(|s| {
+            nacre_net::caller::refused(|| {
+                format!(
+                    "{}: refused {:#06x} from {}: {}",
+                    ost.label.name(),
+                    incoming.header.opcode,
+                    caller.describe(),
+                    nacre_net::caller::refusal_reason(s)
+                )
+            });
+            Outgoing::error(s)
+        })?;
+        if let Some(m) = map {
             if let Err(s) = nodemap::check_readonly(&m, &call.req)
                 .and_then(|()| nodemap::check_capa(&m, &ost.label, &call))
             {
@@ -638,10 +656,13 @@ impl Handler for OssHandler {
         let Ok(call) = decode_body::<OssCall>(&req.body) else {
             return Some(req);
         };
-        let refused = nacre_wire::nodemap::of_peer(&req.peer).is_some_and(|m| {
-            nodemap::check_readonly(&m, &call.req).is_err()
-                || nodemap::check_capa(&m, &ost.label, &call).is_err()
-        });
+        let refused = call.req.opcode() != req.header.opcode
+            || req.caller.nodemap().map_or(true, |m| {
+                m.is_some_and(|m| {
+                    nodemap::check_readonly(&m, &call.req).is_err()
+                        || nodemap::check_capa(&m, &ost.label, &call).is_err()
+                })
+            });
         if refused
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()

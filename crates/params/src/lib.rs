@@ -12,4 +12,4 @@ pub mod registry;
 
 pub use hist::{Histogram, OpStats};
 pub use jobs::JobStats;
-pub use registry::{glob_match, Param, ParamError, Registry};
+pub use registry::{glob_match, local_only_match, Param, ParamError, Registry, LOCAL_ONLY};

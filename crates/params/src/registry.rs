@@ -94,6 +94,16 @@ fn component_match(p: &[u8], n: &[u8]) -> bool {
     }
 }
 
+/// Parameters set on one process by its root only (`nacre ctl set_param`, `NACRE_FAULT`),
+/// never stored by the MGS nor applied from it: test instruments such as fault points.
+pub const LOCAL_ONLY: &[&str] = &["fail_loc", "fail_fired"];
+
+/// The local-only parameter `pattern` names or matches (a glob such as `fail_*` or `*`
+/// too), if any.
+pub fn local_only_match(pattern: &str) -> Option<&'static str> {
+    LOCAL_ONLY.iter().find(|n| glob_match(pattern, n)).copied()
+}
+
 /// The parameters of one process.
 #[derive(Default, Clone)]
 pub struct Registry {
@@ -173,7 +183,23 @@ impl Registry {
 
     /// Sets every parameter matching `pattern`; returns the names set.
     pub fn set(&self, pattern: &str, value: &str) -> Result<Vec<String>, ParamError> {
-        let matched = self.matching(pattern);
+        self.set_matched(self.matching(pattern), pattern, value)
+    }
+
+    /// Sets a parameter the MGS stored (`set_param -P`): as [`Registry::set`], but never a
+    /// local-only one ([`LOCAL_ONLY`]), whatever the pattern matches.
+    pub fn set_persistent(&self, pattern: &str, value: &str) -> Result<Vec<String>, ParamError> {
+        let mut matched = self.matching(pattern);
+        matched.retain(|(name, _)| !LOCAL_ONLY.contains(&name.as_str()));
+        self.set_matched(matched, pattern, value)
+    }
+
+    fn set_matched(
+        &self,
+        matched: Vec<(String, Arc<dyn Param>)>,
+        pattern: &str,
+        value: &str,
+    ) -> Result<Vec<String>, ParamError> {
         if matched.is_empty() {
             return Err(ParamError::NotFound(pattern.into()));
         }
@@ -208,6 +234,31 @@ mod tests {
             "osd.demo-OST000?.direct_io",
             "osd.demo-OST0010.direct_io"
         ));
+    }
+
+    #[test]
+    fn stored_settings_never_reach_local_only_parameters() {
+        let r = Registry::default();
+        let armed = Arc::new(std::sync::Mutex::new(String::new()));
+        let a = armed.clone();
+        r.add_rw("fail_loc", String::new, move |v| {
+            *a.lock().unwrap() = v.to_string();
+            Ok(())
+        });
+        r.add_rw("jobid_var", String::new, |_| Ok(()));
+        for pattern in ["fail_loc", "fail_*", "*"] {
+            assert_eq!(local_only_match(pattern), Some("fail_loc"), "{pattern}");
+            let set = r.set_persistent(pattern, "net.panic");
+            assert!(set.map_or(true, |names| !names.contains(&"fail_loc".to_string())));
+        }
+        assert_eq!(
+            *armed.lock().unwrap(),
+            "",
+            "never armed from a stored setting"
+        );
+        assert_eq!(local_only_match("osd.*.direct_io"), None);
+        r.set("fail_loc", "x").unwrap();
+        assert_eq!(*armed.lock().unwrap(), "x", "set locally");
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub(crate) fn start(
     let mut nodemaps = fetch_nodemaps(&first, None);
     let sync = move |oss: &OssHandler, mds: &MdsHandler| {
         for (fs, conn) in &conns {
+            learn_servers(conn, fs);
             sync_quotas(conn, fs, oss, mds);
             sync_qos(conn, fs, oss, mds);
         }
@@ -80,7 +81,8 @@ fn apply_persistent_params(
         return applied;
     }
     for (name, value) in params {
-        match registry.set(&name, &value) {
+        // Never a local-only parameter (fault points): a stored one is skipped, not armed.
+        match registry.set_persistent(&name, &value) {
             Ok(set) => tracing::info!(
                 "persistent parameter {name}={value} applied to {}",
                 set.join(", ")
@@ -90,6 +92,19 @@ fn apply_persistent_params(
         }
     }
     Some(version)
+}
+
+/// Learns the addresses of `fsname`'s registered servers from its configuration: without
+/// keys, peers at those addresses act as servers here (docs/security.md).
+pub(crate) fn learn_servers(conn: &Arc<Connection>, fsname: &str) {
+    let req = MgsRequest::GetConfig {
+        fsname: fsname.to_string(),
+    };
+    match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+        Ok(MgsReply::Config(c)) => nacre_net::caller::install_servers(fsname, c.server_addrs()),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("cannot fetch the configuration of {fsname}: {e}"),
+    }
 }
 
 /// Fetches the MGS's nodemaps and installs them for this process's targets and connections

@@ -407,13 +407,26 @@ impl ServerProcess {
                 })
         };
         check_slots(&labels)?;
-        process.start_targets(&spec, &labels)?;
         let mut mgs_by_fs: Vec<(String, Nid)> = Vec::new();
         for label in labels.iter().filter(|l| l.kind != TargetKind::Mgt) {
             if !mgs_by_fs.iter().any(|(fs, _)| *fs == label.fsname) {
                 mgs_by_fs.push((label.fsname.clone(), mgs_of(label)?));
             }
         }
+        // Without keys, roles come from addresses: learn the servers' (a process with no
+        // target, a data mover, from the file system it works for).
+        let mut learn_from = mgs_by_fs.clone();
+        if let (true, Some(fs), Some(mgs)) = (learn_from.is_empty(), &spec.fsname, spec.mgsnode) {
+            learn_from.push((fs.clone(), mgs));
+        }
+        // The MGS is a server too (its own process knows itself by its addresses).
+        let mut mgs_ips: Vec<std::net::IpAddr> = learn_from.iter().map(|(_, n)| n.ip()).collect();
+        if has_mgs {
+            mgs_ips.extend(process.nids.iter().map(|n| n.ip()));
+        }
+        nacre_net::caller::install_servers(nacre_net::caller::MGS_SERVERS, mgs_ips);
+        learn_servers_on_demand(&learn_from);
+        process.start_targets(&spec, &labels)?;
         if mgs_by_fs.is_empty() {
             if let Some(first) = labels.first() {
                 mgs_by_fs.push((String::new(), mgs_of(first)?));
@@ -796,6 +809,28 @@ fn buffer_pool_table(partitions: usize) -> String {
         );
     }
     s.trim_end().to_string()
+}
+
+/// Without keys, a peer's role is its address's: lets a request of a server this process
+/// does not know yet (one started or moved since the last once-a-second sync) be judged
+/// again after fetching each file system's configuration from its MGS.
+fn learn_servers_on_demand(mgs_by_fs: &[(String, Nid)]) {
+    let conns: Vec<(String, Arc<nacre_net::Connection>)> = mgs_by_fs
+        .iter()
+        .map(|(fs, mgs)| {
+            let config = crate::targets::osp_net_config().for_fs(fs);
+            (fs.clone(), nacre_net::Connection::new(*mgs, config))
+        })
+        .collect();
+    // Known before any target serves (a restarted MDT's peers resend at once).
+    for (fs, conn) in &conns {
+        crate::mgs_sync::learn_servers(conn, fs);
+    }
+    nacre_net::caller::set_servers_refresher(move || {
+        for (fs, conn) in &conns {
+            crate::mgs_sync::learn_servers(conn, fs);
+        }
+    });
 }
 
 /// `fail_loc` (the armed fault point, Lustre's name: `NAME`, `NAME@N`, `NAME~MS`; `0`

@@ -588,9 +588,10 @@ impl Handler for FailoverService {
         let Some(targets) = self.targets.upgrade() else {
             return Outgoing::error(Status::Shutdown);
         };
-        let r: FailoverRequest = match decode_body(&req.body) {
-            Ok(r) => r,
-            Err(_) => return Outgoing::error(Status::Proto),
+        let r: FailoverRequest = match decode_body::<FailoverRequest>(&req.body) {
+            // The role table judged the header's opcode: the body must be that request.
+            Ok(r) if r.opcode() == req.header.opcode => r,
+            _ => return Outgoing::error(Status::Proto),
         };
         if r.target().len() > TARGET_NAME_BYTES_MAX {
             return Outgoing::error(Status::NameTooLong);

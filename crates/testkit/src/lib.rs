@@ -670,6 +670,30 @@ pub fn mkfs(kind: &str, index: u32, fsname: &str, mgsnode: Option<&str>, dir: &P
     nacre_ok(&a);
 }
 
+/// `nacre keygen --from SERVER_KEY --role ROLE ... -o OUT`: a client key named after its
+/// file (bound to `nodemap` if given), or an admin key (`role` "admin"), made from a file
+/// system's server key, as an administrator hands them out.
+pub fn derived_key(server_key: &Path, out: &Path, role: &str, nodemap: Option<&str>) -> PathBuf {
+    let name = out.file_name().unwrap().to_string_lossy().to_string();
+    let mut a = vec![
+        "keygen",
+        "--from",
+        server_key.to_str().unwrap(),
+        "--role",
+        role,
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    if role == "client" {
+        a.extend(["--name", &name]);
+    }
+    if let Some(m) = nodemap {
+        a.extend(["--nodemap", m]);
+    }
+    nacre_ok(&a);
+    out.to_path_buf()
+}
+
 /// Deterministic pseudo-random bytes (xorshift), so tests can regenerate expected data.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -732,6 +756,23 @@ impl NetHost {
             .args(args)
             .output()
             .expect("run nacre")
+    }
+
+    /// Runs `f` on a thread of this process inside this host's network namespace: the
+    /// sockets it opens are this host's (its address, its routes) and stay usable from any
+    /// thread after. For tests that speak the protocol themselves from another host.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.netns);
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).expect("open the host's namespace");
+            // Network namespaces are per thread: this one alone moves.
+            let rc =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .expect("the thread in the namespace")
     }
 
     /// Command prefix that runs a program in this host's network namespace while keeping the

@@ -19,10 +19,19 @@ pub struct Proxy {
     pub recorded: Arc<Mutex<Vec<u8>>>,
 }
 
-/// Bytes a client sends in its handshake for a file system named `fsname`: HELLO, then
-/// (after the server's CHALLENGE) RESPONSE.
+/// Bytes a client holding a server key sends in its handshake for a file system named
+/// `fsname`: HELLO, then (after the server's CHALLENGE) RESPONSE.
 fn client_handshake_bytes(fsname: &str) -> [usize; 2] {
-    [8 + 2 + 1 + fsname.len() + 32, 8 + 32]
+    let hello = nacre_net::sec::handshake::Hello {
+        fsname: fsname.to_string(),
+        client: nacre_net::sec::Identity {
+            role: nacre_net::sec::Role::Server,
+            name: String::new(),
+            nodemap: None,
+        },
+        nonce: [0; 32],
+    };
+    [hello.encode().len(), 8 + 32]
 }
 
 /// Starts a proxy to `upstream` for clients of file system `fsname` whose frames carry

@@ -19,6 +19,8 @@ pub struct RawConn {
     xid: u64,
     /// The file system's frame slot, put beside each target index.
     slot: u16,
+    /// The connection's protection, after a handshake with a key ([`RawConn::connect_keyed`]).
+    session: Option<nacre_net::sec::handshake::Session>,
 }
 
 /// A reply as read off the wire.
@@ -43,7 +45,42 @@ impl RawConn {
             client,
             xid: 1,
             slot: nacre_types::fs_slot(fsname),
+            session: None,
         })
+    }
+
+    /// Connects to `addr` holding `key` (its handshake first, then every frame sealed and
+    /// every reply opened at the level the server chose), as a client of uuid `client`.
+    pub fn connect_keyed(
+        addr: &str,
+        key: &nacre_net::sec::FsKey,
+        client: [u8; 16],
+    ) -> std::io::Result<RawConn> {
+        let mut c = RawConn::connect(addr, key.fsname(), client)?;
+        let session = nacre_net::sec::handshake::client(&c.writer, key, Duration::from_secs(10))
+            .map_err(std::io::Error::other)?;
+        c.writer.set_read_timeout(Some(Duration::from_secs(60)))?;
+        c.session = Some(session);
+        Ok(c)
+    }
+
+    /// Sends a request of any service: `body` as it is, under `opcode` (which need not be
+    /// the body's own: a hostile peer's choice), to target index `target`; returns its xid.
+    pub fn send_raw(
+        &mut self,
+        opcode: u16,
+        target: u32,
+        body: &[u8],
+        bulk: Option<&[u8]>,
+    ) -> std::io::Result<u64> {
+        self.send(opcode, target, body, bulk)
+    }
+
+    /// Sends `body` under `opcode` to `target` and reads its reply's status (0: served,
+    /// else the negative errno), or the I/O error that ended the connection.
+    pub fn call_raw(&mut self, opcode: u16, target: u32, body: &[u8]) -> std::io::Result<i32> {
+        self.send(opcode, target, body, None)?;
+        Ok(self.recv()?.header.status)
     }
 
     /// The socket itself (to misbehave on it).
@@ -96,8 +133,19 @@ impl RawConn {
         h.flags |= FLAG_BULK_CHECKSUM;
         h.seal(body, bulk, true);
         let mut frame = h.encode().to_vec();
-        frame.extend_from_slice(body);
-        frame.extend_from_slice(bulk.unwrap_or(&[]));
+        match self.session.as_mut() {
+            Some(s) => {
+                // Tags go between body and bulk.
+                let sealed = s.sealer.seal(&h, body, bulk);
+                frame.extend_from_slice(&sealed.body);
+                frame.extend_from_slice(sealed.trailer());
+                frame.extend_from_slice(sealed.bulk.as_deref().unwrap_or(&[]));
+            }
+            None => {
+                frame.extend_from_slice(body);
+                frame.extend_from_slice(bulk.unwrap_or(&[]));
+            }
+        }
         self.writer.write_all(&frame)?;
         Ok(self.xid)
     }
@@ -109,8 +157,20 @@ impl RawConn {
         let header = Header::decode(&head, u32::MAX).map_err(std::io::Error::other)?;
         let mut body = vec![0; header.body_len as usize];
         self.reader.read_exact(&mut body)?;
+        // A protected frame's tags come between its body and its bulk.
+        let trailer_len = self.session.as_ref().map_or(0, |s| {
+            nacre_net::sec::session::trailer_len(s.level, header.bulk_len)
+        });
+        let mut trailer = vec![0; trailer_len];
+        self.reader.read_exact(&mut trailer)?;
         let mut bulk = vec![0; header.bulk_len as usize];
         self.reader.read_exact(&mut bulk)?;
+        if let Some(s) = self.session.as_mut() {
+            let bulk_ref = (!bulk.is_empty()).then_some(&mut bulk[..]);
+            s.opener
+                .open(&header, &mut body, bulk_ref, &trailer)
+                .map_err(std::io::Error::other)?;
+        }
         Ok(RawReply { header, body, bulk })
     }
 }

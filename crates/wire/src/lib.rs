@@ -23,6 +23,7 @@ pub mod oss;
 pub mod qos;
 pub mod quota;
 pub mod ring;
+pub mod roles;
 pub mod selftest;
 
 pub use header::{Header, HEADER_BYTES};

@@ -73,6 +73,21 @@ impl FsConfig {
     pub fn pool(&self, name: nacre_types::PoolName) -> Option<&PoolInfo> {
         self.pools.iter().find(|p| p.name == name)
     }
+
+    /// The addresses of every server of the file system: its targets' NIDs and service
+    /// nodes (without keys, peers at these addresses act as servers).
+    pub fn server_addrs(&self) -> Vec<std::net::IpAddr> {
+        let mut ips: Vec<std::net::IpAddr> = self
+            .mdts
+            .iter()
+            .chain(&self.osts)
+            .flat_map(|t| t.nids.iter().chain(&t.servicenodes))
+            .map(|n| n.ip().to_canonical())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        ips
+    }
 }
 
 /// Requests to the MGS.

@@ -77,6 +77,11 @@ pub(crate) struct MountArgs {
     /// Stay in the foreground.
     #[arg(long)]
     pub(crate) foreground: bool,
+    /// What the kernel enforces on the mount, as mount(8) says it: `ro`, `nosuid`, `nodev`,
+    /// `noexec`, `sync` (or `rw`, `suid`, `dev`, `exec`, `async`: the defaults), separated
+    /// by commas.
+    #[arg(short = 'o', long = "options", default_value = "")]
+    pub(crate) options: String,
 }
 
 pub(crate) fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, MountOptions)> {
@@ -212,7 +217,8 @@ pub(crate) fn serve_mount(
 pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let (nid, fsname) = parse_source(&a.source)?;
     // The client proves the key of `fsname` (NetConfig::for_fs, in Client::mount).
-    let (config, opts) = client_config(&a.client)?;
+    let (config, mut opts) = client_config(&a.client)?;
+    opts.flags = nacre_fuse::KernelFlags::parse(&a.options).map_err(anyhow::Error::msg)?;
     if !a.foreground {
         check_mountpoint(&a.mountpoint)?;
         let pf = daemon::pidfile(&a.mountpoint);
@@ -469,35 +475,17 @@ fn render_client(out: &mut String, c: &Client) {
     }
 }
 
-/// Options of the mount(8) convention that mean nothing to a Nacre mount (or that the
-/// kernel's mount table and systemd consume): accepted and ignored.
+/// Options of the mount(8) convention that mount(8) and systemd consume, and the access-time
+/// options (the MDT records access times itself, lazily at close as `relatime` would:
+/// crates/mds/src/atime.rs): accepted and ignored. The kernel's flags (`ro`, `nosuid`, `nodev`,
+/// `noexec`, `sync` and their opposites) are passed on (`-o`) and honoured.
 const GENERIC_OPTIONS: &[&str] = &[
-    "defaults",
-    "rw",
-    "auto",
-    "noauto",
-    "nofail",
-    "_netdev",
-    "user",
-    "users",
-    "nouser",
-    "owner",
-    "group",
-    "exec",
-    "noexec",
-    "suid",
-    "nosuid",
-    "dev",
-    "nodev",
-    "atime",
-    "noatime",
-    "relatime",
-    "norelatime",
-    "strictatime",
-    "lazytime",
-    "async",
-    "sync",
+    "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner", "group",
+    "atime", "relatime",
 ];
+
+/// Access-time options Nacre does not honour yet: accepted with a warning, not silently.
+const ATIME_OPTIONS_NOT_HONOURED: &[&str] = &["noatime", "norelatime", "strictatime", "lazytime"];
 
 /// Nacre's own mount options as `-o key=value` (the `nacre mount` long options, `_` or
 /// `-` between words).
@@ -553,14 +541,23 @@ pub(crate) fn helper_argv(args: &[String]) -> anyhow::Result<Option<Vec<String>>
         source.clone(),
         dir.clone(),
     ];
+    let mut kernel = Vec::new();
     for o in options.iter().filter(|o| !o.is_empty()) {
         let (key, value) = o.split_once('=').unwrap_or((o.as_str(), ""));
         let key = key.replace('-', "_");
         if GENERIC_OPTIONS.contains(&key.as_str()) || key.starts_with("x-") || key == "comment" {
             continue;
         }
-        if key == "ro" {
-            bail!("read-only mounts are not supported yet");
+        if nacre_fuse::KernelFlags::default().take(&key) {
+            kernel.push(key);
+            continue;
+        }
+        if ATIME_OPTIONS_NOT_HONOURED.contains(&key.as_str()) {
+            eprintln!(
+                "mount.nacre: {key} is not honoured yet: the MDT records access times at \
+                 close, as relatime would"
+            );
+            continue;
         }
         if NACRE_OPTIONS.contains(&key.as_str()) && !value.is_empty() {
             argv.push(format!("--{}", key.replace('_', "-")));
@@ -571,6 +568,10 @@ pub(crate) fn helper_argv(args: &[String]) -> anyhow::Result<Option<Vec<String>>
                 NACRE_OPTIONS.join(", ")
             );
         }
+    }
+    if !kernel.is_empty() {
+        argv.push("-o".into());
+        argv.push(kernel.join(","));
     }
     parse_source(source)?;
     Ok((!fake).then_some(argv))
@@ -591,14 +592,20 @@ mod tests {
             .unwrap();
         assert_eq!(
             a.join(" "),
-            "nacre mount 10.0.0.1@tcp:/demo /mnt --checksum false --max-rpc-size 1M"
+            "nacre mount 10.0.0.1@tcp:/demo /mnt --checksum false --max-rpc-size 1M -o rw"
         );
         assert_eq!(argv("10.0.0.1@tcp:/demo /mnt -f").unwrap(), None);
         assert!(argv("10.0.0.1@tcp:/demo /mnt -o bogus=1").is_err());
         assert!(argv("10.0.0.1@tcp:/demo /mnt -s -o bogus=1")
             .unwrap()
             .is_some());
-        assert!(argv("10.0.0.1@tcp:/demo /mnt -o ro").is_err());
+        let flags = argv("10.0.0.1@tcp:/demo /mnt -o ro,nosuid,nodev,noexec,noatime,sync")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            flags.join(" "),
+            "nacre mount 10.0.0.1@tcp:/demo /mnt -o ro,nosuid,nodev,noexec,sync"
+        );
         let keyed = argv("10.0.0.1@tcp:/demo /mnt -o key=/etc/nacre/demo.key").unwrap();
         assert_eq!(
             keyed.unwrap().join(" "),

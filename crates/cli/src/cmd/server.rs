@@ -227,16 +227,30 @@ pub(crate) fn serve_metrics(
 }
 
 /// The keys a server requires: those given with `--key` and the config file's `key =`
-/// lines; the first becomes the key of its own connections to other servers.
+/// lines, each a server (or admin) key, which holds the file system's master secret; the
+/// first becomes the key of its own connections to other servers, which prove the server
+/// role.
 fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::ServerKeys> {
+    use nacre_net::sec::Role;
     let mut keys = nacre_net::sec::ServerKeys::default();
-    for p in config_keys {
-        let k = nacre_net::sec::FsKey::load(p)?;
-        nacre_net::sec::add_key(k.clone());
-        keys.add(k);
-    }
-    for k in nacre_cli::keys::all() {
-        keys.add((*k).clone());
+    let given = config_keys
+        .iter()
+        .map(|p| nacre_net::sec::FsKey::load(p).map(|k| (p.display().to_string(), Some(k))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let from_flags = nacre_cli::keys::all()
+        .into_iter()
+        .map(|k| ("--key".to_string(), Some((*k).clone())));
+    for (from, k) in given.into_iter().chain(from_flags) {
+        let Some(k) = k else { continue };
+        let Some(as_server) = k.as_role(Role::Server) else {
+            anyhow::bail!(
+                "{from}: a client key of {} cannot serve its targets: give the server its \
+                 file system's server key (`nacre keygen --role server`)",
+                k.fsname()
+            );
+        };
+        nacre_net::sec::add_key(as_server.clone());
+        keys.add(as_server)?;
     }
     Ok(keys)
 }

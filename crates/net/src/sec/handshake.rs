@@ -1,20 +1,28 @@
 //! The handshake that opens every connection to a server holding keys:
 //!
 //! ```text
-//! client → server  HELLO      "NACRHELO" version:u16 fsname_len:u8 fsname nonce_c[32]
+//! client → server  HELLO      "NACRHELO" version:u16 fsname_len:u8 fsname role:u8
+//!                             name_len:u8 name bound:u8 nodemap_len:u8 nodemap nonce_c[32]
 //! server → client  CHALLENGE  "NACRCHAL" status:u8 level:u8 nonce_s[32] proof_s[32]
 //! client → server  RESPONSE   "NACRRESP" proof_c[32]
 //! server → client  DONE       "NACRDONE" status:u8
 //! ```
 //!
-//! `proof_s` and `proof_c` are BLAKE3 keyed with the file system's key over the role, the
-//! file-system name, both nonces and the level, so each side proves it holds the key, a
-//! recorded RESPONSE is worthless against a new server nonce, and the level the server
-//! chose cannot be changed on the way. Each direction's frame key is derived from the key
-//! and both nonces (fresh per connection). Nothing else is read before DONE.
+//! The HELLO says who the client is: the role of its key and, for a client key, its name and
+//! the nodemap it is bound to (`bound` 1, else 0 and no nodemap). The server derives from
+//! the file system's master secret the secret of that identity, so a proof made with it
+//! shows the client holds a key of exactly that role, name and nodemap. `proof_s` and
+//! `proof_c` are BLAKE3 keyed with that secret over the side, the identity, the file-system
+//! name, both nonces and the level, so each side proves it holds the key, a recorded
+//! RESPONSE is worthless against a new server nonce, and neither the identity nor the
+//! level can be changed on the way. Each direction's frame key is derived from the secret
+//! and the same material (fresh per connection). Nothing else is read before DONE.
 
 use super::session::{Opener, Sealer};
-use super::{FsKey, Level, SecError, ServerKeys, FSNAME_BYTES_MAX};
+use super::{
+    FsKey, Identity, Level, Role, SecError, ServerKeys, FSNAME_BYTES_MAX, KEY_BYTES,
+    KEY_NAME_BYTES_MAX,
+};
 use nacre_types::Status;
 use nacre_wire::header::FLAG_REPLY;
 use nacre_wire::{Header, HEADER_BYTES};
@@ -22,8 +30,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Handshake version spoken.
-pub const VERSION: u16 = 1;
+/// Handshake version spoken (2: the HELLO names the key's role, name and nodemap).
+pub const VERSION: u16 = 2;
 const HELLO: &[u8; 8] = b"NACRHELO";
 const CHALLENGE: &[u8; 8] = b"NACRCHAL";
 const RESPONSE: &[u8; 8] = b"NACRRESP";
@@ -48,6 +56,8 @@ const REFUSED: u8 = 2;
 pub struct Session {
     /// The file system the connection is for.
     pub fsname: String,
+    /// Who the client proved it is.
+    pub client: Identity,
     /// The level its frames are protected at.
     pub level: Level,
     /// Protects what this side sends.
@@ -61,6 +71,8 @@ pub struct Session {
 pub struct Hello {
     /// The file system named.
     pub fsname: String,
+    /// Who the client says it is (its proof shows it).
+    pub client: Identity,
     /// The client's nonce.
     pub nonce: [u8; NONCE_BYTES],
 }
@@ -71,48 +83,131 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Appends `s` with its one-byte length.
+fn put_short(b: &mut Vec<u8>, s: &str) {
+    b.push(s.len() as u8);
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// Takes a string of at most `max` bytes with its one-byte length off the front of `b`.
+fn take_short<'a>(b: &mut &'a [u8], max: usize, what: &str) -> Result<&'a str, SecError> {
+    let bad = || SecError::Protocol(format!("HELLO: bad {what}"));
+    let (&n, rest) = b.split_first().ok_or_else(bad)?;
+    let n = usize::from(n);
+    if n > max || rest.len() < n {
+        return Err(bad());
+    }
+    let (s, rest) = rest.split_at(n);
+    *b = rest;
+    std::str::from_utf8(s).map_err(|_| bad())
+}
+
+/// Takes one byte off the front of `b`.
+fn take_byte(b: &mut &[u8], what: &str) -> Result<u8, SecError> {
+    let (&v, rest) = b
+        .split_first()
+        .ok_or_else(|| SecError::Protocol(format!("HELLO: no {what}")))?;
+    *b = rest;
+    Ok(v)
+}
+
+/// Bytes of a HELLO at most.
+const HELLO_BYTES_MAX: usize =
+    HELLO_FIXED + FSNAME_BYTES_MAX + 3 + 2 * (1 + KEY_NAME_BYTES_MAX) + NONCE_BYTES;
+
 impl Hello {
     /// Its bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(HELLO_FIXED + self.fsname.len() + NONCE_BYTES);
+        let mut b = Vec::with_capacity(HELLO_BYTES_MAX);
         b.extend_from_slice(HELLO);
         b.extend_from_slice(&VERSION.to_le_bytes());
-        b.push(self.fsname.len() as u8);
-        b.extend_from_slice(self.fsname.as_bytes());
+        put_short(&mut b, &self.fsname);
+        b.push(self.client.role.code());
+        put_short(&mut b, &self.client.name);
+        b.push(u8::from(self.client.nodemap.is_some()));
+        put_short(&mut b, self.client.nodemap.as_deref().unwrap_or(""));
         b.extend_from_slice(&self.nonce);
         b
     }
 
-    /// The length of the file-system name its first [`HELLO_FIXED`] bytes announce.
-    fn name_len(fixed: &[u8]) -> Result<usize, SecError> {
+    /// Checks the first [`HELLO_FIXED`] bytes: magic and version.
+    fn check_fixed(fixed: &[u8]) -> Result<(), SecError> {
         if fixed.len() < HELLO_FIXED || &fixed[..8] != HELLO {
             return Err(SecError::Protocol("not a handshake HELLO".into()));
         }
         let version = u16::from_le_bytes([fixed[8], fixed[9]]);
         if version != VERSION {
             return Err(SecError::Protocol(format!(
-                "handshake version {version} (this side speaks {VERSION})"
+                "handshake version {version} (this side speaks {VERSION}): upgrade the \
+                 older side"
             )));
         }
-        let n = usize::from(fixed[10]);
-        if n == 0 || n > FSNAME_BYTES_MAX {
-            return Err(SecError::Protocol(format!("file-system name of {n} bytes")));
-        }
-        Ok(n)
+        Ok(())
     }
 
     /// Decodes a whole HELLO.
     pub fn decode(b: &[u8]) -> Result<Hello, SecError> {
-        let n = Hello::name_len(b)?;
-        if b.len() != HELLO_FIXED + n + NONCE_BYTES {
-            return Err(SecError::Protocol("HELLO of the wrong length".into()));
+        Hello::check_fixed(b)?;
+        let mut rest = &b[HELLO_FIXED - 1..];
+        let fsname = take_short(&mut rest, FSNAME_BYTES_MAX, "file-system name")?;
+        if fsname.is_empty() {
+            return Err(SecError::Protocol("HELLO: no file-system name".into()));
         }
-        let fsname = std::str::from_utf8(&b[HELLO_FIXED..HELLO_FIXED + n])
-            .map_err(|_| SecError::Protocol("file-system name is not UTF-8".into()))?
-            .to_string();
-        let mut nonce = [0u8; NONCE_BYTES];
-        nonce.copy_from_slice(&b[HELLO_FIXED + n..]);
-        Ok(Hello { fsname, nonce })
+        let role = take_byte(&mut rest, "role")?;
+        let role = Role::from_code(role)
+            .ok_or_else(|| SecError::Protocol(format!("HELLO: unknown role {role}")))?;
+        let name = take_short(&mut rest, KEY_NAME_BYTES_MAX, "key name")?.to_string();
+        let bound = take_byte(&mut rest, "nodemap flag")?;
+        let nodemap = take_short(&mut rest, KEY_NAME_BYTES_MAX, "nodemap")?.to_string();
+        let nodemap = match (bound, nodemap.is_empty()) {
+            (0, true) => None,
+            (1, false) => Some(nodemap),
+            _ => return Err(SecError::Protocol("HELLO: bad nodemap".into())),
+        };
+        if role != Role::Client && (!name.is_empty() || nodemap.is_some()) {
+            return Err(SecError::Protocol(format!("HELLO: a {role} names no key")));
+        }
+        let nonce: [u8; NONCE_BYTES] = rest
+            .try_into()
+            .map_err(|_| SecError::Protocol("HELLO of the wrong length".into()))?;
+        Ok(Hello {
+            fsname: fsname.to_string(),
+            client: Identity {
+                role,
+                name,
+                nodemap,
+            },
+            nonce,
+        })
+    }
+
+    /// Reads a HELLO whose first [`HELLO_FIXED`] bytes are `fixed`, field by field, never
+    /// more than [`HELLO_BYTES_MAX`].
+    fn read_rest(
+        stream: &TcpStream,
+        fixed: &[u8; HELLO_FIXED],
+        deadline: Instant,
+    ) -> Result<Hello, SecError> {
+        Hello::check_fixed(fixed)?;
+        let mut whole = fixed.to_vec();
+        // fsname, then role and the name's length; the name, then the nodemap flag and
+        // length; the nodemap, then the nonce.
+        let mut next = usize::from(fixed[HELLO_FIXED - 1]) + 2;
+        for step in 0..3 {
+            let at = whole.len();
+            whole.resize(at + next, 0);
+            read_by(stream, &mut whole[at..], deadline)?;
+            let last = whole[whole.len() - 1];
+            next = match step {
+                0 => usize::from(last) + 2,
+                1 => usize::from(last) + NONCE_BYTES,
+                _ => 0,
+            };
+            if whole.len() + next > HELLO_BYTES_MAX {
+                return Err(SecError::Protocol("HELLO too long".into()));
+            }
+        }
+        Hello::decode(&whole)
     }
 }
 
@@ -178,32 +273,37 @@ fn nonce() -> Result<[u8; NONCE_BYTES], SecError> {
     Ok(n)
 }
 
-/// What both sides compute from the key and the exchange.
+/// What both sides compute from the client's identity, its secret and the exchange.
 struct Transcript<'a> {
-    key: &'a FsKey,
+    fsname: &'a str,
+    client: &'a Identity,
+    secret: [u8; KEY_BYTES],
     nonce_c: [u8; NONCE_BYTES],
     nonce_s: [u8; NONCE_BYTES],
     level: Level,
 }
 
 impl Transcript<'_> {
-    fn material(&self, role: &[u8]) -> Vec<u8> {
-        let mut m = Vec::with_capacity(16 + FSNAME_BYTES_MAX + 2 * NONCE_BYTES);
-        m.extend_from_slice(role);
-        m.push(self.key.fsname().len() as u8);
-        m.extend_from_slice(self.key.fsname().as_bytes());
+    fn material(&self, side: &[u8]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(HELLO_BYTES_MAX + 16 + NONCE_BYTES);
+        m.extend_from_slice(side);
+        put_short(&mut m, self.fsname);
+        m.push(self.client.role.code());
+        put_short(&mut m, &self.client.name);
+        m.push(u8::from(self.client.nodemap.is_some()));
+        put_short(&mut m, self.client.nodemap.as_deref().unwrap_or(""));
         m.extend_from_slice(&self.nonce_c);
         m.extend_from_slice(&self.nonce_s);
         m.push(self.level.code());
         m
     }
 
-    fn proof(&self, role: &[u8]) -> blake3::Hash {
-        blake3::keyed_hash(self.key.secret(), &self.material(role))
+    fn proof(&self, side: &[u8]) -> blake3::Hash {
+        blake3::keyed_hash(&self.secret, &self.material(side))
     }
 
     fn frame_key(&self, direction: &str) -> [u8; 32] {
-        let mut m = self.key.secret().to_vec();
+        let mut m = self.secret.to_vec();
         m.extend_from_slice(&self.material(b"frames"));
         blake3::derive_key(&format!("nacre shared-key frames 2026 {direction}"), &m)
     }
@@ -218,7 +318,8 @@ impl Transcript<'_> {
             false => (s2c, c2s),
         };
         Session {
-            fsname: self.key.fsname().to_string(),
+            fsname: self.fsname.to_string(),
+            client: self.client.clone(),
             level: self.level,
             sealer: Sealer::new(self.level, send),
             opener: Opener::new(self.level, recv),
@@ -282,6 +383,7 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
     let nonce_c = nonce()?;
     let hello = Hello {
         fsname: key.fsname().to_string(),
+        client: key.identity(),
         nonce: nonce_c,
     };
     write_by(stream, &hello.encode(), deadline)?;
@@ -305,7 +407,9 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
     let level = Level::from_code(ch.level)
         .ok_or_else(|| SecError::Protocol(format!("unknown level {}", ch.level)))?;
     let t = Transcript {
-        key,
+        fsname: key.fsname(),
+        client: &hello.client,
+        secret: key.own_secret(),
         nonce_c,
         nonce_s: ch.nonce,
         level,
@@ -350,13 +454,11 @@ pub fn serve(
             "a client sent a request without the handshake (it holds no key)".into(),
         ));
     }
-    let n = Hello::name_len(&fixed)?;
-    let mut rest = vec![0u8; n + NONCE_BYTES];
-    read_by(stream, &mut rest, deadline)?;
-    let mut whole = fixed.to_vec();
-    whole.extend_from_slice(&rest);
-    let hello = Hello::decode(&whole)?;
-    let Some(key) = keys.get(&hello.fsname) else {
+    let hello = Hello::read_rest(stream, &fixed, deadline)?;
+    let Some((key, secret)) = keys
+        .get(&hello.fsname)
+        .and_then(|k| Some((k, k.peer_secret(&hello.client)?)))
+    else {
         let no = Challenge {
             status: UNKNOWN_FS,
             level: 0,
@@ -370,7 +472,9 @@ pub fn serve(
         )));
     };
     let t = Transcript {
-        key,
+        fsname: key.fsname(),
+        client: &hello.client,
+        secret,
         nonce_c: hello.nonce,
         nonce_s: nonce()?,
         level: level_for(key),
@@ -391,7 +495,8 @@ pub fn serve(
         done.push(REFUSED);
         let _ = write_by(stream, &done, deadline);
         return Err(SecError::Refused(format!(
-            "a client did not prove it holds the key of {}",
+            "a peer did not prove it holds the {} of {}",
+            hello.client,
             key.fsname()
         )));
     }
@@ -409,7 +514,7 @@ mod tests {
 
     fn keys(k: &FsKey) -> ServerKeys {
         let mut s = ServerKeys::default();
-        s.add(k.clone());
+        s.add(k.clone()).unwrap();
         s
     }
 
@@ -482,10 +587,14 @@ mod tests {
         // Replaying its HELLO and RESPONSE cannot answer a new server nonce.
         let hello = Hello {
             fsname: "fs1".into(),
+            client: k.identity(),
             nonce: [9; NONCE_BYTES],
         };
+        let id = k.identity();
         let old = Transcript {
-            key: &k,
+            fsname: "fs1",
+            client: &id,
+            secret: k.own_secret(),
             nonce_c: [9; NONCE_BYTES],
             nonce_s: [1; NONCE_BYTES],
             level: Level::Integrity,
@@ -512,6 +621,101 @@ mod tests {
         assert!(s.unwrap_err().to_string().contains("did not prove"));
     }
 
+    /// Speaks a client's side with `secret` while claiming `claim`: what a holder of one
+    /// key does to pass as another.
+    fn claim_as(
+        st: &TcpStream,
+        fsname: &str,
+        claim: Identity,
+        secret: [u8; KEY_BYTES],
+    ) -> Result<Session, SecError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let hello = Hello {
+            fsname: fsname.into(),
+            client: claim,
+            nonce: [7; NONCE_BYTES],
+        };
+        write_by(st, &hello.encode(), deadline)?;
+        let mut b = [0u8; CHALLENGE_BYTES];
+        read_by(st, &mut b, deadline)?;
+        let ch = Challenge::decode(&b)?;
+        let t = Transcript {
+            fsname,
+            client: &hello.client,
+            secret,
+            nonce_c: hello.nonce,
+            nonce_s: ch.nonce,
+            level: Level::from_code(ch.level).unwrap(),
+        };
+        let mut resp = RESPONSE.to_vec();
+        resp.extend_from_slice(t.proof(b"client").as_bytes());
+        write_by(st, &resp, deadline)?;
+        let mut d = [0u8; DONE_BYTES];
+        read_by(st, &mut d, deadline)?;
+        match decode_done(&d)? {
+            OK => Ok(t.session(true)),
+            _ => Err(SecError::Refused("refused".into())),
+        }
+    }
+
+    #[test]
+    fn a_client_key_proves_its_own_name_and_nodemap_and_nothing_else() {
+        let master = FsKey::generate("fs1", Level::Integrity).unwrap();
+        let tenant = master.client_key("node7", Some("tenant-a")).unwrap();
+        let tc = tenant.clone();
+        let (c, s) = run(keys(&master), move |st| {
+            client(&st, &tc, Duration::from_secs(5))
+        });
+        c.unwrap();
+        let s = s.unwrap();
+        assert_eq!(s.client, tenant.identity());
+        assert_eq!(s.client.role, Role::Client);
+        assert_eq!(s.client.nodemap.as_deref(), Some("tenant-a"));
+        // Its secret, with any other claim: another nodemap, no nodemap, another name, the
+        // server or admin role.
+        let claims = [
+            Identity {
+                nodemap: Some("tenant-b".into()),
+                ..tenant.identity()
+            },
+            Identity {
+                nodemap: None,
+                ..tenant.identity()
+            },
+            Identity {
+                name: "node8".into(),
+                ..tenant.identity()
+            },
+            master.identity(),
+            master.as_role(Role::Admin).unwrap().identity(),
+        ];
+        for claim in claims {
+            let secret = tenant.own_secret();
+            let what = claim.to_string();
+            let (c, s) = run(keys(&master), move |st| claim_as(&st, "fs1", claim, secret));
+            assert!(c.is_err(), "{what} accepted");
+            assert!(
+                s.unwrap_err().to_string().contains("did not prove"),
+                "{what}"
+            );
+        }
+        // A client key makes no other key, and no object capabilities.
+        assert!(tenant.client_key("x", None).is_err());
+        assert!(tenant.as_role(Role::Server).is_none());
+        assert!(ServerKeys::default().add(tenant).is_err());
+    }
+
+    #[test]
+    fn an_admin_key_proves_the_admin_role() {
+        let master = FsKey::generate("fs1", Level::None).unwrap();
+        let admin = master.as_role(Role::Admin).unwrap();
+        let (c, s) = run(keys(&master), move |st| {
+            client(&st, &admin, Duration::from_secs(5))
+        });
+        c.unwrap();
+        assert_eq!(s.unwrap().client.role, Role::Admin);
+    }
+
     proptest! {
         #[test]
         fn decoders_never_panic_and_hello_round_trips(
@@ -520,11 +724,24 @@ mod tests {
             n in any::<[u8; 32]>(),
         ) {
             let _ = Hello::decode(&bytes);
-            let _ = Hello::name_len(&bytes);
+            let _ = Hello::check_fixed(&bytes);
             let _ = Challenge::decode(&bytes);
             let _ = decode_response(&bytes);
             let _ = decode_done(&bytes);
-            let h = Hello { fsname: name, nonce: n };
+            let client = Identity {
+                role: Role::from_code(n[0] % 3).unwrap(),
+                name: String::new(),
+                nodemap: None,
+            };
+            let client = match client.role {
+                Role::Client => Identity {
+                    name: name.clone(),
+                    nodemap: (n[1] % 2 == 0).then(|| name.clone()),
+                    ..client
+                },
+                _ => client,
+            };
+            let h = Hello { fsname: name, client, nonce: n };
             let enc = h.encode();
             prop_assert_eq!(Hello::decode(&enc).unwrap(), h);
             for cut in 0..enc.len() {

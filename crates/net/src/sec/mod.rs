@@ -16,6 +16,7 @@
 pub mod handshake;
 pub mod session;
 
+pub use nacre_wire::roles::Role;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -27,6 +28,9 @@ pub const FSNAME_BYTES_MAX: usize = 64;
 pub const HANDSHAKE_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Handshakes a server runs at once; connections past it are refused.
 pub const HANDSHAKES_MAX: usize = 64;
+/// Handshakes a server runs at once for one source address; its connections past it are
+/// refused (so one host's silent connections cannot hold every slot).
+pub const HANDSHAKES_PER_ADDR_MAX: usize = 8;
 
 /// Errors of keys and handshakes.
 #[derive(Debug, thiserror::Error)]
@@ -102,24 +106,64 @@ impl std::fmt::Display for Level {
     }
 }
 
-/// A file system's secret key, with the file system it belongs to and the level its
-/// servers protect connections at (clients learn the level from the server, authenticated).
+/// A file system's key, as a key file holds it: the file system, the role its holder acts
+/// as ([`Role`]), the level its servers protect connections at (clients learn the level
+/// from the server, authenticated), and a secret.
+///
+/// Server and admin keys hold the file system's *master* secret: from it a server derives
+/// the secret of every role and every client key, so it can check any peer's proof. A
+/// client key holds only the secret derived for its name and the nodemap it is bound to:
+/// nothing else can be derived from it (no other tenant's key, no server's, no object
+/// capability).
 #[derive(Clone)]
 pub struct FsKey {
     fsname: String,
     secret: [u8; KEY_BYTES],
     level: Level,
+    role: Role,
+    /// A client key's name (empty for server and admin keys).
+    name: String,
+    /// The nodemap a client key is bound to (None: the nodemap of its address).
+    nodemap: Option<String>,
 }
 
 impl std::fmt::Debug for FsKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the secret.
-        write!(f, "FsKey({}, {})", self.fsname, self.level)
+        write!(f, "FsKey({}, {}, {})", self.fsname, self.role, self.level)
     }
 }
 
+/// Who a key says its holder is, as a handshake proves it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// The role.
+    pub role: Role,
+    /// A client key's name (empty otherwise).
+    pub name: String,
+    /// The nodemap a client key is bound to.
+    pub nodemap: Option<String>,
+}
+
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.role)?;
+        if !self.name.is_empty() {
+            write!(f, " key {:?}", self.name)?;
+        }
+        if let Some(m) = &self.nodemap {
+            write!(f, " of nodemap {m:?}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Longest client key name, and longest nodemap name a key binds.
+pub const KEY_NAME_BYTES_MAX: usize = 64;
+
 impl FsKey {
-    /// A new random key for `fsname` (from the operating system's generator).
+    /// A new random master key for `fsname`, held as `role` (server or admin; a client key
+    /// is derived from a master with [`FsKey::client_key`]).
     pub fn generate(fsname: &str, level: Level) -> Result<FsKey, SecError> {
         check_fsname(fsname)?;
         let mut secret = [0u8; KEY_BYTES];
@@ -127,19 +171,18 @@ impl FsKey {
             path: "(new key)".into(),
             cause: format!("no random numbers: {e}"),
         })?;
-        Ok(FsKey {
-            fsname: fsname.to_string(),
-            secret,
-            level,
-        })
+        Ok(FsKey::from_parts(fsname, secret, level))
     }
 
-    /// A key from its parts (tests, tools).
+    /// A server key from its parts (tests, tools).
     pub fn from_parts(fsname: &str, secret: [u8; KEY_BYTES], level: Level) -> FsKey {
         FsKey {
             fsname: fsname.to_string(),
             secret,
             level,
+            role: Role::Server,
+            name: String::new(),
+            nodemap: None,
         }
     }
 
@@ -153,23 +196,117 @@ impl FsKey {
         self.level
     }
 
-    pub(crate) fn secret(&self) -> &[u8; KEY_BYTES] {
-        &self.secret
+    /// The role its holder acts as.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Who a handshake with this key proves its holder is.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            role: self.role,
+            name: self.name.clone(),
+            nodemap: self.nodemap.clone(),
+        }
+    }
+
+    /// True for a key holding the file system's master secret (server and admin keys).
+    pub fn is_master(&self) -> bool {
+        self.role != Role::Client
+    }
+
+    /// The same master key held as `role` (server or admin); `None` for a client key,
+    /// from which no other role can be had.
+    pub fn as_role(&self, role: Role) -> Option<FsKey> {
+        (self.is_master() && role != Role::Client).then(|| FsKey {
+            role,
+            ..self.clone()
+        })
+    }
+
+    /// A client key named `name`, bound to `nodemap` (None: its holder's address decides
+    /// its nodemap), derived from this master key; `None` for a client key.
+    pub fn client_key(&self, name: &str, nodemap: Option<&str>) -> Result<FsKey, SecError> {
+        if !self.is_master() {
+            return Err(SecError::Refused(
+                "a client key is made from the file system's server or admin key, not from \
+                 another client key"
+                    .into(),
+            ));
+        }
+        let id = Identity {
+            role: Role::Client,
+            name: name.to_string(),
+            nodemap: nodemap.map(str::to_string),
+        };
+        check_identity(&id)?;
+        Ok(FsKey {
+            fsname: self.fsname.clone(),
+            secret: self.secret_of(&id),
+            level: self.level,
+            role: Role::Client,
+            name: id.name,
+            nodemap: id.nodemap,
+        })
+    }
+
+    /// The secret a peer of identity `id` proves itself with, derived from the master
+    /// secret (only a master key can derive it).
+    fn secret_of(&self, id: &Identity) -> [u8; KEY_BYTES] {
+        assert!(self.is_master(), "only a master key derives role secrets");
+        let mut m = self.secret.to_vec();
+        for part in [
+            id.name.as_bytes(),
+            id.nodemap.as_deref().unwrap_or("").as_bytes(),
+        ] {
+            m.push(part.len() as u8);
+            m.extend_from_slice(part);
+        }
+        m.push(u8::from(id.nodemap.is_some()));
+        let context = match id.role {
+            Role::Client => "nacre client key 2026",
+            Role::Server => "nacre server key 2026",
+            Role::Admin => "nacre admin key 2026",
+        };
+        blake3::derive_key(context, &m)
+    }
+
+    /// The secret this key's holder proves itself with in a handshake.
+    pub(crate) fn own_secret(&self) -> [u8; KEY_BYTES] {
+        match self.is_master() {
+            true => self.secret_of(&self.identity()),
+            false => self.secret,
+        }
+    }
+
+    /// The secret a peer claiming `id` must prove (a master key only).
+    pub(crate) fn peer_secret(&self, id: &Identity) -> Option<[u8; KEY_BYTES]> {
+        self.is_master().then(|| self.secret_of(id))
     }
 
     /// The key file's text.
     pub fn to_text(&self) -> String {
         let hex: String = self.secret.iter().map(|b| format!("{b:02x}")).collect();
-        format!(
+        let mut text = format!(
             "# Nacre file-system key (nacre keygen). Keep it readable by its owner only.\n\
-             fsname {}\nlevel {}\nkey {hex}\n",
-            self.fsname, self.level
-        )
+             fsname {}\nrole {}\nlevel {}\n",
+            self.fsname, self.role, self.level
+        );
+        if !self.name.is_empty() {
+            text.push_str(&format!("name {}\n", self.name));
+        }
+        if let Some(m) = &self.nodemap {
+            text.push_str(&format!("nodemap {m}\n"));
+        }
+        text.push_str(&format!("key {hex}\n"));
+        text
     }
 
-    /// Parses a key file's text.
+    /// Parses a key file's text. A file without a `role` line (written before keys had
+    /// roles) is a server key: it holds the file system's master secret.
     pub fn parse(text: &str) -> Result<FsKey, String> {
         let (mut fsname, mut level, mut secret) = (None, Level::None, None);
+        let (mut role, mut name, mut nodemap) = (Role::Server, String::new(), None);
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -185,16 +322,36 @@ impl FsKey {
                         format!("level {v:?}: expected none, integrity, bulk or privacy")
                     })?
                 }
+                "role" => {
+                    role = Role::parse(v)
+                        .ok_or_else(|| format!("role {v:?}: expected client, server or admin"))?
+                }
+                "name" => name = v.to_string(),
+                "nodemap" => nodemap = Some(v.to_string()),
                 "key" => secret = Some(parse_hex(v)?),
                 other => return Err(format!("unknown field {other:?}")),
             }
         }
         let fsname = fsname.ok_or("no `fsname` line")?;
         check_fsname(&fsname).map_err(|e| e.to_string())?;
+        if role != Role::Client && (!name.is_empty() || nodemap.is_some()) {
+            return Err(format!(
+                "a {role} key has no `name` or `nodemap` (those are a client key's)"
+            ));
+        }
+        let id = Identity {
+            role,
+            name,
+            nodemap,
+        };
+        check_identity(&id).map_err(|e| e.to_string())?;
         Ok(FsKey {
             fsname,
             secret: secret.ok_or("no `key` line")?,
             level,
+            role,
+            name: id.name,
+            nodemap: id.nodemap,
         })
     }
 
@@ -237,6 +394,26 @@ impl FsKey {
     }
 }
 
+/// Checks a key's name and nodemap: printable, within [`KEY_NAME_BYTES_MAX`].
+fn check_identity(id: &Identity) -> Result<(), SecError> {
+    for (what, v) in [
+        ("name", id.name.as_str()),
+        ("nodemap", id.nodemap.as_deref().unwrap_or("")),
+    ] {
+        if v.len() > KEY_NAME_BYTES_MAX || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(SecError::Protocol(format!(
+                "key {what} {v:?}: at most {KEY_NAME_BYTES_MAX} bytes, no spaces"
+            )));
+        }
+    }
+    if id.nodemap.as_deref() == Some("") {
+        return Err(SecError::Protocol(
+            "a key bound to a nodemap names it".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn check_fsname(fsname: &str) -> Result<(), SecError> {
     if fsname.is_empty() || fsname.len() > FSNAME_BYTES_MAX {
         return Err(SecError::Protocol(format!(
@@ -266,9 +443,17 @@ pub struct ServerKeys {
 }
 
 impl ServerKeys {
-    /// Adds (or replaces) the key of its file system.
-    pub fn add(&mut self, key: FsKey) {
+    /// Adds (or replaces) the key of its file system; refused for a client key (a server
+    /// checks every peer's proof with the master secret only server keys hold).
+    pub fn add(&mut self, key: FsKey) -> Result<(), SecError> {
+        if !key.is_master() {
+            return Err(SecError::Refused(format!(
+                "the key of {} is a client key: a server needs the file system's server key",
+                key.fsname
+            )));
+        }
         self.keys.insert(key.fsname.clone(), key);
+        Ok(())
     }
 
     /// The key of `fsname`.
@@ -313,14 +498,14 @@ pub fn key_for(fsname: &str) -> Option<std::sync::Arc<FsKey>> {
 }
 
 /// The key `fsname`'s MDTs make object capabilities with and its OSTs check them with,
-/// derived from the file system's own key (None: the process holds no key of it, no
-/// capabilities).
+/// derived from the file system's master secret (None: the process holds no server or
+/// admin key of it, no capabilities: a client key cannot make them).
 pub fn capability_key(fsname: &str) -> Option<[u8; 32]> {
     let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-    let key = ring.iter().find(|k| k.fsname == fsname)?;
+    let key = ring.iter().find(|k| k.fsname == fsname && k.is_master())?;
     Some(blake3::derive_key(
         "nacre object capabilities 2026",
-        key.secret(),
+        &key.secret,
     ))
 }
 

@@ -1,0 +1,585 @@
+//! Attacks on the networked form, written as an attacker would: a hostile process on a
+//! client host (a network namespace of its own) speaks the documented protocol to the
+//! servers' ports with the testkit's raw client, with no key, and with the client keys of
+//! tenants. Every request only a server or an administrator may send is refused (`EPERM`),
+//! before its body is decoded, and counted (`requests_refused_role`); a tenant's key from
+//! another tenant's address is refused (`EACCES`); a body that is not the request its
+//! opcode names is refused (`EPROTO`). Nothing changes (checked through another mount, the
+//! MGS's configuration and parameters, the OST's object owners), the servers keep running,
+//! and the legitimate clients beside the attacker keep working. The same requests from a
+//! server's address (no key) or with an admin key are served: the refusals are the role's.
+//! docs/security.md has the table of who may send what.
+
+use nacre_testkit::raw::RawConn;
+use nacre_testkit::{mkfs, nacre_ok, ClientMount, NetHost, NetLab, ServerProc};
+use nacre_types::{ObjectId, Status};
+use nacre_wire::failover::FailoverRequest;
+use nacre_wire::mds::MdsOp;
+use nacre_wire::mgs::{FsConfig, MgsReply, MgsRequest};
+use nacre_wire::oss::OssRequest;
+use nacre_wire::{decode_body, encode_body};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// One MGS+MDT process on `h[0]`, one OSS process on `h[1]`, formatted under `dir`.
+struct Cluster {
+    mds: ServerProc,
+    oss: ServerProc,
+    source: String,
+    fsname: &'static str,
+}
+
+impl Cluster {
+    fn start(h: &[NetHost], dir: &Path, fsname: &'static str, server_args: &[&str]) -> Cluster {
+        let d = |n: &str| dir.join(n);
+        let mgs_nid = format!("{}@tcp", h[0].addr);
+        mkfs("--mgs", 0, fsname, None, &d("mgs"));
+        mkfs("--mdt", 0, fsname, Some(&mgs_nid), &d("mdt0"));
+        mkfs("--ost", 0, fsname, Some(&mgs_nid), &d("ost0"));
+        let mds = h[0].server(&[&d("mgs"), &d("mdt0")], server_args);
+        let oss = h[1].server(&[&d("ost0")], server_args);
+        Cluster {
+            mds,
+            oss,
+            source: format!("{mgs_nid}:/{fsname}"),
+            fsname,
+        }
+    }
+
+    fn ost_name(&self) -> String {
+        format!("{}-OST0000", self.fsname)
+    }
+}
+
+/// How a hostile connection is opened: no key, or a key file's.
+#[derive(Clone)]
+enum As {
+    NoKey(&'static str),
+    Key(PathBuf),
+}
+
+/// Opens a raw connection from `host` to `server` (`ADDR:988`) as client uuid `client`.
+fn connect(host: &NetHost, server: &str, who: &As, client: [u8; 16]) -> RawConn {
+    let (server, who) = (server.to_string(), who.clone());
+    host.run(move || match who {
+        As::NoKey(fsname) => RawConn::connect(&server, fsname, client).unwrap(),
+        As::Key(path) => {
+            let key = nacre_net::sec::FsKey::load(&path).unwrap();
+            RawConn::connect_keyed(&server, &key, client).unwrap()
+        }
+    })
+}
+
+/// The status of an MGS request sent on `c`, and its reply if served.
+fn mgs(c: &mut RawConn, req: &MgsRequest) -> (i32, Option<MgsReply>) {
+    c.send_raw(req.opcode(), 0, &encode_body(req), None)
+        .unwrap();
+    let r = c.recv().unwrap_or_else(|e| panic!("{req:?}: {e}"));
+    let reply = (r.header.status == 0)
+        .then(|| decode_body::<MgsReply>(&r.body).ok())
+        .flatten();
+    (r.header.status, reply)
+}
+
+/// The status of an OSS request to OST 0 sent on `c`.
+fn oss(c: &mut RawConn, req: OssRequest) -> i32 {
+    c.send_oss(0, req, None).unwrap();
+    c.recv().unwrap().header.status
+}
+
+/// The status of an MDS request to MDT 0 sent on `c`.
+fn mds(c: &mut RawConn, op: MdsOp) -> i32 {
+    c.send_mds(0, op).unwrap();
+    c.recv().unwrap().header.status
+}
+
+/// The file system's configuration, as anyone may fetch it.
+fn config(c: &mut RawConn, fsname: &str) -> FsConfig {
+    match mgs(
+        c,
+        &MgsRequest::GetConfig {
+            fsname: fsname.into(),
+        },
+    ) {
+        (0, Some(MgsReply::Config(cfg))) => cfg,
+        other => panic!("GetConfig: {:?}", other.0),
+    }
+}
+
+/// A target's uuid text as the 16 bytes a client uuid is.
+fn uuid_bytes(text: &str) -> [u8; 16] {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
+
+/// Requests process `pid` refused for who sent them: by role before decoding, and by its
+/// handlers after.
+fn refusals(pid: u32) -> u64 {
+    net_stat(pid, "requests_refused_role") + net_stat(pid, "requests_refused_caller")
+}
+
+/// A counter of a process's `net.stats`.
+fn net_stat(pid: u32, name: &str) -> u64 {
+    let text = nacre_testkit::get_param(Some(pid), "net.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in net.stats: {text}"))
+}
+
+/// The stored persistent parameters (all file systems), as a server fetches them.
+fn stored_params(c: &mut RawConn) -> Vec<(String, String)> {
+    match mgs(c, &MgsRequest::GetParams { fsname: "".into() }) {
+        (0, Some(MgsReply::Params { params, .. })) => params,
+        other => panic!("GetParams: {:?}", other.0),
+    }
+}
+
+const PERM: i32 = Status::Perm as i32;
+const ACCES: i32 = Status::Access as i32;
+const PROTO: i32 = Status::Proto as i32;
+
+/// Every request of the role table only servers or administrators may send, from `who` at
+/// `host`: each refused with `EPERM` (a body under another request's opcode `EPROTO`).
+/// `victim` is an object of another user's file on OST 0. Returns how many requests the
+/// MGS+MDS process and the OSS process refused.
+fn server_powers_refused(
+    h: &[NetHost],
+    host: &NetHost,
+    cl: &Cluster,
+    who: &As,
+    victim: ObjectId,
+) -> (u64, u64) {
+    let mds_addr = format!("{}:988", h[0].addr);
+    let oss_addr = format!("{}:988", h[1].addr);
+    let mut m = connect(host, &mds_addr, who, [0xa7; 16]);
+    let cfg = config(&mut m, cl.fsname);
+    let (mut at_mds, mut at_oss) = (0, 0);
+
+    // The MGS: a fault point armed cluster-wide, a target moved to the attacker, the
+    // tenants' nodemaps read, quota and QoS changed, a target's usage reported.
+    let attacker_nid = format!("{}:988@tcp", host.addr).parse().unwrap();
+    let mut moved = cfg.osts[0].clone();
+    moved.nids = vec![attacker_nid];
+    let refused_mgs = [
+        MgsRequest::SetParam {
+            fsname: String::new(),
+            name: "fail_loc".into(),
+            value: "net.panic".into(),
+        },
+        MgsRequest::SetParam {
+            fsname: String::new(),
+            name: "osd.*.direct_io".into(),
+            value: "0".into(),
+        },
+        MgsRequest::Register(moved),
+        MgsRequest::GetNodemaps,
+    ];
+    for req in &refused_mgs {
+        assert_eq!(mgs(&mut m, req).0, PERM, "{req:?}");
+        at_mds += 1;
+    }
+    // Refused by their opcode alone, whatever follows (nothing is decoded).
+    for opcode in [0x0107u16, 0x0108, 0x010a, 0x010b, 0x010c, 0x010d, 0x010f] {
+        assert_eq!(
+            m.call_raw(opcode, 0, b"junk").unwrap(),
+            PERM,
+            "{opcode:#06x}"
+        );
+        at_mds += 1;
+    }
+
+    // The MDT: requests only peer MDTs send, and a client claiming a peer MDT's uuid (it
+    // is public in the configuration) to escape its nodemap.
+    for opcode in [0x021au16, 0x021b, 0x0221] {
+        assert_eq!(
+            m.call_raw(opcode, 0, b"junk").unwrap(),
+            PERM,
+            "{opcode:#06x}"
+        );
+        at_mds += 1;
+    }
+    let mdt_uuid = uuid_bytes(&cfg.mdts[0].uuid);
+    let mut claim = connect(host, &mds_addr, who, mdt_uuid);
+    let root = MdsOp::GetAttr {
+        fid: nacre_types::Fid::ROOT,
+    };
+    assert_eq!(
+        mds(&mut claim, root.clone()),
+        PERM,
+        "a false peer-MDT claim"
+    );
+    at_mds += 1;
+    // A body that is not its opcode's request: an AllocFid under GetAttr's opcode.
+    let body = encode_body(&nacre_wire::mds::MdsCall {
+        client: [0xa7; 16],
+        replied_below: 0,
+        jobid: String::new(),
+        cred: nacre_types::cred::current(),
+        lock_bits: 0,
+        op: MdsOp::AllocFid,
+    });
+    assert_eq!(m.call_raw(root.opcode(), 0, &body).unwrap(), PROTO);
+    at_mds += 1;
+
+    // The OST: destroying and re-owning another user's object.
+    let mut o = connect(host, &oss_addr, who, [0xa7; 16]);
+    let evil = nacre_types::cred::Owner {
+        uid: 4242,
+        gid: 4242,
+        project: 0,
+    };
+    for req in [
+        OssRequest::Destroy {
+            objects: vec![victim],
+        },
+        OssRequest::SetOwner {
+            objects: vec![victim],
+            owner: evil,
+        },
+    ] {
+        assert_eq!(oss(&mut o, req.clone()), PERM, "{req:?}");
+        at_oss += 1;
+    }
+    // A Destroy under a read's opcode.
+    let destroy = nacre_wire::oss::OssCall {
+        client: [0xa7; 16],
+        jobid: String::new(),
+        cred: nacre_types::cred::current(),
+        req: OssRequest::Destroy {
+            objects: vec![victim],
+        },
+        capa: None,
+    };
+    assert_eq!(
+        o.call_raw(0x0302, 0, &encode_body(&destroy)).unwrap(),
+        PROTO
+    );
+    at_oss += 1;
+    // Failover: the OST released from its server; the mover: a job run as root.
+    let release = FailoverRequest::Release {
+        target: cl.ost_name(),
+    };
+    assert_eq!(
+        o.call_raw(release.opcode(), 0, &encode_body(&release))
+            .unwrap(),
+        PERM
+    );
+    assert_eq!(o.call_raw(0x0501, 0, b"junk").unwrap(), PERM, "mover job");
+    at_oss += 2;
+    (at_mds, at_oss)
+}
+
+/// What the attacks must have left as it was: the OST still at its server, nothing
+/// stored, the victim's object with its owner, its data whole through a fresh mount.
+fn nothing_changed(
+    h: &[NetHost],
+    cl: &Cluster,
+    who: &As,
+    server_side: &As,
+    victim: ObjectId,
+    owner_before: nacre_types::cred::Owner,
+    check: impl Fn(),
+) {
+    let mds_addr = format!("{}:988", h[0].addr);
+    let mut m = connect(&h[2], &mds_addr, who, [0xa8; 16]);
+    let cfg = config(&mut m, cl.fsname);
+    assert_eq!(
+        cfg.osts[0].nids[0].ip().to_string(),
+        h[1].addr,
+        "the OST was not moved"
+    );
+    // Stored parameters, asked from the MGS's own host as `server_side`.
+    let mut at_mgs = connect(&h[0], &mds_addr, server_side, [0xa9; 16]);
+    let params = stored_params(&mut at_mgs);
+    assert!(params.is_empty(), "nothing stored: {params:?}");
+    let oss_addr = format!("{}:988", h[1].addr);
+    let mut o = connect(&h[2], &oss_addr, who, [0xa8; 16]);
+    o.send_oss(0, OssRequest::GetOwner { object: victim }, None)
+        .unwrap();
+    let r = o.recv().unwrap();
+    match r.oss() {
+        Some(nacre_wire::oss::OssReply::Owner(owner)) => assert_eq!(owner, Some(owner_before)),
+        _ => panic!("GetOwner of the victim: {}", r.header.status),
+    }
+    check();
+}
+
+/// The owner the OST records for `object`, asked from `host` as `who`.
+fn owner_of(
+    host: &NetHost,
+    oss_addr: &str,
+    who: &As,
+    object: ObjectId,
+) -> nacre_types::cred::Owner {
+    let mut o = connect(host, oss_addr, who, [0xaa; 16]);
+    o.send_oss(0, OssRequest::GetOwner { object }, None)
+        .unwrap();
+    match o.recv().unwrap().oss() {
+        Some(nacre_wire::oss::OssReply::Owner(Some(owner))) => owner,
+        other => panic!("GetOwner: {other:?}"),
+    }
+}
+
+#[test]
+fn without_keys_a_client_address_has_no_server_power() {
+    let lab = NetLab::new(3);
+    let h = &lab.hosts;
+    let root = tempfile::Builder::new()
+        .prefix("nacre-attacks")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let cl = Cluster::start(h, root.path(), "atk0", &[]);
+    let mount = ClientMount::mount_in(&h[2].prefix(), &cl.source, &d("mnt"), &[]);
+    let data = nacre_testkit::pattern(41, 3 << 20);
+    fs::write(mount.mnt.join("victim"), &data).unwrap();
+    let (_, victim) = nacre_testkit::object_of(&mount.mnt.join("victim"));
+    let who = As::NoKey("atk0");
+    let oss_addr = format!("{}:988", h[1].addr);
+    let owner_before = owner_of(&h[2], &oss_addr, &who, victim);
+    let (mds0, oss0) = (refusals(cl.mds.pid()), refusals(cl.oss.pid()));
+
+    let (at_mds, at_oss) = server_powers_refused(h, &h[2], &cl, &who, victim);
+
+    assert_eq!(
+        refusals(cl.mds.pid()) - mds0,
+        at_mds,
+        "each refusal counted"
+    );
+    assert_eq!(
+        refusals(cl.oss.pid()) - oss0,
+        at_oss,
+        "each refusal counted"
+    );
+    nothing_changed(h, &cl, &who, &who, victim, owner_before, || {
+        let other = ClientMount::mount_in(&h[2].prefix(), &cl.source, &d("other"), &[]);
+        assert!(
+            fs::read(other.mnt.join("victim")).unwrap() == data,
+            "data whole"
+        );
+    });
+    // The servers run on, and the legitimate client beside the attacker works.
+    let (mut mds, mut oss) = (cl.mds, cl.oss);
+    assert!(mds.try_wait().is_none() && oss.try_wait().is_none());
+    fs::write(mount.mnt.join("after"), b"after").unwrap();
+    assert_eq!(fs::read(mount.mnt.join("after")).unwrap(), b"after");
+
+    // The same request from a server's address is a server's: stored.
+    let mut at_mgs = connect(&h[0], &format!("{}:988", h[0].addr), &who, [1; 16]);
+    let set = MgsRequest::SetParam {
+        fsname: String::new(),
+        name: "jobid_var".into(),
+        value: "procname_uid".into(),
+    };
+    assert_eq!(mgs(&mut at_mgs, &set).0, 0, "a server's address may");
+    // Fault points never, from anyone: test instruments are armed locally only.
+    let fault = MgsRequest::SetParam {
+        fsname: String::new(),
+        name: "fail_*".into(),
+        value: "net.panic".into(),
+    };
+    assert_eq!(mgs(&mut at_mgs, &fault).0, Status::Inval as i32);
+    let out = nacre_testkit::nacre(&[
+        "ctl",
+        "--pid",
+        &mds.pid().to_string(),
+        "set_param",
+        "-P",
+        "fail_loc=net.panic",
+    ]);
+    assert!(
+        !out.status.success(),
+        "set_param -P of a fault point refused"
+    );
+    let params = stored_params(&mut at_mgs);
+    assert_eq!(
+        params,
+        vec![("jobid_var".to_string(), "procname_uid".to_string())]
+    );
+    drop(mount);
+    mds.stop();
+    oss.stop();
+}
+
+#[test]
+fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
+    let lab = NetLab::new(4);
+    let h = &lab.hosts;
+    let root = tempfile::Builder::new()
+        .prefix("nacre-attacks")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    fs::create_dir(&keys).unwrap();
+    let server_key = keys.join("server.key");
+    nacre_ok(&[
+        "keygen",
+        "atk1",
+        "-o",
+        server_key.to_str().unwrap(),
+        "--level",
+        "integrity",
+    ]);
+    let sk = server_key.to_str().unwrap();
+    let cl = Cluster::start(h, root.path(), "atk1", &["--key", sk]);
+    // Two tenants: a on h[2] (root squashed, the default), b on h[3].
+    for (name, host) in [("tenant-a", &h[2]), ("tenant-b", &h[3])] {
+        nacre_tests::nodemap(&cl.mds, &["add", name]);
+        nacre_tests::nodemap(
+            &cl.mds,
+            &["add_range", "--name", name, "--range", &host.addr],
+        );
+    }
+    nacre_tests::enforced(&[&cl.mds, &cl.oss]);
+    let derive = |name: &str, role: &str, nodemap: Option<&str>| {
+        nacre_testkit::derived_key(&server_key, &keys.join(name), role, nodemap)
+    };
+    let (key_a, key_b) = (
+        derive("a.key", "client", Some("tenant-a")),
+        derive("b.key", "client", Some("tenant-b")),
+    );
+    let admin_key = derive("admin.key", "admin", None);
+    // The administrator lays out a directory for each tenant (admin keys are never mapped).
+    let top = ClientMount::mount_in(
+        &h[0].prefix(),
+        &cl.source,
+        &d("top"),
+        &["--key", admin_key.to_str().unwrap()],
+    );
+    fs::create_dir(top.mnt.join("b")).unwrap();
+    // Tenants' roots are squashed: b's directory is open to them.
+    fs::set_permissions(
+        top.mnt.join("b"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let secret = nacre_testkit::pattern(43, 1 << 20);
+    fs::write(top.mnt.join("b/secret"), &secret).unwrap();
+    let (_, victim) = nacre_testkit::object_of(&top.mnt.join("b/secret"));
+    let tenant_a = ClientMount::mount_in(
+        &h[2].prefix(),
+        &cl.source,
+        &d("a"),
+        &["--key", key_a.to_str().unwrap()],
+    );
+    let tenant_b = ClientMount::mount_in(
+        &h[3].prefix(),
+        &cl.source,
+        &d("b"),
+        &["--key", key_b.to_str().unwrap()],
+    );
+    assert!(fs::read(tenant_b.mnt.join("b/secret")).unwrap() == secret);
+    let oss_addr = format!("{}:988", h[1].addr);
+    let mds_addr = format!("{}:988", h[0].addr);
+    let admin = As::Key(admin_key.clone());
+    let owner_before = owner_of(&h[0], &oss_addr, &admin, victim);
+
+    // (b) Tenant b's key, stolen and used from tenant a's address: every request refused.
+    let stolen = As::Key(key_b.clone());
+    let mut m = connect(&h[2], &mds_addr, &stolen, [0xb1; 16]);
+    let root_attr = MdsOp::GetAttr {
+        fid: nacre_types::Fid::ROOT,
+    };
+    assert_eq!(
+        mds(&mut m, root_attr.clone()),
+        ACCES,
+        "b's key at a's address"
+    );
+    let mut o = connect(&h[2], &oss_addr, &stolen, [0xb1; 16]);
+    let read = OssRequest::Read {
+        object: victim,
+        offset: 0,
+        len: 4096,
+        lock: false,
+    };
+    assert_eq!(
+        oss(&mut o, read.clone()),
+        ACCES,
+        "b's data read from a's address"
+    );
+    // From b's own address the same key reads (the refusal was the address's).
+    let mut o_b = connect(&h[3], &oss_addr, &stolen, [0xb2; 16]);
+    assert_eq!(oss(&mut o_b, read), 0);
+
+    // (c) Tenant a's own key (root squashed): no server or administrator power.
+    let who = As::Key(key_a.clone());
+    let (mds0, oss0) = (refusals(cl.mds.pid()), refusals(cl.oss.pid()));
+    let (at_mds, at_oss) = server_powers_refused(h, &h[2], &cl, &who, victim);
+    assert_eq!(
+        refusals(cl.mds.pid()) - mds0,
+        at_mds,
+        "each refusal counted"
+    );
+    assert_eq!(
+        refusals(cl.oss.pid()) - oss0,
+        at_oss,
+        "each refusal counted"
+    );
+
+    // A client uuid, once used by tenant b, is b's while its export lives: tenant a naming
+    // it (to end b's export, close its opens, poll its lock callbacks) is refused.
+    let uuid = [0xc5; 16];
+    let mut as_b = connect(&h[3], &mds_addr, &stolen, uuid);
+    assert_eq!(mds(&mut as_b, MdsOp::Ping), 0);
+    let mut as_a = connect(&h[2], &mds_addr, &who, uuid);
+    assert_eq!(mds(&mut as_a, MdsOp::Disconnect), PERM, "b's uuid from a");
+    assert_eq!(mds(&mut as_a, root_attr.clone()), PERM);
+    assert_eq!(mds(&mut as_b, MdsOp::Ping), 0, "b's export lives on");
+
+    // A key file edited to claim the admin role proves nothing: refused at the handshake.
+    let text = fs::read_to_string(&key_a).unwrap();
+    let forged: String = text
+        .lines()
+        .filter(|l| !l.starts_with("name ") && !l.starts_with("nodemap "))
+        .map(|l| match l.starts_with("role ") {
+            true => "role admin\n".to_string(),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    let forged = nacre_net::sec::FsKey::parse(&forged).unwrap();
+    let refused_before = net_stat(cl.mds.pid(), "handshakes_refused");
+    let m_addr = mds_addr.clone();
+    let attempt = h[2].run(move || RawConn::connect_keyed(&m_addr, &forged, [0xb3; 16]).err());
+    assert!(attempt.is_some(), "a forged admin key opened a session");
+    assert_eq!(
+        net_stat(cl.mds.pid(), "handshakes_refused"),
+        refused_before + 1
+    );
+
+    nothing_changed(h, &cl, &admin, &admin, victim, owner_before, || {
+        let again = ClientMount::mount_in(
+            &h[3].prefix(),
+            &cl.source,
+            &d("b2"),
+            &["--key", key_b.to_str().unwrap()],
+        );
+        assert!(
+            fs::read(again.mnt.join("b/secret")).unwrap() == secret,
+            "data whole"
+        );
+    });
+    // The tenants' mounts work on; an administrator's key may change parameters.
+    fs::write(tenant_b.mnt.join("b/after"), b"b").unwrap();
+    assert_eq!(fs::read(tenant_a.mnt.join("b/after")).unwrap(), b"b");
+    let mut adm = connect(&h[2], &mds_addr, &admin, [0xb4; 16]);
+    let set = MgsRequest::SetParam {
+        fsname: String::new(),
+        name: "jobid_var".into(),
+        value: "procname_uid".into(),
+    };
+    assert_eq!(
+        mgs(&mut adm, &set).0,
+        0,
+        "an admin key may, from any address"
+    );
+    let (mut mds, mut oss) = (cl.mds, cl.oss);
+    assert!(mds.try_wait().is_none() && oss.try_wait().is_none());
+    drop((top, tenant_a, tenant_b));
+    mds.stop();
+    oss.stop();
+}
