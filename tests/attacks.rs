@@ -583,3 +583,53 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
     mds.stop();
     oss.stop();
 }
+
+/// (d) A local unprivileged user against a server's control socket, whose file a lax umask
+/// (here a chmod) left open to everyone: the kernel says who connected (SO_PEERCRED), and
+/// nobody's request is refused; a fault point stays disarmed and the server runs on.
+#[test]
+fn a_local_user_cannot_use_a_servers_control_socket() {
+    let root = tempfile::Builder::new()
+        .prefix("nacre-attacks")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let port = nacre_testkit::free_port();
+    mkfs("--mgs", 0, "atk2", None, &root.path().join("mgs"));
+    let mut server = ServerProc::start(port, &[&root.path().join("mgs")], &[]);
+    let pid = server.pid().to_string();
+    let socket = Path::new("/run/nacre/ctl").join(format!("{pid}.sock"));
+    let mode =
+        |p: &Path| std::os::unix::fs::PermissionsExt::mode(&fs::metadata(p).unwrap().permissions());
+    assert_eq!(
+        mode(&socket) & 0o777,
+        0o600,
+        "the socket is its owner's only"
+    );
+    fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let refused_before = net_stat(server.pid(), "requests_refused_caller");
+    // The nacre binary, where nobody may run it (the build's directory is root's).
+    fs::set_permissions(
+        root.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin = root.path().join("nacre");
+    fs::copy(nacre_testkit::nacre_bin(), &bin).unwrap();
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(&bin)
+        .args(["ctl", "--pid", &pid, "set_param", "fail_loc=net.panic"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "nobody set a parameter");
+    assert!(err.contains("root only"), "{err}");
+    assert_eq!(
+        net_stat(server.pid(), "requests_refused_caller"),
+        refused_before + 1
+    );
+    let armed = nacre_testkit::get_param(Some(server.pid()), "fail_loc");
+    assert!(!armed.contains("net.panic"), "armed: {armed}");
+    assert!(server.try_wait().is_none(), "the server runs on");
+    server.stop();
+}

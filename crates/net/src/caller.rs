@@ -44,9 +44,10 @@ pub fn install_servers(fsname: &str, addrs: Vec<IpAddr>) {
 /// process: a fetch of each configuration from its MGS).
 type Refresher = Box<dyn Fn() + Send + Sync>;
 static REFRESHER: std::sync::OnceLock<Refresher> = std::sync::OnceLock::new();
-/// Milliseconds since the epoch of the last refresh started.
-static REFRESHED_MS: AtomicU64 = AtomicU64::new(0);
-/// Shortest time between two refreshes a peer's request can cause.
+/// When the last refresh started (ms since the epoch), under the lock refreshes take one
+/// at a time.
+static REFRESHED_MS: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+/// Shortest time between the starts of two refreshes a peer's request can cause.
 pub const SERVERS_REFRESH_MS_MIN: u64 = 100;
 /// Requests waiting for a refresh at most; past it they are judged on what is known.
 pub const RECHECKS_QUEUED_MAX: usize = 256;
@@ -58,23 +59,30 @@ pub fn set_servers_refresher(f: impl Fn() + Send + Sync + 'static) {
     let _ = REFRESHER.set(Box::new(f));
 }
 
-/// Learns the server addresses again, unless a refresh started less than
-/// [`SERVERS_REFRESH_MS_MIN`] ago (so hostile requests cannot make the MGS busy).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Learns the server addresses again, so that what is known afterwards was learnt after
+/// this call began: returns at once if a refresh started since, else waits for the one
+/// running and starts the next, at most one every [`SERVERS_REFRESH_MS_MIN`] (so hostile
+/// requests cannot make the MGS busy, only wait).
 fn refresh_servers() {
     let Some(refresh) = REFRESHER.get() else {
         return;
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let last = REFRESHED_MS.load(Ordering::Relaxed);
-    if now.saturating_sub(last) < SERVERS_REFRESH_MS_MIN
-        || REFRESHED_MS
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
+    let asked = now_ms();
+    let mut last = REFRESHED_MS.lock().unwrap_or_else(|e| e.into_inner());
+    if *last > asked {
         return;
     }
+    let wait = (*last + SERVERS_REFRESH_MS_MIN).saturating_sub(now_ms());
+    if wait > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(wait));
+    }
+    *last = now_ms().max(asked + 1);
     refresh();
 }
 

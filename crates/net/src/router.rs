@@ -85,6 +85,12 @@ impl Router {
         self.started.notify_all();
     }
 
+    /// Waits, as routing `op` would, while the server is starting and serves no pool of
+    /// it yet (by then a starting server process has learnt who its peers are).
+    pub(crate) fn wait_for_service(&self, op: u16) {
+        let _ = self.pool_for(op);
+    }
+
     /// The pool serving `op`, waiting while the server is starting and has none yet.
     fn pool_for(&self, op: u16) -> Option<Arc<ServicePool>> {
         let find = || {

@@ -554,6 +554,9 @@ impl FrameSink for ServerSink {
         // Who may send what: docs/security.md. Refused before the body is decoded; a peer
         // without a key is judged again once the servers' addresses are learnt again (a
         // server that started a moment ago).
+        // A starting server process learns its peers' addresses before it adds its
+        // services: judge after that, as the request would have waited for its service.
+        self.router.wait_for_service(req.header.opcode);
         let first = self.refused_role == 0;
         self.refused_role += 1;
         let (router, stats, caller, cpt) = (

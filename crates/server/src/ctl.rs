@@ -178,13 +178,55 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
     }
 }
 
+/// The uid of the process at the other end of `stream` (SO_PEERCRED), as the kernel
+/// recorded it when it connected.
+fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of a ucred, the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    match rc {
+        0 => Ok(cred.uid),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 fn serve_one(src: &CtlSources, stream: UnixStream) -> std::io::Result<()> {
     let timeout = Some(Duration::from_millis(crate::callers::CALLER_TIMEOUT_MS));
     stream.set_read_timeout(timeout)?;
     stream.set_write_timeout(timeout)?;
     let mut line = String::new();
     BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line)?;
+    // Who asks is the kernel's answer, not the socket file's mode (a lax umask, a copied
+    // socket): root, or the user this process runs as.
+    let uid = peer_uid(&stream)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
     let reply = match serde_json::from_str::<CtlRequest>(&line) {
+        Ok(_) if uid != 0 && uid != me => {
+            nacre_net::caller::refused(|| {
+                format!("control socket: refused a request of uid {uid} (root only)")
+            });
+            CtlReply {
+                error: Some(format!(
+                    "the control socket answers root only (you are uid {uid})"
+                )),
+                params: Vec::new(),
+            }
+        }
         Ok(req) => answer(src, req),
         Err(e) => CtlReply {
             error: Some(format!("bad control request: {e}")),
@@ -205,6 +247,9 @@ pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
     let _ = std::fs::remove_file(&path);
     let listener =
         UnixListener::bind(&path).with_context(|| format!("cannot bind {}", path.display()))?;
+    // Its owner only, whatever the umask (each request's sender is checked too).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {}", path.display()))?;
     crate::callers::serve_all(
         "control",
         std::iter::repeat_with(move || listener.accept().map(|(s, _)| s)),

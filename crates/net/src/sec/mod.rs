@@ -355,14 +355,23 @@ impl FsKey {
         })
     }
 
-    /// Reads a key file; refused if others than its owner may read it.
+    /// Reads a key file; refused if others than its owner may read it, or if its owner is
+    /// not the user reading it (another user could put a key of their choosing there).
     pub fn load(path: &Path) -> Result<FsKey, SecError> {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let err = |cause: String| SecError::KeyFile {
             path: path.display().to_string(),
             cause,
         };
         let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(err(format!(
+                "owned by uid {}, not by uid {me} who reads it; `chown` it",
+                meta.uid()
+            )));
+        }
         let mode = meta.permissions().mode();
         if mode & 0o077 != 0 {
             return Err(err(format!(
@@ -559,6 +568,15 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = FsKey::load(&p).unwrap_err().to_string();
         assert!(e.contains("chmod 600"), "{e}");
+        // A key file another user owns (and so could rewrite) is refused too.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let me = unsafe { libc::geteuid() };
+        let other = if me == 0 { 65534 } else { me };
+        std::os::unix::fs::chown(&p, Some(other), None).unwrap();
+        if other != me {
+            let e = FsKey::load(&p).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 65534"), "{e}");
+        }
         assert!(FsKey::generate("fs", Level::None)
             .unwrap()
             .save(&p)
