@@ -14,7 +14,7 @@ use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
 use nacre_wire::Service;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -301,11 +301,6 @@ struct Accept {
     handshakes: Arc<Mutex<Pending>>,
 }
 
-/// Seconds since the epoch of the last refusal logged (refusals are logged at most once a
-/// second, with how many were not).
-static REFUSAL_LOGGED_S: AtomicU64 = AtomicU64::new(0);
-static REFUSALS_UNLOGGED: AtomicU64 = AtomicU64::new(0);
-
 impl Accept {
     fn run(self) {
         let mut partition = 0usize;
@@ -476,21 +471,9 @@ fn log_role_refusal(caller: &crate::Caller, opcode: u16, need: nacre_wire::roles
 }
 
 fn log_refusal(peer: &str, open: u64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if REFUSAL_LOGGED_S.swap(now, Ordering::Relaxed) == now {
-        REFUSALS_UNLOGGED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let more = REFUSALS_UNLOGGED.swap(0, Ordering::Relaxed);
-    tracing::warn!(
-        "refusing a connection from {peer}: {open} connections open (conns_max){}",
-        match more {
-            0 => String::new(),
-            n => format!("; {n} more refused in the last second"),
-        }
-    );
+    crate::caller::log_refusal(|| {
+        format!("refusing a connection from {peer}: {open} connections open (conns_max)")
+    });
 }
 
 /// A server connection's frames: requests, routed to their service.
