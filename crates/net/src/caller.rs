@@ -104,9 +104,15 @@ pub(crate) fn after_refresh(caller: &Caller, decide: Recheck) {
         std::thread::Builder::new()
             .name("role-recheck".into())
             .spawn(move || {
-                for job in rx {
+                // Every decision waiting when a refresh begins is judged after it: one
+                // refresh for a whole queue, however fast peers are refused.
+                while let Ok(first) = rx.recv() {
+                    let waiting: Vec<Recheck> =
+                        std::iter::once(first).chain(rx.try_iter()).collect();
                     refresh_servers();
-                    job();
+                    for job in waiting {
+                        job();
+                    }
                 }
             })
             .ok()
