@@ -64,22 +64,10 @@ impl RawConn {
         Ok(c)
     }
 
-    /// Sends a request of any service: `body` as it is, under `opcode` (which need not be
-    /// the body's own: a hostile peer's choice), to target index `target`; returns its xid.
-    pub fn send_raw(
-        &mut self,
-        opcode: u16,
-        target: u32,
-        body: &[u8],
-        bulk: Option<&[u8]>,
-    ) -> std::io::Result<u64> {
-        self.send(opcode, target, body, bulk)
-    }
-
     /// Sends `body` under `opcode` to `target` and reads its reply's status (0: served,
     /// else the negative errno), or the I/O error that ended the connection.
     pub fn call_raw(&mut self, opcode: u16, target: u32, body: &[u8]) -> std::io::Result<i32> {
-        self.send(opcode, target, body, None)?;
+        self.send_raw(opcode, target, body, None)?;
         Ok(self.recv()?.header.status)
     }
 
@@ -99,7 +87,7 @@ impl RawConn {
             cred: nacre_types::cred::current(),
             op,
         };
-        self.send(opcode, target, &encode_body(&call), None)
+        self.send_raw(opcode, target, &encode_body(&call), None)
     }
 
     /// Sends an OSS request to OST `target`, with `bulk` for a write; returns its xid.
@@ -117,10 +105,12 @@ impl RawConn {
             req,
             capa: None,
         };
-        self.send(opcode, target, &encode_body(&call), bulk)
+        self.send_raw(opcode, target, &encode_body(&call), bulk)
     }
 
-    fn send(
+    /// Sends a request of any service: `body` as it is, under `opcode` (which need not be
+    /// the body's own: a hostile peer's choice), to target index `target`; returns its xid.
+    pub fn send_raw(
         &mut self,
         opcode: u16,
         target: u32,
