@@ -172,6 +172,34 @@ fn the_mdt_refuses_what_the_kernel_would(form: Form) {
             .expect("owner's user xattr");
         // Group permission through a supplementary group only.
         assert_eq!(errno(c.open(grp, MAY_READ)), eacces);
+        // Device nodes are root's to make (CAP_MKNOD); fifos and sockets anyone's.
+        let node = |name: &str, kind: FileKind, rdev: u32| {
+            c.create(
+                open_fid,
+                name.as_bytes(),
+                kind,
+                0o666,
+                1000,
+                1000,
+                rdev,
+                true,
+                false,
+                0,
+            )
+        };
+        let makedev = (1 << 8) | 3; // /dev/null's
+        assert_eq!(errno(node("cdev", FileKind::CharDevice, makedev)), eperm);
+        assert_eq!(errno(node("bdev", FileKind::BlockDevice, makedev)), eperm);
+        node("fifo", FileKind::Fifo, 0).expect("alice makes a fifo");
+        // A read-only open truncates nothing, through a descriptor or not.
+        let (_, f) = c.open(ro, MAY_READ).expect("alice may read ro");
+        let through_fd = SetAttr {
+            size: Some(0),
+            from_open: true,
+            ..SetAttr::default()
+        };
+        assert_eq!(errno(c.setattr(ro, through_fd)), eacces);
+        c.close(&f).unwrap();
     });
     cred::with(Cred::new(1000, 1000, vec![4242]), || {
         let (_, f) = c.open(grp, MAY_READ).expect("member of 4242 reads grp");
@@ -193,6 +221,8 @@ fn the_mdt_refuses_what_the_kernel_would(form: Form) {
     assert_eq!(fs::read(fs.path("ro")).unwrap(), b"read-only data");
     assert_eq!(fs::read(sticky.join("rootfile")).unwrap(), b"r");
     assert!(!open.join("as-root").exists() && !fs.path("nope").exists());
+    assert!(!open.join("cdev").exists() && !open.join("bdev").exists());
+    assert!(open.join("fifo").exists());
     assert_eq!(
         fs::metadata(fs.path("ro")).unwrap().permissions().mode() & 0o7777,
         0o644

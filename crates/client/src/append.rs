@@ -17,6 +17,7 @@ impl Client {
     /// returns the offset it was written at.
     pub fn append(&self, file: &crate::OpenFile, data: &[u8]) -> Result<u64> {
         file.check_writable()?;
+        self.remove_privs(file, None)?;
         let io = self.io_layout(file)?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());

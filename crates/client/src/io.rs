@@ -2,7 +2,7 @@
 
 use crate::*;
 use nacre_types::{Owner, Status};
-use nacre_wire::mds::MdsOp;
+use nacre_wire::mds::{MdsOp, MdsReply};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -135,6 +135,40 @@ impl Client {
         osc::owner(self, ost, object)
     }
 
+    /// Clears `file`'s set-id bits before a write through it, as the kernel's
+    /// `file_remove_privs` does on a local file system: set-user-ID, and set-group-ID
+    /// where group-execute is set, go when the writer lacks `CAP_FSETID`. The MDT clears
+    /// them as a side effect of the write, for anyone who holds the file open for writing
+    /// (the writer need not own the file). `kernel`: what a FUSE mount's kernel said
+    /// (`FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID` and the kernel saw the
+    /// bits); `None` where no kernel is asked (the node API, rings, `LD_PRELOAD`, the
+    /// library's own users): a writer other than root, on a file that had the bits when
+    /// it was opened. The library's writes ([`Client::write`], [`Client::write_cached`],
+    /// [`Client::append`]) ask it with `None` themselves.
+    pub fn remove_privs(&self, file: &OpenFile, kernel: Option<bool>) -> Result<()> {
+        let kill = match kernel {
+            Some(k) => k,
+            None if file.kernel_kills_privs => false,
+            None => !nacre_types::cred::current().is_root() && file.setid.load(Ordering::Acquire),
+        };
+        if !kill {
+            return Ok(());
+        }
+        let set = nacre_types::SetAttr {
+            kill_suidgid: true,
+            ..nacre_types::SetAttr::default()
+        };
+        match self.md(MdsOp::SetAttr {
+            fid: file.fid,
+            attr: set,
+        })? {
+            MdsReply::Attr(_) => {}
+            _ => return Err(Status::Proto.into()),
+        }
+        file.setid.store(false, Ordering::Release);
+        Ok(())
+    }
+
     /// Writes file data; returns when every OST holding a part has acknowledged it.
     pub fn write(&self, file: &OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         self.write_with(file, offset, data, None).map(|(n, _)| n)
@@ -161,6 +195,7 @@ impl Client {
         whole: Option<&Arc<nacre_types::AlignedBuf>>,
     ) -> Result<(usize, bool)> {
         file.check_writable()?;
+        self.remove_privs(file, None)?;
         let mut refused = 0;
         loop {
             let io = self.io_layout(file)?;
@@ -215,6 +250,7 @@ impl Client {
         punch_hole: bool,
     ) -> Result<()> {
         file.check_writable()?;
+        self.remove_privs(file, None)?;
         match self.io_layout(file)?.get() {
             Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
             None => Err(Status::Inval.into()),

@@ -165,6 +165,12 @@ pub struct OpenFile {
     owner: Owner,
     /// The access it was opened for ([`nacre_types::cred::MAY_WRITE`] to write through it).
     access: u8,
+    /// The file had set-id bits a write clears when it was opened (and no write through
+    /// this handle has cleared them since): [`Client::remove_privs`].
+    setid: std::sync::atomic::AtomicBool,
+    /// A kernel says which writes through it clear set-id bits (a FUSE mount's handle,
+    /// `FUSE_HANDLE_KILLPRIV_V2`): the library's writes leave it to the caller.
+    kernel_kills_privs: bool,
     /// Data was written through it (its close tells the MDT, which then no longer knows
     /// the size exactly).
     wrote: std::sync::atomic::AtomicBool,
@@ -196,6 +202,13 @@ impl OpenFile {
         self.append = true;
     }
 
+    /// Marks the handle as a kernel's: the kernel says which writes through it clear
+    /// set-id bits ([`Client::remove_privs`] with its word), the library's writes do not
+    /// decide it themselves.
+    pub fn set_kernel_kills_privs(&mut self) {
+        self.kernel_kills_privs = true;
+    }
+
     /// True if the handle was opened with `O_APPEND`.
     pub fn is_append(&self) -> bool {
         self.append
@@ -218,6 +231,8 @@ impl OpenFile {
     /// The handle, knowing its file's owner from `attr`.
     fn owned_by(mut self, attr: &Attr) -> OpenFile {
         self.owner = Owner::of(attr);
+        let kept = nacre_types::attr::kill_suidgid(attr.perm);
+        self.setid = std::sync::atomic::AtomicBool::new(kept != attr.perm);
         self
     }
 
@@ -238,6 +253,10 @@ impl OpenFile {
         OpenFile {
             incarnation: self.incarnation,
             owner: self.owner,
+            setid: std::sync::atomic::AtomicBool::new(
+                self.setid.load(std::sync::atomic::Ordering::Acquire),
+            ),
+            kernel_kills_privs: self.kernel_kills_privs,
             ..OpenFile::with_slot(self.layout.clone()).with_access(access)
         }
     }
@@ -251,6 +270,8 @@ impl OpenFile {
             incarnation: 0,
             owner: Owner::default(),
             access: nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE,
+            setid: std::sync::atomic::AtomicBool::new(false),
+            kernel_kills_privs: false,
             wrote: std::sync::atomic::AtomicBool::new(false),
             append: false,
             jobid: String::new(),

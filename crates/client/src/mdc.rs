@@ -6,7 +6,7 @@ use nacre_net::import_state;
 use nacre_net::rpc::{decode_reply, request};
 use nacre_net::Connection;
 use nacre_types::{Fid, Status};
-use nacre_wire::mds::{MdsAnswer, MdsCall, MdsOp, MdsReply, REOPEN_FIDS_MAX};
+use nacre_wire::mds::{MdsAnswer, MdsCall, MdsOp, MdsReply, ReopenEntry, REOPEN_FIDS_MAX};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +33,8 @@ pub struct Mdc {
     /// Evictions survived: handles opened in an earlier incarnation are void.
     incarnation: AtomicU64,
     /// Files this client holds open on the MDT, with handle counts (for open replay).
-    opens: Mutex<HashMap<Fid, u32>>,
+    /// Files open at the MDT: (handles, of which opened for writing).
+    opens: Mutex<HashMap<Fid, (u32, u32)>>,
     /// The connection's link count when the opens were last registered with the MDT: a
     /// new link may lead to a restarted MDT that forgot them.
     reopened_at: AtomicU64,
@@ -179,22 +180,31 @@ impl Mdc {
         }
     }
 
-    /// A handle on `fid` was opened at the MDT.
-    pub fn note_open(&self, fid: Fid) {
-        *self.opens.lock().entry(fid).or_insert(0) += 1;
+    /// A handle on `fid` was opened at the MDT (for writing if `writer`).
+    pub fn note_open(&self, fid: Fid, writer: bool) {
+        let mut opens = self.opens.lock();
+        let e = opens.entry(fid).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += u32::from(writer);
+    }
+
+    /// True if this client holds `fid` open for writing at the MDT.
+    pub fn holds_writer(&self, fid: Fid) -> bool {
+        self.opens.lock().get(&fid).is_some_and(|n| n.1 > 0)
     }
 
     /// Opens this client holds at the MDT now (files open here, and opens kept).
     pub fn open_count(&self) -> u64 {
-        self.opens.lock().values().map(|n| u64::from(*n)).sum()
+        self.opens.lock().values().map(|n| u64::from(n.0)).sum()
     }
 
-    /// A handle on `fid` was closed.
-    pub fn note_close(&self, fid: Fid) {
+    /// A handle on `fid` was closed (one opened for writing if `writer`).
+    pub fn note_close(&self, fid: Fid, writer: bool) {
         let mut opens = self.opens.lock();
         if let Some(n) = opens.get_mut(&fid) {
-            *n -= 1;
-            if *n == 0 {
+            n.0 -= 1;
+            n.1 = n.1.saturating_sub(u32::from(writer));
+            if n.0 == 0 {
                 opens.remove(&fid);
             }
         }
@@ -213,13 +223,25 @@ impl Mdc {
         if let Err(e) = self.replay_if_restarted() {
             tracing::warn!("replay to MDT{:04x}: {e}", self.target);
         }
-        let opens: Vec<(Fid, u32)> = self.opens.lock().iter().map(|(f, n)| (*f, *n)).collect();
+        let opens: Vec<ReopenEntry> = self
+            .opens
+            .lock()
+            .iter()
+            .map(|(f, n)| ReopenEntry {
+                fid: *f,
+                handles: n.0,
+                writers: n.1,
+            })
+            .collect();
         let mut ok = true;
         for chunk in opens.chunks(REOPEN_FIDS_MAX) {
             let op = MdsOp::Reopen {
                 opens: chunk.to_vec(),
             };
-            if let Err(e) = self.call(op) {
+            // The opens of every user of this node: sent as root, whom the MDT maps as
+            // this node's nodemap says (a squashed node takes back, for writing, only what
+            // its squashed root may write).
+            if let Err(e) = nacre_types::cred::with(nacre_types::Cred::root(), || self.call(op)) {
                 tracing::warn!("reopen on MDT{:04x}: {e}", self.target);
                 ok = false;
                 break;

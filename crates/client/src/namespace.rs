@@ -298,7 +298,7 @@ impl Client {
     pub(crate) fn registered(&self, mut file: OpenFile) -> Result<OpenFile> {
         let mdc = self.mdc(file.fid.mdt_index())?;
         file.incarnation = mdc.incarnation();
-        mdc.note_open(file.fid);
+        mdc.note_open(file.fid, file.writable());
         Ok(file)
     }
 
@@ -354,7 +354,7 @@ impl Client {
     pub(crate) fn close_at_mdt(&self, file: &OpenFile) -> Result<MdsReply> {
         self.check_handle(file)?;
         if let Ok(mdc) = self.mdc(file.fid.mdt_index()) {
-            mdc.note_close(file.fid);
+            mdc.note_close(file.fid, file.writable());
         }
         // A close from no job (the kernel's release) works for the job that opened.
         let own = nacre_types::jobid::current();
@@ -609,6 +609,12 @@ impl Client {
         // client holds open for writing, that handle covers the cut; otherwise the truncate
         // opens the file for writing around it, which checks the caller's write permission
         // before anything is cut and keeps the MDT from learning the size meanwhile.
+        // Without a handle open for writing here, "through a descriptor" is a path's
+        // truncate: its write permission is checked before anything is cut.
+        let mut set = set;
+        if set.from_open && !self.mdc(fid.mdt_index())?.holds_writer(fid) {
+            set.from_open = false;
+        }
         if set.from_open {
             let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
             let layout = Self::truncatable(&attr, layout)?;

@@ -459,6 +459,7 @@ impl Client {
     /// come with the file's next `fsync` or close.
     pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
+        self.remove_privs(file, None)?;
         let io = self.io_layout(file)?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());

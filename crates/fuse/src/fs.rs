@@ -248,7 +248,9 @@ impl Shared {
         nacre_types::cred::set_current(Some(req.cred.clone()));
     }
 
-    fn add_file(&self, file: OpenFile) -> FileHandle {
+    fn add_file(&self, mut file: OpenFile) -> FileHandle {
+        // The kernel says which writes clear set-id bits (fs/data.rs `write`).
+        file.set_kernel_kills_privs();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.caps.opened(file.fid);
         self.files.lock().insert(fh, Arc::new(file));
@@ -348,10 +350,14 @@ impl Filesystem for NacreFs {
         // with its listing, under locks, instead of a lookup per name afterwards.
         // Byte-range locks and flock() go to the MDT (fs/flock.rs), so they hold across
         // mounts.
+        // Set-id bits are cleared by the MDT, as a side effect of the write, truncate or
+        // chown the kernel says called for it (HANDLE_KILLPRIV_V2), not by a chmod the
+        // kernel would send in the writer's name (which the owner check refuses).
         let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_FLOCK_LOCKS;
+            | InitFlags::FUSE_FLOCK_LOCKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.readdirplus {
             wanted |= InitFlags::FUSE_DO_READDIRPLUS;
         }

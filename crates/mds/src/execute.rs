@@ -369,8 +369,13 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             crate::ops::rename_remote::rename_lock(mdt, *owner, *acquire),
         ),
         MdsOp::AllocFid => to_outgoing(crate::ops::remote_update::alloc_fid(mdt)),
-        MdsOp::Reopen { opens } if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX => {
-            to_outgoing(export::reopen(mdt, &call.client, opens).map(|()| MdsReply::Done))
+        MdsOp::Reopen { opens }
+            if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX
+                && opens.iter().map(|r| u64::from(r.handles)).sum::<u64>()
+                    <= nacre_wire::mds::REOPEN_HANDLES_MAX =>
+        {
+            let done = export::reopen(mdt, &call.client, &call.cred, opens);
+            to_outgoing(done.map(|()| MdsReply::Done))
         }
         MdsOp::Reopen { .. } => Outgoing::error(Status::TooBig),
         MdsOp::Disconnect => {
@@ -502,6 +507,17 @@ pub(crate) fn replay(
         // Recovery is over (or this client was evicted when it closed): too late, its
         // change is lost; it becomes a new client.
         replay::Turn::TooLate => Outgoing::error(Status::Shutdown),
+        replay::Turn::Unknown => {
+            nacre_net::caller::refused(|| {
+                format!(
+                    "{}: replay of transno {transno} refused: client {} was not one of this \
+                     MDT's when it restarted",
+                    mdt.label.name(),
+                    export::client_name(&call.client)
+                )
+            });
+            Outgoing::error(Status::Perm)
+        }
         // Committed before the restart: answered from its saved reply if kept.
         replay::Turn::AlreadyIn => {
             saved_reply(mdt, &call.client, xid).unwrap_or_else(|| to_outgoing(Ok(MdsReply::Done)))
@@ -528,9 +544,26 @@ pub(crate) fn replay(
                 }
             }
             // It keeps its transno; an inode it created comes back with its FID and layout.
-            let created = match reply {
+            let said = match reply {
                 MdsReply::Entry { attr, layout, .. } => Some((attr.fid, layout.clone())),
                 _ => None,
+            };
+            let created = match replay::check_created(mdt, &inner.op, said) {
+                Ok(c) => c,
+                Err(s) => {
+                    mdt.recovery.refused();
+                    nacre_net::caller::refused(|| {
+                        format!(
+                            "{}: replay of transno {transno} by client {} refused: the inode \
+                             it names is not one it could have created ({s})",
+                            mdt.label.name(),
+                            export::client_name(&call.client)
+                        )
+                    });
+                    mdt.recovery
+                        .replayed(&call.client, transno, replay::Outcome::Failed);
+                    return Outgoing::error(s);
+                }
             };
             mdt.set_replay_hint(&call.client, xid, mdt::ReplayCtx { transno, created });
             let out = dispatch(mdt, &inner, xid);

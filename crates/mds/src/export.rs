@@ -11,6 +11,7 @@
 
 use crate::mdt::{kv_err, Mdt};
 use nacre_types::{Fid, Status};
+use nacre_wire::mds::ReopenEntry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -35,6 +36,9 @@ struct Export {
     last_seen: Instant,
     /// Files this client has open here, with how many handles.
     opens: HashMap<Fid, u32>,
+    /// Of those handles, how many were opened for writing (a truncate through a descriptor
+    /// needs one).
+    writers: HashMap<Fid, u32>,
     /// Who made it ([`nacre_net::Caller::tenant`]; None: no caller known, below the
     /// network): requests naming its uuid from anyone else are refused.
     owner: Option<String>,
@@ -97,6 +101,7 @@ impl Exports {
             .or_insert_with(|| Export {
                 last_seen: now,
                 opens: HashMap::new(),
+                writers: HashMap::new(),
                 owner: None,
             });
         Ok(())
@@ -116,6 +121,7 @@ impl Exports {
         let e = s.exports.entry(*client).or_insert_with(|| Export {
             last_seen: Instant::now(),
             opens: HashMap::new(),
+            writers: HashMap::new(),
             owner: None,
         });
         match &e.owner {
@@ -156,11 +162,14 @@ impl Exports {
         self.evicted_total.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `client` opened `fid`.
-    pub fn opened(&self, client: &[u8; 16], fid: Fid) {
+    /// `client` opened `fid` (for writing if `writer`).
+    pub fn opened(&self, client: &[u8; 16], fid: Fid, writer: bool) {
         let mut s = self.state.lock().expect("exports");
         if let Some(e) = s.exports.get_mut(client) {
             *e.opens.entry(fid).or_insert(0) += 1;
+            if writer {
+                *e.writers.entry(fid).or_insert(0) += 1;
+            }
         }
     }
 
@@ -181,26 +190,52 @@ impl Exports {
             .is_some_and(|e| e.opens.contains_key(&fid))
     }
 
-    /// `client` says it holds `opens` (after reconnecting): the handles its export lacks
-    /// (an MDT restart forgot them). Idempotent.
-    pub fn missing_opens(&self, client: &[u8; 16], opens: &[(Fid, u32)]) -> Vec<(Fid, u32)> {
+    /// Whether `client` holds `fid` open for writing.
+    pub fn holds_write_open(&self, client: &[u8; 16], fid: Fid) -> bool {
         let s = self.state.lock().expect("exports");
-        let known = s.exports.get(client).map(|e| &e.opens);
+        s.exports
+            .get(client)
+            .is_some_and(|e| e.writers.contains_key(&fid))
+    }
+
+    /// `client` says it holds `opens` (file, handles, of which writers; after
+    /// reconnecting): the handles and writers its export lacks (an MDT restart forgot
+    /// them). Idempotent.
+    pub fn missing_opens(&self, client: &[u8; 16], opens: &[ReopenEntry]) -> Vec<ReopenEntry> {
+        let s = self.state.lock().expect("exports");
+        let e = s.exports.get(client);
         opens
             .iter()
-            .filter_map(|&(fid, n)| {
-                let have = known.and_then(|o| o.get(&fid)).copied().unwrap_or(0);
-                (n > have).then_some((fid, n - have))
+            .filter_map(|r| {
+                let have = e.and_then(|e| e.opens.get(&r.fid)).copied().unwrap_or(0);
+                let have_w = e.and_then(|e| e.writers.get(&r.fid)).copied().unwrap_or(0);
+                let (n, w) = (r.handles.saturating_sub(have), r.writers.min(r.handles));
+                let w = w.saturating_sub(have_w).min(n);
+                (n > 0).then_some(ReopenEntry {
+                    fid: r.fid,
+                    handles: n,
+                    writers: w,
+                })
             })
             .collect()
     }
 
-    /// `client` closed `fid`; false if it had no such open (then nothing is dropped).
-    pub fn closed(&self, client: &[u8; 16], fid: Fid) -> bool {
+    /// `client` closed `fid` (a handle opened for writing if `writer`); false if it had no
+    /// such open (then nothing is dropped).
+    pub fn closed(&self, client: &[u8; 16], fid: Fid, writer: bool) -> bool {
         let mut s = self.state.lock().expect("exports");
         let Some(e) = s.exports.get_mut(client) else {
             return false;
         };
+        if writer {
+            match e.writers.get_mut(&fid) {
+                Some(n) if *n > 1 => *n -= 1,
+                Some(_) => {
+                    e.writers.remove(&fid);
+                }
+                None => {}
+            }
+        }
         match e.opens.get_mut(&fid) {
             Some(n) if *n > 1 => {
                 *n -= 1;
@@ -208,6 +243,7 @@ impl Exports {
             }
             Some(_) => {
                 e.opens.remove(&fid);
+                e.writers.remove(&fid);
                 true
             }
             None => false,
@@ -375,17 +411,37 @@ pub fn evict_silent(mdt: &Mdt) -> Result<usize, Status> {
 }
 
 /// `client` re-registers the files it holds open (Lustre's open replay, after the MDT
-/// restarted): the opens its export lacks are added, for files that still exist.
-pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), Status> {
+/// restarted): the opens its export lacks are added, for files that still exist. A handle
+/// it says was opened for writing is taken back as one only if `cred` (the client's, as
+/// its nodemap maps it) may write the file now: a reopen never grants what an open would
+/// refuse (one refused comes back as a reader, and a truncate through it is refused).
+pub fn reopen(
+    mdt: &Mdt,
+    client: &[u8; 16],
+    cred: &nacre_types::Cred,
+    opens: &[ReopenEntry],
+) -> Result<(), Status> {
     let mut added = 0;
-    for (fid, n) in mdt.exports.missing_opens(client, opens) {
-        match mdt.inode(fid) {
-            Ok(_) => {
-                for _ in 0..n {
-                    mdt.add_open(client, fid);
-                    mdt.sizes.reopened(fid, client);
+    let mut demoted = 0;
+    for r in mdt.exports.missing_opens(client, opens) {
+        match mdt.inode(r.fid) {
+            Ok(rec) => {
+                let a = &rec.attr;
+                let may_write = nacre_types::cred::permits(
+                    cred,
+                    a.perm,
+                    a.uid,
+                    a.gid,
+                    a.kind == nacre_types::FileKind::Directory,
+                    nacre_types::cred::MAY_WRITE,
+                );
+                let writers = if may_write { r.writers } else { 0 };
+                demoted += r.writers - writers;
+                for i in 0..r.handles {
+                    mdt.add_open(client, r.fid, i < writers);
+                    mdt.sizes.reopened(r.fid, client);
                 }
-                added += n;
+                added += r.handles;
             }
             Err(Status::NoEnt) => {}
             Err(e) => return Err(e),
@@ -394,6 +450,14 @@ pub fn reopen(mdt: &Mdt, client: &[u8; 16], opens: &[(Fid, u32)]) -> Result<(), 
     if added > 0 {
         tracing::info!(
             "{}: client {} reopened {added} handles",
+            mdt.label.name(),
+            client_name(client)
+        );
+    }
+    if demoted > 0 {
+        tracing::warn!(
+            "{}: client {} reopened {demoted} handles for writing that its credentials may \
+             not write now: reopened for reading",
             mdt.label.name(),
             client_name(client)
         );
@@ -473,17 +537,52 @@ mod tests {
     }
 
     #[test]
+    fn only_an_open_for_writing_counts_as_a_writer() {
+        let x = Exports::default();
+        let (a, b) = ([1; 16], [2; 16]);
+        let f = Fid::new(0x2_0000_0400, 1);
+        x.heard_from(&a).unwrap();
+        x.heard_from(&b).unwrap();
+        x.opened(&a, f, false);
+        assert!(x.holds_open(&a, f));
+        assert!(!x.holds_write_open(&a, f), "a reader is no writer");
+        x.opened(&a, f, true);
+        assert!(x.holds_write_open(&a, f));
+        assert!(!x.holds_write_open(&b, f), "another client's writer");
+        assert!(x.closed(&a, f, true));
+        assert!(!x.holds_write_open(&a, f), "its writer closed");
+        assert!(x.holds_open(&a, f), "its reader stays");
+        // A reopen adds what the export lacks, writers no more than handles.
+        let said = [ReopenEntry {
+            fid: f,
+            handles: 3,
+            writers: 9,
+        }];
+        assert_eq!(
+            x.missing_opens(&a, &said),
+            vec![ReopenEntry {
+                fid: f,
+                handles: 2,
+                writers: 2
+            }]
+        );
+    }
+
+    #[test]
     fn opens_follow_their_client_and_the_evicted_are_refused() {
         let x = Exports::default();
         let (a, b) = ([1; 16], [2; 16]);
         let f = Fid::new(0x2_0000_0400, 1);
         x.heard_from(&a).unwrap();
         x.heard_from(&b).unwrap();
-        x.opened(&a, f);
-        x.opened(&a, f);
-        x.opened(&b, f);
-        assert!(x.closed(&a, f));
-        assert!(!x.closed(&b, Fid::new(0x2_0000_0400, 2)), "never opened");
+        x.opened(&a, f, false);
+        x.opened(&a, f, false);
+        x.opened(&b, f, false);
+        assert!(x.closed(&a, f, false));
+        assert!(
+            !x.closed(&b, Fid::new(0x2_0000_0400, 2), false),
+            "never opened"
+        );
         assert_eq!(x.connected(), 2);
         // Nothing is silent yet; a scan more often than once a second sees nothing.
         assert!(scan_now(&x).is_empty());

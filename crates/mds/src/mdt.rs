@@ -127,6 +127,9 @@ pub struct Mdt {
     /// FID and layout a replayed request's inode had, by (client, xid), for the
     /// transaction that runs it.
     replay_hints: Mutex<HashMap<([u8; 16], u64), ReplayCtx>>,
+    /// The FID allocation reserved durably when this MDT started: a replayed create's FID
+    /// lies below it, or at most [`crate::replay::REPLAY_AHEAD_MAX`] past it.
+    pub(crate) fid_limit_at_start: u64,
 }
 
 /// The FID and layout a replayed create gave its inode the first time.
@@ -205,6 +208,7 @@ impl Mdt {
             last_committed_transno: AtomicU64::new(last_transno),
             recovery: crate::replay::Recovery::new(last_transno, expected),
             replay_hints: Mutex::new(HashMap::new()),
+            fid_limit_at_start: fid_limit,
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
             driving: Mutex::new(std::collections::HashSet::new()),
@@ -551,6 +555,7 @@ impl Mdt {
             now: TimeSpec::now(),
             ancestry_checked: false,
             client: [0; 16],
+            cred: nacre_types::Cred::root(),
             transno: 0,
             replay: None,
             forced_transno: None,
@@ -582,9 +587,9 @@ impl Mdt {
         }
     }
 
-    /// Registers an opener: `client` opened `fid`.
-    pub fn add_open(&self, client: &[u8; 16], fid: Fid) {
-        self.exports.opened(client, fid);
+    /// Registers an opener: `client` opened `fid` (for writing if `writer`).
+    pub fn add_open(&self, client: &[u8; 16], fid: Fid, writer: bool) {
+        self.exports.opened(client, fid, writer);
         *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
     }
 

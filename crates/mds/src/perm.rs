@@ -44,6 +44,7 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
             gid,
             exclusive,
             access,
+            kind,
             ..
         } => {
             let dir = need_dir(mdt, cred, *parent)?;
@@ -51,6 +52,10 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
                 // Opening what is there: the access it wants.
                 Some(a) if !*exclusive => allow(permits_attr(cred, &a, *access), Status::Access),
                 Some(_) => Ok(()),
+                // `mknod` of a device needs CAP_MKNOD: root's (fifos and sockets anyone's).
+                None if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) => {
+                    Err(Status::Perm)
+                }
                 None => claims(cred, &dir, *uid, *gid),
             }
         }
@@ -248,8 +253,18 @@ fn may_setattr(mdt: &Mdt, call: &MdsCall, a: &Attr, set: &SetAttr) -> Result<(),
         allow(permits_attr(cred, a, MAY_WRITE), Status::Access)?;
     }
     if set.size.is_some() && set.from_open {
-        // Through a descriptor: write was checked when this client opened it.
-        allow(mdt.exports.holds_open(&call.client, a.fid), Status::Access)?;
+        // Through a descriptor: write was checked when this client opened it for writing
+        // (a read-only open truncates nothing, as `ftruncate` on one fails).
+        allow(
+            mdt.exports.holds_write_open(&call.client, a.fid),
+            Status::Access,
+        )?;
+    }
+    if set.kill_suidgid {
+        // What a write does as a side effect: whoever may write may have it done.
+        let writer =
+            mdt.exports.holds_write_open(&call.client, a.fid) || permits_attr(cred, a, MAY_WRITE);
+        allow(writer, Status::Access)?;
     }
     if let Some(uid) = set.uid {
         allow(uid == a.uid && owner, Status::Perm)?;

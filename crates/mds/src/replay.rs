@@ -22,7 +22,10 @@
 //! depended on a change lost with a client that did not come back, and is refused
 //! (`ESTALE`) instead of being applied to a different state. Unrelated replays run.
 
-use crate::mdt::Mdt;
+use crate::mdt::{Mdt, ReplayHint};
+use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -38,6 +41,11 @@ pub const RECOVERY_HARD_FACTOR: u32 = 3;
 pub const RECOVERY_WINDOW_MS_MIN: u64 = 1_000;
 /// How often a waiting replay re-checks the window.
 const WAIT_STEP_MS: u64 = 100;
+/// How far past what this MDT had reserved durably at its restart a replayed create's FID
+/// (and each of its objects, past the OST's reserved allocation) may lie: the reservations
+/// lost with a crash are [`crate::mdt::ALLOC_RESERVE`] each, so a real replay is near; a
+/// FID past it is forged, and would waste the FID space (or overflow it).
+pub const REPLAY_AHEAD_MAX: u64 = 1 << 24;
 
 /// How a replay ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +67,8 @@ pub enum Turn {
     AlreadyIn,
     /// The window is closed (or closed without this client): its change is lost.
     TooLate,
+    /// The MDT did not know this client when it restarted: refused.
+    Unknown,
 }
 
 /// Where one expected client is in its recovery.
@@ -86,6 +96,9 @@ struct State {
     replayed: u64,
     failed: u64,
     version_mismatches: u64,
+    /// Replays refused for who sent them or what they named (an unknown client, a FID
+    /// not this MDT's to have made, an inode that exists).
+    refused: u64,
     gaps: u64,
     evicted: Vec<[u8; 16]>,
 }
@@ -113,6 +126,7 @@ impl Recovery {
                 replayed: 0,
                 failed: 0,
                 version_mismatches: 0,
+                refused: 0,
                 gaps: 0,
                 evicted: Vec::new(),
             }),
@@ -154,9 +168,11 @@ impl Recovery {
             return Turn::TooLate;
         }
         if !Self::expected(&s, client) {
-            // Its first change (and its row in `clients`) was lost with the crash: it joins
-            // while the window is open.
-            s.clients.insert(*client, Phase::Connected);
+            // A client's row in `clients` is durable before its first change is answered
+            // (`Tx::new_client`): one the MDT did not know at its restart was answered
+            // nothing it could lose, so it has nothing to replay.
+            s.refused += 1;
+            return Turn::Unknown;
         }
         if transno <= s.last_replayed {
             return Turn::AlreadyIn;
@@ -267,6 +283,11 @@ impl Recovery {
         self.complete_if_all_done(mdt, s);
     }
 
+    /// A replay was refused for what it named ([`check_created`]).
+    pub fn refused(&self) {
+        self.state.lock().expect("recovery").refused += 1;
+    }
+
     fn complete_if_all_done(&self, mdt: &Mdt, s: &mut State) {
         if !s.active || !s.clients.values().all(|p| *p == Phase::Done) {
             return;
@@ -313,16 +334,110 @@ impl Recovery {
             out += &format!("recovery_duration_ms: {}\n", d.as_millis());
         }
         out += &format!(
-            "recovery_window_ms: {window}\nreplay_clients: {}\nreplay_clients_connected: {connected}\nreplay_clients_done: {done}\nreplay_clients_evicted: {}\nreplayed_requests: {}\nreplay_failed: {}\nreplay_version_mismatches: {}\nreplay_gaps: {}\ntransno_durable_at_start: {}\nlast_replayed: {}\n",
+            "recovery_window_ms: {window}\nreplay_clients: {}\nreplay_clients_connected: {connected}\nreplay_clients_done: {done}\nreplay_clients_evicted: {}\nreplayed_requests: {}\nreplay_failed: {}\nreplay_version_mismatches: {}\nreplay_refused: {}\nreplay_gaps: {}\ntransno_durable_at_start: {}\nlast_replayed: {}\n",
             s.clients.len() + s.evicted.len(),
             s.evicted.len(),
                         s.replayed,
             s.failed,
             s.version_mismatches,
+            s.refused,
             s.gaps,
             s.durable_at_start,
             s.last_replayed
         );
         out
+    }
+}
+
+/// The inode a replayed create (`op`) is to make again, checked: the FID and layout come
+/// from the client's copy of the MDT's reply, so a client could name any. A create made
+/// here names a FID of this MDT's sequences within what it could have handed out
+/// ([`REPLAY_AHEAD_MAX`]), of no inode that exists, and objects of this MDT's allocation,
+/// none twice. `None`: the op makes no inode here (the hint is not used).
+pub fn check_created(
+    mdt: &Mdt,
+    op: &MdsOp,
+    hint: Option<ReplayHint>,
+) -> Result<Option<ReplayHint>, Status> {
+    let here = mdt.label.index;
+    let creates_here = match op {
+        MdsOp::Create { .. } | MdsOp::Mkdir { .. } | MdsOp::Symlink { .. } => true,
+        MdsOp::MkdirOn { mdt: target, .. } => *target == here,
+        _ => false,
+    };
+    let Some((fid, layout)) = hint else {
+        return Ok(None);
+    };
+    if !creates_here {
+        return Ok(Some((fid, layout)));
+    }
+    let n = fid_number(here, fid).ok_or(Status::Inval)?;
+    if n >= mdt.fid_limit_at_start.saturating_add(REPLAY_AHEAD_MAX) {
+        return Err(Status::Inval);
+    }
+    match mdt.inode(fid) {
+        Err(Status::NoEnt) => {}
+        Ok(_) | Err(Status::Stale) => return Err(Status::Exist),
+        Err(e) => return Err(e),
+    }
+    if let Some(l) = &layout {
+        let mut seen = HashSet::new();
+        for o in &l.objects {
+            if o.object.seq != u64::from(here)
+                || o.object.id == 0
+                || !seen.insert((o.ost, o.object))
+            {
+                return Err(Status::Inval);
+            }
+            let key = format!("ost_next/{}", o.ost).into_bytes();
+            let reserved = crate::mdt::read_u64(&*mdt.kv, &key)?.unwrap_or(1);
+            if o.object.id >= reserved.saturating_add(REPLAY_AHEAD_MAX) {
+                return Err(Status::Inval);
+            }
+        }
+    }
+    Ok(Some((fid, layout)))
+}
+
+/// The allocation number of `fid` in MDT `index`'s sequences (`Tx::new_fid`'s `n`), if it
+/// is one of them.
+pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
+    let base = FID_SEQ_NORMAL.checked_add(u64::from(index).checked_mul(FID_SEQS_PER_MDT)?)?;
+    let seq_off = fid.seq.checked_sub(base)?;
+    if seq_off >= FID_SEQS_PER_MDT || fid.oid == 0 {
+        return None;
+    }
+    seq_off
+        .checked_mul(FID_OIDS_PER_SEQ - 1)?
+        .checked_add(u64::from(fid.oid - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fid_numbers_are_new_fids_inverse_and_never_overflow() {
+        // Tx::new_fid: seq = base + n / (OIDS - 1), oid = n % (OIDS - 1) + 1.
+        for index in [0u32, 1, 7] {
+            for n in [
+                0u64,
+                1,
+                FID_OIDS_PER_SEQ - 2,
+                FID_OIDS_PER_SEQ - 1,
+                123_456_789_012,
+            ] {
+                let seq = FID_SEQ_NORMAL
+                    + u64::from(index) * FID_SEQS_PER_MDT
+                    + n / (FID_OIDS_PER_SEQ - 1);
+                let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
+                assert_eq!(fid_number(index, fid), Some(n));
+                assert_eq!(fid_number(index + 1, fid), None, "another MDT's");
+            }
+        }
+        assert_eq!(fid_number(0, Fid::new(u64::MAX, u32::MAX)), None);
+        assert_eq!(fid_number(u32::MAX, Fid::new(u64::MAX, 1)), None);
+        assert_eq!(fid_number(0, Fid::new(FID_SEQ_NORMAL, 0)), None, "oid 0");
+        assert_eq!(fid_number(0, Fid::ROOT), None);
     }
 }

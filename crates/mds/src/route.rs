@@ -173,6 +173,7 @@ pub(crate) fn run_modifying_with(
     let mut tx = mdt.begin();
     tx.ancestry_checked = ancestry_checked;
     tx.client = call.client;
+    tx.cred = call.cred.clone();
     if let Some(ctx) = mdt.take_replay_hint(&call.client, xid) {
         tx.replay = ctx.created;
         tx.forced_transno = Some(ctx.transno);
@@ -199,7 +200,7 @@ pub(crate) fn run_modifying_with(
         // before an eviction or a restart (whose opens are gone), must not drop another
         // client's. (It still records: a close whose first run recorded is answered from
         // its saved reply above, so this is its only record.)
-        if !replayed && !mdt.exports.closed(&call.client, fid) {
+        if !replayed && !mdt.exports.closed(&call.client, fid, writer) {
             if !records {
                 return Outgoing::ok(encode_body(&MdsReply::Done));
             }

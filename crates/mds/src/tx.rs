@@ -26,6 +26,9 @@ pub struct Tx<'a> {
     pub ancestry_checked: bool,
     /// The client whose request this is (zero for internal work).
     pub client: [u8; 16],
+    /// The credentials of that request, as its nodemap maps them (root for internal work):
+    /// for the side effects the kernel ties to them (set-id bits cleared).
+    pub cred: nacre_types::Cred,
     /// The transaction number given to this change (0: none).
     pub transno: u64,
     /// A replay: the FID and layout its new inode had the first time.
@@ -172,12 +175,12 @@ impl Tx<'_> {
     /// A replayed inode has `fid`, which this start of the MDT may not have counted as
     /// used (the reservation that covered it can be lost with the crash too): allocation
     /// continues past it.
+    /// (Checked first: `replay::check_created`; a FID of no sequence of this MDT moves
+    /// nothing.)
     fn reserve_past_fid(&mut self, fid: Fid) {
-        let base = FID_SEQ_NORMAL + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT;
-        let Some(seq_off) = fid.seq.checked_sub(base) else {
+        let Some(n) = crate::replay::fid_number(self.mdt.label.index, fid) else {
             return;
         };
-        let n = seq_off * (FID_OIDS_PER_SEQ - 1) + u64::from(fid.oid.saturating_sub(1));
         if n < self.alloc.next_fid {
             return;
         }
@@ -206,9 +209,9 @@ impl Tx<'_> {
         if object.id < next {
             return Ok(());
         }
-        let next = object.id + 1;
+        let next = object.id.checked_add(1).ok_or(Status::Inval)?;
         let limit = if next >= limit {
-            let limit = next + ALLOC_RESERVE;
+            let limit = next.checked_add(ALLOC_RESERVE).ok_or(Status::Inval)?;
             self.batch.put(META, key, limit.to_be_bytes().to_vec());
             limit
         } else {

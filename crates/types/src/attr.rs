@@ -161,6 +161,29 @@ pub struct SetAttr {
     pub project: Option<u32>,
     /// A directory's new project inheritance: new entries take its project (root only).
     pub proj_inherit: Option<bool>,
+    /// Clear set-user-ID, and set-group-ID where group-execute is set, as a write by a
+    /// caller without `CAP_FSETID` does (the kernel says so with
+    /// `FUSE_WRITE_KILL_SUIDGID`): anyone who may write the file may ask it, the owner or
+    /// not.
+    pub kill_suidgid: bool,
+}
+
+/// Set-user-ID (`S_ISUID`).
+pub const S_ISUID: u32 = 0o4000;
+/// Set-group-ID (`S_ISGID`).
+pub const S_ISGID: u32 = 0o2000;
+/// Group-execute (`S_IXGRP`).
+pub const S_IXGRP: u32 = 0o0010;
+
+/// The permission bits `perm` keeps once a write, truncate or chown by a caller without
+/// `CAP_FSETID` cleared the set-id bits: set-user-ID goes, and set-group-ID where
+/// group-execute is set (without it, set-group-ID marks mandatory locking, which stays).
+pub fn kill_suidgid(perm: u32) -> u32 {
+    let mut p = perm & !S_ISUID;
+    if p & S_IXGRP != 0 {
+        p &= !S_ISGID;
+    }
+    p
 }
 
 /// Capacity of one target (or a whole file system).

@@ -337,8 +337,8 @@ pub enum MdsOp {
     /// counts (Lustre's open replay), so a restarted MDT keeps files unlinked while open.
     /// At most [`REOPEN_FIDS_MAX`] entries. Reply: [`MdsReply::Done`].
     Reopen {
-        /// (file, open handles).
-        opens: Vec<(Fid, u32)>,
+        /// The files and their handles.
+        opens: Vec<ReopenEntry>,
     },
     /// After every new link: "who are you now?" Reply: [`MdsReply::Connected`], which tells
     /// whether the MDT restarted (its epoch changed) and is waiting for its clients' replays.
@@ -619,6 +619,20 @@ impl MdsAnswer {
 
 /// Most files one [`MdsOp::Reopen`] lists (a client with more sends several).
 pub const REOPEN_FIDS_MAX: usize = 16_384;
+/// Most handles one [`MdsOp::Reopen`] counts over all its files.
+pub const REOPEN_HANDLES_MAX: u64 = 1 << 20;
+
+/// One file a client holds open, in a [`MdsOp::Reopen`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReopenEntry {
+    /// The file.
+    pub fid: Fid,
+    /// Handles open on it.
+    pub handles: u32,
+    /// Of those, the handles opened for writing (taken back as such only if the caller may
+    /// write the file now).
+    pub writers: u32,
+}
 
 /// [`MdsOp::MkdirOn`]'s MDT index meaning "the coordinator chooses".
 pub const MDT_INDEX_ANY: u32 = u32::MAX;

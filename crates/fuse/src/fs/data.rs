@@ -111,7 +111,7 @@ impl Shared {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -121,6 +121,13 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // FUSE_HANDLE_KILLPRIV_V2: the kernel leaves clearing set-id bits to the file
+        // system, and says when this writer lacks CAP_FSETID on a file that has them.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        if let Err(e) = self.client.remove_privs(&file, Some(kill)) {
+            pool::leave();
+            return reply.error(errno(&e));
+        }
         // Page-cache writes are kept as write-behind where a write lock allows (fs/data.rs);
         // O_DIRECT writes go through.
         let direct = flags.0 & libc::O_DIRECT != 0;

@@ -114,8 +114,8 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         }
         let reply = super::exact_entry(tx.mdt, super::entry(&rec));
         if args.open {
-            tx.mdt.add_open(&tx.client, rec.attr.fid);
             let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
+            tx.mdt.add_open(&tx.client, rec.attr.fid, writer);
             tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
         }
         return Ok(reply);
@@ -137,8 +137,8 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     }
     let reply = super::exact_entry(tx.mdt, super::entry(&rec));
     if args.open {
-        tx.mdt.add_open(&tx.client, rec.attr.fid);
         let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
+        tx.mdt.add_open(&tx.client, rec.attr.fid, writer);
         tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
     }
     Ok(reply)

@@ -10,9 +10,9 @@ use nacre_wire::mds::MdsReply;
 pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid, access: u8) -> Result<MdsReply, Status> {
     let rec = mdt.inode(fid)?;
     let reply = super::exact_entry(mdt, super::entry(&rec));
-    mdt.add_open(client, fid);
-    mdt.sizes
-        .opened(fid, client, access & nacre_types::cred::MAY_WRITE != 0);
+    let writer = access & nacre_types::cred::MAY_WRITE != 0;
+    mdt.add_open(client, fid, writer);
+    mdt.sizes.opened(fid, client, writer);
     Ok(reply)
 }
 

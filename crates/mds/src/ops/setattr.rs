@@ -1,5 +1,14 @@
 //! SetAttr: mode, owner, project, size hint and times. Regular-file sizes are changed on the OSTs by the
 //! client before this call; the MDS records the change times.
+//!
+//! Set-id bits go as the kernel clears them on a local file system (`setattr_prepare`,
+//! `should_remove_suid`): a truncate by a caller other than root, a chown of anything but
+//! a directory (by anyone), and a write ([`SetAttr::kill_suidgid`], sent by the client
+//! before the data) clear set-user-ID, and set-group-ID where group-execute is set; a
+//! chmod by a caller other than root outside the file's group drops set-group-ID. With
+//! `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves all of this to the file system: the MDT
+//! does it here, as a side effect of a change the caller may make, never as a chmod in
+//! the caller's name (which its owner check would refuse).
 
 use crate::mdt::Tx;
 use nacre_types::{Fid, FileKind, SetAttr, Status};
@@ -22,8 +31,20 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
             a.mtime = tx.now;
         }
     }
+    let root = tx.cred.is_root();
     if let Some(perm) = set.perm {
         a.perm = perm & 0o7777;
+        let group = set.gid.unwrap_or(a.gid);
+        if !root && !tx.cred.in_group(group) {
+            a.perm &= !nacre_types::attr::S_ISGID;
+        }
+    }
+    let chown = set.uid.is_some() || set.gid.is_some();
+    let kill = set.kill_suidgid
+        || (set.size.is_some() && !root)
+        || (chown && a.kind != FileKind::Directory);
+    if kill && set.perm.is_none() && a.kind != FileKind::Directory {
+        a.perm = nacre_types::attr::kill_suidgid(a.perm);
     }
     if let Some(uid) = set.uid {
         a.uid = uid;

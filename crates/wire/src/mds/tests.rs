@@ -253,7 +253,18 @@ fn migration_messages_round_trip_and_refuse_truncation() {
 
 #[test]
 fn ping_and_disconnect_round_trip_and_refuse_truncation() {
-    let opens = vec![(Fid::new(0x2_0000_0400, 7), 2), (Fid::ROOT, 1)];
+    let opens = vec![
+        ReopenEntry {
+            fid: Fid::new(0x2_0000_0400, 7),
+            handles: 2,
+            writers: 1,
+        },
+        ReopenEntry {
+            fid: Fid::ROOT,
+            handles: 1,
+            writers: 0,
+        },
+    ];
     for op in [MdsOp::Ping, MdsOp::Disconnect, MdsOp::Reopen { opens }] {
         let call = MdsCall {
             lock_bits: 0,
