@@ -607,3 +607,292 @@ fn a_local_user_cannot_use_a_servers_control_socket() {
     assert!(server.try_wait().is_none(), "the server runs on");
     server.stop();
 }
+
+/// The FID of what `path` names, from its inode number.
+fn fid_at(path: &Path) -> nacre_types::Fid {
+    use std::os::unix::fs::MetadataExt;
+    nacre_types::Fid::from_ino(fs::metadata(path).unwrap().ino()).unwrap()
+}
+
+/// The status of an MDS request sent on `c` with credentials `cred`.
+fn mds_as(c: &mut RawConn, cred: &nacre_types::Cred, op: MdsOp) -> i32 {
+    nacre_types::cred::with(cred.clone(), || mds(c, op))
+}
+
+/// A replay of a create of `name` in `parent` whose saved reply (the client's copy) says
+/// it made `fid`.
+fn forged_replay(
+    transno: u64,
+    parent: nacre_types::Fid,
+    name: &str,
+    fid: nacre_types::Fid,
+) -> MdsOp {
+    let create = MdsOp::Create {
+        parent,
+        name: name.as_bytes().to_vec(),
+        kind: nacre_types::FileKind::Regular,
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+        rdev: 0,
+        exclusive: true,
+        open: false,
+        access: 0,
+    };
+    let t = nacre_types::TimeSpec { sec: 1, nsec: 0 };
+    let attr = nacre_types::Attr {
+        fid,
+        kind: nacre_types::FileKind::Regular,
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+        nlink: 1,
+        size: 0,
+        blocks: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        rdev: 0,
+        project: 0,
+        proj_inherit: false,
+    };
+    MdsOp::Replay {
+        transno,
+        op: Box::new(create),
+        reply: Box::new(nacre_wire::mds::MdsReply::Entry {
+            attr,
+            layout: None,
+            size_exact: true,
+        }),
+        pre_versions: Vec::new(),
+    }
+}
+
+/// A line `key: N` of an MDT's `recovery_status`.
+fn recovery_stat(pid: u32, fsname: &str, key: &str) -> u64 {
+    let text =
+        nacre_testkit::get_param(Some(pid), &format!("mdt.{fsname}-MDT0000.recovery_status"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in recovery_status: {text}"))
+}
+
+/// A client (no key needed: these are a client's own requests) asks the MDT for what the
+/// kernel would refuse it, as a raw client: a device node, a truncate or a set-id clear
+/// through a read-only open, replays of creates over an existing inode, past the FID space
+/// and from a client the MDT never knew. Each is refused and counted, and nothing changes:
+/// checked through the mount, and by the FIDs the MDT hands out after.
+#[test]
+fn the_mdt_refuses_a_client_what_the_kernel_would() {
+    let lab = NetLab::new(3);
+    let h = &lab.hosts;
+    let root = tempfile::Builder::new()
+        .prefix("nacre-attacks")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let mut cl = Cluster::start(h, root.path(), "atk2", &[]);
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &cl.mds.pid().to_string(),
+        "set_param",
+        "-P",
+        "mdt.atk2-MDT0000.recovery_window_ms=20000",
+    ]);
+    let mount = ClientMount::mount_in(&h[2].prefix(), &cl.source, &d("mnt"), &[]);
+    let m = &mount.mnt;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(m, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(m.join("open")).unwrap();
+    fs::set_permissions(m.join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    let data = nacre_testkit::pattern(44, 1 << 20);
+    fs::write(m.join("victim"), &data).unwrap();
+    fs::set_permissions(m.join("victim"), fs::Permissions::from_mode(0o4755)).unwrap();
+    let (open, victim) = (fid_at(&m.join("open")), fid_at(&m.join("victim")));
+    let alice = nacre_types::Cred::new(1000, 1000, vec![]);
+    let mds_addr = format!("{}:988", h[0].addr);
+    let who = As::NoKey("atk2");
+    let known = [0xc1; 16];
+    let mut a = connect(&h[2], &mds_addr, &who, known);
+    assert_eq!(mds_as(&mut a, &alice, MdsOp::Connect), 0);
+    let before = refusals(cl.mds.pid());
+
+    // mknod of a device: root's alone (a fifo is anyone's).
+    let node = |kind, name: &str| MdsOp::Create {
+        parent: open,
+        name: name.as_bytes().to_vec(),
+        kind,
+        perm: 0o666,
+        uid: 1000,
+        gid: 1000,
+        rdev: (1 << 8) | 3,
+        exclusive: true,
+        open: false,
+        access: 0,
+    };
+    use nacre_types::FileKind::{BlockDevice, CharDevice, Fifo};
+    assert_eq!(mds_as(&mut a, &alice, node(CharDevice, "null")), PERM);
+    assert_eq!(mds_as(&mut a, &alice, node(BlockDevice, "disk")), PERM);
+    assert_eq!(mds_as(&mut a, &alice, node(Fifo, "fifo")), 0, "a fifo");
+    // A read-only open truncates nothing and clears no set-id bit.
+    let read = nacre_types::cred::MAY_READ;
+    let open_ro = MdsOp::Open {
+        fid: victim,
+        access: read,
+    };
+    assert_eq!(mds_as(&mut a, &alice, open_ro), 0);
+    let cut = MdsOp::SetAttr {
+        fid: victim,
+        attr: nacre_types::SetAttr {
+            size: Some(0),
+            from_open: true,
+            ..Default::default()
+        },
+    };
+    assert_eq!(mds_as(&mut a, &alice, cut), ACCES);
+    let kill = MdsOp::SetAttr {
+        fid: victim,
+        attr: nacre_types::SetAttr {
+            kill_suidgid: true,
+            ..Default::default()
+        },
+    };
+    assert_eq!(mds_as(&mut a, &alice, kill), ACCES);
+    // Open for writing something it may write: a client the MDT knows from now on.
+    let mine = MdsOp::Create {
+        parent: open,
+        name: b"mine".to_vec(),
+        kind: nacre_types::FileKind::Regular,
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+        rdev: 0,
+        exclusive: true,
+        open: false,
+        access: 0,
+    };
+    assert_eq!(mds_as(&mut a, &alice, mine), 0);
+    assert!(refusals(cl.mds.pid()) >= before + 4, "each refusal counted");
+    let denied = nacre_testkit::get_param(Some(cl.mds.pid()), "mdt.atk2-MDT0000.denied_stats");
+    for op in ["create", "setattr"] {
+        assert!(denied.contains(op), "{op} in denied_stats: {denied}");
+    }
+
+    // The MDT restarts: its recovery window opens for the clients it knew.
+    drop(a);
+    cl.mds.restart();
+    let mut a = h[2].run({
+        let addr = mds_addr.clone();
+        move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match RawConn::connect(&addr, "atk2", known) {
+                    Ok(c) => return c,
+                    Err(e) if std::time::Instant::now() > deadline => panic!("MDS back: {e}"),
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                }
+            }
+        }
+    });
+    assert_eq!(mds_as(&mut a, &alice, MdsOp::Connect), 0);
+    // The legitimate mount reconnects and replays on its next request (it waits for the
+    // window to close, so it is asked from a thread of its own).
+    let poke = {
+        let p = m.join("open");
+        std::thread::spawn(move || fs::read_dir(p).map(|d| d.count()))
+    };
+    let t = 1 << 40;
+    assert_eq!(
+        mds_as(&mut a, &alice, forged_replay(t, open, "over", victim)),
+        Status::Exist as i32,
+        "a replay over an existing inode"
+    );
+    let far = nacre_types::Fid::new(
+        nacre_types::fid::FID_SEQ_NORMAL + nacre_types::fid::FID_SEQS_PER_MDT - 1,
+        7,
+    );
+    assert_eq!(
+        mds_as(&mut a, &alice, forged_replay(t + 1, open, "far", far)),
+        Status::Inval as i32,
+        "a replay past the FID space reserved"
+    );
+    let foreign = nacre_types::Fid::new(u64::MAX, u32::MAX);
+    assert_eq!(
+        mds_as(
+            &mut a,
+            &alice,
+            forged_replay(t + 2, open, "foreign", foreign)
+        ),
+        Status::Inval as i32,
+        "a replay of another MDT's (or no MDT's) FID"
+    );
+    // A client the MDT did not know when it restarted has nothing to replay.
+    let mut stranger = connect(&h[2], &mds_addr, &who, [0xc2; 16]);
+    assert_eq!(mds_as(&mut stranger, &alice, MdsOp::Connect), 0);
+    let fresh = nacre_types::Fid::new(nacre_types::fid::FID_SEQ_NORMAL, 900_000);
+    assert_eq!(
+        mds_as(
+            &mut stranger,
+            &alice,
+            forged_replay(t + 3, open, "stranger", fresh)
+        ),
+        PERM
+    );
+    assert_eq!(mds_as(&mut a, &alice, MdsOp::ReplayDone), 0);
+    poke.join()
+        .unwrap()
+        .expect("the mount lists after recovery");
+    let pid = cl.mds.pid();
+    assert_eq!(recovery_stat(pid, "atk2", "replay_refused"), 4);
+    // A reopen takes back for writing only what the caller may write now: the victim's
+    // handle comes back a reader (no truncate through it), its own file's a writer.
+    let mine_fid = fid_at(&m.join("open/mine"));
+    let reopen = |fid| MdsOp::Reopen {
+        opens: vec![nacre_wire::mds::ReopenEntry {
+            fid,
+            handles: 1,
+            writers: 1,
+        }],
+    };
+    let cut = |fid| MdsOp::SetAttr {
+        fid,
+        attr: nacre_types::SetAttr {
+            size: Some(0),
+            from_open: true,
+            ..Default::default()
+        },
+    };
+    assert_eq!(mds_as(&mut a, &alice, reopen(victim)), 0);
+    assert_eq!(
+        mds_as(&mut a, &alice, cut(victim)),
+        ACCES,
+        "no write open gained"
+    );
+    assert_eq!(mds_as(&mut a, &alice, reopen(mine_fid)), 0);
+    assert_eq!(
+        mds_as(&mut a, &alice, cut(mine_fid)),
+        0,
+        "its own file's writer"
+    );
+    assert!(refusals(pid) >= 4, "refusals counted after the restart");
+
+    // Nothing changed: no forged name, the victim whole and still set-user-ID, and new
+    // files get FIDs where allocation was (not past a forged one).
+    let names: Vec<String> = fs::read_dir(m.join("open"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(names, vec!["fifo".to_string(), "mine".to_string()]);
+    assert!(fs::read(m.join("victim")).unwrap() == data, "victim whole");
+    let mode = fs::metadata(m.join("victim")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o4755);
+    fs::write(m.join("after"), b"after").unwrap();
+    let after = fid_at(&m.join("after"));
+    assert_eq!(after.seq, nacre_types::fid::FID_SEQ_NORMAL, "{after}");
+    drop(mount);
+    cl.mds.stop();
+    cl.oss.stop();
+}

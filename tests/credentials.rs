@@ -308,7 +308,39 @@ fn ost_objects_carry_their_files_owner(form: Form) {
     assert_eq!(&after[before.len()..], b"tail");
 }
 
+/// By FID, an inode is reached as through an NFS file handle: an open file's attributes and
+/// owner's changes work after its directory was closed to its owner (FUSE node ids are
+/// FIDs, the kernel asks by them), while its path is refused.
+fn an_open_file_is_reached_by_its_handle_after_its_parent_closes(form: Form) {
+    let fs = TestFs::start(form, 1);
+    mode(&fs.mnt, 0o755);
+    let d = fs.path("d");
+    fs::create_dir(&d).unwrap();
+    chown(&d, Some(65_534), Some(65_534)).unwrap();
+    let script = format!(
+        "cd {d}; mkdir sub; printf abc > sub/f; exec 3<sub/f; chmod 000 sub; \
+         stat -L -c %s /proc/self/fd/3; chmod 640 /proc/self/fd/3; stat -L -c %a /proc/self/fd/3; \
+         cat /proc/self/fd/3; echo; if cat sub/f 2>/dev/null; then echo path-open; fi",
+        d = d.display()
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--", "sh", "-ec", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text, "3\n640\nabc\n",
+        "fstat, fchmod and read by handle; no path open"
+    );
+}
+
 on_both_forms!(
     the_mdt_refuses_what_the_kernel_would,
     ost_objects_carry_their_files_owner,
+    an_open_file_is_reached_by_its_handle_after_its_parent_closes,
 );

@@ -204,6 +204,8 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
                 return out;
             }
         }
+        let op = (call.op.opcode() & 0xff) as usize - 1;
+        mdt.denied_stats.record(op, 0, 0);
         return Outgoing::error(denied);
     }
     // A file whose migration's fence window is open hands out no layout until the swap

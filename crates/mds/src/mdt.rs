@@ -72,6 +72,8 @@ pub struct Mdt {
     sync_on_reply: AtomicBool,
     /// `mdt.*.md_stats`.
     pub md_stats: nacre_params::OpStats,
+    /// `mdt.*.denied_stats`: requests the permission checks refused, by operation.
+    pub denied_stats: nacre_params::OpStats,
     /// `mdt.*.job_stats`.
     pub job_stats: nacre_params::JobStats,
     /// `mdt.*.export_stats`: the same per client NID.
@@ -243,6 +245,7 @@ impl Mdt {
             modifications: AtomicU64::new(0),
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
+            denied_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
             job_stats: nacre_params::JobStats::new(crate::stats::MD_OPS),
             export_stats: nacre_params::JobStats::keyed(
                 crate::stats::MD_OPS,

@@ -54,7 +54,7 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
                 Some(_) => Ok(()),
                 // `mknod` of a device needs CAP_MKNOD: root's (fifos and sockets anyone's).
                 None if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) => {
-                    Err(Status::Perm)
+                    Err(beyond_kernel(mdt, call, "mknod of a device", Status::Perm))
                 }
                 None => claims(cred, &dir, *uid, *gid),
             }
@@ -162,6 +162,21 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
     }
 }
 
+/// `denied`, for a request no kernel would have sent (its own checks refuse it first): a
+/// client speaking the protocol itself, counted and logged as the refusals of callers are
+/// (rate-limited), where a plain permission error is only counted (`denied_stats`).
+fn beyond_kernel(mdt: &Mdt, call: &MdsCall, what: &str, denied: Status) -> Status {
+    nacre_net::caller::refused(|| {
+        format!(
+            "{}: refused {what} from client {} (uid {}): a kernel would not have sent it",
+            mdt.label.name(),
+            crate::export::client_name(&call.client),
+            call.cred.uid
+        )
+    });
+    denied
+}
+
 fn allow(ok: bool, denied: Status) -> Result<(), Status> {
     if ok {
         Ok(())
@@ -255,16 +270,19 @@ fn may_setattr(mdt: &Mdt, call: &MdsCall, a: &Attr, set: &SetAttr) -> Result<(),
     if set.size.is_some() && set.from_open {
         // Through a descriptor: write was checked when this client opened it for writing
         // (a read-only open truncates nothing, as `ftruncate` on one fails).
-        allow(
-            mdt.exports.holds_write_open(&call.client, a.fid),
-            Status::Access,
-        )?;
+        if !mdt.exports.holds_write_open(&call.client, a.fid) {
+            let what = "truncate through no open for writing";
+            return Err(beyond_kernel(mdt, call, what, Status::Access));
+        }
     }
     if set.kill_suidgid {
         // What a write does as a side effect: whoever may write may have it done.
         let writer =
             mdt.exports.holds_write_open(&call.client, a.fid) || permits_attr(cred, a, MAY_WRITE);
-        allow(writer, Status::Access)?;
+        if !writer {
+            let what = "set-id bits cleared by a caller who may not write";
+            return Err(beyond_kernel(mdt, call, what, Status::Access));
+        }
     }
     if let Some(uid) = set.uid {
         allow(uid == a.uid && owner, Status::Perm)?;

@@ -108,6 +108,12 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
+        format!("mdt.{name}.denied_stats"),
+        move || a.denied_stats.render(),
+        move |v| clear_with(v, || b.denied_stats.clear()),
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
         format!("mdt.{name}.job_stats"),
         move || a.job_stats.render(),
         move |v| clear_with(v, || b.job_stats.clear()),
