@@ -87,6 +87,38 @@ fn oss(c: &mut RawConn, req: OssRequest) -> i32 {
     c.recv().unwrap().header.status
 }
 
+/// The status of an OSS request to OST 0 sent on `c` with capability `capa`.
+fn oss_capa(c: &mut RawConn, req: OssRequest, capa: Option<nacre_wire::capa::Capa>) -> i32 {
+    c.send_oss_capa(0, req, None, capa).unwrap();
+    c.recv().unwrap().header.status
+}
+
+/// Opens `fid` for reading from `host` as `who` (client uuid `client`) and returns the
+/// capability the MDT's answer carries for `object`.
+fn open_for_capa(
+    host: &NetHost,
+    mds_addr: &str,
+    who: &As,
+    client: [u8; 16],
+    fid: nacre_types::Fid,
+    object: ObjectId,
+) -> nacre_wire::capa::Capa {
+    let mut m = connect(host, mds_addr, who, client);
+    let open = MdsOp::Open {
+        fid,
+        access: nacre_types::cred::MAY_READ,
+    };
+    m.send_mds(0, open).unwrap();
+    let r = m.recv().unwrap();
+    let a = r
+        .answer()
+        .unwrap_or_else(|| panic!("open: {}", r.header.status));
+    *a.capas
+        .iter()
+        .find(|c| c.object == object)
+        .unwrap_or_else(|| panic!("a capability for {object:?} in {:?}", a.capas))
+}
+
 /// The status of an MDS request to MDT 0 sent on `c`.
 fn mds(c: &mut RawConn, op: MdsOp) -> i32 {
     c.send_mds(0, op).unwrap();
@@ -487,9 +519,93 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
         ACCES,
         "b's data read from a's address"
     );
-    // From b's own address the same key reads (the refusal was the address's).
+    // From b's own address the same key reads (the refusal was the address's), with the
+    // capability an open gives it; without one, or with a capability b was given shown by
+    // a, nothing is read.
     let mut o_b = connect(&h[3], &oss_addr, &stolen, [0xb2; 16]);
-    assert_eq!(oss(&mut o_b, read), 0);
+    assert_eq!(oss(&mut o_b, read.clone()), ACCES, "no capability");
+    let secret_fid = fid_at(&top.mnt.join("b/secret"));
+    let capa = open_for_capa(&h[3], &mds_addr, &stolen, [0xb2; 16], secret_fid, victim);
+    assert_eq!(
+        oss_capa(&mut o_b, read.clone(), Some(capa)),
+        0,
+        "b's capability"
+    );
+    assert_eq!(
+        oss_capa(&mut o, read.clone(), Some(capa)),
+        ACCES,
+        "b's capability shown from a's address"
+    );
+    let key_a_conn = As::Key(key_a.clone());
+    let mut o_a = connect(&h[2], &oss_addr, &key_a_conn, [0xb3; 16]);
+    assert_eq!(
+        oss_capa(&mut o_a, read.clone(), Some(capa)),
+        ACCES,
+        "b's capability shown with a's key"
+    );
+    let mut forged = capa;
+    forged.object.id += 1;
+    assert_eq!(
+        oss_capa(&mut o_b, read.clone(), Some(forged)),
+        ACCES,
+        "a capability's object changed"
+    );
+    let write = OssRequest::Write {
+        object: victim,
+        offset: 0,
+        owner: nacre_types::cred::Owner::default(),
+        lock: false,
+        grant_used: 0,
+        epoch: 0,
+        layout_gen: 0,
+    };
+    o_b.send_oss_capa(0, write, Some(b"overwrite"), Some(capa))
+        .unwrap();
+    assert_eq!(
+        o_b.recv().unwrap().header.status,
+        ACCES,
+        "a read-only open's capability writes nothing"
+    );
+    // (c) Tenant a (root squashed) may not open b's file for writing, and a layout asked
+    // by FID, without an open, carries no capability: nothing of it is written.
+    let mut m_a = connect(&h[2], &mds_addr, &key_a_conn, [0xb4; 16]);
+    let open_w = MdsOp::Open {
+        fid: secret_fid,
+        access: nacre_types::cred::MAY_WRITE,
+    };
+    assert_eq!(mds(&mut m_a, open_w), ACCES);
+    m_a.send_mds(0, MdsOp::GetLayout { fid: secret_fid })
+        .unwrap();
+    let a = m_a.recv().unwrap().answer().expect("a layout by FID");
+    assert!(a.capas.is_empty(), "no capability without an open");
+    let write_a = OssRequest::Write {
+        object: victim,
+        offset: 0,
+        owner: nacre_types::cred::Owner::default(),
+        lock: true,
+        grant_used: 0,
+        epoch: 0,
+        layout_gen: 0,
+    };
+    o_a.send_oss(0, write_a, Some(b"overwrite")).unwrap();
+    assert_eq!(
+        o_a.recv().unwrap().header.status,
+        ACCES,
+        "a's write of b's data"
+    );
+    let punch = OssRequest::Punch {
+        object: victim,
+        size: 0,
+        layout_gen: 0,
+    };
+    assert_eq!(oss(&mut o_a, punch), ACCES, "a's truncate of b's data");
+    let lock = OssRequest::Enqueue {
+        object: victim,
+        start: 0,
+        end: u64::MAX,
+        write: true,
+    };
+    assert_eq!(oss(&mut o_a, lock), ACCES, "a's write lock on b's data");
 
     // (c) Tenant a's own key (root squashed): no server or administrator power.
     let who = As::Key(key_a.clone());

@@ -1,6 +1,7 @@
-//! Object capabilities this client was given (clients of a nodemap's fileset: the MDT
-//! hands one out for each object of every layout it sends, and the OSTs want it with each
-//! request on that object; crates/wire/src/capa.rs). Other clients get none and keep none.
+//! Object capabilities this client was given (crates/wire/src/capa.rs): with a file-system
+//! key, the MDT hands one out for each object of a file's layout while this client holds
+//! the file open, and the OSTs want one with each data request on that object (a write
+//! kept behind under a write lock needs none). Without a key there are none.
 
 use nacre_types::ObjectId;
 use nacre_wire::capa::Capa;
@@ -20,6 +21,12 @@ pub struct Capas {
     map: Mutex<HashMap<(u32, ObjectId), Capa>>,
 }
 
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 impl Capas {
     /// Keeps the capabilities of an answer.
     pub fn note(&self, capas: &[Capa]) {
@@ -34,7 +41,14 @@ impl Capas {
             map.retain(|_, c| c.expiry_s > cut);
         }
         for c in capas {
-            map.insert((c.ost, c.object), *c);
+            // A read-only open's capability does not take the place of a writer's: the
+            // writer's handle may still be open.
+            let keep_old = map.get(&(c.ost, c.object)).is_some_and(|old| {
+                old.ops & !c.ops != 0 && old.layout_gen == c.layout_gen && old.expiry_s > now_s()
+            });
+            if !keep_old {
+                map.insert((c.ost, c.object), *c);
+            }
         }
         self.any.store(true, Ordering::Release);
     }

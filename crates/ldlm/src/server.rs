@@ -423,6 +423,23 @@ impl<K: Kind> Namespace<K> {
         })
     }
 
+    /// True if `client` holds a granted lock (not called back) on `res` whose part `f`
+    /// accepts.
+    pub fn holds_where(
+        &self,
+        client: &ClientId,
+        res: &K::Res,
+        f: impl Fn(&K::Part) -> bool,
+    ) -> bool {
+        let s = self.state.lock();
+        s.by_res.get(res).is_some_and(|ids| {
+            ids.iter().any(|id| {
+                let l = &s.locks[id];
+                l.client == *client && !l.blocked && f(&l.part)
+            })
+        })
+    }
+
     /// Locks `client` holds now.
     pub fn held_by(&self, client: &ClientId) -> usize {
         self.state

@@ -7,8 +7,7 @@
 use crate::dne::{mdt_list, peer_call};
 use crate::mdt::Mdt;
 use nacre_types::{Fid, FileKind, Status};
-use nacre_wire::capa::{Capa, CAPAS_PER_ANSWER_MAX};
-use nacre_wire::mds::{LayoutInfo, MdsOp, MdsReply};
+use nacre_wire::mds::{MdsOp, MdsReply};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -193,30 +192,6 @@ pub fn named(op: &MdsOp) -> Result<Vec<Fid>, Status> {
         | MdsOp::RenameLock { .. } => return Err(Status::Perm),
         other => other.key_fid().into_iter().collect(),
     })
-}
-
-/// Capabilities for every object of the layouts `reply` hands a fileset's client (none
-/// without a file-system key: the OSTs then cannot check them either).
-pub fn capas_for(fsname: &str, reply: &MdsReply) -> Vec<Capa> {
-    let Some(key) = nacre_net::sec::capability_key(fsname) else {
-        return Vec::new();
-    };
-    let layouts: Vec<&nacre_types::Layout> = match reply {
-        MdsReply::Entry {
-            layout: Some(l), ..
-        }
-        | MdsReply::Layout(LayoutInfo::File(l)) => vec![l],
-        MdsReply::DirPlus { entries, .. } => {
-            entries.iter().filter_map(|e| e.layout.as_ref()).collect()
-        }
-        _ => Vec::new(),
-    };
-    layouts
-        .into_iter()
-        .flat_map(|l| l.objects.iter())
-        .take(CAPAS_PER_ANSWER_MAX)
-        .map(|o| Capa::issue(&key, o.ost, o.object))
-        .collect()
 }
 
 /// Refuses (`EACCES`) a request naming an inode outside the fileset at `path`.

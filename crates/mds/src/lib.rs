@@ -13,6 +13,7 @@
 //! link (and last opener) is durable.
 
 pub mod atime;
+pub mod capas;
 pub mod changelog;
 pub mod destroy;
 pub mod dne;
@@ -131,9 +132,6 @@ fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Out
                         return Outgoing::error(s);
                     }
                 }
-            }
-            if m.fileset.is_some() {
-                a.capas = fileset::capas_for(&mdt.label.fsname, &a.reply);
             }
             nodemap::map_reply(m, &mut a.reply);
             if let Some(d) = a.dir.as_mut() {
@@ -271,6 +269,7 @@ impl Handler for MdsHandler {
         }
         let out = execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer));
         let out = answer(&mdt, &call, req.header.xid, out);
+        let out = capas::attach(&mdt, req, &call, out);
         match &map {
             Some(m) if out.status == Status::Ok && (!m.is_identity() || m.fileset.is_some()) => {
                 map_answer(&mdt, m, out)

@@ -6,6 +6,7 @@
 //! without another copy. Per client, an OST keeps the extent locks it holds and whether it
 //! was evicted (locks.rs).
 
+pub mod capas;
 pub mod fence;
 pub mod grants;
 pub mod locks;
@@ -487,13 +488,16 @@ impl OssHandler {
             });
             Outgoing::error(s)
         })?;
-        if let Some(m) = map {
-            if let Err(s) = nodemap::check_readonly(&m, &call.req)
-                .and_then(|()| nodemap::check_capa(&m, &ost.label, &call))
-            {
+        if let Some(m) = &map {
+            if let Err(s) = nodemap::check_readonly(m, &call.req) {
                 return Err(Outgoing::error(s));
             }
-            nodemap::map_call(&m, &mut call);
+        }
+        if let Err(s) = capas::check(ost, caller, &call) {
+            return Err(Outgoing::error(s));
+        }
+        if let Some(m) = &map {
+            nodemap::map_call(m, &mut call);
         }
         let meter = Meter {
             op: (call.req.opcode() & 0xff) as usize - 1,
@@ -658,11 +662,9 @@ impl Handler for OssHandler {
         };
         let refused = call.req.opcode() != req.header.opcode
             || req.caller.nodemap().map_or(true, |m| {
-                m.is_some_and(|m| {
-                    nodemap::check_readonly(&m, &call.req).is_err()
-                        || nodemap::check_capa(&m, &ost.label, &call).is_err()
-                })
-            });
+                m.is_some_and(|m| nodemap::check_readonly(&m, &call.req).is_err())
+            })
+            || capas::allowed(&ost, &req.caller, &call).is_err();
         if refused
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()

@@ -22,25 +22,6 @@ pub fn check_readonly(m: &Nodemap, req: &OssRequest) -> Result<(), Status> {
     }
 }
 
-/// A fileset's client must show, for the object a request names, the capability the MDT
-/// gave it with the layout (`EACCES` otherwise). Without a file-system key there are no
-/// capabilities to check.
-pub fn check_capa(m: &Nodemap, ost: &nacre_osd::Label, call: &OssCall) -> Result<(), Status> {
-    if m.fileset.is_none() {
-        return Ok(());
-    }
-    let (Some(key), Some(object)) = (
-        nacre_net::sec::capability_key(&ost.fsname),
-        call.req.key_object(),
-    ) else {
-        return Ok(());
-    };
-    match call.capa {
-        Some(c) if c.allows(&key, ost.index, object) => Ok(()),
-        _ => Err(Status::Access),
-    }
-}
-
 /// Maps a request's credentials, and a write's owner, to file-system ids.
 pub fn map_call(m: &Nodemap, call: &mut OssCall) {
     call.cred.uid = m.map_in(IdKind::Uid, call.cred.uid);

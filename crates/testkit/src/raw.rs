@@ -97,13 +97,24 @@ impl RawConn {
         req: OssRequest,
         bulk: Option<&[u8]>,
     ) -> std::io::Result<u64> {
+        self.send_oss_capa(target, req, bulk, None)
+    }
+
+    /// [`RawConn::send_oss`] showing capability `capa`.
+    pub fn send_oss_capa(
+        &mut self,
+        target: u32,
+        req: OssRequest,
+        bulk: Option<&[u8]>,
+        capa: Option<nacre_wire::capa::Capa>,
+    ) -> std::io::Result<u64> {
         let opcode = req.opcode();
         let call = OssCall {
             client: [0; 16],
             jobid: "raw".into(),
             cred: nacre_types::cred::current(),
             req,
-            capa: None,
+            capa,
         };
         self.send_raw(opcode, target, &encode_body(&call), bulk)
     }
@@ -170,6 +181,13 @@ impl RawReply {
     pub fn mds(&self) -> Option<MdsReply> {
         (self.header.status == 0)
             .then(|| decode_body::<MdsAnswer>(&self.body).ok().map(|a| a.reply))
+            .flatten()
+    }
+
+    /// The whole MDS answer (reply and capabilities), if the request succeeded.
+    pub fn answer(&self) -> Option<MdsAnswer> {
+        (self.header.status == 0)
+            .then(|| decode_body::<MdsAnswer>(&self.body).ok())
             .flatten()
     }
 

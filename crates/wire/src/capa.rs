@@ -1,40 +1,78 @@
-//! Object capabilities (Lustre's OSS capabilities): the MDT gives a client that may only
-//! reach part of the file system (a nodemap's fileset) a capability for each object of
-//! every layout it hands out; the client sends it with each request on that object, and
-//! the OST serves the request only if the capability is the MDT's (a MAC with a key both
-//! derive from the file system's key), names that OST and object, and has not expired.
+//! Object capabilities (Lustre's OSS capabilities, which Lustre dropped; docs/security.md):
+//! the OSTs' authority for data requests.
+//!
+//! With a file-system key, the MDT gives a client a capability for each object of a file's
+//! layout only while the client holds the file open — opened with the permission the MDT
+//! checked — never with a bare lookup or layout by FID. A capability names the file, the
+//! OST and object, the operations the open allows (read, or read and write), the layout's
+//! generation, the key identity it was given to (its holder: a tenant's key cannot use
+//! another's capabilities) and an expiry; a MAC over all of it, keyed with a key derived
+//! from the file system's master secret, which only servers hold. An OST serves a client's
+//! read, write, punch, fallocate or extent-lock request only with a capability that allows
+//! it, or (for a write kept behind under a lock) under a write lock the OST granted that
+//! client: a lock is granted only with a capability, so authority taken away is taken by
+//! cancelling the locks. Without a key there is nothing to check with: the OSTs check
+//! nothing (`--insecure`).
 
-use nacre_types::ObjectId;
+use nacre_types::{Fid, ObjectId};
 use serde::{Deserialize, Serialize};
 
-/// How long a capability holds (a client holding a file longer fetches its layout again).
+/// How long a capability holds: a client that holds a file open longer without a lock
+/// covering its I/O opens it again (or fetches its layout, which gives new ones).
 pub const CAPA_LIFETIME_S: u64 = 86_400;
 /// Most capabilities one answer carries.
 pub const CAPAS_PER_ANSWER_MAX: usize = 65_536;
+/// The operation bit of reads (and read locks).
+pub const CAPA_READ: u8 = 1;
+/// The operation bit of writes, punches, fallocates (and write locks).
+pub const CAPA_WRITE: u8 = 2;
 
 /// A capability for one object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capa {
+    /// The file whose layout holds the object.
+    pub fid: Fid,
     /// The OST holding the object.
     pub ost: u32,
     /// The object.
     pub object: ObjectId,
+    /// The generation of the layout it was given with.
+    pub layout_gen: u32,
+    /// Operations allowed: [`CAPA_READ`], [`CAPA_WRITE`].
+    pub ops: u8,
+    /// Who it was given to ([`holder_of`] the key identity).
+    pub holder: [u8; 16],
     /// Seconds since the epoch after which it no longer holds.
     pub expiry_s: u64,
-    /// BLAKE3 keyed with the capability key over the fields, first 16 bytes.
+    /// BLAKE3 keyed with the capability key over every field above, first 16 bytes.
     pub mac: [u8; 16],
 }
 
-fn mac(key: &[u8; 32], ost: u32, object: ObjectId, expiry_s: u64) -> [u8; 16] {
-    let mut h = blake3::Hasher::new_keyed(key);
-    h.update(b"nacre capa 1");
-    h.update(&ost.to_le_bytes());
-    h.update(&object.seq.to_le_bytes());
-    h.update(&object.id.to_le_bytes());
-    h.update(&expiry_s.to_le_bytes());
-    let mut m = [0u8; 16];
-    m.copy_from_slice(&h.finalize().as_bytes()[..16]);
-    m
+/// Why a capability does not allow a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CapaRefusal {
+    /// Its MAC is not the servers': forged or changed.
+    #[error("not made by the file system's servers")]
+    Forged,
+    /// It is for another object, or another OST.
+    #[error("for another object")]
+    OtherObject,
+    /// It was given to another key's holder.
+    #[error("given to another key")]
+    OtherHolder,
+    /// It does not allow the operation (a read-only open's capability for a write).
+    #[error("does not allow the operation")]
+    Operation,
+    /// It expired.
+    #[error("expired")]
+    Expired,
+}
+
+/// The holder value of the key identity `tenant` (the network layer's `Caller::tenant`).
+pub fn holder_of(tenant: &str) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h.copy_from_slice(&blake3::hash(tenant.as_bytes()).as_bytes()[..16]);
+    h
 }
 
 fn now_s() -> u64 {
@@ -44,26 +82,81 @@ fn now_s() -> u64 {
 }
 
 impl Capa {
-    /// A capability for `object` on OST `ost`, good for [`CAPA_LIFETIME_S`].
-    pub fn issue(key: &[u8; 32], ost: u32, object: ObjectId) -> Capa {
-        let expiry_s = now_s() + CAPA_LIFETIME_S;
-        Capa {
+    /// A capability over `fid`'s `object` on OST `ost` for `ops`, given to `holder`, good
+    /// for [`CAPA_LIFETIME_S`].
+    pub fn issue(
+        key: &[u8; 32],
+        fid: Fid,
+        ost: u32,
+        object: ObjectId,
+        layout_gen: u32,
+        ops: u8,
+        holder: [u8; 16],
+    ) -> Capa {
+        let mut c = Capa {
+            fid,
             ost,
             object,
-            expiry_s,
-            mac: mac(key, ost, object, expiry_s),
-        }
+            layout_gen,
+            ops,
+            holder,
+            expiry_s: now_s() + CAPA_LIFETIME_S,
+            mac: [0; 16],
+        };
+        c.mac = c.compute_mac(key);
+        c
     }
 
-    /// True if this is a capability made with `key` for `object` on OST `ost`, still good.
-    pub fn allows(&self, key: &[u8; 32], ost: u32, object: ObjectId) -> bool {
-        let want = mac(key, self.ost, self.object, self.expiry_s);
+    fn compute_mac(&self, key: &[u8; 32]) -> [u8; 16] {
+        let mut h = blake3::Hasher::new_keyed(key);
+        h.update(b"nacre capa 2");
+        h.update(&self.fid.seq.to_le_bytes());
+        h.update(&self.fid.oid.to_le_bytes());
+        h.update(&self.fid.ver.to_le_bytes());
+        h.update(&self.ost.to_le_bytes());
+        h.update(&self.object.seq.to_le_bytes());
+        h.update(&self.object.id.to_le_bytes());
+        h.update(&self.layout_gen.to_le_bytes());
+        h.update(&[self.ops]);
+        h.update(&self.holder);
+        h.update(&self.expiry_s.to_le_bytes());
+        let mut m = [0u8; 16];
+        m.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        m
+    }
+
+    /// Whether this capability, checked with `key`, lets `holder` do `ops` on `object` of
+    /// OST `ost` now.
+    pub fn allows(
+        &self,
+        key: &[u8; 32],
+        ost: u32,
+        object: ObjectId,
+        ops: u8,
+        holder: &[u8; 16],
+    ) -> Result<(), CapaRefusal> {
+        let want = self.compute_mac(key);
         let same = want
             .iter()
             .zip(&self.mac)
             .fold(0u8, |a, (x, y)| a | (x ^ y))
             == 0;
-        same && self.ost == ost && self.object == object && self.expiry_s >= now_s()
+        if !same {
+            return Err(CapaRefusal::Forged);
+        }
+        if self.ost != ost || self.object != object {
+            return Err(CapaRefusal::OtherObject);
+        }
+        if &self.holder != holder {
+            return Err(CapaRefusal::OtherHolder);
+        }
+        if self.ops & ops != ops {
+            return Err(CapaRefusal::Operation);
+        }
+        if self.expiry_s < now_s() {
+            return Err(CapaRefusal::Expired);
+        }
+        Ok(())
     }
 }
 
@@ -72,25 +165,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_capability_allows_its_object_only() {
+    fn a_capability_allows_its_holder_its_object_and_its_operations_only() {
         let key = [3u8; 32];
+        let fid = Fid::new(0x2_0000_0400, 9);
         let o = ObjectId { seq: 1, id: 7 };
-        let c = Capa::issue(&key, 2, o);
-        assert!(c.allows(&key, 2, o));
-        assert!(!c.allows(&key, 3, o), "another OST");
-        assert!(
-            !c.allows(&key, 2, ObjectId { seq: 1, id: 8 }),
-            "another object"
+        let me = holder_of("key:client/a/tenant-a");
+        let other = holder_of("key:client/b/tenant-b");
+        let c = Capa::issue(&key, fid, 2, o, 0, CAPA_READ, me);
+        assert_eq!(c.allows(&key, 2, o, CAPA_READ, &me), Ok(()));
+        assert_eq!(
+            c.allows(&key, 3, o, CAPA_READ, &me),
+            Err(CapaRefusal::OtherObject)
         );
-        assert!(!c.allows(&[4u8; 32], 2, o), "another key");
-        let mut forged = c;
-        forged.object.id = 8;
-        assert!(
-            !forged.allows(&key, 2, forged.object),
-            "changed fields fail the MAC"
+        let o8 = ObjectId { seq: 1, id: 8 };
+        assert_eq!(
+            c.allows(&key, 2, o8, CAPA_READ, &me),
+            Err(CapaRefusal::OtherObject)
         );
+        assert_eq!(
+            c.allows(&key, 2, o, CAPA_READ, &other),
+            Err(CapaRefusal::OtherHolder)
+        );
+        assert_eq!(
+            c.allows(&key, 2, o, CAPA_WRITE, &me),
+            Err(CapaRefusal::Operation),
+            "a read-only open's capability writes nothing"
+        );
+        assert_eq!(
+            c.allows(&[4u8; 32], 2, o, CAPA_READ, &me),
+            Err(CapaRefusal::Forged)
+        );
+        for forge in [
+            Capa { object: o8, ..c },
+            Capa {
+                ops: CAPA_READ | CAPA_WRITE,
+                ..c
+            },
+            Capa { holder: other, ..c },
+            Capa {
+                expiry_s: u64::MAX,
+                ..c
+            },
+            Capa {
+                fid: Fid::ROOT,
+                ..c
+            },
+        ] {
+            assert_eq!(
+                forge.allows(&key, forge.ost, forge.object, CAPA_READ, &forge.holder),
+                Err(CapaRefusal::Forged),
+                "a changed field fails the MAC: {forge:?}"
+            );
+        }
         let mut old = Capa { expiry_s: 1, ..c };
-        old.mac = mac(&key, 2, o, 1);
-        assert!(!old.allows(&key, 2, o), "expired");
+        old.mac = old.compute_mac(&key);
+        assert_eq!(
+            old.allows(&key, 2, o, CAPA_READ, &me),
+            Err(CapaRefusal::Expired)
+        );
     }
 }

@@ -530,7 +530,7 @@ mod tests {
                     jobid: "job".into(),
                     cred: Cred::new(uid, gid, groups.clone()),
                     req,
-                    capa: (uid % 2 == 0).then(|| crate::capa::Capa::issue(&[1; 32], gid, objects[0])),
+                    capa: (uid % 2 == 0).then(|| crate::capa::Capa::issue(&[1; 32], nacre_types::Fid::new(u64::from(uid), gid), gid, objects[0], uid, (gid % 4) as u8, [gid as u8; 16])),
                 };
                 prop_assert_eq!(decode_body::<OssCall>(&encode_body(&call)).unwrap(), call);
             }

@@ -352,8 +352,12 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
         }),
         capas: vec![crate::capa::Capa::issue(
             &[2; 32],
+            Fid::new(0x2_0000_0400, 3),
             1,
             nacre_types::ObjectId { seq: 0, id: 44 },
+            2,
+            crate::capa::CAPA_READ,
+            [5; 16],
         )],
         reply: MdsReply::Connected {
             epoch: 7,
