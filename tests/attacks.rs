@@ -606,6 +606,23 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
         write: true,
     };
     assert_eq!(oss(&mut o_a, lock), ACCES, "a's write lock on b's data");
+    // A client uuid b used at the OSS is b's: a may not cancel its locks nor end them.
+    let b_uuid = [0xd7; 16];
+    o_b.set_oss_client(b_uuid);
+    let cancel = OssRequest::LockCancel {
+        handles: Vec::new(),
+    };
+    assert_eq!(oss(&mut o_b, cancel.clone()), 0, "b binds its uuid");
+    o_a.set_oss_client(b_uuid);
+    assert_eq!(oss(&mut o_a, cancel.clone()), PERM, "a names b's uuid");
+    assert_eq!(
+        oss(&mut o_a, OssRequest::Disconnect),
+        PERM,
+        "a ends b's locks"
+    );
+    assert_eq!(oss(&mut o_b, OssRequest::Disconnect), 0, "b ends its own");
+    o_a.set_oss_client([0xd8; 16]);
+    assert_eq!(oss(&mut o_a, cancel), 0, "a's own uuid");
 
     // (c) Tenant a's own key (root squashed): no server or administrator power.
     let who = As::Key(key_a.clone());

@@ -7,6 +7,7 @@
 //! was evicted (locks.rs).
 
 pub mod capas;
+pub mod claims;
 pub mod fence;
 pub mod grants;
 pub mod locks;
@@ -109,6 +110,8 @@ pub struct OssHandler {
     /// Keyed by target id (file-system slot and index: [`nacre_osd::Label::target_id`]), so
     /// several file systems' targets of one index are served apart.
     targets: RwLock<HashMap<u32, Guarded>>,
+    /// Client uuids bound to the key identities that use them (claims.rs).
+    claims: claims::Claims,
 }
 
 /// A target and, in a failover pair, the multi-mount protection it is served under.
@@ -446,6 +449,20 @@ impl OssHandler {
         Ok(Step::Done(Outgoing::ok(encode_body(&reply))))
     }
 
+    /// Binds the client uuid `call` names to its caller's key identity, or checks it is
+    /// bound to it (claims.rs); a disconnect ends the binding. Without keys, nothing.
+    fn claim(&self, caller: &nacre_net::Caller, call: &OssCall) -> Result<(), Status> {
+        if call.client == locks::NO_CLIENT || caller.proved().is_none() {
+            return Ok(());
+        }
+        let holds = |c: &[u8; 16]| self.all().iter().any(|t| t.locks.ns.held_by(c) > 0);
+        self.claims.claim(&call.client, &caller.tenant(), holds)?;
+        if matches!(call.req, OssRequest::Disconnect) {
+            self.claims.release(&call.client);
+        }
+        Ok(())
+    }
+
     /// Checks `incoming` for `ost` and runs it ([`OssHandler::run`]): its meter and what
     /// came of it, or the reply of a request refused before it ran (not counted).
     fn begin<'a>(
@@ -492,6 +509,21 @@ impl OssHandler {
             if let Err(s) = nodemap::check_readonly(m, &call.req) {
                 return Err(Outgoing::error(s));
             }
+        }
+        if let Err(s) = self.claim(caller, &call) {
+            nacre_net::caller::refused(|| {
+                format!(
+                    "{}: refused {:#06x} from {}: client uuid {} is another key's",
+                    ost.label.name(),
+                    incoming.header.opcode,
+                    caller.describe(),
+                    call.client
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                )
+            });
+            return Err(Outgoing::error(s));
         }
         if let Err(s) = capas::check(ost, caller, &call) {
             return Err(Outgoing::error(s));
@@ -664,7 +696,8 @@ impl Handler for OssHandler {
             || req.caller.nodemap().map_or(true, |m| {
                 m.is_some_and(|m| nodemap::check_readonly(&m, &call.req).is_err())
             })
-            || capas::allowed(&ost, &req.caller, &call).is_err();
+            || capas::allowed(&ost, &req.caller, &call).is_err()
+            || self.claim(&req.caller, &call).is_err();
         if refused
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()

@@ -21,6 +21,9 @@ pub struct RawConn {
     slot: u16,
     /// The connection's protection, after a handshake with a key ([`RawConn::connect_keyed`]).
     session: Option<nacre_net::sec::handshake::Session>,
+    /// The client uuid OSS requests name (zero, a client that takes no locks, unless set
+    /// with [`RawConn::set_oss_client`]).
+    oss_client: [u8; 16],
 }
 
 /// A reply as read off the wire.
@@ -46,7 +49,13 @@ impl RawConn {
             xid: 1,
             slot: nacre_types::fs_slot(fsname),
             session: None,
+            oss_client: [0; 16],
         })
+    }
+
+    /// Names `uuid` as the client of the OSS requests sent from now on.
+    pub fn set_oss_client(&mut self, uuid: [u8; 16]) {
+        self.oss_client = uuid;
     }
 
     /// Connects to `addr` holding `key` (its handshake first, then every frame sealed and
@@ -110,7 +119,7 @@ impl RawConn {
     ) -> std::io::Result<u64> {
         let opcode = req.opcode();
         let call = OssCall {
-            client: [0; 16],
+            client: self.oss_client,
             jobid: "raw".into(),
             cred: nacre_types::cred::current(),
             req,
