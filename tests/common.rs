@@ -68,6 +68,26 @@ pub fn nodemap(mgs: &nacre_testkit::ServerProc, args: &[&str]) {
     nacre_testkit::nacre_ok(&a);
 }
 
+/// Makes the `default` nodemap (addresses no other nodemap holds) trusted: its clients act
+/// as they say, root as root (without it they are refused once any nodemap exists).
+pub fn trusted_default(mgs: &nacre_testkit::ServerProc) {
+    nodemap(mgs, &["add", "default"]);
+    for p in ["admin", "trusted"] {
+        nodemap(
+            mgs,
+            &[
+                "modify",
+                "--name",
+                "default",
+                "--property",
+                p,
+                "--value",
+                "1",
+            ],
+        );
+    }
+}
+
 /// Waits until every server process enforces the MGS's newest nodemaps (each fetches them
 /// within a second; the MGS's own process, the first, at once).
 pub fn enforced(servers: &[&nacre_testkit::ServerProc]) {

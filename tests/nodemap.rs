@@ -72,6 +72,17 @@ fn nodemaps_squash_map_and_make_clients_read_only() {
         mgs_proc,
         &["add_range", "--name", "squash", "--range", &h[3].addr],
     );
+    // Once a nodemap exists, an address none holds is refused, until the administrator
+    // makes a `default` nodemap for them (here: trusted).
+    nacre_tests::enforced(&[&mds, &oss]);
+    wait_for("the unlisted admin client refused", || {
+        errno_of(fs::write(a("unlisted"), b"x")) == Some(libc::EACCES)
+    });
+    nacre_tests::trusted_default(mgs_proc);
+    nacre_tests::enforced(&[&mds, &oss]);
+    wait_for("the default nodemap's client served", || {
+        fs::write(a("unlisted"), b"x").is_ok()
+    });
     nodemap(
         mgs_proc,
         &[
@@ -289,6 +300,8 @@ fn a_nodemap_sets_the_security_level_of_its_clients() {
             "privacy",
         ],
     );
+    // The plain client's address is in no nodemap: the default one, trusted.
+    nacre_tests::trusted_default(mgs_proc);
     enforced(&[&server]);
     let source = format!("{mgs_nid}:/nmlvl");
     let before = net_stat(server.pid(), "handshakes_privacy");

@@ -6,7 +6,7 @@
 
 use crate::sec::Identity;
 use nacre_types::Status;
-use nacre_wire::nodemap::Nodemap;
+use nacre_wire::nodemap::{Applies, Nodemap};
 use nacre_wire::roles::{Need, Role};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -209,7 +209,10 @@ impl Caller {
     /// A server's or an administrator's proved key is never mapped. A client key bound to a
     /// nodemap is held to that nodemap, and refused (`EACCES`) from an address another
     /// nodemap names or when its nodemap does not exist: one tenant's key cannot claim
-    /// another's addresses. Otherwise the address decides, as without keys.
+    /// another's addresses. Otherwise the address decides, as without keys: a keyless
+    /// peer at a registered server's address is a server (never mapped), and a client at
+    /// an address no nodemap holds gets the `default` nodemap, or is refused (`EACCES`)
+    /// once any nodemap exists and there is no `default` one.
     pub fn nodemap(&self) -> Result<Option<Nodemap>, Status> {
         let Some(addr) = self.addr() else {
             return Ok(None);
@@ -222,15 +225,20 @@ impl Caller {
             return Ok(None);
         }
         let set = nacre_wire::nodemap::active();
-        let peer = addr.to_string();
-        let by_addr = set.for_peer(&peer);
         let map = match self.proved.as_ref().and_then(|id| id.nodemap.as_deref()) {
-            None => by_addr,
+            None if self.proved.is_none() && is_server_addr(addr.ip()) => None,
+            None => match set.applies(addr.ip()) {
+                Applies::Nothing => None,
+                Applies::Map(m) => Some(m),
+                // A server registered a moment ago is not refused: its address is learnt.
+                Applies::Refused if self.role_learning() == Role::Server => None,
+                Applies::Refused => return Err(Status::Access),
+            },
             Some(bound) => {
                 let Some(m) = set.maps.iter().find(|m| m.name == bound) else {
                     return Err(Status::Access);
                 };
-                if by_addr.is_some_and(|a| a.name != bound) {
+                if set.find(addr.ip()).is_some_and(|a| a.name != bound) {
                     return Err(Status::Access);
                 }
                 Some(m)

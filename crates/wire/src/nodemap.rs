@@ -82,8 +82,10 @@ impl NidRange {
         Ok(r)
     }
 
-    /// True if `ip` is in the range.
+    /// True if `ip` is in the range (an IPv4-mapped IPv6 address, as a server listening on
+    /// `[::]` sees IPv4 peers, is its IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
         self.start.is_ipv4() == ip.is_ipv4() && self.start <= ip && ip <= self.end
     }
 
@@ -102,6 +104,31 @@ impl std::fmt::Display for NidRange {
             false => write!(f, "{}-{}", self.start, self.end),
         }
     }
+}
+
+/// `ip`, with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as its IPv4 address.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v) => v.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The nodemap of addresses no other nodemap's ranges hold (Lustre's `default`): it takes
+/// no ranges. Without it, once any nodemap exists, such addresses are refused: an
+/// administrator makes it squashed (a new nodemap's properties), trusted (`admin` and
+/// `trusted` set) or leaves it out (refused).
+pub const DEFAULT_NODEMAP: &str = "default";
+
+/// What applies to a client at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applies<'a> {
+    /// No nodemaps exist: every client is trusted, as before nodemaps.
+    Nothing,
+    /// This nodemap.
+    Map(&'a Nodemap),
+    /// Nodemaps exist, and neither one's ranges nor a [`DEFAULT_NODEMAP`] holds it.
+    Refused,
 }
 
 /// Which kind of id a mapping is for.
@@ -240,13 +267,19 @@ impl NodemapSet {
             .find(|m| m.ranges.iter().any(|r| r.contains(ip)))
     }
 
-    /// The nodemap of a request's peer (`ADDR:PORT`; an in-process peer has none).
-    pub fn for_peer(&self, peer: &str) -> Option<&Nodemap> {
+    /// What applies to a client at `ip`: the nodemap whose ranges hold it, else the
+    /// [`DEFAULT_NODEMAP`], else (nodemaps exist) refusal.
+    pub fn applies(&self, ip: IpAddr) -> Applies<'_> {
         if self.maps.is_empty() {
-            return None;
+            return Applies::Nothing;
         }
-        let ip = peer.parse::<std::net::SocketAddr>().ok()?.ip();
-        self.find(ip)
+        match self
+            .find(ip)
+            .or_else(|| self.maps.iter().find(|m| m.name == DEFAULT_NODEMAP))
+        {
+            Some(m) => Applies::Map(m),
+            None => Applies::Refused,
+        }
     }
 }
 
@@ -263,20 +296,30 @@ pub fn active() -> Arc<NodemapSet> {
     ACTIVE.read().expect("nodemaps").clone().unwrap_or_default()
 }
 
-/// The nodemap of `peer` under the active set, unless it changes nothing (trusted, admin,
-/// writable, the whole file system).
-pub fn of_peer(peer: &str) -> Option<Nodemap> {
-    let set = active();
-    set.for_peer(peer)
-        .filter(|m| !m.is_identity() || m.readonly || m.fileset.is_some())
-        .cloned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn unlisted_addresses_get_the_default_nodemap_or_are_refused() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut set = NodemapSet::default();
+        assert_eq!(set.applies(ip("10.0.0.1")), Applies::Nothing, "no nodemaps");
+        let mut lab = Nodemap::new("lab");
+        lab.ranges.push(NidRange::parse("10.0.0.0/24").unwrap());
+        set.maps.push(lab);
+        assert!(matches!(set.applies(ip("10.0.0.9")), Applies::Map(m) if m.name == "lab"));
+        // A server on [::] sees IPv4 peers as IPv4-mapped IPv6 addresses.
+        assert!(matches!(set.applies(ip("::ffff:10.0.0.9")), Applies::Map(m) if m.name == "lab"));
+        assert_eq!(set.applies(ip("10.0.1.1")), Applies::Refused, "unlisted");
+        assert_eq!(set.applies(ip("::ffff:10.0.1.1")), Applies::Refused);
+        set.maps.push(Nodemap::new(DEFAULT_NODEMAP));
+        assert!(
+            matches!(set.applies(ip("10.0.1.1")), Applies::Map(m) if m.name == DEFAULT_NODEMAP)
+        );
+    }
 
     #[test]
     fn ranges_parse_and_contain() {
