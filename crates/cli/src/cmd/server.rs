@@ -311,6 +311,15 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     spec.mgsnode = mgsnode;
     spec.fsname = fsname.clone();
     spec.keys = server_keys(&config_keys)?;
+    if !spec.keys.required() {
+        // Said at every start: without a key, who a peer is comes from its address alone.
+        tracing::warn!(
+            "serving without a file-system key: any process that reaches this server's \
+             port speaks as a client of its address, and the OSTs check nothing (every \
+             object is readable and writable by it); give each server the file system's \
+             key (`nacre keygen`, `--key`; docs/security.md)"
+        );
+    }
     let (mut servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let mover = match &mover {
         Some(dir) => Some(start_mover(
