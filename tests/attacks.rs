@@ -578,6 +578,22 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
         .unwrap();
     let a = m_a.recv().unwrap().answer().expect("a layout by FID");
     assert!(a.capas.is_empty(), "no capability without an open");
+    // An open for neither reading nor writing allows neither.
+    let open_none = MdsOp::Open {
+        fid: secret_fid,
+        access: 0,
+    };
+    m_a.send_mds(0, open_none).unwrap();
+    let r = m_a.recv().unwrap();
+    assert!(
+        r.answer().is_none_or(|a| a.capas.is_empty()),
+        "an open for nothing: {}",
+        r.header.status
+    );
+    m_a.send_mds(0, MdsOp::GetLayout { fid: secret_fid })
+        .unwrap();
+    let a = m_a.recv().unwrap().answer().expect("a layout by FID");
+    assert!(a.capas.is_empty(), "held open for nothing: no capability");
     let write_a = OssRequest::Write {
         object: victim,
         offset: 0,
@@ -801,6 +817,11 @@ fn forged_replay(
     }
 }
 
+/// A FID of MDT0's first sequence no file has.
+fn fresh_fid() -> nacre_types::Fid {
+    nacre_types::Fid::new(nacre_types::fid::FID_SEQ_NORMAL, 900_000)
+}
+
 /// A line `key: N` of an MDT's `recovery_status`.
 fn recovery_stat(pid: u32, fsname: &str, key: &str) -> u64 {
     let text =
@@ -928,6 +949,9 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
             }
         }
     });
+    // The same client goes on with its xids (the MDT answers a repeated one from its saved
+    // reply).
+    a.set_xid(1_000);
     assert_eq!(mds_as(&mut a, &alice, MdsOp::Connect), 0);
     // The legitimate mount reconnects and replays on its next request (it waits for the
     // window to close, so it is asked from a thread of its own).
@@ -935,7 +959,16 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
         let p = m.join("open");
         std::thread::spawn(move || fs::read_dir(p).map(|d| d.count()))
     };
-    let t = 1 << 40;
+    let t = recovery_stat(cl.mds.pid(), "atk2", "transno_durable_at_start") + 1_000;
+    assert_eq!(
+        mds_as(
+            &mut a,
+            &alice,
+            forged_replay(u64::MAX, open, "late", fresh_fid())
+        ),
+        PERM,
+        "a replay past any transno the MDT gave"
+    );
     assert_eq!(
         mds_as(&mut a, &alice, forged_replay(t, open, "over", victim)),
         Status::Exist as i32,
@@ -963,12 +996,11 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
     // A client the MDT did not know when it restarted has nothing to replay.
     let mut stranger = connect(&h[2], &mds_addr, &who, [0xc2; 16]);
     assert_eq!(mds_as(&mut stranger, &alice, MdsOp::Connect), 0);
-    let fresh = nacre_types::Fid::new(nacre_types::fid::FID_SEQ_NORMAL, 900_000);
     assert_eq!(
         mds_as(
             &mut stranger,
             &alice,
-            forged_replay(t + 3, open, "stranger", fresh)
+            forged_replay(t + 3, open, "stranger", fresh_fid())
         ),
         PERM
     );
@@ -977,7 +1009,7 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
         .unwrap()
         .expect("the mount lists after recovery");
     let pid = cl.mds.pid();
-    assert_eq!(recovery_stat(pid, "atk2", "replay_refused"), 4);
+    assert_eq!(recovery_stat(pid, "atk2", "replay_refused"), 5);
     // A reopen takes back for writing only what the caller may write now: the victim's
     // handle comes back a reader (no truncate through it), its own file's a writer.
     let mine_fid = fid_at(&m.join("open/mine"));

@@ -4,7 +4,7 @@
 //! kept behind under a write lock needs none). Without a key there are none.
 
 use nacre_types::ObjectId;
-use nacre_wire::capa::Capa;
+use nacre_wire::capa::{Capa, CAPA_READ, CAPA_WRITE};
 use nacre_wire::oss::OssRequest;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -18,13 +18,20 @@ pub const CAPAS_KEPT_MAX: usize = 1 << 20;
 #[derive(Default)]
 pub struct Capas {
     any: AtomicBool,
-    map: Mutex<HashMap<(u32, ObjectId), Capa>>,
+    /// By (OST, object): the newest capability that allows reading, and the newest that
+    /// allows writing (one capability may be both).
+    map: Mutex<HashMap<(u32, ObjectId), Slots>>,
 }
 
-fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+/// A reading and a writing capability for one object.
+type Slots = [Option<Capa>; 2];
+
+/// The slot of a capability that allows `ops`' first operation: reading 0, writing 1.
+fn slots(ops: u8) -> impl Iterator<Item = usize> {
+    [(CAPA_READ, 0), (CAPA_WRITE, 1)]
+        .into_iter()
+        .filter(move |(bit, _)| ops & bit != 0)
+        .map(|(_, slot)| slot)
 }
 
 impl Capas {
@@ -35,30 +42,39 @@ impl Capas {
         }
         let mut map = self.map.lock();
         if map.len() + capas.len() > CAPAS_KEPT_MAX {
-            let mut expiries: Vec<u64> = map.values().map(|c| c.expiry_s).collect();
+            let expiry = |e: &Slots| e.iter().flatten().map(|c| c.expiry_s).max();
+            let mut expiries: Vec<u64> = map.values().filter_map(expiry).collect();
             expiries.sort_unstable();
             let cut = expiries[expiries.len() / 2];
-            map.retain(|_, c| c.expiry_s > cut);
+            map.retain(|_, e| expiry(e).is_some_and(|x| x > cut));
+            if map.len() + capas.len() > CAPAS_KEPT_MAX {
+                map.clear();
+            }
         }
         for c in capas {
-            // A read-only open's capability does not take the place of a writer's: the
-            // writer's handle may still be open.
-            let keep_old = map.get(&(c.ost, c.object)).is_some_and(|old| {
-                old.ops & !c.ops != 0 && old.layout_gen == c.layout_gen && old.expiry_s > now_s()
-            });
-            if !keep_old {
-                map.insert((c.ost, c.object), *c);
+            let e = map.entry((c.ost, c.object)).or_default();
+            for slot in slots(c.ops) {
+                e[slot] = Some(*c);
             }
         }
         self.any.store(true, Ordering::Release);
     }
 
-    /// The capability for the object `req` names on OST `ost`, if this client has one.
+    /// The capability for the object `req` names on OST `ost` that allows what it does,
+    /// if this client has one.
     pub fn for_request(&self, ost: u32, req: &OssRequest) -> Option<Capa> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
         let object = req.key_object()?;
-        self.map.lock().get(&(ost, object)).copied()
+        let write = matches!(
+            req,
+            OssRequest::Write { .. }
+                | OssRequest::Punch { .. }
+                | OssRequest::Fallocate { .. }
+                | OssRequest::Enqueue { write: true, .. }
+        );
+        let e = *self.map.lock().get(&(ost, object))?;
+        e[usize::from(write)].or(e[0]).or(e[1])
     }
 }

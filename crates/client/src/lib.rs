@@ -231,8 +231,7 @@ impl OpenFile {
     /// The handle, knowing its file's owner from `attr`.
     fn owned_by(mut self, attr: &Attr) -> OpenFile {
         self.owner = Owner::of(attr);
-        let kept = nacre_types::attr::kill_suidgid(attr.perm);
-        self.setid = std::sync::atomic::AtomicBool::new(kept != attr.perm);
+        self.setid = std::sync::atomic::AtomicBool::new(nacre_types::attr::has_setid(attr.perm));
         self
     }
 

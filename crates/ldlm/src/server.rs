@@ -78,6 +78,10 @@ struct Lock<K: Kind> {
     part: K::Part,
     /// Called back: no longer handed out again.
     blocked: bool,
+    /// Taken back after a restart ([`Namespace::reclaim`], [`Namespace::restore`]), not
+    /// granted by a request this target checked: it carries no authority of its own
+    /// ([`Namespace::holds_where`]).
+    taken_back: bool,
 }
 
 struct Holder<K: Kind> {
@@ -180,7 +184,14 @@ impl<K: Kind> State<K> {
     }
 
     /// `client` holds lock `handle` on `part` of `res` from now on.
-    fn hold(&mut self, handle: u64, client: ClientId, res: K::Res, part: K::Part) {
+    fn hold(
+        &mut self,
+        handle: u64,
+        client: ClientId,
+        res: K::Res,
+        part: K::Part,
+        taken_back: bool,
+    ) {
         self.locks.insert(
             handle,
             Lock {
@@ -188,6 +199,7 @@ impl<K: Kind> State<K> {
                 res,
                 part,
                 blocked: false,
+                taken_back,
             },
         );
         self.by_res.entry(res).or_default().push(handle);
@@ -423,8 +435,8 @@ impl<K: Kind> Namespace<K> {
         })
     }
 
-    /// True if `client` holds a granted lock (not called back) on `res` whose part `f`
-    /// accepts.
+    /// True if `client` holds a lock granted here (not called back, not taken back after a
+    /// restart) on `res` whose part `f` accepts: one a request this target checked got.
     pub fn holds_where(
         &self,
         client: &ClientId,
@@ -435,7 +447,7 @@ impl<K: Kind> Namespace<K> {
         s.by_res.get(res).is_some_and(|ids| {
             ids.iter().any(|id| {
                 let l = &s.locks[id];
-                l.client == *client && !l.blocked && f(&l.part)
+                l.client == *client && !l.blocked && !l.taken_back && f(&l.part)
             })
         })
     }
@@ -524,7 +536,7 @@ impl<K: Kind> Namespace<K> {
         }
         let handle = s.next_handle;
         s.next_handle = s.next_handle.wrapping_add(1).max(1);
-        s.hold(handle, *client, res, grant);
+        s.hold(handle, *client, res, grant, false);
         self.stats.grants.fetch_add(1, Ordering::Relaxed);
         Some((K::to_ref(handle, res, grant), true))
     }
@@ -623,7 +635,7 @@ impl<K: Kind> Namespace<K> {
                 refused.push(handle);
                 continue;
             }
-            s.hold(handle, *client, res, part);
+            s.hold(handle, *client, res, part, true);
         }
         self.stats
             .replayed

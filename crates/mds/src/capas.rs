@@ -64,13 +64,15 @@ pub fn attach(mdt: &Mdt, req: &Incoming, call: &MdsCall, out: Outgoing) -> Outgo
     }
 }
 
-/// What `client`'s opens of `fid` here allow: reading, and writing if one is for writing.
+/// What `client`'s opens of `fid` here allow: reading if one was opened for reading,
+/// writing if one was opened for writing (an open for neither allows nothing).
 fn ops_held(mdt: &Mdt, client: &[u8; 16], fid: Fid) -> u8 {
-    if mdt.exports.holds_write_open(client, fid) {
-        CAPA_READ | CAPA_WRITE
-    } else if mdt.exports.holds_open(client, fid) {
-        CAPA_READ
-    } else {
-        0
+    let mut ops = 0;
+    if mdt.exports.holds_read_open(client, fid) {
+        ops |= CAPA_READ;
     }
+    if mdt.exports.holds_write_open(client, fid) {
+        ops |= CAPA_WRITE;
+    }
+    ops
 }

@@ -513,7 +513,7 @@ pub(crate) fn replay(
             nacre_net::caller::refused(|| {
                 format!(
                     "{}: replay of transno {transno} refused: client {} was not one of this \
-                     MDT's when it restarted",
+                     MDT's when it restarted, or the transno is past any it gave",
                     mdt.label.name(),
                     export::client_name(&call.client)
                 )

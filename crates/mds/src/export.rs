@@ -39,6 +39,9 @@ struct Export {
     /// Of those handles, how many were opened for writing (a truncate through a descriptor
     /// needs one).
     writers: HashMap<Fid, u32>,
+    /// Files one of whose handles was opened for reading (until the last handle closes: a
+    /// close does not say how its handle was opened), for the capabilities it may get.
+    readers: HashSet<Fid>,
     /// Who made it ([`nacre_net::Caller::tenant`]; None: no caller known, below the
     /// network): requests naming its uuid from anyone else are refused.
     owner: Option<String>,
@@ -102,6 +105,7 @@ impl Exports {
                 last_seen: now,
                 opens: HashMap::new(),
                 writers: HashMap::new(),
+                readers: HashSet::new(),
                 owner: None,
             });
         Ok(())
@@ -122,6 +126,7 @@ impl Exports {
             last_seen: Instant::now(),
             opens: HashMap::new(),
             writers: HashMap::new(),
+            readers: HashSet::new(),
             owner: None,
         });
         match &e.owner {
@@ -162,15 +167,29 @@ impl Exports {
         self.evicted_total.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `client` opened `fid` (for writing if `writer`).
-    pub fn opened(&self, client: &[u8; 16], fid: Fid, writer: bool) {
+    /// `client` opened `fid` for `access` ([`nacre_types::cred::MAY_READ`] |
+    /// [`nacre_types::cred::MAY_WRITE`], as the MDT checked it).
+    pub fn opened(&self, client: &[u8; 16], fid: Fid, access: u8) {
         let mut s = self.state.lock().expect("exports");
         if let Some(e) = s.exports.get_mut(client) {
-            *e.opens.entry(fid).or_insert(0) += 1;
-            if writer {
-                *e.writers.entry(fid).or_insert(0) += 1;
+            let n = e.opens.entry(fid).or_insert(0);
+            *n = n.saturating_add(1);
+            if access & nacre_types::cred::MAY_WRITE != 0 {
+                let w = e.writers.entry(fid).or_insert(0);
+                *w = w.saturating_add(1);
+            }
+            if access & nacre_types::cred::MAY_READ != 0 {
+                e.readers.insert(fid);
             }
         }
+    }
+
+    /// Whether `client` holds `fid` open through a handle opened for reading.
+    pub fn holds_read_open(&self, client: &[u8; 16], fid: Fid) -> bool {
+        let s = self.state.lock().expect("exports");
+        s.exports
+            .get(client)
+            .is_some_and(|e| e.readers.contains(&fid))
     }
 
     /// Handles of `fid` that `client` holds open.
@@ -244,6 +263,7 @@ impl Exports {
             Some(_) => {
                 e.opens.remove(&fid);
                 e.writers.remove(&fid);
+                e.readers.remove(&fid);
                 true
             }
             None => false,
@@ -427,18 +447,40 @@ pub fn reopen(
         match mdt.inode(r.fid) {
             Ok(rec) => {
                 let a = &rec.attr;
-                let may_write = nacre_types::cred::permits(
-                    cred,
-                    a.perm,
-                    a.uid,
-                    a.gid,
-                    a.kind == nacre_types::FileKind::Directory,
-                    nacre_types::cred::MAY_WRITE,
+                let may = |want| {
+                    nacre_types::cred::permits(
+                        cred,
+                        a.perm,
+                        a.uid,
+                        a.gid,
+                        a.kind == nacre_types::FileKind::Directory,
+                        want,
+                    )
+                };
+                let (may_read, may_write) = (
+                    may(nacre_types::cred::MAY_READ),
+                    may(nacre_types::cred::MAY_WRITE),
                 );
+                if !may_read && !may_write {
+                    // An open it could not make now is not taken back (nor can it keep an
+                    // unlinked file, or get capabilities for it).
+                    demoted += r.handles;
+                    continue;
+                }
                 let writers = if may_write { r.writers } else { 0 };
                 demoted += r.writers - writers;
+                let read = if may_read {
+                    nacre_types::cred::MAY_READ
+                } else {
+                    0
+                };
                 for i in 0..r.handles {
-                    mdt.add_open(client, r.fid, i < writers);
+                    let write = if i < writers {
+                        nacre_types::cred::MAY_WRITE
+                    } else {
+                        0
+                    };
+                    mdt.add_open(client, r.fid, read | write);
                     mdt.sizes.reopened(r.fid, client);
                 }
                 added += r.handles;
@@ -456,8 +498,8 @@ pub fn reopen(
     }
     if demoted > 0 {
         tracing::warn!(
-            "{}: client {} reopened {demoted} handles for writing that its credentials may \
-             not write now: reopened for reading",
+            "{}: client {} reopened {demoted} handles its credentials may not open so now: \
+             reopened for less, or not at all",
             mdt.label.name(),
             client_name(client)
         );
@@ -543,15 +585,26 @@ mod tests {
         let f = Fid::new(0x2_0000_0400, 1);
         x.heard_from(&a).unwrap();
         x.heard_from(&b).unwrap();
-        x.opened(&a, f, false);
+        use nacre_types::cred::{MAY_READ, MAY_WRITE};
+        x.opened(&b, f, MAY_WRITE);
+        assert!(x.holds_write_open(&b, f));
+        assert!(!x.holds_read_open(&b, f), "a write-only open reads nothing");
+        x.opened(&a, f, 0);
         assert!(x.holds_open(&a, f));
+        assert!(
+            !x.holds_read_open(&a, f),
+            "an open for neither allows neither"
+        );
+        x.opened(&a, f, MAY_READ);
+        assert!(x.holds_read_open(&a, f));
         assert!(!x.holds_write_open(&a, f), "a reader is no writer");
-        x.opened(&a, f, true);
+        x.opened(&a, f, MAY_READ | MAY_WRITE);
         assert!(x.holds_write_open(&a, f));
-        assert!(!x.holds_write_open(&b, f), "another client's writer");
         assert!(x.closed(&a, f, true));
         assert!(!x.holds_write_open(&a, f), "its writer closed");
         assert!(x.holds_open(&a, f), "its reader stays");
+        assert!(x.closed(&a, f, false) && x.closed(&a, f, false));
+        assert!(!x.holds_read_open(&a, f), "its last handle closed");
         // A reopen adds what the export lacks, writers no more than handles.
         let said = [ReopenEntry {
             fid: f,
@@ -562,8 +615,8 @@ mod tests {
             x.missing_opens(&a, &said),
             vec![ReopenEntry {
                 fid: f,
-                handles: 2,
-                writers: 2
+                handles: 3,
+                writers: 3
             }]
         );
     }
@@ -575,9 +628,9 @@ mod tests {
         let f = Fid::new(0x2_0000_0400, 1);
         x.heard_from(&a).unwrap();
         x.heard_from(&b).unwrap();
-        x.opened(&a, f, false);
-        x.opened(&a, f, false);
-        x.opened(&b, f, false);
+        x.opened(&a, f, 0);
+        x.opened(&a, f, 0);
+        x.opened(&b, f, 0);
         assert!(x.closed(&a, f, false));
         assert!(
             !x.closed(&b, Fid::new(0x2_0000_0400, 2), false),

@@ -160,8 +160,10 @@ fn caller_map(mdt: &Mdt, req: &Incoming, call: &MdsCall) -> Result<Option<Nodema
         }
         return Ok(None);
     }
+    // Refused callers make no export.
+    let map = req.caller.nodemap()?;
     mdt.exports.claim(&call.client, &req.caller.tenant())?;
-    req.caller.nodemap()
+    Ok(map)
 }
 
 impl Handler for MdsHandler {

@@ -132,6 +132,11 @@ pub struct Mdt {
     /// The FID allocation reserved durably when this MDT started: a replayed create's FID
     /// lies below it, or at most [`crate::replay::REPLAY_AHEAD_MAX`] past it.
     pub(crate) fid_limit_at_start: u64,
+    /// Each OST's object allocation reserved durably when this MDT started (`ost_next/N`):
+    /// a replayed layout's objects lie within [`crate::mdt::ALLOC_RESERVE`] below it or at
+    /// most [`crate::replay::REPLAY_AHEAD_MAX`] past it (objects below were given to
+    /// creates that are durable).
+    pub(crate) ost_next_at_start: HashMap<u32, u64>,
 }
 
 /// The FID and layout a replayed create gave its inode the first time.
@@ -160,6 +165,7 @@ impl Mdt {
         osts: Arc<OstPool>,
     ) -> Result<Mdt, Status> {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
+        let ost_next_at_start = load_ost_next(&*kv)?;
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let inode_counts = crate::quota::load(&*kv)?;
         let saved_replies = load_saved_replies(&*kv)?;
@@ -211,6 +217,7 @@ impl Mdt {
             recovery: crate::replay::Recovery::new(last_transno, expected),
             replay_hints: Mutex::new(HashMap::new()),
             fid_limit_at_start: fid_limit,
+            ost_next_at_start,
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
             driving: Mutex::new(std::collections::HashSet::new()),
@@ -590,10 +597,12 @@ impl Mdt {
         }
     }
 
-    /// Registers an opener: `client` opened `fid` (for writing if `writer`).
-    pub fn add_open(&self, client: &[u8; 16], fid: Fid, writer: bool) {
-        self.exports.opened(client, fid, writer);
-        *self.opens.lock().expect("opens").entry(fid).or_insert(0) += 1;
+    /// Registers an opener: `client` opened `fid` for `access`.
+    pub fn add_open(&self, client: &[u8; 16], fid: Fid, access: u8) {
+        self.exports.opened(client, fid, access);
+        let mut opens = self.opens.lock().expect("opens");
+        let n = opens.entry(fid).or_insert(0);
+        *n = n.saturating_add(1);
     }
 
     /// Drops an opener; returns true when it was the last.
@@ -656,6 +665,33 @@ impl Mdt {
 pub fn kv_err(e: nacre_kv::KvError) -> Status {
     tracing::error!("MDT store: {e}");
     Status::Io
+}
+
+/// Every OST's object allocation reserved (`ost_next/N` in `META`).
+fn load_ost_next(kv: &dyn KvStore) -> Result<HashMap<u32, u64>, Status> {
+    let mut out = HashMap::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(META, b"ost_next/", after.as_deref(), 1_024)
+            .map_err(kv_err)?;
+        for (k, v) in &page {
+            let ost = std::str::from_utf8(&k[b"ost_next/".len()..])
+                .ok()
+                .and_then(|s| s.parse().ok());
+            let next = v
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes);
+            if let (Some(ost), Some(next)) = (ost, next) {
+                out.insert(ost, next);
+            }
+        }
+        match page.last() {
+            Some((k, _)) if page.len() == 1_024 => after = Some(k.clone()),
+            _ => return Ok(out),
+        }
+    }
 }
 
 pub(crate) fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {

@@ -244,7 +244,7 @@ fn need_dir(mdt: &Mdt, cred: &Cred, dir: Fid) -> Result<Attr, Status> {
 
 /// A new inode's owner and group as the caller asks them: its own uid, and a group it is in
 /// (a set-group-id directory gives its own group whatever is asked).
-fn claims(cred: &Cred, dir: &Attr, uid: u32, gid: u32) -> Result<(), Status> {
+pub(crate) fn claims(cred: &Cred, dir: &Attr, uid: u32, gid: u32) -> Result<(), Status> {
     let gid_ok = cred.in_group(gid) || dir.perm & SGID != 0;
     allow(uid == cred.uid && gid_ok, Status::Perm)
 }

@@ -67,7 +67,8 @@ pub enum Turn {
     AlreadyIn,
     /// The window is closed (or closed without this client): its change is lost.
     TooLate,
-    /// The MDT did not know this client when it restarted: refused.
+    /// Refused: the MDT did not know this client when it restarted, or the transno is
+    /// past any this MDT could have given before it.
     Unknown,
 }
 
@@ -177,6 +178,12 @@ impl Recovery {
         if transno <= s.last_replayed {
             return Turn::AlreadyIn;
         }
+        // Transnos lost with a restart follow what was durable; one far past it is forged
+        // (and would end every other client's replays, or the transno space).
+        if transno > s.durable_at_start.saturating_add(REPLAY_AHEAD_MAX) {
+            s.refused += 1;
+            return Turn::Unknown;
+        }
         s.clients.insert(*client, Phase::Waiting(transno));
         self.changed.notify_all();
         loop {
@@ -192,7 +199,7 @@ impl Recovery {
                     _ => None,
                 })
                 .min();
-            let next_in_line = transno == s.last_replayed + 1;
+            let next_in_line = transno == s.last_replayed.saturating_add(1);
             let nobody_can_fill = s
                 .clients
                 .values()
@@ -203,8 +210,8 @@ impl Recovery {
                     tracing::warn!(
                         "{}: no client has transno {}..{}; replaying {transno} after the gap",
                         mdt.label.name(),
-                        s.last_replayed + 1,
-                        transno - 1
+                        s.last_replayed.saturating_add(1),
+                        transno.saturating_sub(1)
                     );
                 }
                 return Turn::Run;
@@ -349,11 +356,15 @@ impl Recovery {
     }
 }
 
-/// The inode a replayed create (`op`) is to make again, checked: the FID and layout come
-/// from the client's copy of the MDT's reply, so a client could name any. A create made
-/// here names a FID of this MDT's sequences within what it could have handed out
-/// ([`REPLAY_AHEAD_MAX`]), of no inode that exists, and objects of this MDT's allocation,
-/// none twice. `None`: the op makes no inode here (the hint is not used).
+/// The inode a replayed create (`op`) is to make again, or the layout a replayed change
+/// gives a file, checked: they come from the client's copy of the MDT's reply, so a client
+/// could name any. A create made here names a FID of this MDT's sequences within what it
+/// could have handed out ([`REPLAY_AHEAD_MAX`]) and of no inode that exists; a layout (of
+/// any replayed op) is well formed, names this MDT's objects, none twice, each among those
+/// whose creation could have been lost with the restart: at most
+/// [`crate::mdt::ALLOC_RESERVE`] below what this MDT had reserved durably for that OST, and
+/// at most [`REPLAY_AHEAD_MAX`] past it (an object below was given to a create that is
+/// durable: another file's). `None`: the op makes no inode here (the hint is not used).
 pub fn check_created(
     mdt: &Mdt,
     op: &MdsOp,
@@ -368,6 +379,9 @@ pub fn check_created(
     let Some((fid, layout)) = hint else {
         return Ok(None);
     };
+    if let Some(l) = &layout {
+        check_layout(mdt, l)?;
+    }
     if !creates_here {
         return Ok(Some((fid, layout)));
     }
@@ -380,23 +394,25 @@ pub fn check_created(
         Ok(_) | Err(Status::Stale) => return Err(Status::Exist),
         Err(e) => return Err(e),
     }
-    if let Some(l) = &layout {
-        let mut seen = HashSet::new();
-        for o in &l.objects {
-            if o.object.seq != u64::from(here)
-                || o.object.id == 0
-                || !seen.insert((o.ost, o.object))
-            {
-                return Err(Status::Inval);
-            }
-            let key = format!("ost_next/{}", o.ost).into_bytes();
-            let reserved = crate::mdt::read_u64(&*mdt.kv, &key)?.unwrap_or(1);
-            if o.object.id >= reserved.saturating_add(REPLAY_AHEAD_MAX) {
-                return Err(Status::Inval);
-            }
+    Ok(Some((fid, layout)))
+}
+
+/// A replayed layout's checks ([`check_created`]).
+fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
+    l.check().map_err(|_| Status::Inval)?;
+    let here = u64::from(mdt.label.index);
+    let mut seen = HashSet::new();
+    for o in &l.objects {
+        if o.object.seq != here || o.object.id == 0 || !seen.insert((o.ost, o.object)) {
+            return Err(Status::Inval);
+        }
+        let reserved = mdt.ost_next_at_start.get(&o.ost).copied().unwrap_or(1);
+        let lowest = reserved.saturating_sub(crate::mdt::ALLOC_RESERVE);
+        if o.object.id < lowest || o.object.id >= reserved.saturating_add(REPLAY_AHEAD_MAX) {
+            return Err(Status::Inval);
         }
     }
-    Ok(Some((fid, layout)))
+    Ok(())
 }
 
 /// The allocation number of `fid` in MDT `index`'s sequences (`Tx::new_fid`'s `n`), if it

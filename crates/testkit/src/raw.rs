@@ -53,6 +53,13 @@ impl RawConn {
         })
     }
 
+    /// Numbers the next request `xid` (a client's xids never repeat: one that reconnects
+    /// goes on from where it was, or the MDT answers a request from the saved reply of the
+    /// one that had its xid).
+    pub fn set_xid(&mut self, xid: u64) {
+        self.xid = xid;
+    }
+
     /// Names `uuid` as the client of the OSS requests sent from now on.
     pub fn set_oss_client(&mut self, uuid: [u8; 16]) {
         self.oss_client = uuid;

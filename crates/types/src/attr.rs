@@ -175,15 +175,21 @@ pub const S_ISGID: u32 = 0o2000;
 /// Group-execute (`S_IXGRP`).
 pub const S_IXGRP: u32 = 0o0010;
 
-/// The permission bits `perm` keeps once a write, truncate or chown by a caller without
-/// `CAP_FSETID` cleared the set-id bits: set-user-ID goes, and set-group-ID where
-/// group-execute is set (without it, set-group-ID marks mandatory locking, which stays).
-pub fn kill_suidgid(perm: u32) -> u32 {
+/// The permission bits `perm` keeps once a write, truncate or chown cleared the set-id
+/// bits as Linux does (`should_remove_suid`, `setattr_should_drop_sgid`): set-user-ID goes;
+/// set-group-ID goes where group-execute is set, and without it too when the caller is
+/// neither in the file's group nor privileged (`in_group_or_capable`).
+pub fn kill_privs(perm: u32, in_group_or_capable: bool) -> u32 {
     let mut p = perm & !S_ISUID;
-    if p & S_IXGRP != 0 {
+    if p & S_IXGRP != 0 || !in_group_or_capable {
         p &= !S_ISGID;
     }
     p
+}
+
+/// True if `perm` has a set-id bit a write may clear ([`kill_privs`]).
+pub fn has_setid(perm: u32) -> bool {
+    perm & (S_ISUID | S_ISGID) != 0
 }
 
 /// Capacity of one target (or a whole file system).

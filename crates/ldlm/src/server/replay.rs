@@ -152,7 +152,7 @@ impl<K: Kind> Namespace<K> {
                 out.refused.push(handle);
                 continue;
             }
-            s.hold(handle, *client, res, part);
+            s.hold(handle, *client, res, part, true);
         }
         let n = locks.len() as u64;
         let refused = out.refused.len() as u64;

@@ -456,6 +456,13 @@ fn reclaimed_locks_come_back_unless_someone_else_changed_their_object() {
     assert_eq!(got.refused, vec![2, 4]);
     assert_eq!(got.changed, vec![obj(2)]);
     assert_eq!(ns.held_by(&A), 2);
+    // Taken back, not granted here: no authority of their own (an OST wants a capability
+    // for I/O under them), where a lock granted here has it.
+    assert!(!ns.holds_where(&A, &obj(1), |_| true));
+    ns.poll(&A, 10_000, Box::new(|_| {}));
+    ns.try_grant(&A, obj(5), Extent::of(0, 10, true)).unwrap();
+    assert!(ns.holds_where(&A, &obj(5), |e| e.write));
+    assert!(!ns.holds_where(&B, &obj(5), |_| true), "another client's");
     // A change by B now calls A's reclaimed lock back like any other.
     assert!(ns.conflicts(Some(&B), &[(obj(3), Extent::of(0, 1, true))]));
     // Once the window is over nothing is known: every reclaim is refused as changed.

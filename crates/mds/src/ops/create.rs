@@ -112,13 +112,28 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         if rec.attr.kind != FileKind::Regular || args.kind != FileKind::Regular {
             return Err(Status::Exist);
         }
+        // Checked again here, under the transaction: the name may name another file than
+        // when the permission check ran.
+        let a = &rec.attr;
+        let may = nacre_types::cred::permits(&tx.cred, a.perm, a.uid, a.gid, false, args.access);
+        if args.open && !tx.cred.is_root() && !may {
+            return Err(Status::Access);
+        }
         let reply = super::exact_entry(tx.mdt, super::entry(&rec));
         if args.open {
             let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
-            tx.mdt.add_open(&tx.client, rec.attr.fid, writer);
+            tx.mdt.add_open(&tx.client, rec.attr.fid, args.access);
             tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
         }
         return Ok(reply);
+    }
+    // What the permission check saw may have gone since (a name unlinked): what a new inode
+    // needs is checked again where it is made.
+    if !tx.cred.is_root() {
+        if matches!(args.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            return Err(Status::Perm);
+        }
+        crate::perm::claims(&tx.cred, &parent.attr, args.uid, args.gid)?;
     }
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
     rec.attr.rdev = args.rdev;
@@ -138,7 +153,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     let reply = super::exact_entry(tx.mdt, super::entry(&rec));
     if args.open {
         let writer = args.access & nacre_types::cred::MAY_WRITE != 0;
-        tx.mdt.add_open(&tx.client, rec.attr.fid, writer);
+        tx.mdt.add_open(&tx.client, rec.attr.fid, args.access);
         tx.mdt.sizes.opened(rec.attr.fid, &tx.client, writer);
     }
     Ok(reply)

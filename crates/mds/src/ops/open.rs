@@ -11,7 +11,7 @@ pub fn open(mdt: &Mdt, client: &[u8; 16], fid: Fid, access: u8) -> Result<MdsRep
     let rec = mdt.inode(fid)?;
     let reply = super::exact_entry(mdt, super::entry(&rec));
     let writer = access & nacre_types::cred::MAY_WRITE != 0;
-    mdt.add_open(client, fid, writer);
+    mdt.add_open(client, fid, access);
     mdt.sizes.opened(fid, client, writer);
     Ok(reply)
 }

@@ -2,10 +2,12 @@
 //! client before this call; the MDS records the change times.
 //!
 //! Set-id bits go as the kernel clears them on a local file system (`setattr_prepare`,
-//! `should_remove_suid`): a truncate by a caller other than root, a chown of anything but
-//! a directory (by anyone), and a write ([`SetAttr::kill_suidgid`], sent by the client
-//! before the data) clear set-user-ID, and set-group-ID where group-execute is set; a
-//! chmod by a caller other than root outside the file's group drops set-group-ID. With
+//! `should_remove_suid`, `setattr_should_drop_sgid`): a truncate by a caller other than
+//! root, a chown of anything but a directory (by anyone), and a write
+//! ([`SetAttr::kill_suidgid`], sent by the client before the data) clear set-user-ID, and
+//! set-group-ID where group-execute is set or the caller is neither root nor in the file's
+//! group; a chmod by a caller other than root outside the file's group drops
+//! set-group-ID. With
 //! `FUSE_HANDLE_KILLPRIV_V2` the kernel leaves all of this to the file system: the MDT
 //! does it here, as a side effect of a change the caller may make, never as a chmod in
 //! the caller's name (which its owner check would refuse).
@@ -44,7 +46,8 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
         || (set.size.is_some() && !root)
         || (chown && a.kind != FileKind::Directory);
     if kill && set.perm.is_none() && a.kind != FileKind::Directory {
-        a.perm = nacre_types::attr::kill_suidgid(a.perm);
+        let in_group = root || tx.cred.in_group(before.gid);
+        a.perm = nacre_types::attr::kill_privs(a.perm, in_group);
     }
     if let Some(uid) = set.uid {
         a.uid = uid;
