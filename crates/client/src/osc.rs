@@ -131,7 +131,9 @@ impl Window {
     }
 
     /// Waits for one RPC; sent again once, under the client's new uuid, if the OST had
-    /// evicted it, and again while the OST answers that it is recovering.
+    /// evicted it (but a write kept behind under a lock: the eviction took the lock, and
+    /// another client may have written there since, so its data is lost, never sent over
+    /// the newer), and again while the OST answers that it is recovering.
     fn collect(&mut self, p: Pending) -> Collected {
         let (ost, tag, was) = (p.ost, p.tag, p.uuid);
         let (req, bulk) = (p.req.clone(), p.bulk.clone());
@@ -141,6 +143,9 @@ impl Window {
                 if was != crate::datalocks::NO_UUID =>
             {
                 c.data_evicted(ost, was);
+                if matches!(req, OssRequest::Write { epoch, .. } if epoch != 0) {
+                    return r;
+                }
                 match Self::send(&c, ost, tag, &req, bulk, None) {
                     Ok(again) => collect(again.reply, again.stats),
                     Err(_) => r,
