@@ -51,6 +51,14 @@ impl Cluster {
     }
 }
 
+/// A directory of its own for one test's targets, keys and mounts.
+fn work_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("nacre-attacks")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap()
+}
+
 /// How a hostile connection is opened: no key, or a key file's.
 #[derive(Clone)]
 enum As {
@@ -356,10 +364,7 @@ fn owner_of(
 fn without_keys_a_client_address_has_no_server_power() {
     let lab = NetLab::new(3);
     let h = &lab.hosts;
-    let root = tempfile::Builder::new()
-        .prefix("nacre-attacks")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
+    let root = work_dir();
     let d = |n: &str| root.path().join(n);
     let cl = Cluster::start(h, root.path(), "atk0", &[]);
     let mount = ClientMount::mount_in(&h[2].prefix(), &cl.source, &d("mnt"), &[]);
@@ -426,10 +431,7 @@ fn without_keys_a_client_address_has_no_server_power() {
 fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
     let lab = NetLab::new(4);
     let h = &lab.hosts;
-    let root = tempfile::Builder::new()
-        .prefix("nacre-attacks")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
+    let root = work_dir();
     let d = |n: &str| root.path().join(n);
     let keys = d("keys");
     fs::create_dir(&keys).unwrap();
@@ -712,10 +714,7 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
 /// nobody's request is refused; a fault point stays disarmed and the server runs on.
 #[test]
 fn a_local_user_cannot_use_a_servers_control_socket() {
-    let root = tempfile::Builder::new()
-        .prefix("nacre-attacks")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
+    let root = work_dir();
     let port = nacre_testkit::free_port();
     mkfs("--mgs", 0, "atk2", None, &root.path().join("mgs"));
     let mut server = ServerProc::start(port, &[&root.path().join("mgs")], &[]);
@@ -840,10 +839,7 @@ fn recovery_stat(pid: u32, fsname: &str, key: &str) -> u64 {
 fn the_mdt_refuses_a_client_what_the_kernel_would() {
     let lab = NetLab::new(3);
     let h = &lab.hosts;
-    let root = tempfile::Builder::new()
-        .prefix("nacre-attacks")
-        .tempdir_in(nacre_testkit::test_dir())
-        .unwrap();
+    let root = work_dir();
     let d = |n: &str| root.path().join(n);
     let mut cl = Cluster::start(h, root.path(), "atk2", &[]);
     nacre_ok(&[

@@ -667,31 +667,52 @@ pub fn kv_err(e: nacre_kv::KvError) -> Status {
     Status::Io
 }
 
+/// Calls `f` with every entry of `table` whose key starts with `prefix`, in key order,
+/// reading `page` entries at a time.
+fn scan_each(
+    kv: &dyn KvStore,
+    table: &'static str,
+    prefix: &[u8],
+    page: usize,
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Status>,
+) -> Result<(), Status> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let entries = kv
+            .scan(table, prefix, after.as_deref(), page)
+            .map_err(kv_err)?;
+        let Some(last) = entries.last() else {
+            return Ok(());
+        };
+        after = Some(last.0.clone());
+        for (k, v) in &entries {
+            f(k, v)?;
+        }
+    }
+}
+
+/// The `META` key of OST `ost`'s object allocation reserved.
+pub(crate) fn ost_next_key(ost: u32) -> Vec<u8> {
+    format!("ost_next/{ost}").into_bytes()
+}
+
 /// Every OST's object allocation reserved (`ost_next/N` in `META`).
 fn load_ost_next(kv: &dyn KvStore) -> Result<HashMap<u32, u64>, Status> {
     let mut out = HashMap::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(META, b"ost_next/", after.as_deref(), 1_024)
-            .map_err(kv_err)?;
-        for (k, v) in &page {
-            let ost = std::str::from_utf8(&k[b"ost_next/".len()..])
-                .ok()
-                .and_then(|s| s.parse().ok());
-            let next = v
-                .get(..8)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes);
-            if let (Some(ost), Some(next)) = (ost, next) {
-                out.insert(ost, next);
-            }
+    scan_each(kv, META, b"ost_next/", 1_024, |k, v| {
+        let ost = std::str::from_utf8(&k[b"ost_next/".len()..])
+            .ok()
+            .and_then(|s| s.parse().ok());
+        let next = v
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        if let (Some(ost), Some(next)) = (ost, next) {
+            out.insert(ost, next);
         }
-        match page.last() {
-            Some((k, _)) if page.len() == 1_024 => after = Some(k.clone()),
-            _ => return Ok(out),
-        }
-    }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 pub(crate) fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {
@@ -716,64 +737,37 @@ pub fn check_name(name: &[u8]) -> Result<(), Status> {
 
 fn load_clients(kv: &dyn KvStore) -> Result<std::collections::HashSet<[u8; 16]>, Status> {
     let mut out = std::collections::HashSet::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(CLIENTS, &[], after.as_deref(), 1024)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, _) in &page {
-            out.insert(k.as_slice().try_into().map_err(|_| Status::Io)?);
-        }
-    }
+    scan_each(kv, CLIENTS, &[], 1024, |k, _| {
+        out.insert(k.try_into().map_err(|_| Status::Io)?);
+        Ok(())
+    })?;
     Ok(out)
 }
 
 fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> {
     let mut out = HashMap::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(INTENTS, &[], after.as_deref(), 1024)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            let fid = Fid::from_key(k).ok_or(Status::Io)?;
-            out.insert(fid, decode(v)?);
-        }
-    }
+    scan_each(kv, INTENTS, &[], 1024, |k, v| {
+        out.insert(Fid::from_key(k).ok_or(Status::Io)?, decode(v)?);
+        Ok(())
+    })?;
     Ok(out)
 }
 
 fn load_frozen(kv: &dyn KvStore) -> Result<std::collections::HashSet<Fid>, Status> {
     let mut out = std::collections::HashSet::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(crate::records::FROZEN, &[], after.as_deref(), 1024)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, _) in &page {
-            out.insert(Fid::from_key(k).ok_or(Status::Io)?);
-        }
-    }
+    scan_each(kv, crate::records::FROZEN, &[], 1024, |k, _| {
+        out.insert(Fid::from_key(k).ok_or(Status::Io)?);
+        Ok(())
+    })?;
     Ok(out)
 }
 
 fn load_destroys(kv: &dyn KvStore) -> Result<VecDeque<(u32, ObjectId)>, Status> {
     let mut out = VecDeque::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(DESTROY, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        out.extend(page.iter().filter_map(|(k, _)| parse_destroy_key(k)));
-    }
+    scan_each(kv, DESTROY, &[], 4096, |k, _| {
+        out.extend(parse_destroy_key(k));
+        Ok(())
+    })?;
     Ok(out)
 }
 

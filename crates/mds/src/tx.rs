@@ -198,7 +198,7 @@ impl Tx<'_> {
         if object.seq != u64::from(self.mdt.label.index) {
             return Ok(());
         }
-        let key = format!("ost_next/{ost}").into_bytes();
+        let key = crate::mdt::ost_next_key(ost);
         let (next, limit) = match self.alloc.next_object.get(&ost) {
             Some(&v) => v,
             None => {
@@ -222,7 +222,7 @@ impl Tx<'_> {
     }
 
     fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
-        let key = format!("ost_next/{ost}").into_bytes();
+        let key = crate::mdt::ost_next_key(ost);
         let (next, limit) = match self.alloc.next_object.get(&ost) {
             Some(&v) => v,
             None => {
