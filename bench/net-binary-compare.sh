@@ -11,6 +11,8 @@ BASE="$1"; NEW="$2"
 WORK="${3:-/var/tmp/nacre-netcompare}"
 FILES="${FILES:-4000}"; ROUNDS="${ROUNDS:-3}"; JOBS="${JOBS:-4}"
 rm -rf "$WORK"; mkdir -p "$WORK"
+# Keyless file systems (`mkfs --no-key`, servers `--insecure`), as older binaries ran them.
+export NACRE_INSECURE="${NACRE_INSECURE-1}"
 pids=()
 # A failed run must not leave a file system mounted or a server running.
 cleanup() {

@@ -130,6 +130,7 @@ fn services_run_pinned_on_their_partitions() {
     // A bad pattern is refused at start, naming the token.
     let out = nacre(&[
         "server",
+        "--insecure",
         "--listen",
         &format!("127.0.0.1:{}", free_port()),
         "--target",

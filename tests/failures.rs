@@ -82,6 +82,7 @@ fn bad_targets_and_configurations_are_refused() {
     // A server refuses a target of another file system.
     let other = nacre(&[
         "server",
+        "--insecure",
         "--listen",
         "127.0.0.1:0",
         "--fsname",
@@ -97,6 +98,7 @@ fn bad_targets_and_configurations_are_refused() {
     // A directory that was never formatted.
     let unformatted = nacre(&[
         "server",
+        "--insecure",
         "--listen",
         "127.0.0.1:0",
         "--target",
@@ -112,6 +114,7 @@ fn bad_targets_and_configurations_are_refused() {
     mkfs("--ost", 0, "demo", Some(&nid), &d("impostor"));
     let steal = nacre(&[
         "server",
+        "--insecure",
         "--listen",
         "127.0.0.1:0",
         "--target",
@@ -239,7 +242,7 @@ fn server_config_file_is_read_and_checked() {
     fs::write(
         &conf,
         format!(
-            "# one process, three targets\nlisten = 127.0.0.1:{port}\nfsname = cf\ntarget = {}\ntarget = {}\ntarget = {}  # data\n",
+            "# one process, three targets\nlisten = 127.0.0.1:{port}\nfsname = cf\ninsecure = true\ntarget = {}\ntarget = {}\ntarget = {}  # data\n",
             d("mgs").display(),
             d("mdt0").display(),
             d("ost0").display()

@@ -360,6 +360,7 @@ fn a_server_process_refuses_two_file_systems_sharing_a_slot() {
         .arg(nacre_testkit::nacre_bin())
         .args([
             "server",
+            "--insecure",
             "--listen",
             &listen,
             "--target",

@@ -132,6 +132,29 @@ fn nodemaps_squash_map_and_make_clients_read_only() {
     let squashed = ClientMount::mount_in(&h[3].prefix(), &source, &d("squashed"), &[]);
     let ro = ClientMount::mount_in(&h[4].prefix(), &source, &d("ro"), &[]);
     let tenant = ClientMount::mount_in(&h[5].prefix(), &source, &d("tenant"), &[]);
+    // A client whose root is squashed mounts nosuid,nodev unless it says otherwise; an
+    // admin nodemap's client keeps the kernel's defaults.
+    for (m, nosuid_nodev) in [
+        (&squashed, true),
+        (&tenant, true),
+        (&ro, false),
+        (&admin, false),
+    ] {
+        let flags = mount_flags(&m.mnt);
+        assert_eq!(
+            flags.contains("nosuid") && flags.contains("nodev"),
+            nosuid_nodev,
+            "{}: {flags}",
+            m.mnt.display()
+        );
+    }
+    let said = ClientMount::mount_in(&h[5].prefix(), &source, &d("said"), &["-o", "suid,dev"]);
+    let flags = mount_flags(&said.mnt);
+    assert!(
+        !flags.contains("nosuid") && !flags.contains("nodev"),
+        "{flags}"
+    );
+    drop(said);
 
     // Root squash: the squashed client's root acts as nobody.
     let s = |p: &str| squashed.mnt.join(p);
@@ -551,4 +574,16 @@ fn a_fileset_is_its_clients_whole_file_system() {
             "{outside} is refused"
         );
     }
+}
+
+/// The kernel's per-mount flags of the mount at `mnt` (`/proc/self/mountinfo`'s sixth
+/// field, e.g. `rw,nosuid,nodev,relatime`).
+fn mount_flags(mnt: &Path) -> String {
+    let want = mnt.to_str().unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[4] == want)
+        .map(|f| f[5].to_string())
+        .unwrap_or_else(|| panic!("{want} is not mounted"))
 }

@@ -1442,6 +1442,7 @@ impl CrashyCluster {
                 let target = d(&format!("mdt{i}")).display().to_string();
                 let args: Vec<String> = [
                     "server",
+                    "--insecure",
                     "--listen",
                     &listen,
                     "--target",

@@ -54,6 +54,7 @@ fn a_stage_round_trip_survives_a_kill_of_the_mover() {
     let mover_dir = fs.scratch().join("mover");
     let args: Vec<String> = [
         "server",
+        "--insecure",
         "--listen",
         &listen,
         "--mover",

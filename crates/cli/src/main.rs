@@ -24,6 +24,11 @@ struct Cli {
     /// systems they serve (repeat for several).
     #[arg(long, global = true, env = "NACRE_KEY", value_name = "FILE")]
     key: Vec<PathBuf>,
+    /// Where keys are looked for when none is given (`DIR/FSNAME.key`) and where
+    /// `nacre mkfs --mgs` writes the keys it makes.
+    #[arg(long, global = true, env = "NACRE_KEY_DIR", value_name = "DIR",
+          default_value = nacre_net::sec::KEY_DIR_DEFAULT)]
+    key_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -386,7 +391,7 @@ fn main() {
     let cli = parse_command_line();
     quiet_on_closed_pipe(&cli.command);
     nacre_cli::panics::install(is_daemon(&cli.command));
-    if let Err(e) = nacre_cli::keys::install(&cli.key) {
+    if let Err(e) = nacre_cli::keys::install(&cli.key, &cli.key_dir) {
         eprintln!("nacre: {e:#}");
         std::process::exit(1);
     }

@@ -451,6 +451,12 @@ impl Client {
         self.mdc(0)?.root()
     }
 
+    /// True when MDT0 squashes this client's root (its nodemap is not an admin one): root
+    /// here is not root on the file system, so its mounts default to `nosuid,nodev`.
+    pub fn root_squashed(&self) -> Result<bool> {
+        self.mdc(0)?.root_squashed()
+    }
+
     /// File system name.
     pub fn fsname(&self) -> &str {
         &self.fsname

@@ -54,6 +54,8 @@ pub struct Mdc {
     /// The root directory the MDT gave this client when it connected (its nodemap's
     /// fileset, or the file system's root).
     root: Mutex<Option<Fid>>,
+    /// This client's root is squashed by its nodemap (as the MDT said at connect).
+    squashed: std::sync::atomic::AtomicBool,
     /// Recovery counters (`*.import`).
     pub(crate) replay_stats: ReplayStats,
     /// Metadata locks held on this MDT (only once callbacks are handled: [`Mdc::start_lock_callbacks`]).
@@ -114,6 +116,7 @@ impl Mdc {
             last_committed: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             root: Mutex::new(None),
+            squashed: std::sync::atomic::AtomicBool::new(false),
             replay_stats: ReplayStats::default(),
             locks: nacre_ldlm::client::ClientLocks::default(),
             sink: std::sync::OnceLock::new(),
@@ -265,6 +268,13 @@ impl Mdc {
         )))
     }
 
+    /// True when the MDT squashes this client's root (its nodemap is not an admin one), as
+    /// it said when this client last connected (a first request connects).
+    pub fn root_squashed(&self) -> Result<bool> {
+        self.root()?;
+        Ok(self.squashed.load(Ordering::Relaxed))
+    }
+
     /// After a new link: asks the MDT who it is now; if it restarted and is recovering,
     /// replays every request it answered but had not committed, in transno order, then
     /// says `ReplayDone` (which returns once the MDT's recovery is complete).
@@ -274,6 +284,7 @@ impl Mdc {
             recovering,
             committed_at_start,
             root,
+            squashed,
             ..
         } = self.call(MdsOp::Connect)?
         else {
@@ -282,6 +293,7 @@ impl Mdc {
             )));
         };
         *self.root.lock() = Some(root);
+        self.squashed.store(squashed, Ordering::Relaxed);
         let before = self.epoch.swap(epoch, Ordering::AcqRel);
         if before == 0 || before == epoch {
             return Ok(());

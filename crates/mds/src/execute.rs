@@ -152,8 +152,10 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
                     .last_committed_transno
                     .load(std::sync::atomic::Ordering::Acquire),
                 committed_at_start: mdt.recovery.committed_at_start(),
-                // A fileset's root is set by the handler, which knows the caller.
+                // A fileset's root, and a squashed root, are set by the handler, which
+                // knows the caller's nodemap.
                 root: Fid::ROOT,
+                squashed: false,
             }))
         }
         MdsOp::Replay {

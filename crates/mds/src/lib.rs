@@ -124,6 +124,9 @@ impl MdsHandler {
 fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Outgoing {
     match decode_body::<nacre_wire::mds::MdsAnswer>(&out.body) {
         Ok(mut a) => {
+            if let MdsReply::Connected { squashed, .. } = &mut a.reply {
+                *squashed = !m.admin;
+            }
             if let (MdsReply::Connected { root, .. }, Some(path)) = (&mut a.reply, &m.fileset) {
                 match fileset::root_of(mdt, path) {
                     Ok(f) => *root = f,

@@ -112,6 +112,37 @@ impl Server {
             .iter()
             .map(|(l, _)| l.local_addr())
             .collect::<Result<Vec<_>, _>>()?;
+        Server::serve(listeners, addrs, bulk_len_max, starting, limits, security)
+    }
+
+    /// A server reachable from this process only, at `addr` (which nothing binds): no
+    /// socket is opened, so nothing outside the process can send it a request (`nacre up`
+    /// without `--listen`). `starting` as for [`Server::bind_starting`].
+    pub fn in_process(
+        addr: SocketAddr,
+        starting: bool,
+        limits: NetLimits,
+    ) -> Result<Arc<Server>, NetError> {
+        Server::serve(
+            Vec::new(),
+            vec![addr],
+            0,
+            starting,
+            limits,
+            Security::default(),
+        )
+    }
+
+    /// Registers the router under `addrs` for in-process connections and accepts on
+    /// `listeners`.
+    fn serve(
+        listeners: Vec<(TcpListener, Vec<usize>)>,
+        addrs: Vec<SocketAddr>,
+        bulk_len_max: u32,
+        starting: bool,
+        limits: NetLimits,
+        security: Security,
+    ) -> Result<Arc<Server>, NetError> {
         let router = Arc::new(Router::default());
         router.set_starting(starting);
         for a in &addrs {

@@ -99,6 +99,9 @@ pub struct ServerSpec {
     /// Keys of the file systems served: with any, every connection must prove it holds
     /// the key of the file system it names (docs/security.md).
     pub keys: nacre_net::sec::ServerKeys,
+    /// Serve this process's own clients only: no socket is bound, `listen` is only the
+    /// address they reach the servers at (`nacre up` without `--listen`).
+    pub in_process_only: bool,
 }
 
 impl ServerSpec {
@@ -123,6 +126,7 @@ impl ServerSpec {
             mds_cpts: None,
             mds_rdpg_cpts: None,
             keys: nacre_net::sec::ServerKeys::default(),
+            in_process_only: false,
             networks: None,
             portal_rotor: nacre_net::Rotor::Off,
             mdt_sync_on_reply: false,
@@ -181,6 +185,14 @@ fn security(spec: &ServerSpec) -> nacre_net::server::Security {
 
 /// Binds the listen address, or every interface of `networks` on the listen port.
 fn bind(spec: &ServerSpec, table: &CptTable) -> anyhow::Result<(Arc<Server>, Vec<Nid>)> {
+    if spec.in_process_only {
+        anyhow::ensure!(
+            spec.networks.is_none(),
+            "networks: a file system served in-process only listens on no interface"
+        );
+        let server = Server::in_process(spec.listen, true, limits(spec, table))?;
+        return Ok((server, vec![Nid::tcp(spec.listen)]));
+    }
     let Some(networks) = &spec.networks else {
         let listen = nacre_net::Listen {
             addr: spec.listen,

@@ -314,6 +314,9 @@ impl Embedded {
             self.mnt.display().to_string(),
         ];
         a.extend(self.args.iter().cloned());
+        if a.iter().any(|x| x == "--listen") && !a.iter().any(|x| x == "--key") {
+            a.push("--insecure".into());
+        }
         let out = Command::new("env")
             .args(&self.env)
             .arg(nacre_bin())
@@ -661,6 +664,9 @@ fn forget_log(log: &Path) {
 pub fn mkfs(kind: &str, index: u32, fsname: &str, mgsnode: Option<&str>, dir: &Path) {
     let index = index.to_string();
     let mut a = vec!["mkfs", kind, "--index", &index, "--fsname", fsname];
+    if kind == "--mgs" {
+        a.push("--no-key");
+    }
     if let Some(m) = mgsnode {
         a.push("--mgsnode");
         a.push(m);
@@ -730,7 +736,14 @@ pub struct NetHost {
 
 /// `server --listen LISTEN --target DIR... EXTRA...`.
 fn server_args(listen: &str, targets: &[&Path], extra: &[&str]) -> Vec<String> {
-    let mut args = vec!["server".to_string(), "--listen".into(), listen.to_string()];
+    // Keyless (`--insecure`) unless `extra` gives a key: the suite's file systems are made
+    // with `mkfs --no-key`; tests/keys.rs covers the keyed default.
+    let mut args = vec![
+        "server".to_string(),
+        "--insecure".into(),
+        "--listen".into(),
+        listen.to_string(),
+    ];
     for t in targets {
         args.push("--target".into());
         args.push(t.display().to_string());

@@ -19,7 +19,7 @@ pub(crate) struct KeygenArgs {
     /// How servers protect connections: none (the handshake proves the key; frames as
     /// they are), integrity (a MAC on every message), bulk (on bulk data too) or privacy
     /// (everything encrypted, AES-256-GCM).
-    #[arg(long, default_value = "integrity")]
+    #[arg(long, default_value = "bulk")]
     pub(crate) level: String,
     /// The role its holder acts as: server (MDS, OSS, MGS: a new file-system key, or with
     /// --from the same one), admin (failover, quota, QoS, mover jobs, parameters) or

@@ -2,6 +2,7 @@
 
 use anyhow::bail;
 use clap::Args;
+use nacre_net::sec::{FsKey, Level, Role};
 use nacre_osd::Label;
 use nacre_types::{Nid, TargetKind};
 use std::path::PathBuf;
@@ -33,6 +34,14 @@ pub(crate) struct MkfsArgs {
     /// Overwrite an existing label.
     #[arg(long)]
     pub(crate) reformat: bool,
+    /// With --mgs: make no keys (servers then need `--insecure`: any process that reaches
+    /// a server's port acts as a client of its address, or as a server from a server's).
+    /// `NACRE_INSECURE=1` sets it.
+    #[arg(long, env = "NACRE_INSECURE")]
+    pub(crate) no_key: bool,
+    /// With --mgs: the level of the keys made (none, integrity, bulk, privacy).
+    #[arg(long, default_value = "bulk")]
+    pub(crate) level: String,
     /// Target directory.
     pub(crate) dir: PathBuf,
 }
@@ -60,6 +69,15 @@ pub(crate) fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
         }
         label.servicenodes = a.servicenodes.clone();
     }
+    if a.no_key && kind != TargetKind::Mgt {
+        bail!("--no-key: keys are made with the MGS (`nacre mkfs --mgs`)");
+    }
+    let level = Level::parse(&a.level).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--level {}: expected none, integrity, bulk or privacy",
+            a.level
+        )
+    })?;
     label.write(&a.dir, a.reformat)?;
     println!(
         "formatted {} (uuid {}) in {}",
@@ -67,5 +85,67 @@ pub(crate) fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
         label.uuid,
         a.dir.display()
     );
+    if kind == TargetKind::Mgt && !a.no_key {
+        make_keys(&a.fsname, level)?;
+    }
+    Ok(())
+}
+
+/// The keys of a new file system, in the key directory: the server key `FSNAME.key` (kept
+/// if there: keys already given out stay good), an admin key `FSNAME-admin.key` and a first
+/// client key `FSNAME-client.key` made from it.
+fn make_keys(fsname: &str, level: Level) -> anyhow::Result<()> {
+    let dir = nacre_cli::keys::make_key_dir()?;
+    let server_path = nacre_net::sec::key_path(&dir, fsname);
+    let server = match nacre_cli::keys::from_dir(fsname)? {
+        Some(k) if k.is_master() => {
+            println!(
+                "kept the server key of {fsname} in {}",
+                server_path.display()
+            );
+            k
+        }
+        Some(_) => bail!(
+            "{} is a client key: the MGS host needs the server key of {fsname} there",
+            server_path.display()
+        ),
+        None => {
+            let k = FsKey::generate(fsname, level)?;
+            k.save(&server_path)?;
+            println!(
+                "wrote the server key of {fsname} (level {level}) to {}: copy it to \
+                 every server's {}",
+                server_path.display(),
+                server_path.display()
+            );
+            k
+        }
+    };
+    let others = [
+        (
+            "admin",
+            server.as_role(Role::Admin),
+            "administrators' hosts",
+        ),
+        (
+            "client",
+            Some(server.client_key("client", None)?),
+            "client nodes, as FSNAME.key there",
+        ),
+    ];
+    for (role, key, whom) in others {
+        let key = key.expect("a server key makes admin keys");
+        let path = dir.join(format!("{fsname}-{role}.key"));
+        if path.exists() {
+            println!("kept {}", path.display());
+            continue;
+        }
+        key.save(&path)?;
+        println!(
+            "wrote the {role} key of {fsname} to {}: give it to {}",
+            path.display(),
+            whom.replace("FSNAME", fsname)
+        );
+    }
     Ok(())
 }

@@ -214,6 +214,37 @@ pub(crate) fn serve_mount(
     Ok(())
 }
 
+/// A client whose root its nodemap squashes mounts `nosuid,nodev` unless `options` say
+/// `suid` or `dev`: root here is not root there, yet a set-user-ID file or a device node
+/// another client made would act as its owner or open a device on this node.
+fn squashed_defaults(
+    client: &Client,
+    options: &str,
+    flags: &mut nacre_fuse::KernelFlags,
+) -> anyhow::Result<()> {
+    if !client.root_squashed()? {
+        return Ok(());
+    }
+    let said = |o: &str| options.split(',').any(|x| x == o);
+    let mut added = Vec::new();
+    if !said("suid") && !flags.nosuid {
+        flags.nosuid = true;
+        added.push("nosuid");
+    }
+    if !said("dev") && !flags.nodev {
+        flags.nodev = true;
+        added.push("nodev");
+    }
+    if !added.is_empty() {
+        tracing::info!(
+            "this node's root is squashed by its nodemap: mounted {} (`-o suid,dev` to \
+             override)",
+            added.join(",")
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let (nid, fsname) = parse_source(&a.source)?;
     // The client proves the key of `fsname` (NetConfig::for_fs, in Client::mount).
@@ -233,6 +264,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     daemon::block_stop_signals();
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
+    squashed_defaults(&client, &a.options, &mut opts.flags)?;
     serve_metrics(
         a.metrics,
         nacre_server::metrics::Sources {

@@ -161,7 +161,7 @@ fn ask(client: &nacre_client::Client, req: MgsRequest) -> anyhow::Result<QosRule
         Ok(MgsReply::QosRules(r)) => Ok(r),
         Ok(_) => bail!("unexpected answer from the MGS"),
         Err(e) if e.status() == nacre_types::Status::Perm => {
-            bail!("the MGS refuses: this node's nodemap is not an admin one")
+            bail!("the MGS refuses: administration needs an admin or server key (a client key may not), or without keys an admin nodemap")
         }
         Err(e) if e.status() == nacre_types::Status::NoEnt => bail!("no {what}"),
         Err(e) if e.status() == nacre_types::Status::TooBig => {

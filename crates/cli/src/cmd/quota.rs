@@ -150,7 +150,7 @@ pub(crate) fn setquota(a: SetquotaArgs) -> anyhow::Result<()> {
         }
         Ok(_) => bail!("unexpected answer from the MGS"),
         Err(e) if e.status() == nacre_types::Status::Perm => {
-            bail!("the MGS refuses: this node's nodemap is not an admin one")
+            bail!("the MGS refuses: administration needs an admin or server key (a client key may not), or without keys an admin nodemap")
         }
         Err(e) if e.status() == nacre_types::Status::Inval => {
             bail!("a soft limit above its hard limit")

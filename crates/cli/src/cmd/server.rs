@@ -171,6 +171,12 @@ pub(crate) struct ServerArgs {
     /// Bytes per second the data mover moves at most (`500M`; 0: no limit).
     #[arg(long, default_value = "0")]
     pub(crate) mover_bandwidth: String,
+    /// Serve without a key when none is given or found in the key directory
+    /// (`DIR/FSNAME.key`): who a peer is then comes from its address alone, and any process
+    /// that reaches the port acts as a client (said at every start). Without it, a server
+    /// with no key refuses to start. `NACRE_INSECURE=1` sets it.
+    #[arg(long, env = "NACRE_INSECURE")]
+    pub(crate) insecure: bool,
     #[command(flatten)]
     pub(crate) targets_opts: TargetOpts,
 }
@@ -230,7 +236,7 @@ pub(crate) fn serve_metrics(
 /// lines, each a server (or admin) key, which holds the file system's master secret; the
 /// first becomes the key of its own connections to other servers, which prove the server
 /// role.
-fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::ServerKeys> {
+pub(crate) fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::ServerKeys> {
     use nacre_net::sec::Role;
     let mut keys = nacre_net::sec::ServerKeys::default();
     let given = config_keys
@@ -253,6 +259,72 @@ fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::sec::Server
         keys.add(as_server)?;
     }
     Ok(keys)
+}
+
+/// The file systems `spec` serves: its targets' and standby targets' (their labels), and
+/// `--fsname`'s.
+fn served_fsnames(spec: &ServerSpec) -> anyhow::Result<Vec<String>> {
+    let mut names: Vec<String> = spec.fsname.iter().cloned().collect();
+    for dir in spec.targets.iter().chain(&spec.standby) {
+        let label = Label::read(dir).with_context(|| format!("cannot serve {}", dir.display()))?;
+        if !names.contains(&label.fsname) {
+            names.push(label.fsname);
+        }
+    }
+    Ok(names)
+}
+
+/// Completes the server's keys from the key directory (`DIR/FSNAME.key` of each file
+/// system served and given no key): a file system still without one refuses the start,
+/// unless `insecure`, which serves it keyless and says so at every start.
+pub(crate) fn find_keys(spec: &mut ServerSpec, insecure: bool) -> anyhow::Result<()> {
+    let mut missing = Vec::new();
+    for fs in served_fsnames(spec)? {
+        if spec.keys.get(&fs).is_some() {
+            continue;
+        }
+        if !insecure {
+            if let Some(k) = nacre_cli::keys::from_dir(&fs)? {
+                anyhow::ensure!(
+                    k.is_master(),
+                    "{}: a client key of {fs} cannot serve its targets: put the file \
+                     system's server key there (`nacre mkfs --mgs` made it)",
+                    nacre_net::sec::key_path(&nacre_cli::keys::key_dir(), &fs).display()
+                );
+                nacre_net::sec::add_key(k.clone());
+                spec.keys.add(k)?;
+                continue;
+            }
+        }
+        missing.push(fs);
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !insecure {
+        let dir = nacre_cli::keys::key_dir();
+        bail!(
+            "no key of {} (looked for {}): copy the server key `nacre mkfs --mgs` made to \
+             that path, give --key FILE, or start with --insecure to serve without a key \
+             (any process that reaches this server's port then acts as a client, or as a \
+             server from a server's address; docs/security.md)",
+            missing.join(", "),
+            missing
+                .iter()
+                .map(|fs| nacre_net::sec::key_path(&dir, fs).display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    // Said at every start: without a key, who a peer is comes from its address alone.
+    tracing::warn!(
+        "--insecure: serving {} without a file-system key: any process that reaches this \
+         server's port speaks as a client of its address, and the OSTs check nothing \
+         (every object is readable and writable by it); give each server the file \
+         system's key (`nacre keygen`, `--key`; docs/security.md)",
+        missing.join(", ")
+    );
+    Ok(())
 }
 
 pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
@@ -293,6 +365,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
                 "mover_jobs" => a.mover_jobs = v.parse().map_err(|e| bad(&e))?,
                 "mover_bandwidth" => a.mover_bandwidth = v.to_string(),
                 "key" => config_keys.push(PathBuf::from(v)),
+                "insecure" => a.insecure = v.parse().map_err(|e| bad(&e))?,
                 _ => {
                     if !a.targets_opts.set(k, v).map_err(|e| bad(&e))? {
                         bail!("{}:{}: unknown key '{k}'", path.display(), n + 1)
@@ -311,15 +384,7 @@ pub(crate) fn server(mut a: ServerArgs) -> anyhow::Result<()> {
     spec.mgsnode = mgsnode;
     spec.fsname = fsname.clone();
     spec.keys = server_keys(&config_keys)?;
-    if !spec.keys.required() {
-        // Said at every start: without a key, who a peer is comes from its address alone.
-        tracing::warn!(
-            "serving without a file-system key: any process that reaches this server's \
-             port speaks as a client of its address, and the OSTs check nothing (every \
-             object is readable and writable by it); give each server the file system's \
-             key (`nacre keygen`, `--key`; docs/security.md)"
-        );
-    }
+    find_keys(&mut spec, a.insecure)?;
     let (mut servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let mover = match &mover {
         Some(dir) => Some(start_mover(

@@ -27,9 +27,16 @@ pub(crate) struct UpArgs {
     /// File system name.
     #[arg(long, default_value = "nacre")]
     pub(crate) fsname: String,
-    /// Address the servers listen on (port 0: any free port).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub(crate) listen: SocketAddr,
+    /// Address the servers listen on for other processes' clients and tools (port 0: any
+    /// free port). Without it no socket is opened: only this process's own mount reaches
+    /// the servers. With it, connections must prove the file system's key (`--key`, else
+    /// `KEY_DIR/FSNAME.key`, made there if missing), unless `--insecure`.
+    #[arg(long)]
+    pub(crate) listen: Option<SocketAddr>,
+    /// With --listen: serve the port without a key (any local user can then act as a
+    /// client of its address; said at every start). `NACRE_INSECURE=1` sets it.
+    #[arg(long, env = "NACRE_INSECURE")]
+    pub(crate) insecure: bool,
     #[command(flatten)]
     pub(crate) client: ClientArgs,
     #[command(flatten)]
@@ -105,6 +112,31 @@ pub(crate) fn format_up(
     Ok(targets)
 }
 
+/// The address `nacre up`'s own clients reach its servers at when it listens on no port
+/// (nothing binds it: the in-process transport only).
+const IN_PROCESS_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    0,
+));
+
+/// Makes the server key of `fsname` in the key directory if there is none there, for
+/// `nacre up --listen` (its other clients on this host find it there).
+fn up_key(fsname: &str) -> anyhow::Result<()> {
+    if nacre_cli::keys::from_dir(fsname)?.is_some() {
+        return Ok(());
+    }
+    let dir = nacre_cli::keys::make_key_dir()?;
+    let path = nacre_net::sec::key_path(&dir, fsname);
+    let key = nacre_net::sec::FsKey::generate(fsname, nacre_net::sec::Level::Bulk)?;
+    key.save(&path)?;
+    tracing::info!(
+        "wrote the server key of {fsname} to {}: clients and tools on this host find it \
+         there; make client keys from it for other hosts (`nacre keygen --from`)",
+        path.display()
+    );
+    Ok(())
+}
+
 pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
     if a.osts == 0 {
         bail!("--osts must be at least 1");
@@ -131,8 +163,24 @@ pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
     init_logging();
     std::fs::create_dir_all(&a.dir)?;
     let targets = format_up(&a.dir, &a.fsname, a.mdts, a.osts)?;
-    let mut spec = ServerSpec::new(a.listen, targets);
+    let mut spec = ServerSpec::new(a.listen.unwrap_or(IN_PROCESS_ADDR), targets);
     spec.fsname = Some(a.fsname.clone());
+    match a.listen {
+        None => {
+            anyhow::ensure!(
+                !a.insecure,
+                "--insecure: `nacre up` opens no port without --listen"
+            );
+            spec.in_process_only = true;
+        }
+        Some(_) => {
+            spec.keys = super::server::server_keys(&[])?;
+            if !a.insecure && spec.keys.get(&a.fsname).is_none() {
+                up_key(&a.fsname)?;
+            }
+            super::server::find_keys(&mut spec, a.insecure)?;
+        }
+    }
     let (servers, _ctl) = start_servers(spec, &a.targets_opts)?;
     let (config, opts) = client_config(&a.client)?;
     let client = Client::mount(servers.nid(), &a.fsname, config)?;

@@ -496,15 +496,83 @@ pub fn default_key() -> Option<std::sync::Arc<FsKey>> {
     ring.first().cloned()
 }
 
-/// The process's key of `fsname`, else its default key (whose handshake then shows the
-/// server it is the wrong one, with a clear error).
+/// The process's key of `fsname` (added, or found in the key directory), else its default
+/// key (whose handshake then shows the server it is the wrong one, with a clear error).
 pub fn key_for(fsname: &str) -> Option<std::sync::Arc<FsKey>> {
+    {
+        let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = ring.iter().find(|k| k.fsname == fsname) {
+            return Some(k.clone());
+        }
+    }
+    if let Some(k) = find_key(fsname) {
+        add_key(k);
+    }
     let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
     ring.iter()
         .find(|k| k.fsname == fsname)
         .or_else(|| ring.first())
         .cloned()
 }
+
+/// Where this process looks for the key of a file system it was given none of
+/// ([`set_key_dir`]), and the file systems it looked for there already.
+static KEY_DIR: std::sync::Mutex<(Option<std::path::PathBuf>, Vec<String>)> =
+    std::sync::Mutex::new((None, Vec::new()));
+
+/// The directory file-system keys are looked for in by default (`NACRE_KEY_DIR` names
+/// another): `/etc/nacre/FSNAME.key`.
+pub const KEY_DIR_DEFAULT: &str = "/etc/nacre";
+
+/// The key file of `fsname` in `dir`: `DIR/FSNAME.key`.
+pub fn key_path(dir: &Path, fsname: &str) -> std::path::PathBuf {
+    dir.join(format!("{fsname}.key"))
+}
+
+/// Makes connections to a file system this process holds no key of look for
+/// `DIR/FSNAME.key` (once per file system); None: never look.
+pub fn set_key_dir(dir: Option<std::path::PathBuf>) {
+    let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    *k = (dir, Vec::new());
+}
+
+/// The key of `fsname` in the key directory, looked for once: a missing file is no key; a
+/// file that cannot be used (mode, owner, text) is said once and is no key either.
+fn find_key(fsname: &str) -> Option<FsKey> {
+    let path = {
+        let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = k.0.clone()?;
+        if k.1.iter().any(|f| f == fsname) || k.1.len() >= KEY_DIR_LOOKUPS_MAX {
+            return None;
+        }
+        k.1.push(fsname.to_string());
+        key_path(&dir, fsname)
+    };
+    if !path.exists() {
+        return None;
+    }
+    match FsKey::load(&path) {
+        Ok(key) if key.fsname == fsname => {
+            tracing::debug!("using the key of {fsname} in {}", path.display());
+            Some(key)
+        }
+        Ok(key) => {
+            tracing::warn!(
+                "{} holds a key of {}, not of {fsname}: not used",
+                path.display(),
+                key.fsname
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}: connections to {fsname} prove no key");
+            None
+        }
+    }
+}
+
+/// Most file systems one process looks for keys of in the key directory.
+pub const KEY_DIR_LOOKUPS_MAX: usize = 64;
 
 /// The key `fsname`'s MDTs make object capabilities with and its OSTs check them with,
 /// derived from the file system's master secret (None: the process holds no server or

@@ -199,6 +199,9 @@ pub enum MdsReply {
         committed_at_start: u64,
         /// The client's root directory: the file system's, or its nodemap's fileset.
         root: Fid,
+        /// Root on the client is not root here (its nodemap squashes it): its mounts
+        /// default to `nosuid,nodev`.
+        squashed: bool,
     },
 }
 

@@ -365,6 +365,7 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
             last_committed: 299,
             committed_at_start: 250,
             root: Fid::new(0x2_0000_0400, 9),
+            squashed: true,
         },
     };
     let bytes = encode_body(&answer);

@@ -1,0 +1,362 @@
+//! Safe by default (docs/security.md, "Keys by default"): `nacre up` opens no port unless
+//! asked, and with `--listen` requires a key it makes; `nacre mkfs --mgs` makes the file
+//! system's keys (server, admin, a first client key); a server with no key refuses to start
+//! unless `--insecure`; clients and tools find a file system's key in the key directory
+//! (`NACRE_KEY_DIR`, default /etc/nacre). The attacker is the one of issue 41: a process on
+//! the same host that speaks the documented protocol to a server port with the testkit's raw
+//! client. It holds no key: the key directory is root's (0700) and each key file too (0600),
+//! checked here; what it sends without one is what a local user can send.
+
+use nacre_testkit::raw::RawConn;
+use nacre_testkit::{nacre_bin, pid_of_command, ClientMount, ServerProc};
+use nacre_types::Status;
+use nacre_wire::encode_body;
+use nacre_wire::mgs::MgsRequest;
+use std::collections::HashSet;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn work_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("nacre-keys")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap()
+}
+
+/// Runs `nacre ARGS` with `NACRE_KEY_DIR=key_dir`.
+fn nacre_in(key_dir: &Path, args: &[&str]) -> Output {
+    Command::new(nacre_bin())
+        .env("NACRE_KEY_DIR", key_dir)
+        .env_remove("NACRE_INSECURE")
+        .env_remove("NACRE_KEY")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn err(out: &Output) -> String {
+    assert!(!out.status.success(), "succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The TCP ports process `pid` listens on (its socket inodes in LISTEN state).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let mut inodes = HashSet::new();
+    for e in fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        if let Ok(target) = fs::read_link(e.path()) {
+            let t = target.to_string_lossy().to_string();
+            if let Some(i) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                inodes.insert(i.to_string());
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let port = f[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
+}
+
+/// Mode bits and owner of `p`.
+fn mode_owner(p: &Path) -> (u32, u32) {
+    let m = fs::metadata(p).unwrap();
+    (m.permissions().mode() & 0o777, m.uid())
+}
+
+/// Sends the frame of issue 41 (`SetParam fail_loc=net.panic` to the MGS) on a connection
+/// with no key; the status it gets.
+fn set_fail_loc_without_key(addr: &str, fsname: &str) -> i32 {
+    let mut c = RawConn::connect(addr, fsname, [7; 16]).unwrap();
+    let req = MgsRequest::SetParam {
+        fsname: String::new(),
+        name: "fail_loc".into(),
+        value: "net.panic".into(),
+    };
+    c.send_raw(req.opcode(), 0, &encode_body(&req), None)
+        .unwrap();
+    let status = c.recv().unwrap().header.status;
+    // The server closed the connection after its answer.
+    assert!(c.recv().is_err(), "the connection stays open without a key");
+    status
+}
+
+/// The pid of the `nacre up` serving `mnt`.
+fn up_pid(mnt: &Path) -> u32 {
+    let want = mnt.display().to_string();
+    pid_of_command(|a| a.iter().any(|x| x == "up") && a.contains(&want)).expect("nacre up runs")
+}
+
+#[test]
+fn nacre_up_opens_no_port_unless_asked_and_then_requires_its_key() {
+    let root = work_dir();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    let (data, mnt) = (d("data"), d("mnt"));
+    fs::create_dir_all(&mnt).unwrap();
+    let (data_s, mnt_s) = (data.to_str().unwrap(), mnt.to_str().unwrap());
+    let up = [
+        "up", data_s, "--mount", mnt_s, "--osts", "2", "--fsname", "upk",
+    ];
+    // No --listen: the mount works, and the process listens on no TCP port at all.
+    ok(&nacre_in(&keys, &up));
+    fs::write(mnt.join("f"), b"kept").unwrap();
+    let pid = up_pid(&mnt);
+    assert_eq!(listening_ports(pid), Vec::<u16>::new(), "nacre up listens");
+    assert!(!keys.exists(), "a key made for no port");
+    ok(&nacre_in(&keys, &["down", mnt_s]));
+    // --insecure means nothing without a port: refused, not ignored.
+    let mut insecure = up.to_vec();
+    insecure.push("--insecure");
+    assert!(err(&nacre_in(&keys, &insecure)).contains("no port without --listen"));
+    // --listen: a key is made in the key directory, root's alone.
+    let port = nacre_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut listen = up.to_vec();
+    listen.extend(["--listen", &addr]);
+    ok(&nacre_in(&keys, &listen));
+    let pid = up_pid(&mnt);
+    assert_eq!(listening_ports(pid), vec![port]);
+    let key = keys.join("upk.key");
+    assert_eq!(mode_owner(&keys), (0o700, 0), "the key directory");
+    assert_eq!(mode_owner(&key), (0o600, 0), "the key file");
+    // Issue 41's frame, sent without the key: refused before it is read, the process
+    // runs on and nothing was stored.
+    assert_eq!(set_fail_loc_without_key(&addr, "upk"), Status::NoKey.code());
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"kept");
+    let params = nacre_testkit::get_param(Some(pid), "fail_loc");
+    assert!(!params.contains("net.panic"), "{params}");
+    // Another client on this host finds the key in the key directory; one given an
+    // empty key directory is told what is missing.
+    let other = d("other");
+    let source = format!("{addr}@tcp:/upk");
+    let m = ClientMount::mount_in(
+        &["env".into(), format!("NACRE_KEY_DIR={}", keys.display())],
+        &source,
+        &other,
+        &[],
+    );
+    assert_eq!(fs::read(other.join("f")).unwrap(), b"kept");
+    drop(m);
+    fs::create_dir_all(d("other2")).unwrap();
+    let no_key = nacre_in(
+        &d("empty"),
+        &["mount", &source, d("other2").to_str().unwrap()],
+    );
+    assert!(err(&no_key).contains("required key not available"));
+    // The same key is used again at the next start (clients keep theirs).
+    let before = fs::read(&key).unwrap();
+    ok(&nacre_in(&keys, &["down", mnt_s]));
+    ok(&nacre_in(&keys, &listen));
+    assert_eq!(fs::read(&key).unwrap(), before, "the key was replaced");
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"kept");
+    ok(&nacre_in(&keys, &["down", mnt_s]));
+}
+
+/// `nacre server --listen ADDR --target DIR...` with `NACRE_KEY_DIR=key_dir`.
+fn server_in(key_dir: &Path, listen: &str, targets: &[PathBuf], extra: &[&str]) -> ServerProc {
+    let mut args = vec!["server".to_string(), "--listen".into(), listen.into()];
+    for t in targets {
+        args.extend(["--target".into(), t.display().to_string()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let prefix = [
+        "env".to_string(),
+        "-u".into(),
+        "NACRE_INSECURE".into(),
+        format!("NACRE_KEY_DIR={}", key_dir.display()),
+    ];
+    ServerProc::spawn_in(&prefix, args, listen.into())
+}
+
+#[test]
+fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
+    let root = work_dir();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    let port = nacre_testkit::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let nid = format!("{listen}@tcp");
+    // mkfs --mgs makes three keys, each root's alone.
+    let out = ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--fsname",
+            "mk",
+            d("mgs").to_str().unwrap(),
+        ],
+    ));
+    assert!(out.contains("server key of mk"), "{out}");
+    for f in ["mk.key", "mk-admin.key", "mk-client.key"] {
+        assert_eq!(mode_owner(&keys.join(f)), (0o600, 0), "{f}");
+    }
+    for (kind, dir) in [("--mdt", "mdt0"), ("--ost", "ost0")] {
+        ok(&nacre_in(
+            &keys,
+            &[
+                "mkfs",
+                kind,
+                "--fsname",
+                "mk",
+                "--mgsnode",
+                &nid,
+                d(dir).to_str().unwrap(),
+            ],
+        ));
+    }
+    // An MGS formatted again keeps the server key: keys given out stay good.
+    let server_key = fs::read(keys.join("mk.key")).unwrap();
+    ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--reformat",
+            "--fsname",
+            "mk",
+            d("mgs").to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(fs::read(keys.join("mk.key")).unwrap(), server_key);
+    // --no-key belongs to the MGS.
+    let e = err(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--ost",
+            "--no-key",
+            "--index",
+            "1",
+            "--fsname",
+            "mk",
+            "--mgsnode",
+            &nid,
+            d("ost1").to_str().unwrap(),
+        ],
+    ));
+    assert!(e.contains("--no-key"), "{e}");
+    let targets = [d("mgs"), d("mdt0"), d("ost0")];
+    let target_args: Vec<String> = targets
+        .iter()
+        .flat_map(|t| ["--target".to_string(), t.display().to_string()])
+        .collect();
+    // A server that finds no key refuses to start, and says where it looked and what to do.
+    let mut args = vec!["server", "--listen", &listen];
+    args.extend(target_args.iter().map(String::as_str));
+    let e = err(&nacre_in(&d("elsewhere"), &args));
+    assert!(
+        e.contains("no key of mk") && e.contains("elsewhere/mk.key") && e.contains("--insecure"),
+        "{e}"
+    );
+    // A client key in the server's place is no server key.
+    fs::create_dir(d("clientdir")).unwrap();
+    fs::set_permissions(d("clientdir"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::copy(keys.join("mk-client.key"), d("clientdir").join("mk.key")).unwrap();
+    let e = err(&nacre_in(&d("clientdir"), &args));
+    assert!(e.contains("client key"), "{e}");
+    // With the key directory mkfs wrote, it serves; keyless frames are refused.
+    let server = server_in(&keys, &listen, &targets, &[]);
+    assert_eq!(
+        set_fail_loc_without_key(&listen, "mk"),
+        Status::NoKey.code()
+    );
+    // A client node holding the client key as mk.key mounts; as a client it may not
+    // administer (quotas are the admin's); the admin key may.
+    let source = format!("{nid}:/mk");
+    let client_env = [
+        "env".into(),
+        format!("NACRE_KEY_DIR={}", d("clientdir").display()),
+    ];
+    let m = ClientMount::mount_in(&client_env, &source, &d("mnt"), &[]);
+    fs::write(m.mnt.join("x"), b"through the client key").unwrap();
+    assert_eq!(
+        fs::read(m.mnt.join("x")).unwrap(),
+        b"through the client key"
+    );
+    let setquota = ["setquota", "-u", "1000", "-B", "8M", source.as_str()];
+    let e = err(&nacre_in(&d("clientdir"), &setquota));
+    assert!(e.contains("needs an admin or server key"), "{e}");
+    let admin = Command::new(nacre_bin())
+        .env("NACRE_KEY", keys.join("mk-admin.key"))
+        .env("NACRE_KEY_DIR", d("empty"))
+        .args(setquota)
+        .output()
+        .unwrap();
+    ok(&admin);
+    drop(m);
+    server.stop();
+    // --insecure serves a file system made with --no-key, and says so at start.
+    ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--no-key",
+            "--fsname",
+            "nk",
+            d("nkmgs").to_str().unwrap(),
+        ],
+    ));
+    assert!(!keys.join("nk.key").exists());
+    let e = err(&nacre_in(
+        &keys,
+        &[
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            d("nkmgs").to_str().unwrap(),
+        ],
+    ));
+    assert!(e.contains("no key of nk"), "{e}");
+    let log = d("insecure.log");
+    let mut child = Command::new(nacre_bin())
+        .env("NACRE_KEY_DIR", &keys)
+        .env("RUST_LOG", "warn")
+        .args([
+            "server",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+        ])
+        .arg(d("nkmgs"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("serving"), "{line}");
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("--insecure: serving nk without a file-system key"),
+        "{said}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
