@@ -303,6 +303,16 @@ fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
         .output()
         .unwrap();
     ok(&admin);
+    // The MGS's audit trail says who did it, from where, and what.
+    let audit = nacre_testkit::get_param(Some(server.pid()), "mgs.audit");
+    let line = audit
+        .lines()
+        .find(|l| l.contains("setquota fs=mk"))
+        .unwrap_or_else(|| panic!("no setquota in the audit trail: {audit}"));
+    assert!(
+        line.contains("127.0.0.1") && line.contains("admin") && line.ends_with(": done"),
+        "{line}"
+    );
     drop(m);
     server.stop();
     // --insecure serves a file system made with --no-key, and says so at start.

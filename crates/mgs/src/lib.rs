@@ -9,6 +9,7 @@
 //! Every registration is also an event clients hear of at once (watch.rs: imperative
 //! recovery).
 
+pub mod audit;
 pub mod nodemaps;
 pub mod qos;
 pub mod quotas;
@@ -98,6 +99,8 @@ pub struct Mgs {
     pub quotas: quotas::QuotaMaster,
     /// The QoS master.
     pub qos: qos::QosMaster,
+    /// Who changed what (`mgs.audit`).
+    pub audit: audit::AuditLog,
 }
 
 /// Persistent parameters kept per file system at most.
@@ -124,6 +127,7 @@ impl Mgs {
             qos,
             nodemaps: Mutex::new(nodemaps),
             watch: watch::Watch::default(),
+            audit: audit::AuditLog::default(),
         })
         .inspect(Mgs::publish_servers)
     }
@@ -403,11 +407,20 @@ impl Mgs {
         let mut set = self.nodemaps.lock().expect("nodemaps");
         let mut next = set.clone();
         let what = format!("{change:?}");
-        nodemaps::apply(&mut next, change)?;
+        // Nodemaps are changed through the control socket: root on the MGS host.
+        let who = "the control socket (root on this host)";
+        if let Err(e) = nodemaps::apply(&mut next, change) {
+            self.audit
+                .record(who, &format!("nodemap {what}"), Err(Status::Inval));
+            return Err(e);
+        }
         if let Err(e) = store::save_nodemaps(&self.nodemaps_path, &next) {
             tracing::error!("MGS cannot save nodemaps: {e}");
+            self.audit
+                .record(who, &format!("nodemap {what}"), Err(Status::Io));
             return Err(nodemaps::NodemapError::Io);
         }
+        self.audit.record(who, &format!("nodemap {what}"), Ok(()));
         *set = next.clone();
         tracing::info!("nodemap change: {what}");
         Ok(next)
@@ -522,6 +535,7 @@ impl Handler for Mgs {
             });
             return Outgoing::error(Status::Proto);
         }
+        let audited = audit::what(&request);
         let reply = match request {
             MgsRequest::Register(target) => {
                 let from = match req.caller.proved() {
@@ -625,6 +639,10 @@ impl Handler for Mgs {
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };
+        if let Some(what) = audited {
+            let outcome = reply.as_ref().map(|_| ()).map_err(|s| *s);
+            self.audit.record(&req.caller.describe(), &what, outcome);
+        }
         match reply {
             Ok(r) => Outgoing::ok(encode_body(&r)),
             Err(s) => Outgoing::error(s),

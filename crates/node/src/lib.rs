@@ -99,6 +99,8 @@ pub struct ApiStats {
     /// Bytes of ring writes sent straight from the ring's buffers (no copy in the node's
     /// client).
     pub sent_bytes: AtomicU64,
+    /// Rings refused for their memory (not a sealed plain memfd: e.g. hugetlbfs).
+    pub rings_refused: AtomicU64,
 }
 
 /// One application process.

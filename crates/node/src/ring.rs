@@ -17,6 +17,14 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// True when `fd` is a file of shared memory (tmpfs: what `memfd_create` without
+/// `MFD_HUGETLB` makes).
+// `f_type`'s type differs between targets (and libc's constant with it).
+#[allow(clippy::unnecessary_cast)]
+fn is_tmpfs(fd: &OwnedFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|s| s.f_type as i64 == libc::TMPFS_MAGIC as i64)
+}
+
 /// Rings one session may have.
 pub const RINGS_PER_SESSION_MAX: usize = 64;
 /// Rings a mount serves at once, all sessions together (each has up to
@@ -120,6 +128,20 @@ impl Ring {
             .is_ok_and(|s| s.contains(rustix::fs::SealFlags::SHRINK));
         let st = rustix::fs::fstat(&mem).map_err(|_| inval())?;
         if !sealed || (st.st_size as u64) < len as u64 {
+            return Err(inval());
+        }
+        // Only ordinary shared memory (a memfd is tmpfs): a hugetlbfs memfd, sealed or not,
+        // can have holes punched that fault again only while the system has huge pages to
+        // spare, and SIGBUS this process when it has none.
+        if !is_tmpfs(&mem) {
+            shared.stats.rings_refused.fetch_add(1, Ordering::Relaxed);
+            let pid = s.pid;
+            nacre_net::caller::refused(|| {
+                format!(
+                    "node API: pid {pid}: a ring's memory that is not a plain memfd \
+                     (hugetlbfs, or not shared memory) refused"
+                )
+            });
             return Err(inval());
         }
         // SAFETY: a fresh shared mapping of the memfd's first `len` bytes (the file is at

@@ -401,6 +401,11 @@ impl ServerProcess {
             if label.kind == TargetKind::Mgt {
                 let mgs = Arc::new(Mgs::open(dir)?);
                 process.mgs = Some(mgs.clone());
+                // Who changed what at this MGS (the last records; all are in the log).
+                let audited = mgs.clone();
+                process
+                    .registry
+                    .add_fn("mgs.audit", move || audited.audit.text());
                 let p = pool("mgs", &process.cpts.clone(), Some(&[0]), (2, 8), mgs)?;
                 process.track_service("mgs.MGS.mgs", &p);
                 process.server.add_service(Service::Mgs, p);
@@ -710,6 +715,7 @@ impl ServerProcess {
         r.add_fn("nodemap.version", || {
             nacre_wire::nodemap::active().version.to_string()
         });
+
         let l = self.server.limits();
         r.add_fn("net.limits", move || {
             format!(

@@ -42,7 +42,7 @@ pub(crate) fn start(
         format!(
             "sessions {sessions}\nfiles_open {files}\nsockets {}\nrefused {}\nrequests {}\n\
              read_bytes {}\nwrite_bytes {}\norphaned_sessions {}\norphaned_files {}\n\
-             landed_bytes {}\nsent_bytes {}",
+             landed_bytes {}\nsent_bytes {}\nrings_refused {}",
             s.conns.load(Relaxed),
             s.refused.load(Relaxed),
             s.requests.load(Relaxed),
@@ -51,7 +51,8 @@ pub(crate) fn start(
             s.orphaned_sessions.load(Relaxed),
             s.orphaned_files.load(Relaxed),
             s.landed_bytes.load(Relaxed),
-            s.sent_bytes.load(Relaxed)
+            s.sent_bytes.load(Relaxed),
+            s.rings_refused.load(Relaxed)
         )
     });
     tracing::info!("node API at {}", socket.display());

@@ -1,0 +1,186 @@
+//! Attacks on the node API by a local process (docs/security.md, "What each actor can do";
+//! issue 41 (d)): the node API serves every local user alike (who calls is the kernel's
+//! word, `SO_PEERCRED`), so what one process can send there, any user can. The attacker
+//! speaks the API protocol itself over the mount's socket, as a hostile program would.
+
+use nacre_testkit::{get_param, on_both_forms, Form, Spec, TestFs};
+use nacre_types::Status;
+use nacre_wire::api::{ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
+use nacre_wire::{decode_body, encode_body, Header, HEADER_BYTES};
+use rustix::fd::{AsFd, OwnedFd};
+use std::io::{IoSlice, Read, Write};
+use std::os::unix::net::UnixStream;
+
+/// A raw connection to a node API socket.
+struct RawApi {
+    s: UnixStream,
+    xid: u64,
+}
+
+impl RawApi {
+    fn connect(fs: &TestFs) -> RawApi {
+        let sock = nacre_api::socket_of(&fs.mnt).unwrap();
+        RawApi {
+            s: UnixStream::connect(sock).unwrap(),
+            xid: 0,
+        }
+    }
+
+    fn send(&mut self, req: &ApiRequest) {
+        self.xid += 1;
+        let body = encode_body(req);
+        let mut h = Header::request(req.opcode(), 0, self.xid);
+        h.seal(&body, None, false);
+        self.s.write_all(&h.encode()).unwrap();
+        self.s.write_all(&body).unwrap();
+    }
+
+    /// The next reply: its status and, if 0, its body.
+    fn recv(&mut self) -> (i32, Option<ApiReply>) {
+        let mut head = [0u8; HEADER_BYTES];
+        self.s.read_exact(&mut head).unwrap();
+        let h = Header::decode(&head, API_IO_BYTES_MAX).unwrap();
+        assert_eq!(h.xid, self.xid);
+        let mut body = vec![0u8; h.body_len as usize];
+        self.s.read_exact(&mut body).unwrap();
+        assert_eq!(h.bulk_len, 0);
+        let reply = (h.status == 0).then(|| decode_body(&body).unwrap());
+        (h.status, reply)
+    }
+
+    fn hello(&mut self) {
+        self.send(&ApiRequest::Hello {
+            version: API_VERSION,
+            attach: None,
+        });
+        assert!(matches!(self.recv(), (0, Some(ApiReply::Hello { .. }))));
+    }
+
+    /// Asks for a ring of `entries` and `buffer_bytes` over memory `mem`: the status.
+    fn ring_setup(&mut self, entries: u32, buffer_bytes: u64, mem: &OwnedFd) -> i32 {
+        self.send(&ApiRequest::RingSetup {
+            entries,
+            buffer_bytes,
+        });
+        assert!(matches!(self.recv(), (0, Some(ApiReply::SendFds))));
+        let flags = rustix::event::EventfdFlags::CLOEXEC;
+        let (sq, cq) = (
+            rustix::event::eventfd(0, flags).unwrap(),
+            rustix::event::eventfd(0, flags).unwrap(),
+        );
+        let fds = [mem.as_fd(), sq.as_fd(), cq.as_fd()];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+        rustix::net::sendmsg(
+            &self.s,
+            &[IoSlice::new(b"R")],
+            &mut control,
+            rustix::net::SendFlags::NOSIGNAL,
+        )
+        .unwrap();
+        self.recv().0
+    }
+}
+
+/// Huge pages kept available while it lives (the kernel's pool raised to at least
+/// `pages`, put back after), so a hugetlbfs mapping would succeed: a refusal is the node
+/// API's, not the kernel's. One at a time in this process (each puts back what it found).
+struct HugePages(String, std::sync::MutexGuard<'static, ()>);
+
+static HUGE_PAGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl HugePages {
+    fn reserve(pages: u64) -> HugePages {
+        let one = HUGE_PAGES.lock().unwrap_or_else(|e| e.into_inner());
+        let path = "/proc/sys/vm/nr_hugepages";
+        let old = std::fs::read_to_string(path).unwrap();
+        let have: u64 = old.trim().parse().unwrap();
+        std::fs::write(path, (have + pages).to_string()).unwrap();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let free: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("HugePages_Free:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let guard = HugePages(old, one);
+        assert!(
+            free >= pages,
+            "the kernel gave {free} huge pages of {pages}"
+        );
+        guard
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.0.trim());
+    }
+}
+
+/// A memfd of `len` bytes (rounded up to `unit`), sealed against shrinking as the node
+/// API asks, of huge pages if `huge`.
+fn sealed_memfd(len: u64, huge: bool) -> OwnedFd {
+    use rustix::fs::MemfdFlags;
+    let mut flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    let mut size = len;
+    if huge {
+        flags |= MemfdFlags::HUGETLB;
+        size = len.div_ceil(2 << 20) * (2 << 20);
+    }
+    let mem = rustix::fs::memfd_create("hostile-ring", flags).unwrap();
+    rustix::fs::ftruncate(&mem, size).unwrap();
+    rustix::fs::fcntl_add_seals(&mem, rustix::fs::SealFlags::SHRINK).unwrap();
+    mem
+}
+
+/// The rings the mount refused for their memory (`llite.FS.api_stats` `rings_refused`).
+fn refused(pid: u32, fsname: &str) -> u64 {
+    let text = get_param(Some(pid), &format!("llite.{fsname}.api_stats"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("rings_refused "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no rings_refused in {text}"))
+}
+
+/// A ring over a hugetlbfs memfd, sealed as asked: holes punched in it fault again only
+/// while the system has huge pages to spare, and SIGBUS the mount when it has none. The
+/// node API refuses it (`EINVAL`), counts and logs it, and the mount serves on; the same
+/// request over a plain memfd is served (the refusal is the memory's, not the request's).
+fn a_hugetlb_ring_is_refused(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "hugee",
+        Form::Networked => "hugen",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let pid = fs.client_pid().unwrap();
+    let (entries, buffer_bytes) = (16, 1 << 20);
+    let len = nacre_wire::ring::ring_bytes(entries, buffer_bytes);
+    let _pages = HugePages::reserve(4);
+    let before = refused(pid, fsname);
+    let mut a = RawApi::connect(&fs);
+    a.hello();
+    let huge = sealed_memfd(len, true);
+    assert_eq!(
+        a.ring_setup(entries, buffer_bytes, &huge),
+        Status::Inval.code()
+    );
+    assert_eq!(refused(pid, fsname), before + 1, "counted");
+    // Punching a hole now touches nothing of the mount's.
+    rustix::fs::fallocate(
+        &huge,
+        rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+        0,
+        2 << 20,
+    )
+    .unwrap();
+    assert_eq!(
+        a.ring_setup(entries, buffer_bytes, &sealed_memfd(len, false)),
+        0
+    );
+    std::fs::write(fs.path("after"), b"served").unwrap();
+    assert_eq!(std::fs::read(fs.path("after")).unwrap(), b"served");
+    assert_eq!(fs.client_pid(), Some(pid), "the mount runs on");
+}
+
+on_both_forms!(a_hugetlb_ring_is_refused);
