@@ -86,7 +86,10 @@ impl RawApi {
 /// Huge pages kept available while it lives (the kernel's pool raised to at least
 /// `pages`, put back after), so a hugetlbfs mapping would succeed: a refusal is the node
 /// API's, not the kernel's. One at a time in this process (each puts back what it found).
-struct HugePages(String, std::sync::MutexGuard<'static, ()>);
+struct HugePages {
+    old: String,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
 
 static HUGE_PAGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -103,7 +106,7 @@ impl HugePages {
             .find_map(|l| l.strip_prefix("HugePages_Free:"))
             .and_then(|v| v.trim().parse().ok())
             .unwrap();
-        let guard = HugePages(old, one);
+        let guard = HugePages { old, _one: one };
         assert!(
             free >= pages,
             "the kernel gave {free} huge pages of {pages}"
@@ -114,7 +117,7 @@ impl HugePages {
 
 impl Drop for HugePages {
     fn drop(&mut self) {
-        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.0.trim());
+        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", self.old.trim());
     }
 }
 
