@@ -19,7 +19,11 @@ struct RawApi {
 
 impl RawApi {
     fn connect(fs: &TestFs) -> RawApi {
-        let sock = nacre_api::socket_of(&fs.mnt).unwrap();
+        RawApi::connect_at(&fs.mnt)
+    }
+
+    fn connect_at(mnt: &std::path::Path) -> RawApi {
+        let sock = nacre_api::socket_of(mnt).unwrap();
         RawApi {
             s: UnixStream::connect(sock).unwrap(),
             xid: 0,
@@ -187,3 +191,66 @@ fn a_hugetlb_ring_is_refused(form: Form) {
 }
 
 on_both_forms!(a_hugetlb_ring_is_refused);
+
+/// Groups of the groups probe: a directory only the first may enter, one only the second.
+const PROBE_GROUPS: [u32; 2] = [70_001, 70_002];
+
+/// A caller's groups are the kernel's record of when it connected (`SO_PEERGROUPS`), not
+/// what `/proc/PID` says later (when the pid may be another process's): a process that
+/// connects in group A, then changes to group B before its hello, is served as A.
+#[test]
+fn callers_groups_are_the_kernels_when_they_connected() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("peergrp"));
+    for (name, gid) in ["g1", "g2"].iter().zip(PROBE_GROUPS) {
+        let dir = fs.path(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        std::os::unix::fs::chown(&dir, Some(0), Some(gid)).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o070))
+            .unwrap();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "groups_probe", "--nocapture"])
+        .env("NACRE_PROBE_MNT", &fs.mnt)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("PROBE g1 0") && text.contains("PROBE g2 13"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Run by `callers_groups_are_the_kernels_when_they_connected` in a process of its own (it
+/// changes the process's ids): connects to the node API as uid 1000 in group A, changes its
+/// groups to B, then says hello and looks into A's and B's directories.
+#[test]
+#[ignore = "a helper run in a process of its own"]
+fn groups_probe() {
+    let mnt = std::path::PathBuf::from(std::env::var("NACRE_PROBE_MNT").unwrap());
+    let [a, b] = PROBE_GROUPS;
+    let keep_root = 0;
+    // SAFETY: plain system calls changing this process's own ids.
+    unsafe {
+        assert_eq!(libc::setgroups(1, &a), 0);
+        assert_eq!(libc::setresgid(1000, 1000, keep_root), 0);
+        assert_eq!(libc::setresuid(1000, 1000, keep_root), 0);
+    }
+    let mut api = RawApi::connect_at(&mnt);
+    // SAFETY: as above (the saved uid 0 lets this process be root again for a moment).
+    unsafe {
+        assert_eq!(libc::setresuid(u32::MAX, 0, u32::MAX), 0);
+        assert_eq!(libc::setgroups(1, &b), 0);
+        assert_eq!(libc::setresuid(u32::MAX, 1000, u32::MAX), 0);
+    }
+    api.hello();
+    for dir in ["g1", "g2"] {
+        api.send(&ApiRequest::Stat {
+            path: format!("{dir}/f").into_bytes(),
+            follow: false,
+        });
+        let (status, _) = api.recv();
+        println!("PROBE {dir} {}", status.abs());
+    }
+}

@@ -88,6 +88,30 @@ fn reads_record_access_times_lazily(form: Form) {
         first,
         "a read after the last access, within a day and with no change since, was recorded"
     );
+    // A mount with `-o noatime` records no access: its read of `c` (last accessed two days
+    // ago) leaves the access time as it was, while `d`, read through the first mount in
+    // the same round, is recorded (so the flush waited for has run).
+    let quiet = fs.scratch().join("quiet");
+    std::fs::create_dir_all(&quiet).unwrap();
+    let _q = fs.mount_another(&quiet, &["-o", "noatime"]);
+    let (c, d) = (fs.path("c"), fs.path("d"));
+    for p in [&c, &d] {
+        std::fs::write(p, b"data").unwrap();
+        touch("-m", "3 days ago", p);
+        touch("-a", "2 days ago", p);
+    }
+    let two_days_ago = std::fs::metadata(&c).unwrap().atime();
+    read(&[&quiet.join("c"), &d]);
+    let fourth = fs.scratch().join("fourth");
+    std::fs::create_dir_all(&fourth).unwrap();
+    let _f = fs.mount_another(&fourth, &[]);
+    let seen = |name: &str| std::fs::metadata(fourth.join(name)).unwrap().atime();
+    assert!(seen("d") >= started - 1, "d's access not recorded");
+    assert_eq!(
+        seen("c"),
+        two_days_ago,
+        "a noatime mount's read was recorded"
+    );
 }
 
 on_both_forms!(reads_record_access_times_lazily);

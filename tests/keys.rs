@@ -370,3 +370,149 @@ fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `nacre keygen --from SERVER_KEY --role client --name NAME -o OUT`.
+fn client_key(server_key: &Path, name: &str, out: &Path) {
+    ok(&nacre_in(
+        Path::new("/nonexistent"),
+        &[
+            "keygen",
+            "--from",
+            server_key.to_str().unwrap(),
+            "--role",
+            "client",
+            "--name",
+            name,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    ));
+}
+
+#[test]
+fn a_revoked_client_key_is_refused_and_the_other_keys_go_on() {
+    let root = work_dir();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    let listen = format!("127.0.0.1:{}", nacre_testkit::free_port());
+    let nid = format!("{listen}@tcp");
+    ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--fsname",
+            "rv",
+            d("mgs").to_str().unwrap(),
+        ],
+    ));
+    for (kind, dir) in [("--mdt", "mdt0"), ("--ost", "ost0")] {
+        ok(&nacre_in(
+            &keys,
+            &[
+                "mkfs",
+                kind,
+                "--fsname",
+                "rv",
+                "--mgsnode",
+                &nid,
+                d(dir).to_str().unwrap(),
+            ],
+        ));
+    }
+    let server = server_in(&keys, &listen, &[d("mgs"), d("mdt0"), d("ost0")], &[]);
+    let pid = server.pid().to_string();
+    let server_key = keys.join("rv.key");
+    // Two tenants' client keys, each in a key directory of its own, as on their nodes.
+    let mut mounts = Vec::new();
+    for name in ["lab", "ward"] {
+        let dir = d(&format!("{name}-keys"));
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        client_key(&server_key, name, &dir.join("rv.key"));
+        let env = ["env".into(), format!("NACRE_KEY_DIR={}", dir.display())];
+        let m = ClientMount::mount_in(&env, &format!("{nid}:/rv"), &d(name), &[]);
+        fs::write(m.mnt.join(name), name.as_bytes()).unwrap();
+        mounts.push((dir, m));
+    }
+    let nodemap = |verb: &str| {
+        ok(&nacre_in(
+            &keys,
+            &[
+                "nodemap",
+                "--pid",
+                &pid,
+                verb,
+                "--fsname",
+                "rv",
+                "--key-name",
+                "lab",
+            ],
+        ))
+    };
+    nodemap("revoke_key");
+    let list = ok(&nacre_in(&keys, &["nodemap", "--pid", &pid, "list"]));
+    assert!(list.contains("(revoked keys): rv:lab"), "{list}");
+    // The lab's mount loses its connections at its next request and cannot open new ones.
+    let (lab_dir, lab) = &mounts[0];
+    nacre_testkit::wait_for("the revoked key's mount refused", || {
+        fs::write(lab.mnt.join("after"), b"x").is_err()
+    });
+    // The MDT evicts the lab's client at once (its locks go: nobody waits for callbacks
+    // it will never answer).
+    nacre_testkit::wait_for("the revoked key's client evicted", || {
+        let status = nacre_testkit::get_param(Some(server.pid()), "mdt.rv-MDT0000.recovery_status");
+        status.lines().any(|l| l.trim() == "evicted_clients: 1")
+    });
+    // The ward's mount goes on, and sees that nothing of the lab's got through after.
+    let ward = &mounts[1].1;
+    fs::write(ward.mnt.join("after-ward"), b"ward").unwrap();
+    assert_eq!(fs::read(ward.mnt.join("lab")).unwrap(), b"lab");
+    assert!(
+        !ward.mnt.join("after").exists(),
+        "a revoked key's create got through"
+    );
+    // A new mount with the revoked key is told why, at once.
+    fs::create_dir_all(d("lab2")).unwrap();
+    let source = format!("{nid}:/rv");
+    let e = err(&nacre_in(
+        lab_dir,
+        &["mount", &source, d("lab2").to_str().unwrap()],
+    ));
+    assert!(e.contains("revoked"), "{e}");
+    // The raw handshake with the revoked key is refused, and counted.
+    let refused_before = net_stat(server.pid(), "handshakes_refused");
+    let key = nacre_net::sec::FsKey::load(&lab_dir.join("rv.key")).unwrap();
+    let raw = nacre_testkit::raw::RawConn::connect_keyed(&listen, &key, [3; 16]);
+    let why = raw.err().expect("a revoked key's handshake").to_string();
+    assert!(why.contains("revoked"), "{why}");
+    assert_eq!(
+        net_stat(server.pid(), "handshakes_refused"),
+        refused_before + 1
+    );
+    // Taken back, the key mounts again; the trail says who did both.
+    nodemap("unrevoke_key");
+    let m = ClientMount::mount_in(
+        &["env".into(), format!("NACRE_KEY_DIR={}", lab_dir.display())],
+        &format!("{nid}:/rv"),
+        &d("lab3"),
+        &[],
+    );
+    assert_eq!(fs::read(m.mnt.join("after-ward")).unwrap(), b"ward");
+    let audit = nacre_testkit::get_param(Some(server.pid()), "mgs.audit");
+    assert!(
+        audit.contains("RevokeKey") && audit.contains("UnrevokeKey"),
+        "{audit}"
+    );
+    drop(m);
+    drop(mounts);
+    server.stop();
+}
+
+/// A counter of a process's `net.stats`.
+fn net_stat(pid: u32, name: &str) -> u64 {
+    let text = nacre_testkit::get_param(Some(pid), "net.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in net.stats: {text}"))
+}

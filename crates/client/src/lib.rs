@@ -321,6 +321,8 @@ pub struct Client {
     net: NetConfig,
     readahead_bytes: u64,
     ping_interval_ms: u64,
+    /// Mounted `noatime`: closes ask the MDT to record no access ([`Client::set_noatime`]).
+    noatime: std::sync::atomic::AtomicBool,
     /// Set once the client takes metadata locks ([`Client::enable_locks`]).
     lock_sink: std::sync::OnceLock<mdc::LockSink>,
     /// Directories known completely under their UPDATE lock (complete.rs).
@@ -387,6 +389,7 @@ impl Client {
             net: config.net,
             readahead_bytes: config.readahead_bytes,
             ping_interval_ms: config.ping_interval_ms,
+            noatime: std::sync::atomic::AtomicBool::new(false),
             lock_sink: std::sync::OnceLock::new(),
             complete: Arc::new(complete::Complete::default()),
         });
@@ -449,6 +452,12 @@ impl Client {
     /// it (a fileset), as MDT0 said when this client connected.
     pub fn root(&self) -> Result<Fid> {
         self.mdc(0)?.root()
+    }
+
+    /// Mount option `noatime`: reads through this client record no access time at the
+    /// MDT (which records them at close, as `relatime` would: mds atime.rs).
+    pub fn set_noatime(&self, on: bool) {
+        self.noatime.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// True when MDT0 squashes this client's root (its nodemap is not an admin one): root

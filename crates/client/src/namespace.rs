@@ -365,6 +365,7 @@ impl Client {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
             written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+            noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
         if own.is_empty() {
             nacre_types::jobid::set_current("");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What the kernel enforces on the mount, as mount(8)'s options say it: `ro`, `nosuid`,
-/// `nodev`, `noexec`, `sync` (and their opposites, the defaults).
+/// `nodev`, `noexec`, `sync`, `noatime` (and their opposites, the defaults).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelFlags {
     /// `ro`: nothing may be changed through the mount (`EROFS`).
@@ -21,6 +21,9 @@ pub struct KernelFlags {
     pub noexec: bool,
     /// `sync`: every write is durable before it returns.
     pub sync: bool,
+    /// `noatime`: reads record no access time (the MDT records them at close, as
+    /// `relatime` would, for every other mount).
+    pub noatime: bool,
 }
 
 impl KernelFlags {
@@ -38,6 +41,8 @@ impl KernelFlags {
             "exec" => (&mut self.noexec, false),
             "sync" => (&mut self.sync, true),
             "async" => (&mut self.sync, false),
+            "noatime" => (&mut self.noatime, true),
+            "atime" | "relatime" => (&mut self.noatime, false),
             _ => return false,
         };
         *field = on;
@@ -51,7 +56,7 @@ impl KernelFlags {
             if !f.take(o) {
                 return Err(format!(
                     "mount option {o:?}: expected ro, rw, nosuid, suid, nodev, dev, noexec, \
-                     exec, sync or async"
+                     exec, sync, async, noatime, atime or relatime"
                 ));
             }
         }
@@ -59,7 +64,7 @@ impl KernelFlags {
     }
 
     /// Their FUSE mount options.
-    fn mount_options(&self) -> [MountOption; 5] {
+    fn mount_options(&self) -> [MountOption; 6] {
         [
             if self.read_only {
                 MountOption::RO
@@ -85,6 +90,11 @@ impl KernelFlags {
                 MountOption::Sync
             } else {
                 MountOption::Async
+            },
+            if self.noatime {
+                MountOption::NoAtime
+            } else {
+                MountOption::Atime
             },
         ]
     }

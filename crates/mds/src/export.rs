@@ -287,6 +287,16 @@ impl Exports {
         v
     }
 
+    /// The clients whose uuids are bound to one of `tenants` ([`Exports::claim`]).
+    pub fn owned_by(&self, tenants: &[String]) -> Vec<[u8; 16]> {
+        let s = self.state.lock().expect("exports");
+        s.exports
+            .iter()
+            .filter(|(_, e)| e.owner.as_ref().is_some_and(|o| tenants.contains(o)))
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
     /// The most recent evictions, oldest first.
     pub fn evictions(&self) -> Vec<Eviction> {
         self.state
@@ -389,6 +399,22 @@ pub fn evict_now(mdt: &Mdt, client: &[u8; 16], why: &str) {
             mdt.label.name()
         );
     }
+}
+
+/// Evicts the clients of `mdt` whose client key was revoked (`nacre nodemap revoke_key`):
+/// their locks go at once, so other clients do not wait for callbacks a client that can no
+/// longer connect will never answer. Returns how many were evicted.
+pub fn evict_revoked(mdt: &Mdt) -> usize {
+    let set = nacre_wire::nodemap::active();
+    if set.revoked.is_empty() {
+        return 0;
+    }
+    let tenants = nacre_net::caller::revoked_tenants(&set, nacre_types::fs_slot(&mdt.label.fsname));
+    let clients = mdt.exports.owned_by(&tenants);
+    for c in &clients {
+        evict_now(mdt, c, "its key is revoked");
+    }
+    clients.len()
 }
 
 /// Evicts the clients of `mdt` silent for longer than its timeout: drops their opens (an

@@ -97,6 +97,11 @@ impl MdsHandler {
         Some(mdt)
     }
 
+    /// Evicts, on every MDT served here, the clients whose key was revoked.
+    pub fn evict_revoked(&self) -> usize {
+        self.all().iter().map(|m| export::evict_revoked(m)).sum()
+    }
+
     /// Every MDT served here.
     pub fn all(&self) -> Vec<Arc<Mdt>> {
         let targets = self.targets.read().expect("targets");

@@ -186,6 +186,7 @@ pub(crate) fn run_modifying_with(
         fid,
         writer,
         written,
+        noatime,
     } = call.op
     {
         // A writer's close makes a changelog record: it gets a transno, so a close
@@ -212,7 +213,7 @@ pub(crate) fn run_modifying_with(
             {
                 mdt.kick_destroyer();
             }
-            if let Err(s) = ops::open::close(&mut tx, fid, !writer) {
+            if let Err(s) = ops::open::close(&mut tx, fid, !writer && !noatime) {
                 return Outgoing::error(s);
             }
         }

@@ -710,6 +710,47 @@ mod tests {
     }
 
     #[test]
+    fn revoked_keys_survive_reopen_and_a_format_1_file_is_read() {
+        use nacre_wire::nodemap::RevokedKey;
+        let dir = tempfile::tempdir().unwrap();
+        let key = RevokedKey::parse("demo:lab@tenant").unwrap();
+        {
+            let mgs = Mgs::open(dir.path()).unwrap();
+            mgs.change_nodemap(nodemaps::NodemapChange::Add("tenant".into()))
+                .unwrap();
+            mgs.change_nodemap(nodemaps::NodemapChange::RevokeKey(key.clone()))
+                .unwrap();
+            assert!(mgs
+                .change_nodemap(nodemaps::NodemapChange::RevokeKey(key.clone()))
+                .is_err());
+            let audit = mgs.audit.text();
+            assert!(
+                audit.contains("RevokeKey") && audit.contains(": done"),
+                "{audit}"
+            );
+        }
+        let mgs = Mgs::open(dir.path()).unwrap();
+        let set = mgs.nodemaps();
+        assert_eq!(set.revoked, vec![key.clone()]);
+        let slot = nacre_types::fs_slot("demo");
+        assert!(set.is_revoked(slot, "lab", Some("tenant")));
+        assert!(
+            !set.is_revoked(slot, "lab", None),
+            "another key of that name"
+        );
+        assert!(!set.is_revoked(nacre_types::fs_slot("other"), "lab", Some("tenant")));
+        mgs.change_nodemap(nodemaps::NodemapChange::UnrevokeKey(key))
+            .unwrap();
+        assert!(mgs.nodemaps().revoked.is_empty());
+        // A file of format 1 (before revoked keys) is read, with none.
+        let path = dir.path().join("mgs-nodemaps");
+        store::save_nodemaps_v1(&path, &set).unwrap();
+        let old = store::load_nodemaps(&path).unwrap();
+        assert_eq!((old.version, &old.maps), (set.version, &set.maps));
+        assert!(old.revoked.is_empty());
+    }
+
+    #[test]
     fn a_keyless_peer_cannot_move_a_servers_target_to_itself() {
         let dir = tempfile::tempdir().unwrap();
         let mgs = Mgs::open(dir.path()).unwrap();

@@ -2,8 +2,8 @@
 //! are acknowledged; every server process fetches the set (`GetNodemaps`) and enforces it.
 
 use nacre_wire::nodemap::{
-    IdMap, NidRange, Nodemap, NodemapSet, IDMAPS_PER_NODEMAP_MAX, NODEMAPS_MAX,
-    NODEMAP_NAME_BYTES_MAX, RANGES_PER_NODEMAP_MAX,
+    IdMap, NidRange, Nodemap, NodemapSet, RevokedKey, IDMAPS_PER_NODEMAP_MAX, NODEMAPS_MAX,
+    NODEMAP_NAME_BYTES_MAX, RANGES_PER_NODEMAP_MAX, REVOKED_KEYS_MAX,
 };
 
 /// A change of the nodemaps.
@@ -24,6 +24,10 @@ pub enum NodemapChange {
     AddIdmap(String, IdMap),
     /// Removes an id mapping.
     DelIdmap(String, IdMap),
+    /// Revokes a client key: servers refuse its handshakes and drop its connections.
+    RevokeKey(RevokedKey),
+    /// Takes a revocation back.
+    UnrevokeKey(RevokedKey),
 }
 
 /// Why a nodemap change is refused.
@@ -145,6 +149,38 @@ pub fn apply(set: &mut NodemapSet, change: NodemapChange) -> Result<(), NodemapE
                 NodemapError::NotThere(name.clone(), format!("mapping {}:{}", map.client, map.fs))
             })?;
             m.idmaps.remove(at);
+        }
+        NodemapChange::RevokeKey(key) => {
+            let printable = |s: &str| {
+                !s.is_empty()
+                    && s.len() <= NODEMAP_NAME_BYTES_MAX * 4
+                    && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+            };
+            if !printable(&key.fsname)
+                || !printable(&key.name)
+                || key.nodemap.as_deref().is_some_and(|m| !printable(m))
+            {
+                return Err(NodemapError::BadProperty(format!(
+                    "revoke_key {key}: names of 1 to {} printable characters",
+                    NODEMAP_NAME_BYTES_MAX * 4
+                )));
+            }
+            if set.revoked.contains(&key) {
+                return Err(NodemapError::BadProperty(format!(
+                    "key {key} is revoked already"
+                )));
+            }
+            if set.revoked.len() >= REVOKED_KEYS_MAX {
+                return Err(NodemapError::TooMany("revoked keys"));
+            }
+            set.revoked.push(key);
+        }
+        NodemapChange::UnrevokeKey(key) => {
+            let at =
+                set.revoked.iter().position(|k| *k == key).ok_or_else(|| {
+                    NodemapError::BadProperty(format!("key {key} is not revoked"))
+                })?;
+            set.revoked.remove(at);
         }
     }
     set.version += 1;

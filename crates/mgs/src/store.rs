@@ -191,10 +191,27 @@ pub fn save_params(path: &Path, params: &ParamSets) -> Result<(), StoreError> {
 }
 
 const NODEMAPS_MAGIC: &[u8; 4] = b"NMGN";
+/// Format of the nodemaps file since it keeps revoked keys (1: nodemaps only).
+const NODEMAPS_FORMAT_VERSION: u32 = 2;
 
-/// Loads the nodemaps (a missing file is none).
+/// The nodemaps file of format 1 (before revoked keys).
+#[derive(serde::Deserialize)]
+struct NodemapsV1 {
+    version: u64,
+    maps: Vec<nacre_wire::nodemap::Nodemap>,
+}
+
+/// Loads the nodemaps (a missing file is none); a file of format 1 has no revoked keys.
 pub fn load_nodemaps(path: &Path) -> Result<nacre_wire::nodemap::NodemapSet, StoreError> {
-    match read_envelope(path, NODEMAPS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+    match read_envelope(path, NODEMAPS_MAGIC, 1..=NODEMAPS_FORMAT_VERSION)? {
+        Some((1, payload)) => {
+            let v1: NodemapsV1 = decode(path, &payload)?;
+            Ok(nacre_wire::nodemap::NodemapSet {
+                version: v1.version,
+                maps: v1.maps,
+                revoked: Vec::new(),
+            })
+        }
         Some((_, payload)) => decode(path, &payload),
         None => Ok(Default::default()),
     }
@@ -203,7 +220,18 @@ pub fn load_nodemaps(path: &Path) -> Result<nacre_wire::nodemap::NodemapSet, Sto
 /// Saves the nodemaps durably.
 pub fn save_nodemaps(path: &Path, set: &nacre_wire::nodemap::NodemapSet) -> Result<(), StoreError> {
     let payload = postcard::to_allocvec(set).expect("in-memory serialization");
-    write_envelope(path, NODEMAPS_MAGIC, FORMAT_VERSION, &payload)
+    write_envelope(path, NODEMAPS_MAGIC, NODEMAPS_FORMAT_VERSION, &payload)
+}
+
+/// Saves the nodemaps in format 1 (tests of the upgrade from it).
+#[cfg(test)]
+pub(crate) fn save_nodemaps_v1(
+    path: &Path,
+    set: &nacre_wire::nodemap::NodemapSet,
+) -> Result<(), StoreError> {
+    let payload =
+        postcard::to_allocvec(&(set.version, &set.maps)).expect("in-memory serialization");
+    write_envelope(path, NODEMAPS_MAGIC, 1, &payload)
 }
 
 pub(crate) fn write_envelope(

@@ -257,12 +257,7 @@ impl Caller {
     pub fn tenant(&self) -> String {
         match (&self.addr, &self.proved) {
             (None, _) => "local".into(),
-            (Some(_), Some(id)) => format!(
-                "key:{}/{}/{}",
-                id.role,
-                id.name,
-                id.nodemap.as_deref().unwrap_or("")
-            ),
+            (Some(_), Some(id)) => tenant_of(id),
             (Some(_), None) => "keyless".into(),
         }
     }
@@ -275,6 +270,31 @@ impl Caller {
             (Some(a), None) => format!("{a} (no key: {} by address)", self.role()),
         }
     }
+}
+
+/// The tenant a key identity is ([`Caller::tenant`]): `key:ROLE/NAME/NODEMAP`.
+pub fn tenant_of(id: &Identity) -> String {
+    format!(
+        "key:{}/{}/{}",
+        id.role,
+        id.name,
+        id.nodemap.as_deref().unwrap_or("")
+    )
+}
+
+/// The tenants of the client keys of file system slot `fs_slot` revoked in `set`.
+pub fn revoked_tenants(set: &nacre_wire::nodemap::NodemapSet, fs_slot: u16) -> Vec<String> {
+    set.revoked
+        .iter()
+        .filter(|r| nacre_types::fs_slot(&r.fsname) == fs_slot)
+        .map(|r| {
+            tenant_of(&Identity {
+                role: Role::Client,
+                name: r.name.clone(),
+                nodemap: r.nodemap.clone(),
+            })
+        })
+        .collect()
 }
 
 /// Seconds since the epoch of the last refusal logged by [`refused`].

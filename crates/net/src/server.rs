@@ -530,6 +530,17 @@ impl FrameSink for ServerSink {
         if frame.header.is_reply() {
             return Err("unexpected reply frame".into());
         }
+        if let (Some(slot), Some(id)) = (self.fs_slot, self.caller.proved()) {
+            // A client key revoked since this connection's handshake: dropped here, and
+            // its next handshake is refused.
+            if id.role == crate::sec::Role::Client
+                && nacre_wire::nodemap::active().is_revoked(slot, &id.name, id.nodemap.as_deref())
+            {
+                let who = self.caller.describe();
+                crate::caller::refused(|| format!("{who}: its key is revoked: connection dropped"));
+                return Err("its key is revoked".into());
+            }
+        }
         let req = Incoming {
             header: frame.header,
             body: frame.body,

@@ -3,8 +3,9 @@
 //! over a Unix socket, so they reach the file system without a kernel round trip per
 //! request. Frames are the network's (header, postcard body of [`nacre_wire::api`], bulk).
 //!
-//! Who calls is the kernel's word (`SO_PEERCRED`: pid, uid, gid; the groups the mount reads
-//! for FUSE callers too), never the caller's: every request runs with those credentials,
+//! Who calls is the kernel's word, taken when the caller connected (`SO_PEERCRED`: pid,
+//! uid, gid; `SO_PEERGROUPS`: its supplementary groups), never the caller's and never read
+//! later from a pid that may have been reused: every request runs with those credentials,
 //! and the MDTs check them as they check the kernel's.
 //!
 //! A **session** is one application process: its first socket opens it, further sockets of
@@ -51,9 +52,6 @@ pub type DataHook = Box<dyn Fn(Fid, u64, u64) + Send + Sync>;
 
 /// What the API takes from the mount it serves beside its client.
 pub struct Hooks {
-    /// The credentials of process `pid` calling as `uid`/`gid` (its supplementary groups
-    /// read as the mount reads them for FUSE callers).
-    pub cred: Box<dyn Fn(u32, u32, u32) -> Cred + Send + Sync>,
     /// The job id of process `pid` running as `uid` (the mount's `jobid_var`).
     pub jobid: Box<dyn Fn(u32, u32) -> String + Send + Sync>,
     /// Bytes `[offset, offset + len)` of `fid` (or its attributes) changed through the
@@ -68,7 +66,6 @@ impl Hooks {
     /// Hooks of a client with no mount beside it: no groups, no job ids, no page cache.
     pub fn plain() -> Hooks {
         Hooks {
-            cred: Box::new(|_, uid, gid| Cred::new(uid, gid, Vec::new())),
             jobid: Box::new(|_, _| String::new()),
             changed: Box::new(|_, _, _| {}),
             entry: Box::new(|_, _| {}),
@@ -236,21 +233,66 @@ fn accept(shared: &Arc<Shared>, listener: &UnixListener) {
     }
 }
 
+/// Who is at the other end of a socket, as the kernel recorded it when it connected.
+struct Peer {
+    pid: u32,
+    uid: u32,
+    gid: u32,
+    /// Supplementary groups (`SO_PEERGROUPS`).
+    groups: Vec<u32>,
+}
+
 /// The kernel's word on who is at the other end.
-fn peer(stream: &UnixStream) -> std::io::Result<(u32, u32, u32)> {
+fn peer(stream: &UnixStream) -> std::io::Result<Peer> {
     let c = rustix::net::sockopt::socket_peercred(stream)?;
-    Ok((
-        c.pid.as_raw_nonzero().get() as u32,
-        c.uid.as_raw(),
-        c.gid.as_raw(),
-    ))
+    Ok(Peer {
+        pid: c.pid.as_raw_nonzero().get() as u32,
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+        groups: peer_groups(stream)?,
+    })
+}
+
+/// Most supplementary groups a caller has (the kernel's `NGROUPS_MAX`).
+const PEER_GROUPS_MAX: usize = 65_536;
+
+/// The supplementary groups of the process at the other end when it connected
+/// (`SO_PEERGROUPS`, Linux 4.13).
+fn peer_groups(stream: &UnixStream) -> std::io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups = vec![0u32; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<u32>()) as libc::socklen_t;
+        // SAFETY: a valid socket, and a buffer of `len` bytes the kernel writes into.
+        let r = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<u32>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        // Too small: `len` says how much is needed.
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() || n > PEER_GROUPS_MAX {
+            return Err(e);
+        }
+        groups.resize(n, 0);
+    }
 }
 
 /// Serves one socket until its caller closes it (or breaks the protocol).
 fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
-    let Ok((pid, uid, gid)) = peer(&stream) else {
+    let Ok(who) = peer(&stream) else {
         return;
     };
+    let pid = who.pid;
     let timeout = std::time::Duration::from_millis(API_REPLY_TIMEOUT_MS);
     let _ = stream.set_write_timeout(Some(timeout));
     let mut session: Option<Arc<Session>> = None;
@@ -274,7 +316,7 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
         };
         let answer = match (&session, req) {
             (None, ApiRequest::Hello { version, attach }) => {
-                match hello(shared, version, attach, (pid, uid, gid)) {
+                match hello(shared, version, attach, &who) {
                     Ok(s) => {
                         let a = ApiReply::Hello {
                             version: API_VERSION,
@@ -363,8 +405,9 @@ fn hello(
     shared: &Shared,
     version: u32,
     attach: Option<(u64, [u8; 16])>,
-    (pid, uid, gid): (u32, u32, u32),
+    who: &Peer,
 ) -> Result<Arc<Session>, Status> {
+    let (pid, uid, gid) = (who.pid, who.uid, who.gid);
     if version != API_VERSION {
         return Err(Status::Proto);
     }
@@ -388,7 +431,16 @@ fn hello(
         id: shared.next_session.fetch_add(1, Ordering::Relaxed),
         token,
         pid,
-        cred: (shared.hooks.cred)(pid, uid, gid),
+        // Root's groups do not matter (it passes every check), as for FUSE callers.
+        cred: Cred::new(
+            uid,
+            gid,
+            if uid == 0 {
+                Vec::new()
+            } else {
+                who.groups.clone()
+            },
+        ),
         jobid: (shared.hooks.jobid)(pid, uid),
         sockets: AtomicUsize::new(1),
         handles: Mutex::new(HashMap::new()),

@@ -45,6 +45,16 @@ impl Claims {
         Ok(())
     }
 
+    /// The uuids bound to one of `tenants`.
+    pub fn clients_of(&self, tenants: &[String]) -> Vec<[u8; 16]> {
+        self.map
+            .lock()
+            .iter()
+            .filter(|(_, t)| tenants.contains(t))
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
     /// `client` disconnected: its uuid is bound to nothing.
     pub fn release(&self, client: &[u8; 16]) {
         self.map.lock().remove(client);

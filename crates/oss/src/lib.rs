@@ -118,6 +118,44 @@ pub struct OssHandler {
 type Guarded = (Arc<OstTarget>, Option<Arc<Guard>>);
 
 impl OssHandler {
+    /// Evicts, from every OST served here, the clients whose key was revoked (`nacre
+    /// nodemap revoke_key`): their extent locks and grants go at once, so other clients
+    /// do not wait for callbacks they will never answer; their uuids are bound to nothing
+    /// after (and cannot be used again: their key's handshakes are refused). Returns how
+    /// many uuids were evicted.
+    pub fn evict_revoked(&self) -> usize {
+        let set = nacre_wire::nodemap::active();
+        if set.revoked.is_empty() {
+            return 0;
+        }
+        let targets: Vec<Arc<OstTarget>> = self
+            .targets
+            .read()
+            .expect("targets")
+            .values()
+            .map(|(t, _)| t.clone())
+            .collect();
+        let mut evicted = 0;
+        let slots: std::collections::HashSet<u16> = targets
+            .iter()
+            .map(|t| nacre_types::fs_slot(&t.label.fsname))
+            .collect();
+        for slot in slots {
+            let tenants = nacre_net::caller::revoked_tenants(&set, slot);
+            for client in self.claims.clients_of(&tenants) {
+                for t in targets
+                    .iter()
+                    .filter(|t| nacre_types::fs_slot(&t.label.fsname) == slot)
+                {
+                    t.evict(&client, "its key is revoked");
+                }
+                self.claims.release(&client);
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
     /// Every OST served here.
     pub fn all(&self) -> Vec<Arc<OstTarget>> {
         let targets = self.targets.read().expect("targets");

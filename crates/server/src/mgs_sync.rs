@@ -40,6 +40,10 @@ pub(crate) fn start(
     let mut applied = apply_persistent_params(&first, &registry, None);
     let mut nodemaps = fetch_nodemaps(&first, None);
     let sync = move |oss: &OssHandler, mds: &MdsHandler| {
+        // Clients whose key was revoked lose their locks now (not at their callbacks'
+        // timeouts): nothing of theirs holds others up.
+        oss.evict_revoked();
+        mds.evict_revoked();
         for (fs, conn) in &conns {
             learn_servers(conn, fs);
             sync_quotas(conn, fs, oss, mds);

@@ -4,7 +4,7 @@
 
 use nacre_mgs::nodemaps::{NodemapChange, LEVELS};
 use nacre_mgs::Mgs;
-use nacre_wire::nodemap::{IdKind, IdMap, NidRange, Nodemap, NodemapSet};
+use nacre_wire::nodemap::{IdKind, IdMap, NidRange, Nodemap, NodemapSet, RevokedKey};
 use std::sync::Arc;
 
 /// Lists or changes the nodemaps through this process's MGS: (command, nodemap name or ""
@@ -66,6 +66,10 @@ fn listed(set: &NodemapSet, name: &str) -> Vec<(String, String)> {
                 .filter(|m| name.is_empty() || m.name == name)
                 .map(|m| (m.name.clone(), describe(m))),
         )
+        .chain((name.is_empty() && !set.revoked.is_empty()).then(|| {
+            let keys: Vec<String> = set.revoked.iter().map(ToString::to_string).collect();
+            ("(revoked keys)".to_string(), keys.join(" "))
+        }))
         .collect()
 }
 
@@ -102,6 +106,8 @@ fn change(cmd: &str, name: &str, arg: &str) -> Result<NodemapChange, String> {
         }
         "add_idmap" => Ok(NodemapChange::AddIdmap(n, idmap(arg)?)),
         "del_idmap" => Ok(NodemapChange::DelIdmap(n, idmap(arg)?)),
+        "revoke_key" => Ok(NodemapChange::RevokeKey(RevokedKey::parse(arg)?)),
+        "unrevoke_key" => Ok(NodemapChange::UnrevokeKey(RevokedKey::parse(arg)?)),
         other => Err(format!("unknown nodemap command '{other}'")),
     }
 }

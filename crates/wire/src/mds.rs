@@ -174,6 +174,8 @@ pub enum MdsOp {
         writer: bool,
         /// Data was written through it (the MDT no longer knows the file's size exactly).
         written: bool,
+        /// The client is mounted `noatime`: a read through it records no access.
+        noatime: bool,
     },
     /// Read an extended attribute. Reply: [`MdsReply::Xattr`].
     GetXattr {

@@ -257,9 +257,66 @@ pub struct NodemapSet {
     pub version: u64,
     /// Nodemaps by name.
     pub maps: Vec<Nodemap>,
+    /// Client keys no server accepts any more (`nacre nodemap revoke_key`).
+    pub revoked: Vec<RevokedKey>,
 }
 
+/// A client key revoked: the key of file system `fsname` made for `name` (bound to
+/// `nodemap`, if it is). Servers refuse its handshakes and drop its connections.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokedKey {
+    /// The file system.
+    pub fsname: String,
+    /// The key's name (`nacre keygen --name`).
+    pub name: String,
+    /// The nodemap it is bound to (`nacre keygen --nodemap`), if any.
+    pub nodemap: Option<String>,
+}
+
+impl std::fmt::Display for RevokedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.fsname, self.name)?;
+        if let Some(m) = &self.nodemap {
+            write!(f, "@{m}")?;
+        }
+        Ok(())
+    }
+}
+
+impl RevokedKey {
+    /// Parses `FSNAME:NAME` or `FSNAME:NAME@NODEMAP`.
+    pub fn parse(s: &str) -> Result<RevokedKey, String> {
+        let bad = || format!("'{s}': expected FSNAME:KEYNAME or FSNAME:KEYNAME@NODEMAP");
+        let (fsname, rest) = s.split_once(':').ok_or_else(bad)?;
+        let (name, nodemap) = match rest.split_once('@') {
+            Some((n, m)) => (n, Some(m.to_string())),
+            None => (rest, None),
+        };
+        if fsname.is_empty() || name.is_empty() || nodemap.as_deref() == Some("") {
+            return Err(bad());
+        }
+        Ok(RevokedKey {
+            fsname: fsname.into(),
+            name: name.into(),
+            nodemap,
+        })
+    }
+}
+
+/// Client keys revoked at most (`nacre nodemap revoke_key`).
+pub const REVOKED_KEYS_MAX: usize = 4096;
+
 impl NodemapSet {
+    /// True when the client key `name` (bound to `nodemap`) of the file system of slot
+    /// `fs_slot` is revoked.
+    pub fn is_revoked(&self, fs_slot: u16, name: &str, nodemap: Option<&str>) -> bool {
+        self.revoked.iter().any(|r| {
+            r.name == name
+                && r.nodemap.as_deref() == nodemap
+                && nacre_types::fs_slot(&r.fsname) == fs_slot
+        })
+    }
+
     /// The nodemap whose ranges hold `ip`, if any (ranges of nodemaps never overlap).
     pub fn find(&self, ip: IpAddr) -> Option<&Nodemap> {
         self.maps
@@ -301,6 +358,16 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn revoked_keys_parse_and_print_as_the_cli_names_them() {
+        for text in ["demo:lab", "demo:lab@tenant"] {
+            assert_eq!(RevokedKey::parse(text).unwrap().to_string(), text);
+        }
+        for bad in ["", "demo", ":lab", "demo:", "demo:lab@", "demo:@x"] {
+            assert!(RevokedKey::parse(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn unlisted_addresses_get_the_default_nodemap_or_are_refused() {
@@ -386,7 +453,11 @@ mod tests {
 
         #[test]
         fn a_nodemap_set_round_trips_and_refuses_truncation(n in 0usize..4, off in any::<u32>()) {
-            let mut set = NodemapSet { version: 9, maps: Vec::new() };
+            let mut set = NodemapSet {
+                version: 9,
+                maps: Vec::new(),
+                revoked: Vec::new(),
+            };
             for i in 0..n {
                 let mut m = Nodemap::new(&format!("m{i}"));
                 m.offset = off;

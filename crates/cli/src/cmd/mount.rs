@@ -78,8 +78,8 @@ pub(crate) struct MountArgs {
     #[arg(long)]
     pub(crate) foreground: bool,
     /// What the kernel enforces on the mount, as mount(8) says it: `ro`, `nosuid`, `nodev`,
-    /// `noexec`, `sync` (or `rw`, `suid`, `dev`, `exec`, `async`: the defaults), separated
-    /// by commas.
+    /// `noexec`, `sync`, `noatime` (or `rw`, `suid`, `dev`, `exec`, `async`, `relatime`:
+    /// the defaults), separated by commas.
     #[arg(short = 'o', long = "options", default_value = "")]
     pub(crate) options: String,
 }
@@ -265,6 +265,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     init_logging();
     let client = Client::mount(nid, &fsname, config)?;
     squashed_defaults(&client, &a.options, &mut opts.flags)?;
+    client.set_noatime(opts.flags.noatime);
     serve_metrics(
         a.metrics,
         nacre_server::metrics::Sources {
@@ -507,17 +508,16 @@ fn render_client(out: &mut String, c: &Client) {
     }
 }
 
-/// Options of the mount(8) convention that mount(8) and systemd consume, and the access-time
-/// options (the MDT records access times itself, lazily at close as `relatime` would:
-/// crates/mds/src/atime.rs): accepted and ignored. The kernel's flags (`ro`, `nosuid`, `nodev`,
-/// `noexec`, `sync` and their opposites) are passed on (`-o`) and honoured.
+/// Options of the mount(8) convention that mount(8) and systemd consume: accepted and
+/// ignored. The kernel's flags (`ro`, `nosuid`, `nodev`, `noexec`, `sync`, `noatime` and
+/// their opposites) are passed on (`-o`) and honoured.
 const GENERIC_OPTIONS: &[&str] = &[
     "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner", "group",
-    "atime", "relatime",
 ];
 
-/// Access-time options Nacre does not honour yet: accepted with a warning, not silently.
-const ATIME_OPTIONS_NOT_HONOURED: &[&str] = &["noatime", "norelatime", "strictatime", "lazytime"];
+/// Access-time options Nacre does not honour yet: accepted with a warning, not silently
+/// (`noatime`, `atime` and `relatime` are kernel flags: honoured).
+const ATIME_OPTIONS_NOT_HONOURED: &[&str] = &["norelatime", "strictatime", "lazytime"];
 
 /// Nacre's own mount options as `-o key=value` (the `nacre mount` long options, `_` or
 /// `-` between words).
@@ -636,7 +636,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             flags.join(" "),
-            "nacre mount 10.0.0.1@tcp:/demo /mnt -o ro,nosuid,nodev,noexec,sync"
+            "nacre mount 10.0.0.1@tcp:/demo /mnt -o ro,nosuid,nodev,noexec,noatime,sync"
         );
         let keyed = argv("10.0.0.1@tcp:/demo /mnt -o key=/etc/nacre/demo.key").unwrap();
         assert_eq!(

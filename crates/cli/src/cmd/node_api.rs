@@ -13,9 +13,10 @@ pub(crate) fn socket_path(mnt: &Path) -> PathBuf {
     nacre_server::daemon::pidfile(mnt).with_extension("api.sock")
 }
 
-/// Serves the node API of `client`, mounted at `mnt` by `handle`: callers' groups and job
-/// ids as the mount takes them for FUSE callers, what their writes change dropped from
-/// the mount's page cache; counters as `llite.FS.api_stats`.
+/// Serves the node API of `client`, mounted at `mnt` by `handle`: callers' credentials as
+/// the kernel recorded them when they connected, job ids as the mount takes them for FUSE
+/// callers, what their writes change dropped from the mount's page cache; counters as
+/// `llite.FS.api_stats`.
 pub(crate) fn start(
     client: &Arc<Client>,
     mnt: &Path,
@@ -23,10 +24,8 @@ pub(crate) fn start(
     opts: &MountOptions,
     registry: &nacre_params::Registry,
 ) -> anyhow::Result<Arc<NodeApi>> {
-    let groups = nacre_fuse::groups::Groups::default();
     let jobs = nacre_fuse::jobid::JobIds::new(opts.jobid_var.clone());
     let hooks = Hooks {
-        cred: Box::new(move |pid, uid, gid| groups.cred(pid, uid, gid)),
         jobid: Box::new(move |pid, uid| jobs.of(pid, uid)),
         changed: Box::new(handle.data_changed()),
         entry: Box::new(handle.entry_changed()),

@@ -67,6 +67,34 @@ pub(crate) enum NodemapCommand {
         #[arg(long)]
         idmap: String,
     },
+    /// Revoke a client key (`nacre keygen --role client --name NAME [--nodemap NM]`):
+    /// every server refuses its handshakes and drops its connections within a second;
+    /// other keys go on. Give its holders a key of another name.
+    #[command(name = "revoke_key")]
+    RevokeKey {
+        /// The file system of the key.
+        #[arg(long)]
+        fsname: String,
+        /// The key's name.
+        #[arg(long = "key-name")]
+        key_name: String,
+        /// The nodemap the key is bound to, if it is.
+        #[arg(long)]
+        nodemap: Option<String>,
+    },
+    /// Take a revocation back.
+    #[command(name = "unrevoke_key")]
+    UnrevokeKey {
+        /// The file system of the key.
+        #[arg(long)]
+        fsname: String,
+        /// The key's name.
+        #[arg(long = "key-name")]
+        key_name: String,
+        /// The nodemap the key is bound to, if it is.
+        #[arg(long)]
+        nodemap: Option<String>,
+    },
     /// Remove an id mapping.
     #[command(name = "del_idmap")]
     DelIdmap {
@@ -137,6 +165,14 @@ fn ask(
         .collect())
 }
 
+/// A revoked key as the MGS names it: `FSNAME:NAME[@NODEMAP]`.
+fn key_arg(fsname: &str, name: &str, nodemap: Option<String>) -> String {
+    match nodemap {
+        Some(m) => format!("{fsname}:{name}@{m}"),
+        None => format!("{fsname}:{name}"),
+    }
+}
+
 pub(crate) fn nodemap(cmd: NodemapCommand, pid: Option<u32>) -> anyhow::Result<()> {
     let (verb, name, arg) = match cmd {
         NodemapCommand::Add { name } => ("add", name, String::new()),
@@ -159,6 +195,24 @@ pub(crate) fn nodemap(cmd: NodemapCommand, pid: Option<u32>) -> anyhow::Result<(
             idmap,
         } => ("del_idmap", name, format!("{idtype}:{idmap}")),
         NodemapCommand::List { name } => ("list", name.unwrap_or_default(), String::new()),
+        NodemapCommand::RevokeKey {
+            fsname,
+            key_name,
+            nodemap,
+        } => (
+            "revoke_key",
+            String::new(),
+            key_arg(&fsname, &key_name, nodemap),
+        ),
+        NodemapCommand::UnrevokeKey {
+            fsname,
+            key_name,
+            nodemap,
+        } => (
+            "unrevoke_key",
+            String::new(),
+            key_arg(&fsname, &key_name, nodemap),
+        ),
     };
     let answers = ask(verb, &name, &arg, pid)?;
     match verb {
@@ -168,6 +222,8 @@ pub(crate) fn nodemap(cmd: NodemapCommand, pid: Option<u32>) -> anyhow::Result<(
             }
         }
         "del" => println!("{name}: removed"),
+        "revoke_key" => println!("revoked {arg}: servers refuse it within a second"),
+        "unrevoke_key" => println!("{arg} is no longer revoked"),
         _ => {
             for (n, d) in answers.iter().filter(|(n, _)| *n == name) {
                 println!("{n}: {d}");

@@ -51,6 +51,8 @@ const DONE_BYTES: usize = 8 + 1;
 const OK: u8 = 0;
 const UNKNOWN_FS: u8 = 1;
 const REFUSED: u8 = 2;
+/// The client key the HELLO names is revoked (`nacre nodemap revoke_key`).
+const REVOKED: u8 = 3;
 
 /// What a handshake leaves: the file system, the level, and each direction's protection.
 pub struct Session {
@@ -398,6 +400,13 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
                 key.fsname()
             )))
         }
+        REVOKED => {
+            return Err(SecError::Refused(format!(
+                "this {} of {} is revoked: ask the administrator for a new key",
+                key.identity(),
+                key.fsname()
+            )))
+        }
         s => {
             return Err(SecError::Refused(format!(
                 "the server refused the connection ({s})"
@@ -455,6 +464,25 @@ pub fn serve(
         ));
     }
     let hello = Hello::read_rest(stream, &fixed, deadline)?;
+    if hello.client.role == Role::Client
+        && nacre_wire::nodemap::active().is_revoked(
+            nacre_types::fs_slot(&hello.fsname),
+            &hello.client.name,
+            hello.client.nodemap.as_deref(),
+        )
+    {
+        let no = Challenge {
+            status: REVOKED,
+            level: 0,
+            nonce: [0; NONCE_BYTES],
+            proof: [0; NONCE_BYTES],
+        };
+        let _ = write_by(stream, &no.encode(), deadline);
+        return Err(SecError::Refused(format!(
+            "a peer presented the {} of {}, which is revoked",
+            hello.client, hello.fsname
+        )));
+    }
     let Some((key, secret)) = keys
         .get(&hello.fsname)
         .and_then(|k| Some((k, k.peer_secret(&hello.client)?)))

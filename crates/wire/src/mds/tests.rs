@@ -76,6 +76,7 @@ fn readpage_opcodes_are_readdir_and_close() {
             fid,
             writer: true,
             written: false,
+            noatime: true,
         },
         MdsOp::ReadDirPlus {
             fid,
