@@ -156,7 +156,20 @@ fn two_mounts_racing_agree_on_the_tree(form: Form) {
     let a = snapshot(&fs.path(""));
     let b = snapshot(&other_mnt);
     assert!(!a.is_empty());
-    assert_eq!(a, b, "the mounts disagree after {done} operations");
+    let differ: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|p| a.get(*p) != b.get(*p))
+        .map(|p| format!("{}: {:?} / {:?}", p.display(), a.get(p), b.get(p)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the mounts disagree after {done} operations (path: first / second mount's \
+         inode, mode, links, size):\n{}",
+        differ.join("\n")
+    );
     lfsck_clean(&fs.source());
 }
 

@@ -300,3 +300,45 @@ fn mount_options_the_kernel_enforces_are_honoured() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
+
+/// Capabilities run out (`mdt.*.capa_lifetime_s`, here 3 s) and a native client holding a
+/// file open renews them: past half their life in the background, once expired before the
+/// request that needs one (by fetching the layout again, which carries new ones while the
+/// file is open). Its reads go on past the first capability's expiry.
+#[test]
+fn a_client_holding_a_file_open_renews_its_capabilities() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keygen(keys.path(), "renew", "secrn", "integrity");
+    let fs = keyed_fs("secrn", &key);
+    let data = pattern(5, 1 << 20);
+    std::fs::write(fs.path("f"), &data).unwrap();
+    let mds = fs.server_pids()[0].to_string();
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &mds,
+        "set_param",
+        "mdt.secrn-MDT0000.capa_lifetime_s=3",
+    ]);
+    let mut config = nacre_client::ClientConfig::default();
+    let client_key = nacre_net::sec::FsKey::load(&client_key_of(&key)).unwrap();
+    config.net.key = Some(std::sync::Arc::new(client_key));
+    let mgs: Nid = fs.source().split_once(":/").unwrap().0.parse().unwrap();
+    let client = nacre_client::Client::mount(mgs, "secrn", config).unwrap();
+    let fid = client
+        .lookup(client.root().unwrap(), b"f", false)
+        .unwrap()
+        .fid;
+    let (_, file) = client.open(fid, nacre_types::cred::MAY_READ).unwrap();
+    let opened = std::time::Instant::now();
+    let read = |at: usize| client.read(&file, at as u64, 4096).map(|b| b.to_vec());
+    assert_eq!(read(0).unwrap(), &data[..4096]);
+    // Past the first capabilities' life: the reads need new ones.
+    nacre_testkit::wait_for("the first capabilities expired", || {
+        opened.elapsed() > Duration::from_secs(4)
+    });
+    for at in [8192, 1 << 19, 0] {
+        assert_eq!(read(at).unwrap(), &data[at..at + 4096], "read at {at}");
+    }
+    client.close(&file).unwrap();
+}

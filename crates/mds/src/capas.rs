@@ -52,11 +52,17 @@ pub fn attach(mdt: &Mdt, req: &Incoming, call: &MdsCall, out: Outgoing) -> Outgo
         return out;
     }
     let holder = holder_of(&req.caller.tenant());
+    let lifetime_s = mdt
+        .capa_lifetime_s
+        .load(std::sync::atomic::Ordering::Relaxed);
     a.capas = layout
         .objects
         .iter()
         .take(CAPAS_PER_ANSWER_MAX)
-        .map(|o| Capa::issue(&key, fid, o.ost, o.object, layout.generation, ops, holder))
+        .map(|o| {
+            let what = (fid, o.ost, o.object);
+            Capa::issue_for(&key, what, layout.generation, ops, holder, lifetime_s)
+        })
         .collect();
     Outgoing {
         body: nacre_wire::encode_body(&a),

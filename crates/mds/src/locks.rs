@@ -148,7 +148,7 @@ pub(crate) fn revoke_for<'a>(
     // A request the MDT will refuse calls nothing back (nor can a caller flush other
     // clients' caches with changes it may not make); checked only when there is something
     // to call back, as the request's own checks follow.
-    if mdt.ldlm.conflicts(Some(&call.client), &t) && crate::perm::check(mdt, call).is_err() {
+    if mdt.ldlm.conflicts(Some(&call.client), &t) && crate::perm::refuses(mdt, call) {
         return None;
     }
     let revoke = |t: &[(Fid, u8)]| {
@@ -332,7 +332,7 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
     let t = targets(mdt, &call.op);
     if t.is_empty()
         || !mdt.ldlm.conflicts(Some(&call.client), &t)
-        || crate::perm::check(mdt, &call).is_err()
+        || crate::perm::refuses(mdt, &call)
     {
         return Some(req);
     }

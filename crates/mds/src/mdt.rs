@@ -74,6 +74,8 @@ pub struct Mdt {
     pub md_stats: nacre_params::OpStats,
     /// `mdt.*.denied_stats`: requests the permission checks refused, by operation.
     pub denied_stats: nacre_params::OpStats,
+    /// How long the object capabilities this MDT gives hold (`mdt.*.capa_lifetime_s`).
+    pub capa_lifetime_s: std::sync::atomic::AtomicU64,
     /// `mdt.*.job_stats`.
     pub job_stats: nacre_params::JobStats,
     /// `mdt.*.export_stats`: the same per client NID.
@@ -253,6 +255,7 @@ impl Mdt {
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
             denied_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
+            capa_lifetime_s: std::sync::atomic::AtomicU64::new(nacre_wire::capa::CAPA_LIFETIME_S),
             job_stats: nacre_params::JobStats::new(crate::stats::MD_OPS),
             export_stats: nacre_params::JobStats::keyed(
                 crate::stats::MD_OPS,

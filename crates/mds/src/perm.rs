@@ -23,6 +23,22 @@ const STICKY: u32 = 0o1000;
 /// Set-group-id (`S_ISGID`).
 const SGID: u32 = 0o2000;
 
+std::thread_local! {
+    /// Set while [`refuses`] asks: a refusal is not counted or logged then (the request's
+    /// own check, when it runs, does that once).
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether [`check`] would refuse `call`, without counting or logging the refusal (the
+/// lock paths ask before calling other clients' locks back; the request's own check
+/// counts it once).
+pub fn refuses(mdt: &Mdt, call: &MdsCall) -> bool {
+    QUIET.with(|q| q.set(true));
+    let refused = check(mdt, call).is_err();
+    QUIET.with(|q| q.set(false));
+    refused
+}
+
 /// Whether the caller of `call` may run it here; `Ok` lets it run.
 pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
     let (cred, op) = (&call.cred, &call.op);
@@ -166,6 +182,9 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
 /// client speaking the protocol itself, counted and logged as the refusals of callers are
 /// (rate-limited), where a plain permission error is only counted (`denied_stats`).
 fn beyond_kernel(mdt: &Mdt, call: &MdsCall, what: &str, denied: Status) -> Status {
+    if QUIET.with(std::cell::Cell::get) {
+        return denied;
+    }
     nacre_net::caller::refused(|| {
         format!(
             "{}: refused {what} from client {} (uid {}): a kernel would not have sent it",

@@ -244,12 +244,16 @@ use std::io::Read;
 pub fn serve(src: CtlSources) -> anyhow::Result<CtlServer> {
     std::fs::create_dir_all(CTL_DIR).with_context(|| format!("cannot create {CTL_DIR}"))?;
     let path = Path::new(CTL_DIR).join(format!("{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
+    // Made under a name `ask` passes over, listening and restricted to its owner (whatever
+    // the umask; each request's sender is checked too), then renamed into place: nobody
+    // sees it half made, nor takes it for a dead process's.
+    let fresh = path.with_extension("sock.new");
+    let _ = std::fs::remove_file(&fresh);
     let listener =
-        UnixListener::bind(&path).with_context(|| format!("cannot bind {}", path.display()))?;
-    // Its owner only, whatever the umask (each request's sender is checked too).
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .with_context(|| format!("cannot restrict {}", path.display()))?;
+        UnixListener::bind(&fresh).with_context(|| format!("cannot bind {}", fresh.display()))?;
+    std::fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {}", fresh.display()))?;
+    std::fs::rename(&fresh, &path).with_context(|| format!("cannot make {}", path.display()))?;
     crate::callers::serve_all(
         "control",
         std::iter::repeat_with(move || listener.accept().map(|(s, _)| s)),
@@ -285,7 +289,10 @@ pub fn ask(req: &CtlRequest, only: Option<u32>) -> anyhow::Result<Vec<(u32, CtlR
             continue;
         }
         let Ok(stream) = UnixStream::connect(&path) else {
-            let _ = std::fs::remove_file(&path);
+            // A dead process's socket is removed; a live one's is left (it may be starting).
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(&path);
+            }
             continue;
         };
         let exchange = || -> std::io::Result<String> {
@@ -321,6 +328,32 @@ pub fn ask(req: &CtlRequest, only: Option<u32>) -> anyhow::Result<Vec<(u32, CtlR
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_processs_socket_that_refuses_is_left_and_a_dead_ones_removed() {
+        // A starting process's socket (bound, not yet serving) must not be taken for a dead
+        // one's: removing it once made that process fail to start ("cannot restrict").
+        std::fs::create_dir_all(CTL_DIR).unwrap();
+        let me = std::process::id();
+        let live = std::path::Path::new(CTL_DIR).join(format!("{me}.sock"));
+        let dead = std::path::Path::new(CTL_DIR).join("4000000002.sock");
+        for p in [&live, &dead] {
+            let _ = std::fs::remove_file(p);
+        }
+        // Datagram sockets: a stream connection to either fails, as to one not listening.
+        let _live_sock = std::os::unix::net::UnixDatagram::bind(&live).unwrap();
+        let _dead_sock = std::os::unix::net::UnixDatagram::bind(&dead).unwrap();
+        let req = CtlRequest {
+            op: "list".into(),
+            pattern: "*".into(),
+            value: None,
+        };
+        ask(&req, Some(me)).unwrap();
+        assert!(live.exists(), "a live process's socket was removed");
+        ask(&req, Some(4_000_000_002)).unwrap();
+        assert!(!dead.exists(), "a dead process's socket was kept");
+        let _ = std::fs::remove_file(&live);
+    }
 
     #[test]
     fn a_process_that_goes_away_while_asked_is_skipped() {

@@ -275,6 +275,20 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     );
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
+        format!("mdt.{name}.capa_lifetime_s"),
+        move || a.capa_lifetime_s.load(Ordering::Relaxed).to_string(),
+        move |v| {
+            use nacre_wire::capa::CAPA_LIFETIME_S_MIN;
+            let s: u64 = v.trim().parse().map_err(|_| "expected seconds")?;
+            if s < CAPA_LIFETIME_S_MIN {
+                return Err(format!("at least {CAPA_LIFETIME_S_MIN} s"));
+            }
+            b.capa_lifetime_s.store(s, Ordering::Relaxed);
+            Ok(())
+        },
+    );
+    let (a, b) = (m.clone(), m.clone());
+    r.add_rw(
         format!("mdt.{name}.recovery_window_ms"),
         move || a.recovery.window_ms.load(Ordering::Relaxed).to_string(),
         move |v| {

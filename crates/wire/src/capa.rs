@@ -17,9 +17,12 @@
 use nacre_types::{Fid, ObjectId};
 use serde::{Deserialize, Serialize};
 
-/// How long a capability holds: a client that holds a file open longer without a lock
-/// covering its I/O opens it again (or fetches its layout, which gives new ones).
+/// How long a capability holds by default (`mdt.*.capa_lifetime_s`): a client that holds a
+/// file open longer fetches its layout again, which gives new ones (past half their life,
+/// in the background; once expired, before the request that needs one).
 pub const CAPA_LIFETIME_S: u64 = 86_400;
+/// Shortest capability lifetime an MDT may be set to.
+pub const CAPA_LIFETIME_S_MIN: u64 = 2;
 /// Most capabilities one answer carries.
 pub const CAPAS_PER_ANSWER_MAX: usize = 65_536;
 /// The operation bit of reads (and read locks).
@@ -93,6 +96,25 @@ impl Capa {
         ops: u8,
         holder: [u8; 16],
     ) -> Capa {
+        Capa::issue_for(
+            key,
+            (fid, ost, object),
+            layout_gen,
+            ops,
+            holder,
+            CAPA_LIFETIME_S,
+        )
+    }
+
+    /// [`Capa::issue`] for `(fid, ost, object)`, good for `lifetime_s`.
+    pub fn issue_for(
+        key: &[u8; 32],
+        (fid, ost, object): (Fid, u32, ObjectId),
+        layout_gen: u32,
+        ops: u8,
+        holder: [u8; 16],
+        lifetime_s: u64,
+    ) -> Capa {
         let mut c = Capa {
             fid,
             ost,
@@ -100,7 +122,7 @@ impl Capa {
             layout_gen,
             ops,
             holder,
-            expiry_s: now_s() + CAPA_LIFETIME_S,
+            expiry_s: now_s().saturating_add(lifetime_s),
             mac: [0; 16],
         };
         c.mac = c.compute_mac(key);
