@@ -123,10 +123,17 @@ fn nacre_up_opens_no_port_unless_asked_and_then_requires_its_key() {
     assert_eq!(listening_ports(pid), Vec::<u16>::new(), "nacre up listens");
     assert!(!keys.exists(), "a key made for no port");
     ok(&nacre_in(&keys, &["down", mnt_s]));
-    // --insecure means nothing without a port: refused, not ignored.
+    // --insecure (as NACRE_INSECURE=1 says it to every command) opens no port either.
     let mut insecure = up.to_vec();
     insecure.push("--insecure");
-    assert!(err(&nacre_in(&keys, &insecure)).contains("no port without --listen"));
+    ok(&nacre_in(&keys, &insecure));
+    assert_eq!(
+        listening_ports(up_pid(&mnt)),
+        Vec::<u16>::new(),
+        "--insecure listens"
+    );
+    assert!(!keys.exists(), "a key made for no port");
+    ok(&nacre_in(&keys, &["down", mnt_s]));
     // --listen: a key is made in the key directory, root's alone.
     let port = nacre_testkit::free_port();
     let addr = format!("127.0.0.1:{port}");
@@ -307,7 +314,7 @@ fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
     let audit = nacre_testkit::get_param(Some(server.pid()), "mgs.audit");
     let line = audit
         .lines()
-        .find(|l| l.contains("setquota fs=mk"))
+        .find(|l| l.contains("setquota fs=\"mk\""))
         .unwrap_or_else(|| panic!("no setquota in the audit trail: {audit}"));
     assert!(
         line.contains("127.0.0.1") && line.contains("admin") && line.ends_with(": done"),

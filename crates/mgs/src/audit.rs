@@ -51,19 +51,19 @@ pub fn what(req: &MgsRequest) -> Option<String> {
             fsname,
             name,
             value,
-        } => format!("set_param fs={fsname:?} {name}={value:?}"),
+        } => format!("set_param fs={fsname:?} {name:?}={value:?}"),
         MgsRequest::QuotaSet {
             fsname,
             key,
             limits,
-        } => format!("setquota fs={fsname} {key:?} {limits:?}"),
+        } => format!("setquota fs={fsname:?} {key:?} {limits:?}"),
         MgsRequest::QuotaGrace {
             fsname,
             block_s,
             inode_s,
-        } => format!("quota grace fs={fsname} block_s={block_s} inode_s={inode_s}"),
-        MgsRequest::QosSet { fsname, rule } => format!("qos set fs={fsname} {rule:?}"),
-        MgsRequest::QosDel { fsname, name } => format!("qos del fs={fsname} {name}"),
+        } => format!("quota grace fs={fsname:?} block_s={block_s} inode_s={inode_s}"),
+        MgsRequest::QosSet { fsname, rule } => format!("qos set fs={fsname:?} {rule:?}"),
+        MgsRequest::QosDel { fsname, name } => format!("qos del fs={fsname:?} {name:?}"),
         _ => return None,
     })
 }
@@ -95,7 +95,7 @@ mod tests {
         };
         assert_eq!(
             what(&req).unwrap(),
-            "set_param fs=\"demo\" osc.max_dirty_mb=\"64\""
+            "set_param fs=\"demo\" \"osc.max_dirty_mb\"=\"64\""
         );
         assert!(what(&MgsRequest::GetNodemaps).is_none());
     }

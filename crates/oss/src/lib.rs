@@ -114,6 +114,12 @@ pub struct OssHandler {
     claims: claims::Claims,
 }
 
+/// What a client uuid is bound to on this OSS: its caller's tenant and the file system it
+/// works on (one OSS process may serve several, whose tenants' key names may match).
+fn claim_tenant(tenant: &str, fsname: &str) -> String {
+    format!("{tenant}#{fsname}")
+}
+
 /// A target and, in a failover pair, the multi-mount protection it is served under.
 type Guarded = (Arc<OstTarget>, Option<Arc<Guard>>);
 
@@ -141,7 +147,15 @@ impl OssHandler {
             .map(|t| nacre_types::fs_slot(&t.label.fsname))
             .collect();
         for slot in slots {
-            let tenants = nacre_net::caller::revoked_tenants(&set, slot);
+            let fsname = targets
+                .iter()
+                .find(|t| nacre_types::fs_slot(&t.label.fsname) == slot)
+                .map(|t| t.label.fsname.clone())
+                .unwrap_or_default();
+            let tenants: Vec<String> = nacre_net::caller::revoked_tenants(&set, slot)
+                .iter()
+                .map(|t| claim_tenant(t, &fsname))
+                .collect();
             for client in self.claims.clients_of(&tenants) {
                 for t in targets
                     .iter()
@@ -489,12 +503,18 @@ impl OssHandler {
 
     /// Binds the client uuid `call` names to its caller's key identity, or checks it is
     /// bound to it (claims.rs); a disconnect ends the binding. Without keys, nothing.
-    fn claim(&self, caller: &nacre_net::Caller, call: &OssCall) -> Result<(), Status> {
+    fn claim(
+        &self,
+        caller: &nacre_net::Caller,
+        call: &OssCall,
+        ost: &OstTarget,
+    ) -> Result<(), Status> {
         if call.client == locks::NO_CLIENT || caller.proved().is_none() {
             return Ok(());
         }
         let holds = |c: &[u8; 16]| self.all().iter().any(|t| t.locks.ns.held_by(c) > 0);
-        self.claims.claim(&call.client, &caller.tenant(), holds)?;
+        let tenant = claim_tenant(&caller.tenant(), &ost.label.fsname);
+        self.claims.claim(&call.client, &tenant, holds)?;
         if matches!(call.req, OssRequest::Disconnect) {
             self.claims.release(&call.client);
         }
@@ -548,7 +568,7 @@ impl OssHandler {
                 return Err(Outgoing::error(s));
             }
         }
-        if let Err(s) = self.claim(caller, &call) {
+        if let Err(s) = self.claim(caller, &call, ost) {
             nacre_net::caller::refused(|| {
                 format!(
                     "{}: refused {:#06x} from {}: client uuid {} is another key's",
@@ -735,7 +755,7 @@ impl Handler for OssHandler {
                 m.is_some_and(|m| nodemap::check_readonly(&m, &call.req).is_err())
             })
             || capas::allowed(&ost, &req.caller, &call).is_err()
-            || self.claim(&req.caller, &call).is_err();
+            || self.claim(&req.caller, &call, &ost).is_err();
         if refused
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()

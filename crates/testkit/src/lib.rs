@@ -736,8 +736,8 @@ pub struct NetHost {
 
 /// `server --listen LISTEN --target DIR... EXTRA...`.
 fn server_args(listen: &str, targets: &[&Path], extra: &[&str]) -> Vec<String> {
-    // Keyless (`--insecure`) unless `extra` gives a key: the suite's file systems are made
-    // with `mkfs --no-key`; tests/keys.rs covers the keyed default.
+    // `--insecure`: the suite's file systems are made with `mkfs --no-key` (a server given
+    // `--key` in `extra` uses it all the same); tests/keys.rs covers the keyed default.
     let mut args = vec![
         "server".to_string(),
         "--insecure".into(),

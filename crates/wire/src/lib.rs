@@ -32,7 +32,7 @@ pub use header::{Header, HEADER_BYTES};
 /// object owners; 3: metadata locks — intents, grants, callback polls and cancels; 4:
 /// readdirplus, byte-range locks; 5: extent locks on OST objects — client uuids at OSTs,
 /// read locks granted with reads, callback polls and cancels).
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

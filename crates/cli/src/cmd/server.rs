@@ -291,6 +291,11 @@ pub(crate) fn find_keys(spec: &mut ServerSpec, insecure: bool) -> anyhow::Result
                      system's server key there (`nacre mkfs --mgs` made it)",
                     nacre_net::sec::key_path(&nacre_cli::keys::key_dir(), &fs).display()
                 );
+                // Its own connections prove the server role (an admin key there would
+                // make them an administrator's, refused what servers ask).
+                let k = k
+                    .as_role(nacre_net::sec::Role::Server)
+                    .expect("a master key takes any role");
                 nacre_net::sec::add_key(k.clone());
                 spec.keys.add(k)?;
                 continue;

@@ -167,10 +167,10 @@ pub(crate) fn up(a: UpArgs) -> anyhow::Result<()> {
     spec.fsname = Some(a.fsname.clone());
     match a.listen {
         None => {
-            anyhow::ensure!(
-                !a.insecure,
-                "--insecure: `nacre up` opens no port without --listen"
-            );
+            // Nothing to be insecure about (NACRE_INSECURE may be set for other commands).
+            if a.insecure {
+                tracing::info!("--insecure: nothing to serve keyless without --listen");
+            }
             spec.in_process_only = true;
         }
         Some(_) => {

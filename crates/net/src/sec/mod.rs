@@ -409,9 +409,14 @@ fn check_identity(id: &Identity) -> Result<(), SecError> {
         ("name", id.name.as_str()),
         ("nodemap", id.nodemap.as_deref().unwrap_or("")),
     ] {
-        if v.len() > KEY_NAME_BYTES_MAX || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        // `@`, `:` and `/` separate a key's parts where it is named (`FS:NAME@NODEMAP`,
+        // tenants `key:ROLE/NAME/NODEMAP`): a name holding one could be taken for another.
+        if v.len() > KEY_NAME_BYTES_MAX
+            || v.chars()
+                .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '@' | ':' | '/'))
+        {
             return Err(SecError::Protocol(format!(
-                "key {what} {v:?}: at most {KEY_NAME_BYTES_MAX} bytes, no spaces"
+                "key {what} {v:?}: at most {KEY_NAME_BYTES_MAX} bytes, no spaces, '@', ':' or '/'"
             )));
         }
     }
@@ -505,9 +510,7 @@ pub fn key_for(fsname: &str) -> Option<std::sync::Arc<FsKey>> {
             return Some(k.clone());
         }
     }
-    if let Some(k) = find_key(fsname) {
-        add_key(k);
-    }
+    find_key(fsname);
     let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
     ring.iter()
         .find(|k| k.fsname == fsname)
@@ -536,25 +539,40 @@ pub fn set_key_dir(dir: Option<std::path::PathBuf>) {
     *k = (dir, Vec::new());
 }
 
-/// The key of `fsname` in the key directory, looked for once: a missing file is no key; a
-/// file that cannot be used (mode, owner, text) is said once and is no key either.
-fn find_key(fsname: &str) -> Option<FsKey> {
-    let path = {
-        let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = k.0.clone()?;
-        if k.1.iter().any(|f| f == fsname) || k.1.len() >= KEY_DIR_LOOKUPS_MAX {
+/// Adds the key of `fsname` in the key directory to the process's keys, looked for once: a
+/// missing file is no key; a file that cannot be used (mode, owner, text) is said once and
+/// is no key either.
+fn find_key(fsname: &str) {
+    // Looked for, loaded and added under the key directory's lock (taken before the
+    // keyring's, never after): a second caller at the same moment waits, then finds the
+    // key added (it must not take the default key meanwhile).
+    let _ = load_dir_key(fsname);
+}
+
+/// [`find_key`]'s look; `Some(())` when it added a key.
+fn load_dir_key(fsname: &str) -> Option<()> {
+    let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
+        if ring.iter().any(|key| key.fsname == fsname) {
             return None;
         }
-        k.1.push(fsname.to_string());
-        key_path(&dir, fsname)
-    };
+    }
+    let dir = k.0.clone()?;
+    if k.1.iter().any(|f| f == fsname) || k.1.len() >= KEY_DIR_LOOKUPS_MAX {
+        return None;
+    }
+    k.1.push(fsname.to_string());
+    let path = key_path(&dir, fsname);
     if !path.exists() {
         return None;
     }
     match FsKey::load(&path) {
         Ok(key) if key.fsname == fsname => {
             tracing::debug!("using the key of {fsname} in {}", path.display());
-            Some(key)
+            add_key(key);
+            drop(k);
+            Some(())
         }
         Ok(key) => {
             tracing::warn!(
@@ -589,6 +607,19 @@ pub fn capability_key(fsname: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_names_cannot_hold_the_separators_that_name_keys() {
+        let master = FsKey::generate("lustre", Level::Bulk).unwrap();
+        for bad in ["lab@site", "fs:lab", "a/b"] {
+            assert!(master.client_key(bad, None).is_err(), "{bad}");
+            assert!(
+                master.client_key("lab", Some(bad)).is_err(),
+                "nodemap {bad}"
+            );
+        }
+        assert!(master.client_key("lab-2_x.y", Some("tenant")).is_ok());
+    }
 
     #[test]
     fn key_text_round_trips_and_bad_text_is_refused() {
