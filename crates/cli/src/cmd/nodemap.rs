@@ -71,30 +71,10 @@ pub(crate) enum NodemapCommand {
     /// every server refuses its handshakes and drops its connections within a second;
     /// other keys go on. Give its holders a key of another name.
     #[command(name = "revoke_key")]
-    RevokeKey {
-        /// The file system of the key.
-        #[arg(long)]
-        fsname: String,
-        /// The key's name.
-        #[arg(long = "key-name")]
-        key_name: String,
-        /// The nodemap the key is bound to, if it is.
-        #[arg(long)]
-        nodemap: Option<String>,
-    },
+    RevokeKey(KeyRef),
     /// Take a revocation back.
     #[command(name = "unrevoke_key")]
-    UnrevokeKey {
-        /// The file system of the key.
-        #[arg(long)]
-        fsname: String,
-        /// The key's name.
-        #[arg(long = "key-name")]
-        key_name: String,
-        /// The nodemap the key is bound to, if it is.
-        #[arg(long)]
-        nodemap: Option<String>,
-    },
+    UnrevokeKey(KeyRef),
     /// Remove an id mapping.
     #[command(name = "del_idmap")]
     DelIdmap {
@@ -165,11 +145,27 @@ fn ask(
         .collect())
 }
 
-/// A revoked key as the MGS names it: `FSNAME:NAME[@NODEMAP]`.
-fn key_arg(fsname: &str, name: &str, nodemap: Option<String>) -> String {
-    match nodemap {
-        Some(m) => format!("{fsname}:{name}@{m}"),
-        None => format!("{fsname}:{name}"),
+/// A client key, as `revoke_key` and `unrevoke_key` name it.
+#[derive(clap::Args)]
+pub(crate) struct KeyRef {
+    /// The file system of the key.
+    #[arg(long)]
+    fsname: String,
+    /// The key's name.
+    #[arg(long = "key-name")]
+    key_name: String,
+    /// The nodemap the key is bound to, if it is.
+    #[arg(long)]
+    nodemap: Option<String>,
+}
+
+impl KeyRef {
+    /// The key as the MGS names it: `FSNAME:NAME[@NODEMAP]`.
+    fn arg(&self) -> String {
+        match &self.nodemap {
+            Some(m) => format!("{}:{}@{m}", self.fsname, self.key_name),
+            None => format!("{}:{}", self.fsname, self.key_name),
+        }
     }
 }
 
@@ -195,24 +191,8 @@ pub(crate) fn nodemap(cmd: NodemapCommand, pid: Option<u32>) -> anyhow::Result<(
             idmap,
         } => ("del_idmap", name, format!("{idtype}:{idmap}")),
         NodemapCommand::List { name } => ("list", name.unwrap_or_default(), String::new()),
-        NodemapCommand::RevokeKey {
-            fsname,
-            key_name,
-            nodemap,
-        } => (
-            "revoke_key",
-            String::new(),
-            key_arg(&fsname, &key_name, nodemap),
-        ),
-        NodemapCommand::UnrevokeKey {
-            fsname,
-            key_name,
-            nodemap,
-        } => (
-            "unrevoke_key",
-            String::new(),
-            key_arg(&fsname, &key_name, nodemap),
-        ),
+        NodemapCommand::RevokeKey(k) => ("revoke_key", String::new(), k.arg()),
+        NodemapCommand::UnrevokeKey(k) => ("unrevoke_key", String::new(), k.arg()),
     };
     let answers = ask(verb, &name, &arg, pid)?;
     match verb {
