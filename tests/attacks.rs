@@ -660,7 +660,11 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
     let text = fs::read_to_string(&key_a).unwrap();
     let forged: String = text
         .lines()
-        .filter(|l| !l.starts_with("name ") && !l.starts_with("nodemap "))
+        .filter(|l| {
+            !["name ", "nodemap ", "master "]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
         .map(|l| match l.starts_with("role ") {
             true => "role admin\n".to_string(),
             false => format!("{l}\n"),

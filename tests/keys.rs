@@ -523,3 +523,200 @@ fn net_stat(pid: u32, name: &str) -> u64 {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {name} in net.stats: {text}"))
 }
+
+/// The master key id of the key in `path`.
+fn master_of(path: &Path) -> String {
+    nacre_net::sec::FsKey::load(path)
+        .unwrap()
+        .master_id()
+        .unwrap()
+        .to_string()
+}
+
+/// A key directory of a client node's own (0700), holding a client key of `server_key`.
+fn client_node(dir: &Path, server_key: &Path, fsname: &str, name: &str) {
+    fs::create_dir(dir).unwrap();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    client_key(server_key, name, &dir.join(format!("{fsname}.key")));
+}
+
+#[test]
+fn the_server_key_rotates_while_servers_and_mounts_run() {
+    let root = work_dir();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    let (mds_addr, oss_addr) = (
+        format!("127.0.0.1:{}", nacre_testkit::free_port()),
+        format!("127.0.0.1:{}", nacre_testkit::free_port()),
+    );
+    let nid = format!("{mds_addr}@tcp");
+    ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--fsname",
+            "rot",
+            d("mgs").to_str().unwrap(),
+        ],
+    ));
+    for (kind, dir) in [("--mdt", "mdt0"), ("--ost", "ost0")] {
+        ok(&nacre_in(
+            &keys,
+            &[
+                "mkfs",
+                kind,
+                "--fsname",
+                "rot",
+                "--mgsnode",
+                &nid,
+                d(dir).to_str().unwrap(),
+            ],
+        ));
+    }
+    // An MGS+MDS process and an OSS process, each a server node of its own.
+    let mds = server_in(&keys, &mds_addr, &[d("mgs"), d("mdt0")], &[]);
+    let oss = server_in(&keys, &oss_addr, &[d("ost0")], &[]);
+    let pids = [mds.pid(), oss.pid()];
+    let old_server = keys.join("rot.key");
+    let old_id = master_of(&old_server);
+    // A client node with a key of the old master, a file written and one held open.
+    client_node(&d("node-keys"), &old_server, "rot", "node");
+    let env = |dir: &Path| {
+        [
+            "env".to_string(),
+            format!("NACRE_KEY_DIR={}", dir.display()),
+        ]
+    };
+    let source = format!("{nid}:/rot");
+    let node = ClientMount::mount_in(&env(&d("node-keys")), &source, &d("node"), &[]);
+    fs::write(node.mnt.join("before"), b"before").unwrap();
+    let mut held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(node.mnt.join("held"))
+        .unwrap();
+    std::io::Write::write_all(&mut held, &[1u8; 1 << 20]).unwrap();
+    held.sync_all().unwrap();
+    // An old key that no one updates: a raw connection opened with it now, and a key
+    // directory that keeps it.
+    client_node(&d("stale-keys"), &old_server, "rot", "stale");
+    let stale_key = nacre_net::sec::FsKey::load(&d("stale-keys").join("rot.key")).unwrap();
+    let mut stale_conn = RawConn::connect_keyed(&mds_addr, &stale_key, [5; 16]).unwrap();
+    // Answered (a refusal of the empty body), the connection kept.
+    stale_conn
+        .call_raw(0x0301, 0, &[])
+        .expect("the old key's connection is served before the rotation");
+    let key = |pid: u32, args: &[&str]| {
+        let pid = pid.to_string();
+        let mut all = vec!["key", "--pid", &pid];
+        all.extend_from_slice(args);
+        nacre_in(&keys, &all)
+    };
+    // Step 1: a new master key, accepted beside the old one on every server.
+    let new_server = keys.join("rot-new.key");
+    ok(&nacre_in(
+        &keys,
+        &["keygen", "rot", "-o", new_server.to_str().unwrap()],
+    ));
+    let new_id = master_of(&new_server);
+    for pid in pids {
+        ok(&key(pid, &["add", new_server.to_str().unwrap()]));
+        let list = ok(&key(pid, &["list"]));
+        assert!(
+            list.contains(&format!("rot:{old_id} in use"))
+                && list.contains(&format!("rot:{new_id} accepted")),
+            "{list}"
+        );
+    }
+    // A client node given a key of the new master mounts beside the old ones.
+    client_node(&d("new-keys"), &new_server, "rot", "new");
+    let fresh = ClientMount::mount_in(&env(&d("new-keys")), &source, &d("fresh"), &[]);
+    assert_eq!(fs::read(fresh.mnt.join("before")).unwrap(), b"before");
+    fs::write(fresh.mnt.join("from-new"), b"new").unwrap();
+    // A file the node holds no lock on, opened there for O_DIRECT reads now: the
+    // capabilities the node holds for it are made with the old master.
+    fs::write(fresh.mnt.join("direct"), vec![5u8; 1 << 20]).unwrap();
+    let direct = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(node.mnt.join("direct"))
+            .unwrap()
+    };
+    // Step 2: every server uses it; the old key's clients go on meanwhile. The MDS first:
+    // the capabilities it gives now are made with the new key, which the OSS, still using
+    // the old one, takes.
+    ok(&key(pids[0], &["use", new_server.to_str().unwrap()]));
+    fs::write(node.mnt.join("capability"), vec![3u8; 1 << 20]).unwrap();
+    assert_eq!(
+        fs::read(fresh.mnt.join("capability")).unwrap(),
+        vec![3u8; 1 << 20]
+    );
+    ok(&key(pids[1], &["use", new_server.to_str().unwrap()]));
+    fs::write(node.mnt.join("between"), b"between").unwrap();
+    assert_eq!(fs::read(node.mnt.join("from-new")).unwrap(), b"new");
+    // The client node gets its new key in place of the old one.
+    let replaced = d("node-keys").join("rot.key.new");
+    client_key(&new_server, "node", &replaced);
+    fs::rename(&replaced, d("node-keys").join("rot.key")).unwrap();
+    // The key in use cannot be retired; then step 3: the old one is, everywhere.
+    let e = err(&key(pids[0], &["retire", "rot", &new_id]));
+    assert!(e.contains("`nacre key use` another first"), "{e}");
+    // The OSS first: the node's connection to the MDS (made with the old key) lives on,
+    // so the node holds the old capabilities of `direct` still. The OST refuses them; the
+    // client gets new ones from the MDT and reads.
+    for pid in [pids[1], pids[0]] {
+        ok(&key(pid, &["retire", "rot", &old_id]));
+        let list = ok(&key(pid, &["list"]));
+        assert!(!list.contains(&old_id), "{list}");
+        if pid == pids[1] {
+            let mut buf = vec![0u8; (1 << 20) + 4096];
+            let at = buf.as_ptr().align_offset(4096);
+            let aligned = &mut buf[at..at + (1 << 20)];
+            let n = std::os::unix::fs::FileExt::read_at(&direct, aligned, 0).unwrap();
+            assert_eq!(n, 1 << 20);
+            assert!(aligned.iter().all(|&b| b == 5));
+        }
+    }
+    // The connection the old key opened is dropped at its next request.
+    assert!(
+        stale_conn.call_raw(0x0301, 0, &[]).is_err(),
+        "a connection of a retired key still served"
+    );
+    // The node's mount goes on with its new key, through the file it held open.
+    std::io::Write::write_all(&mut held, &[2u8; 1 << 20]).unwrap();
+    held.sync_all().unwrap();
+    drop(held);
+    let back = fs::read(node.mnt.join("held")).unwrap();
+    assert_eq!(back.len(), 2 << 20);
+    assert!(back[..1 << 20].iter().all(|&b| b == 1) && back[1 << 20..].iter().all(|&b| b == 2));
+    fs::write(node.mnt.join("after"), b"after").unwrap();
+    assert_eq!(fs::read(fresh.mnt.join("after")).unwrap(), b"after");
+    assert_eq!(fs::read(fresh.mnt.join("between")).unwrap(), b"between");
+    // A node still holding the old key is told to get the new one.
+    fs::create_dir_all(d("stale")).unwrap();
+    let e = err(&nacre_in(
+        &d("stale-keys"),
+        &["mount", &source, d("stale").to_str().unwrap()],
+    ));
+    assert!(e.contains("retired"), "{e}");
+    let refused_before = net_stat(pids[0], "handshakes_refused");
+    let why = RawConn::connect_keyed(&mds_addr, &stale_key, [6; 16])
+        .err()
+        .expect("a retired key's handshake")
+        .to_string();
+    assert!(why.contains("retired"), "{why}");
+    assert_eq!(net_stat(pids[0], "handshakes_refused"), refused_before + 1);
+    // Nothing was restarted.
+    for pid in pids {
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+    }
+    drop(direct);
+    drop(fresh);
+    drop(node);
+    oss.stop();
+    mds.stop();
+}

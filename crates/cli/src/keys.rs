@@ -22,7 +22,7 @@ pub fn install(paths: &[PathBuf], key_dir: &Path) -> anyhow::Result<()> {
     for p in paths {
         let k =
             FsKey::load(p).with_context(|| "cannot use the key given with --key".to_string())?;
-        sec::add_key(k.clone());
+        sec::add_key_from(k.clone(), p);
         keys.push(Arc::new(k));
     }
     let _ = KEYS.set(keys);

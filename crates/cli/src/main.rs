@@ -291,6 +291,15 @@ enum Command {
     /// Make a file system's key: servers given it (`--key`) refuse every connection that
     /// does not prove it holds it, and protect frames at its level.
     Keygen(KeygenArgs),
+    /// Rotate a file system's server key while its servers run (on each server node):
+    /// `add` the new key, `use` it, `retire` the old one.
+    Key {
+        /// One server process only.
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(subcommand)]
+        cmd: KeyCommand,
+    },
     /// Client address ranges mapped to a policy, like `lctl nodemap_*`: root squash, id
     /// mapping, read-only, security level, fileset (run on the MGS node).
     Nodemap {
@@ -520,6 +529,7 @@ fn main() {
         Command::Pool(c) => pool(c),
         Command::Plan(a) => plan(a),
         Command::Keygen(a) => keygen(a),
+        Command::Key { pid, cmd } => key(cmd, pid),
         Command::Nodemap { pid, cmd } => nodemap(cmd, pid),
         Command::Changelog(c) => changelog(c),
         Command::Policy(c) => policy(c),

@@ -35,6 +35,8 @@ pub(crate) struct Pending {
     bulk: Option<Arc<AlignedBuf>>,
     /// The client's uuid at the OST the request was sent under.
     uuid: [u8; 16],
+    /// The file whose capability the request carried, if it carried one.
+    capa_fid: Option<nacre_types::Fid>,
 }
 
 /// A reply and its bulk data, or the error.
@@ -112,6 +114,7 @@ impl Window {
         let uuid = client.ost_uuid(ost);
         let mut call = OssCall::from_client(uuid, req.clone());
         call.capa = client.capa_for(ost, req);
+        let capa_fid = call.capa.as_ref().map(|c| c.fid);
         let mut rpc = request(req.opcode(), ost, &call, bulk.clone());
         rpc.inline = short;
         let started = match into {
@@ -127,6 +130,7 @@ impl Window {
             req: req.clone(),
             bulk,
             uuid,
+            capa_fid,
         })
     }
 
@@ -135,10 +139,24 @@ impl Window {
     /// another client may have written there since, so its data is lost, never sent over
     /// the newer), and again while the OST answers that it is recovering.
     fn collect(&mut self, p: Pending) -> Collected {
-        let (ost, tag, was) = (p.ost, p.tag, p.uuid);
+        let (ost, tag, was, capa_fid) = (p.ost, p.tag, p.uuid, p.capa_fid);
         let (req, bulk) = (p.req.clone(), p.bulk.clone());
         let r = collect(p.reply, p.stats);
         match (&r, self.client.upgrade()) {
+            // The OST refused the capability the request carried (made with a server key a
+            // rotation has retired since, or expired on the way): new ones from the MDT,
+            // and the request sent once more with them.
+            (Err(RpcError::Status(Status::Access)), Some(c)) if capa_fid.is_some() => {
+                let fid = capa_fid.expect("guarded");
+                if let Err(e) = c.renew_capas(fid) {
+                    tracing::debug!("renewing the capabilities of {fid}: {e}");
+                    return r;
+                }
+                match Self::send(&c, ost, tag, &req, bulk, None) {
+                    Ok(again) => collect(again.reply, again.stats),
+                    Err(_) => r,
+                }
+            }
             (Err(RpcError::Status(Status::Shutdown)), Some(c))
                 if was != crate::datalocks::NO_UUID =>
             {

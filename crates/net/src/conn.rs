@@ -678,6 +678,18 @@ impl Connection {
     }
 
     fn open_link(&self, nid: Nid, timeout_ms: u64) -> Result<Link, NetError> {
+        match self.open_link_once(nid, timeout_ms) {
+            // The servers retired the master its key was made from, and this process read
+            // the new key from where its key came from: once more, with that one.
+            Err(Retry::KeyReloaded) => self
+                .open_link_once(nid, timeout_ms)
+                .map_err(|e| e.into_error(nid)),
+            r => r.map_err(|e| e.into_error(nid)),
+        }
+    }
+
+    /// [`Conn::open_link`]'s one attempt.
+    fn open_link_once(&self, nid: Nid, timeout_ms: u64) -> Result<Link, Retry> {
         if let Some(router) = local::lookup(nid.addr) {
             return Ok(Link::Local(router));
         }
@@ -691,16 +703,23 @@ impl Connection {
         let session = match &self.config.key {
             Some(key) => {
                 let timeout = Duration::from_millis(timeout_ms.max(1));
+                // The key that replaced it, if a rotation retired its master.
+                let key = crate::sec::keyring::current(key);
                 let s =
-                    crate::sec::handshake::client(&stream, key, timeout).map_err(|e| match e {
-                        SecError::Refused(why) => NetError::Refused {
-                            nid: nid.to_string(),
-                            why,
-                        },
+                    crate::sec::handshake::client(&stream, &key, timeout).map_err(|e| match e {
+                        SecError::KeyRetired { reloaded: true, .. } => Retry::KeyReloaded,
+                        SecError::Refused(why) | SecError::KeyRetired { why, .. } => {
+                            NetError::Refused {
+                                nid: nid.to_string(),
+                                why,
+                            }
+                            .into()
+                        }
                         other => NetError::Unreachable {
                             nid: nid.to_string(),
                             cause: other.to_string(),
-                        },
+                        }
+                        .into(),
                     })?;
                 Some(s)
             }
@@ -1022,6 +1041,41 @@ impl FrameSink for ReplySink {
         for (_, (tx, _slot, _into)) in self.link.pending.lock().drain() {
             tx.send(Err(NetError::Disconnected(self.nid.to_string())));
         }
+    }
+}
+
+/// Why one attempt to open a link failed.
+enum Retry {
+    /// The server retired the master key of the key proved, and the process holds a key
+    /// of another master now: worth one more attempt.
+    KeyReloaded,
+    /// Anything else.
+    Failed(NetError),
+}
+
+impl Retry {
+    fn into_error(self, nid: Nid) -> NetError {
+        match self {
+            Retry::KeyReloaded => NetError::Refused {
+                nid: nid.to_string(),
+                why: "its key was retired and the key read again in its place is refused \
+                      too"
+                .into(),
+            },
+            Retry::Failed(e) => e,
+        }
+    }
+}
+
+impl From<NetError> for Retry {
+    fn from(e: NetError) -> Retry {
+        Retry::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Retry {
+    fn from(e: std::io::Error) -> Retry {
+        Retry::Failed(e.into())
     }
 }
 

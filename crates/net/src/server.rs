@@ -461,14 +461,21 @@ impl Handover {
             return;
         };
         let addr = stream.peer_addr().ok();
-        let (sealer, opener, fs_slot, proved) = match session {
+        let keys = &self.security.keys;
+        let (sealer, opener, fs_slot, proved, master) = match session {
             Some(s) => (
                 Some(s.sealer),
                 Some(s.opener),
                 Some(nacre_types::fs_slot(&s.fsname)),
                 Some(s.client),
+                s.master.map(|m| MasterCheck {
+                    fsname: s.fsname,
+                    id: m,
+                    keys: keys.clone(),
+                    retired_seen: keys.retired(),
+                }),
             ),
-            None => (None, None, None, None),
+            None => (None, None, None, None, None),
         };
         let sink = ServerSink {
             router: self.router.clone(),
@@ -480,6 +487,7 @@ impl Handover {
             replier: Arc::new(TcpReplier::new(write_half, sealer, stats)),
             fs_slot,
             refused: 0,
+            master,
         };
         self.reactor.add(NewConn {
             stream,
@@ -523,12 +531,48 @@ struct ServerSink {
     fs_slot: Option<u16>,
     /// Frames refused for naming another file system (the first is logged).
     refused: u64,
+    /// The master key the connection's handshake was checked with, which a rotation may
+    /// retire (None: no handshake).
+    master: Option<MasterCheck>,
+}
+
+/// A connection's master key, checked again each time the server retires one.
+struct MasterCheck {
+    fsname: String,
+    id: crate::sec::KeyId,
+    keys: ServerKeys,
+    /// [`ServerKeys::retired`] when last checked.
+    retired_seen: u64,
+}
+
+impl MasterCheck {
+    /// True while the server holds the key (one atomic load per frame while none was
+    /// retired since the last check).
+    fn held(&mut self) -> bool {
+        let now = self.keys.retired();
+        if now == self.retired_seen {
+            return true;
+        }
+        self.retired_seen = now;
+        self.keys.find(&self.fsname, Some(self.id)).is_some()
+    }
 }
 
 impl FrameSink for ServerSink {
     fn frame(&mut self, frame: RawFrame, permit: Option<BudgetPermit>) -> Result<(), String> {
         if frame.header.is_reply() {
             return Err("unexpected reply frame".into());
+        }
+        if let Some(m) = self.master.as_mut() {
+            if !m.held() {
+                // Its master key was retired by a rotation: dropped here, and its next
+                // handshake is told so (the client reads its key again).
+                let (who, id) = (self.caller.describe(), m.id);
+                crate::caller::refused(|| {
+                    format!("{who}: its master key {id} is retired: connection dropped")
+                });
+                return Err("its master key is retired".into());
+            }
         }
         if let (Some(slot), Some(id)) = (self.fs_slot, self.caller.proved()) {
             // A client key revoked since this connection's handshake: dropped here, and

@@ -56,9 +56,11 @@ pub fn allowed(ost: &crate::OstTarget, caller: &Caller, call: &OssCall) -> Resul
     if matches!(caller.role(), Role::Server | Role::Admin) {
         return Ok(());
     }
-    let Some(key) = nacre_net::sec::capability_key(&ost.label.fsname) else {
+    // The key in use and, during a rotation, those accepted beside it.
+    let keys = nacre_net::sec::capability_keys(&ost.label.fsname);
+    if keys.is_empty() {
         return Ok(());
-    };
+    }
     // Under a lock granted with a capability: a write lock for a change, any for a read.
     let locked = call.client != crate::locks::NO_CLIENT
         && ost
@@ -71,8 +73,11 @@ pub fn allowed(ost: &crate::OstTarget, caller: &Caller, call: &OssCall) -> Resul
     let holder = holder_of(&caller.tenant());
     match &call.capa {
         None => Err("no capability".to_string()),
-        Some(c) => c
-            .allows(&key, ost.label.index, object, ops, &holder)
+        Some(c) => keys
+            .iter()
+            .map(|key| c.allows(key, ost.label.index, object, ops, &holder))
+            .find(|r| !matches!(r, Err(nacre_wire::capa::CapaRefusal::Forged)))
+            .unwrap_or(Err(nacre_wire::capa::CapaRefusal::Forged))
             .map_err(|e| format!("a capability {e}")),
     }
 }

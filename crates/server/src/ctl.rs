@@ -145,6 +145,8 @@ fn answer(src: &CtlSources, req: CtlRequest) -> CtlReply {
             let arg = req.value.as_deref().unwrap_or("");
             admin_reply(src.nodemaps.as_ref().map(|n| n(cmd, name, arg)))
         }
+        // pattern: "list", "add PATH", "use PATH" or "retire FSNAME ID" (key_admin).
+        "key" => admin_reply(crate::key_admin::answer(&req.pattern)),
         "list" => CtlReply {
             error: None,
             params: registry

@@ -14,6 +14,7 @@
 pub mod callers;
 pub mod ctl;
 pub mod daemon;
+pub mod key_admin;
 mod mdt_threads;
 pub mod metrics;
 mod mgs_sync;

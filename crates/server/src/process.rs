@@ -170,6 +170,8 @@ fn limits(spec: &ServerSpec, table: &CptTable) -> nacre_net::NetLimits {
 /// A client's connection gets the level of its nodemap, if that sets one, else its key's.
 fn security(spec: &ServerSpec) -> nacre_net::server::Security {
     use nacre_net::sec::Level;
+    // The keys `nacre key add|use|retire` rotate while the process runs.
+    nacre_net::sec::serve_keys(&spec.keys);
     nacre_net::server::Security {
         keys: spec.keys.clone(),
         level_for: Arc::new(|key, peer| {

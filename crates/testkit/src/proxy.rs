@@ -29,6 +29,7 @@ fn client_handshake_bytes(fsname: &str) -> [usize; 2] {
             name: String::new(),
             nodemap: None,
         },
+        master: None,
         nonce: [0; 32],
     };
     [hello.encode().len(), 8 + 32]

@@ -93,10 +93,12 @@ pub(crate) fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
         Role::Client => "give it to its client nodes",
     };
     println!(
-        "wrote the {role} key of {} (level {}) to {}: {give}, with --key (readable by \
-         root only)",
+        "wrote the {role} key of {} (level {}, master key {}) to {}: {give}, with --key \
+         (readable by root only)",
         key.fsname(),
         key.level(),
+        key.master_id()
+            .map_or("unnamed".to_string(), |m| m.to_string()),
         a.output.display()
     );
     Ok(())

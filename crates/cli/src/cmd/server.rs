@@ -246,7 +246,9 @@ pub(crate) fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::
     let from_flags = nacre_cli::keys::all()
         .into_iter()
         .map(|k| ("--key".to_string(), Some((*k).clone())));
+    let mut paths = config_keys.iter();
     for (from, k) in given.into_iter().chain(from_flags) {
+        let path = paths.next();
         let Some(k) = k else { continue };
         let Some(as_server) = k.as_role(Role::Server) else {
             anyhow::bail!(
@@ -255,7 +257,11 @@ pub(crate) fn server_keys(config_keys: &[PathBuf]) -> anyhow::Result<nacre_net::
                 k.fsname()
             );
         };
-        nacre_net::sec::add_key(as_server.clone());
+        match path {
+            // Read again from there if the servers retire it (a key rotation).
+            Some(p) => nacre_net::sec::add_key_from(as_server.clone(), p),
+            None => nacre_net::sec::add_key(as_server.clone()),
+        }
         keys.add(as_server)?;
     }
     Ok(keys)
@@ -296,7 +302,8 @@ pub(crate) fn find_keys(spec: &mut ServerSpec, insecure: bool) -> anyhow::Result
                 let k = k
                     .as_role(nacre_net::sec::Role::Server)
                     .expect("a master key takes any role");
-                nacre_net::sec::add_key(k.clone());
+                let path = nacre_net::sec::key_path(&nacre_cli::keys::key_dir(), &fs);
+                nacre_net::sec::add_key_from(k.clone(), &path);
                 spec.keys.add(k)?;
                 continue;
             }

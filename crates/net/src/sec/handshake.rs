@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! client → server  HELLO      "NACRHELO" version:u16 fsname_len:u8 fsname role:u8
-//!                             name_len:u8 name bound:u8 nodemap_len:u8 nodemap nonce_c[32]
+//!                             name_len:u8 name bound:u8 nodemap_len:u8 nodemap
+//!                             master[8] nonce_c[32]
 //! server → client  CHALLENGE  "NACRCHAL" status:u8 level:u8 nonce_s[32] proof_s[32]
 //! client → server  RESPONSE   "NACRRESP" proof_c[32]
 //! server → client  DONE       "NACRDONE" status:u8
@@ -11,7 +12,9 @@
 //! The HELLO says who the client is: the role of its key and, for a client key, its name and
 //! the nodemap it is bound to (`bound` 1, else 0 and no nodemap). The server derives from
 //! the file system's master secret the secret of that identity, so a proof made with it
-//! shows the client holds a key of exactly that role, name and nodemap. `proof_s` and
+//! shows the client holds a key of exactly that role, name and nodemap. `master` is the id
+//! of the master key the client's key was made from (zeros: not known), so a server
+//! holding two during a rotation picks the right one (none held: status 4). `proof_s` and
 //! `proof_c` are BLAKE3 keyed with that secret over the side, the identity, the file-system
 //! name, both nonces and the level, so each side proves it holds the key, a recorded
 //! RESPONSE is worthless against a new server nonce, and neither the identity nor the
@@ -20,8 +23,8 @@
 
 use super::session::{Opener, Sealer};
 use super::{
-    FsKey, Identity, Level, Role, SecError, ServerKeys, FSNAME_BYTES_MAX, KEY_BYTES,
-    KEY_NAME_BYTES_MAX,
+    FsKey, Identity, KeyId, Level, Role, SecError, ServerKeys, FSNAME_BYTES_MAX, KEY_BYTES,
+    KEY_ID_BYTES, KEY_NAME_BYTES_MAX,
 };
 use nacre_types::Status;
 use nacre_wire::header::FLAG_REPLY;
@@ -30,8 +33,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Handshake version spoken (2: the HELLO names the key's role, name and nodemap).
-pub const VERSION: u16 = 2;
+/// Handshake version spoken (2: the HELLO names the key's role, name and nodemap; 3: and
+/// the id of its master key).
+pub const VERSION: u16 = 3;
 const HELLO: &[u8; 8] = b"NACRHELO";
 const CHALLENGE: &[u8; 8] = b"NACRCHAL";
 const RESPONSE: &[u8; 8] = b"NACRRESP";
@@ -53,6 +57,8 @@ const UNKNOWN_FS: u8 = 1;
 const REFUSED: u8 = 2;
 /// The client key the HELLO names is revoked (`nacre nodemap revoke_key`).
 const REVOKED: u8 = 3;
+/// The master key the HELLO's key was made from is not held (retired in a rotation).
+const STALE: u8 = 4;
 
 /// What a handshake leaves: the file system, the level, and each direction's protection.
 pub struct Session {
@@ -60,6 +66,8 @@ pub struct Session {
     pub fsname: String,
     /// Who the client proved it is.
     pub client: Identity,
+    /// The master key the proofs were made with (the client's side: if its key names it).
+    pub master: Option<KeyId>,
     /// The level its frames are protected at.
     pub level: Level,
     /// Protects what this side sends.
@@ -75,6 +83,8 @@ pub struct Hello {
     pub fsname: String,
     /// Who the client says it is (its proof shows it).
     pub client: Identity,
+    /// The master key the client's key was made from, if it knows.
+    pub master: Option<KeyId>,
     /// The client's nonce.
     pub nonce: [u8; NONCE_BYTES],
 }
@@ -115,7 +125,7 @@ fn take_byte(b: &mut &[u8], what: &str) -> Result<u8, SecError> {
 
 /// Bytes of a HELLO at most.
 const HELLO_BYTES_MAX: usize =
-    HELLO_FIXED + FSNAME_BYTES_MAX + 3 + 2 * (1 + KEY_NAME_BYTES_MAX) + NONCE_BYTES;
+    HELLO_FIXED + FSNAME_BYTES_MAX + 3 + 2 * (1 + KEY_NAME_BYTES_MAX) + KEY_ID_BYTES + NONCE_BYTES;
 
 impl Hello {
     /// Its bytes.
@@ -128,6 +138,7 @@ impl Hello {
         put_short(&mut b, &self.client.name);
         b.push(u8::from(self.client.nodemap.is_some()));
         put_short(&mut b, self.client.nodemap.as_deref().unwrap_or(""));
+        b.extend_from_slice(&self.master.map_or([0; KEY_ID_BYTES], |m| m.0));
         b.extend_from_slice(&self.nonce);
         b
     }
@@ -169,9 +180,13 @@ impl Hello {
         if role != Role::Client && (!name.is_empty() || nodemap.is_some()) {
             return Err(SecError::Protocol(format!("HELLO: a {role} names no key")));
         }
-        let nonce: [u8; NONCE_BYTES] = rest
-            .try_into()
-            .map_err(|_| SecError::Protocol("HELLO of the wrong length".into()))?;
+        if rest.len() != KEY_ID_BYTES + NONCE_BYTES {
+            return Err(SecError::Protocol("HELLO of the wrong length".into()));
+        }
+        let (master, nonce) = rest.split_at(KEY_ID_BYTES);
+        let master: [u8; KEY_ID_BYTES] = master.try_into().expect("length checked");
+        let master = (master != [0; KEY_ID_BYTES]).then_some(KeyId(master));
+        let nonce: [u8; NONCE_BYTES] = nonce.try_into().expect("length checked");
         Ok(Hello {
             fsname: fsname.to_string(),
             client: Identity {
@@ -179,6 +194,7 @@ impl Hello {
                 name,
                 nodemap,
             },
+            master,
             nonce,
         })
     }
@@ -202,7 +218,7 @@ impl Hello {
             let last = whole[whole.len() - 1];
             next = match step {
                 0 => usize::from(last) + 2,
-                1 => usize::from(last) + NONCE_BYTES,
+                1 => usize::from(last) + KEY_ID_BYTES + NONCE_BYTES,
                 _ => 0,
             };
             if whole.len() + next > HELLO_BYTES_MAX {
@@ -310,7 +326,7 @@ impl Transcript<'_> {
         blake3::derive_key(&format!("nacre shared-key frames 2026 {direction}"), &m)
     }
 
-    fn session(&self, client_side: bool) -> Session {
+    fn session(&self, client_side: bool, master: Option<KeyId>) -> Session {
         let (c2s, s2c) = (
             self.frame_key("client-to-server"),
             self.frame_key("server-to-client"),
@@ -322,6 +338,7 @@ impl Transcript<'_> {
         Session {
             fsname: self.fsname.to_string(),
             client: self.client.clone(),
+            master,
             level: self.level,
             sealer: Sealer::new(self.level, send),
             opener: Opener::new(self.level, recv),
@@ -386,6 +403,7 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
     let hello = Hello {
         fsname: key.fsname().to_string(),
         client: key.identity(),
+        master: key.master_id(),
         nonce: nonce_c,
     };
     write_by(stream, &hello.encode(), deadline)?;
@@ -406,6 +424,24 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
                 key.identity(),
                 key.fsname()
             )))
+        }
+        STALE => {
+            // A rotation retired the master this key was made from: the administrator put
+            // the new key where this one came from; the next connection uses it.
+            let reloaded = super::keyring::reload_key(key.fsname(), key.master_id());
+            return Err(SecError::KeyRetired {
+                why: format!(
+                    "the keys differ: this {} of {} was made from a server key the servers \
+                     do not hold (retired in a key rotation, or never theirs){}",
+                    key.identity(),
+                    key.fsname(),
+                    match reloaded {
+                        true => ": the new key in its place is used from now on",
+                        false => ": ask the administrator for the new key",
+                    }
+                ),
+                reloaded,
+            });
         }
         s => {
             return Err(SecError::Refused(format!(
@@ -443,7 +479,7 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
     }
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
-    Ok(t.session(true))
+    Ok(t.session(true, key.master_id()))
 }
 
 /// The server's side: reads the HELLO, answers for the file system it names with the level
@@ -483,9 +519,25 @@ pub fn serve(
             hello.client, hello.fsname
         )));
     }
+    if keys.serves(&hello.fsname) && keys.find(&hello.fsname, hello.master).is_none() {
+        let no = Challenge {
+            status: STALE,
+            level: 0,
+            nonce: [0; NONCE_BYTES],
+            proof: [0; NONCE_BYTES],
+        };
+        let _ = write_by(stream, &no.encode(), deadline);
+        return Err(SecError::Refused(format!(
+            "a peer presented the {} of {} made from master key {}, which this server \
+             does not hold (retired)",
+            hello.client,
+            hello.fsname,
+            hello.master.map_or("?".to_string(), |m| m.to_string())
+        )));
+    }
     let Some((key, secret)) = keys
-        .get(&hello.fsname)
-        .and_then(|k| Some((k, k.peer_secret(&hello.client)?)))
+        .find(&hello.fsname, hello.master)
+        .and_then(|k| Some((k.clone(), k.peer_secret(&hello.client)?)))
     else {
         let no = Challenge {
             status: UNKNOWN_FS,
@@ -505,7 +557,7 @@ pub fn serve(
         secret,
         nonce_c: hello.nonce,
         nonce_s: nonce()?,
-        level: level_for(key),
+        level: level_for(&key),
     };
     let ch = Challenge {
         status: OK,
@@ -531,12 +583,13 @@ pub fn serve(
     done.push(OK);
     write_by(stream, &done, deadline)?;
     stream.set_read_timeout(None)?;
-    Ok(t.session(false))
+    Ok(t.session(false, key.master_id()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sec::serve_keys;
     use proptest::prelude::*;
     use std::net::TcpListener;
 
@@ -579,6 +632,44 @@ mod tests {
     }
 
     #[test]
+    fn during_a_rotation_keys_of_both_masters_are_taken_and_then_only_the_new() {
+        let old = FsKey::generate("fs1", Level::Integrity).unwrap();
+        let new = FsKey::generate("fs1", Level::Integrity).unwrap();
+        let server = keys(&old);
+        serve_keys(&server);
+        crate::sec::accept_key(new.clone()).unwrap();
+        for master in [&old, &new] {
+            let c = master.client_key("lab", None).unwrap();
+            let (c, s) = run(server.clone(), move |st| {
+                client(&st, &c, Duration::from_secs(5))
+            });
+            c.unwrap();
+            assert_eq!(s.unwrap().master, master.master_id());
+        }
+        crate::sec::use_key(new.clone()).unwrap();
+        crate::sec::retire_key("fs1", old.master_id().unwrap()).unwrap();
+        let c = old.client_key("lab", None).unwrap();
+        let (c, s) = run(server.clone(), move |st| {
+            client(&st, &c, Duration::from_secs(5))
+        });
+        let e = c.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                SecError::KeyRetired {
+                    reloaded: false,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(s.unwrap_err().to_string().contains("retired"));
+        let c = new.client_key("lab", None).unwrap();
+        let (c, _) = run(server, move |st| client(&st, &c, Duration::from_secs(5)));
+        c.unwrap();
+    }
+
+    #[test]
     fn a_wrong_key_or_an_unknown_file_system_is_refused_on_both_sides() {
         let k = FsKey::generate("fs1", Level::None).unwrap();
         let wrong = FsKey::generate("fs1", Level::None).unwrap();
@@ -616,6 +707,7 @@ mod tests {
         let hello = Hello {
             fsname: "fs1".into(),
             client: k.identity(),
+            master: k.master_id(),
             nonce: [9; NONCE_BYTES],
         };
         let id = k.identity();
@@ -661,6 +753,7 @@ mod tests {
         let hello = Hello {
             fsname: fsname.into(),
             client: claim,
+            master: None,
             nonce: [7; NONCE_BYTES],
         };
         write_by(st, &hello.encode(), deadline)?;
@@ -681,7 +774,7 @@ mod tests {
         let mut d = [0u8; DONE_BYTES];
         read_by(st, &mut d, deadline)?;
         match decode_done(&d)? {
-            OK => Ok(t.session(true)),
+            OK => Ok(t.session(true, None)),
             _ => Err(SecError::Refused("refused".into())),
         }
     }
@@ -769,7 +862,9 @@ mod tests {
                 },
                 _ => client,
             };
-            let h = Hello { fsname: name, client, nonce: n };
+            let master = (n[2] % 2 == 0).then(|| KeyId(n[3..11].try_into().unwrap()))
+                .filter(|m| m.0 != [0; KEY_ID_BYTES]);
+            let h = Hello { fsname: name, client, master, nonce: n };
             let enc = h.encode();
             prop_assert_eq!(Hello::decode(&enc).unwrap(), h);
             for cut in 0..enc.len() {

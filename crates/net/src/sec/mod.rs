@@ -14,10 +14,17 @@
 //! dropped or reordered within a connection fails its check, and the connection is dropped.
 
 pub mod handshake;
+pub(crate) mod keyring;
+mod served;
 pub mod session;
 
+pub use keyring::{
+    add_key, add_key_from, capability_key, capability_keys, default_key, key_for, key_path,
+    set_key_dir, KEY_DIR_DEFAULT, KEY_DIR_LOOKUPS_MAX,
+};
+pub use served::{accept_key, held_keys, retire_key, serve_keys, use_key, HeldKey, ServerKeys};
+
 pub use nacre_wire::roles::Role;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// Bytes of a file-system key.
@@ -46,6 +53,15 @@ pub enum SecError {
     /// The peer did not prove it holds the key (or refused ours).
     #[error("{0}")]
     Refused(String),
+    /// The server retired the master key ours was made from (a key rotation).
+    #[error("{why}")]
+    KeyRetired {
+        /// What to do about it.
+        why: String,
+        /// True when this process read its key file again and holds a key of another
+        /// master now: connecting again may succeed.
+        reloaded: bool,
+    },
     /// The peer broke the handshake's format.
     #[error("handshake: {0}")]
     Protocol(String),
@@ -125,6 +141,40 @@ pub struct FsKey {
     name: String,
     /// The nodemap a client key is bound to (None: the nodemap of its address).
     nodemap: Option<String>,
+    /// A client key's: the id of the master key it was derived from (None: a key file
+    /// written before keys named their master; its handshake is checked against the
+    /// server's key in use).
+    master: Option<KeyId>,
+}
+
+/// Bytes of a [`KeyId`].
+pub const KEY_ID_BYTES: usize = 8;
+
+/// The public name of a master key, derived from its secret (nothing of the secret can be
+/// had from it): a HELLO names the master its key was made from, so a server holding two
+/// during a rotation checks the proof with the right one, and says so when it holds
+/// neither any more. Shown as 16 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyId(pub [u8; KEY_ID_BYTES]);
+
+impl KeyId {
+    /// Parses its 16 hex digits.
+    pub fn parse(s: &str) -> Option<KeyId> {
+        if s.len() != 2 * KEY_ID_BYTES || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; KEY_ID_BYTES];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(KeyId(out))
+    }
+}
+
+impl std::fmt::Display for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
 }
 
 impl std::fmt::Debug for FsKey {
@@ -183,6 +233,21 @@ impl FsKey {
             role: Role::Server,
             name: String::new(),
             nodemap: None,
+            master: None,
+        }
+    }
+
+    /// The id of the master key it is or was derived from (None: a client key file that
+    /// does not name it).
+    pub fn master_id(&self) -> Option<KeyId> {
+        match self.is_master() {
+            true => {
+                let h = blake3::derive_key("nacre master key id 2026", &self.secret);
+                let mut id = [0u8; KEY_ID_BYTES];
+                id.copy_from_slice(&h[..KEY_ID_BYTES]);
+                Some(KeyId(id))
+            }
+            false => self.master,
         }
     }
 
@@ -247,6 +312,7 @@ impl FsKey {
             role: Role::Client,
             name: id.name,
             nodemap: id.nodemap,
+            master: self.master_id(),
         })
     }
 
@@ -298,6 +364,9 @@ impl FsKey {
         if let Some(m) = &self.nodemap {
             text.push_str(&format!("nodemap {m}\n"));
         }
+        if let (false, Some(m)) = (self.is_master(), self.master) {
+            text.push_str(&format!("master {m}\n"));
+        }
         text.push_str(&format!("key {hex}\n"));
         text
     }
@@ -307,6 +376,7 @@ impl FsKey {
     pub fn parse(text: &str) -> Result<FsKey, String> {
         let (mut fsname, mut level, mut secret) = (None, Level::None, None);
         let (mut role, mut name, mut nodemap) = (Role::Server, String::new(), None);
+        let mut master = None;
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -329,14 +399,19 @@ impl FsKey {
                 "name" => name = v.to_string(),
                 "nodemap" => nodemap = Some(v.to_string()),
                 "key" => secret = Some(parse_hex(v)?),
+                "master" => {
+                    master = Some(KeyId::parse(v).ok_or_else(|| {
+                        format!("master {v:?}: expected {} hex digits", 2 * KEY_ID_BYTES)
+                    })?)
+                }
                 other => return Err(format!("unknown field {other:?}")),
             }
         }
         let fsname = fsname.ok_or("no `fsname` line")?;
         check_fsname(&fsname).map_err(|e| e.to_string())?;
-        if role != Role::Client && (!name.is_empty() || nodemap.is_some()) {
+        if role != Role::Client && (!name.is_empty() || nodemap.is_some() || master.is_some()) {
             return Err(format!(
-                "a {role} key has no `name` or `nodemap` (those are a client key's)"
+                "a {role} key has no `name`, `nodemap` or `master` (those are a client key's)"
             ));
         }
         let id = Identity {
@@ -352,6 +427,7 @@ impl FsKey {
             role,
             name: id.name,
             nodemap: id.nodemap,
+            master,
         })
     }
 
@@ -447,161 +523,6 @@ fn parse_hex(v: &str) -> Result<[u8; KEY_BYTES], String> {
         *o = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
     Ok(out)
-}
-
-/// The keys a server holds: one per file system it serves. A server with none takes
-/// connections without a handshake; a server with any requires one on every connection.
-#[derive(Clone, Debug, Default)]
-pub struct ServerKeys {
-    keys: HashMap<String, FsKey>,
-}
-
-impl ServerKeys {
-    /// Adds (or replaces) the key of its file system; refused for a client key (a server
-    /// checks every peer's proof with the master secret only server keys hold).
-    pub fn add(&mut self, key: FsKey) -> Result<(), SecError> {
-        if !key.is_master() {
-            return Err(SecError::Refused(format!(
-                "the key of {} is a client key: a server needs the file system's server key",
-                key.fsname
-            )));
-        }
-        self.keys.insert(key.fsname.clone(), key);
-        Ok(())
-    }
-
-    /// The key of `fsname`.
-    pub fn get(&self, fsname: &str) -> Option<&FsKey> {
-        self.keys.get(fsname)
-    }
-
-    /// True when connections must open with a handshake.
-    pub fn required(&self) -> bool {
-        !self.keys.is_empty()
-    }
-}
-
-/// The keys a process's own connections prove, one per file system (added at start from
-/// `--key FILE`; empty: no handshake). The first added is the default.
-static KEYRING: std::sync::RwLock<Vec<std::sync::Arc<FsKey>>> = std::sync::RwLock::new(Vec::new());
-
-/// Adds the key of its file system to the process's keys (replacing one of the same file
-/// system); the first added becomes the default of connections that name no file system.
-pub fn add_key(key: FsKey) {
-    let mut ring = KEYRING.write().unwrap_or_else(|e| e.into_inner());
-    match ring.iter_mut().find(|k| k.fsname == key.fsname) {
-        Some(k) => *k = std::sync::Arc::new(key),
-        None => ring.push(std::sync::Arc::new(key)),
-    }
-}
-
-/// The process's default client key (the first added).
-pub fn default_key() -> Option<std::sync::Arc<FsKey>> {
-    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-    ring.first().cloned()
-}
-
-/// The process's key of `fsname` (added, or found in the key directory), else its default
-/// key (whose handshake then shows the server it is the wrong one, with a clear error).
-pub fn key_for(fsname: &str) -> Option<std::sync::Arc<FsKey>> {
-    {
-        let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = ring.iter().find(|k| k.fsname == fsname) {
-            return Some(k.clone());
-        }
-    }
-    find_key(fsname);
-    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-    ring.iter()
-        .find(|k| k.fsname == fsname)
-        .or_else(|| ring.first())
-        .cloned()
-}
-
-/// Where this process looks for the key of a file system it was given none of
-/// ([`set_key_dir`]), and the file systems it looked for there already.
-static KEY_DIR: std::sync::Mutex<(Option<std::path::PathBuf>, Vec<String>)> =
-    std::sync::Mutex::new((None, Vec::new()));
-
-/// The directory file-system keys are looked for in by default (`NACRE_KEY_DIR` names
-/// another): `/etc/nacre/FSNAME.key`.
-pub const KEY_DIR_DEFAULT: &str = "/etc/nacre";
-
-/// The key file of `fsname` in `dir`: `DIR/FSNAME.key`.
-pub fn key_path(dir: &Path, fsname: &str) -> std::path::PathBuf {
-    dir.join(format!("{fsname}.key"))
-}
-
-/// Makes connections to a file system this process holds no key of look for
-/// `DIR/FSNAME.key` (once per file system); None: never look.
-pub fn set_key_dir(dir: Option<std::path::PathBuf>) {
-    let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
-    *k = (dir, Vec::new());
-}
-
-/// Adds the key of `fsname` in the key directory to the process's keys, looked for once: a
-/// missing file is no key; a file that cannot be used (mode, owner, text) is said once and
-/// is no key either.
-fn find_key(fsname: &str) {
-    // Looked for, loaded and added under the key directory's lock (taken before the
-    // keyring's, never after): a second caller at the same moment waits, then finds the
-    // key added (it must not take the default key meanwhile).
-    let _ = load_dir_key(fsname);
-}
-
-/// [`find_key`]'s look; `Some(())` when it added a key.
-fn load_dir_key(fsname: &str) -> Option<()> {
-    let mut k = KEY_DIR.lock().unwrap_or_else(|e| e.into_inner());
-    {
-        let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-        if ring.iter().any(|key| key.fsname == fsname) {
-            return None;
-        }
-    }
-    let dir = k.0.clone()?;
-    if k.1.iter().any(|f| f == fsname) || k.1.len() >= KEY_DIR_LOOKUPS_MAX {
-        return None;
-    }
-    k.1.push(fsname.to_string());
-    let path = key_path(&dir, fsname);
-    if !path.exists() {
-        return None;
-    }
-    match FsKey::load(&path) {
-        Ok(key) if key.fsname == fsname => {
-            tracing::debug!("using the key of {fsname} in {}", path.display());
-            add_key(key);
-            drop(k);
-            Some(())
-        }
-        Ok(key) => {
-            tracing::warn!(
-                "{} holds a key of {}, not of {fsname}: not used",
-                path.display(),
-                key.fsname
-            );
-            None
-        }
-        Err(e) => {
-            tracing::warn!("{e}: connections to {fsname} prove no key");
-            None
-        }
-    }
-}
-
-/// Most file systems one process looks for keys of in the key directory.
-pub const KEY_DIR_LOOKUPS_MAX: usize = 64;
-
-/// The key `fsname`'s MDTs make object capabilities with and its OSTs check them with,
-/// derived from the file system's master secret (None: the process holds no server or
-/// admin key of it, no capabilities: a client key cannot make them).
-pub fn capability_key(fsname: &str) -> Option<[u8; 32]> {
-    let ring = KEYRING.read().unwrap_or_else(|e| e.into_inner());
-    let key = ring.iter().find(|k| k.fsname == fsname && k.is_master())?;
-    Some(blake3::derive_key(
-        "nacre object capabilities 2026",
-        &key.secret,
-    ))
 }
 
 #[cfg(test)]
