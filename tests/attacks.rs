@@ -195,7 +195,8 @@ fn server_powers_refused(h: &[NetHost], host: &NetHost, cl: &Cluster, who: &As, 
     let (mut at_mds, mut at_oss) = (0, 0);
 
     // The MGS: a fault point armed cluster-wide, a target moved to the attacker, the
-    // tenants' nodemaps read, quota and QoS changed, a target's usage reported.
+    // tenants' nodemaps and the audit trail read, quota and QoS changed, a target's usage
+    // reported.
     let attacker_nid = format!("{}:988@tcp", host.addr).parse().unwrap();
     let mut moved = cfg.osts[0].clone();
     moved.nids = vec![attacker_nid];
@@ -212,6 +213,12 @@ fn server_powers_refused(h: &[NetHost], host: &NetHost, cl: &Cluster, who: &As, 
         },
         MgsRequest::Register(moved),
         MgsRequest::GetNodemaps,
+        // The audit trail: who administers the file system, from where.
+        MgsRequest::AuditRead {
+            fsname: cl.fsname.to_string(),
+            epoch: 0,
+            after: 0,
+        },
     ];
     for req in &refused_mgs {
         assert_eq!(mgs(&mut m, req).0, PERM, "{req:?}");

@@ -430,6 +430,12 @@ fn a_revoked_client_key_is_refused_and_the_other_keys_go_on() {
     let server = server_in(&keys, &listen, &[d("mgs"), d("mdt0"), d("ost0")], &[]);
     let pid = server.pid().to_string();
     let server_key = keys.join("rv.key");
+    // A changelog consumer: the MDT copies the MGS's audit trail into its changelog.
+    let source = format!("{nid}:/rv");
+    assert_eq!(
+        ok(&nacre_in(&keys, &["changelog", "register", &source])).trim(),
+        "cl1"
+    );
     // Two tenants' client keys, each in a key directory of its own, as on their nodes.
     let mut mounts = Vec::new();
     for name in ["lab", "ward"] {
@@ -481,7 +487,6 @@ fn a_revoked_client_key_is_refused_and_the_other_keys_go_on() {
     );
     // A new mount with the revoked key is told why, at once.
     fs::create_dir_all(d("lab2")).unwrap();
-    let source = format!("{nid}:/rv");
     let e = err(&nacre_in(
         lab_dir,
         &["mount", &source, d("lab2").to_str().unwrap()],
@@ -511,6 +516,38 @@ fn a_revoked_client_key_is_refused_and_the_other_keys_go_on() {
         audit.contains("RevokeKey") && audit.contains("UnrevokeKey"),
         "{audit}"
     );
+    // An administrator sets a quota over the network with the admin key.
+    let admin = Command::new(nacre_bin())
+        .env("NACRE_KEY", keys.join("rv-admin.key"))
+        .env("NACRE_KEY_DIR", d("empty"))
+        .args(["setquota", "-u", "1000", "-B", "8M", &source])
+        .output()
+        .unwrap();
+    ok(&admin);
+    // The changelog holds each, in order: who, what, and that it was done.
+    let want = [
+        "the control socket (root on this host): nodemap RevokeKey",
+        "the control socket (root on this host): nodemap UnrevokeKey",
+        "(admin): setquota fs=\"rv\"",
+    ];
+    let mut lines = Vec::new();
+    nacre_testkit::wait_for("the audit records in the changelog", || {
+        let text = ok(&nacre_in(&keys, &["changelog", "read", &source]));
+        lines = text
+            .lines()
+            .filter(|l| l.contains("30ADMIN"))
+            .map(str::to_string)
+            .collect();
+        lines.len() >= want.len()
+    });
+    assert_eq!(lines.len(), want.len(), "{lines:#?}");
+    for (line, want) in lines.iter().zip(want) {
+        assert!(
+            line.contains(want) && line.ends_with(": done"),
+            "{line} lacks {want}"
+        );
+        assert!(line.contains(" u=0:0 "), "{line}");
+    }
     drop(m);
     drop(mounts);
     server.stop();

@@ -81,6 +81,9 @@ pub struct Changelog {
     /// Who started each cross-MDT operation in progress here, by intent key: its record
     /// is written when its local end concludes (after a restart, unknown: root, no job).
     origins: Mutex<std::collections::HashMap<Fid, (u32, u32, String)>>,
+    /// Where the copy of the MGS's audit trail stands (admin_records.rs; None: not read
+    /// from the store yet).
+    pub(crate) admin_cursor: Mutex<Option<(u64, u64)>>,
 }
 
 /// Cross-MDT operations whose origin is remembered at most (past it, their records say
@@ -138,6 +141,7 @@ impl Changelog {
             written: AtomicU64::new(0),
             freed: AtomicU64::new(0),
             dropped_users: AtomicU64::new(0),
+            admin_cursor: Mutex::new(None),
             origins: Mutex::new(std::collections::HashMap::new()),
         })
     }

@@ -12,6 +12,7 @@
 //! one inode; an inode's objects are destroyed only after the change that dropped its last
 //! link (and last opener) is durable.
 
+pub mod admin_records;
 pub mod atime;
 pub mod capas;
 pub mod changelog;

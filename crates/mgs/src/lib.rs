@@ -9,6 +9,9 @@
 //! Every registration is also an event clients hear of at once (watch.rs: imperative
 //! recovery).
 
+/// Who asks what comes through the control socket, as the audit trail names it.
+pub const CONTROL_SOCKET: &str = "the control socket (root on this host)";
+
 pub mod audit;
 pub mod nodemaps;
 pub mod qos;
@@ -317,7 +320,26 @@ impl Mgs {
     /// Changes the OST pools of `fsname` (`nacre pool`): the change is on disk before it
     /// returns, and an event (`TargetKind::Mgt`, index 0: "the configuration changed")
     /// has every MDT and client fetch the configuration again at once. Returns the pools.
+    /// Pools are changed through the control socket: root on the MGS host, as the audit
+    /// trail records it.
     pub fn change_pool(
+        &self,
+        fsname: &str,
+        pool: PoolName,
+        change: PoolChange,
+    ) -> Result<Vec<PoolInfo>, PoolError> {
+        let what = format!("pool {pool} {change:?}");
+        let r = self.change_pool_unrecorded(fsname, pool, change);
+        let outcome = match &r {
+            Ok(_) => Ok(()),
+            Err(PoolError::Io) => Err(Status::Io),
+            Err(_) => Err(Status::Inval),
+        };
+        self.audit.record(fsname, CONTROL_SOCKET, &what, outcome);
+        r
+    }
+
+    fn change_pool_unrecorded(
         &self,
         fsname: &str,
         pool: PoolName,
@@ -399,6 +421,21 @@ impl Mgs {
         Ok(pools)
     }
 
+    /// Stores a persistent parameter asked through the control socket (`nacre set_param
+    /// -P` on the MGS host), recorded in the audit trail.
+    pub fn set_param_local(
+        &self,
+        fsname: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<(u64, Vec<(String, String)>), Status> {
+        let r = self.set_param(fsname, name, value);
+        let what = format!("set_param fs={fsname:?} {name:?}={value:?}");
+        let outcome = r.as_ref().map(|_| ()).map_err(|s| *s);
+        self.audit.record(fsname, CONTROL_SOCKET, &what, outcome);
+        r
+    }
+
     /// Changes the nodemaps; durable before it returns. Returns the set afterwards.
     pub fn change_nodemap(
         &self,
@@ -408,19 +445,20 @@ impl Mgs {
         let mut next = set.clone();
         let what = format!("{change:?}");
         // Nodemaps are changed through the control socket: root on the MGS host.
-        let who = "the control socket (root on this host)";
+        let who = CONTROL_SOCKET;
         if let Err(e) = nodemaps::apply(&mut next, change) {
             self.audit
-                .record(who, &format!("nodemap {what}"), Err(Status::Inval));
+                .record("", who, &format!("nodemap {what}"), Err(Status::Inval));
             return Err(e);
         }
         if let Err(e) = store::save_nodemaps(&self.nodemaps_path, &next) {
             tracing::error!("MGS cannot save nodemaps: {e}");
             self.audit
-                .record(who, &format!("nodemap {what}"), Err(Status::Io));
+                .record("", who, &format!("nodemap {what}"), Err(Status::Io));
             return Err(nodemaps::NodemapError::Io);
         }
-        self.audit.record(who, &format!("nodemap {what}"), Ok(()));
+        self.audit
+            .record("", who, &format!("nodemap {what}"), Ok(()));
         *set = next.clone();
         tracing::info!("nodemap change: {what}");
         Ok(next)
@@ -535,7 +573,8 @@ impl Handler for Mgs {
             });
             return Outgoing::error(Status::Proto);
         }
-        let audited = audit::what(&request);
+        let audited =
+            audit::what(&request).map(|what| (request.fsname().unwrap_or("").to_string(), what));
         let reply = match request {
             MgsRequest::Register(target) => {
                 let from = match req.caller.proved() {
@@ -636,12 +675,21 @@ impl Handler for Mgs {
                 let n = self.all_targets(&r.fsname).len() as u32;
                 Ok(MgsReply::QosShares(self.qos.sync(&r, n.max(1))))
             }
+            MgsRequest::AuditRead {
+                fsname,
+                epoch,
+                after,
+            } => {
+                let (epoch, records) = self.audit.since(&fsname, epoch, after);
+                Ok(MgsReply::Audit { epoch, records })
+            }
             // Taken by `park` before it gets here.
             MgsRequest::WaitTargets { .. } => Err(Status::Proto),
         };
-        if let Some(what) = audited {
+        if let Some((fsname, what)) = audited {
             let outcome = reply.as_ref().map(|_| ()).map_err(|s| *s);
-            self.audit.record(&req.caller.describe(), &what, outcome);
+            self.audit
+                .record(&fsname, &req.caller.describe(), &what, outcome);
         }
         match reply {
             Ok(r) => Outgoing::ok(encode_body(&r)),

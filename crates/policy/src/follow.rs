@@ -317,8 +317,12 @@ impl<'a> Follower<'a> {
                 | RecordKind::Trunc
                 | RecordKind::SetAttr => touch(r.target, &mut touched),
                 RecordKind::Migrate => rescan = true,
-                // Symlinks, device nodes and extended attributes are nothing rules look at.
-                RecordKind::SoftLink | RecordKind::Mknod | RecordKind::Xattr => {}
+                // Symlinks, device nodes, extended attributes and administration are
+                // nothing rules look at.
+                RecordKind::SoftLink
+                | RecordKind::Mknod
+                | RecordKind::Xattr
+                | RecordKind::Admin => {}
             }
         }
         // Each touched inode asked of its MDT once, all together.

@@ -48,6 +48,7 @@ pub(crate) fn start(
             learn_servers(conn, fs);
             sync_quotas(conn, fs, oss, mds);
             sync_qos(conn, fs, oss, mds);
+            copy_admin_records(conn, fs, mds);
         }
     };
     sync(&oss, &mds);
@@ -218,5 +219,30 @@ pub(crate) fn sync_qos(conn: &Arc<Connection>, fsname: &str, oss: &OssHandler, m
             &mdt.label.fsname,
             (TargetKind::Mdt, mdt.label.index),
         );
+    }
+}
+
+/// Each MDT of `fsname` copies the MGS's audit records it has not yet into its changelog
+/// (nacre_mds::admin_records).
+pub(crate) fn copy_admin_records(conn: &Arc<Connection>, fsname: &str, mds: &MdsHandler) {
+    for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
+        let (epoch, after) = nacre_mds::admin_records::cursor(&mdt);
+        let req = MgsRequest::AuditRead {
+            fsname: fsname.to_string(),
+            epoch,
+            after,
+        };
+        match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
+            Ok(MgsReply::Audit { epoch, records }) => {
+                if let Err(e) = nacre_mds::admin_records::copy(&mdt, epoch, &records) {
+                    tracing::warn!(
+                        "{}: cannot copy the MGS's audit records into the changelog: {e}",
+                        mdt.label.name()
+                    );
+                }
+            }
+            Ok(_) => tracing::debug!("audit read: unexpected answer"),
+            Err(e) => tracing::debug!("audit read: {e}"),
+        }
     }
 }

@@ -621,7 +621,7 @@ impl ServerProcess {
                 mgs.config(fs)?;
             }
             Some(
-                mgs.set_param(PARAMS_ALL_FS, name, value)
+                mgs.set_param_local(PARAMS_ALL_FS, name, value)
                     .map(|_| ())
                     .map_err(|s| format!("{name}: {s}")),
             )

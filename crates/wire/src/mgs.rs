@@ -187,6 +187,40 @@ pub enum MgsRequest {
     },
     /// A target's QoS demands, each second. Reply: [`MgsReply::QosShares`].
     QosSync(crate::qos::QosReport),
+    /// The MGS's audit records of `fsname` and of every file system (nodemaps), numbered
+    /// past `after` in the MGS's run `epoch` (another epoch: from its first record kept):
+    /// each MDT copies them into its changelog (docs/security.md, "The audit trail").
+    /// Reply: [`MgsReply::Audit`], at most [`AUDIT_READ_RECORDS_MAX`] records.
+    AuditRead {
+        /// File system name.
+        fsname: String,
+        /// The MGS run the reader's `after` counts in (0: none yet).
+        epoch: u64,
+        /// The last record the reader has.
+        after: u64,
+    },
+}
+
+/// Most records one [`MgsRequest::AuditRead`] answers.
+pub const AUDIT_READ_RECORDS_MAX: usize = 256;
+/// Longest text of an [`AuditRecord`]'s `who` and of its `what` (longer ones are cut).
+pub const AUDIT_TEXT_BYTES_MAX: usize = 512;
+
+/// One administrative action, as the MGS's audit trail records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Its number in the MGS's run (from 1, increasing).
+    pub seq: u64,
+    /// When (seconds since the epoch, the MGS's clock).
+    pub time_s: u64,
+    /// The file system it concerns (empty: every one, as nodemaps).
+    pub fsname: String,
+    /// Who asked, as their authenticated connection says (address, role, key, nodemap).
+    pub who: String,
+    /// What they asked.
+    pub what: String,
+    /// `done`, or why it was refused.
+    pub outcome: String,
 }
 
 /// Longest a [`MgsRequest::WaitTargets`] is held.
@@ -229,6 +263,13 @@ pub enum MgsReply {
     QosRules(crate::qos::QosRules),
     /// A target's shares of the QoS classes' rates ([`MgsRequest::QosSync`]).
     QosShares(crate::qos::QosShares),
+    /// Audit records ([`MgsRequest::AuditRead`]).
+    Audit {
+        /// The MGS's run they are numbered in.
+        epoch: u64,
+        /// The records, oldest first.
+        records: Vec<AuditRecord>,
+    },
 }
 
 impl MgsRequest {
@@ -247,7 +288,8 @@ impl MgsRequest {
             | MgsRequest::QuotaGet { fsname, .. }
             | MgsRequest::QosSet { fsname, .. }
             | MgsRequest::QosDel { fsname, .. }
-            | MgsRequest::QosGet { fsname } => fsname,
+            | MgsRequest::QosGet { fsname }
+            | MgsRequest::AuditRead { fsname, .. } => fsname,
             MgsRequest::QuotaAcquire(a) => &a.fsname,
             MgsRequest::QuotaSync(r) => &r.fsname,
             MgsRequest::QosSync(r) => &r.fsname,
@@ -274,6 +316,7 @@ impl MgsRequest {
             MgsRequest::QosDel { .. } => 0x010d,
             MgsRequest::QosGet { .. } => 0x010e,
             MgsRequest::QosSync(_) => 0x010f,
+            MgsRequest::AuditRead { .. } => 0x0110,
         }
     }
 }
@@ -353,6 +396,34 @@ mod tests {
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_body::<MgsRequest>(&bytes);
             let _ = decode_body::<MgsReply>(&bytes);
+        }
+
+        #[test]
+        fn audit_read_and_its_answer_round_trip_and_refuse_truncation(
+            fsname in "[a-z]{0,8}",
+            epoch in any::<u64>(),
+            after in any::<u64>(),
+            who in ".{0,40}",
+            what in ".{0,40}",
+        ) {
+            let req = MgsRequest::AuditRead { fsname: fsname.clone(), epoch, after };
+            let reply = MgsReply::Audit {
+                epoch,
+                records: vec![AuditRecord {
+                    seq: after.wrapping_add(1),
+                    time_s: 1,
+                    fsname,
+                    who,
+                    what,
+                    outcome: "done".into(),
+                }],
+            };
+            let (a, b) = (encode_body(&req), encode_body(&reply));
+            prop_assert_eq!(decode_body::<MgsRequest>(&a).unwrap(), req);
+            prop_assert_eq!(decode_body::<MgsReply>(&b).unwrap(), reply);
+            for cut in 0..b.len() {
+                prop_assert!(decode_body::<MgsReply>(&b[..cut]).is_err());
+            }
         }
     }
 }

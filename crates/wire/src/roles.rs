@@ -106,6 +106,7 @@ pub fn need_of(opcode: u16) -> Need {
         0x0106 => Need::Server,                   // GetNodemaps
         0x0107 | 0x0108 => Need::ServerOrAdmin,   // QuotaSet, QuotaGrace
         0x010a | 0x010b | 0x010f => Need::Server, // QuotaAcquire, QuotaSync, QosSync
+        0x0110 => Need::Server,                   // AuditRead: who did what, from where
         0x010c | 0x010d => Need::ServerOrAdmin,   // QosSet, QosDel
         // MDS: what only peer MDTs send (FIDs for a remote create, updates of a cross-MDT
         // change, the rename lock).
@@ -154,6 +155,12 @@ mod tests {
             })
             .opcode(),
             MgsRequest::GetNodemaps.opcode(),
+            MgsRequest::AuditRead {
+                fsname: "f".into(),
+                epoch: 0,
+                after: 0,
+            }
+            .opcode(),
             MdsOp::AllocFid.opcode(),
             MdsOp::RenameLock {
                 owner: ([0; 16], 0),

@@ -69,11 +69,15 @@ pub enum RecordKind {
     Xattr,
     /// A directory moved to another MDT.
     Migrate,
+    /// An administrative action at the MGS (a parameter, a quota, a QoS rule, a pool, a
+    /// nodemap or key revocation): its name says who did what, from where, and whether
+    /// it was done. Nacre's own (Lustre has none), numbered after Lustre's.
+    Admin,
 }
 
 impl RecordKind {
     /// Every kind, in Lustre's numbering order.
-    pub const ALL: [RecordKind; 14] = [
+    pub const ALL: [RecordKind; 15] = [
         RecordKind::Create,
         RecordKind::Mkdir,
         RecordKind::HardLink,
@@ -88,6 +92,7 @@ impl RecordKind {
         RecordKind::SetAttr,
         RecordKind::Xattr,
         RecordKind::Migrate,
+        RecordKind::Admin,
     ];
 
     /// Lustre's number and short name (`01CREAT`), as `lfs changelog` prints them.
@@ -107,6 +112,7 @@ impl RecordKind {
             RecordKind::SetAttr => "14SATTR",
             RecordKind::Xattr => "15XATTR",
             RecordKind::Migrate => "20MIGRT",
+            RecordKind::Admin => "30ADMIN",
         }
     }
 

@@ -568,7 +568,7 @@ proptest! {
     #[test]
     fn changelog_messages_round_trip_and_refuse_truncation(
         names in proptest::collection::vec(proptest::collection::vec(1u8..=255, 0..300), 0..6),
-        kind in 0usize..14,
+        kind in 0usize..super::changelog::RecordKind::ALL.len(),
         index in any::<u64>(),
         flags in any::<u32>(),
         user in any::<u32>(),
