@@ -245,6 +245,25 @@ fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
         ],
     ));
     assert_eq!(fs::read(keys.join("mk.key")).unwrap(), server_key);
+    // With the server key gone, the admin and client keys left beside it were made from
+    // another: refused, not kept as if they were good.
+    let moved = d("mk.key.moved");
+    fs::rename(keys.join("mk.key"), &moved).unwrap();
+    let mgs_dir = d("mgs");
+    let remkfs = [
+        "mkfs",
+        "--mgs",
+        "--reformat",
+        "--fsname",
+        "mk",
+        mgs_dir.to_str().unwrap(),
+    ];
+    let e = err(&nacre_in(&keys, &remkfs));
+    assert!(e.contains("was made from another server key"), "{e}");
+    assert!(!keys.join("mk.key").exists(), "no server key made");
+    fs::rename(&moved, keys.join("mk.key")).unwrap();
+    ok(&nacre_in(&keys, &remkfs));
+    assert_eq!(fs::read(keys.join("mk.key")).unwrap(), server_key);
     // --no-key belongs to the MGS.
     let e = err(&nacre_in(
         &keys,
@@ -756,4 +775,76 @@ fn the_server_key_rotates_while_servers_and_mounts_run() {
     drop(node);
     oss.stop();
     mds.stop();
+}
+
+#[test]
+fn a_file_system_formatted_without_keys_is_given_keys_and_keeps_its_data() {
+    let root = work_dir();
+    let d = |n: &str| root.path().join(n);
+    let keys = d("keys");
+    let listen = format!("127.0.0.1:{}", nacre_testkit::free_port());
+    let nid = format!("{listen}@tcp");
+    ok(&nacre_in(
+        &keys,
+        &[
+            "mkfs",
+            "--mgs",
+            "--no-key",
+            "--fsname",
+            "up",
+            d("mgs").to_str().unwrap(),
+        ],
+    ));
+    for (kind, dir) in [("--mdt", "mdt0"), ("--ost", "ost0")] {
+        ok(&nacre_in(
+            &keys,
+            &[
+                "mkfs",
+                kind,
+                "--fsname",
+                "up",
+                "--mgsnode",
+                &nid,
+                d(dir).to_str().unwrap(),
+            ],
+        ));
+    }
+    assert!(!keys.join("up.key").exists(), "--no-key made a key");
+    let targets = [d("mgs"), d("mdt0"), d("ost0")];
+    // Served keyless, as before keys were the default; a keyless mount writes.
+    let server = server_in(&keys, &listen, &targets, &["--insecure"]);
+    let source = format!("{nid}:/up");
+    let env = |dir: &Path| {
+        [
+            "env".to_string(),
+            format!("NACRE_KEY_DIR={}", dir.display()),
+        ]
+    };
+    fs::create_dir_all(d("empty")).unwrap();
+    let old = ClientMount::mount_in(&env(&d("empty")), &source, &d("old"), &[]);
+    fs::write(old.mnt.join("data"), vec![7u8; 3 << 20]).unwrap();
+    drop(old);
+    server.stop();
+    // The upgrade (docs/security.md): a server key on the server, a client key on the client
+    // node, the servers restarted without --insecure.
+    fs::create_dir_all(&keys).unwrap();
+    fs::set_permissions(&keys, fs::Permissions::from_mode(0o700)).unwrap();
+    ok(&nacre_in(
+        &keys,
+        &["keygen", "up", "-o", keys.join("up.key").to_str().unwrap()],
+    ));
+    client_node(&d("node-keys"), &keys.join("up.key"), "up", "node");
+    let server = server_in(&keys, &listen, &targets, &[]);
+    let node = ClientMount::mount_in(&env(&d("node-keys")), &source, &d("node"), &[]);
+    assert_eq!(fs::read(node.mnt.join("data")).unwrap(), vec![7u8; 3 << 20]);
+    fs::write(node.mnt.join("after"), b"keyed").unwrap();
+    // A keyless mount is refused now, and says why.
+    fs::create_dir_all(d("keyless")).unwrap();
+    let e = err(&nacre_in(
+        &d("empty"),
+        &["mount", &source, d("keyless").to_str().unwrap()],
+    ));
+    assert!(e.contains("required key not available"), "{e}");
+    drop(node);
+    server.stop();
 }

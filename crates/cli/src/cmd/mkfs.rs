@@ -56,6 +56,10 @@ pub(crate) fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     if kind != TargetKind::Mgt && a.mgsnode.is_none() {
         bail!("--mgsnode is required for an {}", kind.as_str());
     }
+    if kind == TargetKind::Mgt && !a.no_key {
+        // Before anything is formatted: keys left from another server key stop it here.
+        check_kept_keys(&a.fsname)?;
+    }
     let mut label = Label::new(kind, a.index, &a.fsname, a.mgsnode)?;
     if !a.servicenodes.is_empty() {
         if kind == TargetKind::Mgt {
@@ -87,6 +91,35 @@ pub(crate) fn mkfs(a: MkfsArgs) -> anyhow::Result<()> {
     );
     if kind == TargetKind::Mgt && !a.no_key {
         make_keys(&a.fsname, level)?;
+    }
+    Ok(())
+}
+
+/// Refuses admin and client keys in the key directory made from another server key than
+/// the one there (or, with none there, from any: a new one is made): one left from an
+/// earlier server key proves nothing to these servers.
+fn check_kept_keys(fsname: &str) -> anyhow::Result<()> {
+    let dir = nacre_cli::keys::key_dir();
+    let server = nacre_cli::keys::from_dir(fsname)?.and_then(|k| k.master_id());
+    for role in ["admin", "client"] {
+        let path = dir.join(format!("{fsname}-{role}.key"));
+        if !path.exists() {
+            continue;
+        }
+        let Some(kept) = FsKey::load(&path)?.master_id() else {
+            continue;
+        };
+        if server != Some(kept) {
+            bail!(
+                "{} was made from another server key (master {kept}; {}): remove it for a \
+                 new one, or put back the server key it was made from",
+                path.display(),
+                match server {
+                    Some(s) => format!("the server key of {fsname} there is master {s}"),
+                    None => format!("no server key of {fsname} is there"),
+                }
+            );
+        }
     }
     Ok(())
 }
