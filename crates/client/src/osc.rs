@@ -146,7 +146,13 @@ impl Window {
             // The OST refused the capability the request carried (made with a server key a
             // rotation has retired since, or expired on the way): new ones from the MDT,
             // and the request sent once more with them.
-            (Err(RpcError::Status(Status::Access)), Some(c)) if capa_fid.is_some() => {
+            // Not a write kept behind under a lock (its lock may be gone: see below), and
+            // only while the client is the one it was at the OST.
+            (Err(RpcError::Status(Status::Access)), Some(c))
+                if capa_fid.is_some()
+                    && !matches!(req, OssRequest::Write { epoch, .. } if epoch != 0)
+                    && c.ost_uuid(ost) == was =>
+            {
                 let fid = capa_fid.expect("guarded");
                 if let Err(e) = c.renew_capas(fid) {
                     tracing::debug!("renewing the capabilities of {fid}: {e}");

@@ -7,7 +7,7 @@
 //! still keeps (the last `AUDIT_RECORDS_MAX`; the MGS's log keeps them all).
 //!
 //! Copied only while some consumer is registered, as every change is; without one the
-//! cursor moves on in memory only.
+//! cursor moves on past them (durably).
 //!
 //! Stored: `meta` `admin_cursor` = epoch (8, big-endian) ‖ last record copied (8).
 
@@ -50,7 +50,13 @@ pub fn copy(mdt: &Mdt, epoch: u64, records: &[AuditRecord]) -> Result<(), Status
         }
         return Ok(());
     };
+    let mut cursor = epoch.to_be_bytes().to_vec();
+    cursor.extend_from_slice(&last.to_be_bytes());
     if !mdt.changelog.enabled() {
+        // Passed over, durably: a restart does not copy them once a consumer registers.
+        let mut b = nacre_kv::Batch::new();
+        b.put(META, CURSOR.to_vec(), cursor);
+        mdt.kv.commit(b).map_err(kv_err)?;
         *mdt.changelog.admin_cursor.lock() = Some((epoch, last));
         return Ok(());
     }
@@ -77,8 +83,6 @@ pub fn copy(mdt: &Mdt, epoch: u64, records: &[AuditRecord]) -> Result<(), Status
             ),
         );
     }
-    let mut cursor = epoch.to_be_bytes().to_vec();
-    cursor.extend_from_slice(&last.to_be_bytes());
     tx.batch.put(META, CURSOR.to_vec(), cursor);
     let batch = std::mem::take(&mut tx.batch);
     mdt.kv.commit(batch).map_err(kv_err)?;

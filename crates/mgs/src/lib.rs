@@ -444,21 +444,29 @@ impl Mgs {
         let mut set = self.nodemaps.lock().expect("nodemaps");
         let mut next = set.clone();
         let what = format!("{change:?}");
+        // A key's revocation concerns its file system (its changelog records it); other
+        // nodemap changes every file system's, and none's changelog.
+        let fs = match &change {
+            nodemaps::NodemapChange::RevokeKey(k) | nodemaps::NodemapChange::UnrevokeKey(k) => {
+                k.fsname.clone()
+            }
+            _ => String::new(),
+        };
         // Nodemaps are changed through the control socket: root on the MGS host.
         let who = CONTROL_SOCKET;
         if let Err(e) = nodemaps::apply(&mut next, change) {
             self.audit
-                .record("", who, &format!("nodemap {what}"), Err(Status::Inval));
+                .record(&fs, who, &format!("nodemap {what}"), Err(Status::Inval));
             return Err(e);
         }
         if let Err(e) = store::save_nodemaps(&self.nodemaps_path, &next) {
             tracing::error!("MGS cannot save nodemaps: {e}");
             self.audit
-                .record("", who, &format!("nodemap {what}"), Err(Status::Io));
+                .record(&fs, who, &format!("nodemap {what}"), Err(Status::Io));
             return Err(nodemaps::NodemapError::Io);
         }
         self.audit
-            .record("", who, &format!("nodemap {what}"), Ok(()));
+            .record(&fs, who, &format!("nodemap {what}"), Ok(()));
         *set = next.clone();
         tracing::info!("nodemap change: {what}");
         Ok(next)

@@ -472,7 +472,9 @@ impl Handover {
                     fsname: s.fsname,
                     id: m,
                     keys: keys.clone(),
-                    retired_seen: keys.retired(),
+                    // Checked at the first frame: a retirement during the handshake (after
+                    // its key was found) is not missed.
+                    retired_seen: u64::MAX,
                 }),
             ),
             None => (None, None, None, None, None),

@@ -185,6 +185,16 @@ static SUPERSEDED: std::sync::Mutex<Vec<(String, Option<KeyId>)>> =
 /// administrator put the new key in its place. True when this process holds a key of
 /// another master now (read here, or by another connection a moment before).
 pub(crate) fn reload_key(fsname: &str, used: Option<KeyId>) -> bool {
+    // A server's keys change only through `nacre key` (its control socket): a status 4
+    // comes before the server proved anything, and must not move a server's keys.
+    if !super::served::masters_served() {
+        return reload_client_key(fsname, used);
+    }
+    false
+}
+
+/// [`reload_key`] in a process that serves no file system with keys.
+fn reload_client_key(fsname: &str, used: Option<KeyId>) -> bool {
     {
         let superseded = SUPERSEDED.lock().unwrap_or_else(|e| e.into_inner());
         if superseded
@@ -204,7 +214,11 @@ pub(crate) fn reload_key(fsname: &str, used: Option<KeyId>) -> bool {
         return false;
     };
     match FsKey::load(&path) {
-        Ok(key) if key.fsname == fsname && key.master_id() != used => {
+        Ok(key)
+            if key.fsname == fsname
+                && key.master_id() != used
+                && !superseded_master(fsname, key.master_id()) =>
+        {
             tracing::info!(
                 "the servers of {fsname} retired the key this process held: using the one \
                  now in {} (master {})",
@@ -226,6 +240,15 @@ pub(crate) fn reload_key(fsname: &str, used: Option<KeyId>) -> bool {
             false
         }
     }
+}
+
+/// True when this process replaced a key of master `id` of `fsname` before: a key file
+/// holding it again is not taken back.
+fn superseded_master(fsname: &str, id: Option<KeyId>) -> bool {
+    let superseded = SUPERSEDED.lock().unwrap_or_else(|e| e.into_inner());
+    superseded
+        .iter()
+        .any(|(fs, old)| fs == fsname && *old == id)
 }
 
 /// Most key replacements remembered (a process that reloads more often than this is

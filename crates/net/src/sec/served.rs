@@ -199,6 +199,11 @@ fn served() -> Result<ServerKeys, SecError> {
         .ok_or_else(|| SecError::Refused("this process serves no file system with a key".into()))
 }
 
+/// True when this process serves some file system with keys.
+pub(crate) fn masters_served() -> bool {
+    served().is_ok_and(|s| s.required())
+}
+
 /// Every master key of `fsname` this process serves with.
 pub(crate) fn masters(fsname: &str) -> Vec<FsKey> {
     let Ok(served) = served() else {
