@@ -482,6 +482,18 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
     Ok(t.session(true, key.master_id()))
 }
 
+/// Answers a HELLO with a CHALLENGE of refusal `status` (best effort: the connection
+/// closes after).
+fn refuse(stream: &TcpStream, status: u8, deadline: Instant) {
+    let no = Challenge {
+        status,
+        level: 0,
+        nonce: [0; NONCE_BYTES],
+        proof: [0; NONCE_BYTES],
+    };
+    let _ = write_by(stream, &no.encode(), deadline);
+}
+
 /// The server's side: reads the HELLO, answers for the file system it names with the level
 /// `level_for` picks, and checks the client's proof. Nothing but the handshake is read.
 pub fn serve(
@@ -507,26 +519,14 @@ pub fn serve(
             hello.client.nodemap.as_deref(),
         )
     {
-        let no = Challenge {
-            status: REVOKED,
-            level: 0,
-            nonce: [0; NONCE_BYTES],
-            proof: [0; NONCE_BYTES],
-        };
-        let _ = write_by(stream, &no.encode(), deadline);
+        refuse(stream, REVOKED, deadline);
         return Err(SecError::Refused(format!(
             "a peer presented the {} of {}, which is revoked",
             hello.client, hello.fsname
         )));
     }
     if keys.serves(&hello.fsname) && keys.find(&hello.fsname, hello.master).is_none() {
-        let no = Challenge {
-            status: STALE,
-            level: 0,
-            nonce: [0; NONCE_BYTES],
-            proof: [0; NONCE_BYTES],
-        };
-        let _ = write_by(stream, &no.encode(), deadline);
+        refuse(stream, STALE, deadline);
         return Err(SecError::Refused(format!(
             "a peer presented the {} of {} made from master key {}, which this server \
              does not hold (retired)",
@@ -539,13 +539,7 @@ pub fn serve(
         .find(&hello.fsname, hello.master)
         .and_then(|k| Some((k.clone(), k.peer_secret(&hello.client)?)))
     else {
-        let no = Challenge {
-            status: UNKNOWN_FS,
-            level: 0,
-            nonce: [0; NONCE_BYTES],
-            proof: [0; NONCE_BYTES],
-        };
-        let _ = write_by(stream, &no.encode(), deadline);
+        refuse(stream, UNKNOWN_FS, deadline);
         return Err(SecError::Refused(format!(
             "a client named file system {:?}, whose key this server does not hold",
             hello.fsname

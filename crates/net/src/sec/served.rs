@@ -121,11 +121,7 @@ impl ServerKeys {
     /// Makes the held key `id` of `fsname` the one in use.
     fn promote(&self, fsname: &str, id: KeyId) -> Result<FsKey, SecError> {
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
-        let held = keys.get_mut(fsname).ok_or_else(|| no_such(fsname, id))?;
-        let at = held
-            .iter()
-            .position(|k| k.master_id() == Some(id))
-            .ok_or_else(|| no_such(fsname, id))?;
+        let (held, at) = position(&mut keys, fsname, id)?;
         let key = held.remove(at);
         held.insert(0, key.clone());
         Ok(key)
@@ -134,11 +130,7 @@ impl ServerKeys {
     /// Forgets the held key `id` of `fsname`; refused for the one in use.
     fn retire(&self, fsname: &str, id: KeyId) -> Result<(), SecError> {
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
-        let held = keys.get_mut(fsname).ok_or_else(|| no_such(fsname, id))?;
-        let at = held
-            .iter()
-            .position(|k| k.master_id() == Some(id))
-            .ok_or_else(|| no_such(fsname, id))?;
+        let (held, at) = position(&mut keys, fsname, id)?;
         if at == 0 {
             return Err(SecError::Refused(format!(
                 "master key {id} is the one {fsname} uses here: `nacre key use` another first"
@@ -176,6 +168,20 @@ fn check_master(key: &FsKey) -> Result<(), SecError> {
         )));
     }
     Ok(())
+}
+
+/// The held masters of `fsname` and where master `id` is among them.
+fn position<'a>(
+    keys: &'a mut HashMap<String, Vec<FsKey>>,
+    fsname: &str,
+    id: KeyId,
+) -> Result<(&'a mut Vec<FsKey>, usize), SecError> {
+    let held = keys.get_mut(fsname).ok_or_else(|| no_such(fsname, id))?;
+    let at = held
+        .iter()
+        .position(|k| k.master_id() == Some(id))
+        .ok_or_else(|| no_such(fsname, id))?;
+    Ok((held, at))
 }
 
 fn no_such(fsname: &str, id: KeyId) -> SecError {
