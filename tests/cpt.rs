@@ -307,18 +307,7 @@ fn one_ost_with_a_file(
 
 /// Requests `ost_io` of process `oss` served in batches (`batched` of `partition_stats`).
 fn batched(oss: u32) -> u64 {
-    nacre_testkit::get_param(Some(oss), "ost.OSS.ost_io.partition_stats")
-        .lines()
-        .skip(1)
-        .filter(|l| !l.starts_with("inline_requests"))
-        .map(|l| {
-            l.split_whitespace()
-                .nth(10)
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum()
+    nacre_testkit::partition_sum(oss, "ost.OSS.ost_io", "batched")
 }
 
 /// Reads `bs` bytes at random `bs`-aligned offsets of `path` (O_DIRECT) from `threads`

@@ -2,7 +2,7 @@
 //! job to its rate over two MDTs and two OSTs together, while another job on the same mount
 //! (the same connections) goes on unheld; rules are listed, replaced and removed.
 
-use nacre_testkit::{get_param, nacre, nacre_ok, Form, Spec, TestFs};
+use nacre_testkit::{get_param, nacre, nacre_ok, partition_sum, wait_for, Form, Spec, TestFs};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -142,50 +142,104 @@ fn a_rule_holds_a_job_to_its_rate_over_every_target_and_spares_other_jobs() {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no rule noisy"));
 }
 
+/// Waits until every target of `fsname` applies QoS rules of version `version` or later.
+fn rules_reach(fsname: &str, version: u64) {
+    wait_for("the QoS rules reach every target", || {
+        ["mdt", "ost"].iter().all(|kind| {
+            get_param(None, &format!("{kind}.{fsname}-*.qos_rules_version"))
+                .lines()
+                .all(|v| v.trim().parse::<u64>().is_ok_and(|v| v >= version))
+        })
+    });
+}
+
 #[test]
-fn a_weighted_job_is_served_ahead_of_a_busy_one() {
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("qosw"));
+fn a_weighted_job_gets_its_weights_share_while_a_busy_job_waits_beside_it() {
+    // One MDS thread, each create holding it 20 ms (a fault point's pause after the
+    // commit): both jobs' requests wait in its queue, whatever the machine's speed.
+    let fs = TestFs::start_with(
+        Form::Networked,
+        Spec::osts(1).fsname("qosw").server_args(&[
+            "--cpu-npartitions",
+            "1",
+            "--mds-threads-min",
+            "1",
+            "--mds-threads-max",
+            "1",
+        ]),
+    );
     let src = fs.source();
-    let (b, i) = (fs.path("batch"), fs.path("inter"));
-    std::fs::create_dir(&b).unwrap();
-    std::fs::create_dir(&i).unwrap();
+    let dirs = |job: &str| -> Vec<std::path::PathBuf> {
+        (0..4)
+            .map(|i| {
+                let d = fs.path(&format!("{job}{i}"));
+                std::fs::create_dir(&d).unwrap();
+                d
+            })
+            .collect()
+    };
+    let (batch_dirs, inter_dirs) = (dirs("batch"), dirs("inter"));
     let bad = nacre(&["qos", "add", "w", "--job", "x*", "--weight", "65", &src]);
     assert!(!bad.status.success());
+    const WEIGHT: u64 = 2;
     nacre_ok(&[
-        "qos", "add", "inter", "--job", "inter*", "--weight", "8", &src,
+        "qos", "add", "inter", "--job", "inter*", "--weight", "2", &src,
     ]);
     let list = nacre_ok(&["qos", "list", "--json", &src]);
-    assert!(list.contains("\"weight\":8"), "{list}");
-    // The MDS's threads kept busy by a batch job of four processes; an interactive job
-    // beside it.
+    assert!(list.contains("\"weight\":2"), "{list}");
+    rules_reach("qosw", 1);
     let mds = fs.server_pids()[0];
-    let ahead = || -> u64 {
-        get_param(Some(mds), "mds.MDS.mdt.partition_stats")
-            .lines()
-            .skip(1)
-            .filter(|l| !l.starts_with("inline_requests"))
-            .map(|l| l.split_whitespace().nth(8).unwrap().parse::<u64>().unwrap())
-            .sum()
-    };
-    std::thread::sleep(Duration::from_secs(2)); // the rule reaches the MDT
-    let before = ahead();
-    let batch: Vec<Child> = (0..4).map(|_| creator("batch.1", &[&b], 10)).collect();
-    let inter = creator("inter.2", &[&i], 10);
-    let batch_files: u64 = batch.into_iter().map(made).sum();
-    let inter_files = made(inter);
-    eprintln!(
-        "batch {batch_files} files, interactive {inter_files}; ahead {}",
-        ahead() - before
+    assert_eq!(partition_sum(mds, "mds.MDS.mdt", "threads"), 1);
+    let pid = mds.to_string();
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid,
+        "set_param",
+        "fail_loc=mds.create.after_commit_before_reply~20",
+    ]);
+    let (ahead0, turns0) = (
+        partition_sum(mds, "mds.MDS.mdt", "weighted_ahead"),
+        partition_sum(mds, "mds.MDS.mdt", "plain_turns"),
     );
-    // Its requests were taken before the batch job's that waited longer, and counted.
-    assert!(ahead() > before, "no weighted request went ahead");
+    // Four processes of each job, each in its own directory (the kernel serialises the
+    // creates of one directory): up to four requests of each job wait at once.
+    let batch: Vec<Child> = batch_dirs
+        .iter()
+        .map(|d| creator("batch.1", &[d], 6))
+        .collect();
+    let inter: Vec<Child> = inter_dirs
+        .iter()
+        .map(|d| creator("inter.2", &[d], 6))
+        .collect();
+    let batch_files: u64 = batch.into_iter().map(made).sum();
+    let inter_files: u64 = inter.into_iter().map(made).sum();
+    nacre_ok(&["ctl", "--pid", &pid, "set_param", "fail_loc=0"]);
+    let ahead = partition_sum(mds, "mds.MDS.mdt", "weighted_ahead") - ahead0;
+    let turns = partition_sum(mds, "mds.MDS.mdt", "plain_turns") - turns0;
+    eprintln!(
+        "batch {batch_files} files, interactive {inter_files}; \
+         while both waited: {ahead} weighted requests taken, {turns} unweighted"
+    );
+    // While both jobs' requests waited, the weighted job had its weight's share of the
+    // thread: WEIGHT of its requests for each of the others' (WEIGHT / (WEIGHT + 1)).
+    assert!(ahead >= 20, "the jobs hardly ever waited together: {ahead}");
+    assert!(
+        ahead >= WEIGHT * turns,
+        "the weighted job had less than its share: {ahead} against {turns}"
+    );
+    // Over the run the interactive job made more files than the batch job of as many
+    // processes (the same share without the weight), and the batch job was not starved.
+    assert!(
+        inter_files > batch_files && batch_files > 0,
+        "interactive {inter_files} files, batch {batch_files}"
+    );
     let text = get_param(None, "mdt.qosw-MDT0000.qos_stats");
     assert!(
         text.lines()
             .any(|l| l.starts_with("inter ") && l.contains("job=inter.2")),
         "{text}"
     );
-    assert!(inter_files > 0 && batch_files > 0);
 }
 
 #[test]
@@ -208,7 +262,7 @@ fn a_project_rule_holds_the_creates_made_in_the_projects_tree() {
         "50",
         &src,
     ]);
-    std::thread::sleep(Duration::from_secs(2)); // the rule reaches the MDT
+    rules_reach("qosp", 1);
     let inside = creator("any.1", &[&p], 6);
     let outside = creator("any.1", &[&free], 6);
     let (n_in, n_out) = (made(inside), made(outside));

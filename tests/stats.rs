@@ -282,6 +282,7 @@ fn check_metrics(parsed: &str, body: &str) {
                     "busy_secs",
                     "wait_secs",
                     "weighted_ahead",
+                    "plain_turns",
                     "batches",
                     "batched"
                 ])

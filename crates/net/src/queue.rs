@@ -10,6 +10,17 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// How an item was taken from the queue, against the other kind waiting beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// In its order: nothing of the other kind waited.
+    InOrder,
+    /// A weighted item taken while plain ones that came before it waited.
+    Ahead,
+    /// A plain item taken while weighted ones waited: its turn after a run of their weight.
+    PlainTurn,
+}
+
 struct State<T> {
     /// Plain items, and whether each is batchable (served with those queued behind it).
     items: VecDeque<(T, bool)>,
@@ -109,11 +120,11 @@ impl<T> WaitQueue<T> {
         self.recv_weighted().map(|(item, _, _)| item)
     }
 
-    /// [`WaitQueue::recv`], whether the item went ahead of plain items that waited, and
-    /// whether it is batchable: then the caller serves batches until
+    /// [`WaitQueue::recv`], how it was taken against the other kind waiting beside it
+    /// ([`Taken`]), and whether it is batchable: then the caller serves batches until
     /// [`WaitQueue::batch_done`]. Wakes another thread for a batchable item held back
     /// ([`WaitQueue::send_weighted`]) once fewer than `batchers_max` threads serve batches.
-    pub(crate) fn recv_weighted(&self) -> Option<(T, bool, bool)> {
+    pub(crate) fn recv_weighted(&self) -> Option<(T, Taken, bool)> {
         let mut s = self.state.lock();
         loop {
             let weighted_first = s
@@ -123,12 +134,17 @@ impl<T> WaitQueue<T> {
             let taken = if weighted_first {
                 let ahead = !s.items.is_empty();
                 s.run = if ahead { s.run + 1 } else { 0 };
-                s.weighted.pop_front().map(|(item, _)| (item, ahead, false))
+                let turn = if ahead { Taken::Ahead } else { Taken::InOrder };
+                s.weighted.pop_front().map(|(item, _)| (item, turn, false))
             } else {
                 s.run = 0;
+                let turn = match s.weighted.is_empty() {
+                    true => Taken::InOrder,
+                    false => Taken::PlainTurn,
+                };
                 s.items
                     .pop_front()
-                    .map(|(item, batchable)| (item, false, batchable))
+                    .map(|(item, batchable)| (item, turn, batchable))
             };
             if let Some(t) = taken {
                 if t.2 {
@@ -262,25 +278,26 @@ mod tests {
         for i in 10..15 {
             q.send_weighted(i, 2, false).unwrap();
         }
-        let order: Vec<(i32, bool)> = (0..8)
-            .map(|_| q.recv_weighted().map(|(i, ahead, _)| (i, ahead)).unwrap())
+        let order: Vec<(i32, Taken)> = (0..8)
+            .map(|_| q.recv_weighted().map(|(i, turn, _)| (i, turn)).unwrap())
             .collect();
+        use Taken::*;
         assert_eq!(
             order,
             vec![
-                (10, true),
-                (11, true),
-                (0, false),
-                (12, true),
-                (13, true),
-                (1, false),
-                (14, true),
-                (2, false)
+                (10, Ahead),
+                (11, Ahead),
+                (0, PlainTurn),
+                (12, Ahead),
+                (13, Ahead),
+                (1, PlainTurn),
+                (14, Ahead),
+                (2, InOrder)
             ]
         );
         // Alone, a weighted item went ahead of no one.
         q.send_weighted(20, 5, false).unwrap();
-        assert_eq!(q.recv_weighted(), Some((20, false, false)));
+        assert_eq!(q.recv_weighted(), Some((20, InOrder, false)));
     }
 
     #[test]
@@ -292,7 +309,7 @@ mod tests {
             send(i);
         }
         // Up to the first that is not batchable, at most `max`.
-        assert_eq!(q.recv_weighted(), Some((2, false, true)));
+        assert_eq!(q.recv_weighted(), Some((2, Taken::InOrder, true)));
         assert_eq!(q.take_more(8), vec![4, 6]);
         assert_eq!(q.take_more(8), Vec::<i32>::new());
         q.batch_done();
@@ -379,7 +396,7 @@ mod tests {
         q.set_batchers_max(1);
         // No one serves a batch: a batchable item wakes a thread.
         assert_eq!(q.send_weighted(1, 0, true), Ok(true));
-        assert_eq!(q.recv_weighted(), Some((1, false, true)));
+        assert_eq!(q.recv_weighted(), Some((1, Taken::InOrder, true)));
         // Now one does: the next batchable one is left to it, plain and weighted ones
         // wake a thread as always.
         assert_eq!(q.send_weighted(2, 0, true), Ok(false));
@@ -388,19 +405,19 @@ mod tests {
         // The batch done, the thread back takes the weighted one first, then the rest in
         // order; taking a batchable item makes it serve a batch again.
         q.batch_done();
-        assert_eq!(q.recv_weighted(), Some((4, true, false)));
-        assert_eq!(q.recv_weighted(), Some((2, false, true)));
+        assert_eq!(q.recv_weighted(), Some((4, Taken::Ahead, false)));
+        assert_eq!(q.recv_weighted(), Some((2, Taken::InOrder, true)));
         assert_eq!(q.send_weighted(5, 0, true), Ok(false));
         q.batch_done();
-        assert_eq!(q.recv_weighted(), Some((3, false, false)));
-        assert_eq!(q.recv_weighted(), Some((5, false, true)));
+        assert_eq!(q.recv_weighted(), Some((3, Taken::InOrder, false)));
+        assert_eq!(q.recv_weighted(), Some((5, Taken::InOrder, true)));
         q.batch_done();
         // With room for two, a second thread is woken.
         q.set_batchers_max(2);
         assert_eq!(q.send_weighted(6, 0, true), Ok(true));
-        assert_eq!(q.recv_weighted(), Some((6, false, true)));
+        assert_eq!(q.recv_weighted(), Some((6, Taken::InOrder, true)));
         assert_eq!(q.send_weighted(7, 0, true), Ok(true));
-        assert_eq!(q.recv_weighted(), Some((7, false, true)));
+        assert_eq!(q.recv_weighted(), Some((7, Taken::InOrder, true)));
         assert_eq!(q.send_weighted(8, 0, true), Ok(false));
     }
 

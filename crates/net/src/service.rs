@@ -3,7 +3,7 @@
 
 pub use crate::incoming::{Incoming, Outgoing};
 pub(crate) use crate::incoming::{ReplySink, TcpReplier};
-use crate::queue::WaitQueue;
+use crate::queue::{Taken, WaitQueue};
 use nacre_types::Status;
 use nacre_wire::Header;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -267,6 +267,9 @@ pub struct PartitionStats {
     pub wait_ns: AtomicU64,
     /// Weighted requests (QoS weights) taken before plain ones that waited longer.
     pub weighted_ahead: AtomicU64,
+    /// Plain requests taken while weighted ones waited: one after each run of their weight
+    /// (so that plain requests never starve).
+    pub plain_turns: AtomicU64,
     /// Turns in which a thread served several requests at once ([`Handler::handle_batch`]).
     pub batches: AtomicU64,
     /// Requests served in those turns.
@@ -282,6 +285,7 @@ impl PartitionStats {
         self.busy_ns.store(0, Ordering::Relaxed);
         self.wait_ns.store(0, Ordering::Relaxed);
         self.weighted_ahead.store(0, Ordering::Relaxed);
+        self.plain_turns.store(0, Ordering::Relaxed);
         self.batches.store(0, Ordering::Relaxed);
         self.batched.store(0, Ordering::Relaxed);
     }
@@ -397,10 +401,12 @@ impl ServicePool {
                     tracing::warn!("cannot pin to CPUs {:?}: {e}", spec.cpus);
                 }
             }
-            while let Some(((req, queued_at), ahead, batching)) = rx.recv_weighted() {
-                if ahead {
-                    stats.weighted_ahead.fetch_add(1, Ordering::Relaxed);
-                }
+            while let Some(((req, queued_at), turn, batching)) = rx.recv_weighted() {
+                match turn {
+                    Taken::Ahead => stats.weighted_ahead.fetch_add(1, Ordering::Relaxed),
+                    Taken::PlainTurn => stats.plain_turns.fetch_add(1, Ordering::Relaxed),
+                    Taken::InOrder => 0,
+                };
                 let started = Instant::now();
                 // Requests of a kind served together queued right behind: taken now, so
                 // one turn of this thread serves them all (none while a fault point is

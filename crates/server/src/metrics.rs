@@ -164,7 +164,7 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
 /// A service's partitions as a table (`get_param *.partition_stats`).
 pub fn partition_table(pool: &ServicePool) -> String {
     let mut s = format!(
-        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12} {:>14} {:>10} {:>10}\n",
+        "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12} {:>12} {:>14} {:>11} {:>10} {:>10}\n",
         "cpt",
         "threads",
         "busy",
@@ -174,13 +174,14 @@ pub fn partition_table(pool: &ServicePool) -> String {
         "busy_secs",
         "wait_secs",
         "weighted_ahead",
+        "plain_turns",
         "batches",
         "batched"
     );
     for (i, c) in pool.partition_stats().iter().enumerate() {
         let _ = writeln!(
             s,
-            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6} {:>14} {:>10} {:>10}",
+            "{:<4} {:>7} {:>5} {:>7} {:>10} {:>12} {:>12.6} {:>12.6} {:>14} {:>11} {:>10} {:>10}",
             i,
             c.threads.load(Ordering::Relaxed),
             c.busy.load(Ordering::Relaxed),
@@ -190,6 +191,7 @@ pub fn partition_table(pool: &ServicePool) -> String {
             c.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
             c.wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
             c.weighted_ahead.load(Ordering::Relaxed),
+            c.plain_turns.load(Ordering::Relaxed),
             c.batches.load(Ordering::Relaxed),
             c.batched.load(Ordering::Relaxed),
         );
@@ -210,7 +212,7 @@ type PartitionFamily = (
     fn(&nacre_net::PartitionStats) -> String,
 );
 
-const PARTITION_FAMILIES: [PartitionFamily; 10] = [
+const PARTITION_FAMILIES: [PartitionFamily; 11] = [
     (
         "nacre_service_threads",
         "gauge",
@@ -258,6 +260,12 @@ const PARTITION_FAMILIES: [PartitionFamily; 10] = [
         "counter",
         "Requests of weighted QoS rules taken before unweighted ones that waited longer.",
         |c| c.weighted_ahead.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "nacre_service_plain_turns",
+        "counter",
+        "Unweighted requests taken while weighted ones waited (one per run of their weight).",
+        |c| c.plain_turns.load(Ordering::Relaxed).to_string(),
     ),
     (
         "nacre_service_batches",

@@ -47,6 +47,10 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     );
     let a = t.clone();
     r.add_fn(format!("ost.{name}.qos_stats"), move || a.qos.stats_text());
+    let a = t.clone();
+    r.add_fn(format!("ost.{name}.qos_rules_version"), move || {
+        a.qos.version().to_string()
+    });
     let (a, b) = (t.clone(), t.clone());
     r.add_rw(
         format!("ost.{name}.export_stats"),
@@ -120,6 +124,10 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     );
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.qos_stats"), move || a.qos.stats_text());
+    let a = m.clone();
+    r.add_fn(format!("mdt.{name}.qos_rules_version"), move || {
+        a.qos.version().to_string()
+    });
     let (a, b) = (m.clone(), m.clone());
     r.add_rw(
         format!("mdt.{name}.export_stats"),

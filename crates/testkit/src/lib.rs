@@ -1,6 +1,17 @@
 //! Test harness: runs the real `nacre` binary as separate processes — an embedded file system
 //! (`nacre up`), server processes on their own TCP ports, client mounts — and cleans up after
 //! them, unmounting even when a test fails. Nothing here is a mock.
+//!
+//! * testfs.rs: `TestFs`, one file system in either form users run: embedded (`nacre up`,
+//!   in-process transport) or networked (an MGS+MDT0 server process on 127.0.0.1, further
+//!   MDTs in one on 127.0.0.4, OSTs split over OSS processes on 127.0.0.2 and 127.0.0.3, and a
+//!   separate `nacre mount` process, all over TCP). `on_both_forms!` runs a test written
+//!   against it as `embedded::NAME` and `networked::NAME`.
+//! * small.rs: a networked file system whose OSTs may sit on size-limited tmpfs mounts.
+//! * layout.rs: what `nacre getstripe --json` says of a path.
+//! * `raw`: a bare protocol client on one TCP connection (many connections, or misbehaving
+//!   ones). `proxy`: a proxy that records and may tamper with a client's frames. `hostile`:
+//!   a proxy that turns replies into well-formed but hostile content.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -134,6 +145,26 @@ pub fn param_field(param: &str, what: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(what)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {what} in {param}: {text}"))
+}
+
+/// The sum over a service's CPU partitions of column `column` of its `partition_stats`
+/// table (`service` as `mds.MDS.mdt`, `ost.OSS.ost_io`), asked of process `pid`.
+pub fn partition_sum(pid: u32, service: &str, column: &str) -> u64 {
+    let text = get_param(Some(pid), &format!("{service}.partition_stats"));
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    let i = header
+        .split_whitespace()
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no column {column} in {text}"));
+    lines
+        .filter(|l| !l.starts_with("inline_requests"))
+        .map(|l| {
+            let cell = l.split_whitespace().nth(i);
+            cell.and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no number in column {column}: {text}"))
+        })
+        .sum()
 }
 
 /// The count of operation `op` in a Lustre-style statistics parameter (`name count samples
