@@ -194,6 +194,44 @@ fn server_in(key_dir: &Path, listen: &str, targets: &[PathBuf], extra: &[&str]) 
     ServerProc::spawn_in(&prefix, args, listen.into())
 }
 
+/// `NACRE_INSECURE` as the docs and bench/common.sh set it (`=1`) makes a keyless file
+/// system; `=0` does not; a value that is not a yes or a no is refused, naming it. (Clap
+/// took only `true` or `false` from the environment, so every bench script stopped.)
+#[test]
+fn nacre_insecure_takes_one_and_zero_from_the_environment() {
+    let root = work_dir();
+    let mkfs = |value: &str, dir: &str| -> (Output, PathBuf) {
+        let keys = root.path().join(format!("keys-{dir}"));
+        let target = root.path().join(dir);
+        let out = Command::new(nacre_bin())
+            .env("NACRE_KEY_DIR", &keys)
+            .env("NACRE_INSECURE", value)
+            .env_remove("NACRE_KEY")
+            .args(["mkfs", "--mgs", "--fsname", "ins", target.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (out, keys)
+    };
+    for (value, dir) in [("1", "one"), ("true", "t"), ("yes", "y")] {
+        let (out, keys) = mkfs(value, dir);
+        ok(&out);
+        assert!(
+            !keys.join("ins.key").exists(),
+            "NACRE_INSECURE={value} made a key"
+        );
+    }
+    let (out, keys) = mkfs("0", "zero");
+    ok(&out);
+    assert!(
+        keys.join("ins.key").exists(),
+        "NACRE_INSECURE=0 made no key"
+    );
+    let (out, _) = mkfs("maybe", "maybe");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("maybe"), "{err}");
+}
+
 #[test]
 fn mkfs_makes_the_keys_and_a_server_without_one_does_not_start() {
     let root = work_dir();

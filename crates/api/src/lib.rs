@@ -1,7 +1,9 @@
 //! Applications' side of the node's client API (docs/api.md): open, read, write and the
 //! namespace of a Nacre file system through the node's `nacre mount` process, over a Unix
 //! socket — no kernel round trip through FUSE per request, and no client of its own (the
-//! mount holds the locks, caches, key and recovery state once for the node).
+//! mount holds the locks, caches, key and recovery state once for the node). It depends on
+//! `nacre-wire` and `nacre-types` only; `libnacre.so` (`nacre-capi`), the Python package
+//! (`nacre-python`) and `LD_PRELOAD` (`nacre-preload`) are built on it.
 //!
 //! ```no_run
 //! let node = nacre_api::Node::connect("/mnt/nacre")?;
@@ -11,10 +13,16 @@
 //! # Ok::<(), nacre_api::Error>(())
 //! ```
 //!
-//! Paths are relative to the mount's root (`a/b` and `/a/b` are the same file). A [`Node`]
-//! is shared by threads (each call takes a socket of its own, up to [`SOCKETS_MAX`] kept);
-//! a child process after `fork` opens its own session on first use. Reads land straight in
-//! the caller's buffer and writes leave from it (one copy each way, in the kernel's socket).
+//! Paths are relative to the mount's root (`a/b` and `/a/b` are the same file). A `Node` is
+//! shared by threads: each call takes a socket of its own (up to `SOCKETS_MAX` kept), all
+//! joined to one session. It is fork-safe: a child process opens its own session on first
+//! use. A `File` has `pread`/`pwrite` calls and implements `Read`, `Write` and `Seek`. Reads
+//! land straight in the caller's buffer and writes leave from it (one copy each way, in the
+//! kernel's socket).
+//!
+//! ring.rs: `Ring`, the fast data path: a memfd and eventfds passed to the node's client with
+//! `SCM_RIGHTS`, then entries prepared, submitted and waited for, many in flight from one
+//! thread.
 
 use nacre_wire::api::{ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
 use nacre_wire::header::FLAG_REPLY;

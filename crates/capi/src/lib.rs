@@ -1,5 +1,6 @@
-//! `libnacre.so`: the node's client API for C (docs/api.md), over [`nacre_api`]. The header
-//! `nacre.h` is generated from this file by cbindgen (build.rs); `pkg-config nacre` gives
+//! `libnacre.so`: the node's client API for C (docs/api.md), a cdylib over `nacre-api`:
+//! files and the namespace (lib.rs), rings (ring.rs). build.rs generates the header
+//! `nacre.h` with cbindgen and writes `nacre.pc` beside the library; `pkg-config nacre` gives
 //! the flags.
 //!
 //! Conventions: every call returns 0 (or a count) on success and a negative errno on

@@ -1,15 +1,72 @@
-//! The Nacre client library.
+//! The Nacre client library: what the FUSE mount, the node API, the policy engine, the data
+//! mover and the CLI are built on.
 //!
-//! A [`Client`] mounts a file system by NID and name: it fetches the configuration from the
-//! MGS, talks to the MDT through the [`mdc`] (metadata client: exactly-once bookkeeping of
-//! xids) and to OSTs through the [`osc`] (object storage client: striping, RPCs to several OSTs
-//! in flight at once, glimpses for file size). The FUSE mount and the CLI are built on it; so
-//! can applications that want to skip FUSE.
+//! A `Client` mounts a file system by NID and name: it fetches the configuration from the
+//! MGS (and hears of target restarts from it at once), gets its root from the MDT's answer
+//! to `Connect` (a fileset's root, or the file system's), talks to each MDT through an `mdc`
+//! and to each OST through the `osc`.
 //!
-//! Consistency model: close-to-open, and stronger for attributes — every `getattr` asks the
-//! MDT and glimpses the OSTs, so a size or mode seen after another client's close is current.
-//! Data is not cached in this library; writes are acknowledged by the OSTs before `write`
-//! returns, and `fsync` makes them durable on every OST the file touches.
+//! * `mdc`: the metadata client, one per MDT: every request carries the client uuid and the
+//!   lowest xid still unanswered (exactly once); a change answered but not committed stays
+//!   in the replay list until `last_committed` passes it, and is replayed after an MDT
+//!   restart; a request answered `EINPROGRESS` is resent with the same xid (up to 300 s); an
+//!   evicted client takes a new uuid. Its threads: a pinger per MDT and a lock callback
+//!   thread per MDT.
+//! * `routing`: an operation goes to its inode's or parent directory's MDT, which the FID's
+//!   sequence names, and in a striped directory to the shard the name hashes to (docs/dne.md).
+//! * `osc`: the object storage client: I/O split along the layout into one RPC per object
+//!   range (at most `max_rpc_size` each), started on every OST at once (at most
+//!   `max_rpcs_in_flight` per OST), then collected, so stripes move in parallel; glimpses
+//!   for sizes. Reads can be started and finished apart, and are received straight into a
+//!   caller's buffer when they are one RPC; writes are sent from a caller's aligned buffer
+//!   when they are one RPC. `capa_for`: each OST request carries the capability for its
+//!   object, renewed by a layout fetch past half its life.
+//! * `capas`: the object capabilities this client was given with its opens.
+//! * `namespace`: lookups, attributes, creates, links, renames, xattrs, layouts.
+//!   `listing`: directory pages, shards merged; readdirplus pages with attributes and locks.
+//! * `io`: data: reads (with read-ahead), writes straight through, syncs, allocation.
+//! * `layouts`: the layout an open file's I/O uses, under the `LAYOUT` lock: held shared by
+//!   I/O, let go of on callback after the I/O ends and kept writes are written, read again by
+//!   the next I/O.
+//! * `locking`: taking metadata locks (`enable_locks`): a callback thread per MDT polls,
+//!   hands revoked locks to the mount's sink, cancels them, and replays them after a restart;
+//!   replies say what the kernel may keep (`Cached`). `complete`: directories known
+//!   completely (no lookup before a create). `dirattrs`: directories' attributes kept under
+//!   their `UPDATE` lock, fed by the MDT's answers to this client's own changes.
+//!   `opencache`: opens for reading kept under `OPEN` locks: asked for once a file is hot,
+//!   taken back without a request, closed at the MDT when the lock goes.
+//! * `flock`: byte-range locks: set, test, wait (kept by the file's MDT).
+//! * `datalocks`: extent locks on OST objects (`enable_data_locks`): read locks asked for by
+//!   page-cache reads, in use until the kernel has the data; a callback thread per OST
+//!   (`datalocks/callbacks.rs`: the poll loop, glimpse answers, lock replay after an OST
+//!   restart); a revoker thread that has the mount drop a file's cached data before the
+//!   cancel; eviction.
+//! * `writeback`: write-behind under write locks and space grant: kept pieces, and a flusher
+//!   thread gathering them into large RPCs (`writeback/flusher.rs`); write-through for ids an
+//!   OST says are near a quota limit (`writeback/quota_sync.rs`). Kept data is written on
+//!   callback, fsync, release, reads and truncates; errors are reported at fsync; eviction
+//!   drops it; writes refused as stale by a restarted OST are sent again after the lock
+//!   replay unless their object changed.
+//! * `append`: `O_APPEND` across clients: whole-object write locks enqueued and held while
+//!   the size is read and written at.
+//! * `relayout`: the migrator of online file migration: copies between data versions,
+//!   fences the old objects, has the MDT swap the layout; writes refused by a fence are
+//!   redone in `io`.
+//! * `admin`: usage, lfsck, disconnect, imports. `lfsck`: the namespace checker over all
+//!   MDTs. `changelog`: changelog consumers' calls, `fid2path` across MDTs, `path2fid`.
+//!   `rpc_stats`: `osc.*.rpc_stats`.
+//!
+//! Consistency: without `enable_locks` and `enable_data_locks` (the FUSE mount turns both
+//! on) the library caches no attributes or data: every call asks the servers, and a write
+//! returns once every OST holding a part acknowledged it. With them, what a lock covers is
+//! kept until the lock is called back (docs/locking.md).
+//!
+//! Bad content from the other side of a socket is not a panic: replies are checked
+//! (`MdsReply::check`: layouts of 1..2000 objects with a valid stripe size, directory stripes
+//! of 1..256 shards; a read's bulk no longer than asked), and a bad one fails the operation
+//! with EIO (`ClientError::BadReply`), the cause logged; the connection stays. Locks here are
+//! `parking_lot`'s, which do not poison: a FUSE handler that panicked holding one leaves it
+//! usable.
 
 mod admin;
 mod append;

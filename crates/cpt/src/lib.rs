@@ -1,15 +1,20 @@
 //! CPU partitions (CPTs), as Lustre's libcfs defines them for SMP node affinity.
 //!
 //! A partition is a set of CPUs (never spanning NUMA nodes when the table is derived from the
-//! topology). Server services run a thread pool per partition, pinned to its CPUs, with
-//! per-partition queues, so a request is served by threads whose caches and memory are local.
+//! topology). Server services run a thread pool per partition, pinned to its CPUs
+//! (`pin_current_thread`: `sched_setaffinity`), with per-partition queues, so a request is
+//! served by threads whose caches and memory are local.
 //!
-//! A table comes from, in order of precedence:
+//! The topology is read from `/sys` (`Topology::read`). A table comes from, in order of
+//! precedence:
+//!
 //! * `cpu_pattern`, Lustre's syntax: `"0[0-7] 1[8-15]"` (partition index, CPUs in brackets,
 //!   ranges and commas), or the NUMA form `"N 0[0] 1[1]"` (brackets hold NUMA node ids);
 //! * `cpu_npartitions=N`: N partitions, the CPUs of each NUMA node split evenly;
-//! * the automatic default from `/sys` (Lustre's estimate: one partition up to 4 CPUs, then the
-//!   smallest power of two `n` with `2 n² >= CPUs`, rounded to whole NUMA nodes).
+//! * the automatic default from `/sys` (Lustre's estimate: one partition up to 4 CPUs, then
+//!   the smallest power of two `n` with `2 n² >= CPUs`, rounded to whole NUMA nodes).
+//!
+//! docs/tuning.md says how to choose.
 
 use std::collections::BTreeMap;
 use std::path::Path;

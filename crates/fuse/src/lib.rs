@@ -1,14 +1,55 @@
-//! The FUSE mount: translates kernel requests into [`nacre_client::Client`] calls and client
-//! errors into errnos. It holds only open-file and open-directory handles.
+//! The FUSE mount: `NacreFs` (fs.rs) implements `fuser::Filesystem` over a
+//! `nacre_client::Client`, translating kernel requests into client calls and client errors
+//! into errnos. It holds only open-file and open-directory handles; the client holds the
+//! rest.
 //!
-//! Caching: entries and attributes a metadata lock covers (docs/locking.md) are given to the
-//! kernel with a long timeout and invalidated when the lock goes (inval.rs); the rest with
-//! the mount's timeouts, zero by default. Files are opened without `keep_cache`, so the
-//! kernel drops cached pages on open: close-to-open consistency of data across clients.
+//! Threads. The kernel hands requests to the FUSE threads (`--fuse-threads`, 4 by default),
+//! each reading `/dev/fuse` in turn and running the request itself. The last free FUSE
+//! thread hands its request to on-demand helper threads instead (pool.rs: up to 256, gone
+//! after 10 s idle), so requests waiting for a server never hold every thread. A panic in a
+//! request handler is contained (`pool::contain`): the request answers EIO and the thread
+//! serves on.
 //!
-//! Layouts and usage are exposed through virtual extended attributes (as Lustre exposes
-//! `lustre.lov`): [`XATTR_LOV`] on a file or directory, [`XATTR_DF`] on any directory. They are
-//! not listed by `listxattr`, so copying tools do not carry them.
+//! Caching. Entries and attributes a metadata lock covers are given to the kernel with a
+//! one-hour timeout and invalidated when the lock goes (inval.rs); the rest with the mount's
+//! timeouts, zero by default. File data stays in the kernel's page cache across opens while
+//! the mount holds read locks on the file's objects (fs/data.rs: `FOPEN_KEEP_CACHE`);
+//! page-cache writes are kept as write-behind under write locks; `O_APPEND` files are opened
+//! with `FOPEN_DIRECT_IO` and append under whole-object write locks (docs/locking.md).
+//! `--data-cache false` drops a file's cached pages at every open.
+//!
+//! * inval.rs: the lock sink: the kernel forgets attributes, entries and cached listings when
+//!   a lock goes; entries in directories this mount's own change holds wait for its end.
+//! * fs/names.rs: lookups, attributes, creates, links, renames, removals.
+//! * fs/data.rs: opens, reads, writes, releases, syncs, allocation.
+//! * fs/dir.rs: opendir, readdir, readdirplus. Statahead: the next page is fetched while the
+//!   kernel reads; listings are cached under the directory's `UPDATE` lock.
+//! * fs/cookies.rs: directory offsets are hashes of entry names, the names kept per
+//!   directory, so a listing resumes after that name from any stream.
+//! * fs/flock.rs: `getlk`/`setlk` to the MDT; locks are released by flush (files this mount
+//!   locked are opened with flushes), by release, and when a waiter's file was closed
+//!   meanwhile. A wait is given up (`EINTR`) once the waiting thread has a signal pending
+//!   (signals.rs).
+//! * fs/xattr.rs: virtual and stored xattrs. The virtual ones (as Lustre exposes
+//!   `lustre.lov`), not listed by `listxattr` so copying tools do not carry them:
+//!   `user.nacre.lov` (layout, default striping), `user.nacre.df` (usage), `user.nacre.mkdir`
+//!   (remote and striped mkdir), `user.nacre.lmv` and `user.nacre.lmv_default` (directory
+//!   stripes), `user.nacre.migrate`, `user.nacre.fid`, `user.nacre.project`, `user.nacre.api`
+//!   (the node API's socket).
+//! * groups.rs: the caller's credentials: uid and gid from the kernel's request, its
+//!   supplementary groups from `/proc/TID/status` (cached 1 s per caller; root is not looked
+//!   up), set as the thread's current credentials for every RPC.
+//! * jobid.rs: the caller's job: the value of `jobid_var` (default `SLURM_JOB_ID`) in its
+//!   environment, else `procname.uid`, as Lustre does. Reading another process's
+//!   `/proc/PID/environ` takes that process's memory locks, which it may hold while waiting
+//!   for this very request (a page fault on a mapping of the mount), so the read runs on a
+//!   helper thread and is waited for at most 100 ms; past that the request is tagged
+//!   `procname.uid` and the helper fills a per-process cache. Every MDS and OSS request
+//!   carries the job id (`MdsCall.jobid`, `OssCall.jobid`) for the targets' `job_stats`.
+//! * caps.rs: what the mount knows of `security.capability` on its open files, so a write
+//!   does not ask the MDT each time.
+//! * mount.rs: the session options (`default_permissions` stays on as a first line) and the
+//!   background session thread.
 
 pub mod attrs;
 pub mod caps;

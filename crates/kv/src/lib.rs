@@ -1,12 +1,15 @@
 //! The metadata key-value store.
 //!
-//! [`KvStore`] is what the MDS and MGS see: named tables, point reads, ordered scans, and
-//! atomic batches. A committed batch is visible at once and durable after
-//! [`KvStore::wait_durable`], which implements group commit: concurrent waiters share one
-//! journal sync, so N creates in flight cost one fdatasync, not N.
+//! `KvStore` is what the MDTs see (and the policy engine's index and the data mover's
+//! queue): named tables, point reads, ordered scans, and atomic batches. A committed batch
+//! is visible at once; `commit` returns once the batch is in the journal, which the kernel
+//! holds even if the process dies (a kill -9 loses nothing). It is durable on stable storage
+//! after `KvStore::wait_durable`, which implements group commit: concurrent waiters share
+//! one journal sync, so N creates in flight cost one fdatasync, not N.
 //!
-//! The engine is `fjall` (an LSM tree with a write-ahead journal). Invariant: commit order is
-//! ticket order, so "ticket t durable" implies every batch before t is durable.
+//! The engine is `FjallStore`, over `fjall` (an LSM tree with a write-ahead journal).
+//! Invariant: commit order is ticket order, so "ticket t durable" implies every batch before
+//! t is durable.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,13 +1,34 @@
 //! The management server (MGS).
 //!
-//! Owns the configuration of every file system it manages: which targets exist, their uuids,
-//! and the NIDs serving them. Servers register their targets at start; clients and the MDS
-//! fetch the configuration (`GetConfig`). The MGS is never on the data or metadata path.
+//! It owns the configuration of every file system it manages: which targets exist, their
+//! uuids, and the NIDs serving them. Servers register their targets at start; clients and
+//! MDTs fetch the configuration (`FsConfig`: targets, NIDs and OST pools, versioned;
+//! `GetConfig`). The MGS is never on the data or metadata path.
 //!
 //! Invariants: one uuid per (fsname, kind, index), so a second target cannot steal an index;
-//! the configuration version only grows; every change is on disk before it is acknowledged.
-//! Every registration is also an event clients hear of at once (watch.rs: imperative
-//! recovery).
+//! the configuration version only grows; every change is on disk before it is acknowledged
+//! (store.rs: a checksummed file, written to a temporary file, synced, renamed over the old
+//! one).
+//!
+//! * OST pools: `change_pool` (`nacre pool` through the control socket of the MGS's
+//!   process; docs/pools.md).
+//! * Persistent parameters: `nacre ctl set_param -P NAME=VALUE` reaches the MGS through its
+//!   process's control socket; the MGS keeps them in `mgs-params` (crc32c-protected,
+//!   replaced atomically). Every server process applies the set before it serves and asks
+//!   for a new version once a second (`GetParams`), so a change reaches every target within
+//!   seconds and survives restarts. Names carry the fsname, so one set serves every file
+//!   system of an MGS.
+//! * `nodemaps`: the nodemaps and revoked client keys (`change_nodemap`; servers fetch them
+//!   with `GetNodemaps`).
+//! * `audit`: who changed what (`mgs.audit`), numbered within the MGS's run and read by the
+//!   MDTs with `AuditRead` for their changelogs.
+//! * `quotas`: the quota master: limits and grace times kept durably, grants per target, the
+//!   start of soft limits' grace (docs/quota.md).
+//! * `qos`: the QoS master: rules kept durably, each class's rate split among targets by
+//!   their reported demand (docs/qos.md).
+//! * `watch`: imperative recovery. Registrations and pool changes are events; clients' and
+//!   MDTs' long polls (`WaitTargets`) are parked through the network layer's
+//!   `Handler::park` and answered when a target restarts or the configuration changes.
 
 /// Who asks what comes through the control socket, as the audit trail names it.
 pub const CONTROL_SOCKET: &str = "the control socket (root on this host)";

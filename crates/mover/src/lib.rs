@@ -1,12 +1,13 @@
 //! The data mover (docs/stage.md): a role any `nacre server` can run (`--mover DIR`). It
-//! keeps a persistent queue of stage requests ([`queue`]), answers `nacre stage`
-//! over the network (service 5, [`MoverService`]), and runs the requests one after the
-//! other with the client library's online migration, `jobs` files at a time (each file's
-//! stripes in parallel), paced by a bandwidth limit. A request interrupted by a restart
-//! runs again: files already in its pool are skipped, so it resumes where it stopped.
+//! keeps a persistent queue of stage requests and their progress (`queue`, in a `nacre-kv`
+//! store), answers `nacre stage` over the network (service 5, `MoverService`; `MoverClient`
+//! is the command's side), and runs the requests one after the other with the client
+//! library's online migration, `jobs` files at a time (each file's stripes in parallel),
+//! paced by a bandwidth limit. A request interrupted by a restart runs again: files already
+//! in its pool are skipped, so it resumes where it stopped.
 //!
 //! Built on the client library; the server crates never depend on it — the `nacre` binary
-//! composes it into a server process ([`nacre_server`'s `add_role`]).
+//! adds it to a server process through `ServerProcess::add_role` (`nacre-server`).
 
 pub mod queue;
 

@@ -1,22 +1,37 @@
-//! The node's client API (docs/api.md): the `nacre mount` process serves its client — one
-//! set of locks, caches, key and recovery state for the node — to the node's applications
-//! over a Unix socket, so they reach the file system without a kernel round trip per
-//! request. Frames are the network's (header, postcard body of [`nacre_wire::api`], bulk).
+//! The node's client API (docs/api.md): the `nacre mount` process serves its client (one set
+//! of locks, caches, key and recovery state for the node) to the node's applications over a
+//! Unix socket, so they reach the file system without a kernel round trip per request.
+//! Frames are the network's (header, postcard body of `nacre_wire::api`, bulk).
 //!
-//! Who calls is the kernel's word, taken when the caller connected (`SO_PEERCRED`: pid,
-//! uid, gid; `SO_PEERGROUPS`: its supplementary groups), never the caller's and never read
-//! later from a pid that may have been reused: every request runs with those credentials,
-//! and the MDTs check them as they check the kernel's.
+//! Who calls is the kernel's word, taken when the caller connected (`SO_PEERCRED`: pid, uid,
+//! gid; `SO_PEERGROUPS`: its supplementary groups), never the caller's and never read later
+//! from a pid that may have been reused: every request runs with those credentials, and the
+//! MDTs check them as they check the kernel's.
 //!
 //! A **session** is one application process: its first socket opens it, further sockets of
 //! the same process join it (threads each take a socket of their own), and the files it
-//! opened are closed — their opens at the MDTs, their write-behind written — when its last
-//! socket goes, however the process ended (a kill -9 included): no lock or recovery state
-//! is left behind it.
+//! opened are closed (their opens at the MDTs, their write-behind written) when its last
+//! socket goes, however the process ended (a kill -9 included): no lock or recovery state is
+//! left behind it.
 //!
-//! Limits: [`API_CONNS_MAX`] sockets at once (a thread each), [`API_SESSIONS_MAX`]
-//! sessions, [`API_HANDLES_MAX`] open files per session, 64 rings per session and 256 per
-//! mount (ring.rs); frames bounded as on the network.
+//! Threads: one acceptor (`api-accept`) and one thread per socket (`api`), which runs each
+//! request on the client with the caller's credentials and job set on the thread; per ring,
+//! a taker (`api-ring`) and up to 32 workers (`api-ring-io`).
+//!
+//! * paths.rs: paths walked from the mount's root through the client's lookups, each checked
+//!   by the MDT against the caller's credentials.
+//! * ops.rs: each request run on the client. Data goes through the client's direct path
+//!   (reads and writes straight to the OSTs), and the mount's kernel caches are told what
+//!   changed (through the hooks the mount gives). `attach`: a kernel descriptor of the mount
+//!   handed over (`SCM_RIGHTS`) becomes a handle for the access it was opened with.
+//! * ring.rs: rings: the application's memfd mapped here; a taker thread polls only as long
+//!   as recent gaps between submissions were short and sleeps on an eventfd otherwise;
+//!   workers run the entries (reads land in the ring's buffers, writes leave from them) and
+//!   publish completions.
+//!
+//! Limits: `API_CONNS_MAX` sockets at once (a thread each), `API_SESSIONS_MAX` sessions,
+//! `API_HANDLES_MAX` open files per session, 64 rings per session and 256 per mount (ring.rs);
+//! frames bounded as on the network.
 
 mod ops;
 pub mod paths;

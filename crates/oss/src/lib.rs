@@ -1,10 +1,43 @@
 //! The object storage server (OSS): serves the OSTs of one process.
 //!
-//! Each request names its OST in the frame header; the handler decodes an
-//! [`nacre_wire::oss::OssRequest`], runs it against that OST's [`nacre_osd::ObjectStore`], and
-//! replies. Bulk data arrives page-aligned from the network layer and goes to the object store
-//! without another copy. Per client, an OST keeps the extent locks it holds and whether it
-//! was evicted (locks.rs).
+//! Each request names its OST in the frame header; the handler decodes an `OssCall` around an
+//! `OssRequest`, runs it against that OST's `ObjectStore` (`nacre-osd`) and replies. Bulk data
+//! arrives page-aligned from the network layer, with its chunks' checksums, and goes to the
+//! object store without another copy. A write's bytes are reserved within the quota slave's
+//! grants for the object's owner first (lib.rs); an object records its owner in the
+//! `user.nacre.owner` extended attribute. A write is acknowledged once its `pwrite`
+//! returned: with O_DIRECT the data is on the device; a buffered tail is in the OSS node's
+//! page cache, which a kill of the server process does not lose. `Sync` fdatasyncs an
+//! object (a client's `fsync`).
+//!
+//! The server process gives the OSS three service pools, as Lustre's OSS has: `ost_io` for
+//! data (write, read, punch, fallocate, sync), `ost_create` for the MDT's object requests
+//! (destroy, set owner), `ost` for the rest (enqueues, fences, data versions, quota
+//! requests). Glimpses, statfs, owners, lock polls, cancels, replays, glimpse answers and
+//! disconnects are served on the network thread that read them (`oss::INLINE_OPCODES` in
+//! `nacre-wire`). Reads of at most 256 KiB
+//! queued together are served as one batch by one service thread: each checked and locked
+//! as alone, then their data read from the disk at once (`ObjectStore::read_many`), then
+//! each replied to.
+//!
+//! * `qos`: a client I/O's QoS class, held first if capped.
+//! * `nodemap`: read-only refusals (`EROFS`), the owner a mapped client's write gives a new
+//!   object.
+//! * `capas`: every client data request authorized by a capability, or by a lock granted
+//!   with one.
+//! * `claims`: client uuids bound to the key identity that used them first.
+//! * `locks`: the OST's extent locks: read locks granted with reads (and write locks with
+//!   writes that ask), explicit enqueues, what each request revokes, parked changes, callback
+//!   polls, and evicted clients refused with `ESHUTDOWN` (docs/locking.md).
+//! * `grants`: space promised to clients for their write-behind, counted against free space;
+//!   an upper bound is kept on disk and held back after a restart until claimed.
+//! * `recovery`: the recovery window after a start: lock holders are listed on disk, and
+//!   data requests are answered `EINPROGRESS` until they took their locks back (at most
+//!   60 s).
+//! * `fence`: layout fences (changes issued under an older layout generation are refused,
+//!   kept in an append-only log) and data versions, for online migration; also the change
+//!   gates a fence waits on for writes in flight.
+//! * `stats`: `ost.*.stats` and `osd.*.brw_stats`.
 
 pub mod capas;
 pub mod claims;

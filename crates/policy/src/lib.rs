@@ -1,16 +1,18 @@
 //! Nacre's policy engine (`nacre policy`, docs/policy.md): the data management RobinHood
 //! does for Lustre, built in.
 //!
-//! * [`rules`]: the TOML rules file — conditions on path, pool, size, owner, group, job
-//!   and ages, pool fill triggers, and actions (migrate, purge, report);
-//! * [`index`]: the engine's own index of the file system (rows per file, names,
-//!   directories, least-recently-used order per pool) in an embedded transactional store;
-//! * [`follow`]: one full scan at first start, then the MDTs' changelogs, applied in
-//!   batches with one batched attribute request per batch;
-//! * [`engine`]: rules evaluated over the index, candidates checked again against the
-//!   MDTs, actions paced by bandwidth and files-per-second limits;
-//! * [`run`]: the process — a follower thread, evaluations every interval (or once), the
-//!   status file `nacre policy status` reads, and the counters `/metrics` shows.
+//! * `rules`: the TOML rules file — conditions on path, pool, size, owner, group, job
+//!   and ages, pool fill triggers, and actions (migrate, purge, report); `names`: user and
+//!   group names resolved through the system's name service;
+//! * `index`: the engine's own index of the file system in a `nacre-kv` store: a row per
+//!   regular file, names, directories, and least-recently-used order per pool;
+//! * `follow`: one full scan at first start (`ScanStats`, `ScanDirents`), then the MDTs'
+//!   changelogs, applied in batches with one `StatMany` per batch of records;
+//! * `engine`: rules evaluated over the index, candidates checked again against the MDTs,
+//!   actions paced by bandwidth and files-per-second limits;
+//! * `run`: the process — the state directory (locked: one engine per directory), a
+//!   follower thread, evaluations every interval (or once), the status file `nacre policy
+//!   status` reads, and the counters `/metrics` shows.
 //!
 //! Built on the client library only: no server crate depends on it.
 

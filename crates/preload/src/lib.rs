@@ -1,5 +1,5 @@
 //! `libnacre_preload.so` (docs/preload.md): unmodified programs do their data I/O on a Nacre
-//! mount through the node's client's rings, not through FUSE.
+//! mount through the node's client's rings, not through FUSE. A cdylib over `nacre-api`.
 //!
 //! ```text
 //! LD_PRELOAD=/usr/local/lib/nacre/libnacre_preload.so dd if=/mnt/nacre/big of=/dev/null bs=1M
@@ -14,6 +14,20 @@
 //! the proof of access; all other calls, and every descriptor that is not a Nacre file,
 //! go straight to the C library. The file position is the kernel's (read before and set
 //! after a `read` or `write`), so duplicates, children and `lseek` see one position.
+//!
+//! The modules, by the C library's calls they stand in front of:
+//!
+//! * fds.rs: `open*`, `close*`, `dup*`, `fcntl`, `mmap`;
+//! * data.rs: the read and write families;
+//! * copy.rs: `copy_file_range`, `sendfile`, `fsync`, and libaio's calls;
+//! * aio.rs: Linux AIO (libaio's `io_submit`/`io_getevents`) through a ring per context;
+//! * io.rs: data through a pool of rings (1 MiB chunks, 8 in flight), or the node's client's
+//!   socket when no ring can be had;
+//! * table.rs: which descriptors are Nacre files (a `statx` per open; the `user.nacre.api`
+//!   attribute asked once per file system), their entries shared by duplicates, each
+//!   attached to this process's session at its first read or write;
+//! * real.rs: the C library's own definitions (`dlsym(RTLD_NEXT)`);
+//! * lib.rs: what they share, and the fork handlers.
 //!
 //! When the node's client cannot be reached (or will not take a descriptor), one line on
 //! standard error says so and the kernel (FUSE) serves that I/O.

@@ -1,8 +1,9 @@
-//! `nacre._nacre`: the node's client API for Python (docs/api.md), over [`nacre_api`].
-//! Reads go straight into the memory of a writable buffer-protocol object (bytearray,
-//! memoryview, numpy array) and writes leave from the memory of any one, with the GIL
-//! released while the node's client works. The file objects `open()` returns are in
-//! `python/nacre/__init__.py`.
+//! `nacre._nacre`: the node's client API for Python (docs/api.md), a pyo3 module over
+//! `nacre-api`. Reads go straight into the memory of a writable buffer-protocol object
+//! (bytearray, memoryview, numpy array) and writes leave from the memory of any one, with the
+//! GIL released while the node's client works. The file objects `open()` returns, as the
+//! builtin `open` gives, are in `python/nacre/__init__.py`; maturin builds the `nacre` wheel
+//! (pyproject.toml).
 
 use nacre_api::{Error, File, Node, Stat};
 use pyo3::buffer::PyBuffer;

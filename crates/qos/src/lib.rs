@@ -1,14 +1,22 @@
-//! A target's QoS scheduler (docs/qos.md): requests of a rule's class wait, parked, until the
-//! class's token buckets — requests and bytes per second at this target's share of the
-//! class's cluster-wide rate — allow them, and are then queued to the service threads again.
+//! A target's QoS scheduler (docs/qos.md). The rules are compiled once per change (rules.rs:
+//! job patterns through globset) and a request is matched to the class of the first rule it
+//! matches. Requests of a class wait, parked, until the class's token buckets (requests and
+//! bytes per second at this target's share of the class's cluster-wide rate) allow them;
+//! then one thread releases them into the service queue again (`Incoming::qos_release`).
+//!
 //! A held request holds no service thread and does not stop its connection's reader, so
-//! another job's requests on the same connection go on; held requests are bounded in number
+//! another job's requests on the same connection go on. Held requests are bounded in number
 //! and bulk bytes, past which a request is answered `EINPROGRESS` (its client sends it again
 //! a little later) instead of being kept.
 //!
-//! Each second the target reports what each class asked of it ([`Scheduler::report`]) and
-//! learns its share of each class's rate ([`Scheduler::apply`]); a class it has no share of
-//! yet runs at its rate divided by the file system's targets.
+//! A rule may also weigh its requests (`Scheduler::weight`): while a target's service
+//! threads are all busy, weighted requests are taken from the queue first (`nacre-net`'s
+//! service queue), up to their weight in a row before one unweighted one.
+//!
+//! Each second the target reports what each class asked of it (`Scheduler::report`) and
+//! learns its share of each class's rate (`Scheduler::apply`); the server process carries
+//! both to and from the MGS. A class it has no share of yet runs at its rate divided by the
+//! file system's targets.
 
 pub mod rules;
 

@@ -1,12 +1,17 @@
 //! A target's quota slave (docs/quota.md): the ids whose limits cover this target's resource
-//! (an OST's bytes, an MDT's inodes) — over the whole file system, or over a pool this OST
-//! is one of — the grant the master gave it for each, and the changes under way. A change that would take an id's usage here past its grant asks the master
-//! for more first ([`Slave::reserve`]); if the master has none to give, the change fails
-//! with `EDQUOT`. Each second the target reports its usage and grants ([`Slave::report`])
-//! and learns the limited ids and the grant it may keep ([`Slave::apply`]).
+//! (an OST's bytes, an MDT's inodes), over the whole file system or over a pool this OST is
+//! one of, the grant the master gave it for each, and the changes under way.
 //!
-//! The slave does not talk to the network itself: its owner (the server process) gives it
-//! a [`Link`] to the master.
+//! A change that would take an id's usage here past its grant asks the master for more first
+//! (`Slave::reserve`, blocking, for OSTs); if the master has none to give, the change fails
+//! with `EDQUOT`. A change an MDT makes under its write lock uses `Slave::check_now` instead,
+//! which never blocks: when grant must be asked for first it answers `EINPROGRESS` and asks
+//! in the background, so the client's resend finds it. Each second the target reports
+//! its usage and grants (`Slave::report`) and learns the limited ids and the grant it may
+//! keep (`Slave::apply`).
+//!
+//! The slave does not talk to the network itself: its owner (the server process) gives it a
+//! `Link` to the master.
 
 use nacre_types::{PoolName, QuotaId, Status, TargetKind};
 use nacre_wire::quota::{Acquire, Grant, QuotaKey, SyncAnswer, SyncReport};

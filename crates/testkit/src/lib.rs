@@ -12,6 +12,18 @@
 //! * `raw`: a bare protocol client on one TCP connection (many connections, or misbehaving
 //!   ones). `proxy`: a proxy that records and may tamper with a client's frames. `hostile`:
 //!   a proxy that turns replies into well-formed but hostile content.
+//!
+//! The mount tests in `tests/` run on both forms; one that needs a single form says why
+//! (fault points in one of several server processes, network namespaces, the `nacre up`
+//! command itself). Among them: POSIX (`posix.rs`), striping verified on the OSTs (`striping.rs`),
+//! cp/tar/rsync/git/make/fio (`tools.rs`), several mounts, restarts, kill -9 and hosts in
+//! network namespaces (`cluster.rs`), bad input and full OSTs (`failures.rs`), the
+//! benchmark drivers and their data check against a corrupted object (`bench.rs`), two and
+//! three mounts of one file system in the style of Lustre's sanityn (`sanityn.rs`,
+//! `locking.rs`, `opencache.rs`, `data_cache.rs`, `writeback.rs`, `flock.rs`), a
+//! model-checked random operation test on two mounts (`coherence.rs`), racer (`racer.rs`),
+//! and a file per feature (`dne.rs`, `recovery.rs`, `quota.rs`, `qos.rs`, `security.rs`,
+//! ...).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

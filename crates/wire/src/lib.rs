@@ -1,14 +1,53 @@
-//! The Nacre wire format.
+//! The Nacre wire format (docs/wire-protocol.md has the byte layout).
 //!
-//! Every message is a frame: a fixed 48-byte header ([`header::Header`]) protected by its own
-//! crc32c, then a body (a `postcard`-encoded message of one service's enum) protected by a body
-//! crc32c, then optional bulk data (file contents) protected by a bulk crc32c when the sender
-//! asks for it. The header is checked before anything else is read or allocated, so a receiver
-//! never trusts a length it has not bounded. Decoding is total: bad bytes give a [`WireError`],
-//! never a panic.
+//! Every message is a frame: a fixed 48-byte little-endian header (`header::Header`) with
+//! its own crc32c, then a body (a `postcard`-encoded message of one service's enum) with a
+//! body crc32c, then optional bulk data (file contents) with a bulk crc32c when the sender
+//! asks for it (`FLAG_BULK_CHECKSUM`, on by default; `--checksum false` per mount). The
+//! header holds magic `NACR`, version, opcode (`service << 8 | operation`), flags, status,
+//! target (`slot << 16 | index`: the file system's slot and the target's index), body
+//! length, xid, bulk length and the three checksums.
 //!
-//! One message enum per service: [`mgs`], [`mds`], [`oss`], [`failover`]; the ping ([`OP_PING`]) and the
-//! [`selftest`] opcodes belong to the network layer itself.
+//! A receiver checks magic, version, header checksum and both lengths against limits (body
+//! at most 1 MiB, bulk at most the receiver's `max_rpc_size` ceiling of 16 MiB) before it
+//! reads or allocates anything; then the body checksum; then the bulk checksum. Any failure
+//! drops the connection. `Header::check_bulk_chunked` checks a request's bulk chunk by chunk
+//! and keeps each 4 KiB chunk's crc32c for the object store; `Header::seal_known` seals a
+//! reply whose bulk checksum is known already (from the store's own check). Decoding is
+//! total: bad bytes give a `WireError`, never a panic.
+//!
+//! One message enum per service, the opcode's high byte:
+//!
+//! * service 0, the network layer itself: ping (`OP_PING`), discovery (`OP_DISCOVER`) and
+//!   the self-test (`selftest`);
+//! * 1 `mgs`: registration, the configuration (`FsConfig`, OST pools included), target
+//!   events, parameters, nodemaps, quota and QoS traffic with the masters, audit records;
+//! * 2 `mds`: an `MdsCall` (client uuid, lowest xid still unanswered, job id, credentials,
+//!   lock bits wanted) around one `MdsOp`, answered by an `MdsAnswer` (transno,
+//!   `last_committed`, epoch, versions, lock, capabilities) around one `MdsReply`;
+//!   `mds/remote.rs` holds what MDTs send each other, `mds/changelog.rs` changelog records;
+//! * 3 `oss`: an `OssCall` (client uuid, job id, credentials, capability) around one
+//!   `OssRequest`, answered by an `OssReply`; data travels as bulk, never in the body;
+//! * 4 `failover`: take over or release a target of a failover pair;
+//! * 5 `mover`: stage requests (`nacre stage`);
+//! * 6 `api`: the node's client API to local applications.
+//!
+//! Which service pool serves an opcode is said here too: `mds::READPAGE_OPCODES`
+//! (`mdt_readpage`), `oss::IO_OPCODES` (`ost_io`), `oss::CREATE_OPCODES` (`ost_create`), and
+//! the short requests a server serves on its network thread (`mds::INLINE_OPCODES`,
+//! `oss::INLINE_OPCODES`).
+//!
+//! Also here:
+//!
+//! * `nodemap`: nodemaps (address ranges, id mapping both ways) and the set a server process
+//!   enforces, installed by its sync with the MGS;
+//! * `roles`: the roles (client, server, admin) and who may send each opcode;
+//! * `capa`: object capabilities, made by MDTs with opens and checked by OSTs;
+//! * `ring`: the shared-memory layout of the node API's rings (header, entries, buffers);
+//! * `quota`: quota messages between slaves, the master and tools, and the master's grant
+//!   arithmetic (docs/quota.md);
+//! * `qos`: QoS rules, the demand and share messages, and the split of a rate by demand
+//!   (docs/qos.md).
 
 pub mod api;
 pub mod capa;

@@ -37,7 +37,7 @@ pub(crate) struct MkfsArgs {
     /// With --mgs: make no keys (servers then need `--insecure`: any process that reaches
     /// a server's port acts as a client of its address, or as a server from a server's).
     /// `NACRE_INSECURE=1` sets it.
-    #[arg(long, env = "NACRE_INSECURE")]
+    #[arg(long, env = "NACRE_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) no_key: bool,
     /// With --mgs: the level of the keys made (none, integrity, bulk, privacy).
     #[arg(long, default_value = "bulk")]

@@ -175,7 +175,7 @@ pub(crate) struct ServerArgs {
     /// (`DIR/FSNAME.key`): who a peer is then comes from its address alone, and any process
     /// that reaches the port acts as a client (said at every start). Without it, a server
     /// with no key refuses to start. `NACRE_INSECURE=1` sets it.
-    #[arg(long, env = "NACRE_INSECURE")]
+    #[arg(long, env = "NACRE_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) insecure: bool,
     #[command(flatten)]
     pub(crate) targets_opts: TargetOpts,

@@ -35,7 +35,7 @@ pub(crate) struct UpArgs {
     pub(crate) listen: Option<SocketAddr>,
     /// With --listen: serve the port without a key (any local user can then act as a
     /// client of its address; said at every start). `NACRE_INSECURE=1` sets it.
-    #[arg(long, env = "NACRE_INSECURE")]
+    #[arg(long, env = "NACRE_INSECURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) insecure: bool,
     #[command(flatten)]
     pub(crate) client: ClientArgs,
