@@ -1091,7 +1091,8 @@ fn migrate_is_online_for_writers_and_listers(form: Form) {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let created = Arc::new(AtomicUsize::new(0));
-    // A writer creating and renaming files in the directory the whole time.
+    // A writer creating and renaming files in the directory the whole time (its changes
+    // wait while the directory is frozen, and go on after).
     let writer = {
         let (top, stop, created) = (top.clone(), stop.clone(), created.clone());
         std::thread::spawn(move || {
@@ -1109,42 +1110,92 @@ fn migrate_is_online_for_writers_and_listers(form: Form) {
             Ok::<usize, String>(i)
         })
     };
-    // A lister walking it the whole time: every listing complete, without repeats.
+    // A lister walking it the whole time: every listing complete, without repeats. (On the
+    // writer's own mount: while the writer's create is held, the kernel holds the
+    // directory's lock for it, and this mount's listings wait too.)
+    let listing_of = |dir: &std::path::Path| -> Result<usize, String> {
+        let names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("opendir: {e}"))?
+            .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("readdir: {e}"))?;
+        let seeds = names.iter().filter(|n| n.starts_with("seed")).count();
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        if seeds != 1500 || unique.len() != names.len() {
+            return Err(format!(
+                "listing saw {seeds} seeds, {} names, {} unique",
+                names.len(),
+                unique.len()
+            ));
+        }
+        Ok(names.len())
+    };
     let lister = {
         let (top, stop) = (top.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut listings = 0;
             while !stop.load(Ordering::Relaxed) {
-                let names: Vec<String> = std::fs::read_dir(&top)
-                    .map_err(|e| format!("opendir: {e}"))?
-                    .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("readdir: {e}"))?;
-                let seeds = names.iter().filter(|n| n.starts_with("seed")).count();
-                let unique: std::collections::HashSet<_> = names.iter().collect();
-                if seeds != 1500 || unique.len() != names.len() {
-                    return Err(format!(
-                        "listing saw {seeds} seeds, {} names, {} unique",
-                        names.len(),
-                        unique.len()
-                    ));
-                }
+                listing_of(&top)?;
                 listings += 1;
             }
             Ok::<usize, String>(listings)
         })
     };
-    while created.load(Ordering::Relaxed) < 20 {
-        std::thread::sleep(Duration::from_millis(10));
+    nacre_testkit::wait_for("the writer's first files", || {
+        created.load(Ordering::Relaxed) >= 20
+    });
+    // The migration held once its entries are adopted (the directory frozen, the new one
+    // not yet named) until the test lets it go on.
+    let coordinator = fs.server_pids()[0];
+    let pid = coordinator.to_string();
+    let fail_loc = |spec: &str| {
+        nacre_ok(&[
+            "ctl",
+            "--pid",
+            &pid,
+            "set_param",
+            &format!("fail_loc={spec}"),
+        ])
+    };
+    fail_loc("mds.migrate.after_adopt~hold");
+    let migration = {
+        let top = top.clone();
+        std::thread::spawn(move || nacre_ok(&["migrate", "-m", "1", top.to_str().unwrap()]))
+    };
+    nacre_testkit::wait_for("the migration held with its directory frozen", || {
+        nacre_testkit::get_param(Some(coordinator), "fail_fired").trim() != "0"
+    });
+    // Another client, mounted now (nothing of the directory in its caches), finds names
+    // and lists the directory: the MDT serves lookups and listings of a frozen directory.
+    let late = fs.scratch().join("late");
+    std::fs::create_dir_all(&late).unwrap();
+    let other = fs.mount_another(&late, &[]);
+    let there = other.mnt.join("busy");
+    for i in (0..1500).step_by(30) {
+        let p = there.join(format!("seed{i:04}"));
+        let meta = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(
+            meta.is_file() && meta.len() == 4,
+            "{}: {meta:?}",
+            p.display()
+        );
     }
-    let before = created.load(Ordering::Relaxed);
-    nacre_ok(&["migrate", "-m", "1", top.to_str().unwrap()]);
+    let listed = listing_of(&there).unwrap();
+    assert!(!migration.is_finished(), "the migration was not held");
+    fail_loc("0");
+    migration.join().unwrap();
+    drop(other);
     let during = created.load(Ordering::Relaxed);
-    std::thread::sleep(Duration::from_millis(300));
+    nacre_testkit::wait_for("the writer going on after the migration", || {
+        created.load(Ordering::Relaxed) > during + 10
+    });
     stop.store(true, Ordering::Relaxed);
     let made = writer.join().unwrap().unwrap();
     let listings = lister.join().unwrap().unwrap();
-    println!("writer: {before} files before the migration, {during} when it returned, {made} in all; {listings} listings");
+    eprintln!(
+        "during the migration another mount listed {listed} names; {listings} listings \
+         on the writer's mount; {made} files written"
+    );
     assert!(made > during, "the writer goes on after the migration");
     assert_eq!(dir_mdt(&top), 1);
     for i in 0..made {

@@ -7,6 +7,8 @@
 //! check what survived. `NAME@N` fires on the Nth pass of the point only (earlier passes go
 //! on), for a step that the test's own setup also takes. `NAME~MS` does not kill: every
 //! pass sleeps MS milliseconds there, to hold two operations in a chosen interleaving.
+//! `NAME~hold` holds every pass there until the point is disarmed or another is armed (at
+//! most [`HOLD_MS_MAX`]), so a test acts while a step is held, whatever the machine's speed.
 //! A running process is armed or disarmed through its control socket:
 //! `nacre ctl --pid PID set_param fail_loc=oss.write.drop_reply` (Lustre's `fail_loc`);
 //! `fail_loc.fired` counts the armed point's firings. Unarmed, a point costs one atomic load.
@@ -24,7 +26,12 @@ enum Action {
     Kill(u64),
     /// Sleep this many milliseconds on every pass.
     Pause(u64),
+    /// Wait on every pass until the point is disarmed or replaced.
+    Hold,
 }
+
+/// Longest a `NAME~hold` point holds a pass (a test that never disarms it).
+pub const HOLD_MS_MAX: u64 = 600_000;
 
 /// The armed point: its name, action and passes so far.
 struct Armed {
@@ -39,6 +46,10 @@ static ANY: AtomicBool = AtomicBool::new(false);
 static ARMED: RwLock<Option<Armed>> = RwLock::new(None);
 /// How many times an armed point fired (dropped, paused) since it was armed.
 static FIRED: AtomicU64 = AtomicU64::new(0);
+/// Bumped at every arm or disarm: what a held pass waits for.
+static ARMINGS: parking_lot::Mutex<u64> = parking_lot::Mutex::new(0);
+/// Signalled at every arm or disarm.
+static ARMED_CHANGED: parking_lot::Condvar = parking_lot::Condvar::new();
 /// Reads [`FAULT_ENV`] once.
 static FROM_ENV: Once = Once::new();
 
@@ -66,6 +77,9 @@ pub fn arm(spec: &str) {
     ANY.store(armed.is_some(), Ordering::Release);
     *slot = armed;
     FIRED.store(0, Ordering::Relaxed);
+    drop(slot);
+    *ARMINGS.lock() += 1;
+    ARMED_CHANGED.notify_all();
 }
 
 /// The armed point as given (`NAME`, `NAME@N`, `NAME~MS`), empty if none.
@@ -89,6 +103,11 @@ pub fn armed_spec() -> String {
             action: Action::Pause(ms),
             ..
         }) => format!("{name}~{ms}"),
+        Some(Armed {
+            name,
+            action: Action::Hold,
+            ..
+        }) => format!("{name}~hold"),
     }
 }
 
@@ -97,8 +116,11 @@ pub fn fired() -> u64 {
     FIRED.load(Ordering::Relaxed)
 }
 
-/// `NAME`, `NAME@N` (a count that does not parse counts as 1) or `NAME~MS`.
+/// `NAME`, `NAME@N` (a count that does not parse counts as 1), `NAME~MS` or `NAME~hold`.
 fn parse(v: &str) -> (String, Action) {
+    if let Some((name, "hold")) = v.rsplit_once('~') {
+        return (name.to_string(), Action::Hold);
+    }
     if let Some((name, ms)) = v.rsplit_once('~') {
         return (name.to_string(), Action::Pause(ms.parse().unwrap_or(1000)));
     }
@@ -126,6 +148,7 @@ fn pass(name: &str) -> Option<Step> {
     let armed = slot.as_ref().filter(|a| a.name == name)?;
     Some(match armed.action {
         Action::Pause(ms) => Step::Pause(ms),
+        Action::Hold => Step::Hold(*ARMINGS.lock()),
         Action::Kill(nth) => match armed.passes.fetch_add(1, Ordering::Relaxed) + 1 == nth {
             true => Step::Fire,
             false => Step::Pass,
@@ -138,6 +161,23 @@ enum Step {
     Pass,
     Fire,
     Pause(u64),
+    /// Hold until the armings count moves past this one.
+    Hold(u64),
+}
+
+/// Holds the calling thread until the point armed at `armings` is disarmed or replaced (at
+/// most [`HOLD_MS_MAX`]).
+fn hold(name: &str, armings: u64) {
+    tracing::warn!("fault point {name} reached: held until disarmed");
+    FIRED.fetch_add(1, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(HOLD_MS_MAX);
+    let mut now = ARMINGS.lock();
+    while *now == armings {
+        if ARMED_CHANGED.wait_until(&mut now, deadline).timed_out() {
+            tracing::warn!("fault point {name}: held {HOLD_MS_MAX} ms, going on");
+            return;
+        }
+    }
 }
 
 /// Passes a *drop* point `name` (a request or reply a test wants lost): true on the armed
@@ -154,6 +194,10 @@ pub fn hit(name: &str) -> bool {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             false
         }
+        Some(Step::Hold(armings)) => {
+            hold(name, armings);
+            false
+        }
         _ => false,
     }
 }
@@ -166,6 +210,7 @@ pub fn point(name: &str) {
             FIRED.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
+        Some(Step::Hold(armings)) => hold(name, armings),
         Some(Step::Fire) => {
             tracing::warn!("fault point {name} reached: killing this process (SIGKILL)");
             // SAFETY: sending a signal to ourselves.
@@ -181,11 +226,35 @@ pub fn point(name: &str) {
 mod tests {
     #[test]
     fn armed_names_parse_with_and_without_a_pass_count() {
-        use super::Action::{Kill, Pause};
+        use super::Action::{Hold, Kill, Pause};
         assert_eq!(super::parse("a.b"), ("a.b".to_string(), Kill(1)));
         assert_eq!(super::parse("a.b@3"), ("a.b".to_string(), Kill(3)));
         assert_eq!(super::parse("a.b@x"), ("a.b".to_string(), Kill(1)));
         assert_eq!(super::parse("a.b@0"), ("a.b".to_string(), Kill(1)));
         assert_eq!(super::parse("a.b~250"), ("a.b".to_string(), Pause(250)));
+        assert_eq!(super::parse("a.b~hold"), ("a.b".to_string(), Hold));
+    }
+
+    #[test]
+    fn a_held_point_holds_until_disarmed() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        super::arm("test.held~hold");
+        assert_eq!(super::armed_spec(), "test.held~hold");
+        let passed = Arc::new(AtomicBool::new(false));
+        let t = {
+            let passed = passed.clone();
+            std::thread::spawn(move || {
+                super::point("test.held");
+                passed.store(true, Ordering::SeqCst);
+            })
+        };
+        while super::fired() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(!passed.load(Ordering::SeqCst), "went past a held point");
+        super::arm("0");
+        t.join().unwrap();
+        assert!(passed.load(Ordering::SeqCst));
     }
 }
