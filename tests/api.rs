@@ -274,9 +274,14 @@ fn probe_cmd(prefix: &[&str], what: &str, mnt: &std::path::Path) -> Command {
         }
         None => Command::new(&exe),
     };
-    c.args(["--exact", "probe", "--ignored", "--nocapture"])
-        .env("NACRE_API_PROBE", what)
-        .env("NACRE_API_MOUNT", mnt);
+    c.args([
+        "--exact",
+        &nacre_tests::test_name(module_path!(), "probe"),
+        "--ignored",
+        "--nocapture",
+    ])
+    .env("NACRE_API_PROBE", what)
+    .env("NACRE_API_MOUNT", mnt);
     c
 }
 

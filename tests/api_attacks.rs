@@ -210,7 +210,12 @@ fn callers_groups_are_the_kernels_when_they_connected() {
             .unwrap();
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "groups_probe", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            &nacre_tests::test_name(module_path!(), "groups_probe"),
+            "--nocapture",
+        ])
         .env("NACRE_PROBE_MNT", &fs.mnt)
         .output()
         .unwrap();

@@ -110,3 +110,14 @@ pub fn enforced(servers: &[&nacre_testkit::ServerProc]) {
         pids.iter().all(|p| version(*p) >= newest)
     });
 }
+
+/// The full name of test `name` of the suite module `module` (its `module_path!()`), as
+/// the one test binary knows it (`api::probe`): for a test that runs another of its tests in
+/// a process of its own (`--exact NAME --ignored`).
+pub fn test_name(module: &str, name: &str) -> String {
+    let path = module.split_once("::").map_or("", |(_, rest)| rest);
+    match path {
+        "" => name.to_string(),
+        p => format!("{p}::{name}"),
+    }
+}

@@ -532,7 +532,7 @@ fn a_fileset_is_its_clients_whole_file_system() {
         .args([
             "--ignored",
             "--exact",
-            "fileset_probe_with_raw_fids",
+            &nacre_tests::test_name(module_path!(), "fileset_probe_with_raw_fids"),
             "--nocapture",
         ])
         .env("NACRE_PROBE_MGS", &mgs_nid)

@@ -4,7 +4,7 @@
 //! checked from another mount, the namespace checker must be clean, and the servers' thread
 //! counts are recorded.
 //!
-//! Opt-in (heavy for a 2-core CI machine): `cargo test --release --test scale -- --ignored
+//! Opt-in (heavy for a 2-core CI machine): `cargo test --release --test suite -- scale:: --ignored
 //! --nocapture`. Bounded in time: every phase has a deadline.
 
 use nacre_testkit::raw::threads_of;
@@ -20,7 +20,7 @@ const CREATES: usize = 200;
 const RUN_DEADLINE_S: u64 = 600;
 
 #[test]
-#[ignore = "opt-in scale run (24 hosts): cargo test --release --test scale -- --ignored"]
+#[ignore = "opt-in scale run (24 hosts): cargo test --release --test suite -- scale:: --ignored"]
 fn four_mds_four_oss_sixteen_clients_write_and_create_at_once() {
     let started = Instant::now();
     let lab = NetLab::new(MDS_HOSTS + OSS_HOSTS + CLIENTS);

@@ -127,12 +127,22 @@ fn job_stats_attribute_io_to_the_right_job(form: Form) {
     assert_eq!(job_samples(&mdt, "job42", "create"), 1, "{mdt}");
     // jobid_var is a client parameter: procname_uid ignores the environment.
     nacre_ok(&["ctl", "set_param", "ost.stjob-OST0000.job_stats=0"]);
-    let old = nacre_ok(&["ctl", "get_param", "-n", "jobid_var"]);
-    assert!(old.lines().all(|l| l == "SLURM_JOB_ID"), "{old}");
-    nacre_ok(&["ctl", "set_param", "jobid_var=procname_uid"]);
-    std::thread::sleep(std::time::Duration::from_millis(10));
+    // Set on this mount's process only (other tests' mounts run beside it).
+    let client = fs.client_pid().expect("the mount's process").to_string();
+    let jobid_var = |value: Option<&str>| match value {
+        None => nacre_ok(&["ctl", "--pid", &client, "get_param", "-n", "jobid_var"]),
+        Some(v) => nacre_ok(&[
+            "ctl",
+            "--pid",
+            &client,
+            "set_param",
+            &format!("jobid_var={v}"),
+        ]),
+    };
+    assert_eq!(jobid_var(None).trim(), "SLURM_JOB_ID");
+    jobid_var(Some("procname_uid"));
     dd("env SLURM_JOB_ID=job99", "d", 4);
-    nacre_ok(&["ctl", "set_param", "jobid_var=SLURM_JOB_ID"]);
+    jobid_var(Some("SLURM_JOB_ID"));
     let ost = nacre_ok(&["ctl", "get_param", "-n", "ost.stjob-OST0000.job_stats"]);
     assert_eq!(job_samples(&ost, "job99", "write"), 0, "{ost}");
     assert_eq!(job_samples(&ost, "dd.0", "write"), 4, "{ost}");
