@@ -1,0 +1,273 @@
+//! RPCs in flight to the OSTs: a call's window of requests (bounded per OST), each sent
+//! under the client's uuid and capability there, then collected; sent again when the OST
+//! had evicted the client, refused a retired capability, or is recovering.
+
+use crate::rpc_stats::OscRpcStats;
+use crate::{Client, Result};
+use nacre_net::rpc::{decode_reply, request, RpcError};
+use nacre_net::PendingReply;
+use nacre_types::{AlignedBuf, Status};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An RPC in flight: OST, tag, the reply to come, the statistics to tell when it is done,
+/// and the request (sent again, once, if the OST answers that it evicted this client).
+pub(crate) struct Pending {
+    ost: u32,
+    tag: usize,
+    reply: PendingReply,
+    stats: Option<(Arc<OscRpcStats>, bool)>,
+    req: OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+    /// The client's uuid at the OST the request was sent under.
+    uuid: [u8; 16],
+    /// The file whose capability the request carried, if it carried one.
+    capa_fid: Option<nacre_types::Fid>,
+}
+
+/// A reply and its bulk data, or the error.
+pub(crate) type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
+
+/// RPCs in flight for one client call, bounded per OST.
+#[derive(Default)]
+pub(crate) struct Window {
+    pending: VecDeque<Pending>,
+    done: Vec<(usize, Collected)>,
+    client: std::sync::Weak<Client>,
+}
+
+impl Window {
+    pub(super) fn start(
+        &mut self,
+        client: &Client,
+        tag: usize,
+        ost: u32,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+    ) -> Result<()> {
+        self.start_into(client, tag, ost, req, bulk, None)
+    }
+
+    /// [`Window::start`], the reply's bulk received straight into `into` if it arrives
+    /// whole on a TCP link (`Connection::start_into`).
+    pub(super) fn start_into(
+        &mut self,
+        client: &Client,
+        tag: usize,
+        ost: u32,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+        into: Option<AlignedBuf>,
+    ) -> Result<()> {
+        let limit = client.net_config().max_rpcs_in_flight.max(1);
+        if self.client.strong_count() == 0 {
+            self.client = client.me.clone();
+        }
+        while self.pending.iter().filter(|p| p.ost == ost).count() >= limit {
+            let pos = self
+                .pending
+                .iter()
+                .position(|p| p.ost == ost)
+                .expect("pending on ost");
+            let p = self.pending.remove(pos).expect("pending entry");
+            let tag = p.tag;
+            let r = self.collect(p);
+            self.done.push((tag, r));
+        }
+        let pending = Self::send(client, ost, tag, req, bulk, into)?;
+        self.pending.push_back(pending);
+        Ok(())
+    }
+
+    fn send(
+        client: &Client,
+        ost: u32,
+        tag: usize,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+        into: Option<AlignedBuf>,
+    ) -> Result<Pending> {
+        let conn = client.osc(ost)?;
+        let bulk_rpc = match req {
+            OssRequest::Write { .. } => Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64))),
+            OssRequest::Read { len, .. } => Some((false, u64::from(*len))),
+            _ => None,
+        };
+        if let Some((write, bytes)) = bulk_rpc {
+            client.rpc_stats(ost).sent(write, bytes);
+        }
+        let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
+        let uuid = client.ost_uuid(ost);
+        let mut call = OssCall::from_client(uuid, req.clone());
+        call.capa = client.capa_for(ost, req);
+        let capa_fid = call.capa.as_ref().map(|c| c.fid);
+        let mut rpc = request(req.opcode(), ost, &call, bulk.clone());
+        rpc.inline = short;
+        let started = match into {
+            Some(into) => conn.start_into(rpc, into),
+            None => conn.start(rpc),
+        };
+        let reply = started.map_err(|e| crate::ClientError::Rpc(e.into()))?;
+        Ok(Pending {
+            ost,
+            tag,
+            reply,
+            stats: bulk_rpc.map(|(w, _)| (client.rpc_stats(ost), w)),
+            req: req.clone(),
+            bulk,
+            uuid,
+            capa_fid,
+        })
+    }
+
+    /// Waits for one RPC; sent again once, under the client's new uuid, if the OST had
+    /// evicted it (but a write kept behind under a lock: the eviction took the lock, and
+    /// another client may have written there since, so its data is lost, never sent over
+    /// the newer), and again while the OST answers that it is recovering.
+    fn collect(&mut self, p: Pending) -> Collected {
+        let (ost, tag, was, capa_fid) = (p.ost, p.tag, p.uuid, p.capa_fid);
+        let (req, bulk) = (p.req.clone(), p.bulk.clone());
+        let r = collect(p.reply, p.stats);
+        match (&r, self.client.upgrade()) {
+            // The OST refused the capability the request carried (made with a server key a
+            // rotation has retired since, or expired on the way): new ones from the MDT,
+            // and the request sent once more with them.
+            // Not a write kept behind under a lock (its lock may be gone: see below), and
+            // only while the client is the one it was at the OST.
+            (Err(RpcError::Status(Status::Access)), Some(c))
+                if capa_fid.is_some()
+                    && !matches!(req, OssRequest::Write { epoch, .. } if epoch != 0)
+                    && c.ost_uuid(ost) == was =>
+            {
+                let fid = capa_fid.expect("guarded");
+                if let Err(e) = c.renew_capas(fid) {
+                    tracing::debug!("renewing the capabilities of {fid}: {e}");
+                    return r;
+                }
+                match Self::send(&c, ost, tag, &req, bulk, None) {
+                    Ok(again) => collect(again.reply, again.stats),
+                    Err(_) => r,
+                }
+            }
+            (Err(RpcError::Status(Status::Shutdown)), Some(c))
+                if was != crate::datalocks::NO_UUID =>
+            {
+                c.data_evicted(ost, was);
+                if matches!(req, OssRequest::Write { epoch, .. } if epoch != 0) {
+                    return r;
+                }
+                match Self::send(&c, ost, tag, &req, bulk, None) {
+                    Ok(again) => collect(again.reply, again.stats),
+                    Err(_) => r,
+                }
+            }
+            (Err(RpcError::Status(Status::InProgress)), Some(c)) => while_recovering(r, || {
+                let again = Self::send(&c, ost, tag, &req, bulk.clone(), None)
+                    .map_err(|e| RpcError::Status(e.status()))?;
+                collect(again.reply, again.stats)
+            }),
+            _ => r,
+        }
+    }
+
+    /// Waits for everything; results by tag, first error wins.
+    pub(super) fn finish(mut self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
+        while let Some(p) = self.pending.pop_front() {
+            let tag = p.tag;
+            let r = self.collect(p);
+            self.done.push((tag, r));
+        }
+        let mut out = Vec::with_capacity(self.done.len());
+        let mut first_err = None;
+        for (t, r) in std::mem::take(&mut self.done) {
+            match r {
+                Ok((reply, bulk)) => out.push((t, reply, bulk)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e.into()),
+            None => Ok(out),
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        // RPCs abandoned without being collected (read-ahead a reader did not use) still leave
+        // the in-flight count.
+        for p in self.pending.drain(..) {
+            if let Some((s, write)) = p.stats {
+                s.done(write);
+            }
+        }
+    }
+}
+
+fn collect(p: PendingReply, stats: Option<(Arc<OscRpcStats>, bool)>) -> Collected {
+    let reply = p.wait();
+    if let Some((s, write)) = stats {
+        s.done(write);
+    }
+    decode_reply(reply?)
+}
+
+/// Sends one request to OST `ost` under the client's uuid there: the reply to wait for
+/// ([`collect_one`]) and the uuid it was sent under.
+pub(crate) fn send_one(
+    client: &Client,
+    ost: u32,
+    req: &OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+) -> Result<(Pending, [u8; 16])> {
+    let p = Window::send(client, ost, 0, req, bulk, None)?;
+    let uuid = p.uuid;
+    Ok((p, uuid))
+}
+
+/// Waits for a request sent by [`send_one`] (not sent again if the OST evicted the client).
+pub(crate) fn collect_one(p: Pending) -> Collected {
+    collect(p.reply, p.stats)
+}
+
+/// Sends one request to OST `ost` and waits for its answer, sending it again while the OST
+/// is recovering (not if it evicted the client).
+pub(crate) fn call_one(
+    client: &Client,
+    ost: u32,
+    req: &OssRequest,
+    bulk: Option<Arc<AlignedBuf>>,
+) -> Collected {
+    let once = || {
+        let (p, _) =
+            send_one(client, ost, req, bulk.clone()).map_err(|e| RpcError::Status(e.status()))?;
+        collect_one(p)
+    };
+    while_recovering(once(), once)
+}
+
+/// Longest a request is sent again to an OST answering that it is recovering (its window
+/// is 60 s: nacre_oss::recovery::RECOVERY_MS).
+pub const OST_RECOVERY_WAIT_MS_MAX: u64 = 120_000;
+const RECOVERY_PAUSE_MS_MIN: u64 = 10;
+const RECOVERY_PAUSE_MS_MAX: u64 = 500;
+
+/// `first`, or while it (and each next answer) says the OST is recovering (`EINPROGRESS`:
+/// its clients of before are taking their locks back), what `again` gets after a pause
+/// that grows up to [`RECOVERY_PAUSE_MS_MAX`], for at most [`OST_RECOVERY_WAIT_MS_MAX`].
+fn while_recovering(first: Collected, mut again: impl FnMut() -> Collected) -> Collected {
+    let recovering = |r: &Collected| matches!(r, Err(RpcError::Status(Status::InProgress)));
+    let deadline = std::time::Instant::now() + Duration::from_millis(OST_RECOVERY_WAIT_MS_MAX);
+    let mut pause = RECOVERY_PAUSE_MS_MIN;
+    let mut r = first;
+    while recovering(&r) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(pause));
+        pause = (pause * 2).min(RECOVERY_PAUSE_MS_MAX);
+        r = again();
+    }
+    r
+}
