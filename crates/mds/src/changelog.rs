@@ -32,10 +32,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Records by number.
-pub const CHANGELOG: &str = "changelog";
-/// Registered consumers by id.
-pub const CHANGELOG_USERS: &str = "changelog_users";
+pub use crate::records::{CHANGELOG, CHANGELOG_USERS};
+
 /// Default of `changelog_records_max`: how far (records) a consumer may fall behind before
 /// it is deregistered. A record takes about 100 to 400 bytes on the MDT (names, job id).
 pub const CHANGELOG_RECORDS_MAX_DEFAULT: u64 = 20_000_000;

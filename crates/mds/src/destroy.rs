@@ -10,8 +10,7 @@ use nacre_kv::Batch;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
-use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,98 +19,6 @@ use std::time::Duration;
 pub const DESTROY_BATCH_MAX: usize = 512;
 /// Retry period when an OST is unreachable.
 pub const DESTROY_RETRY_MS: u64 = 2_000;
-
-/// Objects whose size is remembered at most, queued or about to be (past it, sizes are
-/// forgotten: the space they will free is not counted).
-pub const DESTROY_SIZES_MAX: usize = 1_048_576;
-
-/// The space destroys queued and not yet done will free, per OST: pool fill levels (pool
-/// spilling, policies) count it as free already, so nothing acting on them overshoots. The
-/// sizes are the files' at their removal (exact where the MDT knows them, else its hint)
-/// and are not stored: destroys queued before a restart count as freeing nothing.
-#[derive(Default)]
-pub struct DestroySpace {
-    state: Mutex<SpaceState>,
-}
-
-#[derive(Default)]
-struct SpaceState {
-    /// Objects of removals not yet committed: their sizes.
-    hints: HashMap<(u32, ObjectId), u64>,
-    /// Objects queued for destruction: their sizes.
-    queued: HashMap<(u32, ObjectId), u64>,
-    /// Bytes queued per OST.
-    by_ost: HashMap<u32, u64>,
-}
-
-impl DestroySpace {
-    /// `object` on `ost`, of a file being removed, holds `bytes`.
-    pub fn hint(&self, ost: u32, object: ObjectId, bytes: u64) {
-        let mut s = self.state.lock();
-        if s.hints.len() >= DESTROY_SIZES_MAX {
-            // Removals that never committed left their hints: start over.
-            s.hints.clear();
-        }
-        s.hints.insert((ost, object), bytes);
-    }
-
-    /// `objects` were queued for destruction (their removal committed).
-    pub fn queued(&self, objects: &[(u32, ObjectId)]) {
-        let mut s = self.state.lock();
-        for o in objects {
-            let Some(bytes) = s.hints.remove(o) else {
-                continue;
-            };
-            if s.queued.len() < DESTROY_SIZES_MAX && s.queued.insert(*o, bytes).is_none() {
-                *s.by_ost.entry(o.0).or_default() += bytes;
-            }
-        }
-    }
-
-    /// `objects` of `ost` are destroyed.
-    pub fn done(&self, ost: u32, objects: &[ObjectId]) {
-        let mut s = self.state.lock();
-        for o in objects {
-            if let Some(bytes) = s.queued.remove(&(ost, *o)) {
-                let left = s
-                    .by_ost
-                    .get(&ost)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_sub(bytes);
-                if left == 0 {
-                    s.by_ost.remove(&ost);
-                } else {
-                    s.by_ost.insert(ost, left);
-                }
-            }
-        }
-    }
-
-    /// Bytes that destroys queued on `ost` will free.
-    pub fn pending(&self, ost: u32) -> u64 {
-        self.state.lock().by_ost.get(&ost).copied().unwrap_or(0)
-    }
-
-    /// (OST, bytes queued on it), for every OST with some, by OST.
-    pub fn by_ost(&self) -> Vec<(u32, u64)> {
-        let mut v: Vec<(u32, u64)> = self
-            .state
-            .lock()
-            .by_ost
-            .iter()
-            .map(|(o, b)| (*o, *b))
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// (objects whose size is known, bytes) queued on all OSTs.
-    pub fn total(&self) -> (usize, u64) {
-        let s = self.state.lock();
-        (s.queued.len(), s.by_ost.values().sum())
-    }
-}
 
 /// One pass: destroys what is queued; returns the number of objects destroyed.
 pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
@@ -161,11 +68,48 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
     Ok(done)
 }
 
+/// Files the MDT glimpses per pass.
+pub const SIZE_GLIMPSES_PER_PASS_MAX: usize = 256;
+
+/// One pass of the MDT's own glimpses: asks the OSTs the sizes of changed files no one writes
+/// any more; returns how many were learned. A file whose OST cannot be asked stays unknown
+/// (clients glimpse it) until a write handle of it closes again.
+pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
+    use nacre_net::rpc::call;
+    use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+    let mut learned = 0;
+    for (fid, generation) in mdt.sizes.to_glimpse(SIZE_GLIMPSES_PER_PASS_MAX) {
+        let Ok(Some(layout)) = mdt.inode(fid).map(|r| r.layout) else {
+            continue;
+        };
+        let mut objects = Vec::with_capacity(layout.objects.len());
+        for (stripe, o) in layout.objects.iter().enumerate() {
+            let Some(conn) = mdt.osts.conn(o.ost) else {
+                break;
+            };
+            let req = OssRequest::Glimpse { object: o.object };
+            match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::server(req)) {
+                Ok(OssReply::ObjectAttr { size, blocks }) => objects.push((stripe, size, blocks)),
+                _ => break,
+            }
+        }
+        // Every object answered, with sizes a file can have: the size is known.
+        if objects.len() == layout.objects.len() {
+            if let Some((size, blocks)) = layout.file_size_from_objects(objects) {
+                if mdt.sizes.learned(fid, generation, size, blocks) {
+                    learned += 1;
+                }
+            }
+        }
+    }
+    learned
+}
+
 /// Runs the destroy loop until `stop` is set; it also evicts silent clients (which may
 /// queue destroys), checking every [`DESTROY_RETRY_MS`] at most.
 pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
-        if let Err(e) = crate::export::evict_silent(&mdt) {
+        if let Err(e) = crate::eviction::evict_silent(&mdt) {
             tracing::warn!("{}: eviction: {e}", mdt.label.name());
         }
         // A recovery window nobody replays in still closes on time.
@@ -180,7 +124,7 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
                 0
             }
         };
-        let sizes = crate::sizes::glimpse_pending(&mdt);
+        let sizes = glimpse_pending(&mdt);
         let more = matches!(destroy_pending(&mdt), Ok(n) if n > 0) || owners > 0 || sizes > 0;
         if more {
             continue;
@@ -194,28 +138,5 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
                 .0;
         }
         *kicked = false;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn space_is_pending_from_the_queue_to_the_destroy() {
-        let d = DestroySpace::default();
-        let o = |id| ObjectId { seq: 0, id };
-        d.hint(1, o(1), 100);
-        d.hint(1, o(2), 50);
-        d.hint(2, o(3), 7);
-        assert_eq!(d.pending(1), 0, "not committed yet");
-        d.queued(&[(1, o(1)), (1, o(2)), (2, o(3)), (2, o(9))]);
-        assert_eq!((d.pending(1), d.pending(2)), (150, 7));
-        assert_eq!(d.total(), (3, 157));
-        d.done(1, &[o(1), o(1)]);
-        assert_eq!(d.pending(1), 50);
-        d.done(1, &[o(2)]);
-        d.done(2, &[o(3)]);
-        assert_eq!(d.total(), (0, 0));
     }
 }

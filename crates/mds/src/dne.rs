@@ -11,7 +11,7 @@
 
 use crate::mdt::{kv_err, Mdt, Tx};
 use crate::ops::dne_ops::*;
-use crate::records::{encode, IntentRecord, SavedReply, INTENTS};
+use crate::records::{encode, reply_key, IntentRecord, SavedReply, INTENTS, REPLIES};
 use nacre_net::fault;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::Outgoing;
@@ -67,6 +67,45 @@ pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
         body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno: 0,
         pre_versions: Vec::new(),
+    }
+}
+
+/// The saved reply of (client, xid), if the request was executed before: a resend is
+/// answered with it instead of running again. A reply to a cross-MDT operation still in
+/// progress (its intent pending) waits for the operation to end first.
+pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outgoing> {
+    let known = mdt.begin().has_saved_reply(client, xid);
+    known.then(|| reconstruct(mdt, client, xid))
+}
+
+/// The saved reply of (client, xid), known to exist, after any cross-MDT operation of that
+/// request still pending has ended (called without the write lock: finishing takes it).
+pub(crate) fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
+    let pending: Vec<_> = mdt
+        .intents
+        .lock()
+        .expect("intents")
+        .iter()
+        .filter(|(_, i)| i.reply_to == Some((*client, xid)))
+        .map(|(f, _)| *f)
+        .collect();
+    for fid in pending {
+        let _ = finish(mdt, fid, std::time::Duration::from_millis(PEER_WAIT_MS_MAX));
+    }
+    match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
+        Ok(Some(saved)) => match crate::records::decode_saved(&saved) {
+            Ok(saved) => {
+                tracing::debug!("reconstructed reply for xid {xid}");
+                Outgoing {
+                    status: Status::from_code(saved.status),
+                    body: saved.body,
+                    bulk: None,
+                }
+            }
+            Err(s) => Outgoing::error(s),
+        },
+        Ok(None) => Outgoing::error(Status::Io),
+        Err(e) => Outgoing::error(kv_err(e)),
     }
 }
 
@@ -186,7 +225,7 @@ pub(crate) fn start_removal(
             drop(tx);
             // Finished by recovery since we looked (its reply is saved), or changed by
             // another request.
-            return crate::saved_reply(mdt, &call.client, xid)
+            return saved_reply(mdt, &call.client, xid)
                 .unwrap_or_else(|| Outgoing::error(Status::InProgress));
         }
         Err(s) => return Outgoing::error(s),
@@ -220,9 +259,10 @@ pub(crate) fn run_intent(
     fault::point(fault_name);
     match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
         Err(Status::Again) => Outgoing::error(Status::InProgress),
-        Err(s) => crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
-        Ok(()) => crate::saved_reply(mdt, &call.client, xid)
-            .unwrap_or_else(|| Outgoing::error(Status::Io)),
+        Err(s) => saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
+        Ok(()) => {
+            saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(Status::Io))
+        }
     }
 }
 
@@ -274,7 +314,7 @@ pub(crate) fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outg
             }
         }
     }
-    Some(crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(Status::Io)))
+    Some(saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(Status::Io)))
 }
 
 /// Drives intent `fid` to its end: sends the remote update until the remote MDT answers

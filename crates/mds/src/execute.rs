@@ -3,54 +3,12 @@
 //! reconstruction for resends, and replays after a restart.
 
 use crate::*;
+use dne::saved_reply;
 use mdt::{kv_err, note_modification, Mdt};
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use records::{reply_key, SavedReply, REPLIES};
-
-/// The saved reply of (client, xid), if the request was executed before: a resend is
-/// answered with it instead of running again. A reply to a cross-MDT operation still in
-/// progress (its intent pending) waits for the operation to end first.
-pub(crate) fn saved_reply(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Option<Outgoing> {
-    let known = mdt.begin().has_saved_reply(client, xid);
-    known.then(|| reconstruct(mdt, client, xid))
-}
-
-/// The saved reply of (client, xid), known to exist, after any cross-MDT operation of that
-/// request still pending has ended (called without the write lock: finishing takes it).
-pub(crate) fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
-    let pending: Vec<_> = mdt
-        .intents
-        .lock()
-        .expect("intents")
-        .iter()
-        .filter(|(_, i)| i.reply_to == Some((*client, xid)))
-        .map(|(f, _)| *f)
-        .collect();
-    for fid in pending {
-        let _ = dne::finish(
-            mdt,
-            fid,
-            std::time::Duration::from_millis(dne::PEER_WAIT_MS_MAX),
-        );
-    }
-    match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
-        Ok(Some(saved)) => match records::decode_saved(&saved) {
-            Ok(saved) => {
-                tracing::debug!("reconstructed reply for xid {xid}");
-                Outgoing {
-                    status: Status::from_code(saved.status),
-                    body: saved.body,
-                    bulk: None,
-                }
-            }
-            Err(s) => Outgoing::error(s),
-        },
-        Ok(None) => Outgoing::error(Status::Io),
-        Err(e) => Outgoing::error(kv_err(e)),
-    }
-}
 
 pub(crate) fn commit(
     mdt: &Mdt,
@@ -85,48 +43,6 @@ pub(crate) fn commit(
             bulk: None,
         },
         None => to_outgoing(result),
-    }
-}
-
-/// True if `op` would change an inode a directory migration holds here (the inode itself,
-/// the directory of a name, or the inode an entry it renames or removes names).
-pub(crate) fn held_by_migration(mdt: &Mdt, op: &MdsOp) -> bool {
-    use nacre_wire::mds::RemoteUpdate;
-    let frozen = mdt.frozen.lock().expect("frozen");
-    if frozen.is_empty() {
-        return false;
-    }
-    let named = |parent: &Fid, name: &[u8]| {
-        mdt.lookup(*parent, name)
-            .ok()
-            .flatten()
-            .is_some_and(|d| frozen.contains(&d.fid))
-    };
-    if let MdsOp::Open { fid, .. } = op {
-        // A migrating directory may be opened (listed); its files may not.
-        return frozen.contains(fid) && !mdt.intents.lock().expect("intents").contains_key(fid);
-    }
-    if op.key_fid().is_some_and(|f| frozen.contains(&f)) {
-        return true;
-    }
-    match op {
-        MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => named(parent, name),
-        MdsOp::Rename {
-            src_parent,
-            src_name,
-            dst_parent,
-            dst_name,
-            ..
-        } => {
-            frozen.contains(dst_parent)
-                || named(src_parent, src_name)
-                || (dst_parent.mdt_index() == mdt.label.index && named(dst_parent, dst_name))
-        }
-        MdsOp::Link { fid, parent, .. } => frozen.contains(fid) || frozen.contains(parent),
-        MdsOp::Update(RemoteUpdate::InsertEntry { parent, name, .. }) => {
-            frozen.contains(parent) || named(parent, name)
-        }
-        _ => false,
     }
 }
 
@@ -225,7 +141,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))
         && !matches!(call.op, MdsOp::Close { .. } | MdsOp::Migrate { .. });
     let _gate = gated.then(|| mdt.gate.read().expect("gate"));
-    if gated && held_by_migration(mdt, &call.op) {
+    if gated && mdt.held_by_migration(&call.op) {
         return Outgoing::error(Status::InProgress);
     }
     // Inodes within quotas, checked before the request runs (a resend of one that ran is
@@ -378,12 +294,12 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
                 && opens.iter().map(|r| u64::from(r.handles)).sum::<u64>()
                     <= nacre_wire::mds::REOPEN_HANDLES_MAX =>
         {
-            let done = export::reopen(mdt, &call.client, &call.cred, opens);
+            let done = eviction::reopen(mdt, &call.client, &call.cred, opens);
             to_outgoing(done.map(|()| MdsReply::Done))
         }
         MdsOp::Reopen { .. } => Outgoing::error(Status::TooBig),
         MdsOp::Disconnect => {
-            to_outgoing(export::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
+            to_outgoing(eviction::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
         }
         MdsOp::Update(u) => to_outgoing(crate::ops::remote_update::apply(mdt, u)),
         MdsOp::ReadDirPlus { fid, after, count } => to_outgoing(ops::readdir::plus(

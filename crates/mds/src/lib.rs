@@ -17,7 +17,9 @@ pub mod atime;
 pub mod capas;
 pub mod changelog;
 pub mod destroy;
+pub mod destroy_space;
 pub mod dne;
+pub mod eviction;
 mod execute;
 pub mod export;
 pub mod fileset;
@@ -100,7 +102,7 @@ impl MdsHandler {
 
     /// Evicts, on every MDT served here, the clients whose key was revoked.
     pub fn evict_revoked(&self) -> usize {
-        self.all().iter().map(|m| export::evict_revoked(m)).sum()
+        self.all().iter().map(|m| eviction::evict_revoked(m)).sum()
     }
 
     /// Every MDT served here.

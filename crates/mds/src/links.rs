@@ -14,13 +14,7 @@ use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::changelog::FID_LINKS_MAX;
 use nacre_wire::mds::MdsReply;
 
-/// The index.
-pub const LINKS: &str = "links";
-
-/// The key of `fid`'s link from `parent` by `name`.
-pub fn link_key(fid: Fid, parent: Fid, name: &[u8]) -> Vec<u8> {
-    crate::records::remote_link_key(fid, parent, name)
-}
+pub use crate::records::{link_key, LINKS};
 
 /// `FidLinks`: the (directory, name) pairs of this MDT naming `fid`, and the striped
 /// directory `fid` is a shard of, if it is one (a shard has no name of its own).

@@ -154,7 +154,7 @@ pub(crate) fn revoke_for<'a>(
     let revoke = |t: &[(Fid, u8)]| {
         let hold = mdt.ldlm.revoke(Some(&call.client), t);
         for c in &hold.late {
-            crate::export::evict_now(mdt, c, "did not cancel a called-back lock in time");
+            crate::eviction::evict_now(mdt, c, "did not cancel a called-back lock in time");
         }
         hold
     };
@@ -171,25 +171,6 @@ pub(crate) fn revoke_for<'a>(
         hold = revoke(&t);
     }
     Some(hold)
-}
-
-/// Grants `client` `bits` of `fid` if it can: a regular file's UPDATE only while no other
-/// client writes it. Checked after the grant: an open for writing registers its writer
-/// before its revocation ends, so either the check sees it or the revocation calls the
-/// new lock back.
-pub(crate) fn grant(mdt: &Mdt, client: &[u8; 16], fid: Fid, bits: u8) -> Option<(LockRef, bool)> {
-    let (lock, new) = mdt.ldlm.try_grant(client, fid, bits)?;
-    if lock.bits & UPDATE != 0 && mdt.sizes.written_by_others(fid, client) {
-        if new {
-            mdt.ldlm.release(client, lock.handle);
-        }
-        let rest = lock.bits & !UPDATE;
-        if rest == 0 {
-            return None;
-        }
-        return mdt.ldlm.try_grant(client, fid, rest);
-    }
-    Some((lock, new))
 }
 
 /// The entry a reply names, if it is one.
@@ -212,7 +193,7 @@ fn granted_with(
     bits: u8,
     run: impl FnOnce() -> Outgoing,
 ) -> (Outgoing, Option<LockRef>) {
-    let Some((lock, new)) = grant(mdt, &call.client, fid, bits) else {
+    let Some((lock, new)) = mdt.grant_lock(&call.client, fid, bits) else {
         return (run(), None);
     };
     let out = run();
@@ -269,7 +250,7 @@ pub(crate) fn with_intent(
         MdsOp::Lookup { parent, .. }
             if bits & UPDATE != 0 && parent.mdt_index() == mdt.label.index =>
         {
-            grant(mdt, &call.client, *parent, UPDATE)
+            mdt.grant_lock(&call.client, *parent, UPDATE)
         }
         _ => None,
     };
@@ -285,7 +266,7 @@ pub(crate) fn with_intent(
     let Some((fid, _)) = entry_of(&out) else {
         return (out, None);
     };
-    let Some((lock, new)) = grant(mdt, &call.client, fid, bits) else {
+    let Some((lock, new)) = mdt.grant_lock(&call.client, fid, bits) else {
         return (out, None);
     };
     // Read again under the lock: the name must still lead to the inode, and the reply
@@ -343,7 +324,7 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
         Box::new(move |late| {
             if let Some(m) = weak.upgrade() {
                 for c in &late {
-                    crate::export::evict_now(&m, c, "did not cancel a called-back lock in time");
+                    crate::eviction::evict_now(&m, c, "did not cancel a called-back lock in time");
                 }
             }
             req.resubmit();

@@ -5,10 +5,11 @@ use crate::osp::OstPool;
 use crate::records::*;
 pub use crate::tx::Tx;
 use nacre_kv::{Batch, KvStore};
+use nacre_ldlm::msg::{LockRef, UPDATE};
 use nacre_osd::Label;
-use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Owner, Status, TimeSpec};
+use nacre_wire::mds::MdsOp;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -60,8 +61,8 @@ pub struct Mdt {
     pub destroy_signal: (Mutex<bool>, Condvar),
     /// Objects whose destruction is committed but not yet done on the OSTs.
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
-    /// The space those destroys will free (destroy.rs).
-    pub destroy_space: crate::destroy::DestroySpace,
+    /// The space those destroys will free (destroy_space.rs).
+    pub destroy_space: crate::destroy_space::DestroySpace,
     /// Fileset roots resolved and inodes found inside them (fileset.rs).
     pub filesets: crate::fileset::Filesets,
     /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
@@ -158,6 +159,38 @@ pub struct ReplayCtx {
 /// at their next request, or ping within 25 s).
 pub const ORPHAN_GRACE_MS: u64 = 60_000;
 
+/// How `mkdir -i -1` places a new directory (`mdt.*.mkdir_placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// By free inodes, as Lustre's mkdir QoS: round-robin while the MDTs' free inodes differ
+    /// by under 17% of the most, else drawn at random weighted by free inodes.
+    Space,
+    /// Round-robin over the MDTs.
+    RoundRobin,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Placement, String> {
+        match s.trim() {
+            "space" => Ok(Placement::Space),
+            "round_robin" | "round-robin" => Ok(Placement::RoundRobin),
+            other => Err(format!(
+                "mkdir_placement '{other}': use space or round_robin"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Placement::Space => "space",
+            Placement::RoundRobin => "round_robin",
+        })
+    }
+}
+
 impl Mdt {
     /// Opens an MDT on its store; creates the root directory on first start.
     pub fn open(
@@ -242,7 +275,7 @@ impl Mdt {
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
-            destroy_space: crate::destroy::DestroySpace::default(),
+            destroy_space: crate::destroy_space::DestroySpace::default(),
             filesets: crate::fileset::Filesets::default(),
             owners_pending: AtomicU64::new(
                 match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
@@ -456,20 +489,18 @@ impl Mdt {
     }
 
     /// How `mkdir -i -1` places new directories.
-    pub fn mkdir_placement(&self) -> crate::ops::mkdir_remote::Placement {
+    pub fn mkdir_placement(&self) -> Placement {
         if self.mkdir_round_robin.load(Ordering::Relaxed) {
-            crate::ops::mkdir_remote::Placement::RoundRobin
+            Placement::RoundRobin
         } else {
-            crate::ops::mkdir_remote::Placement::Space
+            Placement::Space
         }
     }
 
     /// Sets the `mkdir -i -1` placement.
-    pub fn set_mkdir_placement(&self, p: crate::ops::mkdir_remote::Placement) {
-        self.mkdir_round_robin.store(
-            p == crate::ops::mkdir_remote::Placement::RoundRobin,
-            Ordering::Relaxed,
-        );
+    pub fn set_mkdir_placement(&self, p: Placement) {
+        self.mkdir_round_robin
+            .store(p == Placement::RoundRobin, Ordering::Relaxed);
     }
 
     /// Sets `sync_on_reply`.
@@ -583,9 +614,18 @@ impl Mdt {
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
         match self.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
             Some(v) => decode(&v),
-            None if crate::migrate::moved_to(self, fid)?.is_some() => Err(Status::Stale),
+            None if self.moved_to(fid)?.is_some() => Err(Status::Stale),
             None => Err(Status::NoEnt),
         }
+    }
+
+    /// Reads the record of the inode `fid` moved to, if a migration moved it.
+    pub fn moved_to(&self, fid: Fid) -> Result<Option<Fid>, Status> {
+        Ok(self
+            .kv
+            .get(MOVED, &fid.to_key())
+            .map_err(kv_err)?
+            .and_then(|v| Fid::from_key(&v)))
     }
 
     /// Looks a name up in a directory.
@@ -597,6 +637,49 @@ impl Mdt {
         {
             Some(v) => Ok(Some(decode(&v)?)),
             None => Ok(None),
+        }
+    }
+
+    /// True if `op` would change an inode a directory migration holds here (the inode itself,
+    /// the directory of a name, or the inode an entry it renames or removes names).
+    pub(crate) fn held_by_migration(&self, op: &MdsOp) -> bool {
+        use nacre_wire::mds::RemoteUpdate;
+        let frozen = self.frozen.lock().expect("frozen");
+        if frozen.is_empty() {
+            return false;
+        }
+        let named = |parent: &Fid, name: &[u8]| {
+            self.lookup(*parent, name)
+                .ok()
+                .flatten()
+                .is_some_and(|d| frozen.contains(&d.fid))
+        };
+        if let MdsOp::Open { fid, .. } = op {
+            // A migrating directory may be opened (listed); its files may not.
+            return frozen.contains(fid)
+                && !self.intents.lock().expect("intents").contains_key(fid);
+        }
+        if op.key_fid().is_some_and(|f| frozen.contains(&f)) {
+            return true;
+        }
+        match op {
+            MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => named(parent, name),
+            MdsOp::Rename {
+                src_parent,
+                src_name,
+                dst_parent,
+                dst_name,
+                ..
+            } => {
+                frozen.contains(dst_parent)
+                    || named(src_parent, src_name)
+                    || (dst_parent.mdt_index() == self.label.index && named(dst_parent, dst_name))
+            }
+            MdsOp::Link { fid, parent, .. } => frozen.contains(fid) || frozen.contains(parent),
+            MdsOp::Update(RemoteUpdate::InsertEntry { parent, name, .. }) => {
+                frozen.contains(parent) || named(parent, name)
+            }
+            _ => false,
         }
     }
 
@@ -627,6 +710,30 @@ impl Mdt {
     /// True if some client has the inode open.
     pub fn is_open(&self, fid: Fid) -> bool {
         self.opens.lock().expect("opens").contains_key(&fid)
+    }
+
+    /// Grants `client` `bits` of `fid` if it can: a regular file's UPDATE only while no other
+    /// client writes it. Checked after the grant: an open for writing registers its writer
+    /// before its revocation ends, so either the check sees it or the revocation calls the
+    /// new lock back.
+    pub(crate) fn grant_lock(
+        &self,
+        client: &[u8; 16],
+        fid: Fid,
+        bits: u8,
+    ) -> Option<(LockRef, bool)> {
+        let (lock, new) = self.ldlm.try_grant(client, fid, bits)?;
+        if lock.bits & UPDATE != 0 && self.sizes.written_by_others(fid, client) {
+            if new {
+                self.ldlm.release(client, lock.handle);
+            }
+            let rest = lock.bits & !UPDATE;
+            if rest == 0 {
+                return None;
+            }
+            return self.ldlm.try_grant(client, fid, rest);
+        }
+        Some((lock, new))
     }
 
     /// Wakes the destroy thread.
@@ -793,32 +900,6 @@ fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64
         }
     }
     Ok(out)
-}
-
-/// Fills the unset fields of `spec` from `base`.
-pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
-    StripeSpec {
-        stripe_count: if spec.stripe_count != 0 {
-            spec.stripe_count
-        } else {
-            base.stripe_count
-        },
-        stripe_size: if spec.stripe_size != 0 {
-            spec.stripe_size
-        } else {
-            base.stripe_size
-        },
-        start_ost: if spec.start_ost >= 0 {
-            spec.start_ost
-        } else {
-            base.start_ost
-        },
-        pool: if spec.pool.is_none() {
-            base.pool
-        } else {
-            spec.pool
-        },
-    }
 }
 
 /// Advances the modification counter (statistics).

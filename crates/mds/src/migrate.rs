@@ -93,7 +93,7 @@ pub fn start(
     name: &[u8],
     target: u32,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = crate::dne::saved_reply(mdt, &call.client, xid) {
         return out;
     }
     if let Some(out) = crate::dne::resume_request(mdt, call, xid) {
@@ -109,10 +109,9 @@ pub fn start(
                 Duration::from_millis(crate::dne::PEER_WAIT_MS_MAX),
             ) {
                 Err(Status::Again) => Outgoing::error(Status::InProgress),
-                Err(s) => {
-                    crate::saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s))
-                }
-                Ok(()) => crate::saved_reply(mdt, &call.client, xid)
+                Err(s) => crate::dne::saved_reply(mdt, &call.client, xid)
+                    .unwrap_or_else(|| Outgoing::error(s)),
+                Ok(()) => crate::dne::saved_reply(mdt, &call.client, xid)
                     .unwrap_or_else(|| Outgoing::error(Status::Io)),
             }
         }
@@ -659,13 +658,4 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
         _ => "mds.update_repoint.after_commit_before_reply",
     });
     Ok(reply)
-}
-
-/// Reads the record of the inode `fid` moved to, if a migration moved it.
-pub fn moved_to(mdt: &Mdt, fid: Fid) -> Result<Option<Fid>, Status> {
-    Ok(mdt
-        .kv
-        .get(MOVED, &fid.to_key())
-        .map_err(kv_err)?
-        .and_then(|v| Fid::from_key(&v)))
 }

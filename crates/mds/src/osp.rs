@@ -6,7 +6,6 @@
 //! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin;
 //! otherwise they are drawn at random, weighted by available bytes.
 
-use crate::mdt::merge_spec;
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
 use nacre_types::layout::StripeSpec;
@@ -398,6 +397,32 @@ impl OstPool {
                 .collect());
         }
         Ok(weighted_pick(&indices, &avail, count))
+    }
+}
+
+/// Fills the unset fields of `spec` from `base`.
+pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
+    StripeSpec {
+        stripe_count: if spec.stripe_count != 0 {
+            spec.stripe_count
+        } else {
+            base.stripe_count
+        },
+        stripe_size: if spec.stripe_size != 0 {
+            spec.stripe_size
+        } else {
+            base.stripe_size
+        },
+        start_ost: if spec.start_ost >= 0 {
+            spec.start_ost
+        } else {
+            base.start_ost
+        },
+        pool: if spec.pool.is_none() {
+            base.pool
+        } else {
+            spec.pool
+        },
     }
 }
 

@@ -13,6 +13,7 @@
 //! non-root caller. Replays are not checked again: they were checked when first run.
 
 use crate::mdt::Mdt;
+use crate::ops::create::{allow, claims};
 use nacre_types::cred::{permits, MAY_EXEC, MAY_READ, MAY_WRITE};
 use nacre_types::{Attr, Cred, Fid, FileKind, SetAttr, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
@@ -20,8 +21,6 @@ use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 /// The sticky bit (`S_ISVTX`): in such a directory only the owner of an entry, of the
 /// directory, or root may remove or rename the entry.
 const STICKY: u32 = 0o1000;
-/// Set-group-id (`S_ISGID`).
-const SGID: u32 = 0o2000;
 
 std::thread_local! {
     /// Set while [`refuses`] asks: a refusal is not counted or logged then (the request's
@@ -196,14 +195,6 @@ fn beyond_kernel(mdt: &Mdt, call: &MdsCall, what: &str, denied: Status) -> Statu
     denied
 }
 
-fn allow(ok: bool, denied: Status) -> Result<(), Status> {
-    if ok {
-        Ok(())
-    } else {
-        Err(denied)
-    }
-}
-
 fn permits_attr(cred: &Cred, a: &Attr, want: u8) -> bool {
     permits(
         cred,
@@ -259,13 +250,6 @@ fn need_dir(mdt: &Mdt, cred: &Cred, dir: Fid) -> Result<Attr, Status> {
         }
         None => Err(Status::NoEnt),
     }
-}
-
-/// A new inode's owner and group as the caller asks them: its own uid, and a group it is in
-/// (a set-group-id directory gives its own group whatever is asked).
-pub(crate) fn claims(cred: &Cred, dir: &Attr, uid: u32, gid: u32) -> Result<(), Status> {
-    let gid_ok = cred.in_group(gid) || dir.perm & SGID != 0;
-    allow(uid == cred.uid && gid_ok, Status::Perm)
 }
 
 /// Whether the caller may remove `name` from `dir` (the sticky rule); returns what it names.

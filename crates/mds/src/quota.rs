@@ -10,8 +10,7 @@ use nacre_kv::{Batch, KvStore};
 use nacre_types::{Owner, QuotaId, Status};
 use std::collections::HashMap;
 
-/// The table.
-pub const QUOTA_USAGE: &str = "quota_usage";
+pub use crate::records::QUOTA_USAGE;
 
 /// Inodes counted per id.
 pub type Counts = HashMap<QuotaId, u64>;

@@ -70,13 +70,23 @@ pub const CLIENTS: &str = "clients";
 /// Ownership changes of OST objects not yet made on their OSTs (owners.rs): destroy-style key
 /// (OST, object) → the [`nacre_types::Owner`] bytes.
 pub const OWNERS: &str = "owners";
+/// Inodes per user, group and project (quota.rs).
+pub const QUOTA_USAGE: &str = "quota_usage";
+/// Online file migrations in progress (relayout.rs).
+pub const RELAYOUTS: &str = "relayouts";
+/// Changelog records by number (changelog.rs).
+pub const CHANGELOG: &str = "changelog";
+/// Registered changelog consumers by id (changelog.rs).
+pub const CHANGELOG_USERS: &str = "changelog_users";
+/// The link index: the entries naming each inode (links.rs).
+pub const LINKS: &str = "links";
 /// Every table of an MDT.
 pub const TABLES: [&str; 20] = [
-    crate::quota::QUOTA_USAGE,
-    crate::relayout::RELAYOUTS,
-    crate::changelog::CHANGELOG,
-    crate::changelog::CHANGELOG_USERS,
-    crate::links::LINKS,
+    QUOTA_USAGE,
+    RELAYOUTS,
+    CHANGELOG,
+    CHANGELOG_USERS,
+    LINKS,
     OWNERS,
     CLIENTS,
     INODES,
@@ -227,6 +237,11 @@ pub fn remote_link_key(fid: Fid, parent: Fid, name: &[u8]) -> Vec<u8> {
     k.extend_from_slice(&parent.to_key());
     k.extend_from_slice(name);
     k
+}
+
+/// The key of `fid`'s link from `parent` by `name` (the `links` index).
+pub fn link_key(fid: Fid, parent: Fid, name: &[u8]) -> Vec<u8> {
+    crate::records::remote_link_key(fid, parent, name)
 }
 
 /// Encodes a record with its version byte.

@@ -12,8 +12,8 @@ use nacre_wire::mds::{LayoutInfo, MdsReply};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
-/// Migrations in progress.
-pub const RELAYOUTS: &str = "relayouts";
+pub use crate::records::RELAYOUTS;
+
 /// Default of `mdt.*.relayout_fence_lease_ms`: a fence window the migrator has not renewed
 /// (a `RelayoutFence` again) for this long is aborted, so a migrator that died cannot hold
 /// a file's layout requests for longer.

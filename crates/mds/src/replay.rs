@@ -23,8 +23,7 @@
 //! (`ESTALE`) instead of being applied to a different state. Unrelated replays run.
 
 use crate::mdt::{Mdt, ReplayHint};
-use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
-use nacre_types::{Fid, Status};
+use nacre_types::Status;
 use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -385,7 +384,7 @@ pub fn check_created(
     if !creates_here {
         return Ok(Some((fid, layout)));
     }
-    let n = fid_number(here, fid).ok_or(Status::Inval)?;
+    let n = crate::tx::fid_number(here, fid).ok_or(Status::Inval)?;
     if n >= mdt.fid_limit_at_start.saturating_add(REPLAY_AHEAD_MAX) {
         return Err(Status::Inval);
     }
@@ -413,47 +412,4 @@ fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
         }
     }
     Ok(())
-}
-
-/// The allocation number of `fid` in MDT `index`'s sequences (`Tx::new_fid`'s `n`), if it
-/// is one of them.
-pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
-    let base = FID_SEQ_NORMAL.checked_add(u64::from(index).checked_mul(FID_SEQS_PER_MDT)?)?;
-    let seq_off = fid.seq.checked_sub(base)?;
-    if seq_off >= FID_SEQS_PER_MDT || fid.oid == 0 {
-        return None;
-    }
-    seq_off
-        .checked_mul(FID_OIDS_PER_SEQ - 1)?
-        .checked_add(u64::from(fid.oid - 1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fid_numbers_are_new_fids_inverse_and_never_overflow() {
-        // Tx::new_fid: seq = base + n / (OIDS - 1), oid = n % (OIDS - 1) + 1.
-        for index in [0u32, 1, 7] {
-            for n in [
-                0u64,
-                1,
-                FID_OIDS_PER_SEQ - 2,
-                FID_OIDS_PER_SEQ - 1,
-                123_456_789_012,
-            ] {
-                let seq = FID_SEQ_NORMAL
-                    + u64::from(index) * FID_SEQS_PER_MDT
-                    + n / (FID_OIDS_PER_SEQ - 1);
-                let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
-                assert_eq!(fid_number(index, fid), Some(n));
-                assert_eq!(fid_number(index + 1, fid), None, "another MDT's");
-            }
-        }
-        assert_eq!(fid_number(0, Fid::new(u64::MAX, u32::MAX)), None);
-        assert_eq!(fid_number(u32::MAX, Fid::new(u64::MAX, 1)), None);
-        assert_eq!(fid_number(0, Fid::new(FID_SEQ_NORMAL, 0)), None, "oid 0");
-        assert_eq!(fid_number(0, Fid::ROOT), None);
-    }
 }

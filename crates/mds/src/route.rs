@@ -3,6 +3,7 @@
 //! directories, renames whose inodes live elsewhere).
 
 use crate::*;
+use dne::{reconstruct, saved_reply};
 use mdt::{kv_err, Mdt};
 use nacre_kv::Batch;
 use nacre_net::Outgoing;
@@ -16,7 +17,7 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         // A directory migrated away answers with its new FID (the kernel may still hold the
         // old one, and asks it for attributes before using a listing it cached).
         MdsOp::GetAttr { fid } => match ops::getattr::run(mdt, *fid) {
-            Err(Status::Stale) => match migrate::moved_to(mdt, *fid)? {
+            Err(Status::Stale) => match mdt.moved_to(*fid)? {
                 Some(new) => Ok(MdsReply::Remote { fid: new }),
                 None => Err(Status::Stale),
             },

@@ -239,43 +239,6 @@ pub struct SizesStatus {
     pub learned: u64,
 }
 
-/// Files the MDT glimpses per pass.
-pub const SIZE_GLIMPSES_PER_PASS_MAX: usize = 256;
-
-/// One pass of the MDT's own glimpses: asks the OSTs the sizes of changed files no one writes
-/// any more; returns how many were learned. A file whose OST cannot be asked stays unknown
-/// (clients glimpse it) until a write handle of it closes again.
-pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
-    use nacre_net::rpc::call;
-    use nacre_wire::oss::{OssCall, OssReply, OssRequest};
-    let mut learned = 0;
-    for (fid, generation) in mdt.sizes.to_glimpse(SIZE_GLIMPSES_PER_PASS_MAX) {
-        let Ok(Some(layout)) = mdt.inode(fid).map(|r| r.layout) else {
-            continue;
-        };
-        let mut objects = Vec::with_capacity(layout.objects.len());
-        for (stripe, o) in layout.objects.iter().enumerate() {
-            let Some(conn) = mdt.osts.conn(o.ost) else {
-                break;
-            };
-            let req = OssRequest::Glimpse { object: o.object };
-            match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::server(req)) {
-                Ok(OssReply::ObjectAttr { size, blocks }) => objects.push((stripe, size, blocks)),
-                _ => break,
-            }
-        }
-        // Every object answered, with sizes a file can have: the size is known.
-        if objects.len() == layout.objects.len() {
-            if let Some((size, blocks)) = layout.file_size_from_objects(objects) {
-                if mdt.sizes.learned(fid, generation, size, blocks) {
-                    learned += 1;
-                }
-            }
-        }
-    }
-    learned
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

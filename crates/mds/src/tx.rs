@@ -3,6 +3,7 @@
 //! transaction numbers, and saves the reply with the change (exactly once).
 
 use crate::mdt::*;
+use crate::osp::merge_spec;
 use crate::records::*;
 use nacre_kv::Batch;
 use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
@@ -115,8 +116,8 @@ impl Tx<'_> {
             encode(&DirentRecord { fid, kind }),
         );
         self.batch.put(
-            crate::links::LINKS,
-            crate::links::link_key(fid, parent, name),
+            crate::records::LINKS,
+            crate::records::link_key(fid, parent, name),
             Vec::new(),
         );
     }
@@ -125,8 +126,8 @@ impl Tx<'_> {
     pub fn del_dirent(&mut self, parent: Fid, name: &[u8]) {
         if let Ok(Some(d)) = self.mdt.lookup(parent, name) {
             self.batch.delete(
-                crate::links::LINKS,
-                crate::links::link_key(d.fid, parent, name),
+                crate::records::LINKS,
+                crate::records::link_key(d.fid, parent, name),
             );
         }
         self.batch.delete(DIRENTS, dirent_key(parent, name));
@@ -178,7 +179,7 @@ impl Tx<'_> {
     /// (Checked first: `replay::check_created`; a FID of no sequence of this MDT moves
     /// nothing.)
     fn reserve_past_fid(&mut self, fid: Fid) {
-        let Some(n) = crate::replay::fid_number(self.mdt.label.index, fid) else {
+        let Some(n) = fid_number(self.mdt.label.index, fid) else {
             return;
         };
         if n < self.alloc.next_fid {
@@ -299,7 +300,7 @@ impl Tx<'_> {
     }
 
     /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
-    /// counted as free while their destroys are pending (crate::destroy::DestroySpace).
+    /// counted as free while their destroys are pending (crate::destroy_space::DestroySpace).
     pub fn hint_destroy_space(&mut self, rec: &InodeRecord, layout: &Layout) {
         let size = self
             .mdt
@@ -494,5 +495,48 @@ impl Tx<'_> {
             reply_key(client, xid),
             crate::records::encode_saved(saved),
         );
+    }
+}
+
+/// The allocation number of `fid` in MDT `index`'s sequences (`Tx::new_fid`'s `n`), if it
+/// is one of them.
+pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
+    let base = FID_SEQ_NORMAL.checked_add(u64::from(index).checked_mul(FID_SEQS_PER_MDT)?)?;
+    let seq_off = fid.seq.checked_sub(base)?;
+    if seq_off >= FID_SEQS_PER_MDT || fid.oid == 0 {
+        return None;
+    }
+    seq_off
+        .checked_mul(FID_OIDS_PER_SEQ - 1)?
+        .checked_add(u64::from(fid.oid - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fid_numbers_are_new_fids_inverse_and_never_overflow() {
+        // Tx::new_fid: seq = base + n / (OIDS - 1), oid = n % (OIDS - 1) + 1.
+        for index in [0u32, 1, 7] {
+            for n in [
+                0u64,
+                1,
+                FID_OIDS_PER_SEQ - 2,
+                FID_OIDS_PER_SEQ - 1,
+                123_456_789_012,
+            ] {
+                let seq = FID_SEQ_NORMAL
+                    + u64::from(index) * FID_SEQS_PER_MDT
+                    + n / (FID_OIDS_PER_SEQ - 1);
+                let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
+                assert_eq!(fid_number(index, fid), Some(n));
+                assert_eq!(fid_number(index + 1, fid), None, "another MDT's");
+            }
+        }
+        assert_eq!(fid_number(0, Fid::new(u64::MAX, u32::MAX)), None);
+        assert_eq!(fid_number(u32::MAX, Fid::new(u64::MAX, 1)), None);
+        assert_eq!(fid_number(0, Fid::new(FID_SEQ_NORMAL, 0)), None, "oid 0");
+        assert_eq!(fid_number(0, Fid::ROOT), None);
     }
 }

@@ -3,7 +3,7 @@
 use crate::mdt::{check_name, Tx};
 use crate::records::InodeRecord;
 use nacre_types::layout::StripeSpec;
-use nacre_types::{Attr, Fid, FileKind, Status};
+use nacre_types::{Attr, Cred, Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
 /// Arguments of a create.
@@ -91,6 +91,25 @@ pub fn inode_with_fid(
     }
 }
 
+/// Set-group-id (`S_ISGID`).
+const SGID: u32 = 0o2000;
+
+/// `Ok` if `ok`, else `denied` (the permission checks' way of saying no; perm.rs).
+pub(crate) fn allow(ok: bool, denied: Status) -> Result<(), Status> {
+    if ok {
+        Ok(())
+    } else {
+        Err(denied)
+    }
+}
+
+/// A new inode's owner and group as the caller asks them: its own uid, and a group it is in
+/// (a set-group-id directory gives its own group whatever is asked).
+pub(crate) fn claims(cred: &Cred, dir: &Attr, uid: u32, gid: u32) -> Result<(), Status> {
+    let gid_ok = cred.in_group(gid) || dir.perm & SGID != 0;
+    allow(uid == cred.uid && gid_ok, Status::Perm)
+}
+
 /// Creates the file, or with `exclusive == false` returns the existing one.
 pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     check_name(args.name)?;
@@ -133,7 +152,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
         if matches!(args.kind, FileKind::CharDevice | FileKind::BlockDevice) {
             return Err(Status::Perm);
         }
-        crate::perm::claims(&tx.cred, &parent.attr, args.uid, args.gid)?;
+        claims(&tx.cred, &parent.attr, args.uid, args.gid)?;
     }
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
     rec.attr.rdev = args.rdev;

@@ -1,6 +1,7 @@
 //! GetLayout and SetLayout: a file's objects, a directory's default striping.
 
-use crate::mdt::{merge_spec, Mdt, Tx};
+use crate::mdt::{Mdt, Tx};
+use crate::osp::merge_spec;
 use nacre_net::rpc::call;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Status};

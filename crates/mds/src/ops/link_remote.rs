@@ -18,7 +18,7 @@ pub fn link_remote(
     parent: Fid,
     name: &[u8],
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     if let Some(out) = resume_request(mdt, call, xid) {

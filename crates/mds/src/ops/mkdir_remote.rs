@@ -2,43 +2,11 @@
 //! placement over the MDTs (round-robin or by free inodes).
 
 use crate::dne::*;
-use crate::mdt::{Mdt, Tx};
+use crate::mdt::{Mdt, Placement, Tx};
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
-
-/// How `mkdir -i -1` places a new directory (`mdt.*.mkdir_placement`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// By free inodes, as Lustre's mkdir QoS: round-robin while the MDTs' free inodes differ
-    /// by under 17% of the most, else drawn at random weighted by free inodes.
-    Space,
-    /// Round-robin over the MDTs.
-    RoundRobin,
-}
-
-impl std::str::FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Placement, String> {
-        match s.trim() {
-            "space" => Ok(Placement::Space),
-            "round_robin" | "round-robin" => Ok(Placement::RoundRobin),
-            other => Err(format!(
-                "mkdir_placement '{other}': use space or round_robin"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for Placement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Placement::Space => "space",
-            Placement::RoundRobin => "round_robin",
-        })
-    }
-}
 
 /// Picks the MDT for a new directory of `mkdir -i -1`: free inodes are asked of every MDT
 /// at each placement (one small RPC each; no cache yet).
@@ -103,7 +71,7 @@ pub(crate) fn alloc_on(mdt: &Mdt, index: u32) -> Result<Fid, Status> {
 
 /// Coordinator: `mkdir` of a directory whose inode lives on MDT `target`.
 pub fn mkdir_remote(mdt: &Mdt, call: &MdsCall, xid: u64, dir: NewDir<'_>, target: u32) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     let fid = match alloc_on(mdt, target) {
@@ -150,7 +118,7 @@ pub(crate) fn mkdir_local(
     tx.put_dirent(parent_fid, name, fid, FileKind::Directory);
     // Files in the new directory get the striping they would get here.
     let effective =
-        crate::mdt::merge_spec(parent.dir_default.unwrap_or_default(), tx.fs_default()?);
+        crate::osp::merge_spec(parent.dir_default.unwrap_or_default(), tx.fs_default()?);
     let intent = IntentRecord {
         key: fid,
         mdt: target,

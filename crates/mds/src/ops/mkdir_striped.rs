@@ -19,7 +19,7 @@ pub fn mkdir_striped(
     start: u32,
     hash: nacre_types::dirstripe::DirHash,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     // u32::MAX: every MDT (a default of `-c -1`).

@@ -12,7 +12,7 @@ use nacre_wire::mds::{DirEntry, DirPlusEntry, MdsReply};
 /// (names are kept, so resuming after a name skips nothing).
 pub fn run(mdt: &Mdt, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<MdsReply, Status> {
     let dir = match mdt.inode(fid) {
-        Err(Status::Stale) => match crate::migrate::moved_to(mdt, fid)? {
+        Err(Status::Stale) => match mdt.moved_to(fid)? {
             Some(new) => return Ok(MdsReply::Remote { fid: new }),
             None => return Err(Status::Stale),
         },
@@ -81,7 +81,7 @@ fn plus_entry(mdt: &Mdt, client: &[u8; 16], dir: Fid, entry: DirEntry, bits: u8)
     }
     let granted = match bits {
         0 => None,
-        _ => crate::locks::grant(mdt, client, fid, bits),
+        _ => mdt.grant_lock(client, fid, bits),
     };
     let still = granted.is_none()
         || mdt

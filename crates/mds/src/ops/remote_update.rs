@@ -35,7 +35,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
     }
     let mut tx = mdt.begin();
     // Checked under the write lock, which a migration holds while it freezes.
-    if crate::held_by_migration(mdt, &MdsOp::Update(update.clone())) {
+    if mdt.held_by_migration(&MdsOp::Update(update.clone())) {
         return Err(Status::InProgress);
     }
     let mut owed: Option<(Fid, IntentRecord)> = None;

@@ -393,7 +393,7 @@ pub fn rename_remote(
     dst_name: &[u8],
     noreplace: bool,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     if let Some(out) = resume_request(mdt, call, xid) {

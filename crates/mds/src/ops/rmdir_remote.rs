@@ -19,7 +19,7 @@ pub fn rmdir_remote(
     name: &[u8],
     fid: Fid,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     if let Some(out) = resume_own(mdt, call, xid, fid) {

@@ -21,7 +21,7 @@ pub fn rmdir_striped(
     master: Fid,
     stripe: nacre_types::dirstripe::DirStripe,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     if let Some(out) = resume_own(mdt, call, xid, master) {

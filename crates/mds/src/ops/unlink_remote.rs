@@ -17,7 +17,7 @@ pub fn unlink_remote(
     name: &[u8],
     fid: Fid,
 ) -> Outgoing {
-    if let Some(out) = crate::saved_reply(mdt, &call.client, xid) {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
         return out;
     }
     coordinate(
