@@ -386,7 +386,7 @@ pub fn run_on(
     let work = IorWork::new(p.clone());
     let mut team = Team::start(
         &work,
-        Job::Ior(p.clone()),
+        Job::new("ior", &p)?,
         p.tasks,
         api,
         placement,

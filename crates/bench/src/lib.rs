@@ -29,6 +29,7 @@ pub mod stats;
 pub mod storage;
 pub mod survey;
 pub mod team;
+pub mod worker;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -251,7 +251,7 @@ pub fn run_on(
     let work = MdWork::new(p.clone());
     let mut team = Team::start(
         &work,
-        Job::Mdtest(p.clone()),
+        Job::new("mdtest", &p)?,
         p.tasks,
         api,
         placement,

@@ -118,7 +118,7 @@ pub fn run_group(
     let hosts = placement.hosts.len();
     let mut team = Team::start(
         &work,
-        Job::Selftest(t.clone()),
+        Job::new("selftest", &t)?,
         hosts,
         &crate::storage::Api::Posix,
         placement,

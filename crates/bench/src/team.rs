@@ -180,15 +180,24 @@ pub fn run_local<W: Workload>(
     })
 }
 
-/// The job a worker is asked to run.
+/// The job a worker is asked to run: which workload (`kind`, as the worker module knows
+/// them) and its parameters. The team carries it without knowing the workloads.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum Job {
-    /// IOR-like.
-    Ior(crate::ior::IorParams),
-    /// mdtest-like.
-    Mdtest(crate::mdtest::MdtestParams),
-    /// Network self-test from each host.
-    Selftest(crate::selftest::GroupTest),
+pub struct Job {
+    /// The workload: "ior", "mdtest" or "selftest".
+    pub kind: String,
+    /// Its parameters.
+    pub params: serde_json::Value,
+}
+
+impl Job {
+    /// The job of workload `kind` with `params`.
+    pub fn new(kind: &str, params: &impl Serialize) -> Result<Job, BenchError> {
+        Ok(Job {
+            kind: kind.to_string(),
+            params: serde_json::to_value(params).map_err(|e| BenchError::Params(e.to_string()))?,
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -563,7 +572,9 @@ pub fn host_path(path: &Path, host: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(path.display().to_string().replace("{host}", host))
 }
 
-fn serve<W: Workload>(
+/// Runs the phases the leader sends over `stream` (read through `reader`) with `work` on
+/// `tasks` until told to exit.
+pub(crate) fn serve<W: Workload>(
     work: &W,
     storage: &dyn Storage,
     tasks: Range<usize>,
@@ -596,9 +607,19 @@ fn serve<W: Workload>(
     }
 }
 
-/// A worker process's main loop: connects to the leader at `leader`, runs the phases it is
-/// sent, and returns when told to exit.
-pub fn worker_main(leader: SocketAddr, index: usize) -> Result<(), BenchError> {
+/// A worker's connection to its leader, started: the job, its storage, its tasks and its
+/// host name; then [`serve`] runs the phases.
+pub(crate) struct Started {
+    pub(crate) stream: TcpStream,
+    pub(crate) reader: BufReader<TcpStream>,
+    pub(crate) job: Job,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) tasks: Range<usize>,
+    pub(crate) host: String,
+}
+
+/// Connects to the leader at `leader` as worker `index` and takes its start message.
+pub(crate) fn start_worker(leader: SocketAddr, index: usize) -> Result<Started, BenchError> {
     let lost = |e: std::io::Error| BenchError::Params(format!("leader {leader}: {e}"));
     let mut stream = TcpStream::connect(leader).map_err(lost)?;
     let _ = stream.set_nodelay(true);
@@ -623,21 +644,12 @@ pub fn worker_main(leader: SocketAddr, index: usize) -> Result<(), BenchError> {
             return Err(e);
         }
     };
-    let range = tasks.0..tasks.1;
-    match job {
-        Job::Ior(mut p) => {
-            p.path = host_path(&p.path, &host);
-            let w = crate::ior::IorWork::new(p);
-            serve(&w, &*storage, range, &mut stream, &mut reader)
-        }
-        Job::Mdtest(mut p) => {
-            p.dir = host_path(&p.dir, &host);
-            let w = crate::mdtest::MdWork::new(p);
-            serve(&w, &*storage, range, &mut stream, &mut reader)
-        }
-        Job::Selftest(t) => {
-            let w = crate::selftest::SelftestWork::new(t);
-            serve(&w, &*storage, range, &mut stream, &mut reader)
-        }
-    }
+    Ok(Started {
+        stream,
+        reader,
+        job,
+        storage,
+        tasks: tasks.0..tasks.1,
+        host,
+    })
 }

@@ -501,7 +501,7 @@ fn main() {
         Command::Bench(BenchCommand::Survey(a)) => bench_survey(a),
         Command::Bench(BenchCommand::MdsSurvey(a)) => bench_mds_survey(a),
         Command::Bench(BenchCommand::Worker { connect, index }) => {
-            nacre_bench::team::worker_main(connect, index).map_err(Into::into)
+            nacre_bench::worker::worker_main(connect, index).map_err(Into::into)
         }
         Command::Df {
             human,

@@ -7,7 +7,7 @@ use nacre_types::{Fid, ObjectId};
 use std::fmt::Debug;
 use std::hash::Hash;
 
-/// A kind of lock a [`crate::server::Namespace`] keeps.
+/// A kind of lock a lock namespace (`Namespace`, server.rs) keeps.
 pub trait Kind: Send + Sync + 'static {
     /// What a lock is on.
     type Res: Copy + Eq + Hash + Debug + Send + Sync + 'static;

@@ -5,7 +5,6 @@
 use crate::frame::{write_sealed, write_sealed_many, NoSigPipe};
 use crate::queue::OneshotSender;
 use crate::sec::session::Sealer;
-use crate::service::ServicePool;
 use crate::{NetError, Reply};
 use nacre_types::{AlignedBuf, Status};
 use nacre_wire::header::{FLAG_BULK_CHECKSUM, FLAG_REPLY};
@@ -13,6 +12,13 @@ use nacre_wire::{Header, HEADER_BYTES};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
+
+/// Where a request queued by a service pool goes back to ([`Incoming::resubmit`]): the
+/// pool (`crate::service`) and the CPU partition that first queued it.
+pub(crate) trait Requeue: Send + Sync {
+    /// Queues `req` again on partition `partition`.
+    fn dispatch(&self, req: Incoming, partition: usize);
+}
 
 /// A request as a service thread sees it.
 pub struct Incoming {
@@ -30,7 +36,7 @@ pub struct Incoming {
     /// The receive budget its bytes hold, given back when the request is dropped.
     pub(crate) _budget: Option<crate::reactor::BudgetPermit>,
     /// The pool and partition that queued it, for [`Incoming::resubmit`].
-    pub(crate) home: Option<(Weak<ServicePool>, usize)>,
+    pub(crate) home: Option<(Weak<dyn Requeue>, usize)>,
     /// Times it was resubmitted.
     pub(crate) resubmits: u8,
     /// A QoS scheduler let it through ([`Incoming::qos_release`]).

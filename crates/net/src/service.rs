@@ -2,7 +2,7 @@
 //! threads, and the request/reply types handlers see.
 
 pub use crate::incoming::{Incoming, Outgoing};
-pub(crate) use crate::incoming::{ReplySink, TcpReplier};
+pub(crate) use crate::incoming::{ReplySink, Requeue, TcpReplier};
 use crate::queue::{Taken, WaitQueue};
 use nacre_types::Status;
 use nacre_wire::Header;
@@ -498,7 +498,7 @@ impl ServicePool {
     /// Queues a request on partition index `i`; blocks while that queue is full. Starts
     /// another thread there if all are busy and requests wait.
     pub(crate) fn dispatch(&self, mut req: Incoming, i: usize) {
-        req.home = Some((self.me.clone(), i));
+        req.home = Some((self.me.clone() as Weak<dyn Requeue>, i));
         let parts = self.parts.read().expect("parts");
         if parts.is_empty() {
             drop(parts);
@@ -609,7 +609,7 @@ impl ServicePool {
 
     /// Handles a request in the calling thread (in-process requests marked inline).
     pub(crate) fn run_inline(&self, mut req: Incoming) {
-        req.home = Some((self.me.clone(), 0));
+        req.home = Some((self.me.clone() as Weak<dyn Requeue>, 0));
         serve_one(&*self.handler, req, || {
             self.requests_handled.fetch_add(1, Ordering::Relaxed);
             self.requests_inline.fetch_add(1, Ordering::Relaxed);
@@ -635,5 +635,11 @@ impl ServicePool {
     /// The configuration.
     pub fn config(&self) -> &ServiceConfig {
         &self.config
+    }
+}
+
+impl Requeue for ServicePool {
+    fn dispatch(&self, req: Incoming, partition: usize) {
+        ServicePool::dispatch(self, req, partition);
     }
 }

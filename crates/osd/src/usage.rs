@@ -13,6 +13,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+/// Extended attribute holding an object's [`Owner`] (12 bytes: uid, gid, project, little
+/// endian), as Lustre's OST objects carry their owner for quotas.
+pub const OWNER_XATTR: &str = "user.nacre.owner";
+
 /// Bytes charged per user, group and project.
 #[derive(Default)]
 pub struct Usage {
@@ -111,7 +115,7 @@ fn read_dir_or_empty(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
 /// The owner recorded on the object file at `path`.
 fn owner_at(path: &Path) -> std::io::Result<Option<Owner>> {
     let mut b = [0u8; Owner::BYTES];
-    match rustix::fs::getxattr(path, crate::objects::OWNER_XATTR, &mut b) {
+    match rustix::fs::getxattr(path, OWNER_XATTR, &mut b) {
         Ok(n) => Ok(Owner::from_bytes(&b[..n])),
         Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Ok(None),
         Err(rustix::io::Errno::NOENT) => Ok(None),

@@ -47,5 +47,6 @@ mod mgs_sync;
 pub mod nodemap_admin;
 pub mod pool_admin;
 pub mod process;
+mod stopping;
 pub mod target_params;
 pub mod targets;

@@ -1,7 +1,7 @@
 //! The background threads of a served MDT: commits, cross-MDT intents, destroys,
 //! lazy access times, and its view of the MGS's configuration and the OSTs' space.
 
-use crate::targets::sleep_unless;
+use crate::stopping::sleep_unless;
 use nacre_mds::mdt::Mdt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -14,9 +14,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::process::{PARAMS_ALL_FS, PARAM_SYNC_MS};
-use crate::targets::{osp_net_config, sleep_unless};
+use crate::stopping::sleep_unless;
+use crate::targets::osp_net_config;
 use nacre_types::Nid;
+
+/// How often a server checks the MGS for changed persistent parameters.
+pub const PARAM_SYNC_MS: u64 = 1_000;
+/// The parameter set every file system of an MGS shares (names carry the fsname).
+pub const PARAMS_ALL_FS: &str = "";
 
 /// Applies the MGS's persistent parameters now, then whenever they change; each file
 /// system's targets exchange their quota and QoS state with its MGS over a connection of

@@ -1,6 +1,6 @@
 //! `nacre nodemap` on the MGS node: the control socket's `nodemap` operation, carried out
 //! by this process's MGS. This process enforces the change at once; every other server
-//! process fetches it within [`crate::process::PARAM_SYNC_MS`].
+//! process fetches it within [`crate::mgs_sync::PARAM_SYNC_MS`].
 
 use nacre_mgs::nodemaps::{NodemapChange, LEVELS};
 use nacre_mgs::Mgs;

@@ -21,10 +21,7 @@ use std::thread::JoinHandle;
 /// Default background journal sync period of an MDT (bounds what a power loss can take
 /// from acknowledged but not fsync'd metadata).
 pub const COMMIT_INTERVAL_MS_DEFAULT: u64 = 1_000;
-/// How often a server checks the MGS for changed persistent parameters.
-pub const PARAM_SYNC_MS: u64 = 1_000;
-/// The parameter set every file system of an MGS shares (names carry the fsname).
-pub const PARAMS_ALL_FS: &str = "";
+pub use crate::mgs_sync::{PARAMS_ALL_FS, PARAM_SYNC_MS};
 
 /// Refuses to serve two file systems whose names share a slot: their frames could not be
 /// told apart ([`nacre_types::fs_slot`]).

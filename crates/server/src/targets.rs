@@ -12,6 +12,7 @@
 //! targets fail over too, which is what its partner expects of a node in that state.
 
 use crate::metrics::Sources;
+pub use crate::stopping::sleep_unless;
 use crate::target_params::{register_mdt_params, register_ost_params};
 use anyhow::{bail, Context};
 use nacre_mds::mdt::Mdt;
@@ -760,20 +761,6 @@ pub fn register(mgs: Nid, target: TargetInfo) -> anyhow::Result<()> {
         ),
         Err(e) => bail!("registering {name} with the MGS at {mgs}: {e}"),
     }
-}
-
-/// Sleeps for `period` in short steps; returns true as soon as `stop` is set.
-pub fn sleep_unless(stop: &AtomicBool, period: Duration) -> bool {
-    let step = Duration::from_millis(50);
-    let mut slept = Duration::ZERO;
-    while slept < period {
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        std::thread::sleep(step);
-        slept += step;
-    }
-    stop.load(Ordering::Relaxed)
 }
 
 /// Network settings of an MDT's connections to OSTs and the MGS: give up within seconds, as

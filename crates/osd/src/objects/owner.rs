@@ -33,9 +33,7 @@ impl ObjectStore {
     }
 }
 
-/// Extended attribute holding an object's [`Owner`] (12 bytes: uid, gid, project, little
-/// endian), as Lustre's OST objects carry their owner for quotas.
-pub const OWNER_XATTR: &str = "user.nacre.owner";
+pub use crate::usage::OWNER_XATTR;
 
 pub(super) fn read_owner(f: &File) -> std::io::Result<Option<Owner>> {
     let mut b = [0u8; Owner::BYTES];
