@@ -11,7 +11,7 @@
 //!
 //! Stored: `meta` `admin_cursor` = epoch (8, big-endian) ‖ last record copied (8).
 
-use crate::changelog::{note, Change, Origin};
+use crate::changelog_writer::{note, Change, Origin};
 use crate::mdt::{kv_err, Mdt};
 use crate::records::META;
 use nacre_types::{Fid, Status, TimeSpec};

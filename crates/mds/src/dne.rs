@@ -10,56 +10,19 @@
 //! ends fully done or (for a refused removal) fully undone.
 
 use crate::mdt::{kv_err, Mdt, Tx};
-use crate::ops::dne_ops::*;
+use crate::ops::rename_remote::rename_steps;
+use crate::ops::rmdir_striped::remove_striped;
 use crate::records::{encode, reply_key, IntentRecord, SavedReply, INTENTS, REPLIES};
 use nacre_net::fault;
-use nacre_net::rpc::{call, RpcError};
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::encode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 use std::time::{Duration, Instant};
 
-/// How long a client request waits for an unreachable remote MDT before the coordinator
-/// answers `EAGAIN` and leaves the operation to recovery.
-pub const PEER_WAIT_MS_MAX: u64 = 60_000;
-/// Pause between attempts to reach a remote MDT.
-pub(crate) const PEER_RETRY_MS: u64 = 500;
-
-/// Sends `op` to MDT `index` as a peer MDT.
-pub(crate) fn peer_call(mdt: &Mdt, index: u32, op: MdsOp) -> Result<MdsReply, Status> {
-    let conn = mdt.osts.mdt(index)?;
-    let c = MdsCall {
-        lock_bits: 0,
-        client: mdt.peer_uuid,
-        replied_below: 0,
-        jobid: format!("{}-peer", mdt.label.name()),
-        cred: nacre_types::Cred::root(),
-        op,
-    };
-    match call::<_, nacre_wire::mds::MdsAnswer>(&conn, c.op.opcode(), index, &c) {
-        Ok(r) => Ok(r.reply),
-        // Held by a migration there: try again, as when unreachable.
-        Err(RpcError::Status(Status::InProgress)) => Err(Status::Again),
-        Err(RpcError::Status(s)) => Err(s),
-        Err(e) => {
-            tracing::warn!("{}: MDT{index:04x} unreachable: {e}", mdt.label.name());
-            Err(Status::Again)
-        }
-    }
-}
-
-/// Commits a transaction and waits until it is durable.
-pub(crate) fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
-    let batch = std::mem::take(&mut tx.batch);
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let ticket = mdt.kv.commit(batch).map_err(kv_err)?;
-    drop(tx);
-    crate::mdt::note_modification(mdt);
-    mdt.kv.wait_durable(ticket).map_err(kv_err)
-}
+pub(crate) use crate::mdt::commit_durable;
+pub(crate) use crate::peers::*;
+pub use crate::peers::{mdt_count, PEER_WAIT_MS_MAX};
 
 pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
     SavedReply {
@@ -129,7 +92,7 @@ pub(crate) fn coordinate(
 ) -> Outgoing {
     let mut tx = mdt.begin();
     let result = build(&mut tx).map(|(r, intents)| {
-        crate::changelog::note_op(&mut tx, call, &r);
+        crate::changelog_writer::note_op(&mut tx, call, &r);
         let intents: Vec<IntentRecord> = intents
             .into_iter()
             .map(|mut i| {
@@ -166,32 +129,6 @@ pub(crate) fn coordinate(
         }
     }
     outgoing(reply)
-}
-
-/// The MDTs of the file system (this one included), sorted; asks the MGS again when fewer
-/// than `at_least` are known (MDTs registered since the last refresh).
-pub(crate) fn mdt_list(mdt: &Mdt, at_least: usize) -> Vec<u32> {
-    let list = || {
-        let mut l = mdt.osts.mdt_indexes();
-        if !l.contains(&mdt.label.index) {
-            l.push(mdt.label.index);
-            l.sort_unstable();
-        }
-        l
-    };
-    let l = list();
-    if l.len() >= at_least {
-        return l;
-    }
-    if let Err(e) = mdt.osts.refresh() {
-        tracing::debug!("MDT refresh: {e}");
-    }
-    list()
-}
-
-/// How many MDTs the file system has, as far as this MDT knows.
-pub fn mdt_count(mdt: &Mdt) -> usize {
-    mdt_list(mdt, 0).len()
 }
 
 /// A resend of this very request whose removal intent is pending (after a restart): finish
@@ -248,7 +185,7 @@ pub(crate) fn run_intent(
     fault_name: &str,
 ) -> Outgoing {
     let key = intent.key;
-    crate::changelog::remember_origin(mdt, key, call);
+    crate::changelog_writer::remember_origin(mdt, key, call);
     tx.batch
         .put(INTENTS, key.to_key().to_vec(), encode(&intent));
     if let Err(s) = commit_durable(mdt, tx) {
@@ -262,33 +199,6 @@ pub(crate) fn run_intent(
         Err(s) => saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
         Ok(()) => {
             saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(Status::Io))
-        }
-    }
-}
-
-/// Sends `update` to MDT `at`, retrying while it is unreachable until `deadline`.
-pub(crate) fn send_until(
-    mdt: &Mdt,
-    at: u32,
-    update: RemoteUpdate,
-    deadline: Instant,
-) -> Result<(), Status> {
-    ask_until(mdt, at, update, deadline).map(|_| ())
-}
-
-/// [`send_until`], returning the reply.
-pub(crate) fn ask_until(
-    mdt: &Mdt,
-    at: u32,
-    update: RemoteUpdate,
-    deadline: Instant,
-) -> Result<MdsReply, Status> {
-    loop {
-        match peer_call(mdt, at, MdsOp::Update(update.clone())) {
-            Err(Status::Again) | Err(Status::NoDev) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(PEER_RETRY_MS));
-            }
-            other => return other,
         }
     }
 }
@@ -417,13 +327,13 @@ pub(crate) fn conclude(
                 parent.attr.nlink = parent.attr.nlink.saturating_sub(1).max(2);
                 tx.touch(&mut parent);
                 tx.put_inode(&parent);
-                let change = crate::changelog::Change::new(
+                let change = crate::changelog_writer::Change::new(
                     nacre_wire::mds::changelog::RecordKind::Rmdir,
                     fid,
                     intent.parent,
                     &intent.name,
                 );
-                crate::changelog::note_concluded(&mut tx, fid, change);
+                crate::changelog_writer::note_concluded(&mut tx, fid, change);
             }
             Some(saved(&Ok(MdsReply::Done)))
         }
@@ -446,13 +356,13 @@ pub(crate) fn conclude(
             tx.touch(&mut parent);
             tx.put_inode(&parent);
             tx.put_dirent(intent.parent, &intent.name, attr.fid, attr.kind);
-            let change = crate::changelog::Change::new(
+            let change = crate::changelog_writer::Change::new(
                 nacre_wire::mds::changelog::RecordKind::HardLink,
                 attr.fid,
                 intent.parent,
                 &intent.name,
             );
-            crate::changelog::note_concluded(&mut tx, fid, change);
+            crate::changelog_writer::note_concluded(&mut tx, fid, change);
             let mut attr = attr;
             attr.nlink += 1;
             Some(saved(&Ok(MdsReply::Entry {

@@ -2,13 +2,17 @@
 //! dispatch to each operation, commit with the saved reply (exactly once), reply
 //! reconstruction for resends, and replays after a restart.
 
-use crate::*;
-use dne::saved_reply;
-use mdt::{kv_err, note_modification, Mdt};
+use crate::dne::saved_reply;
+use crate::mdt::{kv_err, note_modification, Mdt};
+use crate::records::{reply_key, SavedReply, REPLIES};
+use crate::route::{
+    mkdir_by_default, new_dir, parent_default, read_only, rename_dir_or_plain, rmdir_dir,
+    run_modifying, to_outgoing,
+};
+use crate::{eviction, export, locks, mdt, migrate, ops, peers, perm, records, relayout, replay};
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
-use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
-use records::{reply_key, SavedReply, REPLIES};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 
 pub(crate) fn commit(
     mdt: &Mdt,
@@ -265,7 +269,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             dst_parent,
             dst_name,
             noreplace,
-        } if dne::mdt_count(mdt) > 1 => {
+        } if peers::mdt_count(mdt) > 1 => {
             use crate::ops::rename_remote::{local_rename, rename_remote, LocalRename};
             match local_rename(mdt, *src_parent, src_name, *dst_parent, dst_name) {
                 LocalRename::Same => to_outgoing(Ok(MdsReply::Done)),
@@ -301,7 +305,15 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
         MdsOp::Disconnect => {
             to_outgoing(eviction::disconnect(mdt, &call.client).map(|()| MdsReply::Done))
         }
-        MdsOp::Update(u) => to_outgoing(crate::ops::remote_update::apply(mdt, u)),
+        MdsOp::Update(u) => to_outgoing(match u {
+            // A directory migration's updates are crate::migrate's.
+            RemoteUpdate::Freeze { .. }
+            | RemoteUpdate::Adopt { .. }
+            | RemoteUpdate::Repoint { .. } => crate::migrate::apply(mdt, u),
+            _ => crate::ops::remote_update::apply(mdt, u, &|m, k| {
+                crate::dne::finish(m, k, std::time::Duration::ZERO)
+            }),
+        }),
         MdsOp::ReadDirPlus { fid, after, count } => to_outgoing(ops::readdir::plus(
             mdt,
             &call.client,

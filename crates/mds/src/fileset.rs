@@ -4,58 +4,15 @@
 //! the native library too. Checked by walking up from the inode: a directory's parent, a
 //! file's names (on any MDT); what was found inside is remembered [`INSIDE_TTL_MS`].
 
-use crate::dne::{mdt_list, peer_call};
 use crate::mdt::Mdt;
+use crate::peers::{mdt_list, peer_call};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-/// How long an inode found inside a fileset is taken to be (a directory renamed out of it
-/// stays reachable by FID this long).
-pub const INSIDE_TTL_MS: u64 = 2_000;
+pub use crate::fileset_cache::INSIDE_TTL_MS;
+
 /// Deepest directory tree walked.
 pub const DEPTH_MAX: usize = 4_096;
-/// Inodes remembered at once.
-const REMEMBERED_MAX: usize = 262_144;
-
-/// Resolved fileset roots and inodes found inside, per MDT.
-#[derive(Default)]
-pub struct Filesets {
-    roots: Mutex<HashMap<String, (Instant, Fid)>>,
-    inside: Mutex<HashMap<(Fid, Fid), Instant>>,
-}
-
-impl Filesets {
-    fn fresh_root(&self, path: &str) -> Option<Fid> {
-        let ttl = Duration::from_millis(INSIDE_TTL_MS);
-        let roots = self.roots.lock().expect("fileset roots");
-        roots
-            .get(path)
-            .filter(|(at, _)| at.elapsed() < ttl)
-            .map(|(_, f)| *f)
-    }
-
-    fn known_inside(&self, root: Fid, fid: Fid) -> bool {
-        let ttl = Duration::from_millis(INSIDE_TTL_MS);
-        let inside = self.inside.lock().expect("fileset inodes");
-        inside
-            .get(&(root, fid))
-            .is_some_and(|at| at.elapsed() < ttl)
-    }
-
-    fn remember(&self, root: Fid, fids: &[Fid]) {
-        let mut inside = self.inside.lock().expect("fileset inodes");
-        if inside.len() + fids.len() > REMEMBERED_MAX {
-            inside.clear();
-        }
-        let now = Instant::now();
-        for f in fids {
-            inside.insert((root, *f), now);
-        }
-    }
-}
 
 /// The directory `path` (`/a/b`) names, walked from the root across MDTs.
 pub fn root_of(mdt: &Mdt, path: &str) -> Result<Fid, Status> {
@@ -69,11 +26,7 @@ pub fn root_of(mdt: &Mdt, path: &str) -> Result<Fid, Status> {
     if kind_and_parent(mdt, dir)?.map(|(k, _)| k) != Some(FileKind::Directory) {
         return Err(Status::NotDir);
     }
-    let mut roots = mdt.filesets.roots.lock().expect("fileset roots");
-    if roots.len() >= 1_024 {
-        roots.clear();
-    }
-    roots.insert(path.to_string(), (Instant::now(), dir));
+    mdt.filesets.remember_root(path, dir);
     Ok(dir)
 }
 

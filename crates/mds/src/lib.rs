@@ -16,6 +16,7 @@ pub mod admin_records;
 pub mod atime;
 pub mod capas;
 pub mod changelog;
+pub mod changelog_writer;
 pub mod destroy;
 pub mod destroy_space;
 pub mod dne;
@@ -23,6 +24,8 @@ pub mod eviction;
 mod execute;
 pub mod export;
 pub mod fileset;
+pub mod fileset_cache;
+mod flock_serve;
 pub mod flocks;
 pub mod links;
 pub mod locks;
@@ -35,6 +38,7 @@ mod route;
 pub mod ops;
 pub mod osp;
 pub mod owners;
+pub mod peers;
 pub mod perm;
 pub mod quota;
 pub mod records;
@@ -44,8 +48,8 @@ pub mod sizes;
 pub mod stats;
 pub mod tx;
 
+use execute::answer;
 pub use execute::execute;
-pub(crate) use execute::*;
 use mdt::Mdt;
 use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::mmp::Guard;
@@ -53,7 +57,6 @@ use nacre_types::Status;
 use nacre_wire::decode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
 use nacre_wire::nodemap::Nodemap;
-pub(crate) use route::*;
 use std::collections::HashMap;
 
 use std::sync::{Arc, RwLock};
@@ -195,12 +198,12 @@ impl Handler for MdsHandler {
         };
         // A capped class's requests wait for their share of its rate (qos.rs).
         let req = qos::admit(&mdt, req)?;
-        if flocks::is_flock(req.header.opcode) {
+        if flock_serve::is_flock(req.header.opcode) {
             // Byte-range locks: served here, in memory; a request that must wait stays
             // parked. One its caller may not send is refused by `handle`.
             return match decode_body::<MdsCall>(&req.body) {
                 Ok(call) if caller_map(&mdt, &req, &call).is_ok() => {
-                    flocks::serve(&mdt, req, call);
+                    flock_serve::serve(&mdt, req, call);
                     None
                 }
                 _ => Some(req),

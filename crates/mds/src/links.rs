@@ -5,11 +5,10 @@
 //!
 //! Table `links`: child FID (16) ++ directory FID (16) ++ name → empty. An entry replaced in
 //! place (a rename over it) may leave its old inode's link behind: answers are checked
-//! against the entries themselves, so a stale link is never returned.
+//! against the entries themselves, so a stale link is never returned. An MDT formatted
+//! before the index builds it at its start (mdt.rs).
 
-use crate::mdt::{kv_err, read_u64, Mdt};
-use crate::records::{decode, DirentRecord, DIRENTS, META};
-use nacre_kv::Batch;
+use crate::mdt::{kv_err, Mdt};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::changelog::FID_LINKS_MAX;
 use nacre_wire::mds::MdsReply;
@@ -48,42 +47,4 @@ pub fn links(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
         _ => None,
     };
     Ok(MdsReply::Links { links, shard_of })
-}
-
-/// Builds the index from the entries of an MDT formatted before it existed (once, at
-/// start; `meta` `link_index` says it is built).
-pub fn build_index(kv: &dyn nacre_kv::KvStore) -> Result<(), Status> {
-    if read_u64(kv, b"link_index")?.is_some() {
-        return Ok(());
-    }
-    let mut after: Option<Vec<u8>> = None;
-    let mut count = 0u64;
-    loop {
-        let page = kv
-            .scan(DIRENTS, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        let mut b = Batch::new();
-        for (k, v) in &page {
-            let (Some(parent), Ok(d)) = (
-                k.get(..16).and_then(Fid::from_key),
-                decode::<DirentRecord>(v),
-            ) else {
-                tracing::warn!("links: damaged directory entry skipped");
-                continue;
-            };
-            b.put(LINKS, link_key(d.fid, parent, &k[16..]), Vec::new());
-            count += 1;
-        }
-        kv.commit(b).map_err(kv_err)?;
-    }
-    let mut b = Batch::new();
-    b.put(META, b"link_index".to_vec(), 1u64.to_be_bytes().to_vec());
-    let t = kv.commit(b).map_err(kv_err)?;
-    kv.wait_durable(t).map_err(kv_err)?;
-    if count > 0 {
-        tracing::info!("links: index of {count} existing entries built");
-    }
-    Ok(())
 }

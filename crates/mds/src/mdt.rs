@@ -24,8 +24,8 @@ pub struct AllocState {
     pub(crate) fid_limit: u64,
     pub(crate) next_object: HashMap<u32, (u64, u64)>,
     pub(crate) inodes_used: u64,
-    /// Inodes per user, group and project (quota.rs).
-    pub(crate) quota: crate::quota::Counts,
+    /// Inodes per user, group and project (quotas; counted in tx.rs).
+    pub(crate) quota: crate::tx::Counts,
     /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
     /// pruning delete exact keys instead of scanning over deleted ones.
     pub(crate) saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
@@ -63,8 +63,8 @@ pub struct Mdt {
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
     /// The space those destroys will free (destroy_space.rs).
     pub destroy_space: crate::destroy_space::DestroySpace,
-    /// Fileset roots resolved and inodes found inside them (fileset.rs).
-    pub filesets: crate::fileset::Filesets,
+    /// Fileset roots resolved and inodes found inside them (fileset_cache.rs).
+    pub filesets: crate::fileset_cache::Filesets,
     /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
     /// so unlinks and the background thread leave that table alone.
     pub owners_pending: AtomicU64,
@@ -105,8 +105,8 @@ pub struct Mdt {
     pub sizes: crate::sizes::Sizes,
     /// Accesses recorded and not yet written (atime.rs).
     pub atimes: crate::atime::Atimes,
-    /// Changelog consumers and record numbering (changelog.rs).
-    pub changelog: crate::changelog::Changelog,
+    /// Changelog consumers and record numbering (changelog_writer.rs).
+    pub changelog: crate::changelog_writer::Changelog,
     /// Files whose migration's fence window is open (relayout.rs).
     pub relayouts_fenced: parking_lot::Mutex<std::collections::HashSet<Fid>>,
     /// Migrations in progress (0: none; removals need not look).
@@ -159,6 +159,11 @@ pub struct ReplayCtx {
 /// at their next request, or ping within 25 s).
 pub const ORPHAN_GRACE_MS: u64 = 60_000;
 
+/// Default of `mdt.*.relayout_fence_lease_ms`: a fence window the migrator has not renewed
+/// (a `RelayoutFence` again) for this long is aborted, so a migrator that died cannot hold
+/// a file's layout requests for longer.
+pub const FENCE_LEASE_MS: u64 = 30_000;
+
 /// How `mkdir -i -1` places a new directory (`mdt.*.mkdir_placement`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -202,7 +207,7 @@ impl Mdt {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let ost_next_at_start = load_ost_next(&*kv)?;
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
-        let inode_counts = crate::quota::load(&*kv)?;
+        let inode_counts = crate::tx::load(&*kv)?;
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
@@ -214,9 +219,9 @@ impl Mdt {
             .collect();
         let intents = load_intents(&*kv)?;
         let frozen = load_frozen(&*kv)?;
-        crate::links::build_index(&*kv)?;
-        let changelog = crate::changelog::Changelog::load(&*kv)?;
-        let (relayouts_pending, relayouts_fenced) = crate::relayout::load(&*kv)?;
+        build_link_index(&*kv)?;
+        let changelog = crate::changelog_writer::Changelog::load(&*kv)?;
+        let (relayouts_pending, relayouts_fenced) = load_relayouts(&*kv)?;
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
@@ -269,14 +274,14 @@ impl Mdt {
             relayouts_fenced: parking_lot::Mutex::new(relayouts_fenced),
             relayouts_pending: AtomicU64::new(relayouts_pending),
             relayout_leases: parking_lot::Mutex::new(HashMap::new()),
-            relayout_fence_lease_ms: AtomicU64::new(crate::relayout::FENCE_LEASE_MS),
+            relayout_fence_lease_ms: AtomicU64::new(FENCE_LEASE_MS),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
             destroy_space: crate::destroy_space::DestroySpace::default(),
-            filesets: crate::fileset::Filesets::default(),
+            filesets: crate::fileset_cache::Filesets::default(),
             owners_pending: AtomicU64::new(
                 match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
                     Ok(page) => page.len() as u64,
@@ -349,7 +354,7 @@ impl Mdt {
             b"inodes_used".to_vec(),
             alloc.inodes_used.to_be_bytes().to_vec(),
         );
-        crate::quota::charge(&mut alloc.quota, &mut b, Owner::of(&root.attr), 1);
+        crate::tx::charge(&mut alloc.quota, &mut b, Owner::of(&root.attr), 1);
         drop(alloc);
         let t = self.kv.commit(b).map_err(kv_err)?;
         self.kv.wait_durable(t).map_err(kv_err)
@@ -872,6 +877,44 @@ fn load_frozen(kv: &dyn KvStore) -> Result<std::collections::HashSet<Fid>, Statu
     Ok(out)
 }
 
+/// Builds the link index (links.rs) from the entries of an MDT formatted before it existed
+/// (once, at start; `meta` `link_index` says it is built).
+fn build_link_index(kv: &dyn nacre_kv::KvStore) -> Result<(), Status> {
+    if read_u64(kv, b"link_index")?.is_some() {
+        return Ok(());
+    }
+    let mut after: Option<Vec<u8>> = None;
+    let mut count = 0u64;
+    loop {
+        let page = kv
+            .scan(DIRENTS, &[], after.as_deref(), 4096)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        let mut b = Batch::new();
+        for (k, v) in &page {
+            let (Some(parent), Ok(d)) = (
+                k.get(..16).and_then(Fid::from_key),
+                decode::<DirentRecord>(v),
+            ) else {
+                tracing::warn!("links: damaged directory entry skipped");
+                continue;
+            };
+            b.put(LINKS, link_key(d.fid, parent, &k[16..]), Vec::new());
+            count += 1;
+        }
+        kv.commit(b).map_err(kv_err)?;
+    }
+    let mut b = Batch::new();
+    b.put(META, b"link_index".to_vec(), 1u64.to_be_bytes().to_vec());
+    let t = kv.commit(b).map_err(kv_err)?;
+    kv.wait_durable(t).map_err(kv_err)?;
+    if count > 0 {
+        tracing::info!("links: index of {count} existing entries built");
+    }
+    Ok(())
+}
+
 fn load_destroys(kv: &dyn KvStore) -> Result<VecDeque<(u32, ObjectId)>, Status> {
     let mut out = VecDeque::new();
     scan_each(kv, DESTROY, &[], 4096, |k, _| {
@@ -900,6 +943,72 @@ fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64
         }
     }
     Ok(out)
+}
+
+/// The migration of `fid` in progress, if any.
+pub(crate) fn relayout_of(mdt: &Mdt, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
+    match mdt.kv.get(RELAYOUTS, &fid.to_key()).map_err(kv_err)? {
+        Some(v) => decode(&v).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `fid`'s migration ends in `tx` (swapped, aborted, or its file removed): its record, its
+/// fence window and its lease go.
+pub(crate) fn end_relayout(tx: &mut Tx<'_>, fid: Fid) {
+    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+    tx.mdt.relayouts_fenced.lock().remove(&fid);
+    tx.mdt.relayout_leases.lock().remove(&fid);
+    tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// A removed file's migration goes with it (its new objects destroyed too).
+pub(crate) fn forget_relayout(tx: &mut Tx<'_>, fid: Fid) -> Result<(), Status> {
+    if tx.mdt.relayouts_pending.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    if let Some(r) = relayout_of(tx.mdt, fid)? {
+        tx.destroy_objects(&r.new);
+        end_relayout(tx, fid);
+    }
+    Ok(())
+}
+
+/// (migrations in progress, files whose fence window is open), read at start.
+fn load_relayouts(
+    kv: &dyn nacre_kv::KvStore,
+) -> Result<(u64, std::collections::HashSet<Fid>), Status> {
+    let mut count = 0;
+    let mut fenced = std::collections::HashSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(RELAYOUTS, &[], after.as_deref(), 1024)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, v) in &page {
+            count += 1;
+            if let (Some(fid), Ok(r)) = (Fid::from_key(k), decode::<RelayoutRecord>(v)) {
+                if r.fenced {
+                    fenced.insert(fid);
+                }
+            }
+        }
+    }
+    Ok((count, fenced))
+}
+
+/// Commits a transaction and waits until it is durable.
+pub(crate) fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
+    let batch = std::mem::take(&mut tx.batch);
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let ticket = mdt.kv.commit(batch).map_err(kv_err)?;
+    drop(tx);
+    crate::mdt::note_modification(mdt);
+    mdt.kv.wait_durable(ticket).map_err(kv_err)
 }
 
 /// Advances the modification counter (statistics).

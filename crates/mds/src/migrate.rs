@@ -20,8 +20,9 @@
 //!
 //! A crash anywhere re-runs the steps from the intent ([`crate::dne::recover_pass`]).
 
-use crate::dne::{ask_until, commit_durable, peer_call, saved, send_until};
+use crate::dne::{commit_durable, saved};
 use crate::mdt::{kv_err, Mdt};
+use crate::peers::{ask_until, peer_call, send_until};
 use crate::records::{
     decode, encode, remote_link_key, xattr_key, DirentRecord, InodeRecord, IntentRecord,
     DIRDEFAULTS, DIRENTS, FROZEN, INODES, INTENTS, MOVED, REMOTE_LINKS, XATTRS,
@@ -106,7 +107,7 @@ pub fn start(
             match crate::dne::finish(
                 mdt,
                 fid,
-                Duration::from_millis(crate::dne::PEER_WAIT_MS_MAX),
+                Duration::from_millis(crate::peers::PEER_WAIT_MS_MAX),
             ) {
                 Err(Status::Again) => Outgoing::error(Status::InProgress),
                 Err(s) => crate::dne::saved_reply(mdt, &call.client, xid)

@@ -4,42 +4,19 @@
 //! record once its OST has it — unless a newer change replaced it meanwhile. A crash or an
 //! unreachable OST only delays the change; the records are the queue. Objects a write creates
 //! take the owner the writer knows; these records are what makes a later chown stick.
+//! (The transaction writes and drops the records: `Tx::queue_owner_change`, tx.rs.)
 
-use crate::mdt::{kv_err, Mdt, Tx};
+use crate::mdt::{kv_err, Mdt};
 use crate::records::{destroy_key, parse_destroy_key, OWNERS};
 use nacre_kv::Batch;
 use nacre_net::rpc::call;
-use nacre_types::{Layout, ObjectId, Owner, Status};
+use nacre_types::{ObjectId, Owner, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest, SET_OWNER_OBJECTS_MAX};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 /// Records read per pass.
 pub const OWNER_PASS_RECORDS_MAX: usize = 4096;
-
-/// Records in `tx` that `layout`'s objects must take `owner`.
-pub fn queue(tx: &mut Tx<'_>, layout: &Layout, owner: Owner) {
-    tx.mdt.owners_pending.fetch_add(1, Ordering::AcqRel);
-    for o in &layout.objects {
-        tx.batch.put(
-            OWNERS,
-            destroy_key(o.ost, o.object),
-            owner.to_bytes().to_vec(),
-        );
-    }
-}
-
-/// Drops `layout`'s pending ownership changes in `tx` (its objects are being destroyed: a
-/// change sent after would create them again).
-pub fn forget(tx: &mut Tx<'_>, layout: &Layout) {
-    // Nothing pending anywhere (the usual case): no deletes to write.
-    if tx.mdt.owners_pending.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    for o in &layout.objects {
-        tx.batch.delete(OWNERS, destroy_key(o.ost, o.object));
-    }
-}
 
 /// One pass: sends pending ownership changes; returns the number of objects done.
 pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {

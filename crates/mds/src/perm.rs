@@ -216,7 +216,7 @@ fn attr_of(mdt: &Mdt, fid: Fid) -> Result<Option<Attr>, Status> {
             Err(s) => Err(s),
         };
     }
-    match crate::dne::peer_call(mdt, fid.mdt_index(), MdsOp::GetAttr { fid }) {
+    match crate::peers::peer_call(mdt, fid.mdt_index(), MdsOp::GetAttr { fid }) {
         Ok(MdsReply::Entry { attr, .. }) => Ok(Some(attr)),
         Ok(_) => Err(Status::Proto),
         Err(Status::NoEnt | Status::Stale) => Ok(None),

@@ -3,81 +3,16 @@
 //! as the inodes they count (creation, removal, a change of owner, group or project), so
 //! they are exact across any crash. An MDT formatted before quotas counts its inodes at its
 //! first start.
+//!
+//! The counting itself (the table's loading, `charge`, `count`) is the transaction's
+//! (tx.rs); this file holds the quota checks.
 
-use crate::mdt::{kv_err, read_u64};
-use crate::records::{decode, InodeRecord, INODES, META};
-use nacre_kv::{Batch, KvStore};
+use crate::mdt::kv_err;
+use crate::tx::{count, read_table};
+use nacre_kv::Batch;
 use nacre_types::{Owner, QuotaId, Status};
-use std::collections::HashMap;
 
 pub use crate::records::QUOTA_USAGE;
-
-/// Inodes counted per id.
-pub type Counts = HashMap<QuotaId, u64>;
-
-/// Loads the counts (counting every inode first on an MDT that has none yet).
-pub fn load(kv: &dyn KvStore) -> Result<Counts, Status> {
-    if read_u64(kv, b"quota_counted")?.is_none() {
-        let counts = count(kv)?;
-        let mut b = Batch::new();
-        for (q, n) in &counts {
-            b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
-        }
-        b.put(META, b"quota_counted".to_vec(), 1u64.to_be_bytes().to_vec());
-        let t = kv.commit(b).map_err(kv_err)?;
-        kv.wait_durable(t).map_err(kv_err)?;
-        tracing::info!("quotas: the inodes of {} ids counted", counts.len());
-        return Ok(counts);
-    }
-    read_table(kv)
-}
-
-/// The counts as the table records them.
-fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
-    let mut counts = Counts::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(QUOTA_USAGE, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            match (QuotaId::from_key(k), v.as_slice().try_into()) {
-                (Some(q), Ok(n)) => {
-                    counts.insert(q, u64::from_be_bytes(n));
-                }
-                _ => tracing::warn!("quotas: damaged usage record skipped"),
-            }
-        }
-    }
-    Ok(counts)
-}
-
-/// Counts every inode of the store by its owner, group and project (what the table must
-/// say; `lfsck --quota` compares them).
-pub fn count(kv: &dyn KvStore) -> Result<Counts, Status> {
-    let mut counts = Counts::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(INODES, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (_, v) in &page {
-            match decode::<InodeRecord>(v) {
-                Ok(rec) => {
-                    for q in QuotaId::of_attr(&rec.attr) {
-                        *counts.entry(q).or_insert(0) += 1;
-                    }
-                }
-                Err(_) => tracing::warn!("quotas: damaged inode skipped in the count"),
-            }
-        }
-    }
-    Ok(counts)
-}
 
 impl crate::mdt::Mdt {
     /// [`nacre_wire::mds::MdsOp::QuotaCheck`]: counts every inode again and compares with
@@ -163,22 +98,4 @@ pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<()
     mdt.quota.check_now(&ids, 1, |q| {
         ids.iter().position(|i| *i == q).map_or(0, |k| counts[k])
     })
-}
-
-/// Adds `delta` inodes to `owner`'s user, group and project in `counts`, recording the new
-/// counts in `batch`.
-pub fn charge(counts: &mut Counts, batch: &mut Batch, owner: Owner, delta: i64) {
-    if delta == 0 {
-        return;
-    }
-    for q in QuotaId::of_owner(owner) {
-        let n = counts.entry(q).or_insert(0);
-        *n = n.saturating_add_signed(delta);
-        if *n == 0 {
-            counts.remove(&q);
-            batch.delete(QUOTA_USAGE, q.to_key().to_vec());
-        } else {
-            batch.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
-        }
-    }
 }

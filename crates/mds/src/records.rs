@@ -165,6 +165,18 @@ pub struct DirentRecord {
     pub kind: FileKind,
 }
 
+/// A migration in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayoutRecord {
+    /// The new objects (the generation is set at the swap).
+    pub new: Layout,
+    /// The generation of the layout being replaced.
+    pub old_generation: u32,
+    /// The fence window is open: the old objects are (being) fenced on their OSTs, layout
+    /// requests wait.
+    pub fenced: bool,
+}
+
 /// A reply saved with the change it reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SavedReply {

@@ -4,43 +4,19 @@
 //!
 //! Table `relayouts`: FID key (16) → `[1] postcard(RelayoutRecord)`.
 
-use crate::mdt::{kv_err, Mdt, Tx};
-use crate::records::{decode, encode, InodeRecord};
+use crate::mdt::{end_relayout, kv_err, relayout_of, Mdt, Tx};
+use crate::records::{encode, InodeRecord};
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Layout, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 
-pub use crate::records::RELAYOUTS;
+pub use crate::mdt::FENCE_LEASE_MS;
+pub use crate::records::{RelayoutRecord, RELAYOUTS};
 
-/// Default of `mdt.*.relayout_fence_lease_ms`: a fence window the migrator has not renewed
-/// (a `RelayoutFence` again) for this long is aborted, so a migrator that died cannot hold
-/// a file's layout requests for longer.
-pub const FENCE_LEASE_MS: u64 = 30_000;
 /// A migration whose migrator has not renewed it (a `RelayoutBegin` again) for this long is
 /// aborted (its new objects destroyed).
 pub const COPY_LEASE_MS: u64 = 600_000;
-
-/// A migration in progress.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RelayoutRecord {
-    /// The new objects (the generation is set at the swap).
-    pub new: Layout,
-    /// The generation of the layout being replaced.
-    pub old_generation: u32,
-    /// The fence window is open: the old objects are (being) fenced on their OSTs, layout
-    /// requests wait.
-    pub fenced: bool,
-}
-
-/// The migration of `fid` in progress, if any.
-pub fn pending(mdt: &Mdt, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
-    match mdt.kv.get(RELAYOUTS, &fid.to_key()).map_err(kv_err)? {
-        Some(v) => decode(&v).map(Some),
-        None => Ok(None),
-    }
-}
 
 /// True while `fid`'s fence window is open (its layout requests answer "in progress").
 /// Asked by every open and layout request: with no migration in progress, one atomic load.
@@ -62,7 +38,7 @@ fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
 /// migrator resumes it).
 pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
     let (rec, old) = regular(tx, fid)?;
-    if let Some(r) = pending(tx.mdt, fid)? {
+    if let Some(r) = relayout_of(tx.mdt, fid)? {
         touch(tx.mdt, fid);
         return Ok(MdsReply::Relayout { old, new: r.new });
     }
@@ -93,7 +69,7 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
 /// has run: every mount wrote what it kept for the old objects).
 pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     let (_, old) = regular(tx, fid)?;
-    let mut r = pending(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
+    let mut r = relayout_of(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
     if r.old_generation != old.generation {
         return Err(Status::Stale);
     }
@@ -108,7 +84,7 @@ pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
 /// are destroyed once that is durable.
 pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     let (mut rec, old) = regular(tx, fid)?;
-    let r = pending(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
+    let r = relayout_of(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
     if !r.fenced || r.old_generation != old.generation {
         return Err(Status::Stale);
     }
@@ -120,14 +96,14 @@ pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     rec.layout = Some(new.clone());
     rec.attr.ctime = tx.now;
     tx.put_inode(&rec);
-    ended(tx, fid);
+    end_relayout(tx, fid);
     Ok(MdsReply::Layout(LayoutInfo::File(new)))
 }
 
 /// `RelayoutAbort`: the new objects go; if the old ones were fenced, the layout goes one
 /// generation up, so writes issued under it again pass the fence.
 pub fn abort(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
-    let Some(r) = pending(tx.mdt, fid)? else {
+    let Some(r) = relayout_of(tx.mdt, fid)? else {
         return Ok(MdsReply::Done);
     };
     if r.fenced {
@@ -140,17 +116,8 @@ pub fn abort(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
         }
     }
     tx.destroy_objects(&r.new);
-    ended(tx, fid);
+    end_relayout(tx, fid);
     Ok(MdsReply::Done)
-}
-
-/// `fid`'s migration ends in `tx` (swapped, aborted, or its file removed): its record, its
-/// fence window and its lease go.
-fn ended(tx: &mut Tx<'_>, fid: Fid) {
-    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
-    tx.mdt.relayouts_fenced.lock().remove(&fid);
-    tx.mdt.relayout_leases.lock().remove(&fid);
-    tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// The migrator of `fid` is alive (its lease starts again).
@@ -210,41 +177,6 @@ pub fn expire(mdt: &Mdt) -> Result<(), Status> {
         let t = mdt.kv.commit(b).map_err(kv_err)?;
         mdt.kv.wait_durable(t).map_err(kv_err)?;
         mdt.queue_destroys(destroys);
-    }
-    Ok(())
-}
-
-/// (migrations in progress, files whose fence window is open), read at start.
-pub fn load(kv: &dyn nacre_kv::KvStore) -> Result<(u64, std::collections::HashSet<Fid>), Status> {
-    let mut count = 0;
-    let mut fenced = std::collections::HashSet::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(RELAYOUTS, &[], after.as_deref(), 1024)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            count += 1;
-            if let (Some(fid), Ok(r)) = (Fid::from_key(k), decode::<RelayoutRecord>(v)) {
-                if r.fenced {
-                    fenced.insert(fid);
-                }
-            }
-        }
-    }
-    Ok((count, fenced))
-}
-
-/// A removed file's migration goes with it (its new objects destroyed too).
-pub fn forget(tx: &mut Tx<'_>, fid: Fid) -> Result<(), Status> {
-    if tx.mdt.relayouts_pending.load(Ordering::Acquire) == 0 {
-        return Ok(());
-    }
-    if let Some(r) = pending(tx.mdt, fid)? {
-        tx.destroy_objects(&r.new);
-        ended(tx, fid);
     }
     Ok(())
 }

@@ -2,15 +2,16 @@
 //! (in one transaction), and those routed to the cross-MDT paths (remote and striped
 //! directories, renames whose inodes live elsewhere).
 
-use crate::*;
-use dne::{reconstruct, saved_reply};
-use mdt::{kv_err, Mdt};
+use crate::dne::{reconstruct, saved_reply};
+use crate::execute::{commit, LAST_TRANSNO};
+use crate::mdt::{kv_err, Mdt};
+use crate::records::SavedReply;
+use crate::{changelog, changelog_writer, dne, links, mdt, ops, relayout};
 use nacre_kv::Batch;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::encode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
-use records::SavedReply;
 
 pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsReply, Status> {
     match op {
@@ -224,7 +225,7 @@ pub(crate) fn run_modifying_with(
                 false => commit(mdt, tx, Ok(MdsReply::Done), None),
             };
         }
-        changelog::note_close(&mut tx, call, fid, written);
+        changelog_writer::note_close(&mut tx, call, fid, written);
         let transno = tx.assign_transno();
         let pre_versions = std::mem::take(&mut tx.pre_versions);
         let saved = SavedReply {
@@ -243,7 +244,7 @@ pub(crate) fn run_modifying_with(
     tx.reserve_transno();
     let result = modify(&mut tx, &call.op);
     if let Ok(reply) = &result {
-        changelog::note_op(&mut tx, call, reply);
+        changelog_writer::note_op(&mut tx, call, reply);
     }
     let transno = if result.is_ok() {
         tx.assign_transno()

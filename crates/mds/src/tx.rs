@@ -5,10 +5,14 @@
 use crate::mdt::*;
 use crate::osp::merge_spec;
 use crate::records::*;
-use nacre_kv::Batch;
+use nacre_kv::{Batch, KvStore};
 use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
-use nacre_types::{Fid, FileKind, Layout, ObjectId, Status, StripeObject, TimeSpec};
+use nacre_types::{
+    Fid, FileKind, Layout, ObjectId, Owner, QuotaId, Status, StripeObject, TimeSpec,
+};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 /// A modifying operation in progress: holds the write lock and collects the batch.
@@ -336,7 +340,7 @@ impl Tx<'_> {
         if let Some(layout) = &rec.layout {
             self.destroy_objects(layout);
         }
-        crate::relayout::forget(self, fid)?;
+        crate::mdt::forget_relayout(self, fid)?;
         if rec.attr.kind == FileKind::Directory {
             self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
             self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
@@ -347,11 +351,36 @@ impl Tx<'_> {
 
     /// Records the destruction of a layout's objects (done after the commit).
     pub fn destroy_objects(&mut self, layout: &Layout) {
-        crate::owners::forget(self, layout);
+        self.forget_owner_changes(layout);
         for o in &layout.objects {
             self.batch
                 .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
             self.destroys.push((o.ost, o.object));
+        }
+    }
+
+    /// Records in this transaction that `layout`'s objects must take `owner` (owners.rs
+    /// sends it to the OSTs).
+    pub fn queue_owner_change(&mut self, layout: &Layout, owner: nacre_types::Owner) {
+        self.mdt.owners_pending.fetch_add(1, Ordering::AcqRel);
+        for o in &layout.objects {
+            self.batch.put(
+                OWNERS,
+                destroy_key(o.ost, o.object),
+                owner.to_bytes().to_vec(),
+            );
+        }
+    }
+
+    /// Drops `layout`'s pending ownership changes in this transaction (its objects are being
+    /// destroyed: a change sent after would create them again).
+    fn forget_owner_changes(&mut self, layout: &Layout) {
+        // Nothing pending anywhere (the usual case): no deletes to write.
+        if self.mdt.owners_pending.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        for o in &layout.objects {
+            self.batch.delete(OWNERS, destroy_key(o.ost, o.object));
         }
     }
 
@@ -378,7 +407,7 @@ impl Tx<'_> {
         self.batch
             .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
         let owner = nacre_types::Owner::of(attr);
-        crate::quota::charge(&mut self.alloc.quota, &mut self.batch, owner, delta);
+        charge(&mut self.alloc.quota, &mut self.batch, owner, delta);
         Ok(())
     }
 
@@ -386,8 +415,8 @@ impl Tx<'_> {
     pub fn recount_inode(&mut self, old: &nacre_types::Attr, new: &nacre_types::Attr) {
         let (from, to) = (nacre_types::Owner::of(old), nacre_types::Owner::of(new));
         if from != to {
-            crate::quota::charge(&mut self.alloc.quota, &mut self.batch, from, -1);
-            crate::quota::charge(&mut self.alloc.quota, &mut self.batch, to, 1);
+            charge(&mut self.alloc.quota, &mut self.batch, from, -1);
+            charge(&mut self.alloc.quota, &mut self.batch, to, 1);
         }
     }
 
@@ -509,6 +538,91 @@ pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
     seq_off
         .checked_mul(FID_OIDS_PER_SEQ - 1)?
         .checked_add(u64::from(fid.oid - 1))
+}
+
+/// Inodes counted per id.
+pub type Counts = HashMap<QuotaId, u64>;
+
+/// Loads the counts (counting every inode first on an MDT that has none yet).
+pub fn load(kv: &dyn KvStore) -> Result<Counts, Status> {
+    if read_u64(kv, b"quota_counted")?.is_none() {
+        let counts = count(kv)?;
+        let mut b = Batch::new();
+        for (q, n) in &counts {
+            b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
+        }
+        b.put(META, b"quota_counted".to_vec(), 1u64.to_be_bytes().to_vec());
+        let t = kv.commit(b).map_err(kv_err)?;
+        kv.wait_durable(t).map_err(kv_err)?;
+        tracing::info!("quotas: the inodes of {} ids counted", counts.len());
+        return Ok(counts);
+    }
+    read_table(kv)
+}
+
+/// The counts as the table records them.
+pub(crate) fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
+    let mut counts = Counts::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(QUOTA_USAGE, &[], after.as_deref(), 4096)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (k, v) in &page {
+            match (QuotaId::from_key(k), v.as_slice().try_into()) {
+                (Some(q), Ok(n)) => {
+                    counts.insert(q, u64::from_be_bytes(n));
+                }
+                _ => tracing::warn!("quotas: damaged usage record skipped"),
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Counts every inode of the store by its owner, group and project (what the table must
+/// say; `lfsck --quota` compares them).
+pub fn count(kv: &dyn KvStore) -> Result<Counts, Status> {
+    let mut counts = Counts::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = kv
+            .scan(INODES, &[], after.as_deref(), 4096)
+            .map_err(kv_err)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.0.clone());
+        for (_, v) in &page {
+            match decode::<InodeRecord>(v) {
+                Ok(rec) => {
+                    for q in QuotaId::of_attr(&rec.attr) {
+                        *counts.entry(q).or_insert(0) += 1;
+                    }
+                }
+                Err(_) => tracing::warn!("quotas: damaged inode skipped in the count"),
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Adds `delta` inodes to `owner`'s user, group and project in `counts`, recording the new
+/// counts in `batch`.
+pub fn charge(counts: &mut Counts, batch: &mut Batch, owner: Owner, delta: i64) {
+    if delta == 0 {
+        return;
+    }
+    for q in QuotaId::of_owner(owner) {
+        let n = counts.entry(q).or_insert(0);
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            counts.remove(&q);
+            batch.delete(QUOTA_USAGE, q.to_key().to_vec());
+        } else {
+            batch.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Directory stripe layouts and defaults: `getdirstripe`, `setdirstripe -D`.
 
-use crate::dne::*;
 use crate::mdt::{kv_err, Mdt, Tx};
+use crate::peers::peer_call;
 use crate::records::{encode, DIRDEFAULTS, DIRSTRIPES};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};

@@ -2,7 +2,7 @@
 
 use crate::dne::*;
 use crate::mdt::Mdt;
-use crate::ops::dne_ops::*;
+use crate::ops::mkdir_remote::{alloc_on, choose_mdt, mkdir_local, NewDir};
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::Status;

@@ -28,17 +28,6 @@ pub mod unlink;
 pub mod unlink_remote;
 pub mod xattr;
 
-/// The cross-MDT operations, for the intent machinery in `dne.rs` and for each other.
-pub(crate) mod dne_ops {
-
-    pub(crate) use super::mkdir_remote::*;
-
-    pub(crate) use super::dir_stripe::*;
-    pub(crate) use super::rmdir_striped::*;
-
-    pub(crate) use super::rename_remote::*;
-}
-
 use crate::records::InodeRecord;
 use nacre_wire::mds::MdsReply;
 
@@ -102,7 +91,7 @@ pub fn project_admits_anywhere(
         if fid.mdt_index() == mdt.label.index {
             return Ok(mdt.inode(fid)?.attr);
         }
-        match crate::dne::peer_call(
+        match crate::peers::peer_call(
             mdt,
             fid.mdt_index(),
             nacre_wire::mds::MdsOp::GetAttr { fid },

@@ -1,9 +1,8 @@
 //! Updates a coordinating MDT sends to this one (docs/dne.md): `MdsOp::AllocFid` reserves a FID
 //! here, `MdsOp::Update` applies one `RemoteUpdate` idempotently and durably.
 
-use crate::dne::*;
-use crate::mdt::{kv_err, Mdt};
-use crate::ops::dne_ops::*;
+use crate::mdt::{commit_durable, kv_err, Mdt};
+use crate::ops::dir_stripe::dir_stripe;
 use crate::records::{
     encode, remote_link_key, InodeRecord, IntentRecord, DIRDEFAULTS, DIRSTRIPES, INTENTS,
     REMOTE_LINKS,
@@ -11,7 +10,6 @@ use crate::records::{
 use nacre_net::fault;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsOp, MdsReply, RemoteUpdate};
-use std::time::Duration;
 
 /// Participant: reserves one of this MDT's FIDs for an inode a peer will ask it to create,
 /// refusing when it has no room for one more inode.
@@ -25,14 +23,15 @@ pub fn alloc_fid(mdt: &Mdt) -> Result<MdsReply, Status> {
     Ok(MdsReply::Fid(fid))
 }
 
-/// Participant: applies a peer's update, idempotently, durable before the reply.
-pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
-    if matches!(
-        update,
-        RemoteUpdate::Freeze { .. } | RemoteUpdate::Adopt { .. } | RemoteUpdate::Repoint { .. }
-    ) {
-        return crate::migrate::apply(mdt, update);
-    }
+/// Participant: applies a peer's update, idempotently, durable before the reply. The
+/// updates of a directory migration are not for it (execute.rs sends them to
+/// crate::migrate). An intent the update leaves this MDT owing is driven by `finish_owed`
+/// (the callers pass `dne::finish` with no wait).
+pub fn apply(
+    mdt: &Mdt,
+    update: &RemoteUpdate,
+    finish_owed: &dyn Fn(&Mdt, Fid) -> Result<(), Status>,
+) -> Result<MdsReply, Status> {
     let mut tx = mdt.begin();
     // Checked under the write lock, which a migration holds while it freezes.
     if mdt.held_by_migration(&MdsOp::Update(update.clone())) {
@@ -211,7 +210,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 Err(s) => return Err(s),
             }
         }
-        // Applied by crate::migrate (returned above).
+        // Applied by crate::migrate (execute.rs dispatches them there).
         RemoteUpdate::Freeze { .. } | RemoteUpdate::Adopt { .. } | RemoteUpdate::Repoint { .. } => {
             return Err(Status::Proto)
         }
@@ -221,7 +220,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
     mdt.queue_destroys(destroys);
     if let Some((key, intent)) = owed {
         mdt.intents.lock().expect("intents").insert(key, intent);
-        if let Err(s) = finish(mdt, key, Duration::ZERO) {
+        if let Err(s) = finish_owed(mdt, key) {
             tracing::debug!("{}: replaced entry's link pending: {s}", mdt.label.name());
         }
     }

@@ -30,7 +30,10 @@ pub(crate) fn rename_steps(
         if at == here {
             // A rename between directories of this MDT (an inode of another MDT moves or is
             // replaced): the entry's part is this MDT's own, applied as a peer would.
-            crate::ops::remote_update::apply(mdt, &update).map(|_| ())
+            crate::ops::remote_update::apply(mdt, &update, &|m, k| {
+                crate::dne::finish(m, k, Duration::ZERO)
+            })
+            .map(|_| ())
         } else {
             send_until(mdt, at, update, deadline)
         }
@@ -169,21 +172,25 @@ pub(crate) fn stripe_of_remote(mdt: &Mdt, fid: Fid) -> Result<bool, Status> {
 /// The rename's record, written with the removal of its source entry here (the entry's
 /// new side was put by `dst_parent`'s MDT already).
 fn note_rename(
-    tx: &mut crate::tx::Tx<'_>,
+    tx: &mut crate::mdt::Tx<'_>,
     intent: &IntentRecord,
     fid: Fid,
     dst_parent: Fid,
     dst_name: &[u8],
 ) {
     use nacre_wire::mds::changelog::{RecordKind, RenameSource};
-    let mut change =
-        crate::changelog::Change::new(RecordKind::Rename, Fid::default(), dst_parent, dst_name);
+    let mut change = crate::changelog_writer::Change::new(
+        RecordKind::Rename,
+        Fid::default(),
+        dst_parent,
+        dst_name,
+    );
     change.source = Some(RenameSource {
         fid,
         parent: intent.parent,
         name: intent.name.clone(),
     });
-    crate::changelog::note_concluded(tx, intent.key, change);
+    crate::changelog_writer::note_concluded(tx, intent.key, change);
 }
 
 pub(crate) fn finish_rename(

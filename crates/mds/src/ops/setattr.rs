@@ -76,7 +76,7 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
     if set.uid.is_some() || set.gid.is_some() || set.project.is_some() {
         if let Some(layout) = &rec.layout {
             let owner = nacre_types::Owner::of(&rec.attr);
-            crate::owners::queue(tx, layout, owner);
+            tx.queue_owner_change(layout, owner);
         }
     }
     tx.recount_inode(&before, &rec.attr);
