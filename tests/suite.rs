@@ -21,6 +21,7 @@ mod fences;
 mod flock;
 mod hardening;
 mod hostile;
+mod imports;
 mod keys;
 mod locking;
 mod migrate_files;

@@ -32,6 +32,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod hostile;
+pub mod imports;
 mod layout;
 pub mod proxy;
 pub mod raw;

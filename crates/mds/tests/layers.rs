@@ -1,0 +1,178 @@
+//! The layers of nacre-mds (issue 42; docs/mds.md, docs/plans/mds-layers.md): every file
+//! of `src/` belongs to one layer of [`LAYERS`] (the table [`FILES`]) and uses only its own
+//! layer and those below it; no three or more files reach each other round in a circle
+//! (crates/testkit/src/imports.rs: a strongly connected set of files; two files may use each
+//! other).
+//!
+//! [`KNOWN_UPWARD`] and [`KNOWN_CIRCLES`] are what the move into layers has not finished
+//! yet: the test fails on any use or circle not listed, and on a listed one that is gone
+//! (remove it: the lists only shrink).
+
+use nacre_testkit::imports::{file_graph, long_circles, upward};
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+/// The layers, lowest first.
+const LAYERS: &[&str] = &["base", "store", "target", "ops", "services", "handler"];
+
+/// Every file of `src/` and its layer.
+const FILES: &[(&str, &str)] = &[
+    ("destroy_space.rs", "base"),
+    ("export.rs", "base"),
+    ("fileset_cache.rs", "base"),
+    ("flocks.rs", "base"),
+    ("nodemap.rs", "base"),
+    ("osp.rs", "base"),
+    ("sizes.rs", "base"),
+    ("stats.rs", "base"),
+    ("records.rs", "store"),
+    ("tx.rs", "store"),
+    ("atime.rs", "target"),
+    ("changelog_writer.rs", "target"),
+    ("mdt.rs", "target"),
+    ("peers.rs", "target"),
+    ("replay.rs", "target"),
+    ("dne.rs", "ops"),
+    ("links.rs", "ops"),
+    ("migrate.rs", "ops"),
+    ("ops/create.rs", "ops"),
+    ("ops/dir_stripe.rs", "ops"),
+    ("ops/getattr.rs", "ops"),
+    ("ops/layout.rs", "ops"),
+    ("ops/link.rs", "ops"),
+    ("ops/link_remote.rs", "ops"),
+    ("ops/lookup.rs", "ops"),
+    ("ops/mkdir.rs", "ops"),
+    ("ops/mkdir_remote.rs", "ops"),
+    ("ops/mkdir_striped.rs", "ops"),
+    ("ops/mod.rs", "ops"),
+    ("ops/open.rs", "ops"),
+    ("ops/readdir.rs", "ops"),
+    ("ops/readlink.rs", "ops"),
+    ("ops/remote_update.rs", "ops"),
+    ("ops/rename.rs", "ops"),
+    ("ops/rename_remote.rs", "ops"),
+    ("ops/rmdir.rs", "ops"),
+    ("ops/rmdir_remote.rs", "ops"),
+    ("ops/rmdir_striped.rs", "ops"),
+    ("ops/scan.rs", "ops"),
+    ("ops/setattr.rs", "ops"),
+    ("ops/symlink.rs", "ops"),
+    ("ops/unlink.rs", "ops"),
+    ("ops/unlink_remote.rs", "ops"),
+    ("ops/xattr.rs", "ops"),
+    ("admin_records.rs", "services"),
+    ("changelog.rs", "services"),
+    ("destroy.rs", "services"),
+    ("eviction.rs", "services"),
+    ("locks.rs", "services"),
+    ("owners.rs", "services"),
+    ("perm.rs", "services"),
+    ("qos.rs", "services"),
+    ("quota.rs", "services"),
+    ("relayout.rs", "services"),
+    ("capas.rs", "handler"),
+    ("execute.rs", "handler"),
+    ("fileset.rs", "handler"),
+    ("flock_serve.rs", "handler"),
+    ("lib.rs", "handler"),
+    ("route.rs", "handler"),
+];
+
+/// Uses of a higher layer not yet moved: (file, file of the higher layer it uses).
+const KNOWN_UPWARD: &[(&str, &str)] = &[
+    // The transaction reaches the MDT for the store it writes to; docs/plans/mds-layers.md
+    // S25-S37 give the transaction its own store.
+    ("tx.rs", "mdt.rs"),
+];
+
+/// Circles of three or more files not yet broken: their files, sorted.
+const KNOWN_CIRCLES: &[&[&str]] = &[
+    // The MDT and the state it holds, through the transaction (tx.rs -> mdt.rs above).
+    &[
+        "atime.rs",
+        "changelog_writer.rs",
+        "mdt.rs",
+        "replay.rs",
+        "tx.rs",
+    ],
+    // The intent machinery and the cross-MDT operations it resumes.
+    &[
+        "dne.rs",
+        "migrate.rs",
+        "ops/rename_remote.rs",
+        "ops/rmdir_striped.rs",
+    ],
+];
+
+#[test]
+fn layers_import_only_downward_and_files_form_no_circles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let g = file_graph(&src);
+    let mut errors = Vec::new();
+    let mut layer_of: HashMap<String, usize> = HashMap::new();
+    for (file, layer) in FILES {
+        let Some(i) = LAYERS.iter().position(|l| l == layer) else {
+            errors.push(format!(
+                "FILES gives src/{file} the unknown layer {layer:?}"
+            ));
+            continue;
+        };
+        if layer_of.insert(file.to_string(), i).is_some() {
+            errors.push(format!("FILES lists src/{file} twice"));
+        }
+        if !g.files.iter().any(|f| f == file) {
+            errors.push(format!("FILES lists src/{file}, which does not exist"));
+        }
+    }
+    for f in &g.files {
+        if !layer_of.contains_key(f) {
+            errors.push(format!(
+                "src/{f} is in no layer: add it to FILES in tests/layers.rs"
+            ));
+        }
+    }
+    let mut known: BTreeSet<(String, String)> = KNOWN_UPWARD
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    for (from, line, to) in upward(&g, &layer_of) {
+        if !known.remove(&(from.clone(), to.clone())) {
+            errors.push(format!(
+                "src/{from}:{line} ({}) uses src/{to} ({}, a higher layer)",
+                LAYERS[layer_of[&from]], LAYERS[layer_of[&to]]
+            ));
+        }
+    }
+    for (from, to) in known {
+        errors.push(format!(
+            "src/{from} no longer uses src/{to}: remove it from KNOWN_UPWARD"
+        ));
+    }
+    let mut circles: BTreeSet<Vec<String>> = KNOWN_CIRCLES
+        .iter()
+        .map(|c| c.iter().map(|f| f.to_string()).collect())
+        .collect();
+    for ring in long_circles(&g) {
+        let mut members = ring.clone();
+        members.sort_unstable();
+        if !circles.remove(&members) {
+            errors.push(format!(
+                "a circle of {} files: {}",
+                ring.len(),
+                ring.join(" -> ")
+            ));
+        }
+    }
+    for c in circles {
+        errors.push(format!(
+            "the circle {c:?} is broken: remove it from KNOWN_CIRCLES"
+        ));
+    }
+    assert!(
+        errors.is_empty(),
+        "{} layering problem(s) in nacre-mds:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
+}
