@@ -12,8 +12,7 @@
 //! Stored: `meta` `admin_cursor` = epoch (8, big-endian) ‖ last record copied (8).
 
 use crate::changelog_writer::{note, Change, Origin};
-use crate::mdt::{kv_err, Mdt};
-use crate::records::META;
+use crate::mdt::Mdt;
 use nacre_types::{Fid, Status, TimeSpec};
 use nacre_wire::mds::changelog::RecordKind;
 use nacre_wire::mgs::AuditRecord;
@@ -25,7 +24,7 @@ const CURSOR: &[u8] = b"admin_cursor";
 pub fn cursor(mdt: &Mdt) -> (u64, u64) {
     let mut c = mdt.changelog.admin_cursor.lock();
     if c.is_none() {
-        let stored = mdt.kv.get(META, CURSOR).ok().flatten();
+        let stored = mdt.store().meta_or_none(CURSOR);
         *c = Some(match stored.as_deref().map(<[u8; 16]>::try_from) {
             Some(Ok(b)) => (
                 u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
@@ -54,9 +53,9 @@ pub fn copy(mdt: &Mdt, epoch: u64, records: &[AuditRecord]) -> Result<(), Status
     cursor.extend_from_slice(&last.to_be_bytes());
     if !mdt.changelog.enabled() {
         // Passed over, durably: a restart does not copy them once a consumer registers.
-        let mut b = nacre_kv::Batch::new();
-        b.put(META, CURSOR.to_vec(), cursor);
-        mdt.kv.commit(b).map_err(kv_err)?;
+        let mut w = mdt.store().writes();
+        w.put_meta(CURSOR, cursor);
+        w.commit()?;
         *mdt.changelog.admin_cursor.lock() = Some((epoch, last));
         return Ok(());
     }
@@ -83,9 +82,8 @@ pub fn copy(mdt: &Mdt, epoch: u64, records: &[AuditRecord]) -> Result<(), Status
             ),
         );
     }
-    tx.batch.put(META, CURSOR.to_vec(), cursor);
-    let batch = std::mem::take(&mut tx.batch);
-    mdt.kv.commit(batch).map_err(kv_err)?;
+    tx.put_meta(CURSOR, cursor);
+    tx.commit()?;
     *mdt.changelog.admin_cursor.lock() = Some((epoch, last));
     Ok(())
 }

@@ -79,9 +79,8 @@ pub fn flush(mdt: &Mdt) -> Result<usize, Status> {
             Err(e) => return Err(e),
         }
     }
-    let batch = std::mem::take(&mut tx.batch);
-    if !batch.is_empty() {
-        mdt.kv.commit(batch).map_err(crate::mdt::kv_err)?;
+    if !tx.is_empty() {
+        tx.commit()?;
     }
     drop(tx);
     mdt.atimes

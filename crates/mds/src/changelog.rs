@@ -22,11 +22,9 @@
 //! This file serves the consumers (register, clear, deregister, read, purge, maintenance);
 //! the changelog's state and the records changes add are in changelog_writer.rs.
 
-use crate::changelog_writer::{put_user, user_key, users_of, User, UserRecord};
-use crate::mdt::{kv_err, Mdt};
-use crate::records::{decode, encode, META};
-use crate::tx::Tx;
-use nacre_kv::Batch;
+use crate::changelog_writer::{put_user, users_of, User, UserRecord};
+use crate::mdt::{Mdt, Tx};
+use crate::records::{decode, encode};
 use nacre_types::Status;
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::MdsReply;
@@ -57,7 +55,7 @@ pub fn register(tx: &mut Tx<'_>, name: &str) -> Result<MdsReply, Status> {
         cleared: st.next - 1,
         active: Instant::now(),
     };
-    put_user(&mut tx.batch, id, &user);
+    put_user(tx, id, &user);
     tx.durable_before_reply = true;
     st.users.insert(id, user);
     cl.enabled.store(true, Ordering::Release);
@@ -76,7 +74,7 @@ pub fn deregister(tx: &mut Tx<'_>, id: u32) -> Result<MdsReply, Status> {
     if st.users.remove(&id).is_none() {
         return Err(Status::NoEnt);
     }
-    tx.batch.delete(CHANGELOG_USERS, user_key(id));
+    tx.del_changelog_user(id);
     tx.durable_before_reply = true;
     cl.enabled.store(!st.users.is_empty(), Ordering::Release);
     tracing::info!(
@@ -106,7 +104,7 @@ pub fn clear(tx: &mut Tx<'_>, id: u32, upto: u64) -> Result<MdsReply, Status> {
             name: name.clone(),
             cleared: *cleared,
         };
-        tx.batch.put(CHANGELOG_USERS, user_key(id), encode(&rec));
+        tx.put_changelog_user(id, encode(&rec));
         tx.durable_before_reply = true;
     }
     Ok(MdsReply::Done)
@@ -122,9 +120,7 @@ pub fn read(mdt: &Mdt, user: u32, from: u64, count: u32) -> Result<MdsReply, Sta
         let _tx = mdt.begin();
         mdt.changelog.state.lock().next - 1
     };
-    mdt.kv
-        .wait_durable(mdt.kv.last_committed())
-        .map_err(kv_err)?;
+    mdt.store().sync_all()?;
     let from = {
         let mut st = mdt.changelog.state.lock();
         let first = st.first;
@@ -142,11 +138,7 @@ pub fn read(mdt: &Mdt, user: u32, from: u64, count: u32) -> Result<MdsReply, Sta
             None => from,
         }
     };
-    let after = from.checked_sub(1).map(|a| a.to_be_bytes());
-    let page = mdt
-        .kv
-        .scan(CHANGELOG, &[], after.as_ref().map(|a| &a[..]), count)
-        .map_err(kv_err)?;
+    let page = mdt.store().changelog_page(from, count)?;
     let mut records = Vec::with_capacity(page.len());
     let mut bytes = 0;
     let mut full = false;
@@ -201,16 +193,9 @@ pub fn purge(mdt: &Mdt) -> Result<(), Status> {
         if end <= first {
             return Ok(());
         }
-        let mut b = Batch::new();
-        for index in first..end {
-            b.delete(CHANGELOG, index.to_be_bytes().to_vec());
-        }
-        b.put(
-            META,
-            b"changelog_first".to_vec(),
-            end.to_be_bytes().to_vec(),
-        );
-        mdt.kv.commit(b).map_err(kv_err)?;
+        let mut w = mdt.store().writes();
+        w.purge_changelog(first, end);
+        w.commit()?;
         let mut st = mdt.changelog.state.lock();
         st.first = st.first.max(end);
         mdt.changelog
@@ -245,8 +230,7 @@ pub fn maintain(mdt: &Mdt) -> Result<(), Status> {
                 mdt.changelog.dropped_users.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let b = std::mem::take(&mut tx.batch);
-        mdt.kv.commit(b).map_err(kv_err)?;
+        tx.commit()?;
     }
     purge(mdt)
 }

@@ -2,9 +2,9 @@
 //! the changelog's state on the MDT (`Mdt::changelog`: consumers, numbering, counters),
 //! loaded at start, and the numbered record a change adds to its own transaction.
 
-use crate::mdt::{kv_err, read_u64, Mdt, Tx};
-use crate::records::{decode, encode, CHANGELOG, CHANGELOG_USERS, META};
-use nacre_kv::Batch;
+use crate::mdt::{Mdt, Tx};
+use crate::records::{decode, encode};
+use crate::store::Store;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
@@ -85,16 +85,14 @@ pub struct ChangelogStatus {
 
 impl Changelog {
     /// Loads the consumers and numbering from the store.
-    pub fn load(kv: &dyn nacre_kv::KvStore) -> Result<Changelog, Status> {
-        let next = read_u64(kv, b"changelog_next")?.unwrap_or(1).max(1);
-        let first = read_u64(kv, b"changelog_first")?
+    pub fn load(store: &Store) -> Result<Changelog, Status> {
+        let next = store.meta_u64(b"changelog_next")?.unwrap_or(1).max(1);
+        let first = store
+            .meta_u64(b"changelog_first")?
             .unwrap_or(1)
             .clamp(1, next);
         let mut users = BTreeMap::new();
-        for (k, v) in kv
-            .scan(CHANGELOG_USERS, &[], None, CHANGELOG_USERS_MAX * 2)
-            .map_err(kv_err)?
-        {
+        for (k, v) in store.changelog_users(CHANGELOG_USERS_MAX * 2)? {
             let Ok(id) = <[u8; 4]>::try_from(k.as_slice()) else {
                 tracing::warn!("changelog: bad consumer key skipped");
                 continue;
@@ -159,14 +157,9 @@ pub fn decode_user(bytes: &[u8]) -> Result<(String, u64), Status> {
     decode::<UserRecord>(bytes).map(|u| (u.name, u.cleared))
 }
 
-pub(crate) fn user_key(id: u32) -> Vec<u8> {
-    id.to_be_bytes().to_vec()
-}
-
-pub(crate) fn put_user(batch: &mut Batch, id: u32, u: &User) {
-    batch.put(
-        CHANGELOG_USERS,
-        user_key(id),
+pub(crate) fn put_user(tx: &mut Tx<'_>, id: u32, u: &User) {
+    tx.put_changelog_user(
+        id,
         encode(&UserRecord {
             name: u.name.clone(),
             cleared: u.cleared,
@@ -255,13 +248,7 @@ pub fn note(tx: &mut Tx<'_>, origin: &Origin<'_>, change: Change) {
         gid: origin.gid,
         jobid: origin.jobid.to_string(),
     };
-    tx.batch
-        .put(CHANGELOG, index.to_be_bytes().to_vec(), encode(&rec));
-    tx.batch.put(
-        META,
-        b"changelog_next".to_vec(),
-        st.next.to_be_bytes().to_vec(),
-    );
+    tx.put_changelog_record(index, &rec, st.next);
     cl.written.fetch_add(1, Ordering::Relaxed);
     // The limit: the consumer furthest behind goes once it is too far behind.
     let max = cl.records_max.load(Ordering::Relaxed).max(1);
@@ -279,7 +266,7 @@ pub fn note(tx: &mut Tx<'_>, origin: &Origin<'_>, change: Change) {
                 index - cleared
             );
             st.users.remove(&id);
-            tx.batch.delete(CHANGELOG_USERS, user_key(id));
+            tx.del_changelog_user(id);
             cl.dropped_users.fetch_add(1, Ordering::Relaxed);
             cl.enabled.store(!st.users.is_empty(), Ordering::Release);
         }

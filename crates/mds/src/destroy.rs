@@ -4,9 +4,7 @@
 //! thread evicts silent clients (export.rs), sends objects' ownership changes (owners.rs) and
 //! glimpses files whose size the MDT wants to know again (sizes.rs).
 
-use crate::mdt::{kv_err, Mdt};
-use crate::records::{destroy_key, DESTROY};
-use nacre_kv::Batch;
+use crate::mdt::Mdt;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
@@ -44,11 +42,9 @@ pub fn destroy_pending(mdt: &Mdt) -> Result<usize, Status> {
             };
             match call::<_, OssReply>(&conn, req.opcode(), ost, &OssCall::server(req)) {
                 Ok(_) => {
-                    let mut b = Batch::new();
-                    for o in chunk {
-                        b.delete(DESTROY, destroy_key(ost, *o));
-                    }
-                    mdt.kv.commit(b).map_err(kv_err)?;
+                    let mut w = mdt.store().writes();
+                    w.forget_destroys(ost, chunk);
+                    w.commit()?;
                     mdt.destroy_space.done(ost, chunk);
                     done += chunk.len();
                 }

@@ -9,10 +9,10 @@
 //! [`recover_pass`], which the server runs at start and every second after, so an operation
 //! ends fully done or (for a refused removal) fully undone.
 
-use crate::mdt::{kv_err, Mdt, Tx};
+use crate::mdt::{Mdt, Tx};
 use crate::ops::rename_remote::rename_steps;
 use crate::ops::rmdir_striped::remove_striped;
-use crate::records::{encode, reply_key, IntentRecord, SavedReply, INTENTS, REPLIES};
+use crate::records::{IntentRecord, SavedReply};
 use nacre_net::fault;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
@@ -20,7 +20,6 @@ use nacre_wire::encode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 use std::time::{Duration, Instant};
 
-pub(crate) use crate::mdt::commit_durable;
 pub(crate) use crate::peers::*;
 pub use crate::peers::{mdt_count, PEER_WAIT_MS_MAX};
 
@@ -55,20 +54,17 @@ pub(crate) fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
     for fid in pending {
         let _ = finish(mdt, fid, std::time::Duration::from_millis(PEER_WAIT_MS_MAX));
     }
-    match mdt.kv.get(REPLIES, &reply_key(client, xid)) {
-        Ok(Some(saved)) => match crate::records::decode_saved(&saved) {
-            Ok(saved) => {
-                tracing::debug!("reconstructed reply for xid {xid}");
-                Outgoing {
-                    status: Status::from_code(saved.status),
-                    body: saved.body,
-                    bulk: None,
-                }
+    match mdt.store().saved_reply(client, xid) {
+        Ok(Some(saved)) => {
+            tracing::debug!("reconstructed reply for xid {xid}");
+            Outgoing {
+                status: Status::from_code(saved.status),
+                body: saved.body,
+                bulk: None,
             }
-            Err(s) => Outgoing::error(s),
-        },
+        }
         Ok(None) => Outgoing::error(Status::Io),
-        Err(e) => Outgoing::error(kv_err(e)),
+        Err(s) => Outgoing::error(s),
     }
 }
 
@@ -97,18 +93,18 @@ pub(crate) fn coordinate(
             .into_iter()
             .map(|mut i| {
                 i.reply_to = Some((call.client, xid));
-                tx.batch.put(INTENTS, i.key.to_key().to_vec(), encode(&i));
+                tx.put_intent(&i);
                 i
             })
             .collect();
         (r, intents)
     });
     if result.is_err() {
-        tx.batch = nacre_kv::Batch::new();
+        tx.discard();
     }
     let reply = saved(&result.as_ref().map(|(r, _)| r.clone()).map_err(|s| *s));
     tx.save_reply(&call.client, xid, call.replied_below, &reply);
-    if let Err(s) = commit_durable(mdt, tx) {
+    if let Err(s) = tx.commit_durable() {
         return Outgoing::error(s);
     }
     if let Ok((_, intents)) = result {
@@ -186,9 +182,8 @@ pub(crate) fn run_intent(
 ) -> Outgoing {
     let key = intent.key;
     crate::changelog_writer::remember_origin(mdt, key, call);
-    tx.batch
-        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
-    if let Err(s) = commit_durable(mdt, tx) {
+    tx.put_intent(&intent);
+    if let Err(s) = tx.commit_durable() {
         return Outgoing::error(s);
     }
     // Known to recovery only once durable: the remote part never runs ahead of its intent.
@@ -384,9 +379,8 @@ pub(crate) fn conclude(
     if let (Some(reply), Some((client, xid))) = (reply, intent.reply_to) {
         tx.save_reply(&client, xid, 0, &reply);
     }
-    tx.batch.delete(INTENTS, fid.to_key().to_vec());
-    let batch = std::mem::take(&mut tx.batch);
-    let ticket = mdt.kv.commit(batch).map_err(kv_err)?;
+    tx.del_intent(fid);
+    let ticket = tx.commit()?;
     mdt.intents.lock().expect("intents").remove(&fid);
     drop(tx);
     crate::mdt::note_modification(mdt);
@@ -394,7 +388,7 @@ pub(crate) fn conclude(
     // replay it, and the changes they do replay may depend on it (a create under a name
     // this removal freed). Left to the intent, it would be finished only once the peer MDT
     // answers, possibly after those replays ran.
-    mdt.kv.wait_durable(ticket).map_err(kv_err)
+    mdt.store().wait_durable(ticket)
 }
 
 /// Tries once to finish every pending intent (the server calls this at start and every

@@ -3,7 +3,7 @@
 //! and the reopen of its files after a restart.
 
 use crate::export::client_name;
-use crate::mdt::{kv_err, Mdt};
+use crate::mdt::Mdt;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::ReopenEntry;
 use std::collections::HashMap;
@@ -201,9 +201,8 @@ fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<()
     tx.forget_saved_replies(client);
     tx.forget_client(client);
     let destroys = std::mem::take(&mut tx.destroys);
-    let batch = std::mem::take(&mut tx.batch);
-    if !batch.is_empty() {
-        mdt.kv.commit(batch).map_err(kv_err)?;
+    if !tx.is_empty() {
+        tx.commit()?;
     }
     drop(tx);
     mdt.queue_destroys(destroys);

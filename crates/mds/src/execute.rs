@@ -3,13 +3,13 @@
 //! reconstruction for resends, and replays after a restart.
 
 use crate::dne::saved_reply;
-use crate::mdt::{kv_err, note_modification, Mdt};
-use crate::records::{reply_key, SavedReply, REPLIES};
+use crate::mdt::{note_modification, Mdt};
+use crate::records::SavedReply;
 use crate::route::{
     mkdir_by_default, new_dir, parent_default, read_only, rename_dir_or_plain, rmdir_dir,
     run_modifying, to_outgoing,
 };
-use crate::{eviction, export, locks, mdt, migrate, ops, peers, perm, records, relayout, replay};
+use crate::{eviction, export, locks, mdt, migrate, ops, peers, perm, relayout, replay};
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
@@ -21,11 +21,10 @@ pub(crate) fn commit(
     saved: Option<SavedReply>,
 ) -> Outgoing {
     let mut tx = tx;
-    let batch = std::mem::take(&mut tx.batch);
     let destroys = std::mem::take(&mut tx.destroys);
-    let ticket = match mdt.kv.commit(batch) {
+    let ticket = match tx.commit() {
         Ok(t) => t,
-        Err(e) => return Outgoing::error(kv_err(e)),
+        Err(s) => return Outgoing::error(s),
     };
     // Still under the write lock: transnos reach the journal in order.
     mdt.note_written(tx.transno);
@@ -33,8 +32,8 @@ pub(crate) fn commit(
     drop(tx);
     note_modification(mdt);
     if mdt.sync_on_reply() || sync {
-        if let Err(e) = mdt.kv.wait_durable(ticket) {
-            return Outgoing::error(kv_err(e));
+        if let Err(s) = mdt.store().wait_durable(ticket) {
+            return Outgoing::error(s);
         }
     }
     if result.is_ok() {
@@ -68,9 +67,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             to_outgoing(Ok(MdsReply::Connected {
                 epoch: mdt.epoch,
                 recovering: mdt.recovery.active(),
-                last_committed: mdt
-                    .last_committed_transno
-                    .load(std::sync::atomic::Ordering::Acquire),
+                last_committed: mdt.store().last_committed_transno(),
                 committed_at_start: mdt.recovery.committed_at_start(),
                 // A fileset's root, and a squashed root, are set by the handler, which
                 // knows the caller's nodemap.
@@ -363,21 +360,13 @@ pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outg
         Some((_, _, t, v)) => (t, v),
         // Answered from a saved reply (a resend, a replay already in), or by a path that
         // saves its own: read the transno and versions back.
-        None if op.is_modifying() => match mdt
-            .kv
-            .get(REPLIES, &reply_key(&call.client, xid))
-            .ok()
-            .flatten()
-            .and_then(|v| records::decode_saved(&v).ok())
-        {
+        None if op.is_modifying() => match mdt.store().saved_reply_or_none(&call.client, xid) {
             Some(s) => (s.transno, s.pre_versions),
             None => (0, Vec::new()),
         },
         None => (0, Vec::new()),
     };
-    let last_committed = mdt
-        .last_committed_transno
-        .load(std::sync::atomic::Ordering::Acquire);
+    let last_committed = mdt.store().last_committed_transno();
     let lock = LAST_GRANT
         .with(|c| c.take())
         .filter(|(c, x, _)| *c == call.client && *x == xid)

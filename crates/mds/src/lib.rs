@@ -46,7 +46,7 @@ pub mod relayout;
 pub mod replay;
 pub mod sizes;
 pub mod stats;
-pub mod tx;
+pub mod store;
 
 use execute::answer;
 pub use execute::execute;
@@ -60,6 +60,9 @@ use nacre_wire::nodemap::Nodemap;
 use std::collections::HashMap;
 
 use std::sync::{Arc, RwLock};
+
+// The transaction's old path (docs/plans/mds-layers.md S25; until S38).
+pub use store::tx;
 
 /// The MDS request handler for every MDT of this process.
 #[derive(Default)]

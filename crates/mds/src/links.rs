@@ -6,9 +6,9 @@
 //! Table `links`: child FID (16) ++ directory FID (16) ++ name → empty. An entry replaced in
 //! place (a rename over it) may leave its old inode's link behind: answers are checked
 //! against the entries themselves, so a stale link is never returned. An MDT formatted
-//! before the index builds it at its start (mdt.rs).
+//! before the index builds it at its start (store/open.rs).
 
-use crate::mdt::{kv_err, Mdt};
+use crate::mdt::Mdt;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::changelog::FID_LINKS_MAX;
 use nacre_wire::mds::MdsReply;
@@ -18,17 +18,9 @@ pub use crate::records::{link_key, LINKS};
 /// `FidLinks`: the (directory, name) pairs of this MDT naming `fid`, and the striped
 /// directory `fid` is a shard of, if it is one (a shard has no name of its own).
 pub fn links(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
-    let prefix = fid.to_key();
-    let page = mdt
-        .kv
-        .scan(LINKS, &prefix, None, FID_LINKS_MAX * 2)
-        .map_err(kv_err)?;
+    let page = mdt.store().links_of(fid, FID_LINKS_MAX * 2)?;
     let mut links = Vec::new();
-    for (k, _) in page {
-        let Some(parent) = k.get(16..32).and_then(Fid::from_key) else {
-            continue;
-        };
-        let name = k[32..].to_vec();
+    for (parent, name) in page {
         // Only links the entries still say.
         if mdt
             .lookup(parent, &name)

@@ -354,9 +354,7 @@ pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming
                 req.respond(Outgoing::error(Status::NoDev));
                 return;
             };
-            let last_committed = m
-                .last_committed_transno
-                .load(std::sync::atomic::Ordering::Acquire);
+            let last_committed = m.store().last_committed_transno();
             let mut body = nacre_wire::mds::MdsAnswer::encode_head(
                 0,
                 last_committed,

@@ -1,42 +1,21 @@
 //! One metadata target: its store, allocators, open counts and the transaction helper that
 //! every modifying operation uses.
 
-use crate::osp::OstPool;
+use crate::osp::{merge_spec, OstPool};
 use crate::records::*;
-pub use crate::tx::Tx;
-use nacre_kv::{Batch, KvStore};
+pub use crate::store::tx::ReplayHint;
+use crate::store::{Loaded, Store};
+pub use crate::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
+use nacre_kv::KvStore;
 use nacre_ldlm::msg::{LockRef, UPDATE};
 use nacre_osd::Label;
+use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, Owner, Status, TimeSpec};
+use nacre_types::{Attr, Fid, Layout, ObjectId, QuotaId, Status, StripeObject};
 use nacre_wire::mds::MdsOp;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-
-/// FIDs and object ids are reserved on disk this many at a time, so a create does not have to
-/// persist an allocator update.
-pub const ALLOC_RESERVE: u64 = 10_000;
-
-/// Allocation state, guarded by the MDT's write lock.
-pub struct AllocState {
-    pub(crate) next_fid: u64,
-    pub(crate) fid_limit: u64,
-    pub(crate) next_object: HashMap<u32, (u64, u64)>,
-    pub(crate) inodes_used: u64,
-    /// Inodes per user, group and project (quotas; counted in tx.rs).
-    pub(crate) quota: crate::tx::Counts,
-    /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
-    /// pruning delete exact keys instead of scanning over deleted ones.
-    pub(crate) saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
-    /// Last transaction number given.
-    pub(crate) last_transno: u64,
-    /// Clients in the `clients` table.
-    pub(crate) clients: std::collections::HashSet<[u8; 16]>,
-}
-
-/// Saved replies kept per client at most (a well-behaved client keeps `max_rpcs_in_flight`).
-pub const SAVED_REPLIES_PER_CLIENT_MAX: usize = 1024;
 
 /// Who holds the rename lock (client uuid and xid of its request) and until when.
 pub type RenameLockHolder = (([u8; 16], u64), std::time::Instant);
@@ -47,15 +26,14 @@ pub struct Mdt {
     pub label: Label,
     /// The target directory (its file system's capacity is the MDT's).
     pub dir: std::path::PathBuf,
-    /// The store.
-    pub kv: Arc<dyn KvStore>,
+    /// The store: KV store, allocation state (its lock is the write lock), durability.
+    store: Store,
     /// OSTs for object placement.
     pub osts: Arc<OstPool>,
     /// Quota enforcement on this MDT's inodes (nacre_quota).
     pub quota: Arc<nacre_quota::Slave>,
     /// QoS: requests held to this MDT's share of their class's rate (nacre_qos).
     pub qos: nacre_qos::Scheduler,
-    pub(crate) write_lock: Mutex<AllocState>,
     opens: Mutex<HashMap<Fid, u32>>,
     /// Wakes the destroy thread.
     pub destroy_signal: (Mutex<bool>, Condvar),
@@ -65,9 +43,6 @@ pub struct Mdt {
     pub destroy_space: crate::destroy_space::DestroySpace,
     /// Fileset roots resolved and inodes found inside them (fileset_cache.rs).
     pub filesets: crate::fileset_cache::Filesets,
-    /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
-    /// so unlinks and the background thread leave that table alone.
-    pub owners_pending: AtomicU64,
     /// Modifying operations executed (for statistics).
     pub modifications: AtomicU64,
     sync_on_reply: AtomicBool,
@@ -123,27 +98,12 @@ pub struct Mdt {
     orphans_pending: Mutex<Option<(std::time::Instant, Vec<Fid>)>>,
     /// Changes at every start: a client that sees a new one replays (replay.rs).
     pub epoch: u64,
-    /// Highest transaction number whose change is in the journal.
-    pub written_transno: AtomicU64,
-    /// Highest transaction number made durable (`last_committed` in replies).
-    pub last_committed_transno: AtomicU64,
     /// The recovery window after a restart (replay.rs).
     pub recovery: crate::replay::Recovery,
     /// FID and layout a replayed request's inode had, by (client, xid), for the
     /// transaction that runs it.
     replay_hints: Mutex<HashMap<([u8; 16], u64), ReplayCtx>>,
-    /// The FID allocation reserved durably when this MDT started: a replayed create's FID
-    /// lies below it, or at most [`crate::replay::REPLAY_AHEAD_MAX`] past it.
-    pub(crate) fid_limit_at_start: u64,
-    /// Each OST's object allocation reserved durably when this MDT started (`ost_next/N`):
-    /// a replayed layout's objects lie within [`crate::mdt::ALLOC_RESERVE`] below it or at
-    /// most [`crate::replay::REPLAY_AHEAD_MAX`] past it (objects below were given to
-    /// creates that are durable).
-    pub(crate) ost_next_at_start: HashMap<u32, u64>,
 }
-
-/// The FID and layout a replayed create gave its inode the first time.
-pub type ReplayHint = (Fid, Option<Layout>);
 
 /// How a replayed request is run: with its original transno and, for a create, the FID and
 /// layout its inode had.
@@ -204,28 +164,25 @@ impl Mdt {
         kv: Arc<dyn KvStore>,
         osts: Arc<OstPool>,
     ) -> Result<Mdt, Status> {
-        let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
-        let ost_next_at_start = load_ost_next(&*kv)?;
-        let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
-        let inode_counts = crate::tx::load(&*kv)?;
-        let saved_replies = load_saved_replies(&*kv)?;
-        let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
-        let clients = load_clients(&*kv)?;
+        let (store, loaded) = Store::open(kv, label.index, &label.name())?;
+        let Loaded {
+            clients,
+            intents,
+            frozen,
+            destroys,
+            relayouts: (relayouts_pending, relayouts_fenced),
+        } = loaded;
         // Peer MDTs call as clients but do not replay: never waited for.
         let expected: std::collections::HashSet<[u8; 16]> = clients
             .iter()
             .filter(|c| !osts.is_peer(c))
             .copied()
             .collect();
-        let intents = load_intents(&*kv)?;
-        let frozen = load_frozen(&*kv)?;
-        build_link_index(&*kv)?;
-        let changelog = crate::changelog_writer::Changelog::load(&*kv)?;
-        let (relayouts_pending, relayouts_fenced) = load_relayouts(&*kv)?;
+        let changelog = crate::changelog_writer::Changelog::load(&store)?;
+        let last_transno = store.last_committed_transno();
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())
             .as_bytes();
-        let kv_for_queue = kv.clone();
         let quota = Arc::new(nacre_quota::Slave::new(
             &label.fsname,
             (nacre_types::TargetKind::Mdt, label.index),
@@ -235,29 +192,15 @@ impl Mdt {
             quota,
             label,
             dir: dir.to_path_buf(),
-            kv,
+            store,
             osts,
-            write_lock: Mutex::new(AllocState {
-                next_fid: fid_limit,
-                fid_limit,
-                next_object: HashMap::new(),
-                inodes_used,
-                quota: inode_counts,
-                saved_replies,
-                last_transno,
-                clients,
-            }),
             epoch: u64::from_be_bytes(
                 uuid::Uuid::new_v4().as_bytes()[..8]
                     .try_into()
                     .expect("8 bytes"),
             ),
-            written_transno: AtomicU64::new(last_transno),
-            last_committed_transno: AtomicU64::new(last_transno),
             recovery: crate::replay::Recovery::new(last_transno, expected),
             replay_hints: Mutex::new(HashMap::new()),
-            fid_limit_at_start: fid_limit,
-            ost_next_at_start,
             opens: Mutex::new(HashMap::new()),
             intents: Mutex::new(intents),
             driving: Mutex::new(std::collections::HashSet::new()),
@@ -279,16 +222,9 @@ impl Mdt {
             flocks: Default::default(),
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
-            destroy_queue: Mutex::new(load_destroys(&*kv_for_queue)?),
+            destroy_queue: Mutex::new(destroys),
             destroy_space: crate::destroy_space::DestroySpace::default(),
             filesets: crate::fileset_cache::Filesets::default(),
-            owners_pending: AtomicU64::new(
-                match kv_for_queue.scan(crate::records::OWNERS, &[], None, 1) {
-                    Ok(page) => page.len() as u64,
-                    // Not known: look on the first pass.
-                    Err(_) => 1,
-                },
-            ),
             modifications: AtomicU64::new(0),
             sync_on_reply: AtomicBool::new(false),
             md_stats: nacre_params::OpStats::new(crate::stats::MD_OPS),
@@ -301,70 +237,21 @@ impl Mdt {
                 "nid",
             ),
         };
-        mdt.ensure_root()?;
+        mdt.store.ensure_root()?;
         mdt.cleanup_orphans()?;
         Ok(mdt)
     }
 
-    fn ensure_root(&self) -> Result<(), Status> {
-        if self.label.index != 0
-            || self
-                .kv
-                .get(INODES, &Fid::ROOT.to_key())
-                .map_err(kv_err)?
-                .is_some()
-        {
-            return Ok(());
-        }
-        let now = TimeSpec::now();
-        let root = InodeRecord {
-            attr: Attr {
-                fid: Fid::ROOT,
-                kind: FileKind::Directory,
-                perm: 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                size: 4096,
-                blocks: 8,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                rdev: 0,
-                project: 0,
-                proj_inherit: false,
-            },
-            layout: None,
-            dir_default: None,
-            symlink: None,
-            parent: Some(Fid::ROOT),
-            orphan: false,
-        };
-        let mut b = Batch::new();
-        b.put(
-            INODES,
-            Fid::ROOT.to_key().to_vec(),
-            crate::records::encode_inode(&root, 0),
-        );
-        // The root is an inode like any other in `df -i`.
-        let mut alloc = self.write_lock.lock().expect("write lock");
-        alloc.inodes_used += 1;
-        b.put(
-            META,
-            b"inodes_used".to_vec(),
-            alloc.inodes_used.to_be_bytes().to_vec(),
-        );
-        crate::tx::charge(&mut alloc.quota, &mut b, Owner::of(&root.attr), 1);
-        drop(alloc);
-        let t = self.kv.commit(b).map_err(kv_err)?;
-        self.kv.wait_durable(t).map_err(kv_err)
+    /// The store (its reads, durability, counts; no handle).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Files unlinked while open when the MDT stopped: their clients re-register their opens
     /// as they reconnect (`Reopen`, Lustre's open replay), so they are removed only after
     /// [`ORPHAN_GRACE_MS`] if nobody has reopened them ([`Mdt::reap_orphans`]).
     fn cleanup_orphans(&self) -> Result<(), Status> {
-        let orphans = self.find_orphans()?;
+        let orphans = self.store.orphans()?;
         if !orphans.is_empty() {
             tracing::info!(
                 "{}: {} files unlinked while open: kept {} ms for their clients to reopen",
@@ -417,12 +304,11 @@ impl Mdt {
                 Err(e) => return Err(e),
             }
         }
-        let batch = std::mem::take(&mut tx.batch);
         let destroys = std::mem::take(&mut tx.destroys);
-        drop(tx);
-        if !batch.is_empty() {
-            let t = self.kv.commit(batch).map_err(kv_err)?;
-            self.kv.wait_durable(t).map_err(kv_err)?;
+        let w = tx.detach();
+        if !w.is_empty() {
+            let t = w.commit()?;
+            self.store.wait_durable(t)?;
         }
         self.queue_destroys(destroys);
         tracing::info!(
@@ -430,60 +316,6 @@ impl Mdt {
             self.label.name()
         );
         Ok(())
-    }
-
-    /// The inodes marked orphan (unlinked while open), from the `orphans` index. An MDT
-    /// formatted before the index existed is scanned once to build it.
-    fn find_orphans(&self) -> Result<Vec<Fid>, Status> {
-        if read_u64(&*self.kv, b"orphan_index")?.is_none() {
-            let found = self.scan_orphans()?;
-            let mut b = Batch::new();
-            for fid in &found {
-                b.put(ORPHANS, fid.to_key().to_vec(), Vec::new());
-            }
-            b.put(META, b"orphan_index".to_vec(), 1u64.to_be_bytes().to_vec());
-            let t = self.kv.commit(b).map_err(kv_err)?;
-            self.kv.wait_durable(t).map_err(kv_err)?;
-            return Ok(found);
-        }
-        let mut out = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self
-                .kv
-                .scan(ORPHANS, &[], after.as_deref(), 1024)
-                .map_err(kv_err)?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.0.clone());
-            for (k, _) in &page {
-                match Fid::from_key(k) {
-                    Some(fid) => out.push(fid),
-                    None => tracing::warn!("{}: bad orphan index key", self.label.name()),
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Every inode marked orphan, by a scan of all inodes.
-    fn scan_orphans(&self) -> Result<Vec<Fid>, Status> {
-        let mut after: Option<Vec<u8>> = None;
-        let mut orphans = Vec::new();
-        loop {
-            let page = self
-                .kv
-                .scan(INODES, &[], after.as_deref(), 1024)
-                .map_err(kv_err)?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.0.clone());
-            for (_, v) in &page {
-                let rec: InodeRecord = decode(v)?;
-                if rec.orphan {
-                    orphans.push(rec.attr.fid);
-                }
-            }
-        }
-        Ok(orphans)
     }
 
     /// True if every modifying reply waits for the journal sync (the `sync_on_reply` setting);
@@ -516,16 +348,7 @@ impl Mdt {
     /// Makes every committed change durable if something was committed since `durable`;
     /// returns the new durable ticket (the commit thread calls this every commit interval).
     pub fn commit_pass(&self, durable: nacre_kv::Ticket) -> Result<nacre_kv::Ticket, Status> {
-        // Read before the sync: every change with a transno up to here is in the batches
-        // the sync covers.
-        let written = self.written_transno.load(Ordering::Acquire);
-        let last = self.kv.last_committed();
-        if last > durable {
-            self.kv.wait_durable(last).map_err(kv_err)?;
-        }
-        self.last_committed_transno
-            .fetch_max(written, Ordering::AcqRel);
-        Ok(last)
+        self.store.commit_pass(durable)
     }
 
     /// Syncs the journal now (end of recovery); logs a failure.
@@ -546,11 +369,7 @@ impl Mdt {
     /// The version of `fid`: the transno of its last change (0: none recorded, or no such
     /// inode).
     pub fn version_of(&self, fid: Fid) -> Result<u64, Status> {
-        Ok(self
-            .kv
-            .get(INODES, &fid.to_key())
-            .map_err(kv_err)?
-            .map_or(0, |v| inode_version(&v)))
+        self.store.version_of(fid)
     }
 
     /// Takes the hint of (client, xid), if any.
@@ -563,9 +382,7 @@ impl Mdt {
 
     /// A change with transaction number `transno` is in the journal.
     pub fn note_written(&self, transno: u64) {
-        if transno > 0 {
-            self.written_transno.fetch_max(transno, Ordering::AcqRel);
-        }
+        self.store.note_written(transno);
     }
 
     /// Removes `client` from the `clients` table (it disconnected or was evicted): a
@@ -575,10 +392,7 @@ impl Mdt {
         if !tx.forget_client(client) {
             return;
         }
-        let batch = std::mem::take(&mut tx.batch);
-        if let Err(e) = self.kv.commit(batch) {
-            tracing::warn!("{}: cannot forget client: {e}", self.label.name());
-        }
+        tx.commit_or_warn("cannot forget client");
     }
 
     /// Hands committed object destroys to the destroy thread.
@@ -598,51 +412,23 @@ impl Mdt {
     pub fn begin(&self) -> Tx<'_> {
         Tx {
             mdt: self,
-            alloc: self.write_lock.lock().expect("write lock"),
-            batch: Batch::new(),
-            destroys: Vec::new(),
-            now: TimeSpec::now(),
-            ancestry_checked: false,
-            client: [0; 16],
-            cred: nacre_types::Cred::root(),
-            transno: 0,
-            replay: None,
-            forced_transno: None,
-            pre_versions: Vec::new(),
-            new_client: false,
-            durable_before_reply: false,
-            seen_versions: std::cell::RefCell::new(Vec::new()),
+            tx: self.store.begin(),
         }
     }
 
     /// Reads an inode (`ESTALE` for one a migration moved to another MDT).
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
-        match self.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => decode(&v),
-            None if self.moved_to(fid)?.is_some() => Err(Status::Stale),
-            None => Err(Status::NoEnt),
-        }
+        self.store.inode(fid)
     }
 
     /// Reads the record of the inode `fid` moved to, if a migration moved it.
     pub fn moved_to(&self, fid: Fid) -> Result<Option<Fid>, Status> {
-        Ok(self
-            .kv
-            .get(MOVED, &fid.to_key())
-            .map_err(kv_err)?
-            .and_then(|v| Fid::from_key(&v)))
+        self.store.moved_to(fid)
     }
 
     /// Looks a name up in a directory.
     pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
-        match self
-            .kv
-            .get(DIRENTS, &dirent_key(parent, name))
-            .map_err(kv_err)?
-        {
-            Some(v) => Ok(Some(decode(&v)?)),
-            None => Ok(None),
-        }
+        self.store.lookup(parent, name)
     }
 
     /// True if `op` would change an inode a directory migration holds here (the inode itself,
@@ -750,91 +536,178 @@ impl Mdt {
 
     /// Every id with inodes here and their count, in order (quotas).
     pub fn quota_counts(&self) -> Vec<(nacre_types::QuotaId, u64)> {
-        let alloc = self.write_lock.lock().expect("write lock");
-        let mut v: Vec<(nacre_types::QuotaId, u64)> =
-            alloc.quota.iter().map(|(q, n)| (*q, *n)).collect();
-        drop(alloc);
-        v.sort_unstable();
-        v
+        self.store.inode_counts()
     }
 
     /// The inodes each of `ids` has here (quotas).
     pub fn inodes_of(&self, ids: &[nacre_types::QuotaId]) -> Vec<u64> {
-        let alloc = self.write_lock.lock().expect("write lock");
-        ids.iter()
-            .map(|q| alloc.quota.get(q).copied().unwrap_or(0))
-            .collect()
+        self.store.inodes_of(ids)
     }
 
     /// Number of inodes (approximate: counted by scanning is too slow; uses the store size).
     pub fn statfs(&self) -> Result<nacre_types::StatFs, Status> {
         let mut st = nacre_osd::objects::statvfs(&self.dir).map_err(|e| Status::from_io(&e))?;
-        let used = self.write_lock.lock().expect("write lock").inodes_used;
+        let used = self.store.inodes_used();
         st.files_free = st.bytes_avail / 1024;
         st.files_total = used + st.files_free;
         Ok(st)
     }
 }
 
-/// Converts a store error to a status (logged: it means the MDT's disk is failing).
-pub fn kv_err(e: nacre_kv::KvError) -> Status {
-    tracing::error!("MDT store: {e}");
-    Status::Io
+/// A modifying operation in progress ([`Mdt::begin`]): the store's transaction
+/// ([`crate::store::Tx`], which it dereferences to) and what needs the rest of the MDT:
+/// object placement, destroy-space hints, exact sizes, quota enforcement, the relayout
+/// bookkeeping of a removed inode, and which clients are peers.
+pub struct Tx<'a> {
+    /// The MDT.
+    pub mdt: &'a Mdt,
+    tx: crate::store::Tx<'a>,
 }
 
-/// Calls `f` with every entry of `table` whose key starts with `prefix`, in key order,
-/// reading `page` entries at a time.
-fn scan_each(
-    kv: &dyn KvStore,
-    table: &'static str,
-    prefix: &[u8],
-    page: usize,
-    mut f: impl FnMut(&[u8], &[u8]) -> Result<(), Status>,
-) -> Result<(), Status> {
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let entries = kv
-            .scan(table, prefix, after.as_deref(), page)
-            .map_err(kv_err)?;
-        let Some(last) = entries.last() else {
-            return Ok(());
-        };
-        after = Some(last.0.clone());
-        for (k, v) in &entries {
-            f(k, v)?;
-        }
+impl<'a> std::ops::Deref for Tx<'a> {
+    type Target = crate::store::Tx<'a>;
+    fn deref(&self) -> &crate::store::Tx<'a> {
+        &self.tx
     }
 }
 
-/// The `META` key of OST `ost`'s object allocation reserved.
-pub(crate) fn ost_next_key(ost: u32) -> Vec<u8> {
-    format!("ost_next/{ost}").into_bytes()
+impl std::ops::DerefMut for Tx<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
 }
 
-/// Every OST's object allocation reserved (`ost_next/N` in `META`).
-fn load_ost_next(kv: &dyn KvStore) -> Result<HashMap<u32, u64>, Status> {
-    let mut out = HashMap::new();
-    scan_each(kv, META, b"ost_next/", 1_024, |k, v| {
-        let ost = std::str::from_utf8(&k[b"ost_next/".len()..])
-            .ok()
-            .and_then(|s| s.parse().ok());
-        let next = v
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes);
-        if let (Some(ost), Some(next)) = (ost, next) {
-            out.insert(ost, next);
+impl Tx<'_> {
+    /// Allocates the objects of a new regular file under `parent`'s striping defaults.
+    pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
+        if let Some((_, Some(layout))) = self.replay.clone() {
+            // The client wrote the file's data into these objects.
+            for o in &layout.objects {
+                self.reserve_past_object(o.ost, o.object)?;
+            }
+            return Ok(layout);
         }
+        let inherited = parent.dir_default.unwrap_or_default();
+        let fs_default = if parent.attr.fid == Fid::ROOT {
+            StripeSpec::default()
+        } else {
+            self.fs_default()?
+        };
+        let base = merge_spec(inherited, fs_default);
+        let merged = merge_spec(spec, base);
+        let pending = |ost| self.mdt.destroy_space.pending(ost);
+        let pool = self.mdt.osts.spill_target(merged.pool, pending);
+        // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
+        // and no more stripes than it has.
+        let (spec, base) = if pool == merged.pool {
+            (spec, base)
+        } else {
+            let spilled = StripeSpec {
+                start_ost: -1,
+                pool,
+                ..merged
+            };
+            (
+                StripeSpec {
+                    stripe_count: 0,
+                    ..spilled
+                },
+                spilled,
+            )
+        };
+        let (count, size, start) = self.mdt.osts.resolve(spec, base, pool)?;
+        let chosen = self.mdt.osts.choose(count as usize, start, pool)?;
+        let mut objects = Vec::with_capacity(chosen.len());
+        for ost in chosen {
+            objects.push(StripeObject {
+                ost,
+                object: self.new_object(ost)?,
+            });
+        }
+        Ok(Layout {
+            stripe_size: size,
+            objects,
+            pool,
+            generation: 0,
+        })
+    }
+
+    /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
+    /// counted as free while their destroys are pending (crate::destroy_space::DestroySpace).
+    pub fn hint_destroy_space(&mut self, rec: &InodeRecord, layout: &Layout) {
+        let size = self
+            .mdt
+            .sizes
+            .exact(rec.attr.fid)
+            .map_or(rec.attr.size, |(size, _)| size);
+        for (stripe, o) in layout.objects.iter().enumerate() {
+            let bytes = layout.object_size_for_file(stripe, size);
+            self.mdt.destroy_space.hint(o.ost, o.object, bytes);
+        }
+    }
+
+    /// Deletes an inode with its xattrs, queueing its objects for destruction.
+    pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
+        let fid = rec.attr.fid;
+        if let Some(layout) = &rec.layout {
+            self.hint_destroy_space(rec, layout);
+        }
+        self.mdt.sizes.forget(fid);
+        self.tx.remove_inode_records(rec)?;
+        forget_relayout(self, fid)?;
+        self.tx.remove_inode_rest(rec);
         Ok(())
-    })?;
-    Ok(out)
+    }
+
+    /// Adjusts the inode counter `df -i` reports, and the inodes of `attr`'s owner, group and
+    /// project (quotas).
+    pub fn count_inodes(&mut self, attr: &Attr, delta: i64) -> Result<(), Status> {
+        // New inodes within their owner's, group's and project's quotas: checked before the
+        // request ran (quota::precheck); here only an id the master refused stops it (a
+        // shortage from creates that passed the check at once is let through and more
+        // grant asked for: the overrun is bounded by the MDS threads, docs/quota.md).
+        if delta > 0 && self.mdt.quota.any_limited() {
+            let ids = QuotaId::of_attr(attr);
+            let tx = &self.tx;
+            let checked = self
+                .mdt
+                .quota
+                .check_now(&ids, delta as u64, |q| tx.inode_count(q));
+            if checked == Err(Status::DQuot) {
+                return Err(Status::DQuot);
+            }
+        }
+        self.tx.count_inodes(attr, delta);
+        Ok(())
+    }
+
+    /// Gives this change the next transaction number (stored with it) and, on the
+    /// client's first one, records the client in the `clients` table (a peer MDT, which
+    /// never replays, is not recorded).
+    pub fn assign_transno(&mut self) -> u64 {
+        let record_client = !self.mdt.osts.is_peer(&self.tx.client);
+        self.tx.assign_transno(record_client)
+    }
+
+    /// Commits the transaction (if it changes anything) and waits until it is durable,
+    /// with the write lock released.
+    pub fn commit_durable(mut self) -> Result<(), Status> {
+        if self.tx.is_empty() {
+            return Ok(());
+        }
+        let ticket = self.tx.commit()?;
+        let mdt = self.mdt;
+        drop(self);
+        note_modification(mdt);
+        mdt.store().wait_durable(ticket)
+    }
 }
 
-pub(crate) fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Status> {
-    match kv.get(META, key).map_err(kv_err)? {
-        Some(v) if v.len() == 8 => Ok(Some(u64::from_be_bytes(v.try_into().expect("8 bytes")))),
-        Some(_) => Err(Status::Io),
-        None => Ok(None),
+impl<'a> Tx<'a> {
+    /// Ends the transaction, releasing the write lock, and keeps its changes to commit
+    /// without it (a by-value call does not go through `Deref`).
+    pub fn detach(self) -> crate::store::Writes<'a> {
+        self.tx.detach()
     }
 }
 
@@ -850,113 +723,15 @@ pub fn check_name(name: &[u8]) -> Result<(), Status> {
     Ok(())
 }
 
-fn load_clients(kv: &dyn KvStore) -> Result<std::collections::HashSet<[u8; 16]>, Status> {
-    let mut out = std::collections::HashSet::new();
-    scan_each(kv, CLIENTS, &[], 1024, |k, _| {
-        out.insert(k.try_into().map_err(|_| Status::Io)?);
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> {
-    let mut out = HashMap::new();
-    scan_each(kv, INTENTS, &[], 1024, |k, v| {
-        out.insert(Fid::from_key(k).ok_or(Status::Io)?, decode(v)?);
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-fn load_frozen(kv: &dyn KvStore) -> Result<std::collections::HashSet<Fid>, Status> {
-    let mut out = std::collections::HashSet::new();
-    scan_each(kv, crate::records::FROZEN, &[], 1024, |k, _| {
-        out.insert(Fid::from_key(k).ok_or(Status::Io)?);
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// Builds the link index (links.rs) from the entries of an MDT formatted before it existed
-/// (once, at start; `meta` `link_index` says it is built).
-fn build_link_index(kv: &dyn nacre_kv::KvStore) -> Result<(), Status> {
-    if read_u64(kv, b"link_index")?.is_some() {
-        return Ok(());
-    }
-    let mut after: Option<Vec<u8>> = None;
-    let mut count = 0u64;
-    loop {
-        let page = kv
-            .scan(DIRENTS, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        let mut b = Batch::new();
-        for (k, v) in &page {
-            let (Some(parent), Ok(d)) = (
-                k.get(..16).and_then(Fid::from_key),
-                decode::<DirentRecord>(v),
-            ) else {
-                tracing::warn!("links: damaged directory entry skipped");
-                continue;
-            };
-            b.put(LINKS, link_key(d.fid, parent, &k[16..]), Vec::new());
-            count += 1;
-        }
-        kv.commit(b).map_err(kv_err)?;
-    }
-    let mut b = Batch::new();
-    b.put(META, b"link_index".to_vec(), 1u64.to_be_bytes().to_vec());
-    let t = kv.commit(b).map_err(kv_err)?;
-    kv.wait_durable(t).map_err(kv_err)?;
-    if count > 0 {
-        tracing::info!("links: index of {count} existing entries built");
-    }
-    Ok(())
-}
-
-fn load_destroys(kv: &dyn KvStore) -> Result<VecDeque<(u32, ObjectId)>, Status> {
-    let mut out = VecDeque::new();
-    scan_each(kv, DESTROY, &[], 4096, |k, _| {
-        out.extend(parse_destroy_key(k));
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64>>, Status> {
-    let mut out: HashMap<[u8; 16], BTreeSet<u64>> = HashMap::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(REPLIES, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, _) in &page {
-            if let (Some(c), Some(x)) = (k.get(..16), k.get(16..24)) {
-                let client: [u8; 16] = c.try_into().expect("16 bytes");
-                out.entry(client)
-                    .or_default()
-                    .insert(u64::from_be_bytes(x.try_into().expect("8 bytes")));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// The migration of `fid` in progress, if any.
 pub(crate) fn relayout_of(mdt: &Mdt, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
-    match mdt.kv.get(RELAYOUTS, &fid.to_key()).map_err(kv_err)? {
-        Some(v) => decode(&v).map(Some),
-        None => Ok(None),
-    }
+    mdt.store().relayout(fid)
 }
 
 /// `fid`'s migration ends in `tx` (swapped, aborted, or its file removed): its record, its
 /// fence window and its lease go.
 pub(crate) fn end_relayout(tx: &mut Tx<'_>, fid: Fid) {
-    tx.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+    tx.del_relayout(fid);
     tx.mdt.relayouts_fenced.lock().remove(&fid);
     tx.mdt.relayout_leases.lock().remove(&fid);
     tx.mdt.relayouts_pending.fetch_sub(1, Ordering::AcqRel);
@@ -972,43 +747,6 @@ pub(crate) fn forget_relayout(tx: &mut Tx<'_>, fid: Fid) -> Result<(), Status> {
         end_relayout(tx, fid);
     }
     Ok(())
-}
-
-/// (migrations in progress, files whose fence window is open), read at start.
-fn load_relayouts(
-    kv: &dyn nacre_kv::KvStore,
-) -> Result<(u64, std::collections::HashSet<Fid>), Status> {
-    let mut count = 0;
-    let mut fenced = std::collections::HashSet::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(RELAYOUTS, &[], after.as_deref(), 1024)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            count += 1;
-            if let (Some(fid), Ok(r)) = (Fid::from_key(k), decode::<RelayoutRecord>(v)) {
-                if r.fenced {
-                    fenced.insert(fid);
-                }
-            }
-        }
-    }
-    Ok((count, fenced))
-}
-
-/// Commits a transaction and waits until it is durable.
-pub(crate) fn commit_durable(mdt: &Mdt, mut tx: Tx<'_>) -> Result<(), Status> {
-    let batch = std::mem::take(&mut tx.batch);
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let ticket = mdt.kv.commit(batch).map_err(kv_err)?;
-    drop(tx);
-    crate::mdt::note_modification(mdt);
-    mdt.kv.wait_durable(ticket).map_err(kv_err)
 }
 
 /// Advances the modification counter (statistics).

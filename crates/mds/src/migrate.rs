@@ -20,13 +20,10 @@
 //!
 //! A crash anywhere re-runs the steps from the intent ([`crate::dne::recover_pass`]).
 
-use crate::dne::{commit_durable, saved};
-use crate::mdt::{kv_err, Mdt};
+use crate::dne::saved;
+use crate::mdt::Mdt;
 use crate::peers::{ask_until, peer_call, send_until};
-use crate::records::{
-    decode, encode, remote_link_key, xattr_key, DirentRecord, InodeRecord, IntentRecord,
-    DIRDEFAULTS, DIRENTS, FROZEN, INODES, INTENTS, MOVED, REMOTE_LINKS, XATTRS,
-};
+use crate::records::{DirentRecord, InodeRecord, IntentRecord};
 use nacre_net::{fault, Outgoing};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{
@@ -37,27 +34,10 @@ use std::time::{Duration, Instant};
 
 /// Encoded bytes of one [`RemoteUpdate::Adopt`] batch at most (a frame body is 1 MiB).
 pub const ADOPT_BATCH_BYTES_MAX: usize = 512 * 1024;
-/// Entries read from the store per page while scanning the directory.
-const SCAN_PAGE_ENTRIES: usize = 1024;
 
 /// Every entry of directory `dir` here, in name order.
 fn entries(mdt: &Mdt, dir: Fid) -> Result<Vec<(Vec<u8>, DirentRecord)>, Status> {
-    let prefix = dir.to_key();
-    let mut out = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = mdt
-            .kv
-            .scan(DIRENTS, &prefix, after.as_deref(), SCAN_PAGE_ENTRIES)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else {
-            return Ok(out);
-        };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            out.push((k[prefix.len()..].to_vec(), decode(v)?));
-        }
-    }
+    mdt.store().dir_entries(dir)
 }
 
 /// Extended attributes as (name, value) pairs.
@@ -65,14 +45,7 @@ type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The extended attributes of inode `fid` here.
 fn xattrs(mdt: &Mdt, fid: Fid) -> Result<Xattrs, Status> {
-    let prefix = fid.to_key();
-    Ok(mdt
-        .kv
-        .scan(XATTRS, &prefix, None, 100_000)
-        .map_err(kv_err)?
-        .into_iter()
-        .map(|(k, v)| (k[prefix.len()..].to_vec(), v))
-        .collect())
+    mdt.store().xattrs(fid, 100_000)
 }
 
 /// The non-directory entries of `dir` whose inodes are here: what a migration freezes.
@@ -198,17 +171,16 @@ fn prepare(
         migrate_to: Some(new),
     };
     for f in &held {
-        tx.batch.put(FROZEN, f.to_key().to_vec(), Vec::new());
+        tx.freeze(*f);
     }
-    tx.batch
-        .put(INTENTS, fid.to_key().to_vec(), encode(&intent));
+    tx.put_intent(&intent);
     // Held in memory before the write lock goes, so updates from other MDTs (which check
     // under the lock) cannot slip in between.
     mdt.frozen
         .lock()
         .expect("frozen")
         .extend(held.iter().copied());
-    if let Err(s) = commit_durable(mdt, tx) {
+    if let Err(s) = tx.commit_durable() {
         let mut frozen = mdt.frozen.lock().expect("frozen");
         for f in &held {
             frozen.remove(f);
@@ -454,7 +426,7 @@ fn conclude(
         }
         if a.new != a.old {
             moved += 1;
-            forget(&mut tx, a.old, a.new)?;
+            tx.move_inode(a.old, a.new)?;
             continue;
         }
         kept += 1;
@@ -468,16 +440,15 @@ fn conclude(
             }
         } else {
             // The entry on the target counts as a link of this inode from now on.
-            tx.batch
-                .put(REMOTE_LINKS, remote_link_key(a.old, new, n), Vec::new());
+            tx.put_remote_link(a.old, new, n);
         }
     }
-    tx.batch.delete(DIRDEFAULTS, dir.to_key().to_vec());
-    forget(&mut tx, dir, new)?;
+    tx.del_dir_default(dir);
+    tx.move_inode(dir, new)?;
     for f in &unfreeze {
-        tx.batch.delete(FROZEN, f.to_key().to_vec());
+        tx.unfreeze(*f);
     }
-    tx.batch.delete(INTENTS, dir.to_key().to_vec());
+    tx.del_intent(dir);
     let reply = saved(&Ok(MdsReply::Migrated {
         fid: new,
         moved,
@@ -486,7 +457,7 @@ fn conclude(
     if let Some((client, xid)) = intent.reply_to {
         tx.save_reply(&client, xid, 0, &reply);
     }
-    commit_durable(mdt, tx)?;
+    tx.commit_durable()?;
     mdt.intents.lock().expect("intents").remove(&dir);
     let mut frozen = mdt.frozen.lock().expect("frozen");
     for f in &unfreeze {
@@ -500,19 +471,6 @@ fn conclude(
     Ok(true)
 }
 
-/// Removes inode `old` (moved to `new`: its objects are the new inode's now) with its
-/// xattrs, and records where it went.
-fn forget(tx: &mut crate::mdt::Tx<'_>, old: Fid, new: Fid) -> Result<(), Status> {
-    let attr = tx.inode(old)?.attr;
-    tx.batch.delete(INODES, old.to_key().to_vec());
-    for (k, _) in xattrs(tx.mdt, old)? {
-        tx.batch.delete(XATTRS, xattr_key(old, &k));
-    }
-    tx.batch
-        .put(MOVED, old.to_key().to_vec(), new.to_key().to_vec());
-    tx.count_inodes(&attr, -1)
-}
-
 /// A migration whose entry could not be held: lifts the freeze and answers `status`.
 fn abort(mdt: &Mdt, intent: &IntentRecord, status: Status) -> Result<(), Status> {
     let dir = intent.key;
@@ -523,13 +481,13 @@ fn abort(mdt: &Mdt, intent: &IntentRecord, status: Status) -> Result<(), Status>
     let mut unfreeze = local_files(mdt, dir)?;
     unfreeze.push(dir);
     for f in &unfreeze {
-        tx.batch.delete(FROZEN, f.to_key().to_vec());
+        tx.unfreeze(*f);
     }
-    tx.batch.delete(INTENTS, dir.to_key().to_vec());
+    tx.del_intent(dir);
     if let Some((client, xid)) = intent.reply_to {
         tx.save_reply(&client, xid, 0, &saved(&Err(status)));
     }
-    commit_durable(mdt, tx)?;
+    tx.commit_durable()?;
     mdt.intents.lock().expect("intents").remove(&dir);
     let mut frozen = mdt.frozen.lock().expect("frozen");
     for f in &unfreeze {
@@ -553,7 +511,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
         } => match tx.lookup(*parent, name)? {
             Some(d) if d.fid == *to => return Ok(MdsReply::Done),
             Some(d) if d.fid == *fid => {
-                tx.batch.put(FROZEN, fid.to_key().to_vec(), Vec::new());
+                tx.freeze(*fid);
                 held = Some((*fid, true));
             }
             _ => return Err(Status::NoEnt),
@@ -568,7 +526,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
             }
             let mut d = tx.dir(*dir)?;
             for (k, v) in xattrs {
-                tx.batch.put(XATTRS, xattr_key(*dir, k), v.clone());
+                tx.put_xattr(*dir, k, v.clone());
             }
             let mut fids = Vec::with_capacity(entries.len());
             let mut added = false;
@@ -596,7 +554,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                             orphan: false,
                         });
                         for (k, v) in &m.xattrs {
-                            tx.batch.put(XATTRS, xattr_key(fid, k), v.clone());
+                            tx.put_xattr(fid, k, v.clone());
                         }
                         fid
                     }
@@ -637,7 +595,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
                 }
                 _ => return Err(Status::NoEnt),
             }
-            tx.batch.delete(FROZEN, from.to_key().to_vec());
+            tx.unfreeze(*from);
             held = Some((*from, false));
         }
         _ => return Err(Status::Proto),
@@ -646,7 +604,7 @@ pub fn apply(mdt: &Mdt, update: &RemoteUpdate) -> Result<MdsReply, Status> {
         // Held before the write lock goes: requests check under it.
         mdt.frozen.lock().expect("frozen").insert(fid);
     }
-    let committed = commit_durable(mdt, tx);
+    let committed = tx.commit_durable();
     if let Some((fid, on)) = held {
         if !on || committed.is_err() {
             mdt.frozen.lock().expect("frozen").remove(&fid);

@@ -1,38 +1,32 @@
 //! Ownership changes reach the OST objects: a chown or chgrp of a regular file records, in the
-//! same transaction, the new owner for each of its objects ([`OWNERS`]); the MDT's background
-//! thread sends them to the OSTs (`SetOwner`, batched per OST and owner) and forgets each
-//! record once its OST has it — unless a newer change replaced it meanwhile. A crash or an
-//! unreachable OST only delays the change; the records are the queue. Objects a write creates
-//! take the owner the writer knows; these records are what makes a later chown stick.
-//! (The transaction writes and drops the records: `Tx::queue_owner_change`, tx.rs.)
+//! same transaction, the new owner for each of its objects ([`crate::records::OWNERS`]); the
+//! MDT's background thread sends them to the OSTs (`SetOwner`, batched per OST and owner)
+//! and forgets each record once its OST has it — unless a newer change replaced it
+//! meanwhile. A crash or an unreachable OST only delays the change; the records are the
+//! queue. Objects a write creates take the owner the writer knows; these records are what
+//! makes a later chown stick. (The transaction writes and drops the records:
+//! `Tx::queue_owner_change`, store/tx.rs.)
 
-use crate::mdt::{kv_err, Mdt};
-use crate::records::{destroy_key, parse_destroy_key, OWNERS};
-use nacre_kv::Batch;
+use crate::mdt::Mdt;
+use crate::records::parse_destroy_key;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Owner, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest, SET_OWNER_OBJECTS_MAX};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 /// Records read per pass.
 pub const OWNER_PASS_RECORDS_MAX: usize = 4096;
 
 /// One pass: sends pending ownership changes; returns the number of objects done.
 pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
-    let seen = mdt.owners_pending.load(Ordering::Acquire);
+    let seen = mdt.store().owners_pending();
     if seen == 0 {
         return Ok(0);
     }
-    let page = mdt
-        .kv
-        .scan(OWNERS, &[], None, OWNER_PASS_RECORDS_MAX)
-        .map_err(kv_err)?;
+    let page = mdt.store().owner_changes(OWNER_PASS_RECORDS_MAX)?;
     if page.is_empty() {
         // Unless a change was queued meanwhile, there is nothing left to look for.
-        let _ = mdt
-            .owners_pending
-            .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire);
+        mdt.store().owners_settled(seen);
         return Ok(0);
     }
     let mut groups: BTreeMap<(u32, Owner), Vec<ObjectId>> = BTreeMap::new();
@@ -43,9 +37,9 @@ pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
             }
             _ => {
                 tracing::warn!("{}: bad ownership record dropped", mdt.label.name());
-                let mut b = Batch::new();
-                b.delete(OWNERS, k.clone());
-                mdt.kv.commit(b).map_err(kv_err)?;
+                let mut w = mdt.store().writes();
+                w.forget_owner_key(k.clone());
+                w.commit()?;
             }
         }
     }
@@ -74,15 +68,14 @@ pub fn sync_pending(mdt: &Mdt) -> Result<usize, Status> {
             }
             // Forget what was sent, under the write lock, unless a newer change replaced it.
             let _order = mdt.begin();
-            let mut b = Batch::new();
+            let mut w = mdt.store().writes();
             for o in chunk {
-                let key = destroy_key(ost, *o);
-                let now = mdt.kv.get(OWNERS, &key).map_err(kv_err)?;
+                let now = mdt.store().owner_change(ost, *o)?;
                 if now.as_deref() == Some(&owner.to_bytes()[..]) {
-                    b.delete(OWNERS, key);
+                    w.forget_owner_change(ost, *o);
                 }
             }
-            mdt.kv.commit(b).map_err(kv_err)?;
+            w.commit()?;
             done += chunk.len();
         }
     }

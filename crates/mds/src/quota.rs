@@ -5,11 +5,9 @@
 //! first start.
 //!
 //! The counting itself (the table's loading, `charge`, `count`) is the transaction's
-//! (tx.rs); this file holds the quota checks.
+//! (store/tx.rs), the check against the table the store's (`Store::quota_check`); this file
+//! holds the quota checks of requests.
 
-use crate::mdt::kv_err;
-use crate::tx::{count, read_table};
-use nacre_kv::Batch;
 use nacre_types::{Owner, QuotaId, Status};
 
 pub use crate::records::QUOTA_USAGE;
@@ -20,28 +18,7 @@ impl crate::mdt::Mdt {
     /// durably. Holds the MDT's write lock while it counts (changes wait: the count and
     /// the table are of the same moment).
     pub fn quota_check(&self, repair: bool) -> Result<nacre_wire::mds::MdsReply, Status> {
-        let mut alloc = self.write_lock.lock().expect("write lock");
-        let counted = count(&*self.kv)?;
-        let table = read_table(&*self.kv)?;
-        let mut check = nacre_types::QuotaCheck::compare(&counted, &table);
-        if check.diffs_total == 0 && alloc.quota != table {
-            // The table is right but memory is not: reported as the table's.
-            check = nacre_types::QuotaCheck::compare(&counted, &alloc.quota);
-        }
-        if repair && check.diffs_total > 0 {
-            let mut b = Batch::new();
-            for q in table.keys().filter(|q| !counted.contains_key(q)) {
-                b.delete(QUOTA_USAGE, q.to_key().to_vec());
-            }
-            for (q, n) in &counted {
-                b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
-            }
-            let t = self.kv.commit(b).map_err(kv_err)?;
-            self.kv.wait_durable(t).map_err(kv_err)?;
-            alloc.quota = counted;
-            check.repaired = true;
-            tracing::warn!("quota usage of {} ids repaired", check.diffs_total);
-        }
+        let check = self.store().quota_check(repair)?;
         Ok(nacre_wire::mds::MdsReply::QuotaCheck(check))
     }
 

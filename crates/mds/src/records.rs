@@ -555,6 +555,11 @@ pub fn reply_key(client: &[u8; 16], xid: u64) -> Vec<u8> {
     k
 }
 
+/// Key of a changelog consumer (`changelog_users`).
+pub fn changelog_user_key(id: u32) -> Vec<u8> {
+    id.to_be_bytes().to_vec()
+}
+
 /// Key of a pending object destroy.
 pub fn destroy_key(ost: u32, object: ObjectId) -> Vec<u8> {
     let mut k = ost.to_be_bytes().to_vec();

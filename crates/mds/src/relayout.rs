@@ -4,8 +4,8 @@
 //!
 //! Table `relayouts`: FID key (16) → `[1] postcard(RelayoutRecord)`.
 
-use crate::mdt::{end_relayout, kv_err, relayout_of, Mdt, Tx};
-use crate::records::{encode, InodeRecord};
+use crate::mdt::{end_relayout, relayout_of, Mdt, Tx};
+use crate::records::InodeRecord;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Layout, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
@@ -58,8 +58,7 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
         old_generation: old.generation,
         fenced: false,
     };
-    tx.batch
-        .put(RELAYOUTS, fid.to_key().to_vec(), encode(&record));
+    tx.put_relayout(fid, &record);
     tx.mdt.relayouts_pending.fetch_add(1, Ordering::AcqRel);
     touch(tx.mdt, fid);
     Ok(MdsReply::Relayout { old, new })
@@ -74,7 +73,7 @@ pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
         return Err(Status::Stale);
     }
     r.fenced = true;
-    tx.batch.put(RELAYOUTS, fid.to_key().to_vec(), encode(&r));
+    tx.put_relayout(fid, &r);
     tx.mdt.relayouts_fenced.lock().insert(fid);
     touch(tx.mdt, fid);
     Ok(MdsReply::Done)
@@ -137,31 +136,19 @@ pub fn expire(mdt: &Mdt) -> Result<(), Status> {
     let late: Vec<Fid> = {
         let fenced = mdt.relayouts_fenced.lock().clone();
         let mut leases = mdt.relayout_leases.lock();
-        let mut page_after: Option<Vec<u8>> = None;
         let mut late = Vec::new();
-        loop {
-            let page = mdt
-                .kv
-                .scan(RELAYOUTS, &[], page_after.as_deref(), 1024)
-                .map_err(kv_err)?;
-            let Some(last) = page.last() else { break };
-            page_after = Some(last.0.clone());
-            for (k, _) in &page {
-                let Some(fid) = Fid::from_key(k) else {
-                    continue;
-                };
-                // One found at start has its whole lease from then.
-                let since = *leases.entry(fid).or_insert(now);
-                let lease = if fenced.contains(&fid) {
-                    mdt.relayout_fence_lease_ms.load(Ordering::Relaxed)
-                } else {
-                    COPY_LEASE_MS
-                };
-                if now.duration_since(since).as_millis() as u64 > lease {
-                    late.push(fid);
-                }
+        mdt.store().each_relayout(|fid| {
+            // One found at start has its whole lease from then.
+            let since = *leases.entry(fid).or_insert(now);
+            let lease = if fenced.contains(&fid) {
+                mdt.relayout_fence_lease_ms.load(Ordering::Relaxed)
+            } else {
+                COPY_LEASE_MS
+            };
+            if now.duration_since(since).as_millis() as u64 > lease {
+                late.push(fid);
             }
-        }
+        })?;
         late
     };
     for fid in late {
@@ -172,10 +159,8 @@ pub fn expire(mdt: &Mdt) -> Result<(), Status> {
         let mut tx = mdt.begin();
         abort(&mut tx, fid)?;
         let destroys = std::mem::take(&mut tx.destroys);
-        let b = std::mem::take(&mut tx.batch);
-        drop(tx);
-        let t = mdt.kv.commit(b).map_err(kv_err)?;
-        mdt.kv.wait_durable(t).map_err(kv_err)?;
+        let t = tx.detach().commit()?;
+        mdt.store().wait_durable(t)?;
         mdt.queue_destroys(destroys);
     }
     Ok(())

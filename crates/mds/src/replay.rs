@@ -385,7 +385,11 @@ pub fn check_created(
         return Ok(Some((fid, layout)));
     }
     let n = crate::tx::fid_number(here, fid).ok_or(Status::Inval)?;
-    if n >= mdt.fid_limit_at_start.saturating_add(REPLAY_AHEAD_MAX) {
+    if n >= mdt
+        .store()
+        .fid_limit_at_start()
+        .saturating_add(REPLAY_AHEAD_MAX)
+    {
         return Err(Status::Inval);
     }
     match mdt.inode(fid) {
@@ -405,7 +409,7 @@ fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
         if o.object.seq != here || o.object.id == 0 || !seen.insert((o.ost, o.object)) {
             return Err(Status::Inval);
         }
-        let reserved = mdt.ost_next_at_start.get(&o.ost).copied().unwrap_or(1);
+        let reserved = mdt.store().ost_next_at_start(o.ost).unwrap_or(1);
         let lowest = reserved.saturating_sub(crate::mdt::ALLOC_RESERVE);
         if o.object.id < lowest || o.object.id >= reserved.saturating_add(REPLAY_AHEAD_MAX) {
             return Err(Status::Inval);

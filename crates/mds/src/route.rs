@@ -4,10 +4,9 @@
 
 use crate::dne::{reconstruct, saved_reply};
 use crate::execute::{commit, LAST_TRANSNO};
-use crate::mdt::{kv_err, Mdt};
+use crate::mdt::Mdt;
 use crate::records::SavedReply;
 use crate::{changelog, changelog_writer, dne, links, mdt, ops, relayout};
-use nacre_kv::Batch;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::encode_body;
@@ -40,8 +39,7 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         MdsOp::ScanInodes { after, count } => ops::scan::inodes(mdt, *after, *count),
         MdsOp::ScanDirents { after, count } => ops::scan::dirents(mdt, after.as_ref(), *count),
         MdsOp::Sync => {
-            let last = mdt.kv.last_committed();
-            mdt.kv.wait_durable(last).map_err(kv_err)?;
+            mdt.store().sync_all()?;
             Ok(MdsReply::Done)
         }
         MdsOp::ChangelogRead { user, from, count } => changelog::read(mdt, *user, *from, *count),
@@ -220,7 +218,7 @@ pub(crate) fn run_modifying_with(
             }
         }
         if !records {
-            return match tx.batch.is_empty() {
+            return match tx.is_empty() {
                 true => Outgoing::ok(encode_body(&MdsReply::Done)),
                 false => commit(mdt, tx, Ok(MdsReply::Done), None),
             };
@@ -249,7 +247,7 @@ pub(crate) fn run_modifying_with(
     let transno = if result.is_ok() {
         tx.assign_transno()
     } else {
-        tx.batch = Batch::new();
+        tx.discard();
         tx.release_transno();
         0
     };

@@ -26,7 +26,9 @@ const FILES: &[(&str, &str)] = &[
     ("sizes.rs", "base"),
     ("stats.rs", "base"),
     ("records.rs", "store"),
-    ("tx.rs", "store"),
+    ("store/mod.rs", "store"),
+    ("store/open.rs", "store"),
+    ("store/tx.rs", "store"),
     ("atime.rs", "target"),
     ("changelog_writer.rs", "target"),
     ("mdt.rs", "target"),
@@ -80,22 +82,13 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Uses of a higher layer not yet moved: (file, file of the higher layer it uses).
-const KNOWN_UPWARD: &[(&str, &str)] = &[
-    // The transaction reaches the MDT for the store it writes to; docs/plans/mds-layers.md
-    // S25-S37 give the transaction its own store.
-    ("tx.rs", "mdt.rs"),
-];
+const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 /// Circles of three or more files not yet broken: their files, sorted.
 const KNOWN_CIRCLES: &[&[&str]] = &[
-    // The MDT and the state it holds, through the transaction (tx.rs -> mdt.rs above).
-    &[
-        "atime.rs",
-        "changelog_writer.rs",
-        "mdt.rs",
-        "replay.rs",
-        "tx.rs",
-    ],
+    // The MDT and the state it holds, which reach back to it (the store below them is out
+    // of the circle since the transaction has its own store).
+    &["atime.rs", "changelog_writer.rs", "mdt.rs", "replay.rs"],
     // The intent machinery and the cross-MDT operations it resumes.
     &[
         "dne.rs",

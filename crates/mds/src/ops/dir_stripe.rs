@@ -1,8 +1,7 @@
 //! Directory stripe layouts and defaults: `getdirstripe`, `setdirstripe -D`.
 
-use crate::mdt::{kv_err, Mdt, Tx};
+use crate::mdt::{Mdt, Tx};
 use crate::peers::peer_call;
-use crate::records::{encode, DIRDEFAULTS, DIRSTRIPES};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};
 
@@ -11,10 +10,7 @@ pub fn dir_default(
     mdt: &Mdt,
     fid: Fid,
 ) -> Result<Option<nacre_types::dirstripe::DirDefault>, Status> {
-    match mdt.kv.get(DIRDEFAULTS, &fid.to_key()).map_err(kv_err)? {
-        Some(v) => Ok(Some(crate::records::decode(&v)?)),
-        None => Ok(None),
-    }
+    mdt.store().dir_default(fid)
 }
 
 /// Sets (None: removes) directory `fid`'s default for new subdirectories.
@@ -29,9 +25,9 @@ pub fn set_dir_default(
             if d.count == 0 || d.count < -1 || d.max_inherit < -1 {
                 return Err(Status::Inval);
             }
-            tx.batch.put(DIRDEFAULTS, fid.to_key().to_vec(), encode(&d))
+            tx.put_dir_default(fid, &d)
         }
-        None => tx.batch.delete(DIRDEFAULTS, fid.to_key().to_vec()),
+        None => tx.del_dir_default(fid),
     }
     Ok(MdsReply::Done)
 }
@@ -41,10 +37,7 @@ pub fn dir_stripe(
     mdt: &Mdt,
     fid: Fid,
 ) -> Result<Option<nacre_types::dirstripe::DirStripe>, Status> {
-    match mdt.kv.get(DIRSTRIPES, &fid.to_key()).map_err(kv_err)? {
-        Some(v) => Ok(Some(crate::records::decode(&v)?)),
-        None => Ok(None),
-    }
+    mdt.store().dir_stripe(fid)
 }
 
 /// The stripe layout of directory `fid`, wherever it lives.

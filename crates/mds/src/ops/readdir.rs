@@ -1,8 +1,7 @@
 //! ReadDir: a page of entries in name order, resumable after any name, so concurrent inserts
 //! never cause duplicates or reorderings within one listing.
 
-use crate::mdt::{kv_err, Mdt};
-use crate::records::{decode, dirent_key, DirentRecord, DIRENTS};
+use crate::mdt::Mdt;
 use nacre_types::limits::READDIR_ENTRIES_MAX;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{DirEntry, DirPlusEntry, MdsReply};
@@ -22,18 +21,11 @@ pub fn run(mdt: &Mdt, fid: Fid, after: Option<&[u8]>, count: u32) -> Result<MdsR
         return Err(Status::NotDir);
     }
     let count = count.clamp(1, READDIR_ENTRIES_MAX) as usize;
-    let prefix = fid.to_key();
-    let after_key = after.map(|name| dirent_key(fid, name));
-    let page = mdt
-        .kv
-        .scan(DIRENTS, &prefix, after_key.as_deref(), count + 1)
-        .map_err(kv_err)?;
-    let eof = page.len() <= count;
-    let mut entries = Vec::with_capacity(page.len().min(count));
-    for (k, v) in page.into_iter().take(count) {
-        let rec: DirentRecord = decode(&v)?;
+    let (page, eof) = mdt.store().dir_page(fid, after, count)?;
+    let mut entries = Vec::with_capacity(page.len());
+    for (name, rec) in page {
         entries.push(DirEntry {
-            name: k[prefix.len()..].to_vec(),
+            name,
             fid: rec.fid,
             kind: rec.kind,
         });

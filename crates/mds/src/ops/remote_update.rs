@@ -1,12 +1,9 @@
 //! Updates a coordinating MDT sends to this one (docs/dne.md): `MdsOp::AllocFid` reserves a FID
 //! here, `MdsOp::Update` applies one `RemoteUpdate` idempotently and durably.
 
-use crate::mdt::{commit_durable, kv_err, Mdt};
+use crate::mdt::Mdt;
 use crate::ops::dir_stripe::dir_stripe;
-use crate::records::{
-    encode, remote_link_key, InodeRecord, IntentRecord, DIRDEFAULTS, DIRSTRIPES, INTENTS,
-    REMOTE_LINKS,
-};
+use crate::records::{InodeRecord, IntentRecord};
 use nacre_net::fault;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsOp, MdsReply, RemoteUpdate};
@@ -19,7 +16,7 @@ pub fn alloc_fid(mdt: &Mdt) -> Result<MdsReply, Status> {
     }
     let mut tx = mdt.begin();
     let fid = tx.new_fid();
-    commit_durable(mdt, tx)?;
+    tx.commit_durable()?;
     Ok(MdsReply::Fid(fid))
 }
 
@@ -61,12 +58,10 @@ pub fn apply(
                 orphan: false,
             });
             if let Some(stripe) = stripe {
-                tx.batch
-                    .put(DIRSTRIPES, attr.fid.to_key().to_vec(), encode(stripe));
+                tx.put_dir_stripe(attr.fid, stripe);
             }
             if let Some(default) = default {
-                tx.batch
-                    .put(DIRDEFAULTS, attr.fid.to_key().to_vec(), encode(default));
+                tx.put_dir_default(attr.fid, default);
             }
             tx.count_inodes(attr, 1)?;
         }
@@ -84,8 +79,7 @@ pub fn apply(
             tx.remove_inode(&rec)?;
         }
         RemoteUpdate::AddLink { fid, parent, name } => {
-            let key = remote_link_key(*fid, *parent, name);
-            if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_some() {
+            if mdt.store().has_remote_link(*fid, *parent, name)? {
                 return Ok(MdsReply::Done);
             }
             let mut rec = tx.inode(*fid)?;
@@ -101,7 +95,7 @@ pub fn apply(
             rec.attr.nlink += 1;
             rec.attr.ctime = tx.now;
             tx.put_inode(&rec);
-            tx.batch.put(REMOTE_LINKS, key, Vec::new());
+            tx.put_remote_link(*fid, *parent, name);
         }
         RemoteUpdate::InsertEntry {
             fid,
@@ -179,8 +173,7 @@ pub fn apply(
                         attr: None,
                         migrate_to: None,
                     };
-                    tx.batch
-                        .put(INTENTS, key.to_key().to_vec(), encode(&intent));
+                    tx.put_intent(&intent);
                     owed = Some((key, intent));
                 }
             }
@@ -199,11 +192,10 @@ pub fn apply(
             Err(s) => return Err(s),
         },
         RemoteUpdate::DropLink { fid, parent, name } => {
-            let key = remote_link_key(*fid, *parent, name);
-            if mdt.kv.get(REMOTE_LINKS, &key).map_err(kv_err)?.is_none() {
+            if !mdt.store().has_remote_link(*fid, *parent, name)? {
                 return Ok(MdsReply::Done);
             }
-            tx.batch.delete(REMOTE_LINKS, key);
+            tx.del_remote_link(*fid, *parent, name);
             match tx.inode(*fid) {
                 Ok(rec) => crate::ops::unlink::drop_link(&mut tx, rec)?,
                 Err(Status::NoEnt) => {}
@@ -216,7 +208,7 @@ pub fn apply(
         }
     }
     let destroys = std::mem::take(&mut tx.destroys);
-    commit_durable(mdt, tx)?;
+    tx.commit_durable()?;
     mdt.queue_destroys(destroys);
     if let Some((key, intent)) = owed {
         mdt.intents.lock().expect("intents").insert(key, intent);

@@ -99,7 +99,7 @@ pub(crate) fn rename_steps(
                 tx.touch(&mut dir);
                 tx.put_inode(&dir);
                 note_rename(&mut tx, intent, *fid, *parent, name);
-                commit_durable(mdt, tx)?;
+                tx.commit_durable()?;
             }
             Ok(())
         })();
@@ -217,7 +217,7 @@ pub(crate) fn finish_rename(
             crate::ops::unlink::drop_link(&mut tx, rec)?;
         }
         let destroys = std::mem::take(&mut tx.destroys);
-        commit_durable(mdt, tx)?;
+        tx.commit_durable()?;
         mdt.queue_destroys(destroys);
     } else {
         drop(tx);

@@ -1,18 +1,12 @@
 //! Rmdir: remove an empty directory.
 
-use crate::mdt::{check_name, kv_err, Tx};
-use crate::records::DIRENTS;
+use crate::mdt::{check_name, Tx};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
 /// True if directory `fid` has no entries.
 pub fn is_empty(tx: &Tx<'_>, fid: Fid) -> Result<bool, Status> {
-    Ok(tx
-        .mdt
-        .kv
-        .scan(DIRENTS, &fid.to_key(), None, 1)
-        .map_err(kv_err)?
-        .is_empty())
+    tx.store().dir_is_empty(fid)
 }
 
 /// Removes directory `name` from `parent`.

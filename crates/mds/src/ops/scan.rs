@@ -2,8 +2,8 @@
 //! (`nacre lfsck --namespace`), which joins them across MDTs, and for a policy engine's
 //! index (`nacre policy`).
 
-use crate::mdt::{kv_err, Mdt};
-use crate::records::{decode, DirentRecord, InodeRecord, DIRENTS, INODES};
+use crate::mdt::Mdt;
+use crate::records::InodeRecord;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::changelog::{InodeStat, STATS_MAX};
 use nacre_wire::mds::{DirentSummary, InodeSummary, MdsReply};
@@ -17,16 +17,8 @@ fn inode_page(
     after: Option<Fid>,
     count: usize,
 ) -> Result<(Vec<(Fid, InodeRecord)>, bool), Status> {
-    let after = after.map(Fid::to_key);
-    let page = mdt
-        .kv
-        .scan(INODES, &[], after.as_ref().map(|k| &k[..]), count)
-        .map_err(kv_err)?;
-    let eof = page.len() < count;
-    let records = page
-        .into_iter()
-        .map(|(k, v)| Ok((Fid::from_key(&k).ok_or(Status::Io)?, decode(&v)?)))
-        .collect::<Result<_, Status>>()?;
+    let records = mdt.store().inode_page(after, count)?;
+    let eof = records.len() < count;
     Ok((records, eof))
 }
 
@@ -55,19 +47,14 @@ pub fn inodes(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Sta
 /// Up to `count` directory entries after `after`, in (parent, name) order.
 pub fn dirents(mdt: &Mdt, after: Option<&(Fid, Vec<u8>)>, count: u32) -> Result<MdsReply, Status> {
     let count = count.clamp(1, SCAN_COUNT_MAX) as usize;
-    let after = after.map(|(p, n)| crate::records::dirent_key(*p, n));
-    let page = mdt
-        .kv
-        .scan(DIRENTS, &[], after.as_deref(), count)
-        .map_err(kv_err)?;
+    let after = after.map(|(p, n)| (*p, n.as_slice()));
+    let page = mdt.store().dirent_page(after, count)?;
     let eof = page.len() < count;
     let mut dirents = Vec::with_capacity(page.len());
-    for (k, v) in page {
-        let parent = Fid::from_key(&k).ok_or(Status::Io)?;
-        let rec: DirentRecord = decode(&v)?;
+    for (parent, name, rec) in page {
         dirents.push(DirentSummary {
             parent,
-            name: k[16..].to_vec(),
+            name,
             fid: rec.fid,
             kind: rec.kind,
         });

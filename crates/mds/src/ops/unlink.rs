@@ -13,13 +13,7 @@ pub fn drop_link(tx: &mut Tx<'_>, mut rec: InodeRecord) -> Result<(), Status> {
     if rec.attr.nlink > 0 {
         tx.put_inode(&rec);
     } else if tx.mdt.is_open(rec.attr.fid) {
-        rec.orphan = true;
-        tx.put_inode(&rec);
-        tx.batch.put(
-            crate::records::ORPHANS,
-            rec.attr.fid.to_key().to_vec(),
-            Vec::new(),
-        );
+        tx.mark_orphan(&mut rec);
     } else {
         tx.remove_inode(&rec)?;
     }

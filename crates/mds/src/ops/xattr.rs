@@ -1,8 +1,7 @@
 //! Extended attributes: get, set, list, remove. POSIX ACL names are refused (not supported),
 //! so copying tools skip them instead of storing ACLs nothing enforces.
 
-use crate::mdt::{kv_err, Mdt, Tx};
-use crate::records::{xattr_key, XATTRS};
+use crate::mdt::{Mdt, Tx};
 use nacre_types::limits::{XATTR_NAME_BYTES_MAX, XATTR_VALUE_BYTES_MAX};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::MdsReply;
@@ -31,7 +30,7 @@ fn check_name(name: &[u8]) -> Result<(), Status> {
 pub fn get(mdt: &Mdt, fid: Fid, name: &[u8]) -> Result<MdsReply, Status> {
     check_name(name)?;
     mdt.inode(fid)?;
-    match mdt.kv.get(XATTRS, &xattr_key(fid, name)).map_err(kv_err)? {
+    match mdt.store().xattr(fid, name)? {
         Some(v) => Ok(MdsReply::Xattr(v)),
         None => Err(Status::NoData),
     }
@@ -40,15 +39,9 @@ pub fn get(mdt: &Mdt, fid: Fid, name: &[u8]) -> Result<MdsReply, Status> {
 /// Lists attribute names.
 pub fn list(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     mdt.inode(fid)?;
-    let prefix = fid.to_key();
-    let all = mdt
-        .kv
-        .scan(XATTRS, &prefix, None, XATTRS_PER_INODE_MAX)
-        .map_err(kv_err)?;
+    let all = mdt.store().xattrs(fid, XATTRS_PER_INODE_MAX)?;
     Ok(MdsReply::XattrNames(
-        all.into_iter()
-            .map(|(k, _)| k[prefix.len()..].to_vec())
-            .collect(),
+        all.into_iter().map(|(name, _)| name).collect(),
     ))
 }
 
@@ -65,8 +58,7 @@ pub fn set(
         return Err(Status::TooBig);
     }
     let mut rec = tx.inode(fid)?;
-    let key = xattr_key(fid, name);
-    let exists = tx.mdt.kv.get(XATTRS, &key).map_err(kv_err)?.is_some();
+    let exists = tx.store().xattr(fid, name)?.is_some();
     if flags & XATTR_CREATE != 0 && exists {
         return Err(Status::Exist);
     }
@@ -75,7 +67,7 @@ pub fn set(
     }
     rec.attr.ctime = tx.now;
     tx.put_inode(&rec);
-    tx.batch.put(XATTRS, key, value.to_vec());
+    tx.put_xattr(fid, name, value.to_vec());
     Ok(MdsReply::Done)
 }
 
@@ -83,12 +75,11 @@ pub fn set(
 pub fn remove(tx: &mut Tx<'_>, fid: Fid, name: &[u8]) -> Result<MdsReply, Status> {
     check_name(name)?;
     let mut rec = tx.inode(fid)?;
-    let key = xattr_key(fid, name);
-    if tx.mdt.kv.get(XATTRS, &key).map_err(kv_err)?.is_none() {
+    if tx.store().xattr(fid, name)?.is_none() {
         return Err(Status::NoData);
     }
     rec.attr.ctime = tx.now;
     tx.put_inode(&rec);
-    tx.batch.delete(XATTRS, key);
+    tx.del_xattr(fid, name);
     Ok(MdsReply::Done)
 }

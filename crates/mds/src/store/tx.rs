@@ -1,27 +1,33 @@
-//! The transaction every modifying operation of an MDT runs in: it holds the MDT's write
-//! lock, reads through it, collects the batch of changes, allocates FIDs, objects and
-//! transaction numbers, and saves the reply with the change (exactly once).
+//! The transaction every modifying operation of an MDT runs in, at the store's level: it
+//! holds the MDT's write lock, reads through it, collects the batch of changes, allocates
+//! FIDs, objects and transaction numbers, and saves the reply with the change (exactly
+//! once). What needs the rest of the MDT (object placement, quotas, sizes) is the wrapper's,
+//! `crate::mdt::Tx`.
 
-use crate::mdt::*;
-use crate::osp::merge_spec;
+use super::{
+    kv_err, read_u64, AllocState, Store, Writes, ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX,
+};
 use crate::records::*;
-use nacre_kv::{Batch, KvStore};
+use nacre_kv::{Batch, KvStore, Ticket};
+use nacre_types::dirstripe::{DirDefault, DirStripe};
 use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
 use nacre_types::layout::StripeSpec;
-use nacre_types::{
-    Fid, FileKind, Layout, ObjectId, Owner, QuotaId, Status, StripeObject, TimeSpec,
-};
+use nacre_types::{Fid, FileKind, Layout, ObjectId, Owner, QuotaId, Status, TimeSpec};
+use nacre_wire::mds::changelog::ChangelogRecord;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
+/// The FID and layout a replayed create gave its inode the first time.
+pub type ReplayHint = (Fid, Option<Layout>);
+
 /// A modifying operation in progress: holds the write lock and collects the batch.
 pub struct Tx<'a> {
-    /// The MDT.
-    pub mdt: &'a Mdt,
-    pub(crate) alloc: MutexGuard<'a, AllocState>,
+    /// The store.
+    store: &'a Store,
+    alloc: MutexGuard<'a, AllocState>,
     /// Changes to commit.
-    pub batch: Batch,
+    batch: Batch,
     /// Objects to destroy once the batch is durable.
     pub destroys: Vec<(u32, ObjectId)>,
     /// Time stamp for every change of this operation.
@@ -51,13 +57,41 @@ pub struct Tx<'a> {
     /// administrator's one-shot command, which stays for no replay).
     pub durable_before_reply: bool,
     /// Versions of the inodes this transaction read (so writing one back needs no read).
-    pub(crate) seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
+    seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
 }
 
-impl Tx<'_> {
+impl Store {
+    /// Starts a transaction: takes the write lock (commit order = lock order).
+    pub fn begin(&self) -> Tx<'_> {
+        Tx {
+            store: self,
+            alloc: self.alloc.lock().expect("write lock"),
+            batch: Batch::new(),
+            destroys: Vec::new(),
+            now: TimeSpec::now(),
+            ancestry_checked: false,
+            client: [0; 16],
+            cred: nacre_types::Cred::root(),
+            transno: 0,
+            replay: None,
+            forced_transno: None,
+            pre_versions: Vec::new(),
+            new_client: false,
+            durable_before_reply: false,
+            seen_versions: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl<'a> Tx<'a> {
+    /// The store this transaction writes.
+    pub fn store(&self) -> &'a Store {
+        self.store
+    }
+
     /// Reads an inode.
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
-        match self.mdt.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
+        match self.store.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
             Some(v) => {
                 let rec = decode(&v)?;
                 let mut seen = self.seen_versions.borrow_mut();
@@ -66,7 +100,7 @@ impl Tx<'_> {
                 }
                 Ok(rec)
             }
-            None => self.mdt.inode(fid),
+            None => self.store.inode(fid),
         }
     }
 
@@ -75,8 +109,8 @@ impl Tx<'_> {
         if let Some((_, v)) = self.seen_versions.borrow().iter().find(|(f, _)| *f == fid) {
             return *v;
         }
-        self.mdt.version_of(fid).unwrap_or_else(|e| {
-            tracing::warn!("{}: version of {fid}: {e}", self.mdt.label.name());
+        self.store.version_of(fid).unwrap_or_else(|e| {
+            tracing::warn!("{}: version of {fid}: {e}", self.store.name);
             0
         })
     }
@@ -92,7 +126,7 @@ impl Tx<'_> {
 
     /// Looks a name up.
     pub fn lookup(&self, parent: Fid, name: &[u8]) -> Result<Option<DirentRecord>, Status> {
-        self.mdt.lookup(parent, name)
+        self.store.lookup(parent, name)
     }
 
     /// Stores an inode.
@@ -128,13 +162,169 @@ impl Tx<'_> {
 
     /// Removes a directory entry (and its link back from the inode it named).
     pub fn del_dirent(&mut self, parent: Fid, name: &[u8]) {
-        if let Ok(Some(d)) = self.mdt.lookup(parent, name) {
+        if let Ok(Some(d)) = self.store.lookup(parent, name) {
             self.batch.delete(
                 crate::records::LINKS,
                 crate::records::link_key(d.fid, parent, name),
             );
         }
         self.batch.delete(DIRENTS, dirent_key(parent, name));
+    }
+
+    /// Sets the extended attribute `name` of inode `fid`.
+    pub fn put_xattr(&mut self, fid: Fid, name: &[u8], value: Vec<u8>) {
+        self.batch.put(XATTRS, xattr_key(fid, name), value);
+    }
+
+    /// Removes the extended attribute `name` of inode `fid`.
+    pub fn del_xattr(&mut self, fid: Fid, name: &[u8]) {
+        self.batch.delete(XATTRS, xattr_key(fid, name));
+    }
+
+    /// Records directory `fid`'s stripe layout (its shards).
+    pub fn put_dir_stripe(&mut self, fid: Fid, stripe: &DirStripe) {
+        self.batch
+            .put(DIRSTRIPES, fid.to_key().to_vec(), encode(stripe));
+    }
+
+    /// Sets directory `fid`'s default for new subdirectories.
+    pub fn put_dir_default(&mut self, fid: Fid, default: &DirDefault) {
+        self.batch
+            .put(DIRDEFAULTS, fid.to_key().to_vec(), encode(default));
+    }
+
+    /// Removes directory `fid`'s default for new subdirectories.
+    pub fn del_dir_default(&mut self, fid: Fid) {
+        self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
+    }
+
+    /// Records the link of inode `fid` from entry `name` of `parent` (on another MDT).
+    pub fn put_remote_link(&mut self, fid: Fid, parent: Fid, name: &[u8]) {
+        self.batch
+            .put(REMOTE_LINKS, remote_link_key(fid, parent, name), Vec::new());
+    }
+
+    /// Removes the link of inode `fid` from entry `name` of `parent`.
+    pub fn del_remote_link(&mut self, fid: Fid, parent: Fid, name: &[u8]) {
+        self.batch
+            .delete(REMOTE_LINKS, remote_link_key(fid, parent, name));
+    }
+
+    /// Makes `rec` an orphan (unlinked while open): flagged, stored, and in the orphan index.
+    pub fn mark_orphan(&mut self, rec: &mut InodeRecord) {
+        rec.orphan = true;
+        self.put_inode(rec);
+        self.batch
+            .put(ORPHANS, rec.attr.fid.to_key().to_vec(), Vec::new());
+    }
+
+    /// Records a cross-MDT operation's intent (coordinated here, or owed by this MDT).
+    pub fn put_intent(&mut self, intent: &IntentRecord) {
+        self.batch
+            .put(INTENTS, intent.key.to_key().to_vec(), encode(intent));
+    }
+
+    /// Removes a cross-MDT operation's intent (keyed by `key`).
+    pub fn del_intent(&mut self, key: Fid) {
+        self.batch.delete(INTENTS, key.to_key().to_vec());
+    }
+
+    /// Holds inode `fid` for a directory migration (the `frozen` table).
+    pub fn freeze(&mut self, fid: Fid) {
+        self.batch.put(FROZEN, fid.to_key().to_vec(), Vec::new());
+    }
+
+    /// Lifts a directory migration's hold on inode `fid`.
+    pub fn unfreeze(&mut self, fid: Fid) {
+        self.batch.delete(FROZEN, fid.to_key().to_vec());
+    }
+
+    /// Removes inode `old`, moved to `new` by a directory migration (its objects are the
+    /// new inode's now), with its xattrs, and records where it went.
+    pub fn move_inode(&mut self, old: Fid, new: Fid) -> Result<(), Status> {
+        let attr = self.inode(old)?.attr;
+        self.batch.delete(INODES, old.to_key().to_vec());
+        for (k, _) in self.store.xattrs(old, 100_000)? {
+            self.batch.delete(XATTRS, xattr_key(old, &k));
+        }
+        self.batch
+            .put(MOVED, old.to_key().to_vec(), new.to_key().to_vec());
+        self.count_inodes(&attr, -1);
+        Ok(())
+    }
+
+    /// Adds changelog record `index` and records `next` as the next record's number.
+    pub fn put_changelog_record(&mut self, index: u64, rec: &ChangelogRecord, next: u64) {
+        self.batch
+            .put(CHANGELOG, index.to_be_bytes().to_vec(), encode(rec));
+        self.batch.put(
+            META,
+            b"changelog_next".to_vec(),
+            next.to_be_bytes().to_vec(),
+        );
+    }
+
+    /// Records changelog consumer `id` (`encoded`: its record).
+    pub fn put_changelog_user(&mut self, id: u32, encoded: Vec<u8>) {
+        self.batch
+            .put(CHANGELOG_USERS, changelog_user_key(id), encoded);
+    }
+
+    /// Removes changelog consumer `id`.
+    pub fn del_changelog_user(&mut self, id: u32) {
+        self.batch.delete(CHANGELOG_USERS, changelog_user_key(id));
+    }
+
+    /// Sets a `META` value.
+    pub fn put_meta(&mut self, key: &[u8], value: Vec<u8>) {
+        self.batch.put(META, key.to_vec(), value);
+    }
+
+    /// Records the migration of file `fid`.
+    pub fn put_relayout(&mut self, fid: Fid, rec: &RelayoutRecord) {
+        self.batch
+            .put(RELAYOUTS, fid.to_key().to_vec(), encode(rec));
+    }
+
+    /// Removes the record of file `fid`'s migration.
+    pub fn del_relayout(&mut self, fid: Fid) {
+        self.batch.delete(RELAYOUTS, fid.to_key().to_vec());
+    }
+
+    /// True if this transaction records no change (yet).
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// Drops every change this transaction recorded (its operation failed).
+    pub fn discard(&mut self) {
+        self.batch = Batch::new();
+    }
+
+    /// Commits the changes recorded so far, even none (visible at once, durable after
+    /// [`Store::wait_durable`] of the ticket); the write lock is held until the transaction
+    /// is dropped.
+    pub fn commit(&mut self) -> Result<Ticket, Status> {
+        let batch = std::mem::take(&mut self.batch);
+        self.store.kv.commit(batch).map_err(kv_err)
+    }
+
+    /// Commits as [`Tx::commit`] does, for a change nothing waits on: a failure is only
+    /// logged, as a warning saying `what` failed.
+    pub fn commit_or_warn(&mut self, what: &str) {
+        let batch = std::mem::take(&mut self.batch);
+        if let Err(e) = self.store.kv.commit(batch) {
+            tracing::warn!("{}: {what}: {e}", self.store.name);
+        }
+    }
+
+    /// Ends the transaction, releasing the write lock, and keeps its changes to commit
+    /// without it.
+    pub fn detach(self) -> Writes<'a> {
+        Writes {
+            store: self.store,
+            batch: self.batch,
+        }
     }
 
     /// Marks a directory changed (mtime and ctime).
@@ -146,7 +336,7 @@ impl Tx<'_> {
     /// The file system's default striping (the root's default) where this MDT can read it:
     /// MDT0 holds the root; other MDTs get it copied into their remote directories.
     pub fn fs_default(&self) -> Result<StripeSpec, Status> {
-        if Fid::ROOT.mdt_index() != self.mdt.label.index {
+        if Fid::ROOT.mdt_index() != self.store.index {
             return Ok(StripeSpec::default());
         }
         Ok(self.inode(Fid::ROOT)?.dir_default.unwrap_or_default())
@@ -170,7 +360,7 @@ impl Tx<'_> {
         let n = self.alloc.next_fid;
         self.alloc.next_fid += 1;
         let seq = FID_SEQ_NORMAL
-            + u64::from(self.mdt.label.index) * FID_SEQS_PER_MDT
+            + u64::from(self.store.index) * FID_SEQS_PER_MDT
             + n / (FID_OIDS_PER_SEQ - 1);
         let fid = Fid::new(seq, (n % (FID_OIDS_PER_SEQ - 1)) as u32 + 1);
         self.seen_versions.borrow_mut().push((fid, 0));
@@ -183,7 +373,7 @@ impl Tx<'_> {
     /// (Checked first: `replay::check_created`; a FID of no sequence of this MDT moves
     /// nothing.)
     fn reserve_past_fid(&mut self, fid: Fid) {
-        let Some(n) = fid_number(self.mdt.label.index, fid) else {
+        let Some(n) = fid_number(self.store.index, fid) else {
             return;
         };
         if n < self.alloc.next_fid {
@@ -199,15 +389,15 @@ impl Tx<'_> {
     }
 
     /// As [`Tx::reserve_past_fid`] for a replayed file's object on `ost`.
-    fn reserve_past_object(&mut self, ost: u32, object: ObjectId) -> Result<(), Status> {
-        if object.seq != u64::from(self.mdt.label.index) {
+    pub fn reserve_past_object(&mut self, ost: u32, object: ObjectId) -> Result<(), Status> {
+        if object.seq != u64::from(self.store.index) {
             return Ok(());
         }
-        let key = crate::mdt::ost_next_key(ost);
+        let key = super::ost_next_key(ost);
         let (next, limit) = match self.alloc.next_object.get(&ost) {
             Some(&v) => v,
             None => {
-                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
+                let stored = read_u64(&*self.store.kv, &key)?.unwrap_or(1);
                 (stored, stored)
             }
         };
@@ -226,12 +416,13 @@ impl Tx<'_> {
         Ok(())
     }
 
-    fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
-        let key = crate::mdt::ost_next_key(ost);
+    /// Allocates an object on OST `ost`.
+    pub fn new_object(&mut self, ost: u32) -> Result<ObjectId, Status> {
+        let key = super::ost_next_key(ost);
         let (next, limit) = match self.alloc.next_object.get(&ost) {
             Some(&v) => v,
             None => {
-                let stored = read_u64(&*self.mdt.kv, &key)?.unwrap_or(1);
+                let stored = read_u64(&*self.store.kv, &key)?.unwrap_or(1);
                 (stored, stored)
             }
         };
@@ -244,93 +435,23 @@ impl Tx<'_> {
         };
         self.alloc.next_object.insert(ost, (next + 1, limit));
         Ok(ObjectId {
-            seq: u64::from(self.mdt.label.index),
+            seq: u64::from(self.store.index),
             id: next,
         })
     }
 
-    /// Allocates the objects of a new regular file under `parent`'s striping defaults.
-    pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
-        if let Some((_, Some(layout))) = self.replay.clone() {
-            // The client wrote the file's data into these objects.
-            for o in &layout.objects {
-                self.reserve_past_object(o.ost, o.object)?;
-            }
-            return Ok(layout);
-        }
-        let inherited = parent.dir_default.unwrap_or_default();
-        let fs_default = if parent.attr.fid == Fid::ROOT {
-            StripeSpec::default()
-        } else {
-            self.fs_default()?
-        };
-        let base = merge_spec(inherited, fs_default);
-        let merged = merge_spec(spec, base);
-        let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self.mdt.osts.spill_target(merged.pool, pending);
-        // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
-        // and no more stripes than it has.
-        let (spec, base) = if pool == merged.pool {
-            (spec, base)
-        } else {
-            let spilled = StripeSpec {
-                start_ost: -1,
-                pool,
-                ..merged
-            };
-            (
-                StripeSpec {
-                    stripe_count: 0,
-                    ..spilled
-                },
-                spilled,
-            )
-        };
-        let (count, size, start) = self.mdt.osts.resolve(spec, base, pool)?;
-        let chosen = self.mdt.osts.choose(count as usize, start, pool)?;
-        let mut objects = Vec::with_capacity(chosen.len());
-        for ost in chosen {
-            objects.push(StripeObject {
-                ost,
-                object: self.new_object(ost)?,
-            });
-        }
-        Ok(Layout {
-            stripe_size: size,
-            objects,
-            pool,
-            generation: 0,
-        })
-    }
-
-    /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
-    /// counted as free while their destroys are pending (crate::destroy_space::DestroySpace).
-    pub fn hint_destroy_space(&mut self, rec: &InodeRecord, layout: &Layout) {
-        let size = self
-            .mdt
-            .sizes
-            .exact(rec.attr.fid)
-            .map_or(rec.attr.size, |(size, _)| size);
-        for (stripe, o) in layout.objects.iter().enumerate() {
-            let bytes = layout.object_size_for_file(stripe, size);
-            self.mdt.destroy_space.hint(o.ost, o.object, bytes);
-        }
-    }
-
-    /// Deletes an inode with its xattrs, queueing its objects for destruction.
-    pub fn remove_inode(&mut self, rec: &InodeRecord) -> Result<(), Status> {
+    /// The store's part of removing an inode (`crate::mdt::Tx::remove_inode`): its version
+    /// noted, its record, orphan index entry and xattrs deleted, its objects' destruction
+    /// recorded.
+    pub fn remove_inode_records(&mut self, rec: &InodeRecord) -> Result<(), Status> {
         let fid = rec.attr.fid;
-        if let Some(layout) = &rec.layout {
-            self.hint_destroy_space(rec, layout);
-        }
-        self.mdt.sizes.forget(fid);
         self.note_version(fid);
         self.batch.delete(INODES, fid.to_key().to_vec());
         if rec.orphan {
             self.batch.delete(ORPHANS, fid.to_key().to_vec());
         }
         let xattrs = self
-            .mdt
+            .store
             .kv
             .scan(XATTRS, &fid.to_key(), None, 100_000)
             .map_err(kv_err)?;
@@ -340,13 +461,18 @@ impl Tx<'_> {
         if let Some(layout) = &rec.layout {
             self.destroy_objects(layout);
         }
-        crate::mdt::forget_relayout(self, fid)?;
+        Ok(())
+    }
+
+    /// The rest of removing an inode, after its migration went: a directory's stripe and
+    /// default records, and the inode counts.
+    pub fn remove_inode_rest(&mut self, rec: &InodeRecord) {
+        let fid = rec.attr.fid;
         if rec.attr.kind == FileKind::Directory {
             self.batch.delete(DIRSTRIPES, fid.to_key().to_vec());
             self.batch.delete(DIRDEFAULTS, fid.to_key().to_vec());
         }
-        self.count_inodes(&rec.attr, -1)?;
-        Ok(())
+        self.count_inodes(&rec.attr, -1);
     }
 
     /// Records the destruction of a layout's objects (done after the commit).
@@ -362,7 +488,7 @@ impl Tx<'_> {
     /// Records in this transaction that `layout`'s objects must take `owner` (owners.rs
     /// sends it to the OSTs).
     pub fn queue_owner_change(&mut self, layout: &Layout, owner: nacre_types::Owner) {
-        self.mdt.owners_pending.fetch_add(1, Ordering::AcqRel);
+        self.store.owners_pending.fetch_add(1, Ordering::AcqRel);
         for o in &layout.objects {
             self.batch.put(
                 OWNERS,
@@ -376,7 +502,7 @@ impl Tx<'_> {
     /// destroyed: a change sent after would create them again).
     fn forget_owner_changes(&mut self, layout: &Layout) {
         // Nothing pending anywhere (the usual case): no deletes to write.
-        if self.mdt.owners_pending.load(Ordering::Acquire) == 0 {
+        if self.store.owners_pending.load(Ordering::Acquire) == 0 {
             return;
         }
         for o in &layout.objects {
@@ -385,30 +511,19 @@ impl Tx<'_> {
     }
 
     /// Adjusts the inode counter `df -i` reports, and the inodes of `attr`'s owner, group and
-    /// project (quotas).
-    pub fn count_inodes(&mut self, attr: &nacre_types::Attr, delta: i64) -> Result<(), Status> {
-        // New inodes within their owner's, group's and project's quotas: checked before the
-        // request ran (quota::precheck); here only an id the master refused stops it (a
-        // shortage from creates that passed the check at once is let through and more
-        // grant asked for: the overrun is bounded by the MDS threads, docs/quota.md).
-        if delta > 0 && self.mdt.quota.any_limited() {
-            let ids = nacre_types::QuotaId::of_attr(attr);
-            let counts = &self.alloc.quota;
-            let checked = self
-                .mdt
-                .quota
-                .check_now(&ids, delta as u64, |q| counts.get(&q).copied().unwrap_or(0));
-            if checked == Err(Status::DQuot) {
-                return Err(Status::DQuot);
-            }
-        }
+    /// project (quotas). No quota check: `crate::mdt::Tx::count_inodes` makes it first.
+    pub fn count_inodes(&mut self, attr: &nacre_types::Attr, delta: i64) {
         self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
         let used = self.alloc.inodes_used;
         self.batch
             .put(META, b"inodes_used".to_vec(), used.to_be_bytes().to_vec());
         let owner = nacre_types::Owner::of(attr);
         charge(&mut self.alloc.quota, &mut self.batch, owner, delta);
-        Ok(())
+    }
+
+    /// The inodes `id` has here, as this transaction counts them.
+    pub fn inode_count(&self, id: QuotaId) -> u64 {
+        self.alloc.quota.get(&id).copied().unwrap_or(0)
     }
 
     /// An inode's owner, group or project changes from `old`'s to `new`'s: its count moves.
@@ -460,18 +575,16 @@ impl Tx<'_> {
     }
 
     /// Gives this change the next transaction number (stored with it) and, on the
-    /// client's first one, records the client in the `clients` table.
-    pub fn assign_transno(&mut self) -> u64 {
+    /// client's first one, records the client in the `clients` table (unless
+    /// `record_client` is false: a peer MDT, which never replays).
+    pub fn assign_transno(&mut self, record_client: bool) -> u64 {
         let t = if self.transno > 0 {
             self.transno
         } else {
             self.reserve_transno()
         };
         let client = self.client;
-        if client != [0; 16]
-            && !self.alloc.clients.contains(&client)
-            && !self.mdt.osts.is_peer(&client)
-        {
+        if client != [0; 16] && !self.alloc.clients.contains(&client) && record_client {
             self.alloc.clients.insert(client);
             self.batch.put(CLIENTS, client.to_vec(), Vec::new());
             self.new_client = true;
