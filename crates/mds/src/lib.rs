@@ -1,16 +1,41 @@
-//! The metadata server (MDS): serves MDTs.
+//! The metadata server (MDS): serves MDTs. docs/mds.md is the full map: every file, the
+//! store's API, the order of a request, the commit and sync rules, the on-disk records.
 //!
 //! An MDT keeps inodes, directory entries, layouts and xattrs in the embedded KV store
-//! ([`records`] lists the tables). Every modifying request runs under the MDT's write lock,
-//! adds its changes **and its reply** to one batch, commits it, and replies only after the
-//! batch is durable — group commit lets concurrent requests share one journal sync. A resent
-//! request (same client uuid and xid) finds its saved reply instead of running twice (reply
-//! reconstruction). File creation touches only the MDT: OST object ids are allocated here
-//! and the objects are created by their first write.
+//! (`records` lists the tables). A modifying request runs under the MDT's write lock, adds
+//! its changes **and its reply** to one batch and commits it to the journal; the reply is
+//! sent after that journal write. It waits for the journal sync (group commit) only with
+//! `sync_on_reply`, for a client's first change and for changelog consumer changes; other
+//! changes become durable at `MdsOp::Sync` (`fsync`) or the commit thread's sync every
+//! commit interval, and clients replay what `last_committed` has not passed yet. Cross-MDT
+//! steps are durable before their reply. A resent request (same client uuid and xid) finds
+//! its saved reply instead of running twice. File creation touches only the MDT: OST object
+//! ids are allocated here and the objects are created by their first write.
 //!
-//! Invariants: a reply is never sent for a change that is not durable; a name maps to exactly
-//! one inode; an inode's objects are destroyed only after the change that dropped its last
-//! link (and last opener) is durable.
+//! Layers, lowest first; a file uses only its own layer and lower ones, and no three files
+//! use each other round in a circle (`tests/layers.rs` holds the table and the exceptions
+//! left, `KNOWN_UPWARD` and `KNOWN_CIRCLES`):
+//! * base: in-memory tables and pure helpers with no `crate::` import: exports, byte-range
+//!   locks, exact sizes, destroy space, fileset cache, nodemaps, OST placement and peer
+//!   connections (`osp`), statistics.
+//! * store: the only user of `nacre_kv`: `records` (the schema) and `store` (`Store`: reads,
+//!   allocation state, durability; `store::Tx`: the write lock, the batch, FID, object and
+//!   transno allocation, saved replies; `Writes`; opening and format upgrades).
+//! * target: `Mdt` and its transaction wrapper `mdt::Tx`, recovery (`replay`), access times,
+//!   the changelog's writer, calls to peer MDTs.
+//! * ops: one file per operation (`ops`), the cross-MDT intent machinery (`dne`), directory
+//!   migration (`migrate`), `links`.
+//! * services: eviction, locks, permissions, changelog consumers, the MGS audit copy,
+//!   destroys, ownership changes, file migration (`relayout`), quotas, QoS.
+//! * handler: `MdsHandler` (here), `execute`, `route`, capabilities, filesets, byte-range
+//!   lock serving.
+//!
+//! Invariants: a name maps to exactly one inode; a change and its saved reply commit in one
+//! batch, and the reply is sent only after that batch is in the journal; an inode's objects
+//! are queued for destruction only after the change that dropped its last link (and last
+//! opener) is committed, but not necessarily durable: unless the reply waited for the sync,
+//! a crash of the node can bring the file back without its objects (docs/mds.md, "Known
+//! gaps").
 
 pub mod admin_records;
 pub mod atime;

@@ -49,11 +49,18 @@ pub fn map_request(m: &Nodemap, cred: &mut Cred, op: &mut MdsOp) {
         false if client_uid == 0 && !m.admin => Vec::new(),
         false => groups_of(cred.uid, cred.gid),
     };
+    map_op_ids(m, op);
+}
+
+/// Maps the ids `op` names (an owner it sets, a new inode's owner) to file-system ids; a
+/// replayed operation's as well, as when it first ran.
+fn map_op_ids(m: &Nodemap, op: &mut MdsOp) {
     let (u, g) = (
         |id: &mut u32| *id = m.map_in(IdKind::Uid, *id),
         |id: &mut u32| *id = m.map_in(IdKind::Gid, *id),
     );
     match op {
+        MdsOp::Replay { op: inner, .. } => map_op_ids(m, inner),
         MdsOp::Create { uid, gid, .. }
         | MdsOp::Mkdir { uid, gid, .. }
         | MdsOp::Symlink { uid, gid, .. }
@@ -193,6 +200,28 @@ mod tests {
         map_request(&m, &mut c, &mut set);
         assert_eq!(c.uid, 1_007);
         let MdsOp::SetAttr { attr, .. } = set else {
+            unreachable!()
+        };
+        assert_eq!(attr.uid, Some(1_007));
+        // A replay of that change after an MDT restart names the same ids: mapped alike
+        // (left as the client's, the replay's ownership claim failed and the change was lost).
+        let mut replay = MdsOp::Replay {
+            transno: 9,
+            op: Box::new(MdsOp::SetAttr {
+                fid: Fid::ROOT,
+                attr: nacre_types::SetAttr {
+                    uid: Some(7),
+                    ..Default::default()
+                },
+            }),
+            reply: Box::new(MdsReply::Done),
+            pre_versions: Vec::new(),
+        };
+        map_request(&m, &mut c, &mut replay);
+        let MdsOp::Replay { op, .. } = replay else {
+            unreachable!()
+        };
+        let MdsOp::SetAttr { attr, .. } = *op else {
             unreachable!()
         };
         assert_eq!(attr.uid, Some(1_007));

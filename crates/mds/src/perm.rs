@@ -10,7 +10,8 @@
 //! reached the request fails, it is never let through unchecked. Denied: `EACCES` for
 //! permission bits, `EPERM` for ownership rules (sticky directories, chmod, chown, explicit
 //! times, trusted or security attributes, layouts) and for server-to-server requests from a
-//! non-root caller. Replays are not checked again: they were checked when first run.
+//! non-root caller. Replays are checked again, with the
+//! credentials they carry (`execute::replay` runs them through `dispatch`).
 
 use crate::mdt::Mdt;
 use crate::ops::create::{allow, claims};

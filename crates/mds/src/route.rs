@@ -157,7 +157,9 @@ pub(crate) fn to_outgoing(result: Result<MdsReply, Status>) -> Outgoing {
 }
 
 /// Runs a modifying call exactly once: a saved reply answers a resend; otherwise the change
-/// and its reply commit together, and the reply waits for durability.
+/// and its reply commit together to the journal; the reply waits for the journal's sync only
+/// with `sync_on_reply`, for a client's first change or where the change asks for it
+/// (docs/mds.md, "Commit, sync and saved replies").
 pub(crate) fn run_modifying(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     run_modifying_with(mdt, call, xid, false)
 }
