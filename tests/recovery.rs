@@ -1970,3 +1970,45 @@ fn byte_range_locks_are_set_again_after_an_mds_restart() {
     flock(&fa, libc::LOCK_UN).unwrap();
     flock(&fb, libc::LOCK_EX | libc::LOCK_NB).unwrap();
 }
+
+/// An unlink's objects are destroyed only once the journal holding the unlink is synced: a
+/// power loss before that sync would bring the file back, and must find its data there. With
+/// syncs a minute apart, the removed file's object waits (`awaiting_sync`) and is still on
+/// the OST; a kill -9 of the MDS then keeps the removal (the journal survives a process
+/// kill), and the restarted MDT destroys the object.
+#[test]
+fn objects_are_destroyed_only_once_their_removal_is_synced() {
+    use nacre_testkit::{object_of, param_field, wait_for, Form, Spec, TestFs};
+    let mut fs = TestFs::start_with(
+        Form::Networked,
+        Spec::osts(1)
+            .fsname("dsync")
+            .server_args(&["--commit-interval-ms", "60000"]),
+    );
+    let f = fs.path("f");
+    std::fs::write(&f, vec![7u8; 1 << 20]).unwrap();
+    std::fs::File::open(&f).unwrap().sync_all().unwrap();
+    let (ost, oid) = object_of(&f);
+    assert_eq!(ost, 0);
+    let object = fs
+        .data
+        .join("ost0/O")
+        .join(oid.seq.to_string())
+        .join(format!("d{}", oid.id % 32))
+        .join(oid.id.to_string());
+    assert!(object.exists(), "{} is not the object", object.display());
+    std::fs::remove_file(&f).unwrap();
+    let field = |what: &str| param_field("mdt.dsync-MDT0000.destroy_pending", what);
+    assert_eq!(
+        field("awaiting_sync"),
+        1,
+        "the destroy did not wait for the sync"
+    );
+    assert!(object.exists(), "destroyed before its removal was synced");
+    // The MDS killed before any sync: the journal kept the removal; its object goes.
+    let mds = &mut fs.servers_mut()[0];
+    mds.kill9();
+    mds.restart();
+    wait_for("the removed file's object destroyed", || !object.exists());
+    assert!(!fs.path("f").exists());
+}

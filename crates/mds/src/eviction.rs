@@ -201,10 +201,14 @@ fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<()
     tx.forget_saved_replies(client);
     tx.forget_client(client);
     let destroys = std::mem::take(&mut tx.destroys);
-    if !tx.is_empty() {
-        tx.commit()?;
-    }
+    let ticket = match tx.is_empty() {
+        true => None,
+        false => Some(tx.commit()?),
+    };
     drop(tx);
-    mdt.queue_destroys(destroys);
+    match ticket {
+        Some(t) => mdt.queue_destroys_when_synced(t, false, destroys),
+        None => mdt.queue_destroys(destroys),
+    }
     Ok(())
 }

@@ -31,13 +31,14 @@ pub(crate) fn commit(
     let sync = tx.new_client || tx.durable_before_reply;
     drop(tx);
     note_modification(mdt);
-    if mdt.sync_on_reply() || sync {
+    let synced = mdt.sync_on_reply() || sync;
+    if synced {
         if let Err(s) = mdt.store().wait_durable(ticket) {
             return Outgoing::error(s);
         }
     }
     if result.is_ok() {
-        mdt.queue_destroys(destroys);
+        mdt.queue_destroys_when_synced(ticket, synced, destroys);
     }
     match saved {
         Some(saved) => Outgoing {

@@ -32,10 +32,8 @@
 //!
 //! Invariants: a name maps to exactly one inode; a change and its saved reply commit in one
 //! batch, and the reply is sent only after that batch is in the journal; an inode's objects
-//! are queued for destruction only after the change that dropped its last link (and last
-//! opener) is committed, but not necessarily durable: unless the reply waited for the sync,
-//! a crash of the node can bring the file back without its objects (docs/mds.md, "Known
-//! gaps").
+//! are destroyed only once the change that dropped its last link (and last opener) is
+//! durable: after the commit thread's sync past it, unless the reply waited for the sync.
 
 pub mod admin_records;
 pub mod atime;

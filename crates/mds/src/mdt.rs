@@ -39,6 +39,10 @@ pub struct Mdt {
     pub destroy_signal: (Mutex<bool>, Condvar),
     /// Objects whose destruction is committed but not yet done on the OSTs.
     pub destroy_queue: Mutex<VecDeque<(u32, ObjectId)>>,
+    /// Destroys of changes in the journal but not yet synced, by the ticket of their batch:
+    /// queued once a sync covers them (a power loss must not find objects gone whose removal
+    /// it undid). Their records are in the store: a restart queues them again.
+    destroys_awaiting_sync: Mutex<Vec<(nacre_kv::Ticket, Vec<(u32, ObjectId)>)>>,
     /// The space those destroys will free (destroy_space.rs).
     pub destroy_space: crate::destroy_space::DestroySpace,
     /// Fileset roots resolved and inodes found inside them (fileset_cache.rs).
@@ -223,6 +227,7 @@ impl Mdt {
             orphans_pending: Mutex::new(None),
             destroy_signal: (Mutex::new(false), Condvar::new()),
             destroy_queue: Mutex::new(destroys),
+            destroys_awaiting_sync: Mutex::new(Vec::new()),
             destroy_space: crate::destroy_space::DestroySpace::default(),
             filesets: crate::fileset_cache::Filesets::default(),
             modifications: AtomicU64::new(0),
@@ -348,7 +353,58 @@ impl Mdt {
     /// Makes every committed change durable if something was committed since `durable`;
     /// returns the new durable ticket (the commit thread calls this every commit interval).
     pub fn commit_pass(&self, durable: nacre_kv::Ticket) -> Result<nacre_kv::Ticket, Status> {
-        self.store.commit_pass(durable)
+        let synced = self.store.commit_pass(durable)?;
+        self.queue_synced_destroys(synced);
+        Ok(synced)
+    }
+
+    /// Queues the destroys of the batch of `ticket` once the journal is synced past it
+    /// ([`Mdt::commit_pass`]); at once if `synced` (its sync was waited for already).
+    pub fn queue_destroys_when_synced(
+        &self,
+        ticket: nacre_kv::Ticket,
+        synced: bool,
+        destroys: Vec<(u32, ObjectId)>,
+    ) {
+        if synced || destroys.is_empty() {
+            return self.queue_destroys(destroys);
+        }
+        self.destroy_space.queued(&destroys);
+        self.destroys_awaiting_sync
+            .lock()
+            .expect("destroys awaiting sync")
+            .push((ticket, destroys));
+    }
+
+    /// Objects whose destroy waits for the journal's sync.
+    pub fn destroys_awaiting_sync(&self) -> usize {
+        let awaiting = self
+            .destroys_awaiting_sync
+            .lock()
+            .expect("destroys awaiting sync");
+        awaiting.iter().map(|(_, d)| d.len()).sum()
+    }
+
+    /// Queues the destroys of batches up to `synced`, now durable.
+    fn queue_synced_destroys(&self, synced: nacre_kv::Ticket) {
+        let ready: Vec<(u32, ObjectId)> = {
+            let mut awaiting = self
+                .destroys_awaiting_sync
+                .lock()
+                .expect("destroys awaiting sync");
+            let (ready, waiting) = std::mem::take(&mut *awaiting)
+                .into_iter()
+                .partition::<Vec<_>, _>(|(t, _)| *t <= synced);
+            *awaiting = waiting;
+            ready.into_iter().flat_map(|(_, d)| d).collect()
+        };
+        if !ready.is_empty() {
+            self.destroy_queue
+                .lock()
+                .expect("destroy queue")
+                .extend(ready);
+            self.kick_destroyer();
+        }
     }
 
     /// Syncs the journal now (end of recovery); logs a failure.

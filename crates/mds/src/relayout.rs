@@ -80,8 +80,7 @@ pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
 }
 
 /// `RelayoutSwap`: the new layout becomes the file's, one generation up; the old objects
-/// are queued for destruction once that is in the journal (before its sync: docs/mds.md,
-/// "Known gaps").
+/// are destroyed once the journal holding that is synced.
 pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     let (mut rec, old) = regular(tx, fid)?;
     let r = relayout_of(tx.mdt, fid)?.ok_or(Status::NoEnt)?;

@@ -152,7 +152,8 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
     r.add_fn(format!("mdt.{name}.destroy_pending"), move || {
         // Objects removed since the start whose destroy is not done, and their bytes.
         let (objects, bytes) = a.destroy_space.total();
-        format!("objects {objects}\nbytes {bytes}")
+        let awaiting = a.destroys_awaiting_sync();
+        format!("objects {objects}\nbytes {bytes}\nawaiting_sync {awaiting}")
     });
     let a = m.clone();
     r.add_fn(format!("mdt.{name}.sizes"), move || {
