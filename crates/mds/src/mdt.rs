@@ -20,6 +20,9 @@ use std::sync::{Arc, Condvar, Mutex};
 /// Who holds the rename lock (client uuid and xid of its request) and until when.
 pub type RenameLockHolder = (([u8; 16], u64), std::time::Instant);
 
+/// The destroys of one batch, by its ticket, waiting for the journal's sync past it.
+type AwaitingSync = (nacre_kv::Ticket, Vec<(u32, ObjectId)>);
+
 /// One MDT.
 pub struct Mdt {
     /// Identity.
@@ -42,7 +45,7 @@ pub struct Mdt {
     /// Destroys of changes in the journal but not yet synced, by the ticket of their batch:
     /// queued once a sync covers them (a power loss must not find objects gone whose removal
     /// it undid). Their records are in the store: a restart queues them again.
-    destroys_awaiting_sync: Mutex<Vec<(nacre_kv::Ticket, Vec<(u32, ObjectId)>)>>,
+    destroys_awaiting_sync: Mutex<Vec<AwaitingSync>>,
     /// The space those destroys will free (destroy_space.rs).
     pub destroy_space: crate::destroy_space::DestroySpace,
     /// Fileset roots resolved and inodes found inside them (fileset_cache.rs).
