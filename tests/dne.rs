@@ -1147,16 +1147,7 @@ fn migrate_is_online_for_writers_and_listers(form: Form) {
     // The migration held once its entries are adopted (the directory frozen, the new one
     // not yet named) until the test lets it go on.
     let coordinator = fs.server_pids()[0];
-    let pid = coordinator.to_string();
-    let fail_loc = |spec: &str| {
-        nacre_ok(&[
-            "ctl",
-            "--pid",
-            &pid,
-            "set_param",
-            &format!("fail_loc={spec}"),
-        ])
-    };
+    let fail_loc = |spec: &str| nacre_testkit::fail_loc(coordinator, spec);
     fail_loc("mds.migrate.after_adopt~hold");
     let migration = {
         let top = top.clone();

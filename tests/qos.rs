@@ -190,14 +190,7 @@ fn a_weighted_job_gets_its_weights_share_while_a_busy_job_waits_beside_it() {
     rules_reach("qosw", 1);
     let mds = fs.server_pids()[0];
     assert_eq!(partition_sum(mds, "mds.MDS.mdt", "threads"), 1);
-    let pid = mds.to_string();
-    nacre_ok(&[
-        "ctl",
-        "--pid",
-        &pid,
-        "set_param",
-        "fail_loc=mds.create.after_commit_before_reply~20",
-    ]);
+    nacre_testkit::fail_loc(mds, "mds.create.after_commit_before_reply~20");
     let (ahead0, turns0) = (
         partition_sum(mds, "mds.MDS.mdt", "weighted_ahead"),
         partition_sum(mds, "mds.MDS.mdt", "plain_turns"),
@@ -214,7 +207,7 @@ fn a_weighted_job_gets_its_weights_share_while_a_busy_job_waits_beside_it() {
         .collect();
     let batch_files: u64 = batch.into_iter().map(made).sum();
     let inter_files: u64 = inter.into_iter().map(made).sum();
-    nacre_ok(&["ctl", "--pid", &pid, "set_param", "fail_loc=0"]);
+    nacre_testkit::fail_loc(mds, "0");
     let ahead = partition_sum(mds, "mds.MDS.mdt", "weighted_ahead") - ahead0;
     let turns = partition_sum(mds, "mds.MDS.mdt", "plain_turns") - turns0;
     eprintln!(

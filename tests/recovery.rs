@@ -232,14 +232,7 @@ fn ops() -> Vec<Op> {
 
 /// Arms fault point `spec` in a running server through its control socket.
 fn arm(server: &ServerProc, spec: &str) {
-    let pid = server.pid().to_string();
-    nacre_ok(&[
-        "ctl",
-        "--pid",
-        &pid,
-        "set_param",
-        &format!("fail_loc={spec}"),
-    ]);
+    nacre_testkit::fail_loc(server.pid(), spec);
 }
 
 /// How often the server's armed point fired.

@@ -160,6 +160,19 @@ pub fn param_field(param: &str, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {what} in {param}: {text}"))
 }
 
+/// Arms fault point `spec` (`NAME`, `NAME@N`, `NAME~MS`, `NAME~hold`; `0` disarms) in the
+/// running process `pid` through its control socket (Lustre's `fail_loc`).
+pub fn fail_loc(pid: u32, spec: &str) {
+    let pid = pid.to_string();
+    nacre_ok(&[
+        "ctl",
+        "--pid",
+        &pid,
+        "set_param",
+        &format!("fail_loc={spec}"),
+    ]);
+}
+
 /// The sum over a service's CPU partitions of column `column` of its `partition_stats`
 /// table (`service` as `mds.MDS.mdt`, `ost.OSS.ost_io`), asked of process `pid`.
 pub fn partition_sum(pid: u32, service: &str, column: &str) -> u64 {

@@ -564,7 +564,7 @@ pub(crate) fn read_u64(kv: &dyn KvStore, key: &[u8]) -> Result<Option<u64>, Stat
 
 /// Calls `f` with every entry of `table` whose key starts with `prefix`, in key order,
 /// reading `page` entries at a time.
-fn scan_each(
+pub(crate) fn scan_each(
     kv: &dyn KvStore,
     table: &'static str,
     prefix: &[u8],

@@ -676,22 +676,15 @@ pub fn load(kv: &dyn KvStore) -> Result<Counts, Status> {
 /// The counts as the table records them.
 pub(crate) fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
     let mut counts = Counts::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(QUOTA_USAGE, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (k, v) in &page {
-            match (QuotaId::from_key(k), v.as_slice().try_into()) {
-                (Some(q), Ok(n)) => {
-                    counts.insert(q, u64::from_be_bytes(n));
-                }
-                _ => tracing::warn!("quotas: damaged usage record skipped"),
+    super::scan_each(kv, QUOTA_USAGE, &[], 4096, |k, v| {
+        match (QuotaId::from_key(k), v.try_into()) {
+            (Some(q), Ok(n)) => {
+                counts.insert(q, u64::from_be_bytes(n));
             }
+            _ => tracing::warn!("quotas: damaged usage record skipped"),
         }
-    }
+        Ok(())
+    })?;
     Ok(counts)
 }
 
@@ -699,24 +692,17 @@ pub(crate) fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
 /// say; `lfsck --quota` compares them).
 pub fn count(kv: &dyn KvStore) -> Result<Counts, Status> {
     let mut counts = Counts::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = kv
-            .scan(INODES, &[], after.as_deref(), 4096)
-            .map_err(kv_err)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.0.clone());
-        for (_, v) in &page {
-            match decode::<InodeRecord>(v) {
-                Ok(rec) => {
-                    for q in QuotaId::of_attr(&rec.attr) {
-                        *counts.entry(q).or_insert(0) += 1;
-                    }
+    super::scan_each(kv, INODES, &[], 4096, |_, v| {
+        match decode::<InodeRecord>(v) {
+            Ok(rec) => {
+                for q in QuotaId::of_attr(&rec.attr) {
+                    *counts.entry(q).or_insert(0) += 1;
                 }
-                Err(_) => tracing::warn!("quotas: damaged inode skipped in the count"),
             }
+            Err(_) => tracing::warn!("quotas: damaged inode skipped in the count"),
         }
-    }
+        Ok(())
+    })?;
     Ok(counts)
 }
 
