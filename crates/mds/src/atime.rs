@@ -4,12 +4,11 @@
 //! the client keeps under an OPEN lock closes when the lock goes), and only where Linux's
 //! `relatime` would record it: the stored access time is not after the last modification
 //! or change, or is a day old or more ([`RELATIME_S`]). Recorded accesses are kept in memory
-//! and written with one transaction every [`ATIME_FLUSH_MS`] (and at a clean stop), without
+//! and written with one transaction every [`ATIME_FLUSH_MS`] (ops/atime_flush.rs) (and at a clean stop), without
 //! waiting for the disk: a crash of the MDT loses at most the accesses of the last few
 //! seconds, never anything else. A client's own `utimes` always wins (it is a change).
 
-use crate::mdt::Mdt;
-use nacre_types::{Attr, Fid, Status, TimeSpec};
+use nacre_types::{Attr, Fid, TimeSpec};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
@@ -25,7 +24,7 @@ pub const ATIMES_PENDING_MAX: usize = 65_536;
 pub struct Atimes {
     pending: Mutex<HashMap<Fid, TimeSpec>>,
     /// Flushes that wrote something, done.
-    flushes: std::sync::atomic::AtomicU64,
+    pub(crate) flushes: std::sync::atomic::AtomicU64,
 }
 
 /// True if an access at `now` to a file with `attr` is to be recorded (relatime).
@@ -53,40 +52,10 @@ impl Atimes {
         self.flushes.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn take(&self) -> HashMap<Fid, TimeSpec> {
+    /// Takes every recorded access (for the flush: ops/atime_flush.rs).
+    pub(crate) fn take(&self) -> HashMap<Fid, TimeSpec> {
         std::mem::take(&mut *self.pending.lock())
     }
-}
-
-/// Writes the recorded accesses (one transaction, not waited for): returns how many
-/// inodes took a new access time.
-pub fn flush(mdt: &Mdt) -> Result<usize, Status> {
-    let pending = mdt.atimes.take();
-    if pending.is_empty() {
-        return Ok(0);
-    }
-    let mut tx = mdt.begin();
-    let mut n = 0;
-    for (fid, t) in pending {
-        match tx.inode(fid) {
-            Ok(mut rec) if rec.attr.atime < t => {
-                rec.attr.atime = t;
-                tx.put_inode(&rec);
-                n += 1;
-            }
-            // Gone, moved, or already later: nothing to do.
-            Ok(_) | Err(Status::NoEnt | Status::Stale) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if !tx.is_empty() {
-        tx.commit()?;
-    }
-    drop(tx);
-    mdt.atimes
-        .flushes
-        .fetch_add(1, std::sync::atomic::Ordering::Release);
-    Ok(n)
 }
 
 #[cfg(test)]

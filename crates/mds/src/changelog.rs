@@ -20,9 +20,10 @@
 //! below was freed).
 //!
 //! This file serves the consumers (register, clear, deregister, read, purge, maintenance);
-//! the changelog's state and the records changes add are in changelog_writer.rs.
+//! the changelog's state is changelog_state.rs, the records changes add changelog_writer.rs.
 
-use crate::changelog_writer::{put_user, users_of, User, UserRecord};
+use crate::changelog_state::{users_of, User, UserRecord};
+use crate::changelog_writer::put_user;
 use crate::mdt::{Mdt, Tx};
 use crate::records::{decode, encode};
 use nacre_types::Status;
@@ -31,7 +32,7 @@ use nacre_wire::mds::MdsReply;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-pub use crate::changelog_writer::{
+pub use crate::changelog_state::{
     decode_user, CHANGELOG_IDLE_MS_MAX_DEFAULT, CHANGELOG_RECORDS_MAX_DEFAULT,
 };
 pub use crate::records::{CHANGELOG, CHANGELOG_USERS};

@@ -109,7 +109,7 @@ pub fn run(mdt: Arc<Mdt>, stop: Arc<AtomicBool>) {
             tracing::warn!("{}: eviction: {e}", mdt.label.name());
         }
         // A recovery window nobody replays in still closes on time.
-        mdt.recovery.tick(&mdt);
+        mdt.recovery.tick(&*mdt);
         if let Err(e) = mdt.reap_orphans() {
             tracing::warn!("{}: orphan removal: {e}", mdt.label.name());
         }

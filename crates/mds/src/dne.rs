@@ -10,27 +10,14 @@
 //! ends fully done or (for a refused removal) fully undone.
 
 use crate::mdt::{Mdt, Tx};
-use crate::ops::rename_remote::rename_steps;
-use crate::ops::rmdir_striped::remove_striped;
+use crate::ops::rename_steps::rename_steps;
+use crate::peers::{peer_call, send_until, PEER_RETRY_MS, PEER_WAIT_MS_MAX};
 use crate::records::{IntentRecord, SavedReply};
 use nacre_net::fault;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
-use nacre_wire::encode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 use std::time::{Duration, Instant};
-
-pub(crate) use crate::peers::*;
-pub use crate::peers::{mdt_count, PEER_WAIT_MS_MAX};
-
-pub(crate) fn saved(result: &Result<MdsReply, Status>) -> SavedReply {
-    SavedReply {
-        status: result.as_ref().err().map_or(0, |s| s.code()),
-        body: result.as_ref().map(encode_body).unwrap_or_default(),
-        transno: 0,
-        pre_versions: Vec::new(),
-    }
-}
 
 /// The saved reply of (client, xid), if the request was executed before: a resend is
 /// answered with it instead of running again. A reply to a cross-MDT operation still in
@@ -102,7 +89,7 @@ pub(crate) fn coordinate(
     if result.is_err() {
         tx.discard();
     }
-    let reply = saved(&result.as_ref().map(|(r, _)| r.clone()).map_err(|s| *s));
+    let reply = SavedReply::of(&result.as_ref().map(|(r, _)| r.clone()).map_err(|s| *s));
     tx.save_reply(&call.client, xid, call.replied_below, &reply);
     if let Err(s) = tx.commit_durable() {
         return Outgoing::error(s);
@@ -198,6 +185,39 @@ pub(crate) fn run_intent(
     }
 }
 
+/// Runs an operation coordinated here whose `prepare` commits its intent (key `key`)
+/// itself: a resend is answered from its saved reply or resumes its pending intent;
+/// otherwise `prepare` runs (Some(reply): nothing to drive), then the intent is driven to
+/// its end and the reply it saved answers (`EINPROGRESS` if a peer stayed unreachable).
+pub(crate) fn start_prepared(
+    mdt: &Mdt,
+    call: &MdsCall,
+    xid: u64,
+    key: Fid,
+    fault_name: &str,
+    prepare: impl FnOnce() -> Result<Option<Outgoing>, Status>,
+) -> Outgoing {
+    if let Some(out) = saved_reply(mdt, &call.client, xid) {
+        return out;
+    }
+    if let Some(out) = resume_request(mdt, call, xid) {
+        return out;
+    }
+    match prepare() {
+        Ok(Some(out)) => out,
+        Ok(None) => {
+            fault::point(fault_name);
+            match finish(mdt, key, Duration::from_millis(PEER_WAIT_MS_MAX)) {
+                Err(Status::Again) => Outgoing::error(Status::InProgress),
+                Err(s) => saved_reply(mdt, &call.client, xid).unwrap_or_else(|| Outgoing::error(s)),
+                Ok(()) => saved_reply(mdt, &call.client, xid)
+                    .unwrap_or_else(|| Outgoing::error(Status::Io)),
+            }
+        }
+        Err(s) => Outgoing::error(s),
+    }
+}
+
 /// A resend of this very request whose intent is pending (after a restart): finish it and
 /// answer with the reply it saves. None if no intent of this request is pending.
 pub(crate) fn resume_request(mdt: &Mdt, call: &MdsCall, xid: u64) -> Option<Outgoing> {
@@ -254,7 +274,8 @@ pub(crate) fn drive(mdt: &Mdt, fid: Fid, deadline: Instant) -> Result<(), Status
         let outcome = if !intent.shards.is_empty() {
             remove_striped(mdt, &intent, deadline).map(|()| MdsReply::Done)
         } else if matches!(intent.update, RemoteUpdate::InsertEntry { .. }) {
-            rename_steps(mdt, &intent, deadline).map(|()| MdsReply::Done)
+            rename_steps(mdt, &intent, deadline, &|m, k| finish(m, k, Duration::ZERO))
+                .map(|()| MdsReply::Done)
         } else {
             peer_call(mdt, intent.mdt, MdsOp::Update(intent.update.clone()))
         };
@@ -302,6 +323,34 @@ pub(crate) fn drive(mdt: &Mdt, fid: Fid, deadline: Instant) -> Result<(), Status
     }
 }
 
+/// The remote part of a striped directory's removal: every shard destroyed, then the
+/// master; a shard not empty puts back every shard (creation is idempotent, so shards never
+/// destroyed are untouched) and answers `ENOTEMPTY`. Err(Again) while an MDT is unreachable.
+fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result<(), Status> {
+    let master = intent.update.fid();
+    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
+    for (at, attr, _, _) in &intent.shards {
+        match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
+            Ok(()) => {}
+            Err(Status::NotEmpty) => {
+                for (at, attr, dir_default, default) in &intent.shards {
+                    let back = RemoteUpdate::CreateDir {
+                        attr: attr.clone(),
+                        parent: master,
+                        dir_default: *dir_default,
+                        stripe: None,
+                        default: *default,
+                    };
+                    send(*at, back)?;
+                }
+                return Err(Status::NotEmpty);
+            }
+            Err(s) => return Err(s),
+        }
+    }
+    send(intent.mdt, intent.update.clone())
+}
+
 /// The local end of an intent whose remote part answered `result`, in one transaction.
 pub(crate) fn conclude(
     mdt: &Mdt,
@@ -330,9 +379,9 @@ pub(crate) fn conclude(
                 );
                 crate::changelog_writer::note_concluded(&mut tx, fid, change);
             }
-            Some(saved(&Ok(MdsReply::Done)))
+            Some(SavedReply::of(&Ok(MdsReply::Done)))
         }
-        (RemoteUpdate::DestroyDir { .. }, Err(s)) => Some(saved(&Err(s))),
+        (RemoteUpdate::DestroyDir { .. }, Err(s)) => Some(SavedReply::of(&Err(s))),
         (RemoteUpdate::DropLink { .. }, _) => None,
         (RemoteUpdate::AddLink { .. }, Ok(())) => {
             let attr = intent.attr.clone().ok_or(Status::Io)?;
@@ -360,15 +409,15 @@ pub(crate) fn conclude(
             crate::changelog_writer::note_concluded(&mut tx, fid, change);
             let mut attr = attr;
             attr.nlink += 1;
-            Some(saved(&Ok(MdsReply::Entry {
+            Some(SavedReply::of(&Ok(MdsReply::Entry {
                 attr,
                 layout: None,
                 size_exact: false,
             })))
         }
-        (RemoteUpdate::AddLink { .. }, Err(s)) => Some(saved(&Err(s))),
-        (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(saved(&Ok(MdsReply::Done))),
-        (RemoteUpdate::InsertEntry { .. }, Err(s)) => Some(saved(&Err(s))),
+        (RemoteUpdate::AddLink { .. }, Err(s)) => Some(SavedReply::of(&Err(s))),
+        (RemoteUpdate::InsertEntry { .. }, Ok(())) => Some(SavedReply::of(&Ok(MdsReply::Done))),
+        (RemoteUpdate::InsertEntry { .. }, Err(s)) => Some(SavedReply::of(&Err(s))),
         (RemoteUpdate::SetParent { .. }, _) => None,
         // Migrations conclude in crate::migrate; these are never an intent's update.
         (

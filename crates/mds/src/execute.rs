@@ -159,7 +159,9 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             parent,
             name,
             target,
-        } => migrate::start(mdt, call, xid, *fid, *parent, name, *target),
+        } => crate::dne::start_prepared(mdt, call, xid, *fid, "mds.migrate.after_intent", || {
+            migrate::prepare(mdt, call, xid, *fid, *parent, name, *target)
+        }),
         MdsOp::MkdirOn {
             parent,
             name,
@@ -470,7 +472,7 @@ pub(crate) fn replay(
                 MdsReply::Entry { attr, layout, .. } => Some((attr.fid, layout.clone())),
                 _ => None,
             };
-            let created = match replay::check_created(mdt, &inner.op, said) {
+            let created = match crate::replay_mdt::check_created(mdt, &inner.op, said) {
                 Ok(c) => c,
                 Err(s) => {
                     mdt.recovery.refused();

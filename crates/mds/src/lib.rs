@@ -39,6 +39,7 @@ pub mod admin_records;
 pub mod atime;
 pub mod capas;
 pub mod changelog;
+pub mod changelog_state;
 pub mod changelog_writer;
 pub mod destroy;
 pub mod destroy_space;
@@ -67,6 +68,7 @@ pub mod quota;
 pub mod records;
 pub mod relayout;
 pub mod replay;
+pub mod replay_mdt;
 pub mod sizes;
 pub mod stats;
 pub mod store;
@@ -83,9 +85,6 @@ use nacre_wire::nodemap::Nodemap;
 use std::collections::HashMap;
 
 use std::sync::{Arc, RwLock};
-
-// The transaction's old path (docs/plans/mds-layers.md S25; until S38).
-pub use store::tx;
 
 /// The MDS request handler for every MDT of this process.
 #[derive(Default)]

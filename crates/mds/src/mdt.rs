@@ -3,7 +3,7 @@
 
 use crate::osp::{merge_spec, OstPool};
 use crate::records::*;
-pub use crate::store::tx::ReplayHint;
+use crate::store::tx::ReplayHint;
 use crate::store::{Loaded, Store};
 pub use crate::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_kv::KvStore;
@@ -87,8 +87,8 @@ pub struct Mdt {
     pub sizes: crate::sizes::Sizes,
     /// Accesses recorded and not yet written (atime.rs).
     pub atimes: crate::atime::Atimes,
-    /// Changelog consumers and record numbering (changelog_writer.rs).
-    pub changelog: crate::changelog_writer::Changelog,
+    /// Changelog consumers and record numbering (changelog_state.rs).
+    pub changelog: crate::changelog_state::Changelog,
     /// Files whose migration's fence window is open (relayout.rs).
     pub relayouts_fenced: parking_lot::Mutex<std::collections::HashSet<Fid>>,
     /// Migrations in progress (0: none; removals need not look).
@@ -185,7 +185,7 @@ impl Mdt {
             .filter(|c| !osts.is_peer(c))
             .copied()
             .collect();
-        let changelog = crate::changelog_writer::Changelog::load(&store)?;
+        let changelog = crate::changelog_state::Changelog::load(&store)?;
         let last_transno = store.last_committed_transno();
         let peer_uuid = *uuid::Uuid::parse_str(&label.uuid)
             .unwrap_or_else(|_| uuid::Uuid::new_v4())

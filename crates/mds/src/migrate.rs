@@ -20,17 +20,16 @@
 //!
 //! A crash anywhere re-runs the steps from the intent ([`crate::dne::recover_pass`]).
 
-use crate::dne::saved;
 use crate::mdt::Mdt;
 use crate::peers::{ask_until, peer_call, send_until};
-use crate::records::{DirentRecord, InodeRecord, IntentRecord};
+use crate::records::{DirentRecord, InodeRecord, IntentRecord, SavedReply};
 use nacre_net::{fault, Outgoing};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{
     AdoptEntry, MdsCall, MdsOp, MdsReply, MovedInode, RemoteUpdate, ADOPT_ENTRIES_MAX,
 };
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Encoded bytes of one [`RemoteUpdate::Adopt`] batch at most (a frame body is 1 MiB).
 pub const ADOPT_BATCH_BYTES_MAX: usize = 512 * 1024;
@@ -57,46 +56,11 @@ fn local_files(mdt: &Mdt, dir: Fid) -> Result<Vec<Fid>, Status> {
         .collect())
 }
 
-/// Coordinator: `Migrate` of directory `fid` (entry `name` of `parent`) to MDT `target`.
-pub fn start(
-    mdt: &Mdt,
-    call: &MdsCall,
-    xid: u64,
-    fid: Fid,
-    parent: Fid,
-    name: &[u8],
-    target: u32,
-) -> Outgoing {
-    if let Some(out) = crate::dne::saved_reply(mdt, &call.client, xid) {
-        return out;
-    }
-    if let Some(out) = crate::dne::resume_request(mdt, call, xid) {
-        return out;
-    }
-    match prepare(mdt, call, xid, fid, parent, name, target) {
-        Ok(Some(out)) => out,
-        Ok(None) => {
-            fault::point("mds.migrate.after_intent");
-            match crate::dne::finish(
-                mdt,
-                fid,
-                Duration::from_millis(crate::peers::PEER_WAIT_MS_MAX),
-            ) {
-                Err(Status::Again) => Outgoing::error(Status::InProgress),
-                Err(s) => crate::dne::saved_reply(mdt, &call.client, xid)
-                    .unwrap_or_else(|| Outgoing::error(s)),
-                Ok(()) => crate::dne::saved_reply(mdt, &call.client, xid)
-                    .unwrap_or_else(|| Outgoing::error(Status::Io)),
-            }
-        }
-        Err(s) => Outgoing::error(s),
-    }
-}
-
-/// Checks a migration request and commits its intent with the freeze records. Some(reply)
-/// when there is nothing to move.
+/// Coordinator: checks a `Migrate` of directory `fid` (entry `name` of `parent`) to MDT
+/// `target` and commits its intent with the freeze records (`dne::start_prepared` drives
+/// it). Some(reply) when there is nothing to move.
 #[allow(clippy::too_many_arguments)]
-fn prepare(
+pub(crate) fn prepare(
     mdt: &Mdt,
     call: &MdsCall,
     xid: u64,
@@ -449,7 +413,7 @@ fn conclude(
         tx.unfreeze(*f);
     }
     tx.del_intent(dir);
-    let reply = saved(&Ok(MdsReply::Migrated {
+    let reply = SavedReply::of(&Ok(MdsReply::Migrated {
         fid: new,
         moved,
         kept,
@@ -485,7 +449,7 @@ fn abort(mdt: &Mdt, intent: &IntentRecord, status: Status) -> Result<(), Status>
     }
     tx.del_intent(dir);
     if let Some((client, xid)) = intent.reply_to {
-        tx.save_reply(&client, xid, 0, &saved(&Err(status)));
+        tx.save_reply(&client, xid, 0, &SavedReply::of(&Err(status)));
     }
     tx.commit_durable()?;
     mdt.intents.lock().expect("intents").remove(&dir);

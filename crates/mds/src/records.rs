@@ -191,6 +191,22 @@ pub struct SavedReply {
     pub pre_versions: Vec<(Fid, u64)>,
 }
 
+impl SavedReply {
+    /// The reply to save for `result` (no transaction number, no versions: set them for a
+    /// change clients replay).
+    pub fn of(result: &Result<nacre_wire::mds::MdsReply, Status>) -> SavedReply {
+        SavedReply {
+            status: result.as_ref().err().map_or(0, |s| s.code()),
+            body: result
+                .as_ref()
+                .map(nacre_wire::encode_body)
+                .unwrap_or_default(),
+            transno: 0,
+            pre_versions: Vec::new(),
+        }
+    }
+}
+
 /// Version byte of saved replies with versions (2 had a transno only, 1 neither).
 const SAVED_REPLY_VERSION: u8 = 3;
 /// Version byte of saved replies with a transaction number and no versions.

@@ -22,9 +22,6 @@
 //! depended on a change lost with a client that did not come back, and is refused
 //! (`ESTALE`) instead of being applied to a different state. Unrelated replays run.
 
-use crate::mdt::{Mdt, ReplayHint};
-use nacre_types::Status;
-use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -103,6 +100,17 @@ struct State {
     evicted: Vec<[u8; 16]>,
 }
 
+/// What a recovery window asks of its MDT (implemented by `Mdt`: replay_mdt.rs).
+pub trait RecoveryHost {
+    /// The MDT's name, for the log.
+    fn name(&self) -> String;
+    /// Evicts `client`, whose window closed without it: its connection is refused and its
+    /// saved state forgotten.
+    fn evict(&self, client: &[u8; 16]);
+    /// Syncs the journal (recovery complete: everything replayed is committed).
+    fn sync_now(&self);
+}
+
 /// An MDT's recovery state.
 pub struct Recovery {
     state: Mutex<State>,
@@ -162,7 +170,7 @@ impl Recovery {
     }
 
     /// Waits until the replay of `transno` by `client` may run.
-    pub fn wait_turn(&self, mdt: &Mdt, client: &[u8; 16], transno: u64) -> Turn {
+    pub fn wait_turn(&self, mdt: &dyn RecoveryHost, client: &[u8; 16], transno: u64) -> Turn {
         let mut s = self.state.lock().expect("recovery");
         if !s.active {
             return Turn::TooLate;
@@ -208,7 +216,7 @@ impl Recovery {
                     s.gaps += 1;
                     tracing::warn!(
                         "{}: no client has transno {}..{}; replaying {transno} after the gap",
-                        mdt.label.name(),
+                        mdt.name(),
                         s.last_replayed.saturating_add(1),
                         transno.saturating_sub(1)
                     );
@@ -240,7 +248,7 @@ impl Recovery {
 
     /// `client` replayed everything. Returns true once recovery is complete; then the MDT
     /// syncs its journal (everything replayed is committed) before anything else runs.
-    pub fn done(&self, mdt: &Mdt, client: &[u8; 16]) -> bool {
+    pub fn done(&self, mdt: &dyn RecoveryHost, client: &[u8; 16]) -> bool {
         let mut s = self.state.lock().expect("recovery");
         if let Some(p) = s.clients.get_mut(client) {
             *p = Phase::Done;
@@ -254,7 +262,7 @@ impl Recovery {
     /// Ends the window if it is over: evicts the clients that did not reconnect in it (as
     /// Lustre's `recovery_time_soft`); at [`RECOVERY_HARD_FACTOR`] times the window, also
     /// those that reconnected but did not finish replaying (`recovery_time_hard`).
-    fn close_if_late(&self, mdt: &Mdt, s: &mut State) {
+    fn close_if_late(&self, mdt: &dyn RecoveryHost, s: &mut State) {
         let window = Duration::from_millis(self.window_ms.load(Ordering::Relaxed));
         if !s.active || s.started.elapsed() < window {
             return;
@@ -277,24 +285,23 @@ impl Recovery {
             tracing::warn!(
                 "{}: recovery window closed without client {}: evicted, its uncommitted \
                  operations are lost",
-                mdt.label.name(),
+                mdt.name(),
                 crate::export::client_name(c)
             );
             s.clients.remove(c);
             s.evicted.push(*c);
-            mdt.exports.refuse(c);
-            mdt.forget_client(c);
+            mdt.evict(c);
         }
         self.changed.notify_all();
         self.complete_if_all_done(mdt, s);
     }
 
-    /// A replay was refused for what it named ([`check_created`]).
+    /// A replay was refused for what it named (`replay_mdt::check_created`).
     pub fn refused(&self) {
         self.state.lock().expect("recovery").refused += 1;
     }
 
-    fn complete_if_all_done(&self, mdt: &Mdt, s: &mut State) {
+    fn complete_if_all_done(&self, mdt: &dyn RecoveryHost, s: &mut State) {
         if !s.active || !s.clients.values().all(|p| *p == Phase::Done) {
             return;
         }
@@ -305,7 +312,7 @@ impl Recovery {
         s.completed_after = Some(s.started.elapsed());
         tracing::info!(
             "{}: recovery complete in {} ms: {} clients, {} replayed, {} failed, {} gaps, {} evicted",
-            mdt.label.name(),
+            mdt.name(),
             s.started.elapsed().as_millis(),
             s.clients.len(),
             s.replayed,
@@ -318,7 +325,7 @@ impl Recovery {
 
     /// Checks the window (the destroy thread calls this every pass, so a window nobody
     /// replays in still closes).
-    pub fn tick(&self, mdt: &Mdt) {
+    pub fn tick(&self, mdt: &dyn RecoveryHost) {
         let mut s = self.state.lock().expect("recovery");
         self.close_if_late(mdt, &mut s);
     }
@@ -353,67 +360,4 @@ impl Recovery {
         );
         out
     }
-}
-
-/// The inode a replayed create (`op`) is to make again, or the layout a replayed change
-/// gives a file, checked: they come from the client's copy of the MDT's reply, so a client
-/// could name any. A create made here names a FID of this MDT's sequences within what it
-/// could have handed out ([`REPLAY_AHEAD_MAX`]) and of no inode that exists; a layout (of
-/// any replayed op) is well formed, names this MDT's objects, none twice, each among those
-/// whose creation could have been lost with the restart: at most
-/// [`crate::mdt::ALLOC_RESERVE`] below what this MDT had reserved durably for that OST, and
-/// at most [`REPLAY_AHEAD_MAX`] past it (an object below was given to a create that is
-/// durable: another file's). `None`: the op makes no inode here (the hint is not used).
-pub fn check_created(
-    mdt: &Mdt,
-    op: &MdsOp,
-    hint: Option<ReplayHint>,
-) -> Result<Option<ReplayHint>, Status> {
-    let here = mdt.label.index;
-    let creates_here = match op {
-        MdsOp::Create { .. } | MdsOp::Mkdir { .. } | MdsOp::Symlink { .. } => true,
-        MdsOp::MkdirOn { mdt: target, .. } => *target == here,
-        _ => false,
-    };
-    let Some((fid, layout)) = hint else {
-        return Ok(None);
-    };
-    if let Some(l) = &layout {
-        check_layout(mdt, l)?;
-    }
-    if !creates_here {
-        return Ok(Some((fid, layout)));
-    }
-    let n = crate::tx::fid_number(here, fid).ok_or(Status::Inval)?;
-    if n >= mdt
-        .store()
-        .fid_limit_at_start()
-        .saturating_add(REPLAY_AHEAD_MAX)
-    {
-        return Err(Status::Inval);
-    }
-    match mdt.inode(fid) {
-        Err(Status::NoEnt) => {}
-        Ok(_) | Err(Status::Stale) => return Err(Status::Exist),
-        Err(e) => return Err(e),
-    }
-    Ok(Some((fid, layout)))
-}
-
-/// A replayed layout's checks ([`check_created`]).
-fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
-    l.check().map_err(|_| Status::Inval)?;
-    let here = u64::from(mdt.label.index);
-    let mut seen = HashSet::new();
-    for o in &l.objects {
-        if o.object.seq != here || o.object.id == 0 || !seen.insert((o.ost, o.object)) {
-            return Err(Status::Inval);
-        }
-        let reserved = mdt.store().ost_next_at_start(o.ost).unwrap_or(1);
-        let lowest = reserved.saturating_sub(crate::mdt::ALLOC_RESERVE);
-        if o.object.id < lowest || o.object.id >= reserved.saturating_add(REPLAY_AHEAD_MAX) {
-            return Err(Status::Inval);
-        }
-    }
-    Ok(())
 }

@@ -229,10 +229,9 @@ pub(crate) fn run_modifying_with(
         let transno = tx.assign_transno();
         let pre_versions = std::mem::take(&mut tx.pre_versions);
         let saved = SavedReply {
-            status: 0,
-            body: encode_body(&MdsReply::Done),
             transno,
             pre_versions: pre_versions.clone(),
+            ..SavedReply::of(&Ok(MdsReply::Done))
         };
         LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
         tx.save_reply(&call.client, xid, call.replied_below, &saved);
@@ -255,10 +254,9 @@ pub(crate) fn run_modifying_with(
     };
     let pre_versions = std::mem::take(&mut tx.pre_versions);
     let saved = SavedReply {
-        status: result.as_ref().err().map_or(0, |s| s.code()),
-        body: result.as_ref().map(encode_body).unwrap_or_default(),
         transno,
         pre_versions: pre_versions.clone(),
+        ..SavedReply::of(&result)
     };
     LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
     tx.save_reply(&call.client, xid, call.replied_below, &saved);

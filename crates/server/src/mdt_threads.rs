@@ -69,7 +69,7 @@ pub(crate) fn spawn(
             .spawn(move || loop {
                 let stopping =
                     sleep_unless(&s, Duration::from_millis(nacre_mds::atime::ATIME_FLUSH_MS));
-                if let Err(e) = nacre_mds::atime::flush(&m) {
+                if let Err(e) = nacre_mds::ops::atime_flush::flush(&m) {
                     tracing::warn!("{}: access times not written: {e}", m.label.name());
                 }
                 // Idle changelog consumers, and records every consumer cleared.

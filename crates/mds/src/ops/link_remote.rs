@@ -1,7 +1,8 @@
 //! A hard link whose entry is on this MDT and whose inode is on another.
 
-use crate::dne::*;
+use crate::dne::{resume_request, run_intent, saved_reply};
 use crate::mdt::Mdt;
+use crate::peers::peer_call;
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};

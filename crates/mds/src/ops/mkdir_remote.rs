@@ -1,8 +1,9 @@
 //! `mkdir -i N` (a remote directory: its inode on another MDT than its entry) and `mkdir -i -1`
 //! placement over the MDTs (round-robin or by free inodes).
 
-use crate::dne::*;
+use crate::dne::{coordinate, saved_reply};
 use crate::mdt::{Mdt, Placement, Tx};
+use crate::peers::{mdt_list, peer_call};
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};

@@ -1,8 +1,9 @@
 //! `mkdir -c N`: a striped directory, its entries spread over shards on several MDTs by name hash.
 
-use crate::dne::*;
+use crate::dne::{coordinate, saved_reply};
 use crate::mdt::Mdt;
 use crate::ops::mkdir_remote::{alloc_on, choose_mdt, mkdir_local, NewDir};
+use crate::peers::mdt_list;
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::Status;

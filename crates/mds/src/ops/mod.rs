@@ -2,6 +2,7 @@
 //! [`crate::mdt::Tx`], add their changes to its batch only after every check has passed, and
 //! return the reply to save with them.
 
+pub mod atime_flush;
 pub mod create;
 pub mod dir_stripe;
 pub mod getattr;
@@ -18,6 +19,7 @@ pub mod readlink;
 pub mod remote_update;
 pub mod rename;
 pub mod rename_remote;
+pub mod rename_steps;
 pub mod rmdir;
 pub mod rmdir_remote;
 pub mod rmdir_striped;

@@ -1,7 +1,7 @@
 //! rmdir of a remote directory: the intent commits first, the local entry goes once the remote MDT
 //! destroyed the directory.
 
-use crate::dne::*;
+use crate::dne::{resume_own, saved_reply, start_removal};
 use crate::mdt::Mdt;
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;

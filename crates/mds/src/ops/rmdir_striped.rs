@@ -1,12 +1,13 @@
-//! rmdir of a striped directory: every shard must be empty; shards go, then the master.
+//! rmdir of a striped directory: every shard must be empty; shards go, then the master
+//! (those steps: `dne::remove_striped`).
 
-use crate::dne::*;
+use crate::dne::{resume_own, saved_reply, start_removal};
 use crate::mdt::Mdt;
+use crate::peers::peer_call;
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
-use std::time::Instant;
 
 /// Coordinator: `rmdir` of `name` in `parent` (here), the entry of striped directory
 /// `master`. Every shard must be empty; the intent commits first, then the shards are
@@ -79,36 +80,4 @@ pub fn rmdir_striped(
         intent,
         "mds.rmdir_striped.after_intent",
     )
-}
-
-/// The remote part of a striped directory's removal: every shard destroyed, then the
-/// master; a shard not empty puts back every shard (creation is idempotent, so shards never
-/// destroyed are untouched) and answers `ENOTEMPTY`. Err(Again) while an MDT is unreachable.
-pub(crate) fn remove_striped(
-    mdt: &Mdt,
-    intent: &IntentRecord,
-    deadline: Instant,
-) -> Result<(), Status> {
-    let master = intent.update.fid();
-    let send = |at: u32, update: RemoteUpdate| send_until(mdt, at, update, deadline);
-    for (at, attr, _, _) in &intent.shards {
-        match send(*at, RemoteUpdate::DestroyDir { fid: attr.fid }) {
-            Ok(()) => {}
-            Err(Status::NotEmpty) => {
-                for (at, attr, dir_default, default) in &intent.shards {
-                    let back = RemoteUpdate::CreateDir {
-                        attr: attr.clone(),
-                        parent: master,
-                        dir_default: *dir_default,
-                        stripe: None,
-                        default: *default,
-                    };
-                    send(*at, back)?;
-                }
-                return Err(Status::NotEmpty);
-            }
-            Err(s) => return Err(s),
-        }
-    }
-    send(intent.mdt, intent.update.clone())
 }

@@ -1,6 +1,6 @@
 //! Unlink of an entry on this MDT naming an inode on another (the remote link count drops with it).
 
-use crate::dne::*;
+use crate::dne::{coordinate, saved_reply};
 use crate::mdt::Mdt;
 use crate::records::IntentRecord;
 use nacre_net::Outgoing;
