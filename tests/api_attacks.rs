@@ -31,9 +31,15 @@ impl RawApi {
     }
 
     fn send(&mut self, req: &ApiRequest) {
+        self.send_as(req, nacre_wire::api::API_HEADER_VERSION);
+    }
+
+    /// Sends `req` in a frame of header version `version`.
+    fn send_as(&mut self, req: &ApiRequest, version: u16) {
         self.xid += 1;
         let body = encode_body(req);
         let mut h = Header::request(req.opcode(), 0, self.xid);
+        h.version = version;
         h.seal(&body, None, false);
         self.s.write_all(&h.encode()).unwrap();
         self.s.write_all(&body).unwrap();
@@ -41,15 +47,21 @@ impl RawApi {
 
     /// The next reply: its status and, if 0, its body.
     fn recv(&mut self) -> (i32, Option<ApiReply>) {
+        let (h, body) = self.recv_raw();
+        let reply = (h.status == 0).then(|| decode_body(&body).unwrap());
+        (h.status, reply)
+    }
+
+    /// The next reply's header and body as they are.
+    fn recv_raw(&mut self) -> (Header, Vec<u8>) {
         let mut head = [0u8; HEADER_BYTES];
         self.s.read_exact(&mut head).unwrap();
-        let h = Header::decode(&head, API_IO_BYTES_MAX).unwrap();
+        let h = Header::decode_any_version(&head, API_IO_BYTES_MAX).unwrap();
         assert_eq!(h.xid, self.xid);
         let mut body = vec![0u8; h.body_len as usize];
         self.s.read_exact(&mut body).unwrap();
         assert_eq!(h.bulk_len, 0);
-        let reply = (h.status == 0).then(|| decode_body(&body).unwrap());
-        (h.status, reply)
+        (h, body)
     }
 
     fn hello(&mut self) {
@@ -190,7 +202,54 @@ fn a_hugetlb_ring_is_refused(form: Form) {
     assert_eq!(fs.client_pid(), Some(pid), "the mount runs on");
 }
 
-on_both_forms!(a_hugetlb_ring_is_refused);
+/// A `Hello` of an API version the node does not speak is answered `EPROTO` with the range
+/// it speaks (8 bytes), and the socket stays open for a `Hello` it does; the frames' header
+/// version is the API's own and never the network protocol's (a frame of any header version
+/// is read: a network protocol change breaks no deployed application).
+fn another_api_version_is_answered_with_the_range(form: Form) {
+    use nacre_wire::api::ApiRange;
+    let fsname = match form {
+        Form::Embedded => "apive",
+        Form::Networked => "apivn",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let mut a = RawApi::connect(&fs);
+    for version in [API_VERSION + 1, 0, u32::MAX] {
+        a.send(&ApiRequest::Hello {
+            version,
+            attach: None,
+        });
+        let (h, body) = a.recv_raw();
+        assert_eq!(h.status, Status::Proto.code(), "API {version}");
+        assert_eq!(
+            ApiRange::decode(&body),
+            Some(ApiRange::OURS),
+            "API {version}"
+        );
+    }
+    // Refused before any session: nothing else is served yet.
+    a.send(&ApiRequest::Stat {
+        path: b"/".to_vec(),
+        follow: false,
+    });
+    assert_eq!(a.recv().0, Status::Proto.code());
+    let mut a = RawApi::connect(&fs);
+    a.send_as(
+        &ApiRequest::Hello {
+            version: API_VERSION,
+            attach: None,
+        },
+        nacre_wire::PROTOCOL_VERSION + 1,
+    );
+    assert!(matches!(a.recv(), (0, Some(ApiReply::Hello { .. }))));
+    std::fs::write(fs.path("after"), b"served").unwrap();
+    assert_eq!(std::fs::read(fs.path("after")).unwrap(), b"served");
+}
+
+on_both_forms!(
+    a_hugetlb_ring_is_refused,
+    another_api_version_is_answered_with_the_range
+);
 
 /// Groups of the groups probe: a directory only the first may enter, one only the second.
 const PROBE_GROUPS: [u32; 2] = [70_001, 70_002];

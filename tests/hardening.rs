@@ -333,3 +333,58 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
         assert!(fs::read(fs.path(&format!("w{i}"))).unwrap() == data);
     }
 }
+
+/// A client of another release (protocol one newer, and one older than this server
+/// speaks) is answered `EPROTO` with the range the server speaks, in its own version, on the
+/// MDS and the OSS alike; its connection stays open and goes on in this release's version.
+#[test]
+fn a_request_of_another_protocol_version_is_answered_with_the_range() {
+    use nacre_wire::version::Range;
+    use nacre_wire::{PROTOCOL_VERSION, PROTOCOL_VERSION_MIN};
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1));
+    let servers: Vec<(u32, String)> = fs
+        .servers_mut()
+        .iter()
+        .map(|s| (s.pid(), s.listen.clone()))
+        .collect();
+    let (mds_pid, mds) = servers[0].clone();
+    let mut c = RawConn::connect(&mds, "nacre", [0x5e; 16]).unwrap();
+    for version in [PROTOCOL_VERSION + 1, PROTOCOL_VERSION_MIN - 1] {
+        c.set_version(version);
+        let xid = c.send_mds(0, MdsOp::GetAttr { fid: root() }).unwrap();
+        let r = c.recv().unwrap();
+        assert_eq!((r.header.xid, r.header.version), (xid, version));
+        assert_eq!(r.header.status, nacre_types::Status::Proto.code());
+        assert_eq!(Range::decode(&r.body), Some(Range::OURS));
+    }
+    c.set_version(PROTOCOL_VERSION);
+    c.send_mds(0, MdsOp::GetAttr { fid: root() }).unwrap();
+    let r = c.recv().unwrap();
+    assert!(
+        matches!(r.mds(), Some(MdsReply::Entry { .. })),
+        "served after"
+    );
+    assert_eq!(net_stats(mds_pid)["requests_refused_version"], 2);
+    assert_eq!(net_stats(mds_pid)["frames_bad"], 0);
+    // The OSS: a write of another version is read whole (its bulk too) and answered.
+    let (oss_pid, oss) = servers[1].clone();
+    let mut c = RawConn::connect(&oss, "nacre", [0x5f; 16]).unwrap();
+    c.set_version(PROTOCOL_VERSION + 1);
+    let write = OssRequest::Write {
+        object: ObjectId { seq: 1, id: 1 },
+        offset: 0,
+        owner: nacre_types::Owner::default(),
+        lock: false,
+        grant_used: 0,
+        epoch: 0,
+        layout_gen: 0,
+    };
+    c.send_oss(0, write, Some(&[7u8; 65_536])).unwrap();
+    let r = c.recv().unwrap();
+    assert_eq!(r.header.status, nacre_types::Status::Proto.code());
+    assert_eq!(Range::decode(&r.body), Some(Range::OURS));
+    assert_eq!(net_stats(oss_pid)["requests_refused_version"], 1);
+    // The mount never noticed.
+    fs::write(fs.path("after"), b"served").unwrap();
+    assert_eq!(fs::read(fs.path("after")).unwrap(), b"served");
+}

@@ -24,7 +24,9 @@
 //! `SCM_RIGHTS`, then entries prepared, submitted and waited for, many in flight from one
 //! thread.
 
-use nacre_wire::api::{ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
+use nacre_wire::api::{
+    ApiRange, ApiReply, ApiRequest, API_HEADER_VERSION, API_IO_BYTES_MAX, API_VERSION,
+};
 use nacre_wire::header::FLAG_REPLY;
 use nacre_wire::{decode_body, encode_body, Header, HEADER_BYTES};
 use parking_lot::Mutex;
@@ -57,6 +59,16 @@ pub enum Error {
         /// The errno.
         errno: i32,
     },
+    /// The node's client speaks no API version this library speaks.
+    #[error(
+        "the node's client speaks {theirs}, this library {ours}: use a libnacre of its release"
+    )]
+    Version {
+        /// What this library speaks.
+        ours: ApiRange,
+        /// What the node's client speaks.
+        theirs: ApiRange,
+    },
     /// The node's client cannot be reached (no mount, or it stopped).
     #[error("cannot reach the node's client ({what}): {cause}")]
     Unreachable {
@@ -73,6 +85,7 @@ impl Error {
         match self {
             Error::Errno { errno, .. } => *errno,
             Error::Unreachable { .. } => libc::ENOTCONN,
+            Error::Version { .. } => libc::EPROTO,
         }
     }
 }
@@ -276,6 +289,7 @@ impl Node {
         sock.xid += 1;
         let body = encode_body(req);
         let mut h = Header::request(req.opcode(), 0, sock.xid);
+        h.version = API_HEADER_VERSION;
         h.seal(&body, out, false);
         let head = h.encode();
         let mut slices = [
@@ -320,7 +334,7 @@ impl Node {
         let proto = || broken(std::io::Error::from_raw_os_error(libc::EPROTO));
         let mut head = [0u8; HEADER_BYTES];
         sock.stream.read_exact(&mut head).map_err(broken)?;
-        let rh = Header::decode(&head, API_IO_BYTES_MAX).map_err(|_| proto())?;
+        let rh = Header::decode_any_version(&head, API_IO_BYTES_MAX).map_err(|_| proto())?;
         if rh.flags & FLAG_REPLY == 0 || rh.xid != sock.xid {
             return Err(proto());
         }
@@ -336,6 +350,14 @@ impl Node {
             _ => return Err(proto()),
         }
         if rh.status != 0 {
+            if let (libc::EPROTO, ApiRequest::Hello { .. }) = (rh.status, req) {
+                if let Some(theirs) = ApiRange::decode(&rbody) {
+                    return Err(Error::Version {
+                        ours: ApiRange::OURS,
+                        theirs,
+                    });
+                }
+            }
             return Err(errno(op_name(req), rh.status));
         }
         let reply: ApiReply = decode_body(&rbody).map_err(|_| proto())?;

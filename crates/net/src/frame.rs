@@ -179,7 +179,9 @@ pub fn read_frame(r: &mut impl Read, bulk_len_max: u32) -> Result<Option<RawFram
             Err(e) => return Err(e.into()),
         }
     }
-    let header = Header::decode(&head, bulk_len_max)?;
+    // Any header version: the node API's frames carry their own for ever
+    // (nacre_wire::api::API_HEADER_VERSION), and a caller judges the version it reads.
+    let header = Header::decode_any_version(&head, bulk_len_max)?;
     debug_assert!(header.body_len <= BODY_BYTES_MAX);
     let mut body = vec![0u8; header.body_len as usize];
     r.read_exact(&mut body)?;

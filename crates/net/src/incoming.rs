@@ -201,7 +201,7 @@ impl TcpReplier {
     /// Writes a reply. A peer that does not take it within the send timeout (or, on a
     /// network thread, at once) has its connection dropped: a reply half written leaves the
     /// stream unusable, and the client resends on a new connection.
-    fn send(&self, peer: &str, header: &Header, body: &[u8], bulk: Option<&[u8]>) {
+    pub(crate) fn send(&self, peer: &str, header: &Header, body: &[u8], bulk: Option<&[u8]>) {
         let mut guard = self.writer.lock().expect("reply writer");
         let w = &mut *guard;
         let result = match crate::reactor::on_network_thread() {

@@ -84,6 +84,9 @@ pub struct NetStats {
     /// Handshakes completed, by the level the connection got (none, integrity, bulk,
     /// privacy).
     pub handshakes_by_level: [AtomicU64; 4],
+    /// Requests of a protocol version this server does not speak, answered `EPROTO` with
+    /// its range (nacre_wire::version).
+    pub requests_refused_version: AtomicU64,
 }
 
 impl NetStats {
@@ -95,7 +98,8 @@ impl NetStats {
              frames_bad: {}\nreplies_timed_out: {}\nbudget_waits: {}\nbudget_held_bytes: {}\n\
              handshakes_refused: {}\nframes_unauthentic: {}\nhandshakes_none: {}\n\
              handshakes_integrity: {}\nhandshakes_bulk: {}\nhandshakes_privacy: {}\n\
-             requests_refused_role: {}\nrequests_refused_caller: {}\nhandshakes_busy: {}",
+             requests_refused_role: {}\nrequests_refused_caller: {}\nhandshakes_busy: {}\n\
+             requests_refused_version: {}",
             v(&self.conns_open),
             v(&self.conns_accepted),
             v(&self.conns_refused),
@@ -113,6 +117,7 @@ impl NetStats {
             v(&self.requests_refused_role),
             crate::caller::refused_by_handlers(),
             v(&self.handshakes_busy),
+            v(&self.requests_refused_version),
         )
     }
 }

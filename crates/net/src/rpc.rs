@@ -2,6 +2,7 @@
 
 use crate::{Connection, NetError, Reply, Request};
 use nacre_types::{AlignedBuf, Status};
+use nacre_wire::version::Range;
 use nacre_wire::{decode_body, encode_body, WireError};
 use serde::{de::DeserializeOwned, Serialize};
 use std::sync::Arc;
@@ -18,6 +19,15 @@ pub enum RpcError {
     /// The reply did not decode.
     #[error("bad reply: {0}")]
     Wire(#[from] WireError),
+    /// The server does not speak this side's protocol version: it answered `EPROTO` with
+    /// the versions it speaks (nacre_wire::version), none of which this side speaks.
+    #[error("the server speaks {theirs}, this side {ours}: upgrade the older side")]
+    Protocol {
+        /// What this side speaks.
+        ours: Range,
+        /// What the server speaks.
+        theirs: Range,
+    },
 }
 
 impl RpcError {
@@ -25,6 +35,7 @@ impl RpcError {
     pub fn status(&self) -> Status {
         match self {
             RpcError::Status(s) => *s,
+            RpcError::Protocol { .. } => Status::Proto,
             RpcError::Net(NetError::TimedOut { .. }) => Status::TimedOut,
             RpcError::Net(NetError::Unreachable { .. }) => Status::Io,
             RpcError::Net(NetError::Wire(WireError::BulkChecksum { .. })) => Status::Io,
@@ -54,6 +65,16 @@ pub fn decode_reply<R: DeserializeOwned>(
     reply: Reply,
 ) -> Result<(R, Option<AlignedBuf>), RpcError> {
     let status = reply.status();
+    if status == Status::Proto {
+        if let Some(theirs) = Range::decode(&reply.body) {
+            // This side speaks one version, so no other is there to resend in: with more,
+            // the newest both speak (nacre_wire::version::common) is the one to resend in.
+            return Err(RpcError::Protocol {
+                ours: Range::OURS,
+                theirs,
+            });
+        }
+    }
     if status != Status::Ok {
         return Err(RpcError::Status(status));
     }

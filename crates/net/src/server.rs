@@ -489,6 +489,7 @@ impl Handover {
             replier: Arc::new(TcpReplier::new(write_half, sealer, stats)),
             fs_slot,
             refused: 0,
+            refused_version: 0,
             master,
         };
         self.reactor.add(NewConn {
@@ -533,6 +534,8 @@ struct ServerSink {
     fs_slot: Option<u16>,
     /// Frames refused for naming another file system (the first is logged).
     refused: u64,
+    /// Requests refused for their protocol version (the first is logged).
+    refused_version: u64,
     /// The master key the connection's handshake was checked with, which a rotation may
     /// retire (None: no handshake).
     master: Option<MasterCheck>,
@@ -557,6 +560,34 @@ impl MasterCheck {
         }
         self.retired_seen = now;
         self.keys.find(&self.fsname, Some(self.id)).is_some()
+    }
+}
+
+impl ServerSink {
+    /// Answers a request of a protocol version this server does not speak: a reply of the
+    /// request's own header version, `EPROTO`, and this server's range as its body
+    /// (nacre_wire::version). The connection stays open for a resend in a version both
+    /// speak; the first refusal of a connection is logged.
+    fn refuse_version(&mut self, frame: RawFrame) {
+        let ours = nacre_wire::version::Range::OURS;
+        if self.refused_version == 0 {
+            tracing::warn!(
+                "{} speaks protocol {}; this server speaks {}: answered EPROTO with its range",
+                self.peer,
+                frame.header.version,
+                ours
+            );
+        }
+        self.refused_version += 1;
+        self.stats
+            .requests_refused_version
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut header = frame.header;
+        header.flags = nacre_wire::header::FLAG_REPLY;
+        header.status = nacre_types::Status::Proto.code();
+        let body = ours.encode();
+        header.seal(&body, None, false);
+        self.replier.send(&self.peer, &header, &body, None);
     }
 }
 
@@ -586,6 +617,10 @@ impl FrameSink for ServerSink {
                 crate::caller::refused(|| format!("{who}: its key is revoked: connection dropped"));
                 return Err("its key is revoked".into());
             }
+        }
+        if !nacre_wire::version::speaks(frame.header.version) {
+            self.refuse_version(frame);
+            return Ok(());
         }
         let req = Incoming {
             header: frame.header,

@@ -40,7 +40,7 @@ mod ring;
 use nacre_client::Client;
 use nacre_net::frame::{read_frame, write_frame};
 use nacre_types::{Cred, Fid, Status};
-use nacre_wire::api::{ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
+use nacre_wire::api::{ApiRange, ApiReply, ApiRequest, API_IO_BYTES_MAX, API_VERSION};
 use nacre_wire::header::FLAG_REPLY;
 use nacre_wire::{decode_body, encode_body, Header};
 use parking_lot::Mutex;
@@ -330,21 +330,31 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
             }
         };
         let answer = match (&session, req) {
-            (None, ApiRequest::Hello { version, attach }) => {
-                match hello(shared, version, attach, &who) {
-                    Ok(s) => {
-                        let a = ApiReply::Hello {
-                            version: API_VERSION,
-                            session: s.id,
-                            token: s.token,
-                            fsname: shared.client.fsname().to_string(),
-                        };
-                        session = Some(s);
-                        Ok((a, None))
-                    }
-                    Err(st) => Err(st.code()),
+            (None, ApiRequest::Hello { version, .. }) if !ApiRange::OURS.has(version) => {
+                // Another API version: refused with the range this node speaks, and the
+                // socket stays open for a `Hello` in one of them.
+                tracing::debug!(
+                    "node API: pid {pid} speaks API {version}; this node speaks {}",
+                    ApiRange::OURS
+                );
+                if refuse_version(&mut stream, &frame.header).is_err() {
+                    break;
                 }
+                continue;
             }
+            (None, ApiRequest::Hello { attach, .. }) => match hello(shared, attach, &who) {
+                Ok(s) => {
+                    let a = ApiReply::Hello {
+                        version: API_VERSION,
+                        session: s.id,
+                        token: s.token,
+                        fsname: shared.client.fsname().to_string(),
+                    };
+                    session = Some(s);
+                    Ok((a, None))
+                }
+                Err(st) => Err(st.code()),
+            },
             // Nothing before the hello, and no second one.
             (None, _) | (Some(_), ApiRequest::Hello { .. }) => {
                 let _ = reply(&mut stream, &frame.header, Err(Status::Proto.code()), None);
@@ -418,14 +428,10 @@ fn serve(shared: &Arc<Shared>, mut stream: UnixStream) {
 /// Opens a session, or joins one of the same process.
 fn hello(
     shared: &Shared,
-    version: u32,
     attach: Option<(u64, [u8; 16])>,
     who: &Peer,
 ) -> Result<Arc<Session>, Status> {
     let (pid, uid, gid) = (who.pid, who.uid, who.gid);
-    if version != API_VERSION {
-        return Err(Status::Proto);
-    }
     let mut sessions = shared.sessions.lock();
     if let Some((id, token)) = attach {
         let s = sessions.get(&id).ok_or(Status::NoEnt)?;
@@ -577,6 +583,17 @@ fn leave(shared: &Shared, s: &Arc<Session>) {
 }
 
 /// Answers the request of `req`: a reply, or an errno.
+/// Answers a `Hello` of an API version this node does not speak: `EPROTO`, with the
+/// range it speaks as the body (nacre_wire::api::ApiRange).
+fn refuse_version(stream: &mut UnixStream, req: &Header) -> std::io::Result<()> {
+    let mut h = *req;
+    h.flags = FLAG_REPLY;
+    h.status = Status::Proto.code();
+    let body = ApiRange::OURS.encode();
+    h.seal(&body, None, false);
+    write_frame(stream, &h, &body, None)
+}
+
 fn reply(
     stream: &mut UnixStream,
     req: &Header,

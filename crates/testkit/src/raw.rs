@@ -21,6 +21,9 @@ pub struct RawConn {
     slot: u16,
     /// The connection's protection, after a handshake with a key ([`RawConn::connect_keyed`]).
     session: Option<nacre_net::sec::handshake::Session>,
+    /// The protocol version of the frames it sends (this side's unless set with
+    /// [`RawConn::set_version`]).
+    version: u16,
     /// The client uuid OSS requests name (zero, a client that takes no locks, unless set
     /// with [`RawConn::set_oss_client`]).
     oss_client: [u8; 16],
@@ -49,6 +52,7 @@ impl RawConn {
             xid: 1,
             slot: nacre_types::fs_slot(fsname),
             session: None,
+            version: nacre_wire::PROTOCOL_VERSION,
             oss_client: [0; 16],
         })
     }
@@ -58,6 +62,11 @@ impl RawConn {
     /// one that had its xid).
     pub fn set_xid(&mut self, xid: u64) {
         self.xid = xid;
+    }
+
+    /// Sends the next frames in protocol `version` (a client of another release).
+    pub fn set_version(&mut self, version: u16) {
+        self.version = version;
     }
 
     /// Names `uuid` as the client of the OSS requests sent from now on.
@@ -147,6 +156,7 @@ impl RawConn {
         self.xid += 1;
         let target = nacre_types::target_id(self.slot, target);
         let mut h = Header::request(opcode, target, self.xid);
+        h.version = self.version;
         h.flags |= FLAG_BULK_CHECKSUM;
         h.seal(body, bulk, true);
         let mut frame = h.encode().to_vec();
@@ -167,11 +177,11 @@ impl RawConn {
         Ok(self.xid)
     }
 
-    /// Reads the next reply.
+    /// Reads the next reply (of any protocol version).
     pub fn recv(&mut self) -> std::io::Result<RawReply> {
         let mut head = [0u8; HEADER_BYTES];
         self.reader.read_exact(&mut head)?;
-        let header = Header::decode(&head, u32::MAX).map_err(std::io::Error::other)?;
+        let header = Header::decode_any_version(&head, u32::MAX).map_err(std::io::Error::other)?;
         let mut body = vec![0; header.body_len as usize];
         self.reader.read_exact(&mut body)?;
         // A protected frame's tags come between its body and its bulk.

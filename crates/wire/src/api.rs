@@ -12,6 +12,64 @@ use serde::{Deserialize, Serialize};
 /// Version of the API spoken; a node's client answers `Hello` with its own and refuses a
 /// caller's it does not speak.
 pub const API_VERSION: u32 = 1;
+/// Oldest API version a node's client speaks: a `Hello` of a version in
+/// `API_VERSION_MIN..=API_VERSION` opens a session; another is answered `EPROTO` with the
+/// range as its body ([`ApiRange`]), and the socket stays open for another `Hello`.
+pub const API_VERSION_MIN: u32 = 1;
+/// The header version of every API frame, for ever: the API's own version is `Hello`'s,
+/// so a network protocol change never breaks a deployed application (frames are read
+/// with a check that ignores the header's version: `Header::decode_any_version`).
+pub const API_HEADER_VERSION: u16 = 6;
+
+/// The API versions a node's client speaks, as its `EPROTO` answer to a `Hello` of
+/// another one states them: oldest then newest, u32 little-endian each (8 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiRange {
+    /// Oldest version spoken.
+    pub oldest: u32,
+    /// Newest version spoken.
+    pub newest: u32,
+}
+
+impl ApiRange {
+    /// The versions this side speaks.
+    pub const OURS: ApiRange = ApiRange {
+        oldest: API_VERSION_MIN,
+        newest: API_VERSION,
+    };
+
+    /// True if `version` is in the range.
+    pub fn has(self, version: u32) -> bool {
+        (self.oldest..=self.newest).contains(&version)
+    }
+
+    /// The answer's body.
+    pub fn encode(self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&self.oldest.to_le_bytes());
+        b[4..].copy_from_slice(&self.newest.to_le_bytes());
+        b
+    }
+
+    /// The range an answer's body states; None for any other body.
+    pub fn decode(body: &[u8]) -> Option<ApiRange> {
+        let b: &[u8; 8] = body.try_into().ok()?;
+        let r = ApiRange {
+            oldest: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            newest: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        };
+        (r.oldest <= r.newest).then_some(r)
+    }
+}
+
+impl std::fmt::Display for ApiRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.oldest == self.newest {
+            true => write!(f, "API {}", self.newest),
+            false => write!(f, "API {} to {}", self.oldest, self.newest),
+        }
+    }
+}
 /// Longest path a request may name.
 pub const API_PATH_BYTES_MAX: usize = 4096;
 /// Most bytes one read or write moves.
@@ -341,6 +399,20 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    #[test]
+    fn the_api_range_answer_is_eight_bytes() {
+        let r = ApiRange {
+            oldest: 1,
+            newest: 2,
+        };
+        assert_eq!(r.encode(), [1, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(ApiRange::decode(&r.encode()), Some(r));
+        assert_eq!(ApiRange::decode(&[]), None);
+        assert_eq!(ApiRange::decode(&[2, 0, 0, 0, 1, 0, 0, 0]), None);
+        assert!(ApiRange::OURS.has(API_VERSION) && !ApiRange::OURS.has(API_VERSION + 1));
+        assert_eq!(r.to_string(), "API 1 to 2");
+    }
 
     #[test]
     fn requests_round_trip_and_opcodes_are_service_6() {

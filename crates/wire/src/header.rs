@@ -96,9 +96,24 @@ impl Header {
         b
     }
 
-    /// Decodes and validates a header: magic, version, checksum, and both lengths against
-    /// their limits (`bulk_len_max` is the receiver's `max_rpc_size`).
+    /// Decodes and validates a header: magic, checksum, both lengths against their limits
+    /// (`bulk_len_max` is the receiver's `max_rpc_size`), then the version: one this side
+    /// does not speak ([`crate::version::speaks`]) is `BadVersion`.
     pub fn decode(b: &[u8; HEADER_BYTES], bulk_len_max: u32) -> Result<Header, WireError> {
+        let h = Header::decode_any_version(b, bulk_len_max)?;
+        if !crate::version::speaks(h.version) {
+            return Err(WireError::BadVersion(h.version));
+        }
+        Ok(h)
+    }
+
+    /// [`Header::decode`] for a frame of any version: the header's layout is the same in
+    /// every version, so a frame of a version this side does not speak can still be read
+    /// whole (its lengths are checked) and answered (docs/formats.md, "Negotiation").
+    pub fn decode_any_version(
+        b: &[u8; HEADER_BYTES],
+        bulk_len_max: u32,
+    ) -> Result<Header, WireError> {
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let magic = u32_at(0);
         if magic != MAGIC {
@@ -121,9 +136,6 @@ impl Header {
             body_crc: u32_at(36),
             bulk_crc: u32_at(40),
         };
-        if h.version != PROTOCOL_VERSION {
-            return Err(WireError::BadVersion(h.version));
-        }
         if h.body_len > BODY_BYTES_MAX {
             return Err(WireError::TooLong {
                 what: "body",
@@ -283,6 +295,35 @@ mod tests {
         h.bulk_len = 8 << 20;
         let e = Header::decode(&h.encode(), 4 << 20).unwrap_err();
         assert!(matches!(e, WireError::TooLong { what: "bulk", .. }));
+    }
+
+    #[test]
+    fn a_frame_of_another_version_is_read_whole_but_not_taken_as_ours() {
+        for version in [
+            crate::PROTOCOL_VERSION_MIN - 1,
+            PROTOCOL_VERSION + 1,
+            0,
+            u16::MAX,
+        ] {
+            let mut h = Header::request(0x0201, 0, 9);
+            h.version = version;
+            h.seal(b"a body of another version", None, true);
+            let b = h.encode();
+            assert!(matches!(
+                Header::decode(&b, BULK_BYTES_MAX),
+                Err(WireError::BadVersion(v)) if v == version
+            ));
+            let read = Header::decode_any_version(&b, BULK_BYTES_MAX).unwrap();
+            assert_eq!((read.version, read.body_len), (version, 25));
+            // Lengths are checked before the version: a frame of any version is bounded.
+            let mut h = Header::request(0x0301, 0, 1);
+            h.version = version;
+            h.bulk_len = 8 << 20;
+            assert!(matches!(
+                Header::decode_any_version(&h.encode(), 1 << 20),
+                Err(WireError::TooLong { what: "bulk", .. })
+            ));
+        }
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub mod quota;
 pub mod ring;
 pub mod roles;
 pub mod selftest;
+pub mod version;
 
 pub use header::{Header, HEADER_BYTES};
 
@@ -72,6 +73,11 @@ pub use header::{Header, HEADER_BYTES};
 /// readdirplus, byte-range locks; 5: extent locks on OST objects — client uuids at OSTs,
 /// read locks granted with reads, callback polls and cancels).
 pub const PROTOCOL_VERSION: u16 = 6;
+
+/// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
+/// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
+/// whole and answered `EPROTO` with this side's range ([`version`]).
+pub const PROTOCOL_VERSION_MIN: u16 = 6;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

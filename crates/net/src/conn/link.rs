@@ -205,6 +205,14 @@ impl FrameSink for ReplySink {
         if !frame.header.is_reply() {
             return Err("a request frame on a client connection".into());
         }
+        if !nacre_wire::version::speaks(frame.header.version) {
+            // A reply is in its request's version: another one is not a reply of ours.
+            return Err(format!(
+                "a reply of protocol {} (this client speaks {})",
+                frame.header.version,
+                nacre_wire::version::Range::OURS
+            ));
+        }
         let tx = self.link.pending.lock().remove(&frame.header.xid);
         match tx {
             Some((tx, _slot, _into)) => tx.send(Ok(Reply {

@@ -144,7 +144,9 @@ impl Conn {
                     }
                     let mut head = [0u8; HEADER_BYTES];
                     self.take(&mut head);
-                    let header = Header::decode(&head, self.bulk_len_max)
+                    // Any version: a request of a version the server does not speak is
+                    // read whole and answered (`ServerSink`), not dropped.
+                    let header = Header::decode_any_version(&head, self.bulk_len_max)
                         .map_err(|e| End::Bad(e.to_string()))?;
                     self.parse = Parse::Budget(header);
                 }

@@ -36,6 +36,11 @@ use std::time::{Duration, Instant};
 /// Handshake version spoken (2: the HELLO names the key's role, name and nodemap; 3: and
 /// the id of its master key).
 pub const VERSION: u16 = 3;
+/// Oldest handshake version a server accepts: a HELLO of a version outside
+/// `VERSION_MIN..=VERSION` is answered with a CHALLENGE of status [`WRONG_VERSION`] whose
+/// level byte carries [`VERSION`], then the connection closes (docs/formats.md, "The
+/// handshake"); the client reports both versions.
+pub const VERSION_MIN: u16 = 3;
 const HELLO: &[u8; 8] = b"NACRHELO";
 const CHALLENGE: &[u8; 8] = b"NACRCHAL";
 const RESPONSE: &[u8; 8] = b"NACRRESP";
@@ -59,6 +64,9 @@ const REFUSED: u8 = 2;
 const REVOKED: u8 = 3;
 /// The master key the HELLO's key was made from is not held (retired in a rotation).
 const STALE: u8 = 4;
+/// The HELLO's handshake version is not one the server speaks; the CHALLENGE's level byte
+/// is the newest it speaks.
+const WRONG_VERSION: u8 = 5;
 
 /// What a handshake leaves: the file system, the level, and each direction's protection.
 pub struct Session {
@@ -149,7 +157,7 @@ impl Hello {
             return Err(SecError::Protocol("not a handshake HELLO".into()));
         }
         let version = u16::from_le_bytes([fixed[8], fixed[9]]);
-        if version != VERSION {
+        if !(VERSION_MIN..=VERSION).contains(&version) {
             return Err(SecError::Protocol(format!(
                 "handshake version {version} (this side speaks {VERSION}): upgrade the \
                  older side"
@@ -382,7 +390,7 @@ fn refuse_keyless(stream: &TcpStream, first: &[u8; HELLO_FIXED], deadline: Insta
     if read_by(stream, &mut head[HELLO_FIXED..], deadline).is_err() {
         return;
     }
-    let Ok(request) = Header::decode(&head, u32::MAX) else {
+    let Ok(request) = Header::decode_any_version(&head, u32::MAX) else {
         return;
     };
     if request.is_reply() {
@@ -423,6 +431,13 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
                 "this {} of {} is revoked: ask the administrator for a new key",
                 key.identity(),
                 key.fsname()
+            )))
+        }
+        WRONG_VERSION => {
+            return Err(SecError::Protocol(format!(
+                "the server speaks handshake version {}, this side {VERSION_MIN} to \
+                 {VERSION}: upgrade the older side",
+                ch.level
             )))
         }
         STALE => {
@@ -510,6 +525,21 @@ pub fn serve(
         return Err(SecError::Refused(
             "a client sent a request without the handshake (it holds no key)".into(),
         ));
+    }
+    let version = u16::from_le_bytes([fixed[8], fixed[9]]);
+    if !(VERSION_MIN..=VERSION).contains(&version) {
+        // Answered (never just closed), so the client names the versions, not a key.
+        let no = Challenge {
+            status: WRONG_VERSION,
+            level: u8::try_from(VERSION).unwrap_or(u8::MAX),
+            nonce: [0; NONCE_BYTES],
+            proof: [0; NONCE_BYTES],
+        };
+        let _ = write_by(stream, &no.encode(), deadline);
+        return Err(SecError::Protocol(format!(
+            "a peer's handshake version is {version} (this side speaks {VERSION_MIN} to \
+             {VERSION}): answered with this side's"
+        )));
     }
     let hello = Hello::read_rest(stream, &fixed, deadline)?;
     if hello.client.role == Role::Client
@@ -681,6 +711,70 @@ mod tests {
             .to_string()
             .contains("no key of file system fs2"));
         assert!(s.is_err());
+    }
+
+    #[test]
+    fn a_hello_of_another_version_is_answered_with_the_servers_version() {
+        let k = FsKey::generate("fs1", Level::Integrity).unwrap();
+        for version in [VERSION + 1, VERSION_MIN - 1] {
+            let kc = k.clone();
+            let answer = std::sync::Arc::new(std::sync::Mutex::new(None));
+            let got = answer.clone();
+            let (c, s) = run(keys(&k), move |st| {
+                let mut hello = Hello {
+                    fsname: kc.fsname().to_string(),
+                    client: kc.identity(),
+                    master: kc.master_id(),
+                    nonce: [7; NONCE_BYTES],
+                }
+                .encode();
+                hello[8..10].copy_from_slice(&version.to_le_bytes());
+                let deadline = Instant::now() + Duration::from_secs(5);
+                write_by(&st, &hello, deadline)?;
+                let mut b = [0u8; CHALLENGE_BYTES];
+                read_by(&st, &mut b, deadline)?;
+                *got.lock().unwrap() = Some(Challenge::decode(&b)?);
+                Err(SecError::Protocol("raw client".into()))
+            });
+            assert!(c.is_err());
+            let ch = answer.lock().unwrap().take().expect("the server answered");
+            assert_eq!((ch.status, u16::from(ch.level)), (WRONG_VERSION, VERSION));
+            assert!(s
+                .unwrap_err()
+                .to_string()
+                .contains(&format!("is {version}")));
+        }
+    }
+
+    #[test]
+    fn a_client_told_another_version_names_both() {
+        let k = FsKey::generate("fs1", Level::Integrity).unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // A server of the next handshake version, answering as this one does.
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut fixed = [0u8; HELLO_FIXED];
+            read_by(&s, &mut fixed, deadline).unwrap();
+            let no = Challenge {
+                status: WRONG_VERSION,
+                level: (VERSION + 1) as u8,
+                nonce: [0; NONCE_BYTES],
+                proof: [0; NONCE_BYTES],
+            };
+            write_by(&s, &no.encode(), deadline).unwrap();
+        });
+        let st = TcpStream::connect(addr).unwrap();
+        let e = client(&st, &k, Duration::from_secs(5)).err().unwrap();
+        t.join().unwrap();
+        assert!(
+            e.to_string().contains(&format!(
+                "speaks handshake version {}, this side {VERSION_MIN} to {VERSION}",
+                VERSION + 1
+            )),
+            "{e}"
+        );
     }
 
     #[test]
