@@ -29,6 +29,18 @@ pub const CAPAS_PER_ANSWER_MAX: usize = 65_536;
 pub const CAPA_READ: u8 = 1;
 /// The operation bit of writes, punches, fallocates (and write locks).
 pub const CAPA_WRITE: u8 = 2;
+/// The bits of `ops` that are operations; the high four carry the capability's format
+/// version (docs/formats.md, gap 12), covered by the MAC like every field.
+pub const CAPA_OPS_MASK: u8 = 0x0f;
+/// Where the format version sits in `ops`.
+pub const CAPA_VERSION_SHIFT: u8 = 4;
+/// The capability format this side issues: 0, the MAC's context `nacre capa 2` over the
+/// fields in their order. A new format (a mirror id, say) takes 1 with its own context;
+/// OSTs check the formats of this release and the one before, and are upgraded before the
+/// MDTs, so every capability an MDT issues is checked by its OSTs.
+pub const CAPA_VERSION: u8 = 0;
+/// The oldest capability format an OST checks.
+pub const CAPA_VERSION_MIN: u8 = 0;
 
 /// A capability for one object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +53,8 @@ pub struct Capa {
     pub object: ObjectId,
     /// The generation of the layout it was given with.
     pub layout_gen: u32,
-    /// Operations allowed: [`CAPA_READ`], [`CAPA_WRITE`].
+    /// Operations allowed ([`CAPA_READ`], [`CAPA_WRITE`]) in the low four bits, the
+    /// capability's format version in the high four ([`CAPA_VERSION_SHIFT`]).
     pub ops: u8,
     /// Who it was given to ([`holder_of`] the key identity).
     pub holder: [u8; 16],
@@ -69,6 +82,9 @@ pub enum CapaRefusal {
     /// It expired.
     #[error("expired")]
     Expired,
+    /// Of a capability format this side does not check (an MDT upgraded before its OSTs).
+    #[error("of capability format {0}, which this OST does not check (upgrade the OSTs first)")]
+    Version(u8),
 }
 
 /// The holder value of the key identity `tenant` (the network layer's `Caller::tenant`).
@@ -120,7 +136,7 @@ impl Capa {
             ost,
             object,
             layout_gen,
-            ops,
+            ops: (CAPA_VERSION << CAPA_VERSION_SHIFT) | (ops & CAPA_OPS_MASK),
             holder,
             expiry_s: now_s().saturating_add(lifetime_s),
             mac: [0; 16],
@@ -129,6 +145,13 @@ impl Capa {
         c
     }
 
+    /// The capability's format version (the high bits of `ops`).
+    pub fn version(&self) -> u8 {
+        self.ops >> CAPA_VERSION_SHIFT
+    }
+
+    /// The MAC of format 0 (the only one so far; a new format has its own function and
+    /// context string).
     fn compute_mac(&self, key: &[u8; 32]) -> [u8; 16] {
         let mut h = blake3::Hasher::new_keyed(key);
         h.update(b"nacre capa 2");
@@ -157,6 +180,9 @@ impl Capa {
         ops: u8,
         holder: &[u8; 16],
     ) -> Result<(), CapaRefusal> {
+        if !(CAPA_VERSION_MIN..=CAPA_VERSION).contains(&self.version()) {
+            return Err(CapaRefusal::Version(self.version()));
+        }
         let want = self.compute_mac(key);
         let same = want
             .iter()
@@ -172,7 +198,7 @@ impl Capa {
         if &self.holder != holder {
             return Err(CapaRefusal::OtherHolder);
         }
-        if self.ops & ops != ops {
+        if self.ops & CAPA_OPS_MASK & ops != ops {
             return Err(CapaRefusal::Operation);
         }
         if self.expiry_s < now_s() {
@@ -239,6 +265,22 @@ mod tests {
                 "a changed field fails the MAC: {forge:?}"
             );
         }
+        // A capability of a newer format (an MDT upgraded before this OST) is named as
+        // such, not taken for a forgery; a format-0 capability is today's bytes: the
+        // version bits are zero and the MAC's context is the one before this rule.
+        assert_eq!(c.version(), 0);
+        assert_eq!(c.ops, CAPA_READ);
+        let mut newer = Capa {
+            ops: (1 << CAPA_VERSION_SHIFT) | CAPA_READ,
+            ..c
+        };
+        newer.mac = newer.compute_mac(&key);
+        assert_eq!(
+            newer.allows(&key, 2, o, CAPA_READ, &me),
+            Err(CapaRefusal::Version(1))
+        );
+        let issued = Capa::issue(&key, fid, 2, o, 0, 0xf0 | CAPA_WRITE, me);
+        assert_eq!(issued.ops, CAPA_WRITE, "an issuer cannot set the version bits");
         let mut old = Capa { expiry_s: 1, ..c };
         old.mac = old.compute_mac(&key);
         assert_eq!(
