@@ -12,7 +12,8 @@
 //!   `ROOT/O/<seq>/d<id % 32>/<id>`. Aligned I/O goes through an O_DIRECT descriptor (no page
 //!   cache on the OSS; `osd.*.direct_io`), unaligned parts through a buffered descriptor of
 //!   the same file. At most 1024 objects are kept open. An object records its owner in the
-//!   `user.nacre.owner` extended attribute. `read_many` reads several objects at once.
+//!   `user.nacre.owner` extended attribute (12 bytes; one of another length is a newer
+//!   nacre's: never overwritten). `read_many` reads several objects at once.
 //! * `uring`: the reads of `read_many` submitted together on the thread's own io_uring: one
 //!   system call and one sleep for all, every completion reaped before it returns. A thread
 //!   whose kernel refuses io_uring reads one by one.

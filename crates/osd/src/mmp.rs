@@ -44,7 +44,14 @@ pub const MMP_INTERVAL_MS_MIN: u64 = 50;
 /// Longest update interval accepted.
 pub const MMP_INTERVAL_MS_MAX: u64 = 60_000;
 const MAGIC: u32 = 0x4e4d_4d50; // "NMMP"
+/// The record's version. It stays 1: the other server of a failover pair reads the record
+/// and may run the release before (a rolling upgrade), which refuses another version. New
+/// fields go in [`MMP_RESERVED`]; a change that cannot be made so needs both servers of a
+/// pair upgraded together, and says so.
 const VERSION: u16 = 1;
+/// Bytes of the record after the longest owner and before the checksum: zero, reserved for
+/// compatible additions (readers of version 1 ignore them).
+pub const MMP_RESERVED: std::ops::Range<usize> = 46 + MMP_OWNER_BYTES_MAX..MMP_RECORD_BYTES - 4;
 
 /// Whether a server holds the target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +128,8 @@ pub enum MmpError {
 }
 
 impl MmpRecord {
-    /// The on-disk bytes: magic, version, state, seq, time, pid, boot id, owner, crc32c.
+    /// The on-disk bytes: magic, version, state, seq, time, pid, boot id, owner, zeros
+    /// ([`MMP_RESERVED`]), crc32c.
     pub fn encode(&self) -> [u8; MMP_RECORD_BYTES] {
         let mut b = [0u8; MMP_RECORD_BYTES];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -610,6 +618,19 @@ mod tests {
             assert!(MmpRecord::decode(&c).is_err(), "flip at {i} accepted");
         }
         assert!(MmpRecord::decode(&b[..100]).is_err());
+    }
+
+    #[test]
+    fn the_reserved_bytes_are_zero_even_with_the_longest_owner() {
+        assert_eq!(MMP_RESERVED, 142..156);
+        for owner in [
+            "a@tcp".to_string(),
+            "x".repeat(MMP_OWNER_BYTES_MAX),
+            "y".repeat(200),
+        ] {
+            let b = MmpRecord { owner, ..sample(1) }.encode();
+            assert!(b[MMP_RESERVED].iter().all(|&x| x == 0), "{b:?}");
+        }
     }
 
     #[test]

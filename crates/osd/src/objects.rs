@@ -58,25 +58,44 @@ pub enum OsdError {
         /// First byte of the damaged 4 KiB chunk.
         offset: u64,
     },
+    /// The object's owner attribute has another length than this nacre writes: a newer
+    /// nacre's ([`crate::usage::RecordedOwner::Newer`]). It is left as it is and the change
+    /// that would overwrite it refused (`EIO`).
+    #[error(
+        "object {object}: its owner attribute {xattr} holds {len} bytes, this nacre reads \
+         {bytes} (a newer nacre's): left as it is, {what} refused",
+        xattr = crate::usage::OWNER_XATTR,
+        bytes = nacre_types::Owner::BYTES
+    )]
+    NewerOwner {
+        /// Object.
+        object: String,
+        /// Length of the attribute found.
+        len: usize,
+        /// What was refused ("write", "owner change", "owner lookup").
+        what: &'static str,
+    },
 }
 
 impl OsdError {
-    /// The errno this error maps to (EIO for corrupt data).
+    /// The errno this error maps to (EIO for corrupt data and a newer owner attribute).
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             OsdError::Io { source, .. } => source.raw_os_error(),
-            OsdError::Corrupt { .. } => Some(libc::EIO),
+            OsdError::Corrupt { .. } | OsdError::NewerOwner { .. } => Some(libc::EIO),
         }
     }
 
-    /// The underlying I/O error (EIO for corrupt data).
+    /// The underlying I/O error (EIO for corrupt data and a newer owner attribute).
     pub fn io(&self) -> std::io::Error {
         match self {
             OsdError::Io { source, .. } => match source.raw_os_error() {
                 Some(code) => std::io::Error::from_raw_os_error(code),
                 None => std::io::Error::new(source.kind(), source.to_string()),
             },
-            OsdError::Corrupt { .. } => std::io::Error::from_raw_os_error(libc::EIO),
+            OsdError::Corrupt { .. } | OsdError::NewerOwner { .. } => {
+                std::io::Error::from_raw_os_error(libc::EIO)
+            }
         }
     }
 }
@@ -236,8 +255,9 @@ impl ObjectStore {
         // What it held is freed from its owner's usage.
         if let Some(o) = self.get(object, false)? {
             let space = o.space().map_err(|e| Self::err(object, e))?;
-            let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
-            self.usage.charge(owner, -(space as i64));
+            if let Some(owner) = o.charged_to() {
+                self.usage.charge(owner, -(space as i64));
+            }
         }
         self.open.lock().expect("open objects").remove(&object);
         let _ = std::fs::remove_file(self.sums_path(object));

@@ -1,6 +1,8 @@
 //! Space used on an OST per user, group and project (quotas, docs/quota.md): the bytes of
 //! the blocks each object holds, charged to the owner, group and project its owner record
-//! names (`user.nacre.owner`; an object without one is root's).
+//! names (`user.nacre.owner`; an object without one is root's). An object whose owner
+//! record has another length is a newer nacre's ([`RecordedOwner::Newer`]): its owner is
+//! unknown, and its space is charged to no one (logged once per count).
 //!
 //! Every change of an object's blocks or owner goes through [`crate::ObjectStore`] under the
 //! object's change lock, which measures the blocks before and after and charges the
@@ -15,7 +17,65 @@ use std::sync::Mutex;
 
 /// Extended attribute holding an object's [`Owner`] (12 bytes: uid, gid, project, little
 /// endian), as Lustre's OST objects carry their owner for quotas.
+///
+/// Its length is its version: a value of another length is a newer nacre's
+/// ([`RecordedOwner::Newer`]), left as it is (the change that would overwrite it is
+/// refused, [`crate::OsdError::NewerOwner`]). New facts about an object (its file's FID, its
+/// mirror or component, as Lustre's `filter_fid`) go in new attributes, never by
+/// lengthening this one.
 pub const OWNER_XATTR: &str = "user.nacre.owner";
+/// Bytes read of an owner attribute at once: enough to learn the length of a longer one
+/// (a longer one is measured apart).
+const OWNER_READ_BYTES: usize = 64;
+
+/// What an object's owner attribute ([`OWNER_XATTR`]) holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordedOwner {
+    /// No owner recorded: the object is root's.
+    Absent,
+    /// The owner, group and project.
+    Owner(Owner),
+    /// A value of this many bytes, not [`Owner::BYTES`]: a newer nacre's. Its owner is
+    /// unknown: its space is charged to no one, and the value is never overwritten.
+    Newer(usize),
+}
+
+impl RecordedOwner {
+    /// What the attribute says, from a read of it into `buf` (`read`: its result) and, if
+    /// it is longer than `buf`, `measure` (its length). `Err`: the read failed otherwise.
+    pub(crate) fn from_read(
+        buf: &[u8],
+        read: rustix::io::Result<usize>,
+        measure: impl FnOnce() -> rustix::io::Result<usize>,
+    ) -> rustix::io::Result<RecordedOwner> {
+        match read {
+            Ok(n) => Ok(match Owner::from_bytes(&buf[..n.min(buf.len())]) {
+                Some(o) => RecordedOwner::Owner(o),
+                None => RecordedOwner::Newer(n),
+            }),
+            Err(rustix::io::Errno::NODATA) => Ok(RecordedOwner::Absent),
+            Err(rustix::io::Errno::RANGE) => Ok(RecordedOwner::Newer(
+                measure().unwrap_or(buf.len() + 1).max(buf.len() + 1),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The owner the object's space is charged to: the one recorded, root if none, none if
+    /// unknown ([`RecordedOwner::Newer`]).
+    pub fn charged_to(self) -> Option<Owner> {
+        match self {
+            RecordedOwner::Absent => Some(Owner::default()),
+            RecordedOwner::Owner(o) => Some(o),
+            RecordedOwner::Newer(_) => None,
+        }
+    }
+
+    /// A buffer for [`RecordedOwner::from_read`].
+    pub(crate) fn buffer() -> [u8; OWNER_READ_BYTES] {
+        [0; OWNER_READ_BYTES]
+    }
+}
 
 /// Bytes charged per user, group and project.
 #[derive(Default)]
@@ -72,12 +132,15 @@ impl Usage {
         *self.map.lock().unwrap_or_else(|e| e.into_inner()) = counted;
     }
 
-    /// Counts every object under `root/O` (its blocks, charged to its recorded owner).
+    /// Counts every object under `root/O` (its blocks, charged to its recorded owner; an
+    /// object whose owner is unknown, [`RecordedOwner::Newer`], to no one: logged once).
     /// Returns the usage and the objects counted.
     pub fn count(root: &Path) -> std::io::Result<(Usage, u64)> {
         use std::os::unix::fs::MetadataExt;
         let usage = Usage::default();
         let mut objects = 0;
+        // Objects of unknown owner: how many, and the first (for the log).
+        let mut unknown: (u64, Option<(std::path::PathBuf, usize)>) = (0, None);
         let o = root.join("O");
         for seq in read_dir_or_empty(&o)? {
             for bucket in read_dir_or_empty(&seq)? {
@@ -94,11 +157,31 @@ impl Usage {
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                         Err(e) => return Err(e),
                     };
-                    let owner = owner_at(&obj)?.unwrap_or_default();
-                    usage.charge(owner, (meta.blocks() * 512) as i64);
+                    match owner_at(&obj)? {
+                        RecordedOwner::Newer(len) => {
+                            unknown.0 += 1;
+                            if unknown.1.is_none() {
+                                unknown.1 = Some((obj.clone(), len));
+                            }
+                        }
+                        recorded => {
+                            let owner = recorded.charged_to().unwrap_or_default();
+                            usage.charge(owner, (meta.blocks() * 512) as i64);
+                        }
+                    }
                     objects += 1;
                 }
             }
+        }
+        if let (n, Some((first, len))) = unknown {
+            tracing::warn!(
+                "{}: {n} objects have an owner attribute {OWNER_XATTR} of another length than \
+                 {} bytes (a newer nacre's; the first: {}, {len} bytes): their owner is \
+                 unknown and their space charged to no one",
+                root.display(),
+                Owner::BYTES,
+                first.display()
+            );
         }
         Ok((usage, objects))
     }
@@ -112,13 +195,14 @@ fn read_dir_or_empty(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     }
 }
 
-/// The owner recorded on the object file at `path`.
-fn owner_at(path: &Path) -> std::io::Result<Option<Owner>> {
-    let mut b = [0u8; Owner::BYTES];
-    match rustix::fs::getxattr(path, OWNER_XATTR, &mut b) {
-        Ok(n) => Ok(Owner::from_bytes(&b[..n])),
-        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Ok(None),
-        Err(rustix::io::Errno::NOENT) => Ok(None),
+/// The owner recorded on the object file at `path` (none where the file system keeps no
+/// extended attributes, or the object was destroyed meanwhile).
+fn owner_at(path: &Path) -> std::io::Result<RecordedOwner> {
+    let mut b = RecordedOwner::buffer();
+    let read = rustix::fs::getxattr(path, OWNER_XATTR, &mut b[..]);
+    match RecordedOwner::from_read(&b, read, || rustix::fs::getxattr_query(path, OWNER_XATTR)) {
+        Ok(r) => Ok(r),
+        Err(rustix::io::Errno::NOTSUP | rustix::io::Errno::NOENT) => Ok(RecordedOwner::Absent),
         Err(e) => Err(e.into()),
     }
 }

@@ -17,6 +17,7 @@
 //! the reserve is freed when the OST's recovery ends ([`Grants::end_reserve`]: every client
 //! it waits for is back, or none was to be waited for).
 
+use crate::recovery::{readable, split_version};
 use nacre_types::Status;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -35,8 +36,14 @@ pub use crate::recovery::RECOVERY_MS;
 /// The bound kept on disk is raised this far above the total when the total passes it, so
 /// grants growing with writes sync it rarely (once per this much growth).
 pub const RESERVE_SLACK_BYTES: u64 = 16 << 20;
-/// File in the OST directory keeping the bound: `reserve_bytes N`.
+/// File in the OST directory keeping the bound: a first line `# nacre grant_reserve 1`
+/// (its format and version; a file without it is of version 1, written before files had
+/// one), then `reserve_bytes N`.
 pub const RESERVE_FILE: &str = "grant_reserve";
+/// Version of [`RESERVE_FILE`] this nacre writes and the newest it reads. A newer one is
+/// ignored with a warning naming both versions (the bound is advisory: none is kept) and
+/// written anew in this version.
+pub const RESERVE_FILE_VERSION: u32 = 1;
 
 #[derive(Default)]
 struct State {
@@ -58,20 +65,12 @@ pub struct Grants {
 
 impl Grants {
     /// The grants of the OST in `dir`: none yet, and the space promised before its last
-    /// stop held back for [`RECOVERY_MS`]. An unreadable bound holds nothing back (logged).
+    /// stop held back for [`RECOVERY_MS`]. An unreadable bound holds nothing back (logged);
+    /// nor does one of a newer version ([`RESERVE_FILE_VERSION`]), which is written anew.
     pub fn open(dir: &Path) -> Grants {
         let path = dir.join(RESERVE_FILE);
         let reserve = match std::fs::read_to_string(&path) {
-            Ok(text) => match text
-                .strip_prefix("reserve_bytes ")
-                .and_then(|v| v.trim().parse::<u64>().ok())
-            {
-                Some(n) => n,
-                None => {
-                    tracing::warn!("{}: not a grant bound; none kept", path.display());
-                    0
-                }
-            },
+            Ok(text) => read_bound(&path, &text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => {
                 tracing::warn!("{}: {e}; no grant bound kept", path.display());
@@ -269,11 +268,42 @@ impl State {
     }
 }
 
-/// Writes the bound `bytes` to `path` durably (a new file renamed over the old one).
+/// The bound kept in [`RESERVE_FILE`] at `path`, whose text is `text` (0: none kept).
+fn read_bound(path: &Path, text: &str) -> u64 {
+    let (version, rest) = split_version(text, RESERVE_FILE);
+    if !readable(version, RESERVE_FILE_VERSION) {
+        tracing::warn!(
+            "{}: format version {version}, newer than this nacre reads \
+             ({RESERVE_FILE_VERSION}): no grant bound kept; written anew",
+            path.display()
+        );
+        if let Err(e) = write_synced(path, 0) {
+            tracing::warn!("{}: {e}", path.display());
+        }
+        return 0;
+    }
+    let bound = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("reserve_bytes "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match bound {
+        Some(n) => n,
+        None => {
+            tracing::warn!("{}: not a grant bound; none kept", path.display());
+            0
+        }
+    }
+}
+
+/// Writes the bound `bytes` to `path` durably, in this nacre's version (a new file
+/// renamed over the old one).
 fn write_synced(path: &Path, bytes: u64) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(format!("reserve_bytes {bytes}\n").as_bytes())?;
+    f.write_all(
+        format!("# nacre {RESERVE_FILE} {RESERVE_FILE_VERSION}\nreserve_bytes {bytes}\n")
+            .as_bytes(),
+    )?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
@@ -359,6 +389,41 @@ mod tests {
         // Both are on disk: a restart holds them back.
         drop(g);
         assert!(Grants::open(dir.path()).reserve() >= 4 * mib + GRANT_BYTES_PER_CLIENT);
+    }
+
+    #[test]
+    fn the_bound_is_written_with_its_version_and_one_without_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RESERVE_FILE);
+        write_synced(&path, 4096).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "# nacre grant_reserve 1\nreserve_bytes 4096\n"
+        );
+        assert_eq!(Grants::open(dir.path()).reserve(), 4096);
+        // Written before files had a version line.
+        std::fs::write(&path, "reserve_bytes 1048576\n").unwrap();
+        assert_eq!(Grants::open(dir.path()).reserve(), 1 << 20);
+        // Raised by a grant: written in this version.
+        let g = Grants::open(dir.path());
+        g.write(&A, 1 << 20, 0, || 1 << 30, true).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("# nacre grant_reserve 1\nreserve_bytes "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_newer_bound_is_ignored_and_written_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RESERVE_FILE);
+        std::fs::write(&path, "# nacre grant_reserve 2\nreserve_bytes 999999\n").unwrap();
+        assert_eq!(Grants::open(dir.path()).reserve(), 0);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "# nacre grant_reserve 1\nreserve_bytes 0\n"
+        );
     }
 
     #[test]

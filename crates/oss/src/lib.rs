@@ -35,8 +35,8 @@
 //!   data requests are answered `EINPROGRESS` until they took their locks back (at most
 //!   60 s).
 //! * `fence`: layout fences (changes issued under an older layout generation are refused,
-//!   kept in an append-only log) and data versions, for online migration; also the change
-//!   gates a fence waits on for writes in flight.
+//!   kept in an append-only log with a version, `fences.2`) and data versions, for online
+//!   migration; also the change gates a fence waits on for writes in flight.
 //! * `stats`: `ost.*.stats` and `osd.*.brw_stats`.
 
 pub mod capas;

@@ -4,9 +4,13 @@
 //! — a kept write acknowledged before the restart is not missed by a reader, and is not
 //! lost because another client wrote the object first.
 //!
-//! The clients to wait for are kept on disk ([`LOCK_CLIENTS_FILE`], one uuid per line): a
-//! client is added (synced) before its first lock here is granted, and dropped when it
-//! disconnects, is evicted, or did not come back in time. Held requests are answered
+//! The clients to wait for are kept on disk ([`LOCK_CLIENTS_FILE`]: a first line `# nacre
+//! lock_clients 1`, its format and version, then one uuid per line in hex): a client is
+//! added (synced) before its first lock here is granted, and dropped when it disconnects,
+//! is evicted, or did not come back in time. A file without the first line is of version
+//! 1 (written before files had one) and read; one of a newer version is ignored with a
+//! warning naming both versions (what it keeps is advisory: those clients are not waited
+//! for) and written anew in this version. Held requests are answered
 //! `EINPROGRESS`, which clients send again with a growing pause (as with a recovering MDT):
 //! a service thread never waits. Let through meanwhile: lock polls, replays, cancels and
 //! glimpse answers (recovery itself), writes kept under a lock already taken back (they
@@ -29,6 +33,9 @@ pub const RECOVERY_MS: u64 = 60_000;
 pub const LOCK_CLIENTS_FILE: &str = "lock_clients";
 /// Most clients listed; past it, new ones are not (they are then not waited for).
 pub const LOCK_CLIENTS_MAX: usize = 65_536;
+/// Version of [`LOCK_CLIENTS_FILE`] this nacre writes (first line `# nacre lock_clients 1`)
+/// and the newest it reads.
+pub const LOCK_CLIENTS_VERSION: u32 = 1;
 
 type ClientId = [u8; 16];
 
@@ -74,6 +81,47 @@ fn hex(c: &ClientId) -> String {
     c.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Splits the text of a small file of the OST named `name` into the version its first line
+/// declares (`# nacre NAME V`; no such line: a file written before files had one, version
+/// "1") and the text after that line.
+pub(crate) fn split_version<'a>(text: &'a str, name: &str) -> (&'a str, &'a str) {
+    let prefix = format!("# nacre {name} ");
+    let (first, rest) = text.split_once('\n').unwrap_or((text, ""));
+    match first.strip_prefix(prefix.as_str()) {
+        Some(version) => (version.trim(), rest),
+        None => ("1", text),
+    }
+}
+
+/// True if `version` (from [`split_version`]) is one a reader of versions 1 to `newest`
+/// reads.
+pub(crate) fn readable(version: &str, newest: u32) -> bool {
+    version
+        .parse::<u32>()
+        .is_ok_and(|v| (1..=newest).contains(&v))
+}
+
+/// Writes `listed` to `path` anew in this nacre's version, durably: a new file, synced,
+/// renamed over the old one, then the directory synced.
+fn write_list(path: &Path, listed: &HashSet<ClientId>) -> std::io::Result<()> {
+    let mut text = format!("# nacre {LOCK_CLIENTS_FILE} {LOCK_CLIENTS_VERSION}\n");
+    for c in listed {
+        text.push_str(&hex(c));
+        text.push('\n');
+    }
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
 fn parse(line: &str) -> Option<ClientId> {
     let line = line.trim();
     if line.len() != 32 {
@@ -88,11 +136,29 @@ fn parse(line: &str) -> Option<ClientId> {
 
 impl Recovery {
     /// The recovery of the OST in `dir`: the clients it lists are waited for. Lines that are
-    /// not client ids (a torn last line) are skipped.
+    /// not client ids (a torn last line) are skipped. A list of a newer version is ignored
+    /// (logged) and written anew, empty, in this version.
     pub fn open(dir: &Path) -> Recovery {
         let path = dir.join(LOCK_CLIENTS_FILE);
         let listed: HashSet<ClientId> = match std::fs::read_to_string(&path) {
-            Ok(text) => text.lines().filter_map(parse).collect(),
+            Ok(text) => match split_version(&text, LOCK_CLIENTS_FILE) {
+                (version, list) if readable(version, LOCK_CLIENTS_VERSION) => {
+                    list.lines().filter_map(parse).collect()
+                }
+                (version, _) => {
+                    tracing::warn!(
+                        "{}: format version {version}, newer than this nacre reads \
+                         ({LOCK_CLIENTS_VERSION}): its clients are not waited for; written \
+                         anew",
+                        path.display()
+                    );
+                    let none = HashSet::new();
+                    if let Err(e) = write_list(&path, &none) {
+                        tracing::warn!("{}: {e}", path.display());
+                    }
+                    none
+                }
+            },
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!("{}: {e}; no client waited for", path.display());
@@ -191,14 +257,14 @@ impl Recovery {
         }
         s.listed.insert(*client);
         let Some(path) = &self.path else { return };
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| {
-                f.write_all(format!("{}\n", hex(client)).as_bytes())?;
-                f.sync_data()
-            });
+        let appended = match std::fs::OpenOptions::new().append(true).open(path) {
+            Ok(mut f) => f
+                .write_all(format!("{}\n", hex(client)).as_bytes())
+                .and_then(|()| f.sync_data()),
+            // The first client listed: the file is made with its version line first.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_list(path, &s.listed),
+            Err(e) => Err(e),
+        };
         if let Err(e) = appended {
             tracing::warn!(
                 "{}: {e}; client not waited for after a restart",
@@ -219,13 +285,11 @@ impl Recovery {
         }
     }
 
-    /// Writes the list anew (a stale line only makes a restart wait longer).
+    /// Writes the list anew, in this nacre's version (a stale line only makes a restart
+    /// wait longer).
     fn rewrite(&self, s: &State) {
         let Some(path) = &self.path else { return };
-        let tmp = path.with_extension("tmp");
-        let text: String = s.listed.iter().map(|c| format!("{}\n", hex(c))).collect();
-        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = written {
+        if let Err(e) = write_list(path, &s.listed) {
             tracing::warn!("{}: {e}", path.display());
         }
     }
@@ -320,6 +384,49 @@ mod tests {
         // A stays listed: a next restart waits for it again.
         drop(r);
         assert!(Recovery::open(dir.path()).active());
+    }
+
+    /// The list holding client A, as this version writes it.
+    const LIST_V1: &str = "# nacre lock_clients 1\n01010101010101010101010101010101\n";
+
+    #[test]
+    fn the_list_opens_with_its_version_and_one_without_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK_CLIENTS_FILE);
+        let r = Recovery::open(dir.path());
+        r.holder(&A, false);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), LIST_V1);
+        r.holder(&B, false);
+        r.forget(&B);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), LIST_V1);
+        drop(r);
+        let r = Recovery::open(dir.path());
+        assert!(r.active());
+        r.back(&A);
+        assert!(!r.active());
+        // A list written before lists had a version line: read as version 1, and given
+        // the line when written anew.
+        std::fs::write(&path, format!("{}\n{}\n", hex(&A), hex(&B))).unwrap();
+        let r = Recovery::open(dir.path());
+        assert!(r.active());
+        assert!(r.status().contains("clients_expected: 2"), "{}", r.status());
+        r.forget(&B);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), LIST_V1);
+    }
+
+    #[test]
+    fn a_newer_list_is_ignored_and_written_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK_CLIENTS_FILE);
+        std::fs::write(&path, format!("# nacre lock_clients 2\n{}\n", hex(&A))).unwrap();
+        let r = Recovery::open(dir.path());
+        assert!(!r.active());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "# nacre lock_clients 1\n"
+        );
+        r.holder(&A, false);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), LIST_V1);
     }
 
     #[test]

@@ -398,6 +398,12 @@ impl ServerProcess {
         process.server.add_service(Service::Net, selftest);
         for (dir, label) in spec.targets.iter().zip(&labels) {
             if label.kind == TargetKind::Mgt {
+                // The MGS does not fail over (no multi-mount protection): its label is
+                // raised to this release's format version before its files are opened.
+                label
+                    .clone()
+                    .upgrade(dir)
+                    .with_context(|| format!("raising the format version of {}", dir.display()))?;
                 let mgs = Arc::new(Mgs::open(dir)?);
                 process.mgs = Some(mgs.clone());
                 // Who changed what at this MGS (the last records; all are in the log).

@@ -224,8 +224,10 @@ impl Targets {
     }
 
     /// Starts serving the target in `dir`. A target of a failover pair is taken under
-    /// multi-mount protection first, which waits while its record looks alive.
-    pub fn serve(&self, dir: PathBuf, label: Label) -> anyhow::Result<()> {
+    /// multi-mount protection first, which waits while its record looks alive. Then its
+    /// label is raised to this release's format version if it is older
+    /// ([`Label::upgrade`]), before anything in the target is written.
+    pub fn serve(&self, dir: PathBuf, mut label: Label) -> anyhow::Result<()> {
         let name = label.name();
         let _moving = self.start_move(&name)?;
         if self.served.lock().expect("served").contains_key(&name) {
@@ -247,6 +249,11 @@ impl Targets {
             });
             Some(g)
         };
+        // Once the target is ours (no partner writes it) and before it is opened (opening
+        // an MDT writes): from here on no older nacre opens it (docs/formats.md).
+        let upgraded = label
+            .upgrade(&dir)
+            .with_context(|| format!("raising the format version of {}", dir.display()));
         let stop = Arc::new(AtomicBool::new(false));
         let mut served = Served {
             dir: dir.clone(),
@@ -257,11 +264,11 @@ impl Targets {
             mdt: None,
             since: Instant::now(),
         };
-        let started = match label.kind {
+        let started = upgraded.and_then(|_| match label.kind {
             TargetKind::Ost => self.start_ost(&dir, &label, guard.clone()),
             TargetKind::Mdt => self.start_mdt(&dir, &label, guard.clone(), &mut served),
             TargetKind::Mgt => Err(anyhow::anyhow!("an MGS target does not fail over")),
-        };
+        });
         let registered =
             started.and_then(|()| register(self.mgs_of(&label)?, self.target_info(&label)));
         if let Err(e) = registered {

@@ -3,6 +3,7 @@
 
 use super::owner::read_owner;
 use super::{ObjectStore, OsdError, OPEN_OBJECTS_MAX};
+use crate::usage::RecordedOwner;
 use nacre_types::{ObjectId, Owner};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,9 +14,9 @@ pub(super) struct OpenObject {
     pub(super) direct: Option<File>,
     /// The checksum sidecar.
     pub(super) sums: File,
-    /// The object's owner as recorded (`None`: not looked at yet; `Some(None)`: none
-    /// recorded). Read and changed under the object's change lock.
-    owner: Mutex<Option<Option<Owner>>>,
+    /// The object's owner as recorded (`None`: not looked at yet). Read and changed under
+    /// the object's change lock.
+    owner: Mutex<Option<RecordedOwner>>,
 }
 
 impl OpenObject {
@@ -29,23 +30,33 @@ impl OpenObject {
         Ok(self.buffered.metadata()?.blocks() * 512)
     }
 
-    /// The owner recorded on the object (`None`: none), read once.
-    pub(super) fn recorded_owner(&self) -> std::io::Result<Option<Owner>> {
+    /// The owner recorded on the object (none where the file system keeps no extended
+    /// attributes), read once.
+    pub(super) fn recorded_owner(&self) -> std::io::Result<RecordedOwner> {
         let mut cached = self.owner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = *cached {
             return Ok(o);
         }
         let o = match read_owner(&self.buffered) {
             Ok(o) => o,
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => None,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => RecordedOwner::Absent,
             Err(e) => return Err(e),
         };
         *cached = Some(o);
         Ok(o)
     }
 
+    /// The owner the object's space is charged to ([`RecordedOwner::charged_to`]; root
+    /// when its attribute cannot be read, `None` when a newer nacre's).
+    pub(super) fn charged_to(&self) -> Option<Owner> {
+        match self.recorded_owner() {
+            Ok(r) => r.charged_to(),
+            Err(_) => Some(Owner::default()),
+        }
+    }
+
     pub(super) fn set_recorded_owner(&self, owner: Owner) {
-        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(Some(owner));
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(RecordedOwner::Owner(owner));
     }
 }
 

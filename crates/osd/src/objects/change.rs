@@ -23,8 +23,11 @@ impl Drop for Change<'_> {
             let Some(o) = &self.o else { return };
             match o.space() {
                 Ok(after) => {
-                    let owner = o.recorded_owner().ok().flatten().unwrap_or_default();
-                    self.store.usage.charge(owner, after as i64 - before as i64);
+                    // An object of unknown owner (a newer nacre's record) is charged to no
+                    // one, as the count at start does.
+                    if let Some(owner) = o.charged_to() {
+                        self.store.usage.charge(owner, after as i64 - before as i64);
+                    }
                 }
                 Err(e) => tracing::error!("object {object}: its space after a change: {e}"),
             }
@@ -36,8 +39,8 @@ impl Drop for Change<'_> {
 impl ObjectStore {
     /// Holds chunks `range` of `object` ([`WHOLE`]: all of it) for a change. With `o`, the
     /// space the change takes or frees is charged to the object's owner (`default` if none
-    /// is recorded; the change may record one) when the last change of the object running
-    /// lets go.
+    /// is recorded; the change may record one; no one if it is unknown) when the last
+    /// change of the object running lets go.
     pub(super) fn change(
         &self,
         object: ObjectId,

@@ -2,10 +2,11 @@
 //! side by side), punches, preallocation and holes, each with its checksums recomputed.
 
 use super::cache::OpenObject;
-use super::owner::{owner_unsupported, write_owner};
+use super::owner::{newer_owner, owner_unsupported, write_owner};
 use super::{is_aligned, ObjectStore, OsdError};
 use crate::csum::CSUM_CHUNK_BYTES;
 use crate::ranges::WHOLE;
+use crate::usage::RecordedOwner;
 use nacre_types::limits::DIRECT_IO_ALIGN_BYTES;
 use nacre_types::{AlignedBuf, ObjectId, Owner};
 use std::os::unix::fs::FileExt;
@@ -15,6 +16,8 @@ impl ObjectStore {
     /// (an [`AlignedBuf`]) for the direct path to be taken. An object with no recorded owner
     /// takes `owner` (the writer's view of its file's owner); one that has an owner keeps it.
     /// Writes of disjoint whole 4 KiB chunks of an object that has an owner run together.
+    /// An object whose owner attribute is a newer nacre's (another length) is not written:
+    /// [`OsdError::NewerOwner`] (`EIO`), the attribute left as it is.
     pub fn write(
         &self,
         object: ObjectId,
@@ -63,7 +66,7 @@ impl ObjectStore {
             let chunks = offset / CSUM_CHUNK_BYTES..end / CSUM_CHUNK_BYTES;
             let change = self.change(object, chunks, Some(&o));
             let size = o.size().map_err(|e| Self::err(object, e))?;
-            let owned = matches!(o.recorded_owner(), Ok(Some(_)));
+            let owned = matches!(o.recorded_owner(), Ok(RecordedOwner::Owner(_)));
             if owned && (size.is_multiple_of(CSUM_CHUNK_BYTES) || size >= offset) {
                 return self.write_locked(&o, object, size, offset, data, sums);
             }
@@ -71,11 +74,12 @@ impl ObjectStore {
         }
         let _change = self.change(object, WHOLE, Some(&o));
         match o.recorded_owner() {
-            Ok(Some(_)) => {}
-            Ok(None) => match write_owner(&o.buffered, owner) {
+            Ok(RecordedOwner::Owner(_)) => {}
+            Ok(RecordedOwner::Absent) => match write_owner(&o.buffered, owner) {
                 Ok(()) => o.set_recorded_owner(owner),
                 Err(e) => owner_unsupported(object, e)?,
             },
+            Ok(RecordedOwner::Newer(len)) => return Err(newer_owner(object, len, "write")),
             Err(e) => owner_unsupported(object, e)?,
         }
         let size = o.size().map_err(|e| Self::err(object, e))?;
