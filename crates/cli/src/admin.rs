@@ -1,9 +1,14 @@
 //! `setstripe`, `getstripe` and `df`, spoken through a mounted file system's virtual xattrs
-//! (as `lfs` speaks through Lustre's `lustre.lov`).
+//! (as `lfs` speaks through Lustre's `lustre.lov`). Their values are JSON objects
+//! (`nacre_fuse::xattr_json`): read by key, other keys (`version` among them) ignored;
+//! written with `"version"` [`XATTR_JSON_VERSION`] and only keys the mount's setter takes.
 
 use crate::size::human;
 use anyhow::{bail, Context};
-use nacre_fuse::{XATTR_DF, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE, XATTR_MKDIR};
+use nacre_fuse::{
+    XATTR_DF, XATTR_JSON_VERSION, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE,
+    XATTR_MKDIR,
+};
 use serde_json::Value;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -105,7 +110,7 @@ pub fn mkdir(path: &Path, mdt: Option<i64>, mode: u32) -> anyhow::Result<()> {
             mdts.len()
         );
     }
-    let value = serde_json::json!({ "name": name, "mdt": mdt, "mode": mode });
+    let value = mkdir_value(name, mdt, mode, None);
     setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
         .with_context(|| format!("cannot create directory {} on MDT{mdt}", path.display()))
 }
@@ -118,11 +123,15 @@ fn dir_place(path: &Path) -> anyhow::Result<(u64, u64)> {
             path.display()
         )
     })?;
-    let v: Value = serde_json::from_slice(&raw)?;
-    Ok((
+    Ok(lmv_place(&serde_json::from_slice(&raw)?))
+}
+
+/// (MDT, stripe count) of a `user.nacre.lmv` value.
+fn lmv_place(v: &Value) -> (u64, u64) {
+    (
         v["mdt"].as_u64().unwrap_or(0),
         v["stripe_count"].as_u64().unwrap_or(0),
-    ))
+    )
 }
 
 /// `nacre migrate -m MDT DIR`: moves DIR (and, unless `dir_only`, every directory beneath
@@ -166,7 +175,7 @@ pub fn migrate(path: &Path, mdt: u32, dir_only: bool, verbose: bool) -> anyhow::
             already += 1;
         } else {
             let (parent, name) = parent_and_name(&dir)?;
-            let value = serde_json::json!({ "name": name, "mdt": mdt });
+            let value = migrate_value(name, mdt);
             setxattr(&parent, XATTR_MIGRATE, value.to_string().as_bytes()).map_err(|e| match e
                 .raw_os_error()
             {
@@ -211,29 +220,35 @@ pub fn getdirstripe(paths: &[PathBuf]) -> anyhow::Result<()> {
         if paths.len() > 1 {
             println!("{}", p.display());
         }
-        let count = v["stripe_count"].as_u64().unwrap_or(0);
-        let shards = v["shards"].as_array().cloned().unwrap_or_default();
-        let offset = shards
-            .first()
-            .and_then(|s| s["mdt"].as_u64())
-            .or(v["mdt"].as_u64())
-            .unwrap_or(0);
-        println!(
-            "lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {}",
-            v["hash"].as_str().unwrap_or("none")
-        );
-        if count > 0 {
-            println!("mdtidx\t\t FID[seq:oid:ver]");
-            for s in shards {
-                println!(
-                    "{:>6}\t\t {}",
-                    s["mdt"].as_u64().unwrap_or(0),
-                    s["fid"].as_str().unwrap_or("?")
-                );
-            }
-        }
+        print!("{}", format_dirstripe(&v));
     }
     Ok(())
+}
+
+/// A `user.nacre.lmv` value as `lfs getdirstripe` prints it.
+fn format_dirstripe(v: &Value) -> String {
+    let count = v["stripe_count"].as_u64().unwrap_or(0);
+    let shards = v["shards"].as_array().cloned().unwrap_or_default();
+    let offset = shards
+        .first()
+        .and_then(|s| s["mdt"].as_u64())
+        .or(v["mdt"].as_u64())
+        .unwrap_or(0);
+    let mut out = format!(
+        "lmv_stripe_count: {count} lmv_stripe_offset: {offset} lmv_hash_type: {}\n",
+        v["hash"].as_str().unwrap_or("none")
+    );
+    if count > 0 {
+        out += "mdtidx\t\t FID[seq:oid:ver]\n";
+        for s in shards {
+            out += &format!(
+                "{:>6}\t\t {}\n",
+                s["mdt"].as_u64().unwrap_or(0),
+                s["fid"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    out
 }
 
 /// `nacre getdirstripe -D`: each directory's default for new subdirectories.
@@ -246,17 +261,22 @@ pub fn getdirstripe_default(paths: &[PathBuf]) -> anyhow::Result<()> {
         if paths.len() > 1 {
             println!("{}", p.display());
         }
-        match v["count"].as_i64() {
-            Some(c) => println!(
-                "lmv_stripe_count: {c} lmv_stripe_offset: {} lmv_hash_type: {} lmv_max_inherit: {}",
-                v["start"].as_i64().unwrap_or(-1),
-                v["hash"].as_str().unwrap_or("fnv_1a_64"),
-                v["max_inherit"].as_i64().unwrap_or(-1)
-            ),
-            None => println!("no default"),
-        }
+        println!("{}", format_dir_default(&v));
     }
     Ok(())
+}
+
+/// A `user.nacre.lmv_default` value as `lfs getdirstripe -D` prints it (one line).
+fn format_dir_default(v: &Value) -> String {
+    match v["count"].as_i64() {
+        Some(c) => format!(
+            "lmv_stripe_count: {c} lmv_stripe_offset: {} lmv_hash_type: {} lmv_max_inherit: {}",
+            v["start"].as_i64().unwrap_or(-1),
+            v["hash"].as_str().unwrap_or("fnv_1a_64"),
+            v["max_inherit"].as_i64().unwrap_or(-1)
+        ),
+        None => "no default".to_string(),
+    }
 }
 
 /// `nacre setdirstripe -D` arguments.
@@ -277,7 +297,7 @@ pub fn set_dir_default(path: &Path, args: Option<DirDefaultArgs<'_>>) -> anyhow:
         bail!("{} is not a directory", path.display());
     }
     let value = match args {
-        None => serde_json::json!({}),
+        None => dir_default_value(None),
         Some(a) => {
             let mdts = target_count(&usage(path)?, "-MDT") as i64;
             if a.count == 0 || a.count < -1 || a.count > mdts {
@@ -301,9 +321,7 @@ pub fn set_dir_default(path: &Path, args: Option<DirDefaultArgs<'_>>) -> anyhow:
             let hash = a.hash.unwrap_or("fnv_1a_64");
             hash.parse::<nacre_types::dirstripe::DirHash>()
                 .map_err(anyhow::Error::msg)?;
-            serde_json::json!({
-                "count": a.count, "start": a.start, "hash": hash, "max_inherit": a.max_inherit,
-            })
+            dir_default_value(Some(&a))
         }
     };
     setxattr(path, XATTR_LMV_DEFAULT, value.to_string().as_bytes())
@@ -334,12 +352,60 @@ pub fn mkdir_striped(
         h.parse::<nacre_types::dirstripe::DirHash>()
             .map_err(anyhow::Error::msg)?;
     }
-    let value = serde_json::json!({
-        "name": name, "mdt": start, "mode": mode, "count": count,
-        "hash": hash.unwrap_or("fnv_1a_64"),
-    });
+    let value = mkdir_value(
+        name,
+        start,
+        mode,
+        Some((count, hash.unwrap_or("fnv_1a_64"))),
+    );
     setxattr(&parent, XATTR_MKDIR, value.to_string().as_bytes())
         .with_context(|| format!("cannot create striped directory {}", path.display()))
+}
+
+// The values the commands set: each key one the mount's setter takes
+// (`nacre_fuse::xattr_json`), and the version they are written in.
+
+/// The `user.nacre.mkdir` value of a directory `name` on MDT `mdt` (-1: the MDS picks),
+/// striped over `(count, hash)` if given.
+fn mkdir_value(name: &str, mdt: i64, mode: u32, striped: Option<(i64, &str)>) -> Value {
+    let mut v = serde_json::json!({
+        "version": XATTR_JSON_VERSION, "name": name, "mdt": mdt, "mode": mode,
+    });
+    if let Some((count, hash)) = striped {
+        v["count"] = count.into();
+        v["hash"] = hash.into();
+    }
+    v
+}
+
+/// The `user.nacre.migrate` value moving directory `name` to MDT `mdt`.
+fn migrate_value(name: &str, mdt: u32) -> Value {
+    serde_json::json!({ "version": XATTR_JSON_VERSION, "name": name, "mdt": mdt })
+}
+
+/// The `user.nacre.lmv_default` value of a default (None: removes it).
+fn dir_default_value(args: Option<&DirDefaultArgs<'_>>) -> Value {
+    match args {
+        None => serde_json::json!({ "version": XATTR_JSON_VERSION }),
+        Some(a) => serde_json::json!({
+            "version": XATTR_JSON_VERSION,
+            "count": a.count,
+            "start": a.start,
+            "hash": a.hash.unwrap_or("fnv_1a_64"),
+            "max_inherit": a.max_inherit,
+        }),
+    }
+}
+
+/// The `user.nacre.lov` value `nacre setstripe` sets (pool "": none).
+fn setstripe_value(count: i64, size: u64, start: i64, pool: &str) -> Value {
+    serde_json::json!({
+        "version": XATTR_JSON_VERSION,
+        "stripe_count": count,
+        "stripe_size": size,
+        "start_ost": start,
+        "pool": pool,
+    })
 }
 
 /// The directory a new `path` goes in, and its name.
@@ -410,12 +476,7 @@ pub fn setstripe(
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
     let pool = pool.map(|p| p.strip_prefix(&format!("{fsname}.")).unwrap_or(p));
-    let spec = serde_json::json!({
-        "stripe_count": count,
-        "stripe_size": size,
-        "start_ost": start,
-        "pool": pool.unwrap_or(""),
-    });
+    let spec = setstripe_value(count, size, start, pool.unwrap_or(""));
     setxattr(path, XATTR_LOV, spec.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
         Some(libc::EEXIST) => anyhow::anyhow!(
             "cannot change the layout of {}: it already holds data",
@@ -571,3 +632,6 @@ pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> S
     );
     s
 }
+
+#[cfg(test)]
+mod tests;

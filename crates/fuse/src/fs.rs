@@ -25,7 +25,6 @@ use fuser::{
 use nacre_client::{Cached, Client, ClientError, OpenFile, StripeSpec};
 use nacre_ldlm::msg::{LOOKUP, UPDATE};
 use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
-use nacre_wire::mds::LayoutInfo;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;

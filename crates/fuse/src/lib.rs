@@ -35,7 +35,8 @@
 //!   `user.nacre.lov` (layout, default striping), `user.nacre.df` (usage), `user.nacre.mkdir`
 //!   (remote and striped mkdir), `user.nacre.lmv` and `user.nacre.lmv_default` (directory
 //!   stripes), `user.nacre.migrate`, `user.nacre.fid`, `user.nacre.project`, `user.nacre.api`
-//!   (the node API's socket).
+//!   (the node API's socket). The JSON ones carry `"version": 1` and their setters refuse
+//!   what they do not know (xattr_json.rs).
 //! * groups.rs: the caller's credentials: uid and gid from the kernel's request, its
 //!   supplementary groups from `/proc/TID/status` (cached 1 s per caller; root is not looked
 //!   up), set as the thread's current credentials for every RPC.
@@ -60,6 +61,7 @@ pub mod jobid;
 pub mod mount;
 pub mod pool;
 pub mod signals;
+pub mod xattr_json;
 
 pub use fs::NacreFs;
 
@@ -100,6 +102,7 @@ pub(crate) fn fid_of_ino(ino: u64) -> Option<Fid> {
     }
 }
 pub use mount::{mount, KernelFlags, MountOptions};
+pub use xattr_json::XATTR_JSON_VERSION;
 
 /// Virtual xattr holding a file's layout or a directory's default striping (JSON); setting it
 /// on a directory (or an empty file) changes the striping.

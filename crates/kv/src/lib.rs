@@ -10,6 +10,12 @@
 //! The engine is `FjallStore`, over `fjall` (an LSM tree with a write-ahead journal).
 //! Invariant: commit order is ticket order, so "ticket t durable" implies every batch before
 //! t is durable.
+//!
+//! A store whose rows carry no version keeps its format in its `meta` table ([`open_format`]).
+
+mod format;
+
+pub use format::{open_format, put_format, FormatError, FORMAT_KEY};
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -34,6 +34,8 @@
 pub const CONTROL_SOCKET: &str = "the control socket (root on this host)";
 
 pub mod audit;
+#[cfg(test)]
+mod format_tests;
 pub mod nodemaps;
 pub mod qos;
 pub mod quotas;

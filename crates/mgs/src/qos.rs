@@ -2,7 +2,7 @@
 //! each class's rate among the targets that serve it, in proportion to what each reports
 //! the class asked of it in the last second.
 
-use crate::store::{decode, read_envelope, write_envelope, StoreError, FORMAT_VERSION};
+use crate::store::{decode, read_envelope, write_envelope, StoreError};
 use nacre_types::TargetKind;
 use nacre_wire::qos::{split, QosReport, QosRule, QosRuleError, QosRules, QosShares};
 use std::collections::{BTreeMap, HashMap};
@@ -178,10 +178,12 @@ impl QosMaster {
 // Kept on disk (the MGS directory's `mgs-qos`).
 
 const QOS_MAGIC: &[u8; 4] = b"NMQS";
+/// Format of the QoS rules file `mgs-qos` (its own: no other file shares it).
+const QOS_FORMAT_VERSION: u32 = 1;
 
 /// Loads the QoS rules of every file system (none if the file does not exist yet).
 pub(crate) fn load_qos(path: &Path) -> Result<Saved, StoreError> {
-    match read_envelope(path, QOS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+    match read_envelope(path, QOS_MAGIC, 1..=QOS_FORMAT_VERSION)? {
         Some((_, payload)) => decode(path, &payload),
         None => Ok(Default::default()),
     }
@@ -190,7 +192,7 @@ pub(crate) fn load_qos(path: &Path) -> Result<Saved, StoreError> {
 /// Saves the QoS rules durably.
 pub(crate) fn save_qos(path: &Path, saved: &Saved) -> Result<(), StoreError> {
     let payload = postcard::to_allocvec(saved).expect("in-memory serialization");
-    write_envelope(path, QOS_MAGIC, FORMAT_VERSION, &payload)
+    write_envelope(path, QOS_MAGIC, QOS_FORMAT_VERSION, &payload)
 }
 
 #[cfg(test)]

@@ -7,10 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 const MAGIC: &[u8; 4] = b"NMGS";
-/// Format of the parameters file, and of configurations before service nodes.
-pub(crate) const FORMAT_VERSION: u32 = 1;
-/// Format of the configuration file since file systems have OST pools (2: targets with
-/// service nodes, no pools; 1: targets without service nodes).
+/// Format of the configuration file `mgs-config` since file systems have OST pools (2:
+/// targets with service nodes, no pools; 1: targets without service nodes).
 const CONFIG_FORMAT_VERSION: u32 = 3;
 /// Largest configuration file accepted.
 pub const CONFIG_BYTES_MAX: usize = 64 << 20;
@@ -34,9 +32,21 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A file of a format newer than this nacre reads: written by a newer MGS (kept as it
+    /// is, never taken for damage).
+    #[error("MGS file {file} has format version {found}; this nacre reads up to {newest}: upgrade nacre")]
+    TooNew {
+        /// File.
+        file: String,
+        /// Its format version.
+        found: u32,
+        /// The newest this nacre reads of that file.
+        newest: u32,
+    },
 }
 
 /// Reads an envelope (magic, format version, crc32c, payload); `None` if the file is missing.
+/// A version above `versions` is [`StoreError::TooNew`]; one below it (0) is damage.
 pub(crate) fn read_envelope(
     path: &Path,
     magic: &[u8; 4],
@@ -56,6 +66,13 @@ pub(crate) fn read_envelope(
         return Err(corrupt("bad magic or size"));
     }
     let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if version > *versions.end() {
+        return Err(StoreError::TooNew {
+            file: p.clone(),
+            found: version,
+            newest: *versions.end(),
+        });
+    }
     if !versions.contains(&version) {
         return Err(corrupt(&format!("unknown format version {version}")));
     }
@@ -175,10 +192,12 @@ mod v2 {
 pub type ParamSets = BTreeMap<String, (u64, Vec<(String, String)>)>;
 
 const PARAMS_MAGIC: &[u8; 4] = b"NMGP";
+/// Format of the parameters file `mgs-params` (its own: no other file shares it).
+const PARAMS_FORMAT_VERSION: u32 = 1;
 
 /// Loads persistent parameters (a missing file is none).
 pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
-    match read_envelope(path, PARAMS_MAGIC, FORMAT_VERSION..=FORMAT_VERSION)? {
+    match read_envelope(path, PARAMS_MAGIC, 1..=PARAMS_FORMAT_VERSION)? {
         Some((_, payload)) => decode(path, &payload),
         None => Ok(BTreeMap::new()),
     }
@@ -187,7 +206,7 @@ pub fn load_params(path: &Path) -> Result<ParamSets, StoreError> {
 /// Saves persistent parameters durably.
 pub fn save_params(path: &Path, params: &ParamSets) -> Result<(), StoreError> {
     let payload = postcard::to_allocvec(params).expect("in-memory serialization");
-    write_envelope(path, PARAMS_MAGIC, FORMAT_VERSION, &payload)
+    write_envelope(path, PARAMS_MAGIC, PARAMS_FORMAT_VERSION, &payload)
 }
 
 const NODEMAPS_MAGIC: &[u8; 4] = b"NMGN";

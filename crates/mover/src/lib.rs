@@ -38,6 +38,9 @@ pub enum MoverError {
     /// The queue cannot be read or written.
     #[error("mover queue: {0}")]
     Queue(String),
+    /// The queue's store is of a format this mover does not read (newer, or damaged).
+    #[error(transparent)]
+    Format(#[from] nacre_kv::FormatError),
     /// Too many requests wait.
     #[error("the mover's queue is full")]
     Full,

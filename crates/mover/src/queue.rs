@@ -1,5 +1,9 @@
 //! The mover's queue: every request and its progress, in an embedded transactional store
 //! under the mover's directory (so it survives a restart), mirrored in memory.
+//!
+//! Tables: `requests` (id, 8 bytes big-endian → postcard `StageState`) and `meta`, whose
+//! `format` key (u32 big-endian; absent: 1, set at open) is the format of the rows
+//! ([`QUEUE_FORMAT`]; `nacre_kv::open_format`).
 
 use crate::MoverError;
 use nacre_kv::{Batch, FjallStore, KvStore};
@@ -10,6 +14,10 @@ use std::path::Path;
 
 const REQUESTS: &str = "requests";
 const META: &str = "meta";
+
+/// The format of the queue's rows this mover reads and writes: 1, postcard `StageState`. A
+/// queue of a newer format is refused at open (`MoverError::Format`), naming both.
+pub const QUEUE_FORMAT: u32 = 1;
 
 /// Finished requests kept at most (the oldest go first).
 pub const FINISHED_KEPT_MAX: usize = 10_000;
@@ -38,7 +46,10 @@ impl Queue {
     pub fn open(dir: &Path) -> Result<Queue, MoverError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| MoverError::Queue(format!("{}: {e}", dir.display())))?;
-        let kv = FjallStore::open(&dir.join("queue"), &[REQUESTS, META]).map_err(kv_err)?;
+        let path = dir.join("queue");
+        let kv = FjallStore::open(&path, &[REQUESTS, META]).map_err(kv_err)?;
+        let store = format!("mover queue {}", path.display());
+        nacre_kv::open_format(&kv, META, &store, QUEUE_FORMAT)?;
         let mut states = BTreeMap::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -224,6 +235,67 @@ mod tests {
             job: job.into(),
             paths: vec![b"/a".to_vec()],
         }
+    }
+
+    #[test]
+    fn a_new_queue_is_format_1_and_an_old_one_gets_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = Queue::open(dir.path()).unwrap();
+        let format = q.kv.get(META, nacre_kv::FORMAT_KEY).unwrap();
+        assert_eq!(format, Some(vec![0, 0, 0, 1]));
+        drop(q);
+        // A queue written before formats were kept: requests and no `format` key.
+        let old = tempfile::tempdir().unwrap();
+        {
+            let kv = FjallStore::open(&old.path().join("queue"), &[REQUESTS, META]).unwrap();
+            let s = StageState {
+                id: 7,
+                request: req("old"),
+                status: StageStatus::Queued,
+                files_total: 0,
+                files_done: 0,
+                files_skipped: 0,
+                files_failed: 0,
+                bytes_total: 0,
+                bytes_done: 0,
+                submitted_s: 1,
+                finished_s: None,
+                error: String::new(),
+            };
+            let mut b = Batch::new();
+            b.put(
+                REQUESTS,
+                7u64.to_be_bytes().to_vec(),
+                postcard::to_allocvec(&s).unwrap(),
+            );
+            let t = kv.commit(b).unwrap();
+            kv.wait_durable(t).unwrap();
+        }
+        let q = Queue::open(old.path()).unwrap();
+        assert_eq!(q.get(7).unwrap().request.job, "old");
+        let format = q.kv.get(META, nacre_kv::FORMAT_KEY).unwrap();
+        assert_eq!(format, Some(vec![0, 0, 0, 1]));
+    }
+
+    #[test]
+    fn a_queue_of_a_newer_format_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let kv = FjallStore::open(&dir.path().join("queue"), &[REQUESTS, META]).unwrap();
+            let mut b = Batch::new();
+            nacre_kv::put_format(&mut b, META, QUEUE_FORMAT + 1);
+            let t = kv.commit(b).unwrap();
+            kv.wait_durable(t).unwrap();
+        }
+        match Queue::open(dir.path()) {
+            Err(MoverError::Format(nacre_kv::FormatError::TooNew { found, newest, .. })) => {
+                assert_eq!((found, newest), (2, 1));
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a queue of format 2 opened"),
+        }
+        let e = Queue::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("has format 2; this nacre reads up to 1"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! * `lru`: pool (16 bytes), access time (8, ordered), FID (16) → nothing;
 //! * `dirs`: FID → parent FID and name (an empty name: a shard of its parent, the
 //!   striped directory); also kept in memory, directories being few;
-//! * `meta`: the engine's state (changelog consumers and positions, the scan, counters).
+//! * `meta`: the engine's state (changelog consumers and positions, the scan, counters), and
+//!   `format`, the format of the rows ([`INDEX_FORMAT`]; u32 big-endian, absent: 1, set at
+//!   open by `nacre_kv::open_format`).
 
 use crate::PolicyError;
 use nacre_kv::{Batch, FjallStore, KvStore};
@@ -25,6 +27,11 @@ const LRU: &str = "lru";
 const DIRS: &str = "dirs";
 const META: &str = "meta";
 const TABLES: [&str; 5] = [FILES, NAMES, LRU, DIRS, META];
+
+/// The format of the index's rows this engine reads and writes: 1, the tables above with
+/// [`FileRow`] in postcard (rows from before projects read as project 0). An index of a newer
+/// format is refused at open ([`PolicyError::Format`]), naming both.
+pub const INDEX_FORMAT: u32 = 1;
 
 /// Deepest directory chain a path is built through (a loop in a damaged index ends there).
 pub const PATH_DEPTH_MAX: usize = 4096;
@@ -188,7 +195,10 @@ impl Index {
     pub fn open(dir: &Path) -> Result<Index, PolicyError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| PolicyError::Index(format!("{}: {e}", dir.display())))?;
-        let kv = FjallStore::open(&dir.join("index"), &TABLES).map_err(kv_err)?;
+        let path = dir.join("index");
+        let kv = FjallStore::open(&path, &TABLES).map_err(kv_err)?;
+        let store = format!("policy index {}", path.display());
+        nacre_kv::open_format(&kv, META, &store, INDEX_FORMAT)?;
         let mut dirs = HashMap::new();
         let mut after: Option<Vec<u8>> = None;
         loop {
@@ -523,6 +533,56 @@ mod tests {
         p.project = 9;
         assert_eq!(decode_row(&postcard_row(&p)).unwrap(), p);
         assert!(decode_row(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn a_new_index_is_format_1_an_old_one_gets_the_key_and_a_newer_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ix = Index::open(dir.path()).unwrap();
+        let format = ix.kv.get(META, nacre_kv::FORMAT_KEY).unwrap();
+        assert_eq!(format, Some(vec![0, 0, 0, 1]));
+        drop(ix);
+        // An index written before formats were kept: rows and no `format` key.
+        let old = tempfile::tempdir().unwrap();
+        let fid = Fid::new(0x200000400, 1);
+        {
+            let kv = FjallStore::open(&old.path().join("index"), &TABLES).unwrap();
+            let mut b = Batch::new();
+            b.put(
+                FILES,
+                fid.to_key().to_vec(),
+                postcard_row(&row("flash", 5, 7)),
+            );
+            b.put(META, b"scanned".to_vec(), b"1".to_vec());
+            let t = kv.commit(b).unwrap();
+            kv.wait_durable(t).unwrap();
+        }
+        let ix = Index::open(old.path()).unwrap();
+        assert_eq!(ix.file(fid).unwrap(), Some(row("flash", 5, 7)));
+        assert_eq!(ix.meta("scanned").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(ix.meta("format").unwrap(), Some(vec![0, 0, 0, 1]));
+        // A full rescan keeps it.
+        ix.clear_namespace().unwrap();
+        assert_eq!(ix.meta("format").unwrap(), Some(vec![0, 0, 0, 1]));
+        drop(ix);
+        // Format 2: refused, naming both.
+        {
+            let kv = FjallStore::open(&old.path().join("index"), &TABLES).unwrap();
+            let mut b = Batch::new();
+            nacre_kv::put_format(&mut b, META, INDEX_FORMAT + 1);
+            let t = kv.commit(b).unwrap();
+            kv.wait_durable(t).unwrap();
+        }
+        match Index::open(old.path()) {
+            Err(PolicyError::Format(nacre_kv::FormatError::TooNew { found, newest, .. })) => {
+                assert_eq!((found, newest), (2, 1));
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("an index of format 2 opened"),
+        }
+        let e = Index::open(old.path()).err().unwrap().to_string();
+        assert!(e.contains("policy index"), "{e}");
+        assert!(e.contains("has format 2; this nacre reads up to 1"), "{e}");
     }
 
     #[test]

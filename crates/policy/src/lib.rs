@@ -34,6 +34,9 @@ pub enum PolicyError {
     /// The index cannot be read or written.
     #[error("policy index: {0}")]
     Index(String),
+    /// The index's store is of a format this engine does not read (newer, or damaged).
+    #[error(transparent)]
+    Format(#[from] nacre_kv::FormatError),
     /// The file system refused or failed a request.
     #[error(transparent)]
     Client(#[from] nacre_client::ClientError),

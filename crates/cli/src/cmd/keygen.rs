@@ -84,6 +84,8 @@ pub(crate) fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
     if role != Role::Client && a.nodemap.is_some() {
         bail!("--nodemap binds a client key; a {role} key is never mapped");
     }
+    // Key file format 1, no `format` line (`nacre_net::sec::KEY_FILE_FORMAT`): keys made
+    // here are read by older nacres too, as long as no line is added that they lack.
     key.save(&a.output)?;
     let give = match role {
         Role::Server => {

@@ -207,3 +207,41 @@ pub(crate) fn migrate_files(req: Request, paths: &[PathBuf]) -> anyhow::Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_fuse::xattr_json::{lov_value, VERSION_KEY};
+    use nacre_types::{Layout, ObjectId, StripeObject};
+    use nacre_wire::mds::LayoutInfo;
+
+    /// The layout the mount reads (with its `version`) is compared as before.
+    #[test]
+    fn a_layout_read_with_a_version_is_compared_as_before() {
+        let object = |ost, id| StripeObject {
+            ost,
+            object: ObjectId { seq: 1, id },
+        };
+        let lov = lov_value(&LayoutInfo::File(Layout {
+            stripe_size: 1 << 20,
+            objects: vec![object(0, 1), object(1, 2)],
+            pool: PoolName::new("flash").unwrap(),
+            generation: 0,
+        }));
+        assert_eq!(lov[VERSION_KEY], 1);
+        let spec = |stripe_count, stripe_size, pool: &str| StripeSpec {
+            stripe_count,
+            stripe_size,
+            start_ost: -1,
+            pool: match pool {
+                "" => PoolName::NONE,
+                p => PoolName::new(p).unwrap(),
+            },
+        };
+        assert!(already(&lov, &spec(2, 1 << 20, "flash")));
+        assert!(already(&lov, &spec(0, 0, "")));
+        assert!(!already(&lov, &spec(4, 0, "")));
+        assert!(!already(&lov, &spec(0, 1 << 21, "")));
+        assert!(!already(&lov, &spec(0, 0, "other")));
+    }
+}

@@ -126,7 +126,9 @@ fn check_kept_keys(fsname: &str) -> anyhow::Result<()> {
 
 /// The keys of a new file system, in the key directory: the server key `FSNAME.key` (kept
 /// if there: keys already given out stay good), an admin key `FSNAME-admin.key` and a first
-/// client key `FSNAME-client.key` made from it.
+/// client key `FSNAME-client.key` made from it. Written by `FsKey::save` in key file format
+/// 1, with no `format` line (`nacre_net::sec::KEY_FILE_FORMAT`: the line comes only with a
+/// line older readers lack), so older nacres on clients read them.
 fn make_keys(fsname: &str, level: Level) -> anyhow::Result<()> {
     let dir = nacre_cli::keys::make_key_dir()?;
     let server_path = nacre_net::sec::key_path(&dir, fsname);

@@ -5,30 +5,12 @@
 //! `user.nacre.fid`, its project `user.nacre.project`), and the stored ones.
 
 use super::*;
+use crate::xattr_json;
 
 impl Shared {
     pub(super) fn layout_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
-        let value = match self.client.get_layout(fid)? {
-            LayoutInfo::File(l) => serde_json::json!({
-                "kind": "file",
-                "stripe_count": l.objects.len(),
-                "stripe_size": l.stripe_size,
-                "pool": l.pool.as_str(),
-                "pattern": "raid0",
-                "objects": l.objects.iter().map(|o| serde_json::json!({
-                    "ost": o.ost, "seq": o.object.seq, "id": o.object.id,
-                })).collect::<Vec<_>>(),
-            }),
-            LayoutInfo::Dir(spec) => serde_json::json!({
-                "kind": "dir",
-                "default": spec.map(|s| serde_json::json!({
-                    "stripe_count": s.stripe_count, "stripe_size": s.stripe_size, "start_ost": s.start_ost,
-                    "pool": s.pool.as_str(),
-                })),
-            }),
-            LayoutInfo::None => serde_json::json!({ "kind": "none" }),
-        };
-        Ok(value.to_string().into_bytes())
+        let info = self.client.get_layout(fid)?;
+        Ok(xattr_json::lov_value(&info).to_string().into_bytes())
     }
 
     pub(super) fn df_json(&self) -> Result<Vec<u8>, ClientError> {
@@ -60,6 +42,7 @@ impl Shared {
             .map(|p| serde_json::json!({ "name": p.name.as_str(), "osts": p.osts }))
             .collect();
         Ok(serde_json::json!({
+            "version": xattr_json::XATTR_JSON_VERSION,
             "fsname": self.client.fsname(),
             "mgs": self.client.mgs_nid().to_string(),
             "targets": targets,
@@ -128,8 +111,7 @@ impl Shared {
         gid: u32,
     ) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MKDIR} value: {why}"));
-        let v: serde_json::Value =
-            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let v = xattr_json::parse_set(XATTR_MKDIR, value, xattr_json::MKDIR_SET_KEYS)?;
         let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
         let mdt = match v["mdt"].as_i64() {
             Some(-1) => nacre_wire::mds::MDT_INDEX_ANY,
@@ -191,8 +173,7 @@ impl Shared {
 
     pub(super) fn migrate(&self, parent: Fid, value: &[u8]) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_MIGRATE} value: {why}"));
-        let v: serde_json::Value =
-            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let v = xattr_json::parse_set(XATTR_MIGRATE, value, xattr_json::MIGRATE_SET_KEYS)?;
         let name = v["name"].as_str().ok_or_else(|| bad("no name"))?;
         let mdt = v["mdt"]
             .as_u64()
@@ -208,22 +189,15 @@ impl Shared {
     }
 
     pub(super) fn lmv_default_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
-        let v = match self.client.dir_default(fid)? {
-            Some(d) => serde_json::json!({
-                "count": d.count,
-                "start": if d.start == u32::MAX { -1 } else { i64::from(d.start) },
-                "hash": d.hash.name(),
-                "max_inherit": d.max_inherit,
-            }),
-            None => serde_json::json!({}),
-        };
-        Ok(v.to_string().into_bytes())
+        let default = self.client.dir_default(fid)?;
+        Ok(xattr_json::lmv_default_value(default.as_ref())
+            .to_string()
+            .into_bytes())
     }
 
     pub(super) fn set_lmv_default(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LMV_DEFAULT}: {why}"));
-        let v: serde_json::Value =
-            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
+        let v = xattr_json::parse_set(XATTR_LMV_DEFAULT, value, xattr_json::LMV_DEFAULT_SET_KEYS)?;
         let default = match v["count"].as_i64() {
             None => None,
             Some(count) => Some(nacre_types::dirstripe::DirDefault {
@@ -249,34 +223,36 @@ impl Shared {
 
     pub(super) fn lmv_json(&self, fid: Fid) -> Result<Vec<u8>, ClientError> {
         let stripe = self.client.dir_stripe(fid)?;
-        let v = match stripe {
-            Some(s) => serde_json::json!({
-                "mdt": fid.mdt_index(),
-                "stripe_count": s.shards.len(),
-                "hash": s.hash.name(),
-                "shards": s.shards.iter().map(|f| serde_json::json!({
-                    "mdt": f.mdt_index(),
-                    "fid": f.to_string(),
-                })).collect::<Vec<_>>(),
-            }),
-            None => serde_json::json!({ "mdt": fid.mdt_index(), "stripe_count": 0 }),
-        };
-        Ok(v.to_string().into_bytes())
+        Ok(xattr_json::lmv_value(fid, stripe.as_deref())
+            .to_string()
+            .into_bytes())
     }
 
+    /// Sets a file's layout or a directory's default from a `user.nacre.lov` value (keys
+    /// `stripe_count`, `stripe_size`, `start_ost`, `pool`; `kind` and `pattern` checked
+    /// when given): anything else is refused (xattr_json).
     pub(super) fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
         let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LOV} value: {why}"));
-        let v: serde_json::Value =
-            serde_json::from_slice(value).map_err(|e| bad(&e.to_string()))?;
-        let field = |k: &str, default: i64| v.get(k).and_then(|x| x.as_i64()).unwrap_or(default);
+        let v = xattr_json::parse_set(XATTR_LOV, value, xattr_json::LOV_SET_KEYS)?;
+        xattr_json::check_word(XATTR_LOV, &v, "kind", xattr_json::LOV_KINDS)?;
+        xattr_json::check_word(XATTR_LOV, &v, "pattern", xattr_json::LOV_PATTERNS)?;
+        // A value of another type is refused, not taken as the default.
+        let field = |k: &str, default: i64| match v.get(k) {
+            None => Ok(default),
+            Some(x) => x.as_i64().ok_or_else(|| bad(k)),
+        };
         let spec = StripeSpec {
-            stripe_count: i32::try_from(field("stripe_count", 0))
+            stripe_count: i32::try_from(field("stripe_count", 0)?)
                 .map_err(|_| bad("stripe_count"))?,
-            stripe_size: u32::try_from(field("stripe_size", 0)).map_err(|_| bad("stripe_size"))?,
-            start_ost: i32::try_from(field("start_ost", -1)).map_err(|_| bad("start_ost"))?,
-            pool: match v.get("pool").and_then(|p| p.as_str()) {
-                None | Some("") => nacre_types::PoolName::NONE,
-                Some(p) => nacre_types::PoolName::new(p).map_err(|e| bad(&e.to_string()))?,
+            stripe_size: u32::try_from(field("stripe_size", 0)?).map_err(|_| bad("stripe_size"))?,
+            start_ost: i32::try_from(field("start_ost", -1)?).map_err(|_| bad("start_ost"))?,
+            pool: match v.get("pool") {
+                None => nacre_types::PoolName::NONE,
+                Some(p) => match p.as_str() {
+                    None => return Err(bad("pool")),
+                    Some("") => nacre_types::PoolName::NONE,
+                    Some(p) => nacre_types::PoolName::new(p).map_err(|e| bad(&e.to_string()))?,
+                },
             },
         };
         self.client.set_layout(fid, spec).map(|_| ())

@@ -14,10 +14,12 @@
 //! dropped or reordered within a connection fails its check, and the connection is dropped.
 
 pub mod handshake;
+mod keyfile;
 pub(crate) mod keyring;
 mod served;
 pub mod session;
 
+pub use keyfile::{KeyTextError, KEY_FILE_FORMAT};
 pub use keyring::{
     add_key, add_key_from, capability_key, capability_keys, default_key, key_for, key_path,
     set_key_dir, KEY_DIR_DEFAULT, KEY_DIR_LOOKUPS_MAX,
@@ -25,7 +27,6 @@ pub use keyring::{
 pub use served::{accept_key, held_keys, retire_key, serve_keys, use_key, HeldKey, ServerKeys};
 
 pub use nacre_wire::roles::Role;
-use std::path::Path;
 
 /// Bytes of a file-system key.
 pub const KEY_BYTES: usize = 32;
@@ -71,6 +72,14 @@ pub enum SecError {
     /// A frame failed its integrity check or could not be decrypted.
     #[error("frame failed its {0} check")]
     BadFrame(&'static str),
+    /// A key file of a format newer than this nacre reads ([`KeyTextError::TooNew`]).
+    #[error("key file {path}: {cause}")]
+    KeyFileTooNew {
+        /// The file.
+        path: String,
+        /// The format found and the newest read.
+        cause: KeyTextError,
+    },
 }
 
 /// How a connection's frames are protected after the handshake.
@@ -349,134 +358,6 @@ impl FsKey {
     pub(crate) fn peer_secret(&self, id: &Identity) -> Option<[u8; KEY_BYTES]> {
         self.is_master().then(|| self.secret_of(id))
     }
-
-    /// The key file's text.
-    pub fn to_text(&self) -> String {
-        let hex: String = self.secret.iter().map(|b| format!("{b:02x}")).collect();
-        let mut text = format!(
-            "# Nacre file-system key (nacre keygen). Keep it readable by its owner only.\n\
-             fsname {}\nrole {}\nlevel {}\n",
-            self.fsname, self.role, self.level
-        );
-        if !self.name.is_empty() {
-            text.push_str(&format!("name {}\n", self.name));
-        }
-        if let Some(m) = &self.nodemap {
-            text.push_str(&format!("nodemap {m}\n"));
-        }
-        if let (false, Some(m)) = (self.is_master(), self.master) {
-            text.push_str(&format!("master {m}\n"));
-        }
-        text.push_str(&format!("key {hex}\n"));
-        text
-    }
-
-    /// Parses a key file's text. A file without a `role` line (written before keys had
-    /// roles) is a server key: it holds the file system's master secret.
-    pub fn parse(text: &str) -> Result<FsKey, String> {
-        let (mut fsname, mut level, mut secret) = (None, Level::None, None);
-        let (mut role, mut name, mut nodemap) = (Role::Server, String::new(), None);
-        let mut master = None;
-        for line in text.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (k, v) = line
-                .split_once(char::is_whitespace)
-                .map(|(k, v)| (k, v.trim()))
-                .ok_or_else(|| format!("line {line:?} is not `NAME VALUE`"))?;
-            match k {
-                "fsname" => fsname = Some(v.to_string()),
-                "level" => {
-                    level = Level::parse(v).ok_or_else(|| {
-                        format!("level {v:?}: expected none, integrity, bulk or privacy")
-                    })?
-                }
-                "role" => {
-                    role = Role::parse(v)
-                        .ok_or_else(|| format!("role {v:?}: expected client, server or admin"))?
-                }
-                "name" => name = v.to_string(),
-                "nodemap" => nodemap = Some(v.to_string()),
-                "key" => secret = Some(parse_hex(v)?),
-                "master" => {
-                    master = Some(KeyId::parse(v).ok_or_else(|| {
-                        format!("master {v:?}: expected {} hex digits", 2 * KEY_ID_BYTES)
-                    })?)
-                }
-                other => return Err(format!("unknown field {other:?}")),
-            }
-        }
-        let fsname = fsname.ok_or("no `fsname` line")?;
-        check_fsname(&fsname).map_err(|e| e.to_string())?;
-        if role != Role::Client && (!name.is_empty() || nodemap.is_some() || master.is_some()) {
-            return Err(format!(
-                "a {role} key has no `name`, `nodemap` or `master` (those are a client key's)"
-            ));
-        }
-        let id = Identity {
-            role,
-            name,
-            nodemap,
-        };
-        check_identity(&id).map_err(|e| e.to_string())?;
-        Ok(FsKey {
-            fsname,
-            secret: secret.ok_or("no `key` line")?,
-            level,
-            role,
-            name: id.name,
-            nodemap: id.nodemap,
-            master,
-        })
-    }
-
-    /// Reads a key file; refused if others than its owner may read it, or if its owner is
-    /// not the user reading it (another user could put a key of their choosing there).
-    pub fn load(path: &Path) -> Result<FsKey, SecError> {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let err = |cause: String| SecError::KeyFile {
-            path: path.display().to_string(),
-            cause,
-        };
-        let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(err(format!(
-                "owned by uid {}, not by uid {me} who reads it; `chown` it",
-                meta.uid()
-            )));
-        }
-        let mode = meta.permissions().mode();
-        if mode & 0o077 != 0 {
-            return Err(err(format!(
-                "mode {:o} lets others read it; `chmod 600` it",
-                mode & 0o777
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        FsKey::parse(&text).map_err(err)
-    }
-
-    /// Writes the key file (mode 0600; an existing file is not overwritten).
-    pub fn save(&self, path: &Path) -> Result<(), SecError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let err = |cause: String| SecError::KeyFile {
-            path: path.display().to_string(),
-            cause,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| err(e.to_string()))?;
-        f.write_all(self.to_text().as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| err(e.to_string()))
-    }
 }
 
 /// Checks a key's name and nodemap: printable, within [`KEY_NAME_BYTES_MAX`].
@@ -513,18 +394,6 @@ fn check_fsname(fsname: &str) -> Result<(), SecError> {
     Ok(())
 }
 
-fn parse_hex(v: &str) -> Result<[u8; KEY_BYTES], String> {
-    let bad = || format!("key: expected {} hex digits", KEY_BYTES * 2);
-    if v.len() != KEY_BYTES * 2 || !v.is_ascii() {
-        return Err(bad());
-    }
-    let mut out = [0u8; KEY_BYTES];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&v[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,66 +409,5 @@ mod tests {
             );
         }
         assert!(master.client_key("lab-2_x.y", Some("tenant")).is_ok());
-    }
-
-    #[test]
-    fn key_text_round_trips_and_bad_text_is_refused() {
-        let k = FsKey::generate("lustre", Level::Privacy).unwrap();
-        let back = FsKey::parse(&k.to_text()).unwrap();
-        assert_eq!(back.secret, k.secret);
-        assert_eq!(back.fsname, "lustre");
-        assert_eq!(back.level, Level::Privacy);
-        let hex = k
-            .to_text()
-            .lines()
-            .find_map(|l| l.strip_prefix("key "))
-            .unwrap()
-            .to_string();
-        assert!(
-            !format!("{k:?}").contains(&hex),
-            "Debug never shows the secret"
-        );
-        for bad in [
-            "",
-            "fsname a\n",
-            "fsname a\nkey 00\n",
-            "fsname a\nkey zz\n",
-            "fsname a\nlevel max\nkey 00\n",
-            "color red\n",
-        ] {
-            assert!(FsKey::parse(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_key_file_others_may_read_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("k");
-        FsKey::generate("fs", Level::None)
-            .unwrap()
-            .save(&p)
-            .unwrap();
-        assert_eq!(
-            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        FsKey::load(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = FsKey::load(&p).unwrap_err().to_string();
-        assert!(e.contains("chmod 600"), "{e}");
-        // A key file another user owns (and so could rewrite) is refused too.
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let me = unsafe { libc::geteuid() };
-        let other = if me == 0 { 65534 } else { me };
-        std::os::unix::fs::chown(&p, Some(other), None).unwrap();
-        if other != me {
-            let e = FsKey::load(&p).unwrap_err().to_string();
-            assert!(e.contains("owned by uid 65534"), "{e}");
-        }
-        assert!(FsKey::generate("fs", Level::None)
-            .unwrap()
-            .save(&p)
-            .is_err());
     }
 }
