@@ -148,13 +148,13 @@ fn lfsck_finds_nothing_after_real_operations_and_names_injected_damage() {
         b.put(
             records::DIRENTS,
             records::dirent_key(Fid::ROOT, b"ghost"),
-            records::encode(&DirentRecord {
+            records::encode_record(&DirentRecord {
                 fid: ghost,
                 kind: FileKind::Regular,
             }),
         );
         let raw = kv.get(records::INODES, &victim.to_key()).unwrap().unwrap();
-        let mut rec: InodeRecord = records::decode(&raw).unwrap();
+        let mut rec: InodeRecord = records::decode_record(&raw).unwrap();
         rec.attr.nlink += 1;
         b.put(
             records::INODES,

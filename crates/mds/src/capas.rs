@@ -32,6 +32,8 @@ pub fn attach(mdt: &Mdt, req: &Incoming, call: &MdsCall, out: Outgoing) -> Outgo
     let Some(key) = nacre_net::sec::capability_key(&mdt.label.fsname) else {
         return out;
     };
+    // A body from a saved reply is in this protocol (dne::outgoing refuses one of another
+    // with `EPROTO`, which the status check above skips).
     let Ok(mut a) = nacre_wire::decode_body::<MdsAnswer>(&out.body) else {
         return out;
     };

@@ -25,7 +25,7 @@
 use crate::changelog_state::{users_of, User, UserRecord};
 use crate::changelog_writer::put_user;
 use crate::mdt::{Mdt, Tx};
-use crate::records::{decode, encode};
+use crate::records::encode_record;
 use nacre_types::Status;
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::MdsReply;
@@ -105,7 +105,7 @@ pub fn clear(tx: &mut Tx<'_>, id: u32, upto: u64) -> Result<MdsReply, Status> {
             name: name.clone(),
             cleared: *cleared,
         };
-        tx.put_changelog_user(id, encode(&rec));
+        tx.put_changelog_user(id, encode_record(&rec));
         tx.durable_before_reply = true;
     }
     Ok(MdsReply::Done)
@@ -156,7 +156,7 @@ pub fn read(mdt: &Mdt, user: u32, from: u64, count: u32) -> Result<MdsReply, Sta
             break;
         }
         bytes += v.len();
-        let mut rec: ChangelogRecord = decode(&v)?;
+        let mut rec: ChangelogRecord = mdt.store().decode(&v)?;
         rec.index = index;
         records.push(rec);
     }

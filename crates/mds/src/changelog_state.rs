@@ -2,7 +2,7 @@
 //! loaded at start. What a change writes is changelog_writer.rs; the consumers are served by
 //! changelog.rs.
 
-use crate::records::decode;
+use crate::records::{decode_record, from_postcard, PlainRecord, Record, RecordError};
 use crate::store::Store;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::changelog::*;
@@ -18,12 +18,26 @@ pub const CHANGELOG_RECORDS_MAX_DEFAULT: u64 = 20_000_000;
 /// Default of `changelog_idle_ms_max`: a week without reading or clearing.
 pub const CHANGELOG_IDLE_MS_MAX_DEFAULT: u64 = 7 * 86_400_000;
 
-/// A consumer as stored.
-#[derive(Serialize, Deserialize)]
+/// A consumer as stored (`changelog_users`: `[1] postcard(UserRecord)`).
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct UserRecord {
     pub(crate) name: String,
     pub(crate) cleared: u64,
 }
+
+impl Record for UserRecord {
+    const NAME: &'static str = "changelog consumer record";
+    const VERSION: u8 = 1;
+
+    fn decode_version(version: u8, body: &[u8]) -> Result<UserRecord, RecordError> {
+        match version {
+            1 => from_postcard(Self::NAME, body),
+            v => Err(RecordError::unknown_version(Self::NAME, v)),
+        }
+    }
+}
+
+impl PlainRecord for UserRecord {}
 
 pub(crate) struct User {
     pub(crate) name: String,
@@ -95,7 +109,7 @@ impl Changelog {
                 tracing::warn!("changelog: bad consumer key skipped");
                 continue;
             };
-            let rec: UserRecord = decode(&v)?;
+            let rec: UserRecord = store.decode(&v)?;
             users.insert(
                 u32::from_be_bytes(id),
                 User {
@@ -149,8 +163,37 @@ pub(crate) fn users_of(st: &State) -> Vec<ChangelogUser> {
         .collect()
 }
 
-/// Decodes a stored consumer: (name, last record cleared). Damage is an error, never a
-/// panic.
-pub fn decode_user(bytes: &[u8]) -> Result<(String, u64), Status> {
-    decode::<UserRecord>(bytes).map(|u| (u.name, u.cleared))
+/// Decodes a stored consumer: (name, last record cleared). Damage, or a newer version, is
+/// an error, never a panic.
+pub fn decode_user(bytes: &[u8]) -> Result<(String, u64), RecordError> {
+    decode_record::<UserRecord>(bytes).map(|u| (u.name, u.cleared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::encode_record;
+
+    #[test]
+    fn consumers_read_their_stored_sample() {
+        // docs/formats.md rule 6: "cl1", cleared up to 300 (a varint: ac 02).
+        let stored = [0x01, 0x03, b'c', b'l', b'1', 0xac, 0x02];
+        let rec = UserRecord {
+            name: "cl1".to_string(),
+            cleared: 300,
+        };
+        assert_eq!(encode_record(&rec), stored);
+        assert_eq!(decode_record::<UserRecord>(&stored).unwrap(), rec);
+        assert_eq!(decode_user(&stored).unwrap(), ("cl1".to_string(), 300));
+        let mut newer = stored;
+        newer[0] = 2;
+        assert_eq!(
+            decode_user(&newer).unwrap_err(),
+            RecordError::TooNew {
+                what: "changelog consumer record",
+                found: 2,
+                newest: 1
+            }
+        );
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::changelog_state::{User, UserRecord, ORIGINS_MAX};
 use crate::mdt::{Mdt, Tx};
-use crate::records::encode;
+use crate::records::encode_record;
 use nacre_types::{Fid, FileKind};
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 pub(crate) fn put_user(tx: &mut Tx<'_>, id: u32, u: &User) {
     tx.put_changelog_user(
         id,
-        encode(&UserRecord {
+        encode_record(&UserRecord {
             name: u.name.clone(),
             cleared: u.cleared,
         }),

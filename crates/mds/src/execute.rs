@@ -2,7 +2,7 @@
 //! dispatch to each operation, commit with the saved reply (exactly once), reply
 //! reconstruction for resends, and replays after a restart.
 
-use crate::dne::saved_reply;
+use crate::dne::{outgoing, saved_reply};
 use crate::mdt::{note_modification, Mdt};
 use crate::records::SavedReply;
 use crate::route::{
@@ -41,11 +41,8 @@ pub(crate) fn commit(
         mdt.queue_destroys_when_synced(ticket, synced, destroys);
     }
     match saved {
-        Some(saved) => Outgoing {
-            status: Status::from_code(saved.status),
-            body: saved.body,
-            bulk: None,
-        },
+        // In this nacre's protocol (just saved), so never refused by the protocol check.
+        Some(saved) => outgoing(saved),
         None => to_outgoing(result),
     }
 }

@@ -158,6 +158,8 @@ impl MdsHandler {
 /// An answer whose owners are shown to a mapped client as its own ids, and whose root (a
 /// connect's answer) is its fileset's.
 fn map_answer(mdt: &Mdt, m: &nacre_wire::nodemap::Nodemap, out: Outgoing) -> Outgoing {
+    // A body from a saved reply is in this protocol: one of another was refused `EPROTO`,
+    // with no body, when it was read back (dne::outgoing); what does not decode is left as is.
     match decode_body::<nacre_wire::mds::MdsAnswer>(&out.body) {
         Ok(mut a) => {
             if let MdsReply::Connected { squashed, .. } = &mut a.reply {

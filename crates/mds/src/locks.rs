@@ -175,6 +175,8 @@ pub(crate) fn revoke_for<'a>(
 
 /// The entry a reply names, if it is one.
 fn entry_of(out: &Outgoing) -> Option<(Fid, FileKind)> {
+    // A saved reply's body of another protocol never gets here: dne::outgoing answers it
+    // `EPROTO`.
     if out.status != Status::Ok {
         return None;
     }

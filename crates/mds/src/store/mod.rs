@@ -9,8 +9,8 @@ pub use open::Loaded;
 pub use tx::Tx;
 
 use crate::records::{
-    decode, decode_saved, destroy_key, dirent_key, inode_version, remote_link_key, reply_key,
-    xattr_key, DirentRecord, InodeRecord, RelayoutRecord, SavedReply, CHANGELOG, CHANGELOG_USERS,
+    decode_record, destroy_key, dirent_key, inode_version, remote_link_key, reply_key, xattr_key,
+    DirentRecord, InodeRecord, Record, RelayoutRecord, SavedReply, CHANGELOG, CHANGELOG_USERS,
     DESTROY, DIRDEFAULTS, DIRENTS, DIRSTRIPES, INODES, LINKS, META, MOVED, OWNERS, QUOTA_USAGE,
     RELAYOUTS, REMOTE_LINKS, REPLIES, XATTRS,
 };
@@ -87,10 +87,17 @@ impl Store {
         self.index
     }
 
+    /// Decodes a record read from this store (of any version its type reads). A damaged
+    /// record, or one of a newer version than this nacre reads, is logged once with the
+    /// MDT's name and is `EIO`.
+    pub fn decode<T: Record>(&self, bytes: &[u8]) -> Result<T, Status> {
+        decode_record(bytes).map_err(|e| e.logged(&self.name))
+    }
+
     /// Reads an inode (`ESTALE` for one a migration moved to another MDT).
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
         match self.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => decode(&v),
+            Some(v) => self.decode(&v),
             None if self.moved_to(fid)?.is_some() => Err(Status::Stale),
             None => Err(Status::NoEnt),
         }
@@ -122,7 +129,7 @@ impl Store {
             .get(DIRENTS, &dirent_key(parent, name))
             .map_err(kv_err)?
         {
-            Some(v) => Ok(Some(decode(&v)?)),
+            Some(v) => Ok(Some(self.decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -145,7 +152,7 @@ impl Store {
         let eof = page.len() <= count;
         let mut entries = Vec::with_capacity(page.len().min(count));
         for (k, v) in page.into_iter().take(count) {
-            let rec: DirentRecord = decode(&v)?;
+            let rec: DirentRecord = self.decode(&v)?;
             entries.push((k[prefix.len()..].to_vec(), rec));
         }
         Ok((entries, eof))
@@ -166,7 +173,7 @@ impl Store {
             };
             after = Some(last.0.clone());
             for (k, v) in &page {
-                out.push((k[prefix.len()..].to_vec(), decode(v)?));
+                out.push((k[prefix.len()..].to_vec(), self.decode(v)?));
             }
         }
     }
@@ -201,7 +208,7 @@ impl Store {
     /// The default for new subdirectories of directory `fid`, if it has one here.
     pub fn dir_default(&self, fid: Fid) -> Result<Option<DirDefault>, Status> {
         match self.kv.get(DIRDEFAULTS, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => Ok(Some(decode(&v)?)),
+            Some(v) => Ok(Some(self.decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -209,7 +216,7 @@ impl Store {
     /// The stripe layout of directory `fid`, if it is here and striped.
     pub fn dir_stripe(&self, fid: Fid) -> Result<Option<DirStripe>, Status> {
         match self.kv.get(DIRSTRIPES, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => Ok(Some(decode(&v)?)),
+            Some(v) => Ok(Some(self.decode(&v)?)),
             None => Ok(None),
         }
     }
@@ -227,7 +234,7 @@ impl Store {
     /// The migration of file `fid` in progress, if any.
     pub fn relayout(&self, fid: Fid) -> Result<Option<RelayoutRecord>, Status> {
         match self.kv.get(RELAYOUTS, &fid.to_key()).map_err(kv_err)? {
-            Some(v) => decode(&v).map(Some),
+            Some(v) => self.decode(&v).map(Some),
             None => Ok(None),
         }
     }
@@ -273,7 +280,7 @@ impl Store {
             .get(REPLIES, &reply_key(client, xid))
             .map_err(kv_err)?
         {
-            Some(v) => decode_saved(&v).map(Some),
+            Some(v) => self.decode(&v).map(Some),
             None => Ok(None),
         }
     }
@@ -311,13 +318,14 @@ impl Store {
     }
 
     /// The saved reply of (client, xid), none if there is none or it cannot be read (not
-    /// logged: for a caller that does without).
+    /// logged: for a caller that does without; one that needs it reads it with
+    /// [`Store::saved_reply`], which reports a damaged or newer record).
     pub fn saved_reply_or_none(&self, client: &[u8; 16], xid: u64) -> Option<SavedReply> {
         self.kv
             .get(REPLIES, &reply_key(client, xid))
             .ok()
             .flatten()
-            .and_then(|v| decode_saved(&v).ok())
+            .and_then(|v| decode_record(&v).ok())
     }
 
     /// Up to `count` stored inodes after `after`, in FID order.
@@ -332,7 +340,7 @@ impl Store {
             .scan(INODES, &[], after.as_ref().map(|k| &k[..]), count)
             .map_err(kv_err)?;
         page.into_iter()
-            .map(|(k, v)| Ok((Fid::from_key(&k).ok_or(Status::Io)?, decode(&v)?)))
+            .map(|(k, v)| Ok((Fid::from_key(&k).ok_or(Status::Io)?, self.decode(&v)?)))
             .collect::<Result<Vec<_>, Status>>()
     }
 
@@ -351,7 +359,7 @@ impl Store {
         let mut out = Vec::with_capacity(page.len());
         for (k, v) in page {
             let parent = Fid::from_key(&k).ok_or(Status::Io)?;
-            let rec: DirentRecord = decode(&v)?;
+            let rec: DirentRecord = self.decode(&v)?;
             out.push((parent, k[16..].to_vec(), rec));
         }
         Ok(out)
@@ -398,7 +406,7 @@ impl Store {
     /// (changes wait: the count and the table are of the same moment).
     pub fn quota_check(&self, repair: bool) -> Result<nacre_types::QuotaCheck, Status> {
         let mut alloc = self.alloc.lock().expect("write lock");
-        let counted = tx::count(&*self.kv)?;
+        let counted = tx::count(&*self.kv, &self.name)?;
         let table = tx::read_table(&*self.kv)?;
         let mut check = nacre_types::QuotaCheck::compare(&counted, &table);
         if check.diffs_total == 0 && alloc.quota != table {

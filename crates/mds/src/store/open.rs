@@ -5,9 +5,9 @@
 use super::tx::{charge, load};
 use super::{kv_err, read_u64, scan_each, AllocState, Store};
 use crate::records::{
-    decode, encode_inode, link_key, parse_destroy_key, DirentRecord, InodeRecord, IntentRecord,
-    RelayoutRecord, CLIENTS, DESTROY, DIRENTS, FROZEN, INODES, INTENTS, LINKS, META, ORPHANS,
-    OWNERS, RELAYOUTS, REPLIES,
+    decode_record, encode_inode, link_key, parse_destroy_key, DirentRecord, InodeRecord,
+    IntentRecord, RelayoutRecord, CLIENTS, DESTROY, DIRENTS, FROZEN, INODES, INTENTS, LINKS, META,
+    ORPHANS, OWNERS, RELAYOUTS, REPLIES,
 };
 use nacre_kv::{Batch, KvStore};
 use nacre_types::{Attr, Fid, FileKind, ObjectId, Owner, Status, TimeSpec};
@@ -37,14 +37,14 @@ impl Store {
         let fid_limit = read_u64(&*kv, b"fid_limit")?.unwrap_or(0);
         let ost_next_at_start = load_ost_next(&*kv)?;
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
-        let inode_counts = load(&*kv)?;
+        let inode_counts = load(&*kv, name)?;
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
-        let intents = load_intents(&*kv)?;
+        let intents = load_intents(&*kv, name)?;
         let frozen = load_frozen(&*kv)?;
-        build_link_index(&*kv)?;
-        let relayouts = load_relayouts(&*kv)?;
+        build_link_index(&*kv, name)?;
+        let relayouts = load_relayouts(&*kv, name)?;
         let destroys = load_destroys(&*kv)?;
         let owners_pending = match kv.scan(OWNERS, &[], None, 1) {
             Ok(page) => page.len() as u64,
@@ -177,7 +177,7 @@ impl Store {
             let Some(last) = page.last() else { break };
             after = Some(last.0.clone());
             for (_, v) in &page {
-                let rec: InodeRecord = decode(v)?;
+                let rec: InodeRecord = self.decode(v)?;
                 if rec.orphan {
                     orphans.push(rec.attr.fid);
                 }
@@ -215,10 +215,13 @@ fn load_clients(kv: &dyn KvStore) -> Result<HashSet<[u8; 16]>, Status> {
     Ok(out)
 }
 
-fn load_intents(kv: &dyn KvStore) -> Result<HashMap<Fid, IntentRecord>, Status> {
+/// The intents pending (any record that cannot be read, damaged or newer, stops the MDT's
+/// start: an intent skipped would leave its operation half done).
+fn load_intents(kv: &dyn KvStore, name: &str) -> Result<HashMap<Fid, IntentRecord>, Status> {
     let mut out = HashMap::new();
     scan_each(kv, INTENTS, &[], 1024, |k, v| {
-        out.insert(Fid::from_key(k).ok_or(Status::Io)?, decode(v)?);
+        let intent = decode_record::<IntentRecord>(v).map_err(|e| e.logged(name))?;
+        out.insert(Fid::from_key(k).ok_or(Status::Io)?, intent);
         Ok(())
     })?;
     Ok(out)
@@ -234,8 +237,10 @@ fn load_frozen(kv: &dyn KvStore) -> Result<HashSet<Fid>, Status> {
 }
 
 /// Builds the link index (links.rs) from the entries of an MDT formatted before it existed
-/// (once, at start; `meta` `link_index` says it is built).
-fn build_link_index(kv: &dyn KvStore) -> Result<(), Status> {
+/// (once, at start; `meta` `link_index` says it is built). A damaged entry is skipped; one
+/// of a newer version than this nacre reads stops the build (and the MDT's start): its link
+/// would be missing from `fid2path` for ever.
+fn build_link_index(kv: &dyn KvStore, name: &str) -> Result<(), Status> {
     if read_u64(kv, b"link_index")?.is_some() {
         return Ok(());
     }
@@ -249,12 +254,17 @@ fn build_link_index(kv: &dyn KvStore) -> Result<(), Status> {
         after = Some(last.0.clone());
         let mut b = Batch::new();
         for (k, v) in &page {
-            let (Some(parent), Ok(d)) = (
-                k.get(..16).and_then(Fid::from_key),
-                decode::<DirentRecord>(v),
-            ) else {
-                tracing::warn!("links: damaged directory entry skipped");
+            let Some(parent) = k.get(..16).and_then(Fid::from_key) else {
+                tracing::warn!("{name}: links: directory entry with a bad key skipped");
                 continue;
+            };
+            let d = match decode_record::<DirentRecord>(v) {
+                Ok(d) => d,
+                Err(e) if e.is_too_new() => return Err(e.logged(name)),
+                Err(e) => {
+                    tracing::warn!("{name}: links: {e}: skipped");
+                    continue;
+                }
             };
             b.put(LINKS, link_key(d.fid, parent, &k[16..]), Vec::new());
             count += 1;
@@ -301,8 +311,10 @@ fn load_saved_replies(kv: &dyn KvStore) -> Result<HashMap<[u8; 16], BTreeSet<u64
     Ok(out)
 }
 
-/// (migrations in progress, files whose fence window is open), read at start.
-fn load_relayouts(kv: &dyn KvStore) -> Result<(u64, HashSet<Fid>), Status> {
+/// (migrations in progress, files whose fence window is open), read at start. A damaged
+/// record is counted but not read; one of a newer version than this nacre reads stops the
+/// MDT's start (its migration's fence would be forgotten).
+fn load_relayouts(kv: &dyn KvStore, name: &str) -> Result<(u64, HashSet<Fid>), Status> {
     let mut count = 0;
     let mut fenced = HashSet::new();
     let mut after: Option<Vec<u8>> = None;
@@ -314,12 +326,85 @@ fn load_relayouts(kv: &dyn KvStore) -> Result<(u64, HashSet<Fid>), Status> {
         after = Some(last.0.clone());
         for (k, v) in &page {
             count += 1;
-            if let (Some(fid), Ok(r)) = (Fid::from_key(k), decode::<RelayoutRecord>(v)) {
-                if r.fenced {
-                    fenced.insert(fid);
+            match (Fid::from_key(k), decode_record::<RelayoutRecord>(v)) {
+                (_, Err(e)) if e.is_too_new() => return Err(e.logged(name)),
+                (Some(fid), Ok(r)) => {
+                    if r.fenced {
+                        fenced.insert(fid);
+                    }
                 }
+                _ => {}
             }
         }
     }
     Ok((count, fenced))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{dirent_key, Record, TABLES};
+    use nacre_kv::FjallStore;
+
+    /// A store holding one record, `value` at `key` of `table`.
+    fn store_with(
+        table: &'static str,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> (tempfile::TempDir, Arc<dyn KvStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = FjallStore::open(&dir.path().join("db"), &TABLES).unwrap();
+        let mut b = Batch::new();
+        b.put(table, key, value);
+        let t = kv.commit(b).unwrap();
+        kv.wait_durable(t).unwrap();
+        let kv: Arc<dyn KvStore> = Arc::new(kv);
+        (dir, kv)
+    }
+
+    /// `version`, then bytes no version of any record decodes to the end.
+    fn record_of_version(version: u8) -> Vec<u8> {
+        let mut v = vec![version];
+        v.extend_from_slice(&[0xff; 12]);
+        v
+    }
+
+    #[test]
+    fn passes_over_a_table_stop_at_a_newer_record_and_skip_damaged_ones() {
+        let fid = Fid::new(nacre_types::fid::FID_SEQ_NORMAL, 7)
+            .to_key()
+            .to_vec();
+        // The quota count: a newer inode stops it (counted short otherwise).
+        let newer = record_of_version(InodeRecord::VERSION + 1);
+        let (_dir, kv) = store_with(INODES, fid.clone(), newer);
+        assert!(matches!(
+            crate::store::tx::count(&*kv, "MDT0000"),
+            Err(Status::Io)
+        ));
+        assert!(
+            Store::open(kv, 0, "MDT0000").is_err(),
+            "first count at start"
+        );
+        let (_dir, kv) = store_with(INODES, fid.clone(), vec![InodeRecord::VERSION, 0, 0]);
+        assert!(matches!(
+            crate::store::tx::count(&*kv, "MDT0000"),
+            Ok(c) if c.is_empty()
+        ));
+        // The link index build at start: a newer entry stops it (and the MDT's start).
+        let key = dirent_key(Fid::ROOT, b"f");
+        let newer = record_of_version(DirentRecord::VERSION + 1);
+        let (_dir, kv) = store_with(DIRENTS, key.clone(), newer);
+        assert!(matches!(Store::open(kv, 0, "MDT0000"), Err(Status::Io)));
+        let damaged = record_of_version(DirentRecord::VERSION);
+        let (_dir, kv) = store_with(DIRENTS, key, damaged);
+        assert!(Store::open(kv, 0, "MDT0000").is_ok(), "damage is skipped");
+        // The migrations read at start: a newer one stops the start (its fence kept).
+        let newer = record_of_version(RelayoutRecord::VERSION + 1);
+        let (_dir, kv) = store_with(RELAYOUTS, fid.clone(), newer);
+        assert!(matches!(Store::open(kv, 0, "MDT0000"), Err(Status::Io)));
+        let damaged = record_of_version(RelayoutRecord::VERSION);
+        let (_dir, kv) = store_with(RELAYOUTS, fid, damaged);
+        let (_, loaded) = Store::open(kv, 0, "MDT0000").unwrap_or_else(|s| panic!("{s}"));
+        assert_eq!(loaded.relayouts.0, 1, "counted, not read");
+    }
 }

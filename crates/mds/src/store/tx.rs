@@ -93,7 +93,7 @@ impl<'a> Tx<'a> {
     pub fn inode(&self, fid: Fid) -> Result<InodeRecord, Status> {
         match self.store.kv.get(INODES, &fid.to_key()).map_err(kv_err)? {
             Some(v) => {
-                let rec = decode(&v)?;
+                let rec: InodeRecord = self.store.decode(&v)?;
                 let mut seen = self.seen_versions.borrow_mut();
                 if !seen.iter().any(|(f, _)| *f == fid) {
                     seen.push((fid, inode_version(&v)));
@@ -151,7 +151,7 @@ impl<'a> Tx<'a> {
         self.batch.put(
             DIRENTS,
             dirent_key(parent, name),
-            encode(&DirentRecord { fid, kind }),
+            encode_record(&DirentRecord { fid, kind }),
         );
         self.batch.put(
             crate::records::LINKS,
@@ -184,13 +184,13 @@ impl<'a> Tx<'a> {
     /// Records directory `fid`'s stripe layout (its shards).
     pub fn put_dir_stripe(&mut self, fid: Fid, stripe: &DirStripe) {
         self.batch
-            .put(DIRSTRIPES, fid.to_key().to_vec(), encode(stripe));
+            .put(DIRSTRIPES, fid.to_key().to_vec(), encode_record(stripe));
     }
 
     /// Sets directory `fid`'s default for new subdirectories.
     pub fn put_dir_default(&mut self, fid: Fid, default: &DirDefault) {
         self.batch
-            .put(DIRDEFAULTS, fid.to_key().to_vec(), encode(default));
+            .put(DIRDEFAULTS, fid.to_key().to_vec(), encode_record(default));
     }
 
     /// Removes directory `fid`'s default for new subdirectories.
@@ -221,7 +221,7 @@ impl<'a> Tx<'a> {
     /// Records a cross-MDT operation's intent (coordinated here, or owed by this MDT).
     pub fn put_intent(&mut self, intent: &IntentRecord) {
         self.batch
-            .put(INTENTS, intent.key.to_key().to_vec(), encode(intent));
+            .put(INTENTS, intent.key.to_key().to_vec(), encode_record(intent));
     }
 
     /// Removes a cross-MDT operation's intent (keyed by `key`).
@@ -256,7 +256,7 @@ impl<'a> Tx<'a> {
     /// Adds changelog record `index` and records `next` as the next record's number.
     pub fn put_changelog_record(&mut self, index: u64, rec: &ChangelogRecord, next: u64) {
         self.batch
-            .put(CHANGELOG, index.to_be_bytes().to_vec(), encode(rec));
+            .put(CHANGELOG, index.to_be_bytes().to_vec(), encode_record(rec));
         self.batch.put(
             META,
             b"changelog_next".to_vec(),
@@ -283,7 +283,7 @@ impl<'a> Tx<'a> {
     /// Records the migration of file `fid`.
     pub fn put_relayout(&mut self, fid: Fid, rec: &RelayoutRecord) {
         self.batch
-            .put(RELAYOUTS, fid.to_key().to_vec(), encode(rec));
+            .put(RELAYOUTS, fid.to_key().to_vec(), encode_record(rec));
     }
 
     /// Removes the record of file `fid`'s migration.
@@ -632,11 +632,8 @@ impl<'a> Tx<'a> {
             self.batch.delete(REPLIES, reply_key(client, x));
         }
         set.insert(xid);
-        self.batch.put(
-            REPLIES,
-            reply_key(client, xid),
-            crate::records::encode_saved(saved),
-        );
+        self.batch
+            .put(REPLIES, reply_key(client, xid), encode_record(saved));
     }
 }
 
@@ -656,10 +653,11 @@ pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
 /// Inodes counted per id.
 pub type Counts = HashMap<QuotaId, u64>;
 
-/// Loads the counts (counting every inode first on an MDT that has none yet).
-pub fn load(kv: &dyn KvStore) -> Result<Counts, Status> {
+/// Loads the counts (counting every inode first on an MDT that has none yet; `name`: the
+/// MDT's, for log lines).
+pub fn load(kv: &dyn KvStore, name: &str) -> Result<Counts, Status> {
     if read_u64(kv, b"quota_counted")?.is_none() {
-        let counts = count(kv)?;
+        let counts = count(kv, name)?;
         let mut b = Batch::new();
         for (q, n) in &counts {
             b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
@@ -689,17 +687,20 @@ pub(crate) fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
 }
 
 /// Counts every inode of the store by its owner, group and project (what the table must
-/// say; `lfsck --quota` compares them).
-pub fn count(kv: &dyn KvStore) -> Result<Counts, Status> {
+/// say; `lfsck --quota` compares them). A damaged inode is skipped; one of a newer version
+/// than this nacre reads stops the count with an error (logged naming MDT `name`): skipped,
+/// its owner would be counted one inode short.
+pub fn count(kv: &dyn KvStore, name: &str) -> Result<Counts, Status> {
     let mut counts = Counts::new();
     super::scan_each(kv, INODES, &[], 4096, |_, v| {
-        match decode::<InodeRecord>(v) {
+        match decode_record::<InodeRecord>(v) {
             Ok(rec) => {
                 for q in QuotaId::of_attr(&rec.attr) {
                     *counts.entry(q).or_insert(0) += 1;
                 }
             }
-            Err(_) => tracing::warn!("quotas: damaged inode skipped in the count"),
+            Err(e) if e.is_too_new() => return Err(e.logged(name)),
+            Err(e) => tracing::warn!("{name}: quotas: {e}: skipped in the count"),
         }
         Ok(())
     })?;
