@@ -168,7 +168,7 @@ fn header() -> [u8; FENCE_HEADER_BYTES] {
 
 /// The records of the `fences.2` at `path` whose bytes are `bytes`, after its header; an
 /// error if the header is damaged or its version newer than this nacre reads.
-fn records_of(path: &Path, bytes: &[u8]) -> Result<&[u8], FenceError> {
+fn records_of<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], FenceError> {
     let bad = |reason: String| FenceError::BadHeader {
         path: path.display().to_string(),
         reason,

@@ -280,7 +280,10 @@ mod tests {
             Err(CapaRefusal::Version(1))
         );
         let issued = Capa::issue(&key, fid, 2, o, 0, 0xf0 | CAPA_WRITE, me);
-        assert_eq!(issued.ops, CAPA_WRITE, "an issuer cannot set the version bits");
+        assert_eq!(
+            issued.ops, CAPA_WRITE,
+            "an issuer cannot set the version bits"
+        );
         let mut old = Capa { expiry_s: 1, ..c };
         old.mac = old.compute_mac(&key);
         assert_eq!(

@@ -328,10 +328,8 @@ fn load_relayouts(kv: &dyn KvStore, name: &str) -> Result<(u64, HashSet<Fid>), S
             count += 1;
             match (Fid::from_key(k), decode_record::<RelayoutRecord>(v)) {
                 (_, Err(e)) if e.is_too_new() => return Err(e.logged(name)),
-                (Some(fid), Ok(r)) => {
-                    if r.fenced {
-                        fenced.insert(fid);
-                    }
+                (Some(fid), Ok(r)) if r.fenced => {
+                    fenced.insert(fid);
                 }
                 _ => {}
             }
