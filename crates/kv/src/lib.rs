@@ -31,11 +31,26 @@ pub enum KvError {
     /// A table name not opened with the store.
     #[error("unknown table '{0}'")]
     UnknownTable(String),
+    /// The store's engine format is not one this nacre's engine reads (docs/formats.md,
+    /// gap 19: a major upgrade of fjall is an on-disk format change).
+    #[error(
+        "metadata store format: the engine's format {found} is not one this nacre reads \
+         (fjall 3): a store of another nacre release"
+    )]
+    Format {
+        /// What the store's marker says (or that it is unreadable).
+        found: String,
+    },
 }
 
 impl From<fjall::Error> for KvError {
     fn from(e: fjall::Error) -> KvError {
-        KvError::Engine(e.to_string())
+        match e {
+            fjall::Error::InvalidVersion(v) => KvError::Format {
+                found: v.map_or("unreadable".to_string(), |v| format!("{v:?}")),
+            },
+            e => KvError::Engine(e.to_string()),
+        }
     }
 }
 
@@ -273,6 +288,26 @@ mod tests {
         }
         let kv = FjallStore::open(dir.path(), &["t"]).unwrap();
         assert_eq!(kv.get("t", &[1, 9]).unwrap(), Some(vec![9]));
+    }
+
+    /// A store of another engine format (fjall's own marker, `version`: `FJL` and the
+    /// format byte) is refused naming the metadata store's format, not as damage.
+    #[test]
+    fn a_store_of_another_engine_format_is_named_as_such() {
+        for (byte, found) in [(2u8, "V2"), (9u8, "unreadable")] {
+            let dir = tempfile::tempdir().unwrap();
+            drop(FjallStore::open(dir.path(), &["t"]).unwrap());
+            let marker = dir.path().join("version");
+            let bytes = std::fs::read(&marker).unwrap();
+            assert_eq!(&bytes[..4], b"FJL\x03", "fjall 3's marker");
+            std::fs::write(&marker, [b'F', b'J', b'L', byte]).unwrap();
+            let e = FjallStore::open(dir.path(), &["t"]).err().unwrap();
+            assert!(
+                matches!(&e, KvError::Format { found: f } if f == found),
+                "{e:?}"
+            );
+            assert!(e.to_string().starts_with("metadata store format"), "{e}");
+        }
     }
 
     #[test]
