@@ -141,7 +141,7 @@ fn lfsck_finds_nothing_after_real_operations_and_names_injected_damage() {
     mds.kill9();
     {
         use nacre_kv::KvStore;
-        use nacre_mds::records::{self, DirentRecord, InodeRecord};
+        use nacre_mdstore::records::{self, DirentRecord, InodeRecord};
         let kv = nacre_kv::FjallStore::open(&d("mdt0").join("db"), &records::TABLES).unwrap();
         let mut b = nacre_kv::Batch::new();
         let ghost = Fid::new(nacre_types::fid::FID_SEQ_NORMAL, 0xdead);

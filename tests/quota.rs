@@ -356,7 +356,7 @@ fn lfsck_quota_finds_and_repairs_damaged_counts_on_mdts_and_osts() {
     fs.servers_mut()[0].kill9();
     {
         use nacre_kv::KvStore;
-        use nacre_mds::records;
+        use nacre_mdstore::records;
         let kv =
             nacre_kv::FjallStore::open(&fs.data.join("mdt0").join("db"), &records::TABLES).unwrap();
         let mut b = nacre_kv::Batch::new();

@@ -1,7 +1,7 @@
 //! Records an MDT reads back from its key-value store.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nacre_mds::records::{
+use nacre_mdstore::records::{
     decode_record, inode_version, parse_destroy_key, DirentRecord, InodeRecord, IntentRecord,
     RelayoutRecord, SavedReply,
 };

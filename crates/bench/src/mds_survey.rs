@@ -160,7 +160,7 @@ pub fn run_with(
         label
             .write(&mdt_dir, false)
             .map_err(|e| BenchError::Params(e.to_string()))?;
-        let kv = nacre_kv::FjallStore::open(&mdt_dir.join("db"), &nacre_mds::records::TABLES)
+        let kv = nacre_kv::FjallStore::open(&mdt_dir.join("db"), &nacre_mdstore::records::TABLES)
             .map_err(|e| BenchError::Params(format!("metadata store: {e}")))?;
         let osts = Arc::new(OstPool::detached("survey", p.stripe_count));
         let mdt = Mdt::open(label, &mdt_dir, Arc::new(kv), osts)

@@ -25,7 +25,7 @@
 use crate::changelog_state::{users_of, User, UserRecord};
 use crate::changelog_writer::put_user;
 use crate::mdt::{Mdt, Tx};
-use crate::records::encode_record;
+use nacre_mdstore::records::encode_record;
 use nacre_types::Status;
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::MdsReply;
@@ -35,7 +35,7 @@ use std::time::Instant;
 pub use crate::changelog_state::{
     decode_user, CHANGELOG_IDLE_MS_MAX_DEFAULT, CHANGELOG_RECORDS_MAX_DEFAULT,
 };
-pub use crate::records::{CHANGELOG, CHANGELOG_USERS};
+pub use nacre_mdstore::records::{CHANGELOG, CHANGELOG_USERS};
 
 /// Records freed per transaction.
 const PURGE_CHUNK_RECORDS: u64 = 8192;

@@ -2,8 +2,8 @@
 //! loaded at start. What a change writes is changelog_writer.rs; the consumers are served by
 //! changelog.rs.
 
-use crate::records::{decode_record, from_postcard, PlainRecord, Record, RecordError};
-use crate::store::Store;
+use nacre_mdstore::records::{decode_record, from_postcard, PlainRecord, Record, RecordError};
+use nacre_mdstore::store::Store;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::changelog::*;
 use parking_lot::Mutex;
@@ -172,7 +172,7 @@ pub fn decode_user(bytes: &[u8]) -> Result<(String, u64), RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::encode_record;
+    use nacre_mdstore::records::encode_record;
 
     #[test]
     fn consumers_read_their_stored_sample() {

@@ -4,7 +4,7 @@
 
 use crate::changelog_state::{User, UserRecord, ORIGINS_MAX};
 use crate::mdt::{Mdt, Tx};
-use crate::records::encode_record;
+use nacre_mdstore::records::encode_record;
 use nacre_types::{Fid, FileKind};
 use nacre_wire::mds::changelog::*;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};

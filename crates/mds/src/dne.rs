@@ -12,7 +12,7 @@
 use crate::mdt::{Mdt, Tx};
 use crate::ops::rename_steps::rename_steps;
 use crate::peers::{peer_call, send_until, PEER_RETRY_MS, PEER_WAIT_MS_MAX};
-use crate::records::{IntentRecord, SavedReply};
+use nacre_mdstore::records::{IntentRecord, SavedReply};
 use nacre_net::fault;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};

@@ -4,12 +4,12 @@
 
 use crate::dne::{outgoing, saved_reply};
 use crate::mdt::{note_modification, Mdt};
-use crate::records::SavedReply;
 use crate::route::{
     mkdir_by_default, new_dir, parent_default, read_only, rename_dir_or_plain, rmdir_dir,
     run_modifying, to_outgoing,
 };
 use crate::{eviction, export, locks, mdt, migrate, ops, peers, perm, relayout, replay};
+use nacre_mdstore::records::SavedReply;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};

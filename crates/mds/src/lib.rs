@@ -2,7 +2,7 @@
 //! store's API, the order of a request, the commit and sync rules, the on-disk records.
 //!
 //! An MDT keeps inodes, directory entries, layouts and xattrs in the embedded KV store
-//! (`records` lists the tables). A modifying request runs under the MDT's write lock, adds
+//! (`nacre_mdstore::records` lists the tables). A modifying request runs under the MDT's write lock, adds
 //! its changes **and its reply** to one batch and commits it to the journal; the reply is
 //! sent after that journal write. It waits for the journal sync (group commit) only with
 //! `sync_on_reply`, for a client's first change and for changelog consumer changes; other
@@ -18,9 +18,10 @@
 //! * base: in-memory tables and pure helpers with no `crate::` import: exports, byte-range
 //!   locks, exact sizes, destroy space, fileset cache, nodemaps, OST placement and peer
 //!   connections (`osp`), statistics.
-//! * store: the only user of `nacre_kv`: `records` (the schema) and `store` (`Store`: reads,
-//!   allocation state, durability; `store::Tx`: the write lock, the batch, FID, object and
-//!   transno allocation, saved replies; `Writes`; opening and format upgrades).
+//! * store: the crate `nacre_mdstore`, the only user of `nacre_kv`'s tables: `records` (the
+//!   schema and its versions) and `store` (`Store`: reads, allocation state, durability;
+//!   `store::Tx`: the write lock, the batch, FID, object and transno allocation, saved
+//!   replies; `Writes`; opening and format upgrades).
 //! * target: `Mdt` and its transaction wrapper `mdt::Tx`, recovery (`replay`), access times,
 //!   the changelog's writer, calls to peer MDTs.
 //! * ops: one file per operation (`ops`), the cross-MDT intent machinery (`dne`), directory
@@ -65,13 +66,11 @@ pub mod owners;
 pub mod peers;
 pub mod perm;
 pub mod quota;
-pub mod records;
 pub mod relayout;
 pub mod replay;
 pub mod replay_mdt;
 pub mod sizes;
 pub mod stats;
-pub mod store;
 
 use execute::answer;
 pub use execute::execute;

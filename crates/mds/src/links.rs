@@ -13,7 +13,7 @@ use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::changelog::FID_LINKS_MAX;
 use nacre_wire::mds::MdsReply;
 
-pub use crate::records::{link_key, LINKS};
+pub use nacre_mdstore::records::{link_key, LINKS};
 
 /// `FidLinks`: the (directory, name) pairs of this MDT naming `fid`, and the striped
 /// directory `fid` is a shard of, if it is one (a shard has no name of its own).

@@ -2,12 +2,12 @@
 //! every modifying operation uses.
 
 use crate::osp::{merge_spec, OstPool};
-use crate::records::*;
-use crate::store::tx::ReplayHint;
-use crate::store::{Loaded, Store};
-pub use crate::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_kv::KvStore;
 use nacre_ldlm::msg::{LockRef, UPDATE};
+use nacre_mdstore::records::*;
+use nacre_mdstore::store::tx::ReplayHint;
+use nacre_mdstore::store::{Loaded, Store};
+pub use nacre_mdstore::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_osd::Label;
 use nacre_types::layout::StripeSpec;
 use nacre_types::limits::NAME_BYTES_MAX;
@@ -614,18 +614,18 @@ impl Mdt {
 }
 
 /// A modifying operation in progress ([`Mdt::begin`]): the store's transaction
-/// ([`crate::store::Tx`], which it dereferences to) and what needs the rest of the MDT:
+/// ([`nacre_mdstore::store::Tx`], which it dereferences to) and what needs the rest of the MDT:
 /// object placement, destroy-space hints, exact sizes, quota enforcement, the relayout
 /// bookkeeping of a removed inode, and which clients are peers.
 pub struct Tx<'a> {
     /// The MDT.
     pub mdt: &'a Mdt,
-    tx: crate::store::Tx<'a>,
+    tx: nacre_mdstore::store::Tx<'a>,
 }
 
 impl<'a> std::ops::Deref for Tx<'a> {
-    type Target = crate::store::Tx<'a>;
-    fn deref(&self) -> &crate::store::Tx<'a> {
+    type Target = nacre_mdstore::store::Tx<'a>;
+    fn deref(&self) -> &nacre_mdstore::store::Tx<'a> {
         &self.tx
     }
 }
@@ -765,7 +765,7 @@ impl Tx<'_> {
 impl<'a> Tx<'a> {
     /// Ends the transaction, releasing the write lock, and keeps its changes to commit
     /// without it (a by-value call does not go through `Deref`).
-    pub fn detach(self) -> crate::store::Writes<'a> {
+    pub fn detach(self) -> nacre_mdstore::store::Writes<'a> {
         self.tx.detach()
     }
 }

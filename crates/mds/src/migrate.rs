@@ -22,7 +22,7 @@
 
 use crate::mdt::Mdt;
 use crate::peers::{ask_until, peer_call, send_until};
-use crate::records::{DirentRecord, InodeRecord, IntentRecord, SavedReply};
+use nacre_mdstore::records::{DirentRecord, InodeRecord, IntentRecord, SavedReply};
 use nacre_net::{fault, Outgoing};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{

@@ -1,5 +1,5 @@
 //! Ownership changes reach the OST objects: a chown or chgrp of a regular file records, in the
-//! same transaction, the new owner for each of its objects ([`crate::records::OWNERS`]); the
+//! same transaction, the new owner for each of its objects ([`nacre_mdstore::records::OWNERS`]); the
 //! MDT's background thread sends them to the OSTs (`SetOwner`, batched per OST and owner)
 //! and forgets each record once its OST has it — unless a newer change replaced it
 //! meanwhile. A crash or an unreachable OST only delays the change; the records are the
@@ -8,7 +8,7 @@
 //! `Tx::queue_owner_change`, store/tx.rs.)
 
 use crate::mdt::Mdt;
-use crate::records::parse_destroy_key;
+use nacre_mdstore::records::parse_destroy_key;
 use nacre_net::rpc::call;
 use nacre_types::{ObjectId, Owner, Status};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest, SET_OWNER_OBJECTS_MAX};

@@ -10,7 +10,7 @@
 
 use nacre_types::{Owner, QuotaId, Status};
 
-pub use crate::records::QUOTA_USAGE;
+pub use nacre_mdstore::records::QUOTA_USAGE;
 
 impl crate::mdt::Mdt {
     /// [`nacre_wire::mds::MdsOp::QuotaCheck`]: counts every inode again and compares with

@@ -5,14 +5,14 @@
 //! Table `relayouts`: FID key (16) → `[1] postcard(RelayoutRecord)`.
 
 use crate::mdt::{end_relayout, relayout_of, Mdt, Tx};
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Fid, FileKind, Layout, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
 use std::sync::atomic::Ordering;
 
 pub use crate::mdt::FENCE_LEASE_MS;
-pub use crate::records::{RelayoutRecord, RELAYOUTS};
+pub use nacre_mdstore::records::{RelayoutRecord, RELAYOUTS};
 
 /// A migration whose migrator has not renewed it (a `RelayoutBegin` again) for this long is
 /// aborted (its new objects destroyed).

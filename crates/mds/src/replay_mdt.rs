@@ -3,7 +3,7 @@
 
 use crate::mdt::Mdt;
 use crate::replay::{RecoveryHost, REPLAY_AHEAD_MAX};
-use crate::store::tx::ReplayHint;
+use nacre_mdstore::store::tx::ReplayHint;
 use nacre_types::Status;
 use nacre_wire::mds::MdsOp;
 use std::collections::HashSet;
@@ -52,7 +52,7 @@ pub fn check_created(
     if !creates_here {
         return Ok(Some((fid, layout)));
     }
-    let n = crate::store::tx::fid_number(here, fid).ok_or(Status::Inval)?;
+    let n = nacre_mdstore::store::tx::fid_number(here, fid).ok_or(Status::Inval)?;
     if n >= mdt
         .store()
         .fid_limit_at_start()

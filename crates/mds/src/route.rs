@@ -5,8 +5,8 @@
 use crate::dne::{reconstruct, saved_reply};
 use crate::execute::{commit, LAST_TRANSNO};
 use crate::mdt::Mdt;
-use crate::records::SavedReply;
 use crate::{changelog, changelog_writer, dne, links, mdt, ops, relayout};
+use nacre_mdstore::records::SavedReply;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::encode_body;

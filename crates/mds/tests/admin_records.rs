@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 fn open_mdt(dir: &Path) -> Mdt {
     let label = Label::new(TargetKind::Mdt, 0, "adm", None).unwrap();
-    let kv = Arc::new(FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES).unwrap());
+    let kv = Arc::new(FjallStore::open(&dir.join("db"), &nacre_mdstore::records::TABLES).unwrap());
     let osts = Arc::new(OstPool::detached("adm", 1));
     Mdt::open(label, dir, kv, osts).unwrap()
 }

@@ -4,7 +4,7 @@
 use nacre_kv::{Batch, FjallStore, KvStore};
 use nacre_mds::mdt::Mdt;
 use nacre_mds::osp::OstPool;
-use nacre_mds::records::{META, ORPHANS};
+use nacre_mdstore::records::{META, ORPHANS};
 use nacre_osd::Label;
 use nacre_types::{Fid, FileKind, TargetKind};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 fn open_mdt(dir: &Path) -> (Mdt, Arc<FjallStore>) {
     let label = Label::new(TargetKind::Mdt, 0, "orph", None).unwrap();
-    let kv = Arc::new(FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES).unwrap());
+    let kv = Arc::new(FjallStore::open(&dir.join("db"), &nacre_mdstore::records::TABLES).unwrap());
     let osts = Arc::new(OstPool::detached("orph", 1));
     (Mdt::open(label, dir, kv.clone(), osts).unwrap(), kv)
 }

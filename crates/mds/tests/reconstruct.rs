@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 fn serve(dir: &Path) -> Arc<Server> {
     let label = Label::new(TargetKind::Mdt, 0, "rr", None).unwrap();
-    let kv = FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES).unwrap();
+    let kv = FjallStore::open(&dir.join("db"), &nacre_mdstore::records::TABLES).unwrap();
     // No MGS: this test creates directories only, which need no OSTs.
     let osts = Arc::new(OstPool::new(
         "rr",

@@ -312,7 +312,7 @@ impl Targets {
         served: &mut Served,
     ) -> anyhow::Result<()> {
         let mgs = self.mgs_of(label)?;
-        let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mds::records::TABLES)
+        let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mdstore::records::TABLES)
             .with_context(|| format!("opening the metadata store of {}", label.name()))?;
         let osts = Arc::new(OstPool::new(&label.fsname, mgs, osp_net_config()));
         if let Err(e) = osts.refresh() {

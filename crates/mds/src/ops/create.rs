@@ -1,7 +1,7 @@
 //! Create: a regular file (with its layout), device node, fifo or socket.
 
 use crate::mdt::{check_name, Tx};
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_types::layout::StripeSpec;
 use nacre_types::{Attr, Cred, Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;

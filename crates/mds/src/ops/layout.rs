@@ -56,7 +56,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
                 return Err(Status::Exist);
             }
             let fs_default = tx.fs_default()?;
-            let parent_like = crate::records::InodeRecord {
+            let parent_like = nacre_mdstore::records::InodeRecord {
                 dir_default: Some(fs_default),
                 ..rec.clone()
             };

@@ -3,7 +3,7 @@
 use crate::dne::{resume_request, run_intent, saved_reply};
 use crate::mdt::Mdt;
 use crate::peers::peer_call;
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};

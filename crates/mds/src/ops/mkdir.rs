@@ -1,7 +1,7 @@
 //! Mkdir: a new directory; the parent gains a link (the child's "..").
 
 use crate::mdt::{check_name, Tx};
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 

@@ -4,7 +4,7 @@
 use crate::dne::{coordinate, saved_reply};
 use crate::mdt::{Mdt, Placement, Tx};
 use crate::peers::{mdt_list, peer_call};
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};

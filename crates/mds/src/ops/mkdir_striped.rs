@@ -4,7 +4,7 @@ use crate::dne::{coordinate, saved_reply};
 use crate::mdt::Mdt;
 use crate::ops::mkdir_remote::{alloc_on, choose_mdt, mkdir_local, NewDir};
 use crate::peers::mdt_list;
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::Status;
 use nacre_wire::mds::{MdsCall, RemoteUpdate};

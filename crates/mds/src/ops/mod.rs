@@ -30,7 +30,7 @@ pub mod unlink;
 pub mod unlink_remote;
 pub mod xattr;
 
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_wire::mds::MdsReply;
 
 /// The reply describing an inode: attributes plus a regular file's layout (the size is the

@@ -3,7 +3,7 @@
 
 use crate::mdt::Mdt;
 use crate::ops::dir_stripe::dir_stripe;
-use crate::records::{InodeRecord, IntentRecord};
+use nacre_mdstore::records::{InodeRecord, IntentRecord};
 use nacre_net::fault;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsOp, MdsReply, RemoteUpdate};

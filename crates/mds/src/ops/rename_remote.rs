@@ -5,7 +5,7 @@
 use crate::dne::{resume_request, run_intent, saved_reply};
 use crate::mdt::Mdt;
 use crate::peers::{peer_call, PEER_RETRY_MS, PEER_WAIT_MS_MAX};
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::fault;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, FileKind, Status};
@@ -230,7 +230,7 @@ pub(crate) fn rename_remote_locked(
     mdt: &Mdt,
     call: &MdsCall,
     xid: u64,
-    src: crate::records::DirentRecord,
+    src: nacre_mdstore::records::DirentRecord,
     src_parent: Fid,
     src_name: &[u8],
     dst_parent: Fid,

@@ -4,7 +4,7 @@
 
 use crate::mdt::Mdt;
 use crate::peers::{peer_call, send_until};
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::fault;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsOp, MdsReply, RemoteUpdate};

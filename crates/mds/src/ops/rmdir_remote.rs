@@ -3,7 +3,7 @@
 
 use crate::dne::{resume_own, saved_reply, start_removal};
 use crate::mdt::Mdt;
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::Fid;
 use nacre_wire::mds::{MdsCall, RemoteUpdate};

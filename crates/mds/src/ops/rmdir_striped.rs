@@ -4,7 +4,7 @@
 use crate::dne::{resume_own, saved_reply, start_removal};
 use crate::mdt::Mdt;
 use crate::peers::peer_call;
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};

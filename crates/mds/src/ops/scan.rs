@@ -3,7 +3,7 @@
 //! index (`nacre policy`).
 
 use crate::mdt::Mdt;
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::changelog::{InodeStat, STATS_MAX};
 use nacre_wire::mds::{DirentSummary, InodeSummary, MdsReply};

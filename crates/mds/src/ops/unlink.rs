@@ -2,7 +2,7 @@
 //! orphan kept until its last opener closes it.
 
 use crate::mdt::{check_name, Tx};
-use crate::records::InodeRecord;
+use nacre_mdstore::records::InodeRecord;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 

@@ -2,7 +2,7 @@
 
 use crate::dne::{coordinate, saved_reply};
 use crate::mdt::Mdt;
-use crate::records::IntentRecord;
+use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{MdsCall, MdsReply, RemoteUpdate};

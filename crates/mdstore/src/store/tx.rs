@@ -2,7 +2,7 @@
 //! holds the MDT's write lock, reads through it, collects the batch of changes, allocates
 //! FIDs, objects and transaction numbers, and saves the reply with the change (exactly
 //! once). What needs the rest of the MDT (object placement, quotas, sizes) is the wrapper's,
-//! `crate::mdt::Tx`.
+//! `nacre_mds::mdt::Tx`.
 
 use super::{
     kv_err, read_u64, AllocState, Store, Writes, ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX,
@@ -388,7 +388,7 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// As [`Tx::reserve_past_fid`] for a replayed file's object on `ost`.
+    /// As `Tx::reserve_past_fid` for a replayed file's object on `ost`.
     pub fn reserve_past_object(&mut self, ost: u32, object: ObjectId) -> Result<(), Status> {
         if object.seq != u64::from(self.store.index) {
             return Ok(());
@@ -440,7 +440,7 @@ impl<'a> Tx<'a> {
         })
     }
 
-    /// The store's part of removing an inode (`crate::mdt::Tx::remove_inode`): its version
+    /// The store's part of removing an inode (`nacre_mds::mdt::Tx::remove_inode`): its version
     /// noted, its record, orphan index entry and xattrs deleted, its objects' destruction
     /// recorded.
     pub fn remove_inode_records(&mut self, rec: &InodeRecord) -> Result<(), Status> {
@@ -511,7 +511,7 @@ impl<'a> Tx<'a> {
     }
 
     /// Adjusts the inode counter `df -i` reports, and the inodes of `attr`'s owner, group and
-    /// project (quotas). No quota check: `crate::mdt::Tx::count_inodes` makes it first.
+    /// project (quotas). No quota check: `nacre_mds::mdt::Tx::count_inodes` makes it first.
     pub fn count_inodes(&mut self, attr: &nacre_types::Attr, delta: i64) {
         self.alloc.inodes_used = self.alloc.inodes_used.saturating_add_signed(delta);
         let used = self.alloc.inodes_used;

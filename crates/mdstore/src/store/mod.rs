@@ -65,11 +65,11 @@ pub struct Store {
     /// The allocation state; its lock is the MDT's write lock (commit order = lock order).
     alloc: Mutex<AllocState>,
     /// The FID allocation reserved durably when this MDT started: a replayed create's FID
-    /// lies below it, or at most [`crate::replay::REPLAY_AHEAD_MAX`] past it.
+    /// lies below it, or at most `nacre_mds::replay::REPLAY_AHEAD_MAX` past it.
     fid_limit_at_start: u64,
     /// Each OST's object allocation reserved durably when this MDT started (`ost_next/N`):
     /// a replayed layout's objects lie within [`ALLOC_RESERVE`] below it or at most
-    /// [`crate::replay::REPLAY_AHEAD_MAX`] past it (objects below were given to creates
+    /// `nacre_mds::replay::REPLAY_AHEAD_MAX` past it (objects below were given to creates
     /// that are durable).
     ost_next_at_start: HashMap<u32, u64>,
     /// Ownership changes possibly pending in the `owners` table (owners.rs): 0 means none,
