@@ -266,7 +266,9 @@ pub fn mount(
         SessionACL::Owner
     };
     config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
+    // One descriptor per session thread (FUSE_DEV_IOC_CLONE) where the kernel takes it;
+    // else the threads share one, as libfuse's older multi-threaded loop does.
+    config.clone_fd = clone_fd_supported();
     let jobs = crate::jobid::JobIds::new(opts.jobid_var.clone());
     let threads = opts.threads.max(1);
     let fs = NacreFs::new(
@@ -306,6 +308,50 @@ pub fn mount(
     })
 }
 
+/// `FUSE_DEV_IOC_CLONE` (`_IOR(229, 0, u32)`): a /dev/fuse descriptor of its own for
+/// another session thread.
+const FUSE_DEV_IOC_CLONE: libc::c_ulong = 0x8004_e500;
+
+/// True if this kernel (or emulator) takes `FUSE_DEV_IOC_CLONE`. Asked with a descriptor of
+/// no session as the source: a kernel that knows the request refuses that source (`EPERM`
+/// or `EINVAL`, by version), one that does not (before Linux 4.5; qemu-user, which passes
+/// on only the ioctls it knows) answers `ENOTTY`. Without it, a session whose threads each clone the descriptor
+/// ends as it starts: under qemu-aarch64 the mount came up and went at once.
+pub fn clone_fd_supported() -> bool {
+    use std::os::fd::AsRawFd;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+    };
+    let (Ok(new), Ok(source)) = (open(), open()) else {
+        return false;
+    };
+    let mut fd = source.as_raw_fd() as u32;
+    // SAFETY: both descriptors are open /dev/fuse files; the argument is a u32 the kernel
+    // reads (the source descriptor).
+    let rc = unsafe {
+        libc::ioctl(
+            new.as_raw_fd(),
+            FUSE_DEV_IOC_CLONE as _,
+            &mut fd as *mut u32,
+        )
+    };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    match (rc, err) {
+        (0, _) => true,
+        (_, Some(e)) if e != libc::ENOTTY && e != libc::ENOSYS => true,
+        (_, e) => {
+            tracing::info!(
+                "FUSE_DEV_IOC_CLONE refused ({}): the session threads share one descriptor",
+                std::io::Error::from_raw_os_error(e.unwrap_or(0))
+            );
+            false
+        }
+    }
+}
+
 /// Lazily detaches a mount (`umount2(MNT_DETACH)`).
 fn detach(mountpoint: &Path) {
     use std::os::unix::ffi::OsStrExt;
@@ -335,4 +381,19 @@ fn raise_readahead(mountpoint: &Path, kb: u32) -> Option<u64> {
         tracing::warn!("cannot set {path}: {e}");
     }
     Some(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    /// This kernel (Linux 4.5 and later) takes FUSE_DEV_IOC_CLONE; under an emulator that
+    /// does not pass it on, the probe says so instead (the aarch64 run of these tests).
+    #[test]
+    fn the_clone_probe_answers_for_this_kernel() {
+        if !std::path::Path::new("/dev/fuse").exists() {
+            eprintln!("no /dev/fuse: nothing to probe");
+            return;
+        }
+        let emulated = std::env::var_os("NACRE_UNDER_QEMU").is_some();
+        assert_eq!(super::clone_fd_supported(), !emulated);
+    }
 }

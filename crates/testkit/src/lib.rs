@@ -73,6 +73,16 @@ pub fn nacre_bin() -> PathBuf {
     bin
 }
 
+/// The `nacre` binary client mounts run: `$NACRE_CLIENT_BIN`, else [`nacre_bin`] (the
+/// mixed-architecture runs of scripts/test-aarch64.sh give servers and clients binaries of
+/// two architectures).
+pub fn nacre_client_bin() -> PathBuf {
+    match std::env::var_os("NACRE_CLIENT_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => nacre_bin(),
+    }
+}
+
 /// Runs `nacre ARGS` to completion.
 pub fn nacre(args: &[&str]) -> Output {
     Command::new(nacre_bin())
@@ -597,10 +607,10 @@ impl ClientMount {
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(nacre_bin());
+                c.args(rest).arg(nacre_client_bin());
                 c
             }
-            None => Command::new(nacre_bin()),
+            None => Command::new(nacre_client_bin()),
         };
         let out = cmd
             .arg("mount")

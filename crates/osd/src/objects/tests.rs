@@ -286,8 +286,15 @@ fn reads_at_once_give_what_each_gives_alone() {
     let corrupt_alone = store.corrupt_chunks();
     let together = store.read_many(&reads);
     assert_eq!(together.len(), reads.len());
-    // The 8 aligned reads of existing objects went to the disk at once (io_uring).
-    assert_eq!(store.reads_together(), 8);
+    // The 8 aligned reads of existing objects went to the disk at once (io_uring), where
+    // the kernel has it: without it (qemu-user passes no io_uring call on), one by one, and
+    // the same bytes.
+    let uring = io_uring::IoUring::new(2).is_ok();
+    assert_eq!(
+        store.reads_together(),
+        if uring { 8 } else { 0 },
+        "io_uring here: {uring}"
+    );
     for ((r, x), y) in reads.iter().zip(&alone).zip(&together) {
         match (x, y) {
             (Ok(x), Ok(y)) => {
