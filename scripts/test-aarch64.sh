@@ -33,6 +33,10 @@ if [ "$mixed_only" -eq 0 ]; then
     --exclude nacre-tests --exclude nacre-python --exclude nacre-capi --exclude nacre-preload \
     -- --test-threads "${NACRE_TEST_THREADS:-2}"
   echo "aarch64: unit, property and crate tests under emulation in $(( $(date +%s) - start )) s"
+  # The page-size code with the 64 KiB pages of many aarch64 kernels: qemu-user reports the
+  # page size it is told (sysconf), which nacre_types::page::page_bytes reads.
+  QEMU_PAGESIZE=65536 NACRE_PAGE_BYTES_EXPECTED=65536 \
+    ./scripts/build-aarch64.sh test --release -p nacre-types page::
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
 export NACRE_TEST_DIR="${NACRE_TEST_DIR:-/var/tmp}"

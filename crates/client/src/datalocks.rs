@@ -589,16 +589,16 @@ impl Client {
     /// after the write (no callback would ever come for them), and the file's cached data is
     /// not kept across opens.
     pub fn pages_covered_for_write(&self, file: &crate::OpenFile, offset: u64, len: u64) -> bool {
-        const PAGE: u64 = 4096;
         let (Some(layout), true) = (file.layout(), self.data_locks.enabled()) else {
             return false;
         };
         let layout = &layout;
-        let start = offset.div_ceil(PAGE).saturating_mul(PAGE);
-        let end = offset.saturating_add(len) / PAGE * PAGE;
-        if start >= end {
+        // The system's pages (64 KiB on many aarch64 kernels): a page written in part is
+        // not kept, so only whole ones need their locks.
+        let page = nacre_types::page::page_bytes();
+        let Some((start, end)) = nacre_types::page::whole_pages(offset, len, page) else {
             return true;
-        }
+        };
         let covered = crate::osc::subs(layout, start, end - start, u64::MAX)
             .into_iter()
             .all(|sub| {

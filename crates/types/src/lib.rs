@@ -28,6 +28,8 @@
 //!   filled it had them; any change forgets them.
 //! * `crc`: crc32c over 4 KiB chunks: each chunk's checksum, appended into the whole's by a
 //!   table per byte, so no one passes over the bytes twice.
+//! * `page`: the memory page size where it matters (`page_bytes`, `whole_pages`): 4 KiB
+//!   on x86-64, often 64 KiB on aarch64.
 //! * `units`: sizes with K/M/G/T suffixes and durations with s/m/h/d/w, as people write them.
 
 pub mod attr;
@@ -40,6 +42,7 @@ pub mod jobid;
 pub mod layout;
 pub mod limits;
 pub mod nid;
+pub mod page;
 pub mod quota;
 pub mod run;
 pub mod status;
