@@ -29,9 +29,10 @@ if [ "$mixed_only" -eq 0 ]; then
   start=$(date +%s)
   # The integration suite (nacre-tests) is the mixed run below; the Python, C and preload
   # crates' tests build their artefacts for the host and are left to the x86 run.
+  # Documentation examples are left to the x86 run (rustdoc would need the aarch64 std too).
   ./scripts/build-aarch64.sh test --release --workspace \
     --exclude nacre-tests --exclude nacre-python --exclude nacre-capi --exclude nacre-preload \
-    -- --test-threads "${NACRE_TEST_THREADS:-2}"
+    --lib --bins --tests -- --test-threads "${NACRE_TEST_THREADS:-2}"
   echo "aarch64: unit, property and crate tests under emulation in $(( $(date +%s) - start )) s"
   # The page-size code with the 64 KiB pages of many aarch64 kernels: qemu-user reports the
   # page size it is told (sysconf), which nacre_types::page::page_bytes reads.
