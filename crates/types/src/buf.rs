@@ -1,4 +1,5 @@
-//! A page-aligned, heap-allocated byte buffer, usable as an O_DIRECT I/O buffer.
+//! A heap-allocated byte buffer aligned for direct I/O (4 KiB: `DIRECT_IO_ALIGN_BYTES`, not
+//! the page size, which may be larger), usable as an O_DIRECT I/O buffer.
 //!
 //! Bulk data is received straight into an `AlignedBuf`, so the OSS can hand it to an O_DIRECT
 //! `pwrite` without another copy.

@@ -20,7 +20,7 @@
 //! * `quota`: `QuotaId`, a user, group or project, and who may see its usage.
 //! * `jobid`: the job id the current thread's RPCs carry.
 //! * `run`: a mount's run-time file names, `/run/nacre/<mount point>.pid|log|api.sock`.
-//! * `buf`: `AlignedBuf`, a page-aligned buffer for O_DIRECT and bulk data, or a view of
+//! * `buf`: `AlignedBuf`, a buffer aligned for O_DIRECT and bulk data, or a view of
 //!   memory another owns (`AlignedBuf::external`, e.g. the region of a ring a reply lands
 //!   in). Large buffers are recycled through bounded per-size pools, one set per CPU
 //!   partition: a thread declares its partition, and a buffer returns to the pool it came
