@@ -537,6 +537,42 @@ mod tests {
         assert!((0..4).all(|i| t.partition(i).nodes.len() == 1));
     }
 
+    /// A ThunderX2-like aarch64 server (DDN's Lustre study: 2 sockets of 48 cores, one NUMA
+    /// node each), read from a recorded /sys tree: Lustre's estimate (libcfs
+    /// `cfs_cpt_num_estimate`: the power of two N with 2(N/2)^2 < 96 <= 2N^2, rounded to a
+    /// multiple of the nodes) is 8 partitions, 4 per socket, of 12 cores each, none across
+    /// a socket; the same with `cpu_npartitions=8`, and 2 with `cpu_npartitions=2`.
+    #[test]
+    fn a_two_socket_48_core_arm_server_gets_lustres_table() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("cpu")).unwrap();
+        std::fs::write(d.path().join("cpu/online"), "0-95\n").unwrap();
+        for (n, l) in [("node0", "0-47\n"), ("node1", "48-95\n")] {
+            std::fs::create_dir_all(d.path().join("node").join(n)).unwrap();
+            std::fs::write(d.path().join("node").join(n).join("cpulist"), l).unwrap();
+        }
+        // Files of a real tree the reader must pass over.
+        std::fs::write(d.path().join("node/possible"), "0-1\n").unwrap();
+        let topo = Topology::read_from(d.path()).unwrap();
+        assert_eq!(topo.cpus().len(), 96);
+        let t = CptTable::auto(&topo);
+        assert_eq!(t.len(), 8);
+        for i in 0..8 {
+            let p = t.partition(i);
+            let first = i * 12;
+            assert_eq!(
+                p.cpus,
+                (first..first + 12).collect::<Vec<_>>(),
+                "partition {i}"
+            );
+            assert_eq!(p.nodes, vec![i / 4], "partition {i} stays on its socket");
+        }
+        assert_eq!(CptTable::configure(None, 8, &topo).unwrap(), t);
+        let two = CptTable::configure(None, 2, &topo).unwrap();
+        assert_eq!(two.partition(1).cpus, (48..96).collect::<Vec<_>>());
+        assert_eq!(two.partition(1).nodes, vec![1]);
+    }
+
     #[test]
     fn topology_reads_sysfs() {
         let d = tempfile::tempdir().unwrap();
