@@ -62,3 +62,18 @@ for pair in "$x86 $a64" "$a64 $x86"; do
     cargo test --release -p nacre-tests --test suite -- --exact "${mixed[@]}" --test-threads 2
   echo "mixed run in $(( $(date +%s) - start )) s"
 done
+# The Debian package for arm64, unpacked and run as the x86 one is: a whole file system up,
+# a file written and read back, then down.
+deb="$(./scripts/build-deb.sh --bin "$a64" --arch arm64 --out "$(mktemp -d)")"
+[ "$(dpkg-deb -f "$deb" Architecture)" = arm64 ]
+root="$(mktemp -d)"
+dpkg-deb -x "$deb" "$root"
+"$root/usr/bin/nacre" --version
+fs="$(mktemp -d "${NACRE_TEST_DIR}/nacre-arm64-pkg.XXXXXX")"
+mkdir -p "$fs/mnt"
+"$root/usr/bin/nacre" up "$fs/data" --mount "$fs/mnt" --osts 2
+echo "arm64 package" >"$fs/mnt/hello"
+[ "$(cat "$fs/mnt/hello")" = "arm64 package" ]
+"$root/usr/bin/nacre" down "$fs/mnt"
+rm -rf "$root" "$fs"
+echo "arm64 package: $(basename "$deb") unpacked and run"
