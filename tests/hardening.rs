@@ -20,6 +20,19 @@ fn net_stats(pid: u32) -> std::collections::HashMap<String, u64> {
         .collect()
 }
 
+/// A write at the start of object 1:1, with no lock, capability or grant.
+fn write_at_start() -> OssRequest {
+    OssRequest::Write {
+        object: ObjectId { seq: 1, id: 1 },
+        offset: 0,
+        owner: nacre_types::Owner::default(),
+        lock: false,
+        grant_used: 0,
+        epoch: 0,
+        layout_gen: 0,
+    }
+}
+
 /// Astra's clients all mount every server: 2,000 live connections (from four client
 /// threads, each its own set of sockets) doing metadata and small reads against one MDS and
 /// one OSS. Server threads stay bounded (before this design every connection had a thread:
@@ -230,15 +243,7 @@ fn hostile_connections_are_dropped_and_counted_while_work_goes_on() {
             client: [0; 16],
             jobid: "hoard".into(),
             cred: nacre_types::Cred::root(),
-            req: OssRequest::Write {
-                object: ObjectId { seq: 1, id: 1 },
-                offset: 0,
-                owner: nacre_types::Owner::default(),
-                lock: false,
-                grant_used: 0,
-                epoch: 0,
-                layout_gen: 0,
-            },
+            req: write_at_start(),
             capa: None,
         });
         h.seal(&body, Some(&vec![0u8; 16 << 20]), true);
@@ -370,16 +375,8 @@ fn a_request_of_another_protocol_version_is_answered_with_the_range() {
     let (oss_pid, oss) = servers[1].clone();
     let mut c = RawConn::connect(&oss, "nacre", [0x5f; 16]).unwrap();
     c.set_version(PROTOCOL_VERSION + 1);
-    let write = OssRequest::Write {
-        object: ObjectId { seq: 1, id: 1 },
-        offset: 0,
-        owner: nacre_types::Owner::default(),
-        lock: false,
-        grant_used: 0,
-        epoch: 0,
-        layout_gen: 0,
-    };
-    c.send_oss(0, write, Some(&[7u8; 65_536])).unwrap();
+    c.send_oss(0, write_at_start(), Some(&[7u8; 65_536]))
+        .unwrap();
     let r = c.recv().unwrap();
     assert_eq!(r.header.status, nacre_types::Status::Proto.code());
     assert_eq!(Range::decode(&r.body), Some(Range::OURS));

@@ -500,9 +500,15 @@ pub fn client(stream: &TcpStream, key: &FsKey, timeout: Duration) -> Result<Sess
 /// Answers a HELLO with a CHALLENGE of refusal `status` (best effort: the connection
 /// closes after).
 fn refuse(stream: &TcpStream, status: u8, deadline: Instant) {
+    refuse_with(stream, status, 0, deadline);
+}
+
+/// [`refuse`] with `level` in the CHALLENGE's level byte (a [`WRONG_VERSION`] refusal
+/// carries the server's newest handshake version there).
+fn refuse_with(stream: &TcpStream, status: u8, level: u8, deadline: Instant) {
     let no = Challenge {
         status,
-        level: 0,
+        level,
         nonce: [0; NONCE_BYTES],
         proof: [0; NONCE_BYTES],
     };
@@ -529,13 +535,8 @@ pub fn serve(
     let version = u16::from_le_bytes([fixed[8], fixed[9]]);
     if !(VERSION_MIN..=VERSION).contains(&version) {
         // Answered (never just closed), so the client names the versions, not a key.
-        let no = Challenge {
-            status: WRONG_VERSION,
-            level: u8::try_from(VERSION).unwrap_or(u8::MAX),
-            nonce: [0; NONCE_BYTES],
-            proof: [0; NONCE_BYTES],
-        };
-        let _ = write_by(stream, &no.encode(), deadline);
+        let newest = u8::try_from(VERSION).unwrap_or(u8::MAX);
+        refuse_with(stream, WRONG_VERSION, newest, deadline);
         return Err(SecError::Protocol(format!(
             "a peer's handshake version is {version} (this side speaks {VERSION_MIN} to \
              {VERSION}): answered with this side's"
