@@ -8,7 +8,9 @@
 #      recovery).
 # aarch64 programs run as if native (binfmt_misc, registered here if missing, with qemu's
 # fix-binary flag), so a server that re-executes itself, or a test that spawns `nacre`,
-# behaves as on ARM hardware. Needs root (binfmt_misc, FUSE mounts).
+# behaves as on ARM hardware. Needs root (binfmt_misc, FUSE mounts). Everything aarch64 is
+# built with the `emulated` profile (Cargo.toml): release without debug info, at opt-level 1.
+# scripts/test.sh runs this after the x86 suite (it is part of CI).
 #   scripts/test-aarch64.sh [--mixed-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +18,9 @@ mixed_only=0
 [ "${1:-}" = "--mixed-only" ] && mixed_only=1
 ./scripts/install-deps.sh
 # Builds the aarch64 binary (and installs the cross tools and qemu-user if missing).
-./scripts/build-aarch64.sh build --release -p nacre-cli
-a64="${NACRE_AARCH64_TARGET_DIR:-$HOME/.cache/nacre-target-aarch64}/aarch64-unknown-linux-gnu/release/nacre"
+all_start=$(date +%s)
+./scripts/build-aarch64.sh build --profile emulated -p nacre-cli
+a64="${NACRE_AARCH64_TARGET_DIR:-$HOME/.cache/nacre-target-aarch64}/aarch64-unknown-linux-gnu/emulated/nacre"
 binfmt=/proc/sys/fs/binfmt_misc
 [ -e "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt"
 if [ ! -e "$binfmt/qemu-aarch64" ]; then
@@ -30,14 +33,14 @@ if [ "$mixed_only" -eq 0 ]; then
   # The integration suite (nacre-tests) is the mixed run below; the Python, C and preload
   # crates' tests build their artefacts for the host and are left to the x86 run.
   # Documentation examples are left to the x86 run (rustdoc would need the aarch64 std too).
-  ./scripts/build-aarch64.sh test --release --workspace \
+  ./scripts/build-aarch64.sh test --profile emulated --workspace \
     --exclude nacre-tests --exclude nacre-python --exclude nacre-capi --exclude nacre-preload \
     --lib --bins --tests -- --test-threads "${NACRE_TEST_THREADS:-2}"
   echo "aarch64: unit, property and crate tests under emulation in $(( $(date +%s) - start )) s"
   # The page-size code with the 64 KiB pages of many aarch64 kernels: qemu-user reports the
   # page size it is told (sysconf), which nacre_types::page::page_bytes reads.
   QEMU_PAGESIZE=65536 NACRE_PAGE_BYTES_EXPECTED=65536 \
-    ./scripts/build-aarch64.sh test --release -p nacre-types page::
+    ./scripts/build-aarch64.sh test --profile emulated -p nacre-types page::
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
 export NACRE_TEST_DIR="${NACRE_TEST_DIR:-/var/tmp}"
@@ -77,3 +80,4 @@ echo "arm64 package" >"$fs/mnt/hello"
 "$root/usr/bin/nacre" down "$fs/mnt"
 rm -rf "$root" "$fs"
 echo "arm64 package: $(basename "$deb") unpacked and run"
+echo "aarch64: everything above in $(( $(date +%s) - all_start )) s"

@@ -2,7 +2,9 @@
 # Runs Nacre's whole test suite on a fresh Debian machine: installs what is missing, checks
 # formatting and lints, builds, and runs every unit, crate and integration test (the
 # integration tests mount real FUSE file systems and start real server processes: run as root),
-# then runs every fuzz target briefly (scripts/fuzz.sh).
+# then runs every fuzz target briefly (scripts/fuzz.sh), and last the aarch64 build with its
+# tests under qemu-user and the x86 <-> aarch64 runs (scripts/test-aarch64.sh, ~9 minutes
+# cold; NACRE_SKIP_AARCH64=1 leaves it out of a local run, never out of CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -15,3 +17,7 @@ cargo build --workspace --release
 cargo test --workspace --release -- --test-threads "${NACRE_TEST_THREADS:-2}"
 # Every decoder of network and disk bytes under libFuzzer for a short time.
 FUZZ_SECONDS="${FUZZ_SECONDS:-10}" ./scripts/fuzz.sh
+# Nacre for aarch64: built, its tests under emulation, x86 and aarch64 processes together.
+if [ "${NACRE_SKIP_AARCH64:-0}" != 1 ]; then
+  ./scripts/test-aarch64.sh
+fi

@@ -9,6 +9,16 @@ pub fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// Writes `data` to a new file at `path` and syncs it before the close: what a test that
+/// then looks at the OSTs' objects on their disks needs (a close alone leaves the mount's
+/// write-behind to the file's release, which may run after close(2) returns).
+pub fn write_synced(path: &Path, data: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("create");
+    f.write_all(data).expect("write");
+    f.sync_all().expect("fsync");
+}
+
 /// A path as a C string.
 pub fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("path without NUL")

@@ -567,6 +567,108 @@ fn lookups_never_shrink_a_file_being_read(form: Form) {
     }
 }
 
+/// Every path system call given a component one byte longer than NAME_MAX fails with
+/// ENAMETOOLONG, whatever the caches hold: in a directory this mount made (whose whole
+/// listing it keeps, so a missing name is answered without the MDT), after listing and
+/// looking up the names beside it, and in one it did not make (issue 44, item 0: chmod,
+/// chown and truncate answered ENOENT from the complete directory's cache).
+fn every_path_call_with_a_too_long_name_is_enametoolong(form: Form) {
+    let fs = TestFs::start(form, 1);
+    // "made" and "made/sub": created through this mount, which keeps their whole listing;
+    // the root: made by mkfs, never complete.
+    for dir in ["made", "made/sub", ""] {
+        let d = fs.path(dir);
+        if !dir.is_empty() {
+            fs::create_dir(&d).unwrap();
+        }
+        fs::write(d.join("n".repeat(255)), b"x").unwrap();
+        fs::write(d.join("short"), b"x").unwrap();
+        // Warm every cache: the listing, the lookups, the attributes.
+        assert!(fs::read_dir(&d).unwrap().count() >= 2);
+        fs::metadata(d.join("n".repeat(255))).unwrap();
+        assert!(fs::metadata(d.join("missing")).is_err());
+        let long = d.join("n".repeat(256));
+        let lc = c(&long);
+        let short = c(&d.join("short"));
+        let inside = c(&long.join("x"));
+        let mut fails: Vec<String> = Vec::new();
+        let mut check = |what: &str, rc: i64| {
+            let e = last_errno();
+            if rc != -1 || e != libc::ENAMETOOLONG {
+                fails.push(format!("{what} in {dir:?}: rc {rc}, errno {e}"));
+            }
+        };
+        // SAFETY: every pointer is a NUL-terminated path or a buffer of the size given.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            check("stat", libc::stat(lc.as_ptr(), &mut st) as i64);
+            check("lstat", libc::lstat(lc.as_ptr(), &mut st) as i64);
+            check("stat of a/x", libc::stat(inside.as_ptr(), &mut st) as i64);
+            check("access", libc::access(lc.as_ptr(), libc::F_OK) as i64);
+            check("chmod", libc::chmod(lc.as_ptr(), 0o600) as i64);
+            check("chown", libc::chown(lc.as_ptr(), 1, 1) as i64);
+            check("lchown", libc::lchown(lc.as_ptr(), 1, 1) as i64);
+            check("truncate", libc::truncate(lc.as_ptr(), 0) as i64);
+            check(
+                "utimensat",
+                libc::utimensat(libc::AT_FDCWD, lc.as_ptr(), std::ptr::null(), 0) as i64,
+            );
+            check("open", libc::open(lc.as_ptr(), libc::O_RDONLY) as i64);
+            check(
+                "open O_CREAT",
+                libc::open(lc.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) as i64,
+            );
+            check(
+                "open a/x O_CREAT",
+                libc::open(inside.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) as i64,
+            );
+            check("mkdir", libc::mkdir(lc.as_ptr(), 0o755) as i64);
+            check(
+                "mknod",
+                libc::mknod(lc.as_ptr(), libc::S_IFIFO | 0o644, 0) as i64,
+            );
+            check("unlink", libc::unlink(lc.as_ptr()) as i64);
+            check("rmdir", libc::rmdir(lc.as_ptr()) as i64);
+            check(
+                "rename from",
+                libc::rename(lc.as_ptr(), short.as_ptr()) as i64,
+            );
+            check(
+                "rename to",
+                libc::rename(short.as_ptr(), lc.as_ptr()) as i64,
+            );
+            check("link to", libc::link(short.as_ptr(), lc.as_ptr()) as i64);
+            check("link from", libc::link(lc.as_ptr(), short.as_ptr()) as i64);
+            check("symlink", libc::symlink(short.as_ptr(), lc.as_ptr()) as i64);
+            let mut buf = [0u8; 64];
+            check(
+                "readlink",
+                libc::readlink(lc.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as i64,
+            );
+            let name = c(std::path::Path::new("user.k"));
+            check(
+                "getxattr",
+                libc::getxattr(
+                    lc.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                ) as i64,
+            );
+            check(
+                "setxattr",
+                libc::setxattr(lc.as_ptr(), name.as_ptr(), buf.as_ptr().cast(), 1, 0) as i64,
+            );
+            let dir = libc::opendir(lc.as_ptr());
+            check("opendir", if dir.is_null() { -1 } else { 0 });
+        }
+        assert!(fails.is_empty(), "not ENAMETOOLONG: {fails:#?}");
+        // Nothing was made, and the names beside it are whole.
+        assert_eq!(fs::read(d.join("short")).unwrap(), b"x");
+        assert_eq!(fs::read(d.join("n".repeat(255))).unwrap(), b"x");
+    }
+}
+
 on_both_forms!(
     a_panicking_request_answers_eio_and_the_mount_serves_on,
     direct_reads_past_the_end_of_small_files,
@@ -581,4 +683,5 @@ on_both_forms!(
     sequential_direct_reads_with_readahead_stop_at_eof,
     page_faults_on_the_mount_with_concurrent_mmap_calls_do_not_hang,
     lookups_never_shrink_a_file_being_read,
+    every_path_call_with_a_too_long_name_is_enametoolong,
 );

@@ -494,7 +494,9 @@ fn a_bit_flipped_in_a_stored_object_is_an_error_not_data() {
     let c = Cluster::start("rot");
     let mnt = c.client.mnt.clone();
     let data = nacre_testkit::pattern(11, 1 << 20);
-    std::fs::write(mnt.join("victim"), &data).unwrap();
+    // Synced: the object is damaged on the OST's disk below, and a release still writing
+    // the file's write-behind would write over the damage.
+    nacre_tests::write_synced(&mnt.join("victim"), &data);
     std::fs::write(mnt.join("bystander"), &data).unwrap();
     let l: serde_json::Value = serde_json::from_str(&nacre_ok(&[
         "getstripe",

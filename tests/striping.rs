@@ -45,7 +45,9 @@ fn striped_file_is_spread_over_osts(form: Form) {
     assert_eq!(d["default"]["stripe_count"], 4);
     let f = dir.join("file");
     let data = pattern(3, (1 << 20) + 12345);
-    fs::write(&f, &data).unwrap();
+    // Synced: the objects are read on the OSTs' disks below, and a close leaves write-behind
+    // to the file's release, which may not have run when close(2) returns.
+    nacre_tests::write_synced(&f, &data);
     let l = layout(&f);
     assert_eq!(l["stripe_count"], 4);
     assert_eq!(l["stripe_size"], 65536);
@@ -69,8 +71,23 @@ fn striped_file_is_spread_over_osts(form: Form) {
             .len();
         assert!(len >= 256 * 1024, "OST {ost} holds only {len} bytes");
     }
-    assert_eq!(rebuild_from_osts(&fs.data, &l, data.len()), data);
-    assert_eq!(fs::read(&f).unwrap(), data);
+    let rebuilt = rebuild_from_osts(&fs.data, &l, data.len());
+    // On a mismatch, where it is and what the mount reads there (not a megabyte of bytes).
+    let first_wrong = rebuilt.iter().zip(&data).position(|(a, b)| a != b);
+    assert!(
+        first_wrong.is_none(),
+        "the objects differ from the file from byte {first_wrong:?} (of {}); the mount reads \
+         it back {}; layout {l}",
+        data.len(),
+        match fs::read(&f).unwrap() == data {
+            true => "whole",
+            false => "wrong too",
+        }
+    );
+    assert!(
+        fs::read(&f).unwrap() == data,
+        "the mount reads the file back wrong"
+    );
     let text = nacre_ok(&["getstripe", f.to_str().unwrap()]);
     assert!(
         text.contains("lmm_stripe_count:  4") && text.contains("obdidx"),

@@ -130,6 +130,11 @@ impl Client {
     /// lock covers its absence (the kernel may cache the negative entry).
     pub fn lookup_cached(&self, parent: Fid, name: &[u8]) -> Result<(Option<Attr>, Cached)> {
         use nacre_ldlm::msg::{LAYOUT, LOOKUP, UPDATE};
+        // A name no directory can hold is refused as the MDT refuses it, before a cache
+        // can call it absent (ENOENT where POSIX says ENAMETOOLONG).
+        if name.len() > nacre_types::limits::NAME_BYTES_MAX {
+            return Err(Status::NameTooLong.into());
+        }
         if self.complete.absent(parent, name) {
             return Ok((None, Cached::default()));
         }

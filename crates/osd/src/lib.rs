@@ -29,10 +29,14 @@
 //!   and the writers of a shared file's object write together; every other change holds the
 //!   whole object. The space accounting of changes that ran together is settled once, when
 //!   the last lets go.
+//! * `dioalign`: whether the file system under a store takes Nacre's direct I/O (its
+//!   `STATX_DIOALIGN` against Nacre's 4 KiB alignment); a store whose file system asks for
+//!   more runs buffered.
 //! * `usage`: bytes used per user, group and project, charged by every change and counted
 //!   again from the objects at every start (quotas).
 
 pub mod csum;
+pub mod dioalign;
 pub mod label;
 pub mod mmp;
 

@@ -104,6 +104,9 @@ impl OsdError {
 pub struct ObjectStore {
     root: PathBuf,
     direct_io: AtomicBool,
+    /// What the store's file system says of direct I/O (probed at open): the direct
+    /// descriptor is opened only if Nacre's alignment fits it.
+    dio_align: crate::dioalign::DioAlign,
     open: Mutex<HashMap<ObjectId, Arc<OpenObject>>>,
     /// Reads refused because data did not match its checksum.
     corrupt_chunks: AtomicU64,
@@ -128,6 +131,14 @@ impl ObjectStore {
         std::fs::create_dir_all(root.join("O"))?;
         let started = std::time::Instant::now();
         let (usage, objects) = crate::usage::Usage::count(root)?;
+        let dio_align = crate::dioalign::probe(root)?;
+        if !dio_align.fits() {
+            tracing::warn!(
+                "{}: the file system's direct I/O ({dio_align}) does not fit Nacre's \
+                 {DIRECT_IO_ALIGN_BYTES}-byte alignment: objects are read and written buffered",
+                root.display()
+            );
+        }
         tracing::info!(
             "{}: {objects} objects counted for quotas in {} ms",
             root.display(),
@@ -136,6 +147,7 @@ impl ObjectStore {
         Ok(ObjectStore {
             root: root.to_path_buf(),
             direct_io: AtomicBool::new(true),
+            dio_align,
             open: Mutex::new(HashMap::new()),
             corrupt_chunks: AtomicU64::new(0),
             reads_together: AtomicU64::new(0),
@@ -183,9 +195,15 @@ impl ObjectStore {
         self.open.lock().expect("open objects").clear();
     }
 
-    /// True if aligned I/O bypasses the page cache.
+    /// True if aligned I/O bypasses the page cache: the setting is on and the file
+    /// system's direct-I/O alignment fits Nacre's ([`ObjectStore::dio_align`]).
     pub fn direct_io(&self) -> bool {
-        self.direct_io.load(Ordering::Relaxed)
+        self.direct_io.load(Ordering::Relaxed) && self.dio_align.fits()
+    }
+
+    /// What the store's file system said of direct I/O when the store opened.
+    pub fn dio_align(&self) -> crate::dioalign::DioAlign {
+        self.dio_align
     }
 
     /// Path of an object's file.

@@ -66,6 +66,10 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
             Ok(())
         },
     );
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.dio_align"), move || {
+        a.store.dio_align().to_string()
+    });
     for (param, pick) in [
         (
             "kbytestotal",

@@ -26,10 +26,11 @@ pub const RPC_SIZE_BYTES_DEFAULT: u32 = 4 * 1024 * 1024;
 pub const RPCS_IN_FLIGHT_DEFAULT: usize = 32;
 /// Most directory entries one readdir RPC returns.
 pub const READDIR_ENTRIES_MAX: u32 = 4096;
-/// Alignment of direct I/O on the OSTs' file systems: their logical block size (4 KiB on
-/// ext4 and XFS as formatted by default), not the memory page size, which may be 64 KiB
-/// (crate::page). A file system of larger blocks needs a larger alignment: docs/formats.md
-/// and issue 43 (`statx` `STATX_DIOALIGN` per target) take it up.
+/// Alignment Nacre keeps for direct I/O on the OSTs' file systems (buffers, offsets and
+/// lengths): at least their logical block size (512 B or 4 KiB on ext4 and XFS as usually
+/// formatted), not the memory page size, which may be 64 KiB (crate::page). Each OST asks
+/// its file system (`statx` `STATX_DIOALIGN`, nacre_osd::dioalign) and runs buffered if it
+/// wants more.
 pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
 /// Largest file offset Nacre accepts (Lustre's 2^63 - 1 limit, kept below i64::MAX for pwrite).
 pub const FILE_BYTES_MAX: u64 = (1u64 << 62) - 1;
