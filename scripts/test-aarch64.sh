@@ -40,7 +40,7 @@ if [ "$mixed_only" -eq 0 ]; then
   # The page-size code with the 64 KiB pages of many aarch64 kernels: qemu-user reports the
   # page size it is told (sysconf), which nacre_types::page::page_bytes reads.
   QEMU_PAGESIZE=65536 NACRE_PAGE_BYTES_EXPECTED=65536 \
-    ./scripts/build-aarch64.sh test --profile emulated -p nacre-types page::
+    ./scripts/build-aarch64.sh test --profile emulated -p nacre-types page:: -- --nocapture
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
 export NACRE_TEST_DIR="${NACRE_TEST_DIR:-/var/tmp}"

@@ -55,6 +55,9 @@ mod tests {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
         {
+            // Printed first: under qemu-user with a 64 KiB page, a panic ends the process
+            // with SIGSEGV before its message (qemu 7.2), so this line is what tells why.
+            eprintln!("page_bytes() = {p}, expected {want}");
             assert_eq!(p, want);
         }
     }
