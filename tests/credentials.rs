@@ -274,13 +274,13 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         nacre_wire::mds::LayoutInfo::File(l) => l,
         other => panic!("{other:?}"),
     };
-    assert_eq!(layout.objects.len(), 2);
+    assert_eq!(layout.object_count(), 2);
     let nobody = Owner {
         uid: 65534,
         gid: 65534,
         project: 0,
     };
-    for o in &layout.objects {
+    for o in layout.objects() {
         wait_owner(&c, o.ost, o.object, nobody);
     }
     // chown and chgrp through the mount reach every object.
@@ -290,7 +290,7 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         gid: 5678,
         project: 0,
     };
-    for o in &layout.objects {
+    for o in layout.objects() {
         wait_owner(&c, o.ost, o.object, new);
     }
     // A writer that still believes the old owner does not bring it back.
@@ -300,7 +300,7 @@ fn ost_objects_carry_their_files_owner(form: Form) {
         .open(dir.join("data"))
         .and_then(|mut f| std::io::Write::write_all(&mut f, b"tail"))
         .unwrap();
-    for o in &layout.objects {
+    for o in layout.objects() {
         wait_owner(&c, o.ost, o.object, new);
     }
     let after = fs::read(dir.join("data")).unwrap();

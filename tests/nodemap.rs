@@ -388,18 +388,17 @@ fn fileset_probe_with_raw_fids() {
             client.getattr(fid).unwrap();
             let _ = client.open(fid, nacre_types::cred::MAY_READ);
         }
-        let layout = nacre_types::Layout {
-            stripe_size: n[0] as u32,
-            objects: vec![nacre_types::layout::StripeObject {
+        let layout = nacre_types::Layout::raid0(
+            n[0] as u32,
+            vec![nacre_types::layout::StripeObject {
                 ost: n[1] as u32,
                 object: nacre_types::ObjectId {
                     seq: n[2],
                     id: n[3],
                 },
             }],
-            pool: nacre_types::PoolName::NONE,
-            generation: 0,
-        };
+            nacre_types::PoolName::NONE,
+        );
         let errno = match nacre_client::osc::read(&client, &layout, 0, 4) {
             Ok(_) => 0,
             Err(e) => e.errno(),

@@ -11,6 +11,7 @@ mod bench;
 mod changelog;
 mod cluster;
 mod coherence;
+mod composite;
 mod cpt;
 mod credentials;
 mod data_cache;

@@ -3,7 +3,7 @@
 //! (`nacre_fuse::xattr_json`): read by key, other keys (`version` among them) ignored;
 //! written with `"version"` [`XATTR_JSON_VERSION`] and only keys the mount's setter takes.
 
-use crate::size::human;
+use crate::size::{human, parse_size};
 use anyhow::{bail, Context};
 use nacre_fuse::{
     XATTR_DF, XATTR_JSON_VERSION, XATTR_LMV, XATTR_LMV_DEFAULT, XATTR_LOV, XATTR_MIGRATE,
@@ -408,6 +408,24 @@ fn setstripe_value(count: i64, size: u64, start: i64, pool: &str) -> Value {
     })
 }
 
+/// The `user.nacre.lov` value of a composite `nacre setstripe` (`-E ...`): one entry per
+/// component, its end -1 for the end of the file (pool "": none).
+fn composite_value(components: &[ComponentArgs]) -> Value {
+    let list: Vec<Value> = components
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "end": c.end.map_or(Value::from(-1), Value::from),
+                "stripe_count": c.count,
+                "stripe_size": c.size,
+                "start_ost": c.index,
+                "pool": c.pool,
+            })
+        })
+        .collect();
+    serde_json::json!({ "version": XATTR_JSON_VERSION, "components": list })
+}
+
 /// The directory a new `path` goes in, and its name.
 fn parent_and_name(path: &Path) -> anyhow::Result<(PathBuf, &str)> {
     let name = path
@@ -430,44 +448,24 @@ pub fn setstripe(
     pool: Option<&str>,
 ) -> anyhow::Result<()> {
     let df = usage(path)?;
-    let osts = target_count(&df, "-OST");
-    let fsname = df["fsname"].as_str().unwrap_or("?").to_string();
-    if count < -1 {
-        bail!("stripe count {count} is invalid (use -1 for all OSTs)");
-    }
-    let pool = pool.filter(|p| !p.is_empty());
-    match pool {
-        None => {
-            if count > osts as i64 {
-                bail!("stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'");
-            }
-            if start >= osts as i64 {
-                bail!("start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)");
-            }
-        }
-        Some(p) => {
-            // `-p FS.POOL` is taken as `-p POOL` (as lfs does).
-            let p = p.strip_prefix(&format!("{fsname}.")).unwrap_or(p);
-            nacre_types::PoolName::new(p)?;
-            let members = pool_members(&df, p)
-                .with_context(|| format!("pool {fsname}.{p} does not exist"))?;
-            if members.is_empty() {
-                bail!("pool {fsname}.{p} has no OSTs (nacre pool add {fsname}.{p} OST...)");
-            }
-            if count > members.len() as i64 {
-                bail!(
-                    "stripe count {count} exceeds the {} OSTs of pool {fsname}.{p}",
-                    members.len()
-                );
-            }
-            if start >= 0 && !members.contains(&(start as u64)) {
-                bail!("OST index {start} is not in pool {fsname}.{p} ({members:?})");
-            }
-        }
-    }
-    if size != 0 && (!size.is_multiple_of(65536) || size > u64::from(u32::MAX - 65535)) {
-        bail!("stripe size {size} must be a multiple of 64 KiB, at most 4 GiB");
-    }
+    let pool = check_stripe(&df, count, size, start, pool).map_err(anyhow::Error::msg)?;
+    set_lov(
+        path,
+        &setstripe_value(count, size, start, pool.as_deref().unwrap_or("")),
+    )
+}
+
+/// `nacre setstripe -E END ... -E -1 ...`: sets a composite layout of `components` (from
+/// [`parse_components`]) as a directory's default, or on a file (created if absent), each
+/// component checked against the file system as [`setstripe`] checks a plain one.
+pub fn setstripe_composite(path: &Path, components: &[ComponentArgs]) -> anyhow::Result<()> {
+    let df = usage(path)?;
+    let checked = check_components(&df, components).map_err(anyhow::Error::msg)?;
+    set_lov(path, &composite_value(&checked))
+}
+
+/// Sets layout value `spec` on `path` (a file created first if absent).
+fn set_lov(path: &Path, spec: &Value) -> anyhow::Result<()> {
     if !path.exists() {
         std::fs::OpenOptions::new()
             .write(true)
@@ -475,8 +473,6 @@ pub fn setstripe(
             .open(path)
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
-    let pool = pool.map(|p| p.strip_prefix(&format!("{fsname}.")).unwrap_or(p));
-    let spec = setstripe_value(count, size, start, pool.unwrap_or(""));
     setxattr(path, XATTR_LOV, spec.to_string().as_bytes()).map_err(|e| match e.raw_os_error() {
         Some(libc::EEXIST) => anyhow::anyhow!(
             "cannot change the layout of {}: it already holds data",
@@ -488,6 +484,305 @@ pub fn setstripe(
         ),
         _ => anyhow::anyhow!("setstripe {}: {e}", path.display()),
     })
+}
+
+/// Checks a stripe request (count, size, first OST, pool) against the file system whose
+/// `df` JSON is `df`; returns its pool without an `FS.` prefix (None: no pool).
+fn check_stripe(
+    df: &Value,
+    count: i64,
+    size: u64,
+    start: i64,
+    pool: Option<&str>,
+) -> Result<Option<String>, String> {
+    let fsname = df["fsname"].as_str().unwrap_or("?");
+    if count < -1 {
+        return Err(format!(
+            "stripe count {count} is invalid (use -1 for all OSTs)"
+        ));
+    }
+    // `-p FS.POOL` is taken as `-p POOL` (as lfs does).
+    let pool = pool
+        .filter(|p| !p.is_empty())
+        .map(|p| p.strip_prefix(&format!("{fsname}.")).unwrap_or(p));
+    match pool {
+        None => check_osts(df, count, start)?,
+        Some(p) => check_pool(df, count, start, p)?,
+    }
+    check_stripe_size(size)?;
+    Ok(pool.map(str::to_string))
+}
+
+/// Checks a stripe count and first OST against every OST of the file system.
+fn check_osts(df: &Value, count: i64, start: i64) -> Result<(), String> {
+    let fsname = df["fsname"].as_str().unwrap_or("?");
+    let osts = target_count(df, "-OST");
+    if count > osts as i64 {
+        return Err(format!(
+            "stripe count {count} exceeds the {osts} OSTs of fs '{fsname}'"
+        ));
+    }
+    if start >= osts as i64 {
+        return Err(format!(
+            "start OST index {start} does not exist (fs '{fsname}' has {osts} OSTs)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a stripe count and first OST against the members of pool `pool`.
+fn check_pool(df: &Value, count: i64, start: i64, pool: &str) -> Result<(), String> {
+    let fsname = df["fsname"].as_str().unwrap_or("?");
+    nacre_types::PoolName::new(pool).map_err(|e| e.to_string())?;
+    let members =
+        pool_members(df, pool).ok_or_else(|| format!("pool {fsname}.{pool} does not exist"))?;
+    if members.is_empty() {
+        return Err(format!(
+            "pool {fsname}.{pool} has no OSTs (nacre pool add {fsname}.{pool} OST...)"
+        ));
+    }
+    if count > members.len() as i64 {
+        return Err(format!(
+            "stripe count {count} exceeds the {} OSTs of pool {fsname}.{pool}",
+            members.len()
+        ));
+    }
+    if start >= 0 && !members.contains(&(start as u64)) {
+        return Err(format!(
+            "OST index {start} is not in pool {fsname}.{pool} ({members:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// The unit of stripe sizes and component ends: 64 KiB.
+const STRIPE_UNIT: u64 = 64 * 1024;
+
+/// Checks a stripe size (0: the default).
+fn check_stripe_size(size: u64) -> Result<(), String> {
+    if size != 0
+        && (!size.is_multiple_of(STRIPE_UNIT) || size > u64::from(u32::MAX) - (STRIPE_UNIT - 1))
+    {
+        return Err(format!(
+            "stripe size {size} must be a multiple of 64 KiB, at most 4 GiB"
+        ));
+    }
+    Ok(())
+}
+
+/// One component of a composite `nacre setstripe`: an `-E END` and the `-c`, `-S`, `-i`
+/// and `-p` after it (until the next `-E`). What is not given is inherited or the file
+/// system's default, as in a plain `nacre setstripe`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentArgs {
+    /// One past its last byte (it starts where the one before ends, the first at 0);
+    /// `None`: the end of the file (`-E -1`, `-E eof`).
+    pub end: Option<u64>,
+    /// Stripe count (`-c`; -1: all OSTs of its pool, 0: default).
+    pub count: i64,
+    /// Stripe size in bytes (`-S`; 0: default).
+    pub size: u64,
+    /// First OST index (`-i`; -1: chosen by the MDS).
+    pub index: i64,
+    /// OST pool (`-p`; "": none).
+    pub pool: String,
+}
+
+impl ComponentArgs {
+    /// A component ending at `end` (None: the end of the file), every other setting unset.
+    pub fn ending(end: Option<u64>) -> ComponentArgs {
+        ComponentArgs {
+            end,
+            count: 0,
+            size: 0,
+            index: -1,
+            pool: String::new(),
+        }
+    }
+}
+
+/// Parses the component options of a composite `nacre setstripe`, given in command-line
+/// order as option and value pairs (`["-E", "1M", "-c", "1", "-E", "-1", "-c", "-1"]`;
+/// `-E`, `-c`, `-S`, `-i`, `-p` or their long names). Each `-E END` (a size with a K/M/G/T
+/// suffix, or `-1`/`eof` for the end of the file) starts a component; the options after it,
+/// until the next `-E`, apply to that component only. Refused: an option before the first
+/// `-E` or given twice in a component, ends that do not rise, an end not a multiple of
+/// 64 KiB or of the stripe size of the component it ends or the one it starts, a bad stripe
+/// size, and a last component not ending at `-1`.
+pub fn parse_components(args: &[String]) -> Result<Vec<ComponentArgs>, String> {
+    let mut components: Vec<ComponentArgs> = Vec::new();
+    let mut given: Vec<&'static str> = Vec::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let option = component_option(flag)
+            .ok_or_else(|| format!("{flag} is not a component option (-E, -c, -S, -i, -p)"))?;
+        if option == "-E" {
+            components.push(ComponentArgs::ending(parse_end(value)?));
+            given.clear();
+            continue;
+        }
+        let n = components.len();
+        if n == 0 {
+            return Err(format!(
+                "-c/-S/-i/-p before the first -E ({flag} {value}): with -E, each applies to \
+                 the component the -E before it starts"
+            ));
+        }
+        if given.contains(&option) {
+            return Err(format!("component {n}: {option} given twice"));
+        }
+        given.push(option);
+        set_component_option(&mut components[n - 1], option, value)
+            .map_err(|e| format!("component {n}: {e}"))?;
+    }
+    check_extents(&components)?;
+    Ok(components)
+}
+
+/// The short name of a component option (`--stripe-count`: `-c`), if `flag` is one.
+fn component_option(flag: &str) -> Option<&'static str> {
+    Some(match flag {
+        "-E" | "--component-end" => "-E",
+        "-c" | "--stripe-count" => "-c",
+        "-S" | "--stripe-size" => "-S",
+        "-i" | "--stripe-index" => "-i",
+        "-p" | "--pool" => "-p",
+        _ => return None,
+    })
+}
+
+/// The end an `-E` names: None for the end of the file (`-1`, `eof`).
+fn parse_end(value: &str) -> Result<Option<u64>, String> {
+    let value = value.trim();
+    if value == "-1" || value.eq_ignore_ascii_case("eof") {
+        return Ok(None);
+    }
+    parse_size(value).map(Some).map_err(|_| {
+        format!("-E {value}: an end is a size (K/M/G/T suffixes), or -1 for the end of the file")
+    })
+}
+
+/// Sets `option` (`-c`, `-S`, `-i` or `-p`) of component `c` to `value`.
+fn set_component_option(c: &mut ComponentArgs, option: &str, value: &str) -> Result<(), String> {
+    match option {
+        "-c" => {
+            c.count = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad stripe count '{value}'"))?
+        }
+        "-S" => c.size = parse_size(value)?,
+        "-i" => {
+            c.index = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad stripe index '{value}'"))?
+        }
+        _ => c.pool = value.to_string(),
+    }
+    Ok(())
+}
+
+/// Checks the components' extents: 1 to `COMPONENTS_MAX`, ends rising, each a multiple of
+/// 64 KiB and of its component's stripe size (as is its start), the last to the end of the
+/// file.
+fn check_extents(components: &[ComponentArgs]) -> Result<(), String> {
+    let max = nacre_types::layout::COMPONENTS_MAX;
+    if components.is_empty() || components.len() > max {
+        return Err(format!(
+            "a composite layout has 1 to {max} components (-E END ...), not {}",
+            components.len()
+        ));
+    }
+    let mut start = 0;
+    for (i, c) in components.iter().enumerate() {
+        let name = component_name(i, start, c.end);
+        check_extent(start, c).map_err(|e| format!("{name}: {e}"))?;
+        match c.end {
+            Some(end) => start = end,
+            None if i + 1 < components.len() => {
+                return Err(format!(
+                    "{name}: only the last component may end at -1 (the end of the file)"
+                ))
+            }
+            None => return Ok(()),
+        }
+    }
+    Err(format!(
+        "the last component ends at {}: it must end at -1 (-E -1, the end of the file)",
+        short_size(start)
+    ))
+}
+
+/// Checks one component's stripe size and its extent from `start`.
+fn check_extent(start: u64, c: &ComponentArgs) -> Result<(), String> {
+    check_stripe_size(c.size)?;
+    if let Some(end) = c.end {
+        if end <= start {
+            return Err(format!(
+                "end {end} does not rise above its start {start} (ends must rise)"
+            ));
+        }
+        if !end.is_multiple_of(STRIPE_UNIT) {
+            return Err(format!("end {end} is not a multiple of 64 KiB"));
+        }
+    }
+    if c.size != 0 {
+        for (what, at) in [("start", Some(start)), ("end", c.end)] {
+            if let Some(at) = at.filter(|at| !at.is_multiple_of(c.size)) {
+                return Err(format!(
+                    "{what} {at} is not a multiple of its stripe size {}",
+                    c.size
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks each component against the file system whose `df` JSON is `df`, as a plain
+/// request is, its errors naming the component; returns them with their pools without an
+/// `FS.` prefix.
+fn check_components(
+    df: &Value,
+    components: &[ComponentArgs],
+) -> Result<Vec<ComponentArgs>, String> {
+    let mut start = 0;
+    let mut checked = Vec::with_capacity(components.len());
+    for (i, c) in components.iter().enumerate() {
+        let pool = check_stripe(df, c.count, c.size, c.index, Some(c.pool.as_str()))
+            .map_err(|e| format!("{}: {e}", component_name(i, start, c.end)))?;
+        checked.push(ComponentArgs {
+            pool: pool.unwrap_or_default(),
+            ..c.clone()
+        });
+        start = c.end.unwrap_or(u64::MAX);
+    }
+    Ok(checked)
+}
+
+/// How errors name component `i` (from 0) of extent `start..end`: `component 2 (1M..1G)`.
+fn component_name(i: usize, start: u64, end: Option<u64>) -> String {
+    let end = end.map_or_else(|| "EOF".to_string(), short_size);
+    format!("component {} ({}..{end})", i + 1, short_size(start))
+}
+
+/// `bytes` with the largest binary suffix that divides it (`1M`, `64K`, `1000`).
+fn short_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes != 0 && bytes.is_multiple_of(*unit))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, suffix)| format!("{}{suffix}", bytes / unit),
+        )
 }
 
 /// The member OST indices of pool `name` in a `df` JSON, if the pool exists.
@@ -511,44 +806,144 @@ pub fn layout(path: &Path) -> anyhow::Result<Value> {
     Ok(serde_json::from_slice(&raw)?)
 }
 
-/// Formats a layout as `lfs getstripe` does.
+/// Formats a layout as `lfs getstripe` does: a plain layout (a file's of one component, a
+/// directory's default of one) as it always has, a composite one in Lustre's composite form
+/// (`lcm_*`, then `lcme_*` and `lmm_*` per component).
 pub fn format_layout(path: &Path, v: &Value) -> String {
     let mut s = format!("{}\n", path.display());
     match v["kind"].as_str() {
-        Some("file") => {
-            let objects = v["objects"].as_array().cloned().unwrap_or_default();
-            let first = objects.first().map_or(0, |o| o["ost"].as_u64().unwrap_or(0));
-            s += &format!("lmm_stripe_count:  {}\n", v["stripe_count"]);
-            s += &format!("lmm_stripe_size:   {}\n", v["stripe_size"]);
-            s += "lmm_pattern:       raid0\n";
-            s += &format!("lmm_stripe_offset: {first}\n");
-            if let Some(pool) = v["pool"].as_str().filter(|p| !p.is_empty()) {
-                s += &format!("lmm_pool:          {pool}\n");
+        Some("file") => match composite_components(v) {
+            Some(components) => {
+                let generation = v["generation"].as_u64().unwrap_or(0);
+                s += &format_composite(generation, components, false);
             }
-            s += "\tobdidx\t\t objid\t\t objid\t\t group\n";
-            for o in objects {
-                let id = o["id"].as_u64().unwrap_or(0);
-                let ost = o["ost"].as_u64().unwrap_or(0);
-                let seq = o["seq"].as_u64().unwrap_or(0);
-                s += &format!("\t{ost:>6}\t{id:>14}\t{id:>#14x}\t{seq:>14}\n");
-            }
-        }
-        Some("dir") => match v["default"].as_object() {
-            Some(d) => {
-                let pool = match d.get("pool").and_then(Value::as_str) {
-                    Some(p) if !p.is_empty() => format!(" pool:          {p}"),
-                    _ => String::new(),
-                };
-                s += &format!(
-                    "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}{pool}\n",
-                    d["stripe_count"], d["stripe_size"], d["start_ost"]
-                );
-            }
-            None => s += "stripe_count:  0 stripe_size:   0 pattern:       raid0 stripe_offset: -1 (file system default)\n",
+            None => s += &format_plain_file(v),
+        },
+        Some("dir") => match composite_components(&v["default"]) {
+            Some(components) => s += &format_composite(0, components, true),
+            None => s += &format_plain_default(&v["default"]),
         },
         _ => s += "(no layout)\n",
     }
     s
+}
+
+/// The components of a composite layout value (a file's, or a directory's `default`); None
+/// for a plain one: one component, or no `components` key (a value from an older mount).
+fn composite_components(v: &Value) -> Option<&[Value]> {
+    v["components"]
+        .as_array()
+        .filter(|c| c.len() > 1)
+        .map(Vec::as_slice)
+}
+
+/// A plain file layout, `lfs getstripe`'s `lmm_*` lines and object table.
+fn format_plain_file(v: &Value) -> String {
+    let objects = v["objects"].as_array().cloned().unwrap_or_default();
+    let first = objects
+        .first()
+        .map_or(0, |o| o["ost"].as_u64().unwrap_or(0));
+    let mut s = format!("lmm_stripe_count:  {}\n", v["stripe_count"]);
+    s += &format!("lmm_stripe_size:   {}\n", v["stripe_size"]);
+    s += "lmm_pattern:       raid0\n";
+    s += &format!("lmm_stripe_offset: {first}\n");
+    if let Some(pool) = v["pool"].as_str().filter(|p| !p.is_empty()) {
+        s += &format!("lmm_pool:          {pool}\n");
+    }
+    s += "\tobdidx\t\t objid\t\t objid\t\t group\n";
+    for o in objects {
+        let id = o["id"].as_u64().unwrap_or(0);
+        let ost = o["ost"].as_u64().unwrap_or(0);
+        let seq = o["seq"].as_u64().unwrap_or(0);
+        s += &format!("\t{ost:>6}\t{id:>14}\t{id:>#14x}\t{seq:>14}\n");
+    }
+    s
+}
+
+/// A directory's plain default (`d`; null: none), on one line.
+fn format_plain_default(d: &Value) -> String {
+    if !d.is_object() {
+        return "stripe_count:  0 stripe_size:   0 pattern:       raid0 stripe_offset: -1 (file system default)\n".to_string();
+    }
+    let pool = match d["pool"].as_str() {
+        Some(p) if !p.is_empty() => format!(" pool:          {p}"),
+        _ => String::new(),
+    };
+    format!(
+        "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}{pool}\n",
+        d["stripe_count"], d["stripe_size"], d["start_ost"]
+    )
+}
+
+/// A composite layout in Lustre's form: its `lcm_*` header, then each component. A
+/// directory's default (`template`) has no component ids (`N/A`) and no objects.
+fn format_composite(generation: u64, components: &[Value], template: bool) -> String {
+    let mut s = format!("  lcm_layout_gen:    {generation}\n");
+    s += "  lcm_mirror_count:  1\n";
+    s += &format!("  lcm_entry_count:   {}\n", components.len());
+    for (i, c) in components.iter().enumerate() {
+        let id = if template {
+            "N/A".to_string()
+        } else {
+            (i + 1).to_string()
+        };
+        s += &format_component(&id, c);
+    }
+    s
+}
+
+/// One component of a composite layout: `lcme_*` (its id, `init` once instantiated, its
+/// extent), its striping (`lmm_*`; the first OST is its first object's, or the one asked
+/// for until it has objects) and its objects.
+fn format_component(id: &str, c: &Value) -> String {
+    let objects: &[Value] = match c["objects"].as_array() {
+        Some(objects) => objects,
+        None => &[],
+    };
+    let instantiated = c["instantiated"].as_bool().unwrap_or(!objects.is_empty());
+    let offset = match objects.first() {
+        Some(o) => o["ost"].as_i64().unwrap_or(0),
+        None => c["start_ost"].as_i64().unwrap_or(-1),
+    };
+    let flags = if instantiated { "init" } else { "0" };
+    let start = c["start"].as_u64().unwrap_or(0);
+    let count = c["stripe_count"].as_i64().unwrap_or(0);
+    let size = c["stripe_size"].as_u64().unwrap_or(0);
+    let mut s = format!("    lcme_id:             {id}\n");
+    s += &format!("    lcme_flags:          {flags}\n");
+    s += &format!("    lcme_extent.e_start: {start}\n");
+    s += &format!("    lcme_extent.e_end:   {}\n", extent_end(&c["end"]));
+    s += &format!("      lmm_stripe_count:  {count}\n");
+    s += &format!("      lmm_stripe_size:   {size}\n");
+    s += "      lmm_pattern:       raid0\n";
+    s += "      lmm_layout_gen:    0\n";
+    s += &format!("      lmm_stripe_offset: {offset}\n");
+    if let Some(pool) = c["pool"].as_str().filter(|p| !p.is_empty()) {
+        s += &format!("      lmm_pool:          {pool}\n");
+    }
+    if instantiated && !objects.is_empty() {
+        s += "      lmm_objects:\n";
+        for (i, o) in objects.iter().enumerate() {
+            s += &format_object(i, o);
+        }
+    }
+    s
+}
+
+/// A component's end as `lfs getstripe` prints it: `EOF` for the end of the file (-1).
+fn extent_end(end: &Value) -> String {
+    match end.as_u64() {
+        Some(e) if e != u64::MAX => e.to_string(),
+        _ => "EOF".to_string(),
+    }
+}
+
+/// Object `i` of a component, as an `lmm_objects` entry: its OST and its FID.
+fn format_object(i: usize, o: &Value) -> String {
+    let ost = o["ost"].as_u64().unwrap_or(0);
+    let seq = o["seq"].as_u64().unwrap_or(0);
+    let id = o["id"].as_u64().unwrap_or(0);
+    format!("      - {i}: {{ l_ost_idx: {ost}, l_fid: [{seq:#x}:{id:#x}:0x0] }}\n")
 }
 
 /// Formats `df` output for one mount like `lfs df`.

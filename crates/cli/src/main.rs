@@ -7,7 +7,7 @@ mod cmd;
 
 use clap::{Parser, Subcommand};
 use cmd::*;
-use nacre_cli::{admin, size::parse_size};
+use nacre_cli::admin;
 use nacre_server::daemon;
 use nacre_types::Nid;
 use std::path::PathBuf;
@@ -482,9 +482,7 @@ fn main() {
                 max_inherit,
             },
         ),
-        Command::Setstripe(a) => parse_size(&a.size)
-            .map_err(anyhow::Error::msg)
-            .and_then(|size| admin::setstripe(&a.path, a.count, size, a.index, a.pool.as_deref())),
+        Command::Setstripe(a) => setstripe(a),
         Command::Getstripe { paths, json } => getstripe(&paths, json),
         Command::Ctl { pid, cmd } => ctl(cmd, pid),
         Command::Bench(BenchCommand::Ior(a)) => bench_ior(a),

@@ -41,7 +41,7 @@ impl Client {
         // in place: a callback for one waits.
         let mut pinned: Vec<(u32, u64)> = Vec::new();
         let result = (|| {
-            for (stripe, o) in layout.objects.iter().enumerate() {
+            for (stripe, o) in layout.objects().enumerate() {
                 let map = crate::datalocks::StripeMap::of(layout, stripe);
                 loop {
                     if let Some(h) = self.use_write_lock(o.ost, o.object, whole) {

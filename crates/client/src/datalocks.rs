@@ -62,12 +62,17 @@ pub(crate) struct StripeMap {
 const DROP_RANGES_MAX: u64 = 8;
 
 impl StripeMap {
-    /// Stripe `stripe` of `layout`.
+    /// Object `stripe` of `layout` (numbered across its components). A component maps
+    /// absolute file offsets, so its objects' bytes map back the same way; the file ranges
+    /// of object bytes below its extent hold none of its data (another component's cached
+    /// pages there are dropped with them: more than needed, never less).
     pub(crate) fn of(layout: &Layout, stripe: usize) -> StripeMap {
+        let (c, index) = layout.component_of(stripe);
+        let comp = &layout.components[c];
         StripeMap {
-            size: u64::from(layout.stripe_size).max(1),
-            count: layout.objects.len().max(1) as u64,
-            index: stripe as u64,
+            size: u64::from(comp.stripe_size).max(1),
+            count: comp.objects.len().max(1) as u64,
+            index: index as u64,
         }
     }
 
@@ -711,7 +716,7 @@ impl Client {
             end: u64::MAX,
             write: false,
         };
-        layout.objects.iter().all(|o| {
+        layout.objects().all(|o| {
             let l = self.data_locks.ost(o.ost);
             let s = l.state.lock();
             s.covering(o.object, &whole)

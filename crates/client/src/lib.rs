@@ -106,7 +106,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use nacre_types::layout::StripeSpec;
+pub use nacre_types::layout::{ComponentSpec, LayoutSpec, StripeSpec};
 
 /// Client errors; [`ClientError::errno`] maps them to what an application sees.
 #[derive(Debug, thiserror::Error)]

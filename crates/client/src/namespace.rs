@@ -726,12 +726,22 @@ impl Client {
         }
     }
 
-    /// Sets a directory's default striping, or lays out an empty file again.
-    pub fn set_layout(&self, fid: Fid, spec: StripeSpec) -> Result<LayoutInfo> {
-        self.check_spec(spec)?;
-        self.own_layout_change(fid, || match self.md(MdsOp::SetLayout { fid, spec })? {
-            MdsReply::Layout(l) => Ok(l),
-            _ => Err(Status::Proto.into()),
+    /// Sets a directory's default layout (plain or composite), or lays out an empty file
+    /// again.
+    pub fn set_layout(&self, fid: Fid, spec: LayoutSpec) -> Result<LayoutInfo> {
+        spec.check()
+            .map_err(|e| ClientError::Config(format!("{e} (file system '{}')", self.fsname)))?;
+        for c in &spec.components {
+            self.check_spec(c.stripe)?;
+        }
+        self.own_layout_change(fid, || {
+            match self.md(MdsOp::SetLayout {
+                fid,
+                spec: spec.clone(),
+            })? {
+                MdsReply::Layout(l) => Ok(l),
+                _ => Err(Status::Proto.into()),
+            }
         })
     }
 

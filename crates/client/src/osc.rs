@@ -47,16 +47,20 @@ pub(crate) fn subs(layout: &Layout, offset: u64, len: u64, max: u64) -> Vec<Sub>
     out
 }
 
-/// File offset of byte `object_offset` of stripe `stripe`.
+/// File offset of byte `object_offset` of object `stripe` (numbered across the layout's
+/// components; its component maps absolute file offsets).
 fn file_offset(layout: &Layout, stripe: usize, object_offset: u64) -> u64 {
-    let size = u64::from(layout.stripe_size);
-    let count = layout.objects.len() as u64;
-    (object_offset / size) * size * count + stripe as u64 * size + object_offset % size
+    let (c, index) = layout.component_of(stripe);
+    let comp = &layout.components[c];
+    let size = u64::from(comp.stripe_size);
+    let count = comp.objects.len() as u64;
+    (object_offset / size) * size * count + index as u64 * size + object_offset % size
 }
 
 /// Calls `f(file_offset, object_range_offset, len)` for each stripe-unit run of an object range.
 fn for_each_run(layout: &Layout, sub: &Sub, mut f: impl FnMut(u64, usize, usize)) {
-    let size = u64::from(layout.stripe_size);
+    let (c, _) = layout.component_of(sub.stripe);
+    let size = u64::from(layout.components[c].stripe_size);
     let mut done = 0u64;
     while done < sub.len {
         let obj = sub.object_offset + done;
@@ -71,7 +75,7 @@ fn for_each_run(layout: &Layout, sub: &Sub, mut f: impl FnMut(u64, usize, usize)
 }
 
 pub(crate) fn object(layout: &Layout, stripe: usize) -> (u32, ObjectId) {
-    let o = layout.objects[stripe];
+    let o = *layout.object(stripe);
     (o.ost, o.object)
 }
 

@@ -325,8 +325,7 @@ impl Writeback {
             return None;
         }
         let ends: Vec<(usize, u64, u64)> = layout
-            .objects
-            .iter()
+            .objects()
             .enumerate()
             .filter_map(|(i, o)| Some((i, st.objs.get(&(o.ost, o.object))?.end(), 0)))
             .collect();
@@ -588,7 +587,7 @@ impl Client {
 
 /// The objects of `layout`.
 pub(crate) fn keys_of(layout: &Layout) -> Vec<Key> {
-    layout.objects.iter().map(|o| (o.ost, o.object)).collect()
+    layout.objects().map(|o| (o.ost, o.object)).collect()
 }
 
 mod flusher;

@@ -22,7 +22,7 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use nacre_client::{Cached, Client, ClientError, OpenFile, StripeSpec};
+use nacre_client::{Cached, Client, ClientError, OpenFile};
 use nacre_ldlm::msg::{LOOKUP, UPDATE};
 use nacre_types::{Fid, FileKind, SetAttr, Status, TimeSpec};
 use parking_lot::Mutex;

@@ -12,7 +12,8 @@
 
 use nacre_client::ClientError;
 use nacre_types::dirstripe::{DirDefault, DirStripe};
-use nacre_types::Fid;
+use nacre_types::layout::{ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
+use nacre_types::{Fid, PoolName, StripeObject};
 use nacre_wire::mds::LayoutInfo;
 use serde_json::{json, Value};
 
@@ -31,12 +32,17 @@ pub const LOV_SET_KEYS: &[&str] = &[
     "stripe_size",
     "start_ost",
     "pool",
+    "components",
 ];
+/// Keys each of a composite `user.nacre.lov` value's `components` may have: its `end`
+/// (`-1`: the end of the file) and its striping.
+pub const LOV_COMPONENT_SET_KEYS: &[&str] =
+    &["end", "stripe_count", "stripe_size", "start_ost", "pool"];
 /// The `kind`s a `user.nacre.lov` value set may name (as read: a file's layout, a
 /// directory's default).
 pub const LOV_KINDS: &[&str] = &["file", "dir"];
 /// The `pattern`s a `user.nacre.lov` value set may name.
-pub const LOV_PATTERNS: &[&str] = &["raid0"];
+pub const LOV_PATTERNS: &[&str] = &["raid0", "composite"];
 /// Keys a `user.nacre.mkdir` value may have (besides `version`).
 pub const MKDIR_SET_KEYS: &[&str] = &["name", "mdt", "mode", "count", "hash"];
 /// Keys a `user.nacre.migrate` value may have (besides `version`).
@@ -52,27 +58,123 @@ pub fn versioned(mut v: Value) -> Value {
     v
 }
 
+fn object_json(o: &StripeObject) -> Value {
+    json!({ "ost": o.ost, "seq": o.object.seq, "id": o.object.id })
+}
+
 /// The `user.nacre.lov` value of a file's layout or a directory's default striping.
 pub fn lov_value(info: &LayoutInfo) -> Value {
     versioned(match info {
+        // The first component's striping at the top (a plain layout's whole), every
+        // object, and each component with its extent (end -1: the end of the file).
         LayoutInfo::File(l) => json!({
             "kind": "file",
-            "stripe_count": l.objects.len(),
-            "stripe_size": l.stripe_size,
-            "pool": l.pool.as_str(),
-            "pattern": "raid0",
-            "objects": l.objects.iter().map(|o| json!({
-                "ost": o.ost, "seq": o.object.seq, "id": o.object.id,
+            "stripe_count": l.components[0].stripe_count,
+            "stripe_size": l.components[0].stripe_size,
+            "pool": l.components[0].pool.as_str(),
+            "pattern": if l.components.len() == 1 { "raid0" } else { "composite" },
+            "generation": l.generation,
+            "objects": l.objects().map(object_json).collect::<Vec<_>>(),
+            "components": l.components.iter().map(|c| json!({
+                "start": c.start,
+                "end": if c.end == EXTENT_EOF { -1 } else { c.end as i64 },
+                "stripe_count": c.stripe_count,
+                "stripe_size": c.stripe_size,
+                "start_ost": c.start_ost,
+                "pool": c.pool.as_str(),
+                "instantiated": c.is_instantiated(),
+                "objects": c.objects.iter().map(object_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         }),
+        // The first component's request at the top (a plain default's whole), and each
+        // component with its extent.
         LayoutInfo::Dir(spec) => json!({
             "kind": "dir",
-            "default": spec.as_ref().map(|s| json!({
-                "stripe_count": s.stripe_count, "stripe_size": s.stripe_size,
-                "start_ost": s.start_ost, "pool": s.pool.as_str(),
-            })),
+            "default": spec.as_ref().map(|l| {
+                let s = l.first();
+                json!({
+                    "stripe_count": s.stripe_count, "stripe_size": s.stripe_size,
+                    "start_ost": s.start_ost, "pool": s.pool.as_str(),
+                    "components": l.extents().map(|(start, end, s)| json!({
+                        "start": start,
+                        "end": if end == EXTENT_EOF { -1 } else { end as i64 },
+                        "stripe_count": s.stripe_count, "stripe_size": s.stripe_size,
+                        "start_ost": s.start_ost, "pool": s.pool.as_str(),
+                    })).collect::<Vec<_>>(),
+                })
+            }),
         }),
         LayoutInfo::None => json!({ "kind": "none" }),
+    })
+}
+
+/// The layout request a `user.nacre.lov` value set asks (parsed by [`parse_set`] with
+/// [`LOV_SET_KEYS`]): plain from its `stripe_count`, `stripe_size`, `start_ost` and `pool`,
+/// or composite from its `components` (each with its `end`, `-1` for the end of the file,
+/// and those four keys), never both. A value of the wrong type, an unknown key in a
+/// component, or a shape [`LayoutSpec::check`] refuses is `ClientError::Config`.
+pub fn lov_spec(v: &Value) -> Result<LayoutSpec, ClientError> {
+    let Some(components) = v.get("components") else {
+        return stripe_spec(v).map(LayoutSpec::plain);
+    };
+    let bad = |why: &str| ClientError::Config(format!("bad user.nacre.lov value: {why}"));
+    if ["stripe_count", "stripe_size", "start_ost", "pool"]
+        .iter()
+        .any(|k| v.get(k).is_some())
+    {
+        return Err(bad("components and stripe keys together"));
+    }
+    let list = components
+        .as_array()
+        .ok_or_else(|| bad("components is not a list"))?;
+    let mut spec = LayoutSpec {
+        components: Vec::with_capacity(list.len()),
+    };
+    for (i, c) in list.iter().enumerate() {
+        let obj = c
+            .as_object()
+            .ok_or_else(|| bad(&format!("component {i} is not an object")))?;
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !LOV_COMPONENT_SET_KEYS.contains(&k.as_str()))
+        {
+            return Err(bad(&format!("component {i}: unknown key {k:?}")));
+        }
+        let end = match c.get("end").map(|e| (e.as_i64(), e.as_u64())) {
+            Some((Some(-1), _)) => EXTENT_EOF,
+            Some((_, Some(e))) => e,
+            _ => return Err(bad(&format!("component {i}: end"))),
+        };
+        spec.components.push(ComponentSpec {
+            end,
+            stripe: stripe_spec(c)?,
+        });
+    }
+    spec.check().map_err(|e| bad(&format!("{e}")))?;
+    Ok(spec)
+}
+
+/// The stripe request of a value's (or a component's) `stripe_count`, `stripe_size`,
+/// `start_ost` and `pool` (absent: inherited).
+fn stripe_spec(v: &Value) -> Result<StripeSpec, ClientError> {
+    let bad = |why: &str| ClientError::Config(format!("bad user.nacre.lov value: {why}"));
+    // A value of another type is refused, not taken as the default.
+    let field = |k: &str, default: i64| match v.get(k) {
+        None => Ok(default),
+        Some(x) => x.as_i64().ok_or_else(|| bad(k)),
+    };
+    Ok(StripeSpec {
+        stripe_count: i32::try_from(field("stripe_count", 0)?).map_err(|_| bad("stripe_count"))?,
+        stripe_size: u32::try_from(field("stripe_size", 0)?).map_err(|_| bad("stripe_size"))?,
+        start_ost: i32::try_from(field("start_ost", -1)?).map_err(|_| bad("start_ost"))?,
+        pool: match v.get("pool") {
+            None => PoolName::NONE,
+            Some(p) => match p.as_str() {
+                None => return Err(bad("pool")),
+                Some("") => PoolName::NONE,
+                Some(p) => PoolName::new(p).map_err(|e| bad(&e.to_string()))?,
+            },
+        },
     })
 }
 
@@ -175,10 +277,10 @@ mod tests {
         assert!(parse_set(LOV, b"{}", LOV_SET_KEYS).is_ok());
         let why = refused(parse_set(
             LOV,
-            br#"{"stripe_count": 2, "components": []}"#,
+            br#"{"stripe_count": 2, "mirrors": []}"#,
             LOV_SET_KEYS,
         ));
-        assert!(why.contains("unknown key \"components\""), "{why}");
+        assert!(why.contains("unknown key \"mirrors\""), "{why}");
         let why = refused(parse_set(LOV, br#"{"version": 2}"#, LOV_SET_KEYS));
         assert!(why.contains("version 2 is newer"), "{why}");
         let bads: [&[u8]; 6] = [
@@ -220,7 +322,7 @@ mod tests {
         check_word(LOV, &v, "pattern", LOV_PATTERNS).unwrap();
         let v = parse_set(
             LOV,
-            br#"{"kind": "composite", "pattern": "mdt"}"#,
+            br#"{"kind": "composite", "pattern": "mirrored"}"#,
             LOV_SET_KEYS,
         )
         .unwrap();
@@ -240,21 +342,20 @@ mod tests {
 
     #[test]
     fn every_value_read_has_version_1() {
-        let file = LayoutInfo::File(Layout {
-            stripe_size: 1 << 20,
-            objects: vec![StripeObject {
+        let file = LayoutInfo::File(Layout::raid0(
+            1 << 20,
+            vec![StripeObject {
                 ost: 1,
                 object: ObjectId { seq: 2, id: 3 },
             }],
-            pool: PoolName::new("flash").unwrap(),
-            generation: 0,
-        });
-        let dir = LayoutInfo::Dir(Some(StripeSpec {
+            PoolName::new("flash").unwrap(),
+        ));
+        let dir = LayoutInfo::Dir(Some(LayoutSpec::plain(StripeSpec {
             stripe_count: 2,
             stripe_size: 0,
             start_ost: -1,
             pool: PoolName::NONE,
-        }));
+        })));
         let stripe = DirStripe {
             hash: nacre_types::dirstripe::DirHash::Fnv1a64,
             shards: vec![Fid::new(0x200000400, 1), Fid::new(0x240000400, 1)],
@@ -303,5 +404,65 @@ mod tests {
             LMV_DEFAULT_SET_KEYS,
         )
         .unwrap();
+    }
+
+    fn lov(text: &str) -> Result<LayoutSpec, ClientError> {
+        lov_spec(&parse_set(LOV, text.as_bytes(), LOV_SET_KEYS)?)
+    }
+
+    #[test]
+    fn a_composite_request_is_read_component_by_component() {
+        let spec = lov(r#"{"version": 1, "components": [
+            {"end": 1048576, "stripe_count": 1},
+            {"end": 1073741824, "stripe_count": 4, "stripe_size": 1048576, "pool": "flash"},
+            {"end": -1, "stripe_count": -1}]}"#)
+        .unwrap();
+        assert_eq!(
+            spec.extents()
+                .map(|(s, e, c)| (
+                    s,
+                    e,
+                    c.stripe_count,
+                    c.stripe_size,
+                    c.pool.as_str().to_string()
+                ))
+                .collect::<Vec<_>>(),
+            vec![
+                (0, 1 << 20, 1, 0, String::new()),
+                (1 << 20, 1 << 30, 4, 1 << 20, "flash".to_string()),
+                (1 << 30, EXTENT_EOF, -1, 0, String::new()),
+            ]
+        );
+        // The plain form is as before.
+        let plain = lov(r#"{"stripe_count": 2, "pool": ""}"#).unwrap();
+        assert_eq!(plain.as_plain().map(|s| s.stripe_count), Some(2));
+        // Refused: both forms at once, a component's unknown key or bad end, a request
+        // not to the end of the file, ends off 64 KiB, a component of the wrong type.
+        for bad in [
+            r#"{"stripe_count": 2, "components": [{"end": -1}]}"#,
+            r#"{"components": [{"end": -1, "mirror": 1}]}"#,
+            r#"{"components": [{"end": "eof"}]}"#,
+            r#"{"components": [{"end": 1048576}]}"#,
+            r#"{"components": [{"end": 100000}, {"end": -1}]}"#,
+            r#"{"components": [3]}"#,
+            r#"{"components": {}}"#,
+            r#"{"components": []}"#,
+        ] {
+            assert!(matches!(lov(bad), Err(ClientError::Config(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_composite_default_reads_with_its_components() {
+        let spec = lov(r#"{"components": [{"end": 1048576, "stripe_count": 1},
+                                           {"end": -1, "stripe_count": 4}]}"#)
+        .unwrap();
+        let v = lov_value(&LayoutInfo::Dir(Some(spec)));
+        let d = &v["default"];
+        assert_eq!(d["stripe_count"], 1);
+        assert_eq!(d["components"][0]["end"], 1048576);
+        assert_eq!(d["components"][1]["start"], 1048576);
+        assert_eq!(d["components"][1]["end"], -1);
+        assert_eq!(d["components"][1]["stripe_count"], 4);
     }
 }

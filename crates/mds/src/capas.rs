@@ -58,8 +58,7 @@ pub fn attach(mdt: &Mdt, req: &Incoming, call: &MdsCall, out: Outgoing) -> Outgo
         .capa_lifetime_s
         .load(std::sync::atomic::Ordering::Relaxed);
     a.capas = layout
-        .objects
-        .iter()
+        .objects()
         .take(CAPAS_PER_ANSWER_MAX)
         .map(|o| {
             let what = (fid, o.ost, o.object);

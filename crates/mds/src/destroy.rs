@@ -78,8 +78,8 @@ pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
         let Ok(Some(layout)) = mdt.inode(fid).map(|r| r.layout) else {
             continue;
         };
-        let mut objects = Vec::with_capacity(layout.objects.len());
-        for (stripe, o) in layout.objects.iter().enumerate() {
+        let mut objects = Vec::with_capacity(layout.object_count());
+        for (stripe, o) in layout.objects().enumerate() {
             let Some(conn) = mdt.osts.conn(o.ost) else {
                 break;
             };
@@ -90,7 +90,7 @@ pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
             }
         }
         // Every object answered, with sizes a file can have: the size is known.
-        if objects.len() == layout.objects.len() {
+        if objects.len() == layout.object_count() {
             if let Some((size, blocks)) = layout.file_size_from_objects(objects) {
                 if mdt.sizes.learned(fid, generation, size, blocks) {
                     learned += 1;

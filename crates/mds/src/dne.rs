@@ -65,9 +65,11 @@ pub(crate) fn reconstruct(mdt: &Mdt, client: &[u8; 16], xid: u64) -> Outgoing {
 /// Only bodies in this nacre's protocol are sent: behind the answer's head, encoded now, a
 /// body of another protocol version would be read wrong. A saved body of another protocol
 /// (saved before an upgrade, its request resent after it) is answered `EPROTO` instead.
-/// Only one protocol version exists so far, so this never happens yet; the next protocol
-/// change replaces the refusal with a re-encode (the body decoded with the saved version's
-/// decoder and encoded in the request's version: docs/formats.md, gap 3). An error has no
+/// Protocol 7 (composite layouts) speaks no older version, so the one client that could
+/// resend such a request — the protocol-6 process that sent it — is refused before it
+/// gets here; a re-encode (the body decoded with the saved version's decoder and encoded in
+/// the request's version: docs/formats.md, gap 3) is needed once a server speaks two
+/// versions. An error has no
 /// body, so it is answered as saved whatever the protocol. This is also why the readers of
 /// answer bodies (capas.rs, lib.rs's nodemap mapping, locks.rs) only ever meet bodies of
 /// this protocol.
@@ -356,7 +358,7 @@ fn remove_striped(mdt: &Mdt, intent: &IntentRecord, deadline: Instant) -> Result
                     let back = RemoteUpdate::CreateDir {
                         attr: attr.clone(),
                         parent: master,
-                        dir_default: *dir_default,
+                        dir_default: dir_default.clone(),
                         stripe: None,
                         default: *default,
                     };

@@ -1,7 +1,7 @@
 //! One metadata target: its store, allocators, open counts and the transaction helper that
 //! every modifying operation uses.
 
-use crate::osp::{merge_spec, OstPool};
+use crate::osp::OstPool;
 use nacre_kv::KvStore;
 use nacre_ldlm::msg::{LockRef, UPDATE};
 use nacre_mdstore::records::*;
@@ -9,9 +9,9 @@ use nacre_mdstore::store::tx::ReplayHint;
 use nacre_mdstore::store::{Loaded, Store};
 pub use nacre_mdstore::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_osd::Label;
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{Component, LayoutSpec, StripeSpec, EXTENT_EOF};
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, Layout, ObjectId, QuotaId, Status, StripeObject};
+use nacre_types::{Attr, Fid, Layout, ObjectId, PoolName, QuotaId, Status, StripeObject};
 use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -637,34 +637,90 @@ impl std::ops::DerefMut for Tx<'_> {
 }
 
 impl Tx<'_> {
-    /// Allocates the objects of a new regular file under `parent`'s striping defaults.
-    pub fn new_layout(&mut self, parent: &InodeRecord, spec: StripeSpec) -> Result<Layout, Status> {
+    /// Allocates the objects of a new regular file: `spec` (its own request) over
+    /// `parent`'s default over the file system's ([`LayoutSpec::for_new_file`]). Every
+    /// component is instantiated now (instantiation as the file grows is issue 44's next
+    /// step). A request whose extents do not fall on its components' stripe sizes is
+    /// refused (`EINVAL`) before any object is allocated.
+    pub fn new_layout(
+        &mut self,
+        parent: &InodeRecord,
+        spec: &LayoutSpec,
+    ) -> Result<Layout, Status> {
         if let Some((_, Some(layout))) = self.replay.clone() {
             // The client wrote the file's data into these objects.
-            for o in &layout.objects {
+            for o in layout.objects() {
                 self.reserve_past_object(o.ost, o.object)?;
             }
             return Ok(layout);
         }
-        let inherited = parent.dir_default.unwrap_or_default();
         let fs_default = if parent.attr.fid == Fid::ROOT {
-            StripeSpec::default()
+            None
         } else {
             self.fs_default()?
         };
-        let base = merge_spec(inherited, fs_default);
-        let merged = merge_spec(spec, base);
+        let template =
+            LayoutSpec::for_new_file(spec, parent.dir_default.as_ref(), fs_default.as_ref());
+        template.check().map_err(|_| Status::Inval)?;
+        // Resolved first, all of them: nothing is allocated for a request refused.
+        let mut resolved = Vec::with_capacity(template.components.len());
+        for (start, end, stripe) in template.extents() {
+            let (count, size, first, pool) = self.resolve_component(stripe)?;
+            let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(u64::from(size));
+            if !aligned(start) || !aligned(end) {
+                return Err(Status::Inval);
+            }
+            resolved.push((start, end, stripe.start_ost, count, size, first, pool));
+        }
+        let mut components = Vec::with_capacity(resolved.len());
+        for (start, end, start_ost, count, size, first, pool) in resolved {
+            let chosen = self.mdt.osts.choose(count as usize, first, pool)?;
+            let mut objects = Vec::with_capacity(chosen.len());
+            for ost in chosen {
+                objects.push(StripeObject {
+                    ost,
+                    object: self.new_object(ost)?,
+                });
+            }
+            components.push(Component {
+                start,
+                end,
+                stripe_size: size,
+                stripe_count: objects.len() as i32,
+                start_ost,
+                pool,
+                objects,
+            });
+        }
+        let layout = Layout {
+            components,
+            generation: 0,
+        };
+        assert!(
+            layout.check().is_ok(),
+            "a layout made here is valid: {layout:?}"
+        );
+        Ok(layout)
+    }
+
+    /// The stripe count, stripe size, first OST and pool of a component requested as
+    /// `stripe` (its unset fields already filled from the defaults), spilled to another
+    /// pool where its own is full (`OstPool::spill_target`).
+    fn resolve_component(
+        &self,
+        stripe: StripeSpec,
+    ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
         let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self.mdt.osts.spill_target(merged.pool, pending);
+        let pool = self.mdt.osts.spill_target(stripe.pool, pending);
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
-        let (spec, base) = if pool == merged.pool {
-            (spec, base)
+        let (spec, base) = if pool == stripe.pool {
+            (stripe, StripeSpec::default())
         } else {
             let spilled = StripeSpec {
                 start_ost: -1,
                 pool,
-                ..merged
+                ..stripe
             };
             (
                 StripeSpec {
@@ -674,21 +730,8 @@ impl Tx<'_> {
                 spilled,
             )
         };
-        let (count, size, start) = self.mdt.osts.resolve(spec, base, pool)?;
-        let chosen = self.mdt.osts.choose(count as usize, start, pool)?;
-        let mut objects = Vec::with_capacity(chosen.len());
-        for ost in chosen {
-            objects.push(StripeObject {
-                ost,
-                object: self.new_object(ost)?,
-            });
-        }
-        Ok(Layout {
-            stripe_size: size,
-            objects,
-            pool,
-            generation: 0,
-        })
+        let (count, size, first) = self.mdt.osts.resolve(spec, base, pool)?;
+        Ok((count, size, first, pool))
     }
 
     /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
@@ -699,7 +742,7 @@ impl Tx<'_> {
             .sizes
             .exact(rec.attr.fid)
             .map_or(rec.attr.size, |(size, _)| size);
-        for (stripe, o) in layout.objects.iter().enumerate() {
+        for (stripe, o) in layout.objects().enumerate() {
             let bytes = layout.object_size_for_file(stripe, size);
             self.mdt.destroy_space.hint(o.ost, o.object, bytes);
         }

@@ -400,30 +400,9 @@ impl OstPool {
     }
 }
 
-/// Fills the unset fields of `spec` from `base`.
+/// Fills the unset fields of `spec` from `base` ([`StripeSpec::over`]).
 pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
-    StripeSpec {
-        stripe_count: if spec.stripe_count != 0 {
-            spec.stripe_count
-        } else {
-            base.stripe_count
-        },
-        stripe_size: if spec.stripe_size != 0 {
-            spec.stripe_size
-        } else {
-            base.stripe_size
-        },
-        start_ost: if spec.start_ost >= 0 {
-            spec.start_ost
-        } else {
-            base.start_ost
-        },
-        pool: if spec.pool.is_none() {
-            base.pool
-        } else {
-            spec.pool
-        },
-    }
+    spec.over(base)
 }
 
 /// Draws `count` distinct indices at random, each with probability proportional to its weight.

@@ -6,7 +6,7 @@
 
 use crate::mdt::{end_relayout, relayout_of, Mdt, Tx};
 use nacre_mdstore::records::InodeRecord;
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Fid, FileKind, Layout, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
 use std::sync::atomic::Ordering;
@@ -42,17 +42,20 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
         touch(tx.mdt, fid);
         return Ok(MdsReply::Relayout { old, new: r.new });
     }
+    // What `spec` leaves unset is the first component's (a composite layout is migrated
+    // to a plain one: docs/migrate.md).
+    let first = &old.components[0];
     let current = StripeSpec {
-        stripe_count: old.objects.len() as i32,
-        stripe_size: old.stripe_size,
+        stripe_count: first.stripe_count,
+        stripe_size: first.stripe_size,
         start_ost: -1,
-        pool: old.pool,
+        pool: first.pool,
     };
     let like = InodeRecord {
-        dir_default: Some(current),
+        dir_default: Some(LayoutSpec::plain(current)),
         ..rec
     };
-    let new = tx.new_layout(&like, spec)?;
+    let new = tx.new_layout(&like, &LayoutSpec::plain(spec))?;
     let record = RelayoutRecord {
         new: new.clone(),
         old_generation: old.generation,

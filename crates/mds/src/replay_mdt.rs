@@ -73,7 +73,7 @@ fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
     l.check().map_err(|_| Status::Inval)?;
     let here = u64::from(mdt.label.index);
     let mut seen = HashSet::new();
-    for o in &l.objects {
+    for o in l.objects() {
         if o.object.seq != here || o.object.id == 0 || !seen.insert((o.ost, o.object)) {
             return Err(Status::Inval);
         }

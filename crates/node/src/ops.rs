@@ -278,7 +278,7 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
                 false,
                 0,
             )?;
-            let laid = client.set_layout(attr.fid, spec);
+            let laid = client.set_layout(attr.fid, nacre_client::LayoutSpec::plain(spec));
             if laid.is_err() {
                 // Nothing half made is left behind.
                 let _ = client.unlink(parent, &name);
@@ -291,11 +291,13 @@ pub(crate) fn run(shared: &Shared, s: &Session, req: ApiRequest, bulk: Option<&[
             let a = existing(walker.walk(&path, true)?)?;
             match client.get_layout(a.fid)? {
                 LayoutInfo::File(l) => Ok((
+                    // The first component's striping (a composite layout's other components
+                    // are in `nacre getstripe`), and every object's OST.
                     ApiReply::Stripe(ApiStripe {
-                        count: l.objects.len() as u32,
-                        size: u64::from(l.stripe_size),
-                        pool: l.pool.to_string(),
-                        osts: l.objects.iter().map(|o| o.ost).collect(),
+                        count: l.components[0].stripe_count.max(0) as u32,
+                        size: u64::from(l.components[0].stripe_size),
+                        pool: l.components[0].pool.to_string(),
+                        osts: l.objects().map(|o| o.ost).collect(),
                     }),
                     None,
                 )),

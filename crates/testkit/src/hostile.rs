@@ -207,7 +207,9 @@ fn spoil_mds(f: &mut Frame, trick: Trick) -> bool {
             }
             | MdsReply::Layout(LayoutInfo::File(l)),
         ) => {
-            l.objects.clear();
+            for c in &mut l.components {
+                c.objects.clear();
+            }
             true
         }
         (
@@ -217,7 +219,7 @@ fn spoil_mds(f: &mut Frame, trick: Trick) -> bool {
             }
             | MdsReply::Layout(LayoutInfo::File(l)),
         ) => {
-            l.stripe_size = 0;
+            l.components[0].stripe_size = 0;
             true
         }
         (Trick::DirStripeNoShards, MdsReply::DirStripe(Some(s))) => {

@@ -1,12 +1,25 @@
-//! RAID0 file layouts (Lustre's "stripes") and the arithmetic that maps file offsets to objects.
+//! File layouts: composite layouts of components by file extent (Lustre's progressive file
+//! layouts), each a RAID0 striping over OST objects ([`component`]), and the arithmetic that
+//! maps file offsets to objects.
 //!
-//! A file of stripe count C and stripe size S stores byte `x` in object `(x / S) % C`, at object
-//! offset `(x / (S * C)) * S + x % S`. A contiguous file range therefore touches one contiguous
-//! range of each object, which the client sends as one RPC per object.
+//! A layout's objects are numbered across its components in order (the "stripe" of a
+//! [`StripeChunk`], of a glimpse's answer, of a capability): component 0's objects first,
+//! then component 1's, and so on; a component not yet instantiated has none. A plain RAID0
+//! layout is one component from byte 0 to the end of the file ([`Layout::raid0`]).
+//!
+//! Within a component of stripe count C and stripe size S, byte `x` is in object
+//! `(x / S) % C`, at object offset `(x / (S * C)) * S + x % S`. A contiguous file range
+//! therefore touches one contiguous range of each object, which the client sends as one RPC
+//! per object.
+
+pub mod component;
+pub mod spec;
 
 use crate::fid::ObjectId;
 use crate::limits::{STRIPE_COUNT_MAX, STRIPE_SIZE_BYTES_MAX, STRIPE_SIZE_BYTES_MIN};
+pub use component::{Component, EXTENT_EOF};
 use serde::{Deserialize, Serialize};
+pub use spec::{ComponentSpec, LayoutSpec};
 
 /// Default stripe size: 1 MiB.
 pub const STRIPE_SIZE_DEFAULT: u32 = 1024 * 1024;
@@ -84,18 +97,19 @@ impl std::fmt::Display for PoolName {
     }
 }
 
-/// A RAID0 layout: the objects of a file, in stripe order.
+/// Most components a layout may have (Lustre allows more; sites use 2 to 4).
+pub const COMPONENTS_MAX: usize = 16;
+
+/// A file's layout: components covering the file from byte 0 to the end, in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
-    /// Bytes per stripe.
-    pub stripe_size: u32,
-    /// Objects, one per stripe; its length is the stripe count.
-    pub objects: Vec<StripeObject>,
-    /// The OST pool its objects were allocated in (none: any OST).
-    pub pool: PoolName,
+    /// The components, by extent: the first starts at 0, each starts where the one before
+    /// ends, the last ends at [`EXTENT_EOF`].
+    pub components: Vec<Component>,
     /// The layout's generation: one up at each migration's swap (or abort after a fence).
     /// Every change of an object carries it; an OST refuses a change carrying an older
-    /// generation than the object's fence (docs/migrate.md).
+    /// generation than the object's fence (docs/migrate.md). Instantiating a component is
+    /// not a new generation (it fences no writer).
     pub generation: u32,
 }
 
@@ -137,6 +151,27 @@ pub enum LayoutError {
     /// A pool name that is not one.
     #[error("invalid pool name in a layout")]
     BadPool,
+    /// A component's extent that is empty, or does not start and end on its stripe size.
+    #[error(
+        "component extent {start}..{end} must be non-empty and start and end on a multiple \
+         of its stripe size {stripe_size}"
+    )]
+    BadExtent {
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+        /// The component's stripe size.
+        stripe_size: u32,
+    },
+    /// Components that do not cover the file from 0 to its end, one after the other, or
+    /// more of them than a layout may have.
+    #[error(
+        "a layout's 1 to {max} components must run from byte 0 to the end of the file, \
+         each starting where the one before ends",
+        max = COMPONENTS_MAX
+    )]
+    BadComponents,
     /// Start OST does not exist.
     #[error("start OST index {start} does not exist (file system has {osts} OSTs)")]
     BadStartOst {
@@ -159,6 +194,33 @@ impl Default for StripeSpec {
 }
 
 impl StripeSpec {
+    /// This request with its unset fields (zero count and size, negative start, no pool)
+    /// taken from `base`.
+    pub fn over(self, base: StripeSpec) -> StripeSpec {
+        StripeSpec {
+            stripe_count: if self.stripe_count != 0 {
+                self.stripe_count
+            } else {
+                base.stripe_count
+            },
+            stripe_size: if self.stripe_size != 0 {
+                self.stripe_size
+            } else {
+                base.stripe_size
+            },
+            start_ost: if self.start_ost >= 0 {
+                self.start_ost
+            } else {
+                base.start_ost
+            },
+            pool: if self.pool.is_none() {
+                base.pool
+            } else {
+                self.pool
+            },
+        }
+    }
+
     /// Checks the request against an OST count and resolves defaults against `parent`.
     pub fn resolve(
         self,
@@ -223,78 +285,162 @@ pub struct StripeChunk {
 }
 
 impl Layout {
+    /// A plain RAID0 layout: one component over the whole file, instantiated with
+    /// `objects`.
+    pub fn raid0(stripe_size: u32, objects: Vec<StripeObject>, pool: PoolName) -> Layout {
+        Layout {
+            components: vec![Component {
+                start: 0,
+                end: EXTENT_EOF,
+                stripe_size,
+                stripe_count: objects.len() as i32,
+                start_ost: -1,
+                pool,
+                objects,
+            }],
+            generation: 0,
+        }
+    }
+
     /// Checks a layout that came from elsewhere (a reply, a disk) before its arithmetic is
-    /// used: 1 to [`STRIPE_COUNT_MAX`] objects, a valid stripe size, a valid pool name.
+    /// used: 1 to [`COMPONENTS_MAX`] valid components from 0 to the end of the file, each
+    /// starting where the one before ends, 1 to [`STRIPE_COUNT_MAX`] objects in all.
     pub fn check(&self) -> Result<(), LayoutError> {
-        if self.objects.is_empty() || self.objects.len() > usize::from(STRIPE_COUNT_MAX) {
-            return Err(LayoutError::BadObjectCount(self.objects.len()));
+        if self.components.is_empty() || self.components.len() > COMPONENTS_MAX {
+            return Err(LayoutError::BadComponents);
         }
-        if !self.pool.is_valid() {
-            return Err(LayoutError::BadPool);
+        let mut at = 0;
+        for c in &self.components {
+            if c.start != at {
+                return Err(LayoutError::BadComponents);
+            }
+            c.check()?;
+            at = c.end;
         }
-        check_stripe_size(self.stripe_size)
+        if at != EXTENT_EOF {
+            return Err(LayoutError::BadComponents);
+        }
+        let objects = self.object_count();
+        if objects == 0 || objects > usize::from(STRIPE_COUNT_MAX) {
+            return Err(LayoutError::BadObjectCount(objects));
+        }
+        Ok(())
     }
 
-    /// Stripe count.
-    pub fn stripe_count(&self) -> usize {
-        self.objects.len()
+    /// Objects in all its components.
+    pub fn object_count(&self) -> usize {
+        self.components.iter().map(|c| c.objects.len()).sum()
     }
 
-    /// Object index and object offset of file byte `offset`.
-    pub fn locate(&self, offset: u64) -> (usize, u64) {
-        let size = u64::from(self.stripe_size);
-        let count = self.objects.len() as u64;
-        let stripe_number = offset / size;
-        let stripe = (stripe_number % count) as usize;
-        let object_offset = (stripe_number / count) * size + offset % size;
-        (stripe, object_offset)
+    /// Its objects, numbered across its components in order.
+    pub fn objects(&self) -> impl Iterator<Item = &StripeObject> + '_ {
+        self.components.iter().flat_map(|c| c.objects.iter())
+    }
+
+    /// Object `stripe` (numbered across the components).
+    pub fn object(&self, stripe: usize) -> &StripeObject {
+        let (c, i) = self.component_of(stripe);
+        &self.components[c].objects[i]
+    }
+
+    /// The component holding object `stripe`, and the object's index in it.
+    pub fn component_of(&self, stripe: usize) -> (usize, usize) {
+        let mut first = 0;
+        for (c, comp) in self.components.iter().enumerate() {
+            if stripe < first + comp.objects.len() {
+                return (c, stripe - first);
+            }
+            first += comp.objects.len();
+        }
+        panic!(
+            "object {stripe} of a layout of {} objects",
+            self.object_count()
+        );
+    }
+
+    /// The number of the first object of component `c`.
+    fn first_object_of(&self, c: usize) -> usize {
+        self.components[..c].iter().map(|c| c.objects.len()).sum()
+    }
+
+    /// The component holding file byte `offset`.
+    pub fn component_at(&self, offset: u64) -> &Component {
+        self.components
+            .iter()
+            .find(|c| c.contains(offset))
+            .or(self.components.last())
+            .expect("a layout has components")
+    }
+
+    /// The stripe size where file byte `offset` is.
+    pub fn stripe_size_at(&self, offset: u64) -> u32 {
+        self.component_at(offset).stripe_size
+    }
+
+    /// True if every component with a byte in `offset..offset + len` is instantiated (a
+    /// write there has objects to go to).
+    pub fn is_instantiated_over(&self, offset: u64, len: u64) -> bool {
+        self.components
+            .iter()
+            .filter(|c| c.overlap(offset, len.max(1)).is_some())
+            .all(Component::is_instantiated)
+    }
+
+    /// Object number (across the components) and object offset of file byte `offset`; None
+    /// where its component has no objects yet (the bytes there read as zeros).
+    pub fn locate(&self, offset: u64) -> Option<(usize, u64)> {
+        let c = self.components.iter().position(|c| c.contains(offset))?;
+        let comp = &self.components[c];
+        if !comp.is_instantiated() {
+            return None;
+        }
+        let (i, object_offset) = comp.locate(offset);
+        Some((self.first_object_of(c) + i, object_offset))
     }
 
     /// Splits the file range `[offset, offset + len)` into one chunk per object it touches,
-    /// ordered by stripe index.
+    /// ordered by object number. Parts in components without objects have no chunk (they
+    /// read as zeros; a write must have them instantiated first: [`Layout::is_instantiated_over`]).
     pub fn chunks(&self, offset: u64, len: u64) -> Vec<StripeChunk> {
-        assert!(!self.objects.is_empty(), "layout without objects");
-        let size = u64::from(self.stripe_size);
-        let mut chunks: Vec<Option<StripeChunk>> = vec![None; self.objects.len()];
-        let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            let (stripe, object_offset) = self.locate(pos);
-            let piece = (size - pos % size).min(end - pos);
-            match &mut chunks[stripe] {
-                Some(chunk) => {
-                    assert_eq!(chunk.object_offset + chunk.len, object_offset);
-                    chunk.len += piece;
-                    chunk.pieces.push((pos, piece));
+        let mut out = Vec::new();
+        let mut first = 0;
+        for comp in &self.components {
+            let n = comp.objects.len();
+            if let (true, Some((from, to))) = (n > 0, comp.overlap(offset, len)) {
+                let size = u64::from(comp.stripe_size);
+                let mut chunks: Vec<Option<StripeChunk>> = vec![None; n];
+                let mut pos = from;
+                while pos < to {
+                    let (i, object_offset) = comp.locate(pos);
+                    let piece = (size - pos % size).min(to - pos);
+                    match &mut chunks[i] {
+                        Some(chunk) => {
+                            assert_eq!(chunk.object_offset + chunk.len, object_offset);
+                            chunk.len += piece;
+                            chunk.pieces.push((pos, piece));
+                        }
+                        slot @ None => {
+                            *slot = Some(StripeChunk {
+                                stripe: first + i,
+                                object_offset,
+                                len: piece,
+                                pieces: vec![(pos, piece)],
+                            })
+                        }
+                    }
+                    pos += piece;
                 }
-                slot @ None => {
-                    *slot = Some(StripeChunk {
-                        stripe,
-                        object_offset,
-                        len: piece,
-                        pieces: vec![(pos, piece)],
-                    })
-                }
+                out.extend(chunks.into_iter().flatten());
             }
-            pos += piece;
+            first += n;
         }
-        chunks.into_iter().flatten().collect()
+        out
     }
 
-    /// File size implied by the size of the object at `stripe` (0 for an empty object).
+    /// File size implied by the size of object `stripe` (0 for an empty object).
     pub fn file_size_from_object(&self, stripe: usize, object_size: u64) -> u64 {
-        if object_size == 0 {
-            return 0;
-        }
-        let size = u64::from(self.stripe_size);
-        let count = self.objects.len() as u64;
-        let last = object_size - 1;
-        // Saturating: an object size from the other side of a socket may be absurd.
-        let file_offset = (last / size)
-            .saturating_mul(size)
-            .saturating_mul(count)
-            .saturating_add(stripe as u64 * size + last % size);
-        file_offset.saturating_add(1)
+        let (c, i) = self.component_of(stripe);
+        self.components[c].file_size_from_object(i, object_size)
     }
 
     /// File size and 512-byte blocks from the (stripe, object size, object blocks) of its
@@ -316,14 +462,10 @@ impl Layout {
         Some((size, blocks))
     }
 
-    /// Size the object at `stripe` has when the file is exactly `file_size` bytes long.
+    /// Size object `stripe` has when the file is exactly `file_size` bytes long.
     pub fn object_size_for_file(&self, stripe: usize, file_size: u64) -> u64 {
-        let size = u64::from(self.stripe_size);
-        let count = self.objects.len() as u64;
-        let full_rounds = file_size / (size * count);
-        let rest = file_size % (size * count);
-        let start = stripe as u64 * size;
-        full_rounds * size + rest.saturating_sub(start).min(size)
+        let (c, i) = self.component_of(stripe);
+        self.components[c].object_size_for_file(i, file_size)
     }
 }
 
@@ -332,19 +474,40 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn objects(first: usize, count: usize) -> Vec<StripeObject> {
+        (first..first + count)
+            .map(|i| StripeObject {
+                ost: i as u32,
+                object: ObjectId {
+                    seq: 0,
+                    id: i as u64,
+                },
+            })
+            .collect()
+    }
+
     fn layout(count: usize, size: u32) -> Layout {
-        Layout {
+        Layout::raid0(size, objects(0, count), PoolName::NONE)
+    }
+
+    /// `-E 1M -c 1 -S 64K -E 1G -c 4 -S 1M -E -1 -c COUNT -S 4M`, the last instantiated with
+    /// `last` objects (0: not yet).
+    fn pfl(last: usize) -> Layout {
+        let comp = |start, end, size, count: usize, first| Component {
+            start,
+            end,
             stripe_size: size,
-            objects: (0..count)
-                .map(|i| StripeObject {
-                    ost: i as u32,
-                    object: ObjectId {
-                        seq: 0,
-                        id: i as u64,
-                    },
-                })
-                .collect(),
+            stripe_count: if count == 0 { -1 } else { count as i32 },
+            start_ost: -1,
             pool: PoolName::NONE,
+            objects: objects(first, count),
+        };
+        Layout {
+            components: vec![
+                comp(0, 1 << 20, 65536, 1, 0),
+                comp(1 << 20, 1 << 30, 1 << 20, 4, 1),
+                comp(1 << 30, EXTENT_EOF, 4 << 20, last, 5),
+            ],
             generation: 0,
         }
     }
@@ -419,6 +582,108 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_composite_layout_maps_each_extent_to_its_component() {
+        let l = pfl(2);
+        assert_eq!(l.check(), Ok(()));
+        assert_eq!(l.object_count(), 7);
+        // The first MiB: one 64 KiB stripe on object 0.
+        assert_eq!(l.locate(70_000), Some((0, 70_000)));
+        // 1 MiB on: 1 MiB stripes over objects 1..5, by absolute offset (stripe 1 of 4).
+        assert_eq!(l.locate(1 << 20), Some((2, 0)));
+        assert_eq!(l.locate((5 << 20) + 7), Some((2, (1 << 20) + 7)));
+        // 1 GiB on: 4 MiB stripes over objects 5 and 6.
+        assert_eq!(l.locate((1 << 30) + (4 << 20)), Some((6, 512 << 20)));
+        assert_eq!(l.component_of(4), (1, 3));
+        assert_eq!(l.object(6).ost, 6);
+        // A write across the first boundary touches objects 0 and 2.
+        let c = l.chunks((1 << 20) - 10, 20);
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.stripe, c.object_offset, c.len))
+                .collect::<Vec<_>>(),
+            vec![(0, (1 << 20) - 10, 10), (2, 0, 10)]
+        );
+        assert!(l.is_instantiated_over(0, 2 << 30));
+        // Not instantiated yet: no objects, nothing to read, a write must ask first.
+        let l = pfl(0);
+        assert_eq!(l.check(), Ok(()));
+        assert_eq!(l.locate(1 << 30), None);
+        assert!(l.chunks(1 << 30, 100).is_empty());
+        assert!(l.is_instantiated_over(0, 1 << 30));
+        assert!(!l.is_instantiated_over((1 << 30) - 1, 2));
+        assert_eq!(l.stripe_size_at(0), 65536);
+        assert_eq!(l.stripe_size_at(u64::MAX - 1), 4 << 20);
+    }
+
+    #[test]
+    fn layouts_that_do_not_cover_the_file_are_refused() {
+        let mut l = pfl(2);
+        l.components[1].start += 65536;
+        assert_eq!(l.check(), Err(LayoutError::BadComponents));
+        let mut l = pfl(2);
+        l.components.pop();
+        assert_eq!(l.check(), Err(LayoutError::BadComponents));
+        let mut l = pfl(2);
+        l.components[0].end = 100_000;
+        l.components[1].start = 100_000;
+        assert!(matches!(l.check(), Err(LayoutError::BadExtent { .. })));
+        let mut l = pfl(2);
+        l.components[1].stripe_count = 3;
+        assert_eq!(l.check(), Err(LayoutError::BadObjectCount(4)));
+        assert_eq!(
+            Layout {
+                components: vec![],
+                generation: 0
+            }
+            .check(),
+            Err(LayoutError::BadComponents)
+        );
+        let mut none = pfl(0);
+        for c in &mut none.components {
+            c.objects.clear();
+            c.stripe_count = 1;
+        }
+        assert_eq!(none.check(), Err(LayoutError::BadObjectCount(0)));
+    }
+
+    #[test]
+    fn objects_below_a_components_extent_stay_empty() {
+        let l = pfl(2);
+        // A 10-byte file: only object 0 holds data.
+        let sizes: Vec<u64> = (0..7).map(|s| l.object_size_for_file(s, 10)).collect();
+        assert_eq!(sizes, vec![10, 0, 0, 0, 0, 0, 0]);
+        // 1 MiB + 10: object 0 full, object 2 (stripe 1 of the second component) 10 bytes.
+        let sizes: Vec<u64> = (0..7)
+            .map(|s| l.object_size_for_file(s, (1 << 20) + 10))
+            .collect();
+        assert_eq!(sizes, vec![1 << 20, 0, 10, 0, 0, 0, 0]);
+    }
+
+    proptest! {
+        /// Over a composite layout, every byte of a range is in exactly one chunk, at the
+        /// object offset its component locates it, and sizes go both ways.
+        #[test]
+        fn composite_chunks_and_sizes_agree(off in 0u64..3 << 30, len in 1u64..64 << 20, file_size in 0u64..3 << 30) {
+            let l = pfl(2);
+            let chunks = l.chunks(off, len);
+            prop_assert_eq!(chunks.iter().map(|c| c.len).sum::<u64>(), len);
+            for c in &chunks {
+                let mut obj = c.object_offset;
+                for &(file_off, piece) in &c.pieces {
+                    prop_assert_eq!(l.locate(file_off), Some((c.stripe, obj)));
+                    obj += piece;
+                }
+            }
+            let mut max = 0;
+            for s in 0..l.object_count() {
+                let object_size = l.object_size_for_file(s, file_size);
+                max = max.max(l.file_size_from_object(s, object_size));
+            }
+            prop_assert_eq!(max, file_size);
+        }
+    }
+
     proptest! {
         #[test]
         fn chunks_cover_range_exactly(count in 1usize..6, k in 1u32..4, off in 0u64..1<<22, len in 1u64..1<<21) {
@@ -429,7 +694,7 @@ mod tests {
             for c in &chunks {
                 let mut obj = c.object_offset;
                 for &(file_off, piece) in &c.pieces {
-                    prop_assert_eq!(l.locate(file_off), (c.stripe, obj));
+                    prop_assert_eq!(l.locate(file_off), Some((c.stripe, obj)));
                     obj += piece;
                 }
             }

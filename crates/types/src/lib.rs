@@ -7,7 +7,8 @@
 //! * `nid`: network identifiers, `ADDRESS@NETWORK` (an explicit port is accepted).
 //! * `target`: target kinds and names, a file system's frame slot (from its name), and the
 //!   frame's target field: `target_id` = `slot << 16 | index`.
-//! * `layout`: RAID0 layouts and their stripe arithmetic (default: 1 stripe of 1 MiB).
+//! * `layout`: composite layouts of RAID0 components by file extent, and their stripe
+//!   arithmetic (default: one component of 1 stripe of 1 MiB).
 //! * `dirstripe`: striped directories (Lustre's LMV) and their name hashes `fnv_1a_64` and
 //!   `all_char`.
 //! * `attr`: `Attr`, `SetAttr`, `StatFs`, `FileKind`.
@@ -53,7 +54,7 @@ pub use attr::{Attr, FileKind, SetAttr, StatFs, TimeSpec};
 pub use buf::AlignedBuf;
 pub use cred::{Cred, Owner};
 pub use fid::{Fid, ObjectId};
-pub use layout::{Layout, LayoutError, PoolName, StripeChunk, StripeObject};
+pub use layout::{Component, Layout, LayoutError, PoolName, StripeChunk, StripeObject};
 pub use nid::{Nid, NidError};
 pub use quota::{QuotaCheck, QuotaId, QuotaKind};
 pub use status::Status;

@@ -4,7 +4,7 @@
 //! all replies (so the MDS can forget saved replies), around one [`MdsOp`]. Names are raw bytes:
 //! POSIX names need not be UTF-8.
 
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr};
 use serde::{Deserialize, Serialize};
 
@@ -213,8 +213,8 @@ pub enum MdsOp {
     SetLayout {
         /// Inode.
         fid: Fid,
-        /// Requested striping.
-        spec: StripeSpec,
+        /// Requested layout: plain, or components by extent.
+        spec: LayoutSpec,
     },
     /// Layout of a file, or default layout of a directory. Reply: [`MdsReply::Layout`].
     GetLayout {

@@ -222,12 +222,11 @@ mod tests {
             ost,
             object: ObjectId { seq: 1, id },
         };
-        let lov = lov_value(&LayoutInfo::File(Layout {
-            stripe_size: 1 << 20,
-            objects: vec![object(0, 1), object(1, 2)],
-            pool: PoolName::new("flash").unwrap(),
-            generation: 0,
-        }));
+        let lov = lov_value(&LayoutInfo::File(Layout::raid0(
+            1 << 20,
+            vec![object(0, 1), object(1, 2)],
+            PoolName::new("flash").unwrap(),
+        )));
         assert_eq!(lov[VERSION_KEY], 1);
         let spec = |stripe_count, stripe_size, pool: &str| StripeSpec {
             stripe_count,

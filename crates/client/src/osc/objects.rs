@@ -14,7 +14,7 @@ fn per_object(
     req: impl Fn(usize, ObjectId) -> OssRequest,
 ) -> Result<Vec<(usize, OssReply)>> {
     let mut window = Window::default();
-    for stripe in 0..layout.objects.len() {
+    for stripe in 0..layout.object_count() {
         let (ost, object) = object(layout, stripe);
         window.start(client, stripe, ost, &req(stripe, object), None)?;
     }
@@ -33,7 +33,7 @@ pub struct GlimpseJob {
 /// Starts glimpsing every object of `layout` at once; [`GlimpseJob::finish`] waits.
 pub fn start_glimpse(client: &Client, layout: &Layout) -> Result<GlimpseJob> {
     let mut window = Window::default();
-    for stripe in 0..layout.objects.len() {
+    for stripe in 0..layout.object_count() {
         let (ost, object) = object(layout, stripe);
         window.start(client, stripe, ost, &OssRequest::Glimpse { object }, None)?;
     }
@@ -100,7 +100,7 @@ pub fn data_versions(client: &Client, layout: &Layout, flush: bool) -> Result<Ve
         objects: vec![object],
         flush,
     })?;
-    let mut out = vec![(0, 0); layout.objects.len()];
+    let mut out = vec![(0, 0); layout.object_count()];
     for (stripe, reply) in replies {
         match reply {
             OssReply::Versions { epoch, versions } if versions.len() == 1 => {

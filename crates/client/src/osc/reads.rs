@@ -156,12 +156,12 @@ impl ReadJob {
 }
 
 /// True if a read from `offset` of a file with layout `layout` that came back short ended
-/// at the end of the file, with no glimpse: the file has one object (whose end is the
-/// file's), and this client holds a lock on all of it from `offset` on (one granted with
+/// at the end of the file, with no glimpse: the file has one object in one component (whose
+/// end is the file's), and this client holds a lock on all of it from `offset` on (one granted with
 /// this read counts), so no other client keeps writes past what was read — and this
 /// client's own were written before the read.
 fn ends_here(client: &Client, layout: &Layout, offset: u64, granted: &[Granted]) -> bool {
-    if layout.objects.len() != 1 {
+    if layout.components.len() != 1 || layout.object_count() != 1 {
         return false;
     }
     let (ost, object) = object(layout, 0);

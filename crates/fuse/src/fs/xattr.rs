@@ -229,32 +229,13 @@ impl Shared {
     }
 
     /// Sets a file's layout or a directory's default from a `user.nacre.lov` value (keys
-    /// `stripe_count`, `stripe_size`, `start_ost`, `pool`; `kind` and `pattern` checked
-    /// when given): anything else is refused (xattr_json).
+    /// `stripe_count`, `stripe_size`, `start_ost`, `pool`, or `components`; `kind` and
+    /// `pattern` checked when given): anything else is refused (xattr_json).
     pub(super) fn set_lov(&self, fid: Fid, value: &[u8]) -> Result<(), ClientError> {
-        let bad = |why: &str| ClientError::Config(format!("bad {XATTR_LOV} value: {why}"));
         let v = xattr_json::parse_set(XATTR_LOV, value, xattr_json::LOV_SET_KEYS)?;
         xattr_json::check_word(XATTR_LOV, &v, "kind", xattr_json::LOV_KINDS)?;
         xattr_json::check_word(XATTR_LOV, &v, "pattern", xattr_json::LOV_PATTERNS)?;
-        // A value of another type is refused, not taken as the default.
-        let field = |k: &str, default: i64| match v.get(k) {
-            None => Ok(default),
-            Some(x) => x.as_i64().ok_or_else(|| bad(k)),
-        };
-        let spec = StripeSpec {
-            stripe_count: i32::try_from(field("stripe_count", 0)?)
-                .map_err(|_| bad("stripe_count"))?,
-            stripe_size: u32::try_from(field("stripe_size", 0)?).map_err(|_| bad("stripe_size"))?,
-            start_ost: i32::try_from(field("start_ost", -1)?).map_err(|_| bad("start_ost"))?,
-            pool: match v.get("pool") {
-                None => nacre_types::PoolName::NONE,
-                Some(p) => match p.as_str() {
-                    None => return Err(bad("pool")),
-                    Some("") => nacre_types::PoolName::NONE,
-                    Some(p) => nacre_types::PoolName::new(p).map_err(|e| bad(&e.to_string()))?,
-                },
-            },
-        };
+        let spec = xattr_json::lov_spec(&v)?;
         self.client.set_layout(fid, spec).map(|_| ())
     }
 }

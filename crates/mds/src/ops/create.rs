@@ -2,7 +2,7 @@
 
 use crate::mdt::{check_name, Tx};
 use nacre_mdstore::records::InodeRecord;
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, Cred, Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
@@ -157,7 +157,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
     rec.attr.rdev = args.rdev;
     if args.kind == FileKind::Regular {
-        rec.layout = Some(tx.new_layout(&parent, StripeSpec::default())?);
+        rec.layout = Some(tx.new_layout(&parent, &LayoutSpec::plain(StripeSpec::default()))?);
     }
     tx.touch(&mut parent);
     tx.put_inode(&parent);

@@ -3,7 +3,7 @@
 use crate::mdt::{Mdt, Tx};
 use crate::osp::merge_spec;
 use nacre_net::rpc::call;
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
 use nacre_wire::oss::{OssCall, OssReply, OssRequest};
@@ -20,7 +20,7 @@ pub fn get(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
 
 /// True if any object of the file holds data (asks the OSTs).
 fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
-    for o in &layout.objects {
+    for o in layout.objects() {
         let conn = mdt.osts.conn(o.ost).ok_or(Status::Io)?;
         let req = OssRequest::Glimpse { object: o.object };
         match call::<_, OssReply>(&conn, req.opcode(), o.ost, &OssCall::server(req)) {
@@ -32,19 +32,27 @@ fn has_data(mdt: &Mdt, layout: &nacre_types::Layout) -> Result<bool, Status> {
     Ok(false)
 }
 
-/// Sets a directory's default striping, or re-lays-out an empty file.
-pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
+/// Sets a directory's default layout, or re-lays-out an empty file. A directory's plain
+/// request is merged into its plain default (what it leaves unset is kept), a composite one
+/// replaces the default, and the plain default request clears it.
+pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: &LayoutSpec) -> Result<MdsReply, Status> {
+    spec.check().map_err(|_| Status::Inval)?;
     let mut rec = tx.inode(fid)?;
     match rec.attr.kind {
         FileKind::Directory => {
-            tx.mdt
-                .osts
-                .resolve(spec, StripeSpec::default(), spec.pool)?;
-            let clear = spec == StripeSpec::default();
-            rec.dir_default = if clear {
-                None
-            } else {
-                Some(merge_spec(spec, rec.dir_default.unwrap_or_default()))
+            // Every component's request must be one the OSTs can meet now.
+            for c in &spec.components {
+                tx.mdt
+                    .osts
+                    .resolve(c.stripe, StripeSpec::default(), c.stripe.pool)?;
+            }
+            rec.dir_default = match (spec.as_plain(), rec.dir_default.as_ref()) {
+                (Some(s), _) if s == StripeSpec::default() => None,
+                (Some(s), Some(old)) => match old.as_plain() {
+                    Some(old) => Some(LayoutSpec::plain(merge_spec(s, old))),
+                    None => Some(spec.clone()),
+                },
+                _ => Some(spec.clone()),
             };
             rec.attr.ctime = tx.now;
             tx.put_inode(&rec);
@@ -55,9 +63,8 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Stat
             if has_data(tx.mdt, &old)? {
                 return Err(Status::Exist);
             }
-            let fs_default = tx.fs_default()?;
             let parent_like = nacre_mdstore::records::InodeRecord {
-                dir_default: Some(fs_default),
+                dir_default: tx.fs_default()?,
                 ..rec.clone()
             };
             let layout = tx.new_layout(&parent_like, spec)?;

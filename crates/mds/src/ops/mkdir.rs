@@ -34,6 +34,12 @@ pub fn run(
     let mut parent = check_new(tx, parent_fid, name)?;
     let mut rec = super::create::new_inode(tx, &parent, FileKind::Directory, perm, uid, gid);
     rec.parent = Some(parent_fid);
+    // A new directory takes its parent's default layout, as Lustre's do (its files are laid
+    // out as its parent's would be); the root's default is the file system's, which every
+    // directory without one of its own follows as it changes, so it is not copied.
+    if parent_fid != Fid::ROOT {
+        rec.dir_default = parent.dir_default.clone();
+    }
     parent.attr.nlink += 1;
     tx.touch(&mut parent);
     tx.put_inode(&parent);

@@ -6,6 +6,7 @@ use crate::mdt::{Mdt, Placement, Tx};
 use crate::peers::{mdt_list, peer_call};
 use nacre_mdstore::records::IntentRecord;
 use nacre_net::Outgoing;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
 
@@ -118,15 +119,20 @@ pub(crate) fn mkdir_local(
     tx.put_inode(&parent);
     tx.put_dirent(parent_fid, name, fid, FileKind::Directory);
     // Files in the new directory get the striping they would get here.
-    let effective =
-        crate::osp::merge_spec(parent.dir_default.unwrap_or_default(), tx.fs_default()?);
+    // (The file system's default lives on MDT0, which the new directory's MDT may not be.)
+    let effective = LayoutSpec::for_new_file(
+        &LayoutSpec::plain(StripeSpec::default()),
+        parent.dir_default.as_ref(),
+        tx.fs_default()?.as_ref(),
+    );
     let intent = IntentRecord {
         key: fid,
         mdt: target,
         update: RemoteUpdate::CreateDir {
             attr: rec.attr.clone(),
             parent: parent_fid,
-            dir_default: (effective != Default::default()).then_some(effective),
+            dir_default: (effective != LayoutSpec::plain(StripeSpec::default()))
+                .then_some(effective),
             stripe,
             default: dir.inherit,
         },

@@ -84,7 +84,7 @@ pub fn mkdir_striped(
                     update: RemoteUpdate::CreateDir {
                         attr: shard_attr,
                         parent: master,
-                        dir_default: *dir_default,
+                        dir_default: dir_default.clone(),
                         stripe: None,
                         default: dir.inherit,
                     },

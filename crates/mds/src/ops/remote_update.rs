@@ -52,7 +52,7 @@ pub fn apply(
             tx.put_inode(&InodeRecord {
                 attr: attr.clone(),
                 layout: None,
-                dir_default: *dir_default,
+                dir_default: dir_default.clone(),
                 symlink: None,
                 parent: Some(*parent),
                 orphan: false,

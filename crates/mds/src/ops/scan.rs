@@ -75,7 +75,9 @@ fn stat_of(mdt: &Mdt, fid: Fid, rec: InodeRecord) -> InodeStat {
         }
     }
     let (pool, stripe_count) = match &rec.layout {
-        Some(l) => (l.pool, l.objects.len() as u32),
+        // A composite layout's first pool: where a file's first bytes (all of a small
+        // file) are.
+        Some(l) => (l.components[0].pool, l.object_count() as u32),
         None => (nacre_types::PoolName::NONE, 0),
     };
     InodeStat {

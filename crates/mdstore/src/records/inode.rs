@@ -1,10 +1,11 @@
 //! Inode records (table `inodes`): `[v] inode version (8, big-endian) postcard(InodeRecord)`,
 //! the inode version being the transno of the inode's last change (version checks at
-//! replay). Versions read: 6 (now: projects), 5 (no project: 0, not inherited), 4 (no layout
+//! replay). Versions read: 7 (now: composite layouts), 6 (plain RAID0 layouts: one
+//! component over the whole file), 5 (no project: 0, not inherited), 4 (no layout
 //! generation: 0), 3 (no pools: none), 1 (as 3, and no inode version: 0). There was no 2.
 
 use super::versions::{from_postcard, Record, RecordError};
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, Fid, FileKind, Layout};
 use serde::{Deserialize, Serialize};
 
@@ -15,8 +16,8 @@ pub struct InodeRecord {
     pub attr: Attr,
     /// Objects of a regular file.
     pub layout: Option<Layout>,
-    /// Default striping a directory gives new files.
-    pub dir_default: Option<StripeSpec>,
+    /// Default layout a directory gives new files (plain or composite).
+    pub dir_default: Option<LayoutSpec>,
     /// Target of a symlink.
     pub symlink: Option<Vec<u8>>,
     /// Parent of a directory (for rename loop checks and "..").
@@ -25,10 +26,12 @@ pub struct InodeRecord {
     pub orphan: bool,
 }
 
-/// Version byte of inode records: the inode's version, then the record (6: projects; 5:
-/// layouts have a generation; 4: before generations; 3: before pools; 1: before versions,
-/// and before pools).
-pub(crate) const INODE_RECORD_VERSION: u8 = 6;
+/// Version byte of inode records: the inode's version, then the record (7: composite
+/// layouts; 6: projects; 5: layouts have a generation; 4: before generations; 3: before
+/// pools; 1: before versions, and before pools).
+pub(crate) const INODE_RECORD_VERSION: u8 = 7;
+/// Inode records from before composite layouts (plain RAID0 layouts).
+pub(crate) const INODE_RECORD_VERSION_PLAIN_LAYOUTS: u8 = 6;
 /// Inode records from before projects (no project ID, no inheritance flag).
 pub(crate) const INODE_RECORD_VERSION_NO_PROJECTS: u8 = 5;
 /// Inode records from before layout generations (with pools and the inode's version).
@@ -45,6 +48,11 @@ impl Record for InodeRecord {
     fn decode_version(version: u8, body: &[u8]) -> Result<InodeRecord, RecordError> {
         match version {
             INODE_RECORD_VERSION => from_postcard(Self::NAME, after_inode_version(body)?),
+            INODE_RECORD_VERSION_PLAIN_LAYOUTS => from_postcard::<before_components::InodeRecord>(
+                Self::NAME,
+                after_inode_version(body)?,
+            )
+            .map(before_components::InodeRecord::upgrade),
             INODE_RECORD_VERSION_NO_PROJECTS => from_postcard::<before_projects::InodeRecord>(
                 Self::NAME,
                 after_inode_version(body)?,
@@ -93,6 +101,7 @@ pub fn inode_version(bytes: &[u8]) -> u64 {
     match bytes.split_first() {
         Some((
             &(INODE_RECORD_VERSION
+            | INODE_RECORD_VERSION_PLAIN_LAYOUTS
             | INODE_RECORD_VERSION_NO_PROJECTS
             | INODE_RECORD_VERSION_NO_GENERATIONS
             | INODE_RECORD_VERSION_NO_POOLS),
@@ -162,17 +171,67 @@ impl AttrNoProject {
     }
 }
 
+/// Inode records as format 6 stored them (plain RAID0 layouts).
+pub(crate) mod before_components {
+    use nacre_types::layout::{LayoutSpec, StripeSpec};
+    use nacre_types::{Attr, Fid, Layout, PoolName, StripeObject};
+    use serde::{Deserialize, Serialize};
+
+    /// A plain RAID0 layout as formats 5 and 6 stored it.
+    #[derive(Serialize, Deserialize)]
+    pub(crate) struct PlainLayout {
+        pub(crate) stripe_size: u32,
+        pub(crate) objects: Vec<StripeObject>,
+        pub(crate) pool: PoolName,
+        pub(crate) generation: u32,
+    }
+
+    impl PlainLayout {
+        /// The layout it is now: one component over the whole file.
+        pub(crate) fn upgrade(self) -> Layout {
+            Layout {
+                generation: self.generation,
+                ..Layout::raid0(self.stripe_size, self.objects, self.pool)
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(crate) struct InodeRecord {
+        pub(crate) attr: Attr,
+        pub(crate) layout: Option<PlainLayout>,
+        pub(crate) dir_default: Option<StripeSpec>,
+        pub(crate) symlink: Option<Vec<u8>>,
+        pub(crate) parent: Option<Fid>,
+        pub(crate) orphan: bool,
+    }
+
+    impl InodeRecord {
+        pub(crate) fn upgrade(self) -> super::InodeRecord {
+            super::InodeRecord {
+                attr: self.attr,
+                layout: self.layout.map(PlainLayout::upgrade),
+                dir_default: self.dir_default.map(LayoutSpec::plain),
+                symlink: self.symlink,
+                parent: self.parent,
+                orphan: self.orphan,
+            }
+        }
+    }
+}
+
 /// Inode records as format 5 stored them (no project, no inheritance flag).
 mod before_projects {
+    use super::before_components::PlainLayout;
     use super::AttrNoProject;
-    use nacre_types::layout::StripeSpec;
-    use nacre_types::{Fid, Layout};
+    use nacre_types::layout::{LayoutSpec, StripeSpec};
+    use nacre_types::Fid;
     use serde::Deserialize;
 
     #[derive(Deserialize)]
     pub struct InodeRecord {
         attr: AttrNoProject,
-        layout: Option<Layout>,
+        layout: Option<PlainLayout>,
         dir_default: Option<StripeSpec>,
         symlink: Option<Vec<u8>>,
         parent: Option<Fid>,
@@ -183,8 +242,8 @@ mod before_projects {
         pub fn upgrade(self) -> super::InodeRecord {
             super::InodeRecord {
                 attr: self.attr.upgrade(),
-                layout: self.layout,
-                dir_default: self.dir_default,
+                layout: self.layout.map(PlainLayout::upgrade),
+                dir_default: self.dir_default.map(LayoutSpec::plain),
                 symlink: self.symlink,
                 parent: self.parent,
                 orphan: self.orphan,
@@ -196,7 +255,7 @@ mod before_projects {
 /// Inode records as format 4 stored them (layouts without a generation: generation 0).
 mod before_generations {
     use super::AttrNoProject;
-    use nacre_types::layout::StripeSpec;
+    use nacre_types::layout::{LayoutSpec, StripeSpec};
     use nacre_types::{Fid, PoolName, StripeObject};
     use serde::Deserialize;
 
@@ -221,13 +280,10 @@ mod before_generations {
         pub fn upgrade(self) -> super::InodeRecord {
             super::InodeRecord {
                 attr: self.attr.upgrade(),
-                layout: self.layout.map(|l| nacre_types::Layout {
-                    stripe_size: l.stripe_size,
-                    objects: l.objects,
-                    pool: l.pool,
-                    generation: 0,
-                }),
-                dir_default: self.dir_default,
+                layout: self
+                    .layout
+                    .map(|l| nacre_types::Layout::raid0(l.stripe_size, l.objects, l.pool)),
+                dir_default: self.dir_default.map(LayoutSpec::plain),
                 symlink: self.symlink,
                 parent: self.parent,
                 orphan: self.orphan,
@@ -239,6 +295,7 @@ mod before_generations {
 /// Inode records as formats 1 and 3 stored them (no pool names).
 mod before_pools {
     use super::AttrNoProject;
+    use nacre_types::layout::LayoutSpec;
     use nacre_types::{Fid, PoolName, StripeObject};
     use serde::Deserialize;
 
@@ -269,17 +326,16 @@ mod before_pools {
         pub fn upgrade(self) -> super::InodeRecord {
             super::InodeRecord {
                 attr: self.attr.upgrade(),
-                layout: self.layout.map(|l| nacre_types::Layout {
-                    stripe_size: l.stripe_size,
-                    objects: l.objects,
-                    pool: PoolName::NONE,
-                    generation: 0,
-                }),
-                dir_default: self.dir_default.map(|d| super::StripeSpec {
-                    stripe_count: d.stripe_count,
-                    stripe_size: d.stripe_size,
-                    start_ost: d.start_ost,
-                    pool: PoolName::NONE,
+                layout: self
+                    .layout
+                    .map(|l| nacre_types::Layout::raid0(l.stripe_size, l.objects, PoolName::NONE)),
+                dir_default: self.dir_default.map(|d| {
+                    LayoutSpec::plain(super::StripeSpec {
+                        stripe_count: d.stripe_count,
+                        stripe_size: d.stripe_size,
+                        start_ost: d.start_ost,
+                        pool: PoolName::NONE,
+                    })
                 }),
                 symlink: self.symlink,
                 parent: self.parent,

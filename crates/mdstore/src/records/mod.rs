@@ -9,11 +9,11 @@
 //!
 //! | table | key | value | versions read |
 //! |---|---|---|---|
-//! | `inodes` | FID (16) | `[v] inode version (8, BE) postcard(InodeRecord)` | 6; 5, 4, 3, 1 (inode.rs) |
+//! | `inodes` | FID (16) | `[v] inode version (8, BE) postcard(InodeRecord)` | 7; 6, 5, 4, 3, 1 (inode.rs) |
 //! | `dirents` | parent FID ++ name (name order) | `[1] postcard(DirentRecord)` | 1 |
 //! | `replies` | client uuid (16) ++ xid (8, BE) | `[4] postcard(SavedReply)` | 4; 3, 2, 1 (saved_reply.rs) |
-//! | `intents` | FID (16) | `[1] postcard(IntentRecord)` | 1 |
-//! | `relayouts` | FID (16) | `[1] postcard(RelayoutRecord)` | 1 |
+//! | `intents` | FID (16) | `[2] postcard(IntentRecord)` | 2; 1 (before composite layouts) |
+//! | `relayouts` | FID (16) | `[2] postcard(RelayoutRecord)` | 2; 1 (plain layouts) |
 //! | `dirstripes` | FID (16) | `[1] postcard(DirStripe)` | 1 |
 //! | `dirdefaults` | FID (16) | `[1] postcard(DirDefault)` | 1 |
 //! | `changelog` | number (8, BE) | `[1] postcard(ChangelogRecord)` | 1 |
@@ -53,6 +53,7 @@
 //! * `quota_usage`: quota id (5) → inodes it has here (quota.rs)
 
 mod inode;
+mod intent_v1;
 mod saved_reply;
 #[cfg(test)]
 mod tests;
@@ -63,7 +64,7 @@ pub use saved_reply::SavedReply;
 pub use versions::{decode_record, encode_record, from_postcard, PlainRecord, Record, RecordError};
 
 use nacre_types::dirstripe::{DirDefault, DirStripe};
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::LayoutSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId};
 use nacre_wire::mds::changelog::ChangelogRecord;
 use serde::{Deserialize, Serialize};
@@ -154,13 +155,13 @@ pub struct IntentRecord {
     /// A link across MDTs: the attributes of the inode it names (for the entry's kind and
     /// the reply).
     pub attr: Option<Attr>,
-    /// Removal of a striped directory: every shard (its MDT, attributes, default file
-    /// striping, default for subdirectories), destroyed before the master and recreated as
+    /// Removal of a striped directory: every shard (its MDT, attributes, default layout of
+    /// new files, default for subdirectories), destroyed before the master and recreated as
     /// they were if one turns out not empty.
     pub shards: Vec<(
         u32,
         Attr,
-        Option<StripeSpec>,
+        Option<LayoutSpec>,
         Option<nacre_types::dirstripe::DirDefault>,
     )>,
     /// A directory migration (`key` the directory): its new FID on MDT `mdt`.
@@ -209,8 +210,52 @@ macro_rules! plain_record_v1 {
 }
 
 plain_record_v1!(DirentRecord, "dirent record");
-plain_record_v1!(IntentRecord, "intent record");
-plain_record_v1!(RelayoutRecord, "relayout record");
+
+/// Intent records: 2 (layout requests and composite layouts), 1 (before composite layouts:
+/// plain stripe requests and plain RAID0 layouts, read by intent_v1.rs as one component over
+/// the whole file).
+impl Record for IntentRecord {
+    const NAME: &'static str = "intent record";
+    const VERSION: u8 = 2;
+
+    fn decode_version(version: u8, body: &[u8]) -> Result<IntentRecord, RecordError> {
+        match version {
+            2 => from_postcard(Self::NAME, body),
+            1 => from_postcard::<intent_v1::IntentRecord>(Self::NAME, body)
+                .map(intent_v1::IntentRecord::upgrade),
+            v => Err(RecordError::unknown_version(Self::NAME, v)),
+        }
+    }
+}
+
+impl PlainRecord for IntentRecord {}
+
+/// Relayout records: 2 (composite layouts), 1 (plain RAID0 layouts).
+impl Record for RelayoutRecord {
+    const NAME: &'static str = "relayout record";
+    const VERSION: u8 = 2;
+
+    fn decode_version(version: u8, body: &[u8]) -> Result<RelayoutRecord, RecordError> {
+        /// A relayout record as version 1 stored it.
+        #[derive(Deserialize)]
+        struct PlainRelayout {
+            new: inode::before_components::PlainLayout,
+            old_generation: u32,
+            fenced: bool,
+        }
+        match version {
+            2 => from_postcard(Self::NAME, body),
+            1 => from_postcard::<PlainRelayout>(Self::NAME, body).map(|r| RelayoutRecord {
+                new: r.new.upgrade(),
+                old_generation: r.old_generation,
+                fenced: r.fenced,
+            }),
+            v => Err(RecordError::unknown_version(Self::NAME, v)),
+        }
+    }
+}
+
+impl PlainRecord for RelayoutRecord {}
 plain_record_v1!(DirStripe, "directory stripe record");
 plain_record_v1!(DirDefault, "directory default record");
 plain_record_v1!(ChangelogRecord, "changelog record");

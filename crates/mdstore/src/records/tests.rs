@@ -67,25 +67,80 @@ fn current<T: PlainRecord + PartialEq + Debug>(sample: &T, stored: &str) {
     refuses_newer::<T>(&hex(stored));
 }
 
-/// A 1 MiB layout of one object (OST 2, object 9) in pool `flash`, generation 3.
+/// A 1 MiB layout of one object (OST 2, object 9) in pool `flash`, generation 3: one
+/// component over the whole file.
 fn layout() -> Layout {
     Layout {
-        stripe_size: 1 << 20,
-        objects: vec![StripeObject {
-            ost: 2,
-            object: ObjectId { seq: 0, id: 9 },
-        }],
-        pool: PoolName::new("flash").unwrap(),
         generation: 3,
+        ..Layout::raid0(
+            1 << 20,
+            vec![StripeObject {
+                ost: 2,
+                object: ObjectId { seq: 0, id: 9 },
+            }],
+            PoolName::new("flash").unwrap(),
+        )
     }
 }
 
 const DIRENT_V1: &str = "018088808020070001";
 const DIRSTRIPE_V1: &str = "010102808880802001008088c080200100";
 const DIRDEFAULT_V1: &str = "0101030006";
+// Version 2: the layout's one component (start 0, end u64::MAX, 1 MiB, count 1, start OST
+// -1, pool, one object), then its generation.
+const RELAYOUT_V2: &str =
+    "020100ffffffffffffffffff018080400201666c617368000000000000000000000001020009030201";
 const RELAYOUT_V1: &str = "0180804001020009666c6173680000000000000000000000030201";
+// Version 2: as version 1 (a `DestroyDir`, no shards: nothing in it changed shape).
+const INTENT_V2: &str =
+    "028088808020020001018088c080200500878080802001000164011111111111111111111111111111111105000000";
 const INTENT_V1: &str =
     "018088808020020001018088c080200500878080802001000164011111111111111111111111111111111105000000";
+// A `CreateDir` with a default for new files, and a shard with the same default: version 1
+// stored plain stripe requests, version 2 stores layout requests of one component to the end
+// of the file (each a `Some` holding its 1 component: end u64::MAX, then the stripe request).
+const INTENT_CREATE_DIR_V2: &str = concat!(
+    "02",
+    "8088c080200300", // key: FID_SEQ_NORMAL + 2^20, oid 3, ver 0
+    "01",             // mdt 1
+    "00",             // update: CreateDir
+    "8088c08020030001ed03000002000080c49fd50c0080c49fd50c0080c49fd50c00000000", // attr
+    "87808080200100", // parent: the root
+    "0101",           // dir_default: Some, 1 component
+    "ffffffffffffffffff01", // end u64::MAX
+    "048080040100000000000000000000000000000000", // 2 stripes, 64 KiB, start -1, no pool
+    "00",             // stripe: None
+    "0101030006",     // default: Some(-1, 3, Fnv1a64, 3)
+    "87808080200100", // parent: the root
+    "0164",           // name "d"
+    "00",             // reply_to: None
+    "00",             // attr: None
+    "0101",           // shards: 1, its MDT 1
+    "8088c08020030001ed03000002000080c49fd50c0080c49fd50c0080c49fd50c00000000", // its attr
+    "0101ffffffffffffffffff01048080040100000000000000000000000000000000", // as dir_default
+    "00",             // its subdirectory default: None
+    "00",             // migrate_to: None
+);
+const INTENT_CREATE_DIR_V1: &str = concat!(
+    "01",
+    "8088c080200300", // key
+    "01",             // mdt 1
+    "00",             // update: CreateDir
+    "8088c08020030001ed03000002000080c49fd50c0080c49fd50c0080c49fd50c00000000", // attr
+    "87808080200100", // parent
+    "01048080040100000000000000000000000000000000", // dir_default: Some(StripeSpec)
+    "00",             // stripe: None
+    "0101030006",     // default
+    "87808080200100", // parent
+    "0164",           // name "d"
+    "00",             // reply_to: None
+    "00",             // attr: None
+    "0101",           // shards: 1, its MDT 1
+    "8088c08020030001ed03000002000080c49fd50c0080c49fd50c0080c49fd50c00000000", // its attr
+    "01048080040100000000000000000000000000000000", // Some(StripeSpec)
+    "00",             // its subdirectory default: None
+    "00",             // migrate_to: None
+);
 const CHANGELOG_V1: &str = "010c070480c49fd50c058088808020090087808080200100036e6577018088808020080087808080200100036f6c6400e807e807026a31";
 
 fn dirent() -> DirentRecord {
@@ -126,7 +181,12 @@ fn relayouts_read_their_stored_sample() {
         old_generation: 2,
         fenced: true,
     };
-    current(&rec, RELAYOUT_V1);
+    current(&rec, RELAYOUT_V2);
+    // Version 1: a plain layout, read as one component over the whole file.
+    assert_eq!(
+        decode_record::<RelayoutRecord>(&hex(RELAYOUT_V1)).unwrap(),
+        rec
+    );
 }
 
 #[test]
@@ -144,7 +204,79 @@ fn intents_read_their_stored_sample() {
         shards: Vec::new(),
         migrate_to: None,
     };
-    current(&rec, INTENT_V1);
+    current(&rec, INTENT_V2);
+    // Version 1: the same record (nothing in it has a layout or a stripe request).
+    assert_eq!(decode_record::<IntentRecord>(&hex(INTENT_V1)).unwrap(), rec);
+}
+
+#[test]
+fn intents_of_version_1_read_stripe_requests_as_one_component() {
+    // A new directory of MDT 1 (mode 0755, two links) with a default for its new files, and
+    // a shard with the same default: version 1 stored plain stripe requests.
+    let t = TimeSpec {
+        sec: 1_700_000_000,
+        nsec: 0,
+    };
+    let dir = Attr {
+        fid: Fid::new(FID_SEQ_NORMAL + (1 << 20), 3),
+        kind: FileKind::Directory,
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        blocks: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        rdev: 0,
+        project: 0,
+        proj_inherit: false,
+    };
+    let files = LayoutSpec::plain(nacre_types::layout::StripeSpec {
+        stripe_count: 2,
+        stripe_size: 65536,
+        start_ost: -1,
+        pool: PoolName::NONE,
+    });
+    let rec = IntentRecord {
+        key: dir.fid,
+        mdt: 1,
+        update: RemoteUpdate::CreateDir {
+            attr: dir.clone(),
+            parent: Fid::ROOT,
+            dir_default: Some(files.clone()),
+            stripe: None,
+            default: Some(DirDefault {
+                count: -1,
+                start: 3,
+                hash: DirHash::Fnv1a64,
+                max_inherit: 3,
+            }),
+        },
+        parent: Fid::ROOT,
+        name: b"d".to_vec(),
+        reply_to: None,
+        attr: None,
+        shards: vec![(1, dir, Some(files), None)],
+        migrate_to: None,
+    };
+    current(&rec, INTENT_CREATE_DIR_V2);
+    assert_eq!(
+        decode_record::<IntentRecord>(&hex(INTENT_CREATE_DIR_V1)).unwrap(),
+        rec
+    );
+    // Cut short anywhere: damage, never a panic.
+    let bytes = hex(INTENT_CREATE_DIR_V1);
+    for n in 0..bytes.len() {
+        assert!(
+            matches!(
+                decode_record::<IntentRecord>(&bytes[..n]),
+                Err(RecordError::Damaged { .. })
+            ),
+            "{n} bytes"
+        );
+    }
 }
 
 #[test]
@@ -204,6 +336,8 @@ fn inode() -> InodeRecord {
     }
 }
 
+// Version 7: the layout as one component (as RELAYOUT_V2's), then its generation.
+const INODE_V7: &str = "07000000000000002a8088808020070000a403e807e8070188271080c49fd50c0080c49fd50c0080c49fd50c00000700010100ffffffffffffffffff018080400201666c6173680000000000000000000000010200090300000000";
 const INODE_V6: &str = "06000000000000002a8088808020070000a403e807e8070188271080c49fd50c0080c49fd50c0080c49fd50c000007000180804001020009666c61736800000000000000000000000300000000";
 const INODE_V5: &str = "05000000000000002a8088808020070000a403e807e8070188271080c49fd50c0080c49fd50c0080c49fd50c00000180804001020009666c61736800000000000000000000000300000000";
 const INODE_V4: &str = "04000000000000002a8088808020070000a403e807e8070188271080c49fd50c0080c49fd50c0080c49fd50c00000180804001020009666c617368000000000000000000000000000000";
@@ -213,7 +347,7 @@ const INODE_V1: &str = "018088808020070000a403e807e8070188271080c49fd50c0080c49f
 #[test]
 fn inodes_read_their_stored_samples_of_every_version() {
     let now = inode();
-    assert_eq!(encode_inode(&now, 42), hex(INODE_V6), "encoding changed");
+    assert_eq!(encode_inode(&now, 42), hex(INODE_V7), "encoding changed");
     // Version 5: no project (0, not inherited).
     let mut v5 = now.clone();
     v5.attr.project = 0;
@@ -222,8 +356,9 @@ fn inodes_read_their_stored_samples_of_every_version() {
     v4.layout.as_mut().unwrap().generation = 0;
     // Versions 3 and 1: nor a pool.
     let mut v3 = v4.clone();
-    v3.layout.as_mut().unwrap().pool = PoolName::NONE;
+    v3.layout.as_mut().unwrap().components[0].pool = PoolName::NONE;
     for (stored, want, version) in [
+        (INODE_V7, &now, 42),
         (INODE_V6, &now, 42),
         (INODE_V5, &v5, 42),
         (INODE_V4, &v4, 42),
@@ -238,15 +373,15 @@ fn inodes_read_their_stored_samples_of_every_version() {
         );
         assert_eq!(inode_version(&bytes), version, "{stored}");
     }
-    refuses_newer::<InodeRecord>(&hex(INODE_V6));
+    refuses_newer::<InodeRecord>(&hex(INODE_V7));
     assert_eq!(
         RecordError::TooNew {
             what: InodeRecord::NAME,
             found: 8,
-            newest: 6
+            newest: 7
         }
         .to_string(),
-        "MDT inode record version 8 is newer than this nacre reads (up to 6): upgrade nacre"
+        "MDT inode record version 8 is newer than this nacre reads (up to 7): upgrade nacre"
     );
     // There never was an inode record of version 2: damage, not a newer version.
     assert!(matches!(
@@ -254,7 +389,7 @@ fn inodes_read_their_stored_samples_of_every_version() {
         Err(RecordError::Damaged { .. })
     ));
     // Cut short anywhere: damage, never a panic.
-    let bytes = hex(INODE_V6);
+    let bytes = hex(INODE_V7);
     for n in 0..bytes.len() {
         assert!(
             matches!(
@@ -285,13 +420,21 @@ fn records_of_other_types_never_take_an_inode_version() {
         decode_record::<DirentRecord>(&v6).unwrap_err(),
         DirentRecord::NAME,
     );
-    too_new(
+    assert_eq!(
         decode_record::<IntentRecord>(&v6).unwrap_err(),
-        IntentRecord::NAME,
+        RecordError::TooNew {
+            what: IntentRecord::NAME,
+            found: 6,
+            newest: 2
+        }
     );
-    too_new(
+    assert_eq!(
         decode_record::<RelayoutRecord>(&v6).unwrap_err(),
-        RelayoutRecord::NAME,
+        RecordError::TooNew {
+            what: RelayoutRecord::NAME,
+            found: 6,
+            newest: 2
+        }
     );
     too_new(
         decode_record::<DirStripe>(&v6).unwrap_err(),
@@ -406,19 +549,15 @@ fn old_inode_shapes_with_striping_defaults_read_as_now() {
         Some(Fid::ROOT),
         false,
     );
+    let old_default = nacre_types::layout::StripeSpec {
+        stripe_count: 2,
+        stripe_size: 65536,
+        start_ost: -1,
+        pool: PoolName::NONE,
+    };
     let mut want = InodeRecord {
-        layout: Some(Layout {
-            stripe_size: 1 << 20,
-            objects: vec![object],
-            pool: PoolName::NONE,
-            generation: 0,
-        }),
-        dir_default: Some(StripeSpec {
-            stripe_count: 2,
-            stripe_size: 65536,
-            start_ost: -1,
-            pool: PoolName::NONE,
-        }),
+        layout: Some(Layout::raid0(1 << 20, vec![object], PoolName::NONE)),
+        dir_default: Some(LayoutSpec::plain(old_default)),
         parent: Some(Fid::ROOT),
         ..rec.clone()
     };
@@ -436,7 +575,7 @@ fn old_inode_shapes_with_striping_defaults_read_as_now() {
     let v4_body = (
         AttrNoProject::of(&rec.attr),
         None::<Layout>,
-        want.dir_default,
+        Some(old_default),
         None::<Vec<u8>>,
         None::<Fid>,
         false,
@@ -451,8 +590,9 @@ fn old_inode_shapes_with_striping_defaults_read_as_now() {
     // Format 5 (generations, no projects).
     let v5_body = (
         AttrNoProject::of(&rec.attr),
-        want.layout.clone(),
-        None::<StripeSpec>,
+        // A plain layout as formats 5 and 6 stored it: size, objects, pool, generation.
+        Some((1u32 << 20, vec![object], PoolName::NONE, 0u32)),
+        None::<nacre_types::layout::StripeSpec>,
         None::<Vec<u8>>,
         None::<Fid>,
         true,

@@ -11,7 +11,7 @@ use crate::records::*;
 use nacre_kv::{Batch, KvStore, Ticket};
 use nacre_types::dirstripe::{DirDefault, DirStripe};
 use nacre_types::fid::{FID_OIDS_PER_SEQ, FID_SEQS_PER_MDT, FID_SEQ_NORMAL};
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::LayoutSpec;
 use nacre_types::{Fid, FileKind, Layout, ObjectId, Owner, QuotaId, Status, TimeSpec};
 use nacre_wire::mds::changelog::ChangelogRecord;
 use std::collections::HashMap;
@@ -333,13 +333,14 @@ impl<'a> Tx<'a> {
         rec.attr.ctime = self.now;
     }
 
-    /// The file system's default striping (the root's default) where this MDT can read it:
-    /// MDT0 holds the root; other MDTs get it copied into their remote directories.
-    pub fn fs_default(&self) -> Result<StripeSpec, Status> {
+    /// The file system's default layout (the root's default, plain or composite) where
+    /// this MDT can read it: MDT0 holds the root; other MDTs get it copied into their
+    /// remote directories. None: nothing set (Nacre's defaults).
+    pub fn fs_default(&self) -> Result<Option<LayoutSpec>, Status> {
         if Fid::ROOT.mdt_index() != self.store.index {
-            return Ok(StripeSpec::default());
+            return Ok(None);
         }
-        Ok(self.inode(Fid::ROOT)?.dir_default.unwrap_or_default())
+        Ok(self.inode(Fid::ROOT)?.dir_default)
     }
 
     /// Allocates a new FID (a replay gets the one its inode had: allocation restarted
@@ -478,7 +479,7 @@ impl<'a> Tx<'a> {
     /// Records the destruction of a layout's objects (done after the commit).
     pub fn destroy_objects(&mut self, layout: &Layout) {
         self.forget_owner_changes(layout);
-        for o in &layout.objects {
+        for o in layout.objects() {
             self.batch
                 .put(DESTROY, destroy_key(o.ost, o.object), Vec::new());
             self.destroys.push((o.ost, o.object));
@@ -489,7 +490,7 @@ impl<'a> Tx<'a> {
     /// sends it to the OSTs).
     pub fn queue_owner_change(&mut self, layout: &Layout, owner: nacre_types::Owner) {
         self.store.owners_pending.fetch_add(1, Ordering::AcqRel);
-        for o in &layout.objects {
+        for o in layout.objects() {
             self.batch.put(
                 OWNERS,
                 destroy_key(o.ost, o.object),
@@ -505,7 +506,7 @@ impl<'a> Tx<'a> {
         if self.store.owners_pending.load(Ordering::Acquire) == 0 {
             return;
         }
-        for o in &layout.objects {
+        for o in layout.objects() {
             self.batch.delete(OWNERS, destroy_key(o.ost, o.object));
         }
     }

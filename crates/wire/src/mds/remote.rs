@@ -1,6 +1,6 @@
 //! The messages MDTs send each other for cross-MDT operations (docs/dne.md).
 
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::LayoutSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout};
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +17,7 @@ pub enum RemoteUpdate {
         parent: Fid,
         /// Default striping for files created in it (the coordinator's effective default
         /// there, as the file system default lives on MDT0).
-        dir_default: Option<StripeSpec>,
+        dir_default: Option<LayoutSpec>,
         /// For the master of a striped directory: its shards.
         stripe: Option<nacre_types::dirstripe::DirStripe>,
         /// Default for its own new subdirectories (inherited from its parent's).

@@ -1,7 +1,7 @@
 //! The metadata service's replies.
 
 use super::{DirEntry, DirPlusEntry, READDIRPLUS_ENTRIES_MAX};
-use nacre_types::layout::StripeSpec;
+use nacre_types::layout::LayoutSpec;
 use nacre_types::{Attr, Fid, FileKind, Layout, StatFs};
 use serde::{Deserialize, Serialize};
 
@@ -40,8 +40,9 @@ pub struct DirentSummary {
 pub enum LayoutInfo {
     /// A regular file's objects.
     File(Layout),
-    /// A directory's default for new files (`None`: inherits the file system default).
-    Dir(Option<StripeSpec>),
+    /// A directory's default for new files, plain or composite (`None`: inherits the file
+    /// system default).
+    Dir(Option<LayoutSpec>),
     /// Not a regular file or directory.
     None,
 }
@@ -227,6 +228,9 @@ impl MdsReply {
             MdsReply::Relayout { old, new } => {
                 old.check().map_err(|e| e.to_string())?;
                 new.check().map_err(|e| e.to_string())
+            }
+            MdsReply::Layout(LayoutInfo::Dir(Some(spec))) => {
+                spec.check().map_err(|e| e.to_string())
             }
             MdsReply::DirStripe(Some(s)) => s.check(),
             MdsReply::QuotaCheck(c) if c.diffs.len() > nacre_types::QuotaCheck::DIFFS_MAX => {

@@ -14,25 +14,26 @@ fn check_refuses_content_a_client_cannot_use_and_passes_the_rest() {
         object: ObjectId { seq: 1, id: 2 },
     };
     let layout = |objects: Vec<StripeObject>, stripe_size| {
-        MdsReply::Layout(LayoutInfo::File(Layout {
+        MdsReply::Layout(LayoutInfo::File(Layout::raid0(
             stripe_size,
             objects,
-            pool: nacre_types::PoolName::NONE,
-            generation: 0,
-        }))
+            nacre_types::PoolName::NONE,
+        )))
     };
     assert!(layout(vec![one], 1 << 20).check().is_ok());
     let mut pooled = Layout {
-        stripe_size: 1 << 20,
-        objects: vec![one],
-        pool: nacre_types::PoolName::new("flash").unwrap(),
         generation: 3,
+        ..Layout::raid0(
+            1 << 20,
+            vec![one],
+            nacre_types::PoolName::new("flash").unwrap(),
+        )
     };
     assert!(MdsReply::Layout(LayoutInfo::File(pooled.clone()))
         .check()
         .is_ok());
     // A pool name that is not one (bytes from the network) is refused.
-    pooled.pool = postcard::from_bytes(&[b'.'; 16]).unwrap();
+    pooled.components[0].pool = postcard::from_bytes(&[b'.'; 16]).unwrap();
     assert!(MdsReply::Layout(LayoutInfo::File(pooled)).check().is_err());
     assert!(layout(vec![], 1 << 20).check().is_err());
     assert!(layout(vec![one], 0).check().is_err());
@@ -643,6 +644,48 @@ proptest! {
         }
     }
 
+    /// `SetLayout` with any request a raw client could send (up to 20 components, any
+    /// ends, counts, sizes and pool bytes): it round-trips, refuses every truncation, and
+    /// its shape check answers without panicking — accepting only requests to the end of
+    /// the file with rising ends.
+    #[test]
+    fn set_layout_requests_round_trip_and_their_check_never_panics(
+        parts in proptest::collection::vec(
+            (any::<u64>(), any::<i32>(), any::<u32>(), any::<i32>(), any::<[u8; 16]>()),
+            0..20,
+        ),
+        eof in any::<bool>(),
+    ) {
+        use nacre_types::layout::{ComponentSpec, EXTENT_EOF};
+        let mut components: Vec<ComponentSpec> = parts
+            .iter()
+            .map(|&(end, count, size, start, pool)| ComponentSpec {
+                end,
+                stripe: StripeSpec {
+                    stripe_count: count,
+                    stripe_size: size,
+                    start_ost: start,
+                    pool: postcard::from_bytes(&pool).unwrap(),
+                },
+            })
+            .collect();
+        if let (true, Some(last)) = (eof, components.last_mut()) {
+            last.end = EXTENT_EOF;
+        }
+        let spec = LayoutSpec { components };
+        if spec.check().is_ok() {
+            prop_assert_eq!(spec.components.last().map(|c| c.end), Some(EXTENT_EOF));
+            let ends: Vec<u64> = spec.components.iter().map(|c| c.end).collect();
+            prop_assert!(ends.windows(2).all(|w| w[0] < w[1]));
+        }
+        let op = MdsOp::SetLayout { fid: Fid::new(0x2_0000_0400, 9), spec };
+        let bytes = encode_body(&op);
+        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+        }
+    }
+
     #[test]
     fn relayout_messages_round_trip_and_refuse_truncation(
         count in -1i32..64,
@@ -669,11 +712,13 @@ proptest! {
             }
         }
         let layout = |ids: &[u64]| Layout {
-            stripe_size: 1 << 20,
-            objects: ids.iter().map(|&id| StripeObject { ost: 0, object: ObjectId { seq: 1, id } })
-                .collect(),
-            pool: nacre_types::PoolName::NONE,
             generation,
+            ..Layout::raid0(
+                1 << 20,
+                ids.iter().map(|&id| StripeObject { ost: 0, object: ObjectId { seq: 1, id } })
+                    .collect(),
+                nacre_types::PoolName::NONE,
+            )
         };
         let reply = MdsReply::Relayout { old: layout(&ids), new: layout(&ids) };
         let bytes = encode_body(&reply);
