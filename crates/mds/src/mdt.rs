@@ -9,7 +9,7 @@ use nacre_mdstore::store::tx::ReplayHint;
 use nacre_mdstore::store::{Loaded, Store};
 pub use nacre_mdstore::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_osd::Label;
-use nacre_types::layout::{Component, LayoutSpec, StripeSpec, EXTENT_EOF};
+use nacre_types::layout::{Component, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
 use nacre_types::limits::NAME_BYTES_MAX;
 use nacre_types::{Attr, Fid, Layout, ObjectId, PoolName, QuotaId, Status, StripeObject};
 use nacre_wire::mds::MdsOp;
@@ -659,18 +659,31 @@ impl Tx<'_> {
         } else {
             self.fs_default()?
         };
-        let template =
-            LayoutSpec::for_new_file(spec, parent.dir_default.as_ref(), fs_default.as_ref());
-        template.check().map_err(|_| Status::Inval)?;
+        let requests = LayoutSpec::requests_for_new_file(
+            spec,
+            parent.dir_default.as_ref(),
+            fs_default.as_ref(),
+        );
+        let merged = LayoutSpec {
+            components: requests
+                .iter()
+                .map(|r| ComponentSpec {
+                    end: r.end,
+                    stripe: r.asked.over(r.inherited),
+                })
+                .collect(),
+        };
+        merged.check().map_err(|_| Status::Inval)?;
         // Resolved first, all of them: nothing is allocated for a request refused.
-        let mut resolved = Vec::with_capacity(template.components.len());
-        for (start, end, stripe) in template.extents() {
-            let (count, size, first, pool) = self.resolve_component(stripe)?;
+        let mut resolved = Vec::with_capacity(requests.len());
+        for r in requests {
+            let (count, size, first, pool) = self.resolve_component(r.asked, r.inherited)?;
             let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(u64::from(size));
-            if !aligned(start) || !aligned(end) {
+            if !aligned(r.start) || !aligned(r.end) {
                 return Err(Status::Inval);
             }
-            resolved.push((start, end, stripe.start_ost, count, size, first, pool));
+            let start_ost = r.asked.over(r.inherited).start_ost;
+            resolved.push((r.start, r.end, start_ost, count, size, first, pool));
         }
         let mut components = Vec::with_capacity(resolved.len());
         for (start, end, start_ost, count, size, first, pool) in resolved {
@@ -703,24 +716,27 @@ impl Tx<'_> {
         Ok(layout)
     }
 
-    /// The stripe count, stripe size, first OST and pool of a component requested as
-    /// `stripe` (its unset fields already filled from the defaults), spilled to another
-    /// pool where its own is full (`OstPool::spill_target`).
+    /// The stripe count, stripe size, first OST and pool of a component the file asked
+    /// `asked` of, inheriting `inherited` (kept apart: `OstPool::resolve` cuts an inherited
+    /// count to a pool that lost OSTs, not an asked one), spilled to another pool where its
+    /// own is full (`OstPool::spill_target`).
     fn resolve_component(
         &self,
-        stripe: StripeSpec,
+        asked: StripeSpec,
+        inherited: StripeSpec,
     ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
+        let merged = asked.over(inherited);
         let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self.mdt.osts.spill_target(stripe.pool, pending);
+        let pool = self.mdt.osts.spill_target(merged.pool, pending);
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
-        let (spec, base) = if pool == stripe.pool {
-            (stripe, StripeSpec::default())
+        let (spec, base) = if pool == merged.pool {
+            (asked, inherited)
         } else {
             let spilled = StripeSpec {
                 start_ost: -1,
                 pool,
-                ..stripe
+                ..merged
             };
             (
                 StripeSpec {

@@ -19,7 +19,7 @@ use crate::fid::ObjectId;
 use crate::limits::{STRIPE_COUNT_MAX, STRIPE_SIZE_BYTES_MAX, STRIPE_SIZE_BYTES_MIN};
 pub use component::{Component, EXTENT_EOF};
 use serde::{Deserialize, Serialize};
-pub use spec::{ComponentSpec, LayoutSpec};
+pub use spec::{ComponentRequest, ComponentSpec, LayoutSpec};
 
 /// Default stripe size: 1 MiB.
 pub const STRIPE_SIZE_DEFAULT: u32 = 1024 * 1024;

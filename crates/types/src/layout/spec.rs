@@ -17,6 +17,20 @@ pub struct ComponentSpec {
     pub stripe: StripeSpec,
 }
 
+/// One component of a new file's layout request: its extent, what the file asked of it,
+/// and what it inherits where it asked nothing ([`LayoutSpec::requests_for_new_file`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ComponentRequest {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte ([`EXTENT_EOF`]: the end of the file).
+    pub end: u64,
+    /// The file's own request (zero fields: asked nothing).
+    pub asked: StripeSpec,
+    /// The directory's and the file system's defaults, merged.
+    pub inherited: StripeSpec,
+}
+
 /// A layout request: its components in extent order, the last to the end of the file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayoutSpec {
@@ -70,40 +84,74 @@ impl LayoutSpec {
             .map_or_else(StripeSpec::default, |c| c.stripe)
     }
 
-    /// The request a new file is laid out by: its own (`own`: what `setstripe` or the
-    /// create asked; the default plain request when nothing was), over its directory's
-    /// default (`dir`), over the file system's (`fs`, the root's default; None where the
-    /// directory is the root). A composite request is taken whole — a composite `own`, or
-    /// else a directory default (else the file system's) when `own` asks nothing — each
-    /// component's unset fields from the first components below it; otherwise the result
-    /// is plain, `own` over the first components of `dir` and `fs` (as Lustre: a plain
-    /// `setstripe -c 2` in a directory of composite default makes a plain file).
+    /// The request a new file is laid out by, merged: [`LayoutSpec::requests_for_new_file`]
+    /// with each component's asked fields over its inherited ones.
     pub fn for_new_file(
         own: &LayoutSpec,
         dir: Option<&LayoutSpec>,
         fs: Option<&LayoutSpec>,
     ) -> LayoutSpec {
-        let first = |l: Option<&LayoutSpec>| l.map_or_else(StripeSpec::default, LayoutSpec::first);
-        let asks_nothing = own.as_plain() == Some(StripeSpec::default());
-        let (template, base) = if own.is_composite() {
-            (own, first(dir).over(first(fs)))
-        } else if let (true, Some(d)) = (asks_nothing, dir.filter(|d| d.is_composite())) {
-            (d, first(fs))
-        } else if let (true, None, Some(f)) = (asks_nothing, dir, fs.filter(|f| f.is_composite())) {
-            (f, StripeSpec::default())
-        } else {
-            return LayoutSpec::plain(own.first().over(first(dir).over(first(fs))));
-        };
         LayoutSpec {
-            components: template
-                .components
-                .iter()
-                .map(|c| ComponentSpec {
-                    end: c.end,
-                    stripe: c.stripe.over(base),
+            components: LayoutSpec::requests_for_new_file(own, dir, fs)
+                .into_iter()
+                .map(|r| ComponentSpec {
+                    end: r.end,
+                    stripe: r.asked.over(r.inherited),
                 })
                 .collect(),
         }
+    }
+
+    /// What a new file is laid out by, per component: its own request (`own`: what
+    /// `setstripe` or the create asked; the default plain request when nothing was), over
+    /// its directory's default (`dir`), over the file system's (`fs`, the root's default;
+    /// None where the directory is the root). A composite request is taken whole — a
+    /// composite `own`, or else a directory default (else the file system's) when `own`
+    /// asks nothing — each component's unset fields inherited from the first components
+    /// below it; otherwise the result is plain, `own` over the first components of `dir`
+    /// and `fs` (as Lustre: a plain `setstripe -c 2` in a directory of composite default
+    /// makes a plain file). What was asked and what was inherited stay apart: an
+    /// inherited stripe count larger than a pool has is cut to it, an asked one is refused
+    /// (`OstPool::resolve`).
+    pub fn requests_for_new_file(
+        own: &LayoutSpec,
+        dir: Option<&LayoutSpec>,
+        fs: Option<&LayoutSpec>,
+    ) -> Vec<ComponentRequest> {
+        let first = |l: Option<&LayoutSpec>| l.map_or_else(StripeSpec::default, LayoutSpec::first);
+        let asks_nothing = own.as_plain() == Some(StripeSpec::default());
+        // (template, its components asked by the file itself, base of unset fields)
+        let (template, asked, base) = if own.is_composite() {
+            (own, true, first(dir).over(first(fs)))
+        } else if let (true, Some(d)) = (asks_nothing, dir.filter(|d| d.is_composite())) {
+            (d, false, first(fs))
+        } else if let (true, None, Some(f)) = (asks_nothing, dir, fs.filter(|f| f.is_composite())) {
+            (f, false, StripeSpec::default())
+        } else {
+            return vec![ComponentRequest {
+                start: 0,
+                end: EXTENT_EOF,
+                asked: own.first(),
+                inherited: first(dir).over(first(fs)),
+            }];
+        };
+        template
+            .extents()
+            .map(|(start, end, stripe)| match asked {
+                true => ComponentRequest {
+                    start,
+                    end,
+                    asked: stripe,
+                    inherited: base,
+                },
+                false => ComponentRequest {
+                    start,
+                    end,
+                    asked: StripeSpec::default(),
+                    inherited: stripe.over(base),
+                },
+            })
+            .collect()
     }
 
     /// Checks the request's shape: 1 to [`COMPONENTS_MAX`] components whose ends rise, each
@@ -196,6 +244,33 @@ mod tests {
         assert_eq!(
             got.as_plain().map(|s| (s.stripe_count, s.stripe_size)),
             Some((2, 2 << 20))
+        );
+    }
+
+    /// What a file asked and what it inherits stay apart (an inherited stripe count a
+    /// pool cannot meet any more is cut to the pool, an asked one refused): a directory's
+    /// default, plain or composite, is inherited; the file's own request is asked.
+    #[test]
+    fn asked_and_inherited_stay_apart() {
+        let pfl = LayoutSpec {
+            components: vec![comp(1 << 20, 1, 0), comp(EXTENT_EOF, 4, 0)],
+        };
+        let nothing = LayoutSpec::default();
+        for r in LayoutSpec::requests_for_new_file(&nothing, Some(&pfl), None) {
+            assert_eq!(r.asked, StripeSpec::default());
+        }
+        let r = LayoutSpec::requests_for_new_file(&nothing, Some(&plain(2)), None);
+        assert_eq!(
+            (r[0].asked.stripe_count, r[0].inherited.stripe_count),
+            (0, 2)
+        );
+        let r = LayoutSpec::requests_for_new_file(&pfl, Some(&plain(2)), None);
+        assert_eq!(r[1].asked.stripe_count, 4);
+        assert_eq!(r[1].inherited.stripe_count, 2);
+        let r = LayoutSpec::requests_for_new_file(&plain(3), Some(&plain(2)), None);
+        assert_eq!(
+            (r[0].asked.stripe_count, r[0].inherited.stripe_count),
+            (3, 2)
         );
     }
 
