@@ -230,7 +230,7 @@ impl OstPool {
                 return Err(Status::NoSpc);
             }
             // The start OST is an OST index: one of the set's members.
-            let start = match merge_spec(spec, base).start_ost {
+            let start = match spec.over(base).start_ost {
                 s if s < 0 => None,
                 s if members.contains(&(s as u32)) => Some(s as u32),
                 _ => return Err(Status::Inval),
@@ -398,11 +398,6 @@ impl OstPool {
         }
         Ok(weighted_pick(&indices, &avail, count))
     }
-}
-
-/// Fills the unset fields of `spec` from `base` ([`StripeSpec::over`]).
-pub fn merge_spec(spec: StripeSpec, base: StripeSpec) -> StripeSpec {
-    spec.over(base)
 }
 
 /// Draws `count` distinct indices at random, each with probability proportional to its weight.

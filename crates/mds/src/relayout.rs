@@ -44,7 +44,8 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
     }
     // What `spec` leaves unset is the first component's (a composite layout is migrated
     // to a plain one: docs/migrate.md).
-    let first = &old.components[0];
+    // (A record read from disk without components is damage: EIO, never a panic.)
+    let first = old.components.first().ok_or(Status::Io)?;
     let current = StripeSpec {
         stripe_count: first.stripe_count,
         stripe_size: first.stripe_size,

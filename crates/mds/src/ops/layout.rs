@@ -1,7 +1,6 @@
 //! GetLayout and SetLayout: a file's objects, a directory's default striping.
 
 use crate::mdt::{Mdt, Tx};
-use crate::osp::merge_spec;
 use nacre_net::rpc::call;
 use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Fid, FileKind, Status};
@@ -49,7 +48,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: &LayoutSpec) -> Result<MdsReply, Sta
             rec.dir_default = match (spec.as_plain(), rec.dir_default.as_ref()) {
                 (Some(s), _) if s == StripeSpec::default() => None,
                 (Some(s), Some(old)) => match old.as_plain() {
-                    Some(old) => Some(LayoutSpec::plain(merge_spec(s, old))),
+                    Some(old) => Some(LayoutSpec::plain(s.over(old))),
                     None => Some(spec.clone()),
                 },
                 _ => Some(spec.clone()),

@@ -77,7 +77,12 @@ fn stat_of(mdt: &Mdt, fid: Fid, rec: InodeRecord) -> InodeStat {
     let (pool, stripe_count) = match &rec.layout {
         // A composite layout's first pool: where a file's first bytes (all of a small
         // file) are.
-        Some(l) => (l.components[0].pool, l.object_count() as u32),
+        Some(l) => (
+            l.components
+                .first()
+                .map_or(nacre_types::PoolName::NONE, |c| c.pool),
+            l.object_count() as u32,
+        ),
         None => (nacre_types::PoolName::NONE, 0),
     };
     InodeStat {
