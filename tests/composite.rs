@@ -12,7 +12,7 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-fn layout(path: &Path) -> Value {
+pub(crate) fn layout(path: &Path) -> Value {
     serde_json::from_str(&nacre_ok(&["getstripe", "--json", path.to_str().unwrap()])).unwrap()
 }
 
@@ -29,7 +29,7 @@ fn object_bytes(data_dir: &Path, o: &Value) -> Vec<u8> {
 /// Rebuilds `size` bytes of a file from its components' objects on the OSTs' disks: byte
 /// `x` of a component of stripe size S over C objects is in object `(x / S) % C` at
 /// `(x / (S * C)) * S + x % S` (absolute file offsets, as Lustre's).
-fn rebuild_from_osts(data_dir: &Path, l: &Value, size: u64) -> Vec<u8> {
+pub(crate) fn rebuild_from_osts(data_dir: &Path, l: &Value, size: u64) -> Vec<u8> {
     let mut out = vec![0u8; size as usize];
     for c in l["components"].as_array().unwrap() {
         let start = c["start"].as_u64().unwrap();

@@ -1632,6 +1632,93 @@ fn acknowledged_changes_lost_in_a_node_crash_are_replayed_in_order() {
     assert_eq!(pending(&a) + pending(&b), 0);
 }
 
+/// A layout intent lost in a node crash (issue 44: components instantiated as the file
+/// grows): a write into a file's second component had the MDT give it an object, the
+/// data went there (O_DIRECT), and the MDT lost the change with its unsynced journal. The
+/// client replays the intent with the layout its reply named; the MDT gives the component
+/// the same object (checked as one it could have allocated), so a fresh client reads the
+/// data, and lfsck finds nothing.
+#[test]
+fn a_lost_layout_intent_is_replayed_with_the_objects_it_gave() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let mut cl = CrashyCluster::start("grow", None);
+    let a = cl.mount("mnt_a");
+    let dir = a.mnt.join("pfl");
+    std::fs::create_dir(&dir).unwrap();
+    nacre_ok(&[
+        "setstripe",
+        "-E",
+        "1M",
+        "-c",
+        "1",
+        "-E",
+        "-1",
+        "-c",
+        "1",
+        dir.to_str().unwrap(),
+    ]);
+    let f = dir.join("f");
+    std::fs::write(&f, b"head").unwrap();
+    std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+    let objects = |p: &Path| -> Vec<Vec<u64>> {
+        let l: serde_json::Value =
+            serde_json::from_str(&nacre_ok(&["getstripe", "--json", p.to_str().unwrap()])).unwrap();
+        l["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                c["objects"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| o["id"].as_u64().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    assert!(
+        objects(&f)[1].is_empty(),
+        "the second component had objects at create"
+    );
+    // Acknowledged, not committed: the intent.
+    let block = nacre_testkit::pattern(44, 1 << 20);
+    let w = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&f)
+        .unwrap();
+    w.write_all_at(&block, 2 << 20).unwrap();
+    drop(w);
+    let given = objects(&f);
+    assert_eq!(given[1].len(), 1, "{given:?}");
+
+    let status = cl.crash_and_recover(|| {});
+    assert!(field(&status, "replayed_requests") >= 1, "{status}");
+    assert_eq!(field(&status, "replay_failed"), 0, "{status}");
+
+    let c = cl.mount("mnt_c");
+    let fc = c.mnt.join("pfl/f");
+    assert_eq!(
+        objects(&fc),
+        given,
+        "the replay gave the component other objects"
+    );
+    let back = std::fs::read(&fc).unwrap();
+    assert_eq!(back.len(), 3 << 20);
+    assert_eq!(&back[..4], b"head");
+    assert!(
+        back[2 << 20..] == block[..],
+        "the data written before the crash is lost"
+    );
+    let lfsck = nacre_testkit::nacre(&["lfsck", "--namespace", &cl.source]);
+    assert!(
+        lfsck.status.success(),
+        "lfsck: {}",
+        String::from_utf8_lossy(&lfsck.stdout)
+    );
+}
+
 /// The recovery window closes without a client that does not come back in time (its node is
 /// hung: its process stopped): the MDT evicts it, the other client's acknowledged changes
 /// are all there (replayed past the gaps B's lost changes leave, as far as the crash took

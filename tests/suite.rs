@@ -20,6 +20,7 @@ mod failover;
 mod failures;
 mod fences;
 mod flock;
+mod growth;
 mod hardening;
 mod hostile;
 mod imports;

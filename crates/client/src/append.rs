@@ -11,6 +11,17 @@ use std::time::{Duration, Instant};
 
 /// Appends on one client are serialized per file through these (hashed by FID).
 pub(crate) const APPEND_SLOTS: usize = 64;
+/// Tries of one append whose end the file's instantiated components do not reach (each
+/// grows the layout; others' appends may push the end further meanwhile).
+const APPEND_GROWS_MAX: u32 = 8;
+
+/// How one try of an append ended.
+enum Appended {
+    /// Written at this offset.
+    At(u64),
+    /// The file's components with objects end short of this: grow the layout first.
+    Grow(u64),
+}
 
 impl Client {
     /// Appends `data` at the file's true end, whatever other clients append meanwhile;
@@ -18,17 +29,42 @@ impl Client {
     pub fn append(&self, file: &crate::OpenFile, data: &[u8]) -> Result<u64> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
-        let io = self.io_layout(file)?;
-        let Some(layout) = io.get() else {
-            return Err(Status::Inval.into());
-        };
         if !self.data_locks_on() {
-            // Without locks this client cannot keep others out: the size it sees is the
-            // best it has.
-            let size = crate::osc::glimpse(self, layout)?.0;
+            // Without locks this client cannot keep others out: the size it sees (with
+            // the components others instantiated) is the best it has.
+            self.lockless_layout_over(file, 0, u64::MAX)?;
+            let size = {
+                let io = self.io_layout(file)?;
+                let layout = io.get().ok_or(Status::Inval)?;
+                crate::osc::glimpse(self, layout)?.0
+            };
+            let end = size.saturating_add(data.len() as u64);
+            let io = self.io_layout_to(file, end)?;
+            let layout = io.get().ok_or(Status::Inval)?;
             crate::osc::write(self, layout, size, data, file.owner)?;
             return Ok(size);
         }
+        // The size is known only under the locks: an append reaching past the components
+        // that have objects lets go of them, has the layout grown, and starts again.
+        let mut end = 0;
+        for _ in 0..APPEND_GROWS_MAX {
+            let io = self.io_layout_to(file, end)?;
+            let layout = io.get().ok_or(Status::Inval)?;
+            match self.append_locked(file, layout, data)? {
+                Appended::At(size) => return Ok(size),
+                Appended::Grow(to) => end = to,
+            }
+        }
+        Err(Status::Io.into())
+    }
+
+    /// One try of [`Client::append`] with `layout`, under every object's write lock.
+    fn append_locked(
+        &self,
+        file: &crate::OpenFile,
+        layout: &nacre_types::Layout,
+        data: &[u8],
+    ) -> crate::Result<Appended> {
         let slot = (file.fid.to_ino() % APPEND_SLOTS as u64) as usize;
         let _serial = self.appends[slot].lock();
         let whole = Extent {
@@ -84,8 +120,12 @@ impl Client {
             let kept = self.writeback.size(layout).unwrap_or(0);
             let (size, _) = crate::osc::glimpse(self, layout)?;
             let size = size.max(kept);
+            let end = size.saturating_add(data.len() as u64);
+            if layout.instantiated_end() < end {
+                return Ok(Appended::Grow(end));
+            }
             self.write_cached_with(file, layout, size, data)?;
-            Ok(size)
+            Ok(Appended::At(size))
         })();
         for (ost, h) in pinned {
             self.done_with_lock(ost, h);

@@ -31,6 +31,7 @@ impl Client {
         len: usize,
         readahead: bool,
     ) -> Result<nacre_types::AlignedBuf> {
+        self.lockless_layout_over(file, offset, len as u64)?;
         let io = self.io_layout(file)?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
@@ -92,6 +93,7 @@ impl Client {
         len: usize,
         into: Option<nacre_types::AlignedBuf>,
     ) -> Result<osc::ReadJob> {
+        self.lockless_layout_over(file, offset, len as u64)?;
         let io = self.io_layout(file)?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
@@ -197,8 +199,9 @@ impl Client {
         file.check_writable()?;
         self.remove_privs(file, None)?;
         let mut refused = 0;
+        let end = offset.saturating_add(data.len() as u64);
         loop {
-            let io = self.io_layout(file)?;
+            let io = self.io_layout_to(file, end)?;
             let written = match io.get() {
                 Some(layout) => osc::write_from(self, layout, offset, data, whole, file.owner),
                 None => Err(Status::Inval.into()),
@@ -251,7 +254,13 @@ impl Client {
     ) -> Result<()> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
-        match self.io_layout(file)?.get() {
+        // A hole punched needs no objects where there are none.
+        let end = if punch_hole {
+            0
+        } else {
+            offset.saturating_add(len)
+        };
+        match self.io_layout_to(file, end)?.get() {
             Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
             None => Err(Status::Inval.into()),
         }

@@ -27,6 +27,9 @@ pub const LAYOUT_CALLBACK_WAIT_MS: u64 = 2_000;
 /// Pause between asks for a file's LAYOUT lock that the MDT could not grant (a change of
 /// the layout under way); the asks stop after the RPC timeout.
 const LAYOUT_RETRY_MS: u64 = 10;
+/// Intents one write sends before it gives up with `EIO` (each answer should cover it; a
+/// migration swapping the layout meanwhile takes one more).
+const GROW_TRIES_MAX: u32 = 4;
 
 /// A file's layout.
 #[derive(Debug)]
@@ -123,6 +126,71 @@ impl Client {
             // answers the layout as it is before it. Asked again once it is done.
             std::thread::sleep(Duration::from_millis(LAYOUT_RETRY_MS));
         }
+    }
+
+    /// [`Client::io_layout`] for a write, truncate or allocation reaching byte `end - 1`:
+    /// the MDT first instantiates the components below `end` that have no objects yet
+    /// (`MdsOp::LayoutIntent`, at most once per component a file has).
+    pub(crate) fn io_layout_to<'f>(&self, file: &'f OpenFile, end: u64) -> Result<IoLayout<'f>> {
+        for _ in 0..GROW_TRIES_MAX {
+            let io = self.io_layout(file)?;
+            match io.get() {
+                Some(l) if l.instantiated_end() < end => {}
+                _ => return Ok(io),
+            }
+            drop(io);
+            self.grow_layout(file.fid, end)?;
+        }
+        // The MDT answered a layout that still ends short of `end` time after time.
+        Err(Status::Io.into())
+    }
+
+    /// Has the MDT instantiate `fid`'s components below `end`; the layout it answers is
+    /// the file's here from now on (in the slot of its open handles, if any). No flush:
+    /// the objects this client wrote to stay. The caller holds no I/O layout of the file.
+    pub(crate) fn grow_layout(&self, fid: Fid, end: u64) -> Result<Layout> {
+        self.layout_grows.fetch_add(1, Ordering::Relaxed);
+        let reply = self.md(MdsOp::LayoutIntent { fid, end })?;
+        let MdsReply::Layout(LayoutInfo::File(layout)) = reply else {
+            return Err(Status::Proto.into());
+        };
+        layout.check().map_err(|_| Status::Proto)?;
+        let slot = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade);
+        if let Some(slot) = slot {
+            // Ends the I/O under way here first: it keeps the layout it started with.
+            slot.current.write().layout = Some(layout.clone());
+        }
+        Ok(layout)
+    }
+
+    /// A read of `offset..offset + len` of `file` by a client that takes no locks (no
+    /// callback tells it of components other clients had instantiated): its layout is
+    /// read again first when it has no objects there.
+    pub(crate) fn lockless_layout_over(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        if self.lock_sink.get().is_some() {
+            return Ok(());
+        }
+        let short = file
+            .layout
+            .snapshot()
+            .is_some_and(|l| l.instantiated_end() < offset.saturating_add(len.max(1)));
+        if short {
+            let reply = self.md(MdsOp::GetAttr { fid: file.fid })?;
+            let MdsReply::Entry { layout, .. } = reply else {
+                return Err(Status::Proto.into());
+            };
+            // No lock keeps it: what the MDT answered is the best this client knows.
+            if let Some(l) = layout {
+                l.check().map_err(|_| Status::Proto)?;
+                file.layout.current.write().layout = Some(l);
+            }
+        }
+        Ok(())
     }
 
     /// Reads `file`'s layout from the MDT again (an OST refused a change under it: a

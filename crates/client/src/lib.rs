@@ -397,6 +397,9 @@ pub struct Client {
     /// Writes redone after an OST refused them as issued under an older layout (a
     /// migration's fence).
     pub layout_redos: std::sync::atomic::AtomicU64,
+    /// Layout intents sent: components instantiated ahead of a write, truncate or
+    /// allocation reaching them.
+    pub layout_grows: std::sync::atomic::AtomicU64,
     me: std::sync::Weak<Client>,
 }
 
@@ -434,6 +437,7 @@ impl Client {
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             opens: opencache::OpenCache::default(),
             layout_redos: std::sync::atomic::AtomicU64::new(0),
+            layout_grows: std::sync::atomic::AtomicU64::new(0),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

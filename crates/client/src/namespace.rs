@@ -623,14 +623,18 @@ impl Client {
         }
         if set.from_open {
             let (attr, layout) = self.entry(MdsOp::GetAttr { fid })?;
-            let layout = Self::truncatable(&attr, layout)?;
+            let mut layout = Self::truncatable(&attr, layout)?;
+            if layout.instantiated_end() < size {
+                // The new last byte's component gets its objects (they hold the size).
+                layout = self.grow_layout(fid, size)?;
+            }
             osc::truncate(self, &layout, size)?;
             return self.setattr_now(fid, set);
         }
         let (attr, file) = self.open(fid, nacre_types::cred::MAY_WRITE)?;
         file.wrote.store(true, std::sync::atomic::Ordering::Release);
         let result = self
-            .io_layout(&file)
+            .io_layout_to(&file, size)
             .and_then(|io| Self::truncatable(&attr, io.get().cloned()))
             .and_then(|layout| osc::truncate(self, &layout, size))
             .and_then(|()| self.setattr_now(fid, set));

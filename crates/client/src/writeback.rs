@@ -459,7 +459,7 @@ impl Client {
     pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
-        let io = self.io_layout(file)?;
+        let io = self.io_layout_to(file, offset.saturating_add(data.len() as u64))?;
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };

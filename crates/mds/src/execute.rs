@@ -128,7 +128,11 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     // A file whose migration's fence window is open hands out no layout until the swap
     // (or abort): the asker waits (docs/migrate.md).
     let layout_wanted = match &call.op {
-        MdsOp::GetLayout { fid } | MdsOp::Open { fid, .. } => Some(*fid),
+        // An intent too: a component instantiated now would have objects the fence
+        // missed.
+        MdsOp::GetLayout { fid } | MdsOp::Open { fid, .. } | MdsOp::LayoutIntent { fid, .. } => {
+            Some(*fid)
+        }
         MdsOp::GetAttr { fid } if call.lock_bits & nacre_ldlm::msg::LAYOUT != 0 => Some(*fid),
         _ => None,
     };
@@ -465,8 +469,13 @@ pub(crate) fn replay(
                 }
             }
             // It keeps its transno; an inode it created comes back with its FID and layout.
-            let said = match reply {
-                MdsReply::Entry { attr, layout, .. } => Some((attr.fid, layout.clone())),
+            let said = match (reply, &inner.op) {
+                (MdsReply::Entry { attr, layout, .. }, _) => Some((attr.fid, layout.clone())),
+                // The components it instantiated keep their objects (ops::layout::intent).
+                (
+                    MdsReply::Layout(nacre_wire::mds::LayoutInfo::File(layout)),
+                    MdsOp::LayoutIntent { fid, .. },
+                ) => Some((*fid, Some(layout.clone()))),
                 _ => None,
             };
             let created = match crate::replay_mdt::check_created(mdt, &inner.op, said) {

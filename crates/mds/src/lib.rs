@@ -65,6 +65,7 @@ pub mod osp;
 pub mod owners;
 pub mod peers;
 pub mod perm;
+pub mod placement;
 pub mod quota;
 pub mod relayout;
 pub mod replay;

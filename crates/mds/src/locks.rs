@@ -94,6 +94,19 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
             t.push((*fid, UPDATE | LAYOUT))
         }
+        // Components instantiated: the other clients read the grown layout before they
+        // use it (their kept writes go out with the callback, to objects that stay). A
+        // file already instantiated that far calls nothing back.
+        MdsOp::LayoutIntent { fid, end } => {
+            let grows = mdt
+                .inode(*fid)
+                .ok()
+                .and_then(|r| r.layout)
+                .is_some_and(|l| l.instantiated_end() < *end);
+            if grows {
+                t.push((*fid, LAYOUT));
+            }
+        }
         // A migration's fence window and abort: every mount writes what it keeps for the
         // old objects and lets go of the layout before the change runs.
         MdsOp::RelayoutFence { fid } | MdsOp::RelayoutAbort { fid } => t.push((*fid, LAYOUT)),

@@ -9,9 +9,8 @@ use nacre_mdstore::store::tx::ReplayHint;
 use nacre_mdstore::store::{Loaded, Store};
 pub use nacre_mdstore::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_osd::Label;
-use nacre_types::layout::{Component, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, Layout, ObjectId, PoolName, QuotaId, Status, StripeObject};
+use nacre_types::{Attr, Fid, Layout, ObjectId, QuotaId, Status};
 use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -637,119 +636,6 @@ impl std::ops::DerefMut for Tx<'_> {
 }
 
 impl Tx<'_> {
-    /// Allocates the objects of a new regular file: `spec` (its own request) over
-    /// `parent`'s default over the file system's ([`LayoutSpec::for_new_file`]). Every
-    /// component is instantiated now (instantiation as the file grows is issue 44's next
-    /// step). A request whose extents do not fall on its components' stripe sizes is
-    /// refused (`EINVAL`) before any object is allocated.
-    pub fn new_layout(
-        &mut self,
-        parent: &InodeRecord,
-        spec: &LayoutSpec,
-    ) -> Result<Layout, Status> {
-        if let Some((_, Some(layout))) = self.replay.clone() {
-            // The client wrote the file's data into these objects.
-            for o in layout.objects() {
-                self.reserve_past_object(o.ost, o.object)?;
-            }
-            return Ok(layout);
-        }
-        let fs_default = if parent.attr.fid == Fid::ROOT {
-            None
-        } else {
-            self.fs_default()?
-        };
-        let requests = LayoutSpec::requests_for_new_file(
-            spec,
-            parent.dir_default.as_ref(),
-            fs_default.as_ref(),
-        );
-        let merged = LayoutSpec {
-            components: requests
-                .iter()
-                .map(|r| ComponentSpec {
-                    end: r.end,
-                    stripe: r.asked.over(r.inherited),
-                })
-                .collect(),
-        };
-        merged.check().map_err(|_| Status::Inval)?;
-        // Resolved first, all of them: nothing is allocated for a request refused.
-        let mut resolved = Vec::with_capacity(requests.len());
-        for r in requests {
-            let (count, size, first, pool) = self.resolve_component(r.asked, r.inherited)?;
-            let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(u64::from(size));
-            if !aligned(r.start) || !aligned(r.end) {
-                return Err(Status::Inval);
-            }
-            let start_ost = r.asked.over(r.inherited).start_ost;
-            resolved.push((r.start, r.end, start_ost, count, size, first, pool));
-        }
-        let mut components = Vec::with_capacity(resolved.len());
-        for (start, end, start_ost, count, size, first, pool) in resolved {
-            let chosen = self.mdt.osts.choose(count as usize, first, pool)?;
-            let mut objects = Vec::with_capacity(chosen.len());
-            for ost in chosen {
-                objects.push(StripeObject {
-                    ost,
-                    object: self.new_object(ost)?,
-                });
-            }
-            components.push(Component {
-                start,
-                end,
-                stripe_size: size,
-                stripe_count: objects.len() as i32,
-                start_ost,
-                pool,
-                objects,
-            });
-        }
-        let layout = Layout {
-            components,
-            generation: 0,
-        };
-        assert!(
-            layout.check().is_ok(),
-            "a layout made here is valid: {layout:?}"
-        );
-        Ok(layout)
-    }
-
-    /// The stripe count, stripe size, first OST and pool of a component the file asked
-    /// `asked` of, inheriting `inherited` (kept apart: `OstPool::resolve` cuts an inherited
-    /// count to a pool that lost OSTs, not an asked one), spilled to another pool where its
-    /// own is full (`OstPool::spill_target`).
-    fn resolve_component(
-        &self,
-        asked: StripeSpec,
-        inherited: StripeSpec,
-    ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
-        let merged = asked.over(inherited);
-        let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self.mdt.osts.spill_target(merged.pool, pending);
-        // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
-        // and no more stripes than it has.
-        let (spec, base) = if pool == merged.pool {
-            (asked, inherited)
-        } else {
-            let spilled = StripeSpec {
-                start_ost: -1,
-                pool,
-                ..merged
-            };
-            (
-                StripeSpec {
-                    stripe_count: 0,
-                    ..spilled
-                },
-                spilled,
-            )
-        };
-        let (count, size, first) = self.mdt.osts.resolve(spec, base, pool)?;
-        Ok((count, size, first, pool))
-    }
-
     /// The space `layout`'s objects hold (as the size of file `rec` spreads over them),
     /// counted as free while their destroys are pending (crate::destroy_space::DestroySpace).
     pub fn hint_destroy_space(&mut self, rec: &InodeRecord, layout: &Layout) {

@@ -123,6 +123,17 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         MdsOp::SetXattr { fid, name, .. } | MdsOp::RemoveXattr { fid, name } => {
             may_xattr(mdt, cred, *fid, name, MAY_WRITE)
         }
+        // Growing a file's layout as a write reaches further: a client that holds the
+        // file open for writing (whatever its mode now, as for the write itself), or may
+        // write it (a truncate by path).
+        MdsOp::LayoutIntent { fid, .. } => match attr_of(mdt, *fid)? {
+            Some(a) => allow(
+                mdt.exports.holds_write_open(&call.client, a.fid)
+                    || permits_attr(cred, &a, MAY_WRITE),
+                Status::Access,
+            ),
+            None => Ok(()),
+        },
         // Striping is the owner's to choose (Lustre: owner or CAP_FOWNER).
         MdsOp::SetLayout { fid, .. } | MdsOp::SetDirDefault { fid, .. } => {
             match attr_of(mdt, *fid)? {

@@ -100,6 +100,7 @@ fn project_of(mdt: &Mdt, op: &MdsOp) -> u32 {
         | MdsOp::RemoveXattr { fid, .. }
         | MdsOp::SetLayout { fid, .. }
         | MdsOp::GetLayout { fid, .. }
+        | MdsOp::LayoutIntent { fid, .. }
         | MdsOp::Flock { fid, .. } => (*fid, false),
         _ => return 0,
     };

@@ -6,7 +6,7 @@
 
 use crate::mdt::{end_relayout, relayout_of, Mdt, Tx};
 use nacre_mdstore::records::InodeRecord;
-use nacre_types::layout::{LayoutSpec, StripeSpec};
+use nacre_types::layout::{LayoutSpec, StripeSpec, EXTENT_EOF};
 use nacre_types::{Fid, FileKind, Layout, Status};
 use nacre_wire::mds::{LayoutInfo, MdsReply};
 use std::sync::atomic::Ordering;
@@ -56,7 +56,8 @@ pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, St
         dir_default: Some(LayoutSpec::plain(current)),
         ..rec
     };
-    let new = tx.new_layout(&like, &LayoutSpec::plain(spec))?;
+    // Every component has its objects: the copy writes the whole file into them.
+    let new = tx.new_layout(&like, &LayoutSpec::plain(spec), EXTENT_EOF)?;
     let record = RelayoutRecord {
         new: new.clone(),
         old_generation: old.generation,

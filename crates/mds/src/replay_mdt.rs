@@ -46,8 +46,12 @@ pub fn check_created(
     let Some((fid, layout)) = hint else {
         return Ok(None);
     };
-    if let Some(l) = &layout {
-        check_layout(mdt, l)?;
+    match (&layout, op) {
+        // Only the components the intent instantiated are new: `ops::layout::intent`
+        // checks those (`check_objects`); the others are the file's as it is.
+        (_, MdsOp::LayoutIntent { .. }) => {}
+        (Some(l), _) => check_layout(mdt, l)?,
+        (None, _) => {}
     }
     if !creates_here {
         return Ok(Some((fid, layout)));
@@ -71,9 +75,16 @@ pub fn check_created(
 /// A replayed layout's checks ([`check_created`]).
 fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
     l.check().map_err(|_| Status::Inval)?;
+    let objects: Vec<_> = l.objects().copied().collect();
+    check_objects(mdt, &objects)
+}
+
+/// Objects a replayed change gives a file, checked as [`check_created`] says: this MDT's,
+/// none twice, each among those whose allocation could have been lost with the restart.
+pub fn check_objects(mdt: &Mdt, objects: &[nacre_types::StripeObject]) -> Result<(), Status> {
     let here = u64::from(mdt.label.index);
     let mut seen = HashSet::new();
-    for o in l.objects() {
+    for o in objects {
         if o.object.seq != here || o.object.id == 0 || !seen.insert((o.ost, o.object)) {
             return Err(Status::Inval);
         }

@@ -138,6 +138,7 @@ pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Statu
         } => ops::xattr::set(tx, *fid, name, value, *flags),
         MdsOp::RemoveXattr { fid, name } => ops::xattr::remove(tx, *fid, name),
         MdsOp::SetLayout { fid, spec } => ops::layout::set(tx, *fid, spec),
+        MdsOp::LayoutIntent { fid, end } => ops::layout::intent(tx, *fid, *end),
         MdsOp::ChangelogRegister { name } => changelog::register(tx, name),
         MdsOp::ChangelogDeregister { user } => changelog::deregister(tx, *user),
         MdsOp::ChangelogClear { user, upto } => changelog::clear(tx, *user, *upto),

@@ -58,6 +58,12 @@ pub const MD_OPS: &[&str] = &[
     "relayout_fence",
     "relayout_swap",
     "relayout_abort",
+    "stat_many",
+    "scan_stats",
+    "destroy_pending",
+    "quota_usage",
+    "quota_check",
+    "layout_intent",
 ];
 
 #[cfg(test)]
@@ -74,12 +80,19 @@ mod tests {
             super::MD_OPS[(MdsOp::Sync.opcode() & 0xff) as usize - 1],
             "sync"
         );
-        // The last opcode has its name too (migrate's were missing: its stats were lost).
-        let last = MdsOp::RelayoutAbort {
+        // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
+        // were missing: their stats were lost).
+        let last = MdsOp::LayoutIntent {
             fid: nacre_types::Fid::ROOT,
+            end: 1,
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "relayout_abort");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "layout_intent");
+        let check = MdsOp::QuotaCheck { repair: false };
+        assert_eq!(
+            super::MD_OPS[(check.opcode() & 0xff) as usize - 1],
+            "quota_check"
+        );
         let read = MdsOp::ChangelogRead {
             user: 1,
             from: 0,

@@ -32,6 +32,7 @@ const FILES: &[(&str, &str)] = &[
     ("changelog_writer.rs", "target"),
     ("mdt.rs", "target"),
     ("peers.rs", "target"),
+    ("placement.rs", "target"),
     ("replay.rs", "target"),
     ("replay_mdt.rs", "target"),
     ("dne.rs", "ops"),

@@ -165,10 +165,10 @@ pub enum LayoutError {
         stripe_size: u32,
     },
     /// Components that do not cover the file from 0 to its end, one after the other, or
-    /// more of them than a layout may have.
+    /// more of them than a layout may have, or instantiated out of file order.
     #[error(
         "a layout's 1 to {max} components must run from byte 0 to the end of the file, \
-         each starting where the one before ends",
+         each starting where the one before ends, the instantiated ones first",
         max = COMPONENTS_MAX
     )]
     BadComponents,
@@ -304,17 +304,21 @@ impl Layout {
 
     /// Checks a layout that came from elsewhere (a reply, a disk) before its arithmetic is
     /// used: 1 to [`COMPONENTS_MAX`] valid components from 0 to the end of the file, each
-    /// starting where the one before ends, 1 to [`STRIPE_COUNT_MAX`] objects in all.
+    /// starting where the one before ends, the instantiated ones first (the first always
+    /// is: components are instantiated in file order, so the numbers of the objects a file
+    /// has never change as it grows), 1 to [`STRIPE_COUNT_MAX`] objects in all.
     pub fn check(&self) -> Result<(), LayoutError> {
         if self.components.is_empty() || self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::BadComponents);
         }
         let mut at = 0;
+        let mut instantiated = true;
         for c in &self.components {
-            if c.start != at {
+            if c.start != at || (c.is_instantiated() && !instantiated) {
                 return Err(LayoutError::BadComponents);
             }
             c.check()?;
+            instantiated = c.is_instantiated();
             at = c.end;
         }
         if at != EXTENT_EOF {
@@ -323,6 +327,9 @@ impl Layout {
         let objects = self.object_count();
         if objects == 0 || objects > usize::from(STRIPE_COUNT_MAX) {
             return Err(LayoutError::BadObjectCount(objects));
+        }
+        if !self.components[0].is_instantiated() {
+            return Err(LayoutError::BadComponents);
         }
         Ok(())
     }
@@ -384,6 +391,17 @@ impl Layout {
             .iter()
             .filter(|c| c.overlap(offset, len.max(1)).is_some())
             .all(Component::is_instantiated)
+    }
+
+    /// One past the last byte of its instantiated components ([`EXTENT_EOF`]: all are):
+    /// a write, truncate or allocation reaching past it asks the MDT to instantiate more
+    /// first (`MdsOp::LayoutIntent`).
+    pub fn instantiated_end(&self) -> u64 {
+        self.components
+            .iter()
+            .take_while(|c| c.is_instantiated())
+            .last()
+            .map_or(0, |c| c.end)
     }
 
     /// Object number (across the components) and object offset of file byte `offset`; None
@@ -612,7 +630,21 @@ mod tests {
         assert!(l.chunks(1 << 30, 100).is_empty());
         assert!(l.is_instantiated_over(0, 1 << 30));
         assert!(!l.is_instantiated_over((1 << 30) - 1, 2));
+        assert_eq!(l.instantiated_end(), 1 << 30);
+        assert_eq!(pfl(2).instantiated_end(), EXTENT_EOF);
         assert_eq!(l.stripe_size_at(0), 65536);
+        // Instantiated out of file order, or not from the first: refused (the numbers of
+        // a file's objects must never change as it grows).
+        let mut holed = pfl(2);
+        holed.components[1].objects.clear();
+        holed.components[1].stripe_count = 4;
+        assert_eq!(holed.check(), Err(LayoutError::BadComponents));
+        let mut none = pfl(2);
+        none.components[0].objects.clear();
+        assert_eq!(none.check(), Err(LayoutError::BadComponents));
+        none.components[1].objects.clear();
+        none.components[2].objects.clear();
+        assert_eq!(none.check(), Err(LayoutError::BadObjectCount(0)));
         assert_eq!(l.stripe_size_at(u64::MAX - 1), 4 << 20);
     }
 

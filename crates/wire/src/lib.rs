@@ -72,15 +72,17 @@ pub use header::{Header, HEADER_BYTES};
 /// object owners; 3: metadata locks — intents, grants, callback polls and cancels; 4:
 /// readdirplus, byte-range locks; 5: extent locks on OST objects — client uuids at OSTs,
 /// read locks granted with reads, callback polls and cancels; 6: version negotiation; 7:
-/// composite layouts — a layout is components by file extent).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// composite layouts — a layout is components by file extent; 8: components instantiated as
+/// the file grows — layouts with components that have no objects yet, `LayoutIntent`).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
 /// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
 /// whole and answered `EPROTO` with this side's range ([`version`]). 7: a protocol-6 peer
-/// would read a composite layout as a plain one, so both sides of a file system upgrade to
-/// 7 together (docs/formats.md, "Negotiation").
-pub const PROTOCOL_VERSION_MIN: u16 = 7;
+/// would read a composite layout as a plain one; 8: a protocol-7 peer would take a component
+/// without objects for a hole it may write into. Both sides of a file system upgrade
+/// together (docs/formats.md, "Negotiation").
+pub const PROTOCOL_VERSION_MIN: u16 = 8;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

@@ -538,6 +538,19 @@ pub enum MdsOp {
         /// Set the usage to the count.
         repair: bool,
     },
+    /// A write, truncate or allocation of the file is about to reach byte `end - 1`:
+    /// instantiate every component of its layout that starts below `end` and has no
+    /// objects yet (Lustre's layout intent, `LAYOUT_INTENT_WRITE`/`TRUNC`). The objects a
+    /// file already has stay, so no writer is fenced; other clients' `LAYOUT` locks are
+    /// called back so they read the grown layout. Sent by a client that holds the file
+    /// open for writing or may write it. Reply: [`MdsReply::Layout`] (the file's layout).
+    LayoutIntent {
+        /// The file.
+        fid: Fid,
+        /// One past the last byte about to be written (at most
+        /// [`nacre_types::limits::FILE_BYTES_MAX`]).
+        end: u64,
+    },
 }
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
@@ -684,7 +697,8 @@ impl MdsOp {
             | MdsOp::RelayoutBegin { fid, .. }
             | MdsOp::RelayoutFence { fid }
             | MdsOp::RelayoutSwap { fid }
-            | MdsOp::RelayoutAbort { fid } => Some(*fid),
+            | MdsOp::RelayoutAbort { fid }
+            | MdsOp::LayoutIntent { fid, .. } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -798,6 +812,7 @@ impl MdsOp {
                 MdsOp::DestroyPending => 58,
                 MdsOp::QuotaUsage { .. } => 59,
                 MdsOp::QuotaCheck { .. } => 60,
+                MdsOp::LayoutIntent { .. } => 61,
             }
     }
 

@@ -157,7 +157,7 @@ pub fn run(tx: &mut Tx<'_>, args: CreateArgs<'_>) -> Result<MdsReply, Status> {
     let mut rec = new_inode(tx, &parent, args.kind, args.perm, args.uid, args.gid);
     rec.attr.rdev = args.rdev;
     if args.kind == FileKind::Regular {
-        rec.layout = Some(tx.new_layout(&parent, &LayoutSpec::plain(StripeSpec::default()))?);
+        rec.layout = Some(tx.new_layout(&parent, &LayoutSpec::plain(StripeSpec::default()), 0)?);
     }
     tx.touch(&mut parent);
     tx.put_inode(&parent);

@@ -66,7 +66,7 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: &LayoutSpec) -> Result<MdsReply, Sta
                 dir_default: tx.fs_default()?,
                 ..rec.clone()
             };
-            let layout = tx.new_layout(&parent_like, spec)?;
+            let layout = tx.new_layout(&parent_like, spec, 0)?;
             tx.destroy_objects(&old);
             rec.layout = Some(layout.clone());
             rec.attr.ctime = tx.now;
@@ -75,4 +75,75 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: &LayoutSpec) -> Result<MdsReply, Sta
         }
         _ => Err(Status::Inval),
     }
+}
+
+/// Instantiates the components of file `fid` that start below `end` and have no objects
+/// yet (`MdsOp::LayoutIntent`): a write, truncate or allocation is about to reach byte
+/// `end - 1`. The objects the file has stay; its generation too (no writer is fenced).
+/// Idempotent: a file already instantiated that far is answered as it is. A replay gives
+/// the new components the objects its first run gave them (the client may have written
+/// into them), once they are checked to be ones that run could have allocated.
+pub fn intent(tx: &mut Tx<'_>, fid: Fid, end: u64) -> Result<MdsReply, Status> {
+    let mut rec = tx.inode(fid)?;
+    match rec.attr.kind {
+        FileKind::Regular => {}
+        FileKind::Directory => return Err(Status::IsDir),
+        _ => return Err(Status::Inval),
+    }
+    if end > nacre_types::limits::FILE_BYTES_MAX {
+        return Err(Status::FBig);
+    }
+    let mut layout = rec.layout.clone().ok_or(Status::Io)?;
+    let grown = match tx.replay.clone() {
+        Some((_, Some(said))) => adopt_replayed(tx, &mut layout, &said, end)?,
+        _ => tx.instantiate(&mut layout, end)?,
+    };
+    if grown {
+        rec.layout = Some(layout.clone());
+        tx.put_inode(&rec);
+    }
+    Ok(MdsReply::Layout(LayoutInfo::File(layout)))
+}
+
+/// A replayed intent: the components `said` (the layout its first run answered) gave
+/// objects that `layout` lacks take those objects, checked (`replay_mdt::check_objects`);
+/// any other component below `end` is instantiated anew. True if the layout grew.
+fn adopt_replayed(
+    tx: &mut Tx<'_>,
+    layout: &mut nacre_types::Layout,
+    said: &nacre_types::Layout,
+    end: u64,
+) -> Result<bool, Status> {
+    if said.components.len() != layout.components.len() {
+        return Err(Status::Inval);
+    }
+    let mut grown = false;
+    for (now, then) in layout.components.iter_mut().zip(&said.components) {
+        if (now.start, now.end, now.stripe_size) != (then.start, then.end, then.stripe_size) {
+            return Err(Status::Inval);
+        }
+        if now.is_instantiated() {
+            if now.objects != then.objects && then.is_instantiated() {
+                return Err(Status::Inval);
+            }
+            continue;
+        }
+        if !then.is_instantiated() {
+            continue;
+        }
+        crate::replay_mdt::check_objects(tx.mdt, &then.objects)?;
+        for o in &then.objects {
+            tx.reserve_past_object(o.ost, o.object)?;
+        }
+        now.objects = then.objects.clone();
+        now.stripe_count = then.stripe_count;
+        now.pool = then.pool;
+        grown = true;
+    }
+    layout.check().map_err(|_| Status::Inval)?;
+    let mut seen = std::collections::HashSet::new();
+    if !layout.objects().all(|o| seen.insert((o.ost, o.object))) {
+        return Err(Status::Inval);
+    }
+    Ok(tx.instantiate(layout, end)? || grown)
 }

@@ -686,6 +686,31 @@ proptest! {
         }
     }
 
+    /// `LayoutIntent` with any file and end: modifying (exactly once, replayed), routed to
+    /// its file's MDT, round-trips and refuses every truncation; any bytes after its
+    /// opcode decode to it or an error, never a panic.
+    #[test]
+    fn layout_intents_round_trip_and_refuse_truncation(
+        seq in any::<u64>(),
+        oid in any::<u32>(),
+        end in any::<u64>(),
+        junk in proptest::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let fid = Fid::new(seq, oid);
+        let op = MdsOp::LayoutIntent { fid, end };
+        prop_assert!(op.is_modifying());
+        prop_assert_eq!(op.key_fid(), Some(fid));
+        prop_assert_eq!(op.opcode(), 0x023d);
+        let bytes = encode_body(&op);
+        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+        }
+        let mut hostile = bytes[..1].to_vec();
+        hostile.extend_from_slice(&junk);
+        let _ = decode_body::<MdsOp>(&hostile);
+    }
+
     #[test]
     fn relayout_messages_round_trip_and_refuse_truncation(
         count in -1i32..64,
