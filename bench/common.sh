@@ -30,18 +30,19 @@ wait_serving() {
   echo "server did not start: $(cat "$1")" >&2; return 1
 }
 # net_up DIR FSNAME: the networked form under DIR — an MGS+MDT0 server process on 127.0.0.1
-# and two OSS processes (127.0.0.2, .3) with one OST each (OSS_ARGS: more `nacre server`
-# options for them, e.g. "--oss-threads-min 16"; SERVER_PREFIX: a command the server
-# processes run under, e.g. "taskset -c 1"). Sets MGS (its address) and OSS_NIDS (the
-# two OSS processes' NIDs) and adds the server pids to the array `pids` (the caller kills
-# them).
+# and two OSS processes (127.0.0.2, .3) with OSTS_PER_OSS OSTs each (default 1: ost0 on the
+# first, ost1 on the second; with 2, ost0 and ost1 on the first, ost2 and ost3 on the second)
+# (OSS_ARGS: more `nacre server` options for them, e.g. "--oss-threads-min 16";
+# SERVER_PREFIX: a command the server processes run under, e.g. "taskset -c 1"). Sets MGS
+# (its address) and OSS_NIDS (the two OSS processes' NIDs) and adds the server pids to the
+# array `pids` (the caller kills them).
 net_up() {
-  local dir="$1" fs="$2" i addr
+  local dir="$1" fs="$2" i j addr per="${OSTS_PER_OSS:-1}" targets
   MGS="127.0.0.1:$(free_port 127.0.0.1)"
   "$NACRE" mkfs --mgs --fsname "$fs" "$dir/mgs" >/dev/null
   "$NACRE" mkfs --mdt --index 0 --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/mdt0" >/dev/null
-  for i in 0 1; do
-    "$NACRE" mkfs --ost --index $i --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/ost$i" >/dev/null
+  for i in $(seq 0 $((2 * per - 1))); do
+    "$NACRE" mkfs --ost --index "$i" --fsname "$fs" --mgsnode "$MGS@tcp" "$dir/ost$i" >/dev/null
   done
   ${SERVER_PREFIX:-} "$NACRE" server --listen "$MGS" --target "$dir/mgs" --target "$dir/mdt0" \
     > "$dir/mds.log" 2>&1 &
@@ -50,7 +51,9 @@ net_up() {
   for i in 0 1; do
     addr="127.0.0.$((i + 2))"
     addr="$addr:$(free_port "$addr")"
-    ${SERVER_PREFIX:-} "$NACRE" server --listen "$addr" --target "$dir/ost$i" ${OSS_ARGS:-} \
+    targets=()
+    for j in $(seq 0 $((per - 1))); do targets+=(--target "$dir/ost$((i * per + j))"); done
+    ${SERVER_PREFIX:-} "$NACRE" server --listen "$addr" "${targets[@]}" ${OSS_ARGS:-} \
       > "$dir/oss$i.log" 2>&1 &
     pids+=($!); wait_serving "$dir/oss$i.log"
     OSS_NIDS+=("$addr@tcp")
