@@ -226,7 +226,14 @@ fn nacre_insecure_takes_one_and_zero_from_the_environment() {
     let target = |kind: &str, dir: &str, extra: &[&str]| {
         Command::new(nacre_bin())
             .env("NACRE_INSECURE", "1")
-            .args(["mkfs", kind, "--fsname", "ins", "--mgsnode", "127.0.0.1:9@tcp"])
+            .args([
+                "mkfs",
+                kind,
+                "--fsname",
+                "ins",
+                "--mgsnode",
+                "127.0.0.1:9@tcp",
+            ])
             .args(extra)
             .arg(root.path().join(dir))
             .output()
