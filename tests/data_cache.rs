@@ -223,9 +223,98 @@ fn o_direct_reads_and_writes_bypass_the_cache_but_stay_coherent(form: Form) {
     );
 }
 
+/// Records that do not fall on pages (IOR hard's 47,008 bytes), written through one mount
+/// (over records it had read, so under its locks) and read back there by a new open: every
+/// page comes from memory — the whole ones from
+/// the kernel's cache, each one two records share from the bytes the client kept of it
+/// (crates/client/src/edges.rs; the kernel never keeps a page written in part) — and the
+/// OSTs read nothing (before: a page per record). Another mount then rewrites bytes across
+/// a record boundary: the first mount's next read has the new bytes (its locks were called
+/// back, and the kept bytes of those pages went with them).
+fn records_a_mount_wrote_are_read_back_from_memory(form: Form) {
+    const REC: usize = 47_008;
+    const RECORDS: usize = 40;
+    let fsname = match form {
+        Form::Embedded => "edgese",
+        Form::Networked => "edgesn",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    for i in 0..2 {
+        nacre_ok(&[
+            "ctl",
+            "set_param",
+            &format!("ldlm.namespaces.ost-{fsname}-OST{i:04x}.contention_ms=0"),
+        ]);
+    }
+    let (other_mnt, _other) = second_mount(&fs);
+    striped(&fs, "records");
+    let (a, b) = (fs.path("records"), other_mnt.join("records"));
+    let mut data = content(7);
+    data.truncate(REC * RECORDS);
+    let write_records = |data: &[u8]| {
+        let f = fs::OpenOptions::new().write(true).open(&a).unwrap();
+        // Every other record first, then the rest: each page two records share is
+        // written in two parts, as two IOR ranks do.
+        for first in [0, 1] {
+            for r in (first..RECORDS).step_by(2) {
+                f.write_all_at(&data[r * REC..(r + 1) * REC], (r * REC) as u64)
+                    .unwrap();
+            }
+        }
+        f.sync_all().unwrap();
+    };
+    // Written once and read (the mount then holds its locks, the first writes having been
+    // made before it had any); its pages dropped from the kernel's cache (as if never
+    // read: a page cached before a write in part stays cached), then written again.
+    write_records(&content(3)[..REC * RECORDS]);
+    until_cached(&fs, fsname, &a, &content(3)[..REC * RECORDS]);
+    {
+        use std::os::fd::AsRawFd;
+        let f = fs::File::open(&a).unwrap();
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+    }
+    write_records(&data);
+    let before = ost_read_bytes(&fs, fsname);
+    assert!(fs::read(&a).unwrap() == data, "read back wrong");
+    let read = ost_read_bytes(&fs, fsname) - before;
+    assert!(
+        read < 8 * 4096,
+        "reading back what this mount wrote read {read} bytes from the OSTs"
+    );
+    // Another mount rewrites 100 bytes across the boundary of records 3 and 4.
+    let at = 4 * REC - 50;
+    let new = vec![0xa5u8; 100];
+    {
+        let f = fs::OpenOptions::new().write(true).open(&b).unwrap();
+        f.write_all_at(&new, at as u64).unwrap();
+        f.sync_all().unwrap();
+    }
+    data[at..at + 100].copy_from_slice(&new);
+    // The page alone (no read-ahead), the one the two records share: not answered from
+    // bytes kept before the other mount's write.
+    {
+        use std::os::fd::AsRawFd;
+        let f = fs::File::open(&a).unwrap();
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        assert_eq!(rc, 0);
+        let mut got = vec![0u8; 100];
+        f.read_exact_at(&mut got, at as u64).unwrap();
+        assert_eq!(
+            got, new,
+            "the first mount read stale bytes of a shared page"
+        );
+    }
+    assert!(
+        fs::read(&a).unwrap() == data,
+        "the first mount read stale bytes after another mount's write"
+    );
+}
+
 on_both_forms!(
     a_mount_keeps_file_data_until_another_mount_changes_it,
-    o_direct_reads_and_writes_bypass_the_cache_but_stay_coherent
+    o_direct_reads_and_writes_bypass_the_cache_but_stay_coherent,
+    records_a_mount_wrote_are_read_back_from_memory
 );
 
 /// A mount whose process is stopped cannot give its read locks back: a write elsewhere

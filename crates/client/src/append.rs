@@ -29,6 +29,7 @@ impl Client {
     pub fn append(&self, file: &crate::OpenFile, data: &[u8]) -> Result<u64> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
+        self.edges.forget_file(file.fid);
         if !self.data_locks_on() {
             // Without locks this client cannot keep others out: the size it sees (with
             // the components others instantiated) is the best it has.

@@ -396,6 +396,8 @@ impl Client {
                     // Kept writes under a write lock reach the OST before the lock goes.
                     let keys: Vec<_> = r.objects.iter().map(|o| (r.ost, *o)).collect();
                     c.writeback.flush_wait(&keys);
+                    // Edge pages kept under these locks go with the kernel's pages.
+                    c.edges.forget(&r.drops);
                     drop(c);
                     sink(&r.drops);
                     let Some(c) = me.upgrade() else { return };
@@ -676,6 +678,25 @@ impl Client {
                     .revoke(Revocation::of(ost, gone, Vec::new()));
             }
         }
+    }
+
+    /// True if a lock of this client (read or write, not called back) covers the `page`
+    /// bytes of `layout`'s file at `offset` (a page never spans two stripes: stripe sizes
+    /// are multiples of 64 KiB).
+    pub(crate) fn page_locked(&self, layout: &Layout, offset: u64, page: u64) -> bool {
+        let Some((stripe, object_offset)) = layout.locate(offset) else {
+            return false;
+        };
+        let (ost, object) = crate::osc::object(layout, stripe);
+        let want = Extent::of(object_offset, page, false);
+        self.data_locks.enabled()
+            && self
+                .data_locks
+                .ost(ost)
+                .state
+                .lock()
+                .covering(object, &want)
+                .is_some()
     }
 
     /// The kernel dropped `fid`'s cached data (an open that did not keep it): what it

@@ -128,6 +128,17 @@ impl Client {
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
+        // Pages this client's writes cut in part and filled since (edges.rs).
+        let page = nacre_types::page::page_bytes();
+        let kept = self.edges.serve(file.fid, offset, len, page, |at| {
+            self.page_locked(layout, at, page)
+        });
+        if let Some(bytes) = kept {
+            self.edges_served.fetch_add(1, Ordering::Relaxed);
+            let mut buf = nacre_types::AlignedBuf::zeroed(len);
+            buf.copy_from_slice(&bytes);
+            return Ok((buf, crate::datalocks::ReadLocks::new()));
+        }
         osc::read_locked(self, file.fid, layout, offset, len)
     }
 
@@ -198,6 +209,7 @@ impl Client {
     ) -> Result<(usize, bool)> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
+        self.edges.forget_file(file.fid);
         let mut refused = 0;
         let end = offset.saturating_add(data.len() as u64);
         loop {
@@ -254,6 +266,7 @@ impl Client {
     ) -> Result<()> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
+        self.edges.forget_file(file.fid);
         // A hole punched needs no objects where there are none.
         let end = if punch_hole {
             0

@@ -75,6 +75,7 @@ pub mod changelog;
 pub mod complete;
 pub mod datalocks;
 pub mod dirattrs;
+pub mod edges;
 mod flock;
 mod io;
 mod layouts;
@@ -388,6 +389,8 @@ pub struct Client {
     data_locks: datalocks::DataLocks,
     /// Write-behind under write locks (writeback.rs).
     writeback: Arc<writeback::Writeback>,
+    /// Bytes of pages page-cache writes covered in part (edges.rs).
+    pub(crate) edges: edges::Edges,
     /// Layouts of the files open here, under their LAYOUT locks (layouts.rs).
     layout_slots: layouts::Slots,
     /// Appends on this client, serialized per file (append.rs).
@@ -400,6 +403,8 @@ pub struct Client {
     /// Layout intents sent: components instantiated ahead of a write, truncate or
     /// allocation reaching them.
     pub layout_grows: std::sync::atomic::AtomicU64,
+    /// Page-cache reads answered from edge pages this client wrote (edges.rs), no RPC.
+    pub edges_served: std::sync::atomic::AtomicU64,
     me: std::sync::Weak<Client>,
 }
 
@@ -433,11 +438,13 @@ impl Client {
             me: me.clone(),
             data_locks: datalocks::DataLocks::default(),
             writeback: Arc::default(),
+            edges: edges::Edges::default(),
             layout_slots: Default::default(),
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             opens: opencache::OpenCache::default(),
             layout_redos: std::sync::atomic::AtomicU64::new(0),
             layout_grows: std::sync::atomic::AtomicU64::new(0),
+            edges_served: std::sync::atomic::AtomicU64::new(0),
             fsname: fsname.into(),
             mgs: mgs_conn,
             mdcs: RwLock::new(HashMap::new()),

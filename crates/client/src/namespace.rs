@@ -610,6 +610,7 @@ impl Client {
         let Some(size) = set.size else {
             return self.setattr_now(fid, set);
         };
+        self.edges.forget_file(fid);
         // A truncate: the objects are cut first, then the MDT records the size (so a size it
         // learns by glimpsing is never one from before the cut). Through a descriptor this
         // client holds open for writing, that handle covers the cut; otherwise the truncate

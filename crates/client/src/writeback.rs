@@ -463,7 +463,14 @@ impl Client {
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
-        self.write_cached_with(file, layout, offset, data)
+        let n = self.write_cached_with(file, layout, offset, data)?;
+        if self.data_locks_on() {
+            let page = nacre_types::page::page_bytes();
+            self.edges.wrote(file.fid, offset, &data[..n], page, |at| {
+                self.page_locked(layout, at, page)
+            });
+        }
+        Ok(n)
     }
 
     /// [`Client::write_cached`] with `file`'s layout, which the caller holds for the I/O.
