@@ -95,11 +95,9 @@ fn striped(fs: &TestFs, rel: &str) {
     nacre_ok(&["setstripe", "-c", "2", "-S", "1M", path]);
 }
 
-fn a_mount_keeps_file_data_until_another_mount_changes_it(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "datae1",
-        Form::Networked => "datan1",
-    };
+/// A file system of 2 OSTs named `fsname` whose OSTs never narrow locks for contention
+/// (`contention_ms=0`): what a test of cached data expects of its locks holds every run.
+fn two_osts_uncontended(form: Form, fsname: &str) -> TestFs {
     let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
     for i in 0..2 {
         nacre_ok(&[
@@ -108,6 +106,15 @@ fn a_mount_keeps_file_data_until_another_mount_changes_it(form: Form) {
             &format!("ldlm.namespaces.ost-{fsname}-OST{i:04x}.contention_ms=0"),
         ]);
     }
+    fs
+}
+
+fn a_mount_keeps_file_data_until_another_mount_changes_it(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "datae1",
+        Form::Networked => "datan1",
+    };
+    let fs = two_osts_uncontended(form, fsname);
     let (other_mnt, _other) = second_mount(&fs);
     striped(&fs, "f");
     let (a, b) = (fs.path("f"), other_mnt.join("f"));
@@ -238,14 +245,7 @@ fn records_a_mount_wrote_are_read_back_from_memory(form: Form) {
         Form::Embedded => "edgese",
         Form::Networked => "edgesn",
     };
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
-    for i in 0..2 {
-        nacre_ok(&[
-            "ctl",
-            "set_param",
-            &format!("ldlm.namespaces.ost-{fsname}-OST{i:04x}.contention_ms=0"),
-        ]);
-    }
+    let fs = two_osts_uncontended(form, fsname);
     let (other_mnt, _other) = second_mount(&fs);
     striped(&fs, "records");
     let (a, b) = (fs.path("records"), other_mnt.join("records"));

@@ -105,6 +105,12 @@ impl Client {
         slot
     }
 
+    /// The slot of `fid` if a handle of this client has the file open (the registry's lock
+    /// is let go before the caller takes the slot's).
+    fn slot_of(&self, fid: Fid) -> Option<Arc<LayoutSlot>> {
+        self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade)
+    }
+
     /// The layout `file`'s I/O may use now, held until the I/O is done: read again from
     /// the MDT first if this client's LAYOUT lock on it went.
     pub(crate) fn io_layout<'f>(&self, file: &'f OpenFile) -> Result<IoLayout<'f>> {
@@ -155,8 +161,7 @@ impl Client {
             return Err(Status::Proto.into());
         };
         layout.check().map_err(|_| Status::Proto)?;
-        let slot = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade);
-        if let Some(slot) = slot {
+        if let Some(slot) = self.slot_of(fid) {
             // Ends the I/O under way here first: it keeps the layout it started with.
             slot.current.write().layout = Some(layout.clone());
         }
@@ -175,9 +180,13 @@ impl Client {
         if self.lock_sink.get().is_some() {
             return Ok(());
         }
+        // Looked at in place: this runs before every read of such a client.
         let short = file
             .layout
-            .snapshot()
+            .current
+            .read_recursive()
+            .layout
+            .as_ref()
             .is_some_and(|l| l.instantiated_end() < offset.saturating_add(len.max(1)));
         if short {
             let reply = self.md(MdsOp::GetAttr { fid: file.fid })?;
@@ -223,7 +232,7 @@ impl Client {
     /// The LAYOUT lock of `fid` goes: once the I/O under way has ended, what this client
     /// keeps for its objects is written out and its layout marked stale.
     pub(crate) fn layout_called_back(&self, fid: Fid) {
-        let Some(slot) = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade) else {
+        let Some(slot) = self.slot_of(fid) else {
             return;
         };
         slot.callbacks.fetch_add(1, Ordering::AcqRel);
@@ -252,7 +261,7 @@ impl Client {
         fid: Fid,
         change: impl FnOnce() -> Result<LayoutInfo>,
     ) -> Result<LayoutInfo> {
-        let Some(slot) = self.layout_slots.0.lock().get(&fid).and_then(Weak::upgrade) else {
+        let Some(slot) = self.slot_of(fid) else {
             return change();
         };
         let mut current = slot.current.write();
