@@ -16,6 +16,7 @@ mod cpt;
 mod credentials;
 mod data_cache;
 mod dne;
+mod dom;
 mod failover;
 mod failures;
 mod fences;

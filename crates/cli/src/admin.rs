@@ -414,13 +414,19 @@ fn composite_value(components: &[ComponentArgs]) -> Value {
     let list: Vec<Value> = components
         .iter()
         .map(|c| {
-            serde_json::json!({
+            let mut v = serde_json::json!({
                 "end": c.end.map_or(Value::from(-1), Value::from),
                 "stripe_count": c.count,
                 "stripe_size": c.size,
                 "start_ost": c.index,
                 "pool": c.pool,
-            })
+            });
+            // Named only where it is not the default, so a mount of before data on the
+            // MDT takes every other request as it always has (and refuses this one).
+            if c.on_mdt {
+                v["pattern"] = Value::from("mdt");
+            }
+            v
         })
         .collect();
     serde_json::json!({ "version": XATTR_JSON_VERSION, "components": list })
@@ -586,6 +592,9 @@ pub struct ComponentArgs {
     pub index: i64,
     /// OST pool (`-p`; "": none).
     pub pool: String,
+    /// On the MDT (`-L mdt`, data on the MDT: the first component only, at most 1 MiB, no
+    /// striping options); `-L raid0` (the default): striped over OSTs.
+    pub on_mdt: bool,
 }
 
 impl ComponentArgs {
@@ -597,18 +606,20 @@ impl ComponentArgs {
             size: 0,
             index: -1,
             pool: String::new(),
+            on_mdt: false,
         }
     }
 }
 
 /// Parses the component options of a composite `nacre setstripe`, given in command-line
 /// order as option and value pairs (`["-E", "1M", "-c", "1", "-E", "-1", "-c", "-1"]`;
-/// `-E`, `-c`, `-S`, `-i`, `-p` or their long names). Each `-E END` (a size with a K/M/G/T
+/// `-E`, `-c`, `-S`, `-i`, `-p`, `-L` or their long names). Each `-E END` (a size with a K/M/G/T
 /// suffix, or `-1`/`eof` for the end of the file) starts a component; the options after it,
 /// until the next `-E`, apply to that component only. Refused: an option before the first
 /// `-E` or given twice in a component, ends that do not rise, an end not a multiple of
 /// 64 KiB or of the stripe size of the component it ends or the one it starts, a bad stripe
-/// size, and a last component not ending at `-1`.
+/// size, a last component not ending at `-1`, and a component on the MDT (`-L mdt`) that is
+/// not the first, ends past 1 MiB or has striping options.
 pub fn parse_components(args: &[String]) -> Result<Vec<ComponentArgs>, String> {
     let mut components: Vec<ComponentArgs> = Vec::new();
     let mut given: Vec<&'static str> = Vec::new();
@@ -616,7 +627,7 @@ pub fn parse_components(args: &[String]) -> Result<Vec<ComponentArgs>, String> {
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let option = component_option(flag)
-            .ok_or_else(|| format!("{flag} is not a component option (-E, -c, -S, -i, -p)"))?;
+            .ok_or_else(|| format!("{flag} is not a component option (-E, -c, -S, -i, -p, -L)"))?;
         if option == "-E" {
             components.push(ComponentArgs::ending(parse_end(value)?));
             given.clear();
@@ -625,7 +636,7 @@ pub fn parse_components(args: &[String]) -> Result<Vec<ComponentArgs>, String> {
         let n = components.len();
         if n == 0 {
             return Err(format!(
-                "-c/-S/-i/-p before the first -E ({flag} {value}): with -E, each applies to \
+                "-c/-S/-i/-p/-L before the first -E ({flag} {value}): with -E, each applies to \
                  the component the -E before it starts"
             ));
         }
@@ -648,6 +659,7 @@ fn component_option(flag: &str) -> Option<&'static str> {
         "-S" | "--stripe-size" => "-S",
         "-i" | "--stripe-index" => "-i",
         "-p" | "--pool" => "-p",
+        "-L" | "--layout" => "-L",
         _ => return None,
     })
 }
@@ -673,6 +685,13 @@ fn set_component_option(c: &mut ComponentArgs, option: &str, value: &str) -> Res
                 .map_err(|_| format!("bad stripe count '{value}'"))?
         }
         "-S" => c.size = parse_size(value)?,
+        "-L" => {
+            c.on_mdt = match value.trim() {
+                "mdt" => true,
+                "raid0" => false,
+                other => return Err(format!("-L {other}: a layout is mdt or raid0")),
+            }
+        }
         "-i" => {
             c.index = value
                 .trim()
@@ -698,7 +717,8 @@ fn check_extents(components: &[ComponentArgs]) -> Result<(), String> {
     let mut start = 0;
     for (i, c) in components.iter().enumerate() {
         let name = component_name(i, start, c.end);
-        check_extent(start, c).map_err(|e| format!("{name}: {e}"))?;
+        let after_mdt = i == 1 && components[0].on_mdt;
+        check_extent(start, c, after_mdt).map_err(|e| format!("{name}: {e}"))?;
         match c.end {
             Some(end) => start = end,
             None if i + 1 < components.len() => {
@@ -716,8 +736,27 @@ fn check_extents(components: &[ComponentArgs]) -> Result<(), String> {
 }
 
 /// Checks one component's stripe size and its extent from `start`.
-fn check_extent(start: u64, c: &ComponentArgs) -> Result<(), String> {
+fn check_extent(start: u64, c: &ComponentArgs, after_mdt: bool) -> Result<(), String> {
     check_stripe_size(c.size)?;
+    if c.on_mdt {
+        let max = nacre_types::layout::DOM_BYTES_MAX;
+        if start != 0 {
+            return Err("-L mdt: only the first component may be on the MDT".to_string());
+        }
+        match c.end {
+            Some(end) if end <= max => {}
+            _ => {
+                return Err(format!(
+                    "-L mdt: a component on the MDT ends at most at {} (-E {})",
+                    max,
+                    short_size(max)
+                ))
+            }
+        }
+        if c.count != 0 || c.size != 0 || c.index != -1 || !c.pool.is_empty() {
+            return Err("-L mdt: a component on the MDT takes no -c, -S, -i or -p".to_string());
+        }
+    }
     if let Some(end) = c.end {
         if end <= start {
             return Err(format!(
@@ -729,7 +768,9 @@ fn check_extent(start: u64, c: &ComponentArgs) -> Result<(), String> {
         }
     }
     if c.size != 0 {
-        for (what, at) in [("start", Some(start)), ("end", c.end)] {
+        // After a component on the MDT, the start may be inside the first stripe.
+        let start = Some(start).filter(|_| !after_mdt);
+        for (what, at) in [("start", start), ("end", c.end)] {
             if let Some(at) = at.filter(|at| !at.is_multiple_of(c.size)) {
                 return Err(format!(
                     "{what} {at} is not a multiple of its stripe size {}",
@@ -751,6 +792,11 @@ fn check_components(
     let mut start = 0;
     let mut checked = Vec::with_capacity(components.len());
     for (i, c) in components.iter().enumerate() {
+        if c.on_mdt {
+            checked.push(c.clone());
+            start = c.end.unwrap_or(u64::MAX);
+            continue;
+        }
         let pool = check_stripe(df, c.count, c.size, c.index, Some(c.pool.as_str()))
             .map_err(|e| format!("{}: {e}", component_name(i, start, c.end)))?;
         checked.push(ComponentArgs {
@@ -797,153 +843,6 @@ pub fn pool_members(df: &Value, name: &str) -> Option<Vec<u64>> {
                 .map(|a| a.iter().filter_map(Value::as_u64).collect())
                 .unwrap_or_default()
         })
-}
-
-/// The layout JSON of `path`.
-pub fn layout(path: &Path) -> anyhow::Result<Value> {
-    let raw = getxattr(path, XATTR_LOV)
-        .with_context(|| format!("{}: cannot read layout", path.display()))?;
-    Ok(serde_json::from_slice(&raw)?)
-}
-
-/// Formats a layout as `lfs getstripe` does: a plain layout (a file's of one component, a
-/// directory's default of one) as it always has, a composite one in Lustre's composite form
-/// (`lcm_*`, then `lcme_*` and `lmm_*` per component).
-pub fn format_layout(path: &Path, v: &Value) -> String {
-    let mut s = format!("{}\n", path.display());
-    match v["kind"].as_str() {
-        Some("file") => match composite_components(v) {
-            Some(components) => {
-                let generation = v["generation"].as_u64().unwrap_or(0);
-                s += &format_composite(generation, components, false);
-            }
-            None => s += &format_plain_file(v),
-        },
-        Some("dir") => match composite_components(&v["default"]) {
-            Some(components) => s += &format_composite(0, components, true),
-            None => s += &format_plain_default(&v["default"]),
-        },
-        _ => s += "(no layout)\n",
-    }
-    s
-}
-
-/// The components of a composite layout value (a file's, or a directory's `default`); None
-/// for a plain one: one component, or no `components` key (a value from an older mount).
-fn composite_components(v: &Value) -> Option<&[Value]> {
-    v["components"]
-        .as_array()
-        .filter(|c| c.len() > 1)
-        .map(Vec::as_slice)
-}
-
-/// A plain file layout, `lfs getstripe`'s `lmm_*` lines and object table.
-fn format_plain_file(v: &Value) -> String {
-    let objects = v["objects"].as_array().cloned().unwrap_or_default();
-    let first = objects
-        .first()
-        .map_or(0, |o| o["ost"].as_u64().unwrap_or(0));
-    let mut s = format!("lmm_stripe_count:  {}\n", v["stripe_count"]);
-    s += &format!("lmm_stripe_size:   {}\n", v["stripe_size"]);
-    s += "lmm_pattern:       raid0\n";
-    s += &format!("lmm_stripe_offset: {first}\n");
-    if let Some(pool) = v["pool"].as_str().filter(|p| !p.is_empty()) {
-        s += &format!("lmm_pool:          {pool}\n");
-    }
-    s += "\tobdidx\t\t objid\t\t objid\t\t group\n";
-    for o in objects {
-        let id = o["id"].as_u64().unwrap_or(0);
-        let ost = o["ost"].as_u64().unwrap_or(0);
-        let seq = o["seq"].as_u64().unwrap_or(0);
-        s += &format!("\t{ost:>6}\t{id:>14}\t{id:>#14x}\t{seq:>14}\n");
-    }
-    s
-}
-
-/// A directory's plain default (`d`; null: none), on one line.
-fn format_plain_default(d: &Value) -> String {
-    if !d.is_object() {
-        return "stripe_count:  0 stripe_size:   0 pattern:       raid0 stripe_offset: -1 (file system default)\n".to_string();
-    }
-    let pool = match d["pool"].as_str() {
-        Some(p) if !p.is_empty() => format!(" pool:          {p}"),
-        _ => String::new(),
-    };
-    format!(
-        "stripe_count:  {} stripe_size:   {} pattern:       raid0 stripe_offset: {}{pool}\n",
-        d["stripe_count"], d["stripe_size"], d["start_ost"]
-    )
-}
-
-/// A composite layout in Lustre's form: its `lcm_*` header, then each component. A
-/// directory's default (`template`) has no component ids (`N/A`) and no objects.
-fn format_composite(generation: u64, components: &[Value], template: bool) -> String {
-    let mut s = format!("  lcm_layout_gen:    {generation}\n");
-    s += "  lcm_mirror_count:  1\n";
-    s += &format!("  lcm_entry_count:   {}\n", components.len());
-    for (i, c) in components.iter().enumerate() {
-        let id = if template {
-            "N/A".to_string()
-        } else {
-            (i + 1).to_string()
-        };
-        s += &format_component(&id, c);
-    }
-    s
-}
-
-/// One component of a composite layout: `lcme_*` (its id, `init` once instantiated, its
-/// extent), its striping (`lmm_*`; the first OST is its first object's, or the one asked
-/// for until it has objects) and its objects.
-fn format_component(id: &str, c: &Value) -> String {
-    let objects: &[Value] = match c["objects"].as_array() {
-        Some(objects) => objects,
-        None => &[],
-    };
-    let instantiated = c["instantiated"].as_bool().unwrap_or(!objects.is_empty());
-    let offset = match objects.first() {
-        Some(o) => o["ost"].as_i64().unwrap_or(0),
-        None => c["start_ost"].as_i64().unwrap_or(-1),
-    };
-    let flags = if instantiated { "init" } else { "0" };
-    let start = c["start"].as_u64().unwrap_or(0);
-    let count = c["stripe_count"].as_i64().unwrap_or(0);
-    let size = c["stripe_size"].as_u64().unwrap_or(0);
-    let mut s = format!("    lcme_id:             {id}\n");
-    s += &format!("    lcme_flags:          {flags}\n");
-    s += &format!("    lcme_extent.e_start: {start}\n");
-    s += &format!("    lcme_extent.e_end:   {}\n", extent_end(&c["end"]));
-    s += &format!("      lmm_stripe_count:  {count}\n");
-    s += &format!("      lmm_stripe_size:   {size}\n");
-    s += "      lmm_pattern:       raid0\n";
-    s += "      lmm_layout_gen:    0\n";
-    s += &format!("      lmm_stripe_offset: {offset}\n");
-    if let Some(pool) = c["pool"].as_str().filter(|p| !p.is_empty()) {
-        s += &format!("      lmm_pool:          {pool}\n");
-    }
-    if instantiated && !objects.is_empty() {
-        s += "      lmm_objects:\n";
-        for (i, o) in objects.iter().enumerate() {
-            s += &format_object(i, o);
-        }
-    }
-    s
-}
-
-/// A component's end as `lfs getstripe` prints it: `EOF` for the end of the file (-1).
-fn extent_end(end: &Value) -> String {
-    match end.as_u64() {
-        Some(e) if e != u64::MAX => e.to_string(),
-        _ => "EOF".to_string(),
-    }
-}
-
-/// Object `i` of a component, as an `lmm_objects` entry: its OST and its FID.
-fn format_object(i: usize, o: &Value) -> String {
-    let ost = o["ost"].as_u64().unwrap_or(0);
-    let seq = o["seq"].as_u64().unwrap_or(0);
-    let id = o["id"].as_u64().unwrap_or(0);
-    format!("      - {i}: {{ l_ost_idx: {ost}, l_fid: [{seq:#x}:{id:#x}:0x0] }}\n")
 }
 
 /// Formats `df` output for one mount like `lfs df`.
@@ -1028,5 +927,8 @@ pub fn format_df(mount: &Path, df: &Value, human_sizes: bool, inodes: bool) -> S
     s
 }
 
+mod getstripe;
 #[cfg(test)]
 mod tests;
+
+pub use getstripe::{format_layout, layout};

@@ -30,6 +30,12 @@ impl Client {
         file.check_writable()?;
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
+        // A file all on the MDT appends there: the MDT picks the offset (crate::dom).
+        if let Some(layout) = self.io_layout(file)?.get().filter(|l| l.dom_end() > 0) {
+            if let Some(at) = self.dom_append(file.fid, layout, data)? {
+                return Ok(at);
+            }
+        }
         if !self.data_locks_on() {
             // Without locks this client cannot keep others out: the size it sees (with
             // the components others instantiated) is the best it has.
@@ -37,7 +43,9 @@ impl Client {
             let size = {
                 let io = self.io_layout(file)?;
                 let layout = io.get().ok_or(Status::Inval)?;
-                crate::osc::glimpse(self, layout)?.0
+                crate::osc::glimpse(self, layout)?
+                    .0
+                    .max(self.dom_size(file.fid, layout)?)
             };
             let end = size.saturating_add(data.len() as u64);
             let io = self.io_layout_to(file, end)?;
@@ -120,7 +128,9 @@ impl Client {
             // that lands meanwhile is then in the OSTs' sizes.
             let kept = self.writeback.size(layout).unwrap_or(0);
             let (size, _) = crate::osc::glimpse(self, layout)?;
-            let size = size.max(kept);
+            // Bytes on the MDT: appends of other clients there are not under these locks
+            // (a file that reaches its OSTs has its end there, but for a truncate back).
+            let size = size.max(kept).max(self.dom_size(file.fid, layout)?);
             let end = size.saturating_add(data.len() as u64);
             if layout.instantiated_end() < end {
                 return Ok(Appended::Grow(end));

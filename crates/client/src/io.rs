@@ -1,7 +1,7 @@
 //! File data: reads (with read-ahead), writes, syncs and space allocation.
 
 use crate::*;
-use nacre_types::{Owner, Status};
+use nacre_types::{Layout, Owner, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,6 +36,11 @@ impl Client {
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
+        if offset < layout.dom_end() {
+            return self.dom_read(file.fid, layout, offset, len, |o, l| {
+                osc::read(self, layout, o, l)
+            });
+        }
         if !readahead || self.readahead_bytes == 0 || len == 0 {
             return osc::read(self, layout, offset, len);
         }
@@ -98,6 +103,13 @@ impl Client {
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
+        if offset < layout.dom_end() {
+            // Read now: the MDT's part of a read is one request, not kept in flight.
+            let data = self.dom_read(file.fid, layout, offset, len, |o, l| {
+                osc::read(self, layout, o, l)
+            })?;
+            return Ok(osc::ReadJob::ready(offset, len, data));
+        }
         osc::start_read_into(self, layout, offset, len, into)
     }
 
@@ -138,6 +150,25 @@ impl Client {
             let mut buf = nacre_types::AlignedBuf::zeroed(len);
             buf.copy_from_slice(&bytes);
             return Ok((buf, crate::datalocks::ReadLocks::new()));
+        }
+        if offset < layout.dom_end() {
+            // No lock covers the bytes on the MDT yet: the mount drops their pages after
+            // the read (dom.rs). The OSTs' part is read under their locks as always.
+            let mut ost_locks = None;
+            let read = self.dom_read(file.fid, layout, offset, len, |o, l| {
+                let (data, locks) = osc::read_locked(self, file.fid, layout, o, l)?;
+                ost_locks = Some(locks);
+                Ok(data)
+            });
+            let mut locks = ost_locks.unwrap_or_default();
+            locks.covered = false;
+            return match read {
+                Ok(data) => Ok((data, locks)),
+                Err(e) => {
+                    self.read_done(file.fid, locks);
+                    Err(e)
+                }
+            };
         }
         osc::read_locked(self, file.fid, layout, offset, len)
     }
@@ -210,6 +241,16 @@ impl Client {
         file.check_writable()?;
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
+        // The part on the MDT first (dom.rs); the rest, if any, to the OSTs.
+        let dom_end = self.io_layout(file)?.get().map_or(0, Layout::dom_end);
+        let on_mdt = self.dom_write(file.fid, dom_end, offset, data)?;
+        if on_mdt == data.len() {
+            return Ok((on_mdt, false));
+        }
+        let (offset, data, whole) = match on_mdt {
+            0 => (offset, data, whole),
+            n => (offset + n as u64, &data[n..], None),
+        };
         let mut refused = 0;
         let end = offset.saturating_add(data.len() as u64);
         loop {
@@ -228,7 +269,7 @@ impl Client {
                     self.layout_redos.fetch_add(1, Ordering::Relaxed);
                     self.reload_layout(file)?;
                 }
-                other => return other,
+                other => return other.map(|(n, zero_copy)| (n + on_mdt, zero_copy)),
             }
         }
     }
@@ -274,7 +315,11 @@ impl Client {
             offset.saturating_add(len)
         };
         match self.io_layout_to(file, end)?.get() {
-            Some(layout) => osc::fallocate(self, layout, offset, len, keep_size, punch_hole),
+            Some(layout) => {
+                let dom_end = layout.dom_end();
+                self.dom_fallocate(file.fid, dom_end, offset, len, keep_size, punch_hole)?;
+                osc::fallocate(self, layout, offset, len, keep_size, punch_hole)
+            }
             None => Err(Status::Inval.into()),
         }
     }

@@ -75,6 +75,7 @@ pub mod changelog;
 pub mod complete;
 pub mod datalocks;
 pub mod dirattrs;
+mod dom;
 pub mod edges;
 mod flock;
 mod io;

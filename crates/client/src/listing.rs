@@ -127,6 +127,10 @@ impl Client {
                         let glimpsed = job.finish(layout);
                         self.remember_layout(e.entry.fid, layout, false);
                         match (glimpsed, attr.as_mut()) {
+                            (Ok((size, blocks)), Some(a)) if layout.dom_end() > 0 => {
+                                // Bytes on the MDT: its size and blocks count them.
+                                (a.size, a.blocks) = (size.max(a.size), blocks + a.blocks)
+                            }
                             (Ok((size, blocks)), Some(a)) => (a.size, a.blocks) = (size, blocks),
                             // Listed without attributes: a stat looks it up (and reports the error).
                             _ => attr = None,

@@ -103,9 +103,7 @@ impl Client {
             // Writes this client keeps count too (read first: one flushed meanwhile is in
             // the objects' sizes).
             let kept = self.writeback.size(layout).unwrap_or(0);
-            let (size, blocks) = osc::glimpse(self, layout)?;
-            attr.size = size.max(kept);
-            attr.blocks = blocks;
+            glimpsed_size(&mut attr, layout, osc::glimpse(self, layout)?, kept);
         }
         Ok(attr)
     }
@@ -193,8 +191,7 @@ impl Client {
             (attr.kind, layout.as_ref(), seen.as_ref(), early, exact)
         {
             if now == seen {
-                (attr.size, attr.blocks) = job.finish(now)?;
-                attr.size = attr.size.max(kept.unwrap_or(0));
+                glimpsed_size(&mut attr, now, job.finish(now)?, kept.unwrap_or(0));
                 return Ok((attr, cached.attr));
             }
         }
@@ -761,4 +758,16 @@ impl Client {
             .map(|_| ())
             .map_err(|e| ClientError::Config(format!("{e} (file system '{}')", self.fsname)))
     }
+}
+
+/// Sets a regular file's size and blocks in `attr` (the MDT's answer) from its objects'
+/// glimpse (`glimpsed`) and what this client keeps of it (`kept`); where its layout has a
+/// component on the MDT, the MDT's own size and blocks (in `attr`) count too (crate::dom).
+fn glimpsed_size(attr: &mut Attr, layout: &Layout, glimpsed: (u64, u64), kept: u64) {
+    let (mdt_size, mdt_blocks) = match layout.dom_end() {
+        0 => (0, 0),
+        _ => (attr.size, attr.blocks),
+    };
+    attr.size = glimpsed.0.max(kept).max(mdt_size);
+    attr.blocks = glimpsed.1 + mdt_blocks;
 }

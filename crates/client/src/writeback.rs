@@ -487,6 +487,12 @@ impl Client {
         if offset.saturating_add(data.len() as u64) > nacre_types::limits::FILE_BYTES_MAX {
             return Err(Status::FBig.into());
         }
+        // Bytes on the MDT are written through (crate::dom); the rest is kept or written.
+        let on_mdt = self.dom_write(file.fid, layout.dom_end(), offset, data)?;
+        if on_mdt == data.len() {
+            return Ok(on_mdt);
+        }
+        let (offset, data) = (offset + on_mdt as u64, &data[on_mdt..]);
         self.start_flusher();
         let max = u64::from(self.net_config().max_rpc_size.max(4096));
         let mut through: Vec<Sub> = Vec::new();
@@ -530,7 +536,7 @@ impl Client {
                 None,
             )?;
         }
-        Ok(data.len())
+        Ok(on_mdt + data.len())
     }
 
     /// Writes what is kept of `file`'s objects and waits; the error the OSTs gave for it

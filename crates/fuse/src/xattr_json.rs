@@ -12,7 +12,7 @@
 
 use nacre_client::ClientError;
 use nacre_types::dirstripe::{DirDefault, DirStripe};
-use nacre_types::layout::{ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
+use nacre_types::layout::{ComponentKind, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
 use nacre_types::{Fid, PoolName, StripeObject};
 use nacre_wire::mds::LayoutInfo;
 use serde_json::{json, Value};
@@ -36,8 +36,17 @@ pub const LOV_SET_KEYS: &[&str] = &[
 ];
 /// Keys each of a composite `user.nacre.lov` value's `components` may have: its `end`
 /// (`-1`: the end of the file) and its striping.
-pub const LOV_COMPONENT_SET_KEYS: &[&str] =
-    &["end", "stripe_count", "stripe_size", "start_ost", "pool"];
+pub const LOV_COMPONENT_SET_KEYS: &[&str] = &[
+    "end",
+    "pattern",
+    "stripe_count",
+    "stripe_size",
+    "start_ost",
+    "pool",
+];
+/// The `pattern`s a component of a `user.nacre.lov` value may name: striped over OSTs, or
+/// on the MDT (`setstripe -L mdt`, data on the MDT).
+pub const LOV_COMPONENT_PATTERNS: &[&str] = &["raid0", "mdt"];
 /// The `kind`s a `user.nacre.lov` value set may name (as read: a file's layout, a
 /// directory's default).
 pub const LOV_KINDS: &[&str] = &["file", "dir"];
@@ -62,6 +71,14 @@ fn object_json(o: &StripeObject) -> Value {
     json!({ "ost": o.ost, "seq": o.object.seq, "id": o.object.id })
 }
 
+/// The `pattern` a component of kind `kind` is read with.
+fn pattern_of(kind: ComponentKind) -> &'static str {
+    match kind {
+        ComponentKind::Osts => "raid0",
+        ComponentKind::Mdt => "mdt",
+    }
+}
+
 /// The `user.nacre.lov` value of a file's layout or a directory's default striping.
 pub fn lov_value(info: &LayoutInfo) -> Value {
     versioned(match info {
@@ -78,6 +95,7 @@ pub fn lov_value(info: &LayoutInfo) -> Value {
             "components": l.components.iter().map(|c| json!({
                 "start": c.start,
                 "end": if c.end == EXTENT_EOF { -1 } else { c.end as i64 },
+                "pattern": pattern_of(c.kind),
                 "stripe_count": c.stripe_count,
                 "stripe_size": c.stripe_size,
                 "start_ost": c.start_ost,
@@ -95,8 +113,9 @@ pub fn lov_value(info: &LayoutInfo) -> Value {
                 json!({
                     "stripe_count": s.stripe_count, "stripe_size": s.stripe_size,
                     "start_ost": s.start_ost, "pool": s.pool.as_str(),
-                    "components": l.extents().map(|(start, end, s)| json!({
+                    "components": l.extents_with_kinds().map(|(start, end, s, kind)| json!({
                         "start": start,
+                        "pattern": pattern_of(kind),
                         "end": if end == EXTENT_EOF { -1 } else { end as i64 },
                         "stripe_count": s.stripe_count, "stripe_size": s.stripe_size,
                         "start_ost": s.start_ost, "pool": s.pool.as_str(),
@@ -145,9 +164,15 @@ pub fn lov_spec(v: &Value) -> Result<LayoutSpec, ClientError> {
             Some((_, Some(e))) => e,
             _ => return Err(bad(&format!("component {i}: end"))),
         };
+        let kind = match c.get("pattern").map(|p| p.as_str()) {
+            None | Some(Some("raid0")) => ComponentKind::Osts,
+            Some(Some("mdt")) => ComponentKind::Mdt,
+            _ => return Err(bad(&format!("component {i}: pattern"))),
+        };
         spec.components.push(ComponentSpec {
             end,
             stripe: stripe_spec(c)?,
+            kind,
         });
     }
     spec.check().map_err(|e| bad(&format!("{e}")))?;
@@ -433,6 +458,20 @@ mod tests {
                 (1 << 30, EXTENT_EOF, -1, 0, String::new()),
             ]
         );
+        // Data on the MDT: the first component's pattern; anywhere else, longer than 1 MiB,
+        // or a pattern no one knows, refused.
+        let dom = lov(r#"{"components": [{"end": 65536, "pattern": "mdt"},
+            {"end": -1, "stripe_count": 2, "pattern": "raid0"}]}"#)
+        .unwrap();
+        assert_eq!(dom.dom_end(), 65536);
+        for bad in [
+            r#"{"components": [{"end": 65536}, {"end": 131072, "pattern": "mdt"}, {"end": -1}]}"#,
+            r#"{"components": [{"end": 2097152, "pattern": "mdt"}, {"end": -1}]}"#,
+            r#"{"components": [{"end": 65536, "pattern": "ssd"}, {"end": -1}]}"#,
+            r#"{"components": [{"end": 65536, "pattern": "mdt", "stripe_count": 2}, {"end": -1}]}"#,
+        ] {
+            assert!(lov(bad).is_err(), "{bad}");
+        }
         // The plain form is as before.
         let plain = lov(r#"{"stripe_count": 2, "pool": ""}"#).unwrap();
         assert_eq!(plain.as_plain().map(|s| s.stripe_count), Some(2));

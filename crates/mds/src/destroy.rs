@@ -92,6 +92,14 @@ pub fn glimpse_pending(mdt: &crate::mdt::Mdt) -> usize {
         // Every object answered, with sizes a file can have: the size is known.
         if objects.len() == layout.object_count() {
             if let Some((size, blocks)) = layout.file_size_from_objects(objects) {
+                // Bytes on the MDT: its record's size counts them (ops::dom).
+                let (size, blocks) = match layout.dom_end() {
+                    0 => (size, blocks),
+                    _ => match mdt.inode(fid) {
+                        Ok(r) => (size.max(r.attr.size), blocks + r.attr.blocks),
+                        Err(_) => continue,
+                    },
+                };
                 if mdt.sizes.learned(fid, generation, size, blocks) {
                     learned += 1;
                 }

@@ -87,7 +87,10 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
                 t.push((c, LOOKUP | UPDATE | OPEN));
             }
         }
+        // A write of data on the MDT changes the size and times the UPDATE lock covers.
         MdsOp::SetAttr { fid, .. }
+        | MdsOp::DomWrite { fid, .. }
+        | MdsOp::DomAppend { fid, .. }
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. } => t.push((*fid, UPDATE)),
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
@@ -305,9 +308,9 @@ pub(crate) fn with_intent(
 }
 
 /// Opcodes of the requests that may change what locks cover (the others are never parked).
-const CHANGE_OPCODES: [u16; 16] = [
+const CHANGE_OPCODES: [u16; 18] = [
     0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
-    0x0219, 0x021b, 0x021c, 0x0220,
+    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240,
 ];
 
 /// Parks a change that would have to wait for other clients to cancel locks: their
@@ -513,6 +516,12 @@ mod tests {
                 name: n(),
                 target: 0,
             },
+            MdsOp::DomWrite {
+                fid: f,
+                offset: 0,
+                data: n(),
+            },
+            MdsOp::DomAppend { fid: f, data: n() },
         ];
         let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         codes.sort_unstable();

@@ -134,6 +134,24 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
             ),
             None => Ok(()),
         },
+        // Data on the MDT, as an OST's capabilities allow it (capas.rs): a client that holds
+        // the file open for reading (writing), or a caller who may read (write) it.
+        MdsOp::DomRead { fid, .. } => match attr_of(mdt, *fid)? {
+            Some(a) => allow(
+                mdt.exports.holds_read_open(&call.client, a.fid)
+                    || permits_attr(cred, &a, MAY_READ),
+                Status::Access,
+            ),
+            None => Ok(()),
+        },
+        MdsOp::DomWrite { fid, .. } | MdsOp::DomAppend { fid, .. } => match attr_of(mdt, *fid)? {
+            Some(a) => allow(
+                mdt.exports.holds_write_open(&call.client, a.fid)
+                    || permits_attr(cred, &a, MAY_WRITE),
+                Status::Access,
+            ),
+            None => Ok(()),
+        },
         // Striping is the owner's to choose (Lustre: owner or CAP_FOWNER).
         MdsOp::SetLayout { fid, .. } | MdsOp::SetDirDefault { fid, .. } => {
             match attr_of(mdt, *fid)? {

@@ -12,7 +12,9 @@
 
 use crate::mdt::Tx;
 use nacre_mdstore::records::InodeRecord;
-use nacre_types::layout::{Component, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
+use nacre_types::layout::{
+    Component, ComponentKind, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF,
+};
 use nacre_types::limits::STRIPE_COUNT_MAX;
 use nacre_types::{Fid, Layout, PoolName, Status, StripeObject};
 
@@ -51,16 +53,31 @@ impl Tx<'_> {
                 .iter()
                 .map(|r| ComponentSpec {
                     end: r.end,
-                    stripe: r.asked.over(r.inherited),
+                    // A component on the MDT inherits no striping: it has none.
+                    stripe: match r.kind {
+                        ComponentKind::Mdt => StripeSpec::default(),
+                        ComponentKind::Osts => r.asked.over(r.inherited),
+                    },
+                    kind: r.kind,
                 })
                 .collect(),
         };
         merged.check().map_err(|_| Status::Inval)?;
         let mut components = Vec::with_capacity(requests.len());
+        let mut after_mdt = false;
         for r in requests {
+            if r.kind == ComponentKind::Mdt {
+                components.push(Component::on_mdt(r.end));
+                after_mdt = true;
+                continue;
+            }
             let (count, size, first, pool) = self.resolve_component(r.asked, r.inherited)?;
             let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(u64::from(size));
-            if !aligned(r.start) || !aligned(r.end) {
+            // The first component after one on the MDT may start inside its first stripe
+            // (nacre_types::Layout::check).
+            let start_ok = aligned(r.start) || after_mdt;
+            after_mdt = false;
+            if !start_ok || !aligned(r.end) {
                 return Err(Status::Inval);
             }
             let asked = r.asked.over(r.inherited);
@@ -77,6 +94,7 @@ impl Tx<'_> {
                 start_ost: first.map_or(-1, |f| f as i32),
                 pool,
                 objects: Vec::new(),
+                kind: ComponentKind::Osts,
             });
         }
         let mut layout = Layout {

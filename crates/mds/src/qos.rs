@@ -101,6 +101,9 @@ fn project_of(mdt: &Mdt, op: &MdsOp) -> u32 {
         | MdsOp::SetLayout { fid, .. }
         | MdsOp::GetLayout { fid, .. }
         | MdsOp::LayoutIntent { fid, .. }
+        | MdsOp::DomRead { fid, .. }
+        | MdsOp::DomWrite { fid, .. }
+        | MdsOp::DomAppend { fid, .. }
         | MdsOp::Flock { fid, .. } => (*fid, false),
         _ => return 0,
     };

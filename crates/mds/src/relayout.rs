@@ -38,6 +38,11 @@ fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
 /// migrator resumes it).
 pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
     let (rec, old) = regular(tx, fid)?;
+    // Bytes on the MDT are not moved to OSTs yet (issue 44 item 1, step S4): refused, not
+    // left behind.
+    if old.dom_end() > 0 {
+        return Err(Status::NotSupp);
+    }
     if let Some(r) = relayout_of(tx.mdt, fid)? {
         touch(tx.mdt, fid);
         return Ok(MdsReply::Relayout { old, new: r.new });

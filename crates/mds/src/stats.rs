@@ -64,6 +64,9 @@ pub const MD_OPS: &[&str] = &[
     "quota_usage",
     "quota_check",
     "layout_intent",
+    "dom_read",
+    "dom_write",
+    "dom_append",
 ];
 
 #[cfg(test)]
@@ -82,12 +85,12 @@ mod tests {
         );
         // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
         // were missing: their stats were lost).
-        let last = MdsOp::LayoutIntent {
+        let last = MdsOp::DomAppend {
             fid: nacre_types::Fid::ROOT,
-            end: 1,
+            data: Vec::new(),
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "layout_intent");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "dom_append");
         let check = MdsOp::QuotaCheck { repair: false };
         assert_eq!(
             super::MD_OPS[(check.opcode() & 0xff) as usize - 1],

@@ -41,6 +41,7 @@ const FILES: &[(&str, &str)] = &[
     ("ops/atime_flush.rs", "ops"),
     ("ops/create.rs", "ops"),
     ("ops/dir_stripe.rs", "ops"),
+    ("ops/dom.rs", "ops"),
     ("ops/getattr.rs", "ops"),
     ("ops/layout.rs", "ops"),
     ("ops/link.rs", "ops"),

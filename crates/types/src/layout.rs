@@ -17,7 +17,7 @@ pub mod spec;
 
 use crate::fid::ObjectId;
 use crate::limits::{STRIPE_COUNT_MAX, STRIPE_SIZE_BYTES_MAX, STRIPE_SIZE_BYTES_MIN};
-pub use component::{Component, EXTENT_EOF};
+pub use component::{Component, ComponentKind, DOM_BYTES_MAX, EXTENT_EOF};
 use serde::{Deserialize, Serialize};
 pub use spec::{ComponentRequest, ComponentSpec, LayoutSpec};
 
@@ -172,6 +172,14 @@ pub enum LayoutError {
         max = COMPONENTS_MAX
     )]
     BadComponents,
+    /// A component on the MDT that is not the first, or not one stripe of at most
+    /// [`DOM_BYTES_MAX`] from byte 0 with no objects and no pool.
+    #[error(
+        "a component on the MDT must be the first, from byte 0 to at most {max} bytes (a \
+         multiple of 64 KiB), followed by components on OSTs",
+        max = DOM_BYTES_MAX
+    )]
+    BadMdtComponent,
     /// Start OST does not exist.
     #[error("start OST index {start} does not exist (file system has {osts} OSTs)")]
     BadStartOst {
@@ -297,6 +305,7 @@ impl Layout {
                 start_ost: -1,
                 pool,
                 objects,
+                kind: ComponentKind::Osts,
             }],
             generation: 0,
         }
@@ -306,18 +315,34 @@ impl Layout {
     /// used: 1 to [`COMPONENTS_MAX`] valid components from 0 to the end of the file, each
     /// starting where the one before ends, the instantiated ones first (the first always
     /// is: components are instantiated in file order, so the numbers of the objects a file
-    /// has never change as it grows), 1 to [`STRIPE_COUNT_MAX`] objects in all.
+    /// has never change as it grows), 1 to [`STRIPE_COUNT_MAX`] objects in all — none
+    /// where the first component is on the MDT (a small file's bytes are all there) and
+    /// no other is instantiated yet; a component on the MDT is only ever the first.
     pub fn check(&self) -> Result<(), LayoutError> {
         if self.components.is_empty() || self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::BadComponents);
         }
         let mut at = 0;
         let mut instantiated = true;
-        for c in &self.components {
+        for (i, c) in self.components.iter().enumerate() {
             if c.start != at || (c.is_instantiated() && !instantiated) {
                 return Err(LayoutError::BadComponents);
             }
+            if c.is_on_mdt() && i > 0 {
+                return Err(LayoutError::BadMdtComponent);
+            }
             c.check()?;
+            // Stripes lie in one component, but for the first after one on the MDT (as
+            // Lustre's `-E 64K -L mdt -E -1` with 1 MiB stripes): its first stripe's bytes
+            // below its start are the MDT's, so its objects are sparse there.
+            let after_mdt = i == 1 && self.components[0].is_on_mdt();
+            if !after_mdt && !c.start.is_multiple_of(u64::from(c.stripe_size)) {
+                return Err(LayoutError::BadExtent {
+                    start: c.start,
+                    end: c.end,
+                    stripe_size: c.stripe_size,
+                });
+            }
             instantiated = c.is_instantiated();
             at = c.end;
         }
@@ -325,13 +350,23 @@ impl Layout {
             return Err(LayoutError::BadComponents);
         }
         let objects = self.object_count();
-        if objects == 0 || objects > usize::from(STRIPE_COUNT_MAX) {
+        let none_yet = objects == 0 && self.dom_end() > 0;
+        if (objects == 0 && !none_yet) || objects > usize::from(STRIPE_COUNT_MAX) {
             return Err(LayoutError::BadObjectCount(objects));
         }
         if !self.components[0].is_instantiated() {
             return Err(LayoutError::BadComponents);
         }
         Ok(())
+    }
+
+    /// One past the last byte of its component on the MDT (0: it has none). Bytes below it
+    /// are read and written through the file's MDT, not its objects.
+    pub fn dom_end(&self) -> u64 {
+        match self.components.first() {
+            Some(c) if c.is_on_mdt() => c.end,
+            _ => 0,
+        }
     }
 
     /// Objects in all its components.
@@ -405,11 +440,12 @@ impl Layout {
     }
 
     /// Object number (across the components) and object offset of file byte `offset`; None
-    /// where its component has no objects yet (the bytes there read as zeros).
+    /// where its component has no objects: not yet (the bytes there read as zeros), or it is
+    /// on the MDT.
     pub fn locate(&self, offset: u64) -> Option<(usize, u64)> {
         let c = self.components.iter().position(|c| c.contains(offset))?;
         let comp = &self.components[c];
-        if !comp.is_instantiated() {
+        if comp.objects.is_empty() {
             return None;
         }
         let (i, object_offset) = comp.locate(offset);
@@ -519,6 +555,7 @@ mod tests {
             start_ost: -1,
             pool: PoolName::NONE,
             objects: objects(first, count),
+            kind: ComponentKind::Osts,
         };
         Layout {
             components: vec![
@@ -527,6 +564,111 @@ mod tests {
                 comp(1 << 30, EXTENT_EOF, 4 << 20, last, 5),
             ],
             generation: 0,
+        }
+    }
+
+    /// `-E 64K -L mdt -E -1 -c 2`, the second component instantiated with `osts` objects
+    /// (0: not yet).
+    fn dom(osts: usize) -> Layout {
+        let mut rest = Layout::raid0(65536, objects(0, osts.max(1)), PoolName::NONE).components;
+        rest[0].start = 65536;
+        if osts == 0 {
+            rest[0].objects.clear();
+            rest[0].stripe_count = 2;
+        }
+        let mut components = vec![Component::on_mdt(65536)];
+        components.extend(rest);
+        Layout {
+            components,
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn a_component_on_the_mdt_is_the_first_has_no_objects_and_maps_no_bytes() {
+        for l in [dom(0), dom(2)] {
+            assert_eq!(l.check(), Ok(()), "{l:?}");
+            assert_eq!(l.dom_end(), 65536);
+            assert!(l.components[0].is_instantiated() && l.components[0].is_on_mdt());
+            assert_eq!(l.locate(100), None);
+            // Chunks cover the bytes on OSTs only.
+            let chunks = l.chunks(0, 3 * 65536);
+            assert!(chunks.iter().all(|c| c.pieces.iter().all(|p| p.0 >= 65536)));
+        }
+        assert_eq!(dom(0).instantiated_end(), 65536);
+        assert_eq!(dom(2).instantiated_end(), EXTENT_EOF);
+        assert_eq!(dom(2).object_count(), 2);
+        assert_eq!(layout(2, 65536).dom_end(), 0);
+        // Not first; too long; with objects; a stripe that is not its extent.
+        let mut second = dom(2);
+        second.components.swap(0, 1);
+        let mut long = dom(0);
+        long.components[0] = Component::on_mdt(2 << 20);
+        long.components[1].start = 2 << 20;
+        let mut with_objects = dom(0);
+        with_objects.components[0].objects = objects(0, 1);
+        let mut odd = dom(0);
+        odd.components[0].stripe_size = 131072;
+        for bad in [second, long, with_objects, odd] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
+
+    /// A component on the MDT is stored in the format components always had (a stripe
+    /// count of 0, which no earlier version accepts); others are stored as before.
+    #[test]
+    fn components_keep_their_stored_format() {
+        let plain = layout(2, 65536);
+        let bytes = postcard::to_allocvec(&plain).unwrap();
+        // start, end, size, count, start OST, pool, objects: the fields as they were.
+        assert_eq!(&bytes[..3], &[1, 0, 0xff]);
+        assert_eq!(postcard::from_bytes::<Layout>(&bytes).unwrap(), plain);
+        let l = dom(2);
+        let bytes = postcard::to_allocvec(&l).unwrap();
+        assert_eq!(postcard::from_bytes::<Layout>(&bytes).unwrap(), l);
+        let first = postcard::to_allocvec(&l.components[0]).unwrap();
+        // start 0, end 65536 (varint 80 80 04), size 65536, count 0.
+        assert_eq!(&first[..8], &[0, 0x80, 0x80, 0x04, 0x80, 0x80, 0x04, 0]);
+        let spec = LayoutSpec {
+            components: vec![
+                ComponentSpec {
+                    end: 65536,
+                    stripe: StripeSpec::default(),
+                    kind: ComponentKind::Mdt,
+                },
+                ComponentSpec {
+                    end: EXTENT_EOF,
+                    stripe: StripeSpec::default(),
+                    kind: ComponentKind::Osts,
+                },
+            ],
+        };
+        assert_eq!(spec.check(), Ok(()));
+        let bytes = postcard::to_allocvec(&spec).unwrap();
+        assert_eq!(postcard::from_bytes::<LayoutSpec>(&bytes).unwrap(), spec);
+        // A request on OSTs with the count that stands for the MDT is refused before it
+        // could be stored.
+        let mut sneaky = spec.clone();
+        sneaky.components[0].kind = ComponentKind::Osts;
+        sneaky.components[0].stripe.stripe_count = -2;
+        assert!(sneaky.check().is_err());
+        // The MDT's component only first, at most 1 MiB, naming no striping.
+        for (end, count, at) in [(2 << 20, 0, 0), (65536, 2, 0), (65536, 0, 1)] {
+            let mut bad = spec.clone();
+            bad.components[0].end = end;
+            bad.components[0].stripe.stripe_count = count;
+            if at == 1 {
+                bad.components.insert(
+                    0,
+                    ComponentSpec {
+                        end: 65536,
+                        stripe: StripeSpec::default(),
+                        kind: ComponentKind::Osts,
+                    },
+                );
+                bad.components[1].end = 131072;
+            }
+            assert_eq!(bad.check(), Err(LayoutError::BadMdtComponent), "{bad:?}");
         }
     }
 

@@ -551,7 +551,49 @@ pub enum MdsOp {
         /// [`nacre_types::limits::FILE_BYTES_MAX`]).
         end: u64,
     },
+    /// Reads bytes of a file's component on the MDT (data on the MDT): at most
+    /// [`DOM_RPC_BYTES_MAX`], all below the component's end. Sent by a client that holds the
+    /// file open or may read it. Reply: [`MdsReply::DomData`] — the bytes the MDT holds in
+    /// the range, short where its stored bytes end (the client tells a hole from the end of
+    /// the file by the file's size).
+    DomRead {
+        /// The file.
+        fid: Fid,
+        /// First byte.
+        offset: u64,
+        /// Bytes wanted.
+        len: u32,
+    },
+    /// Writes bytes into a file's component on the MDT, with its size (raised to the
+    /// write's end) and modification time, in one transaction: at most
+    /// [`DOM_RPC_BYTES_MAX`], all below the component's end. Sent by a client that holds
+    /// the file open for writing or may write it. Reply: [`MdsReply::Attr`] (the file's
+    /// attributes after the write).
+    DomWrite {
+        /// The file.
+        fid: Fid,
+        /// First byte.
+        offset: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// Appends bytes at the end of a file whose bytes are all on the MDT (a component on
+    /// the MDT, no object instantiated), when they fit below the component's end: the MDT
+    /// picks the offset, so appends of several clients never overlap. `EFBIG` where they
+    /// would not fit or the file has objects (the client appends under OST locks then).
+    /// Who may send it: as [`MdsOp::DomWrite`]. Reply: [`MdsReply::Attr`] (the size after
+    /// it: the bytes went at `size - data.len()`).
+    DomAppend {
+        /// The file.
+        fid: Fid,
+        /// The bytes (at most [`DOM_RPC_BYTES_MAX`]).
+        data: Vec<u8>,
+    },
 }
+
+/// Most bytes one [`MdsOp::DomRead`] or [`MdsOp::DomWrite`] moves (the rest of a larger
+/// range takes more requests): well within a request's body limit.
+pub const DOM_RPC_BYTES_MAX: u32 = 512 * 1024;
 
 /// Longest a [`MdsOp::Flock`] waits at the MDT before it is answered
 /// [`MdsReply::FlockBlocked`].
@@ -698,7 +740,10 @@ impl MdsOp {
             | MdsOp::RelayoutFence { fid }
             | MdsOp::RelayoutSwap { fid }
             | MdsOp::RelayoutAbort { fid }
-            | MdsOp::LayoutIntent { fid, .. } => Some(*fid),
+            | MdsOp::LayoutIntent { fid, .. }
+            | MdsOp::DomRead { fid, .. }
+            | MdsOp::DomWrite { fid, .. }
+            | MdsOp::DomAppend { fid, .. } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -813,6 +858,9 @@ impl MdsOp {
                 MdsOp::QuotaUsage { .. } => 59,
                 MdsOp::QuotaCheck { .. } => 60,
                 MdsOp::LayoutIntent { .. } => 61,
+                MdsOp::DomRead { .. } => 62,
+                MdsOp::DomWrite { .. } => 63,
+                MdsOp::DomAppend { .. } => 64,
             }
     }
 
@@ -833,6 +881,7 @@ impl MdsOp {
                 | MdsOp::GetXattr { .. }
                 | MdsOp::ListXattr { .. }
                 | MdsOp::GetLayout { .. }
+                | MdsOp::DomRead { .. }
                 | MdsOp::StatFs
                                 | MdsOp::Sync
                                 | MdsOp::Ping

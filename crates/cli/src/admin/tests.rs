@@ -6,7 +6,9 @@ use nacre_fuse::xattr_json::{
     self, lmv_default_value, lmv_value, lov_value, parse_set, versioned, VERSION_KEY,
 };
 use nacre_types::dirstripe::{DirDefault, DirHash, DirStripe};
-use nacre_types::layout::{Component, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF};
+use nacre_types::layout::{
+    Component, ComponentKind, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF,
+};
 use nacre_types::{Fid, Layout, ObjectId, PoolName, StripeObject};
 use nacre_wire::mds::LayoutInfo;
 use serde_json::json;
@@ -191,6 +193,7 @@ fn component(end: Option<u64>, count: i64, size: u64, index: i64, pool: &str) ->
         size,
         index,
         pool: pool.to_string(),
+        on_mdt: false,
     }
 }
 
@@ -235,6 +238,37 @@ fn a_pfl_command_line_parses_into_its_components() {
         parse_components(&strings(&["-E", "-1", "-c", "2"])),
         Ok(vec![component(None, 2, 0, -1, "")])
     );
+    // Data on the MDT: `-E 64K -L mdt -E -1 -c 4`.
+    let mut dom = component(Some(64 << 10), 0, 0, -1, "");
+    dom.on_mdt = true;
+    assert_eq!(
+        parse_components(&strings(&["-E", "64K", "-L", "mdt", "-E", "-1", "-c", "4"])),
+        Ok(vec![dom, component(None, 4, 0, -1, "")])
+    );
+}
+
+#[test]
+fn a_component_on_the_mdt_is_the_first_at_most_1m_and_unstriped() {
+    let refused = |args: &[&str]| match parse_components(&strings(args)) {
+        Err(e) => e,
+        Ok(c) => panic!("{args:?} parsed as {c:?}"),
+    };
+    assert_eq!(
+        refused(&["-E", "64K", "-E", "1M", "-L", "mdt", "-E", "-1"]),
+        "component 2 (64K..1M): -L mdt: only the first component may be on the MDT"
+    );
+    assert_eq!(
+        refused(&["-E", "2M", "-L", "mdt", "-E", "-1"]),
+        "component 1 (0..2M): -L mdt: a component on the MDT ends at most at 1048576 (-E 1M)"
+    );
+    assert_eq!(
+        refused(&["-E", "1M", "-L", "mdt", "-c", "2", "-E", "-1"]),
+        "component 1 (0..1M): -L mdt: a component on the MDT takes no -c, -S, -i or -p"
+    );
+    assert_eq!(
+        refused(&["-E", "1M", "-L", "ssd", "-E", "-1"]),
+        "component 1: -L ssd: a layout is mdt or raid0"
+    );
 }
 
 #[test]
@@ -245,7 +279,7 @@ fn bad_pfl_command_lines_are_refused_naming_what_is_wrong() {
     };
     let e = refused(&["-c", "1", "-E", "1M", "-E", "-1"]);
     assert!(
-        e.starts_with("-c/-S/-i/-p before the first -E (-c 1)"),
+        e.starts_with("-c/-S/-i/-p/-L before the first -E (-c 1)"),
         "{e}"
     );
     assert_eq!(
@@ -296,7 +330,7 @@ fn bad_pfl_command_lines_are_refused_naming_what_is_wrong() {
     assert_eq!(refused(&["-E", "1M", "-c"]), "-c needs a value");
     assert_eq!(
         refused(&["-E", "-1", "-x", "1"]),
-        "-x is not a component option (-E, -c, -S, -i, -p)"
+        "-x is not a component option (-E, -c, -S, -i, -p, -L)"
     );
     let e = refused(&["-E", "-2"]);
     assert!(e.starts_with("-E -2: an end is a size"), "{e}");
@@ -408,6 +442,7 @@ fn pfl_file() -> LayoutInfo {
                 id: 2,
             },
         }],
+        kind: ComponentKind::Osts,
     };
     let rest = Component {
         start: 4 << 20,
@@ -417,6 +452,7 @@ fn pfl_file() -> LayoutInfo {
         start_ost: -1,
         pool: PoolName::NONE,
         objects: Vec::new(),
+        kind: ComponentKind::Osts,
     };
     LayoutInfo::File(Layout {
         components: vec![first, rest],
@@ -517,10 +553,12 @@ fn a_composite_directory_default_prints_in_lustres_composite_form() {
             ComponentSpec {
                 end: 4 << 20,
                 stripe: stripe(1, 0, -1, PoolName::NONE),
+                kind: ComponentKind::Osts,
             },
             ComponentSpec {
                 end: EXTENT_EOF,
                 stripe: stripe(-1, 4 << 20, 2, PoolName::new("capacity").unwrap()),
+                kind: ComponentKind::Osts,
             },
         ],
     };

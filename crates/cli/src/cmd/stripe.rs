@@ -53,6 +53,16 @@ pub(crate) struct SetstripeArgs {
     /// OST pool to allocate in (`nacre pool`); a directory's new files inherit it.
     #[arg(short = 'p', long = "pool", value_name = "POOL", action = ArgAction::Append)]
     pub(crate) pool: Vec<String>,
+    /// Where a component's bytes live, after its -E: `mdt` (data on the MDT: the first
+    /// component only, at most 1M, no -c/-S/-i/-p) or `raid0` (striped over OSTs, the
+    /// default).
+    #[arg(
+        short = 'L',
+        long = "layout",
+        value_name = "PATTERN",
+        action = ArgAction::Append
+    )]
+    pub(crate) pattern: Vec<String>,
     /// File or directory.
     pub(crate) path: PathBuf,
 }
@@ -67,12 +77,22 @@ component starts at 0, each next one where the one before ends, the last ends at
 
 (the first 4 MiB on one OST, up to 1 GiB over 4 OSTs in 4 MiB stripes, the rest over
 every OST of pool 'capacity'). Ends and stripe sizes are multiples of 64 KiB, and each
-end a multiple of the stripe sizes of the components on both sides of it.";
+end a multiple of the stripe sizes of the components on both sides of it.
+
+Data on the MDT (Lustre's DoM): -L mdt puts the first component's bytes on the file's
+MDT, up to its end (at most 1M), so a small file is read and written with the MDT alone:
+
+  nacre setstripe -E 64K -L mdt -E -1 -c 4 PATH
+
+Those bytes have one copy, as the MDT has.";
 
 /// `nacre setstripe`: a plain layout from the options, or with `-E` a composite one from
 /// the options in the order given.
 pub(crate) fn setstripe(a: SetstripeArgs) -> anyhow::Result<()> {
     if a.ends.is_empty() {
+        if !a.pattern.is_empty() {
+            bail!("-L applies to a component: give it after the -E that starts it");
+        }
         return setstripe_plain(&a);
     }
     let components = admin::parse_components(&options_in_order()?).map_err(anyhow::Error::msg)?;
@@ -126,6 +146,7 @@ fn ordered_options(m: &ArgMatches) -> Vec<String> {
         ("size", "-S"),
         ("index", "-i"),
         ("pool", "-p"),
+        ("pattern", "-L"),
     ];
     let mut found: Vec<(usize, &str, String)> = Vec::new();
     for (id, option) in ids {

@@ -24,6 +24,22 @@ pub struct ReadJob {
     pub len: usize,
     parts: Vec<Sub>,
     window: Window,
+    /// The data, read already (a read of bytes on the MDT: crate::dom).
+    ready: Option<AlignedBuf>,
+}
+
+impl ReadJob {
+    /// A read done already: `data`, the bytes of `[offset, offset + len)` (short at the
+    /// end of the file).
+    pub(crate) fn ready(offset: u64, len: usize, data: AlignedBuf) -> ReadJob {
+        ReadJob {
+            offset,
+            len,
+            parts: Vec::new(),
+            window: Window::default(),
+            ready: Some(data),
+        }
+    }
 }
 
 /// Starts the read RPCs of `[offset, offset + len)` on every stripe at once.
@@ -65,6 +81,7 @@ pub fn start_read_into(
         len,
         parts,
         window,
+        ready: None,
     })
 }
 
@@ -81,7 +98,11 @@ impl ReadJob {
             len,
             parts,
             window,
+            ready,
         } = self;
+        if let Some(data) = ready {
+            return Ok((data, Vec::new()));
+        }
         if parts.is_empty() {
             return Ok((AlignedBuf::zeroed(0), Vec::new()));
         }
@@ -213,6 +234,7 @@ pub fn read_locked(
         len,
         parts,
         window,
+        ready: None,
     };
     match job.finish_locked(client, layout) {
         Ok((data, granted)) => {

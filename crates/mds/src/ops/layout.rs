@@ -59,7 +59,8 @@ pub fn set(tx: &mut Tx<'_>, fid: Fid, spec: &LayoutSpec) -> Result<MdsReply, Sta
         }
         FileKind::Regular => {
             let old = rec.layout.clone().ok_or(Status::Io)?;
-            if has_data(tx.mdt, &old)? {
+            let dom_bytes = old.dom_end() > 0 && !tx.store().dom(fid)?.is_empty();
+            if dom_bytes || has_data(tx.mdt, &old)? {
                 return Err(Status::Exist);
             }
             let parent_like = nacre_mdstore::records::InodeRecord {

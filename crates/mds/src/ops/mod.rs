@@ -5,6 +5,7 @@
 pub mod atime_flush;
 pub mod create;
 pub mod dir_stripe;
+pub mod dom;
 pub mod getattr;
 pub mod layout;
 pub mod link;
@@ -43,6 +44,20 @@ pub fn entry(rec: &InodeRecord) -> MdsReply {
     }
 }
 
+/// A regular file's exact size and blocks, if the MDT knows them: from crate::sizes, or
+/// the file's own record where every byte it has is on the MDT (a component on the MDT
+/// and no object instantiated: its size is set by the writes and truncates the MDT runs).
+pub fn exact_size(
+    mdt: &crate::mdt::Mdt,
+    attr: &nacre_types::Attr,
+    layout: Option<&nacre_types::Layout>,
+) -> Option<(u64, u64)> {
+    match layout {
+        Some(l) if l.dom_end() > 0 && l.object_count() == 0 => Some((attr.size, attr.blocks)),
+        _ => mdt.sizes.exact(attr.fid),
+    }
+}
+
 /// An inode's reply with its exact size, if the MDT knows it (crate::sizes).
 pub fn exact_entry(mdt: &crate::mdt::Mdt, reply: MdsReply) -> MdsReply {
     match reply {
@@ -50,22 +65,24 @@ pub fn exact_entry(mdt: &crate::mdt::Mdt, reply: MdsReply) -> MdsReply {
             mut attr,
             layout,
             size_exact: false,
-        } if attr.kind == nacre_types::FileKind::Regular => match mdt.sizes.exact(attr.fid) {
-            Some((size, blocks)) => {
-                attr.size = size;
-                attr.blocks = blocks;
-                MdsReply::Entry {
+        } if attr.kind == nacre_types::FileKind::Regular => {
+            match exact_size(mdt, &attr, layout.as_ref()) {
+                Some((size, blocks)) => {
+                    attr.size = size;
+                    attr.blocks = blocks;
+                    MdsReply::Entry {
+                        attr,
+                        layout,
+                        size_exact: true,
+                    }
+                }
+                None => MdsReply::Entry {
                     attr,
                     layout,
-                    size_exact: true,
-                }
+                    size_exact: false,
+                },
             }
-            None => MdsReply::Entry {
-                attr,
-                layout,
-                size_exact: false,
-            },
-        },
+        }
         other => other,
     }
 }

@@ -64,11 +64,11 @@ pub fn dirents(mdt: &Mdt, after: Option<&(Fid, Vec<u8>)>, count: u32) -> Result<
 
 /// What a policy engine indexes of an inode: its attributes with the exact size when the
 /// MDT knows it (crate::sizes), its pool and stripe count, a directory's parent.
-fn stat_of(mdt: &Mdt, fid: Fid, rec: InodeRecord) -> InodeStat {
+fn stat_of(mdt: &Mdt, rec: InodeRecord) -> InodeStat {
     let mut attr = rec.attr;
     let mut size_exact = false;
     if attr.kind == nacre_types::FileKind::Regular {
-        if let Some((size, blocks)) = mdt.sizes.exact(fid) {
+        if let Some((size, blocks)) = crate::ops::exact_size(mdt, &attr, rec.layout.as_ref()) {
             attr.size = size;
             attr.blocks = blocks;
             size_exact = true;
@@ -103,7 +103,7 @@ pub fn stat_many(mdt: &Mdt, fids: &[Fid]) -> Result<MdsReply, Status> {
     let mut stats = Vec::with_capacity(fids.len());
     for &fid in fids {
         match mdt.inode(fid) {
-            Ok(rec) => stats.push(stat_of(mdt, fid, rec)),
+            Ok(rec) => stats.push(stat_of(mdt, rec)),
             Err(Status::NoEnt) => {}
             Err(e) => return Err(e),
         }
@@ -114,9 +114,6 @@ pub fn stat_many(mdt: &Mdt, fids: &[Fid]) -> Result<MdsReply, Status> {
 /// `ScanStats`: up to `count` inodes after `after`, in FID order.
 pub fn scan_stats(mdt: &Mdt, after: Option<Fid>, count: u32) -> Result<MdsReply, Status> {
     let (page, eof) = inode_page(mdt, after, (count as usize).clamp(1, STATS_MAX))?;
-    let stats = page
-        .into_iter()
-        .map(|(fid, rec)| stat_of(mdt, fid, rec))
-        .collect();
+    let stats = page.into_iter().map(|(_, rec)| stat_of(mdt, rec)).collect();
     Ok(MdsReply::Stats { stats, eof })
 }

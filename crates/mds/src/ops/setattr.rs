@@ -20,6 +20,11 @@ use nacre_wire::mds::MdsReply;
 pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status> {
     let mut rec = tx.inode(fid)?;
     let before = rec.attr.clone();
+    // Bytes on the MDT are cut (or zero-extended) with the size; those on OSTs by the
+    // client (a refusal below discards this with the rest of the transaction).
+    if let (Some(size), FileKind::Regular) = (set.size, rec.attr.kind) {
+        crate::ops::dom::truncate(tx, &mut rec, size)?;
+    }
     let a = &mut rec.attr;
     if let Some(size) = set.size {
         tx.mdt.sizes.changed(fid);

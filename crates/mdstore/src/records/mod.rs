@@ -18,6 +18,7 @@
 //! | `dirdefaults` | FID (16) | `[1] postcard(DirDefault)` | 1 |
 //! | `changelog` | number (8, BE) | `[1] postcard(ChangelogRecord)` | 1 |
 //! | `changelog_users` | id (4, BE) | `[1] postcard(UserRecord)` | 1 (changelog_state.rs) |
+//! | `dom` | FID (16) | `[1] bytes` | 1 (dom.rs: data on the MDT) |
 //!
 //! A new version of a type: raise its `VERSION`, keep a decoder of the old shape in its
 //! `decode_version` (a `before_*` module, as inode.rs has), and add the new version's stored
@@ -52,6 +53,7 @@
 //! * `relayouts`: online file migrations in progress (relayout.rs)
 //! * `quota_usage`: quota id (5) → inodes it has here (quota.rs)
 
+mod dom;
 mod inode;
 mod intent_v1;
 mod saved_reply;
@@ -59,6 +61,7 @@ mod saved_reply;
 mod tests;
 mod versions;
 
+pub use dom::{decode_dom, encode_dom};
 pub use inode::{encode_inode, inode_version, InodeRecord};
 pub use saved_reply::SavedReply;
 pub use versions::{decode_record, encode_record, from_postcard, PlainRecord, Record, RecordError};
@@ -111,8 +114,11 @@ pub const CHANGELOG: &str = "changelog";
 pub const CHANGELOG_USERS: &str = "changelog_users";
 /// The link index: the entries naming each inode (links.rs).
 pub const LINKS: &str = "links";
+/// The bytes of files' components on the MDT (data on the MDT, dom.rs).
+pub const DOM: &str = "dom";
 /// Every table of an MDT.
-pub const TABLES: [&str; 20] = [
+pub const TABLES: [&str; 21] = [
+    DOM,
     QUOTA_USAGE,
     RELAYOUTS,
     CHANGELOG,

@@ -9,10 +9,10 @@ pub use open::Loaded;
 pub use tx::Tx;
 
 use crate::records::{
-    decode_record, destroy_key, dirent_key, inode_version, remote_link_key, reply_key, xattr_key,
-    DirentRecord, InodeRecord, Record, RelayoutRecord, SavedReply, CHANGELOG, CHANGELOG_USERS,
-    DESTROY, DIRDEFAULTS, DIRENTS, DIRSTRIPES, INODES, LINKS, META, MOVED, OWNERS, QUOTA_USAGE,
-    RELAYOUTS, REMOTE_LINKS, REPLIES, XATTRS,
+    decode_dom, decode_record, destroy_key, dirent_key, inode_version, remote_link_key, reply_key,
+    xattr_key, DirentRecord, InodeRecord, Record, RelayoutRecord, SavedReply, CHANGELOG,
+    CHANGELOG_USERS, DESTROY, DIRDEFAULTS, DIRENTS, DIRSTRIPES, DOM, INODES, LINKS, META, MOVED,
+    OWNERS, QUOTA_USAGE, RELAYOUTS, REMOTE_LINKS, REPLIES, XATTRS,
 };
 use nacre_kv::{Batch, KvStore, Ticket};
 use nacre_types::dirstripe::{DirDefault, DirStripe};
@@ -229,6 +229,16 @@ impl Store {
             .get(REMOTE_LINKS, &remote_link_key(fid, parent, name))
             .map_err(kv_err)?
             .is_some())
+    }
+
+    /// The bytes of file `fid`'s component on the MDT (empty: none stored).
+    pub fn dom(&self, fid: Fid) -> Result<Vec<u8>, Status> {
+        match self.kv.get(DOM, &fid.to_key()).map_err(kv_err)? {
+            Some(v) => decode_dom(&v)
+                .map(<[u8]>::to_vec)
+                .map_err(|e| e.logged(&self.name)),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The migration of file `fid` in progress, if any.

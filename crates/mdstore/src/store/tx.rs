@@ -280,6 +280,12 @@ impl<'a> Tx<'a> {
         self.batch.put(META, key.to_vec(), value);
     }
 
+    /// Stores the bytes of file `fid`'s component on the MDT (data on the MDT).
+    pub fn put_dom(&mut self, fid: Fid, bytes: &[u8]) {
+        self.batch
+            .put(DOM, fid.to_key().to_vec(), encode_dom(bytes));
+    }
+
     /// Records the migration of file `fid`.
     pub fn put_relayout(&mut self, fid: Fid, rec: &RelayoutRecord) {
         self.batch
@@ -460,6 +466,9 @@ impl<'a> Tx<'a> {
             self.batch.delete(XATTRS, k);
         }
         if let Some(layout) = &rec.layout {
+            if layout.dom_end() > 0 {
+                self.batch.delete(DOM, fid.to_key().to_vec());
+            }
             self.destroy_objects(layout);
         }
         Ok(())

@@ -14,8 +14,29 @@ use serde::{Deserialize, Serialize};
 /// The end of a component that runs to the end of the file (Lustre's `-E -1`, `EOF`).
 pub const EXTENT_EOF: u64 = u64::MAX;
 
-/// A RAID0 striping of the file bytes `start..end`.
+/// Largest extent a component on the MDT may have (Lustre's DoM limit: 1 MiB).
+pub const DOM_BYTES_MAX: u64 = 1 << 20;
+
+/// Where a component's bytes live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ComponentKind {
+    /// A RAID0 striping over OST objects.
+    #[default]
+    Osts,
+    /// On the file's own MDT, in its store (data on the MDT, Lustre's DoM: `-L mdt`): the
+    /// first component only, at most [`DOM_BYTES_MAX`] long, one copy as the MDT has.
+    Mdt,
+}
+
+/// A RAID0 striping of the file bytes `start..end`, over OST objects or on the MDT.
+///
+/// Stored and sent as its seven fields before kinds existed ([`Stored`]): a component on
+/// the MDT is written with a stripe count of 0, which no version ever wrote and every
+/// earlier version refuses, so records and replies kept their format and an older reader
+/// refuses a layout with data on the MDT instead of misreading it (Lustre likewise keeps
+/// DoM in the same `lov_comp_md_entry`, with a pattern of its own).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Stored", into = "Stored")]
 pub struct Component {
     /// First file byte of the extent (a multiple of `stripe_size`).
     pub start: u64,
@@ -31,14 +52,85 @@ pub struct Component {
     /// The OST pool its objects are (to be) allocated in (none: any OST).
     pub pool: PoolName,
     /// Its objects in stripe order; empty until the component is instantiated (by the MDT,
-    /// when a write first reaches its extent).
+    /// when a write first reaches its extent), and always for a component on the MDT.
     pub objects: Vec<StripeObject>,
+    /// Where its bytes live.
+    pub kind: ComponentKind,
+}
+
+/// The stored and sent form of a [`Component`]: its fields but the kind, in their order.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Stored {
+    start: u64,
+    end: u64,
+    stripe_size: u32,
+    /// 0 for a component on the MDT.
+    stripe_count: i32,
+    start_ost: i32,
+    pool: PoolName,
+    objects: Vec<StripeObject>,
+}
+
+impl From<Stored> for Component {
+    fn from(s: Stored) -> Component {
+        let kind = match s.stripe_count {
+            0 => ComponentKind::Mdt,
+            _ => ComponentKind::Osts,
+        };
+        Component {
+            start: s.start,
+            end: s.end,
+            stripe_size: s.stripe_size,
+            stripe_count: if kind == ComponentKind::Mdt {
+                1
+            } else {
+                s.stripe_count
+            },
+            start_ost: s.start_ost,
+            pool: s.pool,
+            objects: s.objects,
+            kind,
+        }
+    }
+}
+
+impl From<Component> for Stored {
+    fn from(c: Component) -> Stored {
+        Stored {
+            start: c.start,
+            end: c.end,
+            stripe_size: c.stripe_size,
+            stripe_count: if c.is_on_mdt() { 0 } else { c.stripe_count },
+            start_ost: c.start_ost,
+            pool: c.pool,
+            objects: c.objects,
+        }
+    }
 }
 
 impl Component {
-    /// True once its objects exist.
+    /// A component on the MDT over the file bytes `0..end`.
+    pub fn on_mdt(end: u64) -> Component {
+        Component {
+            start: 0,
+            end,
+            stripe_size: u32::try_from(end).unwrap_or(u32::MAX),
+            stripe_count: 1,
+            start_ost: -1,
+            pool: PoolName::NONE,
+            objects: Vec::new(),
+            kind: ComponentKind::Mdt,
+        }
+    }
+
+    /// True once its objects exist (a component on the MDT always is: it has none).
     pub fn is_instantiated(&self) -> bool {
-        !self.objects.is_empty()
+        self.kind == ComponentKind::Mdt || !self.objects.is_empty()
+    }
+
+    /// True for a component whose bytes are on the MDT.
+    pub fn is_on_mdt(&self) -> bool {
+        self.kind == ComponentKind::Mdt
     }
 
     /// True if file byte `offset` is in its extent.
@@ -53,12 +145,19 @@ impl Component {
         (from < to).then_some((from, to))
     }
 
-    /// Checks a component that came from elsewhere (a reply, a disk).
+    /// Checks a component that came from elsewhere (a reply, a disk): its start on 64 KiB,
+    /// its end on its stripe size (its start too, but after a component on the MDT:
+    /// `Layout::check`).
     pub fn check(&self) -> Result<(), LayoutError> {
         check_stripe_size(self.stripe_size)?;
         let size = u64::from(self.stripe_size);
         let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(size);
-        if self.start >= self.end || !aligned(self.start) || !aligned(self.end) {
+        // The start of one after a component on the MDT need only be on 64 KiB (checked
+        // with the layout: `Layout::check`).
+        let start_ok = self
+            .start
+            .is_multiple_of(u64::from(crate::limits::STRIPE_SIZE_BYTES_MIN));
+        if self.start >= self.end || !start_ok || !aligned(self.end) {
             return Err(LayoutError::BadExtent {
                 start: self.start,
                 end: self.end,
@@ -70,6 +169,20 @@ impl Component {
         }
         if self.objects.len() > usize::from(STRIPE_COUNT_MAX) {
             return Err(LayoutError::BadObjectCount(self.objects.len()));
+        }
+        if self.is_on_mdt() {
+            // One "stripe" as long as the extent, from byte 0, no objects, no pool.
+            let ok = self.start == 0
+                && self.end <= DOM_BYTES_MAX
+                && u64::from(self.stripe_size) == self.end
+                && self.stripe_count == 1
+                && self.objects.is_empty()
+                && self.pool.is_none();
+            return if ok {
+                Ok(())
+            } else {
+                Err(LayoutError::BadMdtComponent)
+            };
         }
         if self.is_instantiated() && self.stripe_count != self.objects.len() as i32 {
             return Err(LayoutError::BadObjectCount(self.objects.len()));
@@ -84,7 +197,7 @@ impl Component {
     /// must be in the extent of an instantiated component.
     pub fn locate(&self, offset: u64) -> (usize, u64) {
         assert!(
-            self.is_instantiated(),
+            !self.objects.is_empty(),
             "locate in a component without objects"
         );
         let size = u64::from(self.stripe_size);

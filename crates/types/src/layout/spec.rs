@@ -3,18 +3,63 @@
 //! (`setstripe -E 1M -c 1 -E 1G -c 4 -E -1 -c -1`). A plain request is one component to the
 //! end of the file.
 
-use super::{LayoutError, StripeSpec, COMPONENTS_MAX, EXTENT_EOF};
+use super::{ComponentKind, LayoutError, StripeSpec, COMPONENTS_MAX, DOM_BYTES_MAX, EXTENT_EOF};
 use crate::limits::STRIPE_SIZE_BYTES_MIN;
 use serde::{Deserialize, Serialize};
 
+/// Stripe count a component request on the MDT is stored and sent with ([`StoredSpec`]): a
+/// count every earlier version refuses (below -1), so requests kept their format.
+const MDT_STRIPE_COUNT_STORED: i32 = -2;
+
 /// One component of a layout request: its striping, to file byte `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredSpec", into = "StoredSpec")]
 pub struct ComponentSpec {
     /// One past the component's last byte ([`EXTENT_EOF`]: to the end of the file); the
     /// component starts where the one before ends (the first at 0).
     pub end: u64,
     /// Its striping (zero fields: inherited, as in a plain request).
     pub stripe: StripeSpec,
+    /// Where its bytes live (`-L mdt`: on the MDT, the first component only).
+    pub kind: ComponentKind,
+}
+
+/// The stored and sent form of a [`ComponentSpec`]: its end and striping, a request on the
+/// MDT with a stripe count of [`MDT_STRIPE_COUNT_STORED`].
+#[derive(Clone, Copy, Serialize, Deserialize)]
+pub struct StoredSpec {
+    end: u64,
+    stripe: StripeSpec,
+}
+
+impl From<StoredSpec> for ComponentSpec {
+    fn from(s: StoredSpec) -> ComponentSpec {
+        if s.stripe.stripe_count == MDT_STRIPE_COUNT_STORED {
+            return ComponentSpec {
+                end: s.end,
+                stripe: StripeSpec {
+                    stripe_count: 0,
+                    ..s.stripe
+                },
+                kind: ComponentKind::Mdt,
+            };
+        }
+        ComponentSpec {
+            end: s.end,
+            stripe: s.stripe,
+            kind: ComponentKind::Osts,
+        }
+    }
+}
+
+impl From<ComponentSpec> for StoredSpec {
+    fn from(c: ComponentSpec) -> StoredSpec {
+        let mut stripe = c.stripe;
+        if c.kind == ComponentKind::Mdt {
+            stripe.stripe_count = MDT_STRIPE_COUNT_STORED;
+        }
+        StoredSpec { end: c.end, stripe }
+    }
 }
 
 /// One component of a new file's layout request: its extent, what the file asked of it,
@@ -29,6 +74,8 @@ pub struct ComponentRequest {
     pub asked: StripeSpec,
     /// The directory's and the file system's defaults, merged.
     pub inherited: StripeSpec,
+    /// Where its bytes live.
+    pub kind: ComponentKind,
 }
 
 /// A layout request: its components in extent order, the last to the end of the file.
@@ -52,6 +99,7 @@ impl LayoutSpec {
             components: vec![ComponentSpec {
                 end: EXTENT_EOF,
                 stripe,
+                kind: ComponentKind::Osts,
             }],
         }
     }
@@ -71,10 +119,26 @@ impl LayoutSpec {
 
     /// Each component's extent and request, in order.
     pub fn extents(&self) -> impl Iterator<Item = (u64, u64, StripeSpec)> + '_ {
+        self.extents_with_kinds()
+            .map(|(s, e, stripe, _)| (s, e, stripe))
+    }
+
+    /// Each component's extent, request and kind, in order.
+    pub fn extents_with_kinds(
+        &self,
+    ) -> impl Iterator<Item = (u64, u64, StripeSpec, ComponentKind)> + '_ {
         let starts = std::iter::once(0).chain(self.components.iter().map(|c| c.end));
         starts
             .zip(&self.components)
-            .map(|(start, c)| (start, c.end, c.stripe))
+            .map(|(start, c)| (start, c.end, c.stripe, c.kind))
+    }
+
+    /// One past the last byte of its component on the MDT (0: none).
+    pub fn dom_end(&self) -> u64 {
+        match self.components.first() {
+            Some(c) if c.kind == ComponentKind::Mdt => c.end,
+            _ => 0,
+        }
     }
 
     /// The first component's stripe request (a plain request's only one).
@@ -97,6 +161,7 @@ impl LayoutSpec {
                 .map(|r| ComponentSpec {
                     end: r.end,
                     stripe: r.asked.over(r.inherited),
+                    kind: r.kind,
                 })
                 .collect(),
         }
@@ -133,22 +198,25 @@ impl LayoutSpec {
                 end: EXTENT_EOF,
                 asked: own.first(),
                 inherited: first(dir).over(first(fs)),
+                kind: ComponentKind::Osts,
             }];
         };
         template
-            .extents()
-            .map(|(start, end, stripe)| match asked {
+            .extents_with_kinds()
+            .map(|(start, end, stripe, kind)| match asked {
                 true => ComponentRequest {
                     start,
                     end,
                     asked: stripe,
                     inherited: base,
+                    kind,
                 },
                 false => ComponentRequest {
                     start,
                     end,
                     asked: StripeSpec::default(),
                     inherited: stripe.over(base),
+                    kind,
                 },
             })
             .collect()
@@ -157,7 +225,9 @@ impl LayoutSpec {
     /// Checks the request's shape: 1 to [`COMPONENTS_MAX`] components whose ends rise, each
     /// a multiple of 64 KiB and of the component's stripe size where it names one (and of
     /// the next component's, where it starts), the last [`EXTENT_EOF`]. Stripe counts and
-    /// pools are checked against the file system where it is laid out.
+    /// pools are checked against the file system where it is laid out. A component on the
+    /// MDT is the first, ends at most at [`DOM_BYTES_MAX`] on a multiple of 64 KiB, and names
+    /// no striping (its stripe is its extent).
     pub fn check(&self) -> Result<(), LayoutError> {
         if self.components.is_empty() || self.components.len() > COMPONENTS_MAX {
             return Err(LayoutError::BadComponents);
@@ -165,7 +235,20 @@ impl LayoutSpec {
         if self.components.last().map(|c| c.end) != Some(EXTENT_EOF) {
             return Err(LayoutError::BadComponents);
         }
-        for (start, end, stripe) in self.extents() {
+        for (i, (start, end, stripe, kind)) in self.extents_with_kinds().enumerate() {
+            if kind == ComponentKind::Mdt {
+                let ok = i == 0
+                    && end <= DOM_BYTES_MAX
+                    && end.is_multiple_of(u64::from(STRIPE_SIZE_BYTES_MIN))
+                    && stripe.stripe_count == 0
+                    && stripe.stripe_size == 0
+                    && stripe.start_ost < 0
+                    && stripe.pool.is_none();
+                if !ok {
+                    return Err(LayoutError::BadMdtComponent);
+                }
+                continue;
+            }
             if stripe.stripe_size != 0 {
                 super::check_stripe_size(stripe.stripe_size)?;
             }
@@ -177,7 +260,11 @@ impl LayoutSpec {
             }
             let size = u64::from(stripe.stripe_size.max(STRIPE_SIZE_BYTES_MIN));
             let aligned = |x: u64| x == EXTENT_EOF || x.is_multiple_of(size);
-            if start >= end || !aligned(start) || !aligned(end) {
+            // After a component on the MDT, a start on 64 KiB will do (`Layout::check`).
+            let after_mdt = i == 1 && self.components[0].kind == ComponentKind::Mdt;
+            let start_ok = aligned(start)
+                || (after_mdt && start.is_multiple_of(u64::from(STRIPE_SIZE_BYTES_MIN)));
+            if start >= end || !start_ok || !aligned(end) {
                 return Err(LayoutError::BadExtent {
                     start,
                     end,
@@ -203,6 +290,7 @@ mod tests {
                 start_ost: -1,
                 pool: PoolName::NONE,
             },
+            kind: ComponentKind::Osts,
         }
     }
 

@@ -179,6 +179,8 @@ pub enum MdsReply {
     QuotaUsage(Vec<u64>),
     /// What a [`crate::mds::MdsOp::QuotaCheck`] found (and repaired).
     QuotaCheck(nacre_types::QuotaCheck),
+    /// Bytes of a file's component on the MDT (answer to [`MdsOp::DomRead`]).
+    DomData(Vec<u8>),
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -233,6 +235,11 @@ impl MdsReply {
                 spec.check().map_err(|e| e.to_string())
             }
             MdsReply::DirStripe(Some(s)) => s.check(),
+            MdsReply::DomData(d) => at_most(
+                "data on the MDT",
+                d.len(),
+                super::DOM_RPC_BYTES_MAX as usize,
+            ),
             MdsReply::QuotaCheck(c) if c.diffs.len() > nacre_types::QuotaCheck::DIFFS_MAX => {
                 Err(format!("a quota check of {} differences", c.diffs.len()))
             }

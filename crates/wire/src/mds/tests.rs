@@ -651,15 +651,22 @@ proptest! {
     #[test]
     fn set_layout_requests_round_trip_and_their_check_never_panics(
         parts in proptest::collection::vec(
-            (any::<u64>(), any::<i32>(), any::<u32>(), any::<i32>(), any::<[u8; 16]>()),
+            (
+                any::<u64>(),
+                prop_oneof![any::<i32>(), -3..3i32],
+                any::<u32>(),
+                any::<i32>(),
+                any::<[u8; 16]>(),
+                any::<bool>(),
+            ),
             0..20,
         ),
         eof in any::<bool>(),
     ) {
-        use nacre_types::layout::{ComponentSpec, EXTENT_EOF};
+        use nacre_types::layout::{ComponentKind, ComponentSpec, EXTENT_EOF};
         let mut components: Vec<ComponentSpec> = parts
             .iter()
-            .map(|&(end, count, size, start, pool)| ComponentSpec {
+            .map(|&(end, count, size, start, pool, mdt)| ComponentSpec {
                 end,
                 stripe: StripeSpec {
                     stripe_count: count,
@@ -667,6 +674,7 @@ proptest! {
                     start_ost: start,
                     pool: postcard::from_bytes(&pool).unwrap(),
                 },
+                kind: if mdt { ComponentKind::Mdt } else { ComponentKind::Osts },
             })
             .collect();
         if let (true, Some(last)) = (eof, components.last_mut()) {
@@ -678,12 +686,59 @@ proptest! {
             let ends: Vec<u64> = spec.components.iter().map(|c| c.end).collect();
             prop_assert!(ends.windows(2).all(|w| w[0] < w[1]));
         }
+        let valid = spec.check().is_ok();
         let op = MdsOp::SetLayout { fid: Fid::new(0x2_0000_0400, 9), spec };
         let bytes = encode_body(&op);
-        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+        let back = decode_body::<MdsOp>(&bytes).unwrap();
+        // A valid request comes back as it was; any request's bytes decode to a request
+        // that encodes to them again (a component's kind rides in its stripe count, which
+        // a request on OSTs may not give: `check` refuses those).
+        if valid {
+            prop_assert_eq!(&back, &op);
+        }
+        prop_assert_eq!(encode_body(&back), bytes.clone());
         for n in 0..bytes.len() {
             prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
         }
+    }
+
+    /// `DomRead` and `DomWrite` with any file, offset, length and bytes: a write is
+    /// modifying (exactly once, replayed), a read is not; both are routed to their file's
+    /// MDT, round-trip and refuse every truncation; any bytes after their opcodes decode
+    /// to them or an error, never a panic; a reply of more bytes than one may carry is
+    /// refused.
+    #[test]
+    fn dom_requests_round_trip_and_refuse_truncation(
+        seq in any::<u64>(),
+        oid in any::<u32>(),
+        offset in any::<u64>(),
+        len in any::<u32>(),
+        data in proptest::collection::vec(any::<u8>(), 0..300),
+        junk in proptest::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let fid = Fid::new(seq, oid);
+        let read = MdsOp::DomRead { fid, offset, len };
+        let write = MdsOp::DomWrite { fid, offset, data: data.clone() };
+        let append = MdsOp::DomAppend { fid, data: data.clone() };
+        prop_assert!(!read.is_modifying() && write.is_modifying() && append.is_modifying());
+        prop_assert_eq!(
+            (read.opcode(), write.opcode(), append.opcode()),
+            (0x023e, 0x023f, 0x0240)
+        );
+        for op in [read, write, append] {
+            prop_assert_eq!(op.key_fid(), Some(fid));
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+            let mut hostile = bytes[..1].to_vec();
+            hostile.extend_from_slice(&junk);
+            let _ = decode_body::<MdsOp>(&hostile);
+        }
+        prop_assert!(MdsReply::DomData(data).check().is_ok());
+        let big = MdsReply::DomData(vec![0; DOM_RPC_BYTES_MAX as usize + 1]);
+        prop_assert!(big.check().is_err());
     }
 
     /// `LayoutIntent` with any file and end: modifying (exactly once, replayed), routed to

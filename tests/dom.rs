@@ -1,0 +1,329 @@
+//! Data on the MDT (Lustre's DoM, `setstripe -E 64K -L mdt -E -1 -c 2`): a small file's
+//! bytes are on its MDT and nowhere else; a larger file's first bytes there and the rest on
+//! its OSTs; truncates, holes, appends and allocations keep POSIX's answers; another mount
+//! reads what one wrote; the requests are refused to whoever may not read or write the
+//! file.
+
+use super::composite::{layout, rebuild_from_osts};
+use nacre_testkit::raw::RawConn;
+use nacre_testkit::{lfsck_clean, on_both_forms, pattern, Form, Spec, TestFs};
+use nacre_types::{Cred, Fid, Status};
+use nacre_wire::mds::{MdsOp, MdsReply};
+use serde_json::Value;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// The end of the component on the MDT in [`dom_dir`]'s default.
+const DOM_END: usize = 64 << 10;
+
+/// Makes directory `dir` with the default `-E 64K -L mdt -E -1 -c 2`.
+fn dom_dir(dir: &Path) {
+    fs::create_dir(dir).unwrap();
+    nacre_testkit::nacre_ok(&[
+        "setstripe",
+        "-E",
+        "64K",
+        "-L",
+        "mdt",
+        "-E",
+        "-1",
+        "-c",
+        "2",
+        dir.to_str().unwrap(),
+    ]);
+}
+
+/// The object count of each component of a file's layout (`getstripe --json`).
+fn counts(l: &Value) -> Vec<usize> {
+    l["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["objects"].as_array().map_or(0, Vec::len))
+        .collect()
+}
+
+/// A small file has no object at all (its bytes are on the MDT: getstripe says `mdt`); a
+/// file of 200 KiB has its first 64 KiB on the MDT and the rest on its OSTs' disks, where
+/// its first 64 KiB are not; truncates down and up, a hole below the component's end
+/// with bytes past it, appends and an allocation read back as a local file system's
+/// would, and lfsck finds nothing amiss.
+fn small_files_live_on_the_mdt(form: Form) {
+    let fs = TestFs::start(form, 2);
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let small = dir.join("small");
+    let data = pattern(1, 3901);
+    fs::write(&small, &data).unwrap();
+    assert_eq!(fs::read(&small).unwrap(), data);
+    assert_eq!(fs::metadata(&small).unwrap().len(), 3901);
+    let l = layout(&small);
+    assert_eq!(counts(&l), vec![0, 0], "{l}");
+    assert_eq!(l["components"][0]["pattern"], "mdt", "{l}");
+    let text = nacre_testkit::nacre_ok(&["getstripe", small.to_str().unwrap()]);
+    assert!(text.contains("lmm_pattern:       mdt"), "{text}");
+
+    // Across the component's end: the rest on the OSTs, only the rest.
+    let big = dir.join("big");
+    let data = pattern(2, 200 << 10);
+    fs::write(&big, &data).unwrap();
+    let l = layout(&big);
+    assert_eq!(counts(&l), vec![0, 2], "{l}");
+    let on_osts = rebuild_from_osts(&fs.data, &l, data.len() as u64);
+    assert!(
+        on_osts[..DOM_END].iter().all(|&b| b == 0),
+        "MDT bytes on OSTs"
+    );
+    assert!(on_osts[DOM_END..] == data[DOM_END..], "OST bytes differ");
+    assert!(
+        fs::read(&big).unwrap() == data,
+        "the file reads other bytes"
+    );
+    // Reads that start below the end and go past it, and O_DIRECT ones.
+    let f = fs::File::open(&big).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    f.read_exact_at(&mut buf, (DOM_END - 5000) as u64).unwrap();
+    assert!(buf[..] == data[DOM_END - 5000..DOM_END + 5000]);
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&big)
+        .unwrap();
+    let mut aligned = nacre_types::AlignedBuf::zeroed(128 << 10);
+    let n = direct.read_at(&mut aligned, 0).unwrap();
+    assert_eq!(n, 128 << 10);
+    assert!(aligned[..] == data[..128 << 10]);
+
+    // Truncates: down inside the component, up inside it (zeros), up past it.
+    let t = OpenOptions::new().write(true).open(&small).unwrap();
+    t.set_len(1000).unwrap();
+    assert_eq!(fs::read(&small).unwrap(), pattern(1, 3901)[..1000]);
+    t.set_len(10_000).unwrap();
+    let back = fs::read(&small).unwrap();
+    assert_eq!(back.len(), 10_000);
+    assert!(back[..1000] == pattern(1, 3901)[..1000] && back[1000..].iter().all(|&b| b == 0));
+    t.set_len(300 << 10).unwrap();
+    assert_eq!(fs::metadata(&small).unwrap().len(), 300 << 10);
+    let back = fs::read(&small).unwrap();
+    assert_eq!(back.len(), 300 << 10);
+    assert!(back[1000..].iter().all(|&b| b == 0));
+    drop(t);
+
+    // A hole below the component's end, bytes past it: zeros up to them.
+    let sparse = dir.join("sparse");
+    let w = fs::File::create(&sparse).unwrap();
+    w.write_all_at(b"head", 0).unwrap();
+    w.write_all_at(b"far", 300 << 10).unwrap();
+    w.sync_all().unwrap();
+    let back = fs::read(&sparse).unwrap();
+    assert_eq!(back.len(), (300 << 10) + 3);
+    assert!(back.starts_with(b"head") && back.ends_with(b"far"));
+    assert!(back[4..300 << 10].iter().all(|&b| b == 0));
+    drop(w);
+
+    // Appends: on the MDT while they fit, then across its end.
+    let log = dir.join("log");
+    let mut app = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    let mut want = Vec::new();
+    for i in 0..40u8 {
+        let line = vec![b'a' + (i % 26); 2000];
+        app.write_all(&line).unwrap();
+        want.extend_from_slice(&line);
+    }
+    app.sync_all().unwrap();
+    assert_eq!(fs::read(&log).unwrap(), want);
+    assert_eq!(counts(&layout(&log)), vec![0, 2]);
+
+    // An allocation inside the component: the size grows, the bytes read as zeros.
+    let alloc = dir.join("alloc");
+    let a = fs::File::create(&alloc).unwrap();
+    a.write_all_at(b"xy", 0).unwrap();
+    let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&a), 0, 0, 40_000) };
+    assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
+    let back = fs::read(&alloc).unwrap();
+    assert_eq!(back.len(), 40_000);
+    assert!(back.starts_with(b"xy") && back[2..].iter().all(|&b| b == 0));
+    drop(a);
+
+    fs::remove_file(&big).unwrap();
+    fs::remove_file(&small).unwrap();
+    if form == Form::Networked {
+        lfsck_clean(&fs.source());
+    }
+}
+
+/// Two mounts: the reader reads a small file through its page cache; the writer rewrites
+/// it in place (same size, its file kept open) and the reader's next read has the new
+/// bytes; a write past the component's end from the reader's side reads back on the
+/// writer's.
+#[test]
+fn a_mount_reads_what_another_wrote_on_the_mdt() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let other = fs.scratch().join("mnt_b");
+    fs::create_dir_all(&other).unwrap();
+    let b = fs.mount_another(&other, &[]);
+    let f = dir.join("shared");
+    fs::write(&f, pattern(1, 20_000)).unwrap();
+    let reader = fs::File::open(b.mnt.join("dom/shared")).unwrap();
+    let mut got = vec![0u8; 20_000];
+    reader.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, pattern(1, 20_000));
+    let writer = OpenOptions::new().write(true).open(&f).unwrap();
+    for round in 2..5u64 {
+        writer.write_all_at(&pattern(round, 20_000), 0).unwrap();
+        reader.read_exact_at(&mut got, 0).unwrap();
+        assert!(
+            got == pattern(round, 20_000),
+            "round {round}: the reader read stale bytes"
+        );
+    }
+    // A writer that holds no open (a raw client, root): the reader, its file not open for
+    // writing anywhere, keeps its attributes under its lock; the write calls that back and
+    // the bytes the reader had in its page cache are not served again.
+    drop(writer);
+    let mut again = vec![0u8; 20_000];
+    reader.read_exact_at(&mut again, 0).unwrap();
+    reader.read_exact_at(&mut again, 0).unwrap();
+    assert!(again == pattern(4, 20_000));
+    let mut c = RawConn::connect(&mds, "nacre", [0x4e; 16]).unwrap();
+    c.send_mds(0, MdsOp::Connect).unwrap();
+    assert_eq!(c.recv().unwrap().header.status, 0);
+    c.send_mds(
+        0,
+        MdsOp::DomWrite {
+            fid: fid_at(&f),
+            offset: 0,
+            data: pattern(9, 20_000),
+        },
+    )
+    .unwrap();
+    assert_eq!(c.recv().unwrap().header.status, 0);
+    reader.read_exact_at(&mut again, 0).unwrap();
+    assert!(
+        again == pattern(9, 20_000),
+        "the reader read stale bytes after a raw write"
+    );
+    let w = OpenOptions::new()
+        .write(true)
+        .open(b.mnt.join("dom/shared"))
+        .unwrap();
+    w.write_all_at(b"tail", 100_000).unwrap();
+    w.sync_all().unwrap();
+    let back = fs::read(&f).unwrap();
+    assert_eq!(back.len(), 100_004);
+    assert!(back[..20_000] == pattern(9, 20_000)[..] && back.ends_with(b"tail"));
+    drop(b);
+    lfsck_clean(&fs.source());
+}
+
+fn fid_at(path: &Path) -> Fid {
+    use std::os::unix::fs::MetadataExt;
+    Fid::from_ino(fs::metadata(path).unwrap().ino()).unwrap()
+}
+
+/// A raw client speaks `DomRead`, `DomWrite` and `DomAppend` as an attacker would: a user
+/// who may neither read nor write a file of mode 0600 is refused `EACCES` for each; a
+/// directory is `EISDIR`, a file without a component on the MDT, a range past the
+/// component's end or longer than one request may move `EINVAL`, a FID of no inode
+/// `ENOENT`. None of these changes a byte. The owner's requests read and write.
+#[test]
+fn data_on_the_mdt_is_refused_to_whoever_may_not_read_or_write_the_file() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let file = dir.join("secret");
+    fs::write(&file, b"private bytes").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    let plain = fs.path("plain");
+    fs::write(&plain, b"on osts").unwrap();
+    let (d, f, p) = (fid_at(&dir), fid_at(&file), fid_at(&plain));
+    let mut c = RawConn::connect(&mds, "nacre", [0x4d; 16]).unwrap();
+    let mut call = |op: MdsOp| {
+        c.send_mds(0, op).unwrap();
+        let r = c.recv().unwrap();
+        (r.header.status, r.mds())
+    };
+    assert_eq!(call(MdsOp::Connect).0, 0);
+    let stranger = Cred::new(4242, 4242, vec![]);
+    for op in [
+        MdsOp::DomRead {
+            fid: f,
+            offset: 0,
+            len: 100,
+        },
+        MdsOp::DomWrite {
+            fid: f,
+            offset: 0,
+            data: b"defaced".to_vec(),
+        },
+        MdsOp::DomAppend {
+            fid: f,
+            data: b"more".to_vec(),
+        },
+    ] {
+        let got = nacre_types::cred::with(stranger.clone(), || call(op.clone()).0);
+        assert_eq!(got, Status::Access as i32, "a stranger ran {op:?}");
+    }
+    let write = |fid, offset, data: &[u8]| MdsOp::DomWrite {
+        fid,
+        offset,
+        data: data.to_vec(),
+    };
+    for (op, want) in [
+        (write(d, 0, b"x"), Status::IsDir),
+        (write(p, 0, b"x"), Status::Inval),
+        (write(f, DOM_END as u64 - 1, b"xy"), Status::Inval),
+        (write(f, u64::MAX, b"x"), Status::Inval),
+        (
+            MdsOp::DomRead {
+                fid: f,
+                offset: 0,
+                len: u32::MAX,
+            },
+            Status::Inval,
+        ),
+        (
+            MdsOp::DomRead {
+                fid: f,
+                offset: u64::MAX - 1,
+                len: 10,
+            },
+            Status::Inval,
+        ),
+        (write(Fid::new(f.seq, f.oid + 1000), 0, b"x"), Status::NoEnt),
+    ] {
+        assert_eq!(call(op.clone()).0, want as i32, "{op:?}");
+    }
+    assert_eq!(fs::read(&file).unwrap(), b"private bytes");
+    assert_eq!(fs::read(&plain).unwrap(), b"on osts");
+
+    // The owner (root here) reads and writes.
+    let (status, reply) = call(MdsOp::DomRead {
+        fid: f,
+        offset: 8,
+        len: 100,
+    });
+    assert_eq!(status, 0);
+    assert!(matches!(reply, Some(MdsReply::DomData(d)) if d == b"bytes"));
+    assert_eq!(call(write(f, 0, b"PUBLIC! ")).0, 0);
+    let (status, reply) = call(MdsOp::DomAppend {
+        fid: f,
+        data: b"!".to_vec(),
+    });
+    assert_eq!(status, 0);
+    assert!(matches!(reply, Some(MdsReply::Attr(a)) if a.size == 14));
+    assert_eq!(fs::read(&file).unwrap(), b"PUBLIC! bytes!");
+    lfsck_clean(&fs.source());
+}
+
+on_both_forms!(small_files_live_on_the_mdt);
