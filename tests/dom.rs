@@ -225,6 +225,63 @@ fn a_mount_reads_what_another_wrote_on_the_mdt() {
     lfsck_clean(&fs.source());
 }
 
+/// How many `DomRead`s MDT0000 of file system `fsname` served (its `md_stats`).
+fn dom_reads(fsname: &str) -> u64 {
+    let t = nacre_testkit::nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("mdt.{fsname}-MDT0000.md_stats"),
+    ]);
+    t.lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == "dom_read").then(|| w.next()?.parse::<u64>().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// The mount keeps the pages of data on the MDT under the file's DOM lock: the bytes come
+/// with the open (no `DomRead` at all), a file read again and again through the page cache
+/// costs the MDT nothing more; another mount's write calls the lock back, and the next read
+/// has the new bytes (and asks the MDT for them).
+#[test]
+fn a_mount_keeps_pages_of_data_on_the_mdt_under_its_lock() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domlk"));
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let other = fs.scratch().join("mnt_b");
+    fs::create_dir_all(&other).unwrap();
+    let b = fs.mount_another(&other, &[]);
+    let f = dir.join("kept");
+    fs::write(&f, pattern(1, 12_000)).unwrap();
+    let first = dom_reads("domlk");
+    let reader = fs::File::open(b.mnt.join("dom/kept")).unwrap();
+    let mut got = vec![0u8; 12_000];
+    reader.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, pattern(1, 12_000));
+    assert_eq!(
+        dom_reads("domlk"),
+        first,
+        "the bytes did not come with the open"
+    );
+    for _ in 0..20 {
+        reader.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(got, pattern(1, 12_000));
+    }
+    assert_eq!(
+        dom_reads("domlk"),
+        first,
+        "reads of pages kept under the lock went to the MDT"
+    );
+    let w = OpenOptions::new().write(true).open(&f).unwrap();
+    w.write_all_at(&pattern(2, 12_000), 0).unwrap();
+    reader.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == pattern(2, 12_000), "the reader read stale bytes");
+    assert!(dom_reads("domlk") > first);
+    drop(b);
+}
+
 fn fid_at(path: &Path) -> Fid {
     use std::os::unix::fs::MetadataExt;
     Fid::from_ino(fs::metadata(path).unwrap().ino()).unwrap()

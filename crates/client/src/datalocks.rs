@@ -323,6 +323,8 @@ pub struct ReadLocks {
     asked: Vec<(u32, ObjectId)>,
     /// Every range read was covered by a lock.
     pub covered: bool,
+    /// The read had bytes on the MDT (crate::dom): its end lets a `DOM` callback go on.
+    pub(crate) dom_read: bool,
 }
 
 impl Revocation {
@@ -382,6 +384,15 @@ impl Client {
     /// mount may keep file data cached across opens ([`Client::data_cached`]); `sink` is told
     /// of the files whose data must be dropped before their lock goes (called back by a
     /// change of another client, given back from the LRU, or lost).
+    /// Has the mount drop the cached data `drops` name (no data lock's: a `DOM` lock's,
+    /// crate::dom), if it caches any; returns once the kernel dropped it.
+    pub(crate) fn drop_cached_data(&self, drops: &[FileDrop]) {
+        self.edges.forget(drops);
+        if let Some((sink, _)) = self.data_locks.sink.get() {
+            sink(drops);
+        }
+    }
+
     pub fn enable_data_locks(&self, sink: DataSink) -> std::io::Result<()> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Revocation>(REVOCATIONS_QUEUED_MAX);
         if self.data_locks.sink.set((sink.clone(), tx)).is_err() {
@@ -628,6 +639,9 @@ impl Client {
     /// and those called back meanwhile go now. A read not wholly covered by locks leaves
     /// `fid`'s cached data unclean (not kept across opens).
     pub fn read_done(&self, fid: Fid, locks: ReadLocks) {
+        if locks.dom_read {
+            self.dom_reads.leave(fid);
+        }
         if !locks.covered {
             self.data_locks.clean.lock().remove(&fid);
         }

@@ -10,14 +10,146 @@
 //! zeros, a hole. The MDT keeps the stored bytes as long as the file is inside the
 //! component (crates/mds/src/ops/dom.rs), so a file without objects needs no glimpse.
 //!
-//! Not cached by the kernel yet: a page-cache read of these bytes is answered uncovered by
-//! locks (the mount drops the pages after it), until the MDT grants a lock on them.
+//! The mount's page cache keeps these bytes under the file's `DOM` lock (Lustre's DoM
+//! inodebits lock), which the MDT grants with a read of them and calls back before another
+//! client's write or truncate runs: the callback waits for this client's page-cache reads
+//! of the file in flight ([`DomReads`]: the kernel must hold a read's pages before they are
+//! dropped), then has the mount drop the file's pages, then the lock is cancelled. A read
+//! the MDT grants no lock with is answered as not covered (the mount drops its pages after
+//! it).
 
 use crate::{osc, Client, Result};
 use nacre_types::{AlignedBuf, Fid, Layout, Status};
 use nacre_wire::mds::{MdsOp, MdsReply, DOM_RPC_BYTES_MAX};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Longest a `DOM` lock's callback waits for the page-cache reads of its file in flight
+/// (a read stuck longer is let be: its pages are dropped after it anyway, as uncovered).
+pub const DOM_CALLBACK_WAIT_MS_MAX: u64 = 10_000;
+
+/// Most bytes of data on the MDT that came with opens kept at once ([`DomOpened`]).
+pub const DOM_OPENED_BYTES_MAX: usize = 16 << 20;
+
+/// The bytes on the MDT that opens for reading brought (`MdsReply::OpenData`), each with
+/// the `DOM` lock granted with it: a page-cache read uses them while that lock is held,
+/// instead of asking the MDT. Dropped with the lock, or the oldest first past
+/// [`DOM_OPENED_BYTES_MAX`].
+#[derive(Default)]
+pub(crate) struct DomOpened {
+    state: Mutex<Opened>,
+}
+
+#[derive(Default)]
+struct Opened {
+    /// File → (lock handle, every byte stored on the MDT).
+    files: HashMap<Fid, (u64, std::sync::Arc<Vec<u8>>)>,
+    order: std::collections::VecDeque<Fid>,
+    bytes: usize,
+}
+
+impl DomOpened {
+    /// Keeps `data`, the bytes `fid` stores on the MDT, under lock `handle`.
+    pub(crate) fn put(&self, fid: Fid, handle: u64, data: Vec<u8>) {
+        if data.len() > DOM_OPENED_BYTES_MAX {
+            return;
+        }
+        let mut s = self.state.lock();
+        if let Some((_, old)) = s.files.remove(&fid) {
+            s.bytes -= old.len();
+        }
+        while s.bytes + data.len() > DOM_OPENED_BYTES_MAX {
+            let Some(old) = s.order.pop_front() else {
+                break;
+            };
+            if let Some((_, d)) = s.files.remove(&old) {
+                s.bytes -= d.len();
+            }
+        }
+        s.bytes += data.len();
+        s.order.push_back(fid);
+        s.files.insert(fid, (handle, std::sync::Arc::new(data)));
+    }
+
+    /// The bytes kept for `fid` and their lock's handle.
+    fn get(&self, fid: Fid) -> Option<(u64, std::sync::Arc<Vec<u8>>)> {
+        self.state.lock().files.get(&fid).cloned()
+    }
+
+    /// Forgets what is kept for `fid` (its lock went).
+    fn forget(&self, fid: Fid) {
+        let mut s = self.state.lock();
+        if let Some((_, d)) = s.files.remove(&fid) {
+            s.bytes -= d.len();
+            s.order.retain(|f| *f != fid);
+        }
+    }
+}
+
+/// Page-cache reads of bytes on the MDT in flight, by file.
+#[derive(Default)]
+pub(crate) struct DomReads {
+    inflight: Mutex<HashMap<Fid, u32>>,
+    done: Condvar,
+}
+
+impl DomReads {
+    /// A page-cache read of `fid`'s bytes on the MDT starts.
+    pub(crate) fn enter(&self, fid: Fid) {
+        *self.inflight.lock().entry(fid).or_default() += 1;
+    }
+
+    /// It ended: its data is in the kernel's cache (or it failed).
+    pub(crate) fn leave(&self, fid: Fid) {
+        let mut m = self.inflight.lock();
+        if let Some(n) = m.get_mut(&fid) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&fid);
+                self.done.notify_all();
+            }
+        }
+    }
+
+    /// Waits until no page-cache read of `fid` is in flight (at most
+    /// [`DOM_CALLBACK_WAIT_MS_MAX`]).
+    fn wait_idle(&self, fid: Fid) {
+        let deadline = Instant::now() + Duration::from_millis(DOM_CALLBACK_WAIT_MS_MAX);
+        let mut m = self.inflight.lock();
+        while m.contains_key(&fid) {
+            if self.done.wait_until(&mut m, deadline).timed_out() {
+                tracing::warn!("DOM callback of {fid}: a page-cache read is still in flight");
+                return;
+            }
+        }
+    }
+}
 
 impl Client {
+    /// A `DOM` lock on `fid` went (called back, given back or lost): once its page-cache
+    /// reads in flight are done, the mount drops the file's pages.
+    pub(crate) fn dom_lock_gone(&self, fid: Fid) {
+        self.dom_opened.forget(fid);
+        self.dom_reads.wait_idle(fid);
+        self.drop_cached_data(&[crate::datalocks::FileDrop { fid, range: None }]);
+    }
+
+    /// [`Client::dom_read`] for the page cache: the bytes on the MDT under the file's `DOM`
+    /// lock (held already, or asked for with the first request); `locked` says whether
+    /// one covers them. The caller counts the read in [`DomReads`] until its data is in
+    /// the kernel's cache.
+    pub(crate) fn dom_read_cached(
+        &self,
+        fid: Fid,
+        layout: &Layout,
+        offset: u64,
+        len: usize,
+        locked: &mut bool,
+        rest: impl FnOnce(u64, usize) -> Result<AlignedBuf>,
+    ) -> Result<AlignedBuf> {
+        self.dom_read_with(fid, layout, offset, len, Some(locked), rest)
+    }
     /// Reads `[offset, offset + len)` of file `fid` (layout `layout`, with a component on
     /// the MDT that `offset` is below): the part below the component's end from the MDT,
     /// the rest by `rest(offset, len)` (an OST read, short only at the end of the file).
@@ -30,11 +162,25 @@ impl Client {
         len: usize,
         rest: impl FnOnce(u64, usize) -> Result<AlignedBuf>,
     ) -> Result<AlignedBuf> {
+        self.dom_read_with(fid, layout, offset, len, None, rest)
+    }
+
+    /// [`Client::dom_read`], under a `DOM` lock if `locked` is given (set to whether one
+    /// covers the bytes).
+    fn dom_read_with(
+        &self,
+        fid: Fid,
+        layout: &Layout,
+        offset: u64,
+        len: usize,
+        locked: Option<&mut bool>,
+        rest: impl FnOnce(u64, usize) -> Result<AlignedBuf>,
+    ) -> Result<AlignedBuf> {
         let dom_end = layout.dom_end();
         assert!(offset < dom_end, "a read below the component on the MDT");
         let end = offset.saturating_add(len as u64);
         let here = (end.min(dom_end) - offset) as usize;
-        let mut got = self.dom_stored(fid, offset, here)?;
+        let mut got = self.dom_stored(fid, offset, here, locked)?;
         let tail = match end > dom_end {
             true => Some(rest(dom_end, (end - dom_end) as usize)?),
             false => None,
@@ -74,17 +220,50 @@ impl Client {
         }
     }
 
-    /// The bytes the MDT stores for `fid` in `[offset, offset + len)`, short where they end.
-    fn dom_stored(&self, fid: Fid, offset: u64, len: usize) -> Result<Vec<u8>> {
+    /// The bytes the MDT stores for `fid` in `[offset, offset + len)`, short where they end;
+    /// under a `DOM` lock if `locked` is given (set to whether one covers them: held
+    /// already, or granted with the first request).
+    fn dom_stored(
+        &self,
+        fid: Fid,
+        offset: u64,
+        len: usize,
+        mut locked: Option<&mut bool>,
+    ) -> Result<Vec<u8>> {
+        use nacre_ldlm::msg::DOM;
+        let mdc = self.mdc(fid.mdt_index())?;
+        // What an open brought under its lock, while that lock is held.
+        if let (Some(l), Some((handle, data))) = (locked.as_deref_mut(), self.dom_opened.get(fid)) {
+            if mdc.locks.holds(handle) {
+                *l = true;
+                self.dom_open_hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let from = (offset as usize).min(data.len());
+                let to = (offset as usize).saturating_add(len).min(data.len());
+                return Ok(data[from..to].to_vec());
+            }
+        }
+        let mut bits = 0;
+        if let Some(l) = locked.as_deref_mut() {
+            *l = mdc.locks.covers(fid, DOM);
+            if !*l {
+                bits = DOM;
+            }
+        }
         let mut got = Vec::with_capacity(len);
         while got.len() < len {
             let n = (len - got.len()).min(DOM_RPC_BYTES_MAX as usize);
             let at = offset + got.len() as u64;
-            let data = match self.md(MdsOp::DomRead {
+            let op = MdsOp::DomRead {
                 fid,
                 offset: at,
                 len: n as u32,
-            })? {
+            };
+            let (reply, lock) = mdc.call_with(op, std::mem::take(&mut bits))?;
+            if let (Some(l), Some(_)) = (locked.as_deref_mut(), lock.filter(|l| l.fid == fid)) {
+                *l = true;
+            }
+            let data = match reply {
                 MdsReply::DomData(d) if d.len() <= n => d,
                 _ => return Err(Status::Proto.into()),
             };
@@ -163,7 +342,7 @@ impl Client {
         }
         let end = offset.saturating_add(len).min(dom_end);
         let here = (end - offset) as usize;
-        let stored = self.dom_stored(fid, offset, here)?.len();
+        let stored = self.dom_stored(fid, offset, here, None)?.len();
         let zeros = match punch_hole {
             // Over what is stored (a punch never makes the file longer).
             true => (offset, stored),

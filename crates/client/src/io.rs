@@ -152,16 +152,20 @@ impl Client {
             return Ok((buf, crate::datalocks::ReadLocks::new()));
         }
         if offset < layout.dom_end() {
-            // No lock covers the bytes on the MDT yet: the mount drops their pages after
-            // the read (dom.rs). The OSTs' part is read under their locks as always.
+            // The bytes on the MDT under its DOM lock where it grants one (else the mount
+            // drops their pages after the read: dom.rs); the OSTs' part under their locks.
+            self.dom_reads.enter(file.fid);
             let mut ost_locks = None;
-            let read = self.dom_read(file.fid, layout, offset, len, |o, l| {
-                let (data, locks) = osc::read_locked(self, file.fid, layout, o, l)?;
-                ost_locks = Some(locks);
-                Ok(data)
-            });
-            let mut locks = ost_locks.unwrap_or_default();
-            locks.covered = false;
+            let mut dom_locked = false;
+            let read =
+                self.dom_read_cached(file.fid, layout, offset, len, &mut dom_locked, |o, l| {
+                    let (data, locks) = osc::read_locked(self, file.fid, layout, o, l)?;
+                    ost_locks = Some(locks);
+                    Ok(data)
+                });
+            let mut locks = ost_locks.unwrap_or_else(crate::datalocks::ReadLocks::new);
+            locks.covered &= dom_locked;
+            locks.dom_read = true;
             return match read {
                 Ok(data) => Ok((data, locks)),
                 Err(e) => {

@@ -392,6 +392,12 @@ pub struct Client {
     writeback: Arc<writeback::Writeback>,
     /// Bytes of pages page-cache writes covered in part (edges.rs).
     pub(crate) edges: edges::Edges,
+    /// Page-cache reads of bytes on the MDT in flight (crate::dom).
+    pub(crate) dom_reads: dom::DomReads,
+    /// Bytes on the MDT that opens brought, under their `DOM` locks (crate::dom).
+    pub(crate) dom_opened: dom::DomOpened,
+    /// Page-cache reads of bytes on the MDT answered with what their open brought.
+    pub dom_open_hits: std::sync::atomic::AtomicU64,
     /// Layouts of the files open here, under their LAYOUT locks (layouts.rs).
     layout_slots: layouts::Slots,
     /// Appends on this client, serialized per file (append.rs).
@@ -440,6 +446,9 @@ impl Client {
             data_locks: datalocks::DataLocks::default(),
             writeback: Arc::default(),
             edges: edges::Edges::default(),
+            dom_reads: dom::DomReads::default(),
+            dom_opened: dom::DomOpened::default(),
+            dom_open_hits: std::sync::atomic::AtomicU64::new(0),
             layout_slots: Default::default(),
             appends: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             opens: opencache::OpenCache::default(),

@@ -48,6 +48,11 @@ impl Client {
                         client.open_lock_gone(r.lock.fid);
                     }
                 }
+                if r.lock.bits & nacre_ldlm::msg::DOM != 0 {
+                    if let Some(client) = me.upgrade() {
+                        client.dom_lock_gone(r.lock.fid);
+                    }
+                }
             }
             sink(revoked)
         });

@@ -61,6 +61,25 @@ impl Client {
             };
             return Ok(Looked::Absent { covered });
         }
+        // An open's entry with the bytes of the file on the MDT, under the DOM lock that
+        // came with it (crate::dom).
+        if let MdsReply::OpenData {
+            attr,
+            layout,
+            size_exact,
+            data,
+        } = reply
+        {
+            let dom = nacre_ldlm::msg::DOM;
+            if let Some(l) = lock.filter(|l| l.bits & dom != 0 && l.fid == attr.fid) {
+                self.dom_opened.put(attr.fid, l.handle, data);
+            }
+            reply = MdsReply::Entry {
+                attr,
+                layout,
+                size_exact,
+            };
+        }
         // An entry for an inode of another MDT (a remote directory): ask that MDT.
         if let MdsReply::Remote { fid } = reply {
             mdc = self.mdc(fid.mdt_index())?;

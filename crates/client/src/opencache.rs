@@ -162,6 +162,9 @@ impl Client {
         } else {
             0
         };
+        // The bytes of a file on the MDT come with the open, under a DOM lock (the MDT
+        // grants one only for a file that has such bytes: crate::dom).
+        let bits = bits | nacre_ldlm::msg::DOM;
         let (attr, layout, _, _) = self.cached_entry(MdsOp::Open { fid, access }, bits, None)?;
         let file = OpenFile::with_slot(self.layout_slot(fid, layout))
             .owned_by(&attr)

@@ -19,10 +19,14 @@ pub const LAYOUT: u8 = 4;
 /// the holder's own such changes, so an unlinked file is never kept as an orphan by a
 /// cached open.
 pub const OPEN: u8 = 8;
-/// The bits granted with entries (lookups, creates, listings): all but `OPEN`.
+/// The bytes of a regular file's component on the MDT (data on the MDT; Lustre's
+/// `MDS_INODELOCK_DOM`): its holder's kernel keeps their pages. Granted with a read of those
+/// bytes (`DomRead`); revoked by another client's write or truncate of them.
+pub const DOM: u8 = 16;
+/// The bits granted with entries (lookups, creates, listings): all but `OPEN` and `DOM`.
 pub const ENTRY_BITS: u8 = LOOKUP | UPDATE | LAYOUT;
 /// Every bit.
-pub const BITS_ALL: u8 = ENTRY_BITS | OPEN;
+pub const BITS_ALL: u8 = ENTRY_BITS | OPEN | DOM;
 
 /// Most lock references one callback answer or one cancel carries.
 pub const REFS_PER_MESSAGE_MAX: usize = 1_024;
@@ -34,7 +38,7 @@ pub struct LockRef {
     pub handle: u64,
     /// The inode the lock is on.
     pub fid: Fid,
-    /// `LOOKUP` | `UPDATE` | `LAYOUT` | `OPEN`.
+    /// `LOOKUP` | `UPDATE` | `LAYOUT` | `OPEN` | `DOM`.
     pub bits: u8,
 }
 

@@ -12,6 +12,7 @@
 //! | unlink, rmdir | parent UPDATE, the inode's LOOKUP, UPDATE and OPEN |
 //! | rename | both parents' UPDATE, both inodes' LOOKUP and UPDATE, OPEN of the one renamed over |
 //! | setattr, xattr changes, an open for writing | inode UPDATE |
+//! | a write of data on the MDT, a truncate | inode UPDATE and DOM |
 //! | setstripe | inode UPDATE and LAYOUT |
 //! | migration to another MDT | parent UPDATE, the inode's LOOKUP, UPDATE and OPEN |
 //! | a peer MDT's update | what it changes here (a directory's new parent: its LOOKUP and UPDATE; a link dropped or renamed over: the inode's LOOKUP, UPDATE and OPEN) |
@@ -25,7 +26,7 @@
 
 use crate::mdt::Mdt;
 use nacre_ldlm::msg::{
-    LockRef, BITS_ALL, ENTRY_BITS, LAYOUT, LOOKUP, OPEN, REFS_PER_MESSAGE_MAX, UPDATE,
+    LockRef, BITS_ALL, DOM, ENTRY_BITS, LAYOUT, LOOKUP, OPEN, REFS_PER_MESSAGE_MAX, UPDATE,
 };
 use nacre_net::{Incoming, Outgoing};
 use nacre_types::cred::MAY_WRITE;
@@ -87,10 +88,11 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
                 t.push((c, LOOKUP | UPDATE | OPEN));
             }
         }
-        // A write of data on the MDT changes the size and times the UPDATE lock covers.
+        // A write of data on the MDT changes its bytes, and the size and times the UPDATE
+        // lock covers; so does a truncate.
+        MdsOp::DomWrite { fid, .. } | MdsOp::DomAppend { fid, .. } => t.push((*fid, UPDATE | DOM)),
+        MdsOp::SetAttr { fid, attr } if attr.size.is_some() => t.push((*fid, UPDATE | DOM)),
         MdsOp::SetAttr { fid, .. }
-        | MdsOp::DomWrite { fid, .. }
-        | MdsOp::DomAppend { fid, .. }
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. } => t.push((*fid, UPDATE)),
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
@@ -227,6 +229,38 @@ fn granted_with(
     }
 }
 
+/// True if `fid` is a regular file with a component on the MDT.
+fn has_dom(mdt: &Mdt, fid: Fid) -> bool {
+    mdt.inode(fid)
+        .ok()
+        .and_then(|r| r.layout)
+        .is_some_and(|l| l.dom_end() > 0)
+}
+
+/// An open's entry (`out`, answered under a DOM lock taken before it ran) with the bytes
+/// the MDT stores for the file, where they fit in the reply.
+fn with_dom_data(mdt: &Mdt, fid: Fid, out: Outgoing) -> Outgoing {
+    let Ok(MdsReply::Entry {
+        attr,
+        layout,
+        size_exact,
+    }) = nacre_wire::decode_body::<MdsReply>(&out.body)
+    else {
+        return out;
+    };
+    match mdt.store().dom(fid) {
+        Ok(data) if data.len() <= nacre_wire::mds::DOM_OPEN_BYTES_MAX => {
+            Outgoing::ok(encode_body(&MdsReply::OpenData {
+                attr,
+                layout,
+                size_exact,
+                data,
+            }))
+        }
+        _ => out,
+    }
+}
+
 /// Runs `call` (through `run`) and, if it asked for a lock on the entry its reply names
 /// and one can be granted, grants it: the lock is taken first, then the entry is read
 /// again under it (and its name checked to still lead to it), so a change that starts
@@ -236,13 +270,40 @@ pub(crate) fn with_intent(
     call: &MdsCall,
     run: impl FnOnce() -> Outgoing,
 ) -> (Outgoing, Option<LockRef>) {
-    // A cached open comes only with an open for reading of a regular file.
+    // The bytes of a file on the MDT, under a DOM lock where one can be granted (taken
+    // before the read, so a write after the grant revokes it and none before is missed).
+    if let MdsOp::DomRead { fid, .. } = &call.op {
+        let bits = call.lock_bits & DOM;
+        if bits == 0 {
+            return (run(), None);
+        }
+        let Some((lock, new)) = mdt.grant_lock(&call.client, *fid, bits) else {
+            return (run(), None);
+        };
+        let out = run();
+        if out.status != Status::Ok {
+            if new {
+                mdt.ldlm.release(&call.client, lock.handle);
+            }
+            return (out, None);
+        }
+        return (out, Some(lock));
+    }
+    // A cached open comes only with an open for reading of a regular file; so do the
+    // bytes of its component on the MDT, under a DOM lock.
     if let MdsOp::Open { fid, access } = &call.op {
-        let bits = call.lock_bits & OPEN;
+        let mut bits = call.lock_bits & (OPEN | DOM);
+        if bits & DOM != 0 && !has_dom(mdt, *fid) {
+            bits &= !DOM;
+        }
         if bits == 0 || access & MAY_WRITE != 0 {
             return (run(), None);
         }
-        return granted_with(mdt, call, *fid, bits, run);
+        let (out, lock) = granted_with(mdt, call, *fid, bits, run);
+        return match lock {
+            Some(l) if l.bits & DOM != 0 => (with_dom_data(mdt, *fid, out), Some(l)),
+            other => (out, other),
+        };
     }
     let bits = call.lock_bits & ENTRY_BITS;
     let named = match &call.op {

@@ -179,8 +179,6 @@ pub enum MdsReply {
     QuotaUsage(Vec<u64>),
     /// What a [`crate::mds::MdsOp::QuotaCheck`] found (and repaired).
     QuotaCheck(nacre_types::QuotaCheck),
-    /// Bytes of a file's component on the MDT (answer to [`MdsOp::DomRead`]).
-    DomData(Vec<u8>),
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -206,7 +204,27 @@ pub enum MdsReply {
         /// default to `nosuid,nodev`.
         squashed: bool,
     },
+    /// Bytes of a file's component on the MDT (answer to [`MdsOp::DomRead`]).
+    DomData(Vec<u8>),
+    /// An open's [`MdsReply::Entry`] with the bytes of the file's component on the MDT
+    /// (all the MDT stores: at most [`DOM_OPEN_BYTES_MAX`]), sent only to an open for
+    /// reading that asked for a `DOM` lock and was granted one with it: the client reads
+    /// them from memory while it holds the lock.
+    OpenData {
+        /// Attributes.
+        attr: Attr,
+        /// Layout.
+        layout: Option<Layout>,
+        /// The size in `attr` is exact (as [`MdsReply::Entry`]'s).
+        size_exact: bool,
+        /// Every byte stored on the MDT for the file, from byte 0.
+        data: Vec<u8>,
+    },
 }
+
+/// Most bytes an [`MdsReply::OpenData`] carries (a file storing more on the MDT is answered
+/// a plain entry: its reads ask for the bytes).
+pub const DOM_OPEN_BYTES_MAX: usize = 64 * 1024;
 
 impl MdsReply {
     /// Checks content a well-formed reply may still get wrong, before a client uses it:
@@ -227,6 +245,13 @@ impl MdsReply {
                 layout: Some(l), ..
             }
             | MdsReply::Layout(LayoutInfo::File(l)) => l.check().map_err(|e| e.to_string()),
+            MdsReply::OpenData { layout, data, .. } => {
+                at_most("data with an open", data.len(), DOM_OPEN_BYTES_MAX)?;
+                match layout {
+                    Some(l) => l.check().map_err(|e| e.to_string()),
+                    None => Err("data with an open of a file without a layout".into()),
+                }
+            }
             MdsReply::Relayout { old, new } => {
                 old.check().map_err(|e| e.to_string())?;
                 new.check().map_err(|e| e.to_string())

@@ -803,9 +803,13 @@ proptest! {
         let reply = MdsReply::Relayout { old: layout(&ids), new: layout(&ids) };
         let bytes = encode_body(&reply);
         let back = decode_body::<MdsReply>(&bytes).unwrap();
-        // A layout without objects is refused by the client's check.
+        // A layout without objects is refused by the client's check (its stripe count of
+        // 0 reads back as a component on the MDT, which a whole-file one cannot be).
         prop_assert_eq!(back.check().is_err(), ids.is_empty());
-        prop_assert_eq!(back, reply);
+        if !ids.is_empty() {
+            prop_assert_eq!(&back, &reply);
+        }
+        prop_assert_eq!(encode_body(&back), bytes.clone());
         for n in 0..bytes.len() {
             prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
         }
