@@ -355,3 +355,58 @@ impl Client {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fid(n: u32) -> Fid {
+        Fid::new(0x2_0000_0400, n)
+    }
+
+    /// What opens brought is bounded: the oldest files go first past the bound; a file
+    /// kept again replaces its bytes; a lock's end forgets its file.
+    #[test]
+    fn bytes_opens_brought_stay_within_their_bound() {
+        let o = DomOpened::default();
+        let piece = DOM_OPENED_BYTES_MAX / 4;
+        for n in 0..6 {
+            o.put(fid(n), u64::from(n), vec![n as u8; piece]);
+        }
+        assert!(o.state.lock().bytes <= DOM_OPENED_BYTES_MAX);
+        assert!(o.get(fid(0)).is_none() && o.get(fid(1)).is_none());
+        assert_eq!(o.get(fid(5)).map(|(h, d)| (h, d[0])), Some((5, 5)));
+        o.put(fid(5), 50, vec![9; 10]);
+        assert_eq!(o.get(fid(5)).map(|(h, d)| (h, d.len())), Some((50, 10)));
+        o.forget(fid(5));
+        assert!(o.get(fid(5)).is_none());
+        let s = o.state.lock();
+        assert_eq!(
+            s.bytes,
+            s.files.values().map(|(_, d)| d.len()).sum::<usize>()
+        );
+        assert!(!s.order.contains(&fid(5)));
+        drop(s);
+        // More than the bound in one file is not kept at all.
+        o.put(fid(7), 7, vec![0; DOM_OPENED_BYTES_MAX + 1]);
+        assert!(o.get(fid(7)).is_none());
+    }
+
+    /// A callback's wait ends when the file's last read in flight ends.
+    #[test]
+    fn a_callback_waits_for_the_reads_in_flight() {
+        let r = std::sync::Arc::new(DomReads::default());
+        r.enter(fid(1));
+        r.enter(fid(1));
+        let r2 = r.clone();
+        let t = std::thread::spawn(move || {
+            r2.leave(fid(1));
+            r2.leave(fid(1));
+        });
+        r.wait_idle(fid(1));
+        assert!(!r.inflight.lock().contains_key(&fid(1)));
+        t.join().unwrap();
+        // A file with none in flight does not wait.
+        r.wait_idle(fid(2));
+    }
+}
