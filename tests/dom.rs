@@ -5,11 +5,11 @@
 //! file.
 
 use super::composite::{layout, rebuild_from_osts};
+use super::growth::{counts, fid_at};
 use nacre_testkit::raw::RawConn;
 use nacre_testkit::{lfsck_clean, on_both_forms, pattern, Form, Spec, TestFs};
 use nacre_types::{Cred, Fid, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};
-use serde_json::Value;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
@@ -33,16 +33,6 @@ fn dom_dir(dir: &Path) {
         "2",
         dir.to_str().unwrap(),
     ]);
-}
-
-/// The object count of each component of a file's layout (`getstripe --json`).
-fn counts(l: &Value) -> Vec<usize> {
-    l["components"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["objects"].as_array().map_or(0, Vec::len))
-        .collect()
 }
 
 /// A small file has no object at all (its bytes are on the MDT: getstripe says `mdt`); a
@@ -280,11 +270,6 @@ fn a_mount_keeps_pages_of_data_on_the_mdt_under_its_lock() {
     assert!(got == pattern(2, 12_000), "the reader read stale bytes");
     assert!(dom_reads("domlk") > first);
     drop(b);
-}
-
-fn fid_at(path: &Path) -> Fid {
-    use std::os::unix::fs::MetadataExt;
-    Fid::from_ino(fs::metadata(path).unwrap().ino()).unwrap()
 }
 
 /// A raw client speaks `DomRead`, `DomWrite` and `DomAppend` as an attacker would: a user

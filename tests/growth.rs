@@ -30,7 +30,7 @@ pub(crate) fn pfl_dir(dir: &Path) {
 }
 
 /// The object count of each component of a file's layout (`getstripe --json`).
-fn counts(l: &Value) -> Vec<usize> {
+pub(crate) fn counts(l: &Value) -> Vec<usize> {
     l["components"]
         .as_array()
         .unwrap()
@@ -176,7 +176,7 @@ fn a_mount_reads_what_another_wrote_into_components_it_instantiated() {
     lfsck_clean(&fs.source());
 }
 
-fn fid_at(path: &Path) -> Fid {
+pub(crate) fn fid_at(path: &Path) -> Fid {
     use std::os::unix::fs::MetadataExt;
     Fid::from_ino(fs::metadata(path).unwrap().ino()).unwrap()
 }

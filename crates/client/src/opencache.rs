@@ -162,9 +162,19 @@ impl Client {
         } else {
             0
         };
-        // The bytes of a file on the MDT come with the open, under a DOM lock (the MDT
-        // grants one only for a file that has such bytes: crate::dom).
-        let bits = bits | nacre_ldlm::msg::DOM;
+        // The bytes of a file on the MDT come with the open, under a DOM lock: asked for
+        // where the layout this client saw has them (the MDT grants it only then), so the
+        // opens of other files cost the MDT no look at their layout.
+        let dom = self
+            .layouts
+            .lock()
+            .get(&fid)
+            .is_some_and(|(l, _)| l.dom_end() > 0);
+        let bits = if dom {
+            bits | nacre_ldlm::msg::DOM
+        } else {
+            bits
+        };
         let (attr, layout, _, _) = self.cached_entry(MdsOp::Open { fid, access }, bits, None)?;
         let file = OpenFile::with_slot(self.layout_slot(fid, layout))
             .owned_by(&attr)

@@ -10,7 +10,7 @@
 //! below its end (the client then reads zeros up to the file's size, which its OSTs say).
 
 use crate::mdt::{Mdt, Tx};
-use nacre_types::{Attr, Fid, FileKind, Status};
+use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::{MdsReply, DOM_RPC_BYTES_MAX};
 
 /// The end of `fid`'s component on the MDT, checked to be a regular file that has one.
@@ -67,7 +67,7 @@ pub fn write(tx: &mut Tx<'_>, fid: Fid, offset: u64, data: &[u8]) -> Result<MdsR
     }
     a.mtime = tx.now;
     a.ctime = tx.now;
-    a.blocks = blocks_of(a, stored.len());
+    a.blocks = blocks_of(stored.len());
     let attr = rec.attr.clone();
     tx.put_inode(&rec);
     Ok(MdsReply::Attr(attr))
@@ -109,12 +109,12 @@ pub fn truncate(
         stored.resize(want, 0);
         tx.put_dom(fid, &stored);
     }
-    rec.attr.blocks = blocks_of(&rec.attr, stored.len());
+    rec.attr.blocks = blocks_of(stored.len());
     Ok(())
 }
 
 /// The 512-byte blocks a file's bytes on the MDT take (its blocks on OSTs are counted by
 /// glimpses).
-fn blocks_of(_attr: &Attr, stored: usize) -> u64 {
+fn blocks_of(stored: usize) -> u64 {
     (stored as u64).div_ceil(4096) * 8
 }
