@@ -215,6 +215,57 @@ fn a_mount_reads_what_another_wrote_on_the_mdt() {
     lfsck_clean(&fs.source());
 }
 
+/// A directory migrated to another MDT (`nacre migrate -m 1`) keeps every byte its files
+/// have on the MDT: a file with bytes there keeps its inode on the MDT that holds them (the
+/// moved directory's entry names it there), the directory and its subdirectory move, and
+/// the files stay readable and writable.
+#[test]
+fn a_directory_migrated_to_another_mdt_keeps_the_bytes_of_its_files() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).mdts(2).fsname("dommig"));
+    let dir = fs.path("proj");
+    dom_dir(&dir);
+    fs::create_dir(dir.join("sub")).unwrap();
+    let files = [
+        ("small", pattern(3, 3901)),
+        ("big", pattern(4, 200 << 10)),
+        ("sub/inner", pattern(5, 10_000)),
+    ];
+    for (name, data) in &files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+    assert_eq!(fid_at(&dir).mdt_index(), 0);
+    nacre_testkit::nacre_ok(&["migrate", "-m", "1", dir.to_str().unwrap()]);
+    assert_eq!(fid_at(&dir).mdt_index(), 1, "the directory moved");
+    assert_eq!(
+        fid_at(&dir.join("sub")).mdt_index(),
+        1,
+        "its subdirectory too"
+    );
+    for (name, data) in &files {
+        let back = fs::read(dir.join(name)).unwrap();
+        assert!(
+            &back == data,
+            "{name}: {} bytes read back changed",
+            back.len()
+        );
+        assert_eq!(
+            fid_at(&dir.join(name)).mdt_index(),
+            0,
+            "{name} stays with its bytes"
+        );
+    }
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(dir.join("small"))
+        .unwrap();
+    f.write_all(b"after").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let back = fs::read(dir.join("small")).unwrap();
+    assert!(back.len() == 3906 && back.ends_with(b"after"));
+    lfsck_clean(&fs.source());
+}
+
 /// How many `DomRead`s MDT0000 of file system `fsname` served (its `md_stats`).
 fn dom_reads(fsname: &str) -> u64 {
     let t = nacre_testkit::nacre_ok(&[

@@ -505,7 +505,7 @@ fn near_a_limit_writes_go_synchronous_so_edquot_reaches_write() {
         );
         assert!(scraped.lines().any(|l| l == want), "{want} in /metrics");
         let granted = format!(
-            "nacre_quota_granted{{target=\"quotaw-{ost}\",kind=\"usr\",id=\"1000\",pool=\"\"}} "
+            "nacre_quota_granted{{target=\"quotaw-{ost}\",resource=\"bytes\",kind=\"usr\",id=\"1000\",pool=\"\"}} "
         );
         assert!(
             scraped.lines().any(|l| l.starts_with(&granted)),
@@ -598,4 +598,158 @@ fn pool_limits_hold_on_their_osts_beside_the_overall_limit() {
         .as_array()
         .unwrap()
         .is_empty());
+}
+
+/// Bytes `who` has on each target (`nacre quota -v --json`): (target name, bytes).
+fn bytes_per_target(src: &str, who: &[&str]) -> Vec<(String, u64)> {
+    let mut args = vec!["quota", "-v", "--json"];
+    args.extend_from_slice(who);
+    args.push(src);
+    let v: Value = serde_json::from_str(&nacre_ok(&args)).unwrap();
+    v[0]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["target"].as_str().unwrap().to_string();
+            (name, t["bytes"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// Bytes on the MDT (data on the MDT, `setstripe -E 1M -L mdt`) are block usage like bytes
+/// on OSTs: counted per user, group and project in whole 4 KiB blocks, moved by chown,
+/// exact after a kill -9, given back by removal, checked by `lfsck --quota`, and a block
+/// limit stops them with `EDQUOT` on the MDT itself (the client checks nothing).
+#[test]
+fn bytes_on_the_mdt_count_for_block_quotas_and_stop_at_the_limit() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("quotad"));
+    let src = fs.source();
+    let home = fs.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    nacre_ok(&[
+        "setstripe",
+        "-E",
+        "1M",
+        "-L",
+        "mdt",
+        "-E",
+        "-1",
+        "-c",
+        "1",
+        s(&home),
+    ]);
+    let dd = |who: u32, name: &str, bs: &str| {
+        let of = format!("of={}", s(&home.join(name)));
+        let bs = format!("bs={bs}");
+        as_user(
+            who,
+            &["dd", "if=/dev/urandom", &of, &bs, "count=1", "conv=fsync"],
+        )
+    };
+    // Three files of 10,000 bytes: three blocks each, on the MDT, none on the OST.
+    for name in ["a", "b", "c"] {
+        let (ok, err) = dd(1000, name, "10000");
+        assert!(ok, "{err}");
+    }
+    let per = bytes_per_target(&src, &["-u", "1000"]);
+    assert_eq!(target(&per, "MDT0000"), 3 * 12288, "{per:?}");
+    assert_eq!(target(&per, "OST0000"), 0, "{per:?}");
+    assert_eq!(usage(&src, &["-u", "1000"]).0, 3 * 12288);
+    assert_eq!(usage(&src, &["-g", "1000"]).0, 3 * 12288);
+
+    // A chown moves the file's bytes to its new owner; its group keeps them.
+    std::os::unix::fs::chown(home.join("c"), Some(1001), None).unwrap();
+    assert_eq!(usage(&src, &["-u", "1000"]).0, 2 * 12288);
+    assert_eq!(usage(&src, &["-u", "1001"]).0, 12288);
+    assert_eq!(usage(&src, &["-g", "1000"]).0, 3 * 12288);
+
+    // Exact after a kill -9 of the server (counted in the MDT's transactions).
+    let before: Vec<_> = ["1000", "1001"]
+        .iter()
+        .map(|u| usage(&src, &["-u", u]))
+        .collect();
+    fs.servers_mut()[0].kill9();
+    fs.servers_mut()[0].restart();
+    wait_for("the MDT back", || {
+        nacre(&["quota", "-u", "1000", &src]).status.success()
+    });
+    for (u, want) in ["1000", "1001"].iter().zip(&before) {
+        assert_eq!(&usage(&src, &["-u", u]), want, "uid {u} after kill -9");
+    }
+
+    // A hard limit of 1 MiB: 2 × 12 KiB used, three files of 256 KiB fit, a fourth does not.
+    nacre_ok(&["setquota", "-u", "1000", "-B", "1M", &src]);
+    let mut made = 0;
+    let err = loop {
+        let (ok, err) = dd(1000, &format!("q{made}"), "256K");
+        if !ok {
+            break err;
+        }
+        made += 1;
+        assert!(made <= 3, "past the limit");
+    };
+    assert_eq!(made, 3, "{err}");
+    assert!(err.contains("Disk quota exceeded"), "{err}");
+    let used = usage(&src, &["-u", "1000"]).0;
+    assert!(used <= 1 << 20, "{used} past the hard limit");
+    // A removal gives its bytes back at once (nothing waits for an OST's destroy).
+    std::fs::remove_file(home.join("q0")).unwrap();
+    assert_eq!(usage(&src, &["-u", "1000"]).0, used - (256 << 10));
+    let (ok, err) = dd(1000, "q9", "256K");
+    assert!(ok, "room made by the removal: {err}");
+
+    // lfsck counts the bytes again: nothing differs; a damaged count (the store changed
+    // while the server is down) is found, named, and repaired.
+    let checks = |args: &[&str]| -> Value {
+        let mut all = vec!["lfsck", "--quota", "--json"];
+        all.extend_from_slice(args);
+        all.push(&src);
+        serde_json::from_slice(&nacre(&all).stdout).unwrap()
+    };
+    let dom_entry = |v: &Value| -> Value {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["target"] == "quotad-MDT0000 (data on the MDT)")
+            .unwrap_or_else(|| panic!("no data-on-MDT check in {v}"))
+            .clone()
+    };
+    let clean = dom_entry(&checks(&["--dry-run"]));
+    assert_eq!(clean["differences"], 0, "{clean}");
+    assert!(clean["ids"].as_u64().unwrap() >= 4, "{clean}");
+    let counted = usage(&src, &["-u", "1000"]).0;
+    fs.servers_mut()[0].kill9();
+    {
+        use nacre_kv::KvStore;
+        use nacre_mdstore::records;
+        let kv =
+            nacre_kv::FjallStore::open(&fs.data.join("mdt0").join("db"), &records::TABLES).unwrap();
+        let mut b = nacre_kv::Batch::new();
+        let id = nacre_types::QuotaId {
+            kind: nacre_types::QuotaKind::User,
+            id: 1000,
+        };
+        b.put(
+            records::QUOTA_DOM_BYTES,
+            id.to_key().to_vec(),
+            7u64.to_be_bytes().to_vec(),
+        );
+        let t = kv.commit(b).unwrap();
+        kv.wait_durable(t).unwrap();
+    }
+    fs.servers_mut()[0].restart();
+    wait_for("the MDT back", || {
+        nacre(&["quota", "-u", "1000", &src]).status.success()
+    });
+    assert_eq!(usage(&src, &["-u", "1000"]).0, 7, "the damage shows");
+    let found = dom_entry(&checks(&["--dry-run"]));
+    assert_eq!(found["differences"], 1, "{found}");
+    assert_eq!(found["diffs"][0]["id"], "usr:1000", "{found}");
+    assert_eq!(found["diffs"][0]["counted"], counted, "{found}");
+    assert_eq!(found["diffs"][0]["recorded"], 7, "{found}");
+    let repaired = dom_entry(&checks(&[]));
+    assert_eq!(repaired["repaired"], true, "{repaired}");
+    assert_eq!(usage(&src, &["-u", "1000"]).0, counted);
 }

@@ -18,8 +18,10 @@ pub struct QuotaTargetUsage {
     pub kind: nacre_types::TargetKind,
     /// Index.
     pub index: u32,
-    /// Inodes (MDT) or bytes (OST) of each id asked for, in order.
-    pub usage: Vec<u64>,
+    /// Bytes of each id asked for, in order: an OST's objects, an MDT's data on the MDT.
+    pub bytes: Vec<u64>,
+    /// Inodes of each id asked for, in order (an MDT's; zeros on an OST).
+    pub inodes: Vec<u64>,
 }
 
 impl Client {
@@ -48,8 +50,8 @@ impl Client {
         Ok(out)
     }
 
-    /// What each of `ids` uses on every target (quotas): inodes on the MDTs, bytes on the
-    /// OSTs, MDTs first.
+    /// What each of `ids` uses on every target (quotas): inodes and bytes of data on the MDT
+    /// on the MDTs, bytes on the OSTs, MDTs first.
     pub fn quota_usage(&self, ids: &[nacre_types::QuotaId]) -> Result<Vec<QuotaTargetUsage>> {
         if let Err(e) = self.refresh_config() {
             tracing::debug!("configuration refresh: {e}");
@@ -59,12 +61,17 @@ impl Client {
         for t in &fs.mdts {
             let op = MdsOp::QuotaUsage { ids: ids.to_vec() };
             match self.mdc(t.index)?.call(op)? {
-                MdsReply::QuotaUsage(v) if v.len() == ids.len() => out.push(QuotaTargetUsage {
-                    name: t.name(),
-                    kind: t.kind,
-                    index: t.index,
-                    usage: v,
-                }),
+                MdsReply::QuotaUsage { inodes, dom_bytes }
+                    if inodes.len() == ids.len() && dom_bytes.len() == ids.len() =>
+                {
+                    out.push(QuotaTargetUsage {
+                        name: t.name(),
+                        kind: t.kind,
+                        index: t.index,
+                        bytes: dom_bytes,
+                        inodes,
+                    })
+                }
                 _ => return Err(Status::Proto.into()),
             }
         }
@@ -73,7 +80,8 @@ impl Client {
                 name: t.name(),
                 kind: t.kind,
                 index: t.index,
-                usage: osc::quota_usage(self, t.index, ids)?,
+                bytes: osc::quota_usage(self, t.index, ids)?,
+                inodes: vec![0; ids.len()],
             });
         }
         Ok(out)
@@ -81,7 +89,8 @@ impl Client {
 
     /// Checks every target's quota usage against a recount of what it holds (`nacre lfsck
     /// --quota`; root only), setting it to the count with `repair`: (target name, what it
-    /// found), MDTs first.
+    /// found), MDTs first, each MDT's inodes then its bytes of data on the MDT (named
+    /// `fs-MDT0000 (data on the MDT)`).
     pub fn lfsck_quota(&self, repair: bool) -> Result<Vec<(String, nacre_types::QuotaCheck)>> {
         if let Err(e) = self.refresh_config() {
             tracing::debug!("configuration refresh: {e}");
@@ -90,7 +99,10 @@ impl Client {
         let mut out = Vec::new();
         for t in &fs.mdts {
             match self.mdc(t.index)?.call(MdsOp::QuotaCheck { repair })? {
-                MdsReply::QuotaCheck(c) => out.push((t.name(), c)),
+                MdsReply::QuotaCheck { inodes, dom_bytes } => {
+                    out.push((t.name(), inodes));
+                    out.push((format!("{} (data on the MDT)", t.name()), dom_bytes));
+                }
                 _ => return Err(Status::Proto.into()),
             }
         }

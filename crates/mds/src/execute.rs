@@ -154,6 +154,12 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             return Outgoing::error(s);
         }
     }
+    // Bytes on the MDT within block quotas: their growth reserved until the request is done.
+    let _dom_reserved = match crate::quota::reserve_dom(mdt, &call.op) {
+        Ok(r) => r,
+        Err(s) if saved_reply(mdt, &call.client, xid).is_none() => return Outgoing::error(s),
+        Err(_) => None,
+    };
     match &call.op {
         MdsOp::Migrate {
             fid,

@@ -10,7 +10,7 @@ use nacre_mdstore::store::{Loaded, Store};
 pub use nacre_mdstore::store::{ALLOC_RESERVE, SAVED_REPLIES_PER_CLIENT_MAX};
 use nacre_osd::Label;
 use nacre_types::limits::NAME_BYTES_MAX;
-use nacre_types::{Attr, Fid, Layout, ObjectId, QuotaId, Status};
+use nacre_types::{Attr, Fid, Layout, ObjectId, Owner, QuotaId, Status};
 use nacre_wire::mds::MdsOp;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +34,9 @@ pub struct Mdt {
     pub osts: Arc<OstPool>,
     /// Quota enforcement on this MDT's inodes (nacre_quota).
     pub quota: Arc<nacre_quota::Slave>,
+    /// Quota enforcement on the bytes of data on the MDT stored here (block limits, shared
+    /// with the OSTs).
+    pub dom_quota: Arc<nacre_quota::Slave>,
     /// QoS: requests held to this MDT's share of their class's rate (nacre_qos).
     pub qos: nacre_qos::Scheduler,
     opens: Mutex<HashMap<Fid, u32>>,
@@ -192,10 +195,17 @@ impl Mdt {
         let quota = Arc::new(nacre_quota::Slave::new(
             &label.fsname,
             (nacre_types::TargetKind::Mdt, label.index),
+            nacre_wire::quota::Resource::Inodes,
+        ));
+        let dom_quota = Arc::new(nacre_quota::Slave::new(
+            &label.fsname,
+            (nacre_types::TargetKind::Mdt, label.index),
+            nacre_wire::quota::Resource::Blocks,
         ));
         let mdt = Mdt {
             qos: nacre_qos::Scheduler::new(),
             quota,
+            dom_quota,
             label,
             dir: dir.to_path_buf(),
             store,
@@ -683,6 +693,13 @@ impl Tx<'_> {
         }
         self.tx.count_inodes(attr, delta);
         Ok(())
+    }
+
+    /// Stores `bytes` as file `attr.fid`'s bytes on the MDT in place of `old_len` of them,
+    /// charged to its owner, group and project. Their growth fits the block quotas: the
+    /// request reserved it before it ran (crate::quota::reserve_dom).
+    pub fn put_dom(&mut self, attr: &Attr, old_len: usize, bytes: &[u8]) {
+        self.tx.put_dom(Owner::of(attr), attr.fid, old_len, bytes);
     }
 
     /// Gives this change the next transaction number (stored with it) and, on the

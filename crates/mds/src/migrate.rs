@@ -9,7 +9,8 @@
 //! 1. the MDT holding the directory's entry freezes that entry too ([`RemoteUpdate::Freeze`]:
 //!    no rename or removal of it meanwhile);
 //! 2. the target MDT creates the new directory inode (attributes copied) and *adopts* the
-//!    entries in batches ([`RemoteUpdate::Adopt`]): a file (not open, not hard-linked) gets a
+//!    entries in batches ([`RemoteUpdate::Adopt`]): a file (not open, not hard-linked, no
+//!    bytes on the MDT) gets a
 //!    new inode there with its layout, symlink target and xattrs — its data objects stay
 //!    where they are; other entries keep naming their inode;
 //! 3. link records of inodes on third MDTs and `..` of subdirectories follow;
@@ -278,7 +279,9 @@ fn adopt_new_entries(
         let mut inode = None;
         if e.kind != FileKind::Directory && e.fid.mdt_index() == here {
             let rec = mdt.inode(e.fid)?;
-            if rec.attr.nlink == 1 && !rec.orphan && !mdt.is_open(e.fid) {
+            // A file with bytes on this MDT keeps its inode here (its bytes stay with it).
+            let dom = rec.layout.as_ref().is_some_and(|l| l.dom_end() > 0);
+            if rec.attr.nlink == 1 && !rec.orphan && !mdt.is_open(e.fid) && !dom {
                 inode = Some(MovedInode {
                     attr: rec.attr,
                     layout: rec.layout,

@@ -47,6 +47,7 @@ use nacre_types::{PoolName, Status};
 use nacre_wire::mgs::{
     FsConfig, MgsReply, MgsRequest, PoolInfo, PoolSpill, TargetInfo, TargetKind, POOLS_PER_FS_MAX,
 };
+use nacre_wire::quota::Resource;
 use nacre_wire::{decode_body, encode_body};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -522,17 +523,25 @@ impl Mgs {
         })
     }
 
-    /// How many targets share `target`'s quota keys of `pool` (quotas): with no pool, the
-    /// targets of its kind registered for `fsname` (at least 1); with one, the pool's OSTs,
-    /// or `None` if `target` is not one of them.
-    fn sharing(&self, fsname: &str, target: (TargetKind, u32), pool: PoolName) -> Option<usize> {
+    /// How many slaves share the quota keys of `pool` of `target`'s slave counting
+    /// `resource`: with no pool, those counting it for `fsname` (bytes: every OST and MDT;
+    /// inodes: every MDT; at least 1); with one, the pool's OSTs, or `None` if `target` is
+    /// not one of them (an MDT's bytes are under no pool's limit).
+    fn sharing(
+        &self,
+        fsname: &str,
+        target: (TargetKind, u32),
+        resource: Resource,
+        pool: PoolName,
+    ) -> Option<usize> {
         let config = self.config(fsname);
         if pool.is_none() {
+            // Bytes are counted by every OST and by every MDT (data on the MDT).
             return Some(
                 config
-                    .map_or(1, |c| match target.0 {
-                        TargetKind::Mdt => c.mdts.len(),
-                        _ => c.osts.len(),
+                    .map_or(1, |c| match resource {
+                        Resource::Inodes => c.mdts.len(),
+                        Resource::Blocks => c.osts.len() + c.mdts.len(),
                     })
                     .max(1),
             );
@@ -686,13 +695,14 @@ impl Handler for Mgs {
                 }
             }
             MgsRequest::QuotaAcquire(a) => {
-                let n = self.sharing(&a.fsname, a.target, a.key.pool).unwrap_or(0);
+                let n = self
+                    .sharing(&a.fsname, a.target, a.resource, a.key.pool)
+                    .unwrap_or(0);
                 Ok(MgsReply::QuotaGrant(self.quotas.acquire(&a, n)))
             }
-            MgsRequest::QuotaSync(r) => Ok(MgsReply::QuotaSynced(
-                self.quotas
-                    .sync(&r, |pool| self.sharing(&r.fsname, r.target, pool)),
-            )),
+            MgsRequest::QuotaSync(r) => Ok(MgsReply::QuotaSynced(self.quotas.sync(&r, |pool| {
+                self.sharing(&r.fsname, r.target, r.resource, pool)
+            }))),
             MgsRequest::QosSet { fsname, rule } => self
                 .admin_peer(&req.caller)
                 .and_then(|()| self.qos.set(&fsname, rule).map_err(qos_status))

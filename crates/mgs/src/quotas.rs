@@ -8,7 +8,7 @@ use crate::store::{decode, read_envelope, write_envelope, StoreError};
 use nacre_types::{PoolName, QuotaId, QuotaKind, TargetKind};
 use nacre_wire::quota::{
     decide, is_near, qunit, Acquire, Grant, Limited, QuotaEntry, QuotaKey, QuotaLimits, QuotaView,
-    SyncAnswer, SyncReport, GRACE_DEFAULT_S, LIMITS_PER_FS_MAX,
+    Resource, SyncAnswer, SyncReport, GRACE_DEFAULT_S, LIMITS_PER_FS_MAX,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -50,8 +50,8 @@ struct Held {
     granted: u64,
 }
 
-/// A target: its kind and index.
-type Target = (TargetKind, u32);
+/// A quota slave: its target (kind and index) and what it counts there (an MDT has two).
+type Target = ((TargetKind, u32), Resource);
 /// What each target holds of one key of one file system.
 type HeldBy = HashMap<(String, QuotaKey), HashMap<Target, Held>>;
 
@@ -92,10 +92,10 @@ fn now_s() -> u64 {
 }
 
 impl FsQuotas {
-    fn grace(&self, kind: TargetKind) -> u64 {
-        let g = match kind {
-            TargetKind::Mdt => self.inode_grace_s,
-            _ => self.block_grace_s,
+    fn grace(&self, resource: Resource) -> u64 {
+        let g = match resource {
+            Resource::Inodes => self.inode_grace_s,
+            Resource::Blocks => self.block_grace_s,
         };
         if g == 0 {
             GRACE_DEFAULT_S
@@ -199,10 +199,10 @@ impl QuotaMaster {
         let entries = keys
             .map(|key| {
                 let l = fs.limits.get(&key).copied().unwrap_or_default();
-                let granted = |kind: TargetKind| -> u64 {
+                let granted = |resource: Resource| -> u64 {
                     held.get(&(fsname.to_string(), key)).map_or(0, |m| {
                         m.iter()
-                            .filter(|(t, _)| t.0 == kind)
+                            .filter(|(t, _)| t.1 == resource)
                             .map(|(_, h)| h.granted)
                             .sum()
                     })
@@ -212,44 +212,56 @@ impl QuotaMaster {
                     limits: l.limits,
                     block_soft_since: l.block_soft_since,
                     inode_soft_since: l.inode_soft_since,
-                    block_granted: granted(TargetKind::Ost),
-                    inode_granted: granted(TargetKind::Mdt),
+                    block_granted: granted(Resource::Blocks),
+                    inode_granted: granted(Resource::Inodes),
                 }
             })
             .collect();
         drop(held);
         let told = self.told.lock().expect("told");
+        // A target is synced once each of its slaves is (an MDT has two).
         let unsynced = targets
             .iter()
-            .filter(|t| told.get(&(fsname.to_string(), **t)).copied().unwrap_or(0) < fs.version)
+            .filter(|t| {
+                let slaves = match t.0 {
+                    TargetKind::Mdt => &[Resource::Inodes, Resource::Blocks][..],
+                    _ => &[Resource::Blocks][..],
+                };
+                slaves.iter().any(|r| {
+                    told.get(&(fsname.to_string(), (**t, *r)))
+                        .copied()
+                        .unwrap_or(0)
+                        < fs.version
+                })
+            })
             .count() as u32;
         QuotaView {
-            block_grace_s: fs.grace(TargetKind::Ost),
-            inode_grace_s: fs.grace(TargetKind::Mdt),
+            block_grace_s: fs.grace(Resource::Blocks),
+            inode_grace_s: fs.grace(Resource::Inodes),
             entries,
             unsynced,
         }
     }
 
-    /// The effective limit of `id` for targets of `kind` with `total` used: the hard limit,
+    /// The effective limit of `id` for slaves counting `resource` with `total` used: the hard limit,
     /// or the soft one once it has been passed for longer than the grace time (the time
     /// it was passed is recorded, durably, and cleared when usage falls back under it).
     /// Also says whether the id is past its soft limit (then grants carry no unit beyond
     /// what is asked: every change past the soft limit asks the master, so the end of
     /// the grace time stops the next one).
-    fn effective(&self, fsname: &str, id: QuotaKey, kind: TargetKind, total: u64) -> (u64, bool) {
+    fn effective(&self, fsname: &str, id: QuotaKey, resource: Resource, total: u64) -> (u64, bool) {
         let mut saved = self.saved.lock().expect("quotas");
         let Some(fs) = saved.get_mut(fsname) else {
             return (0, false);
         };
-        let grace = fs.grace(kind);
+        let grace = fs.grace(resource);
         let Some(l) = fs.limits.get_mut(&id) else {
             return (0, false);
         };
-        let (soft, hard) = l.limits.of(kind);
-        let since = match kind {
-            TargetKind::Mdt => &mut l.inode_soft_since,
-            _ => &mut l.block_soft_since,
+        let (soft, hard) = l.limits.of(resource);
+        let since = match resource {
+            Resource::Inodes => &mut l.inode_soft_since,
+            Resource::Blocks => &mut l.block_soft_since,
         };
         let before = *since;
         if soft > 0 && total > soft {
@@ -278,14 +290,15 @@ impl QuotaMaster {
     pub fn acquire(&self, a: &Acquire, targets: usize) -> Grant {
         // Only limited keys are tracked (what a peer names cannot grow the master's memory).
         if targets == 0 || !self.is_limited(&a.fsname, a.key) {
-            return decide(0, 0, a.usage, a.want, targets, a.target.0);
+            return decide(0, 0, a.usage, a.want, targets, a.resource);
         }
         let key = (a.fsname.clone(), a.key);
+        let me: Target = (a.target, a.resource);
         let (others, total) = {
             let mut held = self.held.lock().expect("held");
             let m = held.entry(key.clone()).or_default();
             m.insert(
-                a.target,
+                me,
                 Held {
                     usage: a.usage,
                     granted: a.granted,
@@ -293,20 +306,20 @@ impl QuotaMaster {
             );
             let others: u64 = m
                 .iter()
-                .filter(|(t, _)| t.0 == a.target.0 && **t != a.target)
+                .filter(|(t, _)| t.1 == a.resource && **t != me)
                 .map(|(_, h)| h.granted.max(h.usage))
                 .sum();
             let total: u64 = m
                 .iter()
-                .filter(|(t, _)| t.0 == a.target.0)
+                .filter(|(t, _)| t.1 == a.resource)
                 .map(|(_, h)| h.usage)
                 .sum();
             (others, total)
         };
         let (limit, over_soft) =
-            self.effective(&a.fsname, a.key, a.target.0, total.saturating_add(a.want));
-        let mut g = decide(limit, others, a.usage, a.want, targets, a.target.0);
-        g.near = is_near(a.target.0, limit, total.saturating_add(a.want), over_soft);
+            self.effective(&a.fsname, a.key, a.resource, total.saturating_add(a.want));
+        let mut g = decide(limit, others, a.usage, a.want, targets, a.resource);
+        g.near = is_near(a.resource, limit, total.saturating_add(a.want), over_soft);
         if over_soft && g.ok {
             g.granted = g.granted.min(a.usage.saturating_add(a.want));
         }
@@ -316,13 +329,13 @@ impl QuotaMaster {
                 // Others may hold grant they do not use: it comes back at their next report.
                 let others_used: u64 = m
                     .iter()
-                    .filter(|(t, _)| t.0 == a.target.0 && **t != a.target)
+                    .filter(|(t, _)| t.1 == a.resource && **t != me)
                     .map(|(_, h)| h.usage)
                     .sum();
                 g.retry = others_used < others
                     && a.usage.saturating_add(a.want) <= limit.saturating_sub(others_used);
             }
-            if let Some(h) = m.get_mut(&a.target) {
+            if let Some(h) = m.get_mut(&me) {
                 h.granted = g.granted.max(h.usage);
             }
         }
@@ -335,6 +348,7 @@ impl QuotaMaster {
     /// the reporting target's keys of `pool` (none: the file system's targets of its kind),
     /// `None` if it is not one of the pool's.
     pub fn sync(&self, r: &SyncReport, sharing: impl Fn(PoolName) -> Option<usize>) -> SyncAnswer {
+        let me: Target = (r.target, r.resource);
         let (version, limited): (u64, Vec<(QuotaKey, usize)>) = {
             let saved = self.saved.lock().expect("quotas");
             match saved.get(&r.fsname) {
@@ -343,7 +357,7 @@ impl QuotaMaster {
                     fs.limits
                         .iter()
                         .filter(|(_, l)| {
-                            let (soft, hard) = l.limits.of(r.target.0);
+                            let (soft, hard) = l.limits.of(r.resource);
                             soft > 0 || hard > 0
                         })
                         .filter_map(|(q, _)| Some((*q, sharing(q.pool)?)))
@@ -362,7 +376,7 @@ impl QuotaMaster {
                     continue;
                 }
                 held.entry((r.fsname.clone(), *id)).or_default().insert(
-                    r.target,
+                    me,
                     Held {
                         usage: *usage,
                         granted: *granted,
@@ -373,13 +387,10 @@ impl QuotaMaster {
                 .iter()
                 .map(|(id, targets)| {
                     let m = held.get(&(r.fsname.clone(), *id));
-                    let mine = m
-                        .and_then(|m| m.get(&r.target))
-                        .copied()
-                        .unwrap_or_default();
+                    let mine = m.and_then(|m| m.get(&me)).copied().unwrap_or_default();
                     let total: u64 = m.map_or(0, |m| {
                         m.iter()
-                            .filter(|(t, _)| t.0 == r.target.0)
+                            .filter(|(t, _)| t.1 == r.resource)
                             .map(|(_, h)| h.usage)
                             .sum()
                     });
@@ -392,7 +403,7 @@ impl QuotaMaster {
         let limited: Vec<Limited> = totals
             .into_iter()
             .map(|(id, targets, mine, total)| {
-                let (limit, over_soft) = self.effective(&r.fsname, id, r.target.0, total);
+                let (limit, over_soft) = self.effective(&r.fsname, id, r.resource, total);
                 let room = if over_soft {
                     0
                 } else if limit == 0 {
@@ -402,12 +413,12 @@ impl QuotaMaster {
                 };
                 let keep = mine
                     .usage
-                    .saturating_add(qunit(r.target.0, room, targets).min(room))
+                    .saturating_add(qunit(r.resource, room, targets).min(room))
                     .min(mine.granted.max(mine.usage));
                 Limited {
                     key: id,
                     keep,
-                    near: is_near(r.target.0, limit, total, over_soft),
+                    near: is_near(r.resource, limit, total, over_soft),
                 }
             })
             .collect();
@@ -416,14 +427,14 @@ impl QuotaMaster {
             self.told
                 .lock()
                 .expect("told")
-                .insert((r.fsname.clone(), r.target), version);
+                .insert((r.fsname.clone(), me), version);
         }
         // The target keeps no more than told: counted so at once.
         let mut held = self.held.lock().expect("held");
         for l in &limited {
             if let Some(h) = held
                 .get_mut(&(r.fsname.clone(), l.key))
-                .and_then(|m| m.get_mut(&r.target))
+                .and_then(|m| m.get_mut(&me))
             {
                 h.granted = h.granted.min(l.keep).max(h.usage);
             }
@@ -529,6 +540,7 @@ mod tests {
                 &Acquire {
                     fsname: "fs".into(),
                     target: (TargetKind::Ost, ost),
+                    resource: Resource::Blocks,
                     key,
                     usage,
                     granted,
@@ -547,6 +559,7 @@ mod tests {
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 ids: vec![(key, 4 * mib, a.granted)],
             },
             |_| Some(2),
@@ -563,6 +576,7 @@ mod tests {
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 ids: vec![(key, mib, a.granted)],
             },
             |_| Some(2),
@@ -574,6 +588,7 @@ mod tests {
             &SyncReport {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 ids: vec![],
             },
             |_| Some(2),
@@ -586,6 +601,54 @@ mod tests {
 mod grace_tests {
     use super::*;
     use nacre_types::QuotaKind;
+
+    /// An MDT's bytes (data on the MDT) share an id's block limit with the OSTs; its inode
+    /// slave, under the same target, is counted apart.
+    #[test]
+    fn an_mdt_s_bytes_share_the_block_limit_with_the_osts() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = QuotaId {
+            kind: QuotaKind::User,
+            id: 1000,
+        };
+        let key = QuotaKey::global(id);
+        let mib = 1u64 << 20;
+        let m = QuotaMaster::open(dir.path().join("q")).unwrap();
+        let limits = QuotaLimits {
+            block_hard: 8 * mib,
+            inode_hard: 10,
+            ..Default::default()
+        };
+        m.set("fs", key, limits).unwrap();
+        let ask = |target: (TargetKind, u32), resource, usage, want| {
+            m.acquire(
+                &Acquire {
+                    fsname: "fs".into(),
+                    target,
+                    resource,
+                    key,
+                    usage,
+                    granted: 0,
+                    want,
+                },
+                2,
+            )
+        };
+        // 4 MiB and a unit (a quarter of the room): the OST holds 6 MiB of the 8.
+        let g = ask((TargetKind::Ost, 0), Resource::Blocks, 0, 4 * mib);
+        assert!(g.ok && g.granted == 6 * mib, "{g:?}");
+        let g = ask((TargetKind::Mdt, 0), Resource::Blocks, 0, 3 * mib);
+        assert!(!g.ok, "{g:?}");
+        assert!(g.granted <= 2 * mib, "{g:?}");
+        assert!(ask((TargetKind::Mdt, 0), Resource::Blocks, 0, mib).ok);
+        // Its inodes are another slave's, limited by inodes alone.
+        assert!(ask((TargetKind::Mdt, 0), Resource::Inodes, 0, 10).ok);
+        assert!(!ask((TargetKind::Mdt, 0), Resource::Inodes, 10, 1).ok);
+        let v = m.view("fs", &[id], &[(TargetKind::Mdt, 0), (TargetKind::Ost, 0)]);
+        assert!(v.entries[0].block_granted <= 8 * mib, "{v:?}");
+        assert!(v.entries[0].block_granted >= 7 * mib, "{v:?}");
+        assert_eq!(v.entries[0].inode_granted, 10, "{v:?}");
+    }
 
     #[test]
     fn past_its_grace_a_soft_limit_takes_back_the_grant() {
@@ -608,6 +671,7 @@ mod grace_tests {
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 key,
                 usage: 0,
                 granted: 0,
@@ -619,6 +683,7 @@ mod grace_tests {
         let report = |usage| SyncReport {
             fsname: "fs".into(),
             target: (TargetKind::Ost, 0),
+            resource: Resource::Blocks,
             ids: vec![(key, usage, g.granted)],
         };
         // Past the soft limit: its grace starts, and the target keeps only what it uses
@@ -636,6 +701,7 @@ mod grace_tests {
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 key,
                 usage: 3 * mib,
                 granted: 3 * mib,
@@ -651,6 +717,7 @@ mod grace_tests {
             &Acquire {
                 fsname: "fs".into(),
                 target: (TargetKind::Ost, 0),
+                resource: Resource::Blocks,
                 key,
                 usage: 4 * mib,
                 granted: 4 * mib,
@@ -692,6 +759,7 @@ mod pool_tests {
         let report = |ost: u32| SyncReport {
             fsname: "fs".into(),
             target: (TargetKind::Ost, ost),
+            resource: Resource::Blocks,
             ids: vec![],
         };
         let a = m.sync(&report(0), sharing(0));
@@ -708,6 +776,7 @@ mod pool_tests {
                 &Acquire {
                     fsname: "fs".into(),
                     target: (TargetKind::Ost, ost),
+                    resource: Resource::Blocks,
                     key,
                     usage: 0,
                     granted: 0,

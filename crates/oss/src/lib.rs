@@ -110,6 +110,7 @@ impl OstTarget {
             quota: nacre_quota::Slave::new(
                 &label.fsname,
                 (nacre_types::TargetKind::Ost, label.index),
+                nacre_wire::quota::Resource::Blocks,
             ),
             fences: fence::Fences::load(dir)?,
             store: ObjectStore::open(dir)?,

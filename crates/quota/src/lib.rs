@@ -1,6 +1,7 @@
 //! A target's quota slave (docs/quota.md): the ids whose limits cover this target's resource
-//! (an OST's bytes, an MDT's inodes), over the whole file system or over a pool this OST is
-//! one of, the grant the master gave it for each, and the changes under way.
+//! (an OST's bytes, an MDT's inodes or its bytes of data on the MDT), over the whole file
+//! system or over a pool this OST is one of, the grant the master gave it for each, and the
+//! changes under way.
 //!
 //! A change that would take an id's usage here past its grant asks the master for more first
 //! (`Slave::reserve`, blocking, for OSTs); if the master has none to give, the change fails
@@ -14,7 +15,7 @@
 //! `Link` to the master.
 
 use nacre_types::{PoolName, QuotaId, Status, TargetKind};
-use nacre_wire::quota::{Acquire, Grant, QuotaKey, SyncAnswer, SyncReport};
+use nacre_wire::quota::{Acquire, Grant, QuotaKey, Resource, SyncAnswer, SyncReport};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -70,6 +71,7 @@ impl State {
 pub struct Slave {
     fsname: String,
     target: (TargetKind, u32),
+    resource: Resource,
     state: Mutex<State>,
     link: OnceLock<Arc<dyn Link>>,
 }
@@ -79,11 +81,12 @@ pub struct Slave {
 pub struct Reservation(Vec<(QuotaKey, u64)>);
 
 impl Slave {
-    /// The slave of `target` of `fsname`.
-    pub fn new(fsname: &str, target: (TargetKind, u32)) -> Slave {
+    /// The slave of `target` of `fsname` counting `resource` there.
+    pub fn new(fsname: &str, target: (TargetKind, u32), resource: Resource) -> Slave {
         Slave {
             fsname: fsname.to_string(),
             target,
+            resource,
             state: Mutex::new(State::default()),
             link: OnceLock::new(),
         }
@@ -152,12 +155,15 @@ impl Slave {
         amount: u64,
         usage: impl Fn(QuotaId) -> u64,
     ) -> Option<Reservation> {
+        // Usage is read without the state's lock (see `reserve_one`).
+        let used: Vec<u64> = ids.iter().map(|q| usage(*q)).collect();
+        let used_of = |q: QuotaId| ids.iter().position(|i| *i == q).map_or(0, |k| used[k]);
         let mut st = self.state.lock();
         let keys = st.keys(ids);
         let fits = keys.iter().all(|k| {
             let g = st.grants.get(k).copied().unwrap_or(u64::MAX);
             let r = st.reserved.get(k).copied().unwrap_or(0);
-            usage(k.id).saturating_add(r).saturating_add(amount) <= g
+            used_of(k.id).saturating_add(r).saturating_add(amount) <= g
         });
         if !fits {
             return None;
@@ -252,13 +258,17 @@ impl Slave {
     ) -> Result<bool, Status> {
         let mut retries = 0;
         loop {
+            // Usage is read before the state's lock is taken: the target's own lock (an
+            // MDT's write lock) may be needed to read it, and is held by changes that
+            // then take the state's lock (Slave::check_now).
+            let now = usage(id.id);
             let (used, granted) = {
                 let mut st = self.state.lock();
                 let Some(&granted) = st.grants.get(&id) else {
                     return Ok(false);
                 };
                 let r = st.reserved.get(&id).copied().unwrap_or(0);
-                let used = usage(id.id).saturating_add(r);
+                let used = now.saturating_add(r);
                 if used.saturating_add(amount) <= granted {
                     *st.reserved.entry(id).or_insert(0) += amount;
                     return Ok(true);
@@ -274,6 +284,7 @@ impl Slave {
             let g = link.acquire(&Acquire {
                 fsname: self.fsname.clone(),
                 target: self.target,
+                resource: self.resource,
                 key: id,
                 usage: used,
                 granted,
@@ -305,17 +316,21 @@ impl Slave {
 
     /// What to tell the master: each limited key's usage (with changes under way) and grant.
     pub fn report(&self, usage: impl Fn(QuotaId) -> u64) -> SyncReport {
-        let st = self.state.lock();
+        // Usage is read without the state's lock (see `reserve_one`).
+        let held: Vec<(QuotaKey, u64, u64)> = {
+            let st = self.state.lock();
+            st.grants
+                .iter()
+                .map(|(id, g)| (*id, st.reserved.get(id).copied().unwrap_or(0), *g))
+                .collect()
+        };
         SyncReport {
             fsname: self.fsname.clone(),
             target: self.target,
-            ids: st
-                .grants
-                .iter()
-                .map(|(id, g)| {
-                    let r = st.reserved.get(id).copied().unwrap_or(0);
-                    (*id, usage(id.id).saturating_add(r), *g)
-                })
+            resource: self.resource,
+            ids: held
+                .into_iter()
+                .map(|(id, r, g)| (id, usage(id.id).saturating_add(r), g))
                 .collect(),
         }
     }
@@ -365,14 +380,14 @@ mod tests {
     impl Link for Master {
         fn acquire(&self, a: &Acquire) -> Result<Grant, Status> {
             Ok(nacre_wire::quota::decide(
-                self.0, 0, a.usage, a.want, 1, a.target.0,
+                self.0, 0, a.usage, a.want, 1, a.resource,
             ))
         }
     }
 
     #[test]
     fn changes_pass_within_the_limit_and_fail_past_it() {
-        let s = Slave::new("fs", (TargetKind::Ost, 0));
+        let s = Slave::new("fs", (TargetKind::Ost, 0), Resource::Blocks);
         let id = QuotaId {
             kind: QuotaKind::User,
             id: 5,
@@ -414,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_change_under_a_lock_is_resent_once_grant_came_and_refused_past_the_limit() {
-        let s = Arc::new(Slave::new("fs", (TargetKind::Mdt, 0)));
+        let s = Arc::new(Slave::new("fs", (TargetKind::Mdt, 0), Resource::Inodes));
         let id = QuotaId {
             kind: QuotaKind::Project,
             id: 9,
@@ -450,7 +465,7 @@ mod tests {
 
     #[test]
     fn pool_keys_are_reserved_beside_the_global_one_and_near_ids_are_named() {
-        let s = Slave::new("fs", (TargetKind::Ost, 0));
+        let s = Slave::new("fs", (TargetKind::Ost, 0), Resource::Blocks);
         let user = QuotaId {
             kind: QuotaKind::User,
             id: 7,

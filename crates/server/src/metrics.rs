@@ -102,6 +102,11 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
     let bytes: Vec<TargetUsage> = osts
         .iter()
         .map(|o| (o.label.name(), o.store.usage().all()))
+        .chain(
+            mdts.iter()
+                .map(|m| (m.label.name(), m.store().dom_byte_counts()))
+                .filter(|(_, ids)| !ids.is_empty()),
+        )
         .collect();
     let inodes: Vec<TargetUsage> = mdts
         .iter()
@@ -110,7 +115,7 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
     let families = [
         (
             "bytes",
-            "Bytes each user, group and project has on the OST.",
+            "Bytes each user, group and project has on the target (an OST's objects, an MDT's data on the MDT).",
             bytes,
         ),
         (
@@ -141,17 +146,22 @@ fn quota_families(out: &mut String, osts: &[Arc<OstTarget>], mdts: &[Arc<Mdt>]) 
     let name = "nacre_quota_granted";
     let _ = writeln!(
         out,
-        "# TYPE {name} gauge\n# HELP {name} Grant the quota master gave the target for a limited id (bytes on an OST, inodes on an MDT; pool empty: the whole file system)."
+        "# TYPE {name} gauge\n# HELP {name} Grant the quota master gave the target for a limited id (resource: bytes on an OST or of data on an MDT, inodes on an MDT; pool empty: the whole file system)."
     );
     let grants = osts
         .iter()
-        .map(|o| (o.label.name(), o.quota.grants()))
-        .chain(mdts.iter().map(|m| (m.label.name(), m.quota.grants())));
-    for (target, keys) in grants {
+        .map(|o| (o.label.name(), "bytes", o.quota.grants()))
+        .chain(mdts.iter().flat_map(|m| {
+            [
+                (m.label.name(), "inodes", m.quota.grants()),
+                (m.label.name(), "bytes", m.dom_quota.grants()),
+            ]
+        }));
+    for (target, resource, keys) in grants {
         for (k, g) in keys {
             let _ = writeln!(
                 out,
-                "{name}{{target=\"{}\",kind=\"{}\",id=\"{}\",pool=\"{}\"}} {g}",
+                "{name}{{target=\"{}\",resource=\"{resource}\",kind=\"{}\",id=\"{}\",pool=\"{}\"}} {g}",
                 escape(&target),
                 k.id.kind.name(),
                 k.id.id,

@@ -186,6 +186,8 @@ pub(crate) fn sync_quotas(
     for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
         let report = mdt.quota.report(|q| mdt.inodes_of(&[q])[0]);
         send(&mdt.quota, report);
+        let report = mdt.dom_quota.report(|q| mdt.store().dom_bytes_of(&[q])[0]);
+        send(&mdt.dom_quota, report);
     }
 }
 

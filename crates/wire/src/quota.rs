@@ -1,7 +1,8 @@
 //! Quota messages between targets' slaves, the quota master (on the MGS) and the tools
 //! (docs/quota.md), and the master's arithmetic.
 //!
-//! Limits are global (every OST's bytes, every MDT's inodes). A target enforces them
+//! Limits are global (every OST's bytes and every MDT's bytes of data on the MDT, every
+//! MDT's inodes). A target enforces them
 //! locally within the grant the master gave it for each limited id: it may let the id's
 //! usage there grow up to its grant, and asks for more ([`Acquire`]) before going past it.
 //! The master never grants more in total than the limit, so the sum of usages never passes
@@ -24,6 +25,28 @@ pub const LIMITS_PER_FS_MAX: usize = 100_000;
 /// write its data synchronously (no write-behind), so `EDQUOT` reaches the writer's
 /// `write(2)` (docs/quota.md): one client's write-behind on one OST.
 pub const QUOTA_SYNC_WRITE_BYTES: u64 = 64 << 20;
+
+/// What a quota slave counts on its target: bytes (an OST's objects, or the bytes of data on
+/// the MDT an MDT stores) or inodes (an MDT's). An MDT runs one slave of each; the master
+/// shares a block limit among every slave counting bytes, an inode limit among the MDTs'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Resource {
+    /// Bytes: an OST's objects, an MDT's data on the MDT.
+    Blocks,
+    /// Inodes: an MDT's.
+    Inodes,
+}
+
+impl Resource {
+    /// What a target of `kind` counts first: an MDT its inodes, an OST its bytes (an MDT's
+    /// bytes of data on the MDT are its second slave's).
+    pub fn of(kind: TargetKind) -> Resource {
+        match kind {
+            TargetKind::Mdt => Resource::Inodes,
+            _ => Resource::Blocks,
+        }
+    }
+}
 
 /// What a limit covers: an id over the whole file system (`pool` none), or over the OSTs
 /// of one pool (Lustre's pool quotas; blocks only).
@@ -74,12 +97,11 @@ impl QuotaLimits {
         *self == QuotaLimits::default()
     }
 
-    /// Soft and hard limit of the resource a target of `kind` holds (OST: bytes, MDT:
-    /// inodes).
-    pub fn of(&self, kind: TargetKind) -> (u64, u64) {
-        match kind {
-            TargetKind::Mdt => (self.inode_soft, self.inode_hard),
-            _ => (self.block_soft, self.block_hard),
+    /// Soft and hard limit of `resource`.
+    pub fn of(&self, resource: Resource) -> (u64, u64) {
+        match resource {
+            Resource::Inodes => (self.inode_soft, self.inode_hard),
+            Resource::Blocks => (self.block_soft, self.block_hard),
         }
     }
 }
@@ -91,6 +113,8 @@ pub struct Acquire {
     pub fsname: String,
     /// The target asking.
     pub target: (TargetKind, u32),
+    /// What its slave counts (an MDT has two).
+    pub resource: Resource,
     /// The id (and pool).
     pub key: QuotaKey,
     /// What the id uses on that target now (with changes under way).
@@ -122,6 +146,8 @@ pub struct SyncReport {
     pub fsname: String,
     /// The target.
     pub target: (TargetKind, u32),
+    /// What its slave counts (an MDT has two).
+    pub resource: Resource,
     /// (key, usage, granted).
     pub ids: Vec<(QuotaKey, u64, u64)>,
 }
@@ -159,7 +185,7 @@ pub struct QuotaEntry {
     pub block_soft_since: u64,
     /// When the inode soft limit was passed.
     pub inode_soft_since: u64,
-    /// Bytes granted to the OSTs in total.
+    /// Bytes granted in total (to the OSTs, and to the MDTs for data on the MDT).
     pub block_granted: u64,
     /// Inodes granted to the MDTs in total.
     pub inode_granted: u64,
@@ -181,21 +207,21 @@ pub struct QuotaView {
 }
 
 /// The grant unit for an id `room` away from its limit, shared by `targets` targets: half of
-/// each target's share of the room (at least 1, at most the kind's largest unit), so no
+/// each target's share of the room (at least 1, at most the resource's largest unit), so no
 /// target holds much of what another may need near the limit.
-pub fn qunit(kind: TargetKind, room: u64, targets: usize) -> u64 {
-    let max = match kind {
-        TargetKind::Mdt => INODE_QUNIT_MAX,
-        _ => BLOCK_QUNIT_MAX_BYTES,
+pub fn qunit(resource: Resource, room: u64, targets: usize) -> u64 {
+    let max = match resource {
+        Resource::Inodes => INODE_QUNIT_MAX,
+        Resource::Blocks => BLOCK_QUNIT_MAX_BYTES,
     };
     (room / (2 * targets.max(1) as u64)).clamp(1, max)
 }
 
-/// True if an id `total` of a target kind uses is near its effective `limit` (0: none):
+/// True if an id using `total` of `resource` is near its effective `limit` (0: none):
 /// past a soft limit (`over_soft`) or, for blocks, within [`QUOTA_SYNC_WRITE_BYTES`] of
 /// the limit. OSTs then tell clients to write its data synchronously.
-pub fn is_near(kind: TargetKind, limit: u64, total: u64, over_soft: bool) -> bool {
-    kind == TargetKind::Ost
+pub fn is_near(resource: Resource, limit: u64, total: u64, over_soft: bool) -> bool {
+    resource == Resource::Blocks
         && (over_soft || (limit != 0 && limit.saturating_sub(total) < QUOTA_SYNC_WRITE_BYTES))
 }
 
@@ -208,12 +234,12 @@ pub fn decide(
     usage: u64,
     want: u64,
     targets: usize,
-    kind: TargetKind,
+    resource: Resource,
 ) -> Grant {
     let need = usage.saturating_add(want);
     if limit == 0 {
         return Grant {
-            granted: need.saturating_add(qunit(kind, u64::MAX / 4, targets)),
+            granted: need.saturating_add(qunit(resource, u64::MAX / 4, targets)),
             ok: true,
             retry: false,
             near: false,
@@ -230,7 +256,9 @@ pub fn decide(
     }
     let room = limit.saturating_sub(others.saturating_add(usage));
     Grant {
-        granted: need.saturating_add(qunit(kind, room, targets)).min(avail),
+        granted: need
+            .saturating_add(qunit(resource, room, targets))
+            .min(avail),
         ok: true,
         retry: false,
         near: false,
@@ -248,7 +276,7 @@ mod tests {
     fn grants_never_pass_the_limit_and_shrink_near_it() {
         let mib = 1u64 << 20;
         // Far from the limit: the largest unit.
-        let g = decide(1000 * mib, 0, 0, mib, 2, TargetKind::Ost);
+        let g = decide(1000 * mib, 0, 0, mib, 2, Resource::Blocks);
         assert_eq!(
             g,
             Grant {
@@ -259,11 +287,11 @@ mod tests {
             }
         );
         // Near it: the unit shrinks to its minimum, and never past what is left.
-        let g = decide(100 * mib, 90 * mib, 5 * mib, mib, 2, TargetKind::Ost);
+        let g = decide(100 * mib, 90 * mib, 5 * mib, mib, 2, Resource::Blocks);
         assert!(g.ok);
         // Need 6 MiB; a quarter of the 5 MiB left (half of each of 2 targets' share) more.
         assert_eq!(g.granted, 6 * mib + 5 * mib / 4);
-        let g = decide(100 * mib, 90 * mib, 9 * mib, mib, 2, TargetKind::Ost);
+        let g = decide(100 * mib, 90 * mib, 9 * mib, mib, 2, Resource::Blocks);
         assert_eq!(
             g,
             Grant {
@@ -274,7 +302,7 @@ mod tests {
             }
         );
         // Past it: refused; the target keeps what it uses.
-        let g = decide(100 * mib, 90 * mib, 9 * mib, 2 * mib, 2, TargetKind::Ost);
+        let g = decide(100 * mib, 90 * mib, 9 * mib, 2 * mib, 2, Resource::Blocks);
         assert_eq!(
             g,
             Grant {
@@ -285,7 +313,7 @@ mod tests {
             }
         );
         // No limit: always.
-        assert!(decide(0, u64::MAX, 5, 5, 1, TargetKind::Mdt).ok);
+        assert!(decide(0, u64::MAX, 5, 5, 1, Resource::Inodes).ok);
     }
 
     proptest! {
@@ -294,8 +322,8 @@ mod tests {
             limit in 1u64..1 << 40, others in 0u64..1 << 40, usage in 0u64..1 << 40,
             want in 0u64..1 << 30, targets in 1usize..64, mdt in any::<bool>(),
         ) {
-            let kind = if mdt { TargetKind::Mdt } else { TargetKind::Ost };
-            let g = decide(limit, others, usage, want, targets, kind);
+            let resource = if mdt { Resource::Inodes } else { Resource::Blocks };
+            let g = decide(limit, others, usage, want, targets, resource);
             if g.ok {
                 prop_assert!(g.granted.saturating_add(others) <= limit);
                 prop_assert!(g.granted >= usage + want);
@@ -314,11 +342,11 @@ mod tests {
                 crate::mgs::MgsRequest::QuotaGrace { fsname: "fs".into(), block_s: n, inode_s: 9 },
                 crate::mgs::MgsRequest::QuotaGet { fsname: "fs".into(), ids: vec![q, q] },
                 crate::mgs::MgsRequest::QuotaAcquire(Acquire {
-                    fsname: "fs".into(), target: (TargetKind::Ost, id), key,
+                    fsname: "fs".into(), target: (TargetKind::Ost, id), resource: Resource::Blocks, key,
                     usage: n, granted: n / 3, want: 7,
                 }),
                 crate::mgs::MgsRequest::QuotaSync(SyncReport {
-                    fsname: "fs".into(), target: (TargetKind::Mdt, 1), ids: vec![(key, n, 1)],
+                    fsname: "fs".into(), target: (TargetKind::Mdt, 1), resource: if pooled { Resource::Blocks } else { Resource::Inodes }, ids: vec![(key, n, 1)],
                 }),
             ];
             for r in reqs {

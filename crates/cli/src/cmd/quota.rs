@@ -284,14 +284,7 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
             targets
                 .iter()
                 .filter(|t| in_pool(members, t))
-                .map(|t| t.usage[i])
-                .sum()
-        };
-        let sum = |kind| -> u64 {
-            targets
-                .iter()
-                .filter(|t| t.kind == kind)
-                .map(|t| t.usage[i])
+                .map(|t| t.bytes[i])
                 .sum()
         };
         let (bytes, inodes, e, shown): (u64, Option<u64>, QuotaEntry, Vec<_>) = match &pool {
@@ -304,9 +297,10 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
                 }),
                 targets.iter().filter(|t| in_pool(members, t)).collect(),
             ),
+            // Bytes: every OST's, and every MDT's data on the MDT.
             None => (
-                sum(TargetKind::Ost),
-                Some(sum(TargetKind::Mdt)),
+                targets.iter().map(|t| t.bytes[i]).sum(),
+                Some(targets.iter().map(|t| t.inodes[i]).sum()),
                 entry(QuotaKey::global(*q)),
                 targets.iter().collect(),
             ),
@@ -333,10 +327,13 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
                 "block_hard": l.block_hard,
                 "block_grace": bgrace,
                 "block_granted": e.block_granted,
-                "targets": shown.iter().map(|t| serde_json::json!({
-                    "target": t.name,
-                    if t.kind == TargetKind::Mdt { "inodes" } else { "bytes" }: t.usage[i],
-                })).collect::<Vec<_>>(),
+                "targets": shown.iter().map(|t| {
+                    let mut v = serde_json::json!({ "target": t.name, "bytes": t.bytes[i] });
+                    if t.kind == TargetKind::Mdt {
+                        v["inodes"] = t.inodes[i].into();
+                    }
+                    v
+                }).collect::<Vec<_>>(),
             });
             if let Some(inodes) = inodes {
                 v["inodes"] = inodes.into();
@@ -418,9 +415,10 @@ pub(crate) fn quota(a: QuotaArgs) -> anyhow::Result<()> {
         }
         if a.verbose {
             for t in &shown {
-                let (kb, files) = match t.kind {
-                    TargetKind::Mdt => ("-".to_string(), t.usage[i].to_string()),
-                    _ => (t.usage[i].div_ceil(1024).to_string(), "-".to_string()),
+                let kb = t.bytes[i].div_ceil(1024).to_string();
+                let files = match t.kind {
+                    TargetKind::Mdt => t.inodes[i].to_string(),
+                    _ => "-".to_string(),
                 };
                 println!("{:>24} {kb:>12} {files:>10}", t.name);
             }

@@ -3,7 +3,9 @@
 //! `dom` table beside the inode (nacre_mdstore::records::dom). A write changes the bytes,
 //! the file's size and its times in one transaction with a saved reply, so it is replayed
 //! after a restart like any change; a truncate cuts or zero-extends them in the
-//! transaction that sets the size. The MDT holds one copy, as it holds the namespace.
+//! transaction that sets the size. The MDT holds one copy, as it holds the namespace. The
+//! bytes count for their owner's block quotas (reserved before the request runs:
+//! `crate::quota::reserve_dom`).
 //!
 //! Invariant: the bytes stored are as long as the file is inside the component
 //! (`min(size, component end)`), except where a write past the component left a hole
@@ -54,12 +56,13 @@ pub fn write(tx: &mut Tx<'_>, fid: Fid, offset: u64, data: &[u8]) -> Result<MdsR
     let dom_end = dom_end_of(&rec)?;
     check_range(offset, data.len() as u64, dom_end)?;
     let mut stored = tx.store().dom(fid)?;
+    let old_len = stored.len();
     let end = offset as usize + data.len();
     if stored.len() < end {
         stored.resize(end, 0);
     }
     stored[offset as usize..end].copy_from_slice(data);
-    tx.put_dom(fid, &stored);
+    tx.put_dom(&rec.attr, old_len, &stored);
     tx.mdt.sizes.changed(fid);
     let a = &mut rec.attr;
     if !data.is_empty() {
@@ -92,29 +95,30 @@ pub fn append(tx: &mut Tx<'_>, fid: Fid, data: &[u8]) -> Result<MdsReply, Status
 
 /// A truncate of a file with a component on the MDT to `size` (in the transaction that
 /// sets it): its stored bytes cut to `size`, or zero-extended to it up to the component's
-/// end.
+/// end. How many bytes are stored after it (`None`: the file has none on the MDT).
 pub fn truncate(
     tx: &mut Tx<'_>,
     rec: &mut nacre_mdstore::records::InodeRecord,
     size: u64,
-) -> Result<(), Status> {
+) -> Result<Option<usize>, Status> {
     let dom_end = match rec.layout.as_ref().map(|l| l.dom_end()) {
         Some(end) if end > 0 => end,
-        _ => return Ok(()),
+        _ => return Ok(None),
     };
     let fid = rec.attr.fid;
     let mut stored = tx.store().dom(fid)?;
     let want = size.min(dom_end) as usize;
     if stored.len() != want {
+        let old_len = stored.len();
         stored.resize(want, 0);
-        tx.put_dom(fid, &stored);
+        tx.put_dom(&rec.attr, old_len, &stored);
     }
     rec.attr.blocks = blocks_of(stored.len());
-    Ok(())
+    Ok(Some(stored.len()))
 }
 
-/// The 512-byte blocks a file's bytes on the MDT take (its blocks on OSTs are counted by
-/// glimpses).
+/// The 512-byte blocks a file's bytes on the MDT take, as its quotas count them (its
+/// blocks on OSTs are counted by glimpses).
 fn blocks_of(stored: usize) -> u64 {
-    (stored as u64).div_ceil(4096) * 8
+    nacre_mdstore::records::dom_charged_bytes(stored) / 512
 }

@@ -22,8 +22,9 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
     let before = rec.attr.clone();
     // Bytes on the MDT are cut (or zero-extended) with the size; those on OSTs by the
     // client (a refusal below discards this with the rest of the transaction).
+    let mut dom_stored = None;
     if let (Some(size), FileKind::Regular) = (set.size, rec.attr.kind) {
-        crate::ops::dom::truncate(tx, &mut rec, size)?;
+        dom_stored = crate::ops::dom::truncate(tx, &mut rec, size)?;
     }
     let a = &mut rec.attr;
     if let Some(size) = set.size {
@@ -82,6 +83,15 @@ pub fn run(tx: &mut Tx<'_>, fid: Fid, set: &SetAttr) -> Result<MdsReply, Status>
         if let Some(layout) = &rec.layout {
             let owner = nacre_types::Owner::of(&rec.attr);
             tx.queue_owner_change(layout, owner);
+            // Its bytes on the MDT move to the new owner's usage in this transaction (as
+            // on OSTs, a change of owner is not refused for the new owner's quota).
+            if layout.dom_end() > 0 {
+                let stored = match dom_stored {
+                    Some(n) => n,
+                    None => tx.store().dom(fid)?.len(),
+                };
+                tx.recount_dom(&before, &rec.attr, stored);
+            }
         }
     }
     tx.recount_inode(&before, &rec.attr);

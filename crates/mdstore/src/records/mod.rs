@@ -52,6 +52,8 @@
 //! * `changelog`, `changelog_users`: records of changes and their consumers (changelog.rs)
 //! * `relayouts`: online file migrations in progress (relayout.rs)
 //! * `quota_usage`: quota id (5) → inodes it has here (quota.rs)
+//! * `quota_dom_bytes`: quota id (5) → bytes of data on the MDT it has here, each file's
+//!   counted in whole 4 KiB blocks (store/dom_quota.rs)
 
 mod dom;
 mod inode;
@@ -61,7 +63,7 @@ mod saved_reply;
 mod tests;
 mod versions;
 
-pub use dom::{decode_dom, encode_dom};
+pub use dom::{decode_dom, dom_charged_bytes, encode_dom};
 pub use inode::{encode_inode, inode_version, InodeRecord};
 pub use saved_reply::SavedReply;
 pub use versions::{decode_record, encode_record, from_postcard, PlainRecord, Record, RecordError};
@@ -116,9 +118,12 @@ pub const CHANGELOG_USERS: &str = "changelog_users";
 pub const LINKS: &str = "links";
 /// The bytes of files' components on the MDT (data on the MDT, dom.rs).
 pub const DOM: &str = "dom";
+/// Bytes of data on the MDT per user, group and project (store/dom_quota.rs).
+pub const QUOTA_DOM_BYTES: &str = "quota_dom_bytes";
 /// Every table of an MDT.
-pub const TABLES: [&str; 21] = [
+pub const TABLES: [&str; 22] = [
     DOM,
+    QUOTA_DOM_BYTES,
     QUOTA_USAGE,
     RELAYOUTS,
     CHANGELOG,

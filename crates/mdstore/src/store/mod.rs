@@ -2,6 +2,7 @@
 //! allocation state its transactions take under the write lock, the marks a restart checks
 //! replays against, and durability. It knows no operation.
 
+mod dom_quota;
 pub mod open;
 pub mod tx;
 
@@ -45,6 +46,8 @@ pub struct AllocState {
     inodes_used: u64,
     /// Inodes per user, group and project (quotas; counted in tx.rs).
     quota: tx::Counts,
+    /// Bytes of data on the MDT per user, group and project (quotas; dom_quota.rs).
+    dom_bytes: tx::Counts,
     /// Xids with a saved reply, per client: lets a request skip the store lookup and lets
     /// pruning delete exact keys instead of scanning over deleted ones.
     saved_replies: HashMap<[u8; 16], BTreeSet<u64>>,
@@ -409,6 +412,23 @@ impl Store {
         ids.iter()
             .map(|q| alloc.quota.get(q).copied().unwrap_or(0))
             .collect()
+    }
+
+    /// The bytes of data on the MDT each of `ids` has here (quotas).
+    pub fn dom_bytes_of(&self, ids: &[QuotaId]) -> Vec<u64> {
+        let alloc = self.alloc.lock().expect("write lock");
+        ids.iter()
+            .map(|q| alloc.dom_bytes.get(q).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// Every id with bytes of data on the MDT here and their count, in order (quotas).
+    pub fn dom_byte_counts(&self) -> Vec<(QuotaId, u64)> {
+        let alloc = self.alloc.lock().expect("write lock");
+        let mut v: Vec<(QuotaId, u64)> = alloc.dom_bytes.iter().map(|(q, n)| (*q, *n)).collect();
+        drop(alloc);
+        v.sort_unstable();
+        v
     }
 
     /// Counts every inode again and compares with the table (and the counts in memory);

@@ -38,6 +38,7 @@ impl Store {
         let ost_next_at_start = load_ost_next(&*kv)?;
         let inodes_used = read_u64(&*kv, b"inodes_used")?.unwrap_or(0);
         let inode_counts = load(&*kv, name)?;
+        let dom_bytes = super::dom_quota::load(&*kv, name)?;
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
@@ -68,6 +69,7 @@ impl Store {
                 next_object: HashMap::new(),
                 inodes_used,
                 quota: inode_counts,
+                dom_bytes,
                 saved_replies,
                 last_transno,
                 clients,

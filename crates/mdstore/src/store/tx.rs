@@ -280,10 +280,43 @@ impl<'a> Tx<'a> {
         self.batch.put(META, key.to_vec(), value);
     }
 
-    /// Stores the bytes of file `fid`'s component on the MDT (data on the MDT).
-    pub fn put_dom(&mut self, fid: Fid, bytes: &[u8]) {
+    /// Stores `bytes` as the bytes of file `fid`'s component on the MDT (data on the MDT),
+    /// replacing `old_len` stored bytes: the difference is charged to `owner`'s user, group
+    /// and project (quotas; checked first by `nacre_mds::mdt::Tx::put_dom`).
+    pub fn put_dom(&mut self, owner: Owner, fid: Fid, old_len: usize, bytes: &[u8]) {
         self.batch
             .put(DOM, fid.to_key().to_vec(), encode_dom(bytes));
+        let delta = dom_charged_bytes(bytes.len()) as i64 - dom_charged_bytes(old_len) as i64;
+        charge_in(
+            QUOTA_DOM_BYTES,
+            &mut self.alloc.dom_bytes,
+            &mut self.batch,
+            owner,
+            delta,
+        );
+    }
+
+    /// A file's owner, group or project changes from `old`'s to `new`'s: its bytes on the
+    /// MDT (`stored` of them) move with it.
+    pub fn recount_dom(&mut self, old: &nacre_types::Attr, new: &nacre_types::Attr, stored: usize) {
+        let (from, to) = (nacre_types::Owner::of(old), nacre_types::Owner::of(new));
+        let bytes = dom_charged_bytes(stored) as i64;
+        if from != to && bytes > 0 {
+            charge_in(
+                QUOTA_DOM_BYTES,
+                &mut self.alloc.dom_bytes,
+                &mut self.batch,
+                from,
+                -bytes,
+            );
+            charge_in(
+                QUOTA_DOM_BYTES,
+                &mut self.alloc.dom_bytes,
+                &mut self.batch,
+                to,
+                bytes,
+            );
+        }
     }
 
     /// Records the migration of file `fid`.
@@ -467,7 +500,17 @@ impl<'a> Tx<'a> {
         }
         if let Some(layout) = &rec.layout {
             if layout.dom_end() > 0 {
+                let stored = self.store.dom(fid)?.len();
                 self.batch.delete(DOM, fid.to_key().to_vec());
+                let bytes = dom_charged_bytes(stored) as i64;
+                let owner = Owner::of(&rec.attr);
+                charge_in(
+                    QUOTA_DOM_BYTES,
+                    &mut self.alloc.dom_bytes,
+                    &mut self.batch,
+                    owner,
+                    -bytes,
+                );
             }
             self.destroy_objects(layout);
         }
@@ -683,8 +726,13 @@ pub fn load(kv: &dyn KvStore, name: &str) -> Result<Counts, Status> {
 
 /// The counts as the table records them.
 pub(crate) fn read_table(kv: &dyn KvStore) -> Result<Counts, Status> {
+    read_counts(kv, QUOTA_USAGE)
+}
+
+/// The counts a quota usage table (`quota_usage`, `quota_dom_bytes`) records.
+pub(crate) fn read_counts(kv: &dyn KvStore, table: &'static str) -> Result<Counts, Status> {
     let mut counts = Counts::new();
-    super::scan_each(kv, QUOTA_USAGE, &[], 4096, |k, v| {
+    super::scan_each(kv, table, &[], 4096, |k, v| {
         match (QuotaId::from_key(k), v.try_into()) {
             (Some(q), Ok(n)) => {
                 counts.insert(q, u64::from_be_bytes(n));
@@ -720,6 +768,18 @@ pub fn count(kv: &dyn KvStore, name: &str) -> Result<Counts, Status> {
 /// Adds `delta` inodes to `owner`'s user, group and project in `counts`, recording the new
 /// counts in `batch`.
 pub fn charge(counts: &mut Counts, batch: &mut Batch, owner: Owner, delta: i64) {
+    charge_in(QUOTA_USAGE, counts, batch, owner, delta)
+}
+
+/// Adds `delta` to `owner`'s user, group and project in `counts`, recording the new counts
+/// in `table` through `batch`.
+pub(crate) fn charge_in(
+    table: &'static str,
+    counts: &mut Counts,
+    batch: &mut Batch,
+    owner: Owner,
+    delta: i64,
+) {
     if delta == 0 {
         return;
     }
@@ -728,9 +788,9 @@ pub fn charge(counts: &mut Counts, batch: &mut Batch, owner: Owner, delta: i64) 
         *n = n.saturating_add_signed(delta);
         if *n == 0 {
             counts.remove(&q);
-            batch.delete(QUOTA_USAGE, q.to_key().to_vec());
+            batch.delete(table, q.to_key().to_vec());
         } else {
-            batch.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
+            batch.put(table, q.to_key().to_vec(), n.to_be_bytes().to_vec());
         }
     }
 }

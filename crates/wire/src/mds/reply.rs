@@ -175,10 +175,20 @@ pub enum MdsReply {
     /// (OST index, bytes) that queued destroys will free (answer to
     /// [`MdsOp::DestroyPending`]), one per OST with some.
     DestroyPending(Vec<(u32, u64)>),
-    /// Inodes of each id a [`crate::mds::MdsOp::QuotaUsage`] asked for, in order.
-    QuotaUsage(Vec<u64>),
+    /// What each id a [`crate::mds::MdsOp::QuotaUsage`] asked for has on the MDT, in order.
+    QuotaUsage {
+        /// Inodes.
+        inodes: Vec<u64>,
+        /// Bytes of data on the MDT (in whole 4 KiB blocks per file).
+        dom_bytes: Vec<u64>,
+    },
     /// What a [`crate::mds::MdsOp::QuotaCheck`] found (and repaired).
-    QuotaCheck(nacre_types::QuotaCheck),
+    QuotaCheck {
+        /// Of the inode counts.
+        inodes: nacre_types::QuotaCheck,
+        /// Of the bytes of data on the MDT.
+        dom_bytes: nacre_types::QuotaCheck,
+    },
     /// Names leading to an inode (answer to [`MdsOp::FidLinks`]).
     Links {
         /// (directory, name) of each entry on this MDT that names the inode.
@@ -265,8 +275,14 @@ impl MdsReply {
                 d.len(),
                 super::DOM_RPC_BYTES_MAX as usize,
             ),
-            MdsReply::QuotaCheck(c) if c.diffs.len() > nacre_types::QuotaCheck::DIFFS_MAX => {
-                Err(format!("a quota check of {} differences", c.diffs.len()))
+            MdsReply::QuotaCheck { inodes, dom_bytes }
+                if inodes.diffs.len().max(dom_bytes.diffs.len())
+                    > nacre_types::QuotaCheck::DIFFS_MAX =>
+            {
+                Err("a quota check of too many differences".to_string())
+            }
+            MdsReply::QuotaUsage { inodes, dom_bytes } if inodes.len() != dom_bytes.len() => {
+                Err("quota usage of inodes and bytes of different ids".to_string())
             }
             MdsReply::Dir { entries, .. } => {
                 if entries.len() > READDIR_ENTRIES_MAX as usize {

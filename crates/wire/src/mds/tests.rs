@@ -887,7 +887,13 @@ proptest! {
         for n in 0..bytes.len() {
             prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
         }
-        let counts = MdsReply::QuotaUsage(ids.iter().map(|q| u64::from(q.id)).collect());
+        let counts = MdsReply::QuotaUsage {
+            inodes: ids.iter().map(|q| u64::from(q.id)).collect(),
+            dom_bytes: ids.iter().map(|q| u64::from(q.id) * 4096).collect(),
+        };
+        prop_assert!(counts.check().is_ok());
+        let uneven = MdsReply::QuotaUsage { inodes: vec![1; ids.len() + 1], dom_bytes: vec![0; ids.len()] };
+        prop_assert!(uneven.check().is_err());
         let bytes = encode_body(&counts);
         prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), counts);
         for n in 0..bytes.len() {
@@ -897,21 +903,27 @@ proptest! {
         let op = MdsOp::QuotaCheck { repair: seqs.len() % 2 == 0 };
         prop_assert!(!op.is_modifying());
         prop_assert_eq!(decode_body::<MdsOp>(&encode_body(&op)).unwrap(), op);
-        let check = MdsReply::QuotaCheck(nacre_types::QuotaCheck {
-            ids: ids.len() as u64,
-            diffs: ids.iter().map(|q| (*q, u64::from(q.id), 0)).collect(),
-            diffs_total: ids.len() as u64 + extra as u64,
-            repaired: true,
-        });
+        let check = MdsReply::QuotaCheck {
+            inodes: nacre_types::QuotaCheck {
+                ids: ids.len() as u64,
+                diffs: ids.iter().map(|q| (*q, u64::from(q.id), 0)).collect(),
+                diffs_total: ids.len() as u64 + extra as u64,
+                repaired: true,
+            },
+            dom_bytes: nacre_types::QuotaCheck { ids: 1, ..nacre_types::QuotaCheck::default() },
+        };
         let bytes = encode_body(&check);
         prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), check);
         for n in 0..bytes.len() {
             prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
         }
-        let many = MdsReply::QuotaCheck(nacre_types::QuotaCheck {
+        let too_many = nacre_types::QuotaCheck {
             diffs: vec![(ids.first().copied().unwrap_or(nacre_types::QuotaId { kind: nacre_types::QuotaKind::User, id: 1 }), 1, 0); nacre_types::QuotaCheck::DIFFS_MAX + 1 + extra],
             ..nacre_types::QuotaCheck::default()
-        });
+        };
+        let many = MdsReply::QuotaCheck { inodes: too_many.clone(), dom_bytes: nacre_types::QuotaCheck::default() };
+        prop_assert!(decode_body::<MdsReply>(&encode_body(&many)).unwrap().check().is_err());
+        let many = MdsReply::QuotaCheck { inodes: nacre_types::QuotaCheck::default(), dom_bytes: too_many };
         prop_assert!(decode_body::<MdsReply>(&encode_body(&many)).unwrap().check().is_err());
         // More inodes than one answer may carry: refused by the client's check.
         let many = MdsReply::Stats { stats: vec![stat(Fid::ROOT); STATS_MAX + 1 + extra], eof: true };
