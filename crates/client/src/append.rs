@@ -30,11 +30,17 @@ impl Client {
         file.check_writable()?;
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
-        // A file all on the MDT appends there: the MDT picks the offset (crate::dom).
-        if let Some(layout) = self.io_layout(file)?.get().filter(|l| l.dom_end() > 0) {
-            if let Some(at) = self.dom_append(file.fid, layout, data)? {
-                return Ok(at);
-            }
+        // A file all on the MDT appends there: the MDT picks the offset (crate::dom). One
+        // whose bytes a migration moved to OSTs meanwhile (`ESTALE`) appends there.
+        let on_mdt = match self.io_layout(file)?.get().filter(|l| l.dom_end() > 0) {
+            Some(layout) => self.dom_append(file.fid, layout, data),
+            None => Ok(None),
+        };
+        match on_mdt {
+            Ok(Some(at)) => return Ok(at),
+            Ok(None) => {}
+            Err(e) if e.status() == Status::Stale => self.reload_layout(file)?,
+            Err(e) => return Err(e),
         }
         if !self.data_locks_on() {
             // Without locks this client cannot keep others out: the size it sees (with

@@ -246,8 +246,7 @@ impl Client {
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // The part on the MDT first (dom.rs); the rest, if any, to the OSTs.
-        let dom_end = self.io_layout(file)?.get().map_or(0, Layout::dom_end);
-        let on_mdt = self.dom_write(file.fid, dom_end, offset, data)?;
+        let on_mdt = self.dom_write_redone(file, offset, data)?;
         if on_mdt == data.len() {
             return Ok((on_mdt, false));
         }
@@ -274,6 +273,30 @@ impl Client {
                     self.reload_layout(file)?;
                 }
                 other => return other.map(|(n, zero_copy)| (n + on_mdt, zero_copy)),
+            }
+        }
+    }
+
+    /// Writes the part of `data` (at `offset`) below `file`'s component on the MDT, if its
+    /// layout has one; how many bytes that was. A layout that changed meanwhile (a
+    /// migration took the bytes to OSTs: `ESTALE`) is read again and the write redone
+    /// where it says.
+    pub(crate) fn dom_write_redone(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize> {
+        let mut refused = 0;
+        loop {
+            let dom_end = self.io_layout(file)?.get().map_or(0, Layout::dom_end);
+            match self.dom_write(file.fid, dom_end, offset, data) {
+                Err(e) if e.status() == Status::Stale && refused < FENCED_REDOS_MAX => {
+                    refused += 1;
+                    self.layout_redos.fetch_add(1, Ordering::Relaxed);
+                    self.reload_layout(file)?;
+                }
+                other => return other,
             }
         }
     }

@@ -120,9 +120,10 @@ impl Client {
         let owner = nacre_types::Owner::of(&self.getattr(fid)?);
         let mut report = MigrateReport::default();
         // Copy while the file is in use, between two versions taken after the writers
-        // flushed.
+        // flushed (bytes on the MDT: compared with what was copied once the fence holds
+        // their changes back).
         let before = osc::data_versions(self, old, true)?;
-        let (size, _) = osc::glimpse(self, old)?;
+        let size = self.relayout_size(fid, old)?;
         // Asking again for the migration in progress renews it (its spec is not looked at).
         let renew_copy = || {
             self.md(MdsOp::RelayoutBegin {
@@ -131,19 +132,27 @@ impl Client {
             })
             .map(|_| ())
         };
-        report.bytes_copied += copy(self, old, new, size, owner, pacer, &renew_copy)?;
+        let dom = read_dom(self, fid, old, size)?;
+        write_runs(self, new, 0, &dom, owner)?;
+        report.bytes_copied += dom.len() as u64;
+        let start = dom.len() as u64;
+        report.bytes_copied += copy(self, old, new, start, size, owner, pacer, &renew_copy)?;
         let after = osc::data_versions(self, old, true)?;
         // Nothing reaches the old objects any more: mounts let go of the layout (LAYOUT
         // locks), the OSTs refuse the rest.
         self.md(MdsOp::RelayoutFence { fid })?;
         osc::fence(self, old, old.generation + 1)?;
         let fenced = osc::data_versions(self, old, true)?;
-        let (size_now, _) = osc::glimpse(self, old)?;
-        if fenced != before || after != before || size_now != size {
+        let size_now = self.relayout_size(fid, old)?;
+        let dom_now = read_dom(self, fid, old, size_now)?;
+        if fenced != before || after != before || size_now != size || dom_now != dom {
             // Changed meanwhile: copied again, frozen now.
             osc::truncate(self, new, 0)?;
             let renew_fence = || self.md(MdsOp::RelayoutFence { fid }).map(|_| ());
-            report.bytes_copied += copy(self, old, new, size_now, owner, pacer, &renew_fence)?;
+            write_runs(self, new, 0, &dom_now, owner)?;
+            let start = dom_now.len() as u64;
+            report.bytes_copied += dom_now.len() as u64
+                + copy(self, old, new, start, size_now, owner, pacer, &renew_fence)?;
             report.copied_again = true;
         }
         report.size = size_now;
@@ -153,6 +162,43 @@ impl Client {
         }
         Ok(report)
     }
+}
+
+impl Client {
+    /// The size of file `fid` laid out as `layout`: its OSTs' and, for bytes on the MDT,
+    /// what the MDT knows.
+    fn relayout_size(&self, fid: Fid, layout: &nacre_types::Layout) -> Result<u64> {
+        let (glimpsed, _) = osc::glimpse(self, layout)?;
+        Ok(glimpsed.max(self.dom_size(fid, layout)?))
+    }
+}
+
+/// The bytes of file `fid` (of `size` bytes, laid out as `layout`) below its component on
+/// the MDT's end: empty for a file without one.
+fn read_dom(c: &Client, fid: Fid, layout: &nacre_types::Layout, size: u64) -> Result<Vec<u8>> {
+    let here = size.min(layout.dom_end());
+    if here == 0 {
+        return Ok(Vec::new());
+    }
+    // Nothing past the component is asked for: `rest` is never called.
+    let got = c.dom_read(fid, layout, 0, here as usize, |_, _| {
+        Err(Status::Proto.into())
+    })?;
+    Ok(got.to_vec())
+}
+
+/// Writes the runs of `buf` that are not whole zero blocks at `at` in layout `to`.
+fn write_runs(
+    c: &Client,
+    to: &nacre_types::Layout,
+    at: u64,
+    buf: &[u8],
+    owner: nacre_types::Owner,
+) -> Result<()> {
+    for (start, end) in data_runs(buf) {
+        osc::write(c, to, at + start as u64, &buf[start..end], owner)?;
+    }
+    Ok(())
 }
 
 /// Granularity of the holes a copy keeps.
@@ -175,22 +221,25 @@ fn data_runs(buf: &[u8]) -> Vec<(usize, usize)> {
     runs
 }
 
-/// Copies bytes `0..size` of the file from layout `from` to layout `to`.
+/// Copies bytes `start..size` of the file from layout `from` to layout `to` (and sets the
+/// new objects' size); the bytes read.
+#[allow(clippy::too_many_arguments)]
 fn copy(
     c: &Client,
     from: &nacre_types::Layout,
     to: &nacre_types::Layout,
+    start: u64,
     size: u64,
     owner: nacre_types::Owner,
     pacer: &Pacer,
     renew: &dyn Fn() -> Result<()>,
 ) -> Result<u64> {
-    let mut off = 0;
+    let mut off = start;
     let mut renewed = Instant::now();
     let chunk = |at: u64| (size - at).min(COPY_CHUNK_BYTES as u64) as usize;
     // The next chunk is read while this one is written.
-    let mut reading = (size > 0)
-        .then(|| osc::start_read(c, from, 0, chunk(0)))
+    let mut reading = (size > start)
+        .then(|| osc::start_read(c, from, start, chunk(start)))
         .transpose()?;
     while let Some(job) = reading.take() {
         if renewed.elapsed() >= Duration::from_millis(RENEW_MS) {
@@ -207,15 +256,13 @@ fn copy(
         }
         // Holes stay holes: runs of whole zero blocks are not written (the new objects are
         // empty; the size is set at the end).
-        for (start, end) in data_runs(&buf) {
-            osc::write(c, to, off + start as u64, &buf[start..end], owner)?;
-        }
+        write_runs(c, to, off, &buf, owner)?;
         off = next;
         pacer.moved(buf.len() as u64);
     }
     // The file's size, whatever its last chunk held.
     osc::truncate(c, to, size)?;
-    Ok(off)
+    Ok(off - start)
 }
 
 #[cfg(test)]

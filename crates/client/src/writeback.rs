@@ -459,11 +459,29 @@ impl Client {
     pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
         self.remove_privs(file, None)?;
-        let io = self.io_layout_to(file, offset.saturating_add(data.len() as u64))?;
+        let mut refused = 0;
+        let (io, n) = loop {
+            let io = self.io_layout_to(file, offset.saturating_add(data.len() as u64))?;
+            let Some(layout) = io.get() else {
+                return Err(Status::Inval.into());
+            };
+            match self.write_cached_with(file, layout, offset, data) {
+                // The MDT no longer holds the file's first bytes (a migration moved them
+                // to OSTs): the layout is read again and the write redone there.
+                Err(e) if e.status() == Status::Stale && refused < crate::io::FENCED_REDOS_MAX => {
+                    drop(io);
+                    refused += 1;
+                    self.layout_redos
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.reload_layout(file)?;
+                }
+                Err(e) => return Err(e),
+                Ok(n) => break (io, n),
+            }
+        };
         let Some(layout) = io.get() else {
             return Err(Status::Inval.into());
         };
-        let n = self.write_cached_with(file, layout, offset, data)?;
         if self.data_locks_on() {
             let page = nacre_types::page::page_bytes();
             self.edges.wrote(file.fid, offset, &data[..n], page, |at| {

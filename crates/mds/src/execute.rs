@@ -139,6 +139,16 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     if layout_wanted.is_some_and(|f| relayout::fenced(mdt, f)) {
         return Outgoing::error(Status::InProgress);
     }
+    // Bytes on the MDT of a file whose fence window is open are frozen too (the migrator
+    // compares them with its copy; a change now would be lost at the swap): changes wait.
+    let dom_changed = match &call.op {
+        MdsOp::DomWrite { fid, .. } | MdsOp::DomAppend { fid, .. } => Some(*fid),
+        MdsOp::SetAttr { fid, attr } if attr.size.is_some() => Some(*fid),
+        _ => None,
+    };
+    if dom_changed.is_some_and(|f| relayout::fenced(mdt, f)) {
+        return Outgoing::error(Status::InProgress);
+    }
     // Modifying client requests (and opens) pass the gate a migration closes while it
     // freezes; one touching a frozen inode is resent by the client later.
     let gated = (call.op.is_modifying() || matches!(call.op, MdsOp::Open { .. }))

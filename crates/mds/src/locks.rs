@@ -96,8 +96,9 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. } => t.push((*fid, UPDATE)),
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
+        // A swap also takes a file's bytes off the MDT: pages kept under DOM go.
         MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
-            t.push((*fid, UPDATE | LAYOUT))
+            t.push((*fid, UPDATE | LAYOUT | DOM))
         }
         // Components instantiated: the other clients read the grown layout before they
         // use it (their kept writes go out with the callback, to objects that stay). A

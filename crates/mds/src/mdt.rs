@@ -702,6 +702,12 @@ impl Tx<'_> {
         self.tx.put_dom(Owner::of(attr), attr.fid, old_len, bytes);
     }
 
+    /// Deletes file `attr.fid`'s `stored` bytes on the MDT (moved to OSTs), given back to
+    /// its owner's, group's and project's usage.
+    pub fn delete_dom(&mut self, attr: &Attr, stored: usize) {
+        self.tx.delete_dom(Owner::of(attr), attr.fid, stored);
+    }
+
     /// Gives this change the next transaction number (stored with it) and, on the
     /// client's first one, records the client in the `clients` table (a peer MDT, which
     /// never replays, is not recorded).

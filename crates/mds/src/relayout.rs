@@ -38,24 +38,28 @@ fn regular(tx: &Tx<'_>, fid: Fid) -> Result<(InodeRecord, Layout), Status> {
 /// migrator resumes it).
 pub fn begin(tx: &mut Tx<'_>, fid: Fid, spec: StripeSpec) -> Result<MdsReply, Status> {
     let (rec, old) = regular(tx, fid)?;
-    // Bytes on the MDT are not moved to OSTs yet (issue 44 item 1, step S4): refused, not
-    // left behind.
-    if old.dom_end() > 0 {
-        return Err(Status::NotSupp);
-    }
     if let Some(r) = relayout_of(tx.mdt, fid)? {
         touch(tx.mdt, fid);
         return Ok(MdsReply::Relayout { old, new: r.new });
     }
-    // What `spec` leaves unset is the first component's (a composite layout is migrated
-    // to a plain one: docs/migrate.md).
+    // What `spec` leaves unset is the first component's on OSTs (a composite layout is
+    // migrated to a plain one, bytes on the MDT to OSTs: docs/migrate.md); the defaults
+    // for a file all on the MDT.
     // (A record read from disk without components is damage: EIO, never a panic.)
-    let first = old.components.first().ok_or(Status::Io)?;
-    let current = StripeSpec {
-        stripe_count: first.stripe_count,
-        stripe_size: first.stripe_size,
-        start_ost: -1,
-        pool: first.pool,
+    if old.components.is_empty() {
+        return Err(Status::Io);
+    }
+    let current = match old.components.iter().find(|c| !c.is_on_mdt()) {
+        Some(first) => StripeSpec {
+            stripe_count: first.stripe_count,
+            stripe_size: first.stripe_size,
+            start_ost: -1,
+            pool: first.pool,
+        },
+        None => StripeSpec {
+            start_ost: -1,
+            ..StripeSpec::default()
+        },
     };
     let like = InodeRecord {
         dir_default: Some(LayoutSpec::plain(current)),
@@ -90,12 +94,19 @@ pub fn fence(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
 }
 
 /// `RelayoutSwap`: the new layout becomes the file's, one generation up; the old objects
-/// are destroyed once the journal holding that is synced.
+/// are destroyed once the journal holding that is synced, its bytes on the MDT (copied to
+/// the new objects) in the same transaction.
 pub fn swap(tx: &mut Tx<'_>, fid: Fid) -> Result<MdsReply, Status> {
     let (mut rec, old) = regular(tx, fid)?;
     let r = relayout_of(tx.mdt, fid)?.ok_or(Status::NoEnt)?;
     if !r.fenced || r.old_generation != old.generation {
         return Err(Status::Stale);
+    }
+    if old.dom_end() > 0 {
+        let stored = tx.store().dom(fid)?.len();
+        tx.delete_dom(&rec.attr, stored);
+        rec.attr.blocks = 0;
+        tx.mdt.sizes.changed(fid);
     }
     let mut new = r.new;
     new.generation = old.generation.wrapping_add(1);

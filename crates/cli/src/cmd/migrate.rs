@@ -40,8 +40,15 @@ struct Totals {
     copied_again: u64,
 }
 
-/// True if the layout `lov` (the `user.nacre.lov` JSON) is what `spec` asks for.
+/// True if the layout `lov` (the `user.nacre.lov` JSON) is what `spec` asks for (never for
+/// a file with bytes on the MDT: a migration moves them to OSTs).
 fn already(lov: &Value, spec: &StripeSpec) -> bool {
+    let on_mdt = lov["components"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["pattern"] == "mdt"));
+    if on_mdt {
+        return false;
+    }
     let count_ok = spec.stripe_count <= 0
         || lov["stripe_count"].as_i64() == Some(i64::from(spec.stripe_count));
     let size_ok =
@@ -242,5 +249,11 @@ mod tests {
         assert!(!already(&lov, &spec(4, 0, "")));
         assert!(!already(&lov, &spec(0, 1 << 21, "")));
         assert!(!already(&lov, &spec(0, 0, "other")));
+        let mut dom = lov.clone();
+        dom["components"] = serde_json::json!([{ "pattern": "mdt" }, { "pattern": "raid0" }]);
+        assert!(
+            !already(&dom, &spec(0, 0, "")),
+            "bytes on the MDT go to OSTs"
+        );
     }
 }

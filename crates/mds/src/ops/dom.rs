@@ -24,8 +24,10 @@ fn dom_end_of(rec: &nacre_mdstore::records::InodeRecord) -> Result<u64, Status> 
     }
     match rec.layout.as_ref().map(|l| l.dom_end()) {
         Some(end) if end > 0 => Ok(end),
-        // No component on the MDT: its bytes are on its OSTs.
-        _ => Err(Status::Inval),
+        // No component on the MDT: its bytes are on its OSTs (a migration may have moved
+        // them there since the caller read the layout: it reads it again, as after an
+        // OST's fence).
+        _ => Err(Status::Stale),
     }
 }
 

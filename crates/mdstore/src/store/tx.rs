@@ -296,6 +296,20 @@ impl<'a> Tx<'a> {
         );
     }
 
+    /// Deletes file `fid`'s `stored` bytes on the MDT, given back to `owner`'s user, group
+    /// and project (quotas).
+    pub fn delete_dom(&mut self, owner: Owner, fid: Fid, stored: usize) {
+        self.batch.delete(DOM, fid.to_key().to_vec());
+        let bytes = dom_charged_bytes(stored) as i64;
+        charge_in(
+            QUOTA_DOM_BYTES,
+            &mut self.alloc.dom_bytes,
+            &mut self.batch,
+            owner,
+            -bytes,
+        );
+    }
+
     /// A file's owner, group or project changes from `old`'s to `new`'s: its bytes on the
     /// MDT (`stored` of them) move with it.
     pub fn recount_dom(&mut self, old: &nacre_types::Attr, new: &nacre_types::Attr, stored: usize) {
@@ -501,16 +515,7 @@ impl<'a> Tx<'a> {
         if let Some(layout) = &rec.layout {
             if layout.dom_end() > 0 {
                 let stored = self.store.dom(fid)?.len();
-                self.batch.delete(DOM, fid.to_key().to_vec());
-                let bytes = dom_charged_bytes(stored) as i64;
-                let owner = Owner::of(&rec.attr);
-                charge_in(
-                    QUOTA_DOM_BYTES,
-                    &mut self.alloc.dom_bytes,
-                    &mut self.batch,
-                    owner,
-                    -bytes,
-                );
+                self.delete_dom(Owner::of(&rec.attr), fid, stored);
             }
             self.destroy_objects(layout);
         }
