@@ -410,6 +410,49 @@ fn changes_of_bytes_on_the_mdt_wait_while_a_migration_fences_the_file() {
     assert!(fs::read(&f).unwrap() == want);
 }
 
+/// A write on the MDT clears set-id bits as the kernel's `file_remove_privs` does, by the
+/// MDT in the write's transaction, whoever sends it: a raw client writing as a user who may
+/// write the file (mode 06777) leaves it 0777; root's write leaves the bits; an empty write
+/// changes nothing.
+#[test]
+fn a_write_on_the_mdt_clears_set_id_bits_whoever_sends_it() {
+    use std::os::unix::fs::MetadataExt;
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domsetid"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let f = dir.join("setid");
+    fs::write(&f, b"bytes").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+    let fid = fid_at(&f);
+    let mut c = RawConn::connect(&mds, "domsetid", [0x50; 16]).unwrap();
+    let mut call = |op: MdsOp| {
+        c.send_mds(0, op).unwrap();
+        c.recv().unwrap().header.status
+    };
+    assert_eq!(call(MdsOp::Connect), 0);
+    let write = |data: &[u8]| MdsOp::DomWrite {
+        fid,
+        offset: 0,
+        data: data.to_vec(),
+    };
+    let mode = || fs::metadata(&f).unwrap().mode() & 0o7777;
+    assert_eq!(call(write(b"root")), 0);
+    assert_eq!(mode(), 0o6777, "root's write keeps the bits");
+    let user = Cred::new(4242, 4242, vec![]);
+    let empty = nacre_types::cred::with(user.clone(), || call(write(b"")));
+    assert_eq!(empty, 0);
+    assert_eq!(mode(), 0o6777, "an empty write changes nothing");
+    let wrote = nacre_types::cred::with(user, || call(write(b"user")));
+    assert_eq!(wrote, 0);
+    assert_eq!(
+        mode(),
+        0o0777,
+        "a user's write clears both (group-execute is set)"
+    );
+    assert_eq!(fs::read(&f).unwrap(), b"users");
+}
+
 /// How many `DomRead`s MDT0000 of file system `fsname` served (its `md_stats`).
 fn dom_reads(fsname: &str) -> u64 {
     let t = nacre_testkit::nacre_ok(&[

@@ -52,7 +52,8 @@ pub fn read(mdt: &Mdt, fid: Fid, offset: u64, len: u32) -> Result<MdsReply, Stat
 }
 
 /// `MdsOp::DomWrite`: `data` at `offset` (a hole before it zero-filled), the size raised to
-/// the write's end, the modification and change times now.
+/// the write's end, the modification and change times now, set-id bits cleared for a
+/// writer other than root.
 pub fn write(tx: &mut Tx<'_>, fid: Fid, offset: u64, data: &[u8]) -> Result<MdsReply, Status> {
     let mut rec = tx.inode(fid)?;
     let dom_end = dom_end_of(&rec)?;
@@ -73,6 +74,12 @@ pub fn write(tx: &mut Tx<'_>, fid: Fid, offset: u64, data: &[u8]) -> Result<MdsR
     a.mtime = tx.now;
     a.ctime = tx.now;
     a.blocks = blocks_of(stored.len());
+    // The kernel's `file_remove_privs`, made in the write's own transaction whoever sends
+    // it: a writer other than root clears set-user-ID, and set-group-ID as Linux does.
+    if !data.is_empty() && !tx.cred.is_root() && nacre_types::attr::has_setid(a.perm) {
+        let in_group = tx.cred.in_group(a.gid);
+        a.perm = nacre_types::attr::kill_privs(a.perm, in_group);
+    }
     let attr = rec.attr.clone();
     tx.put_inode(&rec);
     Ok(MdsReply::Attr(attr))
