@@ -296,9 +296,11 @@ fn a_killed_mount_loses_its_locks_when_evicted() {
     let (b_mnt, c_mnt) = (fs.scratch().join("b"), fs.scratch().join("c"));
     fs::create_dir_all(&b_mnt).unwrap();
     fs::create_dir_all(&c_mnt).unwrap();
-    // The waiting mount pings often enough not to be taken for silent itself.
+    // Both mounts ping often enough not to be taken for silent while they live (the
+    // holder's mount, silent for longer than the eviction timeout under load, was evicted
+    // before the waiter parked: its lock went early, and the waiter never waited).
     let _b = fs.mount_another(&b_mnt, &["--ping-interval-ms", "300"]);
-    let c = fs.mount_another(&c_mnt, &[]);
+    let c = fs.mount_another(&c_mnt, &["--ping-interval-ms", "300"]);
     fs::write(fs.path("f"), b"x").unwrap();
     let mut holder = std::process::Command::new("flock")
         .args(["-o", "-x"])
