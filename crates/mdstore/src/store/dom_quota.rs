@@ -87,33 +87,6 @@ impl Store {
     pub fn dom_quota_check(&self, repair: bool) -> Result<nacre_types::QuotaCheck, Status> {
         let mut alloc = self.alloc.lock().expect("write lock");
         let counted = count(&*self.kv, &self.name)?;
-        let table = read_counts(&*self.kv, QUOTA_DOM_BYTES)?;
-        let mut check = nacre_types::QuotaCheck::compare(&counted, &table);
-        if check.diffs_total == 0 && alloc.dom_bytes != table {
-            check = nacre_types::QuotaCheck::compare(&counted, &alloc.dom_bytes);
-        }
-        if repair && check.diffs_total > 0 {
-            let mut b = Batch::new();
-            for q in table.keys().filter(|q| !counted.contains_key(q)) {
-                b.delete(QUOTA_DOM_BYTES, q.to_key().to_vec());
-            }
-            for (q, n) in &counted {
-                b.put(
-                    QUOTA_DOM_BYTES,
-                    q.to_key().to_vec(),
-                    n.to_be_bytes().to_vec(),
-                );
-            }
-            let t = self.kv.commit(b).map_err(kv_err)?;
-            self.kv.wait_durable(t).map_err(kv_err)?;
-            alloc.dom_bytes = counted;
-            check.repaired = true;
-            tracing::warn!(
-                "{}: quota usage of bytes on the MDT of {} ids repaired",
-                self.name,
-                check.diffs_total
-            );
-        }
-        Ok(check)
+        self.check_usage(QUOTA_DOM_BYTES, counted, &mut alloc.dom_bytes, repair)
     }
 }

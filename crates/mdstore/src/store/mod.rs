@@ -437,25 +437,41 @@ impl Store {
     pub fn quota_check(&self, repair: bool) -> Result<nacre_types::QuotaCheck, Status> {
         let mut alloc = self.alloc.lock().expect("write lock");
         let counted = tx::count(&*self.kv, &self.name)?;
-        let table = tx::read_table(&*self.kv)?;
-        let mut check = nacre_types::QuotaCheck::compare(&counted, &table);
-        if check.diffs_total == 0 && alloc.quota != table {
+        self.check_usage(QUOTA_USAGE, counted, &mut alloc.quota, repair)
+    }
+
+    /// Compares `counted` with usage table `table` (and `memory`, its counts in memory);
+    /// with `repair`, the count replaces both, durably. The caller holds the write lock.
+    pub(crate) fn check_usage(
+        &self,
+        table: &'static str,
+        counted: tx::Counts,
+        memory: &mut tx::Counts,
+        repair: bool,
+    ) -> Result<nacre_types::QuotaCheck, Status> {
+        let recorded = tx::read_counts(&*self.kv, table)?;
+        let mut check = nacre_types::QuotaCheck::compare(&counted, &recorded);
+        if check.diffs_total == 0 && *memory != recorded {
             // The table is right but memory is not: reported as the table's.
-            check = nacre_types::QuotaCheck::compare(&counted, &alloc.quota);
+            check = nacre_types::QuotaCheck::compare(&counted, memory);
         }
         if repair && check.diffs_total > 0 {
             let mut b = Batch::new();
-            for q in table.keys().filter(|q| !counted.contains_key(q)) {
-                b.delete(QUOTA_USAGE, q.to_key().to_vec());
+            for q in recorded.keys().filter(|q| !counted.contains_key(q)) {
+                b.delete(table, q.to_key().to_vec());
             }
             for (q, n) in &counted {
-                b.put(QUOTA_USAGE, q.to_key().to_vec(), n.to_be_bytes().to_vec());
+                b.put(table, q.to_key().to_vec(), n.to_be_bytes().to_vec());
             }
             let t = self.kv.commit(b).map_err(kv_err)?;
             self.kv.wait_durable(t).map_err(kv_err)?;
-            alloc.quota = counted;
+            *memory = counted;
             check.repaired = true;
-            tracing::warn!("quota usage of {} ids repaired", check.diffs_total);
+            tracing::warn!(
+                "{}: {table} of {} ids repaired",
+                self.name,
+                check.diffs_total
+            );
         }
         Ok(check)
     }
