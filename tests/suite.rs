@@ -7,6 +7,7 @@ mod api;
 mod api_attacks;
 mod atime;
 mod attacks;
+mod batch;
 mod bench;
 mod changelog;
 mod cluster;

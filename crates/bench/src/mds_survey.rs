@@ -1,6 +1,9 @@
 //! mds-survey's equivalent: drive an MDT directly — no client, no network, no FUSE — with
 //! `threads` threads over `dirs` directories, running Lustre's mds-survey tests in order:
-//! `create`, `lookup`, `md_getattr`, `setxattr`, `destroy`.
+//! `create`, `lookup`, `md_getattr`, `setxattr`, `destroy`; and Nacre's `create_batch`
+//! (files of other names made [`CREATE_BATCH_ITEMS_MAX`] per request with FIDs granted to
+//! the thread's client, as a client's asynchronous creates send them; lookups and destroys
+//! do not see them).
 //!
 //! The MDT is a scratch one formatted in a directory you give (put it on the device you want
 //! to measure); every request goes through the same code a network request reaches
@@ -14,7 +17,7 @@ use nacre_mds::mdt::Mdt;
 use nacre_mds::osp::OstPool;
 use nacre_osd::Label;
 use nacre_types::{Fid, FileKind, Status, TargetKind};
-use nacre_wire::mds::{MdsCall, MdsOp, MdsReply};
+use nacre_wire::mds::{BatchCreate, MdsCall, MdsOp, MdsReply, CREATE_BATCH_ITEMS_MAX};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +25,14 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
 /// Lustre's mds-survey tests, in the order they run.
-pub const TESTS: [&str; 5] = ["create", "lookup", "md_getattr", "setxattr", "destroy"];
+pub const TESTS: [&str; 6] = [
+    "create",
+    "create_batch",
+    "lookup",
+    "md_getattr",
+    "setxattr",
+    "destroy",
+];
 /// Most threads.
 pub const THREADS_MAX: usize = 1024;
 /// Most files in one run.
@@ -87,6 +97,52 @@ impl Survey {
         }
         nacre_wire::decode_body(&out.body).map_err(|_| Status::Proto)
     }
+}
+
+/// `create_batch`: `count` files of thread `t` made in `parent` in batches, with FIDs
+/// granted to `client`.
+fn batch_creates(
+    s: &Survey,
+    client: [u8; 16],
+    parent: Fid,
+    t: usize,
+    count: u64,
+) -> Result<(), BenchError> {
+    let mut fids: Vec<Fid> = Vec::new();
+    let mut i = 0u64;
+    while i < count {
+        let n = (count - i).min(CREATE_BATCH_ITEMS_MAX as u64) as usize;
+        while fids.len() < n {
+            let want = nacre_wire::mds::FID_GRANT_COUNT_MAX;
+            match s.call(client, MdsOp::GrantFids { count: want }) {
+                Ok(MdsReply::FidRange { first, count }) => {
+                    fids.extend((0..count).rev().map(|k| Fid::new(first.seq, first.oid + k)))
+                }
+                Ok(_) => return Err(mdt_err("grant_fids", Status::Proto)),
+                Err(e) => return Err(mdt_err("grant_fids", e)),
+            }
+        }
+        let items: Vec<BatchCreate> = (0..n as u64)
+            .map(|k| BatchCreate {
+                fid: fids.pop().expect("granted"),
+                name: format!("b{t}.{}", i + k).into_bytes(),
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+            })
+            .collect();
+        match s.call(client, MdsOp::CreateBatch { parent, items }) {
+            Ok(MdsReply::Created(r)) => {
+                if let Some(Err(e)) = r.into_iter().find(Result::is_err) {
+                    return Err(mdt_err("create_batch", e));
+                }
+            }
+            Ok(_) => return Err(mdt_err("create_batch", Status::Proto)),
+            Err(e) => return Err(mdt_err("create_batch", e)),
+        }
+        i += n as u64;
+    }
+    Ok(())
 }
 
 fn client_of(thread: usize) -> [u8; 16] {
@@ -228,7 +284,15 @@ fn run_test(
                     barrier.wait();
                     let start = Instant::now();
                     let mut r = Ok(());
-                    for i in 0..per_thread {
+                    if test == "create_batch" {
+                        r = batch_creates(s, client, parent, t, per_thread);
+                    }
+                    let singles = if test == "create_batch" {
+                        0
+                    } else {
+                        per_thread
+                    };
+                    for i in 0..singles {
                         let name = name_of(t, i);
                         let fid = fids.get(i as usize).copied().unwrap_or(Fid::ROOT);
                         let op = match test {

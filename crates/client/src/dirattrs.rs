@@ -88,7 +88,7 @@ impl DirAttrs {
             return Change::Names(dir);
         }
         match op {
-            MdsOp::Close { .. } => Change::None,
+            MdsOp::Close { .. } | MdsOp::GrantFids { .. } => Change::None,
             // A replayed change, or a lock taken back by a restarted MDT whose other
             // changes may be lost: nothing kept can be placed any more.
             MdsOp::Replay { .. } | MdsOp::LockReplay { .. } => Change::Any,

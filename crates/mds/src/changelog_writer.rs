@@ -175,6 +175,18 @@ pub fn note_op(tx: &mut Tx<'_>, call: &MdsCall, reply: &MdsReply) {
         Err(_) => false,
     };
     let change = match &call.op {
+        MdsOp::CreateBatch { parent, items } => {
+            let MdsReply::Created(results) = reply else {
+                return;
+            };
+            for (item, r) in items.iter().zip(results) {
+                if let Ok((attr, _)) = r {
+                    let c = Change::new(RecordKind::Create, attr.fid, *parent, &item.name);
+                    note(tx, &origin, c);
+                }
+            }
+            return;
+        }
         MdsOp::Create {
             parent, name, kind, ..
         } => {

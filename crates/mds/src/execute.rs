@@ -511,7 +511,21 @@ pub(crate) fn replay(
                     return Outgoing::error(s);
                 }
             };
-            mdt.set_replay_hint(&call.client, xid, mdt::ReplayCtx { transno, created });
+            let batch = match crate::replay_mdt::check_batch(mdt, &inner.op, reply) {
+                Ok(b) => b,
+                Err(s) => {
+                    mdt.recovery.refused();
+                    mdt.recovery
+                        .replayed(&call.client, transno, replay::Outcome::Failed);
+                    return Outgoing::error(s);
+                }
+            };
+            let ctx = mdt::ReplayCtx {
+                transno,
+                created,
+                batch,
+            };
+            mdt.set_replay_hint(&call.client, xid, ctx);
             let out = dispatch(mdt, &inner, xid);
             mdt.take_replay_hint(&call.client, xid);
             let ok = out.status == Status::Ok;

@@ -7,7 +7,7 @@
 //!
 //! | change | revoked |
 //! |---|---|
-//! | create, mknod, mkdir, symlink (any form) | parent UPDATE |
+//! | create, mknod, mkdir, symlink (any form), a batch of creates | parent UPDATE |
 //! | link | parent UPDATE, inode UPDATE |
 //! | unlink, rmdir | parent UPDATE, the inode's LOOKUP, UPDATE and OPEN |
 //! | rename | both parents' UPDATE, both inodes' LOOKUP and UPDATE, OPEN of the one renamed over |
@@ -58,7 +58,8 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::Mkdir { parent, .. }
         | MdsOp::MkdirOn { parent, .. }
         | MdsOp::MkdirStriped { parent, .. }
-        | MdsOp::Symlink { parent, .. } => t.push((*parent, UPDATE)),
+        | MdsOp::Symlink { parent, .. }
+        | MdsOp::CreateBatch { parent, .. } => t.push((*parent, UPDATE)),
         MdsOp::Link { fid, parent, .. } => {
             t.push((*parent, UPDATE));
             t.push((*fid, UPDATE));
@@ -370,9 +371,9 @@ pub(crate) fn with_intent(
 }
 
 /// Opcodes of the requests that may change what locks cover (the others are never parked).
-const CHANGE_OPCODES: [u16; 18] = [
+const CHANGE_OPCODES: [u16; 19] = [
     0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
-    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240,
+    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242,
 ];
 
 /// Parks a change that would have to wait for other clients to cancel locks: their
@@ -584,6 +585,10 @@ mod tests {
                 data: n(),
             },
             MdsOp::DomAppend { fid: f, data: n() },
+            MdsOp::CreateBatch {
+                parent: f,
+                items: Vec::new(),
+            },
         ];
         let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         codes.sort_unstable();

@@ -122,6 +122,8 @@ pub struct ReplayCtx {
     pub transno: u64,
     /// The inode it created.
     pub created: Option<ReplayHint>,
+    /// The inodes a replayed `CreateBatch` created, with their layouts.
+    pub batch: Vec<ReplayHint>,
 }
 
 /// How long orphans found at start wait for their clients to reopen them (clients reconnect
@@ -481,6 +483,7 @@ impl Mdt {
         Tx {
             mdt: self,
             tx: self.store.begin(),
+            replayed_batch: Vec::new(),
         }
     }
 
@@ -630,6 +633,8 @@ pub struct Tx<'a> {
     /// The MDT.
     pub mdt: &'a Mdt,
     tx: nacre_mdstore::store::Tx<'a>,
+    /// A replayed `CreateBatch`: the FIDs and layouts its files had (ReplayCtx::batch).
+    pub replayed_batch: Vec<ReplayHint>,
 }
 
 impl<'a> std::ops::Deref for Tx<'a> {

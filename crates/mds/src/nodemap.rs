@@ -69,6 +69,12 @@ fn map_op_ids(m: &Nodemap, op: &mut MdsOp) {
             u(uid);
             g(gid);
         }
+        MdsOp::CreateBatch { items, .. } => {
+            for i in items.iter_mut() {
+                u(&mut i.uid);
+                g(&mut i.gid);
+            }
+        }
         MdsOp::SetAttr { attr, .. } => {
             if let Some(x) = attr.uid.as_mut() {
                 u(x);
@@ -91,6 +97,11 @@ pub fn map_attr(m: &Nodemap, a: &mut Attr) {
 pub fn map_reply(m: &Nodemap, reply: &mut MdsReply) {
     match reply {
         MdsReply::Attr(a) | MdsReply::Entry { attr: a, .. } => map_attr(m, a),
+        MdsReply::Created(results) => {
+            for (a, _) in results.iter_mut().flatten() {
+                map_attr(m, a);
+            }
+        }
         MdsReply::DirPlus { entries, .. } => {
             for e in entries.iter_mut() {
                 if let Some(a) = e.attr.as_mut() {

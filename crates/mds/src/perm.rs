@@ -75,6 +75,16 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
                 None => claims(cred, &dir, *uid, *gid),
             }
         }
+        // Each file as a create of it would be; the FIDs are checked as the batch runs
+        // (they must be of the caller's own grants, whoever it is).
+        MdsOp::CreateBatch { parent, items } => {
+            let dir = need_dir(mdt, cred, *parent)?;
+            items
+                .iter()
+                .try_for_each(|i| claims(cred, &dir, i.uid, i.gid))
+        }
+        // Anyone that may change the namespace (a read-only nodemap may not: nodemap.rs).
+        MdsOp::GrantFids { .. } => Ok(()),
         MdsOp::Mkdir {
             parent, uid, gid, ..
         }

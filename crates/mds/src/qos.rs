@@ -79,7 +79,8 @@ fn project_of(mdt: &Mdt, op: &MdsOp) -> u32 {
         | MdsOp::Mkdir { parent, .. }
         | MdsOp::Symlink { parent, .. }
         | MdsOp::MkdirOn { parent, .. }
-        | MdsOp::MkdirStriped { parent, .. } => (*parent, true),
+        | MdsOp::MkdirStriped { parent, .. }
+        | MdsOp::CreateBatch { parent, .. } => (*parent, true),
         MdsOp::Lookup { parent, .. }
         | MdsOp::Unlink { parent, .. }
         | MdsOp::Rmdir { parent, .. }

@@ -46,6 +46,19 @@ pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<()
     if !mdt.quota.any_limited() {
         return Ok(());
     }
+    if let MdsOp::CreateBatch { parent, items } = op {
+        // Each owner's files of the batch at once (a client batches one user's creates).
+        let mut owners: Vec<((u32, u32), u64)> = Vec::new();
+        for i in items {
+            match owners.iter_mut().find(|(o, _)| *o == (i.uid, i.gid)) {
+                Some((_, n)) => *n += 1,
+                None => owners.push(((i.uid, i.gid), 1)),
+            }
+        }
+        return owners
+            .into_iter()
+            .try_for_each(|((uid, gid), n)| precheck_one(mdt, *parent, uid, gid, n));
+    }
     let (parent, uid, gid) = match op {
         MdsOp::Create {
             parent, uid, gid, ..
@@ -64,6 +77,17 @@ pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<()
         } => (*parent, *uid, *gid),
         _ => return Ok(()),
     };
+    precheck_one(mdt, parent, uid, gid, 1)
+}
+
+/// [`precheck`] of `n` new inodes of `uid` and `gid` in directory `parent`.
+fn precheck_one(
+    mdt: &crate::mdt::Mdt,
+    parent: nacre_types::Fid,
+    uid: u32,
+    gid: u32,
+    n: u64,
+) -> Result<(), Status> {
     let Ok(dir) = mdt.inode(parent) else {
         return Ok(());
     };
@@ -79,7 +103,7 @@ pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<()
     };
     let ids = QuotaId::of_owner(Owner { uid, gid, project });
     let counts = mdt.inodes_of(&ids);
-    mdt.quota.check_now(&ids, 1, |q| {
+    mdt.quota.check_now(&ids, n, |q| {
         ids.iter().position(|i| *i == q).map_or(0, |k| counts[k])
     })
 }

@@ -72,6 +72,41 @@ pub fn check_created(
     Ok(Some((fid, layout)))
 }
 
+/// The files a replayed `CreateBatch` (`op`) made the first time, as its saved `reply`
+/// says, checked as [`check_created`] checks a create's: each layout well formed and of
+/// objects this MDT could have handed out, each FID the item's own (that it is one of the
+/// client's grants, unused, is checked when the batch runs again). Empty for any other op.
+pub fn check_batch(
+    mdt: &Mdt,
+    op: &MdsOp,
+    reply: &nacre_wire::mds::MdsReply,
+) -> Result<Vec<ReplayHint>, Status> {
+    let (MdsOp::CreateBatch { items, .. }, nacre_wire::mds::MdsReply::Created(results)) =
+        (op, reply)
+    else {
+        return Ok(Vec::new());
+    };
+    if results.len() != items.len() {
+        return Err(Status::Inval);
+    }
+    let mut out = Vec::new();
+    let mut objects = Vec::new();
+    for (item, r) in items.iter().zip(results) {
+        let Ok((attr, layout)) = r else { continue };
+        if attr.fid != item.fid {
+            return Err(Status::Inval);
+        }
+        if let Some(l) = layout {
+            l.check().map_err(|_| Status::Inval)?;
+            objects.extend(l.objects().copied());
+        }
+        out.push((item.fid, layout.clone()));
+    }
+    // No object twice across the batch either.
+    check_objects(mdt, &objects)?;
+    Ok(out)
+}
+
 /// A replayed layout's checks ([`check_created`]).
 fn check_layout(mdt: &Mdt, l: &nacre_types::Layout) -> Result<(), Status> {
     l.check().map_err(|_| Status::Inval)?;

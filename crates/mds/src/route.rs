@@ -59,6 +59,18 @@ pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Statu
     use ops::create::CreateArgs;
     use ops::rename::RenameArgs;
     match op {
+        MdsOp::CreateBatch { parent, items } => {
+            let replayed = std::mem::take(&mut tx.replayed_batch);
+            ops::batch::run(tx, *parent, items, &replayed)
+        }
+        MdsOp::GrantFids { count } => {
+            let count = (*count).min(nacre_wire::mds::FID_GRANT_COUNT_MAX);
+            let g = tx.grant_fids(count)?;
+            Ok(MdsReply::FidRange {
+                first: g.first,
+                count: g.count,
+            })
+        }
         MdsOp::Create {
             parent,
             name,
@@ -182,6 +194,7 @@ pub(crate) fn run_modifying_with(
     tx.cred = call.cred.clone();
     if let Some(ctx) = mdt.take_replay_hint(&call.client, xid) {
         tx.replay = ctx.created;
+        tx.replayed_batch = ctx.batch;
         tx.forced_transno = Some(ctx.transno);
     }
     if tx.has_saved_reply(&call.client, xid) {

@@ -67,6 +67,8 @@ pub const MD_OPS: &[&str] = &[
     "dom_read",
     "dom_write",
     "dom_append",
+    "grant_fids",
+    "create_batch",
 ];
 
 #[cfg(test)]
@@ -85,12 +87,12 @@ mod tests {
         );
         // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
         // were missing: their stats were lost).
-        let last = MdsOp::DomAppend {
-            fid: nacre_types::Fid::ROOT,
-            data: Vec::new(),
+        let last = MdsOp::CreateBatch {
+            parent: nacre_types::Fid::ROOT,
+            items: Vec::new(),
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "dom_append");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "create_batch");
         let check = MdsOp::QuotaCheck { repair: false };
         assert_eq!(
             super::MD_OPS[(check.opcode() & 0xff) as usize - 1],

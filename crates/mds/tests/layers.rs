@@ -39,6 +39,7 @@ const FILES: &[(&str, &str)] = &[
     ("links.rs", "ops"),
     ("migrate.rs", "ops"),
     ("ops/atime_flush.rs", "ops"),
+    ("ops/batch.rs", "ops"),
     ("ops/create.rs", "ops"),
     ("ops/dir_stripe.rs", "ops"),
     ("ops/dom.rs", "ops"),

@@ -18,6 +18,10 @@ pub const FID_OIDS_PER_SEQ: u64 = 1 << 32;
 /// Sequences owned by one MDT: MDT `i` allocates from `FID_SEQ_NORMAL + i·FID_SEQS_PER_MDT`
 /// on, so a FID names its MDT without a lookup (Lustre keeps this map in its FLDB).
 pub const FID_SEQS_PER_MDT: u64 = 1 << 20;
+/// Offset, in an MDT's sequences, of those it grants to clients (`MdsOp::GrantFids`, which
+/// then give their own new files FIDs): the lower half it allocates from itself, the upper
+/// half it grants, so neither can ever hand out a FID of the other.
+pub const FID_SEQS_CLIENT_OFFSET: u64 = FID_SEQS_PER_MDT / 2;
 /// Most MDTs a file system may have (MDT indexes 0..MDT_COUNT_MAX): their sequence ranges
 /// fit below 2^32 sequences, which inode numbers carry.
 pub const MDT_COUNT_MAX: u32 = 2048;

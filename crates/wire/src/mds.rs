@@ -589,7 +589,56 @@ pub enum MdsOp {
         /// The bytes (at most [`DOM_RPC_BYTES_MAX`]).
         data: Vec<u8>,
     },
+    /// Grants the caller (its client uuid, as its export) a range of FIDs of this MDT that
+    /// only it may give to the files it creates with [`MdsOp::CreateBatch`]: the client
+    /// becomes their allocator (docs/plans/round-trips.md, R2). The grant is durable before
+    /// the reply; at most [`FID_GRANTS_PER_CLIENT_MAX`] stay valid per client (a new one
+    /// retires the oldest), and an eviction retires them all. Who may send it: any client
+    /// that may change the namespace (not a read-only nodemap). Reply:
+    /// [`MdsReply::FidRange`].
+    GrantFids {
+        /// FIDs wanted (1 to [`FID_GRANT_COUNT_MAX`]; the grant may be smaller).
+        count: u32,
+    },
+    /// Creates regular files in one directory, each with the FID the client gave it from a
+    /// range this MDT granted it ([`MdsOp::GrantFids`]), in increasing order within the
+    /// range, never a FID given before: one transaction and one transno for them all. Every
+    /// item passes the checks a [`MdsOp::Create`] of the call's credentials would (write and
+    /// search on the directory, owner and group claims, inode quota, the name new); one that
+    /// fails is answered its error in its place and the others are made. No file is opened
+    /// at the MDT. Who may send it: whoever may create in `parent`, for FIDs of its own
+    /// grants. Reply: [`MdsReply::Created`], one result per item in order.
+    CreateBatch {
+        /// Directory (not striped: a striped directory's names are in its shards).
+        parent: Fid,
+        /// The files (1 to [`CREATE_BATCH_ITEMS_MAX`]).
+        items: Vec<BatchCreate>,
+    },
 }
+
+/// One file of a [`MdsOp::CreateBatch`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCreate {
+    /// The FID the client gave it, from one of its grants.
+    pub fid: Fid,
+    /// Name in the batch's directory.
+    pub name: Vec<u8>,
+    /// Permission bits (the client applied its umask).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// Most files in one [`MdsOp::CreateBatch`].
+pub const CREATE_BATCH_ITEMS_MAX: usize = 256;
+
+/// Most FIDs one [`MdsOp::GrantFids`] grants.
+pub const FID_GRANT_COUNT_MAX: u32 = 65_536;
+
+/// FID grants that stay valid per client ([`MdsOp::GrantFids`]).
+pub const FID_GRANTS_PER_CLIENT_MAX: usize = 4;
 
 /// Most bytes one [`MdsOp::DomRead`] or [`MdsOp::DomWrite`] moves (the rest of a larger
 /// range takes more requests): well within a request's body limit.
@@ -744,6 +793,7 @@ impl MdsOp {
             | MdsOp::DomRead { fid, .. }
             | MdsOp::DomWrite { fid, .. }
             | MdsOp::DomAppend { fid, .. } => Some(*fid),
+            MdsOp::CreateBatch { parent, .. } => Some(*parent),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -762,6 +812,7 @@ impl MdsOp {
             | MdsOp::LockCancel { .. }
             | MdsOp::LockReplay { .. }
             | MdsOp::AllocFid
+            | MdsOp::GrantFids { .. }
             | MdsOp::RenameLock { .. }
             | MdsOp::ScanInodes { .. }
             | MdsOp::ScanDirents { .. }
@@ -788,7 +839,8 @@ impl MdsOp {
             | MdsOp::Symlink { parent, .. }
             | MdsOp::Link { parent, .. }
             | MdsOp::Unlink { parent, .. }
-            | MdsOp::Rmdir { parent, .. } => Some(*parent),
+            | MdsOp::Rmdir { parent, .. }
+            | MdsOp::CreateBatch { parent, .. } => Some(*parent),
             _ => None,
         }
     }
@@ -861,6 +913,8 @@ impl MdsOp {
                 MdsOp::DomRead { .. } => 62,
                 MdsOp::DomWrite { .. } => 63,
                 MdsOp::DomAppend { .. } => 64,
+                MdsOp::GrantFids { .. } => 65,
+                MdsOp::CreateBatch { .. } => 66,
             }
     }
 

@@ -3,6 +3,7 @@
 //! return the reply to save with them.
 
 pub mod atime_flush;
+pub mod batch;
 pub mod create;
 pub mod dir_stripe;
 pub mod dom;

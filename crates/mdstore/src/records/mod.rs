@@ -120,8 +120,13 @@ pub const LINKS: &str = "links";
 pub const DOM: &str = "dom";
 /// Bytes of data on the MDT per user, group and project (store/dom_quota.rs).
 pub const QUOTA_DOM_BYTES: &str = "quota_dom_bytes";
+/// FID ranges granted to clients (store/fid_grants.rs): client uuid (16) + the grant's
+/// first allocation number (8, big-endian) → count and next unused offset (4 + 4,
+/// big-endian).
+pub const FID_GRANTS: &str = "fid_grants";
 /// Every table of an MDT.
-pub const TABLES: [&str; 22] = [
+pub const TABLES: [&str; 23] = [
+    FID_GRANTS,
     DOM,
     QUOTA_DOM_BYTES,
     QUOTA_USAGE,

@@ -3,6 +3,7 @@
 //! replays against, and durability. It knows no operation.
 
 mod dom_quota;
+pub mod fid_grants;
 pub mod open;
 pub mod tx;
 
@@ -55,6 +56,8 @@ pub struct AllocState {
     last_transno: u64,
     /// Clients in the `clients` table.
     clients: HashSet<[u8; 16]>,
+    /// FID ranges granted to clients (fid_grants.rs).
+    grants: fid_grants::Grants,
 }
 
 /// One MDT's store: its KV store and allocation state (opened by [`Store::open`]).

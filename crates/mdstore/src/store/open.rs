@@ -42,6 +42,7 @@ impl Store {
         let saved_replies = load_saved_replies(&*kv)?;
         let last_transno = read_u64(&*kv, b"last_transno")?.unwrap_or(0);
         let clients = load_clients(&*kv)?;
+        let grants = super::fid_grants::load(&*kv, index)?;
         let intents = load_intents(&*kv, name)?;
         let frozen = load_frozen(&*kv)?;
         build_link_index(&*kv, name)?;
@@ -73,6 +74,7 @@ impl Store {
                 saved_replies,
                 last_transno,
                 clients,
+                grants,
             }),
             fid_limit_at_start: fid_limit,
             ost_next_at_start,

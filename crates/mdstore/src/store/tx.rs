@@ -56,6 +56,9 @@ pub struct Tx<'a> {
     /// This change is made durable before its reply whatever `sync_on_reply` says (an
     /// administrator's one-shot command, which stays for no replay).
     pub durable_before_reply: bool,
+    /// The FID the next new inode takes: given by the client from its grants
+    /// (`MdsOp::CreateBatch`, checked by [`Tx::take_granted_fid`]).
+    pub given_fid: Option<Fid>,
     /// Versions of the inodes this transaction read (so writing one back needs no read).
     seen_versions: std::cell::RefCell<Vec<(Fid, u64)>>,
 }
@@ -78,6 +81,7 @@ impl Store {
             pre_versions: Vec::new(),
             new_client: false,
             durable_before_reply: false,
+            given_fid: None,
             seen_versions: std::cell::RefCell::new(Vec::new()),
         }
     }
@@ -399,6 +403,10 @@ impl<'a> Tx<'a> {
     /// Allocates a new FID (a replay gets the one its inode had: allocation restarted
     /// past every FID handed out before the restart, so it is free).
     pub fn new_fid(&mut self) -> Fid {
+        if let Some(fid) = self.given_fid.take() {
+            self.seen_versions.borrow_mut().push((fid, 0));
+            return fid;
+        }
         if let Some((fid, _)) = self.replay {
             self.reserve_past_fid(fid);
             // New: no version before this change (and no read to learn it).
@@ -653,11 +661,27 @@ impl<'a> Tx<'a> {
 
     /// Removes `client` from the `clients` table in this change; false if it was not there.
     pub fn forget_client(&mut self, client: &[u8; 16]) -> bool {
+        self.retire_grants(client);
         if !self.alloc.clients.remove(client) {
             return false;
         }
         self.batch.delete(CLIENTS, client.to_vec());
         true
+    }
+
+    /// The FID grants (fid_grants.rs), under the write lock.
+    pub(crate) fn grants_mut(&mut self) -> &mut super::fid_grants::Grants {
+        &mut self.alloc.grants
+    }
+
+    /// Puts `key` → `value` in `table` in this transaction.
+    pub(crate) fn put(&mut self, table: &'static str, key: Vec<u8>, value: Vec<u8>) {
+        self.batch.put(table, key, value);
+    }
+
+    /// Deletes `key` of `table` in this transaction.
+    pub(crate) fn delete(&mut self, table: &'static str, key: Vec<u8>) {
+        self.batch.delete(table, key);
     }
 
     /// True if a reply for (client, xid) is saved.
@@ -700,7 +724,8 @@ impl<'a> Tx<'a> {
 pub fn fid_number(index: u32, fid: Fid) -> Option<u64> {
     let base = FID_SEQ_NORMAL.checked_add(u64::from(index).checked_mul(FID_SEQS_PER_MDT)?)?;
     let seq_off = fid.seq.checked_sub(base)?;
-    if seq_off >= FID_SEQS_PER_MDT || fid.oid == 0 {
+    // The upper half is granted to clients (fid_grants.rs): not allocated here.
+    if seq_off >= nacre_types::fid::FID_SEQS_CLIENT_OFFSET || fid.oid == 0 {
         return None;
     }
     seq_off

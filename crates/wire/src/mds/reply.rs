@@ -2,7 +2,7 @@
 
 use super::{DirEntry, DirPlusEntry, READDIRPLUS_ENTRIES_MAX};
 use nacre_types::layout::LayoutSpec;
-use nacre_types::{Attr, Fid, FileKind, Layout, StatFs};
+use nacre_types::{Attr, Fid, FileKind, Layout, StatFs, Status};
 use serde::{Deserialize, Serialize};
 
 /// What the namespace checker needs of one inode.
@@ -230,6 +230,17 @@ pub enum MdsReply {
         /// Every byte stored on the MDT for the file, from byte 0.
         data: Vec<u8>,
     },
+    /// FIDs granted to the caller ([`super::MdsOp::GrantFids`]): `count` FIDs from `first`
+    /// on, in one sequence (`first.oid .. first.oid + count`).
+    FidRange {
+        /// The first FID.
+        first: Fid,
+        /// How many.
+        count: u32,
+    },
+    /// One result per item of a [`super::MdsOp::CreateBatch`], in order: the new file's
+    /// attributes and layout, or why it was not made.
+    Created(Vec<Result<(Attr, Option<Layout>), Status>>),
 }
 
 /// Most bytes an [`MdsReply::OpenData`] carries (a file storing more on the MDT is answered
@@ -270,6 +281,22 @@ impl MdsReply {
                 spec.check().map_err(|e| e.to_string())
             }
             MdsReply::DirStripe(Some(s)) => s.check(),
+            MdsReply::FidRange { first, count } => {
+                let end = u64::from(first.oid) + u64::from(*count);
+                match *count == 0 || first.oid == 0 || end > u64::from(u32::MAX) + 1 {
+                    true => Err(format!("a grant of {count} FIDs from {first}")),
+                    false => Ok(()),
+                }
+            }
+            MdsReply::Created(results) => {
+                if results.len() > super::CREATE_BATCH_ITEMS_MAX {
+                    return Err(format!("{} results of a batch", results.len()));
+                }
+                results.iter().try_for_each(|r| match r {
+                    Ok((_, Some(l))) => l.check().map_err(|e| e.to_string()),
+                    _ => Ok(()),
+                })
+            }
             MdsReply::DomData(d) => at_most(
                 "data on the MDT",
                 d.len(),

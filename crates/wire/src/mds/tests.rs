@@ -741,6 +741,78 @@ proptest! {
         prop_assert!(big.check().is_err());
     }
 
+    /// `GrantFids` and `CreateBatch` with any counts, FIDs, names and owners: modifying
+    /// (exactly once, replayed), a batch routed to its directory's MDT (whose names it
+    /// changes), a grant to none; both round-trip and refuse every truncation; any bytes
+    /// after their opcodes decode to them or an error, never a panic. A reply of more
+    /// results than a batch may hold, or a grant of no FID, or one past its sequence's end,
+    /// is refused.
+    #[test]
+    fn batches_and_grants_round_trip_and_refuse_truncation(
+        count in any::<u32>(),
+        parent in any::<u64>(),
+        items in proptest::collection::vec(
+            (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40),
+             any::<u32>(), any::<u32>(), any::<u32>()),
+            0..6,
+        ),
+        oid in any::<u32>(),
+        junk in proptest::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let dir = Fid::new(parent, 1);
+        let items: Vec<BatchCreate> = items
+            .into_iter()
+            .map(|(seq, oid, name, perm, uid, gid)| BatchCreate {
+                fid: Fid::new(seq, oid),
+                name,
+                perm,
+                uid,
+                gid,
+            })
+            .collect();
+        let grant = MdsOp::GrantFids { count };
+        let batch = MdsOp::CreateBatch { parent: dir, items };
+        prop_assert!(grant.is_modifying() && batch.is_modifying());
+        prop_assert_eq!((grant.opcode(), batch.opcode()), (0x0241, 0x0242));
+        prop_assert_eq!((grant.key_fid(), batch.key_fid()), (None, Some(dir)));
+        prop_assert_eq!(batch.names_changed_in(), Some(dir));
+        for op in [grant, batch] {
+            let bytes = encode_body(&op);
+            prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
+            for n in 0..bytes.len() {
+                prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+            }
+            let mut hostile = bytes[..1].to_vec();
+            hostile.extend_from_slice(&junk);
+            let _ = decode_body::<MdsOp>(&hostile);
+        }
+        let range = MdsReply::FidRange { first: Fid::new(parent, oid), count };
+        let fits = count > 0 && oid > 0 && u64::from(oid) + u64::from(count) <= 1 << 32;
+        prop_assert_eq!(range.check().is_ok(), fits);
+        let t = nacre_types::TimeSpec { sec: 1, nsec: 2 };
+        let attr = Attr {
+            fid: Fid::new(parent, 2),
+            kind: FileKind::Regular,
+            perm: 0o644,
+            uid: 1,
+            gid: 2,
+            nlink: 1,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            rdev: 0,
+            project: 0,
+            proj_inherit: false,
+        };
+        let ok = Ok((attr, None));
+        let full = MdsReply::Created(vec![ok.clone(); CREATE_BATCH_ITEMS_MAX]);
+        prop_assert!(full.check().is_ok());
+        let over = MdsReply::Created(vec![ok; CREATE_BATCH_ITEMS_MAX + 1]);
+        prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
+    }
+
     /// `LayoutIntent` with any file and end: modifying (exactly once, replayed), routed to
     /// its file's MDT, round-trips and refuses every truncation; any bytes after its
     /// opcode decode to it or an error, never a panic.
