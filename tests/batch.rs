@@ -5,6 +5,7 @@
 //! server processes; what it made is checked through a mount.
 
 use super::growth::fid_at;
+use nacre_ldlm::msg::{LockRef, DELEGATION, UPDATE};
 use nacre_testkit::raw::RawConn;
 use nacre_testkit::{lfsck_clean, nacre_ok, Form, Spec, TestFs};
 use nacre_types::{Cred, Fid, Status};
@@ -232,5 +233,173 @@ fn batches_are_refused_fids_that_are_not_their_clients_own() {
         b"x",
         "the file named is untouched"
     );
+    lfsck_clean(&fs.source());
+}
+
+/// Asks for `fid`'s delegation: the status and the lock granted.
+fn delegate(s: &mut Session, fid: Fid, bits: u8) -> (i32, Option<LockRef>) {
+    s.0.send_mds_with(0, MdsOp::DelegateDir { fid }, bits)
+        .unwrap();
+    let r = s.0.recv().unwrap();
+    (r.header.status, r.answer().and_then(|a| a.lock))
+}
+
+/// Registers `poller`'s client as one that handles callbacks (locks are granted only to
+/// such clients): a poll answered at once.
+fn polls(poller: &mut Session) {
+    let st = poller.call(MdsOp::LockPoll {
+        wait_ms: 0,
+        epoch: 0,
+    });
+    assert_eq!(st.0, 0);
+}
+
+/// Polls `client`'s callbacks on a connection of its own: the locks called back.
+fn called_back(poller: &mut Session) -> Vec<LockRef> {
+    match poller.call(MdsOp::LockPoll {
+        wait_ms: 20_000,
+        epoch: 0,
+    }) {
+        (0, Some(MdsReply::Blocking(refs))) => refs,
+        other => panic!("poll: {:?}", other.0),
+    }
+}
+
+const DELEGATED: u8 = UPDATE | DELEGATION;
+
+/// A directory delegated to a client is that client's until another looks: the mount that
+/// made it loses its `UPDATE` lock on it (its listing is no longer known complete); the
+/// mount's lookup of a name the holder answered but has not sent yet waits at the MDT,
+/// which calls the delegation back; the holder sends its batch, cancels, and the lookup
+/// finds the file with the FID the holder gave it.
+#[test]
+fn a_lookup_in_a_delegated_directory_waits_for_its_holders_creates() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("deleg"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("mine");
+    fs::create_dir(&dir).unwrap();
+    // Known complete by the mount under its UPDATE lock: a miss is answered there.
+    assert!(fs::metadata(dir.join("a1")).is_err());
+    let parent = fid_at(&dir);
+    let mut a = Session::open(&mds, "deleg", [0x64; 16]);
+    let mut poller = Session::open(&mds, "deleg", [0x64; 16]);
+    polls(&mut poller);
+    let (first, _) = a.grant(10);
+    let (status, lock) = delegate(&mut a, parent, DELEGATED);
+    assert_eq!(status, 0);
+    let lock = lock.expect("granted");
+    assert_eq!((lock.fid, lock.bits), (parent, DELEGATED));
+    // The holder answered a create of a1 itself; the mount looks it up meanwhile.
+    let path = dir.join("a1");
+    let looker = std::thread::spawn(move || fs::metadata(&path).map(|m| m.ino()));
+    let refs = called_back(&mut poller);
+    assert_eq!(
+        refs.iter().map(|r| r.handle).collect::<Vec<_>>(),
+        [lock.handle]
+    );
+    let (st, r) = a.batch(parent, vec![item(nth(first, 0), "a1", 0)]);
+    assert_eq!((st, r), (0, vec![Ok(nth(first, 0))]));
+    assert_eq!(
+        a.call(MdsOp::LockCancel {
+            handles: vec![lock.handle]
+        })
+        .0,
+        0
+    );
+    let ino = looker.join().unwrap().expect("found once sent");
+    assert_eq!(Fid::from_ino(ino), Some(nth(first, 0)));
+    lfsck_clean(&fs.source());
+}
+
+/// A raw client speaks `DelegateDir` as an attacker would: a user who may not create in the
+/// directory is refused `EACCES`, a file `ENOTDIR`, a request without both lock bits
+/// `EINVAL`; none is granted anything. Delegations are one client's at a time: a second
+/// client's request waits while the first is called back; a create by another client waits
+/// for the holder's batch (the holder's file gets the name, the other's exclusive create
+/// `EEXIST`).
+#[test]
+fn a_delegation_is_one_clients_and_refused_to_whoever_may_not_create() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("delegatk"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    let file = dir.join("file");
+    fs::write(&file, b"x").unwrap();
+    let parent = fid_at(&dir);
+    let mut a = Session::open(&mds, "delegatk", [0x65; 16]);
+    let mut a_poll = Session::open(&mds, "delegatk", [0x65; 16]);
+    polls(&mut a_poll);
+    let user = Cred::new(4244, 4244, vec![]);
+    let refused = nacre_types::cred::with(user, || delegate(&mut a, parent, DELEGATED));
+    assert_eq!(
+        refused,
+        (Status::Access as i32, None),
+        "root's 0755 directory"
+    );
+    assert_eq!(
+        delegate(&mut a, fid_at(&file), DELEGATED),
+        (Status::NotDir as i32, None)
+    );
+    assert_eq!(
+        delegate(&mut a, parent, UPDATE),
+        (Status::Inval as i32, None)
+    );
+    assert_eq!(delegate(&mut a, parent, 0), (Status::Inval as i32, None));
+    // Granted to a; b asks too: a is called back, and b gets it once a cancelled.
+    let (first, _) = a.grant(10);
+    let (_, lock) = delegate(&mut a, parent, DELEGATED);
+    let lock = lock.expect("granted");
+    let mds_b = mds.clone();
+    let b_asks = std::thread::spawn(move || {
+        let mut b = Session::open(&mds_b, "delegatk", [0x66; 16]);
+        let mut b_poll = Session::open(&mds_b, "delegatk", [0x66; 16]);
+        polls(&mut b_poll);
+        let got = delegate(&mut b, parent, DELEGATED);
+        (b, b_poll, got)
+    });
+    assert_eq!(called_back(&mut a_poll)[0].handle, lock.handle);
+    assert_eq!(
+        a.call(MdsOp::LockCancel {
+            handles: vec![lock.handle]
+        })
+        .0,
+        0
+    );
+    let (mut b, mut b_poll, (st, b_lock)) = b_asks.join().unwrap();
+    assert_eq!(st, 0);
+    let b_lock = b_lock.expect("b's now");
+    assert_eq!(b_lock.bits, DELEGATED);
+    // b holds it; a's exclusive create of "x" waits for b's batch, which makes "x".
+    let (b_first, _) = b.grant(10);
+    let create = MdsOp::Create {
+        parent,
+        name: b"x".to_vec(),
+        kind: nacre_types::FileKind::Regular,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        exclusive: true,
+        open: false,
+        access: 0,
+    };
+    let mds_a = mds.clone();
+    let a_creates = std::thread::spawn(move || {
+        let mut a2 = Session::open(&mds_a, "delegatk", [0x65; 16]);
+        a2.call(create).0
+    });
+    assert_eq!(called_back(&mut b_poll)[0].handle, b_lock.handle);
+    let (st, r) = b.batch(parent, vec![item(nth(b_first, 0), "x", 0)]);
+    assert_eq!((st, r), (0, vec![Ok(nth(b_first, 0))]));
+    assert_eq!(
+        b.call(MdsOp::LockCancel {
+            handles: vec![b_lock.handle]
+        })
+        .0,
+        0
+    );
+    assert_eq!(a_creates.join().unwrap(), Status::Exist as i32);
+    assert_eq!(fid_at(&dir.join("x")), nth(b_first, 0));
+    let _ = first;
     lfsck_clean(&fs.source());
 }

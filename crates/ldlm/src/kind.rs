@@ -2,7 +2,7 @@
 //! and when two parts conflict. A metadata target locks inode bits ([`InodeBits`]); an
 //! object storage target locks byte extents of objects, read or write ([`Extents`]).
 
-use crate::msg::{ExtentRef, LockRef, BITS_ALL, OPEN, UPDATE};
+use crate::msg::{ExtentRef, LockRef, BITS_ALL, DELEGATION, OPEN, UPDATE};
 use nacre_types::{Fid, ObjectId};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -76,8 +76,17 @@ impl Kind for InodeBits {
         held & wanted == *wanted
     }
 
-    fn grantable(wanted: &u8, _others: &[u8], changing: &[u8], contended: bool) -> Option<u8> {
-        let bits = if contended { wanted & !UPDATE } else { *wanted };
+    fn grantable(wanted: &u8, others: &[u8], changing: &[u8], contended: bool) -> Option<u8> {
+        let mut bits = if contended { wanted & !UPDATE } else { *wanted };
+        // A delegated directory is its holder's alone (msg.rs, DELEGATION): no one else
+        // is granted its UPDATE or a delegation; a delegation comes only with UPDATE, to
+        // a client no other holds UPDATE beside.
+        if others.iter().any(|o| o & DELEGATION != 0) {
+            bits &= !(UPDATE | DELEGATION);
+        }
+        if bits & UPDATE == 0 || others.iter().any(|o| o & UPDATE != 0) {
+            bits &= !DELEGATION;
+        }
         (bits != 0 && changing.iter().all(|c| c & bits == 0)).then_some(bits)
     }
 

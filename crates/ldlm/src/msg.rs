@@ -23,10 +23,19 @@ pub const OPEN: u8 = 8;
 /// `MDS_INODELOCK_DOM`): its holder's kernel keeps their pages. Granted with a read of those
 /// bytes (`DomRead`); revoked by another client's write or truncate of them.
 pub const DOM: u8 = 16;
-/// The bits granted with entries (lookups, creates, listings): all but `OPEN` and `DOM`.
+/// A directory delegated to its holder (issue 44 item 2; docs/plans/round-trips.md, R2): the
+/// holder may answer creates in it itself and send them later (`CreateBatch`), so no other
+/// client may see the directory's entries or attributes until it has sent them. Held only
+/// with `UPDATE` and by one client at a time: granted while no other client holds `UPDATE`
+/// or it on the directory, and no other client is granted either while it is held. Revoked
+/// by any other client's request on the directory (a change in it, a lookup, a listing, its
+/// attributes), after the holder sent what it answered.
+pub const DELEGATION: u8 = 32;
+/// The bits granted with entries (lookups, creates, listings): all but `OPEN`, `DOM` and
+/// `DELEGATION`.
 pub const ENTRY_BITS: u8 = LOOKUP | UPDATE | LAYOUT;
 /// Every bit.
-pub const BITS_ALL: u8 = ENTRY_BITS | OPEN | DOM;
+pub const BITS_ALL: u8 = ENTRY_BITS | OPEN | DOM | DELEGATION;
 
 /// Most lock references one callback answer or one cancel carries.
 pub const REFS_PER_MESSAGE_MAX: usize = 1_024;
@@ -38,7 +47,7 @@ pub struct LockRef {
     pub handle: u64,
     /// The inode the lock is on.
     pub fid: Fid,
-    /// `LOOKUP` | `UPDATE` | `LAYOUT` | `OPEN` | `DOM`.
+    /// `LOOKUP` | `UPDATE` | `LAYOUT` | `OPEN` | `DOM` | `DELEGATION`.
     pub bits: u8,
 }
 

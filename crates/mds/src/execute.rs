@@ -94,7 +94,12 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
         _ => {
             // Other clients' locks on what the request changes go first; new grants of
             // them wait until it is done.
-            let _hold = locks::revoke_for(mdt, call);
+            let mut _hold = locks::revoke_for(mdt, call);
+            // A delegation is granted on what its own revocation held: the hold goes first
+            // (a grant to another client in between makes the delegation `EBUSY`).
+            if matches!(call.op, MdsOp::DelegateDir { .. }) {
+                _hold = None;
+            }
             let (out, lock) = locks::with_intent(mdt, call, || dispatch(mdt, call, xid));
             LAST_GRANT.with(|c| c.set(lock.map(|l| (call.client, xid, l))));
             out
@@ -310,6 +315,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             crate::ops::rename_remote::rename_lock(mdt, *owner, *acquire),
         ),
         MdsOp::AllocFid => to_outgoing(crate::ops::remote_update::alloc_fid(mdt)),
+        MdsOp::DelegateDir { fid } => to_outgoing(delegable(mdt, *fid).map(MdsReply::Attr)),
         MdsOp::Reopen { opens }
             if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX
                 && opens.iter().map(|r| u64::from(r.handles)).sum::<u64>()
@@ -342,6 +348,23 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
         op if op.is_modifying() => run_modifying(mdt, call, xid),
         op => to_outgoing(read_only(mdt, &call.client, op)),
     }
+}
+
+/// The attributes of directory `fid` if it may be delegated to a client (`DelegateDir`,
+/// whose lock is granted before this runs): a plain directory of this MDT, while no inode
+/// quota is enforced here.
+fn delegable(mdt: &Mdt, fid: Fid) -> Result<nacre_types::Attr, Status> {
+    if fid.mdt_index() != mdt.label.index {
+        return Err(Status::NotSupp);
+    }
+    let rec = mdt.inode(fid)?;
+    if rec.attr.kind != nacre_types::FileKind::Directory {
+        return Err(Status::NotDir);
+    }
+    if mdt.store().dir_stripe(fid)?.is_some() || mdt.quota.any_limited() {
+        return Err(Status::NotSupp);
+    }
+    Ok(rec.attr)
 }
 
 /// (client, xid, transno, versions before the change) of the request a thread just ran.

@@ -308,6 +308,11 @@ impl Handler for MdsHandler {
                     return Outgoing::error(s);
                 }
             }
+            // A delegated directory's creates are checked by the client itself, with the
+            // ids it has: only a client whose ids are the file system's may check them.
+            if matches!(call.op, MdsOp::DelegateDir { .. }) && !m.is_identity() {
+                return Outgoing::error(Status::NotSupp);
+            }
             nodemap::map_request(m, &mut call.cred, &mut call.op);
         }
         let out = execute(&mdt, &call, req.header.xid, &nacre_net::peer_nid(&req.peer));

@@ -26,7 +26,8 @@
 
 use crate::mdt::Mdt;
 use nacre_ldlm::msg::{
-    LockRef, BITS_ALL, DOM, ENTRY_BITS, LAYOUT, LOOKUP, OPEN, REFS_PER_MESSAGE_MAX, UPDATE,
+    LockRef, BITS_ALL, DELEGATION, DOM, ENTRY_BITS, LAYOUT, LOOKUP, OPEN, REFS_PER_MESSAGE_MAX,
+    UPDATE,
 };
 use nacre_net::{Incoming, Outgoing};
 use nacre_types::cred::MAY_WRITE;
@@ -60,6 +61,8 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         | MdsOp::MkdirStriped { parent, .. }
         | MdsOp::Symlink { parent, .. }
         | MdsOp::CreateBatch { parent, .. } => t.push((*parent, UPDATE)),
+        // Taken from every other client before it is granted (its own revocation).
+        MdsOp::DelegateDir { fid } => t.push((*fid, UPDATE | DELEGATION)),
         MdsOp::Link { fid, parent, .. } => {
             t.push((*parent, UPDATE));
             t.push((*fid, UPDATE));
@@ -291,6 +294,37 @@ pub(crate) fn with_intent(
         }
         return (out, Some(lock));
     }
+    // A delegation: granted first (no other client holds the directory's UPDATE any more:
+    // the request's revocation took them), then the directory checked under it.
+    if let MdsOp::DelegateDir { fid } = &call.op {
+        let wanted = call.lock_bits & (UPDATE | DELEGATION);
+        if wanted != UPDATE | DELEGATION {
+            return (Outgoing::error(Status::Inval), None);
+        }
+        // A caller that may not have it is answered why, granted nothing.
+        if crate::perm::refuses(mdt, call) {
+            return (run(), None);
+        }
+        let Some((lock, new)) = mdt.ldlm.enqueue(&call.client, *fid, wanted) else {
+            return (Outgoing::error(Status::Busy), None);
+        };
+        if lock.bits & DELEGATION == 0 {
+            if new {
+                mdt.ldlm.release(&call.client, lock.handle);
+            }
+            return (Outgoing::error(Status::Busy), None);
+        }
+        mdt.delegated
+            .store(true, std::sync::atomic::Ordering::Release);
+        let out = run();
+        if out.status != Status::Ok {
+            if new {
+                mdt.ldlm.release(&call.client, lock.handle);
+            }
+            return (out, None);
+        }
+        return (out, Some(lock));
+    }
     // A cached open comes only with an open for reading of a regular file; so do the
     // bytes of its component on the MDT, under a DOM lock.
     if let MdsOp::Open { fid, access } = &call.op {
@@ -371,9 +405,9 @@ pub(crate) fn with_intent(
 }
 
 /// Opcodes of the requests that may change what locks cover (the others are never parked).
-const CHANGE_OPCODES: [u16; 19] = [
+const CHANGE_OPCODES: [u16; 20] = [
     0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
-    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242,
+    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242, 0x0243,
 ];
 
 /// Parks a change that would have to wait for other clients to cancel locks: their
@@ -381,8 +415,11 @@ const CHANGE_OPCODES: [u16; 19] = [
 /// cancelled (or their clients evicted), so no service thread waits meanwhile. Returns
 /// the request if it can run now.
 pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
-    if req.resubmits() > 0 || !CHANGE_OPCODES.contains(&req.header.opcode) {
+    if req.resubmits() > 0 {
         return Some(req);
+    }
+    if !CHANGE_OPCODES.contains(&req.header.opcode) {
+        return park_read(mdt, req);
     }
     let Ok(call) = nacre_wire::decode_body::<MdsCall>(&req.body) else {
         return Some(req);
@@ -393,6 +430,42 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
     }
     let t = targets(mdt, &call.op);
     if t.is_empty()
+        || !mdt.ldlm.conflicts(Some(&call.client), &t)
+        || crate::perm::refuses(mdt, &call)
+    {
+        return Some(req);
+    }
+    let weak = Arc::downgrade(mdt);
+    mdt.ldlm.revoke_later(
+        Some(&call.client),
+        &t,
+        Box::new(move |late| {
+            if let Some(m) = weak.upgrade() {
+                for c in &late {
+                    crate::eviction::evict_now(&m, c, "did not cancel a called-back lock in time");
+                }
+            }
+            req.resubmit();
+        }),
+    );
+    None
+}
+
+/// Parks a request on a directory delegated to another client (a lookup in it, a listing,
+/// its attributes: nacre_ldlm::msg::DELEGATION) until the holder has sent what it answered
+/// and cancelled the delegation. Nothing is decoded on an MDT that never delegated.
+fn park_read(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
+    if !mdt.delegated.load(std::sync::atomic::Ordering::Acquire) {
+        return Some(req);
+    }
+    let Ok(call) = nacre_wire::decode_body::<MdsCall>(&req.body) else {
+        return Some(req);
+    };
+    let Some(dir) = call.op.key_fid() else {
+        return Some(req);
+    };
+    let t = [(dir, DELEGATION)];
+    if mdt.recovery.active()
         || !mdt.ldlm.conflicts(Some(&call.client), &t)
         || crate::perm::refuses(mdt, &call)
     {
@@ -589,6 +662,7 @@ mod tests {
                 parent: f,
                 items: Vec::new(),
             },
+            MdsOp::DelegateDir { fid: f },
         ];
         let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         codes.sort_unstable();

@@ -26,6 +26,8 @@ pub fn check_readonly(m: &Nodemap, op: &MdsOp) -> Result<(), Status> {
     let refused = match op {
         MdsOp::Open { access, .. } => access & MAY_WRITE != 0,
         MdsOp::Close { .. } => false,
+        // Asked only to create.
+        MdsOp::DelegateDir { .. } => true,
         other => other.is_modifying(),
     };
     match refused {

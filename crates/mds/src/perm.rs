@@ -85,6 +85,8 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         }
         // Anyone that may change the namespace (a read-only nodemap may not: nodemap.rs).
         MdsOp::GrantFids { .. } => Ok(()),
+        // Whoever may create in the directory.
+        MdsOp::DelegateDir { fid } => need_dir(mdt, cred, *fid).map(|_| ()),
         MdsOp::Mkdir {
             parent, uid, gid, ..
         }

@@ -69,6 +69,7 @@ pub const MD_OPS: &[&str] = &[
     "dom_append",
     "grant_fids",
     "create_batch",
+    "delegate_dir",
 ];
 
 #[cfg(test)]
@@ -87,12 +88,11 @@ mod tests {
         );
         // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
         // were missing: their stats were lost).
-        let last = MdsOp::CreateBatch {
-            parent: nacre_types::Fid::ROOT,
-            items: Vec::new(),
+        let last = MdsOp::DelegateDir {
+            fid: nacre_types::Fid::ROOT,
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "create_batch");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "delegate_dir");
         let check = MdsOp::QuotaCheck { repair: false };
         assert_eq!(
             super::MD_OPS[(check.opcode() & 0xff) as usize - 1],

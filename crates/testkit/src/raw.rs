@@ -103,9 +103,14 @@ impl RawConn {
 
     /// Sends an MDS request to MDT `target`; returns its xid.
     pub fn send_mds(&mut self, target: u32, op: MdsOp) -> std::io::Result<u64> {
+        self.send_mds_with(target, op, 0)
+    }
+
+    /// [`RawConn::send_mds`] asking for `lock_bits`.
+    pub fn send_mds_with(&mut self, target: u32, op: MdsOp, lock_bits: u8) -> std::io::Result<u64> {
         let opcode = op.opcode();
         let call = MdsCall {
-            lock_bits: 0,
+            lock_bits,
             client: self.client,
             replied_below: self.xid,
             jobid: "raw".into(),

@@ -614,6 +614,20 @@ pub enum MdsOp {
         /// The files (1 to [`CREATE_BATCH_ITEMS_MAX`]).
         items: Vec<BatchCreate>,
     },
+    /// Delegates directory `fid` to the caller: asked with lock bits `UPDATE | DELEGATION`,
+    /// granted after every other client's `UPDATE` and `DELEGATION` locks on it were called
+    /// back (nacre_ldlm::msg::DELEGATION); the lock comes in [`MdsAnswer::lock`]. `EBUSY` when
+    /// another client was granted a lock on it meanwhile (ask again, or create without a
+    /// delegation). Refused (`EOPNOTSUPP`) for a striped directory or one of another MDT,
+    /// while this MDT enforces inode quotas (a create answered by a client could not be
+    /// refused later), and to a client whose nodemap maps ids (its own permission checks
+    /// would not be the MDT's). Who may send it: whoever may create in the directory
+    /// (write and search), not a read-only nodemap. Not modifying: a lock, in memory, lost
+    /// with a restart. Reply: [`MdsReply::Attr`], the directory's attributes under the lock.
+    DelegateDir {
+        /// The directory.
+        fid: Fid,
+    },
 }
 
 /// One file of a [`MdsOp::CreateBatch`].
@@ -794,6 +808,7 @@ impl MdsOp {
             | MdsOp::DomWrite { fid, .. }
             | MdsOp::DomAppend { fid, .. } => Some(*fid),
             MdsOp::CreateBatch { parent, .. } => Some(*parent),
+            MdsOp::DelegateDir { fid } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -915,6 +930,7 @@ impl MdsOp {
                 MdsOp::DomAppend { .. } => 64,
                 MdsOp::GrantFids { .. } => 65,
                 MdsOp::CreateBatch { .. } => 66,
+                MdsOp::DelegateDir { .. } => 67,
             }
     }
 
@@ -950,6 +966,8 @@ impl MdsOp {
                 | MdsOp::LockPoll { .. }
                 | MdsOp::LockCancel { .. }
                 | MdsOp::LockReplay { .. }
+                // A lock: in memory, lost with a restart.
+                | MdsOp::DelegateDir { .. }
                 | MdsOp::ScanInodes { .. }
                 | MdsOp::ScanDirents { .. }
                 | MdsOp::ChangelogRead { .. }

@@ -1,6 +1,6 @@
 //! The namespace's unit tests.
 use super::*;
-use crate::msg::{LockRef, LOOKUP, OPEN, UPDATE};
+use crate::msg::{LockRef, DELEGATION, LOOKUP, OPEN, UPDATE};
 use nacre_types::Fid;
 use std::sync::mpsc;
 
@@ -544,4 +544,30 @@ fn a_change_is_granted_a_lock_under_its_own_hold_but_not_under_anothers() {
     );
     drop(hold_b);
     drop(hold_a);
+}
+
+#[test]
+fn a_delegation_is_one_clients_and_shuts_others_out_of_update() {
+    let ns = Namespace::new(1);
+    let (_ra, _rb) = (poller(&ns, A), poller(&ns, B));
+    // Only with UPDATE.
+    assert_eq!(ns.enqueue(&A, fid(1), DELEGATION), None);
+    let (d, _) = ns.enqueue(&A, fid(1), UPDATE | DELEGATION).unwrap();
+    assert_eq!(d.bits, UPDATE | DELEGATION);
+    // Another client gets the name's lock, never the contents' nor a delegation.
+    let (l, _) = ns.enqueue(&B, fid(1), LOOKUP | UPDATE).unwrap();
+    assert_eq!(l.bits, LOOKUP);
+    assert_eq!(ns.enqueue(&B, fid(1), UPDATE | DELEGATION), None);
+    // A change of the contents calls the delegation back (it is held with UPDATE).
+    assert!(ns.conflicts(Some(&B), &[(fid(1), UPDATE)]));
+    ns.cancel(&A, &[d.handle]);
+    // While another holds UPDATE, no delegation: UPDATE alone.
+    let (u, _) = ns.enqueue(&B, fid(1), UPDATE).unwrap();
+    assert_eq!(u.bits, UPDATE);
+    let (a, _) = ns.enqueue(&A, fid(1), UPDATE | DELEGATION).unwrap();
+    assert_eq!(a.bits, UPDATE, "no delegation beside B's UPDATE");
+    // Another directory is another matter.
+    assert!(ns
+        .enqueue(&A, fid(2), UPDATE | DELEGATION)
+        .is_some_and(|(l, _)| l.bits == UPDATE | DELEGATION));
 }

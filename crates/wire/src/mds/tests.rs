@@ -741,7 +741,7 @@ proptest! {
         prop_assert!(big.check().is_err());
     }
 
-    /// `GrantFids` and `CreateBatch` with any counts, FIDs, names and owners: modifying
+    /// `GrantFids`, `CreateBatch` and `DelegateDir` with any counts, FIDs, names and owners: modifying
     /// (exactly once, replayed), a batch routed to its directory's MDT (whose names it
     /// changes), a grant to none; both round-trip and refuse every truncation; any bytes
     /// after their opcodes decode to them or an error, never a panic. A reply of more
@@ -776,7 +776,10 @@ proptest! {
         prop_assert_eq!((grant.opcode(), batch.opcode()), (0x0241, 0x0242));
         prop_assert_eq!((grant.key_fid(), batch.key_fid()), (None, Some(dir)));
         prop_assert_eq!(batch.names_changed_in(), Some(dir));
-        for op in [grant, batch] {
+        let delegate = MdsOp::DelegateDir { fid: dir };
+        prop_assert!(!delegate.is_modifying(), "a lock: not replayed");
+        prop_assert_eq!((delegate.opcode(), delegate.key_fid()), (0x0243, Some(dir)));
+        for op in [grant, batch, delegate] {
             let bytes = encode_body(&op);
             prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), op);
             for n in 0..bytes.len() {
