@@ -70,6 +70,7 @@
 
 mod admin;
 mod append;
+mod batch;
 pub mod capas;
 pub mod changelog;
 pub mod complete;
@@ -93,6 +94,7 @@ pub mod rpc_stats;
 pub mod writeback;
 
 pub use admin::QuotaTargetUsage;
+pub use batch::Created;
 pub use flock::{FlockWait, FLOCK_WAIT_SLICE_MS};
 pub use listing::Listed;
 pub use locking::Cached;
