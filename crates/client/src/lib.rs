@@ -75,6 +75,7 @@ pub mod capas;
 pub mod changelog;
 pub mod complete;
 pub mod datalocks;
+mod delegated;
 pub mod dirattrs;
 mod dom;
 pub mod edges;
@@ -240,6 +241,9 @@ pub struct OpenFile {
     /// The job that opened it: its close works for that job too (a kernel's release
     /// comes from no process).
     jobid: String,
+    /// Made by a create this client answered itself (delegated.rs), not open at the MDT:
+    /// [`Client::undefer`] opens it there before it is used for anything but its close.
+    deferred: bool,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -335,7 +339,13 @@ impl OpenFile {
             wrote: std::sync::atomic::AtomicBool::new(false),
             append: false,
             jobid: String::new(),
+            deferred: false,
         }
+    }
+
+    /// Made by a create this client answered itself and not open at the MDT yet.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
     }
 }
 
@@ -388,6 +398,14 @@ pub struct Client {
     lock_sink: std::sync::OnceLock<mdc::LockSink>,
     /// Directories known completely under their UPDATE lock (complete.rs).
     complete: Arc<complete::Complete>,
+    /// Directories delegated to this client and the creates it answered in them
+    /// (delegated.rs).
+    delegated: delegated::Delegated,
+    /// The thread sending delegated creates, once started.
+    delegated_sender: std::sync::OnceLock<std::thread::Thread>,
+    delegated_sender_started: std::sync::atomic::AtomicBool,
+    /// Creates in delegated directories are answered here (`--async-dirops`; off by default).
+    async_dirops: std::sync::atomic::AtomicBool,
     /// Extent locks on OST objects (datalocks.rs).
     data_locks: datalocks::DataLocks,
     /// Write-behind under write locks (writeback.rs).
@@ -472,6 +490,10 @@ impl Client {
             noatime: std::sync::atomic::AtomicBool::new(false),
             lock_sink: std::sync::OnceLock::new(),
             complete: Arc::new(complete::Complete::default()),
+            delegated: Default::default(),
+            delegated_sender: std::sync::OnceLock::new(),
+            delegated_sender_started: Default::default(),
+            async_dirops: Default::default(),
         });
         client.getattr(client.root()?)?;
         start_watch(&client);
@@ -619,6 +641,12 @@ impl Client {
         let mut mdcs = self.mdcs.write();
         let m = mdcs.entry(index).or_insert_with(|| {
             m.start_pinger(self.ping_interval_ms);
+            let me = self.me.clone();
+            m.set_before_request(Arc::new(move |op| {
+                if let Some(c) = me.upgrade() {
+                    c.before_request(op);
+                }
+            }));
             if let Some(sink) = self.lock_sink.get() {
                 m.start_lock_callbacks(sink.clone(), self.lock_poll_wait_ms());
             }

@@ -35,6 +35,12 @@ impl Client {
         let me = self.me.clone();
         let sink: mdc::LockSink = Arc::new(move |revoked| {
             for r in revoked {
+                // What was answered under a delegation is sent before it goes.
+                if r.lock.bits & nacre_ldlm::msg::DELEGATION != 0 {
+                    if let Some(client) = me.upgrade() {
+                        client.delegation_gone(r.lock.fid);
+                    }
+                }
                 if r.lock.bits & nacre_ldlm::msg::UPDATE != 0 {
                     complete.forget(r.lock.fid);
                 }

@@ -69,7 +69,13 @@ pub struct Mdc {
     pub(crate) flocks: nacre_ldlm::flock::FlockTable,
     /// Attributes of this MDT's directories kept under `UPDATE` locks.
     pub dir_attrs: crate::dirattrs::DirAttrs,
+    /// Called before every request goes out (the client sends the delegated creates it
+    /// depends on: delegated.rs).
+    before: std::sync::OnceLock<BeforeRequest>,
 }
+
+/// What runs before a request goes out ([`Mdc::set_before_request`]).
+pub type BeforeRequest = Arc<dyn Fn(&MdsOp) + Send + Sync>;
 
 /// The client of the owners in [`Mdc::flocks`] (the table holds this client's alone).
 pub(crate) const OWN: [u8; 16] = [0; 16];
@@ -123,7 +129,13 @@ impl Mdc {
             locks_stopped: AtomicBool::new(false),
             flocks: Default::default(),
             dir_attrs: Default::default(),
+            before: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what runs before every request goes out (once).
+    pub fn set_before_request(&self, f: BeforeRequest) {
+        let _ = self.before.set(f);
     }
 
     /// Requests kept for replay now.
@@ -436,6 +448,9 @@ impl Mdc {
         op: MdsOp,
         lock_bits: u8,
     ) -> Result<(MdsReply, Option<nacre_ldlm::msg::LockRef>)> {
+        if let Some(before) = self.before.get() {
+            before(&op);
+        }
         let lock_bits = match self.sink.get() {
             Some(_) => lock_bits,
             None => 0,

@@ -189,6 +189,10 @@ impl Client {
     }
 
     pub(crate) fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
+        // A file whose create this client answered and has not sent (crate::delegated).
+        if let Some(attr) = self.delegated_attr(fid) {
+            return Ok((attr, false));
+        }
         // A directory's attributes kept under its UPDATE lock (crate::dirattrs).
         if bits & nacre_ldlm::msg::UPDATE != 0 {
             if let Some(attr) = self.mdc(fid.mdt_index())?.kept_dir_attr(fid) {
@@ -347,6 +351,10 @@ impl Client {
 
     /// Closes an open file (a handle voided by an eviction is already closed at the MDT).
     pub fn close(&self, file: &OpenFile) -> Result<()> {
+        // Never opened at the MDT, never used for I/O (Client::undefer).
+        if file.is_deferred() {
+            return Ok(());
+        }
         // Kept writes reach the OSTs first; what they refused is this close's error.
         let layout = file.layout();
         let flushed = self.flush_file(file.fid, layout.as_ref());

@@ -112,6 +112,8 @@ struct Shared {
     flocks: Mutex<flock::MountFlocks>,
     /// The node API's socket, once it serves (`user.nacre.api`).
     pub(crate) api: Arc<std::sync::OnceLock<std::path::PathBuf>>,
+    /// One deferred handle opened at the MDT at a time (`Shared::undefer`).
+    undefer_lock: Mutex<()>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -237,6 +239,7 @@ impl Shared {
             groups: Default::default(),
             inval: Default::default(),
             api: Default::default(),
+            undefer_lock: Mutex::new(()),
             flocks: Default::default(),
         }
     }
@@ -258,10 +261,11 @@ impl Shared {
 
     /// `Err(EIO)` if `fh` is an open file its MDT closed by evicting this client.
     fn evicted_handle(&self, fh: FileHandle) -> Result<(), Errno> {
-        match self.file(fh) {
-            Err(e) if e != Errno::EBADF => Err(e),
-            _ => Ok(()),
-        }
+        // The handle as it is (a deferred one is not opened at the MDT for this).
+        let Some(file) = self.files.lock().get(&fh.0).cloned() else {
+            return Ok(());
+        };
+        self.client.check_handle(&file).map_err(|e| errno(&e))
     }
 
     /// The open file behind `fh`; `EIO` once its MDT has evicted this client (the handle
@@ -281,7 +285,26 @@ impl Shared {
             tracing::warn!("{e}");
             return Err(errno(&e));
         }
+        if file.is_deferred() {
+            return self.undefer(fh, &file);
+        }
         Ok(file)
+    }
+
+    /// The handle `fh` (made by a create this mount answered: `file`) opened at the MDT,
+    /// in its place (once: a second caller finds it done).
+    fn undefer(&self, fh: FileHandle, file: &Arc<OpenFile>) -> Result<Arc<OpenFile>, Errno> {
+        let _one = self.undefer_lock.lock();
+        if let Some(now) = self.files.lock().get(&fh.0) {
+            if !now.is_deferred() {
+                return Ok(now.clone());
+            }
+        }
+        let mut opened = self.client.undefer(file).map_err(|e| errno(&e))?;
+        opened.set_kernel_kills_privs();
+        let opened = Arc::new(opened);
+        self.files.lock().insert(fh.0, opened.clone());
+        Ok(opened)
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {

@@ -601,8 +601,8 @@ pub enum MdsOp {
         count: u32,
     },
     /// Creates regular files in one directory, each with the FID the client gave it from a
-    /// range this MDT granted it ([`MdsOp::GrantFids`]), in increasing order within the
-    /// range, never a FID given before: one transaction and one transno for them all. Every
+    /// range this MDT granted it ([`MdsOp::GrantFids`]), in any order, never a FID given
+    /// before: one transaction and one transno for them all. Every
     /// item passes the checks a [`MdsOp::Create`] of the call's credentials would (write and
     /// search on the directory, owner and group claims, inode quota, the name new); one that
     /// fails is answered its error in its place and the others are made. No file is opened

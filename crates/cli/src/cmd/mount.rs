@@ -42,6 +42,11 @@ pub(crate) struct ClientArgs {
     /// per name stat'ed after a plain listing).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) readdirplus: bool,
+    /// Answer creates of regular files in directories the MDT delegates to this mount
+    /// here, sending them many per request within 50 ms (docs/locking.md, "Delegated
+    /// directories"); off: every create waits for the MDT.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub(crate) async_dirops: bool,
     /// Keep file data in the page cache across opens, under read locks on the OST objects
     /// (called back when another client writes); false: dropped at every open.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -266,6 +271,7 @@ pub(crate) fn mount(a: MountArgs) -> anyhow::Result<()> {
     let client = Client::mount(nid, &fsname, config)?;
     squashed_defaults(&client, &a.options, &mut opts.flags)?;
     client.set_noatime(opts.flags.noatime);
+    client.set_async_dirops(a.client.async_dirops);
     serve_metrics(
         a.metrics,
         nacre_server::metrics::Sources {
@@ -530,6 +536,7 @@ const NACRE_OPTIONS: &[&str] = &[
     "attr_timeout_ms",
     "entry_timeout_ms",
     "readdirplus",
+    "async_dirops",
     "data_cache",
     "discovery",
     "rail_timeout_ms",

@@ -286,6 +286,40 @@ impl Shared {
         };
         let exclusive = flags & libc::O_EXCL != 0;
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
+        // Answered here in a directory delegated to this mount (--async-dirops): the file
+        // is opened at the MDT only if the handle is used for more than its close.
+        if kind == FileKind::Regular && self.client.async_dirops() {
+            let answered = self.client.create_delegated(
+                parent,
+                name.as_bytes(),
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+            );
+            let access = access_of(flags);
+            match answered.and_then(|a| match a {
+                Some(attr) => Ok(Some((self.client.open_deferred(&attr, access)?, attr))),
+                None => Ok(None),
+            }) {
+                Ok(Some((mut file, attr))) => {
+                    pool::leave();
+                    if flags & libc::O_APPEND != 0 {
+                        file.set_append();
+                    }
+                    let fid = file.fid;
+                    let flags = self.file_open_flags(&file);
+                    let fh = self.add_file(file);
+                    self.caps.created(fid);
+                    let ttl = self.ttl(false, self.entry_ttl);
+                    return reply.created(&ttl, &file_attr(&attr), Generation(0), fh, flags);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    pool::leave();
+                    return reply.error(errno(&e));
+                }
+            }
+        }
         let created = self.client.create_cached(
             parent,
             name.as_bytes(),

@@ -121,8 +121,8 @@ pub const DOM: &str = "dom";
 /// Bytes of data on the MDT per user, group and project (store/dom_quota.rs).
 pub const QUOTA_DOM_BYTES: &str = "quota_dom_bytes";
 /// FID ranges granted to clients (store/fid_grants.rs): client uuid (16) + the grant's
-/// first allocation number (8, big-endian) → count and next unused offset (4 + 4,
-/// big-endian).
+/// first allocation number (8, big-endian) → count (4, big-endian) and a bitmap of the
+/// FIDs used (a bit per FID, from the first).
 pub const FID_GRANTS: &str = "fid_grants";
 /// Every table of an MDT.
 pub const TABLES: [&str; 23] = [

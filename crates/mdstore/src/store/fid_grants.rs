@@ -4,11 +4,11 @@
 //! Granted FIDs come from the upper half of the MDT's sequences
 //! ([`FID_SEQS_CLIENT_OFFSET`]), counted by the `META` key `client_fid_next` (exact, written
 //! with each grant: grants are rare). Each grant is a row of the `fid_grants` table, keyed by
-//! client and first allocation number, holding its size and the offset of the first FID
-//! not used yet: a FID is taken at most once, in increasing order, so a FID is never given
-//! to two files, even after the first is removed. The row changes in the transaction that
-//! uses the FID, so after a crash the FIDs of an uncommitted batch are still free for its
-//! replay. A client keeps at most [`GRANTS_PER_CLIENT_MAX`] grants (a new one retires the
+//! client and first allocation number, holding its size and a bitmap of the FIDs used: a
+//! FID is taken at most once (in any order: a client's directories send their batches in
+//! their own order), so a FID is never given to two files, even after the first is
+//! removed. The row changes in the transaction that uses the FID, so after a crash the
+//! FIDs of an uncommitted batch are still free for its replay. A client keeps at most [`GRANTS_PER_CLIENT_MAX`] grants (a new one retires the
 //! oldest); forgetting the client (an eviction) retires them all. What a retired grant had
 //! not used is never handed out again: the sequences are 2^19 × 2^32 FIDs per MDT, so an
 //! unused remainder costs nothing worth reclaiming.
@@ -33,7 +33,7 @@ const NEXT_KEY: &[u8] = b"client_fid_next";
 const OIDS: u64 = FID_OIDS_PER_SEQ - 1;
 
 /// One grant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     /// Allocation number of its first FID (the table key's second part).
     pub number: u64,
@@ -41,8 +41,8 @@ pub struct Grant {
     pub first: Fid,
     /// How many FIDs.
     pub count: u32,
-    /// Offset of the first FID not used yet.
-    pub next: u32,
+    /// The FIDs used: bit `i` of byte `i / 8` for offset `i`.
+    pub used: Vec<u8>,
 }
 
 impl Grant {
@@ -53,6 +53,13 @@ impl Grant {
         }
         let off = fid.oid - self.first.oid;
         (off < self.count).then_some(off)
+    }
+
+    /// Whether the FID at `off` was used.
+    fn is_used(&self, off: u32) -> bool {
+        self.used
+            .get(off as usize / 8)
+            .is_some_and(|b| b & (1 << (off % 8)) != 0)
     }
 }
 
@@ -78,8 +85,13 @@ fn key(client: &[u8; 16], number: u64) -> Vec<u8> {
 
 fn value(g: &Grant) -> Vec<u8> {
     let mut v = g.count.to_be_bytes().to_vec();
-    v.extend_from_slice(&g.next.to_be_bytes());
+    v.extend_from_slice(&g.used);
     v
+}
+
+/// Bytes of the bitmap of a grant of `count` FIDs.
+fn bitmap_bytes(count: u32) -> usize {
+    (count as usize).div_ceil(8)
 }
 
 /// The FID of allocation number `n` in MDT `index`'s granted sequences.
@@ -105,15 +117,17 @@ pub(crate) fn load(kv: &dyn KvStore, index: u32) -> Result<Grants, Status> {
         let (client, number) = k.split_at_checked(16).ok_or(Status::Io)?;
         let client: [u8; 16] = client.try_into().map_err(|_| Status::Io)?;
         let number = u64::from_be_bytes(number.try_into().map_err(|_| Status::Io)?);
-        let (count, next) = v.split_at_checked(4).ok_or(Status::Io)?;
+        let (count, used) = v.split_at_checked(4).ok_or(Status::Io)?;
         let count = u32::from_be_bytes(count.try_into().map_err(|_| Status::Io)?);
-        let next = u32::from_be_bytes(next.try_into().map_err(|_| Status::Io)?);
+        if used.len() != bitmap_bytes(count) {
+            return Err(Status::Io);
+        }
         let first = fid_of(index, number).ok_or(Status::Io)?;
         let g = Grant {
             number,
             first,
             count,
-            next: next.min(count),
+            used: used.to_vec(),
         };
         grants.by_client.entry(client).or_default().push(g);
         Ok(())
@@ -144,12 +158,12 @@ impl Tx<'_> {
                 number: n,
                 first,
                 count,
-                next: 0,
+                used: vec![0; bitmap_bytes(count)],
             };
             n += u64::from(count);
             grants.next = n;
             let list = grants.by_client.entry(client).or_default();
-            list.push(grant);
+            list.push(grant.clone());
             let retired: Vec<Grant> = match list.len() > GRANTS_PER_CLIENT_MAX {
                 true => list.drain(..list.len() - GRANTS_PER_CLIENT_MAX).collect(),
                 false => Vec::new(),
@@ -168,8 +182,7 @@ impl Tx<'_> {
     }
 
     /// Takes `fid` from this transaction's client's grants for a new file: refused
-    /// (`EPERM`) unless it is one of them, and (`EEXIST`) if it, or a FID after it in its
-    /// grant, was taken before.
+    /// (`EPERM`) unless it is one of them, and (`EEXIST`) if it was taken before.
     pub fn take_granted_fid(&mut self, fid: Fid) -> Result<(), Status> {
         let client = self.client;
         let (number, g) = {
@@ -179,11 +192,11 @@ impl Tx<'_> {
                 .iter_mut()
                 .find_map(|g| g.offset_of(fid).map(|off| (g, off)))
                 .ok_or(Status::Perm)?;
-            if off < g.next {
+            if g.is_used(off) {
                 return Err(Status::Exist);
             }
-            g.next = off + 1;
-            (g.number, *g)
+            g.used[off as usize / 8] |= 1 << (off % 8);
+            (g.number, g.clone())
         };
         self.put(FID_GRANTS, key(&client, number), value(&g));
         Ok(())
@@ -249,14 +262,15 @@ mod tests {
             assert_eq!(ga.first.mdt_index(), 3);
             assert!(is_granted_range(3, ga.first) && is_granted_range(3, gb.first));
             assert_ne!(ga.first, gb.first, "two clients never share FIDs");
-            let at = |g: Grant, i: u32| Fid::new(g.first.seq, g.first.oid + i);
+            let at = |g: &Grant, i: u32| Fid::new(g.first.seq, g.first.oid + i);
             tx_of(&store, a, |tx| {
-                assert_eq!(tx.take_granted_fid(at(ga, 5)), Ok(()));
-                assert_eq!(tx.take_granted_fid(at(ga, 5)), Err(Status::Exist), "twice");
-                assert_eq!(tx.take_granted_fid(at(ga, 2)), Err(Status::Exist), "below");
-                assert_eq!(tx.take_granted_fid(at(gb, 0)), Err(Status::Perm), "b's");
+                assert_eq!(tx.take_granted_fid(at(&ga, 5)), Ok(()));
+                assert_eq!(tx.take_granted_fid(at(&ga, 5)), Err(Status::Exist), "twice");
+                assert_eq!(tx.take_granted_fid(at(&ga, 2)), Ok(()), "in any order");
+                assert_eq!(tx.take_granted_fid(at(&ga, 2)), Err(Status::Exist));
+                assert_eq!(tx.take_granted_fid(at(&gb, 0)), Err(Status::Perm), "b's");
                 assert_eq!(
-                    tx.take_granted_fid(at(ga, 100)),
+                    tx.take_granted_fid(at(&ga, 100)),
                     Err(Status::Perm),
                     "past it"
                 );
@@ -266,10 +280,12 @@ mod tests {
         };
         // Restarted: the grants and what was taken are as committed.
         let store = open(dir.path());
-        let at = |g: Grant, i: u32| Fid::new(g.first.seq, g.first.oid + i);
+        let at = |g: &Grant, i: u32| Fid::new(g.first.seq, g.first.oid + i);
         tx_of(&store, a, |tx| {
-            assert_eq!(tx.take_granted_fid(at(ga, 5)), Err(Status::Exist));
-            assert_eq!(tx.take_granted_fid(at(ga, 6)), Ok(()));
+            assert_eq!(tx.take_granted_fid(at(&ga, 5)), Err(Status::Exist));
+            assert_eq!(tx.take_granted_fid(at(&ga, 2)), Err(Status::Exist));
+            assert_eq!(tx.take_granted_fid(at(&ga, 3)), Ok(()));
+            assert_eq!(tx.take_granted_fid(at(&ga, 99)), Ok(()), "the last");
         });
         let again = tx_of(&store, a, |tx| tx.grant_fids(10)).unwrap();
         assert!(again.first.oid >= gb.first.oid + 100, "never granted twice");
@@ -278,7 +294,11 @@ mod tests {
             tx_of(&store, a, |tx| tx.grant_fids(1)).unwrap();
         }
         tx_of(&store, a, |tx| {
-            assert_eq!(tx.take_granted_fid(at(ga, 7)), Err(Status::Perm), "retired");
+            assert_eq!(
+                tx.take_granted_fid(at(&ga, 7)),
+                Err(Status::Perm),
+                "retired"
+            );
         });
         // A client forgotten (evicted) loses its grants, on disk too.
         tx_of(&store, b, |tx| {
@@ -288,7 +308,7 @@ mod tests {
         drop(store);
         let store = open(dir.path());
         tx_of(&store, b, |tx| {
-            assert_eq!(tx.take_granted_fid(at(gb, 1)), Err(Status::Perm));
+            assert_eq!(tx.take_granted_fid(at(&gb, 1)), Err(Status::Perm));
         });
         assert!(store.alloc.lock().unwrap().grants.of(&b).is_empty());
         assert_eq!(
