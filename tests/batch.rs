@@ -468,3 +468,38 @@ fn a_mount_answers_creates_in_its_delegated_directory_and_others_see_them() {
     drop(a);
     lfsck_clean(&fs.source());
 }
+
+/// A raw client replays locks to an MDT that has changed nothing since it started (when
+/// replayed locks are taken back): an `UPDATE` lock on the root is held again, a claimed
+/// `DELEGATION` is refused (a delegation is granted only by `DelegateDir`, after the other
+/// clients' locks were called back).
+#[test]
+fn a_delegation_is_never_taken_back_by_a_lock_replay() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("delegrp"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let mut c = Session::open(&mds, "delegrp", [0x67; 16]);
+    polls(&mut c);
+    let root = nacre_testkit::raw::root();
+    let plain = LockRef {
+        handle: 1 << 40,
+        fid: root,
+        bits: UPDATE,
+    };
+    let claimed = LockRef {
+        handle: (1 << 40) + 1,
+        fid: root,
+        bits: DELEGATED,
+    };
+    match c.call(MdsOp::LockReplay {
+        locks: vec![plain, claimed],
+    }) {
+        (0, Some(MdsReply::LocksRefused(refused))) => {
+            assert_eq!(
+                refused,
+                vec![claimed.handle],
+                "only the delegation is refused"
+            );
+        }
+        other => panic!("lock replay: {:?}", other.0),
+    }
+}

@@ -53,9 +53,9 @@ struct Dir {
 pub struct Delegated {
     dirs: Mutex<HashMap<Fid, Dir>>,
     refused: Mutex<HashSet<Fid>>,
-    /// Per MDT: the FID range being used (next, end) and the incarnation of this client
-    /// it was granted to (an eviction retires grants).
-    fids: Mutex<HashMap<u32, (Fid, u32, u64)>>,
+    /// Per MDT: the FID range being used (sequence, next object id, end) and the
+    /// incarnation of this client it was granted to (an eviction retires grants).
+    fids: Mutex<HashMap<u32, (u64, u64, u64, u64)>>,
     /// Items answered and not yet sent, all directories.
     pending: AtomicUsize,
     /// Counters.
@@ -255,17 +255,18 @@ impl Client {
     fn delegated_fid(&self, mdt: u32) -> Result<Fid> {
         let incarnation = self.mdc(mdt)?.incarnation();
         let mut fids = self.delegated.fids.lock();
-        if let Some((next, end, inc)) = fids.get_mut(&mdt) {
-            if next.oid < *end && *inc == incarnation {
-                let f = *next;
-                next.oid += 1;
+        if let Some((seq, next, end, inc)) = fids.get_mut(&mdt) {
+            if *next < *end && *inc == incarnation {
+                // Below `end`, which is at most u32::MAX + 1: an object id.
+                let f = Fid::new(*seq, *next as u32);
+                *next += 1;
                 return Ok(f);
             }
         }
         let (first, count) = self.grant_fids(mdt, FID_GRANT_ASK)?;
-        let end = first.oid.saturating_add(count);
+        let end = u64::from(first.oid) + u64::from(count);
         let incarnation = self.mdc(mdt)?.incarnation();
-        fids.insert(mdt, (Fid::new(first.seq, first.oid + 1), end, incarnation));
+        fids.insert(mdt, (first.seq, u64::from(first.oid) + 1, end, incarnation));
         Ok(first)
     }
 

@@ -528,7 +528,13 @@ pub(crate) fn replay(mdt: &Mdt, client: &[u8; 16], locks: &[LockRef]) -> Result<
     if locks.len() > REFS_PER_MESSAGE_MAX {
         return Err(Status::TooBig);
     }
-    let refused = mdt.ldlm.restore(client, locks);
+    // A delegation is never taken back after a restart: it is granted only by
+    // `DelegateDir`, after the others' locks were called back (a client claiming one here
+    // would shut the others out of the directory's UPDATE for nothing).
+    let (delegations, others): (Vec<LockRef>, Vec<LockRef>) =
+        locks.iter().partition(|l| l.bits & DELEGATION != 0);
+    let mut refused = mdt.ldlm.restore(client, &others);
+    refused.extend(delegations.iter().map(|l| l.handle));
     if refused.len() < locks.len() {
         tracing::info!(
             "{}: client {} replayed {} locks ({} refused)",

@@ -202,16 +202,18 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Retires every grant of `client` (it is forgotten: evicted).
-    pub(crate) fn retire_grants(&mut self, client: &[u8; 16]) {
+    /// Retires every grant of `client` (it is forgotten: evicted); true if it had any.
+    pub(crate) fn retire_grants(&mut self, client: &[u8; 16]) -> bool {
         let gone = self
             .grants_mut()
             .by_client
             .remove(client)
             .unwrap_or_default();
+        let any = !gone.is_empty();
         for g in gone {
             self.delete(FID_GRANTS, key(client, g.number));
         }
+        any
     }
 }
 
@@ -311,6 +313,15 @@ mod tests {
             assert_eq!(tx.take_granted_fid(at(&gb, 1)), Err(Status::Perm));
         });
         assert!(store.alloc.lock().unwrap().grants.of(&b).is_empty());
+        // A client never given a transno (only grants) loses them as well, on disk too.
+        let c = [0xc; 16];
+        tx_of(&store, c, |tx| tx.grant_fids(5)).unwrap();
+        tx_of(&store, c, |tx| {
+            assert!(tx.forget_client(&c), "its grants to commit")
+        });
+        drop(store);
+        let store = open(dir.path());
+        assert!(store.alloc.lock().unwrap().grants.of(&c).is_empty());
         assert_eq!(
             store.alloc.lock().unwrap().grants.of(&a).len(),
             GRANTS_PER_CLIENT_MAX

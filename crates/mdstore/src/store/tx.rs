@@ -659,11 +659,14 @@ impl<'a> Tx<'a> {
         t
     }
 
-    /// Removes `client` from the `clients` table in this change; false if it was not there.
+    /// Removes `client` from the `clients` table and retires its FID grants in this change;
+    /// false if it was in neither (nothing to commit).
     pub fn forget_client(&mut self, client: &[u8; 16]) -> bool {
-        self.retire_grants(client);
+        // Its FID grants go whether or not it was given transnos (then this change holds
+        // only their deletion, and must be committed all the same).
+        let retired = self.retire_grants(client);
         if !self.alloc.clients.remove(client) {
-            return false;
+            return retired;
         }
         self.batch.delete(CLIENTS, client.to_vec());
         true
