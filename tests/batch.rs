@@ -69,7 +69,7 @@ fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
 }
 
 /// How many `op` requests MDT0000 of `fsname` served (its `md_stats`).
-fn served(fsname: &str, op: &str) -> u64 {
+pub(crate) fn served(fsname: &str, op: &str) -> u64 {
     let t = nacre_ok(&[
         "ctl",
         "get_param",

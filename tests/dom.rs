@@ -455,18 +455,7 @@ fn a_write_on_the_mdt_clears_set_id_bits_whoever_sends_it() {
 
 /// How many `DomRead`s MDT0000 of file system `fsname` served (its `md_stats`).
 fn dom_reads(fsname: &str) -> u64 {
-    let t = nacre_testkit::nacre_ok(&[
-        "ctl",
-        "get_param",
-        "-n",
-        &format!("mdt.{fsname}-MDT0000.md_stats"),
-    ]);
-    t.lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next()? == "dom_read").then(|| w.next()?.parse::<u64>().ok())?
-        })
-        .unwrap_or(0)
+    super::batch::served(fsname, "dom_read")
 }
 
 /// The mount keeps the pages of data on the MDT under the file's DOM lock: the bytes come

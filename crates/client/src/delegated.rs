@@ -58,6 +58,8 @@ pub struct Delegated {
     fids: Mutex<HashMap<u32, (u64, u64, u64, u64)>>,
     /// Items answered and not yet sent, all directories.
     pending: AtomicUsize,
+    /// Directories held (`dirs.len()`), read without the lock by every request's hook.
+    held: AtomicUsize,
     /// Counters.
     pub stats: DelegatedStats,
 }
@@ -247,7 +249,9 @@ impl Client {
             since: None,
             sending: Arc::new(Mutex::new(())),
         };
-        self.delegated.dirs.lock().entry(dir).or_insert(d);
+        let mut dirs = self.delegated.dirs.lock();
+        dirs.entry(dir).or_insert(d);
+        self.delegated.held.store(dirs.len(), Ordering::Release);
         Ok(Some(attr))
     }
 
@@ -369,7 +373,7 @@ impl Client {
                 | MdsOp::LockPoll { .. }
                 | MdsOp::LockCancel { .. }
                 | MdsOp::Ping
-        ) || self.delegated.dirs.lock().is_empty()
+        ) || self.delegated.held.load(Ordering::Acquire) == 0
         {
             return;
         }
@@ -411,7 +415,9 @@ impl Client {
         if let Err(e) = self.flush_delegated(dir) {
             tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
         }
-        self.delegated.dirs.lock().remove(&dir);
+        let mut dirs = self.delegated.dirs.lock();
+        dirs.remove(&dir);
+        self.delegated.held.store(dirs.len(), Ordering::Release);
     }
 
     /// Starts the thread that sends what waited [`DELEGATED_SEND_MS`] (once). It sleeps

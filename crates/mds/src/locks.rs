@@ -435,19 +435,7 @@ pub(crate) fn park_change(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
     {
         return Some(req);
     }
-    let weak = Arc::downgrade(mdt);
-    mdt.ldlm.revoke_later(
-        Some(&call.client),
-        &t,
-        Box::new(move |late| {
-            if let Some(m) = weak.upgrade() {
-                for c in &late {
-                    crate::eviction::evict_now(&m, c, "did not cancel a called-back lock in time");
-                }
-            }
-            req.resubmit();
-        }),
-    );
+    park_until_revoked(mdt, &call.client, &t, req);
     None
 }
 
@@ -471,10 +459,17 @@ fn park_read(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
     {
         return Some(req);
     }
+    park_until_revoked(mdt, &call.client, &t, req);
+    None
+}
+
+/// Calls back the other clients' locks on `t` and queues `req` (from `client`) on its
+/// service again once they are cancelled, evicting those that did not cancel in time.
+fn park_until_revoked(mdt: &Arc<Mdt>, client: &[u8; 16], t: &[(Fid, u8)], req: Incoming) {
     let weak = Arc::downgrade(mdt);
     mdt.ldlm.revoke_later(
-        Some(&call.client),
-        &t,
+        Some(client),
+        t,
         Box::new(move |late| {
             if let Some(m) = weak.upgrade() {
                 for c in &late {
@@ -484,7 +479,6 @@ fn park_read(mdt: &Arc<Mdt>, req: Incoming) -> Option<Incoming> {
             req.resubmit();
         }),
     );
-    None
 }
 
 /// Parks a client's callback poll in the namespace; the answer goes out when callbacks
