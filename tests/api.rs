@@ -724,3 +724,19 @@ fn a_ring_memfd_not_sealed_against_shrinking_is_refused() {
     assert_eq!(ring.entries(), 8, "a sealed one is taken");
     ring.buffers()[0] = 1;
 }
+
+/// `nacre up` and `nacre mount` return only once the mount serves all it serves, its node
+/// API too (the kernel shows the mount earlier): an application started right after either
+/// reaches the API. The node API's start is held 1.5 s to open the window a loaded machine
+/// opened by chance (CI: `socket_of` found no `user.nacre.api` yet).
+#[test]
+fn a_mount_command_returns_once_its_node_api_serves() {
+    for (form, fsname) in [(Form::Embedded, "apiwe"), (Form::Networked, "apiwn")] {
+        let spec = Spec::osts(1)
+            .fsname(fsname)
+            .client_fault("mount.api.start~1500");
+        let fs = TestFs::start_with(form, spec);
+        let node = Node::connect(&fs.mnt).unwrap_or_else(|e| panic!("{form:?}: {e}"));
+        assert_eq!(node.fsname(), fsname);
+    }
+}

@@ -73,7 +73,9 @@ pub fn is_mounted(mnt: &Path) -> bool {
 
 /// Re-runs this command in the background: `args` (the command's arguments, without the
 /// program name) with `--foreground` appended, logging to `log`; waits until `mnt` is
-/// mounted. Fails with the log's tail if the background process exits.
+/// mounted and the process has written its pid file, which it does last, once the mount
+/// serves everything (its node API too). Fails with the log's tail if the background
+/// process exits.
 pub fn detach(mnt: &Path, log: &Path, args: &[String]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the nacre executable")?;
     let mut args = args.to_vec();
@@ -101,7 +103,7 @@ pub fn detach(mnt: &Path, log: &Path, args: &[String]) -> anyhow::Result<()> {
     let mut child = cmd.spawn().context("cannot start the background process")?;
     let deadline = Instant::now() + Duration::from_millis(MOUNT_WAIT_MS);
     loop {
-        if is_mounted(mnt) {
+        if is_mounted(mnt) && pid_written(mnt) == Some(child.id()) {
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
@@ -120,6 +122,15 @@ pub fn detach(mnt: &Path, log: &Path, args: &[String]) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The pid the pid file of `mnt` names, if it names one.
+fn pid_written(mnt: &Path) -> Option<u32> {
+    std::fs::read_to_string(pidfile(mnt))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The last `n` lines of a file.

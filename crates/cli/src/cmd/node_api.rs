@@ -31,6 +31,8 @@ pub(crate) fn start(
         entry: Box::new(handle.entry_changed()),
     };
     let socket = socket_path(mnt);
+    // A test holds the start here to see that `nacre mount` returns only once it serves.
+    nacre_net::fault::point("mount.api.start");
     let api = NodeApi::start(client.clone(), mnt, &socket, hooks)?;
     handle.set_api_socket(&socket);
     let a = api.clone();
