@@ -5,6 +5,7 @@
 
 mod api;
 mod api_attacks;
+mod async_dirops;
 mod atime;
 mod attacks;
 mod batch;

@@ -222,6 +222,10 @@ impl Client {
     /// its opens now rather than evict it later. Waits at most `wait` for the answers (an
     /// MDT that is down simply evicts the client later).
     pub fn disconnect(&self, wait: Duration) {
+        // Creates answered here are sent before anything goes (crate::delegated).
+        if let Err(e) = self.flush_delegated_all() {
+            tracing::error!("sending delegated creates at disconnect: {e}");
+        }
         // Data locks go back first (the OSTs then hold nothing for this client).
         let (data_tx, data_rx) = std::sync::mpsc::channel();
         if let Some(me) = self.me.upgrade() {

@@ -13,13 +13,21 @@
 //! ([`Client::flush_delegated_all`]), and within [`DELEGATED_SEND_MS`] by a background
 //! thread. Until the MDT commits them they are kept for replay as any change; a client
 //! that dies before sending them loses them, and no other client ever saw them.
+//!
+//! A delegation goes in one of two ways ([`nacre_ldlm::client::Revoked::lost`]). Given
+//! back (a callback, the LRU, this client's own change of the directory's attributes):
+//! no create is answered in it from then on, and what was answered is sent before the
+//! lock is cancelled. Lost (an eviction, a restart of the MDT, an MDT out of reach): never
+//! sent from there (that runs inside a request): after an eviction what was answered is
+//! lost with the FIDs it was given (the MDT retired them); otherwise the sender thread
+//! sends it once the MDT answers again.
 
 use crate::{Client, Result};
 use nacre_types::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use nacre_types::{Attr, Fid, FileKind, TimeSpec};
 use nacre_wire::mds::{BatchCreate, MdsOp, CREATE_BATCH_ITEMS_MAX};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,13 +38,35 @@ const SGID: u32 = 0o2000;
 pub const DELEGATED_SEND_MS: u64 = 50;
 /// FIDs asked for at a time.
 const FID_GRANT_ASK: u32 = 4096;
-/// Directories whose delegation was refused, remembered (then asked again).
+/// Directories whose delegation was refused or called back, remembered (then asked again).
 const REFUSED_MAX: usize = 4096;
+/// How long a directory whose delegation was refused or called back is not asked for
+/// again: two clients creating in one directory do not take it from each other at every
+/// create.
+const ASK_AGAIN_MS: u64 = 1000;
+/// Most creates answered here and not known committed to be made (not sent or on their
+/// way), all directories: below a grant of FIDs, so what is not made yet spans at most two
+/// grants (the MDT keeps each client's newest four). Past it, creates go to the MDT.
+pub const DELEGATED_PENDING_MAX: usize = FID_GRANT_ASK as usize / 2;
+/// How long a batch the MDT does not answer is tried again before what it holds is
+/// counted lost.
+const RETRY_MS_MAX: u64 = 60_000;
 
 /// One delegated directory.
 struct Dir {
     /// Its attributes as delegated, kept current with what was answered here.
     attr: Attr,
+    /// The `DELEGATION` lock: a create is answered only while it is held.
+    lock: u64,
+    /// The incarnation of this client at its MDT when it was delegated (an eviction ends
+    /// it, and the FIDs given under it).
+    incarnation: u64,
+    /// Going (given back or lost): nothing more is answered in it.
+    closing: bool,
+    /// Items of a batch on its way (the requests that need them wait for it).
+    in_flight: usize,
+    /// Since when its batches fail (the MDT out of reach).
+    failing_since: Option<Instant>,
     /// Creates answered and not sent yet, and the credentials they were checked with.
     items: Vec<BatchCreate>,
     cred: Option<Cred>,
@@ -52,11 +82,12 @@ struct Dir {
 #[derive(Default)]
 pub struct Delegated {
     dirs: Mutex<HashMap<Fid, Dir>>,
-    refused: Mutex<HashSet<Fid>>,
+    /// Directories not to ask for again before the instant given.
+    refused: Mutex<HashMap<Fid, Instant>>,
     /// Per MDT: the FID range being used (sequence, next object id, end) and the
     /// incarnation of this client it was granted to (an eviction retires grants).
     fids: Mutex<HashMap<u32, (u64, u64, u64, u64)>>,
-    /// Items answered and not yet sent, all directories.
+    /// Items answered and not known made (not sent, or on their way), all directories.
     pending: AtomicUsize,
     /// Directories held (`dirs.len()`), read without the lock by every request's hook.
     held: AtomicUsize,
@@ -87,6 +118,20 @@ impl Client {
         self.async_dirops.load(Ordering::Acquire)
     }
 
+    /// What the delegated path did, as `llite.FS.async_dirops` shows it: creates answered
+    /// here, batches sent, creates lost, creates not known made now, directories held.
+    pub fn async_dirops_text(&self) -> String {
+        let d = &self.delegated;
+        format!(
+            "answered {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
+            d.stats.answered.load(Ordering::Relaxed),
+            d.stats.batches.load(Ordering::Relaxed),
+            d.stats.lost.load(Ordering::Relaxed),
+            d.pending.load(Ordering::Relaxed),
+            d.held.load(Ordering::Relaxed),
+        )
+    }
+
     /// A handle on `attr`'s file, made by [`Client::create_delegated`], for `access`: not
     /// open at the MDT until [`Client::undefer`].
     pub fn open_deferred(&self, attr: &Attr, access: u8) -> Result<crate::OpenFile> {
@@ -104,7 +149,10 @@ impl Client {
     /// The handle `file` stands for, opened at the MDT (its creation sent first): what a
     /// deferred handle becomes before it is used for anything but its close.
     pub fn undefer(&self, file: &crate::OpenFile) -> Result<crate::OpenFile> {
-        let (_, mut f) = self.open(file.fid, file.access)?;
+        // As its creator, who was answered it (whoever uses the handle first): the owner,
+        // whose class of the mode allowed the access when it was made.
+        let creator = Cred::new(file.owner.uid, file.owner.gid, Vec::new());
+        let (_, mut f) = nacre_types::cred::with(creator, || self.open(file.fid, file.access))?;
         if file.append {
             f.set_append();
         }
@@ -130,11 +178,12 @@ impl Client {
             || name.contains(&b'/')
             || name == b"."
             || name == b".."
+            || self.delegated.pending.load(Ordering::Acquire) >= DELEGATED_PENDING_MAX
             || !self.complete.absent(parent, name)
         {
             return Ok(None);
         }
-        let Some(dir) = self.delegation_of(parent)? else {
+        let Some((dir, lock)) = self.delegation_of(parent)? else {
             return Ok(None);
         };
         let cred = nacre_types::cred::current();
@@ -152,6 +201,7 @@ impl Client {
                 return Ok(None);
             }
         }
+        let mdc = self.mdc(parent.mdt_index())?;
         let fid = self.delegated_fid(parent.mdt_index())?;
         let now = TimeSpec::now();
         let attr = Attr {
@@ -180,9 +230,20 @@ impl Client {
         let full = {
             let mut dirs = self.delegated.dirs.lock();
             let Some(d) = dirs.get_mut(&parent) else {
-                // Called back meanwhile: the MDT creates it.
+                // Gone meanwhile: the MDT creates it.
                 return Ok(None);
             };
+            // Checked again under the delegation, now that no one else can add a name or
+            // take it: a listing found stale since (another client's create called back
+            // the lock it stood on) is forgotten, and the MDT answers. (The FID taken is
+            // only skipped.)
+            if d.closing
+                || d.lock != lock
+                || !mdc.locks.holds(lock)
+                || !self.complete.absent(parent, name)
+            {
+                return Ok(None);
+            }
             if d.cred.as_ref().is_some_and(|c| *c != cred) && !d.items.is_empty() {
                 drop(dirs);
                 self.flush_delegated(parent)?;
@@ -197,9 +258,7 @@ impl Client {
             d.items.len() >= CREATE_BATCH_ITEMS_MAX
         };
         if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
-            if let Some(t) = self.delegated_sender.get() {
-                t.unpark();
-            }
+            self.wake_delegated_sender();
         }
         self.delegated
             .stats
@@ -212,37 +271,44 @@ impl Client {
         Ok(Some(attr))
     }
 
-    /// The attributes of `dir` as delegated to this client, asking the MDT for the
-    /// delegation if it has not been refused lately.
-    fn delegation_of(&self, dir: Fid) -> Result<Option<Attr>> {
+    /// The attributes of `dir` as delegated to this client and the lock it holds it by,
+    /// asking the MDT for the delegation if it was not refused or given back lately.
+    fn delegation_of(&self, dir: Fid) -> Result<Option<(Attr, u64)>> {
         if let Some(d) = self.delegated.dirs.lock().get(&dir) {
-            return Ok(Some(d.attr.clone()));
+            return Ok((!d.closing).then(|| (d.attr.clone(), d.lock)));
         }
-        if self.delegated.refused.lock().contains(&dir) {
+        if self
+            .delegated
+            .refused
+            .lock()
+            .get(&dir)
+            .is_some_and(|until| Instant::now() < *until)
+        {
             return Ok(None);
         }
         use nacre_ldlm::msg::{DELEGATION, UPDATE};
-        let asked = self
-            .mdc(dir.mdt_index())?
-            .call_with(MdsOp::DelegateDir { fid: dir }, UPDATE | DELEGATION);
-        let attr = match asked {
+        let mdc = self.mdc(dir.mdt_index())?;
+        let incarnation = mdc.incarnation();
+        let asked = mdc.call_with(MdsOp::DelegateDir { fid: dir }, UPDATE | DELEGATION);
+        let (attr, lock) = match asked {
             Ok((nacre_wire::mds::MdsReply::Attr(a), Some(l)))
                 if l.bits & DELEGATION != 0 && l.fid == dir =>
             {
-                a
+                (a, l.handle)
             }
             _ => {
-                let mut r = self.delegated.refused.lock();
-                if r.len() >= REFUSED_MAX {
-                    r.clear();
-                }
-                r.insert(dir);
+                self.ask_later(dir);
                 return Ok(None);
             }
         };
         self.start_delegated_sender();
         let d = Dir {
             attr: attr.clone(),
+            lock,
+            incarnation,
+            closing: false,
+            in_flight: 0,
+            failing_since: None,
             items: Vec::new(),
             cred: None,
             answered: HashMap::new(),
@@ -250,9 +316,29 @@ impl Client {
             sending: Arc::new(Mutex::new(())),
         };
         let mut dirs = self.delegated.dirs.lock();
-        dirs.entry(dir).or_insert(d);
+        // Inserted, then the lock looked at: a callback that came between the grant and
+        // here (and found no directory to close) leaves the lock not held, and nothing is
+        // answered on it.
+        if !mdc.locks.holds(lock) || dirs.get(&dir).is_some_and(|d| d.closing) {
+            return Ok(None);
+        }
+        let d = dirs.entry(dir).or_insert(d);
+        let got = (d.attr.clone(), d.lock);
         self.delegated.held.store(dirs.len(), Ordering::Release);
-        Ok(Some(attr))
+        Ok(Some(got))
+    }
+
+    /// Does not ask for the delegation of `dir` for [`ASK_AGAIN_MS`].
+    fn ask_later(&self, dir: Fid) {
+        let now = Instant::now();
+        let mut r = self.delegated.refused.lock();
+        if r.len() >= REFUSED_MAX {
+            r.retain(|_, until| *until > now);
+            if r.len() >= REFUSED_MAX {
+                r.clear();
+            }
+        }
+        r.insert(dir, now + Duration::from_millis(ASK_AGAIN_MS));
     }
 
     /// A FID of this client's grants on MDT `mdt`, asking for more when they are used up.
@@ -275,8 +361,9 @@ impl Client {
     }
 
     /// Sends the creates answered in `dir` and not sent yet, and waits for any batch of it
-    /// already on its way. A file the MDT refused (it should not: logged, counted) is
-    /// forgotten with the directory's complete listing.
+    /// already on its way. A batch the MDT does not answer is kept to be sent again (for
+    /// [`RETRY_MS_MAX`]); one it refuses, or that the client's eviction voided, is lost:
+    /// logged, counted, and the directory's listing forgotten.
     pub fn flush_delegated(&self, dir: Fid) -> Result<()> {
         let Some(sending) = self
             .delegated
@@ -288,49 +375,68 @@ impl Client {
             return Ok(());
         };
         let _one = sending.lock();
-        let (items, cred) = {
+        let (items, cred, incarnation) = {
             let mut dirs = self.delegated.dirs.lock();
             let Some(d) = dirs.get_mut(&dir) else {
                 return Ok(());
             };
             d.since = None;
-            (std::mem::take(&mut d.items), d.cred.clone())
+            let items = std::mem::take(&mut d.items);
+            d.in_flight += items.len();
+            (items, d.cred.clone(), d.incarnation)
         };
         if items.is_empty() {
             return Ok(());
         }
         let n = items.len();
-        let fids: Vec<Fid> = items.iter().map(|i| i.fid).collect();
-        let names: Vec<Vec<u8>> = items.iter().map(|i| i.name.clone()).collect();
         let cred = cred.unwrap_or_else(nacre_types::cred::current);
-        let sent = nacre_types::cred::with(cred, || self.create_batch(dir, items));
-        self.delegated.pending.fetch_sub(n, Ordering::AcqRel);
+        let sent = nacre_types::cred::with(cred, || self.create_batch(dir, items.clone()));
         self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
-        if let Some(d) = self.delegated.dirs.lock().get_mut(&dir) {
-            for f in &fids {
-                d.answered.remove(f);
+        let evicted = self
+            .mdc(dir.mdt_index())
+            .map_or(true, |m| m.incarnation() != incarnation);
+        let mut dirs = self.delegated.dirs.lock();
+        if let (Err(_), Some(d)) = (&sent, dirs.get_mut(&dir)) {
+            let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
+            if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
+                // Not answered: kept, in order, to be sent again.
+                d.in_flight -= n;
+                let later = std::mem::replace(&mut d.items, items);
+                d.items.extend(later);
+                d.since.get_or_insert_with(Instant::now);
+                return sent.map(|_| ());
             }
         }
         let lost: Vec<String> = match &sent {
             Ok(results) => results
                 .iter()
-                .zip(&names)
-                .filter_map(|(r, name)| {
+                .zip(&items)
+                .filter_map(|(r, i)| {
                     r.as_ref()
                         .err()
-                        .map(|s| format!("{} ({s})", String::from_utf8_lossy(name)))
+                        .map(|s| format!("{} ({s})", String::from_utf8_lossy(&i.name)))
                 })
                 .collect(),
             Err(e) => vec![format!("all {n} ({e})")],
         };
+        if let Some(d) = dirs.get_mut(&dir) {
+            d.in_flight -= n;
+            d.failing_since = None;
+            for i in &items {
+                d.answered.remove(&i.fid);
+            }
+        }
+        drop(dirs);
+        self.delegated.pending.fetch_sub(n, Ordering::AcqRel);
         if !lost.is_empty() {
             self.delegated
                 .stats
                 .lost
                 .fetch_add(lost.len() as u64, Ordering::Relaxed);
             self.complete.forget(dir);
-            tracing::warn!(
-                "creates answered in delegated directory {dir} refused by the MDT: {}",
+            tracing::error!(
+                "creates answered in delegated directory {dir} lost (refused by the MDT or \
+                 voided by an eviction): {}",
                 lost.join(", ")
             );
         }
@@ -348,6 +454,7 @@ impl Client {
                 }
             }
         }
+        self.drop_closed();
         first_err
     }
 
@@ -363,7 +470,10 @@ impl Client {
     }
 
     /// Before request `op` goes to an MDT: sends the pending creates it depends on (of the
-    /// directory it names, or that made a file it names).
+    /// directory it names, or that made a file it names; of every directory before a
+    /// removal or rename of a directory, which names only its parent); gives back the
+    /// delegation of a directory whose attributes it changes (they decide who may create
+    /// there, and the holder's own change calls nothing back).
     pub(crate) fn before_request(&self, op: &MdsOp) {
         if matches!(
             op,
@@ -377,12 +487,32 @@ impl Client {
         {
             return;
         }
-        // A commit of everything: everything answered goes first.
-        if matches!(op, MdsOp::Sync) {
+        // A commit of everything, or a directory removed or moved by the name it has in
+        // its parent: everything answered goes first.
+        if matches!(
+            op,
+            MdsOp::Sync | MdsOp::Rmdir { .. } | MdsOp::Rename { .. } | MdsOp::Disconnect
+        ) {
             if let Err(e) = self.flush_delegated_all() {
-                tracing::warn!("sending delegated creates before a sync: {e}");
+                tracing::warn!("sending delegated creates before a request: {e}");
             }
-            return;
+            if !matches!(op, MdsOp::Rename { .. }) {
+                return;
+            }
+        }
+        if let MdsOp::SetAttr { fid, .. }
+        | MdsOp::SetXattr { fid, .. }
+        | MdsOp::RemoveXattr { fid, .. }
+        | MdsOp::SetDirDefault { fid, .. } = op
+        {
+            let lock = self.delegated.dirs.lock().get(fid).map(|d| d.lock);
+            if let Some(lock) = lock {
+                // What is pending is sent first; then the lock goes back.
+                self.delegation_gone(*fid, false);
+                if let Ok(mdc) = self.mdc(fid.mdt_index()) {
+                    mdc.give_back(lock);
+                }
+            }
         }
         let mut named = Vec::with_capacity(2);
         named.extend(op.key_fid());
@@ -395,9 +525,10 @@ impl Client {
             let dirs = self.delegated.dirs.lock();
             dirs.iter()
                 .filter(|(dir, d)| {
-                    named
-                        .iter()
-                        .any(|f| (*f == **dir && !d.items.is_empty()) || d.answered.contains_key(f))
+                    named.iter().any(|f| {
+                        (*f == **dir && (!d.items.is_empty() || d.in_flight > 0))
+                            || d.answered.contains_key(f)
+                    })
                 })
                 .map(|(dir, _)| *dir)
                 .collect()
@@ -409,20 +540,71 @@ impl Client {
         }
     }
 
-    /// The delegation of `dir` is called back (or lost): what was answered is sent first,
-    /// then it is forgotten.
-    pub(crate) fn delegation_gone(&self, dir: Fid) {
-        if let Err(e) = self.flush_delegated(dir) {
+    /// The delegation of `dir` goes: nothing more is answered in it. Given back (`lost`
+    /// false: a callback, the LRU, this client's own change), what was answered is sent
+    /// first, here. Lost: see the module documentation; never sent from here, which runs
+    /// inside a request of the MDT's.
+    pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) {
+        let dropped = {
+            let mut dirs = self.delegated.dirs.lock();
+            let Some(d) = dirs.get_mut(&dir) else {
+                return;
+            };
+            d.closing = true;
+            let evicted = lost
+                && self
+                    .mdc(dir.mdt_index())
+                    .map_or(true, |m| m.incarnation() != d.incarnation);
+            evicted.then(|| {
+                d.answered.clear();
+                d.since = None;
+                std::mem::take(&mut d.items)
+            })
+        };
+        self.ask_later(dir);
+        if let Some(dropped) = dropped {
+            if !dropped.is_empty() {
+                self.delegated
+                    .pending
+                    .fetch_sub(dropped.len(), Ordering::AcqRel);
+                self.delegated
+                    .stats
+                    .lost
+                    .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+                self.complete.forget(dir);
+                tracing::error!(
+                    "evicted by MDT{:04x}: {} creates answered in {dir} and not sent are lost",
+                    dir.mdt_index(),
+                    dropped.len()
+                );
+            }
+        } else if lost {
+            // The sender thread sends it once the MDT answers.
+            self.wake_delegated_sender();
+            return;
+        } else if let Err(e) = self.flush_delegated(dir) {
             tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
         }
+        self.drop_closed();
+    }
+
+    /// Forgets the closing directories with nothing left to send.
+    fn drop_closed(&self) {
         let mut dirs = self.delegated.dirs.lock();
-        dirs.remove(&dir);
+        dirs.retain(|_, d| !(d.closing && d.items.is_empty() && d.in_flight == 0));
         self.delegated.held.store(dirs.len(), Ordering::Release);
     }
 
-    /// Starts the thread that sends what waited [`DELEGATED_SEND_MS`] (once). It sleeps
-    /// while nothing is pending (woken by the first create answered, or each second to see
-    /// whether its client is gone).
+    /// Wakes the sender thread (something to send).
+    fn wake_delegated_sender(&self) {
+        if let Some(t) = self.delegated_sender.get() {
+            t.unpark();
+        }
+    }
+
+    /// Starts the thread that sends what waited [`DELEGATED_SEND_MS`], and what lost
+    /// delegations left (once). It sleeps while nothing is pending (woken by the first
+    /// create answered, or each second to see whether its client is gone).
     fn start_delegated_sender(&self) {
         if self.delegated_sender_started.swap(true, Ordering::AcqRel) {
             return;
@@ -439,6 +621,8 @@ impl Client {
                 } else {
                     std::thread::sleep(Duration::from_millis(DELEGATED_SEND_MS / 2));
                 }
+                // A test holds the sender here to keep creates answered and not sent.
+                nacre_net::fault::point("client.delegated.sender");
                 let Some(client) = me.upgrade() else { return };
                 let due: Vec<Fid> = client
                     .delegated
@@ -446,9 +630,10 @@ impl Client {
                     .lock()
                     .iter()
                     .filter(|(_, d)| {
-                        d.since.is_some_and(|t| {
-                            t.elapsed() >= Duration::from_millis(DELEGATED_SEND_MS)
-                        })
+                        (d.closing && !d.items.is_empty())
+                            || d.since.is_some_and(|t| {
+                                t.elapsed() >= Duration::from_millis(DELEGATED_SEND_MS)
+                            })
                     })
                     .map(|(f, _)| *f)
                     .collect();
@@ -457,6 +642,7 @@ impl Client {
                         tracing::warn!("sending the creates of {dir}: {e}");
                     }
                 }
+                client.drop_closed();
             });
         match started {
             Ok(h) => {

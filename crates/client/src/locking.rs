@@ -38,7 +38,7 @@ impl Client {
                 // What was answered under a delegation is sent before it goes.
                 if r.lock.bits & nacre_ldlm::msg::DELEGATION != 0 {
                     if let Some(client) = me.upgrade() {
-                        client.delegation_gone(r.lock.fid);
+                        client.delegation_gone(r.lock.fid, r.lost);
                     }
                 }
                 if r.lock.bits & nacre_ldlm::msg::UPDATE != 0 {

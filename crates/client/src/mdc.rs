@@ -186,7 +186,7 @@ impl Mdc {
             .spawn(move || loop {
                 std::thread::sleep(Duration::from_millis(interval_ms));
                 let Some(mdc) = me.upgrade() else { return };
-                if let Err(e) = mdc.call(MdsOp::Ping) {
+                if let Err(e) = mdc.call_own(MdsOp::Ping) {
                     tracing::debug!("ping of MDT{:04x}: {e}", mdc.target);
                 }
             });
@@ -256,7 +256,8 @@ impl Mdc {
             // The opens of every user of this node: sent as root, whom the MDT maps as
             // this node's nodemap says (a squashed node takes back, for writing, only what
             // its squashed root may write).
-            if let Err(e) = nacre_types::cred::with(nacre_types::Cred::root(), || self.call(op)) {
+            if let Err(e) = nacre_types::cred::with(nacre_types::Cred::root(), || self.call_own(op))
+            {
                 tracing::warn!("reopen on MDT{:04x}: {e}", self.target);
                 ok = false;
                 break;
@@ -298,7 +299,7 @@ impl Mdc {
             root,
             squashed,
             ..
-        } = self.call(MdsOp::Connect)?
+        } = self.call_own(MdsOp::Connect)?
         else {
             return Err(ClientError::Rpc(nacre_net::rpc::RpcError::Status(
                 Status::Proto,
@@ -369,7 +370,7 @@ impl Mdc {
                 }
             }
         }
-        self.call(MdsOp::ReplayDone)?;
+        self.call_own(MdsOp::ReplayDone)?;
         Ok(())
     }
 
@@ -451,6 +452,21 @@ impl Mdc {
         if let Some(before) = self.before.get() {
             before(&op);
         }
+        self.call_unhooked(op, lock_bits)
+    }
+
+    /// A request of this `Mdc`'s own (reconnection, replay, commit, lock traffic): sent
+    /// without the hook of [`Mdc::set_before_request`], which may itself be sending.
+    fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
+        self.call_unhooked(op, 0).map(|(reply, _)| reply)
+    }
+
+    /// [`Mdc::call_with`] without the hook.
+    fn call_unhooked(
+        &self,
+        op: MdsOp,
+        lock_bits: u8,
+    ) -> Result<(MdsReply, Option<nacre_ldlm::msg::LockRef>)> {
         let lock_bits = match self.sink.get() {
             Some(_) => lock_bits,
             None => 0,
@@ -530,7 +546,7 @@ impl Mdc {
         }
         if full && opcode != MdsOp::Sync.opcode() {
             // Too many uncommitted changes kept: have the MDT commit them.
-            if let Err(e) = self.call(MdsOp::Sync) {
+            if let Err(e) = self.call_own(MdsOp::Sync) {
                 tracing::debug!("sync of MDT{:04x}: {e}", self.target);
             }
         }
@@ -565,7 +581,7 @@ impl Mdc {
             let op = MdsOp::LockReplay {
                 locks: chunk.to_vec(),
             };
-            match self.call(op) {
+            match self.call_own(op) {
                 Ok(MdsReply::LocksRefused(h)) => refused.extend(h),
                 other => {
                     tracing::info!(
@@ -611,7 +627,7 @@ impl Mdc {
                 wait_ms: 0,
                 reclaim: true,
             };
-            match self.call(op) {
+            match self.call_own(op) {
                 Ok(MdsReply::Done) => set += 1,
                 other => {
                     lost += 1;
@@ -650,6 +666,19 @@ impl Mdc {
         }
     }
 
+    /// Gives lock `handle` back of this client's own will: the sink hears of it first (the
+    /// kernel forgets what it covered), then the MDT.
+    pub fn give_back(&self, handle: u64) {
+        let gone = self.locks.take_back(&[handle]);
+        if gone.is_empty() {
+            return;
+        }
+        if let Some(sink) = self.sink.get() {
+            sink(&gone);
+        }
+        self.cancel_locks(&[handle]);
+    }
+
     /// Gives locks back to the MDT (best effort: an MDT that lost them has nothing to
     /// cancel).
     fn cancel_locks(&self, handles: &[u64]) {
@@ -657,7 +686,7 @@ impl Mdc {
             let op = MdsOp::LockCancel {
                 handles: chunk.to_vec(),
             };
-            if let Err(e) = self.call(op) {
+            if let Err(e) = self.call_own(op) {
                 tracing::debug!("lock cancel on MDT{:04x}: {e}", self.target);
             }
         }
@@ -683,7 +712,7 @@ impl Mdc {
                     // A poll of a restarted MDT comes back at once; the call then reconnects
                     // and replays the locks (`replay_if_restarted`).
                     let epoch = mdc.epoch.load(Ordering::Acquire);
-                    match mdc.call(MdsOp::LockPoll { wait_ms, epoch }) {
+                    match mdc.call_own(MdsOp::LockPoll { wait_ms, epoch }) {
                         Ok(MdsReply::Blocking(refs)) if !refs.is_empty() => {
                             let revoked = mdc.locks.blocking(&refs);
                             if let Some(sink) = mdc.sink.get() {

@@ -67,6 +67,9 @@ impl Caller {
     }
 }
 
+/// Locks deferred handles are opened under (by handle number).
+const UNDEFER_LOCKS: usize = 16;
+
 /// The access an open with `flags` wants (`O_TRUNC` wants write, as the kernel's).
 fn access_of(flags: i32) -> u8 {
     use nacre_types::cred::{MAY_READ, MAY_WRITE};
@@ -112,8 +115,8 @@ struct Shared {
     flocks: Mutex<flock::MountFlocks>,
     /// The node API's socket, once it serves (`user.nacre.api`).
     pub(crate) api: Arc<std::sync::OnceLock<std::path::PathBuf>>,
-    /// One deferred handle opened at the MDT at a time (`Shared::undefer`).
-    undefer_lock: Mutex<()>,
+    /// A deferred handle is opened at the MDT once (`Shared::undefer`): by handle number.
+    undefer_locks: [Mutex<()>; UNDEFER_LOCKS],
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -239,7 +242,7 @@ impl Shared {
             groups: Default::default(),
             inval: Default::default(),
             api: Default::default(),
-            undefer_lock: Mutex::new(()),
+            undefer_locks: std::array::from_fn(|_| Mutex::new(())),
             flocks: Default::default(),
         }
     }
@@ -294,7 +297,7 @@ impl Shared {
     /// The handle `fh` (made by a create this mount answered: `file`) opened at the MDT,
     /// in its place (once: a second caller finds it done).
     fn undefer(&self, fh: FileHandle, file: &Arc<OpenFile>) -> Result<Arc<OpenFile>, Errno> {
-        let _one = self.undefer_lock.lock();
+        let _one = self.undefer_locks[fh.0 as usize % UNDEFER_LOCKS].lock();
         if let Some(now) = self.files.lock().get(&fh.0) {
             if !now.is_deferred() {
                 return Ok(now.clone());

@@ -25,6 +25,9 @@ pub struct Revoked {
     pub lock: LockRef,
     /// Entries (parent, name) handed to the kernel under its `LOOKUP` bit.
     pub names: Vec<(Fid, Vec<u8>)>,
+    /// Lost rather than given back: the server holds it no more (an eviction, a restart
+    /// that refused its replay) or cannot be reached; nothing is sent to it about the lock.
+    pub lost: bool,
 }
 
 struct Held {
@@ -56,6 +59,7 @@ impl State {
         Some(Revoked {
             lock: h.lock,
             names: h.names,
+            lost: false,
         })
     }
 
@@ -228,6 +232,17 @@ impl ClientLocks {
     /// Drops `handles` (the server did not take them back), returning what they covered.
     pub fn remove(&self, handles: &[u64]) -> Vec<Revoked> {
         let mut s = self.state.lock();
+        handles
+            .iter()
+            .filter_map(|h| s.take(*h))
+            .map(|r| Revoked { lost: true, ..r })
+            .collect()
+    }
+
+    /// Drops `handles` for this client to give them back (it cancels them itself),
+    /// returning what they covered.
+    pub fn take_back(&self, handles: &[u64]) -> Vec<Revoked> {
+        let mut s = self.state.lock();
         handles.iter().filter_map(|h| s.take(*h)).collect()
     }
 
@@ -255,7 +270,11 @@ impl ClientLocks {
     pub fn drain(&self) -> Vec<Revoked> {
         let mut s = self.state.lock();
         let handles: Vec<u64> = s.held.keys().copied().collect();
-        let out = handles.into_iter().filter_map(|h| s.take(h)).collect();
+        let out = handles
+            .into_iter()
+            .filter_map(|h| s.take(h))
+            .map(|r| Revoked { lost: true, ..r })
+            .collect();
         s.lru.clear();
         out
     }

@@ -85,8 +85,16 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         }
         // Anyone that may change the namespace (a read-only nodemap may not: nodemap.rs).
         MdsOp::GrantFids { .. } => Ok(()),
-        // Whoever may create in the directory.
-        MdsOp::DelegateDir { fid } => need_dir(mdt, cred, *fid).map(|_| ()),
+        // Its owner, if it may create there: a holder answers everyone's callbacks on the
+        // directory, so one user never holds a directory another owns (a shared 1777
+        // scratch directory: only its owner's clients).
+        MdsOp::DelegateDir { fid } => {
+            let dir = need_dir(mdt, cred, *fid)?;
+            match cred.uid == dir.uid {
+                true => Ok(()),
+                false => Err(Status::Perm),
+            }
+        }
         MdsOp::Mkdir {
             parent, uid, gid, ..
         }

@@ -203,6 +203,10 @@ pub(crate) fn serve_mount(
             s.quota_sync.load(Relaxed)
         )
     });
+    let d = me.clone();
+    registry.add_fn(format!("llite.{}.async_dirops", me.fsname()), move || {
+        d.async_dirops_text()
+    });
     let api = super::node_api::start(&me, mnt, &handle, opts, registry)?;
     let pidfile = daemon::write_pidfile(mnt)?;
     tracing::info!("mounted at {}", mnt.display());

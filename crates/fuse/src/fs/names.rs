@@ -288,7 +288,15 @@ impl Shared {
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::Regular);
         // Answered here in a directory delegated to this mount (--async-dirops): the file
         // is opened at the MDT only if the handle is used for more than its close.
-        if kind == FileKind::Regular && self.client.async_dirops() {
+        let access = access_of(flags);
+        // The handle is opened at the MDT later as its owner (`Client::undefer`): only an
+        // access the owner's class of the mode allows (as the MDT would not refuse it), or
+        // root's.
+        let owner_may = |may: u8, bit: u32| access & may == 0 || mode & bit != 0;
+        let opens_later = req.uid() == 0
+            || (owner_may(nacre_types::cred::MAY_READ, 0o400)
+                && owner_may(nacre_types::cred::MAY_WRITE, 0o200));
+        if kind == FileKind::Regular && opens_later && self.client.async_dirops() {
             let answered = self.client.create_delegated(
                 parent,
                 name.as_bytes(),
@@ -296,7 +304,6 @@ impl Shared {
                 req.uid(),
                 req.gid(),
             );
-            let access = access_of(flags);
             match answered.and_then(|a| match a {
                 Some(attr) => Ok(Some((self.client.open_deferred(&attr, access)?, attr))),
                 None => Ok(None),
@@ -331,7 +338,7 @@ impl Shared {
                 0,
                 exclusive,
                 true,
-                access_of(flags),
+                access,
             ),
         );
         pool::leave();

@@ -7,10 +7,14 @@ use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, FileKind, Layout, Status};
 use nacre_wire::mds::{BatchCreate, MdsReply, CREATE_BATCH_ITEMS_MAX};
 
+/// Largest reply a batch gives (a frame's body, less room for its envelope).
+pub const REPLY_BYTES_MAX: usize = nacre_types::limits::BODY_BYTES_MAX as usize - 64 * 1024;
+
 /// Makes `items` in `parent`; `replayed`: the FIDs and layouts they had when the batch ran
 /// before a restart of the MDT (empty if it is not a replay). Each item is checked as a
 /// create of the transaction's credentials would be; one that fails is answered its error
-/// and changes nothing, the others are made.
+/// and changes nothing, the others are made. A batch whose reply would pass
+/// [`REPLY_BYTES_MAX`] makes nothing and is answered `E2BIG`.
 pub fn run(
     tx: &mut Tx<'_>,
     parent: nacre_types::Fid,
@@ -23,9 +27,19 @@ pub fn run(
     let mut dir = tx.dir(parent)?;
     let mut results = Vec::with_capacity(items.len());
     let mut made = 0;
+    let mut reply_bytes = 0usize;
     for item in items {
         let r = create_one(tx, &dir, item, replayed);
         made += usize::from(r.is_ok());
+        reply_bytes += match &r {
+            Ok(made) => nacre_wire::encode_body(made).len(),
+            Err(_) => 8,
+        };
+        // Widely striped layouts: the reply would not fit a frame. Nothing is made; the
+        // client sends the items again in smaller batches.
+        if reply_bytes > REPLY_BYTES_MAX {
+            return Err(Status::TooBig);
+        }
         results.push(r);
     }
     if made > 0 {

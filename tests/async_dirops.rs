@@ -1,0 +1,246 @@
+//! A mount answering creates itself in directories delegated to it (`--async-dirops`,
+//! issue 44 item 2; crates/client/src/delegated.rs): what becomes of the creates it
+//! answered and has not sent when its delegation goes in each way — it is evicted, the
+//! MDT restarts, it removes the directory, it changes the directory's mode — and a
+//! deferred handle on a file whose mode forbids the access it was opened for. The
+//! mount's sender is held at a fault point (`client.delegated.sender~hold`) to keep
+//! creates answered and not sent for as long as a test needs.
+
+use nacre_testkit::{fail_loc, get_param, lfsck_clean, nacre_ok, ClientMount, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A mount of `fs` answering creates itself, at `scratch/mnt_a`.
+fn async_mount(fs: &TestFs) -> ClientMount {
+    let mnt = fs.scratch().join("mnt_a");
+    fs::create_dir_all(&mnt).unwrap();
+    fs.mount_another(&mnt, &["--async-dirops", "true"])
+}
+
+/// One counter of the mount's `llite.FS.async_dirops`.
+fn counter(m: &ClientMount, fsname: &str, what: &str) -> u64 {
+    let text = get_param(m.pid(), &format!("llite.{fsname}.async_dirops"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {text}"))
+}
+
+/// Waits (30 s at most) until the mount's counter `what` is `want`.
+fn until_counter(m: &ClientMount, fsname: &str, what: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = counter(m, fsname, what);
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} stays {now}, not {want}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+fn numbered(prefix: &str, n: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    v.sort();
+    v
+}
+
+/// Holds the mount's sender: what it answers from now on stays pending.
+fn hold_sender(m: &ClientMount) {
+    fail_loc(
+        m.pid().expect("mount process"),
+        "client.delegated.sender~hold",
+    );
+}
+
+fn release_sender(m: &ClientMount) {
+    fail_loc(m.pid().expect("mount process"), "0");
+}
+
+/// A mount evicted while holding creates it answered and never sent loses exactly those:
+/// no other client ever sees them, what it sent (an fsync of the directory) stays, the
+/// lost ones are counted, and the mount goes on creating as a new client. The eviction
+/// reaches the mount inside a request of its own (its lock poll): what it answered is
+/// dropped there, not sent (a send from there waited for itself).
+#[test]
+fn an_evicted_mount_loses_only_the_creates_it_never_sent() {
+    let fsname = "asyncev";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    for i in 0..10 {
+        fs::File::create(da.join(format!("s{i}"))).unwrap();
+    }
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    until_counter(&a, fsname, "pending", 0);
+    hold_sender(&a);
+    for i in 0..10 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 10, "answered, not sent");
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+    let pid = a.pid().expect("the mount's process") as i32;
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The other client's listing calls the delegation back; the stopped mount does not
+    // answer and is evicted.
+    let seen = names(&fs.path("d"));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(seen, numbered("s", 10), "only what was sent");
+    release_sender(&a);
+    until_counter(&a, fsname, "lost", 10);
+    until_counter(&a, fsname, "pending", 0);
+    // A new client now: it creates again, and the others see it.
+    let mut f = fs::File::create(da.join("after")).unwrap();
+    f.write_all(b"after the eviction").unwrap();
+    drop(f);
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    assert_eq!(fs::read(fs.path("d/after")).unwrap(), b"after the eviction");
+    let mut want = numbered("s", 10);
+    want.push("after".into());
+    want.sort();
+    assert_eq!(names(&fs.path("d")), want);
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
+/// Creates answered and not sent when the MDT is killed -9 are sent once it is back (the
+/// restarted MDT refuses the delegation at lock replay: the mount's sender sends them
+/// after the recovery, not the replay itself): every one is there, with the FID the mount
+/// answered, and nothing is lost.
+#[test]
+fn creates_answered_before_an_mdt_restart_are_made_after_it() {
+    let fsname = "asyncrs";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    hold_sender(&a);
+    for i in 0..20 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 20);
+    assert_eq!(
+        fs::metadata(da.join("p7")).unwrap().len(),
+        0,
+        "answered here before it is sent"
+    );
+    let mds = &mut fs.servers_mut()[0];
+    mds.kill9();
+    mds.restart();
+    release_sender(&a);
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
+    let mut want = numbered("p", 20);
+    want.push("first".into());
+    want.sort();
+    assert_eq!(names(&fs.path("d")), want, "the other mount sees them all");
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
+/// The holder's own removal of a subdirectory it answered creates in is refused
+/// `ENOTEMPTY` (the removal names only the parent: every pending create is sent before
+/// it); its own chmod of a delegated directory gives the delegation back (the mode
+/// decides who may create there; nothing calls the holder's own lock back); a create
+/// with mode 0444 opened for writing writes, as on a local file system.
+#[test]
+fn the_holders_own_changes_see_the_creates_it_answered() {
+    let fsname = "asyncown";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let sub = a.mnt.join("d/sub");
+    fs::create_dir_all(&sub).unwrap();
+    hold_sender(&a);
+    fs::File::create(sub.join("x")).unwrap();
+    assert_eq!(counter(&a, fsname, "pending"), 1);
+    let err = fs::remove_dir(&sub).expect_err("sub is not empty");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY), "{err}");
+    assert_eq!(counter(&a, fsname, "pending"), 0, "sent before the rmdir");
+    // Its own chmod: the delegation goes back (pending creates sent first).
+    fs::File::create(sub.join("y")).unwrap();
+    assert!(counter(&a, fsname, "directories") >= 1);
+    fs::set_permissions(&sub, fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(counter(&a, fsname, "pending"), 0, "sent before the chmod");
+    assert_eq!(
+        counter(&a, fsname, "directories"),
+        0,
+        "given back at the chmod"
+    );
+    // 0444, opened for writing by its creator: writable, as the kernel allows.
+    let answered = counter(&a, fsname, "answered");
+    let ro = a.mnt.join("d/readonly");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&ro)
+        .unwrap();
+    assert_eq!(
+        counter(&a, fsname, "answered"),
+        answered + 1,
+        "answered by the mount"
+    );
+    f.write_all(b"written through a 0444 create").unwrap();
+    drop(f);
+    release_sender(&a);
+    assert_eq!(
+        fs::read(fs.path("d/readonly")).unwrap(),
+        b"written through a 0444 create"
+    );
+    assert_eq!(names(&fs.path("d/sub")), vec!["x", "y"]);
+    // A user's own directory (delegated to its owner only): a create with mode 0444
+    // opened for writing (`umask 222`, then `>`) writes, as the kernel allows its creator
+    // (the mount leaves it to the MDT, which opens it with the create); a plain one is
+    // answered by the mount.
+    fs::set_permissions(fs.scratch(), fs::Permissions::from_mode(0o755)).unwrap();
+    let home = a.mnt.join("home");
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(4300), Some(4300)).unwrap();
+    let answered = counter(&a, fsname, "answered");
+    let script = format!(
+        "cd {} && umask 222 && echo written > ro && umask 022 && echo plain > plain",
+        home.display()
+    );
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=4300", "--regid=4300", "--clear-groups", "--"])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(fs.path("home/ro")).unwrap(), b"written\n");
+    assert_eq!(fs::read(fs.path("home/plain")).unwrap(), b"plain\n");
+    let ro = fs::metadata(fs.path("home/ro")).unwrap();
+    assert_eq!((ro.permissions().mode() & 0o777, ro.uid()), (0o444, 4300));
+    assert!(
+        counter(&a, fsname, "answered") > answered,
+        "the owner's plain create was answered by the mount"
+    );
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    drop(a);
+    lfsck_clean(&fs.source());
+}
