@@ -337,6 +337,32 @@ fn a_delegation_is_one_clients_and_refused_to_whoever_may_not_create() {
         (Status::Access as i32, None),
         "root's 0755 directory"
     );
+    // A shared 1777 directory: the user may create there, but a holder answers everyone's
+    // callbacks on it, so only its owner is delegated it; its own directory is.
+    let shared = fs.path("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let own = fs.path("own");
+    fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(4244), Some(4244)).unwrap();
+    let (shared, own) = (fid_at(&shared), fid_at(&own));
+    let user = Cred::new(4244, 4244, vec![]);
+    let not_owner = nacre_types::cred::with(user.clone(), || delegate(&mut a, shared, DELEGATED));
+    assert_eq!(
+        not_owner,
+        (Status::Perm as i32, None),
+        "another's 1777 directory"
+    );
+    let owner = nacre_types::cred::with(user, || delegate(&mut a, own, DELEGATED));
+    assert_eq!(owner.0, 0, "its own directory");
+    let own_lock = owner.1.expect("granted to its owner");
+    assert_eq!(
+        a.call(MdsOp::LockCancel {
+            handles: vec![own_lock.handle]
+        })
+        .0,
+        0
+    );
     assert_eq!(
         delegate(&mut a, fid_at(&file), DELEGATED),
         (Status::NotDir as i32, None)
