@@ -22,26 +22,14 @@ impl Client {
 
     /// Makes `items` in directory `parent` in one request (at most
     /// `CREATE_BATCH_ITEMS_MAX`), each with the FID it names from this client's grants:
-    /// one result per item, in order. The layouts are remembered, as a create's.
+    /// one result per item, in order (`E2BIG` for the items the MDT left untried: their
+    /// reply would not fit; send them again). The layouts are remembered, as a create's.
     pub fn create_batch(&self, parent: Fid, items: Vec<BatchCreate>) -> Result<Vec<Created>> {
         let n = items.len();
-        let op = MdsOp::CreateBatch {
-            parent,
-            items: items.clone(),
-        };
-        let results = match self.mdc(parent.mdt_index())?.call(op) {
-            Ok(MdsReply::Created(r)) if r.len() == n => r,
-            // Its reply would not fit a frame (widely striped layouts): made nothing; sent
-            // again in halves.
-            Err(e) if e.status() == Status::TooBig && n > 1 => {
-                let mut items = items;
-                let second = items.split_off(n / 2);
-                let mut r = self.create_batch(parent, items)?;
-                r.extend(self.create_batch(parent, second)?);
-                return Ok(r);
-            }
-            Err(e) => return Err(e),
-            Ok(_) => return Err(ClientError::from(Status::Proto)),
+        let op = MdsOp::CreateBatch { parent, items };
+        let results = match self.mdc(parent.mdt_index())?.call(op)? {
+            MdsReply::Created(r) if r.len() == n => r,
+            _ => return Err(ClientError::from(Status::Proto)),
         };
         for (attr, layout) in results.iter().flatten() {
             if let Some(l) = layout {

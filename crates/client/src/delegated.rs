@@ -24,7 +24,7 @@
 
 use crate::{Client, Result};
 use nacre_types::cred::{Cred, MAY_EXEC, MAY_WRITE};
-use nacre_types::{Attr, Fid, FileKind, TimeSpec};
+use nacre_types::{Attr, Fid, FileKind, Status, TimeSpec};
 use nacre_wire::mds::{BatchCreate, MdsOp, CREATE_BATCH_ITEMS_MAX};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -255,18 +255,23 @@ impl Client {
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
             d.attr.ctime = now;
+            // Counted while the item is in the queue's lock: a flush subtracts only what
+            // was counted.
+            if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
+                self.wake_delegated_sender();
+            }
             d.items.len() >= CREATE_BATCH_ITEMS_MAX
         };
-        if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.wake_delegated_sender();
-        }
         self.delegated
             .stats
             .answered
             .fetch_add(1, Ordering::Relaxed);
         self.complete.added(parent, name);
         if full {
-            self.flush_delegated(parent)?;
+            // Answered whatever becomes of the send: what failed is kept and sent again.
+            if let Err(e) = self.flush_delegated(parent) {
+                tracing::warn!("sending the creates of {parent}: {e}");
+            }
         }
         Ok(Some(attr))
     }
@@ -288,8 +293,10 @@ impl Client {
         }
         use nacre_ldlm::msg::{DELEGATION, UPDATE};
         let mdc = self.mdc(dir.mdt_index())?;
-        let incarnation = mdc.incarnation();
         let asked = mdc.call_with(MdsOp::DelegateDir { fid: dir }, UPDATE | DELEGATION);
+        // After the call, which may have found this client evicted and come back as a new
+        // one (an eviction after it shows as the lock not held, below).
+        let incarnation = mdc.incarnation();
         let (attr, lock) = match asked {
             Ok((nacre_wire::mds::MdsReply::Attr(a), Some(l)))
                 if l.bits & DELEGATION != 0 && l.fid == dir =>
@@ -362,8 +369,10 @@ impl Client {
 
     /// Sends the creates answered in `dir` and not sent yet, and waits for any batch of it
     /// already on its way. A batch the MDT does not answer is kept to be sent again (for
-    /// [`RETRY_MS_MAX`]); one it refuses, or that the client's eviction voided, is lost:
-    /// logged, counted, and the directory's listing forgotten.
+    /// [`RETRY_MS_MAX`]); items it left untried (`E2BIG`: the reply was full) go in the
+    /// next; one it refuses, or that the client's eviction voided, is lost: logged,
+    /// counted, and the directory's listing forgotten. An item sent again that finds its
+    /// FID taken is looked up: the MDT made it the first time and the answer was lost.
     pub fn flush_delegated(&self, dir: Fid) -> Result<()> {
         let Some(sending) = self
             .delegated
@@ -375,59 +384,107 @@ impl Client {
             return Ok(());
         };
         let _one = sending.lock();
-        let (items, cred, incarnation) = {
-            let mut dirs = self.delegated.dirs.lock();
-            let Some(d) = dirs.get_mut(&dir) else {
-                return Ok(());
+        loop {
+            let (items, cred, incarnation, again) = {
+                let mut dirs = self.delegated.dirs.lock();
+                let Some(d) = dirs.get_mut(&dir) else {
+                    return Ok(());
+                };
+                d.since = None;
+                let items = std::mem::take(&mut d.items);
+                d.in_flight += items.len();
+                (
+                    items,
+                    d.cred.clone(),
+                    d.incarnation,
+                    d.failing_since.is_some(),
+                )
             };
-            d.since = None;
-            let items = std::mem::take(&mut d.items);
-            d.in_flight += items.len();
-            (items, d.cred.clone(), d.incarnation)
-        };
-        if items.is_empty() {
-            return Ok(());
-        }
-        let n = items.len();
-        let cred = cred.unwrap_or_else(nacre_types::cred::current);
-        let sent = nacre_types::cred::with(cred, || self.create_batch(dir, items.clone()));
-        self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
-        let evicted = self
-            .mdc(dir.mdt_index())
-            .map_or(true, |m| m.incarnation() != incarnation);
-        let mut dirs = self.delegated.dirs.lock();
-        if let (Err(_), Some(d)) = (&sent, dirs.get_mut(&dir)) {
-            let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
-            if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
-                // Not answered: kept, in order, to be sent again.
-                d.in_flight -= n;
-                let later = std::mem::replace(&mut d.items, items);
-                d.items.extend(later);
-                d.since.get_or_insert_with(Instant::now);
-                return sent.map(|_| ());
+            if items.is_empty() {
+                return Ok(());
+            }
+            let n = items.len();
+            let cred = cred.unwrap_or_else(nacre_types::cred::current);
+            let sent = nacre_types::cred::with(cred, || self.create_batch(dir, items.clone()));
+            self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
+            let evicted = self
+                .mdc(dir.mdt_index())
+                .map_or(true, |m| m.incarnation() != incarnation);
+            let results = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    let mut dirs = self.delegated.dirs.lock();
+                    if let Some(d) = dirs.get_mut(&dir) {
+                        let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
+                        if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
+                            // Not answered: kept, in order, to be sent again.
+                            d.in_flight -= n;
+                            let later = std::mem::replace(&mut d.items, items);
+                            d.items.extend(later);
+                            d.since.get_or_insert_with(Instant::now);
+                            return Err(e);
+                        }
+                    }
+                    drop(dirs);
+                    let lost = vec![format!("all {n} ({e})")];
+                    self.delegated_done(dir, &items, n, lost);
+                    return Err(e);
+                }
+            };
+            // Untried (the reply was full): sent next, first.
+            let (mut lost, mut untried) = (Vec::new(), Vec::new());
+            for (r, i) in results.iter().zip(&items) {
+                match r {
+                    Ok(_) => {}
+                    Err(Status::TooBig) => untried.push(i.clone()),
+                    Err(Status::Exist) if again && self.made_before(i.fid) => {}
+                    Err(s) => lost.push(format!("{} ({s})", String::from_utf8_lossy(&i.name))),
+                }
+            }
+            let requeued = untried.len();
+            if requeued > 0 {
+                let mut dirs = self.delegated.dirs.lock();
+                if let Some(d) = dirs.get_mut(&dir) {
+                    let later = std::mem::replace(&mut d.items, untried);
+                    d.items.extend(later);
+                }
+            }
+            let done: Vec<BatchCreate> = items
+                .into_iter()
+                .zip(&results)
+                .filter(|(_, r)| !matches!(r, Err(Status::TooBig)))
+                .map(|(i, _)| i)
+                .collect();
+            self.delegated_done(dir, &done, n, lost);
+            if requeued == 0 || requeued == n {
+                // All made (or refused), or nothing tried: no progress to loop on.
+                return Ok(());
             }
         }
-        let lost: Vec<String> = match &sent {
-            Ok(results) => results
-                .iter()
-                .zip(&items)
-                .filter_map(|(r, i)| {
-                    r.as_ref()
-                        .err()
-                        .map(|s| format!("{} ({s})", String::from_utf8_lossy(&i.name)))
-                })
-                .collect(),
-            Err(e) => vec![format!("all {n} ({e})")],
-        };
-        if let Some(d) = dirs.get_mut(&dir) {
+    }
+
+    /// True if the MDT has `fid` (a create sent again whose first answer was lost). Asked
+    /// without the before-request hook: the file is still answered here, and the hook
+    /// would wait for the very batch this runs in.
+    fn made_before(&self, fid: Fid) -> bool {
+        self.mdc(fid.mdt_index())
+            .and_then(|m| m.call_own(MdsOp::GetAttr { fid }))
+            .is_ok_and(|r| matches!(r, nacre_wire::mds::MdsReply::Attr(a) if a.fid == fid))
+    }
+
+    /// A batch of `dir` of `n` items came back: `done` are no longer answered here (made
+    /// or `lost`, logged and counted); the others went back to the directory's queue.
+    fn delegated_done(&self, dir: Fid, done: &[BatchCreate], n: usize, lost: Vec<String>) {
+        if let Some(d) = self.delegated.dirs.lock().get_mut(&dir) {
             d.in_flight -= n;
             d.failing_since = None;
-            for i in &items {
+            for i in done {
                 d.answered.remove(&i.fid);
             }
         }
-        drop(dirs);
-        self.delegated.pending.fetch_sub(n, Ordering::AcqRel);
+        self.delegated
+            .pending
+            .fetch_sub(done.len(), Ordering::AcqRel);
         if !lost.is_empty() {
             self.delegated
                 .stats
@@ -440,7 +497,6 @@ impl Client {
                 lost.join(", ")
             );
         }
-        sent.map(|_| ())
     }
 
     /// Sends every delegated directory's pending creates (`fsync`, `syncfs`, unmount).

@@ -457,7 +457,7 @@ impl Mdc {
 
     /// A request of this `Mdc`'s own (reconnection, replay, commit, lock traffic): sent
     /// without the hook of [`Mdc::set_before_request`], which may itself be sending.
-    fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
+    pub(crate) fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
         self.call_unhooked(op, 0).map(|(reply, _)| reply)
     }
 

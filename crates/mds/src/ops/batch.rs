@@ -13,8 +13,8 @@ pub const REPLY_BYTES_MAX: usize = nacre_types::limits::BODY_BYTES_MAX as usize 
 /// Makes `items` in `parent`; `replayed`: the FIDs and layouts they had when the batch ran
 /// before a restart of the MDT (empty if it is not a replay). Each item is checked as a
 /// create of the transaction's credentials would be; one that fails is answered its error
-/// and changes nothing, the others are made. A batch whose reply would pass
-/// [`REPLY_BYTES_MAX`] makes nothing and is answered `E2BIG`.
+/// and changes nothing, the others are made. Items past what fits a reply of
+/// [`REPLY_BYTES_MAX`] are left untried, each answered `E2BIG`.
 pub fn run(
     tx: &mut Tx<'_>,
     parent: nacre_types::Fid,
@@ -27,19 +27,22 @@ pub fn run(
     let mut dir = tx.dir(parent)?;
     let mut results = Vec::with_capacity(items.len());
     let mut made = 0;
-    let mut reply_bytes = 0usize;
+    let (mut reply_bytes, mut item_bytes_max) = (0usize, 0usize);
     for item in items {
+        // Widely striped layouts: the rest would not fit the reply. Left untried, each
+        // answered `E2BIG`: the client sends them again in its next batch.
+        if reply_bytes + item_bytes_max > REPLY_BYTES_MAX {
+            results.push(Err(Status::TooBig));
+            continue;
+        }
         let r = create_one(tx, &dir, item, replayed);
         made += usize::from(r.is_ok());
-        reply_bytes += match &r {
+        let bytes = match &r {
             Ok(made) => nacre_wire::encode_body(made).len(),
             Err(_) => 8,
         };
-        // Widely striped layouts: the reply would not fit a frame. Nothing is made; the
-        // client sends the items again in smaller batches.
-        if reply_bytes > REPLY_BYTES_MAX {
-            return Err(Status::TooBig);
-        }
+        item_bytes_max = item_bytes_max.max(bytes);
+        reply_bytes += bytes;
         results.push(r);
     }
     if made > 0 {
