@@ -135,7 +135,14 @@ fn read_at(file: &File, off: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn two_mounts_agree_with_a_model_of_their_files() {
-    agree_with_a_model(Form::Networked, "cohn1", ops_wanted());
+    agree_with_a_model(Form::Networked, "cohn1", ops_wanted(), false);
+}
+
+/// Both mounts answering creates themselves (`--async-dirops`), the files made by one of
+/// them so (handles opened at the MDT only when used), on a shorter run (a quarter).
+#[test]
+fn two_mounts_with_async_dirops_agree_too() {
+    agree_with_a_model(Form::Networked, "cohn2", ops_wanted() / 4, true);
 }
 
 /// The embedded form's mount (the in-process client) beside a networked one, on a shorter
@@ -144,25 +151,49 @@ fn two_mounts_agree_with_a_model_of_their_files() {
 /// and made the kernel ignore the size it brought (docs/locking.md).
 #[test]
 fn the_embedded_mount_agrees_too() {
-    agree_with_a_model(Form::Embedded, "cohe1", ops_wanted() / 4);
+    agree_with_a_model(Form::Embedded, "cohe1", ops_wanted() / 4, false);
 }
 
-fn agree_with_a_model(form: Form, fsname: &str, ops: u64) {
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+fn agree_with_a_model(form: Form, fsname: &str, ops: u64, async_dirops: bool) {
+    let mount_args: &[&str] = match async_dirops {
+        true => &["--async-dirops", "true"],
+        false => &[],
+    };
+    let spec = Spec::osts(2).fsname(fsname).mount_args(mount_args);
+    let fs = TestFs::start_with(form, spec);
     let other_mnt = fs.scratch().join("other");
     fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let _other = fs.mount_another(&other_mnt, mount_args);
     let seed = std::env::var("COHERENCE_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..));
     let mut rng = fastrand::Rng::with_seed(seed);
-    let names: Vec<String> = (0..FILES).map(|i| format!("f{i}")).collect();
+    let names: Vec<String> = match async_dirops {
+        // Made by the first mount itself, in a directory it made (and knows complete).
+        true => {
+            fs::create_dir(fs.path("m")).unwrap();
+            (0..FILES).map(|i| format!("m/f{i}")).collect()
+        }
+        false => (0..FILES).map(|i| format!("f{i}")).collect(),
+    };
     for (i, n) in names.iter().enumerate() {
         let p = fs.path(n);
+        if async_dirops {
+            fs::File::create(&p).unwrap();
+            continue;
+        }
         // Striped two ways, 64 KiB units, but for one file on a single OST.
         let count = if i == 0 { "1" } else { "2" };
         nacre_ok(&["setstripe", "-c", count, "-S", "64K", p.to_str().unwrap()]);
+    }
+    if async_dirops {
+        let text =
+            nacre_testkit::get_param(fs.client_pid(), &format!("llite.{fsname}.async_dirops"));
+        assert!(
+            text.lines().any(|l| l == format!("answered {FILES}")),
+            "the files were answered by the mount: {text}"
+        );
     }
     let a_paths: Vec<PathBuf> = names.iter().map(|n| fs.path(n)).collect();
     let b_paths: Vec<PathBuf> = names.iter().map(|n| other_mnt.join(n)).collect();

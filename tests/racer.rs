@@ -252,10 +252,24 @@ fn two_mounts_racing_agree_on_the_tree(form: Form) {
         Form::Embedded => "racere",
         Form::Networked => "racern",
     };
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
+    race(form, fsname, &[]);
+}
+
+/// The racer with both mounts answering creates themselves (`--async-dirops`): the
+/// directories' delegations go from one mount to the other at every look of the other.
+#[test]
+fn two_mounts_racing_with_async_dirops_agree_on_the_tree() {
+    race(Form::Networked, "racera", &["--async-dirops", "true"]);
+}
+
+/// Races two mounts of a new file system `fsname` in `form`, both mounted with
+/// `mount_args`.
+fn race(form: Form, fsname: &str, mount_args: &[&str]) {
+    let spec = Spec::osts(2).fsname(fsname).mount_args(mount_args);
+    let fs = TestFs::start_with(form, spec);
     let other_mnt = fs.scratch().join("other");
     fs::create_dir_all(&other_mnt).unwrap();
-    let _other = fs.mount_another(&other_mnt, &[]);
+    let _other = fs.mount_another(&other_mnt, mount_args);
     for d in 0..DIRS {
         fs::create_dir(fs.path(&format!("d{d}"))).unwrap();
     }
@@ -348,6 +362,25 @@ fn two_mounts_racing_agree_on_the_tree(form: Form) {
         ))
     );
     check_links(&a).unwrap_or_else(|e| panic!("{}", failed(e)));
+    if !mount_args.is_empty() {
+        // The mounts did answer creates themselves, and lost none.
+        let mut answered = 0;
+        for pid in [fs.client_pid(), _other.pid()] {
+            let text = nacre_testkit::get_param(pid, &format!("llite.{fsname}.async_dirops"));
+            let count = |what: &str| -> u64 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no {what} in {text}"))
+            };
+            assert_eq!(count("lost"), 0, "{}", failed(text.clone()));
+            answered += count("answered");
+        }
+        assert!(
+            answered > 0,
+            "{}",
+            failed("no create answered by a mount".into())
+        );
+    }
     // Each thread's own file holds what it wrote, through either mount.
     for o in &owned {
         let rel = o
