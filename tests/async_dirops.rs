@@ -244,3 +244,46 @@ fn the_holders_own_changes_see_the_creates_it_answered() {
     drop(a);
     lfsck_clean(&fs.source());
 }
+
+/// Files a mount answered stay in its kernel's cache while it holds the delegation: a stat
+/// or an unlink there asks the MDT nothing (mdtest's remove phase was a lookup and an
+/// unlink per file). When another mount looks, the delegation goes and the kernel forgets
+/// them: the other mount's rename and write show at once. 700 files: more than the
+/// directory's locks note of the names the kernel first found absent (256 a lock), which
+/// are forgotten with those locks anyway.
+#[test]
+fn the_kernel_keeps_what_a_delegation_covers_and_forgets_it_when_it_goes() {
+    use super::batch::served;
+    let fsname = "asynckc";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    for i in 0..700 {
+        fs::File::create(da.join(format!("f{i}"))).unwrap();
+    }
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    assert_eq!(counter(&a, fsname, "answered"), 700);
+    let asked = || served(fsname, "lookup") + served(fsname, "getattr");
+    let before = asked();
+    for i in [0, 698, 699] {
+        assert_eq!(fs::metadata(da.join(format!("f{i}"))).unwrap().len(), 0);
+    }
+    fs::remove_file(da.join("f0")).unwrap();
+    assert_eq!(asked(), before, "answered from the kernel's cache");
+    // The other mount (the test's own) looks: the delegation goes back.
+    fs::rename(fs.path("d/f699"), fs.path("d/moved")).unwrap();
+    fs::write(fs.path("d/f698"), b"12345").unwrap();
+    assert_eq!(
+        fs::metadata(da.join("f699")).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound,
+        "the renamed name is forgotten"
+    );
+    assert!(fs::metadata(da.join("moved")).is_ok());
+    assert_eq!(
+        fs::metadata(da.join("f698")).unwrap().len(),
+        5,
+        "the attributes are forgotten"
+    );
+    assert_eq!(names(&da).len(), 699);
+}

@@ -48,6 +48,9 @@ const ASK_AGAIN_MS: u64 = 1000;
 /// way), all directories: below a grant of FIDs, so what is not made yet spans at most two
 /// grants (the MDT keeps each client's newest four). Past it, creates go to the MDT.
 pub const DELEGATED_PENDING_MAX: usize = FID_GRANT_ASK as usize / 2;
+/// Most files answered in one delegated directory whose entry and attributes the kernel
+/// may keep for as long as the delegation is held (each is forgotten when it goes).
+pub const DELEGATED_COVERED_MAX: usize = 16_384;
 /// How long a batch the MDT does not answer is tried again before what it holds is
 /// counted lost.
 const RETRY_MS_MAX: u64 = 60_000;
@@ -67,6 +70,10 @@ struct Dir {
     in_flight: usize,
     /// Since when its batches fail (the MDT out of reach).
     failing_since: Option<Instant>,
+    /// Files answered here whose entry and attributes the kernel was let keep: while the
+    /// delegation is held no other client can reach them (only through this directory,
+    /// which calls it back); forgotten by the kernel when it goes.
+    covered: Vec<(Fid, Vec<u8>)>,
     /// Creates answered and not sent yet, and the credentials they were checked with.
     items: Vec<BatchCreate>,
     cred: Option<Cred>,
@@ -163,7 +170,8 @@ impl Client {
     }
 
     /// Creates regular file `name` in `parent` on the delegated path if it applies: its
-    /// attributes, or `None` (create it with the MDT). See the module documentation.
+    /// attributes and whether the kernel may keep them and its entry (until the delegation
+    /// goes), or `None` (create it with the MDT). See the module documentation.
     pub fn create_delegated(
         &self,
         parent: Fid,
@@ -171,7 +179,7 @@ impl Client {
         perm: u32,
         uid: u32,
         gid: u32,
-    ) -> Result<Option<Attr>> {
+    ) -> Result<Option<(Attr, bool)>> {
         if !self.async_dirops()
             || name.is_empty()
             || name.len() > nacre_types::limits::NAME_BYTES_MAX
@@ -250,6 +258,10 @@ impl Client {
                 return self.create_delegated(parent, name, perm, uid, gid);
             }
             d.cred = Some(cred);
+            let covered = d.covered.len() < DELEGATED_COVERED_MAX;
+            if covered {
+                d.covered.push((fid, name.to_vec()));
+            }
             d.items.push(item);
             d.answered.insert(fid, attr.clone());
             d.since.get_or_insert_with(Instant::now);
@@ -260,8 +272,9 @@ impl Client {
             if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
                 self.wake_delegated_sender();
             }
-            d.items.len() >= CREATE_BATCH_ITEMS_MAX
+            (d.items.len() >= CREATE_BATCH_ITEMS_MAX, covered)
         };
+        let (full, covered) = full;
         self.delegated
             .stats
             .answered
@@ -273,7 +286,7 @@ impl Client {
                 tracing::warn!("sending the creates of {parent}: {e}");
             }
         }
-        Ok(Some(attr))
+        Ok(Some((attr, covered)))
     }
 
     /// The attributes of `dir` as delegated to this client and the lock it holds it by,
@@ -316,6 +329,7 @@ impl Client {
             closing: false,
             in_flight: 0,
             failing_since: None,
+            covered: Vec::new(),
             items: Vec::new(),
             cred: None,
             answered: HashMap::new(),
@@ -556,19 +570,36 @@ impl Client {
                 return;
             }
         }
-        if let MdsOp::SetAttr { fid, .. }
-        | MdsOp::SetXattr { fid, .. }
-        | MdsOp::RemoveXattr { fid, .. }
-        | MdsOp::SetDirDefault { fid, .. } = op
-        {
-            let lock = self.delegated.dirs.lock().get(fid).map(|d| d.lock);
-            if let Some(lock) = lock {
-                // What is pending is sent first; then the lock goes back.
-                self.delegation_gone(*fid, false);
-                if let Ok(mdc) = self.mdc(fid.mdt_index()) {
-                    mdc.give_back(lock);
+        // Given back: a change of a delegated directory's attributes (they decide who may
+        // create there); a rename out of it or a link of a file answered in it (the file
+        // becomes reachable by a path that calls nothing back, while the kernel here keeps
+        // its attributes).
+        let give_back: Option<Fid> = {
+            let dirs = self.delegated.dirs.lock();
+            match op {
+                MdsOp::SetAttr { fid, .. }
+                | MdsOp::SetXattr { fid, .. }
+                | MdsOp::RemoveXattr { fid, .. }
+                | MdsOp::SetDirDefault { fid, .. } => dirs.contains_key(fid).then_some(*fid),
+                MdsOp::Rename { src_parent, .. } => {
+                    dirs.contains_key(src_parent).then_some(*src_parent)
                 }
+                MdsOp::Link { fid, .. } => dirs
+                    .iter()
+                    .find(|(_, d)| d.covered.iter().any(|(f, _)| f == fid))
+                    .map(|(dir, _)| *dir),
+                _ => None,
             }
+        };
+        if let Some(dir) = give_back {
+            let lock = self.delegated.dirs.lock().get(&dir).map(|d| d.lock);
+            if let (Some(lock), Ok(mdc)) = (lock, self.mdc(dir.mdt_index())) {
+                // Through the lock sink, as a callback: what is pending is sent, the kernel
+                // forgets what it kept under the delegation, then the lock goes back.
+                mdc.give_back(lock);
+            }
+            // A client without a lock sink holds no delegation; none is left either way.
+            self.delegation_gone(dir, false);
         }
         let mut named = Vec::with_capacity(2);
         named.extend(op.key_fid());
@@ -599,23 +630,26 @@ impl Client {
     /// The delegation of `dir` goes: nothing more is answered in it. Given back (`lost`
     /// false: a callback, the LRU, this client's own change), what was answered is sent
     /// first, here. Lost: see the module documentation; never sent from here, which runs
-    /// inside a request of the MDT's.
-    pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) {
-        let dropped = {
+    /// inside a request of the MDT's. Returns the files whose entries and attributes the
+    /// kernel kept under it, for it to forget them.
+    pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) -> Vec<(Fid, Vec<u8>)> {
+        let (dropped, covered) = {
             let mut dirs = self.delegated.dirs.lock();
             let Some(d) = dirs.get_mut(&dir) else {
-                return;
+                return Vec::new();
             };
             d.closing = true;
+            let covered = std::mem::take(&mut d.covered);
             let evicted = lost
                 && self
                     .mdc(dir.mdt_index())
                     .map_or(true, |m| m.incarnation() != d.incarnation);
-            evicted.then(|| {
+            let dropped = evicted.then(|| {
                 d.answered.clear();
                 d.since = None;
                 std::mem::take(&mut d.items)
-            })
+            });
+            (dropped, covered)
         };
         self.ask_later(dir);
         if let Some(dropped) = dropped {
@@ -637,11 +671,12 @@ impl Client {
         } else if lost {
             // The sender thread sends it once the MDT answers.
             self.wake_delegated_sender();
-            return;
+            return covered;
         } else if let Err(e) = self.flush_delegated(dir) {
             tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
         }
         self.drop_closed();
+        covered
     }
 
     /// Forgets the closing directories with nothing left to send.

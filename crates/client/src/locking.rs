@@ -34,11 +34,26 @@ impl Client {
         let complete = self.complete.clone();
         let me = self.me.clone();
         let sink: mdc::LockSink = Arc::new(move |revoked| {
+            // The files answered under a delegation that goes: the kernel forgets their
+            // entries and attributes with it (as if each had gone with an UPDATE lock).
+            let mut answered_under = Vec::new();
             for r in revoked {
                 // What was answered under a delegation is sent before it goes.
                 if r.lock.bits & nacre_ldlm::msg::DELEGATION != 0 {
                     if let Some(client) = me.upgrade() {
-                        client.delegation_gone(r.lock.fid, r.lost);
+                        let dir = r.lock.fid;
+                        let covered = client.delegation_gone(dir, r.lost);
+                        answered_under.extend(covered.into_iter().map(|(fid, name)| {
+                            nacre_ldlm::client::Revoked {
+                                lock: nacre_ldlm::msg::LockRef {
+                                    handle: 0,
+                                    fid,
+                                    bits: nacre_ldlm::msg::UPDATE,
+                                },
+                                names: vec![(dir, name)],
+                                lost: r.lost,
+                            }
+                        }));
                     }
                 }
                 if r.lock.bits & nacre_ldlm::msg::UPDATE != 0 {
@@ -60,7 +75,12 @@ impl Client {
                     }
                 }
             }
-            sink(revoked)
+            if answered_under.is_empty() {
+                sink(revoked)
+            } else {
+                answered_under.extend_from_slice(revoked);
+                sink(&answered_under)
+            }
         });
         if self.lock_sink.set(sink.clone()).is_err() {
             return;

@@ -305,10 +305,14 @@ impl Shared {
                 req.gid(),
             );
             match answered.and_then(|a| match a {
-                Some(attr) => Ok(Some((self.client.open_deferred(&attr, access)?, attr))),
+                Some((attr, covered)) => Ok(Some((
+                    self.client.open_deferred(&attr, access)?,
+                    attr,
+                    covered,
+                ))),
                 None => Ok(None),
             }) {
-                Ok(Some((mut file, attr))) => {
+                Ok(Some((mut file, attr, covered))) => {
                     pool::leave();
                     if flags & libc::O_APPEND != 0 {
                         file.set_append();
@@ -317,7 +321,8 @@ impl Shared {
                     let flags = self.file_open_flags(&file);
                     let fh = self.add_file(file);
                     self.caps.created(fid);
-                    let ttl = self.ttl(false, self.entry_ttl);
+                    // Kept while the delegation is held (forgotten when it goes).
+                    let ttl = self.ttl(covered, self.entry_ttl);
                     return reply.created(&ttl, &file_attr(&attr), Generation(0), fh, flags);
                 }
                 Ok(None) => {}
