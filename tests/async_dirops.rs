@@ -1,8 +1,9 @@
 //! A mount answering creates itself in directories delegated to it (`--async-dirops`,
 //! issue 44 item 2; crates/client/src/delegated.rs): what becomes of the creates it
 //! answered and has not sent when its delegation goes in each way — it is evicted, the
-//! MDT restarts, it removes the directory, it changes the directory's mode — and a
-//! deferred handle on a file whose mode forbids the access it was opened for. The
+//! MDT restarts, it removes the directory, it changes the directory's mode — a deferred
+//! handle on a file whose mode forbids the access it was opened for, what the kernel keeps
+//! under a delegation, and three mounts creating in one directory at once. The
 //! mount's sender is held at a fault point (`client.delegated.sender~hold`) to keep
 //! creates answered and not sent for as long as a test needs.
 
@@ -286,4 +287,78 @@ fn the_kernel_keeps_what_a_delegation_covers_and_forgets_it_when_it_goes() {
         "the attributes are forgotten"
     );
     assert_eq!(names(&da).len(), 699);
+}
+
+/// Three mounts answering creates themselves make files in one shared directory at once
+/// (its delegation goes from one to another at every look of another) and in one of their
+/// own each: every mount then lists every name once, none was lost, and the namespace
+/// checker finds nothing.
+#[test]
+fn three_mounts_creating_in_one_directory_agree() {
+    let fsname = "async3";
+    let spec = Spec::osts(1)
+        .fsname(fsname)
+        .mount_args(&["--async-dirops", "true"]);
+    let fs = TestFs::start_with(Form::Networked, spec);
+    let mounts: Vec<ClientMount> = ["b", "c"]
+        .iter()
+        .map(|n| {
+            let mnt = fs.scratch().join(n);
+            fs::create_dir_all(&mnt).unwrap();
+            fs.mount_another(&mnt, &["--async-dirops", "true"])
+        })
+        .collect();
+    let roots = [fs.mnt.clone(), mounts[0].mnt.clone(), mounts[1].mnt.clone()];
+    fs::create_dir(fs.path("shared")).unwrap();
+    const EACH: usize = 150;
+    let workers: Vec<_> = roots
+        .iter()
+        .enumerate()
+        .map(|(m, root)| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let own = root.join(format!("own{m}"));
+                fs::create_dir(&own).unwrap();
+                for i in 0..EACH {
+                    fs::File::create(own.join(format!("f{i}"))).unwrap();
+                    fs::File::create(root.join(format!("shared/m{m}-{i}"))).unwrap();
+                }
+                fs::File::open(&own).unwrap().sync_all().unwrap();
+                fs::File::open(root.join("shared"))
+                    .unwrap()
+                    .sync_all()
+                    .unwrap();
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut want: Vec<String> = (0..3)
+        .flat_map(|m| (0..EACH).map(move |i| format!("m{m}-{i}")))
+        .collect();
+    want.sort();
+    for root in &roots {
+        assert_eq!(names(&root.join("shared")), want, "{}", root.display());
+        for m in 0..3 {
+            assert_eq!(names(&root.join(format!("own{m}"))), numbered("f", EACH));
+        }
+    }
+    let mut answered = 0;
+    for pid in [fs.client_pid(), mounts[0].pid(), mounts[1].pid()] {
+        let text = get_param(pid, &format!("llite.{fsname}.async_dirops"));
+        let count = |what: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {what} in {text}"))
+        };
+        assert_eq!(count("lost"), 0, "{text}");
+        answered += count("answered");
+    }
+    assert!(
+        answered >= 3 * EACH as u64,
+        "each mount's own directory: {answered}"
+    );
+    drop(mounts);
+    lfsck_clean(&fs.source());
 }
