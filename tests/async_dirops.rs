@@ -362,3 +362,28 @@ fn three_mounts_creating_in_one_directory_agree() {
     drop(mounts);
     lfsck_clean(&fs.source());
 }
+
+/// A file's times are those the mount answered its create with, before and after the MDT
+/// made it (the batch carries them; protocol 11): a stat on another mount afterwards
+/// shows what the creator's stat showed.
+#[test]
+fn times_answered_by_the_mount_stay_once_the_mdt_makes_the_file() {
+    let fsname = "asynctm";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("f")).unwrap();
+    assert_eq!(counter(&a, fsname, "answered"), 1);
+    let answered = fs::metadata(da.join("f")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let made = fs::metadata(fs.path("d/f")).unwrap();
+    let times = |m: &fs::Metadata| {
+        (
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+            (m.atime(), m.atime_nsec()),
+        )
+    };
+    assert_eq!(times(&made), times(&answered));
+}

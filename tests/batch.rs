@@ -65,6 +65,7 @@ fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
         perm: 0o640,
         uid: owner,
         gid: owner,
+        time: nacre_types::TimeSpec::now(),
     }
 }
 

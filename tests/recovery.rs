@@ -2183,6 +2183,7 @@ fn a_lost_batch_of_creates_is_replayed_with_its_fids_and_layouts() {
             perm: 0o644,
             uid: 0,
             gid: 0,
+            time: nacre_types::TimeSpec::now(),
         })
         .collect();
     let made = c.create_batch(parent, items).unwrap();

@@ -129,6 +129,7 @@ fn batch_creates(
                 perm: 0o644,
                 uid: 0,
                 gid: 0,
+                time: nacre_types::TimeSpec::now(),
             })
             .collect();
         match s.call(client, MdsOp::CreateBatch { parent, items }) {

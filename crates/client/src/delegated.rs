@@ -234,6 +234,7 @@ impl Client {
             perm: attr.perm,
             uid,
             gid,
+            time: now,
         };
         let full = {
             let mut dirs = self.delegated.dirs.lock();

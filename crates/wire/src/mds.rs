@@ -643,7 +643,14 @@ pub struct BatchCreate {
     pub uid: u32,
     /// Group.
     pub gid: u32,
+    /// When the client answered the create: the file's times and its directory's
+    /// modification, so they do not change when the batch arrives (the MDT's own clock
+    /// instead when this is more than [`BATCH_TIME_SKEW_MS_MAX`] from it, or invalid).
+    pub time: nacre_types::TimeSpec,
 }
+
+/// Furthest a [`BatchCreate`]'s time may be from the MDT's clock to be taken.
+pub const BATCH_TIME_SKEW_MS_MAX: u64 = 60_000;
 
 /// Most files in one [`MdsOp::CreateBatch`].
 pub const CREATE_BATCH_ITEMS_MAX: usize = 256;

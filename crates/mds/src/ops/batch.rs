@@ -4,8 +4,8 @@
 use crate::mdt::{check_name, Tx};
 use nacre_mdstore::store::tx::ReplayHint;
 use nacre_types::layout::{LayoutSpec, StripeSpec};
-use nacre_types::{Attr, FileKind, Layout, Status};
-use nacre_wire::mds::{BatchCreate, MdsReply, CREATE_BATCH_ITEMS_MAX};
+use nacre_types::{Attr, FileKind, Layout, Status, TimeSpec};
+use nacre_wire::mds::{BatchCreate, MdsReply, BATCH_TIME_SKEW_MS_MAX, CREATE_BATCH_ITEMS_MAX};
 
 /// Largest reply a batch gives (a frame's body, less room for its envelope).
 pub const REPLY_BYTES_MAX: usize = nacre_types::limits::BODY_BYTES_MAX as usize - 64 * 1024;
@@ -46,7 +46,18 @@ pub fn run(
         results.push(r);
     }
     if made > 0 {
+        // The directory changed when the client answered its last create (as it told its
+        // callers), or now.
+        let latest = items
+            .iter()
+            .filter_map(|i| client_time(tx.now, i.time))
+            .max();
+        let before = dir.attr.mtime;
         tx.touch(&mut dir);
+        if let Some(t) = latest {
+            dir.attr.mtime = t.max(before);
+            dir.attr.ctime = dir.attr.mtime;
+        }
         tx.put_inode(&dir);
     }
     Ok(MdsReply::Created(results))
@@ -80,6 +91,13 @@ fn create_one(
     made
 }
 
+/// `time` (a client's) if valid and within [`BATCH_TIME_SKEW_MS_MAX`] of `now`.
+fn client_time(now: TimeSpec, time: TimeSpec) -> Option<TimeSpec> {
+    let ms = |t: TimeSpec| i128::from(t.sec) * 1000 + i128::from(t.nsec / 1_000_000);
+    let skew = (ms(now) - ms(time)).unsigned_abs();
+    (time.nsec < 1_000_000_000 && skew <= u128::from(BATCH_TIME_SKEW_MS_MAX)).then_some(time)
+}
+
 fn make(
     tx: &mut Tx<'_>,
     dir: &nacre_mdstore::records::InodeRecord,
@@ -87,6 +105,10 @@ fn make(
 ) -> Result<(Attr, Option<Layout>), Status> {
     let perm = item.perm & 0o7777;
     let mut rec = super::create::new_inode(tx, dir, FileKind::Regular, perm, item.uid, item.gid);
+    // The times the client answered with, unless its clock is far from ours.
+    if let Some(t) = client_time(tx.now, item.time) {
+        (rec.attr.atime, rec.attr.mtime, rec.attr.ctime) = (t, t, t);
+    }
     // Object ids allocated for nothing if it fails after are only skipped.
     let layout = tx.new_layout(dir, &LayoutSpec::plain(StripeSpec::default()), 0)?;
     // Counted (and an id the quota master refused stopped) before anything is written.
@@ -98,4 +120,27 @@ fn make(
         tx.mdt.sizes.created(rec.attr.fid);
     }
     Ok((rec.attr, Some(layout)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's time is taken only near the MDT's clock: a forged one far away (or not a
+    /// time) gives the MDT's own.
+    #[test]
+    fn a_clients_time_is_taken_only_near_the_mdts_clock() {
+        let now = TimeSpec {
+            sec: 1_000_000,
+            nsec: 500,
+        };
+        let at = |sec, nsec| TimeSpec { sec, nsec };
+        assert_eq!(client_time(now, at(1_000_059, 0)), Some(at(1_000_059, 0)));
+        assert_eq!(client_time(now, at(999_941, 0)), Some(at(999_941, 0)));
+        assert_eq!(client_time(now, at(999_939, 0)), None, "61 s before");
+        assert_eq!(client_time(now, at(1_000_061, 0)), None, "61 s after");
+        assert_eq!(client_time(now, at(1_000_000, 1_000_000_000)), None);
+        assert_eq!(client_time(now, at(i64::MIN, 0)), None);
+        assert_eq!(client_time(now, at(i64::MAX, 999_999_999)), None);
+    }
 }

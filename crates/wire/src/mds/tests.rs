@@ -753,7 +753,7 @@ proptest! {
         parent in any::<u64>(),
         items in proptest::collection::vec(
             (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40),
-             any::<u32>(), any::<u32>(), any::<u32>()),
+             any::<u32>(), any::<u32>(), (any::<u32>(), any::<i64>(), any::<u32>())),
             0..6,
         ),
         oid in any::<u32>(),
@@ -762,12 +762,13 @@ proptest! {
         let dir = Fid::new(parent, 1);
         let items: Vec<BatchCreate> = items
             .into_iter()
-            .map(|(seq, oid, name, perm, uid, gid)| BatchCreate {
+            .map(|(seq, oid, name, perm, uid, (gid, sec, nsec))| BatchCreate {
                 fid: Fid::new(seq, oid),
                 name,
                 perm,
                 uid,
                 gid,
+                time: nacre_types::TimeSpec { sec, nsec },
             })
             .collect();
         let grant = MdsOp::GrantFids { count };
