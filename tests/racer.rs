@@ -252,19 +252,20 @@ fn two_mounts_racing_agree_on_the_tree(form: Form) {
         Form::Embedded => "racere",
         Form::Networked => "racern",
     };
-    race(form, fsname, &[]);
+    race(form, fsname, &[], 10);
 }
 
 /// The racer with both mounts answering creates themselves (`--async-dirops`): the
 /// directories' delegations go from one mount to the other at every look of the other.
+/// Six seconds by default (the suite's time).
 #[test]
 fn two_mounts_racing_with_async_dirops_agree_on_the_tree() {
-    race(Form::Networked, "racera", &["--async-dirops", "true"]);
+    race(Form::Networked, "racera", &["--async-dirops", "true"], 6);
 }
 
 /// Races two mounts of a new file system `fsname` in `form`, both mounted with
-/// `mount_args`.
-fn race(form: Form, fsname: &str, mount_args: &[&str]) {
+/// `mount_args`, for `default_secs` unless `RACER_SECS` says otherwise.
+fn race(form: Form, fsname: &str, mount_args: &[&str], default_secs: u64) {
     let spec = Spec::osts(2).fsname(fsname).mount_args(mount_args);
     let fs = TestFs::start_with(form, spec);
     let other_mnt = fs.scratch().join("other");
@@ -277,7 +278,7 @@ fn race(form: Form, fsname: &str, mount_args: &[&str]) {
     let secs: u64 = std::env::var("RACER_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(default_secs);
     // A new seed each run, said with every failure (RACER_SEED=N runs the same choices;
     // the threads' interleaving is the kernel's).
     let seed: u64 = std::env::var("RACER_SEED")
