@@ -23,7 +23,12 @@ fn async_mount(fs: &TestFs) -> ClientMount {
 
 /// One counter of the mount's `llite.FS.async_dirops`.
 fn counter(m: &ClientMount, fsname: &str, what: &str) -> u64 {
-    let text = get_param(m.pid(), &format!("llite.{fsname}.async_dirops"));
+    async_counter(m.pid(), fsname, what)
+}
+
+/// One counter of `llite.FS.async_dirops` of the mount process `pid`.
+pub(crate) fn async_counter(pid: Option<u32>, fsname: &str, what: &str) -> u64 {
+    let text = get_param(pid, &format!("llite.{fsname}.async_dirops"));
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {what} in {text}"))
@@ -223,16 +228,8 @@ fn the_holders_own_changes_see_the_creates_it_answered() {
         "cd {} && umask 222 && echo written > ro && umask 022 && echo plain > plain",
         home.display()
     );
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=4300", "--regid=4300", "--clear-groups", "--"])
-        .args(["sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, err) = super::nodemap::as_user(4300, 4300, "4300", &["sh", "-c", &script]);
+    assert!(ok, "{err}");
     assert_eq!(fs::read(fs.path("home/ro")).unwrap(), b"written\n");
     assert_eq!(fs::read(fs.path("home/plain")).unwrap(), b"plain\n");
     let ro = fs::metadata(fs.path("home/ro")).unwrap();
@@ -346,14 +343,8 @@ fn three_mounts_creating_in_one_directory_agree() {
     }
     let mut answered = 0;
     for pid in [fs.client_pid(), mounts[0].pid(), mounts[1].pid()] {
-        let text = get_param(pid, &format!("llite.{fsname}.async_dirops"));
-        let count = |what: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
-                .unwrap_or_else(|| panic!("no {what} in {text}"))
-        };
-        assert_eq!(count("lost"), 0, "{text}");
-        answered += count("answered");
+        assert_eq!(async_counter(pid, fsname, "lost"), 0, "{pid:?}");
+        answered += async_counter(pid, fsname, "answered");
     }
     assert!(
         answered >= 3 * EACH as u64,

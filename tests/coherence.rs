@@ -188,11 +188,10 @@ fn agree_with_a_model(form: Form, fsname: &str, ops: u64, async_dirops: bool) {
         nacre_ok(&["setstripe", "-c", count, "-S", "64K", p.to_str().unwrap()]);
     }
     if async_dirops {
-        let text =
-            nacre_testkit::get_param(fs.client_pid(), &format!("llite.{fsname}.async_dirops"));
-        assert!(
-            text.lines().any(|l| l == format!("answered {FILES}")),
-            "the files were answered by the mount: {text}"
+        let answered = super::async_dirops::async_counter(fs.client_pid(), fsname, "answered");
+        assert_eq!(
+            answered, FILES as u64,
+            "the files were answered by the mount"
         );
     }
     let a_paths: Vec<PathBuf> = names.iter().map(|n| fs.path(n)).collect();

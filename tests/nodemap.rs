@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// `setpriv` runs `args` as `uid`:`gid` with supplementary `groups`; its status and stderr.
-fn as_user(uid: u32, gid: u32, groups: &str, args: &[&str]) -> (bool, String) {
+pub(crate) fn as_user(uid: u32, gid: u32, groups: &str, args: &[&str]) -> (bool, String) {
     let out = Command::new("setpriv")
         .args([
             &format!("--reuid={uid}"),

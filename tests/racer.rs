@@ -365,16 +365,12 @@ fn race(form: Form, fsname: &str, mount_args: &[&str], default_secs: u64) {
     check_links(&a).unwrap_or_else(|e| panic!("{}", failed(e)));
     if !mount_args.is_empty() {
         // The mounts did answer creates themselves, and lost none.
+        use super::async_dirops::async_counter;
         let mut answered = 0;
         for pid in [fs.client_pid(), _other.pid()] {
-            let text = nacre_testkit::get_param(pid, &format!("llite.{fsname}.async_dirops"));
-            let count = |what: &str| -> u64 {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(&format!("{what} "))?.trim().parse().ok())
-                    .unwrap_or_else(|| panic!("no {what} in {text}"))
-            };
-            assert_eq!(count("lost"), 0, "{}", failed(text.clone()));
-            answered += count("answered");
+            let lost = async_counter(pid, fsname, "lost");
+            assert_eq!(lost, 0, "{}", failed(format!("{lost} lost by {pid:?}")));
+            answered += async_counter(pid, fsname, "answered");
         }
         assert!(
             answered > 0,

@@ -501,17 +501,23 @@ impl Client {
             .pending
             .fetch_sub(done.len(), Ordering::AcqRel);
         if !lost.is_empty() {
-            self.delegated
-                .stats
-                .lost
-                .fetch_add(lost.len() as u64, Ordering::Relaxed);
-            self.complete.forget(dir);
-            tracing::error!(
-                "creates answered in delegated directory {dir} lost (refused by the MDT or \
-                 voided by an eviction): {}",
+            let what = format!(
+                "refused by the MDT or voided by an eviction: {}",
                 lost.join(", ")
             );
+            self.note_lost(dir, lost.len(), &what);
         }
+    }
+
+    /// Counts `count` creates answered in `dir` as lost (`why`, logged) and forgets the
+    /// directory's listing, which named them.
+    fn note_lost(&self, dir: Fid, count: usize, why: &str) {
+        self.delegated
+            .stats
+            .lost
+            .fetch_add(count as u64, Ordering::Relaxed);
+        self.complete.forget(dir);
+        tracing::error!("{count} creates answered in delegated directory {dir} lost, {why}");
     }
 
     /// Sends every delegated directory's pending creates (`fsync`, `syncfs`, unmount).
@@ -599,7 +605,7 @@ impl Client {
                 // forgets what it kept under the delegation, then the lock goes back.
                 mdc.give_back(lock);
             }
-            // A client without a lock sink holds no delegation; none is left either way.
+            // Also when the lock had gone already (its directory still closing).
             self.delegation_gone(dir, false);
         }
         let mut named = Vec::with_capacity(2);
@@ -658,16 +664,8 @@ impl Client {
                 self.delegated
                     .pending
                     .fetch_sub(dropped.len(), Ordering::AcqRel);
-                self.delegated
-                    .stats
-                    .lost
-                    .fetch_add(dropped.len() as u64, Ordering::Relaxed);
-                self.complete.forget(dir);
-                tracing::error!(
-                    "evicted by MDT{:04x}: {} creates answered in {dir} and not sent are lost",
-                    dir.mdt_index(),
-                    dropped.len()
-                );
+                let why = format!("never sent: evicted by MDT{:04x}", dir.mdt_index());
+                self.note_lost(dir, dropped.len(), &why);
             }
         } else if lost {
             // The sender thread sends it once the MDT answers.
