@@ -85,6 +85,60 @@ pub(crate) fn served(fsname: &str, op: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A batch's items carry the time their client answered them (protocol 11): one near the
+/// MDT's clock is each file's time and its directory's; an attacker's forged times — 1970,
+/// far in the future, nanoseconds past a second — are not taken (the MDT's own clock), and
+/// a refused item's time does not date the directory.
+#[test]
+fn a_batch_dates_its_files_only_near_the_mdts_clock() {
+    use nacre_types::TimeSpec;
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("batchtm"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("taken"), b"").unwrap();
+    let parent = fid_at(&dir);
+    let mut c = Session::open(&mds, "batchtm", [0x68; 16]);
+    let (first, _) = c.grant(10);
+    let now = TimeSpec::now();
+    let near = TimeSpec {
+        sec: now.sec - 5,
+        nsec: 123_456_789,
+    };
+    let at = |i: u32, name: &str, sec: i64, nsec: u32| BatchCreate {
+        time: TimeSpec { sec, nsec },
+        ..item(nth(first, i), name, 0)
+    };
+    let items = vec![
+        at(0, "near", near.sec, near.nsec),
+        at(1, "epoch", 1, 0),
+        at(2, "future", i64::MAX, 0),
+        at(3, "bad_nsec", now.sec, 2_000_000_000),
+        // Refused (the name is taken): its time, later than the others, dates nothing.
+        at(4, "taken", now.sec + 30, 0),
+    ];
+    let (status, results) = c.batch(parent, items);
+    assert_eq!(status, 0);
+    assert_eq!(results[4], Err(Status::Exist));
+    let m = fs::metadata(dir.join("near")).unwrap();
+    assert_eq!((m.mtime(), m.mtime_nsec()), (near.sec, 123_456_789));
+    assert_eq!((m.ctime(), m.ctime_nsec()), (near.sec, 123_456_789));
+    for name in ["epoch", "future", "bad_nsec"] {
+        let m = fs::metadata(dir.join(name)).unwrap();
+        assert!(
+            (m.ctime() - now.sec).abs() <= 60 && (m.mtime() - now.sec).abs() <= 60,
+            "{name}: the MDT's clock, not the client's ({} / {})",
+            m.mtime(),
+            m.ctime()
+        );
+    }
+    let d = fs::metadata(&dir).unwrap();
+    assert!(
+        d.mtime() < now.sec + 30,
+        "a refused item dated the directory"
+    );
+}
+
 /// A client granted FIDs makes 200 files in one request: each has the FID it gave, the
 /// owner, group and mode asked, is a regular file a mount lists, stats, writes and reads;
 /// the directory's entries count them; lfsck finds nothing amiss.

@@ -50,7 +50,9 @@ pub fn run(
         // callers), or now.
         let latest = items
             .iter()
-            .filter_map(|i| client_time(tx.now, i.time))
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .filter_map(|(i, _)| client_time(tx.now, i.time))
             .max();
         let before = dir.attr.mtime;
         tx.touch(&mut dir);
