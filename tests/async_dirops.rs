@@ -3,9 +3,11 @@
 //! answered and has not sent when its delegation goes in each way — it is evicted, the
 //! MDT restarts, it removes the directory, it changes the directory's mode — a deferred
 //! handle on a file whose mode forbids the access it was opened for, what the kernel keeps
-//! under a delegation, and three mounts creating in one directory at once. The
-//! mount's sender is held at a fault point (`client.delegated.sender~hold`) to keep
-//! creates answered and not sent for as long as a test needs.
+//! under a delegation, three mounts creating in one directory at once, and a kill -9 of
+//! the mount or of the MDT while a batch is inside the MDT's transaction (fault point
+//! `mds.batch.made`). The mount's sender is held at a fault point
+//! (`client.delegated.sender~hold`) to keep creates answered and not sent for as long as
+//! a test needs.
 
 use nacre_testkit::{fail_loc, get_param, lfsck_clean, nacre_ok, ClientMount, Form, Spec, TestFs};
 use std::fs;
@@ -163,6 +165,116 @@ fn creates_answered_before_an_mdt_restart_are_made_after_it() {
     assert_eq!(names(&fs.path("d")), want, "the other mount sees them all");
     drop(a);
     lfsck_clean(&fs.source());
+}
+
+/// Inodes root owns, as the quota accounting counts them.
+fn root_inodes(src: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", "0", src])).unwrap();
+    v[0]["inodes"].as_u64().unwrap()
+}
+
+/// How often the armed fault point of server process `pid` fired.
+fn fired(pid: u32) -> u64 {
+    get_param(Some(pid), "fail_fired").trim().parse().unwrap()
+}
+
+/// Waits (30 s at most) until `pid`'s armed point fired.
+fn until_fired(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fired(pid) == 0 {
+        assert!(Instant::now() < deadline, "the point never fired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A mount killed -9 while the MDT runs a batch of its creates (held inside the
+/// batch's transaction, every item made, nothing committed) leaves the batch whole: the
+/// MDT finishes it, the other mount sees every file once the dead mount is evicted, the
+/// inode quota counts exactly those files, and the namespace checker finds nothing.
+#[test]
+fn a_mount_killed_with_a_batch_in_flight_leaves_it_whole() {
+    let fsname = "asynckc";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let before = root_inodes(&src);
+    hold_sender(&a);
+    for i in 0..20 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 20);
+    let mds = fs.server_pids()[0];
+    fail_loc(mds, "mds.batch.made~hold");
+    release_sender(&a);
+    until_fired(mds);
+    let pid = a.pid().expect("the mount's process") as i32;
+    // SAFETY: a signal to a child process of this test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    fail_loc(mds, "0");
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+    // The listing calls the dead mount's delegation back; it is evicted.
+    let mut want = numbered("p", 20);
+    want.push("first".into());
+    want.sort();
+    assert_eq!(names(&fs.path("d")), want, "the batch, whole");
+    assert_eq!(
+        root_inodes(&src),
+        before + 20,
+        "the quota counts exactly them"
+    );
+    drop(a);
+    lfsck_clean(&src);
+}
+
+/// An MDT killed -9 inside a batch's transaction (every item made, nothing committed)
+/// loses the batch; the mount, never answered, sends it again to the restarted MDT:
+/// every file is made once, nothing is counted lost, the inode quota counts exactly the
+/// files, and the namespace checker finds nothing.
+#[test]
+fn an_mdt_killed_inside_a_batch_makes_it_once_back() {
+    let fsname = "asynckm";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let before = root_inodes(&src);
+    hold_sender(&a);
+    for i in 0..20 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    let mds = &mut fs.servers_mut()[0];
+    fail_loc(mds.pid(), "mds.batch.made");
+    release_sender(&a);
+    assert!(
+        mds.wait_exit(Duration::from_secs(30)),
+        "the MDT did not die"
+    );
+    mds.restart();
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
+    let mut want = numbered("p", 20);
+    want.push("first".into());
+    want.sort();
+    assert_eq!(names(&fs.path("d")), want, "the other mount sees them all");
+    assert_eq!(
+        root_inodes(&src),
+        before + 20,
+        "the quota counts exactly them"
+    );
+    drop(a);
+    lfsck_clean(&src);
 }
 
 /// The holder's own removal of a subdirectory it answered creates in is refused

@@ -3,6 +3,7 @@
 
 use crate::mdt::{check_name, Tx};
 use nacre_mdstore::store::tx::ReplayHint;
+use nacre_net::fault;
 use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, FileKind, Layout, Status, TimeSpec};
 use nacre_wire::mds::{BatchCreate, MdsReply, BATCH_TIME_SKEW_MS_MAX, CREATE_BATCH_ITEMS_MAX};
@@ -62,6 +63,9 @@ pub fn run(
         }
         tx.put_inode(&dir);
     }
+    // Everything made, nothing committed: a kill here loses the whole batch, which the
+    // client (never answered) sends again.
+    fault::point("mds.batch.made");
     Ok(MdsReply::Created(results))
 }
 
