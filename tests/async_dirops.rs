@@ -490,3 +490,100 @@ fn times_answered_by_the_mount_stay_once_the_mdt_makes_the_file() {
     };
     assert_eq!(times(&made), times(&answered));
 }
+
+/// A quota limit set while a mount holds a delegation calls it back (a holder checks no
+/// quota): the creates it answered before are made and counted even past the limit (the
+/// application has those files), none is lost, the mount asks for no delegation while a
+/// limit stands, and the MDT refuses the user's next create `EDQUOT`.
+#[test]
+fn a_quota_limit_calls_delegations_back() {
+    let fsname = "asyncq";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let a = async_mount(&fs);
+    fs::set_permissions(fs.scratch(), fs::Permissions::from_mode(0o755)).unwrap();
+    let home = a.mnt.join("home");
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(4300), Some(4300)).unwrap();
+    let in_home = |script: &str| {
+        let script = format!("cd {} && {script}", home.display());
+        super::nodemap::as_user(4300, 4300, "4300", &["sh", "-c", &script])
+    };
+    let (ok, err) = in_home(": > first");
+    assert!(ok, "{err}");
+    until_counter(&a, fsname, "pending", 0);
+    hold_sender(&a);
+    let (ok, err) = in_home("for i in 0 1 2 3 4 5 6 7 8 9; do : > p$i; done");
+    assert!(ok, "{err}");
+    assert_eq!(counter(&a, fsname, "pending"), 10, "answered by the mount");
+    assert_eq!(counter(&a, fsname, "directories"), 1);
+    // Below what the user has already: home, first, and the ten answered.
+    nacre_ok(&["setquota", "-u", "4300", "-I", "5", &src]);
+    until_counter(&a, fsname, "directories", 0);
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(
+        counter(&a, fsname, "lost"),
+        0,
+        "made past the limit, not refused"
+    );
+    let mut want = numbered("p", 10);
+    want.push("first".into());
+    want.sort();
+    assert_eq!(names(&fs.path("home")), want);
+    let used = |who: &str| -> u64 {
+        let v: serde_json::Value =
+            serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", who, &src])).unwrap();
+        v[0]["inodes"].as_u64().unwrap()
+    };
+    assert_eq!(used("4300"), 12, "home, first and the ten, counted exactly");
+    release_sender(&a);
+    let answered = counter(&a, fsname, "answered");
+    let (ok, err) = in_home(": > over");
+    assert!(!ok && err.contains("quota"), "past the limit: {err}");
+    assert_eq!(
+        counter(&a, fsname, "answered"),
+        answered,
+        "asked of the MDT"
+    );
+    assert_eq!(counter(&a, fsname, "directories"), 0, "none while limited");
+    drop(a);
+    lfsck_clean(&src);
+}
+
+/// A change of the nodemaps calls every delegation back (a holder checks creates with the
+/// ids its old nodemap let through): the creates it answered before are sent while it
+/// gives it back, none is lost.
+#[test]
+fn a_nodemap_change_calls_delegations_back() {
+    let fsname = "asyncnm";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let mut fs = fs;
+    let mgs = &fs.servers_mut()[0];
+    nacre_tests::trusted_default(mgs);
+    nacre_tests::enforced(&[mgs]);
+    let mgs_pid = mgs.pid();
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    hold_sender(&a);
+    for i in 0..5 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 5, "answered by the mount");
+    assert_eq!(counter(&a, fsname, "directories"), 1);
+    // Any change: a nodemap for addresses no client here has.
+    let pid = mgs_pid.to_string();
+    nacre_ok(&["nodemap", "--pid", &pid, "add", "elsewhere"]);
+    until_counter(&a, fsname, "directories", 0);
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    let mut want = numbered("p", 5);
+    want.push("first".into());
+    want.sort();
+    assert_eq!(names(&fs.path("d")), want);
+    release_sender(&a);
+    drop(a);
+    lfsck_clean(&fs.source());
+}

@@ -584,3 +584,75 @@ fn a_delegation_is_never_taken_back_by_a_lock_replay() {
         other => panic!("lock replay: {:?}", other.0),
     }
 }
+
+/// Quota limits hold against a raw client's batches, as an attacker would send them: a
+/// limit appearing on the MDT calls the holder's delegation back; the batch it sends
+/// while it gives it back is made past the limit (its creates were answered already, under
+/// the delegation); once it cancelled, a batch past the limit is refused `EDQUOT`, and
+/// no delegation is granted while the limit stands.
+#[test]
+fn quota_limits_hold_against_batches_no_delegation_covers() {
+    let fsname = "delegq";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let mds = fs.servers_mut()[0].listen.clone();
+    let own = fs.path("own");
+    fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(4245), Some(4245)).unwrap();
+    let parent = fid_at(&own);
+    let mut a = Session::open(&mds, fsname, [0x67; 16]);
+    let mut a_poll = Session::open(&mds, fsname, [0x67; 16]);
+    polls(&mut a_poll);
+    let user = Cred::new(4245, 4245, vec![]);
+    let as_user = |f: &mut dyn FnMut() -> (i32, Vec<Result<Fid, Status>>)| {
+        nacre_types::cred::with(user.clone(), f)
+    };
+    let (first, _) = a.grant(20);
+    let (st, lock) = nacre_types::cred::with(user.clone(), || delegate(&mut a, parent, DELEGATED));
+    assert_eq!(st, 0);
+    let lock = lock.expect("granted to its owner");
+    nacre_ok(&["setquota", "-u", "4245", "-I", "2", &src]);
+    // The limit reaches the MDT within its quota sync: the delegation is called back.
+    assert_eq!(called_back(&mut a_poll)[0].handle, lock.handle);
+    let items: Vec<_> = (0..5)
+        .map(|i| item(nth(first, i), &format!("f{i}"), 4245))
+        .collect();
+    let (st, r) = as_user(&mut || a.batch(parent, items.clone()));
+    assert_eq!(st, 0, "made while the holder gives it back");
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    assert_eq!(
+        a.call(MdsOp::LockCancel {
+            handles: vec![lock.handle]
+        })
+        .0,
+        0
+    );
+    // No delegation covers it now: past the limit is refused (the MDT may first answer
+    // EINPROGRESS while it asks the quota master).
+    let late = vec![item(nth(first, 10), "late", 4245)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (st, r) = loop {
+        let (st, r) = as_user(&mut || a.batch(parent, late.clone()));
+        if st != Status::InProgress as i32 || std::time::Instant::now() > deadline {
+            break (st, r);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        st == Status::DQuot as i32 || r == vec![Err(Status::DQuot)],
+        "past the limit without a delegation: {st} {r:?}"
+    );
+    let (st, lock) = nacre_types::cred::with(user, || delegate(&mut a, parent, DELEGATED));
+    assert_eq!(
+        (st, lock),
+        (Status::NotSupp as i32, None),
+        "none while limited"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", "4245", &src])).unwrap();
+    assert_eq!(
+        v[0]["inodes"], 6,
+        "the directory and the five, counted exactly"
+    );
+    lfsck_clean(&src);
+}

@@ -452,6 +452,36 @@ impl<K: Kind> Namespace<K> {
         })
     }
 
+    /// True if `client` holds a lock on `res` whose part `f` accepts, called back or not
+    /// (not one taken back after a restart): what it sends while it cancels is still
+    /// under that lock.
+    pub fn holds_or_cancels(
+        &self,
+        client: &ClientId,
+        res: &K::Res,
+        f: impl Fn(&K::Part) -> bool,
+    ) -> bool {
+        let s = self.state.lock();
+        s.by_res.get(res).is_some_and(|ids| {
+            ids.iter().any(|id| {
+                let l = &s.locks[id];
+                l.client == *client && !l.taken_back && f(&l.part)
+            })
+        })
+    }
+
+    /// The resources some lock whose part `f` accepts is held on (called back or not).
+    pub fn resources_where(&self, f: impl Fn(&K::Part) -> bool) -> Vec<K::Res> {
+        let s = self.state.lock();
+        let found: std::collections::HashSet<K::Res> = s
+            .locks
+            .values()
+            .filter(|l| f(&l.part))
+            .map(|l| l.res)
+            .collect();
+        found.into_iter().collect()
+    }
+
     /// Locks `client` holds now.
     pub fn held_by(&self, client: &ClientId) -> usize {
         self.state

@@ -164,7 +164,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
     }
     // Inodes within quotas, checked before the request runs (a resend of one that ran is
     // answered as it was, whatever the quotas say now).
-    if let Err(s) = crate::quota::precheck(mdt, &call.op) {
+    if let Err(s) = crate::quota::precheck(mdt, call) {
         if saved_reply(mdt, &call.client, xid).is_none() {
             return Outgoing::error(s);
         }

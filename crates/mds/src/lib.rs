@@ -26,7 +26,7 @@
 //!   the changelog's writer, calls to peer MDTs.
 //! * ops: one file per operation (`ops`), the cross-MDT intent machinery (`dne`), directory
 //!   migration (`migrate`), `links`.
-//! * services: eviction, locks, permissions, changelog consumers, the MGS audit copy,
+//! * services: eviction, locks, delegations, permissions, changelog consumers, the MGS audit copy,
 //!   destroys, ownership changes, file migration (`relayout`), quotas, QoS.
 //! * handler: `MdsHandler` (here), `execute`, `route`, capabilities, filesets, byte-range
 //!   lock serving.
@@ -42,6 +42,7 @@ pub mod capas;
 pub mod changelog;
 pub mod changelog_state;
 pub mod changelog_writer;
+pub mod delegations;
 pub mod destroy;
 pub mod destroy_space;
 pub mod dne;
@@ -126,6 +127,15 @@ impl MdsHandler {
         mdt.ldlm.shut();
         mdt.flocks.shut();
         Some(mdt)
+    }
+
+    /// Calls back every delegated directory of every MDT served here (`why`, logged): the
+    /// nodemaps changed. Returns how many were delegated.
+    pub fn revoke_delegations(&self, why: &str) -> usize {
+        self.all()
+            .iter()
+            .map(|m| delegations::revoke_all(m, why))
+            .sum()
     }
 
     /// Evicts, on every MDT served here, the clients whose key was revoked.

@@ -704,6 +704,12 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Counts new inode `attr` against its owner's, group's and project's quotas without
+    /// a check: a create a delegation's holder answered already (ops/batch.rs).
+    pub fn count_answered_inode(&mut self, attr: &Attr) {
+        self.tx.count_inodes(attr, 1);
+    }
+
     /// Stores `bytes` as file `attr.fid`'s bytes on the MDT in place of `old_len` of them,
     /// charged to its owner, group and project. Their growth fits the block quotas: the
     /// request reserved it before it ran (crate::quota::reserve_dom).

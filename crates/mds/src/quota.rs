@@ -41,12 +41,18 @@ impl crate::mdt::Mdt {
 /// Before a request that makes an inode runs (outside the MDT's lock): its owner's, group's
 /// and project's grants must cover one more inode here. `EINPROGRESS` (resent by the
 /// client) while grant is asked for in the background, `EDQUOT` past a limit.
-pub fn precheck(mdt: &crate::mdt::Mdt, op: &nacre_wire::mds::MdsOp) -> Result<(), Status> {
+pub fn precheck(mdt: &crate::mdt::Mdt, call: &nacre_wire::mds::MdsCall) -> Result<(), Status> {
     use nacre_wire::mds::MdsOp;
     if !mdt.quota.any_limited() {
         return Ok(());
     }
+    let op = &call.op;
     if let MdsOp::CreateBatch { parent, items } = op {
+        // Answered already by the delegation's holder: counted, never refused
+        // (crate::delegations).
+        if crate::delegations::held_by(mdt, &call.client, *parent) {
+            return Ok(());
+        }
         // Each owner's files of the batch at once (a client batches one user's creates).
         let mut owners: Vec<((u32, u32), u64)> = Vec::new();
         for i in items {

@@ -62,7 +62,12 @@ pub(crate) fn start(
         .spawn(move || {
             while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
                 applied = apply_persistent_params(&first, &registry, applied);
+                let enforced = nodemaps;
                 nodemaps = fetch_nodemaps(&first, nodemaps);
+                if enforced.is_some() && nodemaps != enforced {
+                    // Holders checked creates with the ids the old nodemaps let through.
+                    mds.revoke_delegations("the nodemaps changed");
+                }
                 sync(&oss, &mds);
             }
         })
@@ -186,6 +191,8 @@ pub(crate) fn sync_quotas(
     for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
         let report = mdt.quota.report(|q| mdt.inodes_of(&[q])[0]);
         send(&mdt.quota, report);
+        // A delegation's holder checks no quota: none may be held once a limit is.
+        nacre_mds::delegations::revoke_if_limited(&mdt);
         let report = mdt.dom_quota.report(|q| mdt.store().dom_bytes_of(&[q])[0]);
         send(&mdt.dom_quota, report);
     }

@@ -26,6 +26,10 @@ pub fn run(
         return Err(Status::Inval);
     }
     let mut dir = tx.dir(parent)?;
+    // Answered already by the delegation's holder (or acknowledged before a restart): its
+    // files count against the quotas and are never refused for them (delegations.rs).
+    let answered =
+        tx.forced_transno.is_some() || crate::delegations::held_by(tx.mdt, &tx.client, parent);
     let mut results = Vec::with_capacity(items.len());
     let mut made = 0;
     let (mut reply_bytes, mut item_bytes_max) = (0usize, 0usize);
@@ -36,7 +40,7 @@ pub fn run(
             results.push(Err(Status::TooBig));
             continue;
         }
-        let r = create_one(tx, &dir, item, replayed);
+        let r = create_one(tx, &dir, item, replayed, answered);
         made += usize::from(r.is_ok());
         let bytes = match &r {
             Ok(made) => nacre_wire::encode_body(made).len(),
@@ -74,6 +78,7 @@ fn create_one(
     dir: &nacre_mdstore::records::InodeRecord,
     item: &BatchCreate,
     replayed: &[ReplayHint],
+    answered: bool,
 ) -> Result<(Attr, Option<Layout>), Status> {
     // The FID is the client's to give: one of its grants, never given before. Taken
     // first: a FID sent is spent, whatever becomes of its item.
@@ -91,7 +96,7 @@ fn create_one(
         Some(h) => tx.replay = Some(h.clone()),
         None => tx.given_fid = Some(item.fid),
     }
-    let made = make(tx, dir, item);
+    let made = make(tx, dir, item, answered);
     tx.replay = None;
     tx.given_fid = None;
     made
@@ -108,6 +113,7 @@ fn make(
     tx: &mut Tx<'_>,
     dir: &nacre_mdstore::records::InodeRecord,
     item: &BatchCreate,
+    answered: bool,
 ) -> Result<(Attr, Option<Layout>), Status> {
     let perm = item.perm & 0o7777;
     let mut rec = super::create::new_inode(tx, dir, FileKind::Regular, perm, item.uid, item.gid);
@@ -117,8 +123,12 @@ fn make(
     }
     // Object ids allocated for nothing if it fails after are only skipped.
     let layout = tx.new_layout(dir, &LayoutSpec::plain(StripeSpec::default()), 0)?;
-    // Counted (and an id the quota master refused stopped) before anything is written.
-    tx.count_inodes(&rec.attr, 1)?;
+    // Counted (and an id the quota master refused stopped, unless the file was answered
+    // already) before anything is written.
+    match answered {
+        true => tx.count_answered_inode(&rec.attr),
+        false => tx.count_inodes(&rec.attr, 1)?,
+    }
     rec.layout = Some(layout.clone());
     tx.put_inode(&rec);
     tx.put_dirent(dir.attr.fid, &item.name, rec.attr.fid, FileKind::Regular);
