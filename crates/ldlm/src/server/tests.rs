@@ -571,3 +571,41 @@ fn a_delegation_is_one_clients_and_shuts_others_out_of_update() {
         .enqueue(&A, fid(2), UPDATE | DELEGATION)
         .is_some_and(|(l, _)| l.bits == UPDATE | DELEGATION));
 }
+
+/// Every delegation can be called back at once (a rule its holders check changed): they
+/// are found by their bits, stay their holder's while it gives them back (what it sends
+/// then is still under them), and are gone once cancelled.
+#[test]
+fn delegations_are_found_and_stay_their_holders_while_called_back() {
+    let ns = Namespace::new(1);
+    let rx_a = poller(&ns, A);
+    let _rx_b = poller(&ns, B);
+    let d = ns.try_grant(&A, fid(1), UPDATE | DELEGATION).unwrap().0;
+    assert_eq!(d.bits, UPDATE | DELEGATION);
+    ns.try_grant(&B, fid(2), LOOKUP | UPDATE).unwrap();
+    let delegated = |bits: &u8| bits & DELEGATION != 0;
+    assert_eq!(ns.resources_where(delegated), vec![fid(1)]);
+    let (tx, done) = mpsc::channel();
+    ns.revoke_later(
+        None,
+        &[(fid(1), DELEGATION)],
+        Box::new(move |late| {
+            let _ = tx.send(late);
+        }),
+    );
+    let called: Vec<u64> = rx_a.recv().unwrap().iter().map(|r| r.handle).collect();
+    assert_eq!(called, vec![d.handle]);
+    assert!(
+        ns.holds_or_cancels(&A, &fid(1), delegated),
+        "while it gives it back"
+    );
+    assert!(
+        !ns.holds_where(&A, &fid(1), delegated),
+        "no longer granted as held"
+    );
+    assert!(!ns.holds_or_cancels(&B, &fid(1), delegated), "never B's");
+    ns.cancel(&A, &[d.handle]);
+    assert_eq!(done.recv().unwrap(), Vec::<ClientId>::new(), "none late");
+    assert!(!ns.holds_or_cancels(&A, &fid(1), delegated));
+    assert!(ns.resources_where(delegated).is_empty());
+}
