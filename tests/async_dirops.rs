@@ -587,3 +587,99 @@ fn a_nodemap_change_calls_delegations_back() {
     drop(a);
     lfsck_clean(&fs.source());
 }
+
+/// A file the mount answered, still open through the handle of its create, lives on
+/// after its name is removed, as on a local file system (the temporary-file idiom:
+/// create, unlink, then write and read through the descriptor), whether the unlink was
+/// answered by the mount (before or after its create was sent) or by the MDT (its owner
+/// changed: what the mount knows of it may be stale); its name is gone for everyone.
+#[test]
+fn a_file_open_since_its_create_lives_on_after_its_unlink() {
+    use std::io::{Read, Seek};
+    let fsname = "asynctmp";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    // (sent before the unlink, owner changed: the unlink goes to the MDT)
+    for (i, sent, chowned) in [(0, false, false), (1, true, false), (2, false, true)] {
+        let name = format!("tmp{i}");
+        let answered = counter(&a, fsname, "answered");
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(da.join(&name))
+            .unwrap();
+        assert_eq!(counter(&a, fsname, "answered"), answered + 1);
+        if sent {
+            fs::File::open(&da).unwrap().sync_all().unwrap();
+        }
+        if chowned {
+            std::os::unix::fs::chown(da.join(&name), Some(0), Some(0)).unwrap();
+        }
+        let unlinked = counter(&a, fsname, "unlinked");
+        fs::remove_file(da.join(&name)).unwrap();
+        let here = u64::from(!chowned);
+        assert_eq!(counter(&a, fsname, "unlinked"), unlinked + here, "{name}");
+        f.write_all(b"still here").unwrap();
+        f.sync_all().unwrap();
+        f.rewind().unwrap();
+        let mut back = String::new();
+        f.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "still here", "{name}");
+        assert!(!da.join(&name).exists());
+        drop(f);
+    }
+    assert_eq!(
+        names(&fs.path("d")),
+        vec!["first"],
+        "gone for the other mount"
+    );
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
+/// Unlinks answered by the mount: the mount that made 300 files in its directory removes
+/// them without a request each (the MDT serves no `unlink`; the unlinks go a batch of up
+/// to 256 per request, in order with the creates: a name made, removed and made again
+/// ends as the last file made), the other mount sees exactly what remains, the inode quota
+/// is back where it was, and the namespace checker finds nothing.
+#[test]
+fn unlinks_answered_by_the_mount_reach_the_mdt_in_order() {
+    use super::batch::served;
+    let fsname = "asyncrm";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (unlinks, batches) = (served(fsname, "unlink"), served(fsname, "unlink_batch"));
+    let inodes = root_inodes(&src);
+    let unlinked = counter(&a, fsname, "unlinked");
+    for i in 0..300 {
+        fs::File::create(da.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..300 {
+        fs::remove_file(da.join(format!("f{i}"))).unwrap();
+    }
+    fs::write(da.join("again"), b"old").unwrap();
+    fs::remove_file(da.join("again")).unwrap();
+    fs::write(da.join("again"), b"new").unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    assert_eq!(counter(&a, fsname, "unlinked"), unlinked + 301);
+    assert_eq!(served(fsname, "unlink"), unlinks, "no unlink request");
+    let sent = served(fsname, "unlink_batch") - batches;
+    assert!((2..=6).contains(&sent), "{sent} unlink batches");
+    assert_eq!(names(&fs.path("d")), vec!["again", "first"]);
+    assert_eq!(fs::read(fs.path("d/again")).unwrap(), b"new");
+    assert_eq!(root_inodes(&src), inodes + 1, "only the last again counted");
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    drop(a);
+    lfsck_clean(&src);
+}

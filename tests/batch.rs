@@ -656,3 +656,101 @@ fn quota_limits_hold_against_batches_no_delegation_covers() {
     );
     lfsck_clean(&src);
 }
+
+/// One name of an `UnlinkBatch`.
+fn gone(fid: Fid, name: &str) -> nacre_wire::mds::BatchUnlink {
+    nacre_wire::mds::BatchUnlink {
+        fid,
+        name: name.as_bytes().to_vec(),
+        time: nacre_types::TimeSpec::now(),
+    }
+}
+
+/// `UnlinkBatch` spoken by a raw client as an attacker would: a user who may not write
+/// the directory is refused `EACCES`, another user's file in a sticky directory `EPERM`,
+/// nothing removed; a name that no longer leads to the FID sent (`ESTALE`), a directory
+/// (`EISDIR`) or a missing name (`ENOENT`) is refused in its place while the others go;
+/// an empty batch or one past its bound is `EINVAL`. What it removes is gone for a mount,
+/// the inode quota falls with it, and the namespace checker finds nothing.
+#[test]
+fn unlink_batches_remove_only_what_their_sender_may() {
+    let fsname = "unlinkb";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..4 {
+        fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+    }
+    fs::create_dir(dir.join("sub")).unwrap();
+    let sticky = fs.path("tmp");
+    fs::create_dir(&sticky).unwrap();
+    fs::set_permissions(&sticky, fs::Permissions::from_mode(0o1777)).unwrap();
+    fs::write(sticky.join("theirs"), b"y").unwrap();
+    std::os::unix::fs::chown(sticky.join("theirs"), Some(4246), Some(4246)).unwrap();
+    let parent = fid_at(&dir);
+    let f = |i: u32| fid_at(&dir.join(format!("f{i}")));
+    let inodes = || -> u64 {
+        let v: serde_json::Value =
+            serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", "0", &src])).unwrap();
+        v[0]["inodes"].as_u64().unwrap()
+    };
+    let before = inodes();
+    let mut s = Session::open(&mds, fsname, [0x68; 16]);
+    let unlink = |s: &mut Session, parent: Fid, items: Vec<nacre_wire::mds::BatchUnlink>| match s
+        .call(MdsOp::UnlinkBatch { parent, items })
+    {
+        (0, Some(MdsReply::Unlinked(r))) => (0, r),
+        (st, _) => (st, Vec::new()),
+    };
+    // Not the directory's writer: refused whole.
+    let user = Cred::new(4247, 4247, vec![]);
+    let refused = nacre_types::cred::with(user.clone(), || {
+        unlink(&mut s, parent, vec![gone(f(0), "f0")])
+    });
+    assert_eq!(refused.0, Status::Access as i32);
+    // Another user's file in a sticky directory.
+    let theirs = fid_at(&sticky.join("theirs"));
+    let refused = nacre_types::cred::with(user, || {
+        unlink(&mut s, fid_at(&sticky), vec![gone(theirs, "theirs")])
+    });
+    assert_eq!(refused.0, Status::Perm as i32);
+    assert!(sticky.join("theirs").exists());
+    // Bounds.
+    assert_eq!(unlink(&mut s, parent, Vec::new()).0, Status::Inval as i32);
+    let over = vec![gone(f(0), "f0"); nacre_wire::mds::UNLINK_BATCH_ITEMS_MAX + 1];
+    assert_eq!(unlink(&mut s, parent, over).0, Status::Inval as i32);
+    assert!(dir.join("f0").exists());
+    // Each item on its own: a stale FID, a directory, a missing name, and two that go.
+    let (st, r) = unlink(
+        &mut s,
+        parent,
+        vec![
+            gone(f(0), "f0"),
+            gone(f(3), "f1"),
+            gone(fid_at(&dir.join("sub")), "sub"),
+            gone(f(2), "nothing"),
+            gone(f(2), "f2"),
+        ],
+    );
+    assert_eq!(st, 0);
+    assert_eq!(
+        r,
+        vec![
+            Ok(()),
+            Err(Status::Stale),
+            Err(Status::IsDir),
+            Err(Status::NoEnt),
+            Ok(())
+        ]
+    );
+    let mut left: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, vec!["f1", "f3", "sub"]);
+    assert_eq!(inodes(), before - 2, "the quota falls with them");
+    lfsck_clean(&src);
+}

@@ -4,7 +4,7 @@
 
 use crate::{Client, ClientError, Result};
 use nacre_types::{Attr, Fid, Layout, Status};
-use nacre_wire::mds::{BatchCreate, MdsOp, MdsReply};
+use nacre_wire::mds::{BatchCreate, BatchUnlink, MdsOp, MdsReply};
 
 /// One file's outcome in a batch: its attributes and layout, or why it was not made.
 pub type Created = std::result::Result<(Attr, Option<Layout>), Status>;
@@ -37,5 +37,21 @@ impl Client {
             }
         }
         Ok(results)
+    }
+
+    /// Removes `items` from directory `parent` in one request (at most
+    /// `UNLINK_BATCH_ITEMS_MAX`), each name only if it still leads to the FID it names: one
+    /// result per item, in order.
+    pub fn unlink_batch(
+        &self,
+        parent: Fid,
+        items: Vec<BatchUnlink>,
+    ) -> Result<Vec<std::result::Result<(), Status>>> {
+        let n = items.len();
+        let op = MdsOp::UnlinkBatch { parent, items };
+        match self.mdc(parent.mdt_index())?.call(op)? {
+            MdsReply::Unlinked(r) if r.len() == n => Ok(r),
+            _ => Err(ClientError::from(Status::Proto)),
+        }
     }
 }

@@ -117,6 +117,8 @@ struct Shared {
     pub(crate) api: Arc<std::sync::OnceLock<std::path::PathBuf>>,
     /// A deferred handle is opened at the MDT once (`Shared::undefer`): by handle number.
     undefer_locks: [Mutex<()>; UNDEFER_LOCKS],
+    /// Deferred handles (creates this mount answered, not opened at the MDT) per file.
+    deferred: Mutex<HashMap<Fid, u32>>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -243,6 +245,7 @@ impl Shared {
             inval: Default::default(),
             api: Default::default(),
             undefer_locks: std::array::from_fn(|_| Mutex::new(())),
+            deferred: Default::default(),
             flocks: Default::default(),
         }
     }
@@ -258,6 +261,9 @@ impl Shared {
         file.set_kernel_kills_privs();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.caps.opened(file.fid);
+        if file.is_deferred() {
+            *self.deferred.lock().entry(file.fid).or_insert(0) += 1;
+        }
         self.files.lock().insert(fh, Arc::new(file));
         FileHandle(fh)
     }
@@ -307,7 +313,51 @@ impl Shared {
         opened.set_kernel_kills_privs();
         let opened = Arc::new(opened);
         self.files.lock().insert(fh.0, opened.clone());
+        self.deferred_gone(file.fid);
         Ok(opened)
+    }
+
+    /// A deferred handle on `fid` was opened at the MDT or released.
+    fn deferred_gone(&self, fid: Fid) {
+        let mut deferred = self.deferred.lock();
+        if let Some(n) = deferred.get_mut(&fid) {
+            *n -= 1;
+            if *n == 0 {
+                deferred.remove(&fid);
+            }
+        }
+    }
+
+    /// Before `name` of `parent` is removed (an unlink, a rename over it): the deferred
+    /// handles on its file are opened at the MDT, so the file lives on while they are open
+    /// (a file no handle holds open at the MDT goes with its last name).
+    fn open_before_removal(&self, parent: Fid, name: &[u8]) {
+        if self.deferred.lock().is_empty() {
+            return;
+        }
+        let fid = match self.client.delegated_name(parent, name) {
+            Some(f) => f,
+            None => match self.client.lookup(parent, name, false) {
+                Ok(a) => a.fid,
+                // Nothing to open: the removal answers the error.
+                Err(_) => return,
+            },
+        };
+        if !self.deferred.lock().contains_key(&fid) {
+            return;
+        }
+        let handles: Vec<(u64, Arc<OpenFile>)> = self
+            .files
+            .lock()
+            .iter()
+            .filter(|(_, f)| f.fid == fid && f.is_deferred())
+            .map(|(fh, f)| (*fh, f.clone()))
+            .collect();
+        for (fh, f) in handles {
+            if let Err(e) = self.undefer(FileHandle(fh), &f) {
+                tracing::warn!("opening {fid} before its name goes: {e:?}");
+            }
+        }
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<nacre_types::Attr, ClientError>) {

@@ -187,6 +187,21 @@ pub fn note_op(tx: &mut Tx<'_>, call: &MdsCall, reply: &MdsReply) {
             }
             return;
         }
+        MdsOp::UnlinkBatch { parent, items } => {
+            let MdsReply::Unlinked(results) = reply else {
+                return;
+            };
+            for (item, r) in items.iter().zip(results) {
+                if r.is_ok() {
+                    let mut c = Change::new(RecordKind::Unlink, item.fid, *parent, &item.name);
+                    if last_link(tx, item.fid) {
+                        c.flags |= FLAG_LAST_LINK;
+                    }
+                    note(tx, &origin, c);
+                }
+            }
+            return;
+        }
         MdsOp::Create {
             parent, name, kind, ..
         } => {

@@ -73,6 +73,14 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
                 t.push((c, LOOKUP | UPDATE | OPEN));
             }
         }
+        MdsOp::UnlinkBatch { parent, items } => {
+            t.push((*parent, UPDATE));
+            for i in items {
+                if let Some(c) = child(*parent, &i.name) {
+                    t.push((c, LOOKUP | UPDATE | OPEN));
+                }
+            }
+        }
         MdsOp::Rename {
             src_parent,
             src_name,
@@ -405,9 +413,9 @@ pub(crate) fn with_intent(
 }
 
 /// Opcodes of the requests that may change what locks cover (the others are never parked).
-const CHANGE_OPCODES: [u16; 20] = [
+const CHANGE_OPCODES: [u16; 21] = [
     0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
-    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242, 0x0243,
+    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242, 0x0243, 0x0244,
 ];
 
 /// Parks a change that would have to wait for other clients to cancel locks: their
@@ -663,6 +671,10 @@ mod tests {
                 items: Vec::new(),
             },
             MdsOp::DelegateDir { fid: f },
+            MdsOp::UnlinkBatch {
+                parent: f,
+                items: Vec::new(),
+            },
         ];
         let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         codes.sort_unstable();

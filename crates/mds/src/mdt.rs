@@ -530,6 +530,7 @@ impl Mdt {
         }
         match op {
             MdsOp::Unlink { parent, name } | MdsOp::Rmdir { parent, name } => named(parent, name),
+            MdsOp::UnlinkBatch { parent, items } => items.iter().any(|i| named(parent, &i.name)),
             MdsOp::Rename {
                 src_parent,
                 src_name,

@@ -83,6 +83,13 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
                 .iter()
                 .try_for_each(|i| claims(cred, &dir, i.uid, i.gid))
         }
+        // Each name as an unlink of it would be (the sticky bit).
+        MdsOp::UnlinkBatch { parent, items } => {
+            let dir = need_dir(mdt, cred, *parent)?;
+            items
+                .iter()
+                .try_for_each(|i| may_remove(mdt, cred, &dir, &i.name).map(|_| ()))
+        }
         // Anyone that may change the namespace (a read-only nodemap may not: nodemap.rs).
         MdsOp::GrantFids { .. } => Ok(()),
         // Its owner, if it may create there: a holder answers everyone's callbacks on the

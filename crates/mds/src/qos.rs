@@ -83,6 +83,7 @@ fn project_of(mdt: &Mdt, op: &MdsOp) -> u32 {
         | MdsOp::CreateBatch { parent, .. } => (*parent, true),
         MdsOp::Lookup { parent, .. }
         | MdsOp::Unlink { parent, .. }
+        | MdsOp::UnlinkBatch { parent, .. }
         | MdsOp::Rmdir { parent, .. }
         | MdsOp::Link { parent, .. }
         | MdsOp::Rename {

@@ -63,6 +63,7 @@ pub(crate) fn modify(tx: &mut mdt::Tx<'_>, op: &MdsOp) -> Result<MdsReply, Statu
             let replayed = std::mem::take(&mut tx.replayed_batch);
             ops::batch::run(tx, *parent, items, &replayed)
         }
+        MdsOp::UnlinkBatch { parent, items } => ops::unlink_batch::run(tx, *parent, items),
         MdsOp::GrantFids { count } => {
             let count = (*count).min(nacre_wire::mds::FID_GRANT_COUNT_MAX);
             let g = tx.grant_fids(count)?;

@@ -70,6 +70,7 @@ pub const MD_OPS: &[&str] = &[
     "grant_fids",
     "create_batch",
     "delegate_dir",
+    "unlink_batch",
 ];
 
 #[cfg(test)]
@@ -88,11 +89,12 @@ mod tests {
         );
         // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
         // were missing: their stats were lost).
-        let last = MdsOp::DelegateDir {
-            fid: nacre_types::Fid::ROOT,
+        let last = MdsOp::UnlinkBatch {
+            parent: nacre_types::Fid::ROOT,
+            items: Vec::new(),
         };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "delegate_dir");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "unlink_batch");
         let check = MdsOp::QuotaCheck { repair: false };
         assert_eq!(
             super::MD_OPS[(check.opcode() & 0xff) as usize - 1],

@@ -8,9 +8,11 @@ use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, Fid, FileKind, Layout, SetAttr};
 use serde::{Deserialize, Serialize};
 
+mod batch;
 pub mod changelog;
 mod remote;
 mod reply;
+pub use batch::*;
 pub use remote::*;
 pub use reply::*;
 
@@ -628,32 +630,23 @@ pub enum MdsOp {
         /// The directory.
         fid: Fid,
     },
+    /// Removes names of one directory, each of a regular file of this MDT named by the FID
+    /// the client saw it lead to, in order: one transaction and one transno. Every item
+    /// passes the checks an [`MdsOp::Unlink`] of the call's credentials would (write and
+    /// search on the directory, the sticky bit); the name must lead to the item's FID
+    /// (`ESTALE` otherwise: the name changed since the client looked) of a file, not a
+    /// directory (`EISDIR`), on this MDT (`EXDEV`: unlink a remote inode by name); one that
+    /// fails is answered its error in its place and changes nothing, the others are
+    /// removed. What goes with a file's last link goes as with an unlink (an open file
+    /// becomes an orphan). Who may send it: whoever may remove those names from `parent`.
+    /// Reply: [`MdsReply::Unlinked`], one result per item in order.
+    UnlinkBatch {
+        /// Directory (not striped: a striped directory's names are in its shards).
+        parent: Fid,
+        /// The names (1 to [`UNLINK_BATCH_ITEMS_MAX`]).
+        items: Vec<BatchUnlink>,
+    },
 }
-
-/// One file of a [`MdsOp::CreateBatch`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchCreate {
-    /// The FID the client gave it, from one of its grants.
-    pub fid: Fid,
-    /// Name in the batch's directory.
-    pub name: Vec<u8>,
-    /// Permission bits (the client applied its umask).
-    pub perm: u32,
-    /// Owner.
-    pub uid: u32,
-    /// Group.
-    pub gid: u32,
-    /// When the client answered the create: the file's times and its directory's
-    /// modification, so they do not change when the batch arrives (the MDT's own clock
-    /// instead when this is more than [`BATCH_TIME_SKEW_MS_MAX`] from it, or invalid).
-    pub time: nacre_types::TimeSpec,
-}
-
-/// Furthest a [`BatchCreate`]'s time may be from the MDT's clock to be taken.
-pub const BATCH_TIME_SKEW_MS_MAX: u64 = 60_000;
-
-/// Most files in one [`MdsOp::CreateBatch`].
-pub const CREATE_BATCH_ITEMS_MAX: usize = 256;
 
 /// Most FIDs one [`MdsOp::GrantFids`] grants.
 pub const FID_GRANT_COUNT_MAX: u32 = 65_536;
@@ -814,7 +807,7 @@ impl MdsOp {
             | MdsOp::DomRead { fid, .. }
             | MdsOp::DomWrite { fid, .. }
             | MdsOp::DomAppend { fid, .. } => Some(*fid),
-            MdsOp::CreateBatch { parent, .. } => Some(*parent),
+            MdsOp::CreateBatch { parent, .. } | MdsOp::UnlinkBatch { parent, .. } => Some(*parent),
             MdsOp::DelegateDir { fid } => Some(*fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
@@ -862,7 +855,8 @@ impl MdsOp {
             | MdsOp::Link { parent, .. }
             | MdsOp::Unlink { parent, .. }
             | MdsOp::Rmdir { parent, .. }
-            | MdsOp::CreateBatch { parent, .. } => Some(*parent),
+            | MdsOp::CreateBatch { parent, .. }
+            | MdsOp::UnlinkBatch { parent, .. } => Some(*parent),
             _ => None,
         }
     }
@@ -938,6 +932,7 @@ impl MdsOp {
                 MdsOp::GrantFids { .. } => 65,
                 MdsOp::CreateBatch { .. } => 66,
                 MdsOp::DelegateDir { .. } => 67,
+                MdsOp::UnlinkBatch { .. } => 68,
             }
     }
 

@@ -170,6 +170,9 @@ impl Shared {
         self.enter(req);
         let file = self.files.lock().remove(&fh.0);
         if let Some(f) = &file {
+            if f.is_deferred() {
+                self.deferred_gone(f.fid);
+            }
             self.caps.released(f.fid);
             self.release_flocks(f.fid, fh);
         }

@@ -174,10 +174,19 @@ impl Shared {
     pub(super) fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.enter(req);
         let _changing = self.changing(&[parent]);
-        empty(
-            reply,
-            fid_of(parent).and_then(|p| ok(self.client.unlink(p, name.as_bytes()))),
-        );
+        let parent = match fid_of(parent) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let name = name.as_bytes();
+        self.open_before_removal(parent, name);
+        // Answered here in a directory delegated to this mount (--async-dirops), for a
+        // file it answered the create of; sent to the MDT later.
+        let r = match self.client.unlink_delegated(parent, name) {
+            Ok(true) => Ok(()),
+            _ => self.client.unlink(parent, name),
+        };
+        empty(reply, ok(r));
     }
 
     pub(super) fn rmdir(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -233,6 +242,9 @@ impl Shared {
             _ => return reply.error(Errno::ESTALE),
         };
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        if !noreplace {
+            self.open_before_removal(dst, newname.as_bytes());
+        }
         match self
             .client
             .rename(src, name.as_bytes(), dst, newname.as_bytes(), noreplace)

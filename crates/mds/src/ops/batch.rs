@@ -103,7 +103,7 @@ fn create_one(
 }
 
 /// `time` (a client's) if valid and within [`BATCH_TIME_SKEW_MS_MAX`] of `now`.
-fn client_time(now: TimeSpec, time: TimeSpec) -> Option<TimeSpec> {
+pub(crate) fn client_time(now: TimeSpec, time: TimeSpec) -> Option<TimeSpec> {
     let ms = |t: TimeSpec| i128::from(t.sec) * 1000 + i128::from(t.nsec / 1_000_000);
     let skew = (ms(now) - ms(time)).unsigned_abs();
     (time.nsec < 1_000_000_000 && skew <= u128::from(BATCH_TIME_SKEW_MS_MAX)).then_some(time)

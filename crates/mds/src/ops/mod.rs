@@ -29,6 +29,7 @@ pub mod scan;
 pub mod setattr;
 pub mod symlink;
 pub mod unlink;
+pub mod unlink_batch;
 pub mod unlink_remote;
 pub mod xattr;
 

@@ -241,6 +241,9 @@ pub enum MdsReply {
     /// One result per item of a [`super::MdsOp::CreateBatch`], in order: the new file's
     /// attributes and layout, or why it was not made.
     Created(Vec<Result<(Attr, Option<Layout>), Status>>),
+    /// One result per item of a [`super::MdsOp::UnlinkBatch`], in order: removed, or why
+    /// not.
+    Unlinked(Vec<Result<(), Status>>),
 }
 
 /// Most bytes an [`MdsReply::OpenData`] carries (a file storing more on the MDT is answered
@@ -296,6 +299,9 @@ impl MdsReply {
                     Ok((_, Some(l))) => l.check().map_err(|e| e.to_string()),
                     _ => Ok(()),
                 })
+            }
+            MdsReply::Unlinked(results) if results.len() > super::UNLINK_BATCH_ITEMS_MAX => {
+                Err(format!("{} results of an unlink batch", results.len()))
             }
             MdsReply::DomData(d) => at_most(
                 "data on the MDT",

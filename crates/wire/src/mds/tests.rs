@@ -817,6 +817,54 @@ proptest! {
         prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
     }
 
+    /// `UnlinkBatch` with any FIDs, names and times: modifying (exactly once, replayed),
+    /// routed to its directory's MDT (whose names it changes); it round-trips and refuses
+    /// every truncation; any bytes after its opcode decode to it or an error, never a
+    /// panic. A reply of more results than a batch may hold is refused.
+    #[test]
+    fn unlink_batches_round_trip_and_refuse_truncation(
+        parent in any::<u64>(),
+        items in proptest::collection::vec(
+            (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40),
+             (any::<i64>(), any::<u32>())),
+            0..6,
+        ),
+        errs in proptest::collection::vec(any::<bool>(), 0..8),
+        junk in proptest::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let dir = Fid::new(parent, 1);
+        let items: Vec<BatchUnlink> = items
+            .into_iter()
+            .map(|(seq, oid, name, (sec, nsec))| BatchUnlink {
+                fid: Fid::new(seq, oid),
+                name,
+                time: nacre_types::TimeSpec { sec, nsec },
+            })
+            .collect();
+        let batch = MdsOp::UnlinkBatch { parent: dir, items };
+        prop_assert!(batch.is_modifying());
+        prop_assert_eq!(batch.opcode(), 0x0244);
+        prop_assert_eq!((batch.key_fid(), batch.names_changed_in()), (Some(dir), Some(dir)));
+        let bytes = encode_body(&batch);
+        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), batch);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+        }
+        let mut hostile = bytes[..1].to_vec();
+        hostile.extend_from_slice(&junk);
+        let _ = decode_body::<MdsOp>(&hostile);
+        let results: Vec<Result<(), nacre_types::Status>> = errs
+            .iter()
+            .map(|e| if *e { Err(nacre_types::Status::Stale) } else { Ok(()) })
+            .collect();
+        let reply = MdsReply::Unlinked(results);
+        let bytes = encode_body(&reply);
+        prop_assert_eq!(decode_body::<MdsReply>(&bytes).unwrap(), reply.clone());
+        prop_assert!(reply.check().is_ok());
+        let over = MdsReply::Unlinked(vec![Ok(()); UNLINK_BATCH_ITEMS_MAX + 1]);
+        prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
+    }
+
     /// `LayoutIntent` with any file and end: modifying (exactly once, replayed), routed to
     /// its file's MDT, round-trips and refuses every truncation; any bytes after its
     /// opcode decode to it or an error, never a panic.

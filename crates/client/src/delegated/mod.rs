@@ -24,13 +24,16 @@
 
 use crate::{Client, Result};
 use nacre_types::cred::{Cred, MAY_EXEC, MAY_WRITE};
-use nacre_types::{Attr, Fid, FileKind, Status, TimeSpec};
-use nacre_wire::mds::{BatchCreate, MdsOp, CREATE_BATCH_ITEMS_MAX};
+use nacre_types::{Attr, Fid, FileKind, TimeSpec};
+use nacre_wire::mds::{BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod send;
+mod unlink;
 
 /// Set-group-id on a directory: its new files take its group.
 const SGID: u32 = 0o2000;
@@ -55,6 +58,31 @@ pub const DELEGATED_COVERED_MAX: usize = 16_384;
 /// counted lost.
 const RETRY_MS_MAX: u64 = 60_000;
 
+/// A change answered here and not sent yet, in the order it was answered.
+#[derive(Clone)]
+enum Item {
+    Create(BatchCreate),
+    Unlink(BatchUnlink),
+}
+
+impl Item {
+    /// Its name in the directory.
+    fn name(&self) -> &[u8] {
+        match self {
+            Item::Create(c) => &c.name,
+            Item::Unlink(u) => &u.name,
+        }
+    }
+}
+
+/// A file answered under a delegation whose entry and attributes the kernel was let keep.
+struct Covered {
+    fid: Fid,
+    /// Its owner, for the sticky bit's rule; `None` once this client changed it (its unlink
+    /// then goes to the MDT).
+    owner: Option<u32>,
+}
+
 /// One delegated directory.
 struct Dir {
     /// Its attributes as delegated, kept current with what was answered here.
@@ -70,15 +98,18 @@ struct Dir {
     in_flight: usize,
     /// Since when its batches fail (the MDT out of reach).
     failing_since: Option<Instant>,
-    /// Files answered here whose entry and attributes the kernel was let keep: while the
-    /// delegation is held no other client can reach them (only through this directory,
-    /// which calls it back); forgotten by the kernel when it goes.
-    covered: Vec<(Fid, Vec<u8>)>,
-    /// Creates answered and not sent yet, and the credentials they were checked with.
-    items: Vec<BatchCreate>,
+    /// Files answered here whose entry and attributes the kernel was let keep, by name:
+    /// while the delegation is held no other client can reach them (only through this
+    /// directory, which calls it back); forgotten by the kernel when it goes.
+    covered: HashMap<Vec<u8>, Covered>,
+    /// Changes answered and not sent yet, in order, and the credentials they were checked
+    /// with.
+    items: Vec<Item>,
     cred: Option<Cred>,
     /// Files answered and not yet known to the MDT (sent or not), with their attributes.
     answered: HashMap<Fid, Attr>,
+    /// Files whose unlink was answered and is not known made yet (sent or not).
+    unlinking: HashSet<Fid>,
     /// When the oldest item not sent was answered.
     since: Option<Instant>,
     /// Held while a batch of this directory is on its way: a request that needs it waits.
@@ -107,6 +138,8 @@ pub struct Delegated {
 pub struct DelegatedStats {
     /// Creates answered here.
     pub answered: AtomicU64,
+    /// Unlinks answered here.
+    pub unlinked: AtomicU64,
     /// Batches sent.
     pub batches: AtomicU64,
     /// Creates the MDT refused after they were answered (lost: logged).
@@ -130,8 +163,9 @@ impl Client {
     pub fn async_dirops_text(&self) -> String {
         let d = &self.delegated;
         format!(
-            "answered {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
+            "answered {}\nunlinked {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
             d.stats.answered.load(Ordering::Relaxed),
+            d.stats.unlinked.load(Ordering::Relaxed),
             d.stats.batches.load(Ordering::Relaxed),
             d.stats.lost.load(Ordering::Relaxed),
             d.pending.load(Ordering::Relaxed),
@@ -261,9 +295,10 @@ impl Client {
             d.cred = Some(cred);
             let covered = d.covered.len() < DELEGATED_COVERED_MAX;
             if covered {
-                d.covered.push((fid, name.to_vec()));
+                let owner = Some(uid);
+                d.covered.insert(name.to_vec(), Covered { fid, owner });
             }
-            d.items.push(item);
+            d.items.push(Item::Create(item));
             d.answered.insert(fid, attr.clone());
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
@@ -330,10 +365,11 @@ impl Client {
             closing: false,
             in_flight: 0,
             failing_since: None,
-            covered: Vec::new(),
+            covered: HashMap::new(),
             items: Vec::new(),
             cred: None,
             answered: HashMap::new(),
+            unlinking: HashSet::new(),
             since: None,
             sending: Arc::new(Mutex::new(())),
         };
@@ -382,159 +418,6 @@ impl Client {
         Ok(first)
     }
 
-    /// Sends the creates answered in `dir` and not sent yet, and waits for any batch of it
-    /// already on its way. A batch the MDT does not answer is kept to be sent again (for
-    /// [`RETRY_MS_MAX`]); items it left untried (`E2BIG`: the reply was full) go in the
-    /// next; one it refuses, or that the client's eviction voided, is lost: logged,
-    /// counted, and the directory's listing forgotten. An item sent again that finds its
-    /// FID taken is looked up: the MDT made it the first time and the answer was lost.
-    pub fn flush_delegated(&self, dir: Fid) -> Result<()> {
-        let Some(sending) = self
-            .delegated
-            .dirs
-            .lock()
-            .get(&dir)
-            .map(|d| d.sending.clone())
-        else {
-            return Ok(());
-        };
-        let _one = sending.lock();
-        loop {
-            let (items, cred, incarnation, again) = {
-                let mut dirs = self.delegated.dirs.lock();
-                let Some(d) = dirs.get_mut(&dir) else {
-                    return Ok(());
-                };
-                d.since = None;
-                let items = std::mem::take(&mut d.items);
-                d.in_flight += items.len();
-                (
-                    items,
-                    d.cred.clone(),
-                    d.incarnation,
-                    d.failing_since.is_some(),
-                )
-            };
-            if items.is_empty() {
-                return Ok(());
-            }
-            let n = items.len();
-            let cred = cred.unwrap_or_else(nacre_types::cred::current);
-            let sent = nacre_types::cred::with(cred, || self.create_batch(dir, items.clone()));
-            self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
-            let evicted = self
-                .mdc(dir.mdt_index())
-                .map_or(true, |m| m.incarnation() != incarnation);
-            let results = match sent {
-                Ok(r) => r,
-                Err(e) => {
-                    let mut dirs = self.delegated.dirs.lock();
-                    if let Some(d) = dirs.get_mut(&dir) {
-                        let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
-                        if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
-                            // Not answered: kept, in order, to be sent again.
-                            d.in_flight -= n;
-                            let later = std::mem::replace(&mut d.items, items);
-                            d.items.extend(later);
-                            d.since.get_or_insert_with(Instant::now);
-                            return Err(e);
-                        }
-                    }
-                    drop(dirs);
-                    let lost = vec![format!("all {n} ({e})")];
-                    self.delegated_done(dir, &items, n, lost);
-                    return Err(e);
-                }
-            };
-            // Untried (the reply was full): sent next, first.
-            let (mut lost, mut untried) = (Vec::new(), Vec::new());
-            for (r, i) in results.iter().zip(&items) {
-                match r {
-                    Ok(_) => {}
-                    Err(Status::TooBig) => untried.push(i.clone()),
-                    Err(Status::Exist) if again && self.made_before(i.fid) => {}
-                    Err(s) => lost.push(format!("{} ({s})", String::from_utf8_lossy(&i.name))),
-                }
-            }
-            let requeued = untried.len();
-            if requeued > 0 {
-                let mut dirs = self.delegated.dirs.lock();
-                if let Some(d) = dirs.get_mut(&dir) {
-                    let later = std::mem::replace(&mut d.items, untried);
-                    d.items.extend(later);
-                }
-            }
-            let done: Vec<BatchCreate> = items
-                .into_iter()
-                .zip(&results)
-                .filter(|(_, r)| !matches!(r, Err(Status::TooBig)))
-                .map(|(i, _)| i)
-                .collect();
-            self.delegated_done(dir, &done, n, lost);
-            if requeued == 0 || requeued == n {
-                // All made (or refused), or nothing tried: no progress to loop on.
-                return Ok(());
-            }
-        }
-    }
-
-    /// True if the MDT has `fid` (a create sent again whose first answer was lost). Asked
-    /// without the before-request hook: the file is still answered here, and the hook
-    /// would wait for the very batch this runs in.
-    fn made_before(&self, fid: Fid) -> bool {
-        self.mdc(fid.mdt_index())
-            .and_then(|m| m.call_own(MdsOp::GetAttr { fid }))
-            .is_ok_and(|r| matches!(r, nacre_wire::mds::MdsReply::Attr(a) if a.fid == fid))
-    }
-
-    /// A batch of `dir` of `n` items came back: `done` are no longer answered here (made
-    /// or `lost`, logged and counted); the others went back to the directory's queue.
-    fn delegated_done(&self, dir: Fid, done: &[BatchCreate], n: usize, lost: Vec<String>) {
-        if let Some(d) = self.delegated.dirs.lock().get_mut(&dir) {
-            d.in_flight -= n;
-            d.failing_since = None;
-            for i in done {
-                d.answered.remove(&i.fid);
-            }
-        }
-        self.delegated
-            .pending
-            .fetch_sub(done.len(), Ordering::AcqRel);
-        if !lost.is_empty() {
-            let what = format!(
-                "refused by the MDT or voided by an eviction: {}",
-                lost.join(", ")
-            );
-            self.note_lost(dir, lost.len(), &what);
-        }
-    }
-
-    /// Counts `count` creates answered in `dir` as lost (`why`, logged) and forgets the
-    /// directory's listing, which named them.
-    fn note_lost(&self, dir: Fid, count: usize, why: &str) {
-        self.delegated
-            .stats
-            .lost
-            .fetch_add(count as u64, Ordering::Relaxed);
-        self.complete.forget(dir);
-        tracing::error!("{count} creates answered in delegated directory {dir} lost, {why}");
-    }
-
-    /// Sends every delegated directory's pending creates (`fsync`, `syncfs`, unmount).
-    pub fn flush_delegated_all(&self) -> Result<()> {
-        let dirs: Vec<Fid> = self.delegated.dirs.lock().keys().copied().collect();
-        let mut first_err = Ok(());
-        for d in dirs {
-            if let Err(e) = self.flush_delegated(d) {
-                if first_err.is_ok() {
-                    first_err = Err(e);
-                }
-            }
-        }
-        self.drop_closed();
-        first_err
-    }
-
     /// The attributes of a file this client answered the create of and the MDT does not
     /// know yet: they are exact (no one else can see it; a handle used for anything but its
     /// close opens it at the MDT first).
@@ -555,6 +438,7 @@ impl Client {
         if matches!(
             op,
             MdsOp::CreateBatch { .. }
+                | MdsOp::UnlinkBatch { .. }
                 | MdsOp::GrantFids { .. }
                 | MdsOp::DelegateDir { .. }
                 | MdsOp::LockPoll { .. }
@@ -593,11 +477,12 @@ impl Client {
                 }
                 MdsOp::Link { fid, .. } => dirs
                     .iter()
-                    .find(|(_, d)| d.covered.iter().any(|(f, _)| f == fid))
+                    .find(|(_, d)| d.covered.values().any(|c| c.fid == *fid))
                     .map(|(dir, _)| *dir),
                 _ => None,
             }
         };
+        self.stale_covered(op);
         if let Some(dir) = give_back {
             let lock = self.delegated.dirs.lock().get(&dir).map(|d| d.lock);
             if let (Some(lock), Ok(mdc)) = (lock, self.mdc(dir.mdt_index())) {
@@ -622,6 +507,7 @@ impl Client {
                     named.iter().any(|f| {
                         (*f == **dir && (!d.items.is_empty() || d.in_flight > 0))
                             || d.answered.contains_key(f)
+                            || d.unlinking.contains(f)
                     })
                 })
                 .map(|(dir, _)| *dir)
@@ -631,114 +517,6 @@ impl Client {
             if let Err(e) = self.flush_delegated(dir) {
                 tracing::warn!("sending the creates of {dir} before a request: {e}");
             }
-        }
-    }
-
-    /// The delegation of `dir` goes: nothing more is answered in it. Given back (`lost`
-    /// false: a callback, the LRU, this client's own change), what was answered is sent
-    /// first, here. Lost: see the module documentation; never sent from here, which runs
-    /// inside a request of the MDT's. Returns the files whose entries and attributes the
-    /// kernel kept under it, for it to forget them.
-    pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) -> Vec<(Fid, Vec<u8>)> {
-        let (dropped, covered) = {
-            let mut dirs = self.delegated.dirs.lock();
-            let Some(d) = dirs.get_mut(&dir) else {
-                return Vec::new();
-            };
-            d.closing = true;
-            let covered = std::mem::take(&mut d.covered);
-            let evicted = lost
-                && self
-                    .mdc(dir.mdt_index())
-                    .map_or(true, |m| m.incarnation() != d.incarnation);
-            let dropped = evicted.then(|| {
-                d.answered.clear();
-                d.since = None;
-                std::mem::take(&mut d.items)
-            });
-            (dropped, covered)
-        };
-        self.ask_later(dir);
-        if let Some(dropped) = dropped {
-            if !dropped.is_empty() {
-                self.delegated
-                    .pending
-                    .fetch_sub(dropped.len(), Ordering::AcqRel);
-                let why = format!("never sent: evicted by MDT{:04x}", dir.mdt_index());
-                self.note_lost(dir, dropped.len(), &why);
-            }
-        } else if lost {
-            // The sender thread sends it once the MDT answers.
-            self.wake_delegated_sender();
-            return covered;
-        } else if let Err(e) = self.flush_delegated(dir) {
-            tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
-        }
-        self.drop_closed();
-        covered
-    }
-
-    /// Forgets the closing directories with nothing left to send.
-    fn drop_closed(&self) {
-        let mut dirs = self.delegated.dirs.lock();
-        dirs.retain(|_, d| !(d.closing && d.items.is_empty() && d.in_flight == 0));
-        self.delegated.held.store(dirs.len(), Ordering::Release);
-    }
-
-    /// Wakes the sender thread (something to send).
-    fn wake_delegated_sender(&self) {
-        if let Some(t) = self.delegated_sender.get() {
-            t.unpark();
-        }
-    }
-
-    /// Starts the thread that sends what waited [`DELEGATED_SEND_MS`], and what lost
-    /// delegations left (once). It sleeps while nothing is pending (woken by the first
-    /// create answered, or each second to see whether its client is gone).
-    fn start_delegated_sender(&self) {
-        if self.delegated_sender_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = self.me.clone();
-        let started = std::thread::Builder::new()
-            .name("delegated-send".into())
-            .spawn(move || loop {
-                let idle = me
-                    .upgrade()
-                    .is_none_or(|c| c.delegated.pending.load(Ordering::Acquire) == 0);
-                if idle {
-                    std::thread::park_timeout(Duration::from_secs(1));
-                } else {
-                    std::thread::sleep(Duration::from_millis(DELEGATED_SEND_MS / 2));
-                }
-                // A test holds the sender here to keep creates answered and not sent.
-                nacre_net::fault::point("client.delegated.sender");
-                let Some(client) = me.upgrade() else { return };
-                let due: Vec<Fid> = client
-                    .delegated
-                    .dirs
-                    .lock()
-                    .iter()
-                    .filter(|(_, d)| {
-                        (d.closing && !d.items.is_empty())
-                            || d.since.is_some_and(|t| {
-                                t.elapsed() >= Duration::from_millis(DELEGATED_SEND_MS)
-                            })
-                    })
-                    .map(|(f, _)| *f)
-                    .collect();
-                for dir in due {
-                    if let Err(e) = client.flush_delegated(dir) {
-                        tracing::warn!("sending the creates of {dir}: {e}");
-                    }
-                }
-                client.drop_closed();
-            });
-        match started {
-            Ok(h) => {
-                let _ = self.delegated_sender.set(h.thread().clone());
-            }
-            Err(e) => tracing::warn!("no thread to send delegated creates: {e}"),
         }
     }
 }

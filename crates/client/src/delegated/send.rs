@@ -1,0 +1,335 @@
+//! Sending what a delegated directory's holder answered (`CreateBatch`, `UnlinkBatch`):
+//! in order, many per request; kept and sent again while the MDT does not answer; what
+//! goes when a delegation is given back or lost; the thread that sends what waited.
+
+use super::{Item, DELEGATED_SEND_MS, RETRY_MS_MAX};
+use crate::{Client, Result};
+use nacre_types::{Fid, Status};
+use nacre_wire::mds::{
+    BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX, UNLINK_BATCH_ITEMS_MAX,
+};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl Client {
+    /// Sends the changes answered in `dir` and not sent yet, in order (each run of creates
+    /// or unlinks one batch of at most 256), and waits for any batch of it already on its
+    /// way. A batch the MDT does not answer is kept to be sent again (for
+    /// [`RETRY_MS_MAX`]); items it left untried (`E2BIG`: the reply was full) go in the
+    /// next; one it refuses, or that the client's eviction voided, is lost: logged,
+    /// counted, and the directory's listing forgotten. An item sent again that finds its
+    /// work done (a create's FID taken by that very file, an unlink's name gone) was made
+    /// the first time, whose answer was lost.
+    pub fn flush_delegated(&self, dir: Fid) -> Result<()> {
+        let Some(sending) = self
+            .delegated
+            .dirs
+            .lock()
+            .get(&dir)
+            .map(|d| d.sending.clone())
+        else {
+            return Ok(());
+        };
+        let _one = sending.lock();
+        loop {
+            let (items, cred, incarnation, again) = {
+                let mut dirs = self.delegated.dirs.lock();
+                let Some(d) = dirs.get_mut(&dir) else {
+                    return Ok(());
+                };
+                d.since = None;
+                let run = leading_run(&d.items);
+                let items: Vec<Item> = d.items.drain(..run).collect();
+                if !d.items.is_empty() {
+                    d.since = Some(Instant::now());
+                }
+                d.in_flight += items.len();
+                (
+                    items,
+                    d.cred.clone(),
+                    d.incarnation,
+                    d.failing_since.is_some(),
+                )
+            };
+            if items.is_empty() {
+                return Ok(());
+            }
+            let n = items.len();
+            let cred = cred.unwrap_or_else(nacre_types::cred::current);
+            let sent = nacre_types::cred::with(cred, || self.send_run(dir, &items));
+            self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
+            let evicted = self
+                .mdc(dir.mdt_index())
+                .map_or(true, |m| m.incarnation() != incarnation);
+            let results = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    let mut dirs = self.delegated.dirs.lock();
+                    if let Some(d) = dirs.get_mut(&dir) {
+                        let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
+                        if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
+                            // Not answered: kept, in order, to be sent again.
+                            d.in_flight -= n;
+                            let later = std::mem::replace(&mut d.items, items);
+                            d.items.extend(later);
+                            d.since.get_or_insert_with(Instant::now);
+                            return Err(e);
+                        }
+                    }
+                    drop(dirs);
+                    let lost = vec![format!("all {n} ({e})")];
+                    self.delegated_done(dir, &items, n, lost);
+                    return Err(e);
+                }
+            };
+            // Untried (the reply was full): sent next, first.
+            let (mut lost, mut untried) = (Vec::new(), Vec::new());
+            for (r, i) in results.iter().zip(&items) {
+                match (r, i) {
+                    (Ok(()), _) => {}
+                    (Err(Status::TooBig), _) => untried.push(i.clone()),
+                    (Err(Status::Exist), Item::Create(c)) if again && self.made_before(c.fid) => {}
+                    (Err(Status::NoEnt), Item::Unlink(_)) if again => {}
+                    (Err(s), _) => {
+                        lost.push(format!("{} ({s})", String::from_utf8_lossy(i.name())))
+                    }
+                }
+            }
+            let requeued = untried.len();
+            if requeued > 0 {
+                let mut dirs = self.delegated.dirs.lock();
+                if let Some(d) = dirs.get_mut(&dir) {
+                    let later = std::mem::replace(&mut d.items, untried);
+                    d.items.extend(later);
+                }
+            }
+            let done: Vec<Item> = items
+                .into_iter()
+                .zip(&results)
+                .filter(|(_, r)| !matches!(r, Err(Status::TooBig)))
+                .map(|(i, _)| i)
+                .collect();
+            self.delegated_done(dir, &done, n, lost);
+            if requeued == n {
+                // Nothing tried: no progress to loop on.
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sends `items` (one kind, at most a batch) as one request: a result per item.
+    fn send_run(&self, dir: Fid, items: &[Item]) -> Result<Vec<std::result::Result<(), Status>>> {
+        let creates: Vec<BatchCreate> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Create(c) => Some(c.clone()),
+                Item::Unlink(_) => None,
+            })
+            .collect();
+        let unlinks: Vec<BatchUnlink> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Unlink(u) => Some(u.clone()),
+                Item::Create(_) => None,
+            })
+            .collect();
+        assert!(
+            creates.is_empty() || unlinks.is_empty(),
+            "a batch holds one kind of change"
+        );
+        if unlinks.is_empty() {
+            let made = self.create_batch(dir, creates)?;
+            return Ok(made.into_iter().map(|r| r.map(|_| ())).collect());
+        }
+        self.unlink_batch(dir, unlinks)
+    }
+
+    /// True if the MDT has `fid` (a create sent again whose first answer was lost). Asked
+    /// without the before-request hook: the file is still answered here, and the hook
+    /// would wait for the very batch this runs in.
+    fn made_before(&self, fid: Fid) -> bool {
+        self.mdc(fid.mdt_index())
+            .and_then(|m| m.call_own(MdsOp::GetAttr { fid }))
+            .is_ok_and(|r| matches!(r, nacre_wire::mds::MdsReply::Attr(a) if a.fid == fid))
+    }
+
+    /// A batch of `dir` of `n` items came back: `done` are no longer answered here (made
+    /// or `lost`, logged and counted); the others went back to the directory's queue.
+    fn delegated_done(&self, dir: Fid, done: &[Item], n: usize, lost: Vec<String>) {
+        if let Some(d) = self.delegated.dirs.lock().get_mut(&dir) {
+            d.in_flight -= n;
+            d.failing_since = None;
+            for i in done {
+                match i {
+                    Item::Create(c) => d.answered.remove(&c.fid).map(|_| ()),
+                    Item::Unlink(u) => d.unlinking.remove(&u.fid).then_some(()),
+                };
+            }
+        }
+        self.delegated
+            .pending
+            .fetch_sub(done.len(), Ordering::AcqRel);
+        if !lost.is_empty() {
+            let what = format!(
+                "refused by the MDT or voided by an eviction: {}",
+                lost.join(", ")
+            );
+            self.note_lost(dir, lost.len(), &what);
+        }
+    }
+
+    /// Counts `count` creates answered in `dir` as lost (`why`, logged) and forgets the
+    /// directory's listing, which named them.
+    fn note_lost(&self, dir: Fid, count: usize, why: &str) {
+        self.delegated
+            .stats
+            .lost
+            .fetch_add(count as u64, Ordering::Relaxed);
+        self.complete.forget(dir);
+        tracing::error!("{count} changes answered in delegated directory {dir} lost, {why}");
+    }
+
+    /// Sends every delegated directory's pending creates (`fsync`, `syncfs`, unmount).
+    pub fn flush_delegated_all(&self) -> Result<()> {
+        let dirs: Vec<Fid> = self.delegated.dirs.lock().keys().copied().collect();
+        let mut first_err = Ok(());
+        for d in dirs {
+            if let Err(e) = self.flush_delegated(d) {
+                if first_err.is_ok() {
+                    first_err = Err(e);
+                }
+            }
+        }
+        self.drop_closed();
+        first_err
+    }
+
+    /// The delegation of `dir` goes: nothing more is answered in it. Given back (`lost`
+    /// false: a callback, the LRU, this client's own change), what was answered is sent
+    /// first, here. Lost: see the module documentation; never sent from here, which runs
+    /// inside a request of the MDT's. Returns the files whose entries and attributes the
+    /// kernel kept under it, for it to forget them.
+    pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) -> Vec<(Fid, Vec<u8>)> {
+        let (dropped, covered) = {
+            let mut dirs = self.delegated.dirs.lock();
+            let Some(d) = dirs.get_mut(&dir) else {
+                return Vec::new();
+            };
+            d.closing = true;
+            let covered: Vec<(Fid, Vec<u8>)> = std::mem::take(&mut d.covered)
+                .into_iter()
+                .map(|(name, c)| (c.fid, name))
+                .collect();
+            let evicted = lost
+                && self
+                    .mdc(dir.mdt_index())
+                    .map_or(true, |m| m.incarnation() != d.incarnation);
+            let dropped = evicted.then(|| {
+                d.answered.clear();
+                d.unlinking.clear();
+                d.since = None;
+                std::mem::take(&mut d.items)
+            });
+            (dropped, covered)
+        };
+        self.ask_later(dir);
+        if let Some(dropped) = dropped {
+            if !dropped.is_empty() {
+                self.delegated
+                    .pending
+                    .fetch_sub(dropped.len(), Ordering::AcqRel);
+                let why = format!("never sent: evicted by MDT{:04x}", dir.mdt_index());
+                self.note_lost(dir, dropped.len(), &why);
+            }
+        } else if lost {
+            // The sender thread sends it once the MDT answers.
+            self.wake_delegated_sender();
+            return covered;
+        } else if let Err(e) = self.flush_delegated(dir) {
+            tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
+        }
+        self.drop_closed();
+        covered
+    }
+
+    /// Forgets the closing directories with nothing left to send.
+    fn drop_closed(&self) {
+        let mut dirs = self.delegated.dirs.lock();
+        dirs.retain(|_, d| !(d.closing && d.items.is_empty() && d.in_flight == 0));
+        self.delegated.held.store(dirs.len(), Ordering::Release);
+    }
+
+    /// Wakes the sender thread (something to send).
+    pub(super) fn wake_delegated_sender(&self) {
+        if let Some(t) = self.delegated_sender.get() {
+            t.unpark();
+        }
+    }
+
+    /// Starts the thread that sends what waited [`DELEGATED_SEND_MS`], and what lost
+    /// delegations left (once). It sleeps while nothing is pending (woken by the first
+    /// create answered, or each second to see whether its client is gone).
+    pub(super) fn start_delegated_sender(&self) {
+        if self.delegated_sender_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.me.clone();
+        let started = std::thread::Builder::new()
+            .name("delegated-send".into())
+            .spawn(move || loop {
+                let idle = me
+                    .upgrade()
+                    .is_none_or(|c| c.delegated.pending.load(Ordering::Acquire) == 0);
+                if idle {
+                    std::thread::park_timeout(Duration::from_secs(1));
+                } else {
+                    std::thread::sleep(Duration::from_millis(DELEGATED_SEND_MS / 2));
+                }
+                // A test holds the sender here to keep creates answered and not sent.
+                nacre_net::fault::point("client.delegated.sender");
+                let Some(client) = me.upgrade() else { return };
+                let due: Vec<Fid> = client
+                    .delegated
+                    .dirs
+                    .lock()
+                    .iter()
+                    .filter(|(_, d)| {
+                        (d.closing && !d.items.is_empty())
+                            || d.since.is_some_and(|t| {
+                                t.elapsed() >= Duration::from_millis(DELEGATED_SEND_MS)
+                            })
+                    })
+                    .map(|(f, _)| *f)
+                    .collect();
+                for dir in due {
+                    if let Err(e) = client.flush_delegated(dir) {
+                        tracing::warn!("sending the creates of {dir}: {e}");
+                    }
+                }
+                client.drop_closed();
+            });
+        match started {
+            Ok(h) => {
+                let _ = self.delegated_sender.set(h.thread().clone());
+            }
+            Err(e) => tracing::warn!("no thread to send delegated creates: {e}"),
+        }
+    }
+}
+
+/// How many of `items`, from the first, go in one batch: the changes of one kind, at most
+/// a batch's worth.
+fn leading_run(items: &[Item]) -> usize {
+    let Some(first) = items.first() else {
+        return 0;
+    };
+    let (creates, max) = match first {
+        Item::Create(_) => (true, CREATE_BATCH_ITEMS_MAX),
+        Item::Unlink(_) => (false, UNLINK_BATCH_ITEMS_MAX),
+    };
+    items
+        .iter()
+        .take(max)
+        .take_while(|i| matches!(i, Item::Create(_)) == creates)
+        .count()
+}

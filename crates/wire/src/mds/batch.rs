@@ -1,0 +1,45 @@
+//! The items of batched namespace changes ([`super::MdsOp::CreateBatch`],
+//! [`super::MdsOp::UnlinkBatch`]): what a client that answered them itself sends.
+
+use nacre_types::Fid;
+use serde::{Deserialize, Serialize};
+
+/// One file of a [`super::MdsOp::CreateBatch`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCreate {
+    /// The FID the client gave it, from one of its grants.
+    pub fid: Fid,
+    /// Name in the batch's directory.
+    pub name: Vec<u8>,
+    /// Permission bits (the client applied its umask).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// When the client answered the create: the file's times and its directory's
+    /// modification, so they do not change when the batch arrives (the MDT's own clock
+    /// instead when this is more than [`BATCH_TIME_SKEW_MS_MAX`] from it, or invalid).
+    pub time: nacre_types::TimeSpec,
+}
+
+/// Furthest a [`BatchCreate`]'s time may be from the MDT's clock to be taken.
+pub const BATCH_TIME_SKEW_MS_MAX: u64 = 60_000;
+
+/// Most files in one [`super::MdsOp::CreateBatch`].
+pub const CREATE_BATCH_ITEMS_MAX: usize = 256;
+
+/// One name of a [`super::MdsOp::UnlinkBatch`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchUnlink {
+    /// The file the name must lead to (as the client saw it).
+    pub fid: Fid,
+    /// Name in the batch's directory.
+    pub name: Vec<u8>,
+    /// When the client answered the unlink: its directory's modification (the MDT's own
+    /// clock instead when this is more than [`BATCH_TIME_SKEW_MS_MAX`] from it, or invalid).
+    pub time: nacre_types::TimeSpec,
+}
+
+/// Most names in one [`super::MdsOp::UnlinkBatch`].
+pub const UNLINK_BATCH_ITEMS_MAX: usize = 256;
