@@ -5,6 +5,9 @@
 #   embedded   `nacre up` (one process, 4 OSTs)
 #   networked  an MGS+MDT0 process, two OSS processes with two OSTs each, one separate
 #              `nacre mount` process, all over TCP on loopback
+#   async      the same servers through a second `nacre mount` process with
+#              `--async-dirops true` (creates and unlinks answered by the mount in
+#              directories delegated to it)
 # in IO500's phase order (so stats run long after the creates). Each mdtest phase is its own
 # run (-C, -T, -E, -r) with -Y: a sync after the phase, inside its timing, so buffered work
 # counts once durable. Beside each rate: CPU-µs per operation (or per MiB) of the Nacre
@@ -12,25 +15,27 @@
 # machine (mdtest, the kernel's FUSE and TCP included): on loopback, round trips are CPU.
 # Not a test: it asserts nothing.
 #   MDTEST=/path/mdtest IOR=/path/ior bench/real.sh [WORK]
-#   (MPIRUN=mpirun ONLY="local embedded networked" EASY=10000 HARD=5000 IOR_SIZE=1g
+#   (MPIRUN=mpirun ONLY="local embedded networked async" EASY=10000 HARD=5000 IOR_SIZE=1g
 #    SEGMENTS=5000)
 set -euo pipefail
 : "${MDTEST:?set MDTEST to the path of an mdtest binary (github hpc/ior)}"
 : "${IOR:?set IOR to the path of an ior binary (github hpc/ior)}"
 WORK="${1:-/var/tmp/nacre-real}"
 MPIRUN="${MPIRUN:-mpirun}"
-ONLY="${ONLY:-local embedded networked}"
+ONLY="${ONLY:-local embedded networked async}"
 EASY="${EASY:-10000}"
 HARD="${HARD:-5000}"
 IOR_SIZE="${IOR_SIZE:-1g}"
 SEGMENTS="${SEGMENTS:-5000}"
 source "$(dirname "$0")/common.sh"
 WORK="$(realpath -m "$WORK")"
-rm -rf "$WORK"; mkdir -p "$WORK/local" "$WORK/emb/mnt" "$WORK/net/mnt"
+rm -rf "$WORK"; mkdir -p "$WORK/local" "$WORK/emb/mnt" "$WORK/net/mnt" "$WORK/net/amnt"
 pids=()
 cleanup() {
-  mountpoint -q "$WORK/net/mnt" 2>/dev/null \
-    && { "$NACRE" umount "$WORK/net/mnt" || "$NACRE" umount -f "$WORK/net/mnt"; }
+  local m
+  for m in "$WORK/net/mnt" "$WORK/net/amnt"; do
+    mountpoint -q "$m" 2>/dev/null && { "$NACRE" umount "$m" || "$NACRE" umount -f "$m"; }
+  done
   "$NACRE" down "$WORK/emb/mnt" >/dev/null 2>&1 || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   return 0
@@ -54,7 +59,9 @@ proc_ticks() {
 EMB_PIDS=("$(pgrep -f "nacre up $WORK/emb/data" | head -1)")
 OSTS_PER_OSS=2 net_up "$WORK/net" real
 "$NACRE" mount "$MGS@tcp:/real" "$WORK/net/mnt" >/dev/null
-NET_PIDS=("${pids[@]}" "$(pgrep -f "nacre mount $MGS@tcp:/real" | head -1)")
+NET_PIDS=("${pids[@]}" "$(pgrep -f "nacre mount $MGS@tcp:/real $WORK/net/mnt" | head -1)")
+"$NACRE" mount "$MGS@tcp:/real" "$WORK/net/amnt" --async-dirops true >/dev/null
+ASYNC_PIDS=("${pids[@]}" "$(pgrep -f "nacre mount $MGS@tcp:/real $WORK/net/amnt" | head -1)")
 
 # measure FORM OPS LABEL CMD...: runs CMD; prints "LABEL rate nacre-µs/op machine-µs/op"
 # where rate is what the command printed (its last line), OPS the operations (or MiB).
@@ -64,6 +71,7 @@ measure() {
   case "$form" in
     embedded) procs=("${EMB_PIDS[@]}") ;;
     networked) procs=("${NET_PIDS[@]}") ;;
+    async) procs=("${ASYNC_PIDS[@]}") ;;
   esac
   p0=$(proc_ticks "${procs[@]}"); m0=$(cpu_ticks)
   out=$("$@" | tail -1)
@@ -89,6 +97,7 @@ for form in $ONLY; do
     local) P="$WORK/local" ;;
     embedded) P="$WORK/emb/mnt" ;;
     networked) P="$WORK/net/mnt" ;;
+    async) P="$WORK/net/amnt" ;;
   esac
   echo "measuring $form ..." >&2
   mkdir -p "$P/ior-easy" "$P/ior-hard" "$P/md-easy" "$P/md-hard"
