@@ -683,3 +683,98 @@ fn unlinks_answered_by_the_mount_reach_the_mdt_in_order() {
     drop(a);
     lfsck_clean(&src);
 }
+
+/// Unlinks the mount answered and never sent are lost with its eviction, as its creates
+/// are: the files stay, for the other mount and for the evicted one once it is a new
+/// client, the lost unlinks are counted, and the namespace checker finds nothing.
+#[test]
+fn an_evicted_mount_loses_only_the_unlinks_it_never_sent() {
+    let fsname = "asyncevu";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    for i in 0..6 {
+        fs::File::create(da.join(format!("s{i}"))).unwrap();
+    }
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    until_counter(&a, fsname, "pending", 0);
+    // One sent, then five answered and held.
+    fs::remove_file(da.join("s5")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    hold_sender(&a);
+    for i in 0..5 {
+        fs::remove_file(da.join(format!("s{i}"))).unwrap();
+    }
+    assert!(!da.join("s0").exists(), "gone here");
+    assert_eq!(counter(&a, fsname, "pending"), 5, "answered, not sent");
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+    let pid = a.pid().expect("the mount's process") as i32;
+    // SAFETY: signals to a child process of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let seen = names(&fs.path("d"));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(seen, numbered("s", 5), "what was never sent stays");
+    release_sender(&a);
+    until_counter(&a, fsname, "lost", 5);
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(
+        names(&da),
+        numbered("s", 5),
+        "the evicted mount sees them again"
+    );
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
+/// An MDT killed -9 inside an unlink batch's transaction loses it; the mount, never
+/// answered, sends it again to the restarted MDT: every name goes once, nothing is counted
+/// lost, the inode quota falls by exactly the files, and the namespace checker finds
+/// nothing.
+#[test]
+fn an_mdt_killed_inside_an_unlink_batch_removes_once_back() {
+    let fsname = "asynckmu";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    for i in 0..20 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    fs::File::create(da.join("kept")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let before = root_inodes(&src);
+    hold_sender(&a);
+    for i in 0..20 {
+        fs::remove_file(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 20);
+    let mds = &mut fs.servers_mut()[0];
+    fail_loc(mds.pid(), "mds.unlink_batch.made");
+    release_sender(&a);
+    assert!(
+        mds.wait_exit(Duration::from_secs(30)),
+        "the MDT did not die"
+    );
+    mds.restart();
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
+    assert_eq!(
+        names(&fs.path("d")),
+        vec!["kept"],
+        "the other mount sees them gone"
+    );
+    assert_eq!(
+        root_inodes(&src),
+        before - 20,
+        "the quota falls by exactly them"
+    );
+    drop(a);
+    lfsck_clean(&src);
+}

@@ -21,13 +21,14 @@ impl Client {
     }
 
     /// Makes `items` in directory `parent` in one request (at most
-    /// `CREATE_BATCH_ITEMS_MAX`), each with the FID it names from this client's grants:
+    /// `CREATE_BATCH_ITEMS_MAX`), each with the FID it names from this client's grants
+    /// (`ESHUTDOWN` if this client was evicted: never sent again as the new client):
     /// one result per item, in order (`E2BIG` for the items the MDT left untried: their
     /// reply would not fit; send them again). The layouts are remembered, as a create's.
     pub fn create_batch(&self, parent: Fid, items: Vec<BatchCreate>) -> Result<Vec<Created>> {
         let n = items.len();
         let op = MdsOp::CreateBatch { parent, items };
-        let results = match self.mdc(parent.mdt_index())?.call(op)? {
+        let results = match self.mdc(parent.mdt_index())?.call_unrenewed(op)? {
             MdsReply::Created(r) if r.len() == n => r,
             _ => return Err(ClientError::from(Status::Proto)),
         };
@@ -41,7 +42,8 @@ impl Client {
 
     /// Removes `items` from directory `parent` in one request (at most
     /// `UNLINK_BATCH_ITEMS_MAX`), each name only if it still leads to the FID it names: one
-    /// result per item, in order.
+    /// result per item, in order (`ESHUTDOWN` if this client was evicted: never sent again
+    /// as the new client, whose view of the names is not the old one's).
     pub fn unlink_batch(
         &self,
         parent: Fid,
@@ -49,7 +51,7 @@ impl Client {
     ) -> Result<Vec<std::result::Result<(), Status>>> {
         let n = items.len();
         let op = MdsOp::UnlinkBatch { parent, items };
-        match self.mdc(parent.mdt_index())?.call(op)? {
+        match self.mdc(parent.mdt_index())?.call_unrenewed(op)? {
             MdsReply::Unlinked(r) if r.len() == n => Ok(r),
             _ => Err(ClientError::from(Status::Proto)),
         }

@@ -452,20 +452,29 @@ impl Mdc {
         if let Some(before) = self.before.get() {
             before(&op);
         }
-        self.call_unhooked(op, lock_bits)
+        self.call_unhooked(op, lock_bits, true)
     }
 
     /// A request of this `Mdc`'s own (reconnection, replay, commit, lock traffic): sent
     /// without the hook of [`Mdc::set_before_request`], which may itself be sending.
     pub(crate) fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
-        self.call_unhooked(op, 0).map(|(reply, _)| reply)
+        self.call_unhooked(op, 0, true).map(|(reply, _)| reply)
     }
 
-    /// [`Mdc::call_with`] without the hook.
+    /// A request that is this client incarnation's only: one refused because the client
+    /// was evicted fails (`ESHUTDOWN`) instead of going again as the new client (changes
+    /// a client answered itself before its eviction are void: crate::delegated).
+    pub(crate) fn call_unrenewed(&self, op: MdsOp) -> Result<MdsReply> {
+        self.call_unhooked(op, 0, false).map(|(reply, _)| reply)
+    }
+
+    /// [`Mdc::call_with`] without the hook; `renew`: a request refused because this client
+    /// was evicted goes again once as the new client.
     fn call_unhooked(
         &self,
         op: MdsOp,
         lock_bits: u8,
+        renew: bool,
     ) -> Result<(MdsReply, Option<nacre_ldlm::msg::LockRef>)> {
         let lock_bits = match self.sink.get() {
             Some(_) => lock_bits,
@@ -512,6 +521,10 @@ impl Mdc {
                 .map_err(|e| ClientError::Rpc(e.into()))
                 .and_then(|reply| Ok(decode_reply::<MdsAnswer>(reply)?.0));
             match result {
+                Err(e) if e.status() == Status::Shutdown && !renew => {
+                    self.evicted(call.client);
+                    break Err(e);
+                }
                 Err(e) if e.status() == Status::Shutdown && !renewed => {
                     // Refused before it ran: safe to send as the new client.
                     self.evicted(call.client);

@@ -55,6 +55,15 @@ impl Client {
                 return Ok(());
             }
             let n = items.len();
+            let evicted_before = self
+                .mdc(dir.mdt_index())
+                .map_or(true, |m| m.incarnation() != incarnation);
+            if evicted_before {
+                // Answered by an incarnation of this client the MDT evicted: void.
+                let lost = every(&items, "evicted before they were sent");
+                self.delegated_done(dir, &items, n, lost);
+                continue;
+            }
             let cred = cred.unwrap_or_else(nacre_types::cred::current);
             let sent = nacre_types::cred::with(cred, || self.send_run(dir, &items));
             self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -77,7 +86,7 @@ impl Client {
                         }
                     }
                     drop(dirs);
-                    let lost = vec![format!("all {n} ({e})")];
+                    let lost = every(&items, &e.to_string());
                     self.delegated_done(dir, &items, n, lost);
                     return Err(e);
                 }
@@ -332,4 +341,12 @@ fn leading_run(items: &[Item]) -> usize {
         .take(max)
         .take_while(|i| matches!(i, Item::Create(_)) == creates)
         .count()
+}
+
+/// `why` for each of `items`, as a lost change is logged.
+fn every(items: &[Item], why: &str) -> Vec<String> {
+    items
+        .iter()
+        .map(|i| format!("{} ({why})", String::from_utf8_lossy(i.name())))
+        .collect()
 }
