@@ -778,3 +778,50 @@ fn an_mdt_killed_inside_an_unlink_batch_removes_once_back() {
     drop(a);
     lfsck_clean(&src);
 }
+
+/// A name the mount answered the create of, then removed through the MDT (its queue was
+/// full) and made anew there (a fifo), is not unlinked from what the mount knew of it: its
+/// unlink goes to the MDT and removes the fifo, for every mount, with nothing lost.
+#[test]
+fn a_name_changed_through_the_mdt_is_not_unlinked_from_a_stale_view() {
+    let fsname = "asyncst";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    // Nine directories of 250 answered creates each, held: past the 2,048 the mount keeps
+    // (a directory's creates go at 256 each, whatever the sender).
+    hold_sender(&a);
+    'fill: for d in 0..20 {
+        let dir = da.join(format!("s{d}"));
+        fs::create_dir(&dir).unwrap();
+        for i in 0..250 {
+            fs::File::create(dir.join(format!("f{i}"))).unwrap();
+            if i % 10 == 9 && counter(&a, fsname, "pending") >= 2048 {
+                break 'fill;
+            }
+        }
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 2048, "the queue is full");
+    let da = da.join("s0");
+    // f10: answered by the mount (a directory's first create may go to the MDT).
+    let unlinked = counter(&a, fsname, "unlinked");
+    fs::remove_file(da.join("f10")).unwrap();
+    assert_eq!(counter(&a, fsname, "unlinked"), unlinked, "through the MDT");
+    release_sender(&a);
+    let fifo = std::ffi::CString::new(da.join("f10").to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    fs::remove_file(da.join("f10")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
+    assert!(
+        !fs.path("d/s0/f10").exists(),
+        "the fifo is gone for the other mount"
+    );
+    drop(a);
+    lfsck_clean(&fs.source());
+}

@@ -271,6 +271,9 @@ fn batches_are_refused_fids_that_are_not_their_clients_own() {
         .map(|i| item(nth(fa, 9), &format!("m{i}"), 0))
         .collect();
     assert_eq!(root(&mut a, many).0, Status::Inval as i32);
+    // One name twice (each item reads the directory as it was): refused whole.
+    let twice = vec![item(nth(fa, 10), "dup", 0), item(nth(fa, 11), "dup", 0)];
+    assert_eq!(root(&mut a, twice).0, Status::Inval as i32);
     assert_eq!(
         a.call(MdsOp::GrantFids { count: 0 }).0,
         Status::Inval as i32
@@ -721,6 +724,13 @@ fn unlink_batches_remove_only_what_their_sender_may() {
     assert_eq!(unlink(&mut s, parent, Vec::new()).0, Status::Inval as i32);
     let over = vec![gone(f(0), "f0"); nacre_wire::mds::UNLINK_BATCH_ITEMS_MAX + 1];
     assert_eq!(unlink(&mut s, parent, over).0, Status::Inval as i32);
+    // A name or a file twice (two names of one file): refused whole, nothing removed.
+    let twice = vec![gone(f(0), "f0"), gone(f(0), "f0")];
+    assert_eq!(unlink(&mut s, parent, twice).0, Status::Inval as i32);
+    fs::hard_link(dir.join("f0"), dir.join("f0-link")).unwrap();
+    let two_names = vec![gone(f(0), "f0"), gone(f(0), "f0-link")];
+    assert_eq!(unlink(&mut s, parent, two_names).0, Status::Inval as i32);
+    fs::remove_file(dir.join("f0-link")).unwrap();
     assert!(dir.join("f0").exists());
     // Each item on its own: a stale FID, a directory, a missing name, and two that go.
     let (st, r) = unlink(
@@ -730,7 +740,7 @@ fn unlink_batches_remove_only_what_their_sender_may() {
             gone(f(0), "f0"),
             gone(f(3), "f1"),
             gone(fid_at(&dir.join("sub")), "sub"),
-            gone(f(2), "nothing"),
+            gone(Fid::new(parent.seq, 0xdead), "nothing"),
             gone(f(2), "f2"),
         ],
     );

@@ -304,15 +304,26 @@ impl Shared {
     /// in its place (once: a second caller finds it done).
     fn undefer(&self, fh: FileHandle, file: &Arc<OpenFile>) -> Result<Arc<OpenFile>, Errno> {
         let _one = self.undefer_locks[fh.0 as usize % UNDEFER_LOCKS].lock();
-        if let Some(now) = self.files.lock().get(&fh.0) {
-            if !now.is_deferred() {
-                return Ok(now.clone());
-            }
+        match self.files.lock().get(&fh.0) {
+            Some(now) if !now.is_deferred() => return Ok(now.clone()),
+            Some(_) => {}
+            // Released meanwhile.
+            None => return Err(Errno::EBADF),
         }
         let mut opened = self.client.undefer(file).map_err(|e| errno(&e))?;
         opened.set_kernel_kills_privs();
         let opened = Arc::new(opened);
-        self.files.lock().insert(fh.0, opened.clone());
+        let mut files = self.files.lock();
+        if !files.contains_key(&fh.0) {
+            // Released while it was being opened: closed again, not brought back.
+            drop(files);
+            if let Err(e) = self.client.close(&opened) {
+                tracing::warn!("closing {} released while it opened: {e}", file.fid);
+            }
+            return Err(Errno::EBADF);
+        }
+        files.insert(fh.0, opened.clone());
+        drop(files);
         self.deferred_gone(file.fid);
         Ok(opened)
     }

@@ -42,6 +42,10 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         mdt.lookup(parent, name).ok().flatten().map(|d| d.fid)
     };
     let mut t = Vec::new();
+    // Nothing looked up for a batch past its bound (refused by perm::check).
+    if !crate::ops::batch::within_bounds(op) {
+        return t;
+    }
     match op {
         MdsOp::Create {
             parent,

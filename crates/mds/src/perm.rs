@@ -42,6 +42,10 @@ pub fn refuses(mdt: &Mdt, call: &MdsCall) -> bool {
 /// Whether the caller of `call` may run it here; `Ok` lets it run.
 pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
     let (cred, op) = (&call.cred, &call.op);
+    // A batch past its bound is refused before anything is looked up for its items.
+    if !crate::ops::batch::within_bounds(op) {
+        return Err(Status::Inval);
+    }
     if cred.is_root() {
         return Ok(());
     }

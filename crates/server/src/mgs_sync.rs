@@ -64,7 +64,7 @@ pub(crate) fn start(
                 applied = apply_persistent_params(&first, &registry, applied);
                 let enforced = nodemaps;
                 nodemaps = fetch_nodemaps(&first, nodemaps);
-                if enforced.is_some() && nodemaps != enforced {
+                if nodemaps != enforced {
                     // Holders checked creates with the ids the old nodemaps let through.
                     mds.revoke_delegations("the nodemaps changed");
                 }

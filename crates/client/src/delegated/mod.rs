@@ -287,7 +287,9 @@ impl Client {
             {
                 return Ok(None);
             }
-            if d.cred.as_ref().is_some_and(|c| *c != cred) && !d.items.is_empty() {
+            if d.cred.as_ref().is_some_and(|c| *c != cred)
+                && (!d.items.is_empty() || d.in_flight > 0)
+            {
                 drop(dirs);
                 self.flush_delegated(parent)?;
                 return self.create_delegated(parent, name, perm, uid, gid);
@@ -439,6 +441,10 @@ impl Client {
             op,
             MdsOp::CreateBatch { .. }
                 | MdsOp::UnlinkBatch { .. }
+                // Only of a handle opened at the MDT (its create sent), and sent by a
+                // callback of a batch's own lock (a kept open of a file it removes): it
+                // must not wait for that batch.
+                | MdsOp::Close { .. }
                 | MdsOp::GrantFids { .. }
                 | MdsOp::DelegateDir { .. }
                 | MdsOp::LockPoll { .. }

@@ -76,7 +76,8 @@ impl Client {
                     let mut dirs = self.delegated.dirs.lock();
                     if let Some(d) = dirs.get_mut(&dir) {
                         let failing = d.failing_since.get_or_insert_with(Instant::now).elapsed();
-                        if !evicted && failing < Duration::from_millis(RETRY_MS_MAX) {
+                        if !evicted && !refused(&e) && failing < Duration::from_millis(RETRY_MS_MAX)
+                        {
                             // Not answered: kept, in order, to be sent again.
                             d.in_flight -= n;
                             let later = std::mem::replace(&mut d.items, items);
@@ -349,4 +350,27 @@ fn every(items: &[Item], why: &str) -> Vec<String> {
         .iter()
         .map(|i| format!("{} ({why})", String::from_utf8_lossy(i.name())))
         .collect()
+}
+
+/// True if the MDT answered `e` to the whole batch: sending it again gets the same answer
+/// (anything else — the network, a restart — is worth sending again).
+fn refused(e: &crate::ClientError) -> bool {
+    use nacre_net::RpcError;
+    matches!(
+        e,
+        crate::ClientError::Rpc(RpcError::Status(
+            Status::Perm
+                | Status::Access
+                | Status::RoFs
+                | Status::Inval
+                | Status::Proto
+                | Status::NotDir
+                | Status::NoEnt
+                | Status::Stale
+                | Status::XDev
+                | Status::DQuot
+                | Status::NotSupp
+                | Status::Shutdown
+        ))
+    )
 }

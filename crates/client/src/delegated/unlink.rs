@@ -63,7 +63,9 @@ impl Client {
                     return Ok(false);
                 }
             }
-            if d.cred.as_ref().is_some_and(|c| *c != cred) && !d.items.is_empty() {
+            if d.cred.as_ref().is_some_and(|c| *c != cred)
+                && (!d.items.is_empty() || d.in_flight > 0)
+            {
                 drop(dirs);
                 self.flush_delegated(parent)?;
                 return self.unlink_delegated(parent, name);
@@ -76,6 +78,9 @@ impl Client {
                 time: now,
             }));
             d.unlinking.insert(fid);
+            if let Some(a) = d.answered.get_mut(&fid) {
+                a.nlink = 0;
+            }
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
             d.attr.ctime = now;
@@ -105,24 +110,34 @@ impl Client {
             return None;
         }
         let dirs = self.delegated.dirs.lock();
-        dirs.get(&parent)?.covered.get(name).map(|c| c.fid)
+        let c = dirs.get(&parent)?.covered.get(name)?;
+        c.owner.is_some().then_some(c.fid)
     }
 
-    /// Before `op`: a name it replaces, or a file whose owner it changes, is one this client
-    /// no longer unlinks itself (what it knows of it may be stale).
+    /// Before `op` goes to the MDT: a name it removes, replaces or makes anew, or a file
+    /// whose owner it changes, is one this client no longer unlinks itself (what it knows
+    /// of it may be stale). The kernel still forgets it when the delegation goes.
     pub(super) fn stale_covered(&self, op: &MdsOp) {
+        let mut names: Vec<(Fid, &[u8])> = Vec::with_capacity(2);
         match op {
             MdsOp::Rename {
+                src_parent,
+                src_name,
                 dst_parent,
                 dst_name,
                 ..
             } => {
-                if let Some(d) = self.delegated.dirs.lock().get_mut(dst_parent) {
-                    if let Some(c) = d.covered.get_mut(dst_name) {
-                        c.owner = None;
-                    }
-                }
+                names.push((*src_parent, src_name));
+                names.push((*dst_parent, dst_name));
             }
+            MdsOp::Unlink { parent, name }
+            | MdsOp::Rmdir { parent, name }
+            | MdsOp::Create { parent, name, .. }
+            | MdsOp::Mkdir { parent, name, .. }
+            | MdsOp::MkdirOn { parent, name, .. }
+            | MdsOp::MkdirStriped { parent, name, .. }
+            | MdsOp::Symlink { parent, name, .. }
+            | MdsOp::Link { parent, name, .. } => names.push((*parent, name)),
             MdsOp::SetAttr { fid, attr } if attr.uid.is_some() => {
                 for d in self.delegated.dirs.lock().values_mut() {
                     for c in d.covered.values_mut().filter(|c| c.fid == *fid) {
@@ -131,6 +146,15 @@ impl Client {
                 }
             }
             _ => {}
+        }
+        if names.is_empty() {
+            return;
+        }
+        let mut dirs = self.delegated.dirs.lock();
+        for (parent, name) in names {
+            if let Some(c) = dirs.get_mut(&parent).and_then(|d| d.covered.get_mut(name)) {
+                c.owner = None;
+            }
         }
     }
 }

@@ -25,6 +25,11 @@ pub fn run(
     if items.is_empty() || items.len() > CREATE_BATCH_ITEMS_MAX {
         return Err(Status::Inval);
     }
+    // Each item reads the store as it was before the batch: a name twice would be made
+    // twice (the second entry hiding the first inode).
+    if repeats(items.iter().map(|i| &i.name[..])) {
+        return Err(Status::Inval);
+    }
     let mut dir = tx.dir(parent)?;
     // Answered already by the delegation's holder (or acknowledged before a restart): its
     // files count against the quotas and are never refused for them (delegations.rs).
@@ -100,6 +105,22 @@ fn create_one(
     tx.replay = None;
     tx.given_fid = None;
     made
+}
+
+/// True if one of `keys` comes twice.
+pub(crate) fn repeats<'a>(keys: impl Iterator<Item = &'a [u8]>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    keys.into_iter().any(|k| !seen.insert(k))
+}
+
+/// True unless `op` is a batch of no item or of more than its bound.
+pub(crate) fn within_bounds(op: &nacre_wire::mds::MdsOp) -> bool {
+    use nacre_wire::mds::{MdsOp, UNLINK_BATCH_ITEMS_MAX};
+    match op {
+        MdsOp::CreateBatch { items, .. } => (1..=CREATE_BATCH_ITEMS_MAX).contains(&items.len()),
+        MdsOp::UnlinkBatch { items, .. } => (1..=UNLINK_BATCH_ITEMS_MAX).contains(&items.len()),
+        _ => true,
+    }
 }
 
 /// `time` (a client's) if valid and within [`BATCH_TIME_SKEW_MS_MAX`] of `now`.

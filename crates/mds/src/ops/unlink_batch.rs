@@ -20,6 +20,14 @@ pub fn run(
     if items.is_empty() || items.len() > UNLINK_BATCH_ITEMS_MAX {
         return Err(Status::Inval);
     }
+    // Each item reads the store as it was before the batch: a name or a file twice would
+    // drop a link twice (counts falling twice, a file left with no name).
+    let mut fids = std::collections::HashSet::with_capacity(items.len());
+    if super::batch::repeats(items.iter().map(|i| &i.name[..]))
+        || !items.iter().all(|i| fids.insert(i.fid))
+    {
+        return Err(Status::Inval);
+    }
     let mut dir = tx.dir(parent)?;
     let mut results = Vec::with_capacity(items.len());
     let mut latest = None;
