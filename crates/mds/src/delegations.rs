@@ -5,8 +5,8 @@
 //! handler): when a limit appears here or the nodemaps change, every delegation of the MDT
 //! is called back, and a holder that does not cancel in time is evicted. What a holder
 //! answered before sends while it cancels, still under its delegation, and is counted
-//! against the quotas without being refused (`ops::batch`): the application already has
-//! those files.
+//! against the quotas without being refused (`ops::batch::delegation_held`): the application
+//! already has those files.
 
 use crate::mdt::Mdt;
 use nacre_ldlm::msg::DELEGATION;
@@ -51,13 +51,4 @@ pub fn revoke_if_limited(mdt: &Arc<Mdt>) -> usize {
         true => revoke_all(mdt, "a quota limit is enforced"),
         false => 0,
     }
-}
-
-/// True if `client` holds (or is giving back) the delegation of `dir`: the creates it
-/// sends there were answered under it.
-pub fn held_by(mdt: &Mdt, client: &[u8; 16], dir: nacre_types::Fid) -> bool {
-    mdt.delegated.load(Ordering::Acquire)
-        && mdt
-            .ldlm
-            .holds_or_cancels(client, &dir, |bits| bits & DELEGATION != 0)
 }

@@ -50,7 +50,7 @@ pub fn precheck(mdt: &crate::mdt::Mdt, call: &nacre_wire::mds::MdsCall) -> Resul
     if let MdsOp::CreateBatch { parent, items } = op {
         // Answered already by the delegation's holder: counted, never refused
         // (crate::delegations).
-        if crate::delegations::held_by(mdt, &call.client, *parent) {
+        if crate::ops::batch::delegation_held(mdt, &call.client, *parent) {
             return Ok(());
         }
         // Each owner's files of the batch at once (a client batches one user's creates).

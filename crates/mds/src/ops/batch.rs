@@ -33,8 +33,7 @@ pub fn run(
     let mut dir = tx.dir(parent)?;
     // Answered already by the delegation's holder (or acknowledged before a restart): its
     // files count against the quotas and are never refused for them (delegations.rs).
-    let answered =
-        tx.forced_transno.is_some() || crate::delegations::held_by(tx.mdt, &tx.client, parent);
+    let answered = tx.forced_transno.is_some() || delegation_held(tx.mdt, &tx.client, parent);
     let mut results = Vec::with_capacity(items.len());
     let mut made = 0;
     let (mut reply_bytes, mut item_bytes_max) = (0usize, 0usize);
@@ -105,6 +104,20 @@ fn create_one(
     tx.replay = None;
     tx.given_fid = None;
     made
+}
+
+/// True if `client` holds (or is giving back) the delegation of `dir`: the creates it
+/// sends there were answered under it (crate::delegations).
+pub(crate) fn delegation_held(
+    mdt: &crate::mdt::Mdt,
+    client: &[u8; 16],
+    dir: nacre_types::Fid,
+) -> bool {
+    use std::sync::atomic::Ordering;
+    mdt.delegated.load(Ordering::Acquire)
+        && mdt
+            .ldlm
+            .holds_or_cancels(client, &dir, |bits| bits & nacre_ldlm::msg::DELEGATION != 0)
 }
 
 /// True if one of `keys` comes twice.
