@@ -13,7 +13,7 @@ use nacre_testkit::{fail_loc, get_param, lfsck_clean, nacre_ok, ClientMount, For
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A mount of `fs` answering creates itself, at `scratch/mnt_a`.
@@ -61,6 +61,25 @@ fn names(dir: &Path) -> Vec<String> {
 
 fn numbered(prefix: &str, n: usize) -> Vec<String> {
     let mut v: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    v.sort();
+    v
+}
+
+/// A mount answering creates itself, and its directory `d` delegated to it: a file
+/// `first` made there and sent (a directory's first create may go to the MDT).
+fn delegated_dir(fs: &TestFs) -> (ClientMount, PathBuf) {
+    let a = async_mount(fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    (a, da)
+}
+
+/// `PREFIX0` to `PREFIX<n-1>` and `first`, sorted.
+fn numbered_and_first(prefix: &str, n: usize) -> Vec<String> {
+    let mut v = numbered(prefix, n);
+    v.push("first".into());
     v.sort();
     v
 }
@@ -138,11 +157,7 @@ fn an_evicted_mount_loses_only_the_creates_it_never_sent() {
 fn creates_answered_before_an_mdt_restart_are_made_after_it() {
     let fsname = "asyncrs";
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     hold_sender(&a);
     for i in 0..20 {
         fs::File::create(da.join(format!("p{i}"))).unwrap();
@@ -159,19 +174,22 @@ fn creates_answered_before_an_mdt_restart_are_made_after_it() {
     release_sender(&a);
     until_counter(&a, fsname, "pending", 0);
     assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
-    let mut want = numbered("p", 20);
-    want.push("first".into());
-    want.sort();
+    let want = numbered_and_first("p", 20);
     assert_eq!(names(&fs.path("d")), want, "the other mount sees them all");
     drop(a);
     lfsck_clean(&fs.source());
 }
 
+/// Inodes user `uid` owns, as the quota accounting counts them.
+fn inodes_of(src: &str, uid: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", uid, src])).unwrap();
+    v[0]["inodes"].as_u64().unwrap()
+}
+
 /// Inodes root owns, as the quota accounting counts them.
 fn root_inodes(src: &str) -> u64 {
-    let v: serde_json::Value =
-        serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", "0", src])).unwrap();
-    v[0]["inodes"].as_u64().unwrap()
+    inodes_of(src, "0")
 }
 
 /// How often the armed fault point of server process `pid` fired.
@@ -197,11 +215,7 @@ fn a_mount_killed_with_a_batch_in_flight_leaves_it_whole() {
     let fsname = "asynckc";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let src = fs.source();
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     let before = root_inodes(&src);
     hold_sender(&a);
     for i in 0..20 {
@@ -222,9 +236,7 @@ fn a_mount_killed_with_a_batch_in_flight_leaves_it_whole() {
         &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
     ]);
     // The listing calls the dead mount's delegation back; it is evicted.
-    let mut want = numbered("p", 20);
-    want.push("first".into());
-    want.sort();
+    let want = numbered_and_first("p", 20);
     assert_eq!(names(&fs.path("d")), want, "the batch, whole");
     assert_eq!(
         root_inodes(&src),
@@ -244,11 +256,7 @@ fn an_mdt_killed_inside_a_batch_makes_it_once_back() {
     let fsname = "asynckm";
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let src = fs.source();
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     let before = root_inodes(&src);
     hold_sender(&a);
     for i in 0..20 {
@@ -264,9 +272,7 @@ fn an_mdt_killed_inside_a_batch_makes_it_once_back() {
     mds.restart();
     until_counter(&a, fsname, "pending", 0);
     assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
-    let mut want = numbered("p", 20);
-    want.push("first".into());
-    want.sort();
+    let want = numbered_and_first("p", 20);
     assert_eq!(names(&fs.path("d")), want, "the other mount sees them all");
     assert_eq!(
         root_inodes(&src),
@@ -526,16 +532,13 @@ fn a_quota_limit_calls_delegations_back() {
         0,
         "made past the limit, not refused"
     );
-    let mut want = numbered("p", 10);
-    want.push("first".into());
-    want.sort();
+    let want = numbered_and_first("p", 10);
     assert_eq!(names(&fs.path("home")), want);
-    let used = |who: &str| -> u64 {
-        let v: serde_json::Value =
-            serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", who, &src])).unwrap();
-        v[0]["inodes"].as_u64().unwrap()
-    };
-    assert_eq!(used("4300"), 12, "home, first and the ten, counted exactly");
+    assert_eq!(
+        inodes_of(&src, "4300"),
+        12,
+        "home, first and the ten, counted exactly"
+    );
     release_sender(&a);
     let answered = counter(&a, fsname, "answered");
     let (ok, err) = in_home(": > over");
@@ -562,11 +565,7 @@ fn a_nodemap_change_calls_delegations_back() {
     nacre_tests::trusted_default(mgs);
     nacre_tests::enforced(&[mgs]);
     let mgs_pid = mgs.pid();
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     hold_sender(&a);
     for i in 0..5 {
         fs::File::create(da.join(format!("p{i}"))).unwrap();
@@ -579,9 +578,7 @@ fn a_nodemap_change_calls_delegations_back() {
     until_counter(&a, fsname, "directories", 0);
     until_counter(&a, fsname, "pending", 0);
     assert_eq!(counter(&a, fsname, "lost"), 0);
-    let mut want = numbered("p", 5);
-    want.push("first".into());
-    want.sort();
+    let want = numbered_and_first("p", 5);
     assert_eq!(names(&fs.path("d")), want);
     release_sender(&a);
     drop(a);
@@ -598,11 +595,7 @@ fn a_file_open_since_its_create_lives_on_after_its_unlink() {
     use std::io::{Read, Seek};
     let fsname = "asynctmp";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     // (sent before the unlink, owner changed: the unlink goes to the MDT)
     for (i, sent, chowned) in [(0, false, false), (1, true, false), (2, false, true)] {
         let name = format!("tmp{i}");
@@ -654,11 +647,7 @@ fn unlinks_answered_by_the_mount_reach_the_mdt_in_order() {
     let fsname = "asyncrm";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let src = fs.source();
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     let (unlinks, batches) = (served(fsname, "unlink"), served(fsname, "unlink_batch"));
     let inodes = root_inodes(&src);
     let unlinked = counter(&a, fsname, "unlinked");
@@ -786,11 +775,7 @@ fn an_mdt_killed_inside_an_unlink_batch_removes_once_back() {
 fn a_name_changed_through_the_mdt_is_not_unlinked_from_a_stale_view() {
     let fsname = "asyncst";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let a = async_mount(&fs);
-    let da = a.mnt.join("d");
-    fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let (a, da) = delegated_dir(&fs);
     // Nine directories of 250 answered creates each, held: past the 2,048 the mount keeps
     // (a directory's creates go at 256 each, whatever the sender).
     hold_sender(&a);

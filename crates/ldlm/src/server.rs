@@ -443,13 +443,7 @@ impl<K: Kind> Namespace<K> {
         res: &K::Res,
         f: impl Fn(&K::Part) -> bool,
     ) -> bool {
-        let s = self.state.lock();
-        s.by_res.get(res).is_some_and(|ids| {
-            ids.iter().any(|id| {
-                let l = &s.locks[id];
-                l.client == *client && !l.blocked && !l.taken_back && f(&l.part)
-            })
-        })
+        self.holds_any(client, res, |l| !l.blocked && f(&l.part))
     }
 
     /// True if `client` holds a lock on `res` whose part `f` accepts, called back or not
@@ -461,11 +455,17 @@ impl<K: Kind> Namespace<K> {
         res: &K::Res,
         f: impl Fn(&K::Part) -> bool,
     ) -> bool {
+        self.holds_any(client, res, |l| f(&l.part))
+    }
+
+    /// True if `client` holds a lock on `res`, not taken back after a restart, that `f`
+    /// accepts.
+    fn holds_any(&self, client: &ClientId, res: &K::Res, f: impl Fn(&Lock<K>) -> bool) -> bool {
         let s = self.state.lock();
         s.by_res.get(res).is_some_and(|ids| {
             ids.iter().any(|id| {
                 let l = &s.locks[id];
-                l.client == *client && !l.taken_back && f(&l.part)
+                l.client == *client && !l.taken_back && f(l)
             })
         })
     }

@@ -55,21 +55,13 @@ pub fn run(
         results.push(r);
     }
     if made > 0 {
-        // The directory changed when the client answered its last create (as it told its
-        // callers), or now.
         let latest = items
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_ok())
             .filter_map(|(i, _)| client_time(tx.now, i.time))
             .max();
-        let before = dir.attr.mtime;
-        tx.touch(&mut dir);
-        if let Some(t) = latest {
-            dir.attr.mtime = t.max(before);
-            dir.attr.ctime = dir.attr.mtime;
-        }
-        tx.put_inode(&dir);
+        date_dir(tx, &mut dir, latest);
     }
     // Everything made, nothing committed: a kill here loses the whole batch, which the
     // client (never answered) sends again.
@@ -118,6 +110,22 @@ pub(crate) fn delegation_held(
         && mdt
             .ldlm
             .holds_or_cancels(client, &dir, |bits| bits & nacre_ldlm::msg::DELEGATION != 0)
+}
+
+/// Records that a batch changed `dir`: when its client answered the last change it made
+/// (`latest`, as it told its callers; never earlier than the directory's time), or now.
+pub(crate) fn date_dir(
+    tx: &mut Tx<'_>,
+    dir: &mut nacre_mdstore::records::InodeRecord,
+    latest: Option<TimeSpec>,
+) {
+    let before = dir.attr.mtime;
+    tx.touch(dir);
+    if let Some(t) = latest {
+        dir.attr.mtime = t.max(before);
+        dir.attr.ctime = dir.attr.mtime;
+    }
+    tx.put_inode(dir);
 }
 
 /// True if one of `keys` comes twice.

@@ -46,14 +46,7 @@ pub fn run(
         results.push(Ok(()));
     }
     if results.iter().any(Result::is_ok) {
-        // The directory changed when the client answered its last unlink, or now.
-        let before = dir.attr.mtime;
-        tx.touch(&mut dir);
-        if let Some(t) = latest {
-            dir.attr.mtime = t.max(before);
-            dir.attr.ctime = dir.attr.mtime;
-        }
-        tx.put_inode(&dir);
+        super::batch::date_dir(tx, &mut dir, latest);
     }
     // Everything removed, nothing committed: a kill here loses the whole batch, which the
     // client (never answered) sends again.
