@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A mount of `fs` answering creates itself, at `scratch/mnt_a`.
-fn async_mount(fs: &TestFs) -> ClientMount {
+pub(crate) fn async_mount(fs: &TestFs) -> ClientMount {
     let mnt = fs.scratch().join("mnt_a");
     fs::create_dir_all(&mnt).unwrap();
     fs.mount_another(&mnt, &["--async-dirops", "true"])
 }
 
 /// One counter of the mount's `llite.FS.async_dirops`.
-fn counter(m: &ClientMount, fsname: &str, what: &str) -> u64 {
+pub(crate) fn counter(m: &ClientMount, fsname: &str, what: &str) -> u64 {
     async_counter(m.pid(), fsname, what)
 }
 
@@ -37,7 +37,7 @@ pub(crate) fn async_counter(pid: Option<u32>, fsname: &str, what: &str) -> u64 {
 }
 
 /// Waits (30 s at most) until the mount's counter `what` is `want`.
-fn until_counter(m: &ClientMount, fsname: &str, what: &str, want: u64) {
+pub(crate) fn until_counter(m: &ClientMount, fsname: &str, what: &str, want: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let now = counter(m, fsname, what);
@@ -85,14 +85,14 @@ fn numbered_and_first(prefix: &str, n: usize) -> Vec<String> {
 }
 
 /// Holds the mount's sender: what it answers from now on stays pending.
-fn hold_sender(m: &ClientMount) {
+pub(crate) fn hold_sender(m: &ClientMount) {
     fail_loc(
         m.pid().expect("mount process"),
         "client.delegated.sender~hold",
     );
 }
 
-fn release_sender(m: &ClientMount) {
+pub(crate) fn release_sender(m: &ClientMount) {
     fail_loc(m.pid().expect("mount process"), "0");
 }
 
@@ -181,7 +181,7 @@ fn creates_answered_before_an_mdt_restart_are_made_after_it() {
 }
 
 /// Inodes user `uid` owns, as the quota accounting counts them.
-fn inodes_of(src: &str, uid: &str) -> u64 {
+pub(crate) fn inodes_of(src: &str, uid: &str) -> u64 {
     let v: serde_json::Value =
         serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", uid, src])).unwrap();
     v[0]["inodes"].as_u64().unwrap()

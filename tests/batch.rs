@@ -14,24 +14,24 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 /// A raw client's session with MDT0000.
-struct Session(RawConn);
+pub(crate) struct Session(pub(crate) RawConn);
 
 impl Session {
-    fn open(addr: &str, fsname: &str, uuid: [u8; 16]) -> Session {
+    pub(crate) fn open(addr: &str, fsname: &str, uuid: [u8; 16]) -> Session {
         let mut s = Session(RawConn::connect(addr, fsname, uuid).unwrap());
         assert_eq!(s.call(MdsOp::Connect).0, 0);
         s
     }
 
     /// Sends `op`; its status and reply.
-    fn call(&mut self, op: MdsOp) -> (i32, Option<MdsReply>) {
+    pub(crate) fn call(&mut self, op: MdsOp) -> (i32, Option<MdsReply>) {
         self.0.send_mds(0, op).unwrap();
         let r = self.0.recv().unwrap();
         (r.header.status, r.mds())
     }
 
     /// A grant of `count` FIDs: its first FID and size.
-    fn grant(&mut self, count: u32) -> (Fid, u32) {
+    pub(crate) fn grant(&mut self, count: u32) -> (Fid, u32) {
         match self.call(MdsOp::GrantFids { count }) {
             (0, Some(MdsReply::FidRange { first, count })) => (first, count),
             other => panic!("grant: {:?}", other.0),
@@ -39,7 +39,11 @@ impl Session {
     }
 
     /// A batch of `items` in `parent`: the status and each item's result.
-    fn batch(&mut self, parent: Fid, items: Vec<BatchCreate>) -> (i32, Vec<Result<Fid, Status>>) {
+    pub(crate) fn batch(
+        &mut self,
+        parent: Fid,
+        items: Vec<BatchCreate>,
+    ) -> (i32, Vec<Result<Fid, Status>>) {
         match self.call(MdsOp::CreateBatch { parent, items }) {
             (0, Some(MdsReply::Created(results))) => (
                 0,
@@ -54,11 +58,11 @@ impl Session {
 }
 
 /// FID `i` of the grant from `first`.
-fn nth(first: Fid, i: u32) -> Fid {
+pub(crate) fn nth(first: Fid, i: u32) -> Fid {
     Fid::new(first.seq, first.oid + i)
 }
 
-fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
+pub(crate) fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
     BatchCreate {
         fid,
         name: name.as_bytes().to_vec(),
@@ -66,6 +70,7 @@ fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
         uid: owner,
         gid: owner,
         time: nacre_types::TimeSpec::now(),
+        data: Vec::new(),
     }
 }
 
@@ -305,7 +310,7 @@ fn delegate(s: &mut Session, fid: Fid, bits: u8) -> (i32, Option<LockRef>) {
 
 /// Registers `poller`'s client as one that handles callbacks (locks are granted only to
 /// such clients): a poll answered at once.
-fn polls(poller: &mut Session) {
+pub(crate) fn polls(poller: &mut Session) {
     let st = poller.call(MdsOp::LockPoll {
         wait_ms: 0,
         epoch: 0,
@@ -324,7 +329,7 @@ fn called_back(poller: &mut Session) -> Vec<LockRef> {
     }
 }
 
-const DELEGATED: u8 = UPDATE | DELEGATION;
+pub(crate) const DELEGATED: u8 = UPDATE | DELEGATION;
 
 /// A directory delegated to a client is that client's until another looks: the mount that
 /// made it loses its `UPDATE` lock on it (its listing is no longer known complete); the

@@ -19,7 +19,7 @@ use std::path::Path;
 const DOM_END: usize = 64 << 10;
 
 /// Makes directory `dir` with the default `-E 64K -L mdt -E -1 -c 2`.
-fn dom_dir(dir: &Path) {
+pub(crate) fn dom_dir(dir: &Path) {
     fs::create_dir(dir).unwrap();
     nacre_testkit::nacre_ok(&[
         "setstripe",

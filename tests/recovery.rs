@@ -2184,6 +2184,7 @@ fn a_lost_batch_of_creates_is_replayed_with_its_fids_and_layouts() {
             uid: 0,
             gid: 0,
             time: nacre_types::TimeSpec::now(),
+            data: Vec::new(),
         })
         .collect();
     let made = c.create_batch(parent, items).unwrap();

@@ -6,9 +6,11 @@
 mod api;
 mod api_attacks;
 mod async_dirops;
+mod async_dirops_data;
 mod atime;
 mod attacks;
 mod batch;
+mod batch_data;
 mod bench;
 mod changelog;
 mod cluster;

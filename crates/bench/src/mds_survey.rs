@@ -130,6 +130,7 @@ fn batch_creates(
                 uid: 0,
                 gid: 0,
                 time: nacre_types::TimeSpec::now(),
+                data: Vec::new(),
             })
             .collect();
         match s.call(client, MdsOp::CreateBatch { parent, items }) {

@@ -195,6 +195,17 @@ impl NacreFs {
         self.shared.inval.clone()
     }
 
+    /// What the lock sink calls before a delegation this mount holds is given back:
+    /// every handle still deferred from a create it answered is opened at the MDT.
+    pub fn deferred_opener(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            if let Some(s) = shared.upgrade() {
+                s.open_deferred_all();
+            }
+        }
+    }
+
     /// Where the node API's socket is named once it serves ([`crate::XATTR_API`]).
     pub fn api_slot(&self) -> Arc<std::sync::OnceLock<std::path::PathBuf>> {
         self.shared.api.clone()
@@ -328,6 +339,28 @@ impl Shared {
         Ok(opened)
     }
 
+    /// A page-cache write through deferred handle `fh` kept to go with its file's create
+    /// (`nacre_client::Client::write_delegated`): the file, or `None` (the write goes as any
+    /// other, the handle opened at the MDT first).
+    fn kept_with_create(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        direct: bool,
+    ) -> Option<Fid> {
+        if direct || self.deferred.lock().is_empty() {
+            return None;
+        }
+        let file = self.files.lock().get(&fh.0).cloned()?;
+        if !file.is_deferred() || self.client.check_handle(&file).is_err() {
+            return None;
+        }
+        self.client
+            .write_delegated(&file, offset, data)
+            .then_some(file.fid)
+    }
+
     /// A deferred handle on `fid` was opened at the MDT or released.
     fn deferred_gone(&self, fid: Fid) {
         let mut deferred = self.deferred.lock();
@@ -357,16 +390,32 @@ impl Shared {
         if !self.deferred.lock().contains_key(&fid) {
             return;
         }
+        self.undefer_where(|f| f.fid == fid, "before its name goes");
+    }
+
+    /// Opens at the MDT every handle still deferred from its create: a delegation goes,
+    /// after which another client may unlink the file, which lives on only for the handles
+    /// the MDT knows open (its creates were sent first, as the delegation went).
+    pub(crate) fn open_deferred_all(&self) {
+        if self.deferred.lock().is_empty() {
+            return;
+        }
+        self.undefer_where(|_| true, "as its delegation goes");
+    }
+
+    /// Opens at the MDT the deferred handles of files `which` picks (`why`, logged if one
+    /// fails).
+    fn undefer_where(&self, which: impl Fn(&OpenFile) -> bool, why: &str) {
         let handles: Vec<(u64, Arc<OpenFile>)> = self
             .files
             .lock()
             .iter()
-            .filter(|(_, f)| f.fid == fid && f.is_deferred())
+            .filter(|(_, f)| f.is_deferred() && which(f))
             .map(|(fh, f)| (*fh, f.clone()))
             .collect();
         for (fh, f) in handles {
             if let Err(e) = self.undefer(FileHandle(fh), &f) {
-                tracing::warn!("opening {fid} before its name goes: {e:?}");
+                tracing::warn!("opening {} {why}: {e:?}", f.fid);
             }
         }
     }

@@ -281,12 +281,25 @@ pub fn mount(
     .with_readdirplus(opts.readdirplus);
     let slot = fs.invalidator_slot();
     let api = fs.api_slot();
+    let open_deferred = fs.deferred_opener();
     let mut session = fuser::Session::new(fs, mountpoint, &config)?;
     // Metadata locks: the kernel caches what they cover and forgets it when they go.
     let invalidator = crate::inval::Invalidator::start(session.notifier())?;
     let _ = slot.set(invalidator.clone());
     let sink = invalidator.clone();
-    client.enable_locks(Arc::new(move |revoked| sink.forget(revoked)));
+    client.enable_locks(Arc::new(move |revoked| {
+        // A delegation given back (its creates sent already): the handles still deferred
+        // from creates answered under it are opened at the MDT before the lock goes, so
+        // the file lives on for them if another client unlinks it. (One lost is not: its
+        // creates are sent later, or were lost with an eviction.)
+        let given_back = |r: &nacre_ldlm::client::Revoked| {
+            r.lock.bits & nacre_ldlm::msg::DELEGATION != 0 && !r.lost
+        };
+        if revoked.iter().any(given_back) {
+            open_deferred();
+        }
+        sink.forget(revoked)
+    }));
     if opts.data_cache {
         let sink = invalidator.clone();
         client.enable_data_locks(Arc::new(move |files| sink.forget_data(files)))?;

@@ -44,11 +44,21 @@ pub fn revoke_all(mdt: &Arc<Mdt>, why: &str) -> usize {
     dirs.len()
 }
 
-/// Calls back `mdt`'s delegations if it now enforces a quota limit (after the quota
-/// master's answer was applied); returns how many directories were delegated.
+/// Calls back `mdt`'s delegations if it now enforces an inode quota limit, or has just
+/// begun to enforce a block limit on its bytes (delegations granted before said their
+/// files' creates may carry bytes: `ops::batch::data_bytes_max`), after the quota master's
+/// answers were applied; returns how many directories were delegated.
 pub fn revoke_if_limited(mdt: &Arc<Mdt>) -> usize {
-    match mdt.quota.any_limited() {
-        true => revoke_all(mdt, "a quota limit is enforced"),
+    let bytes_limited = mdt.dom_quota.any_limited();
+    let bytes_newly = bytes_limited && !mdt.dom_limited.swap(bytes_limited, Ordering::AcqRel);
+    if !bytes_limited {
+        mdt.dom_limited.store(false, Ordering::Release);
+    }
+    if mdt.quota.any_limited() {
+        return revoke_all(mdt, "an inode quota limit is enforced");
+    }
+    match bytes_newly {
+        true => revoke_all(mdt, "a block quota limit on the MDT's bytes is enforced"),
         false => 0,
     }
 }

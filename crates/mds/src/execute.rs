@@ -315,7 +315,7 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
             crate::ops::rename_remote::rename_lock(mdt, *owner, *acquire),
         ),
         MdsOp::AllocFid => to_outgoing(crate::ops::remote_update::alloc_fid(mdt)),
-        MdsOp::DelegateDir { fid } => to_outgoing(delegable(mdt, *fid).map(MdsReply::Attr)),
+        MdsOp::DelegateDir { fid } => to_outgoing(delegable(mdt, *fid)),
         MdsOp::Reopen { opens }
             if opens.len() <= nacre_wire::mds::REOPEN_FIDS_MAX
                 && opens.iter().map(|r| u64::from(r.handles)).sum::<u64>()
@@ -352,8 +352,9 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
 
 /// The attributes of directory `fid` if it may be delegated to a client (`DelegateDir`,
 /// whose lock is granted before this runs): a plain directory of this MDT, while no inode
-/// quota is enforced here.
-fn delegable(mdt: &Mdt, fid: Fid) -> Result<nacre_types::Attr, Status> {
+/// quota is enforced here; with how many bytes its new files may carry with their creates
+/// (`ops::batch::data_bytes_max`).
+fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     if fid.mdt_index() != mdt.label.index {
         return Err(Status::NotSupp);
     }
@@ -364,7 +365,11 @@ fn delegable(mdt: &Mdt, fid: Fid) -> Result<nacre_types::Attr, Status> {
     if mdt.store().dir_stripe(fid)?.is_some() || mdt.quota.any_limited() {
         return Err(Status::NotSupp);
     }
-    Ok(rec.attr)
+    let data_bytes_max = ops::batch::data_bytes_max(mdt, &rec)?;
+    Ok(MdsReply::Delegated {
+        attr: rec.attr,
+        data_bytes_max,
+    })
 }
 
 /// (client, xid, transno, versions before the change) of the request a thread just ran.

@@ -114,7 +114,15 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
         // A swap also takes a file's bytes off the MDT: pages kept under DOM go.
         MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
-            t.push((*fid, UPDATE | LAYOUT | DOM))
+            t.push((*fid, UPDATE | LAYOUT | DOM));
+            // The root's default is the file system's, which new files of directories
+            // without their own get: each delegation said how many bytes their creates
+            // may carry (a directory's own default calls its delegation back by UPDATE).
+            let any = mdt.delegated.load(std::sync::atomic::Ordering::Acquire);
+            if *fid == Fid::ROOT && any {
+                let held = mdt.ldlm.resources_where(|bits| bits & DELEGATION != 0);
+                t.extend(held.into_iter().map(|d| (d, DELEGATION)));
+            }
         }
         // Components instantiated: the other clients read the grown layout before they
         // use it (their kept writes go out with the callback, to objects that stay). A

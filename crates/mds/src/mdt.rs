@@ -98,6 +98,9 @@ pub struct Mdt {
     /// A directory was delegated since the start (`DelegateDir`): reads must look for
     /// delegations held by other clients (locks.rs, `park_read`).
     pub delegated: std::sync::atomic::AtomicBool,
+    /// A block quota limit on the bytes on this MDT was enforced at the last quota sync
+    /// (delegations.rs calls delegations back when one begins).
+    pub dom_limited: std::sync::atomic::AtomicBool,
     /// When each migration's migrator last renewed it (relayout.rs; in memory).
     pub relayout_leases: parking_lot::Mutex<HashMap<Fid, std::time::Instant>>,
     /// `mdt.*.relayout_fence_lease_ms`.
@@ -238,6 +241,7 @@ impl Mdt {
             relayouts_fenced: parking_lot::Mutex::new(relayouts_fenced),
             relayouts_pending: AtomicU64::new(relayouts_pending),
             delegated: std::sync::atomic::AtomicBool::new(false),
+            dom_limited: std::sync::atomic::AtomicBool::new(false),
             relayout_leases: parking_lot::Mutex::new(HashMap::new()),
             relayout_fence_lease_ms: AtomicU64::new(FENCE_LEASE_MS),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),

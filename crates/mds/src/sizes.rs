@@ -89,9 +89,15 @@ impl State {
 impl Sizes {
     /// A new regular file: exactly empty.
     pub fn created(&self, fid: Fid) {
+        self.created_sized(fid, 0, 0);
+    }
+
+    /// A new regular file its create gave `size` bytes (on the MDT) in `blocks` 512-byte
+    /// blocks: exactly that.
+    pub fn created_sized(&self, fid: Fid, size: u64, blocks: u64) {
         let mut s = self.state.lock();
         s.stale.remove(&fid);
-        s.know(fid, 0, 0);
+        s.know(fid, size, blocks);
     }
 
     /// `client` opened `fid`, for writing or not.

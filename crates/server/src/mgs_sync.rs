@@ -191,10 +191,10 @@ pub(crate) fn sync_quotas(
     for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
         let report = mdt.quota.report(|q| mdt.inodes_of(&[q])[0]);
         send(&mdt.quota, report);
-        // A delegation's holder checks no quota: none may be held once a limit is.
-        nacre_mds::delegations::revoke_if_limited(&mdt);
         let report = mdt.dom_quota.report(|q| mdt.store().dom_bytes_of(&[q])[0]);
         send(&mdt.dom_quota, report);
+        // A delegation's holder checks no quota: none may be held once a limit is.
+        nacre_mds::delegations::revoke_if_limited(&mdt);
     }
 }
 

@@ -292,6 +292,12 @@ pub struct StripeChunk {
     pub pieces: Vec<(u64, u64)>,
 }
 
+/// Bytes a file's `stored` bytes on the MDT count for its owner's quotas and its
+/// `st_blocks`: whole 4 KiB blocks, as a local file system allocates them.
+pub fn dom_charged_bytes(stored: usize) -> u64 {
+    (stored as u64).div_ceil(4096) * 4096
+}
+
 impl Layout {
     /// A plain RAID0 layout: one component over the whole file, instantiated with
     /// `objects`.

@@ -625,7 +625,8 @@ pub enum MdsOp {
     /// refused later), and to a client whose nodemap maps ids (its own permission checks
     /// would not be the MDT's). Who may send it: whoever may create in the directory
     /// (write and search), not a read-only nodemap. Not modifying: a lock, in memory, lost
-    /// with a restart. Reply: [`MdsReply::Attr`], the directory's attributes under the lock.
+    /// with a restart. Reply: [`MdsReply::Delegated`], the directory's attributes under the
+    /// lock and how many bytes a file made under it may carry with its create.
     DelegateDir {
         /// The directory.
         fid: Fid,

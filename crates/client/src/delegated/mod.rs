@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod data;
 mod send;
 mod unlink;
 
@@ -94,6 +95,9 @@ struct Dir {
     incarnation: u64,
     /// Going (given back or lost): nothing more is answered in it.
     closing: bool,
+    /// How many bytes from byte 0 a file answered here may carry with its create (the
+    /// MDT's word for as long as the delegation is held: `MdsReply::Delegated`).
+    data_bytes_max: u32,
     /// Items of a batch on its way (the requests that need them wait for it).
     in_flight: usize,
     /// Since when its batches fail (the MDT out of reach).
@@ -127,6 +131,9 @@ pub struct Delegated {
     fids: Mutex<HashMap<u32, (u64, u64, u64, u64)>>,
     /// Items answered and not known made (not sent, or on their way), all directories.
     pending: AtomicUsize,
+    /// Bytes written into files answered here that their creates carry, not known made
+    /// yet, all directories (at most [`DELEGATED_DATA_BYTES_MAX`]).
+    data_bytes: AtomicUsize,
     /// Directories held (`dirs.len()`), read without the lock by every request's hook.
     held: AtomicUsize,
     /// Counters.
@@ -140,6 +147,8 @@ pub struct DelegatedStats {
     pub answered: AtomicU64,
     /// Unlinks answered here.
     pub unlinked: AtomicU64,
+    /// Writes kept to go with their file's create (data on the MDT).
+    pub written: AtomicU64,
     /// Batches sent.
     pub batches: AtomicU64,
     /// Creates the MDT refused after they were answered (lost: logged).
@@ -163,9 +172,10 @@ impl Client {
     pub fn async_dirops_text(&self) -> String {
         let d = &self.delegated;
         format!(
-            "answered {}\nunlinked {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
+            "answered {}\nunlinked {}\nwritten {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
             d.stats.answered.load(Ordering::Relaxed),
             d.stats.unlinked.load(Ordering::Relaxed),
+            d.stats.written.load(Ordering::Relaxed),
             d.stats.batches.load(Ordering::Relaxed),
             d.stats.lost.load(Ordering::Relaxed),
             d.pending.load(Ordering::Relaxed),
@@ -269,6 +279,7 @@ impl Client {
             uid,
             gid,
             time: now,
+            data: Vec::new(),
         };
         let full = {
             let mut dirs = self.delegated.dirs.lock();
@@ -348,12 +359,14 @@ impl Client {
         // After the call, which may have found this client evicted and come back as a new
         // one (an eviction after it shows as the lock not held, below).
         let incarnation = mdc.incarnation();
-        let (attr, lock) = match asked {
-            Ok((nacre_wire::mds::MdsReply::Attr(a), Some(l)))
-                if l.bits & DELEGATION != 0 && l.fid == dir =>
-            {
-                (a, l.handle)
-            }
+        let (attr, data_bytes_max, lock) = match asked {
+            Ok((
+                nacre_wire::mds::MdsReply::Delegated {
+                    attr,
+                    data_bytes_max,
+                },
+                Some(l),
+            )) if l.bits & DELEGATION != 0 && l.fid == dir => (attr, data_bytes_max, l.handle),
             _ => {
                 self.ask_later(dir);
                 return Ok(None);
@@ -365,6 +378,7 @@ impl Client {
             lock,
             incarnation,
             closing: false,
+            data_bytes_max,
             in_flight: 0,
             failing_since: None,
             covered: HashMap::new(),
@@ -471,25 +485,37 @@ impl Client {
         // create there); a rename out of it or a link of a file answered in it (the file
         // becomes reachable by a path that calls nothing back, while the kernel here keeps
         // its attributes).
-        let give_back: Option<Fid> = {
+        let give_back: Vec<Fid> = {
             let dirs = self.delegated.dirs.lock();
             match op {
+                // The file system's default layout: every directory's new files may get it
+                // (each delegation said how many bytes their creates may carry).
+                MdsOp::SetLayout { fid, .. } if *fid == Fid::ROOT => dirs.keys().copied().collect(),
                 MdsOp::SetAttr { fid, .. }
+                | MdsOp::SetLayout { fid, .. }
                 | MdsOp::SetXattr { fid, .. }
                 | MdsOp::RemoveXattr { fid, .. }
-                | MdsOp::SetDirDefault { fid, .. } => dirs.contains_key(fid).then_some(*fid),
-                MdsOp::Rename { src_parent, .. } => {
-                    dirs.contains_key(src_parent).then_some(*src_parent)
-                }
+                | MdsOp::SetDirDefault { fid, .. } => dirs
+                    .get_key_value(fid)
+                    .map(|(f, _)| *f)
+                    .into_iter()
+                    .collect(),
+                MdsOp::Rename { src_parent, .. } => dirs
+                    .get_key_value(src_parent)
+                    .map(|(f, _)| *f)
+                    .into_iter()
+                    .collect(),
                 MdsOp::Link { fid, .. } => dirs
                     .iter()
                     .find(|(_, d)| d.covered.values().any(|c| c.fid == *fid))
-                    .map(|(dir, _)| *dir),
-                _ => None,
+                    .map(|(dir, _)| *dir)
+                    .into_iter()
+                    .collect(),
+                _ => Vec::new(),
             }
         };
         self.stale_covered(op);
-        if let Some(dir) = give_back {
+        for dir in give_back {
             let lock = self.delegated.dirs.lock().get(&dir).map(|d| d.lock);
             if let (Some(lock), Ok(mdc)) = (lock, self.mdc(dir.mdt_index())) {
                 // Through the lock sink, as a callback: what is pending is sent, the kernel

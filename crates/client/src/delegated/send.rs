@@ -6,7 +6,8 @@ use super::{Item, DELEGATED_SEND_MS, RETRY_MS_MAX};
 use crate::{Client, Result};
 use nacre_types::{Fid, Status};
 use nacre_wire::mds::{
-    BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX, UNLINK_BATCH_ITEMS_MAX,
+    BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_DATA_BYTES_MAX, CREATE_BATCH_ITEMS_MAX,
+    UNLINK_BATCH_ITEMS_MAX,
 };
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -179,6 +180,9 @@ impl Client {
         self.delegated
             .pending
             .fetch_sub(done.len(), Ordering::AcqRel);
+        self.delegated
+            .data_bytes
+            .fetch_sub(data_of(done), Ordering::AcqRel);
         if !lost.is_empty() {
             let what = format!(
                 "refused by the MDT or voided by an eviction: {}",
@@ -248,6 +252,9 @@ impl Client {
                 self.delegated
                     .pending
                     .fetch_sub(dropped.len(), Ordering::AcqRel);
+                self.delegated
+                    .data_bytes
+                    .fetch_sub(data_of(&dropped), Ordering::AcqRel);
                 let why = format!("never sent: evicted by MDT{:04x}", dir.mdt_index());
                 self.note_lost(dir, dropped.len(), &why);
             }
@@ -328,8 +335,8 @@ impl Client {
 }
 
 /// How many of `items`, from the first, go in one batch: the changes of one kind, at most
-/// a batch's worth.
-fn leading_run(items: &[Item]) -> usize {
+/// a batch's worth (of items, and of the bytes creates carry).
+pub(super) fn leading_run(items: &[Item]) -> usize {
     let Some(first) = items.first() else {
         return 0;
     };
@@ -337,11 +344,28 @@ fn leading_run(items: &[Item]) -> usize {
         Item::Create(_) => (true, CREATE_BATCH_ITEMS_MAX),
         Item::Unlink(_) => (false, UNLINK_BATCH_ITEMS_MAX),
     };
+    let mut bytes = 0;
     items
         .iter()
         .take(max)
         .take_while(|i| matches!(i, Item::Create(_)) == creates)
+        .take_while(|i| {
+            bytes += data_of(std::slice::from_ref(*i));
+            bytes <= CREATE_BATCH_DATA_BYTES_MAX
+        })
         .count()
+        .max(1)
+}
+
+/// The bytes `items` carry (creates of files written before they were sent).
+pub(super) fn data_of(items: &[Item]) -> usize {
+    items
+        .iter()
+        .map(|i| match i {
+            Item::Create(c) => c.data.len(),
+            Item::Unlink(_) => 0,
+        })
+        .sum()
 }
 
 /// `why` for each of `items`, as a lost change is logged.

@@ -117,6 +117,14 @@ impl Shared {
         reply: ReplyWrite,
     ) {
         self.enter(req);
+        let direct = flags.0 & libc::O_DIRECT != 0;
+        if let Some(fid) = self.kept_with_create(fh, offset, data, direct) {
+            pool::leave();
+            // No lock covers the pages the kernel keeps of it: dropped (a read through
+            // this mount opens the file at the MDT, under its locks).
+            self.drop_pages_later(fid, offset, data.len() as u64);
+            return reply.written(data.len() as u32);
+        }
         let file = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -130,7 +138,6 @@ impl Shared {
         }
         // Page-cache writes are kept as write-behind where a write lock allows (fs/data.rs);
         // O_DIRECT writes go through.
-        let direct = flags.0 & libc::O_DIRECT != 0;
         let result = if file.is_append() && self.client.data_locks_on() {
             // At the true end of file, whatever the kernel's cached size says (fs/data.rs).
             self.client.append(&file, data).map(|_| data.len())

@@ -6,7 +6,10 @@ use nacre_mdstore::store::tx::ReplayHint;
 use nacre_net::fault;
 use nacre_types::layout::{LayoutSpec, StripeSpec};
 use nacre_types::{Attr, FileKind, Layout, Status, TimeSpec};
-use nacre_wire::mds::{BatchCreate, MdsReply, BATCH_TIME_SKEW_MS_MAX, CREATE_BATCH_ITEMS_MAX};
+use nacre_wire::mds::{
+    BatchCreate, MdsReply, BATCH_TIME_SKEW_MS_MAX, CREATE_BATCH_DATA_BYTES_MAX,
+    CREATE_BATCH_ITEMS_MAX, CREATE_DATA_BYTES_MAX,
+};
 
 /// Largest reply a batch gives (a frame's body, less room for its envelope).
 pub const REPLY_BYTES_MAX: usize = nacre_types::limits::BODY_BYTES_MAX as usize - 64 * 1024;
@@ -112,6 +115,39 @@ pub(crate) fn delegation_held(
             .holds_or_cancels(client, &dir, |bits| bits & nacre_ldlm::msg::DELEGATION != 0)
 }
 
+/// How many bytes from byte 0 a file made in `dir` by a batch may carry
+/// ([`nacre_wire::mds::BatchCreate::data`]): the length of the component on the MDT its
+/// layout starts with (from the directory's default over the file system's, as
+/// `Tx::new_layout` makes it), at most [`CREATE_DATA_BYTES_MAX`]; 0 where it starts on OSTs
+/// or the MDT enforces a block quota on its bytes (a write past a limit could not be
+/// refused once answered).
+pub(crate) fn data_bytes_max(
+    mdt: &crate::mdt::Mdt,
+    dir: &nacre_mdstore::records::InodeRecord,
+) -> Result<u32, Status> {
+    use nacre_types::layout::ComponentKind;
+    if mdt.dom_quota.any_limited() {
+        return Ok(0);
+    }
+    let fs_default = match dir.attr.fid == nacre_types::Fid::ROOT
+        || nacre_types::Fid::ROOT.mdt_index() != mdt.label.index
+    {
+        true => None,
+        false => mdt.inode(nacre_types::Fid::ROOT)?.dir_default,
+    };
+    let requests = LayoutSpec::requests_for_new_file(
+        &LayoutSpec::plain(StripeSpec::default()),
+        dir.dir_default.as_ref(),
+        fs_default.as_ref(),
+    );
+    Ok(match requests.first() {
+        Some(r) if r.kind == ComponentKind::Mdt && r.start == 0 => {
+            r.end.min(CREATE_DATA_BYTES_MAX as u64) as u32
+        }
+        _ => 0,
+    })
+}
+
 /// Records that a batch changed `dir`: when its client answered the last change it made
 /// (`latest`, as it told its callers; never earlier than the directory's time), or now.
 pub(crate) fn date_dir(
@@ -134,11 +170,15 @@ pub(crate) fn repeats<'a>(keys: impl Iterator<Item = &'a [u8]>) -> bool {
     keys.into_iter().any(|k| !seen.insert(k))
 }
 
-/// True unless `op` is a batch of no item or of more than its bound.
+/// True unless `op` is a batch of no item or of more than its bounds (items, bytes).
 pub(crate) fn within_bounds(op: &nacre_wire::mds::MdsOp) -> bool {
     use nacre_wire::mds::{MdsOp, UNLINK_BATCH_ITEMS_MAX};
     match op {
-        MdsOp::CreateBatch { items, .. } => (1..=CREATE_BATCH_ITEMS_MAX).contains(&items.len()),
+        MdsOp::CreateBatch { items, .. } => {
+            (1..=CREATE_BATCH_ITEMS_MAX).contains(&items.len())
+                && items.iter().all(|i| i.data.len() <= CREATE_DATA_BYTES_MAX)
+                && items.iter().map(|i| i.data.len()).sum::<usize>() <= CREATE_BATCH_DATA_BYTES_MAX
+        }
         MdsOp::UnlinkBatch { items, .. } => (1..=UNLINK_BATCH_ITEMS_MAX).contains(&items.len()),
         _ => true,
     }
@@ -165,17 +205,42 @@ fn make(
     }
     // Object ids allocated for nothing if it fails after are only skipped.
     let layout = tx.new_layout(dir, &LayoutSpec::plain(StripeSpec::default()), 0)?;
+    // The bytes its creator wrote: only below the component on the MDT the file starts
+    // with (the client was told how many may come: `data_bytes_max`), and, sent by a
+    // client that answered nothing here, not past a block quota (nothing reserved them).
+    let data = &item.data;
+    if !data.is_empty() {
+        if data.len() as u64 > layout.dom_end().min(CREATE_DATA_BYTES_MAX as u64) {
+            return Err(Status::Inval);
+        }
+        if !answered && tx.mdt.dom_quota.any_limited() {
+            return Err(Status::DQuot);
+        }
+    }
     // Counted (and an id the quota master refused stopped, unless the file was answered
     // already) before anything is written.
     match answered {
         true => tx.count_answered_inode(&rec.attr),
         false => tx.count_inodes(&rec.attr, 1)?,
     }
+    if !data.is_empty() {
+        // As a `DomWrite` by its creator (ops/dom.rs): the size, the blocks, and set-id
+        // bits cleared for a writer other than root.
+        tx.put_dom(&rec.attr, 0, data);
+        let a = &mut rec.attr;
+        a.size = data.len() as u64;
+        a.blocks = nacre_mdstore::records::dom_charged_bytes(data.len()) / 512;
+        if !tx.cred.is_root() && nacre_types::attr::has_setid(a.perm) {
+            let in_group = tx.cred.in_group(a.gid);
+            a.perm = nacre_types::attr::kill_privs(a.perm, in_group);
+        }
+    }
     rec.layout = Some(layout.clone());
     tx.put_inode(&rec);
     tx.put_dirent(dir.attr.fid, &item.name, rec.attr.fid, FileKind::Regular);
     if tx.replay.is_none() && tx.forced_transno.is_none() {
-        tx.mdt.sizes.created(rec.attr.fid);
+        let a = &rec.attr;
+        tx.mdt.sizes.created_sized(a.fid, a.size, a.blocks);
     }
     Ok((rec.attr, Some(layout)))
 }

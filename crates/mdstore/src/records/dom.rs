@@ -10,11 +10,7 @@ pub(crate) const DOM_RECORD_VERSION: u8 = 1;
 /// The record's name in errors.
 const NAME: &str = "data-on-MDT record";
 
-/// Bytes a file's `stored` bytes on the MDT count for its owner's quotas and its
-/// `st_blocks`: whole 4 KiB blocks, as a local file system allocates them.
-pub fn dom_charged_bytes(stored: usize) -> u64 {
-    (stored as u64).div_ceil(4096) * 4096
-}
+pub use nacre_types::layout::dom_charged_bytes;
 
 /// The stored form of a file's bytes on the MDT.
 pub fn encode_dom(bytes: &[u8]) -> Vec<u8> {

@@ -21,7 +21,20 @@ pub struct BatchCreate {
     /// modification, so they do not change when the batch arrives (the MDT's own clock
     /// instead when this is more than [`BATCH_TIME_SKEW_MS_MAX`] from it, or invalid).
     pub time: nacre_types::TimeSpec,
+    /// The bytes its creator wrote from byte 0 before the batch went (empty: none), kept
+    /// on the MDT with the file: only where the file's layout starts with a component on
+    /// the MDT at least that long, at most [`CREATE_DATA_BYTES_MAX`], and
+    /// [`CREATE_BATCH_DATA_BYTES_MAX`] over the batch.
+    pub data: Vec<u8>,
 }
+
+/// Most bytes one [`BatchCreate`] carries (a file written further is opened at the MDT and
+/// written as any other).
+pub const CREATE_DATA_BYTES_MAX: usize = 64 * 1024;
+
+/// Most bytes the items of one [`super::MdsOp::CreateBatch`] carry together (as one
+/// [`super::MdsOp::DomWrite`]: well within a request's body).
+pub const CREATE_BATCH_DATA_BYTES_MAX: usize = super::DOM_RPC_BYTES_MAX as usize;
 
 /// Furthest a [`BatchCreate`]'s time may be from the MDT's clock to be taken.
 pub const BATCH_TIME_SKEW_MS_MAX: u64 = 60_000;

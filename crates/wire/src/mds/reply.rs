@@ -244,6 +244,17 @@ pub enum MdsReply {
     /// One result per item of a [`super::MdsOp::UnlinkBatch`], in order: removed, or why
     /// not.
     Unlinked(Vec<Result<(), Status>>),
+    /// A directory delegated ([`super::MdsOp::DelegateDir`]).
+    Delegated {
+        /// The directory's attributes under the lock.
+        attr: Attr,
+        /// How many bytes from byte 0 a file made in it under the delegation may carry
+        /// with its create ([`super::BatchCreate::data`]): as long as the component on the
+        /// MDT its new files start with, at most [`super::CREATE_DATA_BYTES_MAX`]; 0 where
+        /// they start on OSTs. It holds while the delegation does (a change of the
+        /// directory's default layout, or of the file system's, calls it back).
+        data_bytes_max: u32,
+    },
 }
 
 /// Most bytes an [`MdsReply::OpenData`] carries (a file storing more on the MDT is answered
@@ -300,6 +311,11 @@ impl MdsReply {
                     _ => Ok(()),
                 })
             }
+            MdsReply::Delegated { data_bytes_max, .. } => at_most(
+                "a delegation's bytes per create",
+                *data_bytes_max as usize,
+                super::CREATE_DATA_BYTES_MAX,
+            ),
             MdsReply::Unlinked(results) if results.len() > super::UNLINK_BATCH_ITEMS_MAX => {
                 Err(format!("{} results of an unlink batch", results.len()))
             }

@@ -753,22 +753,25 @@ proptest! {
         parent in any::<u64>(),
         items in proptest::collection::vec(
             (any::<u64>(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40),
-             any::<u32>(), any::<u32>(), (any::<u32>(), any::<i64>(), any::<u32>())),
+             any::<u32>(), any::<u32>(), (any::<u32>(), any::<i64>(), any::<u32>()),
+             proptest::collection::vec(any::<u8>(), 0..64)),
             0..6,
         ),
         oid in any::<u32>(),
+        data_bytes_max in any::<u32>(),
         junk in proptest::collection::vec(any::<u8>(), 0..32),
     ) {
         let dir = Fid::new(parent, 1);
         let items: Vec<BatchCreate> = items
             .into_iter()
-            .map(|(seq, oid, name, perm, uid, (gid, sec, nsec))| BatchCreate {
+            .map(|(seq, oid, name, perm, uid, (gid, sec, nsec), data)| BatchCreate {
                 fid: Fid::new(seq, oid),
                 name,
                 perm,
                 uid,
                 gid,
                 time: nacre_types::TimeSpec { sec, nsec },
+                data,
             })
             .collect();
         let grant = MdsOp::GrantFids { count };
@@ -810,11 +813,20 @@ proptest! {
             project: 0,
             proj_inherit: false,
         };
-        let ok = Ok((attr, None));
+        let ok = Ok((attr.clone(), None));
         let full = MdsReply::Created(vec![ok.clone(); CREATE_BATCH_ITEMS_MAX]);
         prop_assert!(full.check().is_ok());
         let over = MdsReply::Created(vec![ok; CREATE_BATCH_ITEMS_MAX + 1]);
         prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
+        // A delegation promises no more bytes per create than an item may carry.
+        let delegated = MdsReply::Delegated { attr, data_bytes_max };
+        let bytes = encode_body(&delegated);
+        prop_assert_eq!(&decode_body::<MdsReply>(&bytes).unwrap(), &delegated);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsReply>(&bytes[..n]).is_err());
+        }
+        let fits = data_bytes_max as usize <= CREATE_DATA_BYTES_MAX;
+        prop_assert_eq!(delegated.check().is_ok(), fits);
     }
 
     /// `UnlinkBatch` with any FIDs, names and times: modifying (exactly once, replayed),
