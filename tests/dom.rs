@@ -11,7 +11,7 @@ use nacre_testkit::{lfsck_clean, on_both_forms, pattern, Form, Spec, TestFs};
 use nacre_types::{Cred, Fid, Status};
 use nacre_wire::mds::{MdsOp, MdsReply};
 use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
@@ -596,3 +596,99 @@ fn data_on_the_mdt_is_refused_to_whoever_may_not_read_or_write_the_file() {
 }
 
 on_both_forms!(small_files_live_on_the_mdt);
+
+/// A mount's own write into a file whose bytes it keeps from an open (under its `DOM` lock,
+/// which its own write calls nothing back of) is what its reader reads next: a write of a
+/// part of a page the kernel never cached, then a truncate, each read back through the
+/// handle opened before them.
+#[test]
+fn a_mounts_own_write_replaces_the_bytes_it_kept_from_an_open() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domown"));
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let f = dir.join("own");
+    fs::write(&f, pattern(1, 12_000)).unwrap();
+    let reader = fs::File::open(&f).unwrap();
+    let w = OpenOptions::new().write(true).open(&f).unwrap();
+    w.write_all_at(b"fresh", 5000).unwrap();
+    let mut got = [0u8; 5];
+    reader.read_exact_at(&mut got, 5000).unwrap();
+    assert_eq!(&got, b"fresh", "bytes kept from the open before the write");
+    w.set_len(6000).unwrap();
+    drop(w);
+    let mut all = Vec::new();
+    fs::File::open(&f).unwrap().read_to_end(&mut all).unwrap();
+    let mut want = pattern(1, 12_000);
+    want[5000..5005].copy_from_slice(b"fresh");
+    want.truncate(6000);
+    assert_eq!(all, want);
+}
+
+/// An open for reading and writing (mdtest's read phase opens so) brings the bytes on the
+/// MDT too, under its `DOM` lock: the read after it asks the MDT nothing more.
+#[test]
+fn an_open_for_writing_brings_the_bytes_too() {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domrw"));
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let f = dir.join("rw");
+    fs::write(&f, pattern(3, 3901)).unwrap();
+    let before = super::batch::served("domrw", "dom_read");
+    let rw = OpenOptions::new().read(true).write(true).open(&f).unwrap();
+    let mut got = vec![0u8; 3901];
+    rw.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, pattern(3, 3901));
+    assert_eq!(
+        super::batch::served("domrw", "dom_read"),
+        before,
+        "the bytes did not come with the open"
+    );
+}
+
+/// The bytes come with an open only to one that may read them: a raw client's open for
+/// writing alone of a file its user may write and not read (mode 0622), asking for `DOM`,
+/// is answered the plain entry and no lock; the owner's open for reading and writing
+/// brings them (mutation: `DOM` with any open, caught).
+#[test]
+fn an_open_for_writing_alone_brings_no_bytes() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domwo"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("dom");
+    dom_dir(&dir);
+    let file = dir.join("drop_box");
+    fs::write(&file, b"for the owner's eyes").unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o622)).unwrap();
+    let f = fid_at(&file);
+    let mut c = RawConn::connect(&mds, "domwo", [0x4e; 16]).unwrap();
+    c.send_mds(0, MdsOp::Connect).unwrap();
+    assert_eq!(c.recv().unwrap().header.status, 0);
+    // Locks go only to a client that answers callbacks: one that polls for them.
+    let mut poller = RawConn::connect(&mds, "domwo", [0x4e; 16]).unwrap();
+    let poll = MdsOp::LockPoll {
+        wait_ms: 0,
+        epoch: 0,
+    };
+    poller.send_mds(0, poll).unwrap();
+    assert_eq!(poller.recv().unwrap().header.status, 0);
+    let mut open = |access: u8| {
+        c.send_mds_with(0, MdsOp::Open { fid: f, access }, nacre_ldlm::msg::DOM)
+            .unwrap();
+        let r = c.recv().unwrap();
+        assert_eq!(r.header.status, 0);
+        (r.mds(), r.answer().and_then(|a| a.lock))
+    };
+    let stranger = Cred::new(4242, 4242, vec![]);
+    let (reply, lock) = nacre_types::cred::with(stranger, || open(nacre_types::cred::MAY_WRITE));
+    assert!(
+        matches!(reply, Some(MdsReply::Entry { .. })),
+        "a writer who may not read got {reply:?}"
+    );
+    assert!(lock.is_none(), "a writer who may not read got a lock");
+    let both = nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE;
+    let (reply, lock) = open(both);
+    assert!(
+        matches!(&reply, Some(MdsReply::OpenData { data, .. }) if data == b"for the owner's eyes"),
+        "{reply:?}"
+    );
+    assert!(lock.is_some_and(|l| l.bits & nacre_ldlm::msg::DOM != 0));
+}

@@ -78,7 +78,7 @@ impl DomOpened {
     }
 
     /// Forgets what is kept for `fid` (its lock went).
-    fn forget(&self, fid: Fid) {
+    pub(crate) fn forget(&self, fid: Fid) {
         let mut s = self.state.lock();
         if let Some((_, d)) = s.files.remove(&fid) {
             s.bytes -= d.len();
@@ -127,6 +127,21 @@ impl DomReads {
 }
 
 impl Client {
+    /// Before and after a request of this client's that changes a file's bytes on the MDT
+    /// (`op`: a write, an append, a truncate): what an open brought of them is forgotten,
+    /// as the MDT calls back the other clients' `DOM` locks, not this client's own (an
+    /// open answered meanwhile may have brought them from before the change: forgotten
+    /// again after it).
+    pub(crate) fn dom_changing(&self, op: &MdsOp) {
+        match op {
+            MdsOp::DomWrite { fid, .. } | MdsOp::DomAppend { fid, .. } => {
+                self.dom_opened.forget(*fid)
+            }
+            MdsOp::SetAttr { fid, attr } if attr.size.is_some() => self.dom_opened.forget(*fid),
+            _ => {}
+        }
+    }
+
     /// A `DOM` lock on `fid` went (called back, given back or lost): once its page-cache
     /// reads in flight are done, the mount drops the file's pages.
     pub(crate) fn dom_lock_gone(&self, fid: Fid) {
@@ -292,11 +307,13 @@ impl Client {
         let here = ((dom_end - offset) as usize).min(data.len());
         for (i, piece) in data[..here].chunks(DOM_RPC_BYTES_MAX as usize).enumerate() {
             let at = offset + (i * DOM_RPC_BYTES_MAX as usize) as u64;
-            match self.md(MdsOp::DomWrite {
+            let written = self.md(MdsOp::DomWrite {
                 fid,
                 offset: at,
                 data: piece.to_vec(),
-            })? {
+            });
+            self.dom_opened.forget(fid);
+            match written? {
                 MdsReply::Attr(_) => {}
                 _ => return Err(Status::Proto.into()),
             }
@@ -311,10 +328,12 @@ impl Client {
         if layout.object_count() > 0 || data.len() as u64 > layout.dom_end() {
             return Ok(None);
         }
-        match self.md(MdsOp::DomAppend {
+        let appended = self.md(MdsOp::DomAppend {
             fid,
             data: data.to_vec(),
-        }) {
+        });
+        self.dom_opened.forget(fid);
+        match appended {
             Ok(MdsReply::Attr(a)) if a.size >= data.len() as u64 => {
                 Ok(Some(a.size - data.len() as u64))
             }

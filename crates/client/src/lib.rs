@@ -644,6 +644,7 @@ impl Client {
             let me = self.me.clone();
             m.set_before_request(Arc::new(move |op| {
                 if let Some(c) = me.upgrade() {
+                    c.dom_changing(op);
                     c.before_request(op);
                 }
             }));

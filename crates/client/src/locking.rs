@@ -35,7 +35,8 @@ impl Client {
         let me = self.me.clone();
         let sink: mdc::LockSink = Arc::new(move |revoked| {
             // The files answered under a delegation that goes: the kernel forgets their
-            // entries and attributes with it (as if each had gone with an UPDATE lock).
+            // entries, attributes and pages with it (as if each had gone with an UPDATE
+            // lock and a DOM one: bytes written into them went with their creates).
             let mut answered_under = Vec::new();
             for r in revoked {
                 // What was answered under a delegation is sent before it goes.
@@ -48,7 +49,7 @@ impl Client {
                                 lock: nacre_ldlm::msg::LockRef {
                                     handle: 0,
                                     fid,
-                                    bits: nacre_ldlm::msg::UPDATE,
+                                    bits: nacre_ldlm::msg::UPDATE | nacre_ldlm::msg::DOM,
                                 },
                                 names: vec![(dir, name)],
                                 lost: r.lost,

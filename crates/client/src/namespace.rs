@@ -686,7 +686,13 @@ impl Client {
             gid: set.gid,
             ..SetAttr::default()
         };
-        let attr = match self.md(MdsOp::SetAttr { fid, attr: set })? {
+        let truncate = set.size.is_some();
+        let set_now = self.md(MdsOp::SetAttr { fid, attr: set });
+        if truncate {
+            // Bytes an open brought from the MDT before the cut (crate::dom).
+            self.dom_opened.forget(fid);
+        }
+        let attr = match set_now? {
             MdsReply::Attr(a) => a,
             _ => return Err(Status::Proto.into()),
         };

@@ -145,8 +145,17 @@ impl Client {
     /// caller's permission itself (the kernel, for the FUSE mount): an open for reading of
     /// a file opened often here takes back an open this client kept (opencache.rs).
     pub fn open_checked(&self, fid: Fid, access: u8) -> Result<OpenFile> {
-        if access & MAY_WRITE != 0 || self.lock_sink.get().is_none() {
+        if self.lock_sink.get().is_none() {
             return self.open(fid, access).map(|(_, f)| f);
+        }
+        if access & MAY_WRITE != 0 {
+            // Never a kept open; the bytes on the MDT come with one that may read them
+            // all the same (its own writes forget them: crate::dom).
+            let reads = access & nacre_types::cred::MAY_READ != 0;
+            return match reads && self.dom_laid_out(fid) {
+                true => self.open_asking(fid, access, nacre_ldlm::msg::DOM),
+                false => self.open(fid, access).map(|(_, f)| f),
+            };
         }
         if let Some(kept) = self.opens.take(fid) {
             if self.kept_open_valid(&kept) {
@@ -162,19 +171,25 @@ impl Client {
         } else {
             0
         };
-        // The bytes of a file on the MDT come with the open, under a DOM lock: asked for
-        // where the layout this client saw has them (the MDT grants it only then), so the
-        // opens of other files cost the MDT no look at their layout.
-        let dom = self
-            .layouts
+        let bits = match self.dom_laid_out(fid) {
+            true => bits | nacre_ldlm::msg::DOM,
+            false => bits,
+        };
+        self.open_asking(fid, access, bits)
+    }
+
+    /// True if the layout this client saw of `fid` has bytes on the MDT: they come with an
+    /// open, under a DOM lock, asked for only then (the MDT grants it only then), so the
+    /// opens of other files cost the MDT no look at their layout.
+    fn dom_laid_out(&self, fid: Fid) -> bool {
+        self.layouts
             .lock()
             .get(&fid)
-            .is_some_and(|(l, _)| l.dom_end() > 0);
-        let bits = if dom {
-            bits | nacre_ldlm::msg::DOM
-        } else {
-            bits
-        };
+            .is_some_and(|(l, _)| l.dom_end() > 0)
+    }
+
+    /// Opens `fid` for `access` at the MDT asking for the lock `bits` with it.
+    fn open_asking(&self, fid: Fid, access: u8, bits: u8) -> Result<OpenFile> {
         let (attr, layout, _, _) = self.cached_entry(MdsOp::Open { fid, access }, bits, None)?;
         let file = OpenFile::with_slot(self.layout_slot(fid, layout))
             .owned_by(&attr)

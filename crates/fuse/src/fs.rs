@@ -339,26 +339,19 @@ impl Shared {
         Ok(opened)
     }
 
-    /// A page-cache write through deferred handle `fh` kept to go with its file's create
-    /// (`nacre_client::Client::write_delegated`): the file, or `None` (the write goes as any
-    /// other, the handle opened at the MDT first).
-    fn kept_with_create(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        direct: bool,
-    ) -> Option<Fid> {
+    /// True if a page-cache write through deferred handle `fh` was kept to go with its
+    /// file's create (`nacre_client::Client::write_delegated`); else the write goes as any
+    /// other, the handle opened at the MDT first.
+    fn kept_with_create(&self, fh: FileHandle, offset: u64, data: &[u8], direct: bool) -> bool {
         if direct || self.deferred.lock().is_empty() {
-            return None;
+            return false;
         }
-        let file = self.files.lock().get(&fh.0).cloned()?;
-        if !file.is_deferred() || self.client.check_handle(&file).is_err() {
-            return None;
-        }
-        self.client
-            .write_delegated(&file, offset, data)
-            .then_some(file.fid)
+        let Some(file) = self.files.lock().get(&fh.0).cloned() else {
+            return false;
+        };
+        file.is_deferred()
+            && self.client.check_handle(&file).is_ok()
+            && self.client.write_delegated(&file, offset, data)
     }
 
     /// A deferred handle on `fid` was opened at the MDT or released.

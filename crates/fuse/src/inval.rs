@@ -20,7 +20,7 @@
 use crossbeam_channel::{bounded, Receiver, Sender};
 use fuser::{INodeNo, Notifier};
 use nacre_ldlm::client::Revoked;
-use nacre_ldlm::msg::{LAYOUT, UPDATE};
+use nacre_ldlm::msg::{DOM, LAYOUT, UPDATE};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,12 +167,17 @@ impl Invalidator {
     /// Has the kernel forget what `revoked` covered (see the module's notes on waiting).
     pub fn forget(&self, revoked: &[Revoked]) {
         for r in revoked {
-            if r.lock.bits & (UPDATE | LAYOUT) != 0 {
+            if r.lock.bits & (UPDATE | LAYOUT | DOM) != 0 {
                 let ino = crate::ino_of(r.lock.fid);
                 // Offset -1: attributes only; 0: a directory's cached listing (its pages)
-                // too. ENOENT (the kernel forgot the inode) is fine.
+                // too, or a file's pages of bytes on the MDT. ENOENT (the kernel forgot the
+                // inode) is fine.
                 let listing = r.lock.bits & UPDATE != 0 && self.dirs.lock().remove(&ino);
-                let offset = if listing { 0 } else { -1 };
+                let offset = if listing || r.lock.bits & DOM != 0 {
+                    0
+                } else {
+                    -1
+                };
                 let _ = self.notifier.inval_inode(INodeNo(ino), offset, 0);
                 self.stats.inodes.fetch_add(1, Ordering::Relaxed);
                 if listing {

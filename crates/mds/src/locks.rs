@@ -30,7 +30,7 @@ use nacre_ldlm::msg::{
     UPDATE,
 };
 use nacre_net::{Incoming, Outgoing};
-use nacre_types::cred::MAY_WRITE;
+use nacre_types::cred::{MAY_READ, MAY_WRITE};
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::encode_body;
 use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, RemoteUpdate};
@@ -345,14 +345,23 @@ pub(crate) fn with_intent(
         }
         return (out, Some(lock));
     }
-    // A cached open comes only with an open for reading of a regular file; so do the
-    // bytes of its component on the MDT, under a DOM lock.
+    // A cached open comes only with an open for reading of a regular file; the bytes of
+    // its component on the MDT, under a DOM lock, with any open of one (its holder's own
+    // writes call back nothing of it: its client forgets them as it writes, crate::dom on
+    // the client).
     if let MdsOp::Open { fid, access } = &call.op {
         let mut bits = call.lock_bits & (OPEN | DOM);
         if bits & DOM != 0 && !has_dom(mdt, *fid) {
             bits &= !DOM;
         }
-        if bits == 0 || access & MAY_WRITE != 0 {
+        // The bytes only to an open that may read them (not one for writing alone).
+        if access & MAY_READ == 0 {
+            bits &= !DOM;
+        }
+        if access & MAY_WRITE != 0 {
+            bits &= !OPEN;
+        }
+        if bits == 0 {
             return (run(), None);
         }
         let (out, lock) = granted_with(mdt, call, *fid, bits, run);

@@ -118,11 +118,10 @@ impl Shared {
     ) {
         self.enter(req);
         let direct = flags.0 & libc::O_DIRECT != 0;
-        if let Some(fid) = self.kept_with_create(fh, offset, data, direct) {
+        if self.kept_with_create(fh, offset, data, direct) {
             pool::leave();
-            // No lock covers the pages the kernel keeps of it: dropped (a read through
-            // this mount opens the file at the MDT, under its locks).
-            self.drop_pages_later(fid, offset, data.len() as u64);
+            // The pages the kernel keeps of it are covered by the delegation, as the
+            // file's entry and attributes are: dropped with them when it goes.
             return reply.written(data.len() as u32);
         }
         let file = match self.file(fh) {

@@ -217,9 +217,9 @@ pub enum MdsReply {
     /// Bytes of a file's component on the MDT (answer to [`MdsOp::DomRead`]).
     DomData(Vec<u8>),
     /// An open's [`MdsReply::Entry`] with the bytes of the file's component on the MDT
-    /// (all the MDT stores: at most [`DOM_OPEN_BYTES_MAX`]), sent only to an open for
-    /// reading that asked for a `DOM` lock and was granted one with it: the client reads
-    /// them from memory while it holds the lock.
+    /// (all the MDT stores: at most [`DOM_OPEN_BYTES_MAX`]), sent only to an open that
+    /// asked for a `DOM` lock and was granted one with it: the client reads them from
+    /// memory while it holds the lock (and forgets them as it changes them itself).
     OpenData {
         /// Attributes.
         attr: Attr,
