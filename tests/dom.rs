@@ -646,9 +646,10 @@ fn an_open_for_writing_brings_the_bytes_too() {
 }
 
 /// The bytes come with an open only to one that may read them: a raw client's open for
-/// writing alone of a file its user may write and not read (mode 0622), asking for `DOM`,
-/// is answered the plain entry and no lock; the owner's open for reading and writing
-/// brings them (mutation: `DOM` with any open, caught).
+/// writing alone of a file its user may write and not read (mode 0622), asking for `DOM`
+/// and `LAYOUT`, is answered the plain entry and the layout's lock only; the owner's open
+/// for reading and writing brings them, and both locks (mutation: `DOM` with any open,
+/// caught).
 #[test]
 fn an_open_for_writing_alone_brings_no_bytes() {
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname("domwo"));
@@ -671,7 +672,8 @@ fn an_open_for_writing_alone_brings_no_bytes() {
     poller.send_mds(0, poll).unwrap();
     assert_eq!(poller.recv().unwrap().header.status, 0);
     let mut open = |access: u8| {
-        c.send_mds_with(0, MdsOp::Open { fid: f, access }, nacre_ldlm::msg::DOM)
+        let bits = nacre_ldlm::msg::DOM | nacre_ldlm::msg::LAYOUT;
+        c.send_mds_with(0, MdsOp::Open { fid: f, access }, bits)
             .unwrap();
         let r = c.recv().unwrap();
         assert_eq!(r.header.status, 0);
@@ -683,12 +685,16 @@ fn an_open_for_writing_alone_brings_no_bytes() {
         matches!(reply, Some(MdsReply::Entry { .. })),
         "a writer who may not read got {reply:?}"
     );
-    assert!(lock.is_none(), "a writer who may not read got a lock");
+    assert!(
+        lock.is_some_and(|l| l.bits == nacre_ldlm::msg::LAYOUT),
+        "a writer who may not read: the layout's lock only, got {lock:?}"
+    );
     let both = nacre_types::cred::MAY_READ | nacre_types::cred::MAY_WRITE;
     let (reply, lock) = open(both);
     assert!(
         matches!(&reply, Some(MdsReply::OpenData { data, .. }) if data == b"for the owner's eyes"),
         "{reply:?}"
     );
-    assert!(lock.is_some_and(|l| l.bits & nacre_ldlm::msg::DOM != 0));
+    let both = nacre_ldlm::msg::DOM | nacre_ldlm::msg::LAYOUT;
+    assert!(lock.is_some_and(|l| l.bits & both == both), "{lock:?}");
 }

@@ -140,6 +140,10 @@ impl State {
     }
 }
 
+/// What an open of a file with bytes on the MDT asks for: those bytes under `DOM`, and the
+/// `LAYOUT` its first read needs (else read from the MDT again at that read).
+const DOM_WITH_LAYOUT: u8 = nacre_ldlm::msg::DOM | nacre_ldlm::msg::LAYOUT;
+
 impl Client {
     /// Opens `fid` for `access` as [`Client::open`] does, for a caller that checked the
     /// caller's permission itself (the kernel, for the FUSE mount): an open for reading of
@@ -153,7 +157,7 @@ impl Client {
             // all the same (its own writes forget them: crate::dom).
             let reads = access & nacre_types::cred::MAY_READ != 0;
             return match reads && self.dom_laid_out(fid) {
-                true => self.open_asking(fid, access, nacre_ldlm::msg::DOM),
+                true => self.open_asking(fid, access, DOM_WITH_LAYOUT),
                 false => self.open(fid, access).map(|(_, f)| f),
             };
         }
@@ -172,7 +176,7 @@ impl Client {
             0
         };
         let bits = match self.dom_laid_out(fid) {
-            true => bits | nacre_ldlm::msg::DOM,
+            true => bits | DOM_WITH_LAYOUT,
             false => bits,
         };
         self.open_asking(fid, access, bits)

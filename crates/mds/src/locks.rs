@@ -349,8 +349,10 @@ pub(crate) fn with_intent(
     // its component on the MDT, under a DOM lock, with any open of one (its holder's own
     // writes call back nothing of it: its client forgets them as it writes, crate::dom on
     // the client).
+    // The file's LAYOUT with them where asked (its first I/O then reads the layout again
+    // from nowhere).
     if let MdsOp::Open { fid, access } = &call.op {
-        let mut bits = call.lock_bits & (OPEN | DOM);
+        let mut bits = call.lock_bits & (OPEN | DOM | LAYOUT);
         if bits & DOM != 0 && !has_dom(mdt, *fid) {
             bits &= !DOM;
         }
