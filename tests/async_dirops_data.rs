@@ -11,7 +11,7 @@
 
 use super::async_dirops::{async_mount, counter, hold_sender, release_sender, until_counter};
 use super::batch::served;
-use super::dom::dom_dir;
+use super::dom::{dom_default, dom_dir};
 use nacre_testkit::{fail_loc, lfsck_clean, nacre_ok, pattern, ClientMount, Form, Spec, TestFs};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -32,9 +32,15 @@ fn delegated_small_dir(fs: &TestFs) -> (ClientMount, PathBuf) {
     let a = async_mount(fs);
     let da = a.mnt.join("s");
     dom_dir(&da);
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    first_create(&da);
     (a, da)
+}
+
+/// Makes file `first` in `dir` (a directory's first create asks for its delegation) and
+/// sends it.
+fn first_create(dir: &Path) {
+    fs::File::create(dir.join("first")).unwrap();
+    fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
 /// Writes `n` files `PREFIX<i>` of 3,901 bytes (mdtest hard's) into `dir`.
@@ -151,28 +157,15 @@ fn a_change_of_default_layout_calls_the_delegation_back() {
     // A directory of no default of its own, delegated; then the root's default changes.
     let dt = a.mnt.join("t");
     fs::create_dir(&dt).unwrap();
-    fs::File::create(dt.join("first")).unwrap();
-    fs::File::open(&dt).unwrap().sync_all().unwrap();
+    first_create(&dt);
     assert_eq!(counter(&a, fsname, "directories"), 1, "delegated");
-    nacre_ok(&[
-        "setstripe",
-        "-E",
-        "64K",
-        "-L",
-        "mdt",
-        "-E",
-        "-1",
-        "-c",
-        "1",
-        fs.mnt.to_str().unwrap(),
-    ]);
+    dom_default(&fs.mnt);
     until_counter(&a, fsname, "directories", 0);
     // The holder's own change of its directory's default gives the delegation back (its
     // own lock is not called back).
     let du = a.mnt.join("u");
     dom_dir(&du);
-    fs::File::create(du.join("first")).unwrap();
-    fs::File::open(&du).unwrap().sync_all().unwrap();
+    first_create(&du);
     assert_eq!(counter(&a, fsname, "directories"), 1, "delegated");
     nacre_ok(&["setstripe", "-c", "1", du.to_str().unwrap()]);
     until_counter(&a, fsname, "directories", 0);
@@ -190,8 +183,7 @@ fn a_file_held_open_since_its_create_outlives_another_mounts_unlink() {
     let a = async_mount(&fs);
     let da = a.mnt.join("d");
     fs::create_dir(&da).unwrap();
-    fs::File::create(da.join("first")).unwrap();
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    first_create(&da);
     let answered = counter(&a, fsname, "answered");
     let mut held = fs::OpenOptions::new()
         .read(true)

@@ -4,6 +4,7 @@
 //! reads what one wrote; the requests are refused to whoever may not read or write the
 //! file.
 
+use super::batch::{polls, Session};
 use super::composite::{layout, rebuild_from_osts};
 use super::growth::{counts, fid_at};
 use nacre_testkit::raw::RawConn;
@@ -21,6 +22,11 @@ const DOM_END: usize = 64 << 10;
 /// Makes directory `dir` with the default `-E 64K -L mdt -E -1 -c 2`.
 pub(crate) fn dom_dir(dir: &Path) {
     fs::create_dir(dir).unwrap();
+    dom_default(dir);
+}
+
+/// Sets directory `dir`'s default layout to `-E 64K -L mdt -E -1 -c 2`.
+pub(crate) fn dom_default(dir: &Path) {
     nacre_testkit::nacre_ok(&[
         "setstripe",
         "-E",
@@ -660,17 +666,9 @@ fn an_open_for_writing_alone_brings_no_bytes() {
     fs::write(&file, b"for the owner's eyes").unwrap();
     fs::set_permissions(&file, fs::Permissions::from_mode(0o622)).unwrap();
     let f = fid_at(&file);
-    let mut c = RawConn::connect(&mds, "domwo", [0x4e; 16]).unwrap();
-    c.send_mds(0, MdsOp::Connect).unwrap();
-    assert_eq!(c.recv().unwrap().header.status, 0);
+    let Session(mut c) = Session::open(&mds, "domwo", [0x4e; 16]);
     // Locks go only to a client that answers callbacks: one that polls for them.
-    let mut poller = RawConn::connect(&mds, "domwo", [0x4e; 16]).unwrap();
-    let poll = MdsOp::LockPoll {
-        wait_ms: 0,
-        epoch: 0,
-    };
-    poller.send_mds(0, poll).unwrap();
-    assert_eq!(poller.recv().unwrap().header.status, 0);
+    polls(&mut Session::open(&mds, "domwo", [0x4e; 16]));
     let mut open = |access: u8| {
         let bits = nacre_ldlm::msg::DOM | nacre_ldlm::msg::LAYOUT;
         c.send_mds_with(0, MdsOp::Open { fid: f, access }, bits)
