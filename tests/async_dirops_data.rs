@@ -28,7 +28,7 @@ fn bytes_of(src: &str, uid: &str) -> u64 {
 
 /// A mount answering creates itself, and directory `s` (files start on the MDT) delegated
 /// to it: made by it (so it knows it complete), a first file made there and sent.
-fn delegated_small_dir(fs: &TestFs) -> (ClientMount, PathBuf) {
+pub(crate) fn delegated_small_dir(fs: &TestFs) -> (ClientMount, PathBuf) {
     let a = async_mount(fs);
     let da = a.mnt.join("s");
     dom_dir(&da);
@@ -38,13 +38,13 @@ fn delegated_small_dir(fs: &TestFs) -> (ClientMount, PathBuf) {
 
 /// Makes file `first` in `dir` (a directory's first create asks for its delegation) and
 /// sends it.
-fn first_create(dir: &Path) {
+pub(crate) fn first_create(dir: &Path) {
     fs::File::create(dir.join("first")).unwrap();
     fs::File::open(dir).unwrap().sync_all().unwrap();
 }
 
 /// Writes `n` files `PREFIX<i>` of 3,901 bytes (mdtest hard's) into `dir`.
-fn write_small(dir: &Path, prefix: &str, n: u64) {
+pub(crate) fn write_small(dir: &Path, prefix: &str, n: u64) {
     for i in 0..n {
         fs::write(dir.join(format!("{prefix}{i}")), pattern(i, 3901)).unwrap();
     }

@@ -14,11 +14,13 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
 /// One server process (MGS, two MDTs, two OSTs) reached only through a hostile proxy.
+/// Fields drop in order: the mount first, the directory last (removed while the mount was
+/// still there, it was left behind).
 struct Behind {
-    _root: tempfile::TempDir,
-    proxy: HostileProxy,
-    _server: ServerProc,
     client: ClientMount,
+    _server: ServerProc,
+    proxy: HostileProxy,
+    _root: tempfile::TempDir,
 }
 
 fn start() -> Behind {
@@ -51,10 +53,10 @@ fn start() -> Behind {
         &["--discovery", "false"],
     );
     Behind {
-        _root: root,
-        proxy,
-        _server: server,
         client,
+        _server: server,
+        proxy,
+        _root: root,
     }
 }
 

@@ -7,6 +7,7 @@ mod api;
 mod api_attacks;
 mod async_dirops;
 mod async_dirops_data;
+mod async_dirops_kept;
 mod atime;
 mod attacks;
 mod batch;

@@ -190,8 +190,9 @@ impl Client {
 
     pub(crate) fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
         // A file whose create this client answered and has not sent (crate::delegated).
-        if let Some(attr) = self.delegated_attr(fid) {
-            return Ok((attr, false));
+        // Or one it made so and keeps (crate::delegated, kept.rs).
+        if let Some(kept) = self.kept_attr(fid) {
+            return Ok(kept);
         }
         // A directory's attributes kept under its UPDATE lock (crate::dirattrs).
         if bits & nacre_ldlm::msg::UPDATE != 0 {

@@ -354,6 +354,20 @@ impl Shared {
             && self.client.write_delegated(&file, offset, data)
     }
 
+    /// The bytes a read through deferred handle `fh` gets from what this mount keeps of
+    /// its file (`nacre_client::Client::read_kept`); `None`: the handle is opened at the
+    /// MDT and the read goes as any other.
+    fn read_kept(&self, fh: FileHandle, offset: u64, size: u32) -> Option<Vec<u8>> {
+        if self.deferred.lock().is_empty() {
+            return None;
+        }
+        let file = self.files.lock().get(&fh.0).cloned()?;
+        if !file.is_deferred() || self.client.check_handle(&file).is_err() {
+            return None;
+        }
+        self.client.read_kept(&file, offset, size as usize)
+    }
+
     /// A deferred handle on `fid` was opened at the MDT or released.
     fn deferred_gone(&self, fid: Fid) {
         let mut deferred = self.deferred.lock();

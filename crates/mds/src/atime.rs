@@ -12,8 +12,7 @@ use nacre_types::{Attr, Fid, TimeSpec};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
-/// A stored access time this old (seconds) is refreshed by the next access.
-pub const RELATIME_S: i64 = 86_400;
+pub use nacre_types::attr::RELATIME_S;
 /// How often recorded accesses are written.
 pub const ATIME_FLUSH_MS: u64 = 5_000;
 /// Accesses waiting to be written at most; past it, accesses wait for the next flush.
@@ -29,7 +28,7 @@ pub struct Atimes {
 
 /// True if an access at `now` to a file with `attr` is to be recorded (relatime).
 pub fn due(attr: &Attr, now: TimeSpec) -> bool {
-    attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.sec - attr.atime.sec >= RELATIME_S
+    nacre_types::attr::relatime_due(attr, now)
 }
 
 impl Atimes {

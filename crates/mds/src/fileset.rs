@@ -123,6 +123,7 @@ pub fn named(op: &MdsOp) -> Result<Vec<Fid>, Status> {
             ..
         } => vec![*src_parent, *dst_parent],
         MdsOp::Link { fid, parent, .. } => vec![*fid, *parent],
+        MdsOp::AccessBatch { items } => items.iter().map(|i| i.fid).collect(),
         MdsOp::Replay { op, .. } => named(op)?,
         MdsOp::ScanInodes { .. }
         | MdsOp::ScanDirents { .. }

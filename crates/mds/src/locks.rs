@@ -172,9 +172,38 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         },
         _ => {}
     }
+    // A file reached by its FID (no name looked up in its directory, which would call a
+    // delegation of that directory back): its directories' delegations go first, so a
+    // holder that keeps what it made there (its attributes, its bytes) forgets it.
+    if let Some(fid) = changed_or_opened_file(op) {
+        if mdt.delegated.load(std::sync::atomic::Ordering::Acquire) {
+            let parents = mdt.store().links_of(fid, DELEGATED_PARENTS_MAX);
+            t.extend(parents.into_iter().flatten().map(|(p, _)| (p, DELEGATION)));
+        }
+    }
     // Only inodes of this MDT have locks here.
     t.retain(|(fid, _)| fid.mdt_index() == mdt.label.index || *fid == Fid::ROOT);
     t
+}
+
+/// Names of a file whose directories' delegations a request on it by FID calls back.
+const DELEGATED_PARENTS_MAX: usize = 8;
+
+/// The file an operation opens or changes by its FID alone.
+fn changed_or_opened_file(op: &MdsOp) -> Option<Fid> {
+    match op {
+        MdsOp::Open { fid, .. }
+        | MdsOp::DomWrite { fid, .. }
+        | MdsOp::DomAppend { fid, .. }
+        | MdsOp::SetAttr { fid, .. }
+        | MdsOp::SetXattr { fid, .. }
+        | MdsOp::RemoveXattr { fid, .. }
+        | MdsOp::SetLayout { fid, .. }
+        | MdsOp::LayoutIntent { fid, .. }
+        | MdsOp::RelayoutFence { fid }
+        | MdsOp::RelayoutSwap { fid } => Some(*fid),
+        _ => None,
+    }
 }
 
 /// Revokes, before `call` runs, the other clients' locks on what it changes; evicts the

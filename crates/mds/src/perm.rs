@@ -96,6 +96,10 @@ pub fn check(mdt: &Mdt, call: &MdsCall) -> Result<(), Status> {
         }
         // Anyone that may change the namespace (a read-only nodemap may not: nodemap.rs).
         MdsOp::GrantFids { .. } => Ok(()),
+        // Each file read: whoever may read it (a missing one is the handler's ENOENT).
+        MdsOp::AccessBatch { items } => items
+            .iter()
+            .try_for_each(|i| need(mdt, cred, i.fid, MAY_READ)),
         // Its owner, if it may create there: a holder answers everyone's callbacks on the
         // directory, so one user never holds a directory another owns (a shared 1777
         // scratch directory: only its owner's clients).

@@ -47,6 +47,7 @@ pub(crate) fn read_only(mdt: &Mdt, client: &[u8; 16], op: &MdsOp) -> Result<MdsR
         MdsOp::ChangelogUsers => Ok(changelog::users(mdt)),
         MdsOp::FidLinks { fid } => links::links(mdt, *fid),
         MdsOp::StatMany { fids } => ops::scan::stat_many(mdt, fids),
+        MdsOp::AccessBatch { items } => ops::access_batch::run(mdt, items),
         MdsOp::ScanStats { after, count } => ops::scan::scan_stats(mdt, *after, *count),
         MdsOp::DestroyPending => Ok(MdsReply::DestroyPending(mdt.destroy_space.by_ost())),
         MdsOp::QuotaUsage { ids } => mdt.quota_usage(ids),

@@ -71,6 +71,7 @@ pub const MD_OPS: &[&str] = &[
     "create_batch",
     "delegate_dir",
     "unlink_batch",
+    "access_batch",
 ];
 
 #[cfg(test)]
@@ -89,12 +90,9 @@ mod tests {
         );
         // The last opcode has its name too (migrate's, then stat_many's to quota_check's,
         // were missing: their stats were lost).
-        let last = MdsOp::UnlinkBatch {
-            parent: nacre_types::Fid::ROOT,
-            items: Vec::new(),
-        };
+        let last = MdsOp::AccessBatch { items: Vec::new() };
         assert_eq!(super::MD_OPS.len(), (last.opcode() & 0xff) as usize);
-        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "unlink_batch");
+        assert_eq!(super::MD_OPS[super::MD_OPS.len() - 1], "access_batch");
         let check = MdsOp::QuotaCheck { repair: false };
         assert_eq!(
             super::MD_OPS[(check.opcode() & 0xff) as usize - 1],

@@ -41,6 +41,7 @@ const FILES: &[(&str, &str)] = &[
     ("ops/atime_flush.rs", "ops"),
     ("ops/batch.rs", "ops"),
     ("ops/unlink_batch.rs", "ops"),
+    ("ops/access_batch.rs", "ops"),
     ("ops/create.rs", "ops"),
     ("ops/dir_stripe.rs", "ops"),
     ("ops/dom.rs", "ops"),

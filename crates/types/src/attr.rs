@@ -192,6 +192,17 @@ pub fn has_setid(perm: u32) -> bool {
     perm & (S_ISUID | S_ISGID) != 0
 }
 
+/// A stored access time this old (seconds) is refreshed by the next access (relatime).
+pub const RELATIME_S: i64 = 86_400;
+
+/// True if an access at `now` to a file with `attr` is to be recorded, as Linux's
+/// `relatime` decides: the stored access time is not after the last modification or
+/// change, or is [`RELATIME_S`] old or more (the MDT and a mount answering reads itself
+/// apply the same rule).
+pub fn relatime_due(attr: &Attr, now: crate::TimeSpec) -> bool {
+    attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.sec - attr.atime.sec >= RELATIME_S
+}
+
 /// Capacity of one target (or a whole file system).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct StatFs {

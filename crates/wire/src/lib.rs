@@ -79,8 +79,9 @@ pub use header::{Header, HEADER_BYTES};
 /// `CreateBatch`; 11: a batch's creates carry the time the client answered them; 12:
 /// unlinks answered by the client, sent many per request — `UnlinkBatch`; 13: a batch's
 /// creates carry the bytes their creator wrote (data on the MDT), `DelegateDir` says how
-/// many may come).
-pub const PROTOCOL_VERSION: u16 = 13;
+/// many may come; 14: reads the client answered itself are recorded as accesses —
+/// `AccessBatch`).
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
 /// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
@@ -90,9 +91,10 @@ pub const PROTOCOL_VERSION: u16 = 13;
 /// misread the quota messages; 10: one range per release (the tools and messages name a
 /// single version), though 10 only added requests; 11: a protocol-10 `CreateBatch` has no
 /// times; 12: one range per release (12 only added `UnlinkBatch`); 13: a protocol-12
-/// `CreateBatch` item has no bytes. Both sides of a file system upgrade together
+/// `CreateBatch` item has no bytes; 14: one range per release (14 only added `AccessBatch`).
+/// Both sides of a file system upgrade together
 /// (docs/formats.md, "Negotiation").
-pub const PROTOCOL_VERSION_MIN: u16 = 13;
+pub const PROTOCOL_VERSION_MIN: u16 = 14;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

@@ -647,6 +647,19 @@ pub enum MdsOp {
         /// The names (1 to [`UNLINK_BATCH_ITEMS_MAX`]).
         items: Vec<BatchUnlink>,
     },
+    /// Reads of files of this MDT that the client answered itself (files it made under a
+    /// delegation it holds, read from the bytes it sent with their creates): each is
+    /// recorded as an access where the MDT records a reader's close (relatime, lazily:
+    /// crates/mds/src/atime.rs), at the item's time if it is not after the MDT's clock and
+    /// within [`BATCH_TIME_SKEW_MS_MAX`] of it (the MDT's own time otherwise). Who may send
+    /// it: whoever may read every file named (`EACCES` for the whole batch otherwise,
+    /// `ENOENT` if one does not exist). Not modifying: accesses are kept in memory and
+    /// written lazily, as a close's are; sent twice, the later time wins. Reply:
+    /// [`MdsReply::Done`].
+    AccessBatch {
+        /// The files read and when (1 to [`ACCESS_BATCH_ITEMS_MAX`], all of this MDT).
+        items: Vec<BatchAccess>,
+    },
 }
 
 /// Most FIDs one [`MdsOp::GrantFids`] grants.
@@ -810,6 +823,8 @@ impl MdsOp {
             | MdsOp::DomAppend { fid, .. } => Some(*fid),
             MdsOp::CreateBatch { parent, .. } | MdsOp::UnlinkBatch { parent, .. } => Some(*parent),
             MdsOp::DelegateDir { fid } => Some(*fid),
+            // Routed by its first file (all of one MDT).
+            MdsOp::AccessBatch { items } => items.first().map(|i| i.fid),
             MdsOp::MkdirOn { parent, .. } | MdsOp::MkdirStriped { parent, .. } => Some(*parent),
             MdsOp::GetDirStripe { fid }
             | MdsOp::SetDirDefault { fid, .. }
@@ -934,6 +949,7 @@ impl MdsOp {
                 MdsOp::CreateBatch { .. } => 66,
                 MdsOp::DelegateDir { .. } => 67,
                 MdsOp::UnlinkBatch { .. } => 68,
+                MdsOp::AccessBatch { .. } => 69,
             }
     }
 
@@ -955,6 +971,8 @@ impl MdsOp {
                 | MdsOp::ListXattr { .. }
                 | MdsOp::GetLayout { .. }
                 | MdsOp::DomRead { .. }
+                // Accesses: in memory, written lazily (as a close's).
+                | MdsOp::AccessBatch { .. }
                 | MdsOp::StatFs
                                 | MdsOp::Sync
                                 | MdsOp::Ping

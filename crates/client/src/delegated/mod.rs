@@ -25,7 +25,7 @@
 use crate::{Client, Result};
 use nacre_types::cred::{Cred, MAY_EXEC, MAY_WRITE};
 use nacre_types::{Attr, Fid, FileKind, TimeSpec};
-use nacre_wire::mds::{BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX};
+use nacre_wire::mds::{BatchAccess, BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod data;
+mod kept;
 mod send;
 mod unlink;
 
@@ -84,6 +85,13 @@ struct Covered {
     owner: Option<u32>,
 }
 
+/// A file made under a delegation, as the MDT answered its create, and the bytes it
+/// carried: its whole contents (kept.rs).
+struct Kept {
+    attr: Attr,
+    data: Arc<Vec<u8>>,
+}
+
 /// One delegated directory.
 struct Dir {
     /// Its attributes as delegated, kept current with what was answered here.
@@ -114,6 +122,10 @@ struct Dir {
     answered: HashMap<Fid, Attr>,
     /// Files whose unlink was answered and is not known made yet (sent or not).
     unlinking: HashSet<Fid>,
+    /// Files made here whose attributes and whole contents are kept (kept.rs).
+    kept: HashMap<Fid, Kept>,
+    /// Reads answered here from what is kept, to be recorded at the MDT (kept.rs).
+    accessed: Vec<BatchAccess>,
     /// When the oldest item not sent was answered.
     since: Option<Instant>,
     /// Held while a batch of this directory is on its way: a request that needs it waits.
@@ -134,6 +146,8 @@ pub struct Delegated {
     /// Bytes written into files answered here that their creates carry, not known made
     /// yet, all directories (at most [`DELEGATED_DATA_BYTES_MAX`]).
     data_bytes: AtomicUsize,
+    /// Bytes of files made under delegations kept (at most [`DELEGATED_KEPT_BYTES_MAX`]).
+    kept_bytes: AtomicUsize,
     /// Directories held (`dirs.len()`), read without the lock by every request's hook.
     held: AtomicUsize,
     /// Counters.
@@ -149,6 +163,10 @@ pub struct DelegatedStats {
     pub unlinked: AtomicU64,
     /// Writes kept to go with their file's create (data on the MDT).
     pub written: AtomicU64,
+    /// Opens of files made here answered here (kept.rs).
+    pub opened: AtomicU64,
+    /// Reads answered from what is kept of files made here (kept.rs).
+    pub read: AtomicU64,
     /// Batches sent.
     pub batches: AtomicU64,
     /// Creates the MDT refused after they were answered (lost: logged).
@@ -172,10 +190,12 @@ impl Client {
     pub fn async_dirops_text(&self) -> String {
         let d = &self.delegated;
         format!(
-            "answered {}\nunlinked {}\nwritten {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
+            "answered {}\nunlinked {}\nwritten {}\nopened {}\nread {}\nbatches {}\nlost {}\npending {}\ndirectories {}",
             d.stats.answered.load(Ordering::Relaxed),
             d.stats.unlinked.load(Ordering::Relaxed),
             d.stats.written.load(Ordering::Relaxed),
+            d.stats.opened.load(Ordering::Relaxed),
+            d.stats.read.load(Ordering::Relaxed),
             d.stats.batches.load(Ordering::Relaxed),
             d.stats.lost.load(Ordering::Relaxed),
             d.pending.load(Ordering::Relaxed),
@@ -386,6 +406,8 @@ impl Client {
             cred: None,
             answered: HashMap::new(),
             unlinking: HashSet::new(),
+            kept: HashMap::new(),
+            accessed: Vec::new(),
             since: None,
             sending: Arc::new(Mutex::new(())),
         };
@@ -434,17 +456,6 @@ impl Client {
         Ok(first)
     }
 
-    /// The attributes of a file this client answered the create of and the MDT does not
-    /// know yet: they are exact (no one else can see it; a handle used for anything but its
-    /// close opens it at the MDT first).
-    pub fn delegated_attr(&self, fid: Fid) -> Option<Attr> {
-        if self.delegated.pending.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let dirs = self.delegated.dirs.lock();
-        dirs.values().find_map(|d| d.answered.get(&fid).cloned())
-    }
-
     /// Before request `op` goes to an MDT: sends the pending creates it depends on (of the
     /// directory it names, or that made a file it names; of every directory before a
     /// removal or rename of a directory, which names only its parent); gives back the
@@ -455,6 +466,7 @@ impl Client {
             op,
             MdsOp::CreateBatch { .. }
                 | MdsOp::UnlinkBatch { .. }
+                | MdsOp::AccessBatch { .. }
                 // Only of a handle opened at the MDT (its create sent), and sent by a
                 // callback of a batch's own lock (a kept open of a file it removes): it
                 // must not wait for that batch.
@@ -515,6 +527,7 @@ impl Client {
             }
         };
         self.stale_covered(op);
+        self.forget_kept(op);
         for dir in give_back {
             let lock = self.delegated.dirs.lock().get(&dir).map(|d| d.lock);
             if let (Some(lock), Ok(mdc)) = (lock, self.mdc(dir.mdt_index())) {

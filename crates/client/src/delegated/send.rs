@@ -4,7 +4,7 @@
 
 use super::{Item, DELEGATED_SEND_MS, RETRY_MS_MAX};
 use crate::{Client, Result};
-use nacre_types::{Fid, Status};
+use nacre_types::{Attr, Fid, Status};
 use nacre_wire::mds::{
     BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_DATA_BYTES_MAX, CREATE_BATCH_ITEMS_MAX,
     UNLINK_BATCH_ITEMS_MAX,
@@ -53,6 +53,8 @@ impl Client {
                 )
             };
             if items.is_empty() {
+                // Everything answered is made: the reads answered since follow.
+                self.send_accessed(dir);
                 return Ok(());
             }
             let n = items.len();
@@ -94,10 +96,11 @@ impl Client {
                 }
             };
             // Untried (the reply was full): sent next, first.
-            let (mut lost, mut untried) = (Vec::new(), Vec::new());
+            let (mut lost, mut untried, mut made) = (Vec::new(), Vec::new(), Vec::new());
             for (r, i) in results.iter().zip(&items) {
                 match (r, i) {
-                    (Ok(()), _) => {}
+                    (Ok(Some(attr)), Item::Create(c)) => made.push((c, attr.clone())),
+                    (Ok(_), _) => {}
                     (Err(Status::TooBig), _) => untried.push(i.clone()),
                     (Err(Status::Exist), Item::Create(c)) if again && self.made_before(c.fid) => {}
                     (Err(Status::NoEnt), Item::Unlink(_)) if again => {}
@@ -106,6 +109,7 @@ impl Client {
                     }
                 }
             }
+            self.keep_made(dir, &made);
             let requeued = untried.len();
             if requeued > 0 {
                 let mut dirs = self.delegated.dirs.lock();
@@ -128,8 +132,13 @@ impl Client {
         }
     }
 
-    /// Sends `items` (one kind, at most a batch) as one request: a result per item.
-    fn send_run(&self, dir: Fid, items: &[Item]) -> Result<Vec<std::result::Result<(), Status>>> {
+    /// Sends `items` (one kind, at most a batch) as one request: a result per item (a made
+    /// file's attributes as the MDT answered them).
+    fn send_run(
+        &self,
+        dir: Fid,
+        items: &[Item],
+    ) -> Result<Vec<std::result::Result<Option<Attr>, Status>>> {
         let creates: Vec<BatchCreate> = items
             .iter()
             .filter_map(|i| match i {
@@ -150,9 +159,10 @@ impl Client {
         );
         if unlinks.is_empty() {
             let made = self.create_batch(dir, creates)?;
-            return Ok(made.into_iter().map(|r| r.map(|_| ())).collect());
+            return Ok(made.into_iter().map(|r| r.map(|(a, _)| Some(a))).collect());
         }
-        self.unlink_batch(dir, unlinks)
+        let removed = self.unlink_batch(dir, unlinks)?;
+        Ok(removed.into_iter().map(|r| r.map(|()| None)).collect())
     }
 
     /// True if the MDT has `fid` (a create sent again whose first answer was lost). Asked
@@ -230,6 +240,11 @@ impl Client {
                 return Vec::new();
             };
             d.closing = true;
+            let kept: usize = std::mem::take(&mut d.kept)
+                .values()
+                .map(|k| k.data.len())
+                .sum();
+            self.delegated.kept_bytes.fetch_sub(kept, Ordering::AcqRel);
             let covered: Vec<(Fid, Vec<u8>)> = std::mem::take(&mut d.covered)
                 .into_iter()
                 .map(|(name, c)| (c.fid, name))
@@ -272,7 +287,9 @@ impl Client {
     /// Forgets the closing directories with nothing left to send.
     fn drop_closed(&self) {
         let mut dirs = self.delegated.dirs.lock();
-        dirs.retain(|_, d| !(d.closing && d.items.is_empty() && d.in_flight == 0));
+        dirs.retain(|_, d| {
+            !(d.closing && d.items.is_empty() && d.in_flight == 0 && d.accessed.is_empty())
+        });
         self.delegated.held.store(dirs.len(), Ordering::Release);
     }
 
@@ -312,6 +329,7 @@ impl Client {
                     .iter()
                     .filter(|(_, d)| {
                         (d.closing && !d.items.is_empty())
+                            || !d.accessed.is_empty()
                             || d.since.is_some_and(|t| {
                                 t.elapsed() >= Duration::from_millis(DELEGATED_SEND_MS)
                             })

@@ -72,6 +72,7 @@ impl Client {
             }
             d.cred = Some(cred);
             d.covered.remove(name);
+            self.forget_kept_in(d, fid);
             d.items.push(Item::Unlink(BatchUnlink {
                 fid,
                 name: name.to_vec(),
@@ -152,8 +153,13 @@ impl Client {
         }
         let mut dirs = self.delegated.dirs.lock();
         for (parent, name) in names {
-            if let Some(c) = dirs.get_mut(&parent).and_then(|d| d.covered.get_mut(name)) {
+            let Some(d) = dirs.get_mut(&parent) else {
+                continue;
+            };
+            if let Some(c) = d.covered.get_mut(name) {
                 c.owner = None;
+                let fid = c.fid;
+                self.forget_kept_in(d, fid);
             }
         }
     }

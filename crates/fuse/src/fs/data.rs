@@ -46,6 +46,19 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // A file this mount made under a delegation it holds, and keeps: answered here,
+        // opened at the MDT only if the handle is used for more than reads (a truncating
+        // open changes it: to the MDT).
+        if flags.0 & libc::O_TRUNC == 0 {
+            if let Some(mut file) = self.client.open_kept(fid, access_of(flags.0), req.uid()) {
+                pool::leave();
+                if flags.0 & libc::O_APPEND != 0 {
+                    file.set_append();
+                }
+                let open_flags = self.file_open_flags(&file);
+                return reply.opened(self.add_file(file), open_flags);
+            }
+        }
         // The kernel checked the caller's permission (default_permissions): an open this
         // mount kept may be handed out again (nacre_client::opencache).
         let result = self.client.open_checked(fid, access_of(flags.0));
@@ -74,6 +87,11 @@ impl Shared {
         reply: ReplyData,
     ) {
         self.enter(req);
+        // Through a handle this mount answered on a file it made and keeps: from its bytes.
+        if let Some(data) = self.read_kept(fh, offset, size) {
+            pool::leave();
+            return reply.data(&data);
+        }
         let file = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),

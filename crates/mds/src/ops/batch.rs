@@ -172,7 +172,7 @@ pub(crate) fn repeats<'a>(keys: impl Iterator<Item = &'a [u8]>) -> bool {
 
 /// True unless `op` is a batch of no item or of more than its bounds (items, bytes).
 pub(crate) fn within_bounds(op: &nacre_wire::mds::MdsOp) -> bool {
-    use nacre_wire::mds::{MdsOp, UNLINK_BATCH_ITEMS_MAX};
+    use nacre_wire::mds::{MdsOp, ACCESS_BATCH_ITEMS_MAX, UNLINK_BATCH_ITEMS_MAX};
     match op {
         MdsOp::CreateBatch { items, .. } => {
             (1..=CREATE_BATCH_ITEMS_MAX).contains(&items.len())
@@ -180,6 +180,7 @@ pub(crate) fn within_bounds(op: &nacre_wire::mds::MdsOp) -> bool {
                 && items.iter().map(|i| i.data.len()).sum::<usize>() <= CREATE_BATCH_DATA_BYTES_MAX
         }
         MdsOp::UnlinkBatch { items, .. } => (1..=UNLINK_BATCH_ITEMS_MAX).contains(&items.len()),
+        MdsOp::AccessBatch { items } => (1..=ACCESS_BATCH_ITEMS_MAX).contains(&items.len()),
         _ => true,
     }
 }

@@ -2,6 +2,7 @@
 //! [`crate::mdt::Tx`], add their changes to its batch only after every check has passed, and
 //! return the reply to save with them.
 
+pub mod access_batch;
 pub mod atime_flush;
 pub mod batch;
 pub mod create;

@@ -1,5 +1,6 @@
 //! The items of batched namespace changes ([`super::MdsOp::CreateBatch`],
-//! [`super::MdsOp::UnlinkBatch`]): what a client that answered them itself sends.
+//! [`super::MdsOp::UnlinkBatch`]) and of batched accesses ([`super::MdsOp::AccessBatch`]):
+//! what a client that answered them itself sends.
 
 use nacre_types::Fid;
 use serde::{Deserialize, Serialize};
@@ -56,3 +57,15 @@ pub struct BatchUnlink {
 
 /// Most names in one [`super::MdsOp::UnlinkBatch`].
 pub const UNLINK_BATCH_ITEMS_MAX: usize = 256;
+
+/// One read of a [`super::MdsOp::AccessBatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchAccess {
+    /// The file read.
+    pub fid: Fid,
+    /// When the client answered the read.
+    pub time: nacre_types::TimeSpec,
+}
+
+/// Most reads in one [`super::MdsOp::AccessBatch`].
+pub const ACCESS_BATCH_ITEMS_MAX: usize = 1024;

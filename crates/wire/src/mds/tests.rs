@@ -877,6 +877,39 @@ proptest! {
         prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
     }
 
+    /// `AccessBatch` with any FIDs and times: not modifying (accesses are kept in memory),
+    /// routed to its first file's MDT, names no directory; it round-trips and refuses every
+    /// truncation; any bytes after its opcode decode to it or an error, never a panic.
+    #[test]
+    fn access_batches_round_trip_and_refuse_truncation(
+        items in proptest::collection::vec(
+            (any::<u64>(), any::<u32>(), (any::<i64>(), any::<u32>())),
+            0..8,
+        ),
+        junk in proptest::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let items: Vec<BatchAccess> = items
+            .into_iter()
+            .map(|(seq, oid, (sec, nsec))| BatchAccess {
+                fid: Fid::new(seq, oid),
+                time: nacre_types::TimeSpec { sec, nsec },
+            })
+            .collect();
+        let first = items.first().map(|i| i.fid);
+        let batch = MdsOp::AccessBatch { items };
+        prop_assert!(!batch.is_modifying());
+        prop_assert_eq!(batch.opcode(), 0x0245);
+        prop_assert_eq!((batch.key_fid(), batch.names_changed_in()), (first, None));
+        let bytes = encode_body(&batch);
+        prop_assert_eq!(decode_body::<MdsOp>(&bytes).unwrap(), batch);
+        for n in 0..bytes.len() {
+            prop_assert!(decode_body::<MdsOp>(&bytes[..n]).is_err());
+        }
+        let mut hostile = bytes[..1].to_vec();
+        hostile.extend_from_slice(&junk);
+        let _ = decode_body::<MdsOp>(&hostile);
+    }
+
     /// `LayoutIntent` with any file and end: modifying (exactly once, replayed), routed to
     /// its file's MDT, round-trips and refuses every truncation; any bytes after its
     /// opcode decode to it or an error, never a panic.

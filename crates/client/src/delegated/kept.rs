@@ -1,0 +1,248 @@
+//! What the holder of a delegated directory keeps of the files it made there once their
+//! creates are sent (issue 44, mdtest hard's read phase): their attributes as the MDT
+//! answered the batch and the bytes the creates carried. While the delegation is held, an
+//! open of such a file by its owner is answered here with a deferred handle (opened at the
+//! MDT only if it is used for more than reads and its close), its reads from those bytes,
+//! and its attributes here: open, read and close without a request.
+//!
+//! Why that is the MDT's truth: no other client reaches such a file but through its
+//! directory (a lookup, a listing: they call the delegation back) or by its FID, and an
+//! open or change by FID calls back the delegations of the file's directories too
+//! (crates/mds/src/locks.rs); the holder's own requests that name the file, its name, or
+//! change it (an open at the MDT, a write, a truncate, a setattr, a rename, a link, an
+//! unlink) forget what is kept of it first ([`Client::forget_kept`]). A file whose bytes go
+//! past what its create carried is not kept.
+//!
+//! Reads answered here are access times: recorded here as the MDT would (relatime) and
+//! sent to the MDT many per request (`AccessBatch`) after the creates they follow, within
+//! about a second (the sender thread's round); lost (logged) if the MDT refuses them, as the MDT loses its last
+//! seconds of accesses in a crash.
+
+use super::{Item, Kept};
+use crate::Client;
+use nacre_types::cred::{MAY_READ, MAY_WRITE};
+use nacre_types::{Attr, Fid, TimeSpec};
+use nacre_wire::mds::{BatchAccess, BatchCreate, MdsOp, ACCESS_BATCH_ITEMS_MAX};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Most bytes of files made under delegations kept here, all directories (past it, the
+/// files made are not kept: their opens go to the MDT).
+pub const DELEGATED_KEPT_BYTES_MAX: usize = 64 << 20;
+
+impl Client {
+    /// After a batch of `dir`'s creates was made: keeps each file `made` (its item and the
+    /// attributes the MDT answered) that the kernel keeps under the delegation and whose
+    /// whole contents went with its create.
+    pub(super) fn keep_made(&self, dir: Fid, made: &[(&BatchCreate, Attr)]) {
+        let mut dirs = self.delegated.dirs.lock();
+        let Some(d) = dirs.get_mut(&dir) else {
+            return;
+        };
+        if d.closing {
+            return;
+        }
+        for (c, attr) in made {
+            let covered = d
+                .covered
+                .get(&c.name)
+                .is_some_and(|k| k.fid == c.fid && k.owner.is_some());
+            if !covered || attr.fid != c.fid || attr.size != c.data.len() as u64 {
+                continue;
+            }
+            let kept = self.delegated.kept_bytes.load(Ordering::Acquire);
+            if kept + c.data.len() > DELEGATED_KEPT_BYTES_MAX {
+                return;
+            }
+            self.delegated
+                .kept_bytes
+                .fetch_add(c.data.len(), Ordering::AcqRel);
+            let old = d.kept.insert(
+                c.fid,
+                Kept {
+                    attr: attr.clone(),
+                    data: Arc::new(c.data.clone()),
+                },
+            );
+            if let Some(old) = old {
+                self.delegated
+                    .kept_bytes
+                    .fetch_sub(old.data.len(), Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// A handle on `fid` for `access` by `uid`, answered here (deferred: see the module
+    /// documentation), if this client made it under a delegation it still holds and keeps
+    /// it: its owner opening it for what the owner's class of its mode allows (root's file:
+    /// anything), as the MDT would let the owner open it later.
+    pub fn open_kept(&self, fid: Fid, access: u8, uid: u32) -> Option<crate::OpenFile> {
+        if !self.async_dirops() || self.delegated.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let attr = self.kept_file(fid)?.0;
+        let owner_may = |may: u8, bit: u32| access & may == 0 || attr.perm & bit != 0;
+        let may = attr.uid == 0 || (owner_may(MAY_READ, 0o400) && owner_may(MAY_WRITE, 0o200));
+        if attr.uid != uid || !may {
+            return None;
+        }
+        let file = self.open_deferred(&attr, access).ok()?;
+        self.delegated.stats.opened.fetch_add(1, Ordering::Relaxed);
+        Some(file)
+    }
+
+    /// `len` bytes from `offset` of the file of deferred handle `file`, read from what is
+    /// kept here of it (made here, sent or not), recording the access; `None`: read it
+    /// through the MDT.
+    pub fn read_kept(&self, file: &crate::OpenFile, offset: u64, len: usize) -> Option<Vec<u8>> {
+        if !file.deferred
+            || file.access & MAY_READ == 0
+            || self.delegated.held.load(Ordering::Acquire) == 0
+        {
+            return None;
+        }
+        let noatime = self.noatime.load(Ordering::Relaxed);
+        let mdc = self.mdc(file.fid.mdt_index()).ok()?;
+        let now = TimeSpec::now();
+        let mut dirs = self.delegated.dirs.lock();
+        let d = dirs
+            .values_mut()
+            .find(|d| d.kept.contains_key(&file.fid) || d.answered.contains_key(&file.fid))?;
+        if d.closing || !mdc.locks.holds(d.lock) {
+            return None;
+        }
+        let fid = file.fid;
+        let (attr, data) = match d.kept.get_mut(&fid) {
+            Some(k) => (&mut k.attr, k.data.as_slice()),
+            None => {
+                let data = d.items.iter().rev().find_map(|i| match i {
+                    Item::Create(c) if c.fid == fid => Some(c.data.as_slice()),
+                    _ => None,
+                })?;
+                let attr = d.answered.get_mut(&fid)?;
+                (attr, data)
+            }
+        };
+        if attr.size != data.len() as u64 {
+            return None;
+        }
+        let from = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let to = from.saturating_add(len).min(data.len());
+        let out = data[from..to].to_vec();
+        if !noatime && nacre_types::attr::relatime_due(attr, now) {
+            attr.atime = now;
+            // Sent by the sender thread on its next round (within a second).
+            d.accessed.push(BatchAccess { fid, time: now });
+        }
+        self.delegated.stats.read.fetch_add(1, Ordering::Relaxed);
+        Some(out)
+    }
+
+    /// The attributes of a file this client made under a delegation it holds and keeps
+    /// (exact: see the module documentation), and whether the kernel may keep them.
+    pub(crate) fn kept_attr(&self, fid: Fid) -> Option<(Attr, bool)> {
+        if self.delegated.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.kept_file(fid)
+    }
+
+    /// A file's attributes if kept here or answered here and not known made (then not for
+    /// the kernel to keep), while its directory's delegation is held.
+    fn kept_file(&self, fid: Fid) -> Option<(Attr, bool)> {
+        let dirs = self.delegated.dirs.lock();
+        dirs.values().filter(|d| !d.closing).find_map(|d| {
+            let kept = d.kept.get(&fid).map(|k| (k.attr.clone(), true));
+            kept.or_else(|| d.answered.get(&fid).map(|a| (a.clone(), false)))
+        })
+    }
+
+    /// Before `op` goes to an MDT: the files it names (an open at the MDT, a change) are no
+    /// longer answered from what is kept here.
+    pub(super) fn forget_kept(&self, op: &MdsOp) {
+        if self.delegated.kept_bytes.load(Ordering::Acquire) == 0
+            && !self
+                .delegated
+                .dirs
+                .lock()
+                .values()
+                .any(|d| !d.kept.is_empty())
+        {
+            return;
+        }
+        let mut fids: Vec<Fid> = op.key_fid().into_iter().collect();
+        if let MdsOp::Link { fid, .. } = op {
+            fids.push(*fid);
+        }
+        let mut dirs = self.delegated.dirs.lock();
+        for d in dirs.values_mut() {
+            for f in &fids {
+                if let Some(k) = d.kept.remove(f) {
+                    self.delegated
+                        .kept_bytes
+                        .fetch_sub(k.data.len(), Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// Forgets what is kept of `fid` in `d` (its name changed or went).
+    pub(super) fn forget_kept_in(&self, d: &mut super::Dir, fid: Fid) {
+        if let Some(k) = d.kept.remove(&fid) {
+            self.delegated
+                .kept_bytes
+                .fetch_sub(k.data.len(), Ordering::AcqRel);
+        }
+    }
+
+    /// Sends the accesses answered in `dir` (after its creates: the caller sent those),
+    /// as the files' owners (the only readers answered here). Best effort: what the MDT
+    /// refuses or does not answer is logged and dropped.
+    pub(super) fn send_accessed(&self, dir: Fid) {
+        let (accessed, owners) = {
+            let mut dirs = self.delegated.dirs.lock();
+            let Some(d) = dirs.get_mut(&dir) else {
+                return;
+            };
+            if d.accessed.is_empty() {
+                return;
+            }
+            let accessed = std::mem::take(&mut d.accessed);
+            let owners: Vec<(u32, u32)> = accessed
+                .iter()
+                .map(|a| {
+                    let attr = d.kept.get(&a.fid).map(|k| &k.attr);
+                    let attr = attr.or_else(|| d.answered.get(&a.fid));
+                    attr.map_or((0, 0), |a| (a.uid, a.gid))
+                })
+                .collect();
+            (accessed, owners)
+        };
+        let Ok(mdc) = self.mdc(dir.mdt_index()) else {
+            return;
+        };
+        let mut by_owner: Vec<((u32, u32), Vec<BatchAccess>)> = Vec::new();
+        for (a, o) in accessed.into_iter().zip(owners) {
+            match by_owner.iter_mut().find(|(k, _)| *k == o) {
+                Some((_, v)) => v.push(a),
+                None => by_owner.push((o, vec![a])),
+            }
+        }
+        for ((uid, gid), items) in by_owner {
+            for chunk in items.chunks(ACCESS_BATCH_ITEMS_MAX) {
+                let op = MdsOp::AccessBatch {
+                    items: chunk.to_vec(),
+                };
+                let owner = nacre_types::cred::Cred::new(uid, gid, Vec::new());
+                if let Err(e) = nacre_types::cred::with(owner, || mdc.call_own(op)) {
+                    tracing::warn!(
+                        "{} accesses of files of {dir} not recorded: {e}",
+                        chunk.len()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! What a mount answering creates itself (`--async-dirops`) keeps of the small files it
+//! made once their creates are sent (crates/client/src/delegated/kept.rs): their owner's
+//! opens, reads, stats and closes of them are answered by the mount while it holds the
+//! directory's delegation (mdtest hard's read phase without a request), the reads are
+//! recorded as access times at the MDT (`AccessBatch`, relatime), and another client
+//! that reaches such a file by its FID alone calls the delegation back before its change
+//! runs, so the holder never answers from what it kept once that is stale.
+
+use super::async_dirops::{counter, until_counter};
+use super::async_dirops_data::{delegated_small_dir, first_create, write_small};
+use super::batch::{served, Session};
+use super::dom::dom_dir;
+use super::growth::fid_at;
+use nacre_testkit::{md_requests, param_field, pattern, wait_for, Form, Spec, TestFs};
+use nacre_types::{Cred, Fid, Status, TimeSpec};
+use nacre_wire::mds::{BatchAccess, MdsOp, ACCESS_BATCH_ITEMS_MAX};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// The MDT's count of `what` in `mdt.FS-MDT0000.atime`.
+fn atime_stat(fsname: &str, what: &str) -> u64 {
+    param_field(&format!("mdt.{fsname}-MDT0000.atime"), what)
+}
+
+/// Waits until the MDT has written the accesses recorded so far (its next flush).
+fn until_atimes_flushed(fsname: &str) {
+    let flushed = atime_stat(fsname, "flushes");
+    wait_for("the MDT's flush of access times", || {
+        atime_stat(fsname, "flushes") > flushed
+    });
+}
+
+/// A file's access and modification times, to the nanosecond.
+fn times(path: &Path) -> ((i64, i64), (i64, i64)) {
+    let m = fs::metadata(path).unwrap();
+    ((m.atime(), m.atime_nsec()), (m.mtime(), m.mtime_nsec()))
+}
+
+/// mdtest hard's read phase on files the mount made: each opened read-write (as mdtest
+/// opens them), read whole and closed, stat'ed — no open, close, getattr or read reaches
+/// the MDT; the reads are recorded as accesses (another mount sees access times after the
+/// files' modification); once another mount looked (the delegation called back), the same
+/// reads go through the MDT and read the same bytes.
+#[test]
+fn a_mounts_own_small_files_open_and_read_without_a_request() {
+    let fsname = "asynckp";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let (a, da) = delegated_small_dir(&fs);
+    write_small(&da, "f", 20);
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    until_counter(&a, fsname, "pending", 0);
+    let ops = ["open", "close", "getattr", "dom_read"];
+    let (before, accesses) = (md_requests(fsname, &ops), served(fsname, "access_batch"));
+    let read_all = || {
+        for i in 0..20 {
+            let path = da.join(format!("f{i}"));
+            let mut f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            let mut got = Vec::new();
+            f.read_to_end(&mut got).unwrap();
+            assert_eq!(got, pattern(i, 3901), "{path:?}");
+            assert_eq!(f.metadata().unwrap().len(), 3901);
+        }
+    };
+    read_all();
+    assert_eq!(
+        md_requests(fsname, &ops),
+        before,
+        "opens, reads, stats and closes answered by the mount"
+    );
+    assert_eq!(counter(&a, fsname, "opened"), 20);
+    assert!(counter(&a, fsname, "read") >= 20);
+    wait_for("the accesses sent", || {
+        served(fsname, "access_batch") > accesses
+    });
+    until_atimes_flushed(fsname);
+    // Through the test's own mount: its lookup calls the delegation back.
+    for i in [0, 7, 19] {
+        let (atime, mtime) = times(&fs.path(&format!("s/f{i}")));
+        assert!(atime > mtime, "f{i}: read at {atime:?}, made at {mtime:?}");
+    }
+    until_counter(&a, fsname, "directories", 0);
+    read_all();
+    assert_eq!(counter(&a, fsname, "opened"), 20, "through the MDT now");
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+}
+
+/// Another client that opens or changes a file by its FID alone (no name looked up in
+/// its directory) calls back the delegation the file was made under, before its change
+/// runs: the holder, which answered reads of the file from what it kept, reads the new
+/// bytes and sees the new mode.
+#[test]
+fn a_change_by_fid_from_another_client_calls_the_delegation_back() {
+    let fsname = "asynckf";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let (a, da) = delegated_small_dir(&fs);
+    // A second directory of its own, delegated too.
+    let dt = a.mnt.join("t");
+    dom_dir(&dt);
+    first_create(&dt);
+    assert_eq!(counter(&a, fsname, "directories"), 2);
+    write_small(&da, "g", 1);
+    write_small(&dt, "h", 1);
+    for d in [&da, &dt] {
+        fs::File::open(d).unwrap().sync_all().unwrap();
+    }
+    until_counter(&a, fsname, "pending", 0);
+    let (f, h) = (da.join("g0"), dt.join("h0"));
+    for p in [&f, &h] {
+        assert_eq!(fs::read(p).unwrap(), pattern(0, 3901));
+    }
+    assert_eq!(counter(&a, fsname, "opened"), 2, "answered by the holder");
+    let fid = fid_at(&f);
+    let mut other = Session::open(&mds, fsname, [0x71; 16]);
+    let write = MdsOp::DomWrite {
+        fid,
+        offset: 0,
+        data: b"CHANGED".to_vec(),
+    };
+    assert_eq!(other.call(write).0, 0);
+    until_counter(&a, fsname, "directories", 1);
+    let got = fs::read(&f).unwrap();
+    assert_eq!(&got[..7], b"CHANGED", "the holder read what it kept");
+    assert_eq!(got[7..], pattern(0, 3901)[7..]);
+    // The other directory's file, still answered by the holder; then a chmod by FID.
+    assert_eq!(fs::read(&h).unwrap(), pattern(0, 3901));
+    assert_eq!(counter(&a, fsname, "opened"), 3, "answered again");
+    let chmod = MdsOp::SetAttr {
+        fid: fid_at(&h),
+        attr: nacre_types::SetAttr {
+            perm: Some(0o600),
+            ..Default::default()
+        },
+    };
+    assert_eq!(other.call(chmod).0, 0);
+    until_counter(&a, fsname, "directories", 0);
+    assert_eq!(fs::metadata(&h).unwrap().mode() & 0o7777, 0o600);
+}
+
+/// `AccessBatch` spoken by a raw client, as an attacker would: a user who may not read a
+/// file it names is refused `EACCES` for the whole batch (nothing recorded), a FID of no
+/// file `ENOENT`, an empty or oversized batch `EINVAL`; a time ahead of the MDT's clock is
+/// taken as the MDT's own; a reader's batch is recorded.
+#[test]
+fn access_batches_are_refused_to_those_who_may_not_read() {
+    let fsname = "asyncka";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let (secret, open) = (fs.path("secret"), fs.path("open"));
+    for (p, mode) in [(&secret, 0o600), (&open, 0o644)] {
+        fs::write(p, b"x").unwrap();
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let (sf, of) = (fid_at(&secret), fid_at(&open));
+    let (secret_before, _) = times(&secret);
+    let (open_before, _) = times(&open);
+    let mut raw = Session::open(&mds, fsname, [0x72; 16]);
+    let now = TimeSpec::now();
+    let batch = |items: Vec<(Fid, TimeSpec)>| MdsOp::AccessBatch {
+        items: items
+            .into_iter()
+            .map(|(fid, time)| BatchAccess { fid, time })
+            .collect(),
+    };
+    let user = Cred::new(4245, 4245, vec![]);
+    let (st, _) =
+        nacre_types::cred::with(user.clone(), || raw.call(batch(vec![(of, now), (sf, now)])));
+    assert_eq!(st, Status::Access as i32, "a file the user may not read");
+    let gone = Fid::new(of.seq, of.oid + 100_000);
+    assert_eq!(raw.call(batch(vec![(gone, now)])).0, Status::NoEnt as i32);
+    assert_eq!(raw.call(batch(Vec::new())).0, Status::Inval as i32);
+    let many = vec![(of, now); ACCESS_BATCH_ITEMS_MAX + 1];
+    assert_eq!(raw.call(batch(many)).0, Status::Inval as i32);
+    // Accesses are due (the stored times are the files' creation); one dated an hour
+    // ahead of the MDT's clock is taken at the MDT's own time.
+    let ahead = TimeSpec {
+        sec: now.sec + 3600,
+        nsec: 0,
+    };
+    let (st, _) = nacre_types::cred::with(user, || raw.call(batch(vec![(of, ahead)])));
+    assert_eq!(st, 0, "a reader's batch");
+    until_atimes_flushed(fsname);
+    let after = TimeSpec::now();
+    // Through a mount that never looked at the files (this one keeps what it saw).
+    let other = fs.scratch().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let _b = fs.mount_another(&other, &[]);
+    let (open_after, _) = times(&other.join("open"));
+    assert!(open_after > open_before, "the reader's access was recorded");
+    assert!(open_after.0 <= after.sec, "dated ahead: {open_after:?}");
+    assert_eq!(
+        times(&other.join("secret")).0,
+        secret_before,
+        "refused: nothing recorded"
+    );
+}
