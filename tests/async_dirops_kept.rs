@@ -6,7 +6,7 @@
 //! that reaches such a file by its FID alone calls the delegation back before its change
 //! runs, so the holder never answers from what it kept once that is stale.
 
-use super::async_dirops::{counter, until_counter};
+use super::async_dirops::{counter, hold_sender, release_sender, until_counter};
 use super::async_dirops_data::{delegated_small_dir, first_create, write_small};
 use super::batch::{served, Session};
 use super::dom::dom_dir;
@@ -199,4 +199,50 @@ fn access_batches_are_refused_to_those_who_may_not_read() {
         secret_before,
         "refused: nothing recorded"
     );
+}
+
+/// The holder's own chmod or truncate of a file whose create (with its bytes) it has not
+/// sent yet: the create goes first, then the change, and what the mount keeps of the file
+/// as the create is made is forgotten: the file is opened at the MDT from then on and reads
+/// back as changed.
+#[test]
+fn a_mounts_own_change_of_a_file_not_sent_yet_is_read_back() {
+    let fsname = "asynckt";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let (a, da) = delegated_small_dir(&fs);
+    hold_sender(&a);
+    write_small(&da, "t", 1);
+    write_small(&da, "u", 1);
+    let (t, u) = (da.join("t0"), da.join("u0"));
+    assert_eq!(counter(&a, fsname, "pending"), 2, "answered, not sent");
+    // A chmod: its own request sends the creates, then changes the mode.
+    fs::set_permissions(&u, fs::Permissions::from_mode(0o600)).unwrap();
+    // Asked until the kernel's copy from the chmod's answer is too old to be used (within
+    // the jiffy it came in, the kernel answers from it): the mount's answer then.
+    assert_eq!(fs::metadata(&u).unwrap().mode() & 0o7777, 0o600);
+    // Changed since it was made: opened at the MDT, not answered from what was kept.
+    assert_eq!(fs::read(&u).unwrap(), pattern(0, 3901));
+    assert_eq!(
+        counter(&a, fsname, "opened"),
+        0,
+        "answered from a stale copy"
+    );
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&t)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    let opened = counter(&a, fsname, "opened");
+    release_sender(&a);
+    // The kernel asks for the size (its own from the truncate's answer is not kept).
+    assert_eq!(fs::metadata(&t).unwrap().len(), 10);
+    assert_eq!(fs::read(&t).unwrap(), pattern(0, 3901)[..10]);
+    assert_eq!(
+        counter(&a, fsname, "opened"),
+        opened,
+        "answered from a stale copy"
+    );
+    assert_eq!(fs::read(fs.path("s/t0")).unwrap(), pattern(0, 3901)[..10]);
+    assert_eq!(counter(&a, fsname, "lost"), 0);
 }

@@ -527,7 +527,6 @@ impl Client {
             }
         };
         self.stale_covered(op);
-        self.forget_kept(op);
         for dir in give_back {
             let lock = self.delegated.dirs.lock().get(&dir).map(|d| d.lock);
             if let (Some(lock), Ok(mdc)) = (lock, self.mdc(dir.mdt_index())) {
@@ -563,5 +562,8 @@ impl Client {
                 tracing::warn!("sending the creates of {dir} before a request: {e}");
             }
         }
+        // After the sends: a create they made is kept as it is made (kept.rs), and this
+        // request may change what was made.
+        self.forget_kept(op);
     }
 }
