@@ -368,6 +368,16 @@ impl Shared {
         self.client.read_kept(&file, offset, size as usize)
     }
 
+    /// Drops handle `fh` on `fid` that was never handed to the kernel (its open failed).
+    fn forget_handle(&self, fh: FileHandle, fid: Fid) {
+        if let Some(f) = self.files.lock().remove(&fh.0) {
+            if f.is_deferred() {
+                self.deferred_gone(fid);
+            }
+            self.caps.released(fid);
+        }
+    }
+
     /// A deferred handle on `fid` was opened at the MDT or released.
     fn deferred_gone(&self, fid: Fid) {
         let mut deferred = self.deferred.lock();
@@ -408,6 +418,13 @@ impl Shared {
             return;
         }
         self.undefer_where(|_| true, "as its delegation goes");
+    }
+
+    /// Opens at the MDT the deferred handles of `fid` (logged if one fails).
+    pub(super) fn open_deferred_of(&self, fid: Fid) {
+        if self.deferred.lock().contains_key(&fid) {
+            self.undefer_where(|f| f.fid == fid, "before its mode or owner changes");
+        }
     }
 
     /// Opens at the MDT the deferred handles of files `which` picks (`why`, logged if one

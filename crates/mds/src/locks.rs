@@ -189,19 +189,21 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
 /// Names of a file whose directories' delegations a request on it by FID calls back.
 const DELEGATED_PARENTS_MAX: usize = 8;
 
-/// The file an operation opens or changes by its FID alone.
+/// The file an operation opens for writing, changes or links by its FID alone. Only
+/// requests of [`CHANGE_OPCODES`]: they are parked while the callback is out, never
+/// waited for on a service thread (a holder gives its delegation back with requests of
+/// its own). A read-only open changes nothing the holder keeps; a layout's growth or a
+/// migration keeps the bytes.
 fn changed_or_opened_file(op: &MdsOp) -> Option<Fid> {
     match op {
-        MdsOp::Open { fid, .. }
-        | MdsOp::DomWrite { fid, .. }
+        MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => Some(*fid),
+        MdsOp::DomWrite { fid, .. }
         | MdsOp::DomAppend { fid, .. }
         | MdsOp::SetAttr { fid, .. }
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. }
         | MdsOp::SetLayout { fid, .. }
-        | MdsOp::LayoutIntent { fid, .. }
-        | MdsOp::RelayoutFence { fid }
-        | MdsOp::RelayoutSwap { fid } => Some(*fid),
+        | MdsOp::Link { fid, .. } => Some(*fid),
         _ => None,
     }
 }
@@ -731,5 +733,53 @@ mod tests {
         let mut codes: Vec<u16> = ops.iter().map(MdsOp::opcode).collect();
         codes.sort_unstable();
         assert_eq!(codes, CHANGE_OPCODES);
+    }
+
+    /// A request on a file by FID that calls back its directories' delegations is one the
+    /// MDT parks (a service thread waiting for the holder, which gives the delegation back
+    /// with requests of its own, could leave none to serve them).
+    #[test]
+    fn requests_calling_delegations_back_by_fid_are_parked() {
+        let f = Fid::ROOT;
+        let ops = [
+            MdsOp::Open { fid: f, access: 0 },
+            MdsOp::Open {
+                fid: f,
+                access: MAY_WRITE,
+            },
+            MdsOp::LayoutIntent { fid: f, end: 1 },
+            MdsOp::RelayoutFence { fid: f },
+            MdsOp::RelayoutSwap { fid: f },
+            MdsOp::DomRead {
+                fid: f,
+                offset: 0,
+                len: 1,
+            },
+            MdsOp::SetAttr {
+                fid: f,
+                attr: Default::default(),
+            },
+            MdsOp::Link {
+                fid: f,
+                parent: f,
+                name: b"n".to_vec(),
+            },
+            MdsOp::DomWrite {
+                fid: f,
+                offset: 0,
+                data: Vec::new(),
+            },
+        ];
+        let calling: Vec<&MdsOp> = ops
+            .iter()
+            .filter(|op| changed_or_opened_file(op).is_some())
+            .collect();
+        assert_eq!(calling.len(), 4, "{calling:?}");
+        for op in calling {
+            assert!(
+                CHANGE_OPCODES.contains(&op.opcode()),
+                "{op:?} is not parked"
+            );
+        }
     }
 }

@@ -52,7 +52,7 @@ impl Client {
             }
             let kept = self.delegated.kept_bytes.load(Ordering::Acquire);
             if kept + c.data.len() > DELEGATED_KEPT_BYTES_MAX {
-                return;
+                continue;
             }
             self.delegated
                 .kept_bytes
@@ -78,6 +78,11 @@ impl Client {
     /// anything), as the MDT would let the owner open it later.
     pub fn open_kept(&self, fid: Fid, access: u8, uid: u32) -> Option<crate::OpenFile> {
         if !self.async_dirops() || self.delegated.held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // A fileset's mount: the MDT walks every FID an `AccessBatch` names up to the
+        // fileset, so such a mount answers no open itself.
+        if self.mdc(0).ok()?.root().ok()? != Fid::ROOT {
             return None;
         }
         let attr = self.kept_file(fid)?.0;
@@ -150,26 +155,54 @@ impl Client {
     }
 
     /// A file's attributes if kept here or answered here and not known made (then not for
-    /// the kernel to keep), while its directory's delegation is held.
+    /// the kernel to keep; not one whose unlink was answered), while its directory's
+    /// delegation is held.
     fn kept_file(&self, fid: Fid) -> Option<(Attr, bool)> {
+        let mdc = self.mdc(fid.mdt_index()).ok()?;
         let dirs = self.delegated.dirs.lock();
-        dirs.values().filter(|d| !d.closing).find_map(|d| {
-            let kept = d.kept.get(&fid).map(|k| (k.attr.clone(), true));
-            kept.or_else(|| d.answered.get(&fid).map(|a| (a.clone(), false)))
-        })
+        let d = dirs
+            .values()
+            .find(|d| d.kept.contains_key(&fid) || d.answered.contains_key(&fid))?;
+        if d.closing
+            || d.unlinking.contains(&fid)
+            || d.removing.contains(&fid)
+            || !mdc.locks.holds(d.lock)
+        {
+            return None;
+        }
+        let kept = d.kept.get(&fid).map(|k| (k.attr.clone(), true));
+        kept.or_else(|| d.answered.get(&fid).map(|a| (a.clone(), false)))
+    }
+
+    /// True while an open of `fid` would still be answered here: checked after a deferred
+    /// handle from [`Client::open_kept`] is registered, so a removal or a delegation going
+    /// meanwhile either sees the handle or is seen by it (and the handle opened at the
+    /// MDT at once).
+    pub fn still_kept(&self, fid: Fid) -> bool {
+        self.kept_file(fid).is_some()
+    }
+
+    /// Before `name` of `parent` is removed by this mount (an unlink, a rename over it):
+    /// its file is no longer answered here, so no open of it is answered from now on that
+    /// the removal's opening of deferred handles would miss.
+    pub fn forget_kept_name(&self, parent: Fid, name: &[u8]) {
+        if self.delegated.held.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut dirs = self.delegated.dirs.lock();
+        let Some(d) = dirs.get_mut(&parent) else {
+            return;
+        };
+        if let Some(fid) = d.covered.get(name).map(|c| c.fid) {
+            self.forget_kept_in(d, fid);
+            d.removing.insert(fid);
+        }
     }
 
     /// Before `op` goes to an MDT: the files it names (an open at the MDT, a change) are no
     /// longer answered from what is kept here.
     pub(super) fn forget_kept(&self, op: &MdsOp) {
-        if self.delegated.kept_bytes.load(Ordering::Acquire) == 0
-            && !self
-                .delegated
-                .dirs
-                .lock()
-                .values()
-                .any(|d| !d.kept.is_empty())
-        {
+        if !op.is_modifying() && !matches!(op, MdsOp::Open { .. }) {
             return;
         }
         let mut fids: Vec<Fid> = op.key_fid().into_iter().collect();
@@ -179,29 +212,30 @@ impl Client {
         let mut dirs = self.delegated.dirs.lock();
         for d in dirs.values_mut() {
             for f in &fids {
-                if let Some(k) = d.kept.remove(f) {
-                    self.delegated
-                        .kept_bytes
-                        .fetch_sub(k.data.len(), Ordering::AcqRel);
+                if d.kept.contains_key(f) {
+                    self.forget_kept_in(d, *f);
                 }
             }
         }
     }
 
-    /// Forgets what is kept of `fid` in `d` (its name changed or went).
+    /// Forgets what is kept of `fid` in `d` (it changed, its name changed or went), and
+    /// the reads of it not sent yet: the MDT might refuse them now (they are lost, as an
+    /// MDT loses its last seconds of accesses in a crash).
     pub(super) fn forget_kept_in(&self, d: &mut super::Dir, fid: Fid) {
         if let Some(k) = d.kept.remove(&fid) {
             self.delegated
                 .kept_bytes
                 .fetch_sub(k.data.len(), Ordering::AcqRel);
         }
+        d.accessed.retain(|a| a.fid != fid);
     }
 
     /// Sends the accesses answered in `dir` (after its creates: the caller sent those),
     /// as the files' owners (the only readers answered here). Best effort: what the MDT
     /// refuses or does not answer is logged and dropped.
     pub(super) fn send_accessed(&self, dir: Fid) {
-        let (accessed, owners) = {
+        let accessed: Vec<(BatchAccess, (u32, u32))> = {
             let mut dirs = self.delegated.dirs.lock();
             let Some(d) = dirs.get_mut(&dir) else {
                 return;
@@ -209,22 +243,28 @@ impl Client {
             if d.accessed.is_empty() {
                 return;
             }
-            let accessed = std::mem::take(&mut d.accessed);
-            let owners: Vec<(u32, u32)> = accessed
-                .iter()
-                .map(|a| {
-                    let attr = d.kept.get(&a.fid).map(|k| &k.attr);
-                    let attr = attr.or_else(|| d.answered.get(&a.fid));
-                    attr.map_or((0, 0), |a| (a.uid, a.gid))
+            // Reads of files whose creates were answered since the caller sent them wait
+            // for the next round (the MDT has no such file yet).
+            let (later, now): (Vec<BatchAccess>, Vec<BatchAccess>) =
+                std::mem::take(&mut d.accessed)
+                    .into_iter()
+                    .partition(|a| d.answered.contains_key(&a.fid));
+            d.accessed = later;
+            now.into_iter()
+                .filter_map(|a| {
+                    let attr = &d.kept.get(&a.fid)?.attr;
+                    Some((a, (attr.uid, attr.gid)))
                 })
-                .collect();
-            (accessed, owners)
+                .collect()
         };
+        if accessed.is_empty() {
+            return;
+        }
         let Ok(mdc) = self.mdc(dir.mdt_index()) else {
             return;
         };
         let mut by_owner: Vec<((u32, u32), Vec<BatchAccess>)> = Vec::new();
-        for (a, o) in accessed.into_iter().zip(owners) {
+        for (a, o) in accessed {
             match by_owner.iter_mut().find(|(k, _)| *k == o) {
                 Some((_, v)) => v.push(a),
                 None => by_owner.push((o, vec![a])),

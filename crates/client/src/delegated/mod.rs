@@ -126,6 +126,9 @@ struct Dir {
     kept: HashMap<Fid, Kept>,
     /// Reads answered here from what is kept, to be recorded at the MDT (kept.rs).
     accessed: Vec<BatchAccess>,
+    /// Files whose name this mount is removing or removed: no open of them is answered
+    /// here any more (kept.rs; at most one per covered name).
+    removing: HashSet<Fid>,
     /// When the oldest item not sent was answered.
     since: Option<Instant>,
     /// Held while a batch of this directory is on its way: a request that needs it waits.
@@ -408,6 +411,7 @@ impl Client {
             unlinking: HashSet::new(),
             kept: HashMap::new(),
             accessed: Vec::new(),
+            removing: HashSet::new(),
             since: None,
             sending: Arc::new(Mutex::new(())),
         };

@@ -51,12 +51,22 @@ impl Shared {
         // open changes it: to the MDT).
         if flags.0 & libc::O_TRUNC == 0 {
             if let Some(mut file) = self.client.open_kept(fid, access_of(flags.0), req.uid()) {
-                pool::leave();
                 if flags.0 & libc::O_APPEND != 0 {
                     file.set_append();
                 }
                 let open_flags = self.file_open_flags(&file);
-                return reply.opened(self.add_file(file), open_flags);
+                let fh = self.add_file(file);
+                // A removal of its name, or the delegation going, since it was answered:
+                // opened at the MDT now (either of them would have missed it).
+                if !self.client.still_kept(fid) {
+                    if let Err(e) = self.file(fh) {
+                        self.forget_handle(fh, fid);
+                        pool::leave();
+                        return reply.error(e);
+                    }
+                }
+                pool::leave();
+                return reply.opened(fh, open_flags);
             }
         }
         // The kernel checked the caller's permission (default_permissions): an open this

@@ -80,6 +80,11 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // Handles this mount answered the open of are opened at the MDT before their file's
+        // mode or owner changes (the MDT checks the opener then).
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            self.open_deferred_of(fid);
+        }
         let set = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
@@ -179,6 +184,8 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         let name = name.as_bytes();
+        // First: no open answered by this mount from here on misses what follows.
+        self.client.forget_kept_name(parent, name);
         self.open_before_removal(parent, name);
         // Answered here in a directory delegated to this mount (--async-dirops), for a
         // file it answered the create of; sent to the MDT later.
@@ -243,6 +250,7 @@ impl Shared {
         };
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         if !noreplace {
+            self.client.forget_kept_name(dst, newname.as_bytes());
             self.open_before_removal(dst, newname.as_bytes());
         }
         match self

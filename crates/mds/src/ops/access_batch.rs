@@ -10,17 +10,22 @@ use crate::ops::batch::client_time;
 use nacre_types::{Status, TimeSpec};
 use nacre_wire::mds::{BatchAccess, MdsReply};
 
-/// Records each read of `items` (every file of this MDT and existing, else nothing is).
+/// Records each read of `items` (every file of this MDT, else nothing is; a file gone since
+/// is skipped, as the MDT's own flush skips it).
 pub fn run(mdt: &Mdt, items: &[BatchAccess]) -> Result<MdsReply, Status> {
     if items.iter().any(|i| i.fid.mdt_index() != mdt.label.index) {
         return Err(Status::XDev);
     }
-    let recs = items
-        .iter()
-        .map(|i| mdt.inode(i.fid))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut recs = Vec::with_capacity(items.len());
+    for i in items {
+        match mdt.inode(i.fid) {
+            Ok(rec) => recs.push((i, rec)),
+            Err(Status::NoEnt) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let now = TimeSpec::now();
-    for (i, rec) in items.iter().zip(&recs) {
+    for (i, rec) in recs {
         // Never after the MDT's clock, nor far from it: a client cannot date a read ahead.
         let t = client_time(now, i.time)
             .filter(|t| *t <= now)
