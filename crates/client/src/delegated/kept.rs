@@ -110,12 +110,7 @@ impl Client {
         let mdc = self.mdc(file.fid.mdt_index()).ok()?;
         let now = TimeSpec::now();
         let mut dirs = self.delegated.dirs.lock();
-        let d = dirs
-            .values_mut()
-            .find(|d| d.kept.contains_key(&file.fid) || d.answered.contains_key(&file.fid))?;
-        if d.closing || !mdc.locks.holds(d.lock) {
-            return None;
-        }
+        let d = held_dir_of(&mut dirs, file.fid, &mdc)?;
         let fid = file.fid;
         let (attr, data) = match d.kept.get_mut(&fid) {
             Some(k) => (&mut k.attr, k.data.as_slice()),
@@ -159,15 +154,9 @@ impl Client {
     /// delegation is held.
     fn kept_file(&self, fid: Fid) -> Option<(Attr, bool)> {
         let mdc = self.mdc(fid.mdt_index()).ok()?;
-        let dirs = self.delegated.dirs.lock();
-        let d = dirs
-            .values()
-            .find(|d| d.kept.contains_key(&fid) || d.answered.contains_key(&fid))?;
-        if d.closing
-            || d.unlinking.contains(&fid)
-            || d.removing.contains(&fid)
-            || !mdc.locks.holds(d.lock)
-        {
+        let mut dirs = self.delegated.dirs.lock();
+        let d = held_dir_of(&mut dirs, fid, &mdc)?;
+        if d.unlinking.contains(&fid) || d.removing.contains(&fid) {
             return None;
         }
         let kept = d.kept.get(&fid).map(|k| (k.attr.clone(), true));
@@ -285,4 +274,17 @@ impl Client {
             }
         }
     }
+}
+
+/// The directory whose delegation `fid` was made (or answered) under, while that delegation
+/// is held and not going.
+fn held_dir_of<'a>(
+    dirs: &'a mut std::collections::HashMap<Fid, super::Dir>,
+    fid: Fid,
+    mdc: &crate::mdc::Mdc,
+) -> Option<&'a mut super::Dir> {
+    let d = dirs
+        .values_mut()
+        .find(|d| d.kept.contains_key(&fid) || d.answered.contains_key(&fid))?;
+    (!d.closing && mdc.locks.holds(d.lock)).then_some(d)
 }
