@@ -47,7 +47,9 @@ impl Client {
                 .covered
                 .get(&c.name)
                 .is_some_and(|k| k.fid == c.fid && k.owner.is_some());
-            if !covered || attr.fid != c.fid || attr.size != c.data.len() as u64 {
+            // Not one whose name is going (removing: no open of it is answered any more).
+            let going = d.removing.contains(&c.fid);
+            if !covered || going || attr.fid != c.fid || attr.size != c.data.len() as u64 {
                 continue;
             }
             let kept = self.delegated.kept_bytes.load(Ordering::Acquire);
@@ -184,7 +186,11 @@ impl Client {
         };
         if let Some(fid) = d.covered.get(name).map(|c| c.fid) {
             self.forget_kept_in(d, fid);
-            d.removing.insert(fid);
+            // A file made already is never kept again (its name is no longer the mount's
+            // to answer); one answered and not made is, until its create is made.
+            if d.answered.contains_key(&fid) {
+                d.removing.insert(fid);
+            }
         }
     }
 

@@ -126,8 +126,9 @@ struct Dir {
     kept: HashMap<Fid, Kept>,
     /// Reads answered here from what is kept, to be recorded at the MDT (kept.rs).
     accessed: Vec<BatchAccess>,
-    /// Files whose name this mount is removing or removed: no open of them is answered
-    /// here any more (kept.rs; at most one per covered name).
+    /// Files answered and not made whose name this mount is removing or removed: no open
+    /// of them is answered here any more (kept.rs; at most one per file answered, each
+    /// dropped as its create is made).
     removing: HashSet<Fid>,
     /// When the oldest item not sent was answered.
     since: Option<Instant>,

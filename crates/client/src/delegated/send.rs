@@ -182,7 +182,10 @@ impl Client {
             d.failing_since = None;
             for i in done {
                 match i {
-                    Item::Create(c) => d.answered.remove(&c.fid).map(|_| ()),
+                    Item::Create(c) => {
+                        d.removing.remove(&c.fid);
+                        d.answered.remove(&c.fid).map(|_| ())
+                    }
                     Item::Unlink(u) => d.unlinking.remove(&u.fid).then_some(()),
                 };
             }
