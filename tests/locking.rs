@@ -2,7 +2,7 @@
 //! stat sends nothing to the MDT — and a change on one mount revokes the other mounts' locks
 //! before it returns, so the next stat or lookup there sees it.
 
-use nacre_testkit::{md_requests, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{get_param, md_requests, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -618,4 +618,56 @@ fn changes_waiting_for_cancels_hold_no_service_thread() {
         0,
         "the resumed mount was evicted"
     );
+}
+
+/// A mount keeps the locks of a scan of more files than the old bound on its locks (65,536):
+/// 70,000 files made through another mount (answered by that mount: quick), listed and
+/// stat'ed by this one, are stat'ed again with nothing sent to the MDT. Regression: IO500's
+/// stat phases on one mount, past 65,536 files, fell from the kernel's cache to a lookup per
+/// file (7,236 stats/s against 925,700 with the locks kept; docs/PERFORMANCE.md).
+#[test]
+fn a_scan_of_more_files_than_the_old_lru_bound_stays_cached() {
+    const FILES: usize = 70_000;
+    let fsname = "lrubig";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let maker_mnt = fs.scratch().join("maker");
+    fs::create_dir_all(&maker_mnt).unwrap();
+    let _maker = fs.mount_another(&maker_mnt, &["--async-dirops", "true"]);
+    fs::create_dir(maker_mnt.join("d")).unwrap();
+    for i in 0..FILES {
+        fs::File::create(maker_mnt.join(format!("d/f{i}"))).unwrap();
+    }
+    // Made at the MDT (this mount's listing calls the maker's delegation back).
+    let dir = fs.path("d");
+    let listed = fs::read_dir(&dir).unwrap().count();
+    assert_eq!(listed, FILES);
+    let stat_all = |from: usize| {
+        for i in from..FILES {
+            let md = fs::symlink_metadata(dir.join(format!("f{i}"))).unwrap();
+            assert!(md.is_file() && md.len() == 0);
+        }
+    };
+    stat_all(0);
+    // The mount trims its locks to its bound after each callback it is sent: two changes
+    // from the maker call back two of them, the second only once the mount is done with
+    // the first (trim included).
+    for f in ["d/f0", "d/f1"] {
+        fs::set_permissions(maker_mnt.join(f), fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let before = md_requests(fsname, READS);
+    stat_all(2);
+    let sent = md_requests(fsname, READS) - before;
+    assert_eq!(
+        sent, 0,
+        "a second stat of {FILES} files sent {sent} lookups or getattrs to the MDT"
+    );
+    let held: u64 = get_param(
+        None,
+        &format!("ldlm.namespaces.{fsname}-MDT0000-mdc.lock_count"),
+    )
+    .lines()
+    .filter_map(|l| l.trim().parse().ok())
+    .max()
+    .expect("lock_count");
+    assert!(held > FILES as u64, "the mount holds {held} locks");
 }

@@ -7,8 +7,11 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Default bound on the locks a client holds per target (`lru_size`).
-pub const LRU_SIZE_DEFAULT: usize = 65_536;
+/// Default bound on the locks a client holds per target (`lru_size`): a scan of up to this
+/// many files (IO500's stat phases, an `ls -l` of a large tree) stays in the kernel's cache.
+/// About 150 bytes each here and as much on the server, whose
+/// [`crate::server::LOCKS_MAX_DEFAULT`] is four times this.
+pub const LRU_SIZE_DEFAULT: usize = 1 << 20;
 /// Names (dentries) remembered per lock for invalidation; past it, more names under the
 /// lock are not cached by the kernel.
 pub const NAMES_PER_LOCK_MAX: usize = 16;

@@ -17,9 +17,10 @@ pub type ClientId = [u8; 16];
 pub const CALLBACK_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Shortest callback timeout accepted.
 pub const CALLBACK_TIMEOUT_MS_MIN: u64 = 100;
-/// Default bound on the locks a namespace holds (about 150 bytes each): past it, reads are
-/// answered without a lock.
-pub const LOCKS_MAX_DEFAULT: u64 = 1 << 20;
+/// Default bound on the locks a namespace holds (about 150 bytes each: 600 MiB at most):
+/// past it, reads are answered without a lock. Four clients' full LRUs
+/// ([`crate::client::LRU_SIZE_DEFAULT`]).
+pub const LOCKS_MAX_DEFAULT: u64 = 4 << 20;
 /// Default contention window: an inode whose UPDATE bit changes had to call back twice
 /// within it is not granted that bit again until it passes (a shared directory that
 /// several clients create in would otherwise move its lock between them on every create).
