@@ -632,6 +632,39 @@ fn the_mount_sets_the_rpcs_in_flight_it_shows() {
     );
 }
 
+/// The pages a listing fetches ahead (statahead, on a helper thread) are asked in the
+/// lister's name: an `ls -l` of 2,000 files from a mount that did not make them counts every
+/// readdirplus page to the lister's job. Regression: the pages after the first went with
+/// the mount's own credentials (root's) and no job.
+#[test]
+fn pages_fetched_ahead_are_asked_in_the_listers_name() {
+    let fsname = "stsah";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    std::fs::create_dir(fs.path("d")).unwrap();
+    for i in 0..2000 {
+        std::fs::File::create(fs.path(&format!("d/f{i}"))).unwrap();
+    }
+    let other = fs.scratch().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let _m = fs.mount_another(&other, &[]);
+    let before = nacre_testkit::md_requests(fsname, &["readdirplus"]);
+    let listed = nacre_testkit::sh(&format!(
+        "env SLURM_JOB_ID=lsjob ls -l {}/d | grep -c ' f[0-9]'",
+        other.display()
+    ));
+    assert_eq!(listed.trim(), "2000");
+    let pages = nacre_testkit::md_requests(fsname, &["readdirplus"]) - before;
+    // 2,000 entries in pages of 256: the first asked by the lister, the others ahead.
+    assert!(pages >= 8, "{pages} readdirplus pages");
+    let mdt = nacre_ok(&[
+        "ctl",
+        "get_param",
+        "-n",
+        &format!("mdt.{fsname}-MDT0000.job_stats"),
+    ]);
+    assert_eq!(job_samples(&mdt, "lsjob", "readdirplus"), pages, "{mdt}");
+}
+
 /// Starts `nacre top` for one screen, then makes traffic inside its interval.
 fn top_while(args: &[&str], traffic: impl FnOnce()) -> String {
     let child = std::process::Command::new(nacre_testkit::nacre_bin())

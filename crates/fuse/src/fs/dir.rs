@@ -122,9 +122,14 @@ impl DirStream {
         let client = client.clone();
         let fid = self.fid;
         let after = self.last().map(<[u8]>::to_vec);
+        // In the caller's name: the MDT checks its permissions and counts the page to its
+        // job (a helper thread has no credentials of its own: the mount's would be used).
+        let (cred, job) = (nacre_types::cred::current(), nacre_types::jobid::current());
         let spawned = std::thread::Builder::new()
             .name("nacre-statahead".into())
             .spawn(move || {
+                nacre_types::cred::set_current(Some(cred));
+                nacre_types::jobid::set_current(&job);
                 let page = client.readdir_plus(fid, after.as_deref(), READDIRPLUS_PAGE_ENTRIES);
                 let _ = tx.send(page);
             });
