@@ -672,7 +672,13 @@ mod tests {
         // a's lease has lapsed; its next check reads b's record and fences a.
         assert!(!a.holds());
         assert!(a.fenced());
-        assert!(fenced.load(Ordering::Acquire));
+        // The callback runs on the thread that fenced a (its renewal thread, or this one),
+        // right after the flag: waited for, not assumed (it lost that race under emulation).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !fenced.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the fence callback never ran");
+            std::thread::yield_now();
+        }
         assert!(b.holds());
         let rec = MmpFile::open(dir.path()).unwrap().read().unwrap().unwrap();
         assert_eq!(rec.owner, "b@tcp");
