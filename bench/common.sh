@@ -108,6 +108,15 @@ survey_osts() {
 # cpu_ticks: the machine's busy CPU time so far, in clock ticks (user, nice, system, irq,
 # softirq of /proc/stat).
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+# proc_ticks PIDS...: user+system clock ticks these processes used so far.
+proc_ticks() {
+  local t=0 p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] || continue
+    t=$((t + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat")))
+  done
+  echo "$t"
+}
 # network_alone RW IN_FLIGHT: MiB/s of `nacre selftest` bulk RPCs of 1 MiB (brw_read or
 # brw_write, SECS seconds, under CLIENT_PREFIX if set) to the OSS processes of net_up: the
 # network path with no disk and no file system. One to the first OSS for 1, else half of

@@ -28,14 +28,6 @@ cleanup() {
 }
 trap cleanup EXIT
 TCK=$(getconf CLK_TCK)
-proc_ticks() {
-  local t=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    t=$((t + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat")))
-  done
-  echo "$t"
-}
 
 OSTS_PER_OSS=2 net_up "$WORK/net" io500
 # shellcheck disable=SC2086

@@ -46,15 +46,6 @@ cleanup() {
 trap cleanup EXIT
 mpi() { "$MPIRUN" --allow-run-as-root --oversubscribe -np 2 "$@"; }
 TCK=$(getconf CLK_TCK)
-# proc_ticks PIDS...: user+system clock ticks these processes used so far.
-proc_ticks() {
-  local t=0 p
-  for p in "$@"; do
-    [ -r "/proc/$p/stat" ] || continue
-    t=$((t + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat")))
-  done
-  echo "$t"
-}
 
 # --- the file systems -----------------------------------------------------------------
 "$NACRE" up "$WORK/emb/data" --mount "$WORK/emb/mnt" --osts 4 --fsname emb \
