@@ -54,6 +54,7 @@ mod security;
 mod setid;
 mod sizes;
 mod stage;
+mod statahead;
 mod stats;
 mod striping;
 mod tools;

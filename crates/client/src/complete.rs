@@ -39,6 +39,11 @@ impl Complete {
         }
     }
 
+    /// `dir` is known completely.
+    pub fn knows(&self, dir: Fid) -> bool {
+        self.state.lock().dirs.contains_key(&dir)
+    }
+
     /// True if `dir` is complete and holds no `name`.
     pub fn absent(&self, dir: Fid, name: &[u8]) -> bool {
         self.state

@@ -5,6 +5,7 @@ mod data;
 mod dir;
 mod flock;
 mod names;
+mod window;
 mod xattr;
 
 use dir::DirStream;
@@ -119,6 +120,9 @@ struct Shared {
     undefer_locks: [Mutex<()>; UNDEFER_LOCKS],
     /// Deferred handles (creates this mount answered, not opened at the MDT) per file.
     deferred: Mutex<HashMap<Fid, u32>>,
+    /// Statahead for lookups in name order, and the count of this mount's changes
+    /// (fs/window.rs).
+    windows: window::Windows,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -184,9 +188,10 @@ impl NacreFs {
 
     /// Whether the kernel lists directories with readdirplus (every entry's attributes with
     /// the listing, cached under locks: the statahead of `ls -l`; on by default) or plain
-    /// readdir (a lookup per name the program then stats).
+    /// readdir (a lookup per name the program then stats, no statahead window).
     pub fn with_readdirplus(mut self, on: bool) -> NacreFs {
         self.readdirplus = on;
+        self.shared.windows.enable(on);
         self
     }
 
@@ -226,6 +231,12 @@ impl NacreFs {
             None => self.helpers.submit(move |shared| op(shared, &caller)),
         }
     }
+
+    /// [`NacreFs::run`] for an operation that may change something: no statahead entry
+    /// fetched before it completed is used after it (fs/window.rs).
+    fn run_changing(&self, req: &Request, op: impl FnOnce(&Shared, &Caller) + Send + 'static) {
+        self.run(req, move |fs, c| fs.windows.changing(|| op(fs, c)));
+    }
 }
 
 impl Drop for NacreFs {
@@ -258,6 +269,7 @@ impl Shared {
             undefer_locks: std::array::from_fn(|_| Mutex::new(())),
             deferred: Default::default(),
             flocks: Default::default(),
+            windows: Default::default(),
         }
     }
 
@@ -505,8 +517,12 @@ impl Filesystem for NacreFs {
         let _ = config.set_max_write(IO_BYTES_MAX);
         let _ = config.set_max_readahead(IO_BYTES_MAX);
         let _ = config.set_max_background(64);
-        // Readdirplus always (not adaptively): an `ls -l` gets every entry's attributes
-        // with its listing, under locks, instead of a lookup per name afterwards.
+        // Readdirplus adaptively: the kernel asks for attributes with a listing's first
+        // page and after lookups in the directory, plain pages otherwise (a scan that does
+        // not stat lists 1,024 names per RPC, with no lock or inode per entry); an `ls -l`,
+        // which lists everything before its first stat, has its lookups in name order
+        // answered by the directory's statahead window (fs/window.rs), a readdirplus page
+        // per 256 names instead of a lookup each.
         // Byte-range locks and flock() go to the MDT (fs/flock.rs), so they hold across
         // mounts.
         // Set-id bits are cleared by the MDT, as a side effect of the write, truncate or
@@ -518,7 +534,7 @@ impl Filesystem for NacreFs {
             | InitFlags::FUSE_FLOCK_LOCKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.readdirplus {
-            wanted |= InitFlags::FUSE_DO_READDIRPLUS;
+            wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
         }
         let _ = config.add_capabilities(wanted & config.capabilities());
         Ok(())
@@ -551,7 +567,7 @@ impl Filesystem for NacreFs {
         flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.setattr(
                 c, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
                 flags, reply,
@@ -574,7 +590,7 @@ impl Filesystem for NacreFs {
         reply: ReplyEntry,
     ) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.mknod(c, parent, &name, mode, umask, rdev, reply)
         });
     }
@@ -589,19 +605,19 @@ impl Filesystem for NacreFs {
         reply: ReplyEntry,
     ) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.mkdir(c, parent, &name, mode, umask, reply)
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| fs.unlink(c, parent, &name, reply));
+        self.run_changing(req, move |fs, c| fs.unlink(c, parent, &name, reply));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| fs.rmdir(c, parent, &name, reply));
+        self.run_changing(req, move |fs, c| fs.rmdir(c, parent, &name, reply));
     }
 
     fn symlink(
@@ -614,7 +630,7 @@ impl Filesystem for NacreFs {
     ) {
         let link_name = link_name.to_os_string();
         let target = target.to_path_buf();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.symlink(c, parent, &link_name, &target, reply)
         });
     }
@@ -631,7 +647,7 @@ impl Filesystem for NacreFs {
     ) {
         let name = name.to_os_string();
         let newname = newname.to_os_string();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.rename(c, parent, &name, newparent, &newname, flags, reply)
         });
     }
@@ -645,13 +661,16 @@ impl Filesystem for NacreFs {
         reply: ReplyEntry,
     ) {
         let newname = newname.to_os_string();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.link(c, ino, newparent, &newname, reply)
         });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.run(req, move |fs, c| fs.open(c, ino, flags, reply));
+        match access_of(flags.0) & nacre_types::cred::MAY_WRITE {
+            0 => self.run(req, move |fs, c| fs.open(c, ino, flags, reply)),
+            _ => self.run_changing(req, move |fs, c| fs.open(c, ino, flags, reply)),
+        }
     }
 
     fn read(
@@ -686,32 +705,36 @@ impl Filesystem for NacreFs {
         let caller = self.caller(req);
         match self.lanes.enter() {
             Some(lane) => Lanes::run_inline(lane, || {
-                self.shared.write(
-                    &caller,
-                    ino,
-                    fh,
-                    offset,
-                    data,
-                    write_flags,
-                    flags,
-                    lock_owner,
-                    reply,
-                )
-            }),
-            None => {
-                let data = data.to_vec();
-                self.helpers.submit(move |fs| {
-                    fs.write(
+                self.shared.windows.changing(|| {
+                    self.shared.write(
                         &caller,
                         ino,
                         fh,
                         offset,
-                        &data,
+                        data,
                         write_flags,
                         flags,
                         lock_owner,
                         reply,
                     )
+                })
+            }),
+            None => {
+                let data = data.to_vec();
+                self.helpers.submit(move |fs| {
+                    fs.windows.changing(|| {
+                        fs.write(
+                            &caller,
+                            ino,
+                            fh,
+                            offset,
+                            &data,
+                            write_flags,
+                            flags,
+                            lock_owner,
+                            reply,
+                        )
+                    })
                 });
             }
         }
@@ -866,7 +889,7 @@ impl Filesystem for NacreFs {
     ) {
         let name = name.to_os_string();
         let value = value.to_vec();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.setxattr(c, ino, &name, &value, flags, position, reply)
         });
     }
@@ -882,7 +905,7 @@ impl Filesystem for NacreFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| fs.removexattr(c, ino, &name, reply));
+        self.run_changing(req, move |fs, c| fs.removexattr(c, ino, &name, reply));
     }
 
     fn create(
@@ -896,7 +919,7 @@ impl Filesystem for NacreFs {
         reply: ReplyCreate,
     ) {
         let name = name.to_os_string();
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.create(c, parent, &name, mode, umask, flags, reply)
         });
     }
@@ -911,7 +934,7 @@ impl Filesystem for NacreFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.run(req, move |fs, c| {
+        self.run_changing(req, move |fs, c| {
             fs.fallocate(c, ino, fh, offset, length, mode, reply)
         });
     }

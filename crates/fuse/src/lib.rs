@@ -22,8 +22,12 @@
 //!   a lock goes; entries in directories this mount's own change holds wait for its end.
 //! * fs/names.rs: lookups, attributes, creates, links, renames, removals.
 //! * fs/data.rs: opens, reads, writes, releases, syncs, allocation.
-//! * fs/dir.rs: opendir, readdir, readdirplus. Statahead: the next page is fetched while the
-//!   kernel reads; listings are cached under the directory's `UPDATE` lock.
+//! * fs/dir.rs: opendir, readdir, readdirplus (asked for adaptively: plain pages where the
+//!   caller does not stat). Statahead: the next page is fetched while the kernel reads;
+//!   listings are cached under the directory's `UPDATE` lock.
+//! * fs/window.rs: the statahead window: lookups in name order after a listing answered
+//!   from readdirplus pages fetched ahead, while their locks are held and this mount changed
+//!   nothing since.
 //! * fs/cookies.rs: directory offsets are hashes of entry names, the names kept per
 //!   directory, so a listing resumes after that name from any stream.
 //! * fs/flock.rs: `getlk`/`setlk` to the MDT; locks are released by flush (files this mount

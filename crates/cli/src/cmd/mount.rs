@@ -37,9 +37,10 @@ pub(crate) struct ClientArgs {
     /// Name cache timeout in ms for entries no metadata lock covers.
     #[arg(long, default_value_t = 0)]
     pub(crate) entry_timeout_ms: u64,
-    /// List directories with readdirplus: every entry's attributes come with the listing,
-    /// cached under locks, so the stats of an `ls -l` cost nothing more (false: a lookup
-    /// per name stat'ed after a plain listing).
+    /// List directories with readdirplus where the caller stats what it lists: entries'
+    /// attributes come with the listing (or, for stats after a whole listing, with pages
+    /// fetched ahead), cached under locks, so the stats of an `ls -l` cost nothing more
+    /// (false: plain listings only, a lookup per name stat'ed).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) readdirplus: bool,
     /// Answer creates of regular files in directories the MDT delegates to this mount

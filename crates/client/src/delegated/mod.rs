@@ -365,6 +365,13 @@ impl Client {
         Ok(Some((attr, covered)))
     }
 
+    /// True if this client answers lookups in `dir` itself: it holds the directory's
+    /// delegation, or knows it completely (crate::complete). A statahead there would
+    /// only send what it answered (a readdir of a delegated directory sends its batch).
+    pub fn answers_lookups_in(&self, dir: Fid) -> bool {
+        self.delegated.dirs.lock().contains_key(&dir) || self.complete.knows(dir)
+    }
+
     /// The attributes of `dir` as delegated to this client and the lock it holds it by,
     /// asking the MDT for the delegation if it was not refused or given back lately.
     fn delegation_of(&self, dir: Fid) -> Result<Option<(Attr, u64)>> {

@@ -51,8 +51,9 @@ impl DirStream {
         let plus = plus && !self.plain_only;
         while !self.eof && self.entries.len() < want {
             let (page, eof) = match self.ahead.take() {
-                // A page fetched ahead: the same one a call now would return.
-                Some(ahead) if plus => match ahead.recv() {
+                // A page fetched ahead: the same one a call now would return (its
+                // attributes unused by a plain listing).
+                Some(ahead) => match ahead.recv() {
                     Ok(page) => page?,
                     Err(_) => self.fetch(client, plus)?,
                 },
@@ -325,7 +326,11 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         let mut given = Vec::new();
-        loop {
+        // At most a page per reply, however large the kernel's buffer (up to 1 MiB, some
+        // 6,900 entries it would link): it asks for the rest plainly unless the caller
+        // looked names up meanwhile, and lookups in name order have their own statahead
+        // (fs/window.rs).
+        while given.len() < READDIRPLUS_PAGE_ENTRIES as usize {
             if let Err(e) = stream.fill(&self.client, index + 1, true) {
                 return reply.error(errno(&e));
             }

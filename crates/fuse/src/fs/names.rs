@@ -12,6 +12,12 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // Looked up in name order: answered from the directory's window (fs/window.rs).
+        if let Some(attr) = self.statahead(parent, name.as_bytes(), &req.cred) {
+            pool::leave();
+            let attr = crate::attrs::file_attr(&attr);
+            return reply.entry_with_ttls(&LOCKED_TTL, &LOCKED_TTL, &attr, Generation(0));
+        }
         // Always the OSTs' size: the kernel applies an entry's size to a cached inode, so an MDT
         // hint here would shrink a file another thread is reading (a short read at a false EOF).
         match self.client.lookup_cached(parent, name.as_bytes()) {

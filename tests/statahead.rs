@@ -1,0 +1,210 @@
+//! Listings and the stats after them (crates/fuse/src/fs/window.rs): a scan that does not
+//! stat gets plain pages of names (no lock or attributes per entry); stats that come in
+//! name order after a listing are answered from readdirplus pages fetched ahead (the
+//! statahead window), and only while those are current — a change by another mount, or
+//! any change by this one, sends the stat to the MDT again.
+
+use nacre_testkit::{md_requests, on_both_forms, Form, Spec, TestFs};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const READS: &[&str] = &["getattr", "lookup"];
+
+/// A second client process mounting `fs`: its mount point and handle (unmounted on drop).
+fn second_mount(fs: &TestFs) -> (PathBuf, nacre_testkit::ClientMount) {
+    let mnt = fs.scratch().join("other");
+    fs::create_dir_all(&mnt).unwrap();
+    let m = fs.mount_another(&mnt, &[]);
+    (mnt, m)
+}
+
+/// Makes `count` files `f00000`... in `dir`, file `i` of `i % 97` bytes.
+fn make_files(dir: &Path, count: usize) {
+    fs::create_dir(dir).unwrap();
+    for i in 0..count {
+        fs::write(dir.join(name(i)), vec![b'x'; size(i) as usize]).unwrap();
+    }
+}
+
+fn name(i: usize) -> String {
+    format!("f{i:05}")
+}
+
+fn size(i: usize) -> u64 {
+    (i % 97) as u64
+}
+
+/// The names `dir` lists, read to the end before anything else.
+fn list(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// On a mount that did not make them: a listing of 3,000 files that stats nothing is
+/// plain pages after the first reply; the stats of all of them in name order afterwards
+/// (a program that lists, sorts, then stats) come from readdirplus pages, not a lookup
+/// each, and are right.
+fn stats_after_a_whole_listing_come_from_statahead_pages(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae1",
+        Form::Networked => "stan1",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    const FILES: usize = 3_000;
+    make_files(&fs.path("d"), FILES);
+    let (other, _mount) = second_mount(&fs);
+    let d = other.join("d");
+    assert!(fs::metadata(&d).unwrap().is_dir());
+
+    let (plain, plus) = (
+        md_requests(fsname, &["readdir"]),
+        md_requests(fsname, &["readdirplus"]),
+    );
+    let names = list(&d);
+    assert_eq!(names, (0..FILES).map(name).collect::<Vec<_>>());
+    let plus_pages = md_requests(fsname, &["readdirplus"]) - plus;
+    let plain_pages = md_requests(fsname, &["readdir"]) - plain;
+    // The first reply with attributes (a page, and the next fetched ahead), then names.
+    assert!(
+        plus_pages <= 2,
+        "{plus_pages} readdirplus pages for a plain scan"
+    );
+    assert!(plain_pages >= 2, "{plain_pages} readdir pages");
+
+    let (reads, plus) = (
+        md_requests(fsname, READS),
+        md_requests(fsname, &["readdirplus"]),
+    );
+    for (i, n) in names.iter().enumerate() {
+        let m = fs::symlink_metadata(d.join(n)).unwrap();
+        assert!(m.is_file(), "{n}");
+        assert_eq!(m.len(), size(i), "{n}");
+    }
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(
+        asked < 20,
+        "{asked} lookups and getattrs for {FILES} stats after a listing"
+    );
+    let pages = md_requests(fsname, &["readdirplus"]) - plus;
+    assert!(pages >= 8, "{pages} statahead pages");
+
+    // Numeric order is not name order (f10 sorts before f2): every stat right.
+    let n = fs.path("n");
+    fs::create_dir(&n).unwrap();
+    for i in 0..1_000 {
+        fs::write(n.join(format!("f{i}")), vec![b'y'; size(i) as usize]).unwrap();
+    }
+    let n = other.join("n");
+    assert_eq!(list(&n).len(), 1_000);
+    for i in 0..1_000 {
+        let m = fs::symlink_metadata(n.join(format!("f{i}"))).unwrap();
+        assert_eq!(m.len(), size(i), "f{i}");
+    }
+
+    // Creates of new names in a directory another mount made: the kernel looks each up
+    // first, in name order, and finds nothing; pages that answer nothing stop the window
+    // for longer each time (without that, a readdirplus page per create).
+    let plus = md_requests(fsname, &["readdirplus"]);
+    for i in 0..2_000 {
+        fs::write(other.join(format!("n/new{i:05}")), b"").unwrap();
+    }
+    let pages = md_requests(fsname, &["readdirplus"]) - plus;
+    assert!(pages <= 16, "{pages} readdirplus pages for 2,000 creates");
+}
+
+/// What the window fetched is answered only while current: a chmod, a write, a rename and
+/// an unlink on another mount after the fetch are seen by the stats that follow (their
+/// locks were called back), while the other names still come from the window; and after
+/// any change this mount makes, nothing fetched before it is used.
+fn the_window_answers_only_while_current(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae2",
+        Form::Networked => "stan2",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    const FILES: usize = 700;
+    make_files(&fs.path("d"), FILES);
+    make_files(&fs.path("e"), FILES);
+    let (other, _mount) = second_mount(&fs);
+    let d = other.join("d");
+    assert_eq!(list(&d).len(), FILES);
+    // Two misses in name order past the first reply: the window holds f00302 onwards.
+    for i in [300, 301] {
+        assert_eq!(
+            fs::symlink_metadata(d.join(name(i))).unwrap().len(),
+            size(i)
+        );
+    }
+    let a = |i: usize| fs.path("d").join(name(i));
+    fs::set_permissions(a(310), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(a(311))
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    fs::rename(a(312), fs.path("d/renamed")).unwrap();
+    fs::remove_file(a(313)).unwrap();
+
+    // Lookups only: the directory's own attributes are asked again after its changes.
+    let lookups = md_requests(fsname, &["lookup"]);
+    for i in 302..330 {
+        let got = fs::symlink_metadata(d.join(name(i)));
+        match i {
+            310 => assert_eq!(got.unwrap().permissions().mode() & 0o777, 0o600),
+            311 => assert_eq!(got.unwrap().len(), size(i) + 4),
+            312 | 313 => assert!(got.is_err(), "{} still there", name(i)),
+            _ => {
+                let m = got.unwrap();
+                assert_eq!(m.len(), size(i), "{}", name(i));
+                assert_eq!(m.permissions().mode() & 0o777, 0o644, "{}", name(i));
+            }
+        }
+    }
+    assert!(fs::symlink_metadata(d.join("renamed")).is_ok());
+    // The four changed names were looked up; the 24 others came from the window.
+    let asked = md_requests(fsname, &["lookup"]) - lookups;
+    assert!(
+        asked < 10,
+        "{asked} lookups for 28 stats, 4 of changed files"
+    );
+
+    // This mount's own change, anywhere, after the fetch: the window is not used.
+    let e = other.join("e");
+    assert_eq!(list(&e).len(), FILES);
+    for i in [300, 301] {
+        assert_eq!(
+            fs::symlink_metadata(e.join(name(i))).unwrap().len(),
+            size(i)
+        );
+    }
+    fs::write(other.join("made-here"), b"x").unwrap();
+    // Asked again: a lookup, or a new page (not the one fetched before the change).
+    let asked = || md_requests(fsname, &["lookup", "readdirplus"]);
+    let before = asked();
+    assert_eq!(
+        fs::symlink_metadata(e.join(name(302))).unwrap().len(),
+        size(302)
+    );
+    assert!(
+        asked() > before,
+        "a stat after a change here was answered from a window fetched before it"
+    );
+    for i in 303..320 {
+        assert_eq!(
+            fs::symlink_metadata(e.join(name(i))).unwrap().len(),
+            size(i)
+        );
+    }
+}
+
+on_both_forms!(
+    stats_after_a_whole_listing_come_from_statahead_pages,
+    the_window_answers_only_while_current
+);
