@@ -51,6 +51,36 @@ pub const LOCKED_TTL: Duration = Duration::from_secs(3_600);
 const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.union(FopenFlags::FOPEN_NOFLUSH);
 
+/// When the kernel lists a directory with every entry's attributes (`--readdirplus`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readdirplus {
+    /// Every listing page with attributes and locks (the default): the stats of an
+    /// `ls -l`, and of files written here since, are answered by the kernel afterwards.
+    #[default]
+    Always,
+    /// Attributes with a listing's first reply and after lookups in the directory, plain
+    /// pages otherwise (`FUSE_READDIRPLUS_AUTO`): scans that stat little (`find -name`,
+    /// IO500's pfind) list names only; stats in name order after a whole listing come from
+    /// the statahead window (fs/window.rs). A stat of a file written here after such a
+    /// listing asks the MDT, as it did not refresh the kernel's attributes.
+    Auto,
+    /// Plain pages only: a lookup per name stat'ed, no statahead window.
+    Off,
+}
+
+impl std::str::FromStr for Readdirplus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Readdirplus, String> {
+        match s {
+            "true" | "always" => Ok(Readdirplus::Always),
+            "auto" => Ok(Readdirplus::Auto),
+            "false" | "off" => Ok(Readdirplus::Off),
+            _ => Err(format!("readdirplus is true, auto or false, not {s:?}")),
+        }
+    }
+}
+
 /// Who asked: what the operations need of the kernel's request, owned, so a helper thread
 /// can run it after the FUSE thread moved on.
 struct Caller {
@@ -92,8 +122,8 @@ pub struct NacreFs {
     shared: Arc<Shared>,
     lanes: Lanes,
     helpers: Arc<Helpers<Shared>>,
-    /// Ask the kernel for readdirplus (see [`NacreFs::with_readdirplus`]).
-    readdirplus: bool,
+    /// When the kernel asks for readdirplus (see [`NacreFs::with_readdirplus`]).
+    readdirplus: Readdirplus,
 }
 
 /// What the operations work on.
@@ -182,16 +212,15 @@ impl NacreFs {
             ),
             shared,
             lanes: Lanes::new(threads),
-            readdirplus: true,
+            readdirplus: Readdirplus::Always,
         }
     }
 
-    /// Whether the kernel lists directories with readdirplus (every entry's attributes with
-    /// the listing, cached under locks: the statahead of `ls -l`; on by default) or plain
-    /// readdir (a lookup per name the program then stats, no statahead window).
-    pub fn with_readdirplus(mut self, on: bool) -> NacreFs {
-        self.readdirplus = on;
-        self.shared.windows.enable(on);
+    /// When the kernel lists directories with readdirplus (every entry's attributes with
+    /// the listing, cached under locks: the statahead of `ls -l`); see [`Readdirplus`].
+    pub fn with_readdirplus(mut self, mode: Readdirplus) -> NacreFs {
+        self.readdirplus = mode;
+        self.shared.windows.enable(mode != Readdirplus::Off);
         self
     }
 
@@ -517,12 +546,13 @@ impl Filesystem for NacreFs {
         let _ = config.set_max_write(IO_BYTES_MAX);
         let _ = config.set_max_readahead(IO_BYTES_MAX);
         let _ = config.set_max_background(64);
-        // Readdirplus adaptively: the kernel asks for attributes with a listing's first
-        // page and after lookups in the directory, plain pages otherwise (a scan that does
-        // not stat lists 1,024 names per RPC, with no lock or inode per entry); an `ls -l`,
-        // which lists everything before its first stat, has its lookups in name order
-        // answered by the directory's statahead window (fs/window.rs), a readdirplus page
-        // per 256 names instead of a lookup each.
+        // Readdirplus always by default: every listing refreshes the attributes the kernel
+        // holds (a stat of a file written here after a listing of its directory costs
+        // nothing). `auto`: the kernel asks for attributes with a listing's first reply and
+        // after lookups in the directory, plain pages otherwise (a scan that does not stat
+        // lists 1,024 names per RPC, with no lock or inode per entry); lookups in name
+        // order after a whole listing are answered by the directory's statahead window
+        // (fs/window.rs), a readdirplus page per 256 names instead of a lookup each.
         // Byte-range locks and flock() go to the MDT (fs/flock.rs), so they hold across
         // mounts.
         // Set-id bits are cleared by the MDT, as a side effect of the write, truncate or
@@ -533,8 +563,12 @@ impl Filesystem for NacreFs {
             | InitFlags::FUSE_POSIX_LOCKS
             | InitFlags::FUSE_FLOCK_LOCKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
-        if self.readdirplus {
-            wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        match self.readdirplus {
+            Readdirplus::Always => wanted |= InitFlags::FUSE_DO_READDIRPLUS,
+            Readdirplus::Auto => {
+                wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
+            }
+            Readdirplus::Off => {}
         }
         let _ = config.add_capabilities(wanted & config.capabilities());
         Ok(())

@@ -22,8 +22,8 @@
 //!   a lock goes; entries in directories this mount's own change holds wait for its end.
 //! * fs/names.rs: lookups, attributes, creates, links, renames, removals.
 //! * fs/data.rs: opens, reads, writes, releases, syncs, allocation.
-//! * fs/dir.rs: opendir, readdir, readdirplus (asked for adaptively: plain pages where the
-//!   caller does not stat). Statahead: the next page is fetched while the kernel reads;
+//! * fs/dir.rs: opendir, readdir, readdirplus (always, or with `--readdirplus auto` plain
+//!   pages where the caller does not stat). Statahead: the next page is fetched while the kernel reads;
 //!   listings are cached under the directory's `UPDATE` lock.
 //! * fs/window.rs: the statahead window: lookups in name order after a listing answered
 //!   from readdirplus pages fetched ahead, while their locks are held and this mount changed
@@ -67,7 +67,7 @@ pub mod pool;
 pub mod signals;
 pub mod xattr_json;
 
-pub use fs::NacreFs;
+pub use fs::{NacreFs, Readdirplus};
 
 use nacre_types::Fid;
 

@@ -119,8 +119,8 @@ pub struct MountOptions {
     /// Kernel readahead for the mount, in KiB. FUSE offers 128 KiB at init and refuses more,
     /// so it is raised through the mount's bdi after mounting.
     pub read_ahead_kb: u32,
-    /// List directories with readdirplus (see [`NacreFs::with_readdirplus`]).
-    pub readdirplus: bool,
+    /// When directories are listed with readdirplus (see [`NacreFs::with_readdirplus`]).
+    pub readdirplus: crate::Readdirplus,
     /// Keep file data in the page cache across opens under read locks on the OST objects
     /// (fs/data.rs); false: the kernel drops a file's cached data at every open.
     pub data_cache: bool,
@@ -135,7 +135,7 @@ impl Default for MountOptions {
             allow_other: true,
             flags: KernelFlags::default(),
             read_ahead_kb: 4096,
-            readdirplus: true,
+            readdirplus: crate::Readdirplus::Always,
             data_cache: true,
             jobid_var: std::sync::Arc::new(parking_lot::RwLock::new(
                 crate::jobid::JOBID_VAR_DEFAULT.to_string(),
@@ -398,6 +398,18 @@ fn raise_readahead(mountpoint: &Path, kb: u32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use crate::Readdirplus;
+
+    #[test]
+    fn readdirplus_modes_are_true_auto_or_false() {
+        assert_eq!("true".parse(), Ok(Readdirplus::Always));
+        assert_eq!("always".parse(), Ok(Readdirplus::Always));
+        assert_eq!("auto".parse(), Ok(Readdirplus::Auto));
+        assert_eq!("false".parse(), Ok(Readdirplus::Off));
+        assert!("sometimes".parse::<Readdirplus>().is_err());
+        assert_eq!(Readdirplus::default(), Readdirplus::Always);
+    }
+
     /// This kernel (Linux 4.5 and later) takes FUSE_DEV_IOC_CLONE; under an emulator that
     /// does not pass it on, the probe says so instead (the aarch64 run of these tests).
     #[test]

@@ -37,12 +37,13 @@ pub(crate) struct ClientArgs {
     /// Name cache timeout in ms for entries no metadata lock covers.
     #[arg(long, default_value_t = 0)]
     pub(crate) entry_timeout_ms: u64,
-    /// List directories with readdirplus where the caller stats what it lists: entries'
-    /// attributes come with the listing (or, for stats after a whole listing, with pages
-    /// fetched ahead), cached under locks, so the stats of an `ls -l` cost nothing more
-    /// (false: plain listings only, a lookup per name stat'ed).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub(crate) readdirplus: bool,
+    /// List directories with readdirplus: every entry's attributes come with the listing,
+    /// cached under locks, so the stats of an `ls -l` cost nothing more. `auto`: only where
+    /// the caller stats what it lists (scans that do not stat get plain pages; stats in
+    /// name order after a whole listing come from pages fetched ahead). `false`: plain
+    /// listings only, a lookup per name stat'ed.
+    #[arg(long, default_value = "true")]
+    pub(crate) readdirplus: nacre_fuse::Readdirplus,
     /// Answer creates of regular files in directories the MDT delegates to this mount
     /// here, sending them many per request within 50 ms (docs/locking.md, "Delegated
     /// directories"); off: every create waits for the MDT.
