@@ -50,21 +50,19 @@ impl DirStream {
     fn fill(&mut self, client: &Arc<Client>, want: usize, plus: bool) -> Result<(), ClientError> {
         let plus = plus && !self.plain_only;
         while !self.eof && self.entries.len() < want {
-            let (page, eof) = match self.ahead.take() {
-                // A page fetched ahead: the same one a call now would return (its
-                // attributes unused by a plain listing).
-                Some(ahead) => match ahead.recv() {
-                    Ok(page) => page?,
-                    Err(_) => self.fetch(client, plus)?,
-                },
-                _ => match self.fetch(client, plus) {
-                    // Readable, not searchable: names only, as a plain listing gives them.
-                    Err(e) if plus && e.status() == nacre_types::Status::Access => {
-                        self.plain_only = true;
-                        return self.fill(client, want, false);
-                    }
-                    r => r?,
-                },
+            // A page fetched ahead: the same one a call now would return (its attributes
+            // unused by a plain listing); fetched again if that failed.
+            let fetched = match self.ahead.take().map(|ahead| ahead.recv()) {
+                Some(Ok(Ok(page))) => Ok(page),
+                _ => self.fetch(client, plus),
+            };
+            let (page, eof) = match fetched {
+                // Readable, not searchable: names only, as a plain listing gives them.
+                Err(e) if plus && e.status() == nacre_types::Status::Access => {
+                    self.plain_only = true;
+                    return self.fill(client, want, false);
+                }
+                r => r?,
             };
             self.entries.extend(page);
             self.eof = eof;
