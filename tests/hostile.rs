@@ -124,11 +124,13 @@ fn hostile_layouts_and_stripes_give_eio_and_the_mount_goes_on() {
         name: Vec::new(),
     }
     .opcode();
-    // A layout of no objects, then one of stripe size 0, in the answer to a lookup.
-    eio(b.with_on(Trick::LayoutNoObjects, lookup, || fs::read(m.join("f1"))));
+    // A layout of no objects, then one of stripe size 0, in the answer to a lookup (in
+    // falling name order: two lookups in rising order would have the second answered by
+    // the directory's statahead window, crates/fuse/src/fs/window.rs, with no lookup sent).
+    eio(b.with_on(Trick::LayoutNoObjects, lookup, || fs::read(m.join("f2"))));
     assert!(b.logged("layout of 0 objects"));
     eio(b.with_on(Trick::LayoutZeroStripeSize, lookup, || {
-        fs::read(m.join("f2"))
+        fs::read(m.join("f1"))
     }));
     assert!(b.logged("stripe size 0"));
     assert!(fs::read(m.join("f1")).unwrap() == data, "the mount goes on");
