@@ -9,7 +9,7 @@ mod window;
 mod xattr;
 
 use dir::DirStream;
-pub use dir::READDIR_PAGE_ENTRIES;
+pub use dir::{Readdirplus, READDIR_PAGE_ENTRIES};
 
 use crate::attrs::file_attr;
 use crate::pool::{self, Helpers, Lanes, HELPER_IDLE_MS, HELPER_THREADS_MAX};
@@ -50,36 +50,6 @@ pub const LOCKED_TTL: Duration = Duration::from_secs(3_600);
 /// releases the closer's locks).
 const OPEN_FLAGS: FopenFlags =
     FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES.union(FopenFlags::FOPEN_NOFLUSH);
-
-/// When the kernel lists a directory with every entry's attributes (`--readdirplus`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Readdirplus {
-    /// Every listing page with attributes and locks (the default): the stats of an
-    /// `ls -l`, and of files written here since, are answered by the kernel afterwards.
-    #[default]
-    Always,
-    /// Attributes with a listing's first reply and after lookups in the directory, plain
-    /// pages otherwise (`FUSE_READDIRPLUS_AUTO`): scans that stat little (`find -name`,
-    /// IO500's pfind) list names only; stats in name order after a whole listing come from
-    /// the statahead window (fs/window.rs). A stat of a file written here after such a
-    /// listing asks the MDT, as it did not refresh the kernel's attributes.
-    Auto,
-    /// Plain pages only: a lookup per name stat'ed, no statahead window.
-    Off,
-}
-
-impl std::str::FromStr for Readdirplus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Readdirplus, String> {
-        match s {
-            "true" | "always" => Ok(Readdirplus::Always),
-            "auto" => Ok(Readdirplus::Auto),
-            "false" | "off" => Ok(Readdirplus::Off),
-            _ => Err(format!("readdirplus is true, auto or false, not {s:?}")),
-        }
-    }
-}
 
 /// Who asked: what the operations need of the kernel's request, owned, so a helper thread
 /// can run it after the FUSE thread moved on.

@@ -26,6 +26,36 @@ pub const READDIR_PAGE_ENTRIES: u32 = 1024;
 /// Entries fetched per readdirplus RPC (each with attributes and a lock).
 pub const READDIRPLUS_PAGE_ENTRIES: u32 = 256;
 
+/// When the kernel lists a directory with every entry's attributes (`--readdirplus`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readdirplus {
+    /// Every listing page with attributes and locks (the default): the stats of an
+    /// `ls -l`, and of files written here since, are answered by the kernel afterwards.
+    #[default]
+    Always,
+    /// Attributes with a listing's first reply and after lookups in the directory, plain
+    /// pages otherwise (`FUSE_READDIRPLUS_AUTO`): scans that stat little (`find -name`,
+    /// IO500's pfind) list names only; stats in name order after a whole listing come from
+    /// the statahead window (fs/window.rs). A stat of a file written here after such a
+    /// listing asks the MDT, as it did not refresh the kernel's attributes.
+    Auto,
+    /// Plain pages only: a lookup per name stat'ed, no statahead window.
+    Off,
+}
+
+impl std::str::FromStr for Readdirplus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Readdirplus, String> {
+        match s {
+            "true" | "always" => Ok(Readdirplus::Always),
+            "auto" => Ok(Readdirplus::Auto),
+            "false" | "off" => Ok(Readdirplus::Off),
+            _ => Err(format!("readdirplus is true, auto or false, not {s:?}")),
+        }
+    }
+}
+
 /// A page of a listing: entries, and whether none follow.
 type Page = Result<(Vec<Listed>, bool), ClientError>;
 

@@ -115,20 +115,24 @@ impl Window {
     /// The entry for `name`, if the current page has it for `cred` and the mount changed
     /// nothing since (`generation`): taken, so given once.
     pub(crate) fn take(&mut self, name: &[u8], cred: &Cred, generation: u64) -> Option<Listed> {
-        match &self.fetched_for {
-            Some((c, g)) if c == cred && *g == generation => {}
-            _ => return None,
+        if !self.current(cred, generation) {
+            return None;
         }
         let listed = self.entries.remove(name)?;
         self.hits += 1;
         Some(listed)
     }
 
+    /// The page was fetched for `cred`, and the mount changed nothing since (`generation`).
+    fn current(&self, cred: &Cred, generation: u64) -> bool {
+        matches!(&self.fetched_for, Some((c, g)) if c == cred && *g == generation)
+    }
+
     /// A lookup of `name` the window did not answer: `Some(after)` if a page after that
     /// name should be fetched first (see the module's rules).
     pub(crate) fn missed(&mut self, name: &[u8], cred: &Cred, generation: u64) -> Option<Vec<u8>> {
         let previous = self.last_miss.replace(name.to_vec());
-        let current = matches!(&self.fetched_for, Some((c, g)) if c == cred && *g == generation);
+        let current = self.current(cred, generation);
         let ordered = previous.as_ref().filter(|p| name > p.as_slice());
         if let Some(end) = self.end.take() {
             // Within the page: made since, or given already. Past the last name there was:
@@ -198,8 +202,12 @@ impl super::Shared {
     /// kernel may cache of them (both, always: see the module's rules), fetching the next
     /// page first where the lookups come in order; `None`: look it up as usual.
     pub(super) fn statahead(&self, parent: Fid, name: &[u8], cred: &Cred) -> Option<Attr> {
-        // Lookups this mount answers itself (a directory it made, or holds delegated).
-        if self.windows.off.load(Ordering::Relaxed) || self.client.answers_lookups_in(parent) {
+        // Lookups this mount answers itself (a directory it made, or holds delegated), and
+        // names no directory holds (refused by the lookup itself, ENAMETOOLONG).
+        if self.windows.off.load(Ordering::Relaxed)
+            || name.len() > nacre_types::limits::NAME_BYTES_MAX
+            || self.client.answers_lookups_in(parent)
+        {
             return None;
         }
         let window = self.windows.of(parent);
