@@ -32,6 +32,11 @@
 #   md-sync     the MDT durability choice: `md` with OLD run with --mdt-sync-on-reply (sync
 #               before every reply) and NEW with the default (reply after the journal write);
 #               usually `bench/ab.sh . . md-sync`, NEW/OLD then being default/sync-on-reply.
+#   mdtest      the networked form of bench/common.sh (two OSS processes, MOUNT_ARGS for the
+#               mount), the real mdtest (MDTEST=/path/to/mdtest, github hpc/ior, built outside
+#               this repository) with 2 MPI ranks on the one mount, each phase synced (-Y):
+#               easy `-F -u -n N` then hard `-F -n N -w 3901 -e 3901` in one directory;
+#               ops/s per phase. (N=5000)
 # BS serves io (1m) and write-path (64k), FILES md and md-sync (10000) and net (4000): set
 # them per invocation when running those workloads together.
 # Needs fio (io, net), a C compiler and pkg-config (ring), FUSE; bench/common.sh installs them.
@@ -43,7 +48,7 @@ OLD_SPEC="$1"; NEW_SPEC="$2"; shift 2
 WORKLOADS=("$@")
 for wl in "${WORKLOADS[@]}"; do
   case "$wl" in
-    io | md | net | ring | write-path | md-sync) ;;
+    io | md | net | ring | write-path | md-sync | mdtest) ;;
     *) echo "ab.sh: unknown workload '$wl'" >&2; usage ;;
   esac
 done
@@ -199,6 +204,32 @@ wl_ring() {
   rm -rf "${WORK:?}/ring/$side"
 }
 
+mdtest_setup() {
+  [ -x "${MDTEST:-}" ] || { echo "ab.sh: mdtest needs MDTEST=/path/to/mdtest" >&2; exit 2; }
+}
+wl_mdtest() {
+  local side=$1 m kind phase rate
+  NACRE=$2
+  net_form_up "$WORK/mdtest/$side" "cmp$side"
+  trap cleanup EXIT  # net_form_up sets its own
+  m="$WORK/mdtest/$side/net/mnt"
+  for kind in easy hard; do
+    mkdir -p "$m/$kind"
+    local args=(-F -u -n "${N:-5000}")
+    [ "$kind" = easy ] || args=(-F -n "${N:-5000}" -w 3901 -e 3901)
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$MDTEST" "${args[@]}" -Y -d "$m/$kind" \
+      > "$WORK/mdtest.out" 2>&1
+    # "   File creation     :      3545.123 ..." (columns: max min mean stddev).
+    while read -r phase rate; do
+      record mdtest "$side" "$kind $phase ops/s" "$rate"
+    done < <(awk '/^ *File (creation|stat|read|removal) *:/ {print $2, int($6)}' "$WORK/mdtest.out")
+  done
+  forms_down
+  pids=()
+  NACRE="$THIS"
+  rm -rf "${WORK:?}/mdtest/$side"
+}
+
 wl_write_path() {
   local side=$1 bin=$2 d="$WORK/write-path/$1" out bytes secs gx
   mkdir -p "$d/mnt"
@@ -215,6 +246,7 @@ wl_write_path() {
 # --- the rounds -----------------------------------------------------------------------------
 
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != ring ] || ring_setup; done
+for wl in "${WORKLOADS[@]}"; do [ "$wl" != mdtest ] || mdtest_setup; done
 echo "OLD = $OLD_SPEC ($OLD)" >&2
 echo "NEW = $NEW_SPEC ($NEW)" >&2
 for round in $(seq "$ROUNDS"); do

@@ -28,6 +28,7 @@ impl Client {
     /// returns the offset it was written at.
     pub fn append(&self, file: &crate::OpenFile, data: &[u8]) -> Result<u64> {
         file.check_writable()?;
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // A file all on the MDT appends there: the MDT picks the offset (crate::dom). One

@@ -243,6 +243,7 @@ impl Client {
         whole: Option<&Arc<nacre_types::AlignedBuf>>,
     ) -> Result<(usize, bool)> {
         file.check_writable()?;
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // The part on the MDT first (dom.rs); the rest, if any, to the OSTs.
@@ -333,6 +334,7 @@ impl Client {
         punch_hole: bool,
     ) -> Result<()> {
         file.check_writable()?;
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // A hole punched needs no objects where there are none.

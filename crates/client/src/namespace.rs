@@ -123,6 +123,7 @@ impl Client {
             // the objects' sizes).
             let kept = self.writeback.size(layout).unwrap_or(0);
             glimpsed_size(&mut attr, layout, osc::glimpse(self, layout)?, kept);
+            self.written.cover(&mut attr);
         }
         Ok(attr)
     }
@@ -216,6 +217,7 @@ impl Client {
         {
             if now == seen {
                 glimpsed_size(&mut attr, now, job.finish(now)?, kept.unwrap_or(0));
+                self.written.cover(&mut attr);
                 return Ok((attr, cached.attr));
             }
         }
@@ -391,12 +393,18 @@ impl Client {
         if own.is_empty() {
             nacre_types::jobid::set_current(&file.jobid);
         }
+        let written = file.wrote.load(std::sync::atomic::Ordering::Acquire);
+        let at = self.written.closing();
         let r = self.md(MdsOp::Close {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
-            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+            written,
             noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
+        // The MDT moved the file's times past every write this close covers.
+        if written && r.is_ok() {
+            self.written.closed(file.fid, at);
+        }
         if own.is_empty() {
             nacre_types::jobid::set_current("");
         }
