@@ -219,10 +219,10 @@ wl_mdtest() {
     [ "$kind" = easy ] || args=(-F -n "${N:-5000}" -w 3901 -e 3901)
     mpirun --allow-run-as-root --oversubscribe -np 2 "$MDTEST" "${args[@]}" -Y -d "$m/$kind" \
       > "$WORK/mdtest.out" 2>&1
-    # "   File creation     :      3545.123 ..." (columns: max min mean stddev).
+    # "   File creation     3545.123  3545.123  3545.123  0.000" (max min mean stddev).
     while read -r phase rate; do
       record mdtest "$side" "$kind $phase ops/s" "$rate"
-    done < <(awk '/^ *File (creation|stat|read|removal) *:/ {print $2, int($6)}' "$WORK/mdtest.out")
+    done < <(awk '/^ *File (creation|stat|read|removal) / {print $2, int($5)}' "$WORK/mdtest.out")
   done
   forms_down
   pids=()

@@ -57,6 +57,6 @@ mod stage;
 mod statahead;
 mod stats;
 mod striping;
-mod times;
 mod tools;
+mod vouched;
 mod writeback;

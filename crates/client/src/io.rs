@@ -243,7 +243,8 @@ impl Client {
         whole: Option<&Arc<nacre_types::AlignedBuf>>,
     ) -> Result<(usize, bool)> {
         file.check_writable()?;
-        self.written.wrote(file.fid);
+        // Not through the page cache: its objects' sizes are not followed (vouched.rs).
+        self.forget_vouched(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // The part on the MDT first (dom.rs); the rest, if any, to the OSTs.
@@ -334,7 +335,8 @@ impl Client {
         punch_hole: bool,
     ) -> Result<()> {
         file.check_writable()?;
-        self.written.wrote(file.fid);
+        // Not through the page cache: its objects' sizes are not followed (vouched.rs).
+        self.forget_vouched(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // A hole punched needs no objects where there are none.

@@ -69,6 +69,9 @@ pub struct Mdc {
     pub(crate) flocks: nacre_ldlm::flock::FlockTable,
     /// Attributes of this MDT's directories kept under `UPDATE` locks.
     pub dir_attrs: crate::dirattrs::DirAttrs,
+    /// Attributes of files made and written here, kept under their `UPDATE` locks
+    /// (crate::vouched).
+    pub vouched: crate::vouched::Vouched,
     /// Called before every request goes out (the client sends the delegated creates it
     /// depends on: delegated.rs).
     before: std::sync::OnceLock<BeforeRequest>,
@@ -129,6 +132,7 @@ impl Mdc {
             locks_stopped: AtomicBool::new(false),
             flocks: Default::default(),
             dir_attrs: Default::default(),
+            vouched: Default::default(),
             before: std::sync::OnceLock::new(),
         }
     }
@@ -487,6 +491,11 @@ impl Mdc {
         // read under an UPDATE lock finds may be kept (crate::dirattrs).
         let dir_change = crate::dirattrs::DirAttrs::classify(&op);
         let dir_gen = self.dir_attrs.change_start(dir_change);
+        // Kept file attributes: a change that may touch a file is counted (crate::vouched).
+        let file_change = crate::vouched::touches_files(&op);
+        if file_change {
+            self.vouched.change_start();
+        }
         let dir_read = match &op {
             MdsOp::GetAttr { fid } if lock_bits & nacre_ldlm::msg::UPDATE != 0 => {
                 Some(self.dir_attrs.snapshot(*fid))
@@ -550,6 +559,9 @@ impl Mdc {
             )),
         });
         self.in_flight.lock().remove(&xid);
+        if file_change {
+            self.vouched.change_end();
+        }
         let full = match &result {
             Ok(answer) => self.note_answer(keep, xid, answer),
             Err(_) => false,

@@ -123,7 +123,6 @@ impl Client {
             // the objects' sizes).
             let kept = self.writeback.size(layout).unwrap_or(0);
             glimpsed_size(&mut attr, layout, osc::glimpse(self, layout)?, kept);
-            self.written.cover(&mut attr);
         }
         Ok(attr)
     }
@@ -195,9 +194,15 @@ impl Client {
         if let Some(kept) = self.kept_attr(fid) {
             return Ok(kept);
         }
-        // A directory's attributes kept under its UPDATE lock (crate::dirattrs).
+        // A directory's attributes kept under its UPDATE lock (crate::dirattrs), or a file's
+        // this client made and wrote (crate::vouched).
         if bits & nacre_ldlm::msg::UPDATE != 0 {
-            if let Some(attr) = self.mdc(fid.mdt_index())?.kept_dir_attr(fid) {
+            let mdc = self.mdc(fid.mdt_index())?;
+            if let Some(attr) = mdc.kept_dir_attr(fid) {
+                return Ok((attr, true));
+            }
+            let held = |h| mdc.locks.holds(h);
+            if let Some(attr) = mdc.vouched.answer(fid, held, mdc.holds_writer(fid)) {
                 return Ok((attr, true));
             }
         }
@@ -217,7 +222,6 @@ impl Client {
         {
             if now == seen {
                 glimpsed_size(&mut attr, now, job.finish(now)?, kept.unwrap_or(0));
-                self.written.cover(&mut attr);
                 return Ok((attr, cached.attr));
             }
         }
@@ -225,6 +229,15 @@ impl Client {
             self.with_glimpse(attr, layout.as_ref(), exact)?,
             cached.attr,
         ))
+    }
+
+    /// `fid`'s data changes other than through the page cache (a truncate, an allocation,
+    /// a direct write, an append): its attributes are not answered here any more
+    /// (crate::vouched).
+    pub(crate) fn forget_vouched(&self, fid: Fid) {
+        if let Ok(m) = self.mdc(fid.mdt_index()) {
+            m.vouched.forget(fid);
+        }
     }
 
     /// Remembers a regular file's layout for the next [`Client::getattr`] (a hint, checked
@@ -308,8 +321,19 @@ impl Client {
             open,
             access,
         };
+        let mdc = self.mdc(parent.mdt_index())?;
+        let snap = mdc.vouched.snapshot();
         let r = self.cached_entry(op, bits, Some((parent, name)));
         let (attr, layout, exact, cached) = self.after_add(parent, name, r)?;
+        // A new file, empty, under this client's UPDATE lock: its stats after the writes
+        // can be answered here (crate::vouched).
+        // (Not a file made on another MDT than its directory's: the snapshot is this one's.)
+        let here = attr.fid.mdt_index() == parent.mdt_index();
+        if let (true, true, true, true, Some(l)) = (cached.attr, exact, open, here, &layout) {
+            if let Some(h) = mdc.locks.holding(attr.fid, nacre_ldlm::msg::UPDATE) {
+                mdc.vouched.created(&attr, l, h, snap);
+            }
+        }
         let attr = if exclusive {
             attr
         } else {
@@ -393,18 +417,12 @@ impl Client {
         if own.is_empty() {
             nacre_types::jobid::set_current(&file.jobid);
         }
-        let written = file.wrote.load(std::sync::atomic::Ordering::Acquire);
-        let at = self.written.closing();
         let r = self.md(MdsOp::Close {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
-            written,
+            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
             noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
-        // The MDT moved the file's times past every write this close covers.
-        if written && r.is_ok() {
-            self.written.closed(file.fid, at);
-        }
         if own.is_empty() {
             nacre_types::jobid::set_current("");
         }
@@ -644,6 +662,7 @@ impl Client {
             return self.setattr_now(fid, set);
         };
         self.edges.forget_file(fid);
+        self.forget_vouched(fid);
         // A truncate: the objects are cut first, then the MDT records the size (so a size it
         // learns by glimpsing is never one from before the cut). Through a descriptor this
         // client holds open for writing, that handle covers the cut; otherwise the truncate

@@ -94,6 +94,7 @@ impl Client {
         opts: &MigrateOptions,
         pacer: &Pacer,
     ) -> Result<MigrateReport> {
+        self.forget_vouched(fid);
         let (old, new) = match self.md(MdsOp::RelayoutBegin {
             fid,
             spec: opts.spec,

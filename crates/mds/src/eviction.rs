@@ -183,9 +183,8 @@ pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
     release(mdt, client, &opens)
 }
 
-/// Drops `opens` of `client` (removing orphans whose last opener it was; the files it held
-/// open for writing take now as their modification time) and its saved replies, in one
-/// commit.
+/// Drops `opens` of `client` (removing orphans whose last opener it was) and its saved
+/// replies, in one commit.
 fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<(), Status> {
     let mut tx = mdt.begin();
     let mut glimpse = false;
@@ -193,11 +192,7 @@ fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<()
         for _ in 0..*n {
             crate::ops::open::close(&mut tx, *fid, false)?;
         }
-        // A writer gone: whatever it wrote came before now (as at its close).
-        if let Some(queued) = mdt.sizes.client_gone(*fid, client) {
-            glimpse |= queued;
-            crate::ops::open::touch_written(&mut tx, *fid)?;
-        }
+        glimpse |= mdt.sizes.client_gone(*fid, client);
     }
     if glimpse {
         mdt.kick_destroyer();

@@ -285,6 +285,21 @@ fn granted_with(
     }
 }
 
+/// The exact (size, blocks) an entry reply gives, if it gives them.
+fn exact_of(out: &Outgoing) -> Option<(u64, u64)> {
+    if out.status != Status::Ok {
+        return None;
+    }
+    match nacre_wire::decode_body::<MdsReply>(&out.body) {
+        Ok(MdsReply::Entry {
+            attr,
+            size_exact: true,
+            ..
+        }) => Some((attr.size, attr.blocks)),
+        _ => None,
+    }
+}
+
 /// True if `fid` is a regular file with a component on the MDT.
 fn has_dom(mdt: &Mdt, fid: Fid) -> bool {
     mdt.inode(fid)
@@ -454,7 +469,23 @@ pub(crate) fn with_intent(
         .ok()
         .flatten()
         .is_some_and(|d| d.fid == fid);
-    let fresh = crate::ops::getattr::run(mdt, fid).map(|r| crate::ops::exact_entry(mdt, r));
+    let mut fresh = crate::ops::getattr::run(mdt, fid).map(|r| crate::ops::exact_entry(mdt, r));
+    // A create's own open made the caller a writer, so the size reads as unknown now; it is
+    // what the create said while no one else writes (none of the caller's writes can
+    // have come: it has no handle before this reply).
+    if let (
+        MdsOp::Create { .. },
+        Some(size),
+        Ok(MdsReply::Entry {
+            attr, size_exact, ..
+        }),
+    ) = (&call.op, exact_of(&out), fresh.as_mut())
+    {
+        if !*size_exact && !mdt.sizes.written_by_others(fid, &call.client) {
+            (attr.size, attr.blocks) = size;
+            *size_exact = true;
+        }
+    }
     match (still, fresh) {
         (true, Ok(reply)) => (Outgoing::ok(encode_body(&reply)), Some(lock)),
         _ => {

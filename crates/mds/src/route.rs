@@ -210,23 +210,20 @@ pub(crate) fn run_modifying_with(
         noatime,
     } = call.op
     {
-        // A writer's close makes a changelog record, and the close of a handle that wrote
-        // moves the file's modification and change times to now (the writes came before
-        // it; ops::open::touch_written): either gets a transno, so a close answered
-        // before it was durable is replayed after a restart (the replay only records and
-        // touches: the opens were counted again by the client's reopen).
+        // A writer's close makes a changelog record: it gets a transno, so a close
+        // answered before its record was durable is replayed after a restart (the replay
+        // only records: the opens were counted again by the client's reopen).
         let records = writer && mdt.changelog.enabled();
-        let touches = writer && written;
         let replayed = tx.forced_transno.is_some();
-        if records || touches {
+        if records {
             tx.reserve_transno();
         }
         // Only a close of an open this client holds drops one: a resent close, or one from
         // before an eviction or a restart (whose opens are gone), must not drop another
-        // client's. (It still records and touches: a close whose first run did is
-        // answered from its saved reply above, so this is its only run.)
+        // client's. (It still records: a close whose first run recorded is answered from
+        // its saved reply above, so this is its only record.)
         if !replayed && !mdt.exports.closed(&call.client, fid, writer) {
-            if !records && !touches {
+            if !records {
                 return Outgoing::ok(encode_body(&MdsReply::Done));
             }
         } else if !replayed {
@@ -241,38 +238,23 @@ pub(crate) fn run_modifying_with(
                 return Outgoing::error(s);
             }
         }
-        if !records && !touches {
+        if !records {
             return match tx.is_empty() {
                 true => Outgoing::ok(encode_body(&MdsReply::Done)),
                 false => commit(mdt, tx, Ok(MdsReply::Done), None),
             };
         }
-        let reply = match touches {
-            true => match ops::open::touch_written(&mut tx, fid) {
-                Ok(Some(attr)) => MdsReply::Attr(attr),
-                Ok(None) => MdsReply::Done,
-                Err(s) => {
-                    tx.discard();
-                    tx.release_transno();
-                    return Outgoing::error(s);
-                }
-            },
-            false => MdsReply::Done,
-        };
-        if records {
-            changelog_writer::note_close(&mut tx, call, fid, written);
-        }
+        changelog_writer::note_close(&mut tx, call, fid, written);
         let transno = tx.assign_transno();
         let pre_versions = std::mem::take(&mut tx.pre_versions);
-        let result = Ok(reply);
         let saved = SavedReply {
             transno,
             pre_versions: pre_versions.clone(),
-            ..SavedReply::of(&result)
+            ..SavedReply::of(&Ok(MdsReply::Done))
         };
         LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
         tx.save_reply(&call.client, xid, call.replied_below, &saved);
-        return commit(mdt, tx, result, Some(saved));
+        return commit(mdt, tx, Ok(MdsReply::Done), Some(saved));
     }
     // A change gets a transaction number (before it runs: the inodes it changes take it
     // as their version); the client keeps it for replay until the MDT says it is

@@ -163,9 +163,8 @@ impl Sizes {
     }
 
     /// `client` is gone (evicted, disconnected) with its handles of `fid`: whatever it wrote is
-    /// unknown. None if it held no write handle of it, else whether the file now waits for
-    /// the MDT's glimpse.
-    pub fn client_gone(&self, fid: Fid, client: &ClientId) -> Option<bool> {
+    /// unknown. True if the file now waits for the MDT's glimpse.
+    pub fn client_gone(&self, fid: Fid, client: &ClientId) -> bool {
         let mut s = self.state.lock();
         let had = s
             .writers
@@ -176,10 +175,10 @@ impl Sizes {
             s.writers.remove(&fid);
         }
         if !had {
-            return None;
+            return false;
         }
         s.mark_stale(fid);
-        Some(s.queue_if_done(fid))
+        s.queue_if_done(fid)
     }
 
     /// `fid`'s size changed other than through a write handle (a truncate): unknown until
@@ -326,9 +325,9 @@ mod tests {
         assert!(s.learned(f, q[0].1, 7, 8));
         assert_eq!(s.exact(f), Some((7, 8)));
         s.opened(f, &B, true);
-        assert_eq!(s.client_gone(f, &B), Some(true));
+        assert!(s.client_gone(f, &B));
         assert_eq!(s.exact(f), None);
-        assert_eq!(s.client_gone(f, &A), None, "A held no write handle");
+        assert!(!s.client_gone(f, &A), "A held no write handle");
         s.forget(f);
         assert!(s.exact(f).is_none());
     }

@@ -256,6 +256,19 @@ impl ObjectStore {
         }
     }
 
+    /// Size and allocated 512-byte blocks through the object's open handle (just after a
+    /// write: no path lookup); (0, 0) if the object does not exist.
+    pub fn size_open(&self, object: ObjectId) -> Result<(u64, u64), OsdError> {
+        use std::os::unix::fs::MetadataExt;
+        match self.get(object, false)? {
+            Some(o) => {
+                let m = o.buffered.metadata().map_err(|e| Self::err(object, e))?;
+                Ok((m.len(), m.blocks()))
+            }
+            None => Ok((0, 0)),
+        }
+    }
+
     /// Makes the object's data durable.
     pub fn sync(&self, object: ObjectId) -> Result<(), OsdError> {
         match self.get(object, false)? {

@@ -357,6 +357,7 @@ impl OssHandler {
                     lock: lock.map(|(l, _)| l),
                     grant_added,
                     sync_ids,
+                    object: ost.store.size_open(object).ok(),
                 }
             }
             OssRequest::Read {

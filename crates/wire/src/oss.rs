@@ -264,6 +264,10 @@ pub enum OssReply {
         /// limit: the client writes their data synchronously (no write-behind), so
         /// `EDQUOT` reaches the writer.
         sync_ids: u8,
+        /// The object's size and allocated 512-byte blocks just after this write (None if
+        /// the OST could not tell): a client that is the file's only writer knows its size
+        /// from these without asking.
+        object: Option<(u64, u64)>,
     },
     /// Bytes read; the data is the reply's bulk.
     Read {
@@ -540,7 +544,9 @@ mod tests {
                                    write: uid & 1 == 0 };
             for reply in [
                 OssReply::Read { len: gid, lock: Some(lock) },
-                OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0], sync_ids: gid as u8 },
+                OssReply::Written { len: uid, lock: Some(lock), grant_added: ids[0], sync_ids: gid as u8,
+                                    object: Some((ids[0], u64::from(gid))) },
+                OssReply::Written { len: gid, lock: None, grant_added: 0, sync_ids: 0, object: None },
                 OssReply::Granted(Some(lock)),
                 OssReply::Granted(None),
                 OssReply::Blocking { epoch: u64::from(project), locks: vec![lock; ids.len()],

@@ -187,12 +187,18 @@ pub(crate) fn write_subs(
         }
         if let (
             OssReply::Written {
-                lock, grant_added, ..
+                lock,
+                grant_added,
+                object: after,
+                ..
             },
             Some(fid),
         ) = (reply, fid)
         {
-            let ost = object(layout, parts[tag].stripe).0;
+            let (ost, obj) = object(layout, parts[tag].stripe);
+            if let Ok(m) = client.mdc(fid.mdt_index()) {
+                m.vouched.wrote(fid, ost, obj, after);
+            }
             client.writeback.add_grant(ost, grant_added);
             if let Some(l) = lock {
                 let map = crate::datalocks::StripeMap::of(layout, parts[tag].stripe);

@@ -219,10 +219,14 @@ fn finish(
             OssReply::Written {
                 grant_added,
                 sync_ids,
+                object,
                 ..
             },
             _,
         )) => {
+            if let Ok(m) = c.mdc(fid.mdt_index()) {
+                m.vouched.wrote(fid, key.0, key.1, *object);
+            }
             *st.grant.entry(key.0).or_default() += grant_added;
             c.writeback.stats.bytes.fetch_add(len, Ordering::Relaxed);
             if let (Some(owner), true) = (owner, *sync_ids != 0 || !st.quota_sync.is_empty()) {

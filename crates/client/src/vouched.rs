@@ -1,0 +1,316 @@
+//! Attributes of regular files this client made and wrote, kept under its `UPDATE` lock on
+//! them, so a stat after the writes costs no request (docs/plans/round-trips.md, step R4).
+//!
+//! While this client holds a file's `UPDATE` lock, no other client writes the file (the MDT
+//! grants that bit only while no other client holds it open for writing, and calls it back
+//! when one opens it so) and no other client changes its attributes (every change calls
+//! the lock back first). So the file is what this client made of it: for a file it created
+//! empty, each object's size and blocks are what its OST said just after this client's last
+//! write to it (`OssReply::Written::object`, the largest seen: writes only grow them), and
+//! its other attributes are the MDT's at the create (a write changes none of them at the
+//! MDT today: not even the times, a known defect, docs/locking.md).
+//!
+//! An entry answers only while all of these hold, else the MDT is asked as before:
+//! - the lock it is kept under is still held (a handle is never granted twice);
+//! - no handle of the file is open for writing here (data in flight or kept);
+//! - no change this client sent since the create can have touched the file: every request
+//!   but creates, opens, closes and reads counts as one (unlinks, renames,
+//!   links, setattrs, xattrs, layout changes: [`Vouched::change_start`] and
+//!   [`Vouched::change_end`] around each), and so does every unlink this client answers
+//!   itself;
+//! - no truncate, allocation or punch of the file ran here since (each drops the entry), and
+//!   every write's reply said its object's size.
+
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId};
+use nacre_wire::mds::MdsOp;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// True if `op` may change an existing file's attributes: every change but those that
+/// make new inodes and closes (whose reply says what they changed).
+pub fn touches_files(op: &MdsOp) -> bool {
+    op.is_modifying()
+        && !matches!(
+            op,
+            MdsOp::Create { .. }
+                | MdsOp::Mkdir { .. }
+                | MdsOp::Symlink { .. }
+                | MdsOp::CreateBatch { .. }
+                | MdsOp::GrantFids { .. }
+                | MdsOp::Close { .. }
+        )
+}
+
+/// Files kept at most (about 200 bytes each with a one-object layout); past it, new ones
+/// are not kept (their stats ask the MDT).
+pub const VOUCHED_FILES_MAX: usize = 1 << 20;
+
+struct Entry {
+    /// The `UPDATE` lock the entry is kept under.
+    handle: u64,
+    layout: Layout,
+    /// (size, blocks) per object of `layout`, in its order; None once a write's reply did
+    /// not say.
+    objects: Vec<Option<(u64, u64)>>,
+    attr: Attr,
+    /// The change count the attributes were taken at.
+    epoch: u64,
+}
+
+#[derive(Default)]
+struct State {
+    files: HashMap<Fid, Entry>,
+    /// Bumped at the start and at the end of every change that may touch a file's
+    /// attributes.
+    epoch: u64,
+    /// Such changes in flight.
+    changing: u32,
+}
+
+/// The files whose attributes this client can vouch for.
+#[derive(Default)]
+pub struct Vouched {
+    state: Mutex<State>,
+}
+
+/// The change count when a request that brings attributes was sent.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot(Option<u64>);
+
+impl Vouched {
+    /// Where changes stand now (taken before a request whose reply may be kept).
+    pub fn snapshot(&self) -> Snapshot {
+        let s = self.state.lock();
+        Snapshot((s.changing == 0).then_some(s.epoch))
+    }
+
+    /// A change that may touch files' attributes is sent.
+    pub fn change_start(&self) {
+        let mut s = self.state.lock();
+        s.epoch += 1;
+        s.changing += 1;
+    }
+
+    /// That change is answered (or failed).
+    pub fn change_end(&self) {
+        let mut s = self.state.lock();
+        s.epoch += 1;
+        s.changing = s.changing.saturating_sub(1);
+    }
+
+    /// This client created `attr`'s file (a regular file, exactly empty) with `layout`,
+    /// under `UPDATE` lock `handle`, with the create sent at `snap`.
+    pub fn created(&self, attr: &Attr, layout: &Layout, handle: u64, snap: Snapshot) {
+        // Bytes on the MDT are not in the objects' sizes: such files are not kept.
+        if attr.kind != FileKind::Regular
+            || attr.size != 0
+            || attr.blocks != 0
+            || layout.dom_end() > 0
+        {
+            return;
+        }
+        let mut s = self.state.lock();
+        let Some(epoch) = snap.0.filter(|&e| e == s.epoch && s.changing == 0) else {
+            return;
+        };
+        if s.files.len() >= VOUCHED_FILES_MAX && !s.files.contains_key(&attr.fid) {
+            // Entries from before a change can never answer again: they go first.
+            s.files.retain(|_, e| e.epoch == epoch);
+            if s.files.len() >= VOUCHED_FILES_MAX {
+                return;
+            }
+        }
+        let entry = Entry {
+            handle,
+            objects: vec![Some((0, 0)); layout.object_count()],
+            layout: layout.clone(),
+            attr: attr.clone(),
+            epoch,
+        };
+        s.files.insert(attr.fid, entry);
+    }
+
+    /// An OST said object `object` on `ost` of file `fid` is `after` (size, blocks) just after
+    /// this client's write to it (None: it did not say).
+    pub fn wrote(&self, fid: Fid, ost: u32, object: ObjectId, after: Option<(u64, u64)>) {
+        let mut s = self.state.lock();
+        let Some(e) = s.files.get_mut(&fid) else {
+            return;
+        };
+        let at = e
+            .layout
+            .objects()
+            .position(|o| o.ost == ost && o.object == object);
+        match (at, after) {
+            (Some(i), Some((size, blocks))) => {
+                e.objects[i] = e.objects[i].map(|(s0, b0)| (s0.max(size), b0.max(blocks)));
+            }
+            (Some(i), None) => e.objects[i] = None,
+            // An object not in the layout kept: the layout changed.
+            (None, _) => {
+                s.files.remove(&fid);
+            }
+        }
+    }
+
+    /// `fid`'s data changed other than by a write (a truncate, an allocation, a punch):
+    /// not vouched for any more.
+    pub fn forget(&self, fid: Fid) {
+        self.state.lock().files.remove(&fid);
+    }
+
+    /// `fid`'s attributes, if this client can vouch for them: `held` says whether a lock
+    /// is still held, `writing` whether a handle of the file is open for writing here.
+    pub fn answer(&self, fid: Fid, held: impl Fn(u64) -> bool, writing: bool) -> Option<Attr> {
+        if writing {
+            return None;
+        }
+        let mut s = self.state.lock();
+        let (epoch, changing) = (s.epoch, s.changing);
+        let e = s.files.get(&fid)?;
+        if !held(e.handle) {
+            s.files.remove(&fid);
+            return None;
+        }
+        if e.epoch != epoch || changing != 0 {
+            return None;
+        }
+        let objects: Option<Vec<(usize, u64, u64)>> = e
+            .objects
+            .iter()
+            .enumerate()
+            .map(|(i, o)| o.map(|(size, blocks)| (i, size, blocks)))
+            .collect();
+        let (size, blocks) = e.layout.file_size_from_objects(objects?)?;
+        let mut attr = e.attr.clone();
+        attr.size = size;
+        attr.blocks = blocks;
+        Some(attr)
+    }
+
+    /// Files kept.
+    pub fn len(&self) -> usize {
+        self.state.lock().files.len()
+    }
+
+    /// True if no file is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_types::layout::{PoolName, StripeObject};
+    use nacre_types::TimeSpec;
+
+    fn object(n: u64) -> ObjectId {
+        ObjectId { seq: 0x100, id: n }
+    }
+
+    /// Two objects of 64 KiB stripes, on OSTs 0 and 1.
+    fn layout() -> Layout {
+        let objects = (0..2)
+            .map(|i| StripeObject {
+                ost: i as u32,
+                object: object(i),
+            })
+            .collect();
+        Layout::raid0(64 << 10, objects, PoolName::NONE)
+    }
+
+    fn attr(fid: Fid) -> Attr {
+        let t = TimeSpec { sec: 5, nsec: 0 };
+        Attr {
+            fid,
+            kind: FileKind::Regular,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            rdev: 0,
+            project: 0,
+            proj_inherit: false,
+        }
+    }
+
+    const HANDLE: u64 = 7;
+
+    fn held(h: u64) -> bool {
+        h == HANDLE
+    }
+
+    fn made(v: &Vouched, fid: Fid) {
+        let snap = v.snapshot();
+        v.created(&attr(fid), &layout(), HANDLE, snap);
+    }
+
+    #[test]
+    fn sizes_come_from_every_objects_last_write() {
+        let v = Vouched::default();
+        let f = Fid::new(0x2_0000_0400, 1);
+        made(&v, f);
+        assert_eq!(v.answer(f, held, false).map(|a| a.size), Some(0));
+        // 100 KiB: the first stripe whole on object 0, 36 KiB on object 1.
+        v.wrote(f, 1, object(1), Some((36 << 10, 72)));
+        v.wrote(f, 0, object(0), Some((64 << 10, 128)));
+        // An older reply of object 0 coming last changes nothing.
+        v.wrote(f, 0, object(0), Some((4096, 8)));
+        let a = v.answer(f, held, false).unwrap();
+        assert_eq!((a.size, a.blocks), (100 << 10, 200));
+        assert_eq!(v.answer(f, held, true), None, "a handle open for writing");
+        assert_eq!(v.answer(f, |_| false, false), None, "the lock went");
+        assert!(v.is_empty(), "dropped with its lock");
+    }
+
+    #[test]
+    fn a_change_stops_answers() {
+        let v = Vouched::default();
+        let f = Fid::new(0x2_0000_0400, 2);
+        made(&v, f);
+        v.wrote(f, 0, object(0), Some((10, 8)));
+        assert_eq!(v.answer(f, held, false).map(|a| a.size), Some(10));
+        v.change_start();
+        assert_eq!(v.answer(f, held, false), None, "a change in flight");
+        v.change_end();
+        assert_eq!(v.answer(f, held, false), None, "a change since");
+    }
+
+    #[test]
+    fn what_cannot_be_followed_is_not_answered() {
+        let v = Vouched::default();
+        let f = Fid::new(0x2_0000_0400, 3);
+        made(&v, f);
+        v.wrote(f, 0, object(0), None);
+        assert_eq!(v.answer(f, held, false), None, "a reply without the size");
+        made(&v, f);
+        v.wrote(f, 0, object(0), Some((u64::MAX, 8)));
+        assert_eq!(v.answer(f, held, false), None, "an object beyond any file");
+        made(&v, f);
+        v.wrote(f, 3, object(9), Some((1, 8)));
+        assert_eq!(
+            v.answer(f, held, false),
+            None,
+            "an object not in the layout"
+        );
+        made(&v, f);
+        v.forget(f);
+        assert_eq!(v.answer(f, held, false), None, "a truncate");
+        // Only empty regular files without bytes on the MDT, made with no change crossing.
+        let g = Fid::new(0x2_0000_0400, 4);
+        let mut a = attr(g);
+        a.size = 1;
+        v.created(&a, &layout(), HANDLE, v.snapshot());
+        let snap = v.snapshot();
+        v.change_start();
+        v.created(&attr(g), &layout(), HANDLE, snap);
+        v.change_end();
+        assert_eq!(v.answer(g, held, false), None);
+    }
+}
