@@ -14,10 +14,9 @@
 //! - the lock it is kept under is still held (a handle is never granted twice);
 //! - no handle of the file is open for writing here (data in flight or kept);
 //! - no change this client sent since the create can have touched the file: every request
-//!   but creates, opens, closes and reads counts as one (unlinks, renames,
-//!   links, setattrs, xattrs, layout changes: [`Vouched::change_start`] and
-//!   [`Vouched::change_end`] around each), and so does every unlink this client answers
-//!   itself;
+//!   but creates, opens, closes and reads counts as one (unlinks, renames, links,
+//!   setattrs, xattrs, layout changes: [`Vouched::change_start`], which drops every kept
+//!   file, and [`Vouched::change_end`] around each);
 //! - no truncate, allocation or punch of the file ran here since (each drops the entry), and
 //!   every write's reply said its object's size.
 
@@ -53,15 +52,13 @@ struct Entry {
     /// not say.
     objects: Vec<Option<(u64, u64)>>,
     attr: Attr,
-    /// The change count the attributes were taken at.
-    epoch: u64,
 }
 
 #[derive(Default)]
 struct State {
     files: HashMap<Fid, Entry>,
     /// Bumped at the start and at the end of every change that may touch a file's
-    /// attributes.
+    /// attributes (a create whose reply crosses one is not kept).
     epoch: u64,
     /// Such changes in flight.
     changing: u32,
@@ -84,11 +81,13 @@ impl Vouched {
         Snapshot((s.changing == 0).then_some(s.epoch))
     }
 
-    /// A change that may touch files' attributes is sent.
+    /// A change that may touch files' attributes is sent: no kept file answers again (a
+    /// file's attributes are the create's, which nothing brings up to date).
     pub fn change_start(&self) {
         let mut s = self.state.lock();
         s.epoch += 1;
         s.changing += 1;
+        s.files.clear();
     }
 
     /// That change is answered (or failed).
@@ -110,22 +109,17 @@ impl Vouched {
             return;
         }
         let mut s = self.state.lock();
-        let Some(epoch) = snap.0.filter(|&e| e == s.epoch && s.changing == 0) else {
+        if snap.0 != Some(s.epoch) || s.changing != 0 {
             return;
-        };
+        }
         if s.files.len() >= VOUCHED_FILES_MAX && !s.files.contains_key(&attr.fid) {
-            // Entries from before a change can never answer again: they go first.
-            s.files.retain(|_, e| e.epoch == epoch);
-            if s.files.len() >= VOUCHED_FILES_MAX {
-                return;
-            }
+            return;
         }
         let entry = Entry {
             handle,
             objects: vec![Some((0, 0)); layout.object_count()],
             layout: layout.clone(),
             attr: attr.clone(),
-            epoch,
         };
         s.files.insert(attr.fid, entry);
     }
@@ -165,14 +159,11 @@ impl Vouched {
         if writing {
             return None;
         }
+        // Kept files are all from after the last change (change_start drops them).
         let mut s = self.state.lock();
-        let (epoch, changing) = (s.epoch, s.changing);
         let e = s.files.get(&fid)?;
         if !held(e.handle) {
             s.files.remove(&fid);
-            return None;
-        }
-        if e.epoch != epoch || changing != 0 {
             return None;
         }
         let objects: Option<Vec<(usize, u64, u64)>> = e

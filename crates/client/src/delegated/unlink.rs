@@ -31,10 +31,6 @@ impl Client {
         }
         let cred = nacre_types::cred::current();
         let mdc = self.mdc(parent.mdt_index())?;
-        // A link count changes here without a request: counted as a change (crate::vouched;
-        // files answered here are not kept there, this is for what may come).
-        mdc.vouched.change_start();
-        mdc.vouched.change_end();
         let now = TimeSpec::now();
         let full = {
             let mut dirs = self.delegated.dirs.lock();
