@@ -920,6 +920,33 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
         },
     };
     assert_eq!(mds_as(&mut a, &alice, kill), ACCES);
+    // A close that says it wrote moves the file's times only from a handle open for
+    // writing: not from the read-only open, nor from no open at all.
+    let times = |c: &mut RawConn| {
+        nacre_types::cred::with(alice.clone(), || {
+            c.send_mds(0, MdsOp::GetAttr { fid: victim })
+        })
+        .unwrap();
+        match c.recv().unwrap().mds() {
+            Some(nacre_wire::mds::MdsReply::Entry { attr, .. }) => (attr.mtime, attr.ctime),
+            other => panic!("getattr: {other:?}"),
+        }
+    };
+    let before_close = times(&mut a);
+    let close = MdsOp::Close {
+        fid: victim,
+        writer: true,
+        written: true,
+        noatime: true,
+    };
+    for _ in 0..2 {
+        assert_eq!(mds_as(&mut a, &alice, close.clone()), 0);
+        assert_eq!(
+            times(&mut a),
+            before_close,
+            "a close moved the victim's times"
+        );
+    }
     // Open for writing something it may write: a client the MDT knows from now on.
     let mine = MdsOp::Create {
         parent: open,

@@ -57,6 +57,7 @@ mod stage;
 mod statahead;
 mod stats;
 mod striping;
+mod times;
 mod tools;
 mod vouched;
 mod writeback;

@@ -30,6 +30,7 @@ impl Client {
         file.check_writable()?;
         // Not through the page cache: its objects' sizes are not followed (vouched.rs).
         self.forget_vouched(file.fid);
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // A file all on the MDT appends there: the MDT picks the offset (crate::dom). One

@@ -245,6 +245,7 @@ impl Client {
         file.check_writable()?;
         // Not through the page cache: its objects' sizes are not followed (vouched.rs).
         self.forget_vouched(file.fid);
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // The part on the MDT first (dom.rs); the rest, if any, to the OSTs.
@@ -337,6 +338,7 @@ impl Client {
         file.check_writable()?;
         // Not through the page cache: its objects' sizes are not followed (vouched.rs).
         self.forget_vouched(file.fid);
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         self.edges.forget_file(file.fid);
         // A hole punched needs no objects where there are none.

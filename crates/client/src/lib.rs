@@ -94,6 +94,7 @@ mod routing;
 pub mod rpc_stats;
 pub mod vouched;
 pub mod writeback;
+pub mod written;
 
 pub use admin::QuotaTargetUsage;
 pub use batch::Created;
@@ -275,6 +276,11 @@ impl OpenFile {
         self.kernel_kills_privs = true;
     }
 
+    /// True once data was written (or a size changed) through the handle.
+    pub fn has_written(&self) -> bool {
+        self.wrote.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// True if the handle was opened with `O_APPEND`.
     pub fn is_append(&self) -> bool {
         self.append
@@ -411,6 +417,8 @@ pub struct Client {
     data_locks: datalocks::DataLocks,
     /// Write-behind under write locks (writeback.rs).
     writeback: Arc<writeback::Writeback>,
+    /// Times of this client's writes its MDTs have not heard of yet (written.rs).
+    pub(crate) written: written::Written,
     /// Bytes of pages page-cache writes covered in part (edges.rs).
     pub(crate) edges: edges::Edges,
     /// Page-cache reads of bytes on the MDT in flight (crate::dom).
@@ -466,6 +474,7 @@ impl Client {
             me: me.clone(),
             data_locks: datalocks::DataLocks::default(),
             writeback: Arc::default(),
+            written: written::Written::default(),
             edges: edges::Edges::default(),
             dom_reads: dom::DomReads::default(),
             dom_opened: dom::DomOpened::default(),

@@ -123,6 +123,7 @@ impl Client {
             // the objects' sizes).
             let kept = self.writeback.size(layout).unwrap_or(0);
             glimpsed_size(&mut attr, layout, osc::glimpse(self, layout)?, kept);
+            self.written.cover(&mut attr);
         }
         Ok(attr)
     }
@@ -191,7 +192,8 @@ impl Client {
     pub(crate) fn getattr_with(&self, fid: Fid, bits: u8) -> Result<(Attr, bool)> {
         // A file whose create this client answered and has not sent (crate::delegated).
         // Or one it made so and keeps (crate::delegated, kept.rs).
-        if let Some(kept) = self.kept_attr(fid) {
+        if let Some(mut kept) = self.kept_attr(fid) {
+            self.written.cover(&mut kept.0);
             return Ok(kept);
         }
         // A directory's attributes kept under its UPDATE lock (crate::dirattrs), or a file's
@@ -202,7 +204,9 @@ impl Client {
                 return Ok((attr, true));
             }
             let held = |h| mdc.locks.holds(h);
-            if let Some(attr) = mdc.vouched.answer(fid, held, mdc.holds_writer(fid)) {
+            if let Some(mut attr) = mdc.vouched.answer(fid, held, mdc.holds_writer(fid)) {
+                // Its close may not be answered yet (crate::written).
+                self.written.cover(&mut attr);
                 return Ok((attr, true));
             }
         }
@@ -222,6 +226,7 @@ impl Client {
         {
             if now == seen {
                 glimpsed_size(&mut attr, now, job.finish(now)?, kept.unwrap_or(0));
+                self.written.cover(&mut attr);
                 return Ok((attr, cached.attr));
             }
         }
@@ -417,12 +422,22 @@ impl Client {
         if own.is_empty() {
             nacre_types::jobid::set_current(&file.jobid);
         }
+        let written = file.wrote.load(std::sync::atomic::Ordering::Acquire);
+        let at = self.written.closing();
         let r = self.md(MdsOp::Close {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
-            written: file.wrote.load(std::sync::atomic::Ordering::Acquire),
+            written,
             noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
+        // The MDT moved the file's times past every write this close covers; a file whose
+        // attributes this client answers takes them (crate::vouched).
+        if written && r.is_ok() {
+            if let (Ok(MdsReply::Attr(a)), Ok(mdc)) = (&r, self.mdc(file.fid.mdt_index())) {
+                mdc.vouched.touched(file.fid, a.mtime, a.ctime);
+            }
+            self.written.closed(file.fid, at);
+        }
         if own.is_empty() {
             nacre_types::jobid::set_current("");
         }

@@ -20,7 +20,7 @@
 //! - no truncate, allocation or punch of the file ran here since (each drops the entry), and
 //!   every write's reply said its object's size.
 
-use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId};
+use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, TimeSpec};
 use nacre_wire::mds::MdsOp;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -147,6 +147,15 @@ impl Vouched {
         }
     }
 
+    /// The close of a handle of `fid` that wrote was answered: the MDT moved the file's
+    /// modification and change times to these.
+    pub fn touched(&self, fid: Fid, mtime: TimeSpec, ctime: TimeSpec) {
+        if let Some(e) = self.state.lock().files.get_mut(&fid) {
+            e.attr.mtime = e.attr.mtime.max(mtime);
+            e.attr.ctime = e.attr.ctime.max(ctime);
+        }
+    }
+
     /// `fid`'s data changed other than by a write (a truncate, an allocation, a punch):
     /// not vouched for any more.
     pub fn forget(&self, fid: Fid) {
@@ -258,6 +267,24 @@ mod tests {
         assert_eq!(v.answer(f, held, true), None, "a handle open for writing");
         assert_eq!(v.answer(f, |_| false, false), None, "the lock went");
         assert!(v.is_empty(), "dropped with its lock");
+    }
+
+    #[test]
+    fn a_written_close_moves_the_times() {
+        let v = Vouched::default();
+        let f = Fid::new(0x2_0000_0400, 5);
+        made(&v, f);
+        let before = v.answer(f, held, false).unwrap();
+        let later = TimeSpec {
+            sec: before.mtime.sec + 5,
+            nsec: 0,
+        };
+        v.touched(f, later, later);
+        let a = v.answer(f, held, false).unwrap();
+        assert_eq!((a.mtime, a.ctime), (later, later));
+        // An older answer arriving last moves nothing back.
+        v.touched(f, before.mtime, before.ctime);
+        assert_eq!(v.answer(f, held, false).unwrap().mtime, later);
     }
 
     #[test]

@@ -458,6 +458,7 @@ impl Client {
     /// come with the file's next `fsync` or close.
     pub fn write_cached(&self, file: &crate::OpenFile, offset: u64, data: &[u8]) -> Result<usize> {
         file.check_writable()?;
+        self.written.wrote(file.fid);
         self.remove_privs(file, None)?;
         let mut refused = 0;
         let (io, n) = loop {

@@ -292,6 +292,13 @@ impl Invalidator {
         }
     }
 
+    /// Has the kernel forget file `ino`'s attributes (they changed without a lock going:
+    /// the close of a handle that wrote moved its times at the MDT). Takes no inode lock.
+    pub fn attributes(&self, ino: u64) {
+        let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        self.stats.inodes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Has the kernel drop its cached pages of file `ino` in `offset..offset + len` once
     /// it can (pages read or written without a lock covering them: no callback would drop
     /// them); does not wait (the kernel holds those pages locked until the request that

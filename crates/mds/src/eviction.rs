@@ -183,19 +183,35 @@ pub fn disconnect(mdt: &Mdt, client: &[u8; 16]) -> Result<(), Status> {
     release(mdt, client, &opens)
 }
 
-/// Drops `opens` of `client` (removing orphans whose last opener it was) and its saved
-/// replies, in one commit.
+/// Drops `opens` of `client` (removing orphans whose last opener it was; the files it held
+/// open for writing take now as their modification time) and its saved replies, in one
+/// commit.
 fn release(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<(), Status> {
-    let mut tx = mdt.begin();
+    let committed = release_opens(mdt, client, opens);
+    // It leaves the writers once the new times are committed (as a close does, route.rs):
+    // another client's UPDATE lock, granted only when no other client writes the file,
+    // reads them.
     let mut glimpse = false;
+    for fid in opens.keys() {
+        glimpse |= mdt.sizes.client_gone(*fid, client).unwrap_or(false);
+    }
+    if glimpse {
+        mdt.kick_destroyer();
+    }
+    committed
+}
+
+/// The store's part of [`release`].
+fn release_opens(mdt: &Mdt, client: &[u8; 16], opens: &HashMap<Fid, u32>) -> Result<(), Status> {
+    let mut tx = mdt.begin();
     for (fid, n) in opens {
         for _ in 0..*n {
             crate::ops::open::close(&mut tx, *fid, false)?;
         }
-        glimpse |= mdt.sizes.client_gone(*fid, client);
-    }
-    if glimpse {
-        mdt.kick_destroyer();
+        // A writer gone: whatever it wrote came before now (as at its close).
+        if mdt.sizes.writes(*fid, client) {
+            crate::ops::open::touch_written(&mut tx, *fid)?;
+        }
     }
     // Its saved replies: nothing will ask for them again; a restart need not wait for it.
     tx.forget_saved_replies(client);

@@ -298,6 +298,12 @@ fn existing(mdt: &Mdt, parent: Fid, name: &[u8]) -> Result<Option<Attr>, Status>
     }
 }
 
+/// Whether the caller `cred` may write `fid` (a replayed close that moves its times: the
+/// handle it closed is gone, only the permission is left to check).
+pub(crate) fn may_write(mdt: &Mdt, cred: &Cred, fid: Fid) -> bool {
+    cred.is_root() || need(mdt, cred, fid, MAY_WRITE).is_ok()
+}
+
 fn need(mdt: &Mdt, cred: &Cred, fid: Fid, want: u8) -> Result<(), Status> {
     match attr_of(mdt, fid)? {
         Some(a) => allow(permits_attr(cred, &a, want), Status::Access),

@@ -210,51 +210,101 @@ pub(crate) fn run_modifying_with(
         noatime,
     } = call.op
     {
-        // A writer's close makes a changelog record: it gets a transno, so a close
-        // answered before its record was durable is replayed after a restart (the replay
-        // only records: the opens were counted again by the client's reopen).
+        // A writer's close makes a changelog record, and the close of a handle that wrote
+        // moves the file's modification and change times to now (the writes came before
+        // it; ops::open::touch_written): either gets a transno, so a close answered
+        // before it was durable is replayed after a restart (the replay only records and
+        // touches: the opens were counted again by the client's reopen).
         let records = writer && mdt.changelog.enabled();
         let replayed = tx.forced_transno.is_some();
-        if records {
+        // Only a handle that could write moves the times: the client holds the file open
+        // for writing (a close of anything else says `written` in vain), or, replayed
+        // after a restart (its handle is gone), the caller may write the file.
+        let touches = written
+            && writer
+            && match replayed {
+                false => mdt.exports.holds_write_open(&call.client, fid),
+                true => crate::perm::may_write(mdt, &call.cred, fid),
+            };
+        if records || touches {
             tx.reserve_transno();
         }
         // Only a close of an open this client holds drops one: a resent close, or one from
         // before an eviction or a restart (whose opens are gone), must not drop another
-        // client's. (It still records: a close whose first run recorded is answered from
-        // its saved reply above, so this is its only record.)
+        // client's. (It still records and touches: a close whose first run did is
+        // answered from its saved reply above, so this is its only run.)
+        let mut sizes_closed: Option<u32> = None;
+        let leave_writers = |remaining: Option<u32>| {
+            if let Some(remaining) = remaining {
+                if mdt
+                    .sizes
+                    .closed(fid, &call.client, writer, written, remaining)
+                {
+                    mdt.kick_destroyer();
+                }
+            }
+        };
         if !replayed && !mdt.exports.closed(&call.client, fid, writer) {
-            if !records {
+            if !records && !touches {
                 return Outgoing::ok(encode_body(&MdsReply::Done));
             }
         } else if !replayed {
             let remaining = mdt.exports.open_count(&call.client, fid);
-            if mdt
-                .sizes
-                .closed(fid, &call.client, writer, written, remaining)
-            {
-                mdt.kick_destroyer();
+            // A close that moves the file's times leaves the writers after its commit: a
+            // regular file's UPDATE lock is granted only while no other client writes it
+            // (Mdt::grant_lock), so another client's lock is granted, and its attributes
+            // read, only once the new times are there to read.
+            match touches {
+                true => sizes_closed = Some(remaining),
+                false => {
+                    if mdt
+                        .sizes
+                        .closed(fid, &call.client, writer, written, remaining)
+                    {
+                        mdt.kick_destroyer();
+                    }
+                }
             }
             if let Err(s) = ops::open::close(&mut tx, fid, !writer && !noatime) {
+                leave_writers(sizes_closed);
                 return Outgoing::error(s);
             }
         }
-        if !records {
+        if !records && !touches {
             return match tx.is_empty() {
                 true => Outgoing::ok(encode_body(&MdsReply::Done)),
                 false => commit(mdt, tx, Ok(MdsReply::Done), None),
             };
         }
-        changelog_writer::note_close(&mut tx, call, fid, written);
+        let reply = match touches {
+            true => match ops::open::touch_written(&mut tx, fid) {
+                Ok(Some(attr)) => MdsReply::Attr(attr),
+                Ok(None) => MdsReply::Done,
+                Err(s) => {
+                    tx.discard();
+                    tx.release_transno();
+                    leave_writers(sizes_closed);
+                    return Outgoing::error(s);
+                }
+            },
+            false => MdsReply::Done,
+        };
+        if records {
+            changelog_writer::note_close(&mut tx, call, fid, written);
+        }
         let transno = tx.assign_transno();
         let pre_versions = std::mem::take(&mut tx.pre_versions);
+        let result = Ok(reply);
         let saved = SavedReply {
             transno,
             pre_versions: pre_versions.clone(),
-            ..SavedReply::of(&Ok(MdsReply::Done))
+            ..SavedReply::of(&result)
         };
         LAST_TRANSNO.with(|c| c.replace(Some((call.client, xid, transno, pre_versions))));
         tx.save_reply(&call.client, xid, call.replied_below, &saved);
-        return commit(mdt, tx, Ok(MdsReply::Done), Some(saved));
+        let out = commit(mdt, tx, result, Some(saved));
+        leave_writers(sizes_closed);
+        return out;
     }
     // A change gets a transaction number (before it runs: the inodes it changes take it
     // as their version); the client keeps it for replay until the MDT says it is

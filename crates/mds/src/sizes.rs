@@ -162,9 +162,18 @@ impl Sizes {
         s.queue_if_done(fid)
     }
 
+    /// True if `client` holds a write handle of `fid`.
+    pub fn writes(&self, fid: Fid, client: &ClientId) -> bool {
+        let s = self.state.lock();
+        s.writers
+            .get(&fid)
+            .is_some_and(|per| per.contains_key(client))
+    }
+
     /// `client` is gone (evicted, disconnected) with its handles of `fid`: whatever it wrote is
-    /// unknown. True if the file now waits for the MDT's glimpse.
-    pub fn client_gone(&self, fid: Fid, client: &ClientId) -> bool {
+    /// unknown. None if it held no write handle of it, else whether the file now waits for
+    /// the MDT's glimpse.
+    pub fn client_gone(&self, fid: Fid, client: &ClientId) -> Option<bool> {
         let mut s = self.state.lock();
         let had = s
             .writers
@@ -175,10 +184,10 @@ impl Sizes {
             s.writers.remove(&fid);
         }
         if !had {
-            return false;
+            return None;
         }
         s.mark_stale(fid);
-        s.queue_if_done(fid)
+        Some(s.queue_if_done(fid))
     }
 
     /// `fid`'s size changed other than through a write handle (a truncate): unknown until
@@ -325,9 +334,9 @@ mod tests {
         assert!(s.learned(f, q[0].1, 7, 8));
         assert_eq!(s.exact(f), Some((7, 8)));
         s.opened(f, &B, true);
-        assert!(s.client_gone(f, &B));
+        assert_eq!(s.client_gone(f, &B), Some(true));
         assert_eq!(s.exact(f), None);
-        assert!(!s.client_gone(f, &A), "A held no write handle");
+        assert_eq!(s.client_gone(f, &A), None, "A held no write handle");
         s.forget(f);
         assert!(s.exact(f).is_none());
     }

@@ -168,7 +168,10 @@ pub enum MdsOp {
         /// `O_TRUNC` wants write), checked against the inode's permissions.
         access: u8,
     },
-    /// Close an inode opened with [`MdsOp::Open`] or a create. Reply: [`MdsReply::Done`].
+    /// Close an inode opened with [`MdsOp::Open`] or a create. Reply: [`MdsReply::Done`],
+    /// or for the close of a handle that wrote [`MdsReply::Attr`]: the file's attributes
+    /// with the modification and change times that close set (its size and blocks are
+    /// the MDT's record, not the file's: the MDT learns those later from the OSTs).
     Close {
         /// Inode.
         fid: Fid,

@@ -211,8 +211,17 @@ impl Shared {
             self.release_flocks(f.fid, fh);
         }
 
-        let closed = file.map(|f| self.client.close(&f));
+        let closed = file.map(|f| (self.client.close(&f), f));
         pool::leave();
+        // Its times moved at the MDT: what the kernel kept from before is stale.
+        let closed = closed.map(|(r, f)| {
+            if r.is_ok() && f.has_written() {
+                if let Some(inval) = self.inval.get() {
+                    inval.attributes(crate::ino_of(f.fid));
+                }
+            }
+            r
+        });
         match closed {
             Some(Err(e)) => reply.error(errno(&e)),
             _ => reply.ok(),

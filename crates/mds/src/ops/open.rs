@@ -2,7 +2,7 @@
 //! the last close (POSIX), as Lustre's orphan handling does.
 
 use crate::mdt::{Mdt, Tx};
-use nacre_types::{Fid, Status};
+use nacre_types::{Attr, Fid, Status};
 use nacre_wire::mds::MdsReply;
 
 /// Registers `client` as an opener (a writer if `access` asks to write) and returns the inode
@@ -37,4 +37,20 @@ pub fn close(tx: &mut Tx<'_>, fid: Fid, read: bool) -> Result<bool, Status> {
         Err(Status::NoEnt) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A handle of `fid` that wrote is closed (or its client is gone): the file's modification
+/// and change times move to now, as POSIX's `write` marks them (at the close, in the MDT's
+/// clock: every write of that handle came before it). Returns the attributes (their size
+/// is the record's, not the file's: crate::sizes), or None if the inode is gone (the close removed an orphan, or another client's unlink did).
+pub fn touch_written(tx: &mut Tx<'_>, fid: Fid) -> Result<Option<Attr>, Status> {
+    let mut rec = match tx.inode(fid) {
+        Ok(rec) => rec,
+        Err(Status::NoEnt | Status::Stale) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    rec.attr.mtime = tx.now;
+    rec.attr.ctime = tx.now;
+    tx.put_inode(&rec);
+    Ok(Some(rec.attr))
 }
