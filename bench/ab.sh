@@ -37,6 +37,11 @@
 #               this repository) with 2 MPI ranks on the one mount, each phase synced (-Y):
 #               easy `-F -u -n N` then hard `-F -n N -w 3901 -e 3901` in one directory;
 #               ops/s per phase. (N=5000)
+#   ior-hard    the networked form of bench/common.sh, the real IOR (IOR=/path/to/ior, github
+#               hpc/ior, built outside this repository) with 2 MPI ranks on the one mount:
+#               IO500's ior-hard shape, 47,008-byte records interleaved in one file,
+#               SEGMENTS per rank, written (`-w -e`) then read back by the other rank
+#               (`-r -C`), each its own run; MiB/s. (SEGMENTS=5000)
 # BS serves io (1m) and write-path (64k), FILES md and md-sync (10000) and net (4000): set
 # them per invocation when running those workloads together.
 # Needs fio (io, net), a C compiler and pkg-config (ring), FUSE; bench/common.sh installs them.
@@ -48,7 +53,7 @@ OLD_SPEC="$1"; NEW_SPEC="$2"; shift 2
 WORKLOADS=("$@")
 for wl in "${WORKLOADS[@]}"; do
   case "$wl" in
-    io | md | net | ring | write-path | md-sync | mdtest) ;;
+    io | md | net | ring | write-path | md-sync | mdtest | ior-hard) ;;
     *) echo "ab.sh: unknown workload '$wl'" >&2; usage ;;
   esac
 done
@@ -230,6 +235,30 @@ wl_mdtest() {
   rm -rf "${WORK:?}/mdtest/$side"
 }
 
+ior_hard_setup() {
+  [ -x "${IOR:-}" ] || { echo "ab.sh: ior-hard needs IOR=/path/to/ior" >&2; exit 2; }
+}
+wl_ior_hard() {
+  local side=$1 m phase args rate
+  NACRE=$2
+  net_form_up "$WORK/ior/$side" "cmp$side"
+  trap cleanup EXIT  # net_form_up sets its own
+  m="$WORK/ior/$side/net/mnt"
+  for phase in write read; do
+    args=(-w -e)
+    [ "$phase" = write ] || args=(-r -C)
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX -t 47008 -b 47008 \
+      -s "${SEGMENTS:-5000}" -k "${args[@]}" -o "$m/ior-hard" > "$WORK/ior.out" 2>&1
+    # "write     123.45   ..." (the summary line of the access: its bandwidth in MiB/s).
+    rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
+    record ior-hard "$side" "$phase MiB/s" "${rate:-0}"
+  done
+  forms_down
+  pids=()
+  NACRE="$THIS"
+  rm -rf "${WORK:?}/ior/$side"
+}
+
 wl_write_path() {
   local side=$1 bin=$2 d="$WORK/write-path/$1" out bytes secs gx
   mkdir -p "$d/mnt"
@@ -247,6 +276,7 @@ wl_write_path() {
 
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != ring ] || ring_setup; done
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != mdtest ] || mdtest_setup; done
+for wl in "${WORKLOADS[@]}"; do [ "$wl" != ior-hard ] || ior_hard_setup; done
 echo "OLD = $OLD_SPEC ($OLD)" >&2
 echo "NEW = $NEW_SPEC ($NEW)" >&2
 for round in $(seq "$ROUNDS"); do

@@ -932,6 +932,11 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
             other => panic!("getattr: {other:?}"),
         }
     };
+    // The mount's own close of what it wrote moves them once: wait until it is done.
+    nacre_testkit::wait_for("the mount's writes are closed", || {
+        let sizes = nacre_testkit::get_param(Some(cl.mds.pid()), "mdt.atk2-MDT0000.sizes");
+        sizes.lines().any(|l| l == "writing 0")
+    });
     let before_close = times(&mut a);
     let close = MdsOp::Close {
         fid: victim,

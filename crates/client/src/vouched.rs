@@ -7,8 +7,9 @@
 //! the lock back first). So the file is what this client made of it: for a file it created
 //! empty, each object's size and blocks are what its OST said just after this client's last
 //! write to it (`OssReply::Written::object`, the largest seen: writes only grow them), and
-//! its other attributes are the MDT's at the create (a write changes none of them at the
-//! MDT today: not even the times, a known defect, docs/locking.md).
+//! its other attributes are the MDT's at the create, but for the modification and change
+//! times a close of a handle that wrote moved ([`Vouched::touched`]; until that close is
+//! answered, crate::written shows the last write's).
 //!
 //! An entry answers only while all of these hold, else the MDT is asked as before:
 //! - the lock it is kept under is still held (a handle is never granted twice);

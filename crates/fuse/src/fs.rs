@@ -528,12 +528,8 @@ impl Filesystem for NacreFs {
         // Set-id bits are cleared by the MDT, as a side effect of the write, truncate or
         // chown the kernel says called for it (HANDLE_KILLPRIV_V2), not by a chmod the
         // kernel would send in the writer's name (which the owner check refuses).
-        // No FUSE_AUTO_INVAL_DATA: the kernel would drop a file's cached pages whenever it
-        // saw its modification time move — the writer's own pages too, once its close moved
-        // the time at the MDT (and it would ask for the attributes before every read). The
-        // cached pages are kept under data locks instead: a lock's callback drops what it
-        // covered (inval.rs), and an open without them drops the rest (fs/data.rs).
         let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
             | InitFlags::FUSE_POSIX_LOCKS
             | InitFlags::FUSE_FLOCK_LOCKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;

@@ -234,13 +234,15 @@ impl Sizes {
     }
 
     /// What `mdt.<target>.sizes` shows: files whose size is known, files waiting for the
-    /// MDT's glimpse, and sizes its glimpses learned since the start.
+    /// MDT's glimpse, sizes its glimpses learned since the start, and files open for
+    /// writing.
     pub fn status(&self) -> SizesStatus {
         let s = self.state.lock();
         SizesStatus {
             known: s.exact.len(),
             queued: s.queue.len(),
             learned: s.learned,
+            writing: s.writers.len(),
         }
     }
 }
@@ -254,6 +256,8 @@ pub struct SizesStatus {
     pub queued: usize,
     /// Sizes the MDT's glimpses learned since the start.
     pub learned: u64,
+    /// Files some client holds open for writing.
+    pub writing: usize,
 }
 
 #[cfg(test)]

@@ -164,8 +164,8 @@ pub fn register_mdt_params(r: &nacre_params::Registry, m: &Arc<Mdt>) {
         // Exact sizes the MDT serves without a glimpse (crate nacre_mds::sizes).
         let s = a.sizes.status();
         format!(
-            "known {}\nqueued {}\nlearned {}",
-            s.known, s.queued, s.learned
+            "known {}\nqueued {}\nlearned {}\nwriting {}",
+            s.known, s.queued, s.learned, s.writing
         )
     });
     let a = m.clone();
