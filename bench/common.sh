@@ -87,6 +87,9 @@ forms_down() {
   mountpoint -q "$w/net/mnt" && { "$NACRE" umount "$w/net/mnt" || "$NACRE" umount -f "$w/net/mnt"; }
   "$NACRE" down "$w/emb/mnt" >/dev/null 2>&1 || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Gone before the next run picks its ports (one still listening on a port the next MGS
+  # was given answered its mount: "file system 'cmpnew' has no MDT0 registered").
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   return 0
 }
 # build_ringbench OUT: builds examples/c/ringbench.c against libnacre.so at OUT.
