@@ -42,6 +42,15 @@
 #               IO500's ior-hard shape, 47,008-byte records interleaved in one file,
 #               SEGMENTS per rank, written (`-w -e`) then read back by the other rank
 #               (`-r -C`), each its own run; MiB/s. (SEGMENTS=5000)
+#   ior-easy    the networked form of bench/common.sh with OSTS_PER_OSS=2 unless set, the
+#               real IOR with 2 MPI ranks on the one mount: issue 44's IOR easy, file per
+#               process, 1 MiB transfers, O_DIRECT, BLOCK per rank, written (`-w -e`) then
+#               read back by the other rank (`-r -C`); MiB/s. (BLOCK=1g)
+#   find        the networked form of bench/common.sh, the real mdtest (MDTEST) with 2 MPI
+#               ranks making N files each (`-F -u -C`, mdtest easy's create) on the one mount,
+#               then GNU find over them with IO500's find predicates, names first (as pfind
+#               tests them: a stat only for the ~4% of names that match), on the same mount
+#               and then on a second, fresh mount of the same servers; entries/s. (N=50000)
 # BS serves io (1m) and write-path (64k), FILES md and md-sync (10000) and net (4000): set
 # them per invocation when running those workloads together.
 # Needs fio (io, net), a C compiler and pkg-config (ring), FUSE; bench/common.sh installs them.
@@ -53,7 +62,7 @@ OLD_SPEC="$1"; NEW_SPEC="$2"; shift 2
 WORKLOADS=("$@")
 for wl in "${WORKLOADS[@]}"; do
   case "$wl" in
-    io | md | net | ring | write-path | md-sync | mdtest | ior-hard) ;;
+    io | md | net | ring | write-path | md-sync | mdtest | ior-hard | ior-easy | find) ;;
     *) echo "ab.sh: unknown workload '$wl'" >&2; usage ;;
   esac
 done
@@ -259,6 +268,54 @@ wl_ior_hard() {
   rm -rf "${WORK:?}/ior/$side"
 }
 
+wl_ior_easy() {
+  local side=$1 m phase args rate
+  NACRE=$2
+  OSTS_PER_OSS="${OSTS_PER_OSS:-2}" net_form_up "$WORK/ior/$side" "cmp$side"
+  trap cleanup EXIT  # net_form_up sets its own
+  m="$WORK/ior/$side/net/mnt"
+  for phase in write read; do
+    args=(-w -e)
+    [ "$phase" = write ] || args=(-r -C)
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX --posix.odirect -t 1m \
+      -b "${BLOCK:-1g}" -F -k "${args[@]}" -o "$m/ior-easy" > "$WORK/ior.out" 2>&1
+    rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
+    record ior-easy "$side" "$phase MiB/s" "${rate:-0}"
+  done
+  forms_down
+  pids=()
+  NACRE="$THIS"
+  rm -rf "${WORK:?}/ior/$side"
+}
+
+wl_find() {
+  local side=$1 m fresh where s e n
+  NACRE=$2
+  net_form_up "$WORK/find/$side" "cmp$side"
+  trap cleanup EXIT  # net_form_up sets its own
+  m="$WORK/find/$side/net/mnt"
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$MDTEST" -F -u -C -n "${N:-50000}" \
+    -d "$m/md" > "$WORK/mdtest.out" 2>&1
+  touch "$WORK/find/$side/stamp"
+  fresh="$WORK/find/$side/fresh"
+  mkdir -p "$fresh"
+  "$NACRE" mount "$MGS@tcp:/cmp$side" "$fresh" ${MOUNT_ARGS:-} >/dev/null
+  for where in making fresh; do
+    local root="$m/md"
+    [ "$where" = making ] || root="$fresh/md"
+    s=$(date +%s.%N)
+    find "$root" -name '*01*' -newer "$WORK/find/$side/stamp" -size 3901c > /dev/null
+    e=$(date +%s.%N)
+    n=$((2 * ${N:-50000}))
+    record find "$side" "$where mount entries/s" "$(python3 -c "print(int($n / ($e - $s)))")"
+  done
+  "$NACRE" umount "$fresh" || "$NACRE" umount -f "$fresh"
+  forms_down
+  pids=()
+  NACRE="$THIS"
+  rm -rf "${WORK:?}/find/$side"
+}
+
 wl_write_path() {
   local side=$1 bin=$2 d="$WORK/write-path/$1" out bytes secs gx
   mkdir -p "$d/mnt"
@@ -275,8 +332,8 @@ wl_write_path() {
 # --- the rounds -----------------------------------------------------------------------------
 
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != ring ] || ring_setup; done
-for wl in "${WORKLOADS[@]}"; do [ "$wl" != mdtest ] || mdtest_setup; done
-for wl in "${WORKLOADS[@]}"; do [ "$wl" != ior-hard ] || ior_hard_setup; done
+for wl in "${WORKLOADS[@]}"; do [ "$wl" != mdtest ] && [ "$wl" != find ] || mdtest_setup; done
+for wl in "${WORKLOADS[@]}"; do [ "$wl" != ior-hard ] && [ "$wl" != ior-easy ] || ior_hard_setup; done
 echo "OLD = $OLD_SPEC ($OLD)" >&2
 echo "NEW = $NEW_SPEC ($NEW)" >&2
 for round in $(seq "$ROUNDS"); do

@@ -228,8 +228,108 @@ fn a_listing_refreshes_the_attributes_of_files_written_here(form: Form) {
     assert!(asked < 10, "{asked} getattrs and lookups for {FILES} stats");
 }
 
+/// With the default `--readdirplus true`, a listing of files this mount made and wrote is
+/// built by the mount from plain pages (names only, 1,024 per request, no lock per entry)
+/// after the MDT's first readdirplus page, which checked the caller may search the
+/// directory: IO500's find over mdtest's files. The stats after it stay in the kernel and
+/// are right. Mutation-checked: with pages never built here, readdirplus pages go back to
+/// one per 256 entries and the first assertion fails.
+fn a_listing_of_files_made_here_is_built_from_plain_pages(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae4",
+        Form::Networked => "stan4",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    const FILES: usize = 3_000;
+    make_files(&fs.path("d"), FILES);
+    let (plus, plain) = (
+        md_requests(fsname, &["readdirplus"]),
+        md_requests(fsname, &["readdir"]),
+    );
+    assert_eq!(list(&fs.path("d")).len(), FILES);
+    let plus = md_requests(fsname, &["readdirplus"]) - plus;
+    let plain = md_requests(fsname, &["readdir"]) - plain;
+    assert!(
+        plus <= 2 && plain >= 2,
+        "{plus} readdirplus and {plain} readdir pages for a listing of {FILES} files made here"
+    );
+    let reads = md_requests(fsname, READS);
+    for i in 0..FILES {
+        let m = fs::symlink_metadata(fs.path("d").join(name(i))).unwrap();
+        assert_eq!(m.len(), size(i), "{}", name(i));
+        assert_eq!(m.permissions().mode() & 0o777, 0o644, "{}", name(i));
+    }
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(asked < 10, "{asked} getattrs and lookups for {FILES} stats");
+}
+
+/// What another mount changed in files this mount made is what a listing built here shows
+/// (their locks were called back: the mount no longer vouches for them), and so is this
+/// mount's own write to a file of a page built here before the kernel was given that entry
+/// (the attributes are taken as each entry is given, not when its page was fetched).
+/// Each of these has more than one guard (the lock held at the fetch and when given, the
+/// attributes taken again when given, an open for writing here): a mutation of any one of
+/// them alone still passes.
+fn a_listing_built_here_shows_what_changed(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae5",
+        Form::Networked => "stan5",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    const FILES: usize = 2_500;
+    make_files(&fs.path("d"), FILES);
+    let other = fs.scratch().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let _b = fs.mount_another(&other, &[]);
+    let b = |i: usize| other.join("d").join(name(i));
+    fs::set_permissions(b(2300), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(b(2350))
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    fs::remove_file(b(2400)).unwrap();
+    // Here: a listing 300 entries in (into the page built here after the MDT's first,
+    // entries 256 to 1,279), then a write to a file of that page the kernel has not had.
+    let mut listing = fs::read_dir(fs.path("d")).unwrap();
+    let first: Vec<_> = (&mut listing)
+        .take(300)
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(fs.path("d").join(name(600)))
+        .unwrap()
+        .write_all(b"12345")
+        .unwrap();
+    let mut names: Vec<String> = first
+        .into_iter()
+        .chain(listing.map(|e| e.unwrap().file_name()))
+        .map(|n| n.into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), FILES - 1);
+    for i in 0..FILES {
+        let got = fs::symlink_metadata(fs.path("d").join(name(i)));
+        match i {
+            600 => assert_eq!(got.unwrap().len(), size(i) + 5),
+            2300 => assert_eq!(got.unwrap().permissions().mode() & 0o777, 0o600),
+            2350 => assert_eq!(got.unwrap().len(), size(i) + 4),
+            2400 => assert!(got.is_err(), "{} still there", name(i)),
+            _ => {
+                let m = got.unwrap();
+                assert_eq!(m.len(), size(i), "{}", name(i));
+                assert_eq!(m.permissions().mode() & 0o777, 0o644, "{}", name(i));
+            }
+        }
+    }
+}
+
 on_both_forms!(
     stats_after_a_whole_listing_come_from_statahead_pages,
     the_window_answers_only_while_current,
-    a_listing_refreshes_the_attributes_of_files_written_here
+    a_listing_refreshes_the_attributes_of_files_written_here,
+    a_listing_of_files_made_here_is_built_from_plain_pages,
+    a_listing_built_here_shows_what_changed
 );

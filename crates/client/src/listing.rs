@@ -20,6 +20,9 @@ pub struct Listed {
     /// the kernel may cache of them, and the handle of the lock that covers them; `None`:
     /// look the name up on its own.
     pub attr: Option<(Attr, Cached, u64)>,
+    /// The attributes are this client's own ([`Client::listed_here`]): taken again when
+    /// the entry is given to the kernel, not as they were at the listing.
+    pub here: bool,
 }
 
 /// What a page entry is named.
@@ -142,10 +145,75 @@ impl Client {
                 out.push(Listed {
                     entry: e.entry.clone(),
                     attr: attr.map(|a| self.plus_cached(parent, &e.entry, a, e.lock)),
+                    here: false,
                 });
             }
         }
         Ok(out)
+    }
+
+    /// A readdirplus page built here: a plain page of `fid` (names only, a fraction of a
+    /// readdirplus page's cost at the MDT and no lock per entry) whose entries' attributes
+    /// this client gives itself, up to the first entry it cannot ([`Client::listed_here`]).
+    /// `None` when it cannot give the first: ask the MDT for a readdirplus page. The caller
+    /// answers for the permission to search `fid` (the MDT checks it for a readdirplus
+    /// page, not for a plain one).
+    pub fn readdir_plus_here(
+        &self,
+        fid: Fid,
+        after: Option<&[u8]>,
+        count: u32,
+    ) -> Result<Option<(Vec<Listed>, bool)>> {
+        let (page, eof) = self.readdir(fid, after, count)?;
+        let listed = page.len();
+        let mut out = Vec::with_capacity(listed);
+        for entry in page {
+            // Taken again as the entry is given (its name recorded under its lock then).
+            let Some((attr, handle)) = self.vouched_attr(&entry) else {
+                break;
+            };
+            out.push(Listed {
+                entry,
+                attr: Some((attr, Cached::default(), handle)),
+                here: true,
+            });
+        }
+        if out.is_empty() && listed > 0 {
+            return Ok(None);
+        }
+        let eof = eof && out.len() == listed;
+        Ok(Some((out, eof)))
+    }
+
+    /// The attributes of `entry` (listed in `parent`) this client can give without asking,
+    /// what the kernel may cache of them and the lock they hold under: a regular file it
+    /// made and wrote and can vouch for (crate::vouched) under its `UPDATE` lock, shown
+    /// with its last write's time (crate::written). The name is recorded under the file's
+    /// `LOOKUP` lock if one is held.
+    pub fn listed_here(&self, parent: Fid, entry: &DirEntry) -> Option<(Attr, Cached, u64)> {
+        let (mut attr, handle) = self.vouched_attr(entry)?;
+        self.written.cover(&mut attr);
+        let mdc = self.mdc(entry.fid.mdt_index()).ok()?;
+        let cached = Cached {
+            entry: mdc.locks.cover_name(entry.fid, parent, &entry.name),
+            attr: true,
+        };
+        Some((attr, cached, handle))
+    }
+
+    /// The attributes this client vouches for of `entry`'s file, and the lock they hold
+    /// under.
+    fn vouched_attr(&self, entry: &DirEntry) -> Option<(Attr, u64)> {
+        // A file made under a delegation answers from what is kept of it (getattr): not
+        // given here.
+        if entry.kind != FileKind::Regular || self.kept_attr(entry.fid).is_some() {
+            return None;
+        }
+        let mdc = self.mdc(entry.fid.mdt_index()).ok()?;
+        let held = |h| mdc.locks.holds(h);
+        let writing = mdc.holds_writer(entry.fid);
+        let (attr, handle) = mdc.vouched.answer_held(entry.fid, held, writing)?;
+        (attr.fid == entry.fid && attr.kind == entry.kind).then_some((attr, handle))
     }
 
     fn plus_cached(

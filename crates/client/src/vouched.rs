@@ -166,6 +166,17 @@ impl Vouched {
     /// `fid`'s attributes, if this client can vouch for them: `held` says whether a lock
     /// is still held, `writing` whether a handle of the file is open for writing here.
     pub fn answer(&self, fid: Fid, held: impl Fn(u64) -> bool, writing: bool) -> Option<Attr> {
+        self.answer_held(fid, held, writing).map(|(attr, _)| attr)
+    }
+
+    /// [`Vouched::answer`], with the handle of the `UPDATE` lock the answer holds under:
+    /// while it is held, the answer stands but for this client's own writes and changes.
+    pub fn answer_held(
+        &self,
+        fid: Fid,
+        held: impl Fn(u64) -> bool,
+        writing: bool,
+    ) -> Option<(Attr, u64)> {
         if writing {
             return None;
         }
@@ -186,7 +197,7 @@ impl Vouched {
         let mut attr = e.attr.clone();
         attr.size = size;
         attr.blocks = blocks;
-        Some(attr)
+        Some((attr, e.handle))
     }
 
     /// Files kept.

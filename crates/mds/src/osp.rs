@@ -3,8 +3,10 @@
 //! per other MDT, for cross-MDT operations.
 //!
 //! Placement follows Lustre's QoS allocator in spirit: when free space is balanced (the
-//! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin;
-//! otherwise they are drawn at random, weighted by available bytes.
+//! emptiest and fullest OST differ by under 17% of the emptiest) OSTs are taken round-robin,
+//! in an order that alternates between servers (as Lustre's `lod_qos_calc_rr`: consecutive
+//! files, and a striped file's stripes, go to different OSS processes first); otherwise they
+//! are drawn at random, weighted by available bytes.
 
 use nacre_net::rpc::{call, RpcError};
 use nacre_net::{Connection, NetConfig};
@@ -391,13 +393,37 @@ impl OstPool {
         let max = *avail.iter().max().expect("non-empty");
         let min = *avail.iter().min().expect("non-empty");
         if (max - min) * 100 <= max * QOS_THRESHOLD_PERCENT {
+            let order = across_servers(&indices, |i| osts[&i].nid.map(|n| n.addr));
             let pos = self.rr_cursor.fetch_add(count, Ordering::Relaxed);
-            return Ok((0..count)
-                .map(|k| indices[(pos + k) % indices.len()])
-                .collect());
+            return Ok((0..count).map(|k| order[(pos + k) % order.len()]).collect());
         }
         Ok(weighted_pick(&indices, &avail, count))
     }
+}
+
+/// `indices` (in index order) reordered so that consecutive ones are on different servers
+/// while more than one server has some left: the first OST of each server (`server`: its
+/// address; None, an OST with no server known, is a server of its own), then the second of
+/// each, and so on. With OST0 and OST1 on one OSS and OST2 and OST3 on another: 0, 2, 1, 3.
+pub(crate) fn across_servers<S: Eq>(
+    indices: &[u32],
+    server: impl Fn(u32) -> Option<S>,
+) -> Vec<u32> {
+    let mut groups: Vec<(Option<S>, Vec<u32>)> = Vec::new();
+    for &i in indices {
+        let s = server(i);
+        match groups.iter_mut().find(|(g, _)| s.is_some() && *g == s) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((s, vec![i])),
+        }
+    }
+    let deepest = groups.iter().map(|(_, m)| m.len()).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(indices.len());
+    for rank in 0..deepest {
+        out.extend(groups.iter().filter_map(|(_, m)| m.get(rank)));
+    }
+    assert_eq!(out.len(), indices.len(), "every OST keeps one place");
+    out
 }
 
 /// Draws `count` distinct indices at random, each with probability proportional to its weight.
@@ -427,6 +453,39 @@ pub(crate) fn weighted_pick(indices: &[u32], weights: &[u64], count: usize) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn round_robin_alternates_between_servers() {
+        // OST0, OST1 on server A; OST2, OST3 on B; OST4 on C; OST5 with no server known.
+        let server = |i: u32| match i {
+            0 | 1 => Some('A'),
+            2 | 3 => Some('B'),
+            4 => Some('C'),
+            _ => None,
+        };
+        assert_eq!(across_servers(&[0, 1, 2, 3], server), vec![0, 2, 1, 3]);
+        assert_eq!(
+            across_servers(&[0, 1, 2, 3, 4, 5], server),
+            vec![0, 2, 4, 5, 1, 3]
+        );
+        // A pool's members, as listed.
+        assert_eq!(across_servers(&[1, 3, 0], server), vec![1, 3, 0]);
+        assert_eq!(across_servers(&[], server), Vec::<u32>::new());
+
+        // The MDT's placement: two OSS processes with two OSTs each.
+        let osp = OstPool::detached("demo", 4);
+        for (ost, port) in [(0, 1), (1, 1), (2, 2), (3, 2)] {
+            let nid = Nid::tcp(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+            osp.osts.write().unwrap().get_mut(&ost).unwrap().nid = Some(nid);
+        }
+        let singles: Vec<u32> = (0..4)
+            .flat_map(|_| osp.choose(1, None, PoolName::NONE).unwrap())
+            .collect();
+        assert_eq!(singles, vec![0, 2, 1, 3]);
+        assert_eq!(osp.choose(2, None, PoolName::NONE).unwrap(), vec![0, 2]);
+        // A start OST given: from it, in index order (as `setstripe -i` asks).
+        assert_eq!(osp.choose(2, Some(1), PoolName::NONE).unwrap(), vec![1, 2]);
+    }
 
     #[test]
     fn a_pool_spills_by_its_fill_counting_pending_destroys() {

@@ -13,7 +13,7 @@ use fuser::{
 };
 use nacre_client::{Cached, Client, ClientError, Listed};
 use nacre_ldlm::msg::UPDATE;
-use nacre_types::Fid;
+use nacre_types::{Cred, Fid};
 use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -59,6 +59,58 @@ impl std::str::FromStr for Readdirplus {
 /// A page of a listing: entries, and whether none follow.
 type Page = Result<(Vec<Listed>, bool), ClientError>;
 
+/// Where a page came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum From {
+    /// A plain page of the MDT (names only).
+    Plain,
+    /// A readdirplus page of the MDT, which checked that the caller may search the
+    /// directory; `missed`: asked after a page built here could not begin.
+    Mdt { missed: bool },
+    /// A readdirplus page built here (`Client::readdir_plus_here`).
+    Here,
+}
+
+/// A page fetched, the credentials it was fetched with and where it came from.
+struct Fetched {
+    page: Page,
+    cred: Cred,
+    from: From,
+}
+
+/// A readdirplus page of `fid` after `after`, fetched with `cred` (the caller's): built here
+/// from a plain page when `here` and this mount can give its first entry's attributes
+/// itself, else the MDT's.
+fn fetch_plus(client: &Client, fid: Fid, after: Option<&[u8]>, here: bool, cred: Cred) -> Fetched {
+    if here {
+        match client.readdir_plus_here(fid, after, READDIR_PAGE_ENTRIES) {
+            Ok(Some(page)) => {
+                return Fetched {
+                    page: Ok(page),
+                    cred,
+                    from: From::Here,
+                }
+            }
+            Ok(None) => {
+                let page = client.readdir_plus(fid, after, READDIRPLUS_PAGE_ENTRIES);
+                let from = From::Mdt { missed: true };
+                return Fetched { page, cred, from };
+            }
+            Err(e) => {
+                let page = Err(e);
+                return Fetched {
+                    page,
+                    cred,
+                    from: From::Here,
+                };
+            }
+        }
+    }
+    let page = client.readdir_plus(fid, after, READDIRPLUS_PAGE_ENTRIES);
+    let from = From::Mdt { missed: false };
+    Fetched { page, cred, from }
+}
+
 /// An open directory: entries fetched so far (in name order, after `base`) and where to
 /// resume.
 pub(crate) struct DirStream {
@@ -68,10 +120,18 @@ pub(crate) struct DirStream {
     entries: Vec<Listed>,
     eof: bool,
     /// The next readdirplus page, being fetched (statahead).
-    ahead: Option<mpsc::Receiver<Page>>,
+    ahead: Option<mpsc::Receiver<Fetched>>,
     /// The caller may list the directory but not search it: plain pages only (their
     /// entries listed without attributes).
     plain_only: bool,
+    /// The credentials the MDT last answered a readdirplus page of this stream for: it
+    /// checked that they may search the directory. Pages are built here only for them (an
+    /// open directory keeps that permission for the stream's life, as it keeps the one to
+    /// read it).
+    searched: Option<Cred>,
+    /// Pages built here are worth trying: none failed to begin or came short (entries of
+    /// files this mount cannot vouch for: it lists the rest from the MDT's pages).
+    here: bool,
 }
 
 impl DirStream {
@@ -83,10 +143,11 @@ impl DirStream {
             // A page fetched ahead: the same one a call now would return (its attributes
             // unused by a plain listing); fetched again if that failed.
             let fetched = match self.ahead.take().map(|ahead| ahead.recv()) {
-                Some(Ok(Ok(page))) => Ok(page),
+                Some(Ok(fetched)) if fetched.page.is_ok() => fetched,
                 _ => self.fetch(client, plus),
             };
-            let (page, eof) = match fetched {
+            self.learn(&fetched);
+            let (page, eof) = match fetched.page {
                 // Readable, not searchable: names only, as a plain listing gives them.
                 Err(e) if plus && e.status() == nacre_types::Status::Access => {
                     self.plain_only = true;
@@ -128,17 +189,52 @@ impl DirStream {
         0
     }
 
-    fn fetch(&self, client: &Client, plus: bool) -> Page {
-        let after = self.last();
-        if plus {
-            return client.readdir_plus(self.fid, after, READDIRPLUS_PAGE_ENTRIES);
+    /// What a fetched page says of the pages after it: who the MDT checked, and whether
+    /// building them here is still worth it.
+    fn learn(&mut self, fetched: &Fetched) {
+        match (&fetched.page, fetched.from) {
+            (Ok(_), From::Mdt { missed }) => {
+                self.searched = Some(fetched.cred.clone());
+                self.here &= !missed;
+            }
+            // Short of half a page: this mount made few of the files listed.
+            (Ok((page, eof)), From::Here) => {
+                self.here &= *eof || page.len() >= READDIR_PAGE_ENTRIES as usize / 2;
+            }
+            _ => {}
         }
-        let (page, eof) = client.readdir(self.fid, after, READDIR_PAGE_ENTRIES)?;
-        let page = page
-            .into_iter()
-            .map(|entry| Listed { entry, attr: None })
-            .collect();
-        Ok((page, eof))
+    }
+
+    /// Whether the next readdirplus page may be built here for `cred`.
+    fn may_build_here(&self, cred: &Cred) -> bool {
+        self.here && self.searched.as_ref() == Some(cred)
+    }
+
+    fn fetch(&self, client: &Client, plus: bool) -> Fetched {
+        let after = self.last();
+        let cred = nacre_types::cred::current();
+        if plus {
+            let here = self.may_build_here(&cred);
+            return fetch_plus(client, self.fid, after, here, cred);
+        }
+        let page = client
+            .readdir(self.fid, after, READDIR_PAGE_ENTRIES)
+            .map(|(page, eof)| {
+                let page = page
+                    .into_iter()
+                    .map(|entry| Listed {
+                        entry,
+                        attr: None,
+                        here: false,
+                    })
+                    .collect();
+                (page, eof)
+            });
+        Fetched {
+            page,
+            cred,
+            from: From::Plain,
+        }
     }
 
     /// Statahead: once the kernel is past half of what was fetched, the next page is
@@ -154,13 +250,13 @@ impl DirStream {
         // In the caller's name: the MDT checks its permissions and counts the page to its
         // job (a helper thread has no credentials of its own: the mount's would be used).
         let (cred, job) = (nacre_types::cred::current(), nacre_types::jobid::current());
+        let here = self.may_build_here(&cred);
         let spawned = std::thread::Builder::new()
             .name("nacre-statahead".into())
             .spawn(move || {
-                nacre_types::cred::set_current(Some(cred));
+                nacre_types::cred::set_current(Some(cred.clone()));
                 nacre_types::jobid::set_current(&job);
-                let page = client.readdir_plus(fid, after.as_deref(), READDIRPLUS_PAGE_ENTRIES);
-                let _ = tx.send(page);
+                let _ = tx.send(fetch_plus(&client, fid, after.as_deref(), here, cred));
             });
         if spawned.is_ok() {
             self.ahead = Some(rx);
@@ -209,6 +305,8 @@ impl Shared {
             eof: false,
             ahead: None,
             plain_only: false,
+            searched: None,
+            here: true,
         };
         self.cookies.opened(ino.0);
         self.dirs.lock().insert(fh, Arc::new(Mutex::new(stream)));
@@ -363,12 +461,17 @@ impl Shared {
                 return reply.error(errno(&e));
             }
             stream.read_ahead(&self.client, index);
+            let dir = stream.fid;
             let Some(listed) = stream.entries.get_mut(index) else {
                 break;
             };
             let (ino, kind) = (crate::ino_of(listed.entry.fid), listed.entry.kind);
             // Given once: an entry read again (a rewound listing) is listed only.
-            let fetched = listed.attr.take();
+            let mut fetched = listed.attr.take();
+            if listed.here && fetched.is_some() {
+                // This mount's own: as they are now (its writes since move them).
+                fetched = self.client.listed_here(dir, &listed.entry);
+            }
             let (attr, ttl) = match &fetched {
                 Some((a, c, _)) if *c == Cached::default() => {
                     (file_attr(a), self.attr_ttl.min(self.entry_ttl))

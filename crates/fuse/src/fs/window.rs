@@ -278,6 +278,7 @@ mod tests {
                 kind: FileKind::Regular,
             },
             attr: Some((attr, Cached::default(), 1)),
+            here: false,
         }
     }
 
