@@ -942,6 +942,7 @@ fn the_mdt_refuses_a_client_what_the_kernel_would() {
         fid: victim,
         writer: true,
         written: true,
+        touch: true,
         noatime: true,
     };
     for _ in 0..2 {

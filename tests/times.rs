@@ -160,7 +160,54 @@ fn an_evicted_writers_file_takes_new_times(form: Form) {
     drop(f);
 }
 
+/// Waits until no client holds a file of `fsname` open for writing at its MDT (the mount's
+/// release comes after close(2) returned).
+fn writers_closed(fsname: &str) {
+    wait_for("the mount's writes are closed at the MDT", || {
+        let sizes = nacre_testkit::get_param(None, &format!("mdt.{fsname}-MDT0000.sizes"));
+        sizes.lines().any(|l| l == "writing 0")
+    });
+}
+
+/// Times set after the writes stay: a `futimens` through the handle that wrote, before its
+/// close, is what the file keeps (the close moves nothing; POSIX: the last change of the
+/// times is the `futimens`), seen by another mount too; a write after the `futimens` moves
+/// them again at the close. Found by tests/policy.rs under load: a `utimes` right after
+/// close(2), before the mount's release reached the MDT, was overwritten by that close.
+fn times_set_after_the_writes_stay(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "timesse",
+        Form::Networked => "timessn",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let other_mnt = fs.scratch().join("other");
+    fs::create_dir_all(&other_mnt).unwrap();
+    let _other = fs.mount_another(&other_mnt, &[]);
+    let (a, b) = (fs.path("f"), other_mnt.join("f"));
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+
+    let mut f = fs::File::create(&a).unwrap();
+    f.write_all(b"written").unwrap();
+    f.set_modified(old).unwrap();
+    drop(f);
+    writers_closed(fsname);
+    assert_eq!(fs::metadata(&a).unwrap().modified().unwrap(), old);
+    assert_eq!(fs::metadata(&b).unwrap().modified().unwrap(), old);
+
+    // Written after the futimens: the close moves them.
+    let mut f = fs::OpenOptions::new().write(true).open(&a).unwrap();
+    f.set_modified(old).unwrap();
+    f.write_all(b"again").unwrap();
+    drop(f);
+    writers_closed(fsname);
+    assert!(fs::metadata(&a).unwrap().modified().unwrap() > old);
+    wait_for("the other mount sees the write after the futimens", || {
+        fs::metadata(&b).unwrap().modified().unwrap() > old
+    });
+}
+
 on_both_forms!(
     writes_move_the_modification_and_change_times,
-    an_evicted_writers_file_takes_new_times
+    an_evicted_writers_file_takes_new_times,
+    times_set_after_the_writes_stay
 );

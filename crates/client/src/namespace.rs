@@ -428,6 +428,7 @@ impl Client {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
             written,
+            touch: written && self.written.touches(file.fid),
             noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
         // The MDT moved the file's times past every write this close covers; a file whose
@@ -730,6 +731,7 @@ impl Client {
             ..SetAttr::default()
         };
         let truncate = set.size.is_some();
+        let sets_mtime = set.mtime.is_some();
         let set_now = self.md(MdsOp::SetAttr { fid, attr: set });
         if truncate {
             // Bytes an open brought from the MDT before the cut (crate::dom).
@@ -739,6 +741,10 @@ impl Client {
             MdsReply::Attr(a) => a,
             _ => return Err(Status::Proto.into()),
         };
+        if sets_mtime {
+            // A utimes after the writes: their close no longer moves the times.
+            self.written.set_times(fid);
+        }
         // A striped directory's shards check names' permissions: they follow the master.
         if attr.kind == FileKind::Directory && owner_or_mode != SetAttr::default() {
             if let Some(stripe) = self.dir_stripe(fid)? {

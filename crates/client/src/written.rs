@@ -9,6 +9,11 @@
 //! sent after its last write is answered: the MDT's times are then later than every write
 //! it covers. Other clients see the new times once that close reached the MDT (as NFS's
 //! close-to-open).
+//!
+//! A `utimes` this client sends after the writes is what the file keeps: the close then
+//! says it moves nothing (`Close::touch` false) unless a write came after the `utimes`
+//! ([`Written::set_times`], [`Written::touches`]). The kernel's release of a handle comes
+//! after close(2) returned, so a `utimes` right after close(2) can reach the MDT before it.
 
 use nacre_types::{Attr, Fid, TimeSpec};
 use parking_lot::Mutex;
@@ -22,7 +27,21 @@ pub const WRITTEN_FILES_MAX: usize = 65_536;
 struct State {
     /// (time of the last write, its sequence number) per file.
     files: HashMap<Fid, (TimeSpec, u64)>,
+    /// The sequence number of this client's last setting of each file's times.
+    times_set: HashMap<Fid, u64>,
     seq: u64,
+}
+
+/// Keeps at most [`WRITTEN_FILES_MAX`] entries of `map` (whose values hold sequence numbers)
+/// before `fid` goes in: past it, the older half goes.
+fn make_room<V>(map: &mut HashMap<Fid, V>, fid: Fid, seq: impl Fn(&V) -> u64) {
+    if map.len() < WRITTEN_FILES_MAX || map.contains_key(&fid) {
+        return;
+    }
+    let mut seqs: Vec<u64> = map.values().map(&seq).collect();
+    seqs.sort_unstable();
+    let cut = seqs[seqs.len() / 2];
+    map.retain(|_, v| seq(v) > cut);
 }
 
 /// The files this client wrote and whose close has not yet told their MDT.
@@ -42,13 +61,30 @@ impl Written {
         let mut s = self.state.lock();
         s.seq += 1;
         let seq = s.seq;
-        if s.files.len() >= WRITTEN_FILES_MAX && !s.files.contains_key(&fid) {
-            let mut seqs: Vec<u64> = s.files.values().map(|(_, q)| *q).collect();
-            seqs.sort_unstable();
-            let cut = seqs[seqs.len() / 2];
-            s.files.retain(|_, (_, q)| *q > cut);
-        }
+        make_room(&mut s.files, fid, |(_, q)| *q);
         s.files.insert(fid, (now, seq));
+    }
+
+    /// This client set `fid`'s modification time (a `utimes`, answered): what it set wins
+    /// over the writes before it, here and at their close.
+    pub fn set_times(&self, fid: Fid) {
+        let mut s = self.state.lock();
+        s.seq += 1;
+        let seq = s.seq;
+        s.files.remove(&fid);
+        make_room(&mut s.times_set, fid, |q| *q);
+        s.times_set.insert(fid, seq);
+    }
+
+    /// Whether a close of a handle of `fid` that wrote moves the file's times: not if this
+    /// client set them after its last write of the file.
+    pub fn touches(&self, fid: Fid) -> bool {
+        let s = self.state.lock();
+        match (s.times_set.get(&fid), s.files.get(&fid)) {
+            (None, _) => true,
+            (Some(set), Some((_, wrote))) => wrote > set,
+            (Some(_), None) => false,
+        }
     }
 
     /// A close of `fid` is about to be sent: what it covers.
@@ -134,6 +170,26 @@ mod tests {
         let mut a = attr(f);
         w.cover(&mut a);
         assert_eq!(a.mtime.sec, 1);
+    }
+
+    #[test]
+    fn times_set_after_the_writes_win() {
+        let w = Written::default();
+        let f = Fid::new(0x2_0000_0400, 1);
+        assert!(w.touches(f), "nothing known: a close that wrote moves them");
+        w.wrote(f);
+        assert!(w.touches(f));
+        w.set_times(f);
+        assert!(!w.touches(f), "set after the last write");
+        let mut a = attr(f);
+        w.cover(&mut a);
+        assert_eq!(a.mtime.sec, 1, "the time set shows, not the write's");
+        w.wrote(f);
+        assert!(w.touches(f), "written after the times were set");
+        let at = w.closing();
+        w.closed(f, at);
+        w.set_times(f);
+        assert!(!w.touches(f), "another handle's close after the set");
     }
 
     #[test]

@@ -207,6 +207,7 @@ pub(crate) fn run_modifying_with(
         fid,
         writer,
         written,
+        touch,
         noatime,
     } = call.op
     {
@@ -219,8 +220,10 @@ pub(crate) fn run_modifying_with(
         let replayed = tx.forced_transno.is_some();
         // Only a handle that could write moves the times: the client holds the file open
         // for writing (a close of anything else says `written` in vain), or, replayed
-        // after a restart (its handle is gone), the caller may write the file.
+        // after a restart (its handle is gone), the caller may write the file. And only if
+        // the client says the writes came after its own last setting of the times.
         let touches = written
+            && touch
             && writer
             && match replayed {
                 false => mdt.exports.holds_write_open(&call.client, fid),

@@ -67,6 +67,7 @@ fn orphans_are_found_at_start_from_their_index_or_one_scan() {
                 fid: fids[1],
                 writer: true,
                 written: false,
+                touch: false,
                 noatime: false,
             },
         );

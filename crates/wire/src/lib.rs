@@ -80,8 +80,8 @@ pub use header::{Header, HEADER_BYTES};
 /// unlinks answered by the client, sent many per request — `UnlinkBatch`; 13: a batch's
 /// creates carry the bytes their creator wrote (data on the MDT), `DelegateDir` says how
 /// many may come; 14: reads the client answered itself are recorded as accesses —
-/// `AccessBatch`).
-pub const PROTOCOL_VERSION: u16 = 14;
+/// `AccessBatch`; 15: a close says whether it moves the file's times — `Close::touch`).
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
 /// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
@@ -94,7 +94,7 @@ pub const PROTOCOL_VERSION: u16 = 14;
 /// `CreateBatch` item has no bytes; 14: one range per release (14 only added `AccessBatch`).
 /// Both sides of a file system upgrade together
 /// (docs/formats.md, "Negotiation").
-pub const PROTOCOL_VERSION_MIN: u16 = 14;
+pub const PROTOCOL_VERSION_MIN: u16 = 15;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

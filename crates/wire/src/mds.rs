@@ -179,6 +179,10 @@ pub enum MdsOp {
         writer: bool,
         /// Data was written through it (the MDT no longer knows the file's size exactly).
         written: bool,
+        /// The close moves the file's modification and change times (`written`, and data
+        /// was written through the client's handles after it last set the file's times:
+        /// a `utimes` after the writes and before the close is what the file keeps).
+        touch: bool,
         /// The client is mounted `noatime`: a read through it records no access.
         noatime: bool,
     },

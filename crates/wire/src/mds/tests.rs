@@ -77,6 +77,7 @@ fn readpage_opcodes_are_readdir_and_close() {
             fid,
             writer: true,
             written: false,
+            touch: false,
             noatime: true,
         },
         MdsOp::ReadDirPlus {
