@@ -423,14 +423,15 @@ impl Client {
             nacre_types::jobid::set_current(&file.jobid);
         }
         let written = file.wrote.load(std::sync::atomic::Ordering::Acquire);
-        let at = self.written.closing();
+        let (at, touch) = self.written.close_starts(file.fid, written);
         let r = self.md(MdsOp::Close {
             fid: file.fid,
             writer: file.access & nacre_types::cred::MAY_WRITE != 0,
             written,
-            touch: written && self.written.touches(file.fid),
+            touch,
             noatime: self.noatime.load(std::sync::atomic::Ordering::Relaxed),
         });
+        self.written.close_done(file.fid, touch);
         // The MDT moved the file's times past every write this close covers; a file whose
         // attributes this client answers takes them (crate::vouched).
         if written && r.is_ok() {
@@ -731,20 +732,26 @@ impl Client {
             ..SetAttr::default()
         };
         let truncate = set.size.is_some();
-        let sets_mtime = set.mtime.is_some();
+        // A utimes after the writes: their close no longer moves the times, and one in
+        // flight is answered first (crate::written).
+        let times = set
+            .mtime
+            .is_some()
+            .then(|| self.written.setting_times(fid, self.net.rpc_timeout_ms));
         let set_now = self.md(MdsOp::SetAttr { fid, attr: set });
         if truncate {
             // Bytes an open brought from the MDT before the cut (crate::dom).
             self.dom_opened.forget(fid);
         }
-        let attr = match set_now? {
-            MdsReply::Attr(a) => a,
-            _ => return Err(Status::Proto.into()),
+        let attr = match set_now {
+            Ok(MdsReply::Attr(a)) => a,
+            other => {
+                if let Some(times) = times {
+                    self.written.times_not_set(times);
+                }
+                return Err(other.err().unwrap_or_else(|| Status::Proto.into()));
+            }
         };
-        if sets_mtime {
-            // A utimes after the writes: their close no longer moves the times.
-            self.written.set_times(fid);
-        }
         // A striped directory's shards check names' permissions: they follow the master.
         if attr.kind == FileKind::Directory && owner_or_mode != SetAttr::default() {
             if let Some(stripe) = self.dir_stripe(fid)? {

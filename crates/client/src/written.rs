@@ -12,11 +12,14 @@
 //!
 //! A `utimes` this client sends after the writes is what the file keeps: the close then
 //! says it moves nothing (`Close::touch` false) unless a write came after the `utimes`
-//! ([`Written::set_times`], [`Written::touches`]). The kernel's release of a handle comes
-//! after close(2) returned, so a `utimes` right after close(2) can reach the MDT before it.
+//! ([`Written::setting_times`], [`Written::close_starts`]). The kernel's release of a handle
+//! comes after close(2) returned, so a `utimes` right after close(2) can reach this client
+//! before that close is sent, or while it is in flight: a `utimes` waits for the closes of
+//! the file in flight that move its times (they are answered first: the MDT runs requests
+//! in any order), and a close that starts after it moves nothing.
 
 use nacre_types::{Attr, Fid, TimeSpec};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 
 /// Files remembered at most; past it the oldest half is forgotten (a stat of one of those
@@ -27,8 +30,11 @@ pub const WRITTEN_FILES_MAX: usize = 65_536;
 struct State {
     /// (time of the last write, its sequence number) per file.
     files: HashMap<Fid, (TimeSpec, u64)>,
-    /// The sequence number of this client's last setting of each file's times.
+    /// Files whose times this client set (or is setting) after its last write of them,
+    /// with the sequence number of that setting: their writes' close moves nothing.
     times_set: HashMap<Fid, u64>,
+    /// Closes in flight that move their file's times, per file.
+    touching: HashMap<Fid, u32>,
     seq: u64,
 }
 
@@ -48,6 +54,19 @@ fn make_room<V>(map: &mut HashMap<Fid, V>, fid: Fid, seq: impl Fn(&V) -> u64) {
 #[derive(Default)]
 pub struct Written {
     state: Mutex<State>,
+    /// Signalled when a close that moves a file's times is answered.
+    touched: Condvar,
+}
+
+/// A setting of a file's times this client is sending ([`Written::setting_times`]).
+#[derive(Debug)]
+pub struct TimesSet {
+    fid: Fid,
+    seq: u64,
+    before: Option<u64>,
+    /// False if closes of the file that move its times were still in flight when the wait
+    /// for them ended.
+    pub drained: bool,
 }
 
 /// Where the writes of a file stood when a close was sent ([`Written::closing`]).
@@ -63,33 +82,75 @@ impl Written {
         let seq = s.seq;
         make_room(&mut s.files, fid, |(_, q)| *q);
         s.files.insert(fid, (now, seq));
+        // Written after any setting of its times: its close moves them again.
+        s.times_set.remove(&fid);
     }
 
-    /// This client set `fid`'s modification time (a `utimes`, answered): what it set wins
-    /// over the writes before it, here and at their close.
-    pub fn set_times(&self, fid: Fid) {
+    /// This client is about to set `fid`'s modification time (a `utimes`): what it sets
+    /// wins over the writes before it, here and at their close. Waits (at most `wait_ms`)
+    /// until the closes of the file in flight that move its times are answered, so the MDT
+    /// runs them before the setting. [`Written::times_not_set`] if the setting fails.
+    pub fn setting_times(&self, fid: Fid, wait_ms: u64) -> TimesSet {
         let mut s = self.state.lock();
         s.seq += 1;
         let seq = s.seq;
         s.files.remove(&fid);
         make_room(&mut s.times_set, fid, |q| *q);
-        s.times_set.insert(fid, seq);
-    }
-
-    /// Whether a close of a handle of `fid` that wrote moves the file's times: not if this
-    /// client set them after its last write of the file.
-    pub fn touches(&self, fid: Fid) -> bool {
-        let s = self.state.lock();
-        match (s.times_set.get(&fid), s.files.get(&fid)) {
-            (None, _) => true,
-            (Some(set), Some((_, wrote))) => wrote > set,
-            (Some(_), None) => false,
+        let before = s.times_set.insert(fid, seq);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        while s.touching.contains_key(&fid) {
+            if self.touched.wait_until(&mut s, deadline).timed_out() {
+                break;
+            }
+        }
+        let drained = !s.touching.contains_key(&fid);
+        TimesSet {
+            fid,
+            seq,
+            before,
+            drained,
         }
     }
 
-    /// A close of `fid` is about to be sent: what it covers.
-    pub fn closing(&self) -> Closing {
-        Closing(self.state.lock().seq)
+    /// The setting of times `set` failed: the writes before it move the times at their
+    /// close again.
+    pub fn times_not_set(&self, set: TimesSet) {
+        let mut s = self.state.lock();
+        if s.times_set.get(&set.fid) == Some(&set.seq) {
+            match set.before {
+                Some(before) => s.times_set.insert(set.fid, before),
+                None => s.times_set.remove(&set.fid),
+            };
+        }
+    }
+
+    /// A close of `fid` is about to be sent, `written` if data was written through its
+    /// handle: what it covers, and whether it moves the file's times (not if this client
+    /// set them after its last write of the file). One that does is in flight until
+    /// [`Written::close_done`].
+    pub fn close_starts(&self, fid: Fid, written: bool) -> (Closing, bool) {
+        let mut s = self.state.lock();
+        let touch = written && !s.times_set.contains_key(&fid);
+        if touch {
+            *s.touching.entry(fid).or_default() += 1;
+        }
+        (Closing(s.seq), touch)
+    }
+
+    /// The close of `fid` started with `touch` was answered (or failed).
+    pub fn close_done(&self, fid: Fid, touch: bool) {
+        if !touch {
+            return;
+        }
+        let mut s = self.state.lock();
+        if let Some(n) = s.touching.get_mut(&fid) {
+            *n -= 1;
+            if *n == 0 {
+                s.touching.remove(&fid);
+            }
+        }
+        drop(s);
+        self.touched.notify_all();
     }
 
     /// The close taken at `at` was answered: the MDT's times cover every write before it.
@@ -160,11 +221,11 @@ mod tests {
         let mut b = attr(g);
         w.cover(&mut b);
         assert_eq!(b.mtime.sec, 1, "another file");
-        let at = w.closing();
+        let (at, _) = w.close_starts(f, false);
         w.wrote(f);
         w.closed(f, at);
         assert_eq!(w.len(), 1, "a write after the close was sent stays");
-        let at = w.closing();
+        let (at, _) = w.close_starts(f, false);
         w.closed(f, at);
         assert!(w.is_empty());
         let mut a = attr(f);
@@ -172,24 +233,65 @@ mod tests {
         assert_eq!(a.mtime.sec, 1);
     }
 
+    /// Whether a close of `fid` that wrote would move its times (taken and given back).
+    fn touches(w: &Written, fid: Fid) -> bool {
+        let (_, touch) = w.close_starts(fid, true);
+        w.close_done(fid, touch);
+        touch
+    }
+
     #[test]
     fn times_set_after_the_writes_win() {
         let w = Written::default();
         let f = Fid::new(0x2_0000_0400, 1);
-        assert!(w.touches(f), "nothing known: a close that wrote moves them");
+        assert!(
+            touches(&w, f),
+            "nothing known: a close that wrote moves them"
+        );
+        assert!(!w.close_starts(f, false).1, "a close that wrote nothing");
         w.wrote(f);
-        assert!(w.touches(f));
-        w.set_times(f);
-        assert!(!w.touches(f), "set after the last write");
+        assert!(touches(&w, f));
+        let set = w.setting_times(f, 0);
+        assert!(set.drained);
+        assert!(!touches(&w, f), "set after the last write");
         let mut a = attr(f);
         w.cover(&mut a);
         assert_eq!(a.mtime.sec, 1, "the time set shows, not the write's");
         w.wrote(f);
-        assert!(w.touches(f), "written after the times were set");
-        let at = w.closing();
+        assert!(touches(&w, f), "written after the times were set");
+        let (at, _) = w.close_starts(f, false);
         w.closed(f, at);
-        w.set_times(f);
-        assert!(!w.touches(f), "another handle's close after the set");
+        let set = w.setting_times(f, 0);
+        assert!(!touches(&w, f), "another handle's close after the set");
+        // The setting failed: the writes' close moves them again.
+        w.times_not_set(set);
+        assert!(touches(&w, f));
+        // A write the client forgot (past the bound) still counts after a setting.
+        w.setting_times(f, 0);
+        w.wrote(f);
+        w.state.lock().files.clear();
+        assert!(touches(&w, f));
+    }
+
+    #[test]
+    fn a_setting_of_times_waits_for_the_closes_in_flight_that_move_them() {
+        let w = std::sync::Arc::new(Written::default());
+        let f = Fid::new(0x2_0000_0400, 1);
+        w.wrote(f);
+        let (_, touch) = w.close_starts(f, true);
+        assert!(touch);
+        // Not answered within the wait: waited for it, then said so.
+        let started = std::time::Instant::now();
+        assert!(!w.setting_times(f, 20).drained);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(20));
+        // Answered while the setting waits: it goes on.
+        let waiter = {
+            let w = w.clone();
+            std::thread::spawn(move || w.setting_times(f, 60_000).drained)
+        };
+        w.close_done(f, true);
+        assert!(waiter.join().unwrap());
+        assert!(w.state.lock().touching.is_empty());
     }
 
     #[test]

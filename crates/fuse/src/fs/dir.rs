@@ -142,8 +142,10 @@ impl DirStream {
         while !self.eof && self.entries.len() < want {
             // A page fetched ahead: the same one a call now would return (its attributes
             // unused by a plain listing); fetched again if that failed.
+            // A page fetched ahead for another caller (a descriptor passed on) is fetched
+            // again in this one's name: its attributes are for those the MDT checked.
             let fetched = match self.ahead.take().map(|ahead| ahead.recv()) {
-                Some(Ok(fetched)) if fetched.page.is_ok() => fetched,
+                Some(Ok(f)) if f.page.is_ok() && f.cred == nacre_types::cred::current() => f,
                 _ => self.fetch(client, plus),
             };
             self.learn(&fetched);
