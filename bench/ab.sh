@@ -247,45 +247,35 @@ wl_mdtest() {
 ior_hard_setup() {
   [ -x "${IOR:-}" ] || { echo "ab.sh: ior-hard needs IOR=/path/to/ior" >&2; exit 2; }
 }
-wl_ior_hard() {
-  local side=$1 m phase args rate
+# ior_run SIDE BIN WORKLOAD IOR_ARGS...: the networked form, IOR_ARGS written (`-w -e`)
+# then read back by the other rank (`-r -C`), each its own run; MiB/s per phase.
+ior_run() {
+  local side=$1 m phase args rate wl=$3
   NACRE=$2
+  shift 3
   net_form_up "$WORK/ior/$side" "cmp$side"
   trap cleanup EXIT  # net_form_up sets its own
   m="$WORK/ior/$side/net/mnt"
   for phase in write read; do
     args=(-w -e)
     [ "$phase" = write ] || args=(-r -C)
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX -t 47008 -b 47008 \
-      -s "${SEGMENTS:-5000}" -k "${args[@]}" -o "$m/ior-hard" > "$WORK/ior.out" 2>&1
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX "$@" -k "${args[@]}" \
+      -o "$m/$wl" > "$WORK/ior.out" 2>&1
     # "write     123.45   ..." (the summary line of the access: its bandwidth in MiB/s).
     rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
-    record ior-hard "$side" "$phase MiB/s" "${rate:-0}"
+    record "$wl" "$side" "$phase MiB/s" "${rate:-0}"
   done
   forms_down
   pids=()
   NACRE="$THIS"
   rm -rf "${WORK:?}/ior/$side"
 }
-
+wl_ior_hard() {
+  ior_run "$1" "$2" ior-hard -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
+}
 wl_ior_easy() {
-  local side=$1 m phase args rate
-  NACRE=$2
-  OSTS_PER_OSS="${OSTS_PER_OSS:-2}" net_form_up "$WORK/ior/$side" "cmp$side"
-  trap cleanup EXIT  # net_form_up sets its own
-  m="$WORK/ior/$side/net/mnt"
-  for phase in write read; do
-    args=(-w -e)
-    [ "$phase" = write ] || args=(-r -C)
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX --posix.odirect -t 1m \
-      -b "${BLOCK:-1g}" -F -k "${args[@]}" -o "$m/ior-easy" > "$WORK/ior.out" 2>&1
-    rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
-    record ior-easy "$side" "$phase MiB/s" "${rate:-0}"
-  done
-  forms_down
-  pids=()
-  NACRE="$THIS"
-  rm -rf "${WORK:?}/ior/$side"
+  OSTS_PER_OSS="${OSTS_PER_OSS:-2}" ior_run "$1" "$2" ior-easy --posix.odirect -t 1m \
+    -b "${BLOCK:-1g}" -F
 }
 
 wl_find() {
