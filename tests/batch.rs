@@ -65,6 +65,7 @@ pub(crate) fn nth(first: Fid, i: u32) -> Fid {
 pub(crate) fn item(fid: Fid, name: &str, owner: u32) -> BatchCreate {
     BatchCreate {
         fid,
+        kind: nacre_types::FileKind::Regular,
         name: name.as_bytes().to_vec(),
         perm: 0o640,
         uid: owner,

@@ -2181,6 +2181,7 @@ fn a_lost_batch_of_creates_is_replayed_with_its_fids_and_layouts() {
     let items: Vec<BatchCreate> = (0..50)
         .map(|i| BatchCreate {
             fid: nth(i),
+            kind: nacre_types::FileKind::Regular,
             name: format!("f{i}").into_bytes(),
             perm: 0o644,
             uid: 0,

@@ -125,6 +125,7 @@ fn batch_creates(
         let items: Vec<BatchCreate> = (0..n as u64)
             .map(|k| BatchCreate {
                 fid: fids.pop().expect("granted"),
+                kind: nacre_types::FileKind::Regular,
                 name: format!("b{t}.{}", i + k).into_bytes(),
                 perm: 0o644,
                 uid: 0,

@@ -181,7 +181,11 @@ pub fn note_op(tx: &mut Tx<'_>, call: &MdsCall, reply: &MdsReply) {
             };
             for (item, r) in items.iter().zip(results) {
                 if let Ok((attr, _)) = r {
-                    let c = Change::new(RecordKind::Create, attr.fid, *parent, &item.name);
+                    let kind = match attr.kind {
+                        nacre_types::FileKind::Directory => RecordKind::Mkdir,
+                        _ => RecordKind::Create,
+                    };
+                    let c = Change::new(kind, attr.fid, *parent, &item.name);
                     note(tx, &origin, c);
                 }
             }

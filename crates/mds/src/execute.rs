@@ -353,7 +353,8 @@ pub(crate) fn dispatch(mdt: &Mdt, call: &MdsCall, xid: u64) -> Outgoing {
 /// The attributes of directory `fid` if it may be delegated to a client (`DelegateDir`,
 /// whose lock is granted before this runs): a plain directory of this MDT, while no inode
 /// quota is enforced here; with how many bytes its new files may carry with their creates
-/// (`ops::batch::data_bytes_max`).
+/// (`ops::batch::data_bytes_max`), whether its holder may answer mkdirs, and whether it is
+/// empty.
 fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     if fid.mdt_index() != mdt.label.index {
         return Err(Status::NotSupp);
@@ -366,9 +367,15 @@ fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
         return Err(Status::NotSupp);
     }
     let data_bytes_max = ops::batch::data_bytes_max(mdt, &rec)?;
+    // Subdirectories the holder answers are plain ones of this MDT: only where no default
+    // directory striping shapes them (another client's `SetDirDefault` of it waits for the
+    // delegation: locks.rs `park_read`).
+    let mkdirs = ops::dir_stripe::dir_default(mdt, fid)?.is_none();
     Ok(MdsReply::Delegated {
         attr: rec.attr,
         data_bytes_max,
+        mkdirs,
+        empty: mdt.store().dir_is_empty(fid)?,
     })
 }
 

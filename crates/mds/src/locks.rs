@@ -181,9 +181,43 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
             t.extend(parents.into_iter().flatten().map(|(p, _)| (p, DELEGATION)));
         }
     }
+    // A directory made by a batch (a FID a client gave it: the holder of its parent's
+    // delegation answered its mkdir, and its kernel keeps its attributes while that
+    // delegation lasts): a change in it reached by its FID (no name looked up in the
+    // parent) calls the parent's delegation back first, so the holder forgets them.
+    if mdt.delegated.load(std::sync::atomic::Ordering::Acquire) {
+        let granted =
+            |d: &&Fid| nacre_mdstore::store::fid_grants::is_granted_range(mdt.label.index, **d);
+        for dir in changed_dirs(op).iter().flatten().filter(granted) {
+            let parents = mdt.store().links_of(*dir, DELEGATED_PARENTS_MAX);
+            t.extend(parents.into_iter().flatten().map(|(p, _)| (p, DELEGATION)));
+        }
+    }
     // Only inodes of this MDT have locks here.
     t.retain(|(fid, _)| fid.mdt_index() == mdt.label.index || *fid == Fid::ROOT);
     t
+}
+
+/// The directories whose entries `op` changes (their times and link counts with them).
+fn changed_dirs(op: &MdsOp) -> [Option<Fid>; 2] {
+    match op {
+        MdsOp::Create { parent, .. }
+        | MdsOp::Mkdir { parent, .. }
+        | MdsOp::MkdirOn { parent, .. }
+        | MdsOp::MkdirStriped { parent, .. }
+        | MdsOp::Symlink { parent, .. }
+        | MdsOp::Link { parent, .. }
+        | MdsOp::Unlink { parent, .. }
+        | MdsOp::Rmdir { parent, .. }
+        | MdsOp::CreateBatch { parent, .. }
+        | MdsOp::UnlinkBatch { parent, .. } => [Some(*parent), None],
+        MdsOp::Rename {
+            src_parent,
+            dst_parent,
+            ..
+        } => [Some(*src_parent), Some(*dst_parent)],
+        _ => [None, None],
+    }
 }
 
 /// Names of a file whose directories' delegations a request on it by FID calls back.

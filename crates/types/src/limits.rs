@@ -2,6 +2,9 @@
 
 /// Longest file name component, as in POSIX NAME_MAX.
 pub const NAME_BYTES_MAX: usize = 255;
+/// Upper bound on a directory's link count (subdirectories + 2), as ext4's: a mkdir past
+/// it is refused `EMLINK`.
+pub const DIR_NLINK_MAX: u32 = 65_000;
 /// Longest symlink target (PATH_MAX).
 pub const SYMLINK_BYTES_MAX: usize = 4096;
 /// Longest extended attribute name (XATTR_NAME_MAX).

@@ -80,8 +80,9 @@ pub use header::{Header, HEADER_BYTES};
 /// unlinks answered by the client, sent many per request — `UnlinkBatch`; 13: a batch's
 /// creates carry the bytes their creator wrote (data on the MDT), `DelegateDir` says how
 /// many may come; 14: reads the client answered itself are recorded as accesses —
-/// `AccessBatch`; 15: a close says whether it moves the file's times — `Close::touch`).
-pub const PROTOCOL_VERSION: u16 = 15;
+/// `AccessBatch`; 15: a close says whether it moves the file's times — `Close::touch`; 16:
+/// directories answered by the client — `BatchCreate::kind`, `Delegated::mkdirs`).
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
 /// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
@@ -91,10 +92,10 @@ pub const PROTOCOL_VERSION: u16 = 15;
 /// misread the quota messages; 10: one range per release (the tools and messages name a
 /// single version), though 10 only added requests; 11: a protocol-10 `CreateBatch` has no
 /// times; 12: one range per release (12 only added `UnlinkBatch`); 13: a protocol-12
-/// `CreateBatch` item has no bytes; 14: one range per release (14 only added `AccessBatch`).
-/// Both sides of a file system upgrade together
+/// `CreateBatch` item has no bytes; 14: one range per release (14 only added `AccessBatch`);
+/// 16: a protocol-15 `CreateBatch` item has no kind. Both sides of a file system upgrade together
 /// (docs/formats.md, "Negotiation").
-pub const PROTOCOL_VERSION_MIN: u16 = 15;
+pub const PROTOCOL_VERSION_MIN: u16 = 16;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

@@ -24,6 +24,7 @@
 
 use crate::{Client, Result};
 use nacre_types::cred::{Cred, MAY_EXEC, MAY_WRITE};
+use nacre_types::limits::DIR_NLINK_MAX;
 use nacre_types::{Attr, Fid, FileKind, TimeSpec};
 use nacre_wire::mds::{BatchAccess, BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_ITEMS_MAX};
 use parking_lot::Mutex;
@@ -59,6 +60,9 @@ pub const DELEGATED_PENDING_MAX: usize = FID_GRANT_ASK as usize / 2;
 /// their removal ran at 4,530/s, most unlinks going to the MDT). About 100 bytes each; a
 /// delegation given back has the kernel forget them all first.
 pub const DELEGATED_COVERED_MAX: usize = 262_144;
+/// Directories made here under a delegation remembered (past it, one is forgotten: its
+/// files go to the MDT) so that the first create in one takes its delegation.
+const FRESH_MAX: usize = 4096;
 /// How long a batch the MDT does not answer is tried again before what it holds is
 /// counted lost.
 const RETRY_MS_MAX: u64 = 60_000;
@@ -109,6 +113,9 @@ struct Dir {
     /// How many bytes from byte 0 a file answered here may carry with its create (the
     /// MDT's word for as long as the delegation is held: `MdsReply::Delegated`).
     data_bytes_max: u32,
+    /// Whether subdirectories made here may be answered here (the MDT's word, as
+    /// `data_bytes_max`).
+    mkdirs: bool,
     /// Items of a batch on its way (the requests that need them wait for it).
     in_flight: usize,
     /// Since when its batches fail (the MDT out of reach).
@@ -157,6 +164,9 @@ pub struct Delegated {
     kept_bytes: AtomicUsize,
     /// Directories held (`dirs.len()`), read without the lock by every request's hook.
     held: AtomicUsize,
+    /// Directories this mount made under a delegation, with their parents: the first
+    /// create in one has it delegated (it is empty then).
+    fresh: Mutex<HashMap<Fid, Fid>>,
     /// Counters.
     pub stats: DelegatedStats,
 }
@@ -251,6 +261,37 @@ impl Client {
         uid: u32,
         gid: u32,
     ) -> Result<Option<(Attr, bool)>> {
+        self.answer_delegated(parent, name, FileKind::Regular, perm, uid, gid)
+    }
+
+    /// Makes directory `name` in `parent` on the delegated path if it applies (the MDT
+    /// said, with the delegation, that its own mkdir would make a plain directory there):
+    /// its attributes and whether the kernel may keep them and its entry until the
+    /// delegation goes (another client's change in it calls the delegation back first: the
+    /// MDT knows it by the FID this client gave it), or `None` (make it with the MDT). A
+    /// request naming it sends it first.
+    pub fn mkdir_delegated(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<(Attr, bool)>> {
+        self.answer_delegated(parent, name, FileKind::Directory, perm, uid, gid)
+    }
+
+    /// [`Client::create_delegated`] of a file or directory (`kind`).
+    fn answer_delegated(
+        &self,
+        parent: Fid,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Option<(Attr, bool)>> {
+        let dir_kind = kind == FileKind::Directory;
         if !self.async_dirops()
             || name.is_empty()
             || name.len() > nacre_types::limits::NAME_BYTES_MAX
@@ -258,13 +299,22 @@ impl Client {
             || name == b"."
             || name == b".."
             || self.delegated.pending.load(Ordering::Acquire) >= DELEGATED_PENDING_MAX
-            || !self.complete.absent(parent, name)
         {
             return Ok(None);
         }
-        let Some((dir, lock)) = self.delegation_of(parent)? else {
+        // Known absent: the directory is known completely (one this mount made, or one it
+        // made under a delegation and has now delegated here, empty).
+        let absent = self.complete.absent(parent, name)
+            || (self.delegate_fresh(parent)? && self.complete.absent(parent, name));
+        if !absent {
+            return Ok(None);
+        }
+        let Some((dir, lock, mkdirs)) = self.delegation_of(parent)? else {
             return Ok(None);
         };
+        if dir_kind && (!mkdirs || dir.nlink.saturating_add(1) >= DIR_NLINK_MAX) {
+            return Ok(None);
+        }
         let cred = nacre_types::cred::current();
         if !cred.is_root() {
             let may = nacre_types::cred::permits(
@@ -283,24 +333,29 @@ impl Client {
         let mdc = self.mdc(parent.mdt_index())?;
         let fid = self.delegated_fid(parent.mdt_index())?;
         let now = TimeSpec::now();
+        // As the MDT makes them (`ops::create::inode_with_fid`): a set-group-id directory
+        // gives its group, and to a subdirectory its set-group-id bit; a directory that
+        // passes its project on gives it, and to a subdirectory the inheritance too.
+        let sgid = dir.perm & SGID != 0;
         let attr = Attr {
             fid,
-            kind: FileKind::Regular,
-            perm: perm & 0o7777,
+            kind,
+            perm: (perm & 0o7777) | if sgid && dir_kind { SGID } else { 0 },
             uid,
-            gid: if dir.perm & SGID != 0 { dir.gid } else { gid },
-            nlink: 1,
-            size: 0,
+            gid: if sgid { dir.gid } else { gid },
+            nlink: if dir_kind { 2 } else { 1 },
+            size: if dir_kind { 4096 } else { 0 },
             blocks: 0,
             atime: now,
             mtime: now,
             ctime: now,
             rdev: 0,
             project: if dir.proj_inherit { dir.project } else { 0 },
-            proj_inherit: false,
+            proj_inherit: dir.proj_inherit && dir_kind,
         };
         let item = BatchCreate {
             fid,
+            kind,
             name: name.to_vec(),
             perm: attr.perm,
             uid,
@@ -322,6 +377,7 @@ impl Client {
                 || d.lock != lock
                 || !mdc.locks.holds(lock)
                 || !self.complete.absent(parent, name)
+                || (dir_kind && d.attr.nlink.saturating_add(1) >= DIR_NLINK_MAX)
             {
                 return Ok(None);
             }
@@ -330,12 +386,13 @@ impl Client {
             {
                 drop(dirs);
                 self.flush_delegated(parent)?;
-                return self.create_delegated(parent, name, perm, uid, gid);
+                return self.answer_delegated(parent, name, kind, perm, uid, gid);
             }
             d.cred = Some(cred);
             let covered = d.covered.len() < DELEGATED_COVERED_MAX;
             if covered {
-                let owner = Some(uid);
+                // A directory's removal is never answered here (rmdir goes to the MDT).
+                let owner = (!dir_kind).then_some(uid);
                 d.covered.insert(name.to_vec(), Covered { fid, owner });
             }
             d.items.push(Item::Create(item));
@@ -343,6 +400,9 @@ impl Client {
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
             d.attr.ctime = now;
+            if dir_kind {
+                d.attr.nlink += 1;
+            }
             // Counted while the item is in the queue's lock: a flush subtracts only what
             // was counted.
             if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
@@ -355,6 +415,14 @@ impl Client {
             .stats
             .answered
             .fetch_add(1, Ordering::Relaxed);
+        if dir_kind {
+            let mut fresh = self.delegated.fresh.lock();
+            if fresh.len() >= FRESH_MAX {
+                let any = fresh.keys().next().copied();
+                any.map(|k| fresh.remove(&k));
+            }
+            fresh.insert(fid, parent);
+        }
         self.complete.added(parent, name);
         if full {
             // Answered whatever becomes of the send: what failed is kept and sent again.
@@ -363,6 +431,17 @@ impl Client {
             }
         }
         Ok(Some((attr, covered)))
+    }
+
+    /// True if `dir` is a directory this mount made under a delegation and has now
+    /// delegated here, empty (so known completely): asked once, at the first create in it,
+    /// after its parent's batch made it at the MDT.
+    fn delegate_fresh(&self, dir: Fid) -> Result<bool> {
+        let Some(parent) = self.delegated.fresh.lock().remove(&dir) else {
+            return Ok(false);
+        };
+        self.flush_delegated(parent)?;
+        Ok(self.delegation_of(dir)?.is_some())
     }
 
     /// True if this client answers lookups in `dir` itself: it holds the directory's
@@ -374,9 +453,9 @@ impl Client {
 
     /// The attributes of `dir` as delegated to this client and the lock it holds it by,
     /// asking the MDT for the delegation if it was not refused or given back lately.
-    fn delegation_of(&self, dir: Fid) -> Result<Option<(Attr, u64)>> {
+    fn delegation_of(&self, dir: Fid) -> Result<Option<(Attr, u64, bool)>> {
         if let Some(d) = self.delegated.dirs.lock().get(&dir) {
-            return Ok((!d.closing).then(|| (d.attr.clone(), d.lock)));
+            return Ok((!d.closing).then(|| (d.attr.clone(), d.lock, d.mkdirs)));
         }
         if self
             .delegated
@@ -393,14 +472,18 @@ impl Client {
         // After the call, which may have found this client evicted and come back as a new
         // one (an eviction after it shows as the lock not held, below).
         let incarnation = mdc.incarnation();
-        let (attr, data_bytes_max, lock) = match asked {
+        let (attr, data_bytes_max, mkdirs, empty, lock) = match asked {
             Ok((
                 nacre_wire::mds::MdsReply::Delegated {
                     attr,
                     data_bytes_max,
+                    mkdirs,
+                    empty,
                 },
                 Some(l),
-            )) if l.bits & DELEGATION != 0 && l.fid == dir => (attr, data_bytes_max, l.handle),
+            )) if l.bits & DELEGATION != 0 && l.fid == dir => {
+                (attr, data_bytes_max, mkdirs, empty, l.handle)
+            }
             _ => {
                 self.ask_later(dir);
                 return Ok(None);
@@ -413,6 +496,7 @@ impl Client {
             incarnation,
             closing: false,
             data_bytes_max,
+            mkdirs,
             in_flight: 0,
             failing_since: None,
             covered: HashMap::new(),
@@ -434,7 +518,12 @@ impl Client {
             return Ok(None);
         }
         let d = dirs.entry(dir).or_insert(d);
-        let got = (d.attr.clone(), d.lock);
+        // Empty under the lock: known completely while it is held (the lock sink forgets
+        // it when the lock goes, after it takes this table's lock: not before this).
+        if empty && d.lock == lock {
+            self.complete.made(dir);
+        }
+        let got = (d.attr.clone(), d.lock, d.mkdirs);
         self.delegated.held.store(dirs.len(), Ordering::Release);
         Ok(Some(got))
     }

@@ -173,6 +173,32 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // Answered here in a directory delegated to this mount (--async-dirops).
+        if self.client.async_dirops() {
+            let answered = self.client.mkdir_delegated(
+                parent,
+                name.as_bytes(),
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+            );
+            match answered {
+                Ok(Some((attr, covered))) => {
+                    // Kept while the delegation is held (forgotten when it goes; a change
+                    // in it by another client calls the delegation back first).
+                    let cached = nacre_client::Cached {
+                        entry: covered,
+                        attr: covered,
+                    };
+                    return self.reply_cached(reply, Ok((attr, cached)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    pool::leave();
+                    return reply.error(errno(&e));
+                }
+            }
+        }
         let r = self.client.mkdir_cached(
             parent,
             name.as_bytes(),

@@ -1,4 +1,4 @@
-//! Creates of many files in one directory with FIDs the client gave them
+//! Creates of many files and directories in one directory with FIDs the client gave them
 //! ([`nacre_wire::mds::MdsOp::CreateBatch`]): one transaction, one transno.
 
 use crate::mdt::{check_name, Tx};
@@ -16,9 +16,9 @@ pub const REPLY_BYTES_MAX: usize = nacre_types::limits::BODY_BYTES_MAX as usize 
 
 /// Makes `items` in `parent`; `replayed`: the FIDs and layouts they had when the batch ran
 /// before a restart of the MDT (empty if it is not a replay). Each item is checked as a
-/// create of the transaction's credentials would be; one that fails is answered its error
-/// and changes nothing, the others are made. Items past what fits a reply of
-/// [`REPLY_BYTES_MAX`] are left untried, each answered `E2BIG`.
+/// create (a directory: a mkdir) of the transaction's credentials would be; one that fails
+/// is answered its error and changes nothing, the others are made. Items past what fits a
+/// reply of [`REPLY_BYTES_MAX`] are left untried, each answered `E2BIG`.
 pub fn run(
     tx: &mut Tx<'_>,
     parent: nacre_types::Fid,
@@ -37,8 +37,12 @@ pub fn run(
     // Answered already by the delegation's holder (or acknowledged before a restart): its
     // files count against the quotas and are never refused for them (delegations.rs).
     let answered = tx.forced_transno.is_some() || delegation_held(tx.mdt, &tx.client, parent);
+    // Directories are made only where the MDT's own mkdir would make a plain one here: no
+    // default directory striping (a delegation says so: execute.rs `delegable`, and a
+    // change of the default by another client waits for it: locks.rs `park_read`).
+    let plain_mkdirs = crate::ops::dir_stripe::dir_default(tx.mdt, parent)?.is_none();
     let mut results = Vec::with_capacity(items.len());
-    let mut made = 0;
+    let (mut made, mut subdirs) = (0, 0);
     let (mut reply_bytes, mut item_bytes_max) = (0usize, 0usize);
     for item in items {
         // Widely striped layouts: the rest would not fit the reply. Left untried, each
@@ -47,8 +51,18 @@ pub fn run(
             results.push(Err(Status::TooBig));
             continue;
         }
-        let r = create_one(tx, &dir, item, replayed, answered);
+        let r = match item.kind {
+            FileKind::Regular => create_one(tx, &dir, item, replayed, answered),
+            FileKind::Directory if !plain_mkdirs => Err(Status::NotSupp),
+            FileKind::Directory if !item.data.is_empty() => Err(Status::Inval),
+            FileKind::Directory if dir.attr.nlink + subdirs >= super::mkdir::DIR_NLINK_MAX => {
+                Err(Status::MLink)
+            }
+            FileKind::Directory => create_one(tx, &dir, item, replayed, answered),
+            _ => Err(Status::Inval),
+        };
         made += usize::from(r.is_ok());
+        subdirs += u32::from(r.is_ok() && item.kind == FileKind::Directory);
         let bytes = match &r {
             Ok(made) => nacre_wire::encode_body(made).len(),
             Err(_) => 8,
@@ -64,6 +78,8 @@ pub fn run(
             .filter(|(_, r)| r.is_ok())
             .filter_map(|(i, _)| client_time(tx.now, i.time))
             .max();
+        // Each new subdirectory's ".." links it.
+        dir.attr.nlink += subdirs;
         date_dir(tx, &mut dir, latest);
     }
     // Everything made, nothing committed: a kill here loses the whole batch, which the
@@ -95,7 +111,10 @@ fn create_one(
         Some(h) => tx.replay = Some(h.clone()),
         None => tx.given_fid = Some(item.fid),
     }
-    let made = make(tx, dir, item, answered);
+    let made = match item.kind {
+        FileKind::Directory => make_dir(tx, dir, item, answered),
+        _ => make(tx, dir, item, answered),
+    };
     tx.replay = None;
     tx.given_fid = None;
     made
@@ -190,6 +209,34 @@ pub(crate) fn client_time(now: TimeSpec, time: TimeSpec) -> Option<TimeSpec> {
     let ms = |t: TimeSpec| i128::from(t.sec) * 1000 + i128::from(t.nsec / 1_000_000);
     let skew = (ms(now) - ms(time)).unsigned_abs();
     (time.nsec < 1_000_000_000 && skew <= u128::from(BATCH_TIME_SKEW_MS_MAX)).then_some(time)
+}
+
+/// A directory `item` in `dir`, as `ops::mkdir::run` makes one (the caller links it in
+/// `dir`'s count).
+fn make_dir(
+    tx: &mut Tx<'_>,
+    dir: &nacre_mdstore::records::InodeRecord,
+    item: &BatchCreate,
+    answered: bool,
+) -> Result<(Attr, Option<Layout>), Status> {
+    let perm = item.perm & 0o7777;
+    let mut rec = super::create::new_inode(tx, dir, FileKind::Directory, perm, item.uid, item.gid);
+    rec.parent = Some(dir.attr.fid);
+    if let Some(t) = client_time(tx.now, item.time) {
+        (rec.attr.atime, rec.attr.mtime, rec.attr.ctime) = (t, t, t);
+    }
+    // Its parent's default layout, as `ops::mkdir::run` gives it (the root's is the file
+    // system's, followed as it changes).
+    if dir.attr.fid != nacre_types::Fid::ROOT {
+        rec.dir_default = dir.dir_default.clone();
+    }
+    match answered {
+        true => tx.count_answered_inode(&rec.attr),
+        false => tx.count_inodes(&rec.attr, 1)?,
+    }
+    tx.put_inode(&rec);
+    tx.put_dirent(dir.attr.fid, &item.name, rec.attr.fid, FileKind::Directory);
+    Ok((rec.attr, None))
 }
 
 fn make(

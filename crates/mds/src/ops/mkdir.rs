@@ -5,8 +5,7 @@ use nacre_mdstore::records::InodeRecord;
 use nacre_types::{Fid, FileKind, Status};
 use nacre_wire::mds::MdsReply;
 
-/// Upper bound on a directory's link count (subdirectories + 2), as ext4's.
-pub const DIR_NLINK_MAX: u32 = 65_000;
+pub use nacre_types::limits::DIR_NLINK_MAX;
 
 /// The checks of a new subdirectory `name` of `parent_fid` (local or remote): a valid new
 /// name in a directory that can take one more link. Returns the parent.

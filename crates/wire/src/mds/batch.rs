@@ -5,11 +5,14 @@
 use nacre_types::Fid;
 use serde::{Deserialize, Serialize};
 
-/// One file of a [`super::MdsOp::CreateBatch`].
+/// One file or directory of a [`super::MdsOp::CreateBatch`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchCreate {
     /// The FID the client gave it, from one of its grants.
     pub fid: Fid,
+    /// A regular file or a plain directory of the batch's MDT (only where the delegation
+    /// said so: [`super::MdsReply::Delegated::mkdirs`]); any other kind is refused.
+    pub kind: nacre_types::FileKind,
     /// Name in the batch's directory.
     pub name: Vec<u8>,
     /// Permission bits (the client applied its umask).
@@ -25,7 +28,7 @@ pub struct BatchCreate {
     /// The bytes its creator wrote from byte 0 before the batch went (empty: none), kept
     /// on the MDT with the file: only where the file's layout starts with a component on
     /// the MDT at least that long, at most [`CREATE_DATA_BYTES_MAX`], and
-    /// [`CREATE_BATCH_DATA_BYTES_MAX`] over the batch.
+    /// [`CREATE_BATCH_DATA_BYTES_MAX`] over the batch; none for a directory.
     pub data: Vec<u8>,
 }
 

@@ -254,6 +254,14 @@ pub enum MdsReply {
         /// they start on OSTs. It holds while the delegation does (a change of the
         /// directory's default layout, or of the file system's, calls it back).
         data_bytes_max: u32,
+        /// Whether subdirectories made in it under the delegation may be answered by the
+        /// holder ([`super::BatchCreate::kind`]): a plain directory of this MDT is what the
+        /// MDT's own mkdir would make there (no default directory striping says otherwise).
+        /// It holds while the delegation does (a change of the default calls it back).
+        mkdirs: bool,
+        /// The directory holds no entry: its holder knows it completely from now on (no
+        /// other client adds a name while the delegation is held).
+        empty: bool,
     },
 }
 

@@ -767,6 +767,7 @@ proptest! {
             .into_iter()
             .map(|(seq, oid, name, perm, uid, (gid, sec, nsec), data)| BatchCreate {
                 fid: Fid::new(seq, oid),
+                kind: if perm & 1 == 0 { FileKind::Regular } else { FileKind::Directory },
                 name,
                 perm,
                 uid,
@@ -820,7 +821,7 @@ proptest! {
         let over = MdsReply::Created(vec![ok; CREATE_BATCH_ITEMS_MAX + 1]);
         prop_assert!(decode_body::<MdsReply>(&encode_body(&over)).unwrap().check().is_err());
         // A delegation promises no more bytes per create than an item may carry.
-        let delegated = MdsReply::Delegated { attr, data_bytes_max };
+        let delegated = MdsReply::Delegated { attr, data_bytes_max, mkdirs: count & 1 == 0, empty: count & 2 == 0 };
         let bytes = encode_body(&delegated);
         prop_assert_eq!(&decode_body::<MdsReply>(&bytes).unwrap(), &delegated);
         for n in 0..bytes.len() {
