@@ -14,6 +14,7 @@ use super::async_dirops::{
 use super::batch::{item, nth, polls, Session};
 use super::growth::fid_at;
 use nacre_ldlm::msg::{DELEGATION, UPDATE};
+use nacre_testkit::raw::RawConn;
 use nacre_testkit::{dir_mdt, fail_loc, lfsck_clean, nacre_ok, Form, Spec, TestFs};
 use nacre_types::{Cred, Fid, FileKind, Status};
 use nacre_wire::mds::{BatchCreate, MdsOp, MdsReply};
@@ -84,6 +85,8 @@ fn mkdirs_answered_by_the_mount_are_made_as_the_mdt_makes_them() {
         "the stats showed what the mount answered"
     );
     release_sender(&a);
+    // The holder's own stat of the parent: its links as the MDT counts them now.
+    assert_eq!(fs::metadata(&da).unwrap().nlink(), 2 + 41, "on the holder");
     fs::File::open(&da).unwrap().sync_all().unwrap();
     until_counter(&a, fsname, "pending", 0);
     assert_eq!(counter(&a, fsname, "lost"), 0);
@@ -284,26 +287,41 @@ fn a_default_directory_striping_sends_mkdirs_to_the_mdt() {
 
 /// The kernel of the mount that answered a mkdir keeps the directory's attributes for as
 /// long as it holds the parent's delegation; another client that changes the directory
-/// by its FID alone (a raw client's mkdir in it, no name looked up in the parent) has the
-/// delegation called back first, so the holder's next stat shows the change (the link the
-/// new subdirectory adds).
+/// by its FID alone (no name looked up in the parent) has the delegation called back
+/// first, so the holder's next stat shows the change: a raw client's mkdir in it (the link
+/// it adds), and a raw client's rename into it from a directory of MDT1 (MDT0's half of
+/// the rename adds the entry: its times).
 #[test]
 fn a_change_by_fid_in_an_answered_directory_reaches_its_holder() {
     let fsname = "amkdirf";
-    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let mds = fs.servers_mut()[0].listen.clone();
-    let (a, da) = delegated_dir(&fs);
-    let answered = counter(&a, fsname, "answered");
-    fs::create_dir(da.join("x")).unwrap();
-    assert_eq!(counter(&a, fsname, "answered"), answered + 1);
-    let x = fid_at(&da.join("x"));
-    fs::File::open(&da).unwrap().sync_all().unwrap();
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).mdts(2).fsname(fsname));
+    let mds0 = fs.servers_mut()[0].listen.clone();
+    let mds1 = fs.servers_mut()[1].listen.clone();
+    let a = async_mount(&fs);
+    let answered_in = |name: &str| {
+        let d = a.mnt.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::File::create(d.join("first")).unwrap();
+        let before = counter(&a, fsname, "answered");
+        fs::create_dir(d.join("x")).unwrap();
+        assert_eq!(counter(&a, fsname, "answered"), before + 1, "{name}/x");
+        fs::File::open(&d).unwrap().sync_all().unwrap();
+        d.join("x")
+    };
+    let (x1, x2) = (answered_in("d1"), answered_in("d2"));
+    let (x1_fid, x2_fid) = (fid_at(&x1), fid_at(&x2));
     until_counter(&a, fsname, "pending", 0);
-    assert_eq!(fs::metadata(da.join("x")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(&x1).unwrap().nlink(), 2);
+    let times = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.mtime(), m.mtime_nsec())
+    };
+    let x2_before = times(&x2);
     let held = counter(&a, fsname, "directories");
-    let mut raw = Session::open(&mds, fsname, [0x65; 16]);
+    // A mkdir in x1 by its FID.
+    let mut raw = Session::open(&mds0, fsname, [0x65; 16]);
     let mkdir = MdsOp::Mkdir {
-        parent: x,
+        parent: x1_fid,
         name: b"by_fid".to_vec(),
         perm: 0o755,
         uid: 0,
@@ -313,14 +331,43 @@ fn a_change_by_fid_in_an_answered_directory_reaches_its_holder() {
     assert_eq!(
         counter(&a, fsname, "directories"),
         held - 1,
-        "the parent's delegation called back"
+        "d1's delegation called back"
     );
     assert_eq!(
-        fs::metadata(da.join("x")).unwrap().nlink(),
+        fs::metadata(&x1).unwrap().nlink(),
         3,
         "the holder sees the new link"
     );
-    assert_eq!(names(&da.join("x")), vec!["by_fid"]);
+    assert_eq!(names(&x1), vec!["by_fid"]);
+    // A rename into x2 by its FID, sent to MDT1, which holds the source.
+    let far = fs.path("far");
+    nacre_ok(&["mkdir", "-i", "1", far.to_str().unwrap()]);
+    fs::write(far.join("f"), b"from afar").unwrap();
+    let far_fid = fid_at(&far);
+    let mut r1 = RawConn::connect(&mds1, fsname, [0x66; 16]).unwrap();
+    r1.send_mds(1, MdsOp::Connect).unwrap();
+    assert_eq!(r1.recv().unwrap().header.status, 0);
+    let rename = MdsOp::Rename {
+        src_parent: far_fid,
+        src_name: b"f".to_vec(),
+        dst_parent: x2_fid,
+        dst_name: b"f".to_vec(),
+        noreplace: true,
+    };
+    r1.send_mds(1, rename).unwrap();
+    assert_eq!(r1.recv().unwrap().header.status, 0, "the rename");
+    assert_eq!(
+        counter(&a, fsname, "directories"),
+        held - 2,
+        "d2's delegation called back"
+    );
+    assert_ne!(
+        times(&x2),
+        x2_before,
+        "the holder sees the new entry's time"
+    );
+    assert_eq!(names(&x2), vec!["f"]);
+    assert_eq!(fs::read(x2.join("f")).unwrap(), b"from afar");
     drop(a);
     lfsck_clean(&fs.source());
 }

@@ -2,23 +2,65 @@
 //! changes is seen at once by the others that cached it (their locks are called back), with
 //! three mounts (one change calls back two holders) and across MDTs (a cross-MDT change
 //! calls back locks on every MDT it touches, and never those of the mount that asked for
-//! it, whose own kernel applies the change).
+//! it, whose own kernel applies the change). Each runs on the embedded form, the networked
+//! form, and the networked form with every mount answering creates, unlinks and mkdirs
+//! itself in the directories delegated to it (`--async-dirops true`).
 
 use nacre_testkit::{
-    dir_mdt, get_param, inodes_used, lfsck_clean, nacre_ok, on_both_forms, ClientMount, Form, Spec,
-    TestFs,
+    dir_mdt, get_param, inodes_used, lfsck_clean, nacre_ok, ClientMount, Form, Spec, TestFs,
 };
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// Another client process mounting `fs` at `scratch/NAME`.
-fn mount(fs: &TestFs, name: &str) -> (PathBuf, ClientMount) {
+/// The form a test runs on, and how its mounts are made.
+#[derive(Clone, Copy)]
+enum Mounts {
+    /// `nacre up`.
+    Embedded,
+    /// Server processes and client processes over TCP.
+    Networked,
+    /// The networked form, every mount with `--async-dirops true`.
+    Async,
+}
+
+impl Mounts {
+    /// The name of test `n`'s file system on these mounts.
+    fn fsname(self, n: u32) -> String {
+        let kind = match self {
+            Mounts::Embedded => "e",
+            Mounts::Networked => "n",
+            Mounts::Async => "a",
+        };
+        format!("syn{kind}{n}")
+    }
+
+    /// Test `n`'s file system on these mounts, its first mount made as the others.
+    fn start(self, n: u32, spec: Spec) -> TestFs {
+        let form = match self {
+            Mounts::Embedded => Form::Embedded,
+            Mounts::Networked | Mounts::Async => Form::Networked,
+        };
+        let spec = spec.fsname(&self.fsname(n)).mount_args(self.args());
+        TestFs::start_with(form, spec)
+    }
+
+    /// Options of every mount.
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Mounts::Async => &["--async-dirops", "true"],
+            _ => &[],
+        }
+    }
+}
+
+/// Another client process mounting `fs` at `scratch/NAME`, as `m` makes mounts.
+fn mount(fs: &TestFs, m: Mounts, name: &str) -> (PathBuf, ClientMount) {
     let mnt = fs.scratch().join(name);
     fs::create_dir_all(&mnt).unwrap();
-    let m = fs.mount_another(&mnt, &[]);
-    (mnt, m)
+    let c = fs.mount_another(&mnt, m.args());
+    (mnt, c)
 }
 
 /// One counter of a mount's `llite.FS.lock_cache` (`pid`: its process).
@@ -46,14 +88,10 @@ fn cache(p: &Path) -> Vec<u8> {
 
 /// A file two mounts cache is written, extended, truncated and unlinked on a third: both
 /// see each change at once.
-fn a_change_on_one_mount_reaches_two_others_that_cache_it(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne1",
-        Form::Networked => "snynn1",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
-    let (c_mnt, _c) = mount(&fs, "c");
+fn a_change_on_one_mount_reaches_two_others_that_cache_it(m: Mounts) {
+    let fs = m.start(1, Spec::osts(2));
+    let (b_mnt, _b) = mount(&fs, m, "b");
+    let (c_mnt, _c) = mount(&fs, m, "c");
     let a = fs.path("f");
     let others = [b_mnt.join("f"), c_mnt.join("f")];
     two_stripes(&a);
@@ -121,14 +159,10 @@ fn a_change_on_one_mount_reaches_two_others_that_cache_it(form: Form) {
 
 /// Three mounts append records to one striped file with `O_APPEND`: none overwrites
 /// another, none is torn.
-fn appends_from_three_mounts_never_overwrite(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne2",
-        Form::Networked => "snynn2",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
-    let (c_mnt, _c) = mount(&fs, "c");
+fn appends_from_three_mounts_never_overwrite(m: Mounts) {
+    let fs = m.start(2, Spec::osts(2));
+    let (b_mnt, _b) = mount(&fs, m, "b");
+    let (c_mnt, _c) = mount(&fs, m, "c");
     let p = fs.path("log");
     two_stripes(&p);
     const LEN: usize = 3_000;
@@ -174,13 +208,10 @@ fn appends_from_three_mounts_never_overwrite(form: Form) {
 /// once (the inode's own MDT calls back its entry), and the renaming mount's own locks are
 /// not called back (its kernel, which holds both directories during the rename, would make
 /// the callback wait for the rename that waits for it).
-fn renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne3",
-        Form::Networked => "snynn3",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(1).mdts(3).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
+fn renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer(m: Mounts) {
+    let fsname = &m.fsname(3);
+    let fs = m.start(3, Spec::osts(1).mdts(3));
+    let (b_mnt, _b) = mount(&fs, m, "b");
     let a = |rel: &str| fs.path(rel);
     let b = |rel: &str| b_mnt.join(rel);
     fs::create_dir(a("x")).unwrap();
@@ -254,13 +285,9 @@ fn renames_across_mdts_are_seen_at_once_and_never_wait_on_the_renamer(form: Form
 /// between directories of that MDT, and replaced by a rename over it (a checkpoint's
 /// write-then-rename): each is a plain POSIX rename (they were refused with `EXDEV`), seen
 /// at once by another mount, and the replaced file's inode is freed on its own MDT.
-fn renames_of_inodes_of_another_mdt_within_one_mdt(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne4",
-        Form::Networked => "snynn4",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(1).mdts(2).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
+fn renames_of_inodes_of_another_mdt_within_one_mdt(m: Mounts) {
+    let fs = m.start(4, Spec::osts(1).mdts(2));
+    let (b_mnt, _b) = mount(&fs, m, "b");
     let a = |rel: &str| fs.path(rel);
     let b = |rel: &str| b_mnt.join(rel);
     fs::create_dir(a("x")).unwrap();
@@ -354,13 +381,9 @@ fn write_sync_close(mut f: fs::File, data: &[u8]) {
 /// went to the destroyed old ones: an fsync'ed file read back empty), and writes it still
 /// keeps are written first, so the MDT sees the data and refuses the new layout. The same
 /// through the mount that holds the file open (its own locks are not called back).
-fn a_file_laid_out_again_while_open_keeps_every_write(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne5",
-        Form::Networked => "snynn5",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(2).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
+fn a_file_laid_out_again_while_open_keeps_every_write(m: Mounts) {
+    let fs = m.start(5, Spec::osts(2));
+    let (b_mnt, _b) = mount(&fs, m, "b");
     let data = nacre_testkit::pattern(5, 200_000);
     let open = |p: &Path| {
         fs::OpenOptions::new()
@@ -438,13 +461,10 @@ fn getdents(fd: i32, len: usize) -> Vec<String> {
 /// seen exactly once. (Directory offsets once were indices into each open stream's own
 /// page list, so the kernel going on at the cached listing's offset through another
 /// stream landed on another name: a DNE migration test saw a name twice.)
-fn a_listing_whose_cache_goes_half_way_sees_each_name_once(form: Form) {
-    let fsname = match form {
-        Form::Embedded => "snyne6",
-        Form::Networked => "snynn6",
-    };
-    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
-    let (b_mnt, _b) = mount(&fs, "b");
+fn a_listing_whose_cache_goes_half_way_sees_each_name_once(m: Mounts) {
+    let fsname = &m.fsname(6);
+    let fs = m.start(6, Spec::osts(1));
+    let (b_mnt, _b) = mount(&fs, m, "b");
     let dir = fs.path("d");
     fs::create_dir(&dir).unwrap();
     for i in 0..300 {
@@ -530,7 +550,32 @@ fn a_listing_whose_cache_goes_half_way_sees_each_name_once(form: Form) {
     }
 }
 
-on_both_forms!(
+/// Each test on each kind of [`Mounts`]: `sanityn::embedded::NAME`, `sanityn::networked::NAME`,
+/// `sanityn::async_dirops::NAME`.
+macro_rules! on_every_kind_of_mounts {
+    ($($name:ident),+ $(,)?) => {
+        mod embedded {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Mounts::Embedded)
+            })+
+        }
+        mod networked {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Mounts::Networked)
+            })+
+        }
+        mod async_dirops {
+            $(#[test]
+            fn $name() {
+                super::$name(super::Mounts::Async)
+            })+
+        }
+    };
+}
+
+on_every_kind_of_mounts!(
     a_listing_whose_cache_goes_half_way_sees_each_name_once,
     a_change_on_one_mount_reaches_two_others_that_cache_it,
     appends_from_three_mounts_never_overwrite,

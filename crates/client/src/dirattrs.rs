@@ -150,6 +150,21 @@ impl DirAttrs {
         }
     }
 
+    /// This client changed names in `fid` without the MDT (a create, mkdir or unlink it
+    /// answered itself under a delegation, which the MDT will make as answered): what is
+    /// kept of its attributes gets the change (`change`), and a read sent before this is
+    /// not kept.
+    pub fn changed_here(&self, fid: Fid, change: impl FnOnce(&mut Attr)) {
+        let mut s = self.state.lock();
+        let next = s.next();
+        if let Some(d) = s.dirs.get_mut(&fid) {
+            d.gen = next;
+            if let Some((attr, _)) = d.kept.as_mut() {
+                change(attr);
+            }
+        }
+    }
+
     /// This client starts a request that changes directories as `change` says: what is
     /// kept of them is no longer good. Returns the generation to end it with.
     pub fn change_start(&self, change: Change) -> u64 {

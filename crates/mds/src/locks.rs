@@ -111,6 +111,10 @@ pub(crate) fn targets(mdt: &Mdt, op: &MdsOp) -> Vec<(Fid, u8)> {
         MdsOp::SetAttr { fid, .. }
         | MdsOp::SetXattr { fid, .. }
         | MdsOp::RemoveXattr { fid, .. } => t.push((*fid, UPDATE)),
+        // A directory's default for new subdirectories: a delegation's holder answers
+        // mkdirs by the one it was granted with (`Delegated::mkdirs`), and no delegation is
+        // granted while it changes (the revocation's hold).
+        MdsOp::SetDirDefault { fid, .. } => t.push((*fid, DELEGATION)),
         MdsOp::Open { fid, access } if access & MAY_WRITE != 0 => t.push((*fid, UPDATE)),
         // A swap also takes a file's bytes off the MDT: pages kept under DOM go.
         MdsOp::SetLayout { fid, .. } | MdsOp::RelayoutSwap { fid } => {
@@ -216,6 +220,10 @@ fn changed_dirs(op: &MdsOp) -> [Option<Fid>; 2] {
             dst_parent,
             ..
         } => [Some(*src_parent), Some(*dst_parent)],
+        // The other MDT's half of a cross-MDT change (a rename's new name, a migration's
+        // entries).
+        MdsOp::Update(RemoteUpdate::InsertEntry { parent, .. }) => [Some(*parent), None],
+        MdsOp::Update(RemoteUpdate::Adopt { dir, .. }) => [Some(*dir), None],
         _ => [None, None],
     }
 }
@@ -532,9 +540,9 @@ pub(crate) fn with_intent(
 }
 
 /// Opcodes of the requests that may change what locks cover (the others are never parked).
-const CHANGE_OPCODES: [u16; 21] = [
+const CHANGE_OPCODES: [u16; 22] = [
     0x0203, 0x0204, 0x0205, 0x0206, 0x0207, 0x0208, 0x0209, 0x020a, 0x020d, 0x0210, 0x0212, 0x0213,
-    0x0219, 0x021b, 0x021c, 0x0220, 0x023f, 0x0240, 0x0242, 0x0243, 0x0244,
+    0x0219, 0x021b, 0x021c, 0x021e, 0x0220, 0x023f, 0x0240, 0x0242, 0x0243, 0x0244,
 ];
 
 /// Parks a change that would have to wait for other clients to cancel locks: their
@@ -778,6 +786,10 @@ mod tests {
                 parent: f,
                 name: n(),
                 target: 0,
+            },
+            MdsOp::SetDirDefault {
+                fid: f,
+                default: None,
             },
             MdsOp::DomWrite {
                 fid: f,

@@ -588,6 +588,22 @@ impl Drop for ServerProc {
     }
 }
 
+/// Options from `NACRE_TEST_MOUNT_ARGS` (`--option value` pairs, split at whitespace) for
+/// every `nacre mount` a test starts, but those the test gives itself (`extra`): runs the
+/// suites with a mount option on everywhere (e.g. `--async-dirops true`) to see what
+/// making it the default would change.
+fn env_mount_args(extra: &[&str]) -> Vec<String> {
+    let Ok(v) = std::env::var("NACRE_TEST_MOUNT_ARGS") else {
+        return Vec::new();
+    };
+    let words: Vec<&str> = v.split_whitespace().collect();
+    words
+        .chunks(2)
+        .filter(|pair| !extra.contains(&pair[0]))
+        .flat_map(|pair| pair.iter().map(|w| w.to_string()))
+        .collect()
+}
+
 /// A `nacre mount` client process; unmounted on drop.
 pub struct ClientMount {
     /// Mount point.
@@ -617,6 +633,7 @@ impl ClientMount {
             .arg(source)
             .arg(mnt)
             .args(extra)
+            .args(env_mount_args(extra))
             .output()
             .expect("run nacre mount");
         assert!(

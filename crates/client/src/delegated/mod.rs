@@ -164,9 +164,10 @@ pub struct Delegated {
     kept_bytes: AtomicUsize,
     /// Directories held (`dirs.len()`), read without the lock by every request's hook.
     held: AtomicUsize,
-    /// Directories this mount made under a delegation, with their parents: the first
-    /// create in one has it delegated (it is empty then).
-    fresh: Mutex<HashMap<Fid, Fid>>,
+    /// Directories this mount made under a delegation, with their parents and how many
+    /// restarts of their MDT this client had recovered from then: the first create in one
+    /// has it delegated (it is empty then, if the MDT has not restarted since).
+    fresh: Mutex<HashMap<Fid, (Fid, u64)>>,
     /// Counters.
     pub stats: DelegatedStats,
 }
@@ -309,7 +310,7 @@ impl Client {
         if !absent {
             return Ok(None);
         }
-        let Some((dir, lock, mkdirs)) = self.delegation_of(parent)? else {
+        let Some((dir, lock, mkdirs)) = self.delegation_of(parent, false)? else {
             return Ok(None);
         };
         if dir_kind && (!mkdirs || dir.nlink.saturating_add(1) >= DIR_NLINK_MAX) {
@@ -411,6 +412,12 @@ impl Client {
             (d.items.len() >= CREATE_BATCH_ITEMS_MAX, covered)
         };
         let (full, covered) = full;
+        // What is kept of its attributes (the kernel asks after every create) gets the
+        // change as the MDT will make it.
+        mdc.dir_attrs.changed_here(parent, |a| {
+            (a.mtime, a.ctime) = (now, now);
+            a.nlink += u32::from(dir_kind);
+        });
         self.delegated
             .stats
             .answered
@@ -421,7 +428,8 @@ impl Client {
                 let any = fresh.keys().next().copied();
                 any.map(|k| fresh.remove(&k));
             }
-            fresh.insert(fid, parent);
+            let recoveries = mdc.replay_stats.recoveries.load(Ordering::Acquire);
+            fresh.insert(fid, (parent, recoveries));
         }
         self.complete.added(parent, name);
         if full {
@@ -437,11 +445,19 @@ impl Client {
     /// delegated here, empty (so known completely): asked once, at the first create in it,
     /// after its parent's batch made it at the MDT.
     fn delegate_fresh(&self, dir: Fid) -> Result<bool> {
-        let Some(parent) = self.delegated.fresh.lock().remove(&dir) else {
+        let Some((parent, recoveries)) = self.delegated.fresh.lock().remove(&dir) else {
             return Ok(false);
         };
+        let restarted = self
+            .mdc(dir.mdt_index())?
+            .replay_stats
+            .recoveries
+            .load(Ordering::Acquire);
+        if restarted != recoveries {
+            return Ok(false);
+        }
         self.flush_delegated(parent)?;
-        Ok(self.delegation_of(dir)?.is_some())
+        Ok(self.delegation_of(dir, true)?.is_some())
     }
 
     /// True if this client answers lookups in `dir` itself: it holds the directory's
@@ -453,7 +469,7 @@ impl Client {
 
     /// The attributes of `dir` as delegated to this client and the lock it holds it by,
     /// asking the MDT for the delegation if it was not refused or given back lately.
-    fn delegation_of(&self, dir: Fid) -> Result<Option<(Attr, u64, bool)>> {
+    fn delegation_of(&self, dir: Fid, fresh: bool) -> Result<Option<(Attr, u64, bool)>> {
         if let Some(d) = self.delegated.dirs.lock().get(&dir) {
             return Ok((!d.closing).then(|| (d.attr.clone(), d.lock, d.mkdirs)));
         }
@@ -518,9 +534,12 @@ impl Client {
             return Ok(None);
         }
         let d = dirs.entry(dir).or_insert(d);
-        // Empty under the lock: known completely while it is held (the lock sink forgets
-        // it when the lock goes, after it takes this table's lock: not before this).
-        if empty && d.lock == lock {
+        // A directory made here, empty under the lock: known completely while it is held
+        // (the lock sink forgets it when the lock goes, after it takes this table's lock:
+        // not before this). Only one made here with no restart of its MDT since: after a
+        // restart another mount may hold creates it answered under a delegation the
+        // restart ended, not sent yet, in a directory the MDT sees empty.
+        if fresh && empty && d.lock == lock {
             self.complete.made(dir);
         }
         let got = (d.attr.clone(), d.lock, d.mkdirs);

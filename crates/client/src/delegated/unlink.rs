@@ -94,6 +94,10 @@ impl Client {
             .stats
             .unlinked
             .fetch_add(1, Ordering::Relaxed);
+        if let Ok(mdc) = self.mdc(parent.mdt_index()) {
+            mdc.dir_attrs
+                .changed_here(parent, |a| (a.mtime, a.ctime) = (now, now));
+        }
         self.complete.removed(parent, name);
         if full {
             // Answered whatever becomes of the send: what failed is kept and sent again.
