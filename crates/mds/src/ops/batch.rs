@@ -219,24 +219,43 @@ fn make_dir(
     item: &BatchCreate,
     answered: bool,
 ) -> Result<(Attr, Option<Layout>), Status> {
-    let perm = item.perm & 0o7777;
-    let mut rec = super::create::new_inode(tx, dir, FileKind::Directory, perm, item.uid, item.gid);
+    let mut rec = new_inode(tx, dir, FileKind::Directory, item);
     rec.parent = Some(dir.attr.fid);
-    if let Some(t) = client_time(tx.now, item.time) {
-        (rec.attr.atime, rec.attr.mtime, rec.attr.ctime) = (t, t, t);
-    }
     // Its parent's default layout, as `ops::mkdir::run` gives it (the root's is the file
     // system's, followed as it changes).
     if dir.attr.fid != nacre_types::Fid::ROOT {
         rec.dir_default = dir.dir_default.clone();
     }
-    match answered {
-        true => tx.count_answered_inode(&rec.attr),
-        false => tx.count_inodes(&rec.attr, 1)?,
-    }
+    count(tx, &rec.attr, answered)?;
     tx.put_inode(&rec);
     tx.put_dirent(dir.attr.fid, &item.name, rec.attr.fid, FileKind::Directory);
     Ok((rec.attr, None))
+}
+
+/// The inode of `item` (of `kind`) in `dir`, dated when its client answered it unless its
+/// clock is far from ours.
+fn new_inode(
+    tx: &mut Tx<'_>,
+    dir: &nacre_mdstore::records::InodeRecord,
+    kind: FileKind,
+    item: &BatchCreate,
+) -> nacre_mdstore::records::InodeRecord {
+    let perm = item.perm & 0o7777;
+    let mut rec = super::create::new_inode(tx, dir, kind, perm, item.uid, item.gid);
+    if let Some(t) = client_time(tx.now, item.time) {
+        (rec.attr.atime, rec.attr.mtime, rec.attr.ctime) = (t, t, t);
+    }
+    rec
+}
+
+/// Counts a new inode against its owners' quotas: never refused if its client answered it
+/// already (delegations.rs), else stopped where the quota master refuses the id.
+fn count(tx: &mut Tx<'_>, attr: &Attr, answered: bool) -> Result<(), Status> {
+    match answered {
+        true => tx.count_answered_inode(attr),
+        false => tx.count_inodes(attr, 1)?,
+    }
+    Ok(())
 }
 
 fn make(
@@ -245,12 +264,7 @@ fn make(
     item: &BatchCreate,
     answered: bool,
 ) -> Result<(Attr, Option<Layout>), Status> {
-    let perm = item.perm & 0o7777;
-    let mut rec = super::create::new_inode(tx, dir, FileKind::Regular, perm, item.uid, item.gid);
-    // The times the client answered with, unless its clock is far from ours.
-    if let Some(t) = client_time(tx.now, item.time) {
-        (rec.attr.atime, rec.attr.mtime, rec.attr.ctime) = (t, t, t);
-    }
+    let mut rec = new_inode(tx, dir, FileKind::Regular, item);
     // Object ids allocated for nothing if it fails after are only skipped.
     let layout = tx.new_layout(dir, &LayoutSpec::plain(StripeSpec::default()), 0)?;
     // The bytes its creator wrote: only below the component on the MDT the file starts
@@ -267,10 +281,7 @@ fn make(
     }
     // Counted (and an id the quota master refused stopped, unless the file was answered
     // already) before anything is written.
-    match answered {
-        true => tx.count_answered_inode(&rec.attr),
-        false => tx.count_inodes(&rec.attr, 1)?,
-    }
+    count(tx, &rec.attr, answered)?;
     if !data.is_empty() {
         // As a `DomWrite` by its creator (ops/dom.rs): the size, the blocks, and set-id
         // bits cleared for a writer other than root.
