@@ -181,6 +181,53 @@ fn creates_answered_before_an_mdt_restart_are_made_after_it() {
 }
 
 /// Inodes user `uid` owns, as the quota accounting counts them.
+/// A process creating and writing files in a delegated directory while the MDT is killed
+/// -9 and restarted goes on to the end: the write that finds the delegation lost (the
+/// restarted MDT refuses it at lock replay) has the kernel forget the files answered under
+/// it without waiting for their pages, one of which the kernel holds locked for that very
+/// write (it hung there for good). Every file reads back through the other mount.
+#[test]
+fn writes_in_a_delegated_directory_go_on_through_an_mdt_restart() {
+    let fsname = "asyncwr";
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let (a, da) = delegated_dir(&fs);
+    const FILES: u64 = 300;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let da = da.clone();
+        std::thread::spawn(move || {
+            for i in 0..FILES {
+                fs::write(da.join(format!("w{i}")), nacre_testkit::pattern(i, 5000)).unwrap();
+            }
+            done_tx.send(()).unwrap();
+        })
+    };
+    nacre_testkit::wait_for("a third of the files", || {
+        fs::read_dir(&da).unwrap().count() as u64 > FILES / 3
+    });
+    let mds = &mut fs.servers_mut()[0];
+    mds.kill9();
+    mds.restart();
+    assert!(
+        done_rx.recv_timeout(Duration::from_secs(120)).is_ok(),
+        "the writer hangs after the MDT's restart"
+    );
+    writer.join().unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
+    for i in 0..FILES {
+        let f = fs.path("d").join(format!("w{i}"));
+        assert_eq!(
+            fs::read(&f).unwrap(),
+            nacre_testkit::pattern(i, 5000),
+            "{f:?}"
+        );
+    }
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
 pub(crate) fn inodes_of(src: &str, uid: &str) -> u64 {
     let v: serde_json::Value =
         serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", uid, src])).unwrap();

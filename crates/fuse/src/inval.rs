@@ -165,26 +165,31 @@ impl Invalidator {
     }
 
     /// Has the kernel forget what `revoked` covered (see the module's notes on waiting).
+    /// A file's pages (bytes on the MDT: a `DOM` lock, or a file answered under a
+    /// delegation) are dropped on the data thread, waited for at most
+    /// [`DATA_INVAL_WAIT_MS`]: the kernel may hold one of them locked for a write this
+    /// mount is serving, perhaps on this very thread (a write that finds its delegation
+    /// lost by an MDT's restart), and would never let go of it.
     pub fn forget(&self, revoked: &[Revoked]) {
+        let mut pages = Vec::new();
         for r in revoked {
             if r.lock.bits & (UPDATE | LAYOUT | DOM) != 0 {
                 let ino = crate::ino_of(r.lock.fid);
-                // Offset -1: attributes only; 0: a directory's cached listing (its pages)
-                // too, or a file's pages of bytes on the MDT. ENOENT (the kernel forgot the
-                // inode) is fine.
+                // Offset -1: attributes only; 0: a directory's cached listing (its pages,
+                // which the kernel locks only while it fills them) too. ENOENT (the
+                // kernel forgot the inode) is fine.
                 let listing = r.lock.bits & UPDATE != 0 && self.dirs.lock().remove(&ino);
-                let offset = if listing || r.lock.bits & DOM != 0 {
-                    0
-                } else {
-                    -1
-                };
+                let offset = if listing { 0 } else { -1 };
                 let _ = self.notifier.inval_inode(INodeNo(ino), offset, 0);
                 self.stats.inodes.fetch_add(1, Ordering::Relaxed);
                 if listing {
                     self.stats.listings.fetch_add(1, Ordering::Relaxed);
+                } else if r.lock.bits & DOM != 0 {
+                    pages.push((ino, 0, 0));
                 }
             }
         }
+        self.drop_pages(pages);
         let entries = self.defer_busy(revoked);
         if entries.is_empty() {
             return;
@@ -257,7 +262,6 @@ impl Invalidator {
         if drops.is_empty() {
             return;
         }
-        let (done_tx, done_rx) = bounded(1);
         let clamp = |x: u64| x.min(i64::MAX as u64) as i64;
         let inos = drops
             .iter()
@@ -266,12 +270,21 @@ impl Invalidator {
                 None => (crate::ino_of(d.fid), 0, 0),
             })
             .collect();
-        if self.data.send((inos, done_tx)).is_err() {
+        self.drop_pages(inos);
+    }
+
+    /// Has the data thread drop `pages` (inode, offset, length; 0, 0: all of a file's)
+    /// and waits at most [`DATA_INVAL_WAIT_MS`] in all, queueing included (the data thread
+    /// may be waiting for a page this caller's own request holds); the drop still happens
+    /// unless the queue stayed full.
+    fn drop_pages(&self, pages: Vec<(u64, i64, i64)>) {
+        if pages.is_empty() {
             return;
         }
-        if done_rx
-            .recv_timeout(Duration::from_millis(DATA_INVAL_WAIT_MS))
-            .is_err()
+        let deadline = std::time::Instant::now() + Duration::from_millis(DATA_INVAL_WAIT_MS);
+        let (done_tx, done_rx) = bounded(1);
+        if self.data.send_deadline((pages, done_tx), deadline).is_err()
+            || done_rx.recv_deadline(deadline).is_err()
         {
             self.stats.data_waits_cut.fetch_add(1, Ordering::Relaxed);
         }
