@@ -634,6 +634,109 @@ fn a_nodemap_change_calls_delegations_back() {
     lfsck_clean(&fs.source());
 }
 
+/// A QoS rule capping the rate of creates calls every delegation back (a holder answers
+/// creates without a request the rule could hold): what was answered before is sent while
+/// the mount gives it back, none is lost, and while the rule stands no directory is
+/// delegated (the next create goes to the MDT, through the rule's queue).
+#[test]
+fn a_qos_rule_capping_creates_calls_delegations_back() {
+    let fsname = "asyncqos";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let src = fs.source();
+    let (a, da) = delegated_dir(&fs);
+    hold_sender(&a);
+    for i in 0..5 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 5, "answered by the mount");
+    assert_eq!(counter(&a, fsname, "directories"), 1);
+    let add = [
+        "qos",
+        "add",
+        "cap",
+        "--op",
+        "create",
+        "--ops-rate",
+        "1000",
+        &src,
+    ];
+    nacre_ok(&add);
+    super::qos::rules_reach(fsname, 1);
+    until_counter(&a, fsname, "directories", 0);
+    until_counter(&a, fsname, "pending", 0);
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    assert_eq!(names(&fs.path("d")), numbered_and_first("p", 5));
+    release_sender(&a);
+    let answered = counter(&a, fsname, "answered");
+    // A directory never delegated (d's is not asked again for a while after its callback).
+    let e = a.mnt.join("e");
+    fs::create_dir(&e).unwrap();
+    fs::File::create(e.join("first")).unwrap();
+    fs::File::create(e.join("capped")).unwrap();
+    assert_eq!(
+        counter(&a, fsname, "answered"),
+        answered,
+        "asked of the MDT while the rule stands"
+    );
+    assert_eq!(counter(&a, fsname, "directories"), 0);
+    drop(a);
+    lfsck_clean(&src);
+}
+
+/// A change of the OST pools waits for every delegation to come back before it is
+/// installed (a holder answered creates the MDT places in the directory's pool): files
+/// answered before `pool remove` emptied the directory's pool are made in it, none is
+/// lost, and once the pool has no OST left no directory placing files in it is
+/// delegated, so the next create there is refused `ENOSPC` by the MDT itself.
+#[test]
+fn a_pool_change_waits_for_delegations() {
+    let fsname = "asyncpool";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let pool = format!("{fsname}.fast");
+    nacre_ok(&["pool", "new", &pool]);
+    nacre_ok(&["pool", "add", &pool, "OST1"]);
+    let a = async_mount(&fs);
+    let da = a.mnt.join("d");
+    fs::create_dir(&da).unwrap();
+    nacre_ok(&["setstripe", "-c", "1", "-p", "fast", da.to_str().unwrap()]);
+    fs::File::create(da.join("first")).unwrap();
+    fs::File::open(&da).unwrap().sync_all().unwrap();
+    hold_sender(&a);
+    for i in 0..5 {
+        fs::File::create(da.join(format!("p{i}"))).unwrap();
+    }
+    assert_eq!(counter(&a, fsname, "pending"), 5, "answered by the mount");
+    assert_eq!(counter(&a, fsname, "directories"), 1);
+    // Returns once the MDT installed the change: after the delegation came back.
+    nacre_ok(&["pool", "remove", &pool, "OST1"]);
+    assert_eq!(counter(&a, fsname, "directories"), 0, "given back first");
+    assert_eq!(counter(&a, fsname, "pending"), 0, "sent while given back");
+    assert_eq!(counter(&a, fsname, "lost"), 0);
+    for i in 0..5 {
+        let made = fs.path(&format!("d/p{i}"));
+        assert_eq!(nacre_testkit::pool_of(&made), ("fast".to_string(), vec![1]));
+    }
+    release_sender(&a);
+    let answered = counter(&a, fsname, "answered");
+    // A directory never delegated, whose pool loses its OSTs: its delegation is refused.
+    let slow = format!("{fsname}.slow");
+    nacre_ok(&["pool", "new", &slow]);
+    nacre_ok(&["pool", "add", &slow, "OST0"]);
+    let e = a.mnt.join("e");
+    fs::create_dir(&e).unwrap();
+    nacre_ok(&["setstripe", "-c", "1", "-p", "slow", e.to_str().unwrap()]);
+    nacre_ok(&["pool", "remove", &slow, "OST0"]);
+    let err = fs::File::create(e.join("none")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    assert_eq!(
+        counter(&a, fsname, "answered"),
+        answered,
+        "refused by the MDT"
+    );
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
 /// A file the mount answered, still open through the handle of its create, lives on
 /// after its name is removed, as on a local file system (the temporary-file idiom:
 /// create, unlink, then write and read through the descriptor), whether the unlink was

@@ -298,6 +298,9 @@ fn a_forgotten_consumer_cannot_fill_the_mdt() {
         for i in 0..30 {
             std::fs::create_dir(dir.join(format!("d{round}.{i}"))).unwrap();
         }
+        // Made at the MDT (a mount answering mkdirs itself sends them within 50 ms, or at
+        // an fsync of their directory).
+        std::fs::File::open(&dir).unwrap().sync_all().unwrap();
         // cl1 reads everything after what it cleared, then clears it.
         let out = nacre_ok(&["changelog", "read", &src, "--user", "cl1", "--json"]);
         for l in out.lines() {

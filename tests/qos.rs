@@ -143,7 +143,7 @@ fn a_rule_holds_a_job_to_its_rate_over_every_target_and_spares_other_jobs() {
 }
 
 /// Waits until every target of `fsname` applies QoS rules of version `version` or later.
-fn rules_reach(fsname: &str, version: u64) {
+pub(crate) fn rules_reach(fsname: &str, version: u64) {
     wait_for("the QoS rules reach every target", || {
         ["mdt", "ost"].iter().all(|kind| {
             get_param(None, &format!("{kind}.{fsname}-*.qos_rules_version"))

@@ -1,9 +1,14 @@
 //! Delegated directories called back when a rule their holders check creates by changes
 //! (docs/locking.md, "Delegated directories"). A holder answers creates itself with the
-//! ids its client has and no quota check, so it may hold a delegation only while the MDT
-//! enforces no quota limit and its nodemap maps no ids (`execute::delegable`, the
-//! handler): when a limit appears here or the nodemaps change, every delegation of the MDT
-//! is called back, and a holder that does not cancel in time is evicted. What a holder
+//! ids its client has, no quota check and no QoS queue, so it may hold a delegation only
+//! while the MDT enforces no quota limit, no QoS rule caps the rate of what it answers
+//! ([`DELEGATED_OPS`]) and its nodemap maps no ids (`execute::delegable`, the handler):
+//! when a limit or such a rule appears here or the nodemaps change, every delegation of
+//! the MDT is called back, and a holder that does not cancel in time is evicted. A holder
+//! also places its files by the pools as they were when its delegation was granted (the
+//! MDT makes them with objects in the directory's pool: `placement::placeable` held
+//! then): a change of the pools waits for every delegation to come back before it is
+//! installed ([`watch_pools`]). What a holder
 //! answered before sends while it cancels, still under its delegation, and is counted
 //! against the quotas without being refused (`ops::batch::delegation_held`): the application
 //! already has those files.
@@ -61,4 +66,59 @@ pub fn revoke_if_limited(mdt: &Arc<Mdt>) -> usize {
         true => revoke_all(mdt, "a block quota limit on the MDT's bytes is enforced"),
         false => 0,
     }
+}
+
+/// Operations a delegation's holder answers itself, by the names QoS rules give them, and
+/// the batches that carry them.
+pub const DELEGATED_OPS: &[&str] = &["create", "mkdir", "unlink", "create_batch", "unlink_batch"];
+
+/// True if a QoS rule of `mdt` caps the rate of an operation a holder answers itself: the
+/// rule could not hold what was answered without a request (no directory is delegated
+/// then).
+pub fn qos_capped(mdt: &Mdt) -> bool {
+    mdt.qos.caps_any(DELEGATED_OPS)
+}
+
+/// Calls back `mdt`'s delegations if its QoS rules now cap what holders answer and did not
+/// before (`was`, [`qos_capped`] before the rules changed); returns how many directories
+/// were delegated.
+pub fn revoke_if_capped(mdt: &Arc<Mdt>, was: bool) -> usize {
+    match !was && qos_capped(mdt) {
+        true => revoke_all(mdt, "a QoS rule caps the rate of creates or unlinks"),
+        false => 0,
+    }
+}
+
+/// From now on a change of `mdt`'s OST pools calls back every delegation it granted and
+/// waits until each is given back (or its holder evicted, past the callback timeout), new
+/// grants refused meanwhile, before it is installed: the creates a holder answered by the
+/// old pools are made by them, and none is refused for a pool emptied after it answered.
+/// (A grant whose check of the pools ran just before the change began, and whose lock is
+/// granted after the callbacks went out, is not waited for.)
+pub fn watch_pools(mdt: &Arc<Mdt>) {
+    let weak = Arc::downgrade(mdt);
+    mdt.osts.before_pools_change(Box::new(move |install| {
+        let Some(m) = weak.upgrade() else {
+            return install();
+        };
+        let dirs = match m.delegated.load(Ordering::Acquire) {
+            true => m.ldlm.resources_where(|bits| bits & DELEGATION != 0),
+            false => Vec::new(),
+        };
+        if dirs.is_empty() {
+            return install();
+        }
+        tracing::info!(
+            "{}: the OST pools change: calling back {} delegated directories first",
+            m.label.name(),
+            dirs.len()
+        );
+        let targets: Vec<_> = dirs.iter().map(|d| (*d, DELEGATION)).collect();
+        let hold = m.ldlm.revoke(None, &targets);
+        for c in &hold.late {
+            crate::eviction::evict_now(&m, c, "did not give a delegation back in time");
+        }
+        install();
+        drop(hold);
+    }));
 }

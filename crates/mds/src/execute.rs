@@ -363,7 +363,15 @@ fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     if rec.attr.kind != nacre_types::FileKind::Directory {
         return Err(Status::NotDir);
     }
-    if mdt.store().dir_stripe(fid)?.is_some() || mdt.quota.any_limited() {
+    if mdt.store().dir_stripe(fid)?.is_some()
+        || mdt.quota.any_limited()
+        || crate::delegations::qos_capped(mdt)
+    {
+        return Err(Status::NotSupp);
+    }
+    // Its new files can be placed: the MDT will not refuse one the holder answered (a
+    // change of the pools calls delegations back first: delegations::watch_pools).
+    if crate::placement::placeable(mdt, &rec).is_err() || mdt.osts.pools_changing() {
         return Err(Status::NotSupp);
     }
     let data_bytes_max = ops::batch::data_bytes_max(mdt, &rec)?;

@@ -32,6 +32,11 @@ struct OstEntry {
     statfs: Option<StatFs>,
 }
 
+/// What runs a change of the pools: called with what installs it, which it calls once it
+/// may (an MDT first calls back the delegations whose holders placed files by the old
+/// pools).
+pub type PoolsHook = Box<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+
 /// The OSTs of one file system, as seen from an MDT.
 pub struct OstPool {
     fsname: String,
@@ -46,6 +51,13 @@ pub struct OstPool {
     pools: RwLock<HashMap<PoolName, PoolEntry>>,
     /// Layouts allocated in a pool's spill target because the pool was full.
     pub spilled: AtomicU64,
+    /// Runs a change of the pools, which it installs itself once it may
+    /// ([`OstPool::before_pools_change`]).
+    pools_hook: std::sync::OnceLock<PoolsHook>,
+    /// Held while a change of the pools is installed: one at a time, in order.
+    pools_installing: std::sync::Mutex<()>,
+    /// True while a change of the pools is being installed.
+    pools_changing: std::sync::atomic::AtomicBool,
     rr_cursor: AtomicUsize,
     /// No MGS and no OST servers: the configuration never changes.
     detached: bool,
@@ -66,6 +78,9 @@ impl OstPool {
             config_version: RwLock::new(0),
             pools: RwLock::new(HashMap::new()),
             spilled: AtomicU64::new(0),
+            pools_hook: std::sync::OnceLock::new(),
+            pools_installing: std::sync::Mutex::new(()),
+            pools_changing: std::sync::atomic::AtomicBool::new(false),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
         }
@@ -152,17 +167,50 @@ impl OstPool {
         Ok(())
     }
 
+    /// From now on, a change of the pools is installed by `hook` (once; later calls are
+    /// ignored).
+    pub fn before_pools_change(&self, hook: PoolsHook) {
+        let _ = self.pools_hook.set(hook);
+    }
+
+    /// True while a change of the pools is being installed.
+    pub fn pools_changing(&self) -> bool {
+        self.pools_changing.load(Ordering::Acquire)
+    }
+
     fn apply_config(&self, config: &FsConfig) {
-        let mut version = self.config_version.write().expect("version");
-        if config.version == *version && config.version != 0 {
-            return;
+        {
+            let mut version = self.config_version.write().expect("version");
+            if config.version == *version && config.version != 0 {
+                return;
+            }
+            *version = config.version;
         }
-        *version = config.version;
-        *self.pools.write().expect("pools") = config
+        let pools: HashMap<PoolName, PoolEntry> = config
             .pools
             .iter()
             .map(|p| (p.name, (p.osts.clone(), p.spill)))
             .collect();
+        if *self.pools.read().expect("pools") != pools {
+            // Outside the version's lock: the hook may wait (for delegations to come
+            // back), and what it waits for may refresh the configuration meanwhile.
+            let _one = self.pools_installing.lock().expect("pools_installing");
+            // A newer configuration installs its own pools.
+            if *self.config_version.read().expect("version") == config.version {
+                self.pools_changing.store(true, Ordering::Release);
+                let mut install = || *self.pools.write().expect("pools") = pools.clone();
+                match self.pools_hook.get() {
+                    Some(hook) => hook(&mut install),
+                    None => install(),
+                }
+                self.pools_changing.store(false, Ordering::Release);
+            }
+        }
+        let version = self.config_version.write().expect("version");
+        if *version != config.version {
+            // A newer configuration arrived meanwhile: its targets are the ones to keep.
+            return;
+        }
         self.peers.write().expect("peers").extend(
             config
                 .mdts

@@ -10,10 +10,10 @@
 //! capabilities and kept writes of a client with the old layout stay right. Instantiating
 //! is not a new layout generation: no writer is fenced.
 
-use crate::mdt::Tx;
+use crate::mdt::{Mdt, Tx};
 use nacre_mdstore::records::InodeRecord;
 use nacre_types::layout::{
-    Component, ComponentKind, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF,
+    Component, ComponentKind, ComponentRequest, ComponentSpec, LayoutSpec, StripeSpec, EXTENT_EOF,
 };
 use nacre_types::limits::STRIPE_COUNT_MAX;
 use nacre_types::{Fid, Layout, PoolName, Status, StripeObject};
@@ -157,9 +157,56 @@ impl Tx<'_> {
         asked: StripeSpec,
         inherited: StripeSpec,
     ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
+        resolve_component(self.mdt, asked, inherited)
+    }
+}
+
+/// The components a new file made in `dir` gets when it asks for nothing itself (a create
+/// answered by a delegation's holder, a batch's item): the directory's default over the
+/// file system's, as [`Tx::new_layout`] reads them.
+pub(crate) fn new_file_requests(
+    mdt: &Mdt,
+    dir: &InodeRecord,
+) -> Result<Vec<ComponentRequest>, Status> {
+    let fs_default = match dir.attr.fid == Fid::ROOT || Fid::ROOT.mdt_index() != mdt.label.index {
+        true => None,
+        false => mdt.inode(Fid::ROOT)?.dir_default,
+    };
+    Ok(LayoutSpec::requests_for_new_file(
+        &LayoutSpec::plain(StripeSpec::default()),
+        dir.dir_default.as_ref(),
+        fs_default.as_ref(),
+    ))
+}
+
+/// Whether a new file made in `dir` asking for nothing would get its first objects now
+/// (its first component's pool has OSTs, enough for its stripe count, its start OST among
+/// them), without choosing any: the error its create would get otherwise (`ENOSPC`: a pool without
+/// OSTs; `EINVAL`: a request no OST set meets). A delegation is granted only where this
+/// holds (its holder answers creates the MDT could not refuse later).
+pub(crate) fn placeable(mdt: &Mdt, dir: &InodeRecord) -> Result<(), Status> {
+    let requests = new_file_requests(mdt, dir)?;
+    let Some(first) = requests.first() else {
+        return Ok(());
+    };
+    if first.kind == ComponentKind::Mdt {
+        return Ok(());
+    }
+    // Resolved against the pool's OSTs (`OstPool::resolve`: some, the start OST one of
+    // them, no more stripes than they are), all `OstPool::choose` asks of them.
+    resolve_component(mdt, first.asked, first.inherited).map(|_| ())
+}
+
+/// See [`Tx::resolve_component`].
+fn resolve_component(
+    mdt: &Mdt,
+    asked: StripeSpec,
+    inherited: StripeSpec,
+) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
+    {
         let merged = asked.over(inherited);
-        let pending = |ost| self.mdt.destroy_space.pending(ost);
-        let pool = self.mdt.osts.spill_target(merged.pool, pending);
+        let pending = |ost| mdt.destroy_space.pending(ost);
+        let pool = mdt.osts.spill_target(merged.pool, pending);
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
         let (spec, base) = if pool == merged.pool {
@@ -178,7 +225,7 @@ impl Tx<'_> {
                 spilled,
             )
         };
-        let (count, size, first) = self.mdt.osts.resolve(spec, base, pool)?;
+        let (count, size, first) = mdt.osts.resolve(spec, base, pool)?;
         Ok((count, size, first, pool))
     }
 }

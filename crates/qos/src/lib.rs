@@ -233,6 +233,12 @@ impl Scheduler {
         st.rules.classify(facts).map_or(0, |(r, _)| r.weight)
     }
 
+    /// True if some rule caps the rate of requests and may match one of operations `ops`
+    /// ([`rules::Rules::caps_any`]).
+    pub fn caps_any(&self, ops: &[&str]) -> bool {
+        self.active() && self.inner.state.lock().rules.caps_any(ops)
+    }
+
     /// Version of the rules applied.
     pub fn version(&self) -> u64 {
         self.inner.state.lock().rules.version()

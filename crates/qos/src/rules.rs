@@ -77,6 +77,15 @@ impl Rules {
         self.rules.is_empty()
     }
 
+    /// True if some rule caps the rate of requests (`ops_per_s`) and may match one of
+    /// operations `ops` (it names one of them, or no operation at all), whatever else it
+    /// matches by.
+    pub fn caps_any(&self, ops: &[&str]) -> bool {
+        self.rules.iter().map(|c| &c.rule).any(|r| {
+            r.ops_per_s > 0 && (r.ops.is_empty() || r.ops.iter().any(|o| ops.contains(&&o[..])))
+        })
+    }
+
     /// The rule named `name`.
     pub fn rule(&self, name: &str) -> Option<&QosRule> {
         self.rules.iter().map(|c| &c.rule).find(|r| r.name == name)
@@ -192,5 +201,26 @@ mod tests {
         assert_eq!(class(&f("ior", 5, "write", "")), None);
         assert_eq!(rules.version(), 3);
         assert!(rules.rule("lab").is_some());
+    }
+
+    #[test]
+    fn a_rate_cap_on_an_operation_or_on_every_one_caps_it() {
+        let rule = |ops: &[&str], ops_per_s| QosRule {
+            name: "r".into(),
+            ops: ops.iter().map(|o| o.to_string()).collect(),
+            ops_per_s,
+            bytes_per_s: 1 << 20,
+            weight: 3,
+            burst_s: 1,
+            ..Default::default()
+        };
+        let caps = |rules: Vec<QosRule>| {
+            Rules::new(&QosRules { version: 1, rules }).caps_any(&["create", "unlink"])
+        };
+        assert!(caps(vec![rule(&["write"], 0), rule(&["unlink"], 5)]));
+        assert!(caps(vec![rule(&[], 5)]), "no operation named: every one");
+        assert!(!caps(vec![rule(&["write", "getattr"], 5)]));
+        assert!(!caps(vec![rule(&["create"], 0)]), "bytes and weight only");
+        assert!(!caps(Vec::new()));
     }
 }

@@ -228,11 +228,14 @@ pub(crate) fn sync_qos(conn: &Arc<Connection>, fsname: &str, oss: &OssHandler, m
         );
     }
     for mdt in mds.all().into_iter().filter(|m| m.label.fsname == fsname) {
+        let capped = nacre_mds::delegations::qos_capped(&mdt);
         send(
             &mdt.qos,
             &mdt.label.fsname,
             (TargetKind::Mdt, mdt.label.index),
         );
+        // Holders answer creates and unlinks without a request a new cap could hold.
+        nacre_mds::delegations::revoke_if_capped(&mdt, capped);
     }
 }
 

@@ -322,6 +322,7 @@ impl Targets {
             .map_err(|s| anyhow::anyhow!("opening {}: {s}", label.name()))?;
         mdt.set_sync_on_reply(self.opts.mdt_sync_on_reply);
         let mdt = Arc::new(mdt);
+        nacre_mds::delegations::watch_pools(&mdt);
         register_mdt_params(&self.registry, &mdt);
         self.sources
             .mdts

@@ -148,17 +148,7 @@ pub(crate) fn data_bytes_max(
     if mdt.dom_quota.any_limited() {
         return Ok(0);
     }
-    let fs_default = match dir.attr.fid == nacre_types::Fid::ROOT
-        || nacre_types::Fid::ROOT.mdt_index() != mdt.label.index
-    {
-        true => None,
-        false => mdt.inode(nacre_types::Fid::ROOT)?.dir_default,
-    };
-    let requests = LayoutSpec::requests_for_new_file(
-        &LayoutSpec::plain(StripeSpec::default()),
-        dir.dir_default.as_ref(),
-        fs_default.as_ref(),
-    );
+    let requests = crate::placement::new_file_requests(mdt, dir)?;
     Ok(match requests.first() {
         Some(r) if r.kind == ComponentKind::Mdt && r.start == 0 => {
             r.end.min(CREATE_DATA_BYTES_MAX as u64) as u32
