@@ -149,6 +149,45 @@ fn an_evicted_mount_loses_only_the_creates_it_never_sent() {
     lfsck_clean(&fs.source());
 }
 
+/// A create the mount answers after the MDT evicted it, before it heard (its lock poll held
+/// at a fault point: it missed the callback that evicted it), is lost with the rest of
+/// what it never sent, and the first use of its handle, which is how the mount hears,
+/// fails `EIO` as any handle opened before an eviction (it was `ENOENT`: the open of the
+/// file that was never made).
+#[test]
+fn a_create_answered_after_an_unheard_eviction_fails_its_first_write_eio() {
+    let fsname = "asyncuh";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let (a, da) = delegated_dir(&fs);
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+    fail_loc(
+        a.pid().expect("mount process"),
+        "client.lock_poll.blocking~hold",
+    );
+    // The other client's listing calls the delegation back; the mount never hears and is
+    // evicted once the callback times out.
+    assert_eq!(names(&fs.path("d")), ["first"]);
+    let answered = counter(&a, fsname, "answered");
+    let mut f = fs::File::create(da.join("late")).unwrap();
+    assert_eq!(
+        counter(&a, fsname, "answered"),
+        answered + 1,
+        "answered by the mount"
+    );
+    let err = f.write_all(b"x").and_then(|_| f.sync_all()).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    drop(f);
+    release_sender(&a);
+    until_counter(&a, fsname, "lost", 1);
+    assert_eq!(names(&fs.path("d")), ["first"], "never made");
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
 /// Creates answered and not sent when the MDT is killed -9 are sent once it is back (the
 /// restarted MDT refuses the delegation at lock replay: the mount's sender sends them
 /// after the recovery, not the replay itself): every one is there, with the FID the mount

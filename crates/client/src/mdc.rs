@@ -739,6 +739,10 @@ impl Mdc {
                     let epoch = mdc.epoch.load(Ordering::Acquire);
                     match mdc.call_own(MdsOp::LockPoll { wait_ms, epoch }) {
                         Ok(MdsReply::Blocking(refs)) if !refs.is_empty() => {
+                            // Held, a test keeps the client from acting on callbacks (and
+                            // from hearing of the eviction that follows) until its own
+                            // next request.
+                            nacre_net::fault::point("client.lock_poll.blocking");
                             let revoked = mdc.locks.blocking(&refs);
                             if let Some(sink) = mdc.sink.get() {
                                 sink(&revoked);

@@ -241,7 +241,14 @@ impl Client {
         // As its creator, who was answered it (whoever uses the handle first): the owner,
         // whose class of the mode allowed the access when it was made.
         let creator = Cred::new(file.owner.uid, file.owner.gid, Vec::new());
-        let (_, mut f) = nacre_types::cred::with(creator, || self.open(file.fid, file.access))?;
+        let opened = nacre_types::cred::with(creator, || self.open(file.fid, file.access));
+        // The open may be what told this client it was evicted, its create (answered under
+        // the delegation the eviction ended) dropped unsent: the handle is void, as any
+        // handle of the client before its eviction (`EIO`), not a file someone removed.
+        let (_, mut f) = opened.or_else(|e| {
+            self.check_handle(file)?;
+            Err(e)
+        })?;
         if file.append {
             f.set_append();
         }
