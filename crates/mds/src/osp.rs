@@ -54,8 +54,8 @@ pub struct OstPool {
     /// Runs a change of the pools, which it installs itself once it may
     /// ([`OstPool::before_pools_change`]).
     pools_hook: std::sync::OnceLock<PoolsHook>,
-    /// Held while a change of the pools is installed: one at a time, in order.
-    pools_installing: std::sync::Mutex<()>,
+    /// Held while a configuration is applied: one at a time, in order.
+    applying: std::sync::Mutex<()>,
     /// True while a change of the pools is being installed.
     pools_changing: std::sync::atomic::AtomicBool,
     rr_cursor: AtomicUsize,
@@ -79,7 +79,7 @@ impl OstPool {
             pools: RwLock::new(HashMap::new()),
             spilled: AtomicU64::new(0),
             pools_hook: std::sync::OnceLock::new(),
-            pools_installing: std::sync::Mutex::new(()),
+            applying: std::sync::Mutex::new(()),
             pools_changing: std::sync::atomic::AtomicBool::new(false),
             rr_cursor: AtomicUsize::new(0),
             detached: false,
@@ -179,12 +179,14 @@ impl OstPool {
     }
 
     fn apply_config(&self, config: &FsConfig) {
-        {
-            let mut version = self.config_version.write().expect("version");
-            if config.version == *version && config.version != 0 {
-                return;
-            }
-            *version = config.version;
+        // One configuration applied at a time, each in full before the next: a caller
+        // returns once the configuration it fetched, or a newer one, is in place (a pool
+        // command's refresh waits for the watch thread's apply of the same change, and
+        // with it for the delegations that change calls back).
+        let _one = self.applying.lock().expect("applying");
+        let mut version = self.config_version.write().expect("version");
+        if config.version == *version && config.version != 0 {
+            return;
         }
         let pools: HashMap<PoolName, PoolEntry> = config
             .pools
@@ -192,25 +194,20 @@ impl OstPool {
             .map(|p| (p.name, (p.osts.clone(), p.spill)))
             .collect();
         if *self.pools.read().expect("pools") != pools {
-            // Outside the version's lock: the hook may wait (for delegations to come
-            // back), and what it waits for may refresh the configuration meanwhile.
-            let _one = self.pools_installing.lock().expect("pools_installing");
-            // A newer configuration installs its own pools.
-            if *self.config_version.read().expect("version") == config.version {
-                self.pools_changing.store(true, Ordering::Release);
-                let mut install = || *self.pools.write().expect("pools") = pools.clone();
-                match self.pools_hook.get() {
-                    Some(hook) => hook(&mut install),
-                    None => install(),
-                }
-                self.pools_changing.store(false, Ordering::Release);
+            // The hook may wait (for delegations to come back, at most their callback
+            // timeout): the version's readers are not held meanwhile (another apply waits
+            // for this one, on `applying`).
+            drop(version);
+            self.pools_changing.store(true, Ordering::Release);
+            let mut install = || *self.pools.write().expect("pools") = pools.clone();
+            match self.pools_hook.get() {
+                Some(hook) => hook(&mut install),
+                None => install(),
             }
+            self.pools_changing.store(false, Ordering::Release);
+            version = self.config_version.write().expect("version");
         }
-        let version = self.config_version.write().expect("version");
-        if *version != config.version {
-            // A newer configuration arrived meanwhile: its targets are the ones to keep.
-            return;
-        }
+        *version = config.version;
         self.peers.write().expect("peers").extend(
             config
                 .mdts
