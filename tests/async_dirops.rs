@@ -188,6 +188,55 @@ fn a_create_answered_after_an_unheard_eviction_fails_its_first_write_eio() {
     lfsck_clean(&fs.source());
 }
 
+/// A delegated directory whose new files are opened at the MDT right after their create
+/// (written through their OST objects) has the mount stop answering its creates after
+/// eight: each cost a batch of its own before that open, and the open, a round trip more
+/// than the MDT's create with open. The files after are made by the MDT, under a lock the
+/// mount answers their stats with (no request, as without the option); a directory of
+/// empty files goes on being answered; every file reads back through the other mount.
+#[test]
+fn creates_followed_by_writes_go_to_the_mdt_after_a_few() {
+    let fsname = "asyncwf";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
+    let (a, da) = delegated_dir(&fs);
+    let before = counter(&a, fsname, "answered");
+    for i in 0..40 {
+        fs::write(da.join(format!("w{i}")), nacre_testkit::pattern(i, 5000)).unwrap();
+    }
+    // Eight at most with `first` (answered, never opened) counted among them.
+    let answered = counter(&a, fsname, "answered") - before;
+    assert!((1..=8).contains(&answered), "{answered} of 40 answered");
+    let reads = nacre_testkit::md_requests(fsname, &["getattr", "lookup"]);
+    for i in 8..40 {
+        assert_eq!(fs::metadata(da.join(format!("w{i}"))).unwrap().len(), 5000);
+    }
+    assert_eq!(
+        nacre_testkit::md_requests(fsname, &["getattr", "lookup"]) - reads,
+        0,
+        "stats of the files the MDT made here asked it"
+    );
+    let e = a.mnt.join("e");
+    fs::create_dir(&e).unwrap();
+    let before = counter(&a, fsname, "answered");
+    for i in 0..20 {
+        fs::File::create(e.join(format!("p{i}"))).unwrap();
+    }
+    assert!(
+        counter(&a, fsname, "answered") - before >= 19,
+        "empty files answered"
+    );
+    for i in 0..40 {
+        let f = fs.path(&format!("d/w{i}"));
+        assert_eq!(
+            fs::read(&f).unwrap(),
+            nacre_testkit::pattern(i, 5000),
+            "{f:?}"
+        );
+    }
+    drop(a);
+    lfsck_clean(&fs.source());
+}
+
 /// Creates answered and not sent when the MDT is killed -9 are sent once it is back (the
 /// restarted MDT refuses the delegation at lock replay: the mount's sender sends them
 /// after the recovery, not the replay itself): every one is there, with the FID the mount

@@ -246,6 +246,9 @@ pub struct OpenFile {
     /// Made by a create this client answered itself (delegated.rs), not open at the MDT:
     /// [`Client::undefer`] opens it there before it is used for anything but its close.
     deferred: bool,
+    /// The delegated directory it was answered in, if made by a create answered here:
+    /// its opening at the MDT is counted there (`Dir::opened_files`).
+    answered_in: Option<Fid>,
 }
 
 /// Sequential-read detection and the reads started ahead of the reader.
@@ -347,6 +350,7 @@ impl OpenFile {
             append: false,
             jobid: String::new(),
             deferred: false,
+            answered_in: None,
         }
     }
 

@@ -93,7 +93,7 @@ impl Client {
         if attr.uid != uid || !may {
             return None;
         }
-        let file = self.open_deferred(&attr, access).ok()?;
+        let file = self.open_deferred(&attr, None, access).ok()?;
         self.delegated.stats.opened.fetch_add(1, Ordering::Relaxed);
         Some(file)
     }

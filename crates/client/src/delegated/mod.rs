@@ -54,6 +54,9 @@ const ASK_AGAIN_MS: u64 = 1000;
 /// way), all directories: below a grant of FIDs, so what is not made yet spans at most two
 /// grants (the MDT keeps each client's newest four). Past it, creates go to the MDT.
 pub const DELEGATED_PENDING_MAX: usize = FID_GRANT_ASK as usize / 2;
+/// Regular files answered in a delegated directory before [`Dir::writes_follow`] judges
+/// whether answering them pays.
+const FILES_JUDGED_AFTER: u32 = 8;
 /// Most files answered in one delegated directory whose entry and attributes the kernel
 /// may keep for as long as the delegation is held (each is forgotten when it goes), and
 /// whose unlink the mount may answer: IO500's directories of 190,000 files fit (with 16,384
@@ -72,6 +75,21 @@ const RETRY_MS_MAX: u64 = 60_000;
 enum Item {
     Create(BatchCreate),
     Unlink(BatchUnlink),
+}
+
+impl Dir {
+    /// True once at least half of the regular files answered here had their handle opened
+    /// at the MDT right after (after [`FILES_JUDGED_AFTER`]): each such file cost a batch
+    /// of its own, sent before that open, and the open — a round trip more than the MDT's
+    /// own create with open, and no lock on the file to answer its stats with. Creates of
+    /// regular files then go to the MDT for as long as the delegation is held (mkdirs and
+    /// unlinks are still answered here). mdtest's hard phase on a directory whose files
+    /// start on OSTs is such a load; its easy phase (empty files) and small files carried
+    /// by their creates (a component on the MDT) are not.
+    fn writes_follow(&self) -> bool {
+        self.answered_files >= FILES_JUDGED_AFTER
+            && self.opened_files.saturating_mul(2) >= self.answered_files
+    }
 }
 
 impl Item {
@@ -130,6 +148,10 @@ struct Dir {
     cred: Option<Cred>,
     /// Files answered and not yet known to the MDT (sent or not), with their attributes.
     answered: HashMap<Fid, Attr>,
+    /// Regular files answered here since it was delegated, and how many of their handles
+    /// were opened at the MDT since ([`Dir::writes_follow`]).
+    answered_files: u32,
+    opened_files: u32,
     /// Files whose unlink was answered and is not known made yet (sent or not).
     unlinking: HashSet<Fid>,
     /// Files made here whose attributes and whole contents are kept (kept.rs).
@@ -221,9 +243,15 @@ impl Client {
         )
     }
 
-    /// A handle on `attr`'s file, made by [`Client::create_delegated`], for `access`: not
-    /// open at the MDT until [`Client::undefer`].
-    pub fn open_deferred(&self, attr: &Attr, access: u8) -> Result<crate::OpenFile> {
+    /// A handle on `attr`'s file, made by [`Client::create_delegated`] in `parent` (None:
+    /// a later open of a file kept here), for `access`: not open at the MDT until
+    /// [`Client::undefer`].
+    pub fn open_deferred(
+        &self,
+        attr: &Attr,
+        parent: Option<Fid>,
+        access: u8,
+    ) -> Result<crate::OpenFile> {
         // A slot of its own: the file's shared slot is made by the open at the MDT, with
         // the layout that open gives (layouts.rs keeps the first handle's).
         let slot = Arc::new(crate::layouts::LayoutSlot::new(attr.fid, None, false));
@@ -232,6 +260,7 @@ impl Client {
             .with_access(access);
         f.incarnation = self.mdc(attr.fid.mdt_index())?.incarnation();
         f.deferred = true;
+        f.answered_in = parent;
         Ok(f)
     }
 
@@ -240,6 +269,13 @@ impl Client {
     pub fn undefer(&self, file: &crate::OpenFile) -> Result<crate::OpenFile> {
         // As its creator, who was answered it (whoever uses the handle first): the owner,
         // whose class of the mode allowed the access when it was made.
+        // Counted where it was answered: a directory whose new files are opened again at
+        // the MDT (written through OSTs, mostly) stops answering creates (`Dir::writes_follow`).
+        if let Some(dir) = file.answered_in {
+            if let Some(d) = self.delegated.dirs.lock().get_mut(&dir) {
+                d.opened_files = d.opened_files.saturating_add(1);
+            }
+        }
         let creator = Cred::new(file.owner.uid, file.owner.gid, Vec::new());
         let opened = nacre_types::cred::with(creator, || self.open(file.fid, file.access));
         // The open may be what told this client it was evicted, its create (answered under
@@ -323,6 +359,13 @@ impl Client {
         if dir_kind && (!mkdirs || dir.nlink.saturating_add(1) >= DIR_NLINK_MAX) {
             return Ok(None);
         }
+        // Before a FID is taken for it (checked again below, under the delegation).
+        let writes_follow = |dirs: &HashMap<Fid, Dir>| {
+            !dir_kind && dirs.get(&parent).is_some_and(Dir::writes_follow)
+        };
+        if writes_follow(&self.delegated.dirs.lock()) {
+            return Ok(None);
+        }
         let cred = nacre_types::cred::current();
         if !cred.is_root() {
             let may = nacre_types::cred::permits(
@@ -386,6 +429,7 @@ impl Client {
                 || !mdc.locks.holds(lock)
                 || !self.complete.absent(parent, name)
                 || (dir_kind && d.attr.nlink.saturating_add(1) >= DIR_NLINK_MAX)
+                || (!dir_kind && d.writes_follow())
             {
                 return Ok(None);
             }
@@ -404,6 +448,9 @@ impl Client {
                 d.covered.insert(name.to_vec(), Covered { fid, owner });
             }
             d.items.push(Item::Create(item));
+            if !dir_kind {
+                d.answered_files = d.answered_files.saturating_add(1);
+            }
             d.answered.insert(fid, attr.clone());
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
@@ -526,6 +573,8 @@ impl Client {
             items: Vec::new(),
             cred: None,
             answered: HashMap::new(),
+            answered_files: 0,
+            opened_files: 0,
             unlinking: HashSet::new(),
             kept: HashMap::new(),
             accessed: Vec::new(),

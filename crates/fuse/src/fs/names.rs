@@ -358,7 +358,7 @@ impl Shared {
             );
             match answered.and_then(|a| match a {
                 Some((attr, covered)) => Ok(Some((
-                    self.client.open_deferred(&attr, access)?,
+                    self.client.open_deferred(&attr, Some(parent), access)?,
                     attr,
                     covered,
                 ))),
