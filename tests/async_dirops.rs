@@ -268,44 +268,60 @@ fn creates_answered_before_an_mdt_restart_are_made_after_it() {
     lfsck_clean(&fs.source());
 }
 
-/// Inodes user `uid` owns, as the quota accounting counts them.
-/// A process creating and writing files in a delegated directory while the MDT is killed
-/// -9 and restarted goes on to the end: the write that finds the delegation lost (the
-/// restarted MDT refuses it at lock replay) has the kernel forget the files answered under
-/// it without waiting for their pages, one of which the kernel holds locked for that very
-/// write (it hung there for good). Every file reads back through the other mount.
+/// A process creating and writing files in delegated directories while the MDT is killed
+/// -9 and restarted goes on: the write that finds a delegation lost (the restarted MDT
+/// refuses it at lock replay) has the kernel forget the files answered under it without
+/// waiting for their pages, one of which the kernel holds locked for that very write (it
+/// hung there for good). Five files per directory, each directory made under its parent's
+/// delegation and delegated in turn (below `Dir::writes_follow`'s eight, so every file is
+/// answered by the mount); the writer goes on until files were written after the restart.
+/// Every file reads back through the other mount.
 #[test]
 fn writes_in_a_delegated_directory_go_on_through_an_mdt_restart() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
     let fsname = "asyncwr";
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let (a, da) = delegated_dir(&fs);
-    const FILES: u64 = 300;
+    const PER_DIR: u64 = 5;
+    let (written, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let writer = {
-        let da = da.clone();
+        let (da, written, stop) = (da.clone(), written.clone(), stop.clone());
         std::thread::spawn(move || {
-            for i in 0..FILES {
-                fs::write(da.join(format!("w{i}")), nacre_testkit::pattern(i, 5000)).unwrap();
+            let mut n = 0;
+            while !stop.load(Ordering::Acquire) {
+                let g = da.join(format!("g{}", n / PER_DIR));
+                if n % PER_DIR == 0 {
+                    fs::create_dir(&g).unwrap();
+                }
+                fs::write(g.join(format!("w{n}")), nacre_testkit::pattern(n, 5000)).unwrap();
+                n += 1;
+                written.store(n, Ordering::Release);
             }
-            done_tx.send(()).unwrap();
+            done_tx.send(n).unwrap();
         })
     };
-    nacre_testkit::wait_for("a third of the files", || {
-        fs::read_dir(&da).unwrap().count() as u64 > FILES / 3
-    });
+    nacre_testkit::wait_for("100 files", || written.load(Ordering::Acquire) >= 100);
     let mds = &mut fs.servers_mut()[0];
     mds.kill9();
     mds.restart();
-    assert!(
-        done_rx.recv_timeout(Duration::from_secs(120)).is_ok(),
-        "the writer hangs after the MDT's restart"
-    );
+    let at_restart = written.load(Ordering::Acquire);
+    // A hang stops the writer: this times out.
+    nacre_testkit::wait_for("100 files written after the restart", || {
+        written.load(Ordering::Acquire) >= at_restart + 100
+    });
+    stop.store(true, Ordering::Release);
+    let n = done_rx.recv_timeout(Duration::from_secs(60)).unwrap();
     writer.join().unwrap();
     fs::File::open(&da).unwrap().sync_all().unwrap();
     until_counter(&a, fsname, "pending", 0);
     assert_eq!(counter(&a, fsname, "lost"), 0, "nothing lost");
-    for i in 0..FILES {
-        let f = fs.path("d").join(format!("w{i}"));
+    for i in 0..n {
+        let f = fs.path(&format!("d/g{}/w{i}", i / PER_DIR));
         assert_eq!(
             fs::read(&f).unwrap(),
             nacre_testkit::pattern(i, 5000),
@@ -316,6 +332,7 @@ fn writes_in_a_delegated_directory_go_on_through_an_mdt_restart() {
     lfsck_clean(&fs.source());
 }
 
+/// Inodes user `uid` owns, as the quota accounting counts them.
 pub(crate) fn inodes_of(src: &str, uid: &str) -> u64 {
     let v: serde_json::Value =
         serde_json::from_str(&nacre_ok(&["quota", "--json", "-u", uid, src])).unwrap();

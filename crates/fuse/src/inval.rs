@@ -34,7 +34,7 @@ pub const ENTRY_INVAL_WAIT_MS: u64 = 250;
 /// the write is done, and that write may wait at the OST for this very cancel).
 pub const DATA_INVAL_WAIT_MS: u64 = 250;
 /// Batches of file data invalidations queued at most.
-const DATA_BATCHES_QUEUED_MAX: usize = 64;
+const DATA_BATCHES_QUEUED_MAX: usize = 1024;
 /// Batches of entry invalidations queued at most (past it, the callback thread waits).
 const ENTRY_BATCHES_QUEUED_MAX: usize = 64;
 /// Entry invalidations kept for one directory until this mount's change in it is done
@@ -274,18 +274,26 @@ impl Invalidator {
     }
 
     /// Has the data thread drop `pages` (inode, offset, length; 0, 0: all of a file's)
-    /// and waits at most [`DATA_INVAL_WAIT_MS`] in all, queueing included (the data thread
-    /// may be waiting for a page this caller's own request holds); the drop still happens
-    /// unless the queue stayed full.
+    /// and waits at most [`DATA_INVAL_WAIT_MS`] for it (the data thread may be waiting for
+    /// a page this caller's own request holds); the drop still happens. A queue still full
+    /// then is waited for without a bound: pages left cached after their lock went would
+    /// be read stale (the data thread is held up only while a write is served, and
+    /// [`DATA_BATCHES_QUEUED_MAX`] callbacks would have to come meanwhile).
     fn drop_pages(&self, pages: Vec<(u64, i64, i64)>) {
         if pages.is_empty() {
             return;
         }
         let deadline = std::time::Instant::now() + Duration::from_millis(DATA_INVAL_WAIT_MS);
         let (done_tx, done_rx) = bounded(1);
-        if self.data.send_deadline((pages, done_tx), deadline).is_err()
-            || done_rx.recv_deadline(deadline).is_err()
-        {
+        let queued = match self.data.send_deadline((pages, done_tx), deadline) {
+            Ok(()) => true,
+            Err(crossbeam_channel::SendTimeoutError::Timeout(batch)) => {
+                tracing::warn!("the queue of page drops stays full: waiting for room");
+                self.data.send(batch).is_ok()
+            }
+            Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => false,
+        };
+        if !queued || done_rx.recv_deadline(deadline).is_err() {
             self.stats.data_waits_cut.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -68,9 +68,17 @@ pub fn revoke_if_limited(mdt: &Arc<Mdt>) -> usize {
     }
 }
 
-/// Operations a delegation's holder answers itself, by the names QoS rules give them, and
-/// the batches that carry them.
-pub const DELEGATED_OPS: &[&str] = &["create", "mkdir", "unlink", "create_batch", "unlink_batch"];
+/// Operations a delegation's holder answers itself (the opens of files it keeps among
+/// them), by the names QoS rules give them, and the batches that carry them.
+pub const DELEGATED_OPS: &[&str] = &[
+    "create",
+    "mkdir",
+    "unlink",
+    "open",
+    "create_batch",
+    "unlink_batch",
+    "access_batch",
+];
 
 /// True if a QoS rule of `mdt` caps the rate of an operation a holder answers itself: the
 /// rule could not hold what was answered without a request (no directory is delegated

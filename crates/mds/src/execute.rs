@@ -371,7 +371,7 @@ fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     }
     // Its new files can be placed: the MDT will not refuse one the holder answered (a
     // change of the pools calls delegations back first: delegations::watch_pools).
-    if crate::placement::placeable(mdt, &rec).is_err() || mdt.osts.pools_changing() {
+    if mdt.osts.pools_changing() || crate::placement::placeable(mdt, &rec).is_err() {
         return Err(Status::NotSupp);
     }
     let data_bytes_max = ops::batch::data_bytes_max(mdt, &rec)?;

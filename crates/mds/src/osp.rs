@@ -128,8 +128,24 @@ impl OstPool {
         }
     }
 
-    /// Fetches the configuration and refreshes each OST's free space.
+    /// Fetches the configuration and refreshes each OST's free space, from a request's
+    /// path (a transaction may be open: the store's lock held): never waits for another
+    /// refresh, and leaves a change of the pools, whose installation waits for delegations
+    /// to come back (and may evict, which takes the store's lock), to
+    /// [`OstPool::refresh_installing`] (the watch thread, a pool command).
     pub fn refresh(&self) -> Result<(), RpcError> {
+        self.refresh_with(false)
+    }
+
+    /// [`OstPool::refresh`], installing a change of the pools too (through the hook:
+    /// [`OstPool::before_pools_change`]) and waiting for any other refresh under way:
+    /// returns once the configuration fetched, or a newer one, is in place. Never from a
+    /// request's path.
+    pub fn refresh_installing(&self) -> Result<(), RpcError> {
+        self.refresh_with(true)
+    }
+
+    fn refresh_with(&self, installing: bool) -> Result<(), RpcError> {
         if self.detached {
             return Ok(());
         }
@@ -142,7 +158,7 @@ impl OstPool {
             Err(RpcError::Status(Status::NoEnt)) => FsConfig::default(),
             Err(e) => return Err(e),
         };
-        self.apply_config(&config);
+        self.apply_config(&config, installing);
         let conns: Vec<(u32, Arc<Connection>)> = self
             .osts
             .read()
@@ -178,14 +194,26 @@ impl OstPool {
         self.pools_changing.load(Ordering::Acquire)
     }
 
-    fn apply_config(&self, config: &FsConfig) {
+    /// Applies `config`; `installing`: see [`OstPool::refresh_installing`]. Otherwise the
+    /// targets are taken, and the version and pools only if the pools did not change.
+    fn apply_config(&self, config: &FsConfig, installing: bool) {
         // One configuration applied at a time, each in full before the next: a caller
-        // returns once the configuration it fetched, or a newer one, is in place (a pool
-        // command's refresh waits for the watch thread's apply of the same change, and
-        // with it for the delegations that change calls back).
-        let _one = self.applying.lock().expect("applying");
+        // that installs returns once the configuration it fetched, or a newer one, is in
+        // place (a pool command's refresh waits for the watch thread's apply of the same
+        // change, and with it for the delegations that change calls back). A poisoned
+        // lock (a panic in a hook) is taken over: the state it guards is whole.
+        let _one = match installing {
+            true => Some(self.applying.lock().unwrap_or_else(|e| e.into_inner())),
+            false => match self.applying.try_lock() {
+                Ok(g) => Some(g),
+                // Another apply is under way (perhaps waiting for delegations): it takes
+                // this configuration or a newer one.
+                Err(_) => return,
+            },
+        };
         let mut version = self.config_version.write().expect("version");
-        if config.version == *version && config.version != 0 {
+        // Versions only grow: one fetched before a newer one was applied is stale.
+        if config.version <= *version && config.version != 0 {
             return;
         }
         let pools: HashMap<PoolName, PoolEntry> = config
@@ -193,21 +221,53 @@ impl OstPool {
             .iter()
             .map(|p| (p.name, (p.osts.clone(), p.spill)))
             .collect();
-        if *self.pools.read().expect("pools") != pools {
+        let current = self.pools.read().expect("pools").clone();
+        if current != pools {
+            // Only a pool that lost OSTs, went, or changed its spilling can refuse a file a
+            // delegation's holder placed by it: such a change waits for the delegations
+            // (the hook); one that only adds is installed at once.
+            let narrows = current.iter().any(|(name, (members, spill))| {
+                pools.get(name).is_none_or(|(now, now_spill)| {
+                    now_spill != spill || !members.iter().all(|m| now.contains(m))
+                })
+            });
+            let hook = self.pools_hook.get().filter(|_| narrows);
+            if hook.is_some() && !installing {
+                // Left, with the version, to the watch thread (woken by the same change,
+                // or within OST_REFRESH_MS) or the pool command; the targets are taken.
+                drop(version);
+                self.apply_targets(config);
+                return;
+            }
             // The hook may wait (for delegations to come back, at most their callback
             // timeout): the version's readers are not held meanwhile (another apply waits
             // for this one, on `applying`).
             drop(version);
-            self.pools_changing.store(true, Ordering::Release);
             let mut install = || *self.pools.write().expect("pools") = pools.clone();
-            match self.pools_hook.get() {
-                Some(hook) => hook(&mut install),
+            match hook {
+                Some(hook) => {
+                    self.pools_changing.store(true, Ordering::Release);
+                    // Cleared even if the hook panics (no directory would be delegated again).
+                    struct Clear<'a>(&'a std::sync::atomic::AtomicBool);
+                    impl Drop for Clear<'_> {
+                        fn drop(&mut self) {
+                            self.0.store(false, Ordering::Release);
+                        }
+                    }
+                    let _clear = Clear(&self.pools_changing);
+                    hook(&mut install);
+                }
                 None => install(),
             }
-            self.pools_changing.store(false, Ordering::Release);
             version = self.config_version.write().expect("version");
         }
         *version = config.version;
+        drop(version);
+        self.apply_targets(config);
+    }
+
+    /// Takes the MDTs and OSTs `config` names.
+    fn apply_targets(&self, config: &FsConfig) {
         self.peers.write().expect("peers").extend(
             config
                 .mdts

@@ -114,7 +114,7 @@ pub(crate) fn spawn(
                     };
                     let due = refreshed.elapsed() >= Duration::from_millis(OST_REFRESH_MS);
                     if changed || due {
-                        if let Err(e) = m.osts.refresh() {
+                        if let Err(e) = m.osts.refresh_installing() {
                             tracing::debug!("OST refresh: {e}");
                         }
                         refreshed = std::time::Instant::now();

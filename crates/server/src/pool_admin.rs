@@ -75,7 +75,7 @@ pub fn admin(mgs: Arc<Mgs>, targets: Arc<crate::targets::Targets>) -> PoolAdmin 
         if result.is_ok() {
             for mdt in targets.mdts() {
                 if mdt.label.fsname == fs {
-                    if let Err(e) = mdt.osts.refresh() {
+                    if let Err(e) = mdt.osts.refresh_installing() {
                         tracing::warn!("{}: pool change not fetched: {e}", mdt.label.name());
                     }
                 }
