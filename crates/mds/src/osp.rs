@@ -385,6 +385,16 @@ impl OstPool {
     /// seconds, plus what destroys queued on them will free: `pending`), else `pool`
     /// itself. One hop: the target's own spilling is not followed.
     pub fn spill_target(&self, pool: PoolName, pending: impl Fn(u32) -> u64) -> PoolName {
+        let to = self.spill_target_uncounted(pool, pending);
+        if to != pool {
+            self.spilled.fetch_add(1, Ordering::Relaxed);
+        }
+        to
+    }
+
+    /// [`OstPool::spill_target`] for a check that places nothing (not counted in
+    /// [`OstPool::spilled`]).
+    pub fn spill_target_uncounted(&self, pool: PoolName, pending: impl Fn(u32) -> u64) -> PoolName {
         if pool.is_none() {
             return pool;
         }
@@ -404,7 +414,6 @@ impl OstPool {
         }
         let full = total > 0 && (total - free) * 100 >= u128::from(spill.threshold_pct) * total;
         if full {
-            self.spilled.fetch_add(1, Ordering::Relaxed);
             return spill.to;
         }
         pool
@@ -622,6 +631,9 @@ mod tests {
         set(1, 30);
         // 160 of 200 bytes used: 80%, the threshold.
         assert_eq!(osp.spill_target(flash, |_| 0), cap);
+        assert_eq!(osp.spilled.load(Ordering::Relaxed), 1);
+        // A check that places nothing (a delegation's `placeable`) is not a spill.
+        assert_eq!(osp.spill_target_uncounted(flash, |_| 0), cap);
         assert_eq!(osp.spilled.load(Ordering::Relaxed), 1);
         // 10 bytes on OST0 are about to be freed: 75%.
         assert_eq!(

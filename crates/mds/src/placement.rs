@@ -157,7 +157,7 @@ impl Tx<'_> {
         asked: StripeSpec,
         inherited: StripeSpec,
     ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
-        resolve_component(self.mdt, asked, inherited)
+        resolve_component(self.mdt, asked, inherited, true)
     }
 }
 
@@ -194,19 +194,23 @@ pub(crate) fn placeable(mdt: &Mdt, dir: &InodeRecord) -> Result<(), Status> {
     }
     // Resolved against the pool's OSTs (`OstPool::resolve`: some, the start OST one of
     // them, no more stripes than they are), all `OstPool::choose` asks of them.
-    resolve_component(mdt, first.asked, first.inherited).map(|_| ())
+    resolve_component(mdt, first.asked, first.inherited, false).map(|_| ())
 }
 
-/// See [`Tx::resolve_component`].
+/// See [`Tx::resolve_component`]; `placing`: a file is placed by it (a spill is counted).
 fn resolve_component(
     mdt: &Mdt,
     asked: StripeSpec,
     inherited: StripeSpec,
+    placing: bool,
 ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
     {
         let merged = asked.over(inherited);
         let pending = |ost| mdt.destroy_space.pending(ost);
-        let pool = mdt.osts.spill_target(merged.pool, pending);
+        let pool = match placing {
+            true => mdt.osts.spill_target(merged.pool, pending),
+            false => mdt.osts.spill_target_uncounted(merged.pool, pending),
+        };
         // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
         // and no more stripes than it has.
         let (spec, base) = if pool == merged.pool {
