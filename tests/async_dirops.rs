@@ -84,6 +84,15 @@ pub(crate) fn numbered_and_first(prefix: &str, n: usize) -> Vec<String> {
     v
 }
 
+/// MDT0000 of `fsname` waits one second for a lock callback's answer (then evicts).
+pub(crate) fn short_callbacks(fsname: &str) {
+    nacre_ok(&[
+        "ctl",
+        "set_param",
+        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
+    ]);
+}
+
 /// Holds the mount's sender: what it answers from now on stays pending.
 pub(crate) fn hold_sender(m: &ClientMount) {
     fail_loc(
@@ -118,11 +127,7 @@ fn an_evicted_mount_loses_only_the_creates_it_never_sent() {
         fs::File::create(da.join(format!("p{i}"))).unwrap();
     }
     assert_eq!(counter(&a, fsname, "pending"), 10, "answered, not sent");
-    nacre_ok(&[
-        "ctl",
-        "set_param",
-        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
-    ]);
+    short_callbacks(fsname);
     let pid = a.pid().expect("the mount's process") as i32;
     // SAFETY: signals to a child process of this test.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -159,11 +164,7 @@ fn a_create_answered_after_an_unheard_eviction_fails_its_first_write_eio() {
     let fsname = "asyncuh";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let (a, da) = delegated_dir(&fs);
-    nacre_ok(&[
-        "ctl",
-        "set_param",
-        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
-    ]);
+    short_callbacks(fsname);
     fail_loc(
         a.pid().expect("mount process"),
         "client.lock_poll.blocking~hold",
@@ -382,11 +383,7 @@ fn a_mount_killed_with_a_batch_in_flight_leaves_it_whole() {
     // SAFETY: a signal to a child process of this test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     fail_loc(mds, "0");
-    nacre_ok(&[
-        "ctl",
-        "set_param",
-        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
-    ]);
+    short_callbacks(fsname);
     // The listing calls the dead mount's delegation back; it is evicted.
     let want = numbered_and_first("p", 20);
     assert_eq!(names(&fs.path("d")), want, "the batch, whole");
@@ -954,11 +951,7 @@ fn an_evicted_mount_loses_only_the_unlinks_it_never_sent() {
     }
     assert!(!da.join("s0").exists(), "gone here");
     assert_eq!(counter(&a, fsname, "pending"), 5, "answered, not sent");
-    nacre_ok(&[
-        "ctl",
-        "set_param",
-        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
-    ]);
+    short_callbacks(fsname);
     let pid = a.pid().expect("the mount's process") as i32;
     // SAFETY: signals to a child process of this test.
     unsafe { libc::kill(pid, libc::SIGSTOP) };

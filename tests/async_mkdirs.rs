@@ -197,11 +197,7 @@ fn answered_mkdirs_outlive_an_mdt_kill_and_die_with_their_mount() {
     let pid = a.pid().expect("the mount's process") as i32;
     // SAFETY: a signal to a child process of this test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    nacre_ok(&[
-        "ctl",
-        "set_param",
-        &format!("ldlm.namespaces.mdt-{fsname}-MDT0000.callback_timeout_ms=1000"),
-    ]);
+    super::async_dirops::short_callbacks(fsname);
     // The listing calls the dead mount's delegation back; it is evicted.
     assert_eq!(names(&db2), vec!["first"], "none of what was never sent");
     assert_eq!(fs::metadata(&db2).unwrap().nlink(), 2);

@@ -204,32 +204,30 @@ fn resolve_component(
     inherited: StripeSpec,
     placing: bool,
 ) -> Result<(u16, u32, Option<u32>, PoolName), Status> {
-    {
-        let merged = asked.over(inherited);
-        let pending = |ost| mdt.destroy_space.pending(ost);
-        let pool = match placing {
-            true => mdt.osts.spill_target(merged.pool, pending),
-            false => mdt.osts.spill_target_uncounted(merged.pool, pending),
+    let merged = asked.over(inherited);
+    let pending = |ost| mdt.destroy_space.pending(ost);
+    let pool = match placing {
+        true => mdt.osts.spill_target(merged.pool, pending),
+        false => mdt.osts.spill_target_uncounted(merged.pool, pending),
+    };
+    // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
+    // and no more stripes than it has.
+    let (spec, base) = if pool == merged.pool {
+        (asked, inherited)
+    } else {
+        let spilled = StripeSpec {
+            start_ost: -1,
+            pool,
+            ..merged
         };
-        // Spilled: the target pool's OSTs, whatever the start OST named in the full one,
-        // and no more stripes than it has.
-        let (spec, base) = if pool == merged.pool {
-            (asked, inherited)
-        } else {
-            let spilled = StripeSpec {
-                start_ost: -1,
-                pool,
-                ..merged
-            };
-            (
-                StripeSpec {
-                    stripe_count: 0,
-                    ..spilled
-                },
-                spilled,
-            )
-        };
-        let (count, size, first) = mdt.osts.resolve(spec, base, pool)?;
-        Ok((count, size, first, pool))
-    }
+        (
+            StripeSpec {
+                stripe_count: 0,
+                ..spilled
+            },
+            spilled,
+        )
+    };
+    let (count, size, first) = mdt.osts.resolve(spec, base, pool)?;
+    Ok((count, size, first, pool))
 }
