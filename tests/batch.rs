@@ -5,11 +5,11 @@
 //! server processes; what it made is checked through a mount.
 
 use super::growth::fid_at;
-use nacre_ldlm::msg::{LockRef, DELEGATION, UPDATE};
+use nacre_ldlm::msg::{LockRef, DELEGATION, ENTRY_BITS, UPDATE};
 use nacre_testkit::raw::RawConn;
 use nacre_testkit::{lfsck_clean, nacre_ok, Form, Spec, TestFs};
 use nacre_types::{Cred, Fid, Status};
-use nacre_wire::mds::{BatchCreate, MdsOp, MdsReply, CREATE_BATCH_ITEMS_MAX};
+use nacre_wire::mds::{BatchCreate, MdsAnswer, MdsOp, MdsReply, CREATE_BATCH_ITEMS_MAX};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
@@ -297,6 +297,97 @@ fn batches_are_refused_fids_that_are_not_their_clients_own() {
         fs::read(&existing).unwrap(),
         b"x",
         "the file named is untouched"
+    );
+    lfsck_clean(&fs.source());
+}
+
+/// A batch sent asking for locks on its files: the whole answer.
+fn locked_batch(s: &mut Session, parent: Fid, items: Vec<BatchCreate>) -> MdsAnswer {
+    s.0.send_mds_with(0, MdsOp::CreateBatch { parent, items }, ENTRY_BITS)
+        .unwrap();
+    s.0.recv().unwrap().answer().expect("answered")
+}
+
+/// Each item's FID made, or why not.
+fn made(answer: &MdsAnswer) -> Vec<Result<Fid, Status>> {
+    match &answer.reply {
+        MdsReply::Created(r) => r
+            .iter()
+            .map(|r| r.as_ref().map(|(a, _)| a.fid).map_err(|s| *s))
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Locks granted with a batch (protocol 17), asked for by a raw client as an attacker
+/// would: a batch asking for `LOOKUP | UPDATE | LAYOUT` gets them on the files it made and
+/// on nothing else — not on another's file it names as its own FID, not on a FID whose
+/// name was taken, not on a FID it gave before — and what it got is a real lock: the
+/// mount's chmod of the attacker's file calls it back, while a chmod of the file it
+/// named holds up nothing (no lock of the attacker's was left on it).
+#[test]
+fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
+    let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("batchlk"));
+    let mds = fs.servers_mut()[0].listen.clone();
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    let parent = fid_at(&dir);
+    let victim = dir.join("victim");
+    fs::write(&victim, b"x").unwrap();
+    let victim_fid = fid_at(&victim);
+    let mut a = Session::open(&mds, "batchlk", [0x66; 16]);
+    let mut poller = Session::open(&mds, "batchlk", [0x66; 16]);
+    polls(&mut poller);
+    let (fa, _) = a.grant(8);
+    let items = vec![
+        item(victim_fid, "steal", 0),
+        item(nth(fa, 0), "victim", 0),
+        item(nth(fa, 1), "mine", 0),
+    ];
+    let answer = locked_batch(&mut a, parent, items);
+    assert_eq!(
+        made(&answer),
+        [Err(Status::Perm), Err(Status::Exist), Ok(nth(fa, 1))]
+    );
+    assert_eq!(answer.lock, None);
+    assert_eq!(answer.locks.len(), 1, "{:?}", answer.locks);
+    let lock = answer.locks[0];
+    assert_eq!((lock.fid, lock.bits), (nth(fa, 1), ENTRY_BITS));
+    // Its FID given again: refused, no lock.
+    let again = locked_batch(&mut a, parent, vec![item(nth(fa, 1), "again", 0)]);
+    assert_eq!(made(&again), [Err(Status::Exist)]);
+    assert!(again.locks.is_empty(), "{:?}", again.locks);
+    // Nothing of the attacker's on the file it named: the mount's chmod waits for no
+    // callback (a poll sees none).
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o600)).unwrap();
+    match poller.call(MdsOp::LockPoll {
+        wait_ms: 500,
+        epoch: 0,
+    }) {
+        (0, Some(MdsReply::Blocking(refs))) => assert!(refs.is_empty(), "{refs:?}"),
+        other => panic!("poll: {:?}", other.0),
+    }
+    // Its own file's lock is real: a change by another client calls it back.
+    let mine = dir.join("mine");
+    let chmod = std::thread::spawn(move || {
+        fs::set_permissions(&mine, fs::Permissions::from_mode(0o600)).unwrap()
+    });
+    let refs = called_back(&mut poller);
+    assert_eq!(
+        refs.iter().map(|r| r.handle).collect::<Vec<_>>(),
+        [lock.handle]
+    );
+    assert_eq!(
+        a.call(MdsOp::LockCancel {
+            handles: vec![lock.handle]
+        })
+        .0,
+        0
+    );
+    chmod.join().unwrap();
+    assert_eq!(
+        fs::metadata(dir.join("mine")).unwrap().mode() & 0o777,
+        0o600
     );
     lfsck_clean(&fs.source());
 }

@@ -8,6 +8,7 @@ mod api_attacks;
 mod async_dirops;
 mod async_dirops_data;
 mod async_dirops_kept;
+mod async_dirops_locks;
 mod async_mkdirs;
 mod atime;
 mod attacks;

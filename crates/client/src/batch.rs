@@ -3,8 +3,10 @@
 //! one request (`CreateBatch`), kept for replay as any change until the MDT commits it.
 
 use crate::{Client, ClientError, Result};
+use nacre_ldlm::msg::{LockRef, ENTRY_BITS, UPDATE};
 use nacre_types::{Attr, Fid, Layout, Status};
 use nacre_wire::mds::{BatchCreate, BatchUnlink, MdsOp, MdsReply};
+use std::collections::HashMap;
 
 /// One file's outcome in a batch: its attributes and layout, or why it was not made.
 pub type Created = std::result::Result<(Attr, Option<Layout>), Status>;
@@ -24,17 +26,39 @@ impl Client {
     /// `CREATE_BATCH_ITEMS_MAX`), each with the FID it names from this client's grants
     /// (`ESHUTDOWN` if this client was evicted: never sent again as the new client):
     /// one result per item, in order (`E2BIG` for the items the MDT left untried: their
-    /// reply would not fit; send them again). The layouts are remembered, as a create's.
+    /// reply would not fit; send them again). The layouts are remembered, as a create's;
+    /// on a mount that takes locks, each file made comes with its own (`LOOKUP | UPDATE |
+    /// LAYOUT`, protocol 17), held here with the file's name, and an empty file's
+    /// attributes are kept under it (crate::vouched).
     pub fn create_batch(&self, parent: Fid, items: Vec<BatchCreate>) -> Result<Vec<Created>> {
         let n = items.len();
+        let mdc = self.mdc(parent.mdt_index())?;
+        let snap = mdc.vouched.snapshot();
+        let names: Vec<(Fid, Vec<u8>)> = items.iter().map(|i| (i.fid, i.name.clone())).collect();
         let op = MdsOp::CreateBatch { parent, items };
-        let results = match self.mdc(parent.mdt_index())?.call_unrenewed(op)? {
-            MdsReply::Created(r) if r.len() == n => r,
+        let (results, locks) = match mdc.call_batch(op, ENTRY_BITS)? {
+            (MdsReply::Created(r), locks) if r.len() == n => (r, locks),
             _ => return Err(ClientError::from(Status::Proto)),
         };
-        for (attr, layout) in results.iter().flatten() {
+        let mut locks: HashMap<Fid, LockRef> = locks.into_iter().map(|l| (l.fid, l)).collect();
+        for ((fid, name), result) in names.iter().zip(&results) {
+            let Ok((attr, layout)) = result else {
+                continue;
+            };
             if let Some(l) = layout {
                 self.remember_layout(attr.fid, l, true);
+            }
+            // The file's own lock (taken before it was made: it covers these attributes),
+            // as a create with intent's: its entry and attributes outlive the delegation.
+            let Some(lock) = locks.remove(fid) else {
+                continue;
+            };
+            if attr.fid != *fid || !mdc.locks.granted(lock) {
+                continue;
+            }
+            mdc.locks.cover_name(*fid, parent, name);
+            if let (true, Some(l)) = (lock.bits & UPDATE != 0, layout) {
+                mdc.vouched.created(attr, l, lock.handle, snap);
             }
         }
         Ok(results)

@@ -457,19 +457,33 @@ impl Mdc {
             before(&op);
         }
         self.call_unhooked(op, lock_bits, true)
+            .map(|(reply, lock, _)| (reply, lock))
     }
 
     /// A request of this `Mdc`'s own (reconnection, replay, commit, lock traffic): sent
     /// without the hook of [`Mdc::set_before_request`], which may itself be sending.
     pub(crate) fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
-        self.call_unhooked(op, 0, true).map(|(reply, _)| reply)
+        self.call_unhooked(op, 0, true).map(|(reply, _, _)| reply)
     }
 
     /// A request that is this client incarnation's only: one refused because the client
     /// was evicted fails (`ESHUTDOWN`) instead of going again as the new client (changes
     /// a client answered itself before its eviction are void: crate::delegated).
     pub(crate) fn call_unrenewed(&self, op: MdsOp) -> Result<MdsReply> {
-        self.call_unhooked(op, 0, false).map(|(reply, _)| reply)
+        self.call_unhooked(op, 0, false).map(|(reply, _, _)| reply)
+    }
+
+    /// [`Mdc::call_unrenewed`] for a `CreateBatch` asking for `lock_bits` on each file it
+    /// makes: the reply and the locks the MDT says it granted, not yet held here (the
+    /// caller takes those of its own files with [`nacre_ldlm::client::Locks::granted`];
+    /// none without a lock sink).
+    pub(crate) fn call_batch(
+        &self,
+        op: MdsOp,
+        lock_bits: u8,
+    ) -> Result<(MdsReply, Vec<nacre_ldlm::msg::LockRef>)> {
+        self.call_unhooked(op, lock_bits, false)
+            .map(|(reply, _, locks)| (reply, locks))
     }
 
     /// [`Mdc::call_with`] without the hook; `renew`: a request refused because this client
@@ -479,7 +493,11 @@ impl Mdc {
         op: MdsOp,
         lock_bits: u8,
         renew: bool,
-    ) -> Result<(MdsReply, Option<nacre_ldlm::msg::LockRef>)> {
+    ) -> Result<(
+        MdsReply,
+        Option<nacre_ldlm::msg::LockRef>,
+        Vec<nacre_ldlm::msg::LockRef>,
+    )> {
         let lock_bits = match self.sink.get() {
             Some(_) => lock_bits,
             None => 0,
@@ -582,12 +600,16 @@ impl Mdc {
             let lock = a
                 .lock
                 .filter(|l| l.is_valid() && lock_bits != 0 && self.locks.granted(*l));
+            let locks = match lock_bits {
+                0 => Vec::new(),
+                _ => a.locks.into_iter().filter(|l| l.is_valid()).collect(),
+            };
             if let (Some(snap), MdsReply::Entry { attr, .. }) = (dir_read, &a.reply) {
                 if let Some(h) = self.locks.holding(attr.fid, nacre_ldlm::msg::UPDATE) {
                     self.dir_attrs.put_read(snap, attr.clone(), h);
                 }
             }
-            (a.reply, lock)
+            (a.reply, lock, locks)
         })
     }
 

@@ -100,8 +100,20 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             if matches!(call.op, MdsOp::DelegateDir { .. }) {
                 _hold = None;
             }
-            let (out, lock) = locks::with_intent(mdt, call, || dispatch(mdt, call, xid));
-            LAST_GRANT.with(|c| c.set(lock.map(|l| (call.client, xid, l))));
+            let (out, grants) = match &call.op {
+                MdsOp::CreateBatch { .. } => {
+                    let run = || dispatch(mdt, call, xid);
+                    let (out, locks) = crate::batch_locks::granted_with(mdt, call, run);
+                    (out, Grants { lock: None, locks })
+                }
+                _ => {
+                    let (out, lock) = locks::with_intent(mdt, call, || dispatch(mdt, call, xid));
+                    let locks = Vec::new();
+                    (out, Grants { lock, locks })
+                }
+            };
+            let granted = grants.lock.is_some() || !grants.locks.is_empty();
+            LAST_GRANT.with(|c| c.set(granted.then_some((call.client, xid, grants))));
             out
         }
     };
@@ -397,10 +409,17 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+/// The locks granted with a reply: one on the inode it names ([`locks::with_intent`]), or
+/// one per file a batch made ([`crate::batch_locks`]).
+pub(crate) struct Grants {
+    lock: Option<nacre_ldlm::msg::LockRef>,
+    locks: Vec<nacre_ldlm::msg::LockRef>,
+}
+
 thread_local! {
-    /// The lock granted with the reply of the request this thread just ran, handed from
-    /// [`execute`] to [`answer`].
-    pub(crate) static LAST_GRANT: std::cell::Cell<Option<([u8; 16], u64, nacre_ldlm::msg::LockRef)>> =
+    /// The locks granted with the reply of the request this thread just ran (client, xid),
+    /// handed from [`execute`] to [`answer`].
+    pub(crate) static LAST_GRANT: std::cell::Cell<Option<([u8; 16], u64, Grants)>> =
         const { std::cell::Cell::new(None) };
 }
 
@@ -430,10 +449,14 @@ pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outg
         None => (0, Vec::new()),
     };
     let last_committed = mdt.store().last_committed_transno();
-    let lock = LAST_GRANT
+    let grants = LAST_GRANT
         .with(|c| c.take())
         .filter(|(c, x, _)| *c == call.client && *x == xid)
-        .map(|(_, _, l)| l);
+        .map(|(_, _, g)| g);
+    let (lock, locks) = match grants {
+        Some(g) => (g.lock, g.locks),
+        None => (None, Vec::new()),
+    };
     let dir = changed_dir(mdt, &call.op);
     let mut body = nacre_wire::mds::MdsAnswer::encode_head(
         transno,
@@ -441,6 +464,7 @@ pub(crate) fn answer(mdt: &Mdt, call: &MdsCall, xid: u64, out: Outgoing) -> Outg
         mdt.epoch,
         &pre_versions,
         lock,
+        &locks,
         dir.as_ref(),
     );
     body.extend_from_slice(&out.body);

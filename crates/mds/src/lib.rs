@@ -38,6 +38,7 @@
 
 pub mod admin_records;
 pub mod atime;
+mod batch_locks;
 pub mod capas;
 pub mod changelog;
 pub mod changelog_state;

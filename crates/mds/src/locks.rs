@@ -644,6 +644,7 @@ pub(crate) fn poll(mdt: &Arc<Mdt>, client: [u8; 16], wait_ms: u64, req: Incoming
                 m.epoch,
                 &[],
                 None,
+                &[],
                 None,
             );
             body.extend_from_slice(&encode_body(&MdsReply::Blocking(refs)));

@@ -71,6 +71,7 @@ const FILES: &[(&str, &str)] = &[
     ("ops/unlink_remote.rs", "ops"),
     ("ops/xattr.rs", "ops"),
     ("admin_records.rs", "services"),
+    ("batch_locks.rs", "services"),
     ("changelog.rs", "services"),
     ("destroy.rs", "services"),
     ("eviction.rs", "services"),

@@ -81,8 +81,9 @@ pub use header::{Header, HEADER_BYTES};
 /// creates carry the bytes their creator wrote (data on the MDT), `DelegateDir` says how
 /// many may come; 14: reads the client answered itself are recorded as accesses —
 /// `AccessBatch`; 15: a close says whether it moves the file's times — `Close::touch`; 16:
-/// directories answered by the client — `BatchCreate::kind`, `Delegated::mkdirs`).
-pub const PROTOCOL_VERSION: u16 = 16;
+/// directories answered by the client — `BatchCreate::kind`, `Delegated::mkdirs`; 17: locks
+/// granted with a batch's creates — `MdsAnswer::locks`).
+pub const PROTOCOL_VERSION: u16 = 17;
 
 /// Oldest protocol version this side speaks (docs/formats.md, "Negotiation"): a frame of a
 /// version in `PROTOCOL_VERSION_MIN..=PROTOCOL_VERSION` is decoded; one outside it is read
@@ -93,9 +94,9 @@ pub const PROTOCOL_VERSION: u16 = 16;
 /// single version), though 10 only added requests; 11: a protocol-10 `CreateBatch` has no
 /// times; 12: one range per release (12 only added `UnlinkBatch`); 13: a protocol-12
 /// `CreateBatch` item has no bytes; 14: one range per release (14 only added `AccessBatch`);
-/// 16: a protocol-15 `CreateBatch` item has no kind. Both sides of a file system upgrade together
-/// (docs/formats.md, "Negotiation").
-pub const PROTOCOL_VERSION_MIN: u16 = 16;
+/// 16: a protocol-15 `CreateBatch` item has no kind; 17: a protocol-16 answer has no
+/// `locks`. Both sides of a file system upgrade together (docs/formats.md, "Negotiation").
+pub const PROTOCOL_VERSION_MIN: u16 = 17;
 
 /// Opcode of the network layer's ping (service 0).
 pub const OP_PING: u16 = 0x0001;

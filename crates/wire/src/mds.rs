@@ -722,6 +722,11 @@ pub struct MdsAnswer {
     pub pre_versions: Vec<(Fid, u64)>,
     /// The lock granted with the reply (the request's `lock_bits`), if any.
     pub lock: Option<nacre_ldlm::msg::LockRef>,
+    /// The locks granted with a [`MdsOp::CreateBatch`]'s files (the request's `lock_bits`
+    /// on each regular file it made, at most one per item; none for an item refused):
+    /// taken before the files were made, so they cover the reply's attributes. Empty for
+    /// every other request.
+    pub locks: Vec<nacre_ldlm::msg::LockRef>,
     /// The attributes of the directory a name change (create, mkdir, symlink, link,
     /// unlink, rmdir) changed, as they are after it: a client holding that directory's
     /// `UPDATE` lock keeps them instead of asking again.
@@ -743,6 +748,7 @@ impl MdsAnswer {
         epoch: u64,
         pre_versions: &[(Fid, u64)],
         lock: Option<nacre_ldlm::msg::LockRef>,
+        locks: &[nacre_ldlm::msg::LockRef],
         dir: Option<&Attr>,
     ) -> Vec<u8> {
         let capas: &[crate::capa::Capa] = &[];
@@ -752,6 +758,7 @@ impl MdsAnswer {
             epoch,
             pre_versions,
             lock,
+            locks,
             dir,
             capas,
         ))

@@ -108,6 +108,9 @@ struct Covered {
     /// Its owner, for the sticky bit's rule; `None` once this client changed it (its unlink
     /// then goes to the MDT).
     owner: Option<u32>,
+    /// Its batch brought its own lock, and its attributes as answered here (send.rs): its
+    /// entry stays in the kernel when the delegation goes, for as long as that lock.
+    locked: bool,
 }
 
 /// A file made under a delegation, as the MDT answered its create, and the bytes it
@@ -445,7 +448,9 @@ impl Client {
             if covered {
                 // A directory's removal is never answered here (rmdir goes to the MDT).
                 let owner = (!dir_kind).then_some(uid);
-                d.covered.insert(name.to_vec(), Covered { fid, owner });
+                let locked = false;
+                d.covered
+                    .insert(name.to_vec(), Covered { fid, owner, locked });
             }
             d.items.push(Item::Create(item));
             if !dir_kind {

@@ -110,6 +110,7 @@ impl Client {
                 }
             }
             self.keep_made(dir, &made);
+            self.note_own_locks(dir, &made);
             let requeued = untried.len();
             if requeued > 0 {
                 let mut dirs = self.delegated.dirs.lock();
@@ -237,7 +238,7 @@ impl Client {
     /// inside a request of the MDT's. Returns the files whose entries and attributes the
     /// kernel kept under it, for it to forget them.
     pub(crate) fn delegation_gone(&self, dir: Fid, lost: bool) -> Vec<(Fid, Vec<u8>)> {
-        let (dropped, covered) = {
+        let dropped = {
             let mut dirs = self.delegated.dirs.lock();
             let Some(d) = dirs.get_mut(&dir) else {
                 return Vec::new();
@@ -248,21 +249,16 @@ impl Client {
                 .map(|k| k.data.len())
                 .sum();
             self.delegated.kept_bytes.fetch_sub(kept, Ordering::AcqRel);
-            let covered: Vec<(Fid, Vec<u8>)> = std::mem::take(&mut d.covered)
-                .into_iter()
-                .map(|(name, c)| (c.fid, name))
-                .collect();
             let evicted = lost
                 && self
                     .mdc(dir.mdt_index())
                     .map_or(true, |m| m.incarnation() != d.incarnation);
-            let dropped = evicted.then(|| {
+            evicted.then(|| {
                 d.answered.clear();
                 d.unlinking.clear();
                 d.since = None;
                 std::mem::take(&mut d.items)
-            });
-            (dropped, covered)
+            })
         };
         self.ask_later(dir);
         if let Some(dropped) = dropped {
@@ -279,12 +275,61 @@ impl Client {
         } else if lost {
             // The sender thread sends it once the MDT answers.
             self.wake_delegated_sender();
-            return covered;
+            return self.take_covered(dir, false);
         } else if let Err(e) = self.flush_delegated(dir) {
             tracing::warn!("sending the creates of {dir} as its delegation goes: {e}");
         }
+        // After the sending: the files it made here with their own locks stay known.
+        let covered = self.take_covered(dir, true);
         self.drop_closed();
         covered
+    }
+
+    /// The files of `dir` the kernel was let keep under its delegation, which goes: those
+    /// it must forget now (all of them, or, with `own_locks`, those whose own lock from
+    /// their batch is not held: a held one keeps them, as it would a create's).
+    fn take_covered(&self, dir: Fid, own_locks: bool) -> Vec<(Fid, Vec<u8>)> {
+        let covered = match self.delegated.dirs.lock().get_mut(&dir) {
+            Some(d) => std::mem::take(&mut d.covered),
+            None => return Vec::new(),
+        };
+        let mdc = self.mdc(dir.mdt_index()).ok();
+        let entry = nacre_ldlm::msg::LOOKUP | nacre_ldlm::msg::UPDATE;
+        covered
+            .into_iter()
+            .filter(|(_, c)| {
+                let held = || mdc.as_ref().is_some_and(|m| m.locks.covers(c.fid, entry));
+                !(own_locks && c.locked && held())
+            })
+            .map(|(name, c)| (c.fid, name))
+            .collect()
+    }
+
+    /// Notes the files of `made` (just made by a batch of `dir`) whose entries and
+    /// attributes the kernel may keep past the delegation: their own lock came with the
+    /// batch (crate::batch), and the MDT made them with the attributes answered here. Not
+    /// in a directory whose files start on the MDT (their pages, written under the
+    /// delegation, go with it: no `DOM` lock of the file keeps them).
+    fn note_own_locks(&self, dir: Fid, made: &[(&BatchCreate, Attr)]) {
+        let Ok(mdc) = self.mdc(dir.mdt_index()) else {
+            return;
+        };
+        let entry = nacre_ldlm::msg::LOOKUP | nacre_ldlm::msg::UPDATE;
+        let mut dirs = self.delegated.dirs.lock();
+        let Some(d) = dirs.get_mut(&dir) else {
+            return;
+        };
+        if d.data_bytes_max > 0 {
+            return;
+        }
+        for (c, attr) in made {
+            let same = d.answered.get(&c.fid).is_some_and(|a| a == attr);
+            if let Some(k) = d.covered.get_mut(&c.name) {
+                if k.fid == c.fid {
+                    k.locked = same && mdc.locks.covers(c.fid, entry);
+                }
+            }
+        }
     }
 
     /// Forgets the closing directories with nothing left to send.

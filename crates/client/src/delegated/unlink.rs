@@ -43,6 +43,7 @@ impl Client {
             let Some(&Covered {
                 fid,
                 owner: Some(owner),
+                ..
             }) = d.covered.get(name)
             else {
                 return Ok(false);

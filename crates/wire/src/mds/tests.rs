@@ -337,6 +337,11 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
             fid: Fid::ROOT,
             bits: nacre_ldlm::msg::LOOKUP,
         }),
+        locks: vec![nacre_ldlm::msg::LockRef {
+            handle: 10,
+            fid: Fid::new(0x2_0000_0400, 11),
+            bits: nacre_ldlm::msg::LOOKUP | nacre_ldlm::msg::UPDATE,
+        }],
         dir: Some(Attr {
             fid: Fid::ROOT,
             kind: FileKind::Directory,
@@ -384,6 +389,7 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
         0x1234_5678_9abcu64,
         vec![(Fid::ROOT, 7u64)],
         answer.lock,
+        answer.locks.clone(),
         answer.dir.clone(),
         answer.capas.clone(),
     );
@@ -402,6 +408,7 @@ fn recovery_messages_round_trip_and_refuse_truncation() {
         0x1234_5678_9abc,
         &[(Fid::ROOT, 7)],
         answer.lock,
+        &answer.locks,
         answer.dir.as_ref(),
     );
     head.extend(encode_body(&answer.reply));

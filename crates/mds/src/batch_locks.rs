@@ -1,0 +1,79 @@
+//! Locks granted with a batch's creates (`CreateBatch`, protocol 17): the holder of a
+//! delegated directory sends the files it answered, and gets, with the MDT's reply, a lock
+//! on each regular file made (the request's `lock_bits`, `LOOKUP | UPDATE | LAYOUT` at
+//! most), as a `Create` with intent gets one on its file. What it knows of them (the
+//! kernel's entries and attributes, the sizes of the files it then writes) stays good once
+//! the directory's delegation goes, until another client changes a file (which calls that
+//! file's lock back), instead of going with the delegation.
+//!
+//! Each lock is taken before the batch runs, while nothing of its file can be read by
+//! anyone: a change by another client after the batch revokes it, and none can come before
+//! (docs/locking.md, "Locks granted with a batch").
+
+use crate::mdt::Mdt;
+use nacre_ldlm::msg::{LockRef, ENTRY_BITS};
+use nacre_net::Outgoing;
+use nacre_types::{Fid, FileKind, Status};
+use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, CREATE_BATCH_ITEMS_MAX};
+use std::collections::{HashMap, HashSet};
+
+/// Runs `call` (through `run`) and, for a `CreateBatch` that asked for locks, returns with
+/// its answer the locks granted on the regular files it made (each item's own FID, made
+/// now). A lock taken for an item that was not made (refused, or made before: a resend) is
+/// given back if it was new. Nothing for a caller that may not send the batch at all.
+pub(crate) fn granted_with(
+    mdt: &Mdt,
+    call: &MdsCall,
+    run: impl FnOnce() -> Outgoing,
+) -> (Outgoing, Vec<LockRef>) {
+    let MdsOp::CreateBatch { items, .. } = &call.op else {
+        return (run(), Vec::new());
+    };
+    let bits = call.lock_bits & ENTRY_BITS;
+    if bits == 0 || items.len() > CREATE_BATCH_ITEMS_MAX || crate::perm::refuses(mdt, call) {
+        return (run(), Vec::new());
+    }
+    let mut taken: HashMap<Fid, (LockRef, bool)> = HashMap::new();
+    for item in items {
+        // Files only: a directory made by the holder stays its delegation's (or asks).
+        if item.kind != FileKind::Regular
+            || item.fid.mdt_index() != mdt.label.index
+            || taken.contains_key(&item.fid)
+        {
+            continue;
+        }
+        if let Some(granted) = mdt.grant_lock(&call.client, item.fid, bits) {
+            taken.insert(item.fid, granted);
+        }
+    }
+    let out = run();
+    let made = made_files(&out, items.len());
+    let mut locks = Vec::with_capacity(made.len());
+    for item in items {
+        let Some((lock, new)) = taken.remove(&item.fid) else {
+            continue;
+        };
+        if made.contains(&item.fid) {
+            locks.push(lock);
+        } else if new {
+            mdt.ldlm.release(&call.client, lock.handle);
+        }
+    }
+    (out, locks)
+}
+
+/// The regular files a batch's answer says were made (one result per item, in order).
+fn made_files(out: &Outgoing, items: usize) -> HashSet<Fid> {
+    if out.status != Status::Ok {
+        return HashSet::new();
+    }
+    match nacre_wire::decode_body::<MdsReply>(&out.body) {
+        Ok(MdsReply::Created(results)) if results.len() == items => results
+            .into_iter()
+            .flatten()
+            .filter(|(attr, _)| attr.kind == FileKind::Regular)
+            .map(|(attr, _)| attr.fid)
+            .collect(),
+        _ => HashSet::new(),
+    }
+}
