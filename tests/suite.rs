@@ -9,6 +9,7 @@ mod async_dirops;
 mod async_dirops_data;
 mod async_dirops_kept;
 mod async_dirops_locks;
+mod async_dirops_rules;
 mod async_mkdirs;
 mod atime;
 mod attacks;

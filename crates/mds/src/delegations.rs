@@ -3,8 +3,9 @@
 //! ids its client has, no quota check and no QoS queue, so it may hold a delegation only
 //! while the MDT enforces no quota limit, no QoS rule caps the rate of what it answers
 //! ([`DELEGATED_OPS`]) and its nodemap maps no ids (`execute::delegable`, the handler):
-//! when a limit or such a rule appears here or the nodemaps change, every delegation of
-//! the MDT is called back, and a holder that does not cancel in time is evicted. A holder
+//! when a limit or such a rule appears here, every delegation of the MDT is called back,
+//! and a holder that does not cancel in time is evicted; a change of the nodemaps waits
+//! for every delegation to come back before it is installed ([`before_nodemap_change`]). A holder
 //! also places its files by the pools as they were when its delegation was granted (the
 //! MDT makes them with objects in the directory's pool: `placement::placeable` held
 //! then): a change of the pools waits for every delegation to come back before it is
@@ -95,6 +96,52 @@ pub fn revoke_if_capped(mdt: &Arc<Mdt>, was: bool) -> usize {
         true => revoke_all(mdt, "a QoS rule caps the rate of creates or unlinks"),
         false => 0,
     }
+}
+
+/// Runs `install` (a change of the nodemaps) once every delegation of `mdts` is back, each
+/// called back and waited for (its holder evicted past the callback timeout), new grants
+/// refused meanwhile (`execute::delegable`): a holder checked the creates it answered with
+/// the ids its nodemap let through, so what it answered is made before the change, under
+/// the nodemap it was answered by — none is refused by ids squashed or made read-only
+/// after the application had its file. (A grant whose checks ran just before the change
+/// began, its lock granted after the callbacks went out, is not waited for.)
+pub fn before_nodemap_change(mdts: &[Arc<Mdt>], install: impl FnOnce()) {
+    let mut holds = Vec::new();
+    for m in mdts {
+        m.nodemaps_changing.fetch_add(1, Ordering::AcqRel);
+    }
+    // Undone whatever happens below (a panic in the install included).
+    struct Changing<'a>(&'a [Arc<Mdt>]);
+    impl Drop for Changing<'_> {
+        fn drop(&mut self) {
+            for m in self.0 {
+                m.nodemaps_changing.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+    let _changing = Changing(mdts);
+    for m in mdts {
+        let dirs = match m.delegated.load(Ordering::Acquire) {
+            true => m.ldlm.resources_where(|bits| bits & DELEGATION != 0),
+            false => Vec::new(),
+        };
+        if dirs.is_empty() {
+            continue;
+        }
+        tracing::info!(
+            "{}: the nodemaps change: calling back {} delegated directories first",
+            m.label.name(),
+            dirs.len()
+        );
+        let targets: Vec<_> = dirs.iter().map(|d| (*d, DELEGATION)).collect();
+        let hold = m.ldlm.revoke(None, &targets);
+        for c in &hold.late {
+            crate::eviction::evict_now(m, c, "did not give a delegation back in time");
+        }
+        holds.push(hold);
+    }
+    install();
+    drop(holds);
 }
 
 /// From now on a change of `mdt`'s OST pools calls back every delegation it granted and

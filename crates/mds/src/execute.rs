@@ -375,9 +375,14 @@ fn delegable(mdt: &Mdt, fid: Fid) -> Result<MdsReply, Status> {
     if rec.attr.kind != nacre_types::FileKind::Directory {
         return Err(Status::NotDir);
     }
+    // (A change of the nodemaps waits for every delegation to come back: none meanwhile.)
     if mdt.store().dir_stripe(fid)?.is_some()
         || mdt.quota.any_limited()
         || crate::delegations::qos_capped(mdt)
+        || mdt
+            .nodemaps_changing
+            .load(std::sync::atomic::Ordering::Acquire)
+            > 0
     {
         return Err(Status::NotSupp);
     }

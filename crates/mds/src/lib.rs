@@ -130,13 +130,10 @@ impl MdsHandler {
         Some(mdt)
     }
 
-    /// Calls back every delegated directory of every MDT served here (`why`, logged): the
-    /// nodemaps changed. Returns how many were delegated.
-    pub fn revoke_delegations(&self, why: &str) -> usize {
-        self.all()
-            .iter()
-            .map(|m| delegations::revoke_all(m, why))
-            .sum()
+    /// Runs `install` (a change of the nodemaps) once every delegation of every MDT served
+    /// here is back ([`delegations::before_nodemap_change`]).
+    pub fn before_nodemap_change(&self, install: impl FnOnce()) {
+        delegations::before_nodemap_change(&self.all(), install)
     }
 
     /// Evicts, on every MDT served here, the clients whose key was revoked.

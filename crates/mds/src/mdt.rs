@@ -101,6 +101,9 @@ pub struct Mdt {
     /// A block quota limit on the bytes on this MDT was enforced at the last quota sync
     /// (delegations.rs calls delegations back when one begins).
     pub dom_limited: std::sync::atomic::AtomicBool,
+    /// Changes of the nodemaps waiting for this MDT's delegations to come back
+    /// (delegations.rs, `before_nodemap_change`): none is granted meanwhile.
+    pub nodemaps_changing: std::sync::atomic::AtomicU32,
     /// When each migration's migrator last renewed it (relayout.rs; in memory).
     pub relayout_leases: parking_lot::Mutex<HashMap<Fid, std::time::Instant>>,
     /// `mdt.*.relayout_fence_lease_ms`.
@@ -242,6 +245,7 @@ impl Mdt {
             relayouts_pending: AtomicU64::new(relayouts_pending),
             delegated: std::sync::atomic::AtomicBool::new(false),
             dom_limited: std::sync::atomic::AtomicBool::new(false),
+            nodemaps_changing: std::sync::atomic::AtomicU32::new(0),
             relayout_leases: parking_lot::Mutex::new(HashMap::new()),
             relayout_fence_lease_ms: AtomicU64::new(FENCE_LEASE_MS),
             ldlm: nacre_ldlm::server::Namespace::new(fastrand::u64(1..u64::MAX / 2)),

@@ -43,7 +43,7 @@ pub(crate) fn start(
         .collect();
     let first = conns[0].1.clone();
     let mut applied = apply_persistent_params(&first, &registry, None);
-    let mut nodemaps = fetch_nodemaps(&first, None);
+    let mut nodemaps = fetch_nodemaps(&first, None, &mds);
     let sync = move |oss: &OssHandler, mds: &MdsHandler| {
         // Clients whose key was revoked lose their locks now (not at their callbacks'
         // timeouts): nothing of theirs holds others up.
@@ -62,12 +62,7 @@ pub(crate) fn start(
         .spawn(move || {
             while !sleep_unless(&stop, Duration::from_millis(PARAM_SYNC_MS)) {
                 applied = apply_persistent_params(&first, &registry, applied);
-                let enforced = nodemaps;
-                nodemaps = fetch_nodemaps(&first, nodemaps);
-                if nodemaps != enforced {
-                    // Holders checked creates with the ids the old nodemaps let through.
-                    mds.revoke_delegations("the nodemaps changed");
-                }
+                nodemaps = fetch_nodemaps(&first, nodemaps, &mds);
                 sync(&oss, &mds);
             }
         })
@@ -124,7 +119,7 @@ pub(crate) fn learn_servers(conn: &Arc<Connection>, fsname: &str) {
 
 /// Fetches the MGS's nodemaps and installs them for this process's targets and connections
 /// if their version is not `applied`; returns the version now enforced.
-fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
+fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>, mds: &MdsHandler) -> Option<u64> {
     let req = MgsRequest::GetNodemaps;
     match call::<_, MgsReply>(conn, req.opcode(), 0, &req) {
         Ok(MgsReply::Nodemaps(set)) if applied != Some(set.version) => {
@@ -135,7 +130,9 @@ fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>) -> Option<u64> {
                     set.maps.len()
                 );
             }
-            nacre_wire::nodemap::install(set);
+            // Holders of delegations checked creates with the ids the old nodemaps let
+            // through: what they answered is made first.
+            mds.before_nodemap_change(|| nacre_wire::nodemap::install(set));
             Some(version)
         }
         Ok(_) => applied,

@@ -112,8 +112,10 @@ fn change(cmd: &str, name: &str, arg: &str) -> Result<NodemapChange, String> {
     }
 }
 
-/// The control socket's nodemap operation for this process's MGS.
-pub fn admin(mgs: Arc<Mgs>) -> NodemapAdmin {
+/// The control socket's nodemap operation for this process's MGS: each change is installed
+/// in this process once its MDTs have every delegation back (`MdsHandler::before_nodemap_change`),
+/// and answered after.
+pub fn admin(mgs: Arc<Mgs>, mds: Arc<nacre_mds::MdsHandler>) -> NodemapAdmin {
     Arc::new(move |cmd: &str, name: &str, arg: &str| {
         if cmd == "list" {
             let set = mgs.nodemaps();
@@ -125,7 +127,8 @@ pub fn admin(mgs: Arc<Mgs>) -> NodemapAdmin {
         let set = mgs
             .change_nodemap(change(cmd, name, arg)?)
             .map_err(|e| e.to_string())?;
-        nacre_wire::nodemap::install(set.clone());
+        let installed = set.clone();
+        mds.before_nodemap_change(|| nacre_wire::nodemap::install(installed));
         Ok(listed(&set, name))
     })
 }

@@ -633,7 +633,10 @@ impl ServerProcess {
 
     /// `nacre nodemap` through this process's MGS (nodemap_admin.rs).
     pub fn nodemap_fn(&self) -> Option<crate::nodemap_admin::NodemapAdmin> {
-        Some(crate::nodemap_admin::admin(self.mgs.clone()?))
+        Some(crate::nodemap_admin::admin(
+            self.mgs.clone()?,
+            self.mds.clone(),
+        ))
     }
 
     /// `nacre pool` through this process's MGS (pool_admin.rs).
