@@ -268,6 +268,44 @@ fn server_config_file_is_read_and_checked() {
     );
 }
 
+/// A mount started before the file system's targets have registered with the MGS (a script
+/// starting servers and clients together) waits for them, within its connect timeout,
+/// instead of failing at once (regression: "file system has no MDT0 registered" from the
+/// bench scripts, whose mount follows its MGS+MDT process at once); with none coming it
+/// fails with a clear error after the wait.
+#[test]
+fn a_mount_waits_for_mdt0_to_register() {
+    let root = tempfile::Builder::new()
+        .prefix("nacre-mdt0wait")
+        .tempdir_in(nacre_testkit::test_dir())
+        .unwrap();
+    let d = |n: &str| root.path().join(n);
+    let port = free_port();
+    let nid = format!("127.0.0.1:{port}@tcp");
+    mkfs("--mgs", 0, "mw", None, &d("mgs"));
+    mkfs("--mdt", 0, "mw", Some(&nid), &d("mdt0"));
+    mkfs("--ost", 0, "mw", Some(&nid), &d("ost0"));
+    let _mgs = ServerProc::start(port, &[&d("mgs")], &[]);
+    let source = format!("{nid}:/mw");
+    fs::create_dir_all(d("none")).unwrap();
+    let started = Instant::now();
+    let out = nacre(&["mount", &source, d("none").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not known to the MGS"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() >= Duration::from_secs(4), "waited for it");
+    // Started first, the mount is asking when MDT0 and the OST come up.
+    let mnt = d("mnt");
+    let mount = std::thread::spawn(move || ClientMount::mount(&source, &mnt, &[]));
+    let _servers = ServerProc::start(free_port(), &[&d("mdt0"), &d("ost0")], &[]);
+    let client = mount.join().expect("mounted once MDT0 registered");
+    fs::write(client.mnt.join("x"), b"waited").unwrap();
+    assert_eq!(fs::read(client.mnt.join("x")).unwrap(), b"waited");
+}
+
 /// Regression: a server whose listen address disappeared (interface removed) used to hang on
 /// SIGTERM, its acceptor blocked in accept() while shutdown tried to wake it by connecting.
 #[test]

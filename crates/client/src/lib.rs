@@ -448,10 +448,15 @@ pub struct Client {
     me: std::sync::Weak<Client>,
 }
 
+/// How often a mount asks the MGS again for a file system not registered yet, or whose
+/// MDT0 has not (within the connect timeout).
+pub const MDT0_POLL_MS: u64 = 100;
+
 impl Client {
     /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0 (the
     /// other MDTs when an operation first needs them).
-    /// Fails within `connect_timeout_ms` if the MGS cannot be reached.
+    /// Fails within `connect_timeout_ms` if the MGS cannot be reached, or if the file system
+    /// and its MDT0 have not registered with it by then.
     pub fn mount(mgs: Nid, fsname: &str, mut config: ClientConfig) -> Result<Arc<Client>> {
         // Every frame names the file system (its slot) and every link proves its key.
         config.net = config.net.for_fs(fsname);
@@ -468,12 +473,25 @@ impl Client {
             .map_err(|e| ClientError::Config(format!("cannot reach the MGS at {mgs}: {e}")))?;
         drop(probe);
         let mgs_conn = Connection::new(mgs, config.net.clone());
-        let fs = fetch_config(&mgs_conn, fsname)?;
-        if !fs.mdts.iter().any(|t| t.index == 0) {
-            return Err(ClientError::Config(format!(
-                "file system '{fsname}' has no MDT0 registered"
-            )));
-        }
+        // A mount started with the servers (a script, a boot) may reach the MGS before the
+        // file system's targets have registered with it (the file system unknown, or
+        // without MDT0): asked again for `connect_timeout_ms`, then that error.
+        let waited = std::time::Instant::now();
+        let fs = loop {
+            let not_yet = match fetch_config(&mgs_conn, fsname) {
+                Ok(fs) if fs.mdts.iter().any(|t| t.index == 0) => break fs,
+                Ok(_) => ClientError::Config(format!(
+                    "file system '{fsname}' has no MDT0 registered (waited {} ms)",
+                    config.net.connect_timeout_ms
+                )),
+                Err(e @ ClientError::Config(_)) => e,
+                Err(e) => return Err(e),
+            };
+            if waited.elapsed() >= Duration::from_millis(config.net.connect_timeout_ms) {
+                return Err(not_yet);
+            }
+            std::thread::sleep(Duration::from_millis(MDT0_POLL_MS));
+        };
         let client = Arc::new_cyclic(|me| Client {
             me: me.clone(),
             data_locks: datalocks::DataLocks::default(),
