@@ -415,7 +415,8 @@ pub struct Client {
     /// The thread sending delegated creates, once started.
     delegated_sender: std::sync::OnceLock<std::thread::Thread>,
     delegated_sender_started: std::sync::atomic::AtomicBool,
-    /// Creates in delegated directories are answered here (`--async-dirops`; off by default).
+    /// Creates in delegated directories are answered here (`set_async_dirops`: off for a
+    /// library client until set; the mount sets it from `--async-dirops`, on by default).
     async_dirops: std::sync::atomic::AtomicBool,
     /// Extent locks on OST objects (datalocks.rs).
     data_locks: datalocks::DataLocks,
