@@ -322,7 +322,8 @@ fn made(answer: &MdsAnswer) -> Vec<Result<Fid, Status>> {
 /// Locks granted with a batch (protocol 17), asked for by a raw client as an attacker
 /// would: a batch asking for `LOOKUP | UPDATE | LAYOUT` gets them on the files it made and
 /// on nothing else — not on another's file it names as its own FID, not on a FID whose
-/// name was taken, not on a FID it gave before — and what it got is a real lock: the
+/// name was taken, not on a FID it gave before, not with a resend answered from the batch's
+/// saved reply — and what it got is a real lock: the
 /// mount's chmod of the attacker's file calls it back, while a chmod of the file it
 /// named holds up nothing (no lock of the attacker's was left on it).
 #[test]
@@ -353,6 +354,17 @@ fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
     assert_eq!(answer.locks.len(), 1, "{:?}", answer.locks);
     let lock = answer.locks[0];
     assert_eq!((lock.fid, lock.bits), (nth(fa, 1), ENTRY_BITS));
+    // The same request again (its answer lost): answered from its saved reply, whose
+    // attributes no lock taken now would cover: none.
+    a.0.reuse_xid();
+    let items = vec![
+        item(victim_fid, "steal", 0),
+        item(nth(fa, 0), "victim", 0),
+        item(nth(fa, 1), "mine", 0),
+    ];
+    let resent = locked_batch(&mut a, parent, items);
+    assert_eq!(made(&resent), made(&answer));
+    assert!(resent.locks.is_empty(), "{:?}", resent.locks);
     // Its FID given again: refused, no lock.
     let again = locked_batch(&mut a, parent, vec![item(nth(fa, 1), "again", 0)]);
     assert_eq!(made(&again), [Err(Status::Exist)]);

@@ -416,7 +416,7 @@ pub struct Client {
     delegated_sender: std::sync::OnceLock<std::thread::Thread>,
     delegated_sender_started: std::sync::atomic::AtomicBool,
     /// Creates in delegated directories are answered here (`set_async_dirops`: off for a
-    /// library client until set; the mount sets it from `--async-dirops`, on by default).
+    /// library client until set; the mount sets it from `--async-dirops`, off by default).
     async_dirops: std::sync::atomic::AtomicBool,
     /// Extent locks on OST objects (datalocks.rs).
     data_locks: datalocks::DataLocks,
@@ -456,8 +456,8 @@ pub const MDT0_POLL_MS: u64 = 100;
 impl Client {
     /// Mounts `fsname` from the MGS at `mgs`: fetches the configuration and reaches MDT0 (the
     /// other MDTs when an operation first needs them).
-    /// Fails within `connect_timeout_ms` if the MGS cannot be reached, or if the file system
-    /// and its MDT0 have not registered with it by then.
+    /// Fails if the MGS cannot be reached within `connect_timeout_ms`, or if the file system
+    /// and its MDT0 have not registered with it within as long again.
     pub fn mount(mgs: Nid, fsname: &str, mut config: ClientConfig) -> Result<Arc<Client>> {
         // Every frame names the file system (its slot) and every link proves its key.
         config.net = config.net.for_fs(fsname);

@@ -19,11 +19,13 @@ use std::collections::{HashMap, HashSet};
 
 /// Runs `call` (through `run`) and, for a `CreateBatch` that asked for locks, returns with
 /// its answer the locks granted on the regular files it made (each item's own FID, made
-/// now). A lock taken for an item that was not made (refused, or made before: a resend) is
-/// given back if it was new. Nothing for a caller that may not send the batch at all.
+/// now). A lock taken for an item that was not made (refused, or made before) is given
+/// back if it was new. Nothing for a caller that may not send the batch at all, nor for a
+/// resend of one that ran (`xid`'s saved reply answers it).
 pub(crate) fn granted_with(
     mdt: &Mdt,
     call: &MdsCall,
+    xid: u64,
     run: impl FnOnce() -> Outgoing,
 ) -> (Outgoing, Vec<LockRef>) {
     let MdsOp::CreateBatch { items, .. } = &call.op else {
@@ -31,6 +33,12 @@ pub(crate) fn granted_with(
     };
     let bits = call.lock_bits & ENTRY_BITS;
     if bits == 0 || items.len() > CREATE_BATCH_ITEMS_MAX || crate::perm::refuses(mdt, call) {
+        return (run(), Vec::new());
+    }
+    // A resend of a batch that ran (its first answer lost) is answered from its saved
+    // reply, whose attributes another client may have changed since: no lock taken now
+    // would cover them.
+    if mdt.store().saved_reply_or_none(&call.client, xid).is_some() {
         return (run(), Vec::new());
     }
     let mut taken: HashMap<Fid, (LockRef, bool)> = HashMap::new();

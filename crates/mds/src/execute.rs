@@ -103,7 +103,7 @@ pub fn execute(mdt: &Mdt, call: &MdsCall, xid: u64, nid: &str) -> Outgoing {
             let (out, grants) = match &call.op {
                 MdsOp::CreateBatch { .. } => {
                     let run = || dispatch(mdt, call, xid);
-                    let (out, locks) = crate::batch_locks::granted_with(mdt, call, run);
+                    let (out, locks) = crate::batch_locks::granted_with(mdt, call, xid, run);
                     (out, Grants { lock: None, locks })
                 }
                 _ => {

@@ -130,10 +130,21 @@ impl MdsHandler {
         Some(mdt)
     }
 
-    /// Runs `install` (a change of the nodemaps) once every delegation of every MDT served
-    /// here is back ([`delegations::before_nodemap_change`]).
-    pub fn before_nodemap_change(&self, install: impl FnOnce()) {
-        delegations::before_nodemap_change(&self.all(), install)
+    /// Enforces nodemaps `set` in this process once every delegation of every MDT served
+    /// here is back ([`delegations::before_nodemap_change`]); but a set that revokes a
+    /// client key is enforced at once (the key's holder must not keep its access for a
+    /// lock callback timeout), the delegations called back after it: what a revoked
+    /// holder had not sent is lost with it.
+    pub fn change_nodemaps(&self, set: nacre_wire::nodemap::NodemapSet) {
+        let active = nacre_wire::nodemap::active();
+        if set.revoked.iter().any(|r| !active.revoked.contains(r)) {
+            nacre_wire::nodemap::install(set);
+            for m in self.all() {
+                delegations::revoke_all(&m, "a client key was revoked");
+            }
+            return;
+        }
+        delegations::before_nodemap_change(&self.all(), || nacre_wire::nodemap::install(set))
     }
 
     /// Evicts, on every MDT served here, the clients whose key was revoked.

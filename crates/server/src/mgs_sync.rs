@@ -132,7 +132,7 @@ fn fetch_nodemaps(conn: &Arc<Connection>, applied: Option<u64>, mds: &MdsHandler
             }
             // Holders of delegations checked creates with the ids the old nodemaps let
             // through: what they answered is made first.
-            mds.before_nodemap_change(|| nacre_wire::nodemap::install(set));
+            mds.change_nodemaps(set);
             Some(version)
         }
         Ok(_) => applied,

@@ -1,6 +1,7 @@
 //! `nacre nodemap` on the MGS node: the control socket's `nodemap` operation, carried out
-//! by this process's MGS. This process enforces the change at once; every other server
-//! process fetches it within [`crate::mgs_sync::PARAM_SYNC_MS`].
+//! by this process's MGS. This process enforces the change once its MDTs have every
+//! delegation back (a revoked key at once); every other server process fetches it within
+//! [`crate::mgs_sync::PARAM_SYNC_MS`] and does the same.
 
 use nacre_mgs::nodemaps::{NodemapChange, LEVELS};
 use nacre_mgs::Mgs;
@@ -112,9 +113,13 @@ fn change(cmd: &str, name: &str, arg: &str) -> Result<NodemapChange, String> {
     }
 }
 
+/// Longest the `nacre nodemap` command waits for its change to be enforced in the MGS's
+/// own process before it answers (under the control socket's 5 s).
+pub const NODEMAP_ANSWER_WAIT_MS: u64 = 4_000;
+
 /// The control socket's nodemap operation for this process's MGS: each change is installed
-/// in this process once its MDTs have every delegation back (`MdsHandler::before_nodemap_change`),
-/// and answered after.
+/// in this process once its MDTs have every delegation back (`MdsHandler::change_nodemaps`; a
+/// key revoked at once), and answered after, or within [`NODEMAP_ANSWER_WAIT_MS`].
 pub fn admin(mgs: Arc<Mgs>, mds: Arc<nacre_mds::MdsHandler>) -> NodemapAdmin {
     Arc::new(move |cmd: &str, name: &str, arg: &str| {
         if cmd == "list" {
@@ -127,9 +132,28 @@ pub fn admin(mgs: Arc<Mgs>, mds: Arc<nacre_mds::MdsHandler>) -> NodemapAdmin {
         let set = mgs
             .change_nodemap(change(cmd, name, arg)?)
             .map_err(|e| e.to_string())?;
-        let installed = set.clone();
-        mds.before_nodemap_change(|| nacre_wire::nodemap::install(installed));
-        Ok(listed(&set, name))
+        // Installed once the delegations are back: answered when it is, or, past
+        // NODEMAP_ANSWER_WAIT_MS (the caller's own timeout is 5 s), that it will be.
+        let (done, installed) = std::sync::mpsc::channel();
+        let (mds, newer) = (mds.clone(), set.clone());
+        std::thread::Builder::new()
+            .name("nodemap-install".into())
+            .spawn(move || {
+                mds.change_nodemaps(newer);
+                let _ = done.send(());
+            })
+            .map_err(|e| format!("cannot start the install: {e}"))?;
+        let wait = std::time::Duration::from_millis(NODEMAP_ANSWER_WAIT_MS);
+        let mut answer = listed(&set, name);
+        if installed.recv_timeout(wait).is_err() {
+            answer.push((
+                "(pending)".into(),
+                "stored; enforced here once the delegated directories of this process's MDTs \
+                 are given back, within the lock callback timeout"
+                    .into(),
+            ));
+        }
+        Ok(answer)
     })
 }
 

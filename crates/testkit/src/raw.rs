@@ -101,6 +101,12 @@ impl RawConn {
         &mut self.writer
     }
 
+    /// The next request goes with the xid of the last one sent: a resend, as a client
+    /// sends one whose answer it did not get.
+    pub fn reuse_xid(&mut self) {
+        self.xid = self.xid.saturating_sub(1);
+    }
+
     /// Sends an MDS request to MDT `target`; returns its xid.
     pub fn send_mds(&mut self, target: u32, op: MdsOp) -> std::io::Result<u64> {
         self.send_mds_with(target, op, 0)

@@ -723,9 +723,9 @@ pub struct MdsAnswer {
     /// The lock granted with the reply (the request's `lock_bits`), if any.
     pub lock: Option<nacre_ldlm::msg::LockRef>,
     /// The locks granted with a [`MdsOp::CreateBatch`]'s files (the request's `lock_bits`
-    /// on each regular file it made, at most one per item; none for an item refused):
-    /// taken before the files were made, so they cover the reply's attributes. Empty for
-    /// every other request.
+    /// on each regular file it made, at most one per item; none for an item refused, nor
+    /// for a resend answered from the batch's saved reply): taken before the files were
+    /// made, so they cover the reply's attributes. Empty for every other request.
     pub locks: Vec<nacre_ldlm::msg::LockRef>,
     /// The attributes of the directory a name change (create, mkdir, symlink, link,
     /// unlink, rmdir) changed, as they are after it: a client holding that directory's

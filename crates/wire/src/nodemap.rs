@@ -343,9 +343,15 @@ impl NodemapSet {
 /// The nodemaps this process enforces (fetched from the MGS by the server process).
 static ACTIVE: RwLock<Option<Arc<NodemapSet>>> = RwLock::new(None);
 
-/// Installs the nodemaps this process enforces.
+/// Installs the nodemaps this process enforces, unless a newer version is installed
+/// already (two threads may each hold a set across a wait for delegations: the older one
+/// never replaces the newer).
 pub fn install(set: NodemapSet) {
-    *ACTIVE.write().expect("nodemaps") = Some(Arc::new(set));
+    let mut active = ACTIVE.write().expect("nodemaps");
+    if active.as_ref().is_some_and(|a| a.version > set.version) {
+        return;
+    }
+    *active = Some(Arc::new(set));
 }
 
 /// The nodemaps this process enforces (empty until installed).
@@ -358,6 +364,20 @@ mod tests {
     use super::*;
     use crate::{decode_body, encode_body};
     use proptest::prelude::*;
+
+    /// The only test of this crate that installs a set (the set is the process's).
+    #[test]
+    fn an_older_set_never_replaces_a_newer_one() {
+        let set = |version| NodemapSet {
+            version,
+            ..NodemapSet::default()
+        };
+        install(set(7));
+        install(set(6));
+        assert_eq!(active().version, 7);
+        install(set(8));
+        assert_eq!(active().version, 8);
+    }
 
     #[test]
     fn revoked_keys_parse_and_print_as_the_cli_names_them() {
