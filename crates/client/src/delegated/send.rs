@@ -4,7 +4,7 @@
 
 use super::{Item, DELEGATED_SEND_MS, RETRY_MS_MAX};
 use crate::{Client, Result};
-use nacre_types::{Attr, Fid, Status};
+use nacre_types::{Attr, Fid, FileKind, Status};
 use nacre_wire::mds::{
     BatchCreate, BatchUnlink, MdsOp, CREATE_BATCH_DATA_BYTES_MAX, CREATE_BATCH_ITEMS_MAX,
     UNLINK_BATCH_ITEMS_MAX,
@@ -322,7 +322,9 @@ impl Client {
         if d.data_bytes_max > 0 {
             return;
         }
-        for (c, attr) in made {
+        // Regular files only: the batch's locks are on them (a directory made here is
+        // forgotten with the delegation, as before).
+        for (c, attr) in made.iter().filter(|(c, _)| c.kind == FileKind::Regular) {
             let same = d.answered.get(&c.fid).is_some_and(|a| a == attr);
             if let Some(k) = d.covered.get_mut(&c.name) {
                 if k.fid == c.fid {
