@@ -121,27 +121,37 @@ pub fn before_nodemap_change(mdts: &[Arc<Mdt>], install: impl FnOnce()) {
     }
     let _changing = Changing(mdts);
     for m in mdts {
-        let dirs = match m.delegated.load(Ordering::Acquire) {
-            true => m.ldlm.resources_where(|bits| bits & DELEGATION != 0),
-            false => Vec::new(),
-        };
-        if dirs.is_empty() {
-            continue;
-        }
-        tracing::info!(
-            "{}: the nodemaps change: calling back {} delegated directories first",
-            m.label.name(),
-            dirs.len()
-        );
-        let targets: Vec<_> = dirs.iter().map(|d| (*d, DELEGATION)).collect();
-        let hold = m.ldlm.revoke(None, &targets);
-        for c in &hold.late {
-            crate::eviction::evict_now(m, c, "did not give a delegation back in time");
-        }
-        holds.push(hold);
+        holds.extend(call_back_and_wait(m, "the nodemaps change"));
     }
     install();
     drop(holds);
+}
+
+/// Calls back every delegation `m` granted and waits until each is given back, evicting
+/// the holders that do not within the callback timeout (`why`, logged): the revocation,
+/// which holds new grants of them until dropped, or None if nothing was delegated.
+fn call_back_and_wait<'a>(
+    m: &'a Mdt,
+    why: &str,
+) -> Option<nacre_ldlm::server::Revocation<'a, nacre_ldlm::server::InodeBits>> {
+    let dirs = match m.delegated.load(Ordering::Acquire) {
+        true => m.ldlm.resources_where(|bits| bits & DELEGATION != 0),
+        false => Vec::new(),
+    };
+    if dirs.is_empty() {
+        return None;
+    }
+    tracing::info!(
+        "{}: {why}: calling back {} delegated directories first",
+        m.label.name(),
+        dirs.len()
+    );
+    let targets: Vec<_> = dirs.iter().map(|d| (*d, DELEGATION)).collect();
+    let hold = m.ldlm.revoke(None, &targets);
+    for c in &hold.late {
+        crate::eviction::evict_now(m, c, "did not give a delegation back in time");
+    }
+    Some(hold)
 }
 
 /// From now on a change of `mdt`'s OST pools calls back every delegation it granted and
@@ -156,23 +166,7 @@ pub fn watch_pools(mdt: &Arc<Mdt>) {
         let Some(m) = weak.upgrade() else {
             return install();
         };
-        let dirs = match m.delegated.load(Ordering::Acquire) {
-            true => m.ldlm.resources_where(|bits| bits & DELEGATION != 0),
-            false => Vec::new(),
-        };
-        if dirs.is_empty() {
-            return install();
-        }
-        tracing::info!(
-            "{}: the OST pools change: calling back {} delegated directories first",
-            m.label.name(),
-            dirs.len()
-        );
-        let targets: Vec<_> = dirs.iter().map(|d| (*d, DELEGATION)).collect();
-        let hold = m.ldlm.revoke(None, &targets);
-        for c in &hold.late {
-            crate::eviction::evict_now(&m, c, "did not give a delegation back in time");
-        }
+        let hold = call_back_and_wait(&m, "the OST pools change");
         install();
         drop(hold);
     }));
