@@ -6,6 +6,7 @@
 mod api;
 mod api_attacks;
 mod async_dirops;
+mod async_dirops_attrs;
 mod async_dirops_data;
 mod async_dirops_kept;
 mod async_dirops_locks;

@@ -31,12 +31,25 @@ impl Client {
     /// LAYOUT`, protocol 17), held here with the file's name, and an empty file's
     /// attributes are kept under it (crate::vouched).
     pub fn create_batch(&self, parent: Fid, items: Vec<BatchCreate>) -> Result<Vec<Created>> {
-        let n = items.len();
         let mdc = self.mdc(parent.mdt_index())?;
+        self.create_batch_started(&mdc, parent, items, None)
+    }
+
+    /// [`Client::create_batch`] through `mdc` (`parent`'s), its change of the directory's
+    /// names `started` by the caller if it says so (crate::dirattrs: a delegated batch's
+    /// starts when its items are taken).
+    pub(crate) fn create_batch_started(
+        &self,
+        mdc: &crate::mdc::Mdc,
+        parent: Fid,
+        items: Vec<BatchCreate>,
+        started: Option<u64>,
+    ) -> Result<Vec<Created>> {
+        let n = items.len();
         let snap = mdc.vouched.snapshot();
         let names: Vec<(Fid, Vec<u8>)> = items.iter().map(|i| (i.fid, i.name.clone())).collect();
         let op = MdsOp::CreateBatch { parent, items };
-        let (results, locks) = match mdc.call_batch(op, ENTRY_BITS)? {
+        let (results, locks) = match mdc.call_batch(op, ENTRY_BITS, started)? {
             (MdsReply::Created(r), locks) if r.len() == n => (r, locks),
             _ => return Err(ClientError::from(Status::Proto)),
         };
@@ -73,9 +86,21 @@ impl Client {
         parent: Fid,
         items: Vec<BatchUnlink>,
     ) -> Result<Vec<std::result::Result<(), Status>>> {
+        let mdc = self.mdc(parent.mdt_index())?;
+        Self::unlink_batch_started(&mdc, parent, items, None)
+    }
+
+    /// [`Client::unlink_batch`] through `mdc` (`parent`'s), its change of the directory's
+    /// names `started` by the caller if it says so.
+    pub(crate) fn unlink_batch_started(
+        mdc: &crate::mdc::Mdc,
+        parent: Fid,
+        items: Vec<BatchUnlink>,
+        started: Option<u64>,
+    ) -> Result<Vec<std::result::Result<(), Status>>> {
         let n = items.len();
         let op = MdsOp::UnlinkBatch { parent, items };
-        match self.mdc(parent.mdt_index())?.call_unrenewed(op)? {
+        match mdc.call_unrenewed(op, started)? {
             MdsReply::Unlinked(r) if r.len() == n => Ok(r),
             _ => Err(ClientError::from(Status::Proto)),
         }

@@ -456,21 +456,25 @@ impl Mdc {
         if let Some(before) = self.before.get() {
             before(&op);
         }
-        self.call_unhooked(op, lock_bits, true)
+        self.call_unhooked(op, lock_bits, true, None)
             .map(|(reply, lock, _)| (reply, lock))
     }
 
     /// A request of this `Mdc`'s own (reconnection, replay, commit, lock traffic): sent
     /// without the hook of [`Mdc::set_before_request`], which may itself be sending.
     pub(crate) fn call_own(&self, op: MdsOp) -> Result<MdsReply> {
-        self.call_unhooked(op, 0, true).map(|(reply, _, _)| reply)
+        self.call_unhooked(op, 0, true, None)
+            .map(|(reply, _, _)| reply)
     }
 
     /// A request that is this client incarnation's only: one refused because the client
     /// was evicted fails (`ESHUTDOWN`) instead of going again as the new client (changes
     /// a client answered itself before its eviction are void: crate::delegated).
-    pub(crate) fn call_unrenewed(&self, op: MdsOp) -> Result<MdsReply> {
-        self.call_unhooked(op, 0, false).map(|(reply, _, _)| reply)
+    /// `started`: its change of a directory's names, started by the caller
+    /// ([`crate::dirattrs::DirAttrs::change_start`]) and ended here.
+    pub(crate) fn call_unrenewed(&self, op: MdsOp, started: Option<u64>) -> Result<MdsReply> {
+        self.call_unhooked(op, 0, false, started)
+            .map(|(reply, _, _)| reply)
     }
 
     /// [`Mdc::call_unrenewed`] for a `CreateBatch` asking for `lock_bits` on each file it
@@ -481,18 +485,22 @@ impl Mdc {
         &self,
         op: MdsOp,
         lock_bits: u8,
+        started: Option<u64>,
     ) -> Result<(MdsReply, Vec<nacre_ldlm::msg::LockRef>)> {
-        self.call_unhooked(op, lock_bits, false)
+        self.call_unhooked(op, lock_bits, false, started)
             .map(|(reply, _, locks)| (reply, locks))
     }
 
     /// [`Mdc::call_with`] without the hook; `renew`: a request refused because this client
-    /// was evicted goes again once as the new client.
+    /// was evicted goes again once as the new client; `started`: the generation of its
+    /// change of a directory's names if the caller started it (a delegated batch starts
+    /// when its items are taken: crate::delegated::send), ended here whatever comes.
     fn call_unhooked(
         &self,
         op: MdsOp,
         lock_bits: u8,
         renew: bool,
+        started: Option<u64>,
     ) -> Result<(
         MdsReply,
         Option<nacre_ldlm::msg::LockRef>,
@@ -508,7 +516,16 @@ impl Mdc {
         // Kept directory attributes: what this request changes is no longer good; what a
         // read under an UPDATE lock finds may be kept (crate::dirattrs).
         let dir_change = crate::dirattrs::DirAttrs::classify(&op);
-        let dir_gen = self.dir_attrs.change_start(dir_change);
+        let dir_gen = match started {
+            Some(gen) => {
+                assert!(
+                    matches!(dir_change, crate::dirattrs::Change::Names(_)),
+                    "only a change of a directory's names is started before its request"
+                );
+                gen
+            }
+            None => self.dir_attrs.change_start(dir_change),
+        };
         // Kept file attributes: a change that may touch a file is counted (crate::vouched).
         let file_change = crate::vouched::touches_files(&op);
         if file_change {
@@ -594,7 +611,13 @@ impl Mdc {
             }
         }
         let held = |h: u64| self.locks.holds(h);
-        let after = result.as_ref().ok().and_then(|a| a.dir.clone());
+        // A batch that left items untried (its reply was full) still has them to make:
+        // the directory's attributes after it are not its state once they are.
+        let after = result
+            .as_ref()
+            .ok()
+            .filter(|a| !left_untried(&a.reply))
+            .and_then(|a| a.dir.clone());
         self.dir_attrs.change_done(dir_change, dir_gen, after, held);
         result.map(|a| {
             let lock = a
@@ -799,3 +822,12 @@ impl Mdc {
 
 /// Pause before polling again after a failed lock poll.
 const LOCK_POLL_RETRY_MS: u64 = 200;
+
+/// True if `reply` is a batch's that left items untried (`E2BIG`: its reply was full).
+fn left_untried(reply: &MdsReply) -> bool {
+    match reply {
+        MdsReply::Created(r) => r.iter().any(|r| matches!(r, Err(Status::TooBig))),
+        MdsReply::Unlinked(r) => r.iter().any(|r| matches!(r, Err(Status::TooBig))),
+        _ => false,
+    }
+}

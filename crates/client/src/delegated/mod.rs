@@ -463,6 +463,14 @@ impl Client {
             if dir_kind {
                 d.attr.nlink += 1;
             }
+            // What is kept of its attributes (the kernel asks after every create) gets the
+            // change as the MDT will make it; under the delegation's lock, as the item's
+            // queueing: a batch taken before this one is not kept as the directory's
+            // state after it (send.rs).
+            mdc.dir_attrs.changed_here(parent, |a| {
+                (a.mtime, a.ctime) = (now, now);
+                a.nlink += u32::from(dir_kind);
+            });
             // Counted while the item is in the queue's lock: a flush subtracts only what
             // was counted.
             if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
@@ -471,12 +479,6 @@ impl Client {
             (d.items.len() >= CREATE_BATCH_ITEMS_MAX, covered)
         };
         let (full, covered) = full;
-        // What is kept of its attributes (the kernel asks after every create) gets the
-        // change as the MDT will make it.
-        mdc.dir_attrs.changed_here(parent, |a| {
-            (a.mtime, a.ctime) = (now, now);
-            a.nlink += u32::from(dir_kind);
-        });
         self.delegated
             .stats
             .answered

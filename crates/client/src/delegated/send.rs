@@ -3,6 +3,7 @@
 //! goes when a delegation is given back or lost; the thread that sends what waited.
 
 use super::{Item, DELEGATED_SEND_MS, RETRY_MS_MAX};
+use crate::dirattrs::Change;
 use crate::{Client, Result};
 use nacre_types::{Attr, Fid, FileKind, Status};
 use nacre_wire::mds::{
@@ -32,8 +33,10 @@ impl Client {
             return Ok(());
         };
         let _one = sending.lock();
+        let mdc = self.mdc(dir.mdt_index())?;
+        let names = Change::Names(dir);
         loop {
-            let (items, cred, incarnation, again) = {
+            let (items, cred, incarnation, again, started) = {
                 let mut dirs = self.delegated.dirs.lock();
                 let Some(d) = dirs.get_mut(&dir) else {
                     return Ok(());
@@ -45,11 +48,16 @@ impl Client {
                     d.since = Some(Instant::now());
                 }
                 d.in_flight += items.len();
+                // The batch's change of the directory starts now, under the delegation: a
+                // change answered here after it (changed_here, under the same lock) is not
+                // in its reply, whose attributes then are not kept (crate::dirattrs).
+                let started = (!items.is_empty()).then(|| mdc.dir_attrs.change_start(names));
                 (
                     items,
                     d.cred.clone(),
                     d.incarnation,
                     d.failing_since.is_some(),
+                    started,
                 )
             };
             if items.is_empty() {
@@ -57,18 +65,21 @@ impl Client {
                 self.send_accessed(dir);
                 return Ok(());
             }
+            // A test holds a batch here, taken and not sent, to answer more meanwhile.
+            nacre_net::fault::point("client.delegated.taken");
             let n = items.len();
-            let evicted_before = self
-                .mdc(dir.mdt_index())
-                .map_or(true, |m| m.incarnation() != incarnation);
+            let evicted_before = mdc.incarnation() != incarnation;
             if evicted_before {
+                if let Some(gen) = started {
+                    mdc.dir_attrs.change_done(names, gen, None, |_| false);
+                }
                 // Answered by an incarnation of this client the MDT evicted: void.
                 let lost = every(&items, "evicted before they were sent");
                 self.delegated_done(dir, &items, n, lost);
                 continue;
             }
             let cred = cred.unwrap_or_else(nacre_types::cred::current);
-            let sent = nacre_types::cred::with(cred, || self.send_run(dir, &items));
+            let sent = nacre_types::cred::with(cred, || self.send_run(&mdc, dir, &items, started));
             self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
             let evicted = self
                 .mdc(dir.mdt_index())
@@ -137,8 +148,10 @@ impl Client {
     /// file's attributes as the MDT answered them).
     fn send_run(
         &self,
+        mdc: &crate::mdc::Mdc,
         dir: Fid,
         items: &[Item],
+        started: Option<u64>,
     ) -> Result<Vec<std::result::Result<Option<Attr>, Status>>> {
         let creates: Vec<BatchCreate> = items
             .iter()
@@ -159,10 +172,10 @@ impl Client {
             "a batch holds one kind of change"
         );
         if unlinks.is_empty() {
-            let made = self.create_batch(dir, creates)?;
+            let made = self.create_batch_started(mdc, dir, creates, started)?;
             return Ok(made.into_iter().map(|r| r.map(|(a, _)| Some(a))).collect());
         }
-        let removed = self.unlink_batch(dir, unlinks)?;
+        let removed = Self::unlink_batch_started(mdc, dir, unlinks, started)?;
         Ok(removed.into_iter().map(|r| r.map(|()| None)).collect())
     }
 

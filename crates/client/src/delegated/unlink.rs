@@ -86,6 +86,10 @@ impl Client {
             d.since.get_or_insert_with(Instant::now);
             d.attr.mtime = now;
             d.attr.ctime = now;
+            // Under the delegation's lock, as the item's queueing: a batch taken before
+            // this is not kept as the directory's state after it (send.rs).
+            mdc.dir_attrs
+                .changed_here(parent, |a| (a.mtime, a.ctime) = (now, now));
             if self.delegated.pending.fetch_add(1, Ordering::AcqRel) == 0 {
                 self.wake_delegated_sender();
             }
@@ -95,10 +99,6 @@ impl Client {
             .stats
             .unlinked
             .fetch_add(1, Ordering::Relaxed);
-        if let Ok(mdc) = self.mdc(parent.mdt_index()) {
-            mdc.dir_attrs
-                .changed_here(parent, |a| (a.mtime, a.ctime) = (now, now));
-        }
         self.complete.removed(parent, name);
         if full {
             // Answered whatever becomes of the send: what failed is kept and sent again.
