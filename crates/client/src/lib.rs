@@ -416,7 +416,7 @@ pub struct Client {
     delegated_sender: std::sync::OnceLock<std::thread::Thread>,
     delegated_sender_started: std::sync::atomic::AtomicBool,
     /// Creates in delegated directories are answered here (`set_async_dirops`: off for a
-    /// library client until set; the mount sets it from `--async-dirops`, off by default).
+    /// library client until set; the mount sets it from `--async-dirops`, on by default).
     async_dirops: std::sync::atomic::AtomicBool,
     /// Extent locks on OST objects (datalocks.rs).
     data_locks: datalocks::DataLocks,

@@ -46,8 +46,8 @@ pub(crate) struct ClientArgs {
     pub(crate) readdirplus: nacre_fuse::Readdirplus,
     /// Answer creates, mkdirs and unlinks in directories the MDT delegates to this mount
     /// here, sending them many per request within 50 ms (docs/locking.md, "Delegated
-    /// directories"); false (the default): every create waits for the MDT.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    /// directories"); false: every create waits for the MDT.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) async_dirops: bool,
     /// Keep file data in the page cache across opens, under read locks on the OST objects
     /// (called back when another client writes); false: dropped at every open.
