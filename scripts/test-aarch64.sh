@@ -45,9 +45,9 @@ fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/nacre-target}"
 export NACRE_TEST_DIR="${NACRE_TEST_DIR:-/var/tmp}"
 export RUST_LOG="${RUST_LOG:-error}"
-# The whole workspace, as scripts/test.sh builds it: `-p nacre-cli` alone unifies features
-# differently and rebuilds half of it (2.5 minutes of CI).
-cargo build --release --workspace
+# The whole workspace with its tests' targets, as scripts/test.sh builds it: `-p nacre-cli`
+# alone, or no tests' targets, unifies features differently and rebuilds it (2 minutes of CI).
+cargo build --release --workspace --all-targets
 x86="$CARGO_TARGET_DIR/release/nacre"
 mixed=(
   posix::networked::files_read_write_truncate_append

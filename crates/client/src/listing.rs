@@ -204,15 +204,26 @@ impl Client {
     /// The attributes this client vouches for of `entry`'s file, and the lock they hold
     /// under.
     fn vouched_attr(&self, entry: &DirEntry) -> Option<(Attr, u64)> {
-        // A file made under a delegation answers from what is kept of it (getattr): not
-        // given here.
-        if entry.kind != FileKind::Regular || self.kept_attr(entry.fid).is_some() {
+        if entry.kind != FileKind::Regular {
             return None;
         }
+        // A file made under a delegation still held: what is kept of it is its state (its
+        // reads answered here move its access time), given under the file's own lock (a
+        // batch's: the vouching below); one answered and not known made is not given.
+        let kept = match self.kept_attr(entry.fid) {
+            Some((attr, true)) => Some(attr),
+            Some((_, false)) => return None,
+            None => None,
+        };
         let mdc = self.mdc(entry.fid.mdt_index()).ok()?;
         let held = |h| mdc.locks.holds(h);
         let writing = mdc.holds_writer(entry.fid);
-        let (attr, handle) = mdc.vouched.answer_held(entry.fid, held, writing)?;
+        let (vouched, handle) = mdc.vouched.answer_held(entry.fid, held, writing)?;
+        let attr = match kept {
+            Some(k) if k.size == vouched.size => k,
+            Some(_) => return None,
+            None => vouched,
+        };
         (attr.fid == entry.fid && attr.kind == entry.kind).then_some((attr, handle))
     }
 
