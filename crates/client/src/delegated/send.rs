@@ -81,9 +81,7 @@ impl Client {
             let cred = cred.unwrap_or_else(nacre_types::cred::current);
             let sent = nacre_types::cred::with(cred, || self.send_run(&mdc, dir, &items, started));
             self.delegated.stats.batches.fetch_add(1, Ordering::Relaxed);
-            let evicted = self
-                .mdc(dir.mdt_index())
-                .map_or(true, |m| m.incarnation() != incarnation);
+            let evicted = mdc.incarnation() != incarnation;
             let results = match sent {
                 Ok(r) => r,
                 Err(e) => {
