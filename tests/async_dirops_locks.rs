@@ -70,3 +70,65 @@ fn files_made_under_a_delegation_stay_known_after_it_goes() {
     assert_eq!(names(&da), names(&there));
     lfsck_clean(&fs.source());
 }
+
+/// A mount makes directory `s` in its delegated directory `d`, and `t` in `s` (both
+/// answered by the mount), and 200 files in each; another mount lists `d` only, which
+/// calls back `d`'s delegation. The holder's stats of all 400 files then cost no request:
+/// `s` kept its entry under its own lock from the batch that made it (with the delegation
+/// alone, the kernel dropped `s` and everything under it as the delegation went). Another
+/// mount's chmod of `s`, its rename, and the removal of an empty directory made there are
+/// seen by the holder at once, and the namespace checker finds nothing.
+#[test]
+fn directories_made_under_a_delegation_keep_their_subtrees_after_it_goes() {
+    let fsname = "asyncdk";
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
+    let (a, da) = delegated_dir(&fs);
+    let answered = counter(&a, fsname, "answered");
+    let (s, t) = (da.join("s"), da.join("s/t"));
+    fs::create_dir(&s).unwrap();
+    fs::create_dir(da.join("empty")).unwrap();
+    for i in 0..200 {
+        fs::File::create(s.join(format!("f{i}"))).unwrap();
+    }
+    fs::create_dir(&t).unwrap();
+    for i in 0..200 {
+        fs::File::create(t.join(format!("f{i}"))).unwrap();
+    }
+    fs::File::open(&t).unwrap().sync_all().unwrap();
+    assert!(
+        counter(&a, fsname, "answered") - answered >= 400,
+        "the mount answered too few of the creates itself"
+    );
+    // The test's own mount lists `d` alone: its delegation goes back; `s` and `t` stay
+    // delegated to the holder.
+    let there = fs.path("d");
+    assert_eq!(names(&there), ["empty", "first", "s"]);
+    let before = stat_requests(fsname);
+    for dir in [&s, &t] {
+        for i in 0..200 {
+            assert_eq!(fs::metadata(dir.join(format!("f{i}"))).unwrap().len(), 0);
+        }
+    }
+    assert_eq!(
+        stat_requests(fsname) - before,
+        0,
+        "stats under a directory made here asked the MDT after its parent's delegation went"
+    );
+    // Another mount's changes of the directories reach the holder through their locks.
+    fs::set_permissions(there.join("s"), fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(fs::metadata(&s).unwrap().mode() & 0o777, 0o700);
+    fs::remove_dir(there.join("empty")).unwrap();
+    assert_eq!(
+        fs::metadata(da.join("empty")).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
+    fs::rename(there.join("s"), there.join("s2")).unwrap();
+    assert_eq!(
+        fs::metadata(&s).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
+    assert_eq!(fs::metadata(da.join("s2/t/f7")).unwrap().len(), 0);
+    assert_eq!(names(&da), names(&there));
+    assert_eq!(names(&da.join("s2/t")), names(&there.join("s2/t")));
+    lfsck_clean(&fs.source());
+}

@@ -320,12 +320,13 @@ fn made(answer: &MdsAnswer) -> Vec<Result<Fid, Status>> {
 }
 
 /// Locks granted with a batch (protocol 17), asked for by a raw client as an attacker
-/// would: a batch asking for `LOOKUP | UPDATE | LAYOUT` gets them on the files it made and
-/// on nothing else — not on another's file it names as its own FID, not on a FID whose
-/// name was taken, not on a FID it gave before, not with a resend answered from the batch's
-/// saved reply — and what it got is a real lock: the
-/// mount's chmod of the attacker's file calls it back, while a chmod of the file it
-/// named holds up nothing (no lock of the attacker's was left on it).
+/// would: a batch asking for `LOOKUP | UPDATE | LAYOUT` gets them on the files and the
+/// directory it made and on nothing else — not on another's file it names as its own FID,
+/// not on a FID whose name was taken, not on a FID it gave before, not with a resend
+/// answered from the batch's saved reply — and what it got is a real lock: the mount's
+/// chmod of the attacker's file, then its removal of the attacker's directory, call them
+/// back, while a chmod of the file it named holds up nothing (no lock of the attacker's
+/// was left on it).
 #[test]
 fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
     let mut fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname("batchlk"));
@@ -340,20 +341,32 @@ fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
     let mut poller = Session::open(&mds, "batchlk", [0x66; 16]);
     polls(&mut poller);
     let (fa, _) = a.grant(8);
+    let subdir = BatchCreate {
+        kind: nacre_types::FileKind::Directory,
+        perm: 0o755,
+        ..item(nth(fa, 2), "subdir", 0)
+    };
     let items = vec![
         item(victim_fid, "steal", 0),
         item(nth(fa, 0), "victim", 0),
         item(nth(fa, 1), "mine", 0),
+        subdir,
     ];
     let answer = locked_batch(&mut a, parent, items);
     assert_eq!(
         made(&answer),
-        [Err(Status::Perm), Err(Status::Exist), Ok(nth(fa, 1))]
+        [
+            Err(Status::Perm),
+            Err(Status::Exist),
+            Ok(nth(fa, 1)),
+            Ok(nth(fa, 2))
+        ]
     );
     assert_eq!(answer.lock, None);
-    assert_eq!(answer.locks.len(), 1, "{:?}", answer.locks);
-    let lock = answer.locks[0];
+    assert_eq!(answer.locks.len(), 2, "{:?}", answer.locks);
+    let (lock, dir_lock) = (answer.locks[0], answer.locks[1]);
     assert_eq!((lock.fid, lock.bits), (nth(fa, 1), ENTRY_BITS));
+    assert_eq!((dir_lock.fid, dir_lock.bits), (nth(fa, 2), ENTRY_BITS));
     // The same request again (its answer lost): answered from its saved reply, whose
     // attributes no lock taken now would cover: none.
     a.0.reuse_xid();
@@ -361,6 +374,11 @@ fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
         item(victim_fid, "steal", 0),
         item(nth(fa, 0), "victim", 0),
         item(nth(fa, 1), "mine", 0),
+        BatchCreate {
+            kind: nacre_types::FileKind::Directory,
+            perm: 0o755,
+            ..item(nth(fa, 2), "subdir", 0)
+        },
     ];
     let resent = locked_batch(&mut a, parent, items);
     assert_eq!(made(&resent), made(&answer));
@@ -401,6 +419,20 @@ fn a_batch_is_granted_locks_on_the_files_it_made_and_on_nothing_else() {
         fs::metadata(dir.join("mine")).unwrap().mode() & 0o777,
         0o600
     );
+    // So is its directory's.
+    let subdir = dir.join("subdir");
+    let rmdir = std::thread::spawn(move || fs::remove_dir(&subdir).unwrap());
+    let refs = called_back(&mut poller);
+    assert_eq!(
+        refs.iter().map(|r| r.handle).collect::<Vec<_>>(),
+        [dir_lock.handle]
+    );
+    let cancel = MdsOp::LockCancel {
+        handles: vec![dir_lock.handle],
+    };
+    assert_eq!(a.call(cancel).0, 0);
+    rmdir.join().unwrap();
+    assert!(!dir.join("subdir").exists());
     lfsck_clean(&fs.source());
 }
 

@@ -1,14 +1,15 @@
 //! Locks granted with a batch's creates (`CreateBatch`, protocol 17): the holder of a
-//! delegated directory sends the files it answered, and gets, with the MDT's reply, a lock
-//! on each regular file made (the request's `lock_bits`, `LOOKUP | UPDATE | LAYOUT` at
-//! most), as a `Create` with intent gets one on its file. What it knows of them (the
-//! kernel's entries and attributes, the sizes of the files it then writes) stays good once
-//! the directory's delegation goes, until another client changes a file (which calls that
-//! file's lock back), instead of going with the delegation.
+//! delegated directory sends the files and directories it answered, and gets, with the
+//! MDT's reply, a lock on each one made (the request's `lock_bits`, `LOOKUP | UPDATE |
+//! LAYOUT` at most), as a `Create` or `Mkdir` with intent gets one on what it makes. What
+//! it knows of them (the kernel's entries and attributes, the sizes of the files it then
+//! writes, the subtree under a directory) stays good once the directory's delegation goes,
+//! until another client changes one (which calls its lock back), instead of going with the
+//! delegation: the kernel drops a directory's whole subtree with its entry.
 //!
-//! Each lock is taken before the batch runs, while nothing of its file can be read by
-//! anyone: a change by another client after the batch revokes it, and none can come before
-//! (docs/locking.md, "Locks granted with a batch").
+//! Each lock is taken before the batch runs, while nothing of what it covers can be read
+//! by anyone: a change by another client after the batch revokes it, and none can come
+//! before (docs/locking.md, "Locks granted with a batch").
 
 use crate::mdt::Mdt;
 use nacre_ldlm::msg::{LockRef, ENTRY_BITS};
@@ -18,7 +19,7 @@ use nacre_wire::mds::{MdsCall, MdsOp, MdsReply, CREATE_BATCH_ITEMS_MAX};
 use std::collections::{HashMap, HashSet};
 
 /// Runs `call` (through `run`) and, for a `CreateBatch` that asked for locks, returns with
-/// its answer the locks granted on the regular files it made (each item's own FID, made
+/// its answer the locks granted on the files and directories it made (each item's own FID, made
 /// now). A lock taken for an item that was not made (refused, or made before) is given
 /// back if it was new. Nothing for a caller that may not send the batch at all, nor for a
 /// resend of one that ran (`xid`'s saved reply answers it).
@@ -43,8 +44,8 @@ pub(crate) fn granted_with(
     }
     let mut taken: HashMap<Fid, (LockRef, bool)> = HashMap::new();
     for item in items {
-        // Files only: a directory made by the holder stays its delegation's (or asks).
-        if item.kind != FileKind::Regular
+        // Files and directories, the only kinds a batch makes.
+        if !matches!(item.kind, FileKind::Regular | FileKind::Directory)
             || item.fid.mdt_index() != mdt.label.index
             || taken.contains_key(&item.fid)
         {
@@ -70,7 +71,7 @@ pub(crate) fn granted_with(
     (out, locks)
 }
 
-/// The regular files a batch's answer says were made (one result per item, in order).
+/// The files and directories a batch's answer says were made (one result per item, in order).
 fn made_files(out: &Outgoing, items: usize) -> HashSet<Fid> {
     if out.status != Status::Ok {
         return HashSet::new();
@@ -79,7 +80,7 @@ fn made_files(out: &Outgoing, items: usize) -> HashSet<Fid> {
         Ok(MdsReply::Created(results)) if results.len() == items => results
             .into_iter()
             .flatten()
-            .filter(|(attr, _)| attr.kind == FileKind::Regular)
+            .filter(|(attr, _)| matches!(attr.kind, FileKind::Regular | FileKind::Directory))
             .map(|(attr, _)| attr.fid)
             .collect(),
         _ => HashSet::new(),

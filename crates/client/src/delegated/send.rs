@@ -316,11 +316,13 @@ impl Client {
             .collect()
     }
 
-    /// Notes the files of `made` (just made by a batch of `dir`) whose entries and
-    /// attributes the kernel may keep past the delegation: their own lock came with the
-    /// batch (crate::batch), and the MDT made them with the attributes answered here. Not
-    /// in a directory whose files start on the MDT (their pages, written under the
-    /// delegation, go with it: no `DOM` lock of the file keeps them).
+    /// Notes the files and directories of `made` (just made by a batch of `dir`) whose
+    /// entries and attributes the kernel may keep past the delegation: their own lock came
+    /// with the batch (crate::batch), and the MDT made them with the attributes answered
+    /// here. A directory kept so keeps its subtree in the kernel (which drops it with the
+    /// directory's entry). Not a file of a directory whose files start on the MDT (their
+    /// pages, written under the delegation, go with it: no `DOM` lock of the file keeps
+    /// them).
     fn note_own_locks(&self, dir: Fid, made: &[(&BatchCreate, Attr)]) {
         let Ok(mdc) = self.mdc(dir.mdt_index()) else {
             return;
@@ -330,12 +332,9 @@ impl Client {
         let Some(d) = dirs.get_mut(&dir) else {
             return;
         };
-        if d.data_bytes_max > 0 {
-            return;
-        }
-        // Regular files only: the batch's locks are on them (a directory made here is
-        // forgotten with the delegation, as before).
-        for (c, attr) in made.iter().filter(|(c, _)| c.kind == FileKind::Regular) {
+        let files_kept = d.data_bytes_max == 0;
+        let kept = |k: FileKind| k == FileKind::Directory || (k == FileKind::Regular && files_kept);
+        for (c, attr) in made.iter().filter(|(c, _)| kept(c.kind)) {
             let same = d.answered.get(&c.fid).is_some_and(|a| a == attr);
             if let Some(k) = d.covered.get_mut(&c.name) {
                 if k.fid == c.fid {
