@@ -12,6 +12,7 @@ mod async_dirops_kept;
 mod async_dirops_locks;
 mod async_dirops_rules;
 mod async_mkdirs;
+mod async_mknod;
 mod atime;
 mod attacks;
 mod batch;

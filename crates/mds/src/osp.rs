@@ -19,6 +19,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+/// Most OSTs asked for their free space at once by one refresh.
+pub const STATFS_PROBES_IN_FLIGHT_MAX: usize = 16;
+
+/// OST `index`'s free space, if it answers (through `conn`) before the connection's
+/// recovery timeout.
+fn statfs_of(conn: &Arc<Connection>, index: u32) -> Option<StatFs> {
+    let req = OssCall::server(OssRequest::StatFs);
+    match call::<_, OssReply>(conn, OssRequest::StatFs.opcode(), index, &req) {
+        Ok(OssReply::StatFs(s)) => Some(s),
+        _ => None,
+    }
+}
+
 /// Free-space imbalance (percent) above which placement is weighted instead of round-robin.
 pub const QOS_THRESHOLD_PERCENT: u64 = 17;
 
@@ -134,7 +147,7 @@ impl OstPool {
     /// to come back (and may evict, which takes the store's lock), to
     /// [`OstPool::refresh_installing`] (the watch thread, a pool command).
     pub fn refresh(&self) -> Result<(), RpcError> {
-        self.refresh_with(false)
+        self.refresh_with(false, true)
     }
 
     /// [`OstPool::refresh`], installing a change of the pools too (through the hook:
@@ -142,10 +155,17 @@ impl OstPool {
     /// returns once the configuration fetched, or a newer one, is in place. Never from a
     /// request's path.
     pub fn refresh_installing(&self) -> Result<(), RpcError> {
-        self.refresh_with(true)
+        self.refresh_with(true, true)
     }
 
-    fn refresh_with(&self, installing: bool) -> Result<(), RpcError> {
+    /// [`OstPool::refresh_installing`] without asking the OSTs for their free space: at an
+    /// MDT's start, when its OSTs may not be up yet (each one down cost a whole recovery
+    /// timeout, 10 s, before the MDT served anything). The next refresh asks them.
+    pub fn install_config(&self) -> Result<(), RpcError> {
+        self.refresh_with(true, false)
+    }
+
+    fn refresh_with(&self, installing: bool, probe: bool) -> Result<(), RpcError> {
         if self.detached {
             return Ok(());
         }
@@ -159,6 +179,9 @@ impl OstPool {
             Err(e) => return Err(e),
         };
         self.apply_config(&config, installing);
+        if !probe {
+            return Ok(());
+        }
         let conns: Vec<(u32, Arc<Connection>)> = self
             .osts
             .read()
@@ -166,18 +189,21 @@ impl OstPool {
             .iter()
             .filter_map(|(i, e)| Some((*i, e.conn.clone()?)))
             .collect();
-        for (index, conn) in conns {
-            let statfs = match call::<_, OssReply>(
-                &conn,
-                OssRequest::StatFs.opcode(),
-                index,
-                &OssCall::server(OssRequest::StatFs),
-            ) {
-                Ok(OssReply::StatFs(s)) => Some(s),
-                _ => None,
-            };
-            if let Some(e) = self.osts.write().expect("osts").get_mut(&index) {
-                e.statfs = statfs;
+        // Asked together (a batch at a time): OSTs that are down cost one recovery timeout,
+        // not one each.
+        for batch in conns.chunks(STATFS_PROBES_IN_FLIGHT_MAX) {
+            let answers: Vec<(u32, Option<StatFs>)> = std::thread::scope(|scope| {
+                let asked: Vec<_> = batch
+                    .iter()
+                    .map(|(index, conn)| scope.spawn(move || (*index, statfs_of(conn, *index))))
+                    .collect();
+                asked.into_iter().filter_map(|h| h.join().ok()).collect()
+            });
+            let mut osts = self.osts.write().expect("osts");
+            for (index, statfs) in answers {
+                if let Some(e) = osts.get_mut(&index) {
+                    e.statfs = statfs;
+                }
             }
         }
         Ok(())

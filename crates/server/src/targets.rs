@@ -315,7 +315,8 @@ impl Targets {
         let kv = nacre_kv::FjallStore::open(&dir.join("db"), &nacre_mdstore::records::TABLES)
             .with_context(|| format!("opening the metadata store of {}", label.name()))?;
         let osts = Arc::new(OstPool::new(&label.fsname, mgs, osp_net_config()));
-        if let Err(e) = osts.refresh_installing() {
+        // The OSTs' free space comes with the next refresh: they usually start after it.
+        if let Err(e) = osts.install_config() {
             tracing::warn!("{}: cannot fetch the OST list yet: {e}", label.name());
         }
         let mdt = Mdt::open(label.clone(), dir, Arc::new(kv), osts)

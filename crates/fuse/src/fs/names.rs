@@ -140,6 +140,32 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // A regular file is answered here in a directory delegated to this mount
+        // (--async-dirops), as a create without its open.
+        if kind == FileKind::Regular && self.client.async_dirops() {
+            let answered = self.client.create_delegated(
+                parent,
+                name.as_bytes(),
+                mode & 0o7777,
+                req.uid(),
+                req.gid(),
+            );
+            match answered {
+                Ok(Some((attr, covered))) => {
+                    // Kept while the delegation is held (forgotten when it goes).
+                    let cached = nacre_client::Cached {
+                        entry: covered,
+                        attr: covered,
+                    };
+                    return self.reply_cached(reply, Ok((attr, cached)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    pool::leave();
+                    return reply.error(errno(&e));
+                }
+            }
+        }
         let r = self
             .client
             .create(
