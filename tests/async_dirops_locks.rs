@@ -77,7 +77,8 @@ fn files_made_under_a_delegation_stay_known_after_it_goes() {
 /// `s` kept its entry under its own lock from the batch that made it (with the delegation
 /// alone, the kernel dropped `s` and everything under it as the delegation went). Another
 /// mount's chmod of `s`, its rename, and the removal of an empty directory made there are
-/// seen by the holder at once, and the namespace checker finds nothing.
+/// seen by the holder at once, as the holder's own removal of one is by the other mount,
+/// and the namespace checker finds nothing.
 #[test]
 fn directories_made_under_a_delegation_keep_their_subtrees_after_it_goes() {
     let fsname = "asyncdk";
@@ -87,6 +88,7 @@ fn directories_made_under_a_delegation_keep_their_subtrees_after_it_goes() {
     let (s, t) = (da.join("s"), da.join("s/t"));
     fs::create_dir(&s).unwrap();
     fs::create_dir(da.join("empty")).unwrap();
+    fs::create_dir(da.join("mine")).unwrap();
     for i in 0..200 {
         fs::File::create(s.join(format!("f{i}"))).unwrap();
     }
@@ -102,7 +104,7 @@ fn directories_made_under_a_delegation_keep_their_subtrees_after_it_goes() {
     // The test's own mount lists `d` alone: its delegation goes back; `s` and `t` stay
     // delegated to the holder.
     let there = fs.path("d");
-    assert_eq!(names(&there), ["empty", "first", "s"]);
+    assert_eq!(names(&there), ["empty", "first", "mine", "s"]);
     let before = stat_requests(fsname);
     for dir in [&s, &t] {
         for i in 0..200 {
@@ -114,6 +116,12 @@ fn directories_made_under_a_delegation_keep_their_subtrees_after_it_goes() {
         0,
         "stats under a directory made here asked the MDT after its parent's delegation went"
     );
+    // Its link count (`t` in it) as both mounts see it.
+    assert_eq!(fs::metadata(&s).unwrap().nlink(), 3);
+    assert_eq!(fs::metadata(there.join("s")).unwrap().nlink(), 3);
+    // The holder's own removal of a directory it made, kept under that directory's lock.
+    fs::remove_dir(da.join("mine")).unwrap();
+    assert!(!there.join("mine").exists());
     // Another mount's changes of the directories reach the holder through their locks.
     fs::set_permissions(there.join("s"), fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(fs::metadata(&s).unwrap().mode() & 0o777, 0o700);

@@ -4,7 +4,7 @@
 //! each through one of two mounts picked at random, and checks every read and size against
 //! a model of what the files must hold. Every operation completes before the next starts,
 //! so with data locks, write-behind and the kernels' caches at work each mount must show
-//! exactly what the other just did. `COHERENCE_OPS` (default 60,000: 130 s in the suite; a new seed each run) sets the length,
+//! exactly what the other just did. `COHERENCE_OPS` (default 60,000; a new seed each run) sets the length,
 //! `COHERENCE_SEED` replays a run, `COHERENCE_KINDS` narrows the operations and
 //! `COHERENCE_TRACE` prints each.
 //!

@@ -141,13 +141,14 @@ impl OstPool {
         }
     }
 
-    /// Fetches the configuration and refreshes each OST's free space, from a request's
-    /// path (a transaction may be open: the store's lock held): never waits for another
+    /// Fetches the configuration, from a request's path (a transaction may be open: the
+    /// store's lock held): asks no OST for its free space (one down would hold the request
+    /// for a recovery timeout; the watch thread's refresh does), never waits for another
     /// refresh, and leaves a change of the pools, whose installation waits for delegations
     /// to come back (and may evict, which takes the store's lock), to
     /// [`OstPool::refresh_installing`] (the watch thread, a pool command).
     pub fn refresh(&self) -> Result<(), RpcError> {
-        self.refresh_with(false, true)
+        self.refresh_with(false, false)
     }
 
     /// [`OstPool::refresh`], installing a change of the pools too (through the hook:
@@ -193,11 +194,21 @@ impl OstPool {
         // not one each.
         for batch in conns.chunks(STATFS_PROBES_IN_FLIGHT_MAX) {
             let answers: Vec<(u32, Option<StatFs>)> = std::thread::scope(|scope| {
-                let asked: Vec<_> = batch
-                    .iter()
-                    .map(|(index, conn)| scope.spawn(move || (*index, statfs_of(conn, *index))))
-                    .collect();
-                asked.into_iter().filter_map(|h| h.join().ok()).collect()
+                let mut inline = Vec::new();
+                let mut asked = Vec::new();
+                for (index, conn) in batch {
+                    let ask = move || (*index, statfs_of(conn, *index));
+                    match std::thread::Builder::new()
+                        .name("ost-statfs".into())
+                        .spawn_scoped(scope, ask)
+                    {
+                        Ok(h) => asked.push(h),
+                        // No thread to be had: asked from here, in turn.
+                        Err(_) => inline.push(ask()),
+                    }
+                }
+                inline.extend(asked.into_iter().filter_map(|h| h.join().ok()));
+                inline
             });
             let mut osts = self.osts.write().expect("osts");
             for (index, statfs) in answers {

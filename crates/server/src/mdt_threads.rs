@@ -94,9 +94,10 @@ pub(crate) fn spawn(
                 // The configuration is fetched again as soon as the MGS says it changed (a
                 // target registered, a pool changed: `nacre pool` is seen at once), and the
                 // OSTs' free space every OST_REFRESH_MS. The waits at the MGS are short so
-                // that a stop is not held up.
+                // that a stop is not held up. The first refresh (the OSTs' free space, which
+                // the start does not wait for) comes at once.
                 let mut after = None;
-                let mut refreshed = std::time::Instant::now();
+                let mut refreshed: Option<std::time::Instant> = None;
                 while !s.load(std::sync::atomic::Ordering::Relaxed) {
                     let changed = match m.osts.watch(after, CONFIG_WATCH_WAIT_MS) {
                         Ok((seq, changed)) => {
@@ -112,12 +113,13 @@ pub(crate) fn spawn(
                             false
                         }
                     };
-                    let due = refreshed.elapsed() >= Duration::from_millis(OST_REFRESH_MS);
+                    let due = refreshed
+                        .is_none_or(|t| t.elapsed() >= Duration::from_millis(OST_REFRESH_MS));
                     if changed || due {
                         if let Err(e) = m.osts.refresh_installing() {
                             tracing::debug!("OST refresh: {e}");
                         }
-                        refreshed = std::time::Instant::now();
+                        refreshed = Some(std::time::Instant::now());
                     }
                 }
             })

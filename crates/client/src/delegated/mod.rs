@@ -102,7 +102,8 @@ impl Item {
     }
 }
 
-/// A file answered under a delegation whose entry and attributes the kernel was let keep.
+/// A file or directory answered under a delegation whose entry and attributes the kernel
+/// was let keep.
 struct Covered {
     fid: Fid,
     /// Its owner, for the sticky bit's rule; `None` once this client changed it (its unlink

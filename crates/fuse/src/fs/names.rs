@@ -210,8 +210,9 @@ impl Shared {
             );
             match answered {
                 Ok(Some((attr, covered))) => {
-                    // Kept while the delegation is held (forgotten when it goes; a change
-                    // in it by another client calls the delegation back first).
+                    // Kept while the delegation is held (and past it under the directory's
+                    // own lock from its batch; a change in it by another client calls the
+                    // delegation back first).
                     let cached = nacre_client::Cached {
                         entry: covered,
                         attr: covered,
