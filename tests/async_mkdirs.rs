@@ -25,8 +25,17 @@ use std::time::Duration;
 
 /// What a stat shows of a directory: mode, owner, group, links, size, inode, mtime.
 fn shown(p: &Path) -> (u32, u32, u32, u64, u64, u64, i64, i64) {
+    assert!(
+        fs::metadata(p).is_ok_and(|m| m.is_dir()),
+        "{} is a directory",
+        p.display()
+    );
+    stat_shown(p)
+}
+
+/// What a stat shows of any inode: mode, owner, group, links, size, inode, mtime.
+pub(crate) fn stat_shown(p: &Path) -> (u32, u32, u32, u64, u64, u64, i64, i64) {
     let m = fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    assert!(m.is_dir(), "{} is a directory", p.display());
     (
         m.mode(),
         m.uid(),

@@ -5,11 +5,12 @@
 use super::async_dirops::{
     counter, delegated_dir, hold_sender, names, release_sender, until_counter,
 };
+use super::async_mkdirs::stat_shown as shown;
 use nacre_testkit::{lfsck_clean, Form, Spec, TestFs};
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 /// `mknod(path, mode, 0)`: the errno if it failed.
@@ -31,21 +32,6 @@ fn umask() -> u32 {
         .find_map(|l| l.strip_prefix("Umask:"))
         .unwrap();
     u32::from_str_radix(line.trim(), 8).unwrap()
-}
-
-/// What a stat shows of a file: mode, owner, group, links, size, inode, mtime.
-fn shown(p: &Path) -> (u32, u32, u32, u64, u64, u64, i64, i64) {
-    let m = fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    (
-        m.mode(),
-        m.uid(),
-        m.gid(),
-        m.nlink(),
-        m.size(),
-        m.ino(),
-        m.mtime(),
-        m.mtime_nsec(),
-    )
 }
 
 /// 30 regular files made by mknod in a delegated directory are answered by the mount and

@@ -142,7 +142,7 @@ impl Shared {
         };
         // A regular file is answered here in a directory delegated to this mount
         // (--async-dirops), as a create without its open.
-        if kind == FileKind::Regular && self.client.async_dirops() {
+        let reply = if kind == FileKind::Regular && self.client.async_dirops() {
             let answered = self.client.create_delegated(
                 parent,
                 name.as_bytes(),
@@ -150,22 +150,13 @@ impl Shared {
                 req.uid(),
                 req.gid(),
             );
-            match answered {
-                Ok(Some((attr, covered))) => {
-                    // Kept while the delegation is held (forgotten when it goes).
-                    let cached = nacre_client::Cached {
-                        entry: covered,
-                        attr: covered,
-                    };
-                    return self.reply_cached(reply, Ok((attr, cached)));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    pool::leave();
-                    return reply.error(errno(&e));
-                }
+            match self.reply_delegated(reply, answered) {
+                Some(reply) => reply,
+                None => return,
             }
-        }
+        } else {
+            reply
+        };
         let r = self
             .client
             .create(
@@ -200,7 +191,7 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         // Answered here in a directory delegated to this mount (--async-dirops).
-        if self.client.async_dirops() {
+        let reply = if self.client.async_dirops() {
             let answered = self.client.mkdir_delegated(
                 parent,
                 name.as_bytes(),
@@ -208,24 +199,13 @@ impl Shared {
                 req.uid(),
                 req.gid(),
             );
-            match answered {
-                Ok(Some((attr, covered))) => {
-                    // Kept while the delegation is held (and past it under the directory's
-                    // own lock from its batch; a change in it by another client calls the
-                    // delegation back first).
-                    let cached = nacre_client::Cached {
-                        entry: covered,
-                        attr: covered,
-                    };
-                    return self.reply_cached(reply, Ok((attr, cached)));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    pool::leave();
-                    return reply.error(errno(&e));
-                }
+            match self.reply_delegated(reply, answered) {
+                Some(reply) => reply,
+                None => return,
             }
-        }
+        } else {
+            reply
+        };
         let r = self.client.mkdir_cached(
             parent,
             name.as_bytes(),
@@ -233,6 +213,33 @@ impl Shared {
             LOOKUP | UPDATE,
         );
         self.reply_cached(reply, r);
+    }
+
+    /// Replies to the kernel with an entry answered on the delegated path, if it was
+    /// (kept while the delegation is held, and past it under the inode's own lock from its
+    /// batch; a change in it by another client calls the delegation back first) or failed;
+    /// gives `reply` back when the MDT is to make it.
+    fn reply_delegated(
+        &self,
+        reply: ReplyEntry,
+        answered: nacre_client::Result<Option<(nacre_types::Attr, bool)>>,
+    ) -> Option<ReplyEntry> {
+        match answered {
+            Ok(Some((attr, covered))) => {
+                let cached = nacre_client::Cached {
+                    entry: covered,
+                    attr: covered,
+                };
+                self.reply_cached(reply, Ok((attr, cached)));
+                None
+            }
+            Ok(None) => Some(reply),
+            Err(e) => {
+                pool::leave();
+                reply.error(errno(&e));
+                None
+            }
+        }
     }
 
     pub(super) fn unlink(&self, req: &Caller, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
