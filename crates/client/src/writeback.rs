@@ -4,8 +4,9 @@
 //! writes gathered, several RPCs in flight per OST) once a full RPC is ready, the data has
 //! waited [`IDLE_FLUSH_MS`], or half of [`DIRTY_BYTES_PER_OST_MAX`] is used — and at once
 //! for a lock's callback, `fsync`, close, a read of the object, a truncate or a synchronous
-//! write to it. What the OST did not take (an error, the client evicted) is reported by the
-//! file's next `fsync` or close.
+//! write to it (which wait for the writes kept before them only: [`Writeback::flush_before`]).
+//! What the OST did not take (an error, the client evicted) is reported by the file's next
+//! `fsync` or close.
 //!
 //! No two RPCs in flight overlap on one object, so the OST applies writes of the same
 //! bytes in the order they were made. A write that cannot be kept (no lock, no grant) first
@@ -37,6 +38,21 @@ const PIECE_GATHER_BYTES: usize = 1 << 20;
 /// An object: OST index and object id.
 pub(crate) type Key = (u32, ObjectId);
 
+/// Kept bytes of an object, and the number of the oldest write among them (writes are
+/// numbered as they are kept: `State::seq`).
+struct Piece {
+    bytes: Vec<u8>,
+    seq: u64,
+}
+
+/// An RPC of kept bytes in flight: its object range and the number of the oldest write it
+/// carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Flight {
+    range: (u64, u64),
+    seq: u64,
+}
+
 #[derive(Default)]
 struct Obj {
     fid: Fid,
@@ -48,9 +64,9 @@ struct Obj {
     job: String,
     cred: Option<nacre_types::Cred>,
     /// Kept data by object offset, never overlapping.
-    pieces: BTreeMap<u64, Vec<u8>>,
+    pieces: BTreeMap<u64, Piece>,
     /// Ranges `[start, end)` being written now.
-    inflight: Vec<(u64, u64)>,
+    inflight: Vec<Flight>,
     /// Ranges of `inflight` whose data is lost (someone else changed the object while its
     /// OST restarted): not sent again if the OST refuses them as stale.
     lost: Vec<(u64, u64)>,
@@ -59,55 +75,65 @@ struct Obj {
 }
 
 impl Obj {
-    /// Puts `data` at `off`, replacing what it overlaps; returns the bytes replaced.
-    fn insert(&mut self, off: u64, data: Vec<u8>) -> u64 {
+    /// Puts `data` (write number `seq`) at `off`, replacing what it overlaps; returns the
+    /// bytes replaced.
+    fn insert(&mut self, off: u64, data: Vec<u8>, seq: u64) -> u64 {
         let end = off + data.len() as u64;
         let mut replaced = 0;
         let overlapping: Vec<u64> = self
             .pieces
             .range(..end)
             .rev()
-            .take_while(|(k, v)| *k + v.len() as u64 > off)
+            .take_while(|(k, v)| *k + v.bytes.len() as u64 > off)
             .map(|(k, _)| *k)
             .collect();
         for k in overlapping {
             let mut v = self.pieces.remove(&k).expect("overlapping piece");
-            let (s, e) = (k, k + v.len() as u64);
+            let (s, e) = (k, k + v.bytes.len() as u64);
             replaced += e.min(end) - s.max(off);
             if e > end {
-                let right = v.split_off((end - s) as usize);
-                self.pieces.insert(end, right);
+                let right = v.bytes.split_off((end - s) as usize);
+                let seq = v.seq;
+                self.pieces.insert(end, Piece { bytes: right, seq });
             }
             if s < off {
-                v.truncate((off - s) as usize);
+                v.bytes.truncate((off - s) as usize);
                 self.pieces.insert(s, v);
             }
         }
-        // Gathered onto the piece ending where this one starts, while it is small.
+        // Gathered onto the piece ending where this one starts, while it is small (its
+        // oldest write stays the older one).
         if let Some((k, v)) = self.pieces.range_mut(..off).next_back() {
-            if *k + v.len() as u64 == off && v.len() < PIECE_GATHER_BYTES {
-                v.extend_from_slice(&data);
+            if *k + v.bytes.len() as u64 == off && v.bytes.len() < PIECE_GATHER_BYTES {
+                v.bytes.extend_from_slice(&data);
                 return replaced;
             }
         }
-        self.pieces.insert(off, data);
+        self.pieces.insert(off, Piece { bytes: data, seq });
         replaced
     }
 
     fn overlaps_inflight(&self, s: u64, e: u64) -> bool {
-        self.inflight.iter().any(|(a, b)| *a < e && s < *b)
+        self.inflight.iter().any(|f| f.range.0 < e && s < f.range.1)
+    }
+
+    /// The number of the oldest write kept or in flight here: every write numbered below
+    /// it is on the OST (or lost, and reported).
+    fn oldest(&self) -> Option<u64> {
+        let kept = self.pieces.values().map(|p| p.seq);
+        kept.chain(self.inflight.iter().map(|f| f.seq)).min()
     }
 
     /// Bytes of kept data contiguous from the first piece.
     fn first_run(&self) -> u64 {
         let mut it = self.pieces.iter();
         let Some((k, v)) = it.next() else { return 0 };
-        let mut end = k + v.len() as u64;
+        let mut end = k + v.bytes.len() as u64;
         for (k, v) in it {
             if *k != end {
                 break;
             }
-            end += v.len() as u64;
+            end += v.bytes.len() as u64;
         }
         end - self.pieces.keys().next().copied().unwrap_or(0)
     }
@@ -123,18 +149,22 @@ impl Obj {
         // Filled whole below (contiguous pieces): not zeroed first.
         let mut buf = AlignedBuf::for_overwrite(len as usize);
         let mut at = 0usize;
+        let mut seq = u64::MAX;
         while (at as u64) < len {
             let k = start + at as u64;
             let mut v = self.pieces.remove(&k).expect("contiguous piece");
-            let n = v.len().min(len as usize - at);
-            buf[at..at + n].copy_from_slice(&v[..n]);
-            if n < v.len() {
-                let rest = v.split_off(n);
-                self.pieces.insert(k + n as u64, rest);
+            let n = v.bytes.len().min(len as usize - at);
+            buf[at..at + n].copy_from_slice(&v.bytes[..n]);
+            seq = seq.min(v.seq);
+            if n < v.bytes.len() {
+                let bytes = v.bytes.split_off(n);
+                self.pieces
+                    .insert(k + n as u64, Piece { bytes, seq: v.seq });
             }
             at += n;
         }
-        self.inflight.push((start, start + len));
+        let range = (start, start + len);
+        self.inflight.push(Flight { range, seq });
         Some((start, buf))
     }
 
@@ -144,8 +174,8 @@ impl Obj {
             .pieces
             .iter()
             .next_back()
-            .map_or(0, |(k, v)| k + v.len() as u64);
-        let flying = self.inflight.iter().map(|r| r.1).max().unwrap_or(0);
+            .map_or(0, |(k, v)| k + v.bytes.len() as u64);
+        let flying = self.inflight.iter().map(|f| f.range.1).max().unwrap_or(0);
         kept.max(flying)
     }
 
@@ -169,6 +199,8 @@ struct State {
     quota_sync: HashMap<nacre_types::QuotaId, Instant>,
     running: bool,
     stop: bool,
+    /// The number of the last write kept (numbered from 1).
+    seq: u64,
 }
 
 /// Counters (`osc.*.writeback` on a mount).
@@ -240,11 +272,44 @@ impl Writeback {
         !st.objs.is_empty() && keys.iter().any(|k| st.objs.contains_key(k))
     }
 
-    /// Writes what is kept for `keys` now and waits until it is written (or lost).
+    /// Writes what is kept for `keys` now and waits until nothing is kept or in flight for
+    /// them (written or lost): before their lock goes.
     pub(crate) fn flush_wait(&self, keys: &[Key]) {
         let mut st = self.st.lock();
-        if st.objs.is_empty() {
+        if !Self::hurry(&mut st, keys) {
             return;
+        }
+        self.cv.notify_all();
+        while keys.iter().any(|k| st.objs.contains_key(k)) {
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Writes what is kept for `keys` now and waits until the writes kept before this call
+    /// are written (or lost): what a read, an `fsync` or a write that goes through must
+    /// find on the OSTs. Writes kept meanwhile are not waited for, so a reader beside a
+    /// writer that keeps writing the same objects is not held until the writer stops.
+    pub(crate) fn flush_before(&self, keys: &[Key]) {
+        let mut st = self.st.lock();
+        if !Self::hurry(&mut st, keys) {
+            return;
+        }
+        let last = st.seq;
+        self.cv.notify_all();
+        let pending = |st: &State| {
+            keys.iter()
+                .filter_map(|k| st.objs.get(k)?.oldest())
+                .any(|seq| seq <= last)
+        };
+        while pending(&st) {
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Marks what is kept for `keys` due at once; false if nothing is.
+    fn hurry(st: &mut State, keys: &[Key]) -> bool {
+        if st.objs.is_empty() {
+            return false;
         }
         let mut any = false;
         for k in keys {
@@ -253,13 +318,7 @@ impl Writeback {
                 any = true;
             }
         }
-        if !any {
-            return;
-        }
-        self.cv.notify_all();
-        while keys.iter().any(|k| st.objs.contains_key(k)) {
-            self.cv.wait(&mut st);
-        }
+        any
     }
 
     /// Writes everything kept and waits.
@@ -300,7 +359,7 @@ impl Writeback {
         let mut lost = 0;
         for k in keys {
             let o = st.objs.get_mut(&k).expect("listed");
-            let n: u64 = o.pieces.values().map(|v| v.len() as u64).sum();
+            let n: u64 = o.pieces.values().map(|v| v.bytes.len() as u64).sum();
             o.pieces.clear();
             lost += n;
             let (fid, empty) = (o.fid, o.is_empty());
@@ -355,9 +414,9 @@ impl Writeback {
             let Some(o) = st.objs.get_mut(&key) else {
                 continue;
             };
-            lost += o.pieces.values().map(|v| v.len() as u64).sum::<u64>();
+            lost += o.pieces.values().map(|v| v.bytes.len() as u64).sum::<u64>();
             o.pieces.clear();
-            o.lost = o.inflight.clone();
+            o.lost = o.inflight.iter().map(|f| f.range).collect();
             let (fid, empty) = (o.fid, o.is_empty());
             st.errors.insert(fid, Status::Io);
             if empty {
@@ -425,6 +484,8 @@ impl Writeback {
             self.cv.wait(&mut st);
         }
         let first = st.objs.is_empty();
+        st.seq += 1;
+        let seq = st.seq;
         let o = st.objs.entry(key).or_insert_with(|| Obj {
             fid,
             owner,
@@ -438,7 +499,7 @@ impl Writeback {
         }
         o.touched = Some(Instant::now());
         o.layout_gen = o.layout_gen.max(layout_gen);
-        let replaced = o.insert(off, data);
+        let replaced = o.insert(off, data, seq);
         let ready = o.first_run() >= max_rpc;
         let g = st.grant.entry(key.0).or_default();
         *g = *g - n + replaced;
@@ -543,7 +604,7 @@ impl Client {
                 .iter()
                 .map(|s| osc::object(layout, s.stripe))
                 .collect();
-            self.writeback.flush_wait(&keys);
+            self.writeback.flush_before(&keys);
             osc::write_subs(
                 self,
                 Some(file.fid),
@@ -562,7 +623,7 @@ impl Client {
     /// since last asked.
     pub fn flush_file(&self, fid: Fid, layout: Option<&Layout>) -> Result<()> {
         if let Some(l) = layout {
-            self.writeback.flush_wait(&keys_of(l));
+            self.writeback.flush_before(&keys_of(l));
         }
         match self.writeback.take_error(fid) {
             Some(s) => Err(s.into()),
@@ -575,7 +636,7 @@ impl Client {
     pub(crate) fn flush_objects(&self, layout: &Layout) {
         let keys = keys_of(layout);
         if self.writeback.holds_any(&keys) {
-            self.writeback.flush_wait(&keys);
+            self.writeback.flush_before(&keys);
         }
     }
 

@@ -255,7 +255,7 @@ fn finish(
         }
     }
     if let Some(o) = st.objs.get_mut(&key) {
-        o.inflight.retain(|r| *r != range);
+        o.inflight.retain(|f| f.range != range);
         o.lost.retain(|r| *r != range);
         if o.is_empty() {
             st.objs.remove(&key);
