@@ -312,8 +312,9 @@ fn a_listing_of_files_made_under_a_delegation_is_built_from_plain_pages() {
 /// What another mount changed in files this mount made is what a listing built here shows
 /// (their locks were called back: the mount no longer vouches for them), and so is this
 /// mount's own write to a file of a page built here before the kernel was given that entry
-/// (the attributes are taken as each entry is given, not when its page was fetched).
-/// Each of these has more than one guard (the lock held at the fetch and when given, the
+/// (the attributes are taken as each entry is given, not when its page was fetched), and
+/// the entries after the first it can no longer give come from the MDT's readdirplus pages,
+/// with their attributes. Each of these has more than one guard (the lock held at the fetch and when given, the
 /// attributes taken again when given, an open for writing here): a mutation of any one of
 /// them alone still passes.
 fn a_listing_built_here_shows_what_changed(form: Form) {
@@ -356,6 +357,7 @@ fn a_listing_built_here_shows_what_changed(form: Form) {
         .collect();
     names.sort();
     assert_eq!(names.len(), FILES - 1);
+    let reads = md_requests(fsname, READS);
     for i in 0..FILES {
         let got = fs::symlink_metadata(fs.path("d").join(name(i)));
         match i {
@@ -370,6 +372,12 @@ fn a_listing_built_here_shows_what_changed(form: Form) {
             }
         }
     }
+    // Past the first entry the mount no longer vouched for, the listing went on from the
+    // MDT's readdirplus pages: the kernel had every entry's attributes, those of the two
+    // files another mount changed too. What asks: the file written here after its page
+    // was fetched, and the lookup of the removed name.
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(asked <= 2, "{asked} getattrs and lookups for {FILES} stats");
 }
 
 on_both_forms!(

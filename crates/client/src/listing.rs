@@ -20,8 +20,9 @@ pub struct Listed {
     /// the kernel may cache of them, and the handle of the lock that covers them; `None`:
     /// look the name up on its own.
     pub attr: Option<(Attr, Cached, u64)>,
-    /// The attributes are this client's own ([`Client::listed_here`]): taken again when
-    /// the entry is given to the kernel, not as they were at the listing.
+    /// The attributes are this client's own, taken when the entry is given to the kernel
+    /// ([`Client::listed_here`]; `attr` is `None` until then): the listing goes on from the
+    /// MDT's pages at the first it can no longer give.
     pub here: bool,
 }
 
@@ -154,10 +155,11 @@ impl Client {
 
     /// A readdirplus page built here: a plain page of `fid` (names only, a fraction of a
     /// readdirplus page's cost at the MDT and no lock per entry) whose entries' attributes
-    /// this client gives itself, up to the first entry it cannot ([`Client::listed_here`]).
-    /// `None` when it cannot give the first: ask the MDT for a readdirplus page. The caller
-    /// answers for the permission to search `fid` (the MDT checks it for a readdirplus
-    /// page, not for a plain one).
+    /// this client gives itself as each is given ([`Client::listed_here`]; the caller
+    /// lists the rest from the MDT's pages from the first it cannot). `None` when it cannot
+    /// give the first: ask the MDT for a readdirplus page. The caller answers for the
+    /// permission to search `fid` (the MDT checks it for a readdirplus page, not for a
+    /// plain one).
     pub fn readdir_plus_here(
         &self,
         fid: Fid,
@@ -165,23 +167,19 @@ impl Client {
         count: u32,
     ) -> Result<Option<(Vec<Listed>, bool)>> {
         let (page, eof) = self.readdir(fid, after, count)?;
-        let listed = page.len();
-        let mut out = Vec::with_capacity(listed);
-        for entry in page {
-            // Taken again as the entry is given (its name recorded under its lock then).
-            let Some((attr, handle)) = self.vouched_attr(&entry) else {
-                break;
-            };
-            out.push(Listed {
-                entry,
-                attr: Some((attr, Cached::default(), handle)),
-                here: true,
-            });
-        }
-        if out.is_empty() && listed > 0 {
+        // Only the first is looked up now: each is again as it is given (its writes since
+        // move its attributes), once.
+        if page.first().is_some_and(|e| self.vouched_attr(e).is_none()) {
             return Ok(None);
         }
-        let eof = eof && out.len() == listed;
+        let out = page
+            .into_iter()
+            .map(|entry| Listed {
+                entry,
+                attr: None,
+                here: true,
+            })
+            .collect();
         Ok(Some((out, eof)))
     }
 

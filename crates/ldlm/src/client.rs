@@ -182,11 +182,12 @@ impl ClientLocks {
 
     fn cover(&self, fid: Fid, bit: u8, parent: Fid, name: &[u8], max: usize) -> bool {
         let mut s = self.state.lock();
-        let Some(handles) = s.by_fid.get(&fid).cloned() else {
+        let State { held, by_fid, .. } = &mut *s;
+        let Some(handles) = by_fid.get(&fid) else {
             return false;
         };
         for h in handles {
-            let held = s.held.get_mut(&h).expect("indexed");
+            let held = held.get_mut(h).expect("indexed");
             if held.lock.bits & bit == 0 {
                 continue;
             }

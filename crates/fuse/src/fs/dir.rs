@@ -169,6 +169,15 @@ impl DirStream {
         last.or(self.base.as_deref())
     }
 
+    /// Drops the entries from `index` on, to be listed again from the MDT's readdirplus
+    /// pages (an entry built here this mount cannot give).
+    fn cut_at(&mut self, index: usize) {
+        self.entries.truncate(index);
+        self.eof = false;
+        self.ahead = None;
+        self.here = false;
+    }
+
     /// Starts the listing afresh after `base` (`None`: from the directory's start).
     fn restart(&mut self, base: Option<Vec<u8>>) {
         self.entries.clear();
@@ -469,10 +478,17 @@ impl Shared {
             };
             let (ino, kind) = (crate::ino_of(listed.entry.fid), listed.entry.kind);
             // Given once: an entry read again (a rewound listing) is listed only.
+            let here = std::mem::take(&mut listed.here);
             let mut fetched = listed.attr.take();
-            if listed.here && fetched.is_some() {
+            if here {
                 // This mount's own: as they are now (its writes since move them).
                 fetched = self.client.listed_here(dir, &listed.entry);
+                if fetched.is_none() {
+                    // It no longer vouches for this one (or never did: a page built here
+                    // checks its first entry only): the rest comes from the MDT's pages.
+                    stream.cut_at(index);
+                    continue;
+                }
             }
             let (attr, ttl) = match &fetched {
                 Some((a, c, _)) if *c == Cached::default() => {
@@ -498,8 +514,13 @@ impl Shared {
                 Generation(0),
             );
             if full {
-                // Not taken by the kernel: given again with the next call.
-                stream.entries[index].attr = fetched;
+                // Not taken by the kernel: given again with the next call (this mount's
+                // own as they are then).
+                let listed = &mut stream.entries[index];
+                match here {
+                    true => listed.here = true,
+                    false => listed.attr = fetched,
+                }
                 break;
             }
             given.push((cookie, listed.entry.name.clone().into_boxed_slice()));
