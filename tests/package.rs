@@ -93,8 +93,14 @@ fn the_package_installs_units_helper_docs_and_they_run() {
         std::fs::read_to_string(root.join("usr/share/bash-completion/completions/nacre")).unwrap();
     assert!(bash.contains("setstripe"));
 
-    // What nacre-server@t1 runs, from the unpacked root.
+    // What nacre-server@t1 runs, from the unpacked root: without debug information, as
+    // Debian ships binaries (the release build's is 120 MB with it).
     let nacre = root.join("usr/bin/nacre");
+    let sections = sh(&format!("readelf -S --wide {}", nacre.display()));
+    assert!(
+        sections.contains(".text") && !sections.contains(".debug_info"),
+        "{sections}"
+    );
     let unit =
         std::fs::read_to_string(root.join("lib/systemd/system/nacre-server@.service")).unwrap();
     assert_eq!(unit_value(&unit, "Type"), "notify");
