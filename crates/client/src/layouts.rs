@@ -241,7 +241,7 @@ impl Client {
         match slot.current.try_write_for(wait) {
             Some(current) => {
                 if let Some(layout) = &current.layout {
-                    self.flush_objects(layout);
+                    self.flush_objects_all(layout);
                 }
             }
             None => tracing::warn!(
@@ -266,7 +266,7 @@ impl Client {
         };
         let mut current = slot.current.write();
         if let Some(layout) = &current.layout {
-            self.flush_objects(layout);
+            self.flush_objects_all(layout);
         }
         let result = change();
         match &result {

@@ -76,8 +76,11 @@ struct Obj {
 
 impl Obj {
     /// Puts `data` (write number `seq`) at `off`, replacing what it overlaps; returns the
-    /// bytes replaced.
+    /// bytes replaced. The piece keeps the oldest number of what it replaced: a read that
+    /// waits for an older write replaced here waits for this one (which carries its bytes
+    /// over them) instead of finding on the OST what was there before both.
     fn insert(&mut self, off: u64, data: Vec<u8>, seq: u64) -> u64 {
+        let mut seq = seq;
         let end = off + data.len() as u64;
         let mut replaced = 0;
         let overlapping: Vec<u64> = self
@@ -91,6 +94,7 @@ impl Obj {
             let mut v = self.pieces.remove(&k).expect("overlapping piece");
             let (s, e) = (k, k + v.bytes.len() as u64);
             replaced += e.min(end) - s.max(off);
+            seq = seq.min(v.seq);
             if e > end {
                 let right = v.bytes.split_off((end - s) as usize);
                 let seq = v.seq;
@@ -106,6 +110,7 @@ impl Obj {
         if let Some((k, v)) = self.pieces.range_mut(..off).next_back() {
             if *k + v.bytes.len() as u64 == off && v.bytes.len() < PIECE_GATHER_BYTES {
                 v.bytes.extend_from_slice(&data);
+                v.seq = v.seq.min(seq);
                 return replaced;
             }
         }
@@ -629,6 +634,13 @@ impl Client {
             Some(s) => Err(s.into()),
             None => Ok(()),
         }
+    }
+
+    /// Writes what is kept of `layout`'s objects and waits until nothing is kept for them:
+    /// before the layout's lock goes or the layout changes (the caller holds off new I/O
+    /// on the file meanwhile).
+    pub(crate) fn flush_objects_all(&self, layout: &Layout) {
+        self.writeback.flush_wait(&keys_of(layout));
     }
 
     /// Writes what is kept of `layout`'s objects before an operation that must see it on

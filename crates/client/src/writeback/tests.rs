@@ -94,3 +94,49 @@ fn a_read_waits_for_earlier_writes_only() {
     reader.join().unwrap();
     assert!(wb.holds_any(&[key]), "the later write is still kept");
 }
+
+/// The same when a later write replaces the earlier one's bytes before the flusher took
+/// them: the read waits for the later write (which carries those bytes) instead of going
+/// on and reading from the OST what was there before both.
+#[test]
+fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
+    let wb = std::sync::Arc::new(Writeback::default());
+    let key: Key = (0, ObjectId { seq: 0, id: 7 });
+    let tag = (Fid::default(), Owner::default(), 0);
+    wb.add_grant(0, 1 << 20);
+    assert!(wb.keep(key, tag, 0, vec![1; 4096], 1 << 20).is_none());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = {
+        let wb = wb.clone();
+        std::thread::spawn(move || {
+            wb.flush_before(&[key]);
+            tx.send(()).unwrap();
+        })
+    };
+    while !wb.st.lock().objs.get(&key).expect("kept").urgent {
+        std::thread::yield_now();
+    }
+    // A later write over the same bytes, and one gathered after them, before the flusher.
+    assert!(wb.keep(key, tag, 0, vec![2; 4096], 1 << 20).is_none());
+    assert!(wb.keep(key, tag, 4096, vec![3; 4096], 1 << 20).is_none());
+    // Any wake-up: the reader must still wait for the bytes over the first write's.
+    wb.cv.notify_all();
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err(),
+        "the reader went on with the first write's bytes never written"
+    );
+    let taken = wb
+        .st
+        .lock()
+        .objs
+        .get_mut(&key)
+        .expect("kept")
+        .take_run(1 << 20)
+        .expect("a run");
+    assert_eq!(taken.1.len(), 8192);
+    written_back(&wb, key, (0, 8192));
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the reader still waits once everything was written");
+    reader.join().unwrap();
+}
