@@ -53,36 +53,56 @@ fn written_back(wb: &Writeback, key: Key, range: (u64, u64)) {
     wb.cv.notify_all();
 }
 
+/// The object of the tests below.
+const KEY: Key = (0, ObjectId { seq: 0, id: 7 });
+
+/// What the tests' writes are kept as: file, owner, layout generation.
+fn tag() -> (Fid, Owner, u32) {
+    (Fid::default(), Owner::default(), 0)
+}
+
+/// A write of 4 KiB at 0 kept, then a reader waiting for it (`flush_before`) in a thread
+/// that says when it went on; returns once the reader marked the write due.
+fn reader_behind_one_write() -> (
+    std::sync::Arc<Writeback>,
+    std::sync::mpsc::Receiver<()>,
+    std::thread::JoinHandle<()>,
+) {
+    let wb = std::sync::Arc::new(Writeback::default());
+    wb.add_grant(0, 1 << 20);
+    assert!(wb.keep(KEY, tag(), 0, vec![1; 4096], 1 << 20).is_none());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = {
+        let wb = wb.clone();
+        std::thread::spawn(move || {
+            wb.flush_before(&[KEY]);
+            tx.send(()).unwrap();
+        })
+    };
+    while !wb.st.lock().objs.get(&KEY).expect("kept").urgent {
+        std::thread::yield_now();
+    }
+    (wb, rx, reader)
+}
+
 /// A read (or `fsync`) waits for the writes kept before it, not for the writes a writer
 /// keeps making meanwhile: it used to wait until the object had nothing kept, which a
 /// writer that never pauses never allowed (a reader beside a writer on one mount stalled
 /// until the writer blocked on something else: up to 1.3 s per read).
 #[test]
 fn a_read_waits_for_earlier_writes_only() {
-    let wb = std::sync::Arc::new(Writeback::default());
-    let key: Key = (0, ObjectId { seq: 0, id: 7 });
-    let tag = (Fid::default(), Owner::default(), 0);
-    wb.add_grant(0, 1 << 20);
-    assert!(wb.keep(key, tag, 0, vec![1; 4096], 1 << 20).is_none());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = {
-        let wb = wb.clone();
-        std::thread::spawn(move || {
-            wb.flush_before(&[key]);
-            tx.send(()).unwrap();
-        })
-    };
+    let (wb, rx, reader) = reader_behind_one_write();
+    let (key, tag) = (KEY, tag());
     // The flusher takes the first write (the reader marked it due), then the writer keeps
     // another before that RPC comes back.
-    let taken = loop {
-        let mut st = wb.st.lock();
-        let o = st.objs.get_mut(&key).expect("kept");
-        if o.urgent {
-            break o.take_run(1 << 20).expect("a run");
-        }
-        drop(st);
-        std::thread::yield_now();
-    };
+    let taken = wb
+        .st
+        .lock()
+        .objs
+        .get_mut(&key)
+        .expect("kept")
+        .take_run(1 << 20)
+        .expect("a run");
     assert!(wb.keep(key, tag, 8192, vec![2; 4096], 1 << 20).is_none());
     assert!(
         rx.try_recv().is_err(),
@@ -100,22 +120,8 @@ fn a_read_waits_for_earlier_writes_only() {
 /// on and reading from the OST what was there before both.
 #[test]
 fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
-    let wb = std::sync::Arc::new(Writeback::default());
-    let key: Key = (0, ObjectId { seq: 0, id: 7 });
-    let tag = (Fid::default(), Owner::default(), 0);
-    wb.add_grant(0, 1 << 20);
-    assert!(wb.keep(key, tag, 0, vec![1; 4096], 1 << 20).is_none());
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = {
-        let wb = wb.clone();
-        std::thread::spawn(move || {
-            wb.flush_before(&[key]);
-            tx.send(()).unwrap();
-        })
-    };
-    while !wb.st.lock().objs.get(&key).expect("kept").urgent {
-        std::thread::yield_now();
-    }
+    let (wb, rx, reader) = reader_behind_one_write();
+    let (key, tag) = (KEY, tag());
     // A later write over the same bytes, and one gathered after them, before the flusher.
     assert!(wb.keep(key, tag, 0, vec![2; 4096], 1 << 20).is_none());
     assert!(wb.keep(key, tag, 4096, vec![3; 4096], 1 << 20).is_none());
