@@ -114,7 +114,9 @@ impl Client {
                     };
                     let mut asked = crate::datalocks::ReadLocks::new();
                     self.asking(o.ost, o.object, &mut asked);
-                    let answer = crate::osc::call_one(self, o.ost, &req, None).map_err(Into::into);
+                    let answer =
+                        crate::osc::call_one(self, o.ost, &req, None, self.ost_uuid(o.ost))
+                            .map_err(Into::into);
                     if let Ok((OssReply::Granted(Some(l)), _)) = &answer {
                         self.data_lock_granted(o.ost, (file.fid, map), *l, &mut asked);
                     }

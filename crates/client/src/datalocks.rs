@@ -262,13 +262,16 @@ impl OstLocks {
         fids
     }
 
-    /// The OST evicted the client known as `was`: if that is still its uuid, every lock is
-    /// dropped and the client takes a new uuid (Some: the files whose data must go).
-    fn reset_if(&self, was: [u8; 16]) -> Option<Vec<Fid>> {
+    /// The OST evicted the client known as `was`: if that is still its uuid, `first` runs,
+    /// every lock is dropped and the client takes a new uuid (Some: the files whose data
+    /// must go). `first` runs before anyone can see the new uuid: what it drops can never
+    /// be sent as the new client.
+    fn reset_if(&self, was: [u8; 16], first: impl FnOnce()) -> Option<Vec<Fid>> {
         let mut uuid = self.uuid.lock();
         if *uuid != was {
             return None;
         }
+        first();
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.epoch.store(0, Ordering::Release);
         drop(uuid);
@@ -439,11 +442,12 @@ impl Client {
             return;
         }
         let o = self.data_locks.ost(ost);
-        let Some(fids) = o.reset_if(was) else {
+        // What is kept (or picked to be sent) was written under the old uuid's locks: it
+        // is dropped before a request can carry the new uuid (Writeback::evicted).
+        let Some(fids) = o.reset_if(was, || self.writeback.evicted(ost)) else {
             return;
         };
         tracing::warn!("OST{ost:04x} evicted this client: its cached data is dropped");
-        self.writeback.evicted(ost);
         self.data_locks.revoke(Revocation {
             ost,
             objects: Vec::new(),

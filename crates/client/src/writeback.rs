@@ -356,8 +356,9 @@ impl Writeback {
     }
 
     /// OST `ost` evicted this client: what is kept for it was written under locks it no
-    /// longer holds, so it is dropped (never written after someone else's data), and the
-    /// files report an I/O error.
+    /// longer holds, so it is dropped (never written after someone else's data), as is what
+    /// the flusher took and has not sent yet (its ranges are lost: never sent as the new
+    /// client), and the files report an I/O error.
     pub(crate) fn evicted(&self, ost: u32) {
         let mut st = self.st.lock();
         let keys: Vec<Key> = st.objs.keys().filter(|k| k.0 == ost).copied().collect();
@@ -366,6 +367,7 @@ impl Writeback {
             let o = st.objs.get_mut(&k).expect("listed");
             let n: u64 = o.pieces.values().map(|v| v.bytes.len() as u64).sum();
             o.pieces.clear();
+            o.lost = o.inflight.iter().map(|f| f.range).collect();
             lost += n;
             let (fid, empty) = (o.fid, o.is_empty());
             st.errors.insert(fid, Status::Io);
@@ -434,6 +436,16 @@ impl Writeback {
         drop(st);
         self.stats.lost_bytes.fetch_add(lost, Ordering::Relaxed);
         self.cv.notify_all();
+    }
+
+    /// Whether the bytes the flusher took for `range` of `key` are lost (an eviction or a
+    /// restart that someone else's writes followed): they must not be sent.
+    pub(crate) fn is_lost(&self, key: Key, range: (u64, u64)) -> bool {
+        self.st
+            .lock()
+            .objs
+            .get(&key)
+            .is_some_and(|o| o.lost.contains(&range))
     }
 
     /// An OST's new start is known (its locks were taken back): data it refused as stale

@@ -89,6 +89,19 @@ impl Window {
         bulk: Option<Arc<AlignedBuf>>,
         into: Option<AlignedBuf>,
     ) -> Result<Pending> {
+        Self::send_as(client, ost, tag, req, bulk, into, client.ost_uuid(ost))
+    }
+
+    /// Sends `req` as the client known as `uuid` at the OST.
+    fn send_as(
+        client: &Client,
+        ost: u32,
+        tag: usize,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+        into: Option<AlignedBuf>,
+        uuid: [u8; 16],
+    ) -> Result<Pending> {
         let conn = client.osc(ost)?;
         let bulk_rpc = match req {
             OssRequest::Write { .. } => Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64))),
@@ -99,7 +112,6 @@ impl Window {
             client.rpc_stats(ost).sent(write, bytes);
         }
         let short = matches!(req, OssRequest::Glimpse { .. } | OssRequest::StatFs);
-        let uuid = client.ost_uuid(ost);
         let mut call = OssCall::from_client(uuid, req.clone());
         call.capa = client.capa_for(ost, req);
         let capa_fid = call.capa.as_ref().map(|c| c.fid);
@@ -216,17 +228,16 @@ fn collect(p: PendingReply, stats: Option<(Arc<OscRpcStats>, bool)>) -> Collecte
     decode_reply(reply?)
 }
 
-/// Sends one request to OST `ost` under the client's uuid there: the reply to wait for
-/// ([`collect_one`]) and the uuid it was sent under.
+/// Sends one request to OST `ost` as the client known there as `uuid` (read before the
+/// caller checked its request may still go): the reply to wait for ([`collect_one`]).
 pub(crate) fn send_one(
     client: &Client,
     ost: u32,
     req: &OssRequest,
     bulk: Option<Arc<AlignedBuf>>,
-) -> Result<(Pending, [u8; 16])> {
-    let p = Window::send(client, ost, 0, req, bulk, None)?;
-    let uuid = p.uuid;
-    Ok((p, uuid))
+    uuid: [u8; 16],
+) -> Result<Pending> {
+    Window::send_as(client, ost, 0, req, bulk, None, uuid)
 }
 
 /// Waits for a request sent by [`send_one`] (not sent again if the OST evicted the client).
@@ -234,17 +245,18 @@ pub(crate) fn collect_one(p: Pending) -> Collected {
     collect(p.reply, p.stats)
 }
 
-/// Sends one request to OST `ost` and waits for its answer, sending it again while the OST
-/// is recovering (not if it evicted the client).
+/// Sends one request to OST `ost` as the client known there as `uuid` and waits for its
+/// answer, sending it again while the OST is recovering (not if it evicted the client).
 pub(crate) fn call_one(
     client: &Client,
     ost: u32,
     req: &OssRequest,
     bulk: Option<Arc<AlignedBuf>>,
+    uuid: [u8; 16],
 ) -> Collected {
     let once = || {
-        let (p, _) =
-            send_one(client, ost, req, bulk.clone()).map_err(|e| RpcError::Status(e.status()))?;
+        let p = send_one(client, ost, req, bulk.clone(), uuid)
+            .map_err(|e| RpcError::Status(e.status()))?;
         collect_one(p)
     };
     while_recovering(once(), once)

@@ -88,17 +88,29 @@ pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
                 layout_gen,
             };
             let buf = Arc::new(buf);
-            let (reply, uuid) = match osc::send_one(&c, key.0, &req, Some(buf.clone())) {
-                Ok((p, uuid)) => (Some(p), uuid),
-                Err(e) => {
-                    tracing::warn!("OST{:04x}: write-behind: {e}", key.0);
-                    (None, [0; 16])
+            let range = (off, off + len);
+            // The uuid is read before the check: an eviction drops what was taken
+            // (Writeback::evicted) before the client's new uuid can be read, so these bytes,
+            // written under the old uuid's locks, go as the old client (and are refused) or
+            // not at all, never as the new one after someone else's.
+            let uuid = c.ost_uuid(key.0);
+            let reply = if wb.is_lost(key, range) {
+                None
+            } else {
+                match osc::send_one(&c, key.0, &req, Some(buf.clone()), uuid) {
+                    Ok(p) => {
+                        wb.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+                        Some(p)
+                    }
+                    Err(e) => {
+                        tracing::warn!("OST{:04x}: write-behind: {e}", key.0);
+                        None
+                    }
                 }
             };
-            wb.stats.rpcs.fetch_add(1, Ordering::Relaxed);
             flying.push_back(Flying {
                 key,
-                range: (off, off + len),
+                range,
                 fid,
                 reply,
                 uuid,
@@ -151,8 +163,10 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
     let mut sent = f.epoch;
     for _ in 0..STALE_RESENDS_MAX {
         let deadline = Instant::now() + Duration::from_millis(STALE_WAIT_MS);
-        let epoch = loop {
+        let (epoch, uuid) = loop {
             let epoch = c.data_epoch(f.key.0);
+            // Read before the check, as in the flusher.
+            let uuid = c.ost_uuid(f.key.0);
             let mut st = wb.st.lock();
             if st
                 .objs
@@ -162,7 +176,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
                 return Err(nacre_net::rpc::RpcError::Status(Status::Io));
             }
             if epoch != sent && epoch != 0 {
-                break epoch;
+                break (epoch, uuid);
             }
             if Instant::now() >= deadline {
                 return stale();
@@ -184,7 +198,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
             epoch,
             layout_gen: f.layout_gen,
         };
-        let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()));
+        let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()), uuid);
         if !is_stale(&result) {
             return result;
         }
@@ -264,7 +278,12 @@ fn finish(
     drop(st);
     c.writeback.cv.notify_all();
     if evicted {
-        c.writeback.evicted(key.0);
-        c.data_evicted(key.0, uuid);
+        // Only while the client is still the one the OST evicted: a late refusal must not
+        // drop what was kept since, as the new client.
+        if c.data_locks_on() {
+            c.data_evicted(key.0, uuid);
+        } else {
+            c.writeback.evicted(key.0);
+        }
     }
 }

@@ -146,3 +146,26 @@ fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
         .expect("the reader still waits once everything was written");
     reader.join().unwrap();
 }
+
+/// Bytes the flusher took before an eviction are lost: sent after the client took its new
+/// uuid at the OST, they would land after the writes of the mount the eviction let go on
+/// (the regression behind `an_evicted_mount_loses_its_kept_writes_and_says_so`).
+#[test]
+fn an_eviction_loses_what_the_flusher_took_and_did_not_send() {
+    let wb = Writeback::default();
+    wb.add_grant(0, 1 << 20);
+    assert!(wb.keep(KEY, tag(), 0, vec![2; 4096], 1 << 20).is_none());
+    assert!(wb.keep(KEY, tag(), 8192, vec![2; 4096], 1 << 20).is_none());
+    let (off, buf) = {
+        let mut st = wb.st.lock();
+        st.objs.get_mut(&KEY).expect("kept").take_run(1 << 20)
+    }
+    .expect("a run to send");
+    let range = (off, off + buf.len() as u64);
+    assert!(!wb.is_lost(KEY, range));
+    wb.evicted(0);
+    assert!(wb.is_lost(KEY, range), "taken bytes may still be sent");
+    assert_eq!(wb.take_error(Fid::default()), Some(Status::Io));
+    let st = wb.st.lock();
+    assert!(st.objs[&KEY].pieces.is_empty(), "kept bytes survive");
+}
