@@ -3,11 +3,10 @@
 //! stricter test of its layers too (crates/mds/tests/layers.rs).
 
 use nacre_testkit::imports::{file_graph, long_circles};
-use std::path::Path;
 
 #[test]
 fn no_crate_has_a_circle_of_three_or_more_files() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
+    let crates = nacre_testkit::package_dir(env!("CARGO_MANIFEST_DIR")).join("../crates");
     let mut circles = Vec::new();
     let mut checked = 0;
     let mut dirs: Vec<_> = std::fs::read_dir(&crates)

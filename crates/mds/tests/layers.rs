@@ -12,7 +12,6 @@
 
 use nacre_testkit::imports::{file_graph, long_circles, upward};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// The layers, lowest first.
 const LAYERS: &[&str] = &["base", "target", "ops", "services", "handler"];
@@ -92,7 +91,7 @@ const FILES: &[(&str, &str)] = &[
 
 #[test]
 fn layers_import_only_downward_and_files_form_no_circles() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = nacre_testkit::package_dir(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = file_graph(&src);
     let mut errors = Vec::new();
     let mut layer_of: HashMap<String, usize> = HashMap::new();
@@ -142,7 +141,7 @@ fn layers_import_only_downward_and_files_form_no_circles() {
 /// reach records only through `nacre_mdstore`.
 #[test]
 fn only_the_mdt_names_the_kv_store() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = nacre_testkit::package_dir(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = file_graph(&src);
     assert!(
         g.files.len() > 40,

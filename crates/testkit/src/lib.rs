@@ -48,9 +48,16 @@ pub use testfs::{Form, Spec, TestFs};
 /// builds in a fresh clone), so a path fixed at build time could name files that are gone
 /// or are another clone's.
 pub fn tests_dir() -> PathBuf {
+    package_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests"))
+}
+
+/// The directory of the package whose test is running: the one `cargo test` names when it
+/// runs the test (`CARGO_MANIFEST_DIR` at run time), else `built`, the one the test was
+/// built in (`env!("CARGO_MANIFEST_DIR")`), which may be another clone's (see [`tests_dir`]).
+pub fn package_dir(built: &str) -> PathBuf {
     match std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from) {
         Some(dir) if dir.join("Cargo.toml").is_file() => dir,
-        _ => Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests")).to_path_buf(),
+        _ => Path::new(built).to_path_buf(),
     }
 }
 
