@@ -334,6 +334,16 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
         assert!(Instant::now() < deadline, "the other mount never polls");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Nor does it keep writes before it knows the OST's start (its first poll's answer).
+    let pid = other.pid().expect("the other mount's process");
+    let epoch = format!("ldlm.namespaces.{fsname}-OST0000-osc.server_epoch");
+    while get_param(Some(pid), &epoch).trim() == "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the other mount never learns the OST's start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A read here calls the other mount's write lock back (a stat would not: it only
     // asks for the size), so its next write goes through.
     assert_eq!(fs::read(&a).unwrap(), vec![1u8; RECORD]);
@@ -343,7 +353,6 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
     let bf = fs::OpenOptions::new().write(true).open(&b).unwrap();
     bf.write_all_at(&[2u8; 100], 0).unwrap();
     bf.write_all_at(&[2u8; 100], 1_000).unwrap();
-    let pid = other.pid().expect("the other mount's process");
     // SAFETY: signals to a child process of this test.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let written = w.write_all_at(&[9u8; 10], 1_000);

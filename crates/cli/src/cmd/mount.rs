@@ -353,6 +353,10 @@ fn register_client_osc_ldlm_params(
         )
     });
     let c = client.clone();
+    r.add_fn(format!("{ns}.server_epoch"), move || {
+        c.data_epoch(index).to_string()
+    });
+    let c = client.clone();
     r.add_fn(
         format!("osc.{fs}-OST{index:04x}.cur_grant_bytes"),
         move || c.cur_grant_bytes(index).to_string(),

@@ -4,8 +4,9 @@
 
 use super::*;
 impl Client {
-    /// The OST start this client's locks on `ost` are from (0: none known).
-    pub(crate) fn data_epoch(&self, ost: u32) -> u64 {
+    /// The OST start this client's locks on `ost` are from (0: none known yet, and until
+    /// it is, writes to that OST are not kept behind).
+    pub fn data_epoch(&self, ost: u32) -> u64 {
         if !self.data_locks.enabled() {
             return 0;
         }
