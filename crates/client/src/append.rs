@@ -114,11 +114,13 @@ impl Client {
                     };
                     let mut asked = crate::datalocks::ReadLocks::new();
                     self.asking(o.ost, o.object, &mut asked);
+                    let sent_as = self.ost_uuid(o.ost);
                     let answer =
-                        crate::osc::call_one(self, o.ost, &req, None, self.ost_uuid(o.ost))
-                            .map_err(Into::into);
+                        crate::osc::call_one(self, o.ost, &req, None, sent_as).map_err(Into::into);
                     if let Ok((OssReply::Granted(Some(l)), _)) = &answer {
-                        self.data_lock_granted(o.ost, (file.fid, map), *l, &mut asked);
+                        // Not held if the OST evicted `sent_as` since: the loop asks again.
+                        let _ =
+                            self.data_lock_granted(o.ost, (file.fid, map), *l, &mut asked, sent_as);
                     }
                     // A callback that came before the grant is answered now.
                     self.read_done(file.fid, asked);

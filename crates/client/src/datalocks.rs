@@ -274,8 +274,19 @@ impl OstLocks {
         first();
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.epoch.store(0, Ordering::Release);
+        // Under the uuid's lock too: a lock granted to the new uuid meanwhile is recorded
+        // after this, never wiped by it (as_current).
+        let fids = self.reset();
         drop(uuid);
-        Some(self.reset())
+        Some(fids)
+    }
+
+    /// `f` (run under the uuid's lock), if `sent_as` is still this client's uuid at the
+    /// OST: what a reply to a request sent as `sent_as` brings (a lock, a grant) is this
+    /// client's only then; one sent before an eviction is not the new client's.
+    fn as_current<R>(&self, sent_as: [u8; 16], f: impl FnOnce() -> R) -> Option<R> {
+        let uuid = self.uuid.lock();
+        (*uuid == sent_as).then(f)
     }
 }
 
@@ -500,18 +511,65 @@ impl Client {
         self.start_data_callbacks(&o);
     }
 
-    /// A read of `fid` was granted `lock` by OST `ost`: held (in use by `locks`) unless its
-    /// callback came first.
+    /// A read of `fid` was granted `lock` by OST `ost` in answer to a request sent as
+    /// `sent_as`: held (in use by `locks`) unless its callback came first, or the OST
+    /// evicted `sent_as` since (the lock is no one's there now: false, and what the
+    /// request read must not be cached as covered by it).
+    #[must_use]
     pub(crate) fn data_lock_granted(
         &self,
         ost: u32,
         (fid, map): (Fid, StripeMap),
         lock: ExtentRef,
         locks: &mut ReadLocks,
-    ) {
+        sent_as: [u8; 16],
+    ) -> bool {
         let o = self.data_locks.ost(ost);
-        o.stats.grants.fetch_add(1, Ordering::Relaxed);
         self.start_data_callbacks(&o);
+        let Some(trim) = o.as_current(sent_as, || Self::hold_granted(&o, fid, map, lock, locks))
+        else {
+            tracing::debug!("OST{ost:04x}: a lock granted before an eviction is dropped");
+            return false;
+        };
+        o.stats.grants.fetch_add(1, Ordering::Relaxed);
+        if !trim.is_empty() {
+            o.stats
+                .lru_cancels
+                .fetch_add(trim.len() as u64, Ordering::Relaxed);
+            self.data_locks
+                .revoke(Revocation::of(ost, trim, Vec::new()));
+        }
+        true
+    }
+
+    /// Space OST `ost` granted in answer to a request sent as `sent_as`: this client's
+    /// unless the OST evicted `sent_as` since (its grants went with it).
+    pub(crate) fn add_grant_as(&self, ost: u32, added: u64, sent_as: [u8; 16]) {
+        if added == 0 {
+            return;
+        }
+        if !self.data_locks.enabled() {
+            self.writeback.add_grant(ost, added);
+            return;
+        }
+        let o = self.data_locks.ost(ost);
+        if o.as_current(sent_as, || self.writeback.add_grant(ost, added))
+            .is_none()
+        {
+            tracing::debug!("OST{ost:04x}: a grant given before an eviction is dropped");
+        }
+    }
+
+    /// [`Client::data_lock_granted`] once the lock is known to be this client's: recorded,
+    /// and the least recently used idle locks past the bound taken (to be cancelled).
+    fn hold_granted(
+        o: &OstLocks,
+        fid: Fid,
+        map: StripeMap,
+        lock: ExtentRef,
+        locks: &mut ReadLocks,
+    ) -> Vec<(u64, Vec<FileDrop>, ObjectId)> {
+        let ost = o.ost;
         let mut s = o.state.lock();
         let early = s.early.remove(&lock.handle).is_some();
         if let Some(h) = s.held.get_mut(&lock.handle) {
@@ -552,13 +610,7 @@ impl Client {
             }
         }
         drop(s);
-        if !trim.is_empty() {
-            o.stats
-                .lru_cancels
-                .fetch_add(trim.len() as u64, Ordering::Relaxed);
-            self.data_locks
-                .revoke(Revocation::of(ost, trim, Vec::new()));
-        }
+        trim
     }
 
     /// This client will ask OST `ost` for locks: its callback thread polls there (a
@@ -880,5 +932,25 @@ mod tests {
         // To the object's end, or over too many units: the whole file.
         assert_eq!(m.file_ranges(0, u64::MAX), None);
         assert_eq!(m.file_ranges(0, 100 * 65_536), None);
+    }
+
+    /// What a reply to a request sent before an eviction brings (a lock, a grant) is not
+    /// taken by the client it became: `as_current` runs only for the uuid of now.
+    #[test]
+    fn a_grant_to_the_evicted_uuid_is_not_the_new_clients() {
+        let o = OstLocks::new(0);
+        let old = o.uuid();
+        let mut dropped = false;
+        assert!(o.reset_if(old, || dropped = true).is_some());
+        assert!(dropped, "the eviction's first step ran");
+        assert_ne!(o.uuid(), old);
+        assert_eq!(o.as_current(old, || ()), None, "taken for the new uuid");
+        assert_eq!(o.as_current(o.uuid(), || 7), Some(7));
+        // A second refusal of the old uuid changes nothing.
+        let now = o.uuid();
+        assert!(o
+            .reset_if(old, || unreachable!("once per eviction"))
+            .is_none());
+        assert_eq!(o.uuid(), now);
     }
 }

@@ -13,8 +13,8 @@ use nacre_types::limits::FILE_BYTES_MAX;
 use nacre_types::{AlignedBuf, Layout};
 use nacre_wire::oss::{OssReply, OssRequest};
 
-/// A lock granted with a read: OST, stripe, lock.
-type Granted = (u32, usize, ExtentRef);
+/// A lock granted with a read: OST, stripe, lock, the uuid its request went under.
+type Granted = (u32, usize, ExtentRef, [u8; 16]);
 
 /// Read RPCs in flight for one file range; [`ReadJob::finish`] assembles the data.
 pub struct ReadJob {
@@ -106,17 +106,18 @@ impl ReadJob {
         if parts.is_empty() {
             return Ok((AlignedBuf::zeroed(0), Vec::new()));
         }
-        let mut replies = window.finish()?;
+        let replies = window.finish_as()?;
         let granted: Vec<Granted> = replies
             .iter()
-            .filter_map(|(tag, r, _)| match r {
+            .filter_map(|(tag, r, _, sent_as)| match r {
                 OssReply::Read { lock: Some(l), .. } => {
                     let stripe = parts[*tag].stripe;
-                    Some((object(layout, stripe).0, stripe, *l))
+                    Some((object(layout, stripe).0, stripe, *l, *sent_as))
                 }
                 _ => None,
             })
             .collect();
+        let mut replies: Vec<_> = replies.into_iter().map(|(t, r, b, _)| (t, r, b)).collect();
         let mut short = false;
         // Where the first part that came back short ends, as an object offset.
         let mut short_end: Option<u64> = None;
@@ -188,7 +189,7 @@ fn ends_here(client: &Client, layout: &Layout, offset: u64, granted: &[Granted])
     let (ost, object) = object(layout, 0);
     granted
         .iter()
-        .any(|(_, _, l)| l.start <= offset && l.end == u64::MAX)
+        .any(|(_, _, l, _)| l.start <= offset && l.end == u64::MAX)
         || client.holds_rest_of(ost, object, offset)
 }
 
@@ -239,9 +240,11 @@ pub fn read_locked(
     match job.finish_locked(client, layout) {
         Ok((data, granted)) => {
             locks.covered &= granted.len() == asked;
-            for (ost, stripe, l) in granted {
+            for (ost, stripe, l, sent_as) in granted {
                 let map = crate::datalocks::StripeMap::of(layout, stripe);
-                client.data_lock_granted(ost, (fid, map), l, &mut locks);
+                if !client.data_lock_granted(ost, (fid, map), l, &mut locks, sent_as) {
+                    locks.covered = false;
+                }
             }
             Ok((data, locks))
         }

@@ -30,11 +30,14 @@ pub(crate) struct Pending {
 /// A reply and its bulk data, or the error.
 pub(crate) type Collected = std::result::Result<(OssReply, Option<AlignedBuf>), RpcError>;
 
+/// A reply of [`Window::finish_as`]: tag, reply, bulk data, the uuid its request went under.
+pub(crate) type ReplyAs = (usize, OssReply, Option<AlignedBuf>, [u8; 16]);
+
 /// RPCs in flight for one client call, bounded per OST.
 #[derive(Default)]
 pub(crate) struct Window {
     pending: VecDeque<Pending>,
-    done: Vec<(usize, Collected)>,
+    done: Vec<(usize, Collected, [u8; 16])>,
     client: std::sync::Weak<Client>,
 }
 
@@ -73,8 +76,8 @@ impl Window {
                 .expect("pending on ost");
             let p = self.pending.remove(pos).expect("pending entry");
             let tag = p.tag;
-            let r = self.collect(p);
-            self.done.push((tag, r));
+            let (r, uuid) = self.collect(p);
+            self.done.push((tag, r, uuid));
         }
         let pending = Self::send(client, ost, tag, req, bulk, into)?;
         self.pending.push_back(pending);
@@ -138,10 +141,20 @@ impl Window {
     /// evicted it (but a write kept behind under a lock: the eviction took the lock, and
     /// another client may have written there since, so its data is lost, never sent over
     /// the newer), and again while the OST answers that it is recovering.
-    fn collect(&mut self, p: Pending) -> Collected {
+    /// The reply to `p` (or to the request sent again for it) and the uuid the request
+    /// it answers went under: a lock or grant it carries is this client's only while that
+    /// is still its uuid at the OST.
+    fn collect(&mut self, p: Pending) -> (Collected, [u8; 16]) {
         let (ost, tag, was, capa_fid) = (p.ost, p.tag, p.uuid, p.capa_fid);
         let (req, bulk) = (p.req.clone(), p.bulk.clone());
         let r = collect(p.reply, p.stats);
+        let again = |c: &Client, bulk| match Self::send(c, ost, tag, &req, bulk, None) {
+            Ok(again) => {
+                let uuid = again.uuid;
+                Some((collect(again.reply, again.stats), uuid))
+            }
+            Err(_) => None,
+        };
         match (&r, self.client.upgrade()) {
             // The OST refused the capability the request carried (made with a server key a
             // rotation has retired since, or expired on the way): new ones from the MDT,
@@ -156,46 +169,51 @@ impl Window {
                 let fid = capa_fid.expect("guarded");
                 if let Err(e) = c.renew_capas(fid) {
                     tracing::debug!("renewing the capabilities of {fid}: {e}");
-                    return r;
+                    return (r, was);
                 }
-                match Self::send(&c, ost, tag, &req, bulk, None) {
-                    Ok(again) => collect(again.reply, again.stats),
-                    Err(_) => r,
-                }
+                again(&c, bulk).unwrap_or((r, was))
             }
             (Err(RpcError::Status(Status::Shutdown)), Some(c))
                 if was != crate::datalocks::NO_UUID =>
             {
                 c.data_evicted(ost, was);
                 if matches!(req, OssRequest::Write { epoch, .. } if epoch != 0) {
-                    return r;
+                    return (r, was);
                 }
-                match Self::send(&c, ost, tag, &req, bulk, None) {
-                    Ok(again) => collect(again.reply, again.stats),
-                    Err(_) => r,
-                }
+                again(&c, bulk).unwrap_or((r, was))
             }
-            (Err(RpcError::Status(Status::InProgress)), Some(c)) => while_recovering(r, || {
-                let again = Self::send(&c, ost, tag, &req, bulk.clone(), None)
-                    .map_err(|e| RpcError::Status(e.status()))?;
-                collect(again.reply, again.stats)
-            }),
-            _ => r,
+            // Sent again as the same client: the OST is taking its clients' locks back.
+            (Err(RpcError::Status(Status::InProgress)), Some(c)) => {
+                let r = while_recovering(r, || {
+                    let again = Self::send_as(&c, ost, tag, &req, bulk.clone(), None, was)
+                        .map_err(|e| RpcError::Status(e.status()))?;
+                    collect(again.reply, again.stats)
+                });
+                (r, was)
+            }
+            _ => (r, was),
         }
     }
 
     /// Waits for everything; results by tag, first error wins.
-    pub(super) fn finish(mut self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
+    pub(super) fn finish(self) -> Result<Vec<(usize, OssReply, Option<AlignedBuf>)>> {
+        let out = self.finish_as()?;
+        Ok(out.into_iter().map(|(t, r, b, _)| (t, r, b)).collect())
+    }
+
+    /// [`Window::finish`], each result with the uuid its request went under (a lock or
+    /// grant it carries is this client's only while that is still its uuid at the OST).
+    pub(super) fn finish_as(mut self) -> Result<Vec<ReplyAs>> {
         while let Some(p) = self.pending.pop_front() {
             let tag = p.tag;
-            let r = self.collect(p);
-            self.done.push((tag, r));
+            let (r, uuid) = self.collect(p);
+            self.done.push((tag, r, uuid));
         }
         let mut out = Vec::with_capacity(self.done.len());
         let mut first_err = None;
-        for (t, r) in std::mem::take(&mut self.done) {
+        for (t, r, uuid) in std::mem::take(&mut self.done) {
             match r {
-                Ok((reply, bulk)) => out.push((t, reply, bulk)),
+                Ok((reply, bulk)) => out.push((t, reply, bulk, uuid)),
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }

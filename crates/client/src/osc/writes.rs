@@ -171,7 +171,7 @@ pub(crate) fn write_subs(
             return Err(e);
         }
     }
-    let replies = match window.finish() {
+    let replies = match window.finish_as() {
         Ok(r) => r,
         Err(e) => {
             if e.status() == Status::DQuot {
@@ -181,7 +181,7 @@ pub(crate) fn write_subs(
             return Err(e);
         }
     };
-    for (tag, reply, _) in replies {
+    for (tag, reply, _, sent_as) in replies {
         if let OssReply::Written { sync_ids, .. } = &reply {
             client.writeback.quota_reply(owner, *sync_ids);
         }
@@ -199,10 +199,12 @@ pub(crate) fn write_subs(
             if let Ok(m) = client.mdc(fid.mdt_index()) {
                 m.vouched.wrote(fid, ost, obj, after);
             }
-            client.writeback.add_grant(ost, grant_added);
+            client.add_grant_as(ost, grant_added, sent_as);
             if let Some(l) = lock {
                 let map = crate::datalocks::StripeMap::of(layout, parts[tag].stripe);
-                client.data_lock_granted(ost, (fid, map), l, &mut asked);
+                // Not held if the OST evicted `sent_as` since: the pages this write
+                // leaves in the kernel are then not covered (pages_covered_for_write).
+                let _ = client.data_lock_granted(ost, (fid, map), l, &mut asked, sent_as);
             }
         }
     }

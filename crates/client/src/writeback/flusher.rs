@@ -228,6 +228,7 @@ fn finish(
         *d -= len.min(*d);
     }
     let owner = st.objs.get(&key).map(|o| o.owner);
+    let mut granted = 0;
     match &result {
         Ok((
             OssReply::Written {
@@ -241,7 +242,9 @@ fn finish(
             if let Ok(m) = c.mdc(fid.mdt_index()) {
                 m.vouched.wrote(fid, key.0, key.1, *object);
             }
-            *st.grant.entry(key.0).or_default() += grant_added;
+            // Taken once the state is let go: this client's only while `uuid` is its
+            // uuid at the OST (Client::add_grant_as).
+            granted = *grant_added;
             c.writeback.stats.bytes.fetch_add(len, Ordering::Relaxed);
             if let (Some(owner), true) = (owner, *sync_ids != 0 || !st.quota_sync.is_empty()) {
                 drop(st);
@@ -276,6 +279,7 @@ fn finish(
         }
     }
     drop(st);
+    c.add_grant_as(key.0, granted, uuid);
     c.writeback.cv.notify_all();
     if evicted {
         // Only while the client is still the one the OST evicted: a late refusal must not
