@@ -98,7 +98,7 @@ impl Client {
             for (stripe, o) in layout.objects().enumerate() {
                 let map = crate::datalocks::StripeMap::of(layout, stripe);
                 loop {
-                    if let Some(h) = self.use_write_lock(o.ost, o.object, whole) {
+                    if let Some((h, _)) = self.use_write_lock(o.ost, o.object, whole) {
                         pinned.push((o.ost, h));
                         break;
                     }

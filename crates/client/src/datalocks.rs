@@ -159,6 +159,9 @@ struct State {
     /// flight: their grant may still come.
     early: HashMap<u64, ObjectId>,
     early_order: VecDeque<u64>,
+    /// Evictions that wiped these locks: a lock found while it was `n` is gone once it is
+    /// higher (what was kept under it is dropped, Writeback::evicted).
+    evictions: u64,
 }
 
 impl State {
@@ -252,9 +255,17 @@ impl OstLocks {
     /// Drops every lock (the OST restarted, or the mount ends); returns the files whose
     /// cached data must go.
     fn reset(&self) -> Vec<Fid> {
+        self.reset_to(None)
+    }
+
+    /// [`OstLocks::reset`], counting an eviction if `evictions` is the count it makes.
+    fn reset_to(&self, evictions: Option<u64>) -> Vec<Fid> {
         let mut s = self.state.lock();
         let mut fids: Vec<Fid> = s.held.values().map(|h| h.fid).collect();
-        *s = State::default();
+        *s = State {
+            evictions: evictions.unwrap_or(s.evictions),
+            ..State::default()
+        };
         drop(s);
         self.stats.resets.fetch_add(1, Ordering::Relaxed);
         fids.sort_unstable();
@@ -262,21 +273,23 @@ impl OstLocks {
         fids
     }
 
-    /// The OST evicted the client known as `was`: if that is still its uuid, `first` runs,
-    /// every lock is dropped and the client takes a new uuid (Some: the files whose data
-    /// must go). `first` runs before anyone can see the new uuid: what it drops can never
-    /// be sent as the new client.
-    fn reset_if(&self, was: [u8; 16], first: impl FnOnce()) -> Option<Vec<Fid>> {
+    /// The OST evicted the client known as `was`: if that is still its uuid, `first` runs
+    /// with the eviction count this one makes, every lock is dropped and the client takes
+    /// a new uuid (Some: the files whose data must go). `first` runs before anyone can see
+    /// the new uuid or the locks are gone: what it drops can never be sent as the new
+    /// client, and a write that found an old lock is refused by it (Writeback::keep).
+    fn reset_if(&self, was: [u8; 16], first: impl FnOnce(u64)) -> Option<Vec<Fid>> {
         let mut uuid = self.uuid.lock();
         if *uuid != was {
             return None;
         }
-        first();
+        let count = self.state.lock().evictions + 1;
+        first(count);
         *uuid = *uuid::Uuid::new_v4().as_bytes();
         self.epoch.store(0, Ordering::Release);
         // Under the uuid's lock too: a lock granted to the new uuid meanwhile is recorded
         // after this, never wiped by it (as_current).
-        let fids = self.reset();
+        let fids = self.reset_to(Some(count));
         drop(uuid);
         Some(fids)
     }
@@ -455,7 +468,7 @@ impl Client {
         let o = self.data_locks.ost(ost);
         // What is kept (or picked to be sent) was written under the old uuid's locks: it
         // is dropped before a request can carry the new uuid (Writeback::evicted).
-        let Some(fids) = o.reset_if(was, || self.writeback.evicted(ost)) else {
+        let Some(fids) = o.reset_if(was, |count| self.writeback.evicted(ost, count)) else {
             return;
         };
         tracing::warn!("OST{ost:04x} evicted this client: its cached data is dropped");
@@ -622,8 +635,15 @@ impl Client {
     }
 
     /// A write lock on `ext` of `object` on `ost` this client holds and may keep writes
-    /// under: marked in use (its callback waits for [`Client::done_with_lock`]).
-    pub(crate) fn use_write_lock(&self, ost: u32, object: ObjectId, ext: Extent) -> Option<u64> {
+    /// under: marked in use (its callback waits for [`Client::done_with_lock`]). Its
+    /// handle, and the evictions counted when it was found (what is kept under it must be
+    /// kept before the next: Writeback::keep).
+    pub(crate) fn use_write_lock(
+        &self,
+        ost: u32,
+        object: ObjectId,
+        ext: Extent,
+    ) -> Option<(u64, u64)> {
         if !self.data_locks.enabled() {
             return None;
         }
@@ -636,7 +656,7 @@ impl Client {
         let id = s.covering(object, &ext)?;
         s.held.get_mut(&id).expect("covering").users += 1;
         s.touch(id);
-        Some(id)
+        Some((id, s.evictions))
     }
 
     /// A write kept under lock `handle` of `ost` is in place: the lock is no longer in use
@@ -941,15 +961,19 @@ mod tests {
         let o = OstLocks::new(0);
         let old = o.uuid();
         let mut dropped = false;
-        assert!(o.reset_if(old, || dropped = true).is_some());
-        assert!(dropped, "the eviction's first step ran");
+        assert!(o.reset_if(old, |n| dropped = n == 1).is_some());
+        assert!(
+            dropped,
+            "the eviction's first step ran, as the first eviction"
+        );
+        assert_eq!(o.state.lock().evictions, 1, "the locks' eviction count");
         assert_ne!(o.uuid(), old);
         assert_eq!(o.as_current(old, || ()), None, "taken for the new uuid");
         assert_eq!(o.as_current(o.uuid(), || 7), Some(7));
         // A second refusal of the old uuid changes nothing.
         let now = o.uuid();
         assert!(o
-            .reset_if(old, || unreachable!("once per eviction"))
+            .reset_if(old, |_| unreachable!("once per eviction"))
             .is_none());
         assert_eq!(o.uuid(), now);
     }

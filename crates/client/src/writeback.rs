@@ -197,6 +197,9 @@ struct State {
     inflight: HashMap<u32, usize>,
     /// Space the OST promised and this client has not used yet.
     grant: HashMap<u32, u64>,
+    /// Evictions by each OST so far (the count its locks keep, datalocks.rs): a write
+    /// that found its lock before the last is not kept.
+    evictions: HashMap<u32, u64>,
     /// What the OSTs did not take, per file, reported once.
     errors: HashMap<Fid, Status>,
     /// Users, groups and projects near a quota limit (OST replies say so, or an `EDQUOT`):
@@ -358,9 +361,12 @@ impl Writeback {
     /// OST `ost` evicted this client: what is kept for it was written under locks it no
     /// longer holds, so it is dropped (never written after someone else's data), as is what
     /// the flusher took and has not sent yet (its ranges are lost: never sent as the new
-    /// client), and the files report an I/O error.
-    pub(crate) fn evicted(&self, ost: u32) {
+    /// client), and the files report an I/O error. `count` is the OST's evictions of this
+    /// client with this one: a write that found its lock before is not kept even if a
+    /// grant came since (the lock is gone).
+    pub(crate) fn evicted(&self, ost: u32, count: u64) {
         let mut st = self.st.lock();
+        st.evictions.insert(ost, count);
         let keys: Vec<Key> = st.objs.keys().filter(|k| k.0 == ost).copied().collect();
         let mut lost = 0;
         for k in keys {
@@ -465,12 +471,13 @@ impl Writeback {
     }
 
     /// Keeps `data` for object range `off..` of `key` if the OST's grant covers it, waiting
-    /// while the OST's dirty bound is reached; gives it back if it cannot be kept.
+    /// while the OST's dirty bound is reached; gives it back if it cannot be kept: no
+    /// grant, or the OST evicted this client since its lock was found (at `evictions`).
     fn keep(
         &self,
         key: Key,
         (fid, owner, layout_gen): (Fid, Owner, u32),
-        off: u64,
+        (off, evictions): (u64, u64),
         data: Vec<u8>,
         max_rpc: u64,
     ) -> Option<Vec<u8>> {
@@ -482,7 +489,9 @@ impl Writeback {
         }
         let mut waited = false;
         loop {
-            if st.grant.get(&key.0).copied().unwrap_or(0) < n || st.stop {
+            // Checked on every wake-up: an eviction may come while this waits.
+            let lock_gone = st.evictions.get(&key.0).is_some_and(|e| *e > evictions);
+            if st.grant.get(&key.0).copied().unwrap_or(0) < n || st.stop || lock_gone {
                 return Some(data);
             }
             if st.dirty.get(&key.0).copied().unwrap_or(0) + n <= DIRTY_BYTES_PER_OST_MAX {
@@ -596,7 +605,7 @@ impl Client {
         for sub in osc::subs(layout, offset, data.len() as u64, max) {
             let (ost, object) = osc::object(layout, sub.stripe);
             let ext = Extent::of(sub.object_offset, sub.len, true);
-            let Some(handle) = self.use_write_lock(ost, object, ext) else {
+            let Some((handle, evictions)) = self.use_write_lock(ost, object, ext) else {
                 through.push(sub);
                 continue;
             };
@@ -604,7 +613,7 @@ impl Client {
             let back = self.writeback.keep(
                 (ost, object),
                 (file.fid, file.owner, layout.generation),
-                sub.object_offset,
+                (sub.object_offset, evictions),
                 bytes,
                 max,
             );

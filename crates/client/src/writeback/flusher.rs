@@ -287,7 +287,8 @@ fn finish(
         if c.data_locks_on() {
             c.data_evicted(key.0, uuid);
         } else {
-            c.writeback.evicted(key.0);
+            // Without data locks no write was kept under one: there is no count to pass.
+            c.writeback.evicted(key.0, 0);
         }
     }
 }

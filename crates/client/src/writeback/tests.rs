@@ -70,7 +70,9 @@ fn reader_behind_one_write() -> (
 ) {
     let wb = std::sync::Arc::new(Writeback::default());
     wb.add_grant(0, 1 << 20);
-    assert!(wb.keep(KEY, tag(), 0, vec![1; 4096], 1 << 20).is_none());
+    assert!(wb
+        .keep(KEY, tag(), (0, 0), vec![1; 4096], 1 << 20)
+        .is_none());
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = {
         let wb = wb.clone();
@@ -103,7 +105,9 @@ fn a_read_waits_for_earlier_writes_only() {
         .expect("kept")
         .take_run(1 << 20)
         .expect("a run");
-    assert!(wb.keep(key, tag, 8192, vec![2; 4096], 1 << 20).is_none());
+    assert!(wb
+        .keep(key, tag, (8192, 0), vec![2; 4096], 1 << 20)
+        .is_none());
     assert!(
         rx.try_recv().is_err(),
         "the reader went on before its write was written"
@@ -123,8 +127,10 @@ fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
     let (wb, rx, reader) = reader_behind_one_write();
     let (key, tag) = (KEY, tag());
     // A later write over the same bytes, and one gathered after them, before the flusher.
-    assert!(wb.keep(key, tag, 0, vec![2; 4096], 1 << 20).is_none());
-    assert!(wb.keep(key, tag, 4096, vec![3; 4096], 1 << 20).is_none());
+    assert!(wb.keep(key, tag, (0, 0), vec![2; 4096], 1 << 20).is_none());
+    assert!(wb
+        .keep(key, tag, (4096, 0), vec![3; 4096], 1 << 20)
+        .is_none());
     // Any wake-up: the reader must still wait for the bytes over the first write's.
     wb.cv.notify_all();
     assert!(
@@ -154,8 +160,12 @@ fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
 fn an_eviction_loses_what_the_flusher_took_and_did_not_send() {
     let wb = Writeback::default();
     wb.add_grant(0, 1 << 20);
-    assert!(wb.keep(KEY, tag(), 0, vec![2; 4096], 1 << 20).is_none());
-    assert!(wb.keep(KEY, tag(), 8192, vec![2; 4096], 1 << 20).is_none());
+    assert!(wb
+        .keep(KEY, tag(), (0, 0), vec![2; 4096], 1 << 20)
+        .is_none());
+    assert!(wb
+        .keep(KEY, tag(), (8192, 0), vec![2; 4096], 1 << 20)
+        .is_none());
     let (off, buf) = {
         let mut st = wb.st.lock();
         st.objs.get_mut(&KEY).expect("kept").take_run(1 << 20)
@@ -163,9 +173,33 @@ fn an_eviction_loses_what_the_flusher_took_and_did_not_send() {
     .expect("a run to send");
     let range = (off, off + buf.len() as u64);
     assert!(!wb.is_lost(KEY, range));
-    wb.evicted(0);
+    wb.evicted(0, 1);
     assert!(wb.is_lost(KEY, range), "taken bytes may still be sent");
     assert_eq!(wb.take_error(Fid::default()), Some(Status::Io));
     let st = wb.st.lock();
     assert!(st.objs[&KEY].pieces.is_empty(), "kept bytes survive");
+}
+
+/// A write that found its lock before an eviction is not kept, even if a grant to the
+/// client's new identity came in between: the lock it was written under is gone, so no
+/// callback would ever flush what was kept (a review of 624cbc3 found it could be).
+#[test]
+fn a_write_under_a_lock_an_eviction_took_is_not_kept() {
+    let wb = Writeback::default();
+    wb.add_grant(0, 1 << 20);
+    // The write found its lock at eviction count 0; the OST evicts; the new identity is
+    // granted space again before the write is kept.
+    wb.evicted(0, 1);
+    wb.add_grant(0, 1 << 20);
+    assert!(
+        wb.keep(KEY, tag(), (0, 0), vec![5; 4096], 1 << 20)
+            .is_some(),
+        "kept under a lock the eviction took"
+    );
+    assert!(!wb.holds_any(&[KEY]));
+    // A lock of the new identity (found at count 1) keeps writes again.
+    assert!(wb
+        .keep(KEY, tag(), (0, 1), vec![5; 4096], 1 << 20)
+        .is_none());
+    assert!(wb.holds_any(&[KEY]));
 }
