@@ -575,6 +575,25 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
         ACCES,
         "a read-only open's capability writes nothing"
     );
+    // Nor in a write of many runs (what a mount's write-behind sends).
+    let runs = |epoch| OssRequest::WriteRuns {
+        object: victim,
+        owner: nacre_types::cred::Owner::default(),
+        grant_used: 0,
+        epoch,
+        layout_gen: 0,
+        runs: vec![
+            nacre_wire::oss::Run { offset: 0, len: 4 },
+            nacre_wire::oss::Run { offset: 8, len: 5 },
+        ],
+    };
+    o_b.send_oss_capa(0, runs(1), Some(b"overwrite"), Some(capa))
+        .unwrap();
+    assert_eq!(
+        o_b.recv().unwrap().header.status,
+        ACCES,
+        "a read-only open's capability writes no runs"
+    );
     // (c) Tenant a (root squashed) may not open b's file for writing, and a layout asked
     // by FID, without an open, carries no capability: nothing of it is written.
     let mut m_a = connect(&h[2], &mds_addr, &key_a_conn, [0xb4; 16]);
@@ -617,6 +636,12 @@ fn a_tenants_client_key_has_no_server_power_and_no_other_tenants_address() {
         o_a.recv().unwrap().header.status,
         ACCES,
         "a's write of b's data"
+    );
+    o_a.send_oss(0, runs(1), Some(b"overwrite")).unwrap();
+    assert_eq!(
+        o_a.recv().unwrap().header.status,
+        ACCES,
+        "a's write of runs of b's data"
     );
     let punch = OssRequest::Punch {
         object: victim,

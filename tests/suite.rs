@@ -65,4 +65,5 @@ mod striping;
 mod times;
 mod tools;
 mod vouched;
+mod write_runs;
 mod writeback;

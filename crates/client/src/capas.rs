@@ -101,6 +101,7 @@ impl Capas {
         let write = matches!(
             req,
             OssRequest::Write { .. }
+                | OssRequest::WriteRuns { .. }
                 | OssRequest::Punch { .. }
                 | OssRequest::Fallocate { .. }
                 | OssRequest::Enqueue { write: true, .. }

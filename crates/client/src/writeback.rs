@@ -143,34 +143,73 @@ impl Obj {
         end - self.pieces.keys().next().copied().unwrap_or(0)
     }
 
-    /// Takes up to `max` contiguous bytes from the first piece, unless they overlap an RPC
-    /// in flight: (offset, data).
-    fn take_run(&mut self, max: u64) -> Option<(u64, AlignedBuf)> {
-        let start = *self.pieces.keys().next()?;
-        let len = self.first_run().min(max);
-        if self.overlaps_inflight(start, start + len) {
+    /// Takes up to `max` bytes for one RPC: the contiguous bytes from the first piece, then
+    /// the runs after them (across gaps, at most `runs_max` runs in all) while the RPC
+    /// stays within `max` and no run overlaps an RPC in flight (None if the first does):
+    /// the runs (offset, length) and their bytes back to back. Each run is a flight of its
+    /// own (its oldest write's number).
+    fn take_runs(&mut self, max: u64, runs_max: usize) -> Option<(Vec<(u64, u64)>, AlignedBuf)> {
+        // The runs the kept pieces form, in order, until they hold `max` bytes.
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut before_last = 0u64;
+        for (k, v) in &self.pieces {
+            let end = k + v.bytes.len() as u64;
+            if let Some(r) = runs.last_mut().filter(|r| r.1 == *k) {
+                r.1 = end;
+            } else {
+                if runs.len() == runs_max {
+                    break;
+                }
+                before_last += runs.last().map_or(0, |r| r.1 - r.0);
+                runs.push((*k, end));
+            }
+            let last = runs.last().expect("a run");
+            if before_last + (last.1 - last.0) >= max {
+                break;
+            }
+        }
+        // Cut to `max`, and stopped at a run an RPC in flight overlaps.
+        let mut total = 0u64;
+        let mut taken = Vec::with_capacity(runs.len());
+        for (s, e) in runs {
+            let e = e.min(s + (max - total));
+            if e <= s || self.overlaps_inflight(s, e) {
+                break;
+            }
+            taken.push((s, e));
+            total += e - s;
+            if total == max {
+                break;
+            }
+        }
+        if taken.is_empty() {
             return None;
         }
-        // Filled whole below (contiguous pieces): not zeroed first.
-        let mut buf = AlignedBuf::for_overwrite(len as usize);
+        // Filled whole below (the runs' pieces): not zeroed first.
+        let mut buf = AlignedBuf::for_overwrite(total as usize);
         let mut at = 0usize;
-        let mut seq = u64::MAX;
-        while (at as u64) < len {
-            let k = start + at as u64;
-            let mut v = self.pieces.remove(&k).expect("contiguous piece");
-            let n = v.bytes.len().min(len as usize - at);
-            buf[at..at + n].copy_from_slice(&v.bytes[..n]);
-            seq = seq.min(v.seq);
-            if n < v.bytes.len() {
-                let bytes = v.bytes.split_off(n);
-                self.pieces
-                    .insert(k + n as u64, Piece { bytes, seq: v.seq });
+        for &(start, end) in &taken {
+            let mut seq = u64::MAX;
+            let mut k = start;
+            while k < end {
+                let mut v = self.pieces.remove(&k).expect("piece of a run");
+                let n = v.bytes.len().min((end - k) as usize);
+                buf[at..at + n].copy_from_slice(&v.bytes[..n]);
+                seq = seq.min(v.seq);
+                if n < v.bytes.len() {
+                    let bytes = v.bytes.split_off(n);
+                    self.pieces
+                        .insert(k + n as u64, Piece { bytes, seq: v.seq });
+                }
+                at += n;
+                k += n as u64;
             }
-            at += n;
+            self.inflight.push(Flight {
+                range: (start, end),
+                seq,
+            });
         }
-        let range = (start, start + len);
-        self.inflight.push(Flight { range, seq });
-        Some((start, buf))
+        Some((taken, buf))
     }
 
     /// The object size the kept and in-flight data imply.
@@ -205,6 +244,8 @@ struct State {
     /// Users, groups and projects near a quota limit (OST replies say so, or an `EDQUOT`):
     /// their data is written synchronously until then, so `EDQUOT` reaches `write(2)`.
     quota_sync: HashMap<nacre_types::QuotaId, Instant>,
+    /// OSTs that refused a write RPC of many runs (an older server): one run per RPC.
+    single_runs: std::collections::HashSet<u32>,
     running: bool,
     stop: bool,
     /// The number of the last write kept (numbered from 1).
@@ -220,6 +261,10 @@ pub struct WritebackStats {
     pub through: AtomicU64,
     /// Write RPCs the flusher sent, and their bytes.
     pub rpcs: AtomicU64,
+    /// Of those RPCs, the ones of several byte ranges ([`OssRequest::WriteRuns`]).
+    pub rpcs_of_runs: AtomicU64,
+    /// Byte ranges the flusher sent (one per RPC but in those).
+    pub runs: AtomicU64,
     /// Bytes the flusher wrote.
     pub bytes: AtomicU64,
     /// Writers that waited for the dirty bound.
@@ -247,14 +292,16 @@ struct Work {
     layout_gen: u32,
     job: String,
     cred: Option<nacre_types::Cred>,
-    off: u64,
+    /// Object ranges (offset, end), sorted and apart, whose bytes `buf` holds in order.
+    runs: Vec<(u64, u64)>,
     buf: AlignedBuf,
 }
 
 /// A write RPC the flusher waits for (and what it takes to send it again).
 struct Flying {
     key: Key,
-    range: (u64, u64),
+    /// As [`Work`]'s.
+    runs: Vec<(u64, u64)>,
     fid: Fid,
     reply: Option<osc::Pending>,
     uuid: [u8; 16],
@@ -444,14 +491,14 @@ impl Writeback {
         self.cv.notify_all();
     }
 
-    /// Whether the bytes the flusher took for `range` of `key` are lost (an eviction or a
+    /// Whether the bytes the flusher took for `runs` of `key` are lost (an eviction or a
     /// restart that someone else's writes followed): they must not be sent.
-    pub(crate) fn is_lost(&self, key: Key, range: (u64, u64)) -> bool {
+    pub(crate) fn is_lost(&self, key: Key, runs: &[(u64, u64)]) -> bool {
         self.st
             .lock()
             .objs
             .get(&key)
-            .is_some_and(|o| o.lost.contains(&range))
+            .is_some_and(|o| runs.iter().any(|r| o.lost.contains(r)))
     }
 
     /// An OST's new start is known (its locks were taken back): data it refused as stale

@@ -82,7 +82,8 @@
 //! * `rpc`: typed calls: encode, send, check the status, decode.
 //! * `fault`: named fault points for recovery tests (kill, drop, pause, corrupt), armed by
 //!   `NACRE_FAULT` at start or `fail_loc` through the control socket. Every service offers
-//!   `SVC.OP.drop_request`, `drop_reply` and `after_commit_before_reply` for every request;
+//!   `SVC.OP.drop_request`, `drop_reply`, `unknown` (answered `EPROTO` as by an older
+//!   server) and `after_commit_before_reply` for every request;
 //!   `frame` offers `net.corrupt_body` and `net.corrupt_bulk` (docs/recovery.md).
 //! * `selftest`: the network self-test: its handler, which every server process runs as a
 //!   partitioned `selftest` service, and `run`, which drives ping, null and bulk read and

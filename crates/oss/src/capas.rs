@@ -17,9 +17,10 @@ use nacre_wire::roles::Role;
 fn needs(req: &OssRequest) -> Option<u8> {
     match req {
         OssRequest::Read { .. } => Some(CAPA_READ),
-        OssRequest::Write { .. } | OssRequest::Punch { .. } | OssRequest::Fallocate { .. } => {
-            Some(CAPA_WRITE)
-        }
+        OssRequest::Write { .. }
+        | OssRequest::WriteRuns { .. }
+        | OssRequest::Punch { .. }
+        | OssRequest::Fallocate { .. } => Some(CAPA_WRITE),
         OssRequest::Enqueue { write: true, .. } => Some(CAPA_WRITE),
         OssRequest::Enqueue { write: false, .. } => Some(CAPA_READ),
         _ => None,

@@ -48,6 +48,7 @@ pub mod nodemap;
 pub mod qos;
 pub mod recovery;
 pub mod stats;
+mod writes;
 
 use nacre_net::{Handler, Incoming, Outgoing};
 use nacre_osd::mmp::Guard;
@@ -300,65 +301,31 @@ impl OssHandler {
                 object,
                 offset,
                 owner,
-                lock: want_lock,
+                lock,
                 grant_used,
                 ..
             } => {
                 let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
-                if offset.saturating_add(data.len() as u64) > FILE_BYTES_MAX {
-                    return Err(Status::FBig);
+                let place = writes::Place::At { offset, lock };
+                let what = (object, owner, grant_used);
+                writes::write(ost, &call.client, hold.as_ref(), what, place, data)?
+            }
+            OssRequest::WriteRuns {
+                object,
+                owner,
+                grant_used,
+                runs,
+                epoch,
+                ..
+            } => {
+                // Only data kept behind under a lock goes this way.
+                if epoch == 0 {
+                    return Err(Status::Proto);
                 }
-                let caching = want_lock && call.client != locks::NO_CLIENT;
-                let avail = || ost.store.statfs().map_or(0, |s| s.bytes_avail);
-                let grant_added = ost.grants.write(
-                    &call.client,
-                    data.len() as u64,
-                    grant_used,
-                    avail,
-                    caching,
-                )?;
-                // A holder writing what it kept before it cancels is alive and at work.
-                ost.locks.ns.prolong(&call.client, &object);
-                let lock = caching
-                    .then(|| {
-                        let h = hold.as_ref();
-                        locks::grant_write(ost, &call.client, h, object, offset, data.len())
-                    })
-                    .flatten();
-                // Within the quotas of the object's owner, group and project (docs/quota.md).
-                let reserved = quota_reserve(ost, object, owner, data.len() as u64);
-                let (reserved, sync_ids) = match reserved {
-                    Ok(r) => r,
-                    Err(s) => {
-                        if let Some((l, true)) = lock {
-                            ost.locks.ns.release(&call.client, l.handle);
-                        }
-                        return Err(s);
-                    }
-                };
-                let started = ost.brw.write.begin();
-                let result = ost.store.write_buf(object, offset, data, owner);
-                ost.brw.write.end(started, data.len() as u64);
-                if let Some(r) = reserved {
-                    ost.quota.release(r);
-                }
-                if let Err(e) = result {
-                    // The client does not learn of a lock new to it: it goes again.
-                    if let Some((l, true)) = lock {
-                        ost.locks.ns.release(&call.client, l.handle);
-                    }
-                    return Err(io(e));
-                }
-                ost.fences.changed(object);
-                ost.write_bytes
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                OssReply::Written {
-                    len: data.len() as u32,
-                    lock: lock.map(|(l, _)| l),
-                    grant_added,
-                    sync_ids,
-                    object: ost.store.size_open(object).ok(),
-                }
+                let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
+                let what = (object, owner, grant_used);
+                let place = writes::Place::Runs(&runs);
+                writes::write(ost, &call.client, hold.as_ref(), what, place, data)?
             }
             OssRequest::Read {
                 object,
@@ -729,6 +696,7 @@ fn read_done(
 fn changed_object(req: &OssRequest) -> Option<nacre_types::ObjectId> {
     match req {
         OssRequest::Write { object, .. }
+        | OssRequest::WriteRuns { object, .. }
         | OssRequest::Punch { object, .. }
         | OssRequest::Fallocate { object, .. } => Some(*object),
         _ => None,
@@ -739,6 +707,9 @@ fn changed_object(req: &OssRequest) -> Option<nacre_types::ObjectId> {
 fn fenced(ost: &OstTarget, req: &OssRequest) -> bool {
     match req {
         OssRequest::Write {
+            object, layout_gen, ..
+        }
+        | OssRequest::WriteRuns {
             object, layout_gen, ..
         }
         | OssRequest::Punch {
@@ -902,7 +873,7 @@ impl Handler for OssHandler {
 /// `owner`, which a write gives an object that has none); `None` when nothing is limited.
 /// With it, which of the owner's user, group and project are near a limit (bits 1, 2, 4:
 /// the client writes their data synchronously, [`OssReply::Written::sync_ids`]).
-fn quota_reserve(
+pub(crate) fn quota_reserve(
     ost: &OstTarget,
     object: nacre_types::ObjectId,
     owner: Owner,

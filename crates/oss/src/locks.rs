@@ -24,7 +24,7 @@ use nacre_ldlm::server::{Callbacks, Extents, Namespace, Revocation};
 use nacre_net::{Incoming, Outgoing};
 use nacre_types::{ObjectId, Status};
 use nacre_wire::encode_body;
-use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use nacre_wire::oss::{runs_valid, OssCall, OssReply, OssRequest};
 use parking_lot::Mutex;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -107,6 +107,12 @@ pub fn targets(req: &OssRequest, bulk_len: u64) -> Vec<(ObjectId, Extent)> {
         OssRequest::Write { object, offset, .. } => {
             vec![(*object, Extent::of(*offset, bulk_len, true))]
         }
+        // Each run alone, never their hull: another client may hold the gaps. Runs that
+        // are not valid target nothing (the request is refused before anything is done).
+        OssRequest::WriteRuns { object, runs, .. } if runs_valid(runs, bulk_len) => runs
+            .iter()
+            .map(|r| (*object, Extent::of(r.offset, u64::from(r.len), true)))
+            .collect(),
         OssRequest::Punch { object, size, .. } => vec![(
             *object,
             Extent {
@@ -315,7 +321,7 @@ pub(crate) fn glimpse_answer(
 /// True for data written behind under a write lock of another start of this OST: refused
 /// (`ESTALE`) until the client took its locks back.
 pub(crate) fn stale_write(ost: &OstTarget, req: &OssRequest) -> bool {
-    matches!(req, OssRequest::Write { epoch, .. } if *epoch != 0 && *epoch != ost.locks.epoch)
+    req.is_kept_write() && req.write_epoch() != Some(ost.locks.epoch)
 }
 
 /// A client takes back the locks it held before this OST restarted.

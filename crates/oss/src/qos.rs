@@ -11,19 +11,23 @@ use nacre_wire::oss::{OssCall, OssRequest};
 /// wait for a rate).
 pub const QOS_OPS: &[&str] = &["write", "read", "punch", "fallocate", "sync"];
 
-/// The operation name of a request QoS rules cap, or `None`.
+/// The operation name of a request QoS rules cap, or `None` (a write of many runs is a
+/// write to the rules).
 fn capped_op(req: &Incoming) -> Option<&'static str> {
     let op = (req.header.opcode & 0xff) as usize;
     op.checked_sub(1)
         .and_then(|i| crate::stats::OST_OPS.get(i))
+        .map(|op| match *op {
+            "write_runs" => "write",
+            op => op,
+        })
         .filter(|op| QOS_OPS.contains(op))
-        .copied()
 }
 
 /// What the rules match of a request of operation `op`.
 fn facts<'a>(req: &Incoming, call: &'a OssCall, op: &'static str) -> Facts<'a> {
     let (project, bytes) = match &call.req {
-        OssRequest::Write { owner, .. } => (
+        OssRequest::Write { owner, .. } | OssRequest::WriteRuns { owner, .. } => (
             owner.project,
             req.bulk.as_ref().map_or(0, |b| b.len() as u64),
         ),

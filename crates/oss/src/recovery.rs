@@ -221,7 +221,7 @@ impl Recovery {
             | OssRequest::Enqueue { .. } => true,
             // A kept write carries the start it was kept under: this one's (its lock is
             // back) goes on, another's is refused as stale.
-            OssRequest::Write { epoch, .. } => *epoch == 0,
+            OssRequest::Write { epoch, .. } | OssRequest::WriteRuns { epoch, .. } => *epoch == 0,
             _ => false,
         };
         if wait && self.active() {

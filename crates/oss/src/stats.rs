@@ -26,6 +26,9 @@ pub const OST_OPS: &[&str] = &[
     "lock_replay",
     "fence",
     "data_version",
+    "quota_usage",
+    "quota_check",
+    "write_runs",
 ];
 
 /// Histograms of one direction.

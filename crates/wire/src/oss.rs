@@ -237,6 +237,68 @@ pub enum OssRequest {
         /// Set the usage to the count.
         repair: bool,
     },
+    /// Data kept behind under a write lock, for several byte ranges of one object at once
+    /// (Lustre's bulk write of many remote niobufs): the bulk holds the runs' bytes back to
+    /// back, in the order of `runs`. Checked, locked, fenced and counted as a
+    /// [`OssRequest::Write`] of every run, with no lock asked; the runs must be
+    /// [`runs_valid`] for the bulk (else `EPROTO`, nothing written). Written run by run, in
+    /// offset order; an error stops at the run that failed. Reply: [`OssReply::Written`] of
+    /// the bulk's length.
+    WriteRuns {
+        /// Object.
+        object: ObjectId,
+        /// As [`OssRequest::Write`]'s.
+        owner: Owner,
+        /// Bytes of the runs kept under the client's space grant.
+        grant_used: u64,
+        /// The OST start the data was kept under (never 0: only kept data goes this way).
+        epoch: u64,
+        /// As [`OssRequest::Write`]'s.
+        layout_gen: u32,
+        /// Where the bulk's bytes go.
+        runs: Vec<Run>,
+    },
+}
+
+/// A byte range of a [`OssRequest::WriteRuns`]: the next `len` bytes of the bulk go at
+/// `offset` of the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// Offset in the object.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u32,
+}
+
+impl Run {
+    /// The first byte past the run.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(u64::from(self.len))
+    }
+}
+
+/// Most runs one [`OssRequest::WriteRuns`] carries (Lustre's bulk of 256 pages from
+/// anywhere in an object, as niobufs).
+pub const WRITE_RUNS_MAX: usize = 256;
+
+/// True if `runs` may be a [`OssRequest::WriteRuns`]'s for a bulk of `bulk_len` bytes: 1 to
+/// [`WRITE_RUNS_MAX`] runs, none empty, in increasing offset order without overlapping,
+/// ending within [`nacre_types::limits::FILE_BYTES_MAX`], their lengths summing to the
+/// bulk's.
+pub fn runs_valid(runs: &[Run], bulk_len: u64) -> bool {
+    if runs.is_empty() || runs.len() > WRITE_RUNS_MAX {
+        return false;
+    }
+    let mut sum = 0u64;
+    let mut next = 0u64;
+    for r in runs {
+        if r.len == 0 || r.offset < next || r.end() > nacre_types::limits::FILE_BYTES_MAX {
+            return false;
+        }
+        next = r.end();
+        sum += u64::from(r.len);
+    }
+    sum == bulk_len
 }
 
 /// Most ids one quota request names.
@@ -331,9 +393,12 @@ pub enum OssReply {
 /// The opcode of [`OssRequest::Read`] (a server can tell reads by the frame header alone).
 pub const OST_READ: u16 = 0x0302;
 
+/// The opcode of [`OssRequest::WriteRuns`].
+pub const OST_WRITE_RUNS: u16 = 0x0315;
+
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
 /// moves or changes an object's data.
-pub const IO_OPCODES: [u16; 5] = [0x0301, OST_READ, 0x0304, 0x0305, 0x0306];
+pub const IO_OPCODES: [u16; 6] = [0x0301, OST_READ, 0x0304, 0x0305, 0x0306, OST_WRITE_RUNS];
 /// Requests served by `ost_create` (Lustre's OST_CREATE_PORTAL): object lifecycle requests the
 /// MDT's OSP sends, so they never wait behind bulk I/O. Nacre creates objects on their first
 /// write, so this is where destroys and ownership changes go.
@@ -351,6 +416,7 @@ impl OssRequest {
     pub fn key_object(&self) -> Option<ObjectId> {
         match self {
             OssRequest::Write { object, .. }
+            | OssRequest::WriteRuns { object, .. }
             | OssRequest::Read { object, .. }
             | OssRequest::Glimpse { object }
             | OssRequest::Punch { object, .. }
@@ -396,6 +462,38 @@ impl OssRequest {
             OssRequest::DataVersion { .. } => 0x0312,
             OssRequest::QuotaUsage { .. } => 0x0313,
             OssRequest::QuotaCheck { .. } => 0x0314,
+            OssRequest::WriteRuns { .. } => OST_WRITE_RUNS,
+        }
+    }
+
+    /// True for the requests that write file data ([`OssRequest::Write`],
+    /// [`OssRequest::WriteRuns`]).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            OssRequest::Write { .. } | OssRequest::WriteRuns { .. }
+        )
+    }
+
+    /// The OST start a write carries (0: written through; never 0 for data kept behind);
+    /// None for other requests.
+    pub fn write_epoch(&self) -> Option<u64> {
+        match self {
+            OssRequest::Write { epoch, .. } | OssRequest::WriteRuns { epoch, .. } => Some(*epoch),
+            _ => None,
+        }
+    }
+
+    /// True for data written behind under a write lock (a write whose epoch is not 0).
+    pub fn is_kept_write(&self) -> bool {
+        self.write_epoch().is_some_and(|e| e != 0)
+    }
+
+    /// The owner a write gives a new object.
+    pub fn write_owner_mut(&mut self) -> Option<&mut Owner> {
+        match self {
+            OssRequest::Write { owner, .. } | OssRequest::WriteRuns { owner, .. } => Some(owner),
+            _ => None,
         }
     }
 }
@@ -439,6 +537,14 @@ mod tests {
                 layout_gen: 0,
             },
             OssRequest::Sync { object: o },
+            OssRequest::WriteRuns {
+                object: o,
+                owner: Owner::default(),
+                grant_used: 0,
+                epoch: 1,
+                layout_gen: 0,
+                runs: vec![Run { offset: 0, len: 1 }],
+            },
         ];
         let io: Vec<u16> = io.iter().map(OssRequest::opcode).collect();
         assert_eq!(io, IO_OPCODES);
@@ -485,6 +591,22 @@ mod tests {
     }
 
     #[test]
+    fn write_runs_are_bounded() {
+        let runs = |n: u64| -> Vec<Run> {
+            (0..n)
+                .map(|i| Run {
+                    offset: i * 10,
+                    len: 5,
+                })
+                .collect()
+        };
+        let max = WRITE_RUNS_MAX as u64;
+        assert!(runs_valid(&runs(max), max * 5));
+        assert!(!runs_valid(&runs(max + 1), (max + 1) * 5));
+        assert!(!runs_valid(&[], 0));
+    }
+
+    #[test]
     fn round_trip() {
         let req = OssRequest::Read {
             object: ObjectId { seq: 0, id: 9 },
@@ -511,6 +633,9 @@ mod tests {
                 OssRequest::GetOwner { object: objects[0] },
                 OssRequest::Write { object: objects[0], offset: ids[0], owner, lock: true,
                                     grant_used: ids[0], epoch: u64::from(gid), layout_gen: uid },
+                OssRequest::WriteRuns { object: objects[0], owner, grant_used: ids[0],
+                                        epoch: u64::from(gid), layout_gen: uid,
+                                        runs: ids.iter().map(|&id| Run { offset: id, len: uid }).collect() },
                 OssRequest::Punch { object: objects[0], size: ids[0], layout_gen: gid },
                 OssRequest::Fence { objects: objects.clone(), generation: uid },
                 OssRequest::DataVersion { objects: objects.clone(), flush: uid & 1 == 0 },
@@ -567,6 +692,32 @@ mod tests {
                     prop_assert!(decode_body::<OssReply>(&bytes[..n]).is_err());
                 }
             }
+        }
+
+        /// `runs_valid` accepts exactly the run lists a byte model accepts: each byte of
+        /// the object written once, the bulk's bytes each used once, in offset order.
+        #[test]
+        fn runs_valid_agrees_with_a_model(
+            runs in proptest::collection::vec((0u64..200, 0u32..40), 0..8),
+            extra in 0u64..3,
+            huge in any::<bool>(),
+        ) {
+            let mut runs: Vec<Run> = runs.into_iter().map(|(offset, len)| Run { offset, len }).collect();
+            if huge {
+                if let Some(r) = runs.last_mut() {
+                    r.offset = nacre_types::limits::FILE_BYTES_MAX - u64::from(r.len) / 2;
+                }
+            }
+            let sum: u64 = runs.iter().map(|r| u64::from(r.len)).sum();
+            let bulk = sum + extra;
+            let mut model = extra == 0 && !runs.is_empty() && runs.len() <= WRITE_RUNS_MAX;
+            let mut seen_end = 0u64;
+            for r in &runs {
+                let end = r.offset + u64::from(r.len);
+                model &= r.len > 0 && r.offset >= seen_end && end <= nacre_types::limits::FILE_BYTES_MAX;
+                seen_end = seen_end.max(end);
+            }
+            prop_assert_eq!(runs_valid(&runs, bulk), model);
         }
 
         #[test]

@@ -195,10 +195,13 @@ pub(crate) fn serve_mount(
         let (s, dirty) = c.writeback_stats();
         format!(
             "dirty_bytes {dirty}\nwrites_kept {}\nwrites_through {}\nflush_rpcs {}\n\
-             flush_bytes {}\ndirty_waits {}\nlost_bytes {}\nwrites_quota_sync {}",
+             flush_rpcs_of_runs {}\nflush_runs {}\nflush_bytes {}\ndirty_waits {}\n\
+             lost_bytes {}\nwrites_quota_sync {}",
             s.kept.load(Relaxed),
             s.through.load(Relaxed),
             s.rpcs.load(Relaxed),
+            s.rpcs_of_runs.load(Relaxed),
+            s.runs.load(Relaxed),
             s.bytes.load(Relaxed),
             s.waits.load(Relaxed),
             s.lost_bytes.load(Relaxed),

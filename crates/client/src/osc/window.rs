@@ -107,7 +107,9 @@ impl Window {
     ) -> Result<Pending> {
         let conn = client.osc(ost)?;
         let bulk_rpc = match req {
-            OssRequest::Write { .. } => Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64))),
+            OssRequest::Write { .. } | OssRequest::WriteRuns { .. } => {
+                Some((true, bulk.as_ref().map_or(0, |b| b.len() as u64)))
+            }
             OssRequest::Read { len, .. } => Some((false, u64::from(*len))),
             _ => None,
         };
@@ -162,9 +164,7 @@ impl Window {
             // Not a write kept behind under a lock (its lock may be gone: see below), and
             // only while the client is the one it was at the OST.
             (Err(RpcError::Status(Status::Access)), Some(c))
-                if capa_fid.is_some()
-                    && !matches!(req, OssRequest::Write { epoch, .. } if epoch != 0)
-                    && c.ost_uuid(ost) == was =>
+                if capa_fid.is_some() && !req.is_kept_write() && c.ost_uuid(ost) == was =>
             {
                 let fid = capa_fid.expect("guarded");
                 if let Err(e) = c.renew_capas(fid) {
@@ -177,7 +177,7 @@ impl Window {
                 if was != crate::datalocks::NO_UUID =>
             {
                 c.data_evicted(ost, was);
-                if matches!(req, OssRequest::Write { epoch, .. } if epoch != 0) {
+                if req.is_kept_write() {
                     return (r, was);
                 }
                 again(&c, bulk).unwrap_or((r, was))

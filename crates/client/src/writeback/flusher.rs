@@ -2,8 +2,11 @@
 //! RPCs of up to `max_rpc_size`, several in flight per OST, and takes each reply back.
 
 use super::*;
+use nacre_net::rpc::RpcError;
+use nacre_wire::oss::{Run, WRITE_RUNS_MAX};
 
-/// Picks what to write now: runs of due objects, within each OST's RPCs in flight.
+/// Picks what to write now: runs of due objects, within each OST's RPCs in flight (one run
+/// per RPC to an OST that takes no [`OssRequest::WriteRuns`]).
 fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Work> {
     let mut out = Vec::new();
     let now = Instant::now();
@@ -12,6 +15,7 @@ fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Wor
         objs,
         dirty,
         inflight,
+        single_runs,
         ..
     } = st;
     for (key, o) in objs.iter_mut() {
@@ -26,7 +30,11 @@ fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Wor
             if !due {
                 break;
             }
-            let Some((off, buf)) = o.take_run(max_rpc) else {
+            let runs_max = match single_runs.contains(&key.0) {
+                true => 1,
+                false => WRITE_RUNS_MAX,
+            };
+            let Some((runs, buf)) = o.take_runs(max_rpc, runs_max) else {
                 break;
             };
             *inflight.entry(key.0).or_default() += 1;
@@ -37,7 +45,7 @@ fn pick(st: &mut State, max_rpc: u64, per_ost: usize, idle: Duration) -> Vec<Wor
                 layout_gen: o.layout_gen,
                 job: o.job.clone(),
                 cred: o.cred.clone(),
-                off,
+                runs,
                 buf,
             });
         }
@@ -69,37 +77,32 @@ pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             layout_gen,
             job,
             cred,
-            off,
+            runs,
             buf,
         } in work
         {
-            let len = buf.len() as u64;
             // Sent as the writer's.
             nacre_types::jobid::set_current(&job);
             nacre_types::cred::set_current(cred.clone());
             let epoch = c.data_epoch(key.0);
-            let req = OssRequest::Write {
-                object: key.1,
-                offset: off,
-                owner,
-                lock: false,
-                grant_used: len,
-                epoch,
-                layout_gen,
-            };
+            let req = write_request(key.1, (owner, layout_gen), epoch, &runs);
             let buf = Arc::new(buf);
-            let range = (off, off + len);
             // The uuid is read before the check: an eviction drops what was taken
             // (Writeback::evicted) before the client's new uuid can be read, so these bytes,
             // written under the old uuid's locks, go as the old client (and are refused) or
             // not at all, never as the new one after someone else's.
             let uuid = c.ost_uuid(key.0);
-            let reply = if wb.is_lost(key, range) {
+            let reply = if wb.is_lost(key, &runs) {
                 None
             } else {
                 match osc::send_one(&c, key.0, &req, Some(buf.clone()), uuid) {
                     Ok(p) => {
                         wb.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+                        let n = runs.len() as u64;
+                        wb.stats.runs.fetch_add(n, Ordering::Relaxed);
+                        if n > 1 {
+                            wb.stats.rpcs_of_runs.fetch_add(1, Ordering::Relaxed);
+                        }
                         Some(p)
                     }
                     Err(e) => {
@@ -110,7 +113,7 @@ pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             };
             flying.push_back(Flying {
                 key,
-                range,
+                runs,
                 fid,
                 reply,
                 uuid,
@@ -142,24 +145,109 @@ pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
         let mut f = f;
         let mut result = match f.reply.take() {
             Some(p) => osc::collect_one(p),
-            None => Err(nacre_net::rpc::RpcError::Status(Status::Io)),
+            None => Err(RpcError::Status(Status::Io)),
         };
         if is_stale(&result) {
             result = send_again(&c, &wb, &f);
         }
-        finish(&c, f.key, f.range, f.fid, f.uuid, result);
+        if f.runs.len() > 1 && matches!(result, Err(RpcError::Status(Status::Proto))) {
+            // An OST of before write RPCs of many runs: one run per RPC to it from now on.
+            wb.st.lock().single_runs.insert(f.key.0);
+            tracing::info!("OST{:04x} takes one byte range per write RPC", f.key.0);
+            result = send_singly(&c, &f);
+        }
+        finish(&c, f.key, &f.runs, f.fid, f.uuid, result);
+    }
+}
+
+/// The write RPC of kept data of `object` in `runs` (offset, end), under OST start `epoch`:
+/// a [`OssRequest::Write`] for one run, else a [`OssRequest::WriteRuns`].
+fn write_request(
+    object: ObjectId,
+    (owner, layout_gen): (Owner, u32),
+    epoch: u64,
+    runs: &[(u64, u64)],
+) -> OssRequest {
+    let grant_used = runs.iter().map(|(s, e)| e - s).sum();
+    match runs {
+        [(offset, _)] => OssRequest::Write {
+            object,
+            offset: *offset,
+            owner,
+            lock: false,
+            grant_used,
+            epoch,
+            layout_gen,
+        },
+        _ => OssRequest::WriteRuns {
+            object,
+            owner,
+            grant_used,
+            epoch,
+            layout_gen,
+            runs: runs
+                .iter()
+                .map(|&(offset, end)| Run {
+                    offset,
+                    // At most `max_rpc_size` (a u32) each.
+                    len: (end - offset) as u32,
+                })
+                .collect(),
+        },
+    }
+}
+
+/// `f`'s runs sent one per RPC, in order, waiting for each (an OST that does not take
+/// [`OssRequest::WriteRuns`]): the first error, else a reply of every byte with the grants
+/// added up.
+fn send_singly(c: &Client, f: &Flying) -> osc::Collected {
+    let mut at = 0usize;
+    let (mut granted, mut ids) = (0u64, 0u8);
+    let mut last = None;
+    for &(s, e) in &f.runs {
+        let n = (e - s) as usize;
+        let mut buf = AlignedBuf::for_overwrite(n);
+        buf.copy_from_slice(&f.buf[at..at + n]);
+        at += n;
+        nacre_types::jobid::set_current(&f.job);
+        nacre_types::cred::set_current(f.cred.clone());
+        let req = write_request(f.key.1, (f.owner, f.layout_gen), f.epoch, &[(s, e)]);
+        let (reply, bulk) = osc::call_one(c, f.key.0, &req, Some(Arc::new(buf)), f.uuid)?;
+        if let OssReply::Written {
+            grant_added,
+            sync_ids,
+            ..
+        } = &reply
+        {
+            granted += grant_added;
+            ids |= sync_ids;
+        }
+        last = Some((reply, bulk));
+    }
+    match last {
+        Some((OssReply::Written { lock, object, .. }, bulk)) => Ok((
+            OssReply::Written {
+                len: at as u32,
+                lock,
+                grant_added: granted,
+                sync_ids: ids,
+                object,
+            },
+            bulk,
+        )),
+        other => other.ok_or(RpcError::Status(Status::Io)),
     }
 }
 
 fn is_stale(result: &osc::Collected) -> bool {
-    matches!(result, Err(nacre_net::rpc::RpcError::Status(Status::Stale)))
+    matches!(result, Err(RpcError::Status(Status::Stale)))
 }
 
 /// The OST refused `f` as stale (it restarted since the write lock was granted): waits
 /// until this client took its locks back there, then sends it again under the new start —
 /// unless someone else changed the object meanwhile (lost: `EIO`).
 fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
-    let stale = || Err(nacre_net::rpc::RpcError::Status(Status::Stale));
+    let stale = || Err(RpcError::Status(Status::Stale));
     let mut sent = f.epoch;
     for _ in 0..STALE_RESENDS_MAX {
         let deadline = Instant::now() + Duration::from_millis(STALE_WAIT_MS);
@@ -171,9 +259,9 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
             if st
                 .objs
                 .get(&f.key)
-                .is_some_and(|o| o.lost.contains(&f.range))
+                .is_some_and(|o| f.runs.iter().any(|r| o.lost.contains(r)))
             {
-                return Err(nacre_net::rpc::RpcError::Status(Status::Io));
+                return Err(RpcError::Status(Status::Io));
             }
             if epoch != sent && epoch != 0 {
                 break (epoch, uuid);
@@ -189,15 +277,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
         sent = epoch;
         nacre_types::jobid::set_current(&f.job);
         nacre_types::cred::set_current(f.cred.clone());
-        let req = OssRequest::Write {
-            object: f.key.1,
-            offset: f.range.0,
-            owner: f.owner,
-            lock: false,
-            grant_used: f.range.1 - f.range.0,
-            epoch,
-            layout_gen: f.layout_gen,
-        };
+        let req = write_request(f.key.1, (f.owner, f.layout_gen), epoch, &f.runs);
         let result = osc::call_one(c, f.key.0, &req, Some(f.buf.clone()), uuid);
         if !is_stale(&result) {
             return result;
@@ -210,16 +290,13 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
 fn finish(
     c: &Client,
     key: Key,
-    range: (u64, u64),
+    runs: &[(u64, u64)],
     fid: Fid,
     uuid: [u8; 16],
     result: std::result::Result<(OssReply, Option<AlignedBuf>), nacre_net::rpc::RpcError>,
 ) {
-    let len = range.1 - range.0;
-    let evicted = matches!(
-        result,
-        Err(nacre_net::rpc::RpcError::Status(Status::Shutdown))
-    );
+    let len: u64 = runs.iter().map(|(s, e)| e - s).sum();
+    let evicted = matches!(result, Err(RpcError::Status(Status::Shutdown)));
     let mut st = c.writeback.st.lock();
     if let Some(n) = st.inflight.get_mut(&key.0) {
         *n = n.saturating_sub(1);
@@ -272,8 +349,8 @@ fn finish(
         }
     }
     if let Some(o) = st.objs.get_mut(&key) {
-        o.inflight.retain(|f| f.range != range);
-        o.lost.retain(|r| *r != range);
+        o.inflight.retain(|f| !runs.contains(&f.range));
+        o.lost.retain(|r| !runs.contains(r));
         if o.is_empty() {
             st.objs.remove(&key);
         }

@@ -3,11 +3,12 @@ use super::*;
 use proptest::prelude::*;
 
 proptest! {
-    /// Kept pieces always read back as the last write of every byte, and taking runs
-    /// hands every byte over once.
+    /// Kept pieces always read back as the last write of every byte, and taking RPCs of
+    /// runs hands every byte over once.
     #[test]
     fn pieces_agree_with_a_byte_model(
         writes in proptest::collection::vec((0u64..4096, 1usize..700, any::<u8>()), 1..40),
+        runs_max in 1usize..5,
     ) {
         let mut o = Obj::default();
         let mut model: BTreeMap<u64, u8> = BTreeMap::new();
@@ -29,10 +30,19 @@ proptest! {
         }
         prop_assert_eq!(&seen, &model);
         let mut taken: BTreeMap<u64, u8> = BTreeMap::new();
-        while let Some((off, buf)) = o.take_run(1000) {
-            for (i, b) in buf.iter().enumerate() {
-                prop_assert!(taken.insert(off + i as u64, *b).is_none());
+        while let Some((runs, buf)) = o.take_runs(1000, runs_max) {
+            // Runs in order, apart (a gap between two), as many as allowed, their
+            // lengths the buffer's, the RPC within its bound.
+            prop_assert!(runs.len() <= runs_max && buf.len() <= 1000);
+            prop_assert!(runs.windows(2).all(|w| w[0].1 < w[1].0));
+            let mut at = 0usize;
+            for (s, e) in runs {
+                for i in s..e {
+                    prop_assert!(taken.insert(i, buf[at]).is_none());
+                    at += 1;
+                }
             }
+            prop_assert_eq!(at, buf.len());
             o.inflight.clear();
         }
         prop_assert!(o.pieces.is_empty());
@@ -51,6 +61,12 @@ fn written_back(wb: &Writeback, key: Key, range: (u64, u64)) {
     }
     drop(st);
     wb.cv.notify_all();
+}
+
+/// The first RPC's bytes the flusher would take from `o` when it sends one run each.
+fn take_one(o: &mut Obj, max: u64) -> Option<(u64, AlignedBuf)> {
+    let (runs, buf) = o.take_runs(max, 1)?;
+    Some((runs[0].0, buf))
 }
 
 /// The object of the tests below.
@@ -102,8 +118,8 @@ fn a_read_waits_for_earlier_writes_only() {
         .lock()
         .objs
         .get_mut(&key)
+        .map(|o| take_one(o, 1 << 20))
         .expect("kept")
-        .take_run(1 << 20)
         .expect("a run");
     assert!(wb
         .keep(key, tag, (8192, 0), vec![2; 4096], 1 << 20)
@@ -143,8 +159,8 @@ fn a_read_waits_for_an_earlier_write_a_later_one_replaced() {
         .lock()
         .objs
         .get_mut(&key)
+        .map(|o| take_one(o, 1 << 20))
         .expect("kept")
-        .take_run(1 << 20)
         .expect("a run");
     assert_eq!(taken.1.len(), 8192);
     written_back(&wb, key, (0, 8192));
@@ -168,13 +184,13 @@ fn an_eviction_loses_what_the_flusher_took_and_did_not_send() {
         .is_none());
     let (off, buf) = {
         let mut st = wb.st.lock();
-        st.objs.get_mut(&KEY).expect("kept").take_run(1 << 20)
+        take_one(st.objs.get_mut(&KEY).expect("kept"), 1 << 20)
     }
     .expect("a run to send");
     let range = (off, off + buf.len() as u64);
-    assert!(!wb.is_lost(KEY, range));
+    assert!(!wb.is_lost(KEY, &[range]));
     wb.evicted(0, 1);
-    assert!(wb.is_lost(KEY, range), "taken bytes may still be sent");
+    assert!(wb.is_lost(KEY, &[range]), "taken bytes may still be sent");
     assert_eq!(wb.take_error(Fid::default()), Some(Status::Io));
     let st = wb.st.lock();
     assert!(st.objs[&KEY].pieces.is_empty(), "kept bytes survive");
@@ -202,4 +218,30 @@ fn a_write_under_a_lock_an_eviction_took_is_not_kept() {
         .keep(KEY, tag(), (0, 1), vec![5; 4096], 1 << 20)
         .is_none());
     assert!(wb.holds_any(&[KEY]));
+}
+
+/// Kept bytes with gaps go in one RPC of many runs (IOR hard's interleaved records: one
+/// rank ahead of the other leaves a gap after nearly every record), within the RPC's bound
+/// and the runs' limit, and never over bytes an RPC in flight carries.
+#[test]
+fn kept_bytes_with_gaps_go_as_one_rpc_of_many_runs() {
+    let mut o = Obj::default();
+    for i in 0..8u64 {
+        o.insert(i * 10_000, vec![i as u8; 4_000], i + 1);
+    }
+    let (runs, buf) = o.take_runs(1 << 20, 3).expect("runs");
+    assert_eq!(runs, vec![(0, 4_000), (10_000, 14_000), (20_000, 24_000)]);
+    assert_eq!(buf.len(), 12_000);
+    assert!(buf[..4_000].iter().all(|b| *b == 0) && buf[8_000..].iter().all(|b| *b == 2));
+    // Cut at the RPC's bound, inside a run: the rest stays kept.
+    let (runs, buf) = o.take_runs(6_000, 256).expect("runs");
+    assert_eq!(runs, vec![(30_000, 34_000), (40_000, 42_000)]);
+    assert_eq!(buf.len(), 6_000);
+    assert_eq!(o.pieces.keys().next(), Some(&42_000));
+    // A write over bytes in flight waits for that RPC: nothing from there on is taken.
+    o.insert(40_500, vec![9; 10], 20);
+    assert!(o.take_runs(1 << 20, 256).is_none());
+    o.inflight.retain(|f| f.range != (40_000, 42_000));
+    let (runs, _) = o.take_runs(1 << 20, 256).expect("runs");
+    assert_eq!(runs[0], (40_500, 40_510));
 }

@@ -1,0 +1,106 @@
+//! Writes of file data on an OST: one byte range ([`OssRequest::Write`]) or several of one
+//! object ([`OssRequest::WriteRuns`], data a client kept behind). Either is one write of its
+//! bulk to the space grants, quotas and statistics; runs go to the store one by one, in
+//! offset order.
+//!
+//! [`OssRequest::Write`]: nacre_wire::oss::OssRequest::Write
+//! [`OssRequest::WriteRuns`]: nacre_wire::oss::OssRequest::WriteRuns
+
+use crate::{locks, quota_reserve, OstTarget};
+use nacre_ldlm::server::{Extents, Revocation};
+use nacre_types::limits::FILE_BYTES_MAX;
+use nacre_types::{AlignedBuf, ObjectId, Owner, Status};
+use nacre_wire::oss::{runs_valid, OssReply, Run};
+use std::sync::atomic::Ordering;
+
+/// Where a write's bulk goes.
+pub(crate) enum Place<'a> {
+    /// All of it at this offset, with a write lock after it if `lock` (and one can be had).
+    At {
+        /// Offset in the object.
+        offset: u64,
+        /// A lock wanted.
+        lock: bool,
+    },
+    /// Run by run ([`runs_valid`] for the bulk, else `EPROTO`); no lock is given.
+    Runs(&'a [Run]),
+}
+
+/// A write of `data` to `object` for `client`, under `hold` (the callbacks of other
+/// clients' conflicting locks, done): the reply, or why nothing (or, for runs, not all) was
+/// written.
+pub(crate) fn write(
+    ost: &OstTarget,
+    client: &[u8; 16],
+    hold: Option<&Revocation<'_, Extents>>,
+    (object, owner, grant_used): (ObjectId, Owner, u64),
+    place: Place<'_>,
+    data: &AlignedBuf,
+) -> Result<OssReply, Status> {
+    let len = data.len() as u64;
+    let (offset, want_lock) = match place {
+        Place::At { offset, lock } => (offset, lock),
+        Place::Runs(runs) => (runs.first().map_or(0, |r| r.offset), false),
+    };
+    match place {
+        Place::Runs(runs) if !runs_valid(runs, len) => return Err(Status::Proto),
+        Place::At { .. } if offset.saturating_add(len) > FILE_BYTES_MAX => {
+            return Err(Status::FBig)
+        }
+        _ => {}
+    }
+    let caching = want_lock && *client != locks::NO_CLIENT;
+    let avail = || ost.store.statfs().map_or(0, |s| s.bytes_avail);
+    let grant_added = ost.grants.write(client, len, grant_used, avail, caching)?;
+    // A holder writing what it kept before it cancels is alive and at work.
+    ost.locks.ns.prolong(client, &object);
+    let lock = caching
+        .then(|| locks::grant_write(ost, client, hold, object, offset, data.len()))
+        .flatten();
+    // Within the quotas of the object's owner, group and project (docs/quota.md).
+    let (reserved, sync_ids) = match quota_reserve(ost, object, owner, len) {
+        Ok(r) => r,
+        Err(s) => {
+            if let Some((l, true)) = lock {
+                ost.locks.ns.release(client, l.handle);
+            }
+            return Err(s);
+        }
+    };
+    let started = ost.brw.write.begin();
+    let result = match place {
+        Place::At { .. } => ost.store.write_buf(object, offset, data, owner),
+        Place::Runs(runs) => {
+            let mut at = 0usize;
+            runs.iter().try_for_each(|r| {
+                let n = r.len as usize;
+                let bytes = &data[at..at + n];
+                at += n;
+                ost.store.write(object, r.offset, bytes, owner)
+            })
+        }
+    };
+    ost.brw.write.end(started, len);
+    if let Some(r) = reserved {
+        ost.quota.release(r);
+    }
+    if let Err(e) = result {
+        // The client does not learn of a lock new to it: it goes again.
+        if let Some((l, true)) = lock {
+            ost.locks.ns.release(client, l.handle);
+        }
+        tracing::debug!("{}: {e}", ost.label.name());
+        // Runs written before the one that failed changed the object too.
+        ost.fences.changed(object);
+        return Err(Status::from_io(&e.io()));
+    }
+    ost.fences.changed(object);
+    ost.write_bytes.fetch_add(len, Ordering::Relaxed);
+    Ok(OssReply::Written {
+        len: len as u32,
+        lock: lock.map(|(l, _)| l),
+        grant_added,
+        sync_ids,
+        object: ost.store.size_open(object).ok(),
+    })
+}
