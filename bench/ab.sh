@@ -42,6 +42,9 @@
 #               IO500's ior-hard shape, 47,008-byte records interleaved in one file,
 #               SEGMENTS per rank, written (`-w -e`) then read back by the other rank
 #               (`-r -C`), each its own run; MiB/s. (SEGMENTS=5000)
+#   ior-hard-2  ior-hard with one rank on each of two mounts of the file system (each rank
+#               in a mount namespace of its own where one path is its mount): the read
+#               phase reads what the other mount wrote. (SEGMENTS=5000)
 #   ior-easy    the networked form of bench/common.sh with OSTS_PER_OSS=2 unless set, the
 #               real IOR with 2 MPI ranks on the one mount: issue 44's IOR easy, file per
 #               process, 1 MiB transfers, O_DIRECT, BLOCK per rank, written (`-w -e`) then
@@ -62,7 +65,7 @@ OLD_SPEC="$1"; NEW_SPEC="$2"; shift 2
 WORKLOADS=("$@")
 for wl in "${WORKLOADS[@]}"; do
   case "$wl" in
-    io | md | net | ring | write-path | md-sync | mdtest | ior-hard | ior-easy | find) ;;
+    io | md | net | ring | write-path | md-sync | mdtest | ior-hard | ior-hard-2 | ior-easy | find) ;;
     *) echo "ab.sh: unknown workload '$wl'" >&2; usage ;;
   esac
 done
@@ -273,6 +276,40 @@ ior_run() {
 wl_ior_hard() {
   ior_run "$1" "$2" ior-hard -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
 }
+# ior_run2 SIDE BIN WORKLOAD IOR_ARGS...: ior_run with each rank on its own mount of the
+# file system (two `nacre mount` processes): each rank runs in a mount namespace of its own
+# where one path, WORK/ior/SIDE/at, is its mount (rank 0 the first, rank 1 the second).
+ior_run2() {
+  local side=$1 phase args rate wl=$3 w
+  NACRE=$2
+  shift 3
+  w="$WORK/ior/$side"
+  net_form_up "$w" "cmp$side"
+  trap cleanup EXIT  # net_form_up sets its own
+  mkdir -p "$w/net/mnt2" "$w/at"
+  ${CLIENT_PREFIX:-} "$NACRE" mount "$MGS@tcp:/cmp$side" "$w/net/mnt2" ${MOUNT_ARGS:-} >/dev/null
+  printf '%s\n' '#!/bin/sh' \
+    "m=$w/net/mnt; [ \"\${OMPI_COMM_WORLD_RANK:-0}\" = 1 ] && m=$w/net/mnt2" \
+    "exec unshare -m --propagation private sh -c 'mount --bind \"\$1\" \"\$2\" && shift 2 && exec \"\$@\"' rank \"\$m\" $w/at \"\$@\"" \
+    > "$w/rank.sh"
+  chmod +x "$w/rank.sh"
+  for phase in write read; do
+    args=(-w -e)
+    [ "$phase" = write ] || args=(-r -C)
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$w/rank.sh" "$IOR" -a POSIX "$@" -k \
+      "${args[@]}" -o "$w/at/$wl" > "$WORK/ior.out" 2>&1
+    rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
+    record "$wl" "$side" "$phase MiB/s" "${rate:-0}"
+  done
+  "$NACRE" umount "$w/net/mnt2" || "$NACRE" umount -f "$w/net/mnt2"
+  forms_down
+  pids=()
+  NACRE="$THIS"
+  rm -rf "${WORK:?}/ior/$side"
+}
+wl_ior_hard_2() {
+  ior_run2 "$1" "$2" ior-hard-2 -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
+}
 wl_ior_easy() {
   OSTS_PER_OSS="${OSTS_PER_OSS:-2}" ior_run "$1" "$2" ior-easy --posix.odirect -t 1m \
     -b "${BLOCK:-1g}" -F
@@ -323,7 +360,9 @@ wl_write_path() {
 
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != ring ] || ring_setup; done
 for wl in "${WORKLOADS[@]}"; do [ "$wl" != mdtest ] && [ "$wl" != find ] || mdtest_setup; done
-for wl in "${WORKLOADS[@]}"; do [ "$wl" != ior-hard ] && [ "$wl" != ior-easy ] || ior_hard_setup; done
+for wl in "${WORKLOADS[@]}"; do
+  case "$wl" in ior-hard | ior-hard-2 | ior-easy) ior_hard_setup ;; esac
+done
 echo "OLD = $OLD_SPEC ($OLD)" >&2
 echo "NEW = $NEW_SPEC ($NEW)" >&2
 for round in $(seq "$ROUNDS"); do
