@@ -331,6 +331,16 @@ fn a_killed_mount_loses_its_locks_when_evicted() {
         1,
         "the killed mount was not evicted alone: {status}"
     );
+    // `nacre df` of every mount names the dead one and still shows the live ones (it
+    // failed whole on a dead mount before, and with it any `df` on the machine).
+    let df = nacre_testkit::nacre(&["df"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&df.stdout),
+        String::from_utf8_lossy(&df.stderr),
+    );
+    assert!(df.status.success(), "nacre df: {out}{err}");
+    assert!(out.contains(&format!("{fsname}-MDT0000")), "{out}");
+    assert!(err.contains(&c_mnt.display().to_string()), "{err}");
     let _ = holder.kill();
     let _ = holder.wait();
 }

@@ -328,7 +328,8 @@ enum Command {
         /// Only the OSTs of this pool (`POOL` or `FS.POOL`), and the MDTs.
         #[arg(short = 'p', long)]
         pool: Option<String>,
-        /// A path inside the file system (default: every Nacre mount).
+        /// A path inside the file system (default: every Nacre mount; one that does not
+        /// answer is named on standard error and skipped).
         path: Option<PathBuf>,
     },
     /// Write man pages and shell completions generated from these definitions (packaging).

@@ -32,6 +32,7 @@ pub(crate) fn df(
     json: bool,
     pool: Option<String>,
 ) -> anyhow::Result<()> {
+    let every = path.is_none();
     let mounts: Vec<PathBuf> = match path {
         Some(p) => vec![p],
         None => daemon::nacre_mounts().into_iter().map(|(p, _)| p).collect(),
@@ -39,8 +40,21 @@ pub(crate) fn df(
     if mounts.is_empty() {
         bail!("no Nacre file system is mounted");
     }
+    let mut answered = 0;
+    let mut last_error = None;
     for m in mounts {
-        let mut v = admin::usage(&m)?;
+        let mut v = match admin::usage(&m) {
+            Ok(v) => v,
+            // Of every mount, one that does not answer (its process killed, its mount point
+            // left behind) is named and skipped, as `lfs df` does: the others still count.
+            Err(e) if every => {
+                eprintln!("nacre df: {}: {e:#}", m.display());
+                last_error = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        answered += 1;
         if let Some(p) = &pool {
             only_pool(&mut v, p)?;
         }
@@ -50,5 +64,8 @@ pub(crate) fn df(
             println!("{}", admin::format_df(&m, &v, human, inodes));
         }
     }
-    Ok(())
+    match (answered, last_error) {
+        (0, Some(e)) => Err(e.context("no Nacre mount answered")),
+        _ => Ok(()),
+    }
 }
