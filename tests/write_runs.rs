@@ -71,6 +71,17 @@ fn hostile_run_lists_are_refused_and_good_ones_write_each_run() {
         (0, Some(OssReply::Blocking { epoch, .. })) => epoch,
         other => panic!("{other:?}"),
     };
+    // The mount holds the object's write lock (its write brought it): a refused request
+    // must not call it back.
+    let mount = fs.client_pid().expect("the mount's process");
+    let callbacks = || {
+        let text = get_param(Some(mount), "ldlm.namespaces.runs-OST0000-osc.stats");
+        text.lines()
+            .find_map(|l| l.strip_prefix("callbacks "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no callbacks in {text}"))
+    };
+    let callbacks_before = callbacks();
     let proto = Status::Proto.code();
     let many: Vec<(u64, u32)> = (0..=WRITE_RUNS_MAX as u64).map(|i| (i * 2, 1)).collect();
     let bad: Vec<Hostile> = vec![
@@ -104,6 +115,11 @@ fn hostile_run_lists_are_refused_and_good_ones_write_each_run() {
         Some(&[0xee; 8]),
     );
     assert_eq!(status, Status::Stale.code(), "another start");
+    assert_eq!(
+        callbacks(),
+        callbacks_before,
+        "a refused request called the mount's lock back"
+    );
     assert!(
         read_object(&mut c, ost, object, 65_536) == before,
         "a refused request wrote something"

@@ -413,7 +413,8 @@ impl Writeback {
     /// grant came since (the lock is gone).
     pub(crate) fn evicted(&self, ost: u32, count: u64) {
         let mut st = self.st.lock();
-        st.evictions.insert(ost, count);
+        let e = st.evictions.entry(ost).or_default();
+        *e = (*e).max(count);
         let keys: Vec<Key> = st.objs.keys().filter(|k| k.0 == ost).copied().collect();
         let mut lost = 0;
         for k in keys {

@@ -270,6 +270,9 @@ impl OssHandler {
         if locks::stale_write(ost, &call.req) || fenced(ost, &call.req) {
             return Err(Status::Stale);
         }
+        // A write of runs is judged whole before anything is done for it: no other
+        // client's lock is called back for a request that is refused.
+        writes::check(&call.req, incoming.bulk.as_ref().map(|b| b.len() as u64))?;
         let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
         // A client about to hold its first lock here is listed first, so a restart waits
         // for it to take its locks back (recovery.rs).
@@ -315,13 +318,8 @@ impl OssHandler {
                 owner,
                 grant_used,
                 runs,
-                epoch,
                 ..
             } => {
-                // Only data kept behind under a lock goes this way.
-                if epoch == 0 {
-                    return Err(Status::Proto);
-                }
                 let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
                 let what = (object, owner, grant_used);
                 let place = writes::Place::Runs(&runs);
@@ -762,7 +760,9 @@ impl Handler for OssHandler {
             })
             || capas::allowed(&ost, &req.caller, &call).is_err()
             || self.claim(&req.caller, &call, &ost).is_err();
+        let bulk_len = Some(u64::from(req.header.bulk_len));
         if refused
+            || writes::check(&call.req, bulk_len).is_err()
             || ost.locks.is_evicted(&call.client)
             || !call.cred.is_valid()
             || locks::stale_write(&ost, &call.req)

@@ -10,8 +10,23 @@ use crate::{locks, quota_reserve, OstTarget};
 use nacre_ldlm::server::{Extents, Revocation};
 use nacre_types::limits::FILE_BYTES_MAX;
 use nacre_types::{AlignedBuf, ObjectId, Owner, Status};
-use nacre_wire::oss::{runs_valid, OssReply, Run};
+use nacre_wire::oss::{runs_valid, OssReply, OssRequest, Run};
 use std::sync::atomic::Ordering;
+
+/// Refuses (`EPROTO`) a [`OssRequest::WriteRuns`] that is not data kept behind (epoch 0),
+/// has no bulk (`bulk_len`) or whose runs are not [`runs_valid`] for it; other requests
+/// pass.
+///
+/// [`OssRequest::WriteRuns`]: nacre_wire::oss::OssRequest::WriteRuns
+pub(crate) fn check(req: &OssRequest, bulk_len: Option<u64>) -> Result<(), Status> {
+    match req {
+        OssRequest::WriteRuns { epoch, runs, .. } => match bulk_len {
+            Some(len) if *epoch != 0 && runs_valid(runs, len) => Ok(()),
+            _ => Err(Status::Proto),
+        },
+        _ => Ok(()),
+    }
+}
 
 /// Where a write's bulk goes.
 pub(crate) enum Place<'a> {

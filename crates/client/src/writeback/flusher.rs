@@ -148,13 +148,13 @@ pub(super) fn flusher(me: std::sync::Weak<Client>, wb: Arc<Writeback>) {
             None => Err(RpcError::Status(Status::Io)),
         };
         if is_stale(&result) {
-            result = send_again(&c, &wb, &f);
+            result = send_again(&c, &wb, &mut f);
         }
         if f.runs.len() > 1 && matches!(result, Err(RpcError::Status(Status::Proto))) {
             // An OST of before write RPCs of many runs: one run per RPC to it from now on.
             wb.st.lock().single_runs.insert(f.key.0);
             tracing::info!("OST{:04x} takes one byte range per write RPC", f.key.0);
-            result = send_singly(&c, &f);
+            result = send_singly(&c, &wb, &f);
         }
         finish(&c, f.key, &f.runs, f.fid, f.uuid, result);
     }
@@ -198,9 +198,11 @@ fn write_request(
 }
 
 /// `f`'s runs sent one per RPC, in order, waiting for each (an OST that does not take
-/// [`OssRequest::WriteRuns`]): the first error, else a reply of every byte with the grants
-/// added up.
-fn send_singly(c: &Client, f: &Flying) -> osc::Collected {
+/// [`OssRequest::WriteRuns`]): each under the start `f` was last sent under and, refused
+/// as stale (an older OST does not decode a write of runs far enough to find it stale),
+/// sent again as any kept write is ([`send_again`]); the first error, else a reply of every
+/// byte with the grants added up.
+fn send_singly(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
     let mut at = 0usize;
     let (mut granted, mut ids) = (0u64, 0u8);
     let mut last = None;
@@ -209,10 +211,27 @@ fn send_singly(c: &Client, f: &Flying) -> osc::Collected {
         let mut buf = AlignedBuf::for_overwrite(n);
         buf.copy_from_slice(&f.buf[at..at + n]);
         at += n;
-        nacre_types::jobid::set_current(&f.job);
-        nacre_types::cred::set_current(f.cred.clone());
-        let req = write_request(f.key.1, (f.owner, f.layout_gen), f.epoch, &[(s, e)]);
-        let (reply, bulk) = osc::call_one(c, f.key.0, &req, Some(Arc::new(buf)), f.uuid)?;
+        let mut one = Flying {
+            key: f.key,
+            runs: vec![(s, e)],
+            fid: f.fid,
+            reply: None,
+            uuid: f.uuid,
+            owner: f.owner,
+            layout_gen: f.layout_gen,
+            job: f.job.clone(),
+            cred: f.cred.clone(),
+            buf: Arc::new(buf),
+            epoch: f.epoch,
+        };
+        nacre_types::jobid::set_current(&one.job);
+        nacre_types::cred::set_current(one.cred.clone());
+        let req = write_request(one.key.1, (one.owner, one.layout_gen), one.epoch, &one.runs);
+        let mut result = osc::call_one(c, one.key.0, &req, Some(one.buf.clone()), one.uuid);
+        if is_stale(&result) {
+            result = send_again(c, wb, &mut one);
+        }
+        let (reply, bulk) = result?;
         if let OssReply::Written {
             grant_added,
             sync_ids,
@@ -245,8 +264,9 @@ fn is_stale(result: &osc::Collected) -> bool {
 
 /// The OST refused `f` as stale (it restarted since the write lock was granted): waits
 /// until this client took its locks back there, then sends it again under the new start —
-/// unless someone else changed the object meanwhile (lost: `EIO`).
-fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
+/// unless someone else changed the object meanwhile (lost: `EIO`). `f` keeps the start and
+/// uuid it was last sent under.
+fn send_again(c: &Client, wb: &Writeback, f: &mut Flying) -> osc::Collected {
     let stale = || Err(RpcError::Status(Status::Stale));
     let mut sent = f.epoch;
     for _ in 0..STALE_RESENDS_MAX {
@@ -275,6 +295,7 @@ fn send_again(c: &Client, wb: &Writeback, f: &Flying) -> osc::Collected {
                 .wait_for(&mut st, Duration::from_millis(IDLE_FLUSH_MS / 4));
         };
         sent = epoch;
+        (f.epoch, f.uuid) = (epoch, uuid);
         nacre_types::jobid::set_current(&f.job);
         nacre_types::cred::set_current(f.cred.clone());
         let req = write_request(f.key.1, (f.owner, f.layout_gen), epoch, &f.runs);
