@@ -251,23 +251,41 @@ ior_hard_setup() {
   [ -x "${IOR:-}" ] || { echo "ab.sh: ior-hard needs IOR=/path/to/ior" >&2; exit 2; }
 }
 # ior_run SIDE BIN WORKLOAD IOR_ARGS...: the networked form, IOR_ARGS written (`-w -e`)
-# then read back by the other rank (`-r -C`), each its own run; MiB/s per phase.
+# then read back by the other rank (`-r -C`), each its own run; MiB/s per phase. With
+# IOR_MOUNTS=2 each rank is on its own mount of the file system (two `nacre mount`
+# processes): it runs in a mount namespace of its own where one path, WORK/ior/SIDE/at, is
+# its mount (rank 0 the first, rank 1 the second).
 ior_run() {
-  local side=$1 m phase args rate wl=$3
+  local side=$1 phase args rate wl=$3 w m launch=()
   NACRE=$2
   shift 3
-  net_form_up "$WORK/ior/$side" "cmp$side"
+  w="$WORK/ior/$side"
+  net_form_up "$w" "cmp$side"
   trap cleanup EXIT  # net_form_up sets its own
-  m="$WORK/ior/$side/net/mnt"
+  m="$w/net/mnt"
+  if [ "${IOR_MOUNTS:-1}" = 2 ]; then
+    mkdir -p "$w/net/mnt2" "$w/at"
+    ${CLIENT_PREFIX:-} "$NACRE" mount "$MGS@tcp:/cmp$side" "$w/net/mnt2" ${MOUNT_ARGS:-} >/dev/null
+    printf '%s\n' '#!/bin/sh' \
+      "m=$w/net/mnt; [ \"\${OMPI_COMM_WORLD_RANK:-0}\" = 1 ] && m=$w/net/mnt2" \
+      "exec unshare -m --propagation private sh -c 'mount --bind \"\$1\" \"\$2\" && shift 2 && exec \"\$@\"' rank \"\$m\" $w/at \"\$@\"" \
+      > "$w/rank.sh"
+    chmod +x "$w/rank.sh"
+    launch=("$w/rank.sh")
+    m="$w/at"
+  fi
   for phase in write read; do
     args=(-w -e)
     [ "$phase" = write ] || args=(-r -C)
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$IOR" -a POSIX "$@" -k "${args[@]}" \
-      -o "$m/$wl" > "$WORK/ior.out" 2>&1
+    mpirun --allow-run-as-root --oversubscribe -np 2 "${launch[@]}" "$IOR" -a POSIX "$@" -k \
+      "${args[@]}" -o "$m/$wl" > "$WORK/ior.out" 2>&1
     # "write     123.45   ..." (the summary line of the access: its bandwidth in MiB/s).
     rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
     record "$wl" "$side" "$phase MiB/s" "${rate:-0}"
   done
+  if mountpoint -q "$w/net/mnt2"; then
+    "$NACRE" umount "$w/net/mnt2" || "$NACRE" umount -f "$w/net/mnt2"
+  fi
   forms_down
   pids=()
   NACRE="$THIS"
@@ -276,39 +294,8 @@ ior_run() {
 wl_ior_hard() {
   ior_run "$1" "$2" ior-hard -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
 }
-# ior_run2 SIDE BIN WORKLOAD IOR_ARGS...: ior_run with each rank on its own mount of the
-# file system (two `nacre mount` processes): each rank runs in a mount namespace of its own
-# where one path, WORK/ior/SIDE/at, is its mount (rank 0 the first, rank 1 the second).
-ior_run2() {
-  local side=$1 phase args rate wl=$3 w
-  NACRE=$2
-  shift 3
-  w="$WORK/ior/$side"
-  net_form_up "$w" "cmp$side"
-  trap cleanup EXIT  # net_form_up sets its own
-  mkdir -p "$w/net/mnt2" "$w/at"
-  ${CLIENT_PREFIX:-} "$NACRE" mount "$MGS@tcp:/cmp$side" "$w/net/mnt2" ${MOUNT_ARGS:-} >/dev/null
-  printf '%s\n' '#!/bin/sh' \
-    "m=$w/net/mnt; [ \"\${OMPI_COMM_WORLD_RANK:-0}\" = 1 ] && m=$w/net/mnt2" \
-    "exec unshare -m --propagation private sh -c 'mount --bind \"\$1\" \"\$2\" && shift 2 && exec \"\$@\"' rank \"\$m\" $w/at \"\$@\"" \
-    > "$w/rank.sh"
-  chmod +x "$w/rank.sh"
-  for phase in write read; do
-    args=(-w -e)
-    [ "$phase" = write ] || args=(-r -C)
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$w/rank.sh" "$IOR" -a POSIX "$@" -k \
-      "${args[@]}" -o "$w/at/$wl" > "$WORK/ior.out" 2>&1
-    rate=$(awk -v p="$phase" '$1 == p && $2 ~ /^[0-9.]+$/ {print $2; exit}' "$WORK/ior.out")
-    record "$wl" "$side" "$phase MiB/s" "${rate:-0}"
-  done
-  "$NACRE" umount "$w/net/mnt2" || "$NACRE" umount -f "$w/net/mnt2"
-  forms_down
-  pids=()
-  NACRE="$THIS"
-  rm -rf "${WORK:?}/ior/$side"
-}
 wl_ior_hard_2() {
-  ior_run2 "$1" "$2" ior-hard-2 -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
+  IOR_MOUNTS=2 ior_run "$1" "$2" ior-hard-2 -t 47008 -b 47008 -s "${SEGMENTS:-5000}"
 }
 wl_ior_easy() {
   OSTS_PER_OSS="${OSTS_PER_OSS:-2}" ior_run "$1" "$2" ior-easy --posix.odirect -t 1m \
