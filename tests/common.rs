@@ -131,3 +131,13 @@ pub fn test_name(module: &str, name: &str) -> String {
         p => format!("{p}::{name}"),
     }
 }
+
+/// One counter of a mount's `llite.FS.writeback` (`pid`: the mount's process; none: the
+/// embedded process or every process).
+pub fn wb_stat(fsname: &str, pid: Option<u32>, what: &str) -> u64 {
+    let text = nacre_testkit::get_param(pid, &format!("llite.{fsname}.writeback"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} in {text}"))
+}

@@ -8,6 +8,7 @@
 
 use nacre_testkit::raw::RawConn;
 use nacre_testkit::{fail_loc, get_param, object_of, Form, Spec, TestFs};
+use nacre_tests::wb_stat;
 use nacre_types::limits::FILE_BYTES_MAX;
 use nacre_types::{ObjectId, Owner, Status};
 use nacre_wire::oss::{OssReply, OssRequest, Run, WRITE_RUNS_MAX};
@@ -149,15 +150,6 @@ fn hostile_run_lists_are_refused_and_good_ones_write_each_run() {
     assert_eq!(seen.len(), before.len());
 }
 
-/// One counter of a mount's `llite.FS.writeback`.
-fn wb_stat(fsname: &str, pid: u32, what: &str) -> u64 {
-    let text = get_param(Some(pid), &format!("llite.{fsname}.writeback"));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{what} ")))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {what} in {text}"))
-}
-
 /// `n` blocks of 4 KiB kept by the mount at every other 4 KiB from `from` (a gap after
 /// each: IOR hard's records when one rank runs ahead of the other), then `fsync`; the
 /// model is updated.
@@ -200,16 +192,16 @@ fn gapped_kept_writes_go_as_rpcs_of_runs_and_one_run_each_to_an_older_ost() {
         if older {
             fail_loc(oss, "oss.write_runs.unknown");
         }
-        let kept = wb_stat(fsname, pid, "writes_kept");
+        let kept = wb_stat(fsname, Some(pid), "writes_kept");
         gapped_writes(&f, &mut model, 65_536, 64, 10);
         assert!(
-            wb_stat(fsname, pid, "writes_kept") >= kept + 60,
+            wb_stat(fsname, Some(pid), "writes_kept") >= kept + 60,
             "the gapped writes were not kept"
         );
-        let of_runs = wb_stat(fsname, pid, "flush_rpcs_of_runs");
+        let of_runs = wb_stat(fsname, Some(pid), "flush_rpcs_of_runs");
         assert!(of_runs >= 1, "64 gapped writes went in no RPC of many runs");
         assert!(
-            wb_stat(fsname, pid, "flush_rpcs") < 32,
+            wb_stat(fsname, Some(pid), "flush_rpcs") < 32,
             "64 gapped writes took an RPC each"
         );
         if older {
@@ -217,9 +209,9 @@ fn gapped_kept_writes_go_as_rpcs_of_runs_and_one_run_each_to_an_older_ost() {
             assert_eq!(fired.trim(), "1", "the OST refused no RPC of runs");
             // From then on one run per RPC to that OST.
             gapped_writes(&f, &mut model, 1 << 20, 16, 100);
-            assert_eq!(wb_stat(fsname, pid, "flush_rpcs_of_runs"), of_runs);
+            assert_eq!(wb_stat(fsname, Some(pid), "flush_rpcs_of_runs"), of_runs);
         }
-        assert_eq!(wb_stat(fsname, pid, "lost_bytes"), 0);
+        assert_eq!(wb_stat(fsname, Some(pid), "lost_bytes"), 0);
         drop(f);
         // Read by another mount: what the OST has.
         let other = fs.scratch().join("other");

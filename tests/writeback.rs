@@ -6,6 +6,7 @@
 //! never writes them after another mount's data.
 
 use nacre_testkit::{get_param, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_tests::wb_stat;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -18,16 +19,6 @@ fn record(i: usize) -> Vec<u8> {
     (0..RECORD)
         .map(|j| (i as u8).wrapping_mul(7).wrapping_add(j as u8))
         .collect()
-}
-
-/// One counter of a mount's `llite.FS.writeback` (`pid`: the mount's process; none: the
-/// embedded process or every process).
-fn wb_stat(fsname: &str, pid: Option<u32>, what: &str) -> u64 {
-    let text = get_param(pid, &format!("llite.{fsname}.writeback"));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{what} ")))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {what} in {text}"))
 }
 
 /// Write RPCs the OSTs of `fs` served so far.
