@@ -21,6 +21,8 @@ enum Appended {
     At(u64),
     /// The file's components with objects end short of this: grow the layout first.
     Grow(u64),
+    /// An OST evicted this client while it held the locks: try again.
+    Again,
 }
 
 impl Client {
@@ -71,6 +73,7 @@ impl Client {
             match self.append_locked(file, layout, data)? {
                 Appended::At(size) => return Ok(size),
                 Appended::Grow(to) => end = to,
+                Appended::Again => {}
             }
         }
         Err(Status::Io.into())
@@ -94,12 +97,17 @@ impl Client {
         // Every object's lock, taken in stripe order and held (in use) until the write is
         // in place: a callback for one waits.
         let mut pinned: Vec<(u32, u64)> = Vec::new();
+        let mut pins = crate::datalocks::Pinned::default();
         let result = (|| {
             for (stripe, o) in layout.objects().enumerate() {
                 let map = crate::datalocks::StripeMap::of(layout, stripe);
                 loop {
-                    if let Some((h, _)) = self.use_write_lock(o.ost, o.object, whole) {
+                    // The uuid first: a lock found after it is this identity's or a newer
+                    // one's (then writes sent as this one are refused, never misplaced).
+                    let uuid = self.ost_uuid(o.ost);
+                    if let Some((h, evictions)) = self.use_write_lock(o.ost, o.object, whole) {
                         pinned.push((o.ost, h));
+                        pins.add(o.ost, evictions, uuid);
                         break;
                     }
                     if Instant::now() > deadline {
@@ -148,8 +156,17 @@ impl Client {
             if layout.instantiated_end() < end {
                 return Ok(Appended::Grow(end));
             }
-            self.write_cached_with(file, layout, size, data)?;
-            Ok(Appended::At(size))
+            // A test holds an append here, its size read, to evict this client meanwhile.
+            nacre_net::fault::point("client.append.sized");
+            match self.write_cached_with(file, layout, size, data, Some(&pins)) {
+                Ok(_) => Ok(Appended::At(size)),
+                // An OST evicted this client while the append held its locks (found so
+                // here, or refused as the identity the locks were found under): another
+                // client may have appended at `size` meanwhile. Nothing was written as a
+                // newer identity: the append starts again.
+                Err(e) if e.status() == Status::Shutdown => Ok(Appended::Again),
+                Err(e) => Err(e),
+            }
         })();
         for (ost, h) in pinned {
             self.done_with_lock(ost, h);

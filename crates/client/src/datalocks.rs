@@ -17,6 +17,31 @@ mod callbacks;
 
 /// The uuid of requests from a client that takes no data locks.
 pub(crate) const NO_UUID: [u8; 16] = [0; 16];
+
+/// Write locks an append holds while it writes at the size it read under them: per OST, the
+/// evictions counted and the client's uuid there when they were found. What the append
+/// writes is kept under these or sent under that uuid, never as a newer identity: once the
+/// OST evicted the client the locks are gone and another client may have appended at the
+/// same offset (crate::append).
+#[derive(Default)]
+pub(crate) struct Pinned(Vec<(u32, u64, [u8; 16])>);
+
+impl Pinned {
+    /// A lock on `ost`, found at `evictions` while the client was `uuid` there.
+    pub(crate) fn add(&mut self, ost: u32, evictions: u64, uuid: [u8; 16]) {
+        if self.of(ost).is_none() {
+            self.0.push((ost, evictions, uuid));
+        }
+    }
+
+    /// The evictions count and uuid the locks on `ost` were found under.
+    pub(crate) fn of(&self, ost: u32) -> Option<(u64, [u8; 16])> {
+        self.0
+            .iter()
+            .find(|(o, _, _)| *o == ost)
+            .map(|(_, e, u)| (*e, *u))
+    }
+}
 use crate::{Client, Result};
 use nacre_ldlm::kind::Extent;
 use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};

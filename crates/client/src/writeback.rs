@@ -601,7 +601,7 @@ impl Client {
             let Some(layout) = io.get() else {
                 return Err(Status::Inval.into());
             };
-            match self.write_cached_with(file, layout, offset, data) {
+            match self.write_cached_with(file, layout, offset, data, None) {
                 // The MDT no longer holds the file's first bytes (a migration moved them
                 // to OSTs): the layout is read again and the write redone there.
                 Err(e) if e.status() == Status::Stale && refused < crate::io::FENCED_REDOS_MAX => {
@@ -628,12 +628,16 @@ impl Client {
     }
 
     /// [`Client::write_cached`] with `file`'s layout, which the caller holds for the I/O.
+    /// `pinned`: the write locks an append holds (crate::append); `ESHUTDOWN` if an OST
+    /// evicted this client since they were found, and what goes through goes as the
+    /// identity they were found under.
     pub(crate) fn write_cached_with(
         &self,
         file: &crate::OpenFile,
         layout: &Layout,
         offset: u64,
         data: &[u8],
+        pinned: Option<&crate::datalocks::Pinned>,
     ) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
@@ -653,7 +657,23 @@ impl Client {
         for sub in osc::subs(layout, offset, data.len() as u64, max) {
             let (ost, object) = osc::object(layout, sub.stripe);
             let ext = Extent::of(sub.object_offset, sub.len, true);
-            let Some((handle, evictions)) = self.use_write_lock(ost, object, ext) else {
+            let found = self.use_write_lock(ost, object, ext);
+            // An append's locks (`pinned`) are gone if the OST evicted this client since
+            // they were found: what it read of the size under them no longer holds.
+            let pin = pinned.map(|p| p.of(ost));
+            if let Some(pin) = pin {
+                let gone = match (pin, found) {
+                    (Some((at, _)), Some((_, now))) => now != at,
+                    _ => true,
+                };
+                if gone {
+                    if let Some((handle, _)) = found {
+                        self.done_with_lock(ost, handle);
+                    }
+                    return Err(Status::Shutdown.into());
+                }
+            }
+            let Some((handle, evictions)) = found else {
                 through.push(sub);
                 continue;
             };
@@ -688,6 +708,7 @@ impl Client {
                 file.owner,
                 &through,
                 None,
+                pinned,
             )?;
         }
         Ok(on_mdt + data.len())

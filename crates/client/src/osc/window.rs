@@ -25,6 +25,9 @@ pub(crate) struct Pending {
     uuid: [u8; 16],
     /// The file whose capability the request carried, if it carried one.
     capa_fid: Option<nacre_types::Fid>,
+    /// Sent again under the client's new uuid if the OST evicted it: not for a request
+    /// that must go as the identity it was sent under ([`Window::start_as`]).
+    resend_evicted: bool,
 }
 
 /// A reply and its bulk data, or the error.
@@ -53,6 +56,20 @@ impl Window {
         self.start_into(client, tag, ost, req, bulk, None)
     }
 
+    /// [`Window::start`] as the client known as `uuid` at the OST, never sent again as a
+    /// newer identity: if the OST evicted `uuid`, the request fails (`ESHUTDOWN`).
+    pub(super) fn start_as(
+        &mut self,
+        client: &Client,
+        tag: usize,
+        ost: u32,
+        req: &OssRequest,
+        bulk: Option<Arc<AlignedBuf>>,
+        uuid: [u8; 16],
+    ) -> Result<()> {
+        self.start_with(client, tag, ost, (req, bulk, None), Some(uuid))
+    }
+
     /// [`Window::start`], the reply's bulk received straight into `into` if it arrives
     /// whole on a TCP link (`Connection::start_into`).
     pub(super) fn start_into(
@@ -63,6 +80,19 @@ impl Window {
         req: &OssRequest,
         bulk: Option<Arc<AlignedBuf>>,
         into: Option<AlignedBuf>,
+    ) -> Result<()> {
+        self.start_with(client, tag, ost, (req, bulk, into), None)
+    }
+
+    /// Starts `req` once fewer than the OST's limit of this window's RPCs are in flight:
+    /// as `uuid` if given (and never sent again as another), else as the client's uuid now.
+    fn start_with(
+        &mut self,
+        client: &Client,
+        tag: usize,
+        ost: u32,
+        (req, bulk, into): (&OssRequest, Option<Arc<AlignedBuf>>, Option<AlignedBuf>),
+        uuid: Option<[u8; 16]>,
     ) -> Result<()> {
         let limit = client.net_config().max_rpcs_in_flight.max(1);
         if self.client.strong_count() == 0 {
@@ -79,7 +109,13 @@ impl Window {
             let (r, uuid) = self.collect(p);
             self.done.push((tag, r, uuid));
         }
-        let pending = Self::send(client, ost, tag, req, bulk, into)?;
+        let pending = match uuid {
+            Some(uuid) => Pending {
+                resend_evicted: false,
+                ..Self::send_as(client, ost, tag, req, bulk, into, uuid)?
+            },
+            None => Self::send(client, ost, tag, req, bulk, into)?,
+        };
         self.pending.push_back(pending);
         Ok(())
     }
@@ -136,6 +172,7 @@ impl Window {
             bulk,
             uuid,
             capa_fid,
+            resend_evicted: true,
         })
     }
 
@@ -148,6 +185,7 @@ impl Window {
     /// is still its uuid at the OST.
     fn collect(&mut self, p: Pending) -> (Collected, [u8; 16]) {
         let (ost, tag, was, capa_fid) = (p.ost, p.tag, p.uuid, p.capa_fid);
+        let resend_evicted = p.resend_evicted;
         let (req, bulk) = (p.req.clone(), p.bulk.clone());
         let r = collect(p.reply, p.stats);
         let again = |c: &Client, bulk| match Self::send(c, ost, tag, &req, bulk, None) {
@@ -177,7 +215,7 @@ impl Window {
                 if was != crate::datalocks::NO_UUID =>
             {
                 c.data_evicted(ost, was);
-                if req.is_kept_write() {
+                if req.is_kept_write() || !resend_evicted {
                     return (r, was);
                 }
                 again(&c, bulk).unwrap_or((r, was))

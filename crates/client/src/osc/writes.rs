@@ -50,7 +50,7 @@ pub fn write_from(
     client.flush_objects(layout);
     let all = subs(layout, offset, data.len() as u64, max_rpc(client));
     let whole = whole.filter(|w| w.len() == data.len());
-    let sent = write_subs(client, None, layout, offset, data, owner, &all, whole)?;
+    let sent = write_subs(client, None, layout, offset, data, owner, &all, whole, None)?;
     Ok((data.len(), sent))
 }
 
@@ -130,7 +130,8 @@ pub(crate) fn gather(layout: &Layout, sub: &Sub, offset: u64, data: &[u8]) -> Ve
 /// Writes the object ranges `parts` of `data` through, all at once. With `fid` (a mount
 /// that takes data locks), each write asks for a write lock and for space grant, so the
 /// next writes there may be kept. `whole`: an aligned buffer holding `data`, whose runs
-/// RPCs send with no copy ([`view`]). Whether every RPC was sent so.
+/// RPCs send with no copy ([`view`]). `pinned`: an append's locks, whose identity at each OST
+/// its writes go as (never again as a newer one). Whether every RPC was sent so.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_subs(
     client: &Client,
@@ -141,6 +142,7 @@ pub(crate) fn write_subs(
     owner: nacre_types::Owner,
     parts: &[Sub],
     whole: Option<&Arc<AlignedBuf>>,
+    pinned: Option<&crate::datalocks::Pinned>,
 ) -> Result<bool> {
     let caching = fid.is_some() && client.data_locks_on();
     // Callbacks for the locks these writes may be granted can come before their replies.
@@ -169,7 +171,12 @@ pub(crate) fn write_subs(
             epoch: 0,
             layout_gen: layout.generation,
         };
-        if let Err(e) = window.start(client, tag, ost, &req, Some(buf)) {
+        // An append's writes go as the identity its locks were found under (Pinned).
+        let started = match pinned.and_then(|p| p.of(ost)) {
+            Some((_, uuid)) => window.start_as(client, tag, ost, &req, Some(buf), uuid),
+            None => window.start(client, tag, ost, &req, Some(buf)),
+        };
+        if let Err(e) = started {
             drop(window);
             client.read_done(fid.unwrap_or_default(), asked);
             return Err(e);
