@@ -386,7 +386,7 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
 /// identity at the size read under the evicted one's locks.
 #[test]
 fn an_append_whose_locks_an_eviction_took_lands_after_the_others() {
-    let fsname = "wbn8";
+    let fsname = "wbn9";
     let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
     let pid = first_mount_pid(&fs);
     let (other_mnt, _other) = second_mount(&fs);

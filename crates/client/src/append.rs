@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 /// Appends on one client are serialized per file through these (hashed by FID).
 pub(crate) const APPEND_SLOTS: usize = 64;
-/// Tries of one append whose end the file's instantiated components do not reach (each
-/// grows the layout; others' appends may push the end further meanwhile).
-const APPEND_GROWS_MAX: u32 = 8;
+/// Tries of one append: each may find that the file's instantiated components do not reach
+/// its end (it grows the layout; others' appends may push the end further meanwhile) or
+/// that its locks went with an eviction before it wrote.
+const APPEND_TRIES_MAX: u32 = 8;
 
 /// How one try of an append ended.
 enum Appended {
@@ -21,7 +22,8 @@ enum Appended {
     At(u64),
     /// The file's components with objects end short of this: grow the layout first.
     Grow(u64),
-    /// An OST evicted this client while it held the locks: try again.
+    /// This client was evicted (by an OST, or by the MDT refusing bytes on it) while it
+    /// held the locks, before anything was written: try again.
     Again,
 }
 
@@ -67,7 +69,7 @@ impl Client {
         // The size is known only under the locks: an append reaching past the components
         // that have objects lets go of them, has the layout grown, and starts again.
         let mut end = 0;
-        for _ in 0..APPEND_GROWS_MAX {
+        for _ in 0..APPEND_TRIES_MAX {
             let io = self.io_layout_to(file, end)?;
             let layout = io.get().ok_or(Status::Inval)?;
             match self.append_locked(file, layout, data)? {
@@ -96,7 +98,7 @@ impl Client {
         let deadline = Instant::now() + Duration::from_millis(self.net_config().rpc_timeout_ms);
         // Every object's lock, taken in stripe order and held (in use) until the write is
         // in place: a callback for one waits.
-        let mut pinned: Vec<(u32, u64)> = Vec::new();
+        let mut handles: Vec<(u32, u64)> = Vec::new();
         let mut pins = crate::datalocks::Pinned::default();
         let result = (|| {
             for (stripe, o) in layout.objects().enumerate() {
@@ -106,7 +108,7 @@ impl Client {
                     // one's (then writes sent as this one are refused, never misplaced).
                     let uuid = self.ost_uuid(o.ost);
                     if let Some((h, evictions)) = self.use_write_lock(o.ost, o.object, whole) {
-                        pinned.push((o.ost, h));
+                        handles.push((o.ost, h));
                         pins.add(o.ost, evictions, uuid);
                         break;
                     }
@@ -161,14 +163,15 @@ impl Client {
             match self.write_cached_with(file, layout, size, data, Some(&pins)) {
                 Ok(_) => Ok(Appended::At(size)),
                 // An OST evicted this client while the append held its locks (found so
-                // here, or refused as the identity the locks were found under): another
-                // client may have appended at `size` meanwhile. Nothing was written as a
-                // newer identity: the append starts again.
+                // here, or refused as the identity the locks were found under) before any
+                // of it was in place: another client may have appended at `size`
+                // meanwhile, and the append starts again. (Found after some of it was in
+                // place: `EIO`, nothing written as a newer identity.)
                 Err(e) if e.status() == Status::Shutdown => Ok(Appended::Again),
                 Err(e) => Err(e),
             }
         })();
-        for (ost, h) in pinned {
+        for (ost, h) in handles {
             self.done_with_lock(ost, h);
         }
         result

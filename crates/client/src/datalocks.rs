@@ -18,6 +18,17 @@ mod callbacks;
 /// The uuid of requests from a client that takes no data locks.
 pub(crate) const NO_UUID: [u8; 16] = [0; 16];
 
+use crate::{Client, Result};
+use nacre_ldlm::kind::Extent;
+use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};
+use nacre_types::{Fid, Layout, ObjectId, Status};
+use nacre_wire::oss::{OssCall, OssReply, OssRequest};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
 /// Write locks an append holds while it writes at the size it read under them: per OST, the
 /// evictions counted and the client's uuid there when they were found. What the append
 /// writes is kept under these or sent under that uuid, never as a newer identity: once the
@@ -42,17 +53,17 @@ impl Pinned {
             .map(|(_, e, u)| (*e, *u))
     }
 }
-use crate::{Client, Result};
-use nacre_ldlm::kind::Extent;
-use nacre_ldlm::msg::{ExtentRef, REFS_PER_MESSAGE_MAX};
-use nacre_types::{Fid, Layout, ObjectId, Status};
-use nacre_wire::oss::{OssCall, OssReply, OssRequest};
-use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
 
+impl Client {
+    /// True while no OST of `pinned` evicted this client since its locks there were found
+    /// (as far as this client knows: a refusal of the pinned uuid tells it otherwise).
+    pub(crate) fn pins_stand(&self, pinned: &Pinned) -> bool {
+        pinned.0.iter().all(|&(ost, evictions, uuid)| {
+            let o = self.data_locks.ost(ost);
+            o.uuid() == uuid && o.state.lock().evictions == evictions
+        })
+    }
+}
 /// Told what cached file data must be dropped; returns once the kernel dropped it (or gave
 /// up waiting).
 pub type DataSink = Arc<dyn Fn(&[FileDrop]) + Send + Sync>;

@@ -628,9 +628,10 @@ impl Client {
     }
 
     /// [`Client::write_cached`] with `file`'s layout, which the caller holds for the I/O.
-    /// `pinned`: the write locks an append holds (crate::append); `ESHUTDOWN` if an OST
-    /// evicted this client since they were found, and what goes through goes as the
-    /// identity they were found under.
+    /// `pinned`: the write locks an append holds (crate::append); what goes through goes
+    /// as the identity they were found under. `ESHUTDOWN` if an OST evicted this client
+    /// since they were found and nothing of `data` is in place (the append may try
+    /// again), `EIO` if some of it may be.
     pub(crate) fn write_cached_with(
         &self,
         file: &crate::OpenFile,
@@ -645,8 +646,15 @@ impl Client {
         if offset.saturating_add(data.len() as u64) > nacre_types::limits::FILE_BYTES_MAX {
             return Err(Status::FBig.into());
         }
+        // An append's locks gone before anything is written: nothing to undo, it tries again.
+        if pinned.is_some_and(|p| !self.pins_stand(p)) {
+            return Err(Status::Shutdown.into());
+        }
         // Bytes on the MDT are written through (crate::dom); the rest is kept or written.
         let on_mdt = self.dom_write(file.fid, layout.dom_end(), offset, data)?;
+        // Whether any of `data` is written or kept yet: an append's eviction found after
+        // that is an I/O error (part of it may be in place), not a reason to try again.
+        let mut landed = on_mdt > 0;
         if on_mdt == data.len() {
             return Ok(on_mdt);
         }
@@ -670,7 +678,7 @@ impl Client {
                     if let Some((handle, _)) = found {
                         self.done_with_lock(ost, handle);
                     }
-                    return Err(Status::Shutdown.into());
+                    return Err(if landed { Status::Io } else { Status::Shutdown }.into());
                 }
             }
             let Some((handle, evictions)) = found else {
@@ -689,6 +697,7 @@ impl Client {
             if back.is_some() {
                 through.push(sub);
             } else {
+                landed = true;
                 self.writeback.stats.kept.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -699,6 +708,7 @@ impl Client {
                 .map(|s| osc::object(layout, s.stripe))
                 .collect();
             self.writeback.flush_before(&keys);
+            let several = through.len() > 1;
             osc::write_subs(
                 self,
                 Some(file.fid),
@@ -709,7 +719,12 @@ impl Client {
                 &through,
                 None,
                 pinned,
-            )?;
+            )
+            .map_err(|e| match e.status() {
+                // Some of an append's RPCs may have been written before one was refused.
+                Status::Shutdown if pinned.is_some() && (landed || several) => Status::Io.into(),
+                _ => e,
+            })?;
         }
         Ok(on_mdt + data.len())
     }

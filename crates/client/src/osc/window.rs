@@ -1,6 +1,7 @@
 //! RPCs in flight to the OSTs: a call's window of requests (bounded per OST), each sent
 //! under the client's uuid and capability there, then collected; sent again when the OST
-//! had evicted the client, refused a retired capability, or is recovering.
+//! had evicted the client (not a request bound to the identity it went under), refused a
+//! retired capability, or is recovering.
 
 use crate::rpc_stats::OscRpcStats;
 use crate::{Client, Result};
@@ -13,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// An RPC in flight: OST, tag, the reply to come, the statistics to tell when it is done,
-/// and the request (sent again, once, if the OST answers that it evicted this client).
+/// and the request (sent again, once, if the OST answers that it evicted this client,
+/// unless it must go as the identity it went under: [`Window::start_as`]).
 pub(crate) struct Pending {
     ost: u32,
     tag: usize,
@@ -208,6 +210,13 @@ impl Window {
                 if let Err(e) = c.renew_capas(fid) {
                     tracing::debug!("renewing the capabilities of {fid}: {e}");
                     return (r, was);
+                }
+                if !resend_evicted {
+                    // As the identity it went under, whatever the client is known as now.
+                    return match Self::send_as(&c, ost, tag, &req, bulk, None, was) {
+                        Ok(again) => (collect(again.reply, again.stats), was),
+                        Err(_) => (r, was),
+                    };
                 }
                 again(&c, bulk).unwrap_or((r, was))
             }
