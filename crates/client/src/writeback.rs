@@ -668,18 +668,15 @@ impl Client {
             let found = self.use_write_lock(ost, object, ext);
             // An append's locks (`pinned`) are gone if the OST evicted this client since
             // they were found: what it read of the size under them no longer holds.
-            let pin = pinned.map(|p| p.of(ost));
-            if let Some(pin) = pin {
-                let gone = match (pin, found) {
-                    (Some((at, _)), Some((_, now))) => now != at,
-                    _ => true,
-                };
-                if gone {
-                    if let Some((handle, _)) = found {
-                        self.done_with_lock(ost, handle);
-                    }
-                    return Err(if landed { Status::Io } else { Status::Shutdown }.into());
+            let gone = pinned.is_some_and(|p| match (p.of(ost), found) {
+                (Some((at, _)), Some((_, now))) => now != at,
+                _ => true,
+            });
+            if gone {
+                if let Some((handle, _)) = found {
+                    self.done_with_lock(ost, handle);
                 }
+                return Err(if landed { Status::Io } else { Status::Shutdown }.into());
             }
             let Some((handle, evictions)) = found else {
                 through.push(sub);

@@ -58,18 +58,18 @@ impl Window {
         self.start_into(client, tag, ost, req, bulk, None)
     }
 
-    /// [`Window::start`] as the client known as `uuid` at the OST, never sent again as a
-    /// newer identity: if the OST evicted `uuid`, the request fails (`ESHUTDOWN`).
+    /// [`Window::start`], as the client known as `uuid` at the OST if given, then never
+    /// sent again as a newer identity: if the OST evicted `uuid`, the request fails
+    /// (`ESHUTDOWN`).
     pub(super) fn start_as(
         &mut self,
         client: &Client,
         tag: usize,
         ost: u32,
-        req: &OssRequest,
-        bulk: Option<Arc<AlignedBuf>>,
-        uuid: [u8; 16],
+        (req, bulk): (&OssRequest, Option<Arc<AlignedBuf>>),
+        uuid: Option<[u8; 16]>,
     ) -> Result<()> {
-        self.start_with(client, tag, ost, (req, bulk, None), Some(uuid))
+        self.start_with(client, tag, ost, (req, bulk, None), uuid)
     }
 
     /// [`Window::start`], the reply's bulk received straight into `into` if it arrives

@@ -172,11 +172,8 @@ pub(crate) fn write_subs(
             layout_gen: layout.generation,
         };
         // An append's writes go as the identity its locks were found under (Pinned).
-        let started = match pinned.and_then(|p| p.of(ost)) {
-            Some((_, uuid)) => window.start_as(client, tag, ost, &req, Some(buf), uuid),
-            None => window.start(client, tag, ost, &req, Some(buf)),
-        };
-        if let Err(e) = started {
+        let uuid = pinned.and_then(|p| p.of(ost)).map(|(_, uuid)| uuid);
+        if let Err(e) = window.start_as(client, tag, ost, (&req, Some(buf)), uuid) {
             drop(window);
             client.read_done(fid.unwrap_or_default(), asked);
             return Err(e);
