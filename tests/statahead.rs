@@ -7,7 +7,7 @@
 use nacre_testkit::{md_requests, on_both_forms, Form, Spec, TestFs};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 const READS: &[&str] = &["getattr", "lookup"];
@@ -309,6 +309,73 @@ fn a_listing_of_files_made_under_a_delegation_is_built_from_plain_pages() {
     assert!(asked < 10, "{asked} getattrs and lookups for {FILES} stats");
 }
 
+/// The same for small files whose bytes are all on the MDT (a directory laid out
+/// `-E 64K -L mdt`, as sites lay out mdtest hard's): the mount follows their size from the
+/// MDT's answers to its writes there (embedded: each write a `DomWrite` after the create)
+/// or from the batch that carried them with their creates (networked: the directory
+/// delegated to the mount). Regression: such files were never vouched for, and IO500's
+/// find over mdtest hard's files on the MDT ran from the MDT's readdirplus pages (68-78k
+/// entries/s). Mutation-checked: with those files refused again, the first assertion
+/// fails on both forms.
+fn a_listing_of_small_files_on_the_mdt_made_here_is_built_from_plain_pages(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae7",
+        Form::Networked => "stan7",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    const FILES: usize = 3_000;
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    nacre_testkit::nacre_ok(&[
+        "setstripe",
+        "-E",
+        "64K",
+        "-L",
+        "mdt",
+        "-E",
+        "-1",
+        "-c",
+        "1",
+        dir.to_str().unwrap(),
+    ]);
+    let bytes = |i: usize| 3_901 + i as u64 % 7;
+    for i in 0..FILES {
+        fs::write(dir.join(name(i)), vec![b'y'; bytes(i) as usize]).unwrap();
+    }
+    let (plus, plain) = (
+        md_requests(fsname, &["readdirplus"]),
+        md_requests(fsname, &["readdir"]),
+    );
+    assert_eq!(list(&dir).len(), FILES);
+    let plus = md_requests(fsname, &["readdirplus"]) - plus;
+    let plain = md_requests(fsname, &["readdir"]) - plain;
+    assert!(
+        plus <= 2 && plain >= 2,
+        "{plus} readdirplus and {plain} readdir pages for a listing of {FILES} small files \
+         on the MDT made here"
+    );
+    let reads = md_requests(fsname, READS);
+    for i in 0..FILES {
+        let m = fs::symlink_metadata(dir.join(name(i))).unwrap();
+        assert_eq!((m.len(), m.blocks()), (bytes(i), 8), "{}", name(i));
+    }
+    let asked = md_requests(fsname, READS) - reads;
+    assert!(asked < 10, "{asked} getattrs and lookups for {FILES} stats");
+    // What another mount gets from the MDT.
+    let other = fs.scratch().join("other");
+    fs::create_dir_all(&other).unwrap();
+    let _other = fs.mount_another(&other, &[]);
+    for i in (0..FILES).step_by(97) {
+        let m = fs::symlink_metadata(other.join("d").join(name(i))).unwrap();
+        assert_eq!(
+            (m.len(), m.blocks()),
+            (bytes(i), 8),
+            "{} from the MDT",
+            name(i)
+        );
+    }
+}
+
 /// What another mount changed in files this mount made is what a listing built here shows
 /// (their locks were called back: the mount no longer vouches for them), and so is this
 /// mount's own write to a file of a page built here before the kernel was given that entry
@@ -385,5 +452,6 @@ on_both_forms!(
     the_window_answers_only_while_current,
     a_listing_refreshes_the_attributes_of_files_written_here,
     a_listing_of_files_made_here_is_built_from_plain_pages,
+    a_listing_of_small_files_on_the_mdt_made_here_is_built_from_plain_pages,
     a_listing_built_here_shows_what_changed
 );

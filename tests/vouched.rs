@@ -49,7 +49,24 @@ fn stats_of_files_written_here_cost_no_request(form: Form) {
     fs::create_dir(&wide).unwrap();
     nacre_ok(&["setstripe", "-c", "2", "-S", "64K", wide.to_str().unwrap()]);
 
-    // Small files, files over two objects, a sparse one, an empty one.
+    // A directory for small files with their bytes on the MDT (as sites lay out mdtest
+    // hard's).
+    let dom = fs.path("dom");
+    fs::create_dir(&dom).unwrap();
+    nacre_ok(&[
+        "setstripe",
+        "-E",
+        "64K",
+        "-L",
+        "mdt",
+        "-E",
+        "-1",
+        "-c",
+        "1",
+        dom.to_str().unwrap(),
+    ]);
+    // Small files, files over two objects, small files on the MDT, a sparse one, an empty
+    // one.
     let small = pattern(1, 3901);
     for i in 0..100 {
         write_file(&here.join(format!("s{i}")), &small);
@@ -57,6 +74,9 @@ fn stats_of_files_written_here_cost_no_request(form: Form) {
     let big = pattern(2, 200_000);
     for i in 0..10 {
         write_file(&wide.join(format!("w{i}")), &big);
+    }
+    for i in 0..20 {
+        write_file(&dom.join(format!("m{i}")), &small);
     }
     let mut f = fs::File::create(here.join("sparse")).unwrap();
     f.seek(SeekFrom::Start(1 << 20)).unwrap();
@@ -68,6 +88,11 @@ fn stats_of_files_written_here_cost_no_request(form: Form) {
     names.extend((0..10).map(|i| wide.join(format!("w{i}"))));
     names.push(here.join("sparse"));
     names.push(here.join("empty"));
+    names.extend((0..20).map(|i| dom.join(format!("m{i}"))));
+    // The directories' own attributes are not this module's.
+    for d in [&here, &wide, &dom] {
+        fs::metadata(d).unwrap();
+    }
     let before = stat_requests(fsname);
     let mine: Vec<_> = names.iter().map(|p| seen(p)).collect();
     assert_eq!(
@@ -83,6 +108,7 @@ fn stats_of_files_written_here_cost_no_request(form: Form) {
     assert_eq!(mine[0].0, 3901);
     assert_eq!(mine[100].0, 200_000);
     assert_eq!(mine[110].0, (1 << 20) + 3);
+    assert_eq!((mine[112].0, mine[112].1), (3901, 8), "a file on the MDT");
 
     // Each change, from here or from the other mount, is seen by both alike: at once for
     // size, mode and links; times once the writer's close reached the MDT (the kernel
@@ -168,6 +194,39 @@ fn stats_of_files_written_here_cost_no_request(form: Form) {
         f.close().unwrap();
         assert_eq!(agree("s9").0, 5015);
     }
+    // Bytes on the MDT: written by the other mount, appended here, written here past the
+    // component on the MDT (its object made then).
+    let (dom_here, dom_there) = (here.join("../dom"), there.join("../dom"));
+    let agree_dom = |name: &str| {
+        let (a, b) = (dom_here.join(name), dom_there.join(name));
+        wait_for(&format!("both mounts agree on {name}"), || {
+            seen(&a) == seen(&b)
+        });
+        seen(&a)
+    };
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(dom_there.join("m0"))
+        .unwrap();
+    f.seek(SeekFrom::Start(5000)).unwrap();
+    f.write_all(b"there").unwrap();
+    drop(f);
+    assert_eq!(agree_dom("m0").0, 5005);
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(dom_here.join("m1"))
+        .unwrap();
+    f.write_all(b"appended").unwrap();
+    drop(f);
+    assert_eq!(agree_dom("m1").0, 3909);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(dom_here.join("m2"))
+        .unwrap();
+    f.seek(SeekFrom::Start(70_000)).unwrap();
+    f.write_all(b"on an OST").unwrap();
+    drop(f);
+    assert_eq!(agree_dom("m2").0, 70_009);
     // The untouched ones still cost nothing.
     let before = stat_requests(fsname);
     for (i, m) in mine.iter().enumerate().take(100).skip(10) {

@@ -531,6 +531,14 @@ impl Mdc {
         if file_change {
             self.vouched.change_start();
         }
+        // A write of bytes on the MDT changes its own file only (crate::vouched).
+        let dom_written = match &op {
+            MdsOp::DomWrite { fid, .. } | MdsOp::DomAppend { fid, .. } => Some(*fid),
+            _ => None,
+        };
+        if dom_written.is_some() {
+            self.vouched.dom_writing();
+        }
         let dir_read = match &op {
             MdsOp::GetAttr { fid } if lock_bits & nacre_ldlm::msg::UPDATE != 0 => {
                 Some(self.dir_attrs.snapshot(*fid))
@@ -596,6 +604,16 @@ impl Mdc {
         self.in_flight.lock().remove(&xid);
         if file_change {
             self.vouched.change_end();
+        }
+        if let Some(fid) = dom_written {
+            let attr = match &result {
+                Ok(MdsAnswer {
+                    reply: MdsReply::Attr(a),
+                    ..
+                }) => Some(a),
+                _ => None,
+            };
+            self.vouched.dom_wrote(fid, attr);
         }
         let full = match &result {
             Ok(answer) => self.note_answer(keep, xid, answer),

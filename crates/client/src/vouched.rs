@@ -20,6 +20,16 @@
 //!   file, and [`Vouched::change_end`] around each);
 //! - no truncate, allocation or punch of the file ran here since (each drops the entry), and
 //!   every write's reply said its object's size.
+//!
+//! A file whose layout starts with a component on the MDT (data on the MDT, crate::dom) is
+//! kept while none of its OST objects is instantiated: all its bytes are on the MDT, and its
+//! size and blocks are what the MDT said after this client's last write there
+//! (`MdsOp::DomWrite` and `DomAppend` answer the file's attributes; [`Vouched::dom_wrote`]).
+//! Such a file may be kept with bytes already (a create that carried them,
+//! crate::delegated::data: the MDT's answer counts them) if no write of bytes on the MDT
+//! was sent since the create: one of the file's own answered before the create's could
+//! be older than it. Instantiating an object is a layout change, which drops every kept
+//! file.
 
 use nacre_types::{Attr, Fid, FileKind, Layout, ObjectId, TimeSpec};
 use nacre_wire::mds::MdsOp;
@@ -38,6 +48,10 @@ pub fn touches_files(op: &MdsOp) -> bool {
                 | MdsOp::CreateBatch { .. }
                 | MdsOp::GrantFids { .. }
                 | MdsOp::Close { .. }
+                // Change only their own file, which follows their reply
+                // (Vouched::dom_wrote) or is dropped.
+                | MdsOp::DomWrite { .. }
+                | MdsOp::DomAppend { .. }
         )
 }
 
@@ -52,6 +66,8 @@ struct Entry {
     /// (size, blocks) per object of `layout`, in its order; None once a write's reply did
     /// not say.
     objects: Vec<Option<(u64, u64)>>,
+    /// (size, blocks) of the bytes on the MDT, for a layout with a component there.
+    dom: Option<(u64, u64)>,
     attr: Attr,
 }
 
@@ -63,6 +79,8 @@ struct State {
     epoch: u64,
     /// Such changes in flight.
     changing: u32,
+    /// Writes of bytes on the MDT sent (`DomWrite`, `DomAppend`), any file.
+    dom_writes: u64,
 }
 
 /// The files whose attributes this client can vouch for.
@@ -71,15 +89,16 @@ pub struct Vouched {
     state: Mutex<State>,
 }
 
-/// The change count when a request that brings attributes was sent.
+/// The change count (None while one is in flight) and the count of writes of bytes on the
+/// MDT when a request that brings attributes was sent.
 #[derive(Clone, Copy, Debug)]
-pub struct Snapshot(Option<u64>);
+pub struct Snapshot(Option<u64>, u64);
 
 impl Vouched {
     /// Where changes stand now (taken before a request whose reply may be kept).
     pub fn snapshot(&self) -> Snapshot {
         let s = self.state.lock();
-        Snapshot((s.changing == 0).then_some(s.epoch))
+        Snapshot((s.changing == 0).then_some(s.epoch), s.dom_writes)
     }
 
     /// A change that may touch files' attributes is sent: no kept file answers again (a
@@ -91,6 +110,12 @@ impl Vouched {
         s.files.clear();
     }
 
+    /// A write of bytes on the MDT (`DomWrite`, `DomAppend`) is sent; its answer comes to
+    /// [`Vouched::dom_wrote`].
+    pub fn dom_writing(&self) {
+        self.state.lock().dom_writes += 1;
+    }
+
     /// That change is answered (or failed).
     pub fn change_end(&self) {
         let mut s = self.state.lock();
@@ -98,19 +123,25 @@ impl Vouched {
         s.changing = s.changing.saturating_sub(1);
     }
 
-    /// This client created `attr`'s file (a regular file, exactly empty) with `layout`,
-    /// under `UPDATE` lock `handle`, with the create sent at `snap`.
+    /// This client created `attr`'s file (a regular file, exactly empty, or with bytes
+    /// only on the MDT that its create carried) with `layout`, under `UPDATE` lock
+    /// `handle`, with the create sent at `snap`.
     pub fn created(&self, attr: &Attr, layout: &Layout, handle: u64, snap: Snapshot) {
-        // Bytes on the MDT are not in the objects' sizes: such files are not kept.
+        // A file with bytes on the MDT is kept only while they are all there.
+        let on_mdt = layout.dom_end() > 0;
+        let empty = attr.size == 0 && attr.blocks == 0;
         if attr.kind != FileKind::Regular
-            || attr.size != 0
-            || attr.blocks != 0
-            || layout.dom_end() > 0
+            || (on_mdt && layout.object_count() > 0)
+            || !(empty || on_mdt)
         {
             return;
         }
         let mut s = self.state.lock();
         if snap.0 != Some(s.epoch) || s.changing != 0 {
+            return;
+        }
+        // Bytes its create carried: no answer of a write there since can be newer.
+        if !empty && snap.1 != s.dom_writes {
             return;
         }
         if s.files.len() >= VOUCHED_FILES_MAX && !s.files.contains_key(&attr.fid) {
@@ -119,6 +150,7 @@ impl Vouched {
         let entry = Entry {
             handle,
             objects: vec![Some((0, 0)); layout.object_count()],
+            dom: on_mdt.then_some((attr.size, attr.blocks)),
             layout: layout.clone(),
             attr: attr.clone(),
         };
@@ -143,6 +175,27 @@ impl Vouched {
             (Some(i), None) => e.objects[i] = None,
             // An object not in the layout kept: the layout changed.
             (None, _) => {
+                s.files.remove(&fid);
+            }
+        }
+    }
+
+    /// The MDT answered this client's write of bytes of `fid` on the MDT with `attr`, the
+    /// file's attributes after it (None: the write failed or the answer was not
+    /// attributes; the file is not vouched for any more). Writes there only grow the
+    /// file, so of answers in any order the largest stand.
+    pub fn dom_wrote(&self, fid: Fid, attr: Option<&Attr>) {
+        let mut s = self.state.lock();
+        let Some(e) = s.files.get_mut(&fid) else {
+            return;
+        };
+        match (e.dom.as_mut(), attr) {
+            (Some(dom), Some(a)) if a.fid == fid => {
+                *dom = (dom.0.max(a.size), dom.1.max(a.blocks));
+                e.attr.mtime = e.attr.mtime.max(a.mtime);
+                e.attr.ctime = e.attr.ctime.max(a.ctime);
+            }
+            _ => {
                 s.files.remove(&fid);
             }
         }
@@ -193,7 +246,11 @@ impl Vouched {
             .enumerate()
             .map(|(i, o)| o.map(|(size, blocks)| (i, size, blocks)))
             .collect();
-        let (size, blocks) = e.layout.file_size_from_objects(objects?)?;
+        let (mut size, mut blocks) = e.layout.file_size_from_objects(objects?)?;
+        if let Some((dom_size, dom_blocks)) = e.dom {
+            size = size.max(dom_size);
+            blocks = blocks.saturating_add(dom_blocks);
+        }
         let mut attr = e.attr.clone();
         attr.size = size;
         attr.blocks = blocks;
@@ -279,6 +336,77 @@ mod tests {
         assert_eq!(v.answer(f, held, true), None, "a handle open for writing");
         assert_eq!(v.answer(f, |_| false, false), None, "the lock went");
         assert!(v.is_empty(), "dropped with its lock");
+    }
+
+    /// 64 KiB on the MDT, then one object not instantiated yet.
+    fn dom_layout() -> Layout {
+        let mut l = Layout::raid0(64 << 10, Vec::new(), PoolName::NONE);
+        l.components[0].start = 64 << 10;
+        l.components[0].stripe_count = 1;
+        l.components
+            .insert(0, nacre_types::layout::Component::on_mdt(64 << 10));
+        l
+    }
+
+    #[test]
+    fn bytes_on_the_mdt_come_from_the_mdts_answers() {
+        let v = Vouched::default();
+        let f = Fid::new(0x2_0000_0400, 6);
+        v.created(&attr(f), &dom_layout(), HANDLE, v.snapshot());
+        assert_eq!(v.answer(f, held, false).map(|a| a.size), Some(0));
+        let mut after = attr(f);
+        after.size = 3901;
+        after.blocks = 8;
+        after.mtime.sec += 3;
+        after.ctime.sec += 3;
+        // A write of another file changes nothing here; an older answer coming last
+        // neither.
+        let mut other = after.clone();
+        other.fid = Fid::new(0x2_0000_0400, 7);
+        other.size = 9;
+        v.dom_wrote(other.fid, Some(&other));
+        v.dom_wrote(f, Some(&after));
+        v.dom_wrote(f, Some(&attr(f)));
+        let a = v.answer(f, held, false).unwrap();
+        assert_eq!((a.size, a.blocks, a.mtime), (3901, 8, after.mtime));
+        // An answer for another file than asked, or a failed write: not vouched for.
+        v.dom_wrote(f, Some(&other));
+        assert_eq!(v.answer(f, held, false), None);
+        v.created(&attr(f), &dom_layout(), HANDLE, v.snapshot());
+        v.dom_wrote(f, None);
+        assert_eq!(v.answer(f, held, false), None);
+        // A write reaching an object: the layout kept has none.
+        v.created(&attr(f), &dom_layout(), HANDLE, v.snapshot());
+        v.wrote(f, 0, object(0), Some((1, 8)));
+        assert_eq!(v.answer(f, held, false), None);
+        // Bytes on the MDT of a file with objects are not followed: not kept.
+        let mut with_objects = dom_layout();
+        with_objects.components[1].objects = vec![StripeObject {
+            ost: 0,
+            object: object(0),
+        }];
+        v.created(&attr(f), &with_objects, HANDLE, v.snapshot());
+        assert_eq!(v.answer(f, held, false), None);
+        // Made with bytes its create carried: kept, unless a write there was sent since.
+        let snap = v.snapshot();
+        v.created(&after, &dom_layout(), HANDLE, snap);
+        assert_eq!(v.answer(f, held, false).map(|a| a.size), Some(3901));
+        v.forget(f);
+        let snap = v.snapshot();
+        v.dom_writing();
+        v.created(&after, &dom_layout(), HANDLE, snap);
+        assert_eq!(
+            v.answer(f, held, false),
+            None,
+            "a write there crossed the create"
+        );
+        // Not with bytes, without a component on the MDT.
+        v.created(&after, &layout(), HANDLE, v.snapshot());
+        assert_eq!(v.answer(f, held, false), None);
+        // A file without a component on the MDT whose bytes are said to be there: dropped.
+        made(&v, f);
+        v.dom_wrote(f, Some(&after));
+        assert_eq!(v.answer(f, held, false), None);
     }
 
     #[test]
