@@ -25,6 +25,7 @@ mod composite;
 mod cpt;
 mod credentials;
 mod data_cache;
+mod direct_writes;
 mod dne;
 mod dom;
 mod failover;

@@ -289,6 +289,11 @@ impl OpenFile {
         self.append
     }
 
+    /// True if the handle was opened for reading.
+    pub fn readable(&self) -> bool {
+        self.access & nacre_types::cred::MAY_READ != 0
+    }
+
     /// True if the handle was opened for writing.
     pub fn writable(&self) -> bool {
         self.access & nacre_types::cred::MAY_WRITE != 0

@@ -94,6 +94,9 @@ pub struct NacreFs {
     helpers: Arc<Helpers<Shared>>,
     /// When the kernel asks for readdirplus (see [`NacreFs::with_readdirplus`]).
     readdirplus: Readdirplus,
+    /// Writers' handles opened for direct I/O where the kernel allows it (see
+    /// [`NacreFs::with_direct_writes`]).
+    direct_writes: bool,
 }
 
 /// What the operations work on.
@@ -123,6 +126,9 @@ struct Shared {
     /// Statahead for lookups in name order, and the count of this mount's changes
     /// (fs/window.rs).
     windows: window::Windows,
+    /// Writers' handles are opened with `FOPEN_DIRECT_IO` (fs/data.rs): asked for and the
+    /// kernel negotiated `FUSE_DIRECT_IO_ALLOW_MMAP` at init.
+    direct_writes: std::sync::atomic::AtomicBool,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -183,7 +189,16 @@ impl NacreFs {
             shared,
             lanes: Lanes::new(threads),
             readdirplus: Readdirplus::Always,
+            direct_writes: true,
         }
+    }
+
+    /// Whether handles that write a file (opened write-only, or by the create that made
+    /// it) are opened for direct I/O, where the kernel has what that needs (fs/data.rs):
+    /// each `write` is then one request, not one per partial page plus the rest.
+    pub fn with_direct_writes(mut self, on: bool) -> NacreFs {
+        self.direct_writes = on;
+        self
     }
 
     /// When the kernel lists directories with readdirplus (every entry's attributes with
@@ -269,6 +284,7 @@ impl Shared {
             deferred: Default::default(),
             flocks: Default::default(),
             windows: Default::default(),
+            direct_writes: Default::default(),
         }
     }
 
@@ -540,7 +556,18 @@ impl Filesystem for NacreFs {
             }
             Readdirplus::Off => {}
         }
+        // Direct I/O for writers' handles only where the kernel keeps the page cache of
+        // the file's other handles right across their writes and allows shared maps of
+        // them: the kernels that offer FUSE_DIRECT_IO_ALLOW_MMAP (6.6+; fs/data.rs).
+        let allow_mmap = InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        if self.direct_writes && config.capabilities().contains(allow_mmap) {
+            wanted |= allow_mmap;
+        }
         let _ = config.add_capabilities(wanted & config.capabilities());
+        self.shared.direct_writes.store(
+            self.direct_writes && config.capabilities().contains(allow_mmap),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 

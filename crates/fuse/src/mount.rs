@@ -124,6 +124,8 @@ pub struct MountOptions {
     /// Keep file data in the page cache across opens under read locks on the OST objects
     /// (fs/data.rs); false: the kernel drops a file's cached data at every open.
     pub data_cache: bool,
+    /// Writers' handles opened for direct I/O where the kernel allows it (fs/data.rs).
+    pub direct_writes: bool,
 }
 
 impl Default for MountOptions {
@@ -137,6 +139,7 @@ impl Default for MountOptions {
             read_ahead_kb: 4096,
             readdirplus: crate::Readdirplus::Always,
             data_cache: true,
+            direct_writes: true,
             jobid_var: std::sync::Arc::new(parking_lot::RwLock::new(
                 crate::jobid::JOBID_VAR_DEFAULT.to_string(),
             )),
@@ -278,7 +281,8 @@ pub fn mount(
         jobs,
         threads,
     )
-    .with_readdirplus(opts.readdirplus);
+    .with_readdirplus(opts.readdirplus)
+    .with_direct_writes(opts.direct_writes);
     let slot = fs.invalidator_slot();
     let api = fs.api_slot();
     let open_deferred = fs.deferred_opener();

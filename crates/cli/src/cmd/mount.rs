@@ -53,6 +53,12 @@ pub(crate) struct ClientArgs {
     /// (called back when another client writes); false: dropped at every open.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) data_cache: bool,
+    /// Open a writer's handle (write-only, or by a create that found the file empty) for
+    /// direct I/O, where the kernel allows it (Linux 6.6+): each write is one request to
+    /// the mount and the file's writers are not serialised on the kernel's inode lock;
+    /// writes are still kept as write-behind. false: writers use the page cache.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) direct_writes: bool,
     /// Learn servers' other NIDs (rails) from the servers themselves.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) discovery: bool,
@@ -114,6 +120,7 @@ pub(crate) fn client_config(a: &ClientArgs) -> anyhow::Result<(ClientConfig, Mou
         entry_timeout: Duration::from_millis(a.entry_timeout_ms),
         readdirplus: a.readdirplus,
         data_cache: a.data_cache,
+        direct_writes: a.direct_writes,
         ..MountOptions::default()
     };
     let readahead_bytes = parse_size(&a.max_read_ahead).map_err(anyhow::Error::msg)?;
@@ -551,6 +558,7 @@ const NACRE_OPTIONS: &[&str] = &[
     "readdirplus",
     "async_dirops",
     "data_cache",
+    "direct_writes",
     "discovery",
     "rail_timeout_ms",
     "rpc_timeout_ms",

@@ -8,13 +8,28 @@
 //! file's release (not in close(2)), by fsync and on callback.
 //! An `O_APPEND` file is opened with `FOPEN_DIRECT_IO` and its writes go to the client's
 //! append (nacre_client::append), which finds the true end of file under write locks.
+//!
+//! So is a writer's handle (`--direct-writes`, on by default): one opened write-only, or
+//! by a create that found the file empty. Its writes are kept as write-behind as any
+//! page-cache write, but each `write` comes as one request: in the kernel's write-through
+//! mode a write that starts inside a page not in the cache is sent as two (that page
+//! alone, then the rest), and the writers of one file are serialised on its inode lock
+//! (IOR hard's 47,008-byte records: 1.78x, docs/PERFORMANCE.md). The kernel caches no page
+//! of such writes (it would keep only whole pages anyway); a reader's handle of the file
+//! keeps its cache, which the kernel drops over each direct write's range, and maps are
+//! allowed: only where the kernel negotiated `FUSE_DIRECT_IO_ALLOW_MMAP` (Linux 6.6+,
+//! which does both), else writers' handles use the page cache as before. A handle that
+//! can read a file with bytes is left to the page cache: its reads would otherwise each
+//! be a request.
 
 use super::*;
 
 impl Shared {
-    /// How `file` is opened: [`Shared::open_flags`], and `FOPEN_KEEP_CACHE` if its cached
-    /// data is still good (else the kernel drops it, and the file's cache starts clean).
-    pub(super) fn file_open_flags(&self, file: &OpenFile) -> FopenFlags {
+    /// How `file` is opened: [`Shared::open_flags`], `FOPEN_DIRECT_IO` for a writer's
+    /// handle (`empty`: opened by a create that found the file empty; see the module
+    /// documentation), and `FOPEN_KEEP_CACHE` if its cached data is still good (else the
+    /// kernel drops it, and the file's cache starts clean).
+    pub(super) fn file_open_flags(&self, file: &OpenFile, empty: bool) -> FopenFlags {
         // Opened without flushes still (fs.rs: a flush at every close-on-exec of a process
         // starting another deadlocked with the job id lookup of the exec'ing process): kept
         // writes are written at the file's release, by fsync, and on callback.
@@ -22,6 +37,12 @@ impl Shared {
         // An appender's writes go where the client finds the end of file, not where the
         // kernel's cached size says: the kernel must not cache them at its own offset.
         if file.is_append() && self.client.data_locks_on() {
+            flags |= FopenFlags::FOPEN_DIRECT_IO;
+        }
+        if file.writable()
+            && (empty || !file.readable())
+            && self.direct_writes.load(Ordering::Relaxed)
+        {
             flags |= FopenFlags::FOPEN_DIRECT_IO;
         }
         let Some(layout) = file.layout() else {
@@ -54,7 +75,7 @@ impl Shared {
                 if flags.0 & libc::O_APPEND != 0 {
                     file.set_append();
                 }
-                let open_flags = self.file_open_flags(&file);
+                let open_flags = self.file_open_flags(&file, false);
                 let fh = self.add_file(file);
                 // A removal of its name, or the delegation going, since it was answered:
                 // opened at the MDT now (either of them would have missed it).
@@ -78,7 +99,7 @@ impl Shared {
                 if flags.0 & libc::O_APPEND != 0 {
                     file.set_append();
                 }
-                let flags = self.file_open_flags(&file);
+                let flags = self.file_open_flags(&file, false);
                 reply.opened(self.add_file(file), flags)
             }
             Err(e) => reply.error(errno(&e)),

@@ -404,7 +404,7 @@ impl Shared {
                         file.set_append();
                     }
                     let fid = file.fid;
-                    let flags = self.file_open_flags(&file);
+                    let flags = self.file_open_flags(&file, attr.size == 0);
                     let fh = self.add_file(file);
                     self.caps.created(fid);
                     // Kept while the delegation is held (forgotten when it goes).
@@ -439,7 +439,7 @@ impl Shared {
                 if flags & libc::O_APPEND != 0 {
                     file.set_append();
                 }
-                let flags = self.file_open_flags(&file);
+                let flags = self.file_open_flags(&file, attr.size == 0);
                 let fh = self.add_file(file);
                 if exclusive {
                     // Made by this very call: no capability to strip from it yet (a
