@@ -37,9 +37,9 @@ fn open_rw(p: &Path) -> fs::File {
         .unwrap()
 }
 
-/// A writer's records are one request each, through a handle opened write-only or by the
-/// create that made the file; a handle that may read a file with bytes keeps the page
-/// cache (two requests per record starting inside a page). With `--direct-writes false`,
+/// A writer's records are one request each, through a handle opened write-only, by the
+/// create that made the file, or beside such a handle; a handle that may read a file with
+/// bytes keeps the page cache otherwise (two requests per record starting inside a page). With `--direct-writes false`,
 /// every handle does. The bytes are the same either way.
 fn a_writers_records_are_one_request_each(form: Form) {
     let fsname = match form {
@@ -71,7 +71,17 @@ fn a_writers_records_are_one_request_each(form: Form) {
         "requests for {RECORDS} records, write-only"
     );
     drop(writer);
-    // Read and write on a file with bytes: the page cache.
+    // Read and write on a file with bytes while a writer's direct handle is open (as
+    // IOR's ranks after the first open the shared file): direct too.
+    let writer = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let rw = open_rw(&p);
+    let n = write_requests(fsname, pid, || write_records(&rw, b'e'));
+    assert_eq!(
+        n, RECORDS as u64,
+        "requests for {RECORDS} records, beside a writer"
+    );
+    drop((rw, writer));
+    // Read and write on a file with bytes, alone: the page cache.
     let rw = open_rw(&p);
     let n = write_requests(fsname, pid, || write_records(&rw, b'c'));
     assert!(

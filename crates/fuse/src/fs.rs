@@ -129,6 +129,8 @@ struct Shared {
     /// Writers' handles are opened with `FOPEN_DIRECT_IO` (fs/data.rs): asked for and the
     /// kernel negotiated `FUSE_DIRECT_IO_ALLOW_MMAP` at init.
     direct_writes: std::sync::atomic::AtomicBool,
+    /// The handles opened for writing with `FOPEN_DIRECT_IO` (not appenders), by handle.
+    direct_writers: Mutex<HashMap<u64, Fid>>,
 }
 
 fn errno(e: &ClientError) -> Errno {
@@ -285,6 +287,7 @@ impl Shared {
             flocks: Default::default(),
             windows: Default::default(),
             direct_writes: Default::default(),
+            direct_writers: Default::default(),
         }
     }
 
@@ -294,10 +297,14 @@ impl Shared {
         nacre_types::cred::set_current(Some(req.cred.clone()));
     }
 
-    fn add_file(&self, mut file: OpenFile) -> FileHandle {
+    /// Keeps `file`, opened with `flags`, under a new handle number.
+    fn add_file(&self, mut file: OpenFile, flags: FopenFlags) -> FileHandle {
         // The kernel says which writes clear set-id bits (fs/data.rs `write`).
         file.set_kernel_kills_privs();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        if flags.contains(FopenFlags::FOPEN_DIRECT_IO) && file.writable() && !file.is_append() {
+            self.direct_writers.lock().insert(fh, file.fid);
+        }
         self.caps.opened(file.fid);
         if file.is_deferred() {
             *self.deferred.lock().entry(file.fid).or_insert(0) += 1;
@@ -397,6 +404,7 @@ impl Shared {
 
     /// Drops handle `fh` on `fid` that was never handed to the kernel (its open failed).
     fn forget_handle(&self, fh: FileHandle, fid: Fid) {
+        self.direct_writers.lock().remove(&fh.0);
         if let Some(f) = self.files.lock().remove(&fh.0) {
             if f.is_deferred() {
                 self.deferred_gone(fid);

@@ -19,8 +19,10 @@
 //! keeps its cache, which the kernel drops over each direct write's range, and maps are
 //! allowed: only where the kernel negotiated `FUSE_DIRECT_IO_ALLOW_MMAP` (Linux 6.6+,
 //! which does both), else writers' handles use the page cache as before. A handle that
-//! can read a file with bytes is left to the page cache: its reads would otherwise each
-//! be a request.
+//! can read a file with bytes is left to the page cache (its reads would otherwise each
+//! be a request) unless a writer's direct handle of the file is open here: the writers of
+//! one file then all write one way (IOR's ranks each open the shared file `O_CREAT |
+//! O_RDWR`: one makes it, the others open it).
 
 use super::*;
 
@@ -40,8 +42,10 @@ impl Shared {
             flags |= FopenFlags::FOPEN_DIRECT_IO;
         }
         if file.writable()
-            && (empty || !file.readable())
             && self.direct_writes.load(Ordering::Relaxed)
+            && (empty
+                || !file.readable()
+                || self.direct_writers.lock().values().any(|f| *f == file.fid))
         {
             flags |= FopenFlags::FOPEN_DIRECT_IO;
         }
@@ -76,7 +80,7 @@ impl Shared {
                     file.set_append();
                 }
                 let open_flags = self.file_open_flags(&file, false);
-                let fh = self.add_file(file);
+                let fh = self.add_file(file, open_flags);
                 // A removal of its name, or the delegation going, since it was answered:
                 // opened at the MDT now (either of them would have missed it).
                 if !self.client.still_kept(fid) {
@@ -100,7 +104,7 @@ impl Shared {
                     file.set_append();
                 }
                 let flags = self.file_open_flags(&file, false);
-                reply.opened(self.add_file(file), flags)
+                reply.opened(self.add_file(file, flags), flags)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -224,6 +228,7 @@ impl Shared {
     ) {
         self.enter(req);
         let file = self.files.lock().remove(&fh.0);
+        self.direct_writers.lock().remove(&fh.0);
         if let Some(f) = &file {
             if f.is_deferred() {
                 self.deferred_gone(f.fid);

@@ -405,7 +405,7 @@ impl Shared {
                     }
                     let fid = file.fid;
                     let flags = self.file_open_flags(&file, attr.size == 0);
-                    let fh = self.add_file(file);
+                    let fh = self.add_file(file, flags);
                     self.caps.created(fid);
                     // Kept while the delegation is held (forgotten when it goes).
                     let ttl = self.ttl(covered, self.entry_ttl);
@@ -440,7 +440,7 @@ impl Shared {
                     file.set_append();
                 }
                 let flags = self.file_open_flags(&file, attr.size == 0);
-                let fh = self.add_file(file);
+                let fh = self.add_file(file, flags);
                 if exclusive {
                     // Made by this very call: no capability to strip from it yet (a
                     // non-exclusive create may have opened an existing file instead).
