@@ -62,6 +62,7 @@ mod sizes;
 mod stage;
 mod statahead;
 mod stats;
+mod streamed_writes;
 mod striping;
 mod times;
 mod tools;

@@ -26,8 +26,11 @@ pub struct Incoming {
     pub header: Header,
     /// Encoded body.
     pub body: Vec<u8>,
-    /// Bulk data sent with the request.
+    /// Bulk data sent with the request (None while it streams: [`Incoming::stream`]).
     pub bulk: Option<Arc<AlignedBuf>>,
+    /// The bulk as it arrives, for a request its handler asked to have early
+    /// ([`crate::service::Handler::streams`]); `bulk` is then None.
+    pub stream: Option<Arc<crate::stream::BulkStream>>,
     /// Peer description for logs (address or "local").
     pub peer: String,
     /// Who sent it, as its connection shows it (role, proved key, address).
@@ -81,6 +84,15 @@ pub(crate) enum ReplySink {
 }
 
 impl Incoming {
+    /// Length of the request's bulk, arrived or arriving (None: it has none).
+    pub fn bulk_len(&self) -> Option<u64> {
+        match (&self.bulk, &self.stream) {
+            (Some(b), _) => Some(b.len() as u64),
+            (None, Some(s)) => Some(s.len() as u64),
+            (None, None) => None,
+        }
+    }
+
     /// True for a request from this process (the in-process transport: its sender lives
     /// and dies with the server).
     pub fn is_local(&self) -> bool {

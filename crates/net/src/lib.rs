@@ -105,6 +105,7 @@ pub mod sec;
 pub mod selftest;
 pub mod server;
 pub mod service;
+pub mod stream;
 
 pub use caller::Caller;
 pub use conn::{import_state, Connection, ImportStatus, NetConfig, PendingReply};

@@ -87,6 +87,10 @@ pub struct NetStats {
     /// Requests of a protocol version this server does not speak, answered `EPROTO` with
     /// its range (nacre_wire::version).
     pub requests_refused_version: AtomicU64,
+    /// Requests handed to their handler while their bulk was arriving ([`crate::stream`]).
+    pub frames_streamed: AtomicU64,
+    /// Of those, the ones whose bulk is arriving now (at most [`crate::stream::STREAMS_MAX`]).
+    pub frames_streaming: AtomicU64,
 }
 
 impl NetStats {
@@ -99,7 +103,7 @@ impl NetStats {
              handshakes_refused: {}\nframes_unauthentic: {}\nhandshakes_none: {}\n\
              handshakes_integrity: {}\nhandshakes_bulk: {}\nhandshakes_privacy: {}\n\
              requests_refused_role: {}\nrequests_refused_caller: {}\nhandshakes_busy: {}\n\
-             requests_refused_version: {}",
+             requests_refused_version: {}\nframes_streamed: {}\nframes_streaming: {}",
             v(&self.conns_open),
             v(&self.conns_accepted),
             v(&self.conns_refused),
@@ -118,6 +122,8 @@ impl NetStats {
             crate::caller::refused_by_handlers(),
             v(&self.handshakes_busy),
             v(&self.requests_refused_version),
+            v(&self.frames_streamed),
+            v(&self.frames_streaming),
         )
     }
 }

@@ -24,6 +24,8 @@ pub struct Router {
     /// that cannot block), and whether that is on (`net.run_inline`).
     inline: RwLock<std::collections::HashSet<u16>>,
     inline_off: std::sync::atomic::AtomicBool,
+    /// Bulk is not streamed to the handlers that ask for it (`net.stream_bulk` off).
+    stream_off: std::sync::atomic::AtomicBool,
     /// While a server process is still adding its services, requests for a service it does
     /// not serve yet wait (instead of failing with ENOSYS) until it is ready.
     starting: std::sync::Mutex<bool>,
@@ -91,15 +93,40 @@ impl Router {
         let _ = self.pool_for(op);
     }
 
+    /// True if the handler of the request `header` wants its bulk while it arrives
+    /// ([`crate::service::Handler::streams`]); false while it has no pool yet.
+    pub(crate) fn streams(&self, header: &Header) -> bool {
+        // A pool with no more threads than streams could have them all waiting for bulk
+        // that a network thread, waiting for room in that pool's queue, does not read.
+        !self.stream_off.load(Ordering::Relaxed)
+            && self.pool_now(header.opcode).is_some_and(|p| {
+                p.threads_max() as u64 > crate::stream::STREAMS_MAX && p.handler().streams(header)
+            })
+    }
+
+    /// Whether bulk is streamed to the handlers that ask for it (`net.stream_bulk`, on by
+    /// default).
+    pub fn stream_on(&self) -> bool {
+        !self.stream_off.load(Ordering::Relaxed)
+    }
+
+    /// Turns streaming bulk to handlers on or off, for frames whose body arrives after.
+    pub fn set_stream_on(&self, on: bool) {
+        self.stream_off.store(!on, Ordering::Relaxed);
+    }
+
+    /// The pool serving `op` now, if any.
+    fn pool_now(&self, op: u16) -> Option<Arc<ServicePool>> {
+        let portal = self.portals.read().expect("router").get(&op).cloned();
+        portal.or_else(|| {
+            let service = (op >> 8) as u8;
+            self.services.read().expect("router").get(&service).cloned()
+        })
+    }
+
     /// The pool serving `op`, waiting while the server is starting and has none yet.
     fn pool_for(&self, op: u16) -> Option<Arc<ServicePool>> {
-        let find = || {
-            let portal = self.portals.read().expect("router").get(&op).cloned();
-            portal.or_else(|| {
-                let service = (op >> 8) as u8;
-                self.services.read().expect("router").get(&service).cloned()
-            })
-        };
+        let find = || self.pool_now(op);
         if let Some(p) = find() {
             return Some(p);
         }
@@ -212,6 +239,7 @@ impl Router {
             header,
             body,
             bulk,
+            stream: None,
             peer: "local".into(),
             caller: local_caller(),
             reply_to: ReplySink::Local(reply_to),

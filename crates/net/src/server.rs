@@ -10,8 +10,11 @@ use crate::sec::{
     FsKey, Level, ServerKeys, HANDSHAKES_MAX, HANDSHAKES_PER_ADDR_MAX, HANDSHAKE_TIMEOUT_MS_DEFAULT,
 };
 use crate::service::{Incoming, Outgoing, ReplySink, ServicePool, TcpReplier};
+use crate::stream::BulkStream;
 use crate::{local, NetError};
 use nacre_types::limits::BULK_BYTES_MAX;
+use nacre_types::AlignedBuf;
+use nacre_wire::Header;
 use nacre_wire::Service;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -568,13 +571,13 @@ impl ServerSink {
     /// request's own header version, `EPROTO`, and this server's range as its body
     /// (nacre_wire::version). The connection stays open for a resend in a version both
     /// speak; the first refusal of a connection is logged.
-    fn refuse_version(&mut self, frame: RawFrame) {
+    fn refuse_version(&mut self, header: Header) {
         let ours = nacre_wire::version::Range::OURS;
         if self.refused_version == 0 {
             tracing::warn!(
                 "{} speaks protocol {}; this server speaks {}: answered EPROTO with its range",
                 self.peer,
-                frame.header.version,
+                header.version,
                 ours
             );
         }
@@ -582,7 +585,7 @@ impl ServerSink {
         self.stats
             .requests_refused_version
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut header = frame.header;
+        let mut header = header;
         header.flags = nacre_wire::header::FLAG_REPLY;
         header.status = nacre_types::Status::Proto.code();
         let body = ours.encode();
@@ -593,7 +596,44 @@ impl ServerSink {
 
 impl FrameSink for ServerSink {
     fn frame(&mut self, frame: RawFrame, permit: Option<BudgetPermit>) -> Result<(), String> {
-        if frame.header.is_reply() {
+        let bulk = frame.bulk.map(Arc::new);
+        self.accept(frame.header, frame.body, (bulk, None), permit)
+    }
+
+    fn streams(&mut self, header: &Header) -> bool {
+        // Only requests this connection may send, of a version spoken here, for a handler
+        // that asked (anything else is judged with its bulk whole, as before).
+        !header.is_reply()
+            && nacre_wire::version::speaks(header.version)
+            && self.caller.may(nacre_wire::roles::need_of(header.opcode))
+            && self.router.streams(header)
+    }
+
+    fn frame_streamed(
+        &mut self,
+        header: Header,
+        body: Vec<u8>,
+        stream: Arc<BulkStream>,
+    ) -> Result<(), String> {
+        self.accept(header, body, (None, Some(stream)), None)
+    }
+
+    fn closed(&mut self, _cause: &str) {
+        self.replier.close();
+    }
+}
+
+impl ServerSink {
+    /// A request read (its bulk whole, or arriving into a stream): checked against the
+    /// connection's key and role, then routed.
+    fn accept(
+        &mut self,
+        header: Header,
+        body: Vec<u8>,
+        (bulk, stream): (Option<Arc<AlignedBuf>>, Option<Arc<BulkStream>>),
+        permit: Option<BudgetPermit>,
+    ) -> Result<(), String> {
+        if header.is_reply() {
             return Err("unexpected reply frame".into());
         }
         if let Some(m) = self.master.as_mut() {
@@ -618,14 +658,15 @@ impl FrameSink for ServerSink {
                 return Err("its key is revoked".into());
             }
         }
-        if !nacre_wire::version::speaks(frame.header.version) {
-            self.refuse_version(frame);
+        if !nacre_wire::version::speaks(header.version) {
+            self.refuse_version(header);
             return Ok(());
         }
         let req = Incoming {
-            header: frame.header,
-            body: frame.body,
-            bulk: frame.bulk.map(Arc::new),
+            header,
+            body,
+            bulk,
+            stream,
             peer: self.peer.clone(),
             caller: self.caller.clone(),
             reply_to: ReplySink::Tcp(self.replier.clone()),
@@ -685,9 +726,5 @@ impl FrameSink for ServerSink {
             }),
         );
         Ok(())
-    }
-
-    fn closed(&mut self, _cause: &str) {
-        self.replier.close();
     }
 }

@@ -132,6 +132,14 @@ pub trait Handler: Send + Sync + 'static {
         false
     }
 
+    /// True if the request `header` announces should be handed to this handler while its
+    /// bulk still arrives ([`Incoming::stream`], [`crate::stream`]): for a handler that
+    /// can start on the first part (an OST writing a large write to its disk). Called on
+    /// the connection's reader thread once the body is read: keep it cheap.
+    fn streams(&self, _header: &Header) -> bool {
+        false
+    }
+
     /// Handles several requests [`Handler::batchable`] said may go together, in one turn
     /// of one thread (e.g. their disk reads submitted at once): an outgoing reply each, in
     /// order. By default, one by one.
@@ -496,6 +504,11 @@ impl ServicePool {
                 None => of_cpt(cpt),
             },
         }
+    }
+
+    /// The handler serving the pool's requests.
+    pub(crate) fn handler(&self) -> &Arc<dyn Handler> {
+        &self.handler
     }
 
     /// The handler's QoS weight for `req` ([`Handler::weight`]).

@@ -8,6 +8,7 @@
 //! [`crate::csum`]): reads verify what they return, and a chunk that does not match is an
 //! error ([`OsdError::Corrupt`]), never data.
 
+mod arriving;
 mod cache;
 mod change;
 mod owner;
@@ -16,6 +17,7 @@ mod sums;
 mod writes;
 
 use crate::ranges::{RangeLocks, WHOLE};
+pub use arriving::{Arriving, ARRIVING_PART_BYTES_MIN};
 use cache::OpenObject;
 use nacre_types::limits::DIRECT_IO_ALIGN_BYTES;
 use nacre_types::{ObjectId, StatFs};

@@ -272,8 +272,8 @@ impl OssHandler {
         }
         // A write of runs is judged whole before anything is done for it: no other
         // client's lock is called back for a request that is refused.
-        writes::check(&call.req, incoming.bulk.as_ref().map(|b| b.len() as u64))?;
-        let bulk_len = incoming.bulk.as_ref().map_or(0, |b| b.len() as u64);
+        writes::check(&call.req, incoming.bulk_len())?;
+        let bulk_len = incoming.bulk_len().unwrap_or(0);
         // A client about to hold its first lock here is listed first, so a restart waits
         // for it to take its locks back (recovery.rs).
         let may_lock = matches!(
@@ -308,7 +308,11 @@ impl OssHandler {
                 grant_used,
                 ..
             } => {
-                let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
+                let data = match (&incoming.bulk, &incoming.stream) {
+                    (Some(b), _) => writes::Data::Whole(b),
+                    (None, Some(s)) => writes::Data::Arriving(s),
+                    (None, None) => return Err(Status::Proto),
+                };
                 let place = writes::Place::At { offset, lock };
                 let what = (object, owner, grant_used);
                 writes::write(ost, &call.client, hold.as_ref(), what, place, data)?
@@ -320,7 +324,7 @@ impl OssHandler {
                 runs,
                 ..
             } => {
-                let data = incoming.bulk.as_ref().ok_or(Status::Proto)?;
+                let data = writes::Data::Whole(incoming.bulk.as_ref().ok_or(Status::Proto)?);
                 let what = (object, owner, grant_used);
                 let place = writes::Place::Runs(&runs);
                 writes::write(ost, &call.client, hold.as_ref(), what, place, data)?
@@ -606,8 +610,8 @@ impl OssHandler {
         out: Result<Outgoing, Status>,
     ) -> Outgoing {
         let out = out.unwrap_or_else(Outgoing::error);
-        let bytes = (incoming.bulk.as_ref().map_or(0, |b| b.len())
-            + out.bulk.as_ref().map_or(0, |b| b.len())) as u64;
+        let bytes =
+            incoming.bulk_len().unwrap_or(0) + out.bulk.as_ref().map_or(0, |b| b.len() as u64);
         let us = meter.started.elapsed().as_micros() as u64;
         ost.stats.record(meter.op, us, bytes);
         ost.job_stats.record(&meter.jobid, meter.op, us, bytes);
@@ -806,6 +810,12 @@ impl Handler for OssHandler {
     /// Small reads: served together, their data read at once. A large read's own disk
     /// time outweighs what a batch saves, and it would hold up the small reads of its batch
     /// (and, with few threads serving batches, the disk's parallelism).
+    /// Large writes are written as their data arrives (nacre_osd's `write_arriving`).
+    fn streams(&self, header: &nacre_wire::Header) -> bool {
+        header.opcode == nacre_wire::oss::OST_WRITE
+            && header.bulk_len as usize > nacre_osd::objects::ARRIVING_PART_BYTES_MIN
+    }
+
     fn batchable(&self, req: &Incoming) -> bool {
         req.header.opcode == nacre_wire::oss::OST_READ
             && decode_body::<OssCall>(&req.body).is_ok_and(

@@ -27,10 +27,9 @@ fn capped_op(req: &Incoming) -> Option<&'static str> {
 /// What the rules match of a request of operation `op`.
 fn facts<'a>(req: &Incoming, call: &'a OssCall, op: &'static str) -> Facts<'a> {
     let (project, bytes) = match &call.req {
-        OssRequest::Write { owner, .. } | OssRequest::WriteRuns { owner, .. } => (
-            owner.project,
-            req.bulk.as_ref().map_or(0, |b| b.len() as u64),
-        ),
+        OssRequest::Write { owner, .. } | OssRequest::WriteRuns { owner, .. } => {
+            (owner.project, req.bulk_len().unwrap_or(0))
+        }
         OssRequest::Read { len, .. } => (0, u64::from(*len)),
         _ => (0, 0),
     };

@@ -8,6 +8,8 @@
 
 use crate::{locks, quota_reserve, OstTarget};
 use nacre_ldlm::server::{Extents, Revocation};
+use nacre_net::stream::{BulkStream, StreamError};
+use nacre_osd::objects::Arriving;
 use nacre_types::limits::FILE_BYTES_MAX;
 use nacre_types::{AlignedBuf, ObjectId, Owner, Status};
 use nacre_wire::oss::{runs_valid, OssReply, OssRequest, Run};
@@ -41,6 +43,55 @@ pub(crate) enum Place<'a> {
     Runs(&'a [Run]),
 }
 
+/// A write's data: arrived whole, or arriving (streamed off the network, written part by
+/// part as it comes: `nacre_osd::objects::write_arriving`).
+pub(crate) enum Data<'a> {
+    /// All of it, checked.
+    Whole(&'a AlignedBuf),
+    /// Still arriving (only for a write at one offset).
+    Arriving(&'a BulkStream),
+}
+
+impl Data<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Data::Whole(b) => b.len(),
+            Data::Arriving(s) => s.len(),
+        }
+    }
+}
+
+/// A [`BulkStream`] as the object store reads arriving data.
+struct Streamed<'a>(&'a BulkStream);
+
+impl Arriving for Streamed<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn filled(&self) -> usize {
+        self.0.filled()
+    }
+
+    fn first(&self, n: usize) -> std::io::Result<(&[u8], Option<&[u32]>)> {
+        self.0.wait_for(n).map_err(stream_error)
+    }
+
+    fn whole(&self) -> std::io::Result<()> {
+        self.0.finish().map(|_| ()).map_err(stream_error)
+    }
+}
+
+/// A stream that failed as the disk sees it: its sender went away (`ECONNRESET`) or its
+/// bytes were damaged on the way (`EBADMSG`, as a checksum failure is).
+fn stream_error(e: StreamError) -> std::io::Error {
+    let kind = match e {
+        StreamError::Cut(_) => std::io::ErrorKind::ConnectionReset,
+        StreamError::Checksum(_) => std::io::ErrorKind::InvalidData,
+    };
+    std::io::Error::new(kind, e)
+}
+
 /// A write of `data` to `object` for `client`, under `hold` (the callbacks of other
 /// clients' conflicting locks, done): the reply, or why nothing (or, for runs, not all) was
 /// written.
@@ -50,7 +101,7 @@ pub(crate) fn write(
     hold: Option<&Revocation<'_, Extents>>,
     (object, owner, grant_used): (ObjectId, Owner, u64),
     place: Place<'_>,
-    data: &AlignedBuf,
+    data: Data<'_>,
 ) -> Result<OssReply, Status> {
     let len = data.len() as u64;
     let (offset, want_lock) = match place {
@@ -83,9 +134,14 @@ pub(crate) fn write(
         }
     };
     let started = ost.brw.write.begin();
-    let result = match place {
-        Place::At { .. } => ost.store.write_buf(object, offset, data, owner),
-        Place::Runs(runs) => {
+    let result = match (place, data) {
+        (Place::At { .. }, Data::Whole(data)) => ost.store.write_buf(object, offset, data, owner),
+        (Place::At { .. }, Data::Arriving(s)) => {
+            ost.store
+                .write_arriving(object, offset, &Streamed(s), owner)
+        }
+        (Place::Runs(_), Data::Arriving(_)) => unreachable!("runs are never streamed"),
+        (Place::Runs(runs), Data::Whole(data)) => {
             let mut at = 0usize;
             runs.iter().try_for_each(|r| {
                 let n = r.len as usize;

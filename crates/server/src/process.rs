@@ -749,6 +749,15 @@ impl ServerProcess {
         );
         let (a, b) = (self.server.router().clone(), self.server.router().clone());
         r.add_rw(
+            "net.stream_bulk",
+            move || u8::from(a.stream_on()).to_string(),
+            move |v| {
+                b.set_stream_on(crate::target_params::parse_bool(v)?);
+                Ok(())
+            },
+        );
+        let (a, b) = (self.server.router().clone(), self.server.router().clone());
+        r.add_rw(
             "portal_rotor",
             move || a.rotor().to_string(),
             move |v| {

@@ -145,14 +145,35 @@ impl RawConn {
         capa: Option<nacre_wire::capa::Capa>,
     ) -> std::io::Result<u64> {
         let opcode = req.opcode();
-        let call = OssCall {
+        let body = self.oss_body(req, capa);
+        self.send_raw(opcode, target, &body, bulk)
+    }
+
+    /// [`RawConn::send_oss`] of a frame that stops after `bulk_sent` bytes of its bulk (a
+    /// sender that stalls, or goes away, in the middle of a write); returns its xid.
+    pub fn send_oss_cut(
+        &mut self,
+        target: u32,
+        req: OssRequest,
+        bulk: &[u8],
+        bulk_sent: usize,
+    ) -> std::io::Result<u64> {
+        let opcode = req.opcode();
+        let body = self.oss_body(req, None);
+        let (xid, frame) = self.frame(opcode, target, &body, Some(bulk));
+        let unsent = bulk.len() - bulk_sent.min(bulk.len());
+        self.writer.write_all(&frame[..frame.len() - unsent])?;
+        Ok(xid)
+    }
+
+    fn oss_body(&self, req: OssRequest, capa: Option<nacre_wire::capa::Capa>) -> Vec<u8> {
+        encode_body(&OssCall {
             client: self.oss_client,
             jobid: "raw".into(),
             cred: nacre_types::cred::current(),
             req,
             capa,
-        };
-        self.send_raw(opcode, target, &encode_body(&call), bulk)
+        })
     }
 
     /// Sends a request of any service: `body` as it is, under `opcode` (which need not be
@@ -164,6 +185,19 @@ impl RawConn {
         body: &[u8],
         bulk: Option<&[u8]>,
     ) -> std::io::Result<u64> {
+        let (xid, frame) = self.frame(opcode, target, body, bulk);
+        self.writer.write_all(&frame)?;
+        Ok(xid)
+    }
+
+    /// The next request's frame (its xid taken): header, body, tags if protected, bulk.
+    fn frame(
+        &mut self,
+        opcode: u16,
+        target: u32,
+        body: &[u8],
+        bulk: Option<&[u8]>,
+    ) -> (u64, Vec<u8>) {
         self.xid += 1;
         let target = nacre_types::target_id(self.slot, target);
         let mut h = Header::request(opcode, target, self.xid);
@@ -184,8 +218,7 @@ impl RawConn {
                 frame.extend_from_slice(bulk.unwrap_or(&[]));
             }
         }
-        self.writer.write_all(&frame)?;
-        Ok(self.xid)
+        (self.xid, frame)
     }
 
     /// Reads the next reply (of any protocol version).

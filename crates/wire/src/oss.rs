@@ -393,12 +393,15 @@ pub enum OssReply {
 /// The opcode of [`OssRequest::Read`] (a server can tell reads by the frame header alone).
 pub const OST_READ: u16 = 0x0302;
 
+/// The opcode of [`OssRequest::Write`].
+pub const OST_WRITE: u16 = 0x0301;
+
 /// The opcode of [`OssRequest::WriteRuns`].
 pub const OST_WRITE_RUNS: u16 = 0x0315;
 
 /// Requests served by the OSS I/O service `ost_io` (Lustre's OST_IO_PORTAL): everything that
 /// moves or changes an object's data.
-pub const IO_OPCODES: [u16; 6] = [0x0301, OST_READ, 0x0304, 0x0305, 0x0306, OST_WRITE_RUNS];
+pub const IO_OPCODES: [u16; 6] = [OST_WRITE, OST_READ, 0x0304, 0x0305, 0x0306, OST_WRITE_RUNS];
 /// Requests served by `ost_create` (Lustre's OST_CREATE_PORTAL): object lifecycle requests the
 /// MDT's OSP sends, so they never wait behind bulk I/O. Nacre creates objects on their first
 /// write, so this is where destroys and ownership changes go.
@@ -442,7 +445,7 @@ impl OssRequest {
     /// Opcode (service 3).
     pub fn opcode(&self) -> u16 {
         match self {
-            OssRequest::Write { .. } => 0x0301,
+            OssRequest::Write { .. } => OST_WRITE,
             OssRequest::Read { .. } => OST_READ,
             OssRequest::Glimpse { .. } => 0x0303,
             OssRequest::Punch { .. } => 0x0304,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub(super) fn run(
     thread: &Thread,
     budget: &Arc<Budget>,
-    stats: &NetStats,
+    stats: &Arc<NetStats>,
     stopping: &AtomicBool,
     limits: NetLimits,
 ) {
@@ -132,7 +132,7 @@ fn retry_paused(
     thread: &Thread,
     conns: &mut HashMap<u64, Conn>,
     budget: &Arc<Budget>,
-    stats: &NetStats,
+    stats: &Arc<NetStats>,
 ) {
     let waiting: Vec<u64> = conns
         .iter()
@@ -153,7 +153,7 @@ fn step(
     conns: &mut HashMap<u64, Conn>,
     token: u64,
     budget: &Arc<Budget>,
-    stats: &NetStats,
+    stats: &Arc<NetStats>,
 ) -> bool {
     let c = conns.get_mut(&token).expect("connection");
     let was_paused = c.paused;

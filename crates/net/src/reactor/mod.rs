@@ -28,6 +28,7 @@ pub use crate::limits::{
     FRAME_TIMEOUT_MS_DEFAULT, REPLY_TIMEOUT_MS_DEFAULT,
 };
 use crate::sec::session::Opener;
+use crate::stream::BulkStream;
 use event_loop::run;
 use nacre_types::AlignedBuf;
 use nacre_wire::Header;
@@ -63,6 +64,23 @@ pub trait FrameSink: Send {
     /// `None` for a fresh one.
     fn bulk_into(&mut self, _header: &Header) -> Option<AlignedBuf> {
         None
+    }
+    /// True if the request `header` (body read and checked, no tags to check) should reach
+    /// its handler while its bulk still arrives ([`crate::stream`]); it is then given to
+    /// [`FrameSink::frame_streamed`] instead of [`FrameSink::frame`], if a stream slot is
+    /// free.
+    fn streams(&mut self, _header: &Header) -> bool {
+        false
+    }
+    /// A request whose bulk is arriving into `stream` (after [`FrameSink::streams`] said
+    /// so); `Err` (why) drops the connection.
+    fn frame_streamed(
+        &mut self,
+        _header: Header,
+        _body: Vec<u8>,
+        _stream: Arc<BulkStream>,
+    ) -> Result<(), String> {
+        Err("this connection does not take streamed frames".into())
     }
 }
 

@@ -7,6 +7,7 @@ use crate::frame::RawFrame;
 use crate::limits::{Budget, BudgetPermit, NetStats};
 use crate::sec::session::{trailer_len, Opener, TRAILER_BYTES_MAX};
 use crate::sec::Level;
+use crate::stream::{BulkFiller, STREAMS_MAX};
 use nacre_types::AlignedBuf;
 use nacre_wire::{Header, HEADER_BYTES};
 use rustix::net::RecvFlags;
@@ -36,6 +37,9 @@ pub(super) enum Parse {
         permit: Option<BudgetPermit>,
         tags: Option<Tags>,
     },
+    /// Bulk bytes coming into a stream its request's handler already has
+    /// ([`crate::stream`]).
+    Streaming { filler: BulkFiller },
     /// The tags after the body, before the bulk (a protected connection's).
     Trailer {
         header: Header,
@@ -123,7 +127,11 @@ impl Conn {
     }
 
     /// Parses and receives as far as possible this turn. Ok(true): more may be there.
-    pub(super) fn advance(&mut self, budget: &Arc<Budget>, stats: &NetStats) -> Result<bool, End> {
+    pub(super) fn advance(
+        &mut self,
+        budget: &Arc<Budget>,
+        stats: &Arc<NetStats>,
+    ) -> Result<bool, End> {
         let mut read = 0usize;
         self.drained = false;
         loop {
@@ -231,6 +239,17 @@ impl Conn {
                                 .map_err(|e| End::Bad(e.to_string()))?;
                             match bulk {
                                 None => self.deliver(header, body, None, permit)?,
+                                Some(bulk) if self.sink.streams(&header) && stream_slot(stats) => {
+                                    // The budget goes with the buffer: held until the
+                                    // handler and this thread are both done with it.
+                                    let (filler, stream) =
+                                        BulkFiller::new(header, bulk, permit, Some(stats.clone()));
+                                    stats.frames_streamed.fetch_add(1, Ordering::Relaxed);
+                                    self.parse = Parse::Streaming { filler };
+                                    self.sink
+                                        .frame_streamed(header, body, stream)
+                                        .map_err(End::Bad)?;
+                                }
                                 Some(bulk) => {
                                     self.parse = Parse::Bulk {
                                         header,
@@ -279,6 +298,29 @@ impl Conn {
                             self.deliver(header, body, Some(bulk), permit)?;
                         }
                     }
+                }
+                Parse::Streaming { mut filler } => {
+                    let staged = self.take(filler.tail());
+                    if staged > 0 {
+                        filler.received(staged);
+                    }
+                    if !filler.is_full() {
+                        // Straight into the stream's buffer, published as it comes.
+                        let n = self.receive(filler.tail())?;
+                        if let Some(n) = n {
+                            filler.received(n);
+                            read += n;
+                        }
+                        if !filler.is_full() {
+                            self.parse = Parse::Streaming { filler };
+                            match n {
+                                Some(_) => continue,
+                                None => return Ok(false),
+                            }
+                        }
+                    }
+                    filler.complete().map_err(End::Bad)?;
+                    self.frame_done();
                 }
                 Parse::Trailer {
                     header,
@@ -372,6 +414,12 @@ impl Conn {
         self.sink
             .frame(RawFrame { header, body, bulk }, permit)
             .map_err(End::Bad)?;
+        self.frame_done();
+        Ok(())
+    }
+
+    /// A frame is over: the next starts with a header.
+    fn frame_done(&mut self) {
         self.parse = Parse::Header;
         if self.buffered() == 0 {
             // Idle: no frame in progress, no staging memory held.
@@ -381,6 +429,15 @@ impl Conn {
         } else {
             self.frame_started = Some(Instant::now());
         }
-        Ok(())
     }
+}
+
+/// Takes one of the server's [`STREAMS_MAX`] stream slots, if one is free.
+fn stream_slot(stats: &NetStats) -> bool {
+    let before = stats.frames_streaming.fetch_add(1, Ordering::AcqRel);
+    if before < STREAMS_MAX {
+        return true;
+    }
+    stats.frames_streaming.fetch_sub(1, Ordering::AcqRel);
+    false
 }

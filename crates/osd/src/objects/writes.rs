@@ -49,7 +49,7 @@ impl ObjectStore {
     /// write past such an end would grow that chunk with zeros). The size cannot come to
     /// end inside a chunk while chunks are held: only changes holding the whole object can
     /// make it so. Any other write holds the whole object.
-    fn write_summed(
+    pub(super) fn write_summed(
         &self,
         object: ObjectId,
         offset: u64,
@@ -57,9 +57,25 @@ impl ObjectStore {
         sums: Option<&[u32]>,
         owner: Owner,
     ) -> Result<(), OsdError> {
+        self.write_held(object, offset, data.len() as u64, owner, &|o, size| {
+            self.write_locked(o, object, size, offset, data, sums)
+        })
+    }
+
+    /// Holds what a write of `len` bytes at `offset` must hold (its chunks, or the whole
+    /// object: [`ObjectStore::write_summed`]), records `owner` if the object has none, and
+    /// runs `write` with the object and its size read with that held.
+    pub(super) fn write_held(
+        &self,
+        object: ObjectId,
+        offset: u64,
+        len: u64,
+        owner: Owner,
+        write: &dyn Fn(&OpenObject, u64) -> Result<(), OsdError>,
+    ) -> Result<(), OsdError> {
         let o = self.get(object, true)?.expect("created");
-        let end = offset + data.len() as u64;
-        if !data.is_empty()
+        let end = offset + len;
+        if len > 0
             && offset.is_multiple_of(CSUM_CHUNK_BYTES)
             && end.is_multiple_of(CSUM_CHUNK_BYTES)
         {
@@ -68,7 +84,7 @@ impl ObjectStore {
             let size = o.size().map_err(|e| Self::err(object, e))?;
             let owned = matches!(o.recorded_owner(), Ok(RecordedOwner::Owner(_)));
             if owned && (size.is_multiple_of(CSUM_CHUNK_BYTES) || size >= offset) {
-                return self.write_locked(&o, object, size, offset, data, sums);
+                return write(&o, size);
             }
             drop(change);
         }
@@ -83,12 +99,12 @@ impl ObjectStore {
             Err(e) => owner_unsupported(object, e)?,
         }
         let size = o.size().map_err(|e| Self::err(object, e))?;
-        self.write_locked(&o, object, size, offset, data, sums)
+        write(&o, size)
     }
 
     /// The write of [`ObjectStore::write_summed`], its range held; `size`: the object's
     /// size, read with the range held.
-    fn write_locked(
+    pub(super) fn write_locked(
         &self,
         o: &OpenObject,
         object: ObjectId,
