@@ -114,6 +114,9 @@ pub struct ObjectStore {
     corrupt_chunks: AtomicU64,
     /// Reads that went to the disk together with others (`read_many`).
     reads_together: AtomicU64,
+    /// Writes written part by part as they arrived, and their parts
+    /// ([`ObjectStore::write_arriving`]).
+    arriving: [AtomicU64; 2],
     /// The chunks each change holds (data and checksums together), and the whole objects
     /// held by re-checks after a mismatch. Kept apart from the descriptor cache, which may
     /// evict and reopen an object while a change on it runs.
@@ -153,6 +156,7 @@ impl ObjectStore {
             open: Mutex::new(HashMap::new()),
             corrupt_chunks: AtomicU64::new(0),
             reads_together: AtomicU64::new(0),
+            arriving: [AtomicU64::new(0), AtomicU64::new(0)],
             ranges: RangeLocks::default(),
             usage,
         })
@@ -239,6 +243,13 @@ impl ObjectStore {
     /// ([`ObjectStore::read_many`]).
     pub fn reads_together(&self) -> u64 {
         self.reads_together.load(Ordering::Relaxed)
+    }
+
+    /// Writes written part by part as they arrived since start, and their parts (a write
+    /// all of which was in when it started is one part).
+    pub fn writes_arriving(&self) -> (u64, u64) {
+        let [w, p] = &self.arriving;
+        (w.load(Ordering::Relaxed), p.load(Ordering::Relaxed))
     }
 
     fn err(object: ObjectId, source: std::io::Error) -> OsdError {

@@ -103,6 +103,12 @@ pub fn register_ost_params(r: &nacre_params::Registry, t: &Arc<OstTarget>) {
     r.add_fn(format!("osd.{name}.writes_together"), move || {
         a.store.writes_together().to_string()
     });
+    // Writes written part by part as they arrived (large writes streamed off the network).
+    let a = t.clone();
+    r.add_fn(format!("osd.{name}.writes_arriving"), move || {
+        let (writes, parts) = a.store.writes_arriving();
+        format!("writes: {writes}\nparts: {parts}")
+    });
 }
 
 /// `mdt.NAME.*` parameters of one MDT.

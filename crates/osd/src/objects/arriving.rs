@@ -9,6 +9,7 @@ use crate::csum::{self, CSUM_CHUNK_BYTES};
 use nacre_types::limits::DIRECT_IO_ALIGN_BYTES;
 use nacre_types::{ObjectId, Owner};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
 
 /// The first part of an arriving write sent to the disk on its own, and the least a later
 /// part waits for: smaller parts cost the disk more per byte than they gain in overlap
@@ -118,7 +119,9 @@ impl ObjectStore {
             }
             size = size.max(end);
             done = upto;
+            self.arriving[1].fetch_add(1, Ordering::Relaxed);
         }
+        self.arriving[0].fetch_add(1, Ordering::Relaxed);
         let failed = match failed {
             None => data.whole().err(),
             Some(e) => Some(e),
@@ -281,6 +284,7 @@ mod tests {
         .unwrap();
         assert_eq!(store.read(OBJ, 0, LEN).unwrap()[..], gate.data[..]);
         assert_eq!(store.size(OBJ).unwrap().0, LEN as u64);
+        assert_eq!(store.writes_arriving(), (1, 2), "two parts");
     }
 
     #[test]
