@@ -105,7 +105,7 @@ impl BulkStream {
 
     /// Bytes received so far (a whole number of chunks, or all).
     pub fn filled(&self) -> usize {
-        self.filled.load(Ordering::Acquire)
+        self.filled.load(Ordering::SeqCst)
     }
 
     /// The first `n` bytes (at most the length) once received, with their chunks'
@@ -122,7 +122,9 @@ impl BulkStream {
                 if let End::Failed(e) = &*end {
                     return Err(e.clone());
                 }
-                self.wanted.store(n, Ordering::Release);
+                // SeqCst with the filler's store of `filled` and load of `wanted`: one of
+                // the two sides sees the other's store, so no wake-up is lost.
+                self.wanted.store(n, Ordering::SeqCst);
                 // Filled meanwhile (the filler saw no one waiting): do not sleep.
                 if self.filled() >= n {
                     break;
@@ -266,8 +268,8 @@ impl BulkFiller {
                 };
             }
         }
-        s.filled.store(upto, Ordering::Release);
-        if upto >= s.wanted.load(Ordering::Acquire) {
+        s.filled.store(upto, Ordering::SeqCst);
+        if upto >= s.wanted.load(Ordering::SeqCst) {
             // Taken so a waiter between its check and its wait is not missed.
             drop(s.end.lock().expect("stream"));
             s.changed.notify_all();
