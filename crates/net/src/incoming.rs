@@ -161,6 +161,12 @@ impl Incoming {
     }
 
     pub(crate) fn reply(self, out: Outgoing) {
+        // A request whose bulk never arrived whole and sound is not answered, as a damaged
+        // frame received whole is not: the link is dropped and the sender resends it (its
+        // handler's error would otherwise reach the application).
+        if self.stream.as_ref().is_some_and(|s| s.failed()) {
+            return;
+        }
         let mut header = self.header;
         header.flags = FLAG_REPLY | (self.header.flags & FLAG_BULK_CHECKSUM);
         header.status = out.status.code();

@@ -164,6 +164,12 @@ impl BulkStream {
         }
     }
 
+    /// True once the stream failed (its sender went away, or its bulk its checksum): the
+    /// request was never received whole, so it gets no reply (its sender resends it).
+    pub fn failed(&self) -> bool {
+        matches!(*self.end.lock().expect("stream"), End::Failed(_))
+    }
+
     fn end_with(&self, end: End) {
         let mut e = self.end.lock().expect("stream");
         if matches!(*e, End::Open) {
