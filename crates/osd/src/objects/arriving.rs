@@ -241,7 +241,15 @@ mod tests {
     fn store() -> (tempfile::TempDir, ObjectStore) {
         let base = std::env::var("NACRE_TEST_DIR").unwrap_or_else(|_| "/var/tmp".into());
         let dir = tempfile::tempdir_in(base).unwrap();
-        let store = ObjectStore::open(dir.path()).unwrap();
+        let mut store = ObjectStore::open(dir.path()).unwrap();
+        if std::env::var_os("NACRE_UNDER_QEMU").is_some()
+            && store.dio_align == crate::dioalign::DioAlign::Unsupported
+        {
+            // qemu-user answers statx(STATX_DIOALIGN) with the mask bit set and the two
+            // alignments zero (it copies only the fields it knows), while the host's
+            // O_DIRECT, which it passes through, works: these tests are of the direct path.
+            store.dio_align = crate::dioalign::DioAlign::Unknown;
+        }
         (dir, store)
     }
 
