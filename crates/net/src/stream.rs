@@ -164,7 +164,7 @@ impl BulkStream {
         }
     }
 
-    /// True once the stream failed (its sender went away, or its bulk its checksum): the
+    /// True once the stream failed (its sender went away, or its bulk failed its checksum): the
     /// request was never received whole, so it gets no reply (its sender resends it).
     pub fn failed(&self) -> bool {
         matches!(*self.end.lock().expect("stream"), End::Failed(_))
