@@ -5,6 +5,7 @@
 
 mod api;
 mod api_attacks;
+mod append_eviction;
 mod async_dirops;
 mod async_dirops_attrs;
 mod async_dirops_data;

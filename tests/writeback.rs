@@ -5,8 +5,7 @@
 //! what the OSTs refused; a mount evicted while keeping writes loses them and says so, and
 //! never writes them after another mount's data.
 
-use crate::async_dirops::until_fired;
-use nacre_testkit::{fail_loc, get_param, nacre_ok, on_both_forms, Form, Spec, TestFs};
+use nacre_testkit::{get_param, nacre_ok, on_both_forms, Form, Spec, TestFs};
 use nacre_tests::wb_stat;
 use std::fs;
 use std::io::Write;
@@ -376,75 +375,6 @@ fn an_evicted_mount_loses_its_kept_writes_and_says_so() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// An append held after it read the file's size under its write locks (fault point
-/// `client.append.sized`), while the OST evicts its mount (the held append keeps the lock in
-/// use, so the callback goes unanswered) and another mount appends at that size: when it
-/// goes on, it appends after the other mount's bytes, never over them. It finds its locks
-/// gone and starts again under new ones; before, its write went through as the mount's new
-/// identity at the size read under the evicted one's locks.
-#[test]
-fn an_append_whose_locks_an_eviction_took_lands_after_the_others() {
-    let fsname = "wbn9";
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let pid = first_mount_pid(&fs);
-    let (other_mnt, _other) = second_mount(&fs);
-    let (a, b) = (fs.path("log"), other_mnt.join("log"));
-    nacre_tests::write_synced(&a, &[b'x'; 100]);
-    for (name, value) in [("callback_timeout_ms", "1000"), ("contention_ms", "0")] {
-        nacre_ok(&[
-            "ctl",
-            "set_param",
-            &format!("ldlm.namespaces.ost-{fsname}-OST0000.{name}={value}"),
-        ]);
-    }
-    let resets = || -> u64 {
-        let text = get_param(
-            Some(pid),
-            &format!("ldlm.namespaces.{fsname}-OST0000-osc.stats"),
-        );
-        text.lines()
-            .find_map(|l| l.strip_prefix("resets ")?.trim().parse().ok())
-            .expect("resets in the mount's lock stats")
-    };
-    let before = resets();
-    fail_loc(pid, "client.append.sized~hold");
-    let appender = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new().append(true).open(&a)?;
-        f.write_all(&[b'A'; 10])?;
-        f.sync_all()
-    });
-    until_fired(pid);
-    // The other mount's append calls back the held lock; the OST evicts this mount once the
-    // callback times out, and the append goes at 100.
-    let mut f = fs::OpenOptions::new().append(true).open(&b).unwrap();
-    f.write_all(&[b'B'; 50]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    // The held mount learns of its eviction (its next poll of the OST is refused) before
-    // its append goes on.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while resets() == before {
-        assert!(
-            Instant::now() < deadline,
-            "the held mount never learns it was evicted"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    fail_loc(pid, "0");
-    appender
-        .join()
-        .unwrap()
-        .expect("the append goes on under new locks");
-    let got = fs::read(&b).unwrap();
-    assert_eq!(&got[..100], &[b'x'; 100][..], "the first bytes");
-    assert_eq!(
-        &got[100..150],
-        &[b'B'; 50][..],
-        "the other mount's append was overwritten"
-    );
-    assert_eq!(&got[150..], &[b'A'; 10][..], "the held append, after it");
 }
 
 /// One field of `ost.FS-OST0000.recovery_status` on the OSS process `pid` (asked of that

@@ -125,8 +125,8 @@ impl Client {
                     let mut asked = crate::datalocks::ReadLocks::new();
                     self.asking(o.ost, o.object, &mut asked);
                     let sent_as = self.ost_uuid(o.ost);
-                    let answer =
-                        crate::osc::call_one(self, o.ost, &req, None, sent_as).map_err(Into::into);
+                    let answer = crate::osc::call_one(self, o.ost, &req, None, sent_as)
+                        .map_err(crate::ClientError::from);
                     if let Ok((OssReply::Granted(Some(l)), _)) = &answer {
                         // Not held if the OST evicted `sent_as` since: the loop asks again.
                         let _ =
@@ -142,6 +142,12 @@ impl Client {
                             std::thread::sleep(Duration::from_millis(5));
                         }
                         Ok(_) => return Err(Status::Proto.into()),
+                        // The OST evicted `sent_as` before its lock poll told this client:
+                        // the refusal tells it (its locks and kept data there go, once), and
+                        // the enqueue goes again as the new identity.
+                        Err(e) if e.status() == Status::Shutdown => {
+                            self.data_evicted(o.ost, sent_as)
+                        }
                         Err(e) => return Err(e),
                     }
                 }

@@ -868,8 +868,10 @@ fn learn_servers_on_demand(mgs_by_fs: &[(String, Nid)]) {
     });
 }
 
-/// `fail_loc` (the armed fault point, Lustre's name: `NAME`, `NAME@N`, `NAME~MS`; `0`
-/// disarms) and `fail_fired` (how often it fired since armed), for recovery tests.
+/// `fail_loc` (the armed fault points, Lustre's name: `NAME`, `NAME@N`, `NAME~MS`,
+/// `NAME~hold`, comma-separated; `+SPEC` arms beside those armed, `-NAME` disarms one, `0`
+/// disarms all: nacre_net::fault) and `fail_fired` (how often they fired since the last
+/// change), for recovery tests.
 pub fn register_fault_params(r: &nacre_params::Registry) {
     r.add_rw("fail_loc", nacre_net::fault::armed_spec, |v| {
         nacre_net::fault::arm(v);
