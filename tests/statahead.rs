@@ -447,7 +447,105 @@ fn a_listing_built_here_shows_what_changed(form: Form) {
     assert!(asked <= 2, "{asked} getattrs and lookups for {FILES} stats");
 }
 
+/// The names one directory stream reads, from where it is to the end (no `.`, `..`).
+///
+/// # Safety
+/// `d` is an open stream.
+unsafe fn read_to_end(d: *mut libc::DIR) -> Vec<String> {
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: `d` is open; the entry is read before the next call.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            return names;
+        }
+        // SAFETY: d_name is NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        let name = name.to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+}
+
+/// A stream over a directory far longer than what a stream keeps of it (the mount lets go
+/// of the entries the kernel was given): read to the end, sent back by `seekdir` to a
+/// position among the first names, and rewound, it lists every name once each time, in
+/// the same order, with a name another mount added meanwhile. The listing is read on a
+/// mount that did not make the files; the other mount's create calls back its lock on the
+/// directory, which drops the kernel's copy of the listing, so what follows reaches the
+/// mount.
+fn a_long_listing_sought_back_lists_every_name(form: Form) {
+    let fsname = match form {
+        Form::Embedded => "stae7",
+        Form::Networked => "stan7",
+    };
+    let fs = TestFs::start_with(form, Spec::osts(1).fsname(fsname));
+    let count = 5_000;
+    let dir = fs.path("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..count {
+        fs::File::create(dir.join(name(i))).unwrap();
+    }
+    let mnt = fs.scratch().join("other");
+    fs::create_dir_all(&mnt).unwrap();
+    let other = fs.mount_another(&mnt, &[]);
+    let pid = other.pid().expect("the other mount's process");
+    let dropped = || {
+        let text = nacre_testkit::get_param(Some(pid), &format!("llite.{fsname}.lock_cache"));
+        text.lines()
+            .find_map(|l| l.strip_prefix("listings_invalidated "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no listings_invalidated in {text}"))
+    };
+    let path = std::ffi::CString::new(mnt.join("d").as_os_str().as_encoded_bytes()).unwrap();
+    let want: Vec<String> = (0..count).map(name).collect();
+    // SAFETY: a plain libc directory stream on a valid path, closed below.
+    unsafe {
+        let d = libc::opendir(path.as_ptr());
+        assert!(!d.is_null());
+        let mut first = Vec::new();
+        while first.len() < 100 {
+            first.extend(read_one(d));
+        }
+        let at = libc::telldir(d);
+        first.extend(read_to_end(d));
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(sorted, want, "the first reading");
+        let before = dropped();
+        fs::File::create(dir.join("zzzzz")).unwrap();
+        nacre_testkit::wait_for("the kernel's listing dropped", || dropped() > before);
+        first.push("zzzzz".to_string());
+        libc::seekdir(d, at);
+        let again = read_to_end(d);
+        assert_eq!(
+            again,
+            first[100..],
+            "after seekdir back among the first names"
+        );
+        libc::rewinddir(d);
+        assert_eq!(read_to_end(d), first, "after rewinddir");
+        libc::closedir(d);
+    }
+}
+
+/// The next name of stream `d` (none for `.` and `..`).
+///
+/// # Safety
+/// `d` is an open stream.
+unsafe fn read_one(d: *mut libc::DIR) -> Option<String> {
+    // SAFETY: `d` is open; the entry is read before the next call.
+    let e = unsafe { libc::readdir(d) };
+    assert!(!e.is_null(), "the listing ended early");
+    // SAFETY: d_name is NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+    let name = name.to_string_lossy().into_owned();
+    (name != "." && name != "..").then_some(name)
+}
+
 on_both_forms!(
+    a_long_listing_sought_back_lists_every_name,
     stats_after_a_whole_listing_come_from_statahead_pages,
     the_window_answers_only_while_current,
     a_listing_refreshes_the_attributes_of_files_written_here,

@@ -68,7 +68,32 @@ struct Entry {
     objects: Vec<Option<(u64, u64)>>,
     /// (size, blocks) of the bytes on the MDT, for a layout with a component there.
     dom: Option<(u64, u64)>,
+    /// The file's (size, blocks) from `objects` and `dom`, worked out at each change of
+    /// them (None: one object's is not known): what an answer reads, so a listing's
+    /// answer per entry touches neither the layout nor the objects.
+    sized: Option<(u64, u64)>,
     attr: Attr,
+}
+
+impl Entry {
+    /// Works `sized` out again after `objects` or `dom` changed.
+    fn resize(&mut self) {
+        self.sized = self.sized_now();
+    }
+
+    fn sized_now(&self) -> Option<(u64, u64)> {
+        if self.objects.iter().any(Option::is_none) {
+            return None;
+        }
+        let objects = self.objects.iter().enumerate();
+        let objects = objects.filter_map(|(i, o)| o.map(|(size, blocks)| (i, size, blocks)));
+        let (mut size, mut blocks) = self.layout.file_size_from_objects(objects)?;
+        if let Some((dom_size, dom_blocks)) = self.dom {
+            size = size.max(dom_size);
+            blocks = blocks.saturating_add(dom_blocks);
+        }
+        Some((size, blocks))
+    }
 }
 
 #[derive(Default)]
@@ -147,13 +172,15 @@ impl Vouched {
         if s.files.len() >= VOUCHED_FILES_MAX && !s.files.contains_key(&attr.fid) {
             return;
         }
-        let entry = Entry {
+        let mut entry = Entry {
             handle,
             objects: vec![Some((0, 0)); layout.object_count()],
             dom: on_mdt.then_some((attr.size, attr.blocks)),
+            sized: None,
             layout: layout.clone(),
             attr: attr.clone(),
         };
+        entry.resize();
         s.files.insert(attr.fid, entry);
     }
 
@@ -171,8 +198,12 @@ impl Vouched {
         match (at, after) {
             (Some(i), Some((size, blocks))) => {
                 e.objects[i] = e.objects[i].map(|(s0, b0)| (s0.max(size), b0.max(blocks)));
+                e.resize();
             }
-            (Some(i), None) => e.objects[i] = None,
+            (Some(i), None) => {
+                e.objects[i] = None;
+                e.sized = None;
+            }
             // An object not in the layout kept: the layout changed.
             (None, _) => {
                 s.files.remove(&fid);
@@ -194,6 +225,7 @@ impl Vouched {
                 *dom = (dom.0.max(a.size), dom.1.max(a.blocks));
                 e.attr.mtime = e.attr.mtime.max(a.mtime);
                 e.attr.ctime = e.attr.ctime.max(a.ctime);
+                e.resize();
             }
             _ => {
                 s.files.remove(&fid);
@@ -240,17 +272,8 @@ impl Vouched {
             s.files.remove(&fid);
             return None;
         }
-        let objects: Option<Vec<(usize, u64, u64)>> = e
-            .objects
-            .iter()
-            .enumerate()
-            .map(|(i, o)| o.map(|(size, blocks)| (i, size, blocks)))
-            .collect();
-        let (mut size, mut blocks) = e.layout.file_size_from_objects(objects?)?;
-        if let Some((dom_size, dom_blocks)) = e.dom {
-            size = size.max(dom_size);
-            blocks = blocks.saturating_add(dom_blocks);
-        }
+        let (size, blocks) = e.sized?;
+        debug_assert_eq!(e.sized, e.sized_now());
         let mut attr = e.attr.clone();
         attr.size = size;
         attr.blocks = blocks;

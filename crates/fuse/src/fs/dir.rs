@@ -25,6 +25,10 @@ use std::time::Duration;
 pub const READDIR_PAGE_ENTRIES: u32 = 1024;
 /// Entries fetched per readdirplus RPC (each with attributes and a lock).
 pub const READDIRPLUS_PAGE_ENTRIES: u32 = 256;
+/// Entries given to the kernel that a stream keeps before it lets them go (a listing
+/// resumed before them fetches them again): a stream holds about a page or two, not the
+/// whole directory, whatever its size.
+const GIVEN_KEPT_MAX: usize = 2 * READDIR_PAGE_ENTRIES as usize;
 
 /// When the kernel lists a directory with every entry's attributes (`--readdirplus`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -161,6 +165,19 @@ impl DirStream {
             self.eof = eof;
         }
         Ok(())
+    }
+
+    /// The kernel was given every entry before `index`: past [`GIVEN_KEPT_MAX`] of them,
+    /// they are let go (the stream then follows the last of them). Growing one vector to a
+    /// directory's size cost a copy of it at each doubling, into pages the process faults
+    /// in.
+    fn given_up_to(&mut self, index: usize) {
+        if index < GIVEN_KEPT_MAX || index > self.entries.len() {
+            return;
+        }
+        let last = self.entries[index - 1].entry.name.clone();
+        self.entries.drain(..index);
+        self.base = Some(last);
     }
 
     /// The name the next page follows.
@@ -424,6 +441,7 @@ impl Shared {
             given.push((cookie, entry.name.clone().into_boxed_slice()));
             index += 1;
         }
+        stream.given_up_to(index);
         self.cookies.record(ino.0, given);
         reply.ok();
     }
@@ -494,8 +512,9 @@ impl Shared {
                 Some((a, c, _)) if *c == Cached::default() => {
                     (file_attr(a), self.attr_ttl.min(self.entry_ttl))
                 }
-                // Its lock still held: nothing changed since the attributes were read.
-                Some((a, c, handle)) if self.client.holds_lock(a.fid, *handle) => {
+                // Its lock still held: nothing changed since the attributes were read (this
+                // mount's own were read under it just now).
+                Some((a, c, handle)) if here || self.client.holds_lock(a.fid, *handle) => {
                     let ttl = match c.entry && c.attr {
                         true => LOCKED_TTL,
                         false => self.attr_ttl.min(self.entry_ttl),
@@ -526,6 +545,7 @@ impl Shared {
             given.push((cookie, listed.entry.name.clone().into_boxed_slice()));
             index += 1;
         }
+        stream.given_up_to(index);
         self.cookies.record(ino.0, given);
         reply.ok();
     }
@@ -543,5 +563,65 @@ impl Shared {
             self.cookies.released(ino.0);
         }
         reply.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nacre_types::FileKind;
+    use nacre_wire::mds::DirEntry;
+
+    fn name(i: usize) -> Vec<u8> {
+        format!("f{i:05}").into_bytes()
+    }
+
+    /// A stream of `n` entries fetched from the directory's start, more to come.
+    fn stream(n: usize) -> DirStream {
+        let entries = (0..n)
+            .map(|i| Listed {
+                entry: DirEntry {
+                    name: name(i),
+                    fid: Fid::new(0x200000400, i as u32 + 1),
+                    kind: FileKind::Regular,
+                },
+                attr: None,
+                here: false,
+            })
+            .collect();
+        DirStream {
+            fid: Fid::new(0x200000400, 0),
+            base: None,
+            entries,
+            eof: false,
+            ahead: None,
+            plain_only: false,
+            searched: None,
+            here: false,
+        }
+    }
+
+    #[test]
+    fn given_entries_are_let_go_and_a_listing_resumed_before_them_starts_again() {
+        let mut s = stream(3 * GIVEN_KEPT_MAX);
+        // Fewer than the most kept: all stay.
+        s.given_up_to(GIVEN_KEPT_MAX - 1);
+        assert_eq!(s.entries.len(), 3 * GIVEN_KEPT_MAX);
+        let at = 2 * GIVEN_KEPT_MAX;
+        s.given_up_to(at);
+        assert_eq!(s.entries.len(), GIVEN_KEPT_MAX);
+        assert_eq!(s.entries[0].entry.name, name(at));
+        // Resumed after a name still kept: from there.
+        assert_eq!(s.after_name(&name(at + 5)), 6);
+        assert_eq!(s.entries.len(), GIVEN_KEPT_MAX, "nothing fetched again");
+        // Resumed right after the last let go: from the first kept.
+        assert_eq!(s.after_name(&name(at - 1)), 0);
+        assert_eq!(s.entries[0].entry.name, name(at));
+        // Resumed after a name let go (a seekdir back): fetched again from there, never
+        // from the first kept (the names between would be skipped).
+        assert_eq!(s.after_name(&name(100)), 0);
+        assert!(s.entries.is_empty(), "the stream starts again");
+        assert_eq!(s.base, Some(name(100)));
+        assert_eq!(s.last(), Some(&name(100)[..]));
     }
 }
