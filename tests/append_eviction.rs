@@ -13,12 +13,25 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// A second mount of `fs` (a process of its own), at `fs`'s scratch `other`.
-fn second_mount(fs: &TestFs) -> (PathBuf, nacre_testkit::ClientMount) {
+/// The networked form of `fsname` with `osts` OSTs and a second mount (a process of its
+/// own): the file system, its first mount's process, the second mount (its point and
+/// handle), and file `log` as each mount names it.
+fn two_mounts(
+    fsname: &str,
+    osts: u32,
+) -> (
+    TestFs,
+    u32,
+    (PathBuf, nacre_testkit::ClientMount),
+    (PathBuf, PathBuf),
+) {
+    let fs = TestFs::start_with(Form::Networked, Spec::osts(osts).fsname(fsname));
+    let pid = fs.client_pid().expect("the first mount's process");
     let mnt = fs.scratch().join("other");
     fs::create_dir_all(&mnt).unwrap();
-    let m = fs.mount_another(&mnt, &[]);
-    (mnt, m)
+    let other = fs.mount_another(&mnt, &[]);
+    let logs = (fs.path("log"), mnt.join("log"));
+    (fs, pid, (mnt, other), logs)
 }
 
 /// Lock callbacks of OST `index` of `fsname` time out after 1 s, and a lock is called back
@@ -82,10 +95,7 @@ fn append(path: &std::path::Path, data: &[u8]) {
 #[test]
 fn an_append_whose_locks_an_eviction_took_lands_after_the_others() {
     let fsname = "wbn9";
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let pid = fs.client_pid().expect("the first mount's process");
-    let (other_mnt, _other) = second_mount(&fs);
-    let (a, b) = (fs.path("log"), other_mnt.join("log"));
+    let (_fs, pid, (_other_mnt, _other), (a, b)) = two_mounts(fsname, 1);
     nacre_tests::write_synced(&a, &[b'x'; 100]);
     evict_fast(fsname, 0);
     let before = resets(pid, fsname, 0);
@@ -122,10 +132,7 @@ fn an_append_whose_locks_an_eviction_took_lands_after_the_others() {
 #[test]
 fn an_append_that_hears_of_its_eviction_from_a_refusal_starts_again() {
     let fsname = "wbr1";
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(1).fsname(fsname));
-    let pid = fs.client_pid().expect("the first mount's process");
-    let (other_mnt, _other) = second_mount(&fs);
-    let (a, b) = (fs.path("log"), other_mnt.join("log"));
+    let (fs, pid, (other_mnt, _other), (a, b)) = two_mounts(fsname, 1);
     nacre_tests::write_synced(&a, &[b'x'; 100]);
     // Made by the other mount: the first holds no lock on its object.
     nacre_tests::write_synced(&other_mnt.join("log2"), &[b'y'; 20]);
@@ -175,10 +182,7 @@ fn an_append_that_hears_of_its_eviction_from_a_refusal_starts_again() {
 #[test]
 fn an_append_striped_over_two_osts_lands_after_a_write_one_of_them_evicted_it_for() {
     let fsname = "wbs2";
-    let fs = TestFs::start_with(Form::Networked, Spec::osts(2).fsname(fsname));
-    let pid = fs.client_pid().expect("the first mount's process");
-    let (other_mnt, _other) = second_mount(&fs);
-    let (a, b) = (fs.path("log"), other_mnt.join("log"));
+    let (_fs, pid, (_other_mnt, _other), (a, b)) = two_mounts(fsname, 2);
     nacre_ok(&["setstripe", "-c", "2", "-S", "64K", a.to_str().unwrap()]);
     nacre_tests::write_synced(&a, &[b'x'; 100]);
     evict_fast(fsname, 0);

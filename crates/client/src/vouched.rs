@@ -78,21 +78,20 @@ struct Entry {
 impl Entry {
     /// Works `sized` out again after `objects` or `dom` changed.
     fn resize(&mut self) {
-        self.sized = self.sized_now();
-    }
-
-    fn sized_now(&self) -> Option<(u64, u64)> {
+        self.sized = None;
         if self.objects.iter().any(Option::is_none) {
-            return None;
+            return;
         }
         let objects = self.objects.iter().enumerate();
         let objects = objects.filter_map(|(i, o)| o.map(|(size, blocks)| (i, size, blocks)));
-        let (mut size, mut blocks) = self.layout.file_size_from_objects(objects)?;
+        let Some((mut size, mut blocks)) = self.layout.file_size_from_objects(objects) else {
+            return;
+        };
         if let Some((dom_size, dom_blocks)) = self.dom {
             size = size.max(dom_size);
             blocks = blocks.saturating_add(dom_blocks);
         }
-        Some((size, blocks))
+        self.sized = Some((size, blocks));
     }
 }
 
@@ -196,13 +195,11 @@ impl Vouched {
             .objects()
             .position(|o| o.ost == ost && o.object == object);
         match (at, after) {
-            (Some(i), Some((size, blocks))) => {
-                e.objects[i] = e.objects[i].map(|(s0, b0)| (s0.max(size), b0.max(blocks)));
+            (Some(i), after) => {
+                e.objects[i] = after.and_then(|(size, blocks)| {
+                    e.objects[i].map(|(s0, b0)| (s0.max(size), b0.max(blocks)))
+                });
                 e.resize();
-            }
-            (Some(i), None) => {
-                e.objects[i] = None;
-                e.sized = None;
             }
             // An object not in the layout kept: the layout changed.
             (None, _) => {
@@ -273,7 +270,6 @@ impl Vouched {
             return None;
         }
         let (size, blocks) = e.sized?;
-        debug_assert_eq!(e.sized, e.sized_now());
         let mut attr = e.attr.clone();
         attr.size = size;
         attr.blocks = blocks;
